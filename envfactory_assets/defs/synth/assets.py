@@ -1,0 +1,163 @@
+"""Synthesis assets: tool_chains -> raw_trajectories -> refined_trajectories -> sft_dataset / rl_dataset."""
+
+
+import statistics
+from collections import Counter
+
+import dagster as dg
+
+from envfactory_assets.defs.common import data_version, no_failed_environment_check, status_counts
+from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.graph.stage import graph_from_store_rows
+from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
+from envfactory_assets.synth.sampler import SamplerConfig
+from envfactory_assets.synth.stage import chain_rows, dataset_rows, raw_trajectory_rows, refined_trajectory_rows
+from envfactory_assets.synth.trajectories import SynthConfig
+
+
+class ChainsConfig(dg.Config):
+    """Sampler settings (defaults: the paper's topology-aware sampler, 15 tools, 3 servers, depth 5)."""
+
+    n_chains: int = 400
+    sampler: str = "topology"
+    base_key: str = "default"
+    max_tools: int = 15
+    max_servers: int = 3
+    max_depth: int = 5
+    p_skip_optional: float = 0.6
+    p_explicit_producer: float = 0.1
+    min_tools: int = 3
+
+
+class TrajectoryConfig(dg.Config):
+    """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``."""
+
+    min_turns: int = 2
+    max_turn_len: int = 5
+
+
+class DatasetConfig(dg.Config):
+    """Share of trajectories that go to SFT (default: the paper's 1,622 / 2,575); the rest become RL rows."""
+
+    sft_share: float = PAPER_SFT_SHARE
+
+
+def _graph(envfactory: EnvFactoryHome):
+    store = envfactory.store()
+    return graph_from_store_rows(store.read("tool_graph_nodes"), store.read("tool_graph_parameters"),
+                                 store.read("tool_graph_edges"))
+
+
+@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_graph"], code_version="1")
+def tool_chains(config: ChainsConfig, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+    """Seeded tool chains from the topology-aware sampler (or the random-walk baseline), each validated:
+    every required input is user-providable or produced earlier in the chain."""
+    envs, verified_ids = passed_environments(envfactory)
+    cfg = SamplerConfig(max_tools=config.max_tools, max_servers=config.max_servers, max_depth=config.max_depth,
+                        p_skip_optional=config.p_skip_optional, p_explicit_producer=config.p_explicit_producer,
+                        min_tools=config.min_tools)
+    rows = chain_rows(_graph(envfactory), envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg)
+    written = envfactory.store().replace_current("tool_chains", rows)
+    lengths = [r["n_tools"] for r in rows]
+    return dg.MaterializeResult(metadata={
+        "chains": len(rows), "status": status_counts(rows), "written": written, "sampler": config.sampler,
+        "mean_tools": statistics.fmean(lengths) if lengths else 0.0,
+        "servers": dict(Counter(r["n_servers"] for r in rows)),
+        "domains": dict(Counter(d for r in rows for d in r["domains"])),
+    }, data_version=data_version(rows))
+
+
+@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_chains"], code_version="1")
+def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig,
+                     envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+    """Each passed chain executed on its own copy of the initial state in a sandbox worker: turns split
+    as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn."""
+    envs, _ = passed_environments(envfactory)
+    store = envfactory.store()
+    chains = store.read("tool_chains", "status = 'passed'")
+
+    def progress(done: int, total: int) -> None:
+        if done % 50 == 0 or done == total:
+            context.log.info(f"raw_trajectories: {done}/{total} chains executed")
+
+    rows = raw_trajectory_rows(chains, _graph(envfactory), envs,
+                               SynthConfig(config.min_turns, config.max_turn_len), progress=progress)
+    written = store.replace_current("raw_trajectories", rows)
+    ok = [r for r in rows if r["status"] == "passed"]
+    return dg.MaterializeResult(metadata={
+        "trajectories": len(rows), "status": status_counts(rows), "written": written,
+        "turns_per_trajectory": dict(sorted(Counter(r["n_turns"] for r in ok).items())),
+        "calls_per_trajectory": dict(sorted(Counter(r["n_calls"] for r in ok).items())),
+        "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
+    }, data_version=data_version(rows))
+
+
+@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version="1")
+def refined_trajectories(envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+    """Queries rewritten with implicit references and parameter omission; each replaced value is checked
+    to be obtainable from an earlier tool result in the conversation."""
+    envs, _ = passed_environments(envfactory)
+    store = envfactory.store()
+    raw = store.read("raw_trajectories", "status = 'passed'")
+    rows = refined_trajectory_rows([r for r in raw if all(e in envs for e in r["env_ids"])], envs)
+    written = store.replace_current("refined_trajectories", rows)
+    ops = Counter(o["operator"] for r in rows for o in r["operators"])
+    example = next((t for r in rows for t in r["turns"] if t["operators"]), None)
+    return dg.MaterializeResult(metadata={
+        "trajectories": len(rows), "status": status_counts(rows), "written": written, "operators": dict(ops),
+        "example_before": example["query_raw"] if example else "", "example_after": example["query"] if example else "",
+    }, data_version=data_version(rows))
+
+
+@dg.multi_asset(
+    group_name="datasets", pool=STORE_POOL,
+    specs=[dg.AssetSpec("sft_dataset", kinds={"duckdb"}, code_version="1", deps=["refined_trajectories"],
+                        description="SFT rows: OpenAI chat messages with tool_calls, one per trajectory."),
+           dg.AssetSpec("rl_dataset", kinds={"duckdb"}, code_version="1", deps=["refined_trajectories"],
+                        description="RL rows: one per turn, trimmed gold calls, masked arguments, initial and "
+                                    "final state; every row replays exactly.")],
+)
+def datasets(config: DatasetConfig, envfactory: EnvFactoryHome):
+    """Split refined trajectories into SFT rows and replay-checked RL rows."""
+    envs, _ = passed_environments(envfactory)
+    store = envfactory.store()
+    refined = store.read("refined_trajectories", "status = 'passed'")
+    sft, rl, rejected = dataset_rows([r for r in refined if all(e in envs for e in r["env_ids"])], envs,
+                                     config.sft_share)
+    w_sft = store.replace_current("sft_dataset", sft)
+    w_rl = store.replace_current("rl_dataset", rl)
+    yield dg.MaterializeResult(asset_key="sft_dataset", metadata={
+        "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft)}, data_version=data_version(sft))
+    yield dg.MaterializeResult(asset_key="rl_dataset", metadata={
+        "rows": len(rl), "written": w_rl, "rejected": len(rejected),
+        "replay_rate": len(rl) / (len(rl) + len(rejected)) if rl or rejected else 1.0,
+        "rejection_reasons": dict(Counter(x.split(":")[0][:80] for x in rejected))}, data_version=data_version(rl))
+
+
+@dg.asset_check(asset="rl_dataset", blocking=True)
+def rl_rows_replay_exactly(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking gate: replaying every RL row's gold calls on its initial state in a fresh worker reaches
+    its recorded final state, and no row is a no-op task."""
+    envs, _ = passed_environments(envfactory)
+    rows = envfactory.store().read("rl_dataset")
+    failures = []
+    with SandboxWorker() as worker:
+        for env_id in {e for r in rows for e in r["env_ids"] if e in envs}:
+            worker.load_environment(env_id, envs[env_id]["source"])
+        for r in rows:
+            problem = replay_check({**r, "changes_state": any(
+                c["name"] in {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
+                for c in r["gold_calls"])}, worker)
+            if problem:
+                failures.append(f"{r['id']}: {problem}")
+    return dg.AssetCheckResult(passed=bool(rows) and not failures,
+                               metadata={"rows": len(rows), "failures": len(failures), "examples": failures[:5]})
+
+
+chain_gate = no_failed_environment_check(tool_chains, ["tool_chains"])
+raw_gate = no_failed_environment_check(raw_trajectories, ["raw_trajectories"])
+refined_gate = no_failed_environment_check(refined_trajectories, ["refined_trajectories"])
+sft_gate = no_failed_environment_check("sft_dataset", ["sft_dataset"])
+rl_gate = no_failed_environment_check("rl_dataset", ["rl_dataset"])

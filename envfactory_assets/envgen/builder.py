@@ -1,0 +1,193 @@
+"""The programmatic EnvGen builder: one OpenAPI document -> one executable, stateful environment.
+
+It does the work the paper gives its sketch/spec/code/test agents (EnvFactory, arXiv 2605.18703,
+section EnvGen) deterministically: resources become tables, operations become CRUD tools with JSON
+Schema input/output, the code is rendered from the tool specs, and initial states are seeded from
+the schemas (valid, boundary, and one invalid state that loading must reject).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+from typing import Any
+
+from envfactory_assets.envgen.codegen import generate_source
+from envfactory_assets.envgen.tools import tools_for_resource
+from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
+from envfactory_assets.sources.openapi import Resource, extract_resources
+
+MAX_RESOURCES = 4
+VALID_ROWS_PER_TABLE = 6
+
+
+class BuildError(ValueError):
+    """The document yields no environment; the message says why."""
+
+
+def stable_seed(*parts: str) -> int:
+    """A 32-bit seed from the sha256 of ``parts`` (no global random stream)."""
+    return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:4], "big")
+
+
+def _foreign_keys(resources: list[Resource]) -> dict[str, dict[str, str]]:
+    by_key = {r.key: r for r in resources}
+    fks: dict[str, dict[str, str]] = {}
+    for r in resources:
+        fks[r.name] = {f.name: by_key[f.name].name for f in r.fields
+                       if f.name in by_key and by_key[f.name] is not r}
+    return fks
+
+
+def _string_keys(resource: Resource, fks: dict[str, str]) -> Resource:
+    """Foreign-key fields hold this environment's string row ids, whatever type the spec gave them."""
+    fields = [dataclasses.replace(f, schema={"type": "string"}) if f.name in fks or f.name == resource.parent_key
+              else f for f in resource.fields]
+    return dataclasses.replace(resource, fields=fields)
+
+
+def _order_by_dependency(resources: list[Resource], fks: dict[str, dict[str, str]]) -> list[Resource]:
+    done: list[Resource] = []
+    pending = list(resources)
+    while pending:
+        for r in pending:
+            if all(t in {d.name for d in done} or t == r.name for t in fks[r.name].values()):
+                done.append(r)
+                pending.remove(r)
+                break
+        else:  # a reference cycle: keep the remaining order
+            done.extend(pending)
+            break
+    return done
+
+
+def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    prefixes: set[str] = set()
+    for r in resources:
+        prefix = r.singular[:3]
+        while prefix in prefixes:
+            prefix = (r.singular + "x" * 8)[: len(prefix) + 1]
+        prefixes.add(prefix)
+        meta[r.name] = {
+            "key": r.key,
+            "prefix": prefix,
+            "fields": {f.name: f.schema for f in r.fields},
+            "required": [f.name for f in r.fields if f.required],
+            "foreign_keys": fks[r.name],
+        }
+    return meta
+
+
+def _state_schema(tables: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = {t["table"]: t["output_schema"] for t in tools if t["kind"] in ("get", "create", "update")}
+    rows.update({t["table"]: t["output_schema"]["properties"]["items"]["items"]
+                 for t in tools if t["kind"] == "list"})
+    return {
+        "type": "object",
+        "required": ["tables", "meta"],
+        "additionalProperties": False,
+        "properties": {
+            "tables": {"type": "object", "required": sorted(tables), "additionalProperties": False,
+                       "properties": {name: {"type": "array", "items": rows[name]} for name in tables}},
+            "meta": {"type": "object", "required": ["now", "seed", "next_id"], "properties": {
+                "now": {"type": "string", "format": "date-time"},
+                "seed": {"type": "integer"},
+                "next_id": {"type": "integer", "minimum": 1}}},
+        },
+    }
+
+
+def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_table: int,
+               boundary: bool) -> dict[str, Any]:
+    values = ValueFactory(seed)
+    state: dict[str, Any] = {"tables": {t: [] for t in tables}, "meta": {
+        "now": "2025-12-31T23:59:59Z" if boundary else DEFAULT_NOW, "seed": seed, "next_id": 1}}
+    for table in order:
+        meta = tables[table]
+        for _ in range(rows_per_table):
+            number = state["meta"]["next_id"]
+            state["meta"]["next_id"] = number + 1
+            row: dict[str, Any] = {meta["key"]: f"{meta['prefix']}_{number:05d}"}
+            for field, schema in meta["fields"].items():
+                target = meta["foreign_keys"].get(field)
+                if target is not None:
+                    parents = state["tables"][target]
+                    if parents:
+                        row[field] = values.rng.choice(parents)[tables[target]["key"]]
+                    elif field in meta["required"]:
+                        row[field] = None  # filled below once the parent exists
+                    continue
+                if boundary:
+                    if field in meta["required"] or "enum" in schema or schema["type"] != "string":
+                        row[field] = boundary_value(field, schema)
+                else:
+                    row[field] = values.value(field, schema, table)
+            row["created_at"] = state["meta"]["now"] if boundary else values.datetime_str()
+            if any(v is None for v in row.values()):
+                continue
+            state["tables"][table].append(row)
+    return state
+
+
+def initial_states(tables: dict[str, Any], order: list[str], seed: int) -> list[dict[str, Any]]:
+    """Three initial states: ``valid`` (realistic rows), ``boundary`` (one edge-of-range row per table,
+    non-ASCII text, optional fields absent), ``invalid`` (a duplicate key and a wrong type: must be rejected).
+    """
+    valid = _seed_rows(tables, order, seed, VALID_ROWS_PER_TABLE, boundary=False)
+    boundary = _seed_rows(tables, order, seed + 1, 1, boundary=True)
+    invalid = copy.deepcopy(valid)
+    first = order[0]
+    rows = invalid["tables"][first]
+    if rows:
+        rows.append(dict(rows[0]))
+        typed = next((f for f, s in tables[first]["fields"].items() if f in rows[0] and s["type"] != "string"), None)
+        if typed:
+            rows[1] = {**rows[1], typed: "not-a-" + tables[first]["fields"][typed]["type"]}
+    else:
+        invalid["meta"]["next_id"] = "one"
+    return [
+        {"name": "valid", "expect": "load", "state": valid},
+        {"name": "boundary", "expect": "load", "state": boundary},
+        {"name": "invalid", "expect": "reject", "state": invalid},
+    ]
+
+
+def build_environment(resource_row: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """Build the environment of one accepted source resource (a ``source_resources`` row).
+
+    Returns the Environment dict of docs/design.md (``env_id``, ``domain``, ``tools``,
+    ``state_schema``, ``source``, ``initial_states``, plus ``tables`` and ``provenance``).
+
+    Raises:
+        BuildError: when the document has no usable resource (it was accepted from a different
+            version, or the resource extraction changed).
+    """
+    env_id = resource_row["resource_key"]
+    resources = extract_resources(spec, max_resources=MAX_RESOURCES)
+    if not resources:
+        raise BuildError(f"{env_id}: no stateful resource in {resource_row['path']}")
+    fks = _foreign_keys(resources)
+    resources = [_string_keys(r, fks[r.name]) for r in resources]
+    resources = _order_by_dependency(resources, fks)
+    taken: set[str] = set()
+    tools: list[dict[str, Any]] = []
+    for r in resources:
+        tools.extend(tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()},
+                                        taken))
+    tables = _table_meta(resources, fks)
+    provenance = (f"{resource_row.get('title') or env_id} ({resource_row['path']}, "
+                  f"sha256 {resource_row['sha256'][:12]}, license {resource_row.get('license_name', '?')})")
+    source = generate_source(env_id, provenance, tables, tools)
+    seed = stable_seed(env_id, resource_row["sha256"])
+    return {
+        "env_id": env_id,
+        "domain": resource_row["domain"],
+        "tables": tables,
+        "tools": tools,
+        "state_schema": _state_schema(tables, tools),
+        "source": source,
+        "initial_states": initial_states(tables, [r.name for r in resources], seed),
+        "provenance": provenance,
+    }

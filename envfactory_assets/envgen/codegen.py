@@ -1,0 +1,220 @@
+"""Python source of an environment module (the contract in docs/design.md).
+
+The module holds its table metadata as a literal, generic CRUD helpers over the in-memory state,
+and one small function per tool. Time and ids come from ``state["meta"]`` only, never the clock.
+"""
+
+from __future__ import annotations
+
+import pprint
+from typing import Any
+
+_HELPERS = '''
+_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+
+
+def _fail(message):
+    raise ValueError(message)
+
+
+def _check_value(table, field, value):
+    schema = TABLES[table]["fields"][field]
+    expected = _TYPES[schema["type"]]
+    if isinstance(value, bool) and schema["type"] != "boolean":
+        _fail(f"{field} must be {schema['type']}, got boolean")
+    if not isinstance(value, expected):
+        _fail(f"{field} must be {schema['type']}, got {type(value).__name__}")
+    if "enum" in schema and value not in schema["enum"]:
+        _fail(f"{field} must be one of {schema['enum']}, got {value!r}")
+    if "minimum" in schema and value < schema["minimum"]:
+        _fail(f"{field} must be >= {schema['minimum']}")
+    if "maximum" in schema and value > schema["maximum"]:
+        _fail(f"{field} must be <= {schema['maximum']}")
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        _fail(f"{field} must be at most {schema['maxLength']} characters")
+
+
+def _check_row(table, row):
+    meta = TABLES[table]
+    if not isinstance(row, dict):
+        _fail(f"{table}: row must be an object")
+    key = row.get(meta["key"])
+    if not isinstance(key, str) or not key:
+        _fail(f"{table}: row without a string {meta['key']}")
+    if not isinstance(row.get("created_at"), str):
+        _fail(f"{table} {key}: created_at must be a string")
+    for field, value in row.items():
+        if field in (meta["key"], "created_at"):
+            continue
+        if field not in meta["fields"]:
+            _fail(f"{table} {key}: unknown field {field!r}")
+        _check_value(table, field, value)
+    for field in meta["required"]:
+        if field not in row:
+            _fail(f"{table} {key}: missing required field {field!r}")
+
+
+def load(data):
+    """Saved state -> in-memory state (tables keyed by row id); raises ValueError if invalid."""
+    if not isinstance(data, dict) or set(data) != {"tables", "meta"}:
+        _fail("state must be an object with exactly 'tables' and 'meta'")
+    meta = data["meta"]
+    if not isinstance(meta, dict) or not isinstance(meta.get("now"), str):
+        _fail("meta.now must be a string")
+    if not isinstance(meta.get("next_id"), int) or isinstance(meta.get("next_id"), bool) or meta["next_id"] < 1:
+        _fail("meta.next_id must be a positive integer")
+    if not isinstance(meta.get("seed"), int):
+        _fail("meta.seed must be an integer")
+    tables = data["tables"]
+    if not isinstance(tables, dict) or set(tables) != set(TABLES):
+        _fail(f"tables must be exactly {sorted(TABLES)}")
+    state = {"tables": {}, "meta": dict(meta)}
+    for table, rows in tables.items():
+        if not isinstance(rows, list):
+            _fail(f"{table} must be a list of rows")
+        keyed = {}
+        for row in rows:
+            _check_row(table, row)
+            key = row[TABLES[table]["key"]]
+            if key in keyed:
+                _fail(f"{table}: duplicate {TABLES[table]['key']} {key!r}")
+            keyed[key] = dict(row)
+        state["tables"][table] = keyed
+    for table, meta_t in TABLES.items():
+        for field, target in meta_t["foreign_keys"].items():
+            for row in state["tables"][table].values():
+                if field in row and row[field] not in state["tables"][target]:
+                    _fail(f"{table}: {field} {row[field]!r} references no row of {target}")
+    return state
+
+
+def save(state):
+    """In-memory state -> saved state; save(load(x)) == x."""
+    return {"tables": {t: [dict(r) for r in rows.values()] for t, rows in state["tables"].items()},
+            "meta": dict(state["meta"])}
+
+
+def _new_id(state, table):
+    number = state["meta"]["next_id"]
+    state["meta"]["next_id"] = number + 1
+    return f"{TABLES[table]['prefix']}_{number:05d}"
+
+
+def _row(state, table, key):
+    if not isinstance(key, str):
+        _fail(f"{TABLES[table]['key']} must be a string")
+    row = state["tables"][table].get(key)
+    if row is None:
+        raise LookupError(f"no {table} row with {TABLES[table]['key']} {key!r}")
+    return row
+
+
+def _check_refs(state, table, values):
+    for field, target in TABLES[table]["foreign_keys"].items():
+        if values.get(field) is not None and values[field] not in state["tables"][target]:
+            raise LookupError(f"{field} {values[field]!r} references no row of {target}")
+
+
+def _list(state, table, filters, limit):
+    if limit is None:
+        limit = 20
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+        _fail("limit must be an integer between 1 and 100")
+    active = {k: v for k, v in filters.items() if v is not None}
+    for field, value in active.items():
+        _check_value(table, field, value)
+    rows = [r for r in state["tables"][table].values() if all(r.get(k) == v for k, v in active.items())]
+    return {"items": [dict(r) for r in rows[:limit]], "total": len(rows)}
+
+
+def _get(state, table, key):
+    return dict(_row(state, table, key))
+
+
+def _create(state, table, values):
+    values = {k: v for k, v in values.items() if v is not None}
+    for field, value in values.items():
+        _check_value(table, field, value)
+    for field in TABLES[table]["required"]:
+        if field not in values:
+            _fail(f"missing required argument {field!r}")
+    _check_refs(state, table, values)
+    key = _new_id(state, table)
+    row = {TABLES[table]["key"]: key, **values, "created_at": state["meta"]["now"]}
+    state["tables"][table][key] = row
+    return dict(row)
+
+
+def _update(state, table, key, values):
+    row = _row(state, table, key)
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        _fail("nothing to update: give at least one field")
+    for field, value in values.items():
+        _check_value(table, field, value)
+    _check_refs(state, table, values)
+    new_row = {**row, **values}
+    state["tables"][table][key] = new_row
+    return dict(new_row)
+
+
+def _delete(state, table, key):
+    _row(state, table, key)
+    for other, meta_t in TABLES.items():
+        for field, target in meta_t["foreign_keys"].items():
+            if target == table and any(r.get(field) == key for r in state["tables"][other].values()):
+                _fail(f"cannot delete {key!r}: rows of {other} still reference it")
+    del state["tables"][table][key]
+    return {TABLES[table]["key"]: key, "deleted": True}
+'''
+
+
+def _signature(tool: dict[str, Any]) -> str:
+    schema = tool["input_schema"]
+    required = [p for p in schema["properties"] if p in schema.get("required", [])]
+    optional = [p for p in schema["properties"] if p not in required]
+    return ", ".join(["state", *required, *(f"{p}=None" for p in optional)])
+
+
+def _body(tool: dict[str, Any], key: str) -> str:
+    table, kind = tool["table"], tool["kind"]
+    props = list(tool["input_schema"]["properties"])
+    if kind == "list":
+        filters = ", ".join(f"{p!r}: {p}" for p in props if p != "limit")
+        return f"return _list(state, {table!r}, {{{filters}}}, limit)"
+    if kind == "get":
+        return f"return _get(state, {table!r}, {key})"
+    if kind == "delete":
+        return f"return _delete(state, {table!r}, {key})"
+    values = ", ".join(f"{p!r}: {p}" for p in props if p != key)
+    if kind == "create":
+        return f"return _create(state, {table!r}, {{{values}}})"
+    return f"return _update(state, {table!r}, {key}, {{{values}}})"
+
+
+def generate_source(env_id: str, provenance: str, tables: dict[str, Any], tools: list[dict[str, Any]]) -> str:
+    """Render the environment module for ``tools`` over ``tables``.
+
+    ``tables`` maps table name to ``{"key", "prefix", "fields": {name: schema}, "required": [...],
+    "foreign_keys": {field: table}}``; ``provenance`` is one line naming the source resource.
+    """
+    lines = [
+        f'"""Environment {env_id}: {provenance}',
+        "",
+        "Generated by envfactory_assets.envgen (programmatic builder). State: tables of rows keyed by id;",
+        'time and ids come from state["meta"], never from the clock."""',
+        "",
+        "TABLES = " + pprint.pformat(tables, width=110, sort_dicts=True),
+        _HELPERS,
+    ]
+    for tool in tools:
+        key = next(iter(tool["input_schema"]["properties"])) if tool["kind"] in ("get", "update", "delete") else ""
+        doc = tool["description"].replace("\\", " ").replace('"""', "'")
+        lines += [
+            "",
+            f"def {tool['name']}({_signature(tool)}):",
+            f'    """{doc}"""',
+            f"    {_body(tool, key)}",
+            "",
+        ]
+    return "\n".join(lines)

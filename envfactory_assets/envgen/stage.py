@@ -1,0 +1,87 @@
+"""Store rows of the ``environments`` and ``verified_environments`` stages."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable
+
+import orjson
+
+from envfactory_assets.envgen.builder import BuildError, build_environment
+from envfactory_assets.envgen.verify import verify_environment
+from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.sources.openapi import SpecError
+from envfactory_assets.store.ids import content_id
+
+ENV_FIELDS = ("tools", "tables", "state_schema", "source", "initial_states")
+
+
+def select_resources(resources: list[dict[str, Any]], per_domain: int,
+                     include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Pick up to ``per_domain`` resources per domain, deterministically.
+
+    Resources with more stateful resources (up to 4) come first, then a stable hash of the resource
+    key spreads the choice over providers. ``include`` keys are always taken, ``exclude`` keys never.
+    """
+    include, exclude = set(include), set(exclude)
+    by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in resources:
+        if r["resource_key"] not in exclude:
+            by_domain[r["domain"]].append(r)
+    chosen = []
+    for domain in sorted(by_domain):
+        ranked = sorted(by_domain[domain], key=lambda r: (
+            r["resource_key"] not in include, -min(r["n_resources"], 4),
+            hashlib.sha256(r["resource_key"].encode()).hexdigest()))
+        forced = [r for r in ranked if r["resource_key"] in include]
+        chosen.extend(forced + [r for r in ranked if r["resource_key"] not in include][: max(per_domain - len(forced), 0)])
+    return chosen
+
+
+def environment_row(resource: dict[str, Any]) -> dict[str, Any]:
+    """Build one ``environments`` row; a document that cannot be built gives a ``build_failed`` row."""
+    path = Path(resource["corpus_root"]) / resource["path"]
+    base = {"env_id": resource["resource_key"], "source_resource_id": resource["id"], "domain": resource["domain"]}
+    try:
+        raw = path.read_bytes()
+        if hashlib.sha256(raw).hexdigest() != resource["sha256"]:
+            raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
+        env = build_environment(resource, orjson.loads(raw))
+    except (OSError, BuildError, SpecError, ValueError) as exc:
+        row = {**base, "status": "build_failed", "reasons": [str(exc)[:500]], "provenance": resource["path"],
+               "n_tools": 0, **dict.fromkeys(ENV_FIELDS)}
+    else:
+        row = {**base, "status": "built", "reasons": [], "provenance": env["provenance"],
+               "n_tools": len(env["tools"]), **{k: env[k] for k in ENV_FIELDS}}
+    row["id"] = content_id("env", {k: row[k] for k in ("env_id", "source_resource_id", "status", *ENV_FIELDS)})
+    return row
+
+
+def as_environment(row: dict[str, Any]) -> dict[str, Any]:
+    """The Environment dict (docs/design.md) of an ``environments`` row."""
+    return {"env_id": row["env_id"], "domain": row["domain"], **{k: row[k] for k in ENV_FIELDS}}
+
+
+def verification_row(env_row: dict[str, Any], limits: SandboxLimits | None = None) -> dict[str, Any]:
+    """Verify one environment row into a ``verified_environments`` row (status ``passed``/``failed``)."""
+    base = {"environment_id": env_row["id"], "env_id": env_row["env_id"], "domain": env_row["domain"]}
+    if env_row["status"] != "built":
+        row = {**base, "status": "failed", "reasons": [f"not built: {r}" for r in env_row["reasons"] or []],
+               "n_checks": 0, "n_failed": 0, "checks": []}
+    else:
+        report = verify_environment(as_environment(env_row), limits)
+        checks = [c.as_dict() for c in report.checks]
+        row = {**base, "status": report.status, "reasons": report.reasons, "n_checks": len(checks),
+               "n_failed": sum(1 for c in checks if not c["passed"]), "checks": checks}
+    row["id"] = content_id("ver", {"environment_id": env_row["id"], "status": row["status"], "checks": row["checks"]})
+    return row
+
+
+def verify_all(env_rows: list[dict[str, Any]], limits: SandboxLimits | None = None,
+               max_workers: int = 2) -> list[dict[str, Any]]:
+    """Verify every environment, each in its own sandbox worker process, ``max_workers`` at a time."""
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        return list(pool.map(lambda r: verification_row(r, limits), env_rows))

@@ -1,0 +1,351 @@
+"""Tool dependency graph: tools -> parameters -> edges ``producer -> consumer``.
+
+Source: EnvFactory (arXiv 2605.18703), tool-graph construction. Every parameter is embedded as
+``"name (type): description"``; an edge ``A -> B`` joins an *output* parameter of tool A and an *input*
+parameter of tool B whose cosine similarity is above 0.85 (the paper's threshold), or -- added here, see
+``docs/design.md`` -- whose names and types match exactly. There are no self-loops; edges may cross
+environments (the chain sampler caps the number of servers per chain).
+
+Exact name+type matching details (choices made here, not in the paper):
+
+- names are compared case/separator-insensitively (``companyId`` matches ``company_id``);
+- a bare ``id`` only matches within one environment's same ``table`` (``id`` alone names no entity);
+- across environments, by default only *identifier* names (``*_id``, ``*Id``...) match by name
+  (``cross_env_name_match="identifiers"``). Generic names (``name``, ``status``, ``created_at``...) exist in
+  almost every API; matching them by name across environments joins unrelated entities and, at ~100
+  environments x ~10 tools, turns ~10^3 meaningful edges into ~4 x 10^5 (measured on a synthetic corpus).
+  Such pairs still become edges when their embeddings (which include the description) pass the threshold.
+  ``cross_env_name_match="all"`` restores the plain rule.
+
+Scale: similarities are computed as blocked matrix products of L2-normalized embeddings (one
+``(block, n_in)`` float32 block at a time, about 64 MiB), and identical parameter texts are embedded once,
+so ~100 environments x ~10 tools (~10^4 parameters) take seconds after the model is loaded.
+
+Not done here (paper): an LLM pass that may only *add* edges within one server, and an LLM user-providable
+flag; this module's flags come from :func:`envfactory_assets.graph.parameters.is_user_providable` (or the
+``providable`` callable passed to :func:`build_tool_graph`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from .embeddings import ParameterEmbedder, l2_normalize
+from .parameters import (
+    Parameter,
+    extract_input_parameters,
+    extract_output_parameters,
+    is_identifier_name,
+    is_user_providable,
+    normalize_name,
+    tool_node_id,
+)
+
+__all__ = [
+    "PAPER_SIMILARITY_THRESHOLD",
+    "PROVENANCE_NAME_TYPE",
+    "PROVENANCE_EMBEDDING",
+    "ToolGraph",
+    "build_tool_graph",
+    "tools_from_environments",
+]
+
+#: Cosine threshold for an embedding edge (paper: 0.85; strictly greater than).
+PAPER_SIMILARITY_THRESHOLD = 0.85
+PROVENANCE_NAME_TYPE = "name_type"
+PROVENANCE_EMBEDDING = "embedding"
+#: Similarities are rounded to this many decimals in rows, so row content hashes are stable across BLAS builds.
+SIMILARITY_DECIMALS = 4
+#: Elements per similarity block (float32: 64 MiB).
+_BLOCK_ELEMENTS = 1 << 24
+
+
+@dataclass
+class ToolGraph:
+    """The tool graph as rows (for storage) plus a ``networkx.DiGraph`` (for sampling).
+
+    Attributes:
+        nodes: one row per tool: ``node_id`` (``"{env_id}.{tool_name}"``), ``env_id``, ``domain``, ``tool_name``,
+            ``kind``, ``n_inputs``, ``n_outputs``; sorted by ``node_id``.
+        parameters: one row per parameter: ``node_id``, ``direction`` (``"in"``/``"out"``), ``name``, ``path``,
+            ``type``, ``required`` (bool), ``user_providable`` (bool), ``text`` (the embedded text); tools in
+            ``node_id`` order, inputs before outputs, schema order within.
+        edges: one row per joined parameter pair: ``src``, ``dst`` (node ids), ``src_param`` (output *path*
+            of src, e.g. ``"items[].company_id"``), ``dst_param`` (input *name* of dst), ``similarity`` (cosine,
+            float rounded to 4 decimals), ``provenance`` (``"name_type"`` when names and types match, else
+            ``"embedding"``); sorted.
+        graph: ``DiGraph`` with one node per tool (node attributes = node row fields minus ``node_id``) and one
+            edge per tool pair having >= 1 edge row; edge attributes ``params`` (list of
+            ``{src_param, dst_param, similarity, provenance}``) and ``similarity`` (max over ``params``).
+        meta: build facts (threshold, embedder name, counts; ``embedding_seconds`` is a timing, not content:
+            leave it out of any content hash).
+    """
+
+    nodes: list[dict[str, Any]]
+    parameters: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+    graph: nx.DiGraph
+    meta: dict[str, Any] = field(default_factory=dict)
+    _index: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    # ----------------------------------------------------------------- construction from stored rows
+    @classmethod
+    def from_rows(
+        cls,
+        nodes: Iterable[Mapping[str, Any]],
+        parameters: Iterable[Mapping[str, Any]],
+        edges: Iterable[Mapping[str, Any]],
+        meta: Mapping[str, Any] | None = None,
+    ) -> "ToolGraph":
+        """Rebuild a graph from its rows (e.g. read back from the store).
+
+        Raises ``ValueError`` when a parameter or edge names an unknown node, or an edge is a self-loop.
+        """
+        node_rows = sorted((dict(n) for n in nodes), key=lambda r: r["node_id"])
+        param_rows = [dict(p) for p in parameters]
+        edge_rows = sorted(
+            (dict(e) for e in edges), key=lambda r: (r["src"], r["dst"], r["src_param"], r["dst_param"])
+        )
+        g = nx.DiGraph()
+        for row in node_rows:
+            if row["node_id"] in g:
+                raise ValueError(f"duplicate node {row['node_id']!r}")
+            g.add_node(row["node_id"], **{k: v for k, v in row.items() if k != "node_id"})
+        for p in param_rows:
+            if p["node_id"] not in g:
+                raise ValueError(f"parameter of unknown node {p['node_id']!r}")
+        for e in edge_rows:
+            src, dst = e["src"], e["dst"]
+            if src not in g or dst not in g:
+                raise ValueError(f"edge {src!r} -> {dst!r} names an unknown node")
+            if src == dst:
+                raise ValueError(f"self-loop on {src!r}")
+            info = {k: e[k] for k in ("src_param", "dst_param", "similarity", "provenance")}
+            if g.has_edge(src, dst):
+                data = g.edges[src, dst]
+                data["params"].append(info)
+                data["similarity"] = max(data["similarity"], float(e["similarity"]))
+            else:
+                g.add_edge(src, dst, params=[info], similarity=float(e["similarity"]))
+        return cls(nodes=node_rows, parameters=param_rows, edges=edge_rows, graph=g, meta=dict(meta or {}))
+
+    # ----------------------------------------------------------------- lookups used by the sampler
+    def _idx(self) -> dict[str, Any]:
+        if self._index is None:
+            inputs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for p in self.parameters:
+                if p["direction"] == "in":
+                    inputs[p["node_id"]].append(
+                        {"name": p["name"], "type": p["type"], "required": bool(p["required"]),
+                         "user_providable": bool(p["user_providable"])}
+                    )
+            producers: dict[tuple[str, str], set[str]] = defaultdict(set)
+            for e in self.edges:
+                producers[(e["dst"], e["dst_param"])].add(e["src"])
+            self._index = {
+                "node_ids": tuple(sorted(self.graph.nodes)),
+                "inputs": {n: tuple(v) for n, v in inputs.items()},
+                "producers": {k: tuple(sorted(v)) for k, v in producers.items()},
+                "successors": {n: tuple(sorted(self.graph.successors(n))) for n in self.graph.nodes},
+            }
+        return self._index
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """All node ids, sorted."""
+        return self._idx()["node_ids"]
+
+    def env_of(self, node_id: str) -> str:
+        """Environment id of a node (``KeyError`` if unknown)."""
+        return self.graph.nodes[node_id]["env_id"]
+
+    def inputs(self, node_id: str) -> tuple[dict[str, Any], ...]:
+        """Input parameters of a node in schema order: ``{name, type, required, user_providable}``."""
+        if node_id not in self.graph:
+            raise KeyError(node_id)
+        return self._idx()["inputs"].get(node_id, ())
+
+    def producers(self, node_id: str, param: str) -> tuple[str, ...]:
+        """Sorted nodes with an edge into ``node_id`` whose ``dst_param`` is ``param``."""
+        return self._idx()["producers"].get((node_id, param), ())
+
+    def successors(self, node_id: str) -> tuple[str, ...]:
+        """Sorted graph successors of a node."""
+        return self._idx()["successors"][node_id]
+
+
+def tools_from_environments(environments: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Flatten environment rows (``{"env_id", "domain", "tools": [ToolSpec, ...]}``) into tool dicts."""
+    out: list[dict[str, Any]] = []
+    for env in environments:
+        for spec in env.get("tools") or []:
+            out.append({**spec, "env_id": env["env_id"], "domain": env.get("domain")})
+    return out
+
+
+def _pairs_above(e_out: np.ndarray, e_in: np.ndarray, out_node: np.ndarray, in_node: np.ndarray,
+                 threshold: float) -> np.ndarray:
+    """Codes ``i * n_in + j`` of (out i, in j) pairs with cosine > threshold on different nodes (int64)."""
+    n_out, n_in = e_out.shape[0], e_in.shape[0]
+    if n_out == 0 or n_in == 0:
+        return np.zeros(0, dtype=np.int64)
+    block = max(1, _BLOCK_ELEMENTS // n_in)
+    chunks = []
+    e_in_t = np.ascontiguousarray(e_in.T)
+    for start in range(0, n_out, block):
+        sims = e_out[start:start + block] @ e_in_t
+        mask = sims > threshold
+        mask &= out_node[start:start + block, None] != in_node[None, :]
+        i, j = np.nonzero(mask)
+        chunks.append((i.astype(np.int64) + start) * n_in + j.astype(np.int64))
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+
+
+def _name_type_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], cross_env: str) -> np.ndarray:
+    """Codes ``i * n_in + j`` of (out, in) pairs with equal normalized name and equal type, no self-loops.
+
+    A bare ``id`` matches only within the same environment and the same ``table``; across environments
+    only identifier names match unless ``cross_env == "all"``.
+    """
+    n_in = len(ins)
+    by_key: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for j, p in enumerate(ins):
+        by_key[(normalize_name(p.name), p.type)].append(j)
+    codes: list[int] = []
+    for i, o in enumerate(outs):
+        key = (normalize_name(o.name), o.type)
+        for j in by_key.get(key, ()):
+            p = ins[j]
+            if p.node_id == o.node_id:
+                continue
+            if key[0] == "id" and (p.env_id != o.env_id or p.table != o.table):
+                continue
+            if p.env_id != o.env_id and cross_env != "all" and not is_identifier_name(p.name):
+                continue
+            codes.append(i * n_in + j)
+    return np.asarray(codes, dtype=np.int64)
+
+
+def build_tool_graph(
+    tools: Sequence[Mapping[str, Any]],
+    embedder: ParameterEmbedder,
+    threshold: float = PAPER_SIMILARITY_THRESHOLD,
+    providable: Callable[[Parameter], bool] = is_user_providable,
+    cross_env_name_match: Literal["identifiers", "all"] = "identifiers",
+) -> ToolGraph:
+    """Build the tool dependency graph of ``tools``.
+
+    Args:
+        tools: tool dicts ``{"env_id", "domain", "name", "description", "kind", "table", "read_only",
+            "input_schema", "output_schema"}`` (``domain``/``kind``/``table``/``description``/``read_only`` may be
+            missing -> None). Order does not matter (rows are sorted).
+        embedder: a :class:`~envfactory_assets.graph.embeddings.ParameterEmbedder`; rows are re-normalized.
+        threshold: cosine above which an output/input pair is an edge (paper: 0.85, strict ``>``).
+        providable: user-providable rule for each parameter (default: the deterministic paper-style rule).
+        cross_env_name_match: which exact name+type matches count across environments: ``"identifiers"``
+            (default; see the module docstring) or ``"all"``.
+
+    Returns:
+        :class:`ToolGraph`.
+
+    Raises:
+        ValueError: a tool without ``env_id`` or with an invalid name, two tools with the same node id,
+            a non-object ``properties``, a threshold outside [-1, 1], an unknown ``cross_env_name_match``, or an
+            embedder returning the wrong shape.
+
+    Complexity: O(P_out * P_in * d) floating point in blocks, O(E) Python work for E edge rows.
+    """
+    if not -1.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [-1, 1], got {threshold}")
+    if cross_env_name_match not in ("identifiers", "all"):
+        raise ValueError(f"cross_env_name_match must be 'identifiers' or 'all', got {cross_env_name_match!r}")
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for tool in tools:
+        nid = tool_node_id(tool)
+        if nid in by_id:
+            raise ValueError(f"duplicate tool {nid!r}")
+        by_id[nid] = tool
+
+    node_rows: list[dict[str, Any]] = []
+    ins: list[Parameter] = []
+    outs: list[Parameter] = []
+    param_rows: list[dict[str, Any]] = []
+    for nid in sorted(by_id):
+        tool = by_id[nid]
+        t_in = extract_input_parameters(tool)
+        t_out = extract_output_parameters(tool)
+        node_rows.append({
+            "node_id": nid,
+            "env_id": tool["env_id"],
+            "domain": tool.get("domain"),
+            "tool_name": tool["name"],
+            "kind": tool.get("kind"),
+            "n_inputs": len(t_in),
+            "n_outputs": len(t_out),
+        })
+        for p in t_in + t_out:
+            param_rows.append({
+                "node_id": nid, "direction": p.direction, "name": p.name, "path": p.path, "type": p.type,
+                "required": p.required, "user_providable": bool(providable(p)), "text": p.text,
+            })
+        ins.extend(t_in)
+        outs.extend(t_out)
+
+    # Embed each distinct text once.
+    texts = sorted({p.text for p in ins} | {p.text for p in outs})
+    t0 = time.perf_counter()
+    vectors = embedder.embed(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+    embed_seconds = time.perf_counter() - t0
+    vectors = np.asarray(vectors)
+    if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+        raise ValueError(f"embedder returned shape {vectors.shape} for {len(texts)} texts")
+    vectors = l2_normalize(vectors)
+    row_of = {t: k for k, t in enumerate(texts)}
+    e_out = vectors[[row_of[p.text] for p in outs]] if outs else np.zeros((0, vectors.shape[1]), np.float32)
+    e_in = vectors[[row_of[p.text] for p in ins]] if ins else np.zeros((0, vectors.shape[1]), np.float32)
+    node_num = {nid: k for k, nid in enumerate(sorted(by_id))}
+    out_node = np.asarray([node_num[p.node_id] for p in outs], dtype=np.int64)
+    in_node = np.asarray([node_num[p.node_id] for p in ins], dtype=np.int64)
+
+    n_in = len(ins)
+    emb_codes = _pairs_above(e_out, e_in, out_node, in_node, threshold)
+    nt_codes = _name_type_pairs(outs, ins, cross_env_name_match)
+    codes = np.union1d(emb_codes, nt_codes)
+    is_nt = np.isin(codes, nt_codes)
+    oi, ij = (codes // n_in, codes % n_in) if n_in else (codes, codes)
+    sims = np.empty(len(codes), dtype=np.float32)
+    step = 1 << 16
+    for s in range(0, len(codes), step):
+        sims[s:s + step] = np.einsum("ij,ij->i", e_out[oi[s:s + step]], e_in[ij[s:s + step]])
+
+    edge_rows = []
+    for a, b, sim, nt in zip(oi.tolist(), ij.tolist(), sims.tolist(), is_nt.tolist()):
+        o, p = outs[a], ins[b]
+        edge_rows.append({
+            "src": o.node_id, "dst": p.node_id, "src_param": o.path, "dst_param": p.name,
+            "similarity": round(float(sim), SIMILARITY_DECIMALS),
+            "provenance": PROVENANCE_NAME_TYPE if nt else PROVENANCE_EMBEDDING,
+        })
+
+    n_nt = int(is_nt.sum())
+    meta = {
+        "threshold": threshold,
+        "cross_env_name_match": cross_env_name_match,
+        "embedder": getattr(embedder, "name", type(embedder).__name__),
+        "n_nodes": len(node_rows),
+        "n_parameters": len(param_rows),
+        "n_distinct_texts": len(texts),
+        "n_edge_rows": len(edge_rows),
+        "n_edges_name_type": n_nt,
+        "n_edges_embedding": len(edge_rows) - n_nt,
+        "embedding_seconds": round(embed_seconds, 4),
+    }
+    graph = ToolGraph.from_rows(node_rows, param_rows, edge_rows, meta)
+    graph.meta["n_node_pairs"] = graph.graph.number_of_edges()
+    return graph

@@ -1,0 +1,134 @@
+"""Error types of the sandbox: the ``error.type`` strings of structured results, and the exceptions
+raised by :class:`.sandbox.SandboxWorker`."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorType(StrEnum):
+    """Values of ``error["type"]`` in a failed tool call result ``{"ok": False, "error": {...}}``.
+
+    Tool-side errors (the episode stays open):
+
+    - ``bad_arguments``: the arguments do not fit the tool's signature, or the tool raised ValueError.
+    - ``not_found``: the tool raised LookupError (KeyError, IndexError...), e.g. a missing row.
+    - ``tool_error``: the tool raised any other exception (a bug in the environment code).
+    - ``unknown_tool`` / ``ambiguous_tool``: no tool / several tools of that name in the episode.
+    - ``output_not_serializable``: the tool returned something that is not plain JSON.
+
+    Faults (``error["episode_lost"]`` is True: the episode is closed, its state is gone):
+
+    - ``timeout``: the call ran past ``call_timeout_s``.
+    - ``memory``: the call hit the worker's address-space limit (MemoryError).
+    - ``crash``: the worker process died (segfault, killed by the CPU limit or externally).
+    - ``protocol``: the worker sent something that is not a valid response.
+    - ``internal``: a bug in the worker itself.
+    """
+
+    BAD_ARGUMENTS = "bad_arguments"
+    NOT_FOUND = "not_found"
+    TOOL_ERROR = "tool_error"
+    UNKNOWN_TOOL = "unknown_tool"
+    AMBIGUOUS_TOOL = "ambiguous_tool"
+    OUTPUT_NOT_SERIALIZABLE = "output_not_serializable"
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    CRASH = "crash"
+    PROTOCOL = "protocol"
+    INTERNAL = "internal"
+
+
+class SandboxError(Exception):
+    """Base class of every exception raised by :class:`.sandbox.SandboxWorker`."""
+
+
+class WorkerCrashed(SandboxError):
+    """The worker process died, hung past its deadline, failed to start, or broke the protocol
+    during an operation other than a tool call. The worker was killed; all its episodes are lost.
+
+    Attributes:
+        kind: ``"timeout"``, ``"crash"``, ``"protocol"`` or ``"startup"``.
+        message: what happened, with the tail of the worker's stderr when useful.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+class EnvironmentRejected(SandboxError):
+    """Environment code failed the static check, failed to execute at import time, does not follow
+    the module contract (``load``/``save``/tools), or crashed or hung the worker while loading.
+
+    Attributes:
+        env_id: the environment.
+        violations: human-readable reasons, e.g. ``["line 1: import of 'os' is not allowed"]``.
+    """
+
+    def __init__(self, env_id: str, violations: list[str]) -> None:
+        super().__init__(f"environment {env_id!r} rejected: " + "; ".join(violations))
+        self.env_id = env_id
+        self.violations = list(violations)
+
+
+class StateRejected(SandboxError):
+    """An environment's ``load`` refused a saved state (raised, timed out, ran out of memory, or
+    returned something other than a dict).
+
+    Attributes:
+        env_id: the environment whose ``load`` refused the state.
+        message: the reason, usually the ValueError message from ``load``.
+    """
+
+    def __init__(self, env_id: str, message: str) -> None:
+        super().__init__(f"state rejected by {env_id!r}: {message}")
+        self.env_id = env_id
+        self.message = message
+
+
+class EnvironmentFault(SandboxError):
+    """Environment code failed outside a tool call: ``save`` raised or returned non-JSON, or ``load``
+    refused the state its own ``save`` produced (during ``fork``).
+
+    Attributes:
+        env_id: the faulty environment (``"?"`` in the rare case the time budget ran out in the
+            worker's own code between environments).
+        cause: ``"exception"``, ``"timeout"``, ``"memory"``, ``"not_serializable"`` or ``"contract"``.
+        message: details.
+    """
+
+    def __init__(self, env_id: str, cause: str, message: str) -> None:
+        super().__init__(f"environment {env_id!r} failed ({cause}): {message}")
+        self.env_id = env_id
+        self.cause = cause
+        self.message = message
+
+
+class EpisodeLost(SandboxError):
+    """The episode is not open: it was closed, discarded after a timeout or memory fault, lost when
+    the worker restarted, or never existed.
+
+    Attributes:
+        episode_id: the episode asked for.
+    """
+
+    def __init__(self, episode_id: str) -> None:
+        super().__init__(
+            f"episode {episode_id!r} is not open (closed, discarded after a fault, or lost when the "
+            "worker restarted)"
+        )
+        self.episode_id = episode_id
+
+
+class UnknownEnvironment(SandboxError):
+    """An episode names an environment that was never loaded into this worker.
+
+    Attributes:
+        env_id: the environment asked for.
+    """
+
+    def __init__(self, env_id: str) -> None:
+        super().__init__(f"environment {env_id!r} is not loaded")
+        self.env_id = env_id

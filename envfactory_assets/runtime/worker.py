@@ -1,0 +1,192 @@
+"""The sandbox worker process.
+
+Run as ``python -m envfactory_assets.runtime.worker [--memory-mb N] [--cpu-seconds N]``.
+
+Reads length-prefixed JSON requests (see :mod:`.protocol`) on stdin and writes responses to the
+*original* stdout; file descriptor 1 and ``sys.stdout`` are redirected to stderr before any
+environment code runs, so stray prints (even from C code) can never corrupt the protocol.
+
+Limits, set at start from the arguments or ``ENVFACTORY_SANDBOX_MEMORY_MB`` /
+``ENVFACTORY_SANDBOX_CPU_SECONDS`` (0 = unlimited):
+
+- ``RLIMIT_AS`` = memory (MiB): allocations beyond it raise MemoryError in the environment code.
+- ``RLIMIT_CPU`` soft limit re-armed before every request to "CPU used so far + cpu seconds": a
+  request that burns more CPU than that is killed by SIGXCPU, even if the parent is gone.
+- a per-request wall-clock alarm (``timeout_s`` in the request, SIGALRM) that raises
+  :class:`.engine.CallTimedOut` inside environment code; the parent kills the whole process if
+  even that does not stop it.
+- core dumps disabled. The worker exits when stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import resource
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from envfactory_assets.runtime.engine import CallTimedOut, Engine, OperationError
+from envfactory_assets.runtime.errors import ErrorType
+from envfactory_assets.runtime.protocol import PROTOCOL_VERSION, ProtocolError, read_frame, write_frame
+
+MEMORY_ENV_VAR = "ENVFACTORY_SANDBOX_MEMORY_MB"
+CPU_ENV_VAR = "ENVFACTORY_SANDBOX_CPU_SECONDS"
+
+
+class Alarm:
+    """Per-request wall-clock budget using SIGALRM (main thread only)."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._armed = False
+        signal.signal(signal.SIGALRM, self._on_alarm)
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        self.fired = True
+        if self._armed:
+            raise CallTimedOut()
+
+    def deadline_passed(self) -> bool:
+        return self.fired
+
+    @contextlib.contextmanager
+    def armed(self, seconds: float | None) -> Iterator[None]:
+        """Raise :class:`CallTimedOut` in the running code once ``seconds`` have passed."""
+        self.fired = False
+        if not seconds or seconds <= 0:
+            yield
+            return
+        self._armed = True
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._armed = False
+
+
+def set_memory_limit(memory_mb: int) -> None:
+    """Cap the address space at ``memory_mb`` MiB (soft and hard); 0 leaves it unlimited."""
+    if memory_mb <= 0:
+        return
+    limit = memory_mb * 1024 * 1024
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def rearm_cpu_limit(cpu_seconds: int) -> None:
+    """Set the CPU soft limit to CPU used so far + ``cpu_seconds``; 0 leaves it unlimited."""
+    if cpu_seconds <= 0:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime) + cpu_seconds
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def claim_protocol_streams() -> tuple[BinaryIO, BinaryIO]:
+    """Move the protocol to private descriptors; point fd 0 at /dev/null and fd 1 at stderr."""
+    protocol_in = os.fdopen(os.dup(0), "rb")
+    protocol_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol_in, protocol_out
+
+
+def reset_shared_state() -> None:
+    """Undo per-thread state environment code may have changed (the decimal context)."""
+    decimal = sys.modules.get("decimal")
+    if decimal is not None:
+        decimal.setcontext(decimal.Context())
+
+
+def serve(engine: Engine, alarm: Alarm, request: dict[str, Any]) -> dict[str, Any]:
+    """Run one request under its time budget and build the response (never raises)."""
+    request_id = request.get("id")
+    op = request.get("op")
+    timeout = request.get("timeout_s")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        timeout = None
+    try:
+        with alarm.armed(timeout):
+            result = engine.dispatch(op, request)
+        return {"id": request_id, "ok": True, "result": result}
+    except OperationError as exc:
+        return {"id": request_id, "ok": False, "error": exc.as_dict()}
+    except CallTimedOut:  # fired in the engine's own code around the user code
+        return _fault_response(engine, request, ErrorType.TIMEOUT, f"{op} exceeded the time limit")
+    except MemoryError:
+        return _fault_response(engine, request, ErrorType.MEMORY, f"{op} ran out of memory")
+    except Exception as exc:  # noqa: BLE001 - a bug in the worker: report, keep serving
+        return _fault_response(engine, request, ErrorType.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+def _fault_response(engine: Engine, request: dict[str, Any], error_type: ErrorType, message: str) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": str(error_type), "message": message}
+    if request.get("op") == "call" and isinstance(request.get("episode_id"), str):
+        engine.close(request["episode_id"])  # state may be half-updated: do not let it be used
+        error["episode_lost"] = True
+    return {"id": request.get("id"), "ok": False, "error": error}
+
+
+def _limit_from(value: int | None, env_var: str) -> int:
+    if value is not None:
+        return value
+    raw = os.environ.get(env_var, "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"{env_var} must be an integer, got {raw!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve requests until stdin closes. Returns the process exit status."""
+    parser = argparse.ArgumentParser(prog="python -m envfactory_assets.runtime.worker")
+    parser.add_argument("--memory-mb", type=int, default=None, help=f"RLIMIT_AS in MiB (or ${MEMORY_ENV_VAR})")
+    parser.add_argument("--cpu-seconds", type=int, default=None, help=f"CPU s per request (or ${CPU_ENV_VAR})")
+    args = parser.parse_args(argv)
+    memory_mb = _limit_from(args.memory_mb, MEMORY_ENV_VAR)
+    cpu_seconds = _limit_from(args.cpu_seconds, CPU_ENV_VAR)
+
+    protocol_in, protocol_out = claim_protocol_streams()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    set_memory_limit(memory_mb)
+    rearm_cpu_limit(cpu_seconds)
+    alarm = Alarm()
+    engine = Engine(deadline_passed=alarm.deadline_passed)
+    write_frame(protocol_out, {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION})
+    while True:
+        try:
+            request = read_frame(protocol_in)
+        except EOFError:
+            return 0
+        except ProtocolError as exc:
+            write_frame(protocol_out, {"id": None, "ok": False, "error": {"type": "protocol", "message": str(exc)}})
+            return 2
+        rearm_cpu_limit(cpu_seconds)
+        reset_shared_state()
+        response = serve(engine, alarm, request)
+        try:
+            write_frame(protocol_out, response)
+        except (TypeError, ProtocolError) as exc:  # e.g. an oversized result
+            write_frame(
+                protocol_out,
+                {"id": request.get("id"), "ok": False, "error": {"type": "internal", "message": str(exc)}},
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

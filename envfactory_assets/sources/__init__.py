@@ -1,0 +1,1 @@
+"""Authentic resources: scanning real API descriptions, domain mapping, selection with reasons."""

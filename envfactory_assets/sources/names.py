@@ -1,0 +1,76 @@
+"""Normalization of identifiers taken from untrusted specs into tool and field names.
+
+Tool names must match ``^[a-zA-Z_][a-zA-Z0-9_]{0,63}$``: valid for OpenAI function calling and as
+Python identifiers (ARCHITECTURE.md, environment runtime).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import unicodedata
+
+TOOL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
+MAX_NAME_LEN = 64
+
+_CAMEL_1 = re.compile(r"([A-Z]+)([A-Z][a-z])")
+_CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")
+_NON_WORD = re.compile(r"[^a-zA-Z0-9]+")
+
+
+def snake_case(text: str) -> str:
+    """Return ``text`` as lower snake_case ASCII, or ``""`` when nothing usable is left.
+
+    Accents are folded (``"Café"`` -> ``"cafe"``); other non-ASCII characters, dots, dashes and
+    spaces become separators; camelCase is split (``"listPets.v2"`` -> ``"list_pets_v2"``).
+    """
+    folded = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    folded = _CAMEL_1.sub(r"\1_\2", folded)
+    folded = _CAMEL_2.sub(r"\1_\2", folded)
+    return _NON_WORD.sub("_", folded).strip("_").lower()
+
+
+def to_identifier(text: str, *, fallback: str, max_len: int = MAX_NAME_LEN) -> str:
+    """Normalize ``text`` into a name matching :data:`TOOL_NAME_RE` that is not a Python keyword.
+
+    Falls back to ``fallback`` (which must itself normalize to something non-empty) when ``text``
+    has no ASCII letters or digits. Over-long names are cut to ``max_len`` characters.
+
+    Raises:
+        ValueError: if neither ``text`` nor ``fallback`` yields a usable identifier.
+    """
+    name = snake_case(text) or snake_case(fallback)
+    if not name:
+        raise ValueError(f"cannot derive an identifier from {text!r} or fallback {fallback!r}")
+    if name[0].isdigit():
+        name = f"n_{name}"
+    name = name[:max_len].rstrip("_") or name[:max_len]
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        name = f"{name}_"
+    assert TOOL_NAME_RE.match(name), name
+    return name
+
+
+def unique_name(name: str, taken: set[str], max_len: int = MAX_NAME_LEN) -> str:
+    """Return ``name`` or ``name_2``, ``name_3``... (cut to ``max_len``) so that it is not in ``taken``.
+
+    Adds the returned name to ``taken``.
+    """
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        suffix = f"_{n}"
+        candidate = name[: max_len - len(suffix)] + suffix
+    taken.add(candidate)
+    return candidate
+
+
+def singular(word: str) -> str:
+    """Crude English singular of a snake_case resource name (``"companies"`` -> ``"company"``)."""
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "ches", "shes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
+        return word[:-1]
+    return word

@@ -1,0 +1,374 @@
+"""Reading OpenAPI 3 documents and finding the stateful resources they describe.
+
+A *resource* is a collection path (``/companies``) with create (POST) and read (GET on the collection
+or on ``/companies/{id}``) operations and an object schema with scalar fields. Resources are what the
+programmatic builder turns into tables and CRUD tools.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from envfactory_assets.sources.names import singular, snake_case, to_identifier, unique_name
+
+SCALAR_TYPES = ("string", "integer", "number", "boolean")
+MAX_FIELDS = 8
+KNOWN_FORMATS = ("date", "date-time", "email", "uri", "uuid")
+MAX_REF_DEPTH = 12
+_PARAM_SEGMENT = re.compile(r"^\{[^}]+\}$")
+_WRAPPER_KEYS = ("data", "result", "results", "items", "item", "records", "record", "resource")
+
+
+class SpecError(ValueError):
+    """An OpenAPI document that cannot be used, with the reason in the message."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One scalar column of a resource table.
+
+    ``schema`` is a JSON Schema fragment (type, and where the spec gives them format, enum,
+    minimum/maximum, maxLength); ``source_name`` is the property name in the spec.
+    """
+
+    name: str
+    source_name: str
+    schema: dict[str, Any]
+    description: str
+    required: bool
+
+
+@dataclass
+class Operation:
+    """One HTTP operation of a resource, classified as list/get/create/update/delete."""
+
+    kind: str
+    method: str
+    path: str
+    operation_id: str | None
+    summary: str
+
+
+@dataclass
+class Resource:
+    """A stateful resource: a table with a key field, scalar fields and CRUD operations.
+
+    ``parent`` is the singular name of the enclosing resource for nested paths
+    (``/companies/{company_id}/contacts``); its key becomes a required foreign-key field.
+    """
+
+    name: str
+    key: str
+    collection_path: str
+    fields: list[FieldSpec]
+    operations: dict[str, Operation] = field(default_factory=dict)
+    parent_key: str | None = None
+
+    @property
+    def singular(self) -> str:
+        return singular(self.name)
+
+    @property
+    def is_stateful(self) -> bool:
+        """True when the resource can be created and read back (the selection rule)."""
+        ops = self.operations
+        return "create" in ops and ("list" in ops or "get" in ops) and bool(self.fields)
+
+
+def resolve_ref(spec: dict[str, Any], ref: str) -> Any:
+    """Return the object a local JSON pointer (``#/components/schemas/Pet``) points to.
+
+    Raises:
+        SpecError: for remote references or pointers that do not resolve.
+    """
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        raise SpecError(f"unsupported $ref {ref!r} (only local references are resolved)")
+    node: Any = spec
+    for raw in ref[2:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise SpecError(f"$ref {ref!r} does not resolve")
+    return node
+
+
+def deref(spec: dict[str, Any], node: Any, depth: int = 0) -> Any:
+    """Follow ``$ref`` chains at the top of ``node`` (not recursively into children)."""
+    while isinstance(node, dict) and "$ref" in node:
+        if depth > MAX_REF_DEPTH:
+            raise SpecError("reference chain too deep (cycle?)")
+        node = resolve_ref(spec, node["$ref"])
+        depth += 1
+    return node
+
+
+def object_schema(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, Any] | None:
+    """Flatten ``schema`` into ``{"properties": {...}, "required": [...]}`` or None if not an object.
+
+    Merges ``allOf`` members, takes the first object of ``oneOf``/``anyOf``, and unwraps envelope
+    objects such as ``{"data": {...}}`` or ``{"data": [...]}`` whose one interesting property holds
+    the resource.
+    """
+    if depth > MAX_REF_DEPTH:
+        return None
+    schema = deref(spec, schema)
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("type") == "array" or "items" in schema and "properties" not in schema:
+        return object_schema(spec, schema.get("items"), depth + 1)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for member in schema.get("allOf", []) or []:
+        sub = object_schema(spec, member, depth + 1)
+        if sub:
+            properties.update(sub["properties"])
+            required.extend(sub["required"])
+    for alt_key in ("oneOf", "anyOf"):
+        if not properties and schema.get(alt_key):
+            for member in schema[alt_key]:
+                sub = object_schema(spec, member, depth + 1)
+                if sub:
+                    properties.update(sub["properties"])
+                    break
+    raw_props = schema.get("properties")
+    if isinstance(raw_props, dict):
+        properties.update(raw_props)
+    if isinstance(schema.get("required"), list):
+        required.extend(r for r in schema["required"] if isinstance(r, str))
+    if not properties:
+        return None
+    resolved = {k: deref(spec, v) for k, v in properties.items() if isinstance(k, str)}
+    wrapped = [k for k in resolved if k in _WRAPPER_KEYS and isinstance(resolved[k], dict)]
+    scalars = [k for k, v in resolved.items() if isinstance(v, dict) and v.get("type") in SCALAR_TYPES]
+    if wrapped and len(scalars) <= 2:
+        inner = object_schema(spec, resolved[wrapped[0]], depth + 1)
+        if inner:
+            return inner
+    return {"properties": resolved, "required": sorted(set(required))}
+
+
+def _scalar_field_schema(prop: dict[str, Any]) -> dict[str, Any] | None:
+    typ = prop.get("type")
+    if isinstance(typ, list):
+        typ = next((t for t in typ if t in SCALAR_TYPES), None)
+    if typ not in SCALAR_TYPES:
+        return None
+    out: dict[str, Any] = {"type": typ}
+    if typ == "string" and prop.get("format") in KNOWN_FORMATS:
+        out["format"] = prop["format"]
+    enum = prop.get("enum")
+    if isinstance(enum, list):
+        values = [v for v in enum if isinstance(v, (str, int, float, bool)) and not isinstance(v, bool) or typ == "boolean"]
+        values = [v for v in values if v is not None and v != ""]
+        if values and all(_matches_type(v, typ) for v in values):
+            out["enum"] = list(dict.fromkeys(values))[:20]
+    for bound in ("minimum", "maximum"):
+        if typ in ("integer", "number") and isinstance(prop.get(bound), (int, float)) and not isinstance(prop.get(bound), bool):
+            out[bound] = prop[bound]
+    if typ == "string" and isinstance(prop.get("maxLength"), int) and prop["maxLength"] > 0:
+        out["maxLength"] = prop["maxLength"]
+    if "minimum" in out and "maximum" in out and out["minimum"] > out["maximum"]:
+        out.pop("minimum"), out.pop("maximum")
+    return out
+
+
+def _matches_type(value: Any, typ: str) -> bool:
+    if typ == "string":
+        return isinstance(value, str)
+    if typ == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typ == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, bool)
+
+
+_PREFERRED_FIELDS = ("name", "title", "status", "email", "type", "description", "amount", "date")
+
+
+def extract_fields(spec: dict[str, Any], schema: Any, key: str) -> list[FieldSpec]:
+    """Pick up to :data:`MAX_FIELDS` scalar fields of an object schema, required and common ones first.
+
+    ``id``-like properties of the resource itself are dropped (the table's own ``key`` replaces them).
+    """
+    obj = object_schema(spec, schema)
+    if not obj:
+        return []
+    required = set(obj["required"])
+    candidates: list[tuple[int, str, dict[str, Any], str]] = []
+    for source_name, prop in obj["properties"].items():
+        if not isinstance(prop, dict):
+            continue
+        fschema = _scalar_field_schema(prop)
+        if fschema is None:
+            continue
+        lowered = snake_case(source_name)
+        if lowered in ("id", key, "uuid", "_id", "created_at") or not lowered:
+            continue
+        rank = 0 if source_name in required else 2
+        if lowered in _PREFERRED_FIELDS:
+            rank -= 1
+        if prop.get("readOnly") and rank > 0:
+            rank += 2
+        desc = prop.get("description") or prop.get("title") or ""
+        candidates.append((rank, source_name, fschema, str(desc)))
+    candidates.sort(key=lambda c: c[0])
+    taken = {key}
+    fields: list[FieldSpec] = []
+    for _rank, source_name, fschema, desc in candidates[:MAX_FIELDS]:
+        name = to_identifier(source_name, fallback="field", max_len=40)
+        # Tool functions take the environment state as their first parameter, named ``state``.
+        name = unique_name("state_value" if name == "state" else name, taken)
+        fields.append(FieldSpec(name, source_name, fschema, clean_text(desc, 160), source_name in required))
+    return fields
+
+
+_TAGS = re.compile(r"<[^>]+>")
+_WS = re.compile(r"\s+")
+_MD = re.compile(r"[`*_#\[\]]")
+
+
+def clean_text(text: Any, limit: int = 200) -> str:
+    """Plain one-line text from spec prose: HTML tags and markdown marks removed, cut at ``limit``."""
+    if not isinstance(text, str):
+        return ""
+    out = _WS.sub(" ", _MD.sub("", _TAGS.sub(" ", text))).strip()
+    if len(out) > limit:
+        cut = out[:limit]
+        out = (cut[: cut.rfind(". ") + 1] if ". " in cut else cut.rsplit(" ", 1)[0]).strip()
+    return out
+
+
+def _request_schema(spec: dict[str, Any], op: dict[str, Any]) -> Any:
+    body = deref(spec, op.get("requestBody"))
+    if not isinstance(body, dict):
+        return None
+    content = body.get("content")
+    if not isinstance(content, dict):
+        return None
+    for media, entry in content.items():
+        if "json" in media and isinstance(entry, dict):
+            return entry.get("schema")
+    return None
+
+
+def _response_schema(spec: dict[str, Any], op: dict[str, Any]) -> Any:
+    responses = op.get("responses")
+    if not isinstance(responses, dict):
+        return None
+    for code in ("200", "201", 200, 201):
+        resp = deref(spec, responses.get(code))
+        if isinstance(resp, dict) and isinstance(resp.get("content"), dict):
+            for media, entry in resp["content"].items():
+                if "json" in media and isinstance(entry, dict):
+                    return entry.get("schema")
+    return None
+
+
+def _segments(path: str) -> list[str]:
+    return [s for s in path.strip("/").split("/") if s]
+
+
+def extract_resources(spec: dict[str, Any], max_resources: int | None = None) -> list[Resource]:
+    """Find the stateful resources of an OpenAPI 3 document, best-covered first.
+
+    Only collections at most one parameter deep are used (``/a``, ``/a/{id}/b``).
+
+    Raises:
+        SpecError: if the document is not OpenAPI 3 or has no ``paths`` object.
+    """
+    version = spec.get("openapi")
+    if not isinstance(version, str) or not version.startswith("3"):
+        raise SpecError(f"not an OpenAPI 3 document (openapi={version!r})")
+    paths = spec.get("paths")
+    if not isinstance(paths, dict) or not paths:
+        raise SpecError("document has no paths")
+
+    collections: dict[str, dict[str, Any]] = {}
+    items: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path, item in paths.items():
+        if not isinstance(path, str) or not isinstance(item, dict):
+            continue
+        segs = _segments(path)
+        if not segs:
+            continue
+        if _PARAM_SEGMENT.match(segs[-1]):
+            items.setdefault("/" + "/".join(segs[:-1]), (path, item))
+        else:
+            collections["/" + "/".join(segs)] = item
+
+    resources: list[Resource] = []
+    taken_names: set[str] = set()
+    for cpath, citem in sorted(collections.items()):
+        segs = _segments(cpath)
+        params = [s for s in segs if _PARAM_SEGMENT.match(s)]
+        if len(params) > 1:
+            continue
+        try:
+            res = _resource_from_collection(spec, cpath, citem, items, taken_names)
+        except (SpecError, RecursionError):
+            continue
+        if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
+            resources.append(res)
+    resources.sort(key=lambda r: (-len(r.operations), r.parent_key is not None, -len(r.fields), r.name))
+    return resources[:max_resources] if max_resources else resources
+
+
+def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str, Any],
+                              items: dict[str, tuple[str, dict[str, Any]]],
+                              taken_names: set[str]) -> Resource | None:
+    """Build the :class:`Resource` of one collection path, or None when it has no usable shape."""
+    segs = _segments(cpath)
+    params = [s for s in segs if _PARAM_SEGMENT.match(s)]
+    literal = snake_case(segs[-1])
+    if not literal or len(literal) > 40:
+        return None
+    parent_key = None
+    if params:
+        idx = segs.index(params[0])
+        parent_literal = snake_case(segs[idx - 1]) if idx > 0 else ""
+        if not parent_literal or _PARAM_SEGMENT.match(segs[idx - 1]):
+            return None
+        parent_key = to_identifier(f"{singular(parent_literal)}_id", fallback="parent_id", max_len=40)
+    ipath, iitem = items.get(cpath, (None, {}))
+    ops: dict[str, Operation] = {}
+
+    def add(kind: str, method: str, path: str, op: Any) -> None:
+        op = deref(spec, op)
+        if isinstance(op, dict):
+            oid = op.get("operationId") if isinstance(op.get("operationId"), str) else None
+            summary = clean_text(op.get("summary") or op.get("description") or "", 200)
+            ops[kind] = Operation(kind, method, path, oid, summary)
+
+    if "post" not in citem:
+        return None
+    add("create", "post", cpath, citem["post"])
+    if "get" in citem:
+        add("list", "get", cpath, citem["get"])
+    if iitem and ipath:
+        if "get" in iitem:
+            add("get", "get", ipath, iitem["get"])
+        for method in ("patch", "put"):
+            if method in iitem and "update" not in ops:
+                add("update", method, ipath, iitem[method])
+        if "delete" in iitem:
+            add("delete", "delete", ipath, iitem["delete"])
+    if "create" not in ops:
+        return None
+    name = unique_name(to_identifier(literal, fallback="resource", max_len=40), taken_names)
+    key = f"{singular(name)}_id"
+    schema = _request_schema(spec, deref(spec, citem["post"]))
+    if schema is None and "get" in ops:
+        schema = _response_schema(spec, deref(spec, iitem.get("get")))
+    if schema is None and "list" in ops:
+        schema = _response_schema(spec, deref(spec, citem.get("get")))
+    fields = extract_fields(spec, schema, key)
+    if parent_key:
+        fields = [f for f in fields if f.name != parent_key]
+        fields.insert(0, FieldSpec(parent_key, parent_key, {"type": "string"},
+                                   f"Identifier of the parent {parent_key[:-3]}.", True))
+    return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key)

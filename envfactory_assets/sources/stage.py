@@ -1,0 +1,42 @@
+"""Store rows of the ``source_resources`` stage (plain Python; the asset in defs/ calls this)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from envfactory_assets.sources.scan import Rejection, SourceResource, corpus_files, scan_corpus
+from envfactory_assets.store.ids import content_id
+
+
+def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes: int = 4_000_000,
+              path_contains: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Scan ``corpus_root`` into ``(source_resources rows, rejected_resources rows)``.
+
+    ``domains`` keeps only resources of those domains (the others are rejected with reason
+    ``domain_not_selected``); ``path_contains`` limits the scan to files whose relative path contains it.
+
+    Raises:
+        FileNotFoundError: if ``corpus_root`` does not exist.
+    """
+    wanted = set(domains) if domains else None
+    files = corpus_files(corpus_root)
+    if path_contains:
+        files = [f for f in files if path_contains in f.relative_to(corpus_root).as_posix()]
+    accepted: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    root_str = str(corpus_root)
+    for result in scan_corpus(corpus_root, files, max_bytes):
+        if isinstance(result, SourceResource) and wanted is not None and result.domain not in wanted:
+            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}")
+        if isinstance(result, SourceResource):
+            row = result.as_row()
+            row["corpus_root"] = root_str
+            row["id"] = content_id("src", {"key": result.resource_key, "sha256": result.sha256})
+            accepted.append(row)
+        else:
+            row = result.as_row()
+            row["corpus_root"] = root_str
+            row["id"] = content_id("rej", row)
+            rejected.append(row)
+    return accepted, rejected

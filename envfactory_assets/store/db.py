@@ -1,0 +1,150 @@
+"""The DuckDB store: short, idempotent write transactions and read-only readers that retry.
+
+DuckDB allows one read-write process or many read-only ones, never both; writers hold their
+connection only for one transaction (never while computing) and readers retry briefly, then say
+clearly that a write is in progress (ARCHITECTURE.md, Store).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import orjson
+import polars as pl
+
+from envfactory_assets.store.schema import JSON_COLUMNS, columns, ddl
+
+
+class StoreBusy(RuntimeError):
+    """Another process holds the store for writing; the message says what to do."""
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+class Store:
+    """A DuckDB file holding every stage's rows.
+
+    Args:
+        path: the database file; parent folders are created on first write.
+        retry_seconds: how long readers and writers wait for a lock held by another process.
+    """
+
+    def __init__(self, path: Path | str, retry_seconds: float = 10.0) -> None:
+        self.path = Path(path)
+        self.retry_seconds = retry_seconds
+
+    @contextlib.contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection, retried while another process holds the file.
+
+        Raises:
+            StoreBusy: when the lock is still held after ``retry_seconds``.
+            FileNotFoundError: for a read-only connection to a store not created yet.
+        """
+        if read_only and not self.path.exists():
+            raise FileNotFoundError(f"store {self.path} does not exist yet: run `envfactory run` first")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    if "lock" in str(exc).lower():
+                        raise StoreBusy(f"store {self.path} is locked by another process (a write is in "
+                                        f"progress); try again when the run finishes") from exc
+                    raise
+                time.sleep(0.2)
+        try:
+            if not read_only:
+                for statement in ddl():
+                    con.execute(statement)
+            yield con
+        finally:
+            con.close()
+
+    def replace_current(self, table: str, rows: list[dict[str, Any]], scope: str | None = None) -> dict[str, int]:
+        """Make ``rows`` the current version of ``table`` in one transaction.
+
+        New ids are inserted, ids already stored are kept as they are (idempotent: re-running adds
+        nothing), and current rows not in ``rows`` are marked superseded, never deleted, so older
+        lineage stays walkable. ``scope`` is an optional SQL predicate limiting which current rows
+        may be superseded (for example one environment's rows).
+
+        Returns:
+            ``{"inserted": n, "kept": n, "superseded": n}``.
+
+        Raises:
+            ValueError: if a row lacks a column of the table or has an unknown one, or ids repeat.
+        """
+        cols = columns(table)
+        ids = [r.get("id") for r in rows]
+        if len(set(ids)) != len(ids) or any(not isinstance(i, str) for i in ids):
+            raise ValueError(f"{table}: every row needs a unique string id")
+        for row in rows:
+            if set(row) != set(cols):
+                missing, extra = set(cols) - set(row), set(row) - set(cols)
+                raise ValueError(f"{table}: row {row.get('id')} missing {sorted(missing)} extra {sorted(extra)}")
+        json_cols = JSON_COLUMNS[table]
+        frame = pl.DataFrame(
+            {c: [(_dumps(r[c]) if c in json_cols else r[c]) for r in rows] for c in cols},
+            schema={c: (pl.Utf8 if c in json_cols else None) for c in cols} if not rows else None,
+            strict=False,
+        ) if rows else None
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                before = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                if frame is not None:
+                    con.register("incoming", frame.to_arrow())
+                    col_list = ", ".join(cols)
+                    select = ", ".join(f"CAST({c} AS JSON)" if c in json_cols else c for c in cols)
+                    con.execute(f"INSERT INTO {table} ({col_list}) SELECT {select} FROM incoming "
+                                f"ON CONFLICT DO NOTHING")
+                    con.execute(f"UPDATE {table} SET superseded = FALSE WHERE id IN (SELECT id FROM incoming)")
+                after = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                where = f"NOT superseded AND ({scope})" if scope else "NOT superseded"
+                id_filter = "id NOT IN (SELECT id FROM incoming)" if frame is not None else "TRUE"
+                superseded = con.execute(
+                    f"UPDATE {table} SET superseded = TRUE WHERE {where} AND {id_filter}").fetchone()[0]
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+        return {"inserted": after - before, "kept": len(rows) - (after - before), "superseded": int(superseded)}
+
+    def read(self, table: str, where: str = "", params: list[Any] | None = None,
+             current: bool = True) -> list[dict[str, Any]]:
+        """Rows of ``table`` as dicts with JSON columns decoded; only current rows unless ``current=False``.
+
+        ``where`` is an SQL predicate with ``?`` placeholders bound from ``params``.
+        """
+        columns(table)
+        source = f"current_{table}" if current else table
+        sql = f"SELECT * FROM {source}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
+        with self.connect(read_only=False) as con:
+            cur = con.execute(sql, params or [])
+            names = [d[0] for d in cur.description]
+            raw = cur.fetchall()
+        json_cols = JSON_COLUMNS[table]
+        return [{n: (orjson.loads(v) if n in json_cols and v is not None else v) for n, v in zip(names, row)}
+                for row in raw]
+
+    def query(self, sql: str, params: list[Any] | None = None) -> pl.DataFrame:
+        """Run a read query and return a polars DataFrame (opens the store read-only)."""
+        with self.connect(read_only=True) as con:
+            return con.execute(sql, params or []).pl()
+
+    def counts(self) -> dict[str, int]:
+        """Current row count of every table (0 for tables not written yet)."""
+        from envfactory_assets.store.schema import TABLES
+
+        with self.connect() as con:
+            return {t: con.execute(f"SELECT count(*) FROM current_{t}").fetchone()[0] for t in TABLES}

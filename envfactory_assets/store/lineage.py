@@ -1,0 +1,74 @@
+"""Walking a checkpoint back to the exact source resources it was trained from.
+
+Path: checkpoint -> sft_dataset rows -> refined_trajectories -> raw_trajectories -> tool_chains ->
+verified_environments -> environments -> source_resources (uri, sha256, license). Superseded rows are
+included, so an old checkpoint stays auditable after re-synthesis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envfactory_assets.store.db import Store
+
+
+class LineageError(LookupError):
+    """The checkpoint (or a link on its path) is not in the store."""
+
+
+def _by_ids(store: Store, table: str, ids: set[str]) -> list[dict[str, Any]]:
+    if not ids:
+        return []
+    marks = ", ".join("?" for _ in ids)
+    return store.read(table, f"id IN ({marks})", sorted(ids), current=False)
+
+
+def checkpoint_lineage(store: Store, checkpoint_id: str) -> dict[str, Any]:
+    """The lineage of ``checkpoint_id`` as a dict of counts, ids per stage and the source resources.
+
+    Raises:
+        LineageError: if no checkpoint has that id, or a parent row is missing (a broken store).
+    """
+    ckpts = _by_ids(store, "checkpoints", {checkpoint_id})
+    if not ckpts:
+        known = [r["id"] for r in store.read("checkpoints", current=False)]
+        raise LineageError(f"no checkpoint {checkpoint_id!r} in {store.path}; known: {known[:10]}")
+    ckpt = ckpts[0]
+    sft = _by_ids(store, "sft_dataset", set(ckpt["sft_dataset_ids"]))
+    refined = _by_ids(store, "refined_trajectories", {r["refined_trajectory_id"] for r in sft})
+    raw = _by_ids(store, "raw_trajectories", {r["raw_trajectory_id"] for r in refined})
+    chains = _by_ids(store, "tool_chains", {r["tool_chain_id"] for r in raw})
+    verified = _by_ids(store, "verified_environments", {v for c in chains for v in c["verified_environment_ids"]})
+    envs = _by_ids(store, "environments", {v["environment_id"] for v in verified})
+    sources = _by_ids(store, "source_resources", {e["source_resource_id"] for e in envs})
+    expected = {"sft_dataset": len(set(ckpt["sft_dataset_ids"])), "source_resources": len({e["source_resource_id"] for e in envs})}
+    got = {"sft_dataset": len(sft), "source_resources": len(sources)}
+    if expected != got:
+        raise LineageError(f"broken lineage for {checkpoint_id}: expected {expected}, found {got}")
+    return {
+        "checkpoint": {k: ckpt[k] for k in ("id", "base_model", "base_model_hash", "sft_dataset_version", "path")},
+        "counts": {"sft_dataset": len(sft), "refined_trajectories": len(refined), "raw_trajectories": len(raw),
+                   "tool_chains": len(chains), "verified_environments": len(verified),
+                   "environments": len(envs), "source_resources": len(sources)},
+        "ids": {"sft_dataset": [r["id"] for r in sft], "refined_trajectories": [r["id"] for r in refined],
+                "raw_trajectories": [r["id"] for r in raw], "tool_chains": [r["id"] for r in chains],
+                "verified_environments": [r["id"] for r in verified], "environments": [r["id"] for r in envs]},
+        "source_resources": [{
+            "id": s["id"], "resource_key": s["resource_key"], "provider": s["provider"], "domain": s["domain"],
+            "uri": f"{s['corpus_root']}/{s['path']}", "path": s["path"], "sha256": s["sha256"],
+            "license": s["license_name"], "license_url": s["license_url"]} for s in sources],
+    }
+
+
+def format_lineage(lineage: dict[str, Any]) -> str:
+    """Human-readable text of :func:`checkpoint_lineage`."""
+    c = lineage["checkpoint"]
+    lines = [f"checkpoint {c['id']}  base={c['base_model']} ({c['base_model_hash'][:12]})  path={c['path']}",
+             f"  dataset version {c['sft_dataset_version']}"]
+    for stage, n in lineage["counts"].items():
+        lines.append(f"  <- {n:5d} {stage}")
+    lines.append("source resources:")
+    for s in lineage["source_resources"]:
+        lines.append(f"  {s['resource_key']:<40} {s['domain']:<24} sha256={s['sha256'][:16]}  license={s['license']}")
+        lines.append(f"      {s['uri']}")
+    return "\n".join(lines)

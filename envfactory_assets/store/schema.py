@@ -1,0 +1,101 @@
+"""DuckDB tables of the store, named after the assets that write them (ARCHITECTURE.md, contracts).
+
+Every table has an ``id`` primary key (a content hash, see :func:`envfactory_assets.store.ids.content_id`),
+parent-id columns named after the parent table, ``superseded`` (False for the current version) and
+``written_at``. Columns typed ``JSON`` hold nested structures.
+"""
+
+from __future__ import annotations
+
+COMMON = ["superseded BOOLEAN NOT NULL DEFAULT FALSE", "written_at TIMESTAMP DEFAULT current_timestamp"]
+
+TABLES: dict[str, list[str]] = {
+    "source_resources": [
+        "id VARCHAR PRIMARY KEY", "resource_key VARCHAR NOT NULL", "kind VARCHAR", "provider VARCHAR",
+        "service VARCHAR", "title VARCHAR", "version VARCHAR", "license_name VARCHAR", "license_url VARCHAR",
+        "path VARCHAR", "corpus_root VARCHAR", "sha256 VARCHAR NOT NULL", "size_bytes BIGINT",
+        "domain VARCHAR NOT NULL", "categories JSON", "n_paths INTEGER", "n_resources INTEGER",
+        "resource_names JSON",
+    ],
+    "rejected_resources": [
+        "id VARCHAR PRIMARY KEY", "path VARCHAR", "corpus_root VARCHAR", "sha256 VARCHAR",
+        "reason VARCHAR NOT NULL", "detail VARCHAR",
+    ],
+    "environments": [
+        "id VARCHAR PRIMARY KEY", "env_id VARCHAR NOT NULL", "source_resource_id VARCHAR NOT NULL",
+        "domain VARCHAR NOT NULL", "status VARCHAR NOT NULL", "reasons JSON", "provenance VARCHAR",
+        "n_tools INTEGER", "tools JSON", "tables JSON", "state_schema JSON", "source VARCHAR",
+        "initial_states JSON",
+    ],
+    "verified_environments": [
+        "id VARCHAR PRIMARY KEY", "environment_id VARCHAR NOT NULL", "env_id VARCHAR NOT NULL",
+        "domain VARCHAR NOT NULL", "status VARCHAR NOT NULL", "reasons JSON", "n_checks INTEGER",
+        "n_failed INTEGER", "checks JSON",
+    ],
+    "tool_graph_nodes": [
+        "id VARCHAR PRIMARY KEY", "node_id VARCHAR NOT NULL", "verified_environment_id VARCHAR NOT NULL",
+        "env_id VARCHAR NOT NULL", "domain VARCHAR NOT NULL", "tool_name VARCHAR NOT NULL", "kind VARCHAR",
+        "n_inputs INTEGER", "n_outputs INTEGER",
+    ],
+    "tool_graph_parameters": [
+        "id VARCHAR PRIMARY KEY", "tool_graph_node_id VARCHAR NOT NULL", "node_id VARCHAR NOT NULL",
+        "direction VARCHAR", "name VARCHAR", "path VARCHAR", "type VARCHAR", "required BOOLEAN",
+        "user_providable BOOLEAN", "text VARCHAR",
+    ],
+    "tool_graph_edges": [
+        "id VARCHAR PRIMARY KEY", "src_node_id VARCHAR NOT NULL", "dst_node_id VARCHAR NOT NULL",
+        "src_param VARCHAR", "dst_param VARCHAR", "similarity DOUBLE", "provenance VARCHAR",
+    ],
+    "tool_chains": [
+        "id VARCHAR PRIMARY KEY", "chain_key VARCHAR NOT NULL", "sampler VARCHAR", "seed UBIGINT",
+        "tools JSON", "env_ids JSON", "verified_environment_ids JSON", "domains JSON", "n_tools INTEGER",
+        "n_servers INTEGER", "status VARCHAR NOT NULL", "reasons JSON",
+    ],
+    "raw_trajectories": [
+        "id VARCHAR PRIMARY KEY", "tool_chain_id VARCHAR NOT NULL", "env_ids JSON", "domains JSON",
+        "status VARCHAR NOT NULL", "reasons JSON", "n_turns INTEGER", "n_calls INTEGER", "turns JSON",
+        "initial_state JSON", "final_state JSON", "initial_state_hash VARCHAR", "final_state_hash VARCHAR",
+    ],
+    "refined_trajectories": [
+        "id VARCHAR PRIMARY KEY", "raw_trajectory_id VARCHAR NOT NULL", "tool_chain_id VARCHAR NOT NULL",
+        "env_ids JSON", "domains JSON", "status VARCHAR NOT NULL", "reasons JSON", "n_turns INTEGER",
+        "operators JSON", "turns JSON",
+    ],
+    "sft_dataset": [
+        "id VARCHAR PRIMARY KEY", "refined_trajectory_id VARCHAR NOT NULL", "env_ids JSON", "domains JSON",
+        "split VARCHAR", "messages JSON", "tools JSON", "n_turns INTEGER",
+    ],
+    "rl_dataset": [
+        "id VARCHAR PRIMARY KEY", "refined_trajectory_id VARCHAR NOT NULL", "turn_index INTEGER",
+        "env_ids JSON", "domains JSON", "split VARCHAR", "prompt JSON", "tools JSON", "gold_calls JSON",
+        "masked_arguments JSON", "initial_state JSON", "final_state JSON", "final_state_hash VARCHAR",
+    ],
+    "checkpoints": [
+        "id VARCHAR PRIMARY KEY", "sft_dataset_version VARCHAR NOT NULL", "sft_dataset_ids JSON",
+        "base_model VARCHAR", "base_model_hash VARCHAR", "config JSON", "metrics JSON", "path VARCHAR",
+    ],
+}
+
+JSON_COLUMNS: dict[str, set[str]] = {
+    table: {c.split()[0] for c in cols if c.split()[1] == "JSON"} for table, cols in TABLES.items()
+}
+
+
+def ddl() -> list[str]:
+    """``CREATE TABLE IF NOT EXISTS`` statements for every table, plus ``current_<table>`` views."""
+    statements = []
+    for table, cols in TABLES.items():
+        statements.append(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols + COMMON)})")
+        statements.append(f"CREATE OR REPLACE VIEW current_{table} AS SELECT * FROM {table} WHERE NOT superseded")
+    return statements
+
+
+def columns(table: str) -> list[str]:
+    """The writable column names of ``table`` (without ``superseded``/``written_at``).
+
+    Raises:
+        KeyError: for a table the store does not have.
+    """
+    if table not in TABLES:
+        raise KeyError(f"unknown store table {table!r}; known: {sorted(TABLES)}")
+    return [c.split()[0] for c in TABLES[table]]

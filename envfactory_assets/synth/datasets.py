@@ -1,0 +1,103 @@
+"""SFT and RL rows from refined trajectories.
+
+SFT: one row per trajectory, OpenAI chat format with ``tool_calls`` (arguments as JSON strings).
+RL: one row per turn (paper): the conversation up to the turn's user query, the gold calls trimmed
+to the essential ones, ``masked_arguments`` whose value does not matter, and the turn's initial and
+final state. A row is kept only if replaying its trimmed gold calls on its initial state in a fresh
+episode gives the recorded final state exactly, and a turn that claims to change state really does.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
+from envfactory_assets.synth.trajectories import to_messages
+
+MASKED_ARGUMENT_NAMES = ("limit", "page", "offset", "page_size", "per_page", "cursor")
+# The paper's released split: 1,622 SFT and 953 RL trajectories out of 2,575.
+PAPER_SFT_SHARE = 1622 / 2575
+
+
+def split_of(trajectory_id: str, sft_share: float = PAPER_SFT_SHARE) -> str:
+    """``"sft"`` or ``"rl"`` from a stable hash of the trajectory id (no global random stream)."""
+    bucket = int(hashlib.sha256(trajectory_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "sft" if bucket < sft_share else "rl"
+
+
+def tools_of(environments: dict[str, dict[str, Any]], env_ids: list[str]) -> list[dict[str, Any]]:
+    """OpenAI function specs of every tool of ``env_ids``."""
+    return [openai_tool(t) for e in env_ids for t in environments[e]["tools"]]
+
+
+def sft_row(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{"messages", "tools"}`` for one refined trajectory."""
+    return {"messages": to_messages(trajectory["turns"]), "tools": tools_of(environments, trajectory["env_ids"])}
+
+
+def essential_calls(calls: list[dict[str, Any]], offset: int) -> list[int]:
+    """Indexes (within the turn) of the calls a solver must make: every write, every read whose output a
+    later call of the trajectory uses, and, in a read-only turn, its last read (what the user asked to see).
+
+    ``offset`` is the trajectory-wide index of the turn's first call (provenance refers to those).
+    """
+    used = {p["call"] for c in calls for p in c["provenance"].values() if p.get("source") == "output"}
+    keep = [i for i, c in enumerate(calls) if c["kind"] not in ("list", "get") or offset + i in used]
+    if not any(c["kind"] not in ("list", "get") for c in calls) and len(calls) - 1 not in keep:
+        keep.append(len(calls) - 1)
+    return keep
+
+
+def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One RL row per turn (not yet replay-checked)."""
+    messages = to_messages(trajectory["turns"])
+    tools = tools_of(environments, trajectory["env_ids"])
+    rows = []
+    user_positions = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    offset = 0
+    for t_idx, turn in enumerate(trajectory["turns"]):
+        keep = essential_calls(turn["calls"], offset)
+        offset += len(turn["calls"])
+        gold = [{"name": turn["calls"][i]["name"], "arguments": turn["calls"][i]["arguments"]} for i in keep]
+        masked = sorted({a for g in gold for a in g["arguments"] if a in MASKED_ARGUMENT_NAMES})
+        rows.append({
+            "turn_index": t_idx,
+            "prompt": messages[: user_positions[t_idx] + 1],
+            "tools": tools,
+            "gold_calls": gold,
+            "masked_arguments": masked,
+            "initial_state": turn["state_before"],
+            "final_state": turn["state_after"],
+            "final_state_hash": turn["state_after_hash"],
+            "changes_state": any(c["kind"] not in ("list", "get") for c in turn["calls"]),
+        })
+    return rows
+
+
+def replay_check(row: dict[str, Any], worker: SandboxWorker) -> str | None:
+    """None when replaying ``gold_calls`` on ``initial_state`` reproduces ``final_state`` exactly, and a
+    state-changing task really changes state; otherwise the reason the row is rejected."""
+    if row["changes_state"] and state_hash(row["initial_state"]) == row["final_state_hash"]:
+        return "no-op task: claims to change state but its final state equals its initial state"
+    try:
+        episode = worker.open_episode(copy.deepcopy(row["initial_state"]))
+    except (StateRejected, WorkerCrashed) as exc:
+        return f"initial state does not load: {exc}"
+    try:
+        for call in row["gold_calls"]:
+            res = worker.call(episode, call["name"], call["arguments"])
+            if not res.get("ok"):
+                return f"gold call {call['name']} failed on replay: {res.get('error')}"
+        digest = state_hash(worker.save(episode))
+    finally:
+        try:
+            worker.close_episode(episode)
+        except Exception:
+            pass
+    if digest != row["final_state_hash"]:
+        return "replayed gold calls do not reach the recorded final state"
+    return None

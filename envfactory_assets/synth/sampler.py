@@ -1,0 +1,447 @@
+"""Tool-chain samplers over the tool graph: the paper's topology-aware sampler and a random-walk baseline.
+
+Source: EnvFactory (arXiv 2605.18703), topology-aware sampling. Constants (the paper's):
+
+- a chain holds at most 15 tools from at most 3 servers (environments);
+- BFS from a uniformly random start tool;
+- before a tool is added, each of its inputs that nothing in the chain can fill yet (not user-providable and
+  no earlier tool produces it) gets a producer chosen uniformly at random among the graph predecessors that
+  produce that input; the producer is resolved the same way, recursively, to depth <= 5, and placed before
+  the tool;
+- optional inputs are skipped with p = 0.6;
+- inputs that are already fillable still get an explicit producer with p = 0.1;
+- after a tool is added, 1..all of its unvisited successors (count uniform, then a uniform subset) are
+  enqueued.
+
+Baseline (paper): a random walk along graph edges that ignores input dependencies.
+
+Determinism: every sampler draws only from ``random.Random(seed)``; every candidate list is sorted before a
+draw, so the same graph rows + seed + config give the same chain. Per-chain seeds come from
+:func:`chain_seed` (sha256 of a stable key), never from one global random stream, so adding or removing a
+chain does not move the others.
+
+A chain is *valid* (:func:`validate_chain`) when every required input of every tool is user-providable or is
+produced, through a graph edge, by a tool placed earlier in the chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Literal, Mapping
+
+from envfactory_assets.graph.build import ToolGraph
+
+__all__ = [
+    "SamplerConfig",
+    "Chain",
+    "ChainSamplingError",
+    "USER",
+    "SAMPLERS",
+    "chain_seed",
+    "sample_chain",
+    "random_walk_chain",
+    "sample_chains",
+    "validate_chain",
+    "dependency_stats",
+]
+
+#: Binding value for an input the user states in the request (no producer tool).
+USER = "user"
+
+
+class ChainSamplingError(RuntimeError):
+    """No chain of at least ``min_tools`` tools could be sampled for this seed (e.g. an edgeless graph)."""
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Sampler limits and probabilities (defaults: the paper's values, except the last three).
+
+    Attributes:
+        max_tools: most tools in one chain (paper: 15).
+        max_servers: most distinct ``env_id`` in one chain (paper: 3).
+        max_depth: deepest producer recursion below a tool that BFS adds (paper: 5); producers of that tool
+            are depth 1, their producers depth 2, ...
+        p_skip_optional: probability that an optional input is left out (paper: 0.6).
+        p_explicit_producer: probability that an input that is already fillable still gets a producer tool
+            (paper: 0.1).
+        min_tools: shortest chain returned (shorter attempts restart from another start tool).
+        max_start_attempts: start tools tried (with the same random stream) before
+            :class:`ChainSamplingError`.
+        max_producer_candidates: producers tried, in random order, for one unfillable input before giving
+            up on it (bounds the recursion's branching; 1 = the paper's single uniform draw).
+    """
+
+    max_tools: int = 15
+    max_servers: int = 3
+    max_depth: int = 5
+    p_skip_optional: float = 0.6
+    p_explicit_producer: float = 0.1
+    min_tools: int = 2
+    max_start_attempts: int = 20
+    max_producer_candidates: int = 3
+
+    def __post_init__(self) -> None:
+        if self.max_tools < 1 or self.max_servers < 1 or self.max_depth < 0:
+            raise ValueError("max_tools and max_servers must be >= 1 and max_depth >= 0")
+        if not 1 <= self.min_tools <= self.max_tools:
+            raise ValueError(f"min_tools must be in [1, max_tools={self.max_tools}], got {self.min_tools}")
+        for name in ("p_skip_optional", "p_explicit_producer"):
+            p = getattr(self, name)
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be a probability, got {p}")
+        if self.max_start_attempts < 1 or self.max_producer_candidates < 1:
+            raise ValueError("max_start_attempts and max_producer_candidates must be >= 1")
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One sampled tool chain.
+
+    Attributes:
+        tools: node ids (``"{env_id}.{tool_name}"``) in call order; each tool at most once.
+        servers: distinct ``env_id`` of ``tools`` in order of first use.
+        seed: the ``random.Random`` seed it was drawn with.
+        sampler: ``"topology"`` or ``"random_walk"``.
+        producers: per tool, per input that the chain uses: the node id of the earlier tool whose output fills
+            it, or :data:`USER` when the user states it. Inputs left out (skipped optional ones, and inputs
+            nothing fills in a baseline chain) are absent.
+        key: the stable key the seed was derived from (:func:`chain_seed`), when sampled by key.
+    """
+
+    tools: tuple[str, ...]
+    servers: tuple[str, ...]
+    seed: int
+    sampler: str
+    producers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    key: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (lists instead of tuples)."""
+        d = asdict(self)
+        d["tools"] = list(self.tools)
+        d["servers"] = list(self.servers)
+        d["producers"] = {t: dict(v) for t, v in self.producers.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Chain":
+        return cls(tools=tuple(d["tools"]), servers=tuple(d["servers"]), seed=int(d["seed"]),
+                   sampler=str(d["sampler"]), producers={t: dict(v) for t, v in (d.get("producers") or {}).items()},
+                   key=d.get("key"))
+
+
+def chain_seed(key: str) -> int:
+    """Stable 64-bit seed of a chain key: the first 8 bytes of ``sha256(key)``, big-endian, as an int."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
+
+
+# ----------------------------------------------------------------------------- topology-aware sampler
+@dataclass
+class _Draft:
+    """A chain under construction; copied before a tentative addition so a failure leaves no trace."""
+
+    tools: list[str] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)
+    producers: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def copy(self) -> "_Draft":
+        return _Draft(list(self.tools), list(self.servers), {k: dict(v) for k, v in self.producers.items()})
+
+    def has_room(self, env_id: str, cfg: SamplerConfig) -> bool:
+        return len(self.tools) < cfg.max_tools and (env_id in self.servers or len(self.servers) < cfg.max_servers)
+
+    def add(self, node: str, env_id: str, bindings: dict[str, str]) -> None:
+        self.tools.append(node)
+        if env_id not in self.servers:
+            self.servers.append(env_id)
+        self.producers[node] = bindings
+
+
+def _latest_producer(graph: ToolGraph, node: str, param: str, tools: list[str]) -> str | None:
+    """The latest tool already in ``tools`` with an edge into ``node`` for ``param``, or None."""
+    producers = set(graph.producers(node, param))
+    for t in reversed(tools):
+        if t in producers:
+            return t
+    return None
+
+
+def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: frozenset[str],
+             rng: random.Random, cfg: SamplerConfig) -> _Draft | None:
+    """Return a new draft with ``node`` appended after the producers its inputs need, or None.
+
+    ``depth`` is the producer depth of ``node`` (0 for a tool BFS adds); ``stack`` holds the tools whose
+    addition is in progress (a producer may not be one of them: no cycles).
+    """
+    if node in draft.tools:
+        return draft
+    env = graph.env_of(node)
+    if not draft.has_room(env, cfg):
+        return None
+    d = draft.copy()
+    bindings: dict[str, str] = {}
+    inner = stack | {node}
+    for inp in graph.inputs(node):
+        name = inp["name"]
+        if not inp["required"] and rng.random() < cfg.p_skip_optional:
+            continue
+        earlier = _latest_producer(graph, node, name, d.tools)
+        fillable = inp["user_providable"] or earlier is not None
+        if fillable:
+            if rng.random() < cfg.p_explicit_producer and depth < cfg.max_depth:
+                cands = [p for p in graph.producers(node, name) if p not in d.tools and p not in inner]
+                if cands:
+                    p = rng.choice(cands)
+                    nd = _try_add(graph, p, d, depth + 1, inner, rng, cfg)
+                    if nd is not None:
+                        d, bindings[name] = nd, p
+                        continue
+            bindings[name] = earlier if earlier is not None else USER
+            continue
+        # Unfillable: a producer must come first (uniform choice; retry a few others if it fails).
+        chosen = None
+        if depth < cfg.max_depth:
+            cands = [p for p in graph.producers(node, name) if p not in d.tools and p not in inner]
+            rng.shuffle(cands)
+            for p in cands[:cfg.max_producer_candidates]:
+                nd = _try_add(graph, p, d, depth + 1, inner, rng, cfg)
+                if nd is not None:
+                    d, chosen = nd, p
+                    break
+        if chosen is not None:
+            bindings[name] = chosen
+        elif inp["required"]:
+            return None
+        # An optional input nothing can fill is left out.
+    if not d.has_room(env, cfg):
+        return None
+    d.add(node, env, bindings)
+    return d
+
+
+def _finish(draft: _Draft, seed: int, sampler: str, key: str | None) -> Chain:
+    return Chain(tools=tuple(draft.tools), servers=tuple(draft.servers), seed=seed, sampler=sampler,
+                 producers={t: dict(b) for t, b in draft.producers.items()}, key=key)
+
+
+def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = None, *,
+                 key: str | None = None) -> Chain:
+    """Topology-aware chain (paper): BFS from a random tool, producers resolved before consumers.
+
+    Args:
+        graph: the tool graph.
+        seed: seed of the only random stream used (``random.Random(seed)``).
+        config: limits and probabilities (default :class:`SamplerConfig`).
+        key: recorded on the chain (the stable key ``seed`` was derived from, if any).
+
+    Returns:
+        a :class:`Chain` with ``min_tools <= len <= max_tools`` tools from ``<= max_servers`` environments that
+        passes :func:`validate_chain`.
+
+    Raises:
+        ChainSamplingError: no start among ``max_start_attempts`` gave ``min_tools`` tools; ValueError: empty graph.
+    """
+    cfg = config or SamplerConfig()
+    nodes = graph.node_ids
+    if not nodes:
+        raise ValueError("the tool graph has no nodes")
+    rng = random.Random(seed)
+    for _ in range(cfg.max_start_attempts):
+        start = rng.choice(nodes)
+        draft = _Draft()
+        queue: deque[str] = deque([start])
+        queued = {start}
+        while queue and len(draft.tools) < cfg.max_tools:
+            node = queue.popleft()
+            if node not in draft.tools:
+                added = _try_add(graph, node, draft, 0, frozenset(), rng, cfg)
+                if added is None:
+                    continue
+                draft = added
+            succ = [s for s in graph.successors(node)
+                    if s not in draft.tools and s not in queued
+                    and (graph.env_of(s) in draft.servers or len(draft.servers) < cfg.max_servers)]
+            if succ:
+                chosen = rng.sample(succ, rng.randint(1, len(succ)))
+                queue.extend(chosen)
+                queued.update(chosen)
+        if len(draft.tools) >= cfg.min_tools:
+            return _finish(draft, seed, "topology", key)
+    raise ChainSamplingError(
+        f"no chain of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})")
+
+
+# ----------------------------------------------------------------------------- random-walk baseline
+def _observed_bindings(graph: ToolGraph, tools: list[str]) -> dict[str, dict[str, str]]:
+    """For each tool, each input filled by an earlier tool (latest one) or by the user; unfillable -> absent."""
+    out: dict[str, dict[str, str]] = {}
+    for k, t in enumerate(tools):
+        b: dict[str, str] = {}
+        for inp in graph.inputs(t):
+            earlier = _latest_producer(graph, t, inp["name"], tools[:k])
+            if earlier is not None:
+                b[inp["name"]] = earlier
+            elif inp["user_providable"]:
+                b[inp["name"]] = USER
+        out[t] = b
+    return out
+
+
+def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = None, *,
+                      key: str | None = None) -> Chain:
+    """Baseline (paper): a random walk along graph edges, blind to input dependencies.
+
+    From a uniformly random start, repeatedly step to a uniformly random successor not yet in the walk whose
+    environment still fits ``max_servers``, until a length drawn uniformly from ``[min_tools, max_tools]`` is
+    reached or the walk is stuck. ``producers`` records what the walk happens to satisfy. Same errors as
+    :func:`sample_chain`; the result need not pass :func:`validate_chain`.
+    """
+    cfg = config or SamplerConfig()
+    nodes = graph.node_ids
+    if not nodes:
+        raise ValueError("the tool graph has no nodes")
+    rng = random.Random(seed)
+    for _ in range(cfg.max_start_attempts):
+        target = rng.randint(cfg.min_tools, cfg.max_tools)
+        cur = rng.choice(nodes)
+        walk, servers = [cur], [graph.env_of(cur)]
+        while len(walk) < target:
+            succ = [s for s in graph.successors(cur)
+                    if s not in walk and (graph.env_of(s) in servers or len(servers) < cfg.max_servers)]
+            if not succ:
+                break
+            cur = rng.choice(succ)
+            walk.append(cur)
+            if graph.env_of(cur) not in servers:
+                servers.append(graph.env_of(cur))
+        if len(walk) >= cfg.min_tools:
+            return Chain(tools=tuple(walk), servers=tuple(servers), seed=seed, sampler="random_walk",
+                         producers=_observed_bindings(graph, walk), key=key)
+    raise ChainSamplingError(
+        f"no walk of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})")
+
+
+SAMPLERS: dict[str, Callable[..., Chain]] = {"topology": sample_chain, "random_walk": random_walk_chain}
+
+
+# ----------------------------------------------------------------------------- validation
+def validate_chain(graph: ToolGraph, chain: Chain, config: SamplerConfig | None = None) -> list[str]:
+    """Problems with ``chain`` on ``graph`` (empty list = valid).
+
+    Checks: tools known and not repeated; ``servers`` equals the tools' environments in first-use order;
+    every required input of every tool is user-providable or produced (through a graph edge for that input)
+    by an earlier tool; every recorded producer is earlier in the chain and has such an edge; with
+    ``config``, the ``max_tools`` / ``max_servers`` / ``min_tools`` limits.
+    """
+    problems: list[str] = []
+    tools = list(chain.tools)
+    if not tools:
+        return ["chain is empty"]
+    unknown = [t for t in tools if t not in graph.graph]
+    if unknown:
+        return [f"unknown tool {t!r}" for t in unknown]
+    seen: set[str] = set()
+    for t in tools:
+        if t in seen:
+            problems.append(f"tool {t!r} appears more than once")
+        seen.add(t)
+    envs: list[str] = []
+    for t in tools:
+        e = graph.env_of(t)
+        if e not in envs:
+            envs.append(e)
+    if tuple(envs) != tuple(chain.servers):
+        problems.append(f"servers {list(chain.servers)} != environments of the tools {envs}")
+    if config is not None:
+        if len(tools) > config.max_tools:
+            problems.append(f"{len(tools)} tools > max_tools {config.max_tools}")
+        if len(tools) < config.min_tools:
+            problems.append(f"{len(tools)} tools < min_tools {config.min_tools}")
+        if len(envs) > config.max_servers:
+            problems.append(f"{len(envs)} servers > max_servers {config.max_servers}")
+    position = {t: k for k, t in enumerate(tools)}
+    for k, t in enumerate(tools):
+        earlier = set(tools[:k])
+        for inp in graph.inputs(t):
+            name = inp["name"]
+            if inp["required"] and not inp["user_providable"]:
+                if not earlier.intersection(graph.producers(t, name)):
+                    problems.append(f"{t}: required input {name!r} has no earlier producer")
+        for name, src in (chain.producers.get(t) or {}).items():
+            if src == USER:
+                continue
+            if src not in position or position[src] >= k:
+                problems.append(f"{t}: producer {src!r} of {name!r} is not earlier in the chain")
+            elif src not in graph.producers(t, name):
+                problems.append(f"{t}: {src!r} has no edge into input {name!r}")
+    return problems
+
+
+def dependency_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, float | int]:
+    """Dependency satisfaction over chains.
+
+    Returns ``{"chains", "valid_chains", "chain_valid_rate", "required_inputs", "satisfied_inputs",
+    "input_satisfaction_rate"}``: a required non-user-providable input counts as satisfied when an earlier
+    tool produces it; the rates are in [0, 1] (1.0 for no chains / no such inputs).
+    """
+    n = valid = req = sat = 0
+    for chain in chains:
+        n += 1
+        valid += not validate_chain(graph, chain)
+        for k, t in enumerate(chain.tools):
+            earlier = set(chain.tools[:k])
+            for inp in graph.inputs(t):
+                if inp["required"] and not inp["user_providable"]:
+                    req += 1
+                    sat += bool(earlier.intersection(graph.producers(t, inp["name"])))
+    return {
+        "chains": n, "valid_chains": valid, "chain_valid_rate": valid / n if n else 1.0,
+        "required_inputs": req, "satisfied_inputs": sat, "input_satisfaction_rate": sat / req if req else 1.0,
+    }
+
+
+def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig | None = None,
+                  sampler: Literal["topology", "random_walk"] = "topology", *, require_valid: bool = True,
+                  max_attempts: int | None = None) -> list[Chain]:
+    """Up to ``n`` distinct chains, deterministic for the same graph, ``base_key``, config and sampler.
+
+    Attempt ``i`` uses key ``f"{base_key}/{i}"`` and seed :func:`chain_seed` of it. A chain is kept when it is
+    new (deduplicated on its tool sequence) and, if ``require_valid``, passes :func:`validate_chain` with
+    ``config``. Stops after ``n`` chains or ``max_attempts`` attempts (default ``10 * n + 10``); seeds where
+    sampling fails (:class:`ChainSamplingError`) are skipped, and a graph without nodes gives ``[]``.
+
+    Raises ``ValueError`` for ``n < 0`` or an unknown sampler name.
+    """
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; expected one of {sorted(SAMPLERS)}")
+    cfg = config or SamplerConfig()
+    fn = SAMPLERS[sampler]
+    attempts = max_attempts if max_attempts is not None else 10 * n + 10
+    out: list[Chain] = []
+    if not graph.node_ids:
+        return out
+    seen: set[tuple[str, ...]] = set()
+    for i in range(attempts):
+        if len(out) >= n:
+            break
+        key = f"{base_key}/{i}"
+        try:
+            chain = fn(graph, chain_seed(key), cfg, key=key)
+        except ChainSamplingError:
+            continue
+        if chain.tools in seen:
+            continue
+        if require_valid and validate_chain(graph, chain, cfg):
+            continue
+        seen.add(chain.tools)
+        out.append(chain)
+    return out

@@ -1,0 +1,124 @@
+"""Store rows of the synthesis stages: tool_chains, raw/refined trajectories, SFT and RL datasets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envfactory_assets.graph.build import ToolGraph
+from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
+from envfactory_assets.store.ids import content_id
+from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row, split_of
+from envfactory_assets.synth.refine import refine_turns
+from envfactory_assets.synth.sampler import Chain, SamplerConfig, sample_chains, validate_chain
+from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, tool_name_collisions
+
+
+def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verified_ids: dict[str, str],
+               n_chains: int, base_key: str, sampler: str, config: SamplerConfig) -> list[dict[str, Any]]:
+    """Sample ``n_chains`` distinct chains and return ``tool_chains`` rows (status ``passed``/``failed``).
+
+    A chain fails when it does not validate against the graph or combines environments whose tool
+    names collide (they could not share one episode).
+    """
+    rows = []
+    for chain in sample_chains(graph, n_chains, base_key, config, sampler=sampler, require_valid=False):
+        problems = validate_chain(graph, chain, config)
+        clashes = tool_name_collisions([environments[e] for e in chain.servers])
+        if clashes:
+            problems = problems + [f"tool names shared by several environments: {clashes}"]
+        row = {
+            "chain_key": chain.key or "", "sampler": chain.sampler, "seed": chain.seed,
+            "tools": chain.to_dict(), "env_ids": list(chain.servers),
+            "verified_environment_ids": [verified_ids[e] for e in chain.servers],
+            "domains": sorted({environments[e]["domain"] for e in chain.servers}),
+            "n_tools": len(chain.tools), "n_servers": len(chain.servers),
+            "status": "failed" if problems else "passed", "reasons": problems,
+        }
+        row["id"] = content_id("chain", {"tools": row["tools"], "envs": row["verified_environment_ids"]})
+        rows.append(row)
+    return list({r["id"]: r for r in rows}.values())
+
+
+def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environments: dict[str, dict[str, Any]],
+                        config: SynthConfig, limits: SandboxLimits | None = None,
+                        progress: Any = None) -> list[dict[str, Any]]:
+    """Execute every passed chain into a ``raw_trajectories`` row, all in one long-lived sandbox worker."""
+    rows = []
+    with SandboxWorker(limits or SandboxLimits()) as worker:
+        loaded: set[str] = set()
+        for i, chain_row in enumerate(chains):
+            chain = Chain.from_dict(chain_row["tools"])
+            for env_id in chain.servers:
+                if env_id not in loaded:
+                    worker.load_environment(env_id, environments[env_id]["source"])
+                    loaded.add(env_id)
+            traj = synthesize_trajectory(chain, graph, environments, worker, config)
+            if traj["status"] != "passed" and not traj.get("final_state"):
+                loaded.clear()  # a crash restarts the worker without its environments
+            row = {
+                "tool_chain_id": chain_row["id"], "env_ids": traj["env_ids"],
+                "domains": chain_row["domains"], "status": traj["status"], "reasons": traj["reasons"],
+                "n_turns": len(traj["turns"]), "n_calls": sum(len(t["calls"]) for t in traj["turns"]),
+                "turns": traj["turns"], "initial_state": traj["initial_state"],
+                "final_state": traj.get("final_state"), "initial_state_hash": traj["initial_state_hash"],
+                "final_state_hash": traj.get("final_state_hash"),
+            }
+            row["id"] = content_id("raw", {"chain": chain_row["id"], "turns": row["turns"], "status": row["status"]})
+            rows.append(row)
+            if progress is not None:
+                progress(i + 1, len(chains))
+    return rows
+
+
+def refined_trajectory_rows(raw_rows: list[dict[str, Any]],
+                            environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Refine every passed raw trajectory into a ``refined_trajectories`` row."""
+    rows = []
+    for raw in raw_rows:
+        envs = {e: environments[e] for e in raw["env_ids"]}
+        turns, operators = refine_turns(raw["turns"], envs)
+        unresolved = [o for o in operators if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
+        row = {
+            "raw_trajectory_id": raw["id"], "tool_chain_id": raw["tool_chain_id"], "env_ids": raw["env_ids"],
+            "domains": raw["domains"], "status": "failed" if unresolved else "passed",
+            "reasons": [f"unobtainable reference: {o}" for o in unresolved], "n_turns": len(turns),
+            "operators": operators, "turns": turns,
+        }
+        row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in turns]})
+        rows.append(row)
+    return rows
+
+
+def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
+                 limits: SandboxLimits | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Split refined trajectories into ``sft_dataset`` rows and replay-checked ``rl_dataset`` rows.
+
+    Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
+    """
+    sft, rl, rejected = [], [], []
+    with SandboxWorker(limits or SandboxLimits()) as worker:
+        loaded: set[str] = set()
+        for traj in refined:
+            split = split_of(traj["id"], sft_share)
+            envs = {e: environments[e] for e in traj["env_ids"]}
+            if split == "sft":
+                row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
+                       "split": "train", "n_turns": traj["n_turns"], **sft_row(traj, envs)}
+                row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
+                sft.append(row)
+                continue
+            for env_id in traj["env_ids"]:
+                if env_id not in loaded:
+                    worker.load_environment(env_id, environments[env_id]["source"])
+                    loaded.add(env_id)
+            for r in rl_rows(traj, envs):
+                problem = replay_check(r, worker)
+                if problem:
+                    rejected.append(problem)
+                    continue
+                r.pop("changes_state")
+                row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
+                       "split": "train", **r}
+                row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"]})
+                rl.append(row)
+    return sft, rl, rejected

@@ -1,0 +1,275 @@
+"""Executing sampled tool chains into multi-turn trajectories (the paper's trajectory synthesis).
+
+Each chain runs on its own episode (a fresh copy of its environments' ``valid`` initial states) in a
+sandbox worker. Arguments come from earlier outputs along the chain's producer bindings (graph edges),
+from the user (seeded values; filter values taken from the state so searches find something), or,
+for inputs no tool in the chain produces, from the hidden state. Turns split as in the paper
+(:mod:`envfactory_assets.synth.turns`); every turn keeps its query, target tools, calls with argument
+provenance, results, and the state (and hash) before and after.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from envfactory_assets.envgen.values import ValueFactory
+from envfactory_assets.graph.build import ToolGraph
+from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
+from envfactory_assets.synth.phrasing import describe_call, join_sentences, summarize_call
+from envfactory_assets.synth.sampler import USER, Chain
+from envfactory_assets.synth.turns import split_turns
+
+SYSTEM_PROMPT = ("You are a helpful assistant that completes the user's requests by calling the available "
+                 "tools. Use identifiers from earlier tool results; never invent them.")
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Trajectory synthesis settings. ``min_turns``: trajectories with fewer turns are rejected."""
+
+    min_turns: int = 2
+    max_turn_len: int = 5
+
+
+class ToolIndex:
+    """Tool specs and table metadata of a set of environments, looked up by tool name."""
+
+    def __init__(self, environments: dict[str, dict[str, Any]]) -> None:
+        self.envs = environments
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.env_of: dict[str, str] = {}
+        for env_id, env in environments.items():
+            for tool in env["tools"]:
+                self.tools[tool["name"]] = tool
+                self.env_of[tool["name"]] = env_id
+
+    def key_of(self, tool: dict[str, Any]) -> str:
+        return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]["key"]
+
+    def table_meta(self, tool: dict[str, Any]) -> dict[str, Any]:
+        return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]
+
+
+def tool_name_collisions(environments: list[dict[str, Any]]) -> list[str]:
+    """Tool names defined by more than one of ``environments`` (they cannot share an episode)."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for env in environments:
+        for tool in env["tools"]:
+            if tool["name"] in seen and seen[tool["name"]] != env["env_id"]:
+                clashes.append(tool["name"])
+            seen[tool["name"]] = env["env_id"]
+    return sorted(set(clashes))
+
+
+def _value_at(output: Any, path: str, rng: random.Random) -> tuple[Any, str] | None:
+    """Value at an output path (``"company_id"`` or ``"items[].company_id"``); list items drawn by ``rng``."""
+    if "[]." in path:
+        array, field = path.split("[].", 1)
+        items = [i for i in (output.get(array) or []) if isinstance(i, dict) and field in i]
+        if not items:
+            return None
+        idx = rng.randrange(len(items))
+        return items[idx][field], f"{array}[{idx}].{field}"
+    if isinstance(output, dict) and path in output:
+        return output[path], path
+    return None
+
+
+def _state_rows(saved: dict[str, Any], index: ToolIndex, tool: dict[str, Any]) -> list[dict[str, Any]]:
+    return saved[index.env_of[tool["name"]]]["tables"][tool["table"]]
+
+
+def _hidden_state_value(saved: dict[str, Any], index: ToolIndex, name: str,
+                        rng: random.Random) -> Any | None:
+    for env_id, env in index.envs.items():
+        for table, meta in env["tables"].items():
+            if meta["key"] == name and saved[env_id]["tables"][table]:
+                return rng.choice(saved[env_id]["tables"][table])[name]
+    return None
+
+
+def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: ToolGraph,
+                      history: list[dict[str, Any]], saved: dict[str, Any], index: ToolIndex,
+                      values: ValueFactory, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Arguments for one call and their provenance.
+
+    Returns ``(arguments, provenance)`` where provenance maps each argument to
+    ``{"source": "output", "call": i, "path": ...}``, ``{"source": "user"}`` or ``{"source": "state"}``.
+    """
+    bindings = chain.producers.get(node, {})
+    meta = index.table_meta(tool)
+    key = index.key_of(tool)
+    props = tool["input_schema"]["properties"]
+    required = set(tool["input_schema"].get("required", []))
+    args: dict[str, Any] = {}
+    prov: dict[str, Any] = {}
+    for name in props:
+        producer = bindings.get(name)
+        if producer is None and name not in required:
+            continue
+        if producer not in (None, USER):
+            found = None
+            for i in range(len(history) - 1, -1, -1):
+                call = history[i]
+                if call["node"] != producer:
+                    continue
+                edge = graph.graph.edges[producer, node] if graph.graph.has_edge(producer, node) else {"params": []}
+                for p in edge["params"]:
+                    if p["dst_param"] == name:
+                        got = _value_at(call["output"], p["src_param"], rng)
+                        if got is not None and _type_ok(got[0], props[name]):
+                            found = (got[0], {"source": "output", "call": i, "path": got[1]})
+                            break
+                if found:
+                    break
+            if found:
+                args[name], prov[name] = found
+                continue
+        if name == key or name in meta["foreign_keys"] or name.endswith("_id"):
+            if tool["kind"] == "create" and name not in meta["foreign_keys"] and name not in required:
+                continue
+            value = _hidden_state_value(saved, index, name, rng)
+            if value is None:
+                if name in required:
+                    raise LookupError(f"no value for required identifier {name}")
+                continue
+            args[name], prov[name] = value, {"source": "state"}
+            continue
+        if name == "limit":
+            args[name], prov[name] = rng.choice([5, 10, 20]), {"source": "user"}
+            continue
+        schema = props[name]
+        if tool["kind"] == "list":
+            rows = [r for r in _state_rows(saved, index, tool) if name in r]
+            if rows:
+                args[name], prov[name] = rng.choice(rows)[name], {"source": "user"}
+            continue
+        args[name], prov[name] = values.value(name, schema, tool["table"]), {"source": "user"}
+    return args, prov
+
+
+def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
+    typ = schema.get("type")
+    ok = {"string": isinstance(value, str), "integer": isinstance(value, int) and not isinstance(value, bool),
+          "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "boolean": isinstance(value, bool)}.get(typ, True)
+    return ok and ("enum" not in schema or value in schema["enum"])
+
+
+def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str, dict[str, Any]],
+                          worker: SandboxWorker, config: SynthConfig | None = None) -> dict[str, Any]:
+    """Execute ``chain`` into a trajectory dict (never raises for a failing chain).
+
+    Returns ``{"status": "passed"|"failed", "reasons": [...], "turns": [...], "initial_state",
+    "final_state", "initial_state_hash", "final_state_hash", "env_ids"}``; each turn holds
+    ``query``, ``intent``, ``target_tools``, ``calls`` (name, arguments, provenance, output),
+    ``assistant_summary``, ``state_before``/``state_after`` and their hashes.
+    """
+    config = config or SynthConfig()
+    rng = random.Random(chain.seed)
+    values = ValueFactory(chain.seed % (2**31))
+    index = ToolIndex({e: environments[e] for e in chain.servers})
+    initial = {e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
+               for e in chain.servers}
+    result: dict[str, Any] = {"env_ids": list(chain.servers), "status": "failed", "reasons": [], "turns": [],
+                              "initial_state": initial, "initial_state_hash": state_hash(initial)}
+    clashes = tool_name_collisions([environments[e] for e in chain.servers])
+    if clashes:
+        result["reasons"].append(f"tool names shared by several environments: {clashes}")
+        return result
+    try:
+        episode = worker.open_episode(copy.deepcopy(initial))
+    except (StateRejected, WorkerCrashed) as exc:
+        result["reasons"].append(f"initial state rejected: {exc}")
+        return result
+    history: list[dict[str, Any]] = []
+    turns_plan = split_turns(len(chain.tools), rng, config.max_turn_len, config.min_turns)
+    skipped = []
+    try:
+        for positions in turns_plan:
+            before = worker.save(episode)
+            calls = []
+            for pos in positions:
+                node = chain.tools[pos]
+                tool = index.tools[node.split(".", 1)[1]]
+                try:
+                    args, prov = resolve_arguments(tool, node, chain, graph, history, before if not calls else
+                                                   worker.save(episode), index, values, rng)
+                except LookupError as exc:
+                    skipped.append(f"{tool['name']}: {exc}")
+                    continue
+                res = worker.call(episode, tool["name"], args)
+                if not res.get("ok"):
+                    skipped.append(f"{tool['name']}: {res.get('error', {}).get('message', 'error')}"[:200])
+                    continue
+                call = {"node": node, "name": tool["name"], "env_id": index.env_of[tool["name"]],
+                        "kind": tool["kind"], "arguments": args, "provenance": prov, "output": res["output"]}
+                calls.append(call)
+                history.append(call)
+            if not calls:
+                continue
+            after = worker.save(episode)
+            parts = [describe_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"])
+                     for c in calls]
+            summary = "; ".join(summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]),
+                                               c["arguments"], c["output"]) for c in calls)
+            result["turns"].append({
+                "turn_index": len(result["turns"]),
+                "query": join_sentences(parts),
+                "intent": [{"kind": c["kind"], "table": index.tools[c["name"]]["table"], "env_id": c["env_id"]}
+                           for c in calls],
+                "target_tools": [chain.tools[p].split(".", 1)[1] for p in positions],
+                "calls": calls,
+                "assistant_summary": summary[0].upper() + summary[1:] + ".",
+                "state_before": before,
+                "state_after": after,
+                "state_before_hash": state_hash(before),
+                "state_after_hash": state_hash(after),
+            })
+        final = worker.save(episode)
+    except WorkerCrashed as exc:
+        result["reasons"].append(f"worker crashed: {exc}")
+        return result
+    finally:
+        try:
+            worker.close_episode(episode)
+        except Exception:  # the worker may have been restarted; the episode is gone either way
+            pass
+    result["final_state"] = final
+    result["final_state_hash"] = state_hash(final)
+    result["skipped_calls"] = skipped
+    if len(result["turns"]) < config.min_turns:
+        result["reasons"].append(f"only {len(result['turns'])} turn(s) executed (minimum {config.min_turns})"
+                                 + (f"; skipped: {skipped[:3]}" if skipped else ""))
+        return result
+    result["status"] = "passed"
+    return result
+
+
+def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list[dict[str, Any]]:
+    """OpenAI chat messages of a trajectory: system, then per turn the user query, one assistant message
+    with ``tool_calls`` per call followed by its ``tool`` result, and the assistant's closing summary.
+
+    Tool-call arguments and tool results are JSON strings with UTF-8 kept as is.
+    """
+    import json
+
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    counter = 0
+    for turn in turns:
+        messages.append({"role": "user", "content": turn[query_field]})
+        for call in turn["calls"]:
+            counter += 1
+            call_id = f"call_{counter}"
+            messages.append({"role": "assistant", "content": "", "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]})
+            messages.append({"role": "tool", "tool_call_id": call_id, "name": call["name"],
+                             "content": json.dumps(call["output"], ensure_ascii=False)})
+        messages.append({"role": "assistant", "content": turn["assistant_summary"]})
+    return messages

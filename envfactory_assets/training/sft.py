@@ -1,0 +1,254 @@
+"""Supervised fine-tuning on tool-use conversations with TRL's ``SFTTrainer`` (CPU, float32).
+
+Rows are OpenAI-format conversations plus their tools. They are stored in a ``datasets.Dataset`` with
+``Json()`` features for the message columns, because ``Dataset.from_list`` would otherwise merge the
+argument dicts of different rows into one struct type and add ``null`` keys that the model then learns to
+emit (``shared/ARCHITECTURE.md``, "Training facts"). Tools travel as a JSON string, which TRL 1.16 decodes
+(``SFTTrainer._prepare_dataset.tokenize_fn``). Loss masking is done by TRL from the template's
+``{% generation %}`` markers (``assistant_only_loss``) and, for ``loss_on="last_turn"``, a
+prompt/completion split (``completion_only_loss``); tool results and user turns never carry loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
+from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
+
+LossOn = Literal["all_assistant", "last_turn"]
+TRAINING_CONFIG_FILE = "training_config.json"
+
+
+@dataclass(frozen=True)
+class SFTConfigSpec:
+    """What a caller chooses for one SFT run (everything else is fixed for CPU training).
+
+    Attributes:
+        max_steps: optimizer steps (default 12: a tiny CPU run, ~1-3 s/step for 135M parameters on 2 cores).
+        learning_rate: peak learning rate, linear decay (HF default). Default 5e-5 so a dozen steps move a
+            135M model; the paper uses 1e-6 for 1 epoch (``shared/ARCHITECTURE.md``, "Training in the paper").
+        per_device_train_batch_size: conversations per step (default 2).
+        gradient_accumulation_steps: micro-batches per optimizer step (default 1).
+        max_length: tokens per conversation after templating; longer ones are truncated (keep the start).
+        loss_on: ``"last_turn"`` (default, as in the paper: loss only on the assistant messages after the
+            last user message, i.e. the final turn's tool calls and answer) or ``"all_assistant"`` (every
+            assistant message of every turn). Tool results, user and system text never carry loss.
+        seed: seed for the trainer (data order, dropout) and ``transformers.set_seed``.
+    """
+
+    max_steps: int = 12
+    learning_rate: float = 5e-5
+    per_device_train_batch_size: int = 2
+    gradient_accumulation_steps: int = 1
+    max_length: int = 1024
+    loss_on: LossOn = "last_turn"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.loss_on not in ("all_assistant", "last_turn"):
+            raise ValueError(f"loss_on must be 'all_assistant' or 'last_turn', got {self.loss_on!r}")
+        for name in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not self.learning_rate > 0:
+            raise ValueError("learning_rate must be > 0")
+
+
+def _split_last_turn(messages: list[dict[str, Any]], row_id: str) -> tuple[list[dict], list[dict]]:
+    """(prompt, completion): prompt ends with the last user message; completion must hold an assistant message."""
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last_user is None:
+        raise ValueError(f"row {row_id!r}: no user message, cannot split off the last turn")
+    completion = messages[last_user + 1 :]
+    if not any(m.get("role") == "assistant" for m in completion):
+        raise ValueError(f"row {row_id!r}: no assistant message after the last user message")
+    return messages[: last_user + 1], completion
+
+
+def build_sft_records(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn") -> list[dict[str, Any]]:
+    """Turn SFT rows into TRL records.
+
+    Args:
+        rows: ``{"id": str, "messages": [OpenAI messages], "tools": [{"type": "function", "function":
+            {"name", "description", "parameters"}}]}``.
+        loss_on: see :class:`SFTConfigSpec`.
+
+    Returns:
+        ``{"messages": [...], "tools": json-str}`` (all_assistant) or ``{"prompt": [...], "completion":
+        [...], "tools": json-str}`` (last_turn), messages normalized by
+        :func:`~envfactory_assets.training.chat_template.normalize_messages`.
+
+    Raises:
+        ValueError: empty ``rows``, a row without an assistant message, or (last_turn) without a user
+            message before its last assistant turn; malformed tool-call arguments.
+    """
+    if not rows:
+        raise ValueError("no SFT rows")
+    records = []
+    for row in rows:
+        row_id = str(row.get("id", "?"))
+        messages = normalize_messages(row["messages"])
+        if not any(m.get("role") == "assistant" for m in messages):
+            raise ValueError(f"row {row_id!r}: no assistant message to learn from")
+        tools = json.dumps(row.get("tools") or [], ensure_ascii=False)
+        if loss_on == "last_turn":
+            prompt, completion = _split_last_turn(messages, row_id)
+            records.append({"prompt": prompt, "completion": completion, "tools": tools})
+        else:
+            records.append({"messages": messages, "tools": tools})
+    return records
+
+
+def build_sft_dataset(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn") -> Any:
+    """``datasets.Dataset`` of :func:`build_sft_records` with ``Json()`` message columns (no dict merging).
+
+    Raises:
+        ValueError: see :func:`build_sft_records`.
+    """
+    from datasets import Dataset, Features, Json, Value
+
+    records = build_sft_records(rows, loss_on)
+    columns = ["messages"] if loss_on == "all_assistant" else ["prompt", "completion"]
+    features = Features({**{c: Json() for c in columns}, "tools": Value("string")})
+    return Dataset.from_list(records, features=features)
+
+
+def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(out_dir),
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.per_device_train_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        max_length=config.max_length,
+        seed=config.seed,
+        data_seed=config.seed,
+        assistant_only_loss=True,
+        completion_only_loss=config.loss_on == "last_turn",
+        packing=False,
+        padding_free=False,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time
+        report_to="none",
+        save_strategy="no",  # saved once, at the end, by train_sft
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def _step_timer() -> Any:
+    """A ``TrainerCallback`` recording the wall time (s) of each optimizer step in ``.seconds``."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self._start = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+            self.seconds.append(round(time.perf_counter() - self._start, 3))
+
+    return StepTimer()
+
+
+def train_sft(
+    rows: list[dict[str, Any]],
+    base_model_dir: Path,
+    out_dir: Path,
+    config: SFTConfigSpec | None = None,
+) -> dict[str, Any]:
+    """Fine-tune the model in ``base_model_dir`` on ``rows`` and save it to ``out_dir``.
+
+    Args:
+        rows: SFT rows, see :func:`build_sft_records`.
+        base_model_dir: local HF model directory (e.g. from ``resolve_base_model``); its tokenizer gets the
+            tool chat template and a distinct pad token before training.
+        out_dir: receives ``model.safetensors``, config, tokenizer files and :data:`TRAINING_CONFIG_FILE`.
+        config: :class:`SFTConfigSpec` (defaults if None).
+
+    Returns:
+        ``{"train_loss": float (mean token NLL over the run, nats), "final_loss": float (last logged step),
+        "loss_history": [float per step], "steps": int, "seconds": float (wall time of ``train()``),
+        "seconds_per_step": float, "step_seconds": [float per optimizer step; the first ones include
+        warm-up], "examples": int (rows), "train_tokens": int (templated tokens in the prepared dataset),
+        "loss_tokens": int (tokens carrying loss)}``.
+
+    Raises:
+        ValueError: bad rows (see :func:`build_sft_records`) or every example masked out by truncation.
+    """
+    config = config or SFTConfigSpec()
+    out_dir = Path(out_dir)
+    base_model_dir = Path(base_model_dir)
+    dataset = build_sft_dataset(rows, config.loss_on)
+
+    force_offline()
+    import torch
+    import transformers
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    transformers.set_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
+    prepare_tokenizer(tokenizer, model)
+
+    timer = _step_timer()
+    trainer = SFTTrainer(
+        model=model,
+        args=_trl_config(out_dir, config),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    prepared = trainer.train_dataset
+    if len(prepared) == 0:
+        raise ValueError("every example was masked out (max_length too small?)")
+    train_tokens = sum(len(ids) for ids in prepared["input_ids"])
+    loss_tokens = sum(sum(label != -100 for label in labels) for labels in prepared["labels"])
+
+    started = time.perf_counter()
+    output = trainer.train()
+    seconds = time.perf_counter() - started
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+    trainer.save_model(str(out_dir))
+    tokenizer.save_pretrained(out_dir)
+    metrics = {
+        "train_loss": float(output.training_loss),
+        "final_loss": float(losses[-1]) if losses else float(output.training_loss),
+        "loss_history": [float(x) for x in losses],
+        "steps": int(output.global_step),
+        "seconds": round(seconds, 3),
+        "seconds_per_step": round(seconds / max(1, output.global_step), 3),
+        "step_seconds": timer.seconds,
+        "examples": len(rows),
+        "train_tokens": int(train_tokens),
+        "loss_tokens": int(loss_tokens),
+    }
+    record = {
+        "spec": dataclasses.asdict(config),
+        "base_model_dir": str(base_model_dir),
+        "base_model_sha256": model_hash(base_model_dir),
+        "chat_template_sha256": hashlib.sha256(TOOL_CHAT_TEMPLATE.encode()).hexdigest(),
+        "row_ids": [str(row.get("id")) for row in rows],
+        "metrics": metrics,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+    }
+    (out_dir / TRAINING_CONFIG_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+    return metrics

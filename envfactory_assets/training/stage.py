@@ -1,0 +1,69 @@
+"""The ``checkpoints`` stage: pick training rows and held-out prompts, run SFT, measure tool-call validity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from envfactory_assets.store.ids import content_id
+from envfactory_assets.training.base_model import model_hash, resolve_base_model
+from envfactory_assets.training.evaluate import tool_call_validity
+from envfactory_assets.training.sft import SFTConfigSpec, train_sft
+
+
+def _length(row: dict[str, Any]) -> int:
+    return len(json.dumps(row["messages"])) + len(json.dumps(row["tools"]))
+
+
+def pick_training_rows(sft_rows: list[dict[str, Any]], max_rows: int) -> list[dict[str, Any]]:
+    """The ``max_rows`` shortest SFT rows (CPU speed is set by prompt length), ties broken by id."""
+    return sorted(sft_rows, key=lambda r: (_length(r), r["id"]))[:max_rows]
+
+
+def held_out_prompts(rl_rows: list[dict[str, Any]], n: int, exclude_env_ids: set[str] | None = None) -> list[dict[str, Any]]:
+    """``n`` prompts from RL rows never used for SFT: first turns, shortest first.
+
+    Rows whose environments are in ``exclude_env_ids`` are skipped when enough others exist.
+    """
+    first = [r for r in rl_rows if r["turn_index"] == 0]
+    preferred = [r for r in first if not (set(r["env_ids"]) & (exclude_env_ids or set()))]
+    pool = preferred if len(preferred) >= n else first
+    chosen = sorted(pool, key=lambda r: (_length({"messages": r["prompt"], "tools": r["tools"]}), r["id"]))[:n]
+    return [{"id": r["id"], "messages": r["prompt"], "tools": r["tools"]} for r in chosen]
+
+
+def checkpoint_id(dataset_version: str, base_hash: str, config: dict[str, Any], row_ids: list[str]) -> str:
+    """Content id of a checkpoint: dataset version, base weights, training config and rows used."""
+    return content_id("ckpt", {"data": dataset_version, "base": base_hash, "config": config, "rows": sorted(row_ids)})
+
+
+def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]], base_model: str,
+                     models_dir: Path, checkpoints_dir: Path, config: SFTConfigSpec, max_train_rows: int,
+                     n_eval_prompts: int, dataset_version: str, log: Any = print) -> dict[str, Any]:
+    """Fine-tune ``base_model`` on the SFT rows and return a ``checkpoints`` row.
+
+    Raises:
+        ValueError: when there are no SFT rows to train on.
+    """
+    if not sft_rows:
+        raise ValueError("sft_dataset is empty: nothing to train on")
+    base_dir = resolve_base_model(base_model, models_dir)
+    base_hash = model_hash(base_dir)
+    train_rows = pick_training_rows(sft_rows, max_train_rows)
+    train_envs = {e for r in train_rows for e in r["env_ids"]}
+    prompts = held_out_prompts(rl_rows, n_eval_prompts, train_envs)
+    cfg = {k: getattr(config, k) for k in config.__dataclass_fields__}
+    ckpt = checkpoint_id(dataset_version, base_hash, {**cfg, "base_model": base_model}, [r["id"] for r in train_rows])
+    out_dir = checkpoints_dir / ckpt
+    log(f"evaluating the base model on {len(prompts)} held-out prompts")
+    before = tool_call_validity(base_dir, prompts) if prompts else {"share": None}
+    log(f"training {ckpt} on {len(train_rows)} rows for {config.max_steps} steps")
+    metrics = train_sft([{"id": r["id"], "messages": r["messages"], "tools": r["tools"]} for r in train_rows],
+                        base_dir, out_dir, config)
+    after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
+    metrics.update({"valid_tool_calls_before": before, "valid_tool_calls_after": after,
+                    "held_out_prompt_ids": [p["id"] for p in prompts]})
+    return {"id": ckpt, "sft_dataset_version": dataset_version, "sft_dataset_ids": [r["id"] for r in train_rows],
+            "base_model": base_model, "base_model_hash": base_hash, "config": cfg, "metrics": metrics,
+            "path": str(out_dir)}

@@ -1,0 +1,231 @@
+"""The one parser for tool calls in model output, and JSON-Schema validation of a parsed call.
+
+Text is only ever decoded with :mod:`json` (no ``eval``, no ``ast.literal_eval``): a model output that
+looks like code stays text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_TOOL_CALL_OPEN = "<tool_call>"
+_TOOL_CALL_CLOSE = "</tool_call>"
+# A block ends at its close tag, at the next open tag (unclosed block) or at the end of the text.
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+# Reasoning blocks (Qwen3 / DeepSeek <think>, other <thinking>/<reasoning> variants). Calls inside them are
+# drafts, not calls. An unclosed block runs to the end of the text.
+_REASONING_RE = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.DOTALL)
+# A close tag with no opening tag: the template put the opening tag into the prompt (Qwen3 style).
+_ORPHAN_REASONING_CLOSE_RE = re.compile(r"\A.*?</(?:think|thinking|reasoning)>", re.DOTALL)
+_FENCE_RE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
+_SPECIAL_TOKEN_RE = re.compile(r"<\|(?:im_end|im_start|endoftext|eot_id|end)\|>")
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """Outcome of :func:`parse_tool_calls`.
+
+    Attributes:
+        calls: ``[{"name": str, "arguments": dict}, ...]`` in output order.
+        format_errors: number of call blocks that could not be decoded into a call.
+        content: the text left after removing call blocks, reasoning blocks and end-of-turn tokens, stripped.
+    """
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    format_errors: int = 0
+    content: str = ""
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {token}")
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` that rejects NaN/Infinity; raises ValueError (JSONDecodeError is one) or RecursionError."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _decode_objects(text: str) -> list[Any] | None:
+    """Decode one or more JSON values separated by whitespace; None if anything else is in ``text``."""
+    decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    values, index, text = [], 0, text.strip()
+    try:
+        while index < len(text):
+            value, index = decoder.raw_decode(text, index)
+            values.append(value)
+            while index < len(text) and text[index].isspace():
+                index += 1
+    except (ValueError, RecursionError):
+        return None
+    return values or None
+
+
+def _as_call(obj: Any) -> dict[str, Any] | None:
+    """Normalize a decoded call object to ``{"name", "arguments"}``; None if it is not a well-formed call.
+
+    Accepted shapes: ``{"name", "arguments"|"parameters"}`` and OpenAI's
+    ``{"type": "function", "function": {"name", "arguments"}}``; arguments may be an object, a JSON string
+    holding an object, or absent/null/"" (empty arguments).
+    """
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    arguments = obj.get("arguments", obj.get("parameters"))
+    if arguments is None or arguments == "":
+        arguments = {}
+    elif isinstance(arguments, str):
+        try:
+            arguments = _loads(arguments)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return {"name": name.strip(), "arguments": arguments}
+
+
+def _calls_from_values(values: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    calls, errors = [], 0
+    for value in values:
+        call = _as_call(value)
+        if call is None:
+            errors += 1
+        else:
+            calls.append(call)
+    return calls, errors
+
+
+def _parse_openai_json(text: str) -> tuple[list[dict[str, Any]], int] | None:
+    """Parse a whole-text OpenAI-style JSON answer; None when the text is not call-shaped JSON.
+
+    Call-shaped: ``{"tool_calls": [...]}``, a single call object (has ``name`` or ``function``), or a
+    non-empty list of such objects. Fenced ```json blocks are unwrapped first.
+    """
+    fenced = _FENCE_RE.match(text)
+    if fenced:
+        text = fenced.group(1)
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        value = _loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, dict) and "tool_calls" in value:
+        entries = value["tool_calls"]
+        if not isinstance(entries, list):
+            return [], 1
+        return _calls_from_values(entries)
+    if isinstance(value, dict) and ("function" in value or ("name" in value and "arguments" in value)):
+        return _calls_from_values([value])
+    if isinstance(value, list) and value and all(
+        isinstance(v, dict) and ("function" in v or "name" in v) for v in value
+    ):
+        return _calls_from_values(value)
+    return None
+
+
+def parse_tool_calls(text: str) -> ParseResult:
+    """Extract tool calls from one model output.
+
+    Handles Hermes/Qwen ``<tool_call>{...}</tool_call>`` blocks (several per output, several JSON objects
+    per block, an unclosed final block), ``<think>``/``<thinking>``/``<reasoning>`` blocks (removed; calls
+    inside them are ignored), trailing text, arguments as an object or a JSON string, and OpenAI-style
+    JSON (``{"tool_calls": [{"type": "function", "function": {...}}]}``, a bare function object, or a list)
+    when the whole output is that JSON.
+
+    Args:
+        text: raw decoded model output (special tokens may or may not have been skipped).
+
+    Returns:
+        :class:`ParseResult`. Every ``<tool_call>`` block that does not decode to well-formed calls adds one
+        to ``format_errors`` (and contributes no call). Plain text or non-call JSON is content, not an error.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"expected str, got {type(text).__name__}")
+    body = _SPECIAL_TOKEN_RE.sub("", text)
+    body = _REASONING_RE.sub("", body)
+    body = _ORPHAN_REASONING_CLOSE_RE.sub("", body)
+
+    if _TOOL_CALL_OPEN not in body:
+        stripped = body.strip()
+        parsed = _parse_openai_json(stripped)
+        if parsed is not None:
+            calls, errors = parsed
+            return ParseResult(calls=calls, format_errors=errors, content="")
+        return ParseResult(content=stripped.replace(_TOOL_CALL_CLOSE, "").strip())
+
+    calls: list[dict[str, Any]] = []
+    errors = 0
+    content_parts: list[str] = []
+    last_end = 0
+    for match in _TOOL_CALL_RE.finditer(body):
+        content_parts.append(body[last_end : match.start()])
+        last_end = match.end()
+        inner = match.group(1)
+        closed = match.group(0).endswith(_TOOL_CALL_CLOSE)
+        values = _decode_objects(inner)
+        if values is None and not closed:
+            # Unclosed final block: accept one leading JSON object, the rest is trailing text.
+            try:
+                value, index = json.JSONDecoder(parse_constant=_reject_constant).raw_decode(inner.lstrip())
+                values = [value]
+                content_parts.append(inner.lstrip()[index:])
+            except (ValueError, RecursionError):
+                values = None
+        if values is None:
+            errors += 1
+            continue
+        block_calls, block_errors = _calls_from_values(values)
+        if block_errors:
+            errors += 1
+            continue
+        calls.extend(block_calls)
+    content_parts.append(body[last_end:])
+    content = "".join(content_parts).replace(_TOOL_CALL_CLOSE, "").strip()
+    return ParseResult(calls=calls, format_errors=errors, content=content)
+
+
+def _tool_name_and_schema(tool: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """Name and parameter schema of an OpenAI function tool or of a design.md ``ToolSpec``."""
+    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    schema = function.get("parameters") or function.get("input_schema") or {"type": "object"}
+    return function.get("name"), schema
+
+
+def validate_call(call: dict[str, Any], tools: list[dict[str, Any]]) -> list[str]:
+    """Check a parsed call against the available tools.
+
+    Args:
+        call: ``{"name": str, "arguments": dict}`` as produced by :func:`parse_tool_calls`.
+        tools: OpenAI function tools ``{"type": "function", "function": {"name", "description",
+            "parameters"}}`` or ``ToolSpec`` dicts (``name`` + ``input_schema``, see docs/design.md).
+
+    Returns:
+        Error messages; an empty list means the name exists and the arguments validate against the tool's
+        JSON Schema (the draft named by ``$schema``, else Draft 2020-12, via :mod:`jsonschema`).
+        An invalid tool schema is reported as an error rather than raised.
+    """
+    import jsonschema
+
+    name = call.get("name")
+    arguments = call.get("arguments")
+    by_name = dict(_tool_name_and_schema(tool) for tool in tools)
+    if name not in by_name:
+        return [f"unknown tool {name!r}"]
+    if not isinstance(arguments, dict):
+        return [f"arguments of {name!r} are not an object"]
+    schema = by_name[name]
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator_class.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [f"tool {name!r} has an invalid parameter schema: {exc.message}"]
+    validator = validator_class(schema)
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    return [f"{name}: {'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]

