@@ -57,6 +57,24 @@ def _selection(select: str | None) -> Any:
     return select
 
 
+def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str, Any]:
+    """Drop op config of assets outside ``selection``, so one config file serves every partial run."""
+    if not selection or "ops" not in run_config:
+        return run_config
+    import dagster as dg
+
+    from envfactory_assets.definitions import defs
+
+    graph = defs.get_repository_def().asset_graph
+    keys = dg.AssetSelection.from_coercible(selection).resolve(graph)
+    ops = set()
+    for key in keys:
+        node = graph.get(key).assets_def.node_def
+        ops.add(node.name)
+    kept = {op: cfg for op, cfg in run_config["ops"].items() if op in ops}
+    return {**run_config, "ops": kept}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Materialize the selected assets (default: all) in-process on the shared Dagster instance."""
     home = settings.envfactory_home()
@@ -74,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             [*ALL_ASSETS, *ALL_CHECKS],
             instance=instance,
             selection=_selection(args.select),
-            run_config=_load_run_config(args.config),
+            run_config=config_for_selection(_load_run_config(args.config), _selection(args.select)),
             resources=RESOURCES,
             raise_on_error=False,
         )

@@ -6,7 +6,7 @@ import dagster as dg
 
 from envfactory_assets.defs.envgen import assets as envgen_assets
 from envfactory_assets.defs.graph import assets as graph_assets
-from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend
+from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.defs.sources import assets as source_assets
 from envfactory_assets.defs.sql.assets import sql_assets
 from envfactory_assets.defs.synth import assets as synth_assets
@@ -22,7 +22,7 @@ full_pipeline_job = dg.define_asset_job(
 
 ALL_ASSETS = [*dg.load_assets_from_modules(_MODULES), *sql_assets]
 ALL_CHECKS = list(dg.load_asset_checks_from_modules(_MODULES))
-RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend()}
+RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend(), "verification_gate": VerificationGate()}
 
 defs = dg.Definitions(
     assets=ALL_ASSETS,

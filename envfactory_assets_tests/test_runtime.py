@@ -149,7 +149,7 @@ def noisy(state):
     return {"printed": True}
 '''
 
-FAST_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=20, call_timeout_s=0.5, kill_grace_s=0.5)
+FAST_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=20, call_timeout_s=0.5, kill_grace_s=1.0)
 
 
 def todo_state(*titles: str) -> dict:
@@ -364,7 +364,7 @@ def test_unstoppable_loop_kills_the_worker_which_restarts(fresh_worker: SandboxW
     episode = fresh_worker.open_episode({"chaos": {}})
     started = time.monotonic()
     result = fresh_worker.call(episode, "stubborn_spin")
-    assert time.monotonic() - started < FAST_LIMITS.call_timeout_s + FAST_LIMITS.kill_grace_s + 1.0
+    assert time.monotonic() - started < FAST_LIMITS.call_timeout_s + FAST_LIMITS.kill_grace_s + 2.0
     assert result["error"]["type"] == "timeout" and result["error"]["episode_lost"] is True
     assert fresh_worker.pid is None  # killed; restarted lazily
     with pytest.raises(EpisodeLost):
@@ -406,7 +406,7 @@ def test_cpu_limit_kills_a_runaway_request() -> None:
         episode = worker.open_episode({"chaos": {}})
         started = time.monotonic()
         result = worker.call(episode, "stubborn_spin")
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < limits.call_timeout_s  # the CPU limit struck first
         assert result["error"]["type"] == "crash" and "SIGXCPU" in result["error"]["message"]
 
 

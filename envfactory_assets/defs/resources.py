@@ -48,3 +48,9 @@ class ModelBackend(dg.ConfigurableResource):
     def require_programmatic(self) -> None:
         if self.backend != "programmatic":
             raise dg.Failure(f"model backend {self.backend!r} is not available yet; use 'programmatic'")
+
+
+class VerificationGate(dg.ConfigurableResource):
+    """Floor of the blocking pass-rate check on ``verified_environments`` (share of environments passing)."""
+
+    min_pass_rate: float = 0.8

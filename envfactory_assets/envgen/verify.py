@@ -20,6 +20,7 @@ with CPU, memory and per-call time limits.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ import jsonschema
 
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.errors import SandboxError
 from envfactory_assets.runtime.sandbox import (
     EnvironmentRejected,
     SandboxLimits,
@@ -254,10 +256,22 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
             values = ValueFactory(seed)
             plan: list[tuple[str, dict[str, Any]]] = []
             for tool in env["tools"]:
-                _check_tool(worker, env, tool, name, saved_state, base, values, report, plan)
+                try:
+                    _check_tool(worker, env, tool, name, saved_state, base, values, report, plan)
+                except SandboxError as exc:
+                    report.add(_classify(exc), False, str(exc), tool["name"], name)
             if name == "valid":
-                _check_replay_and_round_trip(worker, env, saved_state, plan, report)
+                try:
+                    _check_replay_and_round_trip(worker, env, saved_state, plan, report)
+                except SandboxError as exc:
+                    report.add(_classify(exc) if "save()" in str(exc) else "replay", False, str(exc), state=name)
     return report
+
+
+def _classify(exc: Exception) -> str:
+    """The check a sandbox error during a tool check belongs to: a state that does not survive
+    ``save`` then ``load`` (forks go through both) is a round-trip failure."""
+    return "round_trip" if "save()" in str(exc) or "load()" in str(exc) else "tool_valid"
 
 
 def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], state_name: str,
@@ -309,12 +323,17 @@ def _check_replay_and_round_trip(worker: SandboxWorker, env: dict[str, Any], sav
     try:
         out_a, hash_a, final = _run_plan(worker, env_id, saved, plan)
         out_b, hash_b, _ = _run_plan(worker, env_id, saved, plan)
-    except (WorkerCrashed, StateRejected) as exc:
+        # A second process with another hash seed: results must not depend on set order or str hashing.
+        other = dataclasses.replace(worker.limits, hash_seed=worker.limits.hash_seed + 1)
+        with SandboxWorker(other) as second:
+            second.load_environment(env_id, env["source"])
+            out_c, hash_c, _ = _run_plan(second, env_id, saved, plan)
+    except (WorkerCrashed, StateRejected, EnvironmentRejected) as exc:
         report.add("replay", False, f"replay failed: {exc}", state="valid")
         return
-    same = out_a == out_b and hash_a == hash_b
-    report.add("replay", same, "" if same else "the same calls on the same state gave different results",
-               state="valid")
+    same = out_a == out_b == out_c and hash_a == hash_b == hash_c
+    report.add("replay", same, "" if same else "the same calls on the same state gave different results"
+               + (" in another worker process" if hash_a == hash_b else ""), state="valid")
     try:
         episode = worker.open_episode({env_id: copy.deepcopy(final)})
     except StateRejected as exc:

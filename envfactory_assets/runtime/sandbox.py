@@ -64,6 +64,8 @@ class SandboxLimits:
         kill_grace_s: extra seconds the parent waits past a request's budget before it kills the
             worker (the worker first tries to stop the code itself and answer ``timeout``).
         startup_timeout_s: seconds a fresh worker may take to start and say it is ready.
+        hash_seed: ``PYTHONHASHSEED`` of the worker (string hashing, set order). Verification replays
+            in a second worker with another seed to catch tools whose results depend on it.
     """
 
     memory_mb: int = 1024
@@ -71,10 +73,13 @@ class SandboxLimits:
     call_timeout_s: float = 5.0
     kill_grace_s: float = 2.0
     startup_timeout_s: float = 30.0
+    hash_seed: int = 0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.hash_seed <= 4294967295:
+            raise ValueError("SandboxLimits.hash_seed must be in [0, 4294967295]")
         for field in dataclasses.fields(self):
-            if getattr(self, field.name) <= 0:
+            if field.name != "hash_seed" and getattr(self, field.name) <= 0:
                 raise ValueError(f"SandboxLimits.{field.name} must be positive")
 
 
@@ -494,7 +499,7 @@ class SandboxWorker:
         env = {
             "PATH": os.environ.get("PATH", os.defpath),
             "PYTHONPATH": python_path,
-            "PYTHONHASHSEED": "0",
+            "PYTHONHASHSEED": str(self.limits.hash_seed),
             "LC_ALL": "C.UTF-8",
         }
         proc = subprocess.Popen(  # noqa: S603 - fixed command, no shell

@@ -6,7 +6,7 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets.defs.common import data_version, status_counts
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.stage import environment_row, select_resources, verify_all
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
@@ -21,12 +21,11 @@ class EnvironmentsConfig(dg.Config):
 
 
 class VerificationConfig(dg.Config):
-    """Sandbox limits for verification and the pass-rate floor of the blocking gate."""
+    """Sandbox limits for verification (the pass-rate floor is the ``verification_gate`` resource)."""
 
     memory_mb: int = 1024
     cpu_seconds: int = 120
     call_timeout_s: float = 5.0
-    min_pass_rate: float = 0.8
     max_workers: int = 2
 
 
@@ -70,8 +69,10 @@ def verified_environments(context: dg.AssetExecutionContext, config: Verificatio
 
 
 @dg.asset_check(asset=verified_environments, blocking=True)
-def verified_pass_rate_above_floor(config: VerificationConfig, envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+def verified_pass_rate_above_floor(envfactory: EnvFactoryHome,
+                                   verification_gate: VerificationGate) -> dg.AssetCheckResult:
     """Blocking gate: the share of environments that pass verification is at least ``min_pass_rate``."""
     rate, n = pass_rate(envfactory.store())
-    return dg.AssetCheckResult(passed=n > 0 and rate >= config.min_pass_rate,
-                               metadata={"pass_rate": rate, "environments": n, "floor": config.min_pass_rate})
+    floor = verification_gate.min_pass_rate
+    return dg.AssetCheckResult(passed=n > 0 and rate >= floor,
+                               metadata={"pass_rate": rate, "environments": n, "floor": floor})

@@ -1,0 +1,151 @@
+"""The programmatic builder and the verification gate, with one mutation test per defect the gate claims to catch."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.verify import verify_environment
+from envfactory_assets.runtime.static_check import static_check
+from envfactory_assets.sources.names import TOOL_NAME_RE
+from envfactory_assets.sources.scan import SourceResource, inspect_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+def build(name: str) -> dict:
+    resource = inspect_file(FIXTURES / name, FIXTURES)
+    assert isinstance(resource, SourceResource), resource
+    return build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
+
+
+@pytest.fixture(scope="module")
+def bookshop() -> dict:
+    return build("bookshop.json")
+
+
+def test_tools_follow_http_semantics(bookshop):
+    kinds = {t["name"]: (t["kind"], t["table"]) for t in bookshop["tools"]}
+    assert kinds["list_authors"] == ("list", "authors")
+    assert kinds["create_author"] == ("create", "authors")
+    assert kinds["delete_author"] == ("delete", "authors")
+    # dotted operationIds are normalized; a missing one falls back to kind + resource
+    assert kinds["books_list"] == ("list", "books")
+    assert kinds["get_book"] == ("get", "books")
+    assert kinds["update_book"] == ("update", "books")
+    assert all(TOOL_NAME_RE.match(t["name"]) for t in bookshop["tools"])
+
+
+def test_tool_schemas_are_valid_json_schema_and_share_parameter_names(bookshop):
+    for tool in bookshop["tools"]:
+        jsonschema.Draft202012Validator.check_schema(tool["input_schema"])
+        jsonschema.Draft202012Validator.check_schema(tool["output_schema"])
+    create_book = next(t for t in bookshop["tools"] if t["name"] == "books_create")
+    get_author = next(t for t in bookshop["tools"] if t["name"] == "get_author")
+    # the foreign key of books and the key of authors carry the same name, so producers feed consumers
+    assert "author_id" in create_book["input_schema"]["required"]
+    assert "author_id" in get_author["input_schema"]["required"]
+    assert create_book["input_schema"]["properties"]["genre"]["enum"] == ["fiction", "poetry", "history", "science"]
+
+
+def test_initial_states_honour_types_enums_and_references(bookshop):
+    states = {s["name"]: s for s in bookshop["initial_states"]}
+    assert set(states) == {"valid", "boundary", "invalid"}
+    assert states["invalid"]["expect"] == "reject"
+    valid = states["valid"]["state"]
+    jsonschema.validate(valid, bookshop["state_schema"], format_checker=jsonschema.FormatChecker())
+    authors = {a["author_id"] for a in valid["tables"]["authors"]}
+    assert len(valid["tables"]["books"]) == 6
+    for book in valid["tables"]["books"]:
+        assert book["author_id"] in authors
+        assert book.get("genre", "fiction") in ("fiction", "poetry", "history", "science")
+        assert 0 <= book.get("price", 0) <= 500
+    assert all("@" in a["email"] for a in valid["tables"]["authors"] if "email" in a)
+    boundary = states["boundary"]["state"]
+    assert any(not row["name"].isascii() for row in boundary["tables"]["authors"])
+    assert all(len(row["name"]) <= 80 for row in boundary["tables"]["authors"])
+
+
+def test_generated_source_passes_the_static_check(bookshop):
+    assert static_check(bookshop["source"]) == []
+    assert "import" not in bookshop["source"]
+
+
+def test_quirky_spec_with_non_ascii_and_overlong_operation_ids():
+    env = build("calendar & tasks.json")
+    names = [t["name"] for t in env["tools"]]
+    assert "creer_calendrier" in names
+    assert all(TOOL_NAME_RE.match(n) and len(n) <= 64 for n in names)
+    assert len(set(names)) == len(names)
+    events = next(t for t in env["tools"] if t["kind"] == "create" and t["table"] == "events")
+    # nested collection: the parent's id becomes a required input; a field called "state" is renamed
+    assert "calendar_id" in events["input_schema"]["required"]
+    assert "state_value" in events["input_schema"]["properties"]
+
+
+def test_verification_passes_on_built_environments(bookshop):
+    report = verify_environment(bookshop)
+    assert report.status == "passed", report.reasons
+    checks = {c.check for c in report.checks}
+    assert {"static_check", "initial_state", "round_trip", "tool_valid", "tool_invalid", "output_schema",
+            "semantics", "replay"} <= checks
+
+
+# ----------------------------------------------------------------------------- mutation tests of the gate
+
+def mutate(env: dict, pattern: str, replacement: str) -> dict:
+    mutated = copy.deepcopy(env)
+    new_source, n = re.subn(pattern, replacement, mutated["source"], count=1, flags=re.S)
+    assert n == 1, f"mutation pattern {pattern!r} did not apply"
+    mutated["source"] = new_source
+    return mutated
+
+
+def failed_checks(env: dict) -> set[str]:
+    report = verify_environment(env)
+    assert report.status == "failed"
+    return {c.check for c in report.checks if not c.passed}
+
+
+def test_gate_rejects_a_tool_that_ignores_its_state(bookshop):
+    env = mutate(bookshop, r"def get_author\(state, author_id\):(.*?)return _get\(state, 'authors', author_id\)",
+                 "def get_author(state, author_id):\n    return {'author_id': author_id, 'name': 'Nobody', "
+                 "'created_at': '2025-01-01T00:00:00Z'}")
+    assert "semantics" in failed_checks(env)
+
+
+def test_gate_rejects_a_non_deterministic_tool(bookshop):
+    # set iteration order of strings depends on the process's hash seed: replays in two workers differ
+    env = mutate(bookshop, r"def create_author\(state, name, email=None, country=None\):\n(.*?)return _create\(",
+                 "def create_author(state, name, email=None, country=None):\n"
+                 "    country = '-'.join(list({'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta'}))\n"
+                 "    return _create(")
+    assert "replay" in failed_checks(env)
+
+
+def test_gate_rejects_an_output_that_breaks_its_schema(bookshop):
+    env = mutate(bookshop, r"return _get\(state, 'books', book_id\)",
+                 "return {**_get(state, 'books', book_id), 'rating': 'five stars'}")
+    assert "output_schema" in failed_checks(env)
+
+
+def test_gate_rejects_a_state_that_does_not_round_trip(bookshop):
+    env = mutate(bookshop, r'"meta": dict\(state\["meta"\]\)\}',
+                 '"meta": {k: v for k, v in state["meta"].items() if k != "seed"}}')
+    assert "round_trip" in failed_checks(env)
+
+
+def test_gate_rejects_an_environment_that_accepts_invalid_states(bookshop):
+    env = mutate(bookshop, r"            if key in keyed:\n.*?\n", "")
+    assert "initial_state" in failed_checks(env)
+
+
+def test_gate_rejects_code_that_fails_the_static_check(bookshop):
+    env = mutate(bookshop, r"^", "import os\n")
+    assert failed_checks(env) == {"static_check"}

