@@ -123,13 +123,14 @@ def object_schema(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str
         return object_schema(spec, schema.get("items"), depth + 1)
     properties: dict[str, Any] = {}
     required: list[str] = []
-    for member in schema.get("allOf", []) or []:
+    all_of = schema.get("allOf")
+    for member in all_of if isinstance(all_of, list) else []:
         sub = object_schema(spec, member, depth + 1)
         if sub:
             properties.update(sub["properties"])
             required.extend(sub["required"])
     for alt_key in ("oneOf", "anyOf"):
-        if not properties and schema.get(alt_key):
+        if not properties and isinstance(schema.get(alt_key), list):
             for member in schema[alt_key]:
                 sub = object_schema(spec, member, depth + 1)
                 if sub:
@@ -251,7 +252,7 @@ def _request_schema(spec: dict[str, Any], op: dict[str, Any]) -> Any:
     if not isinstance(content, dict):
         return None
     for media, entry in content.items():
-        if "json" in media and isinstance(entry, dict):
+        if isinstance(media, str) and "json" in media and isinstance(entry, dict):
             return entry.get("schema")
     return None
 
@@ -264,7 +265,7 @@ def _response_schema(spec: dict[str, Any], op: dict[str, Any]) -> Any:
         resp = deref(spec, responses.get(code))
         if isinstance(resp, dict) and isinstance(resp.get("content"), dict):
             for media, entry in resp["content"].items():
-                if "json" in media and isinstance(entry, dict):
+                if isinstance(media, str) and "json" in media and isinstance(entry, dict):
                     return entry.get("schema")
     return None
 

@@ -39,6 +39,10 @@ class Store:
         self.path = Path(path)
         self.retry_seconds = retry_seconds
 
+    def _require_exists(self) -> None:
+        if not self.path.exists():
+            raise FileNotFoundError(f"store {self.path} does not exist yet: run `envfactory run` first")
+
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection, retried while another process holds the file.
@@ -125,8 +129,12 @@ class Store:
         """Rows of ``table`` as dicts with JSON columns decoded; only current rows unless ``current=False``.
 
         ``where`` is an SQL predicate with ``?`` placeholders bound from ``params``.
+
+        Raises:
+            FileNotFoundError: if the store does not exist yet (a reader never creates it).
         """
         columns(table)
+        self._require_exists()
         source = f"current_{table}" if current else table
         sql = f"SELECT * FROM {source}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
         with self.connect(read_only=False) as con:

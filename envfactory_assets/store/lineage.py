@@ -23,6 +23,16 @@ def _by_ids(store: Store, table: str, ids: set[str]) -> list[dict[str, Any]]:
     return store.read(table, f"id IN ({marks})", sorted(ids), current=False)
 
 
+def _parents(store: Store, table: str, ids: set[str], checkpoint_id: str) -> list[dict[str, Any]]:
+    """The rows of ``table`` with ``ids``; raises LineageError naming the ids that are missing."""
+    rows = _by_ids(store, table, ids)
+    missing = sorted(ids - {r["id"] for r in rows})
+    if missing:
+        raise LineageError(f"broken lineage for {checkpoint_id}: {len(missing)} {table} row(s) missing, "
+                           f"e.g. {missing[:5]}")
+    return rows
+
+
 def checkpoint_lineage(store: Store, checkpoint_id: str) -> dict[str, Any]:
     """The lineage of ``checkpoint_id`` as a dict of counts, ids per stage and the source resources.
 
@@ -34,17 +44,15 @@ def checkpoint_lineage(store: Store, checkpoint_id: str) -> dict[str, Any]:
         known = [r["id"] for r in store.read("checkpoints", current=False)]
         raise LineageError(f"no checkpoint {checkpoint_id!r} in {store.path}; known: {known[:10]}")
     ckpt = ckpts[0]
-    sft = _by_ids(store, "sft_dataset", set(ckpt["sft_dataset_ids"]))
-    refined = _by_ids(store, "refined_trajectories", {r["refined_trajectory_id"] for r in sft})
-    raw = _by_ids(store, "raw_trajectories", {r["raw_trajectory_id"] for r in refined})
-    chains = _by_ids(store, "tool_chains", {r["tool_chain_id"] for r in raw})
-    verified = _by_ids(store, "verified_environments", {v for c in chains for v in c["verified_environment_ids"]})
-    envs = _by_ids(store, "environments", {v["environment_id"] for v in verified})
-    sources = _by_ids(store, "source_resources", {e["source_resource_id"] for e in envs})
-    expected = {"sft_dataset": len(set(ckpt["sft_dataset_ids"])), "source_resources": len({e["source_resource_id"] for e in envs})}
-    got = {"sft_dataset": len(sft), "source_resources": len(sources)}
-    if expected != got:
-        raise LineageError(f"broken lineage for {checkpoint_id}: expected {expected}, found {got}")
+    # Every link is checked: a parent id that is not stored is a broken store, not an empty lineage.
+    sft = _parents(store, "sft_dataset", set(ckpt["sft_dataset_ids"]), checkpoint_id)
+    refined = _parents(store, "refined_trajectories", {r["refined_trajectory_id"] for r in sft}, checkpoint_id)
+    raw = _parents(store, "raw_trajectories", {r["raw_trajectory_id"] for r in refined}, checkpoint_id)
+    chains = _parents(store, "tool_chains", {r["tool_chain_id"] for r in raw}, checkpoint_id)
+    verified = _parents(store, "verified_environments",
+                        {v for c in chains for v in c["verified_environment_ids"]}, checkpoint_id)
+    envs = _parents(store, "environments", {v["environment_id"] for v in verified}, checkpoint_id)
+    sources = _parents(store, "source_resources", {e["source_resource_id"] for e in envs}, checkpoint_id)
     return {
         "checkpoint": {k: ckpt[k] for k in ("id", "base_model", "base_model_hash", "sft_dataset_version", "path")},
         "counts": {"sft_dataset": len(sft), "refined_trajectories": len(refined), "raw_trajectories": len(raw),

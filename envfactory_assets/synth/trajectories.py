@@ -150,7 +150,25 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
                 args[name], prov[name] = rng.choice(rows)[name], {"source": "user"}
             continue
         args[name], prov[name] = values.value(name, schema, tool["table"]), {"source": "user"}
+    if tool["kind"] == "update" and key in args:
+        _make_update_change_something(tool, key, args, prov, saved, index, values)
     return args, prov
+
+
+def _make_update_change_something(tool: dict[str, Any], key: str, args: dict[str, Any], prov: dict[str, Any],
+                                  saved: dict[str, Any], index: ToolIndex, values: ValueFactory) -> None:
+    """An update whose values equal the row's current ones is a no-op task: give one field a new value."""
+    row = next((r for r in _state_rows(saved, index, tool) if r.get(key) == args[key]), None)
+    if row is None or any(row.get(k) != v for k, v in args.items() if k != key):
+        return
+    meta = index.table_meta(tool)
+    editable = [p for p in tool["input_schema"]["properties"] if p != key and p not in meta["foreign_keys"]]
+    for name in editable:
+        for _ in range(10):
+            value = values.value(name, tool["input_schema"]["properties"][name], tool["table"])
+            if value != row.get(name):
+                args[name], prov[name] = value, {"source": "user"}
+                return
 
 
 def _type_ok(value: Any, schema: dict[str, Any]) -> bool:

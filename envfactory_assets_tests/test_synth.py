@@ -1,0 +1,161 @@
+"""Trajectory synthesis, refinement and datasets on environments built from the fixture specs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
+from envfactory_assets.graph.embeddings import MiniLMEmbedder
+from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.synth.datasets import essential_calls, replay_check, rl_rows, sft_row, split_of
+from envfactory_assets.synth.refine import refine_turns
+from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
+from envfactory_assets.synth.turns import split_turns
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+@pytest.fixture(scope="module")
+def environments() -> dict:
+    envs = {}
+    for name in ("bookshop.json", "calendar & tasks.json"):
+        resource = inspect_file(FIXTURES / name, FIXTURES)
+        env = build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
+        envs[env["env_id"]] = env
+    return envs
+
+
+@pytest.fixture(scope="module")
+def graph(environments):
+    return build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
+
+
+@pytest.fixture(scope="module")
+def worker(environments):
+    with SandboxWorker() as w:
+        for env_id, env in environments.items():
+            w.load_environment(env_id, env["source"])
+        yield w
+
+
+@pytest.fixture(scope="module")
+def trajectories(environments, graph, worker) -> list[dict]:
+    chains = sample_chains(graph, 30, "test", SamplerConfig(min_tools=3))
+    assert len(chains) >= 10
+    return [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
+
+
+def test_split_turns_follows_the_paper_rule():
+    rng = random.Random(0)
+    for n in range(0, 16):
+        turns = split_turns(n, rng)
+        assert [i for t in turns for i in t] == list(range(n))
+        assert all(1 <= len(t) <= 5 for t in turns)
+    assert split_turns(12, random.Random(3)) == split_turns(12, random.Random(3))
+    assert all(len(split_turns(6, random.Random(s), min_turns=2)) >= 2 for s in range(50))
+    with pytest.raises(ValueError):
+        split_turns(-1, rng)
+
+
+def test_trajectories_execute_with_valid_arguments_and_consistent_states(trajectories, environments):
+    passed = [t for t in trajectories if t["status"] == "passed"]
+    assert len(passed) >= len(trajectories) // 2
+    tools = {t["name"]: t for env in environments.values() for t in env["tools"]}
+    for traj in passed:
+        assert len(traj["turns"]) >= 2
+        assert traj["turns"][0]["state_before_hash"] == traj["initial_state_hash"]
+        assert traj["turns"][-1]["state_after_hash"] == traj["final_state_hash"] == state_hash(traj["final_state"])
+        flat = [c for t in traj["turns"] for c in t["calls"]]
+        for prev, nxt in zip(traj["turns"], traj["turns"][1:]):
+            assert prev["state_after_hash"] == nxt["state_before_hash"]
+        for call in flat:
+            jsonschema.validate(call["arguments"], tools[call["name"]]["input_schema"])
+            jsonschema.validate(call["output"], tools[call["name"]]["output_schema"])
+            for arg, prov in call["provenance"].items():
+                if prov["source"] == "output":  # the value really came from that earlier output
+                    producer = flat[prov["call"]]["output"]
+                    path = prov["path"]
+                    if "[" in path:
+                        array, rest = path.split("[", 1)
+                        idx, field = rest.split("].")
+                        assert producer[array][int(idx)][field] == call["arguments"][arg]
+                    else:
+                        assert producer[path] == call["arguments"][arg]
+        for turn in traj["turns"]:
+            assert turn["query"].endswith(".") and turn["target_tools"]
+
+
+def test_a_failed_trajectory_says_why(environments, graph, worker):
+    chain = sample_chains(graph, 1, "one", SamplerConfig(min_tools=2))[0]
+    result = synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=50))
+    assert result["status"] == "failed" and "minimum 50" in result["reasons"][0]
+
+
+def test_refinement_replaces_identifiers_with_obtainable_references(trajectories, environments):
+    applied = 0
+    for traj in (t for t in trajectories if t["status"] == "passed"):
+        refined, ops = refine_turns(traj["turns"], environments)
+        flat = [c for t in traj["turns"] for c in t["calls"]]
+        for op in ops:
+            if op["operator"] != "implicit_reference":
+                continue
+            applied += 1
+            turn = refined[op["turn"]]
+            assert json.dumps(op["value"]) not in json.dumps(turn["query"]), "literal id still in the query"
+            assert op["reference"] in turn["query"]
+            earlier = json.dumps([c["output"] for c in flat[: op["call"]]], ensure_ascii=False)
+            assert json.dumps(op["value"], ensure_ascii=False) in earlier
+            assert turn["query_raw"] != turn["query"]
+        # refinement changes words, never calls
+        assert [c["arguments"] for t in refined for c in t["calls"]] == [c["arguments"] for c in flat]
+    assert applied > 0
+
+
+def test_rl_rows_replay_exactly_and_tampering_is_caught(trajectories, environments, worker):
+    rows = [r for t in trajectories if t["status"] == "passed" for r in rl_rows(t, environments)]
+    assert rows
+    assert all(replay_check(r, worker) is None for r in rows)
+    writer = next(r for r in rows if r["changes_state"])
+    tampered = copy.deepcopy(writer)
+    tampered["gold_calls"] = [c for c in tampered["gold_calls"]
+                              if not any(c["name"] == t["name"] and not t["read_only"]
+                                         for e in environments.values() for t in e["tools"])]
+    assert replay_check(tampered, worker) is not None
+    noop = {**copy.deepcopy(writer), "final_state_hash": state_hash(writer["initial_state"])}
+    assert "no-op" in replay_check(noop, worker)
+
+
+def test_essential_calls_keep_writes_and_consumed_reads():
+    calls = [
+        {"kind": "list", "provenance": {}},
+        {"kind": "get", "provenance": {"book_id": {"source": "output", "call": 0, "path": "items[0].book_id"}}},
+        {"kind": "delete", "provenance": {"book_id": {"source": "output", "call": 1, "path": "book_id"}}},
+        {"kind": "list", "provenance": {}},
+    ]
+    assert essential_calls(calls, 0) == [0, 1, 2]
+    assert essential_calls([{"kind": "list", "provenance": {}}, {"kind": "get", "provenance": {}}], 0) == [1]
+
+
+def test_sft_messages_are_openai_chat_with_json_string_arguments(trajectories, environments):
+    traj = next(t for t in trajectories if t["status"] == "passed")
+    row = sft_row(traj, environments)
+    assert row["messages"][0]["role"] == "system"
+    calls = [m for m in row["messages"] if m.get("tool_calls")]
+    assert calls and all(isinstance(m["tool_calls"][0]["function"]["arguments"], str) for m in calls)
+    tool_msgs = [m for m in row["messages"] if m["role"] == "tool"]
+    assert len(tool_msgs) == len(calls)
+    messages = to_messages([{"query": "Créer «café»", "assistant_summary": "ok", "calls": [
+        {"name": "x", "arguments": {"title": "東京"}, "output": {"ok": "é"}}]}])
+    assert "東京" in messages[2]["tool_calls"][0]["function"]["arguments"]
+    assert split_of("raw_1") == split_of("raw_1") and {split_of(f"r{i}") for i in range(50)} == {"sft", "rl"}
