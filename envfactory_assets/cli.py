@@ -103,8 +103,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"failed checks: {failed_checks}")
     from envfactory_assets.store.db import Store
 
-    for table, n in Store(settings.store_path(home)).counts().items():
-        print(f"  {table:<24} {n}")
+    if settings.store_path(home).exists():
+        for table, n in Store(settings.store_path(home)).counts().items():
+            print(f"  {table:<24} {n}")
     return 0 if result.success and not failed_checks else 1
 
 
@@ -136,6 +137,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the Markdown report of the store (to stdout or ``--output``)."""
+    from envfactory_assets.store.db import Store
+    from envfactory_assets.store.report import run_report
+
+    try:
+        text = run_report(Store(settings.store_path()))
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     """Start the Dagster UI on localhost with ``DAGSTER_HOME`` inside ``ENVFACTORY_HOME``."""
     prepare_dagster_home(settings.envfactory_home())
@@ -159,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     lin.set_defaults(func=cmd_lineage)
     st = sub.add_parser("status", help="row counts of the store")
     st.set_defaults(func=cmd_status)
+    rep = sub.add_parser("report", help="Markdown report of what the store holds")
+    rep.add_argument("--output", help="write to this file instead of stdout")
+    rep.set_defaults(func=cmd_report)
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)

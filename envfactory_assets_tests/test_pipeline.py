@@ -147,3 +147,13 @@ def test_asset_graph_snapshot():
     checks = {k.to_user_string() for k in graph.asset_check_keys}
     assert "verified_environments:verified_pass_rate_above_floor" in checks
     assert "rl_dataset:rl_rows_replay_exactly" in checks
+
+
+def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    out = tmp_path / "report.md"
+    assert cli_main(["report", "--output", str(out)]) == 0
+    text = out.read_text()
+    n_raw = store.counts()["raw_trajectories"]
+    assert f"| passed | {n_raw} |" in text
+    assert "| ecommerce_retail | 1 | 1 |" in text and "implicit_reference" in text

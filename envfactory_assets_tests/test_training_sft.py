@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 
 import pytest
 
@@ -61,6 +62,8 @@ CRM_TOOLS = [
 
 _NAMES = ["Acme Robotics", "Müller & Söhne GmbH", "Blue Harbor Foods", "Nordlicht Analytics", "Sakura Textiles",
           "Crédit Lumière", "Pine Ridge Retail", "Atlas Freight", "Zürich Labs", "Orbit Payments"]
+_HELD_OUT_NAMES = ["Kestrel Biotech", "Ñandú Logística", "Harbor & Pine", "Volta Grid", "Øresund Shipping",
+                   "Maple Leaf Dental", "Quill Publishing", "Tanaka Motors", "Riverstone Bank", "Helix Games"]
 _INDUSTRIES = ["software", "retail", "finance"]
 
 
@@ -68,9 +71,9 @@ def _call(call_id: str, name: str, arguments: dict) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
-def _exchange(i: int) -> tuple[str, dict, dict, str]:
+def _exchange(i: int, names: list[str] = _NAMES) -> tuple[str, dict, dict, str]:
     """(user text, call, tool result, final answer) for variant ``i`` of three realistic CRM requests."""
-    name, industry = _NAMES[i % len(_NAMES)], _INDUSTRIES[i % len(_INDUSTRIES)]
+    name, industry = names[i % len(names)], _INDUSTRIES[i % len(_INDUSTRIES)]
     company_id = f"cmp_{40 + 7 * i:04d}"
     kind = i % 3
     if kind == 0:
@@ -88,7 +91,7 @@ def _exchange(i: int) -> tuple[str, dict, dict, str]:
             {"company_id": company_id, "name": name, "industry": industry, "website": None},
             f"{company_id} is {name}, in {industry}.",
         )
-    website = name.split()[0].lower().replace("ü", "u").replace("é", "e") + ".example"
+    website = unicodedata.normalize("NFKD", name.split()[0].lower()).encode("ascii", "ignore").decode() + ".example"
     return (
         f"Add a new company called {name} with website {website}.",
         _call(f"c{i}", "create_company", {"name": name, "website": website}),
@@ -110,8 +113,8 @@ def crm_row(i: int) -> dict:
 
 
 def crm_prompt(i: int) -> dict:
-    """A held-out evaluation prompt (same phrasing as the rows, other values)."""
-    user, _, _, _ = _exchange(i)
+    """A held-out evaluation prompt (same phrasing as the rows; company names never used in rows)."""
+    user, _, _, _ = _exchange(i, _HELD_OUT_NAMES)
     return {"messages": [{"role": "user", "content": user}], "tools": CRM_TOOLS}
 
 

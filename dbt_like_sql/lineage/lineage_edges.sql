@@ -1,4 +1,4 @@
--- depends_on: checkpoints, sft_dataset, refined_trajectories, raw_trajectories, tool_chains, verified_environments, environments, source_resources
+-- depends_on: checkpoints, sft_dataset, rl_dataset, refined_trajectories, raw_trajectories, tool_chains, verified_environments, environments, source_resources
 -- One row per parent -> child link across every stage (all versions, superseded ones included).
 SELECT 'sft_dataset' AS child_table, s.id AS child_id, 'refined_trajectories' AS parent_table, s.refined_trajectory_id AS parent_id FROM sft_dataset s
 UNION ALL SELECT 'rl_dataset', r.id, 'refined_trajectories', r.refined_trajectory_id FROM rl_dataset r

@@ -154,5 +154,7 @@ class Store:
         """Current row count of every table (0 for tables not written yet)."""
         from envfactory_assets.store.schema import TABLES
 
+        if not self.path.exists():
+            raise FileNotFoundError(f"store {self.path} does not exist yet: run `envfactory run` first")
         with self.connect() as con:
             return {t: con.execute(f"SELECT count(*) FROM current_{t}").fetchone()[0] for t in TABLES}

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
 from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
+from envfactory_assets.training.threads import torch_threads
 
 LossOn = Literal["all_assistant", "last_turn"]
 TRAINING_CONFIG_FILE = "training_config.json"
@@ -162,6 +163,7 @@ def _step_timer() -> Any:
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
             self.seconds.append(round(time.perf_counter() - self._start, 3))
+            self.threads = __import__("torch").get_num_threads()
 
     return StepTimer()
 
@@ -171,6 +173,8 @@ def train_sft(
     base_model_dir: Path,
     out_dir: Path,
     config: SFTConfigSpec | None = None,
+    *,
+    num_threads: int | None = None,
 ) -> dict[str, Any]:
     """Fine-tune the model in ``base_model_dir`` on ``rows`` and save it to ``out_dir``.
 
@@ -180,13 +184,15 @@ def train_sft(
             tool chat template and a distinct pad token before training.
         out_dir: receives ``model.safetensors``, config, tokenizer files and :data:`TRAINING_CONFIG_FILE`.
         config: :class:`SFTConfigSpec` (defaults if None).
+        num_threads: torch threads while training; None = free cores (see ``threads.py``). An execution
+            detail, deliberately not part of :class:`SFTConfigSpec`.
 
     Returns:
         ``{"train_loss": float (mean token NLL over the run, nats), "final_loss": float (last logged step),
         "loss_history": [float per step], "steps": int, "seconds": float (wall time of ``train()``),
         "seconds_per_step": float, "step_seconds": [float per optimizer step; the first ones include
-        warm-up], "examples": int (rows), "train_tokens": int (templated tokens in the prepared dataset),
-        "loss_tokens": int (tokens carrying loss)}``.
+        warm-up], "threads": int, "examples": int (rows), "train_tokens": int (templated tokens in the
+        prepared dataset), "loss_tokens": int (tokens carrying loss)}``.
 
     Raises:
         ValueError: bad rows (see :func:`build_sft_records`) or every example masked out by truncation.
@@ -222,9 +228,10 @@ def train_sft(
     train_tokens = sum(len(ids) for ids in prepared["input_ids"])
     loss_tokens = sum(sum(label != -100 for label in labels) for labels in prepared["labels"])
 
-    started = time.perf_counter()
-    output = trainer.train()
-    seconds = time.perf_counter() - started
+    with torch_threads(num_threads) as threads:
+        started = time.perf_counter()
+        output = trainer.train()
+        seconds = time.perf_counter() - started
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
     trainer.save_model(str(out_dir))
@@ -237,6 +244,7 @@ def train_sft(
         "seconds": round(seconds, 3),
         "seconds_per_step": round(seconds / max(1, output.global_step), 3),
         "step_seconds": timer.seconds,
+        "threads": threads,
         "examples": len(rows),
         "train_tokens": int(train_tokens),
         "loss_tokens": int(loss_tokens),

@@ -12,13 +12,33 @@ from envfactory_assets.training.evaluate import tool_call_validity
 from envfactory_assets.training.sft import SFTConfigSpec, train_sft
 
 
+CHARS_PER_TOKEN = 3.0  # rough, for JSON-heavy chat text with the SmolLM2 tokenizer
+
+
 def _length(row: dict[str, Any]) -> int:
     return len(json.dumps(row["messages"])) + len(json.dumps(row["tools"]))
 
 
+def first_turns(row: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """The row cut after its last whole turn that fits ``max_tokens`` (estimated from characters).
+
+    A turn ends with the assistant's closing message, so the cut conversation still ends on an
+    assistant turn (loss on the last turn stays meaningful). At least one turn is always kept.
+    """
+    budget = max_tokens * CHARS_PER_TOKEN - len(json.dumps(row["tools"]))
+    messages = row["messages"]
+    ends = [i for i, m in enumerate(messages) if m["role"] == "assistant" and not m.get("tool_calls")]
+    keep = ends[0] if ends else len(messages) - 1
+    for end in ends:
+        if len(json.dumps(messages[: end + 1])) <= budget:
+            keep = end
+    return {**row, "messages": messages[: keep + 1]}
+
+
 def pick_training_rows(sft_rows: list[dict[str, Any]], max_rows: int) -> list[dict[str, Any]]:
-    """The ``max_rows`` shortest SFT rows (CPU speed is set by prompt length), ties broken by id."""
-    return sorted(sft_rows, key=lambda r: (_length(r), r["id"]))[:max_rows]
+    """The ``max_rows`` SFT rows with the fewest tools and shortest text (CPU speed is set by prompt
+    length), ties broken by id."""
+    return sorted(sft_rows, key=lambda r: (len(r["tools"]), _length(r), r["id"]))[:max_rows]
 
 
 def held_out_prompts(rl_rows: list[dict[str, Any]], n: int, exclude_env_ids: set[str] | None = None) -> list[dict[str, Any]]:
@@ -59,8 +79,9 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     log(f"evaluating the base model on {len(prompts)} held-out prompts")
     before = tool_call_validity(base_dir, prompts) if prompts else {"share": None}
     log(f"training {ckpt} on {len(train_rows)} rows for {config.max_steps} steps")
-    metrics = train_sft([{"id": r["id"], "messages": r["messages"], "tools": r["tools"]} for r in train_rows],
-                        base_dir, out_dir, config)
+    examples = [first_turns({"id": r["id"], "messages": r["messages"], "tools": r["tools"]}, config.max_length)
+                for r in train_rows]
+    metrics = train_sft(examples, base_dir, out_dir, config)
     after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": before, "valid_tool_calls_after": after,
                     "held_out_prompt_ids": [p["id"] for p in prompts]})

@@ -1,0 +1,64 @@
+"""A Markdown report of what a run stored: per-domain environments, trajectories, datasets, checkpoints.
+
+Everything in it is queried from the store, so the numbers in the docs come from the pipeline itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envfactory_assets.store.db import Store
+
+
+def _table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def run_report(store: Store) -> str:
+    """The report as Markdown. Raises FileNotFoundError when the store does not exist."""
+    with store.connect(read_only=True) as con:
+        q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+        sources = q("SELECT count(*) FROM current_source_resources")[0][0]
+        rejected = q("SELECT reason, count(*) FROM current_rejected_resources GROUP BY 1 ORDER BY 2 DESC")
+        envs = q("""SELECT e.domain, count(*), count(*) FILTER (WHERE v.status = 'passed'),
+                           sum(e.n_tools) FILTER (WHERE v.status = 'passed')
+                    FROM current_environments e LEFT JOIN current_verified_environments v ON v.environment_id = e.id
+                    GROUP BY 1 ORDER BY 1""")
+        chains = q("SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
+                   "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2")
+        turns = q("SELECT n_turns, count(*) FROM current_raw_trajectories WHERE status = 'passed' GROUP BY 1 ORDER BY 1")
+        calls = q("SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
+                  "WHERE status = 'passed'")
+        traj = q("SELECT status, count(*) FROM current_raw_trajectories GROUP BY 1 ORDER BY 1")
+        ops = q("SELECT o->>'operator', count(*) FROM current_refined_trajectories, "
+                "unnest(CAST(operators AS JSON[])) AS t(o) GROUP BY 1 ORDER BY 1")
+        example = q("SELECT t->>'query_raw', t->>'query' FROM current_refined_trajectories, "
+                    "unnest(CAST(turns AS JSON[])) AS u(t) WHERE json_array_length(t->'operators') > 0 "
+                    "ORDER BY length(t->>'query') LIMIT 1")
+        sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
+        rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
+        ckpts = q("SELECT id, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
+                  "metrics->'valid_tool_calls_before'->>'share', metrics->'valid_tool_calls_after'->>'share', "
+                  "json_array_length(sft_dataset_ids) FROM checkpoints ORDER BY written_at DESC LIMIT 5")
+    parts = [
+        "# Default run", "",
+        "Produced by `envfactory report` from the store of a run; every number below is a query.", "",
+        f"Source resources accepted: **{sources}**; rejected by reason:", "",
+        _table(rejected, ("reason", "documents")), "",
+        "## Environments per domain", "",
+        _table(envs, ("domain", "built", "passed verification", "tools (passed)")), "",
+        "## Tool chains", "", _table(chains, ("sampler", "status", "chains", "mean tools", "mean servers")), "",
+        "## Trajectories", "", _table(traj, ("status", "trajectories")), "",
+        "Turns per passed trajectory:", "", _table(turns, ("turns", "trajectories")), "",
+        "Calls per passed trajectory (min / mean / max): " + " / ".join(str(v) for v in calls[0]), "",
+        "Refinement operators applied:", "", _table(ops, ("operator", "applications")), "",
+    ]
+    if example:
+        parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
+    parts += [f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**.", "",
+              "## Checkpoints", "",
+              _table(ckpts, ("id", "base model", "steps", "train loss", "valid tool calls before",
+                             "valid tool calls after", "training rows")), ""]
+    return "\n".join(parts)
