@@ -7,12 +7,14 @@ Runs launched here go to the same Dagster instance as the UI (``DAGSTER_HOME`` i
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from envfactory_assets import settings
 
@@ -42,9 +44,14 @@ def _load_run_config(path: str | None) -> dict[str, Any]:
         return {}
     import yaml
 
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
-        raise SystemExit(f"--config {path}: expected a YAML mapping of run config, got {type(data).__name__}")
+        raise UsageError(f"--config {path}: expected a YAML mapping of run config, got {type(data).__name__}")
     return data
 
 
@@ -57,42 +64,94 @@ def _selection(select: str | None) -> Any:
     return select
 
 
+class UsageError(Exception):
+    """A command-line input that cannot be used; the message names the input and the problem."""
+
+
+def _op_names(keys: Any = None) -> set[str]:
+    from envfactory_assets.definitions import defs
+
+    graph = defs.get_repository_def().asset_graph
+    return {graph.get(k).assets_def.node_def.name for k in (keys if keys is not None else graph.get_all_asset_keys())}
+
+
 def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str, Any]:
-    """Drop op config of assets outside ``selection``, so one config file serves every partial run."""
-    if not selection or "ops" not in run_config:
+    """Drop op config of assets outside ``selection``, so one config file serves every partial run.
+
+    Raises:
+        UsageError: ``ops`` is not a mapping, names an op the graph does not have, or the selection is invalid.
+    """
+    ops_config = run_config.get("ops", {})
+    if not isinstance(ops_config, dict):
+        raise UsageError(f"config 'ops' must be a mapping of asset name to config, got {type(ops_config).__name__}")
+    unknown = sorted(set(ops_config) - _op_names())
+    if unknown:
+        raise UsageError(f"config names unknown assets {unknown}; known: {sorted(_op_names())}")
+    if not selection:
         return run_config
     import dagster as dg
 
     from envfactory_assets.definitions import defs
 
-    graph = defs.get_repository_def().asset_graph
-    keys = dg.AssetSelection.from_coercible(selection).resolve(graph)
-    ops = set()
-    for key in keys:
-        node = graph.get(key).assets_def.node_def
-        ops.add(node.name)
-    kept = {op: cfg for op, cfg in run_config["ops"].items() if op in ops}
-    return {**run_config, "ops": kept}
+    try:
+        keys = dg.AssetSelection.from_coercible(selection).resolve(defs.get_repository_def().asset_graph)
+    except Exception as exc:  # Dagster raises several error types for a bad selection
+        raise UsageError(f"--select {selection!r} is not a valid asset selection: {exc}") from None
+    if not keys:
+        raise UsageError(f"--select {selection!r} selects no asset")
+    selected = _op_names(keys)
+    return {**run_config, "ops": {op: cfg for op, cfg in ops_config.items() if op in selected}}
+
+
+@contextlib.contextmanager
+def run_lock(home: Path) -> Iterator[None]:
+    """Hold ``$ENVFACTORY_HOME/run.lock`` for a whole run: a second run on the same store stops at once
+    with a clear message instead of interleaving its steps with the first."""
+    lock_path = home / "run.lock"
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise UsageError(f"another envfactory run holds {lock_path} ({handle.read().strip() or 'pid unknown'}); "
+                             "wait for it to finish") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Materialize the selected assets (default: all) in-process on the shared Dagster instance."""
     home = settings.envfactory_home()
+    if home.exists() and not home.is_dir():
+        raise UsageError(f"ENVFACTORY_HOME={home} is a file, not a folder")
+    run_config = config_for_selection(_load_run_config(args.config), _selection(args.select))
+    corpus_override = run_config.get("ops", {}).get("source_resources", {}).get("config", {}).get("corpus_dir")
+    if not settings.corpus_dir(home).is_dir() and not corpus_override:
+        raise UsageError(f"the OpenAPI corpus is not installed at {settings.corpus_dir(home)}; run scripts/setup.sh "
+                         "(or set ops.source_resources.config.corpus_dir)")
+    home.mkdir(parents=True, exist_ok=True)
+    with run_lock(home):
+        return _materialize(home, args.select, run_config)
+
+
+def _materialize(home: Path, select: str | None, run_config: dict[str, Any]) -> int:
     prepare_dagster_home(home)
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
 
-    if not settings.corpus_dir(home).is_dir() and not args.allow_missing_corpus:
-        print(f"error: the OpenAPI corpus is not installed at {settings.corpus_dir(home)}; run scripts/setup.sh",
-              file=sys.stderr)
-        return 2
     with dg.DagsterInstance.get() as instance:
         result = dg.materialize(
             [*ALL_ASSETS, *ALL_CHECKS],
             instance=instance,
-            selection=_selection(args.select),
-            run_config=config_for_selection(_load_run_config(args.config), _selection(args.select)),
+            selection=_selection(select),
+            run_config=run_config,
             resources=RESOURCES,
             raise_on_error=False,
         )
@@ -169,7 +228,6 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="materialize assets (default: the whole graph)")
     run.add_argument("--select", help="Dagster asset selection, e.g. 'source_resources+' or 'tool_graph'")
     run.add_argument("--config", help="YAML file of run config (ops: {asset: {config: {...}}})")
-    run.add_argument("--allow-missing-corpus", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
     lin = sub.add_parser("lineage", help="trace a checkpoint back to its source resources")
     lin.add_argument("checkpoint_id")
@@ -188,7 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,12 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
-import orjson
-
 from envfactory_assets.envgen.builder import BuildError, build_environment
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxLimits
-from envfactory_assets.sources.openapi import SpecError
+from envfactory_assets.sources.scan import load_document
 from envfactory_assets.store.ids import content_id
 
 ENV_FIELDS = ("tools", "tables", "state_schema", "source", "initial_states")
@@ -49,9 +47,11 @@ def environment_row(resource: dict[str, Any]) -> dict[str, Any]:
         raw = path.read_bytes()
         if hashlib.sha256(raw).hexdigest() != resource["sha256"]:
             raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
-        env = build_environment(resource, orjson.loads(raw))
-    except (OSError, BuildError, SpecError, ValueError) as exc:
-        row = {**base, "status": "build_failed", "reasons": [str(exc)[:500]], "provenance": resource["path"],
+        env = build_environment(resource, load_document(raw, path.suffix.lower()))
+        content_id("env", env)  # fails here, inside the guard, on content a store cannot hold
+    except Exception as exc:  # one bad document must never stop the stage: it becomes a build_failed row
+        reason = f"{resource['path']}: {type(exc).__name__}: {str(exc)[:400]}"
+        row = {**base, "status": "build_failed", "reasons": [reason], "provenance": resource["path"],
                "n_tools": 0, **dict.fromkeys(ENV_FIELDS)}
     else:
         row = {**base, "status": "built", "reasons": [], "provenance": env["provenance"],

@@ -34,13 +34,13 @@ class ValueFactory:
         if typ == "boolean":
             return self.rng.random() < 0.5
         if typ == "integer":
-            lo = int(schema.get("minimum", 1 if "count" not in field_name else 0))
-            hi = int(schema.get("maximum", max(lo + 500, lo)))
+            lo = int(schema.get("minimum", min(1 if "count" not in field_name else 0, schema.get("maximum", 1))))
+            hi = int(schema.get("maximum", lo + 500))
             return self.rng.randint(lo, hi)
         if typ == "number":
-            lo = float(schema.get("minimum", 1.0))
-            hi = float(schema.get("maximum", max(lo + 1000.0, lo)))
-            return round(self.rng.uniform(lo, hi), 2)
+            lo = float(schema.get("minimum", min(1.0, schema.get("maximum", 1.0))))
+            hi = float(schema.get("maximum", lo + 1000.0))
+            return min(max(round(self.rng.uniform(lo, hi), 2), lo), hi)
         text = self._string(field_name, schema.get("format"), table)
         limit = schema.get("maxLength")
         return text[:limit] if isinstance(limit, int) else text

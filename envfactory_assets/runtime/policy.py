@@ -117,6 +117,11 @@ PRIVATE_ATTRIBUTE_RECEIVERS: frozenset[str] = frozenset({"self", "cls"})
 
 # The only dunder name generated code may read.
 ALLOWED_DUNDER_NAMES: frozenset[str] = frozenset({"__name__"})
+#: Special methods generated code may define on its own classes; hooks such as __instancecheck__,
+#: __getattr__ or __match_args__ change how the interpreter looks things up and are refused.
+DEFINABLE_DUNDER_METHODS: frozenset[str] = frozenset({
+    "__init__", "__repr__", "__str__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__hash__", "__len__", "__iter__", "__contains__", "__getitem__", "__bool__"})
 
 # Dunder attributes that lead nowhere dangerous on their own and are common in ordinary code
 # (``type(v).__name__`` in error messages, ``super().__init__(...)`` in exception classes). Every

@@ -174,6 +174,28 @@ class _Checker(ast.NodeVisitor):
         self._check_binding(node, node.name)
         self.generic_visit(node)
 
+    def visit_Match(self, node: ast.Match) -> None:
+        # Class patterns read the attributes a class lists in __match_args__ by name at run time,
+        # out of reach of the attribute rules (a sandbox escape found in review).
+        self._flag(node, "'match' statements are not allowed")
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._check_binding(node, node.name)
+        for keyword in node.keywords:
+            self._flag(node, f"class keyword '{keyword.arg}' is not allowed (no metaclasses)")
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id == "type":
+                self._flag(node, "subclassing 'type' is not allowed (no metaclasses)")
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if policy.is_dunder(node.name) and node.name not in policy.DEFINABLE_DUNDER_METHODS:
+            self._flag(node, f"defining dunder method '{node.name}' is not allowed")
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
     def visit_MatchAs(self, node: ast.MatchAs) -> None:
         self._check_binding(node, node.name)
         self.generic_visit(node)
@@ -231,6 +253,8 @@ class _Checker(ast.NodeVisitor):
 
     # -- string constants used as format strings ----------------------------------------------
     def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and policy.is_dunder(node.value) and node.value not in policy.SAFE_DUNDER_ATTRIBUTES:
+            self._flag(node, f"dunder string constant '{node.value}' is not allowed")
         if isinstance(node.value, str) and "{" in node.value and "." in node.value:
             for attr in _format_field_attributes(node.value):
                 if attr in policy.CLOCK_ATTRIBUTES:

@@ -7,6 +7,7 @@ programmatic builder turns into tables and CRUD tools.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,10 @@ from envfactory_assets.sources.names import singular, snake_case, to_identifier,
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
 MAX_FIELDS = 8
 KNOWN_FORMATS = ("date", "date-time", "email", "uri", "uuid")
+# Shortest value of each format the value generator writes (a shorter maxLength drops the format).
+MIN_FORMAT_LENGTH = {"date": 10, "date-time": 20, "email": 24, "uri": 24, "uuid": 36}
+# Bounds beyond int64 are dropped: they mean "unbounded" and break 64-bit stores.
+MAX_ABS_BOUND = 2**53
 MAX_REF_DEPTH = 12
 _PARAM_SEGMENT = re.compile(r"^\{[^}]+\}$")
 _WRAPPER_KEYS = ("data", "result", "results", "items", "item", "records", "record", "resource")
@@ -169,13 +174,31 @@ def _scalar_field_schema(prop: dict[str, Any]) -> dict[str, Any] | None:
         if values and all(_matches_type(v, typ) for v in values):
             out["enum"] = list(dict.fromkeys(values))[:20]
     for bound in ("minimum", "maximum"):
-        if typ in ("integer", "number") and isinstance(prop.get(bound), (int, float)) and not isinstance(prop.get(bound), bool):
-            out[bound] = prop[bound]
-    if typ == "string" and isinstance(prop.get("maxLength"), int) and prop["maxLength"] > 0:
+        value = prop.get(bound)
+        if typ in ("integer", "number") and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and abs(value) <= MAX_ABS_BOUND and value == value:
+            if typ == "integer":  # round fractional bounds inward
+                value = math.ceil(value) if bound == "minimum" else math.floor(value)
+            out[bound] = value
+    if typ == "string" and isinstance(prop.get("maxLength"), int) and 0 < prop["maxLength"] <= MAX_ABS_BOUND:
         out["maxLength"] = prop["maxLength"]
     if "minimum" in out and "maximum" in out and out["minimum"] > out["maximum"]:
         out.pop("minimum"), out.pop("maximum")
+    if "enum" in out:  # enum values must themselves satisfy the other keywords
+        out["enum"] = [v for v in out["enum"] if _within(v, out)]
+        if not out["enum"]:
+            del out["enum"]
+    if out.get("format") and out.get("maxLength", 10**9) < MIN_FORMAT_LENGTH[out["format"]]:
+        del out["format"]  # no value of this format fits the length limit
     return out
+
+
+def _within(value: Any, schema: dict[str, Any]) -> bool:
+    if isinstance(value, str):
+        return len(value) <= schema.get("maxLength", len(value))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return schema.get("minimum", value) <= value <= schema.get("maximum", value)
+    return True
 
 
 def _matches_type(value: Any, typ: str) -> bool:

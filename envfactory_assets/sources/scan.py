@@ -79,7 +79,11 @@ def resource_key_for(spec: dict[str, Any], rel_path: str) -> tuple[str, str, str
     return key, provider, service
 
 
-def _load_document(raw: bytes, suffix: str) -> Any:
+def load_document(raw: bytes, suffix: str) -> Any:
+    """Parse a document's bytes: JSON for ``.json``, YAML (safe loader, no tags) otherwise.
+
+    Raises whatever the parser raises for malformed input (callers turn it into a rejection).
+    """
     if suffix == ".json":
         return orjson.loads(raw)
     import yaml
@@ -96,7 +100,7 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     try:
-        spec = _load_document(raw, path.suffix.lower())
+        spec = load_document(raw, path.suffix.lower())
     except Exception as exc:  # any parser error means the file is unusable
         return Rejection(rel, digest, "unparseable", f"{type(exc).__name__}: {str(exc)[:200]}")
     if not isinstance(spec, dict):
@@ -124,8 +128,8 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
         service=str(service),
         title=str(info.get("title", ""))[:200],
         version=str(info.get("version", "")),
-        license_name=str(lic.get("name", "unspecified")),
-        license_url=str(lic.get("url", "")),
+        license_name=str(lic.get("name", "unspecified"))[:200],
+        license_url=str(lic.get("url", ""))[:500],
         path=rel,
         sha256=digest,
         size_bytes=size,

@@ -163,7 +163,6 @@ def _step_timer() -> Any:
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
             self.seconds.append(round(time.perf_counter() - self._start, 3))
-            self.threads = __import__("torch").get_num_threads()
 
     return StepTimer()
 
