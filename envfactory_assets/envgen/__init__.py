@@ -1,0 +1,1 @@
+"""EnvGen: the programmatic environment builder and verification by execution."""

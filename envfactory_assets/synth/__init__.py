@@ -1,0 +1,1 @@
+"""QueryGen: topology-aware sampling, trajectories, calibrated refinement, SFT/RL datasets."""

@@ -1,0 +1,1 @@
+"""The DuckDB store: schema, idempotent writes, gates, lineage, reports."""
