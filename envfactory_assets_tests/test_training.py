@@ -169,6 +169,12 @@ def test_malformed_block_is_a_format_error(block):
     assert result.calls == [] and result.format_errors == 1
 
 
+def test_several_calls_in_one_block():
+    text = '<tool_call>[{"name": "a", "arguments": {}}, {"name": "b"}]\n{"name": "c", "arguments": {}}</tool_call>'
+    assert [c["name"] for c in parse_tool_calls(text).calls] == ["a", "b", "c"]
+    assert parse_tool_calls("<tool_call>[]</tool_call>").format_errors == 1
+
+
 def test_malformed_block_does_not_hide_good_ones():
     text = '<tool_call>{"name": "a", </tool_call>\n<tool_call>{"name": "b", "arguments": {}}</tool_call>'
     result = parse_tool_calls(text)
@@ -384,3 +390,17 @@ def test_package_does_not_import_dagster_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_suggested_torch_threads_leaves_busy_cores_alone(monkeypatch):
+    from envfactory_assets.training import threads
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    for load, expected in ((0.0, 2), (0.5, 1), (1.0, 1), (7.3, 1)):
+        monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
+        assert threads.suggested_torch_threads() == expected
+    monkeypatch.setattr(threads, "available_cores", lambda: 16)
+    assert threads.suggested_torch_threads() == 8  # load 7.3 -> 8 cores busy
+    with pytest.raises(ValueError):
+        with threads.torch_threads(0):
+            pass

@@ -214,6 +214,7 @@ def materialize_base_model(out_dir: Path) -> Path:
     del loaded
     prepare_tokenizer(tokenizer, model)
 
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -229,10 +230,15 @@ def materialize_base_model(out_dir: Path) -> Path:
         "eos_token": tokenizer.eos_token,
     }
     (tmp / MARKER_FILE).write_text(json.dumps(info, indent=2, sort_keys=True), encoding="utf-8")
-    if out_dir.exists():
-        out_dir.rmdir()  # empty, checked above
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out_dir)
+    try:
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        os.replace(tmp, out_dir)
+    except OSError:
+        # Another process finished the same model first: keep its copy.
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not ((out_dir / MARKER_FILE).is_file() and is_complete_model_dir(out_dir)):
+            raise
     return out_dir
 
 

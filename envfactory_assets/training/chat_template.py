@@ -33,7 +33,9 @@ TOOL_CHAT_TEMPLATE = TEMPLATE_FILE.read_text(encoding="utf-8")
 """The tool chat template (Jinja source, rendered by transformers' sandboxed environment)."""
 
 GENERATION_PROMPT = "<|im_start|>assistant\n"
+"""What ``add_generation_prompt=True`` appends."""
 END_OF_TURN = "<|im_end|>"
+"""Ends every turn; added to the generation eos ids by ``base_model.prepare_tokenizer``."""
 
 
 def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

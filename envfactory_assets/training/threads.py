@@ -1,14 +1,16 @@
 """CPU thread count for torch on a small, possibly shared machine.
 
-Measured on the 2-core development machine while other processes kept the load average at 4-5
-(SmolLM2-135M, float32): one SFT step on 2 x 290 tokens took 17-25 s with 2 torch threads and 7-10 s
-with 1; greedy generation of 32 tokens took 17-25 s with 2 threads and 2.2-2.5 s with 1. OpenMP worker
-threads spin while waiting, so a second thread only helps when a core is actually free (unloaded, the same
-step took ~3.7 s with 2 threads). Hence: threads = free cores, at least 1.
+Measured on the 2-core development machine (SmolLM2-135M, float32, SFT step = 2 rows of ~280 tokens):
+with the machine otherwise idle, 2 torch threads took 4.2-4.3 s/step and 1 thread ~7 s/step; as soon as
+other processes ran (load average 2-5), 2 threads took 14-37 s/step while 1 thread stayed at 7-10 s/step.
+Greedy generation of 32 tokens under load: 17-25 s with 2 threads, 2.2-2.5 s with 1. OpenMP worker
+threads spin while they wait, so a thread without a free core slows every step down. Hence: use only
+cores that nothing else is using (cores minus the load average rounded up), at least 1.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,13 +24,13 @@ def available_cores() -> int:
 
 
 def suggested_torch_threads() -> int:
-    """Cores minus the 1-minute load average (rounded), clamped to ``[1, cores]``."""
+    """Cores minus the 1-minute load average rounded up, clamped to ``[1, cores]`` (2 cores, load 0.5 -> 1)."""
     cores = available_cores()
     try:
         load = os.getloadavg()[0]
     except (OSError, AttributeError):
         load = 0.0
-    return max(1, min(cores, round(cores - load)))
+    return max(1, min(cores, cores - math.ceil(load)))
 
 
 @contextmanager

@@ -91,8 +91,10 @@ def _as_call(obj: Any) -> dict[str, Any] | None:
 
 
 def _calls_from_values(values: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    """Calls and the number of values that are not calls; a non-empty JSON array counts as its items."""
     calls, errors = [], 0
-    for value in values:
+    flat = [item for value in values for item in (value if isinstance(value, list) and value else [value])]
+    for value in flat:
         call = _as_call(value)
         if call is None:
             errors += 1

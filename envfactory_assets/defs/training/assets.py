@@ -9,7 +9,11 @@ from envfactory_assets.training.sft import SFTConfigSpec
 
 
 class CheckpointConfig(dg.Config):
-    """SFT settings. Defaults are a CPU-sized run; the paper trains with lr 1e-6 for one epoch on a GPU."""
+    """SFT settings. Defaults are a CPU-sized run; the paper trains with lr 1e-6 for one epoch on a GPU.
+
+    ``max_tools_per_example`` keeps the tools each example calls plus distractors up to that many (the tool
+    block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
+    """
 
     base_model: str = "smollm2-135m-instruct"
     max_steps: int = 12
@@ -19,7 +23,8 @@ class CheckpointConfig(dg.Config):
     loss_on: str = "last_turn"
     seed: int = 0
     max_train_rows: int = 64
-    n_eval_prompts: int = 6
+    n_eval_prompts: int = 8
+    max_tools_per_example: int = 8
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
@@ -38,7 +43,8 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                          max_length=config.max_length, loss_on=config.loss_on, seed=config.seed)
     row = train_checkpoint(sft_rows, rl_rows, config.base_model, envfactory.models_dir(),
                            envfactory.checkpoints_dir(), spec, config.max_train_rows, config.n_eval_prompts,
-                           content_id("v", sorted(r["id"] for r in sft_rows)), log=context.log.info)
+                           content_id("v", sorted(r["id"] for r in sft_rows)), log=context.log.info,
+                           max_tools=config.max_tools_per_example)
     store.replace_current("checkpoints", [row])
     m = row["metrics"]
     return dg.MaterializeResult(metadata={

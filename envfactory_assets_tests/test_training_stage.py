@@ -1,0 +1,59 @@
+"""Choosing training examples and held-out prompts for the CPU-sized checkpoint run."""
+
+from __future__ import annotations
+
+import json
+
+from envfactory_assets.training.stage import first_turns, held_out_prompts, restrict_tools, training_examples
+
+
+def _tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"{name} tool", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string"}}}}}
+
+
+def _turn(i: int, tool: str) -> list[dict]:
+    return [
+        {"role": "user", "content": f"request {i} " + "words " * 40},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+            "name": tool, "arguments": json.dumps({"x": str(i)})}}]},
+        {"role": "tool", "tool_call_id": f"c{i}", "name": tool, "content": json.dumps({"rows": ["r" * 50] * 5})},
+        {"role": "assistant", "content": f"done {i}"},
+    ]
+
+
+ROW = {"id": "sft_1", "env_ids": ["e"], "tools": [_tool(f"t{i}") for i in range(12)],
+       "messages": [{"role": "system", "content": "sys"}] + _turn(0, "t3") + _turn(1, "t7") + _turn(2, "t9")}
+
+
+def test_first_turns_cuts_at_a_turn_boundary_and_keeps_at_least_one_turn():
+    whole = first_turns(ROW, 100_000)
+    assert whole["messages"] == ROW["messages"]
+    one = first_turns(ROW, 10)
+    assert one["messages"] == ROW["messages"][:5] and one["messages"][-1]["content"] == "done 0"
+    two = first_turns(ROW, (len(json.dumps(ROW["messages"][:9])) + len(json.dumps(ROW["tools"]))) // 3 + 1)
+    assert two["messages"][-1]["content"] == "done 1"
+
+
+def test_restrict_tools_keeps_called_tools_and_stable_distractors():
+    cut = restrict_tools(ROW, 5)
+    names = [t["function"]["name"] for t in cut["tools"]]
+    assert len(names) == 5 and {"t3", "t7", "t9"} <= set(names)
+    assert restrict_tools(ROW, 5) == cut
+    assert restrict_tools(ROW, 0) is ROW
+    assert len(restrict_tools(ROW, 2)["tools"]) == 3  # never drops a tool the row calls
+
+
+def test_training_examples_and_prompts_are_short_and_disjoint_by_environment():
+    examples = training_examples([ROW], 10, max_tokens=10, max_tools=4)
+    assert len(examples) == 1 and len(examples[0]["tools"]) == 4
+    assert examples[0]["messages"][-1]["content"] == "done 0"
+    rl = [{"id": "rl_1", "turn_index": 0, "env_ids": ["e"], "prompt": ROW["messages"][:2], "tools": ROW["tools"],
+           "gold_calls": [{"name": "t3", "arguments": {"x": "0"}}]},
+          {"id": "rl_2", "turn_index": 0, "env_ids": ["other"], "prompt": ROW["messages"][:2], "tools": ROW["tools"],
+           "gold_calls": [{"name": "t7", "arguments": {"x": "0"}}]},
+          {"id": "rl_3", "turn_index": 1, "env_ids": ["other"], "prompt": ROW["messages"][:6], "tools": ROW["tools"],
+           "gold_calls": [{"name": "t9", "arguments": {"x": "1"}}]}]
+    (prompt,) = held_out_prompts(rl, 1, exclude_env_ids={"e"}, max_tools=3)
+    assert prompt["id"] == "rl_2" and "t7" in {t["function"]["name"] for t in prompt["tools"]}
+    assert len(prompt["tools"]) == 3
