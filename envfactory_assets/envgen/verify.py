@@ -122,14 +122,17 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
             editable = [p for p in props if p != meta["key"] and p not in meta["foreign_keys"]]
             if not editable:
                 return None
-            name = editable[0]
-            schema = meta["fields"][name]
-            current = candidates[-1].get(name)
-            for _ in range(20):
-                new = values.value(name, schema, table)
+            # prefer a field that can take a value different from the current one (a one-value enum cannot)
+            for name in editable:
+                schema = meta["fields"][name]
+                current = candidates[-1].get(name)
+                for _ in range(20):
+                    new = values.value(name, schema, table)
+                    if new != current:
+                        break
+                args[name] = new
                 if new != current:
                     break
-            args[name] = new
         return args
     args = {}
     for name in props:
@@ -186,7 +189,10 @@ def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
             return "created row does not hold the given arguments"
     elif kind == "update":
         row = rows_after.get(args[key])
-        if unchanged or row is None or any(row.get(k) != v for k, v in args.items()) or output != row:
+        previous = rows_before.get(args[key], {})
+        should_change = any(previous.get(k) != v for k, v in args.items())
+        if (should_change and unchanged) or row is None or any(row.get(k) != v for k, v in args.items()) \
+                or output != row:
             return "update did not store the new values"
     elif kind == "delete":
         if args[key] in rows_after or len(rows_after) != len(rows_before) - 1:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from envfactory_assets.runtime.policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
 from envfactory_assets.sources.names import singular, snake_case, to_identifier, unique_name
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
@@ -245,8 +246,11 @@ def extract_fields(spec: dict[str, Any], schema: Any, key: str) -> list[FieldSpe
     fields: list[FieldSpec] = []
     for _rank, source_name, fschema, desc in candidates[:MAX_FIELDS]:
         name = to_identifier(source_name, fallback="field", max_len=40)
-        # Tool functions take the environment state as their first parameter, named ``state``.
-        name = unique_name("state_value" if name == "state" else name, taken)
+        # Tool functions take the environment state as their first parameter, named ``state``, and the
+        # sandbox's static check refuses names such as ``input`` or ``open`` anywhere in the code.
+        if name == "state" or name in FORBIDDEN_BUILTINS or name in REFLECTIVE_BUILTINS:
+            name = f"{name}_value"
+        name = unique_name(name, taken)
         fields.append(FieldSpec(name, source_name, fschema, clean_text(desc, 160), source_name in required))
     return fields
 

@@ -40,7 +40,8 @@ def run_report(store: Store) -> str:
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
         ckpts = q("SELECT id, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
-                  "metrics->'valid_tool_calls_before'->>'share', metrics->'valid_tool_calls_after'->>'share', "
+                  "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
+                  "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
                   "json_array_length(sft_dataset_ids) FROM checkpoints ORDER BY written_at DESC LIMIT 5")
     parts = [
         "# Default run", "",
