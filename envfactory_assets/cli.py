@@ -233,6 +233,34 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+# --- serve-env (issue 3, item 8): a verified environment as an MCP server over stdio -------------------
+def cmd_serve_env(args: argparse.Namespace) -> int:
+    """Serve a verified environment as an MCP server on stdin/stdout until the client disconnects."""
+    from envfactory_assets.mcp_server import (
+        EnvironmentNotServable,
+        build_server,
+        load_environment_from_store,
+        serve_stdio,
+    )
+    from envfactory_assets.store.db import StoreBusy
+
+    try:
+        environment = load_environment_from_store(settings.store_path(), args.env_id)
+        server = build_server(environment, args.state)
+    except (EnvironmentNotServable, FileNotFoundError, StoreBusy, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        serve_stdio(server)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the environment could not start (state rejected, worker failed): say so, briefly
+        print(f"error: serving {args.env_id!r} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+# --- end serve-env ---------------------------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envfactory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -252,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)
+    # serve-env (issue 3, item 8)
+    serve = sub.add_parser("serve-env", help="serve a verified environment as an MCP server over stdio")
+    serve.add_argument("env_id", help="the id of an environment that passed verification")
+    serve.add_argument("--state", choices=["valid", "boundary"], default="valid",
+                       help="the initial state the session starts from (default: valid)")
+    serve.set_defaults(func=cmd_serve_env)
     return parser
 
 

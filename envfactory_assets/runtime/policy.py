@@ -101,7 +101,10 @@ INTROSPECTION_ATTRIBUTES: frozenset[str] = frozenset(
 # access are rejected by the static check.
 DENIED_MODULE_MEMBERS: dict[str, frozenset[str]] = {
     "typing": frozenset({"get_type_hints", "ForwardRef"}),
-    "functools": frozenset({"singledispatch", "singledispatchmethod"}),
+    # update_wrapper/wraps copy attributes named by run-time strings: a getattr/setattr in disguise.
+    "functools": frozenset({"singledispatch", "singledispatchmethod", "update_wrapper", "wraps"}),
+    # make_dataclass(namespace=...) defines class hooks from run-time strings.
+    "dataclasses": frozenset({"make_dataclass"}),
     "string": frozenset({"Formatter"}),
     "decimal": frozenset({"DefaultContext", "BasicContext", "ExtendedContext"}),
 }

@@ -35,8 +35,9 @@ def run_report(store: Store) -> str:
         ops = q("SELECT o->>'operator', count(*) FROM current_refined_trajectories, "
                 "unnest(CAST(operators AS JSON[])) AS t(o) GROUP BY 1 ORDER BY 1")
         example = q("SELECT t->>'query_raw', t->>'query' FROM current_refined_trajectories, "
-                    "unnest(CAST(turns AS JSON[])) AS u(t) WHERE json_array_length(t->'operators') > 0 "
-                    "ORDER BY length(t->>'query') LIMIT 1")
+                    "unnest(CAST(turns AS JSON[])) AS u(t) "
+                    "WHERE CAST(t->'operators' AS VARCHAR) LIKE '%implicit_reference%' "
+                    "ORDER BY length(t->>'query'), t->>'query' LIMIT 1")
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
         ckpts = q("SELECT id, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "

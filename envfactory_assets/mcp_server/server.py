@@ -1,0 +1,188 @@
+"""An environment as an MCP server: the SDK's low-level ``Server`` with ``tools/list`` and ``tools/call``.
+
+The high-level ``MCPServer`` (``FastMCP`` before SDK 2.x) derives a tool's input schema from a Python
+signature; the environment's tools come with their JSON Schemas, so they are registered here as raw
+``Tool`` definitions on the low-level server, whose handlers run each call in the sandbox.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+from envfactory_assets.mcp_server.session import EnvironmentSession
+from envfactory_assets.runtime.sandbox import SandboxLimits
+
+SERVER_NAME_PREFIX = "envfactory-"
+
+
+def resolve_initial_state(environment: dict[str, Any], initial_state: str | dict[str, Any]) -> dict[str, Any]:
+    """The saved state to start from: a named initial state of the environment that is meant to load
+    (``valid``, ``boundary``), or a saved state given as a dict (``load`` checks it when the server starts).
+
+    Raises:
+        ValueError: an unknown name, or a state the environment is meant to reject (``invalid``).
+    """
+    if isinstance(initial_state, dict):
+        return copy.deepcopy(initial_state)
+    states = {s["name"]: s for s in environment.get("initial_states") or []}
+    loadable = sorted(name for name, s in states.items() if s.get("expect") == "load")
+    if initial_state not in states or states[initial_state].get("expect") != "load":
+        raise ValueError(f"environment {environment['env_id']!r} has no loadable initial state "
+                         f"{initial_state!r}; choose one of {loadable}")
+    return copy.deepcopy(states[initial_state]["state"])
+
+
+def tool_definitions(environment: dict[str, Any]) -> list[types.Tool]:
+    """The MCP ``Tool`` of each ToolSpec: name, description, input schema, output schema (declared when
+    its root is an object, as MCP structured output requires before protocol 2026-07-28) and hints."""
+    tools = []
+    for spec in environment["tools"]:
+        output_schema = spec.get("output_schema")
+        kind = spec.get("kind")
+        tools.append(types.Tool(
+            name=spec["name"],
+            description=spec.get("description") or spec["name"],
+            input_schema=copy.deepcopy(spec["input_schema"]),
+            output_schema=copy.deepcopy(output_schema) if _is_object_schema(output_schema) else None,
+            annotations=types.ToolAnnotations(
+                read_only_hint=bool(spec.get("read_only")),
+                destructive_hint=kind in ("update", "delete") if not spec.get("read_only") else None,
+                open_world_hint=False,
+            ),
+        ))
+    return tools
+
+
+def _is_object_schema(schema: Any) -> bool:
+    return isinstance(schema, dict) and schema.get("type") == "object"
+
+
+def _error_result(error: dict[str, Any]) -> types.CallToolResult:
+    text = json.dumps({"error": error}, ensure_ascii=False, sort_keys=True)
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def _argument_error(validator: Validator, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    error = best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    path = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return {"type": "bad_arguments", "message": f"arguments{path}: {error.message}",
+            "schema_path": "/".join(str(p) for p in error.absolute_schema_path)}
+
+
+def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any] = "valid",
+                 limits: SandboxLimits | None = None) -> Server[EnvironmentSession]:
+    """An MCP server whose tools are exactly ``environment``'s tools, each call run in a sandbox worker.
+
+    Each run of the server (one stdio connection, one in-process client) starts its own worker and
+    opens one episode on ``initial_state``; the state then persists across the calls of that session
+    and is gone when the session ends. A tool error (bad arguments, missing row, a fault of the
+    environment code) is an MCP tool error result (``isError``) whose text is the JSON
+    ``{"error": {"type": ..., "message": ...}}``; arguments are checked against the tool's input
+    schema before they reach the environment. An unknown tool name is a protocol error
+    (``INVALID_PARAMS``), as the MCP specification asks.
+
+    Args:
+        environment: the Environment dict (docs/design.md), e.g. from :func:`load_environment_from_store`.
+        initial_state: ``"valid"``, ``"boundary"`` or a saved state dict.
+        limits: sandbox limits of the worker; defaults to :class:`SandboxLimits()`.
+
+    Raises:
+        ValueError: ``initial_state`` names no loadable state, or tool names repeat.
+    """
+    env_id = environment["env_id"]
+    start_state = resolve_initial_state(environment, initial_state)
+    tools = tool_definitions(environment)
+    names = [tool.name for tool in tools]
+    if len(set(names)) != len(names):
+        raise ValueError(f"environment {env_id!r} repeats tool names: {sorted({n for n in names if names.count(n) > 1})}")
+    validators = {}
+    for spec in environment["tools"]:
+        cls = validator_for(spec["input_schema"], default=Draft202012Validator)
+        validators[spec["name"]] = cls(spec["input_schema"])
+    state_label = initial_state if isinstance(initial_state, str) else "a given saved state"
+
+    @asynccontextmanager
+    async def lifespan(_: Server[EnvironmentSession]) -> AsyncIterator[EnvironmentSession]:
+        session = EnvironmentSession(environment, start_state, limits)
+        try:
+            await anyio.to_thread.run_sync(session.open)
+            yield session
+        finally:
+            session.close()  # kills the worker: quick, and must happen even when cancelled
+
+    async def list_tools(ctx: ServerRequestContext[EnvironmentSession],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in tools])
+
+    async def call_tool(ctx: ServerRequestContext[EnvironmentSession],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        name = params.name
+        if name not in validators:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name!r}; {env_id} has tools {names}")
+        arguments = params.arguments or {}
+        problem = _argument_error(validators[name], arguments)
+        if problem is not None:
+            return _error_result(problem)
+        try:
+            result = await anyio.to_thread.run_sync(ctx.lifespan_context.call, name, arguments)
+        except Exception as exc:  # noqa: BLE001 - a session problem must not end the connection
+            return _error_result({"type": "internal", "message": f"{type(exc).__name__}: {exc}"})
+        if not result.get("ok"):
+            return _error_result(result.get("error") or {"type": "internal", "message": "no error detail"})
+        output = result.get("output")
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(output, ensure_ascii=False))],
+            structured_content=output if isinstance(output, dict) else None,
+        )
+
+    return Server(
+        f"{SERVER_NAME_PREFIX}{env_id}",
+        version=_package_version(),
+        title=f"EnvFactory environment {env_id}",
+        description=f"Executable, stateful tool environment {env_id} ({environment.get('domain', '?')}) "
+                    "built and verified by EnvFactory-Assets",
+        instructions=(f"Tools of the simulated API {env_id}. The state starts from the {state_label} initial "
+                      "state and persists across calls in this session; errors come back as tool errors "
+                      "with a JSON {\"error\": {\"type\", \"message\"}} text."),
+        lifespan=lifespan,
+        get_tool_input_schema=lambda name: copy.deepcopy(validators[name].schema) if name in validators else None,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("envfactory-assets")
+    except PackageNotFoundError:
+        return "0"
+
+
+async def _serve_stdio_async(server: Server[Any]) -> None:
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def serve_stdio(server: Server[Any]) -> None:
+    """Serve ``server`` on this process's stdin/stdout until the client closes stdin."""
+    anyio.run(_serve_stdio_async, server)
