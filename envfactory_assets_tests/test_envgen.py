@@ -171,3 +171,36 @@ def test_real_specs_of_every_domain_build_and_pass_verification():
         assert row["status"] == "built", row["reasons"]
         report = verify_environment(as_environment(row))
         assert report.status == "passed", (resource["path"], report.reasons)
+
+
+def test_packaged_entity_data_seeds_matching_fields_with_provenance():
+    import random
+
+    import pycountry
+
+    from envfactory_assets.envgen.entity_data import entity_value
+    from envfactory_assets.envgen.values import ValueFactory
+
+    rng = random.Random(1)
+    currency, source = entity_value("currency", {"type": "string"}, rng)
+    assert pycountry.currencies.get(alpha_3=currency) and source.startswith("pycountry")
+    code, _ = entity_value("country_code", {"type": "string", "maxLength": 2}, rng)
+    assert pycountry.countries.get(alpha_2=code)
+    airport, source = entity_value("origin_airport", {"type": "string", "maxLength": 3}, rng)
+    assert len(airport) == 3 and source.startswith("airportsdata")
+    assert entity_value("title", {"type": "string"}, rng) is None
+    assert entity_value("country", {"type": "string", "enum": ["x"]}, rng) is None
+    first, second = ValueFactory(3), ValueFactory(3)
+    drawn = [first.value("country", {"type": "string"}) for _ in range(5)]
+    assert drawn == [second.value("country", {"type": "string"}) for _ in range(5)]
+    assert first.data_sources == {source for source in first.data_sources if source.startswith("pycountry")}
+
+
+def test_bookshop_country_values_are_real_countries_and_recorded(bookshop):
+    import pycountry
+
+    names = {c.name for c in pycountry.countries} | {c.alpha_2 for c in pycountry.countries}
+    valid = next(s for s in bookshop["initial_states"] if s["name"] == "valid")["state"]
+    countries = [a["country"] for a in valid["tables"]["authors"] if "country" in a]
+    assert countries and all(c in names for c in countries)
+    assert any(s.startswith("pycountry") for s in bookshop["seed_data"])

@@ -394,3 +394,17 @@ def test_lineage_edges_model_and_gates_on_the_chain(chains, tmp_path):
     assert passed_environment_ids(store) == {"shop_a": a["verified_environments"]["id"]}
     assert failed_environment_leaks(store, ["tool_chains", "raw_trajectories"]) == [
         f"tool_chains:{b['tool_chains']['id']} -> shop_b", f"raw_trajectories:{b['raw_trajectories']['id']} -> shop_b"]
+
+
+def test_a_store_from_an_older_schema_gains_new_columns_without_losing_rows(tmp_path):
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE environments (id VARCHAR PRIMARY KEY, env_id VARCHAR NOT NULL, "
+                "superseded BOOLEAN NOT NULL DEFAULT FALSE, written_at TIMESTAMP DEFAULT current_timestamp)")
+    con.execute("INSERT INTO environments (id, env_id) VALUES ('env_old', 'legacy')")
+    con.close()
+    store = Store(path)
+    rows = store.read("environments")
+    assert [r["id"] for r in rows] == ["env_old"] and rows[0]["seed_data"] is None

@@ -100,7 +100,7 @@ def _state_schema(tables: dict[str, Any], tools: list[dict[str, Any]]) -> dict[s
 
 
 def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_table: int,
-               boundary: bool) -> dict[str, Any]:
+               boundary: bool, data_sources: set[str] | None = None) -> dict[str, Any]:
     values = ValueFactory(seed)
     state: dict[str, Any] = {"tables": {t: [] for t in tables}, "meta": {
         "now": "2025-12-31T23:59:59Z" if boundary else DEFAULT_NOW, "seed": seed, "next_id": 1}}
@@ -128,14 +128,19 @@ def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_tab
             if any(v is None for v in row.values()):
                 continue
             state["tables"][table].append(row)
+    if data_sources is not None:
+        data_sources.update(values.data_sources)
     return state
 
 
-def initial_states(tables: dict[str, Any], order: list[str], seed: int) -> list[dict[str, Any]]:
+def initial_states(tables: dict[str, Any], order: list[str], seed: int,
+                   data_sources: set[str] | None = None) -> list[dict[str, Any]]:
     """Three initial states: ``valid`` (realistic rows), ``boundary`` (one edge-of-range row per table,
     non-ASCII text, optional fields absent), ``invalid`` (a duplicate key and a wrong type: must be rejected).
+
+    ``data_sources`` receives the provenance of packaged entity data used in the valid state.
     """
-    valid = _seed_rows(tables, order, seed, VALID_ROWS_PER_TABLE, boundary=False)
+    valid = _seed_rows(tables, order, seed, VALID_ROWS_PER_TABLE, boundary=False, data_sources=data_sources)
     boundary = _seed_rows(tables, order, seed + 1, 1, boundary=True)
     invalid = copy.deepcopy(valid)
     first = order[0]
@@ -181,6 +186,8 @@ def build_environment(resource_row: dict[str, Any], spec: dict[str, Any]) -> dic
                   f"sha256 {resource_row['sha256'][:12]}, license {resource_row.get('license_name', '?')})")
     source = generate_source(env_id, provenance, tables, tools)
     seed = stable_seed(env_id, resource_row["sha256"])
+    data_sources: set[str] = set()
+    states = initial_states(tables, [r.name for r in resources], seed, data_sources)
     return {
         "env_id": env_id,
         "domain": resource_row["domain"],
@@ -188,6 +195,7 @@ def build_environment(resource_row: dict[str, Any], spec: dict[str, Any]) -> dic
         "tools": tools,
         "state_schema": _state_schema(tables, tools),
         "source": source,
-        "initial_states": initial_states(tables, [r.name for r in resources], seed),
+        "initial_states": states,
         "provenance": provenance,
+        "seed_data": sorted(data_sources) + ["faker (generated values)"],
     }

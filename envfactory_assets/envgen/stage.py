@@ -14,7 +14,7 @@ from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.sources.scan import load_document
 from envfactory_assets.store.ids import content_id
 
-ENV_FIELDS = ("tools", "tables", "state_schema", "source", "initial_states")
+ENV_FIELDS = ("tools", "tables", "state_schema", "source", "initial_states", "seed_data")
 
 
 def select_resources(resources: list[dict[str, Any]], per_domain: int,

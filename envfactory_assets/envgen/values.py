@@ -12,6 +12,8 @@ from typing import Any
 
 from faker import Faker
 
+from envfactory_assets.envgen.entity_data import entity_value
+
 BASE_DATE = dt.date(2025, 1, 1)
 DEFAULT_NOW = "2025-06-30T12:00:00Z"
 _PERSON_TABLES = ("user", "contact", "customer", "employee", "member", "person", "people", "candidate",
@@ -25,6 +27,8 @@ class ValueFactory:
         self.rng = random.Random(seed)
         self.faker = Faker()
         self.faker.seed_instance(seed)
+        #: provenance of the packaged entity datasets values were drawn from (see :mod:`.entity_data`)
+        self.data_sources: set[str] = set()
 
     def value(self, field_name: str, schema: dict[str, Any], table: str = "") -> Any:
         """A value for ``field_name`` valid under ``schema`` (type, format, enum, min/max, maxLength)."""
@@ -41,6 +45,10 @@ class ValueFactory:
             lo = float(schema.get("minimum", min(1.0, schema.get("maximum", 1.0))))
             hi = float(schema.get("maximum", lo + 1000.0))
             return min(max(round(self.rng.uniform(lo, hi), 2), lo), hi)
+        entity = entity_value(field_name, schema, self.rng)
+        if entity is not None:
+            self.data_sources.add(entity[1])
+            return entity[0]
         text = self._string(field_name, schema.get("format"), table)
         limit = schema.get("maxLength")
         return text[:limit] if isinstance(limit, int) else text

@@ -16,7 +16,7 @@ import duckdb
 import orjson
 import polars as pl
 
-from envfactory_assets.store.schema import JSON_COLUMNS, columns, ddl
+from envfactory_assets.store.schema import JSON_COLUMNS, TABLES, columns, ddl
 
 
 class StoreBusy(RuntimeError):
@@ -25,6 +25,20 @@ class StoreBusy(RuntimeError):
 
 def _dumps(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
+
+
+def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring a store written by an older version up to the current schema: columns added since are
+    created (NULL in old rows); nothing is dropped or rewritten."""
+    existing: dict[str, set[str]] = {}
+    for table, column in con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'").fetchall():
+        existing.setdefault(table, set()).add(column)
+    for table, cols in TABLES.items():
+        for col in cols:
+            name, typ = col.split()[:2]
+            if name not in existing.get(table, {name}):
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ}")
 
 
 class Store:
@@ -70,6 +84,7 @@ class Store:
             if not read_only:
                 for statement in ddl():
                     con.execute(statement)
+                _add_missing_columns(con)
             yield con
         finally:
             con.close()

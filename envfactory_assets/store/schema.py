@@ -25,7 +25,7 @@ TABLES: dict[str, list[str]] = {
         "id VARCHAR PRIMARY KEY", "env_id VARCHAR NOT NULL", "source_resource_id VARCHAR NOT NULL",
         "domain VARCHAR NOT NULL", "status VARCHAR NOT NULL", "reasons JSON", "provenance VARCHAR",
         "n_tools INTEGER", "tools JSON", "tables JSON", "state_schema JSON", "source VARCHAR",
-        "initial_states JSON",
+        "initial_states JSON", "seed_data JSON",
     ],
     "verified_environments": [
         "id VARCHAR PRIMARY KEY", "environment_id VARCHAR NOT NULL", "env_id VARCHAR NOT NULL",

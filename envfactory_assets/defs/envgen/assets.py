@@ -15,7 +15,7 @@ from envfactory_assets.store.gates import pass_rate
 class EnvironmentsConfig(dg.Config):
     """How many environments to build per domain, and resource keys to force in or keep out."""
 
-    per_domain: int = 4
+    per_domain: int = 13
     include: list[str] = []
     exclude: list[str] = []
 

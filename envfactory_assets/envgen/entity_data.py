@@ -1,0 +1,81 @@
+"""Real entity data shipped by packages, for seeding initial states where a field asks for it.
+
+- ``pycountry`` (ISO 3166 countries, ISO 4217 currencies, ISO 639 languages) for country, currency and
+  language fields;
+- ``airportsdata`` (IATA airports with their city and country) for airport fields.
+
+Each lookup returns the value and a provenance string (package, version, dataset) so the environment
+records where its seed data came from. Loading is lazy and cached per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import random
+import re
+from typing import Any
+
+_AIRPORT_FIELD = re.compile(r"(^|_)(airport|iata|origin|destination|departure_airport|arrival_airport)(_|$)")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+@functools.lru_cache(maxsize=1)
+def _countries() -> list[tuple[str, str]]:
+    import pycountry
+
+    return sorted((c.alpha_2, c.name) for c in pycountry.countries)
+
+
+@functools.lru_cache(maxsize=1)
+def _currencies() -> list[str]:
+    import pycountry
+
+    return sorted(c.alpha_3 for c in pycountry.currencies)
+
+
+@functools.lru_cache(maxsize=1)
+def _languages() -> list[str]:
+    import pycountry
+
+    return sorted(lang.alpha_2 for lang in pycountry.languages if hasattr(lang, "alpha_2"))
+
+
+@functools.lru_cache(maxsize=1)
+def _airports() -> list[dict[str, Any]]:
+    import airportsdata
+
+    airports = airportsdata.load("IATA")
+    # Airports with a city, sorted by code, so a seeded draw is the same on every machine.
+    return [airports[code] for code in sorted(airports) if airports[code].get("city")]
+
+
+def entity_value(field_name: str, schema: dict[str, Any], rng: random.Random) -> tuple[Any, str] | None:
+    """A real entity value for a string field, or None when no dataset fits the field.
+
+    Returns ``(value, provenance)``; the value honours ``maxLength`` (a full country name is used only
+    when it fits, otherwise the ISO code).
+    """
+    if schema.get("type") != "string" or "enum" in schema or schema.get("format"):
+        return None
+    name = field_name.lower()
+    limit = schema.get("maxLength", 10**6)
+    if "currency" in name and limit >= 3:
+        return rng.choice(_currencies()), f"pycountry {_version('pycountry')} ISO 4217 currencies"
+    if "country" in name and limit >= 2:
+        code, full = rng.choice(_countries())
+        use_name = not name.endswith(("_code", "code")) and len(full) <= limit
+        return (full if use_name else code), f"pycountry {_version('pycountry')} ISO 3166 countries"
+    if name in ("language", "language_code", "lang", "locale") and limit >= 2:
+        return rng.choice(_languages()), f"pycountry {_version('pycountry')} ISO 639 languages"
+    if _AIRPORT_FIELD.search(name) and limit >= 3:
+        airport = rng.choice(_airports())
+        value = airport["iata"] if name.endswith(("code", "iata")) or limit < len(airport["name"]) else airport["name"]
+        return value, f"airportsdata {_version('airportsdata')} IATA airports"
+    return None

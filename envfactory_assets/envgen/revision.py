@@ -1,0 +1,154 @@
+"""The revision loop of the model-backed builder: draft, verify by execution, revise from the failures.
+
+The paper's code agent revises its code from test feedback; here the feedback is the deterministic
+gate (:func:`envfactory_assets.envgen.verify.verify_environment`, sandboxed), and the loop stops as soon
+as a draft passes, after ``max_revisions`` revisions, or when a revision does not improve on the
+draft before it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from envfactory_assets.envgen.model_builder import (
+    DEFAULT_MAX_TOKENS,
+    REVISER_ROLE,
+    draft_source,
+    extract_code,
+    reviser_messages,
+    with_source,
+)
+from envfactory_assets.envgen.verify import VerificationReport, verify_environment
+from envfactory_assets.llm.base import BackendConfigError, ChatBackend, Completion, LLMError
+from envfactory_assets.runtime.sandbox import SandboxLimits
+
+STOP_PASSED = "passed"
+STOP_MAX_REVISIONS = "max_revisions"
+STOP_NO_IMPROVEMENT = "no improvement"
+STOP_BACKEND_ERROR = "backend error"
+
+
+@dataclass
+class RevisionResult:
+    """Outcome of :func:`build_with_revisions`.
+
+    Attributes:
+        environment: the Environment dict (docs/design.md) whose ``source`` passed verification, or,
+            when none did, the best draft (fewest failed checks; a draft rejected by the static check
+            ranks below any draft that ran). Its other fields are those of the input environment.
+        status: ``"passed"`` or ``"failed"``.
+        attempts: one dict per verified draft, in order: ``revision`` (0 = the code writer's draft),
+            ``source``, ``report`` (the check dicts of :meth:`CheckResult.as_dict`), ``diff`` (unified
+            diff against the previous attempt's source; "" for revision 0), ``failed_checks`` (int),
+            ``status``, ``tokens`` (``{"prompt", "completion", "cached"}`` of the reply).
+        stop_reason: ``"passed"``, ``"max_revisions"``, ``"no improvement"`` or ``"backend error"``.
+        reasons: empty when passed; else why (the stop reason, then the failed checks of ``environment``).
+    """
+
+    environment: dict[str, Any]
+    status: str
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+def _badness(report: VerificationReport) -> tuple[int, int]:
+    """Order of drafts, lower is better: (rejected before running?, failed checks)."""
+    static_failed = any(c.check == "static_check" and not c.passed for c in report.checks)
+    return (1 if static_failed else 0, sum(1 for c in report.checks if not c.passed))
+
+
+def _diff(before: str, after: str, revision: int) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        fromfile=f"revision_{revision - 1}.py", tofile=f"revision_{revision}.py"))
+
+
+def _attempt(revision: int, source: str, previous: str | None, report: VerificationReport,
+             completion: Completion) -> dict[str, Any]:
+    return {"revision": revision, "source": source,
+            "report": [c.as_dict() for c in report.checks],
+            "diff": "" if previous is None else _diff(previous, source, revision),
+            "failed_checks": sum(1 for c in report.checks if not c.passed),
+            "status": report.status,
+            "tokens": {"prompt": completion.prompt_tokens, "completion": completion.completion_tokens,
+                       "cached": completion.cached}}
+
+
+def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revisions: int = 3,
+                         limits: SandboxLimits | None = None, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                         seed: int = 7) -> RevisionResult:
+    """Have ``backend`` write ``env``'s module, then revise it until it passes verification.
+
+    Args:
+        env: an Environment dict from the programmatic builder; its tools, tables, state schema and
+            initial states are kept, only ``source`` is replaced by model-written code.
+        backend: a :class:`~envfactory_assets.llm.base.ChatBackend`; asked with role ``code_writer``
+            for the first draft and ``reviser`` for each revision (failed checks as ``{"check", "tool",
+            "state", "detail"}`` plus the previous source).
+        max_revisions: most reviser calls after the first draft (0 = draft only).
+        limits: sandbox limits of the verification workers.
+        max_tokens: completion-token cap of each call.
+        seed: argument seed of the verifier.
+
+    Returns:
+        A :class:`RevisionResult`. It stops at the first passing draft, after ``max_revisions``, or
+        when a revision is not better than the draft before it (fewer failed checks is better; a
+        static-check rejection is worse than any draft that ran).
+
+    Raises:
+        BackendConfigError: the backend is misconfigured (the same for every environment, so it is
+            not turned into a failed environment). Other backend errors (budget, endpoint) end the loop
+            with ``stop_reason="backend error"`` and status ``failed``.
+    """
+    if max_revisions < 0:
+        raise ValueError(f"max_revisions={max_revisions} must be >= 0")
+    attempts: list[dict[str, Any]] = []
+    try:
+        source, completion = draft_source(env, backend, max_tokens=max_tokens)
+    except BackendConfigError:
+        raise
+    except LLMError as exc:
+        return RevisionResult(with_source(env, ""), "failed", attempts, STOP_BACKEND_ERROR,
+                              [f"{STOP_BACKEND_ERROR}: code_writer: {exc}"])
+    report = verify_environment(with_source(env, source), limits, seed=seed)
+    attempts.append(_attempt(0, source, None, report, completion))
+    drafts = [(source, report)]
+    stop = STOP_PASSED if report.status == "passed" else STOP_MAX_REVISIONS
+    backend_error = ""
+    revision = 0
+    while report.status != "passed" and revision < max_revisions:
+        revision += 1
+        failures = [c.as_dict() for c in report.checks if not c.passed]
+        try:
+            reply = backend.complete(reviser_messages(env, source, failures), role=REVISER_ROLE,
+                                     max_tokens=max_tokens, temperature=0.0)
+        except BackendConfigError:
+            raise
+        except LLMError as exc:
+            stop, backend_error = STOP_BACKEND_ERROR, f"{STOP_BACKEND_ERROR}: reviser: {exc}"
+            break
+        new_source = extract_code(reply.text)
+        new_report = (report if new_source == source
+                      else verify_environment(with_source(env, new_source), limits, seed=seed))
+        attempts.append(_attempt(revision, new_source, source, new_report, reply))
+        drafts.append((new_source, new_report))
+        if new_report.status == "passed":
+            stop = STOP_PASSED
+            source, report = new_source, new_report
+            break
+        if _badness(new_report) >= _badness(report):  # compared with the draft before, not the best
+            stop = STOP_NO_IMPROVEMENT
+            break
+        source, report = new_source, new_report
+        stop = STOP_MAX_REVISIONS
+    if stop == STOP_PASSED:
+        return RevisionResult(with_source(env, source), "passed", attempts, stop, [])
+    best_source, best_report = min(drafts, key=lambda d: _badness(d[1]))  # first of equals
+    head = backend_error or f"{stop} after {len(attempts)} attempt(s) (max_revisions={max_revisions})"
+    return RevisionResult(with_source(env, best_source), "failed", attempts, stop, [head, *best_report.reasons])

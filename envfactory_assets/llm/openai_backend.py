@@ -1,0 +1,302 @@
+"""A chat backend for any OpenAI-compatible endpoint (OpenAI, vLLM, llama.cpp server, TGI, ...).
+
+It adds what a pipeline needs around the ``openai`` client: its own retries with exponential backoff
+(429, 5xx, connection errors; never other 4xx), token accounting from the response usage, a SQLite
+response cache, a per-instance token budget checked before each call, and bounded concurrency for
+batches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+from envfactory_assets.llm.base import (
+    BackendConfigError,
+    BudgetExceeded,
+    ChatRequest,
+    Completion,
+    EndpointUnreachable,
+    Message,
+    RequestRejected,
+    canonical_request,
+    estimate_prompt_tokens,
+    estimate_tokens,
+    request_key,
+)
+from envfactory_assets.llm.cache import ResponseCache
+
+
+class OpenAICompatibleBackend:
+    """Chat completions from an OpenAI-compatible HTTP endpoint.
+
+    Args:
+        base_url: the endpoint's API root, e.g. ``http://127.0.0.1:8000/v1`` (required).
+        model: the model name the endpoint serves (required).
+        api_key: bearer token; default ``$OPENAI_API_KEY``, else ``"none"`` (local servers ignore it).
+        timeout_s: seconds one HTTP request may take before it counts as a connection failure.
+        max_retries: retries after the first attempt for 429, 5xx and connection errors (0 = none).
+        backoff_s: first backoff in seconds; attempt ``n`` waits ``backoff_s * 2**n`` (capped at
+            ``max_backoff_s``), or the server's ``Retry-After`` when it is shorter than the cap.
+        max_backoff_s: longest wait between attempts, seconds.
+        max_concurrency: most requests in flight at once from this instance (``complete_many`` and
+            concurrent ``complete`` callers share it).
+        cache_path: SQLite file of the response cache; None disables caching.
+        token_budget: most tokens (prompt + completion, cached replies excluded) this instance may
+            spend; None = unlimited. A call is refused *before* it is sent when the tokens used so far,
+            plus those reserved by calls in flight, plus its estimate (prompt chars/4 + ``max_tokens``)
+            exceed the budget.
+
+    Raises:
+        BackendConfigError: a setting is missing or out of range (the message names it).
+    """
+
+    def __init__(self, base_url: str | None, model: str | None, api_key: str | None = None, *,
+                 timeout_s: float = 120.0, max_retries: int = 4, backoff_s: float = 1.0,
+                 max_backoff_s: float = 30.0, max_concurrency: int = 4,
+                 cache_path: str | Path | None = None, token_budget: int | None = None) -> None:
+        if not base_url or not str(base_url).strip():
+            raise BackendConfigError("OpenAICompatibleBackend: base_url is required "
+                                     "(the endpoint's API root, e.g. http://127.0.0.1:8000/v1)")
+        if not str(base_url).startswith(("http://", "https://")):
+            raise BackendConfigError(f"OpenAICompatibleBackend: base_url={base_url!r} must start with http:// or https://")
+        if not model or not str(model).strip():
+            raise BackendConfigError("OpenAICompatibleBackend: model is required (the model name the endpoint serves)")
+        if timeout_s <= 0:
+            raise BackendConfigError(f"OpenAICompatibleBackend: timeout_s={timeout_s} must be positive")
+        if max_retries < 0:
+            raise BackendConfigError(f"OpenAICompatibleBackend: max_retries={max_retries} must be >= 0")
+        if max_concurrency < 1:
+            raise BackendConfigError(f"OpenAICompatibleBackend: max_concurrency={max_concurrency} must be >= 1")
+        if token_budget is not None and token_budget <= 0:
+            raise BackendConfigError(f"OpenAICompatibleBackend: token_budget={token_budget} must be positive or None")
+        if backoff_s < 0 or max_backoff_s < 0:
+            raise BackendConfigError("OpenAICompatibleBackend: backoff_s and max_backoff_s must be >= 0")
+        import openai  # imported here so the package imports without the client installed
+
+        self._openai = openai
+        self.base_url = str(base_url).rstrip("/")
+        self.model = str(model)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.max_concurrency = int(max_concurrency)
+        self.token_budget = token_budget
+        self.cache = ResponseCache(cache_path) if cache_path is not None else None
+        key = api_key or os.environ.get("OPENAI_API_KEY") or "none"
+        # Retries are ours (to count them and to honour the no-retry-on-4xx rule): the client's are off.
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout_s, max_retries=0)
+        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._lock = threading.Lock()
+        self._used = 0       # tokens spent by finished calls
+        self._reserved = 0   # tokens reserved by calls in flight
+        self._stats = {"calls": 0, "cached": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self._by_role: dict[str, dict[str, int]] = {}
+
+    # ------------------------------------------------------------------------------------------ accounting
+
+    @property
+    def tokens_used(self) -> int:
+        """Tokens (prompt + completion) spent by finished, uncached calls."""
+        with self._lock:
+            return self._used
+
+    def usage(self) -> dict[str, Any]:
+        """Counters so far: ``calls`` (HTTP calls that returned), ``cached`` (cache hits), ``retries``,
+        ``prompt_tokens``, ``completion_tokens``, ``token_budget``, and ``by_role`` (the same per role)."""
+        with self._lock:
+            return {**self._stats, "token_budget": self.token_budget,
+                    "by_role": {r: dict(v) for r, v in self._by_role.items()}}
+
+    def _params(self, max_tokens: int, temperature: float) -> dict[str, Any]:
+        return {"max_tokens": int(max_tokens), "temperature": float(temperature)}
+
+    def _reserve(self, needed: int, role: str) -> None:
+        with self._lock:
+            if self.token_budget is not None and self._used + self._reserved + needed > self.token_budget:
+                raise BudgetExceeded(self.token_budget, self._used + self._reserved, needed, role)
+            self._reserved += needed
+
+    def _settle(self, reserved: int, completion: Completion | None, role: str) -> None:
+        with self._lock:
+            self._reserved -= reserved
+            if completion is None:
+                return
+            spent = completion.prompt_tokens + completion.completion_tokens
+            self._used += spent
+            self._stats["calls"] += 1
+            self._stats["prompt_tokens"] += completion.prompt_tokens
+            self._stats["completion_tokens"] += completion.completion_tokens
+            per = self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0})
+            per["calls"] += 1
+            per["prompt_tokens"] += completion.prompt_tokens
+            per["completion_tokens"] += completion.completion_tokens
+
+    # ------------------------------------------------------------------------------------------- calls
+
+    def complete(self, messages: Sequence[Message], *, role: str, max_tokens: int = 1024,
+                 temperature: float = 0.0) -> Completion:
+        """One chat completion (see :class:`~envfactory_assets.llm.base.ChatBackend`).
+
+        Returns the cached reply (``cached=True``, no request, no tokens) when the same model, messages
+        and parameters were answered before.
+
+        Raises:
+            BudgetExceeded: before sending, when the call could take the backend past ``token_budget``.
+            RequestRejected: the endpoint answered 4xx other than 429 (not retried).
+            EndpointUnreachable: connection errors, timeouts, 429 or 5xx on every one of the
+                ``1 + max_retries`` attempts.
+        """
+        if max_tokens < 1:
+            raise BackendConfigError(f"max_tokens={max_tokens} must be >= 1")
+        messages = [dict(m) for m in messages]
+        params = self._params(max_tokens, temperature)
+        key = request_key(self.model, messages, params)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                with self._lock:
+                    self._stats["cached"] += 1
+                    self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0,
+                                                    "completion_tokens": 0})["cached"] += 1
+                return hit
+        needed = estimate_prompt_tokens(messages) + int(max_tokens)
+        self._reserve(needed, role)
+        completion = None
+        try:
+            with self._slots:
+                completion = self._send(messages, params, role)
+        finally:
+            self._settle(needed, completion, role)
+        if self.cache is not None:
+            self.cache.put(key, completion, model=self.model, role=role,
+                           request=canonical_request(self.model, messages, params))
+        return completion
+
+    def _send(self, messages: list[dict[str, Any]], params: dict[str, Any], role: str) -> Completion:
+        openai = self._openai
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after: float | None = None
+            try:
+                response = self._client.chat.completions.create(model=self.model, messages=messages, **params)
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if status != 429 and status < 500:
+                    raise RequestRejected(
+                        f"{self.base_url} refused the {role!r} request for model={self.model!r} with HTTP {status}: "
+                        f"{_error_message(exc)} (not retried; check model and max_tokens)", status) from exc
+                last = f"HTTP {status}: {_error_message(exc)}"
+                retry_after = _retry_after(exc)
+            except openai.APIConnectionError as exc:  # includes APITimeoutError
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                return self._completion(response, messages)
+            if attempt < self.max_retries:
+                wait = min(self.backoff_s * 2 ** attempt, self.max_backoff_s)
+                if retry_after is not None:
+                    wait = min(max(wait, retry_after), self.max_backoff_s)
+                with self._lock:
+                    self._stats["retries"] += 1
+                time.sleep(wait)
+        raise EndpointUnreachable(
+            f"base_url={self.base_url!r} (model={self.model!r}) did not answer after {self.max_retries + 1} "
+            f"attempt(s) (max_retries={self.max_retries}, timeout_s={self.timeout_s}); last error: {last}")
+
+    @staticmethod
+    def _completion(response: Any, messages: list[dict[str, Any]]) -> Completion:
+        choices = getattr(response, "choices", None) or []
+        text = (choices[0].message.content or "") if choices else ""
+        usage = getattr(response, "usage", None)
+        prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
+        completion = getattr(usage, "completion_tokens", None) if usage is not None else None
+        return Completion(
+            text=text,
+            prompt_tokens=int(prompt) if prompt is not None else estimate_prompt_tokens(messages),
+            completion_tokens=int(completion) if completion is not None else estimate_tokens(text),
+            cached=False)
+
+    def complete_many(self, requests: Sequence[ChatRequest], *, return_exceptions: bool = False) -> list[Any]:
+        """Run ``requests`` with at most ``max_concurrency`` in flight; replies in request order.
+
+        Args:
+            requests: the batch.
+            return_exceptions: put each failed request's :class:`LLMError` in its slot instead of
+                raising the first one (after every request has finished).
+        """
+        def one(req: ChatRequest) -> Any:
+            try:
+                return self.complete(req.messages, role=req.role, max_tokens=req.max_tokens,
+                                     temperature=req.temperature)
+            except Exception as exc:
+                if return_exceptions:
+                    return exc
+                raise
+
+        if not requests:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests)),
+                                thread_name_prefix="llm") as pool:
+            futures = [pool.submit(one, r) for r in requests]
+            return [f.result() for f in futures]
+
+    def estimate(self, requests: Sequence[ChatRequest]) -> dict[str, int]:
+        """Dry run of a batch: nothing is sent.
+
+        Returns:
+            ``{"calls": requests that would be sent (not in the cache), "prompt_tokens_est": chars/4
+            estimate of their prompts, "cached": requests the cache would answer, "max_completion_tokens":
+            sum of their max_tokens}``.
+        """
+        calls = cached = prompt = most = 0
+        for req in requests:
+            key = request_key(self.model, [dict(m) for m in req.messages], self._params(req.max_tokens, req.temperature))
+            if self.cache is not None and key in self.cache:
+                cached += 1
+            else:
+                calls += 1
+                prompt += estimate_prompt_tokens(req.messages)
+                most += req.max_tokens
+        return {"calls": calls, "prompt_tokens_est": prompt, "cached": cached, "max_completion_tokens": most}
+
+    def close(self) -> None:
+        """Close the HTTP client and the cache."""
+        self._client.close()
+        if self.cache is not None:
+            self.cache.close()
+
+    def __enter__(self) -> "OpenAICompatibleBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleBackend(base_url={self.base_url!r}, model={self.model!r})"
+
+
+def _error_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+        return str(err)[:300]
+    return str(exc)[:300]
+
+
+def _retry_after(exc: Any) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get("retry-after")
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,99 @@
+"""A chat backend on a local Hugging Face model directory (``transformers`` ``generate``, greedy).
+
+Nothing is downloaded: ``HF_HUB_OFFLINE=1`` is set and files are loaded with ``local_files_only``.
+The model loads lazily on the first call, so constructing the backend is cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from envfactory_assets.llm.base import BackendConfigError, Completion, LLMError, Message
+
+
+class TransformersBackend:
+    """Greedy chat completions from a local causal LM (e.g. SmolLM2-135M-Instruct) on CPU or GPU.
+
+    Args:
+        model_dir: folder with ``config.json``, the weights and the tokenizer (a chat template is used
+            when the tokenizer has one, else the messages are joined as ``role: content`` lines).
+        device: torch device string (``"cpu"``, ``"cuda"``).
+        max_input_tokens: prompts longer than this keep their last ``max_input_tokens`` tokens.
+
+    Raises:
+        BackendConfigError: ``model_dir`` is not a folder with a ``config.json`` (checked at construction).
+    """
+
+    def __init__(self, model_dir: str | Path, *, device: str = "cpu", max_input_tokens: int = 8192) -> None:
+        path = Path(model_dir) if model_dir else None
+        if path is None or not (path / "config.json").is_file():
+            raise BackendConfigError(f"TransformersBackend: model_dir={str(model_dir)!r} is not a local model folder "
+                                     "(no config.json); nothing is downloaded, point it at a saved model")
+        self.model_dir = path
+        self.device = device
+        self.max_input_tokens = max_input_tokens
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), local_files_only=True)
+        except Exception as exc:  # a half-saved folder, a missing tokenizer, an unknown architecture
+            raise BackendConfigError(f"TransformersBackend: model_dir={str(self.model_dir)!r} cannot be loaded: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+        model.to(self.device)
+        model.eval()
+        self._model = model
+
+    def _prompt_ids(self, messages: Sequence[Message]) -> Any:
+        tok = self._tokenizer
+        msgs = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
+        if getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+            ids = ids["input_ids"]
+        else:
+            text = "\n".join(f"{m['role']}: {m['content']}" for m in msgs) + "\nassistant:"
+            ids = tok(text, return_tensors="pt")["input_ids"]
+        return ids[:, -self.max_input_tokens:]
+
+    def complete(self, messages: Sequence[Message], *, role: str, max_tokens: int = 1024,
+                 temperature: float = 0.0) -> Completion:
+        """Greedy generation (``temperature`` is ignored: local runs are deterministic).
+
+        Raises:
+            BackendConfigError: the model folder cannot be loaded.
+            LLMError: generation failed.
+        """
+        import torch
+
+        with self._lock:
+            self._load()
+            ids = self._prompt_ids(messages).to(self.device)
+            pad = self._tokenizer.pad_token_id
+            if pad is None:
+                pad = self._tokenizer.eos_token_id
+            try:
+                with torch.no_grad():
+                    out = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                               max_new_tokens=int(max_tokens), do_sample=False,
+                                               pad_token_id=pad)
+            except Exception as exc:
+                raise LLMError(f"TransformersBackend({self.model_dir.name}) failed to generate for role "
+                               f"{role!r}: {type(exc).__name__}: {exc}") from exc
+            new = out[0, ids.shape[1]:]
+            text = self._tokenizer.decode(new, skip_special_tokens=True)
+        return Completion(text=text, prompt_tokens=int(ids.shape[1]), completion_tokens=int(new.shape[0]), cached=False)
+
+    def __repr__(self) -> str:
+        return f"TransformersBackend(model_dir={str(self.model_dir)!r})"
