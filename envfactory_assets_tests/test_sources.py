@@ -483,7 +483,8 @@ def test_inspect_file_default_limit_and_fixture_outcomes():
     outcome = {p.name: (r.domain if isinstance(r, SourceResource) else r.reason)
                for p in corpus_files(FIXTURES) for r in [inspect_file(p, FIXTURES)]}
     assert outcome == {"bookshop.json": "ecommerce_retail", "broken.json": "unparseable",
-                       "calendar & tasks.json": "productivity", "nodomain.json": "no_domain",
+                       "calendar & tasks.json": "productivity", "helpdesk.json": "communication",
+                       "nodomain.json": "no_domain",
                        "readonly.json": "no_stateful_resource", "swagger2.json": "not_openapi3"}
 
 

@@ -37,17 +37,48 @@ class EnvFactoryHome(dg.ConfigurableResource):
 
 
 class ModelBackend(dg.ConfigurableResource):
-    """Which implementation plays the paper's LLM roles.
+    """Which implementation plays the paper's LLM roles (today: the EnvGen code writer and reviser).
 
-    ``programmatic`` (the offline default) needs no model; model-backed roles (an OpenAI-compatible
-    endpoint or a local transformers model) arrive with issue 3 and are refused clearly until then.
+    ``backend``: ``programmatic`` (the offline default, no model), ``openai`` (any OpenAI-compatible
+    endpoint: ``base_url``, ``model``, key from the environment variable named by ``api_key_env``) or
+    ``transformers`` (a local Hugging Face model directory, ``model_dir``). Model replies are cached in
+    ``$ENVFACTORY_HOME/llm_cache.sqlite`` keyed by the request's hash, so a re-run is reproducible and
+    free; ``token_budget`` (0 = unlimited) caps the tokens one materialization may spend.
     """
 
     backend: str = "programmatic"
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    model_dir: str = ""
+    token_budget: int = 0
+    max_revisions: int = 3
+    max_concurrency: int = 4
+    timeout_s: float = 120.0
 
-    def require_programmatic(self) -> None:
-        if self.backend != "programmatic":
-            raise dg.Failure(f"model backend {self.backend!r} is not available yet; use 'programmatic'")
+    def make_backend(self, cache_path: Path):
+        """None for ``programmatic``, else a chat backend; raises ``dg.Failure`` naming a bad setting."""
+        import os
+
+        from envfactory_assets.llm.base import BackendConfigError
+
+        try:
+            if self.backend == "programmatic":
+                return None
+            if self.backend == "openai":
+                from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
+
+                return OpenAICompatibleBackend(
+                    self.base_url or None, self.model or None, os.environ.get(self.api_key_env) or None,
+                    timeout_s=self.timeout_s, max_concurrency=self.max_concurrency, cache_path=cache_path,
+                    token_budget=self.token_budget or None)
+            if self.backend == "transformers":
+                from envfactory_assets.llm.transformers_backend import TransformersBackend
+
+                return TransformersBackend(self.model_dir)
+        except BackendConfigError as exc:
+            raise dg.Failure(f"model_backend: {exc}") from exc
+        raise dg.Failure(f"model_backend.backend must be programmatic, openai or transformers, got {self.backend!r}")
 
 
 class VerificationGate(dg.ConfigurableResource):

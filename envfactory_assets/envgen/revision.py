@@ -55,7 +55,13 @@ class RevisionResult:
 
     @property
     def passed(self) -> bool:
+        """True when ``status == "passed"``."""
         return self.status == "passed"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: ``environment``, ``status``, ``stop_reason``, ``reasons``, ``attempts``."""
+        return {"environment": self.environment, "status": self.status, "stop_reason": self.stop_reason,
+                "reasons": list(self.reasons), "attempts": list(self.attempts)}
 
 
 def _badness(report: VerificationReport) -> tuple[int, int]:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from envfactory_assets.envgen.builder import BuildError, build_environment
+from envfactory_assets.envgen.revision import build_with_revisions
+from envfactory_assets.llm.base import BackendConfigError
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.sources.scan import load_document
@@ -39,25 +41,47 @@ def select_resources(resources: list[dict[str, Any]], per_domain: int,
     return chosen
 
 
-def environment_row(resource: dict[str, Any]) -> dict[str, Any]:
-    """Build one ``environments`` row; a document that cannot be built gives a ``build_failed`` row."""
+def environment_row(resource: dict[str, Any], backend: Any = None, max_revisions: int = 3) -> dict[str, Any]:
+    """Build one ``environments`` row; a document that cannot be built gives a ``build_failed`` row.
+
+    With a chat ``backend`` the code is written by the model and revised from verification failures
+    (:func:`envfactory_assets.envgen.revision.build_with_revisions`, at most ``max_revisions``); the tool
+    specs, tables and initial states are the programmatic builder's either way. Every attempt (source,
+    report, diff) is kept in the row's ``revisions``.
+    """
     path = Path(resource["corpus_root"]) / resource["path"]
     base = {"env_id": resource["resource_key"], "source_resource_id": resource["id"], "domain": resource["domain"]}
+    revisions: dict[str, Any] | None = None
     try:
         raw = path.read_bytes()
         if hashlib.sha256(raw).hexdigest() != resource["sha256"]:
             raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
         env = build_environment(resource, load_document(raw, path.suffix.lower()))
         content_id("env", env)  # fails here, inside the guard, on content a store cannot hold
+        if backend is not None:
+            result = build_with_revisions(env, backend, max_revisions)
+            env = result.environment
+            revisions = {k: v for k, v in result.as_dict().items() if k != "environment"}
+            if not result.passed:
+                raise BuildError(f"model-written code never passed verification ({result.stop_reason}): "
+                                 + "; ".join(result.reasons[:3]))
+    except BackendConfigError:
+        raise  # a misconfigured backend fails every environment: stop the stage with the setting's name
     except Exception as exc:  # one bad document must never stop the stage: it becomes a build_failed row
         reason = f"{resource['path']}: {type(exc).__name__}: {str(exc)[:400]}"
         row = {**base, "status": "build_failed", "reasons": [reason], "provenance": resource["path"],
-               "n_tools": 0, **dict.fromkeys(ENV_FIELDS)}
+               "n_tools": 0, **dict.fromkeys(ENV_FIELDS), "builder": _builder(backend),
+               "revisions": revisions}
     else:
         row = {**base, "status": "built", "reasons": [], "provenance": env["provenance"],
-               "n_tools": len(env["tools"]), **{k: env[k] for k in ENV_FIELDS}}
+               "n_tools": len(env["tools"]), **{k: env[k] for k in ENV_FIELDS}, "builder": _builder(backend),
+               "revisions": revisions}
     row["id"] = content_id("env", {k: row[k] for k in ("env_id", "source_resource_id", "status", *ENV_FIELDS)})
     return row
+
+
+def _builder(backend: Any) -> str:
+    return "programmatic" if backend is None else f"model:{type(backend).__name__}"
 
 
 def as_environment(row: dict[str, Any]) -> dict[str, Any]:

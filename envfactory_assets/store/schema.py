@@ -25,7 +25,7 @@ TABLES: dict[str, list[str]] = {
         "id VARCHAR PRIMARY KEY", "env_id VARCHAR NOT NULL", "source_resource_id VARCHAR NOT NULL",
         "domain VARCHAR NOT NULL", "status VARCHAR NOT NULL", "reasons JSON", "provenance VARCHAR",
         "n_tools INTEGER", "tools JSON", "tables JSON", "state_schema JSON", "source VARCHAR",
-        "initial_states JSON", "seed_data JSON",
+        "initial_states JSON", "seed_data JSON", "builder VARCHAR", "revisions JSON",
     ],
     "verified_environments": [
         "id VARCHAR PRIMARY KEY", "environment_id VARCHAR NOT NULL", "env_id VARCHAR NOT NULL",
@@ -46,6 +46,11 @@ TABLES: dict[str, list[str]] = {
         "id VARCHAR PRIMARY KEY", "src_node_id VARCHAR NOT NULL", "dst_node_id VARCHAR NOT NULL",
         "src_param VARCHAR", "dst_param VARCHAR", "similarity DOUBLE", "provenance VARCHAR",
     ],
+    "benchmark_overlap": [
+        "id VARCHAR PRIMARY KEY", "verified_environment_id VARCHAR NOT NULL", "env_id VARCHAR NOT NULL",
+        "tool_name VARCHAR", "benchmark VARCHAR", "suite VARCHAR", "benchmark_tool VARCHAR",
+        "similarity DOUBLE", "match VARCHAR",
+    ],
     "tool_chains": [
         "id VARCHAR PRIMARY KEY", "chain_key VARCHAR NOT NULL", "sampler VARCHAR", "seed UBIGINT",
         "tools JSON", "env_ids JSON", "verified_environment_ids JSON", "domains JSON", "n_tools INTEGER",
@@ -63,12 +68,13 @@ TABLES: dict[str, list[str]] = {
     ],
     "sft_dataset": [
         "id VARCHAR PRIMARY KEY", "refined_trajectory_id VARCHAR NOT NULL", "env_ids JSON", "domains JSON",
-        "split VARCHAR", "messages JSON", "tools JSON", "n_turns INTEGER",
+        "split VARCHAR", "messages JSON", "tools JSON", "n_turns INTEGER", "benchmark_overlap JSON",
     ],
     "rl_dataset": [
         "id VARCHAR PRIMARY KEY", "refined_trajectory_id VARCHAR NOT NULL", "turn_index INTEGER",
         "env_ids JSON", "domains JSON", "split VARCHAR", "prompt JSON", "tools JSON", "gold_calls JSON",
         "masked_arguments JSON", "initial_state JSON", "final_state JSON", "final_state_hash VARCHAR",
+        "benchmark_overlap JSON",
     ],
     "checkpoints": [
         "id VARCHAR PRIMARY KEY", "sft_dataset_version VARCHAR NOT NULL", "sft_dataset_ids JSON",

@@ -90,20 +90,27 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]],
 
 
 def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
-                 limits: SandboxLimits | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+                 limits: SandboxLimits | None = None, benchmark_tags: dict[str, list[str]] | None = None,
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Split refined trajectories into ``sft_dataset`` rows and replay-checked ``rl_dataset`` rows.
+
+    ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) marks rows built from environments that overlap a
+    held-out benchmark, in their ``benchmark_overlap`` column.
 
     Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
     """
+    tags = benchmark_tags or {}
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
         loaded: set[str] = set()
         for traj in refined:
             split = split_of(traj["id"], sft_share)
             envs = {e: environments[e] for e in traj["env_ids"]}
+            overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": "train", "n_turns": traj["n_turns"], **sft_row(traj, envs)}
+                       "split": "train", "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
+                       **sft_row(traj, envs)}
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
                 sft.append(row)
                 continue
@@ -118,7 +125,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                     continue
                 r.pop("changes_state")
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": "train", **r}
+                       "split": "train", "benchmark_overlap": overlap, **r}
                 row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"]})
                 rl.append(row)
     return sft, rl, rejected

@@ -34,16 +34,18 @@ def environments(context: dg.AssetExecutionContext, config: EnvironmentsConfig, 
                  model_backend: ModelBackend) -> dg.MaterializeResult:
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
     valid/boundary/invalid initial states) built by the programmatic builder from selected resources."""
-    model_backend.require_programmatic()
+    backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
     store = envfactory.store()
     chosen = select_resources(store.read("source_resources"), config.per_domain, config.include, config.exclude)
-    rows = [environment_row(r) for r in chosen]
+    rows = [environment_row(r, backend, model_backend.max_revisions) for r in chosen]
     written = store.replace_current("environments", rows)
     built = [r for r in rows if r["status"] == "built"]
     return dg.MaterializeResult(metadata={
         "environments": len(rows), "status": status_counts(rows), "written": written,
         "tools": sum(r["n_tools"] for r in built),
         "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
+        "builder": model_backend.backend,
+        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
     }, data_version=data_version(rows))
 
 

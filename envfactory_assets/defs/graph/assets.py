@@ -5,6 +5,8 @@ from collections import Counter
 
 import dagster as dg
 
+from envfactory_assets.decontam.benchmarks import benchmark_availability, bfcl_multi_turn_tools
+from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.defs.common import data_version, no_failed_environment_check
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.envgen.stage import as_environment
@@ -12,6 +14,7 @@ from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
 from envfactory_assets.graph.stage import tool_graph_rows
 from envfactory_assets.store.gates import passed_environment_ids
+from envfactory_assets.store.ids import content_id
 
 
 class ToolGraphConfig(dg.Config):
@@ -36,12 +39,18 @@ def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], di
           code_version="1")
 def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
-    output parameter of one tool matches an input of another (name and type, or cosine > 0.85)."""
+    output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
+    tags environments whose tools overlap BFCL's multi-turn APIs (table ``benchmark_overlap``)."""
     envs, verified_ids = passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
     embedder = MiniLMEmbedder() if config.embedder == "minilm" else HashingEmbedder()
     graph, tables = tool_graph_rows(list(envs.values()), verified_ids, embedder, config.threshold)
+    overlap = overlap_rows(envs.values(), bfcl_multi_turn_tools(), embedder)
+    for row in overlap:
+        row["verified_environment_id"] = verified_ids[row["env_id"]]
+        row["id"] = content_id("bench", row)
+    tables["benchmark_overlap"] = list({r["id"]: r for r in overlap}.values())
     store = envfactory.store()
     written = {t: store.replace_current(t, rows) for t, rows in tables.items()}
     params = tables["tool_graph_parameters"]
@@ -52,6 +61,8 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
         / max(1, sum(1 for p in params if p["direction"] == "in")),
         "edge_provenance": dict(Counter(e["provenance"] for e in tables["tool_graph_edges"])),
         "environments": len(envs), "written": written, "embedder": config.embedder,
+        "benchmark_overlap_environments": benchmark_tags(overlap),
+        "benchmark_references": benchmark_availability(),
     }, data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]))
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 
 import dagster as dg
 
+from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.defs.common import data_version, no_failed_environment_check, status_counts
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
@@ -125,11 +126,12 @@ def datasets(config: DatasetConfig, envfactory: EnvFactoryHome):
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")
     sft, rl, rejected = dataset_rows([r for r in refined if all(e in envs for e in r["env_ids"])], envs,
-                                     config.sft_share)
+                                     config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")))
     w_sft = store.replace_current("sft_dataset", sft)
     w_rl = store.replace_current("rl_dataset", rl)
     yield dg.MaterializeResult(asset_key="sft_dataset", metadata={
-        "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft)}, data_version=data_version(sft))
+        "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft),
+        "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"])}, data_version=data_version(sft))
     yield dg.MaterializeResult(asset_key="rl_dataset", metadata={
         "rows": len(rl), "written": w_rl, "rejected": len(rejected),
         "replay_rate": len(rl) / (len(rl) + len(rejected)) if rl or rejected else 1.0,

@@ -1,0 +1,1 @@
+"""Decontamination: tag environments whose tool surface overlaps held-out benchmarks."""
