@@ -74,6 +74,14 @@ def _op_names(keys: Any = None) -> set[str]:
     return {graph.get(k).assets_def.node_def.name for k in (keys if keys is not None else graph.get_all_asset_keys())}
 
 
+def _selected_ops(selection: Any) -> set[str]:
+    import dagster as dg
+
+    from envfactory_assets.definitions import defs
+
+    return _op_names(dg.AssetSelection.from_coercible(selection).resolve(defs.get_repository_def().asset_graph))
+
+
 def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str, Any]:
     """Drop op config of assets outside ``selection``, so one config file serves every partial run.
 
@@ -131,7 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"ENVFACTORY_HOME={home} is a file, not a folder")
     run_config = config_for_selection(_load_run_config(args.config), _selection(args.select))
     corpus_override = run_config.get("ops", {}).get("source_resources", {}).get("config", {}).get("corpus_dir")
-    if not settings.corpus_dir(home).is_dir() and not corpus_override:
+    scans_corpus = not args.select or "source_resources" in _selected_ops(_selection(args.select))
+    if scans_corpus and not settings.corpus_dir(home).is_dir() and not corpus_override:
         raise UsageError(f"the OpenAPI corpus is not installed at {settings.corpus_dir(home)}; run scripts/setup.sh "
                          "(or set ops.source_resources.config.corpus_dir)")
     home.mkdir(parents=True, exist_ok=True)

@@ -166,3 +166,33 @@ def test_benchmark_overlap_tags_flow_into_the_datasets(store):
     for table in ("sft_dataset", "rl_dataset"):
         for row in store.read(table):
             assert bool(row["benchmark_overlap"]) == ("helpdesk" in row["env_ids"])
+
+
+def test_sampler_comparison_mart_contrasts_topology_with_the_random_walk(store):
+    rows = {r[0]: r for r in store.query("SELECT * FROM sampler_comparison").iter_rows()}
+    assert set(rows) == {"topology", "random_walk"}
+    topology, walk = rows["topology"], rows["random_walk"]
+    assert topology[5] > walk[5]  # valid_share: only the topology-aware sampler satisfies dependencies
+    raw_chain_ids = {r["tool_chain_id"] for r in store.read("raw_trajectories")}
+    samplers = {c["sampler"] for c in store.read("tool_chains") if c["id"] in raw_chain_ids}
+    assert samplers == {"topology"}
+
+
+def test_expectation_suites_pass_on_the_datasets_and_catch_corrupted_rows(store):
+    import copy
+
+    from envfactory_assets.quality.suites import validate_rl, validate_sft
+
+    sft, rl = store.read("sft_dataset"), store.read("rl_dataset")
+    assert validate_sft(sft).success and validate_rl(rl).success
+    bad_sft = copy.deepcopy(sft)
+    call = next(m for m in bad_sft[0]["messages"] if m.get("tool_calls"))["tool_calls"][0]["function"]
+    call["name"], call["arguments"] = "no_such_tool", '{"broken": '
+    failed = {f["expectation"] for f in validate_sft(bad_sft).failures}
+    assert {"tool_calls.expect_column_values_to_be_json_parseable",
+            "tool_calls.expect_column_values_to_be_in_set"} <= failed
+    bad_rl = copy.deepcopy(rl)
+    bad_rl[0]["prompt"] = bad_rl[0]["prompt"][:-1]  # ends on the assistant/system, not the user
+    bad_rl[0]["masked_arguments"] = ["page"]
+    assert not validate_rl(bad_rl).success
+    assert validate_sft([]).success is False

@@ -54,7 +54,7 @@ TABLES: dict[str, list[str]] = {
     "tool_chains": [
         "id VARCHAR PRIMARY KEY", "chain_key VARCHAR NOT NULL", "sampler VARCHAR", "seed UBIGINT",
         "tools JSON", "env_ids JSON", "verified_environment_ids JSON", "domains JSON", "n_tools INTEGER",
-        "n_servers INTEGER", "status VARCHAR NOT NULL", "reasons JSON",
+        "n_servers INTEGER", "dependency_depth INTEGER", "status VARCHAR NOT NULL", "reasons JSON",
     ],
     "raw_trajectories": [
         "id VARCHAR PRIMARY KEY", "tool_chain_id VARCHAR NOT NULL", "env_ids JSON", "domains JSON",

@@ -13,6 +13,15 @@ from envfactory_assets.synth.sampler import Chain, SamplerConfig, sample_chains,
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, tool_name_collisions
 
 
+def dependency_depth(chain: Chain) -> int:
+    """Longest producer -> consumer path in the chain (0 when no tool feeds another)."""
+    depth: dict[str, int] = {}
+    for node in chain.tools:
+        feeders = [p for p in chain.producers.get(node, {}).values() if p in depth]
+        depth[node] = 1 + max((depth[p] for p in feeders), default=-1)
+    return max(depth.values(), default=0)
+
+
 def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verified_ids: dict[str, str],
                n_chains: int, base_key: str, sampler: str, config: SamplerConfig) -> list[dict[str, Any]]:
     """Sample ``n_chains`` distinct chains and return ``tool_chains`` rows (status ``passed``/``failed``).
@@ -31,7 +40,7 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
             "tools": chain.to_dict(), "env_ids": list(chain.servers),
             "verified_environment_ids": [verified_ids[e] for e in chain.servers],
             "domains": sorted({environments[e]["domain"] for e in chain.servers}),
-            "n_tools": len(chain.tools), "n_servers": len(chain.servers),
+            "n_tools": len(chain.tools), "n_servers": len(chain.servers), "dependency_depth": dependency_depth(chain),
             "status": "failed" if problems else "passed", "reasons": problems,
         }
         row["id"] = content_id("chain", {"tools": row["tools"], "envs": row["verified_environment_ids"]})

@@ -13,7 +13,7 @@ from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
-from envfactory_assets.synth.sampler import SamplerConfig
+from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats
 from envfactory_assets.synth.stage import chain_rows, dataset_rows, raw_trajectory_rows, refined_trajectory_rows
 from envfactory_assets.synth.trajectories import SynthConfig
 
@@ -23,6 +23,7 @@ class ChainsConfig(dg.Config):
 
     n_chains: int = 400
     sampler: str = "topology"
+    baseline_chains: int = 100
     base_key: str = "default"
     max_tools: int = 15
     max_servers: int = 3
@@ -33,9 +34,11 @@ class ChainsConfig(dg.Config):
 
 
 class TrajectoryConfig(dg.Config):
-    """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``."""
+    """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``; only chains of
+    ``sampler`` are executed."""
 
     min_turns: int = 2
+    sampler: str = "topology"
     max_turn_len: int = 5
 
 
@@ -59,11 +62,23 @@ def tool_chains(config: ChainsConfig, envfactory: EnvFactoryHome) -> dg.Material
     cfg = SamplerConfig(max_tools=config.max_tools, max_servers=config.max_servers, max_depth=config.max_depth,
                         p_skip_optional=config.p_skip_optional, p_explicit_producer=config.p_explicit_producer,
                         min_tools=config.min_tools)
-    rows = chain_rows(_graph(envfactory), envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg)
+    if config.sampler not in ("topology", "random_walk"):
+        raise dg.Failure(f"tool_chains.sampler must be topology or random_walk, got {config.sampler!r}")
+    graph = _graph(envfactory)
+    rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg)
+    # The other sampler's chains are kept for comparison only (mart sampler_comparison); trajectories
+    # are synthesized from chains of `sampler` alone.
+    other = "random_walk" if config.sampler == "topology" else "topology"
+    comparison = chain_rows(graph, envs, verified_ids, config.baseline_chains, config.base_key + "/baseline",
+                            other, cfg) if config.baseline_chains else []
+    rows = list({r["id"]: r for r in rows + comparison}.values())
     written = envfactory.store().replace_current("tool_chains", rows)
     lengths = [r["n_tools"] for r in rows]
     return dg.MaterializeResult(metadata={
         "chains": len(rows), "status": status_counts(rows), "written": written, "sampler": config.sampler,
+        "dependency_satisfaction": {name: dependency_stats(graph, [Chain.from_dict(r["tools"]) for r in rows
+                                                                   if r["sampler"] == name])
+                                    for name in sorted({r["sampler"] for r in rows})},
         "mean_tools": statistics.fmean(lengths) if lengths else 0.0,
         "servers": dict(Counter(r["n_servers"] for r in rows)),
         "domains": dict(Counter(d for r in rows for d in r["domains"])),
@@ -77,7 +92,7 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
     as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn."""
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
-    chains = store.read("tool_chains", "status = 'passed'")
+    chains = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
 
     def progress(done: int, total: int) -> None:
         if done % 50 == 0 or done == total:
@@ -163,3 +178,25 @@ raw_gate = no_failed_environment_check(raw_trajectories, ["raw_trajectories"])
 refined_gate = no_failed_environment_check(refined_trajectories, ["refined_trajectories"])
 sft_gate = no_failed_environment_check("sft_dataset", ["sft_dataset"])
 rl_gate = no_failed_environment_check("rl_dataset", ["rl_dataset"])
+
+
+def _quality_result(report) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=report.success, metadata={
+        "expectations": len(report.results), "failed": len(report.failures),
+        "failures": [f"{f['expectation']}({f['column']}): {f['unexpected_count']} unexpected" for f in report.failures][:10]})
+
+
+@dg.asset_check(asset="sft_dataset", blocking=True)
+def sft_expectations(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Great Expectations suite: schema, nulls, ranges, JSON-object arguments, tool names in the row's tools."""
+    from envfactory_assets.quality.suites import validate_sft
+
+    return _quality_result(validate_sft(envfactory.store().read("sft_dataset")))
+
+
+@dg.asset_check(asset="rl_dataset", blocking=True)
+def rl_expectations(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Great Expectations suite: prompts end on the user, gold calls valid and in the row's tools, masks used."""
+    from envfactory_assets.quality.suites import validate_rl
+
+    return _quality_result(validate_rl(envfactory.store().read("rl_dataset")))

@@ -1,0 +1,1 @@
+"""Data-quality suites (Great Expectations on pandas DataFrames) for the datasets."""
