@@ -164,9 +164,13 @@ def rl_rows_replay_exactly(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
         for env_id in {e for r in rows for e in r["env_ids"] if e in envs}:
             worker.load_environment(env_id, envs[env_id]["source"])
         for r in rows:
-            problem = replay_check({**r, "changes_state": any(
-                c["name"] in {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
-                for c in r["gold_calls"])}, worker)
+            missing = [e for e in r["env_ids"] if e not in envs]
+            if missing:  # the no_failed_environment check names these too
+                failures.append(f"{r['id']}: environments without a passed verification: {missing}")
+                continue
+            writers = {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
+            problem = replay_check({**r, "changes_state": any(c["name"] in writers for c in r["gold_calls"])},
+                                   worker)
             if problem:
                 failures.append(f"{r['id']}: {problem}")
     return dg.AssetCheckResult(passed=bool(rows) and not failures,
