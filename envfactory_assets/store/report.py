@@ -28,6 +28,8 @@ def run_report(store: Store) -> str:
                     GROUP BY 1 ORDER BY 1""")
         chains = q("SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
                    "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2")
+        has_comparison = q("SELECT count(*) FROM information_schema.tables WHERE table_name = 'sampler_comparison'")[0][0]
+        comparison = q("SELECT * FROM sampler_comparison") if has_comparison else []
         turns = q("SELECT n_turns, count(*) FROM current_raw_trajectories WHERE status = 'passed' GROUP BY 1 ORDER BY 1")
         calls = q("SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
                   "WHERE status = 'passed'")
@@ -52,6 +54,9 @@ def run_report(store: Store) -> str:
         "## Environments per domain", "",
         _table(envs, ("domain", "built", "passed verification", "tools (passed)")), "",
         "## Tool chains", "", _table(chains, ("sampler", "status", "chains", "mean tools", "mean servers")), "",
+        "Topology-aware sampler vs the random-walk baseline (mart `sampler_comparison`):", "",
+        _table(comparison, ("sampler", "chains", "mean tools", "mean servers", "mean dependency depth",
+                            "valid share", "distinct tool pairs")), "",
         "## Trajectories", "", _table(traj, ("status", "trajectories")), "",
         "Turns per passed trajectory:", "", _table(turns, ("turns", "trajectories")), "",
         "Calls per passed trajectory (min / mean / max): " + " / ".join(str(v) for v in calls[0]), "",
