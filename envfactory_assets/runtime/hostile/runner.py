@@ -37,6 +37,7 @@ from envfactory_assets.runtime.hostile.samples import (
     SAMPLES,
     STATIC_REJECT,
     HostileSample,
+    environment,
 )
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.runtime.static_check import static_check
@@ -54,26 +55,13 @@ HEARTBEAT_LIMIT_S = 1.0
 _DETAIL_CHARS = 300
 
 BENIGN_ENV = "hostile_corpus_benign"
-BENIGN_SOURCE = '''
-"""A well-behaved environment used to prove the worker recovered after each hostile sample."""
-import decimal
-
-
-def load(data):
-    if not isinstance(data, dict):
-        raise ValueError("state must be an object")
-    return {"tables": dict(data.get("tables", {})), "meta": dict(data.get("meta", {}))}
-
-
-def save(state):
-    return {"tables": dict(state["tables"]), "meta": dict(state["meta"])}
-
-
+# A well-behaved environment used to prove the worker recovered after each hostile sample.
+BENIGN_SOURCE = environment('''
 def ping(state, text):
     pings = state["meta"].get("pings", 0) + 1
     state["meta"] = dict(state["meta"], pings=pings)
     return {"echo": text, "pings": pings, "seventh": str(decimal.Decimal(1) / decimal.Decimal(7))}
-'''
+''', imports="import decimal")
 # The decimal result proves that the default context (28 digits) is back after decimal_precision_bomb.
 BENIGN_EXPECTED = {"echo": "still alive", "pings": 1, "seventh": "0.1428571428571428571428571429"}
 _EMPTY_STATE: dict[str, Any] = {"tables": {}, "meta": {"now": "2024-05-01T00:00:00Z", "seed": 0, "next_id": 1}}
