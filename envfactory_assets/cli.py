@@ -75,11 +75,22 @@ def _op_names(keys: Any = None) -> set[str]:
 
 
 def _selected_ops(selection: Any) -> set[str]:
+    """Op names of the assets ``selection`` picks.
+
+    Raises:
+        UsageError: the selection is invalid or selects nothing.
+    """
     import dagster as dg
 
     from envfactory_assets.definitions import defs
 
-    return _op_names(dg.AssetSelection.from_coercible(selection).resolve(defs.get_repository_def().asset_graph))
+    try:
+        keys = dg.AssetSelection.from_coercible(selection).resolve(defs.get_repository_def().asset_graph)
+    except Exception as exc:  # Dagster raises several error types for a bad selection
+        raise UsageError(f"--select {selection!r} is not a valid asset selection: {exc}") from None
+    if not keys:
+        raise UsageError(f"--select {selection!r} selects no asset")
+    return _op_names(keys)
 
 
 def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str, Any]:
@@ -91,22 +102,13 @@ def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str
     ops_config = run_config.get("ops", {})
     if not isinstance(ops_config, dict):
         raise UsageError(f"config 'ops' must be a mapping of asset name to config, got {type(ops_config).__name__}")
-    unknown = sorted(set(ops_config) - _op_names())
+    known = _op_names()
+    unknown = sorted(set(ops_config) - known)
     if unknown:
-        raise UsageError(f"config names unknown assets {unknown}; known: {sorted(_op_names())}")
+        raise UsageError(f"config names unknown assets {unknown}; known: {sorted(known)}")
     if not selection:
         return run_config
-    import dagster as dg
-
-    from envfactory_assets.definitions import defs
-
-    try:
-        keys = dg.AssetSelection.from_coercible(selection).resolve(defs.get_repository_def().asset_graph)
-    except Exception as exc:  # Dagster raises several error types for a bad selection
-        raise UsageError(f"--select {selection!r} is not a valid asset selection: {exc}") from None
-    if not keys:
-        raise UsageError(f"--select {selection!r} selects no asset")
-    selected = _op_names(keys)
+    selected = _selected_ops(selection)
     return {**run_config, "ops": {op: cfg for op, cfg in ops_config.items() if op in selected}}
 
 
@@ -157,14 +159,16 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any]) -> 
 
     with dg.DagsterInstance.get() as instance:
         try:
-            result = _run_materialize(dg, instance, ALL_ASSETS, ALL_CHECKS, RESOURCES, select, run_config)
+            result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], instance=instance, selection=_selection(select),
+                                    run_config=run_config, resources=RESOURCES, raise_on_error=False)
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None
         failed_checks = [e.asset_check_key.to_user_string()
                          for e in result.get_asset_check_evaluations() if not e.passed]
-        checkpoints = [m.metadata["checkpoint_id"].value for m in result.asset_materializations_for_node("checkpoints")
-                       if "checkpoint_id" in m.metadata] if _has_node(result, "checkpoints") else []
+        checkpoints = [e.materialization.metadata["checkpoint_id"].value
+                       for e in result.get_asset_materialization_events()
+                       if e.asset_key == dg.AssetKey("checkpoints") and "checkpoint_id" in e.materialization.metadata]
     print(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
     for ckpt in checkpoints:
         print(f"checkpoint {ckpt}  (envfactory lineage {ckpt})")
@@ -174,16 +178,6 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any]) -> 
         for table, n in Store(settings.store_path(home)).counts().items():
             print(f"  {table:<24} {n}")
     return 0 if result.success and not failed_checks else 1
-
-
-def _has_node(result: Any, name: str) -> bool:
-    return any(node.name == name for node in result.job_def.nodes_in_topological_order)
-
-
-def _run_materialize(dg: Any, instance: Any, assets: list, checks: list, resources: dict, select: str | None,
-                     run_config: dict[str, Any]) -> Any:
-    return dg.materialize([*assets, *checks], instance=instance, selection=_selection(select),
-                          run_config=run_config, resources=resources, raise_on_error=False)
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:

@@ -172,7 +172,7 @@ def _scalar_field_schema(prop: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(enum, list):
         values = [v for v in enum if isinstance(v, (str, int, float, bool)) and not isinstance(v, bool) or typ == "boolean"]
         values = [v for v in values if v is not None and v != ""]
-        if values and all(_matches_type(v, typ) for v in values):
+        if values and all(matches_json_type(v, typ) for v in values):
             out["enum"] = list(dict.fromkeys(values))[:20]
     for bound in ("minimum", "maximum"):
         value = prop.get(bound)
@@ -202,7 +202,9 @@ def _within(value: Any, schema: dict[str, Any]) -> bool:
     return True
 
 
-def _matches_type(value: Any, typ: str) -> bool:
+def matches_json_type(value: Any, typ: str) -> bool:
+    """True when ``value`` is a JSON ``typ`` (``string``, ``integer``, ``number``, ``boolean``); bools
+    are not numbers."""
     if typ == "string":
         return isinstance(value, str)
     if typ == "integer":

@@ -16,7 +16,7 @@ import duckdb
 import orjson
 import polars as pl
 
-from envfactory_assets.store.schema import JSON_COLUMNS, TABLES, columns, ddl
+from envfactory_assets.store.schema import COMMON, JSON_COLUMNS, TABLES, columns, ddl
 
 
 class StoreBusy(RuntimeError):
@@ -27,18 +27,35 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
 
 
-def _add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring a store written by an older version up to the current schema: columns added since are
-    created (NULL in old rows); nothing is dropped or rewritten."""
+def _existing_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
     existing: dict[str, set[str]] = {}
     for table, column in con.execute(
             "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'").fetchall():
         existing.setdefault(table, set()).add(column)
+    return existing
+
+
+def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create missing tables and views, and bring a store written by an older version up to the current
+    schema: columns added since are created (NULL in old rows); nothing is dropped or rewritten.
+
+    One catalog query when the schema is already current (the common case on every write connection).
+    """
+    existing = _existing_columns(con)
+    wanted = {t: {c.split()[0] for c in cols + COMMON} for t, cols in TABLES.items()}
+    if all(cols <= existing.get(t, set()) and f"current_{t}" in existing for t, cols in wanted.items()):
+        return
+    for statement in ddl():
+        con.execute(statement)
+    existing = _existing_columns(con)
     for table, cols in TABLES.items():
         for col in cols:
             name, typ = col.split()[:2]
-            if name not in existing.get(table, {name}):
+            if name not in existing[table]:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ}")
+    for statement in ddl():  # views again, so they show the added columns
+        if statement.startswith("CREATE OR REPLACE VIEW"):
+            con.execute(statement)
 
 
 class Store:
@@ -65,8 +82,8 @@ class Store:
             StoreBusy: when the lock is still held after ``retry_seconds``.
             FileNotFoundError: for a read-only connection to a store not created yet.
         """
-        if read_only and not self.path.exists():
-            raise FileNotFoundError(f"store {self.path} does not exist yet: run `envfactory run` first")
+        if read_only:
+            self._require_exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.retry_seconds
         while True:
@@ -82,9 +99,7 @@ class Store:
                 time.sleep(0.2)
         try:
             if not read_only:
-                for statement in ddl():
-                    con.execute(statement)
-                _add_missing_columns(con)
+                _ensure_schema(con)
             yield con
         finally:
             con.close()

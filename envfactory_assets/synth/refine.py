@@ -42,9 +42,10 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str)
     return None
 
 
-def _obtainable(value: Any, earlier_results: list[Any]) -> bool:
+def _obtainable(value: Any, earlier_results: list[str]) -> bool:
+    """True when ``value`` occurs in one of the earlier tool results (given as their JSON texts)."""
     needle = json.dumps(value, ensure_ascii=False)
-    return any(needle in json.dumps(r, ensure_ascii=False) for r in earlier_results)
+    return any(needle in text for text in earlier_results)
 
 
 def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -58,6 +59,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
     flat: list[dict[str, Any]] = [c for t in turns for c in t["calls"]]
     refined: list[dict[str, Any]] = []
     applied: list[dict[str, Any]] = []
+    earlier: list[str] = []  # JSON texts of the tool results before the current call
     position = 0
     for t_idx, turn in enumerate(turns):
         turn_start = position
@@ -65,6 +67,13 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
         new_turn["query_raw"] = turn["query"]
         new_turn["operators"] = []
         parts = []
+
+        def record(operator: str, argument: str, value: Any, reference: str, source: str) -> None:
+            op = {"operator": operator, "turn": t_idx, "call": position, "argument": argument, "value": value,
+                  "reference": reference, "obtainable_from": source}
+            new_turn["operators"].append(op)
+            applied.append(op)
+
         for call in turn["calls"]:
             tool = index.tools[call["name"]]
             refs: dict[str, str] = {}
@@ -78,20 +87,14 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                     continue  # only a row's own identifier can be named by describing the row
                 phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table)
                 value = call["arguments"][arg]
-                earlier = [c["output"] for c in flat[:position]]
                 if phrase and _obtainable(value, earlier):
                     refs[arg] = phrase
-                    op = {"operator": "implicit_reference", "turn": t_idx, "call": position, "argument": arg,
-                          "value": value, "reference": phrase, "obtainable_from": producer["name"]}
-                    new_turn["operators"].append(op)
-                    applied.append(op)
+                    record("implicit_reference", arg, value, phrase, producer["name"])
             if "limit" in call["arguments"]:
                 refs["limit"] = ""
-                op = {"operator": "parameter_omission", "turn": t_idx, "call": position, "argument": "limit",
-                      "value": call["arguments"]["limit"], "reference": "", "obtainable_from": "default"}
-                new_turn["operators"].append(op)
-                applied.append(op)
+                record("parameter_omission", "limit", call["arguments"]["limit"], "", "default")
             parts.append(describe_call(tool, index.key_of(tool), call["arguments"], refs))
+            earlier.append(json.dumps(call["output"], ensure_ascii=False))
             position += 1
         new_turn["query"] = join_sentences(parts)
         refined.append(new_turn)

@@ -48,22 +48,23 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
     return list({r["id"]: r for r in rows}.values())
 
 
+def load_environments(worker: SandboxWorker, environments: dict[str, dict[str, Any]], env_ids: Any) -> None:
+    """Load each of ``env_ids`` into ``worker`` once. The worker keeps the sources and reloads them by
+    itself after a restart, so nothing here tracks crashes."""
+    for env_id in sorted(set(env_ids)):
+        worker.load_environment(env_id, environments[env_id]["source"])
+
+
 def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environments: dict[str, dict[str, Any]],
                         config: SynthConfig, limits: SandboxLimits | None = None,
                         progress: Any = None) -> list[dict[str, Any]]:
     """Execute every passed chain into a ``raw_trajectories`` row, all in one long-lived sandbox worker."""
     rows = []
+    parsed = [Chain.from_dict(c["tools"]) for c in chains]
     with SandboxWorker(limits or SandboxLimits()) as worker:
-        loaded: set[str] = set()
-        for i, chain_row in enumerate(chains):
-            chain = Chain.from_dict(chain_row["tools"])
-            for env_id in chain.servers:
-                if env_id not in loaded:
-                    worker.load_environment(env_id, environments[env_id]["source"])
-                    loaded.add(env_id)
+        load_environments(worker, environments, (e for chain in parsed for e in chain.servers))
+        for i, (chain_row, chain) in enumerate(zip(chains, parsed)):
             traj = synthesize_trajectory(chain, graph, environments, worker, config)
-            if traj["status"] != "passed" and not traj.get("final_state"):
-                loaded.clear()  # a crash restarts the worker without its environments
             row = {
                 "tool_chain_id": chain_row["id"], "env_ids": traj["env_ids"],
                 "domains": chain_row["domains"], "status": traj["status"], "reasons": traj["reasons"],
@@ -111,7 +112,8 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     tags = benchmark_tags or {}
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
-        loaded: set[str] = set()
+        load_environments(worker, environments,
+                          (e for t in refined if split_of(t["id"], sft_share) == "rl" for e in t["env_ids"]))
         for traj in refined:
             split = split_of(traj["id"], sft_share)
             envs = {e: environments[e] for e in traj["env_ids"]}
@@ -123,10 +125,6 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
                 sft.append(row)
                 continue
-            for env_id in traj["env_ids"]:
-                if env_id not in loaded:
-                    worker.load_environment(env_id, environments[env_id]["source"])
-                    loaded.add(env_id)
             for r in rl_rows(traj, envs):
                 problem = replay_check(r, worker)
                 if problem:

@@ -19,6 +19,7 @@ from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
+from envfactory_assets.sources.openapi import SCALAR_TYPES, matches_json_type
 from envfactory_assets.synth.phrasing import describe_call, join_sentences, summarize_call
 from envfactory_assets.synth.sampler import USER, Chain
 from envfactory_assets.synth.turns import split_turns
@@ -173,9 +174,7 @@ def _make_update_change_something(tool: dict[str, Any], key: str, args: dict[str
 
 def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
     typ = schema.get("type")
-    ok = {"string": isinstance(value, str), "integer": isinstance(value, int) and not isinstance(value, bool),
-          "number": isinstance(value, (int, float)) and not isinstance(value, bool),
-          "boolean": isinstance(value, bool)}.get(typ, True)
+    ok = typ not in SCALAR_TYPES or matches_json_type(value, typ)
     return ok and ("enum" not in schema or value in schema["enum"])
 
 

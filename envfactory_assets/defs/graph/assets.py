@@ -13,7 +13,6 @@ from envfactory_assets.envgen.stage import as_environment
 from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
 from envfactory_assets.graph.stage import tool_graph_rows
-from envfactory_assets.store.gates import passed_environment_ids
 from envfactory_assets.store.ids import content_id
 
 
@@ -27,12 +26,10 @@ class ToolGraphConfig(dg.Config):
 def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
     """Environment dicts of every environment whose current verification passed, and their verification ids."""
     store = envfactory.store()
-    verified = passed_environment_ids(store)
-    env_rows = store.read("environments", "status = 'built'")
-    by_id = {r["id"]: r for r in env_rows}
-    ver_rows = store.read("verified_environments", "status = 'passed'")
-    envs = {v["env_id"]: as_environment(by_id[v["environment_id"]]) for v in ver_rows if v["environment_id"] in by_id}
-    return envs, {e: verified[e] for e in envs}
+    by_id = {r["id"]: r for r in store.read("environments", "status = 'built'")}
+    ver_rows = [v for v in store.read("verified_environments", "status = 'passed'") if v["environment_id"] in by_id]
+    envs = {v["env_id"]: as_environment(by_id[v["environment_id"]]) for v in ver_rows}
+    return envs, {v["env_id"]: v["id"] for v in ver_rows}
 
 
 @dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],

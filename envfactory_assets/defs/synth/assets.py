@@ -14,7 +14,13 @@ from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats
-from envfactory_assets.synth.stage import chain_rows, dataset_rows, raw_trajectory_rows, refined_trajectory_rows
+from envfactory_assets.synth.stage import (
+    chain_rows,
+    dataset_rows,
+    load_environments,
+    raw_trajectory_rows,
+    refined_trajectory_rows,
+)
 from envfactory_assets.synth.trajectories import SynthConfig
 
 
@@ -161,8 +167,7 @@ def rl_rows_replay_exactly(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
     rows = envfactory.store().read("rl_dataset")
     failures = []
     with SandboxWorker() as worker:
-        for env_id in {e for r in rows for e in r["env_ids"] if e in envs}:
-            worker.load_environment(env_id, envs[env_id]["source"])
+        load_environments(worker, envs, (e for r in rows for e in r["env_ids"] if e in envs))
         for r in rows:
             missing = [e for e in r["env_ids"] if e not in envs]
             if missing:  # the no_failed_environment check names these too
