@@ -1,0 +1,155 @@
+"""The paper's hybrid reward for one RL task: trace match plus final-state match, minus penalties.
+
+Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in ARCHITECTURE.md:
+
+    reward = max(0, 0.5 * trace + 0.5 * state - length_penalty - format_penalty)
+
+- ``trace`` is 1.0 iff every gold call is matched by a distinct predicted call with the same name and
+  the same value for every argument that is not masked (in any order; extra calls are allowed here and
+  paid for by the length penalty), else 0.0.
+- ``state`` is the share of the task's environments whose final state equals the gold final state.
+- ``length_penalty`` is 0.05 per predicted call that matched no gold call, capped at 0.5.
+- ``format_penalty`` is 0.05 per malformed call (a tool-call block that did not parse into a call, or a
+  call to a tool the task does not offer, or arguments that are not a JSON object), capped at 0.5.
+
+Pure functions on JSON values: no model, no environment, no Dagster. The environment side (running the
+predicted calls to get final states) is :mod:`envfactory_assets.training.task_episode`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from envfactory_assets.runtime.canonical import canonical_json
+
+TRACE_WEIGHT = 0.5
+STATE_WEIGHT = 0.5
+PENALTY_PER_CALL = 0.05
+PENALTY_CAP = 0.5
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    """The reward of one rollout and the terms it was made from.
+
+    Attributes:
+        reward: the final reward in [0, 1].
+        trace: 1.0 when every gold call was matched, else 0.0.
+        state: share in [0, 1] of environments whose final state equals the gold one.
+        matched_gold: for each gold call (in gold order), whether a predicted call matched it.
+        n_extra: predicted calls that matched no gold call.
+        n_malformed: malformed calls counted against the format penalty.
+        length_penalty: ``min(0.5, 0.05 * n_extra)``.
+        format_penalty: ``min(0.5, 0.05 * n_malformed)``.
+    """
+
+    reward: float
+    trace: float
+    state: float
+    matched_gold: tuple[bool, ...]
+    n_extra: int
+    n_malformed: int
+    length_penalty: float
+    format_penalty: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        d = asdict(self)
+        d["matched_gold"] = list(self.matched_gold)
+        return d
+
+
+def _call_key(call: Mapping[str, Any], masked: frozenset[str]) -> tuple[str, bytes]:
+    """What two calls must share to match: the name and the canonical JSON of the unmasked arguments."""
+    arguments = call.get("arguments") or {}
+    if not isinstance(arguments, Mapping):
+        raise ValueError(f"call {call.get('name')!r}: arguments must be a JSON object, got {type(arguments).__name__}")
+    kept = {k: v for k, v in arguments.items() if k not in masked}
+    return str(call.get("name")), canonical_json(kept)
+
+
+def match_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
+                masked_arguments: Sequence[str] = ()) -> tuple[list[bool], int]:
+    """Match predicted calls to gold calls one-to-one.
+
+    Two calls match when their names are equal and their arguments are equal after dropping the masked
+    argument names from both sides. Matching is an equality of keys, so greedy assignment in gold order is
+    a maximum matching.
+
+    Args:
+        gold_calls: ``[{"name": str, "arguments": dict}, ...]``.
+        predicted_calls: the same shape; each one can match at most one gold call.
+        masked_arguments: argument names whose values do not matter (e.g. ``limit``, ``page``).
+
+    Returns:
+        ``(matched, n_extra)``: one bool per gold call, and how many predicted calls matched nothing.
+
+    Raises:
+        ValueError: a call's ``arguments`` is not a JSON object.
+    """
+    masked = frozenset(masked_arguments)
+    unused: dict[tuple[str, bytes], int] = {}
+    for call in predicted_calls:
+        key = _call_key(call, masked)
+        unused[key] = unused.get(key, 0) + 1
+    matched = []
+    for call in gold_calls:
+        key = _call_key(call, masked)
+        if unused.get(key, 0) > 0:
+            unused[key] -= 1
+            matched.append(True)
+        else:
+            matched.append(False)
+    return matched, sum(unused.values())
+
+
+def state_match(final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str]) -> float:
+    """Share of the gold environments whose final state hash equals the gold one.
+
+    Args:
+        final_state_hashes: ``{env_id: sha256 hex}`` of the rollout's final states; an environment missing
+            here counts as not matching.
+        gold_state_hashes: ``{env_id: sha256 hex}`` of the gold final states (see
+            :func:`envfactory_assets.runtime.canonical.state_hash`).
+
+    Raises:
+        ValueError: ``gold_state_hashes`` is empty.
+    """
+    if not gold_state_hashes:
+        raise ValueError("gold_state_hashes is empty: a task must involve at least one environment")
+    same = sum(1 for env_id, h in gold_state_hashes.items() if final_state_hashes.get(env_id) == h)
+    return same / len(gold_state_hashes)
+
+
+def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
+                  final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str], *,
+                  masked_arguments: Sequence[str] = (), n_malformed: int = 0) -> RewardBreakdown:
+    """The paper's reward for one rollout (formula in the module docstring).
+
+    Args:
+        gold_calls: the task's essential gold calls, ``[{"name", "arguments"}]``.
+        predicted_calls: every well-formed call the policy made in the rollout, in order.
+        final_state_hashes: ``{env_id: hash}`` after executing ``predicted_calls`` on the task's initial state.
+        gold_state_hashes: ``{env_id: hash}`` of the gold final state.
+        masked_arguments: argument names excluded from the trace comparison.
+        n_malformed: calls that could not be parsed or executed as calls (see module docstring).
+
+    Returns:
+        A :class:`RewardBreakdown`; ``reward`` is in [0, 1].
+
+    Raises:
+        ValueError: ``n_malformed`` is negative, a call's arguments are not an object, or no gold state.
+    """
+    if n_malformed < 0:
+        raise ValueError(f"n_malformed must be >= 0, got {n_malformed}")
+    matched, n_extra = match_calls(gold_calls, predicted_calls, masked_arguments)
+    trace = 1.0 if all(matched) else 0.0
+    state = state_match(final_state_hashes, gold_state_hashes)
+    length_penalty = min(PENALTY_CAP, PENALTY_PER_CALL * n_extra)
+    format_penalty = min(PENALTY_CAP, PENALTY_PER_CALL * n_malformed)
+    reward = max(0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - length_penalty - format_penalty)
+    return RewardBreakdown(reward=round(reward, 10), trace=trace, state=state, matched_gold=tuple(matched),
+                           n_extra=n_extra, n_malformed=n_malformed, length_penalty=length_penalty,
+                           format_penalty=format_penalty)

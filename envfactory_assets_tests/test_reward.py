@@ -1,0 +1,147 @@
+"""The hybrid reward on hand-built cases, and rollouts scored through a real sandboxed environment."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.training.reward import hybrid_reward, match_calls, state_match
+from envfactory_assets.training.task_episode import TaskRunner
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+GOLD = [
+    {"name": "list_books", "arguments": {"genre": "fiction", "limit": 5}},
+    {"name": "update_book", "arguments": {"book_id": "b1", "price": 9.5}},
+]
+HASHES = {"shop": "aaa", "calendar": "bbb"}
+
+
+def reward(predicted, final=HASHES, n_malformed=0, masked=("limit",)):
+    return hybrid_reward(GOLD, predicted, final, HASHES, masked_arguments=masked, n_malformed=n_malformed)
+
+
+def test_exact_match_in_any_order_scores_one():
+    r = reward(list(reversed(GOLD)))
+    assert (r.reward, r.trace, r.state, r.n_extra) == (1.0, 1.0, 1.0, 0)
+
+
+def test_missing_call_loses_the_trace_half():
+    r = reward(GOLD[:1])
+    assert r.matched_gold == (True, False)
+    assert (r.trace, r.reward) == (0.0, 0.5)
+
+
+def test_extra_calls_cost_five_hundredths_each_capped_at_half():
+    noise = {"name": "get_book", "arguments": {"book_id": "b2"}}
+    assert reward(GOLD + [noise] * 3).reward == pytest.approx(0.85)
+    capped = reward(GOLD + [noise] * 30)
+    assert (capped.n_extra, capped.length_penalty, capped.reward) == (30, 0.5, 0.5)
+
+
+def test_masked_argument_value_does_not_matter_but_an_unmasked_one_does():
+    masked_diff = [{"name": "list_books", "arguments": {"genre": "fiction", "limit": 50}}, GOLD[1]]
+    assert reward(masked_diff).trace == 1.0
+    assert reward(masked_diff, masked=()).trace == 0.0
+    wrong_price = [GOLD[0], {"name": "update_book", "arguments": {"book_id": "b1", "price": 9.0}}]
+    r = reward(wrong_price)
+    assert r.matched_gold == (True, False) and r.n_extra == 1
+    assert r.reward == pytest.approx(0.45)
+
+
+def test_malformed_calls_are_penalized_and_the_reward_never_goes_below_zero():
+    assert reward(GOLD, n_malformed=2).reward == pytest.approx(0.9)
+    r = reward([], final={}, n_malformed=40)
+    assert (r.format_penalty, r.reward) == (0.5, 0.0)
+    with pytest.raises(ValueError, match="n_malformed"):
+        reward(GOLD, n_malformed=-1)
+
+
+def test_partial_state_match_is_the_share_of_matching_environments():
+    assert state_match({"shop": "aaa", "calendar": "zzz"}, HASHES) == 0.5
+    assert reward(GOLD, final={"shop": "aaa"}).reward == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="gold_state_hashes"):
+        state_match({}, {})
+
+
+def test_duplicate_gold_calls_need_distinct_predicted_calls():
+    gold = [{"name": "ping", "arguments": {}}] * 2
+    assert match_calls(gold, gold[:1]) == ([True, False], 0)
+    assert match_calls(gold, gold * 2) == ([True, True], 2)
+
+
+def test_arguments_that_are_not_an_object_are_an_error():
+    with pytest.raises(ValueError, match="JSON object"):
+        match_calls(GOLD, [{"name": "list_books", "arguments": "genre=fiction"}])
+
+
+@pytest.fixture(scope="module")
+def bookshop() -> dict:
+    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
+    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+
+
+@pytest.fixture(scope="module")
+def runner(bookshop):
+    with TaskRunner({bookshop["env_id"]: bookshop}) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def task(bookshop, runner) -> dict:
+    """An RL row whose gold final state comes from executing its gold calls in the sandbox."""
+    env_id = bookshop["env_id"]
+    initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
+    book_id = initial[env_id]["tables"]["books"][0]["book_id"]
+    row = {"id": "rl_test", "env_ids": [env_id], "tools": [openai_tool(t) for t in bookshop["tools"]],
+           "gold_calls": [{"name": "update_book", "arguments": {"book_id": book_id, "price": 12.5}},
+                          {"name": "delete_book", "arguments": {"book_id": book_id}}],
+           "masked_arguments": ["limit"], "initial_state": initial, "final_state": initial}
+    episode = runner.episode(row)
+    for call in row["gold_calls"]:
+        episode.call(call["name"], call["arguments"])
+    final = episode.final_states()
+    episode.close()
+    assert state_hash(final) != state_hash(initial)
+    return {**row, "final_state": final}
+
+
+def test_replaying_the_gold_calls_earns_full_reward(task, runner):
+    episode = runner.episode(task)
+    episode.call("books_list", {"limit": 3})
+    for call in task["gold_calls"]:
+        episode.call(call["name"], call["arguments"])
+    r = episode.reward()
+    episode.close()
+    assert (r.trace, r.state, r.n_extra) == (1.0, 1.0, 1)
+    assert r.reward == pytest.approx(0.95)
+
+
+def test_rollouts_do_not_share_state(task, runner):
+    first = runner.episode(task)
+    first.call(task["gold_calls"][1]["name"], task["gold_calls"][1]["arguments"])
+    second = runner.episode(task)
+    assert second.final_state_hashes() == {e: state_hash(s) for e, s in task["initial_state"].items()}
+    assert first.final_state_hashes() != second.final_state_hashes()
+    first.close()
+    second.close()
+
+
+def test_wrong_and_malformed_calls_score_low(task, runner):
+    episode = runner.episode(task)
+    assert "unknown_tool" in episode.call("os_system", {"cmd": "rm -rf /"})
+    assert "invalid_arguments" in episode.call("delete_book", "book_id=1")
+    result = episode.call("update_book", {"book_id": "no-such-book", "price": 1.0})
+    assert "error" in result
+    episode.add_malformed()
+    r = episode.reward()
+    episode.close()
+    assert (r.n_malformed, r.trace, r.state, r.n_extra) == (3, 0.0, 0.0, 1)
+    assert r.reward == 0.0
