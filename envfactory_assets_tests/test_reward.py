@@ -145,3 +145,17 @@ def test_wrong_and_malformed_calls_score_low(task, runner):
     episode.close()
     assert (r.n_malformed, r.trace, r.state, r.n_extra) == (3, 0.0, 0.0, 1)
     assert r.reward == 0.0
+
+
+def test_held_out_split_is_by_environment_stable_and_near_its_share():
+    from envfactory_assets.training.splits import is_held_out_environment, row_split
+
+    ids = [f"provider_{i}:api" for i in range(2000)]
+    held = [e for e in ids if is_held_out_environment(e)]
+    assert 0.15 < len(held) / len(ids) < 0.25
+    assert held == [e for e in ids if is_held_out_environment(e)]
+    assert row_split([ids[0], held[0]]) == "held_out"
+    assert row_split([e for e in ids[:50] if e not in held]) == "train"
+    assert not any(is_held_out_environment(e, 0.0) for e in ids)
+    with pytest.raises(ValueError, match="share"):
+        is_held_out_environment("x", 1.5)
