@@ -1,0 +1,383 @@
+"""GRPO on RL tasks with TRL 1.16's ``GRPOTrainer`` and a ``rollout_func`` that executes tool calls in the sandbox.
+
+Why ``rollout_func`` and not ``environment_factory`` (decided from TRL 1.16's ``grpo_trainer.py``):
+
+- ``environment_factory`` renders the tools from Python signatures and docstrings (transformers'
+  ``get_json_schema``), losing JSON-Schema detail (enums, nested objects), and fixes one tool set per factory
+  at ``__init__``; per-task tool sets would need one named factory per task.
+- It parses model output with the tokenizer's ``response_template``/``response_schema``, which
+  ``add_response_schema`` only sets for known chat templates; our compact template is not one of them, and a
+  tool call whose text does not parse is silently content there, so the paper's format penalty could not see it.
+- A tool called with wrong argument names raises ``TypeError`` in TRL's loop and never reaches the
+  environment, so it would not count as a call.
+
+So the rollout (:class:`ToolRollout`) renders the prompt with our template and the row's own tools, samples
+with the policy, parses with :func:`~envfactory_assets.training.tool_calls.parse_tool_calls` (malformed blocks
+count against the format penalty), executes calls through a :class:`TaskEnvironment` per rollout (one object
+per rollout slot, reused across batches, ``reset(**row)`` per rollout; its public methods are exactly the
+task's tools, the same contract ``environment_factory`` uses), appends the tool results as tokens without
+loss (``env_mask`` 0), and lets the model continue, up to ``max_tool_calling_iterations`` rounds. The reward
+function returns each rollout's :meth:`TaskEpisode.reward` (the paper's hybrid reward, ``reward.py``). The
+model sees only the prompt, the tool list and tool results: never the reward or a verification tool.
+
+Settings from the paper (``shared/ARCHITECTURE.md``): 8 rollouts per prompt, temperature 0.7, KL coefficient
+0.001, starting from the SFT checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
+from envfactory_assets.training.chat_template import END_OF_TURN, normalize_messages, render_chat
+from envfactory_assets.training.task_environment import TaskEnvironment, environment_class, rollout_reward
+from envfactory_assets.training.task_episode import TaskRunner
+from envfactory_assets.training.threads import torch_threads
+from envfactory_assets.training.tool_calls import parse_tool_calls
+
+TASK_ID_KEY = "task_id"
+"""Key carried by the first prompt message naming its ``rl_dataset`` row; the template never renders it."""
+GRPO_CONFIG_FILE = "grpo_config.json"
+
+
+@dataclass(frozen=True)
+class GRPOConfigSpec:
+    """What a caller chooses for one GRPO run (CPU-sized defaults).
+
+    Attributes:
+        max_steps: optimizer steps.
+        learning_rate: peak learning rate (linear decay). Default 1e-5 so a few CPU steps move a 135M model.
+        num_generations: rollouts per prompt (the group); the paper uses 8. Default 4 on 2 CPU cores.
+        prompts_per_step: prompts per optimizer step (batch = ``prompts_per_step * num_generations`` rollouts).
+        temperature: sampling temperature of the rollouts (paper: 0.7).
+        beta: KL coefficient against the starting model (paper: 0.001).
+        max_completion_length: tokens per rollout after the prompt, model and tool-result tokens together.
+        max_tool_calling_iterations: rounds of tool execution and continued generation per rollout.
+        seed: trainer and sampling seed.
+    """
+
+    max_steps: int = 8
+    learning_rate: float = 1e-5
+    num_generations: int = 4
+    prompts_per_step: int = 2
+    temperature: float = 0.7
+    beta: float = 0.001
+    max_completion_length: int = 96
+    max_tool_calling_iterations: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "prompts_per_step", "max_completion_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be >= 2 (GRPO compares rollouts within a group)")
+        if self.max_tool_calling_iterations < 0:
+            raise ValueError("max_tool_calling_iterations must be >= 0")
+        if not self.learning_rate > 0 or not self.temperature > 0 or self.beta < 0:
+            raise ValueError("learning_rate and temperature must be > 0, beta >= 0")
+
+
+def grpo_prompt(row: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The row's prompt messages, normalized, with :data:`TASK_ID_KEY` on the first message.
+
+    Raises:
+        ValueError: the prompt is empty or does not end with a user message.
+    """
+    messages = normalize_messages(row["prompt"])
+    if not messages or messages[-1].get("role") != "user":
+        raise ValueError(f"rl row {row.get('id', '?')}: prompt must end with a user message")
+    messages[0] = {**messages[0], TASK_ID_KEY: row["id"]}
+    return messages
+
+
+def build_grpo_dataset(rows: list[Mapping[str, Any]]) -> Any:
+    """``datasets.Dataset`` with one ``prompt`` column (``Json()``, so argument dicts are never merged).
+
+    Raises:
+        ValueError: no rows, repeated ids, or a bad prompt (see :func:`grpo_prompt`).
+    """
+    from datasets import Dataset, Features, Json
+
+    if not rows:
+        raise ValueError("no RL rows for GRPO")
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ValueError("RL rows for GRPO must have unique ids")
+    return Dataset.from_list([{"prompt": grpo_prompt(r)} for r in rows], features=Features({"prompt": Json()}))
+
+
+def execute_tool_text(environment: TaskEnvironment, text: str) -> tuple[list[tuple[str, str]], int]:
+    """Parse one model turn and execute its calls in ``environment`` (the rollout's own episode).
+
+    Tool-call blocks that do not parse are counted as malformed calls in the episode (format penalty) and
+    never executed; calls to names outside the task's tools are refused by the episode (also malformed).
+
+    Returns:
+        ``([(tool name, result text), ...] in call order, number of unparseable blocks)``.
+    """
+    parsed = parse_tool_calls(text)
+    if parsed.format_errors:
+        environment._add_malformed(parsed.format_errors)
+    results = [(c["name"], environment._dispatch(c["name"], c["arguments"])) for c in parsed.calls]
+    return results, parsed.format_errors
+
+
+class ToolRollout:
+    """TRL ``rollout_func``: sample, execute tool calls in each rollout's own environment object, continue.
+
+    Args:
+        rows: ``{row id: rl_dataset row}`` for every prompt in the dataset.
+        runner: a :class:`TaskRunner` with (or able to load) every environment the rows use.
+        tokenizer: the policy's tokenizer, with the tool template installed.
+        spec: :class:`GRPOConfigSpec` (temperature, completion budget, tool rounds).
+
+    Calling it returns TRL's rollout dict: ``prompt_ids``, ``completion_ids``, ``logprobs`` (None: TRL then
+    recomputes them), ``env_mask`` (1 for model tokens, 0 for tool-result tokens) and ``task_environments``
+    (the :class:`TaskEnvironment` of each rollout, forwarded to the reward function).
+    """
+
+    def __init__(self, rows: Mapping[str, Mapping[str, Any]], runner: TaskRunner, tokenizer: Any,
+                 spec: GRPOConfigSpec) -> None:
+        self._rows = rows
+        self._runner = runner
+        self._tokenizer = tokenizer
+        self._spec = spec
+        self._pool: dict[type[TaskEnvironment], list[TaskEnvironment]] = {}
+        self.stop_ids = sorted({tokenizer.convert_tokens_to_ids(END_OF_TURN), tokenizer.eos_token_id} - {None})
+        self.tool_calls = 0
+        self.malformed = 0
+
+    def _environments(self, rows: list[Mapping[str, Any]]) -> list[TaskEnvironment]:
+        """One reusable object per rollout slot, reset on its row."""
+        handed: dict[type[TaskEnvironment], int] = {}
+        out = []
+        for row in rows:
+            cls = environment_class(row["tools"])
+            pool = self._pool.setdefault(cls, [])
+            index = handed.get(cls, 0)
+            if index == len(pool):
+                pool.append(cls(self._runner))
+            handed[cls] = index + 1
+            env = pool[index]
+            env.reset(**row)
+            out.append(env)
+        return out
+
+    def _prompt_ids(self, row: Mapping[str, Any]) -> list[int]:
+        text = render_chat(row["prompt"], row["tools"], add_generation_prompt=True)
+        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _tool_suffix_ids(self, results: list[tuple[str, str]]) -> list[int]:
+        """Tokens after the model's end-of-turn: the tool-result turn and the next generation prompt."""
+        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+        tool_messages = [{"role": "tool", "name": n, "content": c} for n, c in results]
+        before = render_chat(base)
+        after = render_chat(base + tool_messages, add_generation_prompt=True)
+        head = before[: before.rindex(END_OF_TURN) + len(END_OF_TURN)]
+        return self._tokenizer(after[len(head):], add_special_tokens=False)["input_ids"]
+
+    def _sample(self, model: Any, sequences: list[list[int]], budgets: list[int]) -> list[list[int]]:
+        """Sampled continuations (left-padded batch), each cut after its first stop token and to its budget."""
+        import torch
+
+        pad = self._tokenizer.pad_token_id
+        width = max(len(s) for s in sequences)
+        input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences])
+        attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences])
+        with torch.inference_mode():
+            output = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
+                                    temperature=self._spec.temperature, top_p=1.0, top_k=0,
+                                    max_new_tokens=max(budgets), eos_token_id=self.stop_ids, pad_token_id=pad)
+        result = []
+        for row, budget in zip(output[:, width:].tolist(), budgets, strict=True):
+            cut = next((i + 1 for i, t in enumerate(row) if t in self.stop_ids), len(row))
+            result.append(row[: min(cut, budget)])
+        return result
+
+    def __call__(self, prompts: list[list[dict[str, Any]]], trainer: Any) -> dict[str, Any]:
+        rows = []
+        for prompt in prompts:
+            task_id = prompt[0].get(TASK_ID_KEY) if prompt else None
+            if task_id not in self._rows:
+                raise KeyError(f"GRPO prompt without a known {TASK_ID_KEY!r}: {str(task_id)[:80]}")
+            rows.append(self._rows[task_id])
+        environments = self._environments(rows)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        budget = self._spec.max_completion_length
+        prompt_ids = [self._prompt_ids(r) for r in rows]
+        completion_ids: list[list[int]] = [[] for _ in rows]
+        env_mask: list[list[int]] = [[] for _ in rows]
+        active = list(range(len(rows)))
+        for round_index in range(self._spec.max_tool_calling_iterations + 1):
+            new = self._sample(model, [prompt_ids[i] + completion_ids[i] for i in active],
+                               [budget - len(completion_ids[i]) for i in active])
+            still = []
+            for i, ids in zip(active, new, strict=True):
+                completion_ids[i] += ids
+                env_mask[i] += [1] * len(ids)
+                results, malformed = execute_tool_text(environments[i], self._tokenizer.decode(ids, skip_special_tokens=True))
+                self.malformed += malformed
+                if not results:
+                    continue
+                self.tool_calls += len(results)
+                finished = bool(ids) and ids[-1] in self.stop_ids
+                if round_index == self._spec.max_tool_calling_iterations or not finished:
+                    continue
+                suffix = self._tool_suffix_ids(results)
+                if len(completion_ids[i]) + len(suffix) >= budget:
+                    continue  # no room to show the results and continue; the calls still count
+                completion_ids[i] += suffix
+                env_mask[i] += [0] * len(suffix)
+                still.append(i)
+            active = still
+            if not active:
+                break
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
+                "env_mask": env_mask, "task_environments": environments}
+
+    def close(self) -> None:
+        """Close every open episode (the runner itself belongs to the caller)."""
+        for pool in self._pool.values():
+            for env in pool:
+                env._close()
+
+
+def hybrid_reward_func(prompts: list[Any], completions: list[Any], task_environments: list[TaskEnvironment],
+                       log_metric: Any = None, **kwargs: Any) -> list[float]:
+    """TRL reward function: each rollout's hybrid reward from its own episode (``reward.py``).
+
+    ``task_environments`` comes from :class:`ToolRollout`; ``log_metric`` (TRL) records the trace and
+    state terms and the format penalty per step.
+    """
+    breakdowns = [rollout_reward(env) for env in task_environments]
+    if log_metric is not None and breakdowns:
+        n = len(breakdowns)
+        log_metric("reward_trace", sum(b.trace for b in breakdowns) / n)
+        log_metric("reward_state", sum(b.state for b in breakdowns) / n)
+        log_metric("malformed_calls", sum(b.n_malformed for b in breakdowns) / n)
+    return [b.reward for b in breakdowns]
+
+
+def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(out_dir),
+        max_steps=spec.max_steps,
+        learning_rate=spec.learning_rate,
+        per_device_train_batch_size=spec.num_generations * spec.prompts_per_step,
+        num_generations=spec.num_generations,
+        temperature=spec.temperature,
+        beta=spec.beta,
+        max_completion_length=spec.max_completion_length,
+        max_tool_calling_iterations=spec.max_tool_calling_iterations,
+        seed=spec.seed,
+        data_seed=spec.seed,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        log_completions=False,
+        activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time
+    )
+
+
+def _silence_experimental_warning() -> None:
+    import os
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping[str, Any]], start_model_dir: Path,
+               out_dir: Path, spec: GRPOConfigSpec | None = None, *, num_threads: int | None = None) -> dict[str, Any]:
+    """Train the model in ``start_model_dir`` (the SFT checkpoint) with GRPO on ``rows``; save to ``out_dir``.
+
+    Args:
+        rows: ``rl_dataset`` rows (``id``, ``prompt``, ``tools``, ``env_ids``, ``gold_calls``,
+            ``masked_arguments``, ``initial_state``, ``final_state``); only train-split rows belong here.
+        environments: ``{env_id: environment dict with "source"}`` for every env id the rows use.
+        start_model_dir: local HF model directory to start from.
+        out_dir: receives the trained model, tokenizer and :data:`GRPO_CONFIG_FILE`.
+        spec: :class:`GRPOConfigSpec` (defaults if None).
+        num_threads: torch threads while training; None = free cores (``threads.py``).
+
+    Returns:
+        ``{"steps", "seconds", "seconds_per_step", "reward_mean_per_step": [float], "reward_std_per_step":
+        [float], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls",
+        "prompts", "threads"}``; rewards are in [0, 1].
+
+    Raises:
+        ValueError: no rows or bad prompts (see :func:`build_grpo_dataset`), or a task whose tools cannot be
+            methods (see :func:`environment_class`).
+        KeyError: a row uses an environment missing from ``environments``.
+    """
+    spec = spec or GRPOConfigSpec()
+    out_dir, start_model_dir = Path(out_dir), Path(start_model_dir)
+    dataset = build_grpo_dataset(list(rows))
+    for row in rows:
+        environment_class(row["tools"])
+        missing = [e for e in row["env_ids"] if e not in environments]
+        if missing:
+            raise KeyError(f"rl row {row['id']}: environment(s) {missing} not available")
+
+    force_offline()
+    _silence_experimental_warning()
+    import torch
+    import transformers
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    transformers.set_seed(spec.seed)
+    tokenizer = AutoTokenizer.from_pretrained(start_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(start_model_dir, dtype=torch.float32)
+    prepare_tokenizer(tokenizer, model)
+    tokenizer.padding_side = "left"
+
+    with TaskRunner(environments) as runner, torch_threads(num_threads) as threads:
+        rollout = ToolRollout({r["id"]: r for r in rows}, runner, tokenizer, spec)
+        trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),
+                              train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout)
+        started = time.perf_counter()
+        try:
+            output = trainer.train()
+        finally:
+            rollout.close()
+        seconds = time.perf_counter() - started
+    logs = [e for e in trainer.state.log_history if "reward" in e]
+    means = [float(e["reward"]) for e in logs]
+    stds = [float(e.get("reward_std", 0.0)) for e in logs]
+    trainer.save_model(str(out_dir))
+    tokenizer.save_pretrained(out_dir)
+    metrics = {
+        "steps": int(output.global_step),
+        "seconds": round(seconds, 3),
+        "seconds_per_step": round(seconds / max(1, output.global_step), 3),
+        "train_loss": float(output.training_loss),
+        "reward_mean_per_step": means,
+        "reward_std_per_step": stds,
+        "reward_mean_first": means[0] if means else None,
+        "reward_mean_last": means[-1] if means else None,
+        "tool_calls": rollout.tool_calls,
+        "malformed_calls": rollout.malformed,
+        "prompts": len(rows),
+        "threads": threads,
+    }
+    record = {"spec": dataclasses.asdict(spec), "start_model_dir": str(start_model_dir),
+              "start_model_sha256": model_hash(start_model_dir), "row_ids": [r["id"] for r in rows],
+              "metrics": metrics,
+              "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}}
+    (out_dir / GRPO_CONFIG_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+    return metrics

@@ -1,0 +1,166 @@
+"""GRPO: the per-rollout environment object, tool execution from model text, the reward function, and a tiny
+real GRPO run on SmolLM2 (the last one is marked slow)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.training.grpo import (
+    TASK_ID_KEY,
+    GRPOConfigSpec,
+    build_grpo_dataset,
+    execute_tool_text,
+    hybrid_reward_func,
+)
+from envfactory_assets.training.task_environment import (
+    OMITTED,
+    environment_class,
+    public_methods,
+    rollout_reward,
+    tool_signature,
+)
+from envfactory_assets.training.task_episode import TaskRunner
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+@pytest.fixture(scope="module")
+def bookshop() -> dict:
+    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
+    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+
+
+@pytest.fixture(scope="module")
+def runner(bookshop):
+    with TaskRunner({bookshop["env_id"]: bookshop}) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def task(bookshop, runner) -> dict:
+    """An RL row: delete the first book; its gold final state comes from executing the gold call."""
+    env_id = bookshop["env_id"]
+    initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
+    book_id = initial[env_id]["tables"]["books"][0]["book_id"]
+    row = {"id": "rl_grpo_test", "env_ids": [env_id], "tools": [openai_tool(t) for t in bookshop["tools"]],
+           "prompt": [{"role": "user", "content": f"Please delete book {book_id}."}],
+           "gold_calls": [{"name": "delete_book", "arguments": {"book_id": book_id}}],
+           "masked_arguments": ["limit"], "initial_state": initial, "final_state": initial}
+    episode = runner.episode(row)
+    episode.call("delete_book", {"book_id": book_id})
+    final = episode.final_states()
+    episode.close()
+    return {**row, "final_state": final, "book_id": book_id}
+
+
+def _call_text(name: str, arguments: dict) -> str:
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+
+def test_environment_object_exposes_exactly_the_task_tools_with_schema_signatures(task, runner):
+    cls = environment_class(task["tools"])
+    env = cls(runner)
+    tool_names = sorted(t["function"]["name"] for t in task["tools"])
+    assert sorted(public_methods(env)) == sorted(tool_names + ["reset"])
+    assert environment_class(copy.deepcopy(task["tools"])) is cls  # one class per tool set
+    for tool in task["tools"]:
+        fn = tool["function"]
+        method = getattr(cls, fn["name"])
+        sig = inspect.signature(method)
+        params = list(sig.parameters.values())[1:]
+        props, required = fn["parameters"].get("properties", {}), set(fn["parameters"].get("required", []))
+        assert {p.name for p in params} == set(props)
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
+        assert {p.name for p in params if p.default is inspect.Parameter.empty} == required
+        assert all(p.default is OMITTED for p in params if p.name not in required)
+        assert method.__doc__.startswith((fn.get("description") or fn["name"]).strip())
+    delete = inspect.signature(cls.delete_book).parameters["book_id"]
+    assert delete.annotation is str and delete.default is inspect.Parameter.empty
+    with pytest.raises(ValueError, match="reserved"):
+        environment_class([{"type": "function", "function": {"name": "reset", "parameters": {}}}])
+    with pytest.raises(ValueError, match="identifier"):
+        tool_signature({"function": {"name": "f", "parameters": {"properties": {"not-a-name": {}}}}})
+
+
+def test_reset_gives_each_row_a_fresh_state_and_objects_do_not_share_state(task, runner):
+    cls = environment_class(task["tools"])
+    first, second = cls(runner), cls(runner)
+    first.reset(**task)
+    second.reset(**task)
+    assert json.loads(first.delete_book(book_id=task["book_id"])) is not None
+    assert rollout_reward(first).state == 1.0
+    assert rollout_reward(second).state == 0.0  # the other rollout's state is untouched
+    first.reset(**task)  # reused for the next batch: state rebuilt from the row
+    assert rollout_reward(first).state == 0.0 and rollout_reward(first).n_extra == 0
+    with pytest.raises(TypeError):
+        first.delete_book(book=task["book_id"])  # a wrong argument name fails like a plain method
+    with pytest.raises(ValueError, match="not the tools"):
+        first.reset(**{**task, "tools": task["tools"][:1]})
+    first._close()
+    second._close()
+
+
+def test_rollout_text_executes_in_its_own_episode_and_the_reward_function_returns_its_reward(task, runner):
+    cls = environment_class(task["tools"])
+    good, noisy, hostile = cls(runner), cls(runner), cls(runner)
+    for env in (good, noisy, hostile):
+        env.reset(**task)
+    results, bad = execute_tool_text(good, _call_text("delete_book", {"book_id": task["book_id"]}) + "Done.")
+    assert bad == 0 and [n for n, _ in results] == ["delete_book"]
+    noisy_text = (_call_text("books_list", {"limit": 2}) + "<tool_call>{not json</tool_call>"
+                  + _call_text("delete_book", {"book_id": task["book_id"]}))
+    results, bad = execute_tool_text(noisy, noisy_text)
+    assert bad == 1 and len(results) == 2
+    hostile_text = (_call_text("__import__", {"name": "os"}) + _call_text("os.system", {"command": "touch /tmp/x"})
+                    + _call_text("_reward", {}) + _call_text("reset", {}))
+    results, bad = execute_tool_text(hostile, hostile_text)
+    assert bad == 0 and all("unknown_tool" in text for _, text in results)
+    rewards = hybrid_reward_func(prompts=[task["prompt"]] * 3, completions=[[]] * 3,
+                                 task_environments=[good, noisy, hostile])
+    assert rewards == [rollout_reward(e).reward for e in (good, noisy, hostile)]
+    assert rewards[0] == 1.0
+    assert rewards[1] == pytest.approx(1.0 - 0.05 - 0.05)  # one extra call, one malformed block
+    hostile_breakdown = rollout_reward(hostile)
+    assert (hostile_breakdown.n_malformed, hostile_breakdown.state, rewards[2]) == (4, 0.0, 0.0)
+    assert state_hash(hostile._episode.final_states()) == state_hash(task["initial_state"])
+    for env in (good, noisy, hostile):
+        env._close()
+
+
+def test_grpo_dataset_carries_the_task_id_outside_the_rendered_prompt(task):
+    from envfactory_assets.training.chat_template import render_chat
+
+    dataset = build_grpo_dataset([task])
+    prompt = dataset[0]["prompt"]
+    assert prompt[0][TASK_ID_KEY] == task["id"] and prompt[-1]["role"] == "user"
+    assert task["id"] not in render_chat(prompt, task["tools"], add_generation_prompt=True)
+    with pytest.raises(ValueError, match="unique"):
+        build_grpo_dataset([task, task])
+    with pytest.raises(ValueError, match="num_generations"):
+        GRPOConfigSpec(num_generations=1)
+
+
+@pytest.mark.slow
+def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
+    from envfactory_assets.training.base_model import resolve_base_model
+    from envfactory_assets.training.grpo import train_grpo
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path / "models")
+    spec = GRPOConfigSpec(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=24,
+                          max_tool_calling_iterations=1)
+    metrics = train_grpo([task], {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec)
+    assert metrics["steps"] == 1 and len(metrics["reward_mean_per_step"]) == 1
+    assert 0.0 <= metrics["reward_mean_first"] <= 1.0
+    saved = json.loads((tmp_path / "grpo" / "grpo_config.json").read_text())
+    assert saved["row_ids"] == [task["id"]] and saved["spec"]["num_generations"] == 2
+    assert (tmp_path / "grpo" / "model.safetensors").is_file()
