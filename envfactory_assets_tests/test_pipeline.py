@@ -24,7 +24,9 @@ RUN_CONFIG = {
         "environments": {"config": {"per_domain": 2}},
         "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
         "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1,
-                                   "max_length": 768}},
+                                   "max_length": 768, "grpo_max_steps": 1, "grpo_num_generations": 2,
+                                   "grpo_prompts_per_step": 1, "grpo_max_completion_length": 24,
+                                   "grpo_n_prompts": 2}},
     }
 }
 
@@ -84,8 +86,19 @@ def test_trajectories_are_multi_turn_and_rl_rows_carry_states(store):
         assert all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in calls)
 
 
+def test_checkpoints_are_sft_then_grpo_from_it(store):
+    sft, grpo = sorted(store.read("checkpoints"), key=lambda r: r["stage"] == "grpo")
+    assert (sft["stage"], grpo["stage"], grpo["parent_checkpoint_id"]) == ("sft", "grpo", sft["id"])
+    rl = {r["id"]: r for r in store.read("rl_dataset")}
+    assert grpo["rl_dataset_ids"] and all(rl[i]["split"] == "train" for i in grpo["rl_dataset_ids"])
+    assert grpo["metrics"]["steps"] == 1 and len(grpo["metrics"]["reward_mean_per_step"]) == 1
+    assert Path(grpo["path"], "model.safetensors").exists() and grpo["config"]["num_generations"] == 2
+    lineage = checkpoint_lineage(store, grpo["id"])
+    assert set(lineage["ids"]["rl_dataset"]) == set(grpo["rl_dataset_ids"])
+
+
 def test_lineage_walks_from_the_checkpoint_to_exactly_the_sources_used(store):
-    (ckpt,) = store.read("checkpoints")
+    (ckpt,) = store.read("checkpoints", "stage = 'sft'")
     lineage = checkpoint_lineage(store, ckpt["id"])
     used_envs = {e for r in store.read("sft_dataset") if r["id"] in ckpt["sft_dataset_ids"] for e in r["env_ids"]}
     assert {s["resource_key"] for s in lineage["source_resources"]} == used_envs
@@ -96,7 +109,7 @@ def test_lineage_walks_from_the_checkpoint_to_exactly_the_sources_used(store):
 
 def test_cli_lineage_prints_text_and_json(store, home, monkeypatch, capsys):
     monkeypatch.setenv("ENVFACTORY_HOME", str(home))
-    (ckpt,) = store.read("checkpoints")
+    (ckpt,) = store.read("checkpoints", "stage = 'sft'")
     assert cli_main(["lineage", ckpt["id"], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["checkpoint"]["id"] == ckpt["id"]

@@ -53,7 +53,7 @@ def test_schema_has_ids_and_json_columns():
         cols = columns(table)
         assert cols[0] == "id" and len(set(cols)) == len(cols)
         assert JSON_COLUMNS[table] <= set(cols)
-    assert JSON_COLUMNS["checkpoints"] == {"sft_dataset_ids", "config", "metrics"}
+    assert JSON_COLUMNS["checkpoints"] == {"sft_dataset_ids", "config", "metrics", "rl_dataset_ids"}
     assert len(ddl()) == 2 * len(TABLES)
     with pytest.raises(KeyError, match="unknown store table 'nope'"):
         columns("nope")
@@ -333,15 +333,42 @@ def test_checkpoint_lineage_returns_exactly_its_source_resource(chains):
         "id": a["source_resources"]["id"], "resource_key": "shop_a", "provider": "shop-a.example",
         "domain": "ecommerce_retail", "uri": "/corpus/shop a & co.json", "path": "shop a & co.json",
         "sha256": "a" * 64, "license": "MIT", "license_url": "https://mit"}]
-    assert lineage["counts"] == dict.fromkeys(
+    assert lineage["counts"] == {**dict.fromkeys(
         ["sft_dataset", "refined_trajectories", "raw_trajectories", "tool_chains", "verified_environments",
-         "environments", "source_resources"], 1)
+         "environments", "source_resources"], 1), "rl_dataset": 0}
     for table, ids in lineage["ids"].items():
-        assert ids == [a[table]["id"]], table
+        assert ids == ([] if table == "rl_dataset" else [a[table]["id"]]), table
     assert lineage["checkpoint"] == {"id": a["checkpoints"]["id"], "base_model": "SmolLM2",
-                                     "base_model_hash": "f" * 64, "sft_dataset_version": "v1", "path": "/ckpt/a"}
+                                     "base_model_hash": "f" * 64, "sft_dataset_version": "v1", "path": "/ckpt/a",
+                                     "stage": "sft", "parent_checkpoint_id": None, "rl_dataset_version": None}
     text = format_lineage(lineage)
     assert "shop_a" in text and "shop_b" not in text and "/corpus/shop a & co.json" in text
+
+
+def test_grpo_checkpoint_lineage_walks_its_rl_prompts_and_its_sft_parent(chains, tmp_path):
+    store, a, b = chains
+    store = copy_of(store, tmp_path)
+    # the GRPO prompt comes from chain b's refined trajectory, so its sources show up too
+    rl = make("rl_dataset", "rl", refined_trajectory_id=b["refined_trajectories"]["id"], turn_index=0,
+              env_ids=["shop_b"], split="train", prompt=[{"role": "user", "content": "hi"}], tools=[],
+              gold_calls=[], masked_arguments=[], initial_state={}, final_state={})
+    store.replace_current("rl_dataset", [rl])
+    grpo = make("checkpoints", "ckpt", sft_dataset_version="v1", sft_dataset_ids=[a["sft_dataset"]["id"]],
+                base_model="SmolLM2", base_model_hash="f" * 64, config={}, metrics={}, path="/ckpt/grpo",
+                stage="grpo", parent_checkpoint_id=a["checkpoints"]["id"], rl_dataset_ids=[rl["id"]],
+                rl_dataset_version="rv1")
+    store.replace_current("checkpoints", [a["checkpoints"], grpo])
+    lineage = checkpoint_lineage(store, grpo["id"])
+    assert lineage["ids"]["rl_dataset"] == [rl["id"]]
+    assert lineage["counts"]["refined_trajectories"] == 2
+    assert {s["resource_key"] for s in lineage["source_resources"]} == {"shop_a", "shop_b"}
+    assert lineage["checkpoint"]["stage"] == "grpo" and lineage["checkpoint"]["parent_checkpoint_id"] == \
+        a["checkpoints"]["id"]
+    assert "stage grpo" in format_lineage(lineage) and "rl dataset version rv1" in format_lineage(lineage)
+    with store.connect() as con:
+        con.execute("DELETE FROM checkpoints WHERE id = ?", [a["checkpoints"]["id"]])
+    with pytest.raises(LineageError, match="parent checkpoint"):
+        checkpoint_lineage(store, grpo["id"])
 
 
 def test_lineage_survives_superseding(chains, tmp_path):

@@ -8,3 +8,5 @@ UNION ALL SELECT 'tool_chains', c.id, 'verified_environments', unnest(CAST(c.ver
 UNION ALL SELECT 'verified_environments', v.id, 'environments', v.environment_id FROM verified_environments v
 UNION ALL SELECT 'environments', e.id, 'source_resources', e.source_resource_id FROM environments e
 UNION ALL SELECT 'checkpoints', k.id, 'sft_dataset', unnest(CAST(k.sft_dataset_ids AS VARCHAR[])) FROM checkpoints k
+UNION ALL SELECT 'checkpoints', k.id, 'rl_dataset', unnest(CAST(k.rl_dataset_ids AS VARCHAR[])) FROM checkpoints k WHERE k.rl_dataset_ids IS NOT NULL
+UNION ALL SELECT 'checkpoints', k.id, 'checkpoints', k.parent_checkpoint_id FROM checkpoints k WHERE k.parent_checkpoint_id IS NOT NULL

@@ -46,7 +46,11 @@ def checkpoint_lineage(store: Store, checkpoint_id: str) -> dict[str, Any]:
     ckpt = ckpts[0]
     # Every link is checked: a parent id that is not stored is a broken store, not an empty lineage.
     sft = _parents(store, "sft_dataset", set(ckpt["sft_dataset_ids"]), checkpoint_id)
-    refined = _parents(store, "refined_trajectories", {r["refined_trajectory_id"] for r in sft}, checkpoint_id)
+    rl = _parents(store, "rl_dataset", set(ckpt.get("rl_dataset_ids") or []), checkpoint_id)  # GRPO prompts
+    if ckpt.get("parent_checkpoint_id") and not _by_ids(store, "checkpoints", {ckpt["parent_checkpoint_id"]}):
+        raise LineageError(f"broken lineage for {checkpoint_id}: parent checkpoint "
+                           f"{ckpt['parent_checkpoint_id']} missing")
+    refined = _parents(store, "refined_trajectories", {r["refined_trajectory_id"] for r in sft + rl}, checkpoint_id)
     raw = _parents(store, "raw_trajectories", {r["raw_trajectory_id"] for r in refined}, checkpoint_id)
     chains = _parents(store, "tool_chains", {r["tool_chain_id"] for r in raw}, checkpoint_id)
     verified = _parents(store, "verified_environments",
@@ -54,11 +58,13 @@ def checkpoint_lineage(store: Store, checkpoint_id: str) -> dict[str, Any]:
     envs = _parents(store, "environments", {v["environment_id"] for v in verified}, checkpoint_id)
     sources = _parents(store, "source_resources", {e["source_resource_id"] for e in envs}, checkpoint_id)
     return {
-        "checkpoint": {k: ckpt[k] for k in ("id", "base_model", "base_model_hash", "sft_dataset_version", "path")},
-        "counts": {"sft_dataset": len(sft), "refined_trajectories": len(refined), "raw_trajectories": len(raw),
+        "checkpoint": {**{k: ckpt[k] for k in ("id", "base_model", "base_model_hash", "sft_dataset_version", "path")},
+                       "stage": ckpt.get("stage") or "sft", "parent_checkpoint_id": ckpt.get("parent_checkpoint_id"),
+                       "rl_dataset_version": ckpt.get("rl_dataset_version")},
+        "counts": {"sft_dataset": len(sft), "rl_dataset": len(rl), "refined_trajectories": len(refined), "raw_trajectories": len(raw),
                    "tool_chains": len(chains), "verified_environments": len(verified),
                    "environments": len(envs), "source_resources": len(sources)},
-        "ids": {"sft_dataset": [r["id"] for r in sft], "refined_trajectories": [r["id"] for r in refined],
+        "ids": {"sft_dataset": [r["id"] for r in sft], "rl_dataset": [r["id"] for r in rl], "refined_trajectories": [r["id"] for r in refined],
                 "raw_trajectories": [r["id"] for r in raw], "tool_chains": [r["id"] for r in chains],
                 "verified_environments": [r["id"] for r in verified], "environments": [r["id"] for r in envs]},
         "source_resources": [{
@@ -72,7 +78,10 @@ def format_lineage(lineage: dict[str, Any]) -> str:
     """Human-readable text of :func:`checkpoint_lineage`."""
     c = lineage["checkpoint"]
     lines = [f"checkpoint {c['id']}  base={c['base_model']} ({c['base_model_hash'][:12]})  path={c['path']}",
-             f"  dataset version {c['sft_dataset_version']}"]
+             f"  stage {c.get('stage', 'sft')}"
+             + (f"  parent {c['parent_checkpoint_id']}" if c.get("parent_checkpoint_id") else "")
+             + f"  dataset version {c['sft_dataset_version']}"
+             + (f"  rl dataset version {c['rl_dataset_version']}" if c.get("rl_dataset_version") else "")]
     for stage, n in lineage["counts"].items():
         lines.append(f"  <- {n:5d} {stage}")
     lines.append("source resources:")

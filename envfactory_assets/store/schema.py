@@ -79,6 +79,8 @@ TABLES: dict[str, list[str]] = {
     "checkpoints": [
         "id VARCHAR PRIMARY KEY", "sft_dataset_version VARCHAR NOT NULL", "sft_dataset_ids JSON",
         "base_model VARCHAR", "base_model_hash VARCHAR", "config JSON", "metrics JSON", "path VARCHAR",
+        # GRPO (issue 5): 'sft' | 'grpo' (NULL in rows written before = 'sft'); a GRPO row's parent is its SFT row
+        "stage VARCHAR", "parent_checkpoint_id VARCHAR", "rl_dataset_ids JSON", "rl_dataset_version VARCHAR",
     ],
 }
 

@@ -1,4 +1,6 @@
-"""The ``checkpoints`` stage: pick training rows and held-out prompts, run SFT, measure tool-call validity."""
+"""The ``checkpoints`` stage: pick training rows and held-out prompts, run SFT (then GRPO), measure tool-call
+validity. Only rows of the "train" split (``splits.row_split``) are trained on; held-out environments are for
+the evaluation."""
 
 from __future__ import annotations
 
@@ -11,7 +13,10 @@ from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import model_hash, resolve_base_model
 from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE
 from envfactory_assets.training.evaluate import tool_call_validity
+from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
 from envfactory_assets.training.sft import SFTConfigSpec, train_sft
+from envfactory_assets.training.splits import row_split
+from envfactory_assets.training.task_environment import environment_class
 
 
 CHARS_PER_TOKEN = 3.0  # rough, for JSON-heavy chat text with the SmolLM2 tokenizer
@@ -98,13 +103,17 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     """
     if not sft_rows:
         raise ValueError("sft_dataset is empty: nothing to train on")
+    sft_rows = train_split(sft_rows)
+    if not sft_rows:
+        raise ValueError("sft_dataset has no train-split rows (every environment is held out): nothing to train on")
     base_dir = resolve_base_model(base_model, models_dir)
     base_hash = model_hash(base_dir)
     examples = training_examples(sft_rows, max_train_rows, config.max_length, max_tools)
     by_id = {r["id"]: r for r in sft_rows}
     train_rows = [by_id[e["id"]] for e in examples]
     train_envs = {e for r in train_rows for e in r["env_ids"]}
-    prompts = held_out_prompts(rl_rows, n_eval_prompts, train_envs, max_tools)
+    held_out = [r for r in rl_rows if row_split(r["env_ids"]) == "held_out"]
+    prompts = held_out_prompts(held_out or rl_rows, n_eval_prompts, train_envs, max_tools)
     cfg = {k: getattr(config, k) for k in config.__dataclass_fields__}
     ckpt = checkpoint_id(dataset_version, base_hash, {**cfg, "base_model": base_model, "max_tools": max_tools},
                          [r["id"] for r in train_rows])
@@ -118,4 +127,70 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
                     "held_out_prompt_ids": [p["id"] for p in prompts]})
     return {"id": ckpt, "sft_dataset_version": dataset_version, "sft_dataset_ids": [r["id"] for r in train_rows],
             "base_model": base_model, "base_model_hash": base_hash, "config": cfg, "metrics": metrics,
-            "path": str(out_dir)}
+            "path": str(out_dir), "stage": "sft", "parent_checkpoint_id": None, "rl_dataset_ids": None,
+            "rl_dataset_version": None}
+
+
+def train_split(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose environments are all in the train split (``splits.row_split``)."""
+    return [r for r in rows if row_split(r["env_ids"]) == "train"]
+
+
+def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0) -> list[dict[str, Any]]:
+    """``n`` RL rows for GRPO where rollouts of a small model sometimes succeed: train split, first turns,
+    fewest gold calls then shortest prompt first (ties by id), tools restricted as in SFT
+    (:func:`restrict_tools`, the gold calls' tools always kept). Rows whose tools cannot be methods of an
+    environment object (a reserved or private tool name) are skipped."""
+    pool = [r for r in train_split(rl_rows) if r["turn_index"] == 0 and r["gold_calls"]]
+    pool.sort(key=lambda r: (len(r["gold_calls"]), len(json.dumps(r["prompt"])), r["id"]))
+    tasks = []
+    for row in pool:
+        cut = restrict_tools({**row, "messages": []}, max_tools, {c["name"] for c in row["gold_calls"]})
+        task = {**row, "tools": cut["tools"]}
+        try:
+            environment_class(task["tools"])
+        except ValueError:
+            continue
+        tasks.append(task)
+        if len(tasks) == n:
+            break
+    return tasks
+
+
+def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
+                    checkpoints_dir: Path, spec: GRPOConfigSpec, n_prompts: int, rl_dataset_version: str,
+                    log: Any = print, max_tools: int = 0) -> dict[str, Any] | None:
+    """GRPO from the SFT checkpoint ``sft_row`` on train-split RL rows; returns its ``checkpoints`` row
+    (``stage`` 'grpo', parent the SFT row), or None when there is no usable RL row.
+
+    Raises:
+        KeyError: a chosen row uses an environment missing from ``environments``.
+    """
+    tasks = [t for t in grpo_tasks(rl_rows, n_prompts * 4, max_tools) if set(t["env_ids"]) <= set(environments)]
+    tasks = tasks[:n_prompts]
+    if not tasks:
+        log("no train-split RL rows usable for GRPO: only the SFT checkpoint is written")
+        return None
+    cfg = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
+    ckpt = content_id("ckpt", {"parent": sft_row["id"], "rl": rl_dataset_version, "config": cfg,
+                               "max_tools": max_tools, "rows": sorted(t["id"] for t in tasks)})
+    out_dir = checkpoints_dir / ckpt
+    log(f"GRPO {ckpt} from {sft_row['id']} on {len(tasks)} prompts for {spec.max_steps} steps")
+    metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec)
+    prompts = [{"id": p, **_prompt_of(rl_rows, p, max_tools)} for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
+    after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
+    metrics.update({"valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
+                    "valid_tool_calls_after": after, "held_out_prompt_ids": [p["id"] for p in prompts]})
+    return {"id": ckpt, "sft_dataset_version": sft_row["sft_dataset_version"],
+            "sft_dataset_ids": sft_row["sft_dataset_ids"], "base_model": sft_row["base_model"],
+            "base_model_hash": sft_row["base_model_hash"], "config": {**cfg, "max_tools": max_tools,
+                                                                       "n_prompts": n_prompts},
+            "metrics": metrics, "path": str(out_dir), "stage": "grpo", "parent_checkpoint_id": sft_row["id"],
+            "rl_dataset_ids": [t["id"] for t in tasks], "rl_dataset_version": rl_dataset_version}
+
+
+def _prompt_of(rl_rows: list[dict[str, Any]], row_id: str, max_tools: int) -> dict[str, Any]:
+    row = next(r for r in rl_rows if r["id"] == row_id)
+    cut = restrict_tools({"id": row["id"], "messages": row["prompt"], "tools": row["tools"]}, max_tools,
+                         {c["name"] for c in row["gold_calls"]})
+    return {"messages": cut["messages"], "tools": cut["tools"]}

