@@ -121,6 +121,12 @@ def build_sft_dataset(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn")
     return Dataset.from_list(records, features=features)
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
     from trl import SFTConfig
 
@@ -137,7 +143,7 @@ def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
         completion_only_loss=config.loss_on == "last_turn",
         packing=False,
         padding_free=False,
-        use_cpu=True,
+        use_cpu=not _cuda_available(),  # the CPU run by default; a CUDA device when there is one
         bf16=False,
         fp16=False,
         activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time

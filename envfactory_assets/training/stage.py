@@ -159,9 +159,11 @@ def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0) -> lis
 
 def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
                     checkpoints_dir: Path, spec: GRPOConfigSpec, n_prompts: int, rl_dataset_version: str,
-                    log: Any = print, max_tools: int = 0) -> dict[str, Any] | None:
+                    log: Any = print, max_tools: int = 0, eval_max_tools: int = 0) -> dict[str, Any] | None:
     """GRPO from the SFT checkpoint ``sft_row`` on train-split RL rows; returns its ``checkpoints`` row
-    (``stage`` 'grpo', parent the SFT row), or None when there is no usable RL row.
+    (``stage`` 'grpo', parent the SFT row), or None when there is no usable RL row. ``max_tools`` cuts the
+    GRPO prompts' tools; ``eval_max_tools`` must be the cut the SFT row's held-out prompts were made with, so
+    the validity before (the SFT row's) and after GRPO are measured on the same prompts.
 
     Raises:
         KeyError: a chosen row uses an environment missing from ``environments``.
@@ -177,7 +179,7 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
     out_dir = checkpoints_dir / ckpt
     log(f"GRPO {ckpt} from {sft_row['id']} on {len(tasks)} prompts for {spec.max_steps} steps")
     metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec)
-    prompts = [{"id": p, **_prompt_of(rl_rows, p, max_tools)} for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
+    prompts = [{"id": p, **_prompt_of(rl_rows, p, eval_max_tools)} for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
     after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
                     "valid_tool_calls_after": after, "held_out_prompt_ids": [p["id"] for p in prompts]})

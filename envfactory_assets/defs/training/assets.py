@@ -17,6 +17,7 @@ class CheckpointConfig(dg.Config):
     ``loss_on``: ``last_turn`` (default, as in the paper) or ``all_assistant``.
     ``max_tools_per_example`` keeps the tools each example calls plus distractors up to that many (the tool
     block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
+    ``grpo_max_tools`` is the same cut for the GRPO prompts (CPU cost grows with the rollouts' token count).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
     :class:`~envfactory_assets.training.grpo.GRPOConfigSpec`; ``grpo_n_prompts`` RL rows (train split, first
     turns, fewest gold calls first) are the GRPO prompts.
@@ -32,15 +33,16 @@ class CheckpointConfig(dg.Config):
     max_train_rows: int = 64
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
-    grpo_max_steps: int = 8
+    grpo_max_steps: int = 6
     grpo_learning_rate: float = 1e-5
     grpo_num_generations: int = 4
-    grpo_prompts_per_step: int = 2
+    grpo_prompts_per_step: int = 1
     grpo_temperature: float = 0.7
     grpo_beta: float = 0.001
-    grpo_max_completion_length: int = 96
+    grpo_max_completion_length: int = 64
     grpo_max_tool_calling_iterations: int = 1
-    grpo_n_prompts: int = 16
+    grpo_n_prompts: int = 6
+    grpo_max_tools: int = 4
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
@@ -74,7 +76,8 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
         environments, _ = passed_environments(envfactory)
         grpo_row = grpo_checkpoint(row, rl_rows, environments, envfactory.checkpoints_dir(), grpo_spec,
                                    config.grpo_n_prompts, content_id("v", sorted(r["id"] for r in rl_rows)),
-                                   log=context.log.info, max_tools=config.max_tools_per_example)
+                                   log=context.log.info, max_tools=config.grpo_max_tools,
+                                   eval_max_tools=config.max_tools_per_example)
         rows += [grpo_row] if grpo_row else []
     store.replace_current("checkpoints", rows)
     m = row["metrics"]
