@@ -5,8 +5,10 @@ from collections import Counter
 
 import dagster as dg
 
+from envfactory_assets.curation import filter_resources
 from envfactory_assets.defs.common import data_version, status_counts
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.defs.resources import (
+    STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate, user_curation)
 from envfactory_assets.envgen.stage import environment_row, select_resources, verify_all
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
@@ -36,7 +38,8 @@ def environments(context: dg.AssetExecutionContext, config: EnvironmentsConfig, 
     valid/boundary/invalid initial states) built by the programmatic builder from selected resources."""
     backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
     store = envfactory.store()
-    chosen = select_resources(store.read("source_resources"), config.per_domain, config.include, config.exclude)
+    candidates, curation_excluded = filter_resources(store.read("source_resources"), user_curation(envfactory))
+    chosen = select_resources(candidates, config.per_domain, config.include, config.exclude)
     rows = [environment_row(r, backend, model_backend.max_revisions) for r in chosen]
     written = store.replace_current("environments", rows)
     built = [r for r in rows if r["status"] == "built"]
@@ -44,7 +47,7 @@ def environments(context: dg.AssetExecutionContext, config: EnvironmentsConfig, 
         "environments": len(rows), "status": status_counts(rows), "written": written,
         "tools": sum(r["n_tools"] for r in built),
         "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
-        "builder": model_backend.backend,
+        "builder": model_backend.backend, "curation_excluded": curation_excluded,
         "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
     }, data_version=data_version(rows))
 

@@ -5,10 +5,11 @@ from collections import Counter
 
 import dagster as dg
 
+from envfactory_assets.curation import filter_environments
 from envfactory_assets.decontam.benchmarks import benchmark_availability, bfcl_multi_turn_tools
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.defs.common import data_version, no_failed_environment_check
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, user_curation
 from envfactory_assets.envgen.stage import as_environment
 from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
@@ -24,12 +25,20 @@ class ToolGraphConfig(dg.Config):
 
 
 def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
-    """Environment dicts of every environment whose current verification passed, and their verification ids."""
+    """Environment dicts of every environment whose current verification passed, and their verification ids,
+    less what the user's curation file excludes (environments, tools)."""
+    envs, verified_ids, _ = curated_passed_environments(envfactory)
+    return envs, verified_ids
+
+
+def curated_passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str], dict[str, str]]:
+    """:func:`passed_environments` plus ``{excluded env_id or node id: reason}`` from the curation file."""
     store = envfactory.store()
     by_id = {r["id"]: r for r in store.read("environments", "status = 'built'")}
     ver_rows = [v for v in store.read("verified_environments", "status = 'passed'") if v["environment_id"] in by_id]
     envs = {v["env_id"]: as_environment(by_id[v["environment_id"]]) for v in ver_rows}
-    return envs, {v["env_id"]: v["id"] for v in ver_rows}
+    envs, dropped = filter_environments(envs, user_curation(envfactory))
+    return envs, {v["env_id"]: v["id"] for v in ver_rows if v["env_id"] in envs}, dropped
 
 
 @dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
@@ -38,7 +47,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs (table ``benchmark_overlap``)."""
-    envs, verified_ids = passed_environments(envfactory)
+    envs, verified_ids, excluded = curated_passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
     embedder = MiniLMEmbedder() if config.embedder == "minilm" else HashingEmbedder()
@@ -58,6 +67,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
         / max(1, sum(1 for p in params if p["direction"] == "in")),
         "edge_provenance": dict(Counter(e["provenance"] for e in tables["tool_graph_edges"])),
         "environments": len(envs), "written": written, "embedder": config.embedder,
+        "curation_excluded": excluded,
         "benchmark_overlap_environments": benchmark_tags(overlap),
         "benchmark_references": benchmark_availability(),
     }, data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]))

@@ -9,6 +9,7 @@ import dagster as dg
 from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.defs.common import data_version, no_failed_environment_check, status_counts
 from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.viewer import sample_markdown
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.runtime.sandbox import SandboxWorker
@@ -130,6 +131,7 @@ def refined_trajectories(envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={
         "trajectories": len(rows), "status": status_counts(rows), "written": written, "operators": dict(ops),
         "example_before": example["query_raw"] if example else "", "example_after": example["query"] if example else "",
+        "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)),
     }, data_version=data_version(rows))
 
 
