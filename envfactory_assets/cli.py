@@ -157,10 +157,15 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any]) -> 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
     from envfactory_assets.store.db import Store
 
+    from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
+
+    token = os.urandom(8).hex()
     with dg.DagsterInstance.get() as instance:
         try:
-            result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], instance=instance, selection=_selection(select),
-                                    run_config=run_config, resources=RESOURCES, raise_on_error=False)
+            with RunProgressBar(instance, token):  # issue 6.8: a bar from the run's progress observations
+                result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], instance=instance, selection=_selection(select),
+                                        run_config=run_config, resources=RESOURCES, raise_on_error=False,
+                                        tags={RUN_TAG: token})
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None
