@@ -1,15 +1,17 @@
 """End to end through the real Dagster UI: `envfactory ui` in a temporary ENVFACTORY_HOME on the fixture
 corpus, driven by headless Chromium (Debian's `chromium`, Playwright as the client; no browser download).
 
-The test opens the asset lineage page filtered to `verified_environments` and its upstream assets, presses
-"Materialize all", follows the run the UI launched until it succeeds, then reads the blocking check
-`verified_pass_rate_above_floor` as passed on the asset's Checks tab. `scripts/setup.sh` installs both
+The test opens the asset lineage page filtered to `source_resources`, presses "Materialize" and follows
+the run the UI launched until it succeeds; then does the same for `environments` and
+`verified_environments` (accepting the launch dialog if the UI asks, as it does for partitioned assets) and
+reads the blocking check `verified_pass_rate_above_floor` as passed on the asset's Checks tab. `scripts/setup.sh` installs both
 Chromium and the Playwright client, so CI runs it; elsewhere it is skipped when either is missing.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -100,43 +102,54 @@ def ui_url(tmp_path_factory):
         _stop(process)
 
 
-def _dismiss_onboarding(page) -> None:
-    skip = page.get_by_role("button", name="Skip")
-    if skip.count():
-        skip.first.click()
+def _materialize(page, url: str, selection: str) -> None:
+    """Open the lineage page filtered to ``selection`` and press its Materialize button; when the UI asks first
+    (partitioned assets open a launch dialog), accept its launch button."""
+    page.goto(f"{url}/asset-groups~{urllib.parse.quote(selection)}/")
+    materialize = page.get_by_role("button", name=re.compile(r"Materialize( all| selected)?(…|\.\.\.)?$")).first
+    expect(materialize).to_be_enabled()
+    materialize.click()
+    launch = page.get_by_role("dialog").get_by_role("button", name=re.compile(r"Launch"))
+    expect(page.get_by_text("Launched run").or_(launch).first).to_be_visible()
+    if launch.count() and launch.first.is_visible():
+        launch.first.click()
+
+
+def _wait_for_run_success(page, url: str) -> None:
+    expect(page.get_by_text("Launched run")).to_be_visible()
+    run_path = page.locator("a[href*='/runs/']").first.get_attribute("href")
+    assert run_path and "/runs/" in run_path, run_path
+    page.goto(url + run_path)
+    status = page.get_by_text("Success", exact=True).or_(page.get_by_text("Failure", exact=True))
+    expect(status.first).to_be_visible(timeout=RUN_TIMEOUT_S * 1000)
+    assert page.get_by_text("Success", exact=True).count(), page.inner_text("body")[:3000]
 
 
 def test_ui_materializes_verified_environments_and_shows_its_gate_passed(ui_url):
-    selection = urllib.parse.quote('2+key:"verified_environments"')
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(30_000)
-            page.goto(f"{ui_url}/asset-groups~{selection}/")
-            materialize = page.get_by_role("button", name="Materialize all")
-            expect(materialize).to_be_enabled()
-            page.wait_for_timeout(1500)  # the onboarding dialog opens shortly after the page
-            _dismiss_onboarding(page)
-            expect(page.get_by_text("sources", exact=True).first).to_be_visible()
-            materialize.click()
+            expect.set_options(timeout=30_000)
+            # the UI's community/newsletter dialog may open over any page: close it whenever it shows
+            page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
 
-            expect(page.get_by_text("Launched run")).to_be_visible()
-            run_path = page.locator("a[href*='/runs/']").first.get_attribute("href")
-            assert run_path and "/runs/" in run_path, run_path
-
-            page.goto(ui_url + run_path)
-            _dismiss_onboarding(page)
-            expect(page.get_by_text("3 assets").first).to_be_visible()
-            status = page.get_by_text("Success", exact=True).or_(page.get_by_text("Failure", exact=True))
-            expect(status.first).to_be_visible(timeout=RUN_TIMEOUT_S * 1000)
-            assert page.get_by_text("Success", exact=True).count(), page.inner_text("body")[:3000]
+            _materialize(page, ui_url, 'key:"source_resources"')
+            _wait_for_run_success(page, ui_url)
+            _materialize(page, ui_url, 'key:"environments" or key:"verified_environments"')
 
             page.goto(f"{ui_url}/assets/verified_environments?view=checks")
-            _dismiss_onboarding(page)
             expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
             expect(page.get_by_text("verified_pass_rate_above_floor").first).to_be_visible()
+            verdict = page.get_by_text("Passed", exact=True).or_(page.get_by_text("Failed", exact=True))
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while not verdict.count() and time.monotonic() < deadline:
+                page.wait_for_timeout(3000)
+                page.reload()
+                expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
             expect(page.get_by_text("Evaluation result")).to_be_visible()
             expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+            expect(page.get_by_text("pass_rate", exact=True).first).to_be_visible()
         finally:
             browser.close()
