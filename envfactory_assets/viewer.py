@@ -68,7 +68,7 @@ def render_trajectory(raw: dict[str, Any], refined: dict[str, Any] | None = None
             lines += ["", f"*Target tools:* {', '.join(turn['target_tools'])}"]
         for n, call in enumerate(turn.get("calls") or [], 1):
             lines += ["", f"{n}. **Call** `{call.get('name')}` ({call.get('env_id', '')})",
-                      "", _fence(_json(call.get("arguments"))), "", "   **Result**", "",
+                      "", _fence(_json(call.get("arguments"))), "", "**Result**", "",
                       _fence(_json(call.get("output")))]
         if turn.get("assistant_summary"):
             lines += ["", f"**Assistant:** {turn['assistant_summary']}"]

@@ -184,7 +184,14 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
     assert "data:image/svg+xml" in meta["sample_subgraph"].value
     assert meta["model_usage"].value
 
-    failed = materialize(["tool_graph"], ModelBackend())  # a model role without a model is refused, naming it
-    assert not failed.success
-    failure = next(e for e in failed.all_events if e.event_type_value == "STEP_FAILURE")
-    assert "model_backend.backend is 'programmatic'" in str(failure.event_specific_data.error)
+    def failure_of(result) -> str:
+        assert not result.success
+        return str(next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data.error)
+
+    # a model role without a model is refused, naming the setting; an endpoint that refuses fails the step
+    assert "model_backend.backend is 'programmatic'" in failure_of(materialize(["tool_graph"], ModelBackend()))
+    with FakeChatServer([400]) as server:  # another model name: the reply cache must not answer
+        refused = materialize(["tool_graph"], ModelBackend(backend="openai", base_url=server.base_url,
+                                                           model="other-refiner", api_key_env="NO_KEY"))
+    assert "tool_graph refinement: the model backend failed" in failure_of(refused)
+    assert len(Store(tmp_path / "envfactory.duckdb").read("tool_graph_nodes")) == meta["graph_statistics"].value["nodes"]

@@ -16,6 +16,7 @@ from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
 from envfactory_assets.graph.refine import refine_graph
 from envfactory_assets.graph.stage import graph_rows
 from envfactory_assets.graph.stats import graph_statistics, subgraph_markdown
+from envfactory_assets.llm.base import LLMError
 from envfactory_assets.store.ids import content_id
 
 
@@ -69,8 +70,11 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
         if backend is None:
             raise dg.Failure("tool_graph config asks for a model role but model_backend.backend is 'programmatic'")
     graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold)
-    graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,
-                                     backend if config.providable_classifier == "model" else None)
+    try:
+        graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,
+                                         backend if config.providable_classifier == "model" else None)
+    except LLMError as exc:
+        raise dg.Failure(f"tool_graph refinement: the model backend failed: {exc}") from exc
     tables = graph_rows(graph, verified_ids)
     overlap = overlap_rows(envs.values(), bfcl_multi_turn_tools(), embedder)
     for row in overlap:
