@@ -157,10 +157,15 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any]) -> 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
     from envfactory_assets.store.db import Store
 
+    from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
+
+    token = os.urandom(8).hex()
     with dg.DagsterInstance.get() as instance:
         try:
-            result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], instance=instance, selection=_selection(select),
-                                    run_config=run_config, resources=RESOURCES, raise_on_error=False)
+            with RunProgressBar(instance, token):  # issue 6.8: a bar from the run's progress observations
+                result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], instance=instance, selection=_selection(select),
+                                        run_config=run_config, resources=RESOURCES, raise_on_error=False,
+                                        tags={RUN_TAG: token})
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None
@@ -264,6 +269,52 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 # --- end serve-env ---------------------------------------------------------------------------------------
 
 
+# --- curation and trajectory viewer (issue 6.9) ---------------------------------------------------------
+def cmd_exclude(args: argparse.Namespace) -> int:
+    """Add (``exclude``) or remove (``include``) one exclusion in ``$ENVFACTORY_HOME/curation.yaml``."""
+    from envfactory_assets.curation import CurationError, curation_path, set_exclusion
+
+    path = curation_path(settings.envfactory_home())
+    try:
+        curation = set_exclusion(path, args.kind, args.id, args.reason if args.command == "exclude" else None)
+    except CurationError as exc:
+        raise UsageError(str(exc)) from None
+    verb = "excluded" if args.command == "exclude" else "no longer excluded"
+    print(f"{args.kind} {args.id} {verb}; {len(curation)} exclusion(s) in {path}. "
+          "Re-run the pipeline (envfactory run) to apply it.")
+    return 0
+
+
+def cmd_curation(args: argparse.Namespace) -> int:
+    """Print the exclusions of ``$ENVFACTORY_HOME/curation.yaml``."""
+    from envfactory_assets.curation import CurationError, curation_path, load_curation
+
+    path = curation_path(settings.envfactory_home())
+    try:
+        curation = load_curation(path)
+    except CurationError as exc:
+        raise UsageError(str(exc)) from None
+    if not len(curation):
+        print(f"no exclusions ({path})")
+    for entry in curation.as_yaml_data()["exclusions"]:
+        print(f"{entry['kind']:<12} {entry['id']:<40} {entry['reason']}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print one trajectory (raw or refined id) as Markdown: turns, calls, results, queries."""
+    from envfactory_assets.store.db import Store, StoreBusy
+    from envfactory_assets.viewer import TrajectoryNotFound, render_from_store
+
+    try:
+        print(render_from_store(Store(settings.store_path()), args.trajectory_id))
+    except (FileNotFoundError, StoreBusy, TrajectoryNotFound) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+# --- end curation and trajectory viewer ------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envfactory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -289,6 +340,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--state", choices=["valid", "boundary"], default="valid",
                        help="the initial state the session starts from (default: valid)")
     serve.set_defaults(func=cmd_serve_env)
+    # curation and trajectory viewer (issue 6.9)
+    for name, help_text in (("exclude", "exclude a resource, environment or tool from every re-synthesis"),
+                            ("include", "remove an exclusion")):
+        cur = sub.add_parser(name, help=help_text)
+        cur.add_argument("kind", choices=["resource", "environment", "tool"])
+        cur.add_argument("id", help="resource key, environment id, or tool node id (env_id.tool_name)")
+        if name == "exclude":
+            cur.add_argument("--reason", required=True, help="why (kept in the file and in asset metadata)")
+        cur.set_defaults(func=cmd_exclude)
+    lst = sub.add_parser("curation", help="list the exclusions in $ENVFACTORY_HOME/curation.yaml")
+    lst.set_defaults(func=cmd_curation)
+    show = sub.add_parser("show", help="print a trajectory (raw or refined id) as Markdown")
+    show.add_argument("trajectory_id")
+    show.set_defaults(func=cmd_show)
     return parser
 
 

@@ -11,6 +11,7 @@ from envfactory_assets.defs.sources import assets as source_assets
 from envfactory_assets.defs.sql.assets import sql_assets
 from envfactory_assets.defs.synth import assets as synth_assets
 from envfactory_assets.defs.training import assets as training_assets
+from envfactory_assets.defs.viewer.jobs import show_trajectory
 
 _MODULES = [source_assets, envgen_assets, graph_assets, synth_assets, training_assets]
 
@@ -28,7 +29,7 @@ defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
     resources=RESOURCES,
-    jobs=[full_pipeline_job],
+    jobs=[full_pipeline_job, show_trajectory],
     # DuckDB takes one writer at a time: steps run one after another.
     executor=dg.multiprocess_executor.configured({"max_concurrent": 1}),
 )

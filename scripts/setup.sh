@@ -8,6 +8,17 @@ export ENVFACTORY_HOME="${ENVFACTORY_HOME:-$PWD/.envfactory}"
 PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 CORPUS_VERSION=1.3.17
 
+# The UI test drives Debian's chromium through the Playwright client (installed with ".[test]" below);
+# Playwright never downloads a browser of its own here.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "warning: chromium is missing (apt-get install chromium); the UI test will be skipped" >&2
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/pip install --quiet --upgrade pip

@@ -85,3 +85,14 @@ class VerificationGate(dg.ConfigurableResource):
     """Floor of the blocking pass-rate check on ``verified_environments`` (share of environments passing)."""
 
     min_pass_rate: float = 0.8
+
+
+# --- curation (issue 6.9) ---------------------------------------------------------------------------------
+def user_curation(envfactory: EnvFactoryHome):
+    """The validated ``$ENVFACTORY_HOME/curation.yaml``; raises ``dg.Failure`` naming the file and the problem."""
+    from envfactory_assets.curation import CurationError, curation_path, load_curation
+
+    try:
+        return load_curation(curation_path(envfactory.root()))
+    except CurationError as exc:
+        raise dg.Failure(f"curation file: {exc}") from exc

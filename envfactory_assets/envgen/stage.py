@@ -6,7 +6,7 @@ import hashlib
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from envfactory_assets.envgen.builder import BuildError, build_environment
 from envfactory_assets.envgen.revision import build_with_revisions
@@ -105,7 +105,14 @@ def verification_row(env_row: dict[str, Any], limits: SandboxLimits | None = Non
 
 
 def verify_all(env_rows: list[dict[str, Any]], limits: SandboxLimits | None = None,
-               max_workers: int = 2) -> list[dict[str, Any]]:
-    """Verify every environment, each in its own sandbox worker process, ``max_workers`` at a time."""
+               max_workers: int = 2, progress: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Verify every environment, each in its own sandbox worker process, ``max_workers`` at a time;
+    ``progress()`` is called (from a pool thread) after each environment."""
+    def verify(row: dict[str, Any]) -> dict[str, Any]:
+        result = verification_row(row, limits)
+        if progress is not None:
+            progress()
+        return result
+
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        return list(pool.map(lambda r: verification_row(r, limits), env_rows))
+        return list(pool.map(verify, env_rows))

@@ -17,6 +17,11 @@ def tool_graph_rows(environments: list[dict[str, Any]], verified_ids: dict[str, 
     Returns the graph and ``{"tool_graph_nodes": [...], "tool_graph_parameters": [...], "tool_graph_edges": [...]}``.
     """
     graph = build_tool_graph(tools_from_environments(environments), embedder, threshold=threshold)
+    return graph, graph_rows(graph, verified_ids)
+
+
+def graph_rows(graph: ToolGraph, verified_ids: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """Store rows of a built (and possibly refined) graph; see :func:`tool_graph_rows`."""
     node_ids = {}
     nodes = []
     for n in graph.nodes:
@@ -30,7 +35,8 @@ def tool_graph_rows(environments: list[dict[str, Any]], verified_ids: dict[str, 
     for p in graph.parameters:
         row = {"tool_graph_node_id": node_ids[p["node_id"]], "node_id": p["node_id"], "direction": p["direction"],
                "name": p["name"], "path": p["path"], "type": p["type"], "required": bool(p["required"]),
-               "user_providable": bool(p["user_providable"]), "text": p["text"]}
+               "user_providable": bool(p["user_providable"]), "text": p["text"],
+               "user_providable_source": p.get("user_providable_source", "rule")}
         row["id"] = content_id("param", row)
         params.append(row)
     edges = []
@@ -41,7 +47,7 @@ def tool_graph_rows(environments: list[dict[str, Any]], verified_ids: dict[str, 
         edges.append(row)
     # Duplicate parameter rows (same tool, same name twice) collapse to one id.
     params = list({p["id"]: p for p in params}.values())
-    return graph, {"tool_graph_nodes": nodes, "tool_graph_parameters": params, "tool_graph_edges": edges}
+    return {"tool_graph_nodes": nodes, "tool_graph_parameters": params, "tool_graph_edges": edges}
 
 
 def graph_from_store_rows(nodes: list[dict[str, Any]], params: list[dict[str, Any]],

@@ -41,6 +41,7 @@ TABLES: dict[str, list[str]] = {
         "id VARCHAR PRIMARY KEY", "tool_graph_node_id VARCHAR NOT NULL", "node_id VARCHAR NOT NULL",
         "direction VARCHAR", "name VARCHAR", "path VARCHAR", "type VARCHAR", "required BOOLEAN",
         "user_providable BOOLEAN", "text VARCHAR",
+        "user_providable_source VARCHAR",  # rule | model (tool graph second phase)
     ],
     "tool_graph_edges": [
         "id VARCHAR PRIMARY KEY", "src_node_id VARCHAR NOT NULL", "dst_node_id VARCHAR NOT NULL",

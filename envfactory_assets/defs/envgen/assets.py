@@ -5,8 +5,11 @@ from collections import Counter
 
 import dagster as dg
 
+from envfactory_assets.curation import filter_resources
+from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.common import data_version, status_counts
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.defs.resources import (
+    STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate, user_curation)
 from envfactory_assets.envgen.stage import environment_row, select_resources, verify_all
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
@@ -36,15 +39,21 @@ def environments(context: dg.AssetExecutionContext, config: EnvironmentsConfig, 
     valid/boundary/invalid initial states) built by the programmatic builder from selected resources."""
     backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
     store = envfactory.store()
-    chosen = select_resources(store.read("source_resources"), config.per_domain, config.include, config.exclude)
-    rows = [environment_row(r, backend, model_backend.max_revisions) for r in chosen]
+    candidates, curation_excluded = filter_resources(store.read("source_resources"), user_curation(envfactory))
+    chosen = select_resources(candidates, config.per_domain, config.include, config.exclude)
+    meter = asset_progress(context, len(chosen), "environments built")
+    rows = []
+    for resource in chosen:
+        rows.append(environment_row(resource, backend, model_backend.max_revisions))
+        meter.advance()
+    meter.finish()
     written = store.replace_current("environments", rows)
     built = [r for r in rows if r["status"] == "built"]
     return dg.MaterializeResult(metadata={
         "environments": len(rows), "status": status_counts(rows), "written": written,
         "tools": sum(r["n_tools"] for r in built),
         "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
-        "builder": model_backend.backend,
+        "builder": model_backend.backend, "curation_excluded": curation_excluded,
         "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
     }, data_version=data_version(rows))
 
@@ -58,7 +67,9 @@ def verified_environments(context: dg.AssetExecutionContext, config: Verificatio
     env_rows = store.read("environments")
     limits = SandboxLimits(memory_mb=config.memory_mb, cpu_seconds=config.cpu_seconds,
                            call_timeout_s=config.call_timeout_s)
-    rows = verify_all(env_rows, limits, config.max_workers)
+    meter = asset_progress(context, len(env_rows), "environments verified")
+    rows = verify_all(env_rows, limits, config.max_workers, progress=meter.advance)
+    meter.finish()
     written = store.replace_current("verified_environments", rows)
     failures = Counter(reason.split(":", 1)[0] for r in rows for reason in r["reasons"])
     passed = [r for r in rows if r["status"] == "passed"]

@@ -5,14 +5,18 @@ from collections import Counter
 
 import dagster as dg
 
+from envfactory_assets.curation import filter_environments
 from envfactory_assets.decontam.benchmarks import benchmark_availability, bfcl_multi_turn_tools
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.defs.common import data_version, no_failed_environment_check
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
 from envfactory_assets.envgen.stage import as_environment
-from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD
+from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD, build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
-from envfactory_assets.graph.stage import tool_graph_rows
+from envfactory_assets.graph.refine import refine_graph
+from envfactory_assets.graph.stage import graph_rows
+from envfactory_assets.graph.stats import graph_statistics, subgraph_markdown
+from envfactory_assets.llm.base import LLMError
 from envfactory_assets.store.ids import content_id
 
 
@@ -21,28 +25,57 @@ class ToolGraphConfig(dg.Config):
 
     embedder: str = "minilm"
     threshold: float = PAPER_SIMILARITY_THRESHOLD
+    # Second phase (paper): who may add edges within one environment and who flags user-providable inputs:
+    # "programmatic" (offline rules) or "model" (the model_backend resource's model).
+    edge_refiner: str = "programmatic"
+    providable_classifier: str = "programmatic"
+    picture_nodes: int = 12
 
 
 def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
-    """Environment dicts of every environment whose current verification passed, and their verification ids."""
+    """Environment dicts of every environment whose current verification passed, and their verification ids,
+    less what the user's curation file excludes (environments, tools)."""
+    envs, verified_ids, _ = curated_passed_environments(envfactory)
+    return envs, verified_ids
+
+
+def curated_passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str], dict[str, str]]:
+    """:func:`passed_environments` plus ``{excluded env_id or node id: reason}`` from the curation file."""
     store = envfactory.store()
     by_id = {r["id"]: r for r in store.read("environments", "status = 'built'")}
     ver_rows = [v for v in store.read("verified_environments", "status = 'passed'") if v["environment_id"] in by_id]
     envs = {v["env_id"]: as_environment(by_id[v["environment_id"]]) for v in ver_rows}
-    return envs, {v["env_id"]: v["id"] for v in ver_rows}
+    envs, dropped = filter_environments(envs, user_curation(envfactory))
+    return envs, {v["env_id"]: v["id"] for v in ver_rows if v["env_id"] in envs}, dropped
 
 
 @dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
           code_version="1")
-def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome,
+               model_backend: ModelBackend) -> dg.MaterializeResult:
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs (table ``benchmark_overlap``)."""
-    envs, verified_ids = passed_environments(envfactory)
+    envs, verified_ids, excluded = curated_passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
     embedder = MiniLMEmbedder() if config.embedder == "minilm" else HashingEmbedder()
-    graph, tables = tool_graph_rows(list(envs.values()), verified_ids, embedder, config.threshold)
+    roles = {"edge_refiner": config.edge_refiner, "providable_classifier": config.providable_classifier}
+    bad = {k: v for k, v in roles.items() if v not in ("programmatic", "model")}
+    if bad:
+        raise dg.Failure(f"tool_graph config: {bad} must be 'programmatic' or 'model'")
+    backend = None
+    if "model" in roles.values():
+        backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+        if backend is None:
+            raise dg.Failure("tool_graph config asks for a model role but model_backend.backend is 'programmatic'")
+    graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold)
+    try:
+        graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,
+                                         backend if config.providable_classifier == "model" else None)
+    except LLMError as exc:
+        raise dg.Failure(f"tool_graph refinement: the model backend failed: {exc}") from exc
+    tables = graph_rows(graph, verified_ids)
     overlap = overlap_rows(envs.values(), bfcl_multi_turn_tools(), embedder)
     for row in overlap:
         row["verified_environment_id"] = verified_ids[row["env_id"]]
@@ -58,6 +91,11 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
         / max(1, sum(1 for p in params if p["direction"] == "in")),
         "edge_provenance": dict(Counter(e["provenance"] for e in tables["tool_graph_edges"])),
         "environments": len(envs), "written": written, "embedder": config.embedder,
+        "curation_excluded": excluded,
+        "refinement": {**refinement.summary(), **roles},
+        "graph_statistics": graph_statistics(graph),
+        "sample_subgraph": dg.MetadataValue.md(subgraph_markdown(graph, config.picture_nodes)),
+        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
         "benchmark_overlap_environments": benchmark_tags(overlap),
         "benchmark_references": benchmark_availability(),
     }, data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]))

@@ -9,6 +9,8 @@ import dagster as dg
 from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.defs.common import data_version, no_failed_environment_check, status_counts
 from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.defs.progress import asset_progress
+from envfactory_assets.viewer import sample_markdown
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.runtime.sandbox import SandboxWorker
@@ -100,12 +102,10 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
     store = envfactory.store()
     chains = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
 
-    def progress(done: int, total: int) -> None:
-        if done % 50 == 0 or done == total:
-            context.log.info(f"raw_trajectories: {done}/{total} chains executed")
-
-    rows = raw_trajectory_rows(chains, _graph(envfactory), envs,
-                               SynthConfig(config.min_turns, config.max_turn_len), progress=progress)
+    meter = asset_progress(context, len(chains), "chains executed")
+    rows = raw_trajectory_rows(chains, _graph(envfactory), envs, SynthConfig(config.min_turns, config.max_turn_len),
+                               progress=lambda done, total: meter.update(done))
+    meter.finish()
     written = store.replace_current("raw_trajectories", rows)
     ok = [r for r in rows if r["status"] == "passed"]
     return dg.MaterializeResult(metadata={
@@ -130,6 +130,7 @@ def refined_trajectories(envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={
         "trajectories": len(rows), "status": status_counts(rows), "written": written, "operators": dict(ops),
         "example_before": example["query_raw"] if example else "", "example_after": example["query"] if example else "",
+        "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)),
     }, data_version=data_version(rows))
 
 

@@ -1,0 +1,260 @@
+"""Second phase of the tool graph: edge refinement and user-providable classification.
+
+Source: EnvFactory (arXiv 2605.18703), tool graph. After the embedding pass, an LLM may only *add* edges,
+and only between tools of one server (environment); an LLM flags each input parameter as user-providable
+or not ("when in doubt, not"). Each role has two implementations:
+
+- programmatic (the offline default): edges from an identifier output to the list-of-identifiers input of
+  another tool of the same environment (``author_id`` -> ``author_ids``, which the name+type rule misses
+  because the types differ), provenance ``id_list``; user-providable flags from
+  :func:`envfactory_assets.graph.parameters.is_user_providable`.
+- model-backed (a :class:`~envfactory_assets.llm.base.ChatBackend`, roles ``edge_refiner`` and
+  ``providable_classifier``): the model sees one environment's tools with their parameters and answers JSON.
+  Its answer is untrusted: a proposed edge is kept only if both tools are in that environment, the output
+  path and input name exist, it is no self-loop and no existing edge (provenance ``model``); a flag is kept
+  only if it names an existing input parameter and is a JSON boolean. Everything dropped is reported with
+  its reason.
+
+Edge similarity of an added edge is the cosine of its two parameter texts under the graph's embedder, so
+every edge row keeps a comparable number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envfactory_assets.graph.build import SIMILARITY_DECIMALS, ToolGraph
+from envfactory_assets.graph.embeddings import ParameterEmbedder, l2_normalize
+from envfactory_assets.graph.parameters import is_identifier_name, normalize_name
+from envfactory_assets.llm.base import ChatBackend
+
+EDGE_REFINER_ROLE = "edge_refiner"
+PROVIDABLE_ROLE = "providable_classifier"
+PROVENANCE_MODEL = "model"
+PROVENANCE_ID_LIST = "id_list"
+MAX_TOKENS = 2048
+
+_JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(.*?)\n```", re.S)
+
+
+@dataclass
+class RefinementReport:
+    """What a refinement pass did: added edges (rows), changed flags, and every rejected proposal."""
+
+    added_edges: list[dict[str, Any]] = field(default_factory=list)
+    flags_from_model: int = 0
+    flags_changed: int = 0
+    rejected: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"added_edges": len(self.added_edges), "flags_from_model": self.flags_from_model,
+                "flags_changed": self.flags_changed, "rejected": len(self.rejected),
+                "rejected_examples": self.rejected[:10]}
+
+
+def _by_env(graph: ToolGraph) -> dict[str, list[str]]:
+    envs: dict[str, list[str]] = defaultdict(list)
+    for node in graph.nodes:
+        envs[node["env_id"]].append(node["node_id"])
+    return dict(sorted(envs.items()))
+
+
+def _params_of(graph: ToolGraph) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    out: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: {"in": [], "out": []})
+    for p in graph.parameters:
+        out[p["node_id"]][p["direction"]].append(p)
+    return out
+
+
+def environment_payload(graph: ToolGraph, env_id: str) -> dict[str, Any]:
+    """The JSON the model sees for one environment: its tools, their inputs (name, type, description text)
+    and outputs (paths), and the edges that already exist."""
+    params = _params_of(graph)
+    nodes = _by_env(graph).get(env_id, [])
+    tools = [{"tool": n.split(".", 1)[1],
+              "inputs": [{"name": p["name"], "type": p["type"], "text": p["text"]} for p in params[n]["in"]],
+              "outputs": [p["path"] for p in params[n]["out"]]} for n in nodes]
+    existing = [{"src": e["src"].split(".", 1)[1], "src_param": e["src_param"], "dst": e["dst"].split(".", 1)[1],
+                 "dst_param": e["dst_param"]} for e in graph.edges
+                if e["src"] in nodes and e["dst"] in nodes]
+    return {"environment": env_id, "tools": tools, "existing_edges": existing}
+
+
+def edge_refiner_messages(graph: ToolGraph, env_id: str) -> list[dict[str, str]]:
+    """Chat messages asking for edges to add within ``env_id`` (reply: a JSON object ``{"edges": [...]}``)."""
+    system = ("You link the tools of one API environment into a dependency graph. An edge means an output "
+              "field of one tool can supply an input argument of another tool. You may only ADD edges, only "
+              "between tools listed here, never from a tool to itself. Reply with one JSON object: "
+              '{"edges": [{"src": tool, "src_param": output path, "dst": tool, "dst_param": input name}]}; '
+              'reply {"edges": []} if nothing is missing.')
+    payload = json.dumps(environment_payload(graph, env_id), ensure_ascii=False, indent=1)
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"```json\n{payload}\n```"}]
+
+
+def providable_messages(graph: ToolGraph, env_id: str) -> list[dict[str, str]]:
+    """Chat messages asking which inputs of ``env_id``'s tools a user could state in a request
+    (reply: ``{"flags": {"tool.param": true|false}}``)."""
+    system = ("For each input parameter below, decide whether a user could plausibly state its value in a "
+              "request (true) or whether it must come from an earlier tool result, such as an identifier or "
+              "an opaque token (false). When in doubt, answer false. Reply with one JSON object: "
+              '{"flags": {"<tool>.<param>": true or false, ...}}.')
+    payload = json.dumps(environment_payload(graph, env_id)["tools"], ensure_ascii=False, indent=1)
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"```json\n{payload}\n```"}]
+
+
+def parse_json_reply(text: str, key: str) -> Any:
+    """The value under ``key`` of the JSON object in a model reply (bare or in a fenced block).
+
+    Raises:
+        ValueError: no JSON object, or it has no ``key``.
+    """
+    match = _JSON_BLOCK.search(text)
+    body = match.group(1) if match else text[text.find("{"): text.rfind("}") + 1]
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"reply is not a JSON object ({exc.msg})") from None
+    if not isinstance(data, dict) or key not in data:
+        raise ValueError(f"reply JSON has no {key!r} key")
+    return data[key]
+
+
+def validate_edge_proposals(graph: ToolGraph, env_id: str, proposals: Any
+                            ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Keep the proposals that are valid add-only edges within ``env_id``; return ``(edges, rejections)``.
+
+    An edge is ``{"src", "dst"}`` (node ids), ``src_param`` (an output path of src), ``dst_param`` (an input
+    name of dst). Duplicates of existing edges and of each other are rejected.
+    """
+    if not isinstance(proposals, list):
+        return [], [f"{env_id}: 'edges' is not a list"]
+    nodes = set(_by_env(graph).get(env_id, []))
+    params = _params_of(graph)
+    seen = {(e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in graph.edges}
+    kept, rejected = [], []
+    for prop in proposals:
+        if not isinstance(prop, dict) or not all(isinstance(prop.get(k), str)
+                                                 for k in ("src", "src_param", "dst", "dst_param")):
+            rejected.append(f"{env_id}: malformed edge {str(prop)[:120]}")
+            continue
+        src, dst = f"{env_id}.{prop['src']}", f"{env_id}.{prop['dst']}"
+        key = (src, prop["src_param"], dst, prop["dst_param"])
+        if src not in nodes or dst not in nodes:
+            rejected.append(f"{env_id}: unknown tool in {prop['src']} -> {prop['dst']} (only this environment's tools)")
+        elif src == dst:
+            rejected.append(f"{env_id}: self-loop on {prop['src']}")
+        elif prop["src_param"] not in {p["path"] for p in params[src]["out"]}:
+            rejected.append(f"{env_id}: {prop['src']} has no output {prop['src_param']!r}")
+        elif prop["dst_param"] not in {p["name"] for p in params[dst]["in"]}:
+            rejected.append(f"{env_id}: {prop['dst']} has no input {prop['dst_param']!r}")
+        elif key in seen:
+            rejected.append(f"{env_id}: edge {prop['src']}.{prop['src_param']} -> {prop['dst']}.{prop['dst_param']} "
+                            "exists already")
+        else:
+            seen.add(key)
+            kept.append({"src": src, "dst": dst, "src_param": prop["src_param"], "dst_param": prop["dst_param"]})
+    return kept, rejected
+
+
+def id_list_edges(graph: ToolGraph) -> list[dict[str, Any]]:
+    """Programmatic edge refinement: within one environment, an identifier output ``x_id`` (scalar) feeds an
+    input ``x_ids`` (array) of another tool. Existing edges are not repeated."""
+    params = _params_of(graph)
+    seen = {(e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in graph.edges}
+    edges = []
+    for nodes in _by_env(graph).values():
+        for dst in nodes:
+            for p_in in params[dst]["in"]:
+                if p_in["type"] != "array" or not is_identifier_name(p_in["name"]):
+                    continue
+                stem = normalize_name(p_in["name"]).removesuffix("s")
+                for src in nodes:
+                    for p_out in params[src]["out"]:
+                        key = (src, p_out["path"], dst, p_in["name"])
+                        if (src != dst and normalize_name(p_out["name"]) == stem and key not in seen):
+                            seen.add(key)
+                            edges.append({"src": src, "dst": dst, "src_param": p_out["path"], "dst_param": p_in["name"]})
+    return edges
+
+
+def _with_similarity(graph: ToolGraph, edges: list[dict[str, Any]], provenance: str,
+                     embedder: ParameterEmbedder) -> list[dict[str, Any]]:
+    if not edges:
+        return []
+    text = {(p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p["text"]
+            for p in graph.parameters}
+    pairs = [(text[(e["src"], "out", e["src_param"])], text[(e["dst"], "in", e["dst_param"])]) for e in edges]
+    texts = sorted({t for pair in pairs for t in pair})
+    vectors = l2_normalize(np.asarray(embedder.embed(texts)))
+    row = {t: i for i, t in enumerate(texts)}
+    return [{**e, "similarity": round(float(vectors[row[a]] @ vectors[row[b]]), SIMILARITY_DECIMALS),
+             "provenance": provenance} for e, (a, b) in zip(edges, pairs)]
+
+
+def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: ChatBackend | None = None,
+                 providable_backend: ChatBackend | None = None) -> tuple[ToolGraph, RefinementReport]:
+    """Add refined edges and (with a model) re-flag user-providable inputs; returns a new graph and a report.
+
+    Programmatic ``id_list`` edges are always added; with ``edge_backend`` the model's valid proposals are
+    added too, one request per environment. With ``providable_backend`` each environment's input flags come
+    from the model where it gives a valid boolean, else they stay as built. Edges are never removed.
+
+    Raises:
+        LLMError (from the backend): the endpoint failed after its retries or the token budget ran out.
+    """
+    report = RefinementReport()
+    added = _with_similarity(graph, id_list_edges(graph), PROVENANCE_ID_LIST, embedder)
+    base = ToolGraph.from_rows(graph.nodes, graph.parameters, graph.edges + added, graph.meta)
+    parameters = [dict(p) for p in graph.parameters]
+    for env_id in _by_env(graph):
+        if edge_backend is not None:
+            reply = edge_backend.complete(edge_refiner_messages(base, env_id), role=EDGE_REFINER_ROLE,
+                                          max_tokens=MAX_TOKENS)
+            try:
+                proposals = parse_json_reply(reply.text, "edges")
+            except ValueError as exc:
+                report.rejected.append(f"{env_id}: {exc}")
+                proposals = []
+            kept, rejected = validate_edge_proposals(base, env_id, proposals)
+            report.rejected += rejected
+            new = _with_similarity(base, kept, PROVENANCE_MODEL, embedder)
+            added += new
+            base = ToolGraph.from_rows(base.nodes, base.parameters, base.edges + new, base.meta)
+        if providable_backend is not None:
+            _apply_flags(parameters, env_id, providable_backend, base, report)
+    report.added_edges = added
+    meta = {**graph.meta, "n_edges_added": len(added),
+            "n_edge_rows": len(graph.edges) + len(added)}
+    return ToolGraph.from_rows(graph.nodes, parameters, graph.edges + added, meta), report
+
+
+def _apply_flags(parameters: list[dict[str, Any]], env_id: str, backend: ChatBackend, graph: ToolGraph,
+                 report: RefinementReport) -> None:
+    reply = backend.complete(providable_messages(graph, env_id), role=PROVIDABLE_ROLE, max_tokens=MAX_TOKENS)
+    try:
+        flags = parse_json_reply(reply.text, "flags")
+        if not isinstance(flags, dict):
+            raise ValueError("'flags' is not an object")
+    except ValueError as exc:
+        report.rejected.append(f"{env_id}: {exc}")
+        return
+    inputs = {f"{p['node_id'].split('.', 1)[1]}.{p['name']}": p for p in parameters
+              if p["direction"] == "in" and p["node_id"].startswith(env_id + ".")}
+    for name, value in flags.items():
+        param = inputs.get(name)
+        if param is None:
+            report.rejected.append(f"{env_id}: flag for unknown input {name!r}")
+        elif not isinstance(value, bool):
+            report.rejected.append(f"{env_id}: flag for {name!r} is not a boolean ({value!r})")
+        else:
+            report.flags_from_model += 1
+            report.flags_changed += param["user_providable"] != value
+            param["user_providable"] = value
+            param["user_providable_source"] = PROVENANCE_MODEL
+

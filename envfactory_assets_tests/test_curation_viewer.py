@@ -1,0 +1,172 @@
+"""Curation (excluded resources, environments, tools) holds through re-synthesis; trajectories render as
+Markdown from the CLI, the ``show_trajectory`` job and ``refined_trajectories``'s metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from envfactory_assets.cli import config_for_selection, main as cli_main
+from envfactory_assets.curation import (
+    Curation, CurationError, curation_path, filter_environments, filter_resources, load_curation, set_exclusion)
+from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
+from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.sources.stage import scan_rows
+from envfactory_assets.store.db import Store
+from envfactory_assets.viewer import TrajectoryNotFound, find_trajectory, render_trajectory
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
+             "raw_trajectories", "refined_trajectories"]
+RUN_CONFIG = config_for_selection({"ops": {
+    "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
+    "environments": {"config": {"per_domain": 2}},
+    "tool_graph": {"config": {"embedder": "hashing"}},
+    "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 4}},
+}}, SELECTION)
+EXCLUDED_TOOL = "bookshop_example.delete_author"
+
+
+def _materialize(home: Path, instance) -> dg.ExecuteInProcessResult:
+    selected = [a for a in ALL_ASSETS if any(k.to_user_string() in SELECTION for k in a.keys)]
+    checks = [c for c in ALL_CHECKS if any(k.asset_key.to_user_string() in SELECTION for k in c.check_keys)]
+    return dg.materialize(
+        [*selected, *checks], instance=instance, run_config=RUN_CONFIG,
+        resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
+                   "verification_gate": VerificationGate()})
+
+
+def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    events = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset]
+    return {k: v.value for k, v in events[-1].materialization.metadata.items()}
+
+
+@pytest.fixture(scope="module")
+def curated(tmp_path_factory):
+    """A store synthesized up to refined_trajectories twice, with one resource and one tool excluded."""
+    home = tmp_path_factory.mktemp("curated_home")
+    set_exclusion(curation_path(home), "resource", "helpdesk", "duplicates a benchmark API")
+    set_exclusion(curation_path(home), "tool", EXCLUDED_TOOL, "destructive")
+    with dg.instance_for_test() as instance:
+        first = _materialize(home, instance)
+        second = _materialize(home, instance)  # re-synthesis: the exclusions must still hold
+    return home, first, second
+
+
+# --- the curation file -----------------------------------------------------------------------------------
+def test_exclusions_round_trip_through_the_file(tmp_path):
+    path = tmp_path / "curation.yaml"
+    assert len(load_curation(path)) == 0  # no file: nothing excluded
+    set_exclusion(path, "environment", "helpdesk", "not wanted")
+    set_exclusion(path, "tool", "bookshop_example.delete_book", "destructive")
+    loaded = load_curation(path)
+    assert loaded.reason("environment", "helpdesk") == "not wanted"
+    assert loaded.reason("tool", "bookshop_example.delete_book") == "destructive"
+    set_exclusion(path, "environment", "helpdesk", None)
+    assert load_curation(path).reason("environment", "helpdesk") is None
+    assert len(load_curation(path)) == 1
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("exclusions: [{kind: server, id: x, reason: y}]", "exclusions/0/kind"),
+    ("exclusions: [{kind: tool, id: x}]", "'reason' is a required property"),
+    ("exclusions: [{kind: tool, id: '', reason: y}]", "exclusions/0/id"),
+    ("exclude: []", "Additional properties"),
+    ("exclusions: [{kind: tool, id: a.b, reason: y}, {kind: tool, id: a.b, reason: z}]", "listed twice"),
+    ("exclusions: [unclosed", "not valid YAML"),
+])
+def test_a_bad_curation_file_is_rejected_naming_the_file_and_the_problem(tmp_path, text, problem):
+    path = tmp_path / "curation.yaml"
+    path.write_text(text)
+    with pytest.raises(CurationError) as err:
+        load_curation(path)
+    assert str(path) in str(err.value) and problem in str(err.value)
+    with pytest.raises(CurationError):  # an edit never overwrites a file it cannot read
+        set_exclusion(path, "tool", "x.y", "z")
+    assert path.read_text() == text
+
+
+def test_filters_drop_excluded_resources_environments_and_tools():
+    accepted, _ = scan_rows(FIXTURES)
+    curation = Curation({"resource": {"helpdesk": "r"}, "environment": {"calendar_tasks": "e"}, "tool": {}})
+    kept, dropped = filter_resources(accepted, curation)
+    assert {r["resource_key"] for r in kept} == {"bookshop_example"}
+    assert dropped == {"helpdesk": "r", "calendar_tasks": "e"}
+    envs = {"a": {"tools": [{"name": "t1"}, {"name": "t2"}]}, "b": {"tools": [{"name": "t3"}]}}
+    kept_envs, dropped = filter_environments(envs, Curation({"resource": {}, "environment": {},
+                                                             "tool": {"a.t1": "x", "b.t3": "y"}}))
+    assert kept_envs == {"a": {"tools": [{"name": "t2"}]}} and envs["a"]["tools"][0]["name"] == "t1"
+    assert dropped == {"a.t1": "x", "b.t3": "y", "b": "every tool excluded"}
+
+
+def test_cli_exclude_include_and_list(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path))
+    assert cli_main(["exclude", "tool", "helpdesk.delete_ticket", "--reason", "destructive"]) == 0
+    assert cli_main(["curation"]) == 0
+    assert "helpdesk.delete_ticket" in capsys.readouterr().out
+    assert yaml.safe_load((tmp_path / "curation.yaml").read_text())["exclusions"] == [
+        {"kind": "tool", "id": "helpdesk.delete_ticket", "reason": "destructive"}]
+    assert cli_main(["include", "tool", "helpdesk.nothing"]) == 2
+    assert "is not excluded" in capsys.readouterr().err
+    assert cli_main(["include", "tool", "helpdesk.delete_ticket"]) == 0
+    assert load_curation(tmp_path / "curation.yaml").excluded["tool"] == {}
+
+
+# --- exclusions through the pipeline ---------------------------------------------------------------------
+def test_exclusions_hold_through_every_resynthesis_and_are_recorded(curated):
+    home, first, second = curated
+    assert first.success and second.success
+    store = Store(home / "envfactory.duckdb")
+    assert {r["env_id"] for r in store.read("environments")} == {"bookshop_example", "calendar_tasks"}
+    nodes = {r["node_id"] for r in store.read("tool_graph_nodes")}
+    assert any(n.startswith("bookshop_example.") for n in nodes) and EXCLUDED_TOOL not in nodes
+    called = {c["name"] for t in store.read("raw_trajectories") for turn in t["turns"] for c in turn["calls"]}
+    assert called and "delete_author" not in called and "helpdesk" not in str(store.read("tool_chains"))
+    for result in (first, second):
+        assert _metadata(result, "environments")["curation_excluded"] == {"helpdesk": "duplicates a benchmark API"}
+        assert _metadata(result, "tool_graph")["curation_excluded"] == {EXCLUDED_TOOL: "destructive"}
+
+
+# --- the trajectory viewer -------------------------------------------------------------------------------
+def test_a_refined_trajectory_renders_its_turns_calls_results_and_both_queries(curated):
+    home, _, second = curated
+    store = Store(home / "envfactory.duckdb")
+    refined = next(r for r in store.read("refined_trajectories", "status = 'passed'")
+                   if any(t["operators"] for t in r["turns"]))
+    raw, found = find_trajectory(store, refined["id"])
+    assert found["id"] == refined["id"] and raw["id"] == refined["raw_trajectory_id"]
+    text = render_trajectory(raw, refined)
+    turn = next(t for t in refined["turns"] if t["operators"])
+    assert turn["query"] in text and turn["query_raw"] in text and turn["query"] != turn["query_raw"]
+    assert text.count("### Turn ") == len(raw["turns"])
+    for call in turn["calls"]:
+        assert f"`{call['name']}`" in text
+    assert find_trajectory(store, raw["id"])[1]["id"] == refined["id"]  # a raw id finds its refined version
+    with pytest.raises(TrajectoryNotFound):
+        find_trajectory(store, "traj_missing")
+    with pytest.raises(ValueError):
+        render_trajectory({**raw, "id": "raw_other"}, refined)
+    sample = _metadata(second, "refined_trajectories")["sample_trajectories"]
+    assert "envfactory show" in sample and "### Turn 1" in sample
+
+
+def test_show_cli_and_the_show_trajectory_job_render_any_trajectory(curated, monkeypatch, capsys):
+    home, _, _ = curated
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    refined = Store(home / "envfactory.duckdb").read("refined_trajectories", "status = 'passed'")[-1]
+    assert cli_main(["show", refined["id"]]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"## Trajectory {refined['id']}") and refined["turns"][0]["query"] in out
+    assert cli_main(["show", "nope"]) == 2 and "no raw or refined trajectory" in capsys.readouterr().err
+    job = defs.get_job_def("show_trajectory")
+    config = {"ops": {"render_trajectory_markdown": {"config": {"trajectory_id": refined["id"]}}}}
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(run_config=config, instance=instance)
+        observed = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert result.success and len(observed) == 1
+    observation = observed[0].event_specific_data.asset_observation
+    assert observation.asset_key.to_user_string() == "refined_trajectories"
+    assert observation.metadata["rendering"].value == out.rstrip("\n")

