@@ -60,7 +60,7 @@ def environment_row(resource: dict[str, Any], backend: Any = None, max_revisions
     base = {"env_id": resource["resource_key"], "source_resource_id": resource["id"], "domain": resource["domain"]}
     revisions: dict[str, Any] | None = None
     try:
-        env = _build_programmatic(resource, path)
+        env = programmatic_environment(resource, path)
         content_id("env", env)  # fails here, inside the guard, on content a store cannot hold
         if backend is not None:
             result = build_with_revisions(env, backend, max_revisions)
@@ -84,7 +84,7 @@ def environment_row(resource: dict[str, Any], backend: Any = None, max_revisions
     return row
 
 
-def _build_programmatic(resource: dict[str, Any], path: Path) -> dict[str, Any]:
+def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, Any]:
     """The programmatic builder's environment for a resource of either kind (OpenAPI, MCP tool list)."""
     if resource.get("kind") == MCP_KIND:
         document, digest = load_tool_list(path)

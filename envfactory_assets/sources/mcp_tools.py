@@ -161,6 +161,7 @@ def _resolve(servers_root: Path, part: str) -> str:
 async def _list_tools(command: str, args: list[str], env: dict[str, str], cwd: Path,
                       timeout_s: float, errlog: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.types import PaginatedRequestParams
 
     params = StdioServerParameters(command=command, args=args, env=env, cwd=str(cwd))
     with anyio.fail_after(timeout_s):
@@ -170,8 +171,6 @@ async def _list_tools(command: str, args: list[str], env: dict[str, str], cwd: P
                 tools: list[dict[str, Any]] = []
                 cursor = None
                 for _ in range(MAX_PAGES):
-                    from mcp.types import PaginatedRequestParams
-
                     page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
                     tools += [{"name": t.name, "description": t.description or "",
                                "input_schema": t.input_schema, "output_schema": t.output_schema}
