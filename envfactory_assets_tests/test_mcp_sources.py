@@ -72,6 +72,20 @@ def _pids_with_marker(marker: str) -> list[int]:
     return found
 
 
+def _server_processes() -> list[int]:
+    """Live processes started from the installed servers' folder."""
+    needle = str(SERVERS_ROOT.resolve()).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
 # -- the real servers over stdio ---------------------------------------------------------------------
 @needs_servers
 def test_reader_lists_the_real_servers_tools_over_stdio(tmp_path):
@@ -90,6 +104,7 @@ def test_reader_lists_the_real_servers_tools_over_stdio(tmp_path):
     assert docs["memory"]["package"]["version"] == "2026.8.31"
     time_tool = next(t for t in docs["time"]["tools"] if t["name"] == "get_current_time")
     assert time_tool["input_schema"]["required"] == ["timezone"] and time_tool["description"]
+    assert _server_processes() == []  # every server was stopped
     for path in written:  # the file is the canonical JSON: its hash is the document's
         document, digest = load_tool_list(path)
         assert path.read_bytes() == canonical_bytes(document)
@@ -247,3 +262,15 @@ def test_a_tool_list_with_no_readable_table_is_a_build_error():
     resources, unmapped = resources_from_tool_list(notes_tool_list())
     assert [r.name for r in resources] == ["notes"] and unmapped == [
         "summarize: no CRUD verb or object in its name and schemas"]
+
+
+def test_a_tool_list_with_a_remote_reference_becomes_a_build_failed_row(tmp_path):
+    doc = notes_tool_list()
+    doc["tools"][0]["input_schema"]["properties"]["notes"]["items"] = {"$ref": "https://example.invalid/note.json"}
+    folder = tmp_path / "user_resources"
+    folder.mkdir()
+    (folder / "remote.json").write_text(json.dumps(doc))
+    (row,), _ = user_folder_rows(folder)
+    env_row = environment_row(row)
+    assert env_row["status"] == "build_failed"
+    assert "remote.json" in env_row["reasons"][0] and "$ref" in env_row["reasons"][0]
