@@ -315,6 +315,56 @@ def cmd_show(args: argparse.Namespace) -> int:
 # --- end curation and trajectory viewer ------------------------------------------------------------------
 
 
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Print the model calls and tokens the configured model backend would spend on the environments
+    stage. Calls no model: resources come from the store's ``source_resources`` when it has them, else
+    from a scan configured like the run (``ops.source_resources.config``)."""
+    from envfactory_assets.defs.resources import ModelBackend
+    from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
+    from envfactory_assets.envgen.stage import select_resources
+    from envfactory_assets.store.db import Store
+
+    home = settings.envfactory_home()
+    run_config = _load_run_config(args.config)
+    op_config = lambda op: (run_config.get("ops", {}).get(op) or {}).get("config") or {}  # noqa: E731
+    backend_config = (run_config.get("resources", {}).get("model_backend") or {}).get("config") or {}
+    try:
+        model_backend = ModelBackend(**backend_config)
+    except Exception as exc:  # pydantic names the bad field
+        raise UsageError(f"resources.model_backend.config: {exc}") from None
+    store_path = settings.store_path(home)
+    resources = Store(store_path).read("source_resources") if store_path.exists() else []
+    origin = f"the store's source_resources ({store_path})"
+    if not resources:
+        from envfactory_assets.sources.stage import all_resource_rows
+
+        src = op_config("source_resources")
+        corpus = Path(src["corpus_dir"]) if src.get("corpus_dir") else settings.corpus_dir(home)
+        if not corpus.is_dir():
+            raise UsageError(f"no source_resources in the store and no corpus at {corpus}; run scripts/setup.sh")
+        resources, _ = all_resource_rows(corpus, home, src.get("domains"), src.get("max_bytes", 4_000_000),
+                                         src.get("path_contains") or None, src.get("include_mcp", True))
+        origin = f"a scan of {corpus}"
+    envs = op_config("environments")
+    chosen = select_resources(resources, envs.get("per_domain", 13), envs.get("include", []), envs.get("exclude", []))
+    try:
+        backend = model_backend.make_backend(home / "llm_cache.sqlite")
+    except Exception as exc:  # dg.Failure naming the bad setting
+        raise UsageError(str(exc)) from None
+    try:
+        estimate = estimate_environments(chosen, backend, model_backend.max_revisions)
+    finally:
+        if backend is not None and hasattr(backend, "close"):
+            backend.close()
+    estimate["resources_from"] = origin
+    if args.json:
+        print(json.dumps(estimate, indent=2))
+    else:
+        print(f"resources from {origin}")
+        print(format_estimate(estimate, model_backend.backend))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envfactory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -334,6 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)
+    est = sub.add_parser("estimate", help="model calls and tokens the environments stage would spend (no call)")
+    est.add_argument("--config", help="YAML file of run config (resources.model_backend, ops.environments)")
+    est.add_argument("--json", action="store_true")
+    est.set_defaults(func=cmd_estimate)
     # serve-env (issue 3, item 8)
     serve = sub.add_parser("serve-env", help="serve a verified environment as an MCP server over stdio")
     serve.add_argument("env_id", help="the id of an environment that passed verification")

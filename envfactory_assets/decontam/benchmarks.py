@@ -1,9 +1,11 @@
 """Reference tool surfaces of held-out benchmarks, read from packages installed offline.
 
 BFCL v3 multi-turn: the function docs of its stateful API classes ship in the ``bfcl-eval`` wheel
-(``bfcl_eval/data/multi_turn_func_doc/*.jsonl``-style files, one JSON object per line). tau2-bench is not
-installable offline (PyPI's ``tau2`` is an unrelated package), so it is reported as unavailable rather
-than approximated.
+(``bfcl_eval/data/multi_turn_func_doc/*.jsonl``-style files, one JSON object per line).
+
+tau2-bench is not installable offline (PyPI's ``tau2`` is an unrelated package). Its agent-side tool
+names for the airline, retail and telecom domains, with a one-line summary each, are kept in
+``decontam/data/tau2_tools.json`` together with the repository, path and commit they were read from.
 """
 
 from __future__ import annotations
@@ -41,9 +43,41 @@ def bfcl_multi_turn_tools() -> list[BenchmarkTool]:
     return tools
 
 
+TAU2_REFERENCE = "tau2_tools.json"
+
+
+def tau2_reference() -> dict:
+    """The packaged tau2-bench reference document (``repository``, per-domain ``path``/``commit``/``tools``).
+
+    Raises:
+        ValueError: if the packaged file is missing a domain's provenance or has a non-string summary.
+    """
+    doc = json.loads((importlib.resources.files("envfactory_assets.decontam") / "data" / TAU2_REFERENCE).read_text())
+    for domain, entry in doc["domains"].items():
+        if not all(isinstance(entry.get(k), str) and entry[k] for k in ("path", "commit")):
+            raise ValueError(f"{TAU2_REFERENCE}: domain {domain} lacks its source path or commit")
+        if not all(isinstance(v, str) and v for v in entry["tools"].values()):
+            raise ValueError(f"{TAU2_REFERENCE}: domain {domain} has an empty tool summary")
+    return doc
+
+
+def tau2_tools() -> list[BenchmarkTool]:
+    """Every agent-side tool of tau2-bench's airline, retail and telecom domains (suite = domain)."""
+    doc = tau2_reference()
+    return [BenchmarkTool("tau2", domain, name, summary)
+            for domain, entry in sorted(doc["domains"].items()) for name, summary in entry["tools"].items()]
+
+
+def all_benchmark_tools() -> list[BenchmarkTool]:
+    """The reference tool surfaces environments are tagged against: BFCL v3 multi-turn and tau2."""
+    return bfcl_multi_turn_tools() + tau2_tools()
+
+
 def benchmark_availability() -> dict[str, str]:
     """Which benchmark references could be loaded, and why not for the others."""
+    doc = tau2_reference()
+    commits = ", ".join(f"{d}@{e['commit'][:10]}" for d, e in sorted(doc["domains"].items()))
     return {
         "bfcl_v3_multi_turn": "loaded from bfcl-eval" if bfcl_multi_turn_tools() else "bfcl-eval not installed",
-        "tau2": "unavailable offline (no installable package ships its tool surface)",
+        "tau2": f"tool names from {doc['repository']} ({commits}), packaged reference file",
     }

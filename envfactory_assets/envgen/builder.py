@@ -160,7 +160,7 @@ def initial_states(tables: dict[str, Any], order: list[str], seed: int,
 
 
 def build_environment(resource_row: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """Build the environment of one accepted source resource (a ``source_resources`` row).
+    """Build the environment of one accepted OpenAPI source resource (a ``source_resources`` row).
 
     Returns the Environment dict of docs/design.md (``env_id``, ``domain``, ``tools``,
     ``state_schema``, ``source``, ``initial_states``, plus ``tables`` and ``provenance``).
@@ -169,10 +169,36 @@ def build_environment(resource_row: dict[str, Any], spec: dict[str, Any]) -> dic
         BuildError: when the document has no usable resource (it was accepted from a different
             version, or the resource extraction changed).
     """
-    env_id = resource_row["resource_key"]
     resources = extract_resources(spec, max_resources=MAX_RESOURCES)
     if not resources:
-        raise BuildError(f"{env_id}: no stateful resource in {resource_row['path']}")
+        raise BuildError(f"{resource_row['resource_key']}: no stateful resource in {resource_row['path']}")
+    return build_from_resources(resource_row, resources)
+
+
+def build_mcp_environment(resource_row: dict[str, Any], tool_list: dict[str, Any]) -> dict[str, Any]:
+    """Build the environment of one MCP tool-list source resource (``kind = "mcp_tool_list"``).
+
+    The tool list is mapped onto resources by :mod:`envfactory_assets.envgen.mcp_resources`; the
+    tools it could not map are named in the environment's ``provenance``.
+
+    Raises:
+        BuildError: when no table with a read tool and fields can be derived from the tool list.
+    """
+    from envfactory_assets.envgen.mcp_resources import McpMappingError, resources_from_tool_list
+
+    try:
+        resources, unmapped = resources_from_tool_list(tool_list, MAX_RESOURCES)
+    except McpMappingError as exc:
+        raise BuildError(f"{resource_row['resource_key']}: {exc}") from exc
+    env = build_from_resources(resource_row, resources)
+    if unmapped:
+        env["provenance"] += "; MCP tools without a CRUD mapping: " + "; ".join(unmapped)
+    return env
+
+
+def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]) -> dict[str, Any]:
+    """The environment of ``resources`` (tables with CRUD operations) for one source resource row."""
+    env_id = resource_row["resource_key"]
     fks = _foreign_keys(resources)
     resources = [_string_keys(r, fks[r.name]) for r in resources]
     resources = _order_by_dependency(resources, fks)

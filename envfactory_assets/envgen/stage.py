@@ -8,11 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from envfactory_assets.envgen.builder import BuildError, build_environment
+from envfactory_assets.envgen.builder import BuildError, build_environment, build_mcp_environment
 from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm.base import BackendConfigError
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
 from envfactory_assets.sources.scan import load_document
 from envfactory_assets.store.ids import content_id
 
@@ -25,11 +26,17 @@ def select_resources(resources: list[dict[str, Any]], per_domain: int,
 
     Resources with more stateful resources (up to 4) come first, then a stable hash of the resource
     key spreads the choice over providers. ``include`` keys are always taken, ``exclude`` keys never.
+    MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
     """
     include, exclude = set(include), set(exclude)
     by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    tool_lists = []  # every MCP tool list is built, on top of the per-domain choice
     for r in resources:
-        if r["resource_key"] not in exclude:
+        if r["resource_key"] in exclude:
+            continue
+        if r.get("kind") == MCP_KIND:
+            tool_lists.append(r)
+        else:
             by_domain[r["domain"]].append(r)
     chosen = []
     for domain in sorted(by_domain):
@@ -38,7 +45,7 @@ def select_resources(resources: list[dict[str, Any]], per_domain: int,
             hashlib.sha256(r["resource_key"].encode()).hexdigest()))
         forced = [r for r in ranked if r["resource_key"] in include]
         chosen.extend(forced + [r for r in ranked if r["resource_key"] not in include][: max(per_domain - len(forced), 0)])
-    return chosen
+    return chosen + sorted(tool_lists, key=lambda r: r["resource_key"])
 
 
 def environment_row(resource: dict[str, Any], backend: Any = None, max_revisions: int = 3) -> dict[str, Any]:
@@ -53,10 +60,7 @@ def environment_row(resource: dict[str, Any], backend: Any = None, max_revisions
     base = {"env_id": resource["resource_key"], "source_resource_id": resource["id"], "domain": resource["domain"]}
     revisions: dict[str, Any] | None = None
     try:
-        raw = path.read_bytes()
-        if hashlib.sha256(raw).hexdigest() != resource["sha256"]:
-            raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
-        env = build_environment(resource, load_document(raw, path.suffix.lower()))
+        env = programmatic_environment(resource, path)
         content_id("env", env)  # fails here, inside the guard, on content a store cannot hold
         if backend is not None:
             result = build_with_revisions(env, backend, max_revisions)
@@ -78,6 +82,19 @@ def environment_row(resource: dict[str, Any], backend: Any = None, max_revisions
                "revisions": revisions}
     row["id"] = content_id("env", {k: row[k] for k in ("env_id", "source_resource_id", "status", *ENV_FIELDS)})
     return row
+
+
+def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The programmatic builder's environment for a resource of either kind (OpenAPI, MCP tool list)."""
+    if resource.get("kind") == MCP_KIND:
+        document, digest = load_tool_list(path)
+        if digest != resource["sha256"]:
+            raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
+        return build_mcp_environment(resource, document)
+    raw = path.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != resource["sha256"]:
+        raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
+    return build_environment(resource, load_document(raw, path.suffix.lower()))
 
 
 def _builder(backend: Any) -> str:

@@ -55,13 +55,13 @@ KEYWORDS = {
     "finance_payments": ("payment", "invoice", "bank", "account", "transaction", "ledger", "accounting",
                          "tax", "payout", "refund", "wallet", "loan", "billing", "expense"),
     "productivity": ("calendar", "event", "task", "todo", "project", "file", "folder", "document",
-                     "note", "meeting", "schedule", "form", "spreadsheet", "timesheet"),
+                     "note", "meeting", "schedule", "form", "spreadsheet", "timesheet", "timezone", "directory"),
     "communication": ("message", "sms", "chat", "email", "mail", "call", "voice", "conversation",
                       "contact", "notification", "channel", "fax", "ticket"),
     "developer_tools": ("repository", "repo", "issue", "deploy", "build", "webhook", "api key", "pipeline",
                         "server", "cluster", "commit", "monitor", "incident", "integration"),
     "knowledge_media_health": ("health", "medical", "patient", "news", "article", "book", "music", "video",
-                               "movie", "podcast", "library", "course", "recipe", "image", "dataset"),
+                               "movie", "podcast", "library", "course", "recipe", "image", "dataset", "knowledge", "knowledge graph"),
 }
 
 _WORD = re.compile(r"[a-z]+")

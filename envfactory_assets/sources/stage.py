@@ -40,3 +40,19 @@ def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes
             row["id"] = content_id("rej", row)
             rejected.append(row)
     return accepted, rejected
+
+
+def all_resource_rows(corpus_root: Path, home: Path, domains: Iterable[str] | None = None,
+                      max_bytes: int = 4_000_000, path_contains: str | None = None,
+                      include_mcp: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Both resource kinds: the OpenAPI corpus (:func:`scan_rows`), then every installed MCP server's
+    tool list and the files of ``home/user_resources`` (:mod:`envfactory_assets.sources.resource_kinds`).
+
+    A resource key already taken by the corpus makes a later file a ``duplicate_key`` rejection.
+    """
+    from envfactory_assets.sources.resource_kinds import extra_resource_rows
+
+    accepted, rejected = scan_rows(corpus_root, domains, max_bytes, path_contains)
+    more_acc, more_rej = extra_resource_rows(home, domains, {r["resource_key"] for r in accepted},
+                                             include_mcp, max_bytes)
+    return accepted + more_acc, rejected + more_rej

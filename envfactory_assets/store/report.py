@@ -40,6 +40,9 @@ def run_report(store: Store) -> str:
                     "unnest(CAST(turns AS JSON[])) AS u(t) "
                     "WHERE CAST(t->'operators' AS VARCHAR) LIKE '%implicit_reference%' "
                     "ORDER BY length(t->>'query'), t->>'query' LIMIT 1")
+        kinds = q("SELECT kind, count(*) FROM current_source_resources GROUP BY 1 ORDER BY 1")
+        overlap = q("SELECT benchmark, count(DISTINCT env_id), count(*) FROM current_benchmark_overlap "
+                    "GROUP BY 1 ORDER BY 1")
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
         ckpts = q("SELECT id, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
@@ -51,6 +54,10 @@ def run_report(store: Store) -> str:
         "Produced by `envfactory report` from the store of a run; every number below is a query.", "",
         f"Source resources accepted: **{sources}**; rejected by reason:", "",
         _table(rejected, ("reason", "documents")), "",
+        "Accepted by kind:", "",
+        _table(kinds, ("kind", "resources")), "",
+        "Environments overlapping a held-out benchmark (table `benchmark_overlap`):", "",
+        _table(overlap, ("benchmark", "environments", "tool matches")), "",
         "## Environments per domain", "",
         _table(envs, ("domain", "built", "passed verification", "tools (passed)")), "",
         "## Tool chains", "", _table(chains, ("sampler", "status", "chains", "mean tools", "mean servers")), "",

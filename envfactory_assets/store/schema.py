@@ -56,16 +56,18 @@ TABLES: dict[str, list[str]] = {
         "id VARCHAR PRIMARY KEY", "chain_key VARCHAR NOT NULL", "sampler VARCHAR", "seed UBIGINT",
         "tools JSON", "env_ids JSON", "verified_environment_ids JSON", "domains JSON", "n_tools INTEGER",
         "n_servers INTEGER", "dependency_depth INTEGER", "status VARCHAR NOT NULL", "reasons JSON",
+        "benchmark_overlap JSON",
     ],
     "raw_trajectories": [
         "id VARCHAR PRIMARY KEY", "tool_chain_id VARCHAR NOT NULL", "env_ids JSON", "domains JSON",
         "status VARCHAR NOT NULL", "reasons JSON", "n_turns INTEGER", "n_calls INTEGER", "turns JSON",
         "initial_state JSON", "final_state JSON", "initial_state_hash VARCHAR", "final_state_hash VARCHAR",
+        "benchmark_overlap JSON",
     ],
     "refined_trajectories": [
         "id VARCHAR PRIMARY KEY", "raw_trajectory_id VARCHAR NOT NULL", "tool_chain_id VARCHAR NOT NULL",
         "env_ids JSON", "domains JSON", "status VARCHAR NOT NULL", "reasons JSON", "n_turns INTEGER",
-        "operators JSON", "turns JSON",
+        "operators JSON", "turns JSON", "benchmark_overlap JSON",
     ],
     "sft_dataset": [
         "id VARCHAR PRIMARY KEY", "refined_trajectory_id VARCHAR NOT NULL", "env_ids JSON", "domains JSON",

@@ -23,12 +23,15 @@ def dependency_depth(chain: Chain) -> int:
 
 
 def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verified_ids: dict[str, str],
-               n_chains: int, base_key: str, sampler: str, config: SamplerConfig) -> list[dict[str, Any]]:
+               n_chains: int, base_key: str, sampler: str, config: SamplerConfig,
+               benchmark_tags: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """Sample ``n_chains`` distinct chains and return ``tool_chains`` rows (status ``passed``/``failed``).
 
     A chain fails when it does not validate against the graph or combines environments whose tool
-    names collide (they could not share one episode).
+    names collide (they could not share one episode). ``benchmark_tags`` (``{env_id: [benchmark, ...]}``)
+    fills each row's ``benchmark_overlap``; raw and refined trajectories inherit it from their chain.
     """
+    tags = benchmark_tags or {}
     rows = []
     for chain in sample_chains(graph, n_chains, base_key, config, sampler=sampler, require_valid=False):
         problems = validate_chain(graph, chain, config)
@@ -42,8 +45,11 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
             "domains": sorted({environments[e]["domain"] for e in chain.servers}),
             "n_tools": len(chain.tools), "n_servers": len(chain.servers), "dependency_depth": dependency_depth(chain),
             "status": "failed" if problems else "passed", "reasons": problems,
+            "benchmark_overlap": sorted({b for e in chain.servers for b in tags.get(e, [])}),
         }
-        row["id"] = content_id("chain", {"tools": row["tools"], "envs": row["verified_environment_ids"]})
+        # Tags are part of a tagged chain's identity, so a changed tag gives new rows downstream.
+        row["id"] = content_id("chain", {"tools": row["tools"], "envs": row["verified_environment_ids"],
+                                         **({"overlap": row["benchmark_overlap"]} if row["benchmark_overlap"] else {})})
         rows.append(row)
     return list({r["id"]: r for r in rows}.values())
 
@@ -72,6 +78,7 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
                 "turns": traj["turns"], "initial_state": traj["initial_state"],
                 "final_state": traj.get("final_state"), "initial_state_hash": traj["initial_state_hash"],
                 "final_state_hash": traj.get("final_state_hash"),
+                "benchmark_overlap": chain_row.get("benchmark_overlap") or [],
             }
             row["id"] = content_id("raw", {"chain": chain_row["id"], "turns": row["turns"], "status": row["status"]})
             rows.append(row)
@@ -92,7 +99,7 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]],
             "raw_trajectory_id": raw["id"], "tool_chain_id": raw["tool_chain_id"], "env_ids": raw["env_ids"],
             "domains": raw["domains"], "status": "failed" if unresolved else "passed",
             "reasons": [f"unobtainable reference: {o}" for o in unresolved], "n_turns": len(turns),
-            "operators": operators, "turns": turns,
+            "operators": operators, "turns": turns, "benchmark_overlap": raw.get("benchmark_overlap") or [],
         }
         row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in turns]})
         rows.append(row)

@@ -6,7 +6,7 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets.curation import filter_environments
-from envfactory_assets.decontam.benchmarks import benchmark_availability, bfcl_multi_turn_tools
+from envfactory_assets.decontam.benchmarks import all_benchmark_tools, benchmark_availability
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.defs.common import data_version, no_failed_environment_check
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
@@ -55,7 +55,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
                model_backend: ModelBackend) -> dg.MaterializeResult:
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
-    tags environments whose tools overlap BFCL's multi-turn APIs (table ``benchmark_overlap``)."""
+    tags environments whose tools overlap BFCL's multi-turn APIs or tau2-bench's (table ``benchmark_overlap``)."""
     envs, verified_ids, excluded = curated_passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
@@ -76,7 +76,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     except LLMError as exc:
         raise dg.Failure(f"tool_graph refinement: the model backend failed: {exc}") from exc
     tables = graph_rows(graph, verified_ids)
-    overlap = overlap_rows(envs.values(), bfcl_multi_turn_tools(), embedder)
+    overlap = overlap_rows(envs.values(), all_benchmark_tools(), embedder)
     for row in overlap:
         row["verified_environment_id"] = verified_ids[row["env_id"]]
         row["id"] = content_id("bench", row)

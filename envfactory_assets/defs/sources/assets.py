@@ -9,7 +9,7 @@ import dagster as dg
 from envfactory_assets.defs.common import data_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.sources.domains import DOMAINS
-from envfactory_assets.sources.stage import scan_rows
+from envfactory_assets.sources.stage import all_resource_rows
 
 
 class SourceConfig(dg.Config):
@@ -19,6 +19,7 @@ class SourceConfig(dg.Config):
     domains: list[str] = list(DOMAINS)
     max_bytes: int = 4_000_000
     path_contains: str = ""
+    include_mcp: bool = True  # also read the tool lists of the installed MCP servers (over stdio)
 
 
 @dg.asset(group_name="sources", kinds={"duckdb"}, pool=STORE_POOL, code_version="1")
@@ -30,7 +31,8 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
     if unknown:
         raise dg.Failure(f"config.domains has unknown domains {sorted(unknown)}; known: {list(DOMAINS)}")
     root = Path(config.corpus_dir) if config.corpus_dir else envfactory.corpus_dir()
-    accepted, rejected = scan_rows(root, config.domains, config.max_bytes, config.path_contains or None)
+    accepted, rejected = all_resource_rows(root, envfactory.root(), config.domains, config.max_bytes,
+                                           config.path_contains or None, config.include_mcp)
     store = envfactory.store()
     written = store.replace_current("source_resources", accepted)
     store.replace_current("rejected_resources", rejected)
@@ -40,5 +42,5 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
     return dg.MaterializeResult(metadata={
         "accepted": len(accepted), "rejected": len(rejected), "written": written,
         "by_domain": dict(sorted(by_domain.items())), "rejection_reasons": dict(reasons.most_common()),
-        "corpus": str(root),
+        "corpus": str(root), "by_kind": dict(Counter(r["kind"] for r in accepted)),
     }, data_version=data_version(accepted))

@@ -73,12 +73,13 @@ def tool_chains(config: ChainsConfig, envfactory: EnvFactoryHome) -> dg.Material
     if config.sampler not in ("topology", "random_walk"):
         raise dg.Failure(f"tool_chains.sampler must be topology or random_walk, got {config.sampler!r}")
     graph = _graph(envfactory)
-    rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg)
+    tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
+    rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg, tags)
     # The other sampler's chains are kept for comparison only (mart sampler_comparison); trajectories
     # are synthesized from chains of `sampler` alone.
     other = "random_walk" if config.sampler == "topology" else "topology"
     comparison = chain_rows(graph, envs, verified_ids, config.baseline_chains, config.base_key + "/baseline",
-                            other, cfg) if config.baseline_chains else []
+                            other, cfg, tags) if config.baseline_chains else []
     rows = list({r["id"]: r for r in rows + comparison}.values())
     written = envfactory.store().replace_current("tool_chains", rows)
     lengths = [r["n_tools"] for r in rows]
@@ -90,6 +91,7 @@ def tool_chains(config: ChainsConfig, envfactory: EnvFactoryHome) -> dg.Material
         "mean_tools": statistics.fmean(lengths) if lengths else 0.0,
         "servers": dict(Counter(r["n_servers"] for r in rows)),
         "domains": dict(Counter(d for r in rows for d in r["domains"])),
+        "chains_overlapping_benchmarks": sum(1 for r in rows if r["benchmark_overlap"]),
     }, data_version=data_version(rows))
 
 

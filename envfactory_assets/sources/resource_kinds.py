@@ -1,0 +1,157 @@
+"""Source resources beyond the OpenAPI corpus: MCP tool lists and a user folder of resource files.
+
+Rows have the ``source_resources`` / ``rejected_resources`` shape of :mod:`envfactory_assets.sources.stage`;
+an MCP tool list is ``kind = "mcp_tool_list"`` with ``corpus_root`` the folder holding its file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from envfactory_assets.sources.domains import classify_domain
+from envfactory_assets.sources.mcp_tools import (
+    DEFAULT_TIMEOUT_S, MCP_KIND, TOOL_LIST_FORMAT, TOOL_LISTS_DIR, ToolListError, load_tool_list,
+    read_installed_servers)
+from envfactory_assets.sources.names import snake_case, to_identifier
+from envfactory_assets.sources.scan import Rejection, SourceResource, inspect_file, load_document
+from envfactory_assets.store.ids import content_id
+
+USER_RESOURCES_DIR = "user_resources"
+# The least an OpenAPI document in the user folder must have before the scanner reads it.
+USER_OPENAPI_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["openapi", "info", "paths"],
+    "properties": {
+        "openapi": {"type": "string", "pattern": "^3\\."},
+        "info": {"type": "object", "required": ["title", "version"],
+                 "properties": {"title": {"type": "string"}, "version": {"type": "string"}}},
+        "paths": {"type": "object", "minProperties": 1},
+    },
+}
+
+
+def tool_list_domain(document: dict[str, Any]) -> str | None:
+    """The domain of a tool list, by the OpenAPI domain classifier over its server name, tool names and
+    descriptions (each tool name read as a path: ``git_commit`` -> ``/git/commit``)."""
+    pseudo_spec = {
+        "info": {"title": f"{document['server']['name']} {document['package']['name']}",
+                 "description": " ".join(t.get("description", "")[:300] for t in document["tools"])},
+        "paths": {"/" + t["name"].replace("_", "/"): {} for t in document["tools"]},
+    }
+    return classify_domain(pseudo_spec)[0]
+
+
+def resource_key_of(document: dict[str, Any]) -> str:
+    """``mcp__<server name>`` without the words ``mcp`` and ``server`` (``memory-server`` -> ``mcp__memory``)."""
+    words = [w for w in snake_case(document["server"]["name"]).split("_") if w not in ("mcp", "server")]
+    return "mcp__" + to_identifier("_".join(words) or document["package"]["name"], fallback="server", max_len=40)
+
+
+def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
+    """One tool-list file as an accepted resource, or a rejection naming what is wrong with it."""
+    rel = path.relative_to(root).as_posix()
+    try:
+        document, digest = load_tool_list(path)
+    except ToolListError as exc:
+        return Rejection(rel, "", "invalid_tool_list", str(exc)[:500])
+    domain = tool_list_domain(document)
+    if domain is None:
+        return Rejection(rel, digest, "no_domain", "no keyword of the tool names and descriptions maps to a domain")
+    server, package = document["server"], document["package"]
+    return SourceResource(
+        resource_key=resource_key_of(document),
+        kind=MCP_KIND, provider=package["name"], service=server["name"],
+        title=f"{server['name']} {server.get('version', '')} (MCP server)".replace("  ", " "),
+        version=package["version"], license_name=package["license"][:200], license_url="",
+        path=rel, sha256=digest, size_bytes=path.stat().st_size, domain=domain,
+        categories=[f"mcp:{package.get('ecosystem', 'user')}"], n_paths=len(document["tools"]),
+        n_resources=len(document["tools"]), resource_names=[t["name"] for t in document["tools"][:4]])
+
+
+def _user_file(path: Path, root: Path, max_bytes: int) -> SourceResource | Rejection:
+    from jsonschema import Draft202012Validator
+
+    rel = path.relative_to(root).as_posix()
+    if path.stat().st_size > max_bytes:
+        return Rejection(rel, "", "too_large", f"{path}: {path.stat().st_size} bytes > limit {max_bytes}")
+    try:
+        document = load_document(path.read_bytes(), path.suffix.lower())
+    except Exception as exc:  # any parser error: the file is unusable, say which and why
+        return Rejection(rel, "", "unparseable", f"{path}: {type(exc).__name__}: {str(exc)[:200]}")
+    if isinstance(document, dict) and (document.get("format") == TOOL_LIST_FORMAT or "tools" in document):
+        return tool_list_resource(path, root)
+    errors = list(Draft202012Validator(USER_OPENAPI_SCHEMA).iter_errors(document))
+    if errors:
+        first = errors[0]
+        where = "/".join(map(str, first.path)) or "(top)"
+        return Rejection(rel, "", "invalid_user_resource",
+                         f"{path}: neither an MCP tool list ('format': {TOOL_LIST_FORMAT!r}) nor an OpenAPI 3 "
+                         f"document: at {where}: {first.message[:200]}")
+    return inspect_file(path, root, max_bytes)
+
+
+def _rows(results: Iterable[SourceResource | Rejection], root: Path, wanted: set[str] | None,
+          taken: set[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    accepted: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    for result in results:
+        if isinstance(result, SourceResource) and result.resource_key in taken:
+            result = Rejection(result.path, result.sha256, "duplicate_key",
+                               f"resource key {result.resource_key} already taken by another file")
+        if isinstance(result, SourceResource) and wanted is not None and result.domain not in wanted:
+            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}")
+        row = {**result.as_row(), "corpus_root": str(root)}
+        if isinstance(result, SourceResource):
+            taken.add(result.resource_key)
+            row["id"] = content_id("src", {"key": result.resource_key, "sha256": result.sha256})
+            accepted.append(row)
+        else:
+            row["id"] = content_id("rej", row)
+            rejected.append(row)
+    return accepted, rejected
+
+
+def mcp_rows(home: Path, domains: Iterable[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+             taken: set[str] | None = None, servers_root: Path | None = None
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Read every installed MCP server's tool list (over stdio) into ``(accepted, rejected)`` rows.
+
+    A server that is installed but fails or times out becomes a rejection (``path`` is
+    ``mcp-server:<name>``); servers that are not installed are left out (they are optional).
+    """
+    written, failures = read_installed_servers(home, timeout_s, servers_root=servers_root)
+    root = home.resolve() / TOOL_LISTS_DIR
+    accepted, rejected = _rows((tool_list_resource(p, root) for p in written), root,
+                               set(domains) if domains else None, taken if taken is not None else set())
+    for failure in failures:
+        if failure.reason == "not_installed":
+            continue
+        row = {"path": f"mcp-server:{failure.server}", "corpus_root": str(servers_root or home.resolve() / "mcp-servers"),
+               "sha256": "", "reason": f"mcp_{failure.reason}", "detail": failure.detail}
+        row["id"] = content_id("rej", row)
+        rejected.append(row)
+    return accepted, rejected
+
+
+def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_bytes: int = 4_000_000,
+                     taken: set[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every ``*.json``/``*.yaml`` file of a user folder (OpenAPI documents or MCP tool lists) as rows.
+
+    A missing folder gives no rows. Each bad file is a rejection whose detail names the file.
+    """
+    if not folder.is_dir():
+        return [], []
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in (".json", ".yaml", ".yml"))
+    return _rows((_user_file(p, folder, max_bytes) for p in files), folder,
+                 set(domains) if domains else None, taken if taken is not None else set())
+
+
+def extra_resource_rows(home: Path, domains: Iterable[str] | None, taken: set[str], include_mcp: bool = True,
+                        max_bytes: int = 4_000_000) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """MCP tool lists of the installed servers plus the user folder ``home/user_resources``."""
+    accepted, rejected = mcp_rows(home, domains, taken=taken) if include_mcp else ([], [])
+    more_acc, more_rej = user_folder_rows(home / USER_RESOURCES_DIR, domains, max_bytes, taken)
+    return accepted + more_acc, rejected + more_rej
+
