@@ -85,3 +85,10 @@ class VerificationGate(dg.ConfigurableResource):
     """Floor of the blocking pass-rate check on ``verified_environments`` (share of environments passing)."""
 
     min_pass_rate: float = 0.8
+
+
+# --- incremental re-synthesis (issue 6) -----------------------------------------------------------------
+def user_resources_dir(envfactory: EnvFactoryHome) -> Path:
+    """``$ENVFACTORY_HOME/resources``: a user folder of extra OpenAPI documents, scanned after the corpus and
+    watched by the ``resource_files`` sensor; every document accepted there becomes an environment."""
+    return envfactory.root() / "resources"

@@ -7,7 +7,8 @@ import dagster as dg
 
 from envfactory_assets.decontam.benchmarks import benchmark_availability, bfcl_multi_turn_tools
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
-from envfactory_assets.defs.common import data_version, no_failed_environment_check
+from envfactory_assets.defs.common import data_version, no_failed_environment_check, require_upstream_gates
+from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.envgen.stage import as_environment
 from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD
@@ -33,11 +34,13 @@ def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], di
 
 
 @dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
-          code_version="1")
+          code_version=asset_code_version("envfactory_assets.graph", "envfactory_assets.decontam",
+                                          "envfactory_assets.envgen.stage", "envfactory_assets.defs.graph"))
 def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs (table ``benchmark_overlap``)."""
+    require_upstream_gates(context)
     envs, verified_ids = passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
