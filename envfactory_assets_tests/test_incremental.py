@@ -108,6 +108,9 @@ def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
     results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"],
                                    world["config"], SPANNING)
     assert all(r.success for r in results)
+    reused = {e.asset_key.to_user_string(): e.materialization.metadata["reused_unchanged"].value
+              for e in results[-1].get_asset_materialization_events()
+              if "reused_unchanged" in e.materialization.metadata}
     assert isinstance(nightly_resynthesis(dg.build_schedule_context(instance=instance)), dg.SkipReason)
     assert "tool_graph" not in stale_assets(instance, ALL_ASSETS)
 
@@ -122,6 +125,10 @@ def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
     touched = set(before["tool_chains"]) - untouched
     assert untouched and touched
     assert untouched <= set(after["tool_chains"]) and not touched & set(after["tool_chains"])
+    assert reused["tool_chains"] == len(untouched)  # kept from the store, not re-sampled by luck
+    assert reused["raw_trajectories"] == sum(1 for r in before["raw_trajectories"].values()
+                                             if r["tool_chain_id"] in untouched and
+                                             before["tool_chains"][r["tool_chain_id"]]["sampler"] == "topology")
     n_by_sampler = {s: sum(1 for c in before["tool_chains"].values() if c["sampler"] == s) for s in ("topology",)}
     assert sum(1 for c in after["tool_chains"].values() if c["sampler"] == "topology") == n_by_sampler["topology"]
     # trajectories and dataset rows of untouched chains keep their ids
