@@ -160,6 +160,20 @@ def test_a_new_user_document_becomes_a_partition(world, tmp_path):
     assert [r.partition_key for r in tick.run_requests] == ["mybooks"]
     assert [(req.partitions_def_name, list(req.partition_keys)) for req in tick.dynamic_partitions_requests] == [
         ("environment", ["mybooks"])]
+    request = tick.run_requests[0]
+    before = set(world["instance"].get_dynamic_partitions("environment"))
+    instance = dg.DagsterInstance.ephemeral()  # a scratch instance and store: the shared world stays as it is
+    home = tmp_path / "home"
+    (home / "resources").mkdir(parents=True)
+    shutil.copy(user_dir / "mybooks.json", home / "resources")
+    resources = {**world["resources"], "envfactory": EnvFactoryHome(home=str(home))}
+    one_per_domain = {"ops": {"source_resources": {"config": {
+        **request.run_config["ops"]["source_resources"]["config"], "per_domain": 1}}}}  # the 3 are in 3 domains
+    results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, resources, one_per_domain,
+                                   ["source_resources"])
+    assert results[0].success
+    # the user document comes on top of the per-domain selection: no corpus environment is dropped for it
+    assert set(instance.get_dynamic_partitions("environment")) == before | {"mybooks"}
     (user_dir / "mybooks.json").unlink()
 
 

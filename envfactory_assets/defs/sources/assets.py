@@ -19,7 +19,7 @@ from envfactory_assets.sources.roots import scan_roots
 class SourceConfig(dg.Config):
     """Which documents to scan (a corpus folder, default: the installed package; domains; size limit) and
     which become environments: up to ``per_domain`` per domain, ``include`` keys always, ``exclude`` never.
-    Every document accepted from the user folder (``$ENVFACTORY_HOME/resources``) is included."""
+    Every document accepted from the user folder (``$ENVFACTORY_HOME/resources``) is included on top."""
 
     corpus_dir: str = ""
     domains: list[str] = list(DOMAINS)
@@ -43,8 +43,10 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
     root = Path(config.corpus_dir) if config.corpus_dir else envfactory.corpus_dir()
     user_dir = user_resources_dir(envfactory)
     accepted, rejected = scan_roots([root, user_dir], config.domains, config.max_bytes, config.path_contains or None)
-    user_keys = [r["resource_key"] for r in accepted if r["corpus_root"] == str(user_dir)]
-    chosen = select_resources(accepted, config.per_domain, [*config.include, *user_keys], config.exclude)
+    user_rows = [r for r in accepted if r["corpus_root"] == str(user_dir)]
+    # user documents come on top of the per-domain selection, so adding one never drops a corpus environment
+    chosen = select_resources([r for r in accepted if r["corpus_root"] != str(user_dir)], config.per_domain,
+                              config.include, config.exclude) + user_rows
     keys = sorted(partition_key(r["resource_key"]) for r in chosen)
     store = envfactory.store()
     written = store.replace_current("source_resources", accepted)
