@@ -207,3 +207,13 @@ def test_a_failed_gate_stops_downstream_stages_launched_in_a_later_run(world, tm
         assert "verified_pass_rate_above_floor" in str(failure.event_specific_data.error)
         before = Store(home / "envfactory.duckdb").counts()["tool_graph_nodes"]
     assert before == world["store"].counts()["tool_graph_nodes"]  # nothing was rewritten
+
+
+def test_cli_names_an_unknown_partition(tmp_path, monkeypatch, capsys):
+    from envfactory_assets.cli import main as cli_main
+
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))  # restored after the test
+    assert cli_main(["run", "--select", "environments", "--partition", "no_such_api"]) == 2
+    err = capsys.readouterr().err
+    assert "--partition" in err and "no_such_api" in err
