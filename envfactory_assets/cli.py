@@ -168,7 +168,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None
         except ValueError as exc:
-            raise UsageError(f"--partition: {exc}") from None
+            raise UsageError(str(exc)) from None
         failed_checks = [e.asset_check_key.to_user_string()
                          for r in results for e in r.get_asset_check_evaluations() if not e.passed]
         checkpoints = [e.materialization.metadata["checkpoint_id"].value

@@ -99,7 +99,8 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     results of the runs made (phase 2 is skipped when phase 1 fails).
 
     Raises:
-        ValueError: ``partitions`` names keys that are not partitions.
+        ValueError: ``partitions`` names keys that are not partitions, or a partitioned stage is selected
+            while there are no partitions.
     """
     from envfactory_assets.cli import config_for_selection
 
@@ -124,10 +125,11 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     if partitions is not None:
         unknown = sorted(set(partitions) - set(keys))
         if unknown:
-            raise ValueError(f"not environment partitions: {unknown}; known: {keys[:20]}")
+            raise ValueError(f"--partition names keys that are not environment partitions: {unknown}; "
+                             f"known: {keys[:20]}")
         keys = [k for k in keys if k in set(partitions)]
     if set(rest) & set(PARTITIONED) and not keys:
-        raise ValueError("no environment partitions: materialize source_resources first")
+        raise ValueError("there are no environment partitions yet: materialize source_resources first")
     if not set(rest) & set(PARTITIONED):
         tag_sets = [{}]
     elif partitions is None:  # every partition in one run (single-run backfill policy)
