@@ -147,42 +147,53 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "(or set ops.source_resources.config.corpus_dir)")
     home.mkdir(parents=True, exist_ok=True)
     with run_lock(home):
-        return _materialize(home, args.select, run_config)
+        return _materialize(home, args.select, run_config, getattr(args, "partition", None))
 
 
-def _materialize(home: Path, select: str | None, run_config: dict[str, Any]) -> int:
+def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
+                 partitions_arg: str | None = None) -> int:
     prepare_dagster_home(home)
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
+    from envfactory_assets.defs.incremental import materialize_pipeline, stale_assets
     from envfactory_assets.store.db import Store
 
     from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
 
+    partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
     token = os.urandom(8).hex()
     with dg.DagsterInstance.get() as instance:
         try:
-            with RunProgressBar(instance, token):  # issue 6.8: a bar from the run's progress observations
-                result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], instance=instance, selection=_selection(select),
-                                        run_config=run_config, resources=RESOURCES, raise_on_error=False,
-                                        tags={RUN_TAG: token})
+            with RunProgressBar(instance, token):  # issue 6.8: a bar from the runs' progress observations
+                results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES, run_config,
+                                               _selection(select), partitions, raise_on_error=False,
+                                               tags={RUN_TAG: token})
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         failed_checks = [e.asset_check_key.to_user_string()
-                         for e in result.get_asset_check_evaluations() if not e.passed]
+                         for r in results for e in r.get_asset_check_evaluations() if not e.passed]
         checkpoints = [e.materialization.metadata["checkpoint_id"].value
-                       for e in result.get_asset_materialization_events()
+                       for r in results for e in r.get_asset_materialization_events()
                        if e.asset_key == dg.AssetKey("checkpoints") and "checkpoint_id" in e.materialization.metadata]
-    print(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
+        stale = stale_assets(instance, ALL_ASSETS)
+    success = bool(results) and all(r.success for r in results)
+    for result in results:
+        print(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
     for ckpt in checkpoints:
         print(f"checkpoint {ckpt}  (envfactory lineage {ckpt})")
     if failed_checks:
         print(f"failed checks: {failed_checks}")
+    if stale:
+        print(f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
+              f"  re-synthesize them with: envfactory run --select \"{','.join(stale)}\"")
     if settings.store_path(home).exists():
         for table, n in Store(settings.store_path(home)).counts().items():
             print(f"  {table:<24} {n}")
-    return 0 if result.success and not failed_checks else 1
+    return 0 if success and not failed_checks else 1
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
@@ -345,8 +356,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         resources, _ = all_resource_rows(corpus, home, src.get("domains"), src.get("max_bytes", 4_000_000),
                                          src.get("path_contains") or None, src.get("include_mcp", True))
         origin = f"a scan of {corpus}"
-    envs = op_config("environments")
-    chosen = select_resources(resources, envs.get("per_domain", 13), envs.get("include", []), envs.get("exclude", []))
+    src = op_config("source_resources")  # the environments to build are chosen there (one partition each)
+    chosen = select_resources(resources, src.get("per_domain", 13), src.get("include", []), src.get("exclude", []))
     try:
         backend = model_backend.make_backend(home / "llm_cache.sqlite")
     except Exception as exc:  # dg.Failure naming the bad setting
@@ -371,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="materialize assets (default: the whole graph)")
     run.add_argument("--select", help="Dagster asset selection, e.g. 'source_resources+' or 'tool_graph'")
     run.add_argument("--config", help="YAML file of run config (ops: {asset: {config: {...}}})")
+    run.add_argument("--partition", help="environment partition keys (comma-separated) for the per-environment "
+                                         "stages; default: all")
     run.set_defaults(func=cmd_run)
     lin = sub.add_parser("lineage", help="trace a checkpoint back to its source resources")
     lin.add_argument("checkpoint_id")

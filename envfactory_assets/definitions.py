@@ -6,6 +6,13 @@ import dagster as dg
 
 from envfactory_assets.defs.envgen import assets as envgen_assets
 from envfactory_assets.defs.graph import assets as graph_assets
+from envfactory_assets.defs.incremental import (
+    gated_automation,
+    nightly_resynthesis,
+    resource_files,
+    resynthesis_job,
+    with_gated_automation,
+)
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.defs.sources import assets as source_assets
 from envfactory_assets.defs.sql.assets import sql_assets
@@ -21,7 +28,7 @@ full_pipeline_job = dg.define_asset_job(
     "full_pipeline", selection=dg.AssetSelection.all(),
     description="Every stage from source_resources to checkpoints, plus the SQL marts.")
 
-ALL_ASSETS = [*dg.load_assets_from_modules(_MODULES), *sql_assets]
+ALL_ASSETS = with_gated_automation([*dg.load_assets_from_modules(_MODULES), *sql_assets])
 ALL_CHECKS = list(dg.load_asset_checks_from_modules(_MODULES))
 RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend(), "verification_gate": VerificationGate()}
 
@@ -29,7 +36,9 @@ defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
     resources=RESOURCES,
-    jobs=[full_pipeline_job, show_trajectory],
+    jobs=[full_pipeline_job, resynthesis_job, show_trajectory],
+    sensors=[resource_files, gated_automation],  # incremental re-synthesis (issue 6)
+    schedules=[nightly_resynthesis],
     # DuckDB takes one writer at a time: steps run one after another.
     executor=dg.multiprocess_executor.configured({"max_concurrent": 1}),
 )

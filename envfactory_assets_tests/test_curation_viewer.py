@@ -22,8 +22,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
              "raw_trajectories", "refined_trajectories"]
 RUN_CONFIG = config_for_selection({"ops": {
-    "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
-    "environments": {"config": {"per_domain": 2}},
+    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
     "tool_graph": {"config": {"embedder": "hashing"}},
     "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 4}},
 }}, SELECTION)

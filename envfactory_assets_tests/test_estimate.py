@@ -21,8 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 def _config(tmp_path: Path, backend: dict) -> Path:
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({
-        "ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
-                "environments": {"config": {"per_domain": 2}}},
+        "ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}},
         "resources": {"model_backend": {"config": backend}}}))
     return path
 

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
+from envfactory_assets.defs.incremental import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.llm.testing import FakeChatServer
@@ -32,13 +33,12 @@ def programmatic_sources() -> dict[str, str]:
 
 def materialize(home: Path, backend: ModelBackend) -> dg.ExecuteInProcessResult:
     with dg.instance_for_test() as instance:
-        return dg.materialize(
-            [*ALL_ASSETS, *ALL_CHECKS], instance=instance, raise_on_error=False,
+        return materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS], instance, raise_on_error=False,
             selection=["source_resources", "environments", "verified_environments"],
-            run_config={"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
-                                "environments": {"config": {"per_domain": 2}}}},
+            run_config={"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}}},
             resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": backend,
-                       "verification_gate": VerificationGate()})
+                       "verification_gate": VerificationGate()})[-1]
 
 
 def test_environments_written_by_a_model_endpoint_pass_verification_and_keep_their_attempts(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from envfactory_assets.cli import config_for_selection, main as cli_main
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
+from envfactory_assets.defs.incremental import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
@@ -20,8 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 RUN_CONFIG = {
     "ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
-        "environments": {"config": {"per_domain": 2}},
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
         "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
         "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1,
                                    "max_length": 768, "grpo_max_steps": 1, "grpo_num_generations": 2,
@@ -47,12 +47,16 @@ def home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def run(home) -> dg.ExecuteInProcessResult:
+    """The last run of the two ``envfactory run`` makes (source_resources alone, then everything else);
+    the first one's checks are checked too."""
     with dg.instance_for_test() as instance:
-        return dg.materialize(
-            [*ALL_ASSETS, *ALL_CHECKS], instance=instance, run_config=RUN_CONFIG,
+        first, rest = materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS], instance, run_config=RUN_CONFIG,
             resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
                        "verification_gate": VerificationGate()},
         )
+    assert first.success
+    return rest
 
 
 @pytest.fixture(scope="module")
@@ -122,15 +126,13 @@ def test_cli_lineage_prints_text_and_json(store, home, monkeypatch, capsys):
 def test_rerun_is_idempotent(home, store, run):
     before = store.counts()
     with dg.instance_for_test() as instance:
-        again = dg.materialize(
-            [*ALL_ASSETS, *ALL_CHECKS], instance=instance,
-            run_config=config_for_selection(RUN_CONFIG, SYNTH_SELECTION),
-            selection=["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
-                       "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"],
+        again = materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS], instance, run_config=config_for_selection(RUN_CONFIG, SYNTH_SELECTION),
+            selection=SYNTH_SELECTION,
             resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
                        "verification_gate": VerificationGate()},
         )
-    assert again.success
+    assert len(again) == 2 and all(r.success for r in again)
     assert store.counts() == before
     with store.connect() as con:
         assert con.execute("SELECT count(*) FROM raw_trajectories WHERE superseded").fetchone()[0] == 0

@@ -64,8 +64,7 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
     home = tmp_path / "home"
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
-        "environments": {"config": {"per_domain": 2}}}}))
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}}}))
     monkeypatch.setenv("ENVFACTORY_HOME", str(home))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     assert cli_main(["run", "--select", "source_resources,environments,verified_environments",

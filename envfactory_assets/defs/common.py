@@ -5,6 +5,7 @@ from typing import Any, Iterable
 import dagster as dg
 
 from envfactory_assets.defs.resources import EnvFactoryHome
+from envfactory_assets.incremental.partitions import ENVIRONMENT_PARTITIONS, env_scope
 from envfactory_assets.store.gates import failed_environment_leaks
 from envfactory_assets.store.ids import content_id
 
@@ -32,3 +33,48 @@ def no_failed_environment_check(asset: Any, tables: list[str]) -> dg.AssetChecks
         return dg.AssetCheckResult(passed=not leaks, metadata={"leaks": len(leaks), "examples": leaks[:5]})
 
     return _check
+
+
+def partition_scope(context: dg.AssetExecutionContext, keys: Iterable[str]) -> str:
+    """Which current rows a per-environment write may supersede: the rows of the partitions it ran, and rows
+    of environments that are no longer partitions (dropped from the selection)."""
+    everything = context.instance.get_dynamic_partitions(ENVIRONMENT_PARTITIONS)
+    return f"({env_scope(keys)}) OR NOT ({env_scope(everything)})"
+
+
+def previous_config(context: dg.AssetExecutionContext) -> Any:
+    """The ``config`` metadata of this asset's latest materialization on this instance (None if none):
+    rows are reused from the store only when they were made with the same config."""
+    event = context.instance.get_latest_materialization_event(context.asset_key)
+    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    return metadata["config"].value if "config" in metadata else None
+
+
+class GateClosed(dg.Failure):
+    """An upstream asset's latest blocking check failed: its data must not flow downstream."""
+
+
+def require_upstream_gates(context: dg.AssetExecutionContext) -> list[str]:
+    """Raise :class:`GateClosed` if the latest evaluation of a blocking check on any upstream asset of this
+    step failed; returns the checks consulted.
+
+    A blocking check stops downstream steps only inside its own run; this makes the gate hold across runs
+    (a stage launched alone, from the CLI, the UI or a schedule, after its upstream failed a gate).
+    """
+    from envfactory_assets.definitions import defs  # the whole graph: a run's own job holds only its selection
+
+    graph = defs.get_repository_def().asset_graph
+    upstream = {dep for key in context.assets_def.keys for dep in graph.get(key).parent_keys}
+    check_keys = [ck for ck in graph.get_check_keys_for_assets(upstream) if graph.get_check_spec(ck).blocking]
+    if not check_keys:
+        return []
+    latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(check_keys)
+    closed = []
+    for ck, record in latest.items():
+        evaluation = record.event.asset_check_evaluation if record.event is not None else None
+        if evaluation is not None and not evaluation.passed:
+            closed.append(ck.to_user_string())
+    if closed:
+        raise GateClosed(f"upstream blocking checks failed at their latest evaluation: {sorted(closed)}; "
+                         "fix and re-materialize the upstream assets first")
+    return sorted(ck.to_user_string() for ck in check_keys)

@@ -96,3 +96,12 @@ def user_curation(envfactory: EnvFactoryHome):
         return load_curation(curation_path(envfactory.root()))
     except CurationError as exc:
         raise dg.Failure(f"curation file: {exc}") from exc
+
+
+# --- incremental re-synthesis (issue 6) -----------------------------------------------------------------
+def user_resources_dir(envfactory: EnvFactoryHome) -> Path:
+    """``$ENVFACTORY_HOME/user_resources``: a user folder of extra OpenAPI documents or MCP tool lists, scanned after the corpus and
+    watched by the ``resource_files`` sensor; every document accepted there becomes an environment."""
+    from envfactory_assets.sources.resource_kinds import USER_RESOURCES_DIR
+
+    return envfactory.root() / USER_RESOURCES_DIR

@@ -57,11 +57,17 @@ class RunProgressBar(threading.Thread):
                 return
 
     def _poll(self) -> None:
-        if self._run_id is None:
-            runs = self.instance.get_runs(filters=dg.RunsFilter(tags={RUN_TAG: self.token}), limit=1)
-            if not runs:
-                return
-            self._run_id = runs[0].run_id
+        # ``envfactory run`` may make several runs with the same token (source_resources, then the rest):
+        # follow the newest, after reading what is left of the previous one.
+        runs = self.instance.get_runs(filters=dg.RunsFilter(tags={RUN_TAG: self.token}), limit=1)
+        if runs and runs[0].run_id != self._run_id:
+            if self._run_id is not None:
+                self._read_observations()
+            self._run_id, self._cursor = runs[0].run_id, None
+        if self._run_id is not None:
+            self._read_observations()
+
+    def _read_observations(self) -> None:
         connection = self.instance.get_records_for_run(
             self._run_id, cursor=self._cursor, of_type=DagsterEventType.ASSET_OBSERVATION)
         self._cursor = connection.cursor

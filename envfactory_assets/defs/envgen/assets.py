@@ -5,22 +5,14 @@ from collections import Counter
 
 import dagster as dg
 
-from envfactory_assets.curation import filter_resources
 from envfactory_assets.defs.progress import asset_progress
-from envfactory_assets.defs.common import data_version, status_counts
-from envfactory_assets.defs.resources import (
-    STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate, user_curation)
-from envfactory_assets.envgen.stage import environment_row, select_resources, verify_all
+from envfactory_assets.defs.common import data_version, partition_scope, status_counts
+from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.envgen.stage import environment_row, verify_all
+from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
-
-
-class EnvironmentsConfig(dg.Config):
-    """How many environments to build per domain, and resource keys to force in or keep out."""
-
-    per_domain: int = 13
-    include: list[str] = []
-    exclude: list[str] = []
 
 
 class VerificationConfig(dg.Config):
@@ -32,52 +24,61 @@ class VerificationConfig(dg.Config):
     max_workers: int = 2
 
 
-@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["source_resources"], code_version="1")
-def environments(context: dg.AssetExecutionContext, config: EnvironmentsConfig, envfactory: EnvFactoryHome,
+_ENVGEN_CODE = asset_code_version("envfactory_assets.envgen", "envfactory_assets.runtime", "envfactory_assets.llm",
+                                  "envfactory_assets.sources", "envfactory_assets.defs.envgen")
+
+
+@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["source_resources"], code_version=_ENVGEN_CODE,
+          partitions_def=environment_partitions, backfill_policy=SINGLE_RUN)
+def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
                  model_backend: ModelBackend) -> dg.MaterializeResult:
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
-    valid/boundary/invalid initial states) built by the programmatic builder from selected resources."""
+    valid/boundary/invalid initial states) built by the programmatic builder, one per ``environment``
+    partition (the resource selected by ``source_resources`` under that key)."""
     backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
     store = envfactory.store()
-    candidates, curation_excluded = filter_resources(store.read("source_resources"), user_curation(envfactory))
-    chosen = select_resources(candidates, config.per_domain, config.include, config.exclude)
+    keys = context.partition_keys
+    chosen = store.read("source_resources", env_scope(keys, "resource_key"))
     meter = asset_progress(context, len(chosen), "environments built")
     rows = []
     for resource in chosen:
         rows.append(environment_row(resource, backend, model_backend.max_revisions))
         meter.advance()
     meter.finish()
-    written = store.replace_current("environments", rows)
+    written = store.replace_current("environments", rows, scope=partition_scope(context, keys))
     built = [r for r in rows if r["status"] == "built"]
     return dg.MaterializeResult(metadata={
         "environments": len(rows), "status": status_counts(rows), "written": written,
         "tools": sum(r["n_tools"] for r in built),
         "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
-        "builder": model_backend.backend, "curation_excluded": curation_excluded,
+        "builder": model_backend.backend,
         "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
+        "partitions": len(keys), "missing_sources": sorted(set(keys) - {r["resource_key"] for r in chosen})[:20],
     }, data_version=data_version(rows))
 
 
-@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["environments"], code_version="1")
+@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["environments"], code_version=_ENVGEN_CODE,
+          partitions_def=environment_partitions, backfill_policy=SINGLE_RUN)
 def verified_environments(context: dg.AssetExecutionContext, config: VerificationConfig,
                           envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """Every environment run in its own sandbox worker: initial states, every tool with valid and invalid
     arguments, output schemas, CRUD semantics, save/load round trip, replay determinism."""
     store = envfactory.store()
-    env_rows = store.read("environments")
+    keys = context.partition_keys
+    env_rows = store.read("environments", env_scope(keys))
     limits = SandboxLimits(memory_mb=config.memory_mb, cpu_seconds=config.cpu_seconds,
                            call_timeout_s=config.call_timeout_s)
     meter = asset_progress(context, len(env_rows), "environments verified")
     rows = verify_all(env_rows, limits, config.max_workers, progress=meter.advance)
     meter.finish()
-    written = store.replace_current("verified_environments", rows)
+    written = store.replace_current("verified_environments", rows, scope=partition_scope(context, keys))
     failures = Counter(reason.split(":", 1)[0] for r in rows for reason in r["reasons"])
     passed = [r for r in rows if r["status"] == "passed"]
     return dg.MaterializeResult(metadata={
         "status": status_counts(rows), "written": written, "checks_run": sum(r["n_checks"] for r in rows),
         "pass_rate": len(passed) / len(rows) if rows else 0.0,
         "passed_by_domain": dict(sorted(Counter(r["domain"] for r in passed).items())),
-        "failure_reasons": dict(failures.most_common(20)),
+        "failure_reasons": dict(failures.most_common(20)), "partitions": len(keys),
     }, data_version=data_version(rows))
 
 

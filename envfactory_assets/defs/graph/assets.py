@@ -8,7 +8,8 @@ import dagster as dg
 from envfactory_assets.curation import filter_environments
 from envfactory_assets.decontam.benchmarks import all_benchmark_tools, benchmark_availability
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
-from envfactory_assets.defs.common import data_version, no_failed_environment_check
+from envfactory_assets.defs.common import data_version, no_failed_environment_check, require_upstream_gates
+from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
 from envfactory_assets.envgen.stage import as_environment
 from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD, build_tool_graph, tools_from_environments
@@ -50,12 +51,14 @@ def curated_passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, d
 
 
 @dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
-          code_version="1")
+          code_version=asset_code_version("envfactory_assets.graph", "envfactory_assets.decontam",
+                                          "envfactory_assets.envgen.stage", "envfactory_assets.defs.graph"))
 def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome,
                model_backend: ModelBackend) -> dg.MaterializeResult:
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs or tau2-bench's (table ``benchmark_overlap``)."""
+    require_upstream_gates(context)
     envs, verified_ids, excluded = curated_passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")

@@ -7,15 +7,23 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets.decontam.tagging import benchmark_tags
-from envfactory_assets.defs.common import data_version, no_failed_environment_check, status_counts
+from envfactory_assets.defs.common import (
+    data_version,
+    no_failed_environment_check,
+    previous_config,
+    require_upstream_gates,
+    status_counts,
+)
+from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.viewer import sample_markdown
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.graph.stage import graph_from_store_rows
+from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
-from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats
+from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, validate_chain
 from envfactory_assets.synth.stage import (
     chain_rows,
     dataset_rows,
@@ -24,6 +32,10 @@ from envfactory_assets.synth.stage import (
     refined_trajectory_rows,
 )
 from envfactory_assets.synth.trajectories import SynthConfig
+
+_SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.graph", "envfactory_assets.runtime",
+                                 "envfactory_assets.incremental", "envfactory_assets.decontam",
+                                 "envfactory_assets.quality", "envfactory_assets.defs.synth")
 
 
 class ChainsConfig(dg.Config):
@@ -62,10 +74,13 @@ def _graph(envfactory: EnvFactoryHome):
                                  store.read("tool_graph_edges"))
 
 
-@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_graph"], code_version="1")
-def tool_chains(config: ChainsConfig, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_graph"], code_version=_SYNTH_CODE)
+def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
+                envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """Seeded tool chains from the topology-aware sampler (or the random-walk baseline), each validated:
-    every required input is user-providable or produced earlier in the chain."""
+    every required input is user-providable or produced earlier in the chain. Chains that touch no changed
+    environment are kept as they are (same ids) when the config is unchanged."""
+    require_upstream_gates(context)
     envs, verified_ids = passed_environments(envfactory)
     cfg = SamplerConfig(max_tools=config.max_tools, max_servers=config.max_servers, max_depth=config.max_depth,
                         p_skip_optional=config.p_skip_optional, p_explicit_producer=config.p_explicit_producer,
@@ -81,7 +96,14 @@ def tool_chains(config: ChainsConfig, envfactory: EnvFactoryHome) -> dg.Material
     comparison = chain_rows(graph, envs, verified_ids, config.baseline_chains, config.base_key + "/baseline",
                             other, cfg, tags) if config.baseline_chains else []
     rows = list({r["id"]: r for r in rows + comparison}.values())
-    written = envfactory.store().replace_current("tool_chains", rows)
+    store = envfactory.store()
+    reused: list = []
+    if previous_config(context) == config.model_dump():
+        rows, reused = merge_chains(store.read("tool_chains"), rows, verified_ids,
+                                    {config.sampler: config.n_chains, other: config.baseline_chains},
+                                    still_valid=lambda r: not validate_chain(graph, Chain.from_dict(r["tools"]), cfg)
+                                    or r["status"] == "failed")
+    written = store.replace_current("tool_chains", rows)
     lengths = [r["n_tools"] for r in rows]
     return dg.MaterializeResult(metadata={
         "chains": len(rows), "status": status_counts(rows), "written": written, "sampler": config.sampler,
@@ -92,21 +114,28 @@ def tool_chains(config: ChainsConfig, envfactory: EnvFactoryHome) -> dg.Material
         "servers": dict(Counter(r["n_servers"] for r in rows)),
         "domains": dict(Counter(d for r in rows for d in r["domains"])),
         "chains_overlapping_benchmarks": sum(1 for r in rows if r["benchmark_overlap"]),
+        "reused_unchanged": len(reused), "config": config.model_dump(),
     }, data_version=data_version(rows))
 
 
-@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_chains"], code_version="1")
+@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_chains"], code_version=_SYNTH_CODE)
 def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig,
                      envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """Each passed chain executed on its own copy of the initial state in a sandbox worker: turns split
-    as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn."""
+    as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn. A chain
+    whose trajectory is already stored (same chain id, same config) is not executed again."""
+    require_upstream_gates(context)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     chains = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
 
-    meter = asset_progress(context, len(chains), "chains executed")
-    rows = raw_trajectory_rows(chains, _graph(envfactory), envs, SynthConfig(config.min_turns, config.max_turn_len),
-                               progress=lambda done, total: meter.update(done))
+    reused, todo = [], chains
+    if previous_config(context) == config.model_dump():
+        reused, todo = split_by_previous(chains, store.read("raw_trajectories"), "tool_chain_id")
+    meter = asset_progress(context, len(todo), "chains executed")
+    rows = reused + raw_trajectory_rows(todo, _graph(envfactory), envs,
+                                        SynthConfig(config.min_turns, config.max_turn_len),
+                                        progress=lambda done, total: meter.update(done))
     meter.finish()
     written = store.replace_current("raw_trajectories", rows)
     ok = [r for r in rows if r["status"] == "passed"]
@@ -115,13 +144,15 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
         "turns_per_trajectory": dict(sorted(Counter(r["n_turns"] for r in ok).items())),
         "calls_per_trajectory": dict(sorted(Counter(r["n_calls"] for r in ok).items())),
         "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
+        "reused_unchanged": len(reused), "config": config.model_dump(),
     }, data_version=data_version(rows))
 
 
-@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version="1")
-def refined_trajectories(envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)
+def refined_trajectories(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """Queries rewritten with implicit references and parameter omission; each replaced value is checked
     to be obtainable from an earlier tool result in the conversation."""
+    require_upstream_gates(context)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
@@ -138,14 +169,15 @@ def refined_trajectories(envfactory: EnvFactoryHome) -> dg.MaterializeResult:
 
 @dg.multi_asset(
     group_name="datasets", pool=STORE_POOL,
-    specs=[dg.AssetSpec("sft_dataset", kinds={"duckdb"}, code_version="1", deps=["refined_trajectories"],
+    specs=[dg.AssetSpec("sft_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
                         description="SFT rows: OpenAI chat messages with tool_calls, one per trajectory."),
-           dg.AssetSpec("rl_dataset", kinds={"duckdb"}, code_version="1", deps=["refined_trajectories"],
+           dg.AssetSpec("rl_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
                         description="RL rows: one per turn, trimmed gold calls, masked arguments, initial and "
                                     "final state; every row replays exactly.")],
 )
-def datasets(config: DatasetConfig, envfactory: EnvFactoryHome):
+def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome):
     """Split refined trajectories into SFT rows and replay-checked RL rows."""
+    require_upstream_gates(context)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")

