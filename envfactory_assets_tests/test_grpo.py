@@ -155,7 +155,8 @@ def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
     from envfactory_assets.training.base_model import resolve_base_model
     from envfactory_assets.training.grpo import train_grpo
 
-    base = resolve_base_model("smollm2-135m-instruct", tmp_path / "models")
+    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"  # as in test_pipeline
+    base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
     spec = GRPOConfigSpec(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=24,
                           max_tool_calling_iterations=1)
     metrics = train_grpo([task], {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec)

@@ -1,4 +1,4 @@
-"""Training stage: base model, tool chat template, tool-call parser, SFT, evaluation.
+"""Training stage: base model, tool chat template, tool-call parser, SFT, GRPO, evaluation.
 
 Plain Python (no Dagster). Importing this package is cheap: torch, transformers, TRL and datasets are
 imported inside the functions that need them. Nothing is downloaded; models load with ``HF_HUB_OFFLINE=1``.
@@ -19,6 +19,7 @@ from envfactory_assets.training.chat_template import (
     render_chat,
 )
 from envfactory_assets.training.evaluate import tool_call_validity
+from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
 from envfactory_assets.training.sft import SFTConfigSpec, build_sft_dataset, build_sft_records, train_sft
 from envfactory_assets.training.tool_calls import ParseResult, parse_tool_calls, validate_call
 
@@ -26,6 +27,7 @@ __all__ = [
     "SMOLLM2_SPEC",
     "TOOL_CHAT_TEMPLATE",
     "ParseResult",
+    "GRPOConfigSpec",
     "SFTConfigSpec",
     "build_sft_dataset",
     "build_sft_records",
@@ -39,6 +41,7 @@ __all__ = [
     "render_chat",
     "resolve_base_model",
     "tool_call_validity",
+    "train_grpo",
     "train_sft",
     "validate_call",
 ]
