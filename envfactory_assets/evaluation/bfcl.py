@@ -124,7 +124,9 @@ def _class_modules() -> dict[str, str]:
 
 
 def _doc_files() -> dict[str, str]:
-    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    from bfcl_eval.constants.executable_backend_config import (
+        MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+    )
 
     return MULTI_TURN_FUNC_DOC_FILE_MAPPING
 

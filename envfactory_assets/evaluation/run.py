@@ -35,8 +35,8 @@ class EvalSpec:
         sampling: :class:`SamplingSpec`.
     """
 
-    n_synthetic: int | None = 12
-    n_bfcl: int | None = 4
+    n_synthetic: int | None = 6
+    n_bfcl: int | None = 2
     seeds: tuple[int, ...] = (0, 1, 2)
     max_tool_rounds: int = 2
     max_tools: int = 8

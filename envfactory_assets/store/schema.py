@@ -80,6 +80,13 @@ TABLES: dict[str, list[str]] = {
         "id VARCHAR PRIMARY KEY", "sft_dataset_version VARCHAR NOT NULL", "sft_dataset_ids JSON",
         "base_model VARCHAR", "base_model_hash VARCHAR", "config JSON", "metrics JSON", "path VARCHAR",
     ],
+    # evaluations (issue 5): one row per model x benchmark x subset; checkpoint_id is NULL for the base model
+    "evaluations": [
+        "id VARCHAR PRIMARY KEY", "checkpoint_id VARCHAR", "model VARCHAR NOT NULL", "stage VARCHAR NOT NULL",
+        "model_path VARCHAR", "benchmark VARCHAR NOT NULL", "subset VARCHAR NOT NULL", "n_tasks INTEGER",
+        "seeds JSON", "mean DOUBLE", "std DOUBLE", "per_seed JSON", "metrics JSON", "results JSON",
+        "traces JSON", "config JSON", "task_ids JSON",
+    ],
 }
 
 JSON_COLUMNS: dict[str, set[str]] = {
