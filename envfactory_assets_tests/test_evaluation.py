@@ -171,11 +171,13 @@ def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):
 
 
 def test_held_out_rows_are_exactly_the_held_out_environments():
-    rows = [{"id": f"rl_{i}", "env_ids": [f"env_{i}"]} for i in range(200)]
+    rows = [{"id": f"rl_{i}", "env_ids": [f"env_{i}"], "turn_index": i % 2} for i in range(200)]
     held = synthetic.held_out_rows(rows, None)
     assert held and all(row_split(r["env_ids"]) == "held_out" for r in held)
     assert len(held) == sum(row_split(r["env_ids"]) == "held_out" for r in rows)
     assert synthetic.held_out_rows(rows, 3) == held[:3]
+    first = synthetic.held_out_rows(rows, None, first_turns_only=True)
+    assert first == [r for r in held if r["turn_index"] == 0] and 0 < len(first) < len(held)
 
 
 def test_aggregate_mean_and_spread_over_seeds():
@@ -194,7 +196,12 @@ def _eval_row(model, stage, benchmark, subset, mean, std):
 
 
 def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
-    from envfactory_assets.evaluation.results_table import END, START, results_markdown, update_readme
+    from envfactory_assets.evaluation.results_table import (
+        END,
+        START,
+        results_markdown,
+        update_readme,
+    )
 
     rows = [_eval_row("ckpt_b", "grpo", "bfcl_v3_multi_turn_base", "all", 0.0, 0.0),
             _eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),

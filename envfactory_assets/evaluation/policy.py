@@ -20,15 +20,15 @@ class SamplingSpec:
         top_p: nucleus mass (1.0 = off).
         max_new_tokens: generation budget per assistant message (tokens).
         batch_size: conversations generated together (left padding); larger is faster on CPU.
-        max_prompt_tokens: prompts longer than this keep their last tokens (the tool block and the system
-            turn come first, so such a prompt is cut, not dropped; counted in ``Policy.truncated``).
+        max_prompt_tokens: a longer prompt loses its oldest messages after the system message (whole
+            messages; the tool block and the last message are always kept; counted in ``Policy.truncated``).
     """
 
     temperature: float = 0.7
     top_p: float = 1.0
     max_new_tokens: int = 96
     batch_size: int = 8
-    max_prompt_tokens: int = 2048
+    max_prompt_tokens: int = 3072
 
 
 class Policy:
@@ -60,13 +60,17 @@ class Policy:
         self.truncated = 0
 
     def _encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(normalize_messages(messages), tools=tools or [],
-                                                 add_generation_prompt=True, return_dict=True)["input_ids"]
-        limit = self.sampling.max_prompt_tokens
-        if len(ids) > limit:
+        """Prompt token ids; over ``max_prompt_tokens``, the oldest messages after the system message are
+        dropped (whole messages, never the tool block or the last message) until it fits."""
+        messages = normalize_messages(messages)
+        while True:
+            ids = self.tokenizer.apply_chat_template(messages, tools=tools or [], add_generation_prompt=True,
+                                                     return_dict=True)["input_ids"]
+            first = 1 if messages and messages[0]["role"] == "system" else 0
+            if len(ids) <= self.sampling.max_prompt_tokens or len(messages) - first <= 1:
+                return list(ids)
             self.truncated += 1
-            ids = ids[-limit:]
-        return list(ids)
+            messages = messages[:first] + messages[first + 1 :]
 
     def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int) -> list[str]:
         """One assistant message per ``(messages, tools)`` conversation, decoded without special tokens.

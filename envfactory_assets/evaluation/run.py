@@ -32,6 +32,7 @@ class EvalSpec:
         seeds: sampling seeds (>= 3 for a spread).
         max_tool_rounds: assistant messages with tool calls per turn.
         max_tools: tools shown per synthetic task (gold tools + distractors; 0 = all), as in training.
+        first_turns_only: synthetic tasks only from first turns (short prompts; see ``held_out_rows``).
         sampling: :class:`SamplingSpec`.
     """
 
@@ -40,6 +41,7 @@ class EvalSpec:
     seeds: tuple[int, ...] = (0, 1, 2)
     max_tool_rounds: int = 2
     max_tools: int = 8
+    first_turns_only: bool = True
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
 
     def as_dict(self) -> dict[str, Any]:
@@ -136,7 +138,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
     if not spec.seeds:
         raise ValueError("at least one sampling seed is needed")
     rows_by_id, synth_tasks = {}, []
-    for row in synthetic.held_out_rows(rl_rows, spec.n_synthetic):
+    for row in synthetic.held_out_rows(rl_rows, spec.n_synthetic, spec.first_turns_only):
         if all(e in environments for e in row["env_ids"]):
             task, restricted = synthetic.as_agent_task(row, spec.max_tools)
             synth_tasks.append(task)

@@ -12,11 +12,12 @@ MIN_SEEDS = 3
 
 class EvaluationConfig(dg.Config):
     """Evaluation settings. Defaults fit the CPU budget of the default run (docs/evaluation.md);
-    ``full_sets: true`` runs every held-out synthetic task and all 200 BFCL multi-turn base tasks.
+    ``full_sets: true`` runs every held-out synthetic task (every turn) and all 200 BFCL multi-turn base tasks.
 
     ``n_synthetic`` / ``n_bfcl``: tasks sampled in a fixed hash order (``n_bfcl: 0`` skips BFCL).
     ``temperature`` 0.7 is the paper's rollout temperature; ``max_tools`` tools are shown per synthetic
-    task (gold tools plus distractors, as in training; 0 = all).
+    task (gold tools plus distractors, as in training; 0 = all). ``first_turns_only`` samples synthetic
+    tasks from first turns only (short prompts: CPU time is set by prompt length).
     """
 
     base_model: str = "smollm2-135m-instruct"
@@ -29,6 +30,7 @@ class EvaluationConfig(dg.Config):
     batch_size: int = 12
     max_tool_rounds: int = 2
     max_tools: int = 8
+    first_turns_only: bool = True
 
 
 def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
@@ -64,6 +66,7 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     spec = EvalSpec(n_synthetic=None if config.full_sets else config.n_synthetic,
                     n_bfcl=None if config.full_sets else config.n_bfcl, seeds=tuple(config.seeds),
                     max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
+                    first_turns_only=config.first_turns_only and not config.full_sets,
                     sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                                           batch_size=config.batch_size))
     rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
