@@ -93,7 +93,7 @@ def aggregate(results: list[dict[str, Any]], seeds: tuple[int, ...]) -> dict[str
 
 
 def _rows_for(model: ModelRef, benchmark: str, subsets: Mapping[str, list[dict[str, Any]]], spec: EvalSpec,
-              seconds: float) -> list[dict[str, Any]]:
+              seconds: float, cpu_seconds: float) -> list[dict[str, Any]]:
     rows = []
     for subset, results in subsets.items():
         agg = aggregate(results, spec.seeds)
@@ -105,7 +105,8 @@ def _rows_for(model: ModelRef, benchmark: str, subsets: Mapping[str, list[dict[s
             "id": content_id("eval", key), "checkpoint_id": model.checkpoint_id, "model": model.label,
             "stage": model.stage, "model_path": model.path, "benchmark": benchmark, "subset": subset,
             "n_tasks": agg["n_tasks"], "seeds": list(spec.seeds), "mean": agg["mean"], "std": agg["std"],
-            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"], "seconds": round(seconds, 2)},
+            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"], "seconds": round(seconds, 2),
+                                                             "cpu_seconds": round(cpu_seconds, 2)},
             "results": [{"task_id": r["task_id"], "seed": r["seed"], "score": r["score"], "n_calls": r["n_calls"]}
                         for r in results],
             "traces": kept, "config": spec.as_dict(), "task_ids": task_ids,
@@ -161,16 +162,17 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                                               lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id]))):
                 if not tasks:
                     continue
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 results = []
                 for seed in spec.seeds:
                     results += run_agent(policy.generate, tasks, opener, seed, spec.max_tool_rounds)
                 seconds = time.perf_counter() - started
+                cpu_seconds = time.process_time() - cpu_started
                 subsets = {"all": results}
                 if benchmark == synthetic.BENCHMARK:
                     subsets["no_overlap"] = [r for r in results if not r["tags"].get("benchmark_overlap")]
-                new = _rows_for(model, benchmark, subsets, spec, seconds)
+                new = _rows_for(model, benchmark, subsets, spec, seconds, cpu_seconds)
                 log(f"{model.label} ({model.stage}) {benchmark}: mean {new[0]['mean']:.3f} +- {new[0]['std']:.3f} "
-                    f"over {len(spec.seeds)} seeds in {seconds:.0f}s")
+                    f"over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)")
                 out += new
     return out
