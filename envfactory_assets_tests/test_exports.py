@@ -84,6 +84,13 @@ def test_licence_allow_list_filters_rows(rows, tmp_path):
     kept = pq.read_table(out / "verl_train.parquet").to_pylist()
     assert len(kept) == 3 and {lic["name"] for r in kept for lic in r["licences"]} == {"MIT"}
     assert [entry["name"] for entry in m["licences"]] == ["MIT"]
+    from datasets import load_from_disk
+
+    from envfactory_assets.defs.exports.assets import EXPORT_KEYS
+    from envfactory_assets.exports.verify import verify_export
+
+    assert list(load_from_disk(str(out / "hf_sft"))) == ["train"]  # the empty validation split is left out
+    assert all(verify_export(out, m, files) == [] for files in EXPORT_KEYS.values())
 
 
 def test_row_without_known_licence_is_an_error_and_writes_nothing(rows, tmp_path):

@@ -107,11 +107,12 @@ def write_json(value: Any, path: Path) -> None:
 
 
 def write_hf(splits: dict[str, list[dict[str, Any]]], path: Path) -> None:
-    """``DatasetDict`` of the splits saved with ``save_to_disk`` (explicit features: strings and a string list)."""
+    """``DatasetDict`` of the non-empty splits saved with ``save_to_disk`` (explicit features: strings and a
+    string list)."""
     from datasets import Dataset, DatasetDict, Features, Sequence, Value
 
     features = Features({"id": Value("string"), "messages": Value("string"), "tools": Value("string"),
                          "env_ids": Sequence(Value("string")), "licences": Value("string")})
-    # from_dict with column lists (not from_list): an empty split still gets its columns
+    # Empty splits are left out: datasets 5.2 saves them but load_from_disk then fails (IndexError).
     DatasetDict({name: Dataset.from_dict({c: [r[c] for r in rows] for c in features}, features=features)
-                 for name, rows in splits.items()}).save_to_disk(str(path))
+                 for name, rows in splits.items() if rows}).save_to_disk(str(path))

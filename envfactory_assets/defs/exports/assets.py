@@ -55,9 +55,8 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
             data_version=dg.DataVersion(manifest["version"]))
 
 
-def _latest_manifest(envfactory: EnvFactoryHome, asset_key: str) -> dict | None:
+def _latest_manifest(instance: dg.DagsterInstance, envfactory: EnvFactoryHome, asset_key: str) -> dict | None:
     """The manifest of the export version recorded by the asset's latest materialization."""
-    instance = dg.DagsterInstance.get()
     event = instance.get_latest_materialization_event(dg.AssetKey(asset_key))
     if event is None or event.asset_materialization is None:
         return None
@@ -70,10 +69,10 @@ def _export_check(asset_key: str):
     @dg.asset_check(asset=asset_key, blocking=True, name=f"{asset_key}_is_complete",
                     description="Files exist with the manifest's row counts; no validation environment in "
                                 "train; every row carries its licences.")
-    def _check(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    def _check(context: dg.AssetCheckExecutionContext, envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
         from envfactory_assets.exports.verify import verify_export
 
-        manifest = _latest_manifest(envfactory, asset_key)
+        manifest = _latest_manifest(context.instance, envfactory, asset_key)
         if manifest is None or "missing" in manifest:
             return dg.AssetCheckResult(passed=False, metadata={"problem": f"no export found: {manifest}"})
         problems = verify_export(Path(manifest["path"]), manifest, EXPORT_KEYS[asset_key])
