@@ -25,6 +25,8 @@ RUN_CONFIG = {
         "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
         "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1,
                                    "max_length": 768}},
+        # issue 5: one BFCL task, 8 new tokens, 3 seeds (the seed-spread check wants 3)
+        "evaluations": {"config": {"n_synthetic": 2, "n_bfcl": 1, "max_new_tokens": 8, "max_tool_rounds": 1}},
     }
 }
 
