@@ -241,6 +241,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_results(args: argparse.Namespace) -> int:
+    """Print the evaluation results table, or write it between the results markers of ``--readme``."""
+    from envfactory_assets.evaluation.results_table import results_markdown, update_readme
+    from envfactory_assets.store.db import Store
+
+    try:
+        rows = Store(settings.store_path()).read("evaluations")
+        text = update_readme(Path(args.readme), rows) if args.readme else results_markdown(rows)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     """Start the Dagster UI on localhost with ``DAGSTER_HOME`` inside ``ENVFACTORY_HOME``."""
     prepare_dagster_home(settings.envfactory_home())
@@ -394,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="Markdown report of what the store holds")
     rep.add_argument("--output", help="write to this file instead of stdout")
     rep.set_defaults(func=cmd_report)
+    res = sub.add_parser("results", help="evaluation table (base vs checkpoints) from the store")
+    res.add_argument("--readme", help="write it between the results markers of this Markdown file")
+    res.set_defaults(func=cmd_results)
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)

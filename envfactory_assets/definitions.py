@@ -5,6 +5,8 @@ from __future__ import annotations
 import dagster as dg
 
 from envfactory_assets.defs.envgen import assets as envgen_assets
+from envfactory_assets.defs.evaluation import assets as evaluation_assets
+from envfactory_assets.defs.exports import assets as export_assets
 from envfactory_assets.defs.graph import assets as graph_assets
 from envfactory_assets.defs.incremental import (
     gated_automation,
@@ -21,6 +23,7 @@ from envfactory_assets.defs.training import assets as training_assets
 from envfactory_assets.defs.viewer.jobs import show_trajectory
 
 _MODULES = [source_assets, envgen_assets, graph_assets, synth_assets, training_assets]
+_MODULES += [evaluation_assets, export_assets]  # issue 5: evaluations and exports
 
 PIPELINE_ASSETS = dg.AssetSelection.all() - dg.AssetSelection.groups("sql_marts", "sql_lineage")
 

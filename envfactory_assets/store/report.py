@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from envfactory_assets.evaluation.results_table import results_markdown
 from envfactory_assets.store.db import Store
 
 
@@ -49,6 +50,7 @@ def run_report(store: Store) -> str:
                   "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
                   "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
                   "json_array_length(sft_dataset_ids) FROM checkpoints ORDER BY written_at DESC LIMIT 5")
+        evaluations = store_evaluations(con)
     parts = [
         "# Default run", "",
         "Produced by `envfactory report` from the store of a run; every number below is a query.", "",
@@ -75,4 +77,20 @@ def run_report(store: Store) -> str:
               "## Checkpoints", "",
               _table(ckpts, ("id", "base model", "steps", "train loss", "valid tool calls before",
                              "valid tool calls after", "training rows")), ""]
+    parts += ["## Evaluations", "", results_markdown(evaluations), ""]
     return "\n".join(parts)
+
+
+def store_evaluations(con: Any) -> list[dict[str, Any]]:
+    """Current ``evaluations`` rows (the columns the results table needs); empty when there are none or the
+    store predates the table (read-only connections do not migrate)."""
+    import orjson
+
+    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'current_evaluations'").fetchone()[0]:
+        return []
+
+    cur = con.execute("SELECT model, stage, benchmark, subset, mean, std, n_tasks, seeds, config "
+                      "FROM current_evaluations ORDER BY id")
+    names = [d[0] for d in cur.description]
+    return [{n: (orjson.loads(v) if n in ("seeds", "config") and v is not None else v) for n, v in zip(names, row)}
+            for row in cur.fetchall()]

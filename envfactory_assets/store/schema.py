@@ -85,6 +85,13 @@ TABLES: dict[str, list[str]] = {
         # GRPO (issue 5): 'sft' | 'grpo' (NULL in rows written before = 'sft'); a GRPO row's parent is its SFT row
         "stage VARCHAR", "parent_checkpoint_id VARCHAR", "rl_dataset_ids JSON", "rl_dataset_version VARCHAR",
     ],
+    # evaluations (issue 5): one row per model x benchmark x subset; checkpoint_id is NULL for the base model
+    "evaluations": [
+        "id VARCHAR PRIMARY KEY", "checkpoint_id VARCHAR", "model VARCHAR NOT NULL", "stage VARCHAR NOT NULL",
+        "model_path VARCHAR", "benchmark VARCHAR NOT NULL", "subset VARCHAR NOT NULL", "n_tasks INTEGER",
+        "seeds JSON", "mean DOUBLE", "std DOUBLE", "per_seed JSON", "metrics JSON", "results JSON",
+        "traces JSON", "config JSON", "task_ids JSON",
+    ],
 }
 
 JSON_COLUMNS: dict[str, set[str]] = {

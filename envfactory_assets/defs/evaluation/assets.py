@@ -1,0 +1,105 @@
+"""``evaluations``: the base model and every checkpoint on held-out synthetic tasks and BFCL multi-turn base."""
+
+from pathlib import Path
+
+import dagster as dg
+
+from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+
+MIN_SEEDS = 3
+
+
+class EvaluationConfig(dg.Config):
+    """Evaluation settings. Defaults fit the CPU budget of the default run (docs/evaluation.md);
+    ``full_sets: true`` runs every held-out synthetic task (every turn) and all 200 BFCL multi-turn base tasks.
+
+    ``n_synthetic`` / ``n_bfcl``: tasks sampled in a fixed hash order (``n_bfcl: 0`` skips BFCL).
+    ``temperature`` 0.7 is the paper's rollout temperature; ``max_tools`` tools are shown per synthetic
+    task (gold tools plus distractors, as in training; 0 = all). ``first_turns_only`` samples synthetic
+    tasks from first turns only (short prompts: CPU time is set by prompt length).
+    """
+
+    base_model: str = "smollm2-135m-instruct"
+    n_synthetic: int = 6
+    n_bfcl: int = 2
+    full_sets: bool = False
+    seeds: list[int] = [0, 1, 2]  # noqa: RUF012 - pydantic copies Config defaults
+    temperature: float = 0.7
+    max_new_tokens: int = 48
+    batch_size: int = 12
+    max_tool_rounds: int = 2
+    max_tools: int = 8
+    first_turns_only: bool = True
+
+
+def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
+    from envfactory_assets.evaluation.run import ModelRef
+
+    models = [ModelRef("base", "base", str(base_dir))]
+    for row in sorted(checkpoint_rows, key=lambda r: r["id"]):
+        models.append(ModelRef(row["id"], row.get("stage") or "sft", row["path"], row["id"]))
+    return models
+
+
+@dg.asset(group_name="evaluation", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["checkpoints", "rl_dataset"],
+          code_version="1")
+def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
+                envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+    """The base model and every current checkpoint, each on the same held-out synthetic tasks (environments
+    never trained on; hybrid reward) and BFCL v3 multi-turn base tasks (safe executor, official per-turn
+    checks), under every sampling seed; mean and spread across seeds, with and without benchmark-tagged
+    environments."""
+    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.evaluation.run import EvalSpec, evaluate_models
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    if len(config.seeds) < 1:
+        raise dg.Failure("evaluations: `seeds` must list at least one sampling seed")
+    store = envfactory.store()
+    checkpoint_rows = store.read("checkpoints")
+    missing = [r["id"] for r in checkpoint_rows if not Path(r["path"] or "").is_dir()]
+    if missing:
+        raise dg.Failure(f"evaluations: checkpoint directories missing for {missing}; re-materialize checkpoints")
+    base_dir = resolve_base_model(config.base_model, envfactory.models_dir())
+    envs, _ = passed_environments(envfactory)
+    spec = EvalSpec(n_synthetic=None if config.full_sets else config.n_synthetic,
+                    n_bfcl=None if config.full_sets else config.n_bfcl, seeds=tuple(config.seeds),
+                    max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
+                    first_turns_only=config.first_turns_only and not config.full_sets,
+                    sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                                          batch_size=config.batch_size))
+    rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
+                           log=context.log.info)
+    written = store.replace_current("evaluations", rows)
+    table = {f"{r['model']}/{r['benchmark']}/{r['subset']}": round(r["mean"], 4) for r in rows if r["mean"] is not None}
+    return dg.MaterializeResult(metadata={
+        "rows": len(rows), "written": written, "models": len({r["model"] for r in rows}),
+        "seeds": list(config.seeds), "means": table,
+        "seconds": round(sum(r["metrics"]["seconds"] for r in rows if r["subset"] == "all"), 1),
+    }, data_version=dg.DataVersion(",".join(sorted(r["id"] for r in rows))[:512] or "empty"))
+
+
+@dg.asset_check(asset=evaluations, blocking=True)
+def every_checkpoint_evaluated(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking: the base model and every current checkpoint have results on every benchmark evaluated,
+    and every evaluated checkpoint directory exists."""
+    store = envfactory.store()
+    rows = store.read("evaluations")
+    checkpoint_ids = {r["id"] for r in store.read("checkpoints")}
+    benchmarks = {r["benchmark"] for r in rows}
+    covered = {(r["model"], r["benchmark"]) for r in rows}
+    missing = [f"{m}/{b}" for m in sorted(checkpoint_ids | {"base"}) for b in sorted(benchmarks) if (m, b) not in covered]
+    gone = sorted({r["model_path"] for r in rows if not Path(r["model_path"] or "").is_dir()})
+    return dg.AssetCheckResult(passed=bool(rows) and not missing and not gone, metadata={
+        "rows": len(rows), "missing": missing[:10], "model_paths_missing": gone[:10]})
+
+
+@dg.asset_check(asset=evaluations, blocking=False)
+def results_have_a_seed_spread(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Warning: every result is averaged over at least 3 sampling seeds and at least one task."""
+    rows = envfactory.store().read("evaluations")
+    thin = [f"{r['model']}/{r['benchmark']}/{r['subset']}" for r in rows
+            if len(r["seeds"] or []) < MIN_SEEDS or not r["n_tasks"]]
+    return dg.AssetCheckResult(passed=not thin, severity=dg.AssetCheckSeverity.WARN,
+                               metadata={"rows": len(rows), "thin_results": thin[:10]})

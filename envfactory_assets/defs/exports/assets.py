@@ -1,0 +1,87 @@
+"""Dataset exports: ``verl_export`` (RL parquet), ``sharegpt_export`` (LlamaFactory JSON) and
+``hf_dataset_export`` (Hugging Face ``datasets`` on disk), under ``$ENVFACTORY_HOME/exports/<version>/``."""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+
+EXPORT_KEYS = {"verl_export": ("verl_train.parquet", "verl_validation.parquet"),
+               "sharegpt_export": ("sharegpt_train.json", "sharegpt_validation.json", "dataset_info.json"),
+               "hf_dataset_export": ("hf_sft",)}
+
+
+class ExportConfig(dg.Config):
+    """``allowed_licences``: licence names (as in ``source_resources.license_name``, case-insensitive) whose
+    rows are exported; empty exports every row. ``unspecified`` names sources that state no licence."""
+
+    allowed_licences: list[str] = []  # noqa: RUF012 - pydantic copies Config defaults
+
+
+def _exports_dir(envfactory: EnvFactoryHome) -> Path:
+    return envfactory.root() / "exports"
+
+
+@dg.multi_asset(
+    group_name="exports", pool=STORE_POOL,
+    specs=[dg.AssetSpec("verl_export", kinds={"parquet"}, deps=["rl_dataset"], code_version="1",
+                        description="verl RL parquet: prompt, reward ground truth, initial/final state, tool config."),
+           dg.AssetSpec("sharegpt_export", kinds={"json"}, deps=["sft_dataset"], code_version="1",
+                        description="LlamaFactory ShareGPT JSON of the SFT rows, with dataset_info.json."),
+           dg.AssetSpec("hf_dataset_export", kinds={"huggingface"}, deps=["sft_dataset"], code_version="1",
+                        description="Hugging Face DatasetDict (train/validation) of the SFT rows, save_to_disk.")],
+)
+def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, envfactory: EnvFactoryHome):
+    """Train/validation split by environment, licences on every row, a dataset card listing them."""
+    from envfactory_assets.exports.licences import environment_licences
+    from envfactory_assets.exports.stage import build_exports
+
+    store = envfactory.store()
+    licences = environment_licences(store.read("environments"), store.read("source_resources"))
+    try:
+        manifest = build_exports(store.read("sft_dataset"), store.read("rl_dataset"), licences,
+                                 _exports_dir(envfactory), config.allowed_licences)
+    except KeyError as exc:
+        raise dg.Failure(f"exports: {exc}") from exc
+    context.log.info(f"export {manifest['version']} written to {manifest['path']}")
+    for key, files in EXPORT_KEYS.items():
+        rows = {f: manifest["files"][f]["rows"] for f in files if f in manifest["files"]}
+        yield dg.MaterializeResult(asset_key=key, metadata={
+            "version": manifest["version"], "path": manifest["path"], "rows": rows,
+            "dataset_card": str(Path(manifest["path"]) / "README.md"),
+            "licences": len(manifest["licences"]), "dropped_by_licence": manifest["dropped"]},
+            data_version=dg.DataVersion(manifest["version"]))
+
+
+def _latest_manifest(instance: dg.DagsterInstance, envfactory: EnvFactoryHome, asset_key: str) -> dict | None:
+    """The manifest of the export version recorded by the asset's latest materialization."""
+    event = instance.get_latest_materialization_event(dg.AssetKey(asset_key))
+    if event is None or event.asset_materialization is None:
+        return None
+    version = event.asset_materialization.metadata["version"].value
+    path = _exports_dir(envfactory) / version / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {"version": version, "missing": str(path)}
+
+
+def _export_check(asset_key: str):
+    @dg.asset_check(asset=asset_key, blocking=True, name=f"{asset_key}_is_complete",
+                    description="Files exist with the manifest's row counts; no validation environment in "
+                                "train; every row carries its licences.")
+    def _check(context: dg.AssetCheckExecutionContext, envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+        from envfactory_assets.exports.verify import verify_export
+
+        manifest = _latest_manifest(context.instance, envfactory, asset_key)
+        if manifest is None or "missing" in manifest:
+            return dg.AssetCheckResult(passed=False, metadata={"problem": f"no export found: {manifest}"})
+        problems = verify_export(Path(manifest["path"]), manifest, EXPORT_KEYS[asset_key])
+        return dg.AssetCheckResult(passed=not problems, metadata={"version": manifest["version"],
+                                                                  "problems": problems[:10]})
+
+    return _check
+
+
+verl_export_check = _export_check("verl_export")
+sharegpt_export_check = _export_check("sharegpt_export")
+hf_dataset_export_check = _export_check("hf_dataset_export")

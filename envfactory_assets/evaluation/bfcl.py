@@ -1,0 +1,368 @@
+"""BFCL v3 multi-turn base, executed by our own safe executor and scored like BFCL's official checker.
+
+Source of tasks, function docs and the 8 stateful API classes: the installed ``bfcl-eval`` wheel
+(``bfcl_eval/data/BFCL_v4_multi_turn_base.json`` with ``possible_answer/`` ground truth, the
+``multi_turn_func_doc/*.json`` docs and ``eval_checker/multi_turn_eval/func_source_code``). The wheel
+names the file ``v4``; the multi-turn base category is the one introduced with BFCL v3.
+
+How the official checker scores (``bfcl_eval/eval_checker/multi_turn_eval/multi_turn_checker.py``), and
+what we do the same way:
+
+- model and ground truth each run on their own instances of the involved classes, loaded with the task's
+  ``initial_config`` and kept across the task's turns;
+- after every turn whose ground truth is not empty: the model must have produced a call in that turn; the
+  public attributes (``vars()`` without ``_`` names) of every model instance must equal the ground-truth
+  instance's; every ground-truth execution result of the turn must appear (unordered, with multiplicity)
+  among all the model's execution results so far. A task is valid only if every turn passes.
+
+Where we differ, on purpose:
+
+- The official executor builds a Python string per call and runs ``eval`` on it, keeping instances in
+  ``globals()``. We never evaluate text: model calls come from our JSON tool-call parser; ground-truth
+  calls (Python call syntax) are parsed with :mod:`ast` and their arguments read with
+  ``ast.literal_eval`` on literal nodes only. A call may only name a documented public method of an
+  involved class offered to this task (``excluded_function`` removed); anything else is refused with an
+  error result and counted as malformed. Instances live in the episode object, fresh per task.
+- The model sees our compact tool chat template (JSON ``<tool_call>`` blocks), not BFCL's prompt with
+  Python-call output; long-context and irrelevance variants are not run (base category only).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import importlib
+import importlib.resources
+import inspect
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CATEGORY = "multi_turn_base"
+BENCHMARK = "bfcl_v3_multi_turn_base"
+STATELESS_CLASSES = frozenset({"MathAPI"})
+"""Classes BFCL builds without loading a scenario (``constants/executable_backend_config.py``)."""
+_JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string", "int": "integer",
+               "list": "array", "bool": "boolean", "str": "string"}
+
+
+class UnsafeCall(ValueError):
+    """A call that the executor refuses to run (not a documented public method, or non-literal code)."""
+
+
+@dataclass(frozen=True)
+class BFCLTask:
+    """One BFCL multi-turn entry with its ground truth.
+
+    Attributes:
+        id: e.g. ``"multi_turn_base_0"``.
+        turns: user messages, one list per turn (the file's ``question``).
+        initial_config: ``{class_name: scenario}``.
+        involved_classes: class names, e.g. ``["GorillaFileSystem", "TwitterAPI"]``.
+        excluded_functions: function names not offered in this task.
+        ground_truth: one list of Python-call strings per turn.
+    """
+
+    id: str
+    turns: list[list[dict[str, Any]]]
+    initial_config: dict[str, Any]
+    involved_classes: list[str]
+    excluded_functions: list[str]
+    ground_truth: list[list[str]]
+
+
+def _bfcl_files() -> Any:
+    try:
+        return importlib.resources.files("bfcl_eval")
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError("bfcl-eval is not installed (pip install --no-deps bfcl-eval)",
+                                  name="bfcl_eval") from exc
+
+
+def _read_jsonl(path: Any) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {n} is not JSON: {exc}") from exc
+    return rows
+
+
+def load_tasks(n: int | None = None) -> list[BFCLTask]:
+    """BFCL multi-turn base tasks from the installed wheel, ``n`` of them in a stable order.
+
+    With ``n`` set, tasks are taken in order of sha256 of their id (a fixed, content-independent sample
+    spread over all API classes); ``None`` returns all 200 in file order.
+
+    Raises:
+        ModuleNotFoundError: ``bfcl-eval`` is not installed.
+        ValueError: a data file is not JSON lines, or a task has no ground truth.
+    """
+    root = _bfcl_files() / "data"
+    name = f"BFCL_v4_{CATEGORY}.json"
+    entries = _read_jsonl(root / name)
+    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(root / "possible_answer" / name)}
+    tasks = []
+    for e in entries:
+        if e["id"] not in answers:
+            raise ValueError(f"{name}: task {e['id']} has no ground truth in possible_answer/{name}")
+        tasks.append(BFCLTask(e["id"], e["question"], e.get("initial_config") or {}, list(e["involved_classes"]),
+                              list(e.get("excluded_function") or []), answers[e["id"]]))
+    if n is not None:
+        tasks = sorted(tasks, key=lambda t: hashlib.sha256(t.id.encode()).hexdigest())[:n]
+    return tasks
+
+
+def _class_modules() -> dict[str, str]:
+    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
+
+    return CLASS_FILE_PATH_MAPPING
+
+
+def _doc_files() -> dict[str, str]:
+    from bfcl_eval.constants.executable_backend_config import (
+        MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+    )
+
+    return MULTI_TURN_FUNC_DOC_FILE_MAPPING
+
+
+def _json_schema(schema: Any) -> Any:
+    """BFCL's parameter schema with its Python type names mapped to JSON Schema types."""
+    if isinstance(schema, list):
+        return [_json_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _json_schema(v) for k, v in schema.items()}
+    if isinstance(out.get("type"), str):
+        out["type"] = _JSON_TYPES.get(out["type"], out["type"])
+    return out
+
+
+def task_tools(task: BFCLTask) -> list[dict[str, Any]]:
+    """OpenAI function tools of the task's involved classes, without its excluded functions.
+
+    Raises:
+        KeyError: an involved class has no function doc in the wheel.
+    """
+    docs_dir = _bfcl_files() / "data" / "multi_turn_func_doc"
+    files = _doc_files()
+    tools = []
+    for cls in task.involved_classes:
+        if cls not in files:
+            raise KeyError(f"BFCL task {task.id}: no function doc for class {cls!r}")
+        for doc in _read_jsonl(docs_dir / files[cls]):
+            if doc["name"] in task.excluded_functions:
+                continue
+            tools.append({"type": "function", "function": {
+                "name": doc["name"], "description": doc.get("description", ""),
+                "parameters": _json_schema(doc.get("parameters") or {"type": "object", "properties": {}})}})
+    return tools
+
+
+def parse_python_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:
+    """``"mv(source='a', destination='b')"`` -> ``("mv", [], {"source": "a", "destination": "b"})``.
+
+    Parsed with :func:`ast.parse` in ``eval`` mode; the callee must be a bare name and every argument a
+    literal (``ast.literal_eval`` on the node), so nothing in ``text`` is ever executed.
+
+    Raises:
+        UnsafeCall: not a single call of a bare name with literal arguments (attribute access, nested
+            calls, ``*args``/``**kwargs``, names, comprehensions...).
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise UnsafeCall(f"not a call: {text[:120]!r} ({exc.msg})") from exc
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise UnsafeCall(f"not a call of a bare function name: {text[:120]!r}")
+    try:
+        args = [ast.literal_eval(a) for a in node.args]
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise UnsafeCall(f"**kwargs are not allowed: {text[:120]!r}")
+            kwargs[kw.arg] = ast.literal_eval(kw.value)
+    except (ValueError, TypeError, SyntaxError, RecursionError) as exc:
+        raise UnsafeCall(f"arguments must be literals: {text[:120]!r}") from exc
+    return node.func.id, args, kwargs
+
+
+def _result_text(value: Any) -> str:
+    """A method's return value as text, the way the official executor converts it."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        try:
+            return json.dumps(value)
+        except (TypeError, ValueError):
+            return str(value)
+    return str(value)
+
+
+class SafeExecutor:
+    """Fresh instances of a task's involved classes and a dispatcher restricted to their offered methods.
+
+    Args:
+        task: the BFCL task (initial config, involved classes, excluded functions).
+
+    Attributes:
+        instances: ``{class_name: instance}``, owned by this executor only.
+        results: every execution result text, in call order.
+    """
+
+    def __init__(self, task: BFCLTask) -> None:
+        modules = _class_modules()
+        offered = {t["function"]["name"] for t in task_tools(task)}
+        self.instances: dict[str, Any] = {}
+        self._methods: dict[str, Any] = {}
+        for cls_name in task.involved_classes:
+            cls = getattr(importlib.import_module(modules[cls_name]), cls_name)
+            instance = cls()
+            if cls_name not in STATELESS_CLASSES:
+                instance._load_scenario(copy.deepcopy(task.initial_config.get(cls_name, {})), long_context=False)
+            self.instances[cls_name] = instance
+            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
+                if not name.startswith("_") and name in offered:
+                    self._methods[name] = method
+        self.results: list[str] = []
+
+    def execute(self, name: Any, args: list[Any] | None = None, kwargs: Mapping[str, Any] | None = None) -> str:
+        """Run one call and return its result text (errors become ``"Error during execution: ..."``).
+
+        Raises:
+            UnsafeCall: ``name`` is not an offered public method of an involved class, or ``kwargs`` is
+                not an object with string keys. Nothing runs in that case.
+        """
+        if not isinstance(name, str) or name not in self._methods:
+            raise UnsafeCall(f"no offered function named {str(name)[:80]!r}")
+        if kwargs is not None and (not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs)):
+            raise UnsafeCall(f"{name}: arguments must be an object with string keys")
+        try:
+            text = _result_text(self._methods[name](*(args or []), **dict(kwargs or {})))
+        except Exception as exc:  # noqa: BLE001 - a failing call is a result, as in the official executor
+            text = f"Error during execution: {exc}"
+        self.results.append(text)
+        return text
+
+    def state(self) -> dict[str, dict[str, Any]]:
+        """``{class_name: {public attribute: value}}`` (what the official state checker compares)."""
+        return {c: {k: v for k, v in vars(i).items() if not k.startswith("_")} for c, i in self.instances.items()}
+
+
+def _states_equal(model: SafeExecutor, gold: SafeExecutor) -> tuple[bool, list[str]]:
+    diffs = []
+    for cls_name, gold_instance in gold.instances.items():
+        model_instance = model.instances[cls_name]
+        for attr, value in vars(gold_instance).items():
+            if not attr.startswith("_") and getattr(model_instance, attr, None) != value:
+                diffs.append(f"{cls_name}.{attr}")
+    return not diffs, diffs
+
+
+def _unordered_subset(needed: list[str], have: list[str]) -> list[str]:
+    pool = list(have)
+    missing = []
+    for item in needed:
+        if item in pool:
+            pool.remove(item)
+        else:
+            missing.append(item)
+    return missing
+
+
+class BFCLEpisode:
+    """One model's run of one BFCL task: model calls on fresh instances, checked after each turn.
+
+    ``score()`` returns ``{"valid": 0.0|1.0, "reward": same, "turns_passed": int, "n_turns": int,
+    "error": first failure or None, "n_malformed": int}``; ``reward`` is what the evaluation averages
+    (BFCL's accuracy is the share of valid tasks).
+    """
+
+    def __init__(self, task: BFCLTask) -> None:
+        self.task = task
+        self.model = SafeExecutor(task)
+        self.gold = SafeExecutor(task)
+        self.n_malformed = 0
+        self._turn_calls = 0
+        self._turns_passed = 0
+        self._error: str | None = None
+
+    def call(self, name: str, arguments: Any) -> str:
+        """Execute a parsed model call; a refused call returns an error text and counts as malformed."""
+        try:
+            text = self.model.execute(name, kwargs={} if arguments is None else arguments)
+        except UnsafeCall as exc:
+            self.n_malformed += 1
+            return f"Error during execution: refused: {exc}"
+        self._turn_calls += 1
+        return text
+
+    def add_malformed(self, n: int = 1) -> None:
+        self.n_malformed += n
+
+    def end_turn(self, turn_index: int) -> None:
+        """Run the turn's ground truth and apply the official per-turn checks (first failure is kept)."""
+        calls_this_turn, self._turn_calls = self._turn_calls, 0
+        if turn_index >= len(self.task.ground_truth):
+            return
+        gold_results = []
+        for text in self.task.ground_truth[turn_index]:
+            name, args, kwargs = parse_python_call(text)
+            gold_results.append(self.gold.execute(name, args, kwargs))
+        if self._error is not None or not self.task.ground_truth[turn_index]:
+            return
+        if calls_this_turn == 0:
+            self._error = f"turn {turn_index}: no call executed"
+            return
+        same, diffs = _states_equal(self.model, self.gold)
+        if not same:
+            self._error = f"turn {turn_index}: state differs in {', '.join(diffs[:5])}"
+            return
+        missing = _unordered_subset(gold_results, self.model.results)
+        if missing:
+            self._error = f"turn {turn_index}: {len(missing)} ground-truth results missing"
+            return
+        self._turns_passed += 1
+
+    def score(self) -> dict[str, Any]:
+        n_turns = len(self.task.ground_truth)
+        valid = float(self._error is None and self._turns_passed == sum(1 for t in self.task.ground_truth if t))
+        return {"valid": valid, "reward": valid, "turns_passed": self._turns_passed, "n_turns": n_turns,
+                "error": self._error, "n_malformed": self.n_malformed}
+
+    def close(self) -> None:
+        self.model.instances.clear()
+        self.gold.instances.clear()
+
+
+def ground_truth_calls(task: BFCLTask) -> list[list[dict[str, Any]]]:
+    """The task's ground truth as JSON tool calls, one list per turn: ``[[{"name", "arguments"}]]``.
+
+    Positional arguments are bound to parameter names with :func:`inspect.signature` of the method.
+
+    Raises:
+        UnsafeCall: a ground-truth string is not a literal call; TypeError: arguments do not bind.
+    """
+    modules = _class_modules()
+    methods = {}
+    for cls_name in task.involved_classes:
+        cls = getattr(importlib.import_module(modules[cls_name]), cls_name)
+        methods.update({n: m for n, m in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_")})
+    turns = []
+    for turn in task.ground_truth:
+        calls = []
+        for text in turn:
+            name, args, kwargs = parse_python_call(text)
+            if name not in methods:
+                raise UnsafeCall(f"BFCL task {task.id}: ground truth calls unknown function {name!r}")
+            bound = inspect.signature(methods[name]).bind(None, *args, **kwargs)
+            arguments = dict(bound.arguments)
+            arguments.pop(next(iter(arguments)))  # self
+            calls.append({"name": name, "arguments": arguments})
+        turns.append(calls)
+    return turns

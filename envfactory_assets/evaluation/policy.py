@@ -1,0 +1,107 @@
+"""A local causal LM as a tool-calling policy: batched, seeded sampling with the tool chat template."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
+from envfactory_assets.training.chat_template import normalize_messages
+from envfactory_assets.training.threads import torch_threads
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """How the policy samples.
+
+    Attributes:
+        temperature: softmax temperature; 0 means greedy. Default 0.7, the paper's rollout temperature.
+        top_p: nucleus mass (1.0 = off).
+        max_new_tokens: generation budget per assistant message (tokens).
+        batch_size: conversations generated together (left padding); larger is faster on CPU.
+        max_prompt_tokens: a longer prompt loses its oldest messages after the system message (whole
+            messages; the tool block and the last message are always kept; counted in ``Policy.truncated``).
+    """
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_new_tokens: int = 96
+    batch_size: int = 8
+    max_prompt_tokens: int = 3072
+
+
+class Policy:
+    """A Hugging Face model directory loaded once, generating assistant messages for many conversations.
+
+    Args:
+        model_dir: local HF model directory (the base model or a checkpoint); the tool chat template and a
+            distinct pad token are installed on load (``base_model.prepare_tokenizer``).
+        sampling: :class:`SamplingSpec`.
+        num_threads: torch threads while generating; None = free cores.
+
+    Raises:
+        OSError: ``model_dir`` is not a loadable model directory.
+    """
+
+    def __init__(self, model_dir: Path, sampling: SamplingSpec | None = None, num_threads: int | None = None) -> None:
+        force_offline()
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_dir = Path(model_dir)
+        self.sampling = sampling or SamplingSpec()
+        self.num_threads = num_threads
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        prepare_tokenizer(self.tokenizer, self.model)
+        self.tokenizer.padding_side = "left"
+        self.generated_tokens = 0
+        self.truncated = 0
+
+    def _encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        """Prompt token ids; over ``max_prompt_tokens``, the oldest messages after the system message are
+        dropped (whole messages, never the tool block or the last message) until it fits."""
+        messages = normalize_messages(messages)
+        while True:
+            ids = self.tokenizer.apply_chat_template(messages, tools=tools or [], add_generation_prompt=True,
+                                                     return_dict=True)["input_ids"]
+            first = 1 if messages and messages[0]["role"] == "system" else 0
+            if len(ids) <= self.sampling.max_prompt_tokens or len(messages) - first <= 1:
+                return list(ids)
+            self.truncated += 1
+            messages = messages[:first] + messages[first + 1 :]
+
+    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int) -> list[str]:
+        """One assistant message per ``(messages, tools)`` conversation, decoded without special tokens.
+
+        Conversations are batched in order of prompt length (less padding); the sampling generator is
+        seeded with ``seed`` before each batch, so the same inputs, batch size and seed give the same texts.
+
+        Returns:
+            Texts in the order of ``conversations``.
+        """
+        import torch
+
+        encoded = [self._encode(m, t) for m, t in conversations]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        texts: list[str] = [""] * len(encoded)
+        spec = self.sampling
+        sample = spec.temperature > 0
+        with torch_threads(self.num_threads):
+            for start in range(0, len(order), spec.batch_size):
+                chunk = order[start : start + spec.batch_size]
+                batch = self.tokenizer.pad([{"input_ids": encoded[i]} for i in chunk], padding=True,
+                                           return_tensors="pt")
+                torch.manual_seed(seed * 100_003 + start)
+                kwargs = {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p} if sample \
+                    else {"do_sample": False}
+                with torch.inference_mode():
+                    output = self.model.generate(**batch, max_new_tokens=spec.max_new_tokens,
+                                                 pad_token_id=self.tokenizer.pad_token_id, **kwargs)
+                new_tokens = output[:, batch["input_ids"].shape[1] :]
+                self.generated_tokens += int((new_tokens != self.tokenizer.pad_token_id).sum())
+                for i, text in zip(chunk, self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True),
+                                   strict=True):
+                    texts[i] = text
+        return texts

@@ -1,0 +1,178 @@
+"""Evaluate the base model and every checkpoint on held-out synthetic tasks and BFCL multi-turn base.
+
+Every model runs the same tasks under the same sampling seeds; results are aggregated per benchmark and
+subset as the mean over seeds of the per-seed mean reward, with the standard deviation across seeds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envfactory_assets.evaluation import bfcl, synthetic
+from envfactory_assets.evaluation.agent import AgentTask, run_agent
+from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+from envfactory_assets.store.ids import content_id
+from envfactory_assets.training.task_episode import TaskRunner
+
+TRACES_KEPT_PER_MODEL = 3  # full traces stored for the first tasks of the first seed; scores for all
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What one evaluation runs. Defaults fit the CPU budget (see docs/evaluation.md for the timing).
+
+    Attributes:
+        n_synthetic: held-out synthetic tasks (None = all held-out RL rows).
+        n_bfcl: BFCL multi-turn base tasks (None = all 200; 0 = skip BFCL).
+        seeds: sampling seeds (>= 3 for a spread).
+        max_tool_rounds: assistant messages with tool calls per turn.
+        max_tools: tools shown per synthetic task (gold tools + distractors; 0 = all), as in training.
+        first_turns_only: synthetic tasks only from first turns (short prompts; see ``held_out_rows``).
+        sampling: :class:`SamplingSpec`.
+    """
+
+    n_synthetic: int | None = 6
+    n_bfcl: int | None = 2
+    seeds: tuple[int, ...] = (0, 1, 2)
+    max_tool_rounds: int = 2
+    max_tools: int = 8
+    first_turns_only: bool = True
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["seeds"] = list(self.seeds)
+        return d
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model to evaluate: ``label`` (checkpoint id or ``"base"``), ``stage`` (base|sft|grpo), ``path``
+    (local HF model directory), ``checkpoint_id`` (None for the base model)."""
+
+    label: str
+    stage: str
+    path: str
+    checkpoint_id: str | None = None
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def aggregate(results: list[dict[str, Any]], seeds: tuple[int, ...]) -> dict[str, Any]:
+    """Mean and spread of one benchmark subset's per-task results.
+
+    Args:
+        results: ``run_agent`` outputs (each with ``seed`` and ``score`` holding ``reward``).
+        seeds: the seeds that were run.
+
+    Returns:
+        ``{"n_tasks", "mean", "std", "per_seed": {seed: mean reward}, "metrics": {score key: mean over all
+        results for numeric keys, "calls_per_task"}}``; mean/std are None when there is no task.
+    """
+    per_seed = {}
+    for seed in seeds:
+        rewards = [r["score"]["reward"] for r in results if r["seed"] == seed]
+        if rewards:
+            per_seed[str(seed)] = statistics.fmean(rewards)
+    mean, std = _mean_std(list(per_seed.values()))
+    numeric = {k for r in results for k, v in r["score"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    metrics = {k: statistics.fmean(float(r["score"][k]) for r in results) for k in sorted(numeric)} if results else {}
+    if results:
+        metrics["calls_per_task"] = statistics.fmean(r["n_calls"] for r in results)
+    n_tasks = len({r["task_id"] for r in results})
+    return {"n_tasks": n_tasks, "mean": mean, "std": std, "per_seed": per_seed, "metrics": metrics}
+
+
+def _rows_for(model: ModelRef, benchmark: str, subsets: Mapping[str, list[dict[str, Any]]], spec: EvalSpec,
+              seconds: float, cpu_seconds: float) -> list[dict[str, Any]]:
+    rows = []
+    for subset, results in subsets.items():
+        agg = aggregate(results, spec.seeds)
+        task_ids = sorted({r["task_id"] for r in results})
+        key = {"model": model.label, "path": model.path, "benchmark": benchmark, "subset": subset,
+               "spec": spec.as_dict(), "tasks": task_ids}
+        kept = [r for r in results if r["seed"] == spec.seeds[0]][:TRACES_KEPT_PER_MODEL]
+        rows.append({
+            "id": content_id("eval", key), "checkpoint_id": model.checkpoint_id, "model": model.label,
+            "stage": model.stage, "model_path": model.path, "benchmark": benchmark, "subset": subset,
+            "n_tasks": agg["n_tasks"], "seeds": list(spec.seeds), "mean": agg["mean"], "std": agg["std"],
+            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"], "seconds": round(seconds, 2),
+                                                             "cpu_seconds": round(cpu_seconds, 2)},
+            "results": [{"task_id": r["task_id"], "seed": r["seed"], "score": r["score"], "n_calls": r["n_calls"]}
+                        for r in results],
+            "traces": kept, "config": spec.as_dict(), "task_ids": task_ids,
+        })
+    return rows
+
+
+def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], environments: Mapping[str, Any],
+                    spec: EvalSpec, log: Callable[[str], Any] = print,
+                    num_threads: int | None = None) -> list[dict[str, Any]]:
+    """Evaluate every model on the same synthetic and BFCL tasks under every seed.
+
+    Args:
+        models: the base model and the checkpoints.
+        rl_rows: current ``rl_dataset`` rows; the held-out ones are the synthetic tasks.
+        environments: ``{env_id: environment dict}`` of passed environments (code for the sandbox).
+        spec: :class:`EvalSpec`.
+        log: progress messages.
+
+    Returns:
+        ``evaluations`` rows: per model, ``synthetic_held_out`` subsets ``all`` and ``no_overlap`` (tasks
+        whose environments carry no benchmark-overlap tag) and ``bfcl_v3_multi_turn_base`` subset ``all``.
+
+    Raises:
+        ValueError: no model, or fewer than one seed.
+        FileNotFoundError / OSError: a model path does not load.
+    """
+    if not models:
+        raise ValueError("no model to evaluate")
+    if not spec.seeds:
+        raise ValueError("at least one sampling seed is needed")
+    rows_by_id, synth_tasks = {}, []
+    for row in synthetic.held_out_rows(rl_rows, spec.n_synthetic, spec.first_turns_only):
+        if all(e in environments for e in row["env_ids"]):
+            task, restricted = synthetic.as_agent_task(row, spec.max_tools)
+            synth_tasks.append(task)
+            rows_by_id[row["id"]] = restricted
+    bfcl_tasks = bfcl.load_tasks(spec.n_bfcl) if spec.n_bfcl != 0 else []
+    bfcl_by_id = {t.id: t for t in bfcl_tasks}
+    bfcl_agent_tasks = [AgentTask(t.id, list(t.turns[0]), bfcl.task_tools(t),
+                                  ["\n".join(m["content"] for m in turn if m.get("role") == "user")
+                                   for turn in t.turns[1:]])
+                        for t in bfcl_tasks]
+    log(f"evaluating {len(models)} model(s) on {len(synth_tasks)} held-out synthetic and {len(bfcl_tasks)} BFCL "
+        f"tasks, seeds {list(spec.seeds)}")
+    out = []
+    with TaskRunner(environments) as runner:
+        open_synth = synthetic.episode_factory(runner, rows_by_id)
+        for model in models:
+            policy = Policy(Path(model.path), spec.sampling, num_threads=num_threads)
+            for benchmark, tasks, opener in ((synthetic.BENCHMARK, synth_tasks, open_synth),
+                                             (bfcl.BENCHMARK, bfcl_agent_tasks,
+                                              lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id]))):
+                if not tasks:
+                    continue
+                started, cpu_started = time.perf_counter(), time.process_time()
+                results = []
+                for seed in spec.seeds:
+                    results += run_agent(policy.generate, tasks, opener, seed, spec.max_tool_rounds)
+                seconds = time.perf_counter() - started
+                cpu_seconds = time.process_time() - cpu_started
+                subsets = {"all": results}
+                if benchmark == synthetic.BENCHMARK:
+                    subsets["no_overlap"] = [r for r in results if not r["tags"].get("benchmark_overlap")]
+                new = _rows_for(model, benchmark, subsets, spec, seconds, cpu_seconds)
+                log(f"{model.label} ({model.stage}) {benchmark}: mean {new[0]['mean']:.3f} +- {new[0]['std']:.3f} "
+                    f"over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)")
+                out += new
+    return out

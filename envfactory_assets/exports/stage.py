@@ -1,0 +1,134 @@
+"""Build every export of one dataset version into ``$ENVFACTORY_HOME/exports/<version>/``.
+
+Train and validation are split by environment with :func:`envfactory_assets.training.splits.row_split`
+(``held_out`` -> ``validation``), the same function training and evaluation use. Files are written into
+a temporary sibling folder and renamed into place, so a failed export leaves no half-written version.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from envfactory_assets.exports import formats
+from envfactory_assets.exports.licences import allowed, row_licences
+from envfactory_assets.store.ids import content_id
+from envfactory_assets.training.splits import row_split
+
+SPLITS = ("train", "validation")
+MANIFEST = "manifest.json"
+
+
+def export_split(env_ids: Sequence[str]) -> str:
+    """``"validation"`` for rows of held-out environments, else ``"train"``."""
+    return "validation" if row_split(env_ids) == "held_out" else "train"
+
+
+def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str]):
+    kept, dropped = [], 0
+    for row in rows:
+        row_lic = row_licences(row["env_ids"], licences)
+        if allowed(row_lic, allow):
+            kept.append((row, export_split(row["env_ids"]), row_lic))
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+def export_version(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]], allow: Sequence[str]) -> str:
+    """Content id of an export: the row ids and the licence allow-list."""
+    return content_id("exp", {"sft": sorted(r["id"] for r in sft_rows), "rl": sorted(r["id"] for r in rl_rows),
+                              "allow": sorted(a.strip().lower() for a in allow)})
+
+
+def dataset_card(manifest: dict[str, Any]) -> str:
+    """The Markdown dataset card: formats, row counts per split, and every licence with its row count."""
+    lines = [f"# EnvFactory dataset export `{manifest['version']}`", "",
+             ("Tool-use conversations (SFT) and one-turn RL tasks with gold calls and final states, synthesized in "
+             "executable environments built from public API descriptions. Train and validation are split by "
+             "environment: no validation environment appears in train."), "",
+             (f"Licence allow-list: {', '.join(manifest['allow']) if manifest['allow'] else 'none (every licence)'}; "
+             f"rows dropped by it: SFT {manifest['dropped']['sft']}, RL {manifest['dropped']['rl']}."), "",
+             "| file | format | train | validation |", "|---|---|---|---|"]
+    for name, info in manifest["files"].items():
+        lines.append(f"| `{name}` | {info['format']} | {info['rows']['train']} | {info['rows']['validation']} |")
+    lines += ["", "## Source licences", "",
+              "Each row lists the licences of the source resources of its environments (`licences`). Rows per licence:",
+              "", "| licence | url | SFT rows | RL rows |", "|---|---|---|---|"]
+    for entry in manifest["licences"]:
+        lines.append(f"| {entry['name']} | {entry['url']} | {entry['sft_rows']} | {entry['rl_rows']} |")
+    lines += ["", ("`unspecified` means the source API description states no licence; check the provider's terms "
+              "before redistributing such rows (the allow-list setting can exclude them).")]
+    return "\n".join(lines) + "\n"
+
+
+def _licence_counts(sft: list, rl: list) -> list[dict[str, Any]]:
+    counts: dict[tuple[str, str], Counter] = {}
+    for kind, selected in (("sft_rows", sft), ("rl_rows", rl)):
+        for _row, _split, lic in selected:
+            for key in {(e["name"], e["url"]) for e in lic}:
+                counts.setdefault(key, Counter())[kind] += 1
+    return [{"name": n, "url": u, "sft_rows": c["sft_rows"], "rl_rows": c["rl_rows"]}
+            for (n, u), c in sorted(counts.items())]
+
+
+def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
+                  licences: Mapping[str, Mapping[str, str]], exports_dir: Path,
+                  allow: Sequence[str] = ()) -> dict[str, Any]:
+    """Write verl parquet, ShareGPT JSON, a HF dataset and the dataset card for one dataset version.
+
+    Args:
+        sft_rows / rl_rows: current ``sft_dataset`` / ``rl_dataset`` rows.
+        licences: ``{env_id: {"name", "url", "source_resource_id"}}`` (see ``licences.environment_licences``).
+        exports_dir: ``$ENVFACTORY_HOME/exports``; the version goes to ``exports_dir / version``.
+        allow: licence names to keep (case-insensitive); empty keeps every row.
+
+    Returns:
+        The manifest (also written as ``manifest.json``): ``{"version", "path", "allow", "dropped",
+        "files": {name: {"format", "rows": {split: n}}}, "licences": [...], "validation_env_ids": [...]}``.
+        An existing complete version is returned as it is (idempotent).
+
+    Raises:
+        KeyError: a row's environment has no known source licence (nothing is written).
+    """
+    import json
+
+    version = export_version(sft_rows, rl_rows, allow)
+    out = Path(exports_dir) / version
+    if (out / MANIFEST).is_file():
+        return json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    sft, sft_dropped = _select(sft_rows, licences, allow)
+    rl, rl_dropped = _select(rl_rows, licences, allow)
+    tmp = out.with_name(f".{version}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    files: dict[str, Any] = {}
+    for split in SPLITS:
+        verl = [formats.verl_row(r, i, s, lic) for i, (r, s, lic) in enumerate(x for x in rl if x[1] == split)]
+        formats.write_parquet(verl, tmp / f"verl_{split}.parquet")
+        files[f"verl_{split}.parquet"] = {"format": "verl parquet (RL)", "rows": {s: (len(verl) if s == split else 0) for s in SPLITS}}
+        share = [formats.sharegpt_record(r, s, lic) for r, s, lic in sft if s == split]
+        formats.write_json(share, tmp / f"sharegpt_{split}.json")
+        files[f"sharegpt_{split}.json"] = {"format": "LlamaFactory ShareGPT (SFT)", "rows": {s: (len(share) if s == split else 0) for s in SPLITS}}
+    formats.write_json({f"envfactory_{s}": {"file_name": f"sharegpt_{s}.json", **formats.SHAREGPT_DATASET_INFO}
+                        for s in SPLITS}, tmp / "dataset_info.json")
+    hf = {s: [formats.hf_record(r, s2, lic) for r, s2, lic in sft if s2 == s] for s in SPLITS}
+    formats.write_hf(hf, tmp / "hf_sft")
+    files["hf_sft"] = {"format": "Hugging Face datasets (save_to_disk, SFT)", "rows": {s: len(hf[s]) for s in SPLITS}}
+    manifest = {"version": version, "path": str(out), "allow": list(allow),
+                "dropped": {"sft": sft_dropped, "rl": rl_dropped}, "files": files,
+                "licences": _licence_counts(sft, rl),
+                "validation_env_ids": sorted({e for _r, s, _l in sft + rl if s == "validation" for e in _r["env_ids"]})}
+    (tmp / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / MANIFEST).is_file():
+            raise
+    return manifest

