@@ -196,3 +196,13 @@ def test_expectation_suites_pass_on_the_datasets_and_catch_corrupted_rows(store)
     bad_rl[0]["masked_arguments"] = ["page"]
     assert not validate_rl(bad_rl).success
     assert validate_sft([]).success is False
+
+
+def test_trajectory_diversity_mart_matches_the_filter_report(store):
+    from envfactory_assets.synth.filtering import diversity
+
+    mart = store.query("SELECT * FROM trajectory_diversity").to_dicts()[0]
+    expected = diversity(store.read("refined_trajectories"))
+    assert mart["trajectories"] == expected["trajectories"] > 0
+    assert (mart["distinct_tool_pairs"], mart["environments"], mart["domains"]) == (
+        expected["distinct_tool_pairs"], expected["environments"], expected["domains"])

@@ -7,13 +7,20 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets.decontam.tagging import benchmark_tags
-from envfactory_assets.defs.common import data_version, no_failed_environment_check, status_counts
+from envfactory_assets.defs.common import (
+    data_version,
+    no_failed_environment_check,
+    status_counts,
+)
 from envfactory_assets.defs.graph.assets import passed_environments
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
+from envfactory_assets.synth.report import refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats
+from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
 from envfactory_assets.synth.stage import (
     chain_rows,
     dataset_rows,
@@ -116,21 +123,36 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
     }, data_version=data_version(rows))
 
 
-@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version="1")
-def refined_trajectories(envfactory: EnvFactoryHome) -> dg.MaterializeResult:
-    """Queries rewritten with implicit references and parameter omission; each replaced value is checked
-    to be obtainable from an earlier tool result in the conversation."""
+class RefineConfig(dg.Config):
+    """Calibrated refinement: ``k`` solve attempts per turn (paper: 4) by the programmatic solver, or by the
+    model of the ``model_backend`` resource when one is configured; fewer than ``min_turns`` solvable turns
+    fail the trajectory."""
+
+    k: int = 4
+    min_turns: int = 2
+
+
+@dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version="2")
+def refined_trajectories(config: RefineConfig, envfactory: EnvFactoryHome,
+                         model_backend: ModelBackend) -> dg.MaterializeResult:
+    """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
+    query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
+    unsolvable turn ends the chain."""
+    if config.k < 1:
+        raise dg.Failure(f"refined_trajectories.k must be >= 1, got {config.k}")
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
-    rows = refined_trajectory_rows([r for r in raw if all(e in envs for e in r["env_ids"])], envs)
+    backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+    solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver()
+    rows = refined_trajectory_rows([r for r in raw if all(e in envs for e in r["env_ids"])], envs, solver,
+                                   CalibrationConfig(k=config.k, min_turns=config.min_turns))
     written = store.replace_current("refined_trajectories", rows)
-    ops = Counter(o["operator"] for r in rows for o in r["operators"])
-    example = next((t for r in rows for t in r["turns"] if t["operators"]), None)
+    report = refinement_report(rows)
+    report["examples_md"] = dg.MetadataValue.md(report["examples_md"])
     return dg.MaterializeResult(metadata={
-        "trajectories": len(rows), "status": status_counts(rows), "written": written, "operators": dict(ops),
-        "example_before": example["query_raw"] if example else "", "example_after": example["query"] if example else "",
-    }, data_version=data_version(rows))
+        "trajectories": len(rows), "status": status_counts(rows), "written": written, "solver": solver.name,
+        **report}, data_version=data_version(rows))
 
 
 @dg.multi_asset(
