@@ -53,3 +53,14 @@ def test_assign_splits_gives_the_exact_paper_counts_and_is_stable():
     assert sum(1 for i in ids if grown[i] != splits[i]) <= 1
     with pytest.raises(ValueError, match="sft_share"):
         assign_splits(ids, 1.5)
+
+
+def test_raw_examples_table_shows_passed_turns_only():
+    from envfactory_assets.synth.report import raw_examples_markdown
+
+    rows = [{**_row("a", ["Show me the books | all of them.", "Delete that book."], CALLS), "n_turns": 2},
+            {**_row("b", ["Never shown."], [["x"]], status="failed"), "n_turns": 1}]
+    table = raw_examples_markdown(rows)
+    assert "Show me the books \\| all of them." in table and "`list_books`, `get_book`" in table
+    assert "Never shown" not in table
+    assert raw_examples_markdown(rows[1:]) == "_no passed trajectory_"

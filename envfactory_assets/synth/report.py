@@ -64,3 +64,13 @@ def refinement_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "diversity": diversity(rows),
         "examples_md": examples_markdown(rows),
     }
+
+
+def raw_examples_markdown(rows: list[dict[str, Any]], n: int = 5) -> str:
+    """A Markdown table of the first ``n`` turns of passed raw trajectories: query, calls made, turn count."""
+    lines = ["| query | calls | turns in trajectory |", "|---|---|---|"]
+    shown = [(r, t) for r in rows if r["status"] == "passed" for t in r["turns"][:1]][:n]
+    for r, t in shown:
+        calls = ", ".join(f"`{c['name']}`" for c in t["calls"])
+        lines.append(f"| {_md_cell(t['query'])} | {calls} | {r['n_turns']} |")
+    return "\n".join(lines) if shown else "_no passed trajectory_"

@@ -38,6 +38,7 @@ from envfactory_assets.synth.trajectories import to_messages
 ToolCaller = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 DEFAULT_K = 4  # paper: four solve attempts per turn
+MAX_TOOL_TRIES = 3  # tools the programmatic solver tries for one request when a call answers with an error
 PAGINATION_KEYS = frozenset({"total", "limit", "offset", "page", "page_size", "per_page", "next", "cursor",
                              "count", "has_more"})
 
@@ -126,8 +127,9 @@ class _ToolInfo:
     @property
     def key(self) -> str | None:
         """The identifier parameter naming the tool's own row (``book_id`` for a book tool), if any."""
-        ids = [p for p in self.params if p.endswith("_id") and singular(p[:-3].split("_")[-1]) in self.nouns]
-        return ids[0] if ids else None
+        ids = [p for p in self.params if p.endswith("_id")
+               and all(t in self.nouns for t in _tokens(p[:-3]) if not t.isdigit())]
+        return min(ids, key=lambda p: (p not in self.required, len(p))) if ids else None
 
 
 def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
@@ -135,10 +137,16 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
     name_tokens, desc_tokens = _tokens(fn["name"]), _tokens(fn.get("description") or "")
     action = next((_VERB_OF[t] for t in name_tokens if t in _VERB_OF), None) or next(
         (_VERB_OF[t] for t in desc_tokens if t in _VERB_OF), None)
-    nouns = frozenset(t for t in name_tokens + desc_tokens if t not in _VERB_OF and t not in _STOP and not t.isdigit())
+    words = [t for t in name_tokens + desc_tokens if t not in _STOP and not t.isdigit()]
+    # "web_hook" and "webhooks", "data_sources" and "datasources": adjacent words joined count as nouns too
+    joined = [singular(a + b) for a, b in zip(name_tokens, name_tokens[1:])]
+    nouns = frozenset(t for t in words + joined if t not in _VERB_OF)
     params = fn.get("parameters") or {}
-    return _ToolInfo(fn["name"], action, nouns, dict(params.get("properties") or {}),
-                     frozenset(params.get("required") or []))
+    required = frozenset(params.get("required") or [])
+    props = dict(params.get("properties") or {})
+    if action == "get" and not required and any(p in props for p in ("limit", "page", "page_size", "offset")):
+        action = "list"  # "get_documents(limit=...)" lists rows
+    return _ToolInfo(fn["name"], action, nouns, props, required)
 
 
 def _coerce(text: str, schema: Mapping[str, Any]) -> Any:
@@ -199,7 +207,8 @@ class ProgrammaticSolver:
     descriptions, arguments from the query's literals and from earlier tool results.
 
     Per request (clauses joined by "then"): the tool is the one whose name/description shares the request's
-    action verb and most of its words (ties sampled with the attempt's seed); a row reference ("that book",
+    action verb and most of its words and parameter names (ties sampled with the attempt's seed; when a call
+    answers with an error, up to :data:`MAX_TOOL_TRIES` tools of that action are tried in rank order); a row reference ("that book",
     "the new book", "the book whose title is 'X'", "the second book in that list", "my most recent book")
     is resolved against the tool results seen so far, sampling among rows that fit equally well; literals
     written after a parameter's name fill that parameter. It never sees gold calls or the hidden state:
@@ -214,18 +223,19 @@ class ProgrammaticSolver:
         seen = _observations_from(view.messages, infos)
         attempt = Attempt()
         for clause in _clauses(view.query):
-            tool = _choose_tool(clause, infos, rng)
-            if tool is None:
-                continue
-            args = _arguments(clause, tool, seen, rng, guess=False)
-            if args is None or "most recent" in clause.lower():
-                # the row is not in the conversation (or "most recent" needs the whole table): list it first
-                lister = _lister_for(tool, infos, rng)
-                if lister is not None:
-                    self._call(lister, _list_everything(lister), call_tool, seen, attempt)
-                args = _arguments(clause, tool, seen, rng, guess=True)
-            if args is not None:
-                self._call(tool, args, call_tool, seen, attempt)
+            ranked = _rank_tools(clause, infos, rng)
+            # a tool that answers with an error (say, the row lives in another environment's table) makes
+            # the agent try the next-best tool of the same action, as a person reading the error would
+            for tool in [t for t in ranked if t.action == ranked[0].action][:MAX_TOOL_TRIES]:
+                args = _arguments(clause, tool, seen, rng, guess=False)
+                if args is None or "most recent" in clause.lower():
+                    # the row is not in the conversation (or "most recent" needs the whole table): list first
+                    lister = _lister_for(tool, infos, rng)
+                    if lister is not None:
+                        self._call(lister, _list_everything(lister), call_tool, seen, attempt)
+                    args = _arguments(clause, tool, seen, rng, guess=True)
+                if args is not None and self._call(tool, args, call_tool, seen, attempt):
+                    break
         attempt.answer = "; ".join(json.dumps(c.get("output", c.get("error")), ensure_ascii=False)[:200]
                                    for c in attempt.calls)
         return attempt
@@ -233,7 +243,7 @@ class ProgrammaticSolver:
 
     @staticmethod
     def _call(tool: _ToolInfo, args: dict[str, Any], call_tool: ToolCaller, seen: list[_Observation],
-              attempt: Attempt) -> None:
+              attempt: Attempt) -> bool:
         res = call_tool(tool.name, args)
         record = {"name": tool.name, "arguments": args, "ok": bool(res.get("ok"))}
         if res.get("ok"):
@@ -242,6 +252,7 @@ class ProgrammaticSolver:
         else:
             record["error"] = res.get("error")
         attempt.calls.append(record)
+        return record["ok"]
 
 
 def _lister_for(tool: _ToolInfo, infos: dict[str, _ToolInfo], rng: random.Random) -> _ToolInfo | None:
@@ -267,20 +278,26 @@ def _clauses(query: str) -> list[str]:
     return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then)\s+|\.\s+(?:Then|Also|And)\s+", text) if c.strip()]
 
 
-def _choose_tool(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) -> _ToolInfo | None:
+def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
+    """Tools that fit a request, best first (score ties in a seeded random order); empty if none fits.
+
+    Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
+    in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'").
+    """
     head = re.split(r"'", clause, maxsplit=1)[0]  # the request's own words come before its first literal
     head_toks = _tokens(head)
     action = next((_VERB_OF[t] for t in head_toks[:3] if t in _VERB_OF), None)
-    best, cands = -1.0, []
+    lowered = clause.lower()
+    scored = []
     for info in infos.values():
         score = 3.0 * (action is not None and info.action == action)
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
-        score += 0.5 * sum(1 for p in info.params if re.search(rf"\b{re.escape(_words(p))}\b", clause.lower()))
-        if score > best:
-            best, cands = score, [info]
-        elif score == best:
-            cands.append(info)
-    return rng.choice(sorted(cands, key=lambda i: i.name)) if cands and best > 0 else None
+        score += sum(1.0 for p in info.params if re.search(rf"\b{re.escape(_words(p))}\b", lowered))
+        if info.key and re.search(rf"\b{re.escape(_words(info.key[:-3]))} '", lowered):
+            score += 2.0
+        if score > 0:
+            scored.append((score, rng.random(), info))
+    return [info for _, _, info in sorted(scored, key=lambda x: (-x[0], x[1]))]
 
 
 def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: random.Random) -> Any | None:
@@ -337,13 +354,16 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
                 if value is not None:
                     args[key] = value
                 text = text[:ref.start()] + text[ref.end():]
-    for name, schema in tool.params.items():
+    # longest labels first, each match blanked out: "account sid 'x'" must not also fill "sid"
+    for name in sorted(tool.params, key=lambda n: -len(_words(n))):
+        schema = tool.params[name]
         if name in args:
             continue
         label = re.escape(_words(name))
         m = re.search(rf"\b{label}\s+(?:is\s+|to\s+)?({_LITERAL})", text, flags=re.IGNORECASE)
         if m:
             args[name] = _coerce(m.group(1), schema)
+            text = text[:m.start()] + " " * (m.end() - m.start()) + text[m.end():]
             continue
         if name.endswith("_id"):
             ref = re.search(rf"\b{label}\s+((?:the|that|this|my)\b[^,]*?\b{re.escape(_words(name[:-3]))}\b"

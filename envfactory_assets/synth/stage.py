@@ -8,7 +8,12 @@ from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.datasets import assign_splits, replay_check, rl_rows, sft_row
+from envfactory_assets.synth.datasets import (
+    assign_splits,
+    replay_check,
+    rl_rows,
+    sft_row,
+)
 from envfactory_assets.synth.filtering import apply_filter
 from envfactory_assets.synth.sampler import (
     Chain,
@@ -93,7 +98,7 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
 
 def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
                             solver: Solver | None = None, config: CalibrationConfig | None = None,
-                            limits: SandboxLimits | None = None) -> list[dict[str, Any]]:
+                            limits: SandboxLimits | None = None, progress: Any = None) -> list[dict[str, Any]]:
     """Refine and calibrate every passed raw trajectory into a ``refined_trajectories`` row.
 
     Near-duplicates (same tool sequence, near-identical queries) are then marked ``failed``
@@ -104,7 +109,9 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
     rows = []
     with SandboxWorker(limits or SandboxLimits()) as worker:
         load_environments(worker, environments, (e for r in raw_rows for e in r["env_ids"]))
-        for raw in raw_rows:
+        for i, raw in enumerate(raw_rows):
+            if progress is not None:
+                progress(i, len(raw_rows))
             cal = calibrate_trajectory(raw, environments, worker, solver, config)
             unresolved = [o for o in cal["operators"]
                           if o["operator"] == "implicit_reference" and not o["obtainable_from"]]

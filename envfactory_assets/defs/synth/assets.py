@@ -18,7 +18,7 @@ from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
-from envfactory_assets.synth.report import refinement_report
+from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats
 from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
 from envfactory_assets.synth.stage import (
@@ -34,7 +34,7 @@ from envfactory_assets.synth.trajectories import SynthConfig
 class ChainsConfig(dg.Config):
     """Sampler settings (defaults: the paper's topology-aware sampler, 15 tools, 3 servers, depth 5)."""
 
-    n_chains: int = 400
+    n_chains: int = 3000
     sampler: str = "topology"
     baseline_chains: int = 100
     base_key: str = "default"
@@ -120,6 +120,7 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
         "turns_per_trajectory": dict(sorted(Counter(r["n_turns"] for r in ok).items())),
         "calls_per_trajectory": dict(sorted(Counter(r["n_calls"] for r in ok).items())),
         "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
+        "examples_md": dg.MetadataValue.md(raw_examples_markdown(rows)),
     }, data_version=data_version(rows))
 
 
@@ -133,7 +134,7 @@ class RefineConfig(dg.Config):
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version="2")
-def refined_trajectories(config: RefineConfig, envfactory: EnvFactoryHome,
+def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig, envfactory: EnvFactoryHome,
                          model_backend: ModelBackend) -> dg.MaterializeResult:
     """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
     query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
@@ -145,8 +146,13 @@ def refined_trajectories(config: RefineConfig, envfactory: EnvFactoryHome,
     raw = store.read("raw_trajectories", "status = 'passed'")
     backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
     solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver()
+
+    def progress(done: int, total: int) -> None:
+        if done % 250 == 0:
+            context.log.info(f"refined_trajectories: {done}/{total} trajectories calibrated")
+
     rows = refined_trajectory_rows([r for r in raw if all(e in envs for e in r["env_ids"])], envs, solver,
-                                   CalibrationConfig(k=config.k, min_turns=config.min_turns))
+                                   CalibrationConfig(k=config.k, min_turns=config.min_turns), progress=progress)
     written = store.replace_current("refined_trajectories", rows)
     report = refinement_report(rows)
     report["examples_md"] = dg.MetadataValue.md(report["examples_md"])
