@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -158,6 +159,9 @@ def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, ca
     n_raw = store.counts()["raw_trajectories"]
     assert f"| passed | {n_raw} |" in text
     assert "| ecommerce_retail | 1 | 1 |" in text and "implicit_reference" in text
+    calibration = text.split("## Solvability calibration", 1)[1]
+    n_refined = len(store.read("refined_trajectories", "status = 'passed'"))
+    assert f"| passed | {n_refined} |" in calibration and re.search(r"\| 1\.0 \| \d+ \|", calibration)
 
 
 def test_benchmark_overlap_tags_flow_into_the_datasets(store):

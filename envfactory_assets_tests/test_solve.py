@@ -222,3 +222,45 @@ def test_goal_merging_joins_two_turns_and_calibration_splits_an_unsolvable_merge
     cal = calibrate_trajectory(broken, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2))
     assert len(cal["turns"]) == index and "merged_from" not in cal["turns"][-1]
     assert any(o["operator"] == "goal_merging" and o["reverted"] for o in cal["turns"][-1]["operators"])
+
+
+def _spec(name: str, description: str, props: dict, required: tuple = ()) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": props, "required": list(required)}}}
+
+
+def _recording_environment(failing: frozenset = frozenset()):
+    """A tool caller that records calls; tools in ``failing`` answer like a row missing from their table."""
+    calls = []
+
+    def call(name, args):
+        calls.append((name, args))
+        if name in failing:
+            return {"ok": False, "error": {"type": "not_found", "message": "no such row"}}
+        return {"ok": True, "output": {}}
+    return calls, call
+
+
+def test_programmatic_solver_reads_labels_nouns_and_errors_like_an_agent():
+    string = {"type": "string"}
+    tools = (
+        _spec("create_connection_policy", "Create a connection policy",
+              {"account_sid": string, "sid": string, "friendly_name": string}),
+        _spec("list_data_sources", "List data sources", {"limit": {"type": "integer"}, "apis_id": string}),
+        _spec("list_graphql_apis", "List GraphQL APIs", {"limit": {"type": "integer"}}),
+        _spec("delete_documents_id", "Delete a document", {"document_id": string}, ("document_id",)),
+        _spec("database_delete_document", "Delete document", {"document_id": string}, ("document_id",)),
+    )
+    solver = ProgrammaticSolver()
+    query = ("Create a new connection policy with account sid 'heavy-network', friendly name 'Alvarez', "
+             "sid 'defense-road', then show me the datasources where apis id is 'api_00001'.")
+    calls, env = _recording_environment()
+    solver.attempt(SolverView.for_turn([], query, tools), env, seed=1)
+    assert calls == [("create_connection_policy", {"account_sid": "heavy-network", "friendly_name": "Alvarez",
+                                                   "sid": "defense-road"}),
+                     ("list_data_sources", {"apis_id": "api_00001"})]
+    # the document lives in one of two environments: an error makes the agent try the other delete tool
+    for seed in range(4):
+        calls, env = _recording_environment(failing=frozenset({"delete_documents_id"}))
+        solver.attempt(SolverView.for_turn([], "Delete document 'doc_00002'.", tools), env, seed=seed)
+        assert calls[-1] == ("database_delete_document", {"document_id": "doc_00002"})
