@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -175,6 +176,9 @@ def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, ca
     n_raw = store.counts()["raw_trajectories"]
     assert f"| passed | {n_raw} |" in text
     assert "| ecommerce_retail | 1 | 1 |" in text and "implicit_reference" in text
+    calibration = text.split("## Solvability calibration", 1)[1]
+    n_refined = len(store.read("refined_trajectories", "status = 'passed'"))
+    assert f"| passed | {n_refined} |" in calibration and re.search(r"\| 1\.0 \| \d+ \|", calibration)
 
 
 def test_benchmark_overlap_tags_flow_into_the_datasets(store):
@@ -215,3 +219,13 @@ def test_expectation_suites_pass_on_the_datasets_and_catch_corrupted_rows(store)
     bad_rl[0]["masked_arguments"] = ["page"]
     assert not validate_rl(bad_rl).success
     assert validate_sft([]).success is False
+
+
+def test_trajectory_diversity_mart_matches_the_filter_report(store):
+    from envfactory_assets.synth.filtering import diversity
+
+    mart = store.query("SELECT * FROM trajectory_diversity").to_dicts()[0]
+    expected = diversity(store.read("refined_trajectories"))
+    assert mart["trajectories"] == expected["trajectories"] > 0
+    assert (mart["distinct_tool_pairs"], mart["environments"], mart["domains"]) == (
+        expected["distinct_tool_pairs"], expected["environments"], expected["domains"])

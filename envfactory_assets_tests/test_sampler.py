@@ -297,3 +297,34 @@ def test_sample_chains_baseline_and_errors(graph):
 def test_chain_round_trips_through_json(graph):
     c = sample_chains(graph, 1, "json")[0]
     assert Chain.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+
+
+# --------------------------------------------------------------------------- tool-name clashes
+def _two_env_tools(shared_name: str) -> list[dict]:
+    """``maker`` issues widget ids that ``user`` consumes; each also has a tool named ``shared_name``
+    (or distinct names when ``shared_name`` is empty)."""
+    def tool(env, name, kind, inp, out):
+        return {"env_id": env, "domain": "d", "name": name, "kind": kind, "table": "widgets",
+                "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
+                "output_schema": {"type": "object", "properties": out}}
+    wid = {"widget_id": {"type": "string", "description": "Widget handle"}}
+    return [tool("maker", "make_widget", "create", {}, wid),
+            tool("maker", shared_name or "maker_status", "get", {}, {}),
+            tool("user", "find_widget", "get", {}, wid),
+            tool("user", "use_widget", "update", wid, wid),
+            tool("user", "inspect_widget", "get", wid, {}),
+            tool("user", shared_name or "user_status", "get", {}, {})]
+
+
+@pytest.mark.parametrize("sampler", ["topology", "random_walk"])
+def test_environments_sharing_a_tool_name_are_never_combined(sampler):
+    from envfactory_assets.synth.sampler import clashing_environments
+
+    cfg = SamplerConfig(min_tools=2)
+    distinct = build_tool_graph(_two_env_tools(""), HashingEmbedder(), threshold=0.999)
+    both = [c for c in sample_chains(distinct, 40, "x", cfg, sampler, require_valid=False) if len(c.servers) == 2]
+    assert both, "without a clash the samplers do combine the two environments"
+    clashing = build_tool_graph(_two_env_tools("status"), HashingEmbedder(), threshold=0.999)
+    assert clashing_environments(clashing) == {"maker": frozenset({"user"}), "user": frozenset({"maker"})}
+    chains = sample_chains(clashing, 40, "x", cfg, sampler, require_valid=False)
+    assert chains and all(len(c.servers) == 1 for c in chains)

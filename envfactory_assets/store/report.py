@@ -44,6 +44,13 @@ def run_report(store: Store) -> str:
         kinds = q("SELECT kind, count(*) FROM current_source_resources GROUP BY 1 ORDER BY 1")
         overlap = q("SELECT benchmark, count(DISTINCT env_id), count(*) FROM current_benchmark_overlap "
                     "GROUP BY 1 ORDER BY 1")
+        refined = q("SELECT status, count(*) FROM current_refined_trajectories GROUP BY 1 ORDER BY 1")
+        accuracy = q("SELECT round(CAST(t->>'accuracy' AS DOUBLE), 2) AS a, count(*) FROM current_refined_trajectories, "
+                     "unnest(CAST(turns AS JSON[])) AS u(t) WHERE t->>'accuracy' IS NOT NULL GROUP BY 1 ORDER BY 1")
+        reverted = q("SELECT o->>'operator', count(*) FROM current_refined_trajectories, "
+                     "unnest(CAST(operators AS JSON[])) AS t(o) WHERE CAST(o->>'reverted' AS BOOLEAN) GROUP BY 1 ORDER BY 1")
+        has_diversity = q("SELECT count(*) FROM information_schema.tables WHERE table_name = 'trajectory_diversity'")[0][0]
+        diversity = q("SELECT * FROM trajectory_diversity") if has_diversity else []
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
         ckpts = q("SELECT id, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
@@ -70,6 +77,15 @@ def run_report(store: Store) -> str:
         "Turns per passed trajectory:", "", _table(turns, ("turns", "trajectories")), "",
         "Calls per passed trajectory (min / mean / max): " + " / ".join(str(v) for v in calls[0]), "",
         "Refinement operators applied:", "", _table(ops, ("operator", "applications")), "",
+        "## Solvability calibration", "", "Refined trajectories by status (unsolvable turns end a chain; "
+        "near-duplicates are removed):", "", _table(refined, ("status", "trajectories")), "",
+        "Per-turn accuracy (passing solve attempts / k) of the queries kept:", "",
+        _table(accuracy, ("accuracy", "turns")), "",
+        "Operator applications reverted because the refined query became unsolvable:", "",
+        _table(reverted, ("operator", "reverted")), "",
+        "Diversity of passed refined trajectories (mart `trajectory_diversity`):", "",
+        _table(diversity, ("trajectories", "distinct tool pairs", "environments", "domains",
+                           "tool pairs / 1,000", "environments / 1,000", "domains / 1,000")), "",
     ]
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]

@@ -45,7 +45,7 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     kind = tool["kind"]
     if kind in ("get", "update", "delete"):
         target = val(key)
-        subject = target if target and target.startswith(("the ", "that ", "this ", "it")) else (
+        subject = target if target and target.startswith(("the ", "that ", "this ", "it", "my ")) else (
             f"{thing} {target}" if target else f"that {thing}")
     fields = [(n, val(n)) for n in args if n not in (key, "limit")]
     fields = [(n, v) for n, v in fields if v]

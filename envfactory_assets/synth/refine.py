@@ -1,6 +1,17 @@
-"""Calibrated refinement, operator 1: implicit reference and parameter omission (EnvFactory paper).
+"""Calibrated refinement operators (EnvFactory paper, QueryGen), each recorded per turn:
 
-A literal row identifier in the raw query that an earlier tool result in the conversation already holds is
+- ``implicit_reference`` + ``parameter_omission`` (operator a): see below;
+- ``action_compression`` (operator b): a lookup the user would not spell out is dropped from the query: a
+  ``list`` call with no argument that matters (only pagination) whose rows a later call of the same turn
+  names by a label ("the book whose title is 'X'"); the agent must find the row itself;
+- ``ambiguity`` and ``implicit_constraint`` (operator c), grounded in the state: a row picked from the hidden
+  state that is the newest of its table becomes "my most recent <thing>" (newest = the largest identifier,
+  the environments' ids count up); an enum-valued list filter is stated as an adjective ("the 'fiction'
+  books") and the agent must find which parameter takes that value from the tool schema.
+
+Solvability of every rewritten query is re-checked by :mod:`envfactory_assets.synth.calibrate`.
+
+Operator a: a literal row identifier in the raw query that an earlier tool result in the conversation already holds is
 replaced by a reference a person would use ("the company you just created", "the contact named
 'Ada Lovelace'"); the argument's value is omitted from the query. Each replacement is kept only
 when the check proves the value is still obtainable: the referenced value occurs in an earlier tool
@@ -14,7 +25,13 @@ import json
 from typing import Any
 
 from envfactory_assets.sources.names import singular
-from envfactory_assets.synth.phrasing import describe_call, join_sentences, literal, words
+from envfactory_assets.synth.datasets import MASKED_ARGUMENT_NAMES
+from envfactory_assets.synth.phrasing import (
+    describe_call,
+    join_sentences,
+    literal,
+    words,
+)
 from envfactory_assets.synth.trajectories import ToolIndex
 
 LABEL_FIELDS = ("name", "title", "subject", "email", "username", "display_name", "full_name", "label")
@@ -48,8 +65,34 @@ def _obtainable(value: Any, earlier_results: list[str]) -> bool:
     return any(needle in text for text in earlier_results)
 
 
+def _id_order(value: Any) -> tuple[int, str]:
+    return len(str(value)), str(value)
+
+
+def _most_recent_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str) -> str | None:
+    """"my most recent <thing>" when ``value`` is the newest (largest) identifier of ``rows``, else None."""
+    ids = [r[key] for r in rows if key in r]
+    if not ids or max(ids, key=_id_order) != value:
+        return None
+    return f"my most recent {words(singular(table))}"
+
+
+def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[str, str]]) -> list[int]:
+    """Positions (in the turn) of list calls operator b may drop: only pagination arguments, not the turn's
+    last call, and every later use of their rows in the turn names the row by a label."""
+    out = []
+    for i, call in enumerate(calls[:-1]):
+        if call["kind"] != "list" or any(a not in MASKED_ARGUMENT_NAMES for a in call["arguments"]):
+            continue
+        uses = [(j, arg) for j in range(i + 1, len(calls)) for arg, prov in calls[j]["provenance"].items()
+                if prov.get("source") == "output" and prov.get("call") == turn_start + i]
+        if uses and all(" whose " in refs[j].get(arg, "") for j, arg in uses):
+            out.append(i)
+    return out
+
+
 def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Apply implicit reference + parameter omission to every turn.
+    """Apply the refinement operators to every turn (each turn's ``state_before`` grounds operator c).
 
     Returns ``(refined_turns, operators)``: each refined turn keeps ``query_raw`` and gets a new
     ``query`` and its own ``operators`` list; ``operators`` is the flat list of applications
@@ -68,9 +111,13 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
         new_turn["operators"] = []
         parts = []
 
-        def record(operator: str, argument: str, value: Any, reference: str, source: str) -> None:
-            op = {"operator": operator, "turn": t_idx, "call": position, "argument": argument, "value": value,
-                  "reference": reference, "obtainable_from": source}
+        turn_refs: list[dict[str, str]] = []
+        touched: set[str] = set()  # tables written earlier in this turn: "most recent" would be unclear
+
+        def record(operator: str, argument: str, value: Any, reference: str, source: str,
+                   call_pos: int | None = None) -> None:
+            op = {"operator": operator, "turn": t_idx, "call": position if call_pos is None else call_pos,
+                  "argument": argument, "value": value, "reference": reference, "obtainable_from": source}
             new_turn["operators"].append(op)
             applied.append(op)
 
@@ -93,9 +140,73 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             if "limit" in call["arguments"]:
                 refs["limit"] = ""
                 record("parameter_omission", "limit", call["arguments"]["limit"], "", "default")
-            parts.append(describe_call(tool, index.key_of(tool), call["arguments"], refs))
+            key = index.key_of(tool)
+            if (key not in refs and call["kind"] in ("get", "update", "delete") and tool["table"] not in touched
+                    and call["provenance"].get(key, {}).get("source") == "state"):
+                rows = turn["state_before"][call["env_id"]]["tables"][tool["table"]]
+                phrase = _most_recent_reference(rows, key, call["arguments"][key], tool["table"])
+                if phrase:
+                    refs[key] = phrase
+                    record("ambiguity", key, call["arguments"][key], phrase, "state: newest row of the table")
+            adjective = None
+            if call["kind"] == "list":
+                props = tool["input_schema"]["properties"]
+                enum_arg = next((a for a, v in call["arguments"].items()
+                                 if a not in refs and isinstance(v, str) and v in props.get(a, {}).get("enum", ())), None)
+                if enum_arg:
+                    refs[enum_arg], adjective = "", literal(call["arguments"][enum_arg])
+                    record("implicit_constraint", enum_arg, call["arguments"][enum_arg],
+                           f"{adjective} {words(tool['table'])}", "tool schema enum")
+            sentence = describe_call(tool, key, call["arguments"], refs)
+            if adjective:
+                sentence = sentence.replace(f"show me the {words(tool['table'])}",
+                                            f"show me the {adjective} {words(tool['table'])}", 1)
+            if call["kind"] not in ("list", "get"):
+                touched.add(tool["table"])
+            parts.append(sentence)
+            turn_refs.append(refs)
             earlier.append(json.dumps(call["output"], ensure_ascii=False))
             position += 1
-        new_turn["query"] = join_sentences(parts)
+        dropped = _compressible(turn["calls"], turn_start, turn_refs)
+        for i in dropped:
+            record("action_compression", "", None, parts[i], "the agent lists the rows itself", turn_start + i)
+        new_turn["query"] = join_sentences([p for i, p in enumerate(parts) if i not in dropped])
         refined.append(new_turn)
     return refined, applied
+
+
+def _join_goals(first: str, second: str) -> str:
+    return first.rstrip(".") + ", and after that " + second[0].lower() + second[1:]
+
+
+def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int = 2) -> list[dict[str, Any]]:
+    """Operator d, goal merging: the first two consecutive refined turns that together make at most
+    ``max_calls`` calls (each at most 2) become one turn asking for both goals, if more than ``min_turns``
+    turns remain; at most one merge per trajectory.
+
+    The merged turn runs from the first turn's ``state_before`` to the second's ``state_after``, keeps both
+    turns' calls, intents and target tools, joins their raw and refined queries, records a ``goal_merging``
+    operator, and keeps the two original turns in ``merged_from`` so calibration can split it back.
+    """
+    if len(turns) <= min_turns:
+        return turns
+    for i in range(len(turns) - 1):
+        a, b = turns[i], turns[i + 1]
+        if len(a["calls"]) + len(b["calls"]) > max_calls or max(len(a["calls"]), len(b["calls"])) > 2:
+            continue
+        merged = {
+            **a, "calls": a["calls"] + b["calls"], "intent": a["intent"] + b["intent"],
+            "target_tools": a["target_tools"] + b["target_tools"],
+            "query_raw": _join_goals(a["query_raw"], b["query_raw"]), "query": _join_goals(a["query"], b["query"]),
+            "assistant_summary": f"{a['assistant_summary']} {b['assistant_summary']}",
+            "state_after": b["state_after"], "state_after_hash": b["state_after_hash"],
+            "merged_from": [a, b],
+        }
+        merged["operators"] = a["operators"] + b["operators"] + [{
+            "operator": "goal_merging", "turn": i, "call": None, "argument": "", "value": None,
+            "reference": f"turns {i} and {i + 1} asked as one request", "obtainable_from": "both goals"}]
+        out = turns[:i] + [merged] + turns[i + 2:]
+        for k, t in enumerate(out):
+            t["turn_index"] = k
+        return out
+    return turns

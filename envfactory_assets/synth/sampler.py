@@ -20,6 +20,9 @@ draw, so the same graph rows + seed + config give the same chain. Per-chain seed
 :func:`chain_seed` (sha256 of a stable key), never from one global random stream, so adding or removing a
 chain does not move the others.
 
+Environments that define the same tool name are never combined in one chain (both samplers): one episode
+exposes every tool of its environments by bare name, and tool names must stay unique within a task.
+
 A chain is *valid* (:func:`validate_chain`) when every required input of every tool is user-providable or is
 produced, through a graph edge, by a tool placed earlier in the chain.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "sample_chain",
     "random_walk_chain",
     "sample_chains",
+    "clashing_environments",
     "validate_chain",
     "dependency_stats",
 ]
@@ -142,6 +146,27 @@ def chain_seed(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
 
 
+def clashing_environments(graph: ToolGraph) -> dict[str, frozenset[str]]:
+    """``{env_id: environments that define one of its tool names}`` from the graph's node ids
+    (``"{env_id}.{tool_name}"``); environments without a clash are absent."""
+    by_name: dict[str, set[str]] = {}
+    for node in graph.node_ids:
+        env = graph.env_of(node)
+        by_name.setdefault(node[len(env) + 1:], set()).add(env)
+    clashes: dict[str, set[str]] = {}
+    for envs in by_name.values():
+        for env in envs if len(envs) > 1 else ():
+            clashes.setdefault(env, set()).update(envs - {env})
+    return {e: frozenset(v) for e, v in clashes.items()}
+
+
+def _can_join(env_id: str, servers: list[str], max_servers: int, clashes: Mapping[str, frozenset[str]]) -> bool:
+    """True when ``env_id`` is already in ``servers`` or fits and shares no tool name with any of them."""
+    if env_id in servers:
+        return True
+    return len(servers) < max_servers and not clashes.get(env_id, frozenset()).intersection(servers)
+
+
 # ----------------------------------------------------------------------------- topology-aware sampler
 @dataclass
 class _Draft:
@@ -150,12 +175,14 @@ class _Draft:
     tools: list[str] = field(default_factory=list)
     servers: list[str] = field(default_factory=list)
     producers: dict[str, dict[str, str]] = field(default_factory=dict)
+    clashes: Mapping[str, frozenset[str]] = field(default_factory=dict)  # shared, read-only
 
     def copy(self) -> "_Draft":
-        return _Draft(list(self.tools), list(self.servers), {k: dict(v) for k, v in self.producers.items()})
+        return _Draft(list(self.tools), list(self.servers), {k: dict(v) for k, v in self.producers.items()},
+                      self.clashes)
 
     def has_room(self, env_id: str, cfg: SamplerConfig) -> bool:
-        return len(self.tools) < cfg.max_tools and (env_id in self.servers or len(self.servers) < cfg.max_servers)
+        return len(self.tools) < cfg.max_tools and _can_join(env_id, self.servers, cfg.max_servers, self.clashes)
 
     def add(self, node: str, env_id: str, bindings: dict[str, str]) -> None:
         self.tools.append(node)
@@ -232,7 +259,7 @@ def _finish(draft: _Draft, seed: int, sampler: str, key: str | None) -> Chain:
 
 
 def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = None, *,
-                 key: str | None = None) -> Chain:
+                 key: str | None = None, clashes: Mapping[str, frozenset[str]] | None = None) -> Chain:
     """Topology-aware chain (paper): BFS from a random tool, producers resolved before consumers.
 
     Args:
@@ -240,6 +267,7 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
         seed: seed of the only random stream used (``random.Random(seed)``).
         config: limits and probabilities (default :class:`SamplerConfig`).
         key: recorded on the chain (the stable key ``seed`` was derived from, if any).
+        clashes: :func:`clashing_environments` of ``graph`` (computed when None; pass it when sampling many).
 
     Returns:
         a :class:`Chain` with ``min_tools <= len <= max_tools`` tools from ``<= max_servers`` environments that
@@ -252,10 +280,11 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
     nodes = graph.node_ids
     if not nodes:
         raise ValueError("the tool graph has no nodes")
+    clashes = clashing_environments(graph) if clashes is None else clashes
     rng = random.Random(seed)
     for _ in range(cfg.max_start_attempts):
         start = rng.choice(nodes)
-        draft = _Draft()
+        draft = _Draft(clashes=clashes)
         queue: deque[str] = deque([start])
         queued = {start}
         while queue and len(draft.tools) < cfg.max_tools:
@@ -267,7 +296,7 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
                 draft = added
             succ = [s for s in graph.successors(node)
                     if s not in draft.tools and s not in queued
-                    and (graph.env_of(s) in draft.servers or len(draft.servers) < cfg.max_servers)]
+                    and _can_join(graph.env_of(s), draft.servers, cfg.max_servers, clashes)]
             if succ:
                 chosen = rng.sample(succ, rng.randint(1, len(succ)))
                 queue.extend(chosen)
@@ -295,11 +324,11 @@ def _observed_bindings(graph: ToolGraph, tools: list[str]) -> dict[str, dict[str
 
 
 def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = None, *,
-                      key: str | None = None) -> Chain:
+                      key: str | None = None, clashes: Mapping[str, frozenset[str]] | None = None) -> Chain:
     """Baseline (paper): a random walk along graph edges, blind to input dependencies.
 
     From a uniformly random start, repeatedly step to a uniformly random successor not yet in the walk whose
-    environment still fits ``max_servers``, until a length drawn uniformly from ``[min_tools, max_tools]`` is
+    environment still fits ``max_servers`` (and shares no tool name with the walk's environments), until a length drawn uniformly from ``[min_tools, max_tools]`` is
     reached or the walk is stuck. ``producers`` records what the walk happens to satisfy. Same errors as
     :func:`sample_chain`; the result need not pass :func:`validate_chain`.
     """
@@ -307,6 +336,7 @@ def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None 
     nodes = graph.node_ids
     if not nodes:
         raise ValueError("the tool graph has no nodes")
+    clashes = clashing_environments(graph) if clashes is None else clashes
     rng = random.Random(seed)
     for _ in range(cfg.max_start_attempts):
         target = rng.randint(cfg.min_tools, cfg.max_tools)
@@ -314,7 +344,7 @@ def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None 
         walk, servers = [cur], [graph.env_of(cur)]
         while len(walk) < target:
             succ = [s for s in graph.successors(cur)
-                    if s not in walk and (graph.env_of(s) in servers or len(servers) < cfg.max_servers)]
+                    if s not in walk and _can_join(graph.env_of(s), servers, cfg.max_servers, clashes)]
             if not succ:
                 break
             cur = rng.choice(succ)
@@ -430,12 +460,13 @@ def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig
     if not graph.node_ids:
         return out
     seen: set[tuple[str, ...]] = set()
+    clashes = clashing_environments(graph)
     for i in range(attempts):
         if len(out) >= n:
             break
         key = f"{base_key}/{i}"
         try:
-            chain = fn(graph, chain_seed(key), cfg, key=key)
+            chain = fn(graph, chain_seed(key), cfg, key=key, clashes=clashes)
         except ChainSamplingError:
             continue
         if chain.tools in seen:

@@ -7,10 +7,26 @@ from typing import Any
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row, split_of
-from envfactory_assets.synth.refine import refine_turns
-from envfactory_assets.synth.sampler import Chain, SamplerConfig, sample_chains, validate_chain
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, tool_name_collisions
+from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.datasets import (
+    assign_splits,
+    replay_check,
+    rl_rows,
+    sft_row,
+)
+from envfactory_assets.synth.filtering import apply_filter
+from envfactory_assets.synth.sampler import (
+    Chain,
+    SamplerConfig,
+    sample_chains,
+    validate_chain,
+)
+from envfactory_assets.synth.solve import ProgrammaticSolver, Solver
+from envfactory_assets.synth.trajectories import (
+    SynthConfig,
+    synthesize_trajectory,
+    tool_name_collisions,
+)
 
 
 def dependency_depth(chain: Chain) -> int:
@@ -87,29 +103,44 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
     return rows
 
 
-def refined_trajectory_rows(raw_rows: list[dict[str, Any]],
-                            environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Refine every passed raw trajectory into a ``refined_trajectories`` row."""
+def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
+                            solver: Solver | None = None, config: CalibrationConfig | None = None,
+                            limits: SandboxLimits | None = None, progress: Any = None) -> list[dict[str, Any]]:
+    """Refine and calibrate every passed raw trajectory into a ``refined_trajectories`` row.
+
+    Near-duplicates (same tool sequence, near-identical queries) are then marked ``failed``
+    (:func:`envfactory_assets.synth.filtering.apply_filter`). Every turn is solved by ``config.k`` attempts of ``solver`` (default :class:`ProgrammaticSolver`) in one
+    long-lived sandbox worker (see :func:`envfactory_assets.synth.calibrate.calibrate_trajectory`).
+    """
+    solver = solver or ProgrammaticSolver()
     rows = []
-    for raw in raw_rows:
-        envs = {e: environments[e] for e in raw["env_ids"]}
-        turns, operators = refine_turns(raw["turns"], envs)
-        unresolved = [o for o in operators if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
-        row = {
-            "raw_trajectory_id": raw["id"], "tool_chain_id": raw["tool_chain_id"], "env_ids": raw["env_ids"],
-            "domains": raw["domains"], "status": "failed" if unresolved else "passed",
-            "reasons": [f"unobtainable reference: {o}" for o in unresolved], "n_turns": len(turns),
-            "operators": operators, "turns": turns, "benchmark_overlap": raw.get("benchmark_overlap") or [],
-        }
-        row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in turns]})
-        rows.append(row)
+    with SandboxWorker(limits or SandboxLimits()) as worker:
+        load_environments(worker, environments, (e for r in raw_rows for e in r["env_ids"]))
+        for i, raw in enumerate(raw_rows):
+            if progress is not None:
+                progress(i, len(raw_rows))
+            cal = calibrate_trajectory(raw, environments, worker, solver, config)
+            unresolved = [o for o in cal["operators"]
+                          if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
+            reasons = cal["reasons"] + [f"unobtainable reference: {o}" for o in unresolved]
+            row = {
+                "raw_trajectory_id": raw["id"], "tool_chain_id": raw["tool_chain_id"], "env_ids": raw["env_ids"],
+                "domains": raw["domains"], "status": "failed" if unresolved else cal["status"],
+                "reasons": reasons, "n_turns": len(cal["turns"]), "operators": cal["operators"],
+                "turns": cal["turns"], "benchmark_overlap": raw.get("benchmark_overlap") or [],
+            }
+            row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in cal["turns"]],
+                                           "solver": solver.name})
+            rows.append(row)
+    apply_filter(rows)
     return rows
 
 
 def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
                  limits: SandboxLimits | None = None, benchmark_tags: dict[str, list[str]] | None = None,
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """Split refined trajectories into ``sft_dataset`` rows and replay-checked ``rl_dataset`` rows.
+    """Split refined trajectories (exactly ``round(n * sft_share)`` to SFT, :func:`assign_splits`) into
+    ``sft_dataset`` rows and replay-checked ``rl_dataset`` rows.
 
     ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) marks rows built from environments that overlap a
     held-out benchmark, in their ``benchmark_overlap`` column.
@@ -117,12 +148,13 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
     """
     tags = benchmark_tags or {}
+    splits = assign_splits([t["id"] for t in refined], sft_share)
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
         load_environments(worker, environments,
-                          (e for t in refined if split_of(t["id"], sft_share) == "rl" for e in t["env_ids"]))
+                          (e for t in refined if splits[t["id"]] == "rl" for e in t["env_ids"]))
         for traj in refined:
-            split = split_of(traj["id"], sft_share)
+            split = splits[traj["id"]]
             envs = {e: environments[e] for e in traj["env_ids"]}
             overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":

@@ -18,12 +18,15 @@ from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.viewer import sample_markdown
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
+from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, validate_chain
+from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
 from envfactory_assets.synth.stage import (
     chain_rows,
     dataset_rows,
@@ -41,7 +44,7 @@ _SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.g
 class ChainsConfig(dg.Config):
     """Sampler settings (defaults: the paper's topology-aware sampler, 15 tools, 3 servers, depth 5)."""
 
-    n_chains: int = 400
+    n_chains: int = 3000
     sampler: str = "topology"
     baseline_chains: int = 100
     base_key: str = "default"
@@ -145,26 +148,45 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
         "calls_per_trajectory": dict(sorted(Counter(r["n_calls"] for r in ok).items())),
         "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
         "reused_unchanged": len(reused), "config": config.model_dump(),
+        "examples_md": dg.MetadataValue.md(raw_examples_markdown(rows)),
     }, data_version=data_version(rows))
+
+
+class RefineConfig(dg.Config):
+    """Calibrated refinement: ``k`` solve attempts per turn (paper: 4) by the programmatic solver, or by the
+    model of the ``model_backend`` resource when one is configured; fewer than ``min_turns`` solvable turns
+    fail the trajectory."""
+
+    k: int = 4
+    min_turns: int = 2
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)
-def refined_trajectories(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome) -> dg.MaterializeResult:
-    """Queries rewritten with implicit references and parameter omission; each replaced value is checked
-    to be obtainable from an earlier tool result in the conversation."""
+def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig, envfactory: EnvFactoryHome,
+                         model_backend: ModelBackend) -> dg.MaterializeResult:
+    """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
+    query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
+    unsolvable turn ends the chain."""
     require_upstream_gates(context)
+    if config.k < 1:
+        raise dg.Failure(f"refined_trajectories.k must be >= 1, got {config.k}")
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
-    rows = refined_trajectory_rows([r for r in raw if all(e in envs for e in r["env_ids"])], envs)
+    backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+    solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver()
+
+    todo = [r for r in raw if all(e in envs for e in r["env_ids"])]
+    meter = asset_progress(context, len(todo), "trajectories calibrated")
+    rows = refined_trajectory_rows(todo, envs, solver, CalibrationConfig(k=config.k, min_turns=config.min_turns),
+                                   progress=lambda done, total: meter.update(done))
+    meter.finish()
     written = store.replace_current("refined_trajectories", rows)
-    ops = Counter(o["operator"] for r in rows for o in r["operators"])
-    example = next((t for r in rows for t in r["turns"] if t["operators"]), None)
+    report = refinement_report(rows)
+    report["examples_md"] = dg.MetadataValue.md(report["examples_md"])
     return dg.MaterializeResult(metadata={
-        "trajectories": len(rows), "status": status_counts(rows), "written": written, "operators": dict(ops),
-        "example_before": example["query_raw"] if example else "", "example_after": example["query"] if example else "",
-        "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)),
-    }, data_version=data_version(rows))
+        "trajectories": len(rows), "status": status_counts(rows), "written": written, "solver": solver.name,
+        "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)), **report}, data_version=data_version(rows))
 
 
 @dg.multi_asset(

@@ -1,0 +1,565 @@
+"""Solvability calibration (EnvFactory paper, QueryGen): k solve attempts per turn and a judge.
+
+Every solver sees exactly what a real agent would: a :class:`SolverView` (the conversation so far, ending
+with the user's query, and the OpenAI tool specs) and a tool caller bound to its own forked episode.
+The gold calls, the sampled target tools and the hidden state are not in the view, so no solver can use
+them. :func:`solve_turn` runs ``k`` attempts (paper: k = 4), each on a fork of the turn's starting state in
+the sandbox worker, and :func:`judge_attempt` accepts an attempt when its final state equals the gold
+turn's final state and the facts the user asked to see occur in its tool results. The per-turn accuracy is
+``passing attempts / k``.
+
+Two solvers share the :class:`Solver` protocol: :class:`ProgrammaticSolver` (offline default; reads the
+query and the tool descriptions, resolves references against earlier tool results, samples among tied
+candidates with its own seed per attempt) and :class:`ModelSolver` (any :class:`~envfactory_assets.llm.
+ChatBackend`; tool calls parsed by :func:`envfactory_assets.training.tool_calls.parse_tool_calls`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from envfactory_assets.runtime.errors import (
+    EpisodeLost,
+    SandboxError,
+    StateRejected,
+    WorkerCrashed,
+)
+from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.sources.names import singular
+from envfactory_assets.synth.trajectories import to_messages
+
+#: ``call_tool(name, arguments) -> {"ok": True, "output": ...} | {"ok": False, "error": {...}}``.
+ToolCaller = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+DEFAULT_K = 4  # paper: four solve attempts per turn
+MAX_TOOL_TRIES = 3  # tools the programmatic solver tries for one request when a call answers with an error
+PAGINATION_KEYS = frozenset({"total", "limit", "offset", "page", "page_size", "per_page", "next", "cursor",
+                             "count", "has_more"})
+
+
+@dataclass(frozen=True)
+class SolverView:
+    """Everything a solver may see for one turn.
+
+    Attributes:
+        messages: OpenAI chat messages of the conversation so far (system, earlier user queries, assistant
+            tool calls, tool results, assistant replies), ending with the current user query.
+        tools: OpenAI function specs (``{"type": "function", "function": {name, description, parameters}}``).
+    """
+
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def for_turn(cls, earlier_turns: Sequence[Mapping[str, Any]], query: str,
+                 tools: Sequence[Mapping[str, Any]]) -> SolverView:
+        """The view of a turn: the earlier turns rendered as chat (their queries, calls, results and replies)
+        followed by ``query``; nothing of the turn itself (its gold calls, results, states) is included."""
+        messages = to_messages(list(earlier_turns)) + [{"role": "user", "content": query}]
+        return cls(tuple(messages), tuple(tools))
+
+    @property
+    def query(self) -> str:
+        """The last user message (the turn's query)."""
+        return next((m["content"] for m in reversed(self.messages) if m.get("role") == "user"), "")
+
+
+@dataclass
+class Attempt:
+    """One solve attempt: ``calls`` (``{"name", "arguments", "ok", "output"|"error"}`` in order), the
+    assistant's closing ``answer``, and the attempt episode's ``final_state_hash`` (sha256 hex)."""
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    answer: str = ""
+    final_state_hash: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls, "answer": self.answer, "final_state_hash": self.final_state_hash}
+
+
+class Solver(Protocol):
+    """A solver role: plays one attempt of a turn through ``call_tool``; ``seed`` makes attempts differ."""
+
+    name: str
+
+    def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
+        ...
+
+
+# ----------------------------------------------------------------------------- reading tool specs
+_VERBS: dict[str, tuple[str, ...]] = {
+    "list": ("list", "show", "search", "find", "browse", "query", "all"),
+    "get": ("get", "look", "retrieve", "fetch", "read", "detail", "details", "describe", "view"),
+    "create": ("create", "add", "new", "make", "register", "insert", "post"),
+    "update": ("update", "change", "set", "edit", "modify", "patch", "rename"),
+    "delete": ("delete", "remove", "cancel", "drop", "erase"),
+}
+_VERB_OF = {w: action for action, ws in _VERBS.items() for w in ws}
+_STOP = frozenset("a an the of in on to by for and or with me its it that this then is are be optionally "
+                  "filtered tell you i my your at most up".split())
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_LITERAL = r"'(?:.*?)'(?=[\s,.:)]|$)|-?\d+(?:\.\d+)?|true|false"
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+
+
+def _tokens(text: str) -> list[str]:
+    return [singular(w) for w in _WORD_RE.findall(text.lower().replace("_", " "))]
+
+
+def _words(name: str) -> str:
+    return name.replace("_", " ").strip().lower()
+
+
+@dataclass(frozen=True)
+class _ToolInfo:
+    name: str
+    action: str | None
+    nouns: frozenset[str]
+    params: dict[str, dict[str, Any]]
+    required: frozenset[str]
+
+    @property
+    def key(self) -> str | None:
+        """The identifier parameter naming the tool's own row (``book_id`` for a book tool), if any."""
+        ids = [p for p in self.params if p.endswith("_id")
+               and all(t in self.nouns for t in _tokens(p[:-3]) if not t.isdigit())]
+        return min(ids, key=lambda p: (p not in self.required, len(p))) if ids else None
+
+
+def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
+    fn = spec.get("function", spec)
+    name_tokens, desc_tokens = _tokens(fn["name"]), _tokens(fn.get("description") or "")
+    action = next((_VERB_OF[t] for t in name_tokens if t in _VERB_OF), None) or next(
+        (_VERB_OF[t] for t in desc_tokens if t in _VERB_OF), None)
+    words = [t for t in name_tokens + desc_tokens if t not in _STOP and not t.isdigit()]
+    # "web_hook" and "webhooks", "data_sources" and "datasources": adjacent words joined count as nouns too
+    joined = [singular(a + b) for a, b in zip(name_tokens, name_tokens[1:])]
+    nouns = frozenset(t for t in words + joined if t not in _VERB_OF)
+    params = fn.get("parameters") or {}
+    required = frozenset(params.get("required") or [])
+    props = dict(params.get("properties") or {})
+    if action == "get" and not required and any(p in props for p in ("limit", "page", "page_size", "offset")):
+        action = "list"  # "get_documents(limit=...)" lists rows
+    return _ToolInfo(fn["name"], action, nouns, props, required)
+
+
+def _coerce(text: str, schema: Mapping[str, Any]) -> Any:
+    """A literal as written in a query (``'x'``, ``12.5``, ``true``) -> the JSON value the schema expects."""
+    if text.startswith("'"):
+        value: Any = text[1:-1]
+    elif text in ("true", "false"):
+        value = text == "true"
+    else:
+        value = float(text) if "." in text else int(text)
+    typ = schema.get("type")
+    if typ == "string" and not isinstance(value, str):
+        value = text
+    elif typ == "integer" and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif typ == "number" and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value) if schema.get("format") in ("float", "double") else value
+    return value
+
+
+# ----------------------------------------------------------------------------- observations
+@dataclass
+class _Observation:
+    """One tool result the agent has seen: the tool's inferred action and its output."""
+
+    action: str | None
+    output: Any
+
+
+def _rows_with(output: Any, key: str) -> list[dict[str, Any]]:
+    """Objects in ``output`` (the object itself or items of its list fields) that carry ``key``."""
+    if not isinstance(output, dict):
+        return []
+    if key in output:
+        return [output]
+    return [i for v in output.values() if isinstance(v, list) for i in v if isinstance(i, dict) and key in i]
+
+
+def _observations_from(messages: Sequence[Mapping[str, Any]], infos: dict[str, _ToolInfo]) -> list[_Observation]:
+    """Tool results of the conversation, in order, each with the action of the tool that produced it."""
+    names: dict[str, str] = {}
+    out = []
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            names[call.get("id", "")] = call["function"]["name"]
+        if m.get("role") == "tool":
+            name = m.get("name") or names.get(m.get("tool_call_id", ""), "")
+            try:
+                output = json.loads(m.get("content") or "null")
+            except ValueError:
+                output = m.get("content")
+            out.append(_Observation(infos[name].action if name in infos else None, output))
+    return out
+
+
+class ProgrammaticSolver:
+    """Offline solver: one call per request in the query, tools chosen from the query text and the tool
+    descriptions, arguments from the query's literals and from earlier tool results.
+
+    Per request (clauses joined by "then"): the tool is the one whose name/description shares the request's
+    action verb and most of its words and parameter names (ties sampled with the attempt's seed; when a call
+    answers with an error, up to :data:`MAX_TOOL_TRIES` tools of that action are tried in rank order); a row reference ("that book",
+    "the new book", "the book whose title is 'X'", "the second book in that list", "my most recent book")
+    is resolved against the tool results seen so far, sampling among rows that fit equally well; literals
+    written after a parameter's name fill that parameter. It never sees gold calls or the hidden state:
+    when the query does not determine a value it guesses among the values it has seen.
+    """
+
+    name = "programmatic"
+
+    def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
+        rng = random.Random(seed)
+        infos = {i.name: i for i in (_tool_info(t) for t in view.tools)}
+        seen = _observations_from(view.messages, infos)
+        attempt = Attempt()
+        for clause in _clauses(view.query):
+            ranked = _rank_tools(clause, infos, rng)
+            # a tool that answers with an error (say, the row lives in another environment's table) makes
+            # the agent try the next-best tool of the same action, as a person reading the error would
+            for tool in [t for t in ranked if t.action == ranked[0].action][:MAX_TOOL_TRIES]:
+                args = _arguments(clause, tool, seen, rng, guess=False)
+                if args is None or "most recent" in clause.lower():
+                    # the row is not in the conversation (or "most recent" needs the whole table): list first
+                    lister = _lister_for(tool, infos, rng)
+                    if lister is not None:
+                        self._call(lister, _list_everything(lister), call_tool, seen, attempt)
+                    args = _arguments(clause, tool, seen, rng, guess=True)
+                if args is not None and self._call(tool, args, call_tool, seen, attempt):
+                    break
+        attempt.answer = "; ".join(json.dumps(c.get("output", c.get("error")), ensure_ascii=False)[:200]
+                                   for c in attempt.calls)
+        return attempt
+
+
+    @staticmethod
+    def _call(tool: _ToolInfo, args: dict[str, Any], call_tool: ToolCaller, seen: list[_Observation],
+              attempt: Attempt) -> bool:
+        res = call_tool(tool.name, args)
+        record = {"name": tool.name, "arguments": args, "ok": bool(res.get("ok"))}
+        if res.get("ok"):
+            record["output"] = res["output"]
+            seen.append(_Observation(tool.action, res["output"]))
+        else:
+            record["error"] = res.get("error")
+        attempt.calls.append(record)
+        return record["ok"]
+
+
+def _lister_for(tool: _ToolInfo, infos: dict[str, _ToolInfo], rng: random.Random) -> _ToolInfo | None:
+    """A list tool over the rows ``tool`` works on (same row noun), or None; ties sampled."""
+    if tool.key is None:
+        return None
+    thing = singular(tool.key[:-3].split("_")[-1])
+    cands = sorted((i for i in infos.values() if i.action == "list" and thing in i.nouns
+                    and not (i.required - {"limit"})), key=lambda i: i.name)
+    return rng.choice(cands) if cands else None
+
+
+def _list_everything(tool: _ToolInfo) -> dict[str, Any]:
+    """Arguments of a list call that returns as many rows as the schema allows."""
+    for name in ("limit", "page_size", "per_page", "max_results"):
+        if name in tool.params and isinstance(tool.params[name].get("maximum"), int):
+            return {name: tool.params[name]["maximum"]}
+    return {}
+
+
+def _clauses(query: str) -> list[str]:
+    text = query.strip().rstrip(".")
+    return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then)\s+|\.\s+(?:Then|Also|And)\s+", text) if c.strip()]
+
+
+def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
+    """Tools that fit a request, best first (score ties in a seeded random order); empty if none fits.
+
+    Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
+    in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'").
+    """
+    head = re.split(r"'", clause, maxsplit=1)[0]  # the request's own words come before its first literal
+    head_toks = _tokens(head)
+    action = next((_VERB_OF[t] for t in head_toks[:3] if t in _VERB_OF), None)
+    lowered = clause.lower()
+    scored = []
+    for info in infos.values():
+        score = 3.0 * (action is not None and info.action == action)
+        score += sum(1.0 for t in set(head_toks) if t in info.nouns)
+        score += sum(1.0 for p in info.params if re.search(rf"\b{re.escape(_words(p))}\b", lowered))
+        if info.key and re.search(rf"\b{re.escape(_words(info.key[:-3]))} '", lowered):
+            score += 2.0
+        if score > 0:
+            scored.append((score, rng.random(), info))
+    return [info for _, _, info in sorted(scored, key=lambda x: (-x[0], x[1]))]
+
+
+def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: random.Random) -> Any | None:
+    """The ``key`` value of the row a reference phrase names, from the observations; None if none fits."""
+    phrase = phrase.lower()
+    whose = re.search(rf"whose (.+?) is ({_LITERAL})", phrase)
+    if whose:
+        field_name = whose.group(1).replace(" ", "_")
+        want = whose.group(2).strip("'")
+        for obs in reversed(seen):
+            rows = [r for r in _rows_with(obs.output, key) if str(r.get(field_name, "")).lower() == want]
+            if rows:
+                return rng.choice(rows)[key]
+        return None
+    ordinal = next((i for i, w in enumerate(_ORDINALS) if re.search(rf"\b{w}\b", phrase)), None)
+    if ordinal is not None and "list" in phrase:
+        for obs in reversed(seen):
+            rows = _rows_with(obs.output, key)
+            if len(rows) > 1 or (obs.action == "list" and rows):
+                return rows[ordinal][key] if ordinal < len(rows) else None
+        return None
+    if "most recent" in phrase or "newest" in phrase or "latest" in phrase:
+        rows = [r for obs in seen for r in _rows_with(obs.output, key)]
+        return max((r[key] for r in rows), default=None, key=lambda v: (len(str(v)), str(v)))
+    if "new" in phrase or "created" in phrase:
+        for obs in reversed(seen):
+            if obs.action == "create" and _rows_with(obs.output, key):
+                return _rows_with(obs.output, key)[0][key]
+    for obs in reversed(seen):  # "that book", "it": the latest rows carrying the key; several fit equally
+        rows = _rows_with(obs.output, key)
+        if rows:
+            return rng.choice(rows)[key]
+    return None
+
+
+def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: random.Random,
+               guess: bool = True) -> dict[str, Any] | None:
+    """Arguments of ``tool`` for one request, or None when a required one cannot be determined (with
+    ``guess``, a required identifier the query leaves open is drawn among the identifiers seen so far)."""
+    text = clause
+    args: dict[str, Any] = {}
+    key = tool.key
+    if key is not None and tool.action in ("get", "update", "delete"):
+        thing = _words(key[:-3])
+        lit = re.search(rf"\b{re.escape(thing)} ({_LITERAL})", text, flags=re.IGNORECASE)
+        if lit and not re.search(rf"\b{re.escape(thing)} (?:id|whose)\b", text[:lit.start(1)], re.IGNORECASE):
+            args[key] = _coerce(lit.group(1), tool.params[key])
+            text = text[:lit.start()] + text[lit.end():]
+        else:
+            ref = re.search(rf"((?:the|that|this|my)\b.*?\b{re.escape(thing)}\b(?: whose .+? is (?:{_LITERAL}))?"
+                            rf"(?: you created earlier| in that list)?)", text, flags=re.IGNORECASE)
+            if ref:
+                value = _resolve_reference(ref.group(1), key, seen, rng)
+                if value is not None:
+                    args[key] = value
+                text = text[:ref.start()] + text[ref.end():]
+    # longest labels first, each match blanked out: "account sid 'x'" must not also fill "sid"
+    for name in sorted(tool.params, key=lambda n: -len(_words(n))):
+        schema = tool.params[name]
+        if name in args:
+            continue
+        label = re.escape(_words(name))
+        m = re.search(rf"\b{label}\s+(?:is\s+|to\s+)?({_LITERAL})", text, flags=re.IGNORECASE)
+        if m:
+            args[name] = _coerce(m.group(1), schema)
+            text = text[:m.start()] + " " * (m.end() - m.start()) + text[m.end():]
+            continue
+        if name.endswith("_id"):
+            ref = re.search(rf"\b{label}\s+((?:the|that|this|my)\b[^,]*?\b{re.escape(_words(name[:-3]))}\b"
+                            rf"(?: you created earlier| in that list)?)", text, flags=re.IGNORECASE)
+            if ref:
+                value = _resolve_reference(ref.group(1), name, seen, rng)
+                if value is not None:
+                    args[name] = value
+                    continue
+    for lit in re.findall(r"'(.*?)'(?=[\s,.:)]|$)", text):  # a bare value: the parameter whose enum has it
+        owners = [n for n, sch in tool.params.items() if n not in args and lit in (sch.get("enum") or ())]
+        if owners:
+            args[rng.choice(sorted(owners))] = lit
+    limit = re.search(r"\(at most (\d+)\)", text)
+    if limit:
+        for name in ("limit", "page_size", "per_page", "max_results"):
+            if name in tool.params:
+                args[name] = int(limit.group(1))
+                break
+    if tool.key in tool.required and tool.key not in args and not guess:
+        return None
+    for name in sorted(tool.required - set(args)):
+        if not name.endswith("_id") or not guess:
+            return None
+        values = sorted({json.dumps(r[name]) for obs in seen for r in _rows_with(obs.output, name)})
+        if not values:
+            return None
+        args[name] = json.loads(rng.choice(values))  # a guess among identifiers seen so far
+    return args
+
+
+# ----------------------------------------------------------------------------- model-backed solver
+class ModelSolver:
+    """A solver backed by any :class:`~envfactory_assets.llm.ChatBackend` (role ``"solver"``).
+
+    The system message lists the tools as JSON and asks for Hermes-style ``<tool_call>{...}</tool_call>``
+    blocks; each reply's calls are executed and their results returned as ``<tool_response>`` messages,
+    until a reply has no call or ``max_steps`` replies were made. The attempt's seed is written into the
+    system message so cached replies of different attempts do not coincide.
+    """
+
+    name = "model"
+
+    def __init__(self, backend: Any, *, max_steps: int = 6, max_tokens: int = 512, temperature: float = 0.7) -> None:
+        self.backend, self.max_steps, self.max_tokens, self.temperature = backend, max_steps, max_tokens, temperature
+
+    def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
+        from envfactory_assets.training.tool_calls import parse_tool_calls
+
+        system = ("You are a tool-using assistant. Tools (JSON):\n" + json.dumps([dict(t) for t in view.tools])
+                  + "\nTo call a tool, reply with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>. "
+                  "When the request is done, reply with a short answer and no tool call.\n"
+                  f"(attempt {seed})")
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        messages += [_as_text_message(m) for m in view.messages if m.get("role") != "system"]
+        attempt = Attempt()
+        for _ in range(self.max_steps):
+            reply = self.backend.complete(messages, role="solver", max_tokens=self.max_tokens,
+                                          temperature=self.temperature)
+            parsed = parse_tool_calls(reply.text)
+            messages.append({"role": "assistant", "content": reply.text})
+            if not parsed.calls:
+                attempt.answer = parsed.content
+                break
+            results = []
+            for call in parsed.calls:
+                res = call_tool(call["name"], call["arguments"])
+                record = {"name": call["name"], "arguments": call["arguments"], "ok": bool(res.get("ok"))}
+                record["output" if res.get("ok") else "error"] = res.get("output") if res.get("ok") else res.get("error")
+                attempt.calls.append(record)
+                results.append(json.dumps(res.get("output") if res.get("ok") else {"error": res.get("error")},
+                                          ensure_ascii=False))
+            messages.append({"role": "user", "content": "".join(f"<tool_response>{r}</tool_response>" for r in results)})
+        return attempt
+
+
+def _as_text_message(m: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI message with ``tool_calls``/``tool`` role as plain text (Hermes tags) for any chat backend."""
+    if m.get("role") == "tool":
+        return {"role": "user", "content": f"<tool_response>{m.get('content', '')}</tool_response>"}
+    if m.get("tool_calls"):
+        blocks = "".join("<tool_call>" + json.dumps({"name": c["function"]["name"],
+                                                     "arguments": json.loads(c["function"]["arguments"] or "{}")})
+                         + "</tool_call>" for c in m["tool_calls"])
+        return {"role": "assistant", "content": (m.get("content") or "") + blocks}
+    return {"role": m["role"], "content": m.get("content") or ""}
+
+
+# ----------------------------------------------------------------------------- judge and solve loop
+def _leaves(value: Any, out: set[tuple[str, str]], key: str = "") -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k not in PAGINATION_KEYS:
+                _leaves(v, out, k)
+    elif isinstance(value, list):
+        for v in value:
+            _leaves(v, out, key)
+    elif key:
+        out.add((key, json.dumps(value, sort_keys=True, ensure_ascii=False)))
+
+
+def answer_facts(turn: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """Facts the user asked to see in a turn: ``(field, JSON value)`` leaves of its last call's output when
+    that call is a read (``get``/``list``); pagination fields (``total``, ``limit``...) are not facts."""
+    facts: set[tuple[str, str]] = set()
+    calls = turn.get("calls") or []
+    if calls and calls[-1].get("kind") in ("get", "list"):
+        _leaves(calls[-1]["output"], facts)
+    return facts
+
+
+def judge_attempt(attempt: Attempt, gold_turn: Mapping[str, Any]) -> tuple[bool, str]:
+    """Judge one attempt against the gold turn's goal: ``(passed, reason)``.
+
+    Passes iff the attempt's final state hash equals the gold ``state_after_hash`` and every fact of
+    :func:`answer_facts` occurs among the attempt's tool outputs (what its answer can report).
+    """
+    if attempt.final_state_hash != gold_turn["state_after_hash"]:
+        return False, "final state differs from the goal's final state"
+    facts = answer_facts(gold_turn)
+    if facts:
+        got: set[tuple[str, str]] = set()
+        for c in attempt.calls:
+            _leaves(c.get("output"), got)
+        missing = facts - got
+        if missing:
+            return False, f"answer misses {len(missing)} of {len(facts)} requested facts"
+    return True, "final state and requested facts match the goal"
+
+
+def attempt_seed(task_id: str, attempt_index: int) -> int:
+    """Stable seed of attempt ``attempt_index`` of task ``task_id`` (no global random stream)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{task_id}/{attempt_index}".encode()).digest()[:8], "big")
+
+
+def _caller(worker: SandboxWorker, episode: str) -> ToolCaller:
+    """A tool caller bound to one episode; a lost episode or non-JSON arguments become error results."""
+    def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return worker.call(episode, name, arguments)
+        except EpisodeLost as exc:
+            return {"ok": False, "error": {"type": "episode_lost", "message": str(exc)}}
+        except TypeError as exc:
+            return {"ok": False, "error": {"type": "bad_arguments", "message": str(exc)}}
+    return call
+
+
+def solve_turn(worker: SandboxWorker, state_before: Mapping[str, Any], view: SolverView, solver: Solver,
+               gold_turn: Mapping[str, Any], task_id: str, k: int = DEFAULT_K) -> dict[str, Any]:
+    """Run ``k`` attempts of ``solver`` on forks of ``state_before`` and judge each.
+
+    Args:
+        worker: a sandbox worker with the turn's environments loaded.
+        state_before: ``{env_id: saved_state}`` at the start of the turn.
+        view: what the solver sees (never the gold turn).
+        gold_turn: the turn as synthesized (``state_after_hash``, ``calls``): used by the judge only.
+        task_id: stable id of the task; attempt ``i`` is seeded by :func:`attempt_seed` ``(task_id, i)``.
+        k: number of attempts (paper: 4); must be >= 1.
+
+    Returns:
+        ``{"solver", "k", "attempts": [{"calls", "answer", "final_state_hash", "passed", "verdict"}],
+        "passed": int, "accuracy": passed / k}``; an attempt that could not start is a failed attempt.
+
+    Raises:
+        ValueError: ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    records = []
+    try:
+        base = worker.open_episode(copy.deepcopy(dict(state_before)))
+    except (StateRejected, WorkerCrashed) as exc:
+        base, problem = None, f"starting state does not load: {exc}"
+    for i in range(k):
+        if base is None:
+            records.append({**Attempt().to_dict(), "passed": False, "verdict": problem})
+            continue
+        try:
+            episode = worker.fork(base)
+        except SandboxError as exc:  # the worker restarted: this attempt is lost, later ones reopen
+            records.append({**Attempt().to_dict(), "passed": False, "verdict": f"fork failed: {exc}"})
+            try:
+                base = worker.open_episode(copy.deepcopy(dict(state_before)))
+            except (StateRejected, WorkerCrashed):
+                base = None
+            continue
+        try:
+            att = solver.attempt(view, _caller(worker, episode), attempt_seed(task_id, i))
+            att.final_state_hash = worker.state_hash(episode) if worker.is_open(episode) else ""
+        finally:
+            worker.close_episode(episode)
+        ok, verdict = judge_attempt(att, gold_turn)
+        records.append({**att.to_dict(), "passed": ok, "verdict": verdict})
+    if base is not None:
+        worker.close_episode(base)
+    passed = sum(1 for r in records if r["passed"])
+    return {"solver": solver.name, "k": k, "attempts": records, "passed": passed, "accuracy": passed / k}

@@ -1,0 +1,266 @@
+"""Solvability calibration: the solver loop, the judge, calibrated refinement (fixture environments)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
+from envfactory_assets.graph.embeddings import MiniLMEmbedder
+from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
+from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.datasets import tools_of
+from envfactory_assets.synth.refine import refine_turns
+from envfactory_assets.synth.report import refinement_report
+from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.solve import (
+    Attempt,
+    ModelSolver,
+    ProgrammaticSolver,
+    SolverView,
+    judge_attempt,
+    solve_turn,
+)
+from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+@pytest.fixture(scope="module")
+def environments() -> dict:
+    envs = {}
+    for name in ("bookshop.json", "calendar & tasks.json"):
+        resource = inspect_file(FIXTURES / name, FIXTURES)
+        env = build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
+        envs[env["env_id"]] = env
+    return envs
+
+
+@pytest.fixture(scope="module")
+def worker(environments):
+    with SandboxWorker() as w:
+        for env_id, env in environments.items():
+            w.load_environment(env_id, env["source"])
+        yield w
+
+
+@pytest.fixture(scope="module")
+def trajectories(environments, worker) -> list[dict]:
+    graph = build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
+    chains = sample_chains(graph, 30, "solve", SamplerConfig(min_tools=3))
+    out = []
+    for i, chain in enumerate(chains):
+        traj = synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2))
+        if traj["status"] == "passed":
+            out.append({**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]})
+    assert len(out) >= 10
+    return out
+
+
+def _tools(environments, traj):
+    return tools_of(environments, traj["env_ids"])
+
+
+def test_the_solver_view_holds_only_the_conversation_and_tool_specs(trajectories, environments):
+    assert [f.name for f in dataclasses.fields(SolverView)] == ["messages", "tools"]
+    traj = trajectories[0]
+    turn = traj["turns"][1]
+    view = SolverView.for_turn(traj["turns"][:1], turn["query"], _tools(environments, traj))
+    text = json.dumps(view.messages)
+    assert view.messages[-1] == {"role": "user", "content": turn["query"]}
+    # nothing of the turn being solved: no gold result, no state
+    assert all(json.dumps(c["output"]) not in text for c in turn["calls"] if c["kind"] == "create")
+    assert "state_after" not in text and "tables" not in text
+
+
+def test_programmatic_solver_solves_raw_queries_and_ignores_gold(trajectories, environments, worker):
+    solver = ProgrammaticSolver()
+    accuracies = []
+    for n, traj in enumerate(trajectories):
+        for t, turn in enumerate(traj["turns"]):
+            view = SolverView.for_turn(traj["turns"][:t], turn["query"], _tools(environments, traj))
+            result = solve_turn(worker, turn["state_before"], view, solver, turn, f"{n}/{t}", k=2)
+            accuracies.append(result["accuracy"])
+            if n < 3:  # the gold turn reaches only the judge: corrupting it changes verdicts, never the calls
+                bad = copy.deepcopy(turn)
+                for c in bad["calls"]:
+                    c["arguments"] = {k: "corrupted" for k in c["arguments"]}
+                bad["target_tools"] = ["nothing"]
+                again = solve_turn(worker, turn["state_before"], view, solver, bad, f"{n}/{t}", k=2)
+                assert [a["calls"] for a in again["attempts"]] == [a["calls"] for a in result["attempts"]]
+    assert sum(1 for a in accuracies if a > 0) / len(accuracies) > 0.9
+
+
+def test_a_query_without_the_needed_values_is_not_solved(trajectories, environments, worker):
+    traj = next(t for t in trajectories if any(c["kind"] in ("update", "delete") and
+                                               any(a.endswith("_id") for a in c["arguments"])
+                                               for c in t["turns"][0]["calls"]))
+    turn = traj["turns"][0]
+    # the hidden identifiers are gone from the query: nothing in the conversation can recover them
+    view = SolverView.for_turn([], "Please do what I want.", _tools(environments, traj))
+    result = solve_turn(worker, turn["state_before"], view, ProgrammaticSolver(), turn, "blank", k=4)
+    assert result["accuracy"] == 0.0 and all(not a["passed"] for a in result["attempts"])
+
+
+def test_judge_checks_final_state_and_requested_facts(trajectories):
+    turn = next(t for tr in trajectories for t in tr["turns"] if t["calls"][-1]["kind"] in ("get", "list")
+                and t["calls"][-1]["output"])
+    gold_outputs = [{"name": c["name"], "arguments": c["arguments"], "ok": True, "output": c["output"]}
+                    for c in turn["calls"]]
+    assert judge_attempt(Attempt(gold_outputs, "", turn["state_after_hash"]), turn)[0]
+    wrong_state = judge_attempt(Attempt(gold_outputs, "", "0" * 64), turn)
+    assert not wrong_state[0] and "final state" in wrong_state[1]
+    if turn["state_before_hash"] == turn["state_after_hash"]:
+        no_facts = judge_attempt(Attempt([], "", turn["state_after_hash"]), turn)
+        assert not no_facts[0] and "facts" in no_facts[1]
+
+
+def test_attempts_differ_by_seed_when_a_reference_is_ambiguous(environments, worker, trajectories):
+    env_id = "bookshop_example"
+    state = {env_id: next(s["state"] for s in environments[env_id]["initial_states"] if s["name"] == "valid")}
+    listing = [{"role": "user", "content": "Show me the books."},
+               {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                   "name": "books_list", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "name": "books_list",
+                "content": json.dumps({"items": state[env_id]["tables"]["books"], "total": 0})},
+               {"role": "user", "content": "Delete that book."}]
+    view = SolverView(tuple(listing), tuple(tools_of(environments, [env_id])))
+    gold = {"state_after_hash": "x", "calls": []}
+    result = solve_turn(worker, state, view, ProgrammaticSolver(), gold, "ambiguous", k=4)
+    targets = {a["calls"][0]["arguments"]["book_id"] for a in result["attempts"]}
+    assert len(targets) > 1  # each attempt samples among the listed books with its own seed
+
+
+def test_calibration_reverts_unsolvable_refinements_and_ends_chains_at_unsolvable_turns(
+        trajectories, environments, worker):
+    cals = [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=4))
+            for t in trajectories]
+    turns = [t for c in cals for t in c["turns"]]
+    assert all(t["accuracy"] > 0 and t["task_id"] and t["persona"] and t["solve_raw"]["k"] == 4 for t in turns)
+    reverted = [t for t in turns if "query_refined_rejected" in t]
+    assert reverted, "the fixture chains contain refinements a solver cannot resolve"
+    for t in reverted:
+        assert t["query"] == t["query_raw"] and t["solve_refined"]["passed"] == 0
+        assert all(o["reverted"] for o in t["operators"])
+    report = refinement_report([{**c, "id": t["id"], "env_ids": t["env_ids"], "domains": t["domains"]}
+                                for c, t in zip(cals, trajectories)])
+    assert {"ambiguity", "implicit_constraint", "action_compression"} <= set(report["operators"])
+    assert report["refined_accuracy_distribution"].get("0.00") == len(reverted)
+    assert len(report["refined_accuracy_distribution"]) > 1  # refinement makes some turns harder: not all 1.0
+    assert "| before | after |" in report["examples_md"]
+    # a turn whose raw query nobody can solve ends the chain there
+    broken = copy.deepcopy(trajectories[0])
+    broken["turns"][1]["query"] = "Hmm."
+    cal = calibrate_trajectory(broken, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2))
+    assert len(cal["turns"]) == 1 and cal["status"] == "failed"
+    assert any(r.startswith("unsolvable turn") for r in cal["reasons"])
+
+
+def test_model_solver_runs_the_agent_loop_against_the_environment(environments, worker, trajectories):
+    env_id = "bookshop_example"
+    state = {env_id: next(s["state"] for s in environments[env_id]["initial_states"] if s["name"] == "valid")}
+    call = '<tool_call>{"name": "create_author", "arguments": {"name": "Ada Lovelace"}}</tool_call>'
+    view = SolverView.for_turn([], "Create a new author with name 'Ada Lovelace'.", tools_of(environments, [env_id]))
+    with FakeChatServer([call, "Done: I created the author."]) as server:
+        solver = ModelSolver(OpenAICompatibleBackend(server.base_url, "m", max_retries=0))
+        result = solve_turn(worker, state, view, solver, {"state_after_hash": "unknown", "calls": []}, "m", k=1)
+        sent = server.requests
+    attempt = result["attempts"][0]
+    assert attempt["calls"][0]["name"] == "create_author" and attempt["calls"][0]["ok"]
+    assert attempt["answer"].startswith("Done")
+    assert "<tool_response>" in json.dumps(sent[-1])  # the tool result went back to the model
+
+
+def test_operators_b_and_c_are_grounded_in_the_state_and_the_tool_schema(trajectories, environments):
+    seen = set()
+    for traj in trajectories:
+        turns, ops = refine_turns(traj["turns"], {e: environments[e] for e in traj["env_ids"]})
+        calls = [c for t in turns for c in t["calls"]]
+        for op in ops:
+            turn, call = turns[op["turn"]], calls[op["call"]]
+            seen.add(op["operator"])
+            if op["operator"] == "ambiguity":  # "my most recent X" names the newest row of its table
+                table = next(t["table"] for t in environments[call["env_id"]]["tools"] if t["name"] == call["name"])
+                ids = [r[op["argument"]] for r in turn["state_before"][call["env_id"]]["tables"][table]]
+                assert op["value"] == max(ids, key=lambda v: (len(v), v)) and "my most recent" in turn["query"]
+            elif op["operator"] == "implicit_constraint":  # the filter's value stays, its parameter name goes
+                assert f"'{op['value']}' " in turn["query"]
+                assert f"{op['argument'].replace('_', ' ')} is '{op['value']}'" not in turn["query"]
+            elif op["operator"] == "action_compression":  # the lookup leaves the query, not the gold calls
+                assert call["kind"] == "list" and call in turn["calls"]
+                assert op["reference"] not in turn["query"].lower() and " whose " in turn["query"]
+    assert {"ambiguity", "implicit_constraint", "action_compression"} <= seen
+
+
+def test_goal_merging_joins_two_turns_and_calibration_splits_an_unsolvable_merge(trajectories, environments, worker):
+    from envfactory_assets.synth.refine import merge_goals
+
+    traj = next(t for t in trajectories if len(t["turns"]) >= 3
+                and len(merge_goals(refine_turns(t["turns"], environments)[0])) == len(t["turns"]) - 1)
+    refined, _ = refine_turns(traj["turns"], environments)
+    merged = merge_goals(copy.deepcopy(refined))
+    joined = next(t for t in merged if "merged_from" in t)
+    first, second = joined["merged_from"]
+    assert joined["calls"] == first["calls"] + second["calls"]
+    assert joined["state_before"] == first["state_before"] and joined["state_after_hash"] == second["state_after_hash"]
+    assert joined["operators"][-1]["operator"] == "goal_merging"
+    good = calibrate_trajectory(traj, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2))
+    assert any(len(t.get("merged_from") or []) == 2 for t in good["turns"])
+    # the second goal of the merge becomes unsolvable: the merge is split back and the chain ends at that goal
+    broken = copy.deepcopy(traj)
+    index = next(i for i, t in enumerate(refined) if t["query_raw"] == second["query_raw"])
+    broken["turns"][index]["query"] = "Hmm."
+    cal = calibrate_trajectory(broken, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2))
+    assert len(cal["turns"]) == index and "merged_from" not in cal["turns"][-1]
+    assert any(o["operator"] == "goal_merging" and o["reverted"] for o in cal["turns"][-1]["operators"])
+
+
+def _spec(name: str, description: str, props: dict, required: tuple = ()) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": props, "required": list(required)}}}
+
+
+def _recording_environment(failing: frozenset = frozenset()):
+    """A tool caller that records calls; tools in ``failing`` answer like a row missing from their table."""
+    calls = []
+
+    def call(name, args):
+        calls.append((name, args))
+        if name in failing:
+            return {"ok": False, "error": {"type": "not_found", "message": "no such row"}}
+        return {"ok": True, "output": {}}
+    return calls, call
+
+
+def test_programmatic_solver_reads_labels_nouns_and_errors_like_an_agent():
+    string = {"type": "string"}
+    tools = (
+        _spec("create_connection_policy", "Create a connection policy",
+              {"account_sid": string, "sid": string, "friendly_name": string}),
+        _spec("list_data_sources", "List data sources", {"limit": {"type": "integer"}, "apis_id": string}),
+        _spec("list_graphql_apis", "List GraphQL APIs", {"limit": {"type": "integer"}}),
+        _spec("delete_documents_id", "Delete a document", {"document_id": string}, ("document_id",)),
+        _spec("database_delete_document", "Delete document", {"document_id": string}, ("document_id",)),
+    )
+    solver = ProgrammaticSolver()
+    query = ("Create a new connection policy with account sid 'heavy-network', friendly name 'Alvarez', "
+             "sid 'defense-road', then show me the datasources where apis id is 'api_00001'.")
+    calls, env = _recording_environment()
+    solver.attempt(SolverView.for_turn([], query, tools), env, seed=1)
+    assert calls == [("create_connection_policy", {"account_sid": "heavy-network", "friendly_name": "Alvarez",
+                                                   "sid": "defense-road"}),
+                     ("list_data_sources", {"apis_id": "api_00001"})]
+    # the document lives in one of two environments: an error makes the agent try the other delete tool
+    for seed in range(4):
+        calls, env = _recording_environment(failing=frozenset({"delete_documents_id"}))
+        solver.attempt(SolverView.for_turn([], "Delete document 'doc_00002'.", tools), env, seed=seed)
+        assert calls[-1] == ("database_delete_document", {"document_id": "doc_00002"})
