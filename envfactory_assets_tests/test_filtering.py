@@ -43,18 +43,6 @@ def test_diversity_counts_distinct_pairs_environments_and_domains_per_1000():
     assert d["tool_pairs_per_1000"] == 1000.0 and d["environments_per_1000"] == pytest.approx(666.67)
 
 
-def test_assign_splits_gives_the_exact_paper_counts_and_is_stable():
-    from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, assign_splits
-
-    ids = [f"ref_{i:05d}" for i in range(2575)]
-    splits = assign_splits(ids, PAPER_SFT_SHARE)
-    assert sum(1 for v in splits.values() if v == "sft") == 1622 and len(splits) == 2575
-    grown = assign_splits([*ids, "ref_new"], PAPER_SFT_SHARE)
-    assert sum(1 for i in ids if grown[i] != splits[i]) <= 1
-    with pytest.raises(ValueError, match="sft_share"):
-        assign_splits(ids, 1.5)
-
-
 def test_raw_examples_table_shows_passed_turns_only():
     from envfactory_assets.synth.report import raw_examples_markdown
 

@@ -75,7 +75,8 @@ def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
     sft_ids = sorted(before["sft_dataset"])
     ckpt = {"id": content_id("ckpt", sft_ids), "sft_dataset_version": content_id("v", sft_ids),
             "sft_dataset_ids": sft_ids, "base_model": "test", "base_model_hash": "0" * 16, "config": {},
-            "metrics": {}, "path": ""}
+            "metrics": {}, "path": "", "stage": "sft", "parent_checkpoint_id": None, "rl_dataset_ids": [],
+            "rl_dataset_version": None}
     store.replace_current("checkpoints", [ckpt])
 
     baseline = sensor_tick(world, None)
@@ -151,7 +152,7 @@ def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
 
 
 def test_a_new_user_document_becomes_a_partition(world, tmp_path):
-    user_dir = world["home"] / "resources"
+    user_dir = world["home"] / "user_resources"
     user_dir.mkdir(exist_ok=True)
     first = sensor_tick(world, None)
     doc = (FIXTURES / "bookshop.json").read_text().replace('"bookshop.example"', '"mybooks"')
@@ -164,8 +165,8 @@ def test_a_new_user_document_becomes_a_partition(world, tmp_path):
     before = set(world["instance"].get_dynamic_partitions("environment"))
     instance = dg.DagsterInstance.ephemeral()  # a scratch instance and store: the shared world stays as it is
     home = tmp_path / "home"
-    (home / "resources").mkdir(parents=True)
-    shutil.copy(user_dir / "mybooks.json", home / "resources")
+    (home / "user_resources").mkdir(parents=True)
+    shutil.copy(user_dir / "mybooks.json", home / "user_resources")
     resources = {**world["resources"], "envfactory": EnvFactoryHome(home=str(home))}
     one_per_domain = {"ops": {"source_resources": {"config": {
         **request.run_config["ops"]["source_resources"]["config"], "per_domain": 1}}}}  # the 3 are in 3 domains

@@ -152,7 +152,7 @@ def test_held_out_split_is_by_environment_stable_and_near_its_share():
 
     ids = [f"provider_{i}:api" for i in range(2000)]
     held = [e for e in ids if is_held_out_environment(e)]
-    assert 0.15 < len(held) / len(ids) < 0.25
+    assert 0.07 < len(held) / len(ids) < 0.13
     assert held == [e for e in ids if is_held_out_environment(e)]
     assert row_split([ids[0], held[0]]) == "held_out"
     assert row_split([e for e in ids[:50] if e not in held]) == "train"

@@ -29,17 +29,6 @@ def split_of(trajectory_id: str, sft_share: float = PAPER_SFT_SHARE) -> str:
     return "sft" if bucket < sft_share else "rl"
 
 
-def assign_splits(trajectory_ids: list[str], sft_share: float = PAPER_SFT_SHARE) -> dict[str, str]:
-    """``{id: "sft"|"rl"}`` with exactly ``round(len(ids) * sft_share)`` SFT trajectories (paper: 1,622 of
-    2,575): the ids are ordered by the same stable hash as :func:`split_of` and the first ones go to SFT, so
-    adding one trajectory moves at most one other. Raises ValueError for a share outside [0, 1]."""
-    if not 0.0 <= sft_share <= 1.0:
-        raise ValueError(f"sft_share must be in [0, 1], got {sft_share}")
-    ordered = sorted(set(trajectory_ids), key=lambda i: (hashlib.sha256(i.encode()).hexdigest(), i))
-    n_sft = round(len(ordered) * sft_share)
-    return {i: ("sft" if k < n_sft else "rl") for k, i in enumerate(ordered)}
-
-
 def tools_of(environments: dict[str, dict[str, Any]], env_ids: list[str]) -> list[dict[str, Any]]:
     """OpenAI function specs of every tool of ``env_ids``."""
     return [openai_tool(t) for e in env_ids for t in environments[e]["tools"]]

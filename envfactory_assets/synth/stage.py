@@ -9,10 +9,10 @@ from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.datasets import (
-    assign_splits,
     replay_check,
     rl_rows,
     sft_row,
+    split_of,
 )
 from envfactory_assets.synth.filtering import apply_filter
 from envfactory_assets.synth.sampler import (
@@ -139,8 +139,9 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
 def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
                  limits: SandboxLimits | None = None, benchmark_tags: dict[str, list[str]] | None = None,
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """Split refined trajectories (exactly ``round(n * sft_share)`` to SFT, :func:`assign_splits`) into
-    ``sft_dataset`` rows and replay-checked ``rl_dataset`` rows.
+    """Split refined trajectories (each by a stable hash of its id, :func:`split_of`: about ``sft_share``
+    go to SFT, and a trajectory's split never depends on the others, so incremental re-synthesis leaves the
+    rows of unchanged trajectories as they are) into ``sft_dataset`` rows and replay-checked ``rl_dataset`` rows.
 
     ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) marks rows built from environments that overlap a
     held-out benchmark, in their ``benchmark_overlap`` column.
@@ -148,7 +149,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
     """
     tags = benchmark_tags or {}
-    splits = assign_splits([t["id"] for t in refined], sft_share)
+    splits = {t["id"]: split_of(t["id"], sft_share) for t in refined}
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
         load_environments(worker, environments,

@@ -3,6 +3,8 @@
 A held-out environment is never trained on (SFT or GRPO), so an evaluation on tasks from held-out
 environments measures transfer to unseen tools and states, not memorized rows. The split is a stable
 hash of the environment id (no global random stream), so it survives re-synthesis and adding environments.
+A row is held out when any of its environments is, and rows combine up to 3 environments, so 10% of the
+environments hold out about a quarter of the rows (20% held out about 58% of them in the default run).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-HELD_OUT_SHARE = 0.2
+HELD_OUT_SHARE = 0.1
 
 
 def is_held_out_environment(env_id: str, share: float = HELD_OUT_SHARE) -> bool:

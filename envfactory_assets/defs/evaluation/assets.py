@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 
 MIN_SEEDS = 3
@@ -43,7 +44,8 @@ def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
 
 
 @dg.asset(group_name="evaluation", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["checkpoints", "rl_dataset"],
-          code_version="1")
+          code_version=asset_code_version("envfactory_assets.evaluation", "envfactory_assets.training",
+                                          "envfactory_assets.defs.evaluation"))
 def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
                 envfactory: EnvFactoryHome) -> dg.MaterializeResult:
     """The base model and every current checkpoint, each on the same held-out synthetic tasks (environments

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+
+_EXPORT_CODE = asset_code_version("envfactory_assets.exports", "envfactory_assets.training.splits",
+                                  "envfactory_assets.defs.exports")
 
 EXPORT_KEYS = {"verl_export": ("verl_train.parquet", "verl_validation.parquet"),
                "sharegpt_export": ("sharegpt_train.json", "sharegpt_validation.json", "dataset_info.json"),
@@ -26,11 +30,11 @@ def _exports_dir(envfactory: EnvFactoryHome) -> Path:
 
 @dg.multi_asset(
     group_name="exports", pool=STORE_POOL,
-    specs=[dg.AssetSpec("verl_export", kinds={"parquet"}, deps=["rl_dataset"], code_version="1",
+    specs=[dg.AssetSpec("verl_export", kinds={"parquet"}, deps=["rl_dataset"], code_version=_EXPORT_CODE,
                         description="verl RL parquet: prompt, reward ground truth, initial/final state, tool config."),
-           dg.AssetSpec("sharegpt_export", kinds={"json"}, deps=["sft_dataset"], code_version="1",
+           dg.AssetSpec("sharegpt_export", kinds={"json"}, deps=["sft_dataset"], code_version=_EXPORT_CODE,
                         description="LlamaFactory ShareGPT JSON of the SFT rows, with dataset_info.json."),
-           dg.AssetSpec("hf_dataset_export", kinds={"huggingface"}, deps=["sft_dataset"], code_version="1",
+           dg.AssetSpec("hf_dataset_export", kinds={"huggingface"}, deps=["sft_dataset"], code_version=_EXPORT_CODE,
                         description="Hugging Face DatasetDict (train/validation) of the SFT rows, save_to_disk.")],
 )
 def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, envfactory: EnvFactoryHome):
