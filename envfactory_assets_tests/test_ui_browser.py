@@ -104,7 +104,7 @@ def ui_url(tmp_path_factory):
 
 def _materialize(page, url: str, selection: str) -> None:
     """Open the lineage page filtered to ``selection`` and press its Materialize button; when the UI asks first
-    (partitioned assets open a launch dialog), accept its launch button."""
+    (partitioned assets open a launch dialog), select every partition and press its launch button."""
     page.goto(f"{url}/asset-groups~{urllib.parse.quote(selection)}/")
     materialize = page.get_by_role("button", name=re.compile(r"Materialize( all| selected)?(…|\.\.\.)?$")).first
     expect(materialize).to_be_enabled()
@@ -112,6 +112,11 @@ def _materialize(page, url: str, selection: str) -> None:
     launch = page.get_by_role("dialog").get_by_role("button", name=re.compile(r"Launch"))
     expect(page.get_by_text("Launched run").or_(launch).first).to_be_visible()
     if launch.count() and launch.first.is_visible():
+        dialog = page.get_by_role("dialog")
+        every = dialog.get_by_role("button", name="All", exact=True)
+        if every.count():  # partitioned assets: the dialog opens on an empty custom selection
+            every.first.click()
+            expect(dialog.get_by_text("0 partitions")).to_have_count(0)
         launch.first.click()
 
 
