@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.conversation import omit_user_value, well_formed
+from envfactory_assets.synth.conversation import DialogueSolver, omit_user_value, well_formed
 from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row, tools_of
 from envfactory_assets.synth.expansion import expand_goal, follow_up_request
 from envfactory_assets.synth.refine import refine_turns
@@ -30,7 +29,6 @@ from envfactory_assets.synth.simulated_user import (
     providable_flags,
 )
 from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView, solve_turn
-from envfactory_assets.synth.conversation import DialogueSolver
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi"

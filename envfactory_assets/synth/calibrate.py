@@ -7,6 +7,11 @@ the same way; if no attempt passes, the turn is reverted to its raw query and it
 ``reverted`` with the reason; a merged request that cannot be solved is split back into its two turns.
 The conversation each solver sees holds the accepted queries of the earlier
 turns with their gold calls and tool results (what a real agent would have seen).
+
+Goal expansion (:mod:`envfactory_assets.synth.expansion`, the other half of operator d) may add a follow-up
+read to the last turn, and the conversational mode (:mod:`envfactory_assets.synth.conversation`) may leave a
+user-providable value out of a query for the solver to ask the simulated user for; either change that no
+attempt solves is reverted to the turn without it, with the reason.
 """
 
 from __future__ import annotations
