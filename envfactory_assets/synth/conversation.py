@@ -56,7 +56,8 @@ def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], prov
 
     A value qualifies when it is a required argument of a ``create`` call, came from the user (provenance
     ``user``), is flagged user-providable in the tool graph for that tool, is a string written literally
-    once in the query, and nothing else in the query repeats it. The returned turn (a copy) gets a
+    once in the query, nothing else in the query repeats it, and no other call of the turn sets a parameter
+    of that name (the user's answer names the parameter, not the call). The returned turn (a copy) gets a
     ``user_clarification`` operator (argument, value, query before and after) and ``fallback`` = the turn as
     it was.
 
@@ -73,8 +74,9 @@ def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], prov
         for arg in required:
             value = call["arguments"].get(arg)
             if (not isinstance(value, str) or not value or arg not in providable.get(call["name"], ())
-                    or call["provenance"].get(arg, {}).get("source") != "user"):
-                continue
+                    or call["provenance"].get(arg, {}).get("source") != "user"
+                    or sum(1 for c in turn["calls"] if arg in c["arguments"]) > 1):
+                continue  # (a name several calls of the turn set would make the user's answer ambiguous)
             query = _without(turn["query"], f"{words(arg)} {literal(value)}")
             if query is None or value in query:
                 continue
