@@ -7,6 +7,11 @@ the same way; if no attempt passes, the turn is reverted to its raw query and it
 ``reverted`` with the reason; a merged request that cannot be solved is split back into its two turns.
 The conversation each solver sees holds the accepted queries of the earlier
 turns with their gold calls and tool results (what a real agent would have seen).
+
+Goal expansion (:mod:`envfactory_assets.synth.expansion`, the other half of operator d) may add a follow-up
+read to the last turn, and the conversational mode (:mod:`envfactory_assets.synth.conversation`) may leave a
+user-providable value out of a query for the solver to ask the simulated user for; either change that no
+attempt solves is reverted to the turn without it, with the reason.
 """
 
 from __future__ import annotations
@@ -17,8 +22,16 @@ from typing import Any
 
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.store.ids import content_id
+from envfactory_assets.synth.conversation import (
+    DialogueSolver,
+    chosen_for_conversation,
+    first_passing_dialogue,
+    omit_user_value,
+)
 from envfactory_assets.synth.datasets import tools_of
+from envfactory_assets.synth.expansion import expand_goal
 from envfactory_assets.synth.refine import merge_goals, refine_turns
+from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import DEFAULT_K, Solver, SolverView, solve_turn
 
 #: Who asks, per domain (a persona is stored with every turn; the programmatic writer does not vary style).
@@ -35,10 +48,15 @@ PERSONAS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class CalibrationConfig:
-    """``k``: solve attempts per turn (paper: 4); ``min_turns``: fewer kept turns fail the trajectory."""
+    """``k``: solve attempts per turn (paper: 4); ``min_turns``: fewer kept turns fail the trajectory;
+    ``goal_expansion``: operator d's expansion of the last turn (:mod:`envfactory_assets.synth.expansion`);
+    ``conversational_share``: share (0..1) of turns whose query leaves out a user-providable value the solver
+    must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off)."""
 
     k: int = DEFAULT_K
     min_turns: int = 2
+    goal_expansion: bool = True
+    conversational_share: float = 0.0
 
 
 def persona_of(trajectory_id: str, domains: list[str]) -> str:
@@ -50,14 +68,44 @@ def persona_of(trajectory_id: str, domains: list[str]) -> str:
 def _stored(solve: dict[str, Any]) -> dict[str, Any]:
     """A solve record without tool outputs (they are recomputable and large): calls, hashes, verdicts."""
     attempts = [{"calls": [{k: c[k] for k in ("name", "arguments", "ok")} for c in a["calls"]],
-                 "final_state_hash": a["final_state_hash"], "passed": a["passed"], "verdict": a["verdict"]}
+                 "final_state_hash": a["final_state_hash"], "passed": a["passed"], "verdict": a["verdict"],
+                 **({"dialogue": a["dialogue"]} if a.get("dialogue") else {})}
                 for a in solve["attempts"]]
     return {**solve, "attempts": attempts}
 
 
+def _prepare(queue: list[dict[str, Any]], raw_id: str, envs: dict[str, dict[str, Any]], worker: SandboxWorker,
+             cfg: CalibrationConfig, providable: ProvidableFlags) -> list[dict[str, Any]]:
+    """Goal expansion of the last turn and conversational omissions (each turn keeps a ``fallback``)."""
+    if cfg.goal_expansion and queue:
+        offset = sum(len(t["calls"]) for t in queue[:-1])
+        queue[-1] = expand_goal(queue[-1], envs, worker, offset) or queue[-1]
+    if cfg.conversational_share > 0:
+        tools = {t["name"]: t for e in envs.values() for t in e["tools"]}
+        for i, turn in enumerate(queue):
+            if chosen_for_conversation(f"{raw_id}/{i}", cfg.conversational_share):
+                queue[i] = omit_user_value(turn, tools, providable) or turn
+    return queue
+
+
+def _solver_for(solver: Solver, user: SimulatedUser | None, turn: dict[str, Any],
+                providable: ProvidableFlags) -> Solver:
+    if user is None:
+        return solver
+    return DialogueSolver(solver, user, UserContext(tuple(turn["calls"]), turn["state_before"], providable))
+
+
 def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker,
-                         solver: Solver, config: CalibrationConfig | None = None) -> dict[str, Any]:
+                         solver: Solver, config: CalibrationConfig | None = None,
+                         user: SimulatedUser | None = None, providable: ProvidableFlags | None = None,
+                         ) -> dict[str, Any]:
     """Refine and calibrate one passed ``raw_trajectories`` row.
+
+    Conversational mode (``config.conversational_share > 0``) needs ``user`` (the simulated user answering
+    the solver's clarification questions) and ``providable`` (the tool graph's user-providable flags); a
+    kept conversational turn carries the exchange in ``clarification``. A turn changed by goal expansion or a
+    conversational omission that no attempt solves is replaced by its ``fallback`` (the turn before the
+    change), the operator kept as ``reverted`` with the reason.
 
     Returns ``{"turns", "operators", "status", "reasons", "persona", "reverted", "dropped_turns"}``. Each kept
     turn gains ``task_id``, ``persona``, ``query_raw``, ``operators`` (reverted ones marked), ``solve_raw``,
@@ -66,9 +114,12 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     ``min_turns`` turns stay solvable.
     """
     cfg = config or CalibrationConfig()
+    if cfg.conversational_share > 0 and (user is None or providable is None):
+        raise ValueError("conversational calibration needs a simulated user and the user-providable flags")
+    flags = providable or {}
     envs = {e: environments[e] for e in raw["env_ids"]}
     refined, _ = refine_turns(raw["turns"], envs)
-    queue = merge_goals(refined, min_turns=cfg.min_turns)
+    queue = _prepare(merge_goals(refined, min_turns=cfg.min_turns), raw["id"], envs, worker, cfg, flags)
     tools = tuple(tools_of(envs, raw["env_ids"]))
     persona = persona_of(raw["id"], raw.get("domains") or [])
     kept: list[dict[str, Any]] = []
@@ -80,12 +131,21 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
         offset = sum(len(k["calls"]) for k in kept)
         task_id = content_id("task", {"raw": raw["id"], "calls": [offset, offset + len(turn["calls"])]})
         turn.update(task_id=task_id, persona=persona, turn_index=t)
+        player = _solver_for(solver, user, turn, flags)
         solve_raw = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, turn["query_raw"], tools),
-                               solver, turn, task_id + "/raw", cfg.k)
+                               player, turn, task_id + "/raw", cfg.k)
         solve_ref = None
         if solve_raw["passed"] and turn["query"] != turn["query_raw"]:
             solve_ref = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, turn["query"], tools),
-                                   solver, turn, task_id + "/refined", cfg.k)
+                                   player, turn, task_id + "/refined", cfg.k)
+        if "fallback" in turn and (not solve_raw["passed"] or not (solve_ref or solve_raw)["passed"]):
+            original, change = turn["fallback"], turn["operators"][-1]
+            why = f"{change['operator']} unsolvable (0/{cfg.k}); reverted to the turn without it"
+            original["operators"] = original["operators"] + [{**change, "reverted": True, "reason": why}]
+            queue[:0] = [original]
+            reverted += 1
+            continue
+        turn.pop("fallback", None)
         if "merged_from" in turn and (not solve_raw["passed"] or not (solve_ref or solve_raw)["passed"]):
             first, second = turn["merged_from"]
             why = f"merged request unsolvable (0/{cfg.k}); split back into its two turns"
@@ -108,6 +168,9 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
                 reverted += 1
             else:
                 accuracy = solve_ref["accuracy"]
+        dialogue = first_passing_dialogue(solve_ref if solve_ref and solve_ref["passed"] else solve_raw)
+        if dialogue:
+            turn["clarification"] = dialogue
         turn["accuracy"] = accuracy
         if "merged_from" in turn:
             turn["merged_from"] = [m["query_raw"] for m in turn["merged_from"]]

@@ -1,7 +1,8 @@
 """SFT and RL rows from refined trajectories.
 
 SFT: one row per trajectory, OpenAI chat format with ``tool_calls`` (arguments as JSON strings).
-RL: one row per turn (paper): the conversation up to the turn's user query, the gold calls trimmed
+RL: one row per turn (paper): the conversation up to the turn's last user message before its gold calls
+(its query, or in conversational mode the user's answer to the clarification question), the gold calls trimmed
 to the essential ones, ``masked_arguments`` whose value does not matter, and the turn's initial and
 final state. A row is kept only if replaying its trimmed gold calls on its initial state in a fresh
 episode gives the recorded final state exactly, and a turn that claims to change state really does.
@@ -59,14 +60,16 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
     rows = []
     user_positions = [i for i, m in enumerate(messages) if m["role"] == "user"]
     offset = 0
+    users_so_far = 0  # user messages up to the turn's gold calls: its query and its clarification answers
     for t_idx, turn in enumerate(trajectory["turns"]):
+        users_so_far += 1 + sum(1 for m in turn.get("clarification") or [] if m["role"] == "user")
         keep = essential_calls(turn["calls"], offset)
         offset += len(turn["calls"])
         gold = [{"name": turn["calls"][i]["name"], "arguments": turn["calls"][i]["arguments"]} for i in keep]
         masked = sorted({a for g in gold for a in g["arguments"] if a in MASKED_ARGUMENT_NAMES})
         rows.append({
             "turn_index": t_idx,
-            "prompt": messages[: user_positions[t_idx] + 1],
+            "prompt": messages[: user_positions[users_so_far - 1] + 1],
             "tools": tools,
             "gold_calls": gold,
             "masked_arguments": masked,

@@ -73,14 +73,24 @@ class SolverView:
 @dataclass
 class Attempt:
     """One solve attempt: ``calls`` (``{"name", "arguments", "ok", "output"|"error"}`` in order), the
-    assistant's closing ``answer``, and the attempt episode's ``final_state_hash`` (sha256 hex)."""
+    assistant's closing ``answer``, and the attempt episode's ``final_state_hash`` (sha256 hex).
+
+    Conversational mode (:mod:`envfactory_assets.synth.conversation`): ``question`` is a clarification the
+    solver asks instead of calling tools (set only when ``calls`` is empty); ``dialogue`` holds the
+    clarification messages exchanged before the calls (assistant question, user answer, ...).
+    """
 
     calls: list[dict[str, Any]] = field(default_factory=list)
     answer: str = ""
     final_state_hash: str = ""
+    question: str = ""
+    dialogue: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"calls": self.calls, "answer": self.answer, "final_state_hash": self.final_state_hash}
+        out = {"calls": self.calls, "answer": self.answer, "final_state_hash": self.final_state_hash}
+        if self.dialogue or self.question:
+            out.update(dialogue=self.dialogue, question=self.question)
+        return out
 
 
 class Solver(Protocol):
@@ -217,12 +227,23 @@ class ProgrammaticSolver:
 
     name = "programmatic"
 
+    def __init__(self, ask: bool = False) -> None:
+        #: conversational mode: ask :func:`clarification_question` when a request lacks a required value
+        self.ask = ask
+
     def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
         rng = random.Random(seed)
         infos = {i.name: i for i in (_tool_info(t) for t in view.tools)}
         seen = _observations_from(view.messages, infos)
         attempt = Attempt()
-        for clause in _clauses(view.query):
+        clauses = _clauses(view.query)
+        if self.ask:
+            query, answers = split_clarifications(view.messages)
+            clauses, missing = _complete_clauses(_clauses(query), answers, infos, random.Random(seed))
+            if missing:
+                attempt.question = clarification_question(missing)
+                return attempt
+        for clause in clauses:
             ranked = _rank_tools(clause, infos, rng)
             # a tool that answers with an error (say, the row lives in another environment's table) makes
             # the agent try the next-best tool of the same action, as a person reading the error would
@@ -253,6 +274,56 @@ class ProgrammaticSolver:
             record["error"] = res.get("error")
         attempt.calls.append(record)
         return record["ok"]
+
+
+#: The programmatic solver's clarification question; :func:`split_clarifications` recognises it.
+_QUESTION = "Which {} should I use?"
+_QUESTION_RE = re.compile(r"^Which (.+) should I use\?$")
+
+
+def clarification_question(missing: Sequence[str]) -> str:
+    """The assistant's question for missing parameter values: ``"Which title and price should I use?"``."""
+    labels = [_words(p) for p in missing]
+    return _QUESTION.format(" and ".join(labels) if len(labels) < 3 else ", ".join(labels[:-1]) + " and " + labels[-1])
+
+
+def split_clarifications(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """``(query, answers)``: the turn's query and the user's answers to the clarification questions asked
+    after it (trailing pairs of a :func:`clarification_question` and a user message)."""
+    msgs = list(messages)
+    answers: list[str] = []
+    while (len(msgs) >= 3 and msgs[-1].get("role") == "user" and msgs[-2].get("role") == "assistant"
+           and not msgs[-2].get("tool_calls") and _QUESTION_RE.match(msgs[-2].get("content") or "")):
+        answers.insert(0, msgs[-1].get("content") or "")
+        msgs = msgs[:-2]
+    return next((m["content"] for m in reversed(msgs) if m.get("role") == "user"), ""), answers
+
+
+def _complete_clauses(clauses: list[str], answers: list[str], infos: dict[str, _ToolInfo],
+                      rng: random.Random) -> tuple[list[str], list[str]]:
+    """Clauses with the user's answered values appended (", title 'Dune'") and the required non-identifier
+    parameters still missing (no literal after the parameter's name, no enum value of it in the clause)."""
+    given = [(m.group(1).strip().lower(), m.group(2)) for a in answers
+             for m in re.finditer(rf"(?:the\s+)?([a-z][a-z0-9 ]*?) is ({_LITERAL})", a, flags=re.IGNORECASE)]
+    out, missing = [], []
+    for clause in clauses:
+        ranked = _rank_tools(clause, infos, rng)
+        if ranked:
+            tool = ranked[0]
+            for name in sorted(tool.required):
+                label = _words(name)
+                if name.endswith("_id") or re.search(rf"\b{re.escape(label)}\s+(?:is\s+|to\s+)?(?:{_LITERAL})",
+                                                     clause, flags=re.IGNORECASE):
+                    continue
+                if any(f"'{v}'" in clause for v in tool.params[name].get("enum") or ()):
+                    continue
+                value = next((v for lab, v in given if lab.endswith(label)), None)
+                if value is None:
+                    missing.append(name)
+                else:
+                    clause += f", {label} {value}"
+        out.append(clause)
+    return out, missing
 
 
 def _lister_for(tool: _ToolInfo, infos: dict[str, _ToolInfo], rng: random.Random) -> _ToolInfo | None:
@@ -427,6 +498,8 @@ class ModelSolver:
             messages.append({"role": "assistant", "content": reply.text})
             if not parsed.calls:
                 attempt.answer = parsed.content
+                if not attempt.calls and parsed.content.rstrip().endswith("?"):
+                    attempt.question = parsed.content.strip()  # asks the user before acting
                 break
             results = []
             for call in parsed.calls:

@@ -105,8 +105,12 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
 
 def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
                             solver: Solver | None = None, config: CalibrationConfig | None = None,
-                            limits: SandboxLimits | None = None, progress: Any = None) -> list[dict[str, Any]]:
+                            limits: SandboxLimits | None = None, progress: Any = None,
+                            user: Any = None, providable: Any = None) -> list[dict[str, Any]]:
     """Refine and calibrate every passed raw trajectory into a ``refined_trajectories`` row.
+
+    ``user`` (a :class:`~envfactory_assets.synth.simulated_user.SimulatedUser`) and ``providable`` (the tool
+    graph's user-providable flags) are needed when ``config.conversational_share > 0``.
 
     Near-duplicates (same tool sequence, near-identical queries) are then marked ``failed``
     (:func:`envfactory_assets.synth.filtering.apply_filter`). Every turn is solved by ``config.k`` attempts of ``solver`` (default :class:`ProgrammaticSolver`) in one
@@ -119,7 +123,7 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
         for i, raw in enumerate(raw_rows):
             if progress is not None:
                 progress(i, len(raw_rows))
-            cal = calibrate_trajectory(raw, environments, worker, solver, config)
+            cal = calibrate_trajectory(raw, environments, worker, solver, config, user, providable)
             unresolved = [o for o in cal["operators"]
                           if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
             reasons = cal["reasons"] + [f"unobtainable reference: {o}" for o in unresolved]

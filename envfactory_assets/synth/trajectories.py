@@ -269,8 +269,9 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
 
 
 def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list[dict[str, Any]]:
-    """OpenAI chat messages of a trajectory: system, then per turn the user query, one assistant message
-    with ``tool_calls`` per call followed by its ``tool`` result, and the assistant's closing summary.
+    """OpenAI chat messages of a trajectory: system, then per turn the user query, the turn's
+    ``clarification`` exchange if any (assistant question, user answer; conversational mode), one assistant
+    message with ``tool_calls`` per call followed by its ``tool`` result, and the assistant's closing summary.
 
     Tool-call arguments and tool results are JSON strings with UTF-8 kept as is.
     """
@@ -280,6 +281,7 @@ def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list
     counter = 0
     for turn in turns:
         messages.append({"role": "user", "content": turn[query_field]})
+        messages.extend({"role": m["role"], "content": m["content"]} for m in turn.get("clarification") or [])
         for call in turn["calls"]:
             counter += 1
             call_id = f"call_{counter}"

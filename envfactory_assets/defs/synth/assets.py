@@ -26,6 +26,7 @@ from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
 from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, validate_chain
+from envfactory_assets.synth.simulated_user import ModelUser, ProgrammaticUser, providable_flags
 from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
 from envfactory_assets.synth.stage import (
     chain_rows,
@@ -159,6 +160,11 @@ class RefineConfig(dg.Config):
 
     k: int = 4
     min_turns: int = 2
+    # operator d's goal expansion of each trajectory's last turn (synth.expansion)
+    goal_expansion: bool = True
+    # conversational mode (synth.conversation): share of turns whose query leaves out a user-providable value
+    # the solver asks the simulated user for; 0 keeps the default run as it was
+    conversational_share: float = 0.0
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)
@@ -170,22 +176,31 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     require_upstream_gates(context)
     if config.k < 1:
         raise dg.Failure(f"refined_trajectories.k must be >= 1, got {config.k}")
+    if not 0.0 <= config.conversational_share <= 1.0:
+        raise dg.Failure(f"refined_trajectories.conversational_share must be in [0, 1], got {config.conversational_share}")
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
     backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
-    solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver()
+    conversational = config.conversational_share > 0
+    solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver(ask=conversational)
+    user = (ModelUser(backend) if backend is not None else ProgrammaticUser()) if conversational else None
+    providable = providable_flags(_graph(envfactory)) if conversational else None
 
     todo = [r for r in raw if all(e in envs for e in r["env_ids"])]
     meter = asset_progress(context, len(todo), "trajectories calibrated")
-    rows = refined_trajectory_rows(todo, envs, solver, CalibrationConfig(k=config.k, min_turns=config.min_turns),
-                                   progress=lambda done, total: meter.update(done))
+    cal = CalibrationConfig(k=config.k, min_turns=config.min_turns, goal_expansion=config.goal_expansion,
+                            conversational_share=config.conversational_share)
+    rows = refined_trajectory_rows(todo, envs, solver, cal, progress=lambda done, total: meter.update(done),
+                                   user=user, providable=providable)
     meter.finish()
     written = store.replace_current("refined_trajectories", rows)
     report = refinement_report(rows)
     report["examples_md"] = dg.MetadataValue.md(report["examples_md"])
     return dg.MaterializeResult(metadata={
         "trajectories": len(rows), "status": status_counts(rows), "written": written, "solver": solver.name,
+        "simulated_user": user.name if user else "off",
+        "conversational_turns": sum(1 for r in rows for t in r["turns"] if t.get("clarification")),
         "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)), **report}, data_version=data_version(rows))
 
 
