@@ -11,8 +11,8 @@ import dagster as dg
 import orjson
 import pytest
 
-from envfactory_assets.cli import config_for_selection
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
+from envfactory_assets.defs.incremental import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
@@ -159,13 +159,12 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
     }}
 
     def materialize(selection, backend):
-        assets = [a for a in ALL_ASSETS if any(k.to_user_string() in selection for k in a.keys)]
-        checks = [c for c in ALL_CHECKS if any(k.asset_key.to_user_string() in selection for k in c.check_keys)]
-        with dg.instance_for_test() as instance:
-            return dg.materialize([*assets, *checks], instance=instance, raise_on_error=False,
-                                  run_config=config_for_selection(config, selection), resources={
-                                      "envfactory": EnvFactoryHome(home=str(tmp_path)), "model_backend": backend,
-                                      "verification_gate": VerificationGate()})
+        resources = {"envfactory": EnvFactoryHome(home=str(tmp_path)), "model_backend": backend,
+                     "verification_gate": VerificationGate()}
+        with dg.instance_for_test() as instance:  # as `envfactory run --select` does (partitions set first)
+            results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, resources, config, selection,
+                                           raise_on_error=False)
+        return results[-1]
 
     assert materialize(upstream, ModelBackend()).success  # environments written by the programmatic builder
 

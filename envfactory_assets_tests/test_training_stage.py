@@ -63,7 +63,7 @@ def test_grpo_tasks_are_train_split_first_turns_fewest_gold_calls_first_with_gol
     from envfactory_assets.training.splits import row_split
     from envfactory_assets.training.stage import grpo_tasks
 
-    assert row_split(["helpdesk"]) == "train" and row_split(["bookshop"]) == "held_out"
+    assert row_split(["helpdesk"]) == "train" and row_split(["shop27"]) == "held_out"
 
     def rl(i, env, turn, gold, prompt_words=3, tools=ROW["tools"]):
         return {"id": f"rl_{i}", "turn_index": turn, "env_ids": [env], "tools": tools,
@@ -71,7 +71,7 @@ def test_grpo_tasks_are_train_split_first_turns_fewest_gold_calls_first_with_gol
                 "gold_calls": [{"name": g, "arguments": {"x": "1"}} for g in gold]}
 
     rows = [rl(1, "helpdesk", 0, ["t3", "t7"]), rl(2, "helpdesk", 0, ["t9"], 30), rl(3, "helpdesk", 0, ["t1"], 5),
-            rl(4, "bookshop", 0, ["t2"]), rl(5, "helpdesk", 1, ["t4"]), rl(6, "helpdesk", 0, []),
+            rl(4, "shop27", 0, ["t2"]), rl(5, "helpdesk", 1, ["t4"]), rl(6, "helpdesk", 0, []),
             rl(7, "helpdesk", 0, ["t5"], tools=[_tool("reset"), _tool("t5")])]
     tasks = grpo_tasks(rows, 10, max_tools=3)
     assert [t["id"] for t in tasks] == ["rl_3", "rl_2", "rl_1"]  # held-out, later turns, no gold, reserved names out
