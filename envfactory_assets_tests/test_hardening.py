@@ -1,0 +1,127 @@
+"""Regression tests for defects found by feeding hostile inputs to the newer features.
+
+Each test states the input that used to misbehave and what it did (hang, crash with a raw exception,
+silent data change); the inputs are real files or real model-output text, run through the real code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envfactory_assets.curation import CurationError, load_curation, set_exclusion
+from envfactory_assets.sources.resource_kinds import user_folder_rows
+from envfactory_assets.sources.safe_yaml import UnsafeYamlError, load_untrusted_yaml
+from envfactory_assets.training.tool_calls import parse_tool_calls
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+def _alias_bomb(indent: str = "") -> str:
+    """Nine levels of nine aliases: 9**9 (387 million) strings once expanded, 10 lines of YAML."""
+    lines = [f"{indent}- &l0 [x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 10):
+        refs = ", ".join([f"*l{level - 1}"] * 9)
+        lines.append(f"{indent}- &l{level} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+# --- untrusted YAML -------------------------------------------------------------------------------------
+
+def test_alias_bomb_in_curation_file_is_refused_not_expanded(tmp_path: Path) -> None:
+    # used to take about a minute (JSON Schema validation expanded the aliases) and then print the value
+    path = tmp_path / "curation.yaml"
+    path.write_text("exclusions:\n" + _alias_bomb(" "))
+    with pytest.raises(CurationError, match="alias") as info:
+        load_curation(path)
+    assert str(path) in str(info.value) and len(str(info.value)) < 600
+
+
+def test_curation_file_with_repeated_key_is_refused(tmp_path: Path) -> None:
+    # the second "exclusions" used to replace the first silently
+    path = tmp_path / "curation.yaml"
+    path.write_text("exclusions:\n - {kind: tool, id: a.b, reason: r}\nexclusions: []\n")
+    with pytest.raises(CurationError, match="'exclusions' appears twice"):
+        load_curation(path)
+
+
+def test_unreadable_curation_paths_raise_curation_error(tmp_path: Path) -> None:
+    # a folder in place of the file used to raise a bare IsADirectoryError
+    folder = tmp_path / "curation.yaml"
+    folder.mkdir()
+    with pytest.raises(CurationError, match="is a folder"):
+        load_curation(folder)
+    with pytest.raises(CurationError, match="is a folder"):
+        set_exclusion(folder, "tool", "env.tool", "reason")
+
+
+def test_python_tags_and_invalid_files_leave_the_stored_curation_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "curation.yaml"
+    path.write_text("exclusions: !!python/object/apply:os.system ['echo pwned']\n")
+    before = path.read_bytes()
+    with pytest.raises(CurationError, match="not valid YAML"):
+        set_exclusion(path, "tool", "env.tool", "reason")
+    assert path.read_bytes() == before
+
+
+def test_untrusted_yaml_keeps_ordinary_anchors_and_merge_keys() -> None:
+    text = "base: &b {type: string}\nname: *b\nother:\n  <<: *b\n  format: date\n"
+    assert load_untrusted_yaml(text) == {"base": {"type": "string"}, "name": {"type": "string"},
+                                         "other": {"type": "string", "format": "date"}}
+    assert load_untrusted_yaml("") is None
+
+
+def test_untrusted_yaml_refuses_recursive_alias_and_oversized_expansion() -> None:
+    with pytest.raises(UnsafeYamlError, match="recursive alias"):
+        load_untrusted_yaml("a: &a [1, *a]\n")
+    with pytest.raises(UnsafeYamlError, match="more than 80 nodes"):
+        load_untrusted_yaml("a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9]\nb: [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n",
+                            max_nodes=80)
+    with pytest.raises(yaml.YAMLError):
+        load_untrusted_yaml("!!python/name:os.system\n")
+
+
+def test_alias_bomb_in_user_folder_is_a_rejection_naming_the_file(tmp_path: Path) -> None:
+    # a bomb under ``paths`` passes the top-level check of a user document, then reached the scanner
+    folder = tmp_path / "user_resources"
+    folder.mkdir()
+    document = ("openapi: 3.0.0\ninfo: {title: Bomb, version: '1'}\npaths:\n  /a:\n    get:\n"
+                "      parameters:\n" + _alias_bomb("        "))
+    (folder / "bomb.yaml").write_text(document)
+    (folder / "bookshop.json").write_bytes((FIXTURES / "bookshop.json").read_bytes())
+    accepted, rejected = user_folder_rows(folder)
+    assert [r["path"] for r in accepted] == ["bookshop.json"]
+    assert [(r["path"], r["reason"]) for r in rejected] == [("bomb.yaml", "unparseable")]
+    assert "bomb.yaml" in rejected[0]["detail"] and "alias" in rejected[0]["detail"]
+
+
+# --- model output -----------------------------------------------------------------------------------------
+
+def test_fenced_output_padded_with_blanks_parses_in_linear_time() -> None:
+    # the fence regex backtracked cubically: 2,000 blanks took 7 s, 20,000 did not finish in minutes
+    text = "```json\n" + json.dumps({"name": "list_books", "arguments": {}}) + " " * 50_000 + "\n```"
+    result = parse_tool_calls(text)
+    assert result.calls == [{"name": "list_books", "arguments": {}}]
+    degenerate = parse_tool_calls("```json" + " " * 50_000 + "x")
+    assert degenerate.calls == [] and degenerate.content.endswith("x")
+
+
+def test_fence_unwrapping_keeps_its_meaning() -> None:
+    call = {"name": "get_book", "arguments": {"book_id": "b1"}}
+    for text in (f"```json\n{json.dumps(call)}\n```", f"```{json.dumps(call)}```", f"```json {json.dumps([call])} ```"):
+        assert parse_tool_calls(text).calls == [call], text
+    assert parse_tool_calls("```python\nprint(1)\n```").calls == []
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e400", "1.5e309"])
+def test_overflowing_json_numbers_are_malformed_not_infinity(number: str) -> None:
+    # ``1e999`` used to decode to float('inf') and reach the environment as an argument
+    result = parse_tool_calls(f'<tool_call>{{"name": "set_price", "arguments": {{"price": {number}}}}}</tool_call>')
+    assert result.calls == [] and result.format_errors == 1
+    whole = parse_tool_calls(f'{{"name": "set_price", "arguments": {{"price": {number}}}}}')
+    assert whole.calls == []
+    fine = parse_tool_calls('<tool_call>{"name": "set_price", "arguments": {"price": 1e300}}</tool_call>')
+    assert fine.calls == [{"name": "set_price", "arguments": {"price": 1e300}}]
