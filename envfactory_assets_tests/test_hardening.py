@@ -125,3 +125,26 @@ def test_overflowing_json_numbers_are_malformed_not_infinity(number: str) -> Non
     assert whole.calls == []
     fine = parse_tool_calls('<tool_call>{"name": "set_price", "arguments": {"price": 1e300}}</tool_call>')
     assert fine.calls == [{"name": "set_price", "arguments": {"price": 1e300}}]
+
+
+# --- exports ----------------------------------------------------------------------------------------------
+
+def test_dataset_card_escapes_licence_text_from_source_documents() -> None:
+    from envfactory_assets.exports.stage import dataset_card
+
+    hostile = "MIT | x |\n\n# Injected heading <img src=x onerror=alert(1)>"
+    manifest = {"version": "exp_1", "allow": [], "dropped": {"sft": 0, "rl": 0}, "files": {},
+                "licences": [{"name": hostile, "url": "https://example.org/l|x", "sft_rows": 3, "rl_rows": 1}]}
+    card = dataset_card(manifest)
+    row = [line for line in card.splitlines() if "Injected" in line]
+    assert len(row) == 1 and row[0].endswith("| 3 | 1 |")  # still one table row of four cells
+    assert row[0].count(" | ") == 3 and "<img" not in card and "\n# Injected" not in card
+
+
+def test_blank_licence_allow_list_entry_is_refused_before_writing(tmp_path: Path) -> None:
+    # [""] used to count as an allow-list that matches no licence: every row silently dropped
+    from envfactory_assets.exports.stage import build_exports
+
+    with pytest.raises(ValueError, match="allowed_licences has blank"):
+        build_exports([], [], {}, tmp_path / "exports", allow=["MIT", "  "])
+    assert not (tmp_path / "exports").exists()
