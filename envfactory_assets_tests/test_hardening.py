@@ -148,3 +148,45 @@ def test_blank_licence_allow_list_entry_is_refused_before_writing(tmp_path: Path
     with pytest.raises(ValueError, match="allowed_licences has blank"):
         build_exports([], [], {}, tmp_path / "exports", allow=["MIT", "  "])
     assert not (tmp_path / "exports").exists()
+
+
+# --- BFCL safe executor -----------------------------------------------------------------------------------
+
+def _math_task():
+    bfcl = pytest.importorskip("envfactory_assets.evaluation.bfcl")
+    pytest.importorskip("bfcl_eval")
+    pytest.importorskip("mpmath")
+    return bfcl, next(t for t in bfcl.load_tasks() if "MathAPI" in t.involved_classes)
+
+
+@pytest.mark.parametrize(("name", "arguments"), [
+    ("power", {"base": 10, "exponent": 10_000_000}),  # took 12 s in one uninterruptible C call
+    ("square_root", {"number": 2, "precision": 10_000_000}),
+    ("logarithm", {"value": 10, "base": 3, "precision": 10_000_000}),
+    ("add", {"a": 10**400, "b": 1}),
+    ("mean", {"numbers": [1, 2, 2**60]}),
+])
+def test_bfcl_model_call_with_unbounded_cost_is_refused(name: str, arguments: dict) -> None:
+    bfcl, task = _math_task()
+    episode = bfcl.BFCLEpisode(task)
+    text = episode.call(name, arguments)
+    assert text.startswith("Error during execution: refused:") and name in text
+    assert episode.n_malformed == 1 and episode.model.results == []
+
+
+def test_bfcl_argument_bounds_admit_every_ground_truth_call() -> None:
+    bfcl, _ = _math_task()
+    for task in bfcl.load_tasks():
+        for turn in task.ground_truth:
+            for text in turn:
+                name, args, kwargs = bfcl.parse_python_call(text)
+                bfcl.check_argument_bounds(name, args, kwargs)  # raises UnsafeCall if a bound were too tight
+
+
+def test_bfcl_model_calls_never_reach_private_or_builtin_names() -> None:
+    bfcl, task = _math_task()
+    episode = bfcl.BFCLEpisode(task)
+    for name in ("__import__", "eval", "_load_scenario", "__class__", "__init__", "state", "execute", "os.system"):
+        assert episode.call(name, {}).startswith("Error during execution: refused: no offered function")
+    assert episode.n_malformed == 8
+    assert episode.call("add", {"a": 2, "b": 3}) == json.dumps({"result": 5})
