@@ -190,3 +190,49 @@ def test_bfcl_model_calls_never_reach_private_or_builtin_names() -> None:
         assert episode.call(name, {}).startswith("Error during execution: refused: no offered function")
     assert episode.n_malformed == 8
     assert episode.call("add", {"a": 2, "b": 3}) == json.dumps({"result": 5})
+
+
+# --- GRPO task environment class ---------------------------------------------------------------------------
+
+def _tool(name: str, parameters: object = None, description: object = "d") -> dict:
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": parameters if parameters is not None else
+                                             {"type": "object", "properties": {}}}}
+
+
+def test_full_width_tool_name_cannot_shadow_reset() -> None:
+    # "ｒｅｓｅｔ" is a Python identifier that used to become a second public method next to reset
+    from envfactory_assets.training.task_environment import environment_class
+
+    with pytest.raises(ValueError, match="cannot be a public method"):
+        environment_class([_tool("ｒｅｓｅｔ")])
+
+
+@pytest.mark.parametrize(("tool", "message"), [
+    (_tool("get_book", {"type": "object", "properties": ["book_id"]}), "parameters must be a JSON Schema"),
+    (_tool("get_book", "book_id: string"), "parameters must be a JSON Schema"),
+    (_tool("get_book", description=5), "description must be text"),
+    (_tool("get_book", {"type": "object", "properties": {"self": {"type": "string"}}}), "named 'self'"),
+    (_tool("get_book", {"type": "object", "properties": {"ｉｄ": {"type": "string"}}}), "not an ASCII"),
+])
+def test_malformed_tool_specs_get_errors_naming_the_tool(tool: dict, message: str) -> None:
+    # these used to raise a bare TypeError/AttributeError, or inspect's "duplicate parameter name: 'self'"
+    from envfactory_assets.training.task_environment import environment_class
+
+    with pytest.raises(ValueError, match=message) as info:
+        environment_class([tool])
+    assert "get_book" in str(info.value)
+
+
+# --- trajectory viewer -------------------------------------------------------------------------------------
+
+def test_viewer_fence_outlasts_any_backtick_run_and_tolerates_missing_status() -> None:
+    from envfactory_assets.viewer import render_trajectory
+
+    raw = {"id": "traj_1", "status": None, "turns": [{"query": "q", "calls": [
+        {"name": "note", "env_id": "e", "arguments": {"text": "a ```` b ````` c"}, "output": {"ok": True}}]}]}
+    markdown = render_trajectory(raw)  # status None used to raise TypeError
+    fence_lines = [line for line in markdown.splitlines() if line.startswith("`")]
+    opening = fence_lines[0].removesuffix("json")
+    assert set(opening) == {"`"} and len(opening) == 6  # longer than the 5-tick run inside the value
+    assert fence_lines[1] == opening and "- **status**: ?" in markdown
