@@ -236,3 +236,34 @@ def test_viewer_fence_outlasts_any_backtick_run_and_tolerates_missing_status() -
     opening = fence_lines[0].removesuffix("json")
     assert set(opening) == {"`"} and len(opening) == 6  # longer than the 5-tick run inside the value
     assert fence_lines[1] == opening and "- **status**: ?" in markdown
+
+
+# --- evaluation settings -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes", [
+    {"n_bfcl": -2}, {"n_synthetic": -1}, {"seeds": ()}, {"max_tool_rounds": 0}, {"max_tools": -3},
+])
+def test_out_of_range_evaluation_settings_are_refused(changes: dict) -> None:
+    # n_bfcl: -2 used to run 198 of the 200 BFCL tasks (load_tasks sliced [:-2])
+    from envfactory_assets.evaluation.run import EvalSpec
+
+    with pytest.raises(ValueError, match=next(iter(changes))):
+        EvalSpec(**changes)
+
+
+@pytest.mark.parametrize("changes", [
+    {"temperature": -0.5}, {"temperature": float("nan")}, {"top_p": 0.0}, {"top_p": 1.5},
+    {"max_new_tokens": 0}, {"batch_size": -4}, {"max_prompt_tokens": 0},
+])
+def test_out_of_range_sampling_settings_are_refused(changes: dict) -> None:
+    from envfactory_assets.evaluation.policy import SamplingSpec
+
+    with pytest.raises(ValueError, match=next(iter(changes))):
+        SamplingSpec(**changes)
+
+
+def test_bfcl_task_count_must_not_be_negative() -> None:
+    bfcl, _ = _math_task()
+    with pytest.raises(ValueError, match="n=-2"):
+        bfcl.load_tasks(-2)
+    assert len(bfcl.load_tasks(0)) == 0 and len(bfcl.load_tasks(3)) == 3

@@ -149,8 +149,11 @@ def load_tasks(n: int | None = None) -> list[BFCLTask]:
 
     Raises:
         ModuleNotFoundError: ``bfcl-eval`` is not installed.
-        ValueError: a data file is not JSON lines, or a task has no ground truth.
+        ValueError: ``n`` is negative (slicing would have taken all but ``-n`` tasks), a data file is not
+            JSON lines, or a task has no ground truth.
     """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise ValueError(f"load_tasks: n={n!r} must be a whole number >= 0 or None (all tasks)")
     root = _bfcl_files() / "data"
     name = f"BFCL_v4_{CATEGORY}.json"
     entries = _read_jsonl(root / name)
