@@ -267,3 +267,24 @@ def test_bfcl_task_count_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="n=-2"):
         bfcl.load_tasks(-2)
     assert len(bfcl.load_tasks(0)) == 0 and len(bfcl.load_tasks(3)) == 3
+
+
+# --- MCP tool lists ---------------------------------------------------------------------------------------
+
+def test_deeply_nested_tool_list_is_a_rejection_not_a_crash(tmp_path: Path) -> None:
+    # 600 levels (inside the JSON parser's limit) used to crash user_folder_rows with orjson's
+    # "TypeError: Recursion limit reached", failing the whole source stage for one file
+    schema: dict = {"type": "string"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"a": schema}}
+    document = {"format": "envfactory.mcp_tool_list/1", "server": {"name": "notes"},
+                "package": {"name": "notes", "version": "1", "license": "MIT"},
+                "tools": [{"name": "create_notes", "input_schema": schema}]}
+    folder = tmp_path / "user_resources"
+    folder.mkdir()
+    (folder / "deep.json").write_bytes(json.dumps(document).encode())
+    (folder / "bookshop.json").write_bytes((FIXTURES / "bookshop.json").read_bytes())
+    accepted, rejected = user_folder_rows(folder)
+    assert [r["path"] for r in accepted] == ["bookshop.json"]
+    assert [(r["path"], r["reason"]) for r in rejected] == [("deep.json", "invalid_tool_list")]
+    assert "deep.json" in rejected[0]["detail"] and "nested more than" in rejected[0]["detail"]
