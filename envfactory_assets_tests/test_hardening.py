@@ -288,3 +288,14 @@ def test_deeply_nested_tool_list_is_a_rejection_not_a_crash(tmp_path: Path) -> N
     assert [r["path"] for r in accepted] == ["bookshop.json"]
     assert [(r["path"], r["reason"]) for r in rejected] == [("deep.json", "invalid_tool_list")]
     assert "deep.json" in rejected[0]["detail"] and "nested more than" in rejected[0]["detail"]
+
+
+def test_tool_list_written_as_yaml_gets_a_clear_rejection(tmp_path: Path) -> None:
+    # used to be reported as "not JSON (invalid literal, expected 'true' ...)"
+    folder = tmp_path / "user_resources"
+    folder.mkdir()
+    (folder / "notes.yaml").write_text("format: envfactory.mcp_tool_list/1\ntools: []\n")
+    accepted, rejected = user_folder_rows(folder)
+    assert accepted == []
+    assert [(r["path"], r["reason"]) for r in rejected] == [("notes.yaml", "invalid_tool_list")]
+    assert "must be JSON files" in rejected[0]["detail"]
