@@ -44,7 +44,9 @@ def _load_run_config(path: str | None) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        from envfactory_assets.sources.safe_yaml import load_untrusted_yaml
+
+        data = load_untrusted_yaml(Path(path).read_bytes())
     except OSError as exc:
         raise UsageError(f"--config {path}: cannot read it ({exc.strerror})") from None
     except yaml.YAMLError as exc:

@@ -26,8 +26,12 @@ from typing import Any, Iterable
 import jsonschema
 import yaml
 
+from envfactory_assets.sources.safe_yaml import load_untrusted_yaml
+
 KINDS = ("resource", "environment", "tool")
 FILE_NAME = "curation.yaml"
+MAX_FILE_BYTES = 5_000_000
+"""Largest curation file read (a hand-edited exclusion list is kilobytes)."""
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -76,21 +80,31 @@ def load_curation(path: Path) -> Curation:
     """Read and validate a curation file; a missing file means no exclusions.
 
     Raises:
-        CurationError: the file is not YAML, does not match :data:`SCHEMA`, or lists an id twice
-            within one kind.
+        CurationError: the file cannot be read (a folder, not UTF-8, over :data:`MAX_FILE_BYTES`), is not
+            YAML (tags such as ``!!python/object``, an alias expansion bomb, a repeated key), does not
+            match :data:`SCHEMA`, or lists an id twice within one kind.
     """
     path = Path(path)
     if not path.exists():
         return Curation()
+    if path.is_dir():
+        raise CurationError(f"{path}: is a folder, not a YAML file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise CurationError(f"{path}: {size} bytes, more than a curation file may have ({MAX_FILE_BYTES})")
+        data = load_untrusted_yaml(path.read_bytes()) or {}
+    except OSError as exc:
+        raise CurationError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
-        raise CurationError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise CurationError(f"{path}: not valid YAML ({str(exc).splitlines()[0][:300]})") from None
     try:
         jsonschema.validate(data, SCHEMA)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise CurationError(f"{path}: at {where}: {exc.message}") from None
+        # the message quotes the offending value: keep it short
+        message = exc.message if len(exc.message) <= 300 else exc.message[:300] + "..."
+        raise CurationError(f"{path}: at {where}: {message}") from None
     excluded: dict[str, dict[str, str]] = {k: {} for k in KINDS}
     for entry in data.get("exclusions", []):
         if entry["id"] in excluded[entry["kind"]]:

@@ -9,6 +9,7 @@ metadata.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 MAX_VALUE_CHARS = 600
@@ -19,13 +20,14 @@ class TrajectoryNotFound(LookupError):
 
 
 def _json(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr)
     return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + f"... ({len(text)} chars)"
 
 
 def _fence(text: str) -> str:
-    # a result containing ``` must not close the fence early
-    fence = "````" if "```" in text else "```"
+    # a value containing a run of backticks must not close the fence early: the fence is one tick longer
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
     return f"{fence}json\n{text}\n{fence}"
 
 
@@ -45,7 +47,7 @@ def render_trajectory(raw: dict[str, Any], refined: dict[str, Any] | None = None
     facts = [("raw trajectory", raw["id"]), ("tool chain", raw.get("tool_chain_id")),
              ("environments", ", ".join(raw.get("env_ids") or [])),
              ("domains", ", ".join(raw.get("domains") or [])),
-             ("status", raw.get("status") + (f" / refined: {refined.get('status')}" if refined else "")),
+             ("status", f"{raw.get('status') or '?'}" + (f" / refined: {refined.get('status')}" if refined else "")),
              ("turns", raw.get("n_turns")), ("calls", raw.get("n_calls"))]
     lines += [f"- **{name}**: {value}" for name, value in facts if value not in (None, "")]
     if raw.get("reasons"):

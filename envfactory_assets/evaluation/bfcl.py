@@ -23,6 +23,12 @@ Where we differ, on purpose:
   ``ast.literal_eval`` on literal nodes only. A call may only name a documented public method of an
   involved class offered to this task (``excluded_function`` removed); anything else is refused with an
   error result and counted as malformed. Instances live in the episode object, fresh per task.
+- Arguments are bounded before a call runs (:func:`check_argument_bounds`): integers within the I-JSON
+  safe range (|n| <= 2**53 - 1, RFC 7493) and the MathAPI arguments whose cost grows without limit
+  (``power``'s exponent, the decimal ``precision`` of ``square_root``/``logarithm``) within
+  :data:`ARGUMENT_BOUNDS`. The official executor runs them as given, so one model answer such as
+  ``power(base=10, exponent=10**7)`` or ``logarithm(..., precision=10**7)`` stalls the whole evaluation in a
+  single C-level computation no timeout can interrupt. Every ground-truth argument is far inside the bounds.
 - The model sees our compact tool chat template (JSON ``<tool_call>`` blocks), not BFCL's prompt with
   Python-call output; long-context and irrelevance variants are not run (base category only).
 """
@@ -50,6 +56,49 @@ _JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "st
 
 class UnsafeCall(ValueError):
     """A call that the executor refuses to run (not a documented public method, or non-literal code)."""
+
+
+MAX_SAFE_INTEGER = 2**53 - 1
+"""Largest integer magnitude accepted in a call's arguments (I-JSON, RFC 7493 section 2.2)."""
+ARGUMENT_BOUNDS: dict[str, dict[str, int]] = {
+    "power": {"exponent": 1000},
+    "square_root": {"precision": 1000},
+    "logarithm": {"precision": 1000},
+}
+"""``{function: {argument: largest |value|}}`` for MathAPI arguments whose running time grows with their
+value (big-integer power, ``decimal``/``mpmath`` precision). The largest such value in BFCL's multi-turn
+ground truth is a precision of 10."""
+
+
+def _numbers(value: Any, depth: int = 0) -> Any:
+    if depth > 100:
+        raise UnsafeCall("arguments are nested more than 100 levels deep")
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _numbers(item, depth + 1)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _numbers(item, depth + 1)
+
+
+def check_argument_bounds(name: str, args: list[Any], kwargs: Mapping[str, Any]) -> None:
+    """Refuse arguments whose value alone could make a BFCL function run for minutes.
+
+    Raises:
+        UnsafeCall: an integer beyond :data:`MAX_SAFE_INTEGER`, an argument of :data:`ARGUMENT_BOUNDS`
+            beyond its bound, or nesting deeper than 100 levels.
+    """
+    for number in _numbers([args, dict(kwargs)]):
+        if isinstance(number, int) and abs(number) > MAX_SAFE_INTEGER:
+            raise UnsafeCall(f"{name}: integer argument {str(number)[:30]}... is beyond +-2**53-1")
+    for argument, bound in ARGUMENT_BOUNDS.get(name, {}).items():
+        value = kwargs.get(argument)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > bound:
+            raise UnsafeCall(f"{name}: {argument}={value:g} is beyond the executor's bound of {bound}")
 
 
 @dataclass(frozen=True)
@@ -100,8 +149,11 @@ def load_tasks(n: int | None = None) -> list[BFCLTask]:
 
     Raises:
         ModuleNotFoundError: ``bfcl-eval`` is not installed.
-        ValueError: a data file is not JSON lines, or a task has no ground truth.
+        ValueError: ``n`` is negative (slicing would have taken all but ``-n`` tasks), a data file is not
+            JSON lines, or a task has no ground truth.
     """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise ValueError(f"load_tasks: n={n!r} must be a whole number >= 0 or None (all tasks)")
     root = _bfcl_files() / "data"
     name = f"BFCL_v4_{CATEGORY}.json"
     entries = _read_jsonl(root / name)
@@ -235,13 +287,15 @@ class SafeExecutor:
         """Run one call and return its result text (errors become ``"Error during execution: ..."``).
 
         Raises:
-            UnsafeCall: ``name`` is not an offered public method of an involved class, or ``kwargs`` is
-                not an object with string keys. Nothing runs in that case.
+            UnsafeCall: ``name`` is not an offered public method of an involved class, ``kwargs`` is
+                not an object with string keys, or an argument is out of bounds
+                (:func:`check_argument_bounds`). Nothing runs in that case.
         """
         if not isinstance(name, str) or name not in self._methods:
             raise UnsafeCall(f"no offered function named {str(name)[:80]!r}")
         if kwargs is not None and (not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs)):
             raise UnsafeCall(f"{name}: arguments must be an object with string keys")
+        check_argument_bounds(name, list(args or []), dict(kwargs or {}))
         try:
             text = _result_text(self._methods[name](*(args or []), **dict(kwargs or {})))
         except Exception as exc:  # noqa: BLE001 - a failing call is a result, as in the official executor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,17 @@ class SamplingSpec:
     max_new_tokens: int = 96
     batch_size: int = 8
     max_prompt_tokens: int = 3072
+
+    def __post_init__(self) -> None:
+        """Raises ValueError naming the setting when it is out of range (a negative or NaN temperature, top_p
+        outside (0, 1], or a token budget or batch size below 1)."""
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"sampling setting temperature={self.temperature}: expected a finite number >= 0")
+        if not (0 < self.top_p <= 1):
+            raise ValueError(f"sampling setting top_p={self.top_p}: expected 0 < top_p <= 1")
+        for name in ("max_new_tokens", "batch_size", "max_prompt_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sampling setting {name}={getattr(self, name)}: expected >= 1")
 
 
 class Policy:

@@ -45,6 +45,13 @@ def export_version(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]]
                               "allow": sorted(a.strip().lower() for a in allow)})
 
 
+def _cell(text: Any) -> str:
+    """A Markdown table cell for text from a source document (licence names and URLs are untrusted): one line,
+    pipes and HTML brackets escaped, so a name cannot end the table or add markup to the card."""
+    flat = " ".join(str(text).split())
+    return flat.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def dataset_card(manifest: dict[str, Any]) -> str:
     """The Markdown dataset card: formats, row counts per split, and every licence with its row count."""
     lines = [f"# EnvFactory dataset export `{manifest['version']}`", "",
@@ -60,7 +67,7 @@ def dataset_card(manifest: dict[str, Any]) -> str:
               "Each row lists the licences of the source resources of its environments (`licences`). Rows per licence:",
               "", "| licence | url | SFT rows | RL rows |", "|---|---|---|---|"]
     for entry in manifest["licences"]:
-        lines.append(f"| {entry['name']} | {entry['url']} | {entry['sft_rows']} | {entry['rl_rows']} |")
+        lines.append(f"| {_cell(entry['name'])} | {_cell(entry['url'])} | {entry['sft_rows']} | {entry['rl_rows']} |")
     lines += ["", ("`unspecified` means the source API description states no licence; check the provider's terms "
               "before redistributing such rows (the allow-list setting can exclude them).")]
     return "\n".join(lines) + "\n"
@@ -94,9 +101,14 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
 
     Raises:
         KeyError: a row's environment has no known source licence (nothing is written).
+        ValueError: ``allow`` has a blank entry, which would silently drop every row (nothing is written).
     """
     import json
 
+    blank = [a for a in allow if not isinstance(a, str) or not a.strip()]
+    if blank:
+        raise ValueError(f"allowed_licences has blank or non-text entries {blank!r}: list licence names "
+                         "(or leave the list empty to keep every licence)")
     version = export_version(sft_rows, rl_rows, allow)
     out = Path(exports_dir) / version
     if (out / MANIFEST).is_file():

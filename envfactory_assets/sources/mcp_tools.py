@@ -28,6 +28,9 @@ DEFAULT_TIMEOUT_S = 20.0
 TOOL_LISTS_DIR = "mcp_tool_lists"
 SERVERS_DIR = "mcp-servers"
 MAX_PAGES = 50
+MAX_NESTING = 64
+"""Deepest nesting of objects/arrays a tool-list document may have. Real tool schemas stay under 20; the
+canonical JSON encoder (orjson) stops at 255 levels, and a deeper document crashed the source stage."""
 
 # The tool-list document: what the reader writes and what a user folder may hold.
 TOOL_LIST_SCHEMA: dict[str, Any] = {
@@ -102,14 +105,32 @@ def canonical_bytes(document: dict[str, Any]) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
+def _nesting(value: Any, stop: int) -> int:
+    """Depth of nested dicts/lists in ``value`` (a scalar is 0), counted without recursion; stops past ``stop``."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > stop:
+                return deepest
+            stack += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
 def validate_tool_list(document: Any, origin: str) -> dict[str, Any]:
     """Check ``document`` against :data:`TOOL_LIST_SCHEMA` and unique tool names.
 
     Raises:
-        ToolListError: naming ``origin`` (the file) and the first problems with their JSON paths.
+        ToolListError: naming ``origin`` (the file) and the first problems with their JSON paths, or saying
+            the document nests deeper than :data:`MAX_NESTING`.
     """
     from jsonschema import Draft202012Validator
 
+    depth = _nesting(document, MAX_NESTING)
+    if depth > MAX_NESTING:
+        raise ToolListError(f"{origin}: nested more than {MAX_NESTING} levels deep (objects and arrays)")
     errors = sorted(Draft202012Validator(TOOL_LIST_SCHEMA).iter_errors(document), key=lambda e: list(e.path))
     if errors:
         shown = "; ".join(f"at {'/'.join(map(str, e.path)) or '(top)'}: {e.message[:160]}" for e in errors[:3])

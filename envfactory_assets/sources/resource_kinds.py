@@ -81,6 +81,9 @@ def _user_file(path: Path, root: Path, max_bytes: int) -> SourceResource | Rejec
     except Exception as exc:  # any parser error: the file is unusable, say which and why
         return Rejection(rel, "", "unparseable", f"{path}: {type(exc).__name__}: {str(exc)[:200]}")
     if isinstance(document, dict) and (document.get("format") == TOOL_LIST_FORMAT or "tools" in document):
+        if path.suffix.lower() != ".json":  # its sha256 is that of canonical JSON: the file must be JSON
+            return Rejection(rel, "", "invalid_tool_list",
+                             f"{path}: looks like an MCP tool list, but tool lists must be JSON files (.json)")
         return tool_list_resource(path, root)
     errors = list(Draft202012Validator(USER_OPENAPI_SCHEMA).iter_errors(document))
     if errors:

@@ -80,15 +80,16 @@ def resource_key_for(spec: dict[str, Any], rel_path: str) -> tuple[str, str, str
 
 
 def load_document(raw: bytes, suffix: str) -> Any:
-    """Parse a document's bytes: JSON for ``.json``, YAML (safe loader, no tags) otherwise.
+    """Parse a document's bytes: JSON for ``.json``, YAML otherwise (safe loader, no tags, bounded alias
+    expansion, no repeated keys: :func:`~envfactory_assets.sources.safe_yaml.load_untrusted_yaml`).
 
     Raises whatever the parser raises for malformed input (callers turn it into a rejection).
     """
     if suffix == ".json":
         return orjson.loads(raw)
-    import yaml
+    from envfactory_assets.sources.safe_yaml import load_untrusted_yaml
 
-    return yaml.safe_load(raw)
+    return load_untrusted_yaml(raw)
 
 
 def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> SourceResource | Rejection:

@@ -46,9 +46,17 @@ OMITTED = _Omitted()
 
 
 def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
-    fn = tool.get("function", tool)
+    fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
         raise ValueError(f"tool {str(tool)[:80]!r}: not an OpenAI function tool with a name")
+    params = fn.get("parameters")
+    if params is not None and not (isinstance(params, Mapping)
+                                   and isinstance(params.get("properties") or {}, Mapping)
+                                   and isinstance(params.get("required") or [], list)):
+        raise ValueError(f"tool {fn['name']!r}: parameters must be a JSON Schema object whose properties is an "
+                         f"object and required a list, got {str(params)[:80]!r}")
+    if fn.get("description") is not None and not isinstance(fn.get("description"), str):
+        raise ValueError(f"tool {fn['name']!r}: description must be text, got {type(fn['description']).__name__}")
     return fn
 
 
@@ -71,7 +79,8 @@ def tool_signature(tool: Mapping[str, Any]) -> inspect.Signature:
     (default :data:`OMITTED`), each annotated with the Python type of its JSON Schema ``type``.
 
     Raises:
-        ValueError: the tool has no name, or a parameter name is not a Python identifier (or is a keyword).
+        ValueError: the tool has no name, its parameters are not a schema object, or a parameter name is not
+            an ASCII Python identifier (or is a keyword, or ``self``).
     """
     fn = _function(tool)
     params = fn.get("parameters") or {}
@@ -79,8 +88,10 @@ def tool_signature(tool: Mapping[str, Any]) -> inspect.Signature:
     required = set(params.get("required") or [])
     out = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
     for name in sorted(props, key=lambda n: (n not in required, list(props).index(n))):
-        if not name.isidentifier() or keyword.iskeyword(name):
-            raise ValueError(f"tool {fn['name']!r}: parameter {name!r} is not a Python identifier")
+        if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+            raise ValueError(f"tool {fn['name']!r}: parameter {name!r} is not an ASCII Python identifier")
+        if name == "self":
+            raise ValueError(f"tool {fn['name']!r}: a parameter named 'self' clashes with the method's own self")
         out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
                                      default=inspect.Parameter.empty if name in required else OMITTED,
                                      annotation=_annotation(props[name])))
@@ -189,8 +200,9 @@ def environment_class(tools: list[Mapping[str, Any]]) -> type[TaskEnvironment]:
     """The :class:`TaskEnvironment` subclass whose public methods are exactly ``tools`` (cached per tool set).
 
     Raises:
-        ValueError: a tool name is reserved (``reset``), private (leading underscore), not an identifier or
-            repeated; or a parameter name is not an identifier.
+        ValueError: a tool name is reserved (``reset``), private (leading underscore), not an ASCII identifier
+            (``ｒｅｓｅｔ`` in full-width letters would sit next to ``reset``) or repeated; or a parameter is
+            not usable (see :func:`tool_signature`).
     """
     key = canonical_json(list(tools))
     if key in _CLASSES:
@@ -199,7 +211,8 @@ def environment_class(tools: list[Mapping[str, Any]]) -> type[TaskEnvironment]:
     for tool in tools:
         fn = _function(tool)
         name = fn["name"]
-        if name in RESERVED_NAMES or name.startswith("_") or not name.isidentifier() or keyword.iskeyword(name):
+        if (name in RESERVED_NAMES or name.startswith("_") or not name.isidentifier() or not name.isascii()
+                or keyword.iskeyword(name)):
             raise ValueError(f"tool name {name!r} cannot be a public method (reserved, private or not an identifier)")
         if name in methods:
             raise ValueError(f"tool {name!r} appears twice")

@@ -7,6 +7,7 @@ looks like code stays text.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,6 @@ _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)
 _REASONING_RE = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.DOTALL)
 # A close tag with no opening tag: the template put the opening tag into the prompt (Qwen3 style).
 _ORPHAN_REASONING_CLOSE_RE = re.compile(r"\A.*?</(?:think|thinking|reasoning)>", re.DOTALL)
-_FENCE_RE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
 _SPECIAL_TOKEN_RE = re.compile(r"<\|(?:im_end|im_start|endoftext|eot_id|end)\|>")
 
 
@@ -43,14 +43,41 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"non-standard JSON constant {token}")
 
 
+def _finite_float(token: str) -> float:
+    """A JSON number as a float; an overflowing literal such as ``1e999`` is refused rather than read as inf."""
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f"JSON number {token[:40]} is out of range")
+    return value
+
+
+def _decoder() -> json.JSONDecoder:
+    return json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def _loads(text: str) -> Any:
-    """``json.loads`` that rejects NaN/Infinity; raises ValueError (JSONDecodeError is one) or RecursionError."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """``json.loads`` that rejects NaN/Infinity and overflowing numbers; raises ValueError (JSONDecodeError is
+    one) or RecursionError."""
+    return _decoder().decode(text)
+
+
+def _unfence(text: str) -> str:
+    """The body of a whole-text Markdown code fence (```` ```json ... ``` ````), else ``text`` unchanged.
+
+    Plain string operations: a backtracking regex here took cubic time on a fence followed by thousands of
+    blanks (a degenerate model output), so a single answer could stall an evaluation.
+    """
+    if len(text) < 6 or not text.startswith("```") or not text.endswith("```"):
+        return text
+    body = text[3:-3]
+    if body.startswith("json"):
+        body = body[4:]
+    return body.strip()
 
 
 def _decode_objects(text: str) -> list[Any] | None:
     """Decode one or more JSON values separated by whitespace; None if anything else is in ``text``."""
-    decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    decoder = _decoder()
     values, index, text = [], 0, text.strip()
     try:
         while index < len(text):
@@ -109,9 +136,7 @@ def _parse_openai_json(text: str) -> tuple[list[dict[str, Any]], int] | None:
     Call-shaped: ``{"tool_calls": [...]}``, a single call object (has ``name`` or ``function``), or a
     non-empty list of such objects. Fenced ```json blocks are unwrapped first.
     """
-    fenced = _FENCE_RE.match(text)
-    if fenced:
-        text = fenced.group(1)
+    text = _unfence(text)
     if not text.startswith(("{", "[")):
         return None
     try:
@@ -175,7 +200,7 @@ def parse_tool_calls(text: str) -> ParseResult:
         if values is None and not closed:
             # Unclosed final block: accept one leading JSON object, the rest is trailing text.
             try:
-                value, index = json.JSONDecoder(parse_constant=_reject_constant).raw_decode(inner.lstrip())
+                value, index = _decoder().raw_decode(inner.lstrip())
                 values = [value]
                 content_parts.append(inner.lstrip()[index:])
             except (ValueError, RecursionError):
