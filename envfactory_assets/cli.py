@@ -152,6 +152,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _materialize(home, args.select, run_config, getattr(args, "partition", None))
 
 
+def _checkpoint_ids(metadata: Any) -> list[str]:
+    """Every checkpoint id a ``checkpoints`` materialization names (SFT, then GRPO when it ran)."""
+    if "checkpoint_ids" in metadata:
+        return list(metadata["checkpoint_ids"].value.values())
+    return [metadata["checkpoint_id"].value] if "checkpoint_id" in metadata else []
+
+
 def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
                  partitions_arg: str | None = None) -> int:
     prepare_dagster_home(home)
@@ -178,9 +185,9 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
             raise UsageError(str(exc)) from None
         failed_checks = [e.asset_check_key.to_user_string()
                          for r in results for e in r.get_asset_check_evaluations() if not e.passed]
-        checkpoints = [e.materialization.metadata["checkpoint_id"].value
-                       for r in results for e in r.get_asset_materialization_events()
-                       if e.asset_key == dg.AssetKey("checkpoints") and "checkpoint_id" in e.materialization.metadata]
+        checkpoints = [ckpt for r in results for e in r.get_asset_materialization_events()
+                       if e.asset_key == dg.AssetKey("checkpoints")
+                       for ckpt in _checkpoint_ids(e.materialization.metadata)]
         stale = stale_assets(instance, ALL_ASSETS)
     success = bool(results) and all(r.success for r in results)
     for result in results:
