@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime.sandbox import SandboxWorker
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.conversation import DialogueSolver, omit_user_value, well_formed
 from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row, tools_of
@@ -31,17 +27,12 @@ from envfactory_assets.synth.simulated_user import (
 from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView, solve_turn
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+from envfactory_assets_tests.fixture_environments import build_fixture_environments
 
 
 @pytest.fixture(scope="module")
 def environments() -> dict:
-    envs = {}
-    for name in ("bookshop.json", "calendar & tasks.json"):
-        resource = inspect_file(FIXTURES / name, FIXTURES)
-        env = build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
-        envs[env["env_id"]] = env
-    return envs
+    return build_fixture_environments("bookshop.json", "calendar & tasks.json")
 
 
 @pytest.fixture(scope="module")

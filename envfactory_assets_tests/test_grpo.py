@@ -8,13 +8,10 @@ import inspect
 import json
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.training.grpo import (
     TASK_ID_KEY,
     GRPOConfigSpec,
@@ -31,13 +28,12 @@ from envfactory_assets.training.task_environment import (
 )
 from envfactory_assets.training.task_episode import TaskRunner
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+from envfactory_assets_tests.fixture_environments import build_fixture_environment
 
 
 @pytest.fixture(scope="module")
 def bookshop() -> dict:
-    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
-    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+    return build_fixture_environment("bookshop.json")
 
 
 @pytest.fixture(scope="module")

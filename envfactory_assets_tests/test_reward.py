@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.training.reward import hybrid_reward, match_calls, state_match
 from envfactory_assets.training.task_episode import TaskRunner
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+from envfactory_assets_tests.fixture_environments import build_fixture_environment
+
 
 GOLD = [
     {"name": "list_books", "arguments": {"genre": "fiction", "limit": 5}},
@@ -84,8 +81,7 @@ def test_arguments_that_are_not_an_object_are_an_error():
 
 @pytest.fixture(scope="module")
 def bookshop() -> dict:
-    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
-    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+    return build_fixture_environment("bookshop.json")
 
 
 @pytest.fixture(scope="module")

@@ -5,18 +5,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime.sandbox import SandboxWorker
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.datasets import tools_of
 from envfactory_assets.synth.refine import refine_turns
@@ -32,17 +28,12 @@ from envfactory_assets.synth.solve import (
 )
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+from envfactory_assets_tests.fixture_environments import build_fixture_environments
 
 
 @pytest.fixture(scope="module")
 def environments() -> dict:
-    envs = {}
-    for name in ("bookshop.json", "calendar & tasks.json"):
-        resource = inspect_file(FIXTURES / name, FIXTURES)
-        env = build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
-        envs[env["env_id"]] = env
-    return envs
+    return build_fixture_environments("bookshop.json", "calendar & tasks.json")
 
 
 @pytest.fixture(scope="module")
