@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -392,9 +393,13 @@ def test_package_does_not_import_dagster_or_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_suggested_torch_threads_leaves_busy_cores_alone(monkeypatch):
+def test_suggested_torch_threads_falls_back_to_the_load_average(monkeypatch):
     from envfactory_assets.training import threads
 
+    def no_proc_stat():
+        raise OSError("no /proc/stat")
+
+    monkeypatch.setattr(threads, "_machine_busy_seconds", no_proc_stat)
     monkeypatch.setattr(threads, "available_cores", lambda: 2)
     for load, expected in ((0.0, 2), (0.5, 1), (1.0, 1), (7.3, 1)):
         monkeypatch.setattr(threads.os, "getloadavg", lambda load=load: (load, load, load))
@@ -404,3 +409,31 @@ def test_suggested_torch_threads_leaves_busy_cores_alone(monkeypatch):
     with pytest.raises(ValueError):
         with threads.torch_threads(0):
             pass
+
+
+def test_busy_cores_count_other_processes_but_not_this_one():
+    import threading
+
+    from envfactory_assets.training import threads
+
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<4: pass"])
+    try:
+        time.sleep(0.3)
+        assert threads.busy_cores_of_others(1.0) >= 0.6  # the spinning child is another process
+    finally:
+        spinner.wait()
+    baseline = threads.busy_cores_of_others(0.5)
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pass
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        own_busy = threads.busy_cores_of_others(1.0)
+    finally:
+        stop.set()
+        worker.join()
+    assert own_busy < baseline + 0.5  # this process's own busy thread is not "another process"

@@ -5,15 +5,26 @@ with the machine otherwise idle, 2 torch threads took 4.2-4.3 s/step and 1 threa
 other processes ran (load average 2-5), 2 threads took 14-37 s/step while 1 thread stayed at 7-10 s/step.
 Greedy generation of 32 tokens under load: 17-25 s with 2 threads, 2.2-2.5 s with 1. OpenMP worker
 threads spin while they wait, so a thread without a free core slows every step down. Hence: use only
-cores that nothing else is using (cores minus the load average rounded up), at least 1.
+cores that nothing else is using, at least 1.
+
+"Something else" must not include this process: the load average counts it too, so a run that had been
+busy for a minute (loading data, a previous stage) saw a load of ~1 on an idle 2-core machine and trained
+on one thread (the recorded default run did). Where ``/proc/stat`` exists, the busy cores of *other*
+processes are measured over a short window as the machine's busy CPU time minus this process's own.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+SAMPLE_SECONDS = 0.5
+"""Window over which other processes' CPU use is measured (seconds)."""
+IDLE_SLACK = 0.25
+"""Busy-core share of other processes ignored as noise (a shell, a sleeping server waking up)."""
 
 
 def available_cores() -> int:
@@ -23,14 +34,51 @@ def available_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def _machine_busy_seconds() -> float:
+    """Busy CPU seconds of the whole machine since boot (``/proc/stat``: all but idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])  # guest time is already inside user/nice
+    return (total - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def busy_cores_of_others(window: float = SAMPLE_SECONDS) -> float:
+    """Cores kept busy by other processes over ``window`` seconds (machine busy time minus this process's).
+
+    Returns:
+        Average busy cores (>= 0.0, e.g. 1.0 = one core fully used by something else).
+
+    Raises:
+        OSError: ``/proc/stat`` cannot be read (not Linux); callers fall back to the load average.
+    """
+    machine, own, started = _machine_busy_seconds(), _own_cpu_seconds(), time.monotonic()
+    time.sleep(window)
+    elapsed = time.monotonic() - started
+    others = (_machine_busy_seconds() - machine) - (_own_cpu_seconds() - own)
+    return max(0.0, others / elapsed)
+
+
 def suggested_torch_threads() -> int:
-    """Cores minus the 1-minute load average rounded up, clamped to ``[1, cores]`` (2 cores, load 0.5 -> 1)."""
+    """Cores not used by other processes, clamped to ``[1, cores]``.
+
+    On Linux: cores minus :func:`busy_cores_of_others` (less :data:`IDLE_SLACK`) rounded up; 2 cores with
+    another process using one -> 1. Elsewhere: cores minus the 1-minute load average rounded up.
+    """
     cores = available_cores()
     try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):
-        load = 0.0
-    return max(1, min(cores, cores - math.ceil(load)))
+        busy = math.ceil(max(0.0, busy_cores_of_others() - IDLE_SLACK))
+    except (OSError, ValueError, IndexError):
+        try:
+            busy = math.ceil(os.getloadavg()[0])
+        except (OSError, AttributeError):
+            busy = 0
+    return max(1, min(cores, cores - busy))
 
 
 @contextmanager
