@@ -237,3 +237,53 @@ def test_policy_runs_a_bfcl_task_with_the_real_base_model(tmp_path_factory, task
     assert [r["trace"] for r in first] == [r["trace"] for r in again]
     assert all(m["role"] in {"assistant", "tool", "user"} for r in first for m in r["trace"])
     assert policy.generated_tokens > 0
+
+
+def test_prefix_cache_finds_the_longest_shared_prefix_and_stays_within_its_token_bound():
+    import torch
+
+    from envfactory_assets.evaluation.prefix_cache import MIN_REUSED_TOKENS, PrefixCache
+
+    def layers(n):
+        return [(torch.full((1, 1, n, 2), float(n)), torch.zeros(1, 1, n, 2))]
+
+    cache = PrefixCache(max_tokens=100)
+    short, long = list(range(40)), list(range(60))
+    cache.add(short, layers(40))
+    cache.add(long, layers(60))
+    found, n = cache.lookup(list(range(50)) + [999])
+    assert n == 50 and found[0][0][0, 0, 0, 0].item() == 60.0  # the longer entry shares more
+    assert cache.lookup(list(range(60))) [1] == 59  # at least one token is left to encode
+    assert cache.lookup([7] * 50) == (None, 0)
+    assert cache.lookup(list(range(MIN_REUSED_TOKENS - 1)) + [999])[1] == 0  # too short to be worth joining
+    cache.add(list(range(1000, 1030)), layers(30))  # 130 tokens held > 100: the least recently used goes
+    assert len(cache) == 2 and cache.tokens == 90 and cache.lookup(short + [999])[1] == 40  # "long" stayed (used)
+    with pytest.raises(ValueError, match="positions for"):
+        cache.add([1, 2, 3], layers(4))
+    with pytest.raises(ValueError, match="max_tokens"):
+        PrefixCache(0)
+
+
+def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(tmp_path_factory, task0):
+    """Greedy decoding over a two-step conversation: with the prefix cache on, the second step encodes only
+    the new messages and every text equals the one encoded from scratch."""
+    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    tools = bfcl.task_tools(task0)
+    first = [([{"role": "user", "content": " ".join(m["content"] for m in task0.turns[0])}], tools),
+             ([{"role": "user", "content": "List the files in the current directory."}], tools[:4])]
+    texts = {}
+    for tokens in (0, 40_000):
+        policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=12, batch_size=2,
+                                           prefix_cache_tokens=tokens), num_threads=1)
+        step1 = policy.generate(first, seed=0)
+        second = [(m + [{"role": "assistant", "content": a}, {"role": "user", "content": "And then?"}], t)
+                  for (m, t), a in zip(first, step1, strict=True)]
+        texts[tokens] = (step1, policy.generate(second, seed=1))
+        if tokens:
+            assert policy.prefix_cache.reused_tokens > policy.prefix_cache.encoded_tokens / 2
+        else:
+            assert policy.prefix_cache is None
+    assert texts[0] == texts[40_000]

@@ -155,9 +155,62 @@ def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
     base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
     spec = GRPOConfigSpec(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=24,
                           max_tool_calling_iterations=1)
-    metrics = train_grpo([task], {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec)
+    candidates = [task, {**task, "id": "rl_grpo_test_2", "prompt": [{"role": "user", "content": "Remove that book."}]}]
+    metrics = train_grpo(candidates, {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec, n_prompts=1)
     assert metrics["steps"] == 1 and len(metrics["reward_mean_per_step"]) == 1
     assert 0.0 <= metrics["reward_mean_first"] <= 1.0
+    screening = metrics["screening"]  # both candidates got a group of 2 rollouts from the starting model
+    assert screening["candidates"] == 2 and all(len(g["rewards"]) == 2 for g in screening["groups"].values())
+    chosen = [row_id for row_id, g in screening["groups"].items() if g["chosen"]]
+    assert metrics["prompt_ids"] == chosen and len(chosen) == 1
+    if screening["with_signal"]:
+        assert len(set(screening["groups"][chosen[0]]["rewards"])) > 1
     saved = json.loads((tmp_path / "grpo" / "grpo_config.json").read_text())
-    assert saved["row_ids"] == [task["id"]] and saved["spec"]["num_generations"] == 2
+    assert saved["row_ids"] == chosen and saved["spec"]["num_generations"] == 2
     assert (tmp_path / "grpo" / "model.safetensors").is_file()
+
+
+class _ScriptedRollout:
+    """Rollouts whose text comes from a script per row id (rollout k of a row gets ``script[id][k % len]``),
+    executed in real per-rollout environment objects and scored by the real reward."""
+
+    def __init__(self, runner, script: dict[str, list[str]]) -> None:
+        self.runner, self.script, self.seen = runner, script, {}
+
+    def rollouts(self, model, rows):
+        environments = []
+        for row in rows:
+            env = environment_class(row["tools"])(self.runner)
+            env.reset(**row)
+            k = self.seen.get(row["id"], 0)
+            self.seen[row["id"]] = k + 1
+            execute_tool_text(env, self.script[row["id"]][k % len(self.script[row["id"]])])
+            environments.append(env)
+        return {"task_environments": environments}
+
+
+def test_screening_keeps_prompts_whose_rollouts_earn_different_rewards_first(task, runner):
+    from envfactory_assets.training.screening import choose_prompts, screen_prompts, screening_report
+
+    right = _call_text("delete_book", {"book_id": task["book_id"]})
+    wrong = _call_text("delete_book", {"book_id": "no-such-book"})
+    rows = [{**task, "id": name} for name in ("always_right", "mixed", "always_wrong", "mixed_too")]
+    script = {"always_right": [right], "mixed": [right, wrong, "<tool_call>{not json</tool_call>"],
+              "always_wrong": [wrong], "mixed_too": [wrong, right]}
+    screened = screen_prompts(_ScriptedRollout(runner, script), None, rows, num_generations=3)
+    groups = {s.row_id: s.rewards for s in screened}
+    assert [s.row_id for s in screened] == [r["id"] for r in rows]  # groups stay with their prompt across batches
+    assert groups["always_right"] == (1.0, 1.0, 1.0)
+    assert len(set(groups["always_wrong"])) == 1 and groups["always_wrong"][0] < 1.0
+    assert groups["mixed"] == (1.0, groups["always_wrong"][0], 0.0)  # right, wrong, malformed
+    assert [r["id"] for r in choose_prompts(rows, screened, 2)] == ["mixed", "mixed_too"]
+    assert [r["id"] for r in choose_prompts(rows, screened, 3)] == ["mixed", "mixed_too", "always_right"]
+    report = screening_report(screened, choose_prompts(rows, screened, 3), 1.5)
+    assert report["candidates"] == 4 and report["with_signal"] == 2 and report["chosen_with_signal"] == 2
+    assert report["groups"]["always_wrong"]["chosen"] is False
+    with pytest.raises(ValueError, match="not screened"):
+        choose_prompts(rows + [{"id": "unseen"}], screened, 2)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        choose_prompts(rows, screened, 0)
+    with pytest.raises(ValueError, match="num_generations"):
+        screen_prompts(_ScriptedRollout(runner, script), None, rows, num_generations=1)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.evaluation.prefix_cache import PrefixCache, batch_inputs, row_layers, supports_prefix_reuse
 from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
 from envfactory_assets.training.chat_template import normalize_messages
 from envfactory_assets.training.threads import torch_threads
@@ -23,13 +24,17 @@ class SamplingSpec:
         batch_size: conversations generated together (left padding); larger is faster on CPU.
         max_prompt_tokens: a longer prompt loses its oldest messages after the system message (whole
             messages; the tool block and the last message are always kept; counted in ``Policy.truncated``).
+        prefix_cache_tokens: token positions of earlier sequences whose key/value caches are kept for prompts
+            that start with the same tokens (:mod:`~envfactory_assets.evaluation.prefix_cache`; ~46 KB each
+            for SmolLM2-135M); 0 encodes every prompt in full.
     """
 
     temperature: float = 0.7
     top_p: float = 1.0
-    max_new_tokens: int = 96
-    batch_size: int = 8
+    max_new_tokens: int = 64
+    batch_size: int = 12
     max_prompt_tokens: int = 3072
+    prefix_cache_tokens: int = 40_000
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting when it is out of range (a negative or NaN temperature, top_p
@@ -41,6 +46,8 @@ class SamplingSpec:
         for name in ("max_new_tokens", "batch_size", "max_prompt_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"sampling setting {name}={getattr(self, name)}: expected >= 1")
+        if self.prefix_cache_tokens < 0:
+            raise ValueError(f"sampling setting prefix_cache_tokens={self.prefix_cache_tokens}: expected >= 0")
 
 
 class Policy:
@@ -70,6 +77,8 @@ class Policy:
         self.tokenizer.padding_side = "left"
         self.generated_tokens = 0
         self.truncated = 0
+        self.prefix_cache = (PrefixCache(self.sampling.prefix_cache_tokens)
+                             if self.sampling.prefix_cache_tokens and supports_prefix_reuse(self.model) else None)
 
     def _encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """Prompt token ids; over ``max_prompt_tokens``, the oldest messages after the system message are
@@ -88,7 +97,9 @@ class Policy:
         """One assistant message per ``(messages, tools)`` conversation, decoded without special tokens.
 
         Conversations are batched in order of prompt length (less padding); the sampling generator is
-        seeded with ``seed`` before each batch, so the same inputs, batch size and seed give the same texts.
+        seeded with ``seed`` before each batch, so the same inputs, batch size and seed give the same texts
+        (with the prefix cache on, up to float rounding: a reused prefix is the same computation in a
+        different order).
 
         Returns:
             Texts in the order of ``conversations``.
@@ -99,21 +110,40 @@ class Policy:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         texts: list[str] = [""] * len(encoded)
         spec = self.sampling
-        sample = spec.temperature > 0
         with torch_threads(self.num_threads):
             for start in range(0, len(order), spec.batch_size):
                 chunk = order[start : start + spec.batch_size]
-                batch = self.tokenizer.pad([{"input_ids": encoded[i]} for i in chunk], padding=True,
-                                           return_tensors="pt")
                 torch.manual_seed(seed * 100_003 + start)
-                kwargs = {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p} if sample \
-                    else {"do_sample": False}
-                with torch.inference_mode():
-                    output = self.model.generate(**batch, max_new_tokens=spec.max_new_tokens,
-                                                 pad_token_id=self.tokenizer.pad_token_id, **kwargs)
-                new_tokens = output[:, batch["input_ids"].shape[1] :]
-                self.generated_tokens += int((new_tokens != self.tokenizer.pad_token_id).sum())
-                for i, text in zip(chunk, self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True),
-                                   strict=True):
+                for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
                     texts[i] = text
         return texts
+
+    def _generate_batch(self, prompts: list[list[int]]) -> list[str]:
+        """Sample one continuation per prompt (one ``generate`` call), reusing cached prefixes when enabled."""
+        import torch
+
+        spec = self.sampling
+        kwargs = {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p} \
+            if spec.temperature > 0 else {"do_sample": False}
+        pad = self.tokenizer.pad_token_id
+        cache = self.prefix_cache
+        rows = [(ids, *cache.lookup(ids)) if cache else (ids, None, 0) for ids in prompts]
+        input_ids, attention_mask, past = batch_inputs(rows, pad, self.model.config)
+        with torch.inference_mode():
+            if past is not None:
+                kwargs["cache"] = past
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                         max_new_tokens=spec.max_new_tokens, pad_token_id=pad,
+                                         return_dict_in_generate=True, **kwargs)
+        width = input_ids.shape[1]
+        new_tokens = output.sequences[:, width:]
+        self.generated_tokens += int((new_tokens != pad).sum())
+        if cache is not None:
+            cache.reused_tokens += sum(n for _, _, n in rows)
+            cache.encoded_tokens += sum(len(ids) - n for ids, _, n in rows)
+            fed = output.cache.get_seq_length() - width  # generated tokens that went through the model
+            for row, (ids, _, _) in enumerate(rows):
+                positions = torch.cat([attention_mask[row].nonzero().flatten(), torch.arange(width, width + fed)])
+                cache.add(list(ids) + new_tokens[row, :fed].tolist(),
+                          row_layers(output.cache, row, positions))
+        return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)

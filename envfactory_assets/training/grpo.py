@@ -37,6 +37,7 @@ from typing import Any
 from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
 from envfactory_assets.training.chat_template import END_OF_TURN, normalize_messages, render_chat
 from envfactory_assets.training.task_environment import TaskEnvironment, environment_class, rollout_reward
+from envfactory_assets.training.screening import timed_screen
 from envfactory_assets.training.task_episode import TaskRunner
 from envfactory_assets.training.threads import torch_threads
 from envfactory_assets.training.tool_calls import parse_tool_calls
@@ -54,7 +55,8 @@ class GRPOConfigSpec:
 
     Attributes:
         max_steps: optimizer steps.
-        learning_rate: peak learning rate (linear decay). Default 1e-5 so a few CPU steps move a 135M model.
+        learning_rate: peak learning rate (linear decay). Default 2e-5 so a few CPU steps move a 135M model
+            (1e-5 over 6 steps changed no sampled answer in the recorded default run).
         num_generations: rollouts per prompt (the group); the paper uses 8. Default 4 on 2 CPU cores.
         prompts_per_step: prompts per optimizer step (batch = ``prompts_per_step * num_generations`` rollouts).
         temperature: sampling temperature of the rollouts (paper: 0.7).
@@ -65,7 +67,7 @@ class GRPOConfigSpec:
     """
 
     max_steps: int = 6
-    learning_rate: float = 1e-5
+    learning_rate: float = 2e-5
     num_generations: int = 4
     prompts_per_step: int = 1
     temperature: float = 0.7
@@ -210,8 +212,11 @@ class ToolRollout:
             if task_id not in self._rows:
                 raise KeyError(f"GRPO prompt without a known {TASK_ID_KEY!r}: {str(task_id)[:80]}")
             rows.append(self._rows[task_id])
+        return self.rollouts(trainer.accelerator.unwrap_model(trainer.model), rows)
+
+    def rollouts(self, model: Any, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+        """One rollout per row (repeat a row for a group) with ``model``; the same dict as ``__call__``."""
         environments = self._environments(rows)
-        model = trainer.accelerator.unwrap_model(trainer.model)
         budget = self._spec.max_completion_length
         prompt_ids = [self._prompt_ids(r) for r in rows]
         completion_ids: list[list[int]] = [[] for _ in rows]
@@ -315,12 +320,16 @@ def _silence_experimental_warning() -> None:
 
 
 def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping[str, Any]], start_model_dir: Path,
-               out_dir: Path, spec: GRPOConfigSpec | None = None, *, num_threads: int | None = None) -> dict[str, Any]:
+               out_dir: Path, spec: GRPOConfigSpec | None = None, *, num_threads: int | None = None,
+               n_prompts: int | None = None) -> dict[str, Any]:
     """Train the model in ``start_model_dir`` (the SFT checkpoint) with GRPO on ``rows``; save to ``out_dir``.
 
     Args:
         rows: ``rl_dataset`` rows (``id``, ``prompt``, ``tools``, ``env_ids``, ``gold_calls``,
             ``masked_arguments``, ``initial_state``, ``final_state``); only train-split rows belong here.
+            With ``n_prompts`` smaller than ``len(rows)`` they are candidates: each gets one group of rollouts
+            from the starting policy and the first ``n_prompts`` whose rewards differ are trained on
+            (:mod:`~envfactory_assets.training.screening`, DAPO's dynamic sampling).
         environments: ``{env_id: environment dict with "source"}`` for every env id the rows use.
         start_model_dir: local HF model directory to start from.
         out_dir: receives the trained model, tokenizer and :data:`GRPO_CONFIG_FILE`.
@@ -328,10 +337,12 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         num_threads: torch threads while training; None = free cores (``threads.py``).
 
     Returns:
-        ``{"steps", "seconds", "seconds_per_step", "cpu_seconds" (process CPU time, all threads: the figure
+        ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time, all threads: the figure
         that survives a shared machine), "step_seconds": [wall s per step], "reward_mean_per_step": [float], "reward_std_per_step":
         [float], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls",
-        "prompts", "threads"}``; rewards are in [0, 1].
+        "prompts", "prompt_ids", "threads", "steps_with_signal" (steps whose reward spread was above zero),
+        "screening" (None, or :func:`~envfactory_assets.training.screening.screening_report`)}``; rewards are in
+        [0, 1].
 
     Raises:
         ValueError: no rows or bad prompts (see :func:`build_grpo_dataset`), or a task whose tools cannot be
@@ -340,7 +351,9 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
     """
     spec = spec or GRPOConfigSpec()
     out_dir, start_model_dir = Path(out_dir), Path(start_model_dir)
-    dataset = build_grpo_dataset(list(rows))
+    build_grpo_dataset(list(rows))  # validates every candidate before any model is loaded
+    if n_prompts is not None and n_prompts < 1:
+        raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
     for row in rows:
         environment_class(row["tools"])
         missing = [e for e in row["env_ids"] if e not in environments]
@@ -361,8 +374,14 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
     prepare_tokenizer(tokenizer, model)
     tokenizer.padding_side = "left"
 
+    screening = None
     with TaskRunner(environments) as runner, torch_threads(num_threads) as threads:
         rollout = ToolRollout({r["id"]: r for r in rows}, runner, tokenizer, spec)
+        if n_prompts is not None and n_prompts < len(rows):
+            torch.manual_seed(spec.seed)
+            rows, screening = timed_screen(rollout, model, rows, spec.num_generations, n_prompts)
+            transformers.set_seed(spec.seed)
+        dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),
                               train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout)
         started, cpu_started = time.perf_counter(), time.process_time()
@@ -390,7 +409,10 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         "tool_calls": rollout.tool_calls,
         "malformed_calls": rollout.malformed,
         "prompts": len(rows),
+        "prompt_ids": [r["id"] for r in rows],
         "threads": threads,
+        "steps_with_signal": sum(1 for x in stds if x > 0),
+        "screening": screening,
     }
     record = {"spec": dataclasses.asdict(spec), "start_model_dir": str(start_model_dir),
               "start_model_sha256": model_hash(start_model_dir), "row_ids": [r["id"] for r in rows],

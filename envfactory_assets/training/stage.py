@@ -159,26 +159,32 @@ def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0) -> lis
 
 def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
                     checkpoints_dir: Path, spec: GRPOConfigSpec, n_prompts: int, rl_dataset_version: str,
-                    log: Any = print, max_tools: int = 0, eval_max_tools: int = 0) -> dict[str, Any] | None:
+                    log: Any = print, max_tools: int = 0, eval_max_tools: int = 0,
+                    screen_factor: int = 1) -> dict[str, Any] | None:
     """GRPO from the SFT checkpoint ``sft_row`` on train-split RL rows; returns its ``checkpoints`` row
     (``stage`` 'grpo', parent the SFT row), or None when there is no usable RL row. ``max_tools`` cuts the
     GRPO prompts' tools; ``eval_max_tools`` must be the cut the SFT row's held-out prompts were made with, so
-    the validity before (the SFT row's) and after GRPO are measured on the same prompts.
+    the validity before (the SFT row's) and after GRPO are measured on the same prompts. ``screen_factor``
+    > 1 offers ``n_prompts * screen_factor`` candidates, screened for a reward spread under the SFT policy
+    (:mod:`~envfactory_assets.training.screening`); the row's ``rl_dataset_ids`` are the prompts trained on.
 
     Raises:
         KeyError: a chosen row uses an environment missing from ``environments``.
     """
-    tasks = [t for t in grpo_tasks(rl_rows, n_prompts * 4, max_tools) if set(t["env_ids"]) <= set(environments)]
-    tasks = tasks[:n_prompts]
+    tasks = [t for t in grpo_tasks(rl_rows, n_prompts * max(4, screen_factor), max_tools)
+             if set(t["env_ids"]) <= set(environments)]
+    tasks = tasks[: n_prompts * max(1, screen_factor)]
     if not tasks:
         log("no train-split RL rows usable for GRPO: only the SFT checkpoint is written")
         return None
     cfg = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
     ckpt = content_id("ckpt", {"parent": sft_row["id"], "rl": rl_dataset_version, "config": cfg,
-                               "max_tools": max_tools, "rows": sorted(t["id"] for t in tasks)})
+                               "max_tools": max_tools, "rows": sorted(t["id"] for t in tasks),
+                               "n_prompts": n_prompts, "screen_factor": screen_factor})
     out_dir = checkpoints_dir / ckpt
-    log(f"GRPO {ckpt} from {sft_row['id']} on {len(tasks)} prompts for {spec.max_steps} steps")
-    metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec)
+    log(f"GRPO {ckpt} from {sft_row['id']}: {n_prompts} prompts of {len(tasks)} candidates, {spec.max_steps} steps")
+    metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts)
+    tasks = [t for t in tasks if t["id"] in set(metrics["prompt_ids"])]
     prompts = [{"id": p, **_prompt_of(rl_rows, p, eval_max_tools)} for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
     after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
@@ -186,7 +192,8 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
     return {"id": ckpt, "sft_dataset_version": sft_row["sft_dataset_version"],
             "sft_dataset_ids": sft_row["sft_dataset_ids"], "base_model": sft_row["base_model"],
             "base_model_hash": sft_row["base_model_hash"], "config": {**cfg, "max_tools": max_tools,
-                                                                       "n_prompts": n_prompts},
+                                                                       "n_prompts": n_prompts,
+                                                                       "screen_factor": screen_factor},
             "metrics": metrics, "path": str(out_dir), "stage": "grpo", "parent_checkpoint_id": sft_row["id"],
             "rl_dataset_ids": [t["id"] for t in tasks], "rl_dataset_version": rl_dataset_version}
 

@@ -7,6 +7,8 @@ import dagster as dg
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.evaluation.policy import SamplingSpec
+from envfactory_assets.evaluation.run import EvalSpec
 
 MIN_SEEDS = 3
 
@@ -18,20 +20,24 @@ class EvaluationConfig(dg.Config):
     ``n_synthetic`` / ``n_bfcl``: tasks sampled in a fixed hash order (``n_bfcl: 0`` skips BFCL).
     ``temperature`` 0.7 is the paper's rollout temperature; ``max_tools`` tools are shown per synthetic
     task (gold tools plus distractors, as in training; 0 = all). ``first_turns_only`` samples synthetic
-    tasks from first turns only (short prompts: CPU time is set by prompt length).
+    tasks from first turns only (short prompts: CPU time is set by prompt length). ``prefix_cache_tokens``
+    bounds the key/value caches kept for reuse across agent steps (0 = encode every prompt in full).
+    Defaults are those of :class:`~envfactory_assets.evaluation.run.EvalSpec` and
+    :class:`~envfactory_assets.evaluation.policy.SamplingSpec`.
     """
 
     base_model: str = "smollm2-135m-instruct"
-    n_synthetic: int = 6
-    n_bfcl: int = 2
+    n_synthetic: int = EvalSpec.n_synthetic
+    n_bfcl: int = EvalSpec.n_bfcl
     full_sets: bool = False
-    seeds: list[int] = [0, 1, 2]  # noqa: RUF012 - pydantic copies Config defaults
-    temperature: float = 0.7
-    max_new_tokens: int = 48
-    batch_size: int = 12
-    max_tool_rounds: int = 2
-    max_tools: int = 8
-    first_turns_only: bool = True
+    seeds: list[int] = list(EvalSpec.seeds)  # noqa: RUF012 - pydantic copies Config defaults
+    temperature: float = SamplingSpec.temperature
+    max_new_tokens: int = SamplingSpec.max_new_tokens
+    batch_size: int = SamplingSpec.batch_size
+    prefix_cache_tokens: int = SamplingSpec.prefix_cache_tokens
+    max_tool_rounds: int = EvalSpec.max_tool_rounds
+    max_tools: int = EvalSpec.max_tools
+    first_turns_only: bool = EvalSpec.first_turns_only
 
 
 def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
@@ -52,8 +58,7 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     never trained on; hybrid reward) and BFCL v3 multi-turn base tasks (safe executor, official per-turn
     checks), under every sampling seed; mean and spread across seeds, with and without benchmark-tagged
     environments."""
-    from envfactory_assets.evaluation.policy import SamplingSpec
-    from envfactory_assets.evaluation.run import EvalSpec, evaluate_models
+    from envfactory_assets.evaluation.run import evaluate_models
     from envfactory_assets.training.base_model import resolve_base_model
 
     if len(config.seeds) < 1:
@@ -70,7 +75,8 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
                     max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
                     first_turns_only=config.first_turns_only and not config.full_sets,
                     sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                                          batch_size=config.batch_size))
+                                          batch_size=config.batch_size,
+                                          prefix_cache_tokens=config.prefix_cache_tokens))
     rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
                            log=context.log.info)
     written = store.replace_current("evaluations", rows)

@@ -22,11 +22,13 @@ class CheckpointConfig(dg.Config):
     ``grpo_max_tools`` is the same cut for the GRPO prompts (CPU cost grows with the rollouts' token count).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
     :class:`~envfactory_assets.training.grpo.GRPOConfigSpec`; ``grpo_n_prompts`` RL rows (train split, first
-    turns, fewest gold calls first) are the GRPO prompts.
+    turns, fewest gold calls first) are the GRPO prompts; with ``grpo_screen_factor`` > 1, that many times as
+    many candidates are screened first and those whose rollouts earn different rewards are preferred (DAPO's
+    dynamic sampling; ``training/screening.py``).
     """
 
     base_model: str = "smollm2-135m-instruct"
-    max_steps: int = 12
+    max_steps: int = 24
     learning_rate: float = 5e-5
     per_device_train_batch_size: int = 2
     max_length: int = 1024
@@ -35,16 +37,23 @@ class CheckpointConfig(dg.Config):
     max_train_rows: int = 64
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
-    grpo_max_steps: int = 6
-    grpo_learning_rate: float = 1e-5
-    grpo_num_generations: int = 4
-    grpo_prompts_per_step: int = 1
-    grpo_temperature: float = 0.7
-    grpo_beta: float = 0.001
-    grpo_max_completion_length: int = 64
-    grpo_max_tool_calling_iterations: int = 1
+    grpo_max_steps: int = GRPOConfigSpec.max_steps
+    grpo_learning_rate: float = GRPOConfigSpec.learning_rate
+    grpo_num_generations: int = GRPOConfigSpec.num_generations
+    grpo_prompts_per_step: int = GRPOConfigSpec.prompts_per_step
+    grpo_temperature: float = GRPOConfigSpec.temperature
+    grpo_beta: float = GRPOConfigSpec.beta
+    grpo_max_completion_length: int = GRPOConfigSpec.max_completion_length
+    grpo_max_tool_calling_iterations: int = GRPOConfigSpec.max_tool_calling_iterations
     grpo_n_prompts: int = 6
+    grpo_screen_factor: int = 3
     grpo_max_tools: int = 4
+
+    def grpo_spec(self) -> GRPOConfigSpec:
+        """The ``grpo_*`` settings (and ``seed``) as a :class:`GRPOConfigSpec` (raises ValueError if out of range)."""
+        fields = GRPOConfigSpec.__dataclass_fields__
+        return GRPOConfigSpec(**{name: getattr(self, f"grpo_{name}") for name in fields if name != "seed"},
+                              seed=self.seed)
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
@@ -70,17 +79,13 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                            max_tools=config.max_tools_per_example)
     rows = [row]
     if config.grpo_max_steps > 0:
-        grpo_spec = GRPOConfigSpec(
-            max_steps=config.grpo_max_steps, learning_rate=config.grpo_learning_rate,
-            num_generations=config.grpo_num_generations, prompts_per_step=config.grpo_prompts_per_step,
-            temperature=config.grpo_temperature, beta=config.grpo_beta,
-            max_completion_length=config.grpo_max_completion_length,
-            max_tool_calling_iterations=config.grpo_max_tool_calling_iterations, seed=config.seed)
+        grpo_spec = config.grpo_spec()
         environments, _ = passed_environments(envfactory)
         grpo_row = grpo_checkpoint(row, rl_rows, environments, envfactory.checkpoints_dir(), grpo_spec,
                                    config.grpo_n_prompts, content_id("v", sorted(r["id"] for r in rl_rows)),
                                    log=context.log.info, max_tools=config.grpo_max_tools,
-                                   eval_max_tools=config.max_tools_per_example)
+                                   eval_max_tools=config.max_tools_per_example,
+                                   screen_factor=config.grpo_screen_factor)
         rows += [grpo_row] if grpo_row else []
     store.replace_current("checkpoints", rows)
     m = row["metrics"]
@@ -91,6 +96,8 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
         "grpo_seconds": g.get("seconds"), "grpo_steps": g.get("steps"),
         "grpo_reward_mean_first_step": g.get("reward_mean_first"),
         "grpo_reward_mean_last_step": g.get("reward_mean_last"),
+        "grpo_steps_with_signal": g.get("steps_with_signal"),
+        "grpo_screened_candidates_with_signal": (g.get("screening") or {}).get("with_signal"),
         "grpo_valid_tool_call_share_after": (g.get("valid_tool_calls_after") or {}).get("share"),
         "checkpoint_id": row["id"], "path": row["path"], "train_loss": m.get("train_loss"),
         "steps": m.get("steps"), "seconds": m.get("seconds"), "training_rows": len(row["sft_dataset_ids"]),
