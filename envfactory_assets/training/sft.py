@@ -44,7 +44,7 @@ class SFTConfigSpec:
         seed: seed for the trainer (data order, dropout) and ``transformers.set_seed``.
     """
 
-    max_steps: int = 12
+    max_steps: int = 24
     learning_rate: float = 5e-5
     per_device_train_batch_size: int = 2
     gradient_accumulation_steps: int = 1

@@ -28,12 +28,12 @@ class CheckpointConfig(dg.Config):
     """
 
     base_model: str = "smollm2-135m-instruct"
-    max_steps: int = 24
-    learning_rate: float = 5e-5
-    per_device_train_batch_size: int = 2
-    max_length: int = 1024
-    loss_on: str = "last_turn"
-    seed: int = 0
+    max_steps: int = SFTConfigSpec.max_steps
+    learning_rate: float = SFTConfigSpec.learning_rate
+    per_device_train_batch_size: int = SFTConfigSpec.per_device_train_batch_size
+    max_length: int = SFTConfigSpec.max_length
+    loss_on: str = SFTConfigSpec.loss_on
+    seed: int = SFTConfigSpec.seed
     max_train_rows: int = 64
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
