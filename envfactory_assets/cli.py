@@ -458,6 +458,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``envfactory lineage ... | head``): stop quietly, as Unix tools do. Python would
+        # otherwise report the pipe again while flushing stdout at exit, so stdout is pointed at /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
 
 
 if __name__ == "__main__":

@@ -299,3 +299,19 @@ def test_tool_list_written_as_yaml_gets_a_clear_rejection(tmp_path: Path) -> Non
     assert accepted == []
     assert [(r["path"], r["reason"]) for r in rejected] == [("notes.yaml", "invalid_tool_list")]
     assert "must be JSON files" in rejected[0]["detail"]
+
+
+def test_cli_output_into_a_closed_pipe_ends_quietly():
+    """``envfactory lineage ... | head`` used to end with a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom envfactory_assets import cli\n"
+              "def long_output(args):\n    for i in range(200_000):\n        print('line', i)\n    return 0\n"
+              "cli.cmd_status = long_output\nsys.exit(cli.main(['status']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()  # the reader goes away, as `head` does
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr
