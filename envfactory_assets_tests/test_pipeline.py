@@ -179,6 +179,9 @@ def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, ca
     calibration = text.split("## Solvability calibration", 1)[1]
     n_refined = len(store.read("refined_trajectories", "status = 'passed'"))
     assert f"| passed | {n_refined} |" in calibration and re.search(r"\| 1\.0 \| \d+ \|", calibration)
+    shown = re.findall(r"\| `(ref_[0-9a-f]+)` \|", text)  # ids a reader can pass to `envfactory show`
+    assert shown and all(store.read("refined_trajectories", f"id = '{i}'") for i in shown)
+    assert cli_main(["show", shown[0]]) == 0 and shown[0] in capsys.readouterr().out
 
 
 def test_benchmark_overlap_tags_flow_into_the_datasets(store):

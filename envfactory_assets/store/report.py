@@ -51,9 +51,11 @@ def run_report(store: Store) -> str:
                      "unnest(CAST(operators AS JSON[])) AS t(o) WHERE CAST(o->>'reverted' AS BOOLEAN) GROUP BY 1 ORDER BY 1")
         has_diversity = q("SELECT count(*) FROM information_schema.tables WHERE table_name = 'trajectory_diversity'")[0][0]
         diversity = q("SELECT * FROM trajectory_diversity") if has_diversity else []
+        samples = q("SELECT id, n_turns, CAST(domains AS VARCHAR) FROM current_refined_trajectories "
+                    "WHERE status = 'passed' ORDER BY n_turns DESC, id LIMIT 3")
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
-        ckpts = q("SELECT id, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
+        ckpts = q("SELECT id, stage, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
                   "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
                   "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
                   "json_array_length(sft_dataset_ids) FROM checkpoints ORDER BY written_at DESC LIMIT 5")
@@ -89,9 +91,12 @@ def run_report(store: Store) -> str:
     ]
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
+    if samples:
+        parts += ["Trajectories to read whole (`envfactory show <id>` prints one as Markdown):", "",
+                  _table([(f"`{i}`", n, d) for i, n, d in samples], ("id", "turns", "domains")), ""]
     parts += [f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**.", "",
               "## Checkpoints", "",
-              _table(ckpts, ("id", "base model", "steps", "train loss", "valid tool calls before",
+              _table(ckpts, ("id", "stage", "base model", "steps", "train loss", "valid tool calls before",
                              "valid tool calls after", "training rows")), ""]
     parts += ["## Evaluations", "", results_markdown(evaluations), ""]
     return "\n".join(parts)
