@@ -350,7 +350,7 @@ def test_last_turn_records_split_at_last_user_message():
 
 def test_sft_config_spec_defaults_and_checks():
     spec = SFTConfigSpec()
-    assert (spec.max_steps, spec.learning_rate, spec.per_device_train_batch_size) == (12, 5e-5, 2)
+    assert (spec.max_steps, spec.learning_rate, spec.per_device_train_batch_size) == (24, 5e-5, 2)
     assert (spec.gradient_accumulation_steps, spec.max_length, spec.loss_on) == (1, 1024, "last_turn")
     with pytest.raises(ValueError):
         SFTConfigSpec(loss_on="everything")  # type: ignore[arg-type]
@@ -437,3 +437,31 @@ def test_busy_cores_count_other_processes_but_not_this_one():
         stop.set()
         worker.join()
     assert own_busy < baseline + 0.5  # this process's own busy thread is not "another process"
+
+
+def test_thread_governor_follows_other_processes_between_steps(monkeypatch):
+    import torch
+
+    from envfactory_assets.training import threads
+
+    before = torch.get_num_threads()
+    with threads.ThreadGovernor(1) as fixed:
+        assert torch.get_num_threads() == 1 and fixed.adjust() == 1
+    assert torch.get_num_threads() == before
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "suggested_torch_threads", lambda: 2)
+    governor = threads.ThreadGovernor(min_interval=1.0)
+    with governor:
+        assert governor.threads == 2
+        spinner = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+        time.sleep(2.0)
+        assert governor.adjust() == 1 and torch.get_num_threads() == 1  # another process took a core
+        spinner.wait()
+        time.sleep(1.1)
+        governor.adjust()  # this window still saw the spinner's last second; the next one is quiet
+        time.sleep(1.5)
+        assert governor.adjust() == 2  # it left: both cores again
+        assert governor.adjust() == 2  # too soon to measure again: unchanged
+    assert governor.summary()["threads_changes"] == 2 and governor.summary()["threads_first"] == 2
+    assert torch.get_num_threads() == before

@@ -10,7 +10,7 @@ from typing import Any
 from envfactory_assets.evaluation.prefix_cache import PrefixCache, batch_inputs, row_layers, supports_prefix_reuse
 from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
 from envfactory_assets.training.chat_template import normalize_messages
-from envfactory_assets.training.threads import torch_threads
+from envfactory_assets.training.threads import ThreadGovernor
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class Policy:
         model_dir: local HF model directory (the base model or a checkpoint); the tool chat template and a
             distinct pad token are installed on load (``base_model.prepare_tokenizer``).
         sampling: :class:`SamplingSpec`.
-        num_threads: torch threads while generating; None = free cores.
+        num_threads: torch threads while generating; None = free cores, re-chosen before every batch
+            (:class:`~envfactory_assets.training.threads.ThreadGovernor`).
 
     Raises:
         OSError: ``model_dir`` is not a loadable model directory.
@@ -77,6 +78,7 @@ class Policy:
         self.tokenizer.padding_side = "left"
         self.generated_tokens = 0
         self.truncated = 0
+        self.threads = ThreadGovernor(num_threads)
         self.prefix_cache = (PrefixCache(self.sampling.prefix_cache_tokens)
                              if self.sampling.prefix_cache_tokens and supports_prefix_reuse(self.model) else None)
 
@@ -110,12 +112,14 @@ class Policy:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         texts: list[str] = [""] * len(encoded)
         spec = self.sampling
-        with torch_threads(self.num_threads):
-            for start in range(0, len(order), spec.batch_size):
-                chunk = order[start : start + spec.batch_size]
-                torch.manual_seed(seed * 100_003 + start)
-                for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
-                    texts[i] = text
+        if not self.threads.started:
+            self.threads.start()  # kept for the policy's lifetime (the evaluation's last work), adjusted per batch
+        for start in range(0, len(order), spec.batch_size):
+            self.threads.adjust()
+            chunk = order[start : start + spec.batch_size]
+            torch.manual_seed(seed * 100_003 + start)
+            for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
+                texts[i] = text
         return texts
 
     def _generate_batch(self, prompts: list[list[int]]) -> list[str]:

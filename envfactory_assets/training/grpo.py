@@ -39,7 +39,7 @@ from envfactory_assets.training.chat_template import END_OF_TURN, normalize_mess
 from envfactory_assets.training.task_environment import TaskEnvironment, environment_class, rollout_reward
 from envfactory_assets.training.screening import timed_screen
 from envfactory_assets.training.task_episode import TaskRunner
-from envfactory_assets.training.threads import torch_threads
+from envfactory_assets.training.threads import ThreadGovernor
 from envfactory_assets.training.tool_calls import parse_tool_calls
 
 TASK_ID_KEY = "task_id"
@@ -313,6 +313,17 @@ def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
     )
 
 
+def _governor_callback(governor: ThreadGovernor) -> Any:
+    """A ``TrainerCallback`` letting ``governor`` re-choose the thread count before each optimizer step."""
+    from transformers import TrainerCallback
+
+    class AdjustThreads(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+            governor.adjust()
+
+    return AdjustThreads()
+
+
 def _silence_experimental_warning() -> None:
     import os
 
@@ -375,7 +386,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
     tokenizer.padding_side = "left"
 
     screening = None
-    with TaskRunner(environments) as runner, torch_threads(num_threads) as threads:
+    governor = ThreadGovernor(num_threads)
+    with TaskRunner(environments) as runner, governor:
         rollout = ToolRollout({r["id"]: r for r in rows}, runner, tokenizer, spec)
         if n_prompts is not None and n_prompts < len(rows):
             torch.manual_seed(spec.seed)
@@ -383,7 +395,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
             transformers.set_seed(spec.seed)
         dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),
-                              train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout)
+                              train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout,
+                              callbacks=[_governor_callback(governor)])
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
             output = trainer.train()
@@ -410,7 +423,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         "malformed_calls": rollout.malformed,
         "prompts": len(rows),
         "prompt_ids": [r["id"] for r in rows],
-        "threads": threads,
+        "threads": governor.history[0],
+        **governor.summary(),
         "steps_with_signal": sum(1 for x in stds if x > 0),
         "screening": screening,
     }

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
 from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
-from envfactory_assets.training.threads import torch_threads
+from envfactory_assets.training.threads import ThreadGovernor
 
 LossOn = Literal["all_assistant", "last_turn"]
 TRAINING_CONFIG_FILE = "training_config.json"
@@ -155,8 +155,9 @@ def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
     )
 
 
-def _step_timer() -> Any:
-    """A ``TrainerCallback`` recording the wall time (s) of each optimizer step in ``.seconds``."""
+def _step_timer(governor: ThreadGovernor | None = None) -> Any:
+    """A ``TrainerCallback`` recording the wall time (s) of each optimizer step in ``.seconds`` (and letting
+    ``governor`` re-choose the thread count before each step)."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -165,6 +166,8 @@ def _step_timer() -> Any:
             self._start = 0.0
 
         def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+            if governor is not None:
+                governor.adjust()
             self._start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
@@ -219,7 +222,8 @@ def train_sft(
     model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
     prepare_tokenizer(tokenizer, model)
 
-    timer = _step_timer()
+    governor = ThreadGovernor(num_threads)
+    timer = _step_timer(governor)
     trainer = SFTTrainer(
         model=model,
         args=_trl_config(out_dir, config),
@@ -233,7 +237,7 @@ def train_sft(
     train_tokens = sum(len(ids) for ids in prepared["input_ids"])
     loss_tokens = sum(sum(label != -100 for label in labels) for labels in prepared["labels"])
 
-    with torch_threads(num_threads) as threads:
+    with governor:
         started = time.perf_counter()
         output = trainer.train()
         seconds = time.perf_counter() - started
@@ -249,7 +253,8 @@ def train_sft(
         "seconds": round(seconds, 3),
         "seconds_per_step": round(seconds / max(1, output.global_step), 3),
         "step_seconds": timer.seconds,
-        "threads": threads,
+        "threads": governor.history[0],
+        **governor.summary(),
         "examples": len(rows),
         "train_tokens": int(train_tokens),
         "loss_tokens": int(loss_tokens),

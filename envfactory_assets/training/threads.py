@@ -11,6 +11,10 @@ cores that nothing else is using, at least 1.
 busy for a minute (loading data, a previous stage) saw a load of ~1 on an idle 2-core machine and trained
 on one thread (the recorded default run did). Where ``/proc/stat`` exists, the busy cores of *other*
 processes are measured over a short window as the machine's busy CPU time minus this process's own.
+
+A count chosen once can be wrong for the rest of a long stage: a test run or a build that happened to be busy
+at that moment pinned a 24-step SFT to one thread after it had finished. :class:`ThreadGovernor` therefore
+re-chooses between steps, from the CPU time other processes used since its last check (no extra waiting).
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ def busy_cores_of_others(window: float = SAMPLE_SECONDS) -> float:
     return max(0.0, others / elapsed)
 
 
+def _threads_for(busy_others: float, cores: int) -> int:
+    return max(1, min(cores, cores - math.ceil(max(0.0, busy_others - IDLE_SLACK))))
+
+
 def suggested_torch_threads() -> int:
     """Cores not used by other processes, clamped to ``[1, cores]``.
 
@@ -72,7 +80,7 @@ def suggested_torch_threads() -> int:
     """
     cores = available_cores()
     try:
-        busy = math.ceil(max(0.0, busy_cores_of_others() - IDLE_SLACK))
+        return _threads_for(busy_cores_of_others(), cores)
     except (OSError, ValueError, IndexError):
         try:
             busy = math.ceil(os.getloadavg()[0])
@@ -105,3 +113,100 @@ def torch_threads(num_threads: int | None = None) -> Iterator[int]:
         yield chosen
     finally:
         torch.set_num_threads(previous)
+
+
+class ThreadGovernor:
+    """Torch's thread count for a long stage, re-chosen between steps as other processes come and go.
+
+    Use as a context manager (the previous count is restored on exit) and call :meth:`adjust` at step
+    boundaries (a trainer callback, each generation batch). ``adjust`` measures the busy cores of other
+    processes since the previous check (at least ``min_interval`` seconds ago; otherwise it keeps the count)
+    and applies the same rule as :func:`suggested_torch_threads`. Where ``/proc/stat`` is missing it keeps the
+    first choice.
+
+    Args:
+        num_threads: a fixed count (never adjusted); None = choose and adjust.
+        min_interval: shortest measuring window in seconds.
+
+    Attributes:
+        threads: the count in effect.
+        history: every count in effect, one entry per :meth:`adjust` call plus the first.
+
+    Raises:
+        ValueError: ``num_threads`` < 1.
+    """
+
+    def __init__(self, num_threads: int | None = None, min_interval: float = 2.0) -> None:
+        if num_threads is not None and num_threads < 1:
+            raise ValueError("num_threads must be >= 1")
+        self.fixed = num_threads
+        self.min_interval = min_interval
+        self.threads = 0
+        self.history: list[int] = []
+        self._previous = 0
+        self._mark: tuple[float, float, float] | None = None
+
+    def _snapshot(self) -> None:
+        try:
+            self._mark = (_machine_busy_seconds(), _own_cpu_seconds(), time.monotonic())
+        except (OSError, ValueError, IndexError):
+            self._mark = None
+
+    def _apply(self, n: int) -> None:
+        import torch
+
+        if n != self.threads:
+            torch.set_num_threads(n)
+            self.threads = n
+        self.history.append(n)
+
+    @property
+    def started(self) -> bool:
+        """True once :meth:`start` has chosen a first count."""
+        return bool(self.history)
+
+    def start(self) -> ThreadGovernor:
+        """Choose the first count (remembering the previous one for :meth:`stop`); returns self."""
+        import torch
+
+        self._previous = torch.get_num_threads()
+        self._apply(self.fixed or suggested_torch_threads())
+        self._snapshot()
+        return self
+
+    def stop(self) -> None:
+        """Restore the count that was in effect before :meth:`start`."""
+        import torch
+
+        if self._previous:
+            torch.set_num_threads(self._previous)
+            self.threads = self._previous
+
+    def __enter__(self) -> ThreadGovernor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def adjust(self) -> int:
+        """Re-choose the count from other processes' CPU use since the last check; returns the count."""
+        if self.fixed or self._mark is None:
+            return self.threads
+        machine, own, started = self._mark
+        elapsed = time.monotonic() - started
+        if elapsed < self.min_interval:
+            return self.threads
+        try:
+            others = ((_machine_busy_seconds() - machine) - (_own_cpu_seconds() - own)) / elapsed
+        except (OSError, ValueError, IndexError):
+            return self.threads
+        self._apply(_threads_for(others, available_cores()))
+        self._snapshot()
+        return self.threads
+
+    def summary(self) -> dict[str, float | int]:
+        """``{"threads_first", "threads_mean", "threads_changes"}`` for a stage's metrics."""
+        changes = sum(1 for a, b in zip(self.history, self.history[1:]) if a != b)
+        mean = sum(self.history) / len(self.history) if self.history else 0.0
+        return {"threads_first": self.history[0] if self.history else 0, "threads_mean": round(mean, 2),
+                "threads_changes": changes}
