@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from envfactory_assets.training.stage import first_turns, held_out_prompts, restrict_tools, training_examples
 
 
@@ -78,3 +80,13 @@ def test_grpo_tasks_are_train_split_first_turns_fewest_gold_calls_first_with_gol
     assert all(len(t["tools"]) == 3 for t in tasks)
     assert {"t3", "t7"} <= {t["function"]["name"] for t in tasks[2]["tools"]}
     assert [t["id"] for t in grpo_tasks(rows, 1, max_tools=3)] == ["rl_3"]
+
+
+def test_grpo_checkpoint_refuses_a_screen_factor_or_prompt_count_below_one(tmp_path):
+    from envfactory_assets.training.grpo import GRPOConfigSpec
+    from envfactory_assets.training.stage import grpo_checkpoint
+
+    sft_row = {"id": "ckpt_x", "path": str(tmp_path), "metrics": {}}
+    for n_prompts, factor in ((6, 0), (6, -2), (0, 3)):
+        with pytest.raises(ValueError, match="grpo_screen_factor"):
+            grpo_checkpoint(sft_row, [], {}, tmp_path, GRPOConfigSpec(), n_prompts, "v", screen_factor=factor)

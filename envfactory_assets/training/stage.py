@@ -170,10 +170,14 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
 
     Raises:
         KeyError: a chosen row uses an environment missing from ``environments``.
+        ValueError: ``n_prompts`` or ``screen_factor`` < 1.
     """
+    if n_prompts < 1 or screen_factor < 1:
+        raise ValueError(f"GRPO settings: grpo_n_prompts={n_prompts} and grpo_screen_factor={screen_factor} must "
+                         "both be >= 1 (a screen factor of 1 trains on the first prompts without screening)")
     tasks = [t for t in grpo_tasks(rl_rows, n_prompts * max(4, screen_factor), max_tools)
              if set(t["env_ids"]) <= set(environments)]
-    tasks = tasks[: n_prompts * max(1, screen_factor)]
+    tasks = tasks[: n_prompts * screen_factor]
     if not tasks:
         log("no train-split RL rows usable for GRPO: only the SFT checkpoint is written")
         return None
