@@ -163,8 +163,11 @@ def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
     assert screening["candidates"] == 2 and all(len(g["rewards"]) == 2 for g in screening["groups"].values())
     chosen = [row_id for row_id, g in screening["groups"].items() if g["chosen"]]
     assert metrics["prompt_ids"] == chosen and len(chosen) == 1
-    if screening["with_signal"]:
+    if screening["with_signal"]:  # the screened group with a spread is what the one step trained on
         assert len(set(screening["groups"][chosen[0]]["rewards"])) > 1
+        assert metrics["replayed_groups"] == 1 and metrics["steps_with_signal"] == 1
+    else:
+        assert metrics["replayed_groups"] == 0
     saved = json.loads((tmp_path / "grpo" / "grpo_config.json").read_text())
     assert saved["row_ids"] == chosen and saved["spec"]["num_generations"] == 2
     assert (tmp_path / "grpo" / "model.safetensors").is_file()
@@ -214,3 +217,33 @@ def test_screening_keeps_prompts_whose_rollouts_earn_different_rewards_first(tas
         choose_prompts(rows, screened, 0)
     with pytest.raises(ValueError, match="num_generations"):
         screen_prompts(_ScriptedRollout(runner, script), None, rows, num_generations=1)
+
+
+def test_a_screened_group_is_replayed_once_at_its_prompts_first_step(task, runner, tmp_path):
+    from transformers import AutoTokenizer
+
+    from envfactory_assets.training.base_model import prepare_tokenizer, resolve_base_model
+    from envfactory_assets.training.grpo import ToolRollout, grpo_prompt
+    from envfactory_assets.training.screening import screen_prompts
+
+    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path))
+    prepare_tokenizer(tokenizer)
+    right = _call_text("delete_book", {"book_id": task["book_id"]})
+    wrong = _call_text("delete_book", {"book_id": "no-such-book"})
+    texts = iter([right, wrong])
+
+    class Scripted(ToolRollout):  # the policy's text is scripted; environments, parsing and rewards are real
+        def _sample(self, model, sequences, budgets):
+            return [tokenizer(next(texts) + "<|im_end|>", add_special_tokens=False)["input_ids"] for _ in sequences]
+
+    rollout = Scripted({task["id"]: task}, runner, tokenizer, GRPOConfigSpec(max_tool_calling_iterations=0))
+    [group] = screen_prompts(rollout, None, [task], num_generations=2)
+    assert group.rewards == (1.0, 0.0) and len(group.completion_ids) == 2
+    rollout.replay = {task["id"]: group}
+    out = rollout([grpo_prompt(task)] * 2, trainer=None)  # no trainer needed: nothing is sampled
+    assert out["completion_ids"] == list(group.completion_ids) and out["env_mask"] == list(group.env_mask)
+    assert hybrid_reward_func(prompts=[], completions=[], task_environments=out["task_environments"]) == [1.0, 0.0]
+    assert rollout.replayed_groups == 1 and rollout.replay == {}
+    rollout.close()

@@ -144,7 +144,9 @@ class ToolRollout:
 
     Calling it returns TRL's rollout dict: ``prompt_ids``, ``completion_ids``, ``logprobs`` (None: TRL then
     recomputes them), ``env_mask`` (1 for model tokens, 0 for tool-result tokens) and ``task_environments``
-    (the :class:`TaskEnvironment` of each rollout, forwarded to the reward function).
+    (the :class:`TaskEnvironment` of each rollout, forwarded to the reward function). A prompt with a group
+    in ``replay`` (``{row id: ScreenedPrompt}``, set by screening) gets that group once instead of new
+    samples, with :class:`~envfactory_assets.training.screening.FinishedRollout` objects carrying its rewards.
     """
 
     def __init__(self, rows: Mapping[str, Mapping[str, Any]], runner: TaskRunner, tokenizer: Any,
@@ -157,6 +159,8 @@ class ToolRollout:
         self.stop_ids = sorted({tokenizer.convert_tokens_to_ids(END_OF_TURN), tokenizer.eos_token_id} - {None})
         self.tool_calls = 0
         self.malformed = 0
+        self.replay: dict[str, Any] = {}
+        self.replayed_groups = 0
 
     def _environments(self, rows: list[Mapping[str, Any]]) -> list[TaskEnvironment]:
         """One reusable object per rollout slot, reset on its row."""
@@ -212,7 +216,28 @@ class ToolRollout:
             if task_id not in self._rows:
                 raise KeyError(f"GRPO prompt without a known {TASK_ID_KEY!r}: {str(task_id)[:80]}")
             rows.append(self._rows[task_id])
-        return self.rollouts(trainer.accelerator.unwrap_model(trainer.model), rows)
+        out: dict[str, list[Any]] = {k: [None] * len(rows) for k in
+                                     ("prompt_ids", "completion_ids", "env_mask", "task_environments")}
+        positions: dict[str, list[int]] = {}
+        for i, row in enumerate(rows):
+            positions.setdefault(row["id"], []).append(i)
+        fresh = []
+        for task_id, where in positions.items():
+            group = self.replay.get(task_id)
+            if group is None or len(group.completion_ids) != len(where):
+                fresh += where
+                continue
+            del self.replay[task_id]  # a screened group is replayed once, at its prompt's first step
+            self.replayed_groups += 1
+            for j, i in enumerate(where):
+                out["prompt_ids"][i], out["completion_ids"][i] = group.prompt_ids[j], group.completion_ids[j]
+                out["env_mask"][i], out["task_environments"][i] = group.env_mask[j], group.finished[j]
+        if fresh:
+            sampled = self.rollouts(trainer.accelerator.unwrap_model(trainer.model), [rows[i] for i in fresh])
+            for key in out:
+                for i, value in zip(fresh, sampled[key], strict=True):
+                    out[key][i] = value
+        return {**out, "logprobs": None}
 
     def rollouts(self, model: Any, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         """One rollout per row (repeat a row for a group) with ``model``; the same dict as ``__call__``."""
@@ -352,6 +377,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         that survives a shared machine), "step_seconds": [wall s per step], "reward_mean_per_step": [float], "reward_std_per_step":
         [float], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls",
         "prompts", "prompt_ids", "threads", "steps_with_signal" (steps whose reward spread was above zero),
+        "replayed_groups" (steps that trained on their prompt's screened group),
         "screening" (None, or :func:`~envfactory_assets.training.screening.screening_report`)}``; rewards are in
         [0, 1].
 
@@ -391,7 +417,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         rollout = ToolRollout({r["id"]: r for r in rows}, runner, tokenizer, spec)
         if n_prompts is not None and n_prompts < len(rows):
             torch.manual_seed(spec.seed)
-            rows, screening = timed_screen(rollout, model, rows, spec.num_generations, n_prompts)
+            rows, screening, rollout.replay = timed_screen(rollout, model, rows, spec.num_generations, n_prompts)
             transformers.set_seed(spec.seed)
         dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),
@@ -426,6 +452,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         "threads": governor.history[0],
         **governor.summary(),
         "steps_with_signal": sum(1 for x in stds if x > 0),
+        "replayed_groups": rollout.replayed_groups,
         "screening": screening,
     }
     record = {"spec": dataclasses.asdict(spec), "start_model_dir": str(start_model_dir),

@@ -7,8 +7,14 @@ the policy moves at all: in the recorded default run (6 steps, one prompt each, 
 groups had a reward spread of zero and the GRPO checkpoint sampled the same answers as its SFT parent.
 
 Here every candidate prompt gets one group of rollouts from the starting policy before training (the same
-rollout code, environments and reward as training); prompts whose rewards differ come first, in candidate
-order, then the others, and the first ``n`` are trained on.
+rollout code, environments and reward as training); prompts whose rewards differ come first (largest
+reward spread first, then candidate order), then the others, and the first ``n`` are trained on. The
+screened group of a chosen prompt is also what GRPO trains on at that prompt's first step
+(:class:`~envfactory_assets.training.grpo.ToolRollout` replays it instead of sampling again): a fresh group of
+4 from the same policy often has no spread again (in a measured run only 2 of 6 steps did), while the
+screened one has it by construction. The replayed rollouts come from the starting policy, so for a prompt
+visited at step ``t`` they are ``t`` optimizer steps stale; TRL recomputes their log-probabilities under the
+current policy (``logprobs`` None), as for any rollout.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envfactory_assets.training.reward import RewardBreakdown
 from envfactory_assets.training.task_environment import rollout_reward
 
 ROLLOUTS_PER_BATCH = 8
@@ -26,11 +33,28 @@ ROLLOUTS_PER_BATCH = 8
 
 
 @dataclass(frozen=True)
+class FinishedRollout:
+    """A rollout that was already executed and scored: stands in for its environment object in the reward
+    function (:func:`~envfactory_assets.training.task_environment.rollout_reward` calls ``_reward``)."""
+
+    breakdown: RewardBreakdown
+
+    def _reward(self) -> RewardBreakdown:
+        return self.breakdown
+
+
+@dataclass(frozen=True)
 class ScreenedPrompt:
-    """One candidate's group: ``row_id`` and the ``rewards`` of its rollouts (each in [0, 1])."""
+    """One candidate's group: ``row_id``, the ``rewards`` of its rollouts (each in [0, 1]) and, for replay,
+    the group's token ids in TRL's rollout format (``prompt_ids``, ``completion_ids``, ``env_mask``: one list
+    per rollout) with each rollout's reward breakdown (``finished``)."""
 
     row_id: str
     rewards: tuple[float, ...]
+    prompt_ids: tuple[list[int], ...] = ()
+    completion_ids: tuple[list[int], ...] = ()
+    env_mask: tuple[list[int], ...] = ()
+    finished: tuple[FinishedRollout, ...] = ()
 
     @property
     def has_signal(self) -> bool:
@@ -61,15 +85,20 @@ def screen_prompts(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]],
     for start in range(0, len(rows), per_batch):
         chunk = list(rows[start : start + per_batch])
         out = rollout.rollouts(model, [row for row in chunk for _ in range(num_generations)])
-        rewards = [rollout_reward(env).reward for env in out["task_environments"]]
+        breakdowns = [rollout_reward(env) for env in out["task_environments"]]
         for i, row in enumerate(chunk):
-            screened.append(ScreenedPrompt(row["id"], tuple(rewards[i * num_generations : (i + 1) * num_generations])))
+            part = slice(i * num_generations, (i + 1) * num_generations)
+            screened.append(ScreenedPrompt(
+                row["id"], tuple(b.reward for b in breakdowns[part]),
+                tuple(out.get("prompt_ids", [])[part]), tuple(out.get("completion_ids", [])[part]),
+                tuple(out.get("env_mask", [])[part]), tuple(FinishedRollout(b) for b in breakdowns[part])))
     return screened
 
 
 def choose_prompts(rows: Sequence[Mapping[str, Any]], screened: Sequence[ScreenedPrompt],
                    n: int) -> list[Mapping[str, Any]]:
-    """The first ``n`` rows with a reward spread (candidate order), then rows without one to fill up.
+    """The first ``n`` rows with a reward spread (largest standard deviation first, ties in candidate order:
+    a group whose rewards are most mixed is the likeliest to carry signal again), then rows without one.
 
     Raises:
         ValueError: ``n`` < 1, or ``screened`` does not cover ``rows``.
@@ -80,7 +109,8 @@ def choose_prompts(rows: Sequence[Mapping[str, Any]], screened: Sequence[Screene
     missing = [r["id"] for r in rows if r["id"] not in by_id]
     if missing:
         raise ValueError(f"rows {missing[:3]} were not screened")
-    informative = [r for r in rows if by_id[r["id"]].has_signal]
+    informative = sorted((r for r in rows if by_id[r["id"]].has_signal),
+                         key=lambda r: -statistics.pstdev(by_id[r["id"]].rewards))
     flat = [r for r in rows if not by_id[r["id"]].has_signal]
     return (informative + flat)[:n]
 
@@ -100,9 +130,16 @@ def screening_report(screened: Sequence[ScreenedPrompt], chosen: Sequence[Mappin
 
 
 def timed_screen(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]], num_generations: int,
-                 n: int) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
-    """:func:`screen_prompts` then :func:`choose_prompts`; returns ``(chosen rows, screening_report)``."""
+                 n: int) -> tuple[list[Mapping[str, Any]], dict[str, Any], dict[str, ScreenedPrompt]]:
+    """:func:`screen_prompts` then :func:`choose_prompts`.
+
+    Returns:
+        ``(chosen rows, screening_report, {row id: group})`` where the groups are those of the chosen rows
+        that have a reward spread (the ones worth replaying at their first training step).
+    """
     started = time.perf_counter()
     screened = screen_prompts(rollout, model, rows, num_generations)
     chosen = choose_prompts(rows, screened, n)
-    return chosen, screening_report(screened, chosen, time.perf_counter() - started)
+    chosen_ids = {r["id"] for r in chosen}
+    replay = {s.row_id: s for s in screened if s.row_id in chosen_ids and s.has_signal}
+    return chosen, screening_report(screened, chosen, time.perf_counter() - started), replay
