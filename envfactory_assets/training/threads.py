@@ -39,12 +39,18 @@ def available_cores() -> int:
 
 
 def _machine_busy_seconds() -> float:
-    """Busy CPU seconds of the whole machine since boot (``/proc/stat``: all but idle and iowait)."""
+    """Busy CPU seconds of the whole machine since boot (``/proc/stat``: all but idle and iowait).
+
+    When this process runs at normal priority, time spent by niced processes (the ``nice`` column) is not
+    counted: the scheduler gives them only what normal-priority threads leave (a ``nice -n 10`` job gets about
+    a tenth of a contended core), so they should not cost this process a thread.
+    """
     with open("/proc/stat", encoding="ascii") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
     total = sum(fields[:8])  # guest time is already inside user/nice
-    return (total - idle) / os.sysconf("SC_CLK_TCK")
+    niced = fields[1] if os.getpriority(os.PRIO_PROCESS, 0) <= 0 else 0
+    return (total - idle - niced) / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu_seconds() -> float:
