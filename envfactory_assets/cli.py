@@ -159,6 +159,34 @@ def _checkpoint_ids(metadata: Any) -> list[str]:
     return [metadata["checkpoint_id"].value] if "checkpoint_id" in metadata else []
 
 
+def release_abandoned_runs(instance: Any) -> list[str]:
+    """Mark failed, and free the pool slots of, every run an earlier ``envfactory run`` left unfinished.
+
+    Called while holding ``run.lock``, so no other CLI run is alive: a CLI-tagged run still queued, starting
+    or started was abandoned (its process was killed). Left alone, it keeps its ``envfactory_store`` pool slot
+    and the next run's steps wait for that slot forever ("Step blocked by limit for pool"). Runs launched from
+    the UI carry no CLI tag and are never touched.
+
+    Returns:
+        The run ids released.
+    """
+    import dagster as dg
+
+    from envfactory_assets.defs.run_progress import RUN_TAG
+
+    unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                  dg.DagsterRunStatus.STARTED]
+    released = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=unfinished)):
+        if RUN_TAG not in run.tags:
+            continue
+        instance.report_run_failed(run, "abandoned: the envfactory run that started it ended without finishing "
+                                        "it; marked failed by the next envfactory run")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run.run_id)
+    return released
+
+
 def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
                  partitions_arg: str | None = None) -> int:
     prepare_dagster_home(home)
@@ -173,6 +201,9 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
     token = os.urandom(8).hex()
     with dg.DagsterInstance.get() as instance:
+        for run_id in release_abandoned_runs(instance):
+            print(f"run {run_id}: left unfinished by an earlier envfactory run (killed?); marked failed, "
+                  "its pool slot freed", file=sys.stderr)
         try:
             with RunProgressBar(instance, token):  # issue 6.8: a bar from the runs' progress observations
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES, run_config,

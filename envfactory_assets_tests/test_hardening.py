@@ -315,3 +315,30 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr
+
+
+def test_a_killed_cli_run_does_not_block_the_next_one_on_the_store_pool(tmp_path):
+    """A run whose process died keeps its pool slot; the next `envfactory run` releases it (and only CLI runs)."""
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from envfactory_assets.cli import release_abandoned_runs
+    from envfactory_assets.defs.resources import STORE_POOL
+    from envfactory_assets.defs.run_progress import RUN_TAG
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        storage = instance.event_log_storage
+        storage.set_concurrency_slots(STORE_POOL, 1)
+        killed = DagsterRun(job_name="__ephemeral_asset_job__", run_id="a" * 36, status=dg.DagsterRunStatus.STARTED,
+                            tags={RUN_TAG: "token"})
+        from_ui = DagsterRun(job_name="__ephemeral_asset_job__", run_id="b" * 36, status=dg.DagsterRunStatus.STARTED)
+        instance.add_run(killed)
+        instance.add_run(from_ui)
+        assert storage.claim_concurrency_slot(STORE_POOL, killed.run_id, "checkpoints").is_claimed
+        assert not storage.claim_concurrency_slot(STORE_POOL, "c" * 36, "checkpoints").is_claimed  # blocked
+
+        assert release_abandoned_runs(instance) == [killed.run_id]
+        assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(from_ui.run_id).status == dg.DagsterRunStatus.STARTED
+        assert storage.get_concurrency_info(STORE_POOL).active_slot_count == 0
+        assert release_abandoned_runs(instance) == []
