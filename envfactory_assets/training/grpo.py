@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,8 +85,11 @@ class GRPOConfigSpec:
             raise ValueError("num_generations must be >= 2 (GRPO compares rollouts within a group)")
         if self.max_tool_calling_iterations < 0:
             raise ValueError("max_tool_calling_iterations must be >= 0")
-        if not self.learning_rate > 0 or not self.temperature > 0 or self.beta < 0:
-            raise ValueError("learning_rate and temperature must be > 0, beta >= 0")
+        for name, low in (("learning_rate", 0.0), ("temperature", 0.0), ("beta", None)):
+            value = getattr(self, name)  # NaN and infinity pass a plain comparison (and wreck the weights)
+            if not math.isfinite(value) or (value <= low if low is not None else value < 0):
+                raise ValueError(f"{name}={value}: learning_rate and temperature must be finite and > 0, "
+                                 "beta finite and >= 0")
 
 
 def grpo_prompt(row: Mapping[str, Any]) -> list[dict[str, Any]]:

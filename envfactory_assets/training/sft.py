@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,8 +59,8 @@ class SFTConfigSpec:
         for name in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if not self.learning_rate > 0:
-            raise ValueError("learning_rate must be > 0")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
 
 
 def _split_last_turn(messages: list[dict[str, Any]], row_id: str) -> tuple[list[dict], list[dict]]:
