@@ -465,3 +465,41 @@ def test_thread_governor_follows_other_processes_between_steps(monkeypatch):
         assert governor.adjust() == 2  # too soon to measure again: unchanged
     assert governor.summary()["threads_changes"] == 2 and governor.summary()["threads_first"] == 2
     assert torch.get_num_threads() == before
+
+
+def test_thread_governor_survives_reentry_stop_without_start_and_a_clock_that_does_not_move(monkeypatch):
+    """Entering the same governor twice used to restore the inner count on the outer exit (1 instead of the
+    original); ``min_interval=0`` with an unchanged clock divided by zero; ``adjust`` after ``stop`` changed
+    the restored count again."""
+    import torch
+
+    from envfactory_assets.training import threads
+
+    before = torch.get_num_threads()
+    threads.ThreadGovernor().stop()  # never started: nothing to restore, no error
+    assert torch.get_num_threads() == before
+    governor = threads.ThreadGovernor(1)
+    with governor:
+        with governor:
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1  # still inside the outer block
+    assert torch.get_num_threads() == before
+    governor.stop()  # a second stop changes nothing
+    assert torch.get_num_threads() == before
+
+    with pytest.raises(ValueError, match="min_interval"):
+        threads.ThreadGovernor(min_interval=-1.0)
+    with pytest.raises(ValueError, match="min_interval"):
+        threads.ThreadGovernor(min_interval=float("nan"))
+
+    monkeypatch.setattr(threads, "suggested_torch_threads", lambda: 1)
+    frozen = threads.ThreadGovernor(min_interval=0)
+    with frozen:
+        monkeypatch.setattr(threads.time, "monotonic", lambda: frozen._mark[2])  # no time has passed
+        assert frozen.adjust() == 1
+        monkeypatch.undo()
+    after_stop = threads.ThreadGovernor(min_interval=0)
+    with after_stop:
+        pass
+    monkeypatch.setattr(threads, "_threads_for", lambda busy, cores: 1)
+    assert after_stop.adjust() == after_stop.threads and torch.get_num_threads() == before

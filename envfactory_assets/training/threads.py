@@ -132,14 +132,20 @@ class ThreadGovernor:
         threads: the count in effect.
         history: every count in effect, one entry per :meth:`adjust` call plus the first.
 
+    Entering the same governor again while it is active (nested ``with``) keeps the count it first replaced, so
+    the outermost exit restores that one.
+
     Raises:
-        ValueError: ``num_threads`` < 1.
+        ValueError: ``num_threads`` < 1, or ``min_interval`` negative or not finite.
     """
 
     def __init__(self, num_threads: int | None = None, min_interval: float = 2.0) -> None:
         if num_threads is not None and num_threads < 1:
             raise ValueError("num_threads must be >= 1")
+        if not (math.isfinite(min_interval) and min_interval >= 0):
+            raise ValueError(f"min_interval must be a finite number of seconds >= 0, got {min_interval}")
         self.fixed = num_threads
+        self._depth = 0
         self.min_interval = min_interval
         self.threads = 0
         self.history: list[int] = []
@@ -169,7 +175,9 @@ class ThreadGovernor:
         """Choose the first count (remembering the previous one for :meth:`stop`); returns self."""
         import torch
 
-        self._previous = torch.get_num_threads()
+        if self._depth == 0:
+            self._previous = torch.get_num_threads()
+        self._depth += 1
         self._apply(self.fixed or suggested_torch_threads())
         self._snapshot()
         return self
@@ -178,7 +186,10 @@ class ThreadGovernor:
         """Restore the count that was in effect before :meth:`start`."""
         import torch
 
-        if self._previous:
+        if self._depth == 0:
+            return  # never started (or already stopped): nothing to restore
+        self._depth -= 1
+        if self._depth == 0 and self._previous:
             torch.set_num_threads(self._previous)
             self.threads = self._previous
 
@@ -190,11 +201,11 @@ class ThreadGovernor:
 
     def adjust(self) -> int:
         """Re-choose the count from other processes' CPU use since the last check; returns the count."""
-        if self.fixed or self._mark is None:
+        if self.fixed or self._mark is None or self._depth == 0:  # after stop() the restored count stays
             return self.threads
         machine, own, started = self._mark
         elapsed = time.monotonic() - started
-        if elapsed < self.min_interval:
+        if elapsed <= 0 or elapsed < self.min_interval:  # min_interval 0 and a clock that did not move
             return self.threads
         try:
             others = ((_machine_busy_seconds() - machine) - (_own_cpu_seconds() - own)) / elapsed
