@@ -287,3 +287,27 @@ def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(tmp_path_facto
         else:
             assert policy.prefix_cache is None
     assert texts[0] == texts[40_000]
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"prefix_cache_tokens": -1}, "prefix_cache_tokens"), ({"batch_size": 0}, "batch_size"),
+    ({"temperature": float("nan")}, "temperature"), ({"n_bfcl": -2}, "n_bfcl"),
+    ({"max_new_tokens": 0}, "max_new_tokens"), ({"max_tool_rounds": 0}, "max_tool_rounds"),
+])
+def test_evaluations_refuses_bad_settings_before_reading_the_store_or_resolving_the_model(tmp_path, settings, named):
+    """The sampling and evaluation specs used to be built after the store was read and the base model resolved
+    (converted from GGUF and written the first time); on a home without a store the failure must name the
+    setting."""
+    import dagster as dg
+
+    from envfactory_assets.defs.evaluation.assets import evaluations
+    from envfactory_assets.defs.resources import EnvFactoryHome
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([evaluations], instance=instance, raise_on_error=False,
+                                resources={"envfactory": EnvFactoryHome(home=str(tmp_path))},
+                                run_config={"ops": {"evaluations": {"config": settings}}})
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failures[0].event_specific_data.error.message
+    assert not result.success and named in message and "does not exist" not in message
+    assert not (tmp_path / "models").exists()
