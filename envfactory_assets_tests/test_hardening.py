@@ -315,3 +315,17 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr
+
+
+def test_cli_reports_a_broken_pipe_that_is_not_its_own_output():
+    """A BrokenPipeError from elsewhere (a worker or server subprocess that died) used to end the command
+    quietly with status 141 as if the reader of stdout had gone away, hiding the failure."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom envfactory_assets import cli\n"
+              "def dead_worker(args):\n    print('started')\n    raise BrokenPipeError(32, 'worker pipe')\n"
+              "cli.cmd_status = dead_worker\nsys.exit(cli.main(['status']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode not in (0, 141) and proc.stdout == b"started\n"
+    assert b"BrokenPipeError" in proc.stderr and b"worker pipe" in proc.stderr
