@@ -436,3 +436,14 @@ def test_a_store_from_an_older_schema_gains_new_columns_without_losing_rows(tmp_
     store = Store(path)
     rows = store.read("environments")
     assert [r["id"] for r in rows] == ["env_old"] and rows[0]["seed_data"] is None
+
+
+def test_report_of_an_empty_store_says_what_is_missing_instead_of_printing_none(store):
+    """A store with no passed trajectory printed "Calls per passed trajectory: None / None / None"."""
+    from envfactory_assets.store.report import run_report
+
+    with store.connect():
+        pass
+    report = run_report(store)
+    assert "None" not in report and "no passed trajectory yet" in report
+    assert "envfactory show" not in report  # nothing to read yet

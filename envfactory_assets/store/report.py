@@ -77,7 +77,8 @@ def run_report(store: Store) -> str:
                             "valid share", "distinct tool pairs")), "",
         "## Trajectories", "", _table(traj, ("status", "trajectories")), "",
         "Turns per passed trajectory:", "", _table(turns, ("turns", "trajectories")), "",
-        "Calls per passed trajectory (min / mean / max): " + " / ".join(str(v) for v in calls[0]), "",
+        "Calls per passed trajectory (min / mean / max): "
+        + (" / ".join(str(v) for v in calls[0]) if calls[0][0] is not None else "no passed trajectory yet"), "",
         "Refinement operators applied:", "", _table(ops, ("operator", "applications")), "",
         "## Solvability calibration", "", "Refined trajectories by status (unsolvable turns end a chain; "
         "near-duplicates are removed):", "", _table(refined, ("status", "trajectories")), "",
