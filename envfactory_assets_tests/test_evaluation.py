@@ -311,3 +311,24 @@ def test_evaluations_refuses_bad_settings_before_reading_the_store_or_resolving_
     message = failures[0].event_specific_data.error.message
     assert not result.success and named in message and "does not exist" not in message
     assert not (tmp_path / "models").exists()
+
+
+def test_policy_restores_the_callers_thread_count_after_each_call(tmp_path_factory):
+    """Since the thread governor, a policy left torch at its own thread count for the rest of the process
+    (every later stage or test in it ran on the evaluation's choice)."""
+    import torch
+
+    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=2, batch_size=2), num_threads=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        for seed in (0, 1):
+            policy.generate([([{"role": "user", "content": "Hi"}], [])], seed=seed)
+            assert torch.get_num_threads() == 3
+        assert policy.threads.history and set(policy.threads.history) == {1}
+    finally:
+        torch.set_num_threads(before)

@@ -112,14 +112,23 @@ class Policy:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         texts: list[str] = [""] * len(encoded)
         spec = self.sampling
+        # The governor measures once and then lives as long as the policy (adjusted per batch, no new sampling
+        # window per call); the caller's thread count is restored when each call returns, as before the
+        # governor (it used to stay at the policy's count for the rest of the process).
+        previous = torch.get_num_threads()
         if not self.threads.started:
-            self.threads.start()  # kept for the policy's lifetime (the evaluation's last work), adjusted per batch
-        for start in range(0, len(order), spec.batch_size):
-            self.threads.adjust()
-            chunk = order[start : start + spec.batch_size]
-            torch.manual_seed(seed * 100_003 + start)
-            for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
-                texts[i] = text
+            self.threads.start()
+        else:
+            torch.set_num_threads(self.threads.threads)
+        try:
+            for start in range(0, len(order), spec.batch_size):
+                self.threads.adjust()
+                chunk = order[start : start + spec.batch_size]
+                torch.manual_seed(seed * 100_003 + start)
+                for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
+                    texts[i] = text
+        finally:
+            torch.set_num_threads(previous)
         return texts
 
     def _generate_batch(self, prompts: list[list[int]]) -> list[str]:
