@@ -135,11 +135,19 @@ def timed_screen(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]], nu
 
     Returns:
         ``(chosen rows, screening_report, {row id: group})`` where the groups are those of the chosen rows
-        that have a reward spread (the ones worth replaying at their first training step).
+        that have a reward spread (the ones worth replaying at their first training step). The report also
+        holds the screening rollouts' ``tool_calls`` and ``malformed_calls``, which are taken off the
+        rollout's counters, so that those count training's sampled rollouts only (replayed groups' calls
+        are in the screening counts).
     """
     started = time.perf_counter()
+    calls_before, malformed_before = rollout.tool_calls, rollout.malformed
     screened = screen_prompts(rollout, model, rows, num_generations)
     chosen = choose_prompts(rows, screened, n)
     chosen_ids = {r["id"] for r in chosen}
     replay = {s.row_id: s for s in screened if s.row_id in chosen_ids and s.has_signal}
-    return chosen, screening_report(screened, chosen, time.perf_counter() - started), replay
+    report = screening_report(screened, chosen, time.perf_counter() - started)
+    report["tool_calls"] = rollout.tool_calls - calls_before
+    report["malformed_calls"] = rollout.malformed - malformed_before
+    rollout.tool_calls, rollout.malformed = calls_before, malformed_before
+    return chosen, report, replay
