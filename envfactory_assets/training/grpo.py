@@ -380,7 +380,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time, all threads: the figure
         that survives a shared machine), "step_seconds": [wall s per step], "reward_mean_per_step": [float], "reward_std_per_step":
         [float], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls" (of
-        training's sampled rollouts; screening's are in its report), "prompts", "prompt_ids", "threads", "steps_with_signal" (steps whose reward spread was above zero),
+        training's sampled rollouts; screening's are in its report), "prompts", "prompt_ids", "threads",
+        "steps_with_signal" (steps whose reward spread was above zero),
         "replayed_groups" (steps that trained on their prompt's screened group),
         "screening" (None, or :func:`~envfactory_assets.training.screening.screening_report`)}``; rewards are in
         [0, 1].
