@@ -503,3 +503,28 @@ def test_thread_governor_survives_reentry_stop_without_start_and_a_clock_that_do
         pass
     monkeypatch.setattr(threads, "_threads_for", lambda busy, cores: 1)
     assert after_stop.adjust() == after_stop.threads and torch.get_num_threads() == before
+
+
+def test_a_container_cpu_quota_caps_the_cores_torch_may_use(tmp_path, monkeypatch):
+    """In a container limited to 2 CPUs of a large host, ``sched_getaffinity`` lists every host core and the
+    thread count could go far above the quota. Malformed or missing quota files mean no cap."""
+    from envfactory_assets.training import threads
+
+    v2 = tmp_path / "cpu.max"
+    for text, expected in (("200000 100000\n", 2), ("150000 100000", 2), ("max 100000", None), ("", None),
+                           ("abc 100000", None), ("-1 100000", None), ("100000 0", None)):
+        v2.write_text(text)
+        assert threads.cgroup_cpu_limit((str(v2),)) == expected, text
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.cgroup_cpu_limit((str(tmp_path / "missing"), str(v1 / "cpu.cfs_quota_us"))) == 1
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")  # v1's "no quota"
+    assert threads.cgroup_cpu_limit((str(v1 / "cpu.cfs_quota_us"),)) is None
+
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: 2)
+    assert threads.available_cores() == 2
+    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: None)
+    assert threads.available_cores() == 64

@@ -31,11 +31,43 @@ IDLE_SLACK = 0.25
 """Busy-core share of other processes ignored as noise (a shell, a sleeping server waking up)."""
 
 
+CGROUP_CPU_FILES = ("/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+"""Where a container's CPU quota is read (cgroup v2, then v1 with ``cpu.cfs_period_us`` beside it)."""
+
+
+def cgroup_cpu_limit(paths: tuple[str, ...] = CGROUP_CPU_FILES) -> int | None:
+    """Cores a CPU quota allows (quota / period rounded up), or None without a quota or a readable file.
+
+    A container started with ``--cpus=2`` on a 64-core host sees 64 cores through ``sched_getaffinity``;
+    64 torch threads on 2 cores' worth of time is the oversubscription :mod:`threads` exists to avoid.
+    """
+    for path in paths:
+        try:
+            with open(path, encoding="ascii") as f:
+                fields = f.read().split()
+            if path.endswith("cpu.max"):
+                quota, period = fields[0], fields[1]
+            else:
+                quota = fields[0]
+                with open(os.path.join(os.path.dirname(path), "cpu.cfs_period_us"), encoding="ascii") as f:
+                    period = f.read().split()[0]
+            if quota == "max" or int(quota) <= 0 or int(period) <= 0:
+                return None
+            return max(1, math.ceil(int(quota) / int(period)))
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
 def available_cores() -> int:
-    """CPU cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``), at least 1."""
+    """CPU cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``), capped by a
+    container's CPU quota (:func:`cgroup_cpu_limit`), at least 1."""
     if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return max(1, min(cores, limit) if limit else cores)
 
 
 def _machine_busy_seconds() -> float:
