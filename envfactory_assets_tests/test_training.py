@@ -528,3 +528,16 @@ def test_a_container_cpu_quota_caps_the_cores_torch_may_use(tmp_path, monkeypatc
     assert threads.available_cores() == 2
     monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: None)
     assert threads.available_cores() == 64
+
+
+def test_a_proc_stat_of_another_layout_is_refused_not_read_as_cpu_time(tmp_path):
+    """A first line other than the ``cpu`` total (``intr 1 2 3 4 5``) used to be summed as CPU time."""
+    from envfactory_assets.training import threads
+
+    stat = tmp_path / "stat"
+    for text in ("intr 1 2 3 4 5\n", "", "cpu 1 2 3\n", "cpu a b c d\n", "cpu0 1 2 3 4\n"):
+        stat.write_text(text)
+        with pytest.raises(ValueError):
+            threads._machine_busy_seconds(str(stat))
+    stat.write_text("cpu  100 0 50 1000 10 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    assert threads._machine_busy_seconds(str(stat)) == pytest.approx(150 / threads.os.sysconf("SC_CLK_TCK"))

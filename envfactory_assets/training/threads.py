@@ -70,10 +70,18 @@ def available_cores() -> int:
     return max(1, min(cores, limit) if limit else cores)
 
 
-def _machine_busy_seconds() -> float:
-    """Busy CPU seconds of the whole machine since boot (``/proc/stat``: all but idle and iowait)."""
-    with open("/proc/stat", encoding="ascii") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
+def _machine_busy_seconds(path: str = "/proc/stat") -> float:
+    """Busy CPU seconds of the whole machine since boot (``/proc/stat``: all but idle and iowait).
+
+    Raises:
+        OSError: unreadable; ValueError: the first line is not the ``cpu`` total with at least 4 counters
+        (another layout would be read as CPU time).
+    """
+    with open(path, encoding="ascii") as f:
+        words = f.readline().split()
+    if len(words) < 5 or words[0] != "cpu":
+        raise ValueError(f"{path}: first line is not the 'cpu' total: {' '.join(words)[:80]!r}")
+    fields = [int(x) for x in words[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
     total = sum(fields[:8])  # guest time is already inside user/nice
     return (total - idle) / os.sysconf("SC_CLK_TCK")
