@@ -422,7 +422,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         rollout = ToolRollout({r["id"]: r for r in rows}, runner, tokenizer, spec)
         if n_prompts is not None and n_prompts < len(rows):
             torch.manual_seed(spec.seed)
-            rows, screening, rollout.replay = timed_screen(rollout, model, rows, spec.num_generations, n_prompts)
+            rows, screening, rollout.replay = timed_screen(rollout, model, rows, spec.num_generations, n_prompts,
+                                                                 governor.adjust)
             transformers.set_seed(spec.seed)
         dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),
