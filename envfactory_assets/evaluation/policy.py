@@ -10,6 +10,7 @@ from typing import Any
 from envfactory_assets.evaluation.prefix_cache import PrefixCache, batch_inputs, row_layers, supports_prefix_reuse
 from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
 from envfactory_assets.training.chat_template import normalize_messages
+from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.threads import ThreadGovernor
 
 
@@ -38,7 +39,8 @@ class SamplingSpec:
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting when it is out of range (a negative or NaN temperature, top_p
-        outside (0, 1], or a token budget or batch size below 1)."""
+        outside (0, 1], or a token budget or batch size below 1, or a value of the wrong type)."""
+        check_number_types(self, "sampling setting ")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"sampling setting temperature={self.temperature}: expected a finite number >= 0")
         if not (0 < self.top_p <= 1):

@@ -39,6 +39,7 @@ from envfactory_assets.training.base_model import force_offline, model_hash, pre
 from envfactory_assets.training.chat_template import END_OF_TURN, normalize_messages, render_chat
 from envfactory_assets.training.task_environment import TaskEnvironment, environment_class, rollout_reward
 from envfactory_assets.training.screening import timed_screen
+from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.task_episode import TaskRunner
 from envfactory_assets.training.threads import ThreadGovernor
 from envfactory_assets.training.tool_calls import parse_tool_calls
@@ -78,6 +79,7 @@ class GRPOConfigSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_number_types(self)
         for name in ("max_steps", "prompts_per_step", "max_completion_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
