@@ -347,3 +347,13 @@ def test_settings_of_the_wrong_type_are_refused_naming_the_setting(spec: str, ch
     with pytest.raises(ValueError, match=next(iter(changes))):
         cls(**changes)
     assert cls(learning_rate=1) if spec != "sampling" else cls(temperature=1)  # an int where a float is due is fine
+
+
+def test_repeated_evaluation_seeds_are_refused() -> None:
+    """``seeds: [0, 0, 0]`` ran one seed three times: the "at least 3 seeds" spread check passed and every std
+    was zero."""
+    from envfactory_assets.evaluation.run import EvalSpec
+
+    with pytest.raises(ValueError, match="distinct"):
+        EvalSpec(seeds=(0, 0, 0))
+    assert EvalSpec(seeds=(2, 0, 1)).seeds == (2, 0, 1)
