@@ -482,6 +482,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reading end is closed (``poll`` reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or stdout is not a file descriptor
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -492,6 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader went away (``envfactory lineage ... | head``): stop quietly, as Unix tools do. Python would
         # otherwise report the pipe again while flushing stdout at exit, so stdout is pointed at /dev/null.
+        # Any other broken pipe (a worker or server subprocess that died) is a real failure and is re-raised.
+        if not _stdout_reader_gone():
+            raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
 

@@ -287,3 +287,48 @@ def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(tmp_path_facto
         else:
             assert policy.prefix_cache is None
     assert texts[0] == texts[40_000]
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"prefix_cache_tokens": -1}, "prefix_cache_tokens"), ({"batch_size": 0}, "batch_size"),
+    ({"temperature": float("nan")}, "temperature"), ({"n_bfcl": -2}, "n_bfcl"),
+    ({"max_new_tokens": 0}, "max_new_tokens"), ({"max_tool_rounds": 0}, "max_tool_rounds"),
+])
+def test_evaluations_refuses_bad_settings_before_reading_the_store_or_resolving_the_model(tmp_path, settings, named):
+    """The sampling and evaluation specs used to be built after the store was read and the base model resolved
+    (converted from GGUF and written the first time); on a home without a store the failure must name the
+    setting."""
+    import dagster as dg
+
+    from envfactory_assets.defs.evaluation.assets import evaluations
+    from envfactory_assets.defs.resources import EnvFactoryHome
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([evaluations], instance=instance, raise_on_error=False,
+                                resources={"envfactory": EnvFactoryHome(home=str(tmp_path))},
+                                run_config={"ops": {"evaluations": {"config": settings}}})
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failures[0].event_specific_data.error.message
+    assert not result.success and named in message and "does not exist" not in message
+    assert not (tmp_path / "models").exists()
+
+
+def test_policy_restores_the_callers_thread_count_after_each_call(tmp_path_factory):
+    """Since the thread governor, a policy left torch at its own thread count for the rest of the process
+    (every later stage or test in it ran on the evaluation's choice)."""
+    import torch
+
+    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=2, batch_size=2), num_threads=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        for seed in (0, 1):
+            policy.generate([([{"role": "user", "content": "Hi"}], [])], seed=seed)
+            assert torch.get_num_threads() == 3
+        assert policy.threads.history and set(policy.threads.history) == {1}
+    finally:
+        torch.set_num_threads(before)

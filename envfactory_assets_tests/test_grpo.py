@@ -247,3 +247,37 @@ def test_a_screened_group_is_replayed_once_at_its_prompts_first_step(task, runne
     assert hybrid_reward_func(prompts=[], completions=[], task_environments=out["task_environments"]) == [1.0, 0.0]
     assert rollout.replayed_groups == 1 and rollout.replay == {}
     rollout.close()
+
+
+def test_screening_tool_calls_are_reported_apart_from_training_ones(task, runner, tmp_path, monkeypatch):
+    """With screening on, the GRPO metrics' ``tool_calls`` / ``malformed_calls`` silently included every
+    screening rollout (18 candidates x 4 by default against 6 x 4 training rollouts); and screening (minutes
+    on a CPU) never re-chose the thread count."""
+    from transformers import AutoTokenizer
+
+    from envfactory_assets.training.base_model import prepare_tokenizer, resolve_base_model
+    from envfactory_assets.training.grpo import ToolRollout
+    from envfactory_assets.training.screening import timed_screen
+
+    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path))
+    prepare_tokenizer(tokenizer)
+    texts = iter([_call_text("delete_book", {"book_id": task["book_id"]}), "<tool_call>{not json</tool_call>"] * 2)
+
+    class Scripted(ToolRollout):  # scripted policy text; environments, parsing and rewards are real
+        def _sample(self, model, sequences, budgets):
+            return [tokenizer(next(texts) + "<|im_end|>", add_special_tokens=False)["input_ids"] for _ in sequences]
+
+    other = {**task, "id": "rl_grpo_test_2"}
+    rollout = Scripted({task["id"]: task, other["id"]: other}, runner, tokenizer,
+                       GRPOConfigSpec(max_tool_calling_iterations=0))
+    batches = []
+    monkeypatch.setattr("envfactory_assets.training.screening.ROLLOUTS_PER_BATCH", 2)  # one group per batch
+    chosen, report, replay = timed_screen(rollout, None, [task, other], num_generations=2, n=1,
+                                          before_batch=lambda: batches.append(len(batches)))
+    assert batches == [0, 1]  # training's thread governor is consulted before each screening batch
+    assert len(chosen) == 1 and set(replay) == {chosen[0]["id"]}
+    assert report["tool_calls"] == 2 and report["malformed_calls"] == 2
+    assert rollout.tool_calls == 0 and rollout.malformed == 0  # left for training's own rollouts
+    rollout.close()

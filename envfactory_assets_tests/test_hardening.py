@@ -342,3 +342,45 @@ def test_a_killed_cli_run_does_not_block_the_next_one_on_the_store_pool(tmp_path
         assert instance.get_run_by_id(from_ui.run_id).status == dg.DagsterRunStatus.STARTED
         assert storage.get_concurrency_info(STORE_POOL).active_slot_count == 0
         assert release_abandoned_runs(instance) == []
+
+
+def test_cli_reports_a_broken_pipe_that_is_not_its_own_output():
+    """A BrokenPipeError from elsewhere (a worker or server subprocess that died) used to end the command
+    quietly with status 141 as if the reader of stdout had gone away, hiding the failure."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom envfactory_assets import cli\n"
+              "def dead_worker(args):\n    print('started')\n    raise BrokenPipeError(32, 'worker pipe')\n"
+              "cli.cmd_status = dead_worker\nsys.exit(cli.main(['status']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode not in (0, 141) and proc.stdout == b"started\n"
+    assert b"BrokenPipeError" in proc.stderr and b"worker pipe" in proc.stderr
+
+
+@pytest.mark.parametrize("spec, changes", [
+    ("grpo", {"max_steps": 2.5}), ("grpo", {"num_generations": "4"}), ("grpo", {"temperature": "hot"}),
+    ("grpo", {"beta": True}), ("sft", {"max_steps": 1.5}), ("sft", {"max_length": "1024"}),
+    ("sampling", {"prefix_cache_tokens": 0.5}), ("sampling", {"batch_size": 2.5}), ("sampling", {"temperature": "0.7"}),
+])
+def test_settings_of_the_wrong_type_are_refused_naming_the_setting(spec: str, changes: dict) -> None:
+    """``max_steps=2.5`` or ``prefix_cache_tokens=0.5`` passed every range check (and failed, or truncated,
+    only after a model had loaded); a string gave a bare TypeError from a comparison."""
+    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.training.grpo import GRPOConfigSpec
+    from envfactory_assets.training.sft import SFTConfigSpec
+
+    cls = {"grpo": GRPOConfigSpec, "sft": SFTConfigSpec, "sampling": SamplingSpec}[spec]
+    with pytest.raises(ValueError, match=next(iter(changes))):
+        cls(**changes)
+    assert cls(learning_rate=1) if spec != "sampling" else cls(temperature=1)  # an int where a float is due is fine
+
+
+def test_repeated_evaluation_seeds_are_refused() -> None:
+    """``seeds: [0, 0, 0]`` ran one seed three times: the "at least 3 seeds" spread check passed and every std
+    was zero."""
+    from envfactory_assets.evaluation.run import EvalSpec
+
+    with pytest.raises(ValueError, match="distinct"):
+        EvalSpec(seeds=(0, 0, 0))
+    assert EvalSpec(seeds=(2, 0, 1)).seeds == (2, 0, 1)

@@ -436,3 +436,27 @@ def test_a_store_from_an_older_schema_gains_new_columns_without_losing_rows(tmp_
     store = Store(path)
     rows = store.read("environments")
     assert [r["id"] for r in rows] == ["env_old"] and rows[0]["seed_data"] is None
+
+
+def test_report_of_an_empty_store_says_what_is_missing_instead_of_printing_none(store):
+    """A store with no passed trajectory printed "Calls per passed trajectory: None / None / None"."""
+    from envfactory_assets.store.report import run_report
+
+    with store.connect():
+        pass
+    report = run_report(store)
+    assert "None" not in report and "no passed trajectory yet" in report
+    assert "envfactory show" not in report  # nothing to read yet
+
+
+def test_report_tables_survive_pipes_and_line_breaks_in_stored_text(store):
+    """A domain such as "billing|refunds" (text from source documents) split the report's Markdown row into
+    extra columns, and a line break ended it."""
+    from envfactory_assets.store.report import run_report
+
+    row = make("refined_trajectories", "rt", status="passed", n_turns=2, domains=["billing|refunds", "a\nb"],
+               turns=[], operators=[], raw_trajectory_id="raw_1", tool_chain_id="chain_1", env_ids=["e"], reasons=[])
+    store.replace_current("refined_trajectories", [row])
+    [line] = [ln for ln in run_report(store).splitlines() if row["id"] in ln]
+    assert line.replace("\\|", "").count("|") == 4  # id, turns, domains: three cells
+    assert "billing\\|refunds" in line

@@ -492,3 +492,79 @@ def test_thread_governor_follows_other_processes_between_steps(monkeypatch):
         assert governor.adjust() == 2  # too soon to measure again: unchanged
     assert governor.summary()["threads_changes"] == 2 and governor.summary()["threads_first"] == 2
     assert torch.get_num_threads() == before
+
+
+def test_thread_governor_survives_reentry_stop_without_start_and_a_clock_that_does_not_move(monkeypatch):
+    """Entering the same governor twice used to restore the inner count on the outer exit (1 instead of the
+    original); ``min_interval=0`` with an unchanged clock divided by zero; ``adjust`` after ``stop`` changed
+    the restored count again."""
+    import torch
+
+    from envfactory_assets.training import threads
+
+    before = torch.get_num_threads()
+    threads.ThreadGovernor().stop()  # never started: nothing to restore, no error
+    assert torch.get_num_threads() == before
+    governor = threads.ThreadGovernor(1)
+    with governor:
+        with governor:
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1  # still inside the outer block
+    assert torch.get_num_threads() == before
+    governor.stop()  # a second stop changes nothing
+    assert torch.get_num_threads() == before
+
+    with pytest.raises(ValueError, match="min_interval"):
+        threads.ThreadGovernor(min_interval=-1.0)
+    with pytest.raises(ValueError, match="min_interval"):
+        threads.ThreadGovernor(min_interval=float("nan"))
+
+    monkeypatch.setattr(threads, "suggested_torch_threads", lambda: 1)
+    frozen = threads.ThreadGovernor(min_interval=0)
+    with frozen:
+        monkeypatch.setattr(threads.time, "monotonic", lambda: frozen._mark[2])  # no time has passed
+        assert frozen.adjust() == 1
+        monkeypatch.undo()
+    after_stop = threads.ThreadGovernor(min_interval=0)
+    with after_stop:
+        pass
+    monkeypatch.setattr(threads, "_threads_for", lambda busy, cores: 1)
+    assert after_stop.adjust() == after_stop.threads and torch.get_num_threads() == before
+
+
+def test_a_container_cpu_quota_caps_the_cores_torch_may_use(tmp_path, monkeypatch):
+    """In a container limited to 2 CPUs of a large host, ``sched_getaffinity`` lists every host core and the
+    thread count could go far above the quota. Malformed or missing quota files mean no cap."""
+    from envfactory_assets.training import threads
+
+    v2 = tmp_path / "cpu.max"
+    for text, expected in (("200000 100000\n", 2), ("150000 100000", 2), ("max 100000", None), ("", None),
+                           ("abc 100000", None), ("-1 100000", None), ("100000 0", None)):
+        v2.write_text(text)
+        assert threads.cgroup_cpu_limit((str(v2),)) == expected, text
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.cgroup_cpu_limit((str(tmp_path / "missing"), str(v1 / "cpu.cfs_quota_us"))) == 1
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")  # v1's "no quota"
+    assert threads.cgroup_cpu_limit((str(v1 / "cpu.cfs_quota_us"),)) is None
+
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: 2)
+    assert threads.available_cores() == 2
+    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: None)
+    assert threads.available_cores() == 64
+
+
+def test_a_proc_stat_of_another_layout_is_refused_not_read_as_cpu_time(tmp_path):
+    """A first line other than the ``cpu`` total (``intr 1 2 3 4 5``) used to be summed as CPU time."""
+    from envfactory_assets.training import threads
+
+    stat = tmp_path / "stat"
+    for text in ("intr 1 2 3 4 5\n", "", "cpu 1 2 3\n", "cpu a b c d\n", "cpu0 1 2 3 4\n"):
+        stat.write_text(text)
+        with pytest.raises(ValueError):
+            threads._machine_busy_seconds(str(stat))
+    stat.write_text("cpu  100 0 50 1000 10 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    assert threads._machine_busy_seconds(str(stat)) == pytest.approx(150 / threads.os.sysconf("SC_CLK_TCK"))

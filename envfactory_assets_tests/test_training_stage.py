@@ -90,3 +90,37 @@ def test_grpo_checkpoint_refuses_a_screen_factor_or_prompt_count_below_one(tmp_p
     for n_prompts, factor in ((6, 0), (6, -2), (0, 3)):
         with pytest.raises(ValueError, match="grpo_screen_factor"):
             grpo_checkpoint(sft_row, [], {}, tmp_path, GRPOConfigSpec(), n_prompts, "v", screen_factor=factor)
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"grpo_temperature": -1.0}, "temperature"), ({"grpo_beta": float("nan")}, "beta"),
+    ({"grpo_learning_rate": float("inf")}, "learning_rate"), ({"grpo_n_prompts": 0}, "grpo_n_prompts"),
+    ({"grpo_screen_factor": -1}, "grpo_screen_factor"), ({"max_train_rows": -1}, "max_train_rows"),
+    ({"n_eval_prompts": -2}, "n_eval_prompts"), ({"max_steps": 0}, "max_steps"),
+    ({"learning_rate": float("inf")}, "learning_rate"), ({"grpo_max_tools": -3}, "grpo_max_tools"),
+])
+def test_checkpoints_refuses_bad_settings_before_reading_the_store_or_training(tmp_path, settings, named):
+    """A bad ``grpo_*`` value used to surface only after the whole SFT run (the GRPO spec was built after
+    training), and ``max_train_rows: -1`` silently trained on all rows but one. The home here has no store:
+    the failure must be about the setting, not about the missing store."""
+    import dagster as dg
+
+    from envfactory_assets.defs.resources import EnvFactoryHome
+    from envfactory_assets.defs.training.assets import checkpoints
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([checkpoints], instance=instance, raise_on_error=False,
+                                resources={"envfactory": EnvFactoryHome(home=str(tmp_path))},
+                                run_config={"ops": {"checkpoints": {"config": settings}}})
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failures[0].event_specific_data.error.message
+    assert not result.success and "checkpoint setting" in message and named in message
+    assert "does not exist" not in message
+
+
+def test_checkpoint_config_without_grpo_does_not_validate_a_grpo_spec():
+    from envfactory_assets.defs.training.assets import CheckpointConfig
+
+    sft, grpo = CheckpointConfig(grpo_max_steps=0).validate()
+    assert sft.max_steps == CheckpointConfig().max_steps and grpo is None
+    assert CheckpointConfig().validate()[1].num_generations == CheckpointConfig().grpo_num_generations

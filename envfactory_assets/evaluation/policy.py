@@ -10,6 +10,7 @@ from typing import Any
 from envfactory_assets.evaluation.prefix_cache import PrefixCache, batch_inputs, row_layers, supports_prefix_reuse
 from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
 from envfactory_assets.training.chat_template import normalize_messages
+from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.threads import ThreadGovernor
 
 
@@ -38,7 +39,8 @@ class SamplingSpec:
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting when it is out of range (a negative or NaN temperature, top_p
-        outside (0, 1], or a token budget or batch size below 1)."""
+        outside (0, 1], or a token budget or batch size below 1, or a value of the wrong type)."""
+        check_number_types(self, "sampling setting ")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"sampling setting temperature={self.temperature}: expected a finite number >= 0")
         if not (0 < self.top_p <= 1):
@@ -112,14 +114,23 @@ class Policy:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         texts: list[str] = [""] * len(encoded)
         spec = self.sampling
+        # The governor measures once and then lives as long as the policy (adjusted per batch, no new sampling
+        # window per call); the caller's thread count is restored when each call returns, as before the
+        # governor (it used to stay at the policy's count for the rest of the process).
+        previous = torch.get_num_threads()
         if not self.threads.started:
-            self.threads.start()  # kept for the policy's lifetime (the evaluation's last work), adjusted per batch
-        for start in range(0, len(order), spec.batch_size):
-            self.threads.adjust()
-            chunk = order[start : start + spec.batch_size]
-            torch.manual_seed(seed * 100_003 + start)
-            for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
-                texts[i] = text
+            self.threads.start()
+        else:
+            torch.set_num_threads(self.threads.threads)
+        try:
+            for start in range(0, len(order), spec.batch_size):
+                self.threads.adjust()
+                chunk = order[start : start + spec.batch_size]
+                torch.manual_seed(seed * 100_003 + start)
+                for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
+                    texts[i] = text
+        finally:
+            torch.set_num_threads(previous)
         return texts
 
     def _generate_batch(self, prompts: list[list[int]]) -> list[str]:

@@ -46,13 +46,16 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting when a count is negative (``n_bfcl: -2`` used to mean "all but
-        two" through slicing), no seed is given, or fewer than one tool round per turn is allowed."""
+        two" through slicing), no seed is given or one is repeated, or fewer than one tool round per turn is
+        allowed."""
         for name in ("n_synthetic", "n_bfcl"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ValueError(f"evaluation setting {name}={value!r}: expected a whole number >= 0 (0 skips)")
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             raise ValueError(f"evaluation setting seeds={list(self.seeds)!r}: expected at least one integer seed")
+        if len(set(self.seeds)) != len(self.seeds):  # [0, 0, 0] is one seed three times: a spread of zero
+            raise ValueError(f"evaluation setting seeds={list(self.seeds)!r}: expected distinct seeds")
         if self.max_tool_rounds < 1:
             raise ValueError(f"evaluation setting max_tool_rounds={self.max_tool_rounds}: expected >= 1")
         if self.max_tools < 0:

@@ -11,9 +11,15 @@ from envfactory_assets.evaluation.results_table import results_markdown
 from envfactory_assets.store.db import Store
 
 
+def _cell(value: Any) -> str:
+    """A table cell: stored text (domains, rejection reasons) may hold ``|`` or line breaks, which would
+    split or end the Markdown row."""
+    return "" if value is None else " ".join(str(value).split()).replace("|", "\\|")
+
+
 def _table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -77,7 +83,8 @@ def run_report(store: Store) -> str:
                             "valid share", "distinct tool pairs")), "",
         "## Trajectories", "", _table(traj, ("status", "trajectories")), "",
         "Turns per passed trajectory:", "", _table(turns, ("turns", "trajectories")), "",
-        "Calls per passed trajectory (min / mean / max): " + " / ".join(str(v) for v in calls[0]), "",
+        "Calls per passed trajectory (min / mean / max): "
+        + (" / ".join(str(v) for v in calls[0]) if calls[0][0] is not None else "no passed trajectory yet"), "",
         "Refinement operators applied:", "", _table(ops, ("operator", "applications")), "",
         "## Solvability calibration", "", "Refined trajectories by status (unsolvable turns end a chain; "
         "near-duplicates are removed):", "", _table(refined, ("status", "trajectories")), "",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from envfactory_assets.training.base_model import force_offline, model_hash, pre
 from envfactory_assets.training.chat_template import END_OF_TURN, normalize_messages, render_chat
 from envfactory_assets.training.task_environment import TaskEnvironment, environment_class, rollout_reward
 from envfactory_assets.training.screening import timed_screen
+from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.task_episode import TaskRunner
 from envfactory_assets.training.threads import ThreadGovernor
 from envfactory_assets.training.tool_calls import parse_tool_calls
@@ -77,6 +79,7 @@ class GRPOConfigSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_number_types(self)
         for name in ("max_steps", "prompts_per_step", "max_completion_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -84,8 +87,11 @@ class GRPOConfigSpec:
             raise ValueError("num_generations must be >= 2 (GRPO compares rollouts within a group)")
         if self.max_tool_calling_iterations < 0:
             raise ValueError("max_tool_calling_iterations must be >= 0")
-        if not self.learning_rate > 0 or not self.temperature > 0 or self.beta < 0:
-            raise ValueError("learning_rate and temperature must be > 0, beta >= 0")
+        for name, low in (("learning_rate", 0.0), ("temperature", 0.0), ("beta", None)):
+            value = getattr(self, name)  # NaN and infinity pass a plain comparison (and wreck the weights)
+            if not math.isfinite(value) or (value <= low if low is not None else value < 0):
+                raise ValueError(f"{name}={value}: learning_rate and temperature must be finite and > 0, "
+                                 "beta finite and >= 0")
 
 
 def grpo_prompt(row: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -375,8 +381,9 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
     Returns:
         ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time, all threads: the figure
         that survives a shared machine), "step_seconds": [wall s per step], "reward_mean_per_step": [float], "reward_std_per_step":
-        [float], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls",
-        "prompts", "prompt_ids", "threads", "steps_with_signal" (steps whose reward spread was above zero),
+        [float], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls" (of
+        training's sampled rollouts; screening's are in its report), "prompts", "prompt_ids", "threads",
+        "steps_with_signal" (steps whose reward spread was above zero),
         "replayed_groups" (steps that trained on their prompt's screened group),
         "screening" (None, or :func:`~envfactory_assets.training.screening.screening_report`)}``; rewards are in
         [0, 1].
@@ -417,7 +424,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         rollout = ToolRollout({r["id"]: r for r in rows}, runner, tokenizer, spec)
         if n_prompts is not None and n_prompts < len(rows):
             torch.manual_seed(spec.seed)
-            rows, screening, rollout.replay = timed_screen(rollout, model, rows, spec.num_generations, n_prompts)
+            rows, screening, rollout.replay = timed_screen(rollout, model, rows, spec.num_generations, n_prompts,
+                                                                 governor.adjust)
             transformers.set_seed(spec.seed)
         dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),

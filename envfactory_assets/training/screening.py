@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,7 @@ class ScreenedPrompt:
 
 
 def screen_prompts(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]],
-                   num_generations: int) -> list[ScreenedPrompt]:
+                   num_generations: int, before_batch: Callable[[], Any] | None = None) -> list[ScreenedPrompt]:
     """Sample one group of ``num_generations`` rollouts per row and score them.
 
     Args:
@@ -71,6 +71,9 @@ def screen_prompts(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]],
         model: the starting policy (a causal LM on the rollout's device).
         rows: candidate ``rl_dataset`` rows, in preference order.
         num_generations: rollouts per row (the GRPO group size).
+        before_batch: called before each generation batch (training passes its
+            :meth:`~envfactory_assets.training.threads.ThreadGovernor.adjust`, so that a screening of many
+            minutes does not keep the thread count chosen at its start).
 
     Returns:
         One :class:`ScreenedPrompt` per row, in row order.
@@ -84,6 +87,8 @@ def screen_prompts(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]],
     screened = []
     for start in range(0, len(rows), per_batch):
         chunk = list(rows[start : start + per_batch])
+        if before_batch is not None:
+            before_batch()
         out = rollout.rollouts(model, [row for row in chunk for _ in range(num_generations)])
         breakdowns = [rollout_reward(env) for env in out["task_environments"]]
         for i, row in enumerate(chunk):
@@ -130,16 +135,24 @@ def screening_report(screened: Sequence[ScreenedPrompt], chosen: Sequence[Mappin
 
 
 def timed_screen(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]], num_generations: int,
-                 n: int) -> tuple[list[Mapping[str, Any]], dict[str, Any], dict[str, ScreenedPrompt]]:
-    """:func:`screen_prompts` then :func:`choose_prompts`.
+                 n: int, before_batch: Callable[[], Any] | None = None) -> tuple[list[Mapping[str, Any]], dict[str, Any], dict[str, ScreenedPrompt]]:
+    """:func:`screen_prompts` (``before_batch`` passed on) then :func:`choose_prompts`.
 
     Returns:
         ``(chosen rows, screening_report, {row id: group})`` where the groups are those of the chosen rows
-        that have a reward spread (the ones worth replaying at their first training step).
+        that have a reward spread (the ones worth replaying at their first training step). The report also
+        holds the screening rollouts' ``tool_calls`` and ``malformed_calls``, which are taken off the
+        rollout's counters, so that those count training's sampled rollouts only (replayed groups' calls
+        are in the screening counts).
     """
     started = time.perf_counter()
-    screened = screen_prompts(rollout, model, rows, num_generations)
+    calls_before, malformed_before = rollout.tool_calls, rollout.malformed
+    screened = screen_prompts(rollout, model, rows, num_generations, before_batch)
     chosen = choose_prompts(rows, screened, n)
     chosen_ids = {r["id"] for r in chosen}
     replay = {s.row_id: s for s in screened if s.row_id in chosen_ids and s.has_signal}
-    return chosen, screening_report(screened, chosen, time.perf_counter() - started), replay
+    report = screening_report(screened, chosen, time.perf_counter() - started)
+    report["tool_calls"] = rollout.tool_calls - calls_before
+    report["malformed_calls"] = rollout.malformed - malformed_before
+    rollout.tool_calls, rollout.malformed = calls_before, malformed_before
+    return chosen, report, replay

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, Literal
 
 from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
 from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
+from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.threads import ThreadGovernor
 
 LossOn = Literal["all_assistant", "last_turn"]
@@ -53,13 +55,14 @@ class SFTConfigSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_number_types(self)
         if self.loss_on not in ("all_assistant", "last_turn"):
             raise ValueError(f"loss_on must be 'all_assistant' or 'last_turn', got {self.loss_on!r}")
         for name in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if not self.learning_rate > 0:
-            raise ValueError("learning_rate must be > 0")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
 
 
 def _split_last_turn(messages: list[dict[str, Any]], row_id: str) -> tuple[list[dict], list[dict]]:

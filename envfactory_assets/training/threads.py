@@ -31,22 +31,61 @@ IDLE_SLACK = 0.25
 """Busy-core share of other processes ignored as noise (a shell, a sleeping server waking up)."""
 
 
+CGROUP_CPU_FILES = ("/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+"""Where a container's CPU quota is read (cgroup v2, then v1 with ``cpu.cfs_period_us`` beside it)."""
+
+
+def cgroup_cpu_limit(paths: tuple[str, ...] = CGROUP_CPU_FILES) -> int | None:
+    """Cores a CPU quota allows (quota / period rounded up), or None without a quota or a readable file.
+
+    A container started with ``--cpus=2`` on a 64-core host sees 64 cores through ``sched_getaffinity``;
+    64 torch threads on 2 cores' worth of time is the oversubscription :mod:`threads` exists to avoid.
+    """
+    for path in paths:
+        try:
+            with open(path, encoding="ascii") as f:
+                fields = f.read().split()
+            if path.endswith("cpu.max"):
+                quota, period = fields[0], fields[1]
+            else:
+                quota = fields[0]
+                with open(os.path.join(os.path.dirname(path), "cpu.cfs_period_us"), encoding="ascii") as f:
+                    period = f.read().split()[0]
+            if quota == "max" or int(quota) <= 0 or int(period) <= 0:
+                return None
+            return max(1, math.ceil(int(quota) / int(period)))
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
 def available_cores() -> int:
-    """CPU cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``), at least 1."""
+    """CPU cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``), capped by a
+    container's CPU quota (:func:`cgroup_cpu_limit`), at least 1."""
     if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return max(1, min(cores, limit) if limit else cores)
 
 
-def _machine_busy_seconds() -> float:
+def _machine_busy_seconds(path: str = "/proc/stat") -> float:
     """Busy CPU seconds of the whole machine since boot (``/proc/stat``: all but idle and iowait).
 
     When this process runs at normal priority, time spent by niced processes (the ``nice`` column) is not
     counted: the scheduler gives them only what normal-priority threads leave (a ``nice -n 10`` job gets about
     a tenth of a contended core), so they should not cost this process a thread.
+
+    Raises:
+        OSError: unreadable; ValueError: the first line is not the ``cpu`` total with at least 4 counters
+        (another layout would be read as CPU time).
     """
-    with open("/proc/stat", encoding="ascii") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
+    with open(path, encoding="ascii") as f:
+        words = f.readline().split()
+    if len(words) < 5 or words[0] != "cpu":
+        raise ValueError(f"{path}: first line is not the 'cpu' total: {' '.join(words)[:80]!r}")
+    fields = [int(x) for x in words[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
     total = sum(fields[:8])  # guest time is already inside user/nice
     niced = fields[1] if os.getpriority(os.PRIO_PROCESS, 0) <= 0 else 0
@@ -138,14 +177,20 @@ class ThreadGovernor:
         threads: the count in effect.
         history: every count in effect, one entry per :meth:`adjust` call plus the first.
 
+    Entering the same governor again while it is active (nested ``with``) keeps the count it first replaced, so
+    the outermost exit restores that one.
+
     Raises:
-        ValueError: ``num_threads`` < 1.
+        ValueError: ``num_threads`` < 1, or ``min_interval`` negative or not finite.
     """
 
     def __init__(self, num_threads: int | None = None, min_interval: float = 2.0) -> None:
         if num_threads is not None and num_threads < 1:
             raise ValueError("num_threads must be >= 1")
+        if not (math.isfinite(min_interval) and min_interval >= 0):
+            raise ValueError(f"min_interval must be a finite number of seconds >= 0, got {min_interval}")
         self.fixed = num_threads
+        self._depth = 0
         self.min_interval = min_interval
         self.threads = 0
         self.history: list[int] = []
@@ -175,7 +220,9 @@ class ThreadGovernor:
         """Choose the first count (remembering the previous one for :meth:`stop`); returns self."""
         import torch
 
-        self._previous = torch.get_num_threads()
+        if self._depth == 0:
+            self._previous = torch.get_num_threads()
+        self._depth += 1
         self._apply(self.fixed or suggested_torch_threads())
         self._snapshot()
         return self
@@ -184,7 +231,10 @@ class ThreadGovernor:
         """Restore the count that was in effect before :meth:`start`."""
         import torch
 
-        if self._previous:
+        if self._depth == 0:
+            return  # never started (or already stopped): nothing to restore
+        self._depth -= 1
+        if self._depth == 0 and self._previous:
             torch.set_num_threads(self._previous)
             self.threads = self._previous
 
@@ -196,11 +246,11 @@ class ThreadGovernor:
 
     def adjust(self) -> int:
         """Re-choose the count from other processes' CPU use since the last check; returns the count."""
-        if self.fixed or self._mark is None:
+        if self.fixed or self._mark is None or self._depth == 0:  # after stop() the restored count stays
             return self.threads
         machine, own, started = self._mark
         elapsed = time.monotonic() - started
-        if elapsed < self.min_interval:
+        if elapsed <= 0 or elapsed < self.min_interval:  # min_interval 0 and a clock that did not move
             return self.threads
         try:
             others = ((_machine_busy_seconds() - machine) - (_own_cpu_seconds() - own)) / elapsed

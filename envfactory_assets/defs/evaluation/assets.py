@@ -63,6 +63,16 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
 
     if len(config.seeds) < 1:
         raise dg.Failure("evaluations: `seeds` must list at least one sampling seed")
+    try:  # every setting checked before the store is read or the base model is resolved (converted, loaded)
+        spec = EvalSpec(n_synthetic=None if config.full_sets else config.n_synthetic,
+                        n_bfcl=None if config.full_sets else config.n_bfcl, seeds=tuple(config.seeds),
+                        max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
+                        first_turns_only=config.first_turns_only and not config.full_sets,
+                        sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                                              batch_size=config.batch_size,
+                                              prefix_cache_tokens=config.prefix_cache_tokens))
+    except ValueError as exc:
+        raise dg.Failure(f"evaluations: {exc}") from exc
     store = envfactory.store()
     checkpoint_rows = store.read("checkpoints")
     missing = [r["id"] for r in checkpoint_rows if not Path(r["path"] or "").is_dir()]
@@ -70,13 +80,6 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
         raise dg.Failure(f"evaluations: checkpoint directories missing for {missing}; re-materialize checkpoints")
     base_dir = resolve_base_model(config.base_model, envfactory.models_dir())
     envs, _ = passed_environments(envfactory)
-    spec = EvalSpec(n_synthetic=None if config.full_sets else config.n_synthetic,
-                    n_bfcl=None if config.full_sets else config.n_bfcl, seeds=tuple(config.seeds),
-                    max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
-                    first_turns_only=config.first_turns_only and not config.full_sets,
-                    sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                                          batch_size=config.batch_size,
-                                          prefix_cache_tokens=config.prefix_cache_tokens))
     rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
                            log=context.log.info)
     written = store.replace_current("evaluations", rows)

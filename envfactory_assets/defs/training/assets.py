@@ -49,6 +49,37 @@ class CheckpointConfig(dg.Config):
     grpo_screen_factor: int = 3
     grpo_max_tools: int = 4
 
+    def sft_spec(self) -> SFTConfigSpec:
+        """The SFT settings as a :class:`SFTConfigSpec` (raises ValueError if out of range)."""
+        return SFTConfigSpec(max_steps=self.max_steps, learning_rate=self.learning_rate,
+                             per_device_train_batch_size=self.per_device_train_batch_size,
+                             max_length=self.max_length, loss_on=self.loss_on, seed=self.seed)
+
+    def validate(self) -> tuple[SFTConfigSpec, GRPOConfigSpec | None]:
+        """Every setting checked before anything is read or trained: ``(SFT spec, GRPO spec or None when
+        ``grpo_max_steps`` is 0)``.
+
+        Raises:
+            ValueError: a setting out of range, named in the message (``checkpoint setting ...``). Without this
+                a bad ``grpo_*`` value surfaced only after the whole SFT run, and ``max_train_rows: -1`` or
+                ``n_eval_prompts: -2`` silently meant "all but the last" through slicing.
+        """
+        for name, low in (("max_train_rows", 1), ("n_eval_prompts", 0), ("max_tools_per_example", 0),
+                          ("grpo_max_steps", 0), ("grpo_n_prompts", 1), ("grpo_screen_factor", 1),
+                          ("grpo_max_tools", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"checkpoint setting {name}={getattr(self, name)}: expected >= {low}")
+        try:
+            sft = self.sft_spec()
+        except ValueError as exc:
+            raise ValueError(f"checkpoint setting (SFT): {exc}") from exc
+        if self.grpo_max_steps == 0:
+            return sft, None
+        try:
+            return sft, self.grpo_spec()
+        except ValueError as exc:
+            raise ValueError(f"checkpoint setting (grpo_*): {exc}") from exc
+
     def grpo_spec(self) -> GRPOConfigSpec:
         """The ``grpo_*`` settings (and ``seed``) as a :class:`GRPOConfigSpec` (raises ValueError if out of range)."""
         fields = GRPOConfigSpec.__dataclass_fields__
@@ -66,20 +97,20 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
     the base model's hash, the dataset versions, the config, metrics and the training rows (lineage)."""
     from envfactory_assets.training.stage import grpo_checkpoint, train_checkpoint
 
+    try:
+        spec, grpo_spec = config.validate()  # before the store is read or any model is loaded
+    except ValueError as exc:
+        raise dg.Failure(f"checkpoints: {exc}") from exc
     require_upstream_gates(context)
     store = envfactory.store()
     sft_rows = store.read("sft_dataset")
     rl_rows = store.read("rl_dataset")
-    spec = SFTConfigSpec(max_steps=config.max_steps, learning_rate=config.learning_rate,
-                         per_device_train_batch_size=config.per_device_train_batch_size,
-                         max_length=config.max_length, loss_on=config.loss_on, seed=config.seed)
     row = train_checkpoint(sft_rows, rl_rows, config.base_model, envfactory.models_dir(),
                            envfactory.checkpoints_dir(), spec, config.max_train_rows, config.n_eval_prompts,
                            content_id("v", sorted(r["id"] for r in sft_rows)), log=context.log.info,
                            max_tools=config.max_tools_per_example)
     rows = [row]
-    if config.grpo_max_steps > 0:
-        grpo_spec = config.grpo_spec()
+    if grpo_spec is not None:
         environments, _ = passed_environments(envfactory)
         grpo_row = grpo_checkpoint(row, rl_rows, environments, envfactory.checkpoints_dir(), grpo_spec,
                                    config.grpo_n_prompts, content_id("v", sorted(r["id"] for r in rl_rows)),
