@@ -154,7 +154,7 @@ def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
     shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"  # as in test_pipeline
     base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
     spec = GRPOConfigSpec(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=24,
-                          max_tool_calling_iterations=1)
+                          max_tool_calling_iterations=1, replay_screened=True)
     candidates = [task, {**task, "id": "rl_grpo_test_2", "prompt": [{"role": "user", "content": "Remove that book."}]}]
     metrics = train_grpo(candidates, {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec, n_prompts=1)
     assert metrics["steps"] == 1 and len(metrics["reward_mean_per_step"]) == 1

@@ -47,6 +47,7 @@ class CheckpointConfig(dg.Config):
     grpo_max_tool_calling_iterations: int = GRPOConfigSpec.max_tool_calling_iterations
     grpo_n_prompts: int = 6
     grpo_screen_factor: int = 3
+    grpo_replay_screened: bool = GRPOConfigSpec.replay_screened
     grpo_max_tools: int = 4
 
     def sft_spec(self) -> SFTConfigSpec:
