@@ -34,8 +34,10 @@ def _fence(text: str) -> str:
 def render_trajectory(raw: dict[str, Any], refined: dict[str, Any] | None = None) -> str:
     """Markdown of a ``raw_trajectories`` row and, when given, its ``refined_trajectories`` row.
 
-    The two rows must describe the same trajectory (``refined["raw_trajectory_id"] == raw["id"]``);
-    turns are matched by position. Long values are cut at :data:`MAX_VALUE_CHARS` characters.
+    The two rows must describe the same trajectory (``refined["raw_trajectory_id"] == raw["id"]``). With a
+    refined row, its own turns are shown (each holds its calls, summary and state): goal merging joins raw
+    turns, so raw and refined turns do not line up by position. Long values are cut at
+    :data:`MAX_VALUE_CHARS` characters.
 
     Raises:
         ValueError: ``refined`` was made from another raw trajectory.
@@ -43,26 +45,30 @@ def render_trajectory(raw: dict[str, Any], refined: dict[str, Any] | None = None
     if refined is not None and refined.get("raw_trajectory_id") != raw["id"]:
         raise ValueError(f"refined trajectory {refined.get('id')} was made from "
                          f"{refined.get('raw_trajectory_id')}, not from {raw['id']}")
+    turns = ((refined or {}).get("turns") or []) if refined is not None else (raw.get("turns") or [])
     lines = [f"## Trajectory {refined['id'] if refined else raw['id']}", ""]
     facts = [("raw trajectory", raw["id"]), ("tool chain", raw.get("tool_chain_id")),
              ("environments", ", ".join(raw.get("env_ids") or [])),
              ("domains", ", ".join(raw.get("domains") or [])),
              ("status", f"{raw.get('status') or '?'}" + (f" / refined: {refined.get('status')}" if refined else "")),
-             ("turns", raw.get("n_turns")), ("calls", raw.get("n_calls"))]
+             ("turns", len(turns) if refined is not None else raw.get("n_turns")),
+             ("calls", sum(len(t.get("calls") or []) for t in turns) if refined is not None else raw.get("n_calls"))]
+    if refined is not None and raw.get("n_turns") not in (None, len(turns)):
+        facts.append(("turns before refinement", raw.get("n_turns")))
     lines += [f"- **{name}**: {value}" for name, value in facts if value not in (None, "")]
     if raw.get("reasons"):
         lines.append(f"- **reasons**: {'; '.join(raw['reasons'])}")
-    refined_turns = (refined or {}).get("turns") or []
-    for i, turn in enumerate(raw.get("turns") or []):
-        ref = refined_turns[i] if i < len(refined_turns) else None
+    for i, turn in enumerate(turns):
         lines += ["", f"### Turn {i + 1}", ""]
-        if ref is not None:
-            lines.append(f"**User (refined):** {ref.get('query')}")
+        if refined is not None:
+            lines.append(f"**User (refined):** {turn.get('query')}")
             lines.append("")
-            lines.append(f"**User (before refinement):** {ref.get('query_raw', turn.get('query'))}")
-            if ref.get("operators"):
+            lines.append(f"**User (before refinement):** {turn.get('query_raw', turn.get('query'))}")
+            if turn.get("merged_from"):
+                lines += ["", f"*Merged from the raw turns:* {' | '.join(str(q) for q in turn['merged_from'])}"]
+            if turn.get("operators"):
                 ops = [f"{op.get('operator')} ({op.get('argument')})" if isinstance(op, dict) else str(op)
-                       for op in ref["operators"]]
+                       for op in turn["operators"]]
                 lines += ["", f"*Refinement operators:* {', '.join(ops)}"]
         else:
             lines.append(f"**User:** {turn.get('query')}")

@@ -141,7 +141,7 @@ def test_a_refined_trajectory_renders_its_turns_calls_results_and_both_queries(c
     text = render_trajectory(raw, refined)
     turn = next(t for t in refined["turns"] if t["operators"])
     assert turn["query"] in text and turn["query_raw"] in text and turn["query"] != turn["query_raw"]
-    assert text.count("### Turn ") == len(raw["turns"])
+    assert text.count("### Turn ") == len(refined["turns"])
     for call in turn["calls"]:
         assert f"`{call['name']}`" in text
     assert find_trajectory(store, raw["id"])[1]["id"] == refined["id"]  # a raw id finds its refined version
@@ -151,6 +151,28 @@ def test_a_refined_trajectory_renders_its_turns_calls_results_and_both_queries(c
         render_trajectory({**raw, "id": "raw_other"}, refined)
     sample = _metadata(second, "refined_trajectories")["sample_trajectories"]
     assert "envfactory show" in sample and "### Turn 1" in sample
+
+
+def test_a_goal_merged_turn_shows_the_calls_of_both_raw_turns_under_the_merged_query():
+    """Raw and refined turns stopped lining up by position after goal merging: the viewer showed the second
+    call under the next turn's query."""
+    def call(name, arguments):
+        return {"name": name, "env_id": "crm", "arguments": arguments, "output": {"ok": True}}
+
+    raw = {"id": "raw_1", "env_ids": ["crm"], "n_turns": 3, "n_calls": 3, "status": "passed", "turns": [
+        {"query": "Show me the contacts.", "calls": [call("list_contacts", {})]},
+        {"query": "Delete contact c_2.", "calls": [call("delete_contact", {"contact_id": "c_2"})]},
+        {"query": "Create a contact named Ada.", "calls": [call("create_contact", {"name": "Ada"})]}]}
+    merged = {"query": "Show me the contacts, then delete the second one", "query_raw": "Show me the contacts, "
+              "then delete contact c_2.", "merged_from": ["Show me the contacts.", "Delete contact c_2."],
+              "calls": raw["turns"][0]["calls"] + raw["turns"][1]["calls"], "operators": []}
+    refined = {"id": "ref_1", "raw_trajectory_id": "raw_1", "status": "passed",
+               "turns": [merged, {**raw["turns"][2], "query_raw": raw["turns"][2]["query"]}]}
+    text = render_trajectory(raw, refined)
+    first, second = text.split("### Turn 2")
+    assert "### Turn 3" not in text and "- **turns**: 2" in text and "- **turns before refinement**: 3" in text
+    assert "`list_contacts`" in first and "`delete_contact`" in first and "Merged from the raw turns" in first
+    assert "`create_contact`" in second and "`delete_contact`" not in second
 
 
 def test_show_cli_and_the_show_trajectory_job_render_any_trajectory(curated, monkeypatch, capsys):

@@ -64,7 +64,8 @@ def run_report(store: Store) -> str:
         ckpts = q("SELECT id, stage, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
                   "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
                   "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
-                  "json_array_length(sft_dataset_ids) FROM checkpoints ORDER BY written_at DESC LIMIT 5")
+                  "coalesce(json_array_length(rl_dataset_ids), json_array_length(sft_dataset_ids)) "
+                  "FROM checkpoints ORDER BY written_at DESC LIMIT 5")
         evaluations = store_evaluations(con)
     parts = [
         "# Default run", "",
@@ -104,7 +105,7 @@ def run_report(store: Store) -> str:
     parts += [f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**.", "",
               "## Checkpoints", "",
               _table(ckpts, ("id", "stage", "base model", "steps", "train loss", "valid tool calls before",
-                             "valid tool calls after", "training rows")), ""]
+                             "valid tool calls after", "rows trained on (SFT: sft rows; GRPO: RL prompts)")), ""]
     parts += ["## Evaluations", "", results_markdown(evaluations), ""]
     return "\n".join(parts)
 
