@@ -68,7 +68,7 @@ def run_report(store: Store) -> str:
                   "FROM checkpoints ORDER BY written_at DESC LIMIT 5")
         evaluations = store_evaluations(con)
     parts = [
-        "# Default run", "",
+        "# Store report", "",
         "Produced by `envfactory report` from the store of a run; every number below is a query.", "",
         f"Source resources accepted: **{sources}**; rejected by reason:", "",
         _table(rejected, ("reason", "documents")), "",
