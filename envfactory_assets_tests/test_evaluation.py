@@ -298,18 +298,12 @@ def test_evaluations_refuses_bad_settings_before_reading_the_store_or_resolving_
     """The sampling and evaluation specs used to be built after the store was read and the base model resolved
     (converted from GGUF and written the first time); on a home without a store the failure must name the
     setting."""
-    import dagster as dg
-
     from envfactory_assets.defs.evaluation.assets import evaluations
-    from envfactory_assets.defs.resources import EnvFactoryHome
 
-    with dg.instance_for_test() as instance:
-        result = dg.materialize([evaluations], instance=instance, raise_on_error=False,
-                                resources={"envfactory": EnvFactoryHome(home=str(tmp_path))},
-                                run_config={"ops": {"evaluations": {"config": settings}}})
-    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    message = failures[0].event_specific_data.error.message
-    assert not result.success and named in message and "does not exist" not in message
+    from envfactory_assets_tests.config_failures import step_failure
+
+    success, message = step_failure(evaluations, settings, tmp_path)
+    assert not success and named in message and "does not exist" not in message
     assert not (tmp_path / "models").exists()
 
 

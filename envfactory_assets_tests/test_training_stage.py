@@ -103,18 +103,12 @@ def test_checkpoints_refuses_bad_settings_before_reading_the_store_or_training(t
     """A bad ``grpo_*`` value used to surface only after the whole SFT run (the GRPO spec was built after
     training), and ``max_train_rows: -1`` silently trained on all rows but one. The home here has no store:
     the failure must be about the setting, not about the missing store."""
-    import dagster as dg
-
-    from envfactory_assets.defs.resources import EnvFactoryHome
     from envfactory_assets.defs.training.assets import checkpoints
 
-    with dg.instance_for_test() as instance:
-        result = dg.materialize([checkpoints], instance=instance, raise_on_error=False,
-                                resources={"envfactory": EnvFactoryHome(home=str(tmp_path))},
-                                run_config={"ops": {"checkpoints": {"config": settings}}})
-    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    message = failures[0].event_specific_data.error.message
-    assert not result.success and "checkpoint setting" in message and named in message
+    from envfactory_assets_tests.config_failures import step_failure
+
+    success, message = step_failure(checkpoints, settings, tmp_path)
+    assert not success and "checkpoint setting" in message and named in message
     assert "does not exist" not in message
 
 

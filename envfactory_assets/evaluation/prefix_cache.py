@@ -24,6 +24,7 @@ the policy encodes every prompt in full.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,12 +35,8 @@ MIN_REUSED_TOKENS = 16
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Number of leading tokens ``a`` and ``b`` share."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    """Number of leading tokens ``a`` and ``b`` share (``os.path.commonprefix`` works on any sequences)."""
+    return len(os.path.commonprefix([tuple(a), tuple(b)]))
 
 
 @dataclass
