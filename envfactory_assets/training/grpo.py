@@ -41,7 +41,7 @@ from envfactory_assets.training.task_environment import TaskEnvironment, environ
 from envfactory_assets.training.screening import timed_screen
 from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.task_episode import TaskRunner
-from envfactory_assets.training.threads import ThreadGovernor
+from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 from envfactory_assets.training.tool_calls import parse_tool_calls
 
 TASK_ID_KEY = "task_id"
@@ -350,17 +350,6 @@ def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
     )
 
 
-def _governor_callback(governor: ThreadGovernor) -> Any:
-    """A ``TrainerCallback`` letting ``governor`` re-choose the thread count before each optimizer step."""
-    from transformers import TrainerCallback
-
-    class AdjustThreads(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
-            governor.adjust()
-
-    return AdjustThreads()
-
-
 def _silence_experimental_warning() -> None:
     import os
 
@@ -437,7 +426,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),
                               train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout,
-                              callbacks=[_governor_callback(governor)])
+                              callbacks=[governor_callback(governor)])
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
             output = trainer.train()

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
 from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
 from envfactory_assets.training.spec_types import check_number_types
-from envfactory_assets.training.threads import ThreadGovernor
+from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
 LossOn = Literal["all_assistant", "last_turn"]
 TRAINING_CONFIG_FILE = "training_config.json"
@@ -158,9 +158,8 @@ def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
     )
 
 
-def _step_timer(governor: ThreadGovernor | None = None) -> Any:
-    """A ``TrainerCallback`` recording the wall time (s) of each optimizer step in ``.seconds`` (and letting
-    ``governor`` re-choose the thread count before each step)."""
+def _step_timer() -> Any:
+    """A ``TrainerCallback`` recording the wall time (s) of each optimizer step in ``.seconds``."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -169,8 +168,6 @@ def _step_timer(governor: ThreadGovernor | None = None) -> Any:
             self._start = 0.0
 
         def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
-            if governor is not None:
-                governor.adjust()
             self._start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
@@ -226,13 +223,13 @@ def train_sft(
     prepare_tokenizer(tokenizer, model)
 
     governor = ThreadGovernor(num_threads)
-    timer = _step_timer(governor)
+    timer = _step_timer()
     trainer = SFTTrainer(
         model=model,
         args=_trl_config(out_dir, config),
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[timer],
+        callbacks=[governor_callback(governor), timer],
     )
     prepared = trainer.train_dataset
     if len(prepared) == 0:

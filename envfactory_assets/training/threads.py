@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 SAMPLE_SECONDS = 0.5
 """Window over which other processes' CPU use is measured (seconds)."""
@@ -266,3 +267,15 @@ class ThreadGovernor:
         mean = sum(self.history) / len(self.history) if self.history else 0.0
         return {"threads_first": self.history[0] if self.history else 0, "threads_mean": round(mean, 2),
                 "threads_changes": changes}
+
+
+def governor_callback(governor: ThreadGovernor) -> Any:
+    """A transformers ``TrainerCallback`` letting ``governor`` re-choose the thread count before each optimizer
+    step (SFT and GRPO trainers both take it in ``callbacks``)."""
+    from transformers import TrainerCallback
+
+    class AdjustThreads(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+            governor.adjust()
+
+    return AdjustThreads()
