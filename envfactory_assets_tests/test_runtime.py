@@ -179,6 +179,21 @@ def fresh_worker() -> Iterator[SandboxWorker]:
         yield own
 
 
+def wait_until_dead(pid: int, timeout_s: float = 5.0) -> None:
+    """Wait until ``pid`` is a zombie (killed, not yet reaped), then a moment for the sandbox inside
+    it, which the kernel kills when bubblewrap dies (parent-death signal, PID namespace teardown)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rpartition(")")[2].split()[0] in ("Z", "X"):
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.01)
+    time.sleep(0.2)
+
+
 def output(result: dict) -> dict:
     assert result["ok"], result
     return result["output"]
@@ -344,14 +359,16 @@ def test_prints_do_not_corrupt_the_protocol(worker: SandboxWorker) -> None:
 
 def test_infinite_loop_is_stopped_and_worker_keeps_other_episodes(fresh_worker: SandboxWorker) -> None:
     bystander = fresh_worker.open_episode({"todo": todo_state("keep me")})
-    pid = fresh_worker.pid
+    sibling = fresh_worker.open_episode({"chaos": {}})
     episode = fresh_worker.open_episode({"chaos": {}})
+    pid = fresh_worker.pids["chaos"]
     started = time.monotonic()
     result = fresh_worker.call(episode, "spin")
     assert time.monotonic() - started < FAST_LIMITS.call_timeout_s + FAST_LIMITS.kill_grace_s
     assert result["ok"] is False
     assert result["error"]["type"] == "timeout" and result["error"]["episode_lost"] is True
-    assert fresh_worker.pid == pid  # stopped inside the worker, no restart
+    assert fresh_worker.pids["chaos"] == pid  # stopped inside the worker, no restart
+    assert output(fresh_worker.call(sibling, "count_calls")) == {"n": 1}
     assert not fresh_worker.is_open(episode)
     with pytest.raises(EpisodeLost):
         fresh_worker.call(episode, "count_calls")
@@ -359,41 +376,50 @@ def test_infinite_loop_is_stopped_and_worker_keeps_other_episodes(fresh_worker: 
 
 
 def test_unstoppable_loop_kills_the_worker_which_restarts(fresh_worker: SandboxWorker) -> None:
-    bystander = fresh_worker.open_episode({"todo": todo_state("lost")})
-    first_pid = fresh_worker.pid
+    bystander = fresh_worker.open_episode({"todo": todo_state("kept")})
+    sibling = fresh_worker.open_episode({"chaos": {}})
+    mixed = fresh_worker.open_episode({"todo": todo_state("lost"), "chaos": {}})
+    first_pid = fresh_worker.pids["chaos"]
+    starts = fresh_worker.starts
     episode = fresh_worker.open_episode({"chaos": {}})
     started = time.monotonic()
     result = fresh_worker.call(episode, "stubborn_spin")
     assert time.monotonic() - started < FAST_LIMITS.call_timeout_s + FAST_LIMITS.kill_grace_s + 2.0
     assert result["error"]["type"] == "timeout" and result["error"]["episode_lost"] is True
-    assert fresh_worker.pid is None  # killed; restarted lazily
-    with pytest.raises(EpisodeLost):
-        fresh_worker.call(bystander, "list_tasks")
+    assert "chaos" not in fresh_worker.pids  # killed; restarted lazily
+    # Every episode with a part in the killed environment's worker is gone, others are not.
+    for lost in (sibling, mixed):
+        with pytest.raises(EpisodeLost):
+            fresh_worker.call(lost, "count_calls")
+    assert output(fresh_worker.call(bystander, "list_tasks"))["count"] == 1
     # Environments survive the restart: they are re-loaded into the fresh child on demand.
-    again = fresh_worker.open_episode({"todo": todo_state("back")})
-    assert fresh_worker.pid not in (None, first_pid)
-    assert fresh_worker.starts == 2
-    assert output(fresh_worker.call(again, "list_tasks"))["count"] == 1
+    again = fresh_worker.open_episode({"chaos": {}})
+    assert fresh_worker.pids["chaos"] != first_pid
+    assert fresh_worker.starts == starts + 1
+    assert output(fresh_worker.call(again, "count_calls"))["n"] == 1
 
 
 def test_memory_hogs_are_stopped() -> None:
     # A generous time limit: filling 256 MiB can take a while on a loaded machine.
     limits = dataclasses.replace(FAST_LIMITS, call_timeout_s=10.0)
     with new_worker(limits) as worker:
-        pid = worker.pid
+        worker.open_episode({"chaos": {}})
+        pid = worker.pids["chaos"]
         for tool in ("hog_memory", "grow_memory"):
             episode = worker.open_episode({"chaos": {}})
             result = worker.call(episode, tool)
             assert result["ok"] is False
             assert result["error"]["type"] == "memory", result
             assert result["error"]["episode_lost"] is True
-        assert worker.pid == pid
+        assert worker.pids["chaos"] == pid
         assert output(worker.call(worker.open_episode({"chaos": {}}), "count_calls")) == {"n": 1}
 
 
 def test_crashed_worker_becomes_structured_error_and_recovers(fresh_worker: SandboxWorker) -> None:
     episode = fresh_worker.open_episode({"todo": todo_state("a")})
-    os.kill(fresh_worker.pid, signal.SIGKILL)
+    pid = fresh_worker.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_until_dead(pid)
     result = fresh_worker.call(episode, "list_tasks")
     assert result["ok"] is False
     assert result["error"]["type"] == "crash" and "SIGKILL" in result["error"]["message"]
@@ -412,10 +438,12 @@ def test_cpu_limit_kills_a_runaway_request() -> None:
 
 def test_close_is_idempotent_and_final() -> None:
     worker = new_worker()
-    pid = worker.pid
+    pids = list(worker.pids.values())
+    assert pids
     worker.close()
     worker.close()
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
     with pytest.raises(Exception, match="closed"):
         worker.load_environment("todo", TODO_SOURCE)

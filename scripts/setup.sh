@@ -19,6 +19,16 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# bubblewrap is the operating-system boundary around generated environment code (runtime/isolation.py):
+# without it, model-written code is refused unless ENVFACTORY_UNSAFE_ALLOW_UNSANDBOXED_CODE=1.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "warning: bubblewrap is missing (apt-get install bubblewrap); generated code will not be contained" >&2
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/pip install --quiet --upgrade pip

@@ -122,7 +122,7 @@ def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revision
     except LLMError as exc:
         return RevisionResult(with_source(env, ""), "failed", attempts, STOP_BACKEND_ERROR,
                               [f"{STOP_BACKEND_ERROR}: code_writer: {exc}"])
-    report = verify_environment(with_source(env, source), limits, seed=seed)
+    report = verify_environment(_as_model_code(env, source), limits, seed=seed)
     attempts.append(_attempt(0, source, None, report, completion))
     drafts = [(source, report)]
     stop = STOP_PASSED if report.status == "passed" else STOP_MAX_REVISIONS
@@ -141,7 +141,7 @@ def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revision
             break
         new_source = extract_code(reply.text)
         new_report = (report if new_source == source
-                      else verify_environment(with_source(env, new_source), limits, seed=seed))
+                      else verify_environment(_as_model_code(env, new_source), limits, seed=seed))
         attempts.append(_attempt(revision, new_source, source, new_report, reply))
         drafts.append((new_source, new_report))
         if new_report.status == "passed":
@@ -158,3 +158,9 @@ def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revision
     best_source, best_report = min(drafts, key=lambda d: _badness(d[1]))  # first of equals
     head = backend_error or f"{stop} after {len(attempts)} attempt(s) (max_revisions={max_revisions})"
     return RevisionResult(with_source(env, best_source), "failed", attempts, stop, [head, *best_report.reasons])
+
+
+def _as_model_code(env: dict[str, Any], source: str) -> dict[str, Any]:
+    """``env`` with a model-written ``source``, marked as such for the sandbox's policy: model code
+    runs only inside the OS sandbox (or with the explicit unsafe setting)."""
+    return {**with_source(env, source), "origin": "model"}

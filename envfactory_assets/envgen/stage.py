@@ -101,9 +101,19 @@ def _builder(backend: Any) -> str:
     return "programmatic" if backend is None else f"model:{type(backend).__name__}"
 
 
+def code_origin(builder: str | None) -> str:
+    """Where an environment's code comes from, for the sandbox's policy (``SandboxWorker.load_environment``):
+    ``"template"`` for the programmatic builder (fixed templates; spec text enters only as quoted
+    literals), ``"model"`` for a model-written module, ``"untrusted"`` when unknown."""
+    if builder == "programmatic":
+        return "template"
+    return "model" if builder and builder.startswith("model") else "untrusted"
+
+
 def as_environment(row: dict[str, Any]) -> dict[str, Any]:
-    """The Environment dict (docs/design.md) of an ``environments`` row."""
-    return {"env_id": row["env_id"], "domain": row["domain"], **{k: row[k] for k in ENV_FIELDS}}
+    """The Environment dict (docs/design.md) of an ``environments`` row, with its code's ``origin``."""
+    return {"env_id": row["env_id"], "domain": row["domain"], **{k: row[k] for k in ENV_FIELDS},
+            "origin": code_origin(row.get("builder"))}
 
 
 def verification_row(env_row: dict[str, Any], limits: SandboxLimits | None = None) -> dict[str, Any]:

@@ -228,7 +228,7 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
     env_id = env["env_id"]
     with SandboxWorker(limits or SandboxLimits()) as worker:
         try:
-            worker.load_environment(env_id, env["source"])
+            worker.load_environment(env_id, env["source"], origin=env.get("origin", "untrusted"))
         except EnvironmentRejected as exc:
             report.add("static_check", False, "; ".join(exc.violations)[:500])
             return report
@@ -332,7 +332,7 @@ def _check_replay_and_round_trip(worker: SandboxWorker, env: dict[str, Any], sav
         # A second process with another hash seed: results must not depend on set order or str hashing.
         other = dataclasses.replace(worker.limits, hash_seed=worker.limits.hash_seed + 1)
         with SandboxWorker(other) as second:
-            second.load_environment(env_id, env["source"])
+            second.load_environment(env_id, env["source"], origin=env.get("origin", "untrusted"))
             out_c, hash_c, _ = _run_plan(second, env_id, saved, plan)
     except (WorkerCrashed, StateRejected, EnvironmentRejected) as exc:
         report.add("replay", False, f"replay failed: {exc}", state="valid")

@@ -29,6 +29,7 @@ class EnvironmentSession:
                  limits: SandboxLimits | None = None) -> None:
         self.env_id: str = environment["env_id"]
         self._source: str = environment["source"]
+        self._origin: str = environment.get("origin", "untrusted")
         self._tool_names = [tool["name"] for tool in environment["tools"]]
         self._read_only = {tool["name"]: bool(tool.get("read_only")) for tool in environment["tools"]}
         self._limits = limits
@@ -47,7 +48,8 @@ class EnvironmentSession:
         with self._lock:
             if self._worker is None:
                 self._worker = SandboxWorker(self._limits)
-                self._worker.load_environment(self.env_id, self._source, self._tool_names)
+                self._worker.load_environment(self.env_id, self._source, self._tool_names,
+                                              origin=self._origin)
             if self._episode is None:
                 self._episode = self._worker.open_episode({self.env_id: copy.deepcopy(self._snapshot)})
 

@@ -93,7 +93,7 @@ def run(rows: int, repeat: int) -> list[tuple[str, list[float]]]:
         (f"copy.deepcopy, {rows} rows (in process)", measure(lambda: copy.deepcopy(state), max(10, repeat // 4))),
     ]
     with SandboxWorker(SandboxLimits()) as worker:
-        worker.load_environment("bench", BENCH_ENV_SOURCE)
+        worker.load_environment("bench", BENCH_ENV_SOURCE, origin="template")
         episode = worker.open_episode({"bench": state})
         small = worker.open_episode({"bench": make_state(1)})
         results.append(("tool call round trip, trivial tool", measure(lambda: worker.call(small, "ping"), repeat)))

@@ -10,6 +10,7 @@ level objects (caches, counters) can never leak between episodes or forks.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import itertools
 import os
@@ -136,9 +137,13 @@ class Engine:
         deadline_passed: returns True once the current request's time budget is spent (set by the
             worker's alarm). Checked after user code returns, to catch code that swallowed
             :class:`CallTimedOut`.
+        python_guards: run the static check and the restricted builtins (the default). False runs
+            the code with the real builtins and no check: only for proving that the OS layer alone
+            contains hostile code (the containment test); never for real environments.
     """
 
-    def __init__(self, deadline_passed: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, deadline_passed: Callable[[], bool] = lambda: False, *, python_guards: bool = True) -> None:
+        self.python_guards = python_guards
         self.environments: dict[str, CompiledEnvironment] = {}
         self.episodes: dict[str, Episode] = {}
         self._deadline_passed = deadline_passed
@@ -217,7 +222,7 @@ class Engine:
         """
         if not env_id or len(env_id) > 200:
             raise OperationError("bad_request", "env_id must be 1-200 characters")
-        violations = static_check(source)
+        violations = static_check(source) if self.python_guards else []
         if violations:
             raise self._rejected(env_id, violations)
         filename = f"<env {env_id}>"
@@ -271,9 +276,9 @@ class Engine:
             "environment_rejected", "; ".join(violations), env_id=env_id, violations=violations
         )
 
-    @staticmethod
-    def _execute(env: CompiledEnvironment) -> dict[str, Any]:
-        namespace: dict[str, Any] = {"__name__": env.module_name, "__builtins__": restricted_builtins()}
+    def _execute(self, env: CompiledEnvironment) -> dict[str, Any]:
+        scope = restricted_builtins() if self.python_guards else dict(vars(builtins))
+        namespace: dict[str, Any] = {"__name__": env.module_name, "__builtins__": scope}
         exec(env.code, namespace)  # noqa: S102 - checked code, restricted builtins, worker limits
         return namespace
 

@@ -1,4 +1,4 @@
-"""Parent side of the sandbox: :class:`SandboxWorker` drives one worker child process.
+"""Parent side of the sandbox: :class:`SandboxWorker` drives one worker process per environment.
 
 Usage::
 
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import (
     EnvironmentFault,
     EnvironmentRejected,
@@ -35,6 +36,7 @@ from envfactory_assets.runtime.errors import (
     UnknownEnvironment,
     WorkerCrashed,
 )
+from envfactory_assets.runtime.isolation import bwrap_command, resolve_isolation
 from envfactory_assets.runtime.protocol import (
     ChannelClosed,
     ChannelTimeout,
@@ -148,9 +150,11 @@ def _kill_process(proc: subprocess.Popen) -> None:
             pass
 
 
-def _describe_exit(returncode: int | None, limits: SandboxLimits) -> str:
+def _describe_exit(returncode: int | None, limits: SandboxLimits, contained: bool = False) -> str:
     if returncode is None:
         return "worker stopped responding"
+    if contained and returncode > 128:  # bubblewrap exits 128 + n when its child dies of signal n
+        returncode = 128 - returncode
     if returncode >= 0:
         return f"worker exited with status {returncode}"
     try:
@@ -165,40 +169,191 @@ def _describe_exit(returncode: int | None, limits: SandboxLimits) -> str:
     return f"worker killed by {name}{hint}"
 
 
-class SandboxWorker:
-    """One sandboxed worker process holding many episodes of many environments.
+class _Child:
+    """One worker process: the trust domain of one environment (its id and code).
 
-    The child (``python -m envfactory_assets.runtime.worker``) is started lazily on first use, in its
-    own session, with a minimal environment (``PYTHONHASHSEED=0`` for reproducible set order).
+    Owns the process, its protocol channel and its stderr tail; a request that kills or loses the
+    process raises :class:`_ChildLost` and the next request starts a fresh one.
+    """
+
+    def __init__(self, owner: SandboxWorker, label: str) -> None:
+        self._owner = owner
+        self.label = label
+        self.proc: subprocess.Popen | None = None
+        self.channel: FrameChannel | None = None
+        self.stderr: _StderrTail | None = None
+        self.finalizer: weakref.finalize | None = None
+        self.loaded: set[str] = set()
+        self.seccomp = ""
+
+    @property
+    def limits(self) -> SandboxLimits:
+        return self._owner.limits
+
+    def request(self, op: str, fields: dict[str, Any], budget_s: float) -> Any:
+        """Send one request and wait for its response, at most ``budget_s + kill_grace_s`` (+ transfer).
+
+        Raises:
+            _RemoteError: the worker answered ``ok: false``.
+            _ChildLost: the worker died, hung or broke the protocol (it has been killed).
+            WorkerCrashed: a fresh worker could not be started.
+        """
+        request_id = next(self._owner._request_ids)
+        frame = encode_frame({"id": request_id, "op": op, "timeout_s": budget_s, **fields})
+        channel = self.ensure_started()
+        deadline = time.monotonic() + budget_s + self.limits.kill_grace_s + len(frame) / _TRANSFER_BYTES_PER_S
+        try:
+            channel.send(frame, deadline)
+            response = channel.receive(deadline)
+        except ChannelTimeout:
+            self.discard()
+            raise _ChildLost(
+                str(ErrorType.TIMEOUT), f"{op} did not finish within {budget_s:g} s; worker killed"
+            ) from None
+        except ChannelClosed:
+            raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
+        except ProtocolError as exc:
+            self.discard()
+            raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: {exc}; worker killed") from None
+        if response.get("id") != request_id:
+            self.discard()
+            raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
+        if response.get("ok") is True:
+            return response.get("result")
+        error = response.get("error")
+        raise _RemoteError(error if isinstance(error, dict) else {"type": "protocol", "message": str(error)})
+
+    def _crash_message(self, op: str) -> str:
+        proc = self.proc
+        returncode = None
+        if proc is not None:
+            try:
+                returncode = proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                returncode = None
+        if self.stderr is not None:
+            self.stderr.join(0.5)  # let the drain thread pick up the last words
+        tail = self.stderr_tail().strip()[-1500:]
+        self.discard()
+        message = f"{_describe_exit(returncode, self.limits, self._owner.isolation.contained)} during {op}"
+        return f"{message}; stderr tail:\n{tail}" if tail else message
+
+    def stderr_tail(self) -> str:
+        return self.stderr.text() if self.stderr is not None else ""
+
+    def command(self) -> list[str]:
+        """The command line that starts this worker (inside bubblewrap when the OS layer is on)."""
+        owner = self._owner
+        argv = [owner._python, "-m", WORKER_MODULE, "--memory-mb", str(self.limits.memory_mb),
+                "--cpu-seconds", str(self.limits.cpu_seconds),
+                "--python-guards", "on" if owner.python_guards else "off",
+                "--seccomp", "on" if owner.isolation.seccomp else "off", "--domain", self.label]
+        environment = {
+            "PYTHONPATH": _PACKAGE_PARENT,
+            "PYTHONHASHSEED": str(self.limits.hash_seed),
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        if owner.isolation.bwrap is None:
+            return argv
+        return bwrap_command(owner.isolation.bwrap, argv, {**environment, "HOME": "/tmp", "PATH": "/nonexistent"})
+
+    def ensure_started(self) -> FrameChannel:
+        if self.channel is not None:
+            return self.channel
+        owner = self._owner
+        if owner.isolation.bwrap is None:
+            env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": _PACKAGE_PARENT,
+                   "PYTHONHASHSEED": str(self.limits.hash_seed), "LC_ALL": "C.UTF-8"}
+        else:
+            env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
+        proc = subprocess.Popen(  # noqa: S603 - fixed command, no shell
+            self.command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd="/" if owner.isolation.bwrap is not None else _PACKAGE_PARENT,
+            start_new_session=True,
+            close_fds=True,
+        )
+        owner._starts += 1
+        self.proc = proc
+        self.stderr = _StderrTail(proc.stderr)
+        self.finalizer = weakref.finalize(self, _kill_process, proc)
+        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno())
+        try:
+            hello = channel.receive(time.monotonic() + self.limits.startup_timeout_s)
+        except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
+            message = f"worker failed to start: {exc}"
+            if isinstance(exc, ChannelClosed):
+                message = self._crash_message("startup")
+            self.discard()
+            raise WorkerCrashed("startup", message) from None
+        if hello.get("ready") is not True:
+            self.discard()
+            raise WorkerCrashed("startup", f"unexpected first message from worker: {hello}")
+        self.seccomp = str(hello.get("seccomp", ""))
+        self.channel = channel
+        return channel
+
+    def discard(self) -> None:
+        """Kill the process (if any) and forget everything that lived in it."""
+        self.channel = None
+        self.loaded.clear()
+        if self.proc is not None:
+            self.proc = None
+            if self.finalizer is not None:
+                self.finalizer()  # kills the process group, reaps it, closes the pipes
+                self.finalizer = None
+            self._owner._child_lost(self)
+
+
+class SandboxWorker:
+    """Sandboxed worker processes holding many episodes of many environments.
+
+    Each environment (a trust domain: its id and its code) gets its own child process
+    (``python -m envfactory_assets.runtime.worker``), started lazily on first use inside the OS
+    sandbox (:mod:`.isolation`: bubblewrap namespaces, read-only view of the interpreter, the
+    virtualenv and the package, a private tmpfs) with a minimal environment
+    (``PYTHONHASHSEED`` from the limits). Code of two environments never shares an interpreter,
+    so one environment cannot change another's results; an episode over several environments has
+    one sub-episode in each environment's child, and this object routes each tool call to its
+    owner.
 
     Failure model: a tool call that exceeds ``call_timeout_s`` is first stopped inside the worker
     (its episode is discarded, other episodes survive); if the code cannot be stopped (it swallows
     the alarm, or loops in native code), or the worker crashes (segfault, CPU limit, killed), or it
-    breaks the protocol, the child is killed and a fresh one is started lazily on the next request.
-    **A restart loses every open episode of this worker** (they raise :class:`EpisodeLost`
-    afterwards); loaded environments are *not* lost: their sources are kept here and re-loaded into
-    the fresh child on demand. No method blocks longer than its time budget plus ``kill_grace_s``.
+    breaks the protocol, that environment's child is killed and a fresh one is started lazily on
+    the next request. **A restart loses every open episode that involves that environment** (they
+    raise :class:`EpisodeLost` afterwards); loaded environments are *not* lost: their sources are
+    kept here and re-loaded into the fresh child on demand. No method blocks longer than its time
+    budget plus ``kill_grace_s`` per environment involved.
 
     Methods may be called from several threads, but an internal lock runs one request at a time;
     use several workers (one per thread or process) for parallelism.
 
     Args:
         limits: resource limits; defaults to :class:`SandboxLimits()`.
-        python: interpreter for the child; defaults to ``sys.executable``.
+        python: interpreter for the children; defaults to ``sys.executable``.
+        python_guards: keep the static check and restricted builtins inside the worker (default).
+            ``False`` exists only to prove that the OS layer alone contains hostile code.
     """
 
-    def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None) -> None:
+    def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None,
+                 python_guards: bool = True) -> None:
         self.limits = limits or SandboxLimits()
         self._python = python or sys.executable
+        self.isolation = resolve_isolation(self._python)
+        self.python_guards = python_guards
         self._lock = threading.RLock()
         self._request_ids = itertools.count(1)
-        self._proc: subprocess.Popen | None = None
-        self._channel: FrameChannel | None = None
-        self._stderr: _StderrTail | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._episode_ids = itertools.count(1)
+        self._children: dict[str, _Child] = {}
         self._sources: dict[str, tuple[str, tuple[str, ...] | None]] = {}
-        self._child_environments: set[str] = set()
-        self._episodes: dict[str, tuple[str, ...]] = {}
+        self._tools: dict[str, tuple[str, ...]] = {}
+        self._episodes: dict[str, dict[str, str]] = {}
+        self._last_child: _Child | None = None
         self._starts = 0
         self._closed = False
 
@@ -210,31 +365,54 @@ class SandboxWorker:
         self.close()
 
     @property
+    def contained(self) -> bool:
+        """Whether this worker's children run inside the OS sandbox (bubblewrap)."""
+        return self.isolation.contained
+
+    @property
     def pid(self) -> int | None:
-        """Process id of the running child, or None when none is running."""
-        return self._proc.pid if self._proc is not None else None
+        """Process id of the child used last (the bubblewrap process when contained), or None when
+        it is not running."""
+        child = self._last_child
+        return child.proc.pid if child is not None and child.proc is not None else None
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """``{env_id: process id}`` of every running child."""
+        return {env_id: c.proc.pid for env_id, c in self._children.items() if c.proc is not None}
 
     @property
     def starts(self) -> int:
-        """How many child processes this worker has started (1 + number of restarts, once used)."""
+        """How many child processes this worker has started (all environments, restarts included)."""
         return self._starts
 
     @property
     def open_episodes(self) -> tuple[str, ...]:
-        """Ids of the episodes open in the current child."""
+        """Ids of the open episodes."""
         return tuple(self._episodes)
 
     def is_open(self, episode_id: str) -> bool:
         """Whether ``episode_id`` is open (not closed, discarded, or lost in a restart)."""
         return episode_id in self._episodes
 
-    def stderr_tail(self) -> str:
-        """The last ~16 KiB the current (or last) child wrote to stderr, including user prints."""
-        return self._stderr.text() if self._stderr is not None else ""
+    def stderr_tail(self, env_id: str | None = None) -> str:
+        """The last ~16 KiB a child wrote to stderr, including user prints: the child of ``env_id``,
+        or the one used last."""
+        child = self._children.get(env_id) if env_id is not None else self._last_child
+        return child.stderr_tail() if child is not None else ""
+
+    def seccomp_status(self, env_id: str) -> str:
+        """``"on"`` when the child of ``env_id`` installed its seccomp filter, else why not."""
+        child = self._children.get(env_id)
+        return child.seccomp if child is not None else ""
 
     # -- operations ---------------------------------------------------------------------------
-    def load_environment(self, env_id: str, source: str, tool_names: Sequence[str] | None = None) -> list[str]:
-        """Check, compile and trial-run an environment module in the worker.
+    def load_environment(self, env_id: str, source: str, tool_names: Sequence[str] | None = None, *,
+                         origin: str = "untrusted") -> list[str]:
+        """Check, compile and trial-run an environment module in its own worker process.
+
+        Loading another version of ``env_id`` (different source) replaces the process: the new code
+        is a new trust domain, and episodes of the old version are lost.
 
         Args:
             env_id: the environment's id (1-200 characters).
@@ -242,6 +420,10 @@ class SandboxWorker:
             tool_names: the tools to expose (every one must be ``def name(state, ...)``); by default
                 every public module-level function whose first parameter is ``state``, except
                 ``load`` and ``save``.
+            origin: where the code comes from: ``"template"`` (the offline builder's templates) may
+                run without the OS sandbox, with a warning, when bubblewrap cannot start; any other
+                origin (``"model"``, ``"untrusted"``) is refused then unless
+                :data:`.isolation.UNSAFE_ENV_VAR` is set.
 
         Returns:
             The exposed tool names.
@@ -249,18 +431,37 @@ class SandboxWorker:
         Raises:
             EnvironmentRejected: static-check violations, import-time failure, contract violations,
                 or the code crashed/hung the worker (which was then restarted).
+            IsolationUnavailable: the OS sandbox cannot start and ``origin`` may not run without it.
             WorkerCrashed: the worker could not be started.
         """
         tools = tuple(tool_names) if tool_names is not None else None
         with self._lock:
-            result = self._load_into_child(env_id, source, tools)
+            self._check_open()
+            self.isolation.check_may_run(origin)
+            previous = self._sources.get(env_id)
+            if previous is not None and previous != (source, tools) and env_id in self._children:
+                self._children.pop(env_id).discard()
+            child = self._child(env_id)
+            result = self._load_into_child(child, env_id, source, tools)
             self._sources[env_id] = (source, tools)
+            self._tools[env_id] = tuple(result["tools"])
             return list(result["tools"])
 
-    def _load_into_child(self, env_id: str, source: str, tools: tuple[str, ...] | None) -> dict[str, Any]:
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("SandboxWorker is closed")
+
+    def _child(self, env_id: str) -> _Child:
+        child = self._children.get(env_id)
+        if child is None:
+            child = self._children[env_id] = _Child(self, env_id)
+        self._last_child = child
+        return child
+
+    def _load_into_child(self, child: _Child, env_id: str, source: str, tools: tuple[str, ...] | None) -> dict[str, Any]:
         fields = {"env_id": env_id, "source": source, "tool_names": list(tools) if tools is not None else None}
         try:
-            result = self._request("load_env", fields, self.limits.call_timeout_s)
+            result = child.request("load_env", fields, self.limits.call_timeout_s)
         except _RemoteError as exc:
             if exc.type == "environment_rejected":
                 raise EnvironmentRejected(env_id, list(exc.error.get("violations") or [str(exc)])) from None
@@ -269,17 +470,30 @@ class SandboxWorker:
             raise SandboxError(f"load_environment({env_id!r}) failed: {exc.error}") from None
         except _ChildLost as exc:
             raise EnvironmentRejected(env_id, [f"worker {exc.kind} while loading: {exc.message}"]) from None
-        self._child_environments.add(env_id)
+        child.loaded.add(env_id)
         return result
 
-    def _ensure_loaded(self, env_ids: Sequence[str]) -> None:
-        for env_id in env_ids:
-            if env_id in self._child_environments:
-                continue
-            if env_id not in self._sources:
-                raise UnknownEnvironment(env_id)
+    def _loaded_child(self, env_id: str) -> _Child:
+        if env_id not in self._sources:
+            raise UnknownEnvironment(env_id)
+        child = self._child(env_id)
+        if env_id not in child.loaded:
             source, tools = self._sources[env_id]
-            self._load_into_child(env_id, source, tools)
+            self._load_into_child(child, env_id, source, tools)
+        return child
+
+    def _child_lost(self, child: _Child) -> None:
+        """Every episode with a part in ``child`` is gone; close their parts in other children."""
+        lost = [ep for ep, parts in self._episodes.items() if child.label in parts]
+        for episode_id in lost:
+            parts = self._episodes.pop(episode_id)
+            for env_id, sub in parts.items():
+                other = self._children.get(env_id)
+                if other is not None and other is not child and other.proc is not None:
+                    try:
+                        other.request("close", {"episode_id": sub}, self.limits.call_timeout_s)
+                    except (_RemoteError, _ChildLost, WorkerCrashed):
+                        pass
 
     def open_episode(self, states: Mapping[str, Any]) -> str:
         """Open an episode: each environment's ``load`` receives its saved state.
@@ -293,23 +507,58 @@ class SandboxWorker:
         Raises:
             StateRejected: an environment's ``load`` refused its state (names the env and reason).
             UnknownEnvironment: an env id was never loaded.
-            WorkerCrashed: the worker died or hung (it was restarted; all episodes are lost).
+            WorkerCrashed: a worker died or hung (it was restarted; its episodes are lost).
             TypeError: a state is not JSON-serializable.
         """
         states = dict(states)
         if not states:
             raise ValueError("states must name at least one environment")
         with self._lock:
-            self._ensure_loaded(list(states))
+            self._check_open()
+            for env_id in states:
+                self._loaded_child(env_id)
+            parts: dict[str, str] = {}
             try:
-                result = self._request("open_episode", {"states": states}, self._budget(len(states)))
-            except _RemoteError as exc:
-                self._raise_remote(exc)
-            except _ChildLost as exc:
-                raise WorkerCrashed(exc.kind, exc.message) from None
-            episode_id = result["episode_id"]
-            self._episodes[episode_id] = tuple(states)
+                for env_id, state in states.items():
+                    child = self._child(env_id)
+                    try:
+                        result = child.request("open_episode", {"states": {env_id: state}}, self._budget(1))
+                    except _RemoteError as exc:
+                        self._raise_remote(exc)
+                    except _ChildLost as exc:
+                        raise WorkerCrashed(exc.kind, exc.message) from None
+                    parts[env_id] = result["episode_id"]
+            except BaseException:
+                self._close_parts(parts)
+                raise
+            episode_id = f"ep{next(self._episode_ids)}"
+            self._episodes[episode_id] = parts
             return episode_id
+
+    def _close_parts(self, parts: Mapping[str, str]) -> None:
+        for env_id, sub in parts.items():
+            child = self._children.get(env_id)
+            if child is None or child.proc is None:
+                continue
+            try:
+                child.request("close", {"episode_id": sub}, self.limits.call_timeout_s)
+            except (_RemoteError, _ChildLost, WorkerCrashed):
+                pass
+
+    def _route(self, parts: Mapping[str, str], tool: str) -> tuple[str, str] | dict[str, Any]:
+        """``(env_id, tool name)`` for a call in an episode over ``parts``, or an error result."""
+        owners = [env_id for env_id in parts if tool in self._tools.get(env_id, ())]
+        if len(owners) == 1:
+            return owners[0], tool
+        if len(owners) > 1:
+            return {"ok": False, "error": {"type": str(ErrorType.AMBIGUOUS_TOOL),
+                                           "message": f"tool {tool!r} exists in {sorted(owners)}; "
+                                                      f"call it as 'env_id.{tool}'"}}
+        env_id, _, name = tool.rpartition(".")
+        if env_id in parts and name in self._tools.get(env_id, ()):
+            return env_id, name
+        return {"ok": False, "error": {"type": str(ErrorType.UNKNOWN_TOOL),
+                                       "message": f"no tool named {tool!r} in this episode"}}
 
     def call(self, episode_id: str, tool: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Call one tool in an episode.
@@ -324,30 +573,42 @@ class SandboxWorker:
             ``{"ok": True, "output": <JSON value>}`` or ``{"ok": False, "error": {"type": ...,
             "message": ..., ...}}``; the types are listed in :class:`.errors.ErrorType`. When
             ``error["episode_lost"]`` is true the episode is gone (timeout, memory, crash); after a
-            ``crash``/``protocol`` error or a timeout the worker could not stop by itself, *all*
-            episodes of this worker are gone.
+            ``crash``/``protocol`` error or a timeout the worker could not stop by itself, every
+            episode involving that environment is gone.
 
         Raises:
             EpisodeLost: the episode is not open.
             TypeError: ``arguments`` is not JSON-serializable.
         """
         with self._lock:
-            if episode_id not in self._episodes:
+            parts = self._episodes.get(episode_id)
+            if parts is None:
                 raise EpisodeLost(episode_id)
-            fields = {"episode_id": episode_id, "tool": tool, "arguments": dict(arguments or {})}
+            routed = self._route(parts, tool)
+            if isinstance(routed, dict):
+                return routed
+            env_id, name = routed
+            child = self._child(env_id)
+            fields = {"episode_id": parts[env_id], "tool": name, "arguments": dict(arguments or {})}
             try:
-                result = self._request("call", fields, self.limits.call_timeout_s)
+                result = child.request("call", fields, self.limits.call_timeout_s)
             except _RemoteError as exc:
                 if exc.type == "unknown_episode":
-                    self._episodes.pop(episode_id, None)
+                    self._drop(episode_id)
                     raise EpisodeLost(episode_id) from None
                 result = {"ok": False, "error": exc.error}
             except _ChildLost as exc:
-                message = f"{exc.message}; all open episodes of this worker were lost (it restarts on next use)"
+                message = (f"{exc.message}; all open episodes of environment {env_id!r} were lost "
+                           "(its worker restarts on next use)")
                 return {"ok": False, "error": {"type": exc.kind, "message": message, "episode_lost": True}}
             if not result.get("ok") and result.get("error", {}).get("episode_lost"):
-                self._episodes.pop(episode_id, None)
+                self._drop(episode_id)
             return result
+
+    def _drop(self, episode_id: str) -> None:
+        parts = self._episodes.pop(episode_id, None)
+        if parts:
+            self._close_parts(parts)
 
     def save(self, episode_id: str) -> dict[str, Any]:
         """The episode's saved states, ``{env_id: {"tables": ..., "meta": ...}}``.
@@ -355,63 +616,85 @@ class SandboxWorker:
         Raises:
             EpisodeLost, EnvironmentFault (``save`` failed or returned non-JSON), WorkerCrashed.
         """
-        return self._episode_request("save", episode_id)
+        with self._lock:
+            merged: dict[str, Any] = {}
+            for env_id, result in self._each_part("save", episode_id):
+                merged.update(result)
+            return merged
 
     def state_hash(self, episode_id: str) -> str:
-        """sha256 hex of the canonical JSON of :meth:`save`'s result (see :func:`.canonical.state_hash`),
-        computed inside the worker without transferring the state.
+        """sha256 hex of the canonical JSON of :meth:`save`'s result (see :func:`.canonical.state_hash`).
 
-        Raises:
-            EpisodeLost, EnvironmentFault, WorkerCrashed.
-        """
-        return self._episode_request("state_hash", episode_id)
-
-    def fork(self, episode_id: str) -> str:
-        """Open an independent copy of an episode and return its id.
-
-        The copy is ``load(deep copy of save(state))`` in fresh module instances, so no mutation of
-        one episode (state or module-level objects) ever shows in the other.
+        Computed inside the worker without transferring the state when the episode has one
+        environment; an episode over several transfers their states here and hashes them together.
 
         Raises:
             EpisodeLost, EnvironmentFault, WorkerCrashed.
         """
         with self._lock:
-            result = self._episode_request("fork", episode_id)
-            new_id = result["episode_id"]
-            self._episodes[new_id] = self._episodes[episode_id]
+            parts = self._episodes.get(episode_id)
+            if parts is None:
+                raise EpisodeLost(episode_id)
+            if len(parts) == 1:
+                return self._each_part("state_hash", episode_id)[0][1]
+            return state_hash(self.save(episode_id))
+
+    def fork(self, episode_id: str) -> str:
+        """Open an independent copy of an episode and return its id.
+
+        The copy is ``load(deep copy of save(state))`` in fresh module instances of each
+        environment's own worker, so no mutation of one episode (state or module-level objects)
+        ever shows in the other.
+
+        Raises:
+            EpisodeLost, EnvironmentFault, WorkerCrashed.
+        """
+        with self._lock:
+            forked: dict[str, str] = {}
+            try:
+                for env_id, result in self._each_part("fork", episode_id):
+                    forked[env_id] = result["episode_id"]
+            except BaseException:
+                self._close_parts(forked)
+                raise
+            new_id = f"ep{next(self._episode_ids)}"
+            self._episodes[new_id] = forked
             return new_id
 
     def close_episode(self, episode_id: str) -> None:
         """Close an episode and free its state; a no-op for episodes that are not open."""
         with self._lock:
-            if self._episodes.pop(episode_id, None) is None or self._proc is None:
-                return
-            try:
-                self._request("close", {"episode_id": episode_id}, self.limits.call_timeout_s)
-            except (_RemoteError, _ChildLost):
-                pass
+            self._drop(episode_id)
 
     def close(self) -> None:
-        """Kill the worker process (if any). The object cannot be used afterwards."""
+        """Kill every worker process. The object cannot be used afterwards."""
         with self._lock:
             self._closed = True
-            self._discard_child()
+            children, self._children = list(self._children.values()), {}
+            for child in children:
+                child.discard()
+            self._episodes.clear()
 
     # -- plumbing -----------------------------------------------------------------------------
     def _budget(self, environment_count: int) -> float:
         return self.limits.call_timeout_s * max(1, environment_count)
 
-    def _episode_request(self, op: str, episode_id: str) -> Any:
-        with self._lock:
-            env_ids = self._episodes.get(episode_id)
-            if env_ids is None:
-                raise EpisodeLost(episode_id)
+    def _each_part(self, op: str, episode_id: str) -> list[tuple[str, Any]]:
+        """Run ``op`` on every part of an episode, in order; ``[(env_id, result), ...]``."""
+        self._check_open()
+        parts = self._episodes.get(episode_id)
+        if parts is None:
+            raise EpisodeLost(episode_id)
+        results = []
+        for env_id, sub in list(parts.items()):
+            child = self._child(env_id)
             try:
-                return self._request(op, {"episode_id": episode_id}, self._budget(len(env_ids)))
+                results.append((env_id, child.request(op, {"episode_id": sub}, self._budget(1))))
             except _RemoteError as exc:
                 self._raise_remote(exc, episode_id)
             except _ChildLost as exc:
                 raise WorkerCrashed(exc.kind, exc.message) from None
+        return results
 
     def _raise_remote(self, exc: _RemoteError, episode_id: str | None = None) -> None:
         error = exc.error
@@ -421,124 +704,14 @@ class SandboxWorker:
             raise StateRejected(env_id, message) from None
         if exc.type == "environment_fault":
             raise EnvironmentFault(env_id, str(error.get("cause", "exception")), message) from None
-        if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY):  # budget ran out between environments
+        if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY):  # budget ran out inside the request
             raise EnvironmentFault(env_id, exc.type, message) from None
         if exc.type == "unknown_environment":
-            self._child_environments.discard(env_id)
+            child = self._children.get(env_id)
+            if child is not None:
+                child.loaded.discard(env_id)
             raise UnknownEnvironment(env_id) from None
         if exc.type == "unknown_episode" and episode_id is not None:
-            self._episodes.pop(episode_id, None)
+            self._drop(episode_id)
             raise EpisodeLost(episode_id) from None
         raise SandboxError(f"worker error: {error}") from None
-
-    def _request(self, op: str, fields: dict[str, Any], budget_s: float) -> Any:
-        """Send one request and wait for its response, at most ``budget_s + kill_grace_s`` (+ transfer).
-
-        Raises:
-            _RemoteError: the worker answered ``ok: false``.
-            _ChildLost: the worker died, hung or broke the protocol (it has been killed).
-            WorkerCrashed: a fresh worker could not be started.
-            SandboxError: this object is closed.
-            TypeError: the request is not JSON-serializable.
-        """
-        if self._closed:
-            raise SandboxError("SandboxWorker is closed")
-        request_id = next(self._request_ids)
-        frame = encode_frame({"id": request_id, "op": op, "timeout_s": budget_s, **fields})
-        channel = self._ensure_started()
-        deadline = time.monotonic() + budget_s + self.limits.kill_grace_s + len(frame) / _TRANSFER_BYTES_PER_S
-        try:
-            channel.send(frame, deadline)
-            response = channel.receive(deadline)
-        except ChannelTimeout:
-            self._discard_child()
-            raise _ChildLost(
-                str(ErrorType.TIMEOUT), f"{op} did not finish within {budget_s:g} s; worker killed"
-            ) from None
-        except ChannelClosed:
-            raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
-        except ProtocolError as exc:
-            self._discard_child()
-            raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: {exc}; worker killed") from None
-        if response.get("id") != request_id:
-            self._discard_child()
-            raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
-        if response.get("ok") is True:
-            return response.get("result")
-        error = response.get("error")
-        raise _RemoteError(error if isinstance(error, dict) else {"type": "protocol", "message": str(error)})
-
-    def _crash_message(self, op: str) -> str:
-        proc = self._proc
-        returncode = None
-        if proc is not None:
-            try:
-                returncode = proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                returncode = None
-        if self._stderr is not None:
-            self._stderr.join(0.5)  # let the drain thread pick up the last words
-        tail = self.stderr_tail().strip()[-1500:]
-        self._discard_child()
-        message = f"{_describe_exit(returncode, self.limits)} during {op}"
-        return f"{message}; stderr tail:\n{tail}" if tail else message
-
-    def _ensure_started(self) -> FrameChannel:
-        if self._channel is not None:
-            return self._channel
-        command = [
-            self._python,
-            "-m",
-            WORKER_MODULE,
-            "--memory-mb",
-            str(self.limits.memory_mb),
-            "--cpu-seconds",
-            str(self.limits.cpu_seconds),
-        ]
-        python_path = os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p)
-        env = {
-            "PATH": os.environ.get("PATH", os.defpath),
-            "PYTHONPATH": python_path,
-            "PYTHONHASHSEED": str(self.limits.hash_seed),
-            "LC_ALL": "C.UTF-8",
-        }
-        proc = subprocess.Popen(  # noqa: S603 - fixed command, no shell
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=_PACKAGE_PARENT,
-            start_new_session=True,
-            close_fds=True,
-        )
-        self._starts += 1
-        self._proc = proc
-        self._stderr = _StderrTail(proc.stderr)
-        self._finalizer = weakref.finalize(self, _kill_process, proc)
-        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno())
-        try:
-            hello = channel.receive(time.monotonic() + self.limits.startup_timeout_s)
-        except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
-            message = f"worker failed to start: {exc}"
-            if isinstance(exc, ChannelClosed):
-                message = self._crash_message("startup")
-            self._discard_child()
-            raise WorkerCrashed("startup", message) from None
-        if hello.get("ready") is not True:
-            self._discard_child()
-            raise WorkerCrashed("startup", f"unexpected first message from worker: {hello}")
-        self._channel = channel
-        return channel
-
-    def _discard_child(self) -> None:
-        """Kill the child (if any) and forget everything that lived in it."""
-        self._channel = None
-        self._episodes.clear()
-        self._child_environments.clear()
-        if self._proc is None:
-            return
-        self._proc = None
-        if self._finalizer is not None:
-            self._finalizer()  # kills the process group, reaps it, closes the pipes
-            self._finalizer = None

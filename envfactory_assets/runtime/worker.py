@@ -15,7 +15,12 @@ Limits, set at start from the arguments or ``ENVFACTORY_SANDBOX_MEMORY_MB`` /
 - a per-request wall-clock alarm (``timeout_s`` in the request, SIGALRM) that raises
   :class:`.engine.CallTimedOut` inside environment code; the parent kills the whole process if
   even that does not stop it.
-- core dumps disabled. The worker exits when stdin closes.
+- core dumps disabled; open files (``RLIMIT_NOFILE``), processes (``RLIMIT_NPROC``) and file size
+  (``RLIMIT_FSIZE``, its private tmpfs) capped.
+- a seccomp filter (:mod:`.seccomp_filter`): no new processes, programs, sockets or namespaces.
+
+The worker exits when stdin closes. It is normally started inside the OS sandbox
+(:mod:`.isolation`); these limits are what it adds from inside.
 """
 
 from __future__ import annotations
@@ -33,9 +38,16 @@ from typing import Any, BinaryIO
 from envfactory_assets.runtime.engine import CallTimedOut, Engine, OperationError
 from envfactory_assets.runtime.errors import ErrorType
 from envfactory_assets.runtime.protocol import PROTOCOL_VERSION, ProtocolError, read_frame, write_frame
+from envfactory_assets.runtime.seccomp_filter import install_seccomp_filter
 
 MEMORY_ENV_VAR = "ENVFACTORY_SANDBOX_MEMORY_MB"
 CPU_ENV_VAR = "ENVFACTORY_SANDBOX_CPU_SECONDS"
+#: Open descriptors: the protocol's two, stdio, the interpreter's own, and a margin.
+MAX_OPEN_FILES = 64
+#: Processes of the sandbox user; the worker needs one, the filter refuses forks anyway.
+MAX_PROCESSES = 16
+#: Largest file the worker may write (only its private tmpfs is writable), bytes.
+MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
 class Alarm:
@@ -91,6 +103,16 @@ def rearm_cpu_limit(cpu_seconds: int) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def set_process_limits() -> None:
+    """No core dumps; cap open files, processes and written file size (soft and hard)."""
+    for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
+                         (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_FSIZE, MAX_FILE_BYTES)):
+        _, hard = resource.getrlimit(limit)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(limit, (value, value))
 
 
 def claim_protocol_streams() -> tuple[BinaryIO, BinaryIO]:
@@ -157,17 +179,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envfactory_assets.runtime.worker")
     parser.add_argument("--memory-mb", type=int, default=None, help=f"RLIMIT_AS in MiB (or ${MEMORY_ENV_VAR})")
     parser.add_argument("--cpu-seconds", type=int, default=None, help=f"CPU s per request (or ${CPU_ENV_VAR})")
+    parser.add_argument("--python-guards", choices=("on", "off"), default="on",
+                        help="static check and restricted builtins; 'off' only to test the OS layer alone")
+    parser.add_argument("--seccomp", choices=("on", "off"), default="on", help="install the seccomp filter")
+    parser.add_argument("--domain", default="", help="the trust domain (environment id) this worker serves; "
+                        "only for process listings")
     args = parser.parse_args(argv)
     memory_mb = _limit_from(args.memory_mb, MEMORY_ENV_VAR)
     cpu_seconds = _limit_from(args.cpu_seconds, CPU_ENV_VAR)
 
     protocol_in, protocol_out = claim_protocol_streams()
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    set_process_limits()
     set_memory_limit(memory_mb)
     rearm_cpu_limit(cpu_seconds)
     alarm = Alarm()
-    engine = Engine(deadline_passed=alarm.deadline_passed)
-    write_frame(protocol_out, {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION})
+    engine = Engine(deadline_passed=alarm.deadline_passed, python_guards=args.python_guards == "on")
+    # Imports the engine may need later happen now, before the filter; the filter comes last.
+    seccomp_problem = install_seccomp_filter() if args.seccomp == "on" else "disabled"
+    write_frame(protocol_out, {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION,
+                               "seccomp": seccomp_problem or "on"})
     while True:
         try:
             request = read_frame(protocol_in)

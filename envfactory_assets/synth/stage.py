@@ -74,7 +74,8 @@ def load_environments(worker: SandboxWorker, environments: dict[str, dict[str, A
     """Load each of ``env_ids`` into ``worker`` once. The worker keeps the sources and reloads them by
     itself after a restart, so nothing here tracks crashes."""
     for env_id in sorted(set(env_ids)):
-        worker.load_environment(env_id, environments[env_id]["source"])
+        worker.load_environment(env_id, environments[env_id]["source"],
+                                origin=environments[env_id].get("origin", "untrusted"))
 
 
 def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environments: dict[str, dict[str, Any]],

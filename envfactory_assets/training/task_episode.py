@@ -152,7 +152,8 @@ class TaskRunner:
             if env_id not in self._environments:
                 raise KeyError(f"rl row {row.get('id', '?')}: environment {env_id!r} is not available")
             if env_id not in self._loaded:  # the worker itself re-loads them after a restart
-                self._worker.load_environment(env_id, self._environments[env_id]["source"])
+                self._worker.load_environment(env_id, self._environments[env_id]["source"],
+                                              origin=self._environments[env_id].get("origin", "untrusted"))
                 self._loaded.add(env_id)
         return TaskEpisode(self._worker, row)
 

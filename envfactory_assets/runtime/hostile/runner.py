@@ -7,8 +7,8 @@ Usage::
 
 Every sample goes through the static check first. Flagged samples are also offered to the worker
 (which must refuse them too) and never run. Accepted samples go through the whole lifecycle in one
-shared :class:`.SandboxWorker` (``load_environment`` -> ``open_episode`` -> the tool call ->
-``save``); the first stage that fails is the observed stop, and a sample that gets through every
+shared :class:`.SandboxWorker`, each in its own worker process (``load_environment`` ->
+``open_episode`` -> the tool call -> ``save``); the first stage that fails is the observed stop, and a sample that gets through every
 stage, or leaves anything in its canary directory, has *escaped*. After each sample a benign
 environment is called in the same worker (restarted if the sample killed it) to prove it recovered.
 Nothing here can hang: each request is bounded by the worker's limits plus ``kill_grace_s``.
@@ -191,7 +191,7 @@ def run_sample(worker: SandboxWorker, sample: HostileSample, *, canary_dir: str)
         for key, value in sample.arguments.items()
     }
     waits: list[float] = []
-    pid_before, starts_before = worker.pid, worker.starts
+    starts_before = worker.starts
     started = time.monotonic()
     violations = static_check(sample.source)
     worker_rejected: bool | None = None
@@ -232,8 +232,9 @@ def run_sample(worker: SandboxWorker, sample: HostileSample, *, canary_dir: str)
             and error_type in sample.errors
             and stage == sample.stage
         )
-    # A killed or crashed child is discarded at once (pid None) and restarted lazily later.
-    worker_restarted = worker.pid != pid_before or worker.starts != starts_before
+    # Each sample has its own worker process (its own trust domain), started once; a killed or
+    # crashed one is discarded at once (no pid) and restarted lazily later.
+    worker_restarted = env_id not in worker.pids or worker.starts - starts_before > 1
     longest_wait = max(waits, default=0.0)
 
     recovery_started = time.monotonic()

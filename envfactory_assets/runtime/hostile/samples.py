@@ -28,10 +28,19 @@ from typing import Any
 
 STATIC_REJECT = "static_reject"
 RUNTIME_STOP = "runtime_stop"
+#: The OS layer must contain it: any stage may stop it, every containment probe must stay clean.
+OS_CONTAINED = "os_contained"
 ESCAPED = "escaped"
 
 # Replaced by the runner with a path inside a fresh temporary directory.
 CANARY = "<canary>"
+# Replaced by the containment runner (:mod:`.containment`) with its probes' values: the paths of the
+# planted secret files, the port of the parent's loopback listener, the token a left-behind process
+# would carry. In a module's source the same values replace ``__CANARY__``, ``__SECRETS__``,
+# ``__PORT__`` and ``__MARKER__`` (for payloads that run while the module loads).
+SECRETS = "<secrets>"
+PORT = "<port>"
+MARKER = "<marker>"
 
 _LOAD_SAVE = '''
 
@@ -68,6 +77,9 @@ class HostileSample:
         errors: for runtime stops, the accepted error types (more than one only where the limit that
             strikes first legitimately varies).
         violations: for static rejects, substrings that must appear among the violations.
+        probe_sensitive: the attack is one the containment probes detect when it succeeds (it reads
+            the planted secrets, writes the canary, connects, or leaves a process); these samples
+            form the negative control, run with the OS layer off.
     """
 
     name: str
@@ -80,10 +92,11 @@ class HostileSample:
     arguments: dict[str, Any] = dataclasses.field(default_factory=dict)
     errors: tuple[str, ...] = ()
     violations: tuple[str, ...] = ()
+    probe_sensitive: bool = False
 
     def __post_init__(self) -> None:
-        if self.expected not in (STATIC_REJECT, RUNTIME_STOP):
-            raise ValueError(f"{self.name}: expected must be static_reject or runtime_stop")
+        if self.expected not in (STATIC_REJECT, RUNTIME_STOP, OS_CONTAINED):
+            raise ValueError(f"{self.name}: expected must be static_reject, runtime_stop or os_contained")
         if self.expected == STATIC_REJECT and not self.violations:
             raise ValueError(f"{self.name}: a static_reject sample needs expected violations")
         if self.expected == RUNTIME_STOP and not self.errors:

@@ -1,0 +1,317 @@
+"""Containment probes: evidence, independent of the sandbox's own reports, that hostile code did no
+harm outside its worker.
+
+:class:`Probes` plants secrets in a fake ``ENVFACTORY_HOME``, a fake ``$HOME`` and an ``/etc``-like
+folder (plus the first line of the real ``/etc/passwd``), opens a loopback listener, and names a
+canary path and a marker token. Samples only ever get paths under the probe's own folder to write
+to: the negative control runs them unconfined. After a sample ran and its worker was closed, :meth:`Probes.check`
+lists every violation: a secret in any output, error or stderr text; a connection the listener
+received; a file created or changed anywhere under the probe's folder; a process still alive whose
+command line carries the marker or the run's trust-domain label. A benign environment called after
+each sample in the same :class:`..sandbox.SandboxWorker` must answer exactly as before.
+
+:func:`run_containment` runs a corpus this way, normally with the Python layer (static check,
+restricted builtins) switched off, so that the OS layer is the only thing between the code and the
+host. With the OS layer switched off too (:data:`..isolation.OS_LAYER_ENV_VAR`) the probe-sensitive
+samples must trip the probes: the negative control that shows the probes can see an escape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets as token_source
+import select
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envfactory_assets.runtime.errors import EnvironmentRejected, SandboxError
+from envfactory_assets.runtime.hostile.runner import BENIGN_EXPECTED, BENIGN_SOURCE
+from envfactory_assets.runtime.hostile.samples import CANARY, MARKER, PORT, SECRETS, HostileSample
+from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
+
+#: Limits of the containment run: small, so the resource bombs end quickly.
+CONTAINMENT_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=1.5, kill_grace_s=1.0)
+#: Samples of :mod:`.samples` (Python-layer corpus) whose attack the probes see when it succeeds.
+PROBE_SENSITIVE_NAMES = frozenset({
+    "write_file_with_pathlib", "shell_via_subprocess", "os_system_through_builtins",
+    "update_wrapper_getattr", "submodule_from_import",
+})
+_EMPTY_STATE: dict[str, Any] = {"tables": {}, "meta": {"now": "2024-05-01T00:00:00Z", "seed": 0, "next_id": 1}}
+_BENIGN_ENV = "containment_benign"
+
+
+def is_probe_sensitive(sample: HostileSample) -> bool:
+    """Whether the probes must see ``sample`` when nothing contains it (the negative control)."""
+    return sample.probe_sensitive or sample.name in PROBE_SENSITIVE_NAMES
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    """``{relative path: sha256 of content, or 'dir'/'link'}`` of every entry under ``root``."""
+    digest: dict[str, str] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(directory, name)
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                digest[rel] = "link"
+            elif path.is_dir():
+                digest[rel] = "dir"
+            else:
+                try:
+                    digest[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+                except OSError:
+                    digest[rel] = "unreadable"
+    return digest
+
+
+class Probes:
+    """The planted secrets, the listener, the canary and the marker of one containment run.
+
+    Use as a context manager; :meth:`arguments` gives a sample's probe arguments and
+    :meth:`check` the violations seen so far.
+
+    Attributes:
+        root: the probe's folder (fake ``ENVFACTORY_HOME``, ``home`` and ``etc`` inside it).
+        label: prefix of every environment id of the run (it appears in the workers' command lines).
+        marker: token a process left behind by a sample carries on its command line.
+    """
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="envfactory-containment-")
+        self.root = Path(self._tmp.name)
+        self.label = "c" + token_source.token_hex(4)
+        self.marker = "envfactory-probe-" + token_source.token_hex(8)
+        self.tokens: list[str] = []
+        self.secret_paths: list[str] = []
+        for folder, name in (("envfactory_home", "api_key.txt"), ("home/.ssh", "id_rsa"), ("etc", "shadow")):
+            token = "SECRET-" + token_source.token_hex(12)
+            path = self.root / folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{token}\n")
+            self.tokens.append(token)
+            self.secret_paths.append(str(path))
+        try:
+            first = Path("/etc/passwd").read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
+            first = ""
+        if len(first) >= 8:  # e.g. "root:x:0:0:root:/root:/bin/bash"; samples read it themselves,
+            self.tokens.append(first)  # never get its path to write to (the negative control runs for real)
+        self.canary_dir = self.root / "outside"
+        self.canary_dir.mkdir()
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self._before = _tree_digest(self.root)
+        self.connections = 0
+
+    def __enter__(self) -> Probes:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill anything left behind, close the listener, remove the folder."""
+        self.kill_leftovers()
+        self.listener.close()
+        self._tmp.cleanup()
+
+    def arguments(self, sample: HostileSample) -> dict[str, Any]:
+        """The sample's call arguments with the probe placeholders filled in."""
+        values = {CANARY: str(self.canary_dir / sample.name), SECRETS: list(self.secret_paths),
+                  PORT: self.port, MARKER: self.marker}
+        return {key: values.get(value, value) if isinstance(value, str) else value
+                for key, value in sample.arguments.items()}
+
+    def source(self, sample: HostileSample) -> str:
+        """The sample's module with the source-level placeholders filled in (as Python literals)."""
+        text = sample.source
+        for name, value in (("__CANARY__", str(self.canary_dir / f"{sample.name}-module")),
+                            ("__SECRETS__", list(self.secret_paths)), ("__PORT__", self.port),
+                            ("__MARKER__", self.marker)):
+            text = text.replace(name, repr(value))
+        return text
+
+    def _leftovers(self) -> list[tuple[int, str]]:
+        found = []
+        own = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == own:
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                continue
+            if self.marker in cmdline or f"--domain {self.label}" in cmdline:
+                found.append((int(entry), cmdline[:200]))
+        return found
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL every process the probes would report as left behind."""
+        for pid, _ in self._leftovers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _drain_connections(self) -> None:
+        while select.select([self.listener], [], [], 0)[0]:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                break
+            self.connections += 1
+            conn.close()
+
+    def check(self, texts: Sequence[str], *, processes: bool = True) -> list[str]:
+        """Every violation seen: leaked secrets in ``texts``, connections, changed files, leftovers.
+
+        Args:
+            texts: everything the sample produced that reaches the parent (outputs, error
+                messages, stderr tails), as text.
+            processes: also look for processes left behind (only meaningful once the sample's
+                worker is closed).
+        """
+        violations = []
+        joined = "\n".join(texts)
+        for token in self.tokens:
+            if token in joined:
+                violations.append(f"secret leaked: {token[:16]}...")
+        self._drain_connections()
+        if self.connections:
+            violations.append(f"loopback listener received {self.connections} connection(s)")
+        after = _tree_digest(self.root)
+        changed = sorted(k for k in set(after) | set(self._before) if after.get(k) != self._before.get(k))
+        if changed:
+            violations.append(f"files changed outside the sandbox: {changed[:5]}")
+        if processes:
+            time.sleep(0.05)  # a killed worker's namespace takes a moment to be torn down
+            left = self._leftovers()
+            if left:
+                violations.append(f"{len(left)} process(es) survived the worker: {left[0][1]}")
+        return violations
+
+    def reset(self) -> None:
+        """Forget violations seen so far (after they were reported): new baseline, kill leftovers."""
+        self.kill_leftovers()
+        for path in self.canary_dir.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                for inner in path.iterdir():
+                    inner.unlink()
+                path.rmdir()
+            else:
+                path.unlink()
+        self._drain_connections()
+        self.connections = 0
+        self._before = _tree_digest(self.root)
+
+
+def _run_one(worker: SandboxWorker, probes: Probes, sample: HostileSample) -> tuple[str, list[str]]:
+    """Load and call ``sample``; ``(how it ended, texts that reached the parent)``."""
+    env_id = f"{probes.label}_{sample.name}"
+    texts: list[str] = []
+    try:
+        worker.load_environment(env_id, probes.source(sample))
+    except EnvironmentRejected as exc:
+        return "rejected at load", [*exc.violations, worker.stderr_tail(env_id)]
+    except SandboxError as exc:
+        return f"{type(exc).__name__} at load", [str(exc)]
+    try:
+        episode = worker.open_episode({env_id: _EMPTY_STATE})
+        result = worker.call(episode, sample.tool, probes.arguments(sample))
+        texts.append(repr(result))
+        if worker.is_open(episode):
+            try:
+                texts.append(repr(worker.save(episode)))
+            except SandboxError as exc:
+                texts.append(str(exc))
+            worker.close_episode(episode)
+        ended = "call ok" if result.get("ok") else f"call error: {result.get('error', {}).get('type')}"
+    except SandboxError as exc:
+        texts.append(str(exc))
+        ended = f"{type(exc).__name__}"
+    texts.append(worker.stderr_tail(env_id))
+    return ended, texts
+
+
+def _benign_answer(worker: SandboxWorker) -> Any:
+    try:
+        episode = worker.open_episode({_BENIGN_ENV: _EMPTY_STATE})
+        try:
+            result = worker.call(episode, "ping", {"text": "still alive"})
+        finally:
+            worker.close_episode(episode)
+    except SandboxError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return result.get("output") if result.get("ok") else result
+
+
+def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits = CONTAINMENT_LIMITS,
+                    python_guards: bool = False) -> list[dict[str, Any]]:
+    """Run each sample in its own trust domain and report what the probes saw.
+
+    Args:
+        samples: the corpus (unique names).
+        limits: the workers' limits.
+        python_guards: keep the static check and restricted builtins; ``False`` (default) leaves
+            the OS layer as the only boundary.
+
+    Returns:
+        One row per sample: ``name``, ``category``, ``ended`` (how the sandbox answered),
+        ``violations`` (probe findings; empty means contained), ``contained`` (bool),
+        ``benign_unchanged`` (the benign environment's answer after the sample equals its answer
+        before any sample), ``contained_by_os`` (whether the workers ran under bubblewrap),
+        ``seconds``.
+
+    Raises:
+        ValueError: duplicate sample names.
+    """
+    names = [s.name for s in samples]
+    if len(set(names)) != len(names):
+        raise ValueError("sample names must be unique")
+    rows = []
+    with Probes() as probes:
+        worker = SandboxWorker(limits, python_guards=python_guards)
+        try:
+            worker.load_environment(_BENIGN_ENV, BENIGN_SOURCE, origin="template")
+            baseline = _benign_answer(worker)
+            for sample in samples:
+                started = time.monotonic()
+                ended, texts = _run_one(worker, probes, sample)
+                benign = _benign_answer(worker)
+                worker.close()  # every worker of the sample gone before processes are looked for
+                violations = probes.check(texts)
+                rows.append({
+                    "name": sample.name, "category": sample.category, "ended": ended,
+                    "violations": violations, "contained": not violations,
+                    "benign_unchanged": benign == baseline == BENIGN_EXPECTED,
+                    "contained_by_os": worker.contained, "seconds": round(time.monotonic() - started, 3),
+                })
+                probes.reset()
+                worker = SandboxWorker(limits, python_guards=python_guards)
+                worker.load_environment(_BENIGN_ENV, BENIGN_SOURCE, origin="template")
+        finally:
+            worker.close()
+    return rows
+
+
+def format_containment(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table of :func:`run_containment` rows."""
+    lines = ["| sample | category | sandbox answer | probes | benign env unchanged |", "|---|---|---|---|---|"]
+    for row in rows:
+        probes = "clean" if row["contained"] else "; ".join(row["violations"])
+        lines.append(f"| {row['name']} | {row['category']} | {row['ended']} | {probes} | "
+                     f"{'yes' if row['benign_unchanged'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+__all__ = ["CONTAINMENT_LIMITS", "Probes", "format_containment", "is_probe_sensitive", "run_containment"]

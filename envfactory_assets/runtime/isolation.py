@@ -1,0 +1,195 @@
+"""The operating-system boundary around a sandbox worker: the bubblewrap command line and the policy
+for when it cannot start.
+
+A Python-level check does not contain untrusted code (``dataclasses``' code generation ``exec``\\ s
+text with the real builtins, and every other code generator in the standard library can do the
+same), so the boundary is the kernel's: each worker runs under bubblewrap
+(https://github.com/containers/bubblewrap) in its own user, network, PID, IPC, UTS and mount
+namespaces, as uid/gid 65534, with a read-only view of exactly
+
+- the shared libraries the interpreter links against (``/usr/lib``, ``/usr/lib64`` and the
+  ``/lib``/``/lib64`` links to them; no ``/usr/bin``, so there is no shell to run),
+- the interpreter's installation (``sys.base_prefix``, or the executable and its standard library
+  when it lives in ``/usr``),
+- the virtual environment (``sys.prefix`` when it differs from the base),
+- the ``envfactory_assets`` package directory itself (not the repository around it),
+
+plus a private, size-capped tmpfs at ``/tmp`` (the working directory), a minimal ``/dev`` and the
+namespace's own ``/proc``. Nothing of ``ENVFACTORY_HOME``, the repository, ``$HOME`` or ``/etc`` is
+visible. The worker dies with its parent (``--die-with-parent``), and when it exits the kernel kills
+every process left in its PID namespace. Inside, the worker adds rlimits and a seccomp filter
+(:mod:`.seccomp_filter`).
+
+Where bubblewrap cannot start (not installed, user namespaces disabled), :func:`resolve_isolation`
+says why; the caller then refuses untrusted code unless :data:`UNSAFE_ENV_VAR` is set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import warnings
+from pathlib import Path
+
+from envfactory_assets.runtime.errors import SandboxError
+
+#: Set to ``1`` to run environment code without the OS sandbox when bubblewrap cannot start. The
+#: name says what it is: with it, generated code runs with the pipeline's own privileges.
+UNSAFE_ENV_VAR = "ENVFACTORY_UNSAFE_ALLOW_UNSANDBOXED_CODE"
+#: Set to ``0`` (tests only) to turn the OS layer off although bubblewrap works: the negative control
+#: of the containment test, which must then see the hostile corpus trip its probes.
+OS_LAYER_ENV_VAR = "ENVFACTORY_SANDBOX_OS_LAYER"
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+#: Size of the worker's private /tmp, bytes.
+TMPFS_BYTES = 64 * 1024 * 1024
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+_LIBRARY_DIRS = ("/usr/lib", "/usr/lib64")
+
+
+class IsolationUnavailable(SandboxError):
+    """The OS sandbox cannot start and the code to run is not allowed without it.
+
+    The message names the reason and the setting that would allow running anyway.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Isolation:
+    """How workers are started in this process.
+
+    Attributes:
+        bwrap: path of the bubblewrap executable, or None when workers run without the OS layer.
+        reason: why the OS layer is off (empty when ``bwrap`` is set).
+        unsafe_allowed: :data:`UNSAFE_ENV_VAR` is set, so untrusted code may run without it.
+        seccomp: workers install their seccomp filter; off only when the OS layer is switched off
+            as a whole (:data:`OS_LAYER_ENV_VAR`), for the negative control of the containment test.
+    """
+
+    bwrap: str | None
+    reason: str = ""
+    unsafe_allowed: bool = False
+    seccomp: bool = True
+
+    @property
+    def contained(self) -> bool:
+        """Whether workers run inside the OS sandbox."""
+        return self.bwrap is not None
+
+    def check_may_run(self, origin: str) -> None:
+        """Refuse to run code of ``origin`` without the OS layer, or warn for templated code.
+
+        Args:
+            origin: ``"template"`` for code the offline builder wrote from fixed templates (it may
+                run with a warning), anything else (``"model"``, ``"user"``, ``"untrusted"``) for
+                code that must not run unless the unsafe setting is on.
+
+        Raises:
+            IsolationUnavailable: the OS layer is off, the code is not templated and
+                :data:`UNSAFE_ENV_VAR` is not set.
+        """
+        if self.contained:
+            return
+        if self.unsafe_allowed:
+            warnings.warn(f"running {origin} environment code WITHOUT the OS sandbox ({self.reason}; "
+                          f"{UNSAFE_ENV_VAR}=1)", RuntimeWarning, stacklevel=3)
+            return
+        if origin == "template":
+            warnings.warn(f"running templated environment code without the OS sandbox: {self.reason}",
+                          RuntimeWarning, stacklevel=3)
+            return
+        raise IsolationUnavailable(
+            f"refusing to run {origin} environment code: the OS sandbox cannot start ({self.reason}). "
+            f"Install bubblewrap (Debian package 'bubblewrap'; scripts/setup.sh does as root), or set "
+            f"{UNSAFE_ENV_VAR}=1 to run it with this process's privileges (unsafe)."
+        )
+
+
+def _interpreter_binds() -> list[str]:
+    base = Path(sys.base_prefix).resolve()
+    if base != Path("/usr") and not str(base).startswith("/usr/"):
+        return [str(base)]
+    paths = {str(Path(sys._base_executable).resolve())}  # type: ignore[attr-defined]
+    for key in ("stdlib", "platstdlib"):
+        paths.add(str(Path(sysconfig.get_path(key)).resolve()))
+    return sorted(paths)
+
+
+def bound_paths() -> list[str]:
+    """Every host path a worker sees, read-only, in bind order (parents before children)."""
+    paths = [p for p in _LIBRARY_DIRS if os.path.isdir(p)]
+    for path in _interpreter_binds():
+        if not any(path == p or path.startswith(p + "/") for p in paths):
+            paths.append(path)
+    venv = Path(sys.prefix).resolve()
+    if sys.prefix != sys.base_prefix and str(venv) not in paths:
+        paths.append(str(venv))
+    paths.append(str(_PACKAGE_DIR))
+    return paths
+
+
+def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> list[str]:
+    """The bubblewrap command line that runs ``argv`` in a fresh sandbox.
+
+    Args:
+        bwrap: the bubblewrap executable.
+        argv: the command to run inside (an interpreter path visible in :func:`bound_paths`).
+        environment: the complete environment of the sandboxed process (everything else is cleared).
+
+    Returns:
+        ``[bwrap, ...options, "--", *argv]``.
+    """
+    command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
+    for path in bound_paths():
+        command += ["--ro-bind", path, path]
+    for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64")):
+        if os.path.islink(link):
+            command += ["--symlink", target, link]
+    command += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+                "--chdir", "/tmp", "--clearenv"]
+    for key, value in sorted(environment.items()):
+        command += ["--setenv", key, value]
+    return [*command, "--", *argv]
+
+
+def _probe(bwrap: str, python: str) -> str:
+    """Start the interpreter once in the sandbox; '' when it worked, else the reason."""
+    command = bwrap_command(bwrap, [python, "-c", "import orjson, envfactory_assets"],
+                            {"PYTHONPATH": str(_PACKAGE_DIR.parent), "LC_ALL": "C.UTF-8"})
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=30, check=False)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap did not run: {exc}"
+    if done.returncode != 0:
+        tail = done.stderr.decode("utf-8", "replace").strip()[-300:]
+        return f"bubblewrap exited with {done.returncode}: {tail}"
+    return ""
+
+
+@functools.lru_cache(maxsize=8)
+def _resolve(python: str, os_layer: str, unsafe: str) -> Isolation:
+    unsafe_allowed = unsafe == "1"
+    if os_layer == "0":
+        return Isolation(None, f"{OS_LAYER_ENV_VAR}=0", unsafe_allowed, seccomp=False)
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return Isolation(None, "bubblewrap (bwrap) is not installed", unsafe_allowed)
+    reason = _probe(bwrap, python)
+    if reason:
+        return Isolation(None, reason, unsafe_allowed)
+    return Isolation(bwrap, "", unsafe_allowed)
+
+
+def resolve_isolation(python: str | None = None) -> Isolation:
+    """How workers of ``python`` start in this process: probed once (one sandboxed start, ~0.1 s).
+
+    Reads :data:`OS_LAYER_ENV_VAR` and :data:`UNSAFE_ENV_VAR` on every call, so a test can switch them.
+    """
+    return _resolve(python or sys.executable, os.environ.get(OS_LAYER_ENV_VAR, "1"),
+                    os.environ.get(UNSAFE_ENV_VAR, "0"))

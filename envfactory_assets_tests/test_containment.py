@@ -1,0 +1,204 @@
+"""The operating system, not Python, contains generated code: the whole hostile corpus runs with the
+Python layer switched off and every probe stays clean; with the OS layer off too, the probes trip.
+
+These tests fail (never skip) when bubblewrap cannot start: containment is a property CI must show.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.revision import build_with_revisions
+from envfactory_assets.llm import OpenAICompatibleBackend
+from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.runtime import SandboxLimits, SandboxWorker, static_check
+from envfactory_assets.runtime.hostile.containment import (
+    Probes,
+    format_containment,
+    is_probe_sensitive,
+    run_containment,
+)
+from envfactory_assets.runtime.hostile.os_samples import CORPUS, OS_SAMPLES
+from envfactory_assets.runtime.isolation import (
+    OS_LAYER_ENV_VAR,
+    UNSAFE_ENV_VAR,
+    IsolationUnavailable,
+    bound_paths,
+    resolve_isolation,
+)
+from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
+from envfactory_assets.sources.scan import SourceResource, inspect_file
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=1.5, kill_grace_s=1.0)
+
+# The reproduction of the Python-layer escape, as reported: it passes the static check.
+REPRODUCTION = textwrap.dedent('''\
+    import dataclasses
+    def load(data): return dict(data)
+    def save(state): return dict(state)
+    def attack(state):
+        @dataclasses.dataclass
+        class Base:
+            a: int = 0
+        dataclasses.fields(Base)[0].name = "a,exec(self.p))#"
+        @dataclasses.dataclass(init=False, repr=False)
+        class Child(Base):
+            """x"""
+        c = Child(); c.p = "import os; os.system('id > proof.txt'); self.uid = os.getuid()"
+        c == Child()
+        return {"uid": getattr(c, "uid", None)}
+''')
+
+
+@pytest.fixture(scope="module", autouse=True)
+def os_layer_must_start() -> None:
+    isolation = resolve_isolation()
+    assert isolation.contained, f"the OS sandbox must start for these tests: {isolation.reason}"
+
+
+@pytest.fixture(scope="module")
+def corpus_rows() -> dict[str, dict]:
+    rows = run_containment(CORPUS, limits=LIMITS, python_guards=False)
+    print("\n" + format_containment(rows))
+    return {row["name"]: row for row in rows}
+
+
+def test_corpus_has_the_kinds_an_attacker_would_try() -> None:
+    assert len(CORPUS) >= 50 and len({s.name for s in CORPUS}) == len(CORPUS)
+    categories = {s.category for s in OS_SAMPLES}
+    for kind in ("code generation", "format-string walk", "frame walk", "cross-environment tampering",
+                 "delayed payload", "non-determinism", "protocol forgery", "detached children"):
+        assert kind in categories
+    assert sum(is_probe_sensitive(s) for s in CORPUS) >= 20
+
+
+def test_every_probe_stays_clean_with_only_the_os_layer(corpus_rows) -> None:
+    assert set(corpus_rows) == {s.name for s in CORPUS}
+    leaks = {name: row["violations"] for name, row in corpus_rows.items() if not row["contained"]}
+    assert leaks == {}
+    assert all(row["contained_by_os"] for row in corpus_rows.values())
+
+
+def test_a_benign_environment_in_the_same_run_is_unchanged(corpus_rows) -> None:
+    assert [name for name, row in corpus_rows.items() if not row["benign_unchanged"]] == []
+
+
+def test_negative_control_without_the_os_layer_trips_the_probes(monkeypatch) -> None:
+    monkeypatch.setenv(OS_LAYER_ENV_VAR, "0")
+    monkeypatch.setenv(UNSAFE_ENV_VAR, "1")
+    sensitive = [s for s in CORPUS if is_probe_sensitive(s)]
+    with pytest.warns(RuntimeWarning, match="WITHOUT the OS sandbox"):
+        rows = run_containment(sensitive, limits=LIMITS, python_guards=False)
+    assert not any(row["contained_by_os"] for row in rows)
+    missed = [row["name"] for row in rows if row["contained"]]
+    assert missed == []
+    seen = " ".join(v for row in rows for v in row["violations"])
+    for kind in ("secret leaked", "loopback listener received", "files changed outside", "survived the worker"):
+        assert kind in seen
+
+
+def test_the_reported_reproduction_passes_the_static_check_but_is_contained(tmp_path, monkeypatch) -> None:
+    assert static_check(REPRODUCTION) == []
+    monkeypatch.chdir(tmp_path)
+    with SandboxWorker(LIMITS) as worker:
+        worker.load_environment("repro", REPRODUCTION)
+        episode = worker.open_episode({"repro": {}})
+        result = worker.call(episode, "attack")
+    # The Python layer was escaped (exec ran with the real builtins), the OS layer held: the code is
+    # an unprivileged user with no shell, no process creation and no view of the host's files.
+    assert result["ok"], result
+    assert result["output"]["uid"] == 65534
+    for place in (tmp_path, Path(_PACKAGE_PARENT), Path.home()):
+        assert not (place / "proof.txt").exists()
+
+
+def test_a_model_reply_with_the_payload_at_module_level_runs_only_in_the_sandbox(tmp_path) -> None:
+    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
+    assert isinstance(resource, SourceResource), resource
+    env = build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+    with Probes() as probes:
+        payload = textwrap.dedent(f'''\
+            import dataclasses
+            @dataclasses.dataclass
+            class _Base:
+                a: int = 0
+            dataclasses.fields(_Base)[0].name = "a,exec(self.p))#"
+            @dataclasses.dataclass(init=False, repr=False)
+            class _Child(_Base):
+                """x"""
+            _c = _Child()
+            _c.p = ("import builtins as b; h = b.open({probes.secret_paths[0]!r}); self.s = h.read(); "
+                    "b.open({str(probes.canary_dir / 'proof.txt')!r}, 'w').write(self.s); "
+                    "import os; os.system('id > {tmp_path / 'proof.txt'}')")
+            _c == _Child()
+        ''')
+        reply = "```python\n" + payload + "\n" + env["source"] + "\n```\n"
+        with FakeChatServer([reply, reply]) as server:
+            backend = OpenAICompatibleBackend(server.base_url, "fake-coder", backoff_s=0.01, timeout_s=10)
+            result = build_with_revisions(env, backend, max_revisions=1)
+        assert probes.check([repr(result.as_dict())]) == []
+    assert not (tmp_path / "proof.txt").exists()
+    # What the verifier saw is recorded: the payload failed inside the sandbox (no such file there).
+    assert result.status == "failed"
+    assert "FileNotFoundError" in repr(result.as_dict()) or "PermissionError" in repr(result.as_dict())
+
+
+def test_forks_never_share_a_mutated_row() -> None:
+    source = textwrap.dedent('''\
+        def load(data): return data
+        def save(state): return state
+        def scribble(state):
+            row = state["tables"]["items"][0]
+            row["name"] = "scribbled"
+            row["tags"].append("x")
+            return row
+        def read(state):
+            return state["tables"]["items"][0]
+    ''')
+    state = {"tables": {"items": [{"name": "original", "tags": []}]}, "meta": {}}
+    with SandboxWorker(LIMITS, python_guards=False) as worker:
+        worker.load_environment("mutator", source)
+        base = worker.open_episode({"mutator": state})
+        sibling = worker.fork(base)
+        other = worker.fork(base)
+        assert worker.call(sibling, "scribble")["ok"]
+        assert worker.call(base, "read")["output"] == {"name": "original", "tags": []}
+        assert worker.call(other, "read")["output"] == {"name": "original", "tags": []}
+        assert worker.save(sibling)["mutator"]["tables"]["items"][0]["tags"] == ["x"]
+
+
+def test_each_environment_runs_in_its_own_process() -> None:
+    with SandboxWorker(LIMITS) as worker:
+        worker.load_environment("one", "def load(d): return d\ndef save(s): return s\ndef ping(state): return 1\n")
+        worker.load_environment("two", "def load(d): return d\ndef save(s): return s\ndef pong(state): return 2\n")
+        episode = worker.open_episode({"one": {}, "two": {}})
+        assert worker.call(episode, "ping")["output"] == 1 and worker.call(episode, "pong")["output"] == 2
+        pids = worker.pids
+        assert set(pids) == {"one", "two"} and len(set(pids.values())) == 2
+        assert worker.seccomp_status("one") == "on"
+
+
+def test_the_sandbox_sees_only_the_named_paths() -> None:
+    paths = bound_paths()
+    home = os.environ.get("ENVFACTORY_HOME", str(Path(_PACKAGE_PARENT) / ".envfactory"))
+    assert not any(p == _PACKAGE_PARENT or home.startswith(p + "/") or p == home for p in paths)
+    assert str(Path(_PACKAGE_PARENT) / "envfactory_assets") in paths
+    assert not any(p == "/etc" or p.startswith("/etc/") for p in paths)
+
+
+def test_untrusted_code_is_refused_when_the_os_layer_cannot_start(monkeypatch) -> None:
+    monkeypatch.setenv(OS_LAYER_ENV_VAR, "0")
+    monkeypatch.delenv(UNSAFE_ENV_VAR, raising=False)
+    with SandboxWorker(LIMITS) as worker:
+        with pytest.raises(IsolationUnavailable, match=UNSAFE_ENV_VAR):
+            worker.load_environment("model_written", REPRODUCTION, origin="model")
+        with pytest.warns(RuntimeWarning, match="templated"):
+            worker.load_environment("templated", "def load(d): return d\ndef save(s): return s\n",
+                                    origin="template")
