@@ -113,7 +113,36 @@ def run(rows: int, repeat: int) -> list[tuple[str, list[float]]]:
             worker.close_episode(worker.open_episode({"bench": state}))
 
         results.append((f"open_episode + close, {rows} rows", measure(open_and_close, repeat)))
+    results += _three_environment_rollouts(rows, max(10, repeat // 4))
     return results
+
+
+def _three_environment_rollouts(rows: int, repeat: int) -> list[tuple[str, list[float]]]:
+    """A task over three environments (three trust domains, so three worker processes): worker
+    start, and a rollout = fork the task's episode, 5 tool calls, final-state hash, close."""
+    starts = []
+    for _ in range(max(3, repeat // 5)):
+        with SandboxWorker(SandboxLimits()) as fresh:
+            began = time.perf_counter()
+            fresh.load_environment("bench_a", BENCH_ENV_SOURCE, origin="template")
+            fresh.open_episode({"bench_a": make_state(1)})
+            starts.append((time.perf_counter() - began) * 1000)
+    env_ids = ("bench_a", "bench_b", "bench_c")
+    state = make_state(rows)
+    with SandboxWorker(SandboxLimits()) as worker:
+        for env_id in env_ids:
+            worker.load_environment(env_id, BENCH_ENV_SOURCE, origin="template")
+        task = worker.open_episode({env_id: state for env_id in env_ids})
+
+        def rollout() -> None:
+            episode = worker.fork(task)
+            for index in range(5):
+                worker.call(episode, f"{env_ids[index % 3]}.get_task", {"task_id": index + 1})
+            worker.state_hash(episode)
+            worker.close_episode(episode)
+
+        return [("worker start + load + open (one environment)", starts),
+                (f"rollout on 3 environments x {rows} rows (fork, 5 calls, hash, close)", measure(rollout, repeat))]
 
 
 def format_table(results: list[tuple[str, list[float]]]) -> str:

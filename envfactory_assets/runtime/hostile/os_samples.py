@@ -64,7 +64,7 @@ def _damage(get, canary, secrets, port, marker):
             if os_module.fork() == 0:
                 os_module.execv(sys_module.executable,
                                 [sys_module.executable, "-c", "import time; time.sleep(60)", marker])
-            os_module._exit(0)
+            os_module.kill(os_module.getpid(), 9)
         report["detached"] = True
     except Exception as exc:
         report["detached"] = "refused: " + type(exc).__name__
