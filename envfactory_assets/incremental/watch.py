@@ -17,7 +17,8 @@ from typing import Any, Iterable
 import orjson
 
 from envfactory_assets.incremental.partitions import PARTITION_KEY_RE
-from envfactory_assets.sources.scan import SourceResource, corpus_files, inspect_file
+from envfactory_assets.sources.scan import (
+    ENTRY_REASONS, Rejection, SourceResource, corpus_files, inspect_file, safe_name)
 
 SHA_CHARS = 16
 
@@ -61,7 +62,7 @@ def snapshot(roots: Iterable[Path], previous: dict[str, list[Any]] | None,
         if not root.is_dir():
             continue
         for path in corpus_files(root):
-            name = str(path)
+            name = safe_name(str(path))  # the cursor is JSON: a raw non-UTF-8 name cannot be encoded
             st = path.stat()
             old = previous.get(name)
             if old is not None and old[0] == st.st_mtime_ns and old[1] == st.st_size:
@@ -74,7 +75,10 @@ def snapshot(roots: Iterable[Path], previous: dict[str, list[Any]] | None,
                 continue
             parses += 1
             result = inspect_file(path, root)
-            sha = result.sha256 if result.sha256 else hashlib.sha256(path.read_bytes()).hexdigest()
+            if isinstance(result, Rejection) and result.reason in ENTRY_REASONS:
+                sha = ""  # refused unread (a link out of the folder, say): not read for a hash either
+            else:
+                sha = result.sha256 if result.sha256 else hashlib.sha256(path.read_bytes()).hexdigest()
             key = result.resource_key if isinstance(result, SourceResource) else None
             files[name] = [st.st_mtime_ns, st.st_size, sha[:SHA_CHARS], key]
     return files, left

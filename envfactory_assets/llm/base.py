@@ -46,6 +46,11 @@ class EndpointUnreachable(LLMError):
     """The endpoint did not answer (connection error, timeout, 429 or 5xx) after every retry."""
 
 
+class MalformedReply(LLMError):
+    """The endpoint answered HTTP 200 with something that is not a chat completion (a body that is not JSON,
+    no ``choices``, no message, content that is not a string) on every attempt. Never cached."""
+
+
 class RequestRejected(LLMError):
     """The endpoint refused the request with a 4xx other than 429 (not retried).
 
@@ -98,8 +103,9 @@ class ChatBackend(Protocol):
     """What EnvGen needs from a model: one chat completion per call.
 
     ``complete(messages, role=..., max_tokens=..., temperature=0.0) -> Completion``. Implementations
-    raise :class:`BudgetExceeded`, :class:`EndpointUnreachable`, :class:`RequestRejected` or
-    :class:`BackendConfigError` (all :class:`LLMError`), never a client library's own exception.
+    raise :class:`BudgetExceeded`, :class:`EndpointUnreachable`, :class:`MalformedReply`,
+    :class:`RequestRejected` or :class:`BackendConfigError` (all :class:`LLMError`), never a client
+    library's own exception.
     """
 
     def complete(self, messages: Sequence[Message], *, role: str, max_tokens: int,

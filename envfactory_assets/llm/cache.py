@@ -50,25 +50,39 @@ class ResponseCache:
         self._lock = threading.Lock()
 
     def get(self, key: str) -> Completion | None:
-        """The cached reply of request ``key`` (``cached=True``), or None."""
+        """The cached reply of request ``key`` (``cached=True``), or None.
+
+        An empty reply stored by an earlier version is a miss: served from the cache it would stay empty
+        forever, while asking again may give a real answer.
+        """
         with self._lock:
             row = self._db.execute(
-                "SELECT text, prompt_tokens, completion_tokens FROM responses WHERE key = ?", (key,)).fetchone()
+                "SELECT text, prompt_tokens, completion_tokens FROM responses WHERE key = ? AND text != ''",
+                (key,)).fetchone()
         if row is None:
             return None
         return Completion(text=row[0], prompt_tokens=row[1], completion_tokens=row[2], cached=True)
 
     def __contains__(self, key: str) -> bool:
         with self._lock:
-            return self._db.execute("SELECT 1 FROM responses WHERE key = ?", (key,)).fetchone() is not None
+            return self._db.execute("SELECT 1 FROM responses WHERE key = ? AND text != ''",
+                                    (key,)).fetchone() is not None
 
-    def put(self, key: str, completion: Completion, *, model: str, role: str, request: str) -> None:
-        """Store ``completion`` under ``key`` (``request`` is the canonical request JSON, kept for audits)."""
+    def put(self, key: str, completion: Completion, *, model: str, role: str, request: str) -> bool:
+        """Store ``completion`` under ``key`` (``request`` is the canonical request JSON, kept for audits).
+
+        Returns:
+            False, storing nothing, when ``completion.text`` is empty (an empty reply is not worth
+            replaying: the next run asks again); True once stored.
+        """
+        if not completion.text:
+            return False
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (key, model, role, request, completion.text, completion.prompt_tokens,
                  completion.completion_tokens, time.time()))
+        return True
 
     def __len__(self) -> int:
         with self._lock:

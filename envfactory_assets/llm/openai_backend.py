@@ -8,6 +8,7 @@ batches.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from envfactory_assets.llm.base import (
     ChatRequest,
     Completion,
     EndpointUnreachable,
+    MalformedReply,
     Message,
     RequestRejected,
     canonical_request,
@@ -144,13 +146,18 @@ class OpenAICompatibleBackend:
         """One chat completion (see :class:`~envfactory_assets.llm.base.ChatBackend`).
 
         Returns the cached reply (``cached=True``, no request, no tokens) when the same model, messages
-        and parameters were answered before.
+        and parameters were answered before. A reply with empty content is returned (``text == ""``) but
+        not cached, so the next call asks again.
 
         Raises:
             BudgetExceeded: before sending, when the call could take the backend past ``token_budget``.
             RequestRejected: the endpoint answered 4xx other than 429 (not retried).
             EndpointUnreachable: connection errors, timeouts, 429 or 5xx on every one of the
                 ``1 + max_retries`` attempts.
+            MalformedReply: the last attempt got HTTP 200 with a body that is not a chat completion (not
+                JSON, no ``choices``, no message, non-string content); such bodies are retried like 5xx.
+
+        Every message names ``base_url``, ``model`` and the attempt (``attempt 2 of 5``).
         """
         if max_tokens < 1:
             raise BackendConfigError(f"max_tokens={max_tokens} must be >= 1")
@@ -173,52 +180,88 @@ class OpenAICompatibleBackend:
                 completion = self._send(messages, params, role)
         finally:
             self._settle(needed, completion, role)
-        if self.cache is not None:
+        if self.cache is not None and completion.text:
             self.cache.put(key, completion, model=self.model, role=role,
                            request=canonical_request(self.model, messages, params))
         return completion
 
     def _send(self, messages: list[dict[str, Any]], params: dict[str, Any], role: str) -> Completion:
         openai = self._openai
+        total = self.max_retries + 1
+        where = f"base_url={self.base_url!r} (model={self.model!r})"
         last = ""
-        for attempt in range(self.max_retries + 1):
+        malformed = False
+        for attempt in range(1, total + 1):
             retry_after: float | None = None
             try:
-                response = self._client.chat.completions.create(model=self.model, messages=messages, **params)
+                # The raw body, parsed here: the client's own parsing turns a non-JSON body into a bare
+                # JSONDecodeError and a reply without choices into an empty completion.
+                raw = self._client.chat.completions.with_raw_response.create(
+                    model=self.model, messages=messages, **params)
+                body = raw.content
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status != 429 and status < 500:
                     raise RequestRejected(
-                        f"{self.base_url} refused the {role!r} request for model={self.model!r} with HTTP {status}: "
-                        f"{_error_message(exc)} (not retried; check model and max_tokens)", status) from exc
-                last = f"HTTP {status}: {_error_message(exc)}"
+                        f"{self.base_url} refused the {role!r} request for model={self.model!r} with HTTP {status} "
+                        f"on attempt {attempt} of {total}: {_error_message(exc)} (not retried; check model and "
+                        f"max_tokens)", status) from exc
+                last, malformed = f"attempt {attempt} of {total}: HTTP {status}: {_error_message(exc)}", False
                 retry_after = _retry_after(exc)
             except openai.APIConnectionError as exc:  # includes APITimeoutError
-                last = f"{type(exc).__name__}: {exc}"
+                last, malformed = f"attempt {attempt} of {total}: {type(exc).__name__}: {exc}", False
             else:
-                return self._completion(response, messages)
-            if attempt < self.max_retries:
-                wait = min(self.backoff_s * 2 ** attempt, self.max_backoff_s)
+                try:
+                    return self._completion(body, messages)
+                except _NotACompletion as exc:
+                    last, malformed = f"attempt {attempt} of {total}: {exc}", True
+            if attempt < total:
+                wait = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
                 if retry_after is not None:
                     wait = min(max(wait, retry_after), self.max_backoff_s)
                 with self._lock:
                     self._stats["retries"] += 1
                 time.sleep(wait)
+        if malformed:
+            raise MalformedReply(
+                f"{where} sent no usable chat completion in {total} attempt(s) (max_retries={self.max_retries}); "
+                f"last error: {last}")
         raise EndpointUnreachable(
-            f"base_url={self.base_url!r} (model={self.model!r}) did not answer after {self.max_retries + 1} "
-            f"attempt(s) (max_retries={self.max_retries}, timeout_s={self.timeout_s}); last error: {last}")
+            f"{where} did not answer after {total} attempt(s) (max_retries={self.max_retries}, "
+            f"timeout_s={self.timeout_s}); last error: {last}")
 
     @staticmethod
-    def _completion(response: Any, messages: list[dict[str, Any]]) -> Completion:
-        choices = getattr(response, "choices", None) or []
-        text = (choices[0].message.content or "") if choices else ""
-        usage = getattr(response, "usage", None)
-        prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
-        completion = getattr(usage, "completion_tokens", None) if usage is not None else None
+    def _completion(body: bytes, messages: list[dict[str, Any]]) -> Completion:
+        """The :class:`Completion` of a chat-completion response body.
+
+        Raises:
+            _NotACompletion: the body is not JSON, not an object, has no ``choices``, its first choice has
+                no message, or the content is neither a string nor null.
+        """
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            raise _NotACompletion(f"the response body is not JSON ({exc}); it starts {body[:80]!r}") from None
+        if not isinstance(data, dict):
+            raise _NotACompletion(f"the response body is a JSON {type(data).__name__}, not a chat completion object")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            said = f" (it says: {_body_message(data)})" if data.get("error") else ""
+            raise _NotACompletion(f"the reply has no choices{said}")
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        if not isinstance(message, dict):
+            raise _NotACompletion("choices[0] has no message object")
+        text = message.get("content")
+        if text is None:
+            text = ""
+        if not isinstance(text, str):
+            raise _NotACompletion(f"choices[0].message.content is a JSON {type(text).__name__}, not a string")
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         return Completion(
             text=text,
-            prompt_tokens=int(prompt) if prompt is not None else estimate_prompt_tokens(messages),
-            completion_tokens=int(completion) if completion is not None else estimate_tokens(text),
+            prompt_tokens=prompt if _count(prompt) else estimate_prompt_tokens(messages),
+            completion_tokens=completion if _count(completion) else estimate_tokens(text),
             cached=False)
 
     def complete_many(self, requests: Sequence[ChatRequest], *, return_exceptions: bool = False) -> list[Any]:
@@ -280,13 +323,25 @@ class OpenAICompatibleBackend:
         return f"OpenAICompatibleBackend(base_url={self.base_url!r}, model={self.model!r})"
 
 
+class _NotACompletion(ValueError):
+    """A 200 response whose body is not a usable chat completion; the message says what is wrong."""
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _body_message(body: dict[str, Any]) -> str:
+    err = body.get("error", body)
+    if isinstance(err, dict) and err.get("message"):
+        return str(err["message"])[:300]
+    return str(err)[:300]
+
+
 def _error_message(exc: Any) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:300]
-        return str(err)[:300]
+        return _body_message(body)
     return str(exc)[:300]
 
 

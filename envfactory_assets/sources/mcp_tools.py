@@ -128,12 +128,15 @@ def validate_tool_list(document: Any, origin: str) -> dict[str, Any]:
     """
     from jsonschema import Draft202012Validator
 
+    from envfactory_assets.sources.problems import schema_error_detail, schema_error_where
+
     depth = _nesting(document, MAX_NESTING)
     if depth > MAX_NESTING:
         raise ToolListError(f"{origin}: nested more than {MAX_NESTING} levels deep (objects and arrays)")
     errors = sorted(Draft202012Validator(TOOL_LIST_SCHEMA).iter_errors(document), key=lambda e: list(e.path))
     if errors:
-        shown = "; ".join(f"at {'/'.join(map(str, e.path)) or '(top)'}: {e.message[:160]}" for e in errors[:3])
+        # the validator's own messages start with the offending value; say which rule broke instead
+        shown = "; ".join(f"at {schema_error_where(e)}: {schema_error_detail(e)[:160]}" for e in errors[:3])
         raise ToolListError(f"{origin}: not a valid MCP tool list ({len(errors)} problem(s)): {shown}")
     names = [t["name"] for t in document["tools"]]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -280,10 +283,12 @@ def load_tool_list(path: Path) -> tuple[dict[str, Any], str]:
     Raises:
         ToolListError: for unparseable JSON or a document that breaks the schema (names the file).
     """
+    from envfactory_assets.sources.problems import load_error_detail
+
     try:
         document = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise ToolListError(f"{path}: not JSON ({exc})") from exc
+        raise ToolListError(f"{path}: {load_error_detail(exc)}") from exc
     validate_tool_list(document, str(path))
     return document, hashlib.sha256(canonical_bytes(document)).hexdigest()
 

@@ -14,7 +14,8 @@ from envfactory_assets.sources.mcp_tools import (
     DEFAULT_TIMEOUT_S, MCP_KIND, TOOL_LIST_FORMAT, TOOL_LISTS_DIR, ToolListError, load_tool_list,
     read_installed_servers)
 from envfactory_assets.sources.names import snake_case, to_identifier
-from envfactory_assets.sources.scan import Rejection, SourceResource, inspect_file, load_document
+from envfactory_assets.sources.problems import load_error_detail, schema_error_detail, schema_error_where
+from envfactory_assets.sources.scan import Rejection, SourceResource, entry_rejection, inspect_file, load_document
 from envfactory_assets.store.ids import content_id
 
 USER_RESOURCES_DIR = "user_resources"
@@ -73,13 +74,16 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
 def _user_file(path: Path, root: Path, max_bytes: int) -> SourceResource | Rejection:
     from jsonschema import Draft202012Validator
 
+    refused = entry_rejection(path, root)
+    if refused is not None:
+        return refused
     rel = path.relative_to(root).as_posix()
     if path.stat().st_size > max_bytes:
         return Rejection(rel, "", "too_large", f"{path}: {path.stat().st_size} bytes > limit {max_bytes}")
     try:
         document = load_document(path.read_bytes(), path.suffix.lower())
     except Exception as exc:  # any parser error: the file is unusable, say which and why
-        return Rejection(rel, "", "unparseable", f"{path}: {type(exc).__name__}: {str(exc)[:200]}")
+        return Rejection(rel, "", "unparseable", f"{path}: {load_error_detail(exc)}")
     if isinstance(document, dict) and (document.get("format") == TOOL_LIST_FORMAT or "tools" in document):
         if path.suffix.lower() != ".json":  # its sha256 is that of canonical JSON: the file must be JSON
             return Rejection(rel, "", "invalid_tool_list",
@@ -88,10 +92,9 @@ def _user_file(path: Path, root: Path, max_bytes: int) -> SourceResource | Rejec
     errors = list(Draft202012Validator(USER_OPENAPI_SCHEMA).iter_errors(document))
     if errors:
         first = errors[0]
-        where = "/".join(map(str, first.path)) or "(top)"
         return Rejection(rel, "", "invalid_user_resource",
                          f"{path}: neither an MCP tool list ('format': {TOOL_LIST_FORMAT!r}) nor an OpenAPI 3 "
-                         f"document: at {where}: {first.message[:200]}")
+                         f"document: at {schema_error_where(first)}: {schema_error_detail(first)}")
     return inspect_file(path, root, max_bytes)
 
 
@@ -142,11 +145,16 @@ def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_byt
                      taken: set[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every ``*.json``/``*.yaml`` file of a user folder (OpenAPI documents or MCP tool lists) as rows.
 
-    A missing folder gives no rows. Each bad file is a rejection whose detail names the file.
+    A missing folder gives no rows. Each bad file is a rejection whose detail names the file and says what
+    is wrong without quoting it: a name that is not UTF-8 (``undecodable_name``, shown with ``\\xNN``
+    escapes), a symbolic link out of the folder (``link_outside_folder``, never read) or to nothing
+    (``broken_link``), a syntax error (by line and column), a schema rule it breaks.
     """
     if not folder.is_dir():
         return [], []
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in (".json", ".yaml", ".yml"))
+    # a broken symbolic link is listed too (is_file() is False for it), so that it gets a row
+    files = sorted(p for p in folder.rglob("*") if (p.is_file() or (p.is_symlink() and not p.exists()))
+                   and p.suffix.lower() in (".json", ".yaml", ".yml"))
     return _rows((_user_file(p, folder, max_bytes) for p in files), folder,
                  set(domains) if domains else None, taken if taken is not None else set())
 

@@ -7,6 +7,7 @@ Nothing is dropped silently: every file found is either a :class:`SourceResource
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -16,8 +17,11 @@ import orjson
 from envfactory_assets.sources.domains import categories_of, classify_domain
 from envfactory_assets.sources.names import snake_case, to_identifier
 from envfactory_assets.sources.openapi import SpecError, extract_resources
+from envfactory_assets.sources.problems import load_error_detail
 
 DEFAULT_MAX_BYTES = 4_000_000
+ENTRY_REASONS = frozenset({"undecodable_name", "link_outside_folder", "broken_link", "unreadable"})
+"""Rejection reasons of :func:`entry_rejection`: files that are refused without being read."""
 MAX_RESOURCES_PER_ENV = 4
 
 
@@ -92,8 +96,54 @@ def load_document(raw: bytes, suffix: str) -> Any:
     return load_untrusted_yaml(raw)
 
 
+def safe_name(name: str) -> str:
+    """``name`` as text that is valid UTF-8: the bytes of a file name that are not UTF-8 (which Python keeps
+    as surrogate escapes, e.g. ``b"bad\\xff.json"`` -> ``"bad\\udcff.json"``) are written as ``\\xNN``.
+
+    Rows are stored in DuckDB and hashed as JSON; both refuse surrogates, so a raw name would fail the
+    whole scan rather than the one file.
+    """
+    try:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+    except UnicodeError:  # surrogates that no file name decodes to
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def entry_rejection(path: Path, root: Path) -> Rejection | None:
+    """The :class:`Rejection` of a folder entry that must not be read at all, or None when it may be read.
+
+    Reasons: ``undecodable_name`` (its path under ``root`` is not valid UTF-8; the row's path is
+    :func:`safe_name` of it), ``link_outside_folder`` (after following symbolic links it is not inside
+    ``root``: a link to ``/etc/passwd`` is never read), ``broken_link`` (a symbolic link to nothing) and
+    ``unreadable`` (a link loop, or a folder on the way that cannot be searched). Neither the detail nor the path carries the content of any file. Never raises for a bad entry.
+    """
+    rel = path.relative_to(root).as_posix()
+    shown = safe_name(rel)
+    if shown != rel:
+        return Rejection(shown, "", "undecodable_name",
+                         f"{shown}: the file name is not valid UTF-8 (bytes shown as \\xNN); rename the file")
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError) as exc:  # a link loop, or a folder that cannot be searched
+        return Rejection(rel, "", "unreadable", f"{rel}: cannot follow its path ({type(exc).__name__})")
+    if not inside:
+        return Rejection(rel, "", "link_outside_folder",
+                         f"{rel}: a symbolic link to a file outside the folder {safe_name(str(root))}; "
+                         "only links that stay inside the folder are read")
+    if path.is_symlink() and not path.exists():
+        return Rejection(rel, "", "broken_link", f"{rel}: a symbolic link to a file that does not exist")
+    return None
+
+
 def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> SourceResource | Rejection:
-    """Classify one document. Never raises for bad content: returns a :class:`Rejection` instead."""
+    """Classify one document. Never raises for bad content: returns a :class:`Rejection` instead.
+
+    An entry refused by :func:`entry_rejection` (name not UTF-8, link out of ``root``) is not read.
+    Details say what is wrong (position of a syntax error, the rule broken), never the file's bytes.
+    """
+    refused = entry_rejection(path, root)
+    if refused is not None:
+        return refused
     rel = path.relative_to(root).as_posix()
     size = path.stat().st_size
     if size > max_bytes:
@@ -103,7 +153,7 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
     try:
         spec = load_document(raw, path.suffix.lower())
     except Exception as exc:  # any parser error means the file is unusable
-        return Rejection(rel, digest, "unparseable", f"{type(exc).__name__}: {str(exc)[:200]}")
+        return Rejection(rel, digest, "unparseable", load_error_detail(exc))
     if not isinstance(spec, dict):
         return Rejection(rel, digest, "not_an_object", f"top level is {type(spec).__name__}")
     try:

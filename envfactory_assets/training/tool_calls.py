@@ -14,8 +14,11 @@ from typing import Any
 
 _TOOL_CALL_OPEN = "<tool_call>"
 _TOOL_CALL_CLOSE = "</tool_call>"
-# A block ends at its close tag, at the next open tag (unclosed block) or at the end of the text.
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+MAX_TOOL_CALL_BLOCKS = 128
+"""Most ``<tool_call>`` blocks decoded in one output. A turn with more is degenerate (a model repeating a
+tag); decoding every block of a megabyte of them made one output cost seconds. The rest of the output,
+from the first block past the limit, is not decoded and counts as one format error."""
+_SPACE_RE = re.compile(r"\s*")
 # Reasoning blocks (Qwen3 / DeepSeek <think>, other <thinking>/<reasoning> variants). Calls inside them are
 # drafts, not calls. An unclosed block runs to the end of the text.
 _REASONING_RE = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.DOTALL)
@@ -73,21 +76,6 @@ def _unfence(text: str) -> str:
     if body.startswith("json"):
         body = body[4:]
     return body.strip()
-
-
-def _decode_objects(text: str) -> list[Any] | None:
-    """Decode one or more JSON values separated by whitespace; None if anything else is in ``text``."""
-    decoder = _decoder()
-    values, index, text = [], 0, text.strip()
-    try:
-        while index < len(text):
-            value, index = decoder.raw_decode(text, index)
-            values.append(value)
-            while index < len(text) and text[index].isspace():
-                index += 1
-    except (ValueError, RecursionError):
-        return None
-    return values or None
 
 
 def _as_call(obj: Any) -> dict[str, Any] | None:
@@ -157,14 +145,78 @@ def _parse_openai_json(text: str) -> tuple[list[dict[str, Any]], int] | None:
     return None
 
 
+class _TagFinder:
+    """``str.find`` of the two tags from positions that only move forward, remembering the last answer.
+
+    Without it, a block that is not JSON searched the rest of the text for a close tag that never comes:
+    the whole text once per block.
+    """
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+        self._found: dict[str, tuple[int, int]] = {}  # tag -> (searched from, found at or -1)
+
+    def next(self, tag: str, index: int) -> int:
+        """Position of the first ``tag`` at or after ``index``, -1 if none."""
+        searched_from, found = self._found.get(tag, (len(self.body) + 1, -1))
+        if index < searched_from or 0 <= found < index:
+            found = self.body.find(tag, index)
+            self._found[tag] = (index, found)
+        return found
+
+
+def _scan_block(body: str, start: int, tags: _TagFinder) -> tuple[list[Any] | None, int, str]:
+    """Read the ``<tool_call>`` block whose opening tag ends at ``start``.
+
+    The block's JSON values are decoded in place, so a close tag inside a JSON string (``"type
+    </tool_call> to finish"``) belongs to the string. The block ends at the close tag after its last value
+    (closed), or at the next opening tag or the end of the text (unclosed). When something other than JSON
+    values and whitespace comes first, the block ends at the next tag after it: closed, it is a format
+    error; unclosed, one leading JSON value is the call and the rest is text.
+
+    Returns:
+        ``(values, end, trailing text)``: ``values`` None for a format error; ``end`` where the text after
+        the block starts; the trailing text (of an unclosed block) belongs to the content.
+    """
+    decoder = _decoder()
+    values: list[Any] = []
+    first_end = start
+    index = _SPACE_RE.match(body, start).end()
+    try:
+        while True:
+            if body.startswith(_TOOL_CALL_CLOSE, index):
+                return (values or None), index + len(_TOOL_CALL_CLOSE), ""
+            if index == len(body) or body.startswith(_TOOL_CALL_OPEN, index):
+                return (values or None), index, ""
+            value, index = decoder.raw_decode(body, index)
+            if not values:
+                first_end = index
+            values.append(value)
+            index = _SPACE_RE.match(body, index).end()
+    except (ValueError, RecursionError):
+        pass
+    # Not JSON from ``index`` on: the text up to the next tag is part of the block.
+    close = tags.next(_TOOL_CALL_CLOSE, index)
+    opening = tags.next(_TOOL_CALL_OPEN, index)
+    if close >= 0 and (opening < 0 or close < opening):
+        return None, close + len(_TOOL_CALL_CLOSE), ""
+    end = opening if opening >= 0 else len(body)
+    if not values:
+        return None, end, ""
+    return values[:1], end, body[first_end:end]
+
+
 def parse_tool_calls(text: str) -> ParseResult:
     """Extract tool calls from one model output.
 
     Handles Hermes/Qwen ``<tool_call>{...}</tool_call>`` blocks (several per output, several JSON objects
-    per block, an unclosed final block), ``<think>``/``<thinking>``/``<reasoning>`` blocks (removed; calls
-    inside them are ignored), trailing text, arguments as an object or a JSON string, and OpenAI-style
-    JSON (``{"tool_calls": [{"type": "function", "function": {...}}]}``, a bare function object, or a list)
-    when the whole output is that JSON.
+    per block, an unclosed final block, a close tag inside a JSON string value), ``<think>``/``<thinking>``/
+    ``<reasoning>`` blocks (removed; calls inside them are ignored), trailing text, arguments as an object
+    or a JSON string, and OpenAI-style JSON (``{"tool_calls": [{"type": "function", "function": {...}}]}``,
+    a bare function object, or a list) when the whole output is that JSON.
+
+    Time is linear in the length of ``text``: at most :data:`MAX_TOOL_CALL_BLOCKS` blocks are decoded; the
+    text from the next opening tag on is dropped and adds one format error.
 
     Args:
         text: raw decoded model output (special tokens may or may not have been skipped).
@@ -172,6 +224,9 @@ def parse_tool_calls(text: str) -> ParseResult:
     Returns:
         :class:`ParseResult`. Every ``<tool_call>`` block that does not decode to well-formed calls adds one
         to ``format_errors`` (and contributes no call). Plain text or non-call JSON is content, not an error.
+
+    Raises:
+        TypeError: ``text`` is not a str.
     """
     if not isinstance(text, str):
         raise TypeError(f"expected str, got {type(text).__name__}")
@@ -190,21 +245,21 @@ def parse_tool_calls(text: str) -> ParseResult:
     calls: list[dict[str, Any]] = []
     errors = 0
     content_parts: list[str] = []
-    last_end = 0
-    for match in _TOOL_CALL_RE.finditer(body):
-        content_parts.append(body[last_end : match.start()])
-        last_end = match.end()
-        inner = match.group(1)
-        closed = match.group(0).endswith(_TOOL_CALL_CLOSE)
-        values = _decode_objects(inner)
-        if values is None and not closed:
-            # Unclosed final block: accept one leading JSON object, the rest is trailing text.
-            try:
-                value, index = _decoder().raw_decode(inner.lstrip())
-                values = [value]
-                content_parts.append(inner.lstrip()[index:])
-            except (ValueError, RecursionError):
-                values = None
+    position = 0
+    blocks = 0
+    tags = _TagFinder(body)
+    while True:
+        opening = tags.next(_TOOL_CALL_OPEN, position)
+        if opening < 0:
+            content_parts.append(body[position:])
+            break
+        content_parts.append(body[position:opening])
+        if blocks == MAX_TOOL_CALL_BLOCKS:
+            errors += 1
+            break
+        blocks += 1
+        values, position, trailing = _scan_block(body, opening + len(_TOOL_CALL_OPEN), tags)
+        content_parts.append(trailing)
         if values is None:
             errors += 1
             continue
@@ -213,7 +268,6 @@ def parse_tool_calls(text: str) -> ParseResult:
             errors += 1
             continue
         calls.extend(block_calls)
-    content_parts.append(body[last_end:])
     content = "".join(content_parts).replace(_TOOL_CALL_CLOSE, "").strip()
     return ParseResult(calls=calls, format_errors=errors, content=content)
 
