@@ -202,3 +202,17 @@ def test_untrusted_code_is_refused_when_the_os_layer_cannot_start(monkeypatch) -
         with pytest.warns(RuntimeWarning, match="templated"):
             worker.load_environment("templated", "def load(d): return d\ndef save(s): return s\n",
                                     origin="template")
+
+
+def test_idle_workers_are_stopped_beyond_the_process_cap_and_come_back() -> None:
+    module = "def load(d): return d\ndef save(s): return s\ndef who(state): return state.get('name')\n"
+    with SandboxWorker(LIMITS, max_processes=2) as worker:
+        for name in ("a", "b", "c"):
+            worker.load_environment(name, module)
+        assert len(worker.pids) == 2  # "a" was idle and the least recently used
+        episode = worker.open_episode({"a": {"name": "A"}, "b": {"name": "B"}, "c": {"name": "C"}})
+        assert [worker.call(episode, f"{e}.who")["output"] for e in "abc"] == ["A", "B", "C"]
+        assert len(worker.pids) == 3  # an open episode's workers are never stopped
+        worker.close_episode(episode)
+        again = worker.open_episode({"a": {"name": "again"}})
+        assert worker.call(again, "who")["output"] == "again"

@@ -262,6 +262,7 @@ class _Child:
         if self.channel is not None:
             return self.channel
         owner = self._owner
+        owner._make_room(self)
         if owner.isolation.bwrap is None:
             env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": _PACKAGE_PARENT,
                    "PYTHONHASHSEED": str(self.limits.hash_seed), "LC_ALL": "C.UTF-8"}
@@ -338,10 +339,18 @@ class SandboxWorker:
         python: interpreter for the children; defaults to ``sys.executable``.
         python_guards: keep the static check and restricted builtins inside the worker (default).
             ``False`` exists only to prove that the OS layer alone contains hostile code.
+        max_processes: how many worker processes may run at once (~25 MiB resident each); the least
+            recently used one without an open episode is stopped to start another.
+
+    Raises:
+        ValueError: ``max_processes`` < 1.
     """
 
     def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None,
-                 python_guards: bool = True) -> None:
+                 python_guards: bool = True, max_processes: int = 24) -> None:
+        if max_processes < 1:
+            raise ValueError(f"max_processes must be >= 1, got {max_processes}")
+        self.max_processes = max_processes
         self.limits = limits or SandboxLimits()
         self._python = python or sys.executable
         self.isolation = resolve_isolation(self._python)
@@ -354,6 +363,7 @@ class SandboxWorker:
         self._tools: dict[str, tuple[str, ...]] = {}
         self._episodes: dict[str, dict[str, str]] = {}
         self._last_child: _Child | None = None
+        self._pinned: set[str] = set()  # environments of an episode being opened: never stopped
         self._starts = 0
         self._closed = False
 
@@ -452,11 +462,25 @@ class SandboxWorker:
             raise SandboxError("SandboxWorker is closed")
 
     def _child(self, env_id: str) -> _Child:
-        child = self._children.get(env_id)
+        child = self._children.pop(env_id, None)
         if child is None:
-            child = self._children[env_id] = _Child(self, env_id)
+            child = _Child(self, env_id)
+        self._children[env_id] = child  # most recently used last
         self._last_child = child
         return child
+
+    def _make_room(self, starting: _Child) -> None:
+        """Before ``starting`` starts a process: stop the least recently used idle workers (no part of
+        an open episode) while :attr:`max_processes` are running. Their sources stay here, so they
+        start again on demand; workers with open episodes are never stopped (the cap may be exceeded)."""
+        running = [c for c in self._children.values() if c.proc is not None and c is not starting]
+        busy = {env_id for parts in self._episodes.values() for env_id in parts} | self._pinned
+        for child in running:
+            if len(running) < self.max_processes:
+                return
+            if child.label not in busy:
+                child.discard()
+                running.remove(child)
 
     def _load_into_child(self, child: _Child, env_id: str, source: str, tools: tuple[str, ...] | None) -> dict[str, Any]:
         fields = {"env_id": env_id, "source": source, "tool_names": list(tools) if tools is not None else None}
@@ -516,11 +540,13 @@ class SandboxWorker:
         with self._lock:
             self._check_open()
             for env_id in states:
-                self._loaded_child(env_id)
+                if env_id not in self._sources:
+                    raise UnknownEnvironment(env_id)
             parts: dict[str, str] = {}
+            self._pinned = set(states)
             try:
                 for env_id, state in states.items():
-                    child = self._child(env_id)
+                    child = self._loaded_child(env_id)
                     try:
                         result = child.request("open_episode", {"states": {env_id: state}}, self._budget(1))
                     except _RemoteError as exc:
@@ -531,6 +557,8 @@ class SandboxWorker:
             except BaseException:
                 self._close_parts(parts)
                 raise
+            finally:
+                self._pinned = set()
             episode_id = f"ep{next(self._episode_ids)}"
             self._episodes[episode_id] = parts
             return episode_id
