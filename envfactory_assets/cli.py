@@ -95,6 +95,43 @@ def _selected_ops(selection: Any) -> set[str]:
     return _op_names(keys)
 
 
+def check_selection_runnable(instance: Any, selection: Any, store_exists: bool) -> list[str]:
+    """Refuse, before any run starts, a selection whose steps cannot run: an asset outside it that one of
+    its assets reads was never materialized on ``instance`` (or the store does not exist while one is
+    needed). Returns the assets the selection adds because they share a step with selected ones
+    (``sft_dataset`` brings ``rl_dataset``).
+
+    Raises:
+        UsageError: one line naming the upstream assets to materialize first.
+    """
+    import dagster as dg
+
+    from envfactory_assets.definitions import defs
+
+    if not selection:
+        return []
+    graph = defs.get_repository_def().asset_graph
+    picked = dg.AssetSelection.from_coercible(selection)
+    try:
+        keys = picked.resolve(graph)
+        full = picked.required_multi_asset_neighbors().resolve(graph)
+    except Exception as exc:  # Dagster raises several error types for a bad selection
+        raise UsageError(f"--select {selection!r} is not a valid asset selection: {exc}") from None
+    upstream = {parent for key in full for parent in graph.get(key).parent_keys} - set(full)
+    missing = sorted(k.to_user_string() for k in upstream if instance.get_latest_materialization_event(k) is None)
+    names = ", ".join(sorted(k.to_user_string() for k in full))
+    if missing:
+        hint = f'envfactory run --select "*{missing[0]}"' if len(missing) == 1 else "envfactory run"
+        raise UsageError(f"--select {selection!r} cannot run yet: {names} read{'s' if len(full) == 1 else ''} "
+                         f"{', '.join(missing)}, which {'was' if len(missing) == 1 else 'were'} never materialized "
+                         f"in this ENVFACTORY_HOME; materialize {'it' if len(missing) == 1 else 'them'} first "
+                         f"({hint}) or run the whole graph (envfactory run)")
+    if upstream and not store_exists:
+        raise UsageError(f"--select {selection!r} cannot run: {names} read the store, which does not exist yet "
+                         f"(was ENVFACTORY_HOME moved or emptied?); run the whole graph first (envfactory run)")
+    return sorted(k.to_user_string() for k in set(full) - set(keys))
+
+
 def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str, Any]:
     """Drop op config of assets outside ``selection``, so one config file serves every partial run.
 
@@ -193,7 +230,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
-    from envfactory_assets.defs.incremental import materialize_pipeline, stale_assets
+    from envfactory_assets.defs.incremental import check_partitions, materialize_pipeline, stale_assets
     from envfactory_assets.store.db import Store
 
     from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
@@ -204,6 +241,15 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
         for run_id in release_abandoned_runs(instance):
             print(f"run {run_id}: left unfinished by an earlier envfactory run (killed?); marked failed, "
                   "its pool slot freed", file=sys.stderr)
+        if partitions is not None and select and "source_resources" not in _selected_ops(_selection(select)):
+            try:  # partitions exist before this run: name a wrong key before anything else
+                check_partitions(instance, partitions)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        added = check_selection_runnable(instance, _selection(select), settings.store_path(home).exists())
+        if added:
+            print(f"note: also materializing {', '.join(added)}: written by the same step as the selected "
+                  "assets", file=sys.stderr)
         try:
             with RunProgressBar(instance, token):  # issue 6.8: a bar from the runs' progress observations
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES, run_config,
@@ -316,16 +362,20 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         load_environment_from_store,
         serve_stdio,
     )
+    from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES
     from envfactory_assets.store.db import StoreBusy
 
     try:
+        if args.max_argument_bytes < 1:
+            raise ValueError(f"--max-argument-bytes {args.max_argument_bytes}: expected a whole number >= 1")
         environment = load_environment_from_store(settings.store_path(), args.env_id)
-        server = build_server(environment, args.state)
+        server = build_server(environment, args.state, max_argument_bytes=args.max_argument_bytes)
     except (EnvironmentNotServable, FileNotFoundError, StoreBusy, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        serve_stdio(server)
+        # a line must be able to hold the largest arguments allowed, so those get the tool's own error
+        serve_stdio(server, max(MAX_MESSAGE_BYTES, 2 * args.max_argument_bytes + (1 << 20)))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the environment could not start (state rejected, worker failed): say so, briefly
@@ -464,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("env_id", help="the id of an environment that passed verification")
     serve.add_argument("--state", choices=["valid", "boundary"], default="valid",
                        help="the initial state the session starts from (default: valid)")
+    serve.add_argument("--max-argument-bytes", type=int, default=1_000_000,
+                       help="most bytes (as JSON) of one tool call's arguments; larger calls get a tool error "
+                            "and do not run (default: 1000000)")
     serve.set_defaults(func=cmd_serve_env)
     # curation and trajectory viewer (issue 6.9)
     for name, help_text in (("exclude", "exclude a resource, environment or tool from every re-synthesis"),

@@ -1,13 +1,24 @@
 """Small helpers shared by the asset modules."""
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import dagster as dg
 
+from envfactory_assets.config_checks import SettingError
 from envfactory_assets.defs.resources import EnvFactoryHome
 from envfactory_assets.incremental.partitions import ENVIRONMENT_PARTITIONS, env_scope
 from envfactory_assets.store.gates import failed_environment_leaks
 from envfactory_assets.store.ids import content_id
+
+
+def checked(check: Callable[[], Any]) -> Any:
+    """Run a settings check (``config.check_settings``) and return its result; a :class:`SettingError`
+    becomes a ``dg.Failure`` with the same one-line message, so a step refuses a bad setting before it
+    reads or writes anything."""
+    try:
+        return check()
+    except SettingError as exc:
+        raise dg.Failure(str(exc)) from exc
 
 
 def data_version(rows: Iterable[dict[str, Any]]) -> dg.DataVersion:
@@ -16,6 +27,7 @@ def data_version(rows: Iterable[dict[str, Any]]) -> dg.DataVersion:
 
 
 def status_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """``{status: number of rows}``."""
     out: dict[str, int] = {}
     for r in rows:
         out[r["status"]] = out.get(r["status"], 0) + 1

@@ -88,6 +88,15 @@ def with_gated_automation(assets: Sequence[Any]) -> list[Any]:
         if spec.key.to_user_string() in gated else spec, assets))
 
 
+def check_partitions(instance: dg.DagsterInstance, partitions: Sequence[str]) -> None:
+    """Raise ValueError (one line) when ``partitions`` names keys that are not ``environment`` partitions."""
+    keys = list(instance.get_dynamic_partitions(environment_partitions.name))
+    unknown = sorted(set(partitions) - set(keys))
+    if unknown:
+        raise ValueError(f"--partition names keys that are not environment partitions: {unknown}; "
+                         f"known: {keys[:20]}")
+
+
 def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, resources: Mapping[str, Any],
                          run_config: Mapping[str, Any] | None = None, selection: Any = None,
                          partitions: Sequence[str] | None = None,
@@ -96,8 +105,9 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     """Materialize ``selection`` (default: everything) in-process, the way ``envfactory run`` does.
 
     Phase 1 runs ``source_resources`` alone when selected (it sets the ``environment`` partitions); phase 2
-    runs the rest in one run, the partitioned stages over ``partitions`` (default: all) at once. Returns the
-    results of the runs made (phase 2 is skipped when phase 1 fails). ``tags`` go on every run.
+    runs the rest in one run (an asset that shares its step with others, like ``sft_dataset`` with
+    ``rl_dataset``, brings them along), the partitioned stages over ``partitions`` (default: all) at once.
+    Returns the results of the runs made (phase 2 is skipped when phase 1 fails). ``tags`` go on every run.
 
     Raises:
         ValueError: ``partitions`` names keys that are not partitions, or a partitioned stage is selected
@@ -108,7 +118,10 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     graph = dg.Definitions(assets=[a for a in assets if isinstance(a, dg.AssetsDefinition)], resources=resources
                            ).get_repository_def().asset_graph
     all_keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    chosen = {k.to_user_string() for k in dg.AssetSelection.from_coercible(selection).resolve(graph)} \
+    # An asset written by one step together with others (sft_dataset and rl_dataset) cannot run alone, so
+    # the selection takes the step's other assets too, as Dagster's own required_multi_asset_neighbors does.
+    chosen = {k.to_user_string() for k in
+              dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)} \
         if selection is not None else all_keys
     run_config = dict(run_config or {})
     results = []
@@ -124,10 +137,7 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
         return results
     keys = list(instance.get_dynamic_partitions(environment_partitions.name))
     if partitions is not None:
-        unknown = sorted(set(partitions) - set(keys))
-        if unknown:
-            raise ValueError(f"--partition names keys that are not environment partitions: {unknown}; "
-                             f"known: {keys[:20]}")
+        check_partitions(instance, partitions)
         keys = [k for k in keys if k in set(partitions)]
     if set(rest) & set(PARTITIONED) and not keys:
         raise ValueError("there are no environment partitions yet: materialize source_resources first")

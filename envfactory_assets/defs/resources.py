@@ -7,24 +7,49 @@ from pathlib import Path
 import dagster as dg
 
 from envfactory_assets import settings
-from envfactory_assets.store.db import Store
+from envfactory_assets.config_checks import SettingError, finite_number, one_of, whole_number
+from envfactory_assets.store.db import EmptyResultRefused, Store
 
 STORE_POOL = "envfactory_store"
+
+#: The setting that lets a stage write a result without passed rows over one with them (named in the error).
+ALLOW_EMPTY_SETTING = "resources.envfactory.config.allow_empty: true"
+
+
+class PipelineStore(Store):
+    """The store as the assets write it: a refused empty result (:class:`EmptyResultRefused`) fails the step
+    with its own one-line message rather than as an unexpected exception inside the step."""
+
+    def replace_current_tables(self, tables, scope=None):
+        """As :meth:`Store.replace_current_tables`; a refused empty result raises ``dg.Failure``."""
+        try:
+            return super().replace_current_tables(tables, scope)
+        except EmptyResultRefused as exc:
+            raise dg.Failure(str(exc)) from exc
 
 
 class EnvFactoryHome(dg.ConfigurableResource):
     """``ENVFACTORY_HOME`` and the paths under it (store, corpus, models, checkpoints).
 
     ``home`` empty means ``$ENVFACTORY_HOME`` (default ``./.envfactory``) at run time.
+
+    ``allow_empty`` (default false): a stage whose result holds no passed rows (empty, or every row failed)
+    while the rows it would supersede include passed ones stops before writing anything, since that is
+    almost always a setting gone wrong (``n_chains: 0``, ``memory_mb`` too small for a worker, a filter that
+    matches nothing); set it to true to accept such a result.
     """
 
     home: str = ""
+    allow_empty: bool = False
 
     def root(self) -> Path:
+        """The resolved ``ENVFACTORY_HOME``."""
         return Path(self.home).expanduser().resolve() if self.home else settings.envfactory_home()
 
-    def store(self) -> Store:
-        return Store(settings.store_path(self.root()), retry_seconds=120.0)
+    def store(self) -> PipelineStore:
+        """The store, refusing writes that would replace passed rows with none unless ``allow_empty``."""
+        return PipelineStore(settings.store_path(self.root()), retry_seconds=120.0,
+                             refuse_empty=not self.allow_empty, override_hint=ALLOW_EMPTY_SETTING)
 
     def corpus_dir(self) -> Path:
         return settings.corpus_dir(self.root())
@@ -34,6 +59,9 @@ class EnvFactoryHome(dg.ConfigurableResource):
 
     def checkpoints_dir(self) -> Path:
         return settings.checkpoints_dir(self.root())
+
+
+BACKENDS = ("programmatic", "openai", "transformers")
 
 
 class ModelBackend(dg.ConfigurableResource):
@@ -56,12 +84,25 @@ class ModelBackend(dg.ConfigurableResource):
     max_concurrency: int = 4
     timeout_s: float = 120.0
 
+    def check_settings(self) -> None:
+        """Raise ``dg.Failure`` naming a setting of the wrong type or out of range (before any work)."""
+        owner = "model_backend"
+        try:
+            one_of(owner, "backend", self.backend, BACKENDS)
+            whole_number(owner, "token_budget", self.token_budget, low=0)
+            whole_number(owner, "max_revisions", self.max_revisions, low=0)
+            whole_number(owner, "max_concurrency", self.max_concurrency, low=1)
+            finite_number(owner, "timeout_s", self.timeout_s, low=0.0, low_open=True)
+        except SettingError as exc:
+            raise dg.Failure(str(exc)) from exc
+
     def make_backend(self, cache_path: Path):
         """None for ``programmatic``, else a chat backend; raises ``dg.Failure`` naming a bad setting."""
         import os
 
         from envfactory_assets.llm.base import BackendConfigError
 
+        self.check_settings()
         try:
             if self.backend == "programmatic":
                 return None
@@ -85,6 +126,14 @@ class VerificationGate(dg.ConfigurableResource):
     """Floor of the blocking pass-rate check on ``verified_environments`` (share of environments passing)."""
 
     min_pass_rate: float = 0.8
+
+    def check_settings(self) -> None:
+        """Raise ``dg.Failure`` unless ``min_pass_rate`` is a finite share in [0, 1]: above 1 (or NaN) no run
+        can pass the gate, yet verification would still run and replace the stored results first."""
+        try:
+            finite_number("verification_gate", "min_pass_rate", self.min_pass_rate, low=0.0, high=1.0)
+        except SettingError as exc:
+            raise dg.Failure(str(exc)) from exc
 
 
 # --- curation (issue 6.9) ---------------------------------------------------------------------------------

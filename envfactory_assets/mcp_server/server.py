@@ -22,13 +22,16 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from envfactory_assets.mcp_server.session import EnvironmentSession
+from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES, clip, stdio_transport
 from envfactory_assets.runtime.sandbox import SandboxLimits
 
 SERVER_NAME_PREFIX = "envfactory-"
+#: Default cap on one tool call's arguments (their JSON, in bytes). Without one, a single call could store a
+#: value of any size in the session state, and every later list call would return it again.
+DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
 
 
 def resolve_initial_state(environment: dict[str, Any], initial_state: str | dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +76,19 @@ def _is_object_schema(schema: Any) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "object"
 
 
+def _clipped(value: Any) -> Any:
+    """``value`` with every string in it cut by :func:`clip`: error details quote the client's input."""
+    if isinstance(value, str):
+        return clip(value)
+    if isinstance(value, dict):
+        return {k: _clipped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clipped(v) for v in value[:20]]
+    return value
+
+
 def _error_result(error: dict[str, Any]) -> types.CallToolResult:
-    text = json.dumps({"error": error}, ensure_ascii=False, sort_keys=True)
+    text = json.dumps({"error": _clipped(error)}, ensure_ascii=False, sort_keys=True)
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
@@ -88,7 +102,8 @@ def _argument_error(validator: Validator, arguments: dict[str, Any]) -> dict[str
 
 
 def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any] = "valid",
-                 limits: SandboxLimits | None = None) -> Server[EnvironmentSession]:
+                 limits: SandboxLimits | None = None,
+                 max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> Server[EnvironmentSession]:
     """An MCP server whose tools are exactly ``environment``'s tools, each call run in a sandbox worker.
 
     Each run of the server (one stdio connection, one in-process client) starts its own worker and
@@ -96,17 +111,23 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
     and is gone when the session ends. A tool error (bad arguments, missing row, a fault of the
     environment code) is an MCP tool error result (``isError``) whose text is the JSON
     ``{"error": {"type": ..., "message": ...}}``; arguments are checked against the tool's input
-    schema before they reach the environment. An unknown tool name is a protocol error
-    (``INVALID_PARAMS``), as the MCP specification asks.
+    schema before they reach the environment, after their size: arguments whose JSON is longer than
+    ``max_argument_bytes`` are a ``too_large`` tool error and never run. Client text quoted in an error is
+    cut to a few hundred characters. An unknown tool name is a protocol error (``INVALID_PARAMS``), as the
+    MCP specification asks.
 
     Args:
         environment: the Environment dict (docs/design.md), e.g. from :func:`load_environment_from_store`.
         initial_state: ``"valid"``, ``"boundary"`` or a saved state dict.
         limits: sandbox limits of the worker; defaults to :class:`SandboxLimits()`.
+        max_argument_bytes: most bytes of one call's arguments (as JSON); default 1,000,000.
 
     Raises:
-        ValueError: ``initial_state`` names no loadable state, or tool names repeat.
+        ValueError: ``initial_state`` names no loadable state, tool names repeat, or ``max_argument_bytes``
+            is not a whole number >= 1.
     """
+    if not isinstance(max_argument_bytes, int) or isinstance(max_argument_bytes, bool) or max_argument_bytes < 1:
+        raise ValueError(f"max_argument_bytes={max_argument_bytes!r}: expected a whole number >= 1")
     env_id = environment["env_id"]
     start_state = resolve_initial_state(environment, initial_state)
     tools = tool_definitions(environment)
@@ -136,8 +157,14 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
         if name not in validators:
-            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name!r}; {env_id} has tools {names}")
+            raise MCPError(types.INVALID_PARAMS, clip(f"Unknown tool: {clip(repr(name), 100)}; {env_id} has "
+                                                      f"tools {names}"))
         arguments = params.arguments or {}
+        size = len(json.dumps(arguments, ensure_ascii=False).encode())
+        if size > max_argument_bytes:
+            return _error_result({"type": "too_large", "message": (
+                f"the arguments of {name} are {size} bytes of JSON; this server takes at most "
+                f"{max_argument_bytes} bytes per call (serve-env --max-argument-bytes); the call did not run")})
         problem = _argument_error(validators[name], arguments)
         if problem is not None:
             return _error_result(problem)
@@ -178,11 +205,22 @@ def _package_version() -> str:
         return "0"
 
 
-async def _serve_stdio_async(server: Server[Any]) -> None:
-    async with stdio_server() as (read_stream, write_stream):
+async def _serve_stdio_async(server: Server[Any], max_message_bytes: int) -> None:
+    async with stdio_transport(max_message_bytes) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def serve_stdio(server: Server[Any]) -> None:
-    """Serve ``server`` on this process's stdin/stdout until the client closes stdin."""
-    anyio.run(_serve_stdio_async, server)
+def serve_stdio(server: Server[Any], max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    """Serve ``server`` on this process's stdin/stdout until the client closes stdin.
+
+    Lines that are not JSON-RPC messages get JSON-RPC error replies (:mod:`.transport`), and a line longer
+    than ``max_message_bytes`` is refused unread. An error that ends serving (the environment's worker could
+    not start) is raised as itself, not inside the task group's ``ExceptionGroup``.
+    """
+    try:
+        anyio.run(_serve_stdio_async, server, max_message_bytes)
+    except BaseExceptionGroup as group:
+        error: BaseException = group
+        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
+        raise error from None

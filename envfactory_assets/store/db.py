@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import duckdb
 import orjson
 import polars as pl
 
-from envfactory_assets.store.schema import COMMON, JSON_COLUMNS, TABLES, columns, ddl
+from envfactory_assets.store.schema import COMMON, JSON_COLUMNS, PASSED_STATUS, TABLES, columns, ddl
 
 
 class StoreBusy(RuntimeError):
     """Another process holds the store for writing; the message says what to do."""
+
+
+class EmptyResultRefused(ValueError):
+    """A write would replace a table's current passed rows with a version that has none; nothing was written."""
 
 
 def _dumps(value: Any) -> str | None:
@@ -64,11 +69,17 @@ class Store:
     Args:
         path: the database file; parent folders are created on first write.
         retry_seconds: how long readers and writers wait for a lock held by another process.
+        refuse_empty: refuse a write that would supersede a table's current passed rows with a version
+            that has none (see :meth:`replace_current_tables`); the pipeline's stores turn it on.
+        override_hint: the setting that turns the refusal off, named in its message.
     """
 
-    def __init__(self, path: Path | str, retry_seconds: float = 10.0) -> None:
+    def __init__(self, path: Path | str, retry_seconds: float = 10.0, refuse_empty: bool = False,
+                 override_hint: str = "refuse_empty=False on the Store") -> None:
         self.path = Path(path)
         self.retry_seconds = retry_seconds
+        self.refuse_empty = refuse_empty
+        self.override_hint = override_hint
 
     def _require_exists(self) -> None:
         if not self.path.exists():
@@ -117,7 +128,46 @@ class Store:
 
         Raises:
             ValueError: if a row lacks a column of the table or has an unknown one, or ids repeat.
+            EmptyResultRefused: see :meth:`replace_current_tables`.
         """
+        return self.replace_current_tables({table: rows}, scope)[table]
+
+    def replace_current_tables(self, tables: Mapping[str, list[dict[str, Any]]],
+                               scope: str | None = None) -> dict[str, dict[str, int]]:
+        """:meth:`replace_current` for several tables in one transaction: all are written, or none.
+
+        With ``refuse_empty``, a table of :data:`~envfactory_assets.store.schema.PASSED_STATUS` whose new rows
+        hold no passed row (none at all, or all failed) while the current rows it would supersede do hold
+        passed ones is refused, before any table is written.
+
+        Returns:
+            ``{table: {"inserted": n, "kept": n, "superseded": n}}``.
+
+        Raises:
+            ValueError: a row lacks a column of its table or has an unknown one, or ids repeat.
+            EmptyResultRefused: the guard above; the message names the table, both counts and the setting
+                that accepts such a result.
+        """
+        frames = {table: self._frame(table, rows) for table, rows in tables.items()}
+        out: dict[str, dict[str, int]] = {}
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                if self.refuse_empty:
+                    for table, rows in tables.items():
+                        problem = self._empty_result_problem(con, table, rows, scope)
+                        if problem:
+                            raise EmptyResultRefused(problem)
+                for table, rows in tables.items():
+                    out[table] = self._write(con, table, len(rows), frames[table], scope)
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+        return out
+
+    @staticmethod
+    def _frame(table: str, rows: list[dict[str, Any]]) -> pl.DataFrame | None:
         cols = columns(table)
         ids = [r.get("id") for r in rows]
         if len(set(ids)) != len(ids) or any(not isinstance(i, str) for i in ids):
@@ -127,32 +177,53 @@ class Store:
                 missing, extra = set(cols) - set(row), set(row) - set(cols)
                 raise ValueError(f"{table}: row {row.get('id')} missing {sorted(missing)} extra {sorted(extra)}")
         json_cols = JSON_COLUMNS[table]
-        frame = pl.DataFrame(
+        return pl.DataFrame(
             {c: [(_dumps(r[c]) if c in json_cols else r[c]) for r in rows] for c in cols},
-            schema={c: (pl.Utf8 if c in json_cols else None) for c in cols} if not rows else None,
             strict=False,
         ) if rows else None
-        with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                before = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                if frame is not None:
-                    con.register("incoming", frame.to_arrow())
-                    col_list = ", ".join(cols)
-                    select = ", ".join(f"CAST({c} AS JSON)" if c in json_cols else c for c in cols)
-                    con.execute(f"INSERT INTO {table} ({col_list}) SELECT {select} FROM incoming "
-                                f"ON CONFLICT DO NOTHING")
-                    con.execute(f"UPDATE {table} SET superseded = FALSE WHERE id IN (SELECT id FROM incoming)")
-                after = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                where = f"NOT superseded AND ({scope})" if scope else "NOT superseded"
-                id_filter = "id NOT IN (SELECT id FROM incoming)" if frame is not None else "TRUE"
-                superseded = con.execute(
-                    f"UPDATE {table} SET superseded = TRUE WHERE {where} AND {id_filter}").fetchone()[0]
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
-        return {"inserted": after - before, "kept": len(rows) - (after - before), "superseded": int(superseded)}
+
+    def _empty_result_problem(self, con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]],
+                              scope: str | None) -> str | None:
+        if table not in PASSED_STATUS:
+            return None
+        status = PASSED_STATUS[table]
+        if any(status is None or r.get("status") == status for r in rows):
+            return None
+        where = "NOT superseded" + (f" AND ({scope})" if scope else "") + (" AND status = ?" if status else "")
+        current = {i for (i,) in con.execute(f"SELECT id FROM {table} WHERE {where}",
+                                             [status] if status else []).fetchall()}
+        at_risk = len(current - {r["id"] for r in rows})  # a stored id that comes again is kept as it is
+        if not at_risk:
+            return None
+        kind = f"{status} " if status else ""
+        if not rows:
+            new = "is empty"
+        else:
+            counts = Counter(str(r.get("status")) for r in rows)
+            new = f"has {len(rows)} rows, none {status} ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
+        return (f"refusing to write {table}: the new result {new}, and writing it would supersede the {at_risk} "
+                f"{kind}rows currently stored. A result like this usually comes from a setting that leaves nothing "
+                f"to keep; check the stage's settings, or set {self.override_hint} to accept it.")
+
+    @staticmethod
+    def _write(con: duckdb.DuckDBPyConnection, table: str, n_rows: int, frame: pl.DataFrame | None,
+               scope: str | None) -> dict[str, int]:
+        cols = columns(table)
+        json_cols = JSON_COLUMNS[table]
+        before = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if frame is not None:
+            con.register("incoming", frame.to_arrow())
+            col_list = ", ".join(cols)
+            select = ", ".join(f"CAST({c} AS JSON)" if c in json_cols else c for c in cols)
+            con.execute(f"INSERT INTO {table} ({col_list}) SELECT {select} FROM incoming ON CONFLICT DO NOTHING")
+            con.execute(f"UPDATE {table} SET superseded = FALSE WHERE id IN (SELECT id FROM incoming)")
+        after = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        where = f"NOT superseded AND ({scope})" if scope else "NOT superseded"
+        id_filter = "id NOT IN (SELECT id FROM incoming)" if frame is not None else "TRUE"
+        superseded = con.execute(f"UPDATE {table} SET superseded = TRUE WHERE {where} AND {id_filter}").fetchone()[0]
+        if frame is not None:
+            con.unregister("incoming")
+        return {"inserted": after - before, "kept": n_rows - (after - before), "superseded": int(superseded)}
 
     def read(self, table: str, where: str = "", params: list[Any] | None = None,
              current: bool = True) -> list[dict[str, Any]]:

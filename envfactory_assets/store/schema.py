@@ -94,6 +94,24 @@ TABLES: dict[str, list[str]] = {
     ],
 }
 
+#: Each stage's main table and the status of the rows that are its useful output (None: every row is).
+#: A write whose rows hold none of them must not silently supersede current rows that do
+#: (:meth:`envfactory_assets.store.db.Store.replace_current_tables`). Tables where an empty version is a
+#: normal outcome (``rejected_resources``, ``benchmark_overlap``, the graph's parameters and edges) are not listed.
+PASSED_STATUS: dict[str, str | None] = {
+    "source_resources": None,
+    "environments": "built",
+    "verified_environments": "passed",
+    "tool_graph_nodes": None,
+    "tool_chains": "passed",
+    "raw_trajectories": "passed",
+    "refined_trajectories": "passed",
+    "sft_dataset": None,
+    "rl_dataset": None,
+    "checkpoints": None,
+    "evaluations": None,
+}
+
 JSON_COLUMNS: dict[str, set[str]] = {
     table: {c.split()[0] for c in cols if c.split()[1] == "JSON"} for table, cols in TABLES.items()
 }

@@ -20,6 +20,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from envfactory_assets.config_checks import finite_number, number_types, whole_number
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.conversation import (
@@ -51,12 +52,22 @@ class CalibrationConfig:
     """``k``: solve attempts per turn (paper: 4); ``min_turns``: fewer kept turns fail the trajectory;
     ``goal_expansion``: operator d's expansion of the last turn (:mod:`envfactory_assets.synth.expansion`);
     ``conversational_share``: share (0..1) of turns whose query leaves out a user-providable value the solver
-    must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off)."""
+    must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off).
+
+    Raises:
+        SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
+    """
 
     k: int = DEFAULT_K
     min_turns: int = 2
     goal_expansion: bool = True
     conversational_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        number_types(self, "calibration")
+        whole_number("calibration", "k", self.k, low=1)
+        whole_number("calibration", "min_turns", self.min_turns, low=1)
+        finite_number("calibration", "conversational_share", self.conversational_share, low=0.0, high=1.0)
 
 
 def persona_of(trajectory_id: str, domains: list[str]) -> str:

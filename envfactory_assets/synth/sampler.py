@@ -35,6 +35,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping
 
+from envfactory_assets.config_checks import number_types
 from envfactory_assets.graph.build import ToolGraph
 
 __all__ = [
@@ -89,6 +90,7 @@ class SamplerConfig:
     max_producer_candidates: int = 3
 
     def __post_init__(self) -> None:
+        number_types(self, "sampler")  # a float or NaN passes the comparisons below
         if self.max_tools < 1 or self.max_servers < 1 or self.max_depth < 0:
             raise ValueError("max_tools and max_servers must be >= 1 and max_depth >= 0")
         if not 1 <= self.min_tools <= self.max_tools:

@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from envfactory_assets.config_checks import number_types, whole_number
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.canonical import state_hash
@@ -30,10 +31,20 @@ SYSTEM_PROMPT = ("You are a helpful assistant that completes the user's requests
 
 @dataclass(frozen=True)
 class SynthConfig:
-    """Trajectory synthesis settings. ``min_turns``: trajectories with fewer turns are rejected."""
+    """Trajectory synthesis settings. ``min_turns``: trajectories with fewer turns are rejected;
+    ``max_turn_len``: most calls in one turn.
+
+    Raises:
+        SettingError: (a ValueError) a setting of the wrong type or below 1, named in the message.
+    """
 
     min_turns: int = 2
     max_turn_len: int = 5
+
+    def __post_init__(self) -> None:
+        number_types(self, "trajectory")
+        whole_number("trajectory", "min_turns", self.min_turns, low=1)
+        whole_number("trajectory", "max_turn_len", self.max_turn_len, low=1)
 
 
 class ToolIndex:

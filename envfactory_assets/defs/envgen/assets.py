@@ -5,8 +5,9 @@ from collections import Counter
 
 import dagster as dg
 
+from envfactory_assets.config_checks import SettingError, finite_number, whole_number
+from envfactory_assets.defs.common import checked, data_version, partition_scope, status_counts
 from envfactory_assets.defs.progress import asset_progress
-from envfactory_assets.defs.common import data_version, partition_scope, status_counts
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.stage import environment_row, verify_all
@@ -15,13 +16,35 @@ from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
 
 
+#: Smallest ``memory_mb`` a verification worker starts with: the sandbox caps the worker's address space,
+#: and the Python interpreter alone maps about 30-60 MiB before it loads an environment, so a lower cap makes
+#: every environment "fail" verification for a reason that has nothing to do with the environment.
+MIN_WORKER_MEMORY_MB = 128
+
+
 class VerificationConfig(dg.Config):
-    """Sandbox limits for verification (the pass-rate floor is the ``verification_gate`` resource)."""
+    """Sandbox limits for verification (the pass-rate floor is the ``verification_gate`` resource):
+    ``memory_mb`` address-space cap per worker (at least :data:`MIN_WORKER_MEMORY_MB`), ``cpu_seconds`` CPU
+    time per worker, ``call_timeout_s`` wall time per call, ``max_workers`` workers at once."""
 
     memory_mb: int = 1024
     cpu_seconds: int = 120
     call_timeout_s: float = 5.0
     max_workers: int = 2
+
+    def check_settings(self) -> None:
+        """Raise :class:`SettingError` naming a limit no worker can run under, before anything is verified."""
+        owner = "verified_environments"
+        if isinstance(self.memory_mb, int) and not isinstance(self.memory_mb, bool) \
+                and self.memory_mb < MIN_WORKER_MEMORY_MB:
+            raise SettingError(
+                f"{owner} setting memory_mb={self.memory_mb}: expected a whole number >= {MIN_WORKER_MEMORY_MB} "
+                f"(a sandbox worker's interpreter alone needs about 30-60 MiB of address space, so below "
+                f"{MIN_WORKER_MEMORY_MB} MiB every environment would fail verification for lack of memory)")
+        whole_number(owner, "memory_mb", self.memory_mb, low=MIN_WORKER_MEMORY_MB)
+        whole_number(owner, "cpu_seconds", self.cpu_seconds, low=1)
+        finite_number(owner, "call_timeout_s", self.call_timeout_s, low=0.0, low_open=True)
+        whole_number(owner, "max_workers", self.max_workers, low=1)
 
 
 _ENVGEN_CODE = asset_code_version("envfactory_assets.envgen", "envfactory_assets.runtime", "envfactory_assets.llm",
@@ -60,9 +83,11 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
 @dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["environments"], code_version=_ENVGEN_CODE,
           partitions_def=environment_partitions, backfill_policy=SINGLE_RUN)
 def verified_environments(context: dg.AssetExecutionContext, config: VerificationConfig,
-                          envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+                          envfactory: EnvFactoryHome, verification_gate: VerificationGate) -> dg.MaterializeResult:
     """Every environment run in its own sandbox worker: initial states, every tool with valid and invalid
     arguments, output schemas, CRUD semantics, save/load round trip, replay determinism."""
+    checked(config.check_settings)
+    verification_gate.check_settings()  # its floor judges this result: refuse a floor no run can meet first
     store = envfactory.store()
     keys = context.partition_keys
     env_rows = store.read("environments", env_scope(keys))
@@ -86,6 +111,7 @@ def verified_environments(context: dg.AssetExecutionContext, config: Verificatio
 def verified_pass_rate_above_floor(envfactory: EnvFactoryHome,
                                    verification_gate: VerificationGate) -> dg.AssetCheckResult:
     """Blocking gate: the share of environments that pass verification is at least ``min_pass_rate``."""
+    verification_gate.check_settings()
     rate, n = pass_rate(envfactory.store())
     floor = verification_gate.min_pass_rate
     return dg.AssetCheckResult(passed=n > 0 and rate >= floor,

@@ -8,7 +8,8 @@ import dagster as dg
 from envfactory_assets.curation import filter_environments
 from envfactory_assets.decontam.benchmarks import all_benchmark_tools, benchmark_availability
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
-from envfactory_assets.defs.common import data_version, no_failed_environment_check, require_upstream_gates
+from envfactory_assets.config_checks import finite_number, one_of, whole_number
+from envfactory_assets.defs.common import checked, data_version, no_failed_environment_check, require_upstream_gates
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
 from envfactory_assets.envgen.stage import as_environment
@@ -31,6 +32,21 @@ class ToolGraphConfig(dg.Config):
     edge_refiner: str = "programmatic"
     providable_classifier: str = "programmatic"
     picture_nodes: int = 12
+
+    def check_settings(self) -> None:
+        """Raise :class:`~envfactory_assets.config_checks.SettingError` naming a setting the graph cannot be
+        built with, before the store is read (an unknown ``embedder`` used to fall back to ``hashing``)."""
+        owner = "tool_graph"
+        one_of(owner, "embedder", self.embedder, EMBEDDERS)
+        finite_number(owner, "threshold", self.threshold, low=-1.0, high=1.0)
+        one_of(owner, "edge_refiner", self.edge_refiner, ROLE_PLAYERS)
+        one_of(owner, "providable_classifier", self.providable_classifier, ROLE_PLAYERS)
+        whole_number(owner, "picture_nodes", self.picture_nodes, low=1, high=MAX_PICTURE_NODES)
+
+
+EMBEDDERS = {"minilm": MiniLMEmbedder, "hashing": HashingEmbedder}
+ROLE_PLAYERS = ("programmatic", "model")
+MAX_PICTURE_NODES = 200  # the picture is an inline SVG in asset metadata: keep it readable and small
 
 
 def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
@@ -58,20 +74,21 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs or tau2-bench's (table ``benchmark_overlap``)."""
+    checked(config.check_settings)
+    roles = {"edge_refiner": config.edge_refiner, "providable_classifier": config.providable_classifier}
+    if "model" in roles.values():
+        model_backend.check_settings()
+        if model_backend.backend == "programmatic":
+            raise dg.Failure(f"tool_graph settings {roles} ask for a model, but model_backend.backend is "
+                             "'programmatic': set model_backend or use 'programmatic' for both roles")
     require_upstream_gates(context)
     envs, verified_ids, excluded = curated_passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
-    embedder = MiniLMEmbedder() if config.embedder == "minilm" else HashingEmbedder()
-    roles = {"edge_refiner": config.edge_refiner, "providable_classifier": config.providable_classifier}
-    bad = {k: v for k, v in roles.items() if v not in ("programmatic", "model")}
-    if bad:
-        raise dg.Failure(f"tool_graph config: {bad} must be 'programmatic' or 'model'")
+    embedder = EMBEDDERS[config.embedder]()
     backend = None
     if "model" in roles.values():
         backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
-        if backend is None:
-            raise dg.Failure("tool_graph config asks for a model role but model_backend.backend is 'programmatic'")
     graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold)
     try:
         graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,
@@ -84,8 +101,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
         row["verified_environment_id"] = verified_ids[row["env_id"]]
         row["id"] = content_id("bench", row)
     tables["benchmark_overlap"] = list({r["id"]: r for r in overlap}.values())
-    store = envfactory.store()
-    written = {t: store.replace_current(t, rows) for t, rows in tables.items()}
+    written = envfactory.store().replace_current_tables(tables)
     params = tables["tool_graph_parameters"]
     return dg.MaterializeResult(metadata={
         "nodes": len(tables["tool_graph_nodes"]), "edges": len(tables["tool_graph_edges"]),

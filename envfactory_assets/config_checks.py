@@ -1,0 +1,98 @@
+"""Checks for stage settings, run before a stage reads or writes anything.
+
+Dagster types each config field, but it lets through values no stage can use (``n_chains: 0``,
+``max_bytes: -1``, a NaN float, an unknown name), and the plain settings dataclasses the assets map to are
+also built directly (scripts, tests), where nothing checks types at all. A setting that slips through
+surfaces late, as a crash after minutes of work or as an empty result that replaces good rows; these
+helpers refuse it up front with a message naming the setting, its value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable
+
+
+class SettingError(ValueError):
+    """A setting a stage cannot use; the message reads ``<owner> setting <name>=<value>: expected ...``."""
+
+
+def _fail(owner: str, name: str, value: Any, expected: str) -> SettingError:
+    shown = repr(value)
+    if len(shown) > 120:
+        shown = shown[:120] + "..."
+    return SettingError(f"{owner} setting {name}={shown}: expected {expected}")
+
+
+def _bounds(low: float | None, high: float | None, low_open: bool = False) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{low:g}, {high:g}]"
+    if low is not None:
+        return f" {'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f" <= {high:g}"
+    return ""
+
+
+def whole_number(owner: str, name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) within ``[low, high]`` (a bound of None is open);
+    otherwise raise :class:`SettingError` naming ``owner``, ``name``, the value and the allowed range."""
+    expected = "a whole number" + _bounds(low, high)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _fail(owner, name, value, expected)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise _fail(owner, name, value, expected)
+    return value
+
+
+def finite_number(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
+                  low_open: bool = False) -> float:
+    """``value`` if it is a finite ``int``/``float`` (not a ``bool``, not NaN or infinite) within the bounds
+    (``low_open``: ``low`` itself is excluded); otherwise raise :class:`SettingError`."""
+    expected = "a finite number" + _bounds(low, high, low_open)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise _fail(owner, name, value, expected)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    if too_low or (high is not None and value > high):
+        raise _fail(owner, name, value, expected)
+    return float(value)
+
+
+def one_of(owner: str, name: str, value: Any, allowed: Iterable[str]) -> str:
+    """``value`` if it is one of ``allowed``; otherwise raise :class:`SettingError` listing them."""
+    allowed = list(allowed)
+    if not isinstance(value, str) or value not in allowed:
+        raise _fail(owner, name, value, "one of " + ", ".join(repr(a) for a in allowed))
+    return value
+
+
+def flag(owner: str, name: str, value: Any) -> bool:
+    """``value`` if it is a ``bool``; otherwise raise :class:`SettingError`."""
+    if not isinstance(value, bool):
+        raise _fail(owner, name, value, "true or false")
+    return value
+
+
+def strings(owner: str, name: str, value: Any, non_empty: bool = False) -> list[str]:
+    """``value`` as a list if it is a list (or tuple) of non-blank strings (and, with ``non_empty``, has at
+    least one); otherwise raise :class:`SettingError`."""
+    expected = "a " + ("non-empty " if non_empty else "") + "list of non-blank strings"
+    if not isinstance(value, (list, tuple)) or (non_empty and not value):
+        raise _fail(owner, name, value, expected)
+    if any(not isinstance(v, str) or not v.strip() for v in value):
+        raise _fail(owner, name, value, expected)
+    return list(value)
+
+
+def number_types(spec: Any, owner: str) -> None:
+    """Raise :class:`SettingError` when a field of the dataclass ``spec`` annotated ``int`` is not a whole
+    number, one annotated ``float`` is not a finite number, or one annotated ``bool`` is not a bool."""
+    for field in dataclasses.fields(spec):
+        value = getattr(spec, field.name)
+        if field.type in ("int", int):
+            whole_number(owner, field.name, value)
+        elif field.type in ("float", float):
+            finite_number(owner, field.name, value)
+        elif field.type in ("bool", bool):
+            flag(owner, field.name, value)
