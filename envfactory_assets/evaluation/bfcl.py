@@ -22,13 +22,25 @@ Where we differ, on purpose:
   calls (Python call syntax) are parsed with :mod:`ast` and their arguments read with
   ``ast.literal_eval`` on literal nodes only. A call may only name a documented public method of an
   involved class offered to this task (``excluded_function`` removed); anything else is refused with an
-  error result and counted as malformed. Instances live in the episode object, fresh per task.
+  error result and counted as malformed. Instances are fresh per task.
+- The instances do not live in the evaluating process: each task's model-side and ground-truth-side
+  instances live in a worker process of their own (:mod:`.bfcl_worker`), started in the OS sandbox
+  (bubblewrap, when it can start: read-only interpreter, virtualenv and package, private ``/tmp``, no
+  network) with rlimits and a seccomp filter (:mod:`.bfcl_sandbox`). Each model call has a wall-clock
+  limit (:class:`.bfcl_sandbox.ExecutorSettings`, default 2 s): one that overruns it, such as
+  ``round_number(number=5, decimal_places=-10**7)`` (22 s in one C call), answers the model with an error
+  text, changes nothing, and the task goes on in a fresh worker restored by replaying the task's calls.
+  The decimal context and mpmath's precision are reset before every call, and no process-global
+  change reaches another task (the official executor runs every task in one process, so
+  ``square_root`` leaves the decimal precision it was given to everything after it). The state check
+  runs inside the worker, on the real objects, with the code below (:func:`_states_equal`).
 - Arguments are bounded before a call runs (:func:`check_argument_bounds`): integers within the I-JSON
   safe range (|n| <= 2**53 - 1, RFC 7493) and the MathAPI arguments whose cost grows without limit
   (``power``'s exponent, the decimal ``precision`` of ``square_root``/``logarithm``) within
   :data:`ARGUMENT_BOUNDS`. The official executor runs them as given, so one model answer such as
   ``power(base=10, exponent=10**7)`` or ``logarithm(..., precision=10**7)`` stalls the whole evaluation in a
-  single C-level computation no timeout can interrupt. Every ground-truth argument is far inside the bounds.
+  single C-level computation. Those are refused up front (a malformed call, no worker restart); the
+  per-call time limit above catches what the bounds miss. Every ground-truth argument is far inside them.
 - The model sees our compact tool chat template (JSON ``<tool_call>`` blocks), not BFCL's prompt with
   Python-call output; long-context and irrelevance variants are not run (base category only).
 """
@@ -42,9 +54,19 @@ import importlib
 import importlib.resources
 import inspect
 import json
-from collections.abc import Mapping
+import warnings
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from envfactory_assets.evaluation.bfcl_sandbox import (
+    BFCLWorkerProcess,
+    ExecutorSettings,
+    RemoteError,
+    WorkerLost,
+    WorkerStartFailed,  # noqa: F401 - raised through BFCLEpisode, importable from here
+    isolation_for_bfcl,
+)
 
 CATEGORY = "multi_turn_base"
 BENCHMARK = "bfcl_v3_multi_turn_base"
@@ -99,6 +121,20 @@ def check_argument_bounds(name: str, args: list[Any], kwargs: Mapping[str, Any])
         value = kwargs.get(argument)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > bound:
             raise UnsafeCall(f"{name}: {argument}={value:g} is beyond the executor's bound of {bound}")
+
+
+def check_call(name: Any, args: list[Any] | None, kwargs: Any, offered: Collection[str]) -> None:
+    """Refuse a call before it runs: ``name`` must be in ``offered``, ``kwargs`` an object with string keys
+    (or None), and the arguments within :func:`check_argument_bounds`.
+
+    Raises:
+        UnsafeCall: naming the reason.
+    """
+    if not isinstance(name, str) or name not in offered:
+        raise UnsafeCall(f"no offered function named {str(name)[:80]!r}")
+    if kwargs is not None and (not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs)):
+        raise UnsafeCall(f"{name}: arguments must be an object with string keys")
+    check_argument_bounds(name, list(args or []), dict(kwargs or {}))
 
 
 @dataclass(frozen=True)
@@ -259,6 +295,9 @@ def _result_text(value: Any) -> str:
 class SafeExecutor:
     """Fresh instances of a task's involved classes and a dispatcher restricted to their offered methods.
 
+    Runs in the worker process (:mod:`.bfcl_worker`); used directly in this process it has no time limit
+    and shares this process's globals (the decimal context), so evaluations go through :class:`BFCLEpisode`.
+
     Args:
         task: the BFCL task (initial config, involved classes, excluded functions).
 
@@ -291,11 +330,7 @@ class SafeExecutor:
                 not an object with string keys, or an argument is out of bounds
                 (:func:`check_argument_bounds`). Nothing runs in that case.
         """
-        if not isinstance(name, str) or name not in self._methods:
-            raise UnsafeCall(f"no offered function named {str(name)[:80]!r}")
-        if kwargs is not None and (not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs)):
-            raise UnsafeCall(f"{name}: arguments must be an object with string keys")
-        check_argument_bounds(name, list(args or []), dict(kwargs or {}))
+        check_call(name, args, kwargs, self._methods)
         try:
             text = _result_text(self._methods[name](*(args or []), **dict(kwargs or {})))
         except Exception as exc:  # noqa: BLE001 - a failing call is a result, as in the official executor
@@ -329,30 +364,248 @@ def _unordered_subset(needed: list[str], have: list[str]) -> list[str]:
     return missing
 
 
+class _RemoteSide:
+    """One side of an episode (the model's or the ground truth's instances), which lives in the worker.
+
+    Attributes:
+        results: every execution result text of this side, in call order (kept in this process).
+    """
+
+    def __init__(self, episode: BFCLEpisode, side: str) -> None:
+        self._episode = episode
+        self._side = side
+        self.results: list[str] = []
+
+    def state(self) -> dict[str, Any]:
+        """A JSON view of ``{class_name: {public attribute: value}}``, nested objects as
+        ``{"__type__": name, public attributes...}`` (diagnostics; the state check itself compares the
+        real objects inside the worker)."""
+        return self._episode._state_view(self._side)
+
+
+class _Broken(Exception):
+    """The task's state could not be restored in a fresh worker."""
+
+
 class BFCLEpisode:
     """One model's run of one BFCL task: model calls on fresh instances, checked after each turn.
 
+    The instances (model side and ground-truth side) live in a worker process of their own
+    (:mod:`.bfcl_worker`, started in the OS sandbox by :mod:`.bfcl_sandbox`), one per task, so no
+    process-global change a call makes (the decimal context, mpmath's precision, module-level objects)
+    reaches another task, and a call that overruns ``settings.call_timeout_s`` can be stopped: the
+    worker is killed, the call's result is an error text (``"Error during execution: ..."``, as BFCL's
+    executor reports exceptions; it counts as an executed call, not a malformed one, and changes no
+    state), and a fresh worker gets the task's state back by **replaying** the task's logged requests
+    (its successful model calls and the ground-truth turns run so far, in their order). Replay is exact
+    for BFCL's classes: they load from the task's ``initial_config`` and their only randomness is a
+    ``random.Random`` per instance seeded from it (``MessageAPI``, ``TravelAPI``, ``TradingBot``,
+    ``VehicleControlAPI``), so the same calls give the same state and the same results (checked on
+    every replay; a difference is warned about). Reloading the public attributes would lose those
+    generators' positions (the next generated id would differ from the ground truth's).
+
+    Calls are checked here first (:func:`check_call`), so a refused call never reaches the worker.
+    If the state cannot be restored (the fresh worker also overruns), the task is scored invalid with
+    the reason in ``error``.
+
     ``score()`` returns ``{"valid": 0.0|1.0, "reward": same, "turns_passed": int, "n_turns": int,
-    "error": first failure or None, "n_malformed": int}``; ``reward`` is what the evaluation averages
-    (BFCL's accuracy is the share of valid tasks).
+    "error": first failure or None, "n_malformed": int, "n_timeouts": int}``; ``reward`` is what the
+    evaluation averages (BFCL's accuracy is the share of valid tasks).
+
+    Args:
+        task: the BFCL task.
+        settings: the worker's limits; default :meth:`ExecutorSettings.from_env`.
+
+    Raises:
+        WorkerStartFailed: (from the first call or ``end_turn``) the worker did not start.
     """
 
-    def __init__(self, task: BFCLTask) -> None:
+    def __init__(self, task: BFCLTask, settings: ExecutorSettings | None = None) -> None:
         self.task = task
-        self.model = SafeExecutor(task)
-        self.gold = SafeExecutor(task)
+        self.settings = settings or ExecutorSettings.from_env()
+        self._offered = frozenset(t["function"]["name"] for t in task_tools(task))
+        self.model = _RemoteSide(self, "model")
+        self.gold = _RemoteSide(self, "gold")
         self.n_malformed = 0
+        self.n_timeouts = 0
+        self.worker_starts = 0
+        self.replay_mismatches = 0
         self._turn_calls = 0
         self._turns_passed = 0
         self._error: str | None = None
+        self._broken: str | None = None
+        self._closed = False
+        self._log: list[tuple[str, dict[str, Any], Any]] = []  # (op, fields, result) of requests that changed state
+        self._isolation = isolation_for_bfcl()
+        self._worker: BFCLWorkerProcess | None = None
+        self._initialized = False
+        self._spawn()
 
-    def call(self, name: str, arguments: Any) -> str:
-        """Execute a parsed model call; a refused call returns an error text and counts as malformed."""
+    @property
+    def contained(self) -> bool:
+        """Whether the worker runs inside bubblewrap."""
+        return self._isolation.contained
+
+    @property
+    def worker(self) -> BFCLWorkerProcess | None:
+        """The current worker process (None between a loss and the next start)."""
+        return self._worker
+
+    def restart(self) -> None:
+        """Kill the worker now; the next request restores the task's state in a fresh one by replay (what
+        a call that overruns its time limit causes)."""
+        if self._closed:
+            raise RuntimeError(f"BFCL episode of {self.task.id} is closed")
+        self._lose_worker()
+
+    # -- the worker ------------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        worker = BFCLWorkerProcess(self.settings, self._isolation)
+        worker.spawn()
+        self.worker_starts += 1
+        self._worker, self._initialized = worker, False
+
+    def _lose_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+        self._worker, self._initialized = None, False
+        if not self._closed:
+            self._spawn()  # starts now, restored on next use
+
+    def _ready_worker(self) -> BFCLWorkerProcess:
+        """The worker, started and holding the task's current state (restored by replay if needed).
+
+        Raises:
+            _Broken: the state could not be restored (two fresh workers lost during replay).
+            WorkerStartFailed: a worker did not start.
+        """
+        if self._closed:
+            raise RuntimeError(f"BFCL episode of {self.task.id} is closed")
+        if self._broken is not None:
+            raise _Broken(self._broken)
+        if self._worker is not None and self._worker.exited():  # died between requests: not the next call's fault
+            self._lose_worker()
+        problem = ""
+        for _attempt in range(2):
+            if self._worker is None:
+                self._spawn()
+            worker = self._worker
+            assert worker is not None
+            if self._initialized:
+                return worker
+            try:
+                self._restore(worker)
+                self._initialized = True
+                return worker
+            except WorkerLost as exc:
+                problem = f"{exc.kind}: {exc.message}"
+                self._lose_worker()
+            except RemoteError as exc:
+                problem = f"{exc.type}: {exc}"
+                self._lose_worker()
+        raise _Broken(f"could not restore the task's state in a fresh worker ({problem})")
+
+    def _restore(self, worker: BFCLWorkerProcess) -> None:
+        task = {"id": self.task.id, "involved_classes": list(self.task.involved_classes),
+                "excluded_functions": list(self.task.excluded_functions)}
+        worker.request("init", {"task": task, "initial_config_json": json.dumps(self.task.initial_config)},
+                       self.settings.startup_timeout_s)
+        mismatches = 0
+        for op, fields, recorded in self._log:
+            if worker.request(op, fields, self._budget(op, fields)) != recorded:
+                mismatches += 1
+        if mismatches:
+            self.replay_mismatches += mismatches
+            warnings.warn(f"BFCL task {self.task.id}: replaying {len(self._log)} requests into a fresh worker "
+                          f"gave {mismatches} different result(s)", RuntimeWarning, stacklevel=4)
+
+    def _budget(self, op: str, fields: Mapping[str, Any]) -> float:
+        if op == "gold":
+            return self.settings.call_timeout_s * max(1, len(fields["calls"]))
+        return self.settings.call_timeout_s
+
+    def _request(self, op: str, fields: dict[str, Any]) -> Any:
+        """A request that does not come from the model (ground truth, checks, views): when the worker is
+        lost, the state is restored in a fresh one and the request retried once.
+
+        Raises:
+            _Broken: the request or the restore failed twice.
+            UnsafeCall: a ground-truth call was refused.
+            RuntimeError: the worker answered with an internal error.
+        """
+        problem = ""
+        for _attempt in range(2):
+            worker = self._ready_worker()
+            try:
+                return worker.request(op, fields, self._budget(op, fields))
+            except WorkerLost as exc:
+                problem = f"{exc.kind}: {exc.message}"
+                self._lose_worker()
+            except RemoteError as exc:
+                if exc.type == "unsafe_call":
+                    raise UnsafeCall(str(exc)) from None
+                raise RuntimeError(f"BFCL worker failed on {op} for {self.task.id}: {exc.error}") from None
+        raise _Broken(f"{op} failed twice ({problem})")
+
+    def _break(self, reason: str) -> None:
+        if self._broken is None:
+            self._broken = reason
+            warnings.warn(f"BFCL task {self.task.id}: {reason}; the task is scored invalid", RuntimeWarning,
+                          stacklevel=4)
+        if self._error is None:
+            self._error = f"executor: {reason}"
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+    def _state_view(self, side: str) -> dict[str, Any]:
         try:
-            text = self.model.execute(name, kwargs={} if arguments is None else arguments)
+            return json.loads(self._request("state", {"side": side})["state_json"])
+        except _Broken as exc:
+            raise RuntimeError(f"BFCL task {self.task.id}: no state ({exc})") from None
+
+    # -- the episode interface ---------------------------------------------------------------------
+    def call(self, name: str, arguments: Any) -> str:
+        """Execute a parsed model call; a refused call returns an error text and counts as malformed.
+
+        A call that overruns the time limit, or kills the worker, returns an error text and leaves the
+        task's state as it was before the call.
+        """
+        kwargs = {} if arguments is None else arguments
+        try:
+            check_call(name, None, kwargs, self._offered)
+            try:
+                arguments_json = json.dumps(dict(kwargs))
+            except (TypeError, ValueError) as exc:
+                raise UnsafeCall(f"{name}: arguments are not JSON ({exc})") from None
         except UnsafeCall as exc:
             self.n_malformed += 1
             return f"Error during execution: refused: {exc}"
+        fields = {"name": name, "arguments_json": arguments_json}
+        try:
+            worker = self._ready_worker()
+            result = worker.request("call", fields, self.settings.call_timeout_s)
+        except _Broken as exc:
+            self._break(str(exc))
+            text = f"Error during execution: the executor lost this task's state ({exc})"
+        except WorkerLost as exc:
+            self._lose_worker()
+            if exc.kind == "timeout":
+                self.n_timeouts += 1
+                text = (f"Error during execution: {name} did not finish within {self.settings.call_timeout_s:g} s "
+                        "(the executor's time limit per call); it was stopped and changed nothing")
+            else:
+                text = f"Error during execution: {name} stopped the executor ({exc.message}); it changed nothing"
+        except RemoteError as exc:  # e.g. out of memory while encoding the result: state unknown, restore it
+            self._lose_worker()
+            text = f"Error during execution: {name} failed in the executor ({exc.type}: {exc}); it changed nothing"
+        else:
+            if "refused" in result:
+                self.n_malformed += 1
+                return f"Error during execution: refused: {result['refused']}"
+            self._log.append(("call", fields, result))
+            text = json.loads(result["text_json"])
+        self.model.results.append(text)
         self._turn_calls += 1
         return text
 
@@ -364,18 +617,30 @@ class BFCLEpisode:
         calls_this_turn, self._turn_calls = self._turn_calls, 0
         if turn_index >= len(self.task.ground_truth):
             return
-        gold_results = []
-        for text in self.task.ground_truth[turn_index]:
-            name, args, kwargs = parse_python_call(text)
-            gold_results.append(self.gold.execute(name, args, kwargs))
-        if self._error is not None or not self.task.ground_truth[turn_index]:
+        texts = list(self.task.ground_truth[turn_index])
+        for text in texts:
+            parse_python_call(text)  # an unparsable ground truth raises here, before anything runs
+        if self._broken is not None:
             return
-        if calls_this_turn == 0:
-            self._error = f"turn {turn_index}: no call executed"
+        gold_results: list[str] = []
+        try:
+            if texts:
+                fields = {"calls": texts}
+                result = self._request("gold", fields)
+                self._log.append(("gold", fields, result))
+                gold_results = json.loads(result["texts_json"])
+                self.gold.results += gold_results
+            if self._error is not None or not texts:
+                return
+            if calls_this_turn == 0:
+                self._error = f"turn {turn_index}: no call executed"
+                return
+            check = self._request("check", {})
+        except _Broken as exc:
+            self._break(str(exc))
             return
-        same, diffs = _states_equal(self.model, self.gold)
-        if not same:
-            self._error = f"turn {turn_index}: state differs in {', '.join(diffs[:5])}"
+        if not check["same"]:
+            self._error = f"turn {turn_index}: state differs in {', '.join(check['diffs'][:5])}"
             return
         missing = _unordered_subset(gold_results, self.model.results)
         if missing:
@@ -387,11 +652,14 @@ class BFCLEpisode:
         n_turns = len(self.task.ground_truth)
         valid = float(self._error is None and self._turns_passed == sum(1 for t in self.task.ground_truth if t))
         return {"valid": valid, "reward": valid, "turns_passed": self._turns_passed, "n_turns": n_turns,
-                "error": self._error, "n_malformed": self.n_malformed}
+                "error": self._error, "n_malformed": self.n_malformed, "n_timeouts": self.n_timeouts}
 
     def close(self) -> None:
-        self.model.instances.clear()
-        self.gold.instances.clear()
+        """Kill the worker (the instances go with it). Idempotent."""
+        self._closed = True
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
 
 
 def ground_truth_calls(task: BFCLTask) -> list[list[dict[str, Any]]]:
