@@ -216,6 +216,25 @@ def test_a_write_of_several_tables_is_refused_whole_before_any_is_written(tmp_pa
     assert Store(store.path).replace_current("rl_dataset", [])["superseded"] == 3
 
 
+def test_a_changed_input_that_fails_is_recorded_but_the_same_input_failing_is_refused(tmp_path):
+    """One environment whose document was edited and no longer verifies is a real change (recorded); the
+    same environment failing under new settings is what a bad setting does (refused)."""
+    from envfactory_assets.store.db import EmptyResultRefused
+
+    store = Store(tmp_path / "store.duckdb", refuse_empty=True, override_hint="allow_empty: true")
+    scope = "env_id = 'bookshop'"
+    row = {**{c: None for c in columns("verified_environments")}, "env_id": "bookshop", "domain": "commerce"}
+    store.replace_current("verified_environments", [{**row, "id": "ver_1", "environment_id": "env_old",
+                                                     "status": "passed"}], scope)
+    with pytest.raises(EmptyResultRefused, match="supersede the 1 passed rows"):
+        store.replace_current("verified_environments", [{**row, "id": "ver_2", "environment_id": "env_old",
+                                                         "status": "failed"}], scope)
+    assert [r["id"] for r in store.read("verified_environments")] == ["ver_1"]
+    store.replace_current("verified_environments", [{**row, "id": "ver_3", "environment_id": "env_edited",
+                                                     "status": "failed"}], scope)
+    assert [r["id"] for r in store.read("verified_environments")] == ["ver_3"]
+
+
 # --- 3. a partial run whose upstream was never materialized ---------------------------------------------
 def _error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("error:")]

@@ -216,3 +216,27 @@ def test_idle_workers_are_stopped_beyond_the_process_cap_and_come_back() -> None
         worker.close_episode(episode)
         again = worker.open_episode({"a": {"name": "again"}})
         assert worker.call(again, "who")["output"] == "again"
+
+
+def _host_uid(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line for line in status if line.startswith("Uid:")).split()[1])
+
+
+def test_the_sandbox_user_is_never_host_root() -> None:
+    with SandboxWorker(LIMITS) as worker:
+        worker.load_environment("plain", "def load(d): return d\ndef save(s): return s\n")
+        uid = _host_uid(worker.pid)
+    assert uid != 0
+    if os.geteuid() == 0:
+        assert uid == 65534
+
+
+def test_environment_ids_that_look_like_options_or_are_malformed() -> None:
+    module = "def load(d): return d\ndef save(s): return s\ndef ping(state): return 'pong'\n"
+    with SandboxWorker(LIMITS) as worker:
+        worker.load_environment("--help", module)
+        assert worker.call(worker.open_episode({"--help": {}}), "ping")["output"] == "pong"
+        for bad in ("with\0nul", "x" * 201, ""):
+            with pytest.raises(ValueError, match="env_id"):
+                worker.load_environment(bad, module)

@@ -14,11 +14,12 @@ namespaces, as uid/gid 65534, with a read-only view of exactly
 - the virtual environment (``sys.prefix`` when it differs from the base),
 - the ``envfactory_assets`` package directory itself (not the repository around it),
 
-plus a private, size-capped tmpfs at ``/tmp`` (the working directory), a minimal ``/dev`` and the
-namespace's own ``/proc``. Nothing of ``ENVFACTORY_HOME``, the repository, ``$HOME`` or ``/etc`` is
-visible. The worker dies with its parent (``--die-with-parent``), and when it exits the kernel kills
-every process left in its PID namespace. Inside, the worker adds rlimits and a seccomp filter
-(:mod:`.seccomp_filter`).
+plus a private, size-capped tmpfs at ``/tmp`` (the working directory, the only writable place) and
+a read-only minimal ``/dev``; no ``/proc``. Nothing of ``ENVFACTORY_HOME``, the repository,
+``$HOME`` or ``/etc`` is visible. The sandbox user is never host root: run as root, bubblewrap is
+started as host uid 65534 (:mod:`.drop_privileges`). The worker dies with its parent
+(``--die-with-parent``), and when it exits the kernel kills every process left in its PID
+namespace. Inside, the worker adds rlimits and a seccomp filter (:mod:`.seccomp_filter`).
 
 Where bubblewrap cannot start (not installed, user namespaces disabled), :func:`resolve_isolation`
 says why; the caller then refuses untrusted code unless :data:`UNSAFE_ENV_VAR` is set.
@@ -26,13 +27,16 @@ says why; the caller then refuses untrusted code unless :data:`UNSAFE_ENV_VAR` i
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -49,6 +53,7 @@ SANDBOX_GID = 65534
 #: Size of the worker's private /tmp, bytes.
 TMPFS_BYTES = 64 * 1024 * 1024
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
+_LAUNCHER = Path(__file__).resolve().with_name("drop_privileges.py")
 _LIBRARY_DIRS = ("/usr/lib", "/usr/lib64")
 
 
@@ -133,8 +138,48 @@ def bound_paths() -> list[str]:
     return paths
 
 
+def _traversable_by_others(path: str) -> bool:
+    """Whether a user that is neither owner nor group member can reach and read ``path``."""
+    current = Path(path)
+    for directory in [current, *current.parents]:
+        try:
+            mode = directory.stat().st_mode
+        except OSError:
+            return False
+        if not mode & 0o001:
+            return False
+    return bool(current.stat().st_mode & 0o004)
+
+
+@functools.lru_cache(maxsize=1)
+def _alias_root() -> str:
+    """A world-traversable folder holding one empty alias directory per non-traversable bind."""
+    root = tempfile.mkdtemp(prefix="envfactory-sandbox-binds-")
+    os.chmod(root, 0o755)
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+def _aliases(paths: list[str]) -> dict[str, str]:
+    """``{path: alias}`` for the bound paths host uid 65534 cannot reach (running as root only)."""
+    aliases = {}
+    for index, path in enumerate(paths):
+        if not _traversable_by_others(path):
+            alias = os.path.join(_alias_root(), str(index))
+            os.makedirs(alias, mode=0o755, exist_ok=True)
+            os.chmod(alias, 0o755)
+            aliases[path] = alias
+    return aliases
+
+
 def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> list[str]:
-    """The bubblewrap command line that runs ``argv`` in a fresh sandbox.
+    """The command line that runs ``argv`` in a fresh sandbox.
+
+    The sandbox's root, ``/dev`` and every bind are read-only; the only writable place is a
+    :data:`TMPFS_BYTES` tmpfs at ``/tmp``. There is no ``/proc`` (nothing in the sandbox needs it, and
+    it would expose the namespace's unfiltered init process). When this process is root, bubblewrap
+    itself runs as host uid/gid 65534 through :mod:`.drop_privileges`, so that the sandbox user is
+    never host root.
 
     Args:
         bwrap: the bubblewrap executable.
@@ -142,25 +187,33 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> l
         environment: the complete environment of the sandboxed process (everything else is cleared).
 
     Returns:
-        ``[bwrap, ...options, "--", *argv]``.
+        ``[bwrap, ...options, "--", *argv]``, or, as root, the launcher command that execs it.
     """
+    paths = bound_paths()
+    root = os.geteuid() == 0
+    aliases = _aliases(paths) if root else {}
     command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
-    for path in bound_paths():
-        command += ["--ro-bind", path, path]
+    for path in paths:
+        command += ["--ro-bind", aliases.get(path, path), path]
     for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64")):
         if os.path.islink(link):
             command += ["--symlink", target, link]
-    command += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-                "--chdir", "/tmp", "--clearenv"]
+    command += ["--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     for key, value in sorted(environment.items()):
         command += ["--setenv", key, value]
-    return [*command, "--", *argv]
+    command = [*command, "--", *argv]
+    if not root:
+        return command
+    spec = {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "aliases": [[p, a] for p, a in aliases.items()],
+            "argv": command}
+    return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)]
 
 
 def _probe(bwrap: str, python: str) -> str:
     """Start the interpreter once in the sandbox; '' when it worked, else the reason."""
-    command = bwrap_command(bwrap, [python, "-c", "import orjson, envfactory_assets"],
+    command = bwrap_command(bwrap, [python, "-c", "import os, orjson, envfactory_assets; assert os.getuid() == 65534"],
                             {"PYTHONPATH": str(_PACKAGE_DIR.parent), "LC_ALL": "C.UTF-8"})
     try:
         done = subprocess.run(command, capture_output=True, timeout=30, check=False)  # noqa: S603

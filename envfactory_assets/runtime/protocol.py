@@ -20,6 +20,7 @@ PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 1 << 30  # 1 GiB: far above any sane state, below the 4 GiB header limit
 _READ_CHUNK = 1 << 20
+_MAX_READ = 8 << 20
 
 
 class ProtocolError(Exception):
@@ -103,9 +104,13 @@ class FrameChannel:
     Args:
         write_fd: the worker's stdin pipe (set non-blocking here).
         read_fd: the worker's protocol output pipe (set non-blocking here).
+        max_frame_bytes: the largest frame accepted from the worker; a longer declared length is a
+            :class:`ProtocolError` before anything is read, so a worker cannot make the parent
+            allocate more than this.
     """
 
-    def __init__(self, write_fd: int, read_fd: int) -> None:
+    def __init__(self, write_fd: int, read_fd: int, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._max_frame_bytes = min(max_frame_bytes, MAX_FRAME_BYTES)
         self._write_fd = write_fd
         self._read_fd = read_fd
         self._buffer = bytearray()
@@ -149,8 +154,8 @@ class FrameChannel:
         """
         header = self._read_exact(HEADER.size, deadline)
         (length,) = HEADER.unpack(header)
-        if length > MAX_FRAME_BYTES:
-            raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
+        if length > self._max_frame_bytes:
+            raise ProtocolError(f"frame of {length} bytes exceeds {self._max_frame_bytes}")
         return decode_payload(self._read_exact(length, deadline))
 
     def _read_exact(self, size: int, deadline: float) -> bytes:
@@ -161,7 +166,9 @@ class FrameChannel:
             if not self._read_poll.poll(_poll_ms(remaining)):
                 continue
             try:
-                chunk = os.read(self._read_fd, max(_READ_CHUNK, size - len(self._buffer)))
+                # Bounded reads: os.read(n) allocates n bytes up front, so asking for a whole
+                # declared frame at once would multiply the parent's memory by the number of reads.
+                chunk = os.read(self._read_fd, min(_MAX_READ, max(_READ_CHUNK, size - len(self._buffer))))
             except BlockingIOError:
                 continue
             except OSError as exc:
@@ -169,6 +176,7 @@ class FrameChannel:
             if not chunk:
                 raise ChannelClosed("worker closed its output")
             self._buffer += chunk
-        data = bytes(self._buffer[:size])
+        with memoryview(self._buffer) as view:
+            data = view[:size].tobytes()
         del self._buffer[:size]
         return data

@@ -68,6 +68,8 @@ class SandboxLimits:
         startup_timeout_s: seconds a fresh worker may take to start and say it is ready.
         hash_seed: ``PYTHONHASHSEED`` of the worker (string hashing, set order). Verification replays
             in a second worker with another seed to catch tools whose results depend on it.
+        max_response_mb: the largest response the parent accepts from a worker, MiB; a longer one
+            kills the worker (a protocol error) before the parent allocates it.
     """
 
     memory_mb: int = 1024
@@ -76,6 +78,7 @@ class SandboxLimits:
     kill_grace_s: float = 2.0
     startup_timeout_s: float = 30.0
     hash_seed: int = 0
+    max_response_mb: int = 256
 
     def __post_init__(self) -> None:
         if not 0 <= self.hash_seed <= 4294967295:
@@ -150,6 +153,36 @@ def _kill_process(proc: subprocess.Popen) -> None:
             pass
 
 
+# What a well-formed result of each operation looks like; anything else means the worker (or code
+# running in it) forged the protocol.
+_RESULT_KEYS = {"load_env": ("tools", list), "open_episode": ("episode_id", str), "fork": ("episode_id", str),
+                "call": ("ok", bool)}
+
+
+def _shape_ok(op: str, result: Any) -> bool:
+    if op == "state_hash":
+        return isinstance(result, str)
+    if op == "save":
+        return isinstance(result, dict)
+    expected = _RESULT_KEYS.get(op)
+    if expected is None:
+        return True
+    key, kind = expected
+    return isinstance(result, dict) and isinstance(result.get(key), kind)
+
+
+def _real_uid(pid: int) -> int | None:
+    """The host's real uid of process ``pid`` (from /proc), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _describe_exit(returncode: int | None, limits: SandboxLimits, contained: bool = False) -> str:
     if returncode is None:
         return "worker stopped responding"
@@ -219,7 +252,11 @@ class _Child:
             self.discard()
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
         if response.get("ok") is True:
-            return response.get("result")
+            result = response.get("result")
+            if not _shape_ok(op, result):
+                self.discard()
+                raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: malformed result from the worker; worker killed")
+            return result
         error = response.get("error")
         raise _RemoteError(error if isinstance(error, dict) else {"type": "protocol", "message": str(error)})
 
@@ -247,7 +284,7 @@ class _Child:
         argv = [owner._python, "-m", WORKER_MODULE, "--memory-mb", str(self.limits.memory_mb),
                 "--cpu-seconds", str(self.limits.cpu_seconds),
                 "--python-guards", "on" if owner.python_guards else "off",
-                "--seccomp", "on" if owner.isolation.seccomp else "off", "--domain", self.label]
+                "--seccomp", "on" if owner.isolation.seccomp else "off", f"--domain={self.label}"]
         environment = {
             "PYTHONPATH": _PACKAGE_PARENT,
             "PYTHONHASHSEED": str(self.limits.hash_seed),
@@ -282,7 +319,8 @@ class _Child:
         self.proc = proc
         self.stderr = _StderrTail(proc.stderr)
         self.finalizer = weakref.finalize(self, _kill_process, proc)
-        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno())
+        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno(),
+                               max_frame_bytes=self.limits.max_response_mb * 1024 * 1024)
         try:
             hello = channel.receive(time.monotonic() + self.limits.startup_timeout_s)
         except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
@@ -294,6 +332,9 @@ class _Child:
         if hello.get("ready") is not True:
             self.discard()
             raise WorkerCrashed("startup", f"unexpected first message from worker: {hello}")
+        if owner.isolation.contained and os.geteuid() == 0 and _real_uid(proc.pid) == 0:
+            self.discard()  # fail closed: the sandbox user must never be host root
+            raise WorkerCrashed("startup", "the sandbox runs as host uid 0; refusing to use it")
         self.seccomp = str(hello.get("seccomp", ""))
         self.channel = channel
         return channel
@@ -444,6 +485,10 @@ class SandboxWorker:
             IsolationUnavailable: the OS sandbox cannot start and ``origin`` may not run without it.
             WorkerCrashed: the worker could not be started.
         """
+        if not isinstance(env_id, str) or not 1 <= len(env_id) <= 200 or "\0" in env_id:
+            raise ValueError(f"env_id must be a string of 1-200 characters without NUL, got {env_id!r:.80}")
+        if not isinstance(source, str):
+            raise TypeError(f"source of {env_id!r} must be a string, got {type(source).__name__}")
         tools = tuple(tool_names) if tool_names is not None else None
         with self._lock:
             self._check_open()

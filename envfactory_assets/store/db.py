@@ -17,7 +17,15 @@ import duckdb
 import orjson
 import polars as pl
 
-from envfactory_assets.store.schema import COMMON, JSON_COLUMNS, PASSED_STATUS, TABLES, columns, ddl
+from envfactory_assets.store.schema import (
+    COMMON,
+    JSON_COLUMNS,
+    PASSED_STATUS,
+    SAME_INPUT_COLUMN,
+    TABLES,
+    columns,
+    ddl,
+)
 
 
 class StoreBusy(RuntimeError):
@@ -192,7 +200,15 @@ class Store:
         where = "NOT superseded" + (f" AND ({scope})" if scope else "") + (" AND status = ?" if status else "")
         current = {i for (i,) in con.execute(f"SELECT id FROM {table} WHERE {where}",
                                              [status] if status else []).fetchall()}
-        at_risk = len(current - {r["id"] for r in rows})  # a stored id that comes again is kept as it is
+        current -= {r["id"] for r in rows}  # a stored id that comes again is kept as it is
+        input_column = SAME_INPUT_COLUMN.get(table)
+        if input_column and current:
+            inputs = sorted({str(r.get(input_column)) for r in rows})
+            marks = ", ".join("?" * len(inputs))
+            current = {i for (i,) in con.execute(
+                f"SELECT id FROM {table} WHERE id IN ({', '.join('?' * len(current))}) AND {input_column} IN ({marks})",
+                [*sorted(current), *inputs]).fetchall()} if inputs else set()
+        at_risk = len(current)
         if not at_risk:
             return None
         kind = f"{status} " if status else ""

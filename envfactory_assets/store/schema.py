@@ -112,6 +112,14 @@ PASSED_STATUS: dict[str, str | None] = {
     "evaluations": None,
 }
 
+#: Per-item tables: the column naming the item's input. A stored passed row is protected only from a new
+#: row made from the *same* input (then only the settings changed); a new input that fails (an edited
+#: document that no longer builds or verifies) is a real change and is recorded.
+SAME_INPUT_COLUMN: dict[str, str] = {
+    "environments": "source_resource_id",
+    "verified_environments": "environment_id",
+}
+
 JSON_COLUMNS: dict[str, set[str]] = {
     table: {c.split()[0] for c in cols if c.split()[1] == "JSON"} for table, cols in TABLES.items()
 }

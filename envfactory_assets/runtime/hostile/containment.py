@@ -7,7 +7,10 @@ canary path and a marker token. Samples only ever get paths under the probe's ow
 to: the negative control runs them unconfined. After a sample ran and its worker was closed, :meth:`Probes.check`
 lists every violation: a secret in any output, error or stderr text; a connection the listener
 received; a file created or changed anywhere under the probe's folder; a process still alive whose
-command line carries the marker or the run's trust-domain label. A benign environment called after
+command line carries the marker or the run's trust-domain label, or (parent running as root) any new
+process of host uid 65534; a sample's own report that it achieved something no file or socket shows
+(``<marker>:achieved:...``, e.g. writing a host sysctl); the parent's peak memory growing by more than
+:data:`PARENT_MEMORY_GROWTH_MB` during the sample. A benign environment called after
 each sample in the same :class:`..sandbox.SandboxWorker` must answer exactly as before.
 
 :func:`run_containment` runs a corpus this way, normally with the Python layer (static check,
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import resource
 import secrets as token_source
 import select
 import signal
@@ -42,6 +47,10 @@ PROBE_SENSITIVE_NAMES = frozenset({
     "write_file_with_pathlib", "shell_via_subprocess", "os_system_through_builtins",
     "update_wrapper_getattr", "submodule_from_import",
 })
+#: How much the parent's peak resident memory may grow while one sample runs, MiB.
+PARENT_MEMORY_GROWTH_MB = 300
+#: Seconds a closed worker's processes get to disappear before one still alive counts as left behind.
+LEFTOVER_GRACE_S = 3.0
 _EMPTY_STATE: dict[str, Any] = {"tables": {}, "meta": {"now": "2024-05-01T00:00:00Z", "seed": 0, "next_id": 1}}
 _BENIGN_ENV = "containment_benign"
 
@@ -49,6 +58,15 @@ _BENIGN_ENV = "containment_benign"
 def is_probe_sensitive(sample: HostileSample) -> bool:
     """Whether the probes must see ``sample`` when nothing contains it (the negative control)."""
     return sample.probe_sensitive or sample.name in PROBE_SENSITIVE_NAMES
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether ``pid`` is dead but not yet reaped (or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
@@ -111,6 +129,24 @@ class Probes:
         self.port = self.listener.getsockname()[1]
         self._before = _tree_digest(self.root)
         self.connections = 0
+        self._sandbox_uid_before = self._sandbox_uid_processes()
+
+    @staticmethod
+    def _sandbox_uid_processes() -> set[int]:
+        """Pids of processes running as host uid 65534 (the sandbox's uid when the parent is root)."""
+        if os.geteuid() != 0:
+            return set()
+        found = set()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/status") as status:
+                        uid = next(line for line in status if line.startswith("Uid:")).split()[1]
+                except (OSError, StopIteration, IndexError):
+                    continue
+                if uid == "65534":
+                    found.add(int(entry))
+        return found
 
     def __enter__(self) -> Probes:
         return self
@@ -149,10 +185,16 @@ class Probes:
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as handle:
                     cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+                if _is_zombie(int(entry)):
+                    continue
             except OSError:
                 continue
-            if self.marker in cmdline or f"--domain {self.label}" in cmdline:
+            if self.marker in cmdline or f"--domain={self.label}" in cmdline:
                 found.append((int(entry), cmdline[:200]))
+        # Whatever it runs, a process left behind by a sandbox started as root has the sandbox's host uid.
+        for pid in sorted(self._sandbox_uid_processes() - self._sandbox_uid_before - {p for p, _ in found}):
+            if not _is_zombie(pid):
+                found.append((pid, f"uid 65534 process {pid}"))
         return found
 
     def kill_leftovers(self) -> None:
@@ -186,6 +228,9 @@ class Probes:
         for token in self.tokens:
             if token in joined:
                 violations.append(f"secret leaked: {token[:16]}...")
+        achieved = sorted(set(re.findall(re.escape(self.marker) + r":achieved:([a-z-]+)", joined)))
+        if achieved:
+            violations.append(f"sample reports it achieved: {', '.join(achieved)}")
         self._drain_connections()
         if self.connections:
             violations.append(f"loopback listener received {self.connections} connection(s)")
@@ -194,8 +239,13 @@ class Probes:
         if changed:
             violations.append(f"files changed outside the sandbox: {changed[:5]}")
         if processes:
-            time.sleep(0.05)  # a killed worker's namespace takes a moment to be torn down
+            # A killed worker's namespace takes a moment to be torn down: a leftover is one still alive
+            # (not a zombie) after LEFTOVER_GRACE_S.
+            deadline = time.monotonic() + LEFTOVER_GRACE_S
             left = self._leftovers()
+            while left and time.monotonic() < deadline:
+                time.sleep(0.05)
+                left = self._leftovers()
             if left:
                 violations.append(f"{len(left)} process(es) survived the worker: {left[0][1]}")
         return violations
@@ -286,10 +336,14 @@ def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits =
             baseline = _benign_answer(worker)
             for sample in samples:
                 started = time.monotonic()
+                peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 ended, texts = _run_one(worker, probes, sample)
+                grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
                 benign = _benign_answer(worker)
                 worker.close()  # every worker of the sample gone before processes are looked for
                 violations = probes.check(texts)
+                if grown_mb > PARENT_MEMORY_GROWTH_MB:
+                    violations.append(f"the parent's peak memory grew by {grown_mb:.0f} MiB")
                 rows.append({
                     "name": sample.name, "category": sample.category, "ended": ended,
                     "violations": violations, "contained": not violations,

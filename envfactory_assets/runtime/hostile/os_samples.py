@@ -402,5 +402,95 @@ def attack(state, canary, secrets, port, marker):
     ),
 ]
 
+
+# Attacks on the host's kernel state and on the parent's memory. They are not in the negative control:
+# unconfined, as root, they would really change the host (kernel settings, files in /). What they achieve
+# is reported as ``<marker>:achieved:<what>``, which the probes look for in every output.
+OS_SAMPLES += [
+    _os_sample(
+        "write_host_sysctl",
+        "kernel settings",
+        "writes kernel/core_pattern back with its own value: a sandbox user that is host root may write any "
+        "host-wide sysctl, and a core_pattern pipe helper then runs as host root",
+        '''
+def attack(state, canary, secrets, port, marker):
+    got = {}
+    for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_memory"):
+        try:
+            with open(path) as handle:
+                value = handle.read()
+            with open(path, "w") as handle:
+                handle.write(value)
+            got[path] = marker + ":achieved:sysctl"
+        except Exception as exc:
+            got[path] = "refused: " + type(exc).__name__
+    return {"sysctl": got}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "write_init_memory",
+        "process tampering",
+        "opens /proc/1/mem for writing: the namespace's init process has no seccomp filter, so code written "
+        "into it would run unfiltered and outlive the worker",
+        '''
+def attack(state, canary, secrets, port, marker):
+    try:
+        with open("/proc/1/mem", "r+b"):
+            return {"init": marker + ":achieved:init-memory"}
+    except Exception as exc:
+        return {"init": "refused: " + type(exc).__name__}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "fill_writable_mounts",
+        "memory exhaustion",
+        "writes 1 MiB files into /, /dev, /dev/shm and /tmp until refused: an uncapped tmpfs is host memory",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    block = b"x" * (1 << 20)
+    written = {}
+    for folder in ("/", "/dev", "/dev/shm", "/tmp"):
+        total = 0
+        for index in range(100):
+            try:
+                with open(os_module.path.join(folder, "fill%d" % index), "wb") as handle:
+                    handle.write(block)
+                total += 1
+            except Exception:
+                break
+        written[folder] = total
+    outside_tmp = sum(n for folder, n in written.items() if folder != "/tmp")
+    if outside_tmp or written["/tmp"] > 64:
+        return {"written_mib": written, "verdict": marker + ":achieved:uncapped-write"}
+    return {"written_mib": written}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "declare_huge_frame",
+        "protocol forgery",
+        "declares a 900 MiB response frame on every descriptor and streams bytes into it, to make the "
+        "parent allocate far more than the worker's own memory limit",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    header = (900 << 20).to_bytes(4, "big")
+    block = b" " * (1 << 20)
+    for fd in range(3, 16):
+        try:
+            os_module.write(fd, header)
+            for _ in range(64):
+                os_module.write(fd, block)
+        except OSError:
+            pass
+    return {"sent": True}
+''',
+        probe_sensitive=False,
+    ),
+]
+
 #: The whole hostile corpus: the Python-layer samples of :mod:`.samples` and the OS-layer ones above.
 CORPUS: tuple[HostileSample, ...] = (*SAMPLES, *OS_SAMPLES)
