@@ -15,6 +15,7 @@ from typing import Any
 
 from envfactory_assets.evaluation import bfcl, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
+from envfactory_assets.evaluation.bfcl_sandbox import DEFAULT_CALL_TIMEOUT_S, ExecutorSettings
 from envfactory_assets.evaluation.policy import Policy, SamplingSpec
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.task_episode import TaskRunner
@@ -34,6 +35,8 @@ class EvalSpec:
         max_tools: tools shown per synthetic task (gold tools + distractors; 0 = all), as in training.
         first_turns_only: synthetic tasks only from first turns (short prompts; see ``held_out_rows``).
         sampling: :class:`SamplingSpec`.
+        bfcl_call_timeout_s: wall-clock seconds one model call may take in the BFCL executor's sandboxed
+            worker before it is stopped (:class:`.bfcl_sandbox.ExecutorSettings`).
     """
 
     n_synthetic: int | None = 6
@@ -43,6 +46,7 @@ class EvalSpec:
     max_tools: int = 8
     first_turns_only: bool = True
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    bfcl_call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting when a count is negative (``n_bfcl: -2`` used to mean "all but
@@ -60,6 +64,9 @@ class EvalSpec:
             raise ValueError(f"evaluation setting max_tool_rounds={self.max_tool_rounds}: expected >= 1")
         if self.max_tools < 0:
             raise ValueError(f"evaluation setting max_tools={self.max_tools}: expected >= 0 (0 shows all tools)")
+        timeout = self.bfcl_call_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+            raise ValueError(f"evaluation setting bfcl_call_timeout_s={timeout!r}: expected a positive number of seconds")
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -170,13 +177,14 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
     log(f"evaluating {len(models)} model(s) on {len(synth_tasks)} held-out synthetic and {len(bfcl_tasks)} BFCL "
         f"tasks, seeds {list(spec.seeds)}")
     out = []
+    executor = ExecutorSettings(call_timeout_s=float(spec.bfcl_call_timeout_s))
     with TaskRunner(environments) as runner:
         open_synth = synthetic.episode_factory(runner, rows_by_id)
         for model in models:
             policy = Policy(Path(model.path), spec.sampling, num_threads=num_threads)
             for benchmark, tasks, opener in ((synthetic.BENCHMARK, synth_tasks, open_synth),
                                              (bfcl.BENCHMARK, bfcl_agent_tasks,
-                                              lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id]))):
+                                              lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id], executor))):
                 if not tasks:
                     continue
                 started, cpu_started = time.perf_counter(), time.process_time()

@@ -38,6 +38,7 @@ class EvaluationConfig(dg.Config):
     max_tool_rounds: int = EvalSpec.max_tool_rounds
     max_tools: int = EvalSpec.max_tools
     first_turns_only: bool = EvalSpec.first_turns_only
+    bfcl_call_timeout_s: float = EvalSpec.bfcl_call_timeout_s
 
 
 def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
@@ -68,6 +69,7 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
                         n_bfcl=None if config.full_sets else config.n_bfcl, seeds=tuple(config.seeds),
                         max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
                         first_turns_only=config.first_turns_only and not config.full_sets,
+                        bfcl_call_timeout_s=config.bfcl_call_timeout_s,
                         sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                                               batch_size=config.batch_size,
                                               prefix_cache_tokens=config.prefix_cache_tokens))
