@@ -240,3 +240,19 @@ def test_environment_ids_that_look_like_options_or_are_malformed() -> None:
         for bad in ("with\0nul", "x" * 201, ""):
             with pytest.raises(ValueError, match="env_id"):
                 worker.load_environment(bad, module)
+
+
+def test_binds_land_on_top_of_the_private_tmp() -> None:
+    """A checkout or virtualenv under /tmp must stay visible: the tmpfs is mounted before the binds."""
+    from envfactory_assets.runtime.isolation import bwrap_command
+
+    command = bwrap_command("/usr/bin/bwrap", ["/bin/true"], {})
+    if command[0] != "/usr/bin/bwrap":  # run as root: the launcher's spec holds the bubblewrap command
+        import json
+
+        command = json.loads(command[-1])["argv"]
+    tmpfs = command.index("--tmpfs")
+    assert command[tmpfs + 1] == "/tmp"
+    binds = [i for i, arg in enumerate(command) if arg == "--ro-bind"]
+    assert binds and min(binds) > tmpfs
+    assert command.index("--remount-ro") > max(binds)

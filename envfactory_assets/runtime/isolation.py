@@ -193,14 +193,15 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> l
     root = os.geteuid() == 0
     aliases = _aliases(paths) if root else {}
     command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox"]
+               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox",
+               # The tmpfs first: binds below /tmp (a checkout in /tmp) must land on top of it, not under it.
+               "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
     for path in paths:
         command += ["--ro-bind", aliases.get(path, path), path]
     for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64")):
         if os.path.islink(link):
             command += ["--symlink", target, link]
-    command += ["--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
+    command += ["--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     for key, value in sorted(environment.items()):
         command += ["--setenv", key, value]
     command = [*command, "--", *argv]

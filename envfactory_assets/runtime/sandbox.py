@@ -380,15 +380,17 @@ class SandboxWorker:
         python: interpreter for the children; defaults to ``sys.executable``.
         python_guards: keep the static check and restricted builtins inside the worker (default).
             ``False`` exists only to prove that the OS layer alone contains hostile code.
-        max_processes: how many worker processes may run at once (~25 MiB resident each); the least
-            recently used one without an open episode is stopped to start another.
+        max_processes: how many worker processes may run at once (~23 MiB resident each, measured); the
+            least recently used one without an open episode is stopped to start another. The default
+            holds every environment of a default run (95) at once: trajectory synthesis touches them in
+            random order, and a lower cap restarts a worker for most chains.
 
     Raises:
         ValueError: ``max_processes`` < 1.
     """
 
     def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None,
-                 python_guards: bool = True, max_processes: int = 24) -> None:
+                 python_guards: bool = True, max_processes: int = 128) -> None:
         if max_processes < 1:
             raise ValueError(f"max_processes must be >= 1, got {max_processes}")
         self.max_processes = max_processes
