@@ -12,7 +12,7 @@ import pytest
 
 from envfactory_assets.cli import config_for_selection, main as cli_main
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
-from envfactory_assets.defs.incremental import materialize_pipeline
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate

@@ -9,6 +9,7 @@ import dagster as dg
 from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.config_checks import SettingError, finite_number, flag, one_of, whole_number
 from envfactory_assets.defs.common import (
+    UpstreamGates,
     checked,
     data_version,
     no_failed_environment_check,
@@ -135,12 +136,12 @@ def _graph(envfactory: EnvFactoryHome):
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_graph"], code_version=_SYNTH_CODE)
 def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
-                envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+                envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Seeded tool chains from the topology-aware sampler (or the random-walk baseline), each validated:
     every required input is user-providable or produced earlier in the chain. Chains that touch no changed
     environment are kept as they are (same ids) when the config is unchanged."""
     cfg = checked(config.check_settings)
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, verified_ids = passed_environments(envfactory)
     graph = _graph(envfactory)
     tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
@@ -175,12 +176,12 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_chains"], code_version=_SYNTH_CODE)
 def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig,
-                     envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+                     envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Each passed chain executed on its own copy of the initial state in a sandbox worker: turns split
     as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn. A chain
     whose trajectory is already stored (same chain id, same config) is not executed again."""
     synth = checked(config.check_settings)
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     chains = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
@@ -239,13 +240,13 @@ class RefineConfig(dg.Config):
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)
 def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig, envfactory: EnvFactoryHome,
-                         model_backend: ModelBackend) -> dg.MaterializeResult:
+                         model_backend: ModelBackend, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
     query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
     unsolvable turn ends the chain."""
     cal = checked(config.check_settings)
     model_backend.check_settings()
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
@@ -282,10 +283,11 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
                         description="RL rows: one per turn, trimmed gold calls, masked arguments, initial and "
                                     "final state; every row replays exactly.")],
 )
-def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome):
+def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome,
+             upstream_gates: UpstreamGates):
     """Split refined trajectories into SFT rows and replay-checked RL rows."""
     checked(config.check_settings)
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")
