@@ -272,7 +272,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the Markdown report of the store (to stdout or ``--output``)."""
     from envfactory_assets.store.db import Store
-    from envfactory_assets.store.report import run_report
+    from envfactory_assets.reporting.report import run_report
 
     try:
         text = run_report(Store(settings.store_path()))
@@ -288,7 +288,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the evaluation results table, or write it between the results markers of ``--readme``."""
-    from envfactory_assets.evaluation.results_table import results_markdown, update_readme
+    from envfactory_assets.reporting.results_table import results_markdown, update_readme
     from envfactory_assets.store.db import Store
 
     try:
