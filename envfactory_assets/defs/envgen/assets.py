@@ -27,9 +27,9 @@ class VerificationConfig(dg.Config):
     ``memory_mb`` address-space cap per worker (at least :data:`MIN_WORKER_MEMORY_MB`), ``cpu_seconds`` CPU
     time per worker, ``call_timeout_s`` wall time per call, ``max_workers`` workers at once."""
 
-    memory_mb: int = 1024
+    memory_mb: int = SandboxLimits.memory_mb
     cpu_seconds: int = 120
-    call_timeout_s: float = 5.0
+    call_timeout_s: float = SandboxLimits.call_timeout_s
     max_workers: int = 2
 
     def check_settings(self) -> None:

@@ -46,18 +46,19 @@ _SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.g
 
 
 class ChainsConfig(dg.Config):
-    """Sampler settings (defaults: the paper's topology-aware sampler, 15 tools, 3 servers, depth 5)."""
+    """Sampler settings; the defaults are :class:`SamplerConfig`'s (the paper's topology-aware sampler, 15
+    tools, 3 servers, depth 5)."""
 
     n_chains: int = 3000
     sampler: str = "topology"
     baseline_chains: int = 100
     base_key: str = "default"
-    max_tools: int = 15
-    max_servers: int = 3
-    max_depth: int = 5
-    p_skip_optional: float = 0.6
-    p_explicit_producer: float = 0.1
-    min_tools: int = 3
+    max_tools: int = SamplerConfig.max_tools
+    max_servers: int = SamplerConfig.max_servers
+    max_depth: int = SamplerConfig.max_depth
+    p_skip_optional: float = SamplerConfig.p_skip_optional
+    p_explicit_producer: float = SamplerConfig.p_explicit_producer
+    min_tools: int = SamplerConfig.min_tools
 
     def check_settings(self) -> SamplerConfig:
         """The sampler settings as a :class:`SamplerConfig`, every setting checked before the store is read.
@@ -92,9 +93,9 @@ class TrajectoryConfig(dg.Config):
     """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``; only chains of
     ``sampler`` are executed."""
 
-    min_turns: int = 2
+    min_turns: int = SynthConfig.min_turns
     sampler: str = "topology"
-    max_turn_len: int = 5
+    max_turn_len: int = SynthConfig.max_turn_len
 
     def check_settings(self) -> SynthConfig:
         """The synthesis settings as a :class:`SynthConfig`, checked before the store is read.
@@ -215,13 +216,13 @@ class RefineConfig(dg.Config):
     model of the ``model_backend`` resource when one is configured; fewer than ``min_turns`` solvable turns
     fail the trajectory."""
 
-    k: int = 4
-    min_turns: int = 2
+    k: int = CalibrationConfig.k
+    min_turns: int = CalibrationConfig.min_turns
     # operator d's goal expansion of each trajectory's last turn (synth.expansion)
-    goal_expansion: bool = True
+    goal_expansion: bool = CalibrationConfig.goal_expansion
     # conversational mode (synth.conversation): share of turns whose query leaves out a user-providable value
     # the solver asks the simulated user for; 0 keeps the default run as it was
-    conversational_share: float = 0.0
+    conversational_share: float = CalibrationConfig.conversational_share
 
     def check_settings(self) -> CalibrationConfig:
         """The settings as a :class:`CalibrationConfig`, checked before the store is read.
