@@ -423,7 +423,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     src = op_config("source_resources")  # the environments to build are chosen there (one partition each)
     chosen = select_resources(resources, src.get("per_domain", 13), src.get("include", []), src.get("exclude", []))
     try:
-        backend = model_backend.make_backend(home / "llm_cache.sqlite")
+        backend = model_backend.backend_for(home)
     except Exception as exc:  # dg.Failure naming the bad setting
         raise UsageError(str(exc)) from None
     try:

@@ -62,6 +62,8 @@ class EnvFactoryHome(dg.ConfigurableResource):
 
 
 BACKENDS = ("programmatic", "openai", "transformers")
+#: The response cache of every model backend, inside ``$ENVFACTORY_HOME``.
+LLM_CACHE_FILE = "llm_cache.sqlite"
 
 
 class ModelBackend(dg.ConfigurableResource):
@@ -95,6 +97,11 @@ class ModelBackend(dg.ConfigurableResource):
             finite_number(owner, "timeout_s", self.timeout_s, low=0.0, low_open=True)
         except SettingError as exc:
             raise dg.Failure(str(exc)) from exc
+
+    def backend_for(self, home: Path):
+        """:meth:`make_backend` with this resource's cache in ``home`` (``$ENVFACTORY_HOME``): every stage and
+        the CLI's estimate share one cache file, so a reply paid for once is reused everywhere."""
+        return self.make_backend(home / LLM_CACHE_FILE)
 
     def make_backend(self, cache_path: Path):
         """None for ``programmatic``, else a chat backend; raises ``dg.Failure`` naming a bad setting."""

@@ -58,7 +58,7 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
     valid/boundary/invalid initial states) built by the programmatic builder, one per ``environment``
     partition (the resource selected by ``source_resources`` under that key)."""
-    backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+    backend = model_backend.backend_for(envfactory.root())
     store = envfactory.store()
     keys = context.partition_keys
     chosen = store.read("source_resources", env_scope(keys, "resource_key"))

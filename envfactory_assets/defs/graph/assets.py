@@ -94,7 +94,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     embedder = EMBEDDERS[config.embedder]()
     backend = None
     if "model" in roles.values():
-        backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+        backend = model_backend.backend_for(envfactory.root())
     graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold)
     try:
         graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,

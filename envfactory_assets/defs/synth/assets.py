@@ -255,7 +255,7 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     checked(lambda: min_turns_reachable(
         "refined_trajectories", config.min_turns, longest,
         f"refinement never adds turns and the passed raw trajectories have at most {longest}"))
-    backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+    backend = model_backend.backend_for(envfactory.root())
     conversational = config.conversational_share > 0
     solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver(ask=conversational)
     user = (ModelUser(backend) if backend is not None else ProgrammaticUser()) if conversational else None
