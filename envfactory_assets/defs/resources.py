@@ -143,7 +143,7 @@ class VerificationGate(dg.ConfigurableResource):
             raise dg.Failure(str(exc)) from exc
 
 
-# --- curation (issue 6.9) ---------------------------------------------------------------------------------
+# --- curation: user exclusions, read by every stage that selects environments or tools ----------------
 def user_curation(envfactory: EnvFactoryHome):
     """The validated ``$ENVFACTORY_HOME/curation.yaml``; raises ``dg.Failure`` naming the file and the problem."""
     from envfactory_assets.curation import CurationError, curation_path, load_curation
@@ -154,7 +154,7 @@ def user_curation(envfactory: EnvFactoryHome):
         raise dg.Failure(f"curation file: {exc}") from exc
 
 
-# --- incremental re-synthesis (issue 6) -----------------------------------------------------------------
+# --- incremental re-synthesis: the user folder the sensor watches -------------------------------------
 def user_resources_dir(envfactory: EnvFactoryHome) -> Path:
     """``$ENVFACTORY_HOME/user_resources``: a user folder of extra OpenAPI documents or MCP tool lists, scanned after the corpus and
     watched by the ``resource_files`` sensor; every document accepted there becomes an environment."""
