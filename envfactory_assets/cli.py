@@ -69,86 +69,46 @@ class UsageError(Exception):
     """A command-line input that cannot be used; the message names the input and the problem."""
 
 
-def _op_names(keys: Any = None) -> set[str]:
+def _graph() -> Any:
+    """The asset graph of the code location (``definitions.defs``)."""
     from envfactory_assets.definitions import defs
 
-    graph = defs.get_repository_def().asset_graph
-    return {graph.get(k).assets_def.node_def.name for k in (keys if keys is not None else graph.get_all_asset_keys())}
+    return defs.get_repository_def().asset_graph
+
+
+@contextlib.contextmanager
+def _usage_errors() -> Iterator[None]:
+    """A :class:`SelectionError` from the runner becomes a :class:`UsageError` with the same message."""
+    from envfactory_assets.runner.selection import SelectionError
+
+    try:
+        yield
+    except SelectionError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _selected_ops(selection: Any) -> set[str]:
-    """Op names of the assets ``selection`` picks.
+    """Op names of the assets ``selection`` picks (:func:`runner.selection.selected_ops` on this graph)."""
+    from envfactory_assets.runner.selection import selected_ops
 
-    Raises:
-        UsageError: the selection is invalid or selects nothing.
-    """
-    import dagster as dg
-
-    from envfactory_assets.definitions import defs
-
-    try:
-        keys = dg.AssetSelection.from_coercible(selection).resolve(defs.get_repository_def().asset_graph)
-    except Exception as exc:  # Dagster raises several error types for a bad selection
-        raise UsageError(f"--select {selection!r} is not a valid asset selection: {exc}") from None
-    if not keys:
-        raise UsageError(f"--select {selection!r} selects no asset")
-    return _op_names(keys)
+    with _usage_errors():
+        return selected_ops(_graph(), selection)
 
 
 def check_selection_runnable(instance: Any, selection: Any, store_exists: bool) -> list[str]:
-    """Refuse, before any run starts, a selection whose steps cannot run: an asset outside it that one of
-    its assets reads was never materialized on ``instance`` (or the store does not exist while one is
-    needed). Returns the assets the selection adds because they share a step with selected ones
-    (``sft_dataset`` brings ``rl_dataset``).
+    """:func:`runner.selection.check_selection_runnable` on this graph; raises :class:`UsageError`."""
+    from envfactory_assets.runner.selection import check_selection_runnable as check
 
-    Raises:
-        UsageError: one line naming the upstream assets to materialize first.
-    """
-    import dagster as dg
-
-    from envfactory_assets.definitions import defs
-
-    if not selection:
-        return []
-    graph = defs.get_repository_def().asset_graph
-    picked = dg.AssetSelection.from_coercible(selection)
-    try:
-        keys = picked.resolve(graph)
-        full = picked.required_multi_asset_neighbors().resolve(graph)
-    except Exception as exc:  # Dagster raises several error types for a bad selection
-        raise UsageError(f"--select {selection!r} is not a valid asset selection: {exc}") from None
-    upstream = {parent for key in full for parent in graph.get(key).parent_keys} - set(full)
-    missing = sorted(k.to_user_string() for k in upstream if instance.get_latest_materialization_event(k) is None)
-    names = ", ".join(sorted(k.to_user_string() for k in full))
-    if missing:
-        hint = f'envfactory run --select "*{missing[0]}"' if len(missing) == 1 else "envfactory run"
-        raise UsageError(f"--select {selection!r} cannot run yet: {names} read{'s' if len(full) == 1 else ''} "
-                         f"{', '.join(missing)}, which {'was' if len(missing) == 1 else 'were'} never materialized "
-                         f"in this ENVFACTORY_HOME; materialize {'it' if len(missing) == 1 else 'them'} first "
-                         f"({hint}) or run the whole graph (envfactory run)")
-    if upstream and not store_exists:
-        raise UsageError(f"--select {selection!r} cannot run: {names} read the store, which does not exist yet "
-                         f"(was ENVFACTORY_HOME moved or emptied?); run the whole graph first (envfactory run)")
-    return sorted(k.to_user_string() for k in set(full) - set(keys))
+    with _usage_errors():
+        return check(_graph(), instance, selection, store_exists)
 
 
 def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str, Any]:
-    """Drop op config of assets outside ``selection``, so one config file serves every partial run.
+    """:func:`runner.selection.config_for_selection` on this graph; raises :class:`UsageError`."""
+    from envfactory_assets.runner.selection import config_for_selection as for_selection
 
-    Raises:
-        UsageError: ``ops`` is not a mapping, names an op the graph does not have, or the selection is invalid.
-    """
-    ops_config = run_config.get("ops", {})
-    if not isinstance(ops_config, dict):
-        raise UsageError(f"config 'ops' must be a mapping of asset name to config, got {type(ops_config).__name__}")
-    known = _op_names()
-    unknown = sorted(set(ops_config) - known)
-    if unknown:
-        raise UsageError(f"config names unknown assets {unknown}; known: {sorted(known)}")
-    if not selection:
-        return run_config
-    selected = _selected_ops(selection)
-    return {**run_config, "ops": {op: cfg for op, cfg in ops_config.items() if op in selected}}
+    with _usage_errors():
+        return for_selection(_graph(), run_config, selection)
 
 
 @contextlib.contextmanager
@@ -230,10 +190,9 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
-    from envfactory_assets.defs.incremental import check_partitions, materialize_pipeline, stale_assets
-    from envfactory_assets.store.db import Store
-
     from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
+    from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, stale_assets
+    from envfactory_assets.store.db import Store
 
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
     token = os.urandom(8).hex()
@@ -251,7 +210,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
             print(f"note: also materializing {', '.join(added)}: written by the same step as the selected "
                   "assets", file=sys.stderr)
         try:
-            with RunProgressBar(instance, token):  # issue 6.8: a bar from the runs' progress observations
+            with RunProgressBar(instance, token):  # a bar drawn from the runs' progress observations
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES, run_config,
                                                _selection(select), partitions, raise_on_error=False,
                                                tags={RUN_TAG: token})
@@ -313,7 +272,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the Markdown report of the store (to stdout or ``--output``)."""
     from envfactory_assets.store.db import Store
-    from envfactory_assets.store.report import run_report
+    from envfactory_assets.reporting.report import run_report
 
     try:
         text = run_report(Store(settings.store_path()))
@@ -329,7 +288,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the evaluation results table, or write it between the results markers of ``--readme``."""
-    from envfactory_assets.evaluation.results_table import results_markdown, update_readme
+    from envfactory_assets.reporting.results_table import results_markdown, update_readme
     from envfactory_assets.store.db import Store
 
     try:
@@ -353,7 +312,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
-# --- serve-env (issue 3, item 8): a verified environment as an MCP server over stdio -------------------
+# --- serve-env: a verified environment as an MCP server over stdio --------------------------------------
 def cmd_serve_env(args: argparse.Namespace) -> int:
     """Serve a verified environment as an MCP server on stdin/stdout until the client disconnects."""
     from envfactory_assets.mcp_server import (
@@ -385,7 +344,7 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 # --- end serve-env ---------------------------------------------------------------------------------------
 
 
-# --- curation and trajectory viewer (issue 6.9) ---------------------------------------------------------
+# --- curation and trajectory viewer ---------------------------------------------------------------------
 def cmd_exclude(args: argparse.Namespace) -> int:
     """Add (``exclude``) or remove (``include``) one exclusion in ``$ENVFACTORY_HOME/curation.yaml``."""
     from envfactory_assets.curation import CurationError, curation_path, set_exclusion
@@ -464,7 +423,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     src = op_config("source_resources")  # the environments to build are chosen there (one partition each)
     chosen = select_resources(resources, src.get("per_domain", 13), src.get("include", []), src.get("exclude", []))
     try:
-        backend = model_backend.make_backend(home / "llm_cache.sqlite")
+        backend = model_backend.backend_for(home)
     except Exception as exc:  # dg.Failure naming the bad setting
         raise UsageError(str(exc)) from None
     try:
@@ -509,7 +468,6 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--config", help="YAML file of run config (resources.model_backend, ops.environments)")
     est.add_argument("--json", action="store_true")
     est.set_defaults(func=cmd_estimate)
-    # serve-env (issue 3, item 8)
     serve = sub.add_parser("serve-env", help="serve a verified environment as an MCP server over stdio")
     serve.add_argument("env_id", help="the id of an environment that passed verification")
     serve.add_argument("--state", choices=["valid", "boundary"], default="valid",
@@ -518,7 +476,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="most bytes (as JSON) of one tool call's arguments; larger calls get a tool error "
                             "and do not run (default: 1000000)")
     serve.set_defaults(func=cmd_serve_env)
-    # curation and trajectory viewer (issue 6.9)
     for name, help_text in (("exclude", "exclude a resource, environment or tool from every re-synthesis"),
                             ("include", "remove an exclusion")):
         cur = sub.add_parser(name, help=help_text)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dagster as dg
+from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
+from envfactory_assets.defs.common import UpstreamGates
 from envfactory_assets.defs.envgen import assets as envgen_assets
 from envfactory_assets.defs.evaluation import assets as evaluation_assets
 from envfactory_assets.defs.exports import assets as export_assets
@@ -23,7 +25,7 @@ from envfactory_assets.defs.training import assets as training_assets
 from envfactory_assets.defs.viewer.jobs import show_trajectory
 
 _MODULES = [source_assets, envgen_assets, graph_assets, synth_assets, training_assets]
-_MODULES += [evaluation_assets, export_assets]  # issue 5: evaluations and exports
+_MODULES += [evaluation_assets, export_assets]
 
 PIPELINE_ASSETS = dg.AssetSelection.all() - dg.AssetSelection.groups("sql_marts", "sql_lineage")
 
@@ -33,14 +35,16 @@ full_pipeline_job = dg.define_asset_job(
 
 ALL_ASSETS = with_gated_automation([*dg.load_assets_from_modules(_MODULES), *sql_assets])
 ALL_CHECKS = list(dg.load_asset_checks_from_modules(_MODULES))
-RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend(), "verification_gate": VerificationGate()}
+# The gates are this graph's own blocking checks: a step's job holds only its selection, not its upstream checks.
+RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend(), "verification_gate": VerificationGate(),
+             "upstream_gates": UpstreamGates.of(AssetGraph.from_assets([*ALL_ASSETS, *ALL_CHECKS]))}
 
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
     resources=RESOURCES,
     jobs=[full_pipeline_job, resynthesis_job, show_trajectory],
-    sensors=[resource_files, gated_automation],  # incremental re-synthesis (issue 6)
+    sensors=[resource_files, gated_automation],
     schedules=[nightly_resynthesis],
     # DuckDB takes one writer at a time: steps run one after another.
     executor=dg.multiprocess_executor.configured({"max_concurrent": 1}),

@@ -12,16 +12,17 @@ def step_failure(asset: Any, settings: dict[str, Any], home: Path, resources: di
     ``settings`` as its op config, in a throwaway Dagster instance, against an ``ENVFACTORY_HOME`` of ``home``.
 
     ``asset`` may be a multi-asset (its op is configured). ``resources`` add to (or replace) the default
-    ``envfactory`` and ``model_backend`` / ``verification_gate`` resources; ``partitions`` become the
+    ``envfactory`` and ``model_backend`` / ``verification_gate`` / ``upstream_gates`` (no gate) resources; ``partitions`` become the
     instance's ``environment`` partitions, all of them materialized in one run when ``asset`` is partitioned.
     """
     import dagster as dg
 
+    from envfactory_assets.defs.common import UpstreamGates
     from envfactory_assets.defs.partitions import environment_partitions
     from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 
     given = {"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
-             "verification_gate": VerificationGate(), **(resources or {})}
+             "verification_gate": VerificationGate(), "upstream_gates": UpstreamGates(), **(resources or {})}
     needed = asset.required_resource_keys
     tags = {}
     with dg.instance_for_test() as instance:

@@ -8,7 +8,7 @@ import dagster as dg
 
 from envfactory_assets.cli import config_for_selection
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
-from envfactory_assets.defs.incremental import materialize_pipeline
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.store.db import Store
 

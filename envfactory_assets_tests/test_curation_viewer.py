@@ -13,7 +13,7 @@ from envfactory_assets.cli import config_for_selection, main as cli_main
 from envfactory_assets.curation import (
     Curation, CurationError, curation_path, filter_environments, filter_resources, load_curation, set_exclusion)
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
-from envfactory_assets.defs.incremental import materialize_pipeline
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store

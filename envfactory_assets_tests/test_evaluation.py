@@ -196,7 +196,7 @@ def _eval_row(model, stage, benchmark, subset, mean, std):
 
 
 def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
-    from envfactory_assets.evaluation.results_table import (
+    from envfactory_assets.reporting.results_table import (
         END,
         START,
         results_markdown,

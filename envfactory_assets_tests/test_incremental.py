@@ -10,14 +10,9 @@ import dagster as dg
 import pytest
 
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
-from envfactory_assets.defs.incremental import (
-    PER_ENVIRONMENT,
-    materialize_pipeline,
-    nightly_resynthesis,
-    resource_files,
-    stale_assets,
-)
+from envfactory_assets.defs.incremental import PER_ENVIRONMENT, nightly_resynthesis, resource_files
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.runner.materialize import materialize_pipeline, stale_assets
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.store.lineage import checkpoint_lineage

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
-from envfactory_assets.defs.incremental import materialize_pipeline
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.llm.testing import FakeChatServer

@@ -12,7 +12,8 @@ import pytest
 
 from envfactory_assets.cli import config_for_selection, main as cli_main
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
-from envfactory_assets.defs.incremental import materialize_pipeline
+from envfactory_assets.runner.materialize import materialize_pipeline
+from envfactory_assets.defs.common import UpstreamGates
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
@@ -153,6 +154,55 @@ def test_gates_fail_when_a_failed_environment_leaks_or_the_pass_rate_drops(home,
     assert pass_rate(copy)[0] < 0.8
 
 
+# The whole graph as it is built: a structural change (an asset, a dependency, a check, a partition, a job,
+# a schedule or a sensor added, removed or rewired) fails here and shows up in review.
+ASSET_DEPS = {
+    "benchmark_overlap_by_environment": ["tool_graph"],
+    "checkpoints": ["rl_dataset", "sft_dataset"],
+    "environment_quality_by_domain": ["environments", "verified_environments"],
+    "environments": ["source_resources"],
+    "evaluations": ["checkpoints", "rl_dataset"],
+    "hf_dataset_export": ["sft_dataset"],
+    "lineage_edges": ["checkpoints", "environments", "raw_trajectories", "refined_trajectories", "rl_dataset",
+        "sft_dataset", "source_resources", "tool_chains", "verified_environments"],
+    "raw_trajectories": ["tool_chains"],
+    "refined_trajectories": ["raw_trajectories"],
+    "rejection_reasons": ["source_resources"],
+    "rl_dataset": ["refined_trajectories"],
+    "sampler_comparison": ["tool_chains"],
+    "sft_dataset": ["refined_trajectories"],
+    "sharegpt_export": ["sft_dataset"],
+    "source_resources": [],
+    "tool_chains": ["tool_graph"],
+    "tool_graph": ["verified_environments"],
+    "trajectory_diversity": ["refined_trajectories"],
+    "trajectory_statistics": ["raw_trajectories", "refined_trajectories"],
+    "verified_environments": ["environments"],
+    "verl_export": ["rl_dataset"],
+}
+ASSET_CHECKS = {  # check key: blocking
+    "evaluations:every_checkpoint_evaluated": True,
+    "evaluations:results_have_a_seed_spread": False,
+    "hf_dataset_export:hf_dataset_export_is_complete": True,
+    "raw_trajectories:no_failed_environment": True,
+    "refined_trajectories:no_failed_environment": True,
+    "rl_dataset:no_failed_environment": True,
+    "rl_dataset:rl_expectations": True,
+    "rl_dataset:rl_rows_replay_exactly": True,
+    "sft_dataset:no_failed_environment": True,
+    "sft_dataset:sft_expectations": True,
+    "sharegpt_export:sharegpt_export_is_complete": True,
+    "tool_chains:no_failed_environment": True,
+    "tool_graph:no_failed_environment": True,
+    "verified_environments:verified_pass_rate_above_floor": True,
+    "verl_export:verl_export_is_complete": True,
+}
+PARTITIONED = {"environments": "environment", "verified_environments": "environment"}  # dynamic partitions
+JOBS = {"__ASSET_JOB", "full_pipeline", "resynthesis", "show_trajectory"}
+SCHEDULES = {"nightly_resynthesis": ("0 3 * * *", "resynthesis")}
+SENSORS = {"gated_automation", "resource_files"}
+
+
 def test_asset_graph_snapshot():
     graph = defs.get_repository_def().asset_graph
     edges = sorted((dep.to_user_string(), key.to_user_string())
@@ -166,6 +216,19 @@ def test_asset_graph_snapshot():
     checks = {k.to_user_string() for k in graph.asset_check_keys}
     assert "verified_environments:verified_pass_rate_above_floor" in checks
     assert "rl_dataset:rl_rows_replay_exactly" in checks
+    assert {k.to_user_string(): sorted(p.to_user_string() for p in graph.get(k).parent_keys)
+            for k in graph.get_all_asset_keys()} == ASSET_DEPS
+    assert {k.to_user_string(): graph.get_check_spec(k).blocking for k in graph.asset_check_keys} == ASSET_CHECKS
+    partitioned = {k.to_user_string(): graph.get(k).partitions_def for k in graph.get_all_asset_keys()
+                   if graph.get(k).partitions_def is not None}
+    assert {k: p.name for k, p in partitioned.items()} == PARTITIONED
+    assert all(isinstance(p, dg.DynamicPartitionsDefinition) for p in partitioned.values())
+    repository = defs.get_repository_def()
+    assert {job.name for job in repository.get_all_jobs()} == JOBS
+    assert {s.name: (s.cron_schedule, s.job_name) for s in repository.schedule_defs} == SCHEDULES
+    assert {s.name for s in repository.sensor_defs} == SENSORS
+    # every gate of the code location is a blocking check on an asset's parent, read from this graph
+    assert defs.resources["upstream_gates"] == UpstreamGates.of(graph)
 
 
 def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, capsys):

@@ -328,3 +328,17 @@ def test_environments_sharing_a_tool_name_are_never_combined(sampler):
     assert clashing_environments(clashing) == {"maker": frozenset({"user"}), "user": frozenset({"maker"})}
     chains = sample_chains(clashing, 40, "x", cfg, sampler, require_valid=False)
     assert chains and all(len(c.servers) == 1 for c in chains)
+
+
+def test_dagster_config_defaults_are_the_spec_defaults():
+    """One source per default: the asset configs of the synth stages read theirs from the plain specs, and
+    the default run's values (min_tools 3, k 4) are the specs' own."""
+    from envfactory_assets.defs.synth.assets import ChainsConfig, RefineConfig, TrajectoryConfig
+    from envfactory_assets.synth.calibrate import CalibrationConfig
+    from envfactory_assets.synth.trajectories import SynthConfig
+
+    assert ChainsConfig().check_settings() == SamplerConfig()
+    assert SamplerConfig().min_tools == 3
+    assert RefineConfig().check_settings() == CalibrationConfig()
+    assert CalibrationConfig().k == 4
+    assert TrajectoryConfig().check_settings() == SynthConfig()

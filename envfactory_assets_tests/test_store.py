@@ -440,7 +440,7 @@ def test_a_store_from_an_older_schema_gains_new_columns_without_losing_rows(tmp_
 
 def test_report_of_an_empty_store_says_what_is_missing_instead_of_printing_none(store):
     """A store with no passed trajectory printed "Calls per passed trajectory: None / None / None"."""
-    from envfactory_assets.store.report import run_report
+    from envfactory_assets.reporting.report import run_report
 
     with store.connect():
         pass
@@ -452,7 +452,7 @@ def test_report_of_an_empty_store_says_what_is_missing_instead_of_printing_none(
 def test_report_tables_survive_pipes_and_line_breaks_in_stored_text(store):
     """A domain such as "billing|refunds" (text from source documents) split the report's Markdown row into
     extra columns, and a line break ended it."""
-    from envfactory_assets.store.report import run_report
+    from envfactory_assets.reporting.report import run_report
 
     row = make("refined_trajectories", "rt", status="passed", n_turns=2, domains=["billing|refunds", "a\nb"],
                turns=[], operators=[], raw_trajectory_id="raw_1", tool_chain_id="chain_1", env_ids=["e"], reasons=[])

@@ -66,18 +66,37 @@ class GateClosed(dg.Failure):
     """An upstream asset's latest blocking check failed: its data must not flow downstream."""
 
 
-def require_upstream_gates(context: dg.AssetExecutionContext) -> list[str]:
+class UpstreamGates(dg.ConfigurableResource):
+    """The blocking checks on each asset's upstream assets, taken from the graph the runs execute.
+
+    A step sees only its own job, which leaves out the checks of unselected upstream assets; so whoever
+    assembles the graph (``definitions.py``, ``runner.materialize_pipeline``) passes its gates in with
+    :meth:`of`, and a second ``Definitions`` gates by its own graph, never by a global one.
+    """
+
+    blocking_checks: dict[str, list[str]] = {}  # asset key -> blocking check keys of its parents
+
+    @classmethod
+    def of(cls, asset_graph: Any) -> "UpstreamGates":
+        out = {}
+        for key in asset_graph.get_all_asset_keys():
+            parents = asset_graph.get(key).parent_keys
+            checks = [ck for ck in asset_graph.get_check_keys_for_assets(parents)
+                      if asset_graph.get_check_spec(ck).blocking]
+            if checks:
+                out[key.to_user_string()] = sorted(ck.to_user_string() for ck in checks)
+        return cls(blocking_checks=out)
+
+
+def require_upstream_gates(context: dg.AssetExecutionContext, gates: UpstreamGates) -> list[str]:
     """Raise :class:`GateClosed` if the latest evaluation of a blocking check on any upstream asset of this
     step failed; returns the checks consulted.
 
     A blocking check stops downstream steps only inside its own run; this makes the gate hold across runs
     (a stage launched alone, from the CLI, the UI or a schedule, after its upstream failed a gate).
     """
-    from envfactory_assets.definitions import defs  # the whole graph: a run's own job holds only its selection
-
-    graph = defs.get_repository_def().asset_graph
-    upstream = {dep for key in context.assets_def.keys for dep in graph.get(key).parent_keys}
-    check_keys = [ck for ck in graph.get_check_keys_for_assets(upstream) if graph.get_check_spec(ck).blocking]
+    names = {ck for key in context.assets_def.keys for ck in gates.blocking_checks.get(key.to_user_string(), [])}
+    check_keys = [dg.AssetCheckKey.from_user_string(ck) for ck in sorted(names)]
     if not check_keys:
         return []
     latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(check_keys)

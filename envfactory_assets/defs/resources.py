@@ -62,6 +62,8 @@ class EnvFactoryHome(dg.ConfigurableResource):
 
 
 BACKENDS = ("programmatic", "openai", "transformers")
+#: The response cache of every model backend, inside ``$ENVFACTORY_HOME``.
+LLM_CACHE_FILE = "llm_cache.sqlite"
 
 
 class ModelBackend(dg.ConfigurableResource):
@@ -95,6 +97,11 @@ class ModelBackend(dg.ConfigurableResource):
             finite_number(owner, "timeout_s", self.timeout_s, low=0.0, low_open=True)
         except SettingError as exc:
             raise dg.Failure(str(exc)) from exc
+
+    def backend_for(self, home: Path):
+        """:meth:`make_backend` with this resource's cache in ``home`` (``$ENVFACTORY_HOME``): every stage and
+        the CLI's estimate share one cache file, so a reply paid for once is reused everywhere."""
+        return self.make_backend(home / LLM_CACHE_FILE)
 
     def make_backend(self, cache_path: Path):
         """None for ``programmatic``, else a chat backend; raises ``dg.Failure`` naming a bad setting."""
@@ -136,7 +143,7 @@ class VerificationGate(dg.ConfigurableResource):
             raise dg.Failure(str(exc)) from exc
 
 
-# --- curation (issue 6.9) ---------------------------------------------------------------------------------
+# --- curation: user exclusions, read by every stage that selects environments or tools ----------------
 def user_curation(envfactory: EnvFactoryHome):
     """The validated ``$ENVFACTORY_HOME/curation.yaml``; raises ``dg.Failure`` naming the file and the problem."""
     from envfactory_assets.curation import CurationError, curation_path, load_curation
@@ -147,7 +154,7 @@ def user_curation(envfactory: EnvFactoryHome):
         raise dg.Failure(f"curation file: {exc}") from exc
 
 
-# --- incremental re-synthesis (issue 6) -----------------------------------------------------------------
+# --- incremental re-synthesis: the user folder the sensor watches -------------------------------------
 def user_resources_dir(envfactory: EnvFactoryHome) -> Path:
     """``$ENVFACTORY_HOME/user_resources``: a user folder of extra OpenAPI documents or MCP tool lists, scanned after the corpus and
     watched by the ``resource_files`` sensor; every document accepted there becomes an environment."""

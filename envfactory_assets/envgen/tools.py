@@ -1,7 +1,8 @@
 """Tool specs (OpenAI function calling, JSON Schema input and output) from extracted resources.
 
 Semantics follow the HTTP operation: GET on a collection -> ``list``, POST -> ``create``,
-GET/PATCH|PUT/DELETE on an item -> ``get``/``update``/``delete`` (issue 2, step 3).
+GET/PATCH|PUT/DELETE on an item -> ``get``/``update``/``delete``: the method says whether a tool reads or
+writes, which is what verification and the sampler need to know.
 """
 
 from __future__ import annotations

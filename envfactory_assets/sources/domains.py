@@ -1,7 +1,7 @@
 """Mapping an API description to one of the paper's 7 domains.
 
 The 7 domains follow the EnvFactory paper (arXiv 2605.18703, 85 environments across 7 domains),
-named as in the project's issue 2. A spec votes with its ``x-apisguru-categories`` (weight 3 each)
+with the project's own names for them. A spec votes with its ``x-apisguru-categories`` (weight 3 each)
 and with keywords found in its title, description, tags and paths (weight 1 each).
 """
 

@@ -82,10 +82,12 @@ TABLES: dict[str, list[str]] = {
     "checkpoints": [
         "id VARCHAR PRIMARY KEY", "sft_dataset_version VARCHAR NOT NULL", "sft_dataset_ids JSON",
         "base_model VARCHAR", "base_model_hash VARCHAR", "config JSON", "metrics JSON", "path VARCHAR",
-        # GRPO (issue 5): 'sft' | 'grpo' (NULL in rows written before = 'sft'); a GRPO row's parent is its SFT row
+        # 'sft' | 'grpo' (NULL in rows written before GRPO existed = 'sft'); a GRPO row's parent is its SFT row,
+        # so lineage walks from a GRPO checkpoint through its SFT run to both datasets
         "stage VARCHAR", "parent_checkpoint_id VARCHAR", "rl_dataset_ids JSON", "rl_dataset_version VARCHAR",
     ],
-    # evaluations (issue 5): one row per model x benchmark x subset; checkpoint_id is NULL for the base model
+    # one row per model x benchmark x subset; checkpoint_id is NULL for the base model, which is evaluated as a
+    # baseline and has no checkpoint row
     "evaluations": [
         "id VARCHAR PRIMARY KEY", "checkpoint_id VARCHAR", "model VARCHAR NOT NULL", "stage VARCHAR NOT NULL",
         "model_path VARCHAR", "benchmark VARCHAR NOT NULL", "subset VARCHAR NOT NULL", "n_tasks INTEGER",

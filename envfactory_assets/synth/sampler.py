@@ -73,7 +73,8 @@ class SamplerConfig:
         p_skip_optional: probability that an optional input is left out (paper: 0.6).
         p_explicit_producer: probability that an input that is already fillable still gets a producer tool
             (paper: 0.1).
-        min_tools: shortest chain returned (shorter attempts restart from another start tool).
+        min_tools: shortest chain returned (shorter attempts restart from another start tool); 3, the
+            default run's value.
         max_start_attempts: start tools tried (with the same random stream) before
             :class:`ChainSamplingError`.
         max_producer_candidates: producers tried, in random order, for one unfillable input before giving
@@ -85,7 +86,7 @@ class SamplerConfig:
     max_depth: int = 5
     p_skip_optional: float = 0.6
     p_explicit_producer: float = 0.1
-    min_tools: int = 2
+    min_tools: int = 3
     max_start_attempts: int = 20
     max_producer_candidates: int = 3
 

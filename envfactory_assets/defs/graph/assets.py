@@ -9,7 +9,13 @@ from envfactory_assets.curation import filter_environments
 from envfactory_assets.decontam.benchmarks import all_benchmark_tools, benchmark_availability
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.config_checks import finite_number, one_of, whole_number
-from envfactory_assets.defs.common import checked, data_version, no_failed_environment_check, require_upstream_gates
+from envfactory_assets.defs.common import (
+    UpstreamGates,
+    checked,
+    data_version,
+    no_failed_environment_check,
+    require_upstream_gates,
+)
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
 from envfactory_assets.envgen.stage import as_environment
@@ -70,7 +76,7 @@ def curated_passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, d
           code_version=asset_code_version("envfactory_assets.graph", "envfactory_assets.decontam",
                                           "envfactory_assets.envgen.stage", "envfactory_assets.defs.graph"))
 def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome,
-               model_backend: ModelBackend) -> dg.MaterializeResult:
+               model_backend: ModelBackend, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs or tau2-bench's (table ``benchmark_overlap``)."""
@@ -81,14 +87,14 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
         if model_backend.backend == "programmatic":
             raise dg.Failure(f"tool_graph settings {roles} ask for a model, but model_backend.backend is "
                              "'programmatic': set model_backend or use 'programmatic' for both roles")
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, verified_ids, excluded = curated_passed_environments(envfactory)
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
     embedder = EMBEDDERS[config.embedder]()
     backend = None
     if "model" in roles.values():
-        backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+        backend = model_backend.backend_for(envfactory.root())
     graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold)
     try:
         graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,

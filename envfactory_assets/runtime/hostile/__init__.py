@@ -1,5 +1,6 @@
 """A corpus of hostile environment modules (as data) and a runner that checks the sandbox contains
-every one of them (issue 3, item 3).
+every one of them: each module is an attack the sandbox claims to stop, so a weakened limit shows up
+as a sample that escapes.
 
 - :mod:`.samples`: :class:`HostileSample`, :data:`SAMPLES` (each expected to be a
   ``static_reject`` or a ``runtime_stop``), :data:`KNOWN_ESCAPES` (currently get through).

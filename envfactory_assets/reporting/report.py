@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envfactory_assets.evaluation.results_table import results_markdown
+from envfactory_assets.reporting.results_table import results_markdown
 from envfactory_assets.store.db import Store
 
 

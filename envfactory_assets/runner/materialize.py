@@ -1,0 +1,101 @@
+"""Two-phase materialization of the asset graph (what ``envfactory run`` and the tests use) and the stale
+assets after a run."""
+
+from typing import Any, Mapping, Sequence
+
+import dagster as dg
+from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
+
+from envfactory_assets.defs.common import UpstreamGates
+from envfactory_assets.defs.incremental import PARTITIONED
+from envfactory_assets.defs.partitions import environment_partitions
+from envfactory_assets.runner.selection import config_for_selection
+
+
+def check_partitions(instance: dg.DagsterInstance, partitions: Sequence[str]) -> None:
+    """Raise ValueError (one line) when ``partitions`` names keys that are not ``environment`` partitions."""
+    keys = list(instance.get_dynamic_partitions(environment_partitions.name))
+    unknown = sorted(set(partitions) - set(keys))
+    if unknown:
+        raise ValueError(f"--partition names keys that are not environment partitions: {unknown}; "
+                         f"known: {keys[:20]}")
+
+
+def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, resources: Mapping[str, Any],
+                         run_config: Mapping[str, Any] | None = None, selection: Any = None,
+                         partitions: Sequence[str] | None = None,
+                         raise_on_error: bool = True, tags: Mapping[str, str] | None = None
+                         ) -> list[dg.ExecuteInProcessResult]:
+    """Materialize ``selection`` (default: everything) in-process, the way ``envfactory run`` does.
+
+    Phase 1 runs ``source_resources`` alone when selected (it sets the ``environment`` partitions); phase 2
+    runs the rest in one run (an asset that shares its step with others, like ``sft_dataset`` with
+    ``rl_dataset``, brings them along), the partitioned stages over ``partitions`` (default: all) at once.
+    Returns the results of the runs made (phase 2 is skipped when phase 1 fails). ``tags`` go on every run.
+
+    Raises:
+        ValueError: ``partitions`` names keys that are not partitions, or a partitioned stage is selected
+            while there are no partitions.
+    """
+    graph = AssetGraph.from_assets([a for a in assets if isinstance(a, dg.AssetsDefinition)])
+    # the gates of these runs are the blocking checks of this graph, whatever other graph a caller defined
+    resources = {"upstream_gates": UpstreamGates.of(graph), **resources}
+    all_keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    # An asset written by one step together with others (sft_dataset and rl_dataset) cannot run alone, so
+    # the selection takes the step's other assets too, as Dagster's own required_multi_asset_neighbors does.
+    chosen = {k.to_user_string() for k in
+              dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)} \
+        if selection is not None else all_keys
+    run_config = dict(run_config or {})
+    results = []
+    if "source_resources" in chosen:
+        first = dg.materialize(assets, instance=instance, resources=resources, selection=["source_resources"],
+                               run_config=config_for_selection(graph, run_config, ["source_resources"]),
+                               raise_on_error=raise_on_error, tags=dict(tags or {}))
+        results.append(first)
+        if not first.success:
+            return results
+    rest = sorted(chosen - {"source_resources"})
+    if not rest:
+        return results
+    keys = list(instance.get_dynamic_partitions(environment_partitions.name))
+    if partitions is not None:
+        check_partitions(instance, partitions)
+        keys = [k for k in keys if k in set(partitions)]
+    if set(rest) & set(PARTITIONED) and not keys:
+        raise ValueError("there are no environment partitions yet: materialize source_resources first")
+    if not set(rest) & set(PARTITIONED):
+        tag_sets = [{}]
+    elif partitions is None:  # every partition in one run (single-run backfill policy)
+        tag_sets = [{"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}]
+    else:
+        tag_sets = [{"dagster/partition": k} for k in keys]
+    for run_tags in tag_sets:
+        result = dg.materialize(assets, instance=instance, resources=resources, selection=rest,
+                                run_config=config_for_selection(graph, run_config, rest),
+                                tags={**(tags or {}), **run_tags}, raise_on_error=raise_on_error)
+        results.append(result)
+        if not result.success:
+            break
+    return results
+
+
+def stale_assets(instance: dg.DagsterInstance, assets: Sequence[Any]) -> list[str]:
+    """Unpartitioned assets that were materialized and are now stale by Dagster's rules (an upstream data
+    version or their code version changed since), in graph order; never-materialized ones are left out.
+
+    Uses Dagster's stale-status resolver (the one behind the UI's "Stale" badge).
+    """
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._time import get_current_datetime
+
+    graph = AssetGraph.from_assets([a for a in assets if isinstance(a, dg.AssetsDefinition)])
+    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+                          instance=instance, asset_graph=graph)
+    resolver = CachingStaleStatusResolver(instance=instance, asset_graph=graph, loading_context=view)
+    out = []
+    for key in graph.toposorted_asset_keys:
+        if graph.get(key).partitions_def is None and resolver.get_status(key, None) == StaleStatus.STALE:
+            out.append(key.to_user_string())
+    return out
