@@ -34,8 +34,8 @@ from envfactory_assets.synth.sampler import SamplerConfig
 from envfactory_assets.synth.stage import chain_rows, raw_trajectory_rows
 from envfactory_assets.synth.trajectories import SynthConfig
 from envfactory_assets_tests.config_failures import step_failure
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "bookshop_example"
 NAN = float("nan")

@@ -23,8 +23,8 @@ from envfactory_assets.sources.scan import Rejection, scan_corpus
 from envfactory_assets.sources.stage import all_resource_rows
 from envfactory_assets.store.db import Store
 from envfactory_assets.training.tool_calls import MAX_TOOL_CALL_BLOCKS, parse_tool_calls
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 MARKER = "SECRET-MARKER-7f3a"
 SECRET_TEXT = (f"root:x:0:0:{MARKER}:/root:/bin/bash\n"
                "daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
@@ -275,14 +275,16 @@ def _best_time(text: str, runs: int = 3) -> float:
 @pytest.mark.parametrize("unit", ["<tool_call></tool_call>", "<tool_call>", "<tool_call>{", '<tool_call>"a\\',
                                   '<tool_call>{"name": "a", "arguments": {}}</tool_call>'])
 def test_parse_time_grows_linearly_with_the_output(unit: str) -> None:
-    # a megabyte of empty blocks (about 43,000) used to be decoded block by block: 0.1 to 5 s per output
-    one_mb = unit * (1_000_000 // len(unit))
-    four_mb = unit * (4_000_000 // len(unit))
-    result = parse_tool_calls(four_mb)
+    # a megabyte of empty blocks (about 43,000) used to be decoded block by block: 0.1 to 5 s per output.
+    # Sizes 16x apart: linear work takes ~16x as long, quadratic ~256x; the bound sits between with room
+    # for a loaded machine's noise, and an absolute budget per MB catches a slow constant.
+    small = unit * (500_000 // len(unit))
+    large = unit * (8_000_000 // len(unit))
+    result = parse_tool_calls(large)
     assert result.format_errors + len(result.calls) <= MAX_TOOL_CALL_BLOCKS + 1
-    t1, t4 = _best_time(one_mb), _best_time(four_mb)
-    assert t4 < 3.0, f"4 MB took {t4:.2f} s"
-    assert t4 <= 6 * max(t1, 0.005), f"1 MB {t1:.3f} s, 4 MB {t4:.3f} s"
+    t_small, t_large = _best_time(small), _best_time(large)
+    assert t_large < 8 * 0.6, f"8 MB took {t_large:.2f} s (budget 0.6 s per MB)"
+    assert t_large <= 64 * max(t_small, 0.002), f"0.5 MB {t_small:.3f} s, 8 MB {t_large:.3f} s"
 
 
 def test_calls_before_the_block_limit_are_kept() -> None:

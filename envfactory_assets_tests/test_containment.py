@@ -34,8 +34,8 @@ from envfactory_assets.runtime.isolation import (
 )
 from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
 from envfactory_assets.sources.scan import SourceResource, inspect_file
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=1.5, kill_grace_s=1.0)
 
 # The reproduction of the Python-layer escape, as reported: it passes the static check.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import dagster as dg
 
@@ -11,8 +10,8 @@ from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
 from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.store.db import Store
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
              "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"]
 CONFIG = {"ops": {

@@ -18,8 +18,8 @@ from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, Verif
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
 from envfactory_assets.viewer import TrajectoryNotFound, find_trajectory, render_trajectory
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
              "raw_trajectories", "refined_trajectories"]
 RUN_CONFIG = config_for_selection({"ops": {

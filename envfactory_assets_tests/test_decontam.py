@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import orjson
 import pytest
@@ -12,8 +11,8 @@ from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 pytestmark = pytest.mark.skipif(not bfcl_multi_turn_tools(), reason="bfcl-eval is not installed (scripts/setup.sh)")
 

@@ -12,8 +12,8 @@ from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 def _op(op_id: str, summary: str, body: bool = False) -> dict:

@@ -15,19 +15,14 @@ from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.static_check import static_check
 from envfactory_assets.sources.names import TOOL_NAME_RE
 from envfactory_assets.sources.scan import SourceResource, inspect_file
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 def build(name: str) -> dict:
     resource = inspect_file(FIXTURES / name, FIXTURES)
     assert isinstance(resource, SourceResource), resource
     return build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
-
-
-@pytest.fixture(scope="module")
-def bookshop() -> dict:
-    return build("bookshop.json")
 
 
 def test_tools_follow_http_semantics(bookshop):

@@ -14,8 +14,8 @@ from envfactory_assets.llm.base import estimate_prompt_tokens
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.sources.stage import scan_rows
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 def _config(tmp_path: Path, backend: dict) -> Path:

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.evaluation import bfcl, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
 from envfactory_assets.evaluation.run import aggregate
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.training.splits import row_split
 from envfactory_assets.training.task_episode import TaskRunner
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +128,6 @@ def test_agent_loop_runs_bfcl_turns_from_model_text(task0, tmp_path):
     assert not marker.exists()
     tool_messages = [m for m in bad["trace"] if m["role"] == "tool"]
     assert len(tool_messages) == 1 and "refused" in tool_messages[0]["content"]
-
-
-@pytest.fixture(scope="module")
-def bookshop() -> dict:
-    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
-    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
 
 
 def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import dagster as dg
 import orjson
@@ -25,8 +24,8 @@ from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets.store.db import Store
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 EMBEDDER = HashingEmbedder()
 
 

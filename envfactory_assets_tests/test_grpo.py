@@ -28,12 +28,6 @@ from envfactory_assets.training.task_environment import (
 )
 from envfactory_assets.training.task_episode import TaskRunner
 
-from envfactory_assets_tests.fixture_environments import build_fixture_environment
-
-
-@pytest.fixture(scope="module")
-def bookshop() -> dict:
-    return build_fixture_environment("bookshop.json")
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from envfactory_assets.curation import CurationError, load_curation, set_exclusi
 from envfactory_assets.sources.resource_kinds import user_folder_rows
 from envfactory_assets.sources.safe_yaml import UnsafeYamlError, load_untrusted_yaml
 from envfactory_assets.training.tool_calls import parse_tool_calls
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 def _alias_bomb(indent: str = "") -> str:

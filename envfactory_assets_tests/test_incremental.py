@@ -4,7 +4,6 @@ trajectories that touch it; everything else keeps its ids, and an older checkpoi
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -16,8 +15,8 @@ from envfactory_assets.runner.materialize import materialize_pipeline, stale_ass
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.store.lineage import checkpoint_lineage
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 SPANNING = ["tool_graph", "tool_chains", "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"]
 TABLES = ["environments", "verified_environments", "tool_chains", "raw_trajectories", "refined_trajectories",
           "sft_dataset", "rl_dataset"]

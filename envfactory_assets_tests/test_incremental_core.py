@@ -11,8 +11,8 @@ from envfactory_assets.incremental.chains import merge_chains, unaffected
 from envfactory_assets.incremental.code_versions import code_version, tree_hash
 from envfactory_assets.incremental.partitions import env_scope, partition_key
 from envfactory_assets.incremental.watch import decode_cursor, encode_cursor, plan, run_key, snapshot
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 def test_code_version_changes_with_the_code_it_covers_and_nothing_else(tmp_path):

@@ -29,8 +29,8 @@ from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.ids import content_id
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "bookshop_example"
 FAILED_ENV_ID = "bookshop_failed"
@@ -40,11 +40,6 @@ def build_bookshop() -> dict[str, Any]:
     resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
     assert isinstance(resource, SourceResource), resource
     return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
-
-
-@pytest.fixture(scope="module")
-def bookshop() -> dict[str, Any]:
-    return build_bookshop()
 
 
 @pytest.fixture(scope="module")

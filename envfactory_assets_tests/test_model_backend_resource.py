@@ -16,8 +16,8 @@ from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets.store.db import Store
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 def programmatic_sources() -> dict[str, str]:

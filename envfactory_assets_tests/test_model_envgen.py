@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.model_builder import (
     code_writer_messages,
     extract_code,
@@ -20,18 +18,9 @@ from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_tokens
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime import policy
-from envfactory_assets.sources.scan import SourceResource, inspect_file
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 GET_AUTHOR = r"def get_author\(state, author_id\):(.*?)return _get\(state, 'authors', author_id\)"
 GET_BOOK = r"def get_book\(state, book_id\):(.*?)return _get\(state, 'books', book_id\)"
-
-
-@pytest.fixture(scope="module")
-def bookshop() -> dict:
-    resource = inspect_file(FIXTURES / "bookshop.json", FIXTURES)
-    assert isinstance(resource, SourceResource), resource
-    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
 
 
 def fenced(source: str) -> str:

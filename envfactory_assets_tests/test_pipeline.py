@@ -18,8 +18,8 @@ from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, Verif
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
 from envfactory_assets.store.lineage import checkpoint_lineage
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 RUN_CONFIG = {
     "ops": {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -11,8 +10,8 @@ import yaml
 
 from envfactory_assets.cli import main as cli_main
 from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, ProgressMeter, format_bar
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
 
 class FakeClock:

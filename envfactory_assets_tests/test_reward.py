@@ -11,7 +11,6 @@ from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.training.reward import hybrid_reward, match_calls, state_match
 from envfactory_assets.training.task_episode import TaskRunner
 
-from envfactory_assets_tests.fixture_environments import build_fixture_environment
 
 
 GOLD = [
@@ -77,11 +76,6 @@ def test_duplicate_gold_calls_need_distinct_predicted_calls():
 def test_arguments_that_are_not_an_object_are_an_error():
     with pytest.raises(ValueError, match="JSON object"):
         match_calls(GOLD, [{"name": "list_books", "arguments": "genre=fiction"}])
-
-
-@pytest.fixture(scope="module")
-def bookshop() -> dict:
-    return build_fixture_environment("bookshop.json")
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,8 @@ from envfactory_assets.sources.scan import (
     Rejection, SourceResource, corpus_files, inspect_file, resource_key_for, scan_corpus,
 )
 from envfactory_assets.sources.stage import scan_rows
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -23,8 +23,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from envfactory_assets_tests.fixture_environments import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SERVER_START_S = 90.0

@@ -32,7 +32,11 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.runtime.isolation import Isolation, bwrap_command, resolve_isolation
+from envfactory_assets.runtime.isolation import (
+    Isolation,
+    bwrap_command,
+    resolve_isolation,
+)
 from envfactory_assets.runtime.protocol import (
     ChannelClosed,
     ChannelTimeout,
@@ -40,6 +44,7 @@ from envfactory_assets.runtime.protocol import (
     ProtocolError,
     encode_frame,
 )
+from envfactory_assets.runtime.sandbox import kill_process
 
 WORKER_MODULE = "envfactory_assets.evaluation.bfcl_worker"
 #: Overrides the default per-call wall-clock limit (seconds) of :class:`ExecutorSettings`.
@@ -131,21 +136,8 @@ class RemoteError(Exception):
 
 
 def _kill(proc: subprocess.Popen, stderr: Any) -> None:
-    """SIGKILL the worker's process group, reap it, close our ends. Safe to call twice."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    for stream in (proc.stdin, proc.stdout, stderr):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
+    """SIGKILL the worker's process group, reap it, close our ends (stderr too). Safe to call twice."""
+    kill_process(proc, stderr)
 
 
 def isolation_for_bfcl() -> Isolation:

@@ -135,8 +135,8 @@ class _StderrTail:
         self._thread.join(timeout)
 
 
-def _kill_process(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's process group, reap it, close our pipe ends. Safe to call twice."""
+def kill_process(proc: subprocess.Popen, *streams: Any) -> None:
+    """SIGKILL a worker's process group, reap it, close our pipe ends and ``streams``. Safe to call twice."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -145,7 +145,7 @@ def _kill_process(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-    for stream in (proc.stdin, proc.stdout):
+    for stream in (proc.stdin, proc.stdout, *streams):
         try:
             if stream is not None:
                 stream.close()
@@ -318,7 +318,7 @@ class _Child:
         owner._starts += 1
         self.proc = proc
         self.stderr = _StderrTail(proc.stderr)
-        self.finalizer = weakref.finalize(self, _kill_process, proc)
+        self.finalizer = weakref.finalize(self, kill_process, proc)
         channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno(),
                                max_frame_bytes=self.limits.max_response_mb * 1024 * 1024)
         try:
