@@ -33,6 +33,7 @@ import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -153,7 +154,24 @@ def _traversable_by_others(path: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _alias_root() -> str:
-    """A world-traversable folder holding one empty alias directory per non-traversable bind."""
+    """A world-traversable folder holding one empty alias directory per non-traversable bind.
+
+    One fixed folder per user (``/tmp/envfactory-sandbox-binds-<uid>``), reused by every process, so a
+    killed run leaves nothing new behind; used only when it is a real directory owned by this user
+    and writable by nobody else, else a fresh private one is made (and removed at exit).
+    """
+    fixed = os.path.join(tempfile.gettempdir(), f"envfactory-sandbox-binds-{os.geteuid()}")
+    try:
+        os.mkdir(fixed, 0o755)
+    except FileExistsError:
+        pass
+    except OSError:
+        fixed = ""
+    if fixed:
+        info = os.lstat(fixed)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+            os.chmod(fixed, 0o755)
+            return fixed
     root = tempfile.mkdtemp(prefix="envfactory-sandbox-binds-")
     os.chmod(root, 0o755)
     atexit.register(shutil.rmtree, root, True)
