@@ -554,17 +554,10 @@ class SandboxWorker:
         return child
 
     def _child_lost(self, child: _Child) -> None:
-        """Every episode with a part in ``child`` is gone; close their parts in other children."""
-        lost = [ep for ep, parts in self._episodes.items() if child.label in parts]
-        for episode_id in lost:
-            parts = self._episodes.pop(episode_id)
-            for env_id, sub in parts.items():
-                other = self._children.get(env_id)
-                if other is not None and other is not child and other.proc is not None:
-                    try:
-                        other.request("close", {"episode_id": sub}, self.limits.call_timeout_s)
-                    except (_RemoteError, _ChildLost, WorkerCrashed):
-                        pass
+        """Every episode with a part in ``child`` is gone; close their parts in the other children (the
+        lost child has no process any more, so :meth:`_close_parts` skips it)."""
+        for episode_id in [ep for ep, parts in self._episodes.items() if child.label in parts]:
+            self._close_parts(self._episodes.pop(episode_id))
 
     def open_episode(self, states: Mapping[str, Any]) -> str:
         """Open an episode: each environment's ``load`` receives its saved state.
@@ -595,7 +588,7 @@ class SandboxWorker:
                 for env_id, state in states.items():
                     child = self._loaded_child(env_id)
                     try:
-                        result = child.request("open_episode", {"states": {env_id: state}}, self._budget(1))
+                        result = child.request("open_episode", {"states": {env_id: state}}, self.limits.call_timeout_s)
                     except _RemoteError as exc:
                         self._raise_remote(exc)
                     except _ChildLost as exc:
@@ -751,9 +744,6 @@ class SandboxWorker:
             self._episodes.clear()
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _budget(self, environment_count: int) -> float:
-        return self.limits.call_timeout_s * max(1, environment_count)
-
     def _each_part(self, op: str, episode_id: str) -> list[tuple[str, Any]]:
         """Run ``op`` on every part of an episode, in order; ``[(env_id, result), ...]``."""
         self._check_open()
@@ -764,7 +754,7 @@ class SandboxWorker:
         for env_id, sub in list(parts.items()):
             child = self._child(env_id)
             try:
-                results.append((env_id, child.request(op, {"episode_id": sub}, self._budget(1))))
+                results.append((env_id, child.request(op, {"episode_id": sub}, self.limits.call_timeout_s)))
             except _RemoteError as exc:
                 self._raise_remote(exc, episode_id)
             except _ChildLost as exc:

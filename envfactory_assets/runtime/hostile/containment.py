@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.runtime.errors import EnvironmentRejected, SandboxError
-from envfactory_assets.runtime.hostile.runner import BENIGN_EXPECTED, BENIGN_SOURCE
+from envfactory_assets.runtime.hostile.runner import BENIGN_SOURCE, check_recovery
 from envfactory_assets.runtime.hostile.samples import CANARY, MARKER, PORT, SECRETS, HostileSample
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 
@@ -293,18 +293,6 @@ def _run_one(worker: SandboxWorker, probes: Probes, sample: HostileSample) -> tu
     return ended, texts
 
 
-def _benign_answer(worker: SandboxWorker) -> Any:
-    try:
-        episode = worker.open_episode({_BENIGN_ENV: _EMPTY_STATE})
-        try:
-            result = worker.call(episode, "ping", {"text": "still alive"})
-        finally:
-            worker.close_episode(episode)
-    except SandboxError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return result.get("output") if result.get("ok") else result
-
-
 def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits = CONTAINMENT_LIMITS,
                     python_guards: bool = False) -> list[dict[str, Any]]:
     """Run each sample in its own trust domain and report what the probes saw.
@@ -333,13 +321,13 @@ def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits =
         worker = SandboxWorker(limits, python_guards=python_guards)
         try:
             worker.load_environment(_BENIGN_ENV, BENIGN_SOURCE, origin="template")
-            baseline = _benign_answer(worker)
+            baseline_ok, _ = check_recovery(worker, _BENIGN_ENV)
             for sample in samples:
                 started = time.monotonic()
                 peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 ended, texts = _run_one(worker, probes, sample)
                 grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
-                benign = _benign_answer(worker)
+                benign_ok, _ = check_recovery(worker, _BENIGN_ENV)
                 worker.close()  # every worker of the sample gone before processes are looked for
                 violations = probes.check(texts)
                 if grown_mb > PARENT_MEMORY_GROWTH_MB:
@@ -347,7 +335,7 @@ def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits =
                 rows.append({
                     "name": sample.name, "category": sample.category, "ended": ended,
                     "violations": violations, "contained": not violations,
-                    "benign_unchanged": benign == baseline == BENIGN_EXPECTED,
+                    "benign_unchanged": baseline_ok and benign_ok,
                     "contained_by_os": worker.contained, "seconds": round(time.monotonic() - started, 3),
                 })
                 probes.reset()

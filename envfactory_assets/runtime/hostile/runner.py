@@ -148,10 +148,11 @@ def _drive(
             worker.close_episode(episode)
 
 
-def check_recovery(worker: SandboxWorker) -> tuple[bool, str]:
-    """Open an episode of the benign environment and call it; ``(worked, detail)``."""
+def check_recovery(worker: SandboxWorker, env_id: str = BENIGN_ENV) -> tuple[bool, str]:
+    """Open an episode of the benign environment (loaded as ``env_id``) and call it; ``(worked, detail)``:
+    worked when it answered exactly :data:`BENIGN_EXPECTED`."""
     try:
-        episode = worker.open_episode({BENIGN_ENV: _EMPTY_STATE})
+        episode = worker.open_episode({env_id: _EMPTY_STATE})
         try:
             result = worker.call(episode, "ping", {"text": "still alive"})
         finally:
