@@ -17,12 +17,17 @@ from typing import Iterator
 
 import pytest
 
-from envfactory_assets.llm import LLMError, MalformedReply, OpenAICompatibleBackend, request_key
+from envfactory_assets.llm import (
+    LLMError,
+    MalformedReply,
+    OpenAICompatibleBackend,
+    request_key,
+)
 from envfactory_assets.sources.resource_kinds import user_folder_rows
 from envfactory_assets.sources.scan import Rejection, scan_corpus
 from envfactory_assets.sources.stage import all_resource_rows
 from envfactory_assets.store.db import Store
-from envfactory_assets.training.tool_calls import MAX_TOOL_CALL_BLOCKS, parse_tool_calls
+from envfactory_assets.tooluse.tool_calls import MAX_TOOL_CALL_BLOCKS, parse_tool_calls
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 MARKER = "SECRET-MARKER-7f3a"

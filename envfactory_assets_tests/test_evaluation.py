@@ -11,9 +11,8 @@ from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.evaluation import bfcl, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
 from envfactory_assets.evaluation.run import aggregate
-from envfactory_assets.training.splits import row_split
-from envfactory_assets.training.task_episode import TaskRunner
-
+from envfactory_assets.tooluse.splits import row_split
+from envfactory_assets.tooluse.task_episode import TaskRunner
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +287,6 @@ def test_evaluations_refuses_bad_settings_before_reading_the_store_or_resolving_
     (converted from GGUF and written the first time); on a home without a store the failure must name the
     setting."""
     from envfactory_assets.defs.evaluation.assets import evaluations
-
     from envfactory_assets_tests.config_failures import step_failure
 
     success, message = step_failure(evaluations, settings, tmp_path)

@@ -9,7 +9,7 @@ import pytest
 
 from envfactory_assets.exports.licences import environment_licences
 from envfactory_assets.exports.stage import build_exports
-from envfactory_assets.training.splits import is_held_out_environment
+from envfactory_assets.tooluse.splits import is_held_out_environment
 
 TRAIN_ENV = next(f"env_{i}" for i in range(100) if not is_held_out_environment(f"env_{i}"))
 HELD_ENV = next(f"env_{i}" for i in range(100) if is_held_out_environment(f"env_{i}"))

@@ -12,6 +12,14 @@ import pytest
 
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.tooluse.task_environment import (
+    OMITTED,
+    environment_class,
+    public_methods,
+    rollout_reward,
+    tool_signature,
+)
+from envfactory_assets.tooluse.task_episode import TaskRunner
 from envfactory_assets.training.grpo import (
     TASK_ID_KEY,
     GRPOConfigSpec,
@@ -19,15 +27,6 @@ from envfactory_assets.training.grpo import (
     execute_tool_text,
     hybrid_reward_func,
 )
-from envfactory_assets.training.task_environment import (
-    OMITTED,
-    environment_class,
-    public_methods,
-    rollout_reward,
-    tool_signature,
-)
-from envfactory_assets.training.task_episode import TaskRunner
-
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +127,7 @@ def test_rollout_text_executes_in_its_own_episode_and_the_reward_function_return
 
 
 def test_grpo_dataset_carries_the_task_id_outside_the_rendered_prompt(task):
-    from envfactory_assets.training.chat_template import render_chat
+    from envfactory_assets.tooluse.chat_template import render_chat
 
     dataset = build_grpo_dataset([task])
     prompt = dataset[0]["prompt"]
@@ -187,7 +186,11 @@ class _ScriptedRollout:
 
 
 def test_screening_keeps_prompts_whose_rollouts_earn_different_rewards_first(task, runner):
-    from envfactory_assets.training.screening import choose_prompts, screen_prompts, screening_report
+    from envfactory_assets.training.screening import (
+        choose_prompts,
+        screen_prompts,
+        screening_report,
+    )
 
     right = _call_text("delete_book", {"book_id": task["book_id"]})
     wrong = _call_text("delete_book", {"book_id": "no-such-book"})
@@ -216,7 +219,10 @@ def test_screening_keeps_prompts_whose_rollouts_earn_different_rewards_first(tas
 def test_a_screened_group_is_replayed_once_at_its_prompts_first_step(task, runner, tmp_path):
     from transformers import AutoTokenizer
 
-    from envfactory_assets.training.base_model import prepare_tokenizer, resolve_base_model
+    from envfactory_assets.training.base_model import (
+        prepare_tokenizer,
+        resolve_base_model,
+    )
     from envfactory_assets.training.grpo import ToolRollout, grpo_prompt
     from envfactory_assets.training.screening import screen_prompts
 
@@ -249,7 +255,10 @@ def test_screening_tool_calls_are_reported_apart_from_training_ones(task, runner
     on a CPU) never re-chose the thread count."""
     from transformers import AutoTokenizer
 
-    from envfactory_assets.training.base_model import prepare_tokenizer, resolve_base_model
+    from envfactory_assets.training.base_model import (
+        prepare_tokenizer,
+        resolve_base_model,
+    )
     from envfactory_assets.training.grpo import ToolRollout
     from envfactory_assets.training.screening import timed_screen
 

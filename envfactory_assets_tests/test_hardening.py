@@ -15,9 +15,8 @@ import yaml
 from envfactory_assets.curation import CurationError, load_curation, set_exclusion
 from envfactory_assets.sources.resource_kinds import user_folder_rows
 from envfactory_assets.sources.safe_yaml import UnsafeYamlError, load_untrusted_yaml
-from envfactory_assets.training.tool_calls import parse_tool_calls
+from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 from envfactory_assets_tests.fixture_environments import FIXTURES
-
 
 
 def _alias_bomb(indent: str = "") -> str:
@@ -202,7 +201,7 @@ def _tool(name: str, parameters: object = None, description: object = "d") -> di
 
 def test_full_width_tool_name_cannot_shadow_reset() -> None:
     # "ｒｅｓｅｔ" is a Python identifier that used to become a second public method next to reset
-    from envfactory_assets.training.task_environment import environment_class
+    from envfactory_assets.tooluse.task_environment import environment_class
 
     with pytest.raises(ValueError, match="cannot be a public method"):
         environment_class([_tool("ｒｅｓｅｔ")])
@@ -217,7 +216,7 @@ def test_full_width_tool_name_cannot_shadow_reset() -> None:
 ])
 def test_malformed_tool_specs_get_errors_naming_the_tool(tool: dict, message: str) -> None:
     # these used to raise a bare TypeError/AttributeError, or inspect's "duplicate parameter name: 'self'"
-    from envfactory_assets.training.task_environment import environment_class
+    from envfactory_assets.tooluse.task_environment import environment_class
 
     with pytest.raises(ValueError, match=message) as info:
         environment_class([tool])

@@ -127,3 +127,20 @@ def test_store_runtime_and_llm_import_nothing_above_them():
                    if package_of(name) in FOUNDATIONS
                    for target in targets if package_of(target) != package_of(name))
     assert leaks == []
+
+
+def test_tool_use_sits_below_the_stages_that_share_it():
+    """``tooluse`` (template, parser, episode, reward, split) is shared by training, evaluation, synthesis
+    and exports, so it may reach down to the foundations only; and evaluation, synthesis and exports take
+    nothing from ``training`` but the base model (which the evaluation loads)."""
+    allowed_below = FOUNDATIONS | {"envfactory_assets.tooluse"}
+    leaks = sorted((name, target) for name, targets in internal_graph().items()
+                   if package_of(name) == "envfactory_assets.tooluse"
+                   for target in targets if package_of(target) not in allowed_below)
+    assert leaks == []
+    reach_up = sorted((name, target) for name, targets in internal_graph().items()
+                      if package_of(name) in {"envfactory_assets.evaluation", "envfactory_assets.synth",
+                                              "envfactory_assets.exports"}
+                      for target in targets if package_of(target) == "envfactory_assets.training"
+                      and target not in {"envfactory_assets.training.base_model", "envfactory_assets.training.threads"})
+    assert reach_up == []

@@ -8,10 +8,8 @@ import pytest
 
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.training.reward import hybrid_reward, match_calls, state_match
-from envfactory_assets.training.task_episode import TaskRunner
-
-
+from envfactory_assets.tooluse.reward import hybrid_reward, match_calls, state_match
+from envfactory_assets.tooluse.task_episode import TaskRunner
 
 GOLD = [
     {"name": "list_books", "arguments": {"genre": "fiction", "limit": 5}},
@@ -138,7 +136,7 @@ def test_wrong_and_malformed_calls_score_low(task, runner):
 
 
 def test_held_out_split_is_by_environment_stable_and_near_its_share():
-    from envfactory_assets.training.splits import is_held_out_environment, row_split
+    from envfactory_assets.tooluse.splits import is_held_out_environment, row_split
 
     ids = [f"provider_{i}:api" for i in range(2000)]
     held = [e for e in ids if is_held_out_environment(e)]

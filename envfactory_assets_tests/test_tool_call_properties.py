@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envfactory_assets.training.tool_calls import parse_tool_calls
+from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,30}", fullmatch=True)
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)

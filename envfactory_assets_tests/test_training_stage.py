@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from envfactory_assets.training.stage import first_turns, held_out_prompts, restrict_tools, training_examples
+from envfactory_assets.tooluse.tool_selection import restrict_tools
+from envfactory_assets.training.stage import (
+    first_turns,
+    held_out_prompts,
+    training_examples,
+)
 
 
 def _tool(name: str) -> dict:
@@ -62,7 +67,7 @@ def test_training_examples_and_prompts_are_short_and_disjoint_by_environment():
 
 
 def test_grpo_tasks_are_train_split_first_turns_fewest_gold_calls_first_with_gold_tools_kept():
-    from envfactory_assets.training.splits import row_split
+    from envfactory_assets.tooluse.splits import row_split
     from envfactory_assets.training.stage import grpo_tasks
 
     assert row_split(["helpdesk"]) == "train" and row_split(["shop27"]) == "held_out"
@@ -104,7 +109,6 @@ def test_checkpoints_refuses_bad_settings_before_reading_the_store_or_training(t
     training), and ``max_train_rows: -1`` silently trained on all rows but one. The home here has no store:
     the failure must be about the setting, not about the missing store."""
     from envfactory_assets.defs.training.assets import checkpoints
-
     from envfactory_assets_tests.config_failures import step_failure
 
     success, message = step_failure(checkpoints, settings, tmp_path)

@@ -13,7 +13,7 @@ import sys
 import time
 
 from envfactory_assets import settings
-from envfactory_assets.envgen.stage import as_environment
+from envfactory_assets.catalog import passed_environments
 from envfactory_assets.evaluation.policy import SamplingSpec
 from envfactory_assets.evaluation.run import EvalSpec, ModelRef, evaluate_models
 from envfactory_assets.store.db import Store
@@ -30,9 +30,7 @@ def main(argv: list[str]) -> None:
         sampling, max_new_tokens=int(argv[4]) if len(argv) > 4 else sampling.max_new_tokens,
         prefix_cache_tokens=int(argv[5]) if len(argv) > 5 else sampling.prefix_cache_tokens)
     store = Store(settings.store_path())
-    built = {r["id"]: r for r in store.read("environments", "status = 'built'")}
-    envs = {v["env_id"]: as_environment(built[v["environment_id"]])
-            for v in store.read("verified_environments", "status = 'passed'") if v["environment_id"] in built}
+    envs = passed_environments(store).environments
     started = time.perf_counter()
     rows = evaluate_models([ModelRef("bench", "base", model)], store.read("rl_dataset"), envs,
                            EvalSpec(n_synthetic=n_synth, n_bfcl=n_bfcl, seeds=seeds, sampling=sampling))

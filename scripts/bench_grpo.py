@@ -5,12 +5,12 @@ Starts from START_MODEL_DIR (an SFT checkpoint), writes to $ENVFACTORY_HOME/benc
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
-from envfactory_assets.defs.graph.assets import passed_environments
-from envfactory_assets.defs.resources import EnvFactoryHome
+from envfactory_assets import settings
+from envfactory_assets.catalog import passed_environments
+from envfactory_assets.store.db import Store
 from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
 from envfactory_assets.training.stage import grpo_tasks
 
@@ -19,10 +19,10 @@ def main() -> None:
     start = Path(sys.argv[1])
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     n_prompts = int(sys.argv[3]) if len(sys.argv) > 3 else 6
-    home = EnvFactoryHome(home=os.environ.get("ENVFACTORY_HOME", ".envfactory"))
-    tasks = grpo_tasks(home.store().read("rl_dataset"), n_prompts, max_tools=4)
-    environments, _ = passed_environments(home)
-    metrics = train_grpo(tasks, environments, start, home.root() / "bench_grpo", GRPOConfigSpec(max_steps=steps))
+    store = Store(settings.store_path())
+    tasks = grpo_tasks(store.read("rl_dataset"), n_prompts, max_tools=4)
+    environments = passed_environments(store).environments
+    metrics = train_grpo(tasks, environments, start, settings.envfactory_home() / "bench_grpo", GRPOConfigSpec(max_steps=steps))
     print(json.dumps(metrics, indent=1))
 
 

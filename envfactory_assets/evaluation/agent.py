@@ -2,7 +2,7 @@
 
 All tasks of one (model, seed) advance in lock step, so every generation step is one batch over the
 conversations still running (batched generation is what makes a CPU evaluation affordable). Tool calls
-are parsed with :func:`envfactory_assets.training.tool_calls.parse_tool_calls` (JSON only, never ``eval``)
+are parsed with :func:`envfactory_assets.tooluse.tool_calls.parse_tool_calls` (JSON only, never ``eval``)
 and executed only through the episode's ``call`` method.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envfactory_assets.training.tool_calls import parse_tool_calls
+from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 TRACE_CHARS = 600  # each message of a stored trace is cut to this many characters
 

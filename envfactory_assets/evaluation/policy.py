@@ -7,10 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.evaluation.prefix_cache import PrefixCache, batch_inputs, row_layers, supports_prefix_reuse
+from envfactory_assets.evaluation.prefix_cache import (
+    PrefixCache,
+    batch_inputs,
+    row_layers,
+    supports_prefix_reuse,
+)
+from envfactory_assets.tooluse.chat_template import normalize_messages
+from envfactory_assets.tooluse.spec_types import check_number_types
 from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
-from envfactory_assets.training.chat_template import normalize_messages
-from envfactory_assets.training.spec_types import check_number_types
 from envfactory_assets.training.threads import ThreadGovernor
 
 

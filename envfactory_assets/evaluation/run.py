@@ -15,10 +15,13 @@ from typing import Any
 
 from envfactory_assets.evaluation import bfcl, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
-from envfactory_assets.evaluation.bfcl_sandbox import DEFAULT_CALL_TIMEOUT_S, ExecutorSettings
+from envfactory_assets.evaluation.bfcl_sandbox import (
+    DEFAULT_CALL_TIMEOUT_S,
+    ExecutorSettings,
+)
 from envfactory_assets.evaluation.policy import Policy, SamplingSpec
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.training.task_episode import TaskRunner
+from envfactory_assets.tooluse.task_episode import TaskRunner
 
 TRACES_KEPT_PER_MODEL = 3  # full traces stored for the first tasks of the first seed; scores for all
 

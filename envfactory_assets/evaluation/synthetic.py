@@ -1,9 +1,9 @@
 """Held-out synthetic tasks: ``rl_dataset`` rows whose environments were never trained on.
 
-A row is held out when :func:`envfactory_assets.training.splits.row_split` of its ``env_ids`` is
+A row is held out when :func:`envfactory_assets.tooluse.splits.row_split` of its ``env_ids`` is
 ``"held_out"`` (the same function training uses to keep those rows out), so no held-out environment was
 seen in SFT or GRPO. Each task runs in a fresh sandbox episode on the row's initial state
-(:class:`~envfactory_assets.training.task_episode.TaskRunner`) and is scored with the paper's hybrid reward.
+(:class:`~envfactory_assets.tooluse.task_episode.TaskRunner`) and is scored with the paper's hybrid reward.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from envfactory_assets.evaluation.agent import AgentTask
-from envfactory_assets.training.splits import row_split
-from envfactory_assets.training.stage import restrict_tools
-from envfactory_assets.training.task_episode import TaskEpisode, TaskRunner
+from envfactory_assets.tooluse.splits import row_split
+from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
+from envfactory_assets.tooluse.tool_selection import restrict_tools
 
 BENCHMARK = "synthetic_held_out"
 
@@ -38,7 +38,7 @@ def as_agent_task(row: Mapping[str, Any], max_tools: int) -> tuple[AgentTask, di
     """The agent task of an RL row and the row with the same restricted tool list.
 
     ``max_tools`` keeps the gold calls' tools plus distractors up to that many, as in training
-    (:func:`~envfactory_assets.training.stage.restrict_tools`); 0 keeps every tool.
+    (:func:`~envfactory_assets.tooluse.tool_selection.restrict_tools`); 0 keeps every tool.
     """
     gold_names = {c["name"] for c in row["gold_calls"]}
     restricted = restrict_tools({"id": row["id"], "messages": row["prompt"], "tools": row["tools"]},

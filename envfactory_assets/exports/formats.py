@@ -6,7 +6,7 @@
   fields that differ between rows (tool calls, states) are JSON strings, so every row has the same
   parquet schema (no struct merging, no ``null`` keys invented for other rows' arguments).
   ``reward_model.ground_truth`` is a JSON string ``{"gold_calls", "masked_arguments", "final_state_hash", "final_state_hashes"}`` (per environment):
-  what :func:`envfactory_assets.training.reward.hybrid_reward` needs.
+  what :func:`envfactory_assets.tooluse.reward.hybrid_reward` needs.
 - LlamaFactory / ShareGPT: one JSON record per ``sft_dataset`` row, ``{"conversations": [{"from", "value"}],
   "system", "tools"}`` with roles ``human``, ``gpt``, ``function_call`` (a JSON list of ``{"name",
   "arguments"}``) and ``observation``, plus a ``dataset_info.json`` describing the columns.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.training.chat_template import normalize_messages
+from envfactory_assets.tooluse.chat_template import normalize_messages
 
 DATA_SOURCE = "envfactory"
 

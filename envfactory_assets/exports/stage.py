@@ -1,6 +1,6 @@
 """Build every export of one dataset version into ``$ENVFACTORY_HOME/exports/<version>/``.
 
-Train and validation are split by environment with :func:`envfactory_assets.training.splits.row_split`
+Train and validation are split by environment with :func:`envfactory_assets.tooluse.splits.row_split`
 (``held_out`` -> ``validation``), the same function training and evaluation use. Files are written into
 a temporary sibling folder and renamed into place, so a failed export leaves no half-written version.
 """
@@ -17,7 +17,7 @@ from typing import Any
 from envfactory_assets.exports import formats
 from envfactory_assets.exports.licences import allowed, row_licences
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.training.splits import row_split
+from envfactory_assets.tooluse.splits import row_split
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"

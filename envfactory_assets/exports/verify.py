@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.training.splits import row_split
+from envfactory_assets.tooluse.splits import row_split
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.catalog import servable_env_ids
 from envfactory_assets.envgen.stage import as_environment
 from envfactory_assets.store.db import Store
 
@@ -19,11 +20,6 @@ class EnvironmentNotServable(LookupError):
     def __init__(self, env_id: str, message: str) -> None:
         super().__init__(message)
         self.env_id = env_id
-
-
-def servable_env_ids(store: Store) -> list[str]:
-    """Env ids with a current ``verified_environments`` row of status ``passed``, sorted."""
-    return sorted({row["env_id"] for row in store.read("verified_environments", "status = 'passed'")})
 
 
 def _known_text(known: list[str]) -> str:

@@ -11,7 +11,7 @@ turn's final state and the facts the user asked to see occur in its tool results
 Two solvers share the :class:`Solver` protocol: :class:`ProgrammaticSolver` (offline default; reads the
 query and the tool descriptions, resolves references against earlier tool results, samples among tied
 candidates with its own seed per attempt) and :class:`ModelSolver` (any :class:`~envfactory_assets.llm.
-ChatBackend`; tool calls parsed by :func:`envfactory_assets.training.tool_calls.parse_tool_calls`).
+ChatBackend`; tool calls parsed by :func:`envfactory_assets.tooluse.tool_calls.parse_tool_calls`).
 """
 
 from __future__ import annotations
@@ -482,7 +482,7 @@ class ModelSolver:
         self.backend, self.max_steps, self.max_tokens, self.temperature = backend, max_steps, max_tokens, temperature
 
     def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
-        from envfactory_assets.training.tool_calls import parse_tool_calls
+        from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
         system = ("You are a tool-using assistant. Tools (JSON):\n" + json.dumps([dict(t) for t in view.tools])
                   + "\nTo call a tool, reply with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>. "

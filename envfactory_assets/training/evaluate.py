@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.tooluse.chat_template import normalize_messages
+from envfactory_assets.tooluse.tool_calls import parse_tool_calls, validate_call
 from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
-from envfactory_assets.training.chat_template import normalize_messages
 from envfactory_assets.training.threads import torch_threads
-from envfactory_assets.training.tool_calls import parse_tool_calls, validate_call
 
 SAMPLES_KEPT = 3
 

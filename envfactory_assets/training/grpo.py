@@ -12,7 +12,7 @@ Why ``rollout_func`` and not ``environment_factory`` (decided from TRL 1.16's ``
   environment, so it would not count as a call.
 
 So the rollout (:class:`ToolRollout`) renders the prompt with our template and the row's own tools, samples
-with the policy, parses with :func:`~envfactory_assets.training.tool_calls.parse_tool_calls` (malformed blocks
+with the policy, parses with :func:`~envfactory_assets.tooluse.tool_calls.parse_tool_calls` (malformed blocks
 count against the format penalty), executes calls through a :class:`TaskEnvironment` per rollout (one object
 per rollout slot, reused across batches, ``reset(**row)`` per rollout; its public methods are exactly the
 task's tools, the same contract ``environment_factory`` uses), appends the tool results as tokens without
@@ -35,14 +35,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.training.base_model import cuda_available, force_offline, model_hash, prepare_tokenizer
-from envfactory_assets.training.chat_template import END_OF_TURN, normalize_messages, render_chat
-from envfactory_assets.training.task_environment import TaskEnvironment, environment_class, rollout_reward
+from envfactory_assets.tooluse.chat_template import (
+    END_OF_TURN,
+    normalize_messages,
+    render_chat,
+)
+from envfactory_assets.tooluse.spec_types import check_number_types
+from envfactory_assets.tooluse.task_environment import (
+    TaskEnvironment,
+    environment_class,
+    rollout_reward,
+)
+from envfactory_assets.tooluse.task_episode import TaskRunner
+from envfactory_assets.tooluse.tool_calls import parse_tool_calls
+from envfactory_assets.training.base_model import (
+    cuda_available,
+    force_offline,
+    model_hash,
+    prepare_tokenizer,
+)
 from envfactory_assets.training.screening import timed_screen
-from envfactory_assets.training.spec_types import check_number_types
-from envfactory_assets.training.task_episode import TaskRunner
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
-from envfactory_assets.training.tool_calls import parse_tool_calls
 
 TASK_ID_KEY = "task_id"
 """Key carried by the first prompt message naming its ``rl_dataset`` row; the template never renders it."""

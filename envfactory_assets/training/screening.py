@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envfactory_assets.training.reward import RewardBreakdown
-from envfactory_assets.training.task_environment import rollout_reward
+from envfactory_assets.tooluse.reward import RewardBreakdown
+from envfactory_assets.tooluse.task_environment import rollout_reward
 
 ROLLOUTS_PER_BATCH = 8
 """Rollouts generated together while screening (several prompts' groups in one batch)."""
@@ -36,7 +36,7 @@ ROLLOUTS_PER_BATCH = 8
 @dataclass(frozen=True)
 class FinishedRollout:
     """A rollout that was already executed and scored: stands in for its environment object in the reward
-    function (:func:`~envfactory_assets.training.task_environment.rollout_reward` calls ``_reward``)."""
+    function (:func:`~envfactory_assets.tooluse.task_environment.rollout_reward` calls ``_reward``)."""
 
     breakdown: RewardBreakdown
 

@@ -20,9 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from envfactory_assets.training.base_model import cuda_available, force_offline, model_hash, prepare_tokenizer
-from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
-from envfactory_assets.training.spec_types import check_number_types
+from envfactory_assets.tooluse.chat_template import (
+    TOOL_CHAT_TEMPLATE,
+    normalize_messages,
+)
+from envfactory_assets.tooluse.spec_types import check_number_types
+from envfactory_assets.training.base_model import (
+    cuda_available,
+    force_offline,
+    model_hash,
+    prepare_tokenizer,
+)
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
 LossOn = Literal["all_assistant", "last_turn"]
@@ -87,7 +95,7 @@ def build_sft_records(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn")
     Returns:
         ``{"messages": [...], "tools": json-str}`` (all_assistant) or ``{"prompt": [...], "completion":
         [...], "tools": json-str}`` (last_turn), messages normalized by
-        :func:`~envfactory_assets.training.chat_template.normalize_messages`.
+        :func:`~envfactory_assets.tooluse.chat_template.normalize_messages`.
 
     Raises:
         ValueError: empty ``rows``, a row without an assistant message, or (last_turn) without a user

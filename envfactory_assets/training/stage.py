@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.store.ids import content_id
+from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE
+from envfactory_assets.tooluse.splits import row_split
+from envfactory_assets.tooluse.task_environment import environment_class
+from envfactory_assets.tooluse.tool_selection import restrict_tools
 from envfactory_assets.training.base_model import model_hash, resolve_base_model
-from envfactory_assets.training.chat_template import TOOL_CHAT_TEMPLATE
 from envfactory_assets.training.evaluate import tool_call_validity
 from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
 from envfactory_assets.training.sft import SFTConfigSpec, train_sft
-from envfactory_assets.training.splits import row_split
-from envfactory_assets.training.task_environment import environment_class
-
 
 CHARS_PER_TOKEN = 3.0  # rough, for JSON-heavy chat text with the SmolLM2 tokenizer
 
@@ -40,22 +40,6 @@ def first_turns(row: dict[str, Any], max_tokens: int) -> dict[str, Any]:
         if len(json.dumps(messages[: end + 1])) <= budget:
             keep = end
     return {**row, "messages": messages[: keep + 1]}
-
-
-def restrict_tools(row: dict[str, Any], max_tools: int, needed: set[str] | None = None) -> dict[str, Any]:
-    """Keep at most ``max_tools`` tools: every tool the row calls (or ``needed``), then distractors in a
-    stable pseudo-random order (sha256 of row id and tool name). ``max_tools <= 0`` keeps all tools.
-
-    The tool block dominates prompt length, and CPU training speed is set by prompt length.
-    """
-    if max_tools <= 0 or len(row["tools"]) <= max_tools:
-        return row
-    if needed is None:
-        needed = {c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []}
-    order = sorted(row["tools"], key=lambda t: (t["function"]["name"] not in needed,
-                                                hashlib.sha256(f"{row.get('id')}/{t['function']['name']}".encode()).hexdigest()))
-    keep = {t["function"]["name"] for t in order[: max(max_tools, len(needed))]}
-    return {**row, "tools": [t for t in row["tools"] if t["function"]["name"] in keep]}
 
 
 def training_examples(sft_rows: list[dict[str, Any]], max_rows: int, max_tokens: int = 1024,

@@ -51,7 +51,7 @@ def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
 
 
 @dg.asset(group_name="evaluation", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["checkpoints", "rl_dataset"],
-          code_version=asset_code_version("envfactory_assets.evaluation", "envfactory_assets.training",
+          code_version=asset_code_version("envfactory_assets.evaluation", "envfactory_assets.training", "envfactory_assets.tooluse",
                                           "envfactory_assets.defs.evaluation"))
 def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
                 envfactory: EnvFactoryHome) -> dg.MaterializeResult:

@@ -9,7 +9,7 @@ import dagster as dg
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 
-_EXPORT_CODE = asset_code_version("envfactory_assets.exports", "envfactory_assets.training.splits",
+_EXPORT_CODE = asset_code_version("envfactory_assets.exports", "envfactory_assets.tooluse",
                                   "envfactory_assets.defs.exports")
 
 EXPORT_KEYS = {"verl_export": ("verl_train.parquet", "verl_validation.parquet"),

@@ -5,7 +5,7 @@ from collections import Counter
 
 import dagster as dg
 
-from envfactory_assets.curation import filter_environments
+from envfactory_assets import catalog
 from envfactory_assets.decontam.benchmarks import all_benchmark_tools, benchmark_availability
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.config_checks import finite_number, one_of, whole_number
@@ -18,7 +18,6 @@ from envfactory_assets.defs.common import (
 )
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
-from envfactory_assets.envgen.stage import as_environment
 from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD, build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
 from envfactory_assets.graph.refine import refine_graph
@@ -56,20 +55,10 @@ MAX_PICTURE_NODES = 200  # the picture is an inline SVG in asset metadata: keep 
 
 
 def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
-    """Environment dicts of every environment whose current verification passed, and their verification ids,
-    less what the user's curation file excludes (environments, tools)."""
-    envs, verified_ids, _ = curated_passed_environments(envfactory)
-    return envs, verified_ids
-
-
-def curated_passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str], dict[str, str]]:
-    """:func:`passed_environments` plus ``{excluded env_id or node id: reason}`` from the curation file."""
-    store = envfactory.store()
-    by_id = {r["id"]: r for r in store.read("environments", "status = 'built'")}
-    ver_rows = [v for v in store.read("verified_environments", "status = 'passed'") if v["environment_id"] in by_id]
-    envs = {v["env_id"]: as_environment(by_id[v["environment_id"]]) for v in ver_rows}
-    envs, dropped = filter_environments(envs, user_curation(envfactory))
-    return envs, {v["env_id"]: v["id"] for v in ver_rows if v["env_id"] in envs}, dropped
+    """The catalogue's passed environments of the pipeline's store, curated by the user's curation file:
+    ``({env_id: Environment dict}, {env_id: verification id})``."""
+    passed = catalog.passed_environments(envfactory.store(), user_curation(envfactory))
+    return passed.environments, passed.verified_ids
 
 
 @dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
@@ -88,7 +77,8 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
             raise dg.Failure(f"tool_graph settings {roles} ask for a model, but model_backend.backend is "
                              "'programmatic': set model_backend or use 'programmatic' for both roles")
     require_upstream_gates(context, upstream_gates)
-    envs, verified_ids, excluded = curated_passed_environments(envfactory)
+    passed = catalog.passed_environments(envfactory.store(), user_curation(envfactory))
+    envs, verified_ids, excluded = passed.environments, passed.verified_ids, passed.excluded
     if not envs:
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
     embedder = EMBEDDERS[config.embedder]()

@@ -42,7 +42,7 @@ from envfactory_assets.synth.trajectories import SynthConfig
 
 _SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.graph", "envfactory_assets.runtime",
                                  "envfactory_assets.incremental", "envfactory_assets.decontam",
-                                 "envfactory_assets.quality", "envfactory_assets.defs.synth")
+                                 "envfactory_assets.quality", "envfactory_assets.tooluse", "envfactory_assets.defs.synth")
 
 
 class ChainsConfig(dg.Config):

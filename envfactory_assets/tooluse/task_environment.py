@@ -5,7 +5,7 @@ with a keyword-only signature, annotations and a Google-style docstring derived 
 plus ``reset(**row)`` (the contract TRL 1.16's ``GRPOTrainer(environment_factory=...)`` uses: objects are
 reused across batches, ``reset`` receives the dataset row and rebuilds all state). Everything else is private
 (leading underscore), so introspecting the public methods yields the tools and nothing else: no reward, no
-verification tool. Calls go to a :class:`~envfactory_assets.training.task_episode.TaskEpisode` opened on the
+verification tool. Calls go to a :class:`~envfactory_assets.tooluse.task_episode.TaskEpisode` opened on the
 row's initial state, which holds every environment the task involves, so each rollout has its own state.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from envfactory_assets.runtime.canonical import canonical_json
-from envfactory_assets.training.reward import RewardBreakdown
-from envfactory_assets.training.task_episode import TaskEpisode, TaskRunner
+from envfactory_assets.tooluse.reward import RewardBreakdown
+from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
 
 RESERVED_NAMES = frozenset({"reset"})
 """Public names that are not tools (TRL's environment contract)."""
