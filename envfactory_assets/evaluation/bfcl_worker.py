@@ -37,15 +37,13 @@ import argparse
 import decimal
 import importlib
 import json
-import os
 import sys
 from typing import Any
 
-from envfactory_assets.runtime.protocol import PROTOCOL_VERSION, ProtocolError, read_frame, write_frame
-from envfactory_assets.runtime.seccomp_filter import install_seccomp_filter
 from envfactory_assets.runtime.worker import (
     claim_protocol_streams,
     rearm_cpu_limit,
+    serve_requests,
     set_memory_limit,
     set_process_limits,
 )
@@ -186,26 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     mpmath = sys.modules.get("mpmath")
     mpmath_prec = mpmath.mp.prec if mpmath is not None else None
     session = Session(args.test_probe)
-    seccomp_problem = install_seccomp_filter() if args.seccomp == "on" else "disabled"
-    write_frame(protocol_out, {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION,
-                               "seccomp": seccomp_problem or "on"})
-    while True:
-        try:
-            request = read_frame(protocol_in)
-        except EOFError:
-            return 0
-        except ProtocolError as exc:
-            write_frame(protocol_out, {"id": None, "ok": False, "error": {"type": "protocol", "message": str(exc)}})
-            return 2
+    def before_each() -> None:
         rearm_cpu_limit(args.cpu_seconds)
         reset_process_context(mpmath_prec)
-        response = serve(session, request)
-        try:
-            write_frame(protocol_out, response)
-        except (TypeError, ProtocolError) as exc:
-            write_frame(protocol_out, {"id": request.get("id"), "ok": False,
-                                       "error": {"type": "internal", "message": str(exc)[:2000]}})
 
+    return serve_requests(protocol_in, protocol_out, lambda request: serve(session, request), before_each,
+                          seccomp=args.seccomp == "on")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -32,7 +32,7 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from envfactory_assets.runtime.engine import CallTimedOut, Engine, OperationError
@@ -174,6 +174,37 @@ def _limit_from(value: int | None, env_var: str) -> int:
         raise SystemExit(f"{env_var} must be an integer, got {raw!r}") from None
 
 
+def serve_requests(protocol_in: BinaryIO, protocol_out: BinaryIO, handle: Callable[[dict[str, Any]], dict[str, Any]],
+                   before_each: Callable[[], None], *, seccomp: bool) -> int:
+    """A worker's request loop: install the seccomp filter (last, after every import), say ready, then
+    answer each framed request with ``handle(request)`` until the parent closes the pipe.
+
+    ``before_each()`` runs before every request (re-arm the CPU limit, reset shared state). A response that
+    cannot be framed (not JSON, over the frame limit) is answered with an ``internal`` error instead, so the
+    parent always gets one frame per request.
+
+    Returns the exit status: 0 when the parent closed the pipe, 2 on a malformed frame.
+    """
+    seccomp_problem = install_seccomp_filter() if seccomp else "disabled"
+    write_frame(protocol_out, {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION,
+                               "seccomp": seccomp_problem or "on"})
+    while True:
+        try:
+            request = read_frame(protocol_in)
+        except EOFError:
+            return 0
+        except ProtocolError as exc:
+            write_frame(protocol_out, {"id": None, "ok": False, "error": {"type": "protocol", "message": str(exc)}})
+            return 2
+        before_each()
+        response = handle(request)
+        try:
+            write_frame(protocol_out, response)
+        except (TypeError, ProtocolError) as exc:  # e.g. an oversized result
+            write_frame(protocol_out, {"id": request.get("id"), "ok": False,
+                                       "error": {"type": "internal", "message": str(exc)[:2000]}})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve requests until stdin closes. Returns the process exit status."""
     parser = argparse.ArgumentParser(prog="python -m envfactory_assets.runtime.worker")
@@ -195,28 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     alarm = Alarm()
     engine = Engine(deadline_passed=alarm.deadline_passed, python_guards=args.python_guards == "on")
     # Imports the engine may need later happen now, before the filter; the filter comes last.
-    seccomp_problem = install_seccomp_filter() if args.seccomp == "on" else "disabled"
-    write_frame(protocol_out, {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION,
-                               "seccomp": seccomp_problem or "on"})
-    while True:
-        try:
-            request = read_frame(protocol_in)
-        except EOFError:
-            return 0
-        except ProtocolError as exc:
-            write_frame(protocol_out, {"id": None, "ok": False, "error": {"type": "protocol", "message": str(exc)}})
-            return 2
+    def before_each() -> None:
         rearm_cpu_limit(cpu_seconds)
         reset_shared_state()
-        response = serve(engine, alarm, request)
-        try:
-            write_frame(protocol_out, response)
-        except (TypeError, ProtocolError) as exc:  # e.g. an oversized result
-            write_frame(
-                protocol_out,
-                {"id": request.get("id"), "ok": False, "error": {"type": "internal", "message": str(exc)}},
-            )
 
+    return serve_requests(protocol_in, protocol_out, lambda request: serve(engine, alarm, request), before_each,
+                          seccomp=args.seccomp == "on")
 
 if __name__ == "__main__":
     sys.exit(main())
