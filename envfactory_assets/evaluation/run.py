@@ -326,7 +326,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
     load = load_policy or (lambda m: _default_policy(m, spec, num_threads))
     out = []
     with TaskRunner(environments) as runner:
-        benchmarks = _benchmarks(rl_rows, environments, spec, runner)
+        benchmarks = _benchmarks(rl_rows, environments, spec, runner, log)
         log(f"evaluating {len(models)} model(s) on " + ", ".join(f"{len(b.tasks)} {b.name}" for b in benchmarks)
             + f" tasks, seeds {list(spec.seeds)}")
         for model in models:
@@ -359,7 +359,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
 
 
 def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], spec: EvalSpec,
-                runner: TaskRunner) -> list[Benchmark]:
+                runner: TaskRunner, log: Callable[[str], Any] = print) -> list[Benchmark]:
     """Every benchmark of this evaluation with its tasks (the same for every model); a new benchmark is one
     more :class:`Benchmark` here (tasks tagged with ``category`` get one row and interval per category)."""
     rows_by_id, synth_tasks = {}, []
@@ -368,6 +368,10 @@ def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], 
             task, restricted = synthetic.as_agent_task(row, spec.max_tools)
             synth_tasks.append(task)
             rows_by_id[row["id"]] = restricted
+    if spec.n_synthetic is not None and len(synth_tasks) < spec.n_synthetic:
+        # a smaller sample than configured widens every interval; say so instead of passing it off as the size asked
+        log(f"warning: {len(synth_tasks)} held-out synthetic tasks available of n_synthetic={spec.n_synthetic} "
+            f"(first_turns_only={spec.first_turns_only})")
     bfcl_tasks = bfcl.load_tasks(spec.n_bfcl) if spec.n_bfcl != 0 else []
     bfcl_by_id = {t.id: t for t in bfcl_tasks}
     bfcl_agent_tasks = [AgentTask(t.id, list(t.turns[0]), bfcl.task_tools(t),

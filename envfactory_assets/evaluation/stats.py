@@ -72,7 +72,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int =
     """
     if len(a) != len(b):
         raise ValueError(f"paired scores: {len(a)} base scores against {len(b)} scores; pair them by task")
-    if not a:
+    if len(a) == 0:
         raise ValueError("paired scores: no task to compare on")
     if resamples < 1:
         raise ValueError(f"bootstrap resamples={resamples}: expected >= 1")
