@@ -259,3 +259,18 @@ def test_results_table_shows_differences_with_intervals_and_the_do_nothing_row()
     assert lines[single - 2] == "**bfcl_single**: success"
     assert lines[single + 3] == "| `ckpt_a` | SFT | n/a | 0.300 ± 0.050<br>Δ +0.200 [+0.100, +0.300] |"
     assert "paired bootstrap 95% interval over tasks (10,000 resamples, seed 0" in lines[-1]
+
+
+def test_the_cpu_benchmark_config_is_sized_for_a_ten_point_difference():
+    """The shipped benchmark config loads into the evaluation settings and asks for at least 100 held-out
+    synthetic tasks, greedy (docs/evaluation.md, "Sizing the benchmark")."""
+    from pathlib import Path
+
+    import yaml
+
+    from envfactory_assets.defs.evaluation.assets import EvaluationConfig
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "cpu_benchmark.yaml").read_text())
+    config = EvaluationConfig(**data["ops"]["evaluations"]["config"])
+    assert config.n_synthetic >= 100 and config.temperature == 0 and not config.full_sets
+    EvalSpec(n_synthetic=config.n_synthetic, n_bfcl=config.n_bfcl, seeds=tuple(config.seeds))
