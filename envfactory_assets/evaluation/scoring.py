@@ -77,13 +77,13 @@ def covers(gold_call: Mapping[str, Any], predicted_call: Mapping[str, Any], mask
     """True when ``predicted_call`` has the gold call's name and an equal value for every unmasked gold argument.
 
     Raises:
-        ValueError: the gold call's ``arguments`` is not a JSON object.
+        TypeError: the gold call's ``arguments`` is not a JSON object.
     """
     if predicted_call.get("name") != gold_call.get("name"):
         return False
     gold_args = gold_call.get("arguments") or {}
     if not isinstance(gold_args, Mapping):
-        raise ValueError(f"gold call {gold_call.get('name')!r}: arguments must be a JSON object")
+        raise TypeError(f"gold call {gold_call.get('name')!r}: arguments must be a JSON object")
     args = predicted_call.get("arguments") or {}
     if not isinstance(args, Mapping):
         return False
@@ -135,7 +135,8 @@ def task_success(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Seque
         A :class:`TaskSuccess`.
 
     Raises:
-        ValueError: ``gold_state_hashes`` is empty, or a gold call's arguments are not an object.
+        ValueError: ``gold_state_hashes`` is empty.
+        TypeError: a gold call's arguments are not an object.
     """
     if not gold_state_hashes:
         raise ValueError("gold_state_hashes is empty: a task must involve at least one environment")
