@@ -153,7 +153,7 @@ def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):
         opener = synthetic.episode_factory(runner, {row["id"]: restricted})
         good = run_agent(generate, [task], opener, seed=0)[0]
         bad = run_agent(generate, [task], opener, seed=1)[0]
-    assert good["score"]["reward"] == 1.0 and good["score"]["trace"] == 1.0
+    assert good["score"]["reward"] == 1.0 and good["score"]["trace"] == 1.0 and good["score"]["success"] == 1.0
     assert bad["score"]["trace"] == 0.0 and bad["score"]["n_malformed"] == 1
     assert bad["score"]["reward"] == pytest.approx(0.0)  # state differs too: the book was not deleted
 
@@ -196,9 +196,11 @@ def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
             _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.125, 0.1)]
     table = results_markdown(rows)
     lines = table.splitlines()
-    assert lines[2].startswith("| `base` | base | 0.250 ± 0.050 (n=4) | n/a | n/a |")
-    assert lines[3].startswith("| `ckpt_a` | SFT | 0.125 ± 0.100 (n=4)")  # a drop is shown as it is
-    assert lines[4].endswith("| n/a | n/a | 0.000 ± 0.000 (n=4) |") and "SFT+GRPO" in lines[4]
+    synth = lines.index("**Held-out synthetic tasks (environments never trained on)**: task success")
+    assert lines[synth + 4].startswith("| `base` | base | 0.250 ± 0.050 | n/a |")
+    assert lines[synth + 5].startswith("| `ckpt_a` | SFT | 0.125 ± 0.100")  # a drop is shown as it is
+    bfcl_head = lines.index("**BFCL v3 multi-turn base**: accuracy")
+    assert lines[bfcl_head + 4] == "| `ckpt_b` | SFT+GRPO | 0.000 ± 0.000 |"
     readme = tmp_path / "README.md"
     readme.write_text(f"# T\n\n{START}\nold\n{END}\n\nafter\n")
     update_readme(readme, rows)

@@ -167,3 +167,23 @@ class Policy:
                 cache.add(list(ids) + new_tokens[row, :fed].tolist(),
                           row_layers(output.cache, row, positions))
         return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+
+
+#: The one answer of :class:`DoNothingPolicy`: a plain reply with no tool call.
+DO_NOTHING_REPLY = "I cannot do that with the tools I have."
+
+
+class DoNothingPolicy:
+    """A built-in policy that never calls a tool: every assistant message is :data:`DO_NOTHING_REPLY`.
+
+    Evaluated next to every model on the same tasks (no model needed), it is the floor a score must rise
+    above: on the paper's hybrid reward it earns the state half on every read-only task, on task success it
+    earns 0 wherever a call is wanted. Same ``generate`` signature as :class:`Policy`.
+    """
+
+    generated_tokens = 0
+    truncated = 0
+
+    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int) -> list[str]:
+        """One :data:`DO_NOTHING_REPLY` per conversation (``seed`` is ignored: there is nothing to sample)."""
+        return [DO_NOTHING_REPLY] * len(conversations)

@@ -1,12 +1,20 @@
-"""Evaluate the base model and every checkpoint on held-out synthetic tasks and BFCL multi-turn base.
+"""Evaluate the base model, every checkpoint and a do-nothing baseline on the same benchmarks.
 
-Every model runs the same tasks under the same sampling seeds; results are aggregated per benchmark and
-subset as the mean over seeds of the per-seed mean reward, with the standard deviation across seeds.
+Every model runs the same tasks under the same sampling seeds. Each benchmark names its headline score
+key (synthetic: task success, :mod:`~envfactory_assets.evaluation.scoring`; BFCL: ``valid``) and how its
+results split into subsets (``all``, categories, ``no_overlap``). Per subset a row holds the mean over
+seeds of the per-seed mean headline score, the standard deviation across seeds, every per-task result,
+and ``metrics["vs_base"]``: the paired bootstrap interval of the difference to the base model on the same
+tasks (:mod:`~envfactory_assets.evaluation.stats`). The base model's results are cached on disk
+(:class:`ResultCache`), so a re-run with the same model, tasks and settings does not generate them again.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -19,11 +27,17 @@ from envfactory_assets.evaluation.bfcl_sandbox import (
     DEFAULT_CALL_TIMEOUT_S,
     ExecutorSettings,
 )
-from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+from envfactory_assets.evaluation.policy import DoNothingPolicy, Policy, SamplingSpec
+from envfactory_assets.evaluation.scoring import SCORE_VERSION
+from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.task_episode import TaskRunner
 
 TRACES_KEPT_PER_MODEL = 3  # full traces stored for the first tasks of the first seed; scores for all
+BASE = "base"  # label and stage of the base model, which every other model is compared with
+DO_NOTHING = "do_nothing"  # label and stage of the built-in policy that never calls a tool
+# EvalSpec fields that choose which tasks run rather than how: the task ids themselves are in the cache key
+_TASK_CHOICE_FIELDS = ("n_synthetic", "n_bfcl", "first_turns_only")
 
 
 @dataclass(frozen=True)
@@ -79,13 +93,120 @@ class EvalSpec:
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A model to evaluate: ``label`` (checkpoint id or ``"base"``), ``stage`` (base|sft|grpo), ``path``
-    (local HF model directory), ``checkpoint_id`` (None for the base model)."""
+    """A model to evaluate: ``label`` (checkpoint id, ``"base"`` or ``"do_nothing"``), ``stage``
+    (base|sft|grpo|do_nothing), ``path`` (local HF model directory; empty for the do-nothing policy),
+    ``checkpoint_id`` (None for the base model and the baseline), ``model_hash`` (sha256 of the weights,
+    :func:`~envfactory_assets.training.base_model.model_hash`; with a :class:`ResultCache` the base model's
+    results are cached under it, None = never cached)."""
 
     label: str
     stage: str
     path: str
     checkpoint_id: str | None = None
+    model_hash: str | None = None
+
+
+def do_nothing_model() -> ModelRef:
+    """The built-in baseline that never calls a tool (:class:`~.policy.DoNothingPolicy`); no model is loaded."""
+    return ModelRef(DO_NOTHING, DO_NOTHING, "")
+
+
+def by_category(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Subsets ``all`` and one per ``tags["category"]`` of the results (none when no task has a category)."""
+    subsets = {"all": results}
+    for r in results:
+        category = (r.get("tags") or {}).get("category")
+        if category:
+            subsets.setdefault(str(category), []).append(r)
+    return subsets
+
+
+def synthetic_subsets(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``all`` and ``no_overlap`` (tasks whose environments carry no benchmark-overlap tag)."""
+    return {"all": results, "no_overlap": [r for r in results if not r["tags"].get("benchmark_overlap")]}
+
+
+@dataclass
+class Benchmark:
+    """One benchmark as the evaluation loop runs it.
+
+    Attributes:
+        name: the ``benchmark`` column of its rows.
+        tasks: the agent tasks, the same for every model.
+        open_episode: ``task -> episode`` (a fresh one per task and seed).
+        headline: the score key that is averaged into ``mean`` and compared with the base model.
+        subsets: ``results -> {subset: results}``; one row and one interval per subset (default
+            :func:`by_category`: ``all`` plus one per task category).
+    """
+
+    name: str
+    tasks: list[AgentTask]
+    open_episode: Callable[[AgentTask], Any]
+    headline: str
+    subsets: Callable[[list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] = by_category
+
+
+class ResultCache:
+    """Per-task results of one model on one benchmark, kept as JSON files in ``directory`` (under
+    ``ENVFACTORY_HOME``), keyed by a content hash of what determines them.
+
+    The key (:meth:`key`) is the content id of the model's weight hash, the benchmark, every task's id and
+    content (prompt, tools, later turns, tags), the settings that change generation or scoring (the
+    :class:`EvalSpec` without the fields that only choose tasks) and the score version. Files are written to
+    a temporary name and renamed, so a killed run leaves no half-written entry; an unreadable entry is a miss.
+
+    Attributes:
+        hits / misses / writes: counters since construction (what a re-run reused).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+
+    @staticmethod
+    def key(model_hash: str, benchmark: str, tasks: list[AgentTask], spec: EvalSpec) -> str:
+        """The cache key (``evalcache_<16 hex>``) of one model on one benchmark's tasks."""
+        settings = {k: v for k, v in spec.as_dict().items() if k not in _TASK_CHOICE_FIELDS}
+        return content_id("evalcache", {
+            "model_hash": model_hash, "benchmark": benchmark, "settings": settings, "score_version": SCORE_VERSION,
+            "tasks": [{"id": t.task_id, "content": content_id("task", {
+                "messages": t.messages, "tools": t.tools, "later": t.later_user_turns, "tags": t.tags})}
+                      for t in tasks]})
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored entry ``{"results", "seconds", "cpu_seconds"}`` of ``key``, or None (counted)."""
+        try:
+            entry = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.misses += 1
+            return None
+        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("results"), list):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return entry
+
+    def put(self, key: str, results: list[dict[str, Any]], seconds: float, cpu_seconds: float) -> None:
+        """Store ``results`` under ``key`` (atomic replace).
+
+        Raises:
+            OSError: the directory cannot be created or written.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"key": key, "results": results, "seconds": seconds, "cpu_seconds": cpu_seconds}, handle)
+            os.replace(tmp, self._path(key))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.writes += 1
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -94,68 +215,105 @@ def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def aggregate(results: list[dict[str, Any]], seeds: tuple[int, ...]) -> dict[str, Any]:
+def aggregate(results: list[dict[str, Any]], seeds: tuple[int, ...], metric: str = "reward") -> dict[str, Any]:
     """Mean and spread of one benchmark subset's per-task results.
 
     Args:
-        results: ``run_agent`` outputs (each with ``seed`` and ``score`` holding ``reward``).
+        results: ``run_agent`` outputs (each with ``seed`` and ``score`` holding ``metric``).
         seeds: the seeds that were run.
+        metric: the score key averaged into ``mean`` (the benchmark's headline).
 
     Returns:
-        ``{"n_tasks", "mean", "std", "per_seed": {seed: mean reward}, "metrics": {score key: mean over all
+        ``{"n_tasks", "mean", "std", "per_seed": {seed: mean of metric}, "metrics": {score key: mean over all
         results for numeric keys, "calls_per_task"}}``; mean/std are None when there is no task.
     """
     per_seed = {}
     for seed in seeds:
-        rewards = [r["score"]["reward"] for r in results if r["seed"] == seed]
-        if rewards:
-            per_seed[str(seed)] = statistics.fmean(rewards)
+        scores = [r["score"][metric] for r in results if r["seed"] == seed]
+        if scores:
+            per_seed[str(seed)] = statistics.fmean(scores)
     mean, std = _mean_std(list(per_seed.values()))
     numeric = {k for r in results for k, v in r["score"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    metrics = {k: statistics.fmean(float(r["score"][k]) for r in results) for k in sorted(numeric)} if results else {}
+    metrics = {k: statistics.fmean(float(r["score"][k]) for r in results if k in r["score"]) for k in sorted(numeric)} \
+        if results else {}
     if results:
         metrics["calls_per_task"] = statistics.fmean(r["n_calls"] for r in results)
     n_tasks = len({r["task_id"] for r in results})
     return {"n_tasks": n_tasks, "mean": mean, "std": std, "per_seed": per_seed, "metrics": metrics}
 
 
-def _rows_for(model: ModelRef, benchmark: str, subsets: Mapping[str, list[dict[str, Any]]], spec: EvalSpec,
-              seconds: float, cpu_seconds: float) -> list[dict[str, Any]]:
+def _rows_for(model: ModelRef, benchmark: Benchmark, results: list[dict[str, Any]], spec: EvalSpec,
+              seconds: float, cpu_seconds: float, cached: bool) -> list[dict[str, Any]]:
     rows = []
-    for subset, results in subsets.items():
-        agg = aggregate(results, spec.seeds)
-        task_ids = sorted({r["task_id"] for r in results})
-        key = {"model": model.label, "path": model.path, "benchmark": benchmark, "subset": subset,
-               "spec": spec.as_dict(), "tasks": task_ids}
-        kept = [r for r in results if r["seed"] == spec.seeds[0]][:TRACES_KEPT_PER_MODEL]
+    for subset, subset_results in benchmark.subsets(results).items():
+        agg = aggregate(subset_results, spec.seeds, benchmark.headline)
+        task_ids = sorted({r["task_id"] for r in subset_results})
+        key = {"model": model.label, "path": model.path, "benchmark": benchmark.name, "subset": subset,
+               "spec": spec.as_dict(), "tasks": task_ids, "headline": benchmark.headline}
+        kept = [r for r in subset_results if r["seed"] == spec.seeds[0]][:TRACES_KEPT_PER_MODEL]
         rows.append({
             "id": content_id("eval", key), "checkpoint_id": model.checkpoint_id, "model": model.label,
-            "stage": model.stage, "model_path": model.path, "benchmark": benchmark, "subset": subset,
+            "stage": model.stage, "model_path": model.path, "benchmark": benchmark.name, "subset": subset,
             "n_tasks": agg["n_tasks"], "seeds": list(spec.seeds), "mean": agg["mean"], "std": agg["std"],
-            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"], "seconds": round(seconds, 2),
-                                                             "cpu_seconds": round(cpu_seconds, 2)},
+            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"], "headline": benchmark.headline,
+                                                     "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
+                                                     "cached": cached},
             "results": [{"task_id": r["task_id"], "seed": r["seed"], "score": r["score"], "n_calls": r["n_calls"]}
-                        for r in results],
+                        for r in subset_results],
             "traces": kept, "config": spec.as_dict(), "task_ids": task_ids,
         })
     return rows
 
 
+def add_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set ``metrics["vs_base"]`` on every row that is not the base model's: the paired bootstrap interval
+    (:func:`~envfactory_assets.evaluation.stats.paired_bootstrap`) of its headline score minus the base
+    model's, per task (mean over seeds), on the tasks of the same benchmark and subset that both ran.
+
+    ``vs_base`` is None when the base model has no row for that benchmark and subset. Works on rows of any
+    benchmark that keeps ``results`` and ``metrics["headline"]``; the rows are changed in place and returned.
+    """
+    base = {(r["benchmark"], r["subset"]): r for r in rows if r["model"] == BASE}
+    for row in rows:
+        if row["model"] == BASE:
+            continue
+        ref = base.get((row["benchmark"], row["subset"]))
+        metric = row["metrics"].get("headline", "reward")
+        diff = None if ref is None else compare_on_shared_tasks(per_task_scores(ref["results"], metric),
+                                                                per_task_scores(row["results"], metric))
+        row["metrics"]["vs_base"] = None if diff is None else diff.as_dict()
+    return rows
+
+
+def _default_policy(model: ModelRef, spec: EvalSpec, num_threads: int | None) -> Any:
+    if model.stage == DO_NOTHING:
+        return DoNothingPolicy()
+    return Policy(Path(model.path), spec.sampling, num_threads=num_threads)
+
+
 def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], environments: Mapping[str, Any],
                     spec: EvalSpec, log: Callable[[str], Any] = print,
-                    num_threads: int | None = None) -> list[dict[str, Any]]:
+                    num_threads: int | None = None, cache: ResultCache | None = None,
+                    load_policy: Callable[[ModelRef], Any] | None = None) -> list[dict[str, Any]]:
     """Evaluate every model on the same synthetic and BFCL tasks under every seed.
 
     Args:
-        models: the base model and the checkpoints.
+        models: the base model (label ``"base"``), the checkpoints and usually :func:`do_nothing_model`.
         rl_rows: current ``rl_dataset`` rows; the held-out ones are the synthetic tasks.
         environments: ``{env_id: environment dict}`` of passed environments (code for the sandbox).
         spec: :class:`EvalSpec`.
         log: progress messages.
+        num_threads: torch threads of each :class:`Policy` (None: chosen per batch).
+        cache: where the base model's results are reused from and stored (only models labelled ``"base"``
+            with a ``model_hash``); None = no cache.
+        load_policy: ``model -> object with generate(conversations, seed)``; default: :class:`Policy` of the
+            model's path, :class:`DoNothingPolicy` for the do-nothing stage. Loaded only when some benchmark
+            is not cached.
 
     Returns:
-        ``evaluations`` rows: per model, ``synthetic_held_out`` subsets ``all`` and ``no_overlap`` (tasks
-        whose environments carry no benchmark-overlap tag) and ``bfcl_v3_multi_turn_base`` subset ``all``.
+        ``evaluations`` rows: per model and benchmark, one per subset (``synthetic_held_out``: ``all`` and
+        ``no_overlap``; ``bfcl_v3_multi_turn_base``: ``all``), each with ``metrics["vs_base"]``
+        (:func:`add_comparisons`).
 
     Raises:
         ValueError: no model, or fewer than one seed.
@@ -165,42 +323,65 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         raise ValueError("no model to evaluate")
     if not spec.seeds:
         raise ValueError("at least one sampling seed is needed")
+    load = load_policy or (lambda m: _default_policy(m, spec, num_threads))
+    out = []
+    with TaskRunner(environments) as runner:
+        benchmarks = _benchmarks(rl_rows, environments, spec, runner, log)
+        log(f"evaluating {len(models)} model(s) on " + ", ".join(f"{len(b.tasks)} {b.name}" for b in benchmarks)
+            + f" tasks, seeds {list(spec.seeds)}")
+        for model in models:
+            policy = None
+            for benchmark in benchmarks:
+                if not benchmark.tasks:
+                    continue
+                key = (ResultCache.key(model.model_hash, benchmark.name, benchmark.tasks, spec)
+                       if cache is not None and model.label == BASE and model.model_hash else None)
+                entry = cache.get(key) if key else None
+                if entry is not None:
+                    results, seconds, cpu_seconds = entry["results"], 0.0, 0.0
+                    log(f"{model.label} {benchmark.name}: reusing cached results {key}")
+                else:
+                    policy = policy or load(model)
+                    started, cpu_started = time.perf_counter(), time.process_time()
+                    results = []
+                    for seed in spec.seeds:
+                        results += run_agent(policy.generate, benchmark.tasks, benchmark.open_episode, seed,
+                                             spec.max_tool_rounds)
+                    seconds = time.perf_counter() - started
+                    cpu_seconds = time.process_time() - cpu_started
+                    if key:
+                        cache.put(key, results, seconds, cpu_seconds)
+                new = _rows_for(model, benchmark, results, spec, seconds, cpu_seconds, cached=entry is not None)
+                log(f"{model.label} ({model.stage}) {benchmark.name}: {benchmark.headline} {new[0]['mean']:.3f} "
+                    f"+- {new[0]['std']:.3f} over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)")
+                out += new
+    return add_comparisons(out)
+
+
+def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], spec: EvalSpec,
+                runner: TaskRunner, log: Callable[[str], Any] = print) -> list[Benchmark]:
+    """Every benchmark of this evaluation with its tasks (the same for every model); a new benchmark is one
+    more :class:`Benchmark` here (tasks tagged with ``category`` get one row and interval per category)."""
     rows_by_id, synth_tasks = {}, []
     for row in synthetic.held_out_rows(rl_rows, spec.n_synthetic, spec.first_turns_only):
         if all(e in environments for e in row["env_ids"]):
             task, restricted = synthetic.as_agent_task(row, spec.max_tools)
             synth_tasks.append(task)
             rows_by_id[row["id"]] = restricted
+    if spec.n_synthetic is not None and len(synth_tasks) < spec.n_synthetic:
+        # a smaller sample than configured widens every interval; say so instead of passing it off as the size asked
+        log(f"warning: {len(synth_tasks)} held-out synthetic tasks available of n_synthetic={spec.n_synthetic} "
+            f"(first_turns_only={spec.first_turns_only})")
     bfcl_tasks = bfcl.load_tasks(spec.n_bfcl) if spec.n_bfcl != 0 else []
     bfcl_by_id = {t.id: t for t in bfcl_tasks}
     bfcl_agent_tasks = [AgentTask(t.id, list(t.turns[0]), bfcl.task_tools(t),
                                   ["\n".join(m["content"] for m in turn if m.get("role") == "user")
                                    for turn in t.turns[1:]])
                         for t in bfcl_tasks]
-    log(f"evaluating {len(models)} model(s) on {len(synth_tasks)} held-out synthetic and {len(bfcl_tasks)} BFCL "
-        f"tasks, seeds {list(spec.seeds)}")
-    out = []
     executor = ExecutorSettings(call_timeout_s=float(spec.bfcl_call_timeout_s))
-    with TaskRunner(environments) as runner:
-        open_synth = synthetic.episode_factory(runner, rows_by_id)
-        for model in models:
-            policy = Policy(Path(model.path), spec.sampling, num_threads=num_threads)
-            for benchmark, tasks, opener in ((synthetic.BENCHMARK, synth_tasks, open_synth),
-                                             (bfcl.BENCHMARK, bfcl_agent_tasks,
-                                              lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id], executor))):
-                if not tasks:
-                    continue
-                started, cpu_started = time.perf_counter(), time.process_time()
-                results = []
-                for seed in spec.seeds:
-                    results += run_agent(policy.generate, tasks, opener, seed, spec.max_tool_rounds)
-                seconds = time.perf_counter() - started
-                cpu_seconds = time.process_time() - cpu_started
-                subsets = {"all": results}
-                if benchmark == synthetic.BENCHMARK:
-                    subsets["no_overlap"] = [r for r in results if not r["tags"].get("benchmark_overlap")]
-                new = _rows_for(model, benchmark, subsets, spec, seconds, cpu_seconds)
-                log(f"{model.label} ({model.stage}) {benchmark}: mean {new[0]['mean']:.3f} +- {new[0]['std']:.3f} "
-                    f"over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)")
-                out += new
-    return out
+    return [
+        Benchmark(synthetic.BENCHMARK, synth_tasks, synthetic.episode_factory(runner, rows_by_id),
+                  synthetic.HEADLINE, synthetic_subsets),
+        Benchmark(bfcl.BENCHMARK, bfcl_agent_tasks, lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id], executor),
+                  "valid"),
+    ]

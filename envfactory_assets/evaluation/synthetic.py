@@ -3,7 +3,9 @@
 A row is held out when :func:`envfactory_assets.tooluse.splits.row_split` of its ``env_ids`` is
 ``"held_out"`` (the same function training uses to keep those rows out), so no held-out environment was
 seen in SFT or GRPO. Each task runs in a fresh sandbox episode on the row's initial state
-(:class:`~envfactory_assets.tooluse.task_episode.TaskRunner`) and is scored with the paper's hybrid reward.
+(:class:`~envfactory_assets.tooluse.task_episode.TaskRunner`) and is scored with task success
+(:mod:`~envfactory_assets.evaluation.scoring`, the headline: doing nothing cannot earn it) and the paper's
+hybrid reward (secondary: what GRPO optimizes).
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from envfactory_assets.evaluation.agent import AgentTask
+from envfactory_assets.evaluation.scoring import task_success
+from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.tooluse.splits import row_split
 from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
 from envfactory_assets.tooluse.tool_selection import restrict_tools
 
 BENCHMARK = "synthetic_held_out"
+#: The score key the table and the intervals use for this benchmark (the hybrid ``reward`` is kept beside it).
+HEADLINE = "success"
 
 
 def held_out_rows(rl_rows: list[dict[str, Any]], n: int | None, first_turns_only: bool = False) -> list[dict[str, Any]]:
@@ -50,7 +56,8 @@ def as_agent_task(row: Mapping[str, Any], max_tools: int) -> tuple[AgentTask, di
 
 
 class SyntheticEpisode:
-    """A :class:`TaskEpisode` seen through the agent loop's episode interface (one turn, hybrid reward)."""
+    """A :class:`TaskEpisode` seen through the agent loop's episode interface (one turn; task success and the
+    hybrid reward)."""
 
     def __init__(self, episode: TaskEpisode) -> None:
         self._episode = episode
@@ -65,8 +72,16 @@ class SyntheticEpisode:
         """Nothing to do: an RL row is one turn, scored once at the end."""
 
     def score(self) -> dict[str, Any]:
-        """The hybrid reward breakdown (``reward``, ``trace``, ``state``, ``n_malformed``...)."""
-        return self._episode.reward().as_dict()
+        """Task success (``success``, ``calls_covered``, ``state_match``, ``read_only``) and the hybrid reward
+        breakdown (``reward``, ``trace``, ``state``, ``n_malformed``...) in one dict."""
+        row = self._episode.row
+        final = self._episode.final_state_hashes()
+        success = task_success(row["gold_calls"], self._episode.calls, final,
+                               {e: state_hash(s) for e, s in row["final_state"].items()},
+                               {e: state_hash(s) for e, s in row["initial_state"].items()},
+                               masked_arguments=row.get("masked_arguments") or ()).as_dict()
+        success.pop("n_calls")  # the agent loop counts calls itself
+        return {**self._episode.reward().as_dict(), **success}
 
     def close(self) -> None:
         self._episode.close()

@@ -118,8 +118,8 @@ def store_evaluations(con: Any) -> list[dict[str, Any]]:
     if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'current_evaluations'").fetchone()[0]:
         return []
 
-    cur = con.execute("SELECT model, stage, benchmark, subset, mean, std, n_tasks, seeds, config "
+    cur = con.execute("SELECT model, stage, benchmark, subset, mean, std, n_tasks, seeds, config, metrics "
                       "FROM current_evaluations ORDER BY id")
     names = [d[0] for d in cur.description]
-    return [{n: (orjson.loads(v) if n in ("seeds", "config") and v is not None else v) for n, v in zip(names, row)}
+    return [{n: (orjson.loads(v) if n in ("seeds", "config", "metrics") and v is not None else v) for n, v in zip(names, row)}
             for row in cur.fetchall()]

@@ -12,25 +12,49 @@ from typing import Any
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
-STAGE_ORDER = {"base": 0, "sft": 1, "grpo": 2}
-COLUMNS = (("synthetic_held_out", "all", "held-out synthetic (reward)"),
-           ("synthetic_held_out", "no_overlap", "held-out synthetic, no benchmark-tagged env"),
-           ("bfcl_v3_multi_turn_base", "all", "BFCL v3 multi-turn base (accuracy)"))
-STAGE_NAMES = {"base": "base", "sft": "SFT", "grpo": "SFT+GRPO"}
+STAGE_ORDER = {"base": 0, "do_nothing": 1, "sft": 2, "grpo": 3}
+STAGE_NAMES = {"base": "base", "do_nothing": "does nothing", "sft": "SFT", "grpo": "SFT+GRPO"}
+#: Known benchmarks in table order: (title, headline score's name, secondary metric key and its name or None).
+#: A benchmark not listed here gets a table too, after these, titled by its name.
+BENCHMARKS = {
+    "synthetic_held_out": ("Held-out synthetic tasks (environments never trained on)", "task success",
+                           ("reward", "hybrid reward")),
+    "bfcl_v3_multi_turn_base": ("BFCL v3 multi-turn base", "accuracy", None),
+}
+SUBSET_NAMES = {"all": "all", "no_overlap": "no benchmark-tagged env"}
+
+
+def _fmt_diff(d: dict[str, Any]) -> str:
+    return f"Δ {d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
 def _cell(row: dict[str, Any] | None) -> str:
     if row is None or row.get("mean") is None:
         return "n/a"
-    return f"{row['mean']:.3f} ± {row['std'] or 0.0:.3f} (n={row['n_tasks']})"
+    text = f"{row['mean']:.3f} ± {row['std'] or 0.0:.3f}"
+    diff = (row.get("metrics") or {}).get("vs_base")
+    return f"{text}<br>{_fmt_diff(diff)}" if diff else text
+
+
+def _secondary(row: dict[str, Any] | None, key: str) -> str:
+    value = None if row is None else (row.get("metrics") or {}).get(key)
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _subset_order(subset: str) -> tuple[int, str]:
+    return ({"all": 0, "no_overlap": 1}.get(subset, 2), subset)
 
 
 def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
-    """A Markdown table: one line per evaluated model (base, SFT, SFT+GRPO), one column per benchmark.
+    """Markdown tables, one per benchmark: one line per model (base, the do-nothing baseline, SFT, SFT+GRPO),
+    one column per subset (``all``, categories, ``no_overlap``), plus the benchmark's secondary metric.
 
-    Cells are ``mean ± std (n=tasks)``: the mean over sampling seeds of the per-seed mean reward (BFCL:
-    share of valid tasks), the standard deviation across seeds, the number of tasks. A line under the
-    table names the seeds and the task budget, so a reader knows how small the sample is.
+    A cell is ``mean ± std`` (the mean over sampling seeds of the per-seed mean headline score, the standard
+    deviation across seeds) and, for every model but the base one, ``Δ diff [low, high]``: the difference to
+    the base model's mean on the same tasks with its paired bootstrap 95% interval (``metrics["vs_base"]``,
+    :func:`envfactory_assets.evaluation.run.add_comparisons`). Column heads give the number of tasks. A line
+    under the tables names the seeds, the sampling and the interval's method, so a reader knows how small the
+    sample is and what an interval that contains 0 means.
 
     Returns:
         The Markdown text; a one-line note when there are no rows.
@@ -38,22 +62,45 @@ def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
     rows = list(rows)
     if not rows:
         return "_No evaluation in the store yet: materialize `evaluations` (`envfactory run --select evaluations`)._"
-    models: dict[str, dict[str, Any]] = {}
+    by_benchmark: dict[str, dict[str, Any]] = {}
     for row in rows:
-        models.setdefault(row["model"], {"stage": row["stage"], "cells": {}})["cells"][(row["benchmark"], row["subset"])] = row
-    order = sorted(models, key=lambda m: (STAGE_ORDER.get(models[m]["stage"], 9), m))
-    lines = ["| model | stage | " + " | ".join(c[2] for c in COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
+        bench = by_benchmark.setdefault(row["benchmark"], {"models": {}, "subsets": {}})
+        bench["models"].setdefault(row["model"], {"stage": row["stage"], "cells": {}})["cells"][row["subset"]] = row
+        bench["subsets"][row["subset"]] = max(bench["subsets"].get(row["subset"], 0), row.get("n_tasks") or 0)
+    order = [b for b in BENCHMARKS if b in by_benchmark] + sorted(b for b in by_benchmark if b not in BENCHMARKS)
+    lines: list[str] = []
     for name in order:
-        model = models[name]
-        cells = [_cell(model["cells"].get((b, s))) for b, s, _ in COLUMNS]
-        lines.append(f"| `{name}` | {STAGE_NAMES.get(model['stage'], model['stage'])} | " + " | ".join(cells) + " |")
+        bench = by_benchmark[name]
+        title, headline, secondary = BENCHMARKS.get(name, (name, None, None))
+        if headline is None:
+            some = next(iter(next(iter(bench["models"].values()))["cells"].values()))
+            headline = (some.get("metrics") or {}).get("headline") or "score"
+        subsets = sorted(bench["subsets"], key=_subset_order)
+        heads = [f"{SUBSET_NAMES.get(s, s)} (n={bench['subsets'][s]})" for s in subsets]
+        if secondary:
+            heads.append(f"{secondary[1]} (all, secondary)")
+        lines += [f"**{title}**: {headline}", "",
+                  "| model | stage | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+        models = bench["models"]
+        for model in sorted(models, key=lambda m: (STAGE_ORDER.get(models[m]["stage"], 9), m)):
+            cells = [_cell(models[model]["cells"].get(s)) for s in subsets]
+            if secondary:
+                cells.append(_secondary(models[model]["cells"].get("all"), secondary[0]))
+            stage = models[model]["stage"]
+            lines.append(f"| `{model}` | {STAGE_NAMES.get(stage, stage)} | " + " | ".join(cells) + " |")
+        lines.append("")
     first = rows[0]
     config = first.get("config") or {}
     sampling = config.get("sampling") or {}
-    lines += ["", (f"Seeds {first['seeds']}; temperature {sampling.get('temperature')}, at most "
-              f"{sampling.get('max_new_tokens')} new tokens per message and {config.get('max_tool_rounds')} tool "
-              "rounds per turn. Mean ± standard deviation across seeds. Written by `envfactory results` "
-              "from the `evaluations` table.")]
+    diff = next((d for r in rows if (d := (r.get("metrics") or {}).get("vs_base"))), None)
+    method = ("" if diff is None else
+              f" Δ: the model's mean minus the base model's on the same tasks, with a paired bootstrap "
+              f"{diff['confidence']:.0%} interval over tasks ({diff['resamples']:,} resamples, seed {diff['seed']}; "
+              "docs/evaluation.md); an interval that contains 0 shows no difference at this sample size.")
+    lines += [(f"Seeds {first['seeds']}; temperature {sampling.get('temperature')}, at most "
+               f"{sampling.get('max_new_tokens')} new tokens per message and {config.get('max_tool_rounds')} tool "
+               "rounds per turn. Mean ± standard deviation across seeds." + method + " `does nothing` is a built-in "
+               "policy that never calls a tool. Written by `envfactory results` from the `evaluations` table.")]
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""``evaluations``: the base model and every checkpoint on held-out synthetic tasks and BFCL multi-turn base."""
+"""``evaluations``: the base model, every checkpoint and the do-nothing baseline on held-out synthetic tasks and
+BFCL multi-turn base, each compared with the base model by a paired bootstrap interval."""
 
 from pathlib import Path
 
@@ -8,9 +9,11 @@ from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.evaluation.policy import SamplingSpec
-from envfactory_assets.evaluation.run import EvalSpec
+from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
 
 MIN_SEEDS = 3
+#: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results (:class:`~envfactory_assets.evaluation.run.ResultCache`).
+EVAL_CACHE_DIR = "eval_cache"
 
 
 class EvaluationConfig(dg.Config):
@@ -42,9 +45,10 @@ class EvaluationConfig(dg.Config):
 
 
 def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
-    from envfactory_assets.evaluation.run import ModelRef
+    from envfactory_assets.evaluation.run import BASE, ModelRef, do_nothing_model
+    from envfactory_assets.training.base_model import model_hash
 
-    models = [ModelRef("base", "base", str(base_dir))]
+    models = [ModelRef(BASE, BASE, str(base_dir), model_hash=model_hash(base_dir)), do_nothing_model()]
     for row in sorted(checkpoint_rows, key=lambda r: r["id"]):
         models.append(ModelRef(row["id"], row.get("stage") or "sft", row["path"], row["id"]))
     return models
@@ -55,11 +59,13 @@ def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
                                           "envfactory_assets.defs.evaluation"))
 def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
                 envfactory: EnvFactoryHome) -> dg.MaterializeResult:
-    """The base model and every current checkpoint, each on the same held-out synthetic tasks (environments
-    never trained on; hybrid reward) and BFCL v3 multi-turn base tasks (safe executor, official per-turn
-    checks), under every sampling seed; mean and spread across seeds, with and without benchmark-tagged
-    environments."""
-    from envfactory_assets.evaluation.run import evaluate_models
+    """The base model, every current checkpoint and the do-nothing baseline, each on the same held-out synthetic
+    tasks (environments never trained on; task success, the hybrid reward beside it) and BFCL v3 multi-turn
+    base tasks (safe executor, official per-turn checks), under every sampling seed; mean and spread across
+    seeds, with and without benchmark-tagged environments, and each model's difference to the base model with
+    its paired bootstrap 95% interval. The base model's results are reused from ``$ENVFACTORY_HOME/eval_cache``
+    when its weights, the tasks and the settings are unchanged."""
+    from envfactory_assets.evaluation.run import ResultCache, evaluate_models
     from envfactory_assets.training.base_model import resolve_base_model
 
     if len(config.seeds) < 1:
@@ -82,37 +88,48 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
         raise dg.Failure(f"evaluations: checkpoint directories missing for {missing}; re-materialize checkpoints")
     base_dir = resolve_base_model(config.base_model, envfactory.models_dir())
     envs, _ = passed_environments(envfactory)
+    cache = ResultCache(envfactory.root() / EVAL_CACHE_DIR)
     rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
-                           log=context.log.info)
+                           log=context.log.info, cache=cache)
     written = store.replace_current("evaluations", rows)
     table = {f"{r['model']}/{r['benchmark']}/{r['subset']}": round(r["mean"], 4) for r in rows if r["mean"] is not None}
+    diffs = {f"{r['model']}/{r['benchmark']}/{r['subset']}":
+             f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+             for r in rows if (d := r["metrics"].get("vs_base"))}
     return dg.MaterializeResult(metadata={
         "rows": len(rows), "written": written, "models": len({r["model"] for r in rows}),
-        "seeds": list(config.seeds), "means": table,
+        "seeds": list(config.seeds), "means": table, "vs_base_95ci": diffs,
+        "base_cache_hits": cache.hits, "base_cache_writes": cache.writes,
         "seconds": round(sum(r["metrics"]["seconds"] for r in rows if r["subset"] == "all"), 1),
     }, data_version=dg.DataVersion(",".join(sorted(r["id"] for r in rows))[:512] or "empty"))
 
 
 @dg.asset_check(asset=evaluations, blocking=True)
 def every_checkpoint_evaluated(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
-    """Blocking: the base model and every current checkpoint have results on every benchmark evaluated,
-    and every evaluated checkpoint directory exists."""
+    """Blocking: the base model, the do-nothing baseline and every current checkpoint have results on every
+    benchmark evaluated, and every evaluated model directory exists (the baseline has none)."""
     store = envfactory.store()
     rows = store.read("evaluations")
     checkpoint_ids = {r["id"] for r in store.read("checkpoints")}
     benchmarks = {r["benchmark"] for r in rows}
     covered = {(r["model"], r["benchmark"]) for r in rows}
-    missing = [f"{m}/{b}" for m in sorted(checkpoint_ids | {"base"}) for b in sorted(benchmarks) if (m, b) not in covered]
-    gone = sorted({r["model_path"] for r in rows if not Path(r["model_path"] or "").is_dir()})
+    missing = [f"{m}/{b}" for m in sorted(checkpoint_ids | {BASE, DO_NOTHING}) for b in sorted(benchmarks)
+               if (m, b) not in covered]
+    gone = sorted({r["model_path"] for r in rows if r["stage"] != DO_NOTHING and not Path(r["model_path"] or "").is_dir()})
     return dg.AssetCheckResult(passed=bool(rows) and not missing and not gone, metadata={
         "rows": len(rows), "missing": missing[:10], "model_paths_missing": gone[:10]})
 
 
 @dg.asset_check(asset=evaluations, blocking=False)
 def results_have_a_seed_spread(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
-    """Warning: every result is averaged over at least 3 sampling seeds and at least one task."""
+    """Warning: every sampled result is averaged over at least 3 sampling seeds (a greedy one, temperature 0,
+    gives the same text under every seed and needs one), and every result covers at least one task."""
     rows = envfactory.store().read("evaluations")
+
+    def greedy(row: dict) -> bool:
+        return ((row.get("config") or {}).get("sampling") or {}).get("temperature") == 0
+
     thin = [f"{r['model']}/{r['benchmark']}/{r['subset']}" for r in rows
-            if len(r["seeds"] or []) < MIN_SEEDS or not r["n_tasks"]]
+            if (len(r["seeds"] or []) < MIN_SEEDS and not greedy(r)) or not r["n_tasks"]]
     return dg.AssetCheckResult(passed=not thin, severity=dg.AssetCheckSeverity.WARN,
                                metadata={"rows": len(rows), "thin_results": thin[:10]})
