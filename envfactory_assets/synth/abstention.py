@@ -39,6 +39,7 @@ EVERYDAY_REQUESTS = (
     ("Play some relaxing jazz on the living room speaker.", "play music", ("music", "song", "playlist", "speaker")),
     ("Track my parcel with tracking number 1Z999AA10123456784.", "track parcels", ("parcel", "shipment", "tracking")),
 )
+SOURCES = ("foreign", "missing_operation", "everyday")
 SOURCE_WEIGHTS = (0.5, 0.2, 0.3)
 """How often each source (foreign tool, missing operation, everyday request) is tried first."""
 REPLIES = (
@@ -138,7 +139,8 @@ def abstention_turn(trajectory: dict[str, Any], environments: dict[str, dict[str
 
     ``environments`` holds every environment requests may be drawn from (at least the trajectory's own).
     The turn has the keys of a synthesized turn (``query``, ``calls`` = ``[]``, ``assistant_summary`` = the
-    reply, equal ``state_before``/``state_after`` and hashes) plus ``abstention: True``.
+    reply, equal ``state_before``/``state_after`` and hashes) plus ``abstention``: ``{"source": one of
+    SOURCES, "ability": what the request would take, e.g. "create a ticket"}``.
 
     Raises:
         ValueError: ``position`` is outside ``0..len(turns)``.
@@ -159,7 +161,7 @@ def abstention_turn(trajectory: dict[str, Any], environments: dict[str, dict[str
     # mostly the preferred order, sometimes another source first, so every kind of request is seen
     first = rng.choices(range(3), weights=SOURCE_WEIGHTS)[0]
     found = None
-    for source in sources[first:] + sources[:first]:
+    for name, source in (list(zip(SOURCES, sources))[first:] + list(zip(SOURCES, sources))[:first]):
         found = source()
         if found is not None:
             break
@@ -169,4 +171,4 @@ def abstention_turn(trajectory: dict[str, Any], environments: dict[str, dict[str
     reply = REPLIES[rng.randrange(len(REPLIES))].format(ability=ability, offered=_offered_text(offered))
     return {"query": query, "intent": [], "target_tools": [], "calls": [], "assistant_summary": reply,
             "state_before": state, "state_after": state, "state_before_hash": digest, "state_after_hash": digest,
-            "abstention": True}
+            "abstention": {"source": name, "ability": ability}}

@@ -66,7 +66,8 @@ def augment_trajectory(trajectory: dict[str, Any], environments: dict[str, dict[
     among them); ``split``: ``"sft"`` or ``"rl"`` (sets the abstention probability); ``worker``: a sandbox
     worker with the trajectory's environments loaded, for the parallel order check (None: no parallel
     calls). Marked turns carry ``conversion`` (the rewrite), ``call_groups`` (indexes of the calls that
-    share an assistant message) or ``abstention: True``.
+    share an assistant message) or ``abstention`` (what was asked; see
+    :func:`~envfactory_assets.synth.abstention.abstention_turn`).
 
     Raises:
         ValueError: ``split`` is neither ``"sft"`` nor ``"rl"``.
