@@ -274,6 +274,10 @@ def test_the_datasets_stage_reports_the_kinds_it_wrote(trajectories, environment
     assert stats.sft["parallel"] == sum(1 for r in sft if any(len(m.get("tool_calls") or []) > 1
                                                               for m in r["messages"])) > 0
     assert stats.sft["conversion"] > 0
+    # an SFT abstention turn is the last one (SFT's default loss covers only the last turn)
+    assert stats.sft_last_turn["abstention"] == stats.sft["abstention"] > 0
+    assert sum(1 for r in sft if r["messages"][-2]["role"] == "user"
+               and not r["messages"][-1].get("tool_calls")) >= stats.sft["abstention"]
     shares = stats.shares()
     assert shares["rl"]["abstention"] == stats.rl["abstention"] / len(rl)
     off = GapStats()

@@ -38,6 +38,15 @@ EVERYDAY_REQUESTS = (
     ("Send a text message to my sister saying I'll be late.", "send text messages", ("sms", "text_message", "message")),
     ("Play some relaxing jazz on the living room speaker.", "play music", ("music", "song", "playlist", "speaker")),
     ("Track my parcel with tracking number 1Z999AA10123456784.", "track parcels", ("parcel", "shipment", "tracking")),
+    ("What's the current share price of a large chip maker, say NVIDIA?", "look up stock prices",
+     ("stock", "share_price", "ticker", "quote")),
+    ("Find me a flight from Madrid to Oslo next Friday.", "search flights", ("flight", "airline", "airport")),
+    ("Set an alarm for 6:30 tomorrow morning.", "set alarms", ("alarm", "clock", "reminder")),
+    ("Turn the thermostat in the bedroom down to 19 degrees.", "control home devices",
+     ("thermostat", "device", "temperature", "home")),
+    ("How long does it take to drive from Lyon to Geneva right now?", "look up routes or traffic",
+     ("route", "traffic", "map", "direction")),
+    ("Order a large pepperoni pizza to my home address.", "order food", ("food", "pizza", "meal", "menu")),
 )
 SOURCES = ("foreign", "missing_operation", "everyday")
 SOURCE_WEIGHTS = (0.5, 0.2, 0.3)

@@ -4,7 +4,7 @@ Three kinds, each chosen per trajectory or turn by a stable hash of the trajecto
 rows never depend on the others and incremental runs keep unchanged rows):
 
 - abstention (:mod:`envfactory_assets.synth.abstention`): a turn no offered tool can serve, answered without
-  a call. ``abstention_share`` of SFT rows get one; RL trajectories get one with probability
+  a call. ``abstention_share`` of SFT rows get one as their last turn; RL trajectories get one with probability
   ``min(1, share * n_turns / (1 - share))``, so that about ``abstention_share`` of RL rows are abstention
   rows (exactly so while ``share * n_turns / (1 - share) <= 1``).
 - parallel calls (:mod:`envfactory_assets.synth.parallel`): of the turns whose consecutive calls are
@@ -21,7 +21,7 @@ import copy
 import hashlib
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envfactory_assets.config_checks import finite_number, number_types
@@ -97,7 +97,9 @@ def augment_trajectory(trajectory: dict[str, Any], environments: dict[str, dict[
         share = config.abstention_share
         p = share if split == "sft" else min(1.0, share * len(turns) / (1 - share))
         if rng.random() < p:
-            position = rng.randint(0, len(turns))
+            # SFT trains by default on the last turn only (training.sft, loss_on="last_turn"), so an SFT
+            # abstention turn goes last; every RL turn is a task of its own, so there it goes anywhere
+            position = len(turns) if split == "sft" else rng.randint(0, len(turns))
             turn = abstention_turn(out, environments, position, rng)
             if turn is not None:
                 turns.insert(position, turn)
@@ -136,18 +138,32 @@ def rl_row_kinds(turn: dict[str, Any], gold_calls: list[dict[str, Any]]) -> set[
 
 @dataclass
 class GapStats:
-    """Counts of SFT and RL rows per data-gap kind, filled by the datasets stage for its report."""
+    """Counts of rows per data-gap kind, filled by the datasets stage for its report: ``sft`` counts SFT
+    rows with the kind in any turn, ``sft_last_turn`` those with it in the last turn (the only one SFT's
+    default ``loss_on="last_turn"`` trains on), ``rl`` RL rows whose task is of the kind."""
 
     sft_rows: int = 0
     rl_rows: int = 0
-    sft: Counter | None = None
-    rl: Counter | None = None
+    sft: Counter = field(default_factory=Counter)
+    sft_last_turn: Counter = field(default_factory=Counter)
+    rl: Counter = field(default_factory=Counter)
 
-    def __post_init__(self) -> None:
-        self.sft = self.sft if self.sft is not None else Counter()
-        self.rl = self.rl if self.rl is not None else Counter()
+    def add_sft(self, turns: list[dict[str, Any]]) -> None:
+        """Count one SFT row built from the augmented ``turns``."""
+        self.sft_rows += 1
+        self.sft.update(set().union(*(turn_kinds(t) for t in turns)))
+        if turns:
+            self.sft_last_turn.update(turn_kinds(turns[-1]))
+
+    def add_rl(self, turn: dict[str, Any], gold_calls: list[dict[str, Any]]) -> None:
+        """Count one kept RL row built from the augmented ``turn`` with ``gold_calls``."""
+        self.rl_rows += 1
+        self.rl.update(rl_row_kinds(turn, gold_calls))
 
     def shares(self) -> dict[str, dict[str, float]]:
-        """``{"sft": {kind: share of SFT rows}, "rl": {kind: share of RL rows}}`` (0.0 with no rows)."""
-        return {"sft": {k: self.sft[k] / self.sft_rows if self.sft_rows else 0.0 for k in GAP_KINDS},
-                "rl": {k: self.rl[k] / self.rl_rows if self.rl_rows else 0.0 for k in GAP_KINDS}}
+        """``{"sft" | "sft_last_turn" | "rl": {kind: share of the SFT or RL rows}}`` (0.0 with no rows)."""
+        def share(counts: Counter, n: int) -> dict[str, float]:
+            return {k: counts[k] / n if n else 0.0 for k in GAP_KINDS}
+
+        return {"sft": share(self.sft, self.sft_rows), "sft_last_turn": share(self.sft_last_turn, self.sft_rows),
+                "rl": share(self.rl, self.rl_rows)}

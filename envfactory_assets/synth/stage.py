@@ -8,7 +8,7 @@ from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats, augment_trajectory, rl_row_kinds, turn_kinds
+from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats, augment_trajectory
 from envfactory_assets.synth.datasets import (
     replay_check,
     rl_rows,
@@ -180,16 +180,14 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                        **sft_row(traj, envs)}
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
                 sft.append(row)
-                stats.sft_rows += 1
-                stats.sft.update(set().union(*(turn_kinds(t) for t in traj["turns"])))
+                stats.add_sft(traj["turns"])
                 continue
             for r in rl_rows(traj, envs):
                 problem = replay_check(r, worker)
                 if problem:
                     rejected.append(problem)
                     continue
-                stats.rl_rows += 1
-                stats.rl.update(rl_row_kinds(traj["turns"][r["turn_index"]], r["gold_calls"]))
+                stats.add_rl(traj["turns"][r["turn_index"]], r["gold_calls"])
                 r.pop("changes_state")
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
                        "split": "train", "benchmark_overlap": overlap, **r}

@@ -314,7 +314,8 @@ def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactor
     yield dg.MaterializeResult(asset_key="sft_dataset", metadata={
         "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft),
         "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"]),
-        "data_gap_rows": dict(stats.sft), "data_gap_shares": shares["sft"]}, data_version=data_version(sft))
+        "data_gap_rows": dict(stats.sft), "data_gap_shares": shares["sft"],
+        "data_gap_shares_last_turn": shares["sft_last_turn"]}, data_version=data_version(sft))
     yield dg.MaterializeResult(asset_key="rl_dataset", metadata={
         "rows": len(rl), "written": w_rl, "rejected": len(rejected),
         "replay_rate": len(rl) / (len(rl) + len(rejected)) if rl or rejected else 1.0,
