@@ -219,7 +219,7 @@ def test_a_conversion_turn_states_the_spoken_value_and_the_gold_call_keeps_the_f
     ("interest_rate", {"type": "number", "minimum": 0, "maximum": 1}, 0.03, "3%"),
     ("discount", {"type": "number", "description": "Discount as a fraction of the price."}, 0.125, "12.5%"),
     ("budget", {"type": "number"}, 1500, "1.5k"),
-    ("total", {"type": "integer"}, 2_000_000, "2M"),
+    ("revenue", {"type": "integer"}, 2_000_000, "2M"),
     ("price_cents", {"type": "integer"}, 1999, "$19.99"),
     ("duration_minutes", {"type": "integer"}, 90, "1.5 hours"),
     ("timeout_seconds", {"type": "integer"}, 120, "2 minutes"),
@@ -237,6 +237,8 @@ def test_conversions_follow_the_field_schema(name, schema, value, spoken):
     ("duration_minutes", {"type": "integer"}, 47),                   # not whole or half hours
     ("title", {"type": "string"}, "2025-03-03"),                     # a date only where the format says so
     ("in_stock", {"type": "boolean"}, True),
+    ("tax", {"type": "number"}, 0.5),                                # may be an amount: nothing says fraction
+    ("price_min", {"type": "integer"}, 120),                          # a minimum, not minutes
 ])
 def test_no_conversion_where_the_schema_does_not_support_one(name, schema, value):
     assert conversion_for(name, schema, value, random.Random(0)) is None
