@@ -24,6 +24,7 @@ from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 from envfactory_assets.tooluse.reward import hybrid_reward, match_calls
+from envfactory_assets.training.stage import held_out_prompts
 
 from envfactory_assets_tests.fixture_environments import build_fixture_environments
 
@@ -280,6 +281,9 @@ def test_the_datasets_stage_reports_the_kinds_it_wrote(trajectories, environment
     assert stats.sft_last_turn["abstention"] == stats.sft["abstention"] > 0
     assert sum(1 for r in sft if r["messages"][-2]["role"] == "user"
                and not r["messages"][-1].get("tool_calls")) >= stats.sft["abstention"]
+    # the checkpoint's valid-call prompts never include a row whose right answer is no call
+    abstaining = {r["id"] for r in rl if not r["gold_calls"] and r["turn_index"] == 0}
+    assert abstaining and not abstaining & {p["id"] for p in held_out_prompts(rl, len(rl))}
     shares = stats.shares()
     assert shares["rl"]["abstention"] == stats.rl["abstention"] / len(rl)
     off = GapStats()
