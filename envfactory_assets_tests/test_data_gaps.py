@@ -16,16 +16,24 @@ from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.names import singular
 from envfactory_assets.synth.abstention import EVERYDAY_REQUESTS, abstention_turn
 from envfactory_assets.synth.conversions import conversion_for
-from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats, augment_trajectory, turn_kinds
+from envfactory_assets.synth.datagaps import (
+    DataGapsConfig,
+    GapStats,
+    augment_trajectory,
+    turn_kinds,
+)
 from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row
-from envfactory_assets.synth.parallel import candidate_groups, order_independent, parallel_groups
+from envfactory_assets.synth.parallel import (
+    candidate_groups,
+    order_independent,
+    parallel_groups,
+)
 from envfactory_assets.synth.phrasing import literal, words
 from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 from envfactory_assets.tooluse.reward import hybrid_reward, match_calls
 from envfactory_assets.training.stage import held_out_prompts
-
 from envfactory_assets_tests.fixture_environments import build_fixture_environments
 
 OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0)

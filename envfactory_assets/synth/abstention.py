@@ -52,12 +52,12 @@ SOURCES = ("foreign", "missing_operation", "everyday")
 SOURCE_WEIGHTS = (0.5, 0.2, 0.3)
 """How often each source (foreign tool, missing operation, everyday request) is tried first."""
 REPLIES = (
-    "I can't do that with the tools I have here: none of them can {ability}. I can help with {offered}, "
-    "if that is useful.",
-    "Sorry, that is not something the available tools support; none of them can {ability}. They cover "
-    "{offered}.",
-    "None of the tools available to me can {ability}, so I can't do that here. I can work with {offered} "
-    "instead.",
+    ("I can't do that with the tools I have here: none of them can {ability}. I can help with {offered}, "
+     "if that is useful."),
+    ("Sorry, that is not something the available tools support; none of them can {ability}. They cover "
+     "{offered}."),
+    ("None of the tools available to me can {ability}, so I can't do that here. I can work with {offered} "
+     "instead."),
 )
 
 

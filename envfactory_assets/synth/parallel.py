@@ -14,11 +14,16 @@ provenance, the second is checked by replaying the turn with each group reversed
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
-from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
+from envfactory_assets.runtime.sandbox import (
+    SandboxWorker,
+    StateRejected,
+    WorkerCrashed,
+)
 
 
 def _uses_output_of(call: dict[str, Any], producers: set[int]) -> bool:
@@ -60,10 +65,9 @@ def order_independent(turn: dict[str, Any], groups: list[list[int]], worker: San
     except WorkerCrashed:
         return False
     finally:
-        try:
+        # the worker may have been restarted; the episode is gone either way
+        with contextlib.suppress(Exception):
             worker.close_episode(episode)
-        except Exception:  # the worker may have been restarted; the episode is gone either way
-            pass
 
 
 def parallel_groups(turn: dict[str, Any], offset: int, worker: SandboxWorker) -> list[list[int]] | None:

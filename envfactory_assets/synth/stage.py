@@ -8,7 +8,11 @@ from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats, augment_trajectory
+from envfactory_assets.synth.datagaps import (
+    DataGapsConfig,
+    GapStats,
+    augment_trajectory,
+)
 from envfactory_assets.synth.datasets import (
     replay_check,
     rl_rows,
