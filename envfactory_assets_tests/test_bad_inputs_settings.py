@@ -107,6 +107,7 @@ BAD_SETTINGS = [
     (refined_trajectories, {"k": 0}, ["k=0", ">= 1"]),
     (refined_trajectories, {"conversational_share": NAN}, ["conversational_share=nan", "[0, 1]"]),
     (datasets, {"sft_share": 1.5}, ["sft_share=1.5", "[0, 1]"]),
+    (datasets, {"abstention_share": 0.8}, ["abstention_share=0.8", "[0, 0.5]"]),
 ]
 
 

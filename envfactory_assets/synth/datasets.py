@@ -44,17 +44,19 @@ def essential_calls(calls: list[dict[str, Any]], offset: int) -> list[int]:
     """Indexes (within the turn) of the calls a solver must make: every write, every read whose output a
     later call of the trajectory uses, and, in a read-only turn, its last read (what the user asked to see).
 
-    ``offset`` is the trajectory-wide index of the turn's first call (provenance refers to those).
+    ``offset`` is the trajectory-wide index of the turn's first call (provenance refers to those). A turn
+    without calls (an abstention turn) keeps none.
     """
     used = {p["call"] for c in calls for p in c["provenance"].values() if p.get("source") == "output"}
     keep = [i for i, c in enumerate(calls) if c["kind"] not in ("list", "get") or offset + i in used]
-    if not any(c["kind"] not in ("list", "get") for c in calls) and len(calls) - 1 not in keep:
+    if calls and not any(c["kind"] not in ("list", "get") for c in calls) and len(calls) - 1 not in keep:
         keep.append(len(calls) - 1)
     return keep
 
 
 def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One RL row per turn (not yet replay-checked)."""
+    """One RL row per turn (not yet replay-checked); a turn without calls (an abstention turn) gives a row
+    whose gold is no call and whose final state is its initial state."""
     messages = to_messages(trajectory["turns"])
     tools = tools_of(environments, trajectory["env_ids"])
     rows = []

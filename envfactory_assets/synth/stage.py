@@ -8,6 +8,11 @@ from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.datagaps import (
+    DataGapsConfig,
+    GapStats,
+    augment_trajectory,
+)
 from envfactory_assets.synth.datasets import (
     replay_check,
     rl_rows,
@@ -143,6 +148,7 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
 
 def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
                  limits: SandboxLimits | None = None, benchmark_tags: dict[str, list[str]] | None = None,
+                 gaps: DataGapsConfig | None = None, gap_stats: GapStats | None = None,
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Split refined trajectories (each by a stable hash of its id, :func:`split_of`: about ``sft_share``
     go to SFT, and a trajectory's split never depends on the others, so incremental re-synthesis leaves the
@@ -151,16 +157,25 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) marks rows built from environments that overlap a
     held-out benchmark, in their ``benchmark_overlap`` column.
 
+    ``gaps`` (default :class:`DataGapsConfig`'s shares) adds abstention turns, parallel calls and converted
+    values to each trajectory first (:func:`envfactory_assets.synth.datagaps.augment_trajectory`; abstention
+    requests may come from any of ``environments``); ``gap_stats``, when given, receives the row counts per kind.
+
     Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
     """
     tags = benchmark_tags or {}
+    gaps = gaps or DataGapsConfig()
+    stats = gap_stats if gap_stats is not None else GapStats()
     splits = {t["id"]: split_of(t["id"], sft_share) for t in refined}
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
-        load_environments(worker, environments,
-                          (e for t in refined if splits[t["id"]] == "rl" for e in t["env_ids"]))
-        for traj in refined:
-            split = splits[traj["id"]]
+        # every trajectory's environments: the parallel-call check replays SFT turns too
+        load_environments(worker, environments, (e for t in refined
+                                                 if splits[t["id"]] == "rl" or gaps.parallel_share > 0
+                                                 for e in t["env_ids"]))
+        for source in refined:
+            split = splits[source["id"]]
+            traj = augment_trajectory(source, environments, split, gaps, worker)
             envs = {e: environments[e] for e in traj["env_ids"]}
             overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":
@@ -169,12 +184,14 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                        **sft_row(traj, envs)}
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
                 sft.append(row)
+                stats.add_sft(traj["turns"])
                 continue
             for r in rl_rows(traj, envs):
                 problem = replay_check(r, worker)
                 if problem:
                     rejected.append(problem)
                     continue
+                stats.add_rl(traj["turns"][r["turn_index"]], r["gold_calls"])
                 r.pop("changes_state")
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
                        "split": "train", "benchmark_overlap": overlap, **r}

@@ -282,7 +282,10 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
 def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list[dict[str, Any]]:
     """OpenAI chat messages of a trajectory: system, then per turn the user query, the turn's
     ``clarification`` exchange if any (assistant question, user answer; conversational mode), one assistant
-    message with ``tool_calls`` per call followed by its ``tool`` result, and the assistant's closing summary.
+    message with ``tool_calls`` per call followed by its ``tool`` result (or, where the turn has
+    ``call_groups``, lists of call indexes, one message per group with all its calls, then their results in
+    the same order; see :mod:`envfactory_assets.synth.parallel`), and the assistant's closing summary. A
+    turn without calls (an abstention turn) is its query and the assistant's reply.
 
     Tool-call arguments and tool results are JSON strings with UTF-8 kept as is.
     """
@@ -293,13 +296,16 @@ def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list
     for turn in turns:
         messages.append({"role": "user", "content": turn[query_field]})
         messages.extend({"role": m["role"], "content": m["content"]} for m in turn.get("clarification") or [])
-        for call in turn["calls"]:
-            counter += 1
-            call_id = f"call_{counter}"
+        for group in turn.get("call_groups") or [[i] for i in range(len(turn["calls"]))]:
+            ids = [f"call_{counter + k + 1}" for k in range(len(group))]
+            counter += len(group)
             messages.append({"role": "assistant", "content": "", "tool_calls": [{
                 "id": call_id, "type": "function",
-                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]})
-            messages.append({"role": "tool", "tool_call_id": call_id, "name": call["name"],
-                             "content": json.dumps(call["output"], ensure_ascii=False)})
+                "function": {"name": turn["calls"][i]["name"],
+                             "arguments": json.dumps(turn["calls"][i]["arguments"], ensure_ascii=False)}}
+                for call_id, i in zip(ids, group)]})
+            messages.extend({"role": "tool", "tool_call_id": call_id, "name": turn["calls"][i]["name"],
+                             "content": json.dumps(turn["calls"][i]["output"], ensure_ascii=False)}
+                            for call_id, i in zip(ids, group))
         messages.append({"role": "assistant", "content": turn["assistant_summary"]})
     return messages

@@ -5,10 +5,12 @@ Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in ARCHITECTURE.
     reward = max(0, 0.5 * trace + 0.5 * state - length_penalty - format_penalty)
 
 - ``trace`` is 1.0 iff every gold call is matched by a distinct predicted call with the same name and
-  the same value for every argument that is not masked (in any order; extra calls are allowed here and
+  the same value for every argument that is not masked (in any order, so independent calls made together
+  in one assistant message match in whatever order they were written; extra calls are allowed here and
   paid for by the length penalty), else 0.0.
 - ``state`` is the share of the task's environments whose final state equals the gold final state.
 - ``length_penalty`` is 0.05 per predicted call that matched no gold call, capped at 0.5.
+- a task whose gold is no call (an abstention task) pays 1.0 for no call and 0.0 for any call.
 - ``format_penalty`` is 0.05 per malformed call (a tool-call block that did not parse into a call, or a
   call to a tool the task does not offer, or arguments that are not a JSON object), capped at 0.5.
 
@@ -145,11 +147,15 @@ def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequ
     if n_malformed < 0:
         raise ValueError(f"n_malformed must be >= 0, got {n_malformed}")
     matched, n_extra = match_calls(gold_calls, predicted_calls, masked_arguments)
-    trace = 1.0 if all(matched) else 0.0
+    # a task whose gold is no call (abstention): any call is the wrong answer, even one that leaves the
+    # state as it was, so it earns nothing
+    called_when_none_wanted = not gold_calls and bool(predicted_calls or n_malformed)
+    trace = 1.0 if all(matched) and not called_when_none_wanted else 0.0
     state = state_match(final_state_hashes, gold_state_hashes)
     length_penalty = min(PENALTY_CAP, PENALTY_PER_CALL * n_extra)
     format_penalty = min(PENALTY_CAP, PENALTY_PER_CALL * n_malformed)
-    reward = max(0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - length_penalty - format_penalty)
+    reward = 0.0 if called_when_none_wanted else max(
+        0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - length_penalty - format_penalty)
     return RewardBreakdown(reward=round(reward, 10), trace=trace, state=state, matched_gold=tuple(matched),
                            n_extra=n_extra, n_malformed=n_malformed, length_penalty=length_penalty,
                            format_penalty=format_penalty)

@@ -56,12 +56,13 @@ def training_examples(sft_rows: list[dict[str, Any]], max_rows: int, max_tokens:
 
 def held_out_prompts(rl_rows: list[dict[str, Any]], n: int, exclude_env_ids: set[str] | None = None,
                      max_tools: int = 0) -> list[dict[str, Any]]:
-    """``n`` prompts from RL rows never used for SFT: first turns, shortest first, tools restricted as in
-    training (:func:`restrict_tools`, the gold calls' tools always kept).
+    """``n`` prompts from RL rows never used for SFT: first turns with gold calls, shortest first, tools
+    restricted as in training (:func:`restrict_tools`, the gold calls' tools always kept).
 
     Rows whose environments are in ``exclude_env_ids`` are skipped when enough others exist.
     """
-    first = [r for r in rl_rows if r["turn_index"] == 0]
+    # an abstention row (no gold call) wants no call, so it cannot measure whether calls are valid
+    first = [r for r in rl_rows if r["turn_index"] == 0 and r["gold_calls"]]
     preferred = [r for r in first if not (set(r["env_ids"]) & (exclude_env_ids or set()))]
     pool = preferred if len(preferred) >= n else first
     prompts = [restrict_tools({"id": r["id"], "messages": r["prompt"], "tools": r["tools"]}, max_tools,

@@ -26,6 +26,7 @@ from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.calibrate import CalibrationConfig
+from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
 from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, validate_chain
@@ -111,13 +112,24 @@ class TrajectoryConfig(dg.Config):
 
 
 class DatasetConfig(dg.Config):
-    """Share of trajectories that go to SFT (default: the paper's 1,622 / 2,575); the rest become RL rows."""
+    """Share of trajectories that go to SFT (default: the paper's 1,622 / 2,575); the rest become RL rows.
+    The data-gap shares (abstention turns, parallel calls, converted values) are :class:`DataGapsConfig`'s
+    (see :mod:`envfactory_assets.synth.datagaps`)."""
 
     sft_share: float = PAPER_SFT_SHARE
+    abstention_share: float = DataGapsConfig.abstention_share
+    parallel_share: float = DataGapsConfig.parallel_share
+    conversion_share: float = DataGapsConfig.conversion_share
 
-    def check_settings(self) -> None:
-        """Raise :class:`SettingError` unless ``sft_share`` is a finite share in [0, 1]."""
+    def check_settings(self) -> DataGapsConfig:
+        """The data-gap settings as a :class:`DataGapsConfig`, every setting checked before the store is read.
+
+        Raises:
+            SettingError: ``sft_share`` or a data-gap share out of range or of the wrong type, named in the message.
+        """
         finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)
+        return DataGapsConfig(abstention_share=self.abstention_share, parallel_share=self.parallel_share,
+                              conversion_share=self.conversion_share)
 
 
 def min_turns_reachable(owner: str, min_turns: int, longest: int | None, why: str) -> None:
@@ -287,22 +299,28 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
 def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome,
              upstream_gates: UpstreamGates):
     """Split refined trajectories into SFT rows and replay-checked RL rows."""
-    checked(config.check_settings)
+    gaps = checked(config.check_settings)
     require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")
+    stats = GapStats()
     sft, rl, rejected = dataset_rows([r for r in refined if all(e in envs for e in r["env_ids"])], envs,
-                                     config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")))
+                                     config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")),
+                                     gaps=gaps, gap_stats=stats)
+    shares = stats.shares()
     written = store.replace_current_tables({"sft_dataset": sft, "rl_dataset": rl})
     w_sft, w_rl = written["sft_dataset"], written["rl_dataset"]
     yield dg.MaterializeResult(asset_key="sft_dataset", metadata={
         "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft),
-        "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"])}, data_version=data_version(sft))
+        "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"]),
+        "data_gap_rows": dict(stats.sft), "data_gap_shares": shares["sft"],
+        "data_gap_shares_last_turn": shares["sft_last_turn"]}, data_version=data_version(sft))
     yield dg.MaterializeResult(asset_key="rl_dataset", metadata={
         "rows": len(rl), "written": w_rl, "rejected": len(rejected),
         "replay_rate": len(rl) / (len(rl) + len(rejected)) if rl or rejected else 1.0,
-        "rejection_reasons": dict(Counter(x.split(":")[0][:80] for x in rejected))}, data_version=data_version(rl))
+        "rejection_reasons": dict(Counter(x.split(":")[0][:80] for x in rejected)),
+        "data_gap_rows": dict(stats.rl), "data_gap_shares": shares["rl"]}, data_version=data_version(rl))
 
 
 @dg.asset_check(asset="rl_dataset", blocking=True)
