@@ -120,7 +120,7 @@ _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", 
 
 
 def _thing_re(key_or_table: str) -> str:
-    """A regex for a row noun as people write it, from an identifier or table name: ``"webhooks_2_id"`` ->
+    r"""A regex for a row noun as people write it, from an identifier or table name: ``"webhooks_2_id"`` ->
     ``webhooks?(?:\s+2)?``; numbers and vowel-less abbreviations are optional, plurals allowed."""
     name = key_or_table[:-3] if key_or_table.endswith("_id") else key_or_table
     toks = [t for t in re.split(r"[_\s]+", name.lower()) if t]
