@@ -63,6 +63,8 @@ def refinement_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "rejection_reasons": dict(Counter(x.split(":")[0][:80] for r in rows for x in r["reasons"]).most_common(10)),
         "near_duplicates_removed": sum(1 for r in rows for x in r["reasons"] if x.startswith("near-duplicate")),
         "diversity": diversity(rows),
+        "query_statistics": query_statistics(rows),
+        "raw_query_statistics": query_statistics(rows, field="query_raw"),
         "examples_md": examples_markdown(rows),
     }
 
