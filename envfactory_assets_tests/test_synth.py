@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 
 import jsonschema
 import pytest
@@ -14,7 +15,7 @@ from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets import essential_calls, replay_check, rl_rows, sft_row, split_of
-from envfactory_assets.synth.refine import refine_turns
+from envfactory_assets.synth.refine import parameter_default, refine_turns
 from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
 from envfactory_assets.synth.turns import split_turns
@@ -197,7 +198,11 @@ def test_every_gold_argument_is_given_by_the_user_or_masked(trajectories, enviro
             for call in row["gold_calls"]:
                 for arg, value in call["arguments"].items():
                     if arg in row["masked_arguments"]:
-                        assert arg not in schemas[call["name"]].get("required", [])
+                        # masked: optional, and either stated or the value the API assumes when it is left out
+                        schema = schemas[call["name"]]
+                        assert arg not in schema.get("required", [])
+                        stated = re.search(rf"\b{value}\b", turn["query"]) is not None
+                        assert stated or value == parameter_default(schema["properties"][arg]), (arg, value, turn["query"])
                         continue
                     given = (json.dumps(value, ensure_ascii=False) in prompt
                              or spoken_value(value) in turn["query"] or str(value) in turn["query"])

@@ -197,8 +197,8 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     fields = [(n, val(n)) for n in args if n not in (key, "limit")]
     fields = [(n, v) for n, v in fields if v]
     # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
-    parts = [(f"for {v}" if v.startswith(_REFERENCE_START) else f"{label(n)} {v}") for n, v in fields]
-    setting = ", ".join(parts)
+    owners = " ".join(f"for {v}" for _, v in fields if v.startswith(_REFERENCE_START))
+    setting = ", ".join(f"{label(n)} {v}" for n, v in fields if not v.startswith(_REFERENCE_START))
     where = ""
     if kind == "list":
         named = [v for _, v in fields if v.startswith(_REFERENCE_START)]
@@ -212,7 +212,7 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
                                   f", up to {args['limit']} of them")))
     plan_vars = {
         "thing": thing, "things": things, "subject": subject, "where": where,
-        "with": f" with {setting}" if setting else "",
+        "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
         "changes": ", ".join(f"{label(n)} to {v}" for n, v in fields),
         "changes_is": ", ".join(f"its {label(n)} is {v}" for n, v in fields),
     }

@@ -90,7 +90,7 @@ def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: st
     return f"the {spoken_thing(table)} whose {words(found[0])} is {literal(found[1])}" if found else None
 
 
-def _default_of(schema: dict[str, Any]) -> Any:
+def parameter_default(schema: dict[str, Any]) -> Any:
     """A parameter's default: the schema's ``default``, else one stated in its description ("(default 20)")."""
     if "default" in schema:
         return schema["default"]
@@ -124,12 +124,16 @@ def _most_recent_reference(rows: list[dict[str, Any]], key: str, value: Any, tab
     return f"my most recent {words(singular(table))}"
 
 
-def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[str, str]]) -> list[int]:
-    """Positions (in the turn) of list calls operator b may drop: only pagination arguments, not the turn's
-    last call, and every later use of their rows in the turn names the row by a label."""
+def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[str, str]],
+                  index: ToolIndex) -> list[int]:
+    """Positions (in the turn) of list calls operator b may drop: only pagination arguments, each at the
+    parameter's default (a value the user stated would be lost with the sentence), not the turn's last call,
+    and every later use of their rows in the turn names the row by a label."""
     out = []
     for i, call in enumerate(calls[:-1]):
-        if call["kind"] != "list" or any(a not in MASKED_ARGUMENT_NAMES for a in call["arguments"]):
+        props = index.tools[call["name"]]["input_schema"]["properties"]
+        if call["kind"] != "list" or any(a not in MASKED_ARGUMENT_NAMES or v != parameter_default(props.get(a, {}))
+                                         for a, v in call["arguments"].items()):
             continue
         uses = [(j, arg) for j in range(i + 1, len(calls)) for arg, prov in calls[j]["provenance"].items()
                 if prov.get("source") == "output" and prov.get("call") == turn_start + i]
@@ -196,7 +200,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                     record("implicit_reference", arg, value, phrase, producer["name"])
             limit_schema = tool["input_schema"]["properties"].get("limit", {})
             if ("limit" in call["arguments"] and "limit" not in tool["input_schema"].get("required", [])
-                    and call["arguments"]["limit"] == _default_of(limit_schema)):
+                    and call["arguments"]["limit"] == parameter_default(limit_schema)):
                 # a person leaves out what the API assumes anyway: the value is the parameter's default, the
                 # argument is optional, and the RL row masks it (datasets.MASKED_ARGUMENT_NAMES)
                 refs["limit"] = ""
@@ -240,7 +244,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             turn_refs.append(refs)
             earlier.append(json.dumps(call["output"], ensure_ascii=False))
             position += 1
-        dropped = _compressible(turn["calls"], turn_start, turn_refs)
+        dropped = _compressible(turn["calls"], turn_start, turn_refs, index)
         for i in dropped:
             record("action_compression", "", None, parts[i], "the agent lists the rows itself", turn_start + i)
         query = join_sentences([p for i, p in enumerate(parts) if i not in dropped], rng)

@@ -491,7 +491,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             continue
         if name.endswith("_id"):
             # "author id the author you created earlier" or "for the author whose name is 'X'"
-            ref = re.search(rf"(?:\b{re.escape(_words(name))}\s+|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
+            ref = re.search(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
                             rf"{_thing_re(name)}\b(?: whose .+? is (?:{_LITERAL}))?{_REF_TAIL})", text,
                             flags=re.IGNORECASE)
             if ref:
