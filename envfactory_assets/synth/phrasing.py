@@ -150,6 +150,8 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
     toks = summary.lower().split()
     verbs = {"list": ("list", "search", "find", "browse"), "create": ("create", "add", "register"),
              "delete": ("delete", "remove")}
+    if toks and toks[0].endswith("s") and toks[0][:-1] in verbs.get(kind, ()):
+        summary, toks = summary[: len(toks[0]) - 1] + summary[len(toks[0]):], [toks[0][:-1], *toks[1:]]
     if not toks or len(toks) > 8 or kind not in verbs or toks[0] not in verbs[kind] or not re.fullmatch(
             r"[A-Za-z ,'-]+", summary):
         return None

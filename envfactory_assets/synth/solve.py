@@ -109,7 +109,7 @@ _VERBS: dict[str, tuple[str, ...]] = {
     "get": ("get", "look", "retrieve", "fetch", "read", "detail", "details", "describe", "view"),
     "create": ("create", "add", "new", "make", "register", "insert", "post"),
     "update": ("update", "change", "set", "edit", "modify", "patch", "rename"),
-    "delete": ("delete", "remove", "cancel", "drop", "erase"),
+    "delete": ("delete", "remove", "cancel", "drop", "erase", "close"),
 }
 _VERB_OF = {w: action for action, ws in _VERBS.items() for w in ws}
 _STOP = frozenset("a an the of in on to by for and or with me its it that this then is are be optionally "
@@ -384,7 +384,7 @@ def _clauses(query: str) -> list[str]:
     """The requests of a query: sentences without an action word (a greeting, who asks, thanks) are
     dropped; the rest split at "then" / "after that" / ". Also"."""
     sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z])", query.strip())
-    kept = [x for x in sentences if _has_action(x) or "'" in x or re.search(r"\d", x)] or sentences
+    kept = [x for x in sentences if _has_action(x) or re.search(r"'[^']*'(?=[\s,.:)!?]|$)|\d", x)] or sentences
     text = " ".join(kept).strip().rstrip(".!")
     return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then)\s+|[.?]\s+(?:Then|Also|And)\s+(?:then\s+)?",
                                           text) if c.strip()]
@@ -401,10 +401,14 @@ def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) ->
     # the request's first action word ("Next, could you delete ...": delete); greetings carry none
     action = next((_VERB_OF[t] for t in head_toks if t in _VERB_OF), None)
     lowered = clause.lower()
+    # the request's object comes before what it is "of"/"for" ("list the events of the calendar whose ..."):
+    # its words count once more, so the events tool wins over the calendars tool
+    object_toks = set(_tokens(re.split(r"\b(?:of|for|whose|where|with|from|by)\b", head, maxsplit=1)[0]))
     scored = []
     for info in infos.values():
         score = 3.0 * (action is not None and info.action == action)
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
+        score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
         score += sum(1.0 for p in info.params
                      if any(re.search(rf"\b{re.escape(lab)}\b", lowered) for lab in field_labels(p, info.params[p])))
         if info.key and re.search(rf"\b{_thing_re(info.key)} '", lowered):
