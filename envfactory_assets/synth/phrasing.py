@@ -76,8 +76,12 @@ def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
     m = re.match(r"^(?:the |an? )?([a-z][a-z ]{1,40}?)(?: of | for | in |[.,;(]|$)", desc)
     if m:
         phrase = m.group(1).strip()
-        if 1 <= len(phrase.split()) <= 3 and phrase not in labels and not re.search(
-                r"\b(?:identifier|id|number|maximum|when|whether|list|the|a|an|is|are|to|this|that)\b", phrase):
+        name_words = set(labels[0].split())
+        # a description phrase is a label only when it names the same thing more fully ("full name" for
+        # "name"), not another word for it ("index" for "exam room") nor a cut of it ("template")
+        if (1 <= len(phrase.split()) <= 3 and phrase not in labels and set(phrase.split()) & name_words
+                and phrase not in labels[0] and not re.search(
+                    r"\b(?:identifier|id|number|maximum|when|whether|list|the|a|an|is|are|to|this|that|one)\b", phrase)):
             labels.append(phrase)
     return labels
 
@@ -231,7 +235,7 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
         plan = options[rng.randrange(len(options))]
     if kind == "update" and not fields:
         return f"update {subject}"
-    return re.sub(r"\ba ([aeiou])", r"an \1", plan.format(**plan_vars))
+    return an(plan.format(**plan_vars))
 
 
 def new_value_refs(call: dict[str, Any], history: list[dict[str, Any]], turn_start: int,
@@ -284,6 +288,21 @@ def strip_register(text: str) -> str:
         if text.endswith(closer):
             return text[: -len(closer)]
     return text
+
+
+def strip_lead(text: str) -> str:
+    """``text`` without a leading connective added by :func:`shape_for_persona` ("Next, "), for a request
+    joined after another; the first letter stays as a sentence's inner word would be ("I" stays "I")."""
+    for lead in sorted({x for xs in _FOLLOW.values() for x in xs if x}, key=len, reverse=True):
+        if text.startswith(lead):
+            text = text[len(lead):]
+            break
+    return text if re.match(r"I\b|I'", text) else text[:1].lower() + text[1:]
+
+
+def an(text: str) -> str:
+    """``"a"`` before a vowel sound written as ``"an"`` (``"a appointment"`` -> ``"an appointment"``)."""
+    return re.sub(r"\b([Aa]) ([aeiouAEIOU])", r"\1n \2", text)
 
 
 def persona_style(persona: str | None) -> str:
@@ -357,5 +376,5 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
 
 def summarize_turn(sentences: list[str]) -> str:
     """The assistant's closing reply from per-call sentences: capitalised, joined with "; "."""
-    text = "; ".join(s for s in sentences if s)
+    text = an("; ".join(s for s in sentences if s))
     return (text[0].upper() + text[1:] + ".") if text else ""

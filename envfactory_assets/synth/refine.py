@@ -33,6 +33,7 @@ from envfactory_assets.synth.phrasing import (
     join_sentences,
     literal,
     shape_for_persona,
+    strip_lead,
     strip_register,
     spoken_thing,
     spoken_things,
@@ -52,9 +53,12 @@ def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str) -> tu
     none is unique."""
     others = [f for f, v in row.items() if f not in LABEL_FIELDS and f != key and not f.endswith("_id")
               and isinstance(v, str) and not re.fullmatch(r"[\d\-T:.Z+ ]+", v)]
-    for field in [*LABEL_FIELDS, *sorted(others)]:
+    numbers = [f for f, v in row.items() if f != key and not f.endswith("_id") and isinstance(v, int)
+               and not isinstance(v, bool)]
+    for field in [*LABEL_FIELDS, *sorted(others), *sorted(numbers)]:
         value = row.get(field)
-        if (isinstance(value, str) and 0 < len(value) <= 60 and "'" not in value
+        if (((isinstance(value, str) and 0 < len(value) <= 60 and "'" not in value)
+             or (field in numbers and isinstance(value, int)))
                 and sum(1 for r in rows if r.get(field) == value) == 1):
             return field, value
     return None
@@ -257,7 +261,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
 
 
 def _join_goals(first: str, second: str) -> str:
-    return strip_register(first).rstrip(".") + ", and after that " + second[0].lower() + second[1:]
+    return strip_register(first).rstrip(".") + ", and after that " + strip_lead(second)
 
 
 def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int = 2) -> list[dict[str, Any]]:

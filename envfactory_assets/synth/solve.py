@@ -172,8 +172,9 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
     params = fn.get("parameters") or {}
     required = frozenset(params.get("required") or [])
     props = dict(params.get("properties") or {})
-    if action == "get" and not required and any(p in props for p in ("limit", "page", "page_size", "offset")):
-        action = "list"  # "get_documents(limit=...)" lists rows
+    if action == "get" and not required and (any(p in props for p in ("limit", "page", "page_size", "offset"))
+                                             or re.search(r"[a-z]s$", fn["name"].lower())):
+        action = "list"  # "get_documents(limit=...)" and "get_mailboxes()" list rows
     return _ToolInfo(fn["name"], action, nouns, props, required)
 
 
@@ -273,10 +274,13 @@ class ProgrammaticSolver:
                 args = _arguments(clause, tool, seen, rng, guess=False, wants=wants)
                 if args is None or wants or "most recent" in clause.lower():
                     # the row is not in the conversation (or "most recent" needs the whole table): list first
-                    listers = [_lister_for(tool, infos, rng)] if args is None or "most recent" in clause.lower() else []
-                    listers += [_lister_for_param(p, infos, rng) for p in wants if p != tool.key]
-                    for lister in {x.name: x for x in listers if x is not None}.values():
-                        self._call(lister, _list_everything(lister), call_tool, seen, attempt)
+                    needed = ([tool.key] if args is None or "most recent" in clause.lower() else [])
+                    for name in dict.fromkeys(needed + [p for p in wants if p != tool.key]):
+                        # like a person, try the likeliest list until one shows rows of that kind
+                        for lister in _listers(name, infos, rng):
+                            if (self._call(lister, _list_everything(lister), call_tool, seen, attempt)
+                                    and _rows_with(seen[-1].output, name)):
+                                break
                     args = _arguments(clause, tool, seen, rng, guess=True)
                 if args is not None and self._call(tool, args, call_tool, seen, attempt):
                     break
@@ -349,23 +353,16 @@ def _complete_clauses(clauses: list[str], answers: list[str], infos: dict[str, _
     return out, missing
 
 
-def _lister_for(tool: _ToolInfo, infos: dict[str, _ToolInfo], rng: random.Random) -> _ToolInfo | None:
-    """A list tool over the rows ``tool`` works on (same row noun), or None; ties sampled."""
-    if tool.key is None:
-        return None
-    thing = singular(tool.key[:-3].split("_")[-1])
-    cands = sorted((i for i in infos.values() if i.action == "list" and thing in i.nouns
-                    and not (i.required - {"limit"})), key=lambda i: i.name)
-    return rng.choice(cands) if cands else None
-
-
-def _lister_for_param(param: str, infos: dict[str, _ToolInfo], rng: random.Random) -> _ToolInfo | None:
-    """A list tool over the rows an identifier parameter (``author_id``) names, or None; ties sampled."""
-    thing = singular(param[:-3].split("_")[-1])
-    cands = sorted((i for i in infos.values() if i.action == "list" and thing in i.nouns
-                    and not (i.required - {"limit"}) and (i.key is None or i.key == param or thing in i.key)),
-                   key=lambda i: i.name)
-    return rng.choice(cands) if cands else None
+def _listers(key: str | None, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
+    """List tools that may hold the rows an identifier parameter (``appointment_template_id``) names, best
+    first: most of the identifier's words among the tool's nouns, then fewest other nouns (ties sampled)."""
+    if key is None:
+        return []
+    words = {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}
+    thing = singular(key[:-3].split("_")[-1])
+    cands = [i for i in infos.values() if i.action == "list" and thing in i.nouns and not (i.required - {"limit"})]
+    ranked = sorted(cands, key=lambda i: (-len(words & i.nouns), len(i.nouns - words), rng.random()))
+    return ranked[:MAX_TOOL_TRIES]
 
 
 def _list_everything(tool: _ToolInfo) -> dict[str, Any]:
