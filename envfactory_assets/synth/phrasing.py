@@ -162,6 +162,9 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
     nouns = set(spoken_words(tool["table"])) | {singular(t) for t in spoken_words(tool["table"])}
     if not any(singular(t) in nouns or t in nouns for t in toks[1:]):
         return None
+    rest = summary.split()[1:]
+    if sum(1 for w in rest if re.fullmatch(r"[A-Z][a-z]+", w)) >= 2:  # "Add a Content Submission Type": title case
+        summary = " ".join([summary.split()[0], *(w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in rest)])
     text = summary[0].lower() + summary[1:]
     if kind == "list":
         return text + "{where}"
@@ -325,7 +328,7 @@ def shape_for_persona(text: str, persona: str | None, first_turn: bool, rng: ran
     else:
         lead = rng.choice(_FOLLOW[style])
         if lead:
-            body = lead + body[0].lower() + body[1:]
+            body = lead + (body if re.match(r"I\b|I'", body) else body[0].lower() + body[1:])
     return body + rng.choice(_CLOSERS[style])
 
 
@@ -365,7 +368,8 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
         return pick((f"here are the details of {who}{detail}", f"{who} is a {thing}{detail}",
                      f"I looked up {who}{detail}"))
     if kind == "create":
-        return pick((f"I created {who}", f"{who} has been added", f"done, the new {thing} is {who}"))
+        return pick((f"I created {who}", f"{who} has been added",
+                     f"done, the new {thing} is {f'{label!r} ({ident})' if label else ident}"))
     if kind == "update":
         changed = [f"{words(k)} is now {spoken_value(v)}" for k, v in args.items() if k != key][:2]
         detail = (": " + ", ".join(changed)) if changed else ""
