@@ -169,7 +169,7 @@ def test_rl_rows_of_conversational_trajectories_replay_exactly(conversational, e
 
 
 def test_conversational_mode_is_off_by_default(trajectories, environments, worker):
-    cal = calibrate_trajectory(trajectories[0], environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2))
+    cal = calibrate_trajectory(trajectories[0], environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0))
     assert not any(t.get("clarification") for t in cal["turns"])
     assert not any(o["operator"] == "user_clarification" for o in cal["operators"])
     with pytest.raises(ValueError, match="simulated user"):
@@ -204,7 +204,7 @@ def test_goal_expansion_adds_a_grounded_follow_up_read(trajectories, environment
 
 def test_calibration_keeps_a_solvable_expansion_and_its_rl_row_replays(trajectories, environments, worker):
     traj, _, _ = _expandable(trajectories, environments, worker)
-    cal = calibrate_trajectory(traj, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2))
+    cal = calibrate_trajectory(traj, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0))
     last = cal["turns"][-1]
     assert any(o["operator"] == "goal_expansion" and not o.get("reverted") for o in last["operators"])
     assert last["calls"][-1]["kind"] == "get" and last["accuracy"] > 0
@@ -224,7 +224,7 @@ class _NoFollowUps(ProgrammaticSolver):
 def test_an_unsolvable_expansion_is_reverted_with_the_reason(trajectories, environments, worker):
     traj, refined, new = _expandable(trajectories, environments, worker, referenced=True)
     assert new["calls"][-1]["name"] != new["calls"][-2]["name"]  # a read of the row the write refers to
-    cal = calibrate_trajectory(traj, environments, worker, _NoFollowUps(), CalibrationConfig(k=2))
+    cal = calibrate_trajectory(traj, environments, worker, _NoFollowUps(), CalibrationConfig(k=2, conversational_share=0.0))
     last = cal["turns"][-1]
     op = next(o for o in last["operators"] if o["operator"] == "goal_expansion")
     assert op["reverted"] and "unsolvable" in op["reason"]

@@ -169,6 +169,7 @@ ASSET_DEPS = {
         "sft_dataset", "source_resources", "tool_chains", "verified_environments"],
     "raw_trajectories": ["tool_chains"],
     "refined_trajectories": ["raw_trajectories"],
+    "query_statistics": ["refined_trajectories"],
     "rejection_reasons": ["source_resources"],
     "rl_dataset": ["refined_trajectories"],
     "sampler_comparison": ["tool_chains"],
@@ -179,6 +180,7 @@ ASSET_DEPS = {
     "tool_graph": ["verified_environments"],
     "trajectory_diversity": ["refined_trajectories"],
     "trajectory_statistics": ["raw_trajectories", "refined_trajectories"],
+    "turns_by_operator": ["refined_trajectories"],
     "verified_environments": ["environments"],
     "verl_export": ["rl_dataset"],
 }

@@ -242,7 +242,7 @@ def test_load_models_reads_the_project_models():
     models = {m.name: m for m in load_models()}
     assert set(models) == {"environment_quality_by_domain", "trajectory_statistics", "rejection_reasons",
                            "lineage_edges", "benchmark_overlap_by_environment", "sampler_comparison",
-                           "trajectory_diversity"}
+                           "trajectory_diversity", "query_statistics", "turns_by_operator"}
     assert models["lineage_edges"].layer == "lineage" and models["rejection_reasons"].layer == "marts"
     assert models["rejection_reasons"].depends_on == ("source_resources",)
     for m in models.values():

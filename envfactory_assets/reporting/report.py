@@ -5,6 +5,8 @@ Everything in it is queried from the store, so the numbers in the docs come from
 
 from __future__ import annotations
 
+import json
+import random
 from typing import Any
 
 from envfactory_assets.reporting.results_table import results_markdown
@@ -21,6 +23,30 @@ def _table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+#: Seed of the sample of before/after pairs the report shows (printed with them).
+REPORT_SEED = 0
+
+
+def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_SEED) -> list[str]:
+    """How the queries read (:func:`~envfactory_assets.synth.report.query_statistics`, refined and raw) and
+    ``n`` turns' raw and refined queries and reply, drawn with ``random.Random(seed)``."""
+    from envfactory_assets.synth.report import query_statistics
+
+    if not rows:
+        return []
+    ref, raw = query_statistics(rows), query_statistics(rows, field="query_raw")
+    figures = [(k, raw[k], ref[k]) for k in ("queries", "distinct_trigrams_per_1000", "literal_identifier_share",
+                                             "mean_words")] + [("refined_differs_share", "", ref["refined_differs_share"])]
+    turns = [t for r in rows for t in r["turns"]]
+    picked = random.Random(seed).sample(turns, min(n, len(turns)))
+    return ["## Queries", "", "How the user queries read (raw: every argument literal; refined: what is kept):", "",
+            _table(figures, ("figure", "raw", "refined")), "",
+            "Turns by operator (share of kept turns): " + ", ".join(f"{k} {v:.1%}" for k, v in ref["operator_share"].items()),
+            "", f"Ten turns before and after refinement (random.Random({seed})):", "",
+            _table([(t["query_raw"], t["query"], t.get("assistant_summary", "")) for t in picked],
+                   ("raw query", "refined query", "assistant reply")), ""]
 
 
 def run_report(store: Store) -> str:
@@ -67,6 +93,8 @@ def run_report(store: Store) -> str:
                   "coalesce(json_array_length(rl_dataset_ids), json_array_length(sft_dataset_ids)) "
                   "FROM checkpoints ORDER BY written_at DESC LIMIT 5")
         evaluations = store_evaluations(con)
+        refined_rows = [{"status": "passed", "turns": json.loads(t)} for (t,) in
+                        q("SELECT CAST(turns AS VARCHAR) FROM current_refined_trajectories WHERE status = 'passed' ORDER BY id")]
     parts = [
         "# Store report", "",
         "Produced by `envfactory report` from the store of a run; every number below is a query.", "",
@@ -97,6 +125,7 @@ def run_report(store: Store) -> str:
         _table(diversity, ("trajectories", "distinct tool pairs", "environments", "domains",
                            "tool pairs / 1,000", "environments / 1,000", "domains / 1,000")), "",
     ]
+    parts += _query_section(refined_rows)
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
     if samples:

@@ -35,7 +35,8 @@ from envfactory_assets.synth.refine import merge_goals, refine_turns
 from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import DEFAULT_K, Solver, SolverView, solve_turn
 
-#: Who asks, per domain (a persona is stored with every turn; the programmatic writer does not vary style).
+#: Who asks, per domain (stored with every turn; the refined query takes the persona's register, see
+#: :func:`envfactory_assets.synth.phrasing.shape_for_persona`).
 PERSONAS: dict[str, tuple[str, ...]] = {
     "travel_transport": ("a frequent business traveller", "a travel agent"),
     "ecommerce_retail": ("a shop owner", "an online shopper"),
@@ -61,7 +62,8 @@ class CalibrationConfig:
     k: int = DEFAULT_K
     min_turns: int = 2
     goal_expansion: bool = True
-    conversational_share: float = 0.0
+    # a fifth of turns asked conversationally: the paper's conversational benchmarks gain from such data
+    conversational_share: float = 0.2
 
     def __post_init__(self) -> None:
         number_types(self, "calibration")
@@ -129,10 +131,10 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
         raise ValueError("conversational calibration needs a simulated user and the user-providable flags")
     flags = providable or {}
     envs = {e: environments[e] for e in raw["env_ids"]}
-    refined, _ = refine_turns(raw["turns"], envs)
+    persona = persona_of(raw["id"], raw.get("domains") or [])
+    refined, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
     queue = _prepare(merge_goals(refined, min_turns=cfg.min_turns), raw["id"], envs, worker, cfg, flags)
     tools = tuple(tools_of(envs, raw["env_ids"]))
-    persona = persona_of(raw["id"], raw.get("domains") or [])
     kept: list[dict[str, Any]] = []
     reasons: list[str] = []
     reverted = 0

@@ -22,7 +22,7 @@ import hashlib
 import re
 from typing import Any
 
-from envfactory_assets.synth.phrasing import literal, words
+from envfactory_assets.synth.phrasing import field_labels, literal, spoken_value
 from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import Attempt, Solver, SolverView, ToolCaller
 
@@ -77,7 +77,10 @@ def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], prov
                     or call["provenance"].get(arg, {}).get("source") != "user"
                     or sum(1 for c in turn["calls"] if arg in c["arguments"]) > 1):
                 continue  # (a name several calls of the turn set would make the user's answer ambiguous)
-            query = _without(turn["query"], f"{words(arg)} {literal(value)}")
+            schema = tool["input_schema"]["properties"].get(arg, {})
+            # the refined query may label the field by its description and write the value as spoken
+            segments = [f"{lab} {v}" for lab in field_labels(arg, schema) for v in {literal(value), spoken_value(value)}]
+            query = next((q for q in (_without(turn["query"], seg) for seg in segments) if q is not None), None)
             if query is None or value in query:
                 continue
             new = copy.deepcopy({k: v for k, v in turn.items() if k != "fallback"})

@@ -1,15 +1,36 @@
-"""Programmatic query writer and assistant summaries (the offline default of the paper's query writer).
+"""Programmatic query writer and assistant replies (the offline default of the paper's query writer).
 
-The writer sees the executed calls (and so the hidden state), as in the paper's QueryGen: the raw
-query states every argument literally; refinement (:mod:`envfactory_assets.synth.refine`) then turns
-literals into implicit references.
+The writer sees the executed calls (and so the hidden state), as in the paper's QueryGen. Two registers:
+
+- the raw query (:func:`describe_call` without ``rng``) states every argument literally in one fixed plan per
+  tool kind ("create a new book with title 'Dune'"); a value that only a call of the same turn will assign
+  is named by what assigns it ("the new book"), never quoted;
+- the refined query (:mod:`envfactory_assets.synth.refine`) uses :func:`describe_call` with a seeded ``rng``:
+  one of several sentence plans per tool kind, the operation's own summary from the spec where it reads as a
+  request, field labels from the fields' descriptions, dates written as dates, booleans as yes/no, table
+  names as a person says them (no "webhooks 2"), and a persona's register (:func:`persona_style`).
+
+The programmatic solver (:mod:`envfactory_assets.synth.solve`) reads every plan back through the same spec
+words (:func:`spoken_thing`, :func:`field_labels`, :func:`parse_spoken_value`), as an agent reading the tool
+descriptions would; the plans keep each value right after its field's label so one reading serves all.
 """
 
 from __future__ import annotations
 
+import random
+import re
+from datetime import datetime
 from typing import Any
 
 from envfactory_assets.sources.names import singular
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+_DATE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):00Z$")
+_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+#: A date as :func:`spoken_value` writes it (``"26 May 2026"``, ``"26 May 2026 at 10:55 UTC"``).
+_SPOKEN_DATE_RE = re.compile(r"(\d{1,2}) (" + "|".join(_MONTHS) + r") (\d{4})(?: at (\d{2}):(\d{2}) UTC)?")
+SPOKEN_DATE = r"\d{1,2} (?:" + "|".join(_MONTHS) + r") \d{4}(?: at \d{2}:\d{2} UTC)?"
 
 
 def words(name: str) -> str:
@@ -17,8 +38,56 @@ def words(name: str) -> str:
     return name.replace("_", " ").strip()
 
 
+def _vowel(tok: str) -> bool:
+    return bool(re.search(r"[aeiouy]", tok))
+
+
+def spoken_words(name: str) -> list[str]:
+    """A table or field name as the words a person says: digits and vowel-less abbreviations dropped
+    (``"webhooks_2"`` -> ``["webhooks"]``, ``"whitelist_sdd"`` -> ``["whitelist"]``); the name's own words
+    when nothing would be left."""
+    toks = [t for t in re.split(r"[_\s]+", name.strip().lower()) if t]
+    kept = [t for t in toks if not t.isdigit() and (len(t) > 3 or _vowel(t))]
+    return kept or toks
+
+
+def spoken_thing(table: str) -> str:
+    """One row of ``table`` as a person names it: ``"webhooks_2"`` -> ``"webhook"``."""
+    toks = spoken_words(table)
+    return " ".join(toks[:-1] + [singular(toks[-1])]) if toks else words(singular(table))
+
+
+def spoken_things(table: str) -> str:
+    """Rows of ``table`` as a person names them: ``"webhooks_2"`` -> ``"webhooks"``."""
+    thing = spoken_thing(table)
+    if thing.endswith(("s", "x", "ch", "sh")):
+        return thing + "es"
+    if thing.endswith("y") and thing[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return thing[:-1] + "ies"
+    return thing + "s"
+
+
+def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
+    """Labels a person may use for a field, most literal first: its name's words, then (when the spec's
+    description starts with a short noun phrase of 1-3 words ending before "of"/"for"/"."/","), that
+    phrase (``"Full name of the author."`` -> ``"full name"``)."""
+    labels = [words(name).lower()]
+    desc = ((schema or {}).get("description") or "").strip().lower()
+    m = re.match(r"^(?:the |an? )?([a-z][a-z ]{1,40}?)(?: of | for | in |[.,;(]|$)", desc)
+    if m:
+        phrase = m.group(1).strip()
+        name_words = set(labels[0].split())
+        # a description phrase is a label only when it names the same thing more fully ("full name" for
+        # "name"), not another word for it ("index" for "exam room") nor a cut of it ("template")
+        if (1 <= len(phrase.split()) <= 3 and phrase not in labels and set(phrase.split()) & name_words
+                and phrase not in labels[0] and not re.search(
+                    r"\b(?:identifier|id|number|maximum|when|whether|list|the|a|an|is|are|to|this|that|one)\b", phrase)):
+            labels.append(phrase)
+    return labels
+
+
 def literal(value: Any) -> str:
-    """How a value is written in a user query: strings quoted, others as JSON-like text."""
+    """How a value is written in a raw user query: strings quoted, others as JSON-like text."""
     if isinstance(value, str):
         return f"'{value}'"
     if isinstance(value, bool):
@@ -26,68 +95,290 @@ def literal(value: Any) -> str:
     return str(value)
 
 
+def spoken_value(value: Any, schema: dict[str, Any] | None = None) -> str:
+    """How a person writes a value: a date as a date (``"26 May 2026"``), a date-time on the minute as
+    ``"26 May 2026 at 10:55 UTC"``, a boolean as ``yes``/``no``, anything else as :func:`literal` (quoted
+    text keeps its exact spelling, which the call needs)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        m = _DATE_TIME.match(value) or _DATE.match(value)
+        if m and 1 <= int(m.group(2)) <= 12:
+            text = f"{int(m.group(3))} {_MONTHS[int(m.group(2)) - 1]} {m.group(1)}"
+            if m.re is _DATE_TIME:
+                text += f" at {m.group(4)}:{m.group(5)} UTC"
+            return text
+    return literal(value)
+
+
+def parse_spoken_value(text: str) -> str | None:
+    """The ISO value of a date written by :func:`spoken_value` (``"26 May 2026 at 10:55 UTC"`` ->
+    ``"2026-05-26T10:55:00Z"``), or None when ``text`` is not such a date."""
+    m = _SPOKEN_DATE_RE.fullmatch(text.strip())
+    if not m:
+        return None
+    day, month, year = int(m.group(1)), _MONTHS.index(m.group(2)) + 1, int(m.group(3))
+    try:
+        datetime(year, month, day)
+    except ValueError:
+        return None
+    iso = f"{year:04d}-{month:02d}-{day:02d}"
+    return iso + (f"T{m.group(4)}:{m.group(5)}:00Z" if m.group(4) else "")
+
+
+_REFERENCE_START = ("the ", "that ", "this ", "it", "my ", "our ")
+
+# Sentence plans per tool kind. {subject}: the row ("book 'boo_1'", "the new book"); {thing}/{things}: the
+# table as a person names it; {fields}: "label value, label value"; {where}: list filters. Each plan starts
+# with (or holds before any value) the request's action verb and keeps values right after their labels.
+_PLANS: dict[str, tuple[str, ...]] = {
+    "list": ("show me the {things}{where}", "list the {things}{where}", "can you find the {things}{where}",
+             "I'd like a list of the {things}{where}", "please pull up a list of the {things}{where}",
+             "could you list all {things}{where}"),
+    "get": ("look up {subject} and tell me its details", "get me the details of {subject}",
+            "can you get {subject} for me", "I need the details of {subject}, please look them up",
+            "fetch {subject} and tell me what it says", "please retrieve {subject}"),
+    "create": ("create a new {thing}{with}", "add a {thing}{with}", "please register a new {thing}{with}",
+               "I want to add a {thing}{with}", "make a new {thing}{with}"),
+    "update": ("change {subject}: set {changes}", "update {subject} so that {changes_is}",
+               "please edit {subject} and set {changes}", "modify {subject}: {changes}"),
+    "delete": ("delete {subject}", "remove {subject}", "please delete {subject}",
+               "please remove {subject}, it is not needed any more", "go ahead and delete {subject}"),
+}
+
+
+def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
+    """The spec's own summary as a plan when it reads as a short request about this tool's rows
+    (``"Create an author"`` -> ``"create an author{with}"``), else None."""
+    summary = (tool.get("description") or "").strip().rstrip(".")
+    toks = summary.lower().split()
+    verbs = {"list": ("list", "search", "find", "browse"), "create": ("create", "add", "register"),
+             "delete": ("delete", "remove")}
+    if toks and toks[0].endswith("s") and toks[0][:-1] in verbs.get(kind, ()):
+        summary, toks = summary[: len(toks[0]) - 1] + summary[len(toks[0]):], [toks[0][:-1], *toks[1:]]
+    if not toks or len(toks) > 8 or kind not in verbs or toks[0] not in verbs[kind] or not re.fullmatch(
+            r"[A-Za-z ,'-]+", summary):
+        return None
+    nouns = set(spoken_words(tool["table"])) | {singular(t) for t in spoken_words(tool["table"])}
+    if not any(singular(t) in nouns or t in nouns for t in toks[1:]):
+        return None
+    rest = summary.split()[1:]
+    if sum(1 for w in rest if re.fullmatch(r"[A-Z][a-z]+", w)) >= 2:  # "Add a Content Submission Type": title case
+        summary = " ".join([summary.split()[0], *(w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in rest)])
+    text = summary[0].lower() + summary[1:]
+    if kind == "list":
+        return text + "{where}"
+    if kind == "create":
+        return text + "{with}"
+    return None
+
+
 def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
-                  refs: dict[str, str] | None = None) -> str:
-    """One imperative sentence asking for ``tool`` with ``args``.
+                  refs: dict[str, str] | None = None, rng: random.Random | None = None) -> str:
+    """One imperative request asking for ``tool`` with ``args``.
 
     ``refs`` maps argument names to reference phrases ("the company you just created") that replace
-    the literal; an argument mapped to ``""`` is omitted from the sentence.
+    the literal; an argument mapped to ``""`` is omitted from the sentence. Without ``rng`` the raw plan is
+    used (names as in the spec, values literal); with ``rng`` one of several plans per kind (or the spec's
+    summary) is drawn, with spoken table names, field labels and values.
     """
     refs = refs or {}
-    table = words(tool["table"])
-    thing = words(singular(tool["table"]))
+    props = tool.get("input_schema", {}).get("properties", {})
+    natural = rng is not None
+    thing = spoken_thing(tool["table"]) if natural else words(singular(tool["table"]))
+    things = spoken_things(tool["table"]) if natural else words(tool["table"])
+
+    def label(name: str) -> str:
+        options = field_labels(name, props.get(name)) if natural else [words(name)]
+        return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]
 
     def val(name: str) -> str | None:
         if name in refs:
             return refs[name] or None
-        return literal(args[name])
+        return spoken_value(args[name], props.get(name)) if natural else literal(args[name])
 
     kind = tool["kind"]
+    subject = ""
     if kind in ("get", "update", "delete"):
         target = val(key)
-        subject = target if target and target.startswith(("the ", "that ", "this ", "it", "my ")) else (
+        subject = target if target and target.startswith(_REFERENCE_START) else (
             f"{thing} {target}" if target else f"that {thing}")
     fields = [(n, val(n)) for n in args if n not in (key, "limit")]
     fields = [(n, v) for n, v in fields if v]
-    setting = ", ".join(f"{words(n)} {v}" for n, v in fields)
+    # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
+    owners = " ".join(f"for {v}" for _, v in fields if v.startswith(_REFERENCE_START))
+    setting = ", ".join(f"{label(n)} {v}" for n, v in fields if not v.startswith(_REFERENCE_START))
+    where = ""
     if kind == "list":
-        text = f"show me the {table}"
-        if fields:
-            text += " where " + " and ".join(f"{words(n)} is {v}" for n, v in fields)
+        named = [v for _, v in fields if v.startswith(_REFERENCE_START)]
+        plain = [(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)]
+        where = "".join(f" of {v}" for v in named)
+        if plain:
+            where += " where " + " and ".join(f"{label(n)} is {v}" for n, v in plain)
         if "limit" in args and "limit" not in refs:
-            text += f" (at most {args['limit']})"
-        return text
-    if kind == "get":
-        return f"look up {subject} and tell me its details"
-    if kind == "create":
-        return f"create a new {thing}" + (f" with {setting}" if setting else "")
-    if kind == "update":
-        changes = ", ".join(f"{words(n)} to {v}" for n, v in fields)
-        return f"change {subject}: set {changes}" if changes else f"update {subject}"
-    return f"delete {subject}"
+            where += (f" (at most {args['limit']})" if not natural else
+                      rng.choice((f" (at most {args['limit']})", f", just the first {args['limit']}",
+                                  f", up to {args['limit']} of them")))
+    plan_vars = {
+        "thing": thing, "things": things, "subject": subject, "where": where,
+        "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
+        "changes": ", ".join(f"{label(n)} to {v}" for n, v in fields),
+        "changes_is": ", ".join(f"its {label(n)} is {v}" for n, v in fields),
+    }
+    if not natural:
+        plans = {"list": "show me the {things}{where}", "get": "look up {subject} and tell me its details",
+                 "create": "create a new {thing}{with}", "update": "change {subject}: set {changes}",
+                 "delete": "delete {subject}"}
+        plan = plans[kind]
+    else:
+        options = list(_PLANS[kind])
+        summary = _summary_plan(tool, kind)
+        if summary:
+            options.append(summary)
+        plan = options[rng.randrange(len(options))]
+    if kind == "update" and not fields:
+        return f"update {subject}"
+    return an(plan.format(**plan_vars))
 
 
-def join_sentences(parts: list[str]) -> str:
-    """Join per-call requests into one natural user message."""
+def new_value_refs(call: dict[str, Any], history: list[dict[str, Any]], turn_start: int,
+                   tools: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """References for the arguments of ``call`` that a ``create`` call of the same turn assigns (positions
+    ``>= turn_start`` of ``history``): the user cannot know such a value yet, so the request names it by what
+    creates it (``{"book_id": "the new book"}``), never quotes it."""
+    refs = {}
+    for arg, prov in call["provenance"].items():
+        if prov.get("source") == "output" and prov.get("call", -1) >= turn_start:
+            producer = history[prov["call"]]
+            if producer["kind"] == "create":
+                refs[arg] = f"the new {words(singular(tools[producer['name']]['table']))}"
+    return refs
+
+
+def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
+    """Join per-call requests into one user message: ``"A, then B, and then C."``; with ``rng`` the
+    connectives vary (", then", ". After that,", ". Also,")."""
     if not parts:
         return ""
     text = parts[0][0].upper() + parts[0][1:]
     for i, part in enumerate(parts[1:], 1):
-        text += (", then " if i < len(parts) - 1 else ", and then ") + part
-    return text + "."
+        last = i == len(parts) - 1
+        if rng is None:
+            text += (", then " if not last else ", and then ") + part
+            continue
+        joint = rng.choice((", then ", ", and then ", ". Then ", ", and after that ", ". Also ", ". And then "))
+        if joint.startswith(". "):
+            text = text.rstrip("?") + joint + part
+        else:
+            text += joint + part
+    return text if text.endswith(("?", ".")) else text + "."
 
 
-def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output: Any) -> str:
-    """A short assistant sentence reporting one tool result."""
-    thing = words(singular(tool["table"]))
+# ----------------------------------------------------------------------------- persona register
+_OPENERS = {
+    "formal": ("Hello, I am {persona}. ", "Good morning. As {persona}, I need some help. ",
+               "Hello. I work as {persona}. "),
+    "casual": ("Hi! I'm {persona}. ", "Hey there, {persona} here. ", "Hi, quick one from {persona}. "),
+}
+_FOLLOW = {"formal": ("", "Next, ", "In addition, ", "Now, "), "casual": ("", "Ok, ", "Next up: ", "Now ")}
+_CLOSERS = {"formal": ("", " Thank you.", " Many thanks."), "casual": ("", " Thanks!", " Cheers.")}
+_FORMAL = ("accountant", "analyst", "administrator", "agent", "manager", "librarian", "coordinator")
+
+
+def strip_register(text: str) -> str:
+    """``text`` without a closing thanks added by :func:`shape_for_persona` (so joined requests thank once)."""
+    for closer in sorted({c for cs in _CLOSERS.values() for c in cs if c}, key=len, reverse=True):
+        if text.endswith(closer):
+            return text[: -len(closer)]
+    return text
+
+
+def strip_lead(text: str) -> str:
+    """``text`` without a leading connective added by :func:`shape_for_persona` ("Next, "), for a request
+    joined after another; the first letter stays as a sentence's inner word would be ("I" stays "I")."""
+    for lead in sorted({x for xs in _FOLLOW.values() for x in xs if x}, key=len, reverse=True):
+        if text.startswith(lead):
+            text = text[len(lead):]
+            break
+    return text if re.match(r"I\b|I'", text) else text[:1].lower() + text[1:]
+
+
+def an(text: str) -> str:
+    """``"a"`` before a vowel sound written as ``"an"`` (``"a appointment"`` -> ``"an appointment"``)."""
+    return re.sub(r"\b([Aa]) ([aeiouAEIOU])", r"\1n \2", text)
+
+
+def persona_style(persona: str | None) -> str:
+    """The register of a stored persona: ``"formal"`` for professional roles (accountant, administrator...),
+    ``"casual"`` otherwise; ``"plain"`` when there is no persona."""
+    if not persona:
+        return "plain"
+    return "formal" if any(w in persona for w in _FORMAL) else "casual"
+
+
+def shape_for_persona(text: str, persona: str | None, first_turn: bool, rng: random.Random) -> str:
+    """``text`` in the persona's register: the first turn opens with who asks ("Hi! I'm a shop owner."),
+    later turns may open with a connective ("Next, "); either may close with thanks. Plain without persona."""
+    style = persona_style(persona)
+    if style == "plain" or not text:
+        return text
+    body = text
+    if first_turn:
+        body = rng.choice(_OPENERS[style]).format(persona=persona) + body
+    else:
+        lead = rng.choice(_FOLLOW[style])
+        if lead:
+            body = lead + (body if re.match(r"I\b|I'", body) else body[0].lower() + body[1:])
+    return body + rng.choice(_CLOSERS[style])
+
+
+# ----------------------------------------------------------------------------- replies
+_LABELS = ("name", "title", "subject", "summary", "email", "username", "display_name", "full_name", "label")
+
+
+def row_label(row: Any) -> str | None:
+    """A row's human label (its name, title, subject... ), or None."""
+    if not isinstance(row, dict):
+        return None
+    return next((row[k] for k in _LABELS if isinstance(row.get(k), str) and 0 < len(row[k]) <= 80), None)
+
+
+def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output: Any,
+                   rng: random.Random | None = None) -> str:
+    """A short assistant sentence reporting one tool result faithfully (counts, labels, identifiers and the
+    values written are the call's own); with ``rng`` one of several wordings."""
+    thing, things = spoken_thing(tool["table"]), spoken_things(tool["table"])
     kind = tool["kind"]
+    out = output if isinstance(output, dict) else {}
+    pick = (lambda options: options[0]) if rng is None else (lambda options: options[rng.randrange(len(options))])
     if kind == "list":
-        return f"I found {output.get('total', 0)} {words(tool['table'])}"
+        n = out.get("total", len(out.get("items") or []))
+        labels = [x for x in (row_label(i) for i in (out.get("items") or [])[:3]) if x]
+        named = (", including " + ", ".join(f"'{x}'" for x in labels)) if labels else ""
+        noun = thing if n == 1 else things
+        return pick((f"I found {n} {noun}{named}", f"there {'is' if n == 1 else 'are'} {n} {noun}{named}",
+                     f"the search returned {n} {noun}{named}"))
+    label = row_label(out)
+    ident = out.get(key, args.get(key))
+    who = f"'{label}' ({ident})" if label else f"{thing} {ident}"
     if kind == "get":
-        label = next((output.get(k) for k in ("name", "title", "subject", "email") if isinstance(output.get(k), str)), None)
-        return f"{thing} {output.get(key)}" + (f" is {label!r}" if label else " is retrieved")
+        facts = [f"{words(k)} {v}" for k, v in out.items() if k != key and k not in _LABELS
+                 and isinstance(v, (str, int, float)) and not isinstance(v, bool) and len(str(v)) <= 40][:2]
+        detail = (": " + ", ".join(facts)) if facts else ""
+        return pick((f"here are the details of {who}{detail}", f"{who} is a {thing}{detail}",
+                     f"I looked up {who}{detail}"))
     if kind == "create":
-        return f"I created {thing} {output.get(key)}"
+        return pick((f"I created {who}", f"{who} has been added",
+                     f"done, the new {thing} is {f'{label!r} ({ident})' if label else ident}"))
     if kind == "update":
-        return f"I updated {thing} {output.get(key)}"
-    return f"I deleted {thing} {args.get(key)}"
+        changed = [f"{words(k)} is now {spoken_value(v)}" for k, v in args.items() if k != key][:2]
+        detail = (": " + ", ".join(changed)) if changed else ""
+        return pick((f"I updated {who}{detail}", f"{who} is updated{detail}", f"I changed {who}{detail}"))
+    gone = f"{thing} {args.get(key)}"
+    return pick((f"I deleted {gone}", f"{gone} has been removed", f"{gone} is deleted"))
+
+
+def summarize_turn(sentences: list[str]) -> str:
+    """The assistant's closing reply from per-call sentences: capitalised, joined with "; "."""
+    text = an("; ".join(s for s in sentences if s))
+    return (text[0].upper() + text[1:] + ".") if text else ""

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import copy
 import json
+import random
+import re
 from typing import Any
 
 from envfactory_assets.sources.names import singular
@@ -30,6 +32,13 @@ from envfactory_assets.synth.phrasing import (
     describe_call,
     join_sentences,
     literal,
+    shape_for_persona,
+    strip_lead,
+    strip_register,
+    spoken_thing,
+    spoken_things,
+    summarize_call,
+    summarize_turn,
     words,
 )
 from envfactory_assets.synth.trajectories import ToolIndex
@@ -38,25 +47,67 @@ LABEL_FIELDS = ("name", "title", "subject", "email", "username", "display_name",
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 
-def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str) -> str | None:
-    """A phrase naming the row behind ``producer``'s output at ``path``, or None if none is unambiguous."""
-    thing = words(singular(table))
+def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str) -> tuple[str, Any] | None:
+    """A field that picks ``row`` out of ``rows`` by what a person would know of it: a label field (name,
+    title...) first, else any other short text field that is not an identifier or a timestamp; None if
+    none is unique."""
+    others = [f for f, v in row.items() if f not in LABEL_FIELDS and f != key and not f.endswith("_id")
+              and isinstance(v, str) and not re.fullmatch(r"[\d\-T:.Z+ ]+", v)]
+    numbers = [f for f, v in row.items() if f != key and not f.endswith("_id") and isinstance(v, int)
+               and not isinstance(v, bool)]
+    for field in [*LABEL_FIELDS, *sorted(others), *sorted(numbers)]:
+        value = row.get(field)
+        if (((isinstance(value, str) and 0 < len(value) <= 60 and "'" not in value)
+             or (field in numbers and isinstance(value, int)))
+                and sum(1 for r in rows if r.get(field) == value) == 1):
+            return field, value
+    return None
+
+
+def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
+               rng: random.Random | None = None) -> str | None:
+    """A phrase naming the row behind ``producer``'s output at ``path`` as a person would (by what was just
+    done, by recency, by name), or None if none is unambiguous."""
+    thing = spoken_thing(table)
+    pick = (lambda xs: xs[0]) if rng is None else (lambda xs: xs[rng.randrange(len(xs))])
     kind = producer["kind"]
     if kind == "create":
-        return f"the new {thing}" if same_turn else f"the {thing} you created earlier"
+        if same_turn:
+            return pick((f"the new {thing}", f"the {thing} you just created", f"the newly created {thing}"))
+        return pick((f"the {thing} you created earlier", f"the {thing} you created a moment ago"))
     if kind in ("get", "update"):
-        return f"that {thing}"
+        return pick((f"that {thing}", f"this {thing}", f"the same {thing}"))
     if kind == "list" and path.startswith("items["):
         idx = int(path[len("items["):path.index("]")])
         items = producer["output"].get("items", [])
-        item = items[idx]
-        for field in LABEL_FIELDS:
-            value = item.get(field)
-            if isinstance(value, str) and 0 < len(value) <= 60 and sum(1 for i in items if i.get(field) == value) == 1:
-                return f"the {thing} whose {words(field)} is {literal(value)}"
-        if idx < len(ORDINALS):
-            return f"the {ORDINALS[idx]} {thing} in that list"
+        found = _describing(items[idx], items, path.rsplit(".", 1)[-1])
+        if found:
+            return f"the {thing} whose {words(found[0])} is {literal(found[1])}"
     return None
+
+
+def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str) -> str | None:
+    """A row the hidden state holds, named by a field a person knows it by ("the book whose title is
+    'Dune'"), or None; the agent finds it by listing the table."""
+    row = next((r for r in rows if r.get(key) == value), None)
+    found = _describing(row, rows, key) if row is not None else None
+    return f"the {spoken_thing(table)} whose {words(found[0])} is {literal(found[1])}" if found else None
+
+
+def parameter_default(schema: dict[str, Any]) -> Any:
+    """A parameter's default: the schema's ``default``, else one stated in its description ("(default 20)")."""
+    if "default" in schema:
+        return schema["default"]
+    m = re.search(r"\(default:? (-?\d+)\)", schema.get("description") or "")
+    return int(m.group(1)) if m else None
+
+
+def _carries(output: Any, key: str) -> bool:
+    """True when a tool result holds rows with ``key`` (the row itself or items of a list field)."""
+    if not isinstance(output, dict):
+        return False
+    return key in output or any(isinstance(v, list) and any(isinstance(i, dict) and key in i for i in v)
+                                for v in output.values())
 
 
 def _obtainable(value: Any, earlier_results: list[str]) -> bool:
@@ -77,12 +128,16 @@ def _most_recent_reference(rows: list[dict[str, Any]], key: str, value: Any, tab
     return f"my most recent {words(singular(table))}"
 
 
-def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[str, str]]) -> list[int]:
-    """Positions (in the turn) of list calls operator b may drop: only pagination arguments, not the turn's
-    last call, and every later use of their rows in the turn names the row by a label."""
+def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[str, str]],
+                  index: ToolIndex) -> list[int]:
+    """Positions (in the turn) of list calls operator b may drop: only pagination arguments, each at the
+    parameter's default (a value the user stated would be lost with the sentence), not the turn's last call,
+    and every later use of their rows in the turn names the row by a label."""
     out = []
     for i, call in enumerate(calls[:-1]):
-        if call["kind"] != "list" or any(a not in MASKED_ARGUMENT_NAMES for a in call["arguments"]):
+        props = index.tools[call["name"]]["input_schema"]["properties"]
+        if call["kind"] != "list" or any(a not in MASKED_ARGUMENT_NAMES or v != parameter_default(props.get(a, {}))
+                                         for a, v in call["arguments"].items()):
             continue
         uses = [(j, arg) for j in range(i + 1, len(calls)) for arg, prov in calls[j]["provenance"].items()
                 if prov.get("source") == "output" and prov.get("call") == turn_start + i]
@@ -91,12 +146,17 @@ def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[
     return out
 
 
-def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, Any]], seed: str = "",
+                 persona: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Apply the refinement operators to every turn (each turn's ``state_before`` grounds operator c).
 
+    The refined query is written in the person's words (:func:`~envfactory_assets.synth.phrasing.describe_call`
+    with a ``random.Random(f"{seed}/{turn}")``: one of several sentence plans, spoken names and values, the
+    ``persona``'s register) and the assistant's reply is rewritten to match (varied, from the call results).
+
     Returns ``(refined_turns, operators)``: each refined turn keeps ``query_raw`` and gets a new
-    ``query`` and its own ``operators`` list; ``operators`` is the flat list of applications
-    (``turn``, ``call``, ``argument``, ``value``, ``reference``, ``obtainable_from``).
+    ``query``, ``assistant_summary`` and its own ``operators`` list; ``operators`` is the flat list of
+    applications (``turn``, ``call``, ``argument``, ``value``, ``reference``, ``obtainable_from``).
     """
     index = ToolIndex(environments)
     flat: list[dict[str, Any]] = [c for t in turns for c in t["calls"]]
@@ -106,6 +166,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
     position = 0
     for t_idx, turn in enumerate(turns):
         turn_start = position
+        rng = random.Random(f"{seed}/{t_idx}")
         new_turn = copy.deepcopy(turn)
         new_turn["query_raw"] = turn["query"]
         new_turn["operators"] = []
@@ -132,22 +193,42 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 table = producer_tool["table"]
                 if prov["path"].rsplit(".", 1)[-1] != index.key_of(producer_tool):
                     continue  # only a row's own identifier can be named by describing the row
-                phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table)
+                phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table, rng)
                 value = call["arguments"][arg]
+                id_field = prov["path"].rsplit(".", 1)[-1]
+                if producer["kind"] in ("get", "update") and any(
+                        _carries(flat[i]["output"], id_field) for i in range(prov["call"] + 1, position)):
+                    phrase = None  # "that book" would point at a later result: name the row instead (below)
                 if phrase and _obtainable(value, earlier):
                     refs[arg] = phrase
                     record("implicit_reference", arg, value, phrase, producer["name"])
-            if "limit" in call["arguments"]:
+            limit_schema = tool["input_schema"]["properties"].get("limit", {})
+            if ("limit" in call["arguments"] and "limit" not in tool["input_schema"].get("required", [])
+                    and call["arguments"]["limit"] == parameter_default(limit_schema)):
+                # a person leaves out what the API assumes anyway: the value is the parameter's default, the
+                # argument is optional, and the RL row masks it (datasets.MASKED_ARGUMENT_NAMES)
                 refs["limit"] = ""
-                record("parameter_omission", "limit", call["arguments"]["limit"], "", "default")
+                record("parameter_omission", "limit", call["arguments"]["limit"], "", "the parameter's default")
             key = index.key_of(tool)
-            if (key not in refs and call["kind"] in ("get", "update", "delete") and tool["table"] not in touched
-                    and call["provenance"].get(key, {}).get("source") == "state"):
-                rows = turn["state_before"][call["env_id"]]["tables"][tool["table"]]
-                phrase = _most_recent_reference(rows, key, call["arguments"][key], tool["table"])
+            meta = index.table_meta(tool)
+            for arg, value in call["arguments"].items():
+                # an identifier from the hidden state: the user names the row by what they know of it
+                ref_table = tool["table"] if arg == key else meta["foreign_keys"].get(arg)
+                if (arg in refs or ref_table is None or ref_table in touched
+                        or (arg == key and call["kind"] not in ("get", "update", "delete"))):
+                    continue  # (a row written earlier in this turn may no longer look as the state says)
+                rows = turn["state_before"][call["env_id"]]["tables"].get(ref_table, [])
+                ref_key = index.envs[call["env_id"]]["tables"].get(ref_table, {}).get("key", arg)
+                from_state = call["provenance"].get(arg, {}).get("source") == "state"
+                phrase = _most_recent_reference(rows, key, value, tool["table"]) if arg == key and from_state else None
                 if phrase:
-                    refs[key] = phrase
-                    record("ambiguity", key, call["arguments"][key], phrase, "state: newest row of the table")
+                    refs[arg] = phrase
+                    record("ambiguity", key, value, phrase, "state: newest row of the table")
+                    continue
+                phrase = _state_reference(rows, ref_key, value, ref_table)
+                if phrase:
+                    refs[arg] = phrase
+                    record("implicit_reference", arg, value, phrase, "state: the agent lists the table")
             adjective = None
             if call["kind"] == "list":
                 props = tool["input_schema"]["properties"]
@@ -157,26 +238,30 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                     refs[enum_arg], adjective = "", literal(call["arguments"][enum_arg])
                     record("implicit_constraint", enum_arg, call["arguments"][enum_arg],
                            f"{adjective} {words(tool['table'])}", "tool schema enum")
-            sentence = describe_call(tool, key, call["arguments"], refs)
+            sentence = describe_call(tool, key, call["arguments"], refs, rng)
             if adjective:
-                sentence = sentence.replace(f"show me the {words(tool['table'])}",
-                                            f"show me the {adjective} {words(tool['table'])}", 1)
+                things = spoken_things(tool["table"])
+                sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
             if call["kind"] not in ("list", "get"):
                 touched.add(tool["table"])
             parts.append(sentence)
             turn_refs.append(refs)
             earlier.append(json.dumps(call["output"], ensure_ascii=False))
             position += 1
-        dropped = _compressible(turn["calls"], turn_start, turn_refs)
+        dropped = _compressible(turn["calls"], turn_start, turn_refs, index)
         for i in dropped:
             record("action_compression", "", None, parts[i], "the agent lists the rows itself", turn_start + i)
-        new_turn["query"] = join_sentences([p for i, p in enumerate(parts) if i not in dropped])
+        query = join_sentences([p for i, p in enumerate(parts) if i not in dropped], rng)
+        new_turn["query"] = shape_for_persona(query, persona, t_idx == 0, rng)
+        new_turn["assistant_summary"] = summarize_turn([
+            summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"],
+                           c["output"], rng) for c in turn["calls"]])
         refined.append(new_turn)
     return refined, applied
 
 
 def _join_goals(first: str, second: str) -> str:
-    return first.rstrip(".") + ", and after that " + second[0].lower() + second[1:]
+    return strip_register(first).rstrip(".") + ", and after that " + strip_lead(second)
 
 
 def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int = 2) -> list[dict[str, Any]]:

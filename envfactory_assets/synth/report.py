@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -62,6 +63,8 @@ def refinement_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "rejection_reasons": dict(Counter(x.split(":")[0][:80] for r in rows for x in r["reasons"]).most_common(10)),
         "near_duplicates_removed": sum(1 for r in rows for x in r["reasons"] if x.startswith("near-duplicate")),
         "diversity": diversity(rows),
+        "query_statistics": query_statistics(rows),
+        "raw_query_statistics": query_statistics(rows, field="query_raw"),
         "examples_md": examples_markdown(rows),
     }
 
@@ -74,3 +77,53 @@ def raw_examples_markdown(rows: list[dict[str, Any]], n: int = 5) -> str:
         calls = ", ".join(f"`{c['name']}`" for c in t["calls"])
         lines.append(f"| {_md_cell(t['query'])} | {calls} | {r['n_turns']} |")
     return "\n".join(lines) if shown else "_no passed trajectory_"
+
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+def _is_identifier_argument(name: str) -> bool:
+    return name == "id" or name.endswith("_id") or name.endswith("Id")
+
+
+def identifier_values(turn: dict[str, Any]) -> list[str]:
+    """String values of a turn's identifier arguments (``*_id`` / ``id``) across its calls."""
+    return [v for c in turn["calls"] for n, v in c["arguments"].items()
+            if _is_identifier_argument(n) and isinstance(v, str) and v]
+
+
+def query_statistics(rows: list[dict[str, Any]], field: str = "query", sample: int = 1000) -> dict[str, Any]:
+    """Figures of how the user queries of refined trajectories read, over the passed rows' kept turns.
+
+    Returns ``{"queries", "distinct_trigrams_per_1000", "literal_identifier_share", "mean_words",
+    "refined_differs_share", "operator_share", "accuracy_distribution"}``:
+
+    - ``distinct_trigrams_per_1000``: distinct word 3-grams (lower-cased ``[a-z0-9]`` words) among the first
+      ``sample`` queries, scaled to 1,000 queries when there are fewer (so small runs overstate it; compare
+      runs of the same size);
+    - ``literal_identifier_share``: among turns whose calls take an identifier argument, the share whose
+      query (``field``: ``"query"`` or ``"query_raw"``) quotes one of those identifier values;
+    - ``mean_words``: words per query; ``refined_differs_share``: share of turns whose ``query`` differs from
+      ``query_raw``; ``operator_share``: share of turns with each (not reverted) operator;
+      ``accuracy_distribution``: kept turns by per-turn solve accuracy.
+    """
+    turns = [t for r in rows if r.get("status", "passed") == "passed" for t in r["turns"]]
+    queries = [t[field] for t in turns]
+    n = len(queries)
+    trigrams: set[tuple[str, ...]] = set()
+    for q in queries[:sample]:
+        toks = _WORD.findall(q.lower())
+        trigrams.update(zip(toks, toks[1:], toks[2:]))
+    with_ids = [t for t in turns if identifier_values(t)]
+    literal = sum(1 for t in with_ids if any(v in t[field] for v in identifier_values(t)))
+    ops = Counter(o for t in turns for o in {o["operator"] for o in t.get("operators") or [] if not o.get("reverted")})
+    return {
+        "queries": n,
+        "distinct_trigrams_per_1000": round(len(trigrams) * 1000 / min(n, sample), 1) if n else 0.0,
+        "literal_identifier_share": round(literal / len(with_ids), 4) if with_ids else 0.0,
+        "mean_words": round(sum(len(_WORD.findall(q.lower())) for q in queries) / n, 2) if n else 0.0,
+        "refined_differs_share": round(sum(1 for t in turns if t["query"] != t.get("query_raw", t["query"])) / n, 4)
+        if n else 0.0,
+        "operator_share": {k: round(v / n, 4) for k, v in sorted(ops.items())},
+        "accuracy_distribution": dict(sorted(Counter(f"{t['accuracy']:.2f}" for t in turns if "accuracy" in t).items())),
+    }

@@ -32,6 +32,7 @@ from envfactory_assets.runtime.errors import (
 )
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.names import singular
+from envfactory_assets.synth.phrasing import SPOKEN_DATE, field_labels, parse_spoken_value
 from envfactory_assets.synth.trajectories import to_messages
 
 #: ``call_tool(name, arguments) -> {"ok": True, "output": ...} | {"ok": False, "error": {...}}``.
@@ -108,14 +109,31 @@ _VERBS: dict[str, tuple[str, ...]] = {
     "get": ("get", "look", "retrieve", "fetch", "read", "detail", "details", "describe", "view"),
     "create": ("create", "add", "new", "make", "register", "insert", "post"),
     "update": ("update", "change", "set", "edit", "modify", "patch", "rename"),
-    "delete": ("delete", "remove", "cancel", "drop", "erase"),
+    "delete": ("delete", "remove", "cancel", "drop", "erase", "close"),
 }
 _VERB_OF = {w: action for action, ws in _VERBS.items() for w in ws}
 _STOP = frozenset("a an the of in on to by for and or with me its it that this then is are be optionally "
                   "filtered tell you i my your at most up".split())
 _WORD_RE = re.compile(r"[a-z0-9]+")
-_LITERAL = r"'(?:.*?)'(?=[\s,.:)]|$)|-?\d+(?:\.\d+)?|true|false"
+_LITERAL = (r"'(?:.*?)'(?=[\s,.:)!?]|$)|" + SPOKEN_DATE + r"|-?\d+(?:\.\d+)?(?![\d:])|true|false|\byes\b|\bno\b")
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+
+
+def _thing_re(key_or_table: str) -> str:
+    r"""A regex for a row noun as people write it, from an identifier or table name: ``"webhooks_2_id"`` ->
+    ``webhooks?(?:\s+2)?``; numbers and vowel-less abbreviations are optional, plurals allowed."""
+    name = key_or_table[:-3] if key_or_table.endswith("_id") else key_or_table
+    toks = [t for t in re.split(r"[_\s]+", name.lower()) if t]
+    parts = []
+    for t in toks:
+        if t.isdigit() or (len(t) <= 3 and not re.search(r"[aeiouy]", t)):
+            parts.append(rf"(?:\s+{re.escape(t)})?")
+        else:
+            stem = singular(t)
+            stem_re = re.escape(stem[:-1]) + "(?:y|ies)" if stem.endswith("y") else re.escape(stem) + "(?:e?s)?"
+            parts.append((r"\s+" if parts and not parts[-1].startswith("(?:\\s+") else "") + stem_re)
+    text = "".join(parts).lstrip()
+    return text if text.replace("(?:", "").strip() else re.escape(_words(name))
 
 
 def _tokens(text: str) -> list[str]:
@@ -154,17 +172,21 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
     params = fn.get("parameters") or {}
     required = frozenset(params.get("required") or [])
     props = dict(params.get("properties") or {})
-    if action == "get" and not required and any(p in props for p in ("limit", "page", "page_size", "offset")):
-        action = "list"  # "get_documents(limit=...)" lists rows
+    if action == "get" and not required and (any(p in props for p in ("limit", "page", "page_size", "offset"))
+                                             or re.search(r"[a-z]s$", fn["name"].lower())):
+        action = "list"  # "get_documents(limit=...)" and "get_mailboxes()" list rows
     return _ToolInfo(fn["name"], action, nouns, props, required)
 
 
 def _coerce(text: str, schema: Mapping[str, Any]) -> Any:
     """A literal as written in a query (``'x'``, ``12.5``, ``true``) -> the JSON value the schema expects."""
+    spoken_date = parse_spoken_value(text)
+    if spoken_date is not None:  # "26 May 2026 at 10:55 UTC": the ISO value the spec's format expects
+        return spoken_date
     if text.startswith("'"):
         value: Any = text[1:-1]
-    elif text in ("true", "false"):
-        value = text == "true"
+    elif text in ("true", "false", "yes", "no"):
+        value = text in ("true", "yes")
     else:
         value = float(text) if "." in text else int(text)
     typ = schema.get("type")
@@ -248,12 +270,17 @@ class ProgrammaticSolver:
             # a tool that answers with an error (say, the row lives in another environment's table) makes
             # the agent try the next-best tool of the same action, as a person reading the error would
             for tool in [t for t in ranked if t.action == ranked[0].action][:MAX_TOOL_TRIES]:
-                args = _arguments(clause, tool, seen, rng, guess=False)
-                if args is None or "most recent" in clause.lower():
+                wants: list[str] = []
+                args = _arguments(clause, tool, seen, rng, guess=False, wants=wants)
+                if args is None or wants or "most recent" in clause.lower():
                     # the row is not in the conversation (or "most recent" needs the whole table): list first
-                    lister = _lister_for(tool, infos, rng)
-                    if lister is not None:
-                        self._call(lister, _list_everything(lister), call_tool, seen, attempt)
+                    needed = ([tool.key] if args is None or "most recent" in clause.lower() else [])
+                    for name in dict.fromkeys(needed + [p for p in wants if p != tool.key]):
+                        # like a person, try the likeliest list until one shows rows of that kind
+                        for lister in _listers(name, infos, rng):
+                            if (self._call(lister, _list_everything(lister), call_tool, seen, attempt)
+                                    and _rows_with(seen[-1].output, name)):
+                                break
                     args = _arguments(clause, tool, seen, rng, guess=True)
                 if args is not None and self._call(tool, args, call_tool, seen, attempt):
                     break
@@ -326,14 +353,16 @@ def _complete_clauses(clauses: list[str], answers: list[str], infos: dict[str, _
     return out, missing
 
 
-def _lister_for(tool: _ToolInfo, infos: dict[str, _ToolInfo], rng: random.Random) -> _ToolInfo | None:
-    """A list tool over the rows ``tool`` works on (same row noun), or None; ties sampled."""
-    if tool.key is None:
-        return None
-    thing = singular(tool.key[:-3].split("_")[-1])
-    cands = sorted((i for i in infos.values() if i.action == "list" and thing in i.nouns
-                    and not (i.required - {"limit"})), key=lambda i: i.name)
-    return rng.choice(cands) if cands else None
+def _listers(key: str | None, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
+    """List tools that may hold the rows an identifier parameter (``appointment_template_id``) names, best
+    first: most of the identifier's words among the tool's nouns, then fewest other nouns (ties sampled)."""
+    if key is None:
+        return []
+    words = {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}
+    thing = singular(key[:-3].split("_")[-1])
+    cands = [i for i in infos.values() if i.action == "list" and thing in i.nouns and not (i.required - {"limit"})]
+    ranked = sorted(cands, key=lambda i: (-len(words & i.nouns), len(i.nouns - words), rng.random()))
+    return ranked[:MAX_TOOL_TRIES]
 
 
 def _list_everything(tool: _ToolInfo) -> dict[str, Any]:
@@ -344,9 +373,18 @@ def _list_everything(tool: _ToolInfo) -> dict[str, Any]:
     return {}
 
 
+def _has_action(sentence: str) -> bool:
+    return any(t in _VERB_OF for t in _tokens(re.split(r"'", sentence, maxsplit=1)[0]))
+
+
 def _clauses(query: str) -> list[str]:
-    text = query.strip().rstrip(".")
-    return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then)\s+|\.\s+(?:Then|Also|And)\s+", text) if c.strip()]
+    """The requests of a query: sentences without an action word (a greeting, who asks, thanks) are
+    dropped; the rest split at "then" / "after that" / ". Also"."""
+    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z])", query.strip())
+    kept = [x for x in sentences if _has_action(x) or re.search(r"'[^']*'(?=[\s,.:)!?]|$)|\d", x)] or sentences
+    text = " ".join(kept).strip().rstrip(".!")
+    return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then)\s+|[.?]\s+(?:Then|Also|And)\s+(?:then\s+)?",
+                                          text) if c.strip()]
 
 
 def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
@@ -357,14 +395,20 @@ def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) ->
     """
     head = re.split(r"'", clause, maxsplit=1)[0]  # the request's own words come before its first literal
     head_toks = _tokens(head)
-    action = next((_VERB_OF[t] for t in head_toks[:3] if t in _VERB_OF), None)
+    # the request's first action word ("Next, could you delete ...": delete); greetings carry none
+    action = next((_VERB_OF[t] for t in head_toks if t in _VERB_OF), None)
     lowered = clause.lower()
+    # the request's object comes before what it is "of"/"for" ("list the events of the calendar whose ..."):
+    # its words count once more, so the events tool wins over the calendars tool
+    object_toks = set(_tokens(re.split(r"\b(?:of|for|whose|where|with|from|by)\b", head, maxsplit=1)[0]))
     scored = []
     for info in infos.values():
         score = 3.0 * (action is not None and info.action == action)
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
-        score += sum(1.0 for p in info.params if re.search(rf"\b{re.escape(_words(p))}\b", lowered))
-        if info.key and re.search(rf"\b{re.escape(_words(info.key[:-3]))} '", lowered):
+        score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
+        score += sum(1.0 for p in info.params
+                     if any(re.search(rf"\b{re.escape(lab)}\b", lowered) for lab in field_labels(p, info.params[p])))
+        if info.key and re.search(rf"\b{_thing_re(info.key)} '", lowered):
             score += 2.0
         if score > 0:
             scored.append((score, rng.random(), info))
@@ -404,55 +448,70 @@ def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: ran
     return None
 
 
+_REF_TAIL = r"(?: you (?:just )?created(?: earlier| a moment ago)?| in that list)?"
+
+
 def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: random.Random,
-               guess: bool = True) -> dict[str, Any] | None:
+               guess: bool = True, wants: list[str] | None = None) -> dict[str, Any] | None:
     """Arguments of ``tool`` for one request, or None when a required one cannot be determined (with
-    ``guess``, a required identifier the query leaves open is drawn among the identifiers seen so far)."""
+    ``guess``, a required identifier the query leaves open is drawn among the identifiers seen so far).
+    ``wants`` collects identifier parameters named by a description ("the author whose name is 'X'") that no
+    result seen so far holds: the caller lists that table and tries again."""
     text = clause
     args: dict[str, Any] = {}
     key = tool.key
     if key is not None and tool.action in ("get", "update", "delete"):
-        thing = _words(key[:-3])
-        lit = re.search(rf"\b{re.escape(thing)} ({_LITERAL})", text, flags=re.IGNORECASE)
-        if lit and not re.search(rf"\b{re.escape(thing)} (?:id|whose)\b", text[:lit.start(1)], re.IGNORECASE):
+        thing = _thing_re(key)
+        lit = re.search(rf"\b{thing} ({_LITERAL})", text, flags=re.IGNORECASE)
+        if lit and not re.search(rf"\b{thing} (?:id|whose)\b", text[:lit.start(1)], re.IGNORECASE):
             args[key] = _coerce(lit.group(1), tool.params[key])
             text = text[:lit.start()] + text[lit.end():]
         else:
-            ref = re.search(rf"((?:the|that|this|my)\b.*?\b{re.escape(thing)}\b(?: whose .+? is (?:{_LITERAL}))?"
-                            rf"(?: you created earlier| in that list)?)", text, flags=re.IGNORECASE)
+            ref = re.search(rf"((?:the|that|this|my)\b.*?\b{thing}\b(?: whose .+? is (?:{_LITERAL}))?"
+                            rf"{_REF_TAIL})", text, flags=re.IGNORECASE)
             if ref:
                 value = _resolve_reference(ref.group(1), key, seen, rng)
                 if value is not None:
                     args[key] = value
+                elif wants is not None and " whose " in ref.group(1):
+                    wants.append(key)
                 text = text[:ref.start()] + text[ref.end():]
     # longest labels first, each match blanked out: "account sid 'x'" must not also fill "sid"
     for name in sorted(tool.params, key=lambda n: -len(_words(n))):
         schema = tool.params[name]
         if name in args:
             continue
-        label = re.escape(_words(name))
-        m = re.search(rf"\b{label}\s+(?:is\s+|to\s+)?({_LITERAL})", text, flags=re.IGNORECASE)
+        m = None
+        for lab in sorted(field_labels(name, schema), key=len, reverse=True):
+            m = re.search(rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?({_LITERAL})", text, flags=re.IGNORECASE)
+            if m:
+                break
         if m:
             args[name] = _coerce(m.group(1), schema)
             text = text[:m.start()] + " " * (m.end() - m.start()) + text[m.end():]
             continue
         if name.endswith("_id"):
-            ref = re.search(rf"\b{label}\s+((?:the|that|this|my)\b[^,]*?\b{re.escape(_words(name[:-3]))}\b"
-                            rf"(?: you created earlier| in that list)?)", text, flags=re.IGNORECASE)
+            # "author id the author you created earlier" or "for the author whose name is 'X'"
+            ref = re.search(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
+                            rf"{_thing_re(name)}\b(?: whose .+? is (?:{_LITERAL}))?{_REF_TAIL})", text,
+                            flags=re.IGNORECASE)
             if ref:
                 value = _resolve_reference(ref.group(1), name, seen, rng)
                 if value is not None:
                     args[name] = value
+                    text = text[:ref.start()] + " " * (ref.end() - ref.start()) + text[ref.end():]
                     continue
+                if wants is not None and " whose " in ref.group(1):
+                    wants.append(name)
     for lit in re.findall(r"'(.*?)'(?=[\s,.:)]|$)", text):  # a bare value: the parameter whose enum has it
         owners = [n for n, sch in tool.params.items() if n not in args and lit in (sch.get("enum") or ())]
         if owners:
             args[rng.choice(sorted(owners))] = lit
-    limit = re.search(r"\(at most (\d+)\)", text)
+    limit = re.search(r"\(at most (\d+)\)|\b(?:just|only) the first (\d+)\b|\bup to (\d+) of them\b", text)
     if limit:
         for name in ("limit", "page_size", "per_page", "max_results"):
             if name in tool.params:
-                args[name] = int(limit.group(1))
+                args[name] = int(next(g for g in limit.groups() if g))
                 break
     if tool.key in tool.required and tool.key not in args and not guess:
         return None

@@ -21,7 +21,7 @@ from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.sources.openapi import SCALAR_TYPES, matches_json_type
-from envfactory_assets.synth.phrasing import describe_call, join_sentences, summarize_call
+from envfactory_assets.synth.phrasing import describe_call, join_sentences, new_value_refs, summarize_call
 from envfactory_assets.synth.sampler import USER, Chain
 from envfactory_assets.synth.turns import split_turns
 
@@ -242,8 +242,9 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
             if not calls:
                 continue
             after = worker.save(episode)
-            parts = [describe_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"])
-                     for c in calls]
+            start = len(history) - len(calls)
+            parts = [describe_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"],
+                                   new_value_refs(c, history, start, index.tools)) for c in calls]
             summary = "; ".join(summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]),
                                                c["arguments"], c["output"]) for c in calls)
             result["turns"].append({
