@@ -2,7 +2,7 @@
 
 - ``pycountry`` (ISO 3166 countries, ISO 4217 currencies, ISO 639 languages) for country, currency and
   language fields;
-- ``airportsdata`` (IATA airports with their city and country) for airport fields.
+- ``airportsdata`` (IATA airports with their city and country) for airport and city fields.
 
 Each lookup returns the value and a provenance string (package, version, dataset) so the environment
 records where its seed data came from. Loading is lazy and cached per process.
@@ -37,7 +37,8 @@ def _countries() -> list[tuple[str, str]]:
 def _currencies() -> list[str]:
     import pycountry
 
-    return sorted(c.alpha_3 for c in pycountry.currencies)
+    # X-codes are funds, precious metals and the testing code XTS: no price is quoted in them.
+    return sorted(c.alpha_3 for c in pycountry.currencies if not c.alpha_3.startswith("X"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,6 +55,16 @@ def _airports() -> list[dict[str, Any]]:
     airports = airportsdata.load("IATA")
     # Airports with a city, sorted by code, so a seeded draw is the same on every machine.
     return [airports[code] for code in sorted(airports) if airports[code].get("city")]
+
+
+@functools.lru_cache(maxsize=1)
+def _cities() -> list[str]:
+    return sorted({a["city"] for a in _airports()})
+
+
+def real_city(rng: random.Random) -> str:
+    """A real city name (one with an IATA airport, from ``airportsdata``), drawn by ``rng``."""
+    return rng.choice(_cities())
 
 
 def entity_value(field_name: str, schema: dict[str, Any], rng: random.Random) -> tuple[Any, str] | None:
