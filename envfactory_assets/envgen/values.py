@@ -167,7 +167,7 @@ class ValueFactory:
             return self.rng.choice(schema["enum"])
         name = _snake(field_name)
         desc = (description or str(schema.get("description") or "")).lower()
-        examples = [e for e in schema.get("examples") or () if _usable_example(e, schema)]
+        examples = [e for e in schema.get("examples") or () if _usable_example(e, schema, name)]
         if examples and not _is_date_field(name, schema) and self.rng.random() < 0.6:
             return self.rng.choice(examples)
         if typ == "boolean":
@@ -357,7 +357,13 @@ class ValueFactory:
         if _has(n, "plan", "tier", "edition"):
             return rng.choice(_TIERS)
         if _has(n, "channel") and not _has(n, "id", "name"):
+            if any(w in f"{table} {desc}" for w in ("slack", "chat", "discord", "teams")):
+                return "#" + rng.choice(_TEAMS).lower().replace(" ", "-")
             return rng.choice(_CHANNELS)
+        if _has(n, "base64"):
+            import base64
+
+            return base64.b64encode(self._fill(rng.choice(_MESSAGES), table).encode()).decode()
         if _has(n, "gender", "sex"):
             return rng.choice(_GENDERS)
         if _has(n, "unit", "uom"):
@@ -371,7 +377,7 @@ class ValueFactory:
         if _has(n, "bic", "swift", "swift_code"):
             return f.swift()
         if _has(n, "account_number", "routing_number", "nsc", "sort_code"):
-            return f.numerify("#" * (10 if "account" in n else 6 if n in ("nsc", "sort_code") else 9))
+            return f.numerify("#" * (10 if "account" in n else 6 if _has(n, "nsc", "sort_code") else 9))
         if _has(n, "amount", "price", "cost", "total", "subtotal", "balance", "fee", "salary", "budget",
                 "revenue"):
             return f"{round(10 ** rng.uniform(0, 3.3), 2):.2f}"
@@ -448,12 +454,16 @@ def _is_date_field(name: str, schema: dict[str, Any]) -> bool:
 _PLACEHOLDERS = {"string", "str", "text", "example", "value", "null", "none", "test", "foo", "bar", "0", ""}
 
 
-def _usable_example(value: Any, schema: dict[str, Any]) -> bool:
-    """An example from the spec that is a real value of this field (not ``"string"``, within bounds)."""
+def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
+    """An example from the spec that is a real value of this field: within bounds, not a placeholder
+    (``"string"``, or the field's own name: ``"Description"``, ``"A description"``, ``"myAccessToken"``)."""
     typ = schema.get("type")
     if typ == "string":
-        return isinstance(value, str) and value.strip().lower() not in _PLACEHOLDERS \
-            and len(value) <= schema.get("maxLength", 200) and "{" not in value
+        if not isinstance(value, str) or "{" in value or len(value) > schema.get("maxLength", 200):
+            return False
+        flat, field = re.sub(r"[^a-z0-9]", "", value.lower()), re.sub(r"[^a-z0-9]", "", name.lower())
+        echoes = field and flat in {field, "a" + field, "an" + field, "my" + field, "the" + field, "your" + field}
+        return flat not in _PLACEHOLDERS and not echoes
     if typ in ("integer", "number"):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (typ == "number" or
                                                                                    isinstance(value, int))

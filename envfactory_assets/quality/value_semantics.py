@@ -62,7 +62,7 @@ _DATE = re.compile(r"(_at|_on|_date|_time|_timestamp)$|(^|_)(date|datetime|times
                    r"updated|modified|deadline|expires|expiry|expiration)($|_)")
 _STATUS = re.compile(r"(^|_)(status|state|lifecycle_state|stage|phase)$")
 _PERSON = re.compile(r"^(first_?name|last_?name|given_?name|family_?name|surname|full_?name|"
-                     r"contact_?name|customer_?name|author_?name|owner_?name|display_?name)$")
+                     r"contact_?name|customer_?name|author_?name|owner_?name)$")
 _FREE_TEXT = re.compile(r"(^|_)(description|notes?|comments?|body|message|text|content|bio|about|"
                         r"summary|details|remarks|instructions)$")
 _AMOUNT = re.compile(r"(^|_)(amount|price|cost|total|subtotal|balance|fee|salary|budget|revenue|"
@@ -285,6 +285,15 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
         words = _words(text)
         ok = bool(words) and all(w in STATUS_WORDS for w in words)
         return Judgement("pass" if ok else "fail", "status", "" if ok else f"{text!r} is no status word")
+    if "base64" in name:
+        import base64
+        import binascii
+
+        try:
+            base64.b64decode(text, validate=True)
+            return Judgement("pass" if len(text) % 4 == 0 else "fail", "base64")
+        except (binascii.Error, ValueError):
+            return Judgement("fail", "base64")
     if _PERSON.match(name):
         ok = bool(_NAME_SHAPE.match(text)) and text[:1].isupper()
         return Judgement("pass" if ok else "fail", "person_name")
