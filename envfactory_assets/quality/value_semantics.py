@@ -272,7 +272,7 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
         return Judgement("pass" if ok else "fail", "url")
     if _PHONE.search(name):
         digits = sum(c.isdigit() for c in text)
-        ok = bool(_PHONE_SHAPE.match(text)) and 7 <= digits <= 15
+        ok = bool(_PHONE_SHAPE.match(text)) and 7 <= digits <= 15 and not re.match(r"^\d{4}-\d{2}-\d{2}", text)
         return Judgement("pass" if ok else "fail", "phone")
     if _DURATION.search(name):
         ok = bool(_ISO_DURATION.match(text) or _UNIT_DURATION.match(text))
@@ -295,7 +295,8 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
         except (binascii.Error, ValueError):
             return Judgement("fail", "base64")
     if _PERSON.match(name):
-        ok = bool(_NAME_SHAPE.match(text)) and text[:1].isupper()
+        # each part a word of letters, at least one capitalised (``van der Berg``, ``Jean-Luc``)
+        ok = bool(_NAME_SHAPE.match(text)) and any(w[:1].isupper() for w in text.split())
         return Judgement("pass" if ok else "fail", "person_name")
     if _FREE_TEXT.search(name):
         ok = len(text.split()) >= 3 and any(c.isalpha() for c in text) and not _WORD_PAIR.match(text)
@@ -311,7 +312,9 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
     if _HOST.search(name):
         import validators
 
-        ok = validators.domain(text) is True or validators.hostname(text) is True
+        # an FQDN or domain has a dot; a bare host name may be a single label (``localhost``)
+        ok = validators.domain(text) is True or name.endswith(("hostname", "host", "host_name")) \
+            and validators.hostname(text) is True
         return Judgement("pass" if ok else "fail", "hostname")
     if _ARN.search(name):
         ok = re.match(r"^arn:aws[\w-]*:[\w-]+:[\w-]*:\d{0,12}:.+", text) is not None
