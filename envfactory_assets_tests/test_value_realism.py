@@ -141,3 +141,25 @@ def test_spec_examples_become_the_generators_first_choice_and_placeholders_do_no
     assert "Growth annual" in plans
     descriptions = {values.value("description", fields["description"], "subscriptions") for _ in range(20)}
     assert "Description" not in descriptions
+
+
+def test_the_environments_asset_reports_the_value_figures(tmp_path):
+    import dagster as dg
+
+    from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
+    from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+    from envfactory_assets.runner.materialize import materialize_pipeline
+    from envfactory_assets_tests.fixture_environments import FIXTURES
+
+    resources = {"envfactory": EnvFactoryHome(home=str(tmp_path)), "model_backend": ModelBackend(),
+                 "verification_gate": VerificationGate()}
+    config = {"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES)}}}}
+    with dg.instance_for_test() as instance:
+        results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, resources, config,
+                                       ["source_resources", "environments"], raise_on_error=False)
+    meta = next(e.materialization.metadata for r in results for e in r.get_asset_materialization_events()
+                if e.asset_key.to_user_string() == "environments")
+    figures = meta["value_semantics"].value
+    assert figures["passed"] + figures["failed"] >= 100
+    assert figures["share_passing"] >= 0.95
+    assert figures["timestamps"] > 0 and figures["timestamps_after_clock"] == 0

@@ -464,3 +464,23 @@ def timestamps_after_clock(env: dict[str, Any]) -> tuple[int, int]:
                     else:
                         late += moment > now.date()
     return late, total
+
+
+def summarise(environments: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The value figures of built environments (Environment dicts), for an asset's metadata:
+    ``passed``/``failed``/``unknown`` seeded values, ``share_passing`` (pass / judged), the fields that
+    failed most (``top_failures``, ``"field (rule)": count``), and ``timestamps_after_clock`` /
+    ``timestamps`` (seeded dates later than their state's clock, of all seeded dates)."""
+    from collections import Counter
+
+    tally, failures, late, total = Tally(), Counter(), 0, 0
+    for env in environments:
+        env_tally, env_failures = share_passing(environment_values(env))
+        tally.passed += env_tally.passed
+        tally.failed += env_tally.failed
+        tally.unknown += env_tally.unknown
+        failures.update(f"{name} ({rule})" for name, _v, rule, _r in env_failures)
+        env_late, env_total = timestamps_after_clock(env)
+        late, total = late + env_late, total + env_total
+    return {**tally.as_dict(), "top_failures": dict(failures.most_common(10)),
+            "timestamps_after_clock": late, "timestamps": total}
