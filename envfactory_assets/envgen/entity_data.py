@@ -85,7 +85,7 @@ def entity_value(field_name: str, schema: dict[str, Any], rng: random.Random) ->
         return (full if use_name else code), f"pycountry {_version('pycountry')} ISO 3166 countries"
     if name in ("language", "language_code", "lang", "locale") and limit >= 2:
         return rng.choice(_languages()), f"pycountry {_version('pycountry')} ISO 639 languages"
-    if _AIRPORT_FIELD.search(name) and limit >= 3:
+    if _AIRPORT_FIELD.search(name) and limit >= 3 and not name.endswith(("url", "uri", "link", "_id", "_ids", "address", "arn")):
         airport = rng.choice(_airports())
         value = airport["iata"] if name.endswith(("code", "iata")) or limit < len(airport["name"]) else airport["name"]
         return value, f"airportsdata {_version('airportsdata')} IATA airports"

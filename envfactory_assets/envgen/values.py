@@ -230,6 +230,9 @@ class ValueFactory:
         return int(self._bounded(schema, 1, 500, True))
 
     def _number(self, name: str, schema: dict[str, Any]) -> float:
+        if _is_date_field(name, schema) or _has(name, "timestamp", "epoch"):
+            stamp = float(int(self._moment(name, False).timestamp()))
+            return float(self._bounded(schema, stamp, stamp, False))
         if _has(name, "latitude", "lat"):
             return float(self._bounded(schema, -60, 70, False))
         if _has(name, "longitude", "lon", "lng", "long"):
@@ -266,6 +269,17 @@ class ValueFactory:
         return self._moment(_snake(field_name), future).date().isoformat()
 
     # -- strings -------------------------------------------------------------------------------------
+    def _arn(self, n: str, table: str) -> str:
+        """An AWS ARN (``arn:partition:service:region:account:resource``) of the kind the name says."""
+        f, rng = self.faker, self.rng
+        account = rng.randint(10**11, 10**12 - 1)
+        if _has(n, "role"):
+            return f"arn:aws:iam::{account}:role/{rng.choice(_TEAMS).replace(' ', '')}Role"
+        if _has(n, "kms", "key"):
+            return f"arn:aws:kms:{rng.choice(_AWS_REGIONS)}:{account}:key/{f.uuid4()}"
+        service = re.sub(r"[^a-z0-9-]", "", table.split("_")[0]) or "service"
+        return f"arn:aws:{service}:{rng.choice(_AWS_REGIONS)}:{account}:{table.rstrip('s') or 'resource'}/{f.slug()}"
+
     def _fill(self, template: str, table: str) -> str:
         f = self.faker
         singular = (table[:-1] if table.endswith("s") else table).replace("_", " ") or "record"
@@ -288,6 +302,10 @@ class ValueFactory:
             return self.datetime_str(n, future)
         if fmt == "date":
             return self.date_str(n, future)
+        if _is_date_field(n, {}) and not n.endswith(("year", "month")):
+            return self.datetime_str(n, future)
+        if _has(n, "year"):
+            return str(self.rng.randint(2020, self.now.year + (4 if future or _future_field(n) else 0)))
         if fmt == "email" or "email" in n:
             return f.email()
         if fmt == "uuid":
@@ -296,6 +314,29 @@ class ValueFactory:
             if _has(n, "image", "avatar", "photo", "picture", "logo", "icon", "thumbnail"):
                 return f"https://{f.domain_name()}/images/{f.slug()}.png"
             return f.url() + (f.uri_path() if rng.random() < 0.5 else "")
+        if _has(n, "base64"):
+            import base64
+
+            return base64.b64encode(self._fill(rng.choice(_MESSAGES), table).encode()).decode()
+        if _has(n, "birthday", "birth_date", "dob", "date_of_birth", "birthdate"):
+            return (self.now.date() - dt.timedelta(days=rng.randint(18 * 365, 80 * 365))).isoformat()
+        if n.endswith(("_ms", "_millis", "_milliseconds")):
+            return str(rng.randint(1, 90) * 86_400_000)
+        if n.endswith(("_seconds", "_secs")):
+            return str(rng.randint(1, 48) * 1800)
+        # The last word of a name says what it holds: a ``plan_description`` is text, not a plan.
+        if n.endswith(("_description", "_desc", "_details", "_summary")) or n in ("description", "desc"):
+            return self._fill(rng.choice(_DESCRIPTIONS), table)
+        if n.endswith(("_message", "_body", "_text", "_content")):
+            return self._fill(rng.choice(_MESSAGES), table)
+        if n.endswith(("_comment", "_comments", "_note", "_notes", "_reason", "_remarks")):
+            return self._fill(rng.choice(_NOTES), table)
+        if _has(n, "month"):
+            return f"{rng.randint(1, 12):02d}"
+        if _has(n, "arn"):
+            return self._arn(n, table)
+        if _has(n, "ip", "ip_address", "ipv4", "remote_ip", "client_ip", "ip_addr"):
+            return f.ipv4_public()
         if n.endswith(("_type", "_kind", "_mode")) and not _has(n, "content_type", "media_type", "mime_type"):
             return rng.choice(_TYPES)
         if n.endswith(("_status", "_state")) or n in ("status", "state_value", "status_value"):
@@ -331,13 +372,6 @@ class ValueFactory:
             return f.ipv6()
         if _has(n, "fqdn", "hostname", "host", "domain", "domain_name", "host_name"):
             return f.hostname() if _has(n, "host", "hostname", "fqdn", "host_name") else f.domain_name()
-        if _has(n, "arn"):
-            account = rng.randint(10**11, 10**12 - 1)
-            if _has(n, "role"):
-                return f"arn:aws:iam::{account}:role/{rng.choice(_TEAMS).replace(' ', '')}Role"
-            if _has(n, "kms"):
-                return f"arn:aws:kms:{rng.choice(_AWS_REGIONS)}:{account}:key/{f.uuid4()}"
-            return f"arn:aws:{table.split('_')[0] or 'service'}:{rng.choice(_AWS_REGIONS)}:{account}:{f.slug()}"
         if _has(n, "password"):
             return f.password(length=14)
         if _has(n, "token", "secret", "api_key", "key", "hash", "checksum", "signature", "fingerprint", "nonce"):
@@ -360,10 +394,6 @@ class ValueFactory:
             if any(w in f"{table} {desc}" for w in ("slack", "chat", "discord", "teams")):
                 return "#" + rng.choice(_TEAMS).lower().replace(" ", "-")
             return rng.choice(_CHANNELS)
-        if _has(n, "base64"):
-            import base64
-
-            return base64.b64encode(self._fill(rng.choice(_MESSAGES), table).encode()).decode()
         if _has(n, "gender", "sex"):
             return rng.choice(_GENDERS)
         if _has(n, "unit", "uom"):
@@ -445,13 +475,17 @@ class ValueFactory:
 
 
 def _is_date_field(name: str, schema: dict[str, Any]) -> bool:
+    """True for a field that holds a moment: a date format, or a name such as ``created_at``,
+    ``creation_time``, ``due_date``, ``expires``, ``last_modified``."""
     if schema.get("format") in ("date", "date-time"):
         return True
-    return bool(re.search(r"(_at|_on|_date|_time|_timestamp)$|^(date|datetime|timestamp)$|(^|_)date(_|$)", name)) \
-        and not name.endswith(("_zone", "_format", "_type", "_by"))
+    return bool(re.search(r"(_at|_on|_date|_time|_timestamp|_datetime)$|(^|_)(date|datetime|timestamp|created|updated|"
+                          r"modified|expires|expiry|expiration|deadline)$|(^|_)date(_|$)", name)) \
+        and not name.endswith(("_zone", "_format", "_type", "_by", "_in", "_days", "_seconds"))
 
 
-_PLACEHOLDERS = {"string", "str", "text", "example", "value", "null", "none", "test", "foo", "bar", "0", ""}
+_PLACEHOLDERS = {"string", "str", "text", "example", "value", "null", "none", "test", "foo", "bar", "0", "",
+                 "astringvalue", "stringvalue", "sample", "lorem", "loremipsum", "todo", "tbd", "xxx"}
 
 
 def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
@@ -462,7 +496,8 @@ def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
         if not isinstance(value, str) or "{" in value or len(value) > schema.get("maxLength", 200):
             return False
         flat, field = re.sub(r"[^a-z0-9]", "", value.lower()), re.sub(r"[^a-z0-9]", "", name.lower())
-        echoes = field and flat in {field, "a" + field, "an" + field, "my" + field, "the" + field, "your" + field}
+        # the field's own name, bare or with a word in front: "Description", "A description", "project description"
+        echoes = bool(field) and flat.endswith(field) and len(flat) <= len(field) + 8
         return flat not in _PLACEHOLDERS and not echoes
     if typ in ("integer", "number"):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (typ == "number" or

@@ -55,7 +55,7 @@ _TZ = re.compile(r"(^|_)(time_?zone|timezone|tz|tz_name|zone_?info|olson)($|_)")
 _CURRENCY = re.compile(r"(^|_)(currency|currency_code|iso_currency)($|_)")
 _COUNTRY = re.compile(r"(^|_)(country|country_code|nationality)($|_)")
 _LANGUAGE = re.compile(r"(^|_)(language|lang|language_code|locale)($|_)")
-_EMAIL = re.compile(r"(^|_)e?_?mail(_address)?($|_)|email")
+_EMAIL = re.compile(r"(^|_)e_?mail(s)?(_address)?($|_)|(^|_)mail(_address)?$|^email")
 _URL = re.compile(r"(^|_)(url|uri|website|homepage|href|link|web_?site|avatar_url|image_url|callback)($|_)")
 _PHONE = re.compile(r"(^|_)(phone|mobile|telephone|fax|cell|phone_number|msisdn)($|_)")
 _DATE = re.compile(r"(_at|_on|_date|_time|_timestamp)$|(^|_)(date|datetime|timestamp|birthday|dob|created|"
@@ -277,7 +277,13 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
     if _DURATION.search(name):
         ok = bool(_ISO_DURATION.match(text) or _UNIT_DURATION.match(text))
         return Judgement("pass" if ok else "fail", "duration")
-    if _DATE.search(name) and not name.endswith(("_by", "_format", "_type", "_zone")) \
+    if name.endswith(("_year", "_month")) or name in ("year", "month"):
+        ok = text.isdigit() and (1900 <= int(text) <= 2100 if name.endswith("year") else 1 <= int(text) <= 12)
+        return Judgement("pass" if ok else "fail", "year" if name.endswith("year") else "month")
+    if name.endswith(("_ms", "_millis", "_milliseconds", "_seconds", "_secs")):
+        ok = text.isdigit()
+        return Judgement("pass" if ok else "fail", "duration")
+    if _DATE.search(name) and not name.endswith(("_by", "_format", "_type", "_zone", "_in")) \
             and not name.endswith(("_time_zone", "_timezone")):
         ok = _parse_datetime(text) is not None
         return Judgement("pass" if ok else "fail", "date")
@@ -339,9 +345,11 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
             return Judgement("fail", "city")
         return Judgement("pass" if text in _cities() else "unknown", "city")
     if _LABEL.search(name):
-        ok = any(c.isalpha() for c in text) and not _WORD_PAIR.match(text) and len(text.split()) <= 12
+        ok = (any(c.isalpha() for c in text) or ("version" in name or "release" in name)
+                                                and bool(_VERSION_SHAPE.match(text))) \
+            and not _WORD_PAIR.match(text) and len(text.split()) <= 12
         return Judgement("pass" if ok else "fail", "label")
-    if _AMOUNT.search(name):
+    if _AMOUNT.search(name) and not name.endswith(("_code", "_number", "_id", "_type", "_name")):
         try:
             ok = float(text.replace(",", "")) >= 0
         except ValueError:
@@ -351,7 +359,7 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
 
 
 def _number_verdict(name: str, value: float, desc: str) -> Judgement:
-    if _DATE.search(name) and not name.endswith(("_count", "_days", "_hours", "_minutes", "_seconds")):
+    if _DATE.search(name) and not name.endswith(("_count", "_days", "_hours", "_minutes", "_seconds", "_in", "_id")):
         # epoch seconds (or milliseconds) between 2000 and 2100
         ok = 946_684_800 <= value <= 4_102_444_800 or 946_684_800_000 <= value <= 4_102_444_800_000
         return Judgement("pass" if ok else "fail", "epoch")
