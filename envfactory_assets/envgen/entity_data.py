@@ -16,6 +16,7 @@ import random
 import re
 from typing import Any
 
+_WIDE_LANGUAGES = ("en", "es", "fr", "de", "pt", "it", "nl", "ja", "zh", "ko", "ru", "ar", "hi", "tr", "pl", "sv")
 _AIRPORT_FIELD = re.compile(r"(^|_)(airport|iata|origin|destination|departure_airport|arrival_airport)(_|$)")
 
 
@@ -84,7 +85,9 @@ def entity_value(field_name: str, schema: dict[str, Any], rng: random.Random) ->
         use_name = not name.endswith(("_code", "code")) and len(full) <= limit
         return (full if use_name else code), f"pycountry {_version('pycountry')} ISO 3166 countries"
     if name in ("language", "language_code", "lang", "locale") and limit >= 2:
-        return rng.choice(_languages()), f"pycountry {_version('pycountry')} ISO 639 languages"
+        # Most records are in a widely used language; the rest spread over all of ISO 639-1.
+        pool = _WIDE_LANGUAGES if rng.random() < 0.8 else _languages()
+        return rng.choice(pool), f"pycountry {_version('pycountry')} ISO 639 languages"
     if _AIRPORT_FIELD.search(name) and limit >= 3 and not name.endswith(("url", "uri", "link", "_id", "_ids", "address", "arn")):
         airport = rng.choice(_airports())
         value = airport["iata"] if name.endswith(("code", "iata")) or limit < len(airport["name"]) else airport["name"]

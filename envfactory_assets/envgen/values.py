@@ -221,6 +221,8 @@ class ValueFactory:
             return int(self._bounded(schema, 5, 240, True))
         if _has(name, "days"):
             return int(self._bounded(schema, 1, 90, True))
+        if _has(name, "page_size", "per_page", "limit", "page", "max_results", "batch_size"):
+            return int(self._bounded(schema, 1 if name == "page" else 10, 10 if name == "page" else 100, True))
         if _has(name, "size", "bytes", "length"):
             return int(self._bounded(schema, 1024, 10_000_000, True))
         if _has(name, "amount", "price", "cost", "total", "balance", "fee", "salary", "budget"):
