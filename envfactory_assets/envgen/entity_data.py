@@ -17,7 +17,8 @@ import re
 from typing import Any
 
 _WIDE_LANGUAGES = ("en", "es", "fr", "de", "pt", "it", "nl", "ja", "zh", "ko", "ru", "ar", "hi", "tr", "pl", "sv")
-_AIRPORT_FIELD = re.compile(r"(^|_)(airport|iata|origin|destination|departure_airport|arrival_airport)(_|$)")
+# "origin"/"destination" name an airport only bare or with an airport suffix (an ``event_destination_name`` is not one)
+_AIRPORT_FIELD = re.compile(r"(^|_)(airport|iata)(_|$)|^(origin|destination|departure|arrival)(_airport|_code|_iata)?$")
 
 
 def _version(package: str) -> str:

@@ -337,10 +337,20 @@ class ValueFactory:
             return f"{rng.randint(1, 12):02d}"
         if _has(n, "arn"):
             return self._arn(n, table)
+        if _has(n, "cidr", "cidr_block", "ip_cidr_range", "subnet", "ip_range"):
+            return f.ipv4(network=True, private=True)
         if _has(n, "ip", "ip_address", "ipv4", "remote_ip", "client_ip", "ip_addr"):
             return f.ipv4_public()
+        if _has(n, "logo", "avatar", "image", "icon", "photo", "picture", "thumbnail") and not _has(n, "id", "name"):
+            return f"https://{f.domain_name()}/images/{f.slug()}.png"
+        if n.endswith("date_format") or n == "date_format":
+            return rng.choice(("YYYY-MM-DD", "DD/MM/YYYY", "MM/DD/YYYY", "DD.MM.YYYY"))
+        if n.endswith(("decimal_separator", "thousands_separator")):
+            return rng.choice((".", ",")) if "decimal" in n else rng.choice((",", ".", " "))
         if n.endswith(("_type", "_kind", "_mode")) and not _has(n, "content_type", "media_type", "mime_type"):
             return rng.choice(_TYPES)
+        if n.endswith("_state") and _has(n, "address", "shipping", "billing", "mailing", "home", "us"):
+            return f.state_abbr()
         if n.endswith(("_status", "_state")) or n in ("status", "state_value", "status_value"):
             return self._status(n, table, desc)
         if _has(n, "timezone", "time_zone", "tz", "tz_name") or n.endswith(("timezone", "time_zone")):
