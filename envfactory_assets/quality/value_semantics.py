@@ -147,6 +147,15 @@ def _cities() -> frozenset[str]:
     return frozenset(a["city"] for a in airportsdata.load("IATA").values() if a.get("city"))
 
 
+@functools.lru_cache(maxsize=1)
+def _subdivisions() -> frozenset[str]:
+    """ISO 3166-2 regions by name and by the code after the country (``CA``, ``California``, ``BY``)."""
+    import pycountry
+
+    subs = list(pycountry.subdivisions)
+    return frozenset([s.name for s in subs] + [s.code.split("-", 1)[1] for s in subs])
+
+
 def _parse_datetime(value: str) -> dt.datetime | dt.date | None:
     text = value.strip()
     if not text or len(text) < 8:
@@ -283,7 +292,10 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
     if name.endswith(("_ms", "_millis", "_milliseconds", "_seconds", "_secs")):
         ok = text.isdigit()
         return Judgement("pass" if ok else "fail", "duration")
-    if _DATE.search(name) and not name.endswith(("_by", "_format", "_type", "_zone", "_in")) \
+    if name.endswith("_state") and re.search(r"(^|_)(address|shipping|billing|mailing|home)(_|$)", name):
+        ok = text in _subdivisions()
+        return Judgement("pass" if ok else "fail", "subdivision", "" if ok else f"{text!r} is no ISO 3166-2 region")
+    if _DATE.search(name) and not name.endswith(("_by", "_format", "_type", "_zone", "_in", "_id")) \
             and not name.endswith(("_time_zone", "_timezone")):
         ok = _parse_datetime(text) is not None
         return Judgement("pass" if ok else "fail", "date")
