@@ -14,12 +14,16 @@ import pytest
 
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.quality import value_semantics
-from envfactory_assets.quality.value_semantics import (STATUS_WORDS, check_value, environment_values,
-                                                       share_passing, timestamps_after_clock)
+from envfactory_assets.quality.value_semantics import (
+    STATUS_WORDS,
+    check_value,
+    environment_values,
+    share_passing,
+    timestamps_after_clock,
+)
 from envfactory_assets.sources.openapi import extract_fields
 from envfactory_assets.synth.sampler import USER, Chain
 from envfactory_assets.synth.trajectories import ToolIndex, resolve_arguments
-
 from envfactory_assets_tests.fixture_environments import build_fixture_environments
 
 LABELS = Path(__file__).parent / "fixtures" / "value_semantics_labels.jsonl"
@@ -147,7 +151,11 @@ def test_the_environments_asset_reports_the_value_figures(tmp_path):
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
-    from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+    from envfactory_assets.defs.resources import (
+        EnvFactoryHome,
+        ModelBackend,
+        VerificationGate,
+    )
     from envfactory_assets.runner.materialize import materialize_pipeline
     from envfactory_assets_tests.fixture_environments import FIXTURES
 

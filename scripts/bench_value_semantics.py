@@ -23,10 +23,20 @@ from pathlib import Path
 
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.values import ValueFactory
-from envfactory_assets.quality.value_semantics import (Tally, check_value, environment_values, share_passing,
-                                                       timestamps_after_clock)
+from envfactory_assets.quality.value_semantics import (
+    Tally,
+    check_value,
+    environment_values,
+    share_passing,
+    timestamps_after_clock,
+)
 from envfactory_assets.settings import corpus_dir
-from envfactory_assets.sources.scan import SourceResource, corpus_files, inspect_file, load_document
+from envfactory_assets.sources.scan import (
+    SourceResource,
+    corpus_files,
+    inspect_file,
+    load_document,
+)
 from envfactory_assets.synth.sampler import USER, Chain
 from envfactory_assets.synth.trajectories import ToolIndex, resolve_arguments
 

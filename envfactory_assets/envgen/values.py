@@ -131,7 +131,7 @@ def parse_clock(now: str) -> dt.datetime:
         moment = dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
     except (AttributeError, ValueError) as exc:
         raise ValueError(f"clock {now!r} is not an RFC 3339 date-time") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def _future_field(name: str) -> bool:
@@ -264,7 +264,7 @@ class ValueFactory:
     def datetime_str(self, field_name: str = "created_at", future: bool = False) -> str:
         """An RFC 3339 UTC date-time (``2025-03-04T09:15:00Z``) at or before the clock (see ``future``)."""
         moment = self._moment(_snake(field_name), future)
-        return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def date_str(self, field_name: str = "date", future: bool = False) -> str:
         """An ISO date at or before the clock's date (see ``future``)."""
@@ -284,7 +284,7 @@ class ValueFactory:
 
     def _fill(self, template: str, table: str) -> str:
         f = self.faker
-        singular = (table[:-1] if table.endswith("s") else table).replace("_", " ") or "record"
+        singular = (table.removesuffix("s")).replace("_", " ") or "record"
         team = self.rng.choice(_TEAMS)
         return template.format(
             phrase=f.catch_phrase(), team=team, Team=team, singular=singular, bs=f.bs(), company=f.company(),
@@ -462,7 +462,7 @@ class ValueFactory:
             if any(t in table for t in ("compan", "organi", "vendor", "supplier", "merchant", "tenant",
                                         "partner", "client", "brand")):
                 return f.company()
-            singular = (table[:-1] if table.endswith("s") else table).replace("_", " ") or "record"
+            singular = (table.removesuffix("s")).replace("_", " ") or "record"
             return f"{rng.choice(_TEAMS)} {singular.title() if len(singular) > 3 else singular.upper()}"
         if _has(n, "title", "subject", "headline", "label", "summary", "caption"):
             if any(t in table for t in ("book", "article", "post", "page", "document", "story")):
