@@ -20,6 +20,8 @@ from envfactory_assets.sources.openapi import Resource, extract_resources
 
 MAX_RESOURCES = 4
 VALID_ROWS_PER_TABLE = 6
+#: the clock of the ``boundary`` initial state (its edge-of-range date-times equal it)
+BOUNDARY_NOW = "2025-12-31T23:59:59Z"
 
 
 class BuildError(ValueError):
@@ -100,10 +102,13 @@ def _state_schema(tables: dict[str, Any], tools: list[dict[str, Any]]) -> dict[s
 
 
 def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_table: int,
-               boundary: bool, data_sources: set[str] | None = None) -> dict[str, Any]:
-    values = ValueFactory(seed)
-    state: dict[str, Any] = {"tables": {t: [] for t in tables}, "meta": {
-        "now": "2025-12-31T23:59:59Z" if boundary else DEFAULT_NOW, "seed": seed, "next_id": 1}}
+               boundary: bool, data_sources: set[str] | None = None,
+               descriptions: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    now = BOUNDARY_NOW if boundary else DEFAULT_NOW
+    # Seeded rows are history: every timestamp is drawn at or before the state's clock.
+    values = ValueFactory(seed, now=now)
+    descriptions = descriptions or {}
+    state: dict[str, Any] = {"tables": {t: [] for t in tables}, "meta": {"now": now, "seed": seed, "next_id": 1}}
     for table in order:
         meta = tables[table]
         for _ in range(rows_per_table):
@@ -123,8 +128,8 @@ def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_tab
                     if field in meta["required"] or "enum" in schema or schema["type"] != "string":
                         row[field] = boundary_value(field, schema)
                 else:
-                    row[field] = values.value(field, schema, table)
-            row["created_at"] = state["meta"]["now"] if boundary else values.datetime_str()
+                    row[field] = values.value(field, schema, table, descriptions.get(table, {}).get(field, ""))
+            row["created_at"] = now if boundary else values.datetime_str("created_at")
             if any(v is None for v in row.values()):
                 continue
             state["tables"][table].append(row)
@@ -134,13 +139,18 @@ def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_tab
 
 
 def initial_states(tables: dict[str, Any], order: list[str], seed: int,
-                   data_sources: set[str] | None = None) -> list[dict[str, Any]]:
+                   data_sources: set[str] | None = None,
+                   descriptions: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Three initial states: ``valid`` (realistic rows), ``boundary`` (one edge-of-range row per table,
     non-ASCII text, optional fields absent), ``invalid`` (a duplicate key and a wrong type: must be rejected).
 
-    ``data_sources`` receives the provenance of packaged entity data used in the valid state.
+    ``data_sources`` receives the provenance of packaged entity data used in the valid state;
+    ``descriptions`` (``{table: {field: description}}``, from the spec) tells the value generator what a
+    field holds where its name does not. Every seeded date and date-time is at or before the state's
+    ``meta.now``.
     """
-    valid = _seed_rows(tables, order, seed, VALID_ROWS_PER_TABLE, boundary=False, data_sources=data_sources)
+    valid = _seed_rows(tables, order, seed, VALID_ROWS_PER_TABLE, boundary=False, data_sources=data_sources,
+                       descriptions=descriptions)
     boundary = _seed_rows(tables, order, seed + 1, 1, boundary=True)
     invalid = copy.deepcopy(valid)
     first = order[0]
@@ -213,7 +223,8 @@ def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]
     source = generate_source(env_id, provenance, tables, tools)
     seed = stable_seed(env_id, resource_row["sha256"])
     data_sources: set[str] = set()
-    states = initial_states(tables, [r.name for r in resources], seed, data_sources)
+    descriptions = {r.name: {f.name: f.description for f in r.fields if f.description} for r in resources}
+    states = initial_states(tables, [r.name for r in resources], seed, data_sources, descriptions)
     return {
         "env_id": env_id,
         "domain": resource_row["domain"],

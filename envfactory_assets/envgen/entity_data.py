@@ -2,7 +2,7 @@
 
 - ``pycountry`` (ISO 3166 countries, ISO 4217 currencies, ISO 639 languages) for country, currency and
   language fields;
-- ``airportsdata`` (IATA airports with their city and country) for airport fields.
+- ``airportsdata`` (IATA airports with their city and country) for airport and city fields.
 
 Each lookup returns the value and a provenance string (package, version, dataset) so the environment
 records where its seed data came from. Loading is lazy and cached per process.
@@ -16,7 +16,9 @@ import random
 import re
 from typing import Any
 
-_AIRPORT_FIELD = re.compile(r"(^|_)(airport|iata|origin|destination|departure_airport|arrival_airport)(_|$)")
+_WIDE_LANGUAGES = ("en", "es", "fr", "de", "pt", "it", "nl", "ja", "zh", "ko", "ru", "ar", "hi", "tr", "pl", "sv")
+# "origin"/"destination" name an airport only bare or with an airport suffix (an ``event_destination_name`` is not one)
+_AIRPORT_FIELD = re.compile(r"(^|_)(airport|iata)(_|$)|^(origin|destination|departure|arrival)(_airport|_code|_iata)?$")
 
 
 def _version(package: str) -> str:
@@ -37,7 +39,8 @@ def _countries() -> list[tuple[str, str]]:
 def _currencies() -> list[str]:
     import pycountry
 
-    return sorted(c.alpha_3 for c in pycountry.currencies)
+    # X-codes are funds, precious metals and the testing code XTS: no price is quoted in them.
+    return sorted(c.alpha_3 for c in pycountry.currencies if not c.alpha_3.startswith("X"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,6 +57,16 @@ def _airports() -> list[dict[str, Any]]:
     airports = airportsdata.load("IATA")
     # Airports with a city, sorted by code, so a seeded draw is the same on every machine.
     return [airports[code] for code in sorted(airports) if airports[code].get("city")]
+
+
+@functools.lru_cache(maxsize=1)
+def _cities() -> list[str]:
+    return sorted({a["city"] for a in _airports()})
+
+
+def real_city(rng: random.Random) -> str:
+    """A real city name (one with an IATA airport, from ``airportsdata``), drawn by ``rng``."""
+    return rng.choice(_cities())
 
 
 def entity_value(field_name: str, schema: dict[str, Any], rng: random.Random) -> tuple[Any, str] | None:
@@ -73,8 +86,10 @@ def entity_value(field_name: str, schema: dict[str, Any], rng: random.Random) ->
         use_name = not name.endswith(("_code", "code")) and len(full) <= limit
         return (full if use_name else code), f"pycountry {_version('pycountry')} ISO 3166 countries"
     if name in ("language", "language_code", "lang", "locale") and limit >= 2:
-        return rng.choice(_languages()), f"pycountry {_version('pycountry')} ISO 639 languages"
-    if _AIRPORT_FIELD.search(name) and limit >= 3:
+        # Most records are in a widely used language; the rest spread over all of ISO 639-1.
+        pool = _WIDE_LANGUAGES if rng.random() < 0.8 else _languages()
+        return rng.choice(pool), f"pycountry {_version('pycountry')} ISO 639 languages"
+    if _AIRPORT_FIELD.search(name) and limit >= 3 and not name.endswith(("url", "uri", "link", "_id", "_ids", "address", "arn")):
         airport = rng.choice(_airports())
         value = airport["iata"] if name.endswith(("code", "iata")) or limit < len(airport["name"]) else airport["name"]
         return value, f"airportsdata {_version('airportsdata')} IATA airports"

@@ -1,107 +1,521 @@
 """Seeded, realistic field values that honour JSON Schema types, formats, enums and bounds.
 
-Values come from Faker (seeded per call site) chosen by the field's format and name, so an
-``email`` field gets an e-mail address and a ``currency`` field an ISO currency code.
+A value comes first from the spec (``enum``; ``examples``, which the source reader keeps from the spec's
+``example``/``examples``/``default``; ``format``; ``minimum``/``maximum``/``maxLength``), then from what the
+field is, read from its name, its description and its table: IANA time zones (:mod:`zoneinfo`), ISO
+currencies, countries and languages (``pycountry``, via :mod:`.entity_data`), real cities and airports
+(``airportsdata``), statuses from lifecycle vocabularies matched to the table, and Faker (seeded per call
+site) for people's and companies' names, addresses, phone numbers, e-mail, URLs, hosts and IPs. Free text
+(descriptions, notes, titles, messages) is composed from sentence templates written for this module.
+
+Every date and date-time is at or before the clock (``now``, default :data:`DEFAULT_NOW`, the seeded
+states' ``meta.now``) unless the caller asks for a future value (``future=True``: a due date a user sets).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
+import re
 from typing import Any
 
 from faker import Faker
 
-from envfactory_assets.envgen.entity_data import entity_value
+from envfactory_assets.envgen.entity_data import entity_value, real_city
 
 BASE_DATE = dt.date(2025, 1, 1)
 DEFAULT_NOW = "2025-06-30T12:00:00Z"
+#: how far back seeded timestamps reach from the clock (days)
+HISTORY_DAYS = 540
+#: how far ahead a future value (``future=True``) reaches from the clock (days)
+FUTURE_DAYS = 90
 _PERSON_TABLES = ("user", "contact", "customer", "employee", "member", "person", "people", "candidate",
-                  "patient", "account_holder", "author", "recipient", "attendee", "lead")
+                  "patient", "account_holder", "author", "recipient", "attendee", "lead", "student",
+                  "driver", "owner", "subscriber", "staff", "agent", "profile")
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def _has(name: str, *parts: str) -> bool:
+    """True when one of ``parts`` is a whole ``_``-separated word sequence of ``name``."""
+    padded = f"_{name}_"
+    return any(f"_{p}_" in padded for p in parts)
+
+
+# Status vocabularies (lowercase, as most APIs spell them), chosen by words of the table or field name.
+_STATUSES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("order", "purchase", "shipment", "delivery", "fulfillment", "cart"),
+     ("pending", "processing", "shipped", "delivered", "cancelled")),
+    (("payment", "invoice", "charge", "bill", "transaction", "payout", "refund", "transfer"),
+     ("pending", "paid", "failed", "refunded", "overdue")),
+    (("ticket", "issue", "incident", "case", "bug", "request", "alert", "report"),
+     ("open", "in_progress", "resolved", "closed")),
+    (("task", "todo", "job", "step", "milestone", "project", "work"),
+     ("todo", "in_progress", "done", "blocked")),
+    (("run", "build", "deployment", "deploy", "pipeline", "execution", "export", "import", "backup", "sync"),
+     ("queued", "running", "succeeded", "failed")),
+    (("device", "server", "instance", "node", "host", "machine", "sensor", "agent", "cluster"),
+     ("online", "offline", "maintenance")),
+    (("booking", "reservation", "appointment", "event", "meeting", "session"),
+     ("confirmed", "pending", "cancelled", "completed")),
+    (("subscription", "plan", "license", "membership", "contract"),
+     ("active", "trialing", "past_due", "cancelled")),
+    (("post", "article", "page", "document", "content", "template", "message", "campaign", "version"),
+     ("draft", "published", "archived")),
+    (("application", "candidate", "review", "approval", "verification"),
+     ("submitted", "under review", "approved", "rejected")),
+)
+_DEFAULT_STATUSES = ("active", "inactive", "pending", "archived")
+
+_PRIORITIES = ("low", "medium", "high", "urgent")
+_ROLES = ("admin", "member", "viewer", "editor", "owner")
+_TIERS = ("free", "basic", "pro", "enterprise")
+_CHANNELS = ("email", "sms", "web", "phone", "chat")
+_TYPES = ("standard", "premium", "internal", "external", "custom")
+_UNITS = ("pcs", "kg", "g", "l", "m", "hours", "box")
+_GENDERS = ("female", "male", "non-binary")
+_MIME = ("application/json", "application/pdf", "image/png", "image/jpeg", "text/csv", "text/plain")
+_LOCALES = ("en-US", "en-GB", "fr-FR", "de-DE", "es-ES", "it-IT", "pt-BR", "nl-NL", "ja-JP", "zh-CN",
+            "ko-KR", "sv-SE", "pl-PL", "tr-TR", "es-MX", "en-AU", "en-CA", "fr-CA", "hi-IN", "ar-EG")
+_COMMON_CURRENCIES = ("USD", "EUR", "GBP", "JPY", "CAD", "AUD", "CHF", "CNY", "INR", "BRL", "MXN", "SEK",
+                      "NOK", "DKK", "PLN", "ZAR", "SGD", "NZD", "KRW", "HKD")
+_AWS_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1",
+                "ap-northeast-1", "ap-south-1", "sa-east-1", "ca-central-1")
+_REGIONS = ("North America", "EMEA", "APAC", "LATAM", "Europe", "Middle East")
+_TEAMS = ("Marketing", "Billing", "Support", "Sales", "Engineering", "Operations", "Finance", "Research",
+          "Design", "Analytics", "Onboarding", "Logistics", "Security", "Production", "Staging", "Partner",
+          "Customer Success", "Platform", "Mobile", "Data")
+_PRODUCT_ADJ = ("Ergonomic", "Compact", "Wireless", "Organic", "Premium", "Portable", "Classic", "Smart",
+                "Stainless", "Recycled", "Lightweight", "Waterproof")
+_PRODUCT_NOUN = ("Desk Lamp", "Backpack", "Coffee Maker", "Headphones", "Notebook", "Water Bottle",
+                 "Keyboard", "Running Shoes", "Office Chair", "Monitor Stand", "Travel Mug", "Yoga Mat",
+                 "Blender", "Phone Case", "Rain Jacket")
+_TASK_VERB = ("Update", "Review", "Fix", "Prepare", "Schedule", "Plan", "Draft", "Migrate", "Publish",
+              "Audit", "Test", "Archive")
+_TASK_OBJECT = ("the quarterly report", "the billing page", "the onboarding guide", "release notes for 2.4",
+                "the team offsite", "the customer survey", "the API documentation", "the invoice template",
+                "the nightly data backup", "the pricing page", "the Q3 roadmap", "the support macros",
+                "the vendor contract", "the login timeout on mobile")
+_NOTES = ("Customer asked to move the delivery to {day}.", "Called {first}; will follow up on {day}.",
+          "Waiting for approval from the {team} team.", "Duplicate of an earlier request, keep for reference.",
+          "Paid by bank transfer, receipt sent to {email}.", "Priority raised after the {day} review.",
+          "{first} confirmed the new address by phone.", "Needs a second review before it goes live.",
+          "Escalated to {team}; expected response by {day}.", "Imported from the old system in {month}.",
+          "Please double-check the totals against the {month} statement.",
+          "Discussed with {first} {last}; no further action needed.")
+_DESCRIPTIONS = ("{phrase} for the {team} team.", "{Team} {singular} used to {bs}.",
+                 "Shared {singular} that lets {company} {bs}.", "{phrase}, maintained by {first} {last}.",
+                 "Main {singular} for {city} operations.", "Helps the {team} team {bs}.")
+_MESSAGES = ("Hi {first}, your order has shipped and should arrive by {day}.",
+             "Reminder: the {team} sync moves to {day} at 10:00.", "Thanks {first}, I've attached the {month} invoice.",
+             "Can we review the {singular} before {day}?", "Your appointment is confirmed for {day}.",
+             "The {team} team has approved your request.")
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "next week", "the 15th", "end of month")
+
+
+@functools.lru_cache(maxsize=1)
+def _time_zones() -> tuple[str, ...]:
+    import zoneinfo
+
+    # Area/Location zones as users pick them; legacy aliases (US/Pacific, Etc/GMT+3) left out.
+    areas = ("Africa/", "America/", "Asia/", "Atlantic/", "Australia/", "Europe/", "Indian/", "Pacific/")
+    return tuple(sorted(z for z in zoneinfo.available_timezones() if z.startswith(areas))) + ("UTC",)
+
+
+def parse_clock(now: str) -> dt.datetime:
+    """The clock string ``now`` (RFC 3339, ``Z`` allowed) as an aware datetime; ValueError names it."""
+    try:
+        moment = dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    except (AttributeError, ValueError) as exc:
+        raise ValueError(f"clock {now!r} is not an RFC 3339 date-time") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def _future_field(name: str) -> bool:
+    return _has(name, "due", "deadline", "expires", "expiry", "expiration", "scheduled", "start", "end",
+                "until", "next", "starts", "ends", "valid_until", "renewal", "appointment")
 
 
 class ValueFactory:
-    """Deterministic value generator: the same ``seed`` gives the same sequence of values."""
+    """Deterministic value generator: the same ``seed`` (and ``now``) gives the same sequence of values.
 
-    def __init__(self, seed: int) -> None:
+    ``now`` is the environment's clock (RFC 3339); past-facing values are drawn from the
+    :data:`HISTORY_DAYS` days before it.
+    """
+
+    def __init__(self, seed: int, now: str = DEFAULT_NOW) -> None:
         self.rng = random.Random(seed)
         self.faker = Faker()
         self.faker.seed_instance(seed)
+        self.now = parse_clock(now)
         #: provenance of the packaged entity datasets values were drawn from (see :mod:`.entity_data`)
         self.data_sources: set[str] = set()
 
-    def value(self, field_name: str, schema: dict[str, Any], table: str = "") -> Any:
-        """A value for ``field_name`` valid under ``schema`` (type, format, enum, min/max, maxLength)."""
+    def value(self, field_name: str, schema: dict[str, Any], table: str = "", description: str = "",
+              future: bool = False) -> Any:
+        """A value for ``field_name`` valid under ``schema`` (type, format, enum, min/max, maxLength).
+
+        ``description`` (default: the schema's own ``description``) and ``table`` say what the field is;
+        ``future=True`` lets date fields whose name looks ahead (``due_date``, ``expires_at``) lie up to
+        :data:`FUTURE_DAYS` after the clock (a value a user sets); otherwise dates are at or before it.
+        """
         typ = schema.get("type")
         if "enum" in schema:
             return self.rng.choice(schema["enum"])
+        name = _snake(field_name)
+        desc = (description or str(schema.get("description") or "")).lower()
+        examples = [e for e in schema.get("examples") or () if _usable_example(e, schema, name)]
+        if examples and not _is_date_field(name, schema) and self.rng.random() < 0.6:
+            return self.rng.choice(examples)
         if typ == "boolean":
             return self.rng.random() < 0.5
         if typ == "integer":
-            lo = int(schema.get("minimum", min(1 if "count" not in field_name else 0, schema.get("maximum", 1))))
-            hi = int(schema.get("maximum", lo + 500))
-            return self.rng.randint(lo, hi)
+            return self._integer(name, schema, future)
         if typ == "number":
-            lo = float(schema.get("minimum", min(1.0, schema.get("maximum", 1.0))))
-            hi = float(schema.get("maximum", lo + 1000.0))
-            return min(max(round(self.rng.uniform(lo, hi), 2), lo), hi)
+            return self._number(name, schema)
         entity = entity_value(field_name, schema, self.rng)
         if entity is not None:
             self.data_sources.add(entity[1])
             return entity[0]
-        text = self._string(field_name, schema.get("format"), table)
         limit = schema.get("maxLength")
-        return text[:limit] if isinstance(limit, int) else text
+        text = ""
+        for _ in range(5):
+            text = self._string(name, schema.get("format"), table.lower(), desc, future)
+            if not isinstance(limit, int) or len(text) <= limit:
+                return text
+        return text[:limit]
 
-    def _string(self, name: str, fmt: str | None, table: str) -> str:
-        f, n = self.faker, name.lower()
+    # -- numbers -------------------------------------------------------------------------------------
+    def _bounded(self, schema: dict[str, Any], lo: float, hi: float, integer: bool) -> float:
+        """A draw from ``[lo, hi]`` intersected with the schema's bounds (the schema's range if disjoint)."""
+        s_lo, s_hi = schema.get("minimum"), schema.get("maximum")
+        a = max(lo, s_lo) if s_lo is not None else lo
+        b = min(hi, s_hi) if s_hi is not None else hi
+        if a > b:  # the field's usual range is outside the schema's: honour the schema
+            a = s_lo if s_lo is not None else (s_hi - 500 if s_hi is not None else lo)
+            b = s_hi if s_hi is not None else a + 500
+        if integer:
+            return self.rng.randint(int(a), int(b))
+        return min(max(round(self.rng.uniform(a, b), 2), a), b)
+
+    def _integer(self, name: str, schema: dict[str, Any], future: bool) -> int:
+        if _has(name, "year"):
+            return int(self._bounded(schema, 1990, self.now.year, True))
+        if _is_date_field(name, schema) or _has(name, "timestamp", "epoch"):
+            moment = self._moment(name, future)
+            return int(self._bounded(schema, int(moment.timestamp()), int(moment.timestamp()), True))
+        if _has(name, "age"):
+            return int(self._bounded(schema, 18, 80, True))
+        if _has(name, "port"):
+            return int(self._bounded(schema, 1024, 65535, True))
+        if _has(name, "percent", "percentage", "pct", "progress"):
+            return int(self._bounded(schema, 0, 100, True))
+        if _has(name, "rating", "stars", "score", "priority", "level"):
+            return int(self._bounded(schema, 1, 5, True))
+        if _has(name, "ttl", "timeout", "duration", "interval", "seconds", "delay"):
+            return int(self._bounded(schema, 30, 86400, True))
+        if _has(name, "minutes"):
+            return int(self._bounded(schema, 5, 240, True))
+        if _has(name, "days"):
+            return int(self._bounded(schema, 1, 90, True))
+        if _has(name, "page_size", "per_page", "limit", "page", "max_results", "batch_size"):
+            return int(self._bounded(schema, 1 if name == "page" else 10, 10 if name == "page" else 100, True))
+        if _has(name, "size", "bytes", "length"):
+            return int(self._bounded(schema, 1024, 10_000_000, True))
+        if _has(name, "amount", "price", "cost", "total", "balance", "fee", "salary", "budget"):
+            return int(self._bounded(schema, 5, 2000, True))
+        if _has(name, "count", "quantity", "qty", "stock", "seats", "capacity", "number_of", "num", "retries"):
+            return int(self._bounded(schema, 0, 50, True))
+        return int(self._bounded(schema, 1, 500, True))
+
+    def _number(self, name: str, schema: dict[str, Any]) -> float:
+        if _is_date_field(name, schema) or _has(name, "timestamp", "epoch"):
+            stamp = float(int(self._moment(name, False).timestamp()))
+            return float(self._bounded(schema, stamp, stamp, False))
+        if _has(name, "latitude", "lat"):
+            return float(self._bounded(schema, -60, 70, False))
+        if _has(name, "longitude", "lon", "lng", "long"):
+            return float(self._bounded(schema, -170, 170, False))
+        if _has(name, "rating", "score", "stars"):
+            return float(self._bounded(schema, 1, 5, False))
+        if _has(name, "percent", "percentage", "pct"):
+            return float(self._bounded(schema, 0, 100, False))
+        if _has(name, "rate", "ratio", "probability", "share"):
+            return float(self._bounded(schema, 0, 1, False))
+        if _has(name, "weight", "kg"):
+            return float(self._bounded(schema, 0.1, 40, False))
+        if _has(name, "amount", "price", "cost", "total", "subtotal", "balance", "fee", "salary", "budget",
+                "revenue", "tax", "discount", "value"):
+            # prices cluster at small amounts: a log-uniform draw between 1 and 2,000
+            return float(self._bounded(schema, 1, 2000, False)) if "maximum" in schema or "minimum" in schema \
+                else round(10 ** self.rng.uniform(0, 3.3), 2)
+        return float(self._bounded(schema, 1.0, 1000.0, False))
+
+    # -- dates ---------------------------------------------------------------------------------------
+    def _moment(self, name: str, future: bool) -> dt.datetime:
+        if future and _future_field(name):
+            return self.now + dt.timedelta(minutes=self.rng.randint(60, FUTURE_DAYS * 24 * 60))
+        moment = self.now - dt.timedelta(minutes=self.rng.randint(0, HISTORY_DAYS * 24 * 60))
+        return moment.replace(second=0, microsecond=0)
+
+    def datetime_str(self, field_name: str = "created_at", future: bool = False) -> str:
+        """An RFC 3339 UTC date-time (``2025-03-04T09:15:00Z``) at or before the clock (see ``future``)."""
+        moment = self._moment(_snake(field_name), future)
+        return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def date_str(self, field_name: str = "date", future: bool = False) -> str:
+        """An ISO date at or before the clock's date (see ``future``)."""
+        return self._moment(_snake(field_name), future).date().isoformat()
+
+    # -- strings -------------------------------------------------------------------------------------
+    def _arn(self, n: str, table: str) -> str:
+        """An AWS ARN (``arn:partition:service:region:account:resource``) of the kind the name says."""
+        f, rng = self.faker, self.rng
+        account = rng.randint(10**11, 10**12 - 1)
+        if _has(n, "role"):
+            return f"arn:aws:iam::{account}:role/{rng.choice(_TEAMS).replace(' ', '')}Role"
+        if _has(n, "kms", "key"):
+            return f"arn:aws:kms:{rng.choice(_AWS_REGIONS)}:{account}:key/{f.uuid4()}"
+        service = re.sub(r"[^a-z0-9-]", "", table.split("_")[0]) or "service"
+        return f"arn:aws:{service}:{rng.choice(_AWS_REGIONS)}:{account}:{table.rstrip('s') or 'resource'}/{f.slug()}"
+
+    def _fill(self, template: str, table: str) -> str:
+        f = self.faker
+        singular = (table.removesuffix("s")).replace("_", " ") or "record"
+        team = self.rng.choice(_TEAMS)
+        return template.format(
+            phrase=f.catch_phrase(), team=team, Team=team, singular=singular, bs=f.bs(), company=f.company(),
+            first=f.first_name(), last=f.last_name(), city=real_city(self.rng), day=self.rng.choice(_DAYS),
+            month=self.now.strftime("%B"), email=f.email())
+
+    def _status(self, name: str, table: str, desc: str) -> str:
+        context = f"_{name}_{table}_" + "_".join(desc.split()[:12])
+        for words, statuses in _STATUSES:
+            if any(f"_{w}" in context for w in words):
+                return self.rng.choice(statuses)
+        return self.rng.choice(_DEFAULT_STATUSES)
+
+    def _string(self, n: str, fmt: str | None, table: str, desc: str, future: bool) -> str:
+        f, rng = self.faker, self.rng
         if fmt == "date-time":
-            return self.datetime_str()
+            return self.datetime_str(n, future)
         if fmt == "date":
-            return (BASE_DATE + dt.timedelta(days=self.rng.randint(0, 540))).isoformat()
+            return self.date_str(n, future)
+        if _is_date_field(n, {}) and not n.endswith(("year", "month")):
+            return self.datetime_str(n, future)
+        if _has(n, "year"):
+            return str(self.rng.randint(2020, self.now.year + (4 if future or _future_field(n) else 0)))
         if fmt == "email" or "email" in n:
             return f.email()
-        if fmt == "uri" or any(k in n for k in ("url", "website", "link", "href", "uri")):
-            return f.url()
         if fmt == "uuid":
             return str(f.uuid4())
-        if "phone" in n or "mobile" in n or n in ("to", "from"):
-            return f.numerify("+1##########")
+        if fmt == "uri" or _has(n, "url", "uri", "website", "homepage", "link", "href", "callback", "webhook"):
+            if _has(n, "image", "avatar", "photo", "picture", "logo", "icon", "thumbnail"):
+                return f"https://{f.domain_name()}/images/{f.slug()}.png"
+            return f.url() + (f.uri_path() if rng.random() < 0.5 else "")
+        if _has(n, "base64"):
+            import base64
+
+            return base64.b64encode(self._fill(rng.choice(_MESSAGES), table).encode()).decode()
+        if _has(n, "birthday", "birth_date", "dob", "date_of_birth", "birthdate"):
+            return (self.now.date() - dt.timedelta(days=rng.randint(18 * 365, 80 * 365))).isoformat()
+        if n.endswith(("_ms", "_millis", "_milliseconds")):
+            return str(rng.randint(1, 90) * 86_400_000)
+        if n.endswith(("_seconds", "_secs")):
+            return str(rng.randint(1, 48) * 1800)
+        # The last word of a name says what it holds: a ``plan_description`` is text, not a plan.
+        if n.endswith(("_description", "_desc", "_details", "_summary")) or n in ("description", "desc"):
+            return self._fill(rng.choice(_DESCRIPTIONS), table)
+        if n.endswith(("_message", "_body", "_text", "_content")):
+            return self._fill(rng.choice(_MESSAGES), table)
+        if n.endswith(("_comment", "_comments", "_note", "_notes", "_reason", "_remarks")):
+            return self._fill(rng.choice(_NOTES), table)
+        if _has(n, "month"):
+            return f"{rng.randint(1, 12):02d}"
+        if _has(n, "arn"):
+            return self._arn(n, table)
+        if _has(n, "cidr", "cidr_block", "ip_cidr_range", "subnet", "ip_range"):
+            return f.ipv4(network=True, private=True)
+        if _has(n, "ip", "ip_address", "ipv4", "remote_ip", "client_ip", "ip_addr"):
+            return f.ipv4_public()
+        if _has(n, "logo", "avatar", "image", "icon", "photo", "picture", "thumbnail") and not _has(n, "id", "name"):
+            return f"https://{f.domain_name()}/images/{f.slug()}.png"
+        if n.endswith("date_format") or n == "date_format":
+            return rng.choice(("YYYY-MM-DD", "DD/MM/YYYY", "MM/DD/YYYY", "DD.MM.YYYY"))
+        if n.endswith(("decimal_separator", "thousands_separator")):
+            return rng.choice((".", ",")) if "decimal" in n else rng.choice((",", ".", " "))
+        if n.endswith(("_type", "_kind", "_mode")) and not _has(n, "content_type", "media_type", "mime_type"):
+            return rng.choice(_TYPES)
+        if n.endswith("_state") and _has(n, "address", "shipping", "billing", "mailing", "home", "us"):
+            return f.state_abbr()
+        if n.endswith(("_status", "_state")) or n in ("status", "state_value", "status_value"):
+            return self._status(n, table, desc)
+        if _has(n, "timezone", "time_zone", "tz", "tz_name") or n.endswith(("timezone", "time_zone")):
+            return rng.choice(_time_zones())
+        if _has(n, "locale"):
+            return rng.choice(_LOCALES)
+        if _has(n, "phone", "mobile", "telephone", "fax", "cell", "msisdn") or n in ("to", "from"):
+            return f"+1{rng.randint(201, 989)}{rng.randint(200, 999)}{rng.randint(0, 9999):04d}"
         if n in ("first_name", "given_name", "firstname"):
             return f.first_name()
         if n in ("last_name", "surname", "family_name", "lastname"):
             return f.last_name()
-        if "currency" in n:
-            return f.currency_code()
-        if "country" in n:
-            return f.country_code()
-        if "city" in n:
-            return f.city()
-        if "address" in n or "street" in n:
-            return f.street_address()
-        if "zip" in n or "postal" in n or "postcode" in n:
+        if _has(n, "currency"):
+            return rng.choice(_COMMON_CURRENCIES)
+        if _has(n, "city", "town", "locality"):
+            return real_city(rng)
+        if _has(n, "zip", "postal", "postcode", "zipcode", "postal_code"):
             return f.postcode()
-        if "language" in n or "locale" in n:
+        if _has(n, "province", "county") or n == "state" and _has(table, "address", "addresses", "location",
+                                                                    "locations"):
+            return f.state()
+        if _has(n, "address", "street", "line1", "address_line1", "address1"):
+            return f.street_address()
+        if _has(n, "region") and not _has(n, "name"):
+            return rng.choice(_AWS_REGIONS if "aws" in n or "aws" in desc or "amazon" in desc else _REGIONS)
+        if _has(n, "language", "lang"):
             return f.language_code()
-        if "color" in n or "colour" in n:
-            return f.color_name()
+        if _has(n, "ip", "ip_address", "ipv4", "remote_ip", "client_ip", "ip_addr"):
+            return f.ipv4_public()
+        if _has(n, "ipv6"):
+            return f.ipv6()
+        if _has(n, "fqdn", "hostname", "host", "domain", "domain_name", "host_name"):
+            return f.hostname() if _has(n, "host", "hostname", "fqdn", "host_name") else f.domain_name()
+        if _has(n, "password"):
+            return f.password(length=14)
+        if _has(n, "token", "secret", "api_key", "key", "hash", "checksum", "signature", "fingerprint", "nonce"):
+            return f.sha1()[:32] if not _has(n, "signature", "hash", "checksum", "fingerprint") else f.sha256()
+        if n == "sid" or n.endswith("_sid"):
+            return (n[:2].upper() if n != "sid" else "SID")[:2] + f.md5()
+        if _has(n, "version", "revision", "release"):
+            return f"{rng.randint(1, 5)}.{rng.randint(0, 20)}.{rng.randint(0, 9)}"
+        if _has(n, "ttl", "duration", "timeout", "interval", "period"):
+            return rng.choice(("PT30M", "PT1H", "PT15M", "P1D", "P7D", "PT2H", "3600", "86400"))
+        if _has(n, "status", "state", "stage", "phase", "lifecycle_state"):
+            return self._status(n, table, desc)
+        if _has(n, "priority", "severity", "urgency"):
+            return rng.choice(_PRIORITIES)
+        if _has(n, "role"):
+            return rng.choice(_ROLES)
+        if _has(n, "plan", "tier", "edition"):
+            return rng.choice(_TIERS)
+        if _has(n, "channel") and not _has(n, "id", "name"):
+            if any(w in f"{table} {desc}" for w in ("slack", "chat", "discord", "teams")):
+                return "#" + rng.choice(_TEAMS).lower().replace(" ", "-")
+            return rng.choice(_CHANNELS)
+        if _has(n, "gender", "sex"):
+            return rng.choice(_GENDERS)
+        if _has(n, "unit", "uom"):
+            return rng.choice(_UNITS)
+        if _has(n, "mime", "content_type", "media_type", "mimetype"):
+            return rng.choice(_MIME)
+        if _has(n, "color", "colour"):
+            return f.hex_color() if rng.random() < 0.5 else f.safe_color_name()
+        if _has(n, "iban"):
+            return f.iban()
+        if _has(n, "bic", "swift", "swift_code"):
+            return f.swift()
+        if _has(n, "account_number", "routing_number", "nsc", "sort_code"):
+            return f.numerify("#" * (10 if "account" in n else 6 if _has(n, "nsc", "sort_code") else 9))
+        if _has(n, "amount", "price", "cost", "total", "subtotal", "balance", "fee", "salary", "budget",
+                "revenue"):
+            return f"{round(10 ** rng.uniform(0, 3.3), 2):.2f}"
+        if _has(n, "sku"):
+            return f"SKU-{rng.randint(10000, 99999)}"
+        if _has(n, "serial", "serial_number"):
+            return f.bothify("SN-####-????").upper()
+        if _has(n, "invoice_number", "order_number", "reference", "ref", "my_ref", "number", "code",
+                "confirmation"):
+            prefix = {"invoice": "INV", "order": "ORD"}.get(n.split("_")[0], "REF")
+            return f"{prefix}-{self.now.year}-{rng.randint(1, 9999):04d}"
+        if _has(n, "model"):
+            return f"{f.bothify('??').upper()}-{rng.randint(100, 9900)}"
+        if _has(n, "vendor", "manufacturer", "brand", "company", "organization", "organisation", "employer",
+                "org", "publisher", "provider", "carrier", "supplier"):
+            return f.company()
+        if _has(n, "job", "job_title", "occupation", "position"):
+            return f.job()
+        if _has(n, "file", "filename", "file_name", "attachment"):
+            return f.file_name()
+        if _has(n, "path"):
+            return f.file_path(depth=2)
+        if _has(n, "tag", "tags", "slug", "keyword", "label_key", "category") and not _has(n, "name"):
+            return f.slug() if _has(n, "slug") else rng.choice(_TEAMS).lower().replace(" ", "-")
+        if _has(n, "type", "kind", "class", "mode"):
+            return rng.choice(_TYPES)
         if n.endswith("_id") or n == "id":
-            return f"{n[:-3] or 'ref'}_{self.rng.randint(1, 99999):05d}"
-        if "name" in n or n in ("username", "login", "handle"):
-            if any(t in table for t in _PERSON_TABLES) or "user" in n:
-                return f.name() if "user" not in n else f.user_name()
-            return f.company() if self.rng.random() < 0.5 else f.catch_phrase()
-        if n in ("title", "subject", "summary", "headline", "label"):
-            return f.catch_phrase()
-        if any(k in n for k in ("description", "note", "body", "text", "message", "content", "comment")):
-            return f.sentence(nb_words=10)
-        if "time" in n or "date" in n or n.endswith("_at"):
-            return self.datetime_str()
-        return f.word() + "-" + f.word()
+            return f"{n[:-3] or 'ref'}_{rng.randint(1, 99999):05d}"
+        if _has(n, "username", "login", "handle", "user_name", "screen_name", "nickname", "user"):
+            return f.user_name()
+        if _has(n, "display_name", "full_name", "contact_name", "owner", "assignee", "author", "created_by",
+                "updated_by", "reviewer", "manager", "holder", "recipient", "sender", "customer_name",
+                "account_holder_name", "holder_name", "owner_name", "person", "author_name"):
+            return f.name()
+        if "name" in n:
+            if any(t in table for t in _PERSON_TABLES):
+                return f.name()
+            if any(t in table for t in ("product", "item", "catalog", "sku", "good", "article")):
+                return f"{rng.choice(_PRODUCT_ADJ)} {rng.choice(_PRODUCT_NOUN)}"
+            if any(t in table for t in ("compan", "organi", "vendor", "supplier", "merchant", "tenant",
+                                        "partner", "client", "brand")):
+                return f.company()
+            singular = (table.removesuffix("s")).replace("_", " ") or "record"
+            return f"{rng.choice(_TEAMS)} {singular.title() if len(singular) > 3 else singular.upper()}"
+        if _has(n, "title", "subject", "headline", "label", "summary", "caption"):
+            if any(t in table for t in ("book", "article", "post", "page", "document", "story")):
+                return f.catch_phrase().title()
+            return f"{rng.choice(_TASK_VERB)} {rng.choice(_TASK_OBJECT)}"
+        if _has(n, "message", "body", "text", "content", "sms", "chat"):
+            return self._fill(rng.choice(_MESSAGES), table)
+        if _has(n, "note", "notes", "comment", "comments", "remarks", "memo", "reason", "instructions"):
+            return self._fill(rng.choice(_NOTES), table)
+        if _has(n, "description", "bio", "about", "details", "overview", "desc"):
+            return self._fill(rng.choice(_DESCRIPTIONS), table)
+        if _is_date_field(n, {}) or _has(n, "time", "datetime", "timestamp", "created", "updated", "modified"):
+            return self.datetime_str(n, future)
+        if "date" in desc or "timestamp" in desc:
+            return self.datetime_str(n, future)
+        if "url" in desc or "link" in desc:
+            return f.url()
+        if "e-mail" in desc or "email" in desc:
+            return f.email()
+        # No meaning known: one real word, as a short label (never two random words glued together).
+        return f.word()
 
-    def datetime_str(self) -> str:
-        moment = dt.datetime(2025, 1, 1, 8, 0) + dt.timedelta(minutes=self.rng.randint(0, 540 * 24 * 60))
-        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+def _is_date_field(name: str, schema: dict[str, Any]) -> bool:
+    """True for a field that holds a moment: a date format, or a name such as ``created_at``,
+    ``creation_time``, ``due_date``, ``expires``, ``last_modified``."""
+    if schema.get("format") in ("date", "date-time"):
+        return True
+    return bool(re.search(r"(_at|_on|_date|_time|_timestamp|_datetime)$|(^|_)(date|datetime|timestamp|created|updated|"
+                          r"modified|expires|expiry|expiration|deadline)$|(^|_)date(_|$)", name)) \
+        and not name.endswith(("_zone", "_format", "_type", "_by", "_in", "_days", "_seconds"))
+
+
+_PLACEHOLDERS = {"string", "str", "text", "example", "value", "null", "none", "test", "foo", "bar", "0", "",
+                 "astringvalue", "stringvalue", "sample", "lorem", "loremipsum", "todo", "tbd", "xxx"}
+
+
+def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
+    """An example from the spec that is a real value of this field: within bounds, not a placeholder
+    (``"string"``, or the field's own name: ``"Description"``, ``"A description"``, ``"myAccessToken"``)."""
+    typ = schema.get("type")
+    if typ == "string":
+        if not isinstance(value, str) or "{" in value or len(value) > schema.get("maxLength", 200):
+            return False
+        flat, field = re.sub(r"[^a-z0-9]", "", value.lower()), re.sub(r"[^a-z0-9]", "", name.lower())
+        # the field's own name, bare or with a word in front: "Description", "A description", "project description"
+        echoes = bool(field) and flat.endswith(field) and len(flat) <= len(field) + 8
+        return flat not in _PLACEHOLDERS and not echoes
+    if typ in ("integer", "number"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (typ == "number" or
+                                                                                   isinstance(value, int))
+        return ok and schema.get("minimum", value) <= value <= schema.get("maximum", value)
+    return False
 
 
 def boundary_value(field_name: str, schema: dict[str, Any]) -> Any:

@@ -191,7 +191,22 @@ def _scalar_field_schema(prop: dict[str, Any]) -> dict[str, Any] | None:
             del out["enum"]
     if out.get("format") and out.get("maxLength", 10**9) < MIN_FORMAT_LENGTH[out["format"]]:
         del out["format"]  # no value of this format fits the length limit
+    examples = _spec_examples(prop, out)
+    if examples and "enum" not in out:
+        out["examples"] = examples  # what the API's authors say a value looks like: the value generator's first choice
     return out
+
+
+def _spec_examples(prop: dict[str, Any], schema: dict[str, Any]) -> list[Any]:
+    """Up to 5 values from ``example``, ``examples`` (a list) and ``default`` that are of the schema's type,
+    within its bounds and short (strings of at most 120 characters)."""
+    raw = ([prop["example"]] if "example" in prop else []) + \
+        (list(prop["examples"]) if isinstance(prop.get("examples"), list) else []) + \
+        ([prop["default"]] if "default" in prop else [])
+    typ = schema["type"]
+    kept = [v for v in raw if isinstance(v, (str, int, float)) and matches_json_type(v, typ) and _within(v, schema)
+            and (not isinstance(v, str) or 0 < len(v.strip()) <= 120) and v == v]
+    return list(dict.fromkeys(kept))[:5]
 
 
 def _within(value: Any, schema: dict[str, Any]) -> bool:

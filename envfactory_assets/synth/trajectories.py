@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.config_checks import number_types, whole_number
-from envfactory_assets.envgen.values import ValueFactory
+from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
@@ -161,7 +161,9 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
             if rows:
                 args[name], prov[name] = rng.choice(rows)[name], {"source": "user"}
             continue
-        args[name], prov[name] = values.value(name, schema, tool["table"]), {"source": "user"}
+        # A user sets values by what the field is (its description travels in the schema); dates a user
+        # sets ahead (a due date, an expiry) may lie after the clock, other dates lie before it.
+        args[name], prov[name] = values.value(name, schema, tool["table"], future=True), {"source": "user"}
     if tool["kind"] == "update" and key in args:
         _make_update_change_something(tool, key, args, prov, saved, index, values)
     return args, prov
@@ -177,7 +179,7 @@ def _make_update_change_something(tool: dict[str, Any], key: str, args: dict[str
     editable = [p for p in tool["input_schema"]["properties"] if p != key and p not in meta["foreign_keys"]]
     for name in editable:
         for _ in range(10):
-            value = values.value(name, tool["input_schema"]["properties"][name], tool["table"])
+            value = values.value(name, tool["input_schema"]["properties"][name], tool["table"], future=True)
             if value != row.get(name):
                 args[name], prov[name] = value, {"source": "user"}
                 return
@@ -200,10 +202,11 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
     """
     config = config or SynthConfig()
     rng = random.Random(chain.seed)
-    values = ValueFactory(chain.seed % (2**31))
     index = ToolIndex({e: environments[e] for e in chain.servers})
     initial = {e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
                for e in chain.servers}
+    # The user's values are relative to the episode's clock (the first environment's ``meta.now``).
+    values = ValueFactory(chain.seed % (2**31), now=initial[chain.servers[0]]["meta"].get("now", DEFAULT_NOW))
     result: dict[str, Any] = {"env_ids": list(chain.servers), "status": "failed", "reasons": [], "turns": [],
                               "initial_state": initial, "initial_state_hash": state_hash(initial)}
     clashes = tool_name_collisions([environments[e] for e in chain.servers])

@@ -10,7 +10,8 @@ from envfactory_assets.defs.common import checked, data_version, partition_scope
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
-from envfactory_assets.envgen.stage import environment_row, verify_all
+from envfactory_assets.envgen.stage import as_environment, environment_row, verify_all
+from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
@@ -75,6 +76,8 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
         "tools": sum(r["n_tools"] for r in built),
         "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
         "builder": model_backend.backend,
+        # seeded values judged by the field-semantic check (a zone is a zone, a status a status word)
+        "value_semantics": value_figures(as_environment(r) for r in built),
         "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
         "partitions": len(keys), "missing_sources": sorted(set(keys) - {r["resource_key"] for r in chosen})[:20],
     }, data_version=data_version(rows))
