@@ -132,9 +132,28 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
         "grpo_steps_with_signal": g.get("steps_with_signal"),
         "grpo_screened_candidates_with_signal": (g.get("screening") or {}).get("with_signal"),
         "grpo_valid_tool_call_share_after": (g.get("valid_tool_calls_after") or {}).get("share"),
+        "empty_argument_share": {"sft": m["valid_tool_calls_after"].get("empty_argument_share"),
+                                 "grpo": (g.get("valid_tool_calls_after") or {}).get("empty_argument_share")},
+        "unwanted_call_share": {"sft": m["valid_tool_calls_after"].get("unwanted_call_share"),
+                                "grpo": (g.get("valid_tool_calls_after") or {}).get("unwanted_call_share")},
         "checkpoint_id": row["id"], "path": row["path"], "train_loss": m.get("train_loss"),
         "steps": m.get("steps"), "seconds": m.get("seconds"), "training_rows": len(row["sft_dataset_ids"]),
         "valid_tool_call_share_before": m["valid_tool_calls_before"].get("share"),
         "valid_tool_call_share_after": m["valid_tool_calls_after"].get("share"),
         "base_model_hash": row["base_model_hash"],
     }, data_version=dg.DataVersion(rows[-1]["id"]))
+
+
+@dg.asset_check(asset=checkpoints, blocking=True)
+def grpo_did_not_collapse(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking: on the held-out prompts (greedy), the GRPO checkpoint's share of calls with empty or default
+    arguments where the gold call has arguments that matter, and its share of turns with a call where none is
+    wanted, each rise at most 10 points over its SFT parent (``training/evaluate.py``, ``collapse_report``).
+    A reward that pays a call with empty arguments made GRPO do exactly that on every external task."""
+    from envfactory_assets.training.evaluate import collapse_report
+
+    report = collapse_report(envfactory.store().read("checkpoints"))
+    return dg.AssetCheckResult(passed=report["passed"], metadata={
+        "problems": dg.MetadataValue.json(report["problems"][:10]),
+        "shares": dg.MetadataValue.json(report["shares"]),
+        "not_measured": dg.MetadataValue.json(report["not_measured"])})
