@@ -35,7 +35,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as out:
             m = train_sft(examples, base, Path(out), dataclasses.replace(spec, padding_free=padding_free))
         report["padding_free" if padding_free else "padded"] = {
-            k: m[k] for k in ("step_seconds", "seconds_per_step", "loss_history", "train_tokens", "threads")}
+            k: m.get(k) for k in ("step_seconds", "seconds_per_step", "cpu_seconds", "loss_history", "train_tokens", "threads")}
     print(json.dumps(report, indent=1))
 
 

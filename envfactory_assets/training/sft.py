@@ -214,8 +214,9 @@ def train_sft(
     Returns:
         ``{"train_loss": float (mean token NLL over the run, nats), "final_loss": float (last logged step),
         "loss_history": [float per step], "steps": int, "seconds": float (wall time of ``train()``),
-        "seconds_per_step": float, "step_seconds": [float per optimizer step; the first ones include
-        warm-up], "threads": int, "examples": int (rows), "train_tokens": int (templated tokens in the
+        "seconds_per_step": float, "cpu_seconds": float (process CPU time of ``train()``, all threads: the
+        figure that survives a shared machine), "step_seconds": [float per optimizer step; the first ones
+        include warm-up], "threads": int, "examples": int (rows), "train_tokens": int (templated tokens in the
         prepared dataset), "loss_tokens": int (tokens carrying loss)}``.
 
     Raises:
@@ -256,9 +257,9 @@ def train_sft(
     loss_tokens = sum(sum(label != -100 for label in labels) for labels in prepared["labels"])
 
     with governor:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         output = trainer.train()
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
     trainer.save_model(str(out_dir))
@@ -270,6 +271,7 @@ def train_sft(
         "steps": int(output.global_step),
         "seconds": round(seconds, 3),
         "seconds_per_step": round(seconds / max(1, output.global_step), 3),
+        "cpu_seconds": round(cpu_seconds, 3),
         "step_seconds": timer.seconds,
         "threads": governor.history[0],
         **governor.summary(),

@@ -16,13 +16,15 @@ class CheckpointConfig(dg.Config):
     """SFT then GRPO settings. Defaults are a CPU-sized run; the paper trains SFT with lr 1e-6 for one epoch,
     then GRPO with 8 rollouts per prompt, temperature 0.7 and KL coefficient 0.001, on a GPU.
 
-    ``loss_on``: ``last_turn`` (default, as in the paper) or ``all_assistant``.
+    ``loss_on``: ``last_turn`` (default, as in the paper) or ``all_assistant``. ``padding_free`` (default true)
+    concatenates a step's conversations instead of padding them (same loss, fewer tokens).
     ``max_tools_per_example`` keeps the tools each example calls plus distractors up to that many (the tool
     block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
     ``grpo_max_tools`` is the same cut for the GRPO prompts (CPU cost grows with the rollouts' token count).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
     :class:`~envfactory_assets.training.grpo.GRPOConfigSpec`; ``grpo_n_prompts`` RL rows (train split, first
-    turns, fewest gold calls first) are the GRPO prompts; with ``grpo_screen_factor`` > 1, that many times as
+    turns whose gold arguments the query gives, fewest gold calls first; ``stage.grpo_tasks``) are the GRPO
+    prompts; with ``grpo_screen_factor`` > 1, that many times as
     many candidates are screened first and those whose rollouts earn different rewards are preferred (DAPO's
     dynamic sampling; ``training/screening.py``).
     """
@@ -34,6 +36,7 @@ class CheckpointConfig(dg.Config):
     max_length: int = SFTConfigSpec.max_length
     loss_on: str = SFTConfigSpec.loss_on
     seed: int = SFTConfigSpec.seed
+    padding_free: bool = SFTConfigSpec.padding_free
     max_train_rows: int = 64
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
@@ -54,7 +57,8 @@ class CheckpointConfig(dg.Config):
         """The SFT settings as a :class:`SFTConfigSpec` (raises ValueError if out of range)."""
         return SFTConfigSpec(max_steps=self.max_steps, learning_rate=self.learning_rate,
                              per_device_train_batch_size=self.per_device_train_batch_size,
-                             max_length=self.max_length, loss_on=self.loss_on, seed=self.seed)
+                             max_length=self.max_length, loss_on=self.loss_on, seed=self.seed,
+                             padding_free=self.padding_free)
 
     def validate(self) -> tuple[SFTConfigSpec, GRPOConfigSpec | None]:
         """Every setting checked before anything is read or trained: ``(SFT spec, GRPO spec or None when
