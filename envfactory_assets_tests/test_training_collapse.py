@@ -102,3 +102,30 @@ def test_the_blocking_check_reads_the_stored_checkpoint_rows(tmp_path, grpo_shar
     result = grpo_did_not_collapse(envfactory=EnvFactoryHome(home=str(tmp_path)))
     assert result.passed is passed
     assert bool(result.metadata["problems"].value) is not passed
+
+
+class _CharTokenizer:
+    """One token per character: the profile's arithmetic does not depend on the tokenizer."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": list(text)}
+
+
+def test_sft_token_profile_splits_tool_block_loss_turn_and_padding():
+    from envfactory_assets.tooluse.chat_template import render_chat
+    from envfactory_assets.training.profiling import sft_token_profile
+
+    def example(words: int) -> dict:
+        return {"tools": TOOLS, "messages": [{"role": "user", "content": "w" * words},
+                                             {"role": "assistant", "content": "ok"}]}
+
+    examples = [example(10), example(10), example(500), example(500)]
+    profile = sft_token_profile(examples, _CharTokenizer(), batch_size=2)
+    lengths = [len(render_chat(e["messages"], e["tools"])) for e in examples]
+    assert profile["tokens_max"] == max(lengths) and profile["examples"] == 4
+    assert profile["tool_block_share"] == pytest.approx(4 * len(render_chat([], TOOLS)) / sum(lengths), abs=1e-3)
+    assert profile["padding_share_sorted"] == 0.0  # equal lengths pair up
+    assert profile["padding_share_random"] > 0.1  # a short and a long conversation often share a batch
+    assert profile["last_turn_share"] < 0.05  # only "ok<|im_end|>" and its header carry loss
+    with pytest.raises(ValueError):
+        sft_token_profile([], _CharTokenizer())

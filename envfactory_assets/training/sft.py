@@ -56,7 +56,7 @@ class SFTConfigSpec:
             longest (TRL's ``padding_free``; transformers 5 builds the block-diagonal causal mask from the
             restarting ``position_ids`` for SDPA and eager attention, so no token sees another conversation;
             ``test_training_sft.py`` checks the loss equals the padded one). Default True: on the default store
-            random pairs of the 64 training conversations are 12% padding (``docs/training.md``).
+            random pairs of the 64 training conversations are 12% padding (README, "Training").
     """
 
     max_steps: int = 24
