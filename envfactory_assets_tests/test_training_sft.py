@@ -163,13 +163,12 @@ def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(tmp_path):
     from pathlib import Path
 
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
     from envfactory_assets.training import SFTConfigSpec, build_sft_dataset, prepare_tokenizer, resolve_base_model
-    from envfactory_assets.training.sft import _trl_config, _truncated
+    from envfactory_assets.training.sft import _trl_config
 
     shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
     base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
@@ -188,6 +187,16 @@ def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(tmp_path):
             losses[padding_free] = model(**batch).loss.item()
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)
 
-    cut = _truncated(Dataset.from_list(examples + [{"input_ids": [1] * 9, "labels": [-100] * 5 + [1] * 4}]), 6)
-    assert max(len(ids) for ids in cut["input_ids"]) == 6
-    assert len(cut) == 2  # the third example's loss tokens all fell past the cut
+
+def test_padding_free_examples_are_cut_to_max_length_and_dropped_when_no_loss_token_is_left():
+    """TRL skips its own truncation when padding-free, so ``train_sft`` does it."""
+    from datasets import Dataset
+
+    from envfactory_assets.training.sft import _truncated
+
+    rows = [{"input_ids": list(range(9)), "labels": [-100] * 5 + [1] * 4},
+            {"input_ids": list(range(9)), "labels": [-100] * 7 + [1] * 2},
+            {"input_ids": [3, 4], "labels": [-100, 4]}]
+    cut = _truncated(Dataset.from_list(rows), 6)
+    assert cut["input_ids"] == [list(range(6)), [3, 4]]  # the second's loss tokens all fell past the cut
+    assert cut["labels"] == [[-100] * 5 + [1], [-100, 4]]
