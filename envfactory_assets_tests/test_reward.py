@@ -203,7 +203,7 @@ def test_where_no_call_is_wanted_any_call_fails_the_trace():
     called = guarded([], [{"name": "list_orders", "arguments": {}}])
     assert (called.trace, called.reward) == (0.0, 0.0)
     assert hybrid_reward([], [{"name": "list_orders", "arguments": {}}], STILL, STILL).reward == pytest.approx(0.95)
-    assert guarded([], [], n_malformed=2).reward == pytest.approx(0.9)
+    assert guarded([], [], n_malformed=2).reward == 0.0  # a block that did not parse is still a call
 
 
 def test_the_training_reward_of_a_real_rollout_zeroes_an_empty_delete(task, runner, bookshop):

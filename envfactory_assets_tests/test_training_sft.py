@@ -167,7 +167,12 @@ def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(tmp_path):
     from trl import SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from envfactory_assets.training import SFTConfigSpec, build_sft_dataset, prepare_tokenizer, resolve_base_model
+    from envfactory_assets.training import (
+        SFTConfigSpec,
+        build_sft_dataset,
+        prepare_tokenizer,
+        resolve_base_model,
+    )
     from envfactory_assets.training.sft import _trl_config
 
     shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"

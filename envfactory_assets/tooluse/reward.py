@@ -24,8 +24,9 @@ every external task):
 - on a turn that changes no state (gold final state equal to the initial one, every read), the state half
   is paid only with the trace: an untouched state proves nothing there, and paying it made doing nothing,
   or calling the wrong read, worth half of a right answer;
-- on a turn whose gold has no calls (where the right answer is to call nothing), any call fails the
-  trace (the paper's "every gold call matched" is vacuous there and would pay a call 0.95).
+- on a turn whose gold has no calls (where the right answer is to call nothing), any call or malformed
+  call block fails the trace (the paper's "every gold call matched" is vacuous there and would pay a call
+  0.95).
 
 :func:`hybrid_reward` stays the paper's formula, unchanged, for the evaluation and the exports.
 
@@ -246,7 +247,8 @@ def guarded_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Seq
     """
     paper = hybrid_reward(gold_calls, predicted_calls, final_state_hashes, gold_state_hashes,
                           masked_arguments=masked_arguments, n_malformed=n_malformed)
-    trace = paper.trace if gold_calls else float(not predicted_calls)
+    # where no call is wanted, a malformed call block is a call too
+    trace = paper.trace if gold_calls else float(not predicted_calls and not n_malformed)
     changes_state = any(initial_state_hashes.get(e) != h for e, h in gold_state_hashes.items())
     state = paper.state if changes_state else paper.state * trace
     reward = max(0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - paper.length_penalty - paper.format_penalty)

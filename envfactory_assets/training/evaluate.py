@@ -93,8 +93,10 @@ def collapse_problems(sft: dict[str, Any] | None, grpo: dict[str, Any] | None,
     grpo = grpo or {}
     sft = sft or {}
     problems = []
-    for key, what in (("empty_argument_share", "calls with empty or default arguments where the gold call "
-                       "has arguments that matter"), ("unwanted_call_share", "turns with a call where none is wanted")):
+    measures = (("empty_argument_share",
+                 "calls with empty or default arguments where the gold call has arguments that matter"),
+                ("unwanted_call_share", "turns with a call where none is wanted"))
+    for key, what in measures:
         if key not in grpo:
             raise ValueError(f"the GRPO checkpoint's metrics have no {key!r}: re-materialize checkpoints")
         before, after = sft.get(key) or 0.0, grpo[key] or 0.0
@@ -139,7 +141,8 @@ def tool_call_validity(
     batch_size: int = 8,
     num_threads: int | None = None,
 ) -> dict[str, Any]:
-    """Share of prompts whose greedy completion holds at least one tool call that parses and validates.
+    """Share of prompts whose greedy completion holds at least one tool call that parses and validates
+    (prompts whose ``gold_calls`` is empty, where no call is wanted, are left out of it).
 
     Args:
         model_dir: local HF model directory (base or SFT checkpoint); the tool template and a distinct pad
@@ -152,10 +155,11 @@ def tool_call_validity(
         num_threads: torch threads during generation; None = free cores (see ``threads.py``).
 
     Returns:
-        ``{"valid": int, "total": int, "share": valid/total, "samples": [first 3 raw outputs (str)],
-        "calls": int (parsed calls), "valid_calls": int, "format_errors": int, "seconds": float
-        (generation wall time), "threads": int}``. A prompt counts as valid when :func:`parse_tool_calls`
-        finds a call for which :func:`validate_call` reports no error.
+        ``{"valid": int, "total": int (prompts that want a call), "share": valid/total (None when 0),
+        "samples": [first 3 raw outputs (str)], "calls": int (parsed calls), "valid_calls": int,
+        "format_errors": int, "seconds": float (generation wall time), "threads": int}`` plus
+        :func:`argument_shares` of the same completions. A prompt counts as valid when
+        :func:`parse_tool_calls` finds a call for which :func:`validate_call` reports no error.
 
     Raises:
         ValueError: ``prompts`` is empty or ``batch_size`` < 1.
@@ -179,8 +183,11 @@ def tool_call_validity(
         texts = _generate(model, tokenizer, prompts, max_new_tokens, batch_size)
     seconds = time.perf_counter() - started
 
-    valid = calls = valid_calls = format_errors = 0
+    valid = calls = valid_calls = format_errors = total = 0
     for prompt, text in zip(prompts, texts, strict=True):
+        if prompt.get("gold_calls", True) == []:
+            continue  # a turn whose right answer is no call: argument_shares scores it, validity cannot
+        total += 1
         parsed = parse_tool_calls(text)
         tools = prompt.get("tools") or []
         good = sum(1 for call in parsed.calls if not validate_call(call, tools))
@@ -188,11 +195,10 @@ def tool_call_validity(
         calls += len(parsed.calls)
         valid_calls += good
         valid += good > 0
-    total = len(prompts)
     return {
         "valid": valid,
         "total": total,
-        "share": valid / total,
+        "share": valid / total if total else None,
         "samples": texts[:SAMPLES_KEPT],
         "calls": calls,
         "valid_calls": valid_calls,

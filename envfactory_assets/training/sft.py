@@ -185,10 +185,10 @@ def _step_timer() -> Any:
             self.seconds: list[float] = []
             self._start = 0.0
 
-        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+        def on_step_begin(self, args, state, control, **kwargs):
             self._start = time.perf_counter()
 
-        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+        def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(round(time.perf_counter() - self._start, 3))
 
     return StepTimer()

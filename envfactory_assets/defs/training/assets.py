@@ -3,8 +3,8 @@
 
 import dagster as dg
 
-from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.common import UpstreamGates, require_upstream_gates
+from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
