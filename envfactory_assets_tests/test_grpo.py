@@ -27,6 +27,7 @@ from envfactory_assets.training.grpo import (
     execute_tool_text,
     hybrid_reward_func,
 )
+from envfactory_assets.training.training_reward import training_reward
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_rollout_text_executes_in_its_own_episode_and_the_reward_function_return
     assert bad == 0 and all("unknown_tool" in text for _, text in results)
     rewards = hybrid_reward_func(prompts=[task["prompt"]] * 3, completions=[[]] * 3,
                                  task_environments=[good, noisy, hostile])
-    assert rewards == [rollout_reward(e).reward for e in (good, noisy, hostile)]
+    assert rewards == [training_reward(e).reward for e in (good, noisy, hostile)]
     assert rewards[0] == 1.0
     assert rewards[1] == pytest.approx(1.0 - 0.05 - 0.05)  # one extra call, one malformed block
     hostile_breakdown = rollout_reward(hostile)

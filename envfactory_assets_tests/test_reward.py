@@ -8,7 +8,15 @@ import pytest
 
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.tooluse.reward import hybrid_reward, match_calls, state_match
+from envfactory_assets.tooluse.reward import (
+    arguments_that_matter,
+    empty_argument_calls,
+    guarded_reward,
+    hybrid_reward,
+    is_empty_call,
+    match_calls,
+    state_match,
+)
 from envfactory_assets.tooluse.task_episode import TaskRunner
 
 GOLD = [
@@ -133,6 +141,90 @@ def test_wrong_and_malformed_calls_score_low(task, runner):
     episode.close()
     assert (r.n_malformed, r.trace, r.state, r.n_extra) == (3, 0.0, 0.0, 1)
     assert r.reward == 0.0
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_order", "parameters": {
+        "type": "object", "required": ["order_id"], "properties": {
+            "order_id": {"type": "string"}, "limit": {"type": "integer"}, "verbose": {"type": "boolean", "default": False}}}}},
+    {"type": "function", "function": {"name": "list_orders", "parameters": {
+        "type": "object", "properties": {"limit": {"type": "integer"}, "status": {"type": "string", "default": "open"}}}}},
+]
+STILL = {"shop": "aaa"}  # a read-only turn: the gold final state is the initial one
+
+
+def guarded(gold, predicted, final=STILL, initial=STILL, gold_state=STILL, n_malformed=0):
+    return guarded_reward(gold, predicted, final, gold_state, initial, TOOLS, masked_arguments=("limit",),
+                          n_malformed=n_malformed)
+
+
+def test_arguments_that_matter_are_required_unmasked_and_not_the_default():
+    assert arguments_that_matter({"name": "get_order", "arguments": {"order_id": "o1", "limit": 5}}, TOOLS,
+                                 ("limit",)) == {"order_id": "o1"}
+    assert arguments_that_matter({"name": "list_orders", "arguments": {"limit": 5}}, TOOLS, ("limit",)) == {}
+    assert is_empty_call({"name": "get_order", "arguments": {}}, TOOLS)
+    assert is_empty_call({"name": "get_order", "arguments": {"limit": 3, "verbose": False}}, TOOLS, ("limit",))
+    assert not is_empty_call({"name": "get_order", "arguments": {"verbose": True}}, TOOLS, ("limit",))
+    assert not is_empty_call({"name": "get_order", "arguments": {"order_id": "o9"}}, TOOLS)
+
+
+def test_a_call_with_empty_or_default_arguments_earns_nothing_where_the_arguments_matter():
+    gold = [{"name": "get_order", "arguments": {"order_id": "o1"}}]
+    for empty in ({}, {"limit": 20}, {"verbose": False}):
+        call = [{"name": "get_order", "arguments": empty}]
+        assert empty_argument_calls(gold, call, TOOLS, ("limit",)) == 1
+        assert guarded(gold, call).reward == 0.0
+        # the paper's formula paid the untouched state of a read: 0.5 minus one extra call
+        assert hybrid_reward(gold, call, STILL, STILL, masked_arguments=("limit",)).reward == pytest.approx(0.45)
+    assert guarded(gold, gold).reward == 1.0
+    # even next to the right call, an empty one zeroes the rollout
+    assert guarded(gold, gold + [{"name": "get_order", "arguments": {}}]).reward == 0.0
+    # a write turn: the empty call changed nothing, the state half is not paid either
+    assert guarded(gold, [{"name": "get_order", "arguments": {}}], gold_state={"shop": "bbb"}).reward == 0.0
+
+
+def test_on_a_read_the_state_half_needs_the_trace_and_argument_free_reads_still_pay_an_empty_call():
+    gold = [{"name": "get_order", "arguments": {"order_id": "o1"}}]
+    nothing = guarded(gold, [])
+    assert (nothing.trace, nothing.state, nothing.reward) == (0.0, 0.0, 0.0)
+    assert hybrid_reward(gold, [], STILL, STILL).reward == 0.5  # the paper pays doing nothing half
+    wrong = guarded(gold, [{"name": "get_order", "arguments": {"order_id": "o2"}}])
+    assert (wrong.state, wrong.reward) == (0.0, 0.0)
+    free = [{"name": "list_orders", "arguments": {"limit": 10}}]  # limit is masked: no argument matters
+    assert guarded(free, [{"name": "list_orders", "arguments": {}}]).reward == 1.0
+    # a write turn keeps the paper's state term: the right end state without the right trace is half
+    write = guarded(gold, [{"name": "list_orders", "arguments": {}}], final={"shop": "bbb"},
+                    gold_state={"shop": "bbb"})
+    assert (write.trace, write.state, write.reward) == (0.0, 1.0, pytest.approx(0.45))
+
+
+def test_where_no_call_is_wanted_any_call_fails_the_trace():
+    assert guarded([], []).reward == 1.0
+    called = guarded([], [{"name": "list_orders", "arguments": {}}])
+    assert (called.trace, called.reward) == (0.0, 0.0)
+    assert hybrid_reward([], [{"name": "list_orders", "arguments": {}}], STILL, STILL).reward == pytest.approx(0.95)
+    assert guarded([], [], n_malformed=2).reward == 0.0  # a block that did not parse is still a call
+
+
+def test_the_training_reward_of_a_real_rollout_zeroes_an_empty_delete(task, runner, bookshop):
+    from envfactory_assets.tooluse.task_environment import environment_class
+    from envfactory_assets.training.training_reward import training_reward
+
+    one = {**task, "gold_calls": task["gold_calls"][1:]}  # delete the book
+    episode = runner.episode(one)
+    episode.call("delete_book", one["gold_calls"][0]["arguments"])
+    one = {**one, "final_state": episode.final_states()}
+    episode.close()
+    cls = environment_class(one["tools"])
+    right, empty = cls(runner), cls(runner)
+    for env in (right, empty):
+        env.reset(**one)
+    right.delete_book(**one["gold_calls"][0]["arguments"])
+    empty._dispatch("delete_book", {})
+    assert training_reward(right).reward == 1.0
+    assert training_reward(empty).reward == 0.0 and empty._episode.calls == [{"name": "delete_book", "arguments": {}}]
+    for env in (right, empty):
+        env._close()
 
 
 def test_held_out_split_is_by_environment_stable_and_near_its_share():

@@ -153,3 +153,55 @@ def test_materialize_train_and_evaluate(tmp_path):
     assert model.config.model_type == "llama"
     result = tool_call_validity(tmp_path / "sft", [crm_prompt(100), crm_prompt(101)], max_new_tokens=48)
     assert result["total"] == 2 and 0 <= result["valid"] <= 2 and len(result["samples"]) == 2
+
+
+@pytest.mark.slow
+def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(tmp_path):
+    """Padding-free SFT concatenates a step's conversations into one row; transformers must keep each
+    conversation's attention to itself (block-diagonal mask from the restarting position ids) for the loss to
+    be the padded batch's. A cross-attending concatenation changes the second conversation's loss."""
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from envfactory_assets.training import (
+        SFTConfigSpec,
+        build_sft_dataset,
+        prepare_tokenizer,
+        resolve_base_model,
+    )
+    from envfactory_assets.training.sft import _trl_config
+
+    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
+    base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    prepare_tokenizer(tokenizer, model)
+    trainer = SFTTrainer(model=model, args=_trl_config(tmp_path / "o", SFTConfigSpec(padding_free=False)),
+                         train_dataset=build_sft_dataset([crm_row(0), crm_row(2)]), processing_class=tokenizer)
+    examples = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in trainer.train_dataset]
+    assert len({len(e["input_ids"]) for e in examples}) == 2  # different lengths: the padded batch pads
+    losses = {}
+    for padding_free in (False, True):
+        batch = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=padding_free)(examples)
+        assert ("attention_mask" in batch) is not padding_free
+        with torch.inference_mode():
+            losses[padding_free] = model(**batch).loss.item()
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4)
+
+
+def test_padding_free_examples_are_cut_to_max_length_and_dropped_when_no_loss_token_is_left():
+    """TRL skips its own truncation when padding-free, so ``train_sft`` does it."""
+    from datasets import Dataset
+
+    from envfactory_assets.training.sft import _truncated
+
+    rows = [{"input_ids": list(range(9)), "labels": [-100] * 5 + [1] * 4},
+            {"input_ids": list(range(9)), "labels": [-100] * 7 + [1] * 2},
+            {"input_ids": [3, 4], "labels": [-100, 4]}]
+    cut = _truncated(Dataset.from_list(rows), 6)
+    assert cut["input_ids"] == [list(range(6)), [3, 4]]  # the second's loss tokens all fell past the cut
+    assert cut["labels"] == [[-100] * 5 + [1], [-100, 4]]

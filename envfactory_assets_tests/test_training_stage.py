@@ -81,7 +81,8 @@ def test_grpo_tasks_are_train_split_first_turns_fewest_gold_calls_first_with_gol
             rl(4, "shop27", 0, ["t2"]), rl(5, "helpdesk", 1, ["t4"]), rl(6, "helpdesk", 0, []),
             rl(7, "helpdesk", 0, ["t5"], tools=[_tool("reset"), _tool("t5")])]
     tasks = grpo_tasks(rows, 10, max_tools=3)
-    assert [t["id"] for t in tasks] == ["rl_3", "rl_2", "rl_1"]  # held-out, later turns, no gold, reserved names out
+    # held-out, later turns and reserved names out; the no-call turn takes the 4th slot
+    assert [t["id"] for t in tasks] == ["rl_3", "rl_2", "rl_1", "rl_6"]
     assert all(len(t["tools"]) == 3 for t in tasks)
     assert {"t3", "t7"} <= {t["function"]["name"] for t in tasks[2]["tools"]}
     assert [t["id"] for t in grpo_tasks(rows, 1, max_tools=3)] == ["rl_3"]
@@ -122,3 +123,43 @@ def test_checkpoint_config_without_grpo_does_not_validate_a_grpo_spec():
     sft, grpo = CheckpointConfig(grpo_max_steps=0).validate()
     assert sft.max_steps == CheckpointConfig().max_steps and grpo is None
     assert CheckpointConfig().validate()[1].num_generations == CheckpointConfig().grpo_num_generations
+
+
+def _required_tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "required": ["item_id"],
+        "properties": {"item_id": {"type": "string"}, "limit": {"type": "integer"}}}}}
+
+
+def test_grpo_and_held_out_mixes_prefer_turns_whose_query_gives_the_arguments_that_matter():
+    """The cheapest-first pick was every time an argument-free read ("Show me the keys." -> ``get_keys()``),
+    where a call with ``{}`` is right: GRPO learned to call everything with empty arguments."""
+    from envfactory_assets.training.stage import grpo_tasks, task_kind
+
+    tools = [_required_tool("get_item"), _required_tool("delete_item"), _tool("list_items")]
+
+    def rl(i, query, gold, turn=0):
+        return {"id": f"rl_{i:02d}", "turn_index": turn, "env_ids": ["helpdesk"], "tools": tools,
+                "prompt": [{"role": "user", "content": query}], "masked_arguments": ["limit"],
+                "gold_calls": [{"name": n, "arguments": a} for n, a in gold]}
+
+    free = [rl(i, "Show me the items.", [("list_items", {"limit": 5})]) for i in range(6)]
+    grounded = [rl(10 + i, f"Delete item 'it_{i:03d}' please, it is old.", [("delete_item", {"item_id": f"it_{i:03d}"})])
+                for i in range(4)]
+    chained = rl(20, "Delete the newest item.", [("delete_item", {"item_id": "it_999"})])
+    nothing = rl(21, "What is the weather like today?", [])
+    rows = free + grounded + [chained, nothing]
+    assert [task_kind(r) for r in (free[0], grounded[0], chained, nothing)] == [
+        "argument_free", "grounded", "needs_results", "no_call"]
+    tasks = grpo_tasks(rows, 8)
+    assert [task_kind(t) for t in tasks] == ["grounded", "grounded", "grounded", "no_call", "grounded",
+                                             "needs_results", "argument_free", "argument_free"]
+    prompts = held_out_prompts(rows, 4)
+    assert [p["id"] for p in prompts] == ["rl_10", "rl_11", "rl_12", "rl_21"]
+    assert prompts[0]["gold_calls"] == grounded[0]["gold_calls"] and prompts[0]["masked_arguments"] == ["limit"]
+    # a gold answer too long for the completion budget comes after those that fit, even with fewer calls
+    long = rl(30, "Delete item '" + "x" * 300 + "'.", [("delete_item", {"item_id": "x" * 300})])
+    two = rl(31, "Get item 'a1' and delete item 'a2'.", [("get_item", {"item_id": "a1"}),
+                                                         ("delete_item", {"item_id": "a2"})])
+    assert [t["id"] for t in grpo_tasks([long, two], 2)] == ["rl_30", "rl_31"]
+    assert [t["id"] for t in grpo_tasks([long, two], 2, max_completion_tokens=64)] == ["rl_31", "rl_30"]

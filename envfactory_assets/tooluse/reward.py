@@ -14,6 +14,24 @@ Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in ARCHITECTURE.
 - ``format_penalty`` is 0.05 per malformed call (a tool-call block that did not parse into a call, or a
   call to a tool the task does not offer, or arguments that are not a JSON object), capped at 0.5.
 
+Training uses :func:`guarded_reward`: the same formula with three rules that close a loophole GRPO found
+(measured: in the default run every GRPO prompt was a read such as ``list_keys()`` or ``get_pools(limit=10)``
+with ``limit`` masked, so ``{"name": ..., "arguments": {}}`` matched the trace, the untouched state matched
+the gold state, a full 1.0 was paid, and the GRPO checkpoint then called tools with empty arguments on
+every external task):
+
+- a call with empty or default arguments (nothing left once masked names and values equal to the schema's
+  ``default`` are dropped) to a tool whose gold call has *arguments that matter* (required by the schema,
+  not masked, not the default: :func:`arguments_that_matter`) makes the whole reward 0;
+- on a turn that changes no state (gold final state equal to the initial one, every read), the state half
+  is paid only with the trace: an untouched state proves nothing there, and paying it made doing nothing,
+  or calling the wrong read, worth half of a right answer;
+- on a turn whose gold has no calls (where the right answer is to call nothing), any call or malformed
+  call block fails the trace (the paper's "every gold call matched" is vacuous there and would pay a call
+  0.95).
+
+:func:`hybrid_reward` stays the paper's formula, unchanged, for the evaluation and the exports.
+
 Pure functions on JSON values: no model, no environment, no Dagster. The environment side (running the
 predicted calls to get final states) is :mod:`envfactory_assets.tooluse.task_episode`.
 """
@@ -159,3 +177,89 @@ def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequ
     return RewardBreakdown(reward=round(reward, 10), trace=trace, state=state, matched_gold=tuple(matched),
                            n_extra=n_extra, n_malformed=n_malformed, length_penalty=length_penalty,
                            format_penalty=format_penalty)
+
+
+def _tool_schema(tools: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any]:
+    """The ``parameters`` schema of tool ``name`` in OpenAI function ``tools`` ({} when absent)."""
+    for tool in tools:
+        fn = tool.get("function", tool)
+        if isinstance(fn, Mapping) and fn.get("name") == name:
+            params = fn.get("parameters")
+            return params if isinstance(params, Mapping) else {}
+    return {}
+
+
+def _is_default(schema: Mapping[str, Any], name: str, value: Any) -> bool:
+    prop = (schema.get("properties") or {}).get(name)
+    return isinstance(prop, Mapping) and "default" in prop and canonical_json(prop["default"]) == canonical_json(value)
+
+
+def arguments_that_matter(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]],
+                          masked_arguments: Sequence[str] = ()) -> dict[str, Any]:
+    """The arguments of a (gold) ``call`` whose value a solver must get right: required by the tool's JSON
+    schema in ``tools``, not in ``masked_arguments``, and not equal to the schema's ``default``.
+
+    Returns:
+        ``{argument name: value}`` (empty for a call such as ``list_keys()`` or ``get_pools(limit=10)``).
+    """
+    schema = _tool_schema(tools, str(call.get("name")))
+    required = set(schema.get("required") or [])
+    arguments = call.get("arguments") or {}
+    return {k: v for k, v in arguments.items()
+            if k in required and k not in masked_arguments and not _is_default(schema, k, v)}
+
+
+def is_empty_call(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]],
+                  masked_arguments: Sequence[str] = ()) -> bool:
+    """True when ``call`` passes nothing but masked arguments and values equal to the schema defaults
+    (``{}``, ``{"limit": 10}`` with ``limit`` masked, ``{"page": 1}`` where 1 is the default)."""
+    schema = _tool_schema(tools, str(call.get("name")))
+    arguments = call.get("arguments")
+    if not isinstance(arguments, Mapping):
+        return True
+    return not any(k not in masked_arguments and not _is_default(schema, k, v) for k, v in arguments.items())
+
+
+def empty_argument_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
+                         tools: Sequence[Mapping[str, Any]], masked_arguments: Sequence[str] = ()) -> int:
+    """How many ``predicted_calls`` are empty or default (:func:`is_empty_call`) while a gold call of the
+    same tool has arguments that matter (:func:`arguments_that_matter`)."""
+    needs = {str(g.get("name")) for g in gold_calls if arguments_that_matter(g, tools, masked_arguments)}
+    return sum(1 for c in predicted_calls
+               if str(c.get("name")) in needs and is_empty_call(c, tools, masked_arguments))
+
+
+def guarded_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
+                   final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str],
+                   initial_state_hashes: Mapping[str, str], tools: Sequence[Mapping[str, Any]], *,
+                   masked_arguments: Sequence[str] = (), n_malformed: int = 0) -> RewardBreakdown:
+    """The reward GRPO trains on: :func:`hybrid_reward`'s shape (``0.5 * trace + 0.5 * state`` minus the
+    same penalties) with the three rules of the module docstring.
+
+    Args:
+        gold_calls, predicted_calls, final_state_hashes, gold_state_hashes, masked_arguments, n_malformed:
+            as in :func:`hybrid_reward`.
+        initial_state_hashes: ``{env_id: hash}`` of the task's initial state (a turn whose gold state equals
+            it changes nothing).
+        tools: the task's OpenAI function tools (their schemas say which arguments are required and their
+            defaults).
+
+    Returns:
+        A :class:`RewardBreakdown` whose ``trace`` and ``state`` are the guarded terms; ``reward`` is 0.0 when
+        :func:`empty_argument_calls` is nonzero.
+
+    Raises:
+        ValueError: as :func:`hybrid_reward`.
+    """
+    paper = hybrid_reward(gold_calls, predicted_calls, final_state_hashes, gold_state_hashes,
+                          masked_arguments=masked_arguments, n_malformed=n_malformed)
+    # where no call is wanted, a malformed call block is a call too
+    trace = paper.trace if gold_calls else float(not predicted_calls and not n_malformed)
+    changes_state = any(initial_state_hashes.get(e) != h for e, h in gold_state_hashes.items())
+    state = paper.state if changes_state else paper.state * trace
+    reward = max(0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - paper.length_penalty - paper.format_penalty)
+    if empty_argument_calls(gold_calls, predicted_calls, tools, masked_arguments):
+        reward = 0.0
+    return RewardBreakdown(reward=round(reward, 10), trace=trace, state=state, matched_gold=paper.matched_gold,
+                           n_extra=paper.n_extra, n_malformed=paper.n_malformed,
+                           length_penalty=paper.length_penalty, format_penalty=paper.format_penalty)

@@ -35,8 +35,8 @@ from envfactory_assets.training.sft import (
 __all__ = [
     "SMOLLM2_SPEC",
     "TOOL_CHAT_TEMPLATE",
-    "ParseResult",
     "GRPOConfigSpec",
+    "ParseResult",
     "SFTConfigSpec",
     "build_sft_dataset",
     "build_sft_records",

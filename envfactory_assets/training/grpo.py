@@ -17,7 +17,8 @@ count against the format penalty), executes calls through a :class:`TaskEnvironm
 per rollout slot, reused across batches, ``reset(**row)`` per rollout; its public methods are exactly the
 task's tools, the same contract ``environment_factory`` uses), appends the tool results as tokens without
 loss (``env_mask`` 0), and lets the model continue, up to ``max_tool_calling_iterations`` rounds. The reward
-function returns each rollout's :meth:`TaskEpisode.reward` (the paper's hybrid reward, ``reward.py``). The
+function returns each rollout's guarded hybrid reward (the paper's shape, with the empty-argument loophole
+closed: ``tooluse/reward.py``, :func:`~envfactory_assets.training.training_reward.training_reward`). The
 model sees only the prompt, the tool list and tool results: never the reward or a verification tool.
 
 Settings from the paper (``shared/ARCHITECTURE.md``): 8 rollouts per prompt, temperature 0.7, KL coefficient
@@ -40,11 +41,11 @@ from envfactory_assets.tooluse.chat_template import (
     normalize_messages,
     render_chat,
 )
+from envfactory_assets.tooluse.reward import empty_argument_calls
 from envfactory_assets.tooluse.spec_types import check_number_types
 from envfactory_assets.tooluse.task_environment import (
     TaskEnvironment,
     environment_class,
-    rollout_reward,
 )
 from envfactory_assets.tooluse.task_episode import TaskRunner
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
@@ -56,6 +57,7 @@ from envfactory_assets.training.base_model import (
 )
 from envfactory_assets.training.screening import timed_screen
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
+from envfactory_assets.training.training_reward import training_reward
 
 TASK_ID_KEY = "task_id"
 """Key carried by the first prompt message naming its ``rl_dataset`` row; the template never renders it."""
@@ -308,18 +310,30 @@ class ToolRollout:
 
 def hybrid_reward_func(prompts: list[Any], completions: list[Any], task_environments: list[TaskEnvironment],
                        log_metric: Any = None, **kwargs: Any) -> list[float]:
-    """TRL reward function: each rollout's hybrid reward from its own episode (``reward.py``).
+    """TRL reward function: each rollout's guarded hybrid reward from its own episode
+    (:func:`~envfactory_assets.training.training_reward.training_reward`: the paper's shape, with calls of
+    empty arguments, free state credit on reads and calls where none is wanted paid nothing).
 
     ``task_environments`` comes from :class:`ToolRollout`; ``log_metric`` (TRL) records the trace and
-    state terms and the format penalty per step.
+    state terms, the format penalty and the share of rollouts zeroed for an empty-argument call per step.
     """
-    breakdowns = [rollout_reward(env) for env in task_environments]
+    breakdowns = [training_reward(env) for env in task_environments]
     if log_metric is not None and breakdowns:
         n = len(breakdowns)
         log_metric("reward_trace", sum(b.trace for b in breakdowns) / n)
         log_metric("reward_state", sum(b.state for b in breakdowns) / n)
         log_metric("malformed_calls", sum(b.n_malformed for b in breakdowns) / n)
+        log_metric("empty_argument_rollouts", sum(_has_empty_call(env) for env in task_environments) / n)
     return [b.reward for b in breakdowns]
+
+
+def _has_empty_call(environment: Any) -> bool:
+    episode = getattr(environment, "_episode", None)
+    if episode is None:
+        return False
+    row = episode.row
+    return empty_argument_calls(row["gold_calls"], episode.calls, row["tools"],
+                                row.get("masked_arguments") or ()) > 0
 
 
 def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.tooluse.reward import RewardBreakdown
-from envfactory_assets.tooluse.task_environment import rollout_reward
+from envfactory_assets.training.training_reward import training_reward
 
 ROLLOUTS_PER_BATCH = 8
 """Rollouts generated together while screening (several prompts' groups in one batch)."""
@@ -36,7 +36,7 @@ ROLLOUTS_PER_BATCH = 8
 @dataclass(frozen=True)
 class FinishedRollout:
     """A rollout that was already executed and scored: stands in for its environment object in the reward
-    function (:func:`~envfactory_assets.tooluse.task_environment.rollout_reward` calls ``_reward``)."""
+    function (:func:`~envfactory_assets.training.training_reward.training_reward` calls ``_reward``)."""
 
     breakdown: RewardBreakdown
 
@@ -91,7 +91,7 @@ def screen_prompts(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]],
         if before_batch is not None:
             before_batch()
         out = rollout.rollouts(model, [row for row in chunk for _ in range(num_generations)])
-        breakdowns = [rollout_reward(env) for env in out["task_environments"]]
+        breakdowns = [training_reward(env) for env in out["task_environments"]]
         for i, row in enumerate(chunk):
             part = slice(i * num_generations, (i + 1) * num_generations)
             screened.append(ScreenedPrompt(

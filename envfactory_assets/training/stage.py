@@ -11,6 +11,7 @@ from typing import Any
 
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE
+from envfactory_assets.tooluse.reward import arguments_that_matter
 from envfactory_assets.tooluse.splits import row_split
 from envfactory_assets.tooluse.task_environment import environment_class
 from envfactory_assets.tooluse.tool_selection import restrict_tools
@@ -20,6 +21,72 @@ from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
 from envfactory_assets.training.sft import SFTConfigSpec, train_sft
 
 CHARS_PER_TOKEN = 3.0  # rough, for JSON-heavy chat text with the SmolLM2 tokenizer
+NO_CALL_EVERY = 4
+"""In a prompt mix, every 4th slot goes to a turn where no call is wanted, when the RL rows have one."""
+
+
+def query_text(row: dict[str, Any]) -> str:
+    """The user messages of an RL row's prompt, joined and lower-cased (what the solver was told)."""
+    return "\n".join(str(m.get("content") or "") for m in row["prompt"] if m.get("role") == "user").lower()
+
+
+def given_by_query(value: Any, text: str) -> bool:
+    """Whether a scalar argument ``value`` appears in the lower-cased query ``text`` (booleans as
+    ``true``/``false``, numbers as written by ``str``); lists, objects and None never count as given."""
+    if isinstance(value, bool):
+        return ("true" if value else "false") in text
+    if isinstance(value, (int, float, str)) and str(value).strip():
+        return str(value).lower() in text
+    return False
+
+
+def task_kind(row: dict[str, Any]) -> str:
+    """What an RL row teaches a policy about arguments.
+
+    Returns:
+        ``"no_call"``: no gold call (the right answer is to call nothing); ``"grounded"``: some gold call has
+        arguments that matter (:func:`~envfactory_assets.tooluse.reward.arguments_that_matter`) and the query
+        gives every one of their values; ``"needs_results"``: arguments that matter whose values only an
+        earlier tool result gives; ``"argument_free"``: no argument matters (``list_keys()``,
+        ``get_pools(limit=10)`` with ``limit`` masked), where a call with empty arguments is right.
+    """
+    if not row["gold_calls"]:
+        return "no_call"
+    masked = row.get("masked_arguments") or ()
+    matter = [v for c in row["gold_calls"] for v in arguments_that_matter(c, row["tools"], masked).values()]
+    if not matter:
+        return "argument_free"
+    text = query_text(row)
+    return "grounded" if all(given_by_query(v, text) for v in matter) else "needs_results"
+
+
+def prompt_mix(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """Up to ``n`` of ``rows`` (already in preference order), mixed by :func:`task_kind`: every
+    :data:`NO_CALL_EVERY`-th slot a ``no_call`` row when there is one, the others ``grounded`` rows, then
+    ``needs_results``, then ``argument_free`` ones only when nothing else is left.
+
+    Why: the cheapest rows are argument-free reads; a mix of only those taught GRPO that a call with
+    ``{}`` earns full reward, and the checkpoint then called every tool with empty arguments.
+    """
+    by_kind: dict[str, list[dict[str, Any]]] = {"no_call": [], "grounded": [], "needs_results": [],
+                                                "argument_free": []}
+    for row in rows:
+        by_kind[task_kind(row)].append(row)
+    queues = {k: iter(v) for k, v in by_kind.items()}
+    order = ("grounded", "needs_results", "argument_free", "no_call")
+    out: list[dict[str, Any]] = []
+    while len(out) < n:
+        kinds = (("no_call",) + order) if len(out) % NO_CALL_EVERY == NO_CALL_EVERY - 1 else order
+        row = next((r for k in kinds for r in queues[k]), None)
+        if row is None:
+            break
+        out.append(row)
+    return out
+
+
+def _gold_tokens(row: dict[str, Any]) -> float:
+    """Estimated tokens of the row's gold calls rendered as ``<tool_call>`` blocks."""
+    return sum(len(json.dumps(c)) + len("<tool_call></tool_call>") for c in row["gold_calls"]) / CHARS_PER_TOKEN
 
 
 def _length(row: dict[str, Any]) -> int:
@@ -54,20 +121,30 @@ def training_examples(sft_rows: list[dict[str, Any]], max_rows: int, max_tokens:
     return sorted(examples, key=lambda r: (_length(r), r["id"]))[:max_rows]
 
 
+def eval_prompt(row: dict[str, Any], max_tools: int) -> dict[str, Any]:
+    """An RL row as a held-out prompt: ``{"id", "messages", "tools", "gold_calls", "masked_arguments"}``, tools
+    restricted as in training (:func:`restrict_tools`, the gold calls' tools always kept); the gold calls are
+    what :func:`~envfactory_assets.training.evaluate.argument_shares` compares the generations with."""
+    cut = restrict_tools({"id": row["id"], "messages": row["prompt"], "tools": row["tools"]}, max_tools,
+                         {c["name"] for c in row["gold_calls"]})
+    return {**cut, "gold_calls": row["gold_calls"], "masked_arguments": row.get("masked_arguments") or []}
+
+
 def held_out_prompts(rl_rows: list[dict[str, Any]], n: int, exclude_env_ids: set[str] | None = None,
                      max_tools: int = 0) -> list[dict[str, Any]]:
-    """``n`` prompts from RL rows never used for SFT: first turns with gold calls, shortest first, tools
-    restricted as in training (:func:`restrict_tools`, the gold calls' tools always kept).
+    """``n`` prompts (:func:`eval_prompt`) from RL rows never used for SFT: first turns, shortest first, mixed
+    by :func:`prompt_mix` so that they hold turns whose gold calls carry arguments the query gives (and turns
+    where no call is wanted, when there are any): on argument-free reads alone a policy that calls with
+    empty arguments looks right.
 
     Rows whose environments are in ``exclude_env_ids`` are skipped when enough others exist.
     """
-    # an abstention row (no gold call) wants no call, so it cannot measure whether calls are valid
-    first = [r for r in rl_rows if r["turn_index"] == 0 and r["gold_calls"]]
+    first = [r for r in rl_rows if r["turn_index"] == 0]
     preferred = [r for r in first if not (set(r["env_ids"]) & (exclude_env_ids or set()))]
     pool = preferred if len(preferred) >= n else first
-    prompts = [restrict_tools({"id": r["id"], "messages": r["prompt"], "tools": r["tools"]}, max_tools,
-                              {c["name"] for c in r["gold_calls"]}) for r in pool]
-    return sorted(prompts, key=lambda p: (_length(p), p["id"]))[:n]
+    prompts = {r["id"]: eval_prompt(r, max_tools) for r in pool}
+    pool = sorted(pool, key=lambda r: (_length(prompts[r["id"]]), r["id"]))
+    return [prompts[r["id"]] for r in prompt_mix(pool, n)]
 
 
 def checkpoint_id(dataset_version: str, base_hash: str, config: dict[str, Any], row_ids: list[str]) -> str:
@@ -121,14 +198,20 @@ def train_split(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if row_split(r["env_ids"]) == "train"]
 
 
-def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0) -> list[dict[str, Any]]:
+def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0,
+               max_completion_tokens: int | None = None) -> list[dict[str, Any]]:
     """``n`` RL rows for GRPO where rollouts of a small model sometimes succeed: train split, first turns,
-    fewest gold calls then shortest prompt first (ties by id), tools restricted as in SFT
+    fewest gold calls, then shortest gold calls and prompt first (ties by id), mixed by :func:`prompt_mix`
+    (turns whose gold calls carry arguments the query gives, every 4th a turn where no call is wanted when the
+    rows have one; argument-free reads only when nothing else is left), tools restricted as in SFT
     (:func:`restrict_tools`, the gold calls' tools always kept). Rows whose tools cannot be methods of an
-    environment object (a reserved or private tool name) are skipped."""
-    pool = [r for r in train_split(rl_rows) if r["turn_index"] == 0 and r["gold_calls"]]
-    pool.sort(key=lambda r: (len(r["gold_calls"]), len(json.dumps(r["prompt"])), r["id"]))
-    tasks = []
+    environment object (a reserved or private tool name) are skipped. With ``max_completion_tokens``, rows
+    whose gold calls fit in that many tokens come first (no rollout can earn the trace of the others)."""
+    pool = [r for r in train_split(rl_rows) if r["turn_index"] == 0]
+    budget = float("inf") if max_completion_tokens is None else max_completion_tokens
+    pool.sort(key=lambda r: (_gold_tokens(r) > budget, len(r["gold_calls"]), round(_gold_tokens(r)),
+                             len(json.dumps(r["prompt"])), r["id"]))
+    usable = []
     for row in pool:
         cut = restrict_tools({**row, "messages": []}, max_tools, {c["name"] for c in row["gold_calls"]})
         task = {**row, "tools": cut["tools"]}
@@ -136,10 +219,8 @@ def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0) -> lis
             environment_class(task["tools"])
         except ValueError:
             continue
-        tasks.append(task)
-        if len(tasks) == n:
-            break
-    return tasks
+        usable.append(task)
+    return prompt_mix(usable, n)
 
 
 def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
@@ -160,7 +241,7 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
     if n_prompts < 1 or screen_factor < 1:
         raise ValueError(f"GRPO settings: grpo_n_prompts={n_prompts} and grpo_screen_factor={screen_factor} must "
                          "both be >= 1 (a screen factor of 1 trains on the first prompts without screening)")
-    tasks = [t for t in grpo_tasks(rl_rows, n_prompts * max(4, screen_factor), max_tools)
+    tasks = [t for t in grpo_tasks(rl_rows, n_prompts * max(4, screen_factor), max_tools, spec.max_completion_length)
              if set(t["env_ids"]) <= set(environments)]
     tasks = tasks[: n_prompts * screen_factor]
     if not tasks:
@@ -174,7 +255,7 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
     log(f"GRPO {ckpt} from {sft_row['id']}: {n_prompts} prompts of {len(tasks)} candidates, {spec.max_steps} steps")
     metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts)
     tasks = [t for t in tasks if t["id"] in set(metrics["prompt_ids"])]
-    prompts = [{"id": p, **_prompt_of(rl_rows, p, eval_max_tools)} for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
+    prompts = [_prompt_of(rl_rows, p, eval_max_tools) for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
     after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
                     "valid_tool_calls_after": after, "held_out_prompt_ids": [p["id"] for p in prompts]})
@@ -188,7 +269,4 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
 
 
 def _prompt_of(rl_rows: list[dict[str, Any]], row_id: str, max_tools: int) -> dict[str, Any]:
-    row = next(r for r in rl_rows if r["id"] == row_id)
-    cut = restrict_tools({"id": row["id"], "messages": row["prompt"], "tools": row["tools"]}, max_tools,
-                         {c["name"] for c in row["gold_calls"]})
-    return {"messages": cut["messages"], "tools": cut["tools"]}
+    return eval_prompt(next(r for r in rl_rows if r["id"] == row_id), max_tools)

@@ -275,7 +275,7 @@ def governor_callback(governor: ThreadGovernor) -> Any:
     from transformers import TrainerCallback
 
     class AdjustThreads(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003 - HF callback API
+        def on_step_begin(self, args, state, control, **kwargs):
             governor.adjust()
 
     return AdjustThreads()

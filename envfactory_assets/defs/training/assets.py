@@ -3,8 +3,8 @@
 
 import dagster as dg
 
-from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.common import UpstreamGates, require_upstream_gates
+from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
@@ -16,13 +16,15 @@ class CheckpointConfig(dg.Config):
     """SFT then GRPO settings. Defaults are a CPU-sized run; the paper trains SFT with lr 1e-6 for one epoch,
     then GRPO with 8 rollouts per prompt, temperature 0.7 and KL coefficient 0.001, on a GPU.
 
-    ``loss_on``: ``last_turn`` (default, as in the paper) or ``all_assistant``.
+    ``loss_on``: ``last_turn`` (default, as in the paper) or ``all_assistant``. ``padding_free`` (default false)
+    concatenates a step's conversations instead of padding them (same loss, 10% fewer tokens, no faster on CPU).
     ``max_tools_per_example`` keeps the tools each example calls plus distractors up to that many (the tool
     block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
     ``grpo_max_tools`` is the same cut for the GRPO prompts (CPU cost grows with the rollouts' token count).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
     :class:`~envfactory_assets.training.grpo.GRPOConfigSpec`; ``grpo_n_prompts`` RL rows (train split, first
-    turns, fewest gold calls first) are the GRPO prompts; with ``grpo_screen_factor`` > 1, that many times as
+    turns whose gold arguments the query gives, fewest gold calls first; ``stage.grpo_tasks``) are the GRPO
+    prompts; with ``grpo_screen_factor`` > 1, that many times as
     many candidates are screened first and those whose rollouts earn different rewards are preferred (DAPO's
     dynamic sampling; ``training/screening.py``).
     """
@@ -34,6 +36,7 @@ class CheckpointConfig(dg.Config):
     max_length: int = SFTConfigSpec.max_length
     loss_on: str = SFTConfigSpec.loss_on
     seed: int = SFTConfigSpec.seed
+    padding_free: bool = SFTConfigSpec.padding_free
     max_train_rows: int = 64
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
@@ -54,7 +57,8 @@ class CheckpointConfig(dg.Config):
         """The SFT settings as a :class:`SFTConfigSpec` (raises ValueError if out of range)."""
         return SFTConfigSpec(max_steps=self.max_steps, learning_rate=self.learning_rate,
                              per_device_train_batch_size=self.per_device_train_batch_size,
-                             max_length=self.max_length, loss_on=self.loss_on, seed=self.seed)
+                             max_length=self.max_length, loss_on=self.loss_on, seed=self.seed,
+                             padding_free=self.padding_free)
 
     def validate(self) -> tuple[SFTConfigSpec, GRPOConfigSpec | None]:
         """Every setting checked before anything is read or trained: ``(SFT spec, GRPO spec or None when
@@ -132,9 +136,28 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
         "grpo_steps_with_signal": g.get("steps_with_signal"),
         "grpo_screened_candidates_with_signal": (g.get("screening") or {}).get("with_signal"),
         "grpo_valid_tool_call_share_after": (g.get("valid_tool_calls_after") or {}).get("share"),
+        "empty_argument_share": {"sft": m["valid_tool_calls_after"].get("empty_argument_share"),
+                                 "grpo": (g.get("valid_tool_calls_after") or {}).get("empty_argument_share")},
+        "unwanted_call_share": {"sft": m["valid_tool_calls_after"].get("unwanted_call_share"),
+                                "grpo": (g.get("valid_tool_calls_after") or {}).get("unwanted_call_share")},
         "checkpoint_id": row["id"], "path": row["path"], "train_loss": m.get("train_loss"),
         "steps": m.get("steps"), "seconds": m.get("seconds"), "training_rows": len(row["sft_dataset_ids"]),
         "valid_tool_call_share_before": m["valid_tool_calls_before"].get("share"),
         "valid_tool_call_share_after": m["valid_tool_calls_after"].get("share"),
         "base_model_hash": row["base_model_hash"],
     }, data_version=dg.DataVersion(rows[-1]["id"]))
+
+
+@dg.asset_check(asset=checkpoints, blocking=True)
+def grpo_did_not_collapse(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking: on the held-out prompts (greedy), the GRPO checkpoint's share of calls with empty or default
+    arguments where the gold call has arguments that matter, and its share of turns with a call where none is
+    wanted, each rise at most 10 points over its SFT parent (``training/evaluate.py``, ``collapse_report``).
+    A reward that pays a call with empty arguments made GRPO do exactly that on every external task."""
+    from envfactory_assets.training.evaluate import collapse_report
+
+    report = collapse_report(envfactory.store().read("checkpoints"))
+    return dg.AssetCheckResult(passed=report["passed"], metadata={
+        "problems": dg.MetadataValue.json(report["problems"][:10]),
+        "shares": dg.MetadataValue.json(report["shares"]),
+        "not_measured": dg.MetadataValue.json(report["not_measured"])})

@@ -1,0 +1,35 @@
+"""The reward GRPO trains on, read off a rollout's environment object: the guarded hybrid reward
+(:func:`~envfactory_assets.tooluse.reward.guarded_reward`), not the paper's plain formula, because the plain
+one pays a call with empty arguments on the reads that dominate the cheapest RL rows (see that module)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.tooluse.reward import RewardBreakdown, guarded_reward
+from envfactory_assets.tooluse.task_environment import TaskEnvironment
+
+
+def training_reward(environment: Any) -> RewardBreakdown:
+    """The guarded reward of the rollout held by ``environment``.
+
+    Args:
+        environment: a :class:`TaskEnvironment` after ``reset(**row)`` and the rollout's calls, or an object
+            standing in for a finished rollout (``screening.FinishedRollout``), whose stored breakdown is
+            returned as is.
+
+    Raises:
+        RuntimeError: a :class:`TaskEnvironment` that was never reset.
+    """
+    if not isinstance(environment, TaskEnvironment):
+        return environment._reward()
+    episode = environment._episode  # private to hide it from TRL's tool listing, not from the trainer
+    if episode is None:
+        raise RuntimeError("reset(**row) must be called before scoring")
+    row = episode.row
+    gold = {env_id: state_hash(state) for env_id, state in row["final_state"].items()}
+    initial = {env_id: state_hash(state) for env_id, state in row["initial_state"].items()}
+    return guarded_reward(row["gold_calls"], episode.calls, episode.final_state_hashes(), gold, initial,
+                          row["tools"], masked_arguments=row.get("masked_arguments") or (),
+                          n_malformed=episode.n_malformed)
