@@ -202,7 +202,8 @@ def test_where_no_call_is_wanted_any_call_fails_the_trace():
     assert guarded([], []).reward == 1.0
     called = guarded([], [{"name": "list_orders", "arguments": {}}])
     assert (called.trace, called.reward) == (0.0, 0.0)
-    assert hybrid_reward([], [{"name": "list_orders", "arguments": {}}], STILL, STILL).reward == pytest.approx(0.95)
+    # the paper's reward agrees: with no gold call (an abstention turn) a call is the wrong answer
+    assert hybrid_reward([], [{"name": "list_orders", "arguments": {}}], STILL, STILL).reward == 0.0
     assert guarded([], [], n_malformed=2).reward == 0.0  # a block that did not parse is still a call
 
 
