@@ -251,8 +251,23 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     except (LineageError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(lineage, indent=2) if args.json else format_lineage(lineage))
+    print(json.dumps(with_absolute_paths(lineage), indent=2) if args.json else format_lineage(lineage))
     return 0
+
+
+def with_absolute_paths(lineage: dict[str, Any]) -> dict[str, Any]:
+    """``lineage`` plus ``absolute_path`` next to each stored path: the checkpoint folder, and each source
+    file (its ``corpus_root`` joined with its corpus-relative ``path``, which is kept). A relative root is taken
+    from the current folder; a source that is not a file (an MCP server, ``mcp-server:NAME``) gets None."""
+    def absolute(path: str | None) -> str | None:
+        if not path:
+            return None
+        return str(Path(path).expanduser().absolute())
+
+    checkpoint = {**lineage["checkpoint"], "absolute_path": absolute(lineage["checkpoint"].get("path"))}
+    sources = [{**s, "absolute_path": None if str(s.get("path") or "").startswith("mcp-server:") else absolute(s["uri"])}
+               for s in lineage["source_resources"]]
+    return {**lineage, "checkpoint": checkpoint, "source_resources": sources}
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -347,16 +362,58 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 # --- curation and trajectory viewer ---------------------------------------------------------------------
 def cmd_exclude(args: argparse.Namespace) -> int:
     """Add (``exclude``) or remove (``include``) one exclusion in ``$ENVFACTORY_HOME/curation.yaml``."""
-    from envfactory_assets.curation import CurationError, curation_path, set_exclusion
+    from envfactory_assets.curation import CurationError, check_known_id, curation_path, set_exclusion
+    from envfactory_assets.store.db import Store, StoreBusy
 
     path = curation_path(settings.envfactory_home())
     try:
+        if args.command == "exclude":
+            if settings.store_path().exists():
+                check_known_id(Store(settings.store_path()), args.kind, args.id)
+            else:  # excluding before the first run is allowed: nothing to check the id against yet
+                print(f"note: no store at {settings.store_path()} yet, so {args.kind} {args.id!r} is not checked "
+                      "against known ids", file=sys.stderr)
         curation = set_exclusion(path, args.kind, args.id, args.reason if args.command == "exclude" else None)
-    except CurationError as exc:
+    except (CurationError, StoreBusy) as exc:
         raise UsageError(str(exc)) from None
     verb = "excluded" if args.command == "exclude" else "no longer excluded"
     print(f"{args.kind} {args.id} {verb}; {len(curation)} exclusion(s) in {path}. "
           "Re-run the pipeline (envfactory run) to apply it.")
+    return 0
+
+
+def cmd_environments(args: argparse.Namespace) -> int:
+    """List the servable environments (passed verification, built row current): id, domain, tools, and
+    whether the curation file excludes it; ``--tools`` adds one line per tool node id."""
+    from envfactory_assets.catalog import passed_environments
+    from envfactory_assets.curation import CurationError, curation_path, load_curation
+    from envfactory_assets.store.db import Store, StoreBusy
+
+    try:
+        curation = load_curation(curation_path(settings.envfactory_home()))
+        store = Store(settings.store_path())
+        passed = passed_environments(store)
+    except (CurationError, FileNotFoundError, StoreBusy) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{"env_id": e, "domain": env.get("domain"), "tools": [t["name"] for t in env["tools"]],
+                           "excluded": curation.reason("environment", e)}
+                          for e, env in sorted(passed.environments.items())], indent=2))
+        return 0
+    if not passed.environments:
+        print("no servable environment yet (materialize verified_environments first: envfactory run)")
+    for env_id, env in sorted(passed.environments.items()):
+        reason = curation.reason("environment", env_id)
+        print(f"{env_id:<40} {str(env.get('domain') or ''):<16} {len(env['tools']):>3} tools"
+              + (f"  (excluded: {reason})" if reason else ""))
+        if args.tools:
+            for tool in env["tools"]:
+                node = f"{env_id}.{tool['name']}"
+                tool_reason = curation.reason("tool", node)
+                print(f"    {node}" + (f"  (excluded: {tool_reason})" if tool_reason else ""))
+    print(f"{len(passed.environments)} servable environment(s); serve one with: envfactory serve-env ENV_ID",
+          file=sys.stderr)
     return 0
 
 
@@ -432,11 +489,20 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if backend is not None and hasattr(backend, "close"):
             backend.close()
     estimate["resources_from"] = origin
+    budget = model_backend.token_budget
+    worst = int(estimate.get("total_worst_case", {}).get("tokens") or 0)
+    estimate["token_budget"] = budget or None
+    estimate["over_token_budget"] = bool(budget) and worst > budget
     if args.json:
         print(json.dumps(estimate, indent=2))
     else:
         print(f"resources from {origin}")
         print(format_estimate(estimate, model_backend.backend))
+    if estimate["over_token_budget"]:
+        # the run stops at the budget (TokenBudgetExceeded) part-way through: say so before it starts
+        print(f"warning: the worst-case estimate ({worst:,} tokens) exceeds resources.model_backend.config."
+              f"token_budget ({budget:,}); the environments stage would stop when the budget is spent. Raise "
+              "token_budget or build fewer environments (ops.source_resources.config.per_domain)", file=sys.stderr)
     return 0
 
 
@@ -484,6 +550,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "exclude":
             cur.add_argument("--reason", required=True, help="why (kept in the file and in asset metadata)")
         cur.set_defaults(func=cmd_exclude)
+    envs = sub.add_parser("environments", help="list the servable environments (passed verification)")
+    envs.add_argument("--tools", action="store_true", help="also list each tool's node id (env_id.tool_name)")
+    envs.add_argument("--json", action="store_true")
+    envs.set_defaults(func=cmd_environments)
     lst = sub.add_parser("curation", help="list the exclusions in $ENVFACTORY_HOME/curation.yaml")
     lst.set_defaults(func=cmd_curation)
     show = sub.add_parser("show", help="print a trajectory (raw or refined id) as Markdown")
