@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -146,14 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "(or set ops.source_resources.config.corpus_dir)")
     home.mkdir(parents=True, exist_ok=True)
     with run_lock(home):
-        return _materialize(home, args.select, run_config, getattr(args, "partition", None))
-
-
-def _checkpoint_ids(metadata: Any) -> list[str]:
-    """Every checkpoint id a ``checkpoints`` materialization names (SFT, then GRPO when it ran)."""
-    if "checkpoint_ids" in metadata:
-        return list(metadata["checkpoint_ids"].value.values())
-    return [metadata["checkpoint_id"].value] if "checkpoint_id" in metadata else []
+        return _materialize(home, args.select, run_config, getattr(args, "partition", None),
+                            verbose=getattr(args, "verbose", False))
 
 
 def release_abandoned_runs(instance: Any) -> list[str]:
@@ -185,17 +180,23 @@ def release_abandoned_runs(instance: Any) -> list[str]:
 
 
 def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
-                 partitions_arg: str | None = None) -> int:
+                 partitions_arg: str | None = None, verbose: bool = False) -> int:
+    """Run the selection; unless ``verbose``, the run's own output goes to a log file and the terminal gets
+    the progress bars, one line per finished step and the summary (:mod:`envfactory_assets.runner.output`)."""
+    started = time.monotonic()
     prepare_dagster_home(home)
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
     from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, stale_assets
+    from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
+    from envfactory_assets.runner.summary import run_summary
     from envfactory_assets.store.db import Store
 
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
     token = os.urandom(8).hex()
+    log_file = None if verbose else log_path(home, token)
     with dg.DagsterInstance.get() as instance:
         for run_id in release_abandoned_runs(instance):
             print(f"run {run_id}: left unfinished by an earlier envfactory run (killed?); marked failed, "
@@ -209,9 +210,14 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
         if added:
             print(f"note: also materializing {', '.join(added)}: written by the same step as the selected "
                   "assets", file=sys.stderr)
+        if log_file is not None:
+            print(f"run log (Dagster's events at INFO and above, library output): {log_file}\n"
+                  "  (envfactory run --verbose prints it all here instead)", file=sys.stderr)
+        output = contextlib.nullcontext(sys.stderr) if log_file is None else output_to_log(log_file)
         try:
-            with RunProgressBar(instance, token):  # a bar drawn from the runs' progress observations
-                results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES, run_config,
+            with output as terminal, RunProgressBar(instance, token, out=terminal):  # bars from the runs' observations
+                results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES,
+                                               run_config if verbose else quiet_config(run_config),
                                                _selection(select), partitions, raise_on_error=False,
                                                tags={RUN_TAG: token})
         except dg.DagsterInvalidConfigError as exc:
@@ -221,23 +227,22 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
             raise UsageError(str(exc)) from None
         failed_checks = [e.asset_check_key.to_user_string()
                          for r in results for e in r.get_asset_check_evaluations() if not e.passed]
-        checkpoints = [ckpt for r in results for e in r.get_asset_materialization_events()
-                       if e.asset_key == dg.AssetKey("checkpoints")
-                       for ckpt in _checkpoint_ids(e.materialization.metadata)]
         stale = stale_assets(instance, ALL_ASSETS)
+        store = Store(settings.store_path(home)) if settings.store_path(home).exists() else None
+        summary = run_summary(instance, results, store, time.monotonic() - started,
+                              str(log_file) if log_file else None)
     success = bool(results) and all(r.success for r in results)
-    for result in results:
-        print(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
-    for ckpt in checkpoints:
-        print(f"checkpoint {ckpt}  (envfactory lineage {ckpt})")
+    if verbose and store is not None:
+        for table, n in store.counts().items():
+            print(f"  {table:<24} {n}")
     if failed_checks:
         print(f"failed checks: {failed_checks}")
     if stale:
         print(f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
               f"  re-synthesize them with: envfactory run --select \"{','.join(stale)}\"")
-    if settings.store_path(home).exists():
-        for table, n in Store(settings.store_path(home)).counts().items():
-            print(f"  {table:<24} {n}")
+    if not success and log_file is not None:
+        print(f"a run failed: its errors are in {log_file} (and in the UI: envfactory ui)", file=sys.stderr)
+    print(summary)  # last: per-stage times, checkpoints, results, exports, total time
     return 0 if success and not failed_checks else 1
 
 
@@ -514,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="YAML file of run config (ops: {asset: {config: {...}}})")
     run.add_argument("--partition", help="environment partition keys (comma-separated) for the per-environment "
                                          "stages; default: all")
+    run.add_argument("--verbose", action="store_true",
+                     help="print Dagster's events (DEBUG too), library progress bars and trainer logs here "
+                          "instead of only in the run log file")
     run.set_defaults(func=cmd_run)
     lin = sub.add_parser("lineage", help="trace a checkpoint back to its source resources")
     lin.add_argument("checkpoint_id")

@@ -1,7 +1,8 @@
 """The progress bar of ``envfactory run``: drawn from the progress observations its run logs.
 
 The run is found by a tag the CLI sets; a thread polls the run's event log for asset observations that
-carry progress metadata (see :mod:`envfactory_assets.progress`) and draws one bar per asset.
+carry progress metadata (see :mod:`envfactory_assets.progress`) and draws one bar per asset, and prints a
+line when a step finishes (with its wall time), so stages without a progress meter show too.
 """
 
 import sys
@@ -14,6 +15,8 @@ from dagster import DagsterEventType
 from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, format_bar
 
 RUN_TAG = "envfactory/cli_run"
+_EVENTS = {DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
+           DagsterEventType.STEP_FAILURE}
 
 
 class RunProgressBar(threading.Thread):
@@ -35,6 +38,8 @@ class RunProgressBar(threading.Thread):
         self._cursor: Optional[str] = None
         self._quarter: dict[str, int] = {}
         self._open_line = False
+        self._step_started: dict[str, float] = {}
+        self.step_lines: list[str] = []  # one per finished step
 
     def __enter__(self) -> "RunProgressBar":
         self.start()
@@ -68,16 +73,34 @@ class RunProgressBar(threading.Thread):
             self._read_observations()
 
     def _read_observations(self) -> None:
-        connection = self.instance.get_records_for_run(
-            self._run_id, cursor=self._cursor, of_type=DagsterEventType.ASSET_OBSERVATION)
+        connection = self.instance.get_records_for_run(self._run_id, cursor=self._cursor, of_type=_EVENTS)
         self._cursor = connection.cursor
         for record in connection.records:
-            observation = record.event_log_entry.dagster_event.asset_observation_data.asset_observation
+            event = record.event_log_entry.dagster_event
+            if event.event_type == DagsterEventType.STEP_START:
+                self._step_started[event.step_key] = record.event_log_entry.timestamp
+                continue
+            if event.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
+                self._step_done(event.step_key, event.event_type == DagsterEventType.STEP_SUCCESS,
+                                record.event_log_entry.timestamp - self._step_started.get(event.step_key,
+                                                                                      record.event_log_entry.timestamp))
+                continue
+            observation = event.asset_observation_data.asset_observation
             metadata = observation.metadata
             if DONE in metadata and TOTAL in metadata:
                 done, rate = int(metadata[DONE].value), float(metadata[RATE].value) if RATE in metadata else 0.0
                 self._draw(observation.asset_key.to_user_string(),
                            Progress(done, int(metadata[TOTAL].value), done / rate if rate > 0 else 0.0))
+
+    def _step_done(self, step: str, ok: bool, seconds: float) -> None:
+        """One line per finished step (stages without a bar show here that they ran, and how long)."""
+        line = f"{step:<22} {'done' if ok else 'FAILED'} in {seconds:.1f} s"
+        if self._open_line:
+            self.out.write("\n")
+            self._open_line = False
+        self.out.write(line + "\n")
+        self.step_lines.append(line)
+        self.out.flush()
 
     def _draw(self, label: str, progress: Progress) -> None:
         line = format_bar(f"{label:<22}", progress)
