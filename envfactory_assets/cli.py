@@ -139,6 +139,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     home = settings.envfactory_home()
     if home.exists() and not home.is_dir():
         raise UsageError(f"ENVFACTORY_HOME={home} is a file, not a folder")
+    if not getattr(args, "verbose", False):
+        import warnings
+
+        from dagster import BetaWarning, PreviewWarning
+
+        # Dagster warns about its own beta parameters while the graph is imported: noise for a reader of
+        # the run, not something the reader can act on (--verbose shows them)
+        warnings.filterwarnings("ignore", category=BetaWarning)
+        warnings.filterwarnings("ignore", category=PreviewWarning)
     run_config = config_for_selection(_load_run_config(args.config), _selection(args.select))
     corpus_override = run_config.get("ops", {}).get("source_resources", {}).get("config", {}).get("corpus_dir")
     scans_corpus = not args.select or "source_resources" in _selected_ops(_selection(args.select))
@@ -149,6 +158,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     with run_lock(home):
         return _materialize(home, args.select, run_config, getattr(args, "partition", None),
                             verbose=getattr(args, "verbose", False))
+
+
+COMMAND_TAG = "envfactory/command"
+"""Run tag naming the ``envfactory run`` command line that made the run (the UI lists it with the run)."""
+
+
+def _command_text(select: str | None, partitions: str | None) -> str:
+    return " ".join(["envfactory run", *([f"--select {select}"] if select else []),
+                     *([f"--partition {partitions}"] if partitions else [])])
 
 
 def release_abandoned_runs(instance: Any) -> list[str]:
@@ -215,11 +233,13 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
                   "  (envfactory run --verbose prints it all here instead)", file=sys.stderr)
         output = contextlib.nullcontext(sys.stderr) if log_file is None else output_to_log(log_file)
         try:
-            with output as terminal, RunProgressBar(instance, token, out=terminal):  # bars from the runs' observations
+            from envfactory_assets.runner.selection import op_names
+
+            with output as terminal, RunProgressBar(instance, token, out=terminal, steps=op_names(_graph())):
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES,
                                                run_config if verbose else quiet_config(run_config),
                                                _selection(select), partitions, raise_on_error=False,
-                                               tags={RUN_TAG: token})
+                                               tags={RUN_TAG: token, COMMAND_TAG: _command_text(select, partitions_arg)})
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None

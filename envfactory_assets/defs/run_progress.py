@@ -24,12 +24,15 @@ class RunProgressBar(threading.Thread):
 
     On a terminal the bar is redrawn in place; otherwise a line is printed at each quarter and at the end.
     Use as a context manager around the materialization; leaving it draws what is left and stops.
+    ``steps`` limits the "done in" lines to those step keys (the CLI passes the asset steps, so asset
+    checks, which are steps too, do not add lines).
     """
 
     def __init__(self, instance: dg.DagsterInstance, token: str, out: Optional[TextIO] = None,
-                 poll_s: float = 0.5) -> None:
+                 poll_s: float = 0.5, steps: Optional[set[str]] = None) -> None:
         super().__init__(daemon=True, name="envfactory-progress")
         self.instance, self.token, self.poll_s = instance, token, poll_s
+        self.steps = steps  # steps that get a "done in" line (None: every step); a failed step always does
         self.out = out or sys.stderr
         self.tty = hasattr(self.out, "isatty") and self.out.isatty()
         self.lines: list[str] = []  # every line drawn, for tests and the final newline
@@ -94,6 +97,8 @@ class RunProgressBar(threading.Thread):
 
     def _step_done(self, step: str, ok: bool, seconds: float) -> None:
         """One line per finished step (stages without a bar show here that they ran, and how long)."""
+        if ok and self.steps is not None and step not in self.steps:
+            return
         line = f"{step:<22} {'done' if ok else 'FAILED'} in {seconds:.1f} s"
         if self._open_line:
             self.out.write("\n")

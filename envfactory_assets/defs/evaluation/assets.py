@@ -9,6 +9,7 @@ from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.evaluation.policy import SamplingSpec
 from envfactory_assets.evaluation.run import EvalSpec
+from envfactory_assets.reporting.results_table import results_markdown
 
 MIN_SEEDS = 3
 
@@ -89,6 +90,8 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     return dg.MaterializeResult(metadata={
         "rows": len(rows), "written": written, "models": len({r["model"] for r in rows}),
         "seeds": list(config.seeds), "means": table,
+        # the table `envfactory results` prints (mean, spread, n per model and benchmark), for the UI
+        "results_table": dg.MetadataValue.md(results_markdown(rows)),
         "seconds": round(sum(r["metrics"]["seconds"] for r in rows if r["subset"] == "all"), 1),
     }, data_version=dg.DataVersion(",".join(sorted(r["id"] for r in rows))[:512] or "empty"))
 
