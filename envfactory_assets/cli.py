@@ -209,6 +209,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, stale_assets
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
+    from envfactory_assets.runner.selection import op_names
     from envfactory_assets.runner.summary import run_summary
     from envfactory_assets.store.db import Store
 
@@ -232,10 +233,9 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
             print(f"run log (Dagster's events at INFO and above, library output): {log_file}\n"
                   "  (envfactory run --verbose prints it all here instead)", file=sys.stderr)
         output = contextlib.nullcontext(sys.stderr) if log_file is None else output_to_log(log_file)
+        asset_steps = op_names(_graph())  # checks are steps too; they get no line of their own
         try:
-            from envfactory_assets.runner.selection import op_names
-
-            with output as terminal, RunProgressBar(instance, token, out=terminal, steps=op_names(_graph())):
+            with output as terminal, RunProgressBar(instance, token, out=terminal, steps=asset_steps):
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES,
                                                run_config if verbose else quiet_config(run_config),
                                                _selection(select), partitions, raise_on_error=False,
@@ -250,7 +250,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
         stale = stale_assets(instance, ALL_ASSETS)
         store = Store(settings.store_path(home)) if settings.store_path(home).exists() else None
         summary = run_summary(instance, results, store, time.monotonic() - started,
-                              str(log_file) if log_file else None)
+                              str(log_file) if log_file else None, asset_steps=asset_steps)
     success = bool(results) and all(r.success for r in results)
     if verbose and store is not None:
         for table, n in store.counts().items():

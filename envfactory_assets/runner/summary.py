@@ -30,7 +30,7 @@ def _materializations(results: Sequence[Any], key: str) -> list[Any]:
 
 
 def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any, total_s: float,
-                log_file: str | None = None) -> str:
+                log_file: str | None = None, asset_steps: set[str] | None = None) -> str:
     """The summary text (several lines, no trailing newline).
 
     Args:
@@ -38,6 +38,8 @@ def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any
         store: the run's :class:`~envfactory_assets.store.db.Store`, or None when it does not exist.
         total_s: wall seconds of the whole command.
         log_file: where the run's own output went (None with ``--verbose``).
+        asset_steps: the steps listed one by one (the asset steps); the others (asset checks) are summed
+            in one line. None lists every step.
     """
     from envfactory_assets.reporting.results_table import results_markdown
 
@@ -46,9 +48,13 @@ def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any
         lines.append(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
     times = stage_seconds(instance, [r.run_id for r in results])
     if times:
+        listed = {k: v for k, v in times.items() if asset_steps is None or k in asset_steps or v[1] != "SUCCESS"}
+        checks = [secs for k, (secs, _status) in times.items() if k not in listed]
         lines += ["", "stage wall time:"]
-        lines += [f"  {step:<28} {secs:8.1f} s  {'' if status == 'SUCCESS' else status}".rstrip()
-                  for step, (secs, status) in times.items()]
+        lines += [f"  {step:<34} {secs:8.1f} s  {'' if status == 'SUCCESS' else status}".rstrip()
+                  for step, (secs, status) in listed.items()]
+        if checks:
+            lines.append(f"  {f'asset checks ({len(checks)})':<34} {sum(checks):8.1f} s")
     checkpoint_ids = [i for m in _materializations(results, "checkpoints")
                       for i in (m.metadata["checkpoint_ids"].value.values() if "checkpoint_ids" in m.metadata else [])]
     if checkpoint_ids and store is not None:
