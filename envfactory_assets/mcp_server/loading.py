@@ -29,7 +29,9 @@ def _known_text(known: list[str], env_id: str) -> str:
     close = difflib.get_close_matches(env_id, known, n=_KNOWN_SHOWN, cutoff=0.5)
     if close:
         return f"nearest verified environments: {', '.join(close)} (envfactory environments lists all {len(known)})"
-    return f"no verified environment has a close id (envfactory environments lists all {len(known)})"
+    more = f" and {len(known) - _KNOWN_SHOWN} more" if len(known) > _KNOWN_SHOWN else ""
+    return (f"no verified environment has a close id; verified environments: {', '.join(known[:_KNOWN_SHOWN])}"
+            f"{more} (envfactory environments lists them all)")
 
 
 def load_environment_from_store(store_path: Path | str, env_id: str) -> dict[str, Any]:
