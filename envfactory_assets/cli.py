@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -138,6 +139,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     home = settings.envfactory_home()
     if home.exists() and not home.is_dir():
         raise UsageError(f"ENVFACTORY_HOME={home} is a file, not a folder")
+    if not getattr(args, "verbose", False):
+        import warnings
+
+        from dagster import BetaWarning, PreviewWarning
+
+        # Dagster warns about its own beta parameters while the graph is imported: noise for a reader of
+        # the run, not something the reader can act on (--verbose shows them)
+        warnings.filterwarnings("ignore", category=BetaWarning)
+        warnings.filterwarnings("ignore", category=PreviewWarning)
     run_config = config_for_selection(_load_run_config(args.config), _selection(args.select))
     corpus_override = run_config.get("ops", {}).get("source_resources", {}).get("config", {}).get("corpus_dir")
     scans_corpus = not args.select or "source_resources" in _selected_ops(_selection(args.select))
@@ -146,14 +156,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "(or set ops.source_resources.config.corpus_dir)")
     home.mkdir(parents=True, exist_ok=True)
     with run_lock(home):
-        return _materialize(home, args.select, run_config, getattr(args, "partition", None))
+        return _materialize(home, args.select, run_config, getattr(args, "partition", None),
+                            verbose=getattr(args, "verbose", False))
 
 
-def _checkpoint_ids(metadata: Any) -> list[str]:
-    """Every checkpoint id a ``checkpoints`` materialization names (SFT, then GRPO when it ran)."""
-    if "checkpoint_ids" in metadata:
-        return list(metadata["checkpoint_ids"].value.values())
-    return [metadata["checkpoint_id"].value] if "checkpoint_id" in metadata else []
+COMMAND_TAG = "envfactory/command"
+"""Run tag naming the ``envfactory run`` command line that made the run (the UI lists it with the run)."""
+
+
+def _command_text(select: str | None, partitions: str | None) -> str:
+    return " ".join(["envfactory run", *([f"--select {select}"] if select else []),
+                     *([f"--partition {partitions}"] if partitions else [])])
 
 
 def release_abandoned_runs(instance: Any) -> list[str]:
@@ -185,17 +198,24 @@ def release_abandoned_runs(instance: Any) -> list[str]:
 
 
 def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
-                 partitions_arg: str | None = None) -> int:
+                 partitions_arg: str | None = None, verbose: bool = False) -> int:
+    """Run the selection; unless ``verbose``, the run's own output goes to a log file and the terminal gets
+    the progress bars, one line per finished step and the summary (:mod:`envfactory_assets.runner.output`)."""
+    started = time.monotonic()
     prepare_dagster_home(home)
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
     from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, stale_assets
+    from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
+    from envfactory_assets.runner.selection import op_names
+    from envfactory_assets.runner.summary import run_summary
     from envfactory_assets.store.db import Store
 
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
     token = os.urandom(8).hex()
+    log_file = None if verbose else log_path(home, token)
     with dg.DagsterInstance.get() as instance:
         for run_id in release_abandoned_runs(instance):
             print(f"run {run_id}: left unfinished by an earlier envfactory run (killed?); marked failed, "
@@ -209,11 +229,17 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
         if added:
             print(f"note: also materializing {', '.join(added)}: written by the same step as the selected "
                   "assets", file=sys.stderr)
+        if log_file is not None:
+            print(f"run log (Dagster's events at INFO and above, library output): {log_file}\n"
+                  "  (envfactory run --verbose prints it all here instead)", file=sys.stderr)
+        output = contextlib.nullcontext(sys.stderr) if log_file is None else output_to_log(log_file)
+        asset_steps = op_names(_graph())  # checks are steps too; they get no line of their own
         try:
-            with RunProgressBar(instance, token):  # a bar drawn from the runs' progress observations
-                results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES, run_config,
+            with output as terminal, RunProgressBar(instance, token, out=terminal, steps=asset_steps):
+                results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES,
+                                               run_config if verbose else quiet_config(run_config),
                                                _selection(select), partitions, raise_on_error=False,
-                                               tags={RUN_TAG: token})
+                                               tags={RUN_TAG: token, COMMAND_TAG: _command_text(select, partitions_arg)})
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None
@@ -221,23 +247,22 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
             raise UsageError(str(exc)) from None
         failed_checks = [e.asset_check_key.to_user_string()
                          for r in results for e in r.get_asset_check_evaluations() if not e.passed]
-        checkpoints = [ckpt for r in results for e in r.get_asset_materialization_events()
-                       if e.asset_key == dg.AssetKey("checkpoints")
-                       for ckpt in _checkpoint_ids(e.materialization.metadata)]
         stale = stale_assets(instance, ALL_ASSETS)
+        store = Store(settings.store_path(home)) if settings.store_path(home).exists() else None
+        summary = run_summary(instance, results, store, time.monotonic() - started,
+                              str(log_file) if log_file else None, asset_steps=asset_steps)
     success = bool(results) and all(r.success for r in results)
-    for result in results:
-        print(f"run {result.run_id}: {'success' if result.success else 'FAILED'}")
-    for ckpt in checkpoints:
-        print(f"checkpoint {ckpt}  (envfactory lineage {ckpt})")
+    if verbose and store is not None:
+        for table, n in store.counts().items():
+            print(f"  {table:<24} {n}")
     if failed_checks:
         print(f"failed checks: {failed_checks}")
     if stale:
         print(f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
               f"  re-synthesize them with: envfactory run --select \"{','.join(stale)}\"")
-    if settings.store_path(home).exists():
-        for table, n in Store(settings.store_path(home)).counts().items():
-            print(f"  {table:<24} {n}")
+    if not success and log_file is not None:
+        print(f"a run failed: its errors are in {log_file} (and in the UI: envfactory ui)", file=sys.stderr)
+    print(summary)  # last: per-stage times, checkpoints, results, exports, total time
     return 0 if success and not failed_checks else 1
 
 
@@ -251,8 +276,23 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     except (LineageError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(lineage, indent=2) if args.json else format_lineage(lineage))
+    print(json.dumps(with_absolute_paths(lineage), indent=2) if args.json else format_lineage(lineage))
     return 0
+
+
+def with_absolute_paths(lineage: dict[str, Any]) -> dict[str, Any]:
+    """``lineage`` plus ``absolute_path`` next to each stored path: the checkpoint folder, and each source
+    file (its ``corpus_root`` joined with its corpus-relative ``path``, which is kept). A relative root is taken
+    from the current folder; a source that is not a file (an MCP server, ``mcp-server:NAME``) gets None."""
+    def absolute(path: str | None) -> str | None:
+        if not path:
+            return None
+        return str(Path(path).expanduser().absolute())
+
+    checkpoint = {**lineage["checkpoint"], "absolute_path": absolute(lineage["checkpoint"].get("path"))}
+    sources = [{**s, "absolute_path": None if str(s.get("path") or "").startswith("mcp-server:") else absolute(s["uri"])}
+               for s in lineage["source_resources"]]
+    return {**lineage, "checkpoint": checkpoint, "source_resources": sources}
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -347,16 +387,58 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 # --- curation and trajectory viewer ---------------------------------------------------------------------
 def cmd_exclude(args: argparse.Namespace) -> int:
     """Add (``exclude``) or remove (``include``) one exclusion in ``$ENVFACTORY_HOME/curation.yaml``."""
-    from envfactory_assets.curation import CurationError, curation_path, set_exclusion
+    from envfactory_assets.curation import CurationError, check_known_id, curation_path, set_exclusion
+    from envfactory_assets.store.db import Store, StoreBusy
 
     path = curation_path(settings.envfactory_home())
     try:
+        if args.command == "exclude":
+            if settings.store_path().exists():
+                check_known_id(Store(settings.store_path()), args.kind, args.id)
+            else:  # excluding before the first run is allowed: nothing to check the id against yet
+                print(f"note: no store at {settings.store_path()} yet, so {args.kind} {args.id!r} is not checked "
+                      "against known ids", file=sys.stderr)
         curation = set_exclusion(path, args.kind, args.id, args.reason if args.command == "exclude" else None)
-    except CurationError as exc:
+    except (CurationError, StoreBusy) as exc:
         raise UsageError(str(exc)) from None
     verb = "excluded" if args.command == "exclude" else "no longer excluded"
     print(f"{args.kind} {args.id} {verb}; {len(curation)} exclusion(s) in {path}. "
           "Re-run the pipeline (envfactory run) to apply it.")
+    return 0
+
+
+def cmd_environments(args: argparse.Namespace) -> int:
+    """List the servable environments (passed verification, built row current): id, domain, tools, and
+    whether the curation file excludes it; ``--tools`` adds one line per tool node id."""
+    from envfactory_assets.catalog import passed_environments
+    from envfactory_assets.curation import CurationError, curation_path, load_curation
+    from envfactory_assets.store.db import Store, StoreBusy
+
+    try:
+        curation = load_curation(curation_path(settings.envfactory_home()))
+        store = Store(settings.store_path())
+        passed = passed_environments(store)
+    except (CurationError, FileNotFoundError, StoreBusy) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{"env_id": e, "domain": env.get("domain"), "tools": [t["name"] for t in env["tools"]],
+                           "excluded": curation.reason("environment", e)}
+                          for e, env in sorted(passed.environments.items())], indent=2))
+        return 0
+    if not passed.environments:
+        print("no servable environment yet (materialize verified_environments first: envfactory run)")
+    for env_id, env in sorted(passed.environments.items()):
+        reason = curation.reason("environment", env_id)
+        print(f"{env_id:<40} {str(env.get('domain') or ''):<16} {len(env['tools']):>3} tools"
+              + (f"  (excluded: {reason})" if reason else ""))
+        if args.tools:
+            for tool in env["tools"]:
+                node = f"{env_id}.{tool['name']}"
+                tool_reason = curation.reason("tool", node)
+                print(f"    {node}" + (f"  (excluded: {tool_reason})" if tool_reason else ""))
+    print(f"{len(passed.environments)} servable environment(s); serve one with: envfactory serve-env ENV_ID",
+          file=sys.stderr)
     return 0
 
 
@@ -432,11 +514,20 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if backend is not None and hasattr(backend, "close"):
             backend.close()
     estimate["resources_from"] = origin
+    budget = model_backend.token_budget
+    worst = int(estimate.get("total_worst_case", {}).get("tokens") or 0)
+    estimate["token_budget"] = budget or None
+    estimate["over_token_budget"] = bool(budget) and worst > budget
     if args.json:
         print(json.dumps(estimate, indent=2))
     else:
         print(f"resources from {origin}")
         print(format_estimate(estimate, model_backend.backend))
+    if estimate["over_token_budget"]:
+        # the run stops at the budget (TokenBudgetExceeded) part-way through: say so before it starts
+        print(f"warning: the worst-case estimate ({worst:,} tokens) exceeds resources.model_backend.config."
+              f"token_budget ({budget:,}); the environments stage would stop when the budget is spent. Raise "
+              "token_budget or build fewer environments (ops.source_resources.config.per_domain)", file=sys.stderr)
     return 0
 
 
@@ -448,6 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="YAML file of run config (ops: {asset: {config: {...}}})")
     run.add_argument("--partition", help="environment partition keys (comma-separated) for the per-environment "
                                          "stages; default: all")
+    run.add_argument("--verbose", action="store_true",
+                     help="print Dagster's events (DEBUG too), library progress bars and trainer logs here "
+                          "instead of only in the run log file")
     run.set_defaults(func=cmd_run)
     lin = sub.add_parser("lineage", help="trace a checkpoint back to its source resources")
     lin.add_argument("checkpoint_id")
@@ -484,6 +578,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "exclude":
             cur.add_argument("--reason", required=True, help="why (kept in the file and in asset metadata)")
         cur.set_defaults(func=cmd_exclude)
+    envs = sub.add_parser("environments", help="list the servable environments (passed verification)")
+    envs.add_argument("--tools", action="store_true", help="also list each tool's node id (env_id.tool_name)")
+    envs.add_argument("--json", action="store_true")
+    envs.set_defaults(func=cmd_environments)
     lst = sub.add_parser("curation", help="list the exclusions in $ENVFACTORY_HOME/curation.yaml")
     lst.set_defaults(func=cmd_curation)
     show = sub.add_parser("show", help="print a trajectory (raw or refined id) as Markdown")

@@ -144,7 +144,9 @@ def set_exclusion(path: Path, kind: str, item_id: str, reason: str | None) -> Cu
     excluded = {k: dict(v) for k, v in current.excluded.items()}
     if reason is None:
         if excluded[kind].pop(item_id, None) is None:
-            raise CurationError(f"{kind} {item_id!r} is not excluded in {path}")
+            close = nearest(item_id, excluded[kind])
+            raise CurationError(f"{kind} {item_id!r} is not excluded in {path}"
+                                + (f"; nearest excluded: {', '.join(close)}" if close else ""))
     else:
         excluded[kind][item_id] = reason.strip()
     updated = Curation(excluded)
@@ -196,3 +198,51 @@ def filter_environments(environments: dict[str, dict[str, Any]], curation: Curat
             continue
         kept[env_id] = env if len(tools) == len(env["tools"]) else {**env, "tools": tools}
     return kept, dropped
+
+
+def nearest(item_id: str, known: Iterable[str], n: int = 5) -> list[str]:
+    """Up to ``n`` ids of ``known`` closest to ``item_id`` (``difflib.get_close_matches``, cutoff 0.5)."""
+    import difflib
+
+    return difflib.get_close_matches(item_id, sorted(set(known)), n=n, cutoff=0.5)
+
+
+def unknown_id_message(kind: str, item_id: str, known: Iterable[str], listing: str) -> str:
+    """One line naming an unknown id, its nearest known ids (if any), and the command that lists them all."""
+    known = sorted(set(known))
+    close = nearest(item_id, known)
+    hint = f"nearest: {', '.join(close)}" if close else f"none of the {len(known)} known ids is close"
+    return f"unknown {kind} {item_id!r}; {hint} ({listing} lists them)"
+
+
+def known_ids(store: Any, kind: str) -> list[str]:
+    """The ids of ``kind`` the store knows, sorted: resource keys of ``source_resources``, env ids of
+    ``environments`` (built or not: a user may exclude a failed one), or tool node ids ``env_id.tool_name``
+    of the environments' tools.
+
+    Raises:
+        CurationError: unknown ``kind``. ``FileNotFoundError``: the store does not exist.
+    """
+    if kind == "resource":
+        return sorted({r["resource_key"] for r in store.read("source_resources")})
+    if kind == "environment":
+        return sorted({r["env_id"] for r in store.read("environments")})
+    if kind == "tool":
+        return sorted({f"{r['env_id']}.{t['name']}" for r in store.read("environments") for t in (r["tools"] or [])})
+    raise CurationError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+
+
+LISTING = {"resource": "envfactory status / the source_resources table",
+           "environment": "envfactory environments", "tool": "envfactory environments --tools"}
+
+
+def check_known_id(store: Any, kind: str, item_id: str) -> None:
+    """Refuse an exclusion of an id the store does not know.
+
+    Raises:
+        CurationError: ``item_id`` is not among :func:`known_ids` of ``kind``; the message names the nearest
+            known ids. ``FileNotFoundError``: the store does not exist (the caller decides what that means).
+    """
+    known = known_ids(store, kind)
+    if item_id not in known:
+        raise CurationError(unknown_id_message(kind, item_id, known, LISTING[kind]))

@@ -3,6 +3,7 @@ Markdown from the CLI, the ``show_trajectory`` job and ``refined_trajectories``'
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -192,3 +193,31 @@ def test_show_cli_and_the_show_trajectory_job_render_any_trajectory(curated, mon
     observation = observed[0].event_specific_data.asset_observation
     assert observation.asset_key.to_user_string() == "refined_trajectories"
     assert observation.metadata["rendering"].value == out.rstrip("\n")
+
+
+def test_cli_refuses_unknown_ids_with_the_nearest_ones_and_lists_servable_environments(curated, monkeypatch,
+                                                                                        capsys):
+    home, _, _ = curated
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    before = (home / "curation.yaml").read_text()
+    assert cli_main(["exclude", "environment", "bookshop_exampel", "--reason", "typo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown environment 'bookshop_exampel'" in err and "nearest: bookshop_example" in err
+    assert cli_main(["exclude", "environment", "no_such_env", "--reason", "x"]) == 2
+    assert "unknown environment 'no_such_env'" in capsys.readouterr().err
+    assert cli_main(["exclude", "tool", "bookshop_example.delete_autor", "--reason", "x"]) == 2
+    assert "nearest: bookshop_example.delete_author" in capsys.readouterr().err
+    assert cli_main(["exclude", "tool", "x.nonexistent", "--reason", "x"]) == 2
+    assert "unknown tool 'x.nonexistent'" in capsys.readouterr().err
+    assert (home / "curation.yaml").read_text() == before  # nothing written by a refused exclusion
+
+    assert cli_main(["environments", "--tools"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("bookshop_example ") and "calendar_tasks " in out
+    assert f"{EXCLUDED_TOOL}  (excluded: destructive)" in out  # listed, marked as curation removes it
+    assert cli_main(["environments", "--json"]) == 0
+    assert [e["env_id"] for e in json.loads(capsys.readouterr().out)] == [
+        "bookshop_example", "calendar_tasks"]
+    assert cli_main(["serve-env", "calendar_task"]) == 2
+    err = capsys.readouterr().err
+    assert "nearest verified environments: calendar_tasks" in err and "envfactory environments" in err

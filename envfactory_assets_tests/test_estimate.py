@@ -76,3 +76,19 @@ def test_programmatic_backend_estimates_zero_and_a_bad_backend_setting_is_named(
     assert "0 model calls" in out and "environments stage" in out
     assert cli_main(["estimate", "--config", str(_config(tmp_path, {"backend": "openai", "model": "m"}))]) == 2
     assert "base_url" in capsys.readouterr().err
+
+
+def test_estimate_warns_when_the_worst_case_exceeds_the_token_budget(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path / "home"))
+    with FakeChatServer([]) as server:
+        backend = {"backend": "openai", "base_url": server.base_url, "model": "coder", "max_revisions": 1}
+        assert cli_main(["estimate", "--config", str(_config(tmp_path, backend)), "--json"]) == 0
+        unlimited = json.loads(capsys.readouterr().out)
+        worst = unlimited["total_worst_case"]["tokens"]
+        assert unlimited["over_token_budget"] is False and unlimited["token_budget"] is None
+        assert cli_main(["estimate", "--config", str(_config(tmp_path, {**backend, "token_budget": worst - 1}))]) == 0
+        out, err = capsys.readouterr()
+        assert f"worst-case estimate ({worst:,} tokens) exceeds" in err and f"token_budget ({worst - 1:,})" in err
+        assert cli_main(["estimate", "--config", str(_config(tmp_path, {**backend, "token_budget": worst}))]) == 0
+        assert "warning" not in capsys.readouterr().err
+        assert server.requests == []

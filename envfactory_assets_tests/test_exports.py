@@ -9,7 +9,7 @@ import pytest
 
 from envfactory_assets.exports.licences import environment_licences
 from envfactory_assets.exports.stage import build_exports
-from envfactory_assets.tooluse.splits import is_held_out_environment
+from envfactory_assets.tooluse.splits import dataset_split, is_held_out_environment
 
 TRAIN_ENV = next(f"env_{i}" for i in range(100) if not is_held_out_environment(f"env_{i}"))
 HELD_ENV = next(f"env_{i}" for i in range(100) if is_held_out_environment(f"env_{i}"))
@@ -31,13 +31,15 @@ def _messages(arg):
 
 
 def _sft(i, env):
-    return {"id": f"sft_{i}", "env_ids": [env], "messages": _messages({f"k{i}": i}), "tools": [
+    return {"id": f"sft_{i}", "env_ids": [env], "split": dataset_split([env]), "messages": _messages({f"k{i}": i}), "tools": [
         {"type": "function", "function": {"name": "act", "parameters": {"type": "object", "properties": {}}}}]}
 
 
 def _rl(i, env):
-    return {"id": f"rl_{i}", "env_ids": [env], "domains": ["d"], "turn_index": 0,
-            "prompt": _messages({})[:2], "tools": _sft(i, env)["tools"],
+    # a second-turn prompt: the first turn's call and result come before the new request
+    return {"id": f"rl_{i}", "env_ids": [env], "split": dataset_split([env]), "domains": ["d"], "turn_index": 1,
+            "prompt": [*_messages({"q": f"é{i}", "n": [i]})[:5], {"role": "user", "content": "and again"}],
+            "tools": _sft(i, env)["tools"],
             "gold_calls": [{"name": "act", "arguments": {f"k{i}": i}}], "masked_arguments": ["limit"],
             "initial_state": {env: {"n": 0}}, "final_state": {env: {"n": i}}, "final_state_hash": f"h{i}"}
 
@@ -61,6 +63,8 @@ def test_exports_split_by_environment_with_licences(rows, tmp_path):
     assert gt["gold_calls"] and gt["masked_arguments"] == ["limit"] and set(gt["final_state_hashes"]) == {TRAIN_ENV}
     assert json.loads(train[0]["initial_state"]) == {TRAIN_ENV: {"n": 0}}
     assert train[0]["licences"][0]["name"] == "MIT" and train[0]["prompt"][1]["content"] == "do it"
+    assert train[0]["prompt"][2]["tool_calls"][0]["function"] == {"name": "act", "arguments": '{"q": "é0", "n": [0]}'}
+    assert train[0]["split"] == "train" and val[0]["split"] == "validation"
     share = json.loads((out / "sharegpt_train.json").read_text())
     assert [c["from"] for c in share[0]["conversations"]] == ["human", "function_call", "observation", "gpt"]
     assert json.loads(share[0]["conversations"][1]["value"]) == [{"name": "act", "arguments": {"k0": 0}}]
@@ -69,9 +73,11 @@ def test_exports_split_by_environment_with_licences(rows, tmp_path):
     hf = load_from_disk(str(out / "hf_sft"))
     assert (len(hf["train"]), len(hf["validation"])) == (4, 2)
     # arguments of different rows are not merged into one struct (no invented null keys)
-    assert json.loads(hf["train"][0]["messages"])[2]["tool_calls"][0]["function"]["arguments"] == {"k0": 0}
+    assert hf["train"][0]["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"k0": 0}
+    assert hf["train"][1]["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"k2": 2}  # sft_1 is held out
+    assert hf["train"][0]["tools"] == sft[0]["tools"] and hf["train"][0]["licences"][0]["name"] == "MIT"
     card = (out / "README.md").read_text()
-    assert "| MIT | https://mit | 2 | 3 |" in card and "unspecified" in card and "Apache 2.0" in card
+    assert "| MIT | https://mit | 2 | 3 |" in card and "unspecified" in card and "| Apache-2.0 |" in card
     assert m["files"]["verl_train.parquet"]["rows"]["train"] == 6
     assert build_exports(sft, rl, LICENCES, tmp_path) == m  # idempotent
 
@@ -126,3 +132,111 @@ def test_verify_export_finds_missing_files_wrong_counts_and_leaks(rows, tmp_path
     (out / "dataset_info.json").unlink()
     problems = verify_export(out, m, EXPORT_KEYS["sharegpt_export"])
     assert any("lacks a licence" in p for p in problems) and "dataset_info.json: missing" in problems
+
+
+def test_a_stored_split_that_disagrees_with_the_environments_is_refused(rows, tmp_path):
+    sft, rl = rows
+    held = next(r for r in rl if r["env_ids"] == [HELD_ENV])
+    held["split"] = "train"  # what stores written before the split was stored hold
+    with pytest.raises(ValueError, match="stored split 'train'.*'validation'"):
+        build_exports(sft, rl, LICENCES, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_licence_names_become_spdx_ids_where_they_match_one():
+    from envfactory_assets.exports.licences import allowed, licence_name, spdx_id
+
+    for stated in ("Apache 2.0 License", "Apache 2.0", "Apache-2.0", "Apache v2 License", "Apache License 2.0",
+                   "Licensed by Apache 2.0", "apache-2.0", "Apache License, Version 2.0"):
+        assert licence_name(stated) == "Apache-2.0", stated
+    assert [licence_name(n) for n in ("The MIT License (MIT)", "MIT License", "BSD3", "CC-BY-SA 2.0",
+                                      "Creative Commons Attribution 3.0")] == [
+        "MIT", "MIT", "BSD-3-Clause", "CC-BY-SA-2.0", "CC-BY-3.0"]
+    # vague or ambiguous names stay as stated; nothing becomes an empty name
+    assert [licence_name(n) for n in ("Creative Commons", "AGPLv3", "Commercial", " ", None)] == [
+        "Creative Commons", "AGPLv3", "Commercial", "unspecified", "unspecified"]
+    assert spdx_id("MIT OR Apache-2.0") == "MIT OR Apache-2.0" and spdx_id("See license") is None
+    assert allowed([{"name": "Apache-2.0"}], ["Apache 2.0"])  # an allow-list entry matches by its SPDX id
+
+
+def test_hf_rows_render_like_the_store_rows_and_trl_reads_them_as_chat_data(rows, tmp_path):
+    from datasets import load_from_disk
+    from trl.data_utils import is_conversational
+
+    from envfactory_assets.tooluse.chat_template import render_chat
+
+    sft, rl = rows
+    m = build_exports(sft, rl, LICENCES, tmp_path)
+    hf = load_from_disk(str(tmp_path / m["version"] / "hf_sft"))
+    by_id = {r["id"]: r for r in sft}
+    for split in hf.values():
+        for row in split:
+            assert is_conversational(row)
+            store_row = by_id[row["id"]]
+            assert render_chat(row["messages"], row["tools"]) == render_chat(store_row["messages"], store_row["tools"])
+            assert all(None not in m.values() for m in row["messages"])  # no keys merged in from other rows
+
+
+def test_verl_rows_render_with_a_template_that_loops_over_tool_calls(rows, tmp_path):
+    """verl applies the tokenizer's chat template to ``prompt``: rendered as it is (no decoding of fields),
+    a row must give exactly what the store row gives."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE, render_chat
+
+    sft, rl = rows
+    m = build_exports(sft, rl, LICENCES, tmp_path)
+    by_id = {r["id"]: r for r in rl}
+    verl_rows = [r for s in ("train", "validation")
+                 for r in pq.read_table(tmp_path / m["version"] / f"verl_{s}.parquet").to_pylist()]
+    assert len(verl_rows) == len(rl)
+    for row in verl_rows:
+        tools = json.loads(row["tool_config"])["tools"]
+        rendered, _ = render_jinja_template(conversations=[row["prompt"]], tools=tools,
+                                            chat_template=TOOL_CHAT_TEMPLATE, add_generation_prompt=True)
+        assert rendered[0] == render_chat(by_id[row["id"]]["prompt"], tools, add_generation_prompt=True)
+        assert '<tool_call>{"name": "act", "arguments": {"q": ' in rendered[0]
+
+
+def test_the_verl_reward_function_scores_a_gold_answer_one_and_a_wrong_one_less(bookshop, tmp_path):
+    import copy
+    import importlib.util
+
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.tooluse.task_episode import TaskRunner
+
+    env_id = bookshop["env_id"]
+    initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
+    book_id = initial[env_id]["tables"]["books"][0]["book_id"]
+    gold = [{"name": "update_book", "arguments": {"book_id": book_id, "price": 12.5}}]
+    row = {"id": "rl_gold", "env_ids": [env_id], "split": dataset_split([env_id]), "domains": ["shop"],
+           "turn_index": 0, "tools": [openai_tool(t) for t in bookshop["tools"]], "gold_calls": gold,
+           "masked_arguments": [], "initial_state": initial,
+           "prompt": [{"role": "user", "content": f"Set the price of book {book_id} to 12.5."}]}
+    with TaskRunner({env_id: bookshop}) as runner:  # the gold final state, as the datasets stage replays it
+        episode = runner.episode(row)
+        episode.call(gold[0]["name"], gold[0]["arguments"])
+        row["final_state"] = episode.final_states()
+        episode.close()
+    row["final_state_hash"] = "unused"
+    licences = environment_licences([{"env_id": env_id, "source_resource_id": "src"}],
+                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    m = build_exports([], [row], licences, tmp_path, environments={env_id: bookshop})
+    out = tmp_path / m["version"]
+    assert m["verl_reward"]["custom_reward_function"] == {"path": "envfactory_reward.py", "name": "compute_score"}
+    (verl_row,) = pq.read_table(out / f"verl_{'validation' if row['split'] == 'validation' else 'train'}.parquet").to_pylist()
+    spec = importlib.util.spec_from_file_location("envfactory_reward_copy", out / "envfactory_reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # the shipped copy, as verl loads it by path
+    truth = verl_row["reward_model"]["ground_truth"]
+    answer = '<tool_call>{"name": "update_book", "arguments": {"book_id": "%s", "price": 12.5}}</tool_call>' % book_id
+    try:
+        right = module.compute_score(verl_row["data_source"], answer, truth, verl_row["extra_info"])
+        wrong = module.compute_score(verl_row["data_source"], answer.replace("12.5", "13"), truth)
+        garbled = module.compute_score(verl_row["data_source"], "<tool_call>{not json</tool_call>", truth)
+    finally:
+        if module._runner is not None:
+            module._runner.close()
+    assert (right["score"], right["trace"], right["state"]) == (1.0, 1.0, 1.0)
+    assert wrong["trace"] == 0.0 and wrong["state"] == 0.0 and wrong["score"] == 0.0
+    assert garbled["n_malformed"] == 1 and garbled["score"] == 0.0

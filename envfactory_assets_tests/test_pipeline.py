@@ -123,6 +123,10 @@ def test_cli_lineage_prints_text_and_json(store, home, monkeypatch, capsys):
     assert cli_main(["lineage", ckpt["id"], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["checkpoint"]["id"] == ckpt["id"]
+    assert Path(data["checkpoint"]["absolute_path"]).is_absolute() and Path(data["checkpoint"]["absolute_path"]).is_dir()
+    for source in data["source_resources"]:  # the stored, corpus-relative path is kept next to the absolute one
+        assert not Path(source["path"]).is_absolute() and Path(source["absolute_path"]).is_absolute()
+        assert Path(source["absolute_path"]).is_file() and source["absolute_path"].endswith(source["path"])
     assert cli_main(["lineage", ckpt["id"]]) == 0
     text = capsys.readouterr().out
     assert ckpt["id"] in text and ("bookshop" in text or "calendar" in text)

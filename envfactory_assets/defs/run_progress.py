@@ -1,7 +1,8 @@
 """The progress bar of ``envfactory run``: drawn from the progress observations its run logs.
 
 The run is found by a tag the CLI sets; a thread polls the run's event log for asset observations that
-carry progress metadata (see :mod:`envfactory_assets.progress`) and draws one bar per asset.
+carry progress metadata (see :mod:`envfactory_assets.progress`) and draws one bar per asset, and prints a
+line when a step finishes (with its wall time), so stages without a progress meter show too.
 """
 
 import sys
@@ -14,6 +15,8 @@ from dagster import DagsterEventType
 from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, format_bar
 
 RUN_TAG = "envfactory/cli_run"
+_EVENTS = {DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
+           DagsterEventType.STEP_FAILURE}
 
 
 class RunProgressBar(threading.Thread):
@@ -21,12 +24,15 @@ class RunProgressBar(threading.Thread):
 
     On a terminal the bar is redrawn in place; otherwise a line is printed at each quarter and at the end.
     Use as a context manager around the materialization; leaving it draws what is left and stops.
+    ``steps`` limits the "done in" lines to those step keys (the CLI passes the asset steps, so asset
+    checks, which are steps too, do not add lines).
     """
 
     def __init__(self, instance: dg.DagsterInstance, token: str, out: Optional[TextIO] = None,
-                 poll_s: float = 0.5) -> None:
+                 poll_s: float = 0.5, steps: Optional[set[str]] = None) -> None:
         super().__init__(daemon=True, name="envfactory-progress")
         self.instance, self.token, self.poll_s = instance, token, poll_s
+        self.steps = steps  # steps that get a "done in" line (None: every step); a failed step always does
         self.out = out or sys.stderr
         self.tty = hasattr(self.out, "isatty") and self.out.isatty()
         self.lines: list[str] = []  # every line drawn, for tests and the final newline
@@ -35,6 +41,8 @@ class RunProgressBar(threading.Thread):
         self._cursor: Optional[str] = None
         self._quarter: dict[str, int] = {}
         self._open_line = False
+        self._step_started: dict[str, float] = {}
+        self.step_lines: list[str] = []  # one per finished step
 
     def __enter__(self) -> "RunProgressBar":
         self.start()
@@ -68,16 +76,36 @@ class RunProgressBar(threading.Thread):
             self._read_observations()
 
     def _read_observations(self) -> None:
-        connection = self.instance.get_records_for_run(
-            self._run_id, cursor=self._cursor, of_type=DagsterEventType.ASSET_OBSERVATION)
+        connection = self.instance.get_records_for_run(self._run_id, cursor=self._cursor, of_type=_EVENTS)
         self._cursor = connection.cursor
         for record in connection.records:
-            observation = record.event_log_entry.dagster_event.asset_observation_data.asset_observation
+            event = record.event_log_entry.dagster_event
+            if event.event_type == DagsterEventType.STEP_START:
+                self._step_started[event.step_key] = record.event_log_entry.timestamp
+                continue
+            if event.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
+                self._step_done(event.step_key, event.event_type == DagsterEventType.STEP_SUCCESS,
+                                record.event_log_entry.timestamp - self._step_started.get(event.step_key,
+                                                                                      record.event_log_entry.timestamp))
+                continue
+            observation = event.asset_observation_data.asset_observation
             metadata = observation.metadata
             if DONE in metadata and TOTAL in metadata:
                 done, rate = int(metadata[DONE].value), float(metadata[RATE].value) if RATE in metadata else 0.0
                 self._draw(observation.asset_key.to_user_string(),
                            Progress(done, int(metadata[TOTAL].value), done / rate if rate > 0 else 0.0))
+
+    def _step_done(self, step: str, ok: bool, seconds: float) -> None:
+        """One line per finished step (stages without a bar show here that they ran, and how long)."""
+        if ok and self.steps is not None and step not in self.steps:
+            return
+        line = f"{step:<22} {'done' if ok else 'FAILED'} in {seconds:.1f} s"
+        if self._open_line:
+            self.out.write("\n")
+            self._open_line = False
+        self.out.write(line + "\n")
+        self.step_lines.append(line)
+        self.out.flush()
 
     def _draw(self, label: str, progress: Progress) -> None:
         line = format_bar(f"{label:<22}", progress)

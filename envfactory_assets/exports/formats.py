@@ -2,16 +2,22 @@
 
 - verl: one parquet row per ``rl_dataset`` row. Columns follow verl's RL dataset layout
   (``data_source``, ``prompt``, ``ability``, ``reward_model`` = ``{"style": "rule", "ground_truth"}``,
-  ``extra_info``) plus ``initial_state``, ``final_state``, ``tool_config`` and ``licences``. Message
-  fields that differ between rows (tool calls, states) are JSON strings, so every row has the same
-  parquet schema (no struct merging, no ``null`` keys invented for other rows' arguments).
-  ``reward_model.ground_truth`` is a JSON string ``{"gold_calls", "masked_arguments", "final_state_hash", "final_state_hashes"}`` (per environment):
-  what :func:`envfactory_assets.tooluse.reward.hybrid_reward` needs.
+  ``extra_info``) plus ``initial_state``, ``final_state``, ``tool_config`` and ``licences``. ``prompt`` is a
+  list of message objects ``{"role", "content", "tool_calls", "tool_call_id", "name"}``; ``tool_calls`` is a
+  list of OpenAI call objects ``{"id", "type", "function": {"name", "arguments"}}`` (empty for messages
+  without calls), so a chat template that loops over ``message.tool_calls`` renders them. ``arguments`` is
+  the JSON text of the argument object, as in the OpenAI format: argument names differ between rows, and a
+  parquet struct would merge them into one schema with ``null`` for every other row's names. States stay
+  JSON strings for the same reason. ``reward_model.ground_truth`` is a JSON string of what
+  :mod:`envfactory_assets.exports.verl_reward` needs: ``{"gold_calls", "masked_arguments",
+  "final_state_hash", "final_state_hashes", "env_ids", "tool_names", "initial_state"}``.
 - LlamaFactory / ShareGPT: one JSON record per ``sft_dataset`` row, ``{"conversations": [{"from", "value"}],
   "system", "tools"}`` with roles ``human``, ``gpt``, ``function_call`` (a JSON list of ``{"name",
   "arguments"}``) and ``observation``, plus a ``dataset_info.json`` describing the columns.
 - Hugging Face ``datasets``: ``DatasetDict(train, validation)`` of SFT rows saved with ``save_to_disk``;
-  ``messages`` and ``tools`` are JSON strings (``Dataset.from_list`` would merge argument dicts across rows).
+  ``messages`` and ``tools`` are lists of objects stored with the ``datasets.Json`` feature, which keeps each
+  object exactly as the store has it (no ``null`` keys merged in from other rows), so TRL's ``SFTTrainer``
+  reads ``messages`` as chat data and a chat template renders a row as it renders the store's row.
 """
 
 from __future__ import annotations
@@ -30,17 +36,34 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _message_struct(message: dict[str, Any]) -> dict[str, str]:
-    return {"role": message["role"], "content": message.get("content") or "",
-            "tool_calls": _json(message["tool_calls"]) if message.get("tool_calls") else "",
+def _arguments_text(arguments: Any) -> str:
+    # the spacing of transformers' ``tojson`` (json.dumps defaults, key order kept), so a template that prints
+    # the text renders the same bytes as one that serialises the object
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _message_struct(message: dict[str, Any]) -> dict[str, Any]:
+    """One verl prompt message with the same fields in every row (see the module docstring)."""
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function", call)
+        calls.append({"id": str(call.get("id") or f"call_{i}"), "type": call.get("type") or "function",
+                      "function": {"name": function["name"], "arguments": _arguments_text(function.get("arguments") or {})}})
+    return {"role": message["role"], "content": message.get("content") or "", "tool_calls": calls,
             "tool_call_id": message.get("tool_call_id") or "", "name": message.get("name") or ""}
+
+
+def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
+    return [t.get("function", t)["name"] for t in tools]
 
 
 def verl_row(row: dict[str, Any], index: int, split: str, licences: list[dict[str, str]]) -> dict[str, Any]:
     """The verl parquet row of one ``rl_dataset`` row (see the module docstring)."""
     ground_truth = {"gold_calls": row["gold_calls"], "masked_arguments": row.get("masked_arguments") or [],
                     "final_state_hash": row["final_state_hash"],
-                    "final_state_hashes": {e: state_hash(s) for e, s in row["final_state"].items()}}
+                    "final_state_hashes": {e: state_hash(s) for e, s in row["final_state"].items()},
+                    "env_ids": list(row["env_ids"]), "tool_names": _tool_names(row["tools"]),
+                    "initial_state": row["initial_state"]}
     return {
         "data_source": DATA_SOURCE, "id": row["id"], "split": split,
         "prompt": [_message_struct(m) for m in normalize_messages(row["prompt"])],
@@ -89,9 +112,11 @@ SHAREGPT_DATASET_INFO = {"formatting": "sharegpt", "columns": {"messages": "conv
 
 
 def hf_record(row: dict[str, Any], split: str, licences: list[dict[str, str]]) -> dict[str, Any]:
-    """The Hugging Face ``datasets`` record of one ``sft_dataset`` row (nested fields as JSON strings)."""
-    return {"id": row["id"], "messages": _json(normalize_messages(row["messages"])), "tools": _json(row["tools"]),
-            "env_ids": list(row["env_ids"]), "licences": _json(licences)}
+    """The Hugging Face ``datasets`` record of one ``sft_dataset`` row: ``messages`` (normalised, as training
+    renders them) and ``tools`` as lists of objects, ``licences`` a list of ``{"env_id", "name", "url",
+    "source_resource_id", "stated_name"}``."""
+    return {"id": row["id"], "split": split, "messages": normalize_messages(row["messages"]),
+            "tools": list(row["tools"]), "env_ids": list(row["env_ids"]), "licences": list(licences)}
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
@@ -107,12 +132,12 @@ def write_json(value: Any, path: Path) -> None:
 
 
 def write_hf(splits: dict[str, list[dict[str, Any]]], path: Path) -> None:
-    """``DatasetDict`` of the non-empty splits saved with ``save_to_disk`` (explicit features: strings and a
-    string list)."""
-    from datasets import Dataset, DatasetDict, Features, Sequence, Value
+    """``DatasetDict`` of the non-empty splits saved with ``save_to_disk``. ``messages``, ``tools`` and
+    ``licences`` are ``List(Json())``: each object is kept as it is, with no keys merged in from other rows."""
+    from datasets import Dataset, DatasetDict, Features, Json, List, Value
 
-    features = Features({"id": Value("string"), "messages": Value("string"), "tools": Value("string"),
-                         "env_ids": Sequence(Value("string")), "licences": Value("string")})
+    features = Features({"id": Value("string"), "split": Value("string"), "messages": List(Json()),
+                         "tools": List(Json()), "env_ids": List(Value("string")), "licences": List(Json())})
     # Empty splits are left out: datasets 5.2 saves them but load_from_disk then fails (IndexError).
     DatasetDict({name: Dataset.from_dict({c: [r[c] for r in rows] for c in features}, features=features)
                  for name, rows in splits.items() if rows}).save_to_disk(str(path))

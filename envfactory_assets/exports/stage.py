@@ -1,7 +1,8 @@
 """Build every export of one dataset version into ``$ENVFACTORY_HOME/exports/<version>/``.
 
-Train and validation are split by environment with :func:`envfactory_assets.tooluse.splits.row_split`
-(``held_out`` -> ``validation``), the same function training and evaluation use. Files are written into
+Train and validation are the rows' stored ``split`` (set by
+:func:`envfactory_assets.tooluse.splits.dataset_split` from their environments, the split training and
+evaluation use). Files are written into
 a temporary sibling folder and renamed into place, so a failed export leaves no half-written version.
 """
 
@@ -14,18 +15,32 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.exports import formats
+from envfactory_assets.exports import formats, verl_reward
 from envfactory_assets.exports.licences import allowed, row_licences
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.tooluse.splits import row_split
+from envfactory_assets.tooluse.splits import dataset_split
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
+REWARD_MODULE = "envfactory_reward.py"
+FORMAT_VERSION = 2
+"""Part of the export version: rows laid out differently (2: verl tool calls as objects, HF rows as objects,
+SPDX licence ids, stored splits) are a new version even when the row ids are the same."""
 
 
-def export_split(env_ids: Sequence[str]) -> str:
-    """``"validation"`` for rows of held-out environments, else ``"train"``."""
-    return "validation" if row_split(env_ids) == "held_out" else "train"
+def export_split(row: Mapping[str, Any]) -> str:
+    """The row's stored ``split`` (``train`` or ``validation``), which the exports use as it is.
+
+    Raises:
+        ValueError: the row has no ``split``, or it disagrees with its environments'
+            (:func:`~envfactory_assets.tooluse.splits.dataset_split`): a store written before the split was
+            stored; re-materialize ``sft_dataset``/``rl_dataset``. Exporting it would leak held-out rows.
+    """
+    expected = dataset_split(row["env_ids"])
+    if row.get("split") != expected:
+        raise ValueError(f"row {row.get('id')}: stored split {row.get('split')!r} but its environments "
+                         f"{list(row['env_ids'])} make it {expected!r}; re-materialize sft_dataset and rl_dataset")
+    return expected
 
 
 def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str]):
@@ -33,7 +48,7 @@ def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]
     for row in rows:
         row_lic = row_licences(row["env_ids"], licences)
         if allowed(row_lic, allow):
-            kept.append((row, export_split(row["env_ids"]), row_lic))
+            kept.append((row, export_split(row), row_lic))
         else:
             dropped += 1
     return kept, dropped
@@ -42,7 +57,7 @@ def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]
 def export_version(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]], allow: Sequence[str]) -> str:
     """Content id of an export: the row ids and the licence allow-list."""
     return content_id("exp", {"sft": sorted(r["id"] for r in sft_rows), "rl": sorted(r["id"] for r in rl_rows),
-                              "allow": sorted(a.strip().lower() for a in allow)})
+                              "allow": sorted(a.strip().lower() for a in allow), "format": FORMAT_VERSION})
 
 
 def _cell(text: Any) -> str:
@@ -63,6 +78,14 @@ def dataset_card(manifest: dict[str, Any]) -> str:
              "| file | format | train | validation |", "|---|---|---|---|"]
     for name, info in manifest["files"].items():
         lines.append(f"| `{name}` | {info['format']} | {info['rows']['train']} | {info['rows']['validation']} |")
+    reward = manifest.get("verl_reward")
+    if reward:
+        lines += ["", ("verl: rows keep earlier tool calls as OpenAI call objects (`prompt[*].tool_calls`); the reward "
+                  f"function is `{reward['custom_reward_function']['path']}` (`custom_reward_function.path` = that "
+                  f"file, `custom_reward_function.name={reward['custom_reward_function']['name']}`). It replays the "
+                  f"response's tool calls on the task's initial state with the {reward['n_environments']} "
+                  f"environments of `{reward['environments']}` (needs `envfactory_assets` installed) and returns "
+                  "the hybrid reward (trace and final-state match).")]
     lines += ["", "## Source licences", "",
               "Each row lists the licences of the source resources of its environments (`licences`). Rows per licence:",
               "", "| licence | url | SFT rows | RL rows |", "|---|---|---|---|"]
@@ -85,7 +108,8 @@ def _licence_counts(sft: list, rl: list) -> list[dict[str, Any]]:
 
 def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
                   licences: Mapping[str, Mapping[str, str]], exports_dir: Path,
-                  allow: Sequence[str] = ()) -> dict[str, Any]:
+                  allow: Sequence[str] = (),
+                  environments: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Write verl parquet, ShareGPT JSON, a HF dataset and the dataset card for one dataset version.
 
     Args:
@@ -93,6 +117,9 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
         licences: ``{env_id: {"name", "url", "source_resource_id"}}`` (see ``licences.environment_licences``).
         exports_dir: ``$ENVFACTORY_HOME/exports``; the version goes to ``exports_dir / version``.
         allow: licence names to keep (case-insensitive); empty keeps every row.
+        environments: ``{env_id: Environment dict}`` of the passed environments; when given, the verl export
+            ships ``environments.json`` (``{env_id: {"source", "origin"}}`` of the RL rows' environments) and
+            ``envfactory_reward.py`` (:mod:`envfactory_assets.exports.verl_reward`), verl's reward function.
 
     Returns:
         The manifest (also written as ``manifest.json``): ``{"version", "path", "allow", "dropped",
@@ -100,7 +127,9 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
         An existing complete version is returned as it is (idempotent).
 
     Raises:
-        KeyError: a row's environment has no known source licence (nothing is written).
+        KeyError: a row's environment has no known source licence, or is missing from ``environments``
+            (nothing is written).
+        ValueError: a row's stored split disagrees with its environments (:func:`export_split`).
         ValueError: ``allow`` has a blank entry, which would silently drop every row (nothing is written).
     """
     import json
@@ -126,6 +155,19 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
         share = [formats.sharegpt_record(r, s, lic) for r, s, lic in sft if s == split]
         formats.write_json(share, tmp / f"sharegpt_{split}.json")
         files[f"sharegpt_{split}.json"] = {"format": "LlamaFactory ShareGPT (SFT)", "rows": {s: (len(share) if s == split else 0) for s in SPLITS}}
+    if environments is not None:
+        used = sorted({e for r, _s, _l in rl for e in r["env_ids"]})
+        missing = [e for e in used if e not in environments]
+        if missing:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise KeyError(f"rl rows use environments that are not passed: {missing[:10]}")
+        formats.write_json({e: {"source": environments[e]["source"], "origin": environments[e].get("origin", "untrusted")}
+                            for e in used}, tmp / verl_reward.ENVIRONMENTS_FILE)
+        shutil.copyfile(verl_reward.__file__, tmp / REWARD_MODULE)
+        reward_info = {"custom_reward_function": {"path": REWARD_MODULE, "name": "compute_score"},
+                       "environments": verl_reward.ENVIRONMENTS_FILE, "n_environments": len(used)}
+    else:
+        reward_info = None
     formats.write_json({f"envfactory_{s}": {"file_name": f"sharegpt_{s}.json", **formats.SHAREGPT_DATASET_INFO}
                         for s in SPLITS}, tmp / "dataset_info.json")
     hf = {s: [formats.hf_record(r, s2, lic) for r, s2, lic in sft if s2 == s] for s in SPLITS}
@@ -134,7 +176,8 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     manifest = {"version": version, "path": str(out), "allow": list(allow),
                 "dropped": {"sft": sft_dropped, "rl": rl_dropped}, "files": files,
                 "licences": _licence_counts(sft, rl),
-                "validation_env_ids": sorted({e for _r, s, _l in sft + rl if s == "validation" for e in _r["env_ids"]})}
+                "validation_env_ids": sorted({e for _r, s, _l in sft + rl if s == "validation" for e in _r["env_ids"]}),
+                "verl_reward": reward_info}
     (tmp / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
     try:

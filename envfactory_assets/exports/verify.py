@@ -21,7 +21,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
     out = []
     for split, ds in load_from_disk(str(path)).items():
-        out += [{**r, "split": split, "licences": json.loads(r["licences"])} for r in ds]
+        out += [{**r, "split": split} for r in ds]
     return out
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,15 @@ class EnvironmentNotServable(LookupError):
         self.env_id = env_id
 
 
-def _known_text(known: list[str]) -> str:
+def _known_text(known: list[str], env_id: str) -> str:
     if not known:
         return "the store has no verified environment yet (materialize verified_environments first)"
-    shown = ", ".join(known[:_KNOWN_SHOWN])
+    close = difflib.get_close_matches(env_id, known, n=_KNOWN_SHOWN, cutoff=0.5)
+    if close:
+        return f"nearest verified environments: {', '.join(close)} (envfactory environments lists all {len(known)})"
     more = f" and {len(known) - _KNOWN_SHOWN} more" if len(known) > _KNOWN_SHOWN else ""
-    return f"verified environments: {shown}{more}"
+    return (f"no verified environment has a close id; verified environments: {', '.join(known[:_KNOWN_SHOWN])}"
+            f"{more} (envfactory environments lists them all)")
 
 
 def load_environment_from_store(store_path: Path | str, env_id: str) -> dict[str, Any]:
@@ -48,7 +52,7 @@ def load_environment_from_store(store_path: Path | str, env_id: str) -> dict[str
     if not passed:
         others = store.read("verified_environments", "env_id = ?", [env_id])
         built = store.read("environments", "env_id = ?", [env_id])
-        known = _known_text(servable_env_ids(store))
+        known = _known_text(servable_env_ids(store), env_id)
         if others:
             reasons = "; ".join(str(r) for row in others for r in (row["reasons"] or []))[:500]
             detail = f"it failed verification ({reasons})" if reasons else "it failed verification"

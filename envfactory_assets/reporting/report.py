@@ -67,8 +67,11 @@ def run_report(store: Store) -> str:
         calls = q("SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
                   "WHERE status = 'passed'")
         traj = q("SELECT status, count(*) FROM current_raw_trajectories GROUP BY 1 ORDER BY 1")
-        ops = q("SELECT o->>'operator', count(*) FROM current_refined_trajectories, "
-                "unnest(CAST(operators AS JSON[])) AS t(o) GROUP BY 1 ORDER BY 1")
+        # applied = every application recorded; kept = applied minus those reverted (the UI's count)
+        ops = q("SELECT o->>'operator', count(*), "
+                "count(*) FILTER (WHERE coalesce(CAST(o->>'reverted' AS BOOLEAN), false)), "
+                "count(*) FILTER (WHERE NOT coalesce(CAST(o->>'reverted' AS BOOLEAN), false)) "
+                "FROM current_refined_trajectories, unnest(CAST(operators AS JSON[])) AS t(o) GROUP BY 1 ORDER BY 1")
         example = q("SELECT t->>'query_raw', t->>'query' FROM current_refined_trajectories, "
                     "unnest(CAST(turns AS JSON[])) AS u(t) "
                     "WHERE CAST(t->'operators' AS VARCHAR) LIKE '%implicit_reference%' "
@@ -79,14 +82,14 @@ def run_report(store: Store) -> str:
         refined = q("SELECT status, count(*) FROM current_refined_trajectories GROUP BY 1 ORDER BY 1")
         accuracy = q("SELECT round(CAST(t->>'accuracy' AS DOUBLE), 2) AS a, count(*) FROM current_refined_trajectories, "
                      "unnest(CAST(turns AS JSON[])) AS u(t) WHERE t->>'accuracy' IS NOT NULL GROUP BY 1 ORDER BY 1")
-        reverted = q("SELECT o->>'operator', count(*) FROM current_refined_trajectories, "
-                     "unnest(CAST(operators AS JSON[])) AS t(o) WHERE CAST(o->>'reverted' AS BOOLEAN) GROUP BY 1 ORDER BY 1")
         has_diversity = q("SELECT count(*) FROM information_schema.tables WHERE table_name = 'trajectory_diversity'")[0][0]
         diversity = q("SELECT * FROM trajectory_diversity") if has_diversity else []
         samples = q("SELECT id, n_turns, CAST(domains AS VARCHAR) FROM current_refined_trajectories "
                     "WHERE status = 'passed' ORDER BY n_turns DESC, id LIMIT 3")
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
+        splits = q("SELECT 'SFT', split, count(*) FROM current_sft_dataset GROUP BY 2 UNION ALL "
+                   "SELECT 'RL', split, count(*) FROM current_rl_dataset GROUP BY 2 ORDER BY 1 DESC, 2")
         ckpts = q("SELECT id, stage, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
                   "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
                   "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
@@ -110,17 +113,17 @@ def run_report(store: Store) -> str:
         "Topology-aware sampler vs the random-walk baseline (mart `sampler_comparison`):", "",
         _table(comparison, ("sampler", "chains", "mean tools", "mean servers", "mean dependency depth",
                             "valid share", "distinct tool pairs")), "",
-        "## Trajectories", "", _table(traj, ("status", "trajectories")), "",
-        "Turns per passed trajectory:", "", _table(turns, ("turns", "trajectories")), "",
-        "Calls per passed trajectory (min / mean / max): "
+        "## Raw trajectories (before refinement)", "", _table(traj, ("status", "raw trajectories")), "",
+        "Turns per passed raw trajectory:", "", _table(turns, ("turns", "raw trajectories")), "",
+        "Calls per passed raw trajectory (min / mean / max): "
         + (" / ".join(str(v) for v in calls[0]) if calls[0][0] is not None else "no passed trajectory yet"), "",
-        "Refinement operators applied:", "", _table(ops, ("operator", "applications")), "",
+        "Refinement operators on refined trajectories (applied = every application; reverted = undone because "
+        "the refined query became unsolvable; kept = applied - reverted, what the refined queries carry):", "",
+        _table(ops, ("operator", "applied", "reverted", "kept")), "",
         "## Solvability calibration", "", "Refined trajectories by status (unsolvable turns end a chain; "
-        "near-duplicates are removed):", "", _table(refined, ("status", "trajectories")), "",
+        "near-duplicates are removed):", "", _table(refined, ("status", "refined trajectories")), "",
         "Per-turn accuracy (passing solve attempts / k) of the queries kept:", "",
         _table(accuracy, ("accuracy", "turns")), "",
-        "Operator applications reverted because the refined query became unsolvable:", "",
-        _table(reverted, ("operator", "reverted")), "",
         "Diversity of passed refined trajectories (mart `trajectory_diversity`):", "",
         _table(diversity, ("trajectories", "distinct tool pairs", "environments", "domains",
                            "tool pairs / 1,000", "environments / 1,000", "domains / 1,000")), "",
@@ -131,7 +134,9 @@ def run_report(store: Store) -> str:
     if samples:
         parts += ["Trajectories to read whole (`envfactory show <id>` prints one as Markdown):", "",
                   _table([(f"`{i}`", n, d) for i, n, d in samples], ("id", "turns", "domains")), ""]
-    parts += [f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**.", "",
+    parts += [f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**. "
+              "Rows per stored split (`validation`: a row with a held-out environment, 10% of environments; "
+              "the exports use this split):", "", _table(splits, ("dataset", "split", "rows")), "",
               "## Checkpoints", "",
               _table(ckpts, ("id", "stage", "base model", "steps", "train loss", "valid tool calls before",
                              "valid tool calls after", "rows trained on (SFT: sft rows; GRPO: RL prompts)")), ""]

@@ -27,6 +27,7 @@ from envfactory_assets.synth.sampler import (
     validate_chain,
 )
 from envfactory_assets.synth.solve import ProgrammaticSolver, Solver
+from envfactory_assets.tooluse.splits import dataset_split
 from envfactory_assets.synth.trajectories import (
     SynthConfig,
     synthesize_trajectory,
@@ -127,8 +128,6 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
     with SandboxWorker(limits or SandboxLimits()) as worker:
         load_environments(worker, environments, (e for r in raw_rows for e in r["env_ids"]))
         for i, raw in enumerate(raw_rows):
-            if progress is not None:
-                progress(i, len(raw_rows))
             cal = calibrate_trajectory(raw, environments, worker, solver, config, user, providable)
             unresolved = [o for o in cal["operators"]
                           if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
@@ -142,6 +141,8 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
             row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in cal["turns"]],
                                            "solver": solver.name})
             rows.append(row)
+            if progress is not None:  # after the trajectory, so the last report is len(raw_rows) of len(raw_rows)
+                progress(i + 1, len(raw_rows))
     apply_filter(rows)
     return rows
 
@@ -180,7 +181,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
             overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": "train", "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
+                       "split": dataset_split(traj["env_ids"]), "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
                        **sft_row(traj, envs)}
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
                 sft.append(row)
@@ -194,7 +195,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                 stats.add_rl(traj["turns"][r["turn_index"]], r["gold_calls"])
                 r.pop("changes_state")
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": "train", "benchmark_overlap": overlap, **r}
+                       "split": dataset_split(traj["env_ids"]), "benchmark_overlap": overlap, **r}
                 row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"]})
                 rl.append(row)
     return sft, rl, rejected

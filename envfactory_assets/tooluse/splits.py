@@ -30,3 +30,14 @@ def is_held_out_environment(env_id: str, share: float = HELD_OUT_SHARE) -> bool:
 def row_split(env_ids: Iterable[str], share: float = HELD_OUT_SHARE) -> str:
     """``"held_out"`` when any of a row's environments is held out, else ``"train"``."""
     return "held_out" if any(is_held_out_environment(e, share) for e in env_ids) else "train"
+
+
+TRAIN_SPLIT, VALIDATION_SPLIT = "train", "validation"
+"""The ``split`` values of ``sft_dataset`` / ``rl_dataset`` rows, which the exports' train and validation files use
+as they are: ``validation`` is every row :func:`row_split` holds out."""
+
+
+def dataset_split(env_ids: Iterable[str], share: float = HELD_OUT_SHARE) -> str:
+    """The stored ``split`` of a dataset row: :data:`VALIDATION_SPLIT` when :func:`row_split` holds it out,
+    else :data:`TRAIN_SPLIT`."""
+    return VALIDATION_SPLIT if row_split(env_ids, share) == "held_out" else TRAIN_SPLIT

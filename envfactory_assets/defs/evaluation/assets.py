@@ -10,6 +10,7 @@ from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.evaluation.policy import SamplingSpec
 from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
+from envfactory_assets.reporting.results_table import results_markdown
 
 MIN_SEEDS = 3
 #: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results (:class:`~envfactory_assets.evaluation.run.ResultCache`).
@@ -100,6 +101,8 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
         "rows": len(rows), "written": written, "models": len({r["model"] for r in rows}),
         "seeds": list(config.seeds), "means": table, "vs_base_95ci": diffs,
         "base_cache_hits": cache.hits, "base_cache_writes": cache.writes,
+        # the table `envfactory results` prints (mean, spread, difference to base with its interval), for the UI
+        "results_table": dg.MetadataValue.md(results_markdown(rows)),
         "seconds": round(sum(r["metrics"]["seconds"] for r in rows if r["subset"] == "all"), 1),
     }, data_version=dg.DataVersion(",".join(sorted(r["id"] for r in rows))[:512] or "empty"))
 

@@ -42,12 +42,15 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
     from envfactory_assets.exports.licences import environment_licences
     from envfactory_assets.exports.stage import build_exports
 
+    from envfactory_assets.catalog import passed_environments
+
     store = envfactory.store()
     licences = environment_licences(store.read("environments"), store.read("source_resources"))
     try:
         manifest = build_exports(store.read("sft_dataset"), store.read("rl_dataset"), licences,
-                                 _exports_dir(envfactory), config.allowed_licences)
-    except KeyError as exc:
+                                 _exports_dir(envfactory), config.allowed_licences,
+                                 environments=passed_environments(store).environments)
+    except (KeyError, ValueError) as exc:
         raise dg.Failure(f"exports: {exc}") from exc
     context.log.info(f"export {manifest['version']} written to {manifest['path']}")
     for key, files in EXPORT_KEYS.items():

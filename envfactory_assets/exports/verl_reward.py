@@ -1,0 +1,97 @@
+"""The reward function of the verl export: ``compute_score`` as verl's ``custom_reward_function`` calls it.
+
+Point verl at this file (``custom_reward_function.path=<export>/envfactory_reward.py``,
+``custom_reward_function.name=compute_score``; the export writes a copy of this module there, next to
+``environments.json``). For each rollout it parses the ``<tool_call>`` blocks of the response
+(:func:`envfactory_assets.tooluse.tool_calls.parse_tool_calls`), replays the calls on a fresh copy of the
+task's initial state in the sandbox (:class:`envfactory_assets.tooluse.task_episode.TaskRunner`) and scores
+them with the paper's hybrid reward (:func:`envfactory_assets.tooluse.reward.hybrid_reward`): the same
+execution and reward as this project's own GRPO and evaluation. Replaying from the initial state makes the
+score independent of how the rollout executed its tools. Needs ``envfactory_assets`` installed where the
+reward runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+ENVIRONMENTS_FILE = "environments.json"
+"""``{env_id: {"source", "origin"}}`` of every environment the export's RL rows use, next to this module."""
+ENVIRONMENTS_ENV = "ENVFACTORY_VERL_ENVIRONMENTS"
+"""Environment variable naming another ``environments.json`` (when this module is used from the package)."""
+
+_lock = threading.Lock()
+_runner: Any = None
+
+
+def _environments_path() -> Path:
+    return Path(os.environ.get(ENVIRONMENTS_ENV) or Path(__file__).with_name(ENVIRONMENTS_FILE))
+
+
+def _task_runner() -> Any:
+    """One sandbox worker per process with every environment of the export loaded on first use."""
+    global _runner
+    with _lock:
+        if _runner is None:
+            from envfactory_assets.tooluse.task_episode import TaskRunner
+
+            path = _environments_path()
+            try:
+                environments = json.loads(path.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise FileNotFoundError(f"verl reward: cannot read the environments file {path} "
+                                        f"({exc.strerror}); set {ENVIRONMENTS_ENV}") from None
+            _runner = TaskRunner(environments)
+            atexit.register(_runner.close)
+        return _runner
+
+
+def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
+    """The hybrid reward of the tool calls in ``response`` for the task described by ``ground_truth``.
+
+    Args:
+        ground_truth: the decoded ``reward_model.ground_truth`` of a verl row (``gold_calls``,
+            ``masked_arguments``, ``final_state_hashes``, ``env_ids``, ``tool_names``, ``initial_state``).
+        response: the model's whole response text (every assistant turn of the rollout).
+
+    Returns:
+        ``{"score", "trace", "state", "n_calls", "n_malformed"}``; ``score`` is in [0, 1].
+
+    Raises:
+        KeyError: ``ground_truth`` lacks a field, or names an environment ``environments.json`` lacks.
+    """
+    from envfactory_assets.tooluse.reward import hybrid_reward
+    from envfactory_assets.tooluse.tool_calls import parse_tool_calls
+
+    parsed = parse_tool_calls(response)
+    row = {"id": "verl", "env_ids": ground_truth["env_ids"], "initial_state": ground_truth["initial_state"],
+           "tools": [{"name": n} for n in ground_truth["tool_names"]]}
+    episode = _task_runner().episode(row)
+    try:
+        for call in parsed.calls:
+            episode.call(call["name"], call["arguments"])
+        episode.add_malformed(parsed.format_errors)
+        reward = hybrid_reward(ground_truth["gold_calls"], episode.calls, episode.final_state_hashes(),
+                               ground_truth["final_state_hashes"],
+                               masked_arguments=ground_truth.get("masked_arguments") or (),
+                               n_malformed=episode.n_malformed)
+    finally:
+        episode.close()
+    return {"score": reward.reward, "trace": reward.trace, "state": reward.state, "n_calls": len(episode.calls),
+            "n_malformed": episode.n_malformed}
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str | dict[str, Any],
+                  extra_info: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """verl's custom reward signature: the score dict of :func:`score_calls` (verl logs its other keys).
+
+    ``ground_truth`` is the row's ``reward_model.ground_truth`` (a JSON string, or already decoded);
+    ``data_source`` and ``extra_info`` are not needed.
+    """
+    truth = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    return score_calls(truth, solution_str)
