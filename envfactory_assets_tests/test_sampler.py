@@ -301,13 +301,13 @@ def test_chain_round_trips_through_json(graph):
 
 # --------------------------------------------------------------------------- tool-name clashes
 def _two_env_tools(shared_name: str) -> list[dict]:
-    """``maker`` issues widget ids that ``user`` consumes; each also has a tool named ``shared_name``
-    (or distinct names when ``shared_name`` is empty)."""
+    """``maker`` records the e-mail address of a widget's owner, which ``user`` takes; each also has a tool
+    named ``shared_name`` (or distinct names when ``shared_name`` is empty)."""
     def tool(env, name, kind, inp, out):
         return {"env_id": env, "domain": "d", "name": name, "kind": kind, "table": "widgets",
                 "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
                 "output_schema": {"type": "object", "properties": out}}
-    wid = {"widget_id": {"type": "string", "description": "Widget handle"}}
+    wid = {"owner_email": {"type": "string", "format": "email", "description": "E-mail address of the owner"}}
     return [tool("maker", "make_widget", "create", {}, wid),
             tool("maker", shared_name or "maker_status", "get", {}, {}),
             tool("user", "find_widget", "get", {}, wid),
