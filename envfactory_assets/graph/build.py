@@ -180,15 +180,21 @@ class ToolGraph:
                     )
             producers: dict[tuple[str, str], set[str]] = defaultdict(set)
             kinds: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+            env = {n: d["env_id"] for n, d in self.graph.nodes(data=True)}
+            shared_in: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
             for e in self.edges:
                 producers[(e["dst"], e["dst_param"])].add(e["src"])
                 kinds[(e["src"], e["dst"], e["dst_param"])].add(e.get("value_kind") or "unknown")
+                if env[e["src"]] != env[e["dst"]] and e.get("value_kind") in SHARED_KINDS:
+                    shared_in[e["dst"]][e["dst_param"]].add(e["src"])
             self._index = {
                 "node_ids": tuple(sorted(self.graph.nodes)),
                 "inputs": {n: tuple(v) for n, v in inputs.items()},
                 "producers": {k: tuple(sorted(v)) for k, v in producers.items()},
                 "successors": {n: tuple(sorted(self.graph.successors(n))) for n in self.graph.nodes},
                 "kinds": {k: frozenset(v) for k, v in kinds.items()},
+                "env": env,
+                "shared_in": {d: {p: frozenset(v) for p, v in by.items()} for d, by in shared_in.items()},
             }
         return self._index
 
@@ -199,7 +205,7 @@ class ToolGraph:
 
     def env_of(self, node_id: str) -> str:
         """Environment id of a node (``KeyError`` if unknown)."""
-        return self.graph.nodes[node_id]["env_id"]
+        return self._idx()["env"][node_id]
 
     def inputs(self, node_id: str) -> tuple[dict[str, Any], ...]:
         """Input parameters of a node in schema order: ``{name, type, required, user_providable}``."""
@@ -219,6 +225,10 @@ class ToolGraph:
         """Value kinds of the edges from ``src`` into input ``param`` of ``dst`` (empty when none;
         ``"unknown"`` for rows stored without a kind)."""
         return self._idx()["kinds"].get((src, dst, param), frozenset())
+
+    def shared_producers(self, node_id: str) -> Mapping[str, frozenset[str]]:
+        """``{input name: tools of other environments whose edge into it passes a shared value}`` of a node."""
+        return self._idx()["shared_in"].get(node_id, {})
 
     def passes_shared_value(self, src: str, dst: str, param: str) -> bool:
         """True when an edge from ``src`` into input ``param`` of ``dst`` passes a shared real-world value

@@ -60,6 +60,7 @@ class RefinementReport:
     """What a refinement pass did: added edges (rows), changed flags, and every rejected proposal."""
 
     added_edges: list[dict[str, Any]] = field(default_factory=list)
+    cross_env_requests: int = 0
     cross_env_judged: int = 0
     cross_env_kept: int = 0
     flags_from_model: int = 0
@@ -67,7 +68,8 @@ class RefinementReport:
     rejected: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"added_edges": len(self.added_edges), "cross_env_judged": self.cross_env_judged,
+        return {"added_edges": len(self.added_edges), "cross_env_requests": self.cross_env_requests,
+                "cross_env_judged": self.cross_env_judged,
                 "cross_env_kept": self.cross_env_kept, "flags_from_model": self.flags_from_model,
                 "flags_changed": self.flags_changed, "rejected": len(self.rejected),
                 "rejected_examples": self.rejected[:10]}
@@ -315,6 +317,7 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
             except ValueError as exc:
                 report.rejected.append(f"{env_id}: {exc}")
                 answer = []
+            report.cross_env_requests += 1
             kept, rejected = validate_cross_env_answer(env_id, shown, answer)
             report.rejected += rejected
             report.cross_env_judged += len(shown)

@@ -234,8 +234,8 @@ def _latest_producer(graph: ToolGraph, node: str, param: str, tools: list[str]) 
 def _shared_link(graph: ToolGraph, node: str, env: str, tools: list[str],
                  bindings: Mapping[str, str]) -> bool:
     """True when one of ``bindings`` is a tool of another environment passing ``node`` a shared value."""
-    return any(src != USER and src in tools and graph.env_of(src) != env and graph.passes_shared_value(src, node, name)
-               for name, src in bindings.items())
+    shared = graph.shared_producers(node)
+    return any(src in shared.get(name, ()) and src in tools for name, src in bindings.items())
 
 
 def _force_shared_link(graph: ToolGraph, node: str, env: str, tools: list[str], bindings: dict[str, str],
@@ -243,12 +243,11 @@ def _force_shared_link(graph: ToolGraph, node: str, env: str, tools: list[str], 
     """Bind one input of ``node`` (left out or user-stated so far) to the latest earlier tool of another
     environment that passes it a shared value; False when no input can take one."""
     options = []
-    for inp in graph.inputs(node):
-        name = inp["name"]
+    for name, srcs in sorted(graph.shared_producers(node).items()):
         if bindings.get(name, USER) != USER:
             continue
         for t in reversed(tools):
-            if graph.env_of(t) != env and graph.passes_shared_value(t, node, name):
+            if t in srcs:
                 options.append((name, t))
                 break
     if not options:
