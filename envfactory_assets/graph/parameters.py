@@ -364,6 +364,14 @@ def name_tokens(name: str) -> tuple[str, ...]:
     return tuple(t for t in re.split(r"[^a-z0-9]+", spaced.lower()) if t)
 
 
+def _url_or_locator(tokens: tuple[str, ...], description: str) -> str:
+    """``url``, except a resource's own address in the API (``self``, ``href``, "API URL of this resource"),
+    which the API issues like an identifier."""
+    if set(tokens) & {"self", "href"} or _API_LOCATOR.search(description):
+        return IDENTIFIER
+    return URL
+
+
 def value_kind(param: Parameter) -> str:
     """What kind of value ``param`` holds (one of :data:`VALUE_KINDS`), from its name, type, ``format``,
     ``enum`` and description, in this order of trust:
@@ -397,7 +405,7 @@ def value_kind(param: Parameter) -> str:
     if fmt in _DATETIME_FORMATS:
         return RECORD_TIME if set(tokens) & _RECORD_TIME_TOKENS else DATETIME
     if fmt in _URL_FORMATS:
-        return URL
+        return _url_or_locator(tokens, param.description or "")
     if fmt in ("phone", "phone-number", "tel"):
         return PHONE
     if param.type == "boolean" or param.type == "object" or (param.type == "array" and param.item_type not in
@@ -414,11 +422,7 @@ def value_kind(param: Parameter) -> str:
     if words & _PHONE_TOKENS:
         return PHONE
     if words & _URL_TOKENS or (param.type == "string" and _URL_DESCRIPTION.search(desc)):
-        # a resource's own address in the API (``self``, ``href``, "API URL of this resource") is issued by
-        # the API like an identifier
-        if words & {"self", "href"} or _API_LOCATOR.search(desc):
-            return IDENTIFIER
-        return URL
+        return _url_or_locator(tokens, desc)
     numeric = param.type in ("integer", "number")
     if (words & _CODE_TOKENS or ({"time", "zone"} <= words)) and not numeric:
         return CODE
