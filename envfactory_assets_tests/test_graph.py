@@ -30,7 +30,6 @@ from envfactory_assets.graph.parameters import (
     extract_parameters,
     normalize_name,
     value_family,
-    value_kind,
 )
 
 

@@ -417,7 +417,7 @@ def value_kind(param: Parameter) -> str:
     desc = param.description or ""
     if words & _SECRET_TOKENS:
         return OTHER
-    if "email" in words or "mail" in words and ("e" in words or "address" in words):
+    if "email" in words or ("mail" in words and ("e" in words or "address" in words)):
         return EMAIL
     if words & _PHONE_TOKENS:
         return PHONE

@@ -527,8 +527,8 @@ def flow_kind(graph: ToolGraph, src: str, dst: str, param: str) -> str:
     """The value kind of the flow from ``src`` into input ``param`` of ``dst``: a shared kind when one of
     the edges passes one, else the first of the edges' kinds (``"none"`` without an edge)."""
     kinds = graph.flow_kinds(src, dst, param)
-    shared = sorted(kinds & SHARED_KINDS)
-    return shared[0] if shared else (sorted(kinds)[0] if kinds else "none")
+    shared = kinds & SHARED_KINDS
+    return min(shared) if shared else min(kinds, default="none")
 
 
 def flow_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, Any]:
