@@ -24,7 +24,13 @@ from envfactory_assets.graph import (
     is_user_providable,
     tools_from_environments,
 )
-from envfactory_assets.graph.parameters import normalize_name
+from envfactory_assets.graph.parameters import (
+    SHARED_KINDS,
+    edge_value_kind,
+    extract_parameters,
+    normalize_name,
+    value_family,
+)
 
 
 def _load_toolsets():
@@ -174,8 +180,8 @@ def test_hashing_embedder_is_stable_and_normalized():
 def test_rows_have_the_documented_columns(graph):
     assert set(graph.nodes[0]) == {"node_id", "env_id", "domain", "tool_name", "kind", "n_inputs", "n_outputs"}
     assert set(graph.parameters[0]) == {"node_id", "direction", "name", "path", "type", "required",
-                                        "user_providable", "text"}
-    assert set(graph.edges[0]) == {"src", "dst", "src_param", "dst_param", "similarity", "provenance"}
+                                        "user_providable", "text", "value_kind"}
+    assert set(graph.edges[0]) == {"src", "dst", "src_param", "dst_param", "similarity", "provenance", "value_kind"}
     assert len(graph.nodes) == 26 and graph.graph.number_of_nodes() == 26
     row = next(n for n in graph.nodes if n["node_id"] == nid(CRM, "list_companies"))
     assert row == {"node_id": nid(CRM, "list_companies"), "env_id": CRM, "domain": "productivity",
@@ -203,21 +209,40 @@ def test_producer_to_consumer_edges_by_name(graph):
         (nid(CRM, "list_contacts"), nid(CRM, "get_contact"), "contact_id"),
         (nid(MAIL, "list_messages"), nid(MAIL, "reply_to_message"), "message_id"),
         (nid(BILLING, "create_invoice"), nid(BILLING, "void_invoice"), "invoice_id"),
-        (nid(CRM, "list_companies"), nid(BILLING, "create_invoice"), "company_id"),  # across environments
     ]:
         assert any(r["dst_param"] == param and r["provenance"] == "name_type" for r in edge_rows(graph, src, dst)), \
             (src, dst, param)
 
 
-def test_semantic_edge_between_differently_named_parameters(graph):
-    rows = [e for e in edge_rows(graph, nid(CRM, "list_companies"), nid(SUPPORT, "create_ticket"))
-            if e["dst_param"] == "org_id"]
-    assert len(rows) == 1
-    assert rows[0]["src_param"] == "items[].company_id"
-    assert rows[0]["provenance"] == "embedding" and rows[0]["similarity"] > 0.85
-    # and back: a ticket's org_id fills CRM's company_id
-    assert any(e["dst_param"] == "company_id" and e["provenance"] == "embedding"
-               for e in edge_rows(graph, nid(SUPPORT, "get_ticket"), nid(CRM, "get_company")))
+def test_no_identifier_crosses_environments(graph):
+    """CRM's company_id and billing's company_id share a name, and support's org_id embeds like them
+    (cosine > 0.85), but an identifier means something only in the API that issued it: none of them is an
+    edge, nor a candidate for the refiner."""
+    env = {n["node_id"]: n["env_id"] for n in graph.nodes}
+    crossing = [e for e in graph.edges if env[e["src"]] != env[e["dst"]]]
+    assert crossing and all(e["value_kind"] not in ("identifier", "free_text", "other", "mixed") for e in crossing)
+    assert not edge_rows(graph, nid(CRM, "list_companies"), nid(BILLING, "create_invoice"))
+    assert not [e for e in graph.edges if e["dst_param"] == "org_id" and env[e["src"]] != SUPPORT]
+    assert not [e for e in graph.edges if e["dst_param"] == "company_id" and env[e["src"]] == SUPPORT]
+    assert all(c["value_kind"] != "identifier" for c in graph.candidates)
+    assert graph.meta["cross_env_not_made_by_kind"]["identifier"] >= 4
+    # within one environment identifiers still link producers and consumers
+    assert edge_rows(graph, nid(CRM, "list_companies"), nid(CRM, "get_company"))[0]["value_kind"] == "identifier"
+
+
+def test_shared_values_link_environments_under_any_names(graph):
+    """A contact's e-mail address (CRM ``email``) is the address an invoice goes to (billing ``billing_email``)
+    and a ticket's requester (support ``requester_email``); an invoice's due date can end an event."""
+    for src, dst, out, inp, kind in [
+        (nid(CRM, "get_contact"), nid(BILLING, "create_invoice"), "email", "billing_email", "email"),
+        (nid(CRM, "list_contacts"), nid(SUPPORT, "create_ticket"), "items[].email", "requester_email", "email"),
+        (nid(BILLING, "get_invoice"), nid(CALENDAR, "create_event"), "due_date", "end_time", "datetime"),
+    ]:
+        rows = [e for e in edge_rows(graph, src, dst) if e["src_param"] == out and e["dst_param"] == inp]
+        assert len(rows) == 1 and rows[0]["value_kind"] == kind, (src, dst, rows)
+        assert rows[0]["provenance"] in ("embedding", "value_kind")
+    assert graph.passes_shared_value(nid(CRM, "get_contact"), nid(BILLING, "create_invoice"), "billing_email")
+    assert not graph.passes_shared_value(nid(CRM, "get_company"), nid(CRM, "update_company"), "company_id")
 
 
 def test_no_edges_between_unrelated_parameters(graph):
@@ -243,7 +268,7 @@ def test_no_self_loops_and_rows_point_at_real_parameters(graph):
     for e in graph.edges:
         assert e["src"] != e["dst"]
         assert (e["src"], e["src_param"]) in outs and (e["dst"], e["dst_param"]) in ins
-        assert isinstance(e["similarity"], float) and e["provenance"] in ("name_type", "embedding")
+        assert isinstance(e["similarity"], float) and e["provenance"] in ("name_type", "embedding", "value_kind")
         if e["provenance"] == "embedding":
             assert e["similarity"] > 0.85
     assert nx.number_of_selfloops(graph.graph) == 0
@@ -269,18 +294,23 @@ def test_lookups_for_the_sampler(graph):
 
 def test_threshold_only_affects_embedding_edges(minilm, graph):
     strict = build_tool_graph(ts.all_tools(), minilm, threshold=0.99)
-    assert all(e["provenance"] == "name_type" for e in strict.edges)
+    assert all(e["provenance"] in ("name_type", "value_kind") for e in strict.edges)
     assert strict.meta["n_edges_name_type"] == graph.meta["n_edges_name_type"]
-    assert strict.meta["n_edges_embedding"] == 0 < graph.meta["n_edges_embedding"]
+    loose = build_tool_graph(ts.all_tools(), minilm, threshold=0.7)
+    assert strict.meta["n_edges_embedding"] == 0 < loose.meta["n_edges_embedding"]
+    assert loose.meta["n_edges_name_type"] == graph.meta["n_edges_name_type"]
 
 
 def test_cross_env_name_match_all_restores_plain_rule():
     scoped = build_tool_graph(ts.all_tools(), HashingEmbedder(), threshold=0.999)
     plain = build_tool_graph(ts.all_tools(), HashingEmbedder(), threshold=0.999, cross_env_name_match="all")
-    status = [e for e in plain.edges if e["src"].startswith(BILLING) and e["dst"].startswith(SUPPORT)
+    # the plain rule matches invoice status to ticket status by name; across environments such a pair of
+    # "other" values is only a candidate for the refiner, never an edge
+    status = [e for e in plain.candidates if e["src"].startswith(BILLING) and e["dst"].startswith(SUPPORT)
               and e["dst_param"] == "status"]
     assert status and all(e["provenance"] == "name_type" for e in status)
-    assert len(plain.edges) > len(scoped.edges)
+    assert not [e for e in scoped.candidates if e["dst_param"] == "status" and e["provenance"] == "name_type"]
+    assert len(plain.candidates) > len(scoped.candidates) and plain.edges == scoped.edges
 
 
 def test_bare_id_matches_only_within_the_same_table():
@@ -312,16 +342,22 @@ def test_vectorized_edges_equal_brute_force():
     ins = [p for p in g.parameters if p["direction"] == "in"]
     vec = dict(zip([p["text"] for p in outs + ins], emb.embed([p["text"] for p in outs + ins])))
     env = {n["node_id"]: n["env_id"] for n in g.nodes}
+    objs = {(f"{t['env_id']}.{t['name']}", p.direction, p.path): p for t in ts.all_tools() for p in extract_parameters(t)}
     expected = set()
     for o in outs:
         for i in ins:
             if o["node_id"] == i["node_id"]:
                 continue
+            cross = env[o["node_id"]] != env[i["node_id"]]
+            kind = edge_value_kind(o["value_kind"], i["value_kind"])
             sim = float(vec[o["text"]] @ vec[i["text"]])
             same_name = normalize_name(o["name"]) == normalize_name(i["name"]) and o["type"] == i["type"]
-            if same_name and env[o["node_id"]] != env[i["node_id"]] and not i["name"].endswith("_id"):
+            if same_name and cross and not (o["value_kind"] == i["value_kind"] and kind in SHARED_KINDS):
                 same_name = False
-            if sim > 0.6 or same_name:
+            fam = value_family(objs[(o["node_id"], "out", o["path"])])
+            same_family = cross and fam is not None and fam == value_family(objs[(i["node_id"], "in", i["name"])]) \
+                and o["type"] == i["type"]
+            if (sim > 0.6 or same_name or same_family) and (not cross or kind in SHARED_KINDS):
                 expected.add((o["node_id"], i["node_id"], o["path"], i["name"]))
     assert {(e["src"], e["dst"], e["src_param"], e["dst_param"]) for e in g.edges} == expected
 

@@ -19,7 +19,8 @@ from envfactory_assets.graph.embeddings import HashingEmbedder
 from envfactory_assets.graph.refine import (
     PROVENANCE_ID_LIST, PROVENANCE_MODEL, id_list_edges, parse_json_reply, refine_graph)
 from envfactory_assets.graph.stage import graph_rows
-from envfactory_assets.graph.stats import graph_statistics, sample_subgraph, subgraph_markdown, subgraph_svg
+from envfactory_assets.graph.stats import (
+    PROVENANCE_COLOURS, graph_statistics, sample_subgraph, subgraph_markdown, subgraph_svg)
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.sources.scan import SourceResource, inspect_file
@@ -70,8 +71,8 @@ def test_model_edges_are_added_only_when_valid_within_one_environment(graph):
 
     with FakeChatServer(responder=reply) as server:
         refined, report = refine_graph(graph, EMBEDDER, edge_backend=_backend(server))
-        assert len(server.requests) == 2  # one request per environment
-        assert all(r["messages"][0]["content"].startswith("You link the tools") for r in server.requests)
+        assert len(server.requests) == 2 + report.cross_env_requests  # one request per environment
+        assert all(r["messages"][0]["content"].startswith("You link the tools") for r in server.requests[:2])
     added = _edges(refined) - _edges(graph)
     assert added == {missing}
     assert _edges(graph) <= _edges(refined)  # add-only
@@ -140,13 +141,15 @@ def test_statistics_and_picture_describe_the_graph(graph):
     assert stats["tool_pairs"] == graph.graph.number_of_edges()
     assert sum(stats["edges_by_provenance"].values()) == len(graph.edges)
     assert 1 <= stats["components"] <= stats["nodes"] and stats["largest_component"] >= 2
-    assert stats["cross_environment_pair_share"] == 0.0  # bookshop and helpdesk share no identifier
+    assert stats["cross_environment_pair_share"] == 0.0  # bookshop and helpdesk share no real-world value
+    assert stats["cross_environment_edges_by_kind"] == {}
+    assert sum(stats["edges_by_kind"].values()) == len(graph.edges) and stats["edges_by_kind"]["identifier"] > 0
     sub = sample_subgraph(graph, max_nodes=6)
     assert sub.number_of_nodes() == 6 and all(n in graph.graph for n in sub)
     svg = ET.fromstring(subgraph_svg(sub))
     ns = "{http://www.w3.org/2000/svg}"
     assert len(svg.findall(f"{ns}circle")) == 6
-    assert len(svg.findall(f"{ns}line")) == sub.number_of_edges() + 4  # edges + legend
+    assert len(svg.findall(f"{ns}line")) == sub.number_of_edges() + len(PROVENANCE_COLOURS)  # edges + legend
     assert "![tool graph sample](data:image/svg+xml;base64," in subgraph_markdown(graph, 6)
 
 
@@ -177,7 +180,9 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
     assert result.success
     meta = next(e.materialization.metadata for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == "tool_graph")
-    assert meta["refinement"].value["edge_refiner"] == "model" and n_requests == 2 * 3  # 2 roles x 3 environments
+    refinement = meta["refinement"].value
+    # 2 roles x 3 environments, and one request per environment that doubtful cross-environment pairs enter
+    assert refinement["edge_refiner"] == "model" and n_requests == 2 * 3 + refinement["cross_env_requests"]
     assert meta["graph_statistics"].value["nodes"] == len(Store(tmp_path / "envfactory.duckdb").read("tool_graph_nodes"))
     assert "data:image/svg+xml" in meta["sample_subgraph"].value
     assert meta["model_usage"].value
@@ -193,3 +198,54 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
                                                            model="other-refiner", api_key_env="NO_KEY"))
     assert "tool_graph refinement: the model backend failed" in failure_of(refused)
     assert len(Store(tmp_path / "envfactory.duckdb").read("tool_graph_nodes")) == meta["graph_statistics"].value["nodes"]
+
+
+def _toolsets():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "envfactory_test_graph_toolsets_r", Path(__file__).with_name("test_graph_toolsets.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_model_judges_doubtful_cross_environment_pairs_and_the_default_keeps_none():
+    """Pairs between environments that pass free text or "other" values (a ticket subject into an e-mail
+    subject, an invoice status into a ticket status) are candidates, not edges: the programmatic refiner
+    keeps none; the model keeps the ones it names with a shared kind, and nothing else."""
+    ts = _toolsets()
+    graph = build_tool_graph(ts.all_tools(), EMBEDDER, threshold=0.6, cross_env_name_match="all")
+    assert graph.candidates and all(c["value_kind"] not in ("identifier",) for c in graph.candidates)
+    programmatic, report = refine_graph(graph, EMBEDDER)
+    env = {n["node_id"]: n["env_id"] for n in graph.nodes}
+    crossing = {(e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in programmatic.edges
+                if env[e["src"]] != env[e["dst"]]}
+    assert crossing == {(e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in graph.edges
+                        if env[e["src"]] != env[e["dst"]]}
+    assert report.cross_env_requests == 0 and len(programmatic.candidates) == len(graph.candidates)
+
+    def reply(body):
+        if "dependency graph" in body["messages"][0]["content"]:
+            return '{"edges": []}'
+        pairs = json.loads(body["messages"][1]["content"].split("```json\n")[1].split("\n```")[0])["pairs"]
+        keep = [{"n": 0, "kind": "person_name"}, {"n": 0, "kind": "person_name"}, {"n": len(pairs), "kind": "email"}]
+        if len(pairs) > 1:
+            keep.append({"n": 1, "kind": "identifier"})
+        return json.dumps({"keep": keep})
+
+    with FakeChatServer(responder=reply) as server:
+        refined, report = refine_graph(graph, EMBEDDER, edge_backend=_backend(server))
+        judge_prompts = [r for r in server.requests if "real-world values" in r["messages"][0]["content"]]
+    dst_envs = {env[c["dst"]] for c in graph.candidates}
+    assert report.cross_env_requests == len(judge_prompts) == len(dst_envs)
+    kept = [e for e in refined.edges if e["provenance"] == "model_cross"]
+    assert len(kept) == report.cross_env_kept == len(dst_envs)  # pair 0 of each request, once
+    assert all(e["value_kind"] == "person_name" and env[e["src"]] != env[e["dst"]] for e in kept)
+    assert all(refined.passes_shared_value(e["src"], e["dst"], e["dst_param"]) for e in kept)
+    reasons = " | ".join(report.rejected)
+    assert "kept twice" in reasons and "unknown pair" in reasons and "'identifier' is not a shared" in reasons
+    assert refined.meta["n_cross_env_kept_by_model"] == len(kept)
+    rows = graph_rows(refined, {e: f"ver_{e}" for e in dst_envs | set(env.values())})["tool_graph_edges"]
+    assert {r["value_kind"] for r in rows if r["provenance"] == "model_cross"} == {"person_name"}

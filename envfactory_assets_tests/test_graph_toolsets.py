@@ -1,7 +1,10 @@
 """Small, realistic tool sets shared by the tool-graph and sampler tests.
 
 Shaped like ``envgen`` output (docs/design.md): CRUD tools per table, key fields named ``<singular>_id``,
-list tools returning ``{"items": [row, ...]}``. The other test modules load this file by path
+list tools returning ``{"items": [row, ...]}``. Environments share real-world values the way real APIs do
+(a contact's e-mail address is an invoice's billing address and a ticket's requester; an invoice's due date
+can end a calendar event), and also identifiers (``company_id`` in CRM and billing, ``org_id`` in support)
+that must never link them. The other test modules load this file by path
 (``importlib``), so it works under any pytest import mode.
 """
 
@@ -122,6 +125,7 @@ INVOICE_ROW = {
     "currency": _s("Three-letter ISO currency code", enum=["usd", "eur", "gbp"]),
     "status": _s("Invoice status", enum=["draft", "open", "paid", "void"]),
     "due_date": _s("Payment due date", format="date"),
+    "billing_email": _s("E-mail address the invoice is sent to", format="email"),
 }
 
 
@@ -130,7 +134,8 @@ def billing_tools() -> list[dict]:
     return [
         _tool(BILLING, d, "create_invoice", "Create an invoice for a company", "create", "invoices",
               _obj({"company_id": INVOICE_ROW["company_id"], "amount_cents": INVOICE_ROW["amount_cents"],
-                    "currency": INVOICE_ROW["currency"], "due_date": INVOICE_ROW["due_date"]},
+                    "currency": INVOICE_ROW["currency"], "due_date": INVOICE_ROW["due_date"],
+                    "billing_email": INVOICE_ROW["billing_email"]},
                    ["company_id", "amount_cents", "currency"]), _obj(INVOICE_ROW)),
         _tool(BILLING, d, "get_invoice", "Get one invoice", "get", "invoices",
               _obj({"invoice_id": INVOICE_ROW["invoice_id"]}, ["invoice_id"]), _obj(INVOICE_ROW)),
@@ -176,6 +181,7 @@ TICKET_ROW = {
     "subject": _s("Short summary of the customer's problem"),
     "priority": _s("Ticket priority", enum=["low", "normal", "high", "urgent"]),
     "status": _s("Ticket status", enum=["open", "pending", "solved", "closed"]),
+    "requester_email": _s("E-mail address of the customer who asked for help", format="email"),
 }
 
 
@@ -184,7 +190,8 @@ def support_tools() -> list[dict]:
     return [
         _tool(SUPPORT, d, "create_ticket", "Open a support ticket for a company", "create", "tickets",
               _obj({"org_id": TICKET_ROW["org_id"], "subject": TICKET_ROW["subject"],
-                    "priority": TICKET_ROW["priority"]}, ["org_id", "subject"]), _obj(TICKET_ROW)),
+                    "priority": TICKET_ROW["priority"], "requester_email": TICKET_ROW["requester_email"]},
+                   ["org_id", "subject"]), _obj(TICKET_ROW)),
         _tool(SUPPORT, d, "get_ticket", "Get one ticket", "get", "tickets",
               _obj({"ticket_id": TICKET_ROW["ticket_id"]}, ["ticket_id"]), _obj(TICKET_ROW)),
         _tool(SUPPORT, d, "list_tickets", "List tickets, optionally of one company", "list", "tickets",

@@ -18,9 +18,11 @@ from envfactory_assets.synth.sampler import (
     SamplerConfig,
     chain_seed,
     dependency_stats,
+    flow_stats,
     random_walk_chain,
     sample_chain,
     sample_chains,
+    service_name,
     validate_chain,
 )
 
@@ -301,13 +303,13 @@ def test_chain_round_trips_through_json(graph):
 
 # --------------------------------------------------------------------------- tool-name clashes
 def _two_env_tools(shared_name: str) -> list[dict]:
-    """``maker`` issues widget ids that ``user`` consumes; each also has a tool named ``shared_name``
-    (or distinct names when ``shared_name`` is empty)."""
+    """``maker`` records the e-mail address of a widget's owner, which ``user`` takes; each also has a tool
+    named ``shared_name`` (or distinct names when ``shared_name`` is empty)."""
     def tool(env, name, kind, inp, out):
         return {"env_id": env, "domain": "d", "name": name, "kind": kind, "table": "widgets",
                 "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
                 "output_schema": {"type": "object", "properties": out}}
-    wid = {"widget_id": {"type": "string", "description": "Widget handle"}}
+    wid = {"owner_email": {"type": "string", "format": "email", "description": "E-mail address of the owner"}}
     return [tool("maker", "make_widget", "create", {}, wid),
             tool("maker", shared_name or "maker_status", "get", {}, {}),
             tool("user", "find_widget", "get", {}, wid),
@@ -342,3 +344,77 @@ def test_dagster_config_defaults_are_the_spec_defaults():
     assert RefineConfig().check_settings() == CalibrationConfig()
     assert CalibrationConfig().k == 4
     assert TrajectoryConfig().check_settings() == SynthConfig()
+
+
+# --------------------------------------------------------------------------- value kinds across environments
+def test_no_identifier_crosses_environments_in_sampled_chains(graph, chains):
+    """CRM, billing and support all carry a company identifier; a chain may still join them only through
+    values that mean the same thing everywhere (an e-mail address, a date)."""
+    crossings = 0
+    for c in chains:
+        for t, bindings in c.producers.items():
+            for name, src in bindings.items():
+                if src != USER and graph.env_of(src) != graph.env_of(t):
+                    crossings += 1
+                    kinds = graph.flow_kinds(src, t, name)
+                    assert kinds and "identifier" not in kinds and graph.passes_shared_value(src, t, name), \
+                        (c.seed, src, t, name, kinds)
+    stats = flow_stats(graph, chains)
+    assert stats["identifier_crossings"] == 0 and stats["cross_env_flows"] == crossings > 50
+    assert set(stats["cross_env_flows_by_kind"]) <= {"email", "datetime", "money", "code", "person_name", "place",
+                                                     "organization", "url", "phone"}
+
+
+def test_multi_environment_chains_each_carry_a_shared_value(graph, chains):
+    """At least 60% of chains span several environments, and every one of them has a flow of a shared
+    real-world value between its environments (removing cross-environment chains would not pass)."""
+    stats = flow_stats(graph, chains)
+    assert stats["multi_env_share"] >= 0.6, stats
+    assert stats["multi_env_with_shared_flow"] == stats["multi_env_chains"]
+    for c in chains:
+        if len(c.servers) > 1:
+            assert c.plan and c.plan["linked_by"], c.seed
+            assert {link["kind"] for link in c.plan["linked_by"]} <= {"email", "datetime", "money", "code"}
+
+
+def test_a_chain_joining_environments_without_a_shared_value_is_invalid(graph):
+    # two environments side by side: each tool's inputs are filled, but nothing passes from one to the other
+    lc, gc, se = n(CRM, "list_companies"), n(CRM, "get_company"), n(MAIL, "send_email")
+    side_by_side = _chain(graph, [lc, gc, se], {gc: {"company_id": lc}, se: {"to": USER, "subject": USER,
+                                                                              "body": USER}})
+    assert any("not joined by a flow of a shared value" in p for p in validate_chain(graph, side_by_side))
+    gt = n(CRM, "get_contact")
+    linked = _chain(graph, [gt, se], {gt: {"contact_id": USER}, se: {"to": gt, "subject": USER, "body": USER}})
+    assert graph.passes_shared_value(gt, se, "to")
+    assert not [p for p in validate_chain(graph, linked) if "shared" in p]
+
+
+def test_an_identifier_edge_between_environments_is_refused_and_an_unkinded_one_never_links(graph):
+    from envfactory_assets.graph import ToolGraph
+
+    lc, ci = n(CRM, "list_companies"), n(BILLING, "create_invoice")
+    bad = {"src": lc, "dst": ci, "src_param": "items[].company_id", "dst_param": "company_id",
+           "similarity": 1.0, "provenance": "name_type", "value_kind": "identifier"}
+    with pytest.raises(ValueError, match="passes an identifier"):
+        ToolGraph.from_rows(graph.nodes, graph.parameters, graph.edges + [bad])
+    # rows stored before value kinds existed: the edge exists but a chain may not cross through it
+    old = ToolGraph.from_rows(graph.nodes, graph.parameters, graph.edges + [{**bad, "value_kind": None}])
+    chain = _chain(old, [lc, ci], {ci: {"company_id": lc, "amount_cents": USER, "currency": USER}})
+    problems = validate_chain(old, chain)
+    assert any("only shared real-world values cross" in p for p in problems)
+    assert any("not joined" in p for p in problems)
+
+
+def test_episode_plans_name_the_user_and_the_goal(graph, chains):
+    multi = [c for c in chains if len(c.servers) > 1]
+    assert multi and all(c.plan is None for c in chains if len(c.servers) == 1)
+    for c in multi:
+        plan = c.plan
+        assert set(plan) == {"persona", "goal", "services", "domains", "linked_by"}
+        assert plan["goal"].startswith(f"As {plan['persona']}, the user wants to ")
+        assert plan["services"] == [service_name(e) for e in c.servers]
+        for link in plan["linked_by"]:
+            assert service_name(link["from"]) in plan["goal"] or service_name(link["to"]) in plan["goal"]
+        assert Chain.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+    assert service_name(CRM) == "Apideck crm" and service_name("linode_com") == "Linode"
+    assert len({c.plan["goal"] for c in multi}) > 5

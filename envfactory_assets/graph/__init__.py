@@ -6,6 +6,7 @@ See ``docs/design.md`` ("Tool graph") and the EnvFactory paper (arXiv 2605.18703
 from .build import (
     PAPER_SIMILARITY_THRESHOLD,
     PROVENANCE_EMBEDDING,
+    PROVENANCE_VALUE_KIND,
     PROVENANCE_NAME_TYPE,
     ToolGraph,
     build_tool_graph,
@@ -20,7 +21,12 @@ from .embeddings import (
     minilm_model_path,
 )
 from .parameters import (
+    SHARED_KINDS,
+    VALUE_KINDS,
     Parameter,
+    edge_value_kind,
+    value_family,
+    value_kind,
     extract_input_parameters,
     extract_output_parameters,
     extract_parameters,
@@ -31,6 +37,7 @@ from .parameters import (
 __all__ = [
     "PAPER_SIMILARITY_THRESHOLD",
     "PROVENANCE_EMBEDDING",
+    "PROVENANCE_VALUE_KIND",
     "PROVENANCE_NAME_TYPE",
     "ToolGraph",
     "build_tool_graph",
@@ -47,4 +54,9 @@ __all__ = [
     "extract_parameters",
     "is_identifier_name",
     "is_user_providable",
+    "SHARED_KINDS",
+    "VALUE_KINDS",
+    "edge_value_kind",
+    "value_family",
+    "value_kind",
 ]

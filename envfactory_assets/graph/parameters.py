@@ -39,6 +39,16 @@ __all__ = [
     "is_identifier_name",
     "is_user_providable",
     "normalize_name",
+    "name_tokens",
+    "value_kind",
+    "edge_value_kind",
+    "VALUE_KINDS",
+    "SHARED_KINDS",
+    "IDENTIFIER",
+    "RECORD_TIME",
+    "FAMILY_KINDS",
+    "value_family",
+    "MIXED",
 ]
 
 #: JSON Schema types treated as scalars.
@@ -268,3 +278,228 @@ def iter_tool_parameters(tools: Iterable[Mapping[str, Any]]) -> Iterable[Paramet
     """All parameters of all tools, tool by tool (inputs first)."""
     for tool in tools:
         yield from extract_parameters(tool)
+
+
+# ----------------------------------------------------------------------------- value kinds
+#: What a parameter's value is. ``identifier``: minted by the API that issued it (primary and foreign keys,
+#: ``*_id``/``*Id``/``*_sid``, ``format: uuid``, opaque handles); meaningful only in that API. The others are
+#: real-world values that mean the same thing in any API, except ``free_text`` and ``other`` (labels,
+#: statuses, types, flags, counts, secrets), whose meaning depends on the API that defines them.
+IDENTIFIER = "identifier"
+EMAIL = "email"
+PERSON_NAME = "person_name"
+ORGANIZATION = "organization"
+DATETIME = "datetime"
+PLACE = "place"
+MONEY = "money"
+CODE = "code"
+URL = "url"
+PHONE = "phone"
+FREE_TEXT = "free_text"
+OTHER = "other"
+#: When a record was created, changed, deleted or archived: a date, but one the API keeps about its own
+#: record; a person carries an event's date (a due date, a start time, a birthday) into another service,
+#: never another record's bookkeeping time.
+RECORD_TIME = "record_time"
+#: An edge whose two parameters are of different kinds (e.g. a ``datetime`` output into an ``other`` input).
+MIXED = "mixed"
+
+VALUE_KINDS = (IDENTIFIER, EMAIL, PERSON_NAME, ORGANIZATION, DATETIME, RECORD_TIME, PLACE, MONEY, CODE, URL,
+               PHONE, FREE_TEXT, OTHER)
+#: Kinds that mean the same thing in every API: the only values that may flow from one environment into
+#: another (a person copies an e-mail address, a name, a date, a place, an amount, an ISO code or a link
+#: from one service into another; an identifier issued by one service means nothing to the other).
+SHARED_KINDS = frozenset({EMAIL, PERSON_NAME, ORGANIZATION, DATETIME, PLACE, MONEY, CODE, URL, PHONE})
+
+_ID_SUFFIX_RE = re.compile(r"(^sid$)|(_sid$)|([a-z0-9]Sid$)")
+_DATETIME_FORMATS = frozenset({"date", "date-time", "datetime", "time", "timestamp", "unix-time"})
+_URL_FORMATS = frozenset({"uri", "url", "uri-reference", "iri", "iri-reference", "uri-template"})
+_SECRET_TOKENS = frozenset({"password", "secret", "token", "fingerprint", "signature", "hash", "salt", "otp"})
+_PHONE_TOKENS = frozenset({"phone", "telephone", "mobile", "fax", "msisdn", "cellphone"})
+_URL_TOKENS = frozenset({"url", "uri", "href", "link", "website", "homepage", "permalink", "self"})
+_DATETIME_TOKENS = frozenset({"date", "time", "timestamp", "datetime", "deadline", "dob", "birthday", "birthdate",
+                              "created", "updated", "modified", "expires", "expiry", "expiration", "due",
+                              "since", "until", "scheduled"})
+_RECORD_TIME_TOKENS = frozenset({"created", "updated", "modified", "deleted", "archived", "creation",
+                                 "modification", "deletion", "edited", "changed", "synced", "indexed", "last"})
+_DATETIME_LAST = frozenset({"at", "on", "before", "after"})
+_MONEY_TOKENS = frozenset({"amount", "price", "cost", "fee", "fees", "balance", "salary", "budget", "revenue",
+                           "subtotal", "tax", "discount", "cents", "payment", "charge", "refund", "wage", "tip",
+                           "premium", "income", "spend", "spent", "payout"})
+_CODE_TOKENS = frozenset({"currency", "country", "language", "lang", "locale", "timezone", "tz", "iata", "icao",
+                          "airport", "iso"})
+_PLACE_TOKENS = frozenset({"address", "street", "city", "town", "postcode", "zip", "zipcode", "postal",
+                           "latitude", "longitude", "lat", "lng", "lon", "location", "venue", "place",
+                           "province", "county", "destination", "origin", "line1", "line2", "line3"})
+_PERSON_NAME_TOKENS = frozenset({"firstname", "lastname", "fullname", "surname", "givenname", "familyname",
+                                 "middlename"})
+_PERSON_NAME_PARTS = frozenset({"first", "last", "full", "given", "family", "middle", "holder", "passenger",
+                                "guest", "attendee", "traveller", "traveler", "patient", "customer", "contact"})
+#: a label its owner chose for a thing ("User-provided name for a job", "seller-defined name"): not a person
+_SELF_NAMED = re.compile(r"(user|seller|customer|client|caller)[- ](provided|supplied|defined|friendly|assigned|"
+                         r"specified|readable|chosen)|human[- ]readable|friendly name|resource name", re.I)
+_API_LOCATOR = re.compile(r"\bapi\b|this resource|the resource\b|resource url|canonical url", re.I)
+_URL_DESCRIPTION = re.compile(r"^\W*(a |an |the )?(absolute |public |full )?(url|uri)\b", re.I)
+_NOT_PLACE_WORDS = re.compile(r"\b(url|uri|path|file|directory|bucket|folder|memory|disk|storage)\b", re.I)
+_PERSON_WORDS = re.compile(r"\b(person|people|contact|customer|user|author|employee|patient|doctor|member|"
+                           r"recipient|sender|owner|assignee|reporter|attendee|guest|passenger|traveller|"
+                           r"traveler|driver|student|teacher|first name|last name|full name|given name|"
+                           r"family name|surname)\b", re.I)
+_ORG_TOKENS = frozenset({"company", "organization", "organisation", "employer", "business", "merchant",
+                         "vendor", "supplier", "brand", "publisher", "manufacturer", "airline", "carrier"})
+_ORG_WORDS = re.compile(r"\b(company|organi[sz]ation|employer|business|merchant|vendor|supplier|brand|"
+                        r"publisher|manufacturer|airline|legal entity)\b", re.I)
+_GEO_WORDS = re.compile(r"\b(country|state or province|province|geograph|city|postal|address)\b", re.I)
+_COUNT_WORDS = re.compile(r"\b(number of|count of|how many|maximum|minimum|limit|index|offset|page)\b", re.I)
+_MONEY_WORDS = re.compile(r"\b(amount|price|cost|currency|cents|monetary|money|paid|payment|balance)\b", re.I)
+_FREE_TEXT_TOKENS = frozenset({"title", "subject", "description", "body", "message", "text", "content",
+                               "comment", "comments", "note", "notes", "summary", "bio", "caption", "label",
+                               "name", "query", "q", "search", "reason", "instructions", "headline",
+                               "markdown", "html", "details", "remarks"})
+
+
+def name_tokens(name: str) -> tuple[str, ...]:
+    """Lower-case words of a parameter name: ``startTime`` / ``start_time`` -> ``("start", "time")``."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
+    return tuple(t for t in re.split(r"[^a-z0-9]+", spaced.lower()) if t)
+
+
+def _url_or_locator(tokens: tuple[str, ...], description: str) -> str:
+    """``url``, except a resource's own address in the API (``self``, ``href``, "API URL of this resource"),
+    which the API issues like an identifier."""
+    if set(tokens) & {"self", "href"} or _API_LOCATOR.search(description):
+        return IDENTIFIER
+    return URL
+
+
+def value_kind(param: Parameter) -> str:
+    """What kind of value ``param`` holds (one of :data:`VALUE_KINDS`), from its name, type, ``format``,
+    ``enum`` and description, in this order of trust:
+
+    1. identifiers: :func:`is_identifier_name`, ``*_sid``, opaque handles (cursor, page_token, etag...) and
+       ``format: uuid`` -> ``identifier`` (the API mints them);
+    2. ``format`` (JSON Schema / OpenAPI): ``email``, ``date``/``date-time``/``time``, ``uri``/``url``,
+       ``phone`` (a date-time named for a record's own bookkeeping, ``created_at``, ``date_updated``... ->
+       ``record_time``);
+    3. booleans, objects and arrays of objects -> ``other``;
+    4. name words: secrets (password, token...) -> ``other``; e-mail, phone, URL, ISO-style codes (currency,
+       country, language, locale, time zone, airport), date/time words (``*_at``, ``*_date``, ``created``...),
+       money words on numbers (``amount``, ``price``, ``balance``... unless the description counts things),
+       places (address, city, postal code, latitude...), people's names (first/last/full name, or ``name``
+       whose description is about a person), organisations (company, merchant... or ``name`` described as one);
+    5. titles, subjects, descriptions, bodies, messages, notes, generic ``name``/``label``, search queries ->
+       ``free_text``; everything else (statuses, types, enums, counts) -> ``other``.
+
+    Arrays of scalars are classified by their name (``emails`` -> ``email``). The rule is deterministic; the
+    tool graph's model-backed refiner may still judge cross-environment edges between doubtful kinds.
+    """
+    name = param.name
+    norm = normalize_name(name)
+    fmt = (param.format or "").lower()
+    if is_identifier_name(name) or _ID_SUFFIX_RE.search(name) or norm in _OPAQUE_NORMALIZED \
+            or fmt in _OPAQUE_FORMATS:
+        return IDENTIFIER
+    if fmt in ("email", "idn-email"):
+        return EMAIL
+    tokens = name_tokens(name)
+    if fmt in _DATETIME_FORMATS:
+        return RECORD_TIME if set(tokens) & _RECORD_TIME_TOKENS else DATETIME
+    if fmt in _URL_FORMATS:
+        return _url_or_locator(tokens, param.description or "")
+    if fmt in ("phone", "phone-number", "tel"):
+        return PHONE
+    if param.type == "boolean" or param.type == "object" or (param.type == "array" and param.item_type not in
+                                                              SCALAR_TYPES):
+        return OTHER
+    words = set(tokens)
+    # plural array names (emails, phones, urls): singular words
+    words |= {t[:-1] for t in tokens if t.endswith("s") and len(t) > 3}
+    desc = param.description or ""
+    if words & _SECRET_TOKENS:
+        return OTHER
+    if "email" in words or ("mail" in words and ("e" in words or "address" in words)):
+        return EMAIL
+    if words & _PHONE_TOKENS:
+        return PHONE
+    if words & _URL_TOKENS or (param.type == "string" and _URL_DESCRIPTION.search(desc)):
+        return _url_or_locator(tokens, desc)
+    numeric = param.type in ("integer", "number")
+    if (words & _CODE_TOKENS or ({"time", "zone"} <= words)) and not numeric:
+        return CODE
+    if words & _DATETIME_TOKENS or (tokens and tokens[-1] in _DATETIME_LAST and len(tokens) > 1):
+        if param.type in ("string", "integer", "number", "any", "array"):
+            return RECORD_TIME if words & _RECORD_TIME_TOKENS else DATETIME
+    last = tokens[-1] if tokens else ""
+    if last in _MONEY_TOKENS or (last in ("total", "value") and _MONEY_WORDS.search(desc)):
+        if (numeric or param.type == "string") and not _COUNT_WORDS.search(desc):
+            return MONEY
+    if (words & _PLACE_TOKENS and not words & {"ip", "mac", "email", "wallet", "memory"}) \
+            or (words & {"state", "region"} and _GEO_WORDS.search(desc)):
+        if (not numeric or words & {"latitude", "longitude", "lat", "lng", "lon"}) \
+                and not _NOT_PLACE_WORDS.search(desc) and last not in ("type", "kind", "id", "count"):
+            return PLACE
+    self_named = bool(_SELF_NAMED.search(desc))
+    if words & _PERSON_NAME_TOKENS or ("name" in words and words & _PERSON_NAME_PARTS):
+        return PERSON_NAME
+    if not numeric and (last in _ORG_TOKENS or (last == "name" and words & _ORG_TOKENS)):
+        return ORGANIZATION
+    if last == "name" and not numeric and not self_named:
+        if _PERSON_WORDS.search(desc) and not _ORG_WORDS.search(desc):
+            return PERSON_NAME
+        if _ORG_WORDS.search(desc):
+            return ORGANIZATION
+    if param.type in ("string", "array", "any") and not param.enum and words & _FREE_TEXT_TOKENS:
+        return FREE_TEXT
+    return OTHER
+
+
+def edge_value_kind(src_kind: str, dst_kind: str) -> str:
+    """The kind of value an edge passes from an output of kind ``src_kind`` to an input of kind ``dst_kind``:
+    ``identifier`` when either side is one (the value is an issued handle even if the other side's name hides
+    it), the common kind when both agree, else :data:`MIXED`."""
+    if IDENTIFIER in (src_kind, dst_kind):
+        return IDENTIFIER
+    return src_kind if src_kind == dst_kind else MIXED
+
+
+_FAMILY_WORDS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
+    PERSON_NAME: (("first", frozenset({"first", "given", "firstname", "givenname"})),
+                  ("last", frozenset({"last", "family", "surname", "lastname", "familyname"}))),
+    CODE: (("currency", frozenset({"currency"})), ("country", frozenset({"country"})),
+           ("language", frozenset({"language", "lang", "locale"})), ("timezone", frozenset({"timezone", "tz", "zone"})),
+           ("airport", frozenset({"airport", "iata", "icao"}))),
+    # dates by their role: when something starts, when it ends or is due, a birth date; a date of no
+    # stated role (``date``, ``timestamp``) has no family
+    DATETIME: (("birth", frozenset({"birth", "dob", "birthday", "birthdate"})),
+               ("start", frozenset({"start", "starts", "begin", "from", "since", "after", "departure", "checkin"})),
+               ("end", frozenset({"end", "ends", "until", "before", "due", "deadline", "expires", "expiry",
+                                  "expiration", "arrival", "checkout"}))),
+    PLACE: (("city", frozenset({"city", "town"})), ("postal", frozenset({"postal", "zip", "zipcode", "postcode"})),
+            ("latitude", frozenset({"lat", "latitude"})), ("longitude", frozenset({"lng", "lon", "longitude"})),
+            ("region", frozenset({"state", "province", "region", "county"})),
+            ("street", frozenset({"street", "line1", "line2", "line3", "address"}))),
+}
+#: Shared kinds whose values are interchangeable across APIs whatever the parameters are called: an e-mail
+#: address is an e-mail address, and an event's date can be the day another thing is planned for (a due
+#: date becomes a meeting's start, a listing filter's "after"). Links are not (a webhook URL is no image).
+FAMILY_KINDS = frozenset({EMAIL, PHONE, PERSON_NAME, ORGANIZATION, PLACE, MONEY, CODE, DATETIME})
+
+
+def value_family(param: Parameter, kind: str | None = None) -> str | None:
+    """The family of a shared value that another API's parameter of the same family can take, or None:
+    ``email``, ``phone``, ``organization``, ``money``; event dates by role (``datetime:start``,
+    ``datetime:end``, ``datetime:birth``; record times and dates of no stated role None); person names by part (``person_name:first``,
+    ``person_name:last``, ``person_name:full``); codes by standard (``code:currency``, ``code:country``,
+    ``code:language``, ``code:timezone``, ``code:airport``; other codes None); places by part
+    (``place:city``, ``place:postal``, ``place:street``...; other places None). Kinds outside
+    :data:`FAMILY_KINDS` have no family."""
+    kind = kind or value_kind(param)
+    if kind not in FAMILY_KINDS:
+        return None
+    if kind not in _FAMILY_WORDS:
+        return kind
+    words = set(name_tokens(param.name))
+    for family, hits in _FAMILY_WORDS[kind]:
+        if words & hits:
+            return f"{kind}:{family}"
+    return f"{kind}:full" if kind == PERSON_NAME else None

@@ -15,6 +15,15 @@ or not ("when in doubt, not"). Each role has two implementations:
   only if it names an existing input parameter and is a JSON boolean. Everything dropped is reported with
   its reason.
 
+The edge refiner also judges the doubtful cross-environment pairs that the build kept aside
+(:attr:`~envfactory_assets.graph.build.ToolGraph.candidates`: free text, "other" values, or two different
+kinds; never identifiers): the programmatic refiner makes none of them edges ("when in doubt, not"); the
+model sees the candidates into one environment at a time (at most :data:`MAX_CANDIDATES_PER_REQUEST`, most
+similar first) and names the ones through which a person would pass a real-world value, with that value's
+kind. A kept candidate becomes an edge of provenance ``model_cross`` whose ``value_kind`` is the model's
+kind, which must be one of :data:`~envfactory_assets.graph.parameters.SHARED_KINDS`; anything else is
+rejected with its reason.
+
 Edge similarity of an added edge is the cosine of its two parameter texts under the graph's embedder, so
 every edge row keeps a comparable number.
 """
@@ -31,13 +40,16 @@ import numpy as np
 
 from envfactory_assets.graph.build import SIMILARITY_DECIMALS, ToolGraph
 from envfactory_assets.graph.embeddings import ParameterEmbedder, l2_normalize
-from envfactory_assets.graph.parameters import is_identifier_name, normalize_name
+from envfactory_assets.graph.parameters import SHARED_KINDS, edge_value_kind, is_identifier_name, normalize_name
 from envfactory_assets.llm.base import ChatBackend
 
 EDGE_REFINER_ROLE = "edge_refiner"
 PROVIDABLE_ROLE = "providable_classifier"
 PROVENANCE_MODEL = "model"
 PROVENANCE_ID_LIST = "id_list"
+PROVENANCE_MODEL_CROSS = "model_cross"
+#: Candidate pairs shown to the model in one request (the most similar ones of one destination environment).
+MAX_CANDIDATES_PER_REQUEST = 40
 MAX_TOKENS = 2048
 
 _JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(.*?)\n```", re.S)
@@ -48,12 +60,17 @@ class RefinementReport:
     """What a refinement pass did: added edges (rows), changed flags, and every rejected proposal."""
 
     added_edges: list[dict[str, Any]] = field(default_factory=list)
+    cross_env_requests: int = 0
+    cross_env_judged: int = 0
+    cross_env_kept: int = 0
     flags_from_model: int = 0
     flags_changed: int = 0
     rejected: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"added_edges": len(self.added_edges), "flags_from_model": self.flags_from_model,
+        return {"added_edges": len(self.added_edges), "cross_env_requests": self.cross_env_requests,
+                "cross_env_judged": self.cross_env_judged,
+                "cross_env_kept": self.cross_env_kept, "flags_from_model": self.flags_from_model,
                 "flags_changed": self.flags_changed, "rejected": len(self.rejected),
                 "rejected_examples": self.rejected[:10]}
 
@@ -183,6 +200,60 @@ def id_list_edges(graph: ToolGraph) -> list[dict[str, Any]]:
     return edges
 
 
+def _candidates_by_env(graph: ToolGraph) -> dict[str, list[dict[str, Any]]]:
+    """Doubtful cross-environment candidates by destination environment, most similar first (ties by ids)."""
+    by_env: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in graph.candidates:
+        by_env[graph.env_of(c["dst"])].append(c)
+    return {env: sorted(rows, key=lambda c: (-c["similarity"], c["src"], c["src_param"], c["dst"], c["dst_param"]))
+            [:MAX_CANDIDATES_PER_REQUEST] for env, rows in sorted(by_env.items())}
+
+
+def cross_env_messages(graph: ToolGraph, env_id: str, candidates: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Chat messages asking which ``candidates`` (pairs from other environments into ``env_id``) pass a
+    real-world value a person would carry from one service into the other (reply: ``{"keep": [{"n": index,
+    "kind": value kind}]}``)."""
+    text = {(p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p["text"]
+            for p in graph.parameters}
+    shown = [{"n": k, "from_environment": graph.env_of(c["src"]), "from_tool": c["src"].split(".", 1)[1],
+              "output": text.get((c["src"], "out", c["src_param"]), c["src_param"]),
+              "to_tool": c["dst"].split(".", 1)[1], "input": text.get((c["dst"], "in", c["dst_param"]), c["dst_param"])}
+             for k, c in enumerate(candidates)]
+    system = ("Each pair below joins an output of a tool in one API to an input of a tool in another API "
+              f"({env_id}). An identifier issued by one API means nothing to another; only real-world values "
+              "cross: e-mail addresses, people's or companies' names, dates, places, amounts, standard codes "
+              "(currency, country, language), links, phone numbers. Keep a pair only if a person would "
+              "really copy that value from the first service into the second. Reply with one JSON object: "
+              '{"keep": [{"n": pair number, "kind": one of ' + json.dumps(sorted(SHARED_KINDS)) + "}]}; "
+              'reply {"keep": []} if none.')
+    payload = json.dumps({"environment": env_id, "pairs": shown}, ensure_ascii=False, indent=1)
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"```json\n{payload}\n```"}]
+
+
+def validate_cross_env_answer(env_id: str, candidates: list[dict[str, Any]], answer: Any
+                              ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The candidates the model kept, each with the model's shared kind as ``value_kind``; and rejections
+    (not a list, malformed item, unknown or repeated index, a kind that is not shared)."""
+    if not isinstance(answer, list):
+        return [], [f"{env_id}: 'keep' is not a list"]
+    kept, rejected, seen = [], [], set()
+    for item in answer:
+        n = item.get("n") if isinstance(item, dict) else None
+        kind = item.get("kind") if isinstance(item, dict) else None
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < len(candidates):
+            rejected.append(f"{env_id}: unknown pair {str(item)[:80]}")
+        elif n in seen:
+            rejected.append(f"{env_id}: pair {n} kept twice")
+        elif kind not in SHARED_KINDS:
+            rejected.append(f"{env_id}: pair {n} kind {kind!r} is not a shared real-world value")
+        else:
+            seen.add(n)
+            c = candidates[n]
+            kept.append({"src": c["src"], "dst": c["dst"], "src_param": c["src_param"], "dst_param": c["dst_param"],
+                         "similarity": c["similarity"], "provenance": PROVENANCE_MODEL_CROSS, "value_kind": kind})
+    return kept, rejected
+
+
 def _with_similarity(graph: ToolGraph, edges: list[dict[str, Any]], provenance: str,
                      embedder: ParameterEmbedder) -> list[dict[str, Any]]:
     if not edges:
@@ -193,8 +264,13 @@ def _with_similarity(graph: ToolGraph, edges: list[dict[str, Any]], provenance: 
     texts = sorted({t for pair in pairs for t in pair})
     vectors = l2_normalize(np.asarray(embedder.embed(texts)))
     row = {t: i for i, t in enumerate(texts)}
+    kinds = {(p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p.get("value_kind")
+             for p in graph.parameters}
     return [{**e, "similarity": round(float(vectors[row[a]] @ vectors[row[b]]), SIMILARITY_DECIMALS),
-             "provenance": provenance} for e, (a, b) in zip(edges, pairs)]
+             "provenance": provenance,
+             "value_kind": edge_value_kind(kinds[(e["src"], "out", e["src_param"])] or "other",
+                                           kinds[(e["dst"], "in", e["dst_param"])] or "other")}
+            for e, (a, b) in zip(edges, pairs)]
 
 
 def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: ChatBackend | None = None,
@@ -202,8 +278,10 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
     """Add refined edges and (with a model) re-flag user-providable inputs; returns a new graph and a report.
 
     Programmatic ``id_list`` edges are always added; with ``edge_backend`` the model's valid proposals are
-    added too, one request per environment. With ``providable_backend`` each environment's input flags come
-    from the model where it gives a valid boolean, else they stay as built. Edges are never removed.
+    added too, one request per environment, and the model judges the graph's doubtful cross-environment
+    candidates, one request per destination environment that has some (module docstring; without a model
+    none becomes an edge). With ``providable_backend`` each environment's input flags come from the model
+    where it gives a valid boolean, else they stay as built. Edges are never removed.
 
     Raises:
         LLMError (from the backend): the endpoint failed after its retries or the token budget ran out.
@@ -228,10 +306,34 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
             base = ToolGraph.from_rows(base.nodes, base.parameters, base.edges + new, base.meta)
         if providable_backend is not None:
             _apply_flags(parameters, env_id, providable_backend, base, report)
+    remaining = list(graph.candidates)
+    if edge_backend is not None:
+        judged: set[tuple[str, str, str, str]] = set()
+        for env_id, shown in _candidates_by_env(graph).items():
+            reply = edge_backend.complete(cross_env_messages(graph, env_id, shown), role=EDGE_REFINER_ROLE,
+                                          max_tokens=MAX_TOKENS)
+            try:
+                answer = parse_json_reply(reply.text, "keep")
+            except ValueError as exc:
+                report.rejected.append(f"{env_id}: {exc}")
+                answer = []
+            report.cross_env_requests += 1
+            kept, rejected = validate_cross_env_answer(env_id, shown, answer)
+            report.rejected += rejected
+            report.cross_env_judged += len(shown)
+            report.cross_env_kept += len(kept)
+            judged |= {(c["src"], c["src_param"], c["dst"], c["dst_param"]) for c in shown}
+            added += kept
+        remaining = [c for c in remaining if (c["src"], c["src_param"], c["dst"], c["dst_param"]) not in judged]
     report.added_edges = added
-    meta = {**graph.meta, "n_edges_added": len(added),
-            "n_edge_rows": len(graph.edges) + len(added)}
-    return ToolGraph.from_rows(graph.nodes, parameters, graph.edges + added, meta), report
+    cross_kept = dict(graph.meta.get("cross_env_edges_by_kind") or {})
+    for e in added:
+        if graph.env_of(e["src"]) != graph.env_of(e["dst"]):
+            cross_kept[e["value_kind"]] = cross_kept.get(e["value_kind"], 0) + 1
+    meta = {**graph.meta, "n_edges_added": len(added), "n_edge_rows": len(graph.edges) + len(added),
+            "cross_env_edges_by_kind": dict(sorted(cross_kept.items())), "n_cross_env_candidates": len(remaining),
+            "n_cross_env_kept_by_model": report.cross_env_kept}
+    return ToolGraph.from_rows(graph.nodes, parameters, graph.edges + added, meta, remaining), report
 
 
 def _apply_flags(parameters: list[dict[str, Any]], env_id: str, backend: ChatBackend, graph: ToolGraph,

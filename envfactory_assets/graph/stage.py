@@ -36,13 +36,14 @@ def graph_rows(graph: ToolGraph, verified_ids: dict[str, str]) -> dict[str, list
         row = {"tool_graph_node_id": node_ids[p["node_id"]], "node_id": p["node_id"], "direction": p["direction"],
                "name": p["name"], "path": p["path"], "type": p["type"], "required": bool(p["required"]),
                "user_providable": bool(p["user_providable"]), "text": p["text"],
-               "user_providable_source": p.get("user_providable_source", "rule")}
+               "user_providable_source": p.get("user_providable_source", "rule"), "value_kind": p.get("value_kind")}
         row["id"] = content_id("param", row)
         params.append(row)
     edges = []
     for e in graph.edges:
         row = {"src_node_id": e["src"], "dst_node_id": e["dst"], "src_param": e["src_param"],
-               "dst_param": e["dst_param"], "similarity": float(e["similarity"]), "provenance": e["provenance"]}
+               "dst_param": e["dst_param"], "similarity": float(e["similarity"]), "provenance": e["provenance"],
+               "value_kind": e.get("value_kind")}
         row["id"] = content_id("edge", {**row, "src": node_ids[e["src"]], "dst": node_ids[e["dst"]]})
         edges.append(row)
     # Duplicate parameter rows (same tool, same name twice) collapse to one id.
@@ -52,11 +53,13 @@ def graph_rows(graph: ToolGraph, verified_ids: dict[str, str]) -> dict[str, list
 
 def graph_from_store_rows(nodes: list[dict[str, Any]], params: list[dict[str, Any]],
                           edges: list[dict[str, Any]]) -> ToolGraph:
-    """Rebuild the :class:`ToolGraph` from stored rows."""
+    """Rebuild the :class:`ToolGraph` from stored rows. Rows stored before value kinds existed have
+    ``value_kind`` None (such an edge never counts as passing a shared value)."""
     return ToolGraph.from_rows(
         [{k: n[k] for k in ("node_id", "env_id", "domain", "tool_name", "kind", "n_inputs", "n_outputs")} for n in nodes],
-        [{k: p[k] for k in ("node_id", "direction", "name", "path", "type", "required", "user_providable", "text")}
-         for p in params],
+        [{**{k: p[k] for k in ("node_id", "direction", "name", "path", "type", "required", "user_providable", "text")},
+          "value_kind": p.get("value_kind")} for p in params],
         [{"src": e["src_node_id"], "dst": e["dst_node_id"], "src_param": e["src_param"], "dst_param": e["dst_param"],
-          "similarity": e["similarity"], "provenance": e["provenance"]} for e in edges],
+          "similarity": e["similarity"], "provenance": e["provenance"], "value_kind": e.get("value_kind")}
+         for e in edges],
     )

@@ -17,13 +17,16 @@ import networkx as nx
 from envfactory_assets.graph.build import ToolGraph
 
 #: colours of edges by provenance in the picture
-PROVENANCE_COLOURS = {"name_type": "#1f77b4", "embedding": "#2ca02c", "id_list": "#9467bd", "model": "#d62728"}
+PROVENANCE_COLOURS = {"name_type": "#1f77b4", "embedding": "#2ca02c", "value_kind": "#ff7f0e", "id_list": "#9467bd",
+                      "model": "#d62728", "model_cross": "#8c564b"}
 
 
 def graph_statistics(graph: ToolGraph) -> dict[str, Any]:
     """Counts and shape of ``graph``: nodes, edge rows, tool pairs, density, weakly connected components,
     largest component, isolated tools, mean/max in- and out-degree, edge rows by provenance, share of
-    tool pairs that cross environments, and the share of inputs flagged user-providable."""
+    tool pairs that cross environments, the share of inputs flagged user-providable, edge rows by value kind,
+    cross-environment edge rows by the kind they pass, and the cross-environment pairs that were not made
+    edges, by kind (identifiers never; doubtful kinds unless the edge refiner kept them)."""
     g = graph.graph
     n = g.number_of_nodes()
     components = list(nx.weakly_connected_components(g)) if n else []
@@ -31,6 +34,8 @@ def graph_statistics(graph: ToolGraph) -> dict[str, Any]:
     outs = [d for _, d in g.out_degree()]
     cross = sum(1 for a, b in g.edges if g.nodes[a]["env_id"] != g.nodes[b]["env_id"])
     inputs = [p for p in graph.parameters if p["direction"] == "in"]
+    cross_kinds = Counter(e.get("value_kind") or "unknown" for e in graph.edges
+                          if g.nodes[e["src"]]["env_id"] != g.nodes[e["dst"]]["env_id"])
     return {
         "nodes": n, "edge_rows": len(graph.edges), "tool_pairs": g.number_of_edges(),
         "density": round(nx.density(g), 4) if n > 1 else 0.0,
@@ -42,6 +47,10 @@ def graph_statistics(graph: ToolGraph) -> dict[str, Any]:
         "cross_environment_pair_share": round(cross / g.number_of_edges(), 4) if g.number_of_edges() else 0.0,
         "user_providable_input_share": round(sum(bool(p["user_providable"]) for p in inputs) / len(inputs), 4)
         if inputs else 0.0,
+        "edges_by_kind": dict(Counter(e.get("value_kind") or "unknown" for e in graph.edges).most_common()),
+        "cross_environment_edges_by_kind": dict(cross_kinds.most_common()),
+        "cross_environment_not_made_by_kind": dict(graph.meta.get("cross_env_not_made_by_kind") or {}),
+        "cross_environment_candidates_left": len(graph.candidates),
     }
 
 
@@ -111,9 +120,11 @@ def subgraph_markdown(graph: ToolGraph, max_nodes: int = 12) -> str:
     sub = sample_subgraph(graph, max_nodes)
     svg = subgraph_svg(sub)
     uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
-    rows = ["| from | output | to | input | provenance | parameter pairs |", "|---|---|---|---|---|---|"]
+    rows = ["| from | output | to | input | provenance | value kind | parameter pairs |",
+            "|---|---|---|---|---|---|---|"]
     for a, b, data in sorted(sub.edges(data=True))[:40]:
         p = data["params"][0]
-        rows.append(f"| {a} | {p['src_param']} | {b} | {p['dst_param']} | {p['provenance']} | {len(data['params'])} |")
+        rows.append(f"| {a} | {p['src_param']} | {b} | {p['dst_param']} | {p['provenance']} | "
+                    f"{p.get('value_kind') or ''} | {len(data['params'])} |")
     return (f"Sample of {sub.number_of_nodes()} tools around the best-connected one "
             f"(colour = environment; edge colour = provenance).\n\n![tool graph sample]({uri})\n\n" + "\n".join(rows))

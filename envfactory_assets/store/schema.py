@@ -42,10 +42,12 @@ TABLES: dict[str, list[str]] = {
         "direction VARCHAR", "name VARCHAR", "path VARCHAR", "type VARCHAR", "required BOOLEAN",
         "user_providable BOOLEAN", "text VARCHAR",
         "user_providable_source VARCHAR",  # rule | model (tool graph second phase)
+        "value_kind VARCHAR",  # identifier | email | person_name | ... (graph.parameters.VALUE_KINDS)
     ],
     "tool_graph_edges": [
         "id VARCHAR PRIMARY KEY", "src_node_id VARCHAR NOT NULL", "dst_node_id VARCHAR NOT NULL",
         "src_param VARCHAR", "dst_param VARCHAR", "similarity DOUBLE", "provenance VARCHAR",
+        "value_kind VARCHAR",  # what the edge passes; never identifier between two environments
     ],
     "benchmark_overlap": [
         "id VARCHAR PRIMARY KEY", "verified_environment_id VARCHAR NOT NULL", "env_id VARCHAR NOT NULL",
@@ -57,6 +59,8 @@ TABLES: dict[str, list[str]] = {
         "tools JSON", "env_ids JSON", "verified_environment_ids JSON", "domains JSON", "n_tools INTEGER",
         "n_servers INTEGER", "dependency_depth INTEGER", "status VARCHAR NOT NULL", "reasons JSON",
         "benchmark_overlap JSON",
+        # multi-environment chains: {"persona", "goal", "linked_by", "domains"} (synth.sampler.episode_plan)
+        "episode_plan JSON",
     ],
     "raw_trajectories": [
         "id VARCHAR PRIMARY KEY", "tool_chain_id VARCHAR NOT NULL", "env_ids JSON", "domains JSON",

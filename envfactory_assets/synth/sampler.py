@@ -23,20 +23,34 @@ chain does not move the others.
 Environments that define the same tool name are never combined in one chain (both samplers): one episode
 exposes every tool of its environments by bare name, and tool names must stay unique within a task.
 
+Environments are joined only through a shared real-world value (added here, not in the paper): a tool of an
+environment the chain does not use yet is added only when one of its inputs is filled by an earlier tool of
+another environment through an edge that passes a shared value kind (an e-mail address, a name, a date, a
+place, an amount, a code, a link, a phone number; see :data:`envfactory_assets.graph.parameters.SHARED_KINDS`),
+or when it is the producer of such a value for a tool of an environment already in the chain. An input that
+could take that value is then bound to it even when the optional-skip draw would have left it out, so the
+link is a real argument flow. The tool graph never joins two environments through an identifier, so no
+identifier issued by one API reaches another. A multi-environment chain also gets an episode plan
+(:func:`episode_plan`): who the user is and what they are trying to do across those tools.
+
 A chain is *valid* (:func:`validate_chain`) when every required input of every tool is user-providable or is
-produced, through a graph edge, by a tool placed earlier in the chain.
+produced, through a graph edge, by a tool placed earlier in the chain, and its environments are connected by
+flows of shared values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Literal, Mapping
+
+import networkx as nx
 
 from envfactory_assets.config_checks import number_types
 from envfactory_assets.graph.build import ToolGraph
+from envfactory_assets.graph.parameters import SHARED_KINDS
 
 __all__ = [
     "SamplerConfig",
@@ -51,6 +65,12 @@ __all__ = [
     "clashing_environments",
     "validate_chain",
     "dependency_stats",
+    "episode_plan",
+    "flow_kind",
+    "flow_stats",
+    "service_name",
+    "PERSONAS",
+    "GOALS",
 ]
 
 #: Binding value for an input the user states in the request (no producer tool).
@@ -79,6 +99,11 @@ class SamplerConfig:
             :class:`ChainSamplingError`.
         max_producer_candidates: producers tried, in random order, for one unfillable input before giving
             up on it (bounds the recursion's branching; 1 = the paper's single uniform draw).
+        p_join_environment: probability that, when an added tool has successors in environments the chain
+            does not use yet (and the chain may take another), one of them is put at the front of the BFS
+            queue. Not in the paper: with identifiers no longer crossing environments, cross-environment
+            edges are rare (shared values only), and plain BFS reaches them after the chain is full;
+            0.8 keeps about two thirds of the default run's chains multi-environment.
     """
 
     max_tools: int = 15
@@ -89,6 +114,7 @@ class SamplerConfig:
     min_tools: int = 3
     max_start_attempts: int = 20
     max_producer_candidates: int = 3
+    p_join_environment: float = 0.8
 
     def __post_init__(self) -> None:
         number_types(self, "sampler")  # a float or NaN passes the comparisons below
@@ -96,7 +122,7 @@ class SamplerConfig:
             raise ValueError("max_tools and max_servers must be >= 1 and max_depth >= 0")
         if not 1 <= self.min_tools <= self.max_tools:
             raise ValueError(f"min_tools must be in [1, max_tools={self.max_tools}], got {self.min_tools}")
-        for name in ("p_skip_optional", "p_explicit_producer"):
+        for name in ("p_skip_optional", "p_explicit_producer", "p_join_environment"):
             p = getattr(self, name)
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be a probability, got {p}")
@@ -117,6 +143,7 @@ class Chain:
             it, or :data:`USER` when the user states it. Inputs left out (skipped optional ones, and inputs
             nothing fills in a baseline chain) are absent.
         key: the stable key the seed was derived from (:func:`chain_seed`), when sampled by key.
+        plan: the episode plan of a multi-environment chain (:func:`episode_plan`), else None.
     """
 
     tools: tuple[str, ...]
@@ -125,6 +152,7 @@ class Chain:
     sampler: str
     producers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     key: str | None = None
+    plan: Mapping[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.tools)
@@ -141,7 +169,7 @@ class Chain:
     def from_dict(cls, d: Mapping[str, Any]) -> "Chain":
         return cls(tools=tuple(d["tools"]), servers=tuple(d["servers"]), seed=int(d["seed"]),
                    sampler=str(d["sampler"]), producers={t: dict(v) for t, v in (d.get("producers") or {}).items()},
-                   key=d.get("key"))
+                   key=d.get("key"), plan=d.get("plan"))
 
 
 def chain_seed(key: str) -> int:
@@ -203,18 +231,48 @@ def _latest_producer(graph: ToolGraph, node: str, param: str, tools: list[str]) 
     return None
 
 
+def _shared_link(graph: ToolGraph, node: str, env: str, tools: list[str],
+                 bindings: Mapping[str, str]) -> bool:
+    """True when one of ``bindings`` is a tool of another environment passing ``node`` a shared value."""
+    shared = graph.shared_producers(node)
+    return any(src in shared.get(name, ()) and src in tools for name, src in bindings.items())
+
+
+def _force_shared_link(graph: ToolGraph, node: str, env: str, tools: list[str], bindings: dict[str, str],
+                       rng: random.Random) -> bool:
+    """Bind one input of ``node`` (left out or user-stated so far) to the latest earlier tool of another
+    environment that passes it a shared value; False when no input can take one."""
+    options = []
+    for name, srcs in sorted(graph.shared_producers(node).items()):
+        if bindings.get(name, USER) != USER:
+            continue
+        for t in reversed(tools):
+            if t in srcs:
+                options.append((name, t))
+                break
+    if not options:
+        return False
+    name, src = rng.choice(options)
+    bindings[name] = src
+    return True
+
+
 def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: frozenset[str],
-             rng: random.Random, cfg: SamplerConfig) -> _Draft | None:
+             rng: random.Random, cfg: SamplerConfig, consumer: tuple[str, str] | None = None) -> _Draft | None:
     """Return a new draft with ``node`` appended after the producers its inputs need, or None.
 
     ``depth`` is the producer depth of ``node`` (0 for a tool BFS adds); ``stack`` holds the tools whose
-    addition is in progress (a producer may not be one of them: no cycles).
+    addition is in progress (a producer may not be one of them: no cycles); ``consumer`` is the
+    ``(tool, input)`` that ``node`` is the producer for, if any. A tool of an environment new to the chain
+    must exchange a shared value with an environment already in it (module docstring).
     """
     if node in draft.tools:
         return draft
     env = graph.env_of(node)
     if not draft.has_room(env, cfg):
         return None
+    feeds_chain = (consumer is not None and graph.env_of(consumer[0]) in draft.servers
+                   and graph.env_of(consumer[0]) != env and graph.passes_shared_value(node, *consumer))
     d = draft.copy()
     bindings: dict[str, str] = {}
     inner = stack | {node}
@@ -229,7 +287,7 @@ def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: froz
                 cands = [p for p in graph.producers(node, name) if p not in d.tools and p not in inner]
                 if cands:
                     p = rng.choice(cands)
-                    nd = _try_add(graph, p, d, depth + 1, inner, rng, cfg)
+                    nd = _try_add(graph, p, d, depth + 1, inner, rng, cfg, (node, name))
                     if nd is not None:
                         d, bindings[name] = nd, p
                         continue
@@ -241,7 +299,7 @@ def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: froz
             cands = [p for p in graph.producers(node, name) if p not in d.tools and p not in inner]
             rng.shuffle(cands)
             for p in cands[:cfg.max_producer_candidates]:
-                nd = _try_add(graph, p, d, depth + 1, inner, rng, cfg)
+                nd = _try_add(graph, p, d, depth + 1, inner, rng, cfg, (node, name))
                 if nd is not None:
                     d, chosen = nd, p
                     break
@@ -250,15 +308,35 @@ def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: froz
         elif inp["required"]:
             return None
         # An optional input nothing can fill is left out.
+    joins = bool(d.servers) and env not in d.servers
+    if joins and not feeds_chain and not _shared_link(graph, node, env, d.tools, bindings) \
+            and not _force_shared_link(graph, node, env, d.tools, bindings, rng):
+        return None
     if not d.has_room(env, cfg):
         return None
     d.add(node, env, bindings)
     return d
 
 
-def _finish(draft: _Draft, seed: int, sampler: str, key: str | None) -> Chain:
-    return Chain(tools=tuple(draft.tools), servers=tuple(draft.servers), seed=seed, sampler=sampler,
-                 producers={t: dict(b) for t, b in draft.producers.items()}, key=key)
+def _finish(graph: ToolGraph, draft: _Draft, seed: int, sampler: str, key: str | None) -> Chain:
+    chain = Chain(tools=tuple(draft.tools), servers=tuple(draft.servers), seed=seed, sampler=sampler,
+                  producers={t: dict(b) for t, b in draft.producers.items()}, key=key)
+    plan = episode_plan(graph, chain)
+    return chain if plan is None else replace(chain, plan=plan)
+
+
+def _bridge(graph: ToolGraph, draft: _Draft, rng: random.Random, cfg: SamplerConfig, tries: int = 8) -> _Draft:
+    """``draft`` with one more tool, from another environment that an earlier tool passes a shared value
+    to, when one of up to ``tries`` such tools (random order) can be added; else ``draft`` itself."""
+    cands = sorted({s for t in draft.tools for s in graph.successors(t)
+                    if s not in draft.tools and graph.env_of(s) not in draft.servers
+                    and _can_join(graph.env_of(s), draft.servers, cfg.max_servers, draft.clashes)})
+    rng.shuffle(cands)
+    for s in cands[:tries]:
+        added = _try_add(graph, s, draft, 0, frozenset(), rng, cfg)
+        if added is not None:
+            return added
+    return draft
 
 
 def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = None, *,
@@ -290,7 +368,8 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
         draft = _Draft(clashes=clashes)
         queue: deque[str] = deque([start])
         queued = {start}
-        while queue and len(draft.tools) < cfg.max_tools:
+        # While the chain has one environment, one place is kept free for a tool of another (see _bridge).
+        while queue and len(draft.tools) < cfg.max_tools - (len(draft.servers) == 1 < cfg.max_servers):
             node = queue.popleft()
             if node not in draft.tools:
                 added = _try_add(graph, node, draft, 0, frozenset(), rng, cfg)
@@ -304,8 +383,17 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
                 chosen = rng.sample(succ, rng.randint(1, len(succ)))
                 queue.extend(chosen)
                 queued.update(chosen)
+                bridges = [s for s in succ if graph.env_of(s) not in draft.servers]
+                if bridges and len(draft.servers) < cfg.max_servers and rng.random() < cfg.p_join_environment:
+                    bridge = rng.choice(bridges)
+                    if bridge in queue:
+                        queue.remove(bridge)
+                    queue.appendleft(bridge)
+                    queued.add(bridge)
+        if len(draft.servers) == 1 and cfg.max_servers > 1 and rng.random() < cfg.p_join_environment:
+            draft = _bridge(graph, draft, rng, cfg)
         if len(draft.tools) >= cfg.min_tools:
-            return _finish(draft, seed, "topology", key)
+            return _finish(graph, draft, seed, "topology", key)
     raise ChainSamplingError(
         f"no chain of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})")
 
@@ -355,8 +443,10 @@ def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None 
             if graph.env_of(cur) not in servers:
                 servers.append(graph.env_of(cur))
         if len(walk) >= cfg.min_tools:
-            return Chain(tools=tuple(walk), servers=tuple(servers), seed=seed, sampler="random_walk",
-                         producers=_observed_bindings(graph, walk), key=key)
+            chain = Chain(tools=tuple(walk), servers=tuple(servers), seed=seed, sampler="random_walk",
+                          producers=_observed_bindings(graph, walk), key=key)
+            plan = episode_plan(graph, chain)
+            return chain if plan is None else replace(chain, plan=plan)
     raise ChainSamplingError(
         f"no walk of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})")
 
@@ -370,7 +460,9 @@ def validate_chain(graph: ToolGraph, chain: Chain, config: SamplerConfig | None 
 
     Checks: tools known and not repeated; ``servers`` equals the tools' environments in first-use order;
     every required input of every tool is user-providable or produced (through a graph edge for that input)
-    by an earlier tool; every recorded producer is earlier in the chain and has such an edge; with
+    by an earlier tool; every recorded producer is earlier in the chain and has such an edge; no recorded
+    flow between two environments passes anything but a shared value (an identifier, free text, or an edge
+    stored without a kind); the environments of a multi-environment chain are connected by such flows; with
     ``config``, the ``max_tools`` / ``max_servers`` / ``min_tools`` limits.
     """
     problems: list[str] = []
@@ -414,7 +506,66 @@ def validate_chain(graph: ToolGraph, chain: Chain, config: SamplerConfig | None 
                 problems.append(f"{t}: producer {src!r} of {name!r} is not earlier in the chain")
             elif src not in graph.producers(t, name):
                 problems.append(f"{t}: {src!r} has no edge into input {name!r}")
+            elif graph.env_of(src) != graph.env_of(t) and not graph.passes_shared_value(src, t, name):
+                problems.append(f"{t}: input {name!r} takes a {flow_kind(graph, src, t, name)} value from "
+                                f"{src!r} in another environment (only shared real-world values cross)")
+    if len(envs) > 1:
+        linked = nx.Graph()
+        linked.add_nodes_from(envs)
+        for t, b in chain.producers.items():
+            for name, src in b.items():
+                if src != USER and src in position and t in position and graph.env_of(src) != graph.env_of(t) \
+                        and graph.passes_shared_value(src, t, name):
+                    linked.add_edge(graph.env_of(src), graph.env_of(t))
+        if not nx.is_connected(linked):
+            parts = sorted(sorted(c) for c in nx.connected_components(linked))
+            problems.append(f"environments not joined by a flow of a shared value: {parts}")
     return problems
+
+
+def flow_kind(graph: ToolGraph, src: str, dst: str, param: str) -> str:
+    """The value kind of the flow from ``src`` into input ``param`` of ``dst``: a shared kind when one of
+    the edges passes one, else the first of the edges' kinds (``"none"`` without an edge)."""
+    kinds = graph.flow_kinds(src, dst, param)
+    shared = kinds & SHARED_KINDS
+    return min(shared) if shared else min(kinds, default="none")
+
+
+def flow_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, Any]:
+    """Argument flows of ``chains`` by value kind.
+
+    Returns ``{"chains", "multi_env_chains", "multi_env_share", "multi_env_with_shared_flow",
+    "flows", "cross_env_flows", "cross_env_flows_by_kind", "flows_by_kind", "identifier_crossings"}``: a flow
+    is one input bound to an earlier tool (user-stated inputs are not flows); ``multi_env_with_shared_flow``
+    counts multi-environment chains with at least one cross-environment flow of a shared kind;
+    ``identifier_crossings`` counts cross-environment flows whose edge passes an identifier (0 on a graph
+    built with value kinds).
+    """
+    n = multi = multi_shared = flows = cross = id_cross = 0
+    by_kind: Counter[str] = Counter()
+    cross_by_kind: Counter[str] = Counter()
+    for chain in chains:
+        n += 1
+        has_shared = False
+        for t, b in chain.producers.items():
+            for name, src in b.items():
+                if src == USER or src not in graph.graph or t not in graph.graph:
+                    continue
+                kind = flow_kind(graph, src, t, name)
+                flows += 1
+                by_kind[kind] += 1
+                if graph.env_of(src) != graph.env_of(t):
+                    cross += 1
+                    cross_by_kind[kind] += 1
+                    id_cross += "identifier" in graph.flow_kinds(src, t, name)
+                    has_shared |= kind in SHARED_KINDS
+        if len(chain.servers) > 1:
+            multi += 1
+            multi_shared += has_shared
+    return {"chains": n, "multi_env_chains": multi, "multi_env_share": round(multi / n, 4) if n else 0.0,
+            "multi_env_with_shared_flow": multi_shared, "flows": flows, "cross_env_flows": cross,
+            "cross_env_flows_by_kind": dict(cross_by_kind.most_common()),
+            "flows_by_kind": dict(by_kind.most_common()), "identifier_crossings": id_cross}
 
 
 def dependency_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, float | int]:
@@ -479,3 +630,88 @@ def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig
         seen.add(chain.tools)
         out.append(chain)
     return out
+
+
+# ----------------------------------------------------------------------------- episode plans
+#: Who the user of a multi-environment episode is, by the domain of the chain's first environment
+#: (the corpus's domains, see ``envfactory_assets.sources``; unknown domains use ``"*"``).
+PERSONAS: dict[str, tuple[str, ...]] = {
+    "productivity": ("an office manager", "a project coordinator", "an executive assistant"),
+    "developer_tools": ("a DevOps engineer", "a backend developer", "a platform engineer"),
+    "knowledge_media_health": ("a clinic administrator", "a content editor", "a research assistant"),
+    "finance_payments": ("an accountant at a small business", "a finance operations analyst"),
+    "finance": ("an accountant at a small business", "a finance operations analyst"),
+    "ecommerce_retail": ("an online shop owner", "a retail operations manager"),
+    "travel_transport": ("a travel coordinator", "a logistics planner"),
+    "communication": ("a community manager", "a customer success manager"),
+    "customer_support": ("a support team lead", "a customer support agent"),
+    "*": ("a small-business owner", "an operations analyst"),
+}
+#: What the user is trying to do, by the kind of value that links two services ({a}: where the value comes
+#: from, {b}: where it goes).
+GOALS: dict[str, str] = {
+    "email": "find a person's e-mail address in {a} and use it to reach or register the same person in {b}",
+    "person_name": "take a person's name from {a} and find or record the same person in {b}",
+    "organization": "keep one company's records in step between {a} and {b}",
+    "datetime": "plan around a date found in {a} by using the same date in {b}",
+    "place": "use an address or place found in {a} when setting things up in {b}",
+    "money": "carry an amount from {a} over into {b}",
+    "code": "use the same currency, country or language from {a} in {b}",
+    "url": "share a link found in {a} in {b}",
+    "phone": "use a phone number from {a} to reach or register someone in {b}",
+}
+_HOST_SUFFIXES = frozenset({"com", "org", "io", "net", "local", "dev", "co", "ai", "app", "us", "uk", "de", "fr",
+                            "eu", "cloud", "tech"})
+
+
+def service_name(env_id: str) -> str:
+    """How a person names an environment's service: ``stripe_com__billing`` -> ``"Stripe billing"``,
+    ``linode_com`` -> ``"Linode"`` (provider without its host suffix, then the API's words)."""
+    provider, _, api = env_id.partition("__")
+    words = provider.split("_")
+    while len(words) > 1 and words[-1] in _HOST_SUFFIXES:
+        words.pop()
+    head = " ".join(w.capitalize() for w in words if w)
+    tail = " ".join(w for w in api.split("_") if w)
+    return f"{head} {tail}".strip() if tail and tail.lower() != head.lower() else head or env_id
+
+
+def episode_plan(graph: ToolGraph, chain: Chain) -> dict[str, Any] | None:
+    """A short goal a person could have across the chain's environments, or None for a one-environment chain.
+
+    Returns ``{"persona", "goal", "services", "domains", "linked_by"}``: ``linked_by`` lists the flows of
+    shared values between environments (``{"kind", "from", "to", "from_tool", "to_tool", "input"}``, in call
+    order); the persona is drawn (``random.Random(chain.seed)``) from :data:`PERSONAS` of the first
+    environment's domain; the goal joins one :data:`GOALS` sentence per linked pair of services (the first
+    flow of each pair), or says the services are used side by side when no shared value links them (a
+    random-walk chain; such a chain does not validate).
+    """
+    if len(chain.servers) < 2:
+        return None
+    domain_of = {graph.env_of(t): graph.graph.nodes[t].get("domain") for t in chain.tools if t in graph.graph}
+    links = []
+    for t in chain.tools:
+        for name, src in (chain.producers.get(t) or {}).items():
+            if src == USER or src not in graph.graph or t not in graph.graph:
+                continue
+            a, b = graph.env_of(src), graph.env_of(t)
+            kind = flow_kind(graph, src, t, name)
+            if a != b and kind in SHARED_KINDS:
+                links.append({"kind": kind, "from": a, "to": b, "from_tool": graph.graph.nodes[src]["tool_name"],
+                              "to_tool": graph.graph.nodes[t]["tool_name"], "input": name})
+    rng = random.Random(chain.seed)
+    first_domain = domain_of.get(chain.servers[0]) or "*"
+    persona = rng.choice(PERSONAS.get(first_domain, PERSONAS["*"]))
+    seen_pairs: set[frozenset[str]] = set()
+    parts = []
+    for link in links:
+        pair = frozenset((link["from"], link["to"]))
+        if pair not in seen_pairs:
+            seen_pairs.add(pair)
+            parts.append(GOALS[link["kind"]].format(a=service_name(link["from"]), b=service_name(link["to"])))
+    services = [service_name(e) for e in chain.servers]
+    if not parts:
+        parts = ["get a task done using " + ", ".join(services[:-1]) + " and " + services[-1] + " side by side"]
+    goal = f"As {persona}, the user wants to " + "; then ".join(parts) + "."
+    return {"persona": persona, "goal": goal, "services": services,
+            "domains": [domain_of.get(e) for e in chain.servers], "linked_by": links}

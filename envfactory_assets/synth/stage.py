@@ -68,6 +68,7 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
             "n_tools": len(chain.tools), "n_servers": len(chain.servers), "dependency_depth": dependency_depth(chain),
             "status": "failed" if problems else "passed", "reasons": problems,
             "benchmark_overlap": sorted({b for e in chain.servers for b in tags.get(e, [])}),
+            "episode_plan": chain.plan,  # also inside "tools" (Chain.plan), here for SQL
         }
         # Tags are part of a tagged chain's identity, so a changed tag gives new rows downstream.
         row["id"] = content_id("chain", {"tools": row["tools"], "envs": row["verified_environment_ids"],

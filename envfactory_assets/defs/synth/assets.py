@@ -29,7 +29,7 @@ from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
 from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
-from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, validate_chain
+from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
 from envfactory_assets.synth.simulated_user import ModelUser, ProgrammaticUser, providable_flags
 from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
 from envfactory_assets.synth.stage import (
@@ -60,6 +60,7 @@ class ChainsConfig(dg.Config):
     p_skip_optional: float = SamplerConfig.p_skip_optional
     p_explicit_producer: float = SamplerConfig.p_explicit_producer
     min_tools: int = SamplerConfig.min_tools
+    p_join_environment: float = SamplerConfig.p_join_environment
 
     def check_settings(self) -> SamplerConfig:
         """The sampler settings as a :class:`SamplerConfig`, every setting checked before the store is read.
@@ -79,10 +80,11 @@ class ChainsConfig(dg.Config):
         whole_number(owner, "min_tools", self.min_tools, low=1, high=self.max_tools)
         finite_number(owner, "p_skip_optional", self.p_skip_optional, low=0.0, high=1.0)
         finite_number(owner, "p_explicit_producer", self.p_explicit_producer, low=0.0, high=1.0)
+        finite_number(owner, "p_join_environment", self.p_join_environment, low=0.0, high=1.0)
         try:
             return SamplerConfig(max_tools=self.max_tools, max_servers=self.max_servers, max_depth=self.max_depth,
                                  p_skip_optional=self.p_skip_optional, p_explicit_producer=self.p_explicit_producer,
-                                 min_tools=self.min_tools)
+                                 min_tools=self.min_tools, p_join_environment=self.p_join_environment)
         except ValueError as exc:  # a rule between settings the checks above do not cover
             raise SettingError(f"{owner} settings: {exc}") from exc
 
@@ -179,6 +181,11 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
         "dependency_satisfaction": {name: dependency_stats(graph, [Chain.from_dict(r["tools"]) for r in rows
                                                                    if r["sampler"] == name])
                                     for name in sorted({r["sampler"] for r in rows})},
+        # argument flows by the kind of value they pass, within and across environments (no identifier
+        # crosses: the graph has no such edge)
+        "flows_by_kind": {name: flow_stats(graph, [Chain.from_dict(r["tools"]) for r in rows if r["sampler"] == name])
+                          for name in sorted({r["sampler"] for r in rows})},
+        "episode_plans": sum(1 for r in rows if r.get("episode_plan")),
         "mean_tools": statistics.fmean(lengths) if lengths else 0.0,
         "servers": dict(Counter(r["n_servers"] for r in rows)),
         "domains": dict(Counter(d for r in rows for d in r["domains"])),
