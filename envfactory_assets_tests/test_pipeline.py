@@ -24,7 +24,7 @@ from envfactory_assets_tests.fixture_environments import FIXTURES
 RUN_CONFIG = {
     "ops": {
         "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
-        "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
+        "tool_chains": {"config": {"n_chains": 40, "min_tools": 3}},
         "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1,
                                    "max_length": 768, "grpo_max_steps": 1, "grpo_num_generations": 2,
                                    "grpo_prompts_per_step": 1, "grpo_max_completion_length": 24,
