@@ -318,6 +318,31 @@ def generation_budget(category: str, count_tokens: Callable[[str], int] | None =
     return max(floor, math.ceil(BUDGET_FACTOR * longest))
 
 
+def category_budgets(tasks: Iterable[SingleTurnTask], count_tokens: Callable[[str], int] | None,
+                     floor: int) -> dict[str, int]:
+    """``{category: generation_budget(category, count_tokens, floor)}`` for the categories of ``tasks``."""
+    return {c: generation_budget(c, count_tokens, floor) for c in dict.fromkeys(t.category for t in tasks)}
+
+
+def token_counter(policy: Any) -> Callable[[str], int] | None:
+    """Tokens of a text under the policy's ``tokenizer`` (no special tokens added); None without one."""
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def result_subsets(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``all``, ``no_overlap`` (tasks none of whose functions resemble a tool of a passed environment) and
+    one subset per category present."""
+    subsets = {"all": results, "no_overlap": [r for r in results if not r["tags"]["benchmark_overlap"]]}
+    for category in CATEGORIES:
+        group = [r for r in results if r["tags"]["category"] == category]
+        if group:
+            subsets[category] = group
+    return subsets
+
+
 class SingleTurnPolicy(Protocol):
     """What :func:`run_tasks` needs from a model (:class:`~envfactory_assets.evaluation.policy.Policy`):
     ``generate`` with a per-call budget, and ``last_cut_off`` (per output of the last call: stopped at the

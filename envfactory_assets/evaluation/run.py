@@ -1,4 +1,5 @@
-"""Evaluate the base model and every checkpoint on held-out synthetic tasks and BFCL multi-turn base.
+"""Evaluate the base model and every checkpoint on held-out synthetic tasks, BFCL multi-turn base and
+BFCL v3 single-turn (:mod:`~envfactory_assets.evaluation.bfcl_single_turn`).
 
 Every model runs the same tasks under the same sampling seeds; results are aggregated per benchmark and
 subset as the mean over seeds of the per-seed mean reward, with the standard deviation across seeds.
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.evaluation import bfcl, synthetic
+from envfactory_assets.evaluation import bfcl, bfcl_single_turn, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
 from envfactory_assets.evaluation.bfcl_sandbox import (
     DEFAULT_CALL_TIMEOUT_S,
@@ -33,6 +34,9 @@ class EvalSpec:
     Attributes:
         n_synthetic: held-out synthetic tasks (None = all held-out RL rows).
         n_bfcl: BFCL multi-turn base tasks (None = all 200; 0 = skip BFCL).
+        n_bfcl_single_turn: BFCL v3 single-turn tasks per category (5 categories; None = all 1,240; 0 = skip);
+            each category's generation budget is at least 1.5x its longest gold answer
+            (:func:`.bfcl_single_turn.generation_budget`), never below ``sampling.max_new_tokens``.
         seeds: sampling seeds (>= 3 for a spread).
         max_tool_rounds: assistant messages with tool calls per turn.
         max_tools: tools shown per synthetic task (gold tools + distractors; 0 = all), as in training.
@@ -44,6 +48,7 @@ class EvalSpec:
 
     n_synthetic: int | None = 6
     n_bfcl: int | None = 2
+    n_bfcl_single_turn: int | None = 4
     seeds: tuple[int, ...] = (0, 1, 2)
     max_tool_rounds: int = 2
     max_tools: int = 8
@@ -55,7 +60,7 @@ class EvalSpec:
         """Raises ValueError naming the setting when a count is negative (``n_bfcl: -2`` used to mean "all but
         two" through slicing), no seed is given or one is repeated, or fewer than one tool round per turn is
         allowed."""
-        for name in ("n_synthetic", "n_bfcl"):
+        for name in ("n_synthetic", "n_bfcl", "n_bfcl_single_turn"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ValueError(f"evaluation setting {name}={value!r}: expected a whole number >= 0 (0 skips)")
@@ -143,7 +148,8 @@ def _rows_for(model: ModelRef, benchmark: str, subsets: Mapping[str, list[dict[s
 
 def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], environments: Mapping[str, Any],
                     spec: EvalSpec, log: Callable[[str], Any] = print,
-                    num_threads: int | None = None) -> list[dict[str, Any]]:
+                    num_threads: int | None = None,
+                    benchmark_overlap: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Evaluate every model on the same synthetic and BFCL tasks under every seed.
 
     Args:
@@ -152,10 +158,14 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         environments: ``{env_id: environment dict}`` of passed environments (code for the sandbox).
         spec: :class:`EvalSpec`.
         log: progress messages.
+        benchmark_overlap: ``benchmark_overlap`` table rows (which environment tools resemble which
+            benchmark functions); BFCL single-turn tasks with a matched function leave ``no_overlap``.
 
     Returns:
         ``evaluations`` rows: per model, ``synthetic_held_out`` subsets ``all`` and ``no_overlap`` (tasks
-        whose environments carry no benchmark-overlap tag) and ``bfcl_v3_multi_turn_base`` subset ``all``.
+        whose environments carry no benchmark-overlap tag), ``bfcl_v3_multi_turn_base`` subset ``all`` and
+        ``bfcl_v3_single_turn`` subsets ``all``, ``no_overlap`` and one per category (per-category
+        accuracy, budget and truncated outputs in ``metrics``).
 
     Raises:
         ValueError: no model, or fewer than one seed.
@@ -177,8 +187,10 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                                   ["\n".join(m["content"] for m in turn if m.get("role") == "user")
                                    for turn in t.turns[1:]])
                         for t in bfcl_tasks]
-    log(f"evaluating {len(models)} model(s) on {len(synth_tasks)} held-out synthetic and {len(bfcl_tasks)} BFCL "
-        f"tasks, seeds {list(spec.seeds)}")
+    single_turn = bfcl_single_turn.load_tasks(spec.n_bfcl_single_turn) if spec.n_bfcl_single_turn != 0 else []
+    single_turn_overlap = bfcl_single_turn.task_overlap(single_turn, benchmark_overlap or [])
+    log(f"evaluating {len(models)} model(s) on {len(synth_tasks)} held-out synthetic, {len(bfcl_tasks)} BFCL "
+        f"multi-turn and {len(single_turn)} BFCL single-turn tasks, seeds {list(spec.seeds)}")
     out = []
     executor = ExecutorSettings(call_timeout_s=float(spec.bfcl_call_timeout_s))
     with TaskRunner(environments) as runner:
@@ -203,4 +215,24 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                 log(f"{model.label} ({model.stage}) {benchmark}: mean {new[0]['mean']:.3f} +- {new[0]['std']:.3f} "
                     f"over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)")
                 out += new
+            if single_turn:
+                out += _single_turn_rows(model, policy, single_turn, single_turn_overlap, spec, log)
     return out
+
+
+def _single_turn_rows(model: ModelRef, policy: Policy, tasks: list[bfcl_single_turn.SingleTurnTask],
+                      overlap: Mapping[str, list[str]], spec: EvalSpec, log: Callable[[str], Any]) -> list[dict[str, Any]]:
+    """The BFCL single-turn rows of one model: one answer per task and seed at its category's budget."""
+    budgets = bfcl_single_turn.category_budgets(tasks, bfcl_single_turn.token_counter(policy),
+                                                spec.sampling.max_new_tokens)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    results = bfcl_single_turn.run_tasks(policy, tasks, spec.seeds, budgets, overlap)
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    subsets = bfcl_single_turn.result_subsets(results)
+    rows = _rows_for(model, bfcl_single_turn.BENCHMARK, subsets, spec, seconds, cpu_seconds)
+    for row in rows:
+        row["metrics"].update(bfcl_single_turn.category_metrics(subsets[row["subset"]], budgets))
+    log(f"{model.label} ({model.stage}) {bfcl_single_turn.BENCHMARK}: mean {rows[0]['mean']:.3f} +- "
+        f"{rows[0]['std']:.3f}, {rows[0]['metrics']['truncated_outputs']} output(s) cut off at the budget "
+        f"{budgets}, in {seconds:.0f}s")
+    return rows
