@@ -202,3 +202,43 @@ def test_overlap_reference_covers_the_single_turn_functions_and_tags_tasks(tasks
     assert [r["task_id"] for r in subsets["no_overlap"]] == ["simple_python_0", "multiple_0"]
     assert [r["task_id"] for r in subsets["simple"]] == ["simple_python_1", "simple_python_0"]
     assert len(subsets["all"]) == 3 and "parallel" not in subsets
+
+
+def test_an_environment_with_a_bfcl_like_tool_is_tagged_and_its_tasks_leave_no_overlap(tmp_path, tasks):
+    """Real input: an environment built from an OpenAPI document with a triangle-area operation matches
+    ``simple_python_0``'s function; the bookshop fixture matches nothing. The reference is cut to the first
+    simple tasks' functions to keep the embedding small."""
+    import orjson
+
+    from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
+    from envfactory_assets.envgen.builder import build_environment
+    from envfactory_assets.graph.embeddings import MiniLMEmbedder
+    from envfactory_assets.sources.scan import inspect_file
+    from envfactory_assets_tests.fixture_environments import FIXTURES
+
+    def op(op_id, summary, body=False):
+        out = {"operationId": op_id, "summary": summary, "responses": {"200": {"description": "ok", "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/Triangle"}}}}}}
+        if body:
+            out["requestBody"] = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Triangle"}}}}
+        return out
+
+    spec = {"openapi": "3.0.0", "info": {"title": "Geometry", "version": "1.0", "x-apisguru-categories": ["storage"]},
+            "paths": {"/triangles": {"post": op("create_triangle", "Store a triangle", True),
+                                     "get": op("list_triangles", "List stored triangles")},
+                      "/triangles/{triangle_id}": {"get": op("calculate_triangle_area",
+                                                             "Calculate the area of a triangle given its base and height.")}},
+            "components": {"schemas": {"Triangle": {"type": "object", "required": ["base", "height"], "properties": {
+                "base": {"type": "integer", "description": "The base of the triangle."},
+                "height": {"type": "integer", "description": "The height of the triangle."}}}}}}
+    path = tmp_path / "geometry.json"
+    path.write_bytes(orjson.dumps(spec))
+    geometry = build_environment(inspect_file(path, tmp_path).as_row(), spec)
+    bookshop = build_environment(inspect_file(FIXTURES / "bookshop.json", FIXTURES).as_row(),
+                                 orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+    first = {f["name"] for t in st.load_tasks(None, ["simple"])[:10] for f in t.functions}
+    reference = [b for b in bfcl_single_turn_tools() if b.suite == "simple" and b.name in first]
+    rows = overlap_rows([geometry, bookshop], reference, MiniLMEmbedder())
+    assert benchmark_tags(rows) == {geometry["env_id"]: [BFCL_SINGLE_TURN]}
+    overlap = st.task_overlap([tasks["simple_python_0"], tasks["simple_python_1"]], rows)
+    assert overlap == {"simple_python_0": [geometry["env_id"]]}
