@@ -11,7 +11,11 @@ import types
 
 import pytest
 
-from envfactory_assets.decontam.benchmarks import BFCL_SINGLE_TURN, all_benchmark_tools, bfcl_single_turn_tools
+from envfactory_assets.decontam.benchmarks import (
+    BFCL_SINGLE_TURN,
+    all_benchmark_tools,
+    bfcl_single_turn_tools,
+)
 from envfactory_assets.evaluation import bfcl_single_turn as st
 
 CHECKER = "bfcl_eval.eval_checker.ast_eval.ast_checker"

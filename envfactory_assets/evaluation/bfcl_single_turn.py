@@ -36,6 +36,7 @@ back ourselves, so the checker compares BFCL's own names).
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import importlib.util
 import json
 import math
@@ -109,8 +110,6 @@ def tool_name(bfcl_name: str) -> str:
 def _answers(category: str) -> dict[str, list[dict[str, Any]]]:
     if category == "irrelevance":
         return {}
-    import importlib.resources
-
     path = (importlib.resources.files("bfcl_eval") / "data" / "possible_answer"
             / f"BFCL_v4_{BFCL_SINGLE_TURN_FILES[category]}.json")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
