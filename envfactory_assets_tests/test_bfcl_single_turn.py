@@ -246,3 +246,22 @@ def test_an_environment_with_a_bfcl_like_tool_is_tagged_and_its_tasks_leave_no_o
     assert benchmark_tags(rows) == {geometry["env_id"]: [BFCL_SINGLE_TURN]}
     overlap = st.task_overlap([tasks["simple_python_0"], tasks["simple_python_1"]], rows)
     assert overlap == {"simple_python_0": [geometry["env_id"]]}
+
+
+def test_evaluation_rows_hold_subsets_and_the_per_category_breakdown():
+    from envfactory_assets.evaluation.run import EvalSpec, ModelRef, _single_turn_rows
+
+    sample = st.load_tasks(2)
+    spec = EvalSpec(n_synthetic=0, n_bfcl=0, n_bfcl_single_turn=2, seeds=(0, 1))
+    overlap = {sample[0].id: ["env_x"]}
+    policy = ReplayPolicy(sample, cut_off={sample[2].id})
+    rows = _single_turn_rows(ModelRef("base", "base", "/nowhere"), policy, sample, overlap, spec, log=lambda m: None)
+    by_subset = {r["subset"]: r for r in rows}
+    assert list(by_subset) == ["all", "no_overlap", *st.CATEGORIES]
+    assert all(r["benchmark"] == st.BENCHMARK and r["mean"] == 1.0 for r in rows)
+    assert by_subset["all"]["n_tasks"] == 10 and by_subset["no_overlap"]["n_tasks"] == 9
+    metrics = by_subset["all"]["metrics"]
+    assert metrics["truncated_outputs"] == 2 and metrics[f"{sample[2].category}/truncated"] == 2
+    assert metrics["parallel/budget"] == st.generation_budget("parallel", None, spec.sampling.max_new_tokens)
+    assert metrics["irrelevance/accuracy"] == 1.0 and by_subset["simple"]["metrics"].keys() >= {"simple/accuracy"}
+    assert len({r["id"] for r in rows}) == len(rows)
