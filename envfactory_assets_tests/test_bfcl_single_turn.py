@@ -265,3 +265,18 @@ def test_evaluation_rows_hold_subsets_and_the_per_category_breakdown():
     assert metrics["parallel/budget"] == st.generation_budget("parallel", None, spec.sampling.max_new_tokens)
     assert metrics["irrelevance/accuracy"] == 1.0 and by_subset["simple"]["metrics"].keys() >= {"simple/accuracy"}
     assert len({r["id"] for r in rows}) == len(rows)
+
+
+def test_the_policy_takes_a_per_call_budget_and_reports_outputs_cut_off_at_it(tmp_path_factory):
+    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=64, batch_size=2), num_threads=1)
+    task = st.load_tasks(1, ["parallel"])[0]
+    conversations = [(task.messages, st.task_tools(task))] * 2
+    texts = policy.generate(conversations, seed=0, max_new_tokens=3)
+    assert policy.last_cut_off == [True, True]
+    assert all(len(policy.tokenizer(t, add_special_tokens=False)["input_ids"]) <= 3 for t in texts)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        policy.generate(conversations, seed=0, max_new_tokens=0)
