@@ -144,3 +144,31 @@ def test_tool_use_sits_below_the_stages_that_share_it():
                       for target in targets if package_of(target) == "envfactory_assets.training"
                       and target not in {"envfactory_assets.training.base_model", "envfactory_assets.training.threads"})
     assert reach_up == []
+
+
+# The packages that may read the benchmarks bfcl-eval ships: the evaluation runs them, decontamination
+# compares environments with them. No synthesis stage, training or export may see them.
+BENCHMARK_READERS = {"envfactory_assets.evaluation", "envfactory_assets.decontam"}
+
+
+def bfcl_eval_uses(path: Path) -> set[str]:
+    """Imports of ``bfcl_eval`` in ``path`` and string constants naming it (``importlib.resources.files(
+    "bfcl_eval")``, ``import_module("bfcl_eval...")``), which read the wheel without an import statement."""
+    uses = {m for m in imported(path) if m.split(".")[0] == "bfcl_eval"}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                (node.value == "bfcl_eval" or node.value.startswith("bfcl_eval.")):
+            uses.add(node.value)
+    return uses
+
+
+def test_the_reader_sees_bfcl_eval_in_imports_and_resource_names():
+    sample = PACKAGE / "evaluation" / "bfcl.py"
+    assert "bfcl_eval" in bfcl_eval_uses(sample)  # importlib.resources.files("bfcl_eval")
+    assert "bfcl_eval.constants.executable_backend_config" in bfcl_eval_uses(sample)  # function-level import
+
+
+def test_only_evaluation_and_decontamination_read_bfcl_eval():
+    readers = {name for name, path in modules().items() if bfcl_eval_uses(path)}
+    assert readers & {"envfactory_assets.evaluation.bfcl_single_turn", "envfactory_assets.decontam.benchmarks"}
+    assert sorted(n for n in readers if package_of(n) not in BENCHMARK_READERS) == []

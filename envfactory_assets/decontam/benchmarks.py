@@ -3,6 +3,11 @@
 BFCL v3 multi-turn: the function docs of its stateful API classes ship in the ``bfcl-eval`` wheel
 (``bfcl_eval/data/multi_turn_func_doc/*.jsonl``-style files, one JSON object per line).
 
+BFCL v3 single-turn (non-live AST categories ``simple`` (Python), ``multiple``, ``parallel``,
+``parallel_multiple`` and ``irrelevance``): the functions offered by each entry of
+``bfcl_eval/data/BFCL_v4_<file>.json`` (:data:`BFCL_SINGLE_TURN_FILES`), one per distinct name and
+description within a category.
+
 tau2-bench is not installable offline (PyPI's ``tau2`` is an unrelated package). Its agent-side tool
 names for the airline, retail and telecom domains, with a one-line summary each, are kept in
 ``decontam/data/tau2_tools.json`` together with the repository, path and commit they were read from.
@@ -43,6 +48,49 @@ def bfcl_multi_turn_tools() -> list[BenchmarkTool]:
     return tools
 
 
+BFCL_SINGLE_TURN = "bfcl_v3_single_turn"
+BFCL_SINGLE_TURN_FILES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel",
+                          "parallel_multiple": "parallel_multiple", "irrelevance": "irrelevance"}
+"""``{category: data file stem}`` of BFCL v3's non-live AST categories; the wheel's files are named
+``BFCL_v4_<stem>.json`` (these categories were introduced with v2/v3 and are unchanged in the v4 release)."""
+
+
+def bfcl_single_turn_entries(category: str) -> list[dict]:
+    """The entries (``id``, ``question``, ``function``) of one single-turn category, in file order.
+
+    Raises:
+        KeyError: ``category`` is not in :data:`BFCL_SINGLE_TURN_FILES`.
+        ModuleNotFoundError: ``bfcl-eval`` is not installed.
+        ValueError: a line of the data file is not JSON.
+    """
+    stem = BFCL_SINGLE_TURN_FILES[category]
+    path = importlib.resources.files("bfcl_eval") / "data" / f"BFCL_v4_{stem}.json"
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {n} is not JSON: {exc}") from exc
+    return rows
+
+
+def bfcl_single_turn_tools() -> list[BenchmarkTool]:
+    """The functions of BFCL's single-turn categories (suite = category, name as BFCL spells it, dots
+    included); one per distinct (category, name, description); empty when ``bfcl-eval`` is not installed."""
+    tools: dict[tuple[str, str, str], BenchmarkTool] = {}
+    for category in BFCL_SINGLE_TURN_FILES:
+        try:
+            entries = bfcl_single_turn_entries(category)
+        except ModuleNotFoundError:
+            return []
+        for entry in entries:
+            for doc in entry["function"]:
+                key = (category, doc["name"], str(doc.get("description", "")))
+                tools.setdefault(key, BenchmarkTool(BFCL_SINGLE_TURN, category, key[1], key[2]))
+    return list(tools.values())
+
+
 TAU2_REFERENCE = "tau2_tools.json"
 
 
@@ -69,8 +117,9 @@ def tau2_tools() -> list[BenchmarkTool]:
 
 
 def all_benchmark_tools() -> list[BenchmarkTool]:
-    """The reference tool surfaces environments are tagged against: BFCL v3 multi-turn and tau2."""
-    return bfcl_multi_turn_tools() + tau2_tools()
+    """The reference tool surfaces environments are tagged against: BFCL v3 multi-turn and single-turn,
+    and tau2."""
+    return bfcl_multi_turn_tools() + bfcl_single_turn_tools() + tau2_tools()
 
 
 def benchmark_availability() -> dict[str, str]:
@@ -79,5 +128,6 @@ def benchmark_availability() -> dict[str, str]:
     commits = ", ".join(f"{d}@{e['commit'][:10]}" for d, e in sorted(doc["domains"].items()))
     return {
         "bfcl_v3_multi_turn": "loaded from bfcl-eval" if bfcl_multi_turn_tools() else "bfcl-eval not installed",
+        BFCL_SINGLE_TURN: "loaded from bfcl-eval" if bfcl_single_turn_tools() else "bfcl-eval not installed",
         "tau2": f"tool names from {doc['repository']} ({commits}), packaged reference file",
     }

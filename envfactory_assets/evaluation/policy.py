@@ -85,6 +85,7 @@ class Policy:
         self.tokenizer.padding_side = "left"
         self.generated_tokens = 0
         self.truncated = 0
+        self.last_cut_off: list[bool] = []
         self.threads = ThreadGovernor(num_threads)
         self.prefix_cache = (PrefixCache(self.sampling.prefix_cache_tokens)
                              if self.sampling.prefix_cache_tokens and supports_prefix_reuse(self.model) else None)
@@ -102,8 +103,13 @@ class Policy:
             self.truncated += 1
             messages = messages[:first] + messages[first + 1 :]
 
-    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int) -> list[str]:
+    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
+                 max_new_tokens: int | None = None) -> list[str]:
         """One assistant message per ``(messages, tools)`` conversation, decoded without special tokens.
+
+        ``max_new_tokens`` overrides the sampling spec's budget for this call (a benchmark whose answers are
+        longer than the default). Afterwards ``last_cut_off[i]`` says whether output ``i`` stopped at the
+        budget rather than at an end-of-turn token.
 
         Conversations are batched in order of prompt length (less padding); the sampling generator is
         seeded with ``seed`` before each batch, so the same inputs, batch size and seed give the same texts
@@ -118,7 +124,11 @@ class Policy:
         encoded = [self._encode(m, t) for m, t in conversations]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         texts: list[str] = [""] * len(encoded)
+        cut_off: list[bool] = [False] * len(encoded)
         spec = self.sampling
+        budget = spec.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"generate: max_new_tokens={max_new_tokens!r}: expected a whole number >= 1")
         # The governor measures once and then lives as long as the policy (adjusted per batch, no new sampling
         # window per call); the caller's thread count is restored when each call returns, as before the
         # governor (it used to stay at the policy's count for the rest of the process).
@@ -132,14 +142,17 @@ class Policy:
                 self.threads.adjust()
                 chunk = order[start : start + spec.batch_size]
                 torch.manual_seed(seed * 100_003 + start)
-                for i, text in zip(chunk, self._generate_batch([encoded[i] for i in chunk]), strict=True):
-                    texts[i] = text
+                for i, (text, cut) in zip(chunk, self._generate_batch([encoded[i] for i in chunk], budget),
+                                          strict=True):
+                    texts[i], cut_off[i] = text, cut
         finally:
             torch.set_num_threads(previous)
+        self.last_cut_off = cut_off
         return texts
 
-    def _generate_batch(self, prompts: list[list[int]]) -> list[str]:
-        """Sample one continuation per prompt (one ``generate`` call), reusing cached prefixes when enabled."""
+    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[tuple[str, bool]]:
+        """Sample one continuation per prompt (one ``generate`` call), reusing cached prefixes when enabled;
+        each with whether it was cut off at ``max_new_tokens`` (no end-of-turn or padding token in it)."""
         import torch
 
         spec = self.sampling
@@ -153,7 +166,7 @@ class Policy:
             if past is not None:
                 kwargs["cache"] = past
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                         max_new_tokens=spec.max_new_tokens, pad_token_id=pad,
+                                         max_new_tokens=max_new_tokens, pad_token_id=pad,
                                          return_dict_in_generate=True, **kwargs)
         width = input_ids.shape[1]
         new_tokens = output.sequences[:, width:]
@@ -166,7 +179,13 @@ class Policy:
                 positions = torch.cat([attention_mask[row].nonzero().flatten(), torch.arange(width, width + fed)])
                 cache.add(list(ids) + new_tokens[row, :fed].tolist(),
                           row_layers(output.cache, row, positions))
-        return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        eos = self.model.generation_config.eos_token_id
+        stops = torch.tensor([pad, *([] if eos is None else [eos] if isinstance(eos, int) else eos)])
+        # A finished row ends in an end-of-turn token and is padded after it; a row without either ran out.
+        ended = torch.isin(new_tokens, stops).any(dim=1).tolist()
+        full = new_tokens.shape[1] >= max_new_tokens
+        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return [(text, full and not done) for text, done in zip(texts, ended, strict=True)]
 
 
 #: The one answer of :class:`DoNothingPolicy`: a plain reply with no tool call.
@@ -178,12 +197,20 @@ class DoNothingPolicy:
 
     Evaluated next to every model on the same tasks (no model needed), it is the floor a score must rise
     above: on the paper's hybrid reward it earns the state half on every read-only task, on task success it
-    earns 0 wherever a call is wanted. Same ``generate`` signature as :class:`Policy`.
+    earns 0 wherever a call is wanted (and full marks on BFCL's ``irrelevance``, where no call is right).
+    Same ``generate`` signature as :class:`Policy`.
     """
 
     generated_tokens = 0
     truncated = 0
+    tokenizer = None
 
-    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int) -> list[str]:
-        """One :data:`DO_NOTHING_REPLY` per conversation (``seed`` is ignored: there is nothing to sample)."""
+    def __init__(self) -> None:
+        self.last_cut_off: list[bool] = []
+
+    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
+                 max_new_tokens: int | None = None) -> list[str]:
+        """One :data:`DO_NOTHING_REPLY` per conversation (``seed`` and the budget are ignored: there is
+        nothing to sample, and no output is cut off)."""
+        self.last_cut_off = [False] * len(conversations)
         return [DO_NOTHING_REPLY] * len(conversations)

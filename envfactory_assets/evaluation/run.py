@@ -1,4 +1,5 @@
-"""Evaluate the base model, every checkpoint and a do-nothing baseline on the same benchmarks.
+"""Evaluate the base model, every checkpoint and a do-nothing baseline on the same benchmarks: held-out
+synthetic tasks, BFCL multi-turn base and BFCL v3 single-turn (:mod:`~envfactory_assets.evaluation.bfcl_single_turn`).
 
 Every model runs the same tasks under the same sampling seeds. Each benchmark names its headline score
 key (synthetic: task success, :mod:`~envfactory_assets.evaluation.scoring`; BFCL: ``valid``) and how its
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.evaluation import bfcl, synthetic
+from envfactory_assets.evaluation import bfcl, bfcl_single_turn, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
 from envfactory_assets.evaluation.bfcl_sandbox import (
     DEFAULT_CALL_TIMEOUT_S,
@@ -37,7 +38,7 @@ TRACES_KEPT_PER_MODEL = 3  # full traces stored for the first tasks of the first
 BASE = "base"  # label and stage of the base model, which every other model is compared with
 DO_NOTHING = "do_nothing"  # label and stage of the built-in policy that never calls a tool
 # EvalSpec fields that choose which tasks run rather than how: the task ids themselves are in the cache key
-_TASK_CHOICE_FIELDS = ("n_synthetic", "n_bfcl", "first_turns_only")
+_TASK_CHOICE_FIELDS = ("n_synthetic", "n_bfcl", "n_bfcl_single_turn", "first_turns_only")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class EvalSpec:
     Attributes:
         n_synthetic: held-out synthetic tasks (None = all held-out RL rows).
         n_bfcl: BFCL multi-turn base tasks (None = all 200; 0 = skip BFCL).
+        n_bfcl_single_turn: BFCL v3 single-turn tasks per category (5 categories; None = all 1,240; 0 = skip);
+            each category's generation budget is at least 1.5x its longest gold answer
+            (:func:`.bfcl_single_turn.generation_budget`), never below ``sampling.max_new_tokens``. The
+            default (2 per category) fits the default run's budget and only shows gross effects
+            (docs/evaluation.md); ``configs/cpu_benchmark.yaml`` runs 40 per category.
         seeds: sampling seeds (>= 3 for a spread).
         max_tool_rounds: assistant messages with tool calls per turn.
         max_tools: tools shown per synthetic task (gold tools + distractors; 0 = all), as in training.
@@ -58,6 +64,7 @@ class EvalSpec:
 
     n_synthetic: int | None = 6
     n_bfcl: int | None = 2
+    n_bfcl_single_turn: int | None = 2
     seeds: tuple[int, ...] = (0, 1, 2)
     max_tool_rounds: int = 2
     max_tools: int = 8
@@ -69,7 +76,7 @@ class EvalSpec:
         """Raises ValueError naming the setting when a count is negative (``n_bfcl: -2`` used to mean "all but
         two" through slicing), no seed is given or one is repeated, or fewer than one tool round per turn is
         allowed."""
-        for name in ("n_synthetic", "n_bfcl"):
+        for name in ("n_synthetic", "n_bfcl", "n_bfcl_single_turn"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ValueError(f"evaluation setting {name}={value!r}: expected a whole number >= 0 (0 skips)")
@@ -137,13 +144,18 @@ class Benchmark:
         headline: the score key that is averaged into ``mean`` and compared with the base model.
         subsets: ``results -> {subset: results}``; one row and one interval per subset (default
             :func:`by_category`: ``all`` plus one per task category).
+        run: ``(policy, seed) -> results`` for a benchmark that is not an agent loop (one answer per task
+            at its own budget: BFCL single-turn); None runs :func:`~.agent.run_agent` with ``open_episode``.
+        row_metrics: ``subset results -> extra metrics`` merged into each row's ``metrics``.
     """
 
     name: str
-    tasks: list[AgentTask]
-    open_episode: Callable[[AgentTask], Any]
+    tasks: list[Any]
+    open_episode: Callable[[Any], Any] | None
     headline: str
     subsets: Callable[[list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] = by_category
+    run: Callable[[Any, int], list[dict[str, Any]]] | None = None
+    row_metrics: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
 
 
 class ResultCache:
@@ -166,14 +178,13 @@ class ResultCache:
         self.writes = 0
 
     @staticmethod
-    def key(model_hash: str, benchmark: str, tasks: list[AgentTask], spec: EvalSpec) -> str:
-        """The cache key (``evalcache_<16 hex>``) of one model on one benchmark's tasks."""
+    def key(model_hash: str, benchmark: str, tasks: list[Any], spec: EvalSpec) -> str:
+        """The cache key (``evalcache_<16 hex>``) of one model on one benchmark's tasks (agent tasks or
+        BFCL single-turn tasks)."""
         settings = {k: v for k, v in spec.as_dict().items() if k not in _TASK_CHOICE_FIELDS}
         return content_id("evalcache", {
             "model_hash": model_hash, "benchmark": benchmark, "settings": settings, "score_version": SCORE_VERSION,
-            "tasks": [{"id": t.task_id, "content": content_id("task", {
-                "messages": t.messages, "tools": t.tools, "later": t.later_user_turns, "tags": t.tags})}
-                      for t in tasks]})
+            "tasks": [_task_fingerprint(t) for t in tasks]})
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
@@ -207,6 +218,13 @@ class ResultCache:
             Path(tmp).unlink(missing_ok=True)
             raise
         self.writes += 1
+
+
+def _task_fingerprint(task: Any) -> dict[str, str]:
+    if isinstance(task, AgentTask):
+        return {"id": task.task_id, "content": content_id("task", {
+            "messages": task.messages, "tools": task.tools, "later": task.later_user_turns, "tags": task.tags})}
+    return {"id": task.id, "content": content_id("task", asdict(task))}
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -255,7 +273,10 @@ def _rows_for(model: ModelRef, benchmark: Benchmark, results: list[dict[str, Any
             "id": content_id("eval", key), "checkpoint_id": model.checkpoint_id, "model": model.label,
             "stage": model.stage, "model_path": model.path, "benchmark": benchmark.name, "subset": subset,
             "n_tasks": agg["n_tasks"], "seeds": list(spec.seeds), "mean": agg["mean"], "std": agg["std"],
-            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"], "headline": benchmark.headline,
+            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"],
+                                                     **(benchmark.row_metrics(subset_results)
+                                                        if benchmark.row_metrics else {}),
+                                                     "headline": benchmark.headline,
                                                      "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
                                                      "cached": cached},
             "results": [{"task_id": r["task_id"], "seed": r["seed"], "score": r["score"], "n_calls": r["n_calls"]}
@@ -294,7 +315,8 @@ def _default_policy(model: ModelRef, spec: EvalSpec, num_threads: int | None) ->
 def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], environments: Mapping[str, Any],
                     spec: EvalSpec, log: Callable[[str], Any] = print,
                     num_threads: int | None = None, cache: ResultCache | None = None,
-                    load_policy: Callable[[ModelRef], Any] | None = None) -> list[dict[str, Any]]:
+                    load_policy: Callable[[ModelRef], Any] | None = None,
+                    benchmark_overlap: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Evaluate every model on the same synthetic and BFCL tasks under every seed.
 
     Args:
@@ -309,10 +331,13 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         load_policy: ``model -> object with generate(conversations, seed)``; default: :class:`Policy` of the
             model's path, :class:`DoNothingPolicy` for the do-nothing stage. Loaded only when some benchmark
             is not cached.
+        benchmark_overlap: ``benchmark_overlap`` table rows (which environment tools resemble which
+            benchmark functions); BFCL single-turn tasks with a matched function leave ``no_overlap``.
 
     Returns:
         ``evaluations`` rows: per model and benchmark, one per subset (``synthetic_held_out``: ``all`` and
-        ``no_overlap``; ``bfcl_v3_multi_turn_base``: ``all``), each with ``metrics["vs_base"]``
+        ``no_overlap``; ``bfcl_v3_multi_turn_base``: ``all``; ``bfcl_v3_single_turn``: ``all``, ``no_overlap`` and one per
+        category, with per-category accuracy, budget and cut-off outputs), each with ``metrics["vs_base"]``
         (:func:`add_comparisons`).
 
     Raises:
@@ -326,7 +351,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
     load = load_policy or (lambda m: _default_policy(m, spec, num_threads))
     out = []
     with TaskRunner(environments) as runner:
-        benchmarks = _benchmarks(rl_rows, environments, spec, runner, log)
+        benchmarks = _benchmarks(rl_rows, environments, spec, runner, log, benchmark_overlap or [])
         log(f"evaluating {len(models)} model(s) on " + ", ".join(f"{len(b.tasks)} {b.name}" for b in benchmarks)
             + f" tasks, seeds {list(spec.seeds)}")
         for model in models:
@@ -345,8 +370,9 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                     started, cpu_started = time.perf_counter(), time.process_time()
                     results = []
                     for seed in spec.seeds:
-                        results += run_agent(policy.generate, benchmark.tasks, benchmark.open_episode, seed,
-                                             spec.max_tool_rounds)
+                        results += (benchmark.run(policy, seed) if benchmark.run else
+                                    run_agent(policy.generate, benchmark.tasks, benchmark.open_episode, seed,
+                                              spec.max_tool_rounds))
                     seconds = time.perf_counter() - started
                     cpu_seconds = time.process_time() - cpu_started
                     if key:
@@ -359,7 +385,8 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
 
 
 def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], spec: EvalSpec,
-                runner: TaskRunner, log: Callable[[str], Any] = print) -> list[Benchmark]:
+                runner: TaskRunner, log: Callable[[str], Any] = print,
+                benchmark_overlap: list[dict[str, Any]] | None = None) -> list[Benchmark]:
     """Every benchmark of this evaluation with its tasks (the same for every model); a new benchmark is one
     more :class:`Benchmark` here (tasks tagged with ``category`` get one row and interval per category)."""
     rows_by_id, synth_tasks = {}, []
@@ -384,4 +411,27 @@ def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], 
                   synthetic.HEADLINE, synthetic_subsets),
         Benchmark(bfcl.BENCHMARK, bfcl_agent_tasks, lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id], executor),
                   "valid"),
+        _single_turn_benchmark(spec, benchmark_overlap or []),
     ]
+
+
+def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any]]) -> Benchmark:
+    """BFCL v3 single-turn as a :class:`Benchmark`: one answer per task and seed at its category's budget
+    (counted with the policy's tokenizer), scored by bfcl-eval's AST checker; each result's tags carry its
+    category's budget, so the per-category metrics need no policy (cached results have none)."""
+    tasks = bfcl_single_turn.load_tasks(spec.n_bfcl_single_turn) if spec.n_bfcl_single_turn != 0 else []
+    overlap = bfcl_single_turn.task_overlap(tasks, benchmark_overlap)
+
+    def run(policy: Any, seed: int) -> list[dict[str, Any]]:
+        budgets = bfcl_single_turn.category_budgets(tasks, bfcl_single_turn.token_counter(policy),
+                                                    spec.sampling.max_new_tokens)
+        results = bfcl_single_turn.run_tasks(policy, tasks, [seed], budgets, overlap)
+        for result in results:
+            result["tags"]["budget"] = budgets[result["tags"]["category"]]
+        return results
+
+    def row_metrics(results: list[dict[str, Any]]) -> dict[str, Any]:
+        return bfcl_single_turn.category_metrics(results, {r["tags"]["category"]: r["tags"]["budget"] for r in results})
+
+    return Benchmark(bfcl_single_turn.BENCHMARK, tasks, None, "valid", bfcl_single_turn.result_subsets, run,
+                     row_metrics)

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "synthetic_held_out": ("Held-out synthetic tasks (environments never trained on)", "task success",
                            ("reward", "hybrid reward")),
     "bfcl_v3_multi_turn_base": ("BFCL v3 multi-turn base", "accuracy", None),
+    "bfcl_v3_single_turn": ("BFCL v3 single-turn (non-live AST)", "accuracy", None),
 }
 SUBSET_NAMES = {"all": "all", "no_overlap": "no benchmark-tagged env"}
 

@@ -21,7 +21,8 @@ class EvaluationConfig(dg.Config):
     """Evaluation settings. Defaults fit the CPU budget of the default run (docs/evaluation.md);
     ``full_sets: true`` runs every held-out synthetic task (every turn) and all 200 BFCL multi-turn base tasks.
 
-    ``n_synthetic`` / ``n_bfcl``: tasks sampled in a fixed hash order (``n_bfcl: 0`` skips BFCL).
+    ``n_synthetic`` / ``n_bfcl``: tasks sampled in a fixed hash order (``n_bfcl: 0`` skips BFCL);
+    ``n_bfcl_single_turn``: BFCL v3 single-turn tasks per category, the same way (0 skips them).
     ``temperature`` 0.7 is the paper's rollout temperature; ``max_tools`` tools are shown per synthetic
     task (gold tools plus distractors, as in training; 0 = all). ``first_turns_only`` samples synthetic
     tasks from first turns only (short prompts: CPU time is set by prompt length). ``prefix_cache_tokens``
@@ -33,6 +34,7 @@ class EvaluationConfig(dg.Config):
     base_model: str = "smollm2-135m-instruct"
     n_synthetic: int = EvalSpec.n_synthetic
     n_bfcl: int = EvalSpec.n_bfcl
+    n_bfcl_single_turn: int = EvalSpec.n_bfcl_single_turn
     full_sets: bool = False
     seeds: list[int] = list(EvalSpec.seeds)  # noqa: RUF012 - pydantic copies Config defaults
     temperature: float = SamplingSpec.temperature
@@ -73,7 +75,9 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
         raise dg.Failure("evaluations: `seeds` must list at least one sampling seed")
     try:  # every setting checked before the store is read or the base model is resolved (converted, loaded)
         spec = EvalSpec(n_synthetic=None if config.full_sets else config.n_synthetic,
-                        n_bfcl=None if config.full_sets else config.n_bfcl, seeds=tuple(config.seeds),
+                        n_bfcl=None if config.full_sets else config.n_bfcl,
+                        n_bfcl_single_turn=None if config.full_sets else config.n_bfcl_single_turn,
+                        seeds=tuple(config.seeds),
                         max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
                         first_turns_only=config.first_turns_only and not config.full_sets,
                         bfcl_call_timeout_s=config.bfcl_call_timeout_s,
@@ -91,7 +95,7 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     envs, _ = passed_environments(envfactory)
     cache = ResultCache(envfactory.root() / EVAL_CACHE_DIR)
     rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
-                           log=context.log.info, cache=cache)
+                           log=context.log.info, cache=cache, benchmark_overlap=store.read("benchmark_overlap"))
     written = store.replace_current("evaluations", rows)
     table = {f"{r['model']}/{r['benchmark']}/{r['subset']}": round(r["mean"], 4) for r in rows if r["mean"] is not None}
     diffs = {f"{r['model']}/{r['benchmark']}/{r['subset']}":
