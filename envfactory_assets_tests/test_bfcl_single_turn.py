@@ -249,17 +249,21 @@ def test_an_environment_with_a_bfcl_like_tool_is_tagged_and_its_tasks_leave_no_o
 
 
 def test_evaluation_rows_hold_subsets_and_the_per_category_breakdown():
-    from envfactory_assets.evaluation.run import EvalSpec, ModelRef, _single_turn_rows
+    from envfactory_assets.evaluation.run import EvalSpec, ModelRef, evaluate_models
 
     sample = st.load_tasks(2)
     spec = EvalSpec(n_synthetic=0, n_bfcl=0, n_bfcl_single_turn=2, seeds=(0, 1))
-    overlap = {sample[0].id: ["env_x"]}
+    overlap_rows = [{"benchmark": st.BENCHMARK, "suite": sample[0].category, "env_id": "env_x",
+                     "benchmark_tool": sample[0].functions[0]["name"]}]
+    overlapping = set(st.task_overlap(sample, overlap_rows))
+    assert sample[0].id in overlapping
     policy = ReplayPolicy(sample, cut_off={sample[2].id})
-    rows = _single_turn_rows(ModelRef("base", "base", "/nowhere"), policy, sample, overlap, spec, log=lambda m: None)
+    rows = evaluate_models([ModelRef("base", "base", "/nowhere")], [], {}, spec, log=lambda m: None,
+                           load_policy=lambda model: policy, benchmark_overlap=overlap_rows)
     by_subset = {r["subset"]: r for r in rows}
     assert list(by_subset) == ["all", "no_overlap", *st.CATEGORIES]
     assert all(r["benchmark"] == st.BENCHMARK and r["mean"] == 1.0 for r in rows)
-    assert by_subset["all"]["n_tasks"] == 10 and by_subset["no_overlap"]["n_tasks"] == 9
+    assert by_subset["all"]["n_tasks"] == 10 and by_subset["no_overlap"]["n_tasks"] == 10 - len(overlapping)
     metrics = by_subset["all"]["metrics"]
     assert metrics["truncated_outputs"] == 2 and metrics[f"{sample[2].category}/truncated"] == 2
     assert metrics["parallel/budget"] == st.generation_budget("parallel", None, spec.sampling.max_new_tokens)

@@ -193,7 +193,7 @@ def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop,
              "gold_calls": [{"name": "get_book", "arguments": {"book_id": b}}], "masked_arguments": [],
              "initial_state": {env_id: state}, "final_state": {env_id: state}, "benchmark_overlap": []}
             for b in books]
-    spec = EvalSpec(n_synthetic=None, n_bfcl=0, seeds=(0, 1), max_tools=0)
+    spec = EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 1), max_tools=0)
     loaded = []
 
     def load(model):
@@ -223,7 +223,7 @@ def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop,
 
     # another weight hash or other settings are other entries
     for changed_models, changed_spec in (([ModelRef("base", "base", str(tmp_path), model_hash="weights-2")], spec),
-                                         (models[:1], EvalSpec(n_synthetic=None, n_bfcl=0, seeds=(0, 2), max_tools=0))):
+                                         (models[:1], EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 2), max_tools=0))):
         cache = ResultCache(tmp_path / "cache")
         evaluate_models(changed_models, rows, {env_id: env}, changed_spec, log=lambda _: None, cache=cache,
                         load_policy=load)

@@ -190,6 +190,7 @@ ASSET_DEPS = {
     "verl_export": ["rl_dataset"],
 }
 ASSET_CHECKS = {  # check key: blocking
+    "checkpoints:grpo_did_not_collapse": True,
     "evaluations:every_checkpoint_evaluated": True,
     "evaluations:results_have_a_seed_spread": False,
     "hf_dataset_export:hf_dataset_export_is_complete": True,

@@ -23,7 +23,8 @@ RUN_CONFIG = {"ops": {
     "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1, "max_length": 768,
                                "grpo_max_steps": 1, "grpo_num_generations": 2, "grpo_prompts_per_step": 1,
                                "grpo_max_completion_length": 24, "grpo_n_prompts": 2}},
-    "evaluations": {"config": {"n_synthetic": 2, "n_bfcl": 1, "max_new_tokens": 8, "max_tool_rounds": 1}},
+    "evaluations": {"config": {"n_synthetic": 2, "n_bfcl": 1, "max_new_tokens": 8, "max_tool_rounds": 1,
+                                 "n_bfcl_single_turn": 0}},
 }}
 BAR = re.compile(r"^(\S+)\s+\[[#.]+\] (\d+)/(\d+)\s")
 
