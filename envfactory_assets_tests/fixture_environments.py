@@ -1,13 +1,21 @@
-"""Environments built by the programmatic builder from the fixture OpenAPI documents, for tests."""
+"""Environments built by the programmatic builder from the fixture OpenAPI documents, and the worker, tool
+graph and raw trajectories that tests build on them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 
 from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.graph.build import ToolGraph, build_tool_graph, tools_from_environments
+from envfactory_assets.graph.embeddings import MiniLMEmbedder
+from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 
@@ -22,3 +30,27 @@ def build_fixture_environments(*names: str) -> dict[str, dict]:
     """``{env_id: environment}`` for each fixture document in ``names``."""
     envs = (build_fixture_environment(n) for n in names)
     return {env["env_id"]: env for env in envs}
+
+
+@contextmanager
+def environment_worker(environments: dict[str, dict]) -> Iterator[SandboxWorker]:
+    """One sandbox worker with every environment of ``{env_id: environment}`` loaded (templated code)."""
+    with SandboxWorker() as worker:
+        for env_id, env in environments.items():
+            worker.load_environment(env_id, env["source"])
+        yield worker
+
+
+def fixture_graph(environments: dict[str, dict]) -> ToolGraph:
+    """The tool graph of ``environments``' tools, embedded with MiniLM as the pipeline does."""
+    return build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
+
+
+def passed_trajectories(environments: dict[str, dict], graph: ToolGraph, worker: SandboxWorker, n_chains: int,
+                        seed: str) -> list[tuple[int, dict]]:
+    """``(chain index, raw trajectory)`` of every chain of ``n_chains`` sampled with ``seed`` (at least 3
+    tools, at least 2 turns) whose raw trajectory passed."""
+    chains = sample_chains(graph, n_chains, seed, SamplerConfig(min_tools=3))
+    out = [(i, synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2)))
+           for i, chain in enumerate(chains)]
+    return [(i, traj) for i, traj in out if traj["status"] == "passed"]

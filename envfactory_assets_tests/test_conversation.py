@@ -6,17 +6,13 @@ import json
 
 import pytest
 
-from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
-from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.conversation import DialogueSolver, omit_user_value, well_formed
 from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row, tools_of
 from envfactory_assets.synth.expansion import expand_goal, follow_up_request
 from envfactory_assets.synth.refine import refine_turns
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.simulated_user import (
     REFUSAL,
     ModelUser,
@@ -25,19 +21,10 @@ from envfactory_assets.synth.simulated_user import (
     providable_flags,
 )
 from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView, solve_turn
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 
-from envfactory_assets_tests.fixture_environments import build_fixture_environments
-
-
-@pytest.fixture(scope="module")
-def environments() -> dict:
-    return build_fixture_environments("bookshop.json", "calendar & tasks.json")
-
-
-@pytest.fixture(scope="module")
-def graph(environments):
-    return build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
+from envfactory_assets_tests.fixture_environments import (
+    passed_trajectories,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,20 +33,9 @@ def flags(graph):
 
 
 @pytest.fixture(scope="module")
-def worker(environments):
-    with SandboxWorker() as w:
-        for env_id, env in environments.items():
-            w.load_environment(env_id, env["source"])
-        yield w
-
-
-@pytest.fixture(scope="module")
 def trajectories(environments, worker, graph) -> list[dict]:
-    out = []
-    for i, chain in enumerate(sample_chains(graph, 30, "conversation", SamplerConfig(min_tools=3))):
-        traj = synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2))
-        if traj["status"] == "passed":
-            out.append({**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]})
+    out = [{**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
+           for i, traj in passed_trajectories(environments, graph, worker, 30, "conversation")]
     assert len(out) >= 10
     return out
 

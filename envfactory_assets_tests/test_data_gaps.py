@@ -9,10 +9,7 @@ import random
 import pytest
 
 from envfactory_assets.config_checks import SettingError
-from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
-from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.names import singular
 from envfactory_assets.synth.abstention import EVERYDAY_REQUESTS, abstention_turn
 from envfactory_assets.synth.conversions import conversion_for
@@ -29,12 +26,14 @@ from envfactory_assets.synth.parallel import (
     parallel_groups,
 )
 from envfactory_assets.synth.phrasing import literal, words
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 from envfactory_assets.tooluse.reward import hybrid_reward, match_calls
 from envfactory_assets.training.stage import held_out_prompts
-from envfactory_assets_tests.fixture_environments import build_fixture_environments
+from envfactory_assets_tests.fixture_environments import (
+    build_fixture_environments,
+    fixture_graph,
+    passed_trajectories,
+)
 
 OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0)
 
@@ -45,23 +44,11 @@ def environments() -> dict:
 
 
 @pytest.fixture(scope="module")
-def worker(environments):
-    with SandboxWorker() as w:
-        for env_id, env in environments.items():
-            w.load_environment(env_id, env["source"])
-        yield w
-
-
-@pytest.fixture(scope="module")
 def trajectories(environments, worker) -> list[dict]:
-    graph = build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
-    chains = sample_chains(graph, 30, "gaps", SamplerConfig(min_tools=3))
-    out = []
-    for i, chain in enumerate(chains):
-        t = synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2))
-        if t["status"] == "passed":
-            out.append({**t, "id": f"ref_{i}", "n_turns": len(t["turns"]),
-                        "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})})
+    graph = fixture_graph(environments)
+    out = [{**t, "id": f"ref_{i}", "n_turns": len(t["turns"]),
+            "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
+           for i, t in passed_trajectories(environments, graph, worker, 30, "gaps")]
     assert len(out) >= 10
     return out
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import random
 import time
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -31,17 +29,8 @@ from envfactory_assets.graph.parameters import (
     normalize_name,
     value_family,
 )
+from envfactory_assets_tests import graph_toolsets as ts
 
-
-def _load_toolsets():
-    spec = importlib.util.spec_from_file_location(
-        "envfactory_test_graph_toolsets_g", Path(__file__).with_name("test_graph_toolsets.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ts = _load_toolsets()
 CRM, MAIL, BILLING, CALENDAR, SUPPORT = ts.CRM, ts.MAIL, ts.BILLING, ts.CALENDAR, ts.SUPPORT
 
 
@@ -438,3 +427,10 @@ def test_scales_to_a_thousand_tools():
     assert g.meta["n_nodes"] == 1000 and g.meta["n_parameters"] > 5000
     assert g.meta["n_edge_rows"] > 0
     assert elapsed < 60, elapsed  # ~1-2 s on a 2-core laptop; generous for loaded CI machines
+
+
+def test_toolsets_are_well_formed():
+    tools = ts.all_tools()
+    ids = [f"{t['env_id']}.{t['name']}" for t in tools]
+    assert len(ids) == len(set(ids)) == 26
+    assert {t["env_id"] for t in tools} == {CRM, MAIL, BILLING, CALENDAR, SUPPORT}

@@ -11,18 +11,32 @@ import orjson
 import pytest
 
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
-from envfactory_assets.runner.materialize import materialize_pipeline
-from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.defs.resources import (
+    EnvFactoryHome,
+    ModelBackend,
+    VerificationGate,
+)
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder
 from envfactory_assets.graph.refine import (
-    PROVENANCE_ID_LIST, PROVENANCE_MODEL, id_list_edges, parse_json_reply, refine_graph)
+    PROVENANCE_ID_LIST,
+    PROVENANCE_MODEL,
+    id_list_edges,
+    parse_json_reply,
+    refine_graph,
+)
 from envfactory_assets.graph.stage import graph_rows
 from envfactory_assets.graph.stats import (
-    PROVENANCE_COLOURS, graph_statistics, sample_subgraph, subgraph_markdown, subgraph_svg)
+    PROVENANCE_COLOURS,
+    graph_statistics,
+    sample_subgraph,
+    subgraph_markdown,
+    subgraph_svg,
+)
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
@@ -201,14 +215,9 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
 
 
 def _toolsets():
-    import importlib.util
-    from pathlib import Path
+    from envfactory_assets_tests import graph_toolsets
 
-    spec = importlib.util.spec_from_file_location(
-        "envfactory_test_graph_toolsets_r", Path(__file__).with_name("test_graph_toolsets.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return graph_toolsets
 
 
 def test_the_model_judges_doubtful_cross_environment_pairs_and_the_default_keeps_none():

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import random
-from pathlib import Path
 
 import pytest
 
-from envfactory_assets.graph import EmbedderUnavailableError, HashingEmbedder, MiniLMEmbedder, build_tool_graph
+from envfactory_assets.graph import (
+    EmbedderUnavailableError,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    build_tool_graph,
+)
 from envfactory_assets.synth.sampler import (
     USER,
     Chain,
@@ -25,17 +28,8 @@ from envfactory_assets.synth.sampler import (
     service_name,
     validate_chain,
 )
+from envfactory_assets_tests import graph_toolsets as ts
 
-
-def _load_toolsets():
-    spec = importlib.util.spec_from_file_location(
-        "envfactory_test_graph_toolsets_s", Path(__file__).with_name("test_graph_toolsets.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ts = _load_toolsets()
 CRM, MAIL, BILLING, CALENDAR, SUPPORT = ts.CRM, ts.MAIL, ts.BILLING, ts.CALENDAR, ts.SUPPORT
 SEEDS = range(300)
 
@@ -335,7 +329,11 @@ def test_environments_sharing_a_tool_name_are_never_combined(sampler):
 def test_dagster_config_defaults_are_the_spec_defaults():
     """One source per default: the asset configs of the synth stages read theirs from the plain specs, and
     the default run's values (min_tools 3, k 4) are the specs' own."""
-    from envfactory_assets.defs.synth.assets import ChainsConfig, RefineConfig, TrajectoryConfig
+    from envfactory_assets.defs.synth.assets import (
+        ChainsConfig,
+        RefineConfig,
+        TrajectoryConfig,
+    )
     from envfactory_assets.synth.calibrate import CalibrationConfig
     from envfactory_assets.synth.trajectories import SynthConfig
 

@@ -8,16 +8,12 @@ import json
 
 import pytest
 
-from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
-from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.datasets import tools_of
 from envfactory_assets.synth.refine import refine_turns
 from envfactory_assets.synth.report import refinement_report
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.solve import (
     Attempt,
     ModelSolver,
@@ -26,33 +22,18 @@ from envfactory_assets.synth.solve import (
     judge_attempt,
     solve_turn,
 )
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
 
-from envfactory_assets_tests.fixture_environments import build_fixture_environments
-
-
-@pytest.fixture(scope="module")
-def environments() -> dict:
-    return build_fixture_environments("bookshop.json", "calendar & tasks.json")
-
-
-@pytest.fixture(scope="module")
-def worker(environments):
-    with SandboxWorker() as w:
-        for env_id, env in environments.items():
-            w.load_environment(env_id, env["source"])
-        yield w
+from envfactory_assets_tests.fixture_environments import (
+    fixture_graph,
+    passed_trajectories,
+)
 
 
 @pytest.fixture(scope="module")
 def trajectories(environments, worker) -> list[dict]:
-    graph = build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
-    chains = sample_chains(graph, 30, "solve", SamplerConfig(min_tools=3))
-    out = []
-    for i, chain in enumerate(chains):
-        traj = synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2))
-        if traj["status"] == "passed":
-            out.append({**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]})
+    graph = fixture_graph(environments)
+    out = [{**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
+           for i, traj in passed_trajectories(environments, graph, worker, 30, "solve")]
     assert len(out) >= 10
     return out
 

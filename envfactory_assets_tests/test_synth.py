@@ -10,35 +10,13 @@ import re
 import jsonschema
 import pytest
 
-from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
-from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets import essential_calls, replay_check, rl_rows, sft_row, split_of
 from envfactory_assets.synth.refine import parameter_default, refine_turns
 from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
 from envfactory_assets.synth.turns import split_turns
 
-from envfactory_assets_tests.fixture_environments import build_fixture_environments
-
-
-@pytest.fixture(scope="module")
-def environments() -> dict:
-    return build_fixture_environments("bookshop.json", "calendar & tasks.json")
-
-
-@pytest.fixture(scope="module")
-def graph(environments):
-    return build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
-
-
-@pytest.fixture(scope="module")
-def worker(environments):
-    with SandboxWorker() as w:
-        for env_id, env in environments.items():
-            w.load_environment(env_id, env["source"])
-        yield w
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,7 @@ Shaped like ``envgen`` output (docs/design.md): CRUD tools per table, key fields
 list tools returning ``{"items": [row, ...]}``. Environments share real-world values the way real APIs do
 (a contact's e-mail address is an invoice's billing address and a ticket's requester; an invoice's due date
 can end a calendar event), and also identifiers (``company_id`` in CRM and billing, ``org_id`` in support)
-that must never link them. The other test modules load this file by path
-(``importlib``), so it works under any pytest import mode.
+that must never link them.
 """
 
 from __future__ import annotations
@@ -205,10 +204,3 @@ def support_tools() -> list[dict]:
 def all_tools() -> list[dict]:
     """CRM + mail + billing + calendar + support: 26 tools in 5 environments."""
     return copy.deepcopy(crm_tools() + mail_tools() + billing_tools() + calendar_tools() + support_tools())
-
-
-def test_toolsets_are_well_formed():
-    tools = all_tools()
-    ids = [f"{t['env_id']}.{t['name']}" for t in tools]
-    assert len(ids) == len(set(ids)) == 26
-    assert {t["env_id"] for t in tools} == {CRM, MAIL, BILLING, CALENDAR, SUPPORT}
