@@ -21,6 +21,7 @@ from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
 from envfactory_assets.synth.stage import dataset_rows, raw_trajectory_rows, refined_trajectory_rows
 from envfactory_assets.synth.trajectories import SynthConfig
 
@@ -44,7 +45,12 @@ def main() -> None:
     t1 = time.perf_counter()
     raw = [r for r in raw_trajectory_rows(chains, graph, envs, SynthConfig()) if r["status"] == "passed"]
     t2 = time.perf_counter()
-    refined = refined_trajectory_rows(raw, envs, config=CalibrationConfig(k=args.k))
+    config = CalibrationConfig(k=args.k)
+    # as the refined_trajectories asset: the offline simulated user answers the conversational turns
+    conversational = config.conversational_share > 0
+    refined = refined_trajectory_rows(raw, envs, config=config,
+                                      user=ProgrammaticUser() if conversational else None,
+                                      providable=providable_flags(graph) if conversational else None)
     t3 = time.perf_counter()
     ok = [r for r in refined if r["status"] == "passed"]
     sft, rl, rejected = dataset_rows(ok, envs, 1622 / 2575)
