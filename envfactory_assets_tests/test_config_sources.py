@@ -99,19 +99,21 @@ def test_a_config_field_named_like_its_specs_field_has_the_specs_default(config_
                 f"{spec.__name__}.{name} to {default!r}: take it from the spec")
 
 
-@pytest.mark.parametrize("build, expected", [
-    (lambda: SamplerConfig(min_tools=20), "sampler setting min_tools=20: expected a whole number in [1, 15]"),
-    (lambda: SynthConfig(max_turn_len=0), "trajectory setting max_turn_len=0: expected a whole number >= 1"),
-    (lambda: CalibrationConfig(k=0), "calibration setting k=0: expected a whole number >= 1"),
+@pytest.mark.parametrize("build, expected, renamed", [
+    (lambda: SamplerConfig(min_tools=20), "sampler setting min_tools=20: expected a whole number in [1, 15]",
+     "tool_chains setting x_min_tools=20: expected a whole number in [1, 15]"),
+    (lambda: SynthConfig(max_turn_len=0), "trajectory setting max_turn_len=0: expected a whole number >= 1",
+     "tool_chains setting x_max_turn_len=0: expected a whole number >= 1"),
+    (lambda: CalibrationConfig(k=0), "calibration setting k=0: expected a whole number >= 1",
+     "tool_chains setting x_k=0: expected a whole number >= 1"),
 ])
-def test_a_spec_refusal_is_reported_under_the_configs_name_by_the_spec_alone(build, expected):
-    """The spec names itself when built directly; the Dagster config renames the same refusal."""
+def test_a_spec_refusal_names_the_spec_and_can_be_named_for_a_config(build, expected, renamed):
+    """Built directly, a spec names itself; a Dagster config renames the same refusal (owner and prefix)."""
     with pytest.raises(SettingError) as caught:
         build()
     assert str(caught.value) == expected
-    renamed = caught.value.for_owner("tool_chains", prefix="x_")
-    assert str(renamed) == "tool_chains" + expected[expected.index(" setting "):].replace(
-        f" setting {caught.value.name}=", f" setting x_{caught.value.name}=")
+    assert str(caught.value.for_owner("tool_chains", prefix="x_")) == renamed
+    assert str(SettingError("free text").for_owner("datasets")) == "datasets: free text"
 
 
 def test_the_dagster_configs_check_through_their_specs():

@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 import networkx as nx
 
-from envfactory_assets.config_checks import finite_number, number_types, whole_number
+from envfactory_assets.config_checks import finite_number, whole_number
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.graph.parameters import SHARED_KINDS
 
@@ -120,8 +120,7 @@ class SamplerConfig:
         """Raises :class:`~envfactory_assets.config_checks.SettingError` (a ValueError) naming the setting
         (``sampler setting <name>=<value>: expected ...``); the ``tool_chains`` config reports these same
         checks under its own name."""
-        owner = "sampler"
-        number_types(self, owner)  # a float or NaN passes the comparisons below
+        owner = "sampler"  # each check refuses the wrong type too (a float or NaN passes a plain comparison)
         whole_number(owner, "max_tools", self.max_tools, low=1)
         whole_number(owner, "max_servers", self.max_servers, low=1)
         whole_number(owner, "max_depth", self.max_depth, low=0)
