@@ -361,9 +361,12 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         load_environment_from_store,
         serve_stdio,
     )
+    from envfactory_assets.mcp_server.server import DEFAULT_MAX_ARGUMENT_BYTES
     from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES
     from envfactory_assets.store.db import StoreBusy
 
+    if args.max_argument_bytes is None:
+        args.max_argument_bytes = DEFAULT_MAX_ARGUMENT_BYTES
     try:
         if args.max_argument_bytes < 1:
             raise ValueError(f"--max-argument-bytes {args.max_argument_bytes}: expected a whole number >= 1")
@@ -477,6 +480,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     stage. Calls no model: resources come from the store's ``source_resources`` when it has them, else
     from a scan configured like the run (``ops.source_resources.config``)."""
     from envfactory_assets.defs.resources import ModelBackend
+    from envfactory_assets.defs.sources.assets import SourceConfig  # its defaults, read not restated
     from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
     from envfactory_assets.envgen.stage import select_resources
     from envfactory_assets.store.db import Store
@@ -499,11 +503,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         corpus = Path(src["corpus_dir"]) if src.get("corpus_dir") else settings.corpus_dir(home)
         if not corpus.is_dir():
             raise UsageError(f"no source_resources in the store and no corpus at {corpus}; run scripts/setup.sh")
-        resources, _ = all_resource_rows(corpus, home, src.get("domains"), src.get("max_bytes", 4_000_000),
-                                         src.get("path_contains") or None, src.get("include_mcp", True))
+        resources, _ = all_resource_rows(corpus, home, src.get("domains"),
+                                         src.get("max_bytes", SourceConfig.model_fields["max_bytes"].default),
+                                         src.get("path_contains") or None,
+                                         src.get("include_mcp", SourceConfig.model_fields["include_mcp"].default))
         origin = f"a scan of {corpus}"
     src = op_config("source_resources")  # the environments to build are chosen there (one partition each)
-    chosen = select_resources(resources, src.get("per_domain", 13), src.get("include", []), src.get("exclude", []))
+    chosen = select_resources(resources, src.get("per_domain", SourceConfig.model_fields["per_domain"].default),
+                              src.get("include", []), src.get("exclude", []))
     try:
         backend = model_backend.backend_for(home)
     except Exception as exc:  # dg.Failure naming the bad setting
@@ -566,9 +573,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("env_id", help="the id of an environment that passed verification")
     serve.add_argument("--state", choices=["valid", "boundary"], default="valid",
                        help="the initial state the session starts from (default: valid)")
-    serve.add_argument("--max-argument-bytes", type=int, default=1_000_000,
+    # default None: the server's DEFAULT_MAX_ARGUMENT_BYTES, read when serving (importing the MCP server
+    # here would cost every command about 2 s)
+    serve.add_argument("--max-argument-bytes", type=int, default=None,
                        help="most bytes (as JSON) of one tool call's arguments; larger calls get a tool error "
-                            "and do not run (default: 1000000)")
+                            "and do not run (default: the server's DEFAULT_MAX_ARGUMENT_BYTES, in "
+                            "envfactory_assets/mcp_server/server.py)")
     serve.set_defaults(func=cmd_serve_env)
     for name, help_text in (("exclude", "exclude a resource, environment or tool from every re-synthesis"),
                             ("include", "remove an exclusion")):

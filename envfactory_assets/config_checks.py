@@ -15,14 +15,32 @@ from typing import Any, Iterable
 
 
 class SettingError(ValueError):
-    """A setting a stage cannot use; the message reads ``<owner> setting <name>=<value>: expected ...``."""
+    """A setting a stage cannot use; the message reads ``<owner> setting <name>=<value>: expected ...``.
+
+    Raised by the helpers below it also carries ``owner``, ``name``, ``value`` and ``expected`` (None when
+    raised with a free-form message), so that a Dagster config that builds a plain spec can report the
+    spec's own check under the config's name (:meth:`for_owner`) instead of repeating the check.
+    """
+
+    def __init__(self, message: str, owner: str | None = None, name: str | None = None, value: Any = None,
+                 expected: str | None = None) -> None:
+        super().__init__(message)
+        self.owner, self.name, self.value, self.expected = owner, name, value, expected
+
+    def for_owner(self, owner: str, prefix: str = "") -> SettingError:
+        """The same refusal named as ``<owner> setting <prefix><name>=...`` (e.g. ``tool_chains`` for a
+        :class:`~envfactory_assets.synth.sampler.SamplerConfig` check); a free-form message gets
+        ``<owner>: `` in front instead."""
+        if self.name is None or self.expected is None:
+            return SettingError(f"{owner}: {self}")
+        return _fail(owner, prefix + self.name, self.value, self.expected)
 
 
 def _fail(owner: str, name: str, value: Any, expected: str) -> SettingError:
     shown = repr(value)
     if len(shown) > 120:
         shown = shown[:120] + "..."
-    return SettingError(f"{owner} setting {name}={shown}: expected {expected}")
+    return SettingError(f"{owner} setting {name}={shown}: expected {expected}", owner, name, value, expected)
 
 
 def _bounds(low: float | None, high: float | None, low_open: bool = False) -> str:

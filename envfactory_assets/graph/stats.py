@@ -54,7 +54,11 @@ def graph_statistics(graph: ToolGraph) -> dict[str, Any]:
     }
 
 
-def sample_subgraph(graph: ToolGraph, max_nodes: int = 12, seed: int = 0) -> nx.DiGraph:
+#: Nodes the tool graph's inline picture shows by default (``tool_graph``'s ``picture_nodes``).
+PICTURE_NODES = 12
+
+
+def sample_subgraph(graph: ToolGraph, max_nodes: int = PICTURE_NODES, seed: int = 0) -> nx.DiGraph:
     """A connected-looking sample: BFS (both directions) from the highest-degree tool, up to ``max_nodes``
     tools; ties broken by a seeded shuffle so the picture is stable for a given graph."""
     g = graph.graph
@@ -114,7 +118,7 @@ def subgraph_svg(sub: nx.DiGraph, width: int = 720, height: int = 480, seed: int
     return "\n".join(parts)
 
 
-def subgraph_markdown(graph: ToolGraph, max_nodes: int = 12) -> str:
+def subgraph_markdown(graph: ToolGraph, max_nodes: int = PICTURE_NODES) -> str:
     """Markdown for asset metadata: the sample subgraph's SVG as an inline image (data URI), then its edges
     as a table so the picture is readable even where images are not shown."""
     sub = sample_subgraph(graph, max_nodes)

@@ -15,7 +15,14 @@ from envfactory_assets.sources.mcp_tools import (
     read_installed_servers)
 from envfactory_assets.sources.names import snake_case, to_identifier
 from envfactory_assets.sources.problems import load_error_detail, schema_error_detail, schema_error_where
-from envfactory_assets.sources.scan import Rejection, SourceResource, entry_rejection, inspect_file, load_document
+from envfactory_assets.sources.scan import (
+    DEFAULT_MAX_BYTES,
+    Rejection,
+    SourceResource,
+    entry_rejection,
+    inspect_file,
+    load_document,
+)
 from envfactory_assets.store.ids import content_id
 
 USER_RESOURCES_DIR = "user_resources"
@@ -141,7 +148,7 @@ def mcp_rows(home: Path, domains: Iterable[str] | None = None, timeout_s: float 
     return accepted, rejected
 
 
-def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_bytes: int = 4_000_000,
+def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                      taken: set[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every ``*.json``/``*.yaml`` file of a user folder (OpenAPI documents or MCP tool lists) as rows.
 
@@ -160,7 +167,7 @@ def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_byt
 
 
 def extra_resource_rows(home: Path, domains: Iterable[str] | None, taken: set[str], include_mcp: bool = True,
-                        max_bytes: int = 4_000_000) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                        max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """MCP tool lists of the installed servers plus the user folder ``home/user_resources``."""
     accepted, rejected = mcp_rows(home, domains, taken=taken) if include_mcp else ([], [])
     more_acc, more_rej = user_folder_rows(home / USER_RESOURCES_DIR, domains, max_bytes, taken)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.ids import content_id
 
 
-def scan_roots(roots: Iterable[Path], domains: Iterable[str] | None = None, max_bytes: int = 4_000_000,
+def scan_roots(roots: Iterable[Path], domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                path_contains: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """:func:`scan_rows` over each of ``roots`` in order; a folder that does not exist is skipped, except
     the first (the corpus), which raises FileNotFoundError.

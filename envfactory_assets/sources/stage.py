@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from envfactory_assets.sources.scan import Rejection, SourceResource, corpus_files, scan_corpus
+from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES, Rejection, SourceResource, corpus_files, scan_corpus
 from envfactory_assets.store.ids import content_id
 
 
-def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes: int = 4_000_000,
+def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
               path_contains: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Scan ``corpus_root`` into ``(source_resources rows, rejected_resources rows)``.
 
@@ -43,7 +43,7 @@ def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes
 
 
 def all_resource_rows(corpus_root: Path, home: Path, domains: Iterable[str] | None = None,
-                      max_bytes: int = 4_000_000, path_contains: str | None = None,
+                      max_bytes: int = DEFAULT_MAX_BYTES, path_contains: str | None = None,
                       include_mcp: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Both resource kinds: the OpenAPI corpus (:func:`scan_rows`), then every installed MCP server's
     tool list and the files of ``home/user_resources`` (:mod:`envfactory_assets.sources.resource_kinds`).

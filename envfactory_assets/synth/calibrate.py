@@ -66,10 +66,11 @@ class CalibrationConfig:
     conversational_share: float = 0.2
 
     def __post_init__(self) -> None:
-        number_types(self, "calibration")
+        # the ranged checks first, so a NaN share is refused naming its range; then the rest's types
         whole_number("calibration", "k", self.k, low=1)
         whole_number("calibration", "min_turns", self.min_turns, low=1)
         finite_number("calibration", "conversational_share", self.conversational_share, low=0.0, high=1.0)
+        number_types(self, "calibration")
 
 
 def persona_of(trajectory_id: str, domains: list[str]) -> str:

@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping
 
 import networkx as nx
 
-from envfactory_assets.config_checks import number_types
+from envfactory_assets.config_checks import finite_number, whole_number
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.graph.parameters import SHARED_KINDS
 
@@ -117,17 +117,18 @@ class SamplerConfig:
     p_join_environment: float = 0.8
 
     def __post_init__(self) -> None:
-        number_types(self, "sampler")  # a float or NaN passes the comparisons below
-        if self.max_tools < 1 or self.max_servers < 1 or self.max_depth < 0:
-            raise ValueError("max_tools and max_servers must be >= 1 and max_depth >= 0")
-        if not 1 <= self.min_tools <= self.max_tools:
-            raise ValueError(f"min_tools must be in [1, max_tools={self.max_tools}], got {self.min_tools}")
+        """Raises :class:`~envfactory_assets.config_checks.SettingError` (a ValueError) naming the setting
+        (``sampler setting <name>=<value>: expected ...``); the ``tool_chains`` config reports these same
+        checks under its own name."""
+        owner = "sampler"  # each check refuses the wrong type too (a float or NaN passes a plain comparison)
+        whole_number(owner, "max_tools", self.max_tools, low=1)
+        whole_number(owner, "max_servers", self.max_servers, low=1)
+        whole_number(owner, "max_depth", self.max_depth, low=0)
+        whole_number(owner, "min_tools", self.min_tools, low=1, high=self.max_tools)
         for name in ("p_skip_optional", "p_explicit_producer", "p_join_environment"):
-            p = getattr(self, name)
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"{name} must be a probability, got {p}")
-        if self.max_start_attempts < 1 or self.max_producer_candidates < 1:
-            raise ValueError("max_start_attempts and max_producer_candidates must be >= 1")
+            finite_number(owner, name, getattr(self, name), low=0.0, high=1.0)
+        whole_number(owner, "max_start_attempts", self.max_start_attempts, low=1)
+        whole_number(owner, "max_producer_candidates", self.max_producer_candidates, low=1)
 
 
 @dataclass(frozen=True)

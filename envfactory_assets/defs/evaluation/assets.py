@@ -11,6 +11,7 @@ from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.evaluation.policy import SamplingSpec
 from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
 from envfactory_assets.reporting.results_table import results_markdown
+from envfactory_assets.training.base_model import SMOLLM2_SPEC
 
 MIN_SEEDS = 3
 #: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results (:class:`~envfactory_assets.evaluation.run.ResultCache`).
@@ -31,7 +32,7 @@ class EvaluationConfig(dg.Config):
     :class:`~envfactory_assets.evaluation.policy.SamplingSpec`.
     """
 
-    base_model: str = "smollm2-135m-instruct"
+    base_model: str = SMOLLM2_SPEC
     n_synthetic: int = EvalSpec.n_synthetic
     n_bfcl: int = EvalSpec.n_bfcl
     n_bfcl_single_turn: int = EvalSpec.n_bfcl_single_turn
@@ -71,9 +72,7 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     from envfactory_assets.evaluation.run import ResultCache, evaluate_models
     from envfactory_assets.training.base_model import resolve_base_model
 
-    if len(config.seeds) < 1:
-        raise dg.Failure("evaluations: `seeds` must list at least one sampling seed")
-    try:  # every setting checked before the store is read or the base model is resolved (converted, loaded)
+    try:  # every setting checked (by the specs) before the store is read or the base model is resolved
         spec = EvalSpec(n_synthetic=None if config.full_sets else config.n_synthetic,
                         n_bfcl=None if config.full_sets else config.n_bfcl,
                         n_bfcl_single_turn=None if config.full_sets else config.n_bfcl_single_turn,

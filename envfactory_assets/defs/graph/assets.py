@@ -22,7 +22,7 @@ from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD, build_tool
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
 from envfactory_assets.graph.refine import refine_graph
 from envfactory_assets.graph.stage import graph_rows
-from envfactory_assets.graph.stats import graph_statistics, subgraph_markdown
+from envfactory_assets.graph.stats import PICTURE_NODES, graph_statistics, subgraph_markdown
 from envfactory_assets.llm.base import LLMError
 from envfactory_assets.store.ids import content_id
 
@@ -36,7 +36,7 @@ class ToolGraphConfig(dg.Config):
     # "programmatic" (offline rules) or "model" (the model_backend resource's model).
     edge_refiner: str = "programmatic"
     providable_classifier: str = "programmatic"
-    picture_nodes: int = 12
+    picture_nodes: int = PICTURE_NODES
 
     def check_settings(self) -> None:
         """Raise :class:`~envfactory_assets.config_checks.SettingError` naming a setting the graph cannot be

@@ -21,6 +21,7 @@ from envfactory_assets.defs.resources import (
 from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.incremental.partitions import partition_key
 from envfactory_assets.sources.domains import DOMAINS
+from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES
 from envfactory_assets.sources.stage import all_resource_rows
 
 
@@ -31,7 +32,7 @@ class SourceConfig(dg.Config):
 
     corpus_dir: str = ""
     domains: list[str] = list(DOMAINS)
-    max_bytes: int = 4_000_000
+    max_bytes: int = DEFAULT_MAX_BYTES
     path_contains: str = ""
     include_mcp: bool = True  # also read the tool lists of the installed MCP servers (over stdio)
     per_domain: int = 13

@@ -7,7 +7,7 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets.decontam.tagging import benchmark_tags
-from envfactory_assets.config_checks import SettingError, finite_number, flag, one_of, whole_number
+from envfactory_assets.config_checks import SettingError, finite_number, one_of, whole_number
 from envfactory_assets.defs.common import (
     UpstreamGates,
     checked,
@@ -46,12 +46,17 @@ _SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.g
                                  "envfactory_assets.quality", "envfactory_assets.tooluse", "envfactory_assets.defs.synth")
 
 
+#: The chain samplers; the first is the default of both ``tool_chains`` and ``raw_trajectories`` (the
+#: trajectories are executed from chains of one sampler, so the two defaults must agree).
+SAMPLERS = ("topology", "random_walk")
+
+
 class ChainsConfig(dg.Config):
     """Sampler settings; the defaults are :class:`SamplerConfig`'s (the paper's topology-aware sampler, 15
     tools, 3 servers, depth 5)."""
 
     n_chains: int = 3000
-    sampler: str = "topology"
+    sampler: str = SAMPLERS[0]
     baseline_chains: int = 100
     base_key: str = "default"
     max_tools: int = SamplerConfig.max_tools
@@ -74,22 +79,12 @@ class ChainsConfig(dg.Config):
         whole_number(owner, "baseline_chains", self.baseline_chains, low=0)
         if not isinstance(self.base_key, str) or not self.base_key.strip():
             raise SettingError(f"{owner} setting base_key={self.base_key!r}: expected a non-blank string")
-        whole_number(owner, "max_tools", self.max_tools, low=1)
-        whole_number(owner, "max_servers", self.max_servers, low=1)
-        whole_number(owner, "max_depth", self.max_depth, low=0)
-        whole_number(owner, "min_tools", self.min_tools, low=1, high=self.max_tools)
-        finite_number(owner, "p_skip_optional", self.p_skip_optional, low=0.0, high=1.0)
-        finite_number(owner, "p_explicit_producer", self.p_explicit_producer, low=0.0, high=1.0)
-        finite_number(owner, "p_join_environment", self.p_join_environment, low=0.0, high=1.0)
-        try:
+        try:  # the sampler's own limits, checked in SamplerConfig and reported under this asset's name
             return SamplerConfig(max_tools=self.max_tools, max_servers=self.max_servers, max_depth=self.max_depth,
                                  p_skip_optional=self.p_skip_optional, p_explicit_producer=self.p_explicit_producer,
                                  min_tools=self.min_tools, p_join_environment=self.p_join_environment)
-        except ValueError as exc:  # a rule between settings the checks above do not cover
-            raise SettingError(f"{owner} settings: {exc}") from exc
-
-
-SAMPLERS = ("topology", "random_walk")
+        except SettingError as exc:
+            raise exc.for_owner(owner) from exc
 
 
 class TrajectoryConfig(dg.Config):
@@ -97,7 +92,7 @@ class TrajectoryConfig(dg.Config):
     ``sampler`` are executed."""
 
     min_turns: int = SynthConfig.min_turns
-    sampler: str = "topology"
+    sampler: str = SAMPLERS[0]
     max_turn_len: int = SynthConfig.max_turn_len
 
     def check_settings(self) -> SynthConfig:
@@ -108,9 +103,10 @@ class TrajectoryConfig(dg.Config):
         """
         owner = "raw_trajectories"
         one_of(owner, "sampler", self.sampler, SAMPLERS)
-        whole_number(owner, "min_turns", self.min_turns, low=1)
-        whole_number(owner, "max_turn_len", self.max_turn_len, low=1)
-        return SynthConfig(self.min_turns, self.max_turn_len)
+        try:  # min_turns and max_turn_len are checked by SynthConfig alone
+            return SynthConfig(min_turns=self.min_turns, max_turn_len=self.max_turn_len)
+        except SettingError as exc:
+            raise exc.for_owner(owner) from exc
 
 
 class DatasetConfig(dg.Config):
@@ -129,9 +125,12 @@ class DatasetConfig(dg.Config):
         Raises:
             SettingError: ``sft_share`` or a data-gap share out of range or of the wrong type, named in the message.
         """
-        finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)
-        return DataGapsConfig(abstention_share=self.abstention_share, parallel_share=self.parallel_share,
-                              conversion_share=self.conversion_share)
+        finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)  # not a DataGapsConfig field
+        try:
+            return DataGapsConfig(abstention_share=self.abstention_share, parallel_share=self.parallel_share,
+                                  conversion_share=self.conversion_share)
+        except SettingError as exc:
+            raise exc.for_owner("datasets") from exc
 
 
 def min_turns_reachable(owner: str, min_turns: int, longest: int | None, why: str) -> None:
@@ -249,13 +248,11 @@ class RefineConfig(dg.Config):
         Raises:
             SettingError: a setting out of range or of the wrong type, named in the message.
         """
-        owner = "refined_trajectories"
-        whole_number(owner, "k", self.k, low=1)
-        whole_number(owner, "min_turns", self.min_turns, low=1)
-        flag(owner, "goal_expansion", self.goal_expansion)
-        finite_number(owner, "conversational_share", self.conversational_share, low=0.0, high=1.0)
-        return CalibrationConfig(k=self.k, min_turns=self.min_turns, goal_expansion=self.goal_expansion,
-                                 conversational_share=self.conversational_share)
+        try:  # every limit is CalibrationConfig's, reported under this asset's name
+            return CalibrationConfig(k=self.k, min_turns=self.min_turns, goal_expansion=self.goal_expansion,
+                                     conversational_share=self.conversational_share)
+        except SettingError as exc:
+            raise exc.for_owner("refined_trajectories") from exc
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)

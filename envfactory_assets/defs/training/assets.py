@@ -3,11 +3,13 @@
 
 import dagster as dg
 
+from envfactory_assets.config_checks import whole_number
 from envfactory_assets.defs.common import UpstreamGates, require_upstream_gates
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
+from envfactory_assets.training.base_model import SMOLLM2_SPEC
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
 
@@ -29,7 +31,7 @@ class CheckpointConfig(dg.Config):
     dynamic sampling; ``training/screening.py``).
     """
 
-    base_model: str = "smollm2-135m-instruct"
+    base_model: str = SMOLLM2_SPEC
     max_steps: int = SFTConfigSpec.max_steps
     learning_rate: float = SFTConfigSpec.learning_rate
     per_device_train_batch_size: int = SFTConfigSpec.per_device_train_batch_size
@@ -69,11 +71,11 @@ class CheckpointConfig(dg.Config):
                 a bad ``grpo_*`` value surfaced only after the whole SFT run, and ``max_train_rows: -1`` or
                 ``n_eval_prompts: -2`` silently meant "all but the last" through slicing.
         """
+        # the settings no spec holds (grpo_max_steps 0 is this config's "skip GRPO"; the spec needs >= 1)
         for name, low in (("max_train_rows", 1), ("n_eval_prompts", 0), ("max_tools_per_example", 0),
                           ("grpo_max_steps", 0), ("grpo_n_prompts", 1), ("grpo_screen_factor", 1),
                           ("grpo_max_tools", 0)):
-            if getattr(self, name) < low:
-                raise ValueError(f"checkpoint setting {name}={getattr(self, name)}: expected >= {low}")
+            whole_number("checkpoint", name, getattr(self, name), low=low)
         try:
             sft = self.sft_spec()
         except ValueError as exc:
@@ -86,10 +88,14 @@ class CheckpointConfig(dg.Config):
             raise ValueError(f"checkpoint setting (grpo_*): {exc}") from exc
 
     def grpo_spec(self) -> GRPOConfigSpec:
-        """The ``grpo_*`` settings (and ``seed``) as a :class:`GRPOConfigSpec` (raises ValueError if out of range)."""
-        fields = GRPOConfigSpec.__dataclass_fields__
-        return GRPOConfigSpec(**{name: getattr(self, f"grpo_{name}") for name in fields if name != "seed"},
-                              seed=self.seed)
+        """The ``grpo_*`` settings (and ``seed``, shared with SFT) as a :class:`GRPOConfigSpec`, field by field
+        (raises ValueError if out of range: the limits are the spec's alone)."""
+        return GRPOConfigSpec(max_steps=self.grpo_max_steps, learning_rate=self.grpo_learning_rate,
+                              num_generations=self.grpo_num_generations,
+                              prompts_per_step=self.grpo_prompts_per_step, temperature=self.grpo_temperature,
+                              beta=self.grpo_beta, max_completion_length=self.grpo_max_completion_length,
+                              max_tool_calling_iterations=self.grpo_max_tool_calling_iterations,
+                              seed=self.seed, replay_screened=self.grpo_replay_screened)
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],

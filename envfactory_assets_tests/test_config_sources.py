@@ -1,0 +1,140 @@
+"""Every config value has one source: a Dagster Config under ``defs/`` that maps onto a plain spec takes each
+shared field's default from the spec, and the spec's ``__post_init__`` is the only place its limits are
+checked (the Dagster config reports the spec's refusal under the asset's name)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import math
+import pkgutil
+
+import dagster as dg
+import pytest
+
+import envfactory_assets.defs as defs_package
+from envfactory_assets.config_checks import SettingError
+from envfactory_assets.evaluation.policy import SamplingSpec
+from envfactory_assets.evaluation.run import EvalSpec
+from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.synth.calibrate import CalibrationConfig
+from envfactory_assets.synth.datagaps import DataGapsConfig
+from envfactory_assets.synth.sampler import SamplerConfig
+from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.training.grpo import GRPOConfigSpec
+from envfactory_assets.training.sft import SFTConfigSpec
+
+#: Dagster Config class name -> the plain specs it is built from, each with the prefix its fields carry there.
+SPECS = {
+    "CheckpointConfig": [(SFTConfigSpec, ""), (GRPOConfigSpec, "grpo_")],
+    "EvaluationConfig": [(EvalSpec, ""), (SamplingSpec, "")],
+    "ChainsConfig": [(SamplerConfig, "")],
+    "TrajectoryConfig": [(SynthConfig, "")],
+    "RefineConfig": [(CalibrationConfig, "")],
+    "DatasetConfig": [(DataGapsConfig, "")],
+    "VerificationConfig": [(SandboxLimits, "")],
+}
+#: Configs no plain spec stands behind: their defaults live in the Config alone.
+NO_SPEC = {"ToolGraphConfig", "SourceConfig", "ExportConfig", "ShowTrajectoryConfig"}
+#: (config, field): a default that deliberately differs from the spec's, and why.
+DELIBERATE = {
+    # verification sets its own per-worker CPU cap, above a sandbox's general default
+    ("VerificationConfig", "cpu_seconds"): "VerificationConfig's own CPU cap",
+}
+
+
+def dagster_configs() -> dict[str, type[dg.Config]]:
+    """Every ``dg.Config`` subclass (run config, not resources) defined in a module under
+    ``envfactory_assets/defs``."""
+    found: dict[str, type[dg.Config]] = {}
+    for info in pkgutil.walk_packages(defs_package.__path__, defs_package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (inspect.isclass(obj) and issubclass(obj, dg.Config) and obj.__module__ == module.__name__
+                    and not issubclass(obj, dg.ConfigurableResource)):
+                found[name] = obj
+    return found
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def spec_defaults(spec: type) -> dict[str, object]:
+    out = {}
+    for field in dataclasses.fields(spec):
+        if field.default is not dataclasses.MISSING:
+            out[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            out[field.name] = field.default_factory()
+    return out
+
+
+def test_every_dagster_config_is_classified():
+    """A new Config under defs/ must say which spec it is built from (or that none is): otherwise its
+    defaults could silently restate a spec's."""
+    configs = set(dagster_configs())
+    assert configs, "no Dagster Config found under defs/"
+    assert configs == set(SPECS) | NO_SPEC, (configs - set(SPECS) - NO_SPEC, set(SPECS) | NO_SPEC - configs)
+
+
+@pytest.mark.parametrize("config_name", sorted(SPECS))
+def test_a_config_field_named_like_its_specs_field_has_the_specs_default(config_name):
+    config = dagster_configs()[config_name]
+    fields = config.model_fields
+    for spec, prefix in SPECS[config_name]:
+        shared = {name: default for name, default in spec_defaults(spec).items() if prefix + name in fields}
+        assert shared, f"{config_name} shares no field with {spec.__name__}: the mapping above is stale"
+        for name, default in shared.items():
+            if (config_name, prefix + name) in DELIBERATE:
+                assert not _same(fields[prefix + name].default, default)  # else drop it from DELIBERATE
+                continue
+            assert _same(fields[prefix + name].default, default), (
+                f"{config_name}.{prefix}{name} defaults to {fields[prefix + name].default!r}, "
+                f"{spec.__name__}.{name} to {default!r}: take it from the spec")
+
+
+@pytest.mark.parametrize("build, expected, renamed", [
+    (lambda: SamplerConfig(min_tools=20), "sampler setting min_tools=20: expected a whole number in [1, 15]",
+     "tool_chains setting x_min_tools=20: expected a whole number in [1, 15]"),
+    (lambda: SynthConfig(max_turn_len=0), "trajectory setting max_turn_len=0: expected a whole number >= 1",
+     "tool_chains setting x_max_turn_len=0: expected a whole number >= 1"),
+    (lambda: CalibrationConfig(k=0), "calibration setting k=0: expected a whole number >= 1",
+     "tool_chains setting x_k=0: expected a whole number >= 1"),
+])
+def test_a_spec_refusal_names_the_spec_and_can_be_named_for_a_config(build, expected, renamed):
+    """Built directly, a spec names itself; a Dagster config renames the same refusal (owner and prefix)."""
+    with pytest.raises(SettingError) as caught:
+        build()
+    assert str(caught.value) == expected
+    assert str(caught.value.for_owner("tool_chains", prefix="x_")) == renamed
+    assert str(SettingError("free text").for_owner("datasets")) == "datasets: free text"
+
+
+def test_the_dagster_configs_check_through_their_specs():
+    from envfactory_assets.defs.synth.assets import ChainsConfig, RefineConfig, TrajectoryConfig
+
+    with pytest.raises(SettingError, match=r"^tool_chains setting max_depth=-1: expected a whole number >= 0$"):
+        ChainsConfig(max_depth=-1).check_settings()
+    with pytest.raises(SettingError, match=r"^raw_trajectories setting min_turns=0: expected a whole number >= 1$"):
+        TrajectoryConfig(min_turns=0).check_settings()
+    with pytest.raises(SettingError, match=r"^refined_trajectories setting conversational_share=2.0: "):
+        RefineConfig(conversational_share=2.0).check_settings()
+    assert ChainsConfig().check_settings() == SamplerConfig()
+    assert RefineConfig().check_settings() == CalibrationConfig()
+    assert TrajectoryConfig().check_settings() == SynthConfig()
+
+
+def test_the_checkpoint_config_maps_every_grpo_field_but_the_shared_seed():
+    from envfactory_assets.defs.training.assets import CheckpointConfig
+
+    spec_fields = {f.name for f in dataclasses.fields(GRPOConfigSpec)} - {"seed"}
+    assert {f"grpo_{n}" for n in spec_fields} <= set(CheckpointConfig.model_fields)
+    changed = CheckpointConfig(grpo_temperature=0.3, grpo_beta=0.01, grpo_replay_screened=True, seed=5)
+    assert changed.grpo_spec() == GRPOConfigSpec(temperature=0.3, beta=0.01, replay_screened=True, seed=5)
+    assert CheckpointConfig().grpo_spec() == GRPOConfigSpec()
