@@ -17,6 +17,7 @@ ChatBackend`; tool calls parsed by :func:`envfactory_assets.tooluse.tool_calls.p
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import random
 import re
@@ -387,6 +388,26 @@ def _clauses(query: str) -> list[str]:
                                           text) if c.strip()]
 
 
+@functools.lru_cache(maxsize=65536)
+def _label_patterns(name: str, description: str) -> tuple[re.Pattern[str], ...]:
+    """Word-bounded patterns of :func:`field_labels` for a field, compiled once: ranking asks for them per
+    tool, per clause and per attempt, and more distinct patterns than ``re``'s own cache holds made it
+    recompile them on every call."""
+    return tuple(re.compile(rf"\b{re.escape(label)}\b") for label in field_labels(name, {"description": description}))
+
+
+def _field_named(lowered: str, name: str, schema: dict[str, Any] | None) -> bool:
+    description = (schema or {}).get("description")
+    if description is None or isinstance(description, str):
+        return any(p.search(lowered) for p in _label_patterns(name, description or ""))
+    return any(re.search(rf"\b{re.escape(lab)}\b", lowered) for lab in field_labels(name, schema))
+
+
+@functools.lru_cache(maxsize=16384)
+def _key_quoted_pattern(key: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{_thing_re(key)} '")
+
+
 def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
     """Tools that fit a request, best first (score ties in a seeded random order); empty if none fits.
 
@@ -406,9 +427,8 @@ def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) ->
         score = 3.0 * (action is not None and info.action == action)
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
         score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
-        score += sum(1.0 for p in info.params
-                     if any(re.search(rf"\b{re.escape(lab)}\b", lowered) for lab in field_labels(p, info.params[p])))
-        if info.key and re.search(rf"\b{_thing_re(info.key)} '", lowered):
+        score += sum(1.0 for p in info.params if _field_named(lowered, p, info.params[p]))
+        if info.key and _key_quoted_pattern(info.key).search(lowered):
             score += 2.0
         if score > 0:
             scored.append((score, rng.random(), info))
