@@ -96,15 +96,20 @@ def test_the_checkpoints_and_evaluations_configs_take_the_device_from_the_specs(
         CheckpointConfig(device="cuda").validate()
 
 
-def test_evaluations_refuses_cuda_without_a_device_before_reading_the_store(monkeypatch, tmp_path):
+@pytest.mark.parametrize("asset, named", [("checkpoints", "checkpoint setting device='cuda'"),
+                                           ("evaluations", "evaluation setting device='cuda'")])
+def test_the_assets_refuse_cuda_without_a_device_before_reading_the_store(tmp_path, asset, named):
+    """The home has no store: the failure must be the setting, raised before the store or a model is read."""
     from envfactory_assets.defs.evaluation.assets import evaluations
+    from envfactory_assets.defs.training.assets import checkpoints
     from envfactory_assets_tests.config_failures import step_failure
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible: 'cuda' is a valid setting here")
-    success, message = step_failure(evaluations, {"device": "cuda"}, tmp_path)
-    assert not success and "evaluation setting device='cuda'" in message
-    assert not (tmp_path / "models").exists()
+    success, message = step_failure({"checkpoints": checkpoints, "evaluations": evaluations}[asset],
+                                    {"device": "cuda"}, tmp_path)
+    assert not success and named in message and "no CUDA device" in message
+    assert "does not exist" not in message and not (tmp_path / "models").exists()
 
 
 def test_the_gpu_config_loads_and_validates_through_the_run_config_loader():
