@@ -1,4 +1,4 @@
-"""The device plan (training/devices.py) and its wiring into SFT, GRPO, the evaluation policy and configs.
+"""The device plan (training/base_model.py) and its wiring into SFT, GRPO, the evaluation policy and configs.
 
 No GPU is needed: what the machine reports (``torch.cuda.is_available`` / ``is_bf16_supported``) is
 monkeypatched, and the decision made from it is what is tested.
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from envfactory_assets.training.devices import CPU_PLAN, DevicePlan, select_device
+from envfactory_assets.training.base_model import CPU_PLAN, DevicePlan, select_device
 
 ROOT = Path(__file__).resolve().parents[1]
 

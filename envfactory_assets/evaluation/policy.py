@@ -15,8 +15,12 @@ from envfactory_assets.evaluation.prefix_cache import (
 )
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.spec_types import check_number_types
-from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
-from envfactory_assets.training.devices import check_device_setting, select_device
+from envfactory_assets.training.base_model import (
+    check_device_setting,
+    force_offline,
+    prepare_tokenizer,
+    select_device,
+)
 from envfactory_assets.training.threads import ThreadGovernor
 
 
@@ -36,7 +40,7 @@ class SamplingSpec:
             for SmolLM2-135M); 0 encodes every prompt in full.
         device: ``"auto"`` (default: a CUDA device when torch sees one, weights in bf16 where supported, else
             fp16), ``"cpu"`` (float32) or ``"cuda"`` (refused without a visible CUDA device);
-            :func:`~envfactory_assets.training.devices.select_device`.
+            :func:`~envfactory_assets.training.base_model.select_device`.
     """
 
     temperature: float = 0.7

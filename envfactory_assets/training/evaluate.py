@@ -11,8 +11,11 @@ from typing import Any
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.reward import arguments_that_matter, is_empty_call
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls, validate_call
-from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
-from envfactory_assets.training.devices import select_device
+from envfactory_assets.training.base_model import (
+    force_offline,
+    prepare_tokenizer,
+    select_device,
+)
 from envfactory_assets.training.threads import torch_threads
 
 SAMPLES_KEPT = 3
@@ -155,7 +158,7 @@ def tool_call_validity(
         seed: passed to ``transformers.set_seed`` (greedy decoding is deterministic anyway).
         batch_size: prompts generated together (left padding); fewer, larger steps are much faster on CPU.
         num_threads: torch threads during generation; None = free cores (see ``threads.py``).
-        device: ``auto``/``cpu``/``cuda`` (:func:`~envfactory_assets.training.devices.select_device`; the
+        device: ``auto``/``cpu``/``cuda`` (:func:`~envfactory_assets.training.base_model.select_device`; the
             weights are loaded in the plan's dtype, bf16 on a CUDA device that supports it).
 
     Returns:

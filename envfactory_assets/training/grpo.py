@@ -50,13 +50,11 @@ from envfactory_assets.tooluse.task_environment import (
 from envfactory_assets.tooluse.task_episode import TaskRunner
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 from envfactory_assets.training.base_model import (
+    DevicePlan,
+    check_device_setting,
     force_offline,
     model_hash,
     prepare_tokenizer,
-)
-from envfactory_assets.training.devices import (
-    DevicePlan,
-    check_device_setting,
     select_device,
 )
 from envfactory_assets.training.screening import timed_screen
@@ -92,7 +90,7 @@ class GRPOConfigSpec:
             reference's), where without replay it stayed below 0.01.
         device: ``"auto"`` (default: CUDA when torch sees a device, else the CPU), ``"cpu"`` or ``"cuda"``
             (refused without a visible CUDA device); see
-            :func:`~envfactory_assets.training.devices.select_device`.
+            :func:`~envfactory_assets.training.base_model.select_device`.
     """
 
     max_steps: int = 6
@@ -369,7 +367,7 @@ def trl_config_kwargs(out_dir: Path, spec: GRPOConfigSpec, plan: DevicePlan | No
         seed=spec.seed,
         data_seed=spec.seed,
         use_cpu=plan.use_cpu,
-        bf16=plan.bf16,  # mixed precision over float32 master weights (devices.py says why)
+        bf16=plan.bf16,  # mixed precision over float32 master weights (base_model.py, "Device and precision", says why)
         fp16=plan.fp16,
         report_to="none",
         save_strategy="no",

@@ -26,13 +26,11 @@ from envfactory_assets.tooluse.chat_template import (
 )
 from envfactory_assets.tooluse.spec_types import check_number_types
 from envfactory_assets.training.base_model import (
+    DevicePlan,
+    check_device_setting,
     force_offline,
     model_hash,
     prepare_tokenizer,
-)
-from envfactory_assets.training.devices import (
-    DevicePlan,
-    check_device_setting,
     select_device,
 )
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
@@ -65,7 +63,7 @@ class SFTConfigSpec:
             with a dense mask over the whole concatenation instead of the causal kernel per row.
         device: ``"auto"`` (default: a CUDA device when torch sees one, else the CPU), ``"cpu"`` or ``"cuda"``
             (refused when no CUDA device is visible); precision follows
-            :func:`~envfactory_assets.training.devices.select_device` (bf16 mixed precision where supported).
+            :func:`~envfactory_assets.training.base_model.select_device` (bf16 mixed precision where supported).
     """
 
     max_steps: int = 24
@@ -168,7 +166,7 @@ def trl_config_kwargs(out_dir: Path, config: SFTConfigSpec, plan: DevicePlan | N
         packing=False,  # packing would change how many conversations a step holds; padding-free keeps that
         padding_free=config.padding_free,
         use_cpu=plan.use_cpu,
-        bf16=plan.bf16,  # mixed precision over float32 master weights (devices.py says why)
+        bf16=plan.bf16,  # mixed precision over float32 master weights (base_model.py, "Device and precision", says why)
         fp16=plan.fp16,
         activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time
         report_to="none",

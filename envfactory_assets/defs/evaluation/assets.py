@@ -11,7 +11,7 @@ from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.evaluation.policy import SamplingSpec
 from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
 from envfactory_assets.reporting.results_table import results_markdown
-from envfactory_assets.training.devices import select_device
+from envfactory_assets.training.base_model import select_device
 
 MIN_SEEDS = 3
 #: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results (:class:`~envfactory_assets.evaluation.run.ResultCache`).
@@ -29,7 +29,7 @@ class EvaluationConfig(dg.Config):
     tasks from first turns only (short prompts: CPU time is set by prompt length). ``prefix_cache_tokens``
     bounds the key/value caches kept for reuse across agent steps (0 = encode every prompt in full).
     ``device``: ``auto`` (a CUDA device when torch sees one, weights in bf16 where supported), ``cpu`` or
-    ``cuda`` (refused when no CUDA device is visible; ``training/devices.py``).
+    ``cuda`` (refused when no CUDA device is visible; ``training/base_model.py``).
     Defaults are those of :class:`~envfactory_assets.evaluation.run.EvalSpec` and
     :class:`~envfactory_assets.evaluation.policy.SamplingSpec`.
     """

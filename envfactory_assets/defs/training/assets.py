@@ -8,7 +8,7 @@ from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.training.devices import select_device
+from envfactory_assets.training.base_model import select_device
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
 
@@ -23,7 +23,7 @@ class CheckpointConfig(dg.Config):
     block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
     ``grpo_max_tools`` is the same cut for the GRPO prompts (CPU cost grows with the rollouts' token count).
     ``device``: ``auto`` (a CUDA device when torch sees one, bf16 where supported), ``cpu`` or ``cuda`` (refused
-    when no CUDA device is visible); SFT, GRPO and the validity passes all follow it (``training/devices.py``).
+    when no CUDA device is visible); SFT, GRPO and the validity passes all follow it (``training/base_model.py``).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
     :class:`~envfactory_assets.training.grpo.GRPOConfigSpec`; ``grpo_n_prompts`` RL rows (train split, first
     turns whose gold arguments the query gives, fewest gold calls first; ``stage.grpo_tasks``) are the GRPO
