@@ -15,7 +15,12 @@ from envfactory_assets.evaluation.prefix_cache import (
 )
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.spec_types import check_number_types
-from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
+from envfactory_assets.training.base_model import (
+    check_device_setting,
+    force_offline,
+    prepare_tokenizer,
+    select_device,
+)
 from envfactory_assets.training.threads import ThreadGovernor
 
 
@@ -33,6 +38,9 @@ class SamplingSpec:
         prefix_cache_tokens: token positions of earlier sequences whose key/value caches are kept for prompts
             that start with the same tokens (:mod:`~envfactory_assets.evaluation.prefix_cache`; ~46 KB each
             for SmolLM2-135M); 0 encodes every prompt in full.
+        device: ``"auto"`` (default: a CUDA device when torch sees one, weights in bf16 where supported, else
+            fp16), ``"cpu"`` (float32) or ``"cuda"`` (refused without a visible CUDA device);
+            :func:`~envfactory_assets.training.base_model.select_device`.
     """
 
     temperature: float = 0.7
@@ -41,11 +49,13 @@ class SamplingSpec:
     batch_size: int = 12
     max_prompt_tokens: int = 3072
     prefix_cache_tokens: int = 40_000
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting when it is out of range (a negative or NaN temperature, top_p
         outside (0, 1], or a token budget or batch size below 1, or a value of the wrong type)."""
         check_number_types(self, "sampling setting ")
+        check_device_setting(self.device, "sampling setting device")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"sampling setting temperature={self.temperature}: expected a finite number >= 0")
         if not (0 < self.top_p <= 1):
@@ -67,21 +77,26 @@ class Policy:
         num_threads: torch threads while generating; None = free cores, re-chosen before every batch
             (:class:`~envfactory_assets.training.threads.ThreadGovernor`).
 
+    The model, its inputs and the prefix cache's tensors live on ``sampling.device``'s resolved device
+    (``self.plan``).
+
     Raises:
         OSError: ``model_dir`` is not a loadable model directory.
+        ValueError: ``sampling.device`` is ``cuda`` and no CUDA device is visible.
     """
 
     def __init__(self, model_dir: Path, sampling: SamplingSpec | None = None, num_threads: int | None = None) -> None:
         force_offline()
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model_dir = Path(model_dir)
         self.sampling = sampling or SamplingSpec()
+        self.plan = select_device(self.sampling.device, "sampling setting device")
         self.num_threads = num_threads
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=self.plan.torch_dtype()).eval()
         prepare_tokenizer(self.tokenizer, self.model)
+        self.model.to(self.plan.device)
         self.tokenizer.padding_side = "left"
         self.generated_tokens = 0
         self.truncated = 0
@@ -161,7 +176,7 @@ class Policy:
         pad = self.tokenizer.pad_token_id
         cache = self.prefix_cache
         rows = [(ids, *cache.lookup(ids)) if cache else (ids, None, 0) for ids in prompts]
-        input_ids, attention_mask, past = batch_inputs(rows, pad, self.model.config)
+        input_ids, attention_mask, past = batch_inputs(rows, pad, self.model.config, self.model.device)
         with torch.inference_mode():
             if past is not None:
                 kwargs["cache"] = past
@@ -176,11 +191,13 @@ class Policy:
             cache.encoded_tokens += sum(len(ids) - n for ids, _, n in rows)
             fed = output.cache.get_seq_length() - width  # generated tokens that went through the model
             for row, (ids, _, _) in enumerate(rows):
-                positions = torch.cat([attention_mask[row].nonzero().flatten(), torch.arange(width, width + fed)])
+                positions = torch.cat([attention_mask[row].nonzero().flatten(),
+                                       torch.arange(width, width + fed, device=attention_mask.device)])
                 cache.add(list(ids) + new_tokens[row, :fed].tolist(),
                           row_layers(output.cache, row, positions))
         eos = self.model.generation_config.eos_token_id
-        stops = torch.tensor([pad, *([] if eos is None else [eos] if isinstance(eos, int) else eos)])
+        stops = torch.tensor([pad, *([] if eos is None else [eos] if isinstance(eos, int) else eos)],
+                             device=new_tokens.device)
         # A finished row ends in an end-of-turn token and is padded after it; a row without either ran out.
         ended = torch.isin(new_tokens, stops).any(dim=1).tolist()
         full = new_tokens.shape[1] >= max_new_tokens

@@ -120,13 +120,14 @@ def supports_prefix_reuse(model: Any) -> bool:
 
 
 def batch_inputs(rows: Sequence[tuple[Sequence[int], list[tuple[Any, Any]] | None, int]], pad_id: int,
-                 config: Any) -> tuple[Any, Any, Any]:
+                 config: Any, device: Any = "cpu") -> tuple[Any, Any, Any]:
     """Lay out a batch as ``[pad][cached][pad][uncached]`` per row.
 
     Args:
         rows: per row ``(prompt ids, cached layers or None, cached length)``.
         pad_id: padding token id.
         config: the model config (for the empty ``DynamicCache``).
+        device: where the id and mask tensors are made (the model's device; cached layers are kept there).
 
     Returns:
         ``(input_ids [B, C + S], attention_mask [B, C + S], past_key_values or None)`` where ``C`` is the
@@ -143,7 +144,7 @@ def batch_inputs(rows: Sequence[tuple[Sequence[int], list[tuple[Any, Any]] | Non
         new = len(ids) - n
         input_ids.append([pad_id] * (width_cached - n) + list(ids[:n]) + [pad_id] * (width_new - new) + list(ids[n:]))
         mask.append([0] * (width_cached - n) + [1] * n + [0] * (width_new - new) + [1] * new)
-    input_tensor, mask_tensor = torch.tensor(input_ids), torch.tensor(mask)
+    input_tensor, mask_tensor = torch.tensor(input_ids, device=device), torch.tensor(mask, device=device)
     if width_cached == 0:
         return input_tensor, mask_tensor, None
     template = next(layers for _, layers, n in rows if n)

@@ -11,7 +11,11 @@ from typing import Any
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.reward import arguments_that_matter, is_empty_call
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls, validate_call
-from envfactory_assets.training.base_model import force_offline, prepare_tokenizer
+from envfactory_assets.training.base_model import (
+    force_offline,
+    prepare_tokenizer,
+    select_device,
+)
 from envfactory_assets.training.threads import torch_threads
 
 SAMPLES_KEPT = 3
@@ -122,7 +126,7 @@ def _generate(model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new
     texts: list[str] = []
     for start in range(0, len(encoded), batch_size):
         batch = tokenizer.pad([{"input_ids": ids} for ids in encoded[start : start + batch_size]],
-                              padding=True, return_tensors="pt")
+                              padding=True, return_tensors="pt").to(model.device)
         with torch.inference_mode():
             output = model.generate(
                 **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
@@ -140,6 +144,7 @@ def tool_call_validity(
     *,
     batch_size: int = 8,
     num_threads: int | None = None,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """Share of prompts whose greedy completion holds at least one tool call that parses and validates
     (prompts whose ``gold_calls`` is empty, where no call is wanted, are left out of it).
@@ -153,6 +158,8 @@ def tool_call_validity(
         seed: passed to ``transformers.set_seed`` (greedy decoding is deterministic anyway).
         batch_size: prompts generated together (left padding); fewer, larger steps are much faster on CPU.
         num_threads: torch threads during generation; None = free cores (see ``threads.py``).
+        device: ``auto``/``cpu``/``cuda`` (:func:`~envfactory_assets.training.base_model.select_device`; the
+            weights are loaded in the plan's dtype, bf16 on a CUDA device that supports it).
 
     Returns:
         ``{"valid": int, "total": int (prompts that want a call), "share": valid/total (None when 0),
@@ -168,14 +175,14 @@ def tool_call_validity(
         raise ValueError("no prompts to evaluate")
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    plan = select_device(device)
     force_offline()
-    import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.set_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=plan.torch_dtype()).to(plan.device).eval()
     prepare_tokenizer(tokenizer, model)
 
     started = time.perf_counter()

@@ -50,10 +50,12 @@ from envfactory_assets.tooluse.task_environment import (
 from envfactory_assets.tooluse.task_episode import TaskRunner
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 from envfactory_assets.training.base_model import (
-    cuda_available,
+    DevicePlan,
+    check_device_setting,
     force_offline,
     model_hash,
     prepare_tokenizer,
+    select_device,
 )
 from envfactory_assets.training.screening import timed_screen
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
@@ -86,6 +88,9 @@ class GRPOConfigSpec:
             logged KL to the reference rose from ~0.003 to 5e2-5e4 within 6 steps (the replayed tokens are
             stale, and pushing down the low-reward ones drove their probability far below the
             reference's), where without replay it stayed below 0.01.
+        device: ``"auto"`` (default: CUDA when torch sees a device, else the CPU), ``"cpu"`` or ``"cuda"``
+            (refused without a visible CUDA device); see
+            :func:`~envfactory_assets.training.base_model.select_device`.
     """
 
     max_steps: int = 6
@@ -98,9 +103,11 @@ class GRPOConfigSpec:
     max_tool_calling_iterations: int = 1
     seed: int = 0
     replay_screened: bool = False
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         check_number_types(self)
+        check_device_setting(self.device)
         for name in ("max_steps", "prompts_per_step", "max_completion_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -336,12 +343,14 @@ def _has_empty_call(environment: Any) -> bool:
                                 row.get("masked_arguments") or ()) > 0
 
 
-def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
-    from trl import GRPOConfig
-
+def trl_config_kwargs(out_dir: Path, spec: GRPOConfigSpec, plan: DevicePlan | None = None) -> dict[str, Any]:
+    """Keyword arguments of TRL's ``GRPOConfig`` for ``spec`` on ``plan`` (None:
+    :func:`select_device` of ``spec.device``; a plain dict: constructing the
+    config for a CUDA plan initialises the device)."""
     rollouts = spec.num_generations * spec.prompts_per_step
     micro = TRAIN_MICRO_BATCH if rollouts % TRAIN_MICRO_BATCH == 0 else 1
-    return GRPOConfig(
+    plan = plan or select_device(spec.device)
+    return dict(  # noqa: C408 - the keyword form of the config call it feeds
         output_dir=str(out_dir),
         max_steps=spec.max_steps,
         learning_rate=spec.learning_rate,
@@ -357,9 +366,9 @@ def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
         max_tool_calling_iterations=spec.max_tool_calling_iterations,
         seed=spec.seed,
         data_seed=spec.seed,
-        use_cpu=not cuda_available(),  # the CPU run by default; a CUDA device when there is one
-        bf16=False,
-        fp16=False,
+        use_cpu=plan.use_cpu,
+        bf16=plan.bf16,  # mixed precision over float32 master weights (base_model.py, "Device and precision", says why)
+        fp16=plan.fp16,
         report_to="none",
         save_strategy="no",
         logging_steps=1,
@@ -369,6 +378,13 @@ def _trl_config(out_dir: Path, spec: GRPOConfigSpec) -> Any:
         log_completions=False,
         activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time
     )
+
+
+def _trl_config(out_dir: Path, spec: GRPOConfigSpec, plan: DevicePlan | None = None) -> Any:
+    """TRL's ``GRPOConfig`` of :func:`trl_config_kwargs`."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**trl_config_kwargs(out_dir, spec, plan))
 
 
 def _silence_experimental_warning() -> None:
@@ -408,8 +424,10 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         ValueError: no rows or bad prompts (see :func:`build_grpo_dataset`), or a task whose tools cannot be
             methods (see :func:`environment_class`).
         KeyError: a row uses an environment missing from ``environments``.
+        ValueError: ``device: cuda`` without a visible CUDA device.
     """
     spec = spec or GRPOConfigSpec()
+    plan = select_device(spec.device)  # before anything is loaded: a refused 'cuda' fails fast
     out_dir, start_model_dir = Path(out_dir), Path(start_model_dir)
     build_grpo_dataset(list(rows))  # validates every candidate before any model is loaded
     if n_prompts is not None and n_prompts < 1:
@@ -433,6 +451,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
     model = AutoModelForCausalLM.from_pretrained(start_model_dir, dtype=torch.float32)
     prepare_tokenizer(tokenizer, model)
     tokenizer.padding_side = "left"
+    model.to(plan.device)  # screening samples before the trainer would move it
 
     screening = None
     governor = ThreadGovernor(num_threads)
@@ -445,7 +464,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
             rollout.replay = replay if spec.replay_screened else {}
             transformers.set_seed(spec.seed)
         dataset = build_grpo_dataset(list(rows))
-        trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec),
+        trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec, plan),
                               train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout,
                               callbacks=[governor_callback(governor)])
         started, cpu_started = time.perf_counter(), time.process_time()
@@ -476,6 +495,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         "prompt_ids": [r["id"] for r in rows],
         "threads": governor.history[0],
         **governor.summary(),
+        **plan.as_dict(),
         "steps_with_signal": sum(1 for x in stds if x > 0),
         "replayed_groups": rollout.replayed_groups,
         "screening": screening,

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on tool-use conversations with TRL's ``SFTTrainer`` (CPU, float32).
+"""Supervised fine-tuning on tool-use conversations with TRL's ``SFTTrainer`` (CPU float32, or CUDA with bf16/fp16).
 
 Rows are OpenAI-format conversations plus their tools. They are stored in a ``datasets.Dataset`` with
 ``Json()`` features for the message columns, because ``Dataset.from_list`` would otherwise merge the
@@ -26,10 +26,12 @@ from envfactory_assets.tooluse.chat_template import (
 )
 from envfactory_assets.tooluse.spec_types import check_number_types
 from envfactory_assets.training.base_model import (
-    cuda_available,
+    DevicePlan,
+    check_device_setting,
     force_offline,
     model_hash,
     prepare_tokenizer,
+    select_device,
 )
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
@@ -59,6 +61,9 @@ class SFTConfigSpec:
             default store's 64 training conversations (README, "Training"), it feeds 10% fewer tokens
             (random pairs are 12% padding) but costs the same CPU time per pass, because attention then runs
             with a dense mask over the whole concatenation instead of the causal kernel per row.
+        device: ``"auto"`` (default: a CUDA device when torch sees one, else the CPU), ``"cpu"`` or ``"cuda"``
+            (refused when no CUDA device is visible); precision follows
+            :func:`~envfactory_assets.training.base_model.select_device` (bf16 mixed precision where supported).
     """
 
     max_steps: int = 24
@@ -69,9 +74,11 @@ class SFTConfigSpec:
     loss_on: LossOn = "last_turn"
     seed: int = 0
     padding_free: bool = False
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         check_number_types(self)
+        check_device_setting(self.device)
         if self.loss_on not in ("all_assistant", "last_turn"):
             raise ValueError(f"loss_on must be 'all_assistant' or 'last_turn', got {self.loss_on!r}")
         for name in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
@@ -140,10 +147,11 @@ def build_sft_dataset(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn")
     return Dataset.from_list(records, features=features)
 
 
-def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
-    from trl import SFTConfig
-
-    return SFTConfig(
+def trl_config_kwargs(out_dir: Path, config: SFTConfigSpec, plan: DevicePlan | None = None) -> dict[str, Any]:
+    """Keyword arguments of TRL's ``SFTConfig`` for ``config`` on ``plan`` (the device and precision flags
+    among them; ``plan`` None: :func:`select_device` of ``config.device``). A plain dict because constructing ``SFTConfig`` for a CUDA plan initialises the device."""
+    plan = plan or select_device(config.device)
+    return dict(  # noqa: C408 - the keyword form of the config call it feeds
         output_dir=str(out_dir),
         max_steps=config.max_steps,
         learning_rate=config.learning_rate,
@@ -157,9 +165,9 @@ def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
         completion_only_loss=config.loss_on == "last_turn",
         packing=False,  # packing would change how many conversations a step holds; padding-free keeps that
         padding_free=config.padding_free,
-        use_cpu=not cuda_available(),  # the CPU run by default; a CUDA device when there is one
-        bf16=False,
-        fp16=False,
+        use_cpu=plan.use_cpu,
+        bf16=plan.bf16,  # mixed precision over float32 master weights (base_model.py, "Device and precision", says why)
+        fp16=plan.fp16,
         activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time
         report_to="none",
         save_strategy="no",  # saved once, at the end, by train_sft
@@ -167,6 +175,13 @@ def _trl_config(out_dir: Path, config: SFTConfigSpec) -> Any:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+
+
+def _trl_config(out_dir: Path, config: SFTConfigSpec, plan: DevicePlan | None = None) -> Any:
+    """TRL's ``SFTConfig`` of :func:`trl_config_kwargs` (built without loading a model or training)."""
+    from trl import SFTConfig
+
+    return SFTConfig(**trl_config_kwargs(out_dir, config, plan))
 
 
 def _truncated(prepared: Any, max_length: int) -> Any:
@@ -218,13 +233,16 @@ def train_sft(
         "loss_history": [float per step], "steps": int, "seconds": float (wall time of ``train()``),
         "seconds_per_step": float, "cpu_seconds": float (process CPU time of ``train()``, all threads: the
         figure that survives a shared machine), "step_seconds": [float per optimizer step; the first ones
-        include warm-up], "threads": int, "examples": int (rows), "train_tokens": int (templated tokens in the
+        include warm-up], "threads": int, "device"/"dtype"/"bf16"/"fp16" (the resolved plan),
+        "examples": int (rows), "train_tokens": int (templated tokens in the
         prepared dataset), "loss_tokens": int (tokens carrying loss)}``.
 
     Raises:
-        ValueError: bad rows (see :func:`build_sft_records`) or every example masked out by truncation.
+        ValueError: bad rows (see :func:`build_sft_records`), every example masked out by truncation, or
+            ``device: cuda`` without a visible CUDA device.
     """
     config = config or SFTConfigSpec()
+    plan = select_device(config.device)  # before anything is loaded: a refused 'cuda' fails fast
     out_dir = Path(out_dir)
     base_model_dir = Path(base_model_dir)
     dataset = build_sft_dataset(rows, config.loss_on)
@@ -245,7 +263,7 @@ def train_sft(
     timer = _step_timer()
     trainer = SFTTrainer(
         model=model,
-        args=_trl_config(out_dir, config),
+        args=_trl_config(out_dir, config, plan),
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[governor_callback(governor), timer],
@@ -277,6 +295,7 @@ def train_sft(
         "step_seconds": timer.seconds,
         "threads": governor.history[0],
         **governor.summary(),
+        **plan.as_dict(),
         "examples": len(rows),
         "train_tokens": int(train_tokens),
         "loss_tokens": int(loss_tokens),

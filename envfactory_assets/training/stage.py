@@ -181,10 +181,10 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
                          [r["id"] for r in train_rows])
     out_dir = checkpoints_dir / ckpt
     log(f"evaluating the base model on {len(prompts)} held-out prompts")
-    before = tool_call_validity(base_dir, prompts) if prompts else {"share": None}
+    before = tool_call_validity(base_dir, prompts, device=config.device) if prompts else {"share": None}
     log(f"training {ckpt} on {len(train_rows)} rows for {config.max_steps} steps")
     metrics = train_sft(examples, base_dir, out_dir, config)
-    after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
+    after = tool_call_validity(out_dir, prompts, device=config.device) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": before, "valid_tool_calls_after": after,
                     "held_out_prompt_ids": [p["id"] for p in prompts]})
     return {"id": ckpt, "sft_dataset_version": dataset_version, "sft_dataset_ids": [r["id"] for r in train_rows],
@@ -256,7 +256,7 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
     metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts)
     tasks = [t for t in tasks if t["id"] in set(metrics["prompt_ids"])]
     prompts = [_prompt_of(rl_rows, p, eval_max_tools) for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
-    after = tool_call_validity(out_dir, prompts) if prompts else {"share": None}
+    after = tool_call_validity(out_dir, prompts, device=spec.device) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
                     "valid_tool_calls_after": after, "held_out_prompt_ids": [p["id"] for p in prompts]})
     return {"id": ckpt, "sft_dataset_version": sft_row["sft_dataset_version"],

@@ -11,7 +11,7 @@ from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.evaluation.policy import SamplingSpec
 from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
 from envfactory_assets.reporting.results_table import results_markdown
-from envfactory_assets.training.base_model import SMOLLM2_SPEC
+from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
 
 MIN_SEEDS = 3
 #: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results (:class:`~envfactory_assets.evaluation.run.ResultCache`).
@@ -28,6 +28,8 @@ class EvaluationConfig(dg.Config):
     task (gold tools plus distractors, as in training; 0 = all). ``first_turns_only`` samples synthetic
     tasks from first turns only (short prompts: CPU time is set by prompt length). ``prefix_cache_tokens``
     bounds the key/value caches kept for reuse across agent steps (0 = encode every prompt in full).
+    ``device``: ``auto`` (a CUDA device when torch sees one, weights in bf16 where supported), ``cpu`` or
+    ``cuda`` (refused when no CUDA device is visible; ``training/base_model.py``).
     Defaults are those of :class:`~envfactory_assets.evaluation.run.EvalSpec` and
     :class:`~envfactory_assets.evaluation.policy.SamplingSpec`.
     """
@@ -42,6 +44,7 @@ class EvaluationConfig(dg.Config):
     max_new_tokens: int = SamplingSpec.max_new_tokens
     batch_size: int = SamplingSpec.batch_size
     prefix_cache_tokens: int = SamplingSpec.prefix_cache_tokens
+    device: str = SamplingSpec.device
     max_tool_rounds: int = EvalSpec.max_tool_rounds
     max_tools: int = EvalSpec.max_tools
     first_turns_only: bool = EvalSpec.first_turns_only
@@ -82,7 +85,9 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
                         bfcl_call_timeout_s=config.bfcl_call_timeout_s,
                         sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                                               batch_size=config.batch_size,
-                                              prefix_cache_tokens=config.prefix_cache_tokens))
+                                              prefix_cache_tokens=config.prefix_cache_tokens,
+                                              device=config.device))
+        select_device(config.device, "evaluation setting device")  # 'cuda' without a device fails here
     except ValueError as exc:
         raise dg.Failure(f"evaluations: {exc}") from exc
     store = envfactory.store()

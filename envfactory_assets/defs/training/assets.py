@@ -9,7 +9,7 @@ from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.training.base_model import SMOLLM2_SPEC
+from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
 
@@ -23,6 +23,8 @@ class CheckpointConfig(dg.Config):
     ``max_tools_per_example`` keeps the tools each example calls plus distractors up to that many (the tool
     block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
     ``grpo_max_tools`` is the same cut for the GRPO prompts (CPU cost grows with the rollouts' token count).
+    ``device``: ``auto`` (a CUDA device when torch sees one, bf16 where supported), ``cpu`` or ``cuda`` (refused
+    when no CUDA device is visible); SFT, GRPO and the validity passes all follow it (``training/base_model.py``).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
     :class:`~envfactory_assets.training.grpo.GRPOConfigSpec`; ``grpo_n_prompts`` RL rows (train split, first
     turns whose gold arguments the query gives, fewest gold calls first; ``stage.grpo_tasks``) are the GRPO
@@ -39,6 +41,7 @@ class CheckpointConfig(dg.Config):
     loss_on: str = SFTConfigSpec.loss_on
     seed: int = SFTConfigSpec.seed
     padding_free: bool = SFTConfigSpec.padding_free
+    device: str = SFTConfigSpec.device
     max_train_rows: int = 64
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
@@ -60,14 +63,15 @@ class CheckpointConfig(dg.Config):
         return SFTConfigSpec(max_steps=self.max_steps, learning_rate=self.learning_rate,
                              per_device_train_batch_size=self.per_device_train_batch_size,
                              max_length=self.max_length, loss_on=self.loss_on, seed=self.seed,
-                             padding_free=self.padding_free)
+                             padding_free=self.padding_free, device=self.device)
 
     def validate(self) -> tuple[SFTConfigSpec, GRPOConfigSpec | None]:
         """Every setting checked before anything is read or trained: ``(SFT spec, GRPO spec or None when
         ``grpo_max_steps`` is 0)``.
 
         Raises:
-            ValueError: a setting out of range, named in the message (``checkpoint setting ...``). Without this
+            ValueError: a setting out of range, named in the message (``checkpoint setting ...``), or
+                ``device: cuda`` without a visible CUDA device. Without this
                 a bad ``grpo_*`` value surfaced only after the whole SFT run, and ``max_train_rows: -1`` or
                 ``n_eval_prompts: -2`` silently meant "all but the last" through slicing.
         """
@@ -80,6 +84,7 @@ class CheckpointConfig(dg.Config):
             sft = self.sft_spec()
         except ValueError as exc:
             raise ValueError(f"checkpoint setting (SFT): {exc}") from exc
+        select_device(self.device, "checkpoint setting device")  # 'cuda' without a device fails here, not mid-run
         if self.grpo_max_steps == 0:
             return sft, None
         try:
@@ -88,14 +93,15 @@ class CheckpointConfig(dg.Config):
             raise ValueError(f"checkpoint setting (grpo_*): {exc}") from exc
 
     def grpo_spec(self) -> GRPOConfigSpec:
-        """The ``grpo_*`` settings (and ``seed``, shared with SFT) as a :class:`GRPOConfigSpec`, field by field
+        """The ``grpo_*`` settings (and ``seed`` and ``device``, shared with SFT) as a :class:`GRPOConfigSpec`, field by field
         (raises ValueError if out of range: the limits are the spec's alone)."""
         return GRPOConfigSpec(max_steps=self.grpo_max_steps, learning_rate=self.grpo_learning_rate,
                               num_generations=self.grpo_num_generations,
                               prompts_per_step=self.grpo_prompts_per_step, temperature=self.grpo_temperature,
                               beta=self.grpo_beta, max_completion_length=self.grpo_max_completion_length,
                               max_tool_calling_iterations=self.grpo_max_tool_calling_iterations,
-                              seed=self.seed, replay_screened=self.grpo_replay_screened)
+                              seed=self.seed, replay_screened=self.grpo_replay_screened,
+                              device=self.device)
 
 
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
