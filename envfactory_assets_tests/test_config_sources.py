@@ -130,11 +130,12 @@ def test_the_dagster_configs_check_through_their_specs():
     assert TrajectoryConfig().check_settings() == SynthConfig()
 
 
-def test_the_checkpoint_config_maps_every_grpo_field_but_the_shared_seed():
+def test_the_checkpoint_config_maps_every_grpo_field_but_the_shared_seed_and_device():
     from envfactory_assets.defs.training.assets import CheckpointConfig
 
-    spec_fields = {f.name for f in dataclasses.fields(GRPOConfigSpec)} - {"seed"}
+    spec_fields = {f.name for f in dataclasses.fields(GRPOConfigSpec)} - {"seed", "device"}
     assert {f"grpo_{n}" for n in spec_fields} <= set(CheckpointConfig.model_fields)
     changed = CheckpointConfig(grpo_temperature=0.3, grpo_beta=0.01, grpo_replay_screened=True, seed=5)
     assert changed.grpo_spec() == GRPOConfigSpec(temperature=0.3, beta=0.01, replay_screened=True, seed=5)
     assert CheckpointConfig().grpo_spec() == GRPOConfigSpec()
+    assert CheckpointConfig(device="cpu").grpo_spec().device == "cpu"  # one device setting for SFT and GRPO
