@@ -5,18 +5,32 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
-from envfactory_assets.ablations.orchestrate import run_ablations
-from envfactory_assets.ablations.plan import ARMS, arm_config, arm_home, configured_rows, equal_rows, select_arms
-from envfactory_assets.ablations.report import ablations_markdown, compare_arms, write_ablations
+from envfactory_assets.ablations.orchestrate import AblationRun, run_ablations
+from envfactory_assets.ablations.plan import (
+    ARMS,
+    arm_config,
+    arm_home,
+    configured_rows,
+    equal_rows,
+    select_arms,
+)
+from envfactory_assets.ablations.report import (
+    ablations_markdown,
+    compare_arms,
+    write_ablations,
+)
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.evaluation.stats import paired_bootstrap
 from envfactory_assets.synth.datagaps import DataGapsConfig
 from envfactory_assets.synth.refine import refine_turns
-from envfactory_assets.synth.stage import DEFAULT_QUERY_SOURCE, dataset_rows, with_query_source
+from envfactory_assets.synth.stage import (
+    DEFAULT_QUERY_SOURCE,
+    dataset_rows,
+    with_query_source,
+)
 from envfactory_assets_tests.fixture_environments import (
     build_fixture_environments,
     fixture_graph,
@@ -133,16 +147,12 @@ def test_the_report_compares_arms_by_the_paired_interval_on_shared_tasks(tmp_pat
     only_one = _rows() + [_row("topology", TOPO, benchmark="bfcl_v3_single_turn")]
     assert [c["benchmark"] for c in compare_arms(only_one)] == ["synthetic_held_out"] * 2
 
-    class Run:  # the fields of an AblationRun, hand-built
-        arms = ARMS
-        train_rows = {"topology": 90, "random_walk": 50, "raw_queries": 90}
-        budget = 50
-        checkpoints = {a.name: {"id": f"ckpt_{a.name}"} for a in ARMS}
-        evaluations = _rows()
-        configs = {"topology": {"ops": {"datasets": {"config": {"query_source": "refined"}}}}}
-        seconds = {"synthesis": 3600.0, "training": 1800.0, "evaluation": 600.0, "total": 6000.0}
-
-    text = write_ablations(tmp_path / "docs" / "ablations.md", Run())
+    run = AblationRun(arms=ARMS, homes={a.name: tmp_path / a.name for a in ARMS},
+                      train_rows={"topology": 90, "random_walk": 50, "raw_queries": 90}, budget=50,
+                      checkpoints={a.name: {"id": f"ckpt_{a.name}"} for a in ARMS}, evaluations=_rows(),
+                      configs={"topology": {"ops": {"datasets": {"config": {"query_source": "refined"}}}}},
+                      seconds={"synthesis": 3600.0, "training": 1800.0, "evaluation": 600.0, "total": 6000.0})
+    text = write_ablations(tmp_path / "docs" / "ablations.md", run)
     assert (tmp_path / "docs" / "ablations.md").read_text() == text
     assert "**50** SFT rows" in text and "| total | 6000 |" in text and "ckpt_random_walk" in text
     assert f"{walk['difference']:+.3f} [{walk['low']:+.3f}, {walk['high']:+.3f}] (n=8)" in text

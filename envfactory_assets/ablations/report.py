@@ -18,6 +18,18 @@ PAPER = ("The paper reports gains from both: training data from the topology-awa
          "downstream than data from a random-walk sampler, and refined queries score higher than raw ones "
          "(EnvFactory, ablations).")
 
+METHOD = ("Written by `envfactory ablations` (never typed by hand). Each arm is a full synthesis (sources to "
+          "`sft_dataset`) in its own `ENVFACTORY_HOME` under `<main home>/ablations/<arm>`, reading the main "
+          "home's OpenAPI corpus, so no arm supersedes the main dataset; then an SFT checkpoint (no GRPO) on "
+          "the same number of rows per arm (the configured `max_train_rows`, capped at the smallest arm's "
+          "train-split row count). Every arm's checkpoint, the base model and the do-nothing baseline are "
+          "evaluated together on the main store's held-out tasks (the same tasks and seeds for every arm), "
+          "and each ablation is the paired bootstrap 95% interval of the difference between two arms on "
+          "those tasks (docs/evaluation.md). Environments are held out by a hash of their id "
+          "(`tooluse/splits.py`), so no arm trains on an environment the main store holds out. The raw-query "
+          "arm keeps the refined trajectories' turns and calls and puts back each turn's query as synthesized "
+          "(`datasets.query_source: raw`), so it differs from the topology arm only in how the user asks.")
+
 
 def compare_arms(rows: Iterable[Mapping[str, Any]], comparisons: Sequence[Comparison] = COMPARISONS
                  ) -> list[dict[str, Any]]:
@@ -62,9 +74,9 @@ def _verdict(d: Mapping[str, Any] | None) -> str:
     if d is None:
         return "no shared task"
     if d["low"] > 0:
-        return "treatment higher"
+        return "ablated arm higher (against the paper)"
     if d["high"] < 0:
-        return "treatment lower (the paper's direction)"
+        return "ablated arm lower (as in the paper)"
     return "no difference at this sample size"
 
 
@@ -91,36 +103,29 @@ def ablations_markdown(run: Any | None = None, comparisons: Sequence[Comparison]
     """
     arms = run.arms if run is not None else ARMS
     lines = ["# Ablations", "",
-             "Written by `envfactory ablations` (never typed by hand). Each arm is a full synthesis (sources to "
-             "`sft_dataset`) in its own `ENVFACTORY_HOME` under `<main home>/ablations/<arm>`, reading the main "
-             "home's OpenAPI corpus, so no arm supersedes the main dataset; then an SFT checkpoint (no GRPO) on "
-             "the same number of rows per arm (the configured `max_train_rows`, capped at the smallest arm's "
-             "train-split row count). Every arm's checkpoint, the base model and the do-nothing baseline are "
-             "evaluated together on the main store's held-out tasks (the same tasks and seeds for every arm), "
-             "and each ablation is the paired bootstrap 95% interval of the difference between two arms on "
-             "those tasks (docs/evaluation.md).", "",
+             METHOD, "",
              "## What the paper found", "", PAPER, "",
              "## Arms", "", *_arms_section(arms), ""]
     lines += ["## What we find", ""]
     if run is None:
-        lines += ["**Not run yet.** The ablations take hours on a 2-core CPU (three full syntheses, three SFT "
-                  "runs and one evaluation), so they are not part of CI or of the default run. Run them with:",
+        lines += [("**Not run yet.** The ablations take hours on a 2-core CPU (three full syntheses, three SFT "
+                   "runs and one evaluation), so they are not part of CI or of the default run. Run them with:"),
                   "", "```", command, "```", "",
-                  "on a home whose main pipeline has run (its `rl_dataset` holds the held-out tasks); this page "
-                  "is then rewritten with the results, the wall time and the configuration."]
+                  ("on a home whose main pipeline has run (its `rl_dataset` holds the held-out tasks); this page "
+                   "is then rewritten with the results, the wall time and the configuration.")]
         return "\n".join(lines) + "\n"
     compared = compare_arms(run.evaluations, comparisons)
     lines += [f"Every arm trained on **{run.budget}** SFT rows (train-split rows synthesized: "
               + ", ".join(f"`{a}` {n}" for a, n in run.train_rows.items()) + ").", "",
-              "| ablation | benchmark | subset | control | treatment | Δ treatment − control [95% CI] | reading |",
+              "| ablation | benchmark | subset | full arm | ablated arm | Δ ablated − full [95% CI] | reading |",
               "|---|---|---|---|---|---|---|"]
     for c in compared:
         d = c["difference"]
         cell = "n/a" if d is None else f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (n={d['n']})"
         lines.append(f"| {c['question']} | {c['benchmark']} | {c['subset']} | `{c['control']}` {_num(c['control_mean'])} "
                      f"| `{c['treatment']}` {_num(c['treatment_mean'])} | {cell} | {_verdict(d)} |")
-    lines += ["", "An interval that contains 0 shows no difference at this sample size; the paper's direction "
-              "is a negative Δ (the treatment arm drops what the paper adds).", "",
+    lines += ["", ("An interval that contains 0 shows no difference at this sample size; the paper's direction "
+                   "is a negative Δ (the ablated arm drops what the paper adds)."), "",
               "### Every model on every benchmark", "",
               "Arms are labelled by name; Δ here is the difference to the base model.", "",
               results_markdown(run.evaluations), "",

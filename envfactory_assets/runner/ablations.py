@@ -89,7 +89,10 @@ def main_store_evaluate(main_home: Path, evaluation_config: Mapping[str, Any], l
     Raises:
         ValueError: a setting out of range (checked before anything runs).
     """
-    from envfactory_assets.defs.evaluation.assets import EVAL_CACHE_DIR, EvaluationConfig
+    from envfactory_assets.defs.evaluation.assets import (
+        EVAL_CACHE_DIR,
+        EvaluationConfig,
+    )
 
     config = EvaluationConfig(**dict(evaluation_config))
     spec = config.eval_spec()
@@ -97,7 +100,13 @@ def main_store_evaluate(main_home: Path, evaluation_config: Mapping[str, Any], l
     def evaluate(checkpoints: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         from envfactory_assets.defs.graph.assets import passed_environments
         from envfactory_assets.defs.resources import EnvFactoryHome
-        from envfactory_assets.evaluation.run import BASE, ModelRef, ResultCache, do_nothing_model, evaluate_models
+        from envfactory_assets.evaluation.run import (
+            BASE,
+            ModelRef,
+            ResultCache,
+            do_nothing_model,
+            evaluate_models,
+        )
         from envfactory_assets.training.base_model import model_hash, resolve_base_model
 
         envfactory = EnvFactoryHome(home=str(main_home))
