@@ -35,7 +35,7 @@ def pipeline_materialize(prepare_dagster_home: Callable[[Path], Path], lock: Cal
                          log: Callable[[str], Any] = print) -> Callable[[Path, dict[str, Any], str], None]:
     """A materialize callable that runs ``selection`` in ``home`` with :func:`.materialize.materialize_pipeline`
     on that home's own Dagster instance and store (``envfactory`` resource pinned to ``home``), holding the
-    home's run lock. Raises RuntimeError naming the home and the failed selection."""
+    home's run lock, with Dagster's console logger at INFO as ``envfactory run`` has it. Raises RuntimeError naming the home and the failed selection."""
 
     def materialize(home: Path, run_config: dict[str, Any], selection: str) -> None:
         import dagster as dg
@@ -43,13 +43,14 @@ def pipeline_materialize(prepare_dagster_home: Callable[[Path], Path], lock: Cal
         from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
         from envfactory_assets.defs.resources import EnvFactoryHome
         from envfactory_assets.runner.materialize import materialize_pipeline
+        from envfactory_assets.runner.output import quiet_config
 
         with home_environment(home):
             prepare_dagster_home(home)
             with lock(home), dg.DagsterInstance.get() as instance:
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance,
                                                {**RESOURCES, "envfactory": EnvFactoryHome(home=str(home))},
-                                               run_config, selection=selection, raise_on_error=False,
+                                               quiet_config(run_config), selection=selection, raise_on_error=False,
                                                tags={"envfactory/command": f"envfactory ablations ({home.name})"})
         if not results or not all(r.success for r in results):
             raise RuntimeError(f"ablation arm {home.name}: materializing {selection} failed; inspect it with "
