@@ -538,6 +538,25 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ablations(args: argparse.Namespace) -> int:
+    """Run the paper's ablations (each arm in its own home under ``$ENVFACTORY_HOME/ablations``) and write
+    ``--output`` (default docs/ablations.md). Hours on a CPU; not part of CI."""
+    from envfactory_assets.ablations.plan import select_arms
+    from envfactory_assets.runner.ablations import run_pipeline_ablations
+
+    home = settings.envfactory_home()
+    run_config = _load_run_config(args.config)
+    try:
+        arms = select_arms([a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None)
+        command = " ".join(["envfactory ablations", *([f"--config {args.config}"] if args.config else []),
+                            *([f"--arms {args.arms}"] if args.arms else [])])
+        run_pipeline_ablations(home, run_config, arms, Path(args.output), prepare_dagster_home, run_lock, command,
+                               log=lambda line: print(line, file=sys.stderr))
+    except (ValueError, RuntimeError) as exc:
+        raise UsageError(f"ablations: {exc}") from None
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envfactory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -550,6 +569,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print Dagster's events (DEBUG too), library progress bars and trainer logs here "
                           "instead of only in the run log file")
     run.set_defaults(func=cmd_run)
+    abl = sub.add_parser("ablations", help="the paper's ablations, each arm in its own store (hours; not in CI)")
+    abl.add_argument("--config", help="YAML run config applied to every arm (ops.evaluations sets the evaluation)")
+    abl.add_argument("--arms", help="comma-separated arms (default: topology,random_walk,raw_queries)")
+    abl.add_argument("--output", default="docs/ablations.md", help="where to write the report")
+    abl.set_defaults(func=cmd_ablations)
     lin = sub.add_parser("lineage", help="trace a checkpoint back to its source resources")
     lin.add_argument("checkpoint_id")
     lin.add_argument("--json", action="store_true")

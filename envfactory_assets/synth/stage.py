@@ -148,9 +148,34 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
     return rows
 
 
+#: Which query of each turn the datasets are built from: ``refined`` (calibrated refinement's rewrite, the
+#: paper's data) or ``raw`` (the query as synthesized, before refinement; the refined-vs-raw ablation).
+QUERY_SOURCES = ("refined", "raw")
+DEFAULT_QUERY_SOURCE = "refined"
+
+
+def with_query_source(trajectory: dict[str, Any], query_source: str) -> dict[str, Any]:
+    """``trajectory`` (a ``refined_trajectories`` row) with each turn's ``query`` taken from ``query_source``.
+
+    ``raw`` puts back each turn's ``query_raw`` (the synthesized query refinement started from; a turn without
+    one keeps its query); the calls, states and the turns kept are those of the refined trajectory, so the two
+    sources differ only in how the user asks. The trajectory id is unchanged (the source is the same
+    trajectory); rows built from it get new ids because their messages differ. ``refined`` returns the row as is.
+
+    Raises:
+        ValueError: ``query_source`` is not one of :data:`QUERY_SOURCES`.
+    """
+    if query_source not in QUERY_SOURCES:
+        raise ValueError(f"query_source={query_source!r}: expected one of {list(QUERY_SOURCES)}")
+    if query_source == "refined":
+        return trajectory
+    return {**trajectory, "turns": [{**t, "query": t.get("query_raw", t["query"])} for t in trajectory["turns"]]}
+
+
 def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
                  limits: SandboxLimits | None = None, benchmark_tags: dict[str, list[str]] | None = None,
                  gaps: DataGapsConfig | None = None, gap_stats: GapStats | None = None,
+                 query_source: str = DEFAULT_QUERY_SOURCE,
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Split refined trajectories (each by a stable hash of its id, :func:`split_of`: about ``sft_share``
     go to SFT, and a trajectory's split never depends on the others, so incremental re-synthesis leaves the
@@ -159,12 +184,18 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) marks rows built from environments that overlap a
     held-out benchmark, in their ``benchmark_overlap`` column.
 
+    ``query_source`` (:func:`with_query_source`): ``refined`` (default) or ``raw`` queries in every row.
+
     ``gaps`` (default :class:`DataGapsConfig`'s shares) adds abstention turns, parallel calls and converted
     values to each trajectory first (:func:`envfactory_assets.synth.datagaps.augment_trajectory`; abstention
     requests may come from any of ``environments``); ``gap_stats``, when given, receives the row counts per kind.
 
     Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
+
+    Raises:
+        ValueError: ``query_source`` is unknown.
     """
+    refined = [with_query_source(t, query_source) for t in refined]
     tags = benchmark_tags or {}
     gaps = gaps or DataGapsConfig()
     stats = gap_stats if gap_stats is not None else GapStats()

@@ -50,6 +50,24 @@ class EvaluationConfig(dg.Config):
     first_turns_only: bool = EvalSpec.first_turns_only
     bfcl_call_timeout_s: float = EvalSpec.bfcl_call_timeout_s
 
+    def eval_spec(self) -> EvalSpec:
+        """The settings as an :class:`EvalSpec` (``full_sets`` lifts the task counts and ``first_turns_only``).
+
+        Raises:
+            ValueError: a setting out of range (from :class:`EvalSpec` / :class:`SamplingSpec`).
+        """
+        return EvalSpec(n_synthetic=None if self.full_sets else self.n_synthetic,
+                        n_bfcl=None if self.full_sets else self.n_bfcl,
+                        n_bfcl_single_turn=None if self.full_sets else self.n_bfcl_single_turn,
+                        seeds=tuple(self.seeds),
+                        max_tool_rounds=self.max_tool_rounds, max_tools=self.max_tools,
+                        first_turns_only=self.first_turns_only and not self.full_sets,
+                        bfcl_call_timeout_s=self.bfcl_call_timeout_s,
+                        sampling=SamplingSpec(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                                              batch_size=self.batch_size,
+                                              prefix_cache_tokens=self.prefix_cache_tokens,
+                                              device=self.device))
+
 
 def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
     from envfactory_assets.evaluation.run import BASE, ModelRef, do_nothing_model
@@ -76,17 +94,7 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     from envfactory_assets.training.base_model import resolve_base_model
 
     try:  # every setting checked (by the specs) before the store is read or the base model is resolved
-        spec = EvalSpec(n_synthetic=None if config.full_sets else config.n_synthetic,
-                        n_bfcl=None if config.full_sets else config.n_bfcl,
-                        n_bfcl_single_turn=None if config.full_sets else config.n_bfcl_single_turn,
-                        seeds=tuple(config.seeds),
-                        max_tool_rounds=config.max_tool_rounds, max_tools=config.max_tools,
-                        first_turns_only=config.first_turns_only and not config.full_sets,
-                        bfcl_call_timeout_s=config.bfcl_call_timeout_s,
-                        sampling=SamplingSpec(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                                              batch_size=config.batch_size,
-                                              prefix_cache_tokens=config.prefix_cache_tokens,
-                                              device=config.device))
+        spec = config.eval_spec()
         select_device(config.device, "evaluation setting device")  # 'cuda' without a device fails here
     except ValueError as exc:
         raise dg.Failure(f"evaluations: {exc}") from exc

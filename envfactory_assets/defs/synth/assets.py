@@ -33,6 +33,8 @@ from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_sta
 from envfactory_assets.synth.simulated_user import ModelUser, ProgrammaticUser, providable_flags
 from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
 from envfactory_assets.synth.stage import (
+    DEFAULT_QUERY_SOURCE,
+    QUERY_SOURCES,
     chain_rows,
     dataset_rows,
     load_environments,
@@ -118,6 +120,8 @@ class DatasetConfig(dg.Config):
     abstention_share: float = DataGapsConfig.abstention_share
     parallel_share: float = DataGapsConfig.parallel_share
     conversion_share: float = DataGapsConfig.conversion_share
+    # ``raw`` builds the rows from the queries before refinement (the refined-vs-raw ablation)
+    query_source: str = DEFAULT_QUERY_SOURCE
 
     def check_settings(self) -> DataGapsConfig:
         """The data-gap settings as a :class:`DataGapsConfig`, every setting checked before the store is read.
@@ -126,6 +130,7 @@ class DatasetConfig(dg.Config):
             SettingError: ``sft_share`` or a data-gap share out of range or of the wrong type, named in the message.
         """
         finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)  # not a DataGapsConfig field
+        one_of("datasets", "query_source", self.query_source, QUERY_SOURCES)
         try:
             return DataGapsConfig(abstention_share=self.abstention_share, parallel_share=self.parallel_share,
                                   conversion_share=self.conversion_share)
@@ -311,7 +316,7 @@ def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactor
     stats = GapStats()
     sft, rl, rejected = dataset_rows([r for r in refined if all(e in envs for e in r["env_ids"])], envs,
                                      config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")),
-                                     gaps=gaps, gap_stats=stats)
+                                     gaps=gaps, gap_stats=stats, query_source=config.query_source)
     shares = stats.shares()
     written = store.replace_current_tables({"sft_dataset": sft, "rl_dataset": rl})
     w_sft, w_rl = written["sft_dataset"], written["rl_dataset"]
@@ -319,7 +324,7 @@ def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactor
         "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft),
         "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"]),
         "data_gap_rows": dict(stats.sft), "data_gap_shares": shares["sft"],
-        "data_gap_shares_last_turn": shares["sft_last_turn"]}, data_version=data_version(sft))
+        "data_gap_shares_last_turn": shares["sft_last_turn"], "query_source": config.query_source}, data_version=data_version(sft))
     yield dg.MaterializeResult(asset_key="rl_dataset", metadata={
         "rows": len(rl), "written": w_rl, "rejected": len(rejected),
         "replay_rate": len(rl) / (len(rl) + len(rejected)) if rl or rejected else 1.0,
