@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,16 @@ def bfcl_single_turn_entries(category: str) -> list[dict]:
         ValueError: a line of the data file is not JSON.
     """
     stem = BFCL_SINGLE_TURN_FILES[category]
-    path = importlib.resources.files("bfcl_eval") / "data" / f"BFCL_v4_{stem}.json"
+    return read_jsonl(importlib.resources.files("bfcl_eval") / "data" / f"BFCL_v4_{stem}.json")
+
+
+def read_jsonl(path: Any) -> list[dict]:
+    """The JSON objects of a JSON-lines file (BFCL's data files: one object per line, blank lines skipped);
+    ``path`` is a ``Path`` or an ``importlib.resources`` traversable.
+
+    Raises:
+        ValueError: a line is not JSON (the message names the file and the line number).
+    """
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():

@@ -59,6 +59,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from envfactory_assets.decontam.benchmarks import read_jsonl
 from envfactory_assets.evaluation.bfcl_sandbox import (
     BFCLWorkerProcess,
     ExecutorSettings,
@@ -166,17 +167,6 @@ def _bfcl_files() -> Any:
                                   name="bfcl_eval") from exc
 
 
-def _read_jsonl(path: Any) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {n} is not JSON: {exc}") from exc
-    return rows
-
-
 def load_tasks(n: int | None = None) -> list[BFCLTask]:
     """BFCL multi-turn base tasks from the installed wheel, ``n`` of them in a stable order.
 
@@ -192,8 +182,8 @@ def load_tasks(n: int | None = None) -> list[BFCLTask]:
         raise ValueError(f"load_tasks: n={n!r} must be a whole number >= 0 or None (all tasks)")
     root = _bfcl_files() / "data"
     name = f"BFCL_v4_{CATEGORY}.json"
-    entries = _read_jsonl(root / name)
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(root / "possible_answer" / name)}
+    entries = read_jsonl(root / name)
+    answers = {a["id"]: a["ground_truth"] for a in read_jsonl(root / "possible_answer" / name)}
     tasks = []
     for e in entries:
         if e["id"] not in answers:
@@ -243,7 +233,7 @@ def task_tools(task: BFCLTask) -> list[dict[str, Any]]:
     for cls in task.involved_classes:
         if cls not in files:
             raise KeyError(f"BFCL task {task.id}: no function doc for class {cls!r}")
-        for doc in _read_jsonl(docs_dir / files[cls]):
+        for doc in read_jsonl(docs_dir / files[cls]):
             if doc["name"] in task.excluded_functions:
                 continue
             tools.append({"type": "function", "function": {
