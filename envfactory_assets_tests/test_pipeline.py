@@ -30,7 +30,7 @@ RUN_CONFIG = {
                                    "grpo_prompts_per_step": 1, "grpo_max_completion_length": 24,
                                    "grpo_n_prompts": 2}},
         # issue 5: one BFCL task, 8 new tokens, 3 seeds (the seed-spread check wants 3)
-        "evaluations": {"config": {"n_synthetic": 2, "n_bfcl": 1, "n_bfcl_single_turn": 1, "max_new_tokens": 8,
+        "evaluations": {"config": {"n_synthetic": 2, "n_bfcl": 1, "n_bfcl_single_turn": 0, "max_new_tokens": 8,
                                     "max_tool_rounds": 1}},
     }
 }

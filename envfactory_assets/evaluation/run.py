@@ -50,9 +50,10 @@ class EvalSpec:
         n_bfcl: BFCL multi-turn base tasks (None = all 200; 0 = skip BFCL).
         n_bfcl_single_turn: BFCL v3 single-turn tasks per category (5 categories; None = all 1,240; 0 = skip);
             each category's generation budget is at least 1.5x its longest gold answer
-            (:func:`.bfcl_single_turn.generation_budget`), never below ``sampling.max_new_tokens``. The
-            default (2 per category) fits the default run's budget and only shows gross effects
-            (docs/evaluation.md); ``configs/cpu_benchmark.yaml`` runs 40 per category.
+            (:func:`.bfcl_single_turn.generation_budget`), never below ``sampling.max_new_tokens``. Off by
+            default: at those budgets (1,477 new tokens per seed across the five categories for SmolLM2)
+            one model and seed costs minutes on 2 CPU cores, more than the default run's evaluation budget;
+            ``configs/cpu_benchmark.yaml`` runs 40 per category greedily.
         seeds: sampling seeds (>= 3 for a spread).
         max_tool_rounds: assistant messages with tool calls per turn.
         max_tools: tools shown per synthetic task (gold tools + distractors; 0 = all), as in training.
@@ -64,7 +65,7 @@ class EvalSpec:
 
     n_synthetic: int | None = 6
     n_bfcl: int | None = 2
-    n_bfcl_single_turn: int | None = 2
+    n_bfcl_single_turn: int | None = 0
     seeds: tuple[int, ...] = (0, 1, 2)
     max_tool_rounds: int = 2
     max_tools: int = 8
