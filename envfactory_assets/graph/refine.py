@@ -273,6 +273,17 @@ def _with_similarity(graph: ToolGraph, edges: list[dict[str, Any]], provenance: 
             for e, (a, b) in zip(edges, pairs)]
 
 
+def _ask_list(backend: Any, messages: list[dict[str, Any]], key: str, env_id: str, report: Any) -> list[Any]:
+    """The edge refiner's reply list under ``key``; a reply that does not parse is recorded as rejected for
+    ``env_id`` in ``report`` and counts as an empty list."""
+    reply = backend.complete(messages, role=EDGE_REFINER_ROLE, max_tokens=MAX_TOKENS)
+    try:
+        return parse_json_reply(reply.text, key)
+    except ValueError as exc:
+        report.rejected.append(f"{env_id}: {exc}")
+        return []
+
+
 def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: ChatBackend | None = None,
                  providable_backend: ChatBackend | None = None) -> tuple[ToolGraph, RefinementReport]:
     """Add refined edges and (with a model) re-flag user-providable inputs; returns a new graph and a report.
@@ -292,13 +303,7 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
     parameters = [dict(p) for p in graph.parameters]
     for env_id in _by_env(graph):
         if edge_backend is not None:
-            reply = edge_backend.complete(edge_refiner_messages(base, env_id), role=EDGE_REFINER_ROLE,
-                                          max_tokens=MAX_TOKENS)
-            try:
-                proposals = parse_json_reply(reply.text, "edges")
-            except ValueError as exc:
-                report.rejected.append(f"{env_id}: {exc}")
-                proposals = []
+            proposals = _ask_list(edge_backend, edge_refiner_messages(base, env_id), "edges", env_id, report)
             kept, rejected = validate_edge_proposals(base, env_id, proposals)
             report.rejected += rejected
             new = _with_similarity(base, kept, PROVENANCE_MODEL, embedder)
@@ -310,13 +315,7 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
     if edge_backend is not None:
         judged: set[tuple[str, str, str, str]] = set()
         for env_id, shown in _candidates_by_env(graph).items():
-            reply = edge_backend.complete(cross_env_messages(graph, env_id, shown), role=EDGE_REFINER_ROLE,
-                                          max_tokens=MAX_TOKENS)
-            try:
-                answer = parse_json_reply(reply.text, "keep")
-            except ValueError as exc:
-                report.rejected.append(f"{env_id}: {exc}")
-                answer = []
+            answer = _ask_list(edge_backend, cross_env_messages(graph, env_id, shown), "keep", env_id, report)
             report.cross_env_requests += 1
             kept, rejected = validate_cross_env_answer(env_id, shown, answer)
             report.rejected += rejected
