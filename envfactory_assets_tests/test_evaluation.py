@@ -11,7 +11,7 @@ from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.evaluation import bfcl, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
 from envfactory_assets.evaluation.run import aggregate
-from envfactory_assets.tooluse.splits import row_split
+from envfactory_assets.tooluse.splits import dataset_split, row_split
 from envfactory_assets.tooluse.task_episode import TaskRunner
 
 
@@ -158,8 +158,9 @@ def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):
     assert bad["score"]["reward"] == pytest.approx(0.0)  # state differs too: the book was not deleted
 
 
-def test_held_out_rows_are_exactly_the_held_out_environments():
-    rows = [{"id": f"rl_{i}", "env_ids": [f"env_{i}"], "turn_index": i % 2} for i in range(200)]
+def test_held_out_rows_are_exactly_the_rows_stored_in_the_validation_split():
+    rows = [{"id": f"rl_{i}", "env_ids": [f"env_{i}"], "turn_index": i % 2,
+             "split": dataset_split([f"env_{i}"])} for i in range(200)]
     held = synthetic.held_out_rows(rows, None)
     assert held and all(row_split(r["env_ids"]) == "held_out" for r in held)
     assert len(held) == sum(row_split(r["env_ids"]) == "held_out" for r in rows)

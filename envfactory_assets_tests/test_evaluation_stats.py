@@ -191,8 +191,8 @@ def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop,
              "tools": [openai_tool(t) for t in bookshop["tools"]],
              "prompt": [{"role": "user", "content": f"Show me book {b}."}],
              "gold_calls": [{"name": "get_book", "arguments": {"book_id": b}}], "masked_arguments": [],
-             "initial_state": {env_id: state}, "final_state": {env_id: state}, "benchmark_overlap": []}
-            for b in books]
+             "initial_state": {env_id: state}, "final_state": {env_id: state}, "benchmark_overlap": [],
+             "split": "validation"} for b in books]
     spec = EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 1), max_tools=0)
     loaded = []
 

@@ -240,3 +240,23 @@ def test_held_out_split_is_by_environment_stable_and_near_its_share():
     assert not any(is_held_out_environment(e, 0.0) for e in ids)
     with pytest.raises(ValueError, match="share"):
         is_held_out_environment("x", 1.5)
+
+
+def test_a_small_corpus_still_holds_out_one_environment_and_the_stages_read_the_stored_split():
+    from envfactory_assets.tooluse.splits import held_out_environments, is_held_out_environment, stored_split
+
+    # three environments at 10% usually have none under the share on their own: one is held out anyway
+    small = next([f"shop_{i}:api", f"shop_{i + 1}:api", f"shop_{i + 2}:api"] for i in range(0, 300, 3)
+                 if not any(is_held_out_environment(f"shop_{j}:api") for j in range(i, i + 3)))
+    held = held_out_environments(small)
+    assert len(held) == 1 and held <= set(small)
+    assert held_out_environments(reversed(small)) == held  # order of discovery does not matter
+    assert held_out_environments(small[:1]) == frozenset()  # one environment is all training
+    assert held_out_environments(small, 0.0) == frozenset()
+    # a large corpus keeps exactly the hash rule
+    ids = [f"provider_{i}:api" for i in range(500)]
+    assert held_out_environments(ids) == {e for e in ids if is_held_out_environment(e)}
+    assert stored_split({"id": "r", "split": "validation"}) == "held_out"
+    assert stored_split({"id": "r", "split": "train"}) == "train"
+    with pytest.raises(ValueError, match="'r'.*re-materialize sft_dataset"):
+        stored_split({"id": "r", "env_ids": ["x"]})

@@ -66,8 +66,6 @@ def test_every_bar_ends_at_100_percent_and_every_stage_reports_its_time(terminal
         assert re.search(rf"^{stage}\s+done in \d+\.\d s$", text, re.M), stage
 
 
-@pytest.mark.xfail(reason="known defect: since the evaluation rework the run summary prints no results table "
-                          "on this fixture run (the checkpoints part passes); not yet diagnosed", strict=False)
 def test_the_summary_comes_last_with_labelled_checkpoints_results_exports_and_total_time(terminal):
     text, home = terminal
     before, summary = text.split("== envfactory run summary ==")

@@ -137,6 +137,23 @@ def test_calibration_reverts_unsolvable_refinements_and_ends_chains_at_unsolvabl
     assert any(r.startswith("unsolvable turn") for r in cal["reasons"])
 
 
+def test_reading_each_tool_list_once_changes_no_refined_row(trajectories, environments, worker):
+    """The solver reads a tool list once for every attempt and turn that shows it; the rows (queries,
+    attempts, verdicts, conversational turns) must equal those of re-reading it on every attempt."""
+    from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
+
+    config = CalibrationConfig(k=4, conversational_share=0.5)
+    flags = providable_flags(fixture_graph(environments))
+
+    def rows(reuse: bool) -> list[dict]:
+        return [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(ask=True, reuse_tool_reading=reuse),
+                                     config, user=ProgrammaticUser(), providable=flags) for t in trajectories]
+
+    fresh, reused = rows(False), rows(True)
+    assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
+    assert any(t.get("clarification") for c in reused for t in c["turns"])  # the dialogue path ran too
+
+
 def test_model_solver_runs_the_agent_loop_against_the_environment(environments, worker, trajectories):
     env_id = "bookshop_example"
     state = {env_id: next(s["state"] for s in environments[env_id]["initial_states"] if s["name"] == "valid")}

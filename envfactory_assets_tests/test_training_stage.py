@@ -67,13 +67,13 @@ def test_training_examples_and_prompts_are_short_and_disjoint_by_environment():
 
 
 def test_grpo_tasks_are_train_split_first_turns_fewest_gold_calls_first_with_gold_tools_kept():
-    from envfactory_assets.tooluse.splits import row_split
+    from envfactory_assets.tooluse.splits import dataset_split, row_split
     from envfactory_assets.training.stage import grpo_tasks
 
     assert row_split(["helpdesk"]) == "train" and row_split(["shop27"]) == "held_out"
 
     def rl(i, env, turn, gold, prompt_words=3, tools=ROW["tools"]):
-        return {"id": f"rl_{i}", "turn_index": turn, "env_ids": [env], "tools": tools,
+        return {"id": f"rl_{i}", "turn_index": turn, "env_ids": [env], "tools": tools, "split": dataset_split([env]),
                 "prompt": [{"role": "user", "content": "w " * prompt_words}],
                 "gold_calls": [{"name": g, "arguments": {"x": "1"}} for g in gold]}
 
@@ -139,7 +139,7 @@ def test_grpo_and_held_out_mixes_prefer_turns_whose_query_gives_the_arguments_th
     tools = [_required_tool("get_item"), _required_tool("delete_item"), _tool("list_items")]
 
     def rl(i, query, gold, turn=0):
-        return {"id": f"rl_{i:02d}", "turn_index": turn, "env_ids": ["helpdesk"], "tools": tools,
+        return {"id": f"rl_{i:02d}", "turn_index": turn, "env_ids": ["helpdesk"], "tools": tools, "split": "train",
                 "prompt": [{"role": "user", "content": query}], "masked_arguments": ["limit"],
                 "gold_calls": [{"name": n, "arguments": a} for n, a in gold]}
 

@@ -265,6 +265,8 @@ def _rows_for(model: ModelRef, benchmark: Benchmark, results: list[dict[str, Any
               seconds: float, cpu_seconds: float, cached: bool) -> list[dict[str, Any]]:
     rows = []
     for subset, subset_results in benchmark.subsets(results).items():
+        if not subset_results and subset != "all":
+            continue  # a subset no task falls in (no untagged environment, say) has no score to report
         agg = aggregate(subset_results, spec.seeds, benchmark.headline)
         task_ids = sorted({r["task_id"] for r in subset_results})
         key = {"model": model.label, "path": model.path, "benchmark": benchmark.name, "subset": subset,

@@ -1,7 +1,7 @@
 """Held-out synthetic tasks: ``rl_dataset`` rows whose environments were never trained on.
 
-A row is held out when :func:`envfactory_assets.tooluse.splits.row_split` of its ``env_ids`` is
-``"held_out"`` (the same function training uses to keep those rows out), so no held-out environment was
+A row is held out when its stored split is ``validation``
+(:func:`envfactory_assets.tooluse.splits.stored_split`, the same decision training reads to keep those rows out), so no held-out environment was
 seen in SFT or GRPO. Each task runs in a fresh sandbox episode on the row's initial state
 (:class:`~envfactory_assets.tooluse.task_episode.TaskRunner`) and is scored with task success
 (:mod:`~envfactory_assets.evaluation.scoring`, the headline: doing nothing cannot earn it) and the paper's
@@ -17,7 +17,7 @@ from typing import Any
 from envfactory_assets.evaluation.agent import AgentTask
 from envfactory_assets.evaluation.scoring import task_success
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.tooluse.splits import row_split
+from envfactory_assets.tooluse.splits import stored_split
 from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
 from envfactory_assets.tooluse.tool_selection import restrict_tools
 
@@ -34,7 +34,7 @@ def held_out_rows(rl_rows: list[dict[str, Any]], n: int | None, first_turns_only
     (measured: about 600-1,400 tokens against 2,000-5,000 for later turns), and CPU generation time is
     set by prompt length.
     """
-    held = [r for r in rl_rows if row_split(r["env_ids"]) == "held_out"
+    held = [r for r in rl_rows if stored_split(r) == "held_out"
             and (not first_turns_only or r.get("turn_index", 0) == 0)]
     held.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
     return held if n is None else held[:n]

@@ -18,7 +18,7 @@ from typing import Any
 from envfactory_assets.exports import formats, verl_reward
 from envfactory_assets.exports.licences import allowed, row_licences
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.tooluse.splits import dataset_split
+from envfactory_assets.tooluse.splits import dataset_split, held_out_environments
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
@@ -28,27 +28,30 @@ FORMAT_VERSION = 2
 SPDX licence ids, stored splits) are a new version even when the row ids are the same."""
 
 
-def export_split(row: Mapping[str, Any]) -> str:
+def export_split(row: Mapping[str, Any], held_out: frozenset[str]) -> str:
     """The row's stored ``split`` (``train`` or ``validation``), which the exports use as it is.
+
+    ``held_out`` is :func:`~envfactory_assets.tooluse.splits.held_out_environments` over every row's environments.
 
     Raises:
         ValueError: the row has no ``split``, or it disagrees with its environments'
             (:func:`~envfactory_assets.tooluse.splits.dataset_split`): a store written before the split was
             stored; re-materialize ``sft_dataset``/``rl_dataset``. Exporting it would leak held-out rows.
     """
-    expected = dataset_split(row["env_ids"])
+    expected = dataset_split(row["env_ids"], held_out)
     if row.get("split") != expected:
         raise ValueError(f"row {row.get('id')}: stored split {row.get('split')!r} but its environments "
                          f"{list(row['env_ids'])} make it {expected!r}; re-materialize sft_dataset and rl_dataset")
     return expected
 
 
-def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str]):
+def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str],
+            held_out: frozenset[str]):
     kept, dropped = [], 0
     for row in rows:
         row_lic = row_licences(row["env_ids"], licences)
         if allowed(row_lic, allow):
-            kept.append((row, export_split(row), row_lic))
+            kept.append((row, export_split(row, held_out), row_lic))
         else:
             dropped += 1
     return kept, dropped
@@ -123,7 +126,8 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
 
     Returns:
         The manifest (also written as ``manifest.json``): ``{"version", "path", "allow", "dropped",
-        "files": {name: {"format", "rows": {split: n}}}, "licences": [...], "validation_env_ids": [...]}``.
+        "files": {name: {"format", "rows": {split: n}}}, "licences": [...], "validation_env_ids": [...],
+        "held_out_env_ids": [...]}`` (the environments never trained on).
         An existing complete version is returned as it is (idempotent).
 
     Raises:
@@ -142,8 +146,9 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     out = Path(exports_dir) / version
     if (out / MANIFEST).is_file():
         return json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    sft, sft_dropped = _select(sft_rows, licences, allow)
-    rl, rl_dropped = _select(rl_rows, licences, allow)
+    held_out = held_out_environments(e for r in [*sft_rows, *rl_rows] for e in r["env_ids"])
+    sft, sft_dropped = _select(sft_rows, licences, allow, held_out)
+    rl, rl_dropped = _select(rl_rows, licences, allow, held_out)
     tmp = out.with_name(f".{version}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -177,6 +182,7 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
                 "dropped": {"sft": sft_dropped, "rl": rl_dropped}, "files": files,
                 "licences": _licence_counts(sft, rl),
                 "validation_env_ids": sorted({e for _r, s, _l in sft + rl if s == "validation" for e in _r["env_ids"]}),
+                "held_out_env_ids": sorted(held_out),
                 "verl_reward": reward_info}
     (tmp / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")

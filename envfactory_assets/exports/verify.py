@@ -29,10 +29,12 @@ def verify_export(folder: Path, manifest: dict[str, Any], files: Iterable[str]) 
     """Problems found in ``files`` of the export in ``folder`` (empty list = all good).
 
     Checked: each file exists; its row count equals the manifest's; rows of the train split use no
-    held-out environment (``row_split``) and validation rows do; every row lists one licence per environment.
+    held-out environment (the manifest's ``held_out_env_ids``; the hash rule of ``row_split`` for a
+    manifest written before it was recorded) and validation rows do; every row lists one licence per environment.
     ``dataset_info.json`` is only checked for existence.
     """
     problems = []
+    held_out = manifest.get("held_out_env_ids")
     if not (folder / "README.md").is_file():
         problems.append("dataset card README.md missing")
     for name in files:
@@ -48,7 +50,7 @@ def verify_export(folder: Path, manifest: dict[str, Any], files: Iterable[str]) 
             problems.append(f"{name}: {len(rows)} rows, manifest says {expected}")
         for row in rows:
             split = row.get("split") or ("validation" if "validation" in name else "train")
-            held = row_split(row["env_ids"]) == "held_out"
+            held = row_split(row["env_ids"], None if held_out is None else set(held_out)) == "held_out"
             if held != (split == "validation"):
                 problems.append(f"{name}: row {row['id']} in {split} but environments {row['env_ids']} "
                                 f"are {'held out' if held else 'training'} environments")

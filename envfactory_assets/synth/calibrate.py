@@ -53,7 +53,8 @@ class CalibrationConfig:
     """``k``: solve attempts per turn (paper: 4); ``min_turns``: fewer kept turns fail the trajectory;
     ``goal_expansion``: operator d's expansion of the last turn (:mod:`envfactory_assets.synth.expansion`);
     ``conversational_share``: share (0..1) of turns whose query leaves out a user-providable value the solver
-    must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off).
+    must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off); ``workers``:
+    processes calibrating trajectories (0 = one per core; :mod:`envfactory_assets.synth.calibrate_pool`).
 
     Raises:
         SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
@@ -64,11 +65,14 @@ class CalibrationConfig:
     goal_expansion: bool = True
     # a fifth of turns asked conversationally: the paper's conversational benchmarks gain from such data
     conversational_share: float = 0.2
+    # processes calibrating trajectories (0: one per core); rows are the same for every value
+    workers: int = 0
 
     def __post_init__(self) -> None:
         # the ranged checks first, so a NaN share is refused naming its range; then the rest's types
         whole_number("calibration", "k", self.k, low=1)
         whole_number("calibration", "min_turns", self.min_turns, low=1)
+        whole_number("calibration", "workers", self.workers, low=0)
         finite_number("calibration", "conversational_share", self.conversational_share, low=0.0, high=1.0)
         number_types(self, "calibration")
 

@@ -120,6 +120,15 @@ _LITERAL = (r"'(?:.*?)'(?=[\s,.:)!?]|$)|" + SPOKEN_DATE + r"|-?\d+(?:\.\d+)?(?![
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 
+@functools.lru_cache(maxsize=32768)
+def _pattern(source: str, flags: int = 0) -> re.Pattern[str]:
+    """``re.compile(source, flags)``, kept for the process: the solver builds its patterns from parameter
+    labels and row nouns, more distinct ones than ``re``'s own cache holds, so they were recompiled on
+    nearly every attempt."""
+    return re.compile(source, flags)
+
+
+@functools.lru_cache(maxsize=32768)
 def _thing_re(key_or_table: str) -> str:
     r"""A regex for a row noun as people write it, from an identifier or table name: ``"webhooks_2_id"`` ->
     ``webhooks?(?:\s+2)?``; numbers and vowel-less abbreviations are optional, plurals allowed."""
@@ -153,7 +162,7 @@ class _ToolInfo:
     params: dict[str, dict[str, Any]]
     required: frozenset[str]
 
-    @property
+    @functools.cached_property
     def key(self) -> str | None:
         """The identifier parameter naming the tool's own row (``book_id`` for a book tool), if any."""
         ids = [p for p in self.params if p.endswith("_id")
@@ -177,6 +186,50 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
                                              or re.search(r"[a-z]s$", fn["name"].lower())):
         action = "list"  # "get_documents(limit=...)" and "get_mailboxes()" list rows
     return _ToolInfo(fn["name"], action, nouns, props, required)
+
+
+class _ToolSet:
+    """A tool list read once: its :class:`_ToolInfo` per name and, per request clause, the tools' scores.
+
+    Every attempt of a turn, both queries (raw and refined) and every turn of a trajectory see the same
+    tool list, and reading it (tokens, label regexes over every parameter) was most of the solver's own
+    time. Scores are deterministic; the seeded tie-break stays per attempt in :func:`_rank_tools`, which
+    draws from the attempt's random stream exactly as an uncached ranking does.
+    """
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        self.infos = {i.name: i for i in (_tool_info(t) for t in tools)}
+        self._scores: dict[str, list[tuple[float, _ToolInfo]]] = {}
+
+    def scores(self, clause: str) -> list[tuple[float, _ToolInfo]]:
+        """``[(score, tool)]`` of the tools scoring above 0 for ``clause``, in tool-list order."""
+        cached = self._scores.get(clause)
+        if cached is None:
+            cached = self._scores[clause] = _score_tools(clause, self.infos)
+        return cached
+
+
+_TOOLSETS_MAX = 64
+_toolsets: dict[bytes, _ToolSet] = {}
+
+
+def read_tools(tools: Sequence[Mapping[str, Any]], reuse: bool = True) -> _ToolSet:
+    """The :class:`_ToolSet` of ``tools``; with ``reuse``, shared by every call with equal specs (a small
+    cache keyed by the specs' canonical JSON, so two environments' equally named tools never share one).
+    ``reuse=False`` reads them afresh (the reference path the tests compare against)."""
+    if not reuse:
+        return _ToolSet(tools)
+    import hashlib
+
+    import orjson
+
+    key = hashlib.blake2b(orjson.dumps(list(tools), option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+    found = _toolsets.get(key)
+    if found is None:
+        if len(_toolsets) >= _TOOLSETS_MAX:
+            _toolsets.pop(next(iter(_toolsets)))
+        found = _toolsets[key] = _ToolSet(tools)
+    return found
 
 
 def _coerce(text: str, schema: Mapping[str, Any]) -> Any:
@@ -250,24 +303,28 @@ class ProgrammaticSolver:
 
     name = "programmatic"
 
-    def __init__(self, ask: bool = False) -> None:
+    def __init__(self, ask: bool = False, reuse_tool_reading: bool = True) -> None:
         #: conversational mode: ask :func:`clarification_question` when a request lacks a required value
         self.ask = ask
+        #: read each tool list once for all attempts and turns (:func:`read_tools`); False re-reads it on
+        #: every attempt, the reference the cached path must match row for row
+        self.reuse_tool_reading = reuse_tool_reading
 
     def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
         rng = random.Random(seed)
-        infos = {i.name: i for i in (_tool_info(t) for t in view.tools)}
+        toolset = read_tools(view.tools, self.reuse_tool_reading)
+        infos = toolset.infos
         seen = _observations_from(view.messages, infos)
         attempt = Attempt()
         clauses = _clauses(view.query)
         if self.ask:
             query, answers = split_clarifications(view.messages)
-            clauses, missing = _complete_clauses(_clauses(query), answers, infos, random.Random(seed))
+            clauses, missing = _complete_clauses(_clauses(query), answers, toolset, random.Random(seed))
             if missing:
                 attempt.question = clarification_question(missing)
                 return attempt
         for clause in clauses:
-            ranked = _rank_tools(clause, infos, rng)
+            ranked = _rank_tools(clause, toolset, rng)
             # a tool that answers with an error (say, the row lives in another environment's table) makes
             # the agent try the next-best tool of the same action, as a person reading the error would
             for tool in [t for t in ranked if t.action == ranked[0].action][:MAX_TOOL_TRIES]:
@@ -327,7 +384,7 @@ def split_clarifications(messages: Sequence[Mapping[str, Any]]) -> tuple[str, li
     return next((m["content"] for m in reversed(msgs) if m.get("role") == "user"), ""), answers
 
 
-def _complete_clauses(clauses: list[str], answers: list[str], infos: dict[str, _ToolInfo],
+def _complete_clauses(clauses: list[str], answers: list[str], toolset: _ToolSet,
                       rng: random.Random) -> tuple[list[str], list[str]]:
     """Clauses with the user's answered values appended (", title 'Dune'") and the required non-identifier
     parameters still missing (no literal after the parameter's name, no enum value of it in the clause)."""
@@ -335,13 +392,13 @@ def _complete_clauses(clauses: list[str], answers: list[str], infos: dict[str, _
              for m in re.finditer(rf"(?:the\s+)?([a-z][a-z0-9 ]*?) is ({_LITERAL})", a, flags=re.IGNORECASE)]
     out, missing = [], []
     for clause in clauses:
-        ranked = _rank_tools(clause, infos, rng)
+        ranked = _rank_tools(clause, toolset, rng)
         if ranked:
             tool = ranked[0]
             for name in sorted(tool.required):
                 label = _words(name)
-                if name.endswith("_id") or re.search(rf"\b{re.escape(label)}\s+(?:is\s+|to\s+)?(?:{_LITERAL})",
-                                                     clause, flags=re.IGNORECASE):
+                if name.endswith("_id") or _pattern(rf"\b{re.escape(label)}\s+(?:is\s+|to\s+)?(?:{_LITERAL})",
+                                                    re.IGNORECASE).search(clause):
                     continue
                 if any(f"'{v}'" in clause for v in tool.params[name].get("enum") or ()):
                     continue
@@ -408,8 +465,15 @@ def _key_quoted_pattern(key: str) -> re.Pattern[str]:
     return re.compile(rf"\b{_thing_re(key)} '")
 
 
-def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
-    """Tools that fit a request, best first (score ties in a seeded random order); empty if none fits.
+def _rank_tools(clause: str, toolset: _ToolSet, rng: random.Random) -> list[_ToolInfo]:
+    """Tools that fit a request, best first (score ties in a seeded random order: one draw from ``rng``
+    per scoring tool, in tool-list order); empty if none fits. Scores: :func:`_score_tools`."""
+    scored = [(score, rng.random(), info) for score, info in toolset.scores(clause)]
+    return [info for _, _, info in sorted(scored, key=lambda x: (-x[0], x[1]))]
+
+
+def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, _ToolInfo]]:
+    """``[(score, tool)]`` for the tools scoring above 0, in ``infos`` order.
 
     Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
     in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'").
@@ -431,8 +495,8 @@ def _rank_tools(clause: str, infos: dict[str, _ToolInfo], rng: random.Random) ->
         if info.key and _key_quoted_pattern(info.key).search(lowered):
             score += 2.0
         if score > 0:
-            scored.append((score, rng.random(), info))
-    return [info for _, _, info in sorted(scored, key=lambda x: (-x[0], x[1]))]
+            scored.append((score, info))
+    return scored
 
 
 def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: random.Random) -> Any | None:
@@ -482,13 +546,13 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
     key = tool.key
     if key is not None and tool.action in ("get", "update", "delete"):
         thing = _thing_re(key)
-        lit = re.search(rf"\b{thing} ({_LITERAL})", text, flags=re.IGNORECASE)
-        if lit and not re.search(rf"\b{thing} (?:id|whose)\b", text[:lit.start(1)], re.IGNORECASE):
+        lit = _pattern(rf"\b{thing} ({_LITERAL})", re.IGNORECASE).search(text)
+        if lit and not _pattern(rf"\b{thing} (?:id|whose)\b", re.IGNORECASE).search(text[:lit.start(1)]):
             args[key] = _coerce(lit.group(1), tool.params[key])
             text = text[:lit.start()] + text[lit.end():]
         else:
-            ref = re.search(rf"((?:the|that|this|my)\b.*?\b{thing}\b(?: whose .+? is (?:{_LITERAL}))?"
-                            rf"{_REF_TAIL})", text, flags=re.IGNORECASE)
+            ref = _pattern(rf"((?:the|that|this|my)\b.*?\b{thing}\b(?: whose .+? is (?:{_LITERAL}))?"
+                           rf"{_REF_TAIL})", re.IGNORECASE).search(text)
             if ref:
                 value = _resolve_reference(ref.group(1), key, seen, rng)
                 if value is not None:
@@ -503,7 +567,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             continue
         m = None
         for lab in sorted(field_labels(name, schema), key=len, reverse=True):
-            m = re.search(rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?({_LITERAL})", text, flags=re.IGNORECASE)
+            m = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?({_LITERAL})", re.IGNORECASE).search(text)
             if m:
                 break
         if m:
@@ -512,9 +576,8 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             continue
         if name.endswith("_id"):
             # "author id the author you created earlier" or "for the author whose name is 'X'"
-            ref = re.search(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
-                            rf"{_thing_re(name)}\b(?: whose .+? is (?:{_LITERAL}))?{_REF_TAIL})", text,
-                            flags=re.IGNORECASE)
+            ref = _pattern(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
+                           rf"{_thing_re(name)}\b(?: whose .+? is (?:{_LITERAL}))?{_REF_TAIL})", re.IGNORECASE).search(text)
             if ref:
                 value = _resolve_reference(ref.group(1), name, seen, rng)
                 if value is not None:

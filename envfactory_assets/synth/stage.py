@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.calibrate_pool import calibrate_all, load_environments, resolve_workers
 from envfactory_assets.synth.datagaps import (
     DataGapsConfig,
     GapStats,
@@ -27,7 +30,7 @@ from envfactory_assets.synth.sampler import (
     validate_chain,
 )
 from envfactory_assets.synth.solve import ProgrammaticSolver, Solver
-from envfactory_assets.tooluse.splits import dataset_split
+from envfactory_assets.tooluse.splits import dataset_split, held_out_environments
 from envfactory_assets.synth.trajectories import (
     SynthConfig,
     synthesize_trajectory,
@@ -77,14 +80,6 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
     return list({r["id"]: r for r in rows}.values())
 
 
-def load_environments(worker: SandboxWorker, environments: dict[str, dict[str, Any]], env_ids: Any) -> None:
-    """Load each of ``env_ids`` into ``worker`` once. The worker keeps the sources and reloads them by
-    itself after a restart, so nothing here tracks crashes."""
-    for env_id in sorted(set(env_ids)):
-        worker.load_environment(env_id, environments[env_id]["source"],
-                                origin=environments[env_id].get("origin", "untrusted"))
-
-
 def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environments: dict[str, dict[str, Any]],
                         config: SynthConfig, limits: SandboxLimits | None = None,
                         progress: Any = None) -> list[dict[str, Any]]:
@@ -120,32 +115,44 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
     ``user`` (a :class:`~envfactory_assets.synth.simulated_user.SimulatedUser`) and ``providable`` (the tool
     graph's user-providable flags) are needed when ``config.conversational_share > 0``.
 
-    Near-duplicates (same tool sequence, near-identical queries) are then marked ``failed``
-    (:func:`envfactory_assets.synth.filtering.apply_filter`). Every turn is solved by ``config.k`` attempts of ``solver`` (default :class:`ProgrammaticSolver`) in one
-    long-lived sandbox worker (see :func:`envfactory_assets.synth.calibrate.calibrate_trajectory`).
+    Every turn is solved by ``config.k`` attempts of ``solver`` (default :class:`ProgrammaticSolver`) in a
+    long-lived sandbox worker (:func:`envfactory_assets.synth.calibrate.calibrate_trajectory`). With the
+    programmatic solver and user, trajectories are calibrated in ``config.workers`` processes
+    (:func:`~envfactory_assets.synth.calibrate_pool.resolve_workers`), with the same rows as one process; a
+    model-backed role keeps one process (its backend holds a connection and a cache). Near-duplicates (same
+    tool sequence, near-identical queries) are then marked ``failed``
+    (:func:`envfactory_assets.synth.filtering.apply_filter`).
     """
+    from envfactory_assets.synth.simulated_user import ProgrammaticUser
+
     solver = solver or ProgrammaticSolver()
+    cfg = config or CalibrationConfig()
+    offline = isinstance(solver, ProgrammaticSolver) and (user is None or isinstance(user, ProgrammaticUser))
+    workers = resolve_workers(cfg.workers, len(raw_rows)) if offline else 1
+    calibrate = functools.partial(_calibrate, solver=solver, config=cfg, user=user, providable=providable)
     rows = []
-    with SandboxWorker(limits or SandboxLimits()) as worker:
-        load_environments(worker, environments, (e for r in raw_rows for e in r["env_ids"]))
-        for i, raw in enumerate(raw_rows):
-            cal = calibrate_trajectory(raw, environments, worker, solver, config, user, providable)
-            unresolved = [o for o in cal["operators"]
-                          if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
-            reasons = cal["reasons"] + [f"unobtainable reference: {o}" for o in unresolved]
-            row = {
-                "raw_trajectory_id": raw["id"], "tool_chain_id": raw["tool_chain_id"], "env_ids": raw["env_ids"],
-                "domains": raw["domains"], "status": "failed" if unresolved else cal["status"],
-                "reasons": reasons, "n_turns": len(cal["turns"]), "operators": cal["operators"],
-                "turns": cal["turns"], "benchmark_overlap": raw.get("benchmark_overlap") or [],
-            }
-            row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in cal["turns"]],
-                                           "solver": solver.name})
-            rows.append(row)
-            if progress is not None:  # after the trajectory, so the last report is len(raw_rows) of len(raw_rows)
-                progress(i + 1, len(raw_rows))
+    for i, (raw, cal) in enumerate(zip(raw_rows, calibrate_all(raw_rows, environments, calibrate, workers, limits))):
+        unresolved = [o for o in cal["operators"]
+                      if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
+        reasons = cal["reasons"] + [f"unobtainable reference: {o}" for o in unresolved]
+        row = {
+            "raw_trajectory_id": raw["id"], "tool_chain_id": raw["tool_chain_id"], "env_ids": raw["env_ids"],
+            "domains": raw["domains"], "status": "failed" if unresolved else cal["status"],
+            "reasons": reasons, "n_turns": len(cal["turns"]), "operators": cal["operators"],
+            "turns": cal["turns"], "benchmark_overlap": raw.get("benchmark_overlap") or [],
+        }
+        row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in cal["turns"]],
+                                       "solver": solver.name})
+        rows.append(row)
+        if progress is not None:  # after the trajectory, so the last report is len(raw_rows) of len(raw_rows)
+            progress(i + 1, len(raw_rows))
     apply_filter(rows)
     return rows
+
+
+def _calibrate(raw: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker, *,
+               solver: Solver, config: CalibrationConfig, user: Any, providable: Any) -> dict[str, Any]:
+    return calibrate_trajectory(raw, environments, worker, solver, config, user, providable)
 
 
 #: Which query of each turn the datasets are built from: ``refined`` (calibrated refinement's rewrite, the
@@ -200,6 +207,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     gaps = gaps or DataGapsConfig()
     stats = gap_stats if gap_stats is not None else GapStats()
     splits = {t["id"]: split_of(t["id"], sft_share) for t in refined}
+    held_out = held_out_environments(e for t in refined for e in t["env_ids"])
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
         # every trajectory's environments: the parallel-call check replays SFT turns too
@@ -213,7 +221,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
             overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": dataset_split(traj["env_ids"]), "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
+                       "split": dataset_split(traj["env_ids"], held_out), "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
                        **sft_row(traj, envs)}
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
                 sft.append(row)
@@ -227,7 +235,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                 stats.add_rl(traj["turns"][r["turn_index"]], r["gold_calls"])
                 r.pop("changes_state")
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": dataset_split(traj["env_ids"]), "benchmark_overlap": overlap, **r}
+                       "split": dataset_split(traj["env_ids"], held_out), "benchmark_overlap": overlap, **r}
                 row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"]})
                 rl.append(row)
     return sft, rl, rejected

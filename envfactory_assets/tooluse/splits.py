@@ -10,25 +10,60 @@ environments hold out about a quarter of the rows (20% held out about 58% of the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 HELD_OUT_SHARE = 0.1
 
 
+def _bucket(env_id: str) -> float:
+    """``env_id``'s stable position in [0, 1] (sha256, no global random stream)."""
+    return int(hashlib.sha256(f"heldout:{env_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
+def _check_share(share: float) -> None:
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"held-out share must be in [0, 1], got {share}")
+
+
 def is_held_out_environment(env_id: str, share: float = HELD_OUT_SHARE) -> bool:
-    """Whether ``env_id`` belongs to the held-out environments (about ``share`` of all of them).
+    """Whether ``env_id``'s hash bucket is below ``share`` (about ``share`` of all environments are).
 
     Raises:
         ValueError: ``share`` is outside [0, 1].
     """
-    if not 0.0 <= share <= 1.0:
-        raise ValueError(f"held-out share must be in [0, 1], got {share}")
-    bucket = int(hashlib.sha256(f"heldout:{env_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return bucket < share
+    _check_share(share)
+    return _bucket(env_id) < share
 
 
-def row_split(env_ids: Iterable[str], share: float = HELD_OUT_SHARE) -> str:
-    """``"held_out"`` when any of a row's environments is held out, else ``"train"``."""
+def held_out_environments(env_ids: Iterable[str], share: float = HELD_OUT_SHARE) -> frozenset[str]:
+    """The held-out environments among ``env_ids``: those :func:`is_held_out_environment` holds out, or, when
+    that is none of them and there are at least two (a small corpus: 3 environments at 10% usually have
+    none), the one with the lowest hash bucket, so the held-out evaluation is never empty by accident.
+
+    The choice depends only on the ids, so it is the same in every stage that sees the same environments;
+    adding environments can move the fallback only while no environment reaches ``share`` on its own.
+
+    Raises:
+        ValueError: ``share`` is outside [0, 1].
+    """
+    _check_share(share)
+    ids = sorted(set(env_ids))
+    held = frozenset(e for e in ids if _bucket(e) < share)
+    if not held and len(ids) >= 2 and share > 0:
+        held = frozenset([min(ids, key=_bucket)])
+    return held
+
+
+def row_split(env_ids: Iterable[str], held_out: Collection[str] | None = None,
+              share: float = HELD_OUT_SHARE) -> str:
+    """``"held_out"`` when any of a row's environments is held out, else ``"train"``.
+
+    ``held_out`` is the set :func:`held_out_environments` chose for the whole dataset; None applies the hash
+    rule alone (:func:`is_held_out_environment`).
+    """
+    if held_out is not None:
+        return "held_out" if any(e in held_out for e in env_ids) else "train"
     return "held_out" if any(is_held_out_environment(e, share) for e in env_ids) else "train"
 
 
@@ -37,7 +72,23 @@ TRAIN_SPLIT, VALIDATION_SPLIT = "train", "validation"
 as they are: ``validation`` is every row :func:`row_split` holds out."""
 
 
-def dataset_split(env_ids: Iterable[str], share: float = HELD_OUT_SHARE) -> str:
+def dataset_split(env_ids: Iterable[str], held_out: Collection[str] | None = None,
+                  share: float = HELD_OUT_SHARE) -> str:
     """The stored ``split`` of a dataset row: :data:`VALIDATION_SPLIT` when :func:`row_split` holds it out,
     else :data:`TRAIN_SPLIT`."""
-    return VALIDATION_SPLIT if row_split(env_ids, share) == "held_out" else TRAIN_SPLIT
+    return VALIDATION_SPLIT if row_split(env_ids, held_out, share) == "held_out" else TRAIN_SPLIT
+
+
+def stored_split(row: Mapping[str, Any]) -> str:
+    """``"held_out"`` or ``"train"`` from a dataset row's stored ``split``, the one decision training,
+    evaluation and exports all read (the dataset stage made it over every environment at once).
+
+    Raises:
+        ValueError: the row has no ``split`` or an unknown one (a store written before splits were stored:
+            re-materialize ``sft_dataset`` and ``rl_dataset``).
+    """
+    split = row.get("split")
+    if split not in (TRAIN_SPLIT, VALIDATION_SPLIT):
+        raise ValueError(f"dataset row {row.get('id')!r} has split {split!r}, expected {TRAIN_SPLIT!r} or "
+                         f"{VALIDATION_SPLIT!r}; re-materialize sft_dataset and rl_dataset")
+    return "held_out" if split == VALIDATION_SPLIT else "train"

@@ -1,5 +1,5 @@
 """The ``checkpoints`` stage: pick training rows and held-out prompts, run SFT (then GRPO), measure tool-call
-validity. Only rows of the "train" split (``splits.row_split``) are trained on; held-out environments are for
+validity. Only rows of the "train" split (the rows' stored ``split``) are trained on; held-out environments are for
 the evaluation."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE
 from envfactory_assets.tooluse.reward import arguments_that_matter
-from envfactory_assets.tooluse.splits import row_split
+from envfactory_assets.tooluse.splits import stored_split
 from envfactory_assets.tooluse.task_environment import environment_class
 from envfactory_assets.tooluse.tool_selection import restrict_tools
 from envfactory_assets.training.base_model import model_hash, resolve_base_model
@@ -174,7 +174,7 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     by_id = {r["id"]: r for r in sft_rows}
     train_rows = [by_id[e["id"]] for e in examples]
     train_envs = {e for r in train_rows for e in r["env_ids"]}
-    held_out = [r for r in rl_rows if row_split(r["env_ids"]) == "held_out"]
+    held_out = [r for r in rl_rows if stored_split(r) == "held_out"]
     prompts = held_out_prompts(held_out or rl_rows, n_eval_prompts, train_envs, max_tools)
     cfg = {k: getattr(config, k) for k in config.__dataclass_fields__}
     ckpt = checkpoint_id(dataset_version, base_hash, {**cfg, "base_model": base_model, "max_tools": max_tools},
@@ -194,8 +194,12 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
 
 
 def train_split(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows whose environments are all in the train split (``splits.row_split``)."""
-    return [r for r in rows if row_split(r["env_ids"]) == "train"]
+    """Rows of the train split (their stored ``split``, :func:`~envfactory_assets.tooluse.splits.stored_split`).
+
+    Raises:
+        ValueError: a row has no stored split.
+    """
+    return [r for r in rows if stored_split(r) == "train"]
 
 
 def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0,

@@ -246,6 +246,8 @@ class RefineConfig(dg.Config):
     # conversational mode (synth.conversation): share of turns whose query leaves out a user-providable value
     # the solver asks the simulated user for; 0 keeps the default run as it was
     conversational_share: float = CalibrationConfig.conversational_share
+    # processes calibrating trajectories with the programmatic solver (0: one per core); the rows are the same
+    workers: int = CalibrationConfig.workers
 
     def check_settings(self) -> CalibrationConfig:
         """The settings as a :class:`CalibrationConfig`, checked before the store is read.
@@ -255,7 +257,7 @@ class RefineConfig(dg.Config):
         """
         try:  # every limit is CalibrationConfig's, reported under this asset's name
             return CalibrationConfig(k=self.k, min_turns=self.min_turns, goal_expansion=self.goal_expansion,
-                                     conversational_share=self.conversational_share)
+                                     conversational_share=self.conversational_share, workers=self.workers)
         except SettingError as exc:
             raise exc.for_owner("refined_trajectories") from exc
 
