@@ -208,10 +208,12 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
     from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, stale_assets
+    from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
     from envfactory_assets.runner.selection import op_names
+    from envfactory_assets.runner.stage_times import stage_time_rows
     from envfactory_assets.runner.summary import run_summary
-    from envfactory_assets.store.db import Store
+    from envfactory_assets.store.db import Store, StoreBusy
 
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
     token = os.urandom(8).hex()
@@ -235,7 +237,8 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
         output = contextlib.nullcontext(sys.stderr) if log_file is None else output_to_log(log_file)
         asset_steps = op_names(_graph())  # checks are steps too; they get no line of their own
         try:
-            with output as terminal, RunProgressBar(instance, token, out=terminal, steps=asset_steps):
+            with output as terminal, RunProgressBar(instance, token, out=terminal, steps=asset_steps), \
+                    PeakMemory() as memory:
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES,
                                                run_config if verbose else quiet_config(run_config),
                                                _selection(select), partitions, raise_on_error=False,
@@ -249,6 +252,12 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
                          for r in results for e in r.get_asset_check_evaluations() if not e.passed]
         stale = stale_assets(instance, ALL_ASSETS)
         store = Store(settings.store_path(home)) if settings.store_path(home).exists() else None
+        if store is not None:
+            try:  # the run's own timing, kept with every earlier run's (envfactory report prints it)
+                store.append("stage_times", stage_time_rows(instance, [r.run_id for r in results], token,
+                                                            asset_steps, memory))
+            except StoreBusy as exc:
+                print(f"stage times not recorded: {exc}", file=sys.stderr)
         summary = run_summary(instance, results, store, time.monotonic() - started,
                               str(log_file) if log_file else None, asset_steps=asset_steps)
     success = bool(results) and all(r.success for r in results)

@@ -316,3 +316,28 @@ def test_policy_restores_the_callers_thread_count_after_each_call(tmp_path_facto
         assert policy.threads.history and set(policy.threads.history) == {1}
     finally:
         torch.set_num_threads(before)
+
+
+def test_progress_counts_task_runs_per_model_and_seed_cached_ones_at_once(tmp_path):
+    from envfactory_assets.evaluation.run import (
+        BASE,
+        DO_NOTHING,
+        EvalSpec,
+        ModelRef,
+        ResultCache,
+        evaluate_models,
+    )
+
+    spec = EvalSpec(n_synthetic=0, n_bfcl=2, seeds=(0, 1, 2))
+    # the base model's policy here is the do-nothing one (no weights loaded); its label makes it cached
+    models = [ModelRef(BASE, DO_NOTHING, "", model_hash="weights_hash"), ModelRef("ckpt_x", DO_NOTHING, "")]
+    cache = ResultCache(tmp_path / "cache")
+    calls: list[list[tuple[int, int]]] = []
+    for _ in range(2):
+        calls.append([])
+        rows = evaluate_models(models, [], {}, spec, log=lambda _: None, cache=cache,
+                               progress=lambda done, total: calls[-1].append((done, total)))
+        assert {r["model"] for r in rows} == {BASE, "ckpt_x"}
+    # 2 models x 2 BFCL tasks x 3 seeds: one call per model and seed, then the cached base model in one step
+    assert calls[0] == [(2 * k, 12) for k in range(1, 7)]
+    assert calls[1] == [(6, 12), (8, 12), (10, 12), (12, 12)]

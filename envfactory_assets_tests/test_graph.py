@@ -434,3 +434,18 @@ def test_toolsets_are_well_formed():
     ids = [f"{t['env_id']}.{t['name']}" for t in tools]
     assert len(ids) == len(set(ids)) == 26
     assert {t["env_id"] for t in tools} == {CRM, MAIL, BILLING, CALENDAR, SUPPORT}
+
+
+def test_embedding_reports_progress_per_chunk_and_gives_the_graph_of_one_call(monkeypatch):
+    from envfactory_assets.graph import build as build_module
+
+    tools = synthetic_tools(n_envs=100)
+    seen: list[tuple[int, int]] = []
+    g = build_tool_graph(tools, HashingEmbedder(), progress=lambda done, total: seen.append((done, total)))
+    texts = g.meta["n_distinct_texts"]
+    assert texts > 2 * build_module.EMBED_CHUNK
+    assert seen == [(min(k * build_module.EMBED_CHUNK, texts), texts)
+                    for k in range(1, -(-texts // build_module.EMBED_CHUNK) + 1)]
+    monkeypatch.setattr(build_module, "EMBED_CHUNK", texts)  # every text in one embedder call
+    whole = build_tool_graph(tools, HashingEmbedder())
+    assert whole.edges == g.edges and whole.parameters == g.parameters

@@ -150,8 +150,11 @@ def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
     spec = GRPOConfigSpec(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=24,
                           max_tool_calling_iterations=1, replay_screened=True)
     candidates = [task, {**task, "id": "rl_grpo_test_2", "prompt": [{"role": "user", "content": "Remove that book."}]}]
-    metrics = train_grpo(candidates, {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec, n_prompts=1)
+    steps: list[tuple[int, int]] = []
+    metrics = train_grpo(candidates, {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec, n_prompts=1,
+                         progress=lambda done, total: steps.append((done, total)))
     assert metrics["steps"] == 1 and len(metrics["reward_mean_per_step"]) == 1
+    assert steps == [(1, 1)]  # after the step, not after screening
     assert 0.0 <= metrics["reward_mean_first"] <= 1.0
     screening = metrics["screening"]  # both candidates got a group of 2 rollouts from the starting model
     assert screening["candidates"] == 2 and all(len(g["rewards"]) == 2 for g in screening["groups"].values())

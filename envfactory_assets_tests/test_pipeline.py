@@ -76,7 +76,8 @@ def test_every_stage_is_materialized_and_every_check_passes(run, store):
         (e.asset_check_key.to_user_string(), e.metadata) for e in evaluations if not e.passed]
     counts = store.counts()
     for table, n in counts.items():
-        assert n > 0, f"{table} is empty"
+        # stage_times is written by the `envfactory run` command at its end, not by an asset (test_run_output)
+        assert n > 0 or table == "stage_times", f"{table} is empty"
     assert counts["source_resources"] == 3  # bookshop, calendar, helpdesk; the others are rejected
     assert {r["reason"] for r in store.read("rejected_resources")} == {
         "unparseable", "not_openapi3", "no_stateful_resource", "no_domain"}

@@ -10,6 +10,7 @@ import yaml
 
 from envfactory_assets.cli import main as cli_main
 from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, ProgressMeter, format_bar
+from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 
@@ -77,3 +78,8 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
     progress = [r.asset_observation.metadata for r in records]
     assert progress and {m[DONE].value for m in progress} == {1, 2, 3}
     assert all(m[TOTAL].value == 3 and m[RATE].value > 0 for m in progress)
+    # the run's own timing and peak memory, one row per asset step, in the store for `envfactory report`
+    times = Store(home / "envfactory.duckdb").read("stage_times")
+    assert sorted(r["step_key"] for r in times) == ["environments", "source_resources", "verified_environments"]
+    assert all(r["status"] == "SUCCESS" and r["wall_seconds"] > 0 and r["peak_rss_mib"] > 0 for r in times)
+    assert len({r["run_token"] for r in times}) == 1 and len({r["run_id"] for r in times}) == 2  # two phases

@@ -60,7 +60,8 @@ def test_every_bar_ends_at_100_percent_and_every_stage_reports_its_time(terminal
         match = BAR.match(line)
         if match:
             last[match[1]] = (int(match[2]), int(match[3]))
-    assert {"environments", "verified_environments", "raw_trajectories", "refined_trajectories"} <= set(last)
+    assert {"environments", "verified_environments", "tool_graph", "raw_trajectories", "refined_trajectories",
+            "checkpoints", "evaluations"} <= set(last)
     assert all(done == total for done, total in last.values()), last
     for stage in ("source_resources", "tool_graph", "checkpoints", "evaluations", "dataset_exports"):
         assert re.search(rf"^{stage}\s+done in \d+\.\d s$", text, re.M), stage
@@ -80,6 +81,18 @@ def test_the_summary_comes_last_with_labelled_checkpoints_results_exports_and_to
     assert summary.rstrip().splitlines()[-1].startswith("total time: ")
     log = Path(re.search(r"^run log \(.*\): (\S+)$", before, re.M)[1])
     assert log.parent == home / "logs" and f"run log: {log}" in summary
+
+
+def test_the_run_records_its_stage_times_and_the_report_prints_them(terminal):
+    _, home = terminal
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "report"], env={**env, "ENVFACTORY_HOME": str(home)},
+                          cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    section = proc.stdout.split("## Stage times")[1]
+    for stage in ("source_resources", "environments", "tool_graph", "checkpoints", "evaluations"):
+        # stage | wall time (s) | peak memory (MiB) | status | started | runs (this run only) | range
+        assert re.search(rf"^\| {stage} \| \d+\.\d \| \d+ \| SUCCESS \| [^|]+ UTC \| 1 \|", section, re.M), stage
 
 
 def test_the_run_log_file_holds_dagster_events_from_info_up(terminal):

@@ -143,8 +143,10 @@ def test_materialize_train_and_evaluate(tmp_path):
 
     rows = [crm_row(i) for i in range(6)]
     spec = SFTConfigSpec(max_steps=2, per_device_train_batch_size=2, max_length=512)
-    metrics = train_sft(rows, base, tmp_path / "sft", spec)
+    steps: list[tuple[int, int]] = []
+    metrics = train_sft(rows, base, tmp_path / "sft", spec, progress=lambda done, total: steps.append((done, total)))
     assert metrics["steps"] == 2 and metrics["examples"] == 6
+    assert steps == [(1, 2), (2, 2)]  # one progress call per optimizer step, the last at 100%
     assert math.isfinite(metrics["train_loss"]) and metrics["loss_tokens"] > 0
     saved = json.loads((tmp_path / "sft" / "training_config.json").read_text())
     assert saved["spec"]["loss_on"] == "last_turn" and saved["row_ids"][0] == "sft_crm_000"

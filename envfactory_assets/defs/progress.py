@@ -4,6 +4,8 @@
 shows them in the asset's Events tab and the run's log.
 """
 
+from collections.abc import Callable
+
 import dagster as dg
 
 from envfactory_assets.progress import Progress, ProgressMeter
@@ -20,3 +22,17 @@ def asset_progress(context: dg.AssetExecutionContext, total: int, what: str,
         context.log_event(dg.AssetObservation(asset_key=asset_key, metadata=progress.as_metadata()))
 
     return ProgressMeter(total, emit, shard=shard)
+
+
+def progress_callback(context: dg.AssetExecutionContext, what: str) -> Callable[[int, int], None]:
+    """A plain ``progress(done, total)`` for core code that learns its total only as it runs: the meter
+    (:func:`asset_progress`) is made on the first call, with that call's ``total``. The bar ends at 100% when
+    the core code's last call has ``done == total``; a core function that never calls it draws no bar."""
+    meters: list[ProgressMeter] = []
+
+    def progress(done: int, total: int) -> None:
+        if not meters:
+            meters.append(asset_progress(context, total, what))
+        meters[0].update(done)
+
+    return progress

@@ -319,7 +319,8 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                     spec: EvalSpec, log: Callable[[str], Any] = print,
                     num_threads: int | None = None, cache: ResultCache | None = None,
                     load_policy: Callable[[ModelRef], Any] | None = None,
-                    benchmark_overlap: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                    benchmark_overlap: list[dict[str, Any]] | None = None,
+                    progress: Callable[[int, int], Any] | None = None) -> list[dict[str, Any]]:
     """Evaluate every model on the same synthetic and BFCL tasks under every seed.
 
     Args:
@@ -336,6 +337,9 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
             is not cached.
         benchmark_overlap: ``benchmark_overlap`` table rows (which environment tools resemble which
             benchmark functions); BFCL single-turn tasks with a matched function leave ``no_overlap``.
+        progress: called as ``progress(task runs done, task runs in all)`` (a task run: one model on one task
+            under one seed) after every model, benchmark and seed, cached ones included; the last call has
+            both equal. Not called when there is no task.
 
     Returns:
         ``evaluations`` rows: per model and benchmark, one per subset (``synthetic_held_out``: ``all`` and
@@ -357,6 +361,13 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         benchmarks = _benchmarks(rl_rows, environments, spec, runner, log, benchmark_overlap or [])
         log(f"evaluating {len(models)} model(s) on " + ", ".join(f"{len(b.tasks)} {b.name}" for b in benchmarks)
             + f" tasks, seeds {list(spec.seeds)}")
+        runs_total, runs_done = len(models) * sum(len(b.tasks) for b in benchmarks) * len(spec.seeds), [0]
+
+        def task_runs_done(n: int) -> None:
+            runs_done[0] += n
+            if progress is not None:
+                progress(runs_done[0], runs_total)
+
         for model in models:
             policy = None
             for benchmark in benchmarks:
@@ -368,6 +379,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                 if entry is not None:
                     results, seconds, cpu_seconds = entry["results"], 0.0, 0.0
                     log(f"{model.label} {benchmark.name}: reusing cached results {key}")
+                    task_runs_done(len(benchmark.tasks) * len(spec.seeds))
                 else:
                     policy = policy or load(model)
                     started, cpu_started = time.perf_counter(), time.process_time()
@@ -376,6 +388,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                         results += (benchmark.run(policy, seed) if benchmark.run else
                                     run_agent(policy.generate, benchmark.tasks, benchmark.open_episode, seed,
                                               spec.max_tool_rounds))
+                        task_runs_done(len(benchmark.tasks))
                     seconds = time.perf_counter() - started
                     cpu_seconds = time.process_time() - cpu_started
                     if key:

@@ -83,6 +83,8 @@ PROVENANCE_VALUE_KIND = "value_kind"
 SIMILARITY_DECIMALS = 4
 #: Elements per similarity block (float32: 64 MiB).
 _BLOCK_ELEMENTS = 1 << 24
+#: Parameter texts per embedder call: the progress of a long embedding is reported after each chunk.
+EMBED_CHUNK = 256
 
 
 @dataclass
@@ -304,6 +306,25 @@ def _family_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], out_fam: 
     return np.asarray(codes, dtype=np.int64)
 
 
+def _embed_in_chunks(embedder: ParameterEmbedder, texts: list[str],
+                     progress: Callable[[int, int], None] | None) -> np.ndarray:
+    """``embedder.embed(texts)``, :data:`EMBED_CHUNK` texts per call, reporting ``progress`` after each.
+
+    Raises:
+        ValueError: the embedder returned an array that is not one row per text.
+    """
+    parts = []
+    for start in range(0, len(texts), EMBED_CHUNK):
+        chunk = texts[start:start + EMBED_CHUNK]
+        part = np.asarray(embedder.embed(chunk))
+        if part.ndim != 2 or part.shape[0] != len(chunk):
+            raise ValueError(f"embedder returned shape {part.shape} for {len(chunk)} texts")
+        parts.append(part)
+        if progress is not None:
+            progress(start + len(chunk), len(texts))
+    return np.concatenate(parts)
+
+
 def build_tool_graph(
     tools: Sequence[Mapping[str, Any]],
     embedder: ParameterEmbedder,
@@ -311,6 +332,7 @@ def build_tool_graph(
     providable: Callable[[Parameter], bool] = is_user_providable,
     cross_env_name_match: Literal["shared", "all"] = "shared",
     cross_env_family_match: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ToolGraph:
     """Build the tool dependency graph of ``tools``.
 
@@ -330,6 +352,9 @@ def build_tool_graph(
             :func:`~envfactory_assets.graph.parameters.value_family`). Added here: without identifiers, the
             embedding and name rules alone leave 38 of the default run's 95 environments with no link to
             any other.
+        progress: called as ``progress(texts embedded, distinct texts)`` after every :data:`EMBED_CHUNK`
+            texts (embedding is most of the build's time); the last call has both equal. Not called when
+            there is no parameter.
 
     Returns:
         :class:`ToolGraph`.
@@ -381,11 +406,8 @@ def build_tool_graph(
     # Embed each distinct text once.
     texts = sorted({p.text for p in ins} | {p.text for p in outs})
     t0 = time.perf_counter()
-    vectors = embedder.embed(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+    vectors = _embed_in_chunks(embedder, texts, progress) if texts else np.zeros((0, 1), dtype=np.float32)
     embed_seconds = time.perf_counter() - t0
-    vectors = np.asarray(vectors)
-    if vectors.ndim != 2 or vectors.shape[0] != len(texts):
-        raise ValueError(f"embedder returned shape {vectors.shape} for {len(texts)} texts")
     vectors = l2_normalize(vectors)
     row_of = {t: k for k, t in enumerate(texts)}
     e_out = vectors[[row_of[p.text] for p in outs]] if outs else np.zeros((0, vectors.shape[1]), np.float32)

@@ -96,6 +96,7 @@ def run_report(store: Store) -> str:
                   "coalesce(json_array_length(rl_dataset_ids), json_array_length(sft_dataset_ids)) "
                   "FROM checkpoints ORDER BY written_at DESC LIMIT 5")
         evaluations = store_evaluations(con)
+        stage_times = latest_stage_times(con)
         refined_rows = [{"status": "passed", "turns": json.loads(t)} for (t,) in
                         q("SELECT CAST(turns AS VARCHAR) FROM current_refined_trajectories WHERE status = 'passed' ORDER BY id")]
     parts = [
@@ -141,7 +142,40 @@ def run_report(store: Store) -> str:
               _table(ckpts, ("id", "stage", "base model", "steps", "train loss", "valid tool calls before",
                              "valid tool calls after", "rows trained on (SFT: sft rows; GRPO: RL prompts)")), ""]
     parts += ["## Evaluations", "", results_markdown(evaluations), ""]
+    parts += stage_times_section(stage_times)
     return "\n".join(parts)
+
+
+def latest_stage_times(con: Any) -> list[tuple[Any, ...]]:
+    """Per step of ``stage_times``, in start order of its latest run: ``(step_key, wall_seconds, peak_rss_mib,
+    status, started_at, runs recorded, fastest and slowest successful wall seconds)``; empty when nothing is
+    recorded or the store predates the table (read-only connections do not migrate)."""
+    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'stage_times'").fetchone()[0]:
+        return []
+    return con.execute("""
+        SELECT step_key, wall_seconds, peak_rss_mib, status, started_at, runs, fastest, slowest FROM (
+            SELECT *, row_number() OVER (PARTITION BY step_key ORDER BY started_at DESC NULLS LAST, id) AS latest,
+                   count(*) OVER (PARTITION BY step_key) AS runs,
+                   min(wall_seconds) FILTER (WHERE status = 'SUCCESS') OVER (PARTITION BY step_key) AS fastest,
+                   max(wall_seconds) FILTER (WHERE status = 'SUCCESS') OVER (PARTITION BY step_key) AS slowest
+            FROM current_stage_times)
+        WHERE latest = 1 ORDER BY started_at NULLS LAST, step_key""").fetchall()
+
+
+def stage_times_section(rows: list[tuple[Any, ...]]) -> list[str]:
+    """The "Stage times" section of :func:`run_report` from :func:`latest_stage_times` rows."""
+    if not rows:
+        return ["## Stage times", "", "No stage times recorded yet: `envfactory run` records them at its end.", ""]
+    table = [(step, "" if secs is None else f"{secs:.1f}", "" if mib is None else f"{mib:.0f}", status,
+              "" if started is None else f"{started:%Y-%m-%d %H:%M} UTC", runs,
+              "" if fastest is None else f"{fastest:.1f} - {slowest:.1f}")
+             for step, secs, mib, status, started, runs, fastest, slowest in rows]
+    return ["## Stage times", "",
+            ("Per stage, its latest run as `envfactory run` recorded it (table `stage_times`): wall time, peak "
+             "resident memory of the process that ran it (worker processes not counted), and the fastest and "
+             "slowest successful runs this store recorded (any settings, any machine load):"), "",
+            _table(table, ("stage", "wall time (s)", "peak memory (MiB)", "status", "started", "runs",
+                           "range of successful runs (s)")), ""]
 
 
 def store_evaluations(con: Any) -> list[dict[str, Any]]:

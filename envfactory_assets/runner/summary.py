@@ -7,6 +7,8 @@ from typing import Any, Sequence
 
 import dagster as dg
 
+from envfactory_assets.runner.stage_times import run_step_stats
+
 STAGE_LABELS = {"sft": "SFT", "grpo": "SFT+GRPO"}
 """How a checkpoint's ``stage`` is named to a reader: the GRPO run starts from the SFT checkpoint."""
 
@@ -14,10 +16,8 @@ STAGE_LABELS = {"sft": "SFT", "grpo": "SFT+GRPO"}
 def stage_seconds(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> dict[str, tuple[float, str]]:
     """``{step key: (wall seconds, status)}`` over ``run_ids`` (Dagster's step stats), in start order."""
     out: dict[str, tuple[float, str]] = {}
-    stats = sorted((s for run_id in run_ids for s in instance.get_run_step_stats(run_id)),
-                   key=lambda s: s.start_time or 0)
     totals: dict[str, float] = defaultdict(float)
-    for s in stats:
+    for s in run_step_stats(instance, run_ids):
         if s.start_time is not None and s.end_time is not None:
             totals[s.step_key] += s.end_time - s.start_time
         out[s.step_key] = (totals[s.step_key], s.status.value if s.status else "?")

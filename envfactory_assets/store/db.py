@@ -140,6 +140,14 @@ class Store:
         """
         return self.replace_current_tables({table: rows}, scope)[table]
 
+    def append(self, table: str, rows: list[dict[str, Any]]) -> dict[str, int]:
+        """Add ``rows`` to ``table`` in one transaction without superseding any stored row (a log such as
+        ``stage_times``, where earlier rows stay current); ids already stored are kept as they are.
+
+        Returns and raises as :meth:`replace_current`.
+        """
+        return self.replace_current_tables({table: rows}, scope="FALSE")[table]
+
     def replace_current_tables(self, tables: Mapping[str, list[dict[str, Any]]],
                                scope: str | None = None) -> dict[str, dict[str, int]]:
         """:meth:`replace_current` for several tables in one transaction: all are written, or none.

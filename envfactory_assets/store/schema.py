@@ -98,6 +98,12 @@ TABLES: dict[str, list[str]] = {
         "seeds JSON", "mean DOUBLE", "std DOUBLE", "per_seed JSON", "metrics JSON", "results JSON",
         "traces JSON", "config JSON", "task_ids JSON",
     ],
+    # one row per Dagster run and asset step of an `envfactory run` (run_token: the CLI's run tag, shared by the
+    # runs of one command); written at the command's end and never superseded, so every run's times stay
+    "stage_times": [
+        "id VARCHAR PRIMARY KEY", "run_id VARCHAR NOT NULL", "run_token VARCHAR", "step_key VARCHAR NOT NULL",
+        "started_at TIMESTAMP", "wall_seconds DOUBLE", "status VARCHAR", "peak_rss_mib DOUBLE",
+    ],
 }
 
 #: Each stage's main table and the status of the rows that are its useful output (None: every row is).

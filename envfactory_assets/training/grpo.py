@@ -31,7 +31,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from envfactory_assets.training.base_model import (
     select_device,
 )
 from envfactory_assets.training.screening import timed_screen
+from envfactory_assets.training.step_progress import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 from envfactory_assets.training.training_reward import training_reward
 
@@ -395,7 +396,7 @@ def _silence_experimental_warning() -> None:
 
 def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping[str, Any]], start_model_dir: Path,
                out_dir: Path, spec: GRPOConfigSpec | None = None, *, num_threads: int | None = None,
-               n_prompts: int | None = None) -> dict[str, Any]:
+               n_prompts: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Train the model in ``start_model_dir`` (the SFT checkpoint) with GRPO on ``rows``; save to ``out_dir``.
 
     Args:
@@ -409,6 +410,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         out_dir: receives the trained model, tokenizer and :data:`GRPO_CONFIG_FILE`.
         spec: :class:`GRPOConfigSpec` (defaults if None).
         num_threads: torch threads while training; None = free cores (``threads.py``).
+        progress: called as ``progress(optimizer steps done, spec.max_steps)`` after every training step
+            (screening comes before the first).
 
     Returns:
         ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time, all threads: the figure
@@ -466,7 +469,8 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec, plan),
                               train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout,
-                              callbacks=[governor_callback(governor)])
+                              callbacks=[governor_callback(governor)]
+                              + ([step_progress_callback(progress)] if progress is not None else []))
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
             output = trainer.train()

@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,7 @@ from envfactory_assets.training.base_model import (
     prepare_tokenizer,
     select_device,
 )
+from envfactory_assets.training.step_progress import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
 LossOn = Literal["all_assistant", "last_turn"]
@@ -216,6 +218,7 @@ def train_sft(
     config: SFTConfigSpec | None = None,
     *,
     num_threads: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune the model in ``base_model_dir`` on ``rows`` and save it to ``out_dir``.
 
@@ -227,6 +230,7 @@ def train_sft(
         config: :class:`SFTConfigSpec` (defaults if None).
         num_threads: torch threads while training; None = free cores (see ``threads.py``). An execution
             detail, deliberately not part of :class:`SFTConfigSpec`.
+        progress: called as ``progress(optimizer steps done, max_steps)`` after every step.
 
     Returns:
         ``{"train_loss": float (mean token NLL over the run, nats), "final_loss": float (last logged step),
@@ -266,7 +270,8 @@ def train_sft(
         args=_trl_config(out_dir, config, plan),
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[governor_callback(governor), timer],
+        callbacks=[governor_callback(governor), timer]
+        + ([step_progress_callback(progress)] if progress is not None else []),
     )
     if config.padding_free:
         trainer.train_dataset = _truncated(trainer.train_dataset, config.max_length)

@@ -157,8 +157,9 @@ def checkpoint_id(dataset_version: str, base_hash: str, config: dict[str, Any], 
 def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]], base_model: str,
                      models_dir: Path, checkpoints_dir: Path, config: SFTConfigSpec, max_train_rows: int,
                      n_eval_prompts: int, dataset_version: str, log: Any = print,
-                     max_tools: int = 0) -> dict[str, Any]:
-    """Fine-tune ``base_model`` on the SFT rows and return a ``checkpoints`` row.
+                     max_tools: int = 0, progress: Any = None) -> dict[str, Any]:
+    """Fine-tune ``base_model`` on the SFT rows and return a ``checkpoints`` row; ``progress(steps done,
+    max_steps)`` is called after every optimizer step (:func:`~envfactory_assets.training.sft.train_sft`).
 
     Raises:
         ValueError: when there are no SFT rows to train on.
@@ -183,7 +184,7 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     log(f"evaluating the base model on {len(prompts)} held-out prompts")
     before = tool_call_validity(base_dir, prompts, device=config.device) if prompts else {"share": None}
     log(f"training {ckpt} on {len(train_rows)} rows for {config.max_steps} steps")
-    metrics = train_sft(examples, base_dir, out_dir, config)
+    metrics = train_sft(examples, base_dir, out_dir, config, progress=progress)
     after = tool_call_validity(out_dir, prompts, device=config.device) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": before, "valid_tool_calls_after": after,
                     "held_out_prompt_ids": [p["id"] for p in prompts]})
@@ -230,13 +231,14 @@ def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0,
 def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
                     checkpoints_dir: Path, spec: GRPOConfigSpec, n_prompts: int, rl_dataset_version: str,
                     log: Any = print, max_tools: int = 0, eval_max_tools: int = 0,
-                    screen_factor: int = 1) -> dict[str, Any] | None:
+                    screen_factor: int = 1, progress: Any = None) -> dict[str, Any] | None:
     """GRPO from the SFT checkpoint ``sft_row`` on train-split RL rows; returns its ``checkpoints`` row
     (``stage`` 'grpo', parent the SFT row), or None when there is no usable RL row. ``max_tools`` cuts the
     GRPO prompts' tools; ``eval_max_tools`` must be the cut the SFT row's held-out prompts were made with, so
     the validity before (the SFT row's) and after GRPO are measured on the same prompts. ``screen_factor``
     > 1 offers ``n_prompts * screen_factor`` candidates, screened for a reward spread under the SFT policy
     (:mod:`~envfactory_assets.training.screening`); the row's ``rl_dataset_ids`` are the prompts trained on.
+    ``progress(steps done, spec.max_steps)`` is called after every GRPO step.
 
     Raises:
         KeyError: a chosen row uses an environment missing from ``environments``.
@@ -257,7 +259,8 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
                                "n_prompts": n_prompts, "screen_factor": screen_factor})
     out_dir = checkpoints_dir / ckpt
     log(f"GRPO {ckpt} from {sft_row['id']}: {n_prompts} prompts of {len(tasks)} candidates, {spec.max_steps} steps")
-    metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts)
+    metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts,
+                         progress=progress)
     tasks = [t for t in tasks if t["id"] in set(metrics["prompt_ids"])]
     prompts = [_prompt_of(rl_rows, p, eval_max_tools) for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
     after = tool_call_validity(out_dir, prompts, device=spec.device) if prompts else {"share": None}

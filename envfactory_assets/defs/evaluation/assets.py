@@ -7,6 +7,7 @@ import dagster as dg
 
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
+from envfactory_assets.defs.progress import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.evaluation.policy import SamplingSpec
 from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
@@ -107,7 +108,8 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     envs, _ = passed_environments(envfactory)
     cache = ResultCache(envfactory.root() / EVAL_CACHE_DIR)
     rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
-                           log=context.log.info, cache=cache, benchmark_overlap=store.read("benchmark_overlap"))
+                           log=context.log.info, cache=cache, benchmark_overlap=store.read("benchmark_overlap"),
+                           progress=progress_callback(context, "task runs evaluated (model x task x seed)"))
     written = store.replace_current("evaluations", rows)
     table = {f"{r['model']}/{r['benchmark']}/{r['subset']}": round(r["mean"], 4) for r in rows if r["mean"] is not None}
     diffs = {f"{r['model']}/{r['benchmark']}/{r['subset']}":

@@ -17,6 +17,7 @@ from envfactory_assets.defs.common import (
     require_upstream_gates,
 )
 from envfactory_assets.defs.partitions import asset_code_version
+from envfactory_assets.defs.progress import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
 from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD, build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
@@ -85,7 +86,8 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     backend = None
     if "model" in roles.values():
         backend = model_backend.backend_for(envfactory.root())
-    graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold)
+    graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold,
+                             progress=progress_callback(context, "parameter texts embedded"))
     try:
         graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,
                                          backend if config.providable_classifier == "model" else None)

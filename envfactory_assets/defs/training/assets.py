@@ -7,6 +7,7 @@ from envfactory_assets.config_checks import whole_number
 from envfactory_assets.defs.common import UpstreamGates, require_upstream_gates
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
+from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
@@ -123,10 +124,13 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
     store = envfactory.store()
     sft_rows = store.read("sft_dataset")
     rl_rows = store.read("rl_dataset")
+    # one bar over both trainers' optimizer steps: SFT's, then GRPO's after them
+    steps = asset_progress(context, spec.max_steps + (grpo_spec.max_steps if grpo_spec else 0),
+                           "optimizer steps (SFT, then GRPO)")
     row = train_checkpoint(sft_rows, rl_rows, config.base_model, envfactory.models_dir(),
                            envfactory.checkpoints_dir(), spec, config.max_train_rows, config.n_eval_prompts,
                            content_id("v", sorted(r["id"] for r in sft_rows)), log=context.log.info,
-                           max_tools=config.max_tools_per_example)
+                           max_tools=config.max_tools_per_example, progress=lambda done, _: steps.update(done))
     rows = [row]
     if grpo_spec is not None:
         environments, _ = passed_environments(envfactory)
@@ -134,8 +138,12 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                                    config.grpo_n_prompts, content_id("v", sorted(r["id"] for r in rl_rows)),
                                    log=context.log.info, max_tools=config.grpo_max_tools,
                                    eval_max_tools=config.max_tools_per_example,
-                                   screen_factor=config.grpo_screen_factor)
+                                   screen_factor=config.grpo_screen_factor,
+                                   progress=lambda done, _: steps.update(spec.max_steps + done))
         rows += [grpo_row] if grpo_row else []
+        if grpo_row is None:  # no usable RL row: GRPO was skipped, no step is left to wait for
+            steps.update(steps.total)
+    steps.finish()
     store.replace_current("checkpoints", rows)
     m = row["metrics"]
     g = rows[-1]["metrics"] if len(rows) > 1 else {}
