@@ -83,7 +83,8 @@ PROVENANCE_VALUE_KIND = "value_kind"
 SIMILARITY_DECIMALS = 4
 #: Elements per similarity block (float32: 64 MiB).
 _BLOCK_ELEMENTS = 1 << 24
-#: Parameter texts per embedder call: the progress of a long embedding is reported after each chunk.
+#: Parameter texts per embedder call for an embedder without a ``batch_size``: the progress of a long
+#: embedding is reported after each call.
 EMBED_CHUNK = 256
 
 
@@ -308,21 +309,29 @@ def _family_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], out_fam: 
 
 def _embed_in_chunks(embedder: ParameterEmbedder, texts: list[str],
                      progress: Callable[[int, int], None] | None) -> np.ndarray:
-    """``embedder.embed(texts)``, :data:`EMBED_CHUNK` texts per call, reporting ``progress`` after each.
+    """``embedder.embed`` of ``texts`` (rows in ``texts`` order), reporting ``progress`` after each call.
+
+    Texts go longest first, one embedder batch per call (``embedder.batch_size``, else :data:`EMBED_CHUNK`):
+    each forward pass holds texts of similar length (little padding), and which texts share a pass, hence
+    every vector, is fixed by the texts alone, whether or not progress is reported.
 
     Raises:
         ValueError: the embedder returned an array that is not one row per text.
     """
-    parts = []
-    for start in range(0, len(texts), EMBED_CHUNK):
-        chunk = texts[start:start + EMBED_CHUNK]
-        part = np.asarray(embedder.embed(chunk))
-        if part.ndim != 2 or part.shape[0] != len(chunk):
-            raise ValueError(f"embedder returned shape {part.shape} for {len(chunk)} texts")
-        parts.append(part)
+    size = getattr(embedder, "batch_size", EMBED_CHUNK)
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # stable: ties keep text order
+    out: np.ndarray | None = None
+    for start in range(0, len(texts), size):
+        rows = order[start:start + size]
+        part = np.asarray(embedder.embed([texts[i] for i in rows]))
+        if part.ndim != 2 or part.shape[0] != len(rows):
+            raise ValueError(f"embedder returned shape {part.shape} for {len(rows)} texts")
+        if out is None:
+            out = np.empty((len(texts), part.shape[1]), dtype=np.float32)
+        out[rows] = part
         if progress is not None:
-            progress(start + len(chunk), len(texts))
-    return np.concatenate(parts)
+            progress(start + len(rows), len(texts))
+    return out if out is not None else np.zeros((0, 1), dtype=np.float32)
 
 
 def build_tool_graph(
@@ -352,9 +361,9 @@ def build_tool_graph(
             :func:`~envfactory_assets.graph.parameters.value_family`). Added here: without identifiers, the
             embedding and name rules alone leave 38 of the default run's 95 environments with no link to
             any other.
-        progress: called as ``progress(texts embedded, distinct texts)`` after every :data:`EMBED_CHUNK`
-            texts (embedding is most of the build's time); the last call has both equal. Not called when
-            there is no parameter.
+        progress: called as ``progress(texts embedded, distinct texts)`` after every embedder call
+            (:func:`_embed_in_chunks`; embedding is most of the build's time); the last call has both equal.
+            Not called when there is no parameter.
 
     Returns:
         :class:`ToolGraph`.
