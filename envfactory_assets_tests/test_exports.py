@@ -198,9 +198,10 @@ def test_verl_rows_render_with_a_template_that_loops_over_tool_calls(rows, tmp_p
         assert '<tool_call>{"name": "act", "arguments": {"q": ' in rendered[0]
 
 
-def test_the_verl_reward_function_scores_a_gold_answer_one_and_a_wrong_one_less(bookshop, tmp_path):
+def _bookshop_export(bookshop, tmp_path):
+    """An export of one gold RL row on the bookshop (set a book's price to 12.5), with its environment:
+    ``(export folder, manifest, the verl row, the book id)``."""
     import copy
-    import importlib.util
 
     from envfactory_assets.envgen.tools import openai_tool
     from envfactory_assets.tooluse.task_episode import TaskRunner
@@ -223,8 +224,15 @@ def test_the_verl_reward_function_scores_a_gold_answer_one_and_a_wrong_one_less(
                                     [{"id": "src", "license_name": "MIT", "license_url": ""}])
     m = build_exports([], [row], licences, tmp_path, environments={env_id: bookshop})
     out = tmp_path / m["version"]
+    (verl_row,) = pq.read_table(out / f"verl_{row['split']}.parquet").to_pylist()
+    return out, m, verl_row, book_id
+
+
+def test_the_verl_reward_function_scores_a_gold_answer_one_and_a_wrong_one_less(bookshop, tmp_path):
+    import importlib.util
+
+    out, m, verl_row, book_id = _bookshop_export(bookshop, tmp_path)
     assert m["verl_reward"]["custom_reward_function"] == {"path": "envfactory_reward.py", "name": "compute_score"}
-    (verl_row,) = pq.read_table(out / f"verl_{'validation' if row['split'] == 'validation' else 'train'}.parquet").to_pylist()
     spec = importlib.util.spec_from_file_location("envfactory_reward_copy", out / "envfactory_reward.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # the shipped copy, as verl loads it by path
@@ -235,8 +243,89 @@ def test_the_verl_reward_function_scores_a_gold_answer_one_and_a_wrong_one_less(
         wrong = module.compute_score(verl_row["data_source"], answer.replace("12.5", "13"), truth)
         garbled = module.compute_score(verl_row["data_source"], "<tool_call>{not json</tool_call>", truth)
     finally:
-        if module._runner is not None:
-            module._runner.close()
+        for runner in module._runners.values():
+            runner.close()
     assert (right["score"], right["trace"], right["state"]) == (1.0, 1.0, 1.0)
     assert wrong["trace"] == 0.0 and wrong["state"] == 0.0 and wrong["score"] == 0.0
     assert garbled["n_malformed"] == 1 and garbled["score"] == 0.0
+
+
+def test_the_verl_tool_config_lists_every_tool_with_valid_parameters(bookshop, tmp_path):
+    import yaml
+    from jsonschema import Draft202012Validator
+
+    out, m, verl_row, _ = _bookshop_export(bookshop, tmp_path)
+    assert m["verl_tools"]["tool_config_path"] == "envfactory_tools.yaml" and (out / "envfactory_tools.py").is_file()
+    config = yaml.safe_load((out / "envfactory_tools.yaml").read_text(encoding="utf-8"))
+    entries = {e["tool_schema"]["function"]["name"]: e for e in config["tools"]}
+    assert len(entries) == len(config["tools"]) == m["verl_tools"]["tools"]  # verl keys its tools by name
+    assert set(entries) == {t["name"] for t in bookshop["tools"]}  # every tool of the rows' environments
+    for entry in entries.values():
+        assert entry["class_name"] == "envfactory_tools.EnvFactoryTool" and entry["config"]["type"] == "native"
+        assert entry["tool_schema"]["type"] == "function" and entry["tool_schema"]["function"]["description"]
+        Draft202012Validator.check_schema(entry["tool_schema"]["function"]["parameters"])
+    assert m["verl_tools"]["left_out"] == {} and m["verl_tools"]["shared_names"] == {}
+    assert set(verl_row["extra_info"]["tool_selection"]) == set(entries)
+    assert verl_row["extra_info"]["tools_kwargs"]["update_book"] == {"create_kwargs": {"task_id": "rl_gold"}}
+
+
+def test_verl_schema_problem_names_what_verl_cannot_read():
+    from envfactory_assets.exports.verl_tool_config import verl_schema_problem
+
+    assert verl_schema_problem({"type": "object", "properties": {"a": {"type": ["string", "null"]}}}) is None
+    assert "'a'" in verl_schema_problem({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}]}}})
+    assert "properties" in verl_schema_problem({"type": "object"})
+
+
+def test_the_shipped_verl_tool_class_runs_calls_on_one_episode_per_rollout(bookshop, tmp_path, monkeypatch):
+    """As verl's tool agent loop uses it: a tool instance created and released around every call, the
+    rollout's ``agent_data`` passed to ``execute`` (verl 0.9); the class loaded from the export folder."""
+    import asyncio
+    import importlib
+    import sys
+
+    from envfactory_assets.exports import verl_reward
+
+    out, _, verl_row, book_id = _bookshop_export(bookshop, tmp_path)
+    monkeypatch.syspath_prepend(str(out))
+    module = importlib.import_module("envfactory_tools")
+    assert module.__file__ == str(out / "envfactory_tools.py")
+    entries = {e["tool_schema"]["function"]["name"]: e for e in __import__("yaml").safe_load(
+        (out / "envfactory_tools.yaml").read_text(encoding="utf-8"))["tools"]}
+    tools = {name: module.EnvFactoryTool(config=entries[name]["config"], tool_schema=entries[name]["tool_schema"])
+             for name in ("update_book", "get_book")}
+    kwargs = verl_row["extra_info"]["tools_kwargs"]
+
+    async def call(name, arguments, agent_data):
+        instance_id, _ = await tools[name].create(create_kwargs=kwargs[name]["create_kwargs"])
+        try:
+            response, step_reward, _ = await tools[name].execute(instance_id, arguments, agent_data=agent_data)
+        finally:
+            await tools[name].release(instance_id)
+        assert step_reward == 0.0
+        return json.loads(response.text)
+
+    class Rollout:  # stands for verl's AgentData: one object per rollout
+        pass
+
+    async def rollouts():
+        first, second = Rollout(), Rollout()
+        await call("update_book", {"book_id": book_id, "price": 12.5}, first)
+        seen = await call("get_book", {"book_id": book_id}, first)
+        other = await call("get_book", {"book_id": book_id}, second)
+        await call("update_book", {"book_id": book_id, "price": 20.0}, None)  # older verl: no agent_data
+        alone = await call("get_book", {"book_id": book_id}, None)
+        with pytest.raises(KeyError, match="no task 'rl_missing'"):
+            await tools["get_book"].create(create_kwargs={"task_id": "rl_missing"})
+        return seen, other, alone
+
+    try:
+        seen, other, alone = asyncio.run(rollouts())
+    finally:
+        sys.modules.pop("envfactory_tools", None)
+        for path in [p for p in verl_reward._runners if p.parent == out]:
+            verl_reward._runners.pop(path).close()
+    original = bookshop["initial_states"][0]["state"]["tables"]["books"][0]["price"]
+    assert seen["price"] == 12.5  # the rollout's later call sees its earlier one
+    assert other["price"] == original  # another rollout has its own copy of the initial state
+    assert alone["price"] == original  # without agent_data each call starts from the initial state

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,7 @@ def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
                          progress=lambda done, total: steps.append((done, total)))
     assert metrics["steps"] == 1 and len(metrics["reward_mean_per_step"]) == 1
     assert steps == [(1, 1)]  # after the step, not after screening
+    assert len(metrics["loss_per_step"]) == 1 and math.isfinite(metrics["loss_per_step"][0])  # drawn in the UI
     assert 0.0 <= metrics["reward_mean_first"] <= 1.0
     screening = metrics["screening"]  # both candidates got a group of 2 rollouts from the starting model
     assert screening["candidates"] == 2 and all(len(g["rewards"]) == 2 for g in screening["groups"].values())

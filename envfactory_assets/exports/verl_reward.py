@@ -26,29 +26,46 @@ ENVIRONMENTS_ENV = "ENVFACTORY_VERL_ENVIRONMENTS"
 """Environment variable naming another ``environments.json`` (when this module is used from the package)."""
 
 _lock = threading.Lock()
-_runner: Any = None
+_runners: dict[Path, Any] = {}
 
 
-def _environments_path() -> Path:
-    return Path(os.environ.get(ENVIRONMENTS_ENV) or Path(__file__).with_name(ENVIRONMENTS_FILE))
+def environments_path(folder: Path | None = None) -> Path:
+    """The environments file: :data:`ENVIRONMENTS_ENV` when set, else :data:`ENVIRONMENTS_FILE` in ``folder``
+    (default: this module's folder, where the export puts both)."""
+    return Path(os.environ.get(ENVIRONMENTS_ENV) or Path(folder or Path(__file__).parent) / ENVIRONMENTS_FILE)
 
 
-def _task_runner() -> Any:
-    """One sandbox worker per process with every environment of the export loaded on first use."""
-    global _runner
+def task_runner(path: Path | None = None) -> Any:
+    """One sandbox worker per process and environments file (default :func:`environments_path`), with every
+    environment of the file loaded on first use; stopped when the process exits.
+
+    Raises:
+        FileNotFoundError: the environments file cannot be read.
+    """
+    path = path or environments_path()
     with _lock:
-        if _runner is None:
+        if path not in _runners:
             from envfactory_assets.tooluse.task_episode import TaskRunner
 
-            path = _environments_path()
             try:
                 environments = json.loads(path.read_text(encoding="utf-8"))
             except OSError as exc:
-                raise FileNotFoundError(f"verl reward: cannot read the environments file {path} "
+                raise FileNotFoundError(f"verl export: cannot read the environments file {path} "
                                         f"({exc.strerror}); set {ENVIRONMENTS_ENV}") from None
-            _runner = TaskRunner(environments)
-            atexit.register(_runner.close)
-        return _runner
+            _runners[path] = TaskRunner(environments)
+            atexit.register(_runners[path].close)
+        return _runners[path]
+
+
+def episode_row(ground_truth: dict[str, Any], row_id: str = "verl") -> dict[str, Any]:
+    """The task row a :class:`~envfactory_assets.tooluse.task_episode.TaskEpisode` opens on, from a verl row's
+    decoded ``reward_model.ground_truth``: its environments, initial state and offered tool names.
+
+    Raises:
+        KeyError: ``ground_truth`` lacks ``env_ids``, ``initial_state`` or ``tool_names``.
+    """
+    return {"id": row_id, "env_ids": ground_truth["env_ids"], "initial_state": ground_truth["initial_state"],
+            "tools": [{"name": n} for n in ground_truth["tool_names"]]}
 
 
 def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
@@ -69,9 +86,7 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
     from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
     parsed = parse_tool_calls(response)
-    row = {"id": "verl", "env_ids": ground_truth["env_ids"], "initial_state": ground_truth["initial_state"],
-           "tools": [{"name": n} for n in ground_truth["tool_names"]]}
-    episode = _task_runner().episode(row)
+    episode = task_runner().episode(episode_row(ground_truth))
     try:
         for call in parsed.calls:
             episode.call(call["name"], call["arguments"])

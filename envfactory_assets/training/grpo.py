@@ -416,7 +416,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
     Returns:
         ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time, all threads: the figure
         that survives a shared machine), "step_seconds": [wall s per step], "reward_mean_per_step": [float], "reward_std_per_step":
-        [float], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls" (of
+        [float], "loss_per_step": [float, TRL's logged GRPO loss], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls" (of
         training's sampled rollouts; screening's are in its report), "prompts", "prompt_ids", "threads",
         "steps_with_signal" (steps whose reward spread was above zero),
         "replayed_groups" (steps that trained on their prompt's screened group),
@@ -491,6 +491,7 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         "train_loss": float(output.training_loss),
         "reward_mean_per_step": means,
         "reward_std_per_step": stds,
+        "loss_per_step": [float(e["loss"]) for e in logs if e.get("loss") is not None],
         "reward_mean_first": means[0] if means else None,
         "reward_mean_last": means[-1] if means else None,
         "tool_calls": rollout.tool_calls,

@@ -9,6 +9,7 @@ from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.reporting.training_curves import checkpoint_curves_markdown
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
 from envfactory_assets.training.grpo import GRPOConfigSpec
@@ -149,6 +150,9 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
     g = rows[-1]["metrics"] if len(rows) > 1 else {}
     return dg.MaterializeResult(metadata={
         "checkpoint_ids": dg.MetadataValue.json({r["stage"]: r["id"] for r in rows}),
+        "checkpoint_paths": dg.MetadataValue.json({r["stage"]: r["path"] for r in rows}),
+        # SFT loss, GRPO reward and loss per step as pictures, with every checkpoint's path, for the UI
+        "training_curves": dg.MetadataValue.md(checkpoint_curves_markdown(rows)),
         "grpo_checkpoint_id": rows[-1]["id"] if len(rows) > 1 else None,
         "grpo_seconds": g.get("seconds"), "grpo_steps": g.get("steps"),
         "grpo_reward_mean_first_step": g.get("reward_mean_first"),
