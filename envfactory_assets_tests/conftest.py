@@ -1,11 +1,14 @@
 """Fixtures shared by the test modules: environments built from the fixture OpenAPI documents, their tool
 graph and a sandbox worker with them loaded (module scope: each module builds its own; a module that needs
-other documents overrides ``environments`` and gets a graph and a worker of those).
+other documents overrides ``environments`` and gets a graph and a worker of those), and one small
+``envfactory run`` of the whole graph per session (``tiny_cli_run``).
 
 The corpus path itself is :data:`envfactory_assets_tests.fixture_environments.FIXTURES`.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,7 @@ from envfactory_assets_tests.fixture_environments import (
     environment_worker,
     fixture_graph,
 )
+from envfactory_assets_tests.tiny_run import run_tiny_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +44,11 @@ def worker(environments):
     """A sandbox worker with every environment of ``environments`` loaded."""
     with environment_worker(environments) as w:
         yield w
+
+
+@pytest.fixture(scope="session")
+def tiny_cli_run(tmp_path_factory) -> tuple[str, Path]:
+    """``(terminal output, ENVFACTORY_HOME)`` of one ``envfactory run`` of the whole graph on the fixture corpus
+    (:func:`envfactory_assets_tests.tiny_run.run_tiny_pipeline`), shared by the session's tests."""
+    home = tmp_path_factory.mktemp("tiny_run_home")
+    return run_tiny_pipeline(home), home

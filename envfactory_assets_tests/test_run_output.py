@@ -1,6 +1,7 @@
 """What a person sees from ``envfactory run``: bars that end at 100%, a line per finished stage, a summary
-last; Dagster's events and library output only in the run log file. Runs the real command in a child
-process on the fixture corpus (stdout and stderr merged, as a terminal shows them)."""
+last; Dagster's events and library output only in the run log file. Reads the session's one run of the real
+command on the fixture corpus (``tiny_cli_run``: a child process, stdout and stderr merged as a terminal
+shows them)."""
 
 from __future__ import annotations
 
@@ -11,31 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG
+from envfactory_assets_tests.tiny_run import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # the fixture corpus has 3 environments, so no stage reaches 50 updates here
-RUN_CONFIG = TINY_RUN_CONFIG
 BAR = re.compile(r"^(\S+)\s+\[[#.]+\] (\d+)/(\d+)\s")
 
 
 @pytest.fixture(scope="module")
-def terminal(tmp_path_factory) -> tuple[str, Path]:
+def terminal(tiny_cli_run) -> tuple[str, Path]:
     """What ``envfactory run`` printed, and its ENVFACTORY_HOME."""
-    home = tmp_path_factory.mktemp("run_output_home")
-    shared_models = REPO_ROOT / ".envfactory" / "models"
-    if shared_models.exists():
-        (home / "models").symlink_to(shared_models, target_is_directory=True)
-    config = home / "run.yaml"
-    config.write_text(yaml.safe_dump(RUN_CONFIG))
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "run", "--config", str(config)],
-                          env={**env, "ENVFACTORY_HOME": str(home)}, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=3000)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    return proc.stdout, home
+    return tiny_cli_run
 
 
 def test_the_terminal_shows_no_dagster_debug_events_library_bars_or_loss_dicts(terminal):

@@ -5,7 +5,7 @@ The test opens the asset lineage page filtered to `source_resources`, presses "M
 the run the UI launched until it succeeds; then does the same for `environments` and
 `verified_environments` (accepting the launch dialog if the UI asks, as it does for partitioned assets) and
 reads the blocking check `verified_pass_rate_above_floor` as passed on the asset's Checks tab. A second test
-runs `envfactory run` on the same home (the UI's Dagster instance; test_run_output's small counts), then opens
+starts the UI on the home of the session's `envfactory run` of the whole graph (``tiny_cli_run``), then opens
 the `evaluations` and `checkpoints` asset pages and reads, in their Markdown metadata, the results table's
 header and the loss and reward curves (images that decoded), saving a screenshot of each. `scripts/setup.sh`
 installs both Chromium and the Playwright client, so CI runs it; elsewhere it is skipped when either is missing.
@@ -27,18 +27,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from envfactory_assets import settings
 from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
-from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SERVER_START_S = 90.0
 RUN_TIMEOUT_S = 90.0
-PIPELINE_TIMEOUT_S = 1500.0
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -101,9 +98,9 @@ def ui_home(tmp_path_factory) -> Path:
     return home
 
 
-@pytest.fixture(scope="module")
-def ui_url(ui_home):
-    home = ui_home
+@contextlib.contextmanager
+def _serve_ui(home: Path):
+    """``envfactory ui`` on ``home`` (as a user starts it); yields its URL, stops it after."""
     port = _free_port()
     log = home / "ui.log"
     env = {**os.environ, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO)}
@@ -120,6 +117,12 @@ def ui_url(ui_home):
         yield url
     finally:
         _stop(process)
+
+
+@pytest.fixture(scope="module")
+def ui_url(ui_home):
+    with _serve_ui(ui_home) as url:
+        yield url
 
 
 def _materialize(page, url: str, selection: str) -> None:
@@ -186,18 +189,11 @@ def test_ui_materializes_verified_environments_and_shows_its_gate_passed(ui_url)
 
 
 @pytest.fixture(scope="module")
-def tiny_run(ui_home, ui_url) -> Path:
-    """``envfactory run`` of the whole graph into the UI's home while the UI runs (its Dagster instance is the
-    UI's, as for a user); returns the home."""
-    config = ui_home / "run.yaml"
-    config.write_text(yaml.safe_dump(TINY_RUN_CONFIG))
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "run", "--config", str(config)],
-                          env={**env, "ENVFACTORY_HOME": str(ui_home), "PYTHONPATH": str(REPO)}, cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=PIPELINE_TIMEOUT_S,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    return ui_home
+def tiny_run_url(tiny_cli_run):
+    """The UI on the home of the session's ``envfactory run`` of the whole graph (the CLI's runs are in that
+    home's Dagster instance, which the UI reads)."""
+    with _serve_ui(tiny_cli_run[1]) as url:
+        yield url
 
 
 def _show_markdown(page, url: str, asset: str, key: str):
@@ -209,7 +205,8 @@ def _show_markdown(page, url: str, asset: str, key: str):
     return dialog
 
 
-def test_ui_shows_the_results_table_and_the_training_curves(ui_url, tiny_run, tmp_path):
+def test_ui_shows_the_results_table_and_the_training_curves(tiny_run_url, tiny_cli_run, tmp_path):
+    ui_url, home = tiny_run_url, tiny_cli_run[1]
     with _browser_page() as page:
         dialog = _show_markdown(page, ui_url, "evaluations", "results_table")
         for head in ("model", "stage"):  # `| model | stage | ...` rendered as a table header
@@ -227,7 +224,7 @@ def test_ui_shows_the_results_table_and_the_training_curves(ui_url, tiny_run, tm
         for image in images.all():
             assert image.get_attribute("src").startswith("data:image/svg+xml;base64,")
             assert image.evaluate("img => img.complete && img.naturalWidth") > 0  # the picture decoded
-        paths = [row["path"] for row in Store(settings.store_path(tiny_run)).read("checkpoints")]
+        paths = [row["path"] for row in Store(settings.store_path(home)).read("checkpoints")]
         assert len(paths) == 2  # SFT and SFT+GRPO
         for path in paths:  # every checkpoint's path
             expect(dialog.locator("code", has_text=path).first).to_be_visible()
