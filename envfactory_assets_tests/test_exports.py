@@ -240,3 +240,28 @@ def test_the_verl_reward_function_scores_a_gold_answer_one_and_a_wrong_one_less(
     assert (right["score"], right["trace"], right["state"]) == (1.0, 1.0, 1.0)
     assert wrong["trace"] == 0.0 and wrong["state"] == 0.0 and wrong["score"] == 0.0
     assert garbled["n_malformed"] == 1 and garbled["score"] == 0.0
+
+
+def test_the_stored_split_is_exported_when_the_fallback_environment_left_no_row(tmp_path):
+    """With no environment under the hash share the dataset stage holds out the lowest-bucket one; when none
+    of its rows survived (its RL rows all failed the replay check), re-choosing over the stored rows would
+    hold out another environment whose rows are stored as train. The stored splits are exported as they are."""
+    from envfactory_assets.exports.verify import verify_export
+    from envfactory_assets.tooluse.splits import held_out_environments
+
+    envs = [f"env_{i}" for i in range(100) if not is_held_out_environment(f"env_{i}")][:3]
+    (fallback,) = held_out_environments(envs)
+    kept = [e for e in envs if e != fallback]
+    licences = environment_licences([{"env_id": e, "source_resource_id": "src_a"} for e in envs],
+                                    [{"id": "src_a", "license_name": "MIT", "license_url": "https://mit"}])
+    sft = [{**_sft(i, e), "split": dataset_split([e], {fallback})} for i, e in enumerate(kept)]
+    rl = [{**_rl(i, e), "split": dataset_split([e], {fallback})} for i, e in enumerate(kept)]
+    assert {r["split"] for r in sft + rl} == {"train"}
+    manifest = build_exports(sft, rl, licences, tmp_path)
+    assert manifest["held_out_env_ids"] == [] and manifest["files"]["verl_train.parquet"]["rows"]["train"] == 2
+    assert verify_export(tmp_path / manifest["version"], manifest, ["verl_train.parquet", "sharegpt_train.json"]) == []
+    # a validation row whose only environment is also trained on is refused, and nothing is written
+    leaked = {**_rl(9, kept[0]), "id": "rl_leak", "split": "validation"}
+    with pytest.raises(ValueError, match="rl_leak: stored split 'validation'"):
+        build_exports(sft, [*rl, leaked], licences, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
