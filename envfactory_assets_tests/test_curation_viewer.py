@@ -256,3 +256,24 @@ def test_an_exclusion_made_after_the_tool_graph_reaches_no_later_stage(curated, 
         rows = store.read(table)
         assert rows and not any(f"{c['env_id']}.{c['name']}" == tool for t in rows for turn in t["turns"]
                                 for c in turn["calls"]), table
+
+
+def test_a_curation_file_that_excludes_every_environment_keeps_the_graph_and_says_so(curated, tmp_path):
+    import shutil
+
+    from envfactory_assets.defs.graph.assets import tool_graph
+    from envfactory_assets_tests.config_failures import step_failure
+
+    source, _, _ = curated
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(source / "envfactory.duckdb", home / "envfactory.duckdb")
+    shutil.copy(curation_path(source), curation_path(home))
+    for env_id in ("bookshop_example", "calendar_tasks"):
+        set_exclusion(curation_path(home), "environment", env_id, "everything out")
+    store = Store(home / "envfactory.duckdb")
+    before = store.read("tool_graph_nodes")
+    ok, message = step_failure(tool_graph, {"embedder": "hashing"}, home)
+    assert not ok
+    assert "curation.yaml excludes every passed environment" in message and "bookshop_example" in message, message
+    assert store.read("tool_graph_nodes") == before
