@@ -269,9 +269,11 @@ def test_leftover_probe_ignores_another_runs_sandbox_processes_and_kills_only_es
 
     probes = Probes()
     other = subprocess.Popen(  # another run: a root parent holding a sandbox-uid child
-        [sys.executable, "-c", "import subprocess, sys, time\n"
-         "child = subprocess.Popen([sys.executable, '-c', 'import os, time; os.setuid(65534); time.sleep(60)'])\n"
-         "print(child.pid, flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+        [sys.executable, "-c", ("import subprocess, sys, time\n"
+                                "child = subprocess.Popen([sys.executable, '-c', "
+                                "'import os, time; os.setuid(65534); time.sleep(60)'])\n"
+                                "print(child.pid, flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
     read_end, write_end = os.pipe()
     if os.fork() == 0:  # a detached sandbox-uid process, as an escaped sample would leave
         os.setsid()

@@ -4,21 +4,45 @@ Markdown from the CLI, the ``show_trajectory`` job and ``refined_trajectories``'
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
 
-from envfactory_assets.cli import config_for_selection, main as cli_main
+from envfactory_assets.cli import config_for_selection
+from envfactory_assets.cli import main as cli_main
 from envfactory_assets.curation import (
-    Curation, CurationError, curation_path, filter_environments, filter_resources, load_curation, set_exclusion)
+    Curation,
+    CurationError,
+    curation_path,
+    filter_environments,
+    filter_resources,
+    load_curation,
+    set_exclusion,
+)
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
+from envfactory_assets.defs.graph.assets import tool_graph
+from envfactory_assets.defs.resources import (
+    EnvFactoryHome,
+    ModelBackend,
+    VerificationGate,
+)
+from envfactory_assets.defs.synth.assets import (
+    raw_trajectories,
+    refined_trajectories,
+    tool_chains,
+)
 from envfactory_assets.runner.materialize import materialize_pipeline
-from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
-from envfactory_assets.viewer import TrajectoryNotFound, find_trajectory, render_trajectory
+from envfactory_assets.viewer import (
+    TrajectoryNotFound,
+    find_trajectory,
+    render_trajectory,
+)
+from envfactory_assets_tests.config_failures import step_failure
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
@@ -227,11 +251,6 @@ def test_an_exclusion_made_after_the_tool_graph_reaches_no_later_stage(curated, 
     """``envfactory exclude`` after tool_graph ran, then a downstream stage alone: tool_chains refuses the
     outdated graph (it sampled the excluded tool before, or failed on a KeyError for an excluded environment),
     and the trajectory stages leave out stored rows that call the excluded tool."""
-    import shutil
-
-    from envfactory_assets.defs.synth.assets import raw_trajectories, refined_trajectories, tool_chains
-    from envfactory_assets_tests.config_failures import step_failure
-
     source, _, _ = curated
     home = tmp_path / "home"
     home.mkdir()
@@ -246,7 +265,7 @@ def test_an_exclusion_made_after_the_tool_graph_reaches_no_later_stage(curated, 
 
     ok, message = step_failure(tool_chains, {"n_chains": 12, "min_tools": 3, "baseline_chains": 4}, home)
     assert not ok
-    assert f"tool_graph has 1 tools that curation.yaml now excludes" in message and tool in message, message
+    assert "tool_graph has 1 tools that curation.yaml now excludes" in message and tool in message, message
     assert "re-materialize tool_graph first" in message
     assert store.read("tool_chains") == chains_before
 
@@ -259,11 +278,6 @@ def test_an_exclusion_made_after_the_tool_graph_reaches_no_later_stage(curated, 
 
 
 def test_a_curation_file_that_excludes_every_environment_keeps_the_graph_and_says_so(curated, tmp_path):
-    import shutil
-
-    from envfactory_assets.defs.graph.assets import tool_graph
-    from envfactory_assets_tests.config_failures import step_failure
-
     source, _, _ = curated
     home = tmp_path / "home"
     home.mkdir()
