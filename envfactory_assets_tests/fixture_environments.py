@@ -54,3 +54,16 @@ def passed_trajectories(environments: dict[str, dict], graph: ToolGraph, worker:
     out = [(i, synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2)))
            for i, chain in enumerate(chains)]
     return [(i, traj) for i, traj in out if traj["status"] == "passed"]
+
+
+#: The fixture documents of three environments of three domains (bookshop, calendar and tasks, helpdesk).
+THREE_DOMAINS = ("bookshop.json", "calendar & tasks.json", "helpdesk.json")
+
+
+def refined_like_rows(environments: dict[str, dict], worker: SandboxWorker, n_chains: int, seed: str) -> list[dict]:
+    """The :func:`passed_trajectories` of ``n_chains`` chains on ``environments``' graph as the dataset stage
+    reads ``refined_trajectories`` rows: ids ``ref_<chain index>``, ``n_turns`` and ``domains`` added."""
+    graph = fixture_graph(environments)
+    return [{**t, "id": f"ref_{i}", "n_turns": len(t["turns"]),
+             "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
+            for i, t in passed_trajectories(environments, graph, worker, n_chains, seed)]

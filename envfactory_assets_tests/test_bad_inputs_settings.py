@@ -106,6 +106,7 @@ BAD_SETTINGS = [
     (raw_trajectories, {"max_turn_len": 0}, ["max_turn_len=0", ">= 1"]),
     (refined_trajectories, {"k": 0}, ["k=0", ">= 1"]),
     (refined_trajectories, {"conversational_share": NAN}, ["conversational_share=nan", "[0, 1]"]),
+    (refined_trajectories, {"workers": 10**6}, ["workers=1000000", "[0, 64]"]),
     (datasets, {"sft_share": 1.5}, ["sft_share=1.5", "[0, 1]"]),
     (datasets, {"abstention_share": 0.8}, ["abstention_share=0.8", "[0, 0.5]"]),
 ]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import pickle
 
 import pytest
 
+from envfactory_assets.runtime.errors import EnvironmentRejected
 from envfactory_assets.synth import calibrate_pool
 from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
@@ -47,7 +50,27 @@ def test_worker_count_follows_the_setting_the_cores_and_the_size_floor(monkeypat
     assert calibrate_pool.resolve_workers(6, 3000) == 6
     assert calibrate_pool.resolve_workers(0, 60) == 1  # too few trajectories to pay for a second process
     assert calibrate_pool.resolve_workers(4, 0) == 1
-    with pytest.raises(ValueError, match="workers must be >= 0"):
-        calibrate_pool.resolve_workers(-1, 100)
-    with pytest.raises(ValueError, match="workers"):
-        CalibrationConfig(workers=-2)
+    for bad in (-1, True, 2.5, calibrate_pool.MAX_WORKERS + 1, 10**9):
+        with pytest.raises(ValueError, match=rf"workers={bad!r}: expected a whole number in \[0, 64\]"):
+            calibrate_pool.resolve_workers(bad, 100)
+        with pytest.raises(ValueError, match=rf"calibration setting workers={bad!r}"):
+            CalibrationConfig(workers=bad)
+
+
+def _exit_abruptly(raw, environments, worker):
+    os._exit(3)  # what the kernel's OOM killer or a kill -9 leaves the pool with
+
+
+def test_a_pool_process_that_dies_or_cannot_load_an_environment_raises_a_clear_error(raws, environments,
+                                                                                     monkeypatch):
+    """A sandbox error in a pool process reaches the caller as itself (as with one process), and a
+    process that dies is named as such, not as a bare BrokenProcessPool; the caller gets no rows."""
+    monkeypatch.setattr(calibrate_pool, "MIN_TRAJECTORIES_PER_WORKER", 1)
+    rejected = pickle.loads(pickle.dumps(EnvironmentRejected("e", ["line 1: import of 'os' is not allowed"])))
+    assert (rejected.env_id, rejected.violations) == ("e", ["line 1: import of 'os' is not allowed"])
+    hostile = {e: {**env, "source": "import os\n" + env["source"]} for e, env in environments.items()}
+    with pytest.raises(EnvironmentRejected, match="import of 'os' is not allowed") as caught:
+        refined_trajectory_rows(raws[:4], hostile, config=CalibrationConfig(workers=2))
+    assert caught.value.env_id in environments
+    with pytest.raises(RuntimeError, match="calibration process ended without an answer.*workers=1"):
+        list(calibrate_pool.calibrate_all(raws[:4], environments, _exit_abruptly, 2))

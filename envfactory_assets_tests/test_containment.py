@@ -256,3 +256,54 @@ def test_binds_land_on_top_of_the_private_tmp() -> None:
     binds = [i for i, arg in enumerate(command) if arg == "--ro-bind"]
     assert binds and min(binds) > tmpfs
     assert command.index("--remount-ro") > max(binds)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox uid is only a host uid when the parent is root")
+def test_leftover_probe_ignores_another_runs_sandbox_processes_and_kills_only_escaped_ones() -> None:
+    """As root every sandbox runs as host uid 65534, so a pipeline running beside the corpus has processes of
+    that uid too: the probe counted (and killed) those as the sample's leftovers. A process of that uid
+    under another program's tree is not one; a detached one hanging off init still is."""
+    import subprocess
+    import sys
+    import time
+
+    probes = Probes()
+    other = subprocess.Popen(  # another run: a root parent holding a sandbox-uid child
+        [sys.executable, "-c", ("import subprocess, sys, time\n"
+                                "child = subprocess.Popen([sys.executable, '-c', "
+                                "'import os, time; os.setuid(65534); time.sleep(60)'])\n"
+                                "print(child.pid, flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:  # a detached sandbox-uid process, as an escaped sample would leave
+        os.setsid()
+        if os.fork() == 0:
+            os.setuid(65534)
+            os.write(write_end, str(os.getpid()).encode())
+            time.sleep(60)
+        os._exit(0)
+    os.close(write_end)
+    escaped = int(os.read(read_end, 32))
+    os.close(read_end)
+    os.wait()
+    other_child = int(other.stdout.readline())
+    try:
+        left = {pid for pid, _ in probes._leftovers()}
+        assert escaped in left and other_child not in left
+        probes.kill_leftovers()
+        os.kill(other_child, 0)  # still alive: not killed as a leftover
+    finally:
+        probes.close()
+        os.kill(other_child, 9)
+        other.kill()
+        other.wait()
+    deadline = time.monotonic() + 5
+    while not _is_gone(escaped) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _is_gone(escaped)
+
+
+def _is_gone(pid: int) -> bool:
+    from envfactory_assets.runtime.hostile.containment import _is_zombie
+
+    return _is_zombie(pid)

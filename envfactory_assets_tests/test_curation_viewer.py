@@ -4,21 +4,45 @@ Markdown from the CLI, the ``show_trajectory`` job and ``refined_trajectories``'
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
 
-from envfactory_assets.cli import config_for_selection, main as cli_main
+from envfactory_assets.cli import config_for_selection
+from envfactory_assets.cli import main as cli_main
 from envfactory_assets.curation import (
-    Curation, CurationError, curation_path, filter_environments, filter_resources, load_curation, set_exclusion)
+    Curation,
+    CurationError,
+    curation_path,
+    filter_environments,
+    filter_resources,
+    load_curation,
+    set_exclusion,
+)
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
+from envfactory_assets.defs.graph.assets import tool_graph
+from envfactory_assets.defs.resources import (
+    EnvFactoryHome,
+    ModelBackend,
+    VerificationGate,
+)
+from envfactory_assets.defs.synth.assets import (
+    raw_trajectories,
+    refined_trajectories,
+    tool_chains,
+)
 from envfactory_assets.runner.materialize import materialize_pipeline
-from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
-from envfactory_assets.viewer import TrajectoryNotFound, find_trajectory, render_trajectory
+from envfactory_assets.viewer import (
+    TrajectoryNotFound,
+    find_trajectory,
+    render_trajectory,
+)
+from envfactory_assets_tests.config_failures import step_failure
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
@@ -221,3 +245,49 @@ def test_cli_refuses_unknown_ids_with_the_nearest_ones_and_lists_servable_enviro
     assert cli_main(["serve-env", "calendar_task"]) == 2
     err = capsys.readouterr().err
     assert "nearest verified environments: calendar_tasks" in err and "envfactory environments" in err
+
+
+def test_an_exclusion_made_after_the_tool_graph_reaches_no_later_stage(curated, tmp_path):
+    """``envfactory exclude`` after tool_graph ran, then a downstream stage alone: tool_chains refuses the
+    outdated graph (it sampled the excluded tool before, or failed on a KeyError for an excluded environment),
+    and the trajectory stages leave out stored rows that call the excluded tool."""
+    source, _, _ = curated
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(source / "envfactory.duckdb", home / "envfactory.duckdb")
+    shutil.copy(curation_path(source), curation_path(home))
+    store = Store(home / "envfactory.duckdb")
+    called = [f"{c['env_id']}.{c['name']}" for t in store.read("refined_trajectories") for turn in t["turns"]
+              for c in turn["calls"]]
+    tool = max(set(called), key=called.count)  # the tool most stored trajectories call
+    set_exclusion(curation_path(home), "tool", tool, "excluded after the graph was built")
+    chains_before = store.read("tool_chains")
+
+    ok, message = step_failure(tool_chains, {"n_chains": 12, "min_tools": 3, "baseline_chains": 4}, home)
+    assert not ok
+    assert "tool_graph has 1 tools that curation.yaml now excludes" in message and tool in message, message
+    assert "re-materialize tool_graph first" in message
+    assert store.read("tool_chains") == chains_before
+
+    for asset, table in ((raw_trajectories, "raw_trajectories"), (refined_trajectories, "refined_trajectories")):
+        ok, message = step_failure(asset, {}, home)
+        assert ok, message
+        rows = store.read(table)
+        assert rows and not any(f"{c['env_id']}.{c['name']}" == tool for t in rows for turn in t["turns"]
+                                for c in turn["calls"]), table
+
+
+def test_a_curation_file_that_excludes_every_environment_keeps_the_graph_and_says_so(curated, tmp_path):
+    source, _, _ = curated
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(source / "envfactory.duckdb", home / "envfactory.duckdb")
+    shutil.copy(curation_path(source), curation_path(home))
+    for env_id in ("bookshop_example", "calendar_tasks"):
+        set_exclusion(curation_path(home), "environment", env_id, "everything out")
+    store = Store(home / "envfactory.duckdb")
+    before = store.read("tool_graph_nodes")
+    ok, message = step_failure(tool_graph, {"embedder": "hashing"}, home)
+    assert not ok
+    assert "curation.yaml excludes every passed environment" in message and "bookshop_example" in message, message
+    assert store.read("tool_graph_nodes") == before

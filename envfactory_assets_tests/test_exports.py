@@ -329,3 +329,28 @@ def test_the_shipped_verl_tool_class_runs_calls_on_one_episode_per_rollout(books
     assert seen["price"] == 12.5  # the rollout's later call sees its earlier one
     assert other["price"] == original  # another rollout has its own copy of the initial state
     assert alone["price"] == original  # without agent_data each call starts from the initial state
+
+
+def test_the_stored_split_is_exported_when_the_fallback_environment_left_no_row(tmp_path):
+    """With no environment under the hash share the dataset stage holds out the lowest-bucket one; when none
+    of its rows survived (its RL rows all failed the replay check), re-choosing over the stored rows would
+    hold out another environment whose rows are stored as train. The stored splits are exported as they are."""
+    from envfactory_assets.exports.verify import verify_export
+    from envfactory_assets.tooluse.splits import held_out_environments
+
+    envs = [f"env_{i}" for i in range(100) if not is_held_out_environment(f"env_{i}")][:3]
+    (fallback,) = held_out_environments(envs)
+    kept = [e for e in envs if e != fallback]
+    licences = environment_licences([{"env_id": e, "source_resource_id": "src_a"} for e in envs],
+                                    [{"id": "src_a", "license_name": "MIT", "license_url": "https://mit"}])
+    sft = [{**_sft(i, e), "split": dataset_split([e], {fallback})} for i, e in enumerate(kept)]
+    rl = [{**_rl(i, e), "split": dataset_split([e], {fallback})} for i, e in enumerate(kept)]
+    assert {r["split"] for r in sft + rl} == {"train"}
+    manifest = build_exports(sft, rl, licences, tmp_path)
+    assert manifest["held_out_env_ids"] == [] and manifest["files"]["verl_train.parquet"]["rows"]["train"] == 2
+    assert verify_export(tmp_path / manifest["version"], manifest, ["verl_train.parquet", "sharegpt_train.json"]) == []
+    # a validation row whose only environment is also trained on is refused, and nothing is written
+    leaked = {**_rl(9, kept[0]), "id": "rl_leak", "split": "validation"}
+    with pytest.raises(ValueError, match="rl_leak: stored split 'validation'"):
+        build_exports(sft, [*rl, leaked], licences, tmp_path / "again")
+    assert not (tmp_path / "again").exists()

@@ -255,6 +255,34 @@ def test_programmatic_solver_reads_labels_nouns_and_errors_like_an_agent():
         assert calls[-1] == ("database_delete_document", {"document_id": "doc_00002"})
 
 
+def test_a_cached_tool_reading_is_not_changed_by_its_callers_specs_or_their_key_order():
+    """The solver caches what it read of a tool list by the list's JSON. A caller that changes its specs
+    afterwards (a parameter's type) must not change what a later, equal list reads as, and two lists that
+    differ only in their parameters' order (which steers argument parsing) must not share a reading."""
+    from envfactory_assets.synth.solve import read_tools
+
+    props = {"pages": {"type": "integer"}, "title": {"type": "string"}, "price": {"type": "number"}}
+    original = (_spec("create_book", "Create a book", props, ("title",)),)
+    query = "Create a book with pages 12, title 'Dune', price 9.5."
+
+    def calls(tools, reuse=True):
+        made, env = _recording_environment()
+        ProgrammaticSolver(reuse_tool_reading=reuse).attempt(SolverView.for_turn([], query, tools), env, seed=1)
+        return made
+
+    mine = copy.deepcopy(original)
+    assert calls(mine) == [("create_book", {"pages": 12, "title": "Dune", "price": 9.5})]
+    for name in ("pages", "price"):
+        mine[0]["function"]["parameters"]["properties"][name]["type"] = "string"
+    fresh = copy.deepcopy(original)
+    assert calls(fresh) == calls(fresh, reuse=False) == [("create_book", {"pages": 12, "title": "Dune", "price": 9.5})]
+    reordered = (_spec("create_book", "Create a book", dict(reversed(props.items())), ("title",)),)
+    assert list(read_tools(reordered).infos["create_book"].params) == ["price", "title", "pages"]
+    # specs that are not JSON are read afresh rather than refused
+    odd = (_spec("create_book", "Create a book", {"title": {"type": "string", "enum": {"Dune"}}}, ("title",)),)
+    assert read_tools(odd).infos["create_book"].params["title"]["enum"] == {"Dune"}
+
+
 def _bookshop_view(bookshop_env, query, earlier=()):
     tools = tools_of({bookshop_env["env_id"]: bookshop_env}, [bookshop_env["env_id"]])
     return SolverView.for_turn(list(earlier), query, tools)

@@ -9,6 +9,7 @@ from envfactory_assets.catalog.environments import (
     PassedEnvironments,
     passed_environments,
     servable_env_ids,
+    unserved_nodes,
 )
 
-__all__ = ["PassedEnvironments", "passed_environments", "servable_env_ids"]
+__all__ = ["PassedEnvironments", "passed_environments", "servable_env_ids", "unserved_nodes"]

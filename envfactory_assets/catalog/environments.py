@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,14 @@ def passed_environments(store: Store, curation: Curation | None = None) -> Passe
     if curation is not None:
         envs, dropped = filter_environments(envs, curation)
     return PassedEnvironments(envs, {v["env_id"]: v["id"] for v in ver_rows if v["env_id"] in envs}, dropped)
+
+
+def unserved_nodes(environments: Mapping[str, Mapping[str, Any]], node_ids: Iterable[str]) -> list[str]:
+    """The tool-graph node ids (``"{env_id}.{tool_name}"``) among ``node_ids`` that ``environments`` (the
+    catalogue's, curated) do not serve, sorted: their environment is not there (excluded, or its verification
+    no longer passes) or lacks the tool (excluded). Rows made before the curation file changed hold such ids."""
+    served = {f"{env_id}.{tool['name']}" for env_id, env in environments.items() for tool in env["tools"]}
+    return sorted(set(node_ids) - served)
 
 
 def servable_env_ids(store: Store) -> list[str]:

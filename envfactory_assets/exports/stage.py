@@ -19,7 +19,7 @@ from envfactory_assets.exports import formats, verl_reward
 from envfactory_assets.exports.licences import allowed, row_licences
 from envfactory_assets.exports.verl_tool_config import TOOLS_CONFIG, TOOLS_MODULE, TOOLS_SOURCE, verl_tool_config
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.tooluse.splits import dataset_split, held_out_environments
+from envfactory_assets.tooluse.splits import dataset_split, stored_held_out
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
@@ -33,7 +33,8 @@ version even when the row ids are the same."""
 def export_split(row: Mapping[str, Any], held_out: frozenset[str]) -> str:
     """The row's stored ``split`` (``train`` or ``validation``), which the exports use as it is.
 
-    ``held_out`` is :func:`~envfactory_assets.tooluse.splits.held_out_environments` over every row's environments.
+    ``held_out`` is :func:`~envfactory_assets.tooluse.splits.stored_held_out` of every row (before the licence
+    allow-list drops any).
 
     Raises:
         ValueError: the row has no ``split``, or it disagrees with its environments'
@@ -147,7 +148,8 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     Raises:
         KeyError: a row's environment has no known source licence, or is missing from ``environments``
             (nothing is written).
-        ValueError: a row's stored split disagrees with its environments (:func:`export_split`).
+        ValueError: a row's stored split disagrees with its environments (:func:`export_split`,
+            :func:`~envfactory_assets.tooluse.splits.stored_held_out`; nothing is written).
         ValueError: ``allow`` has a blank entry, which would silently drop every row (nothing is written).
     """
     import json
@@ -162,7 +164,7 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     out = Path(exports_dir) / version
     if (out / MANIFEST).is_file():
         return json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    held_out = held_out_environments(e for r in [*sft_rows, *rl_rows] for e in r["env_ids"])
+    held_out = stored_held_out([*sft_rows, *rl_rows])
     sft, sft_dropped = _select(sft_rows, licences, allow, held_out)
     rl, rl_dropped = _select(rl_rows, licences, allow, held_out)
     tmp = out.with_name(f".{version}.tmp-{os.getpid()}")

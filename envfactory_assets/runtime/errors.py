@@ -39,8 +39,23 @@ class ErrorType(StrEnum):
     INTERNAL = "internal"
 
 
+def _rebuilt(cls: type, args: tuple, state: dict) -> SandboxError:
+    """``cls`` with its message ``args`` and attributes ``state``, without calling its ``__init__``."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
 class SandboxError(Exception):
-    """Base class of every exception raised by :class:`.sandbox.SandboxWorker`."""
+    """Base class of every exception raised by :class:`.sandbox.SandboxWorker`.
+
+    The subclasses survive pickling with their attributes (a calibration pool process raises them in the
+    parent): the default would call ``__init__`` with the message alone, which their signatures refuse.
+    """
+
+    def __reduce__(self) -> tuple:
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
 
 
 class WorkerCrashed(SandboxError):

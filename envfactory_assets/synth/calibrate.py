@@ -23,6 +23,7 @@ from typing import Any
 from envfactory_assets.config_checks import finite_number, number_types, whole_number
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.store.ids import content_id
+from envfactory_assets.synth.calibrate_pool import MAX_WORKERS
 from envfactory_assets.synth.conversation import (
     DialogueSolver,
     chosen_for_conversation,
@@ -54,7 +55,8 @@ class CalibrationConfig:
     ``goal_expansion``: operator d's expansion of the last turn (:mod:`envfactory_assets.synth.expansion`);
     ``conversational_share``: share (0..1) of turns whose query leaves out a user-providable value the solver
     must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off); ``workers``:
-    processes calibrating trajectories (0 = one per core; :mod:`envfactory_assets.synth.calibrate_pool`).
+    processes calibrating trajectories (0 = one per core, at most
+    :data:`~envfactory_assets.synth.calibrate_pool.MAX_WORKERS`; :mod:`envfactory_assets.synth.calibrate_pool`).
 
     Raises:
         SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
@@ -72,7 +74,7 @@ class CalibrationConfig:
         # the ranged checks first, so a NaN share is refused naming its range; then the rest's types
         whole_number("calibration", "k", self.k, low=1)
         whole_number("calibration", "min_turns", self.min_turns, low=1)
-        whole_number("calibration", "workers", self.workers, low=0)
+        whole_number("calibration", "workers", self.workers, low=0, high=MAX_WORKERS)
         finite_number("calibration", "conversational_share", self.conversational_share, low=0.0, high=1.0)
         number_types(self, "calibration")
 

@@ -14,12 +14,17 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from envfactory_assets.config_checks import whole_number
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 
 #: At most this many processes when the setting is 0 (auto): one per core, since each keeps one core busy.
 MAX_AUTO_WORKERS = 8
+#: The largest setting: every process runs its own sandbox worker, which loads every environment it is sent
+#: (tens of MiB each), so more processes than this exhaust memory long before they save time.
+MAX_WORKERS = 64
 #: Below this many trajectories per process, starting processes (imports, environment loads: seconds) costs
 #: more than it saves, so the stage runs in its own process.
 MIN_TRAJECTORIES_PER_WORKER = 40
@@ -35,10 +40,9 @@ def resolve_workers(setting: int, n_trajectories: int) -> int:
     :data:`MAX_AUTO_WORKERS`), never more than one per :data:`MIN_TRAJECTORIES_PER_WORKER` trajectories.
 
     Raises:
-        ValueError: ``setting`` is negative.
+        SettingError: (a ValueError) ``setting`` is not a whole number in ``[0, MAX_WORKERS]``.
     """
-    if setting < 0:
-        raise ValueError(f"calibration workers must be >= 0 (0 = one per core), got {setting}")
+    whole_number("calibration", "workers", setting, low=0, high=MAX_WORKERS)
     wanted = setting or min(os.cpu_count() or 1, MAX_AUTO_WORKERS)
     return max(1, min(wanted, n_trajectories // MIN_TRAJECTORIES_PER_WORKER))
 
@@ -81,7 +85,9 @@ def calibrate_all(raws: Sequence[dict[str, Any]], environments: dict[str, dict[s
     with picklable arguments) and each process loads the environments of the trajectories it is sent, once.
 
     Raises:
-        whatever ``calibrate`` raises, from the process that ran it.
+        whatever ``calibrate`` raises, from the process that ran it (a sandbox error with its attributes).
+        RuntimeError: a process ended without an answer (killed, out of memory, or its sandbox worker could
+            not start); nothing of the run is returned.
     """
     limits = limits or SandboxLimits()
     if workers <= 1:
@@ -98,7 +104,14 @@ def calibrate_all(raws: Sequence[dict[str, Any]], environments: dict[str, dict[s
         futures = [pool.submit(_calibrate_chunk, chunk) for chunk in chunks]
         try:
             for future in futures:
-                yield from future.result()
+                try:
+                    results = future.result()
+                except BrokenProcessPool as exc:
+                    raise RuntimeError(
+                        f"a calibration process ended without an answer ({exc}): killed, out of memory, or its "
+                        f"sandbox worker could not start; workers=1 calibrates in this process and shows the "
+                        f"error") from exc
+                yield from results
         finally:
             for future in futures:
                 future.cancel()

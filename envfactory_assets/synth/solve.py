@@ -215,20 +215,27 @@ _toolsets: dict[bytes, _ToolSet] = {}
 
 def read_tools(tools: Sequence[Mapping[str, Any]], reuse: bool = True) -> _ToolSet:
     """The :class:`_ToolSet` of ``tools``; with ``reuse``, shared by every call with equal specs (a small
-    cache keyed by the specs' canonical JSON, so two environments' equally named tools never share one).
-    ``reuse=False`` reads them afresh (the reference path the tests compare against)."""
+    cache keyed by the specs' JSON, keys in order, so two environments' equally named tools never share one,
+    nor two lists whose parameters differ only in order).
+    ``reuse=False`` reads them afresh (the reference path the tests compare against). A cached tool set is
+    read from its own copy of the specs, so a caller changing its specs afterwards changes no cached one;
+    specs that are not JSON (a set, a non-text key) are read afresh, uncached."""
     if not reuse:
         return _ToolSet(tools)
     import hashlib
 
     import orjson
 
-    key = hashlib.blake2b(orjson.dumps(list(tools), option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+    try:
+        blob = orjson.dumps(list(tools))  # keys in their order: the parameters' order steers argument parsing
+    except TypeError:
+        return _ToolSet(tools)
+    key = hashlib.blake2b(blob, digest_size=16).digest()
     found = _toolsets.get(key)
     if found is None:
         if len(_toolsets) >= _TOOLSETS_MAX:
             _toolsets.pop(next(iter(_toolsets)))
-        found = _toolsets[key] = _ToolSet(tools)
+        found = _toolsets[key] = _ToolSet(copy.deepcopy(list(tools)))
     return found
 
 

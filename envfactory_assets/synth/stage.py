@@ -30,7 +30,12 @@ from envfactory_assets.synth.sampler import (
     validate_chain,
 )
 from envfactory_assets.synth.solve import ProgrammaticSolver, Solver
-from envfactory_assets.tooluse.splits import dataset_split, held_out_environments
+from envfactory_assets.tooluse.splits import (
+    TRAIN_SPLIT,
+    dataset_split,
+    held_out_environments,
+    is_held_out_environment,
+)
 from envfactory_assets.synth.trajectories import (
     SynthConfig,
     synthesize_trajectory,
@@ -193,6 +198,11 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
 
     ``query_source`` (:func:`with_query_source`): ``refined`` (default) or ``raw`` queries in every row.
 
+    Each row's stored ``split`` (``train``/``validation``) is :func:`~envfactory_assets.tooluse.splits.dataset_split`
+    over the held-out environments of all of ``refined`` at once, and is part of the row's id (a row whose
+    split moved is a new row, never the stored one kept). Abstention requests of ``train`` rows never come
+    from a held-out environment.
+
     ``gaps`` (default :class:`DataGapsConfig`'s shares) adds abstention turns, parallel calls and converted
     values to each trajectory first (:func:`envfactory_assets.synth.datagaps.augment_trajectory`; abstention
     requests may come from any of ``environments``); ``gap_stats``, when given, receives the row counts per kind.
@@ -208,6 +218,10 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     stats = gap_stats if gap_stats is not None else GapStats()
     splits = {t["id"]: split_of(t["id"], sft_share) for t in refined}
     held_out = held_out_environments(e for t in refined for e in t["env_ids"])
+    # A train row's abstention request may name another environment's tool: never a held-out one's (nor
+    # one the hash rule would hold out once its trajectories arrive), or training would see its tools.
+    unseen = held_out | {e for e in environments if is_held_out_environment(e)}
+    train_pool = {e: env for e, env in environments.items() if e not in unseen}
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
         # every trajectory's environments: the parallel-call check replays SFT turns too
@@ -216,14 +230,18 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                                                  for e in t["env_ids"]))
         for source in refined:
             split = splits[source["id"]]
-            traj = augment_trajectory(source, environments, split, gaps, worker)
+            stored = dataset_split(source["env_ids"], held_out)
+            traj = augment_trajectory(source, train_pool if stored == TRAIN_SPLIT else environments, split, gaps,
+                                      worker)
             envs = {e: environments[e] for e in traj["env_ids"]}
             overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": dataset_split(traj["env_ids"], held_out), "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
+                       "split": stored, "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
                        **sft_row(traj, envs)}
-                row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"]})
+                # the split is part of the id: the store keeps a stored id's row as it is, so a row whose
+                # split moved (the held-out fallback changes with the corpus) must be a new row
+                row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"], "split": stored})
                 sft.append(row)
                 stats.add_sft(traj["turns"])
                 continue
@@ -235,7 +253,8 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                 stats.add_rl(traj["turns"][r["turn_index"]], r["gold_calls"])
                 r.pop("changes_state")
                 row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": dataset_split(traj["env_ids"], held_out), "benchmark_overlap": overlap, **r}
-                row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"]})
+                       "split": stored, "benchmark_overlap": overlap, **r}
+                row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"],
+                                              "split": stored})
                 rl.append(row)
     return sft, rl, rejected

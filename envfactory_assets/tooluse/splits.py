@@ -92,3 +92,32 @@ def stored_split(row: Mapping[str, Any]) -> str:
         raise ValueError(f"dataset row {row.get('id')!r} has split {split!r}, expected {TRAIN_SPLIT!r} or "
                          f"{VALIDATION_SPLIT!r}; re-materialize sft_dataset and rl_dataset")
     return "held_out" if split == VALIDATION_SPLIT else "train"
+
+
+def stored_held_out(rows: Iterable[Mapping[str, Any]], share: float = HELD_OUT_SHARE) -> frozenset[str]:
+    """The environments of dataset ``rows`` that no ``train`` row uses, from the rows' stored splits alone.
+
+    The dataset stage chose the held-out environments over every refined trajectory, some of which may have
+    left no row (all their RL rows failed the replay check), so re-running :func:`held_out_environments` on
+    the rows can pick another fallback environment; the stored splits are the decision. They must still be
+    consistent with some held-out set: no ``train`` row uses an environment the hash rule holds out, and
+    every ``validation`` row uses at least one environment no ``train`` row uses.
+
+    Raises:
+        ValueError: a row's split is missing or unknown (:func:`stored_split`), or the splits are
+            inconsistent as above (a held-out environment would be trained on); the message names the row.
+    """
+    rows = list(rows)
+    trained = {e for r in rows if stored_split(r) == "train" for e in r["env_ids"]}
+    hashed = sorted(e for e in trained if is_held_out_environment(e, share))
+    if hashed:
+        row = next(r for r in rows if r.get("split") == TRAIN_SPLIT and set(hashed) & set(r["env_ids"]))
+        raise ValueError(f"row {row.get('id')}: stored split {TRAIN_SPLIT!r} but its environments "
+                         f"{list(row['env_ids'])} make it {VALIDATION_SPLIT!r} (the hash rule holds out {hashed}); "
+                         "re-materialize sft_dataset and rl_dataset")
+    for row in rows:
+        if row.get("split") == VALIDATION_SPLIT and set(row["env_ids"]) <= trained:
+            raise ValueError(f"row {row.get('id')}: stored split {VALIDATION_SPLIT!r} but each of its environments "
+                             f"{list(row['env_ids'])} is in train rows too, so it holds out none; re-materialize "
+                             "sft_dataset and rl_dataset")
+    return frozenset(e for r in rows for e in r["env_ids"]) - trained

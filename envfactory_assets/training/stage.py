@@ -12,7 +12,7 @@ from typing import Any
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE
 from envfactory_assets.tooluse.reward import arguments_that_matter
-from envfactory_assets.tooluse.splits import stored_split
+from envfactory_assets.tooluse.splits import stored_held_out, stored_split
 from envfactory_assets.tooluse.task_environment import environment_class
 from envfactory_assets.tooluse.tool_selection import restrict_tools
 from envfactory_assets.training.base_model import model_hash, resolve_base_model
@@ -162,10 +162,12 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     max_steps)`` is called after every optimizer step (:func:`~envfactory_assets.training.sft.train_sft`).
 
     Raises:
-        ValueError: when there are no SFT rows to train on.
+        ValueError: when there are no SFT rows to train on, or the rows' stored splits would train on a
+            held-out environment (:func:`~envfactory_assets.tooluse.splits.stored_held_out`).
     """
     if not sft_rows:
         raise ValueError("sft_dataset is empty: nothing to train on")
+    stored_held_out([*sft_rows, *rl_rows])  # GRPO trains on these RL rows' train split too
     sft_rows = train_split(sft_rows)
     if not sft_rows:
         raise ValueError("sft_dataset has no train-split rows (every environment is held out): nothing to train on")

@@ -81,6 +81,9 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     passed = catalog.passed_environments(envfactory.store(), user_curation(envfactory))
     envs, verified_ids, excluded = passed.environments, passed.verified_ids, passed.excluded
     if not envs:
+        if excluded:  # the stored graph stays: an emptied catalogue is a curation file to fix, not a result
+            raise dg.Failure(f"curation.yaml excludes every passed environment ({len(excluded)} exclusions, e.g. "
+                             f"{sorted(excluded)[:3]}): nothing to build a tool graph from")
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
     embedder = EMBEDDERS[config.embedder]()
     backend = None

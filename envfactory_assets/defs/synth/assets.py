@@ -18,6 +18,7 @@ from envfactory_assets.defs.common import (
     status_counts,
 )
 from envfactory_assets.defs.partitions import asset_code_version
+from envfactory_assets.catalog import unserved_nodes
 from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.viewer import sample_markdown
@@ -147,6 +148,24 @@ def min_turns_reachable(owner: str, min_turns: int, longest: int | None, why: st
                            f"({why})")
 
 
+def served(envs: dict[str, dict], row: dict) -> bool:
+    """Whether every environment of a trajectory row and every tool its turns call are still in the curated
+    catalogue ``envs``: ``curation.yaml`` may exclude an environment or a tool after the row was made, and the
+    exclusion holds for every row made before it too."""
+    calls = (c.get("node") or f"{c['env_id']}.{c['name']}" for t in row["turns"] for c in t["calls"])
+    return all(e in envs for e in row["env_ids"]) and not unserved_nodes(envs, calls)
+
+
+def _refuse_a_graph_curation_outdated(envfactory: EnvFactoryHome, envs: dict[str, dict]) -> None:
+    """Raise ``dg.Failure`` when the stored tool graph has tools the curated catalogue no longer serves
+    (``curation.yaml`` changed after ``tool_graph`` ran): sampling it would put excluded tools in chains."""
+    stale = unserved_nodes(envs, (r["node_id"] for r in envfactory.store().read("tool_graph_nodes")))
+    if stale:
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        raise dg.Failure(f"tool_chains: the stored tool_graph has {len(stale)} tools that curation.yaml now excludes "
+                         f"or whose environment no longer passes ({shown}); re-materialize tool_graph first")
+
+
 def _graph(envfactory: EnvFactoryHome):
     store = envfactory.store()
     return graph_from_store_rows(store.read("tool_graph_nodes"), store.read("tool_graph_parameters"),
@@ -162,6 +181,7 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
     cfg = checked(config.check_settings)
     require_upstream_gates(context, upstream_gates)
     envs, verified_ids = passed_environments(envfactory)
+    _refuse_a_graph_curation_outdated(envfactory, envs)
     graph = _graph(envfactory)
     tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
     rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg, tags)
@@ -208,7 +228,9 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
     require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
-    chains = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
+    stored = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
+    # chains sampled before curation.yaml excluded one of their environments or tools are not executed
+    chains = [c for c in stored if all(e in envs for e in c["env_ids"]) and not unserved_nodes(envs, c["tools"]["tools"])]
     longest = max((c["n_tools"] for c in chains), default=None)
     checked(lambda: min_turns_reachable(
         "raw_trajectories", config.min_turns, longest,
@@ -230,6 +252,7 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
         "calls_per_trajectory": dict(sorted(Counter(r["n_calls"] for r in ok).items())),
         "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
         "reused_unchanged": len(reused), "config": config.model_dump(),
+        "chains_not_served": len(stored) - len(chains),
         "examples_md": dg.MetadataValue.md(raw_examples_markdown(rows)),
     }, data_version=data_version(rows))
 
@@ -284,7 +307,7 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     user = (ModelUser(backend) if backend is not None else ProgrammaticUser()) if conversational else None
     providable = providable_flags(_graph(envfactory)) if conversational else None
 
-    todo = [r for r in raw if all(e in envs for e in r["env_ids"])]
+    todo = [r for r in raw if served(envs, r)]
     meter = asset_progress(context, len(todo), "trajectories calibrated")
     rows = refined_trajectory_rows(todo, envs, solver, cal, progress=lambda done, total: meter.update(done),
                                    user=user, providable=providable)
@@ -316,7 +339,7 @@ def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactor
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")
     stats = GapStats()
-    sft, rl, rejected = dataset_rows([r for r in refined if all(e in envs for e in r["env_ids"])], envs,
+    sft, rl, rejected = dataset_rows([r for r in refined if served(envs, r)], envs,
                                      config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")),
                                      gaps=gaps, gap_stats=stats, query_source=config.query_source)
     shares = stats.shares()

@@ -1,9 +1,9 @@
 """Containment probes: evidence, independent of the sandbox's own reports, that hostile code did no
 harm outside its worker.
 
-:class:`Probes` plants secrets in a fake ``ENVFACTORY_HOME``, a fake ``$HOME`` and an ``/etc``-like
-folder (plus the first line of the real ``/etc/passwd``), opens a loopback listener, and names a
-canary path and a marker token. Samples only ever get paths under the probe's own folder to write
+:class:`Probes` plants secrets in a fake ``ENVFACTORY_HOME``, a fake ``$HOME``, an ``/etc``-like
+folder (plus the first line of the real ``/etc/passwd``) and the parent's environment variables, opens a
+loopback listener, and names a canary path and a marker token. Samples only ever get paths under the probe's own folder to write
 to: the negative control runs them unconfined. After a sample ran and its worker was closed, :meth:`Probes.check`
 lists every violation: a secret in any output, error or stderr text; a connection the listener
 received; a file created or changed anywhere under the probe's folder; a process still alive whose
@@ -47,6 +47,8 @@ PROBE_SENSITIVE_NAMES = frozenset({
     "write_file_with_pathlib", "shell_via_subprocess", "os_system_through_builtins",
     "update_wrapper_getattr", "submodule_from_import",
 })
+#: The parent's environment variable holding a planted secret while the probes run.
+PROBE_ENV_VAR = "ENVFACTORY_PROBE_SECRET"
 #: How much the parent's peak resident memory may grow while one sample runs, MiB.
 PARENT_MEMORY_GROWTH_MB = 300
 #: Seconds a closed worker's processes get to disappear before one still alive counts as left behind.
@@ -67,6 +69,55 @@ def _is_zombie(pid: int) -> bool:
             return stat.read().rpartition(")")[2].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
+
+
+#: The host uid of sandboxed code when the parent runs as root.
+SANDBOX_UID = 65534
+
+
+def _visible_pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _uid_and_parent(pid: int) -> tuple[int | None, int | None]:
+    """``(real uid, parent pid)`` of ``pid`` from ``/proc/<pid>/status``; ``(None, None)`` once it is gone."""
+    uid = parent = None
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                elif line.startswith("PPid:"):
+                    parent = int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        return None, None
+    return uid, parent
+
+
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and every process above it, up to pid 1 (and 0)."""
+    line = {0}
+    while pid and pid not in line:
+        line.add(pid)
+        pid = _uid_and_parent(pid)[1] or 0
+    return line
+
+
+def _held_by_another_tree(pid: int, own_line: set[int]) -> bool:
+    """Whether a sandbox-uid process sits under another program's process (one not in ``own_line``, this
+    process and its ancestors, and not of the sandbox uid): the sandbox worker of another run. A process
+    left behind by a sample has left its worker's tree: it hangs off init or an ancestor of this process."""
+    seen = set()
+    parent = _uid_and_parent(pid)[1]
+    while parent and parent not in own_line and parent not in seen:
+        seen.add(parent)
+        uid, above = _uid_and_parent(parent)
+        if uid is None:
+            return False
+        if uid != SANDBOX_UID:
+            return True
+        parent = above
+    return False
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
@@ -114,6 +165,10 @@ class Probes:
             path.write_text(f"{token}\n")
             self.tokens.append(token)
             self.secret_paths.append(str(path))
+        # a secret in the parent's own environment, where API keys live: no worker may see it
+        self.env_token = "SECRET-" + token_source.token_hex(12)
+        os.environ[PROBE_ENV_VAR] = self.env_token
+        self.tokens.append(self.env_token)
         try:
             first = Path("/etc/passwd").read_text().splitlines()[0].strip()
         except (OSError, IndexError):
@@ -133,20 +188,14 @@ class Probes:
 
     @staticmethod
     def _sandbox_uid_processes() -> set[int]:
-        """Pids of processes running as host uid 65534 (the sandbox's uid when the parent is root)."""
+        """Pids of processes running as host uid 65534 (the sandbox's uid when the parent is root) that no
+        other program's process tree holds (:func:`_held_by_another_tree`): another pipeline's sandbox
+        workers on the same host are neither this run's leftovers nor processes to kill."""
         if os.geteuid() != 0:
             return set()
-        found = set()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/status") as status:
-                        uid = next(line for line in status if line.startswith("Uid:")).split()[1]
-                except (OSError, StopIteration, IndexError):
-                    continue
-                if uid == "65534":
-                    found.add(int(entry))
-        return found
+        found = {pid for pid in _visible_pids() if _uid_and_parent(pid)[0] == SANDBOX_UID}
+        own_line = _ancestors(os.getpid())
+        return {pid for pid in found if not _held_by_another_tree(pid, own_line)}
 
     def __enter__(self) -> Probes:
         return self
@@ -158,6 +207,8 @@ class Probes:
         """Kill anything left behind, close the listener, remove the folder."""
         self.kill_leftovers()
         self.listener.close()
+        if os.environ.get(PROBE_ENV_VAR) == self.env_token:
+            del os.environ[PROBE_ENV_VAR]
         self._tmp.cleanup()
 
     def arguments(self, sample: HostileSample) -> dict[str, Any]:

@@ -492,5 +492,143 @@ def attack(state, canary, secrets, port, marker):
     ),
 ]
 
+# Routes around the Python layer that lead to the same damage by another door: paths through /proc, the
+# parent's environment variables, the code the parent itself imports, the terminal, a raw clone system call.
+OS_SAMPLES += [
+    _os_sample(
+        "proc_root_of_visible_processes",
+        "file access",
+        "writes the canary and reads the secrets through /proc/<pid>/root and /proc/<pid>/cwd of every process "
+        "it can see: a process of the host's mount namespace would open the host's whole file system",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    got = {}
+    try:
+        visible = [p for p in os_module.listdir("/proc") if p.isdigit()]
+    except Exception as exc:
+        visible, got["/proc"] = [], "refused: " + type(exc).__name__
+    for pid in ["self", "1", str(os_module.getppid())] + visible:
+        for link in ("root", "cwd"):
+            base = "/proc/%s/%s" % (pid, link)
+            try:
+                with open(base + canary, "w") as handle:
+                    handle.write("escaped")
+                got[base + " write"] = "wrote"
+            except Exception as exc:
+                got[base + " write"] = "refused: " + type(exc).__name__
+            for path in secrets:
+                try:
+                    with open(base + path) as handle:
+                        got[base + path] = handle.read(4096)
+                except Exception as exc:
+                    got[base + path] = "refused: " + type(exc).__name__
+    return {"through_proc": got, "report": _damage(__import__, canary, secrets, port, marker)}
+''',
+    ),
+    _os_sample(
+        "read_environment_variables",
+        "file access",
+        "reads its own os.environ and /proc/<pid>/environ of every visible process, looking for the secret "
+        "the probes planted in the parent's environment (API keys live there)",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    found = {"own": dict(os_module.environ)}
+    try:
+        visible = [p for p in os_module.listdir("/proc") if p.isdigit()]
+    except Exception as exc:
+        visible, found["/proc"] = [], "refused: " + type(exc).__name__
+    for pid in ["self", "1"] + visible:
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as handle:
+                found[pid] = handle.read().decode("latin-1")
+        except Exception as exc:
+            found[pid] = "refused: " + type(exc).__name__
+    return {"environ": found}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "write_into_code_paths",
+        "persistent code",
+        "creates a .pth file in every sys.path folder (the virtualenv, the package, the standard library): "
+        "the parent's next Python start would run it outside any sandbox",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    sys_module = __import__("sys")
+    folders = [p for p in sys_module.path if p] + [os_module.path.dirname(os_module.__file__)]
+    got = {}
+    for folder in folders:
+        if os_module.path.realpath(folder) == "/tmp":  # the worker's private tmpfs (its cwd) is its own
+            continue
+        path = os_module.path.join(folder, "zz_envfactory_probe.pth")
+        try:
+            with open(path, "x") as handle:
+                handle.write("import os\\n")
+            os_module.unlink(path)  # found out: remove it at once, report it
+            got[folder] = marker + ":achieved:code-write"
+        except Exception as exc:
+            got[folder] = "refused: " + type(exc).__name__
+    return {"code_paths": got}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "tiocsti_terminal_injection",
+        "terminal injection",
+        "pushes a character into the input queue of its standard descriptors and of /dev/tty with TIOCSTI: "
+        "on the user's terminal it would be typed into the shell that started the pipeline",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    fcntl_module = __import__("fcntl")
+    termios_module = __import__("termios")
+    got = {}
+    descriptors = [0, 1, 2]
+    try:
+        descriptors.append(os_module.open("/dev/tty", os_module.O_RDWR))
+    except Exception as exc:
+        got["/dev/tty"] = "refused: " + type(exc).__name__
+    for fd in descriptors:
+        try:
+            fcntl_module.ioctl(fd, termios_module.TIOCSTI, b"#")
+            got[str(fd)] = marker + ":achieved:tty-injection"
+        except Exception as exc:
+            got[str(fd)] = "refused: " + type(exc).__name__
+    return {"tty": got}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "raw_clone_system_call",
+        "process/exec",
+        "starts a process with the clone system call through ctypes (no os.fork, no fork syscall), in its "
+        "own session so that killing the worker's process group misses it, and leaves it sleeping",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    time_module = __import__("time")
+    number = {"x86_64": 56, "aarch64": 220}.get(os_module.uname().machine)
+    if number is None:
+        return {"clone": "unknown architecture"}
+    libc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL across the call, so the child can run Python
+    libc.syscall.restype = ctypes.c_long
+    pid = libc.syscall(ctypes.c_long(number), ctypes.c_ulong(17), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                       ctypes.c_ulong(0), ctypes.c_ulong(0))  # flags = SIGCHLD: a plain process
+    if pid == 0:
+        try:
+            os_module.setsid()
+        except Exception:
+            pass
+        while True:
+            time_module.sleep(1)
+    return {"clone": pid, "errno": ctypes.get_errno()}
+''',
+        imports="import ctypes",
+    ),
+]
+
 #: The whole hostile corpus: the Python-layer samples of :mod:`.samples` and the OS-layer ones above.
 CORPUS: tuple[HostileSample, ...] = (*SAMPLES, *OS_SAMPLES)
