@@ -50,6 +50,10 @@ def test_worker_count_follows_the_setting_the_cores_and_the_size_floor(monkeypat
     assert calibrate_pool.resolve_workers(6, 3000) == 6
     assert calibrate_pool.resolve_workers(0, 60) == 1  # too few trajectories to pay for a second process
     assert calibrate_pool.resolve_workers(4, 0) == 1
+    # one sandbox worker per environment per process: the auto setting stops where memory would run out
+    many = int(__import__("psutil").virtual_memory().available / 2**20 // calibrate_pool.MIB_PER_ENVIRONMENT)
+    assert calibrate_pool.resolve_workers(0, 3000, many) == 1
+    assert calibrate_pool.resolve_workers(2, 3000, many) == 2  # an explicit setting is the user's call
     for bad in (-1, True, 2.5, calibrate_pool.MAX_WORKERS + 1, 10**9):
         with pytest.raises(ValueError, match=rf"workers={bad!r}: expected a whole number in \[0, 64\]"):
             calibrate_pool.resolve_workers(bad, 100)

@@ -22,6 +22,10 @@ from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 
 #: At most this many processes when the setting is 0 (auto): one per core, since each keeps one core busy.
 MAX_AUTO_WORKERS = 8
+#: Memory one process needs, for the auto setting: its own imports and rows, plus one sandbox worker per
+#: environment it is sent (each a Python process with the environment loaded; 30-60 MiB measured).
+BASE_MIB_PER_WORKER = 500
+MIB_PER_ENVIRONMENT = 60
 #: The largest setting: every process runs its own sandbox worker, which loads every environment it is sent
 #: (tens of MiB each), so more processes than this exhaust memory long before they save time.
 MAX_WORKERS = 64
@@ -35,15 +39,22 @@ CHUNK = 8
 Calibrate = Callable[[dict[str, Any], dict[str, dict[str, Any]], SandboxWorker], dict[str, Any]]
 
 
-def resolve_workers(setting: int, n_trajectories: int) -> int:
-    """Processes to calibrate ``n_trajectories`` with: ``setting`` (0 = one per core, at most
-    :data:`MAX_AUTO_WORKERS`), never more than one per :data:`MIN_TRAJECTORIES_PER_WORKER` trajectories.
+def resolve_workers(setting: int, n_trajectories: int, n_environments: int = 0) -> int:
+    """Processes to calibrate ``n_trajectories`` over ``n_environments`` with: ``setting``, or for 0 one per core
+    (at most :data:`MAX_AUTO_WORKERS`) as far as the available memory holds :data:`MIB_PER_ENVIRONMENT` per
+    environment per process; never more than one per :data:`MIN_TRAJECTORIES_PER_WORKER` trajectories.
 
     Raises:
         SettingError: (a ValueError) ``setting`` is not a whole number in ``[0, MAX_WORKERS]``.
     """
     whole_number("calibration", "workers", setting, low=0, high=MAX_WORKERS)
-    wanted = setting or min(os.cpu_count() or 1, MAX_AUTO_WORKERS)
+    wanted = setting
+    if not wanted:
+        import psutil
+
+        per_process = BASE_MIB_PER_WORKER + MIB_PER_ENVIRONMENT * n_environments
+        fits = int(psutil.virtual_memory().available / 2**20 // per_process)
+        wanted = min(os.cpu_count() or 1, MAX_AUTO_WORKERS, fits)
     return max(1, min(wanted, n_trajectories // MIN_TRAJECTORIES_PER_WORKER))
 
 

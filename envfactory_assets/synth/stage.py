@@ -133,7 +133,8 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
     solver = solver or ProgrammaticSolver()
     cfg = config or CalibrationConfig()
     offline = isinstance(solver, ProgrammaticSolver) and (user is None or isinstance(user, ProgrammaticUser))
-    workers = resolve_workers(cfg.workers, len(raw_rows)) if offline else 1
+    workers = resolve_workers(cfg.workers, len(raw_rows), len({e for r in raw_rows for e in r['env_ids']})) \
+        if offline else 1
     calibrate = functools.partial(_calibrate, solver=solver, config=cfg, user=user, providable=providable)
     rows = []
     for i, (raw, cal) in enumerate(zip(raw_rows, calibrate_all(raw_rows, environments, calibrate, workers, limits))):
