@@ -182,7 +182,7 @@ def release_abandoned_runs(instance: Any) -> list[str]:
     """
     import dagster as dg
 
-    from envfactory_assets.defs.run_progress import RUN_TAG
+    from envfactory_assets.runner.run_progress import RUN_TAG
 
     unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                   dg.DagsterRunStatus.STARTED]
@@ -206,7 +206,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
-    from envfactory_assets.defs.run_progress import RUN_TAG, RunProgressBar
+    from envfactory_assets.runner.run_progress import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, stale_assets
     from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config

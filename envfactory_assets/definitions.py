@@ -31,7 +31,7 @@ PIPELINE_ASSETS = dg.AssetSelection.all() - dg.AssetSelection.groups("sql_marts"
 
 full_pipeline_job = dg.define_asset_job(
     "full_pipeline", selection=dg.AssetSelection.all(),
-    description="Every stage from source_resources to checkpoints, plus the SQL marts.")
+    description="Every stage from source_resources to checkpoints, evaluations and exports, plus the SQL marts.")
 
 ALL_ASSETS = with_gated_automation([*dg.load_assets_from_modules(_MODULES), *sql_assets])
 ALL_CHECKS = list(dg.load_asset_checks_from_modules(_MODULES))

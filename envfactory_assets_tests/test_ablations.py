@@ -119,7 +119,8 @@ def test_the_orchestration_writes_only_to_arm_homes_and_trains_every_arm_on_equa
     ticks = iter(range(0, 1000, 10))
     run = run_ablations(main, USER, main / "npm", materialize, lambda h: rows[h.name],
                         lambda h: {"id": f"ckpt_{h.name}", "path": str(h / "checkpoints")},
-                        lambda ckpts: _rows(), log=lambda _: None, clock=lambda: float(next(ticks)))
+                        lambda ckpts: _rows(), default_max_train_rows=64, log=lambda _: None,
+                        clock=lambda: float(next(ticks)))
     assert hashlib.sha256(store.read_bytes()).hexdigest() == digest
     assert {h for h, _, _ in calls} == {main.resolve() / "ablations" / a.name for a in ARMS}
     assert all(h != main.resolve() and (h / "envfactory.duckdb").exists() for h, _, _ in calls)
@@ -132,7 +133,7 @@ def test_the_orchestration_writes_only_to_arm_homes_and_trains_every_arm_on_equa
     assert run.seconds == {"synthesis": 10.0, "training": 10.0, "evaluation": 10.0, "total": 30.0}
     with pytest.raises(ValueError, match="no train-split SFT row"):
         run_ablations(main, USER, main / "npm", materialize, lambda h: 0, lambda h: {}, lambda c: [],
-                      log=lambda _: None)
+                      default_max_train_rows=64, log=lambda _: None)
 
 
 def test_the_report_compares_arms_by_the_paired_interval_on_shared_tasks(tmp_path):

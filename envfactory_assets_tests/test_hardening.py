@@ -323,7 +323,7 @@ def test_a_killed_cli_run_does_not_block_the_next_one_on_the_store_pool(tmp_path
 
     from envfactory_assets.cli import release_abandoned_runs
     from envfactory_assets.defs.resources import STORE_POOL
-    from envfactory_assets.defs.run_progress import RUN_TAG
+    from envfactory_assets.runner.run_progress import RUN_TAG
 
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         storage = instance.event_log_storage

@@ -12,7 +12,7 @@ from envfactory_assets import settings
 from envfactory_assets.catalog import passed_environments
 from envfactory_assets.store.db import Store
 from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
-from envfactory_assets.training.stage import grpo_tasks
+from envfactory_assets.training.stage import DEFAULT_GRPO_MAX_TOOLS, grpo_tasks
 
 
 def main() -> None:
@@ -20,7 +20,7 @@ def main() -> None:
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     n_prompts = int(sys.argv[3]) if len(sys.argv) > 3 else 6
     store = Store(settings.store_path())
-    tasks = grpo_tasks(store.read("rl_dataset"), n_prompts, max_tools=4)
+    tasks = grpo_tasks(store.read("rl_dataset"), n_prompts, max_tools=DEFAULT_GRPO_MAX_TOOLS)
     environments = passed_environments(store).environments
     metrics = train_grpo(tasks, environments, start, settings.envfactory_home() / "bench_grpo", GRPOConfigSpec(max_steps=steps))
     print(json.dumps(metrics, indent=1))

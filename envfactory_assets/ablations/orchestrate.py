@@ -51,7 +51,7 @@ class AblationRun:
 def run_ablations(main_home: Path, run_config: Mapping[str, Any], corpus_dir: Path, materialize: Materialize,
                   train_rows_of: Callable[[Path], int], sft_checkpoint_of: Callable[[Path], dict[str, Any]],
                   evaluate: Callable[[dict[str, dict[str, Any]]], list[dict[str, Any]]],
-                  arms: Sequence[Arm] = ARMS, default_max_train_rows: int = 64,
+                  arms: Sequence[Arm] = ARMS, *, default_max_train_rows: int,
                   log: Callable[[str], Any] = print, clock: Callable[[], float] = time.monotonic) -> AblationRun:
     """Synthesize, train and evaluate every arm (order in the module docstring).
 

@@ -5,7 +5,8 @@ from typing import Any, Callable, Iterable
 import dagster as dg
 
 from envfactory_assets.config_checks import SettingError
-from envfactory_assets.defs.resources import EnvFactoryHome
+from envfactory_assets import catalog
+from envfactory_assets.defs.resources import EnvFactoryHome, user_curation
 from envfactory_assets.incremental.partitions import ENVIRONMENT_PARTITIONS, env_scope
 from envfactory_assets.store.gates import failed_environment_leaks
 from envfactory_assets.store.ids import content_id
@@ -109,3 +110,10 @@ def require_upstream_gates(context: dg.AssetExecutionContext, gates: UpstreamGat
         raise GateClosed(f"upstream blocking checks failed at their latest evaluation: {sorted(closed)}; "
                          "fix and re-materialize the upstream assets first")
     return sorted(ck.to_user_string() for ck in check_keys)
+
+
+def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
+    """The catalogue's passed environments of the pipeline's store, curated by the user's curation file:
+    ``({env_id: Environment dict}, {env_id: verification id})``."""
+    passed = catalog.passed_environments(envfactory.store(), user_curation(envfactory))
+    return passed.environments, passed.verified_ids

@@ -8,6 +8,8 @@ import dagster as dg
 
 from envfactory_assets import settings
 from envfactory_assets.config_checks import SettingError, finite_number, one_of, whole_number
+from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS
+from envfactory_assets.llm.openai_backend import DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_S
 from envfactory_assets.store.db import EmptyResultRefused, Store
 
 STORE_POOL = "envfactory_store"
@@ -82,9 +84,9 @@ class ModelBackend(dg.ConfigurableResource):
     api_key_env: str = "OPENAI_API_KEY"
     model_dir: str = ""
     token_budget: int = 0
-    max_revisions: int = 3
-    max_concurrency: int = 4
-    timeout_s: float = 120.0
+    max_revisions: int = DEFAULT_MAX_REVISIONS
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
     def check_settings(self) -> None:
         """Raise ``dg.Failure`` naming a setting of the wrong type or out of range (before any work)."""

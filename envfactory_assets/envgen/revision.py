@@ -86,7 +86,11 @@ def _attempt(revision: int, source: str, previous: str | None, report: Verificat
                        "cached": completion.cached}}
 
 
-def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revisions: int = 3,
+#: Revision rounds after the model's first version (verification failures fed back each time).
+DEFAULT_MAX_REVISIONS = 3
+
+
+def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revisions: int = DEFAULT_MAX_REVISIONS,
                          limits: SandboxLimits | None = None, *, max_tokens: int = DEFAULT_MAX_TOKENS,
                          seed: int = 7) -> RevisionResult:
     """Have ``backend`` write ``env``'s module, then revise it until it passes verification.

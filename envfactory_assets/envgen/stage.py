@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from envfactory_assets.envgen.builder import BuildError, build_environment, build_mcp_environment
-from envfactory_assets.envgen.revision import build_with_revisions
+from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
 from envfactory_assets.llm.base import BackendConfigError
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxLimits
@@ -48,7 +48,8 @@ def select_resources(resources: list[dict[str, Any]], per_domain: int,
     return chosen + sorted(tool_lists, key=lambda r: r["resource_key"])
 
 
-def environment_row(resource: dict[str, Any], backend: Any = None, max_revisions: int = 3) -> dict[str, Any]:
+def environment_row(resource: dict[str, Any], backend: Any = None,
+                    max_revisions: int = DEFAULT_MAX_REVISIONS) -> dict[str, Any]:
     """Build one ``environments`` row; a document that cannot be built gives a ``build_failed`` row.
 
     With a chat ``backend`` the code is written by the model and revised from verification failures
@@ -131,8 +132,12 @@ def verification_row(env_row: dict[str, Any], limits: SandboxLimits | None = Non
     return row
 
 
+#: Environments verified at once, each in its own sandbox worker (2 cores: one per core).
+DEFAULT_VERIFY_WORKERS = 2
+
+
 def verify_all(env_rows: list[dict[str, Any]], limits: SandboxLimits | None = None,
-               max_workers: int = 2, progress: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+               max_workers: int = DEFAULT_VERIFY_WORKERS, progress: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Verify every environment, each in its own sandbox worker process, ``max_workers`` at a time;
     ``progress()`` is called (from a pool thread) after each environment."""
     def verify(row: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,10 @@ from envfactory_assets.llm.base import (
 )
 from envfactory_assets.llm.cache import ResponseCache
 
+#: Seconds one request may take, and requests in flight at once, unless the caller says otherwise.
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_MAX_CONCURRENCY = 4
+
 
 class OpenAICompatibleBackend:
     """Chat completions from an OpenAI-compatible HTTP endpoint.
@@ -58,8 +62,8 @@ class OpenAICompatibleBackend:
     """
 
     def __init__(self, base_url: str | None, model: str | None, api_key: str | None = None, *,
-                 timeout_s: float = 120.0, max_retries: int = 4, backoff_s: float = 1.0,
-                 max_backoff_s: float = 30.0, max_concurrency: int = 4,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, max_retries: int = 4, backoff_s: float = 1.0,
+                 max_backoff_s: float = 30.0, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
                  cache_path: str | Path | None = None, token_budget: int | None = None) -> None:
         if not base_url or not str(base_url).strip():
             raise BackendConfigError("OpenAICompatibleBackend: base_url is required "

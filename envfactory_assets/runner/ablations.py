@@ -99,7 +99,7 @@ def main_store_evaluate(main_home: Path, evaluation_config: Mapping[str, Any], l
     spec = config.eval_spec()
 
     def evaluate(checkpoints: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-        from envfactory_assets.defs.graph.assets import passed_environments
+        from envfactory_assets.defs.common import passed_environments
         from envfactory_assets.defs.resources import EnvFactoryHome
         from envfactory_assets.evaluation.run import (
             BASE,

@@ -1,1 +1,1 @@
-"""The DuckDB store: schema, idempotent writes, gates, lineage, reports."""
+"""The DuckDB store: schema, idempotent writes, gates, lineage (the reports that read it are in ``reporting``)."""

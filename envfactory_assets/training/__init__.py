@@ -1,4 +1,5 @@
-"""Training stage: base model, tool chat template, tool-call parser, SFT, GRPO, evaluation.
+"""Training stage: base model, SFT, GRPO with the environment reward, the checkpoint stage and tool-call
+validity on held-out prompts (the chat template and parser it re-exports live in ``tooluse``).
 
 Plain Python (no Dagster). Importing this package is cheap: torch, transformers, TRL and datasets are
 imported inside the functions that need them. Nothing is downloaded; models load with ``HF_HUB_OFFLINE=1``.

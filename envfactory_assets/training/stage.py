@@ -205,6 +205,10 @@ def train_split(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if stored_split(r) == "train"]
 
 
+#: Tools a GRPO prompt offers (the gold calls' tools plus distractors): a short prompt keeps rollouts cheap.
+DEFAULT_GRPO_MAX_TOOLS = 4
+
+
 def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0,
                max_completion_tokens: int | None = None) -> list[dict[str, Any]]:
     """``n`` RL rows for GRPO where rollouts of a small model sometimes succeed: train split, first turns,

@@ -10,7 +10,7 @@ from envfactory_assets.defs.common import checked, data_version, partition_scope
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
-from envfactory_assets.envgen.stage import as_environment, environment_row, verify_all
+from envfactory_assets.envgen.stage import DEFAULT_VERIFY_WORKERS, as_environment, environment_row, verify_all
 from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.runtime.sandbox import SandboxLimits
@@ -31,7 +31,7 @@ class VerificationConfig(dg.Config):
     memory_mb: int = SandboxLimits.memory_mb
     cpu_seconds: int = 120
     call_timeout_s: float = SandboxLimits.call_timeout_s
-    max_workers: int = 2
+    max_workers: int = DEFAULT_VERIFY_WORKERS
 
     def check_settings(self) -> None:
         """Raise :class:`SettingError` naming a limit no worker can run under, before anything is verified."""

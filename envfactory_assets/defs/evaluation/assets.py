@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.defs.common import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome

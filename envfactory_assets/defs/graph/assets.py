@@ -55,13 +55,6 @@ ROLE_PLAYERS = ("programmatic", "model")
 MAX_PICTURE_NODES = 200  # the picture is an inline SVG in asset metadata: keep it readable and small
 
 
-def passed_environments(envfactory: EnvFactoryHome) -> tuple[dict[str, dict], dict[str, str]]:
-    """The catalogue's passed environments of the pipeline's store, curated by the user's curation file:
-    ``({env_id: Environment dict}, {env_id: verification id})``."""
-    passed = catalog.passed_environments(envfactory.store(), user_curation(envfactory))
-    return passed.environments, passed.verified_ids
-
-
 @dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
           code_version=asset_code_version("envfactory_assets.graph", "envfactory_assets.decontam",
                                           "envfactory_assets.envgen.stage", "envfactory_assets.defs.graph"))

@@ -13,13 +13,13 @@ from envfactory_assets.defs.common import (
     checked,
     data_version,
     no_failed_environment_check,
+    passed_environments,
     previous_config,
     require_upstream_gates,
     status_counts,
 )
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.catalog import unserved_nodes
-from envfactory_assets.defs.graph.assets import passed_environments
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.viewer import sample_markdown
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
@@ -267,7 +267,7 @@ class RefineConfig(dg.Config):
     # operator d's goal expansion of each trajectory's last turn (synth.expansion)
     goal_expansion: bool = CalibrationConfig.goal_expansion
     # conversational mode (synth.conversation): share of turns whose query leaves out a user-providable value
-    # the solver asks the simulated user for; 0 keeps the default run as it was
+    # the solver asks the simulated user for (0 turns conversational mode off)
     conversational_share: float = CalibrationConfig.conversational_share
     # processes calibrating trajectories with the programmatic solver (0: one per core); the rows are the same
     workers: int = CalibrationConfig.workers

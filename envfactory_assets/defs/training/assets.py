@@ -4,8 +4,7 @@
 import dagster as dg
 
 from envfactory_assets.config_checks import whole_number
-from envfactory_assets.defs.common import UpstreamGates, require_upstream_gates
-from envfactory_assets.defs.graph.assets import passed_environments
+from envfactory_assets.defs.common import UpstreamGates, passed_environments, require_upstream_gates
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
@@ -14,6 +13,7 @@ from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
+from envfactory_assets.training.stage import DEFAULT_GRPO_MAX_TOOLS
 
 
 class CheckpointConfig(dg.Config):
@@ -58,7 +58,7 @@ class CheckpointConfig(dg.Config):
     grpo_n_prompts: int = 6
     grpo_screen_factor: int = 3
     grpo_replay_screened: bool = GRPOConfigSpec.replay_screened
-    grpo_max_tools: int = 4
+    grpo_max_tools: int = DEFAULT_GRPO_MAX_TOOLS
 
     def sft_spec(self) -> SFTConfigSpec:
         """The SFT settings as a :class:`SFTConfigSpec` (raises ValueError if out of range)."""
