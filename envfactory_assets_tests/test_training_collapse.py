@@ -11,6 +11,7 @@ from envfactory_assets.training.evaluate import (
     argument_shares,
     collapse_problems,
     collapse_report,
+    too_few_to_compare,
 )
 
 TOOLS = [
@@ -50,16 +51,35 @@ def test_shares_count_empty_calls_only_where_the_arguments_matter_and_calls_wher
         argument_shares([ROI, ROI], ["x"])
 
 
+COUNTS = {"argument_calls": 8, "no_call_turns": 8}
+
+
 def test_a_rise_of_more_than_ten_points_in_either_share_is_a_collapse():
     sft = {"empty_argument_share": 0.1, "unwanted_call_share": 0.25}
-    assert collapse_problems(sft, {"empty_argument_share": 0.2, "unwanted_call_share": 0.3}) == []
-    (problem,) = collapse_problems(sft, {"empty_argument_share": 1.0, "unwanted_call_share": 0.25})
+    assert collapse_problems(sft, {"empty_argument_share": 0.2, "unwanted_call_share": 0.3, **COUNTS}) == []
+    (problem,) = collapse_problems(sft, {"empty_argument_share": 1.0, "unwanted_call_share": 0.25, **COUNTS})
     assert "empty or default arguments" in problem and "90 points" in problem
-    (problem,) = collapse_problems(sft, {"empty_argument_share": 0.0, "unwanted_call_share": 0.5})
+    (problem,) = collapse_problems(sft, {"empty_argument_share": 0.0, "unwanted_call_share": 0.5, **COUNTS})
     assert "none is wanted" in problem
     # an SFT model that made no argument call counts as 0: a GRPO model calling with {} is a full rise
     assert len(collapse_problems({"empty_argument_share": None, "unwanted_call_share": None},
-                                 {"empty_argument_share": 0.5, "unwanted_call_share": None})) == 1
+                                 {"empty_argument_share": 0.5, "unwanted_call_share": None, **COUNTS})) == 1
+
+
+def test_a_share_measured_on_too_few_turns_is_reported_not_compared():
+    """The default run's held-out prompts held 2 no-call turns: one answer that changed from no call to a call
+    was a 50-point rise, and the blocking check stopped the run before its evaluation."""
+    sft = {"empty_argument_share": 1.0, "unwanted_call_share": 0.0, "argument_calls": 2, "no_call_turns": 2}
+    grpo = {"empty_argument_share": None, "unwanted_call_share": 1.0, "argument_calls": 0, "no_call_turns": 2}
+    assert collapse_problems(sft, grpo) == []
+    assert too_few_to_compare(grpo) == [
+        "calls with empty or default arguments where the gold call has arguments that matter: 0 measured "
+        "(fewer than 5)", "turns with a call where none is wanted: 2 measured (fewer than 5)"]
+    report = collapse_report(_rows(sft, grpo))
+    assert report["passed"] and report["problems"] == []
+    assert report["not_measured"] == [f"ckpt_grpo: {note}" for note in too_few_to_compare(grpo)]
+    # the same rise on enough turns is a collapse
+    assert len(collapse_problems(sft, {**grpo, "no_call_turns": 5})) == 1
     with pytest.raises(ValueError, match="re-materialize"):
         collapse_problems(sft, {"share": 0.5})
 
@@ -76,8 +96,8 @@ def _rows(sft_shares: dict, grpo_shares: dict, prompt_ids=("rl_1",)) -> list[dic
     return [sft, grpo]
 
 
-FILLED = {"empty_argument_share": 0.0, "unwanted_call_share": 0.0, "argument_calls": 6, "no_call_turns": 2}
-COLLAPSED = {"empty_argument_share": 1.0, "unwanted_call_share": 1.0, "argument_calls": 6, "no_call_turns": 2}
+FILLED = {"empty_argument_share": 0.0, "unwanted_call_share": 0.0, "argument_calls": 6, "no_call_turns": 5}
+COLLAPSED = {"empty_argument_share": 1.0, "unwanted_call_share": 1.0, "argument_calls": 6, "no_call_turns": 5}
 
 
 def test_collapse_report_pairs_each_grpo_row_with_its_parent():

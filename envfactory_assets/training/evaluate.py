@@ -21,6 +21,10 @@ from envfactory_assets.training.threads import torch_threads
 SAMPLES_KEPT = 3
 MAX_SHARE_RISE = 0.10
 """How much GRPO may raise either collapse share over its SFT parent (10 points) before the check fails."""
+MIN_MEASURED = 5
+"""Fewest calls (or no-call turns) behind a share before a rise of it counts: on 2 turns one changed answer is
+a 50-point rise, which says nothing about the checkpoint (the default run holds out 8 prompts, of which 2
+want no call); with fewer, the share is reported as not measured."""
 
 
 def argument_shares(prompts: list[dict[str, Any]], texts: list[str]) -> dict[str, Any]:
@@ -80,13 +84,28 @@ def _parameters(tools: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return {}
 
 
+_MEASURES = (("empty_argument_share", "argument_calls",
+              "calls with empty or default arguments where the gold call has arguments that matter"),
+             ("unwanted_call_share", "no_call_turns", "turns with a call where none is wanted"))
+
+
+def too_few_to_compare(grpo: dict[str, Any] | None, min_measured: int = MIN_MEASURED) -> list[str]:
+    """The collapse shares of a GRPO checkpoint's :func:`argument_shares` measured on fewer than
+    ``min_measured`` calls or turns, one sentence each; :func:`collapse_problems` leaves them out."""
+    grpo = grpo or {}
+    return [f"{what}: {grpo.get(count) or 0} measured (fewer than {min_measured})" for _key, count, what in _MEASURES
+            if (grpo.get(count) or 0) < min_measured]
+
+
 def collapse_problems(sft: dict[str, Any] | None, grpo: dict[str, Any] | None,
-                      max_rise: float = MAX_SHARE_RISE) -> list[str]:
+                      max_rise: float = MAX_SHARE_RISE, min_measured: int = MIN_MEASURED) -> list[str]:
     """Why a GRPO checkpoint collapsed relative to its SFT parent, from their :func:`argument_shares` (the
     ``valid_tool_calls_after`` metrics of each ``checkpoints`` row, which hold them).
 
     A share that could not be measured (None: no such call or turn) counts as 0, so a parent that made no
     argument-needing call and a child that calls with empty arguments is a rise of the child's full share.
+    A share the child measured on fewer than ``min_measured`` calls or turns is not compared
+    (:func:`too_few_to_compare`).
 
     Returns:
         One sentence per share that rose more than ``max_rise`` (empty list: no collapse).
@@ -97,12 +116,11 @@ def collapse_problems(sft: dict[str, Any] | None, grpo: dict[str, Any] | None,
     grpo = grpo or {}
     sft = sft or {}
     problems = []
-    measures = (("empty_argument_share",
-                 "calls with empty or default arguments where the gold call has arguments that matter"),
-                ("unwanted_call_share", "turns with a call where none is wanted"))
-    for key, what in measures:
+    for key, count, what in _MEASURES:
         if key not in grpo:
             raise ValueError(f"the GRPO checkpoint's metrics have no {key!r}: re-materialize checkpoints")
+        if (grpo.get(count) or 0) < min_measured:
+            continue
         before, after = sft.get(key) or 0.0, grpo[key] or 0.0
         if after - before > max_rise:
             problems.append(f"{what}: {after:.0%} after GRPO against {before:.0%} for its SFT parent "
@@ -220,11 +238,12 @@ def collapse_report(rows: list[dict[str, Any]], max_rise: float = MAX_SHARE_RISE
     """:func:`collapse_problems` for every GRPO row among ``checkpoints`` ``rows``, against its parent row.
 
     A GRPO row measured on no held-out prompt (``n_eval_prompts: 0``) is reported as not measured, not as a
-    failure; a row whose metrics lack the shares, or whose parent is missing, is a problem.
+    failure, and so is each share measured on fewer than :data:`MIN_MEASURED` calls or turns; a row whose
+    metrics lack the shares, or whose parent is missing, is a problem.
 
     Returns:
         ``{"passed": bool, "problems": [str], "shares": {grpo id: {"sft": {share: value}, "grpo": {...}}},
-        "not_measured": [grpo ids]}``.
+        "not_measured": [grpo id, or "grpo id: share: n measured (fewer than 5)"]}``.
     """
     by_id = {r["id"]: r for r in rows}
     problems: list[str] = []
@@ -249,4 +268,6 @@ def collapse_report(rows: list[dict[str, Any]], max_rise: float = MAX_SHARE_RISE
             problems += [f"{row['id']}: {p}" for p in collapse_problems(sft, grpo, max_rise)]
         except ValueError as exc:
             problems.append(f"{row['id']}: {exc}")
+        else:
+            not_measured += [f"{row['id']}: {note}" for note in too_few_to_compare(grpo)]
     return {"passed": not problems, "problems": problems, "shares": shares, "not_measured": not_measured}

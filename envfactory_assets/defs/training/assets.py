@@ -176,7 +176,8 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
 def grpo_did_not_collapse(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
     """Blocking: on the held-out prompts (greedy), the GRPO checkpoint's share of calls with empty or default
     arguments where the gold call has arguments that matter, and its share of turns with a call where none is
-    wanted, each rise at most 10 points over its SFT parent (``training/evaluate.py``, ``collapse_report``).
+    wanted, each rise at most 10 points over its SFT parent (``training/evaluate.py``, ``collapse_report``); a
+    share measured on fewer than 5 calls or turns is listed as not measured instead of compared.
     A reward that pays a call with empty arguments made GRPO do exactly that on every external task."""
     from envfactory_assets.training.evaluate import collapse_report
 
