@@ -19,7 +19,7 @@ from envfactory_assets.exports import formats, verl_reward
 from envfactory_assets.exports.licences import allowed, row_licences
 from envfactory_assets.exports.verl_tool_config import TOOLS_CONFIG, TOOLS_MODULE, TOOLS_SOURCE, verl_tool_config
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.tooluse.splits import dataset_split, stored_held_out
+from envfactory_assets.tooluse.splits import stored_held_out
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
@@ -30,31 +30,14 @@ SPDX licence ids, stored splits; 3: verl tool config, tool class and the rows' `
 version even when the row ids are the same."""
 
 
-def export_split(row: Mapping[str, Any], held_out: frozenset[str]) -> str:
-    """The row's stored ``split`` (``train`` or ``validation``), which the exports use as it is.
-
-    ``held_out`` is :func:`~envfactory_assets.tooluse.splits.stored_held_out` of every row (before the licence
-    allow-list drops any).
-
-    Raises:
-        ValueError: the row has no ``split``, or it disagrees with its environments'
-            (:func:`~envfactory_assets.tooluse.splits.dataset_split`): a store written before the split was
-            stored; re-materialize ``sft_dataset``/``rl_dataset``. Exporting it would leak held-out rows.
-    """
-    expected = dataset_split(row["env_ids"], held_out)
-    if row.get("split") != expected:
-        raise ValueError(f"row {row.get('id')}: stored split {row.get('split')!r} but its environments "
-                         f"{list(row['env_ids'])} make it {expected!r}; re-materialize sft_dataset and rl_dataset")
-    return expected
-
-
-def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str],
-            held_out: frozenset[str]):
+def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str]):
+    """``([(row, its stored split, its licences)], rows dropped by the allow-list)``; the splits were checked
+    by :func:`~envfactory_assets.tooluse.splits.stored_held_out` before."""
     kept, dropped = [], 0
     for row in rows:
         row_lic = row_licences(row["env_ids"], licences)
         if allowed(row_lic, allow):
-            kept.append((row, export_split(row, held_out), row_lic))
+            kept.append((row, row["split"], row_lic))
         else:
             dropped += 1
     return kept, dropped
@@ -148,8 +131,8 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     Raises:
         KeyError: a row's environment has no known source licence, or is missing from ``environments``
             (nothing is written).
-        ValueError: a row's stored split disagrees with its environments (:func:`export_split`,
-            :func:`~envfactory_assets.tooluse.splits.stored_held_out`; nothing is written).
+        ValueError: a row's stored split is missing, or the splits would train on a held-out environment
+            (:func:`~envfactory_assets.tooluse.splits.stored_held_out`; nothing is written).
         ValueError: ``allow`` has a blank entry, which would silently drop every row (nothing is written).
     """
     import json
@@ -165,8 +148,8 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     if (out / MANIFEST).is_file():
         return json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     held_out = stored_held_out([*sft_rows, *rl_rows])
-    sft, sft_dropped = _select(sft_rows, licences, allow, held_out)
-    rl, rl_dropped = _select(rl_rows, licences, allow, held_out)
+    sft, sft_dropped = _select(sft_rows, licences, allow)
+    rl, rl_dropped = _select(rl_rows, licences, allow)
     tmp = out.with_name(f".{version}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -34,7 +34,8 @@ def verify_export(folder: Path, manifest: dict[str, Any], files: Iterable[str]) 
     ``dataset_info.json`` is only checked for existence.
     """
     problems = []
-    held_out = manifest.get("held_out_env_ids")
+    recorded = manifest.get("held_out_env_ids")
+    held_out = None if recorded is None else set(recorded)
     if not (folder / "README.md").is_file():
         problems.append("dataset card README.md missing")
     for name in files:
@@ -50,7 +51,7 @@ def verify_export(folder: Path, manifest: dict[str, Any], files: Iterable[str]) 
             problems.append(f"{name}: {len(rows)} rows, manifest says {expected}")
         for row in rows:
             split = row.get("split") or ("validation" if "validation" in name else "train")
-            held = row_split(row["env_ids"], None if held_out is None else set(held_out)) == "held_out"
+            held = row_split(row["env_ids"], held_out) == "held_out"
             if held != (split == "validation"):
                 problems.append(f"{name}: row {row['id']} in {split} but environments {row['env_ids']} "
                                 f"are {'held out' if held else 'training'} environments")
