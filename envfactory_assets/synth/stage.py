@@ -135,7 +135,7 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
     offline = isinstance(solver, ProgrammaticSolver) and (user is None or isinstance(user, ProgrammaticUser))
     workers = resolve_workers(cfg.workers, len(raw_rows), len({e for r in raw_rows for e in r['env_ids']})) \
         if offline else 1
-    calibrate = functools.partial(_calibrate, solver=solver, config=cfg, user=user, providable=providable)
+    calibrate = functools.partial(calibrate_trajectory, solver=solver, config=cfg, user=user, providable=providable)
     rows = []
     for i, (raw, cal) in enumerate(zip(raw_rows, calibrate_all(raw_rows, environments, calibrate, workers, limits))):
         unresolved = [o for o in cal["operators"]
@@ -154,11 +154,6 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
             progress(i + 1, len(raw_rows))
     apply_filter(rows)
     return rows
-
-
-def _calibrate(raw: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker, *,
-               solver: Solver, config: CalibrationConfig, user: Any, providable: Any) -> dict[str, Any]:
-    return calibrate_trajectory(raw, environments, worker, solver, config, user, providable)
 
 
 #: Which query of each turn the datasets are built from: ``refined`` (calibrated refinement's rewrite, the
