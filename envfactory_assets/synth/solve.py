@@ -209,8 +209,12 @@ class _ToolSet:
         return cached
 
 
-_TOOLSETS_MAX = 64
-_toolsets: dict[bytes, _ToolSet] = {}
+@functools.lru_cache(maxsize=64)
+def _toolset_of(blob: bytes) -> _ToolSet:
+    """The :class:`_ToolSet` of the specs serialized as ``blob``, read from its own copy of them."""
+    import orjson
+
+    return _ToolSet(orjson.loads(blob))
 
 
 def read_tools(tools: Sequence[Mapping[str, Any]], reuse: bool = True) -> _ToolSet:
@@ -222,21 +226,13 @@ def read_tools(tools: Sequence[Mapping[str, Any]], reuse: bool = True) -> _ToolS
     specs that are not JSON (a set, a non-text key) are read afresh, uncached."""
     if not reuse:
         return _ToolSet(tools)
-    import hashlib
-
     import orjson
 
     try:
         blob = orjson.dumps(list(tools))  # keys in their order: the parameters' order steers argument parsing
     except TypeError:
         return _ToolSet(tools)
-    key = hashlib.blake2b(blob, digest_size=16).digest()
-    found = _toolsets.get(key)
-    if found is None:
-        if len(_toolsets) >= _TOOLSETS_MAX:
-            _toolsets.pop(next(iter(_toolsets)))
-        found = _toolsets[key] = _ToolSet(copy.deepcopy(list(tools)))
-    return found
+    return _toolset_of(blob)
 
 
 def _coerce(text: str, schema: Mapping[str, Any]) -> Any:
