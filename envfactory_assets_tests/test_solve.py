@@ -330,3 +330,37 @@ def test_solver_fails_only_for_want_of_information(bookshop_env, worker):
     # the title a new book needs is not in the query: nothing to call with
     assert _accuracy(worker, env, state, "Add a book.",
                      [("books_create", {"title": "Dune", "author_id": books[0]["author_id"]})]) == 0
+
+
+def _spec(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": required}}}
+
+
+def test_a_value_that_describes_a_referenced_row_does_not_fill_the_calls_own_parameter():
+    """"for the service whose account sid is 'AC1'": AC1 picks the service; the new role's own account sid
+    stays unset (filling it made the final state differ from the goal and reverted such refined queries)."""
+    text = {"type": "string"}
+    tools = [
+        _spec("list_services", "List services", {"limit": {"type": "integer"}}, []),
+        _spec("create_role", "Create a role", {"service_id": text, "account_sid": text, "type": text}, ["service_id"]),
+    ]
+    services = {"items": [{"service_id": "ser_1", "account_sid": "AC1"}, {"service_id": "ser_2", "account_sid": "AC2"}]}
+    messages = [
+        {"role": "user", "content": "Show me the services."},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "list_services", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c0", "name": "list_services", "content": json.dumps(services)},
+        {"role": "assistant", "content": "There are 2 services."},
+        {"role": "user", "content": "Create a new role for the service whose account sid is 'AC2' with type 'channel'."},
+    ]
+    made: list[tuple[str, dict]] = []
+
+    def call_tool(name: str, args: dict) -> dict:
+        made.append((name, args))
+        return {"ok": True, "output": {"role_id": "rol_1", **args}}
+
+    for seed in range(4):
+        made.clear()
+        ProgrammaticSolver().attempt(SolverView(messages=messages, tools=tools), call_tool, seed)
+        assert made == [("create_role", {"service_id": "ser_2", "type": "channel"})]

@@ -570,7 +570,9 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             continue
         m = None
         for lab in sorted(field_labels(name, schema), key=len, reverse=True):
-            m = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?({_LITERAL})", re.IGNORECASE).search(text)
+            # not inside a row reference: in "for the service whose account sid is 'AC1'" the value names
+            # the service, it is not this call's account sid
+            m = _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+|to\s+)?({_LITERAL})", re.IGNORECASE).search(text)
             if m:
                 break
         if m:
