@@ -332,18 +332,13 @@ def test_solver_fails_only_for_want_of_information(bookshop_env, worker):
                      [("books_create", {"title": "Dune", "author_id": books[0]["author_id"]})]) == 0
 
 
-def _spec(name: str, description: str, properties: dict, required: list[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": properties, "required": required}}}
-
-
 def test_a_value_that_describes_a_referenced_row_does_not_fill_the_calls_own_parameter():
     """"for the service whose account sid is 'AC1'": AC1 picks the service; the new role's own account sid
     stays unset (filling it made the final state differ from the goal and reverted such refined queries)."""
     text = {"type": "string"}
     tools = [
-        _spec("list_services", "List services", {"limit": {"type": "integer"}}, []),
-        _spec("create_role", "Create a role", {"service_id": text, "account_sid": text, "type": text}, ["service_id"]),
+        _spec("list_services", "List services", {"limit": {"type": "integer"}}),
+        _spec("create_role", "Create a role", {"service_id": text, "account_sid": text, "type": text}, ("service_id",)),
     ]
     services = {"items": [{"service_id": "ser_1", "account_sid": "AC1"}, {"service_id": "ser_2", "account_sid": "AC2"}]}
     messages = [

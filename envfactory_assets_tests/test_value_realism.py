@@ -75,6 +75,15 @@ def test_a_time_zone_field_holds_a_zone_and_a_status_field_a_status_word():
     assert len(set(statuses)) >= 6  # matched to the table, not one word everywhere
 
 
+def test_a_generated_name_names_one_row_in_a_persons_words():
+    values = ValueFactory(3)
+    tables = {"support_activities": "Activity", "shipping_policies": "Policy", "flight_classes": "Class",
+              "statuses": "Status", "aliases": "Alias", "webhooks_2": "Webhook"}
+    for table, word in tables.items():
+        names = {values.value("name", {"type": "string"}, table) for _ in range(5)}
+        assert all(n.endswith(f" {word}") for n in names), (table, names)
+
+
 def test_seeded_states_pass_the_field_semantic_check(environments):
     items = [it for env in environments.values() for it in environment_values(env)]
     tally, failures = share_passing(items)

@@ -23,6 +23,7 @@ from typing import Any
 from faker import Faker
 
 from envfactory_assets.envgen.entity_data import entity_value, real_city
+from envfactory_assets.sources.names import spoken_thing
 
 BASE_DATE = dt.date(2025, 1, 1)
 DEFAULT_NOW = "2025-06-30T12:00:00Z"
@@ -284,7 +285,7 @@ class ValueFactory:
 
     def _fill(self, template: str, table: str) -> str:
         f = self.faker
-        singular = (table.removesuffix("s")).replace("_", " ") or "record"
+        singular = spoken_thing(table) or "record"
         team = self.rng.choice(_TEAMS)
         return template.format(
             phrase=f.catch_phrase(), team=team, Team=team, singular=singular, bs=f.bs(), company=f.company(),
@@ -462,7 +463,7 @@ class ValueFactory:
             if any(t in table for t in ("compan", "organi", "vendor", "supplier", "merchant", "tenant",
                                         "partner", "client", "brand")):
                 return f.company()
-            singular = (table.removesuffix("s")).replace("_", " ") or "record"
+            singular = spoken_thing(table) or "record"
             return f"{rng.choice(_TEAMS)} {singular.title() if len(singular) > 3 else singular.upper()}"
         if _has(n, "title", "subject", "headline", "label", "summary", "caption"):
             if any(t in table for t in ("book", "article", "post", "page", "document", "story")):

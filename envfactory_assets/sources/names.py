@@ -69,8 +69,37 @@ def singular(word: str) -> str:
     """Crude English singular of a snake_case resource name (``"companies"`` -> ``"company"``)."""
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
-    if word.endswith(("sses", "xes", "ches", "shes")):
-        return word[:-2]
+    if word.endswith(("sses", "xes", "ches", "shes", "iases")) or re.search(r"[^aeiou]uses$", word):
+        return word[:-2]  # "statuses" -> "status", "aliases" -> "alias" (but "houses", "causes" keep their e)
     if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
         return word[:-1]
     return word
+
+
+def _vowel(tok: str) -> bool:
+    return bool(re.search(r"[aeiouy]", tok))
+
+
+def spoken_words(name: str) -> list[str]:
+    """A table or field name as the words a person says (queries, replies and generated values use it): digits and vowel-less abbreviations dropped
+    (``"webhooks_2"`` -> ``["webhooks"]``, ``"whitelist_sdd"`` -> ``["whitelist"]``); the name's own words
+    when nothing would be left."""
+    toks = [t for t in re.split(r"[_\s]+", name.strip().lower()) if t]
+    kept = [t for t in toks if not t.isdigit() and (len(t) > 3 or _vowel(t))]
+    return kept or toks
+
+
+def spoken_thing(table: str) -> str:
+    """One row of ``table`` as a person names it: ``"webhooks_2"`` -> ``"webhook"``."""
+    toks = spoken_words(table)
+    return " ".join(toks[:-1] + [singular(toks[-1])]) if toks else singular(table).replace("_", " ").strip()
+
+
+def spoken_things(table: str) -> str:
+    """Rows of ``table`` as a person names them: ``"webhooks_2"`` -> ``"webhooks"``."""
+    thing = spoken_thing(table)
+    if thing.endswith(("s", "x", "ch", "sh")):
+        return thing + "es"
+    if thing.endswith("y") and thing[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return thing[:-1] + "ies"
+    return thing + "s"

@@ -22,7 +22,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from envfactory_assets.sources.names import singular
+from envfactory_assets.sources.names import singular, spoken_thing, spoken_things, spoken_words
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
@@ -36,35 +36,6 @@ SPOKEN_DATE = r"\d{1,2} (?:" + "|".join(_MONTHS) + r") \d{4}(?: at \d{2}:\d{2} U
 def words(name: str) -> str:
     """``"send_bulk"`` -> ``"send bulk"``."""
     return name.replace("_", " ").strip()
-
-
-def _vowel(tok: str) -> bool:
-    return bool(re.search(r"[aeiouy]", tok))
-
-
-def spoken_words(name: str) -> list[str]:
-    """A table or field name as the words a person says: digits and vowel-less abbreviations dropped
-    (``"webhooks_2"`` -> ``["webhooks"]``, ``"whitelist_sdd"`` -> ``["whitelist"]``); the name's own words
-    when nothing would be left."""
-    toks = [t for t in re.split(r"[_\s]+", name.strip().lower()) if t]
-    kept = [t for t in toks if not t.isdigit() and (len(t) > 3 or _vowel(t))]
-    return kept or toks
-
-
-def spoken_thing(table: str) -> str:
-    """One row of ``table`` as a person names it: ``"webhooks_2"`` -> ``"webhook"``."""
-    toks = spoken_words(table)
-    return " ".join(toks[:-1] + [singular(toks[-1])]) if toks else words(singular(table))
-
-
-def spoken_things(table: str) -> str:
-    """Rows of ``table`` as a person names them: ``"webhooks_2"`` -> ``"webhooks"``."""
-    thing = spoken_thing(table)
-    if thing.endswith(("s", "x", "ch", "sh")):
-        return thing + "es"
-    if thing.endswith("y") and thing[-2:-1] not in ("a", "e", "i", "o", "u"):
-        return thing[:-1] + "ies"
-    return thing + "s"
 
 
 def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
