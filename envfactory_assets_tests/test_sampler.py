@@ -416,3 +416,41 @@ def test_episode_plans_name_the_user_and_the_goal(graph, chains):
         assert Chain.from_dict(json.loads(json.dumps(c.to_dict()))) == c
     assert service_name(CRM) == "Apideck crm" and service_name("linode_com") == "Linode"
     assert len({c.plan["goal"] for c in multi}) > 5
+
+
+def _station_tools() -> list[dict]:
+    """An environment whose parameters share no real-world value with any other (an identifier and a
+    measurement): its chains can only stay in it."""
+    env, row = "weather_example__stations", {"station_id": ts._s("Unique identifier of the station"),
+                                             "elevation_m": {"type": "integer", "description": "Elevation in metres"}}
+    listing = ts._obj({"items": {"type": "array", "items": ts._obj(row, ["station_id"])}})
+    return [
+        ts._tool(env, "travel_transport", "list_stations", "List stations", "list", "stations",
+                 ts._obj({"limit": {"type": "integer", "description": "Maximum number of results"}}), listing),
+        ts._tool(env, "travel_transport", "get_station", "Get one station", "get", "stations",
+                 ts._obj({"station_id": row["station_id"]}, ["station_id"]), ts._obj(row)),
+        ts._tool(env, "travel_transport", "create_station", "Create a station", "create", "stations",
+                 ts._obj({"elevation_m": row["elevation_m"]}, ["elevation_m"]), ts._obj(row)),
+        ts._tool(env, "travel_transport", "delete_station", "Delete a station", "delete", "stations",
+                 ts._obj({"station_id": row["station_id"]}, ["station_id"]), ts._obj({})),
+    ]
+
+
+def test_start_tools_drawn_from_linked_environments_raise_the_multi_environment_share():
+    try:
+        graph = build_tool_graph(ts.all_tools() + _station_tools(), MiniLMEmbedder())
+    except EmbedderUnavailableError as exc:  # pragma: no cover - the package is a declared dependency
+        pytest.skip(str(exc))
+    stations = {n for n in graph.node_ids if graph.env_of(n) == "weather_example__stations"}
+    assert stations and not stations & set(graph.linked_node_ids)
+    assert {graph.env_of(n) for n in graph.linked_node_ids} >= {CRM, MAIL, BILLING}
+
+    def sampled(p: float) -> list[Chain]:
+        return [sample_chain(graph, s, SamplerConfig(p_linked_start=p)) for s in range(120)]
+
+    uniform, linked = sampled(0.0), sampled(1.0)
+    assert any(set(c.tools) <= stations for c in uniform)  # a uniform start lands in the isolated environment
+    assert not any(set(c.tools) <= stations for c in linked)
+    assert flow_stats(graph, linked)["multi_env_share"] > flow_stats(graph, uniform)["multi_env_share"]
+    with pytest.raises(ValueError, match="p_linked_start"):
+        SamplerConfig(p_linked_start=1.5)

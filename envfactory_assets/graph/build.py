@@ -190,8 +190,12 @@ class ToolGraph:
                 kinds[(e["src"], e["dst"], e["dst_param"])].add(e.get("value_kind") or "unknown")
                 if env[e["src"]] != env[e["dst"]] and e.get("value_kind") in SHARED_KINDS:
                     shared_in[e["dst"]][e["dst_param"]].add(e["src"])
+            linked_envs = {env[d] for d in shared_in} | {env[e["src"]] for e in self.edges
+                                                         if e["dst"] in shared_in and env[e["src"]] != env[e["dst"]]
+                                                         and e.get("value_kind") in SHARED_KINDS}
             self._index = {
                 "node_ids": tuple(sorted(self.graph.nodes)),
+                "linked_node_ids": tuple(sorted(n for n in self.graph.nodes if env[n] in linked_envs)),
                 "inputs": {n: tuple(v) for n, v in inputs.items()},
                 "producers": {k: tuple(sorted(v)) for k, v in producers.items()},
                 "successors": {n: tuple(sorted(self.graph.successors(n))) for n in self.graph.nodes},
@@ -205,6 +209,12 @@ class ToolGraph:
     def node_ids(self) -> tuple[str, ...]:
         """All node ids, sorted."""
         return self._idx()["node_ids"]
+
+    @property
+    def linked_node_ids(self) -> tuple[str, ...]:
+        """Sorted nodes of the environments that exchange a shared real-world value with another environment
+        (either end of a cross-environment edge of a shared kind); empty when none does."""
+        return self._idx()["linked_node_ids"]
 
     def env_of(self, node_id: str) -> str:
         """Environment id of a node (``KeyError`` if unknown)."""

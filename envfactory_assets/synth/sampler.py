@@ -3,7 +3,7 @@
 Source: EnvFactory (arXiv 2605.18703), topology-aware sampling. Constants (the paper's):
 
 - a chain holds at most 15 tools from at most 3 servers (environments);
-- BFS from a uniformly random start tool;
+- BFS from a random start tool (see ``p_linked_start``);
 - before a tool is added, each of its inputs that nothing in the chain can fill yet (not user-providable and
   no earlier tool produces it) gets a producer chosen uniformly at random among the graph predecessors that
   produce that input; the producer is resolved the same way, recursively, to depth <= 5, and placed before
@@ -104,6 +104,12 @@ class SamplerConfig:
             queue. Not in the paper: with identifiers no longer crossing environments, cross-environment
             edges are rare (shared values only), and plain BFS reaches them after the chain is full;
             0.8 keeps about two thirds of the default run's chains multi-environment.
+        p_linked_start: probability that the start tool is drawn among the tools of environments that
+            exchange a shared value with another environment (:meth:`ToolGraph.linked_node_ids`); otherwise
+            (and when no environment is linked) it is drawn among all tools. Not in the paper: about a third
+            of the default run's tools belong to environments with no shared-value parameter, whose chains
+            cannot span several environments; at 0.5 about 70% of chains do and every environment still
+            starts chains.
     """
 
     max_tools: int = 15
@@ -115,6 +121,7 @@ class SamplerConfig:
     max_start_attempts: int = 20
     max_producer_candidates: int = 3
     p_join_environment: float = 0.8
+    p_linked_start: float = 0.5
 
     def __post_init__(self) -> None:
         """Raises :class:`~envfactory_assets.config_checks.SettingError` (a ValueError) naming the setting
@@ -125,7 +132,7 @@ class SamplerConfig:
         whole_number(owner, "max_servers", self.max_servers, low=1)
         whole_number(owner, "max_depth", self.max_depth, low=0)
         whole_number(owner, "min_tools", self.min_tools, low=1, high=self.max_tools)
-        for name in ("p_skip_optional", "p_explicit_producer", "p_join_environment"):
+        for name in ("p_skip_optional", "p_explicit_producer", "p_join_environment", "p_linked_start"):
             finite_number(owner, name, getattr(self, name), low=0.0, high=1.0)
         whole_number(owner, "max_start_attempts", self.max_start_attempts, low=1)
         whole_number(owner, "max_producer_candidates", self.max_producer_candidates, low=1)
@@ -363,9 +370,10 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
     if not nodes:
         raise ValueError("the tool graph has no nodes")
     clashes = clashing_environments(graph) if clashes is None else clashes
+    linked = graph.linked_node_ids
     rng = random.Random(seed)
     for _ in range(cfg.max_start_attempts):
-        start = rng.choice(nodes)
+        start = rng.choice(linked if linked and rng.random() < cfg.p_linked_start else nodes)
         draft = _Draft(clashes=clashes)
         queue: deque[str] = deque([start])
         queued = {start}

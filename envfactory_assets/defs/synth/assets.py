@@ -69,6 +69,7 @@ class ChainsConfig(dg.Config):
     p_explicit_producer: float = SamplerConfig.p_explicit_producer
     min_tools: int = SamplerConfig.min_tools
     p_join_environment: float = SamplerConfig.p_join_environment
+    p_linked_start: float = SamplerConfig.p_linked_start
 
     def check_settings(self) -> SamplerConfig:
         """The sampler settings as a :class:`SamplerConfig`, every setting checked before the store is read.
@@ -85,7 +86,8 @@ class ChainsConfig(dg.Config):
         try:  # the sampler's own limits, checked in SamplerConfig and reported under this asset's name
             return SamplerConfig(max_tools=self.max_tools, max_servers=self.max_servers, max_depth=self.max_depth,
                                  p_skip_optional=self.p_skip_optional, p_explicit_producer=self.p_explicit_producer,
-                                 min_tools=self.min_tools, p_join_environment=self.p_join_environment)
+                                 min_tools=self.min_tools, p_join_environment=self.p_join_environment,
+                                 p_linked_start=self.p_linked_start)
         except SettingError as exc:
             raise exc.for_owner(owner) from exc
 
