@@ -359,3 +359,14 @@ def test_a_value_that_describes_a_referenced_row_does_not_fill_the_calls_own_par
         made.clear()
         ProgrammaticSolver().attempt(SolverView(messages=messages, tools=tools), call_tool, seed)
         assert made == [("create_role", {"service_id": "ser_2", "type": "channel"})]
+
+
+def test_an_apostrophe_inside_a_word_opens_no_literal():
+    """"I'd like a list of the workflows": the request's verb comes after "I'd"; the solver once read only
+    "I" as the request and made no call."""
+    tools = (_spec("get_all_workflows", "Get all workflows", {"limit": {"type": "integer"}}),
+             _spec("delete_action", "Delete an action", {"action_id": {"type": "string"}}, ("action_id",)))
+    calls, env = _recording_environment()
+    query = "Delete action 'act_1'. Then I'd like a list of the workflows, up to 10 of them. Many thanks."
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), env, seed=0)
+    assert calls == [("delete_action", {"action_id": "act_1"}), ("get_all_workflows", {"limit": 10})]

@@ -96,6 +96,36 @@ def test_refinement_replaces_identifiers_with_obtainable_references(trajectories
     assert applied > 0
 
 
+def test_a_row_is_described_by_what_the_user_knows_only_when_a_list_tool_can_find_it(trajectories, environments):
+    """"the book whose title is 'Dune'" asks the agent to list the books; when listing that table needs an
+    argument the user never gave, the agent could only guess, so the row keeps its identifier."""
+    passed = [t for t in trajectories if t["status"] == "passed"]
+    tools = {t["name"]: (e, t) for e, env in environments.items() for t in env["tools"]}
+
+    def described(envs):
+        out = set()
+        for traj in passed:
+            flat = [c for t in traj["turns"] for c in t["calls"]]
+            for op in refine_turns(traj["turns"], envs)[1]:
+                if op["obtainable_from"].startswith("state:"):
+                    env_id, tool = tools[flat[op["call"]]["name"]]
+                    table = tool["table"] if op["argument"] == envs[env_id]["tables"][tool["table"]]["key"] \
+                        else envs[env_id]["tables"][tool["table"]]["foreign_keys"][op["argument"]]
+                    out.add((env_id, table))
+        return out
+
+    before = described(environments)
+    assert before
+    env_id, table = sorted(before)[0]
+    changed = copy.deepcopy(environments)
+    for tool in changed[env_id]["tools"]:
+        if tool["kind"] == "list" and tool["table"] == table:
+            tool["input_schema"]["properties"]["region"] = {"type": "string"}
+            tool["input_schema"]["required"] = [*tool["input_schema"].get("required", []), "region"]
+    after = described(changed)
+    assert (env_id, table) not in after and after == before - {(env_id, table)}
+
+
 def test_rl_rows_replay_exactly_and_tampering_is_caught(trajectories, environments, worker):
     rows = [r for t in trajectories if t["status"] == "passed" for r in rl_rows(t, environments)]
     assert rows
@@ -212,3 +242,29 @@ def test_refined_queries_read_as_a_person_writes(trajectories, environments):
     assert stats["distinct_trigrams_per_1000"] >= 1.3 * raw["distinct_trigrams_per_1000"]
     replies = {t["assistant_summary"].split()[0] for r in rows for t in r["turns"]}
     assert len(replies) >= 3, replies
+
+
+def test_a_description_phrase_that_labels_two_fields_names_neither():
+    """Both timestamps of a bundle are "The date and time ...": the request names each by its own words, so
+    the solver (which reads labels back) cannot put one date into the other field."""
+    import random
+
+    from envfactory_assets.synth.phrasing import describe_call
+    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+
+    stamp = {"type": "string", "format": "date-time"}
+    tool = {"name": "create_bundle", "kind": "create", "table": "bundles", "description": "Create a bundle",
+            "input_schema": {"type": "object", "properties": {
+                "date_created": {**stamp, "description": "The date and time in GMT when the bundle was created."},
+                "date_updated": {**stamp, "description": "The date and time in GMT when the bundle was last updated."},
+                "email": {"type": "string", "description": "The email address of the bundle's owner."}}}}
+    args = {"date_updated": "2024-04-28T16:21:00Z", "email": "kim@example.org"}
+    spec = {"type": "function", "function": {"name": tool["name"], "description": tool["description"],
+                                             "parameters": tool["input_schema"]}}
+    for seed in range(12):
+        text = describe_call(tool, "bundle_id", args, rng=random.Random(seed))
+        assert "date and time" not in text and "date updated" in text, text
+        made = []
+        ProgrammaticSolver().attempt(SolverView.for_turn([], text[0].upper() + text[1:] + ".", [spec]),
+                                     lambda name, a: made.append((name, a)) or {"ok": True, "output": {}}, seed)
+        assert made == [("create_bundle", args)], (text, made)

@@ -159,8 +159,16 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     thing = spoken_thing(tool["table"]) if natural else words(singular(tool["table"]))
     things = spoken_things(tool["table"]) if natural else words(tool["table"])
 
+    # a description's phrase that labels two fields ("date and time" for date_created and date_updated)
+    # names neither: only each field's own words are used then
+    seen_labels: dict[str, int] = {}
+    for n in props if natural else ():
+        for lab in field_labels(n, props[n]):
+            seen_labels[lab] = seen_labels.get(lab, 0) + 1
+
     def label(name: str) -> str:
         options = field_labels(name, props.get(name)) if natural else [words(name)]
+        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2]
         return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]
 
     def val(name: str) -> str | None:

@@ -217,6 +217,8 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 if (arg in refs or ref_table is None or ref_table in touched
                         or (arg == key and call["kind"] not in ("get", "update", "delete"))):
                     continue  # (a row written earlier in this turn may no longer look as the state says)
+                if not index.listable(call["env_id"], ref_table):
+                    continue  # described by what the user knows, the row could be found only by listing
                 rows = turn["state_before"][call["env_id"]]["tables"].get(ref_table, [])
                 ref_key = index.envs[call["env_id"]]["tables"].get(ref_table, {}).get("key", arg)
                 from_state = call["provenance"].get(arg, {}).get("source") == "state"

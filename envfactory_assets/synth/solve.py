@@ -434,8 +434,17 @@ def _list_everything(tool: _ToolInfo) -> dict[str, Any]:
     return {}
 
 
+def _head(text: str) -> str:
+    """The request's own words: ``text`` before its first quoted literal. An apostrophe inside a word
+    ("I'd like", "user's") opens no literal."""
+    return _LITERAL_OPEN.split(text, maxsplit=1)[0]
+
+
+_LITERAL_OPEN = re.compile(r"(?<![A-Za-z])'")
+
+
 def _has_action(sentence: str) -> bool:
-    return any(t in _VERB_OF for t in _tokens(re.split(r"'", sentence, maxsplit=1)[0]))
+    return any(t in _VERB_OF for t in _tokens(_head(sentence)))
 
 
 def _clauses(query: str) -> list[str]:
@@ -481,7 +490,7 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
     Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
     in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'").
     """
-    head = re.split(r"'", clause, maxsplit=1)[0]  # the request's own words come before its first literal
+    head = _head(clause)
     head_toks = _tokens(head)
     # the request's first action word ("Next, could you delete ...": delete); greetings carry none
     action = next((_VERB_OF[t] for t in head_toks if t in _VERB_OF), None)

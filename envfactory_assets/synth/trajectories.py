@@ -65,6 +65,13 @@ class ToolIndex:
     def table_meta(self, tool: dict[str, Any]) -> dict[str, Any]:
         return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]
 
+    def listable(self, env_id: str, table: str) -> bool:
+        """True when ``env_id`` has a list tool over ``table`` that needs no argument (an agent can look a
+        row of it up by what it knows of the row)."""
+        return any(t["kind"] == "list" and t["table"] == table
+                   and not set(t["input_schema"].get("required") or ()) - {"limit"}
+                   for t in self.envs[env_id]["tools"])
+
 
 def tool_name_collisions(environments: list[dict[str, Any]]) -> list[str]:
     """Tool names defined by more than one of ``environments`` (they cannot share an episode)."""
