@@ -370,3 +370,32 @@ def test_an_apostrophe_inside_a_word_opens_no_literal():
     query = "Delete action 'act_1'. Then I'd like a list of the workflows, up to 10 of them. Many thanks."
     ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), env, seed=0)
     assert calls == [("delete_action", {"action_id": "act_1"}), ("get_all_workflows", {"limit": 10})]
+
+
+def test_a_value_quoted_as_an_adjective_leaves_the_requests_object_readable():
+    """"list the 'ANG' credit notes": the object comes after the quoted currency."""
+    currency = {"type": "string", "enum": ["ANG", "EUR"]}
+    tools = (_spec("customers_all", "List customers", {"currency": currency, "limit": {"type": "integer"}}),
+             _spec("credit_notes_all", "List credit notes", {"currency": currency, "limit": {"type": "integer"}}))
+    for seed in range(4):
+        calls, env = _recording_environment()
+        ProgrammaticSolver().attempt(SolverView.for_turn([], "Ok, list the 'ANG' credit notes.", tools), env, seed=seed)
+        assert calls == [("credit_notes_all", {"currency": "ANG"})]
+
+
+def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
+    import random
+
+    from envfactory_assets.synth.phrasing import describe_call
+
+    flag = {"type": "boolean", "description": "Whether the key can be used."}
+    tool = {"name": "list_api_keys", "kind": "list", "table": "api_keys", "description": "List API keys",
+            "input_schema": {"type": "object", "properties": {"is_active": flag, "limit": {"type": "integer"}}}}
+    spec = {"type": "function", "function": {"name": tool["name"], "description": tool["description"],
+                                             "parameters": tool["input_schema"]}}
+    for seed in range(6):
+        text = describe_call(tool, "api_key_id", {"is_active": False}, rng=random.Random(seed))
+        assert "active is no" in text and "is active is" not in text, text
+        calls, env = _recording_environment()
+        ProgrammaticSolver().attempt(SolverView.for_turn([], text[0].upper() + text[1:] + ".", (spec,)), env, seed)
+        assert calls == [("list_api_keys", {"is_active": False})], (text, calls)

@@ -38,11 +38,19 @@ def words(name: str) -> str:
     return name.replace("_", " ").strip()
 
 
+_FLAG_PREFIX = re.compile(r"^is (?=[a-z]{3})")
+
+
 def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
     """Labels a person may use for a field, most literal first: its name's words, then (when the spec's
     description starts with a short noun phrase of 1-3 words ending before "of"/"for"/"."/","), that
-    phrase (``"Full name of the author."`` -> ``"full name"``)."""
+    phrase (``"Full name of the author."`` -> ``"full name"``). A boolean flag named ``is_...``
+    is also labelled by what it says of the row (``is_active`` -> ``"active"``), so a request reads "where
+    active is no", not "where is active is no"."""
     labels = [words(name).lower()]
+    flag = _FLAG_PREFIX.match(labels[0])
+    if flag and (schema or {}).get("type") == "boolean":
+        labels.append(labels[0][flag.end():])
     desc = ((schema or {}).get("description") or "").strip().lower()
     m = re.match(r"^(?:the |an? )?([a-z][a-z ]{1,40}?)(?: of | for | in |[.,;(]|$)", desc)
     if m:
@@ -162,13 +170,17 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     # a description's phrase that labels two fields ("date and time" for date_created and date_updated)
     # names neither: only each field's own words are used then
     seen_labels: dict[str, int] = {}
+    own_words = {words(n).lower() for n in props}  # a label that is another field's own name names that field
     for n in props if natural else ():
         for lab in field_labels(n, props[n]):
             seen_labels[lab] = seen_labels.get(lab, 0) + 1
 
     def label(name: str) -> str:
         options = field_labels(name, props.get(name)) if natural else [words(name)]
-        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2]
+        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2
+                                 and lab not in own_words]
+        if len(options) > 1 and _FLAG_PREFIX.match(options[0]) and props.get(name, {}).get("type") == "boolean":
+            return options[1]  # the flag by what it says: "active is no"
         return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]
 
     def val(name: str) -> str | None:

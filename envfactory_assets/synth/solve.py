@@ -436,11 +436,14 @@ def _list_everything(tool: _ToolInfo) -> dict[str, Any]:
 
 def _head(text: str) -> str:
     """The request's own words: ``text`` before its first quoted literal. An apostrophe inside a word
-    ("I'd like", "user's") opens no literal."""
-    return _LITERAL_OPEN.split(text, maxsplit=1)[0]
+    ("I'd like", "user's") opens no literal, and a value quoted as an adjective ("the 'ANG' credit notes")
+    is skipped."""
+    return _LITERAL_OPEN.split(_ADJECTIVE.sub(r"\1 ", text), maxsplit=1)[0]
 
 
 _LITERAL_OPEN = re.compile(r"(?<![A-Za-z])'")
+# a quoted value used as an adjective ("list the 'ANG' credit notes"): the request's object follows it
+_ADJECTIVE = re.compile(r"\b(the|all) '[^']*' (?=[a-z])")
 
 
 def _has_action(sentence: str) -> bool:
@@ -573,12 +576,15 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
                     wants.append(key)
                 text = text[:ref.start()] + text[ref.end():]
     # longest labels first, each match blanked out: "account sid 'x'" must not also fill "sid"
+    own_names = {_words(n) for n in tool.params}
     for name in sorted(tool.params, key=lambda n: -len(_words(n))):
         schema = tool.params[name]
         if name in args:
             continue
         m = None
-        for lab in sorted(field_labels(name, schema), key=len, reverse=True):
+        # a label that is another parameter's own name belongs to that parameter ("active" of is_active)
+        labels = [lab for lab in field_labels(name, schema) if lab == _words(name) or lab not in own_names]
+        for lab in sorted(labels, key=len, reverse=True):
             # not inside a row reference: in "for the service whose account sid is 'AC1'" the value names
             # the service, it is not this call's account sid
             m = _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+|to\s+)?({_LITERAL})", re.IGNORECASE).search(text)
