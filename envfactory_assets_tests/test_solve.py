@@ -399,3 +399,24 @@ def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
         calls, env = _recording_environment()
         ProgrammaticSolver().attempt(SolverView.for_turn([], text[0].upper() + text[1:] + ".", (spec,)), env, seed)
         assert calls == [("list_api_keys", {"is_active": False})], (text, calls)
+
+
+def test_every_connective_the_writer_joins_requests_with_separates_them_for_the_solver():
+    import random
+
+    from envfactory_assets.synth.phrasing import join_sentences
+
+    text = {"type": "string"}
+    tools = (_spec("delete_book", "Delete a book", {"book_id": text}, ("book_id",)),
+             _spec("list_books", "List books", {"limit": {"type": "integer"}}),
+             _spec("create_book", "Create a book", {"title": text}, ("title",)))
+    parts = ["delete book 'boo_1'", "show me the books", "create a new book with title 'Dune'", "delete book 'boo_2'"]
+    joined = set()
+    for seed in range(80):
+        query = join_sentences(parts, random.Random(seed))
+        joined.add(query)
+        calls, env = _recording_environment()
+        ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), env, seed=seed)
+        assert calls == [("delete_book", {"book_id": "boo_1"}), ("list_books", {}), ("create_book", {"title": "Dune"}),
+                         ("delete_book", {"book_id": "boo_2"})], query
+    assert len(joined) > 40

@@ -113,16 +113,26 @@ _REFERENCE_START = ("the ", "that ", "this ", "it", "my ", "our ")
 _PLANS: dict[str, tuple[str, ...]] = {
     "list": ("show me the {things}{where}", "list the {things}{where}", "can you find the {things}{where}",
              "I'd like a list of the {things}{where}", "please pull up a list of the {things}{where}",
-             "could you list all {things}{where}"),
+             "could you list all {things}{where}", "show me all {things}{where}", "find me the {things}{where}",
+             "search the {things}{where}", "I need you to list the {things}{where}", "browse the {things}{where}",
+             "could you show the {things}{where}"),
     "get": ("look up {subject} and tell me its details", "get me the details of {subject}",
             "can you get {subject} for me", "I need the details of {subject}, please look them up",
-            "fetch {subject} and tell me what it says", "please retrieve {subject}"),
+            "fetch {subject} and tell me what it says", "please retrieve {subject}", "describe {subject} for me",
+            "what are the details of {subject}", "could you fetch {subject}", "I'd like to view {subject}",
+            "please read me {subject}"),
     "create": ("create a new {thing}{with}", "add a {thing}{with}", "please register a new {thing}{with}",
-               "I want to add a {thing}{with}", "make a new {thing}{with}"),
+               "I want to add a {thing}{with}", "make a new {thing}{with}", "could you create a {thing}{with}",
+               "please add a new {thing}{with}", "I need a new {thing}{with}", "go ahead and create a {thing}{with}",
+               "register a {thing}{with}"),
     "update": ("change {subject}: set {changes}", "update {subject} so that {changes_is}",
-               "please edit {subject} and set {changes}", "modify {subject}: {changes}"),
+               "please edit {subject} and set {changes}", "modify {subject}: {changes}",
+               "could you update {subject}: {changes}", "please change {subject} so that {changes_is}",
+               "edit {subject}, setting {changes}"),
     "delete": ("delete {subject}", "remove {subject}", "please delete {subject}",
-               "please remove {subject}, it is not needed any more", "go ahead and delete {subject}"),
+               "please remove {subject}, it is not needed any more", "go ahead and delete {subject}",
+               "could you delete {subject}", "erase {subject}", "please drop {subject}, we no longer use it",
+               "I'd like you to remove {subject}"),
 }
 
 
@@ -257,7 +267,10 @@ def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
         if rng is None:
             text += (", then " if not last else ", and then ") + part
             continue
-        joint = rng.choice((", then ", ", and then ", ". Then ", ", and after that ", ". Also ", ". And then "))
+        joint = rng.choice((", then ", ", and then ", ". Then ", ", and after that ", ". Also ", ". And then ",
+                            ". Next, ", ". After that, ", ", and once that is done, ", ". Finally, "))
+        if joint == ". Finally, " and not last:
+            joint = ". Next, "
         if joint.startswith(". "):
             text = text.rstrip("?") + joint + part
         else:
@@ -268,11 +281,15 @@ def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
 # ----------------------------------------------------------------------------- persona register
 _OPENERS = {
     "formal": ("Hello, I am {persona}. ", "Good morning. As {persona}, I need some help. ",
-               "Hello. I work as {persona}. "),
-    "casual": ("Hi! I'm {persona}. ", "Hey there, {persona} here. ", "Hi, quick one from {persona}. "),
+               "Hello. I work as {persona}. ", "Good afternoon, this is {persona}. ",
+               "As {persona}, I have a few requests. "),
+    "casual": ("Hi! I'm {persona}. ", "Hey there, {persona} here. ", "Hi, quick one from {persona}. ",
+               "Hey, I'm {persona} and could use a hand. ", "Hi there, {persona} here with a few things. "),
 }
-_FOLLOW = {"formal": ("", "Next, ", "In addition, ", "Now, "), "casual": ("", "Ok, ", "Next up: ", "Now ")}
-_CLOSERS = {"formal": ("", " Thank you.", " Many thanks."), "casual": ("", " Thanks!", " Cheers.")}
+_FOLLOW = {"formal": ("", "Next, ", "In addition, ", "Now, ", "Also, "),
+           "casual": ("", "Ok, ", "Next up: ", "Now ", "Alright, ", "One more thing: ")}
+_CLOSERS = {"formal": ("", " Thank you.", " Many thanks.", " I appreciate your help."),
+            "casual": ("", " Thanks!", " Cheers.", " Appreciate it!")}
 _FORMAL = ("accountant", "analyst", "administrator", "agent", "manager", "librarian", "coordinator")
 
 

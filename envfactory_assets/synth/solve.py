@@ -452,11 +452,13 @@ def _has_action(sentence: str) -> bool:
 
 def _clauses(query: str) -> list[str]:
     """The requests of a query: sentences without an action word (a greeting, who asks, thanks) are
-    dropped; the rest split at "then" / "after that" / ". Also"."""
+    dropped; the rest split at "then" / "after that" / "once that is done" / ". Also" / ". Next," /
+    ". Finally,"."""
     sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z])", query.strip())
     kept = [x for x in sentences if _has_action(x) or re.search(r"'[^']*'(?=[\s,.:)!?]|$)|\d", x)] or sentences
     text = " ".join(kept).strip().rstrip(".!")
-    return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then)\s+|[.?]\s+(?:Then|Also|And)\s+(?:then\s+)?",
+    return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then|once that is done,)\s+"
+                                          r"|[.?]\s+(?:Then|Also|And|Next,|After that,|Finally,)\s+(?:then\s+)?",
                                           text) if c.strip()]
 
 
