@@ -315,7 +315,7 @@ def test_policy_restores_the_callers_thread_count_after_each_call(base_model_dir
         torch.set_num_threads(before)
 
 
-def test_progress_counts_task_runs_per_model_and_seed_cached_ones_at_once(tmp_path):
+def test_progress_counts_the_task_runs_computed_per_model_and_seed_not_the_cached_ones(tmp_path):
     from envfactory_assets.evaluation.run import (
         BASE,
         DO_NOTHING,
@@ -335,6 +335,12 @@ def test_progress_counts_task_runs_per_model_and_seed_cached_ones_at_once(tmp_pa
         rows = evaluate_models(models, [], {}, spec, log=lambda _: None, cache=cache,
                                progress=lambda done, total: calls[-1].append((done, total)))
         assert {r["model"] for r in rows} == {BASE, "ckpt_x"}
-    # 2 models x 2 BFCL tasks x 3 seeds: one call per model and seed, then the cached base model in one step
+    # 2 models x 2 BFCL tasks x 3 seeds: one call per model and seed; once the base model's results are
+    # cached they cost nothing and are not counted (counting them at once made the bar's rate meaningless)
     assert calls[0] == [(2 * k, 12) for k in range(1, 7)]
-    assert calls[1] == [(6, 12), (8, 12), (10, 12), (12, 12)]
+    assert calls[1] == [(2, 6), (4, 6), (6, 6)]
+    only_base = [models[0]]
+    calls.append([])
+    evaluate_models(only_base, [], {}, spec, log=lambda _: None, cache=cache,
+                    progress=lambda done, total: calls[-1].append((done, total)))
+    assert calls[2] == [(0, 0)]  # all cached: the bar is drawn complete at once

@@ -338,8 +338,10 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         benchmark_overlap: ``benchmark_overlap`` table rows (which environment tools resemble which
             benchmark functions); BFCL single-turn tasks with a matched function leave ``no_overlap``.
         progress: called as ``progress(task runs done, task runs in all)`` (a task run: one model on one task
-            under one seed) after every model, benchmark and seed, cached ones included; the last call has
-            both equal. Not called when there is no task.
+            under one seed) after every model, benchmark and seed that is computed; the base model's cached
+            results are not counted (they cost nothing, and counting them at once made the rate meaningless);
+            the last call has both equal (``(0, 0)`` when everything was cached). Not called when there is no
+            task.
 
     Returns:
         ``evaluations`` rows: per model and benchmark, one per subset (``synthetic_held_out``: ``all`` and
@@ -361,25 +363,39 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         benchmarks = _benchmarks(rl_rows, environments, spec, runner, log, benchmark_overlap or [])
         log(f"evaluating {len(models)} model(s) on " + ", ".join(f"{len(b.tasks)} {b.name}" for b in benchmarks)
             + f" tasks, seeds {list(spec.seeds)}")
-        runs_total, runs_done = len(models) * sum(len(b.tasks) for b in benchmarks) * len(spec.seeds), [0]
+        # the base model's results found in the cache cost nothing: left out of the progress, so the bar's
+        # rate and eta are those of the runs that are computed
+        def cache_key(model: Any, benchmark: Any) -> str | None:
+            return (ResultCache.key(model.model_hash, benchmark.name, benchmark.tasks, spec)
+                    if cache is not None and model.label == BASE and model.model_hash else None)
+
+        cached: dict[tuple[int, str], dict[str, Any]] = {}
+        for i, model in enumerate(models):
+            for benchmark in benchmarks:
+                key = cache_key(model, benchmark) if benchmark.tasks else None
+                entry = cache.get(key) if key else None
+                if entry is not None:
+                    cached[(i, benchmark.name)] = entry
+        runs_total = (len(models) * sum(len(b.tasks) for b in benchmarks) * len(spec.seeds)
+                      - sum(len(b.tasks) * len(spec.seeds) for (_, name) in cached for b in benchmarks if b.name == name))
+        runs_done = [0]
 
         def task_runs_done(n: int) -> None:
             runs_done[0] += n
             if progress is not None:
                 progress(runs_done[0], runs_total)
 
-        for model in models:
+        if progress is not None and runs_total == 0:
+            progress(0, 0)  # everything was cached: the bar is drawn complete
+        for i, model in enumerate(models):
             policy = None
             for benchmark in benchmarks:
                 if not benchmark.tasks:
                     continue
-                key = (ResultCache.key(model.model_hash, benchmark.name, benchmark.tasks, spec)
-                       if cache is not None and model.label == BASE and model.model_hash else None)
-                entry = cache.get(key) if key else None
+                key, entry = cache_key(model, benchmark), cached.get((i, benchmark.name))
                 if entry is not None:
                     results, seconds, cpu_seconds = entry["results"], 0.0, 0.0
                     log(f"{model.label} {benchmark.name}: reusing cached results {key}")
-                    task_runs_done(len(benchmark.tasks) * len(spec.seeds))
                 else:
                     policy = policy or load(model)
                     started, cpu_started = time.perf_counter(), time.process_time()
