@@ -319,13 +319,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the Markdown report of the store (to stdout or ``--output``)."""
-    from envfactory_assets.store.db import Store
-    from envfactory_assets.reporting.report import run_report
+    """Write the Markdown report of the store (to stdout or ``--output``), or with ``--compare OLD_STORE``
+    the table of its figures before (``OLD_STORE``) and after (the store); both are only read."""
+    from envfactory_assets.store.db import Store, StoreBusy
+    from envfactory_assets.reporting.report import compare_report, run_report
 
     try:
-        text = run_report(Store(settings.store_path()))
-    except FileNotFoundError as exc:
+        store = Store(settings.store_path())
+        seed = {} if args.seed is None else {"seed": args.seed}
+        text = compare_report(args.compare, store) if args.compare else run_report(store, **seed)
+    except (FileNotFoundError, StoreBusy, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.output:
@@ -591,6 +594,14 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=cmd_status)
     rep = sub.add_parser("report", help="Markdown report of what the store holds")
     rep.add_argument("--output", help="write to this file instead of stdout")
+    rep.add_argument("--compare", metavar="OLD_STORE",
+                     help="instead of the report, each figure of OLD_STORE (an envfactory.duckdb) and of this store "
+                          "side by side")
+    # default None: REPORT_SEED of envfactory_assets/reporting/report.py, read when reporting (importing it
+    # here would slow every command)
+    rep.add_argument("--seed", type=int, default=None,
+                     help="seed of the random turns and trajectories the report shows (default: REPORT_SEED in "
+                          "envfactory_assets/reporting/report.py)")
     rep.set_defaults(func=cmd_report)
     res = sub.add_parser("results", help="evaluation table (base vs checkpoints) from the store")
     res.add_argument("--readme", help="write it between the results markers of this Markdown file")

@@ -5,12 +5,12 @@ Everything in it is queried from the store, so the numbers in the docs come from
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
+from envfactory_assets.reporting.realism import flat_realism_figures, has_table, open_old_store, realism_figures
 from envfactory_assets.reporting.results_table import results_markdown
-from envfactory_assets.store.db import Store
+from envfactory_assets.store.db import Store, read_rows
 
 
 def _cell(value: Any) -> str:
@@ -29,6 +29,25 @@ def _table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
 REPORT_SEED = 0
 
 
+def query_figures(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
+    """``(figure, raw, refined)`` of :func:`~envfactory_assets.synth.report.query_statistics` over passed
+    refined trajectory ``rows``: how the raw and the refined queries read."""
+    from envfactory_assets.synth.report import query_statistics
+
+    ref, raw = query_statistics(rows), query_statistics(rows, field="query_raw")
+    return [(k, raw[k], ref[k]) for k in ("queries", "distinct_trigrams_per_1000", "literal_identifier_share",
+                                          "mean_words")] + [("refined_differs_share", "", ref["refined_differs_share"])]
+
+
+def accuracy_rows(con: Any) -> list[tuple[Any, int]] | None:
+    """``(per-turn accuracy rounded to 0.01, turns)`` over every current refined trajectory; None when the
+    store predates the table."""
+    if not has_table(con, "current_refined_trajectories"):
+        return None
+    return con.execute("SELECT round(CAST(t->>'accuracy' AS DOUBLE), 2) AS a, count(*) FROM current_refined_trajectories, "
+                       "unnest(CAST(turns AS JSON[])) AS u(t) WHERE t->>'accuracy' IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall()
+
+
 def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_SEED) -> list[str]:
     """How the queries read (:func:`~envfactory_assets.synth.report.query_statistics`, refined and raw) and
     ``n`` turns' raw and refined queries and reply, drawn with ``random.Random(seed)``."""
@@ -36,9 +55,8 @@ def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_S
 
     if not rows:
         return []
-    ref, raw = query_statistics(rows), query_statistics(rows, field="query_raw")
-    figures = [(k, raw[k], ref[k]) for k in ("queries", "distinct_trigrams_per_1000", "literal_identifier_share",
-                                             "mean_words")] + [("refined_differs_share", "", ref["refined_differs_share"])]
+    ref = query_statistics(rows)
+    figures = query_figures(rows)
     turns = [t for r in rows for t in r["turns"]]
     picked = random.Random(seed).sample(turns, min(n, len(turns)))
     return ["## Queries", "", "How the user queries read (raw: every argument literal; refined: what is kept):", "",
@@ -49,8 +67,9 @@ def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_S
                    ("raw query", "refined query", "assistant reply")), ""]
 
 
-def run_report(store: Store) -> str:
-    """The report as Markdown. Raises FileNotFoundError when the store does not exist."""
+def run_report(store: Store, seed: int = REPORT_SEED) -> str:
+    """The report as Markdown, its samples (turns, trajectories) drawn with ``random.Random(seed)``; the store
+    is opened read-only. Raises FileNotFoundError when the store does not exist."""
     with store.connect(read_only=True) as con:
         q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
         sources = q("SELECT count(*) FROM current_source_resources")[0][0]
@@ -61,8 +80,7 @@ def run_report(store: Store) -> str:
                     GROUP BY 1 ORDER BY 1""")
         chains = q("SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
                    "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2")
-        has_comparison = q("SELECT count(*) FROM information_schema.tables WHERE table_name = 'sampler_comparison'")[0][0]
-        comparison = q("SELECT * FROM sampler_comparison") if has_comparison else []
+        comparison = q("SELECT * FROM sampler_comparison") if has_table(con, "sampler_comparison") else []
         turns = q("SELECT n_turns, count(*) FROM current_raw_trajectories WHERE status = 'passed' GROUP BY 1 ORDER BY 1")
         calls = q("SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
                   "WHERE status = 'passed'")
@@ -80,12 +98,8 @@ def run_report(store: Store) -> str:
         overlap = q("SELECT benchmark, count(DISTINCT env_id), count(*) FROM current_benchmark_overlap "
                     "GROUP BY 1 ORDER BY 1")
         refined = q("SELECT status, count(*) FROM current_refined_trajectories GROUP BY 1 ORDER BY 1")
-        accuracy = q("SELECT round(CAST(t->>'accuracy' AS DOUBLE), 2) AS a, count(*) FROM current_refined_trajectories, "
-                     "unnest(CAST(turns AS JSON[])) AS u(t) WHERE t->>'accuracy' IS NOT NULL GROUP BY 1 ORDER BY 1")
-        has_diversity = q("SELECT count(*) FROM information_schema.tables WHERE table_name = 'trajectory_diversity'")[0][0]
-        diversity = q("SELECT * FROM trajectory_diversity") if has_diversity else []
-        samples = q("SELECT id, n_turns, CAST(domains AS VARCHAR) FROM current_refined_trajectories "
-                    "WHERE status = 'passed' ORDER BY n_turns DESC, id LIMIT 3")
+        accuracy = accuracy_rows(con)
+        diversity = q("SELECT * FROM trajectory_diversity") if has_table(con, "trajectory_diversity") else []
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
         splits = q("SELECT 'SFT', split, count(*) FROM current_sft_dataset GROUP BY 2 UNION ALL "
@@ -97,8 +111,11 @@ def run_report(store: Store) -> str:
                   "FROM checkpoints ORDER BY written_at DESC LIMIT 5")
         evaluations = store_evaluations(con)
         stage_times = latest_stage_times(con)
-        refined_rows = [{"status": "passed", "turns": json.loads(t)} for (t,) in
-                        q("SELECT CAST(turns AS VARCHAR) FROM current_refined_trajectories WHERE status = 'passed' ORDER BY id")]
+        refined_rows = read_rows(con, "refined_trajectories", "status = 'passed'")
+        realism = realism_figures(con, refined_rows)
+        picked = random.Random(seed).sample(refined_rows, min(10, len(refined_rows)))
+        raws = {r["id"]: r for r in reversed(read_rows(con, "raw_trajectories", "list_contains(?, id)",
+                                                       [[r["raw_trajectory_id"] for r in picked]], current=False))}
     parts = [
         "# Store report", "",
         "Produced by `envfactory report` from the store of a run; every number below is a query.", "",
@@ -124,17 +141,15 @@ def run_report(store: Store) -> str:
         "## Solvability calibration", "", "Refined trajectories by status (unsolvable turns end a chain; "
         "near-duplicates are removed):", "", _table(refined, ("status", "refined trajectories")), "",
         "Per-turn accuracy (passing solve attempts / k) of the queries kept:", "",
-        _table(accuracy, ("accuracy", "turns")), "",
+        _table(accuracy or [], ("accuracy", "turns")), "",
         "Diversity of passed refined trajectories (mart `trajectory_diversity`):", "",
         _table(diversity, ("trajectories", "distinct tool pairs", "environments", "domains",
                            "tool pairs / 1,000", "environments / 1,000", "domains / 1,000")), "",
     ]
-    parts += _query_section(refined_rows)
+    parts += _query_section(refined_rows, seed=seed)
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
-    if samples:
-        parts += ["Trajectories to read whole (`envfactory show <id>` prints one as Markdown):", "",
-                  _table([(f"`{i}`", n, d) for i, n, d in samples], ("id", "turns", "domains")), ""]
+    parts += realism_section(realism)
     parts += [f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**. "
               "Rows per stored split (`validation`: a row with a held-out environment, 10% of environments; "
               "the exports use this split):", "", _table(splits, ("dataset", "split", "rows")), "",
@@ -143,14 +158,149 @@ def run_report(store: Store) -> str:
                              "valid tool calls after", "rows trained on (SFT: sft rows; GRPO: RL prompts)")), ""]
     parts += ["## Evaluations", "", results_markdown(evaluations), ""]
     parts += stage_times_section(stage_times)
+    parts += trajectories_section(picked, raws, seed)
     return "\n".join(parts)
+
+
+def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:
+    """The "Data realism" section of :func:`run_report` from
+    :func:`~envfactory_assets.reporting.realism.realism_figures`."""
+    values, links = figures["values"], figures["links"]
+    future, gold = figures["future_identifiers"], figures["gold_arguments"]
+    parts = ["## Data realism", ""]
+    if values is not None:
+        judged = values["passed"] + values["failed"]
+        parts += ["Seeded values of the built environments (the `valid` initial state, identifiers left out), "
+                  "judged by the field-semantic check (`quality.value_semantics`: a zone is a zone, a status a "
+                  "status word):", "",
+                  _table([("environments", values["environments"]), ("values judged (pass + fail)", judged),
+                          ("share passing", values["share_passing"]), ("unknown (no rule applies)", values["unknown"]),
+                          ("seeded dates after their state's clock", f"{values['timestamps_after_clock']} / "
+                                                                      f"{values['timestamps']}")],
+                         ("figure", "value")), "",
+                  *(["Fields that failed most:", "", _table(list(values["top_failures"].items()),
+                                                            ("field (rule)", "values")), ""]
+                    if values["top_failures"] else ["No seeded value failed.", ""])]
+    if links is not None:
+        multi = links["multi_env_chains"]
+        parts += ["Links between environments (topology chains on the stored tool graph; a flow is an input bound "
+                  "to an earlier tool's output; only shared real-world values may cross environments):", "",
+                  _table([("topology chains", links["chains"]),
+                          ("spanning several environments", f"{multi} ({links['multi_env_share']:.1%})"),
+                          ("of those, with a cross-environment flow of a shared value",
+                           links["multi_env_with_shared_flow"]),
+                          ("identifier crossings (must be 0)", links["identifier_crossings"]),
+                          ("flows / cross-environment flows", f"{links['flows']} / {links['cross_env_flows']}")],
+                         ("figure", "value")), "",
+                  *(["Cross-environment flows by value kind:", "",
+                     _table(list(links["cross_env_flows_by_kind"].items()), ("value kind", "flows")), ""]
+                    if links["cross_env_flows_by_kind"] else [])]
+    if future is not None:
+        parts += ["Kept turns of passed refined trajectories whose query quotes an identifier that only a call of "
+                  "the same turn or a later one assigns (`synth.report.future_identifiers`): "
+                  f"**{future['turns_quoting_future_identifier']}** of {future['turns']} "
+                  f"({future['share']:.2%}).", ""]
+        if future["examples"]:
+            parts += [_table([(q, ", ".join(ids)) for q, ids in future["examples"]], ("query", "not yet assigned")), ""]
+    if gold is not None:
+        parts += ["Arguments of RL gold calls that nobody gave the agent (`synth.report.unstated_gold_arguments`: "
+                  "not masked, not in the request's user messages, and for values not from the user not in an "
+                  "earlier message or output either):", "",
+                  _table([("RL rows with gold calls", gold["rl_rows"]), ("gold arguments", gold["gold_arguments"]),
+                          ("masked (`masked_arguments`)", gold["masked"]),
+                          ("not stated, not masked", gold["unstated"]),
+                          *((f"of those, named by reference ({op})", n) for op, n in gold["referred_to"].items()),
+                          ("never given (neither stated nor referred to)",
+                           f"{gold['never_given']} ({gold['never_given_share']:.2%} of unmasked)")],
+                         ("figure", "value")), ""]
+        if gold["never_given_by_argument"]:
+            parts += [_table(list(gold["never_given_by_argument"].items()), ("tool.argument never given", "times")), ""]
+    return parts if len(parts) > 2 else []
+
+
+def trajectories_section(picked: list[dict[str, Any]], raws: dict[str, dict[str, Any]], seed: int) -> list[str]:
+    """The "Trajectories to read whole" section: the ``picked`` refined trajectory rows, each rendered as
+    ``envfactory show <id>`` renders it (:func:`~envfactory_assets.viewer.render_trajectory`), ``raws``
+    holding their raw trajectory rows by id."""
+    from envfactory_assets.viewer import render_trajectory
+
+    if not picked:
+        return []
+    parts = ["## Trajectories to read whole", "",
+             f"Ten passed refined trajectories drawn with random.Random({seed}) (`envfactory report --seed N` draws "
+             "others), each as `envfactory show <id>` prints it:", "",
+             _table([(f"`{r['id']}`", r["n_turns"], ", ".join(r["domains"] or [])) for r in picked],
+                    ("id", "turns", "domains")), ""]
+    for r in picked:
+        raw = raws.get(r["raw_trajectory_id"])
+        parts += [render_trajectory(raw, r) if raw else f"Trajectory {r['id']}: its raw trajectory "
+                                                           f"{r['raw_trajectory_id']} is not in the store.", ""]
+    return parts
+
+
+def comparable_figures(store: Store) -> dict[str, Any]:
+    """The figures ``envfactory report --compare`` sets side by side, ``{"group: figure": value}`` in report
+    order: the "Queries" table (raw and refined), the per-turn accuracy distribution and
+    :func:`~envfactory_assets.reporting.realism.flat_realism_figures`. A figure the store cannot give (it
+    predates the table) is None."""
+    with store.connect(read_only=True) as con:
+        refined = read_rows(con, "refined_trajectories", "status = 'passed'") if has_table(
+            con, "current_refined_trajectories") else None
+        accuracy = accuracy_rows(con)
+        realism = realism_figures(con, refined)
+    flat: dict[str, Any] = {}
+    names = [k for k, _raw, _ref in query_figures([])]
+    queries = query_figures(refined) if refined is not None else [(k, None, None) for k in names]
+    for name, raw, ref in queries:
+        if raw != "":
+            flat[f"queries (raw): {name}"] = raw
+        flat[f"queries (refined): {name}"] = ref
+    flat["per-turn accuracy: turns"] = None if accuracy is None else sum(n for _a, n in accuracy)
+    flat.update({f"per-turn accuracy: turns at {a:.2f}": n for a, n in accuracy or []})
+    flat.update(flat_realism_figures(realism))
+    return flat
+
+
+def _figure_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return str(round(value, 4)) if isinstance(value, float) else str(value)
+
+
+def compare_report(old_path: str, store: Store) -> str:
+    """Markdown of :func:`comparable_figures` of the store at ``old_path`` (before) and of ``store`` (after),
+    one row per figure; both are opened read-only. A per-kind count one store lacks reads 0 when that store
+    has the figure's group, empty when it predates it.
+
+    Raises:
+        FileNotFoundError: either store does not exist (the message names the path).
+        ValueError: ``old_path`` is not a store (see :func:`~envfactory_assets.reporting.realism.open_old_store`).
+    """
+    before, after = comparable_figures(open_old_store(old_path)), comparable_figures(store)
+    group = lambda name: name.split(":", 1)[0]  # noqa: E731
+    names = list(after)
+    for name in before:  # a figure only the old store has goes after the last one of its group
+        if name not in after:
+            at = max((i for i, n in enumerate(names) if group(n) == group(name)), default=len(names) - 1)
+            names.insert(at + 1, name)
+
+    def cell(figures: dict[str, Any], name: str) -> str:
+        if name in figures:
+            return _figure_cell(figures[name])
+        has_group = any(group(k) == group(name) and v is not None for k, v in figures.items())
+        return "0" if has_group else ""
+
+    return "\n".join(["# Store comparison", "",
+                      f"Before: `{old_path}`; after: `{store.path}` (each figure queried from its store; empty: "
+                      "the store predates the table).", "",
+                      _table([(n, cell(before, n), cell(after, n)) for n in names], ("figure", "before", "after")), ""])
 
 
 def latest_stage_times(con: Any) -> list[tuple[Any, ...]]:
     """Per step of ``stage_times``, in start order of its latest run: ``(step_key, wall_seconds, peak_rss_mib,
     status, started_at, runs recorded, fastest and slowest successful wall seconds)``; empty when nothing is
     recorded or the store predates the table (read-only connections do not migrate)."""
-    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'stage_times'").fetchone()[0]:
+    if not has_table(con, "stage_times"):
         return []
     return con.execute("""
         SELECT step_key, wall_seconds, peak_rss_mib, status, started_at, runs, fastest, slowest FROM (
@@ -183,7 +333,7 @@ def store_evaluations(con: Any) -> list[dict[str, Any]]:
     store predates the table (read-only connections do not migrate)."""
     import orjson
 
-    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'current_evaluations'").fetchone()[0]:
+    if not has_table(con, "current_evaluations"):
         return []
 
     cur = con.execute("SELECT model, stage, benchmark, subset, mean, std, n_tasks, seeds, config, metrics "

@@ -71,6 +71,26 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(statement)
 
 
+def read_rows(con: duckdb.DuckDBPyConnection, table: str, where: str = "", params: list[Any] | None = None,
+              current: bool = True) -> list[dict[str, Any]]:
+    """Rows of ``table`` on an open connection, as :meth:`Store.read` returns them (JSON columns decoded,
+    ordered by id), with the columns the store has: on a read-only connection to a store written by an older
+    version, columns added since are absent and a table added since gives ``[]`` (nothing is migrated).
+
+    Raises:
+        KeyError: for a table the store schema does not have.
+    """
+    columns(table)
+    source = f"current_{table}" if current else table
+    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [source]).fetchone()[0]:
+        return []
+    cur = con.execute(f"SELECT * FROM {source}" + (f" WHERE {where}" if where else "") + " ORDER BY id", params or [])
+    names = [d[0] for d in cur.description]
+    json_cols = JSON_COLUMNS[table]
+    return [{n: (orjson.loads(v) if n in json_cols and v is not None else v) for n, v in zip(names, row)}
+            for row in cur.fetchall()]
+
+
 class Store:
     """A DuckDB file holding every stage's rows.
 
@@ -260,15 +280,8 @@ class Store:
         """
         columns(table)
         self._require_exists()
-        source = f"current_{table}" if current else table
-        sql = f"SELECT * FROM {source}" + (f" WHERE {where}" if where else "") + " ORDER BY id"
         with self.connect(read_only=False) as con:
-            cur = con.execute(sql, params or [])
-            names = [d[0] for d in cur.description]
-            raw = cur.fetchall()
-        json_cols = JSON_COLUMNS[table]
-        return [{n: (orjson.loads(v) if n in json_cols and v is not None else v) for n, v in zip(names, row)}
-                for row in raw]
+            return read_rows(con, table, where, params, current)
 
     def query(self, sql: str, params: list[Any] | None = None) -> pl.DataFrame:
         """Run a read query and return a polars DataFrame (opens the store read-only)."""

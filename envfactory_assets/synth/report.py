@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from typing import Any
@@ -127,3 +128,199 @@ def query_statistics(rows: list[dict[str, Any]], field: str = "query", sample: i
         "operator_share": {k: round(v / n, 4) for k, v in sorted(ops.items())},
         "accuracy_distribution": dict(sorted(Counter(f"{t['accuracy']:.2f}" for t in turns if "accuracy" in t).items())),
     }
+
+
+# --- realism of the refined turns: values a query quotes before they exist, gold values never given ------
+def _identifier_leaves(value: Any) -> set[str]:
+    """String values under identifier-named keys (``id`` / ``*_id``) anywhere in a JSON value."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if isinstance(v, str) and v and _is_identifier_argument(k):
+                    found.add(v)
+                else:
+                    stack.append(v)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def _inside_a_token(char: str) -> bool:
+    return char.isalnum() or char in "_-"
+
+
+def _quotes(text: str, value: str) -> bool:
+    """True when ``value`` occurs in ``text`` (any case) as a whole token, not inside a longer word or
+    identifier (a string search: one regular expression per value would be compiled thousands of times)."""
+    text, value = text.lower(), value.lower()
+    start = text.find(value)
+    while start >= 0 and value:
+        end = start + len(value)
+        if not (start and _inside_a_token(text[start - 1])) and not (end < len(text) and _inside_a_token(text[end])):
+            return True
+        start = text.find(value, start + 1)
+    return False
+
+
+def future_identifiers(turns: list[dict[str, Any]], index: int) -> list[str]:
+    """Identifiers the query of ``turns[index]`` quotes before they exist, sorted.
+
+    Such an identifier is a string value of an identifier field (``id`` / ``*_id``) that a ``create`` call of
+    this turn or a later one assigns (in its output, not among its arguments) and that no identifier field
+    of the turn's ``state_before`` (every environment, every table) nor of an earlier turn's call outputs
+    holds. A person cannot know it when asking, so a query quoting it tells the answer. Numeric identifiers
+    are left out: in a query a bare number cannot be told from a count or a limit.
+    """
+    turn = turns[index]
+    assigned = set().union(*(_identifier_leaves(c.get("output")) - _identifier_leaves(c["arguments"])
+                             for t in turns[index:] for c in t["calls"] if c.get("kind") == "create"))
+    quoted = {v for v in assigned if _quotes(turn["query"], v)}
+    if not quoted:  # the common case: the states need not be walked
+        return []
+    existing = _identifier_leaves(turn.get("state_before") or {})
+    existing |= _identifier_leaves([c.get("output") for t in turns[:index] for c in t["calls"]])
+    return sorted(quoted - existing)
+
+
+def future_identifier_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Kept turns of passed refined trajectories whose query quotes an identifier that does not exist yet
+    (:func:`future_identifiers`): ``{"turns", "turns_quoting_future_identifier", "share", "examples"}``,
+    ``examples`` up to three ``(query, identifiers)`` pairs."""
+    n, quoting = 0, []
+    for r in rows:
+        if r.get("status", "passed") != "passed":
+            continue
+        for i, turn in enumerate(r["turns"]):
+            n += 1
+            ids = future_identifiers(r["turns"], i)
+            if ids:
+                quoting.append((turn["query"], ids))
+    return {"turns": n, "turns_quoting_future_identifier": len(quoting),
+            "share": round(len(quoting) / n, 4) if n else 0.0, "examples": quoting[:3]}
+
+
+def _value_stated(value: Any, texts: list[str], outputs: set[str]) -> bool:
+    """True when ``value`` is a JSON leaf of a call output (``outputs`` holds those leaves as JSON text), or
+    ``texts`` quote it written as a raw query writes it,
+    as a person writes it (:func:`~envfactory_assets.synth.phrasing.spoken_value`) or bare; a list or an
+    object is stated when each of its items is, ``None`` and ``""`` always are (nothing to give)."""
+    from envfactory_assets.synth.phrasing import literal, spoken_value
+
+    if isinstance(value, dict):
+        return all(_value_stated(v, texts, outputs) for v in value.values())
+    if isinstance(value, list):
+        return all(_value_stated(v, texts, outputs) for v in value)
+    if value is None or value == "" or json.dumps(value, ensure_ascii=False) in outputs:
+        return True
+    forms = {literal(value), spoken_value(value), value if isinstance(value, str) else literal(value)}
+    return any(_quotes(text, form) for text in texts for form in forms)
+
+
+def _json_leaves(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set().union(*(_json_leaves(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_json_leaves(v) for v in value))
+    return {json.dumps(value, ensure_ascii=False)}
+
+
+def unstated_gold_arguments(turns: list[dict[str, Any]], turn_index: int, gold_calls: list[dict[str, Any]],
+                            masked: list[str]) -> list[dict[str, Any]]:
+    """Arguments of an RL row's gold calls whose value nobody gave the agent and that the row does not mask.
+
+    ``turns`` are the refined trajectory's turns, ``turn_index`` the row's turn, ``gold_calls`` its
+    ``[{"name", "arguments"}]`` (a subsequence of that turn's calls), ``masked`` its ``masked_arguments``.
+    A value is given when this turn's user messages (its query, its clarification answers) quote it (see
+    :func:`_value_stated`), or, for a value the call's ``provenance`` does not take from the user, when an
+    earlier turn's messages (user or assistant) quote it or an output of a call before the gold call holds
+    it. A value taken from the user must be said in this request: that an earlier turn or result mentions
+    it does not tell the agent to use it again. Returns ``[{"call", "argument", "value", "referred_by"}]``:
+    ``referred_by`` is the (not reverted) refinement operator of the turn that names the value by reference
+    instead ("the newest order", "the book titled ..."), or None when nothing in the request points at it.
+    """
+    turn = turns[turn_index]
+    now = [turn["query"]] + [m["content"] for m in turn.get("clarification") or [] if m["role"] == "user"]
+    before = [text for t in turns[:turn_index] for text in
+              [t["query"], t.get("assistant_summary") or ""] + [m["content"] for m in t.get("clarification") or []]]
+    outputs: set[str] = set()
+    for t in turns[:turn_index]:
+        for c in t["calls"]:
+            outputs |= _json_leaves(c.get("output"))
+    refs = {(o["argument"], json.dumps(o["value"], ensure_ascii=False)): o["operator"]
+            for o in turn.get("operators") or [] if o.get("reference") and not o.get("reverted")}
+    pending = list(gold_calls)
+    found = []
+    for call in turn["calls"]:
+        if pending and (call["name"], call["arguments"]) == (pending[0]["name"], pending[0]["arguments"]):
+            pending.pop(0)
+            for arg, value in call["arguments"].items():
+                from_user = (call.get("provenance") or {}).get(arg, {}).get("source") == "user"
+                if arg in masked or _value_stated(value, now, set()) or (
+                        not from_user and _value_stated(value, before, outputs)):
+                    continue
+                found.append({"call": call["name"], "argument": arg, "value": value,
+                              "referred_by": refs.get((arg, json.dumps(value, ensure_ascii=False)))})
+        outputs |= _json_leaves(call.get("output"))
+    return found
+
+
+def _is_subsequence(gold: list[dict[str, Any]], calls: list[dict[str, Any]]) -> bool:
+    pending = iter((c["name"], c["arguments"]) for c in calls)
+    return all((g["name"], g["arguments"]) in pending for g in gold)
+
+
+def refined_turn_of(turns: list[dict[str, Any]], turn_index: int, gold_calls: list[dict[str, Any]]) -> int | None:
+    """The index in a refined trajectory's ``turns`` of the turn an RL row with ``turn_index`` and
+    ``gold_calls`` was made from, or None when neither candidate's calls hold the gold calls in order.
+
+    The dataset stage may insert one abstention turn (:func:`~envfactory_assets.synth.datagaps.augment_trajectory`)
+    before it, so the row's turn is ``turn_index`` or ``turn_index - 1`` of the stored turns.
+    """
+    for index in (turn_index, turn_index - 1):
+        if 0 <= index < len(turns) and _is_subsequence(gold_calls, turns[index]["calls"]):
+            return index
+    return None
+
+
+def gold_argument_figures(trajectories: dict[str, list[dict[str, Any]]],
+                          rl_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Gold arguments of RL rows nobody gave (:func:`unstated_gold_arguments`), over the rows whose refined
+    trajectory is in ``trajectories`` (``{refined id: turns}``).
+
+    The words judged are the refined trajectory's (the dataset stage may restate a value in a converted
+    form on purpose, :mod:`envfactory_assets.synth.conversions`); the rows' own ``turn_index`` counts an
+    inserted abstention turn, so each row is matched to its refined turn by :func:`refined_turn_of`.
+
+    Returns ``{"rl_rows", "rl_rows_unmatched", "gold_arguments", "masked", "unstated", "referred_to",
+    "never_given", "never_given_share", "never_given_by_argument"}``: ``rl_rows`` counts the rows judged
+    (abstention rows have no gold call and are left out), ``rl_rows_unmatched`` those whose refined turn
+    was not found; ``unstated`` = unmasked arguments no message or
+    earlier output gives, of which ``referred_to`` (by operator) are named by reference and
+    ``never_given`` are not; the share is of the unmasked arguments; ``never_given_by_argument`` counts the
+    ten commonest ``tool.argument`` of those.
+    """
+    n_rows = unmatched = total = masked = 0
+    unstated: list[dict[str, Any]] = []
+    for row in rl_rows:
+        turns = trajectories.get(row["refined_trajectory_id"])
+        if turns is None or not row["gold_calls"]:
+            continue  # another trajectory's row, or an abstention turn (no gold call, nothing to give)
+        index = refined_turn_of(turns, row["turn_index"], row["gold_calls"])
+        if index is None:
+            unmatched += 1
+            continue
+        n_rows += 1
+        mask = row.get("masked_arguments") or []
+        total += sum(len(g["arguments"]) for g in row["gold_calls"])
+        masked += sum(1 for g in row["gold_calls"] for a in g["arguments"] if a in mask)
+        unstated += unstated_gold_arguments(turns, index, row["gold_calls"], mask)
+    never = [u for u in unstated if u["referred_by"] is None]
+    unmasked = total - masked
+    return {"rl_rows": n_rows, "rl_rows_unmatched": unmatched, "gold_arguments": total, "masked": masked,
+            "unstated": len(unstated),
+            "referred_to": dict(Counter(u["referred_by"] for u in unstated if u["referred_by"]).most_common()),
+            "never_given": len(never), "never_given_share": round(len(never) / unmasked, 4) if unmasked else 0.0,
+            "never_given_by_argument": dict(Counter(f"{u['call']}.{u['argument']}" for u in never).most_common(10))}
