@@ -268,3 +268,25 @@ def test_a_description_phrase_that_labels_two_fields_names_neither():
         ProgrammaticSolver().attempt(SolverView.for_turn([], text[0].upper() + text[1:] + ".", [spec]),
                                      lambda name, a: made.append((name, a)) or {"ok": True, "output": {}}, seed)
         assert made == [("create_bundle", args)], (text, made)
+
+
+def test_a_value_created_in_the_turn_is_named_by_what_created_it_whichever_result_carries_it():
+    from envfactory_assets.synth.phrasing import new_value_refs
+
+    tools = {"create_book": {"table": "books"}, "get_book": {"table": "books"}, "create_review": {"table": "reviews"},
+             "update_book": {"table": "books"}}
+    keys = {"books": "book_id", "reviews": "review_id"}
+    key_of = lambda name: keys[tools[name]["table"]]  # noqa: E731
+    history = [
+        {"name": "create_book", "kind": "create", "output": {"book_id": "boo_9", "title": "Dune"}},
+        {"name": "get_book", "kind": "get", "output": {"book_id": "boo_9", "title": "Dune"}},
+        # a review of a book that existed before the turn: it carries boo_1, it did not create it
+        {"name": "create_review", "kind": "create", "output": {"review_id": "rev_3", "book_id": "boo_1"}},
+    ]
+    via_lookup = {"arguments": {"book_id": "boo_9"}, "provenance": {"book_id": {"source": "output", "call": 1,
+                                                                                 "path": "book_id"}}}
+    assert new_value_refs(via_lookup, history, 0, tools, key_of) == {"book_id": "the new book"}
+    carried = {"arguments": {"book_id": "boo_1"}, "provenance": {"book_id": {"source": "output", "call": 2,
+                                                                             "path": "book_id"}}}
+    assert new_value_refs(carried, history, 0, tools, key_of) == {}
+    assert new_value_refs(via_lookup, history, 2, tools, key_of) == {}  # created in an earlier turn

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from envfactory_assets.sources.names import singular, spoken_thing, spoken_things, spoken_words
 
@@ -242,17 +242,32 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     return an(plan.format(**plan_vars))
 
 
+def minting_call(history: list[dict[str, Any]], turn_start: int, upto: int, value: Any,
+                 key_of: Callable[[str], str]) -> int | None:
+    """Position of the ``create`` call among ``history[turn_start:upto + 1]`` that assigned ``value`` as its
+    new row's identifier (``key_of(tool name)`` names that field; a result that only carries the value, as a
+    lookup of the new row or a row referring to it, did not assign it), or None."""
+    for pos in range(turn_start, min(upto + 1, len(history))):
+        call = history[pos]
+        if (call["kind"] == "create" and isinstance(call.get("output"), dict)
+                and call["output"].get(key_of(call["name"])) == value):
+            return pos
+    return None
+
+
 def new_value_refs(call: dict[str, Any], history: list[dict[str, Any]], turn_start: int,
-                   tools: dict[str, dict[str, Any]]) -> dict[str, str]:
+                   tools: dict[str, dict[str, Any]], key_of: Callable[[str], str]) -> dict[str, str]:
     """References for the arguments of ``call`` that a ``create`` call of the same turn assigns (positions
-    ``>= turn_start`` of ``history``): the user cannot know such a value yet, so the request names it by what
-    creates it (``{"book_id": "the new book"}``), never quotes it."""
+    ``>= turn_start`` of ``history``; ``key_of`` names a tool's row identifier): the user cannot know such a
+    value yet, so the request names it by what creates it (``{"book_id": "the new book"}``), never quotes it,
+    even when the value reaches the call through another result (a lookup of the new book, a row that
+    carries its id)."""
     refs = {}
     for arg, prov in call["provenance"].items():
         if prov.get("source") == "output" and prov.get("call", -1) >= turn_start:
-            producer = history[prov["call"]]
-            if producer["kind"] == "create":
-                refs[arg] = f"the new {words(singular(tools[producer['name']]['table']))}"
+            minted = minting_call(history, turn_start, prov["call"], call["arguments"].get(arg), key_of)
+            if minted is not None:
+                refs[arg] = f"the new {words(singular(tools[history[minted]['name']]['table']))}"
     return refs
 
 

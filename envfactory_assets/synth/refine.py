@@ -32,6 +32,7 @@ from envfactory_assets.synth.phrasing import (
     describe_call,
     join_sentences,
     literal,
+    minting_call,
     shape_for_persona,
     strip_lead,
     strip_register,
@@ -187,6 +188,15 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             refs: dict[str, str] = {}
             for arg, prov in call["provenance"].items():
                 if prov.get("source") != "output":
+                    continue
+                minted = minting_call(flat, turn_start, prov["call"], call["arguments"][arg],
+                                      lambda name: index.key_of(index.tools[name])) if prov["call"] >= turn_start else None
+                if minted is not None and minted != prov["call"]:
+                    # assigned by a create of this turn, reaching this call through another result (a lookup
+                    # of the new row, a row that carries its id): the user names it by what created it
+                    phrase = _reference(flat[minted], "", True, index.tools[flat[minted]["name"]]["table"], rng)
+                    refs[arg] = phrase
+                    record("implicit_reference", arg, call["arguments"][arg], phrase, flat[minted]["name"])
                     continue
                 producer = flat[prov["call"]]
                 producer_tool = index.tools[producer["name"]]

@@ -253,8 +253,9 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
                 continue
             after = worker.save(episode)
             start = len(history) - len(calls)
+            key_of = lambda name: index.key_of(index.tools[name])  # noqa: E731
             parts = [describe_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"],
-                                   new_value_refs(c, history, start, index.tools)) for c in calls]
+                                   new_value_refs(c, history, start, index.tools, key_of)) for c in calls]
             summary = "; ".join(summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]),
                                                c["arguments"], c["output"]) for c in calls)
             result["turns"].append({
