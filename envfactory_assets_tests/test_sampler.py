@@ -454,3 +454,13 @@ def test_start_tools_drawn_from_linked_environments_raise_the_multi_environment_
     assert flow_stats(graph, linked)["multi_env_share"] > flow_stats(graph, uniform)["multi_env_share"]
     with pytest.raises(ValueError, match="p_linked_start"):
         SamplerConfig(p_linked_start=1.5)
+
+
+def test_held_out_environments_share_chains_only_with_each_other(graph):
+    mixed = sample_chains(graph, 120, "apart")
+    assert any(CRM in c.servers and len(c.servers) > 1 for c in mixed)  # CRM joins others when nothing says no
+    kept = sample_chains(graph, 120, "apart", apart={CRM})
+    assert kept and all(c.servers == (CRM,) or CRM not in c.servers for c in kept)
+    assert any(len(c.servers) > 1 for c in kept)  # the training environments still combine
+    walks = sample_chains(graph, 60, "apart", sampler="random_walk", require_valid=False, apart={CRM, MAIL})
+    assert all(set(c.servers) <= {CRM, MAIL} or not set(c.servers) & {CRM, MAIL} for c in walks)

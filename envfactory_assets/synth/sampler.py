@@ -44,7 +44,7 @@ import hashlib
 import random
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Callable, Collection, Iterable, Literal, Mapping
 
 import networkx as nx
 
@@ -197,6 +197,20 @@ def clashing_environments(graph: ToolGraph) -> dict[str, frozenset[str]]:
         for env in envs if len(envs) > 1 else ():
             clashes.setdefault(env, set()).update(envs - {env})
     return {e: frozenset(v) for e, v in clashes.items()}
+
+
+def keep_apart(clashes: Mapping[str, frozenset[str]], apart: Collection[str],
+               env_ids: Collection[str]) -> dict[str, frozenset[str]]:
+    """``clashes`` (``{env_id: environments it may not share a chain with}``) extended so that no environment
+    of ``apart`` shares a chain with one of ``env_ids`` outside it (held-out environments are combined only
+    with each other, so a chain is wholly held out or wholly for training)."""
+    inside, outside = frozenset(apart) & frozenset(env_ids), frozenset(env_ids) - frozenset(apart)
+    if not inside:
+        return dict(clashes)
+    out = {e: frozenset(v) for e, v in clashes.items()}
+    for env in env_ids:
+        out[env] = out.get(env, frozenset()) | (outside if env in inside else inside)
+    return out
 
 
 def _can_join(env_id: str, servers: list[str], max_servers: int, clashes: Mapping[str, frozenset[str]]) -> bool:
@@ -602,13 +616,16 @@ def dependency_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, flo
 
 def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig | None = None,
                   sampler: Literal["topology", "random_walk"] = "topology", *, require_valid: bool = True,
-                  max_attempts: int | None = None) -> list[Chain]:
+                  max_attempts: int | None = None, apart: Collection[str] = frozenset()) -> list[Chain]:
     """Up to ``n`` distinct chains, deterministic for the same graph, ``base_key``, config and sampler.
 
     Attempt ``i`` uses key ``f"{base_key}/{i}"`` and seed :func:`chain_seed` of it. A chain is kept when it is
     new (deduplicated on its tool sequence) and, if ``require_valid``, passes :func:`validate_chain` with
     ``config``. Stops after ``n`` chains or ``max_attempts`` attempts (default ``10 * n + 10``); seeds where
     sampling fails (:class:`ChainSamplingError`) are skipped, and a graph without nodes gives ``[]``.
+
+    ``apart``: environments that share chains only with each other (:func:`keep_apart`; the held-out
+    environments, so that no chain mixes tools an agent is trained on with tools it is evaluated on).
 
     Raises ``ValueError`` for ``n < 0`` or an unknown sampler name.
     """
@@ -623,7 +640,7 @@ def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig
     if not graph.node_ids:
         return out
     seen: set[tuple[str, ...]] = set()
-    clashes = clashing_environments(graph)
+    clashes = keep_apart(clashing_environments(graph), apart, {graph.env_of(n) for n in graph.node_ids})
     for i in range(attempts):
         if len(out) >= n:
             break

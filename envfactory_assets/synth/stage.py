@@ -58,12 +58,16 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
     """Sample ``n_chains`` distinct chains and return ``tool_chains`` rows (status ``passed``/``failed``).
 
     A chain fails when it does not validate against the graph or combines environments whose tool
-    names collide (they could not share one episode). ``benchmark_tags`` (``{env_id: [benchmark, ...]}``)
-    fills each row's ``benchmark_overlap``; raw and refined trajectories inherit it from their chain.
+    names collide (they could not share one episode). No chain combines a held-out environment
+    (:func:`~envfactory_assets.tooluse.splits.held_out_environments`) with a training one.
+    ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) fills each row's ``benchmark_overlap``; raw and refined trajectories inherit it from their chain.
     """
     tags = benchmark_tags or {}
     rows = []
-    for chain in sample_chains(graph, n_chains, base_key, config, sampler=sampler, require_valid=False):
+    # the dataset stage holds out the same environments (the rule depends on the ids alone)
+    held_out = held_out_environments(graph.env_of(n) for n in graph.node_ids)
+    for chain in sample_chains(graph, n_chains, base_key, config, sampler=sampler, require_valid=False,
+                               apart=held_out):
         problems = validate_chain(graph, chain, config)
         clashes = tool_name_collisions([environments[e] for e in chain.servers])
         if clashes:
