@@ -252,12 +252,12 @@ def test_results_table_shows_differences_with_intervals_and_the_do_nothing_row()
     lines = results_markdown(rows).splitlines()
     head = lines.index("| model | stage | all (n=4) | hybrid reward (all, secondary) |")
     assert lines[head + 2] == "| `base` | base | 0.250 ± 0.050 | 0.400 |"
-    assert lines[head + 3] == "| `do_nothing` | does nothing | 0.000 ± 0.050<br>Δ -0.250 [-0.500, +0.000] | 0.300 |"
-    assert lines[head + 4] == "| `ckpt_a` | SFT | 0.500 ± 0.050<br>Δ +0.250 [+0.000, +0.500] | 0.600 |"
+    assert lines[head + 3] == "| `do_nothing` | does nothing | 0.000 ± 0.050; Δ -0.250 [-0.500, +0.000] | 0.300 |"
+    assert lines[head + 4] == "| `ckpt_a` | SFT | 0.500 ± 0.050; Δ +0.250 [+0.000, +0.500] | 0.600 |"
     # a benchmark the table does not know gets its own table, categories after `all`
     single = lines.index("| model | stage | all (n=4) | simple (n=4) |")
     assert lines[single - 2] == "**bfcl_single**: success"
-    assert lines[single + 3] == "| `ckpt_a` | SFT | n/a | 0.300 ± 0.050<br>Δ +0.200 [+0.100, +0.300] |"
+    assert lines[single + 3] == "| `ckpt_a` | SFT | n/a | 0.300 ± 0.050; Δ +0.200 [+0.100, +0.300] |"
     assert "paired bootstrap 95% interval over tasks (10,000 resamples, seed 0" in lines[-1]
 
 

@@ -34,7 +34,9 @@ def _cell(row: dict[str, Any] | None) -> str:
         return "n/a"
     text = f"{row['mean']:.3f} ± {row['std'] or 0.0:.3f}"
     diff = (row.get("metrics") or {}).get("vs_base")
-    return f"{text}<br>{_fmt_diff(diff)}" if diff else text
+    # one line per cell: an HTML line break is stripped by the Dagster UI's Markdown and shows as text on
+    # the terminal, where the run summary prints this table
+    return f"{text}; {_fmt_diff(diff)}" if diff else text
 
 
 def _secondary(row: dict[str, Any] | None, key: str) -> str:
