@@ -560,8 +560,15 @@ def attack(state, canary, secrets, port, marker):
     sys_module = __import__("sys")
     folders = [p for p in sys_module.path if p] + [os_module.path.dirname(os_module.__file__)]
     got = {}
+    scratch = os_module.stat("/tmp").st_dev
     for folder in folders:
-        if os_module.path.realpath(folder) == "/tmp":  # the worker's private tmpfs (its cwd) is its own
+        try:
+            private = os_module.stat(folder).st_dev == scratch
+        except Exception:
+            private = False
+        # the worker's private tmpfs is its own (its cwd, and the folders above a checkout under /tmp, which
+        # the sandbox makes there to bind the package on): writes to it vanish with the worker
+        if private:
             continue
         path = os_module.path.join(folder, "zz_envfactory_probe.pth")
         try:
