@@ -20,7 +20,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from envfactory_assets.config_checks import finite_number, number_types, whole_number
+from envfactory_assets.config_checks import finite_number, number_types, one_of, whole_number
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.calibrate_pool import MAX_WORKERS
@@ -32,6 +32,7 @@ from envfactory_assets.synth.conversation import (
 )
 from envfactory_assets.synth.datasets import tools_of
 from envfactory_assets.synth.expansion import expand_goal
+from envfactory_assets.synth.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelRefiner
 from envfactory_assets.synth.refine import merge_goals, refine_turns
 from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import DEFAULT_K, Solver, SolverView, solve_turn
@@ -56,10 +57,15 @@ class CalibrationConfig:
     ``conversational_share``: share (0..1) of turns whose query leaves out a user-providable value the solver
     must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off); ``workers``:
     processes calibrating trajectories (0 = one per core, at most
-    :data:`~envfactory_assets.synth.calibrate_pool.MAX_WORKERS`; :mod:`envfactory_assets.synth.calibrate_pool`).
+    :data:`~envfactory_assets.synth.calibrate_pool.MAX_WORKERS`; :mod:`envfactory_assets.synth.calibrate_pool`);
+    ``refiner``: who rewrites each programmatically refined query, one of
+    :data:`~envfactory_assets.synth.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s model,
+    :class:`~envfactory_assets.synth.model_querygen.ModelRefiner`); ``refiner_attempts``: model requests per
+    turn before the programmatic refined query is kept.
 
     Raises:
-        SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
+        SettingError: (a ValueError) a setting of the wrong type, out of range or not a known choice, named in
+            the message.
     """
 
     k: int = DEFAULT_K
@@ -69,6 +75,9 @@ class CalibrationConfig:
     conversational_share: float = 0.2
     # processes calibrating trajectories (0: one per core); rows are the same for every value
     workers: int = 0
+    # the programmatic refiner alone is the offline default: no model, the rows every test and run expect
+    refiner: str = QUERYGEN_CHOICES[0]
+    refiner_attempts: int = DEFAULT_ATTEMPTS
 
     def __post_init__(self) -> None:
         # the ranged checks first, so a NaN share is refused naming its range; then the rest's types
@@ -76,6 +85,8 @@ class CalibrationConfig:
         whole_number("calibration", "min_turns", self.min_turns, low=1)
         whole_number("calibration", "workers", self.workers, low=0, high=MAX_WORKERS)
         finite_number("calibration", "conversational_share", self.conversational_share, low=0.0, high=1.0)
+        one_of("calibration", "refiner", self.refiner, QUERYGEN_CHOICES)
+        whole_number("calibration", "refiner_attempts", self.refiner_attempts, low=1)
         number_types(self, "calibration")
 
 
@@ -118,8 +129,12 @@ def _solver_for(solver: Solver, user: SimulatedUser | None, turn: dict[str, Any]
 def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker,
                          solver: Solver, config: CalibrationConfig | None = None,
                          user: SimulatedUser | None = None, providable: ProvidableFlags | None = None,
-                         ) -> dict[str, Any]:
+                         refiner: ModelRefiner | None = None) -> dict[str, Any]:
     """Refine and calibrate one passed ``raw_trajectories`` row.
+
+    ``refiner`` (needed exactly when ``config.refiner`` is ``model``) rewrites each programmatically refined
+    query before goal merging (:meth:`~envfactory_assets.synth.model_querygen.ModelRefiner.refine`); its
+    rewrite is solved and, when unsolvable, reverted like any refinement.
 
     Conversational mode (``config.conversational_share > 0``) needs ``user`` (the simulated user answering
     the solver's clarification questions) and ``providable`` (the tool graph's user-providable flags); a
@@ -132,14 +147,22 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     ``solve_refined`` (None when refinement left the query unchanged or was reverted before solving) and
     ``accuracy`` (pass fraction of the query the turn keeps). ``status`` is ``failed`` when fewer than
     ``min_turns`` turns stay solvable.
+
+    Raises:
+        ValueError: conversational mode without ``user`` or ``providable``; ``refiner`` given without
+            ``config.refiner == "model"``, or missing with it.
     """
     cfg = config or CalibrationConfig()
     if cfg.conversational_share > 0 and (user is None or providable is None):
         raise ValueError("conversational calibration needs a simulated user and the user-providable flags")
+    if (refiner is not None) != (cfg.refiner == "model"):
+        raise ValueError(f"refiner={cfg.refiner!r} needs {'a model refiner' if refiner is None else 'no model refiner'}")
     flags = providable or {}
     envs = {e: environments[e] for e in raw["env_ids"]}
     persona = persona_of(raw["id"], raw.get("domains") or [])
     refined, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
+    if refiner is not None:
+        refined = refiner.refine(refined, envs, persona)
     queue = _prepare(merge_goals(refined, min_turns=cfg.min_turns), raw["id"], envs, worker, cfg, flags)
     tools = tuple(tools_of(envs, raw["env_ids"]))
     kept: list[dict[str, Any]] = []

@@ -9,7 +9,7 @@ from typing import Any
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory, persona_of
 from envfactory_assets.synth.calibrate_pool import calibrate_all, load_environments, resolve_workers
 from envfactory_assets.synth.datagaps import (
     DataGapsConfig,
@@ -23,6 +23,7 @@ from envfactory_assets.synth.datasets import (
     split_of,
 )
 from envfactory_assets.synth.filtering import apply_filter
+from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner
 from envfactory_assets.synth.sampler import (
     Chain,
     SamplerConfig,
@@ -91,14 +92,21 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
 
 def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environments: dict[str, dict[str, Any]],
                         config: SynthConfig, limits: SandboxLimits | None = None,
-                        progress: Any = None) -> list[dict[str, Any]]:
-    """Execute every passed chain into a ``raw_trajectories`` row, all in one long-lived sandbox worker."""
+                        progress: Any = None, writer: ModelQueryWriter | None = None) -> list[dict[str, Any]]:
+    """Execute every passed chain into a ``raw_trajectories`` row, all in one long-lived sandbox worker.
+
+    ``writer`` (with ``config.query_writer == "model"``) writes the raw queries in the voice of the chain's
+    episode-plan persona, or else of :func:`~envfactory_assets.synth.calibrate.persona_of` the chain's id
+    (the trajectory's own id, which calibration draws its persona by, depends on the queries being written).
+    """
     rows = []
     parsed = [Chain.from_dict(c["tools"]) for c in chains]
     with SandboxWorker(limits or SandboxLimits()) as worker:
         load_environments(worker, environments, (e for chain in parsed for e in chain.servers))
         for i, (chain_row, chain) in enumerate(zip(chains, parsed)):
-            traj = synthesize_trajectory(chain, graph, environments, worker, config)
+            persona = ((chain.plan or {}).get("persona") or persona_of(chain_row["id"], chain_row["domains"])
+                       if writer is not None else None)
+            traj = synthesize_trajectory(chain, graph, environments, worker, config, writer, persona)
             row = {
                 "tool_chain_id": chain_row["id"], "env_ids": traj["env_ids"],
                 "domains": chain_row["domains"], "status": traj["status"], "reasons": traj["reasons"],
@@ -118,11 +126,13 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
 def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
                             solver: Solver | None = None, config: CalibrationConfig | None = None,
                             limits: SandboxLimits | None = None, progress: Any = None,
-                            user: Any = None, providable: Any = None) -> list[dict[str, Any]]:
+                            user: Any = None, providable: Any = None,
+                            refiner: ModelRefiner | None = None) -> list[dict[str, Any]]:
     """Refine and calibrate every passed raw trajectory into a ``refined_trajectories`` row.
 
     ``user`` (a :class:`~envfactory_assets.synth.simulated_user.SimulatedUser`) and ``providable`` (the tool
-    graph's user-providable flags) are needed when ``config.conversational_share > 0``.
+    graph's user-providable flags) are needed when ``config.conversational_share > 0``; ``refiner`` (the
+    model refiner) exactly when ``config.refiner == "model"``.
 
     Every turn is solved by ``config.k`` attempts of ``solver`` (default :class:`ProgrammaticSolver`) in a
     long-lived sandbox worker (:func:`envfactory_assets.synth.calibrate.calibrate_trajectory`). With the
@@ -136,10 +146,12 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
 
     solver = solver or ProgrammaticSolver()
     cfg = config or CalibrationConfig()
-    offline = isinstance(solver, ProgrammaticSolver) and (user is None or isinstance(user, ProgrammaticUser))
+    offline = (isinstance(solver, ProgrammaticSolver) and (user is None or isinstance(user, ProgrammaticUser))
+               and refiner is None)
     workers = resolve_workers(cfg.workers, len(raw_rows), len({e for r in raw_rows for e in r['env_ids']})) \
         if offline else 1
-    calibrate = functools.partial(calibrate_trajectory, solver=solver, config=cfg, user=user, providable=providable)
+    calibrate = functools.partial(calibrate_trajectory, solver=solver, config=cfg, user=user, providable=providable,
+                                  refiner=refiner)
     rows = []
     for i, (raw, cal) in enumerate(zip(raw_rows, calibrate_all(raw_rows, environments, calibrate, workers, limits))):
         unresolved = [o for o in cal["operators"]

@@ -15,12 +15,13 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from envfactory_assets.config_checks import number_types, whole_number
+from envfactory_assets.config_checks import number_types, one_of, whole_number
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.sources.openapi import SCALAR_TYPES, matches_json_type
+from envfactory_assets.synth.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelQueryWriter
 from envfactory_assets.synth.phrasing import describe_call, join_sentences, new_value_refs, summarize_call
 from envfactory_assets.synth.sampler import USER, Chain
 from envfactory_assets.synth.turns import split_turns
@@ -32,19 +33,28 @@ SYSTEM_PROMPT = ("You are a helpful assistant that completes the user's requests
 @dataclass(frozen=True)
 class SynthConfig:
     """Trajectory synthesis settings. ``min_turns``: trajectories with fewer turns are rejected;
-    ``max_turn_len``: most calls in one turn.
+    ``max_turn_len``: most calls in one turn; ``query_writer``: who writes each turn's raw query, one of
+    :data:`~envfactory_assets.synth.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s model,
+    :class:`~envfactory_assets.synth.model_querygen.ModelQueryWriter`); ``query_writer_attempts``: model
+    requests per turn before the programmatic query is kept.
 
     Raises:
-        SettingError: (a ValueError) a setting of the wrong type or below 1, named in the message.
+        SettingError: (a ValueError) a setting of the wrong type, below 1 or not a known choice, named in the
+            message.
     """
 
     min_turns: int = 2
     max_turn_len: int = 5
+    # the programmatic writer is the offline default: no model, and the rows every test and run expect
+    query_writer: str = QUERYGEN_CHOICES[0]
+    query_writer_attempts: int = DEFAULT_ATTEMPTS
 
     def __post_init__(self) -> None:
         number_types(self, "trajectory")
         whole_number("trajectory", "min_turns", self.min_turns, low=1)
         whole_number("trajectory", "max_turn_len", self.max_turn_len, low=1)
+        one_of("trajectory", "query_writer", self.query_writer, QUERYGEN_CHOICES)
+        whole_number("trajectory", "query_writer_attempts", self.query_writer_attempts, low=1)
 
 
 class ToolIndex:
@@ -199,15 +209,26 @@ def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
 
 
 def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str, dict[str, Any]],
-                          worker: SandboxWorker, config: SynthConfig | None = None) -> dict[str, Any]:
+                          worker: SandboxWorker, config: SynthConfig | None = None,
+                          writer: ModelQueryWriter | None = None, persona: str | None = None) -> dict[str, Any]:
     """Execute ``chain`` into a trajectory dict (never raises for a failing chain).
+
+    ``writer`` (needed exactly when ``config.query_writer`` is ``model``) rewrites each turn's programmatic raw
+    query in the voice of ``persona``; each turn then records the outcome in ``query_writer``
+    (:meth:`~envfactory_assets.synth.model_querygen.ModelQueryWriter.write`).
 
     Returns ``{"status": "passed"|"failed", "reasons": [...], "turns": [...], "initial_state",
     "final_state", "initial_state_hash", "final_state_hash", "env_ids"}``; each turn holds
     ``query``, ``intent``, ``target_tools``, ``calls`` (name, arguments, provenance, output),
     ``assistant_summary``, ``state_before``/``state_after`` and their hashes.
+
+    Raises:
+        ValueError: ``writer`` is given without ``config.query_writer == "model"``, or missing with it.
     """
     config = config or SynthConfig()
+    if (writer is not None) != (config.query_writer == "model"):
+        raise ValueError(f"query_writer={config.query_writer!r} needs "
+                         f"{'a model query writer' if writer is None else 'no model query writer'}")
     rng = random.Random(chain.seed)
     index = ToolIndex({e: environments[e] for e in chain.servers})
     initial = {e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
@@ -271,6 +292,9 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
                 "state_before_hash": state_hash(before),
                 "state_after_hash": state_hash(after),
             })
+            if writer is not None:
+                turn = result["turns"][-1]
+                turn["query"], turn["query_writer"] = writer.write(turn, result["turns"][:-1], index.envs, persona)
         final = worker.save(episode)
     except WorkerCrashed as exc:
         result["reasons"].append(f"worker crashed: {exc}")

@@ -29,6 +29,7 @@ from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats
 from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
+from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
 from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
 from envfactory_assets.synth.simulated_user import ModelUser, ProgrammaticUser, providable_flags
@@ -94,11 +95,14 @@ class ChainsConfig(dg.Config):
 
 class TrajectoryConfig(dg.Config):
     """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``; only chains of
-    ``sampler`` are executed."""
+    ``sampler`` are executed; ``query_writer: model`` has the ``model_backend``'s model write the raw queries
+    (the programmatic writer is the default)."""
 
     min_turns: int = SynthConfig.min_turns
     sampler: str = SAMPLERS[0]
     max_turn_len: int = SynthConfig.max_turn_len
+    query_writer: str = SynthConfig.query_writer
+    query_writer_attempts: int = SynthConfig.query_writer_attempts
 
     def check_settings(self) -> SynthConfig:
         """The synthesis settings as a :class:`SynthConfig`, checked before the store is read.
@@ -108,8 +112,9 @@ class TrajectoryConfig(dg.Config):
         """
         owner = "raw_trajectories"
         one_of(owner, "sampler", self.sampler, SAMPLERS)
-        try:  # min_turns and max_turn_len are checked by SynthConfig alone
-            return SynthConfig(min_turns=self.min_turns, max_turn_len=self.max_turn_len)
+        try:  # every other setting is checked by SynthConfig alone
+            return SynthConfig(min_turns=self.min_turns, max_turn_len=self.max_turn_len,
+                               query_writer=self.query_writer, query_writer_attempts=self.query_writer_attempts)
         except SettingError as exc:
             raise exc.for_owner(owner) from exc
 
@@ -168,6 +173,20 @@ def _refuse_a_graph_curation_outdated(envfactory: EnvFactoryHome, envs: dict[str
                          f"or whose environment no longer passes ({shown}); re-materialize tool_graph first")
 
 
+def model_role_backend(owner: str, setting: str, choice: str, backend):
+    """The chat backend a model role (``setting``, e.g. ``refiner``) uses when ``choice`` is ``model``, else None.
+
+    Raises:
+        dg.Failure: ``choice`` is ``model`` while ``model_backend`` is ``programmatic`` (no model to ask).
+    """
+    if choice != "model":
+        return None
+    if backend is None:
+        raise dg.Failure(f"{owner} setting {setting}='model' needs a model: set the model_backend resource's "
+                         f"backend to openai or transformers")
+    return backend
+
+
 def _graph(envfactory: EnvFactoryHome):
     store = envfactory.store()
     return graph_from_store_rows(store.read("tool_graph_nodes"), store.read("tool_graph_parameters"),
@@ -221,12 +240,17 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_chains"], code_version=_SYNTH_CODE)
-def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig,
-                     envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
+def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig, envfactory: EnvFactoryHome,
+                     model_backend: ModelBackend, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
     """Each passed chain executed on its own copy of the initial state in a sandbox worker: turns split
     as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn. A chain
-    whose trajectory is already stored (same chain id, same config) is not executed again."""
+    whose trajectory is already stored (same chain id, same config, programmatic query writer) is not
+    executed again."""
     synth = checked(config.check_settings)
+    model_backend.check_settings()
+    backend = model_role_backend("raw_trajectories", "query_writer", synth.query_writer,
+                                 model_backend.backend_for(envfactory.root()) if synth.query_writer == "model" else None)
+    writer = ModelQueryWriter(backend, attempts=synth.query_writer_attempts) if backend is not None else None
     require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
@@ -239,12 +263,13 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
         f"every turn makes at least one call and the longest stored {config.sampler} chain has {longest} tools"))
 
     reused, todo = [], chains
-    if previous_config(context) == config.model_dump():
+    # a model writer's queries depend on the model too, which the stored config does not name: write them anew
+    if previous_config(context) == config.model_dump() and writer is None:
         reused, todo = split_by_previous(chains, store.read("raw_trajectories"), "tool_chain_id")
     meter = asset_progress(context, len(todo), "chains executed")
     rows = reused + raw_trajectory_rows(todo, _graph(envfactory), envs,
                                         synth,
-                                        progress=lambda done, total: meter.update(done))
+                                        progress=lambda done, total: meter.update(done), writer=writer)
     meter.finish()
     written = store.replace_current("raw_trajectories", rows)
     ok = [r for r in rows if r["status"] == "passed"]
@@ -255,6 +280,8 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
         "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
         "reused_unchanged": len(reused), "config": config.model_dump(),
         "chains_not_served": len(stored) - len(chains),
+        "query_writer": role_outcomes((t for r in rows for t in r["turns"]), "query_writer") or "programmatic",
+        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
         "examples_md": dg.MetadataValue.md(raw_examples_markdown(rows)),
     }, data_version=data_version(rows))
 
@@ -262,7 +289,8 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
 class RefineConfig(dg.Config):
     """Calibrated refinement: ``k`` solve attempts per turn (paper: 4) by the programmatic solver, or by the
     model of the ``model_backend`` resource when one is configured; fewer than ``min_turns`` solvable turns
-    fail the trajectory."""
+    fail the trajectory. ``refiner: model`` has that model rewrite each programmatically refined query too
+    (the programmatic refiner alone is the default)."""
 
     k: int = CalibrationConfig.k
     min_turns: int = CalibrationConfig.min_turns
@@ -273,6 +301,9 @@ class RefineConfig(dg.Config):
     conversational_share: float = CalibrationConfig.conversational_share
     # processes calibrating trajectories with the programmatic solver (0: one per core); the rows are the same
     workers: int = CalibrationConfig.workers
+    refiner: str = CalibrationConfig.refiner
+    # model requests per turn before the programmatic refined query is kept
+    refiner_attempts: int = CalibrationConfig.refiner_attempts
 
     def check_settings(self) -> CalibrationConfig:
         """The settings as a :class:`CalibrationConfig`, checked before the store is read.
@@ -282,7 +313,8 @@ class RefineConfig(dg.Config):
         """
         try:  # every limit is CalibrationConfig's, reported under this asset's name
             return CalibrationConfig(k=self.k, min_turns=self.min_turns, goal_expansion=self.goal_expansion,
-                                     conversational_share=self.conversational_share, workers=self.workers)
+                                     conversational_share=self.conversational_share, workers=self.workers,
+                                     refiner=self.refiner, refiner_attempts=self.refiner_attempts)
         except SettingError as exc:
             raise exc.for_owner("refined_trajectories") from exc
 
@@ -308,11 +340,13 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver(ask=conversational)
     user = (ModelUser(backend) if backend is not None else ProgrammaticUser()) if conversational else None
     providable = providable_flags(_graph(envfactory)) if conversational else None
+    refiner_backend = model_role_backend("refined_trajectories", "refiner", cal.refiner, backend)
+    refiner = ModelRefiner(refiner_backend, attempts=cal.refiner_attempts) if refiner_backend is not None else None
 
     todo = [r for r in raw if served(envs, r)]
     meter = asset_progress(context, len(todo), "trajectories calibrated")
     rows = refined_trajectory_rows(todo, envs, solver, cal, progress=lambda done, total: meter.update(done),
-                                   user=user, providable=providable)
+                                   user=user, providable=providable, refiner=refiner)
     meter.finish()
     written = store.replace_current("refined_trajectories", rows)
     report = refinement_report(rows)
@@ -320,6 +354,9 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     return dg.MaterializeResult(metadata={
         "trajectories": len(rows), "status": status_counts(rows), "written": written, "solver": solver.name,
         "simulated_user": user.name if user else "off",
+        "refiner": role_outcomes((t for r in rows for t in r["turns"]), "refiner") or "programmatic",
+        # tokens per role (solver, user, refiner) of the model_backend, {} without one
+        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
         "conversational_turns": sum(1 for r in rows for t in r["turns"] if t.get("clarification")),
         "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)), **report}, data_version=data_version(rows))
 
