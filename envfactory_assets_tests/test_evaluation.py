@@ -337,8 +337,8 @@ def test_progress_counts_the_task_runs_computed_per_model_and_seed_not_the_cache
         assert {r["model"] for r in rows} == {BASE, "ckpt_x"}
     # 2 models x 2 BFCL tasks x 3 seeds: one call per model and seed; once the base model's results are
     # cached they cost nothing and are not counted (counting them at once made the bar's rate meaningless)
-    assert calls[0] == [(2 * k, 12) for k in range(1, 7)]
-    assert calls[1] == [(2, 6), (4, 6), (6, 6)]
+    assert calls[0] == [(0, 12)] + [(2 * k, 12) for k in range(1, 7)]  # the first call starts the clock
+    assert calls[1] == [(0, 6), (2, 6), (4, 6), (6, 6)]
     only_base = [models[0]]
     calls.append([])
     evaluate_models(only_base, [], {}, spec, log=lambda _: None, cache=cache,

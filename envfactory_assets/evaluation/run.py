@@ -338,7 +338,8 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         benchmark_overlap: ``benchmark_overlap`` table rows (which environment tools resemble which
             benchmark functions); BFCL single-turn tasks with a matched function leave ``no_overlap``.
         progress: called as ``progress(task runs done, task runs in all)`` (a task run: one model on one task
-            under one seed) after every model, benchmark and seed that is computed; the base model's cached
+            under one seed) once before the first run with ``done`` 0, then after every model, benchmark and
+            seed that is computed; the base model's cached
             results are not counted (they cost nothing, and counting them at once made the rate meaningless);
             the last call has both equal (``(0, 0)`` when everything was cached). Not called when there is no
             task.
@@ -385,8 +386,10 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
             if progress is not None:
                 progress(runs_done[0], runs_total)
 
-        if progress is not None and runs_total == 0:
-            progress(0, 0)  # everything was cached: the bar is drawn complete
+        if progress is not None:
+            # the first call starts the bar's clock (and draws it complete when everything was cached): made
+            # only after the first model's runs, it divided their count by almost no time
+            progress(0, runs_total)
         for i, model in enumerate(models):
             policy = None
             for benchmark in benchmarks:
