@@ -339,9 +339,8 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
             benchmark functions); BFCL single-turn tasks with a matched function leave ``no_overlap``.
         progress: called as ``progress(task runs done, task runs in all)`` (a task run: one model on one task
             under one seed) once before the first run with ``done`` 0, then after every model, benchmark and
-            seed that is computed; the base model's cached
-            results are not counted (they cost nothing, and counting them at once made the rate meaningless);
-            the last call has both equal (``(0, 0)`` when everything was cached). Not called when there is no
+            seed that is computed; the base model's cached results are not counted (they cost nothing, and
+            counting them at once made the rate meaningless); the last call has both equal (``(0, 0)`` when everything was cached). Not called when there is no
             task.
 
     Returns:
@@ -370,15 +369,10 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
             return (ResultCache.key(model.model_hash, benchmark.name, benchmark.tasks, spec)
                     if cache is not None and model.label == BASE and model.model_hash else None)
 
-        cached: dict[tuple[int, str], dict[str, Any]] = {}
-        for i, model in enumerate(models):
-            for benchmark in benchmarks:
-                key = cache_key(model, benchmark) if benchmark.tasks else None
-                entry = cache.get(key) if key else None
-                if entry is not None:
-                    cached[(i, benchmark.name)] = entry
-        runs_total = (len(models) * sum(len(b.tasks) for b in benchmarks) * len(spec.seeds)
-                      - sum(len(b.tasks) * len(spec.seeds) for (_, name) in cached for b in benchmarks if b.name == name))
+        keys = {(i, b.name): cache_key(m, b) for i, m in enumerate(models) for b in benchmarks if b.tasks}
+        cached = {at: entry for at, key in keys.items() if key and (entry := cache.get(key)) is not None}
+        runs_total = sum(len(b.tasks) * len(spec.seeds) for i in range(len(models)) for b in benchmarks
+                         if (i, b.name) not in cached)
         runs_done = [0]
 
         def task_runs_done(n: int) -> None:
@@ -395,7 +389,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
             for benchmark in benchmarks:
                 if not benchmark.tasks:
                     continue
-                key, entry = cache_key(model, benchmark), cached.get((i, benchmark.name))
+                key, entry = keys[(i, benchmark.name)], cached.get((i, benchmark.name))
                 if entry is not None:
                     results, seconds, cpu_seconds = entry["results"], 0.0, 0.0
                     log(f"{model.label} {benchmark.name}: reusing cached results {key}")

@@ -185,14 +185,13 @@ class ToolGraph:
             kinds: dict[tuple[str, str, str], set[str]] = defaultdict(set)
             env = {n: d["env_id"] for n, d in self.graph.nodes(data=True)}
             shared_in: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+            linked_envs: set[str] = set()  # either end of a cross-environment edge of a shared kind
             for e in self.edges:
                 producers[(e["dst"], e["dst_param"])].add(e["src"])
                 kinds[(e["src"], e["dst"], e["dst_param"])].add(e.get("value_kind") or "unknown")
                 if env[e["src"]] != env[e["dst"]] and e.get("value_kind") in SHARED_KINDS:
                     shared_in[e["dst"]][e["dst_param"]].add(e["src"])
-            linked_envs = {env[d] for d in shared_in} | {env[e["src"]] for e in self.edges
-                                                         if e["dst"] in shared_in and env[e["src"]] != env[e["dst"]]
-                                                         and e.get("value_kind") in SHARED_KINDS}
+                    linked_envs.update((env[e["src"]], env[e["dst"]]))
             self._index = {
                 "node_ids": tuple(sorted(self.graph.nodes)),
                 "linked_node_ids": tuple(sorted(n for n in self.graph.nodes if env[n] in linked_envs)),

@@ -190,7 +190,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 if prov.get("source") != "output":
                     continue
                 minted = minting_call(flat, turn_start, prov["call"], call["arguments"][arg],
-                                      lambda name: index.key_of(index.tools[name])) if prov["call"] >= turn_start else None
+                                      index.key_of_name) if prov["call"] >= turn_start else None
                 if minted is not None and minted != prov["call"]:
                     # assigned by a create of this turn, reaching this call through another result (a lookup
                     # of the new row, a row that carries its id): the user names it by what created it

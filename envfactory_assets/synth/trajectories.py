@@ -72,6 +72,10 @@ class ToolIndex:
     def key_of(self, tool: dict[str, Any]) -> str:
         return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]["key"]
 
+    def key_of_name(self, name: str) -> str:
+        """The row identifier field of the tool called ``name`` (``KeyError`` if unknown)."""
+        return self.key_of(self.tools[name])
+
     def table_meta(self, tool: dict[str, Any]) -> dict[str, Any]:
         return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]
 
@@ -274,9 +278,8 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
                 continue
             after = worker.save(episode)
             start = len(history) - len(calls)
-            key_of = lambda name: index.key_of(index.tools[name])  # noqa: E731
             parts = [describe_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"],
-                                   new_value_refs(c, history, start, index.tools, key_of)) for c in calls]
+                                   new_value_refs(c, history, start, index.tools, index.key_of_name)) for c in calls]
             summary = "; ".join(summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]),
                                                c["arguments"], c["output"]) for c in calls)
             result["turns"].append({
