@@ -383,6 +383,23 @@ def test_a_value_quoted_as_an_adjective_leaves_the_requests_object_readable():
         assert calls == [("credit_notes_all", {"currency": "ANG"})]
 
 
+def test_a_tool_whose_name_says_more_than_the_request_loses_the_tie():
+    """"list the appointments" fits ``appointments_list`` and ``appointment_templates_list`` equally by verb
+    and noun; the one whose name the request says in full wins on every seed, and the longer one still wins
+    when the request names its templates."""
+    limit = {"limit": {"type": "integer"}}
+    tools = (_spec("appointment_templates_list", "List appointment templates", limit),
+             _spec("appointments_list", "List appointments", limit))
+    for seed in range(8):
+        calls, env = _recording_environment()
+        ProgrammaticSolver().attempt(SolverView.for_turn([], "Please list the appointments.", tools), env, seed=seed)
+        assert calls == [("appointments_list", {})]
+        calls, env = _recording_environment()
+        ProgrammaticSolver().attempt(SolverView.for_turn([], "Please list the appointment templates.", tools), env,
+                                     seed=seed)
+        assert calls == [("appointment_templates_list", {})]
+
+
 def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
     import random
 

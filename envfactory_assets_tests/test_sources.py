@@ -19,7 +19,7 @@ import pytest
 from envfactory_assets import settings
 from envfactory_assets.sources.domains import CATEGORY_DOMAIN, DOMAINS, categories_of, classify_domain
 from envfactory_assets.sources.names import (
-    MAX_NAME_LEN, TOOL_NAME_RE, singular, snake_case, to_identifier, unique_name,
+    MAX_NAME_LEN, TOOL_NAME_RE, indefinite_article, singular, snake_case, to_identifier, unique_name,
 )
 from envfactory_assets.sources.openapi import (
     SpecError, deref, extract_fields, extract_resources, object_schema, resolve_ref,
@@ -116,6 +116,17 @@ def test_snake_case_and_singular():
     assert snake_case("日本") == ""
     assert [singular(w) for w in ("companies", "addresses", "boxes", "pets", "status", "bus", "ids")] == [
         "company", "address", "box", "pet", "status", "bus", "ids"]
+
+
+def test_indefinite_article_follows_the_sound_and_the_writer_applies_it():
+    from envfactory_assets.synth.phrasing import an
+
+    assert [indefinite_article(w) for w in ("user", "unit", "update", "hour", "appointment", "year", "MCP")] == [
+        "a", "a", "an", "an", "an", "a", "an"]
+    assert an("Create an user, then a update. A hour later, pick option a or b.") == (
+        "Create a user, then an update. An hour later, pick option a or b.")
+    with pytest.raises(ValueError, match="empty"):
+        indefinite_article(" ")
 
 
 # ------------------------------------------------------------------------------------ $ref and schemas

@@ -290,3 +290,29 @@ def test_a_value_created_in_the_turn_is_named_by_what_created_it_whichever_resul
                                                                              "path": "book_id"}}}
     assert new_value_refs(carried, history, 0, tools, key_of) == {}
     assert new_value_refs(via_lookup, history, 2, tools, key_of) == {}  # created in an earlier turn
+
+
+def test_a_row_created_earlier_in_the_episode_is_named_not_quoted_when_drawn_from_the_state(
+        environments, graph, worker):
+    """A create then an update of a row drawn from the live state (no producer edge): when the draw lands on
+    the new row, its id came from the create's result, and the raw query names it instead of quoting it."""
+    from envfactory_assets.synth.sampler import Chain
+
+    env_id = "bookshop_example"
+    tools = (f"{env_id}.books_create", f"{env_id}.update_book")
+    hits = 0
+    for seed in range(60):
+        chain = Chain(tools=tools, servers=(env_id,), seed=seed, sampler="topology")
+        traj = synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=1, max_turn_len=2))
+        if traj["status"] != "passed" or len(traj["turns"]) != 1:
+            continue
+        create, update = traj["turns"][0]["calls"]
+        new_id = create["output"]["book_id"]
+        if update["arguments"].get("book_id") != new_id:
+            assert update["provenance"]["book_id"] == {"source": "state"}
+            continue
+        hits += 1
+        assert update["provenance"]["book_id"] == {"source": "output", "call": 0, "path": "book_id"}
+        assert new_id not in traj["turns"][0]["query"], traj["turns"][0]["query"]
+        assert "the new book" in traj["turns"][0]["query"]
+    assert hits > 0

@@ -6,9 +6,12 @@ Python identifiers (ARCHITECTURE.md, environment runtime).
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
 import unicodedata
+
+import inflect
 
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
 MAX_NAME_LEN = 64
@@ -103,3 +106,21 @@ def spoken_things(table: str) -> str:
     if thing.endswith("y") and thing[-2:-1] not in ("a", "e", "i", "o", "u"):
         return thing[:-1] + "ies"
     return thing + "s"
+
+
+@functools.lru_cache(maxsize=1)
+def _inflect_engine() -> inflect.engine:
+    return inflect.engine()
+
+
+@functools.lru_cache(maxsize=4096)
+def indefinite_article(word: str) -> str:
+    """``"a"`` or ``"an"`` for ``word`` by its sound, not its first letter (``"user"`` -> ``"a"``,
+    ``"hour"`` -> ``"an"``, ``"MCP"`` -> ``"an"``), as the ``inflect`` library decides it.
+
+    Raises:
+        ValueError: ``word`` is empty or blank.
+    """
+    if not word or not word.strip():
+        raise ValueError("indefinite_article: word is empty")
+    return _inflect_engine().a(word.strip()).split(" ", 1)[0].lower()

@@ -24,7 +24,7 @@ import random
 from typing import Any
 
 from envfactory_assets.envgen.values import ValueFactory
-from envfactory_assets.sources.names import singular
+from envfactory_assets.sources.names import indefinite_article, singular
 from envfactory_assets.synth.phrasing import describe_call, words
 
 # (request, what it would take, topic words an offered tool must not mention for the request to be unservable)
@@ -76,7 +76,7 @@ def _mentions(tools: list[dict[str, Any]], topic: str) -> bool:
 
 
 def _article(thing: str) -> str:
-    return ("an " if thing[:1].lower() in "aeiou" else "a ") + thing
+    return f"{indefinite_article(thing)} {thing}"
 
 
 def _foreign_request(offered: list[dict[str, Any]], offered_domains: set[str],

@@ -22,7 +22,7 @@ import re
 from datetime import datetime
 from typing import Any, Callable
 
-from envfactory_assets.sources.names import singular, spoken_thing, spoken_things, spoken_words
+from envfactory_assets.sources.names import indefinite_article, singular, spoken_thing, spoken_things, spoken_words
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
@@ -326,9 +326,21 @@ def strip_lead(text: str) -> str:
     return text if re.match(r"I\b|I'", text) else text[:1].lower() + text[1:]
 
 
+_ARTICLE = re.compile(r"\b([Aa])(n?) ([A-Za-z][\w-]*)")
+#: Words after which a lone "a" is a letter ("option a or b"), not an article.
+_NOT_A_NOUN = frozenset({"and", "or", "is", "if", "of", "on", "in", "at", "to", "as"})
+
+
 def an(text: str) -> str:
-    """``"a"`` before a vowel sound written as ``"an"`` (``"a appointment"`` -> ``"an appointment"``)."""
-    return re.sub(r"\b([Aa]) ([aeiouAEIOU])", r"\1n \2", text)
+    """Every indefinite article in ``text`` agreeing with the sound of the word after it (``"a appointment"``
+    -> ``"an appointment"``, ``"an user"`` -> ``"a user"``; :func:`~envfactory_assets.sources.names.
+    indefinite_article`)."""
+    def agree(m: re.Match[str]) -> str:
+        if m[3].lower() in _NOT_A_NOUN:
+            return m[0]
+        article = indefinite_article(m[3])
+        return (m[1] + article[1:]) + " " + m[3]
+    return _ARTICLE.sub(agree, text)
 
 
 def persona_style(persona: str | None) -> str:

@@ -161,6 +161,8 @@ class _ToolInfo:
     nouns: frozenset[str]
     params: dict[str, dict[str, Any]]
     required: frozenset[str]
+    #: the nouns of the tool's own name (``appointment``, ``template`` for ``appointment_templates_list``)
+    name_nouns: frozenset[str] = frozenset()
 
     @functools.cached_property
     def key(self) -> str | None:
@@ -185,7 +187,8 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
     if action == "get" and not required and (any(p in props for p in ("limit", "page", "page_size", "offset"))
                                              or re.search(r"[a-z]s$", fn["name"].lower())):
         action = "list"  # "get_documents(limit=...)" and "get_mailboxes()" list rows
-    return _ToolInfo(fn["name"], action, nouns, props, required)
+    name_nouns = frozenset(t for t in name_tokens if t not in _STOP and t not in _VERB_OF and not t.isdigit())
+    return _ToolInfo(fn["name"], action, nouns, props, required, name_nouns)
 
 
 class _ToolSet:
@@ -493,13 +496,18 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
     """``[(score, tool)]`` for the tools scoring above 0, in ``infos`` order.
 
     Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
-    in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'").
+    in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'"); then
+    0.1 off per word of the tool's name the request does not say (at most 0.4, below every other step), so
+    "list the appointments" picks ``appointments_list`` over ``appointment_templates_list``, as a reader
+    would, instead of a coin toss.
     """
     head = _head(clause)
     head_toks = _tokens(head)
     # the request's first action word ("Next, could you delete ...": delete); greetings carry none
     action = next((_VERB_OF[t] for t in head_toks if t in _VERB_OF), None)
     lowered = clause.lower()
+    all_toks = _tokens(clause)
+    clause_toks = set(all_toks) | {singular(a + b) for a, b in zip(all_toks, all_toks[1:])}  # "data source"
     # the request's object comes before what it is "of"/"for" ("list the events of the calendar whose ..."):
     # its words count once more, so the events tool wins over the calendars tool
     object_toks = set(_tokens(re.split(r"\b(?:of|for|whose|where|with|from|by)\b", head, maxsplit=1)[0]))
@@ -512,7 +520,8 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
         if info.key and _key_quoted_pattern(info.key).search(lowered):
             score += 2.0
         if score > 0:
-            scored.append((score, info))
+            unsaid = sum(1 for t in info.name_nouns if t not in clause_toks)
+            scored.append((score - 0.1 * min(unsaid, 4), info))
     return scored
 
 

@@ -126,6 +126,18 @@ def _hidden_state_value(saved: dict[str, Any], index: ToolIndex, name: str,
     return None
 
 
+def _minting_position(history: list[dict[str, Any]], value: Any, index: ToolIndex) -> tuple[int, str] | None:
+    """``(position in history, field)`` of the latest ``create`` call whose new row has ``value`` as its own
+    identifier (``index.key_of_name``), or None when no call of the episode created it."""
+    for i in range(len(history) - 1, -1, -1):
+        call = history[i]
+        if call["kind"] == "create" and isinstance(call.get("output"), dict):
+            key = index.key_of_name(call["name"])
+            if key is not None and call["output"].get(key) == value:
+                return i, key
+    return None
+
+
 def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: ToolGraph,
                       history: list[dict[str, Any]], saved: dict[str, Any], index: ToolIndex,
                       values: ValueFactory, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -171,7 +183,11 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
                 if name in required:
                     raise LookupError(f"no value for required identifier {name}")
                 continue
-            args[name], prov[name] = value, {"source": "state"}
+            minted = _minting_position(history, value, index)
+            # a row created earlier in the episode is known from that call's result, not from hidden state:
+            # the writer then names it ("the new book") instead of quoting an id the user never saw
+            args[name], prov[name] = value, ({"source": "state"} if minted is None else
+                                             {"source": "output", "call": minted[0], "path": minted[1]})
             continue
         if name == "limit":
             args[name], prov[name] = rng.choice([5, 10, 20]), {"source": "user"}
