@@ -56,10 +56,17 @@ def partition_scope(context: dg.AssetExecutionContext, keys: Iterable[str]) -> s
 
 
 def previous_config(context: dg.AssetExecutionContext) -> Any:
-    """The ``config`` metadata of this asset's latest materialization on this instance (None if none):
-    rows are reused from the store only when they were made with the same config."""
+    """The ``config`` metadata of this asset's latest materialization on this instance, or None if there is
+    none or it ran another code version of this asset: rows are reused from the store only when they were
+    made with the same config by the same code (a changed writer must not leave its old queries in place)."""
     event = context.instance.get_latest_materialization_event(context.asset_key)
-    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    materialization = event.asset_materialization if event else None
+    if materialization is None:
+        return None
+    current = context.assets_def.code_versions_by_key.get(context.asset_key)
+    if current is not None and (materialization.tags or {}).get("dagster/code_version") != current:
+        return None
+    metadata = materialization.metadata
     return metadata["config"].value if "config" in metadata else None
 
 
