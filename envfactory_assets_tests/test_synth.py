@@ -316,3 +316,25 @@ def test_a_row_created_earlier_in_the_episode_is_named_not_quoted_when_drawn_fro
         assert new_id not in traj["turns"][0]["query"], traj["turns"][0]["query"]
         assert "the new book" in traj["turns"][0]["query"]
     assert hits > 0
+
+
+def test_goal_merging_never_joins_a_request_to_one_quoting_what_it_creates():
+    from envfactory_assets.synth.refine import merge_goals
+
+    def turn(query, calls):
+        return {"query": query, "query_raw": query, "calls": calls, "intent": [], "target_tools": [],
+                "assistant_summary": "", "operators": [], "state_before": {}, "state_after": {},
+                "state_after_hash": "", "turn_index": 0}
+
+    create = {"kind": "create", "name": "create_score", "arguments": {"title": "A"},
+              "output": {"score_id": "sco_25", "title": "A"}}
+    listing = {"kind": "list", "name": "list_tracks", "arguments": {"score_id": "sco_25"}, "output": {"items": []}}
+    other = {"kind": "list", "name": "list_tracks", "arguments": {"score_id": "sco_1"}, "output": {"items": []}}
+    # three calls: too many to merge, so the first pair is the only candidate
+    tail = turn("Show me the scores.", [{"kind": "list", "name": "list_scores", "arguments": {}, "output": {}}] * 3)
+    quoting = [turn("Create a score titled 'A'.", [create]), turn("List the tracks of score 'sco_25'.", [listing]),
+               tail]
+    assert [t["query"] for t in merge_goals(copy.deepcopy(quoting))] == [t["query"] for t in quoting]
+    apart = [turn("Create a score titled 'A'.", [create]), turn("List the tracks of score 'sco_1'.", [other]), tail]
+    merged = merge_goals(copy.deepcopy(apart))
+    assert len(merged) == 2 and merged[0]["operators"][-1]["operator"] == "goal_merging"

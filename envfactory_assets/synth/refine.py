@@ -42,6 +42,7 @@ from envfactory_assets.synth.phrasing import (
     summarize_turn,
     words,
 )
+from envfactory_assets.synth.report import assigned_identifiers, quotes
 from envfactory_assets.synth.trajectories import ToolIndex
 
 LABEL_FIELDS = ("name", "title", "subject", "email", "username", "display_name", "full_name", "label")
@@ -291,6 +292,9 @@ def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int 
         a, b = turns[i], turns[i + 1]
         if len(a["calls"]) + len(b["calls"]) > max_calls or max(len(a["calls"]), len(b["calls"])) > 2:
             continue
+        new_ids = assigned_identifiers(a["calls"])
+        if any(quotes(b[field], v) for v in new_ids for field in ("query", "query_raw")):
+            continue  # the second request quotes what the first creates: asked as one, it would tell the answer
         merged = {
             **a, "calls": a["calls"] + b["calls"], "intent": a["intent"] + b["intent"],
             "target_tools": a["target_tools"] + b["target_tools"],

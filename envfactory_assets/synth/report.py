@@ -152,7 +152,7 @@ def _inside_a_token(char: str) -> bool:
     return char.isalnum() or char in "_-"
 
 
-def _quotes(text: str, value: str) -> bool:
+def quotes(text: str, value: str) -> bool:
     """True when ``value`` occurs in ``text`` (any case) as a whole token, not inside a longer word or
     identifier (a string search: one regular expression per value would be compiled thousands of times)."""
     text, value = text.lower(), value.lower()
@@ -165,6 +165,13 @@ def _quotes(text: str, value: str) -> bool:
     return False
 
 
+def assigned_identifiers(calls: list[dict[str, Any]]) -> set[str]:
+    """String identifiers (``id`` / ``*_id`` values) that the ``create`` calls among ``calls`` assigned: in
+    their output and not among their arguments (a foreign key the create was given is not new)."""
+    return set().union(*(_identifier_leaves(c.get("output")) - _identifier_leaves(c["arguments"])
+                         for c in calls if c.get("kind") == "create"))
+
+
 def future_identifiers(turns: list[dict[str, Any]], index: int) -> list[str]:
     """Identifiers the query of ``turns[index]`` quotes before they exist, sorted.
 
@@ -175,9 +182,8 @@ def future_identifiers(turns: list[dict[str, Any]], index: int) -> list[str]:
     are left out: in a query a bare number cannot be told from a count or a limit.
     """
     turn = turns[index]
-    assigned = set().union(*(_identifier_leaves(c.get("output")) - _identifier_leaves(c["arguments"])
-                             for t in turns[index:] for c in t["calls"] if c.get("kind") == "create"))
-    quoted = {v for v in assigned if _quotes(turn["query"], v)}
+    assigned = assigned_identifiers([c for t in turns[index:] for c in t["calls"]])
+    quoted = {v for v in assigned if quotes(turn["query"], v)}
     if not quoted:  # the common case: the states need not be walked
         return []
     existing = _identifier_leaves(turn.get("state_before") or {})
@@ -216,7 +222,7 @@ def _value_stated(value: Any, texts: list[str], outputs: set[str]) -> bool:
     if value is None or value == "" or json.dumps(value, ensure_ascii=False) in outputs:
         return True
     forms = {literal(value), spoken_value(value), value if isinstance(value, str) else literal(value)}
-    return any(_quotes(text, form) for text in texts for form in forms)
+    return any(quotes(text, form) for text in texts for form in forms)
 
 
 def _json_leaves(value: Any) -> set[str]:
