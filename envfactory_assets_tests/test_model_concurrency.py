@@ -14,7 +14,7 @@ import pytest
 
 from envfactory_assets.llm.base import concurrency_of
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
-from envfactory_assets.llm.stub_roles import RoleReplies, gold_of
+from envfactory_assets.synth.stub_roles import RoleReplies, gold_of
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner

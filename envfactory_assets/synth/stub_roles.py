@@ -18,6 +18,8 @@ import json
 import re
 from typing import Any
 
+from envfactory_assets.synth.simulated_user import REFUSAL
+
 #: What the solver answers once its calls have run (and for a query it has no calls for).
 DONE = "Done."
 UNKNOWN = "I cannot do that with these tools."
@@ -60,8 +62,6 @@ class RoleReplies:
         if system.startswith("You are a tool-using assistant"):
             return self._solve(messages)
         if system.startswith("You are a user talking"):
-            from envfactory_assets.synth.simulated_user import REFUSAL
-
             return REFUSAL
         if system.startswith("You write the Python module"):
             env_id = json.loads(re.search(r"```json\n(.*?)\n```", user, re.S).group(1))["env_id"]
