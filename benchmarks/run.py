@@ -14,7 +14,7 @@ import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import refinement
+from benchmarks import model_concurrency, refinement
 from envfactory_assets.store.db import Store
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
@@ -36,14 +36,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, required=True, help="a store with raw_trajectories")
     parser.add_argument("--n", type=int, default=300, help="raw trajectories in the refinement sample")
+    parser.add_argument("--model-levels", default=",".join(map(str, model_concurrency.LEVELS)),
+                        help="max_concurrency values of the model-backed stages' benchmark, comma-separated")
     args = parser.parse_args()
     raw, envs, flags = refinement.sample(Store(args.store), args.n)
     table = refinement.markdown(refinement.measure(raw, envs, flags, 0), len(raw), args.store)
+    models = model_concurrency.run(tuple(int(x) for x in args.model_levels.split(",")))
     DOC.write_text("\n".join([
         "# Benchmarks", "",
         "Written by `python -m benchmarks.run`; every ratio is measured within one run.", "",
         f"Machine: {machine()}.", "",
         "## Refinement (`refined_trajectories`)", "", table, "",
+        "## Model-backed stages (`max_concurrency`)", "", models, "",
         NOTES.read_text(encoding="utf-8") if NOTES.exists() else "",
     ]), encoding="utf-8")
     print(f"wrote {DOC}")

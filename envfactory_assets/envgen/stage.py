@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable
 
 from envfactory_assets.envgen.builder import BuildError, build_environment, build_mcp_environment
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
-from envfactory_assets.llm.base import BackendConfigError
+from envfactory_assets.llm.base import BackendConfigError, concurrency_of
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
@@ -83,6 +83,38 @@ def environment_row(resource: dict[str, Any], backend: Any = None,
                "revisions": revisions}
     row["id"] = content_id("env", {k: row[k] for k in ("env_id", "source_resource_id", "status", *ENV_FIELDS)})
     return row
+
+
+def environment_rows(resources: list[dict[str, Any]], backend: Any = None,
+                     max_revisions: int = DEFAULT_MAX_REVISIONS,
+                     progress: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """:func:`environment_row` of every resource, in the order of ``resources``.
+
+    With a chat ``backend``, environments are written in as many threads as it serves requests at once
+    (:func:`~envfactory_assets.llm.base.concurrency_of`): each environment's draft, verification and
+    revisions stay in its thread (a revision answers its own verification), every verification runs in its
+    own sandbox worker, and each row depends on its resource and its requests alone, so the rows equal a
+    sequential run's. ``progress()`` is called after each environment (from a pool thread).
+
+    Raises:
+        BackendConfigError: the backend is misconfigured (the first one, in input order).
+    """
+    def one(resource: dict[str, Any]) -> dict[str, Any]:
+        row = environment_row(resource, backend, max_revisions)
+        if progress is not None:
+            progress()
+        return row
+
+    threads = min(concurrency_of(backend), len(resources)) if backend is not None else 1
+    if threads <= 1:
+        return [one(r) for r in resources]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="envgen") as pool:
+        futures = [pool.submit(one, r) for r in resources]
+        try:
+            return [f.result() for f in futures]
+        finally:
+            for f in futures:  # after a failure, what has not started does not start
+                f.cancel()
 
 
 def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ import numpy as np
 from envfactory_assets.graph.build import SIMILARITY_DECIMALS, ToolGraph
 from envfactory_assets.graph.embeddings import ParameterEmbedder, l2_normalize
 from envfactory_assets.graph.parameters import SHARED_KINDS, edge_value_kind, is_identifier_name, normalize_name
-from envfactory_assets.llm.base import ChatBackend
+from envfactory_assets.llm.base import ChatBackend, concurrency_of
 
 EDGE_REFINER_ROLE = "edge_refiner"
 PROVIDABLE_ROLE = "providable_classifier"
@@ -300,6 +301,13 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
     report = RefinementReport()
     added = _with_similarity(graph, id_list_edges(graph), PROVENANCE_ID_LIST, embedder)
     base = ToolGraph.from_rows(graph.nodes, graph.parameters, graph.edges + added, graph.meta)
+    # Every request is known before any reply: an environment's prompt shows its own edges only, and the
+    # model adds edges within one environment, so no reply changes another environment's prompt. They are
+    # sent at once (as many as each backend serves) and the replies are then used in order below.
+    edge_backend, providable_backend = _prefetched(
+        edge_backend, [(edge_refiner_messages(base, e), EDGE_REFINER_ROLE) for e in _by_env(graph)]
+        + [(cross_env_messages(graph, e, shown), EDGE_REFINER_ROLE) for e, shown in _candidates_by_env(graph).items()]
+    ), _prefetched(providable_backend, [(providable_messages(base, e), PROVIDABLE_ROLE) for e in _by_env(graph)])
     parameters = [dict(p) for p in graph.parameters]
     for env_id in _by_env(graph):
         if edge_backend is not None:
@@ -333,6 +341,51 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
             "cross_env_edges_by_kind": dict(sorted(cross_kept.items())), "n_cross_env_candidates": len(remaining),
             "n_cross_env_kept_by_model": report.cross_env_kept}
     return ToolGraph.from_rows(graph.nodes, parameters, graph.edges + added, meta, remaining), report
+
+
+class _Replies:
+    """A backend whose replies to known requests were fetched beforehand; other requests go to ``backend``.
+
+    A request that failed raises its error when it is asked for, so errors surface in the order a
+    sequential run would meet them."""
+
+    def __init__(self, backend: ChatBackend, requests: list[tuple[list[dict[str, str]], str]]) -> None:
+        self.backend = backend
+        self._replies: dict[str, Any] = {}
+
+        def fetch(request: tuple[list[dict[str, str]], str]) -> Any:
+            messages, role = request
+            try:
+                return backend.complete(messages, role=role, max_tokens=MAX_TOKENS)
+            except Exception as exc:  # kept for the sequential pass, which raises it in its place
+                return exc
+
+        unique = list({self._key(m, r): (m, r) for m, r in requests}.items())
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency_of(backend), len(unique))),
+                                thread_name_prefix="graph-refine") as pool:
+            for (key, _), reply in zip(unique, pool.map(fetch, [req for _, req in unique])):
+                self._replies[key] = reply
+
+    @staticmethod
+    def _key(messages: list[dict[str, str]], role: str) -> str:
+        return json.dumps([role, messages], sort_keys=True, ensure_ascii=False)
+
+    def complete(self, messages: list[dict[str, str]], *, role: str, max_tokens: int = MAX_TOKENS,
+                 temperature: float = 0.0) -> Any:
+        key = self._key(messages, role)
+        if max_tokens != MAX_TOKENS or temperature != 0.0 or key not in self._replies:
+            return self.backend.complete(messages, role=role, max_tokens=max_tokens, temperature=temperature)
+        reply = self._replies.pop(key)  # asked once: a second equal request goes to the backend, as before
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+def _prefetched(backend: ChatBackend | None, requests: list[tuple[list[dict[str, str]], str]]) -> Any:
+    """``backend`` with ``requests`` answered beforehand, in threads, when it serves several at once."""
+    if backend is None or concurrency_of(backend) <= 1 or not requests:
+        return backend
+    return _Replies(backend, requests)
 
 
 def _apply_flags(parameters: list[dict[str, Any]], env_id: str, backend: ChatBackend, graph: ToolGraph,

@@ -113,6 +113,22 @@ class ChatBackend(Protocol):
         ...
 
 
+def concurrency_of(backend: Any) -> int:
+    """Requests ``backend`` serves at once: its ``max_concurrency`` (an OpenAI-compatible endpoint: the
+    setting; a model loaded in this process: 1), or 1 for None or a backend that declares none. Stages that
+    ask a model run this many conversations in threads.
+
+    Raises:
+        BackendConfigError: ``max_concurrency`` is not a whole number >= 1.
+    """
+    if backend is None:
+        return 1
+    value = getattr(backend, "max_concurrency", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BackendConfigError(f"{type(backend).__name__}.max_concurrency={value!r} must be a whole number >= 1")
+    return value
+
+
 def estimate_tokens(text: str) -> int:
     """Rough token count of ``text``: ``ceil(len(text) / 4)`` (characters per token of English/code)."""
     return -(-len(text) // 4)

@@ -103,6 +103,7 @@ class OpenAICompatibleBackend:
         self._reserved = 0   # tokens reserved by calls in flight
         self._stats = {"calls": 0, "cached": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0}
         self._by_role: dict[str, dict[str, int]] = {}
+        self._in_flight: dict[str, threading.Event] = {}  # request keys being asked, when caching
 
     # ------------------------------------------------------------------------------------------ accounting
 
@@ -153,6 +154,10 @@ class OpenAICompatibleBackend:
         and parameters were answered before. A reply with empty content is returned (``text == ""``) but
         not cached, so the next call asks again.
 
+        Safe to call from several threads: at most ``max_concurrency`` requests are in flight, and with a
+        cache a request equal to one in flight waits for that one's reply instead of being sent again, so
+        the replies and the cache are those of the same calls made one after another.
+
         Raises:
             BudgetExceeded: before sending, when the call could take the backend past ``token_budget``.
             RequestRejected: the endpoint answered 4xx other than 429 (not retried).
@@ -168,14 +173,49 @@ class OpenAICompatibleBackend:
         messages = [dict(m) for m in messages]
         params = self._params(max_tokens, temperature)
         key = request_key(self.model, messages, params)
-        if self.cache is not None:
+        if self.cache is None:
+            return self._fetch(messages, params, role, max_tokens)
+        while True:
             hit = self.cache.get(key)
             if hit is not None:
-                with self._lock:
-                    self._stats["cached"] += 1
-                    self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0,
-                                                    "completion_tokens": 0})["cached"] += 1
+                self._count_cached(role)
                 return hit
+            # One request per key at a time: a caller asking what another caller's request in flight asks
+            # waits for its reply, as it would have found it in the cache had the two come one after the
+            # other (two requests sent at once could get two different replies, and which one the cache
+            # keeps would depend on which came back last).
+            with self._lock:
+                flight = self._in_flight.get(key)
+                leader = flight is None
+                if leader:
+                    flight = self._in_flight[key] = threading.Event()
+            if not leader:
+                flight.wait()
+                continue  # answered from the cache now; a failed or empty reply was not cached: ask again
+            try:
+                hit = self.cache.get(key)  # a leader that finished since this caller's look-up stored it
+                if hit is not None:
+                    self._count_cached(role)
+                    return hit
+                completion = self._fetch(messages, params, role, max_tokens)
+                if completion.text:
+                    self.cache.put(key, completion, model=self.model, role=role,
+                                   request=canonical_request(self.model, messages, params))
+                return completion
+            finally:
+                with self._lock:
+                    del self._in_flight[key]
+                flight.set()
+
+    def _count_cached(self, role: str) -> None:
+        with self._lock:
+            self._stats["cached"] += 1
+            self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0,
+                                            "completion_tokens": 0})["cached"] += 1
+
+    def _fetch(self, messages: list[dict[str, Any]], params: dict[str, Any], role: str,
+               max_tokens: int) -> Completion:
+        """One request (budget reserved before, settled after), in one of the ``max_concurrency`` slots."""
         needed = estimate_prompt_tokens(messages) + int(max_tokens)
         self._reserve(needed, role)
         completion = None
@@ -184,9 +224,6 @@ class OpenAICompatibleBackend:
                 completion = self._send(messages, params, role)
         finally:
             self._settle(needed, completion, role)
-        if self.cache is not None and completion.text:
-            self.cache.put(key, completion, model=self.model, role=role,
-                           request=canonical_request(self.model, messages, params))
         return completion
 
     def _send(self, messages: list[dict[str, Any]], params: dict[str, Any], role: str) -> Completion:

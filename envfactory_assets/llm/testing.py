@@ -11,12 +11,18 @@ Each script item answers one ``POST /v1/chat/completions``: a ``str`` is a 200 r
 an ``int`` is that HTTP status with an OpenAI-style error body; a ``dict`` may give ``status``,
 ``content``, ``usage`` (``{"prompt_tokens", "completion_tokens"}``, default chars/4) and ``headers``.
 When the script runs out, ``responder(request_body) -> item`` answers (default: HTTP 500).
+
+Requests are served each in its own thread, so concurrent clients are answered at once. For benchmarks,
+``delay_s`` holds every reply that long (a model's latency), ``max_requests`` answers HTTP 503 beyond that
+many requests, ``lifetime_s`` stops the server by itself after that many seconds, and ``keep_alive`` serves
+HTTP/1.1 persistent connections (a client then opens one connection per thread, not one per request).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
@@ -32,7 +38,16 @@ class FakeChatServer:
         requests: JSON bodies of every chat request received (errors included), in order.
     """
 
-    def __init__(self, script: Iterable[Item] = (), responder: Callable[[dict[str, Any]], Item] | None = None) -> None:
+    def __init__(self, script: Iterable[Item] = (), responder: Callable[[dict[str, Any]], Item] | None = None, *,
+                 delay_s: float = 0.0, max_requests: int | None = None, lifetime_s: float | None = None,
+                 keep_alive: bool = False) -> None:
+        if delay_s < 0 or (max_requests is not None and max_requests < 0) or \
+                (lifetime_s is not None and lifetime_s <= 0):
+            raise ValueError(f"FakeChatServer: delay_s={delay_s} and max_requests={max_requests} must be >= 0, "
+                             f"lifetime_s={lifetime_s} positive or None")
+        self.delay_s, self.max_requests, self.lifetime_s, self.keep_alive = delay_s, max_requests, lifetime_s, keep_alive
+        self._timer: threading.Timer | None = None
+        self.stopped = threading.Event()
         self._script: deque[Item] = deque(script)
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
@@ -49,6 +64,8 @@ class FakeChatServer:
     def _next(self, body: dict[str, Any]) -> Item:
         with self._lock:
             self.requests.append(body)
+            if self.max_requests is not None and len(self.requests) > self.max_requests:
+                return {"status": 503, "message": f"FakeChatServer: more than max_requests={self.max_requests}"}
             if self._script:
                 return self._script.popleft()
         return self.responder(body) if self.responder else 500
@@ -58,6 +75,9 @@ class FakeChatServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+            timeout = 60  # an idle persistent connection's thread ends after this many seconds
+
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
@@ -78,7 +98,10 @@ class FakeChatServer:
                     self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
                 body = json.loads(raw or b"{}")
+                started = time.monotonic()
                 item = owner._next(body)
+                if owner.delay_s:
+                    time.sleep(max(0.0, owner.delay_s - (time.monotonic() - started)))
                 if isinstance(item, int):
                     item = {"status": item}
                 if isinstance(item, str):
@@ -100,19 +123,30 @@ class FakeChatServer:
                                  "message": {"role": "assistant", "content": content}}],
                     "usage": usage}, item.get("headers"))
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # many clients connecting at once are queued, not refused
+            daemon_threads = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-chat-server")
         self._thread.start()
+        if self.lifetime_s is not None:
+            self._timer = threading.Timer(self.lifetime_s, self.stop)
+            self._timer.daemon = True
+            self._timer.start()
         return self
 
     def stop(self) -> None:
-        """Stop serving and release the port."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        """Stop serving and release the port (also called by the ``lifetime_s`` timer)."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.cancel()
+        self.stopped.set()
 
     def __enter__(self) -> "FakeChatServer":
         return self.start()

@@ -17,6 +17,9 @@ from envfactory_assets.llm.base import BackendConfigError, Completion, LLMError,
 class TransformersBackend:
     """Greedy chat completions from a local causal LM (e.g. SmolLM2-135M-Instruct) on CPU or GPU.
 
+    One generation runs at a time (``max_concurrency`` is 1): the model lives in this process, and
+    concurrent ``generate`` calls on it would only share its cores.
+
     Args:
         model_dir: folder with ``config.json``, the weights and the tokenizer (a chat template is used
             when the tokenizer has one, else the messages are joined as ``role: content`` lines).
@@ -26,6 +29,9 @@ class TransformersBackend:
     Raises:
         BackendConfigError: ``model_dir`` is not a folder with a ``config.json`` (checked at construction).
     """
+
+    #: Stages ask this backend one conversation at a time (:func:`~envfactory_assets.llm.base.concurrency_of`).
+    max_concurrency = 1
 
     def __init__(self, model_dir: str | Path, *, device: str = "cpu", max_input_tokens: int = 8192) -> None:
         path = Path(model_dir) if model_dir else None

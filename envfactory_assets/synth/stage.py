@@ -31,6 +31,7 @@ from envfactory_assets.synth.sampler import (
     validate_chain,
 )
 from envfactory_assets.synth.solve import ProgrammaticSolver, Solver
+from envfactory_assets.synth.threaded import map_with_workers, role_concurrency
 from envfactory_assets.tooluse.splits import (
     TRAIN_SPLIT,
     dataset_split,
@@ -98,26 +99,43 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
     ``writer`` (with ``config.query_writer == "model"``) writes the raw queries in the voice of the chain's
     episode-plan persona, or else of :func:`~envfactory_assets.synth.calibrate.persona_of` the chain's id
     (the trajectory's own id, which calibration draws its persona by, depends on the queries being written).
+    With a writer, chains run in as many threads as its backend serves requests at once
+    (:func:`~envfactory_assets.synth.threaded.map_with_workers`, a sandbox worker per thread); the rows are
+    those of one thread, in the order of ``chains``.
     """
-    rows = []
     parsed = [Chain.from_dict(c["tools"]) for c in chains]
+
+    def one(pair: tuple[dict[str, Any], Chain], worker: SandboxWorker) -> dict[str, Any]:
+        chain_row, chain = pair
+        persona = ((chain.plan or {}).get("persona") or persona_of(chain_row["id"], chain_row["domains"])
+                   if writer is not None else None)
+        traj = synthesize_trajectory(chain, graph, environments, worker, config, writer, persona)
+        row = {
+            "tool_chain_id": chain_row["id"], "env_ids": traj["env_ids"],
+            "domains": chain_row["domains"], "status": traj["status"], "reasons": traj["reasons"],
+            "n_turns": len(traj["turns"]), "n_calls": sum(len(t["calls"]) for t in traj["turns"]),
+            "turns": traj["turns"], "initial_state": traj["initial_state"],
+            "final_state": traj.get("final_state"), "initial_state_hash": traj["initial_state_hash"],
+            "final_state_hash": traj.get("final_state_hash"),
+            "benchmark_overlap": chain_row.get("benchmark_overlap") or [],
+        }
+        row["id"] = content_id("raw", {"chain": chain_row["id"], "turns": row["turns"], "status": row["status"]})
+        return row
+
+    pairs = list(zip(chains, parsed))
+    threads = role_concurrency(writer)
+    rows = []
+    if threads > 1:
+        results: Any = map_with_workers(pairs, one, lambda pair: pair[1].servers, environments, threads, limits)
+        for i, row in enumerate(results):
+            rows.append(row)
+            if progress is not None:
+                progress(i + 1, len(chains))
+        return rows
     with SandboxWorker(limits or SandboxLimits()) as worker:
         load_environments(worker, environments, (e for chain in parsed for e in chain.servers))
-        for i, (chain_row, chain) in enumerate(zip(chains, parsed)):
-            persona = ((chain.plan or {}).get("persona") or persona_of(chain_row["id"], chain_row["domains"])
-                       if writer is not None else None)
-            traj = synthesize_trajectory(chain, graph, environments, worker, config, writer, persona)
-            row = {
-                "tool_chain_id": chain_row["id"], "env_ids": traj["env_ids"],
-                "domains": chain_row["domains"], "status": traj["status"], "reasons": traj["reasons"],
-                "n_turns": len(traj["turns"]), "n_calls": sum(len(t["calls"]) for t in traj["turns"]),
-                "turns": traj["turns"], "initial_state": traj["initial_state"],
-                "final_state": traj.get("final_state"), "initial_state_hash": traj["initial_state_hash"],
-                "final_state_hash": traj.get("final_state_hash"),
-                "benchmark_overlap": chain_row.get("benchmark_overlap") or [],
-            }
-            row["id"] = content_id("raw", {"chain": chain_row["id"], "turns": row["turns"], "status": row["status"]})
-            rows.append(row)
+        for i, pair in enumerate(pairs):
+            rows.append(one(pair, worker))
             if progress is not None:
                 progress(i + 1, len(chains))
     return rows
@@ -138,9 +156,11 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
     long-lived sandbox worker (:func:`envfactory_assets.synth.calibrate.calibrate_trajectory`). With the
     programmatic solver and user, trajectories are calibrated in ``config.workers`` processes
     (:func:`~envfactory_assets.synth.calibrate_pool.resolve_workers`), with the same rows as one process; a
-    model-backed role keeps one process (its backend holds a connection and a cache). Near-duplicates (same
-    tool sequence, near-identical queries) are then marked ``failed``
-    (:func:`envfactory_assets.synth.filtering.apply_filter`).
+    model-backed role keeps one process (its backend holds a connection and a cache) and calibrates
+    trajectories in as many threads as its backend serves requests at once
+    (:func:`~envfactory_assets.synth.threaded.map_with_workers`, a sandbox worker per thread), again with the
+    rows of one thread. Near-duplicates (same tool sequence, near-identical queries) are then marked
+    ``failed`` (:func:`envfactory_assets.synth.filtering.apply_filter`).
     """
     from envfactory_assets.synth.simulated_user import ProgrammaticUser
 
@@ -152,8 +172,14 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
         if offline else 1
     calibrate = functools.partial(calibrate_trajectory, solver=solver, config=cfg, user=user, providable=providable,
                                   refiner=refiner)
+    threads = 1 if offline else role_concurrency(solver, user, refiner)
+    if threads > 1:
+        calibrations: Any = map_with_workers(raw_rows, lambda raw, worker: calibrate(raw, environments, worker),
+                                             lambda raw: raw["env_ids"], environments, threads, limits)
+    else:
+        calibrations = calibrate_all(raw_rows, environments, calibrate, workers, limits)
     rows = []
-    for i, (raw, cal) in enumerate(zip(raw_rows, calibrate_all(raw_rows, environments, calibrate, workers, limits))):
+    for i, (raw, cal) in enumerate(zip(raw_rows, calibrations)):
         unresolved = [o for o in cal["operators"]
                       if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
         reasons = cal["reasons"] + [f"unobtainable reference: {o}" for o in unresolved]

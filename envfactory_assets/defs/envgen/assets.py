@@ -10,7 +10,7 @@ from envfactory_assets.defs.common import checked, data_version, partition_scope
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
-from envfactory_assets.envgen.stage import DEFAULT_VERIFY_WORKERS, as_environment, environment_row, verify_all
+from envfactory_assets.envgen.stage import DEFAULT_VERIFY_WORKERS, as_environment, environment_rows, verify_all
 from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.runtime.sandbox import SandboxLimits
@@ -64,10 +64,8 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
     keys = context.partition_keys
     chosen = store.read("source_resources", env_scope(keys, "resource_key"))
     meter = asset_progress(context, len(chosen), "environments built")
-    rows = []
-    for resource in chosen:
-        rows.append(environment_row(resource, backend, model_backend.max_revisions))
-        meter.advance()
+    # with a model, as many environments at once as the backend serves requests (its max_concurrency)
+    rows = environment_rows(chosen, backend, model_backend.max_revisions, progress=meter.advance)
     meter.finish()
     written = store.replace_current("environments", rows, scope=partition_scope(context, keys))
     built = [r for r in rows if r["status"] == "built"]
