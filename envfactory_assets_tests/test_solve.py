@@ -400,6 +400,30 @@ def test_a_tool_whose_name_says_more_than_the_request_loses_the_tie():
         assert calls == [("appointment_templates_list", {})]
 
 
+def test_a_row_listed_per_parent_is_found_by_listing_the_parent_the_request_names():
+    """"the group whose name is 'RH' in space id 'spa_1'": no list reads every group, so the solver lists the
+    groups of that space and takes the one named RH."""
+    string = {"type": "string"}
+    tools = (_spec("list_groups", "List the groups of a space", {"space_id": string, "limit": {"type": "integer"}},
+                   ("space_id",)),
+             _spec("get_group", "Get a group", {"group_id": string}, ("group_id",)))
+    calls = []
+
+    def call(name, args):
+        calls.append((name, args))
+        if name == "list_groups":
+            rows = {"spa_1": [{"group_id": "gro_1", "name": "RH", "space_id": "spa_1"},
+                              {"group_id": "gro_2", "name": "IT", "space_id": "spa_1"}]}.get(args["space_id"], [])
+            return {"ok": True, "output": {"items": rows, "total": len(rows)}}
+        return {"ok": True, "output": {"group_id": args["group_id"], "name": "RH"}}
+
+    query = "Please fetch the group whose name is 'RH' in space id 'spa_1'."
+    for seed in range(4):
+        calls.clear()
+        ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), call, seed=seed)
+        assert calls == [("list_groups", {"space_id": "spa_1"}), ("get_group", {"group_id": "gro_1"})]
+
+
 def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
     import random
 

@@ -338,3 +338,21 @@ def test_goal_merging_never_joins_a_request_to_one_quoting_what_it_creates():
     apart = [turn("Create a score titled 'A'.", [create]), turn("List the tracks of score 'sco_1'.", [other]), tail]
     merged = merge_goals(copy.deepcopy(apart))
     assert len(merged) == 2 and merged[0]["operators"][-1]["operator"] == "goal_merging"
+
+
+def test_a_table_listed_only_per_parent_is_scoped_by_the_parent_identifier():
+    from envfactory_assets.synth.trajectories import ToolIndex
+
+    def tool(name, kind, table, required, props=("limit",)):
+        schema = {"type": "object", "properties": {p: {"type": "string"} for p in (*props, *required)},
+                  "required": list(required)}
+        return {"name": name, "kind": kind, "table": table, "input_schema": schema}
+
+    env = {"env_id": "spaces", "tables": {"groups": {"key": "group_id", "foreign_keys": {"space_id": "spaces"}},
+                                          "spaces": {"key": "space_id", "foreign_keys": {}}},
+           "tools": [tool("list_groups", "list", "groups", ("space_id",)), tool("get_group", "get", "groups", ("group_id",)),
+                     tool("list_spaces", "list", "spaces", ())]}
+    index = ToolIndex({"spaces": env})
+    assert index.list_scope("spaces", "groups") == ("space_id",)
+    assert index.list_scope("spaces", "spaces") is None  # listable as is: no scope needed
+    assert not index.listable("spaces", "groups") and index.listable("spaces", "spaces")

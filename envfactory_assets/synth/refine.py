@@ -228,10 +228,27 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 if (arg in refs or ref_table is None or ref_table in touched
                         or (arg == key and call["kind"] not in ("get", "update", "delete"))):
                     continue  # (a row written earlier in this turn may no longer look as the state says)
-                if not index.listable(call["env_id"], ref_table):
-                    continue  # described by what the user knows, the row could be found only by listing
                 rows = turn["state_before"][call["env_id"]]["tables"].get(ref_table, [])
                 ref_key = index.envs[call["env_id"]]["tables"].get(ref_table, {}).get("key", arg)
+                scope = () if index.listable(call["env_id"], ref_table) else index.list_scope(call["env_id"],
+                                                                                            ref_table)
+                if scope is None:
+                    continue  # described by what the user knows, the row could be found only by listing
+                if scope:
+                    # the table is listed per parent: the user names the parent they work in, by its id
+                    row = next((r for r in rows if r.get(ref_key) == value), None)
+                    if row is None or any(not isinstance(row.get(p), str)
+                                          or call["arguments"].get(p, row[p]) != row[p] for p in scope):
+                        continue
+                    phrase = _state_reference(rows, ref_key, value, ref_table)
+                    unsaid = [p for p in scope if p not in call["arguments"]]  # the call's own are stated anyway
+                    if phrase:
+                        if unsaid:
+                            phrase += " in " + " and ".join(f"{words(p)} {literal(row[p])}" for p in unsaid)
+                        refs[arg] = phrase
+                        record("implicit_reference", arg, value, phrase,
+                               f"state: the agent lists the table by {', '.join(scope)}")
+                    continue
                 from_state = call["provenance"].get(arg, {}).get("source") == "state"
                 phrase = _most_recent_reference(rows, key, value, tool["table"]) if arg == key and from_state else None
                 if phrase:

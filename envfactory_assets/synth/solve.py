@@ -340,9 +340,11 @@ class ProgrammaticSolver:
                     # the row is not in the conversation (or "most recent" needs the whole table): list first
                     needed = ([tool.key] if args is None or "most recent" in clause.lower() else [])
                     for name in dict.fromkeys(needed + [p for p in wants if p != tool.key]):
-                        # like a person, try the likeliest list until one shows rows of that kind
-                        for lister in _listers(name, infos, rng):
-                            if (self._call(lister, _list_everything(lister), call_tool, seen, attempt)
+                        # like a person, try the likeliest list until one shows rows of that kind; a list
+                        # of one parent's rows ("in space id 'spa_1'") after the lists of every row
+                        listers = [(lister, {}) for lister in _listers(name, infos, rng)]
+                        for lister, scope in listers + _scoped_listers(name, infos, clause):
+                            if (self._call(lister, {**_list_everything(lister), **scope}, call_tool, seen, attempt)
                                     and _rows_with(seen[-1].output, name)):
                                 break
                     args = _arguments(clause, tool, seen, rng, guess=True)
@@ -417,16 +419,50 @@ def _complete_clauses(clauses: list[str], answers: list[str], toolset: _ToolSet,
     return out, missing
 
 
+def _row_noun(key: str) -> str:
+    """The noun an identifier names its row by: the last word that is not a number (``configs_2_id`` ->
+    ``config``)."""
+    words = [t for t in key[:-3].split("_") if t and not t.isdigit()]
+    return singular(words[-1]) if words else key
+
+
 def _listers(key: str | None, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
     """List tools that may hold the rows an identifier parameter (``appointment_template_id``) names, best
     first: most of the identifier's words among the tool's nouns, then fewest other nouns (ties sampled)."""
     if key is None:
         return []
     words = {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}
-    thing = singular(key[:-3].split("_")[-1])
+    thing = _row_noun(key)
     cands = [i for i in infos.values() if i.action == "list" and thing in i.nouns and not (i.required - {"limit"})]
     ranked = sorted(cands, key=lambda i: (-len(words & i.nouns), len(i.nouns - words), rng.random()))
     return ranked[:MAX_TOOL_TRIES]
+
+
+def _scoped_listers(key: str | None, infos: dict[str, _ToolInfo], clause: str) -> list[tuple[_ToolInfo, dict[str, Any]]]:
+    """List tools that may hold the rows ``key`` names and need parent identifiers, each with those
+    identifiers as the request states them ("the group whose name is 'RH' in space id 'spa_1'":
+    ``list_groups``, ``{"space_id": "spa_1"}``); only tools whose every required identifier the request
+    states, most of the key's words first, then by name (no draw: the seeded stream stays as without them)."""
+    if key is None:
+        return []
+    words = {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}
+    thing = _row_noun(key)
+    found = []
+    for info in infos.values():
+        scope = info.required - {"limit"}
+        if info.action != "list" or thing not in info.nouns or not scope or not all(p.endswith("_id") for p in scope):
+            continue
+        args = {}
+        for name in sorted(scope):
+            labels = {_words(name), *field_labels(name, info.params.get(name) or {})}
+            for lab in sorted(labels, key=lambda x: (-len(x), x)):
+                m = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+)?('(?:.*?)'(?=[\s,.:)!?]|$))", re.IGNORECASE).search(clause)
+                if m:
+                    args[name] = _coerce(m.group(1), info.params.get(name) or {})
+                    break
+        if len(args) == len(scope):
+            found.append((-len(words & info.nouns), info.name, info, args))
+    return [(info, args) for _, _, info, args in sorted(found, key=lambda f: f[:2])][:MAX_TOOL_TRIES]
 
 
 def _list_everything(tool: _ToolInfo) -> dict[str, Any]:
@@ -511,12 +547,15 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
     # the request's object comes before what it is "of"/"for" ("list the events of the calendar whose ..."):
     # its words count once more, so the events tool wins over the calendars tool
     object_toks = set(_tokens(re.split(r"\b(?:of|for|whose|where|with|from|by)\b", head, maxsplit=1)[0]))
+    # a field named inside a row reference ("the role whose account sid is 'AC1'") describes that row: it
+    # does not make a tool with that parameter (create_role) a better fit
+    named = _WHOSE_LITERAL.sub(" ", lowered)
     scored = []
     for info in infos.values():
         score = 3.0 * (action is not None and info.action == action)
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
         score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
-        score += sum(1.0 for p in info.params if _field_named(lowered, p, info.params[p]))
+        score += sum(1.0 for p in info.params if _field_named(named, p, info.params[p]))
         if info.key and _key_quoted_pattern(info.key).search(lowered):
             score += 2.0
         if score > 0:
@@ -558,6 +597,7 @@ def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: ran
     return None
 
 
+_WHOSE_LITERAL = re.compile(r"\bwhose\b.+?\bis\s+'[^']*'")
 _REF_TAIL = r"(?: you (?:just )?created(?: earlier| a moment ago)?| in that list)?"
 
 

@@ -87,6 +87,20 @@ class ToolIndex:
                    for t in self.envs[env_id]["tools"])
 
 
+    def list_scope(self, env_id: str, table: str) -> tuple[str, ...] | None:
+        """The parent identifiers a list tool over ``table`` needs (``("space_id",)`` for
+        ``list_groups(space_id)``), fewest first, when ``table`` has no list tool that needs no argument and
+        one needs only identifier fields of the table's rows; None otherwise. A row of such a table can be
+        named by what the user knows of it within its parent ("the group whose name is 'RH' in space id
+        'spa_1'"), as a person scopes a request to the project or workspace they work in."""
+        if self.listable(env_id, table):
+            return None
+        scopes = [tuple(sorted(set(t["input_schema"].get("required") or ()) - {"limit"}))
+                  for t in self.envs[env_id]["tools"] if t["kind"] == "list" and t["table"] == table]
+        scopes = [s for s in scopes if s and all(p.endswith("_id") for p in s)]
+        return min(scopes, key=lambda s: (len(s), s)) if scopes else None
+
+
 def tool_name_collisions(environments: list[dict[str, Any]]) -> list[str]:
     """Tool names defined by more than one of ``environments`` (they cannot share an episode)."""
     seen: dict[str, str] = {}
