@@ -356,3 +356,14 @@ def test_a_table_listed_only_per_parent_is_scoped_by_the_parent_identifier():
     assert index.list_scope("spaces", "groups") == ("space_id",)
     assert index.list_scope("spaces", "spaces") is None  # listable as is: no scope needed
     assert not index.listable("spaces", "groups") and index.listable("spaces", "spaces")
+
+
+def test_a_listed_row_nothing_tells_apart_is_named_by_its_place_in_the_list():
+    from envfactory_assets.synth.refine import _reference
+
+    items = [{"payee_id": f"pay_{i}", "created_at": "2024-01-01T00:00:00Z"} for i in range(5)]
+    listing = {"kind": "list", "output": {"items": items}}
+    assert _reference(listing, "items[1].payee_id", True, "payees") == "the second payee in that list"
+    assert _reference(listing, "items[4].payee_id", True, "payees") is None  # too far down to point at
+    named = {"kind": "list", "output": {"items": [{"payee_id": "pay_1", "name": "Ann"}, {"payee_id": "pay_2", "name": "Bo"}]}}
+    assert _reference(named, "items[1].payee_id", True, "payees") == "the payee whose name is 'Bo'"

@@ -66,6 +66,10 @@ def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str) -> tu
     return None
 
 
+#: Places in a list a person points at ("the second invoice in that list"); further down, they would name it.
+_ORDINAL_WORDS = ("first", "second", "third")
+
+
 def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
                rng: random.Random | None = None) -> str | None:
     """A phrase naming the row behind ``producer``'s output at ``path`` as a person would (by what was just
@@ -85,6 +89,9 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
         found = _describing(items[idx], items, path.rsplit(".", 1)[-1])
         if found:
             return f"the {thing} whose {words(found[0])} is {literal(found[1])}"
+        if idx < len(_ORDINAL_WORDS) and len(items) > 1:
+            # no field tells the row apart: a person points at its place in the list they were just shown
+            return f"the {_ORDINAL_WORDS[idx]} {thing} in that list"
     return None
 
 
@@ -207,7 +214,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table, rng)
                 value = call["arguments"][arg]
                 id_field = prov["path"].rsplit(".", 1)[-1]
-                if producer["kind"] in ("get", "update") and any(
+                if (producer["kind"] in ("get", "update") or (phrase or "").endswith(" in that list")) and any(
                         _carries(flat[i]["output"], id_field) for i in range(prov["call"] + 1, position)):
                     phrase = None  # "that book" would point at a later result: name the row instead (below)
                 if phrase and _obtainable(value, earlier):
