@@ -424,6 +424,29 @@ def test_a_row_listed_per_parent_is_found_by_listing_the_parent_the_request_name
         assert calls == [("list_groups", {"space_id": "spa_1"}), ("get_group", {"group_id": "gro_1"})]
 
 
+def test_an_identifier_copied_from_a_listed_row_is_read_from_the_row_the_request_points_at():
+    """"calendar id same as the course whose name is 'Mobile'": the value the named row carries, not a
+    guess among the calendars seen."""
+    string = {"type": "string"}
+    tools = (_spec("list_courses", "List courses", {"limit": {"type": "integer"}}),
+             _spec("create_course", "Create a course", {"name": string, "calendar_id": string}, ("name",)))
+    rows = [{"course_id": "cou_1", "name": "Staging", "calendar_id": "cal_7"},
+            {"course_id": "cou_2", "name": "Mobile", "calendar_id": "cal_9"}]
+    for seed in range(6):
+        for query, want in (("List the courses. Then create a course with name 'X', calendar id same as the course "
+                             "whose name is 'Mobile'.", "cal_9"),
+                            ("List the courses. Then create a course with name 'X', calendar id same as the first "
+                             "course in that list.", "cal_7")):
+            calls = []
+
+            def call(name, args):
+                calls.append((name, args))
+                return {"ok": True, "output": {"items": rows} if name == "list_courses" else {"course_id": "cou_3"}}
+
+            ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), call, seed=seed)
+            assert calls[-1] == ("create_course", {"name": "X", "calendar_id": want}), (query, calls)
+
+
 def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
     import random
 

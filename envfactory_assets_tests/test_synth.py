@@ -367,3 +367,18 @@ def test_a_listed_row_nothing_tells_apart_is_named_by_its_place_in_the_list():
     assert _reference(listing, "items[4].payee_id", True, "payees") is None  # too far down to point at
     named = {"kind": "list", "output": {"items": [{"payee_id": "pay_1", "name": "Ann"}, {"payee_id": "pay_2", "name": "Bo"}]}}
     assert _reference(named, "items[1].payee_id", True, "payees") == "the payee whose name is 'Bo'"
+
+
+def test_an_identifier_copied_from_a_listed_row_is_named_by_that_row():
+    from envfactory_assets.synth.refine import _copied_from_row
+
+    items = [{"course_id": "cou_1", "name": "Staging", "calendar_id": "cal_7"},
+             {"course_id": "cou_2", "name": "Mobile", "calendar_id": "cal_9"}]
+    listing = {"kind": "list", "name": "list_courses", "output": {"items": items}}
+    prov = {"source": "output", "call": 0, "path": "items[1].calendar_id"}
+    rng = random.Random(0)
+    assert _copied_from_row(listing, prov, "calendar_id", [listing], 1, "courses", rng) == (
+        "same as the course whose name is 'Mobile'")
+    assert _copied_from_row(listing, prov, "title", [listing], 1, "courses", rng) is None  # a stated value
+    lookup = {"kind": "get", "name": "get_course", "output": items[1]}
+    assert _copied_from_row(lookup, {**prov, "path": "calendar_id"}, "calendar_id", [lookup], 1, "courses", rng) is None

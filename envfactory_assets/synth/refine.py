@@ -95,6 +95,21 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
     return None
 
 
+def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, flat: list[dict[str, Any]],
+                     position: int, table: str, rng: random.Random) -> str | None:
+    """"same as the course whose name is 'X'" (or "... the second course in that list") for an identifier
+    argument ``arg`` whose value a list result's row carries in another field (``items[1].calendar_id``), or
+    None: only for lists, and an ordinal only while no later result carries rows with that field."""
+    path = prov["path"]
+    if not arg.endswith("_id") or producer["kind"] != "list" or not path.startswith("items["):
+        return None
+    row = _reference(producer, path, False, table, rng)
+    if row is None or (row.endswith(" in that list") and any(
+            _carries(flat[i]["output"], path.rsplit(".", 1)[-1]) for i in range(prov["call"] + 1, position))):
+        return None
+    return f"same as {row}"
+
+
 def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str) -> str | None:
     """A row the hidden state holds, named by a field a person knows it by ("the book whose title is
     'Dune'"), or None; the agent finds it by listing the table."""
@@ -210,7 +225,13 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 producer_tool = index.tools[producer["name"]]
                 table = producer_tool["table"]
                 if prov["path"].rsplit(".", 1)[-1] != index.key_of(producer_tool):
-                    continue  # only a row's own identifier can be named by describing the row
+                    # an identifier copied from a listed row ("calendar id same as the course whose name is
+                    # 'X'"): the user points at the row they saw; other fields are values they state
+                    phrase = _copied_from_row(producer, prov, arg, flat, position, table, rng)
+                    if phrase and _obtainable(call["arguments"][arg], earlier):
+                        refs[arg] = phrase
+                        record("implicit_reference", arg, call["arguments"][arg], phrase, producer["name"])
+                    continue
                 phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table, rng)
                 value = call["arguments"][arg]
                 id_field = prov["path"].rsplit(".", 1)[-1]

@@ -646,6 +646,19 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             text = text[:m.start()] + " " * (m.end() - m.start()) + text[m.end():]
             continue
         if name.endswith("_id"):
+            # "calendar id same as the course whose name is 'X'": the value the row the user points at holds
+            same = None
+            for lab in sorted(labels, key=len, reverse=True):
+                same = _pattern(rf"\b{re.escape(lab)}\s+(?:to\s+)?same as ((?:the|that|this)\b[^,]*?"
+                                rf"(?: whose .+? is (?:{_LITERAL})| in that list))", re.IGNORECASE).search(text)
+                if same:
+                    break
+            if same:
+                value = _resolve_reference(same.group(1), name, seen, rng)
+                if value is not None:
+                    args[name] = value
+                    text = text[:same.start()] + " " * (same.end() - same.start()) + text[same.end():]
+                    continue
             # "author id the author you created earlier" or "for the author whose name is 'X'"
             ref = _pattern(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
                            rf"{_thing_re(name)}\b(?: whose .+? is (?:{_LITERAL}))?{_REF_TAIL})", re.IGNORECASE).search(text)
