@@ -1,7 +1,7 @@
 """What a person sees from ``envfactory run``: bars that end at 100%, a line per finished stage, a summary
 last; Dagster's events and library output only in the run log file. Reads the session's one run of the real
 command on the fixture corpus (``tiny_cli_run``: a child process, stdout and stderr merged as a terminal
-shows them)."""
+shows them), and a run of its own on a pseudo-terminal with every bar's count raised to at least 50."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from envfactory_assets_tests.tiny_run import REPO_ROOT
+from envfactory_assets_tests.tiny_run import REPO_ROOT, many_updates_config, one_layer_model, run_on_terminal
 
-# the fixture corpus has 3 environments, so no stage reaches 50 updates here
+# the fixture corpus has 3 environments, so no bar counts 50 items here (the pseudo-terminal run below does)
 BAR = re.compile(r"^(\S+)\s+\[[#.]+\] (\d+)/(\d+)\s")
+#: the stages that draw a bar
+BAR_STAGES = {"environments", "verified_environments", "tool_graph", "raw_trajectories", "refined_trajectories",
+              "checkpoints", "evaluations"}
+SUMMARY = "== envfactory run summary =="
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +43,7 @@ def test_every_bar_ends_at_100_percent_and_every_stage_reports_its_time(terminal
         match = BAR.match(line)
         if match:
             last[match[1]] = (int(match[2]), int(match[3]))
-    assert {"environments", "verified_environments", "tool_graph", "raw_trajectories", "refined_trajectories",
-            "checkpoints", "evaluations"} <= set(last)
+    assert BAR_STAGES <= set(last)
     assert all(done == total for done, total in last.values()), last
     for stage in ("source_resources", "tool_graph", "checkpoints", "evaluations", "dataset_exports"):
         assert re.search(rf"^{stage}\s+done in \d+\.\d s$", text, re.M), stage
@@ -80,3 +83,47 @@ def test_the_run_log_file_holds_dagster_events_from_info_up(terminal):
     content = log.read_text()
     assert " - dagster - INFO - " in content and "environments: 3/3 environments built" in content
     assert " - dagster - DEBUG - " not in content
+
+
+@pytest.fixture(scope="module")
+def busy_terminal(base_model_dir, tmp_path_factory) -> str:
+    """What ``envfactory run`` wrote to its terminal (a pseudo-terminal: bars redrawn in place) under
+    :func:`~envfactory_assets_tests.tiny_run.many_updates_config`, on the 52 environments of the fixture
+    folder, training and evaluating a one-layer model with the base model's tokenizer."""
+    model = one_layer_model(base_model_dir, tmp_path_factory.mktemp("one_layer_model"))
+    return run_on_terminal(tmp_path_factory.mktemp("busy_run_home"), many_updates_config(model))
+
+
+def _frames(text: str) -> list[str]:
+    """Every line as the terminal drew it: a redrawn bar (``\\r`` + bar + erase to the end of the line) is a
+    frame of its own, in the order written."""
+    return [frame.replace("\x1b[K", "").rstrip() for line in text.split("\n") for frame in line.split("\r")]
+
+
+def test_with_counts_raised_every_bar_counts_50_items_ends_at_100_and_the_summary_comes_last(busy_terminal):
+    text = busy_terminal
+    assert text.count(SUMMARY) == 1
+    before, summary = text.split(SUMMARY)
+    bars: dict[str, list[tuple[int, int]]] = {}
+    for frame in filter(None, _frames(before)):
+        match = BAR.match(frame)
+        if match:
+            bars.setdefault(match[1], []).append((int(match[2]), int(match[3])))
+        else:  # nothing else reaches the terminal: no Dagster event, library bar, warning or trainer line
+            assert (re.fullmatch(r"\S+\s+done in \d+\.\d s", frame) or frame.startswith("run log (")
+                    or frame == "  (envfactory run --verbose prints it all here instead)"), frame
+    assert set(bars) == BAR_STAGES, sorted(bars)
+    for stage, drawn in bars.items():
+        totals = {total for _, total in drawn}
+        assert len(totals) == 1 and min(totals) >= 50, (stage, drawn)  # one bar of at least 50 items
+        done = [d for d, _ in drawn]
+        assert done == sorted(done) and len(set(done)) >= 5, (stage, drawn)  # it moved, and never back
+        assert drawn[-1][0] == drawn[-1][1], (stage, drawn)  # it ends at 100%
+        assert re.search(rf"\n{stage}\s+done in \d+\.\d s\n", before), stage  # and its stage reports done
+    for noise in ("DEBUG", "ASSET_OBSERVATION", "STEP_START", "it/s]", "Loading weights", "Warning"):
+        assert noise not in text, noise
+    assert not re.search(r"\{'(loss|train_runtime|reward|grad_norm|learning_rate)'", text)  # TRL's raw log dicts
+    # the summary is the last thing written: no bar or redraw after it, and it ends with the total time
+    assert "\r" not in summary and not any(BAR.match(frame) for frame in _frames(summary))
+    assert re.search(r"^  SFT\+GRPO\s+ckpt_\w+", summary, re.M) and "| model |" in summary
+    assert summary.rstrip().splitlines()[-1].startswith("total time: ")
