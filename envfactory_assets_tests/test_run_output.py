@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from envfactory_assets_tests.tiny_run import REPO_ROOT, many_updates_config, one_layer_model, run_on_terminal
+from envfactory_assets_tests.tiny_run import REPO_ROOT, many_updates_config, run_on_terminal
 
 # the fixture corpus has 3 environments, so no bar counts 50 items here (the pseudo-terminal run below does)
 BAR = re.compile(r"^(\S+)\s+\[[#.]+\] (\d+)/(\d+)\s")
-#: the stages that draw a bar
-BAR_STAGES = {"environments", "verified_environments", "tool_graph", "raw_trajectories", "refined_trajectories",
-              "checkpoints", "evaluations"}
+#: the assets that draw a bar, and the step that prints their "done in" line
+BAR_STEPS = {"environments": "environments", "verified_environments": "verified_environments",
+             "tool_graph": "tool_graph", "raw_trajectories": "raw_trajectories",
+             "refined_trajectories": "refined_trajectories", "sft_dataset": "datasets", "checkpoints": "checkpoints",
+             "evaluations": "evaluations"}
+BAR_STAGES = set(BAR_STEPS)
 SUMMARY = "== envfactory run summary =="
 
 
@@ -86,12 +89,11 @@ def test_the_run_log_file_holds_dagster_events_from_info_up(terminal):
 
 
 @pytest.fixture(scope="module")
-def busy_terminal(base_model_dir, tmp_path_factory) -> str:
+def busy_terminal(one_layer_model_dir, tmp_path_factory) -> str:
     """What ``envfactory run`` wrote to its terminal (a pseudo-terminal: bars redrawn in place) under
     :func:`~envfactory_assets_tests.tiny_run.many_updates_config`, on the 52 environments of the fixture
     folder, training and evaluating a one-layer model with the base model's tokenizer."""
-    model = one_layer_model(base_model_dir, tmp_path_factory.mktemp("one_layer_model"))
-    return run_on_terminal(tmp_path_factory.mktemp("busy_run_home"), many_updates_config(model))
+    return run_on_terminal(tmp_path_factory.mktemp("busy_run_home"), many_updates_config(one_layer_model_dir))
 
 
 def _frames(text: str) -> list[str]:
@@ -119,7 +121,7 @@ def test_with_counts_raised_every_bar_counts_50_items_ends_at_100_and_the_summar
         done = [d for d, _ in drawn]
         assert done == sorted(done) and len(set(done)) >= 5, (stage, drawn)  # it moved, and never back
         assert drawn[-1][0] == drawn[-1][1], (stage, drawn)  # it ends at 100%
-        assert re.search(rf"\n{stage}\s+done in \d+\.\d s\n", before), stage  # and its stage reports done
+        assert re.search(rf"\n{BAR_STEPS[stage]}\s+done in \d+\.\d s\n", before), stage  # its step reports done
     for noise in ("DEBUG", "ASSET_OBSERVATION", "STEP_START", "it/s]", "Loading weights", "Warning"):
         assert noise not in text, noise
     assert not re.search(r"\{'(loss|train_runtime|reward|grad_norm|learning_rate)'", text)  # TRL's raw log dicts

@@ -41,8 +41,8 @@ MANY_FIXTURES = FIXTURES.parent
 
 def many_updates_config(base_model: Path) -> dict[str, Any]:
     """Run settings under which every progress bar of ``envfactory run`` counts at least 50 items: 52
-    environments built and verified, several hundred parameter texts embedded, 80 chains executed and
-    calibrated, 50 SFT and 2 GRPO optimizer steps, 60 or more task runs (model x task x seed).
+    environments built and verified, several hundred parameter texts embedded, 80 chains executed, calibrated
+    and turned into dataset rows, 50 SFT and 2 GRPO optimizer steps, 60 or more task runs (model x task x seed).
 
     ``base_model`` is a model directory for training and evaluation (the test passes a one-layer model with
     the base model's tokenizer: 52 optimizer steps of SmolLM2-135M take half an hour on 2 cores).
