@@ -18,7 +18,8 @@ from envfactory_assets_tests.tiny_run import REPO_ROOT, many_updates_config, run
 # the fixture corpus has 3 environments, so no bar counts 50 items here (the pseudo-terminal run below does)
 BAR = re.compile(r"^(\S+)\s+\[[#.]+\] (\d+)/(\d+)\s")
 #: the assets that draw a bar, and the step that prints their "done in" line
-BAR_STEPS = {"environments": "environments", "verified_environments": "verified_environments",
+BAR_STEPS = {"source_resources": "source_resources", "environments": "environments",
+             "verified_environments": "verified_environments",
              "tool_graph": "tool_graph", "raw_trajectories": "raw_trajectories",
              "refined_trajectories": "refined_trajectories", "sft_dataset": "datasets", "checkpoints": "checkpoints",
              "evaluations": "evaluations"}
@@ -74,6 +75,12 @@ def test_the_run_records_its_stage_times_and_the_report_prints_them(terminal):
     proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "report"], env={**env, "ENVFACTORY_HOME": str(home)},
                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
+    # every trajectory table says whether it counts raw or refined trajectories; operators: applied vs kept
+    assert "## Raw trajectories (before refinement)" in proc.stdout
+    assert "| status | refined trajectories |" in proc.stdout
+    ops = re.findall(r"^\| (\w+) \| (\d+) \| (\d+) \| (\d+) \|$",
+                     proc.stdout.split("| operator | applied | reverted | kept |")[1].split("\n\n")[0], re.M)
+    assert ops and all(int(applied) - int(reverted) == int(kept) for _, applied, reverted, kept in ops), ops
     section = proc.stdout.split("## Stage times")[1]
     for stage in ("source_resources", "environments", "tool_graph", "checkpoints", "evaluations"):
         # stage | wall time (s) | peak memory (MiB) | status | started | runs (this run only) | range
@@ -86,6 +93,21 @@ def test_the_run_log_file_holds_dagster_events_from_info_up(terminal):
     content = log.read_text()
     assert " - dagster - INFO - " in content and "environments: 3/3 environments built" in content
     assert " - dagster - DEBUG - " not in content
+
+
+def test_the_checkpoints_metadata_names_which_checkpoint_each_figure_is_of(terminal):
+    import dagster as dg
+
+    _, home = terminal
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey("checkpoints"))
+    metadata = event.asset_materialization.metadata
+    both = {"checkpoint_ids", "checkpoint_paths", "training_curves", "base_model_hash", "empty_argument_share",
+            "unwanted_call_share"}  # one entry per stage inside, or the base model's
+    assert all(key in both or key.startswith(("sft_", "grpo_")) for key in metadata), sorted(metadata)
+    assert metadata["sft_checkpoint_id"].value == metadata["checkpoint_ids"].value["sft"]
+    assert metadata["sft_path"].value == metadata["checkpoint_paths"].value["sft"]
+    assert metadata["grpo_checkpoint_id"].value == metadata["checkpoint_ids"].value["grpo"]
 
 
 @pytest.fixture(scope="module")
