@@ -18,7 +18,7 @@ from envfactory_assets_tests.fixture_environments import (
     environment_worker,
     fixture_graph,
 )
-from envfactory_assets_tests.tiny_run import run_tiny_pipeline
+from envfactory_assets_tests.tiny_run import one_layer_model, run_tiny_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +62,10 @@ def base_model_dir(tmp_path_factory) -> Path:
 
     shared = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
     return resolve_base_model("smollm2-135m-instruct", shared if shared.exists() else tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def one_layer_model_dir(base_model_dir, tmp_path_factory) -> Path:
+    """A randomly initialized one-layer model with the base model's tokenizer and chat template
+    (:func:`envfactory_assets_tests.tiny_run.one_layer_model`): trains and generates in milliseconds."""
+    return one_layer_model(base_model_dir, tmp_path_factory.mktemp("one_layer_model"))

@@ -271,10 +271,12 @@ def test_the_shares_follow_the_config(trajectories, environments, worker):
 
 
 def test_the_datasets_stage_reports_the_kinds_it_wrote(trajectories, environments):
-    stats = GapStats()
+    stats, done = GapStats(), []
     sft, rl, rejected = dataset_rows(trajectories, environments, 0.5, gaps=DataGapsConfig(0.3, 1.0, 1.0),
-                                     gap_stats=stats)
+                                     gap_stats=stats, progress=lambda: done.append(1))
     assert not rejected and stats.sft_rows == len(sft) and stats.rl_rows == len(rl)
+    assert len(done) == len(trajectories)  # one progress call per trajectory, SFT or RL
+    assert {r["refined_trajectory_id"] for r in sft} and {r["refined_trajectory_id"] for r in rl}
     assert stats.rl["abstention"] == sum(1 for r in rl if not r["gold_calls"]) > 0
     assert stats.sft["parallel"] == sum(1 for r in sft if any(len(m.get("tool_calls") or []) > 1
                                                               for m in r["messages"])) > 0

@@ -354,3 +354,30 @@ def test_the_stored_split_is_exported_when_the_fallback_environment_left_no_row(
     with pytest.raises(ValueError, match="rl_leak: stored split 'validation'"):
         build_exports(sft, [*rl, leaked], licences, tmp_path / "again")
     assert not (tmp_path / "again").exists()
+
+
+def test_trls_sft_trainer_trains_on_the_hf_export_as_written(rows, tmp_path, one_layer_model_dir):
+    """The exported DatasetDict goes to TRL's SFTTrainer unchanged (no column mapping, no JSON decoding): it
+    renders each row with the model's chat template, tools included, and takes optimizer steps on it."""
+    import math
+
+    from datasets import load_from_disk
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    sft, rl = rows
+    m = build_exports(sft, rl, LICENCES, tmp_path)
+    train = load_from_disk(str(tmp_path / m["version"] / "hf_sft"))["train"]
+    tokenizer = AutoTokenizer.from_pretrained(one_layer_model_dir)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(one_layer_model_dir), train_dataset=train,
+                         processing_class=tokenizer,
+                         args=SFTConfig(output_dir=str(tmp_path / "trl"), max_steps=2, per_device_train_batch_size=1,
+                                        max_length=4096, report_to=[], save_strategy="no", use_cpu=True,
+                                        disable_tqdm=True))
+    first = trainer.train_dataset[0]
+    row = train[0]
+    expected = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
+    assert tokenizer.decode(first["input_ids"]) == expected  # the row as the template renders it, whole
+    assert row["tools"][0]["function"]["name"] in expected and '"name"' in expected  # tools and calls rendered
+    result = trainer.train()
+    assert result.global_step == 2 and math.isfinite(result.training_loss)

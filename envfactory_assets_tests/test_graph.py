@@ -444,8 +444,8 @@ def test_embedding_reports_progress_per_chunk_and_gives_the_graph_of_one_call(mo
     g = build_tool_graph(tools, HashingEmbedder(), progress=lambda done, total: seen.append((done, total)))
     texts = g.meta["n_distinct_texts"]
     assert texts > 2 * build_module.EMBED_CHUNK
-    assert seen == [(min(k * build_module.EMBED_CHUNK, texts), texts)
-                    for k in range(1, -(-texts // build_module.EMBED_CHUNK) + 1)]
+    assert seen == [(0, texts)] + [(min(k * build_module.EMBED_CHUNK, texts), texts)  # (0, n) starts the clock
+                                   for k in range(1, -(-texts // build_module.EMBED_CHUNK) + 1)]
     monkeypatch.setattr(build_module, "EMBED_CHUNK", texts)  # every text in one embedder call
     whole = build_tool_graph(tools, HashingEmbedder())
     assert whole.edges == g.edges and whole.parameters == g.parameters

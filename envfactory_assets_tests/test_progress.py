@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 import yaml
 
+from envfactory_assets.cli import COMMAND_TAG
 from envfactory_assets.cli import main as cli_main
 from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, ProgressMeter, format_bar
 from envfactory_assets.store.db import Store
@@ -75,6 +76,9 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
     assert any(line.startswith("verified_environments ") and "3/3" in line for line in bars), bars
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
         records = instance.fetch_observations(dg.AssetKey("verified_environments"), limit=10).records
+        # each run is named in the UI by the command line that made it
+        commands = {run.tags.get(COMMAND_TAG) for run in instance.get_runs()}
+    assert commands == {"envfactory run --select source_resources,environments,verified_environments"}, commands
     progress = [r.asset_observation.metadata for r in records]
     assert progress and {m[DONE].value for m in progress} == {1, 2, 3}
     assert all(m[TOTAL].value == 3 and m[RATE].value > 0 for m in progress)
@@ -83,3 +87,19 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
     assert sorted(r["step_key"] for r in times) == ["environments", "source_resources", "verified_environments"]
     assert all(r["status"] == "SUCCESS" and r["wall_seconds"] > 0 and r["peak_rss_mib"] > 0 for r in times)
     assert len({r["run_token"] for r in times}) == 1 and len({r["run_id"] for r in times}) == 2  # two phases
+
+
+def test_verbose_run_prints_dagsters_debug_events_on_the_terminal_and_writes_no_run_log(tmp_path, monkeypatch,
+                                                                                        capfd):
+    home = tmp_path / "home"
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"ops": {
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 1}}}}))
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert cli_main(["run", "--select", "source_resources", "--config", str(config), "--verbose"]) == 0
+    out, err = capfd.readouterr()
+    terminal = out + err
+    assert " - DEBUG - " in terminal and "STEP_START" in terminal  # Dagster's own events, as without the CLI
+    assert "run log (" not in terminal and not list((home / "logs").glob("run-*.log"))
+    assert "== envfactory run summary ==" in terminal

@@ -242,6 +242,26 @@ def test_held_out_split_is_by_environment_stable_and_near_its_share():
         is_held_out_environment("x", 1.5)
 
 
+def test_every_document_states_the_held_out_share_of_environments_the_code_uses():
+    """README and docs/*.md: every percentage stated next to held-out environments is ``HELD_OUT_SHARE``."""
+    import re
+    from pathlib import Path
+
+    from envfactory_assets.tooluse.splits import HELD_OUT_SHARE
+
+    repo = Path(__file__).resolve().parents[1]
+    statements = []
+    for doc in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        text = " ".join(doc.read_text(encoding="utf-8").split())  # a statement may wrap across lines
+        for match in re.finditer(r"(\d+(?:\.\d+)?) ?(%|percent)", text):
+            window = text[max(0, match.start() - 80): match.end() + 60].lower()
+            if re.search(r"held.out|hold.out|holds out|environment share", window) and "environment" in window:
+                statements.append((doc.name, float(match[1]), window))
+    assert {name for name, _, _ in statements} >= {"README.md", "evaluation.md"}, statements
+    wrong = [s for s in statements if s[1] != round(100 * HELD_OUT_SHARE, 6)]
+    assert not wrong, wrong
+
+
 def test_a_small_corpus_still_holds_out_one_environment_and_the_stages_read_the_stored_split():
     from envfactory_assets.tooluse.splits import held_out_environments, is_held_out_environment, stored_split
 

@@ -514,8 +514,10 @@ def test_resource_key_prefers_provider_and_service_names():
 def test_scan_rows_ids_are_stable_and_follow_the_bytes(corpus):
     root, expected = corpus
     acc1, rej1 = scan_rows(root, max_bytes=20_000)
-    acc2, rej2 = scan_rows(root, max_bytes=20_000)
+    seen: list[tuple[int, int]] = []
+    acc2, rej2 = scan_rows(root, max_bytes=20_000, progress=lambda done, total: seen.append((done, total)))
     assert acc1 == acc2 and rej1 == rej2
+    assert seen == [(k, len(expected)) for k in range(len(expected) + 1)]  # (0, n) first, then one per file
     assert len(acc1) + len(rej1) == len(expected)
     ids = [r["id"] for r in acc1 + rej1]
     assert len(set(ids)) == len(ids)

@@ -1,13 +1,19 @@
 """The small ``envfactory run`` of the whole graph on the fixture corpus (test_pipeline's small counts; the
 fixture corpus has 3 environments), run once per test session and shared by the tests that read what a
-person sees of it: the terminal (test_run_output) and the UI (test_ui_browser)."""
+person sees of it: the terminal (test_run_output) and the UI (test_ui_browser); and a run with every
+progress bar's count raised to at least 50 (:func:`many_updates_config`), on a pseudo-terminal, for the
+bars' own test (test_run_output)."""
 
 from __future__ import annotations
 
 import os
+import pty
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -28,21 +34,109 @@ TINY_RUN_CONFIG = {"ops": {
 }}
 
 
-def run_tiny_pipeline(home: Path) -> str:
-    """``envfactory run`` of :data:`TINY_RUN_CONFIG` in the ENVFACTORY_HOME ``home`` (in a child process, as a
-    person runs it); returns what it printed (stdout and stderr merged, as a terminal shows them).
+#: The fixture folder above ``fixtures/openapi``: its 3 usable documents and the 49 small service descriptions
+#: of ``fixtures/openapi_services`` (7 per domain), 52 environments in all.
+MANY_FIXTURES = FIXTURES.parent
 
-    Raises:
-        AssertionError: the command failed (its last output in the message).
+
+def many_updates_config(base_model: Path) -> dict[str, Any]:
+    """Run settings under which every progress bar of ``envfactory run`` counts at least 50 items: 52
+    environments built and verified, several hundred parameter texts embedded, 80 chains executed, calibrated
+    and turned into dataset rows, 50 SFT and 2 GRPO optimizer steps, 60 or more task runs (model x task x seed).
+
+    ``base_model`` is a model directory for training and evaluation (the test passes a one-layer model with
+    the base model's tokenizer: 52 optimizer steps of SmolLM2-135M take half an hour on 2 cores).
     """
+    return {"ops": {
+        "source_resources": {"config": {"corpus_dir": str(MANY_FIXTURES), "per_domain": 8}},
+        "tool_chains": {"config": {"n_chains": 80, "min_tools": 3}},
+        "checkpoints": {"config": {"base_model": str(base_model), "max_steps": 50, "max_train_rows": 4,
+                                   "per_device_train_batch_size": 1, "n_eval_prompts": 1, "max_length": 768,
+                                   "grpo_max_steps": 2, "grpo_num_generations": 2, "grpo_prompts_per_step": 1,
+                                   "grpo_max_completion_length": 16, "grpo_n_prompts": 2}},
+        # 4 models (base, do-nothing, SFT, SFT+GRPO) x 3 seeds x 5 BFCL tasks, and held-out synthetic tasks
+        # where the RL rows have any (the 10% held-out environments' trajectories may all be SFT rows)
+        "evaluations": {"config": {"base_model": str(base_model), "n_synthetic": 4, "n_bfcl": 5,
+                                   "max_new_tokens": 8, "max_tool_rounds": 1, "n_bfcl_single_turn": 0}},
+    }}
+
+
+def _cli_run(home: Path, run_config: dict[str, Any]) -> tuple[list[str], dict[str, str], Path]:
     shared_models = REPO_ROOT / ".envfactory" / "models"  # saves materializing the base model again
     if shared_models.exists() and not (home / "models").exists():
         (home / "models").symlink_to(shared_models, target_is_directory=True)
     config = home / "run.yaml"
-    config.write_text(yaml.safe_dump(TINY_RUN_CONFIG))
+    config.write_text(yaml.safe_dump(run_config))
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "run", "--config", str(config)],
-                          env={**env, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S, check=False)
+    return ([sys.executable, "-m", "envfactory_assets.cli", "run", "--config", str(config)],
+            {**env, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}, REPO_ROOT)
+
+
+def run_tiny_pipeline(home: Path, run_config: dict[str, Any] | None = None) -> str:
+    """``envfactory run`` of ``run_config`` (default :data:`TINY_RUN_CONFIG`) in the ENVFACTORY_HOME ``home``
+    (in a child process, as a person runs it); returns what it printed (stdout and stderr merged, as a
+    terminal shows them).
+
+    Raises:
+        AssertionError: the command failed (its last output in the message).
+    """
+    cmd, env, cwd = _cli_run(home, run_config or TINY_RUN_CONFIG)
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=TIMEOUT_S, check=False)
     assert proc.returncode == 0, proc.stdout[-5000:]
     return proc.stdout
+
+
+def run_on_terminal(home: Path, run_config: dict[str, Any], timeout_s: float = TIMEOUT_S) -> str:
+    """``envfactory run`` of ``run_config`` in ``home`` with a pseudo-terminal as its stdin, stdout and stderr,
+    as a person at a terminal runs it (bars are redrawn in place: ``\\r`` + bar + erase-to-end-of-line);
+    returns every byte it wrote, decoded, with the terminal's ``\\r\\n`` line ends turned into ``\\n``.
+
+    Raises:
+        AssertionError: the command failed or ran past ``timeout_s`` (its last output in the message).
+    """
+    cmd, env, cwd = _cli_run(home, run_config)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(cmd, env={**env, "TERM": "xterm"}, cwd=cwd, stdin=follower, stdout=follower,
+                            stderr=follower, close_fds=True)
+    os.close(follower)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([leader], [], [], 1.0)[0]:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(leader, 1 << 16)
+            except OSError:  # EIO: every process holding the terminal has closed it
+                break
+            if not data:
+                break
+            chunks.append(data)
+        else:
+            proc.kill()
+    finally:
+        os.close(leader)
+    text = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    returncode = proc.wait(timeout=60)
+    assert returncode == 0, text[-5000:]
+    return text
+
+
+def one_layer_model(base_dir: Path, out_dir: Path) -> Path:
+    """A Llama model with the architecture of ``base_dir`` (a Hugging Face model directory) shrunk to one
+    layer of width 32, randomly initialized (seed 0), saved with ``base_dir``'s tokenizer to ``out_dir``: a
+    base model whose optimizer steps and generations take milliseconds, for runs that test what the
+    pipeline shows rather than what the model learns. Returns ``out_dir``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(base_dir)
+    config.update({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                   "num_key_value_heads": 1, "head_dim": 16})
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
+    return out_dir

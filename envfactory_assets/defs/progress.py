@@ -12,9 +12,10 @@ from envfactory_assets.progress import Progress, ProgressMeter
 
 
 def asset_progress(context: dg.AssetExecutionContext, total: int, what: str,
-                   shard: int | None = None) -> ProgressMeter:
-    """A meter for ``total`` items of ``context``'s asset; ``what`` names the items in log lines."""
-    asset_key = context.asset_key
+                   shard: int | None = None, asset_key: dg.AssetKey | None = None) -> ProgressMeter:
+    """A meter for ``total`` items of ``context``'s asset (``asset_key``: the one of a multi-asset's assets the
+    observations are recorded on, and the bar is labelled with); ``what`` names the items in log lines."""
+    asset_key = asset_key or context.asset_key
 
     def emit(progress: Progress) -> None:
         context.log.info(f"{asset_key.to_user_string()}: {progress.done}/{progress.total} {what} "

@@ -318,7 +318,8 @@ def _family_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], out_fam: 
 
 def _embed_in_chunks(embedder: ParameterEmbedder, texts: list[str],
                      progress: Callable[[int, int], None] | None) -> np.ndarray:
-    """``embedder.embed`` of ``texts`` (rows in ``texts`` order), reporting ``progress`` after each call.
+    """``embedder.embed`` of ``texts`` (rows in ``texts`` order), reporting ``progress`` before the first call
+    (0 done) and after each call.
 
     Texts go longest first, one embedder batch per call (``embedder.batch_size``, else :data:`EMBED_CHUNK`):
     each forward pass holds texts of similar length (little padding), and which texts share a pass, hence
@@ -330,6 +331,10 @@ def _embed_in_chunks(embedder: ParameterEmbedder, texts: list[str],
     size = getattr(embedder, "batch_size", EMBED_CHUNK)
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # stable: ties keep text order
     out: np.ndarray | None = None
+    if progress is not None:
+        # the first report starts the bar's clock: made after the first call, it divided that call's texts by
+        # almost no time (a corpus of one embedder batch showed millions of texts per second)
+        progress(0, len(texts))
     for start in range(0, len(texts), size):
         rows = order[start:start + size]
         part = np.asarray(embedder.embed([texts[i] for i in rows]))
@@ -370,8 +375,9 @@ def build_tool_graph(
             :func:`~envfactory_assets.graph.parameters.value_family`). Added here: without identifiers, the
             embedding and name rules alone leave 38 of the default run's 95 environments with no link to
             any other.
-        progress: called as ``progress(texts embedded, distinct texts)`` after every embedder call
-            (:func:`_embed_in_chunks`; embedding is most of the build's time); the last call has both equal.
+        progress: called as ``progress(texts embedded, distinct texts)`` once with 0 texts before the first
+            embedder call, then after every call (:func:`_embed_in_chunks`; embedding is most of the build's
+            time); the last call has both equal.
             Not called when there is no parameter.
 
     Returns:

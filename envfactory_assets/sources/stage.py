@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Iterable
 
 from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES, Rejection, SourceResource, corpus_files, scan_corpus
@@ -10,11 +11,14 @@ from envfactory_assets.store.ids import content_id
 
 
 def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-              path_contains: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+              path_contains: str | None = None, progress: Callable[[int, int], None] | None = None,
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Scan ``corpus_root`` into ``(source_resources rows, rejected_resources rows)``.
 
     ``domains`` keeps only resources of those domains (the others are rejected with reason
     ``domain_not_selected``); ``path_contains`` limits the scan to files whose relative path contains it.
+    ``progress(files scanned, files to scan)`` is called once with 0 before the first file, then after
+    each file.
 
     Raises:
         FileNotFoundError: if ``corpus_root`` does not exist.
@@ -26,7 +30,9 @@ def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes
     accepted: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
     root_str = str(corpus_root)
-    for result in scan_corpus(corpus_root, files, max_bytes):
+    if progress is not None:
+        progress(0, len(files))
+    for done, result in enumerate(scan_corpus(corpus_root, files, max_bytes), start=1):
         if isinstance(result, SourceResource) and wanted is not None and result.domain not in wanted:
             result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}")
         if isinstance(result, SourceResource):
@@ -39,20 +45,24 @@ def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes
             row["corpus_root"] = root_str
             row["id"] = content_id("rej", row)
             rejected.append(row)
+        if progress is not None:
+            progress(done, len(files))
     return accepted, rejected
 
 
 def all_resource_rows(corpus_root: Path, home: Path, domains: Iterable[str] | None = None,
                       max_bytes: int = DEFAULT_MAX_BYTES, path_contains: str | None = None,
-                      include_mcp: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Both resource kinds: the OpenAPI corpus (:func:`scan_rows`), then every installed MCP server's
-    tool list and the files of ``home/user_resources`` (:mod:`envfactory_assets.sources.resource_kinds`).
+                      include_mcp: bool = True, progress: Callable[[int, int], None] | None = None,
+                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Both resource kinds: the OpenAPI corpus (:func:`scan_rows`, which reports ``progress``), then every
+    installed MCP server's tool list and the files of ``home/user_resources``
+    (:mod:`envfactory_assets.sources.resource_kinds`).
 
     A resource key already taken by the corpus makes a later file a ``duplicate_key`` rejection.
     """
     from envfactory_assets.sources.resource_kinds import extra_resource_rows
 
-    accepted, rejected = scan_rows(corpus_root, domains, max_bytes, path_contains)
+    accepted, rejected = scan_rows(corpus_root, domains, max_bytes, path_contains, progress)
     more_acc, more_rej = extra_resource_rows(home, domains, {r["resource_key"] for r in accepted},
                                              include_mcp, max_bytes)
     return accepted + more_acc, rejected + more_rej

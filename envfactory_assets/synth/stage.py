@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from collections.abc import Callable
 from typing import Any
 
 from envfactory_assets.graph.build import ToolGraph
@@ -225,7 +226,7 @@ def with_query_source(trajectory: dict[str, Any], query_source: str) -> dict[str
 def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
                  limits: SandboxLimits | None = None, benchmark_tags: dict[str, list[str]] | None = None,
                  gaps: DataGapsConfig | None = None, gap_stats: GapStats | None = None,
-                 query_source: str = DEFAULT_QUERY_SOURCE,
+                 query_source: str = DEFAULT_QUERY_SOURCE, progress: Callable[[], None] | None = None,
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Split refined trajectories (each by a stable hash of its id, :func:`split_of`: about ``sft_share``
     go to SFT, and a trajectory's split never depends on the others, so incremental re-synthesis leaves the
@@ -244,6 +245,8 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     ``gaps`` (default :class:`DataGapsConfig`'s shares) adds abstention turns, parallel calls and converted
     values to each trajectory first (:func:`envfactory_assets.synth.datagaps.augment_trajectory`; abstention
     requests may come from any of ``environments``); ``gap_stats``, when given, receives the row counts per kind.
+
+    ``progress()`` is called after each trajectory of ``refined`` is turned into rows (its RL rows replayed).
 
     Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
 
@@ -282,6 +285,8 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"], "split": stored})
                 sft.append(row)
                 stats.add_sft(traj["turns"])
+                if progress is not None:
+                    progress()
                 continue
             for r in rl_rows(traj, envs):
                 problem = replay_check(r, worker)
@@ -295,4 +300,6 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                 row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"],
                                               "split": stored})
                 rl.append(row)
+            if progress is not None:
+                progress()
     return sft, rl, rejected

@@ -11,6 +11,7 @@ from envfactory_assets.config_checks import SettingError, flag, strings, whole_n
 from envfactory_assets.curation import filter_resources
 from envfactory_assets.defs.common import checked, data_version
 from envfactory_assets.defs.partitions import asset_code_version, environment_partitions
+from envfactory_assets.defs.progress import progress_callback
 from envfactory_assets.defs.resources import (
     ALLOW_EMPTY_SETTING,
     STORE_POOL,
@@ -76,7 +77,8 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
     root = Path(config.corpus_dir) if config.corpus_dir else envfactory.corpus_dir()
     user_dir = user_resources_dir(envfactory)
     accepted, rejected = all_resource_rows(root, envfactory.root(), config.domains, config.max_bytes,
-                                           config.path_contains or None, config.include_mcp)
+                                           config.path_contains or None, config.include_mcp,
+                                           progress=progress_callback(context, "corpus documents scanned"))
     candidates, curation_excluded = filter_resources(accepted, user_curation(envfactory))
     user_rows = [r for r in candidates if r["corpus_root"] == str(user_dir)]
     # user documents come on top of the per-domain selection, so adding one never drops a corpus environment

@@ -378,9 +378,15 @@ def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactor
     store = envfactory.store()
     refined = store.read("refined_trajectories", "status = 'passed'")
     stats = GapStats()
-    sft, rl, rejected = dataset_rows([r for r in refined if served(envs, r)], envs,
+    todo = [r for r in refined if served(envs, r)]
+    # one bar for the step, on its first asset (a multi-asset step has no single asset key)
+    meter = asset_progress(context, len(todo), "trajectories turned into SFT or replayed RL rows",
+                           asset_key=dg.AssetKey("sft_dataset"))
+    sft, rl, rejected = dataset_rows(todo, envs,
                                      config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")),
-                                     gaps=gaps, gap_stats=stats, query_source=config.query_source)
+                                     gaps=gaps, gap_stats=stats, query_source=config.query_source,
+                                     progress=meter.advance)
+    meter.finish()
     shares = stats.shares()
     written = store.replace_current_tables({"sft_dataset": sft, "rl_dataset": rl})
     w_sft, w_rl = written["sft_dataset"], written["rl_dataset"]

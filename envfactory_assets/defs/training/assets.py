@@ -164,10 +164,11 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                                  "grpo": (g.get("valid_tool_calls_after") or {}).get("empty_argument_share")},
         "unwanted_call_share": {"sft": m["valid_tool_calls_after"].get("unwanted_call_share"),
                                 "grpo": (g.get("valid_tool_calls_after") or {}).get("unwanted_call_share")},
-        "checkpoint_id": row["id"], "path": row["path"], "train_loss": m.get("train_loss"),
-        "steps": m.get("steps"), "seconds": m.get("seconds"), "training_rows": len(row["sft_dataset_ids"]),
-        "valid_tool_call_share_before": m["valid_tool_calls_before"].get("share"),
-        "valid_tool_call_share_after": m["valid_tool_calls_after"].get("share"),
+        # the SFT checkpoint's figures, prefixed like the GRPO ones, so that neither reads as the other's
+        "sft_checkpoint_id": row["id"], "sft_path": row["path"], "sft_train_loss": m.get("train_loss"),
+        "sft_steps": m.get("steps"), "sft_seconds": m.get("seconds"), "sft_training_rows": len(row["sft_dataset_ids"]),
+        "sft_valid_tool_call_share_before": m["valid_tool_calls_before"].get("share"),
+        "sft_valid_tool_call_share_after": m["valid_tool_calls_after"].get("share"),
         "base_model_hash": row["base_model_hash"],
     }, data_version=dg.DataVersion(rows[-1]["id"]))
 
