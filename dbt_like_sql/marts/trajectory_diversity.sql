@@ -1,16 +1,17 @@
 -- depends_on: refined_trajectories
 -- Diversity of the passed refined trajectories: distinct consecutive tool pairs (environment-qualified),
 -- environments and domains, as counts and per 1,000 trajectories.
+-- Only the calls' names and environments are read from the turns (a JSON path), never the turns' states.
 WITH ok AS (
-    SELECT * FROM current_refined_trajectories WHERE status = 'passed'
+    SELECT id, env_ids, domains,
+           json_extract_string(turns, '$[*].calls[*].env_id') AS call_envs,
+           json_extract_string(turns, '$[*].calls[*].name') AS call_names
+    FROM current_refined_trajectories WHERE status = 'passed'
 ), calls AS (
-    SELECT ok.id, t.pos AS turn_pos, c.pos AS call_pos,
-           (c.call->>'env_id') || '.' || (c.call->>'name') AS tool
-    FROM ok,
-         unnest(CAST(ok.turns AS JSON[])) WITH ORDINALITY AS t(turn, pos),
-         unnest(CAST(t.turn->'calls' AS JSON[])) WITH ORDINALITY AS c(call, pos)
+    SELECT id, g AS call_pos, call_envs[g] || '.' || call_names[g] AS tool
+    FROM ok, unnest(range(1, len(call_names) + 1)) AS r(g)
 ), pairs AS (
-    SELECT tool, lead(tool) OVER (PARTITION BY id ORDER BY turn_pos, call_pos) AS next_tool FROM calls
+    SELECT tool, lead(tool) OVER (PARTITION BY id ORDER BY call_pos) AS next_tool FROM calls
 ), counts AS (
     SELECT (SELECT count(*) FROM ok) AS trajectories,
            (SELECT count(DISTINCT (tool, next_tool)) FROM pairs WHERE next_tool IS NOT NULL) AS distinct_tool_pairs,

@@ -616,7 +616,8 @@ def dependency_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, flo
 
 def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig | None = None,
                   sampler: Literal["topology", "random_walk"] = "topology", *, require_valid: bool = True,
-                  max_attempts: int | None = None, apart: Collection[str] = frozenset()) -> list[Chain]:
+                  max_attempts: int | None = None, apart: Collection[str] = frozenset(),
+                  progress: Callable[[int, int], None] | None = None) -> list[Chain]:
     """Up to ``n`` distinct chains, deterministic for the same graph, ``base_key``, config and sampler.
 
     Attempt ``i`` uses key ``f"{base_key}/{i}"`` and seed :func:`chain_seed` of it. A chain is kept when it is
@@ -626,6 +627,7 @@ def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig
 
     ``apart``: environments that share chains only with each other (:func:`keep_apart`; the held-out
     environments, so that no chain mixes tools an agent is trained on with tools it is evaluated on).
+    ``progress(chains kept, n)`` is called after each kept chain.
 
     Raises ``ValueError`` for ``n < 0`` or an unknown sampler name.
     """
@@ -655,6 +657,8 @@ def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig
             continue
         seen.add(chain.tools)
         out.append(chain)
+        if progress is not None:
+            progress(len(out), n)
     return out
 
 

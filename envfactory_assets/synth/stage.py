@@ -57,8 +57,10 @@ def dependency_depth(chain: Chain) -> int:
 
 def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verified_ids: dict[str, str],
                n_chains: int, base_key: str, sampler: str, config: SamplerConfig,
-               benchmark_tags: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
-    """Sample ``n_chains`` distinct chains and return ``tool_chains`` rows (status ``passed``/``failed``).
+               benchmark_tags: dict[str, list[str]] | None = None,
+               progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Sample ``n_chains`` distinct chains and return ``tool_chains`` rows (status ``passed``/``failed``);
+    ``progress(chains sampled, n_chains)`` as they are drawn.
 
     A chain fails when it does not validate against the graph or combines environments whose tool
     names collide (they could not share one episode). No chain combines a held-out environment
@@ -70,7 +72,7 @@ def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verifi
     # the dataset stage holds out the same environments (the rule depends on the ids alone)
     held_out = held_out_environments(graph.env_of(n) for n in graph.node_ids)
     for chain in sample_chains(graph, n_chains, base_key, config, sampler=sampler, require_valid=False,
-                               apart=held_out):
+                               apart=held_out, progress=progress):
         problems = validate_chain(graph, chain, config)
         clashes = tool_name_collisions([environments[e] for e in chain.servers])
         if clashes:

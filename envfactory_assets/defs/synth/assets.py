@@ -205,12 +205,18 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
     _refuse_a_graph_curation_outdated(envfactory, envs)
     graph = _graph(envfactory)
     tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
-    rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg, tags)
+    meter = asset_progress(context, config.n_chains + config.baseline_chains, "chains sampled")
+    rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg, tags,
+                      progress=lambda done, total: meter.update(done))
+    meter.update(config.n_chains)  # its draws are over, also when a small graph gave fewer distinct chains
     # The other sampler's chains are kept for comparison only (mart sampler_comparison); trajectories
     # are synthesized from chains of `sampler` alone.
     other = "random_walk" if config.sampler == "topology" else "topology"
     comparison = chain_rows(graph, envs, verified_ids, config.baseline_chains, config.base_key + "/baseline",
-                            other, cfg, tags) if config.baseline_chains else []
+                            other, cfg, tags, progress=lambda done, total: meter.update(config.n_chains + done)
+                            ) if config.baseline_chains else []
+    meter.update(config.n_chains + config.baseline_chains)
+    meter.finish()
     rows = list({r["id"]: r for r in rows + comparison}.values())
     store = envfactory.store()
     reused: list = []
