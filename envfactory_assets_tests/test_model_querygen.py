@@ -239,20 +239,25 @@ def test_an_unsolvable_model_raw_query_falls_back_to_the_programmatic_one(enviro
     changed = [t for _, m in pairs for t in m["turns"] if t["query"] != t["query_writer"]["draft"]]
     assert changed and all(t["query_writer"]["outcome"] == "model" for t in changed)
 
-    reverted = 0
+    reverted, compared = 0, 0
     for programmatic, written in pairs:
         expected = calibrate_trajectory(programmatic, environments, worker, ProgrammaticSolver(), PROGRAMMATIC)
         got = calibrate_trajectory(written, environments, worker, ProgrammaticSolver(), PROGRAMMATIC)
+        kept_model_text = False
         for turn in got["turns"]:
             record = turn["query_writer"]
             if record["outcome"] == "reverted":  # the model's text failed every attempt, the draft passed
                 reverted += 1
                 assert turn["query_raw"] == record["draft"] and record["model_query"] != record["draft"]
-                assert record["model_query"] == _drop_first_quoted_value(record["draft"])
+                # a value dropped (a merged turn's record joins both turns' texts, each with its value dropped)
+                assert record["model_query"].count("'") < record["draft"].count("'")
                 assert "unsolvable" in record["reason"] and turn["solve_raw"]["passed"] > 0
-            else:  # the model kept the draft (nothing quoted to drop)
-                assert record["outcome"] == "model" and turn["query_raw"] == record["draft"]
-        # the chain goes on as the programmatic one does: the same turns, queries and solves
-        assert json.dumps(_without_records(got, "query_writer"), sort_keys=True) == \
-            json.dumps(expected, sort_keys=True)
-    assert reverted
+            else:  # the model's text was solved (the value was not needed, or stated again later) or is the draft
+                assert record["outcome"] == "model" and turn["solve_raw"]["passed"] > 0
+                kept_model_text |= turn["query_raw"] != record["draft"]
+        if not kept_model_text:
+            # every unsolvable text reverted: the chain goes on as the programmatic one, same turns and solves
+            compared += 1
+            assert json.dumps(_without_records(got, "query_writer"), sort_keys=True) == \
+                json.dumps(expected, sort_keys=True)
+    assert reverted and compared

@@ -154,6 +154,9 @@ def _draft_if_solvable(turn: dict[str, Any], solve_raw: dict[str, Any], worker: 
     turn["query_raw"] = draft
     if turn["query"] == model_query:
         turn["query"] = draft
+    for part in turn.get("merged_from") or []:  # a merged turn names its parts by their raw queries: the drafts now
+        if isinstance(part.get("query_writer"), dict):
+            part["query_raw"] = part["query_writer"]["draft"]
     return solve_draft
 
 
