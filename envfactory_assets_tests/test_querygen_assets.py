@@ -8,12 +8,15 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
+from envfactory_assets.catalog.environments import passed_environments
 from envfactory_assets.cli import config_for_selection
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.store.db import Store
+from envfactory_assets.synth.calibrate import CalibrationConfig
+from envfactory_assets.synth.stage import refined_trajectory_rows
 from envfactory_assets.synth.stub_roles import RoleReplies, gold_of
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
@@ -40,9 +43,9 @@ def _metadata(results, stage: str) -> dict:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """The upstream stages and a programmatic pass of both stages (whose turns tell the scripted solver which
-    calls solve each query), then both stages with the model roles, then ``raw_trajectories`` again (every
-    reply now from the response cache)."""
+    """The upstream stages, then both stages with the model roles, then ``raw_trajectories`` again (every reply
+    now from the response cache). The scripted solver is told which calls solve each query by a programmatic
+    calibration of the stored raw trajectories (the test's knowledge, not the stage's)."""
     home = tmp_path_factory.mktemp("querygen_assets")
     store = Store(home / "envfactory.duckdb")
     with dg.instance_for_test() as instance:
@@ -55,16 +58,21 @@ def run(tmp_path_factory):
             assert all(r.success for r in results)
             return results
 
-        materialize(UPSTREAM + STAGES, ModelBackend())
-        gold = gold_of([t for r in store.read("refined_trajectories") for t in r["turns"]]
-                       + [t for r in store.read("raw_trajectories") for t in r["turns"]])
-        with FakeChatServer(responder=RoleReplies(gold, refuse_share=0.3)) as server:
+        materialize(UPSTREAM, ModelBackend())
+        replies = RoleReplies(refuse_share=0.3)
+        with FakeChatServer(responder=replies) as server:
             backend = ModelBackend(backend="openai", base_url=server.base_url, model="scripted", max_concurrency=4)
-            model = materialize(STAGES, backend, MODEL_ROLES)
+            raw = materialize(["raw_trajectories"], backend, MODEL_ROLES)
+            raws = store.read("raw_trajectories", "status = 'passed'")
+            programmatic = refined_trajectory_rows(raws, passed_environments(store).environments,
+                                                   config=CalibrationConfig(k=2, conversational_share=0.0, workers=1))
+            replies.gold.update(gold_of([t for r in programmatic for t in r["turns"]]
+                                        + [t for r in raws for t in r["turns"]]))
+            refined = materialize(["refined_trajectories"], backend, MODEL_ROLES)
             sent = len(server.requests)
             again = materialize(["raw_trajectories"], backend, MODEL_ROLES)
             resent = len(server.requests) - sent
-    return {"model": model, "again": again, "sent": sent, "resent": resent, "store": store}
+    return {"raw": raw, "refined": refined, "again": again, "sent": sent, "resent": resent, "store": store}
 
 
 def test_queries_are_written_through_the_model_in_both_roles(run):
@@ -86,7 +94,7 @@ def test_queries_are_written_through_the_model_in_both_roles(run):
 
 
 def test_each_stage_reports_requests_tokens_cache_hits_and_wall_time(run):
-    raw, refined = _metadata(run["model"], "raw_trajectories"), _metadata(run["model"], "refined_trajectories")
+    raw, refined = _metadata(run["raw"], "raw_trajectories"), _metadata(run["refined"], "refined_trajectories")
     raw_turns = [t for r in run["store"].read("raw_trajectories") for t in r["turns"]]
     assert raw["query_writer"]["model"] + raw["query_writer"].get("fallback", 0) == len(raw_turns)
     assert raw["query_writer"]["refusals"] > 0 and refined["refiner"]["model"] > 0
@@ -96,10 +104,11 @@ def test_each_stage_reports_requests_tokens_cache_hits_and_wall_time(run):
         assert usage["calls"] > 0 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
         assert usage["calls"] == sum(r["calls"] for r in usage["by_role"].values())
         assert usage["wall_s"] > 0
-    # the writer's requests: one per turn plus one per refused reply, all sent (a first run has no cache hits)
-    assert raw["model_usage"]["calls"] == len(raw_turns) + raw["query_writer"]["refusals"]
-    assert raw["model_usage"]["calls"] + refined["model_usage"]["calls"] == run["sent"]
+    # the writer's requests: one per refused reply and one per reply accepted, sent or (asked before) cached
+    first = raw["model_usage"]
+    assert first["calls"] + first["cached"] == raw["query_writer"]["model"] + raw["query_writer"]["refusals"]
+    assert first["calls"] + refined["model_usage"]["calls"] == run["sent"]
     # the stage again: the same requests, every one answered from the response cache, none sent
     cached = _metadata(run["again"], "raw_trajectories")["model_usage"]
-    assert run["resent"] == 0 and cached["calls"] == 0 and cached["cached"] == raw["model_usage"]["calls"]
+    assert run["resent"] == 0 and cached["calls"] == 0 and cached["cached"] == first["calls"] + first["cached"]
     assert cached["prompt_tokens"] == 0 and cached["wall_s"] > 0

@@ -1,6 +1,7 @@
 """``tool_graph``: parameter embeddings, user-providable flags and producer -> consumer edges."""
 
 
+import time
 from collections import Counter
 
 import dagster as dg
