@@ -118,7 +118,7 @@ def run_side(data: dict[str, Any], backend: Any, synth: SynthConfig, cal: Calibr
 
 def _progress(stage: str):
     def report(done: int, total: int) -> None:
-        if done == total or done % 10 == 0:
+        if done == total or done % 2 == 0:
             print(f"  {stage}: {done}/{total}", flush=True)
     return report
 
