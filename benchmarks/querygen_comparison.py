@@ -12,7 +12,10 @@ The model is SmolLM2-135M-Instruct by default, materialized from its packaged GG
 
 The store is only read (a read-only connection), so a live run's store can be given. Usage::
 
-    .venv/bin/python -m benchmarks.querygen_comparison --store /path/to/envfactory.duckdb --n 50
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.querygen_comparison --store /path/to/envfactory.duckdb --n 50
+
+(one torch thread: on a shared 2-core machine the default two threads made generation several times slower;
+``docs/querygen.md`` has the measurement and a run's output).
 
 Prints a Markdown section: the share of model replies refused and why, the share of model-written raw queries
 that calibration reverted to the programmatic text (no solve attempt passed them) and of model refinements
