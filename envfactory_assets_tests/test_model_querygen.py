@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 
@@ -213,3 +214,50 @@ def test_the_roles_are_configured_in_the_specs_and_the_dagster_configs():
     assert model_role_backend("refined_trajectories", "refiner", "programmatic", object()) is None
     with pytest.raises(ValueError, match="needs a model refiner"):
         calibrate_trajectory({"env_ids": [], "id": "x", "turns": []}, {}, None, ProgrammaticSolver(), CONFIG)
+
+
+def _drop_first_quoted_value(draft: str) -> str:
+    """The draft with its first quoted value ('...') replaced by "it": a request that no longer states a value
+    the calls need."""
+    return re.sub(r"'[^']+'", "it", draft, count=1)
+
+
+def test_an_unsolvable_model_raw_query_falls_back_to_the_programmatic_one(environments, graph, worker):
+    chains = sample_chains(graph, 12, "querygen", SamplerConfig(min_tools=3))
+    config = SynthConfig(min_turns=2, query_writer="model")
+
+    def dropping(body):
+        return json.dumps({"query": _drop_first_quoted_value(_given(body)["draft"])})
+
+    with FakeChatServer(responder=dropping) as server:
+        model = ModelQueryWriter(OpenAICompatibleBackend(server.base_url, "m", max_retries=0))
+        pairs = [(synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)),
+                  synthesize_trajectory(c, graph, environments, worker, config, model, "a shop owner"))
+                 for c in chains]
+    pairs = [({**p, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}, {**m, "id": f"raw-{i}", "domains": ["ecommerce_retail"]})
+             for i, (p, m) in enumerate(pairs) if p["status"] == "passed"][:4]
+    changed = [t for _, m in pairs for t in m["turns"] if t["query"] != t["query_writer"]["draft"]]
+    assert changed and all(t["query_writer"]["outcome"] == "model" for t in changed)
+
+    reverted, compared = 0, 0
+    for programmatic, written in pairs:
+        expected = calibrate_trajectory(programmatic, environments, worker, ProgrammaticSolver(), PROGRAMMATIC)
+        got = calibrate_trajectory(written, environments, worker, ProgrammaticSolver(), PROGRAMMATIC)
+        kept_model_text = False
+        for turn in got["turns"]:
+            record = turn["query_writer"]
+            if record["outcome"] == "reverted":  # the model's text failed every attempt, the draft passed
+                reverted += 1
+                assert turn["query_raw"] == record["draft"] and record["model_query"] != record["draft"]
+                # a value dropped (a merged turn's record joins both turns' texts, each with its value dropped)
+                assert record["model_query"].count("'") < record["draft"].count("'")
+                assert "unsolvable" in record["reason"] and turn["solve_raw"]["passed"] > 0
+            else:  # the model's text was solved (the value was not needed, or stated again later) or is the draft
+                assert record["outcome"] == "model" and turn["solve_raw"]["passed"] > 0
+                kept_model_text |= turn["query_raw"] != record["draft"]
+        if not kept_model_text:
+            # every unsolvable text reverted: the chain goes on as the programmatic one, same turns and solves
+            compared += 1
+            assert json.dumps(_without_records(got, "query_writer"), sort_keys=True) == \
+                json.dumps(expected, sort_keys=True)
+    assert reverted and compared

@@ -1,5 +1,6 @@
 """Small helpers shared by the asset modules."""
 
+import time
 from typing import Any, Callable, Iterable
 
 import dagster as dg
@@ -20,6 +21,17 @@ def checked(check: Callable[[], Any]) -> Any:
         return check()
     except SettingError as exc:
         raise dg.Failure(str(exc)) from exc
+
+
+def model_usage(backend: Any, started: float) -> dict[str, Any]:
+    """Metadata ``model_usage`` of a model-backed stage: the backend's counters (``calls``: requests answered,
+    ``cached``: replies served from the response cache, ``retries``, ``prompt_tokens``, ``completion_tokens``,
+    ``by_role``: the same per role) and ``wall_s``, the stage's seconds since ``started`` (a
+    ``time.monotonic()`` reading taken when the stage began); {} without a backend (the programmatic roles)."""
+    if backend is None:
+        return {}
+    usage = backend.usage() if hasattr(backend, "usage") else {}
+    return {**usage, "wall_s": round(time.monotonic() - started, 3)}
 
 
 def data_version(rows: Iterable[dict[str, Any]]) -> dg.DataVersion:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,6 +45,23 @@ class TransformersBackend:
         self._model: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
+        self._stats = {"calls": 0, "cached": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self._by_role: dict[str, dict[str, int]] = {}
+
+    def usage(self) -> dict[str, Any]:
+        """Counters so far, as :meth:`~envfactory_assets.llm.openai_backend.OpenAICompatibleBackend.usage` has
+        them: ``calls`` (generations), ``cached`` and ``retries`` (always 0: no cache, no retries here),
+        ``prompt_tokens``, ``completion_tokens``, ``generate_s`` (seconds spent generating) and ``by_role``."""
+        with self._lock:
+            return {**self._stats, "by_role": {r: dict(v) for r, v in self._by_role.items()}}
+
+    def _count(self, role: str, prompt: int, completion: int, seconds: float) -> None:
+        for stats in (self._stats, self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0,
+                                                                       "completion_tokens": 0})):
+            stats["calls"] += 1
+            stats["prompt_tokens"] += prompt
+            stats["completion_tokens"] += completion
+        self._stats["generate_s"] = round(self._stats.get("generate_s", 0.0) + seconds, 3)
 
     def _load(self) -> None:
         if self._model is not None:
@@ -89,6 +107,7 @@ class TransformersBackend:
             pad = self._tokenizer.pad_token_id
             if pad is None:
                 pad = self._tokenizer.eos_token_id
+            started = time.monotonic()
             try:
                 with torch.no_grad():
                     out = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
@@ -99,6 +118,7 @@ class TransformersBackend:
                                f"{role!r}: {type(exc).__name__}: {exc}") from exc
             new = out[0, ids.shape[1]:]
             text = self._tokenizer.decode(new, skip_special_tokens=True)
+            self._count(role, int(ids.shape[1]), int(new.shape[0]), time.monotonic() - started)
         return Completion(text=text, prompt_tokens=int(ids.shape[1]), completion_tokens=int(new.shape[0]), cached=False)
 
     def __repr__(self) -> str:

@@ -2,7 +2,9 @@
 
 Goal merging (operator d) may first join two short consecutive turns into one request. For each turn in
 order: the raw query is solved by k attempts (:func:`envfactory_assets.synth.solve.solve_turn`);
-a turn nobody solves ends the chain there. When refinement changed the query, the refined query is solved
+a turn nobody solves ends the chain there, except that a raw query the model query writer wrote is first
+replaced by the programmatic raw query it rewrote, kept when that one is solved (the model's wording fails, not
+the turn). When refinement changed the query, the refined query is solved
 the same way; if no attempt passes, the turn is reverted to its raw query and its operators are kept as
 ``reverted`` with the reason; a merged request that cannot be solved is split back into its two turns.
 The conversation each solver sees holds the accepted queries of the earlier
@@ -126,6 +128,38 @@ def _solver_for(solver: Solver, user: SimulatedUser | None, turn: dict[str, Any]
     return DialogueSolver(solver, user, UserContext(tuple(turn["calls"]), turn["state_before"], providable))
 
 
+def _draft_if_solvable(turn: dict[str, Any], solve_raw: dict[str, Any], worker: SandboxWorker,
+                       kept: list[dict[str, Any]], tools: tuple[Any, ...], player: Solver, task_id: str,
+                       k: int) -> dict[str, Any]:
+    """The solve of the turn's programmatic raw query when the model writer's raw query failed the k-attempt
+    solve and the programmatic one passes; then the turn keeps the programmatic text as ``query_raw`` (and as
+    ``query`` where refinement had left the model's text) and its ``query_writer`` record says so:
+    ``outcome`` ``"reverted"``, ``model_query`` (the text no attempt solved) and ``reason``. Otherwise (no
+    model-written raw query, or the programmatic one fails too) ``solve_raw`` itself, the turn unchanged.
+
+    ``kept``: the turns kept before this one (the solver's conversation so far); ``tools``: the tool specs.
+    """
+    record = turn.get("query_writer")
+    if not isinstance(record, dict) or record.get("outcome") != "model" or record["draft"] == turn["query_raw"]:
+        return solve_raw
+    draft = record["draft"]
+    solve_draft = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, draft, tools), player, turn,
+                             task_id + "/raw-draft", k)
+    if not solve_draft["passed"]:
+        return solve_raw
+    model_query = turn["query_raw"]
+    turn["query_writer"] = {**record, "outcome": "reverted", "model_query": model_query,
+                            "reason": f"model-written raw query unsolvable (0/{k}); the programmatic one solved "
+                                      f"({solve_draft['passed']}/{k}) is kept"}
+    turn["query_raw"] = draft
+    if turn["query"] == model_query:
+        turn["query"] = draft
+    for part in turn.get("merged_from") or []:  # a merged turn names its parts by their raw queries: the drafts now
+        if isinstance(part.get("query_writer"), dict):
+            part["query_raw"] = part["query_writer"]["draft"]
+    return solve_draft
+
+
 def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker,
                          solver: Solver, config: CalibrationConfig | None = None,
                          user: SimulatedUser | None = None, providable: ProvidableFlags | None = None,
@@ -141,6 +175,10 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     kept conversational turn carries the exchange in ``clarification``. A turn changed by goal expansion or a
     conversational omission that no attempt solves is replaced by its ``fallback`` (the turn before the
     change), the operator kept as ``reverted`` with the reason.
+
+    A turn whose raw query the model query writer wrote (``query_writer`` outcome ``model``) and that no
+    attempt solves is solved again with the programmatic raw query (the record's ``draft``); when that passes,
+    the turn keeps it and its ``query_writer`` outcome becomes ``reverted`` (:func:`_draft_if_solvable`).
 
     Returns ``{"turns", "operators", "status", "reasons", "persona", "reverted", "dropped_turns"}``. Each kept
     turn gains ``task_id``, ``persona``, ``query_raw``, ``operators`` (reverted ones marked), ``solve_raw``,
@@ -177,6 +215,8 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
         player = _solver_for(solver, user, turn, flags)
         solve_raw = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, turn["query_raw"], tools),
                                player, turn, task_id + "/raw", cfg.k)
+        if not solve_raw["passed"] and "fallback" not in turn:
+            solve_raw = _draft_if_solvable(turn, solve_raw, worker, kept, tools, player, task_id, cfg.k)
         solve_ref = None
         if solve_raw["passed"] and turn["query"] != turn["query_raw"]:
             solve_ref = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, turn["query"], tools),

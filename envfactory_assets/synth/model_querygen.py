@@ -241,7 +241,9 @@ class ModelQueryWriter:
             persona: who asks (``"a shop owner"``), or None.
 
         Returns ``(query, record)``: the model's query, or the draft when every reply was refused; the record
-        is ``{"outcome": "model" | "fallback", "draft", "refusals": [{"reason", "reply"}]}``.
+        is ``{"outcome": "model" | "fallback", "draft", "refusals": [{"reason", "reply"}]}``. Calibration later
+        sets ``outcome`` to ``"reverted"`` (with ``model_query`` and ``reason``) when no solve attempt passes
+        the model's query and the draft passes (:func:`~envfactory_assets.synth.calibrate.calibrate_trajectory`).
         """
         draft = turn["query"]
         knowledge = TurnKnowledge(known=(draft, *_earlier_texts(earlier)),

@@ -329,7 +329,9 @@ def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int 
 
     The merged turn runs from the first turn's ``state_before`` to the second's ``state_after``, keeps both
     turns' calls, intents and target tools, joins their raw and refined queries, records a ``goal_merging``
-    operator, and keeps the two original turns in ``merged_from`` so calibration can split it back.
+    operator, and keeps the two original turns in ``merged_from`` so calibration can split it back. Where both
+    turns carry the model query writer's record (``query_writer``), the merged turn's record joins them (its
+    ``draft`` the joined programmatic raw queries), so calibration can fall back to that text too.
     """
     if len(turns) <= min_turns:
         return turns
@@ -348,6 +350,12 @@ def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int 
             "state_after": b["state_after"], "state_after_hash": b["state_after_hash"],
             "merged_from": [a, b],
         }
+        if isinstance(a.get("query_writer"), dict) and isinstance(b.get("query_writer"), dict):
+            # the model writer's record of the joined raw query: its draft is the joined programmatic text
+            merged["query_writer"] = {
+                "outcome": "model" if "model" in (a["query_writer"]["outcome"], b["query_writer"]["outcome"])
+                else "fallback", "draft": _join_goals(a["query_writer"]["draft"], b["query_writer"]["draft"]),
+                "refusals": a["query_writer"]["refusals"] + b["query_writer"]["refusals"]}
         merged["operators"] = a["operators"] + b["operators"] + [{
             "operator": "goal_merging", "turn": i, "call": None, "argument": "", "value": None,
             "reference": f"turns {i} and {i + 1} asked as one request", "obtainable_from": "both goals"}]

@@ -1,12 +1,13 @@
 """``environments`` and ``verified_environments``: build each selected resource, then verify it by execution."""
 
 
+import time
 from collections import Counter
 
 import dagster as dg
 
 from envfactory_assets.config_checks import SettingError, finite_number, whole_number
-from envfactory_assets.defs.common import checked, data_version, partition_scope, status_counts
+from envfactory_assets.defs.common import checked, data_version, model_usage, partition_scope, status_counts
 from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
@@ -59,6 +60,7 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
     valid/boundary/invalid initial states) built by the programmatic builder, one per ``environment``
     partition (the resource selected by ``source_resources`` under that key)."""
+    started = time.monotonic()
     backend = model_backend.backend_for(envfactory.root())
     store = envfactory.store()
     keys = context.partition_keys
@@ -76,7 +78,7 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
         "builder": model_backend.backend,
         # seeded values judged by the field-semantic check (a zone is a zone, a status a status word)
         "value_semantics": value_figures(as_environment(r) for r in built),
-        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
+        "model_usage": model_usage(backend, started),
         "partitions": len(keys), "missing_sources": sorted(set(keys) - {r["resource_key"] for r in chosen})[:20],
     }, data_version=data_version(rows))
 

@@ -1,6 +1,7 @@
 """``tool_graph``: parameter embeddings, user-providable flags and producer -> consumer edges."""
 
 
+import time
 from collections import Counter
 
 import dagster as dg
@@ -13,6 +14,7 @@ from envfactory_assets.defs.common import (
     UpstreamGates,
     checked,
     data_version,
+    model_usage,
     no_failed_environment_check,
     require_upstream_gates,
 )
@@ -63,6 +65,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs or tau2-bench's (table ``benchmark_overlap``)."""
+    started = time.monotonic()
     checked(config.check_settings)
     roles = {"edge_refiner": config.edge_refiner, "providable_classifier": config.providable_classifier}
     if "model" in roles.values():
@@ -108,7 +111,7 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
         "refinement": {**refinement.summary(), **roles},
         "graph_statistics": graph_statistics(graph),
         "sample_subgraph": dg.MetadataValue.md(subgraph_markdown(graph, config.picture_nodes)),
-        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
+        "model_usage": model_usage(backend, started),
         "benchmark_overlap_environments": benchmark_tags(overlap),
         "benchmark_references": benchmark_availability(),
     }, data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]))

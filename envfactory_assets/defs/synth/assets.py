@@ -2,6 +2,7 @@
 
 
 import statistics
+import time
 from collections import Counter
 
 import dagster as dg
@@ -12,6 +13,7 @@ from envfactory_assets.defs.common import (
     UpstreamGates,
     checked,
     data_version,
+    model_usage,
     no_failed_environment_check,
     passed_environments,
     previous_config,
@@ -252,6 +254,7 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
     as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn. A chain
     whose trajectory is already stored (same chain id, same config, programmatic query writer) is not
     executed again."""
+    started = time.monotonic()
     synth = checked(config.check_settings)
     model_backend.check_settings()
     backend = model_role_backend("raw_trajectories", "query_writer", synth.query_writer,
@@ -287,7 +290,7 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
         "reused_unchanged": len(reused), "config": config.model_dump(),
         "chains_not_served": len(stored) - len(chains),
         "query_writer": role_outcomes((t for r in rows for t in r["turns"]), "query_writer") or "programmatic",
-        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
+        "model_usage": model_usage(backend, started),
         "examples_md": dg.MetadataValue.md(raw_examples_markdown(rows)),
     }, data_version=data_version(rows))
 
@@ -331,6 +334,7 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
     query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
     unsolvable turn ends the chain."""
+    started = time.monotonic()
     cal = checked(config.check_settings)
     model_backend.check_settings()
     require_upstream_gates(context, upstream_gates)
@@ -361,8 +365,10 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
         "trajectories": len(rows), "status": status_counts(rows), "written": written, "solver": solver.name,
         "simulated_user": user.name if user else "off",
         "refiner": role_outcomes((t for r in rows for t in r["turns"]), "refiner") or "programmatic",
+        # the model writer's raw queries kept ("model"), refused ("fallback") or unsolvable ("reverted")
+        "query_writer": role_outcomes((t for r in rows for t in r["turns"]), "query_writer") or "programmatic",
         # tokens per role (solver, user, refiner) of the model_backend, {} without one
-        "model_usage": backend.usage() if backend is not None and hasattr(backend, "usage") else {},
+        "model_usage": model_usage(backend, started),
         "conversational_turns": sum(1 for r in rows for t in r["turns"] if t.get("clarification")),
         "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)), **report}, data_version=data_version(rows))
 
