@@ -601,6 +601,11 @@ _WHOSE_LITERAL = re.compile(r"\bwhose\b.+?\bis\s+'[^']*'")
 _REF_TAIL = r"(?: you (?:just )?created(?: earlier| a moment ago)?| in that list)?"
 
 
+def _blanked(text: str, match: re.Match[str]) -> str:
+    """``text`` with ``match``'s span replaced by spaces (positions kept): a value read once is not read again."""
+    return text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
+
+
 def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: random.Random,
                guess: bool = True, wants: list[str] | None = None) -> dict[str, Any] | None:
     """Arguments of ``tool`` for one request, or None when a required one cannot be determined (with
@@ -643,7 +648,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
                 break
         if m:
             args[name] = _coerce(m.group(1), schema)
-            text = text[:m.start()] + " " * (m.end() - m.start()) + text[m.end():]
+            text = _blanked(text, m)
             continue
         if name.endswith("_id"):
             # "calendar id same as the course whose name is 'X'": the value the row the user points at holds
@@ -657,7 +662,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
                 value = _resolve_reference(same.group(1), name, seen, rng)
                 if value is not None:
                     args[name] = value
-                    text = text[:same.start()] + " " * (same.end() - same.start()) + text[same.end():]
+                    text = _blanked(text, same)
                     continue
             # "author id the author you created earlier" or "for the author whose name is 'X'"
             ref = _pattern(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
@@ -666,7 +671,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
                 value = _resolve_reference(ref.group(1), name, seen, rng)
                 if value is not None:
                     args[name] = value
-                    text = text[:ref.start()] + " " * (ref.end() - ref.start()) + text[ref.end():]
+                    text = _blanked(text, ref)
                     continue
                 if wants is not None and " whose " in ref.group(1):
                     wants.append(name)
