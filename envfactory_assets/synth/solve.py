@@ -658,23 +658,16 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
                                 rf"(?: whose .+? is (?:{_LITERAL})| in that list))", re.IGNORECASE).search(text)
                 if same:
                     break
-            if same:
-                value = _resolve_reference(same.group(1), name, seen, rng)
-                if value is not None:
-                    args[name] = value
-                    text = _blanked(text, same)
-                    continue
             # "author id the author you created earlier" or "for the author whose name is 'X'"
             ref = _pattern(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
                            rf"{_thing_re(name)}\b(?: whose .+? is (?:{_LITERAL}))?{_REF_TAIL})", re.IGNORECASE).search(text)
-            if ref:
-                value = _resolve_reference(ref.group(1), name, seen, rng)
-                if value is not None:
-                    args[name] = value
-                    text = _blanked(text, ref)
-                    continue
-                if wants is not None and " whose " in ref.group(1):
-                    wants.append(name)
+            found = next(((m, v) for m in (same, ref) if m
+                          for v in [_resolve_reference(m.group(1), name, seen, rng)] if v is not None), None)
+            if found:
+                args[name], text = found[1], _blanked(text, found[0])
+                continue
+            if ref and wants is not None and " whose " in ref.group(1):
+                wants.append(name)
     for lit in re.findall(r"'(.*?)'(?=[\s,.:)]|$)", text):  # a bare value: the parameter whose enum has it
         owners = [n for n, sch in tool.params.items() if n not in args and lit in (sch.get("enum") or ())]
         if owners:
