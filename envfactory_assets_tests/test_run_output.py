@@ -20,7 +20,7 @@ BAR = re.compile(r"^(\S+)\s+\[[#.]+\] (\d+)/(\d+)\s")
 #: the assets that draw a bar, and the step that prints their "done in" line
 BAR_STEPS = {"source_resources": "source_resources", "environments": "environments",
              "verified_environments": "verified_environments",
-             "tool_graph": "tool_graph", "raw_trajectories": "raw_trajectories",
+             "tool_graph": "tool_graph", "tool_chains": "tool_chains", "raw_trajectories": "raw_trajectories",
              "refined_trajectories": "refined_trajectories", "sft_dataset": "datasets", "checkpoints": "checkpoints",
              "evaluations": "evaluations"}
 BAR_STAGES = set(BAR_STEPS)
