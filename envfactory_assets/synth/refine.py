@@ -104,8 +104,8 @@ def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, f
     if not arg.endswith("_id") or producer["kind"] != "list" or not path.startswith("items["):
         return None
     row = _reference(producer, path, False, table, rng)
-    if row is None or (row.endswith(" in that list") and any(
-            _carries(flat[i]["output"], path.rsplit(".", 1)[-1]) for i in range(prov["call"] + 1, position))):
+    if row is None or (row.endswith(" in that list")
+                       and _carried_between(flat, prov["call"], position, path.rsplit(".", 1)[-1])):
         return None
     return f"same as {row}"
 
@@ -132,6 +132,12 @@ def _carries(output: Any, key: str) -> bool:
         return False
     return key in output or any(isinstance(v, list) and any(isinstance(i, dict) and key in i for i in v)
                                 for v in output.values())
+
+
+def _carried_between(flat: list[dict[str, Any]], producer: int, position: int, key: str) -> bool:
+    """True when a call after ``producer`` and before ``position`` returned rows with ``key``: "that book" or
+    "the second book in that list" would then point at the later result."""
+    return any(_carries(flat[i]["output"], key) for i in range(producer + 1, position))
 
 
 def _obtainable(value: Any, earlier_results: list[str]) -> bool:
@@ -235,8 +241,8 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table, rng)
                 value = call["arguments"][arg]
                 id_field = prov["path"].rsplit(".", 1)[-1]
-                if (producer["kind"] in ("get", "update") or (phrase or "").endswith(" in that list")) and any(
-                        _carries(flat[i]["output"], id_field) for i in range(prov["call"] + 1, position)):
+                if ((producer["kind"] in ("get", "update") or (phrase or "").endswith(" in that list"))
+                        and _carried_between(flat, prov["call"], position, id_field)):
                     phrase = None  # "that book" would point at a later result: name the row instead (below)
                 if phrase and _obtainable(value, earlier):
                     refs[arg] = phrase
