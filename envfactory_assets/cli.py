@@ -207,7 +207,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
     from envfactory_assets.runner.run_progress import RUN_TAG, RunProgressBar
-    from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, stale_assets
+    from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, run_job_name, stale_assets
     from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
     from envfactory_assets.runner.selection import op_names
@@ -242,7 +242,8 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES,
                                                run_config if verbose else quiet_config(run_config),
                                                _selection(select), partitions, raise_on_error=False,
-                                               tags={RUN_TAG: token, COMMAND_TAG: _command_text(select, partitions_arg)})
+                                               tags={RUN_TAG: token, COMMAND_TAG: _command_text(select, partitions_arg)},
+                                               job_name=run_job_name(select))
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None

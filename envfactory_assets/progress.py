@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-#: metadata keys of a progress observation (asset observation metadata)
-DONE, TOTAL, RATE = "progress_done", "progress_total", "progress_rate_per_s"
+#: metadata keys of a progress observation (asset observation metadata); LABEL, when present, names the bar
+#: (a multi-asset's step, which no single asset key names), else the observed asset's key does
+DONE, TOTAL, RATE, LABEL = "progress_done", "progress_total", "progress_rate_per_s", "progress_label"
 
 
 @dataclass(frozen=True)

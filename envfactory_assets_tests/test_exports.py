@@ -52,7 +52,10 @@ def rows():
 
 def test_exports_split_by_environment_with_licences(rows, tmp_path):
     sft, rl = rows
-    m = build_exports(sft, rl, LICENCES, tmp_path)
+    said: list[tuple[int, int]] = []
+    m = build_exports(sft, rl, LICENCES, tmp_path, progress=lambda done, total: said.append((done, total)))
+    # every row written is counted once: 9 verl rows, 6 ShareGPT and 6 HF records, ending at the total
+    assert said == [(n, 21) for n in range(1, 22)], said
     out = tmp_path / m["version"]
     train = pq.read_table(out / "verl_train.parquet").to_pylist()
     val = pq.read_table(out / "verl_validation.parquet").to_pylist()
@@ -79,7 +82,9 @@ def test_exports_split_by_environment_with_licences(rows, tmp_path):
     card = (out / "README.md").read_text()
     assert "| MIT | https://mit | 2 | 3 |" in card and "unspecified" in card and "| Apache-2.0 |" in card
     assert m["files"]["verl_train.parquet"]["rows"]["train"] == 6
-    assert build_exports(sft, rl, LICENCES, tmp_path) == m  # idempotent
+    again: list[tuple[int, int]] = []
+    assert build_exports(sft, rl, LICENCES, tmp_path, progress=lambda *a: again.append(a)) == m  # idempotent
+    assert again == []  # a version already written is not written, nor counted, again
 
 
 def test_licence_allow_list_filters_rows(rows, tmp_path):

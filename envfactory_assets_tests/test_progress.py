@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
@@ -11,6 +12,7 @@ import yaml
 from envfactory_assets.cli import COMMAND_TAG
 from envfactory_assets.cli import main as cli_main
 from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, ProgressMeter, format_bar
+from envfactory_assets.runner.materialize import run_job_name
 from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
@@ -56,6 +58,18 @@ def test_meter_counts_exactly_from_many_threads_and_rejects_bad_arguments():
     assert empty == [Progress(0, 0, 0.0)]
 
 
+def test_a_run_job_is_named_after_its_selection_in_dagster_name_characters():
+    assert run_job_name(None) == run_job_name("  ") == "envfactory_run"
+    assert run_job_name("refined_trajectories+") == "envfactory_run__refined_trajectories_plus"
+    assert run_job_name("+tool_graph,sft_dataset") == "envfactory_run__plus_tool_graph__sft_dataset"
+    assert run_job_name('key:"a b"') == "envfactory_run__key__a_b"
+    assert run_job_name("*", prefix="envfactory_ablation") == "envfactory_ablation__all"
+    long_a, long_b = run_job_name("x" * 200 + "a"), run_job_name("x" * 200 + "b")
+    assert len(long_a) == len(long_b) == 80 and long_a != long_b  # cut, told apart by the selection's hash
+    for name in (long_a, run_job_name("\u00e9t\u00e9!?"), run_job_name("a/b:c")):
+        assert re.fullmatch(r"[A-Za-z0-9_]+", name), name
+
+
 def test_bar_shows_share_counts_rate_and_eta():
     assert format_bar("env", Progress(5, 10, 2.0), width=10) == "env [#####.....] 5/10  2.5/s  eta 2 s"
     assert format_bar("env", Progress(10, 10, 4.0), width=4) == "env [####] 10/10  2.5/s"
@@ -78,7 +92,11 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
         records = instance.fetch_observations(dg.AssetKey("verified_environments"), limit=10).records
         # each run is named in the UI by the command line that made it
         commands = {run.tags.get(COMMAND_TAG) for run in instance.get_runs()}
+        jobs = sorted(run.job_name for run in instance.get_runs())
     assert commands == {"envfactory run --select source_resources,environments,verified_environments"}, commands
+    # and listed under a job named after its selection, not Dagster's `__ephemeral_asset_job__`
+    assert jobs == ["envfactory_run__source_resources__environments__verified_environments",
+                    "envfactory_run__source_resources__environments__verified_environments__sources"], jobs
     progress = [r.asset_observation.metadata for r in records]
     assert progress and {m[DONE].value for m in progress} == {1, 2, 3}
     assert all(m[TOTAL].value == 3 and m[RATE].value > 0 for m in progress)

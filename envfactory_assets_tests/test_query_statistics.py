@@ -57,7 +57,7 @@ def test_query_statistics_mart_matches_the_python_figures(refined_rows, tmp_path
     store = Store(tmp_path / "home" / "envfactory.duckdb", retry_seconds=1.0)
     _stored(store, refined_rows)
     models = {m.name: m for m in load_models()}
-    assert materialize_model(store, models["query_statistics"]) == 1
+    assert materialize_model(store, models["query_statistics"]).rows == 1
     mart = store.query("SELECT * FROM query_statistics").to_dicts()[0]
     # fewer than 1,000 queries: the row order does not change any figure
     stored = [{"status": "passed", "turns": r["turns"]} for r in store.read("refined_trajectories")]
@@ -67,7 +67,7 @@ def test_query_statistics_mart_matches_the_python_figures(refined_rows, tmp_path
         assert mart[figure] == pytest.approx(expected[figure], abs=1e-4), figure
     assert mart["solved_4_of_4_share"] == pytest.approx(
         sum(1 for r in stored for t in r["turns"] if t["accuracy"] == 1.0) / expected["queries"], abs=1e-4)
-    assert materialize_model(store, models["turns_by_operator"]) > 0
+    assert materialize_model(store, models["turns_by_operator"]).rows > 0
     by = {(r["kind"], r["value"]): r["share"] for r in store.query("SELECT * FROM turns_by_operator").to_dicts()}
     for op, share in expected["operator_share"].items():
         assert by[("operator", op)] == pytest.approx(share, abs=1e-4)

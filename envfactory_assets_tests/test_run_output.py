@@ -22,7 +22,7 @@ BAR_STEPS = {"source_resources": "source_resources", "environments": "environmen
              "verified_environments": "verified_environments",
              "tool_graph": "tool_graph", "tool_chains": "tool_chains", "raw_trajectories": "raw_trajectories",
              "refined_trajectories": "refined_trajectories", "sft_dataset": "datasets", "checkpoints": "checkpoints",
-             "evaluations": "evaluations"}
+             "evaluations": "evaluations", "dataset_exports": "dataset_exports"}
 BAR_STAGES = set(BAR_STEPS)
 SUMMARY = "== envfactory run summary =="
 

@@ -91,8 +91,11 @@ def test_each_run_adds_its_asset_steps_times_and_peaks_and_the_report_shows_the_
     lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
              for line in section.splitlines() if line.startswith("| ") and not line.startswith("| stage")}
     assert list(lines) == ["small", "big"]
-    seconds, peak, status, _started, runs, _range = lines["big"]
+    seconds, peak, load, status, _started, runs, _range = lines["big"]
     assert seconds == f"{big_row['wall_seconds']:.1f}" and peak == f"{big_row['peak_rss_mib']:.0f}"
+    # the machine's load during the step, sampled with the memory: a real reading of this machine's
+    assert big_row["load_avg_1m"] is not None and big_row["load_avg_1m"] >= 0
+    assert load == f"{big_row['load_avg_1m']:.1f}"
     assert status == "SUCCESS" and runs == "2"
 
 

@@ -18,7 +18,7 @@ from envfactory_assets.store.gates import failed_environment_leaks, pass_rate, p
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.store.lineage import LineageError, checkpoint_lineage, format_lineage
 from envfactory_assets.store.schema import JSON_COLUMNS, TABLES, columns, ddl
-from envfactory_assets.store.sql_models import SQL_DIR, load_models, materialize_model
+from envfactory_assets.store.sql_models import SQL_DIR, SqlModel, load_models, materialize_model
 
 
 @pytest.fixture()
@@ -410,12 +410,12 @@ def test_lineage_edges_model_and_gates_on_the_chain(chains, tmp_path):
     store, a, b = chains
     store = copy_of(store, tmp_path)
     models = {m.name: m for m in load_models()}
-    assert materialize_model(store, models["lineage_edges"]) == 14          # 7 links per chain
+    assert materialize_model(store, models["lineage_edges"]).rows == 14          # 7 links per chain
     edges = store.query("SELECT child_table, parent_table, parent_id FROM lineage_edges WHERE child_id = ?",
                         [a["checkpoints"]["id"]]).to_dicts()
     assert edges == [{"child_table": "checkpoints", "parent_table": "sft_dataset",
                       "parent_id": a["sft_dataset"]["id"]}]
-    assert materialize_model(store, models["environment_quality_by_domain"]) == 1
+    assert materialize_model(store, models["environment_quality_by_domain"]).rows == 1
     assert store.query("SELECT environments, passed, failed FROM environment_quality_by_domain").to_dicts() == [
         {"environments": 2, "passed": 1, "failed": 1}]
     assert pass_rate(store) == (0.5, 2)
@@ -460,3 +460,23 @@ def test_report_tables_survive_pipes_and_line_breaks_in_stored_text(store):
     [line] = [ln for ln in run_report(store).splitlines() if row["id"] in ln and ln.startswith("|")]
     assert line.replace("\\|", "").count("|") == 4  # id, turns, domains: three cells
     assert "billing\\|refunds" in line
+
+
+def test_a_model_is_computed_once_with_duckdbs_progress_and_a_failing_model_keeps_the_old_view(tmp_path):
+    store = Store(tmp_path / "envfactory.duckdb")
+    with store.connect() as con:
+        con.execute("CREATE TABLE numbers AS SELECT range AS n FROM range(8000000)")
+    slow = SqlModel("distinct_hashes", "marts", "SELECT count(DISTINCT md5(n::VARCHAR)) AS k FROM numbers", ())
+    said: list[int] = []
+    view = materialize_model(store, slow, progress=said.append, progress_after_s=0.0)
+    assert view.rows == 1 and view.preview.to_dicts() == [{"k": 8000000}]
+    assert said and said == sorted(said) and said[-1] == 100, said  # DuckDB's estimate, never back, then 100
+    assert len(said) >= 2 and said[0] < 100, said  # it moved while the query ran
+    quick = SqlModel("small_numbers", "marts", "SELECT n FROM numbers WHERE n < 30 ORDER BY n", ())
+    quiet: list[int] = []
+    view = materialize_model(store, quick, progress=quiet.append, preview_rows=5)
+    assert (view.rows, view.preview["n"].to_list(), quiet) == (30, [0, 1, 2, 3, 4], [])  # no bar for a quick one
+    broken = SqlModel("small_numbers", "marts", "SELECT no_such_column FROM numbers", ())
+    with pytest.raises(duckdb.BinderException, match="no_such_column"):
+        materialize_model(store, broken)
+    assert store.query("SELECT count(*) AS n FROM small_numbers").to_dicts() == [{"n": 30}]

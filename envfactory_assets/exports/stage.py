@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +105,29 @@ def _licence_counts(sft: list, rl: list) -> list[dict[str, Any]]:
             for (n, u), c in sorted(counts.items())]
 
 
+class _RowCounter:
+    """Counts formatted rows for ``progress(done, total)``: every row, so a caller's meter decides how often
+    to report; :meth:`finish` reports ``total`` once all are written."""
+
+    def __init__(self, total: int, progress: Callable[[int, int], None] | None) -> None:
+        self.total, self.done, self.progress = total, 0, progress
+
+    def one(self, row: Any) -> Any:
+        self.done += 1
+        if self.progress is not None and self.done < self.total:
+            self.progress(self.done, self.total)
+        return row
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress(self.total, self.total)
+
+
 def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
                   licences: Mapping[str, Mapping[str, str]], exports_dir: Path,
                   allow: Sequence[str] = (),
-                  environments: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  environments: Mapping[str, Mapping[str, Any]] | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Write verl parquet, ShareGPT JSON, a HF dataset and the dataset card for one dataset version.
 
     Args:
@@ -121,6 +140,8 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
             ``envfactory_reward.py`` (:mod:`envfactory_assets.exports.verl_reward`), verl's reward function,
             with ``envfactory_tools.yaml`` (:mod:`~envfactory_assets.exports.verl_tool_config`), verl's tool
             config, and ``envfactory_tools.py`` (:mod:`envfactory_assets.exports.verl_tools`), its tool class.
+        progress: called as ``progress(done, total)`` with the rows written so far, ``total`` being the rows
+            of the three formats (RL rows once, SFT rows twice); not called for a version already written.
 
     Returns:
         The manifest (also written as ``manifest.json``): ``{"version", "path", "allow", "dropped",
@@ -150,15 +171,17 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     held_out = stored_held_out([*sft_rows, *rl_rows])
     sft, sft_dropped = _select(sft_rows, licences, allow)
     rl, rl_dropped = _select(rl_rows, licences, allow)
+    written = _RowCounter(len(rl) + 2 * len(sft), progress)
     tmp = out.with_name(f".{version}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     files: dict[str, Any] = {}
     for split in SPLITS:
-        verl = [formats.verl_row(r, i, s, lic) for i, (r, s, lic) in enumerate(x for x in rl if x[1] == split)]
+        verl = [written.one(formats.verl_row(r, i, s, lic))
+                for i, (r, s, lic) in enumerate(x for x in rl if x[1] == split)]
         formats.write_parquet(verl, tmp / f"verl_{split}.parquet")
         files[f"verl_{split}.parquet"] = {"format": "verl parquet (RL)", "rows": {s: (len(verl) if s == split else 0) for s in SPLITS}}
-        share = [formats.sharegpt_record(r, s, lic) for r, s, lic in sft if s == split]
+        share = [written.one(formats.sharegpt_record(r, s, lic)) for r, s, lic in sft if s == split]
         formats.write_json(share, tmp / f"sharegpt_{split}.json")
         files[f"sharegpt_{split}.json"] = {"format": "LlamaFactory ShareGPT (SFT)", "rows": {s: (len(share) if s == split else 0) for s in SPLITS}}
     if environments is not None:
@@ -181,8 +204,9 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
         reward_info = tools_info = None
     formats.write_json({f"envfactory_{s}": {"file_name": f"sharegpt_{s}.json", **formats.SHAREGPT_DATASET_INFO}
                         for s in SPLITS}, tmp / "dataset_info.json")
-    hf = {s: [formats.hf_record(r, s2, lic) for r, s2, lic in sft if s2 == s] for s in SPLITS}
+    hf = {s: [written.one(formats.hf_record(r, s2, lic)) for r, s2, lic in sft if s2 == s] for s in SPLITS}
     formats.write_hf(hf, tmp / "hf_sft")
+    written.finish()
     files["hf_sft"] = {"format": "Hugging Face datasets (save_to_disk, SFT)", "rows": {s: len(hf[s]) for s in SPLITS}}
     manifest = {"version": version, "path": str(out), "allow": list(allow),
                 "dropped": {"sft": sft_dropped, "rl": rl_dropped}, "files": files,

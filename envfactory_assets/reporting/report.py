@@ -298,13 +298,16 @@ def compare_report(old_path: str, store: Store) -> str:
 
 def latest_stage_times(con: Any) -> list[tuple[Any, ...]]:
     """Per step of ``stage_times``, in start order of its latest run: ``(step_key, wall_seconds, peak_rss_mib,
-    status, started_at, runs recorded, fastest and slowest successful wall seconds)``; empty when nothing is
-    recorded or the store predates the table (read-only connections do not migrate)."""
+    load_avg_1m, status, started_at, runs recorded, fastest and slowest successful wall seconds)``; empty when
+    nothing is recorded or the store predates the table, and load None where it predates that column
+    (read-only connections do not migrate)."""
     if not has_table(con, "stage_times"):
         return []
-    return con.execute("""
-        SELECT step_key, wall_seconds, peak_rss_mib, status, started_at, runs, fastest, slowest FROM (
-            SELECT *, row_number() OVER (PARTITION BY step_key ORDER BY started_at DESC NULLS LAST, id) AS latest,
+    names = {row[0] for row in con.execute("DESCRIBE current_stage_times").fetchall()}
+    load = "" if "load_avg_1m" in names else "NULL::DOUBLE AS load_avg_1m, "
+    return con.execute(f"""
+        SELECT step_key, wall_seconds, peak_rss_mib, load_avg_1m, status, started_at, runs, fastest, slowest FROM (
+            SELECT *, {load}row_number() OVER (PARTITION BY step_key ORDER BY started_at DESC NULLS LAST, id) AS latest,
                    count(*) OVER (PARTITION BY step_key) AS runs,
                    min(wall_seconds) FILTER (WHERE status = 'SUCCESS') OVER (PARTITION BY step_key) AS fastest,
                    max(wall_seconds) FILTER (WHERE status = 'SUCCESS') OVER (PARTITION BY step_key) AS slowest
@@ -316,16 +319,19 @@ def stage_times_section(rows: list[tuple[Any, ...]]) -> list[str]:
     """The "Stage times" section of :func:`run_report` from :func:`latest_stage_times` rows."""
     if not rows:
         return ["## Stage times", "", "No stage times recorded yet: `envfactory run` records them at its end.", ""]
-    table = [(step, "" if secs is None else f"{secs:.1f}", "" if mib is None else f"{mib:.0f}", status,
+    table = [(step, "" if secs is None else f"{secs:.1f}", "" if mib is None else f"{mib:.0f}",
+              "" if load is None else f"{load:.1f}", status,
               "" if started is None else f"{started:%Y-%m-%d %H:%M} UTC", runs,
               "" if fastest is None else f"{fastest:.1f} - {slowest:.1f}")
-             for step, secs, mib, status, started, runs, fastest, slowest in rows]
+             for step, secs, mib, load, status, started, runs, fastest, slowest in rows]
     return ["## Stage times", "",
             ("Per stage, its latest run as `envfactory run` recorded it (table `stage_times`): wall time, peak "
-             "resident memory of the process that ran it (worker processes not counted), and the fastest and "
-             "slowest successful runs this store recorded (any settings, any machine load):"), "",
-            _table(table, ("stage", "wall time (s)", "peak memory (MiB)", "status", "started", "runs",
-                           "range of successful runs (s)")), ""]
+             "resident memory of the process that ran it (worker processes not counted), the machine's mean "
+             "1-minute load average during it (the run's own threads and processes count; on 2 cores, above "
+             "about 2 means other jobs shared them), and the fastest and slowest successful runs this store "
+             "recorded (any settings, any machine load):"), "",
+            _table(table, ("stage", "wall time (s)", "peak memory (MiB)", "load average", "status", "started",
+                           "runs", "range of successful runs (s)")), ""]
 
 
 def store_evaluations(con: Any) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ def pipeline_materialize(prepare_dagster_home: Callable[[Path], Path], lock: Cal
 
         from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
         from envfactory_assets.defs.resources import EnvFactoryHome
-        from envfactory_assets.runner.materialize import materialize_pipeline
+        from envfactory_assets.runner.materialize import materialize_pipeline, run_job_name
         from envfactory_assets.runner.output import quiet_config
 
         with home_environment(home):
@@ -51,7 +51,8 @@ def pipeline_materialize(prepare_dagster_home: Callable[[Path], Path], lock: Cal
                 results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance,
                                                {**RESOURCES, "envfactory": EnvFactoryHome(home=str(home))},
                                                quiet_config(run_config), selection=selection, raise_on_error=False,
-                                               tags={"envfactory/command": f"envfactory ablations ({home.name})"})
+                                               tags={"envfactory/command": f"envfactory ablations ({home.name})"},
+                                               job_name=run_job_name(selection, prefix="envfactory_ablation"))
         if not results or not all(r.success for r in results):
             raise RuntimeError(f"ablation arm {home.name}: materializing {selection} failed; inspect it with "
                                f"ENVFACTORY_HOME={home} envfactory ui")

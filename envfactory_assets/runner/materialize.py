@@ -1,6 +1,8 @@
-"""Two-phase materialization of the asset graph (what ``envfactory run`` and the tests use) and the stale
-assets after a run."""
+"""Two-phase materialization of the asset graph (what ``envfactory run`` and the tests use), the names of its
+runs' jobs, and the stale assets after a run."""
 
+import hashlib
+import re
 from typing import Any, Mapping, Sequence
 
 import dagster as dg
@@ -21,17 +23,54 @@ def check_partitions(instance: dg.DagsterInstance, partitions: Sequence[str]) ->
                          f"known: {keys[:20]}")
 
 
+#: job name of a run of the whole graph (the UI lists a run under its job's name)
+PIPELINE_JOB = "envfactory_run"
+_SLUG_WORDS = {"+": "_plus_", "*": "_all_", ",": "__", ":": "_", "/": "_"}
+_MAX_JOB_NAME = 80
+
+
+def run_job_name(selection: str | None, prefix: str = PIPELINE_JOB) -> str:
+    """The job name of an ``envfactory run [--select SELECTION]``: ``prefix`` (``envfactory_run``) for the
+    whole graph, else ``<prefix>__`` and the selection spelt with Dagster's name characters (``+`` as ``plus``, ``*`` as
+    ``all``, ``,`` as ``__``; ``refined_trajectories+`` gives ``envfactory_run__refined_trajectories_plus``).
+    A name over 80 characters is cut and ends with 8 hex digits of the selection's hash, so two selections
+    never share a name by being cut. Dagster's ``materialize`` would name every run ``__ephemeral_asset_job__``.
+    """
+    if not selection or not selection.strip():
+        return prefix
+    text = selection.strip()
+    for mark, word in _SLUG_WORDS.items():
+        text = text.replace(mark, word)
+    slug = re.sub(r"_{3,}", "__", re.sub(r"[^A-Za-z0-9_]+", "_", text)).strip("_") or "selection"
+    name = f"{prefix}__{slug}"
+    if len(name) > _MAX_JOB_NAME:
+        digest = hashlib.sha256(selection.encode()).hexdigest()[:8]
+        name = f"{name[:_MAX_JOB_NAME - 9].rstrip('_')}_{digest}"
+    return name
+
+
+def _run_job(assets: Sequence[Any], job_name: str, selection: Sequence[str], **execute: Any
+             ) -> dg.ExecuteInProcessResult:
+    """``dg.materialize`` under a job of our name: the same job Dagster builds for it, named ``job_name``."""
+    defs = dg.Definitions(assets=assets, jobs=[dg.define_asset_job(name=job_name, selection=selection)],
+                          resources=execute.pop("resources"))
+    defs.resolve_all_job_defs()  # an unsatisfied resource or a broken graph fails here, before the run
+    return defs.resolve_job_def(job_name).execute_in_process(**execute)
+
+
 def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, resources: Mapping[str, Any],
                          run_config: Mapping[str, Any] | None = None, selection: Any = None,
                          partitions: Sequence[str] | None = None,
-                         raise_on_error: bool = True, tags: Mapping[str, str] | None = None
-                         ) -> list[dg.ExecuteInProcessResult]:
+                         raise_on_error: bool = True, tags: Mapping[str, str] | None = None,
+                         job_name: str = PIPELINE_JOB) -> list[dg.ExecuteInProcessResult]:
     """Materialize ``selection`` (default: everything) in-process, the way ``envfactory run`` does.
 
     Phase 1 runs ``source_resources`` alone when selected (it sets the ``environment`` partitions); phase 2
     runs the rest in one run (an asset that shares its step with others, like ``sft_dataset`` with
     ``rl_dataset``, brings them along), the partitioned stages over ``partitions`` (default: all) at once.
     Returns the results of the runs made (phase 2 is skipped when phase 1 fails). ``tags`` go on every run.
+    Phase 2's runs belong to a job named ``job_name`` (:func:`run_job_name`), phase 1's to
+    ``<job_name>__sources``.
 
     Raises:
         ValueError: ``partitions`` names keys that are not partitions, or a partitioned stage is selected
@@ -49,9 +88,10 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     run_config = dict(run_config or {})
     results = []
     if "source_resources" in chosen:
-        first = dg.materialize(assets, instance=instance, resources=resources, selection=["source_resources"],
-                               run_config=config_for_selection(graph, run_config, ["source_resources"]),
-                               raise_on_error=raise_on_error, tags=dict(tags or {}))
+        first = _run_job(assets, f"{job_name}__sources", ["source_resources"], instance=instance,
+                         resources=resources,
+                         run_config=config_for_selection(graph, run_config, ["source_resources"]),
+                         raise_on_error=raise_on_error, tags=dict(tags or {}))
         results.append(first)
         if not first.success:
             return results
@@ -71,9 +111,9 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     else:
         tag_sets = [{"dagster/partition": k} for k in keys]
     for run_tags in tag_sets:
-        result = dg.materialize(assets, instance=instance, resources=resources, selection=rest,
-                                run_config=config_for_selection(graph, run_config, rest),
-                                tags={**(tags or {}), **run_tags}, raise_on_error=raise_on_error)
+        result = _run_job(assets, job_name, rest, instance=instance, resources=resources,
+                          run_config=config_for_selection(graph, run_config, rest),
+                          tags={**(tags or {}), **run_tags}, raise_on_error=raise_on_error)
         results.append(result)
         if not result.success:
             break

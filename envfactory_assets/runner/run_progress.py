@@ -12,7 +12,7 @@ from typing import Optional, TextIO
 import dagster as dg
 from dagster import DagsterEventType
 
-from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, format_bar
+from envfactory_assets.progress import DONE, LABEL, RATE, TOTAL, Progress, format_bar
 
 RUN_TAG = "envfactory/cli_run"
 _EVENTS = {DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
@@ -92,7 +92,8 @@ class RunProgressBar(threading.Thread):
             metadata = observation.metadata
             if DONE in metadata and TOTAL in metadata:
                 done, rate = int(metadata[DONE].value), float(metadata[RATE].value) if RATE in metadata else 0.0
-                self._draw(observation.asset_key.to_user_string(),
+                label = str(metadata[LABEL].value) if LABEL in metadata else observation.asset_key.to_user_string()
+                self._draw(label,
                            Progress(done, int(metadata[TOTAL].value), done / rate if rate > 0 else 0.0))
 
     def _step_done(self, step: str, ok: bool, seconds: float) -> None:

@@ -32,7 +32,9 @@ def stage_time_rows(instance: dg.DagsterInstance, run_ids: Sequence[str], token:
     One row per step (only those in ``steps`` when given: the CLI passes the asset steps): ``run_id``,
     ``run_token``, ``step_key``, ``started_at`` (UTC), ``wall_seconds`` (None for a step that never ran),
     ``status`` (``SUCCESS``, ``FAILURE``, ``SKIPPED``...), ``peak_rss_mib`` (this process's peak resident
-    memory during the step, from ``memory``; None without it). The id is a hash of run id and step key, so
+    memory during the step, from ``memory``; None without it), ``load_avg_1m`` (the machine's mean 1-minute
+    load average during the step, from ``memory``: near this run's own threads on an idle machine, above it
+    when other jobs share the cores; None without it). The id is a hash of run id and step key, so
     writing the same run again adds nothing.
     """
     rows = []
@@ -46,6 +48,7 @@ def stage_time_rows(instance: dg.DagsterInstance, run_ids: Sequence[str], token:
             "wall_seconds": round(s.end_time - s.start_time, 3) if ran else None,
             "status": s.status.value if s.status else None,
             "peak_rss_mib": memory.peak_mib(s.start_time, s.end_time) if ran and memory is not None else None,
+            "load_avg_1m": memory.mean_load(s.start_time, s.end_time) if ran and memory is not None else None,
         })
     return rows
 

@@ -103,6 +103,7 @@ TABLES: dict[str, list[str]] = {
     "stage_times": [
         "id VARCHAR PRIMARY KEY", "run_id VARCHAR NOT NULL", "run_token VARCHAR", "step_key VARCHAR NOT NULL",
         "started_at TIMESTAMP", "wall_seconds DOUBLE", "status VARCHAR", "peak_rss_mib DOUBLE",
+        "load_avg_1m DOUBLE",
     ],
 }
 

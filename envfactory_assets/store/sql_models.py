@@ -6,10 +6,17 @@ file name without ``.sql``, its code version is the sha256 of its text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import duckdb
+import polars as pl
 
 from envfactory_assets.store.db import Store
 
@@ -51,8 +58,70 @@ def load_models(sql_dir: Path = SQL_DIR) -> list[SqlModel]:
     return models
 
 
-def materialize_model(store: Store, model: SqlModel) -> int:
-    """Create or replace the model's view in one transaction and return its row count."""
+@dataclass(frozen=True)
+class MaterializedModel:
+    """A model's view after :func:`materialize_model`: its row count and its first ``preview`` rows."""
+
+    rows: int
+    preview: pl.DataFrame
+
+
+def materialize_model(store: Store, model: SqlModel, progress: Callable[[int], None] | None = None,
+                      preview_rows: int = 20, progress_after_s: float = 2.0) -> MaterializedModel:
+    """Create or replace the model's view, then compute it once for its row count and preview.
+
+    The view is computed into a temporary table, so counting and previewing cost one evaluation of the SQL
+    (a view over every refined turn takes a minute on the default run). ``progress(percent)`` (0-100, never
+    lower than the call before) gets DuckDB's own estimate of that evaluation (``query_progress``), polled
+    twice a second once it has run for ``progress_after_s`` seconds, and 100 at its end; a quicker query
+    makes no call, as DuckDB's own bar waits 2 s before it shows.
+
+    Raises:
+        duckdb.Error: the model's SQL fails (the previous view is left as it was).
+    """
     with store.connect() as con:
-        con.execute(f"CREATE OR REPLACE VIEW {model.name} AS {model.sql}")
-        return con.execute(f"SELECT count(*) FROM {model.name}").fetchone()[0]
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(f"CREATE OR REPLACE VIEW {model.name} AS {model.sql}")
+            with _query_progress(con, progress, progress_after_s):
+                con.execute(f"CREATE OR REPLACE TEMP TABLE _model_rows AS SELECT * FROM {model.name}")
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        rows = con.execute("SELECT count(*) FROM _model_rows").fetchone()[0]
+        preview = con.execute(f"SELECT * FROM _model_rows LIMIT {int(preview_rows)}").pl()
+        con.execute("DROP TABLE _model_rows")
+    return MaterializedModel(rows, preview)
+
+
+@contextlib.contextmanager
+def _query_progress(con: duckdb.DuckDBPyConnection, progress: Callable[[int], None] | None,
+                    after_s: float, poll_s: float = 0.5) -> Iterator[None]:
+    """Around one statement on ``con``: report DuckDB's progress estimate of it to ``progress`` (see
+    :func:`materialize_model`) from a thread, the way DuckDB's own progress bar reads it."""
+    if progress is None:
+        yield
+        return
+    con.execute("SET enable_progress_bar = true")  # DuckDB tracks progress only with its bar enabled
+    con.execute("SET enable_progress_bar_print = false")  # ... and must not draw it on our terminal
+    stopping, started, reported = threading.Event(), time.monotonic(), [-1]
+
+    def poll() -> None:
+        while not stopping.wait(poll_s):
+            if time.monotonic() - started < after_s:
+                continue
+            percent = min(int(con.query_progress()), 99)  # -1 while no query runs; 100 once it returned
+            if percent > reported[0]:
+                reported[0] = percent
+                progress(percent)
+
+    thread = threading.Thread(target=poll, daemon=True, name="envfactory-sql-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stopping.set()
+        thread.join()
+    if reported[0] >= 0:
+        progress(100)

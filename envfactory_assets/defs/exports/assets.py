@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from envfactory_assets.defs.partitions import asset_code_version
+from envfactory_assets.defs.progress import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 
 _EXPORT_CODE = asset_code_version("envfactory_assets.exports", "envfactory_assets.tooluse",
@@ -43,13 +44,15 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
     from envfactory_assets.exports.stage import build_exports
 
     from envfactory_assets.catalog import passed_environments
-
     store = envfactory.store()
     licences = environment_licences(store.read("environments"), store.read("source_resources"))
     try:
         manifest = build_exports(store.read("sft_dataset"), store.read("rl_dataset"), licences,
                                  _exports_dir(envfactory), config.allowed_licences,
-                                 environments=passed_environments(store).environments)
+                                 environments=passed_environments(store).environments,
+                                 progress=progress_callback(context, "rows written (verl, ShareGPT, HF)",
+                                                            asset_key=dg.AssetKey("verl_export"),
+                                                            label="dataset_exports"))
     except (KeyError, ValueError) as exc:
         raise dg.Failure(f"exports: {exc}") from exc
     context.log.info(f"export {manifest['version']} written to {manifest['path']}")
