@@ -208,3 +208,41 @@ def test_an_unsolvable_expansion_is_reverted_with_the_reason(trajectories, envir
     assert op["reference"] == new["operators"][-1]["reference"] == follow_up_request("books", "authors")
     assert last["query"] in (op["query_before"], last["query_raw"]) and op["reference"] not in last["query"]
     assert last["calls"][-1] == traj["turns"][-1]["calls"][-1] and last["accuracy"] > 0  # the follow-up is gone
+
+
+class _CannotRead(ProgrammaticSolver):
+    """A solver that cannot read the given request texts (it makes no call for them), and reads the rest."""
+
+    def __init__(self, unreadable):
+        super().__init__()
+        self.unreadable = set(unreadable)
+
+    def attempt(self, view, call_tool, seed):
+        if view.messages[-1]["content"] in self.unreadable:
+            return super().attempt(SolverView(view.messages[:-1] + ({"role": "user", "content": ""},), view.tools),
+                                   call_tool, seed)
+        return super().attempt(view, call_tool, seed)
+
+
+def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_comes_back(trajectories,
+                                                                                         environments, worker):
+    from envfactory_assets.synth.calibrate import REDRAW_SEED, persona_of
+
+    cfg = CalibrationConfig(k=2, conversational_share=0.0)
+    plain = [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), cfg) for t in trajectories]
+    # the first refined turn of a trajectory whose second draw words it differently
+    traj, cal, turn = next((t, c, c["turns"][0]) for t, c in zip(trajectories, plain)
+                           if c["turns"] and c["turns"][0]["query"] != c["turns"][0]["query_raw"]
+                           and "merged_from" not in c["turns"][0]
+                           and refine_turns(t["turns"], environments, seed=t["id"] + REDRAW_SEED,
+                                            persona=persona_of(t["id"], t["domains"]))[0][0]["query"]
+                           != c["turns"][0]["query"])
+    redrawn = calibrate_trajectory(traj, environments, worker, _CannotRead([turn["query"]]), cfg)["turns"][0]
+    assert redrawn["query_redrawn_from"] == turn["query"] and redrawn["query"] not in (turn["query"], turn["query_raw"])
+    assert redrawn["solve_refined"]["passed"] > 0 and not any(o.get("reverted") for o in redrawn["operators"])
+    assert redrawn["calls"] == turn["calls"] and redrawn["state_after_hash"] == turn["state_after_hash"]
+    # when the second draw cannot be read either, the raw query comes back, as before
+    both = calibrate_trajectory(traj, environments, worker, _CannotRead([turn["query"], redrawn["query"]]), cfg)
+    first = both["turns"][0]
+    assert first["query"] == first["query_raw"] and "query_redrawn_from" not in first
+    assert all(o["reverted"] for o in first["operators"]) and both["reverted"] >= 1

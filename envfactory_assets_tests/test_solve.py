@@ -447,6 +447,32 @@ def test_an_identifier_copied_from_a_listed_row_is_read_from_the_row_the_request
             assert calls[-1] == ("create_course", {"name": "X", "calendar_id": want}), (query, calls)
 
 
+def test_a_foreign_key_named_through_a_row_seen_is_read_from_that_row():
+    """"for the legal entity of that business line": the legal entity id the looked-up business line holds,
+    not another legal entity seen earlier."""
+    string = {"type": "string"}
+    tools = (_spec("list_legal_entities", "List legal entities", {"limit": {"type": "integer"}}),
+             _spec("get_business_line", "Get a business line", {"business_line_id": string}, ("business_line_id",)),
+             _spec("create_transfer_instrument", "Create a transfer instrument",
+                   {"type": string, "legal_entity_id": string}, ("type", "legal_entity_id")))
+    entities = [{"legal_entity_id": "leg_1", "name": "A"}, {"legal_entity_id": "leg_2", "name": "B"}]
+    line = {"business_line_id": "bus_1", "legal_entity_id": "leg_2", "capability": "receivePayments"}
+    for seed in range(6):
+        calls = []
+
+        def call(name, args):
+            calls.append((name, args))
+            return {"ok": True, "output": {"items": entities} if name == "list_legal_entities"
+                    else line if name == "get_business_line" else {"transfer_instrument_id": "tra_1"}}
+
+        query = ("Show me the legal entities. Then look up business line 'bus_1' and tell me its details, and "
+                 "then create a new transfer instrument for the legal entity of that business line with type "
+                 "'recurringDetail'.")
+        ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), call, seed=seed)
+        assert calls[-1] == ("create_transfer_instrument", {"type": "recurringDetail", "legal_entity_id": "leg_2"}), \
+            calls
+
+
 def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
     import random
 

@@ -377,8 +377,21 @@ def test_an_identifier_copied_from_a_listed_row_is_named_by_that_row():
     listing = {"kind": "list", "name": "list_courses", "output": {"items": items}}
     prov = {"source": "output", "call": 0, "path": "items[1].calendar_id"}
     rng = random.Random(0)
-    assert _copied_from_row(listing, prov, "calendar_id", [listing], 1, "courses", rng) == (
+    assert _copied_from_row(listing, prov, "calendar_id", [listing], 1, "courses", False, True, rng) == (
         "same as the course whose name is 'Mobile'")
-    assert _copied_from_row(listing, prov, "title", [listing], 1, "courses", rng) is None  # a stated value
+    assert _copied_from_row(listing, prov, "title", [listing], 1, "courses", False, True, rng) is None  # a value
+    # a looked-up row's foreign key: the user names the row it points at through the row they saw
     lookup = {"kind": "get", "name": "get_course", "output": items[1]}
-    assert _copied_from_row(lookup, {**prov, "path": "calendar_id"}, "calendar_id", [lookup], 1, "courses", rng) is None
+    single = {**prov, "path": "calendar_id"}
+    for seed in range(6):
+        phrase = _copied_from_row(lookup, single, "calendar_id", [lookup], 1, "courses", False, True,
+                                  random.Random(seed))
+        assert phrase in ("the calendar of that course", "the calendar of this course",
+                          "the calendar of the same course"), phrase
+    created = {"kind": "create", "name": "create_course", "output": items[0]}
+    assert _copied_from_row(created, single, "calendar_id", [created], 1, "courses", True, True, rng).startswith(
+        "the calendar of the ")  # "... of the new course"
+    # not for an identifier that names no row (a display id), nor once a later result carries the field
+    assert _copied_from_row(lookup, single, "calendar_id", [lookup], 1, "courses", False, False, rng) is None
+    later = {"kind": "get", "name": "get_calendar", "output": {"calendar_id": "cal_1"}}
+    assert _copied_from_row(lookup, single, "calendar_id", [lookup, later], 2, "courses", False, True, rng) is None

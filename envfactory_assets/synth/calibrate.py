@@ -19,6 +19,7 @@ attempt solves is reverted to the turn without it, with the reason.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +161,25 @@ def _draft_if_solvable(turn: dict[str, Any], solve_raw: dict[str, Any], worker: 
     return solve_draft
 
 
+#: The seed suffix of the second draw of the programmatic refinement (:func:`_redrawn_queries`).
+REDRAW_SEED = "/redrawn"
+
+
+def _turn_key(turn: dict[str, Any]) -> str:
+    """A raw turn's identity across two refinement draws: its raw query and its calls."""
+    return json.dumps([turn["query_raw"], [[c["name"], c["arguments"]] for c in turn["calls"]]],
+                      sort_keys=True, default=str)
+
+
+def _redrawn_queries(raw: dict[str, Any], envs: dict[str, dict[str, Any]], persona: str) -> dict[str, dict[str, Any]]:
+    """The trajectory refined again with another seed: ``{turn key: {"query", "operators"}}`` per turn whose
+    second draw differs from the first (:func:`_turn_key`)."""
+    first, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
+    second, _ = refine_turns(raw["turns"], envs, seed=raw["id"] + REDRAW_SEED, persona=persona)
+    return {_turn_key(b): {"query": b["query"], "operators": b["operators"]}
+            for a, b in zip(first, second) if a["query"] != b["query"]}
+
+
 def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker,
                          solver: Solver, config: CalibrationConfig | None = None,
                          user: SimulatedUser | None = None, providable: ProvidableFlags | None = None,
@@ -206,6 +226,7 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     kept: list[dict[str, Any]] = []
     reasons: list[str] = []
     reverted = 0
+    redraws: dict[str, dict[str, Any]] | None = None  # made on the first refined query no attempt solves
     while queue:
         turn = queue.pop(0)
         t = len(kept)
@@ -241,6 +262,19 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
             break
         turn["solve_raw"], turn["solve_refined"] = _stored(solve_raw), None
         accuracy = solve_raw["accuracy"]
+        if solve_ref is not None and solve_ref["passed"] == 0 and refiner is None and "merged_from" not in turn:
+            # a second draw of the programmatic refinement (other plans, labels and reference wordings) before
+            # giving the raw query back: one unlucky wording should not cost the turn its implicit references
+            if redraws is None:
+                redraws = _redrawn_queries(raw, envs, persona)
+            again = redraws.get(_turn_key(turn))
+            if again is not None and again["query"] not in (turn["query"], turn["query_raw"]):
+                solve_again = solve_turn(worker, turn["state_before"],
+                                         SolverView.for_turn(kept, again["query"], tools), player, turn,
+                                         task_id + "/redrawn", cfg.k)
+                if solve_again["passed"]:
+                    turn["query_redrawn_from"] = turn["query"]
+                    turn["query"], turn["operators"], solve_ref = again["query"], again["operators"], solve_again
         if solve_ref is not None:
             turn["solve_refined"] = _stored(solve_ref)
             if solve_ref["passed"] == 0:

@@ -96,18 +96,28 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
 
 
 def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, flat: list[dict[str, Any]],
-                     position: int, table: str, rng: random.Random) -> str | None:
-    """"same as the course whose name is 'X'" (or "... the second course in that list") for an identifier
-    argument ``arg`` whose value a list result's row carries in another field (``items[1].calendar_id``), or
-    None: only for lists, and an ordinal only while no later result carries rows with that field."""
+                     position: int, table: str, same_turn: bool, names_a_row: bool,
+                     rng: random.Random) -> str | None:
+    """A phrase for an identifier argument ``arg`` whose value a result's row carries in another field, or
+    None. From a list's row (``items[1].calendar_id``): "same as the course whose name is 'X'" (or "... the
+    second course in that list"). From a looked-up, changed or created row (``legal_entity_id`` of a business
+    line), when ``arg`` names a row (the tool's key or a foreign key): "the legal entity of that business
+    line". A row named by its place or by "that" is named so only while no later result carries rows with
+    that field (the phrase would otherwise point at the later one)."""
     path = prov["path"]
-    if not arg.endswith("_id") or producer["kind"] != "list" or not path.startswith("items["):
+    field = path.rsplit(".", 1)[-1]
+    if not arg.endswith("_id"):
         return None
-    row = _reference(producer, path, False, table, rng)
-    if row is None or (row.endswith(" in that list")
-                       and _carried_between(flat, prov["call"], position, path.rsplit(".", 1)[-1])):
-        return None
-    return f"same as {row}"
+    if producer["kind"] == "list" and path.startswith("items["):
+        row = _reference(producer, path, False, table, rng)
+        if row is None or (row.endswith(" in that list") and _carried_between(flat, prov["call"], position, field)):
+            return None
+        return f"same as {row}"
+    if (names_a_row and producer["kind"] in ("get", "update", "create") and "[" not in path and "." not in path
+            and not _carried_between(flat, prov["call"], position, field)):
+        row = _reference(producer, path, same_turn, table, rng)
+        return None if row is None else f"the {spoken_thing(arg[:-3])} of {row}"
+    return None
 
 
 def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str) -> str | None:
@@ -233,7 +243,9 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 if prov["path"].rsplit(".", 1)[-1] != index.key_of(producer_tool):
                     # an identifier copied from a listed row ("calendar id same as the course whose name is
                     # 'X'"): the user points at the row they saw; other fields are values they state
-                    phrase = _copied_from_row(producer, prov, arg, flat, position, table, rng)
+                    names_a_row = arg == index.key_of(tool) or arg in index.table_meta(tool)["foreign_keys"]
+                    phrase = _copied_from_row(producer, prov, arg, flat, position, table,
+                                              prov["call"] >= turn_start, names_a_row, rng)
                     if phrase and _obtainable(call["arguments"][arg], earlier):
                         refs[arg] = phrase
                         record("implicit_reference", arg, call["arguments"][arg], phrase, producer["name"])

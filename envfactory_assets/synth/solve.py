@@ -654,8 +654,9 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             # "calendar id same as the course whose name is 'X'": the value the row the user points at holds
             same = None
             for lab in sorted(labels, key=len, reverse=True):
-                same = _pattern(rf"\b{re.escape(lab)}\s+(?:to\s+)?same as ((?:the|that|this)\b[^,]*?"
-                                rf"(?: whose .+? is (?:{_LITERAL})| in that list))", re.IGNORECASE).search(text)
+                same = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?same as ((?:the|that|this)\b[^,]*?"
+                                rf"(?: whose .+? is (?:{_LITERAL})| in that list))",
+                                re.IGNORECASE).search(text)
                 if same:
                     break
             # "author id the author you created earlier" or "for the author whose name is 'X'"
