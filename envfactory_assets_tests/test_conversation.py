@@ -246,3 +246,42 @@ def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_c
     first = both["turns"][0]
     assert first["query"] == first["query_raw"] and "query_redrawn_from" not in first
     assert all(o["reverted"] for o in first["operators"]) and both["reverted"] >= 1
+
+
+class _ReadsOnly(ProgrammaticSolver):
+    """A solver (asking the user when a value is missing) that reads only the given request texts."""
+
+    def __init__(self, readable):
+        super().__init__(ask=True)
+        self.readable = set(readable)
+
+    def attempt(self, view, call_tool, seed):
+        if view.messages[-1]["role"] == "user" and view.messages[-1]["content"] not in self.readable:
+            view = SolverView(view.messages[:-1] + ({"role": "user", "content": ""},), view.tools)
+        return super().attempt(view, call_tool, seed)
+
+
+def test_a_second_draw_keeps_the_reverted_omission_calibration_recorded_on_the_turn(trajectories, environments,
+                                                                                    worker, flags):
+    from envfactory_assets.synth.calibrate import REDRAW_SEED, persona_of
+
+    cfg = CalibrationConfig(k=2, conversational_share=1.0)
+    checked = 0
+    for traj in trajectories:
+        persona = persona_of(traj["id"], traj["domains"])
+        first, _ = refine_turns(traj["turns"], environments, seed=traj["id"], persona=persona)
+        second, _ = refine_turns(traj["turns"], environments, seed=traj["id"] + REDRAW_SEED, persona=persona)
+        raw = {t["query"] for t in traj["turns"]}
+        # the wording that leaves a value for the user to give is never read: the omission is reverted
+        kept = calibrate_trajectory(traj, environments, worker, _ReadsOnly(raw | {t["query"] for t in first}), cfg,
+                                    ProgrammaticUser(), flags)
+        # ... and the first draw not either: the second draw is kept, on top of that reverted omission
+        redrawn = calibrate_trajectory(traj, environments, worker, _ReadsOnly(raw | {t["query"] for t in second}),
+                                       cfg, ProgrammaticUser(), flags)
+        for a, b in zip(kept["turns"], redrawn["turns"]):
+            omitted = [o for o in a["operators"] if o["operator"] == "user_clarification" and o.get("reverted")]
+            if "query_redrawn_from" in b and omitted:
+                checked += 1
+                assert [o for o in b["operators"] if o["operator"] == "user_clarification"] == omitted
+                assert b["calls"] == a["calls"] and b["state_after_hash"] == a["state_after_hash"]
+    assert checked >= 3, checked

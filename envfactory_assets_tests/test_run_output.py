@@ -83,8 +83,9 @@ def test_the_run_records_its_stage_times_and_the_report_prints_them(terminal):
     assert ops and all(int(applied) - int(reverted) == int(kept) for _, applied, reverted, kept in ops), ops
     section = proc.stdout.split("## Stage times")[1]
     for stage in ("source_resources", "environments", "tool_graph", "checkpoints", "evaluations"):
-        # stage | wall time (s) | peak memory (MiB) | status | started | runs (this run only) | range
-        assert re.search(rf"^\| {stage} \| \d+\.\d \| \d+ \| SUCCESS \| [^|]+ UTC \| 1 \|", section, re.M), stage
+        # stage | wall time (s) | peak memory (MiB) | load average | status | started | runs (this run only) | range
+        assert re.search(rf"^\| {stage} \| \d+\.\d \| \d+ \| \d+\.\d \| SUCCESS \| [^|]+ UTC \| 1 \|", section,
+                         re.M), stage
 
 
 def test_the_run_log_file_holds_dagster_events_from_info_up(terminal):

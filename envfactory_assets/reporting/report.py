@@ -327,8 +327,8 @@ def stage_times_section(rows: list[tuple[Any, ...]]) -> list[str]:
     return ["## Stage times", "",
             ("Per stage, its latest run as `envfactory run` recorded it (table `stage_times`): wall time, peak "
              "resident memory of the process that ran it (worker processes not counted), the machine's mean "
-             "1-minute load average during it (the run's own threads and processes count; on 2 cores, above "
-             "about 2 means other jobs shared them), and the fastest and slowest successful runs this store "
+             "1-minute load average during it (the run's own threads and processes count; above the machine's "
+             "core count, other jobs shared the cores), and the fastest and slowest successful runs this store "
              "recorded (any settings, any machine load):"), "",
             _table(table, ("stage", "wall time (s)", "peak memory (MiB)", "load average", "status", "started",
                            "runs", "range of successful runs (s)")), ""]

@@ -34,7 +34,8 @@ def run_job_name(selection: str | None, prefix: str = PIPELINE_JOB) -> str:
     whole graph, else ``<prefix>__`` and the selection spelt with Dagster's name characters (``+`` as ``plus``, ``*`` as
     ``all``, ``,`` as ``__``; ``refined_trajectories+`` gives ``envfactory_run__refined_trajectories_plus``).
     A name over 80 characters is cut and ends with 8 hex digits of the selection's hash, so two selections
-    never share a name by being cut. Dagster's ``materialize`` would name every run ``__ephemeral_asset_job__``.
+    never share a name by being cut; spellings that differ only in marks (``a+b``, ``a_plus_b``) share one,
+    and the run's ``envfactory/command`` tag keeps the exact text. Dagster's ``materialize`` would name every run ``__ephemeral_asset_job__``.
     """
     if not selection or not selection.strip():
         return prefix

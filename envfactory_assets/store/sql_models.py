@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import re
 import threading
 import time
@@ -20,6 +21,7 @@ import polars as pl
 
 from envfactory_assets.store.db import Store
 
+_log = logging.getLogger(__name__)
 SQL_DIR = Path(__file__).resolve().parents[2] / "dbt_like_sql"
 _DEPENDS = re.compile(r"^--\s*depends_on:\s*(.+)$", re.MULTILINE)
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -72,9 +74,9 @@ def materialize_model(store: Store, model: SqlModel, progress: Callable[[int], N
 
     The view is computed into a temporary table, so counting and previewing cost one evaluation of the SQL
     (a view over every refined turn takes a minute on the default run). ``progress(percent)`` (0-100, never
-    lower than the call before) gets DuckDB's own estimate of that evaluation (``query_progress``), polled
-    twice a second once it has run for ``progress_after_s`` seconds, and 100 at its end; a quicker query
-    makes no call, as DuckDB's own bar waits 2 s before it shows.
+    lower than the call before) gets 0 as the evaluation starts, then DuckDB's own estimate of it
+    (``query_progress``), polled twice a second once it has run for ``progress_after_s`` seconds, and 100 at
+    its end; a quicker query gets only the 0, as DuckDB's own bar waits 2 s before it shows.
 
     Raises:
         duckdb.Error: the model's SQL fails (the previous view is left as it was).
@@ -99,13 +101,23 @@ def materialize_model(store: Store, model: SqlModel, progress: Callable[[int], N
 def _query_progress(con: duckdb.DuckDBPyConnection, progress: Callable[[int], None] | None,
                     after_s: float, poll_s: float = 0.5) -> Iterator[None]:
     """Around one statement on ``con``: report DuckDB's progress estimate of it to ``progress`` (see
-    :func:`materialize_model`) from a thread, the way DuckDB's own progress bar reads it."""
+    :func:`materialize_model`) from a thread, the way DuckDB's own progress bar reads it. A ``progress`` that
+    raises is not called again (a bar must never fail the query it draws)."""
     if progress is None:
         yield
         return
     con.execute("SET enable_progress_bar = true")  # DuckDB tracks progress only with its bar enabled
     con.execute("SET enable_progress_bar_print = false")  # ... and must not draw it on our terminal
-    stopping, started, reported = threading.Event(), time.monotonic(), [-1]
+    stopping, started, reported, broken = threading.Event(), time.monotonic(), [-1], threading.Event()
+
+    def tell(percent: int) -> None:
+        if broken.is_set():
+            return
+        try:
+            progress(percent)
+        except Exception as exc:  # noqa: BLE001 - any failure of the caller's sink stops the reports only
+            broken.set()
+            _log.warning("SQL progress reports stopped: %s: %s", type(exc).__name__, exc)
 
     def poll() -> None:
         while not stopping.wait(poll_s):
@@ -114,8 +126,9 @@ def _query_progress(con: duckdb.DuckDBPyConnection, progress: Callable[[int], No
             percent = min(int(con.query_progress()), 99)  # -1 while no query runs; 100 once it returned
             if percent > reported[0]:
                 reported[0] = percent
-                progress(percent)
+                tell(percent)
 
+    tell(0)  # the query starts now: a meter made here times its rate from the start, and 0 draws no bar
     thread = threading.Thread(target=poll, daemon=True, name="envfactory-sql-progress")
     thread.start()
     try:
@@ -124,4 +137,4 @@ def _query_progress(con: duckdb.DuckDBPyConnection, progress: Callable[[int], No
         stopping.set()
         thread.join()
     if reported[0] >= 0:
-        progress(100)
+        tell(100)

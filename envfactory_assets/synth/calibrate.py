@@ -172,11 +172,12 @@ def _turn_key(turn: dict[str, Any]) -> str:
 
 
 def _redrawn_queries(raw: dict[str, Any], envs: dict[str, dict[str, Any]], persona: str) -> dict[str, dict[str, Any]]:
-    """The trajectory refined again with another seed: ``{turn key: {"query", "operators"}}`` per turn whose
-    second draw differs from the first (:func:`_turn_key`)."""
+    """The trajectory refined again with another seed: ``{turn key: {"query", "operators", "first_operators"}}``
+    per turn whose second draw differs from the first (:func:`_turn_key`); ``first_operators`` are the first
+    draw's, so a caller can tell them from operators calibration added since."""
     first, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
     second, _ = refine_turns(raw["turns"], envs, seed=raw["id"] + REDRAW_SEED, persona=persona)
-    return {_turn_key(b): {"query": b["query"], "operators": b["operators"]}
+    return {_turn_key(b): {"query": b["query"], "operators": b["operators"], "first_operators": a["operators"]}
             for a, b in zip(first, second) if a["query"] != b["query"]}
 
 
@@ -273,8 +274,11 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
                                          SolverView.for_turn(kept, again["query"], tools), player, turn,
                                          task_id + "/redrawn", cfg.k)
                 if solve_again["passed"]:
+                    # what calibration added to the turn (a reverted omission or expansion, with its reason)
+                    # stays; the first draw's refinement operators give way to the second's
+                    added = [o for o in turn["operators"] if o not in again["first_operators"]]
                     turn["query_redrawn_from"] = turn["query"]
-                    turn["query"], turn["operators"], solve_ref = again["query"], again["operators"], solve_again
+                    turn["query"], turn["operators"], solve_ref = again["query"], again["operators"] + added, solve_again
         if solve_ref is not None:
             turn["solve_refined"] = _stored(solve_ref)
             if solve_ref["passed"] == 0:

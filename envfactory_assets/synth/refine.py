@@ -113,8 +113,10 @@ def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, f
         if row is None or (row.endswith(" in that list") and _carried_between(flat, prov["call"], position, field)):
             return None
         return f"same as {row}"
-    if (names_a_row and producer["kind"] in ("get", "update", "create") and "[" not in path and "." not in path
-            and not _carried_between(flat, prov["call"], position, field)):
+    # only a field of the argument's own name: "the legal entity of that business line" must mean the
+    # business line's legal_entity_id, not another of its fields the value was copied from
+    if (names_a_row and field == arg and producer["kind"] in ("get", "update", "create") and "[" not in path
+            and "." not in path and not _carried_between(flat, prov["call"], position, field)):
         row = _reference(producer, path, same_turn, table, rng)
         return None if row is None else f"the {spoken_thing(arg[:-3])} of {row}"
     return None
