@@ -75,13 +75,19 @@ def test_bar_shows_share_counts_rate_and_eta():
     assert format_bar("env", Progress(10, 10, 4.0), width=4) == "env [####] 10/10  2.5/s"
 
 
-def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_path, monkeypatch, capsys):
+def _fixture_home(tmp_path, monkeypatch, per_domain: int):
+    """``(ENVFACTORY_HOME, run config)`` for a CLI run of the fixture corpus, ``per_domain`` documents each."""
     home = tmp_path / "home"
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}}}))
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": per_domain}}}}))
     monkeypatch.setenv("ENVFACTORY_HOME", str(home))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    return home, config
+
+
+def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_path, monkeypatch, capsys):
+    home, config = _fixture_home(tmp_path, monkeypatch, per_domain=2)
     assert cli_main(["run", "--select", "source_resources,environments,verified_environments",
                      "--config", str(config)]) == 0
     err = capsys.readouterr().err
@@ -109,12 +115,7 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
 
 def test_verbose_run_prints_dagsters_debug_events_on_the_terminal_and_writes_no_run_log(tmp_path, monkeypatch,
                                                                                         capfd):
-    home = tmp_path / "home"
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 1}}}}))
-    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    home, config = _fixture_home(tmp_path, monkeypatch, per_domain=1)
     assert cli_main(["run", "--select", "source_resources", "--config", str(config), "--verbose"]) == 0
     out, err = capfd.readouterr()
     terminal = out + err
