@@ -197,6 +197,7 @@ class ToolGraph:
                 "linked_node_ids": tuple(sorted(n for n in self.graph.nodes if env[n] in linked_envs)),
                 "inputs": {n: tuple(v) for n, v in inputs.items()},
                 "producers": {k: tuple(sorted(v)) for k, v in producers.items()},
+                "producer_sets": {k: frozenset(v) for k, v in producers.items()},
                 "successors": {n: tuple(sorted(self.graph.successors(n))) for n in self.graph.nodes},
                 "kinds": {k: frozenset(v) for k, v in kinds.items()},
                 "env": env,
@@ -228,6 +229,10 @@ class ToolGraph:
     def producers(self, node_id: str, param: str) -> tuple[str, ...]:
         """Sorted nodes with an edge into ``node_id`` whose ``dst_param`` is ``param``."""
         return self._idx()["producers"].get((node_id, param), ())
+
+    def producer_set(self, node_id: str, param: str) -> frozenset[str]:
+        """:meth:`producers` as a set, for membership tests (built once per graph)."""
+        return self._idx()["producer_sets"].get((node_id, param), frozenset())
 
     def successors(self, node_id: str) -> tuple[str, ...]:
         """Sorted graph successors of a node."""

@@ -231,8 +231,8 @@ class _Draft:
     clashes: Mapping[str, frozenset[str]] = field(default_factory=dict)  # shared, read-only
 
     def copy(self) -> "_Draft":
-        return _Draft(list(self.tools), list(self.servers), {k: dict(v) for k, v in self.producers.items()},
-                      self.clashes)
+        # a binding map is never changed once added (add() takes a fresh one), so copies may share them
+        return _Draft(list(self.tools), list(self.servers), dict(self.producers), self.clashes)
 
     def has_room(self, env_id: str, cfg: SamplerConfig) -> bool:
         return len(self.tools) < cfg.max_tools and _can_join(env_id, self.servers, cfg.max_servers, self.clashes)
@@ -246,7 +246,7 @@ class _Draft:
 
 def _latest_producer(graph: ToolGraph, node: str, param: str, tools: list[str]) -> str | None:
     """The latest tool already in ``tools`` with an edge into ``node`` for ``param``, or None."""
-    producers = set(graph.producers(node, param))
+    producers = graph.producer_set(node, param)
     for t in reversed(tools):
         if t in producers:
             return t
