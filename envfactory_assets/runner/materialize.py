@@ -31,11 +31,14 @@ _MAX_JOB_NAME = 80
 
 def run_job_name(selection: str | None, prefix: str = PIPELINE_JOB) -> str:
     """The job name of an ``envfactory run [--select SELECTION]``: ``prefix`` (``envfactory_run``) for the
-    whole graph, else ``<prefix>__`` and the selection spelt with Dagster's name characters (``+`` as ``plus``, ``*`` as
-    ``all``, ``,`` as ``__``; ``refined_trajectories+`` gives ``envfactory_run__refined_trajectories_plus``).
+    whole graph, else ``<prefix>__`` and the selection spelt with Dagster's name characters (``+`` as
+    ``plus``, ``*`` as ``all``, ``,`` as ``__``; ``refined_trajectories+`` gives
+    ``envfactory_run__refined_trajectories_plus``). Dagster's ``materialize`` would name every run
+    ``__ephemeral_asset_job__``.
+
     A name over 80 characters is cut and ends with 8 hex digits of the selection's hash, so two selections
     never share a name by being cut; spellings that differ only in marks (``a+b``, ``a_plus_b``) share one,
-    and the run's ``envfactory/command`` tag keeps the exact text. Dagster's ``materialize`` would name every run ``__ephemeral_asset_job__``.
+    and the run's ``envfactory/command`` tag keeps the exact text.
     """
     if not selection or not selection.strip():
         return prefix
@@ -50,11 +53,12 @@ def run_job_name(selection: str | None, prefix: str = PIPELINE_JOB) -> str:
     return name
 
 
-def _run_job(assets: Sequence[Any], job_name: str, selection: Sequence[str], **execute: Any
-             ) -> dg.ExecuteInProcessResult:
-    """``dg.materialize`` under a job of our name: the same job Dagster builds for it, named ``job_name``."""
+def _run_job(assets: Sequence[Any], job_name: str, selection: Sequence[str], resources: Mapping[str, Any],
+             **execute: Any) -> dg.ExecuteInProcessResult:
+    """``dg.materialize`` under a job of our name: the same job Dagster builds for it, named ``job_name``;
+    ``execute`` goes to ``execute_in_process``."""
     defs = dg.Definitions(assets=assets, jobs=[dg.define_asset_job(name=job_name, selection=selection)],
-                          resources=execute.pop("resources"))
+                          resources=resources)
     defs.resolve_all_job_defs()  # an unsatisfied resource or a broken graph fails here, before the run
     return defs.resolve_job_def(job_name).execute_in_process(**execute)
 
@@ -89,8 +93,7 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     run_config = dict(run_config or {})
     results = []
     if "source_resources" in chosen:
-        first = _run_job(assets, f"{job_name}__sources", ["source_resources"], instance=instance,
-                         resources=resources,
+        first = _run_job(assets, f"{job_name}__sources", ["source_resources"], resources, instance=instance,
                          run_config=config_for_selection(graph, run_config, ["source_resources"]),
                          raise_on_error=raise_on_error, tags=dict(tags or {}))
         results.append(first)
@@ -112,7 +115,7 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     else:
         tag_sets = [{"dagster/partition": k} for k in keys]
     for run_tags in tag_sets:
-        result = _run_job(assets, job_name, rest, instance=instance, resources=resources,
+        result = _run_job(assets, job_name, rest, resources, instance=instance,
                           run_config=config_for_selection(graph, run_config, rest),
                           tags={**(tags or {}), **run_tags}, raise_on_error=raise_on_error)
         results.append(result)

@@ -174,7 +174,8 @@ def _turn_key(turn: dict[str, Any]) -> str:
 def _redrawn_queries(raw: dict[str, Any], envs: dict[str, dict[str, Any]], persona: str) -> dict[str, dict[str, Any]]:
     """The trajectory refined again with another seed: ``{turn key: {"query", "operators", "first_operators"}}``
     per turn whose second draw differs from the first (:func:`_turn_key`); ``first_operators`` are the first
-    draw's, so a caller can tell them from operators calibration added since."""
+    draw's, so a caller can tell them from operators calibration added since. The first draw is made again
+    (same seed, same result) because calibration has changed the turns it made in place since."""
     first, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
     second, _ = refine_turns(raw["turns"], envs, seed=raw["id"] + REDRAW_SEED, persona=persona)
     return {_turn_key(b): {"query": b["query"], "operators": b["operators"], "first_operators": a["operators"]}

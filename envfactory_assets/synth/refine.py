@@ -113,10 +113,10 @@ def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, f
         if row is None or (row.endswith(" in that list") and _carried_between(flat, prov["call"], position, field)):
             return None
         return f"same as {row}"
-    # only a field of the argument's own name: "the legal entity of that business line" must mean the
-    # business line's legal_entity_id, not another of its fields the value was copied from
-    if (names_a_row and field == arg and producer["kind"] in ("get", "update", "create") and "[" not in path
-            and "." not in path and not _carried_between(flat, prov["call"], position, field)):
+    # only the row's own field of the argument's name ("legal_entity_id", no nesting): "the legal entity of
+    # that business line" must mean the business line's legal_entity_id, not another field it was copied from
+    if (names_a_row and path == arg and producer["kind"] in ("get", "update", "create")
+            and not _carried_between(flat, prov["call"], position, field)):
         row = _reference(producer, path, same_turn, table, rng)
         return None if row is None else f"the {spoken_thing(arg[:-3])} of {row}"
     return None
@@ -226,6 +226,8 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
 
         for call in turn["calls"]:
             tool = index.tools[call["name"]]
+            key = index.key_of(tool)
+            meta = index.table_meta(tool)
             refs: dict[str, str] = {}
             for arg, prov in call["provenance"].items():
                 if prov.get("source") != "output":
@@ -245,7 +247,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 if prov["path"].rsplit(".", 1)[-1] != index.key_of(producer_tool):
                     # an identifier copied from a listed row ("calendar id same as the course whose name is
                     # 'X'"): the user points at the row they saw; other fields are values they state
-                    names_a_row = arg == index.key_of(tool) or arg in index.table_meta(tool)["foreign_keys"]
+                    names_a_row = arg == key or arg in meta["foreign_keys"]
                     phrase = _copied_from_row(producer, prov, arg, flat, position, table,
                                               prov["call"] >= turn_start, names_a_row, rng)
                     if phrase and _obtainable(call["arguments"][arg], earlier):
@@ -268,8 +270,6 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 # argument is optional, and the RL row masks it (datasets.MASKED_ARGUMENT_NAMES)
                 refs["limit"] = ""
                 record("parameter_omission", "limit", call["arguments"]["limit"], "", "the parameter's default")
-            key = index.key_of(tool)
-            meta = index.table_meta(tool)
             for arg, value in call["arguments"].items():
                 # an identifier from the hidden state: the user names the row by what they know of it
                 ref_table = tool["table"] if arg == key else meta["foreign_keys"].get(arg)

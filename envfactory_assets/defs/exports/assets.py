@@ -44,6 +44,7 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
     from envfactory_assets.exports.stage import build_exports
 
     from envfactory_assets.catalog import passed_environments
+
     store = envfactory.store()
     licences = environment_licences(store.read("environments"), store.read("source_resources"))
     try:
