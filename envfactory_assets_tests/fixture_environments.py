@@ -3,6 +3,8 @@ graph and raw trajectories that tests build on them."""
 
 from __future__ import annotations
 
+import copy
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,3 +69,13 @@ def refined_like_rows(environments: dict[str, dict], worker: SandboxWorker, n_ch
     return [{**t, "id": f"ref_{i}", "n_turns": len(t["turns"]),
              "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
             for i, t in passed_trajectories(environments, graph, worker, n_chains, seed)]
+
+
+def mutate(env: dict, pattern: str, replacement: str) -> dict:
+    """A copy of ``env`` whose source has the first match of ``pattern`` (``re.S``) replaced: a broken
+    implementation for the gate's mutation tests. Fails the test when the pattern does not apply."""
+    mutated = copy.deepcopy(env)
+    source, n = re.subn(pattern, replacement, mutated["source"], count=1, flags=re.S)
+    assert n == 1, f"mutation pattern {pattern!r} did not apply"
+    mutated["source"] = source
+    return mutated

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import re
 from pathlib import Path
 
 import jsonschema
@@ -15,7 +13,7 @@ from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.static_check import static_check
 from envfactory_assets.sources.names import TOOL_NAME_RE
 from envfactory_assets.sources.scan import SourceResource, inspect_file
-from envfactory_assets_tests.fixture_environments import FIXTURES
+from envfactory_assets_tests.fixture_environments import FIXTURES, mutate
 
 
 
@@ -93,14 +91,6 @@ def test_verification_passes_on_built_environments(bookshop):
 
 
 # ----------------------------------------------------------------------------- mutation tests of the gate
-
-def mutate(env: dict, pattern: str, replacement: str) -> dict:
-    mutated = copy.deepcopy(env)
-    new_source, n = re.subn(pattern, replacement, mutated["source"], count=1, flags=re.S)
-    assert n == 1, f"mutation pattern {pattern!r} did not apply"
-    mutated["source"] = new_source
-    return mutated
-
 
 def failed_checks(env: dict) -> set[str]:
     report = verify_environment(env)

@@ -265,8 +265,10 @@ def pets_spec() -> dict:
 
 def test_extract_resources_on_a_spec_using_refs_all_of_and_envelopes():
     resources = {r.name: r for r in extract_resources(pets_spec())}
-    # /broken (dangling $ref), /a/{x}/b/{y}/c (two parameters) and /reports (read-only) are not resources
-    assert set(resources) == {"pets", "owners", "visits"}
+    # /broken (dangling $ref) and /reports (read-only) are not resources; /a/{x}/b/{y}/c is nested two deep
+    # and keeps its nearest parent's key
+    assert set(resources) == {"pets", "owners", "visits", "c"}
+    assert (resources["c"].parent_key, set(resources["c"].operations)) == ("b_id", {"create", "list"})
     pets = resources["pets"]
     assert pets.key == "pet_id" and pets.parent_key is None
     assert {k: (o.method, o.path) for k, o in pets.operations.items()} == {

@@ -14,7 +14,7 @@ import hashlib
 from typing import Any
 
 from envfactory_assets.envgen.codegen import generate_source
-from envfactory_assets.envgen.tools import tools_for_resource
+from envfactory_assets.envgen.tools import tools_for_resource, with_action_fields
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
 from envfactory_assets.sources.openapi import Resource, extract_resources
 
@@ -79,6 +79,8 @@ def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> di
             "required": [f.name for f in r.fields if f.required],
             "foreign_keys": fks[r.name],
         }
+        if r.singleton:
+            meta[r.name]["singleton"] = True
     return meta
 
 
@@ -111,7 +113,7 @@ def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_tab
     state: dict[str, Any] = {"tables": {t: [] for t in tables}, "meta": {"now": now, "seed": seed, "next_id": 1}}
     for table in order:
         meta = tables[table]
-        for _ in range(rows_per_table):
+        for _ in range(1 if meta.get("singleton") else rows_per_table):
             number = state["meta"]["next_id"]
             state["meta"]["next_id"] = number + 1
             row: dict[str, Any] = {meta["key"]: f"{meta['prefix']}_{number:05d}"}
@@ -207,8 +209,10 @@ def build_mcp_environment(resource_row: dict[str, Any], tool_list: dict[str, Any
 
 
 def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]) -> dict[str, Any]:
-    """The environment of ``resources`` (tables with CRUD operations) for one source resource row."""
+    """The environment of ``resources`` (tables with their CRUD, search, count and action operations, or
+    singletons) for one source resource row."""
     env_id = resource_row["resource_key"]
+    resources = [with_action_fields(r) for r in resources]
     fks = _foreign_keys(resources)
     resources = [_string_keys(r, fks[r.name]) for r in resources]
     resources = _order_by_dependency(resources, fks)

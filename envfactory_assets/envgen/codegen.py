@@ -1,7 +1,8 @@
 """Python source of an environment module (the contract in docs/design.md).
 
-The module holds its table metadata as a literal, generic CRUD helpers over the in-memory state,
-and one small function per tool. Time and ids come from ``state["meta"]`` only, never the clock.
+The module holds its table metadata as a literal, generic helpers over the in-memory state (CRUD,
+search, count, actions, singletons), and one small function per tool. An action's refused precondition
+raises ``PreconditionFailed``, which the sandbox provides to every environment module. Time and ids come from ``state["meta"]`` only, never the clock.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def load(data):
             if key in keyed:
                 _fail(f"{table}: duplicate {TABLES[table]['key']} {key!r}")
             keyed[key] = dict(row)
+        if TABLES[table].get("singleton") and len(keyed) != 1:
+            _fail(f"{table} must hold exactly one row")
         state["tables"][table] = keyed
     for table, meta_t in TABLES.items():
         for field, target in meta_t["foreign_keys"].items():
@@ -158,6 +161,61 @@ def _update(state, table, key, values):
     return dict(new_row)
 
 
+def _matches(row, text):
+    needle = text.casefold()
+    return any(isinstance(v, str) and needle in v.casefold() for k, v in row.items()
+               if k != "created_at" and not k.endswith("_id"))
+
+
+def _search(state, table, text, scope, limit, offset):
+    if not isinstance(text, str) or not text.strip():
+        _fail("query must be a non-empty string")
+    if len(text) > 200:
+        _fail("query must be at most 200 characters")
+    if offset is None:
+        offset = 0
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        _fail("offset must be a non-negative integer")
+    _list(state, table, scope, 100 if limit is None else limit)  # validates limit and the scope's values
+    rows = [r for r in state["tables"][table].values() if _matches(r, text.strip())
+            and all(r.get(k) == v for k, v in scope.items() if v is not None)]
+    size = 20 if limit is None else limit
+    return {"items": [dict(r) for r in rows[offset:offset + size]], "total": len(rows)}
+
+
+def _count(state, table, filters):
+    return {"count": _list(state, table, filters, 1)["total"]}
+
+
+def _action(state, table, key, field, value, blocked, stamp, words):
+    row = _row(state, table, key)
+    current = row.get(field)
+    if current == value:
+        raise PreconditionFailed(f"{words[0]} {key!r} is already {words[1]}")
+    if current in blocked:
+        raise PreconditionFailed(f"cannot {words[2]} {words[0]} {key!r}: it is {current}")
+    new_row = {**row, field: value}
+    if stamp is not None:
+        new_row[stamp] = state["meta"]["now"]
+    state["tables"][table][key] = new_row
+    return dict(new_row)
+
+
+def _the_one(state, table):
+    rows = list(state["tables"][table].values())
+    if len(rows) != 1:
+        raise LookupError(f"{table} holds {len(rows)} rows, not one")
+    return rows[0]
+
+
+def _get_one(state, table):
+    return dict(_the_one(state, table))
+
+
+def _update_one(state, table, values):
+    return _update(state, table, _the_one(state, table)[TABLES[table]["key"]], values)
+
+
 def _delete(state, table, key):
     _row(state, table, key)
     for other, meta_t in TABLES.items():
@@ -182,6 +240,21 @@ def _body(tool: dict[str, Any], key: str) -> str:
     if kind == "list":
         filters = ", ".join(f"{p!r}: {p}" for p in props if p != "limit")
         return f"return _list(state, {table!r}, {{{filters}}}, limit)"
+    if kind == "search":
+        scope = ", ".join(f"{p!r}: {p}" for p in props if p not in ("query", "limit", "offset"))
+        return f"return _search(state, {table!r}, query, {{{scope}}}, limit, offset)"
+    if kind == "count":
+        filters = ", ".join(f"{p!r}: {p}" for p in props)
+        return f"return _count(state, {table!r}, {{{filters}}})"
+    if kind == "action":
+        act = tool["action"]
+        words = (act["thing"], act["state"], act["verb"])
+        return (f"return _action(state, {table!r}, {key}, {act['field']!r}, {act['value']!r}, "
+                f"{tuple(act['blocked'])!r}, {act['stamp']!r}, {words!r})")
+    if tool.get("singleton"):
+        values = ", ".join(f"{p!r}: {p}" for p in props)
+        return f"return _get_one(state, {table!r})" if kind == "get" else \
+            f"return _update_one(state, {table!r}, {{{values}}})"
     if kind == "get":
         return f"return _get(state, {table!r}, {key})"
     if kind == "delete":
@@ -209,7 +282,8 @@ def generate_source(env_id: str, provenance: str, tables: dict[str, Any], tools:
         _HELPERS,
     ]
     for tool in tools:
-        key = next(iter(tool["input_schema"]["properties"])) if tool["kind"] in ("get", "update", "delete") else ""
+        keyed = tool["kind"] in ("get", "update", "delete", "action") and not tool.get("singleton")
+        key = next(iter(tool["input_schema"]["properties"])) if keyed else ""
         lines += [
             "",
             f"def {tool['name']}({_signature(tool)}):",

@@ -1,22 +1,28 @@
 """Tool specs (OpenAI function calling, JSON Schema input and output) from extracted resources.
 
 Semantics follow the HTTP operation: GET on a collection -> ``list``, POST -> ``create``,
-GET/PATCH|PUT/DELETE on an item -> ``get``/``update``/``delete``: the method says whether a tool reads or
-writes, which is what verification and the sampler need to know.
+GET/PATCH|PUT/DELETE on an item -> ``get``/``update``/``delete``; ``search`` (text match with
+``limit``/``offset`` paging) and ``count`` read a collection; ``action`` is a state transition on one row
+with a precondition (``cancel``); a singleton's tools are ``get``/``update`` without a key. The kind says
+whether a tool reads or writes, which is what verification and the sampler need to know.
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from typing import Any
 
+from envfactory_assets.sources.actions import VERBS, ActionTarget, action_target
 from envfactory_assets.sources.names import TOOL_NAME_RE, to_identifier, unique_name
-from envfactory_assets.sources.openapi import Resource
+from envfactory_assets.sources.openapi import FieldSpec, Operation, Resource
 
 LIST_LIMIT_MAX = 100
 LIST_LIMIT_DEFAULT = 20
 MAX_LIST_FILTERS = 3
-KIND_ORDER = ("list", "get", "create", "update", "delete")
+KIND_ORDER = ("list", "search", "count", "get", "create", "update", "delete")
+#: kinds that never change the state
+READ_KINDS = frozenset({"list", "search", "count", "get"})
 # Names a tool function must not shadow inside its environment module.
 RESERVED_NAMES = frozenset(dir(builtins)) | {"load", "save", "TABLES"}
 
@@ -41,9 +47,36 @@ def _field_props(resource: Resource, row: dict[str, Any], names: list[str]) -> d
     return {n: row["properties"][n] for n in names}
 
 
-def _tool_name(resource: Resource, kind: str, taken: set[str]) -> str:
-    op = resource.operations[kind]
-    fallback = f"{kind}_{resource.name if kind == 'list' else resource.singular}"
+def action_targets(resource: Resource) -> dict[str, ActionTarget]:
+    """The field each action of ``resource`` writes, by verb (:func:`~envfactory_assets.sources.actions.action_target`)."""
+    fields = {f.name: f.schema for f in resource.fields}
+    targets: dict[str, ActionTarget] = {}
+    for op in resource.actions:
+        target = action_target(op.verb or "", fields)
+        if target.synthesized:
+            fields[target.field] = {"type": "boolean"}
+        targets[op.verb or ""] = target
+    return targets
+
+
+def with_action_fields(resource: Resource) -> Resource:
+    """``resource`` with the boolean flag fields its actions write and its schema lacks (``archived`` for an
+    ``archive`` action): the state an action changes must be a column of the row."""
+    present = {f.name for f in resource.fields}
+    added = []
+    for verb, target in action_targets(resource).items():
+        if target.synthesized and target.field not in present:
+            present.add(target.field)
+            added.append(FieldSpec(target.field, target.field, {"type": "boolean"},
+                                   f"Whether the {resource.singular.replace('_', ' ')} is {VERBS[verb].flag}.",
+                                   False))
+    return dataclasses.replace(resource, fields=[*resource.fields, *added]) if added else resource
+
+
+def _tool_name(resource: Resource, kind: str, taken: set[str], op: Operation | None = None) -> str:
+    op = op or resource.operations[kind]
+    subject = resource.name if kind in ("list", "search", "count") else resource.singular
+    fallback = f"{op.verb if kind == 'action' else kind}_{subject}"
     name = to_identifier(op.operation_id or "", fallback=fallback) if op.operation_id else fallback
     if len(name) < 3 or not TOOL_NAME_RE.match(name) or name in RESERVED_NAMES:
         name = fallback
@@ -51,68 +84,109 @@ def _tool_name(resource: Resource, kind: str, taken: set[str]) -> str:
 
 
 def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: set[str]) -> list[dict[str, Any]]:
-    """ToolSpecs (see docs/design.md) for every operation of ``resource``, in CRUD order.
+    """ToolSpecs (see docs/design.md) for every operation of ``resource``: the kinds of :data:`KIND_ORDER`,
+    then one ``action`` tool per verb.
 
     ``foreign_keys`` maps field names to the singular of the table they reference (within the
-    environment); ``taken`` holds tool names already used and receives the new ones.
+    environment); ``taken`` holds tool names already used and receives the new ones. ``resource`` must
+    already hold its action fields (:func:`with_action_fields`).
     """
     row = row_schema(resource, foreign_keys)
     field_names = [f.name for f in resource.fields]
     required_fields = [f.name for f in resource.fields if f.required]
     key_prop = {"type": "string", "description": f"Identifier of the {resource.singular}."}
+    thing, things = resource.singular.replace("_", " "), resource.name.replace("_", " ")
+    filters = [f.name for f in resource.fields
+               if f.name == resource.parent_key or "enum" in f.schema or f.schema.get("type") == "boolean"]
+    filters = filters[:MAX_LIST_FILTERS]
+    scope = [resource.parent_key] if resource.parent_key else []
+    limit_prop = {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT_MAX,
+                  "description": f"Maximum number of {things} to return (default {LIST_LIMIT_DEFAULT})."}
+    page = {"type": "object", "properties": {
+        "items": {"type": "array", "items": row},
+        "total": {"type": "integer", "minimum": 0, "description": f"Number of matching {things}."}},
+        "required": ["items", "total"], "additionalProperties": False}
     tools: list[dict[str, Any]] = []
+
+    def add(kind: str, op: Operation, inp: dict[str, Any], out: dict[str, Any], default_desc: str,
+            **extra: Any) -> None:
+        tools.append({
+            "name": _tool_name(resource, kind, taken, op),
+            "description": (op.summary or default_desc)[:300],
+            "kind": kind,
+            "table": resource.name,
+            "read_only": kind in READ_KINDS,
+            "input_schema": inp,
+            "output_schema": out,
+            "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+            **extra,
+        })
+
+    ops = resource.operations
     for kind in KIND_ORDER:
-        if kind not in resource.operations:
+        if kind not in ops:
             continue
-        op = resource.operations[kind]
-        name = _tool_name(resource, kind, taken)
+        op = ops[kind]
         if kind == "list":
-            filters = [f.name for f in resource.fields
-                       if f.name == resource.parent_key or "enum" in f.schema or f.schema.get("type") == "boolean"]
-            filters = filters[:MAX_LIST_FILTERS]
-            props = {"limit": {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT_MAX,
-                               "description": f"Maximum number of {resource.name} to return (default {LIST_LIMIT_DEFAULT})."}}
-            props.update(_field_props(resource, row, filters))
-            inp = {"type": "object", "properties": props,
-                   "required": [resource.parent_key] if resource.parent_key else [], "additionalProperties": False}
-            out = {"type": "object", "properties": {
-                "items": {"type": "array", "items": row},
-                "total": {"type": "integer", "minimum": 0, "description": f"Number of matching {resource.name}."}},
-                "required": ["items", "total"], "additionalProperties": False}
-            default_desc = f"List {resource.name.replace('_', ' ')}, optionally filtered."
-        elif kind == "get":
-            inp = {"type": "object", "properties": {resource.key: key_prop}, "required": [resource.key],
+            props = {"limit": limit_prop, **_field_props(resource, row, filters)}
+            inp = {"type": "object", "properties": props, "required": scope, "additionalProperties": False}
+            add(kind, op, inp, page, f"List {things}, optionally filtered.")
+        elif kind == "search":
+            props = {"query": {"type": "string", "minLength": 1, "maxLength": 200,
+                               "description": f"Text to look for in the {things}' text fields (case-insensitive)."},
+                     **_field_props(resource, row, scope),
+                     "limit": limit_prop,
+                     "offset": {"type": "integer", "minimum": 0,
+                                "description": "Number of matching rows to skip (default 0)."}}
+            inp = {"type": "object", "properties": props, "required": ["query", *scope],
                    "additionalProperties": False}
-            out = row
-            default_desc = f"Get one {resource.singular.replace('_', ' ')} by its identifier."
+            add(kind, op, inp, page, f"Search {things} by text.")
+        elif kind == "count":
+            inp = {"type": "object", "properties": _field_props(resource, row, filters), "required": scope,
+                   "additionalProperties": False}
+            out = {"type": "object", "properties": {"count": {
+                "type": "integer", "minimum": 0, "description": f"Number of matching {things}."}},
+                "required": ["count"], "additionalProperties": False}
+            add(kind, op, inp, out, f"Count {things}, optionally filtered.")
+        elif kind == "get":
+            if resource.singleton:
+                inp = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+                add(kind, op, inp, row, f"Get the {thing}.", singleton=True)
+            else:
+                inp = {"type": "object", "properties": {resource.key: key_prop}, "required": [resource.key],
+                       "additionalProperties": False}
+                add(kind, op, inp, row, f"Get one {thing} by its identifier.")
         elif kind == "create":
             inp = {"type": "object", "properties": _field_props(resource, row, field_names),
                    "required": required_fields, "additionalProperties": False}
-            out = row
-            default_desc = f"Create a {resource.singular.replace('_', ' ')}."
+            add(kind, op, inp, row, f"Create a {thing}.")
         elif kind == "update":
             editable = [n for n in field_names if n != resource.parent_key]
-            props = {resource.key: key_prop, **_field_props(resource, row, editable)}
-            inp = {"type": "object", "properties": props, "required": [resource.key], "additionalProperties": False}
-            out = row
-            default_desc = f"Update fields of a {resource.singular.replace('_', ' ')}."
+            if resource.singleton:
+                inp = {"type": "object", "properties": _field_props(resource, row, editable), "required": [],
+                       "additionalProperties": False}
+                add(kind, op, inp, row, f"Update the {thing}.", singleton=True)
+            else:
+                props = {resource.key: key_prop, **_field_props(resource, row, editable)}
+                inp = {"type": "object", "properties": props, "required": [resource.key],
+                       "additionalProperties": False}
+                add(kind, op, inp, row, f"Update fields of a {thing}.")
         else:
             inp = {"type": "object", "properties": {resource.key: key_prop}, "required": [resource.key],
                    "additionalProperties": False}
             out = {"type": "object", "properties": {
                 resource.key: key_prop, "deleted": {"type": "boolean"}},
                 "required": [resource.key, "deleted"], "additionalProperties": False}
-            default_desc = f"Delete a {resource.singular.replace('_', ' ')}."
-        tools.append({
-            "name": name,
-            "description": (op.summary or default_desc)[:300],
-            "kind": kind,
-            "table": resource.name,
-            "read_only": kind in ("list", "get"),
-            "input_schema": inp,
-            "output_schema": out,
-            "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
-        })
+            add(kind, op, inp, out, f"Delete a {thing}.")
+    targets = action_targets(resource)
+    for op in resource.actions:
+        target = targets[op.verb or ""]
+        inp = {"type": "object", "properties": {resource.key: key_prop}, "required": [resource.key],
+               "additionalProperties": False}
+        add("action", op, inp, row, f"{(op.verb or '').capitalize()} a {thing}.",
+            action={"verb": target.verb, "field": target.field, "value": target.value,
+                    "blocked": list(target.blocked), "stamp": target.stamp,
+                    "state": VERBS[target.verb].state_word, "thing": thing})
     return tools
 
 

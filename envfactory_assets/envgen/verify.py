@@ -8,8 +8,12 @@ result; here every verdict is an assertion on executed behaviour (ARCHITECTURE.m
 - ``round_trip``: ``save(load(s)) == s`` for each initial state, and after a sequence of writes;
 - ``tool_valid`` / ``output_schema`` / ``semantics``: each tool, on each loadable state, succeeds on valid
   arguments, its output validates against its output schema, and it does what its kind says to the
-  state (list/get return the stored rows, create/update/delete change exactly that row, read-only tools
-  leave the state hash unchanged);
+  state (list/get return the stored rows, search returns exactly the matching rows in the requested
+  window, count equals the number of matching rows, create/update/delete change exactly that row, an
+  action changes exactly its documented field (and time stamp) of exactly its row, read-only tools leave
+  the state hash unchanged);
+- ``precondition``: an action on a row already in its target state, or in a state the action is refused
+  in (a shipped order cannot be cancelled), fails with ``precondition_failed`` and changes nothing;
 - ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
 
@@ -28,7 +32,7 @@ import jsonschema
 
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.runtime.errors import SandboxError
+from envfactory_assets.runtime.errors import ErrorType, SandboxError
 from envfactory_assets.runtime.sandbox import (
     EnvironmentRejected,
     SandboxLimits,
@@ -95,8 +99,10 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
                     values: ValueFactory) -> dict[str, Any] | None:
     """Arguments that must succeed for ``tool`` on state ``saved``, or None if the state has no row to use.
 
-    get/update/delete use an existing row (delete: one nothing references); create fills required
-    fields and references existing parent rows.
+    get/update/delete use an existing row (delete: one nothing references); an action uses a row that is
+    neither in its target state nor in a refused one; search looks for a word of a stored row's text and
+    skips the first match (so paging is exercised); create fills required fields and references existing
+    parent rows.
     """
     table = tool["table"]
     meta = env["tables"][table]
@@ -104,20 +110,32 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
     props = tool["input_schema"]["properties"]
     required = tool["input_schema"].get("required", [])
     kind = tool["kind"]
-    if kind == "list":
+    if kind in ("list", "count", "search"):
         args: dict[str, Any] = {}
         for name in required:
+            if name == "query":
+                continue
             target = meta["foreign_keys"].get(name)
             source_rows = _rows(saved, target) if target else rows
             if not source_rows:
                 return None
             args[name] = source_rows[0][env["tables"][target]["key"] if target else name]
+        if kind == "search":
+            scoped = [r for r in rows if all(r.get(k) == v for k, v in args.items())]
+            words = [w for r in scoped for k, v in r.items() if searchable(k, v) for w in v.split() if len(w) >= 3]
+            args = {"query": words[0] if words else "zz", **args, "offset": 1, "limit": 5}
         return args
-    if kind in ("get", "update", "delete"):
+    if tool.get("singleton"):
+        candidates = rows
+    elif kind == "action":
+        act = tool["action"]
+        candidates = [r for r in rows if r.get(act["field"]) != act["value"] and r.get(act["field"]) not in act["blocked"]]
+    else:
         candidates = [r for r in rows if kind != "delete" or not _referenced(env, saved, table, r[meta["key"]])]
+    if kind in ("get", "update", "delete", "action"):
         if not candidates:
             return None
-        args = {meta["key"]: candidates[-1][meta["key"]]}
+        args = {} if tool.get("singleton") else {meta["key"]: candidates[-1][meta["key"]]}
         if kind == "update":
             editable = [p for p in props if p != meta["key"] and p not in meta["foreign_keys"]]
             if not editable:
@@ -149,10 +167,25 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
     return args
 
 
+def searchable(field: str, value: Any) -> bool:
+    """Whether a search matches on ``field``: text fields other than identifiers and the creation time."""
+    return isinstance(value, str) and field != "created_at" and not field.endswith("_id")
+
+
+def matching_rows(rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """The rows a ``search`` for ``text`` returns, in stored order: a case-insensitive substring of one of
+    their searchable fields (the generated module's ``_search``; this is the gate's own reference)."""
+    needle = text.strip().casefold()
+    return [r for r in rows if any(searchable(k, v) and needle in v.casefold() for k, v in r.items())]
+
+
 def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, Any] | None:
-    """Arguments that must fail: a missing row id for get/update/delete, else a wrong-typed value."""
+    """Arguments that must fail: a missing row id for get/update/delete/action, a negative search offset,
+    else a wrong-typed value."""
     props = tool["input_schema"]["properties"]
-    if tool["kind"] in ("get", "update", "delete"):
+    if tool["kind"] == "search":
+        return {**good, "offset": -1}
+    if tool["kind"] in ("get", "update", "delete", "action") and not tool.get("singleton"):
         key = next(iter(props))
         return {**good, key: "no-such-id-00000"}
     for name, schema in props.items():
@@ -173,11 +206,42 @@ def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
     unchanged = state_hash(before) == state_hash(after)
     if tool["read_only"] and not unchanged:
         return "read-only tool changed the state"
-    if kind == "list":
+    if tool.get("singleton"):
+        (only_before,), (only_after,) = rows_before.values(), rows_after.values()
+        if kind == "get" and output != only_before:
+            return "get returned something other than the one stored row"
+        if kind == "update" and (any(only_after.get(k) != v for k, v in args.items()) or output != only_after
+                                 or len(rows_after) != 1):
+            return "update did not store the new values in the one row"
+        return None
+    if kind in ("list", "count"):
         expected = [r for r in _rows(before, table) if all(r.get(k) == v for k, v in args.items() if k != "limit")]
+        if kind == "count":
+            if output.get("count") != len(expected):
+                return f"count returned {output.get('count')}, state has {len(expected)} matching rows"
+            return None
         limit = args.get("limit", 20)
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
             return f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has {len(expected)}"
+    elif kind == "search":
+        scope = {k: v for k, v in args.items() if k not in ("query", "limit", "offset")}
+        expected = matching_rows([r for r in _rows(before, table) if all(r.get(k) == v for k, v in scope.items())],
+                                 args["query"])
+        start = args.get("offset", 0)
+        window = expected[start:start + args.get("limit", 20)]
+        if output.get("total") != len(expected) or output.get("items") != window:
+            return (f"search returned {len(output.get('items', []))} of total {output.get('total')}, "
+                    f"expected {len(window)} of {len(expected)} matching rows")
+    elif kind == "action":
+        act = tool["action"]
+        row, previous = rows_after.get(args[key]), rows_before.get(args[key], {})
+        expected_row = {**previous, act["field"]: act["value"]}
+        if act["stamp"]:
+            expected_row[act["stamp"]] = after["meta"]["now"]
+        others_same = {k: v for k, v in rows_after.items() if k != args[key]} == \
+            {k: v for k, v in rows_before.items() if k != args[key]}
+        if row != expected_row or output != row or not others_same:
+            return f"{act['verb']} did not change exactly {act['field']} of that row"
     elif kind == "get":
         if output != rows_before.get(args[key]):
             return "get returned something other than the stored row"
@@ -297,6 +361,8 @@ def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any]
     after = worker.save(episode)[env["env_id"]]
     defect = _check_semantics(env, tool, args, result["output"], saved, after)
     report.add("semantics", defect is None, defect or "", tname, state_name)
+    if tool["kind"] == "action" and defect is None:
+        _check_precondition(worker, env, tool, args, episode, after, report, state_name)
     worker.close_episode(episode)
     plan.append((tname, args))
 
@@ -311,6 +377,32 @@ def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any]
         report.add("tool_invalid", ok, "" if ok else f"invalid arguments {bad} were accepted or changed state",
                    tname, state_name)
         worker.close_episode(episode)
+
+
+def _check_precondition(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any],
+                        episode: str, after: dict[str, Any], report: VerificationReport, state_name: str) -> None:
+    """The action again on the row it just changed, and (when the action has refused states) on the row put in
+    the first of them: each must fail with ``precondition_failed`` and leave the state as it was."""
+    env_id, act, table = env["env_id"], tool["action"], tool["table"]
+    attempts = [(episode, after, act["value"])]
+    if act["blocked"]:
+        key = env["tables"][table]["key"]
+        blocked = copy.deepcopy(after)
+        for row in blocked["tables"][table]:
+            if row[key] == args[key]:
+                row[act["field"]] = act["blocked"][0]
+        opened = worker.open_episode({env_id: blocked})
+        attempts.append((opened, worker.save(opened)[env_id], act["blocked"][0]))
+    for ep, state, current in attempts:
+        result = worker.call(ep, tool["name"], args)
+        unchanged = state_hash(worker.save(ep)[env_id]) == state_hash(state)
+        error = result.get("error") or {}
+        ok = not result.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value and unchanged
+        report.add("precondition", ok, "" if ok else
+                   f"{act['verb']} on a row with {act['field']}={current!r} gave {error or 'success'}"
+                   + ("" if unchanged else " and changed the state"), tool["name"], state_name)
+        if ep != episode:
+            worker.close_episode(ep)
 
 
 def _run_plan(worker: SandboxWorker, env_id: str, saved: dict[str, Any],

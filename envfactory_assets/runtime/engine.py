@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
-from envfactory_assets.runtime.errors import ErrorType
+from envfactory_assets.runtime.errors import ErrorType, PreconditionFailed
 from envfactory_assets.runtime.restricted import restricted_builtins
 from envfactory_assets.runtime.static_check import static_check
 
@@ -278,6 +278,7 @@ class Engine:
 
     def _execute(self, env: CompiledEnvironment) -> dict[str, Any]:
         scope = restricted_builtins() if self.python_guards else dict(vars(builtins))
+        scope["PreconditionFailed"] = PreconditionFailed
         namespace: dict[str, Any] = {"__name__": env.module_name, "__builtins__": scope}
         exec(env.code, namespace)  # noqa: S102 - checked code, restricted builtins, worker limits
         return namespace
@@ -441,6 +442,8 @@ class Engine:
             error_type = ErrorType.BAD_ARGUMENTS if binding else ErrorType.TOOL_ERROR
             message = _text(exc) if binding else f"TypeError: {_text(exc)}"
             return _call_error(error_type, message, exc, filename)
+        except PreconditionFailed as exc:
+            return _call_error(ErrorType.PRECONDITION_FAILED, _text(exc), exc, filename)
         except ValueError as exc:
             return _call_error(ErrorType.BAD_ARGUMENTS, _text(exc), exc, filename)
         except LookupError as exc:

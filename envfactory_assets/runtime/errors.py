@@ -13,6 +13,8 @@ class ErrorType(StrEnum):
 
     - ``bad_arguments``: the arguments do not fit the tool's signature, or the tool raised ValueError.
     - ``not_found``: the tool raised LookupError (KeyError, IndexError...), e.g. a missing row.
+    - ``precondition_failed``: the tool raised :class:`PreconditionFailed`: the row's state does not allow
+      the operation (cancelling a cancelled or shipped order); nothing was changed.
     - ``tool_error``: the tool raised any other exception (a bug in the environment code).
     - ``unknown_tool`` / ``ambiguous_tool``: no tool / several tools of that name in the episode.
     - ``output_not_serializable``: the tool returned something that is not plain JSON.
@@ -28,6 +30,7 @@ class ErrorType(StrEnum):
 
     BAD_ARGUMENTS = "bad_arguments"
     NOT_FOUND = "not_found"
+    PRECONDITION_FAILED = "precondition_failed"
     TOOL_ERROR = "tool_error"
     UNKNOWN_TOOL = "unknown_tool"
     AMBIGUOUS_TOOL = "ambiguous_tool"
@@ -37,6 +40,12 @@ class ErrorType(StrEnum):
     CRASH = "crash"
     PROTOCOL = "protocol"
     INTERNAL = "internal"
+
+
+class PreconditionFailed(Exception):
+    """Raised by environment code when a row's state forbids the operation (an order that is already
+    cancelled, or has shipped, cannot be cancelled). Every environment module sees it as a builtin name;
+    the sandbox reports it as ``precondition_failed``. Tools raise it before changing anything."""
 
 
 def _rebuilt(cls: type, args: tuple, state: dict) -> SandboxError:

@@ -1,8 +1,13 @@
 """Reading OpenAPI 3 documents and finding the stateful resources they describe.
 
 A *resource* is a collection path (``/companies``) with create (POST) and read (GET on the collection
-or on ``/companies/{id}``) operations and an object schema with scalar fields. Resources are what the
-programmatic builder turns into tables and CRUD tools.
+or on ``/companies/{id}``) operations and an object schema with scalar fields, or a *singleton*
+(``GET/PUT /settings``, ``/me``): one object read and updated in place. Resources are what the
+programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
+can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
+:mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
+(``GET /orders/count``). Collections nested at any depth (``/users/{id}/repos/{id}/issues``) belong to
+their nearest parent.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envfactory_assets.runtime.policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
+from envfactory_assets.sources.actions import action_verb, split_action_path
 from envfactory_assets.sources.names import singular, snake_case, to_identifier, unique_name
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
@@ -23,6 +29,15 @@ MIN_FORMAT_LENGTH = {"date": 10, "date-time": 20, "email": 24, "uri": 24, "uuid"
 # Bounds beyond int64 are dropped: they mean "unbounded" and break 64-bit stores.
 MAX_ABS_BOUND = 2**53
 MAX_REF_DEPTH = 12
+#: collections nested deeper than this many path parameters are not used
+MAX_NESTING = 3
+#: last path segments of a collection's search and count reads
+SEARCH_SEGMENTS = ("search", "find", "query")
+COUNT_SEGMENTS = ("count",)
+#: last path segments that name one object of the caller's account (read and updated in place)
+SINGLETON_SEGMENTS = ("settings", "setting", "me", "account", "profile", "config", "configuration",
+                      "preferences", "user", "organization", "org", "company", "workspace", "billing",
+                      "subscription", "status", "info", "limits", "quota", "options")
 _PARAM_SEGMENT = re.compile(r"^\{[^}]+\}$")
 _WRAPPER_KEYS = ("data", "result", "results", "items", "item", "records", "record", "resource")
 
@@ -48,13 +63,15 @@ class FieldSpec:
 
 @dataclass
 class Operation:
-    """One HTTP operation of a resource, classified as list/get/create/update/delete."""
+    """One HTTP operation of a resource, classified as list/get/create/update/delete/search/count, or
+    ``action`` with its ``verb`` (``"cancel"``)."""
 
     kind: str
     method: str
     path: str
     operation_id: str | None
     summary: str
+    verb: str | None = None
 
 
 @dataclass
@@ -71,6 +88,10 @@ class Resource:
     fields: list[FieldSpec]
     operations: dict[str, Operation] = field(default_factory=dict)
     parent_key: str | None = None
+    #: action operations on an item, one per verb, in path order
+    actions: list[Operation] = field(default_factory=list)
+    #: True for one object of the caller's account (``/settings``): its table holds exactly one row
+    singleton: bool = False
 
     @property
     def singular(self) -> str:
@@ -78,9 +99,17 @@ class Resource:
 
     @property
     def is_stateful(self) -> bool:
-        """True when the resource can be created and read back (the selection rule)."""
+        """True when the resource can be created and read back, or is a singleton that can be read (the
+        selection rule)."""
         ops = self.operations
+        if self.singleton:
+            return "get" in ops and bool(self.fields)
         return "create" in ops and ("list" in ops or "get" in ops) and bool(self.fields)
+
+    @property
+    def n_operations(self) -> int:
+        """The operations of the document this resource implements."""
+        return len(self.operations) + len(self.actions)
 
 
 def resolve_ref(spec: dict[str, Any], ref: str) -> Any:
@@ -321,7 +350,8 @@ def _segments(path: str) -> list[str]:
 def extract_resources(spec: dict[str, Any], max_resources: int | None = None) -> list[Resource]:
     """Find the stateful resources of an OpenAPI 3 document, best-covered first.
 
-    Only collections at most one parameter deep are used (``/a``, ``/a/{id}/b``).
+    Collections at most :data:`MAX_NESTING` path parameters deep are used (``/a``, ``/a/{id}/b``,
+    ``/a/{id}/b/{id}/c``), keyed to their nearest parent.
 
     Raises:
         SpecError: if the document is not OpenAPI 3 or has no ``paths`` object.
@@ -335,11 +365,20 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
 
     collections: dict[str, dict[str, Any]] = {}
     items: dict[str, tuple[str, dict[str, Any]]] = {}
+    extras: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}  # item or collection path -> (segment, path, item)
     for path, item in paths.items():
         if not isinstance(path, str) or not isinstance(item, dict):
             continue
         segs = _segments(path)
         if not segs:
+            continue
+        action = split_action_path(path)
+        if action is not None and action_verb(action[1]):
+            extras.setdefault(action[0], []).append((action[1], path, item))
+            continue
+        if len(segs) >= 2 and snake_case(segs[-1]) in SEARCH_SEGMENTS + COUNT_SEGMENTS \
+                and not _PARAM_SEGMENT.match(segs[-2]):
+            extras.setdefault("/" + "/".join(segs[:-1]), []).append((snake_case(segs[-1]), path, item))
             continue
         if _PARAM_SEGMENT.match(segs[-1]):
             items.setdefault("/" + "/".join(segs[:-1]), (path, item))
@@ -351,43 +390,99 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
     for cpath, citem in sorted(collections.items()):
         segs = _segments(cpath)
         params = [s for s in segs if _PARAM_SEGMENT.match(s)]
-        if len(params) > 1:
+        if len(params) > MAX_NESTING:
             continue
         try:
-            res = _resource_from_collection(spec, cpath, citem, items, taken_names)
+            if "post" in citem:
+                res = _resource_from_collection(spec, cpath, citem, items, taken_names, extras)
+            else:
+                res = _singleton_resource(spec, cpath, citem, items, taken_names)
         except (SpecError, RecursionError):
             continue
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
-    resources.sort(key=lambda r: (-len(r.operations), r.parent_key is not None, -len(r.fields), r.name))
+    resources.sort(key=lambda r: (-r.n_operations, r.parent_key is not None, r.singleton, -len(r.fields), r.name))
     return resources[:max_resources] if max_resources else resources
+
+
+def _operation(spec: dict[str, Any], kind: str, method: str, path: str, op: Any,
+               verb: str | None = None) -> Operation | None:
+    op = deref(spec, op)
+    if not isinstance(op, dict):
+        return None
+    oid = op.get("operationId") if isinstance(op.get("operationId"), str) else None
+    summary = clean_text(op.get("summary") or op.get("description") or "", 200)
+    return Operation(kind, method, path, oid, summary, verb)
+
+
+def _parent_key(segs: list[str]) -> str | None | bool:
+    """The foreign key a nested collection gets from its nearest parent item (``/a/{id}/b/{id}/c`` -> ``b_id``),
+    None when it is not nested, False when its shape is not usable."""
+    params = [i for i, s in enumerate(segs) if _PARAM_SEGMENT.match(s)]
+    if not params:
+        return None
+    idx = params[-1]
+    parent_literal = snake_case(segs[idx - 1]) if idx > 0 else ""
+    if not parent_literal or _PARAM_SEGMENT.match(segs[idx - 1]):
+        return False
+    return to_identifier(f"{singular(parent_literal)}_id", fallback="parent_id", max_len=40)
+
+
+def _singleton_resource(spec: dict[str, Any], cpath: str, citem: dict[str, Any],
+                        items: dict[str, tuple[str, dict[str, Any]]], taken_names: set[str]) -> Resource | None:
+    """The singleton of a path without create or item operations whose GET returns one object and which
+    can be updated in place or is named like one (``/settings``, ``/me``), else None."""
+    segs = _segments(cpath)
+    literal = snake_case(segs[-1])
+    if cpath in items or "get" not in citem or _PARAM_SEGMENT.match(segs[-1]) or not literal or len(literal) > 40:
+        return None
+    if any(_PARAM_SEGMENT.match(s) for s in segs):
+        return None  # one object per parent is a sub-resource, not the account's singleton
+    if literal not in SINGLETON_SEGMENTS and not any(m in citem for m in ("put", "patch")):
+        return None
+    get_op = deref(spec, citem["get"])
+    schema = _response_schema(spec, get_op) if isinstance(get_op, dict) else None
+    raw = deref(spec, schema)
+    if not isinstance(raw, dict) or raw.get("type") == "array" or ("items" in raw and "properties" not in raw):
+        return None
+    ops: dict[str, Operation] = {}
+    for kind, method in (("get", "get"), ("update", "patch"), ("update", "put")):
+        if method in citem and kind not in ops:
+            op = _operation(spec, kind, method, cpath, citem[method])
+            if op is not None:
+                ops[kind] = op
+    if "get" not in ops:
+        return None
+    base = "_".join(snake_case(s) for s in segs if snake_case(s)) if literal in ("me", "info", "status") else literal
+    name = unique_name(to_identifier(base, fallback="resource", max_len=40), taken_names)
+    key = f"{singular(name)}_id"
+    fields = extract_fields(spec, schema, key)
+    return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, None, [], True)
 
 
 def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str, Any],
                               items: dict[str, tuple[str, dict[str, Any]]],
-                              taken_names: set[str]) -> Resource | None:
-    """Build the :class:`Resource` of one collection path, or None when it has no usable shape."""
+                              taken_names: set[str],
+                              extras: dict[str, list[tuple[str, str, dict[str, Any]]]] | None = None) -> Resource | None:
+    """Build the :class:`Resource` of one collection path, or None when it has no usable shape.
+
+    ``extras`` maps item and collection paths to their action, search and count paths
+    (``(segment, path, path item)``)."""
+    extras = extras or {}
     segs = _segments(cpath)
-    params = [s for s in segs if _PARAM_SEGMENT.match(s)]
     literal = snake_case(segs[-1])
     if not literal or len(literal) > 40:
         return None
-    parent_key = None
-    if params:
-        idx = segs.index(params[0])
-        parent_literal = snake_case(segs[idx - 1]) if idx > 0 else ""
-        if not parent_literal or _PARAM_SEGMENT.match(segs[idx - 1]):
-            return None
-        parent_key = to_identifier(f"{singular(parent_literal)}_id", fallback="parent_id", max_len=40)
+    parent_key = _parent_key(segs)
+    if parent_key is False:
+        return None
     ipath, iitem = items.get(cpath, (None, {}))
     ops: dict[str, Operation] = {}
 
     def add(kind: str, method: str, path: str, op: Any) -> None:
-        op = deref(spec, op)
-        if isinstance(op, dict):
-            oid = op.get("operationId") if isinstance(op.get("operationId"), str) else None
-            summary = clean_text(op.get("summary") or op.get("description") or "", 200)
-            ops[kind] = Operation(kind, method, path, oid, summary)
+        made = _operation(spec, kind, method, path, op)
+        if made is not None:
+            ops[kind] = made
 
     if "post" not in citem:
         return None
@@ -404,6 +499,21 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
             add("delete", "delete", ipath, iitem["delete"])
     if "create" not in ops:
         return None
+    for segment, path, item in sorted(extras.get(cpath, []), key=lambda e: e[1]):
+        kind = "search" if segment in SEARCH_SEGMENTS else "count"
+        method = "get" if "get" in item else "post" if kind == "search" and "post" in item else None
+        if method and kind not in ops:
+            add(kind, method, path, item[method])
+    actions: list[Operation] = []
+    seen_verbs: set[str] = set()
+    for segment, path, item in sorted(extras.get(ipath, []) if ipath else [], key=lambda e: e[1]):
+        verb = action_verb(segment)
+        method = next((m for m in ("post", "put", "patch") if m in item), None)
+        if verb and method and verb not in seen_verbs:
+            made = _operation(spec, "action", method, path, item[method], verb)
+            if made is not None:
+                actions.append(made)
+                seen_verbs.add(verb)
     name = unique_name(to_identifier(literal, fallback="resource", max_len=40), taken_names)
     key = f"{singular(name)}_id"
     schema = _request_schema(spec, deref(spec, citem["post"]))
@@ -416,4 +526,4 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
         fields = [f for f in fields if f.name != parent_key]
         fields.insert(0, FieldSpec(parent_key, parent_key, {"type": "string"},
                                    f"Identifier of the parent {parent_key[:-3]}.", True))
-    return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key)
+    return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions)

@@ -14,7 +14,7 @@ import copy
 import hashlib
 from typing import Any
 
-from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.envgen.tools import READ_KINDS, openai_tool
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.synth.trajectories import to_messages
@@ -48,8 +48,8 @@ def essential_calls(calls: list[dict[str, Any]], offset: int) -> list[int]:
     without calls (an abstention turn) keeps none.
     """
     used = {p["call"] for c in calls for p in c["provenance"].values() if p.get("source") == "output"}
-    keep = [i for i, c in enumerate(calls) if c["kind"] not in ("list", "get") or offset + i in used]
-    if calls and not any(c["kind"] not in ("list", "get") for c in calls) and len(calls) - 1 not in keep:
+    keep = [i for i, c in enumerate(calls) if c["kind"] not in READ_KINDS or offset + i in used]
+    if calls and not any(c["kind"] not in READ_KINDS for c in calls) and len(calls) - 1 not in keep:
         keep.append(len(calls) - 1)
     return keep
 
@@ -78,7 +78,7 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
             "initial_state": turn["state_before"],
             "final_state": turn["state_after"],
             "final_state_hash": turn["state_after_hash"],
-            "changes_state": any(c["kind"] not in ("list", "get") for c in turn["calls"]),
+            "changes_state": any(c["kind"] not in READ_KINDS for c in turn["calls"]),
         })
     return rows
 

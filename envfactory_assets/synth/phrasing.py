@@ -114,7 +114,7 @@ _PLANS: dict[str, tuple[str, ...]] = {
     "list": ("show me the {things}{where}", "list the {things}{where}", "can you find the {things}{where}",
              "I'd like a list of the {things}{where}", "please pull up a list of the {things}{where}",
              "could you list all {things}{where}", "show me all {things}{where}", "find me the {things}{where}",
-             "search the {things}{where}", "I need you to list the {things}{where}", "browse the {things}{where}",
+             "I need you to list the {things}{where}", "browse the {things}{where}",
              "could you show the {things}{where}"),
     "get": ("look up {subject} and tell me its details", "get me the details of {subject}",
             "can you get {subject} for me", "I need the details of {subject}, please look them up",
@@ -129,6 +129,19 @@ _PLANS: dict[str, tuple[str, ...]] = {
                "please edit {subject} and set {changes}", "modify {subject}: {changes}",
                "could you update {subject}: {changes}", "please change {subject} so that {changes_is}",
                "edit {subject}, setting {changes}"),
+    # a text search says its text after "for"/"matching"/"containing" and starts with "search", so that a
+    # reader tells it from a list of the same rows
+    "search": ("search the {things} for {query}{where}", "search for {things} matching {query}{where}",
+               "could you search the {things} for {query}{where}", "please search {things} containing {query}{where}",
+               "search {things}{where} for {query}"),
+    "count": ("count the {things}{where}", "could you count the {things}{where}",
+              "how many {things} are there{where}? Count them", "please count how many {things} there are{where}"),
+    # a state transition ("cancel", "archive") is asked for by its own verb
+    "action": ("{verb} {subject}", "please {verb} {subject}", "could you {verb} {subject}",
+               "I need you to {verb} {subject}", "go ahead and {verb} {subject}"),
+    # the one row of a singleton ("the settings"): no identifier to name
+    "get_one": ("look up {subject}", "get me {subject}", "please retrieve {subject}",
+                "fetch {subject} and tell me what they say", "could you get {subject} for me"),
     "delete": ("delete {subject}", "remove {subject}", "please delete {subject}",
                "please remove {subject}, it is not needed any more", "go ahead and delete {subject}",
                "could you delete {subject}", "erase {subject}", "please drop {subject}, we no longer use it",
@@ -200,22 +213,26 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
 
     kind = tool["kind"]
     subject = ""
-    if kind in ("get", "update", "delete"):
+    if tool.get("singleton"):
+        subject = f"the {things if tool['table'].endswith('s') else thing}"
+    elif kind in ("get", "update", "delete", "action"):
         target = val(key)
         subject = target if target and target.startswith(_REFERENCE_START) else (
             f"{thing} {target}" if target else f"that {thing}")
-    fields = [(n, val(n)) for n in args if n not in (key, "limit")]
+    fields = [(n, val(n)) for n in args if n not in (key, "limit", "offset", "query")]
     fields = [(n, v) for n, v in fields if v]
     # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
     owners = " ".join(f"for {v}" for _, v in fields if v.startswith(_REFERENCE_START))
     setting = ", ".join(f"{label(n)} {v}" for n, v in fields if not v.startswith(_REFERENCE_START))
     where = ""
-    if kind == "list":
+    if kind in ("list", "search", "count"):
         named = [v for _, v in fields if v.startswith(_REFERENCE_START)]
         plain = [(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)]
         where = "".join(f" of {v}" for v in named)
         if plain:
             where += " where " + " and ".join(f"{label(n)} is {v}" for n, v in plain)
+        if args.get("offset") and "offset" not in refs:
+            where += f", skipping the first {args['offset']}"
         if "limit" in args and "limit" not in refs:
             where += (f" (at most {args['limit']})" if not natural else
                       rng.choice((f" (at most {args['limit']})", f", just the first {args['limit']}",
@@ -225,14 +242,17 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
         "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
         "changes": ", ".join(f"{label(n)} to {v}" for n, v in fields),
         "changes_is": ", ".join(f"its {label(n)} is {v}" for n, v in fields),
+        "query": val("query") if "query" in args else "", "verb": (tool.get("action") or {}).get("verb", kind),
     }
+    plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
     if not natural:
         plans = {"list": "show me the {things}{where}", "get": "look up {subject} and tell me its details",
                  "create": "create a new {thing}{with}", "update": "change {subject}: set {changes}",
-                 "delete": "delete {subject}"}
-        plan = plans[kind]
+                 "delete": "delete {subject}", "search": "search the {things} for {query}{where}",
+                 "count": "count the {things}{where}", "action": "{verb} {subject}", "get_one": "look up {subject}"}
+        plan = plans[plan_kind]
     else:
-        options = list(_PLANS[kind])
+        options = list(_PLANS[plan_kind])
         summary = _summary_plan(tool, kind)
         if summary:
             options.append(summary)
@@ -386,7 +406,11 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
     kind = tool["kind"]
     out = output if isinstance(output, dict) else {}
     pick = (lambda options: options[0]) if rng is None else (lambda options: options[rng.randrange(len(options))])
-    if kind == "list":
+    if kind == "count":
+        n = out.get("count", 0)
+        return pick((f"there {'is' if n == 1 else 'are'} {n} {thing if n == 1 else things}",
+                     f"I counted {n} {thing if n == 1 else things}"))
+    if kind in ("list", "search"):
         n = out.get("total", len(out.get("items") or []))
         labels = [x for x in (row_label(i) for i in (out.get("items") or [])[:3]) if x]
         named = (", including " + ", ".join(f"'{x}'" for x in labels)) if labels else ""
@@ -396,6 +420,11 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
     label = row_label(out)
     ident = out.get(key, args.get(key))
     who = f"'{label}' ({ident})" if label else f"{thing} {ident}"
+    if kind == "action":
+        act = tool["action"]
+        return pick((f"{who} is now {act['state']}", f"done, {who} is {act['state']}"))
+    if tool.get("singleton"):
+        who = f"the {things if tool['table'].endswith('s') else thing}"
     if kind == "get":
         facts = [f"{words(k)} {v}" for k, v in out.items() if k != key and k not in _LABELS
                  and isinstance(v, (str, int, float)) and not isinstance(v, bool) and len(str(v)) <= 40][:2]

@@ -26,6 +26,7 @@ import random
 import re
 from typing import Any
 
+from envfactory_assets.envgen.tools import READ_KINDS
 from envfactory_assets.sources.names import singular
 from envfactory_assets.synth.datasets import MASKED_ARGUMENT_NAMES
 from envfactory_assets.synth.phrasing import (
@@ -81,9 +82,9 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
         if same_turn:
             return pick((f"the new {thing}", f"the {thing} you just created", f"the newly created {thing}"))
         return pick((f"the {thing} you created earlier", f"the {thing} you created a moment ago"))
-    if kind in ("get", "update"):
+    if kind in ("get", "update", "action"):
         return pick((f"that {thing}", f"this {thing}", f"the same {thing}"))
-    if kind == "list" and path.startswith("items["):
+    if kind in ("list", "search") and path.startswith("items["):
         idx = int(path[len("items["):path.index("]")])
         items = producer["output"].get("items", [])
         found = _describing(items[idx], items, path.rsplit(".", 1)[-1])
@@ -108,14 +109,14 @@ def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, f
     field = path.rsplit(".", 1)[-1]
     if not arg.endswith("_id"):
         return None
-    if producer["kind"] == "list" and path.startswith("items["):
+    if producer["kind"] in ("list", "search") and path.startswith("items["):
         row = _reference(producer, path, False, table, rng)
         if row is None or (row.endswith(" in that list") and _carried_between(flat, prov["call"], position, field)):
             return None
         return f"same as {row}"
     # only the row's own field of the argument's name ("legal_entity_id", no nesting): "the legal entity of
     # that business line" must mean the business line's legal_entity_id, not another field it was copied from
-    if (names_a_row and path == arg and producer["kind"] in ("get", "update", "create")
+    if (names_a_row and path == arg and producer["kind"] in ("get", "update", "create", "action")
             and not _carried_between(flat, prov["call"], position, field)):
         row = _reference(producer, path, same_turn, table, rng)
         return None if row is None else f"the {spoken_thing(arg[:-3])} of {row}"
@@ -257,7 +258,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table, rng)
                 value = call["arguments"][arg]
                 id_field = prov["path"].rsplit(".", 1)[-1]
-                if ((producer["kind"] in ("get", "update") or (phrase or "").endswith(" in that list"))
+                if ((producer["kind"] in ("get", "update", "action") or (phrase or "").endswith(" in that list"))
                         and _carried_between(flat, prov["call"], position, id_field)):
                     phrase = None  # "that book" would point at a later result: name the row instead (below)
                 if phrase and _obtainable(value, earlier):
@@ -274,7 +275,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 # an identifier from the hidden state: the user names the row by what they know of it
                 ref_table = tool["table"] if arg == key else meta["foreign_keys"].get(arg)
                 if (arg in refs or ref_table is None or ref_table in touched
-                        or (arg == key and call["kind"] not in ("get", "update", "delete"))):
+                        or (arg == key and call["kind"] not in ("get", "update", "delete", "action"))):
                     continue  # (a row written earlier in this turn may no longer look as the state says)
                 rows = turn["state_before"][call["env_id"]]["tables"].get(ref_table, [])
                 ref_key = index.envs[call["env_id"]]["tables"].get(ref_table, {}).get("key", arg)
@@ -320,7 +321,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             if adjective:
                 things = spoken_things(tool["table"])
                 sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
-            if call["kind"] not in ("list", "get"):
+            if call["kind"] not in READ_KINDS:
                 touched.add(tool["table"])
             parts.append(sentence)
             turn_refs.append(refs)

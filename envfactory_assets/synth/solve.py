@@ -31,7 +31,9 @@ from envfactory_assets.runtime.errors import (
     StateRejected,
     WorkerCrashed,
 )
+from envfactory_assets.envgen.tools import READ_KINDS
 from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.sources.actions import VERBS as ACTION_VERBS
 from envfactory_assets.sources.names import singular
 from envfactory_assets.synth.phrasing import SPOKEN_DATE, field_labels, parse_spoken_value
 from envfactory_assets.synth.trajectories import to_messages
@@ -111,8 +113,16 @@ _VERBS: dict[str, tuple[str, ...]] = {
     "create": ("create", "add", "new", "make", "register", "insert", "post"),
     "update": ("update", "change", "set", "edit", "modify", "patch", "rename"),
     "delete": ("delete", "remove", "cancel", "drop", "erase", "close"),
+    "count": ("count", "many", "tally"),
 }
 _VERB_OF = {w: action for action, ws in _VERBS.items() for w in ws}
+# a state transition's verb ("archive", "enable") is its own action; "cancel" and "close" keep reading as a
+# delete's words, and the verb's presence in a tool's own name tells cancel_order from delete_order
+_VERB_OF.update({verb: verb for verb in ACTION_VERBS if verb not in _VERB_OF})
+#: actions whose tool names one row by its identifier
+_KEYED_ACTIONS = frozenset({"get", "update", "delete", *ACTION_VERBS})
+#: parameters that take a search text, which a request gives after "for", "matching" or "mentioning"
+_QUERY_PARAMS = ("query", "q", "search", "keyword", "keywords", "text", "term")
 _STOP = frozenset("a an the of in on to by for and or with me its it that this then is are be optionally "
                   "filtered tell you i my your at most up".split())
 _WORD_RE = re.compile(r"[a-z0-9]+")
@@ -163,6 +173,8 @@ class _ToolInfo:
     required: frozenset[str]
     #: the nouns of the tool's own name (``appointment``, ``template`` for ``appointment_templates_list``)
     name_nouns: frozenset[str] = frozenset()
+    #: the action words of the tool's own name (``cancel`` for ``cancel_order``)
+    name_verbs: frozenset[str] = frozenset()
 
     @functools.cached_property
     def key(self) -> str | None:
@@ -188,7 +200,8 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
                                              or re.search(r"[a-z]s$", fn["name"].lower())):
         action = "list"  # "get_documents(limit=...)" and "get_mailboxes()" list rows
     name_nouns = frozenset(t for t in name_tokens if t not in _STOP and t not in _VERB_OF and not t.isdigit())
-    return _ToolInfo(fn["name"], action, nouns, props, required, name_nouns)
+    name_verbs = frozenset(t for t in name_tokens if t in _VERB_OF)
+    return _ToolInfo(fn["name"], action, nouns, props, required, name_nouns, name_verbs)
 
 
 class _ToolSet:
@@ -540,7 +553,8 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
     head = _head(clause)
     head_toks = _tokens(head)
     # the request's first action word ("Next, could you delete ...": delete); greetings carry none
-    action = next((_VERB_OF[t] for t in head_toks if t in _VERB_OF), None)
+    verb = next((t for t in head_toks if t in _VERB_OF), None)
+    action = _VERB_OF.get(verb or "")
     lowered = clause.lower()
     all_toks = _tokens(clause)
     clause_toks = set(all_toks) | {singular(a + b) for a, b in zip(all_toks, all_toks[1:])}  # "data source"
@@ -553,6 +567,7 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
     scored = []
     for info in infos.values():
         score = 3.0 * (action is not None and info.action == action)
+        score += 0.5 * (score > 0 and verb in info.name_verbs)  # "cancel order X": cancel_order, not delete_order
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
         score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
         score += sum(1.0 for p in info.params if _field_named(named, p, info.params[p]))
@@ -615,7 +630,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
     text = clause
     args: dict[str, Any] = {}
     key = tool.key
-    if key is not None and tool.action in ("get", "update", "delete"):
+    if key is not None and tool.action in _KEYED_ACTIONS:
         thing = _thing_re(key)
         lit = _pattern(rf"\b{thing} ({_LITERAL})", re.IGNORECASE).search(text)
         if lit and not _pattern(rf"\b{thing} (?:id|whose)\b", re.IGNORECASE).search(text[:lit.start(1)]):
@@ -646,6 +661,8 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             m = _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+|to\s+)?({_LITERAL})", re.IGNORECASE).search(text)
             if m:
                 break
+        if not m and name in _QUERY_PARAMS:
+            m = _pattern(rf"\b(?:for|matching|mentioning|containing)\s+({_LITERAL})", re.IGNORECASE).search(text)
         if m:
             args[name] = _coerce(m.group(1), schema)
             text = _blanked(text, m)
@@ -768,7 +785,7 @@ def answer_facts(turn: Mapping[str, Any]) -> set[tuple[str, str]]:
     that call is a read (``get``/``list``); pagination fields (``total``, ``limit``...) are not facts."""
     facts: set[tuple[str, str]] = set()
     calls = turn.get("calls") or []
-    if calls and calls[-1].get("kind") in ("get", "list"):
+    if calls and calls[-1].get("kind") in READ_KINDS:
         _leaves(calls[-1]["output"], facts)
     return facts
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from envfactory_assets.config_checks import number_types, one_of, whole_number
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
+from envfactory_assets.envgen.verify import matching_rows, searchable
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
@@ -189,10 +190,20 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
             if found:
                 args[name], prov[name] = found
                 continue
+        if name == "query" and tool["kind"] == "search":
+            # a person searches for a word they remember of a row, so the search finds something
+            args[name], prov[name] = _search_text(_state_rows(saved, index, tool), rng), {"source": "user"}
+            continue
         if name == key or name in meta["foreign_keys"] or name.endswith("_id"):
             if tool["kind"] == "create" and name not in meta["foreign_keys"] and name not in required:
                 continue
             value = _hidden_state_value(saved, index, name, rng)
+            if tool["kind"] == "action" and name == key:
+                # a state transition is asked of a row it applies to (cancelling a cancelled order fails)
+                act = tool["action"]
+                ready = [r[key] for r in _state_rows(saved, index, tool)
+                         if r.get(act["field"]) != act["value"] and r.get(act["field"]) not in act["blocked"]]
+                value = rng.choice(ready) if ready else value
             if value is None:
                 if name in required:
                     raise LookupError(f"no value for required identifier {name}")
@@ -206,6 +217,12 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
         if name == "limit":
             args[name], prov[name] = rng.choice([5, 10, 20]), {"source": "user"}
             continue
+        if name == "offset" and tool["kind"] == "search":
+            # a person pages past results they have seen: skip fewer rows than the search finds
+            found = len(matching_rows(_state_rows(saved, index, tool), str(args.get("query", ""))))
+            if found > 1:
+                args[name], prov[name] = rng.randrange(1, found), {"source": "user"}
+            continue
         schema = props[name]
         if tool["kind"] == "list":
             rows = [r for r in _state_rows(saved, index, tool) if name in r]
@@ -218,6 +235,14 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
     if tool["kind"] == "update" and key in args:
         _make_update_change_something(tool, key, args, prov, saved, index, values)
     return args, prov
+
+
+def _search_text(rows: list[dict[str, Any]], rng: random.Random) -> str:
+    """A word a person remembers (a name, or five letters or more) from a searchable text field of one of ``rows`` (the environment's
+    search matches such fields), or ``"a"`` when no row has one."""
+    found = [w.strip(".,;:!?()\"'") for r in rows for k, v in r.items() if searchable(k, v) for w in v.split()]
+    found = [w for w in found if w.isalpha() and (len(w) >= 5 or (len(w) >= 3 and w[0].isupper()))]
+    return rng.choice(found) if found else "a"
 
 
 def _make_update_change_something(tool: dict[str, Any], key: str, args: dict[str, Any], prov: dict[str, Any],

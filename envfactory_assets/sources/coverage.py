@@ -1,0 +1,98 @@
+"""Which operations of an OpenAPI document become tools, and why the others do not.
+
+Every operation (a path and an HTTP method) of the document is either mapped to the tool kind the
+programmatic builder gives it (``list``, ``get``, ``create``, ``update``, ``delete``, ``search``,
+``count`` or ``action``) or unmapped with one reason:
+
+- ``beyond_resource_cap``: its resource exists, but the environment keeps only the best-covered ones;
+- ``action_without_state``: a verb after an item (``POST /a/{id}/restart``) that names no state of the row;
+- ``nested_too_deep``: more path parameters than :data:`~envfactory_assets.sources.openapi.MAX_NESTING`;
+- ``no_stateful_collection``: its collection has no create and read, or no object schema with scalar fields;
+- ``not_modelled``: a path a resource has, by a method its kind does not use (``PUT /orders``), or
+  a second operation of one kind (a second search).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from envfactory_assets.sources.actions import action_verb, split_action_path
+from envfactory_assets.sources.openapi import MAX_NESTING, Resource, extract_resources
+
+HTTP_METHODS = ("get", "put", "post", "delete", "patch")
+UNMAPPED_REASONS = ("beyond_resource_cap", "action_without_state", "nested_too_deep", "no_stateful_collection",
+                    "not_modelled")
+
+
+@dataclass(frozen=True)
+class OperationCoverage:
+    """One operation of a document: ``kind`` it became (None when unmapped) or the ``reason`` it did not."""
+
+    method: str
+    path: str
+    kind: str | None
+    reason: str | None = None
+
+
+def _mapped(resources: list[Resource]) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for r in resources:
+        for op in [*r.operations.values(), *r.actions]:
+            out.setdefault((op.method.lower(), op.path), op.kind)
+    return out
+
+
+def _stem(path: str) -> str:
+    """The collection path an operation belongs to: the path without a trailing parameter or action verb."""
+    action = split_action_path(path)
+    base = action[0] if action else path
+    segs = [s for s in base.strip("/").split("/") if s]
+    if segs and segs[-1].startswith("{"):
+        segs = segs[:-1]
+    return "/" + "/".join(segs)
+
+
+def operation_coverage(spec: dict[str, Any], max_resources: int | None = None) -> list[OperationCoverage]:
+    """Every operation of ``spec``, in path order, with the kind it becomes when at most ``max_resources``
+    resources are kept (None: all), or its unmapped reason (module docstring).
+
+    Raises:
+        SpecError: as :func:`~envfactory_assets.sources.openapi.extract_resources`.
+    """
+    every = extract_resources(spec)
+    kept = _mapped(every[:max_resources] if max_resources else every)
+    mapped_anywhere = _mapped(every)
+    resource_stems = {_stem(op.path) for r in every for op in [*r.operations.values(), *r.actions]}
+    out: list[OperationCoverage] = []
+    for path, item in spec.get("paths", {}).items():
+        if not isinstance(path, str) or not isinstance(item, dict):
+            continue
+        for method in HTTP_METHODS:
+            if method not in item:
+                continue
+            kind = kept.get((method, path))
+            if kind is not None:
+                out.append(OperationCoverage(method, path, kind))
+                continue
+            action = split_action_path(path)
+            if (method, path) in mapped_anywhere:
+                reason = "beyond_resource_cap"
+            elif path.count("{") > MAX_NESTING:
+                reason = "nested_too_deep"
+            elif action is not None and method == "post" and action_verb(action[1]) is None:
+                reason = "action_without_state"
+            elif _stem(path) in resource_stems:
+                reason = "not_modelled"
+            else:
+                reason = "no_stateful_collection"
+            out.append(OperationCoverage(method, path, None, reason))
+    return out
+
+
+def summarize(coverage: list[OperationCoverage]) -> dict[str, Any]:
+    """``{"operations", "mapped", "by_kind": {kind: n}, "unmapped": {reason: n}}`` of one or more documents."""
+    return {"operations": len(coverage), "mapped": sum(1 for c in coverage if c.kind),
+            "by_kind": dict(Counter(c.kind for c in coverage if c.kind)),
+            "unmapped": dict(Counter(c.reason for c in coverage if not c.kind))}
