@@ -176,6 +176,7 @@ ASSET_DEPS = {
     "raw_trajectories": ["tool_chains"],
     "refined_trajectories": ["raw_trajectories"],
     "query_statistics": ["refined_trajectories"],
+    "operation_coverage": ["source_resources"],
     "rejection_reasons": ["source_resources"],
     "rl_dataset": ["refined_trajectories"],
     "sampler_comparison": ["tool_chains"],
@@ -306,3 +307,14 @@ def test_trajectory_diversity_mart_matches_the_filter_report(store):
     assert mart["trajectories"] == expected["trajectories"] > 0
     assert (mart["distinct_tool_pairs"], mart["environments"], mart["domains"]) == (
         expected["distinct_tool_pairs"], expected["environments"], expected["domains"])
+
+
+def test_operation_coverage_mart_adds_up_to_the_scanned_documents(store):
+    rows = list(store.query("SELECT outcome, name, operations FROM operation_coverage").iter_rows())
+    documents = [r for r in store.read("source_resources") if r["kind"] == "openapi"]
+    mapped = {name: n for outcome, name, n in rows if outcome == "mapped"}
+    assert sum(mapped.values()) == sum(r["n_mapped_operations"] for r in documents) > 0
+    assert set(mapped) <= {"list", "get", "create", "update", "delete", "search", "count", "action"}
+    unmapped = {name for outcome, name, _ in rows if outcome == "unmapped"}
+    # the fixture corpus has documents rejected after parsing; their operations are counted, not dropped
+    assert {"document_no_stateful_resource", "document_no_domain"} <= unmapped

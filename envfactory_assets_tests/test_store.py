@@ -242,7 +242,7 @@ def test_load_models_reads_the_project_models():
     models = {m.name: m for m in load_models()}
     assert set(models) == {"environment_quality_by_domain", "trajectory_statistics", "rejection_reasons",
                            "lineage_edges", "benchmark_overlap_by_environment", "sampler_comparison",
-                           "trajectory_diversity", "query_statistics", "turns_by_operator"}
+                           "trajectory_diversity", "query_statistics", "turns_by_operator", "operation_coverage"}
     assert models["lineage_edges"].layer == "lineage" and models["rejection_reasons"].layer == "marts"
     assert models["rejection_reasons"].depends_on == ("source_resources",)
     for m in models.values():
@@ -275,7 +275,8 @@ def build_chain(store: Store, tag: str = "a") -> dict[str, dict[str, Any]]:
     src = make("source_resources", "src", resource_key=f"shop_{tag}", kind="openapi", provider=f"shop-{tag}.example",
                service="", title="Shop", version="1", license_name="MIT", license_url="https://mit",
                path=f"shop {tag} & co.json", corpus_root="/corpus", sha256=tag * 64, size_bytes=10,
-               domain="ecommerce_retail", categories=["ecommerce"], n_paths=2, n_resources=1, resource_names=["books"])
+               domain="ecommerce_retail", categories=["ecommerce"], n_paths=2, n_resources=1, resource_names=["books"],
+               n_operations=2, n_mapped_operations=2, operations_by_kind={"list": 1, "create": 1}, unmapped_by_reason={})
     env = make("environments", "env", env_id=f"shop_{tag}", source_resource_id=src["id"], domain="ecommerce_retail",
                status="built", reasons=[], provenance="programmatic", n_tools=1, tools=[{"name": "list_books"}],
                tables={"books": []}, state_schema={}, source="def load(d):\n    return d\n", initial_states=[])

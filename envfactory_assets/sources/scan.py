@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import orjson
 
+from envfactory_assets.sources.coverage import count_operations, operation_coverage, summarize
 from envfactory_assets.sources.domains import categories_of, classify_domain
 from envfactory_assets.sources.names import snake_case, to_identifier
 from envfactory_assets.sources.openapi import SpecError, extract_resources
@@ -45,6 +46,12 @@ class SourceResource:
     n_paths: int
     n_resources: int
     resource_names: list[str]
+    #: operations of the document, those that become tools (within the resource cap), and both by kind / reason
+    #: (:mod:`envfactory_assets.sources.coverage`)
+    n_operations: int = 0
+    n_mapped_operations: int = 0
+    operations_by_kind: dict[str, int] = field(default_factory=dict)
+    unmapped_by_reason: dict[str, int] = field(default_factory=dict)
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +65,8 @@ class Rejection:
     sha256: str
     reason: str
     detail: str
+    #: operations of the document when it parsed (none of them becomes a tool)
+    n_operations: int = 0
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,19 +165,22 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
         return Rejection(rel, digest, "unparseable", load_error_detail(exc))
     if not isinstance(spec, dict):
         return Rejection(rel, digest, "not_an_object", f"top level is {type(spec).__name__}")
+    n_operations = count_operations(spec)
     try:
         resources = extract_resources(spec)
+        coverage = summarize(operation_coverage(spec, MAX_RESOURCES_PER_ENV, resources))
     except SpecError as exc:
         reason = "not_openapi3" if "OpenAPI 3" in str(exc) else "no_paths" if "no paths" in str(exc) else "invalid_spec"
-        return Rejection(rel, digest, reason, str(exc))
+        return Rejection(rel, digest, reason, str(exc), n_operations)
     except RecursionError:
-        return Rejection(rel, digest, "invalid_spec", "schema nesting too deep")
+        return Rejection(rel, digest, "invalid_spec", "schema nesting too deep", n_operations)
     if not resources:
         return Rejection(rel, digest, "no_stateful_resource",
-                         "no collection with create and read operations and scalar fields")
+                         "no collection with create and read operations and scalar fields", n_operations)
     domain, scores = classify_domain(spec)
     if domain is None:
-        return Rejection(rel, digest, "no_domain", "no category or keyword maps to one of the 7 domains")
+        return Rejection(rel, digest, "no_domain", "no category or keyword maps to one of the 7 domains",
+                         n_operations)
     info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
     lic = info.get("license") if isinstance(info.get("license"), dict) else {}
     key, provider, service = resource_key_for(spec, rel)
@@ -189,6 +201,10 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
         n_paths=len(spec.get("paths", {})),
         n_resources=len(resources),
         resource_names=[r.name for r in resources[:MAX_RESOURCES_PER_ENV]],
+        n_operations=n_operations,
+        n_mapped_operations=coverage["mapped"],
+        operations_by_kind=coverage["by_kind"],
+        unmapped_by_reason=coverage["unmapped"],
     )
 
 
@@ -204,7 +220,7 @@ def scan_corpus(root: Path, files: Iterable[Path] | None = None,
         if isinstance(result, SourceResource):
             if result.resource_key in seen:
                 result = Rejection(result.path, result.sha256, "duplicate_key",
-                                   f"resource key {result.resource_key} already taken by another file")
+                                   f"resource key {result.resource_key} already taken by another file", result.n_operations)
             else:
                 seen.add(result.resource_key)
         yield result

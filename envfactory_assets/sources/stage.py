@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Iterable
 
 from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES, Rejection, SourceResource, corpus_files, scan_corpus
 from envfactory_assets.store.ids import content_id
+
+_DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -34,7 +37,8 @@ def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes
         progress(0, len(files))
     for done, result in enumerate(scan_corpus(corpus_root, files, max_bytes), start=1):
         if isinstance(result, SourceResource) and wanted is not None and result.domain not in wanted:
-            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}")
+            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}",
+                               result.n_operations)
         if isinstance(result, SourceResource):
             row = result.as_row()
             row["corpus_root"] = root_str
@@ -66,3 +70,27 @@ def all_resource_rows(corpus_root: Path, home: Path, domains: Iterable[str] | No
     more_acc, more_rej = extra_resource_rows(home, domains, {r["resource_key"] for r in accepted},
                                              include_mcp, max_bytes)
     return accepted + more_acc, rejected + more_rej
+
+
+def corpus_coverage(accepted: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> dict[str, Any]:
+    """Coverage of the OpenAPI documents scanned (``source_resources`` and ``rejected_resources`` rows, MCP
+    tool lists left out, documents over the size limit not counted): documents that yield an environment,
+    operations that become tools (within the resource cap), by kind, and the others by reason (a rejected
+    document's operations under ``document_<reason>``). Shares are 0 for an empty scan."""
+    docs = [r for r in accepted if r["kind"] == "openapi"]
+    refused = [r for r in rejected if r["reason"] != "too_large" and r.get("n_operations")]
+    by_kind: Counter[str] = Counter()
+    unmapped: Counter[str] = Counter()
+    for r in docs:
+        by_kind.update(r.get("operations_by_kind") or {})
+        unmapped.update(r.get("unmapped_by_reason") or {})
+    for r in refused:
+        unmapped[f"document_{r['reason']}"] += r["n_operations"]
+    scanned = len(docs) + sum(1 for r in rejected if r["reason"] != "too_large" and r["path"].endswith(_DOCUMENT_SUFFIXES))
+    operations = sum(by_kind.values()) + sum(unmapped.values())
+    mapped = sum(by_kind.values())
+    return {"documents_yielding_environment": len(docs),
+            "documents_yielding_share": round(len(docs) / scanned, 4) if scanned else 0.0,
+            "operations": operations, "operations_mapped": mapped,
+            "operations_mapped_share": round(mapped / operations, 4) if operations else 0.0,
+            "operations_by_kind": dict(by_kind.most_common()), "operations_unmapped_by_reason": dict(unmapped.most_common())}

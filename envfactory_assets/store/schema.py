@@ -16,10 +16,12 @@ TABLES: dict[str, list[str]] = {
         "path VARCHAR", "corpus_root VARCHAR", "sha256 VARCHAR NOT NULL", "size_bytes BIGINT",
         "domain VARCHAR NOT NULL", "categories JSON", "n_paths INTEGER", "n_resources INTEGER",
         "resource_names JSON",
+        # the document's operations, those that become tools, by kind, and the others by reason
+        "n_operations INTEGER", "n_mapped_operations INTEGER", "operations_by_kind JSON", "unmapped_by_reason JSON",
     ],
     "rejected_resources": [
         "id VARCHAR PRIMARY KEY", "path VARCHAR", "corpus_root VARCHAR", "sha256 VARCHAR",
-        "reason VARCHAR NOT NULL", "detail VARCHAR",
+        "reason VARCHAR NOT NULL", "detail VARCHAR", "n_operations INTEGER",
     ],
     "environments": [
         "id VARCHAR PRIMARY KEY", "env_id VARCHAR NOT NULL", "source_resource_id VARCHAR NOT NULL",

@@ -23,7 +23,7 @@ from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.incremental.partitions import partition_key
 from envfactory_assets.sources.domains import DOMAINS
 from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES
-from envfactory_assets.sources.stage import all_resource_rows
+from envfactory_assets.sources.stage import all_resource_rows, corpus_coverage
 
 
 class SourceConfig(dg.Config):
@@ -96,6 +96,7 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
     written = store.replace_current_tables({"source_resources": accepted, "rejected_resources": rejected})[
         "source_resources"]
     added, removed = sync_partitions(context.instance, keys)
+    coverage = corpus_coverage(accepted, rejected)
     by_domain = Counter(r["domain"] for r in accepted)
     reasons = Counter(r["reason"] for r in rejected)
     context.log.info(f"accepted {len(accepted)}, rejected {len(rejected)}: {dict(reasons)}; "
@@ -105,6 +106,7 @@ def source_resources(context: dg.AssetExecutionContext, config: SourceConfig,
         "by_domain": dict(sorted(by_domain.items())), "rejection_reasons": dict(reasons.most_common()),
         "corpus": str(root), "by_kind": dict(Counter(r["kind"] for r in accepted)), "user_folder": str(user_dir), "environment_partitions": len(keys),
         "partitions_added": added[:50], "partitions_removed": removed[:50], "curation_excluded": curation_excluded,
+        **coverage,
     }, data_version=data_version(accepted))
 
 
