@@ -2,9 +2,10 @@
 tools, by kind, and why the others do not (:mod:`envfactory_assets.sources.coverage`).
 
 Every document of the corpus (not the default run's selection, which picks the best-covered ones) is read
-as ``source_resources`` reads it (:func:`~envfactory_assets.sources.scan.inspect_file`); a document yields
-an environment when it is accepted. Operations count as mapped within the environment's resource cap
-(:data:`~envfactory_assets.sources.scan.MAX_RESOURCES_PER_ENV`). With ``--verify N``, N accepted documents
+as ``source_resources`` reads it, and the figures are the ones its metadata and the ``operation_coverage``
+mart report: a document yields an environment when it is accepted; operations count as mapped within the
+environment's resource cap (:data:`~envfactory_assets.sources.scan.MAX_RESOURCES_PER_ENV`), and the count
+without the cap is printed beside them. With ``--verify N``, N accepted documents
 drawn with ``--seed`` are built and verified in the sandbox, and a mapped tool counts as verified when every
 check of it passed (its kind's semantic assertion ran and passed). Usage::
 
@@ -26,46 +27,26 @@ from typing import Any
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.settings import corpus_dir
-from envfactory_assets.sources.coverage import operation_coverage, summarize
-from envfactory_assets.sources.scan import (
-    DEFAULT_MAX_BYTES,
-    MAX_RESOURCES_PER_ENV,
-    SourceResource,
-    corpus_files,
-    inspect_file,
-    load_document,
-)
+from envfactory_assets.sources.coverage import operation_coverage
+from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES, MAX_RESOURCES_PER_ENV, load_document
+from envfactory_assets.sources.stage import corpus_coverage, scan_rows
 
 
 def scan(root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """``{"documents", "accepted", "rejected": {reason: n}, "coverage": summary, "accepted_docs": [...]}``
-    over every document under ``root`` of at most ``max_bytes``."""
-    docs = accepted = 0
-    rejected: Counter[str] = Counter()
-    coverage = []
-    accepted_docs: list[tuple[Path, dict[str, Any]]] = []
-    for path in corpus_files(root):
-        if path.stat().st_size > max_bytes:
-            continue
-        docs += 1
-        result = inspect_file(path, root, max_bytes)
-        if not isinstance(result, SourceResource):
-            rejected[result.reason] += 1
-        else:
-            accepted += 1
-            accepted_docs.append((path, result.as_row()))
-        try:
-            spec = load_document(path.read_bytes(), path.suffix.lower())
-            ops = operation_coverage(spec, MAX_RESOURCES_PER_ENV) if isinstance(spec, dict) else []
-        except Exception:  # an unreadable document has no operations to count
-            ops = []
-        if not isinstance(result, SourceResource):
-            # a rejected document's operations become no tool, whatever extraction found
-            ops = [op if op.kind is None else type(op)(op.method, op.path, None, f"document_{result.reason}")
-                   for op in ops]
-        coverage.extend(ops)
-    return {"documents": docs, "accepted": accepted, "rejected": dict(rejected), "coverage": summarize(coverage),
-            "accepted_docs": accepted_docs}
+    """The pipeline's own figures over every document under ``root`` of at most ``max_bytes``
+    (:func:`~envfactory_assets.sources.stage.corpus_coverage` of ``source_resources``' rows), plus
+    ``mapped_without_cap``: the operations of the accepted documents that would become tools if every
+    resource were kept; and ``accepted_docs`` ``[(path, row)]`` for :func:`verify_sample`."""
+    accepted, rejected = scan_rows(root, max_bytes=max_bytes)
+    coverage = corpus_coverage(accepted, rejected)
+    uncapped = 0
+    for row in accepted:
+        path = root / row["path"]
+        spec = load_document(path.read_bytes(), path.suffix.lower())
+        uncapped += sum(1 for op in operation_coverage(spec) if op.kind)
+    return {"documents": len(accepted) + sum(1 for r in rejected if r["reason"] != "too_large"),
+            "coverage": coverage, "mapped_without_cap": uncapped,
+            "accepted_docs": [(root / r["path"], r) for r in accepted]}
 
 
 def verify_sample(accepted_docs: list[tuple[Path, dict[str, Any]]], n: int, seed: int) -> dict[str, Any]:
@@ -97,14 +78,17 @@ def verify_sample(accepted_docs: list[tuple[Path, dict[str, Any]]], n: int, seed
 
 def markdown(result: dict[str, Any], seconds: float) -> str:
     cov = result["coverage"]
+    ops = max(1, cov["operations"])
     lines = [f"Documents under the size limit: {result['documents']:,}; yielding an environment: "
-             f"{result['accepted']:,} ({result['accepted'] / max(1, result['documents']):.1%}).",
-             f"Operations: {cov['operations']:,}; mapped to a tool kind: {cov['mapped']:,} "
-             f"({cov['mapped'] / max(1, cov['operations']):.1%}). Scan time {seconds:.0f} s.", "",
+             f"{cov['documents_yielding_environment']:,} ({cov['documents_yielding_share']:.1%}).",
+             f"Operations: {cov['operations']:,}; mapped to a tool kind within the resource cap "
+             f"({MAX_RESOURCES_PER_ENV} per environment): {cov['operations_mapped']:,} "
+             f"({cov['operations_mapped_share']:.1%}); without the cap: {result['mapped_without_cap']:,} "
+             f"({result['mapped_without_cap'] / ops:.1%}). Scan time {seconds:.0f} s.", "",
              "| kind | operations |", "|---|---:|"]
-    lines += [f"| {k} | {v:,} |" for k, v in sorted(cov["by_kind"].items(), key=lambda x: -x[1])]
+    lines += [f"| {k} | {v:,} |" for k, v in cov["operations_by_kind"].items()]
     lines += ["", "| unmapped because | operations |", "|---|---:|"]
-    lines += [f"| {k} | {v:,} |" for k, v in sorted(cov["unmapped"].items(), key=lambda x: -x[1])]
+    lines += [f"| {k} | {v:,} |" for k, v in cov["operations_unmapped_by_reason"].items()]
     if "verification" in result:
         ver = result["verification"]
         lines += ["", f"Verified sample: {ver['environments']} environments, {ver['passed']} passed.", "",

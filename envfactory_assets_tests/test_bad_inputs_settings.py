@@ -104,6 +104,7 @@ BAD_SETTINGS = [
     (tool_chains, {"sampler": "bfs"}, ["sampler='bfs'", "'topology', 'random_walk'"]),
     (raw_trajectories, {"min_turns": 0}, ["min_turns=0", ">= 1"]),
     (raw_trajectories, {"max_turn_len": 0}, ["max_turn_len=0", ">= 1"]),
+    (raw_trajectories, {"refusal_share": 1.5}, ["refusal_share=1.5", "[0, 1]"]),
     (refined_trajectories, {"k": 0}, ["k=0", ">= 1"]),
     (refined_trajectories, {"conversational_share": NAN}, ["conversational_share=nan", "[0, 1]"]),
     (refined_trajectories, {"workers": 10**6}, ["workers=1000000", "[0, 64]"]),

@@ -5,6 +5,7 @@ the verification gate rejecting a broken implementation of each kind."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import orjson
@@ -12,6 +13,7 @@ import pytest
 
 from envfactory_assets import settings
 from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.envgen.verify import matching_rows, verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import action_target, action_verb, split_action_path
@@ -19,7 +21,12 @@ from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.openapi import extract_resources
 from envfactory_assets.sources.scan import MAX_RESOURCES_PER_ENV, inspect_file, load_document
 from envfactory_assets.sources.stage import corpus_coverage, scan_rows
-from envfactory_assets_tests.fixture_environments import mutate
+from envfactory_assets.config_checks import SettingError
+from envfactory_assets.synth.datasets import replay_check, rl_rows, tools_of
+from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView, solve_turn
+from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
+from envfactory_assets_tests.fixture_environments import environment_worker, fixture_graph, mutate
 
 KINDS = Path(__file__).parent / "fixtures" / "openapi_kinds"
 
@@ -178,10 +185,10 @@ def test_operation_coverage_maps_each_operation_or_names_why_not():
 def test_corpus_coverage_counts_operations_by_kind_and_reason():
     accepted, rejected = scan_rows(KINDS)
     coverage = corpus_coverage(accepted, rejected)
-    assert coverage["documents_yielding_environment"] == 1 and coverage["documents_yielding_share"] == 1.0
-    assert coverage["operations"] == 19 and coverage["operations_mapped"] == 18
-    assert coverage["operations_by_kind"]["action"] == 4
-    assert coverage["operations_unmapped_by_reason"] == {"action_without_state": 1}
+    assert coverage["documents_yielding_environment"] == 2 and coverage["documents_yielding_share"] == 1.0
+    assert coverage["operations"] == 19 + 6 and coverage["operations_mapped"] == 18 + 5
+    assert coverage["operations_by_kind"]["action"] == 4 + 1
+    assert coverage["operations_unmapped_by_reason"] == {"action_without_state": 1, "no_stateful_collection": 1}
 
 
 LABELLED = orjson.loads((Path(__file__).parent / "fixtures" / "kind_labels.json").read_bytes())["operations"]
@@ -202,3 +209,103 @@ def test_kind_inference_agrees_with_hand_labels_on_100_corpus_operations():
             kind = f"action:{action_verb(split_action_path(op['path'])[1])}"
         agree.append(kind == op["label"])
     assert len(agree) == 100 and sum(agree) >= 90  # precision target; measured 98 of 100
+
+
+@pytest.fixture(scope="module")
+def refused_trajectories(shop) -> list[dict]:
+    envs = {shop["env_id"]: shop}
+    graph = fixture_graph(envs)
+    with environment_worker(envs) as worker:
+        chains = sample_chains(graph, 30, "refusals", SamplerConfig(min_tools=3))
+        trajs = [synthesize_trajectory(c, graph, envs, worker, SynthConfig(min_turns=2, refusal_share=1.0))
+                 for c in chains]
+    return [{**t, "id": f"raw-{i}", "domains": ["ecommerce_retail"]} for i, t in enumerate(trajs)
+            if t["status"] == "passed"]
+
+
+def test_refused_actions_stay_in_the_turn_with_their_typed_error(shop, refused_trajectories):
+    refused = [(t, turn, c) for t in refused_trajectories for turn in t["turns"] for c in turn["calls"]
+               if c.get("error")]
+    assert len(refused) >= 5
+    for traj, turn, call in refused:
+        assert call["kind"] == "action" and call["error"] == "precondition_failed"
+        assert call["output"] == {"error": "precondition_failed", "message": call["output"]["message"]}
+        assert "nothing changed" in turn["assistant_summary"]
+        # the agent reads the error in the tool message exactly as a rollout renders it
+        tool_messages = [m["content"] for m in to_messages(traj["turns"]) if m["role"] == "tool"]
+        assert json.dumps(call["output"]) in tool_messages
+    with environment_worker({shop["env_id"]: shop}) as worker:
+        for traj in {id(t): t for t, _, _ in refused}.values():
+            rows = rl_rows(traj, {shop["env_id"]: shop})
+            assert all(replay_check(row, worker) is None for row in rows)
+            refusal_rows = [r for r in rows if any(g.get("expect_error") for g in r["gold_calls"])]
+            assert refusal_rows
+            # the gold call is not skipped by a solver-free shortcut: replay fails if it suddenly succeeds
+            row = copy.deepcopy(refusal_rows[0])
+            for g in row["gold_calls"]:
+                g.pop("expect_error", None)
+            assert "failed on replay" in replay_check(row, worker)
+
+
+def test_the_solver_stops_at_a_refused_precondition_and_solves_the_turn(shop, refused_trajectories):
+    envs = {shop["env_id"]: shop}
+    turns = [(t, i) for t in refused_trajectories for i, turn in enumerate(t["turns"])
+             if any(c.get("error") for c in turn["calls"])]
+    solved = 0
+    with environment_worker(envs) as worker:
+        for traj, i in turns[:8]:
+            turn = traj["turns"][i]
+            view = SolverView.for_turn(traj["turns"][:i], turn["query"], tools_of(envs, traj["env_ids"]))
+            result = solve_turn(worker, turn["state_before"], view, ProgrammaticSolver(), turn, f"r{i}", k=2)
+            solved += result["accuracy"] > 0
+            for attempt in result["attempts"]:
+                # after the refusal no other tool is tried on that row (a delete would "succeed")
+                names = [c["name"] for c in attempt["calls"]]
+                assert "delete_order" not in names or any(c["name"] == "delete_order" for c in turn["calls"])
+    assert solved >= 6
+
+
+def test_refusal_share_must_be_a_fraction():
+    for bad in (-0.1, 1.5, "half"):
+        with pytest.raises(SettingError, match="refusal_share"):
+            SynthConfig(refusal_share=bad)
+
+
+def catalogue() -> dict:
+    resource = inspect_file(KINDS / "product_catalogue.json", KINDS)
+    return build_environment(resource.as_row(), orjson.loads((KINDS / "product_catalogue.json").read_bytes()))
+
+
+def test_a_collection_without_create_is_a_read_only_table_and_a_parameter_after_another_names_the_parent():
+    spec = orjson.loads((KINDS / "product_catalogue.json").read_bytes())
+    resources = {r.name: r for r in extract_resources(spec)}
+    products, issues = resources["products"], resources["issues"]
+    assert products.read_only and set(products.operations) == {"list", "get"}
+    assert [op.verb for op in products.actions] == ["archive"]
+    # /repos/{owner}/{repo}/issues belongs to the repo, the nearest parameter
+    assert not issues.read_only and issues.parent_key == "repo_id"
+    # writable collections come first: an environment keeps a capped number of tables
+    assert [r.name for r in extract_resources(spec)] == ["issues", "products"]
+    assert {(c.path, c.reason) for c in operation_coverage(spec) if not c.kind} == {
+        ("/reports/daily", "no_stateful_collection")}
+
+
+def test_a_read_only_table_is_seeded_read_and_acted_on_and_passes_the_gate():
+    env = catalogue()
+    kinds = {t["name"]: t["kind"] for t in env["tools"] if t["table"] == "products"}
+    assert kinds == {"list_products": "list", "get_product": "get", "archive_product": "action"}
+    valid = next(s["state"] for s in env["initial_states"] if s["name"] == "valid")
+    assert len(valid["tables"]["products"]) > 1  # seeded: no tool creates its rows
+    report = verify_environment(env)
+    assert report.status == "passed", report.reasons
+    assert ("semantics", "list_products") in {(c.check, c.tool) for c in report.checks if c.passed}
+
+
+def test_selection_prefers_documents_with_actions_and_writes():
+    accepted, _ = scan_rows(KINDS)
+    row = next(r for r in accepted if r["path"] == "shop_orders.json")
+    plain = {**row, "resource_key": "plain", "operations_by_kind": {"list": 4, "create": 4}}
+    rich = {**row, "resource_key": "rich", "operations_by_kind": {"list": 4, "create": 4, "action": 2}}
+    reads = {**row, "resource_key": "reads", "operations_by_kind": {"list": 4, "get": 4}}
+    for order in ([plain, rich, reads], [reads, plain, rich], [rich, reads, plain]):
+        assert [r["resource_key"] for r in select_resources(order, 3)] == ["rich", "plain", "reads"]

@@ -24,8 +24,10 @@ def select_resources(resources: list[dict[str, Any]], per_domain: int,
                      include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Pick up to ``per_domain`` resources per domain, deterministically.
 
-    Resources with more stateful resources (up to 4) come first, then a stable hash of the resource
-    key spreads the choice over providers. ``include`` keys are always taken, ``exclude`` keys never.
+    Resources with more stateful resources (up to 4) come first, then those with more operations beyond
+    CRUD (actions, searches, counts: up to 3), then those whose tables can be written (a document of
+    read-only catalogues teaches less), then a stable hash of the resource key spreads the choice over
+    providers. ``include`` keys are always taken, ``exclude`` keys never.
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
     """
     include, exclude = set(include), set(exclude)
@@ -42,6 +44,8 @@ def select_resources(resources: list[dict[str, Any]], per_domain: int,
     for domain in sorted(by_domain):
         ranked = sorted(by_domain[domain], key=lambda r: (
             r["resource_key"] not in include, -min(r["n_resources"], 4),
+            -min(sum((r.get("operations_by_kind") or {}).get(k, 0) for k in ("action", "search", "count")), 3),
+            not any((r.get("operations_by_kind") or {}).get(k) for k in ("create", "update", "delete", "action")),
             hashlib.sha256(r["resource_key"].encode()).hexdigest()))
         forced = [r for r in ranked if r["resource_key"] in include]
         chosen.extend(forced + [r for r in ranked if r["resource_key"] not in include][: max(per_domain - len(forced), 0)])

@@ -1,8 +1,9 @@
 """Reading OpenAPI 3 documents and finding the stateful resources they describe.
 
-A *resource* is a collection path (``/companies``) with create (POST) and read (GET on the collection
-or on ``/companies/{id}``) operations and an object schema with scalar fields, or a *singleton*
-(``GET/PUT /settings``, ``/me``): one object read and updated in place. Resources are what the
+A *resource* is a collection path (``/companies``) with read operations (GET on the collection or on
+``/companies/{id}``), usually create (POST), and an object schema with scalar fields, or a *singleton*
+(``GET/PUT /settings``, ``/me``): one object read and updated in place. A collection without create is
+*read-only* (a catalogue, rows made outside the API): its table is seeded and read, updated or acted on. Resources are what the
 programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
 can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
@@ -92,6 +93,8 @@ class Resource:
     actions: list[Operation] = field(default_factory=list)
     #: True for one object of the caller's account (``/settings``): its table holds exactly one row
     singleton: bool = False
+    #: True for a collection without create: its rows come from the seeded state only
+    read_only: bool = False
 
     @property
     def singular(self) -> str:
@@ -99,12 +102,13 @@ class Resource:
 
     @property
     def is_stateful(self) -> bool:
-        """True when the resource can be created and read back, or is a singleton that can be read (the
-        selection rule)."""
+        """True when the resource's rows can be read from the state (the selection rule): a collection with
+        a list or get (and, unless read-only, create), or a singleton with a get; and scalar fields."""
         ops = self.operations
         if self.singleton:
             return "get" in ops and bool(self.fields)
-        return "create" in ops and ("list" in ops or "get" in ops) and bool(self.fields)
+        readable = "list" in ops or "get" in ops
+        return (self.read_only or "create" in ops) and readable and bool(self.fields)
 
     @property
     def n_operations(self) -> int:
@@ -393,15 +397,16 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
         if len(params) > MAX_NESTING:
             continue
         try:
-            if "post" in citem:
+            res = None if "post" in citem else _singleton_resource(spec, cpath, citem, items, taken_names)
+            if res is None:
                 res = _resource_from_collection(spec, cpath, citem, items, taken_names, extras)
-            else:
-                res = _singleton_resource(spec, cpath, citem, items, taken_names)
         except (SpecError, RecursionError):
             continue
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
-    resources.sort(key=lambda r: (-r.n_operations, r.parent_key is not None, r.singleton, -len(r.fields), r.name))
+    # writable collections first: an environment's tables are capped, and reads of seeded rows teach less
+    resources.sort(key=lambda r: (r.read_only, -r.n_operations, r.parent_key is not None, r.singleton,
+                                  -len(r.fields), r.name))
     return resources[:max_resources] if max_resources else resources
 
 
@@ -416,14 +421,18 @@ def _operation(spec: dict[str, Any], kind: str, method: str, path: str, op: Any,
 
 
 def _parent_key(segs: list[str]) -> str | None | bool:
-    """The foreign key a nested collection gets from its nearest parent item (``/a/{id}/b/{id}/c`` -> ``b_id``),
-    None when it is not nested, False when its shape is not usable."""
+    """The foreign key a nested collection gets from its nearest parent item (``/a/{id}/b/{id}/c`` -> ``b_id``;
+    a parameter right after another one names its parent itself: ``/repos/{owner}/{repo}/issues`` ->
+    ``repo_id``), None when it is not nested, False when its shape is not usable."""
     params = [i for i, s in enumerate(segs) if _PARAM_SEGMENT.match(s)]
     if not params:
         return None
     idx = params[-1]
-    parent_literal = snake_case(segs[idx - 1]) if idx > 0 else ""
-    if not parent_literal or _PARAM_SEGMENT.match(segs[idx - 1]):
+    if idx > 0 and _PARAM_SEGMENT.match(segs[idx - 1]):
+        parent_literal = snake_case(segs[idx].strip("{}")).removesuffix("_id").removesuffix("_name")
+    else:
+        parent_literal = snake_case(segs[idx - 1]) if idx > 0 else ""
+    if not parent_literal:
         return False
     return to_identifier(f"{singular(parent_literal)}_id", fallback="parent_id", max_len=40)
 
@@ -484,9 +493,8 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
         if made is not None:
             ops[kind] = made
 
-    if "post" not in citem:
-        return None
-    add("create", "post", cpath, citem["post"])
+    if "post" in citem:
+        add("create", "post", cpath, citem["post"])
     if "get" in citem:
         add("list", "get", cpath, citem["get"])
     if iitem and ipath:
@@ -497,8 +505,9 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
                 add("update", method, ipath, iitem[method])
         if "delete" in iitem:
             add("delete", "delete", ipath, iitem["delete"])
-    if "create" not in ops:
-        return None
+    read_only = "create" not in ops
+    if read_only and not ("list" in ops and _lists_objects(spec, citem["get"])) and "get" not in ops:
+        return None  # a read-only path is a collection only when it lists objects or has an item read
     for segment, path, item in sorted(extras.get(cpath, []), key=lambda e: e[1]):
         kind = "search" if segment in SEARCH_SEGMENTS else "count"
         method = "get" if "get" in item else "post" if kind == "search" and "post" in item else None
@@ -516,7 +525,7 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
                 seen_verbs.add(verb)
     name = unique_name(to_identifier(literal, fallback="resource", max_len=40), taken_names)
     key = f"{singular(name)}_id"
-    schema = _request_schema(spec, deref(spec, citem["post"]))
+    schema = _request_schema(spec, deref(spec, citem["post"])) if "post" in citem else None
     if schema is None and "get" in ops:
         schema = _response_schema(spec, deref(spec, iitem.get("get")))
     if schema is None and "list" in ops:
@@ -526,4 +535,19 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
         fields = [f for f in fields if f.name != parent_key]
         fields.insert(0, FieldSpec(parent_key, parent_key, {"type": "string"},
                                    f"Identifier of the parent {parent_key[:-3]}.", True))
-    return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions)
+    return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only)
+
+
+def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:
+    """Whether a collection GET's 2xx response is an array of objects, directly or in a wrapper object
+    (``{"data": [...]}``)."""
+    op = deref(spec, get_op)
+    raw = deref(spec, _response_schema(spec, op)) if isinstance(op, dict) else None
+    if isinstance(raw, dict) and raw.get("type") != "array" and isinstance(raw.get("properties"), dict):
+        wrapped = next((raw["properties"][k] for k in _WRAPPER_KEYS if k in raw["properties"]), None)
+        raw = deref(spec, wrapped) if wrapped is not None else raw
+    if not isinstance(raw, dict) or raw.get("type") != "array" and "items" not in raw:
+        return False
+    item = deref(spec, raw.get("items"))
+    return isinstance(item, dict) and (item.get("type") == "object" or isinstance(item.get("properties"), dict)
+                                       or "allOf" in item)

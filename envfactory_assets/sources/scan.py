@@ -176,7 +176,7 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
         return Rejection(rel, digest, "invalid_spec", "schema nesting too deep", n_operations)
     if not resources:
         return Rejection(rel, digest, "no_stateful_resource",
-                         "no collection with create and read operations and scalar fields", n_operations)
+                         "no collection or singleton with read operations and scalar fields", n_operations)
     domain, scores = classify_domain(spec)
     if domain is None:
         return Rejection(rel, digest, "no_domain", "no category or keyword maps to one of the 7 domains",
@@ -220,7 +220,8 @@ def scan_corpus(root: Path, files: Iterable[Path] | None = None,
         if isinstance(result, SourceResource):
             if result.resource_key in seen:
                 result = Rejection(result.path, result.sha256, "duplicate_key",
-                                   f"resource key {result.resource_key} already taken by another file", result.n_operations)
+                                   f"resource key {result.resource_key} already taken by another file",
+                                   result.n_operations)
             else:
                 seen.add(result.resource_key)
         yield result

@@ -67,7 +67,9 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
         users_so_far += 1 + sum(1 for m in turn.get("clarification") or [] if m["role"] == "user")
         keep = essential_calls(turn["calls"], offset)
         offset += len(turn["calls"])
-        gold = [{"name": turn["calls"][i]["name"], "arguments": turn["calls"][i]["arguments"]} for i in keep]
+        gold = [{"name": turn["calls"][i]["name"], "arguments": turn["calls"][i]["arguments"],
+                 **({"expect_error": turn["calls"][i]["error"]} if turn["calls"][i].get("error") else {})}
+                for i in keep]
         masked = sorted({a for g in gold for a in g["arguments"] if a in MASKED_ARGUMENT_NAMES})
         rows.append({
             "turn_index": t_idx,
@@ -78,14 +80,15 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
             "initial_state": turn["state_before"],
             "final_state": turn["state_after"],
             "final_state_hash": turn["state_after_hash"],
-            "changes_state": any(c["kind"] not in READ_KINDS for c in turn["calls"]),
+            "changes_state": any(c["kind"] not in READ_KINDS and not c.get("error") for c in turn["calls"]),
         })
     return rows
 
 
 def replay_check(row: dict[str, Any], worker: SandboxWorker) -> str | None:
-    """None when replaying ``gold_calls`` on ``initial_state`` reproduces ``final_state`` exactly, and a
-    state-changing task really changes state; otherwise the reason the row is rejected."""
+    """None when replaying ``gold_calls`` on ``initial_state`` reproduces ``final_state`` exactly (a gold call
+    with ``expect_error`` failing with exactly that error type), and a state-changing task really changes
+    state; otherwise the reason the row is rejected."""
     if row["changes_state"] and state_hash(row["initial_state"]) == row["final_state_hash"]:
         return "no-op task: claims to change state but its final state equals its initial state"
     try:
@@ -95,7 +98,10 @@ def replay_check(row: dict[str, Any], worker: SandboxWorker) -> str | None:
     try:
         for call in row["gold_calls"]:
             res = worker.call(episode, call["name"], call["arguments"])
-            if not res.get("ok"):
+            expected = call.get("expect_error")
+            if expected and (res.get("ok") or (res.get("error") or {}).get("type") != expected):
+                return f"gold call {call['name']} should fail with {expected} on replay, got {res.get('error') or 'success'}"
+            if not expected and not res.get("ok"):
                 return f"gold call {call['name']} failed on replay: {res.get('error')}"
         digest = state_hash(worker.save(episode))
     finally:

@@ -420,6 +420,10 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
     label = row_label(out)
     ident = out.get(key, args.get(key))
     who = f"'{label}' ({ident})" if label else f"{thing} {ident}"
+    if out.get("error") and set(out) == {"error", "message"}:
+        # a refused call: the assistant says what the tool said, never that it was done
+        reason = str(out["message"]).rstrip(".")
+        return pick((f"{reason}, so nothing changed", f"nothing changed: {reason}"))
     if kind == "action":
         act = tool["action"]
         return pick((f"{who} is now {act['state']}", f"done, {who} is {act['state']}"))

@@ -25,13 +25,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from envfactory_assets.envgen.tools import READ_KINDS
 from envfactory_assets.runtime.errors import (
     EpisodeLost,
+    ErrorType,
     SandboxError,
     StateRejected,
     WorkerCrashed,
 )
-from envfactory_assets.envgen.tools import READ_KINDS
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import VERBS as ACTION_VERBS
 from envfactory_assets.sources.names import singular
@@ -363,6 +364,9 @@ class ProgrammaticSolver:
                     args = _arguments(clause, tool, seen, rng, guess=True)
                 if args is not None and self._call(tool, args, call_tool, seen, attempt):
                     break
+                if attempt.calls and (attempt.calls[-1].get("error") or {}).get("type") == \
+                        ErrorType.PRECONDITION_FAILED.value:
+                    break  # the row is not in a state the request applies to: another tool would not help
         attempt.answer = "; ".join(json.dumps(c.get("output", c.get("error")), ensure_ascii=False)[:200]
                                    for c in attempt.calls)
         return attempt

@@ -15,11 +15,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from envfactory_assets.config_checks import number_types, one_of, whole_number
+from envfactory_assets.config_checks import finite_number, number_types, one_of, whole_number
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
 from envfactory_assets.envgen.verify import matching_rows, searchable
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.errors import ErrorType
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.sources.openapi import SCALAR_TYPES, matches_json_type
 from envfactory_assets.synth.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelQueryWriter
@@ -37,7 +38,10 @@ class SynthConfig:
     ``max_turn_len``: most calls in one turn; ``query_writer``: who writes each turn's raw query, one of
     :data:`~envfactory_assets.synth.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s model,
     :class:`~envfactory_assets.synth.model_querygen.ModelQueryWriter`); ``query_writer_attempts``: model
-    requests per turn before the programmatic query is kept.
+    requests per turn before the programmatic query is kept; ``refusal_share``: the share of action calls
+    (``cancel``) asked of a row the action is refused on (already cancelled, or shipped), where the state has
+    one: the call fails with ``precondition_failed``, stays in the turn with its error, and the assistant
+    reports it (an agent learns to read a typed error instead of claiming success).
 
     Raises:
         SettingError: (a ValueError) a setting of the wrong type, below 1 or not a known choice, named in the
@@ -49,6 +53,7 @@ class SynthConfig:
     # the programmatic writer is the offline default: no model, and the rows every test and run expect
     query_writer: str = QUERYGEN_CHOICES[0]
     query_writer_attempts: int = DEFAULT_ATTEMPTS
+    refusal_share: float = 0.2
 
     def __post_init__(self) -> None:
         number_types(self, "trajectory")
@@ -56,6 +61,7 @@ class SynthConfig:
         whole_number("trajectory", "max_turn_len", self.max_turn_len, low=1)
         one_of("trajectory", "query_writer", self.query_writer, QUERYGEN_CHOICES)
         whole_number("trajectory", "query_writer_attempts", self.query_writer_attempts, low=1)
+        finite_number("trajectory", "refusal_share", self.refusal_share, low=0.0, high=1.0)
 
 
 class ToolIndex:
@@ -155,8 +161,10 @@ def _minting_position(history: list[dict[str, Any]], value: Any, index: ToolInde
 
 def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: ToolGraph,
                       history: list[dict[str, Any]], saved: dict[str, Any], index: ToolIndex,
-                      values: ValueFactory, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Arguments for one call and their provenance.
+                      values: ValueFactory, rng: random.Random,
+                      refused: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Arguments for one call and their provenance. An action's row from the state is one it applies to,
+    or with ``refused`` one it is refused on (when the state has one).
 
     Returns ``(arguments, provenance)`` where provenance maps each argument to
     ``{"source": "output", "call": i, "path": ...}``, ``{"source": "user"}`` or ``{"source": "state"}``.
@@ -201,9 +209,12 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
             if tool["kind"] == "action" and name == key:
                 # a state transition is asked of a row it applies to (cancelling a cancelled order fails)
                 act = tool["action"]
-                ready = [r[key] for r in _state_rows(saved, index, tool)
+                rows = _state_rows(saved, index, tool)
+                ready = [r[key] for r in rows
                          if r.get(act["field"]) != act["value"] and r.get(act["field"]) not in act["blocked"]]
-                value = rng.choice(ready) if ready else value
+                refusing = [r[key] for r in rows if r[key] not in ready]
+                pool = refusing if refused and refusing else ready
+                value = rng.choice(pool) if pool else value
             if value is None:
                 if name in required:
                     raise LookupError(f"no value for required identifier {name}")
@@ -235,6 +246,13 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
     if tool["kind"] == "update" and key in args:
         _make_update_change_something(tool, key, args, prov, saved, index, values)
     return args, prov
+
+
+def refusal_output(error: dict[str, Any]) -> dict[str, str]:
+    """The tool result an agent reads for a refused call (``{"error": type, "message": ...}``), in the shape
+    :class:`~envfactory_assets.tooluse.task_episode.TaskEpisode` renders errors, so SFT rows show the model
+    what its rollouts will show it."""
+    return {"error": str(error.get("type", "error")), "message": str(error.get("message", ""))}
 
 
 def _search_text(rows: list[dict[str, Any]], rng: random.Random) -> str:
@@ -315,18 +333,25 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
             for pos in positions:
                 node = chain.tools[pos]
                 tool = index.tools[node.split(".", 1)[1]]
+                refuse = tool["kind"] == "action" and rng.random() < config.refusal_share
                 try:
                     args, prov = resolve_arguments(tool, node, chain, graph, history, before if not calls else
-                                                   worker.save(episode), index, values, rng)
+                                                   worker.save(episode), index, values, rng, refused=refuse)
                 except LookupError as exc:
                     skipped.append(f"{tool['name']}: {exc}")
                     continue
                 res = worker.call(episode, tool["name"], args)
-                if not res.get("ok"):
-                    skipped.append(f"{tool['name']}: {res.get('error', {}).get('message', 'error')}"[:200])
+                error = res.get("error") or {}
+                refused = not res.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value
+                if not res.get("ok") and not refused:
+                    skipped.append(f"{tool['name']}: {error.get('message', 'error')}"[:200])
                     continue
                 call = {"node": node, "name": tool["name"], "env_id": index.env_of[tool["name"]],
-                        "kind": tool["kind"], "arguments": args, "provenance": prov, "output": res["output"]}
+                        "kind": tool["kind"], "arguments": args, "provenance": prov,
+                        # a refused call's result is what the agent reads: the error as the episode renders it
+                        "output": res["output"] if not refused else refusal_output(error)}
+                if refused:
+                    call["error"] = error["type"]
                 calls.append(call)
                 history.append(call)
             if not calls:

@@ -98,13 +98,15 @@ class ChainsConfig(dg.Config):
 class TrajectoryConfig(dg.Config):
     """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``; only chains of
     ``sampler`` are executed; ``query_writer: model`` has the ``model_backend``'s model write the raw queries
-    (the programmatic writer is the default)."""
+    (the programmatic writer is the default); ``refusal_share`` of the action calls are asked of a row the
+    action is refused on, and the turn keeps the typed error (:class:`SynthConfig`)."""
 
     min_turns: int = SynthConfig.min_turns
     sampler: str = SAMPLERS[0]
     max_turn_len: int = SynthConfig.max_turn_len
     query_writer: str = SynthConfig.query_writer
     query_writer_attempts: int = SynthConfig.query_writer_attempts
+    refusal_share: float = SynthConfig.refusal_share
 
     def check_settings(self) -> SynthConfig:
         """The synthesis settings as a :class:`SynthConfig`, checked before the store is read.
@@ -116,7 +118,8 @@ class TrajectoryConfig(dg.Config):
         one_of(owner, "sampler", self.sampler, SAMPLERS)
         try:  # every other setting is checked by SynthConfig alone
             return SynthConfig(min_turns=self.min_turns, max_turn_len=self.max_turn_len,
-                               query_writer=self.query_writer, query_writer_attempts=self.query_writer_attempts)
+                               query_writer=self.query_writer, query_writer_attempts=self.query_writer_attempts,
+                               refusal_share=self.refusal_share)
         except SettingError as exc:
             raise exc.for_owner(owner) from exc
 
