@@ -254,6 +254,12 @@ def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, ca
     calibration = text.split("## Solvability calibration", 1)[1]
     n_refined = len(store.read("refined_trajectories", "status = 'passed'"))
     assert f"| passed | {n_refined} |" in calibration and re.search(r"\| 1\.0 \| \d+ \|", calibration)
+    # tools per kind per domain add up to the passed environments' tools
+    kinds = text.split("Tools of passed environments per kind", 1)[1].split("\n\n", 2)[1]
+    total = next(line for line in kinds.splitlines() if line.startswith("| all |"))
+    n_tools = sum(r["n_tools"] for r in store.read("environments", "status = 'built'"))
+    assert total.rstrip(" |").endswith(f"| {n_tools}") and kinds.startswith("| domain | list |")
+    assert "mart `operation_coverage`" in text
     shown = re.findall(r"\| `(ref_[0-9a-f]+)` \|", text)  # ids a reader can pass to `envfactory show`
     assert shown and all(store.read("refined_trajectories", f"id = '{i}'") for i in shown)
     assert cli_main(["show", shown[0]]) == 0 and shown[0] in capsys.readouterr().out

@@ -22,7 +22,7 @@ from envfactory_assets.sources.openapi import extract_resources
 from envfactory_assets.sources.scan import MAX_RESOURCES_PER_ENV, inspect_file, load_document
 from envfactory_assets.sources.stage import corpus_coverage, scan_rows
 from envfactory_assets.config_checks import SettingError
-from envfactory_assets.synth.datasets import replay_check, rl_rows, tools_of
+from envfactory_assets.synth.datasets import gold_writes_state, replay_check, rl_rows, tools_of
 from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView, solve_turn
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
@@ -240,6 +240,12 @@ def test_refused_actions_stay_in_the_turn_with_their_typed_error(shop, refused_t
             assert all(replay_check(row, worker) is None for row in rows)
             refusal_rows = [r for r in rows if any(g.get("expect_error") for g in r["gold_calls"])]
             assert refusal_rows
+            # the rl_dataset gate recomputes whether a row writes from its gold calls: a refused call does not
+            writers = {t["name"] for t in shop["tools"] if not t["read_only"]}
+            for row in refusal_rows:
+                assert gold_writes_state(row["gold_calls"], writers) == row["changes_state"]
+                assert replay_check({**row, "changes_state": gold_writes_state(row["gold_calls"], writers)},
+                                    worker) is None
             # the gold call is not skipped by a solver-free shortcut: replay fails if it suddenly succeeds
             row = copy.deepcopy(refusal_rows[0])
             for g in row["gold_calls"]:

@@ -78,6 +78,16 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
                            sum(e.n_tools) FILTER (WHERE v.status = 'passed')
                     FROM current_environments e LEFT JOIN current_verified_environments v ON v.environment_id = e.id
                     GROUP BY 1 ORDER BY 1""")
+        tool_kinds = q("""SELECT e.domain, t->>'kind', count(*)
+                          FROM current_environments e JOIN current_verified_environments v ON v.environment_id = e.id,
+                               unnest(CAST(e.tools AS JSON[])) AS u(t)
+                          WHERE v.status = 'passed' GROUP BY 1, 2""")
+        call_kinds = q("""SELECT c->>'kind', count(*), count(*) FILTER (WHERE c->>'error' IS NOT NULL)
+                          FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) AS u(t),
+                               unnest(CAST(t->'calls' AS JSON[])) AS w(c)
+                          WHERE status = 'passed' GROUP BY 1 ORDER BY 2 DESC""")
+        coverage = q("SELECT outcome, name, operations, share_of_operations FROM operation_coverage") \
+            if has_table(con, "operation_coverage") else []
         chains = q("SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
                    "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2")
         comparison = q("SELECT * FROM sampler_comparison") if has_table(con, "sampler_comparison") else []
@@ -127,6 +137,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         _table(overlap, ("benchmark", "environments", "tool matches")), "",
         "## Environments per domain", "",
         _table(envs, ("domain", "built", "passed verification", "tools (passed)")), "",
+        *tool_kind_section(tool_kinds, call_kinds, coverage),
         "## Tool chains", "", _table(chains, ("sampler", "status", "chains", "mean tools", "mean servers")), "",
         "Topology-aware sampler vs the random-walk baseline (mart `sampler_comparison`):", "",
         _table(comparison, ("sampler", "chains", "mean tools", "mean servers", "mean dependency depth",
@@ -160,6 +171,33 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
     parts += stage_times_section(stage_times)
     parts += trajectories_section(picked, raws, seed)
     return "\n".join(parts)
+
+
+def tool_kind_section(tool_kinds: list[tuple[Any, ...]], call_kinds: list[tuple[Any, ...]],
+                      coverage: list[tuple[Any, ...]]) -> list[str]:
+    """Tools of passed environments per kind per domain (``[(domain, kind, tools)]``), calls of passed refined
+    trajectories per kind with their refused preconditions (``[(kind, calls, refused)]``), and the corpus's
+    operations mapped per kind and unmapped per reason (mart ``operation_coverage`` rows)."""
+    kinds = [k for k in ("list", "search", "count", "get", "create", "update", "delete", "action")
+             if any(row[1] == k for row in tool_kinds)]
+    kinds += sorted({row[1] for row in tool_kinds} - set(kinds))
+    by_domain: dict[str, dict[str, int]] = {}
+    for domain, kind, n in tool_kinds:
+        by_domain.setdefault(domain, {})[kind] = n
+    rows = [(d, *(by_domain[d].get(k, 0) for k in kinds), sum(by_domain[d].values())) for d in sorted(by_domain)]
+    if rows:
+        rows.append(("all", *(sum(by_domain[d].get(k, 0) for d in by_domain) for k in kinds),
+                     sum(sum(v.values()) for v in by_domain.values())))
+    parts = ["Tools of passed environments per kind (`docs/design.md`, tool kinds):", "",
+             _table(rows, ("domain", *kinds, "all")), "",
+             "Calls of passed refined trajectories per tool kind (refused: an action asked of a row it is "
+             "refused on, kept with its `precondition_failed` error):", "",
+             _table(call_kinds, ("kind", "calls", "refused")), ""]
+    if coverage:
+        parts += ["Operations of the scanned corpus mapped to a tool kind, and the others by reason "
+                  "(mart `operation_coverage`; `docs/coverage.md`):", "",
+                  _table(coverage, ("outcome", "kind or reason", "operations", "share")), ""]
+    return parts
 
 
 def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:

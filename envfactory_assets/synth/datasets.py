@@ -85,6 +85,13 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
     return rows
 
 
+def gold_writes_state(gold_calls: list[dict[str, Any]], writers: set[str]) -> bool:
+    """Whether replaying ``gold_calls`` must change the state: one of them is a call of a tool in
+    ``writers`` (names of tools that are not read-only) that is not expected to be refused
+    (``expect_error``: a refused precondition changes nothing)."""
+    return any(c["name"] in writers and not c.get("expect_error") for c in gold_calls)
+
+
 def replay_check(row: dict[str, Any], worker: SandboxWorker) -> str | None:
     """None when replaying ``gold_calls`` on ``initial_state`` reproduces ``final_state`` exactly (a gold call
     with ``expect_error`` failing with exactly that error type), and a state-changing task really changes

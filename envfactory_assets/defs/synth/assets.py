@@ -30,7 +30,7 @@ from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats
-from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, replay_check
+from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, gold_writes_state, replay_check
 from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
 from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
@@ -432,8 +432,7 @@ def rl_rows_replay_exactly(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
                 failures.append(f"{r['id']}: environments without a passed verification: {missing}")
                 continue
             writers = {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
-            problem = replay_check({**r, "changes_state": any(c["name"] in writers for c in r["gold_calls"])},
-                                   worker)
+            problem = replay_check({**r, "changes_state": gold_writes_state(r["gold_calls"], writers)}, worker)
             if problem:
                 failures.append(f"{r['id']}: {problem}")
     return dg.AssetCheckResult(passed=bool(rows) and not failures,
