@@ -321,8 +321,8 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             if adjective:
                 things = spoken_things(tool["table"])
                 sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
-            if call["kind"] not in READ_KINDS:
-                touched.add(tool["table"])
+            if call["kind"] not in READ_KINDS and not call.get("error"):
+                touched.add(tool["table"])  # a refused call changed nothing: its rows still look as the state says
             parts.append(sentence)
             turn_refs.append(refs)
             earlier.append(json.dumps(call["output"], ensure_ascii=False))
