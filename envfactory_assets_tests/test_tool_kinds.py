@@ -14,6 +14,7 @@ import pytest
 from envfactory_assets import settings
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.stage import select_resources
+from envfactory_assets.envgen.tools import action_targets
 from envfactory_assets.envgen.verify import matching_rows, verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import action_target, action_verb, split_action_path
@@ -315,3 +316,42 @@ def test_selection_prefers_documents_with_actions_and_writes():
     reads = {**row, "resource_key": "reads", "operations_by_kind": {"list": 4, "get": 4}}
     for order in ([plain, rich, reads], [reads, plain, rich], [rich, reads, plain]):
         assert [r["resource_key"] for r in select_resources(order, 3)] == ["rich", "plain", "reads"]
+
+
+def test_environment_code_cannot_keep_state_on_the_shared_error_class(shop):
+    # every episode's module sees the same PreconditionFailed class: setting an attribute on it would carry
+    # data (or a call counter that switches a check off) from one episode into the next
+    leaky = mutate(shop, r"def _count\(state, table, filters\):\n",
+                   "def _count(state, table, filters):\n    PreconditionFailed.calls = 1\n")
+    with SandboxWorker() as worker:
+        worker.load_environment(leaky["env_id"], leaky["source"])
+        episode = worker.open_episode({leaky["env_id"]: _state(leaky)})
+        result = worker.call(episode, "count_orders", {})
+        assert not result["ok"] and "cannot be changed" in result["error"]["message"]
+
+
+def _document(paths: dict, schemas: dict) -> dict:
+    return {"openapi": "3.0.3", "info": {"title": "Odd shapes", "version": "1"}, "paths": paths,
+            "components": {"schemas": schemas}}
+
+
+def test_odd_documents_are_extracted_without_raising():
+    order = {"type": "object", "properties": {"name": {"type": "string"},
+                                              "enabled": {"type": "string", "maxLength": 20}}}
+    array = {"200": {"description": "ok", "content": {"application/json": {"schema": {
+        "type": "array", "items": {"$ref": "#/components/schemas/Order"}}}}}}
+    spec = _document({
+        "/orders": {"post": [], "get": {"responses": array}},  # an operation that is not an object
+        "/orders/{order_id}": {"get": {"responses": {}}},
+        "/orders/{order_id}/enable": {"post": {"responses": {}}},
+        "/folders/{folder_id}/folders": {"post": {"requestBody": {"content": {"application/json": {"schema": {
+            "$ref": "#/components/schemas/Order"}}}}}, "get": {"responses": {}}},
+    }, {"Order": order})
+    resources = {r.name: r for r in extract_resources(spec)}
+    orders = resources["orders"]
+    assert orders.read_only and "create" not in orders.operations
+    # the flag of "enable" may not reuse the string field named "enabled"
+    target = action_targets(orders)["enable"]
+    assert target.field == "is_enabled" and target.synthesized
+    nested = next(r for r in resources.values() if r.collection_path == "/folders/{folder_id}/folders")
+    assert nested.parent_key == "parent_folder_id" != nested.key

@@ -42,10 +42,22 @@ class ErrorType(StrEnum):
     INTERNAL = "internal"
 
 
-class PreconditionFailed(Exception):
+class _SealedClass(type):
+    """A metaclass whose classes take no new attributes after creation: a class shared by every episode's
+    module cannot carry state from one episode to the next."""
+
+    def __setattr__(cls, name: str, value: object) -> None:
+        raise AttributeError(f"{cls.__name__} cannot be changed")
+
+    def __delattr__(cls, name: str) -> None:
+        raise AttributeError(f"{cls.__name__} cannot be changed")
+
+
+class PreconditionFailed(Exception, metaclass=_SealedClass):
     """Raised by environment code when a row's state forbids the operation (an order that is already
     cancelled, or has shipped, cannot be cancelled). Every environment module sees it as a builtin name;
-    the sandbox reports it as ``precondition_failed``. Tools raise it before changing anything."""
+    the sandbox reports it as ``precondition_failed``. Tools raise it before changing anything. The class
+    is sealed (no attribute can be set on it) because every episode's module sees the same class."""
 
 
 def _rebuilt(cls: type, args: tuple, state: dict) -> SandboxError:

@@ -140,7 +140,8 @@ def action_target(verb: str, fields: dict[str, dict[str, Any]]) -> ActionTarget:
     """
     spec = VERBS[verb]
     stamp_name = f"{spec.flag}_at" if spec.on else None
-    stamp = stamp_name if stamp_name in fields and fields[stamp_name].get("format") == "date-time" else None
+    stamp_schema = fields.get(stamp_name or "") or {}
+    stamp = stamp_name if stamp_schema.get("format") == "date-time" and "enum" not in stamp_schema else None
     for name, schema in fields.items():
         enum = schema.get("enum")
         if schema.get("type") != "string" or not isinstance(enum, list):
@@ -153,4 +154,6 @@ def action_target(verb: str, fields: dict[str, dict[str, Any]]) -> ActionTarget:
     for name, schema in fields.items():
         if schema.get("type") == "boolean" and snake_case(name).removeprefix("is_") == spec.flag:
             return ActionTarget(verb, name, spec.on, (), False, stamp)
-    return ActionTarget(verb, spec.flag, spec.on, (), True, stamp)
+    # a new flag must not take the name of a field of another type (an ``enabled`` string)
+    flag = next(n for n in (spec.flag, f"is_{spec.flag}", f"{spec.flag}_flag") if n not in fields)
+    return ActionTarget(verb, flag, spec.on, (), True, stamp)

@@ -525,11 +525,14 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
                 seen_verbs.add(verb)
     name = unique_name(to_identifier(literal, fallback="resource", max_len=40), taken_names)
     key = f"{singular(name)}_id"
-    schema = _request_schema(spec, deref(spec, citem["post"])) if "post" in citem else None
+    post = deref(spec, citem.get("post")) if "create" in ops else None
+    schema = _request_schema(spec, post) if isinstance(post, dict) else None
     if schema is None and "get" in ops:
         schema = _response_schema(spec, deref(spec, iitem.get("get")))
     if schema is None and "list" in ops:
         schema = _response_schema(spec, deref(spec, citem.get("get")))
+    if parent_key == key:  # /folders/{folder_id}/folders: the parent is another row of the same table
+        parent_key = to_identifier(f"parent_{key}", fallback="parent_id", max_len=40)
     fields = extract_fields(spec, schema, key)
     if parent_key:
         fields = [f for f in fields if f.name != parent_key]
