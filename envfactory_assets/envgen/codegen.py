@@ -10,6 +10,8 @@ from __future__ import annotations
 import pprint
 from typing import Any
 
+from envfactory_assets.envgen.tools import KEYED_KINDS
+
 _HELPERS = '''
 _TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
 
@@ -282,7 +284,7 @@ def generate_source(env_id: str, provenance: str, tables: dict[str, Any], tools:
         _HELPERS,
     ]
     for tool in tools:
-        keyed = tool["kind"] in ("get", "update", "delete", "action") and not tool.get("singleton")
+        keyed = tool["kind"] in KEYED_KINDS and not tool.get("singleton")
         key = next(iter(tool["input_schema"]["properties"])) if keyed else ""
         lines += [
             "",

@@ -23,6 +23,8 @@ MAX_LIST_FILTERS = 3
 KIND_ORDER = ("list", "search", "count", "get", "create", "update", "delete")
 #: kinds that never change the state
 READ_KINDS = frozenset({"list", "search", "count", "get"})
+#: kinds whose tool names one row by its identifier (a singleton's get and update name none)
+KEYED_KINDS = frozenset({"get", "update", "delete", "action"})
 # Names a tool function must not shadow inside its environment module.
 RESERVED_NAMES = frozenset(dir(builtins)) | {"load", "save", "TABLES"}
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import jsonschema
 
+from envfactory_assets.envgen.tools import KEYED_KINDS
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import ErrorType, SandboxError
@@ -132,7 +133,7 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
         candidates = [r for r in rows if r.get(act["field"]) != act["value"] and r.get(act["field"]) not in act["blocked"]]
     else:
         candidates = [r for r in rows if kind != "delete" or not _referenced(env, saved, table, r[meta["key"]])]
-    if kind in ("get", "update", "delete", "action"):
+    if kind in KEYED_KINDS:
         if not candidates:
             return None
         args = {} if tool.get("singleton") else {meta["key"]: candidates[-1][meta["key"]]}
@@ -185,7 +186,7 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
     props = tool["input_schema"]["properties"]
     if tool["kind"] == "search":
         return {**good, "offset": -1}
-    if tool["kind"] in ("get", "update", "delete", "action") and not tool.get("singleton"):
+    if tool["kind"] in KEYED_KINDS and not tool.get("singleton"):
         key = next(iter(props))
         return {**good, key: "no-such-id-00000"}
     for name, schema in props.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from envfactory_assets.envgen.tools import KIND_ORDER
 from envfactory_assets.reporting.realism import flat_realism_figures, has_table, open_old_store, realism_figures
 from envfactory_assets.reporting.results_table import results_markdown
 from envfactory_assets.store.db import Store, read_rows
@@ -178,8 +179,7 @@ def tool_kind_section(tool_kinds: list[tuple[Any, ...]], call_kinds: list[tuple[
     """Tools of passed environments per kind per domain (``[(domain, kind, tools)]``), calls of passed refined
     trajectories per kind with their refused preconditions (``[(kind, calls, refused)]``), and the corpus's
     operations mapped per kind and unmapped per reason (mart ``operation_coverage`` rows)."""
-    kinds = [k for k in ("list", "search", "count", "get", "create", "update", "delete", "action")
-             if any(row[1] == k for row in tool_kinds)]
+    kinds = [k for k in (*KIND_ORDER, "action") if any(row[1] == k for row in tool_kinds)]
     kinds += sorted({row[1] for row in tool_kinds} - set(kinds))
     by_domain: dict[str, dict[str, int]] = {}
     for domain, kind, n in tool_kinds:

@@ -17,6 +17,7 @@ from envfactory_assets.sources.names import snake_case, to_identifier
 from envfactory_assets.sources.problems import load_error_detail, schema_error_detail, schema_error_where
 from envfactory_assets.sources.scan import (
     DEFAULT_MAX_BYTES,
+    DOCUMENT_SUFFIXES,
     Rejection,
     SourceResource,
     entry_rejection,
@@ -162,7 +163,7 @@ def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_byt
         return [], []
     # a broken symbolic link is listed too (is_file() is False for it), so that it gets a row
     files = sorted(p for p in folder.rglob("*") if (p.is_file() or (p.is_symlink() and not p.exists()))
-                   and p.suffix.lower() in (".json", ".yaml", ".yml"))
+                   and p.suffix.lower() in DOCUMENT_SUFFIXES)
     return _rows((_user_file(p, folder, max_bytes) for p in files), folder,
                  set(domains) if domains else None, taken if taken is not None else set())
 

@@ -24,6 +24,8 @@ DEFAULT_MAX_BYTES = 4_000_000
 ENTRY_REASONS = frozenset({"undecodable_name", "link_outside_folder", "broken_link", "unreadable"})
 """Rejection reasons of :func:`entry_rejection`: files that are refused without being read."""
 MAX_RESOURCES_PER_ENV = 4
+#: file name suffixes of the documents a corpus folder is scanned for
+DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def corpus_files(root: Path) -> list[Path]:
     """All ``*.json``/``*.yaml`` documents under ``root``, sorted; raises FileNotFoundError if missing."""
     if not root.is_dir():
         raise FileNotFoundError(f"OpenAPI corpus folder {root} does not exist (run scripts/setup.sh)")
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in (".json", ".yaml", ".yml"))
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES)
 
 
 def resource_key_for(spec: dict[str, Any], rel_path: str) -> tuple[str, str, str]:

@@ -7,10 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Iterable
 
-from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES, Rejection, SourceResource, corpus_files, scan_corpus
+from envfactory_assets.sources.scan import (
+    DEFAULT_MAX_BYTES,
+    DOCUMENT_SUFFIXES,
+    Rejection,
+    SourceResource,
+    corpus_files,
+    scan_corpus,
+)
 from envfactory_assets.store.ids import content_id
-
-_DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -86,7 +91,7 @@ def corpus_coverage(accepted: list[dict[str, Any]], rejected: list[dict[str, Any
         unmapped.update(r.get("unmapped_by_reason") or {})
     for r in refused:
         unmapped[f"document_{r['reason']}"] += r["n_operations"]
-    scanned = len(docs) + sum(1 for r in rejected if r["reason"] != "too_large" and r["path"].endswith(_DOCUMENT_SUFFIXES))
+    scanned = len(docs) + sum(1 for r in rejected if r["reason"] != "too_large" and r["path"].endswith(DOCUMENT_SUFFIXES))
     operations = sum(by_kind.values()) + sum(unmapped.values())
     mapped = sum(by_kind.values())
     return {"documents_yielding_environment": len(docs),

@@ -22,6 +22,7 @@ import re
 from datetime import datetime
 from typing import Any, Callable
 
+from envfactory_assets.envgen.tools import KEYED_KINDS
 from envfactory_assets.sources.names import indefinite_article, singular, spoken_thing, spoken_things, spoken_words
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
@@ -215,7 +216,7 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     subject = ""
     if tool.get("singleton"):
         subject = f"the {things if tool['table'].endswith('s') else thing}"
-    elif kind in ("get", "update", "delete", "action"):
+    elif kind in KEYED_KINDS:
         target = val(key)
         subject = target if target and target.startswith(_REFERENCE_START) else (
             f"{thing} {target}" if target else f"that {thing}")

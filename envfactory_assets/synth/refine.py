@@ -26,7 +26,7 @@ import random
 import re
 from typing import Any
 
-from envfactory_assets.envgen.tools import READ_KINDS
+from envfactory_assets.envgen.tools import KEYED_KINDS, READ_KINDS
 from envfactory_assets.sources.names import singular
 from envfactory_assets.synth.datasets import MASKED_ARGUMENT_NAMES
 from envfactory_assets.synth.phrasing import (
@@ -275,7 +275,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 # an identifier from the hidden state: the user names the row by what they know of it
                 ref_table = tool["table"] if arg == key else meta["foreign_keys"].get(arg)
                 if (arg in refs or ref_table is None or ref_table in touched
-                        or (arg == key and call["kind"] not in ("get", "update", "delete", "action"))):
+                        or (arg == key and call["kind"] not in KEYED_KINDS)):
                     continue  # (a row written earlier in this turn may no longer look as the state says)
                 rows = turn["state_before"][call["env_id"]]["tables"].get(ref_table, [])
                 ref_key = index.envs[call["env_id"]]["tables"].get(ref_table, {}).get("key", arg)
