@@ -142,3 +142,22 @@ def test_policy_on_the_cpu_keeps_float32_weights_and_generates(base_model_dir):
     texts = policy.generate([([{"role": "user", "content": "Hi"}], []), ([{"role": "user", "content": "Hello"}], [])],
                             seed=0)
     assert len(texts) == 2 and policy.generated_tokens > 0
+
+
+def test_the_base_model_result_cache_keys_on_the_device_the_setting_resolves_to(monkeypatch):
+    """``device: auto`` on a GPU machine generates in bf16 and on a CPU in float32: texts differ, so a cached
+    base-model result must not cross machines; ``auto`` and ``cpu`` on the same CPU machine are one entry."""
+    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.evaluation.run import EvalSpec, ResultCache
+
+    def key(device: str) -> str:
+        return ResultCache.key("weights", "synthetic_held_out", [], EvalSpec(sampling=SamplingSpec(device=device)))
+
+    _machine(monkeypatch, cuda=False)
+    on_cpu = key("auto")
+    assert on_cpu == key("cpu")
+    _machine(monkeypatch, cuda=True, bf16=True)
+    on_gpu = key("auto")
+    assert on_gpu != on_cpu and on_gpu == key("cuda")
+    _machine(monkeypatch, cuda=True, bf16=False)
+    assert key("auto") not in (on_cpu, on_gpu)  # fp16 is another precision again

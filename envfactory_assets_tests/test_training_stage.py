@@ -104,6 +104,7 @@ def test_grpo_checkpoint_refuses_a_screen_factor_or_prompt_count_below_one(tmp_p
     ({"grpo_screen_factor": -1}, "grpo_screen_factor"), ({"max_train_rows": -1}, "max_train_rows"),
     ({"n_eval_prompts": -2}, "n_eval_prompts"), ({"max_steps": 0}, "max_steps"),
     ({"learning_rate": float("inf")}, "learning_rate"), ({"grpo_max_tools": -3}, "grpo_max_tools"),
+    ({"train_mix": "longest"}, "train_mix"), ({"min_no_call_share": 1.5}, "min_no_call_share"),
 ])
 def test_checkpoints_refuses_bad_settings_before_reading_the_store_or_training(tmp_path, settings, named):
     """A bad ``grpo_*`` value used to surface only after the whole SFT run (the GRPO spec was built after
@@ -163,3 +164,48 @@ def test_grpo_and_held_out_mixes_prefer_turns_whose_query_gives_the_arguments_th
                                                          ("delete_item", {"item_id": "a2"})])
     assert [t["id"] for t in grpo_tasks([long, two], 2)] == ["rl_30", "rl_31"]
     assert [t["id"] for t in grpo_tasks([long, two], 2, max_completion_tokens=64)] == ["rl_31", "rl_30"]
+
+
+def _example(i: int, kind: str, words: int) -> dict:
+    """An SFT row whose one turn is a no-call reply, one call (with or without arguments) or two calls in one
+    message; ``words`` sets its length."""
+    call = {"id": f"c{i}", "type": "function", "function": {"name": "t3", "arguments": json.dumps({"x": str(i)})}}
+    empty = {"id": f"c{i}", "type": "function", "function": {"name": "t3", "arguments": "{}"}}
+    user = {"role": "user", "content": f"request {i} " + "w " * words}
+    if kind == "no_call":
+        turn = [user, {"role": "assistant", "content": "No tool here does that."}]
+    else:
+        calls = {"calls": [call], "empty": [empty], "parallel": [call, {**call, "id": f"d{i}"}]}[kind]
+        turn = [user, {"role": "assistant", "content": "", "tool_calls": calls},
+                *({"role": "tool", "tool_call_id": c["id"], "name": "t3", "content": "{}"} for c in calls),
+                {"role": "assistant", "content": "done"}]
+    return {"id": f"sft_{kind}_{i:03d}", "env_ids": ["e"], "tools": ROW["tools"][:4],
+            "messages": [{"role": "system", "content": "sys"}, *turn]}
+
+
+def test_the_stratified_mix_keeps_the_data_s_shares_where_the_shortest_pick_is_mostly_no_call_turns():
+    """On the default store the 256 shortest examples were 48% no-call turns (12% of the data) and
+    argument-free creates; the stratified mix keeps the kinds' shares and prefers calls with arguments."""
+    from envfactory_assets.training.stage import example_kind
+
+    rows = ([_example(i, "no_call", 1) for i in range(20)] + [_example(i, "empty", 2) for i in range(20)]
+            + [_example(i, "calls", 30) for i in range(50)] + [_example(i, "parallel", 40) for i in range(10)])
+    assert {example_kind(r) for r in rows} == {"no_call", "calls", "parallel"}
+    shortest = training_examples(rows, 40, max_tokens=4000)
+    assert sum(example_kind(e) == "no_call" for e in shortest) == 20  # every no-call turn: they are shortest
+    mixed = training_examples(rows, 40, max_tokens=4000, mix="stratified")
+    kinds = [example_kind(e) for e in mixed]
+    assert (kinds.count("no_call"), kinds.count("calls"), kinds.count("parallel")) == (8, 28, 4)  # 20/70/10%
+    # within the calls, the ones with arguments come before the argument-free ones, however short those are
+    assert not any(e["id"].startswith("sft_empty") for e in mixed)
+    assert mixed == sorted(mixed, key=lambda e: (len(json.dumps(e["messages"])) + len(json.dumps(e["tools"])),
+                                                 e["id"]))
+    raised = [example_kind(e) for e in training_examples(rows, 40, 4000, mix="stratified", min_no_call_share=0.5)]
+    assert raised.count("no_call") == 20 and raised.count("calls") + raised.count("parallel") == 20
+    # more rows asked than a kind has: the rest come from the other kinds, never a row twice
+    every = training_examples(rows, 1000, 4000, mix="stratified", min_no_call_share=0.9)
+    assert sorted(e["id"] for e in every) == sorted(r["id"] for r in rows)
+    with pytest.raises(ValueError, match="training mix 'longest'"):
+        training_examples(rows, 4, mix="longest")
+    with pytest.raises(ValueError, match="min_no_call_share"):
+        training_examples(rows, 4, mix="stratified", min_no_call_share=-0.1)

@@ -6,7 +6,8 @@ key (synthetic: task success, :mod:`~envfactory_assets.evaluation.scoring`; BFCL
 results split into subsets (``all``, categories, ``no_overlap``). Per subset a row holds the mean over
 seeds of the per-seed mean headline score, the standard deviation across seeds, every per-task result,
 and ``metrics["vs_base"]``: the paired bootstrap interval of the difference to the base model on the same
-tasks (:mod:`~envfactory_assets.evaluation.stats`). The base model's results are cached on disk
+tasks (:mod:`~envfactory_assets.evaluation.stats`); a model trained from another evaluated one (GRPO from
+SFT) also gets ``metrics["vs_parent"]``, the same interval against its parent. The base model's results are cached on disk
 (:class:`ResultCache`), so a re-run with the same model, tasks and settings does not generate them again.
 """
 
@@ -33,6 +34,7 @@ from envfactory_assets.evaluation.scoring import SCORE_VERSION
 from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.task_episode import TaskRunner
+from envfactory_assets.training.base_model import select_device
 
 TRACES_KEPT_PER_MODEL = 3  # full traces stored for the first tasks of the first seed; scores for all
 BASE = "base"  # label and stage of the base model, which every other model is compared with
@@ -105,13 +107,16 @@ class ModelRef:
     (base|sft|grpo|do_nothing), ``path`` (local HF model directory; empty for the do-nothing policy),
     ``checkpoint_id`` (None for the base model and the baseline), ``model_hash`` (sha256 of the weights,
     :func:`~envfactory_assets.training.base_model.model_hash`; with a :class:`ResultCache` the base model's
-    results are cached under it, None = never cached)."""
+    results are cached under it, None = never cached), ``parent`` (the label of the evaluated model it was
+    trained from, e.g. a GRPO checkpoint's SFT parent; its rows get ``metrics["vs_parent"]``,
+    :func:`add_parent_comparisons`)."""
 
     label: str
     stage: str
     path: str
     checkpoint_id: str | None = None
     model_hash: str | None = None
+    parent: str | None = None
 
 
 def do_nothing_model() -> ModelRef:
@@ -181,8 +186,15 @@ class ResultCache:
     @staticmethod
     def key(model_hash: str, benchmark: str, tasks: list[Any], spec: EvalSpec) -> str:
         """The cache key (``evalcache_<16 hex>``) of one model on one benchmark's tasks (agent tasks or
-        BFCL single-turn tasks)."""
+        BFCL single-turn tasks).
+
+        The sampling ``device`` enters as the device and dtype it resolves to
+        (:func:`~envfactory_assets.training.base_model.select_device`), so ``auto`` on a GPU machine and
+        ``auto`` on a CPU one (bf16 against float32 texts) never share an entry, and ``auto`` and ``cpu`` on
+        a CPU do."""
         settings = {k: v for k, v in spec.as_dict().items() if k not in _TASK_CHOICE_FIELDS}
+        plan = select_device(spec.sampling.device, "sampling setting device")
+        settings["sampling"] = {**settings["sampling"], "device": f"{plan.device}/{plan.dtype}"}
         return content_id("evalcache", {
             "model_hash": model_hash, "benchmark": benchmark, "settings": settings, "score_version": SCORE_VERSION,
             "tasks": [_task_fingerprint(t) for t in tasks]})
@@ -309,6 +321,30 @@ def add_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def add_parent_comparisons(rows: list[dict[str, Any]], parents: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    """Set ``metrics["vs_parent"]`` on the rows of every model that was trained from another evaluated model
+    (GRPO from its SFT checkpoint): the paired bootstrap interval of its headline score minus the parent's
+    on the same benchmark, subset and tasks, as :func:`add_comparisons` does against the base model, plus
+    ``"parent"`` (the parent's label).
+
+    Args:
+        rows: ``evaluations`` rows (they keep ``results``); changed in place and returned.
+        parents: ``{model label: parent label or None}``, e.g. ``checkpoints``' ``parent_checkpoint_id``;
+            a parent with no row on a benchmark and subset gives no ``vs_parent`` there.
+    """
+    by_model = {(r["model"], r["benchmark"], r["subset"]): r for r in rows}
+    for row in rows:
+        parent = parents.get(row["model"])
+        ref = by_model.get((parent, row["benchmark"], row["subset"])) if parent else None
+        if ref is None:
+            continue
+        metric = row["metrics"].get("headline", "reward")
+        diff = compare_on_shared_tasks(per_task_scores(ref["results"], metric),
+                                       per_task_scores(row["results"], metric))
+        row["metrics"]["vs_parent"] = None if diff is None else {**diff.as_dict(), "parent": parent}
+    return rows
+
+
 def _default_policy(model: ModelRef, spec: EvalSpec, num_threads: int | None) -> Any:
     if model.stage == DO_NOTHING:
         return DoNothingPolicy()
@@ -347,7 +383,8 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         ``evaluations`` rows: per model and benchmark, one per subset (``synthetic_held_out``: ``all`` and
         ``no_overlap``; ``bfcl_v3_multi_turn_base``: ``all``; ``bfcl_v3_single_turn``: ``all``, ``no_overlap`` and one per
         category, with per-category accuracy, budget and cut-off outputs), each with ``metrics["vs_base"]``
-        (:func:`add_comparisons`).
+        (:func:`add_comparisons`) and, for a model with a ``parent``, ``metrics["vs_parent"]``
+        (:func:`add_parent_comparisons`).
 
     Raises:
         ValueError: no model, or fewer than one seed.
@@ -410,7 +447,7 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                 log(f"{model.label} ({model.stage}) {benchmark.name}: {benchmark.headline} {new[0]['mean']:.3f} "
                     f"+- {new[0]['std']:.3f} over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)")
                 out += new
-    return add_comparisons(out)
+    return add_parent_comparisons(add_comparisons(out), {m.label: m.parent for m in models})
 
 
 def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], spec: EvalSpec,

@@ -1,17 +1,21 @@
 """The README results table, rendered from ``evaluations`` rows (never typed by hand).
 
 ``envfactory results --readme README.md`` replaces the text between :data:`START` and :data:`END` in
-the README with :func:`results_markdown` of the store's current evaluations.
+the README with :func:`results_markdown` of the store's current evaluations; ``--section NAME`` writes
+between ``<!-- results:NAME:start -->`` and ``<!-- results:NAME:end -->`` instead (:func:`markers`), so one
+README can hold the default run's table and a benchmark configuration's, each from its own store.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
+_SECTION = re.compile(r"[a-z][a-z0-9_]{0,63}")
 STAGE_ORDER = {"base": 0, "do_nothing": 1, "sft": 2, "grpo": 3}
 STAGE_NAMES = {"base": "base", "do_nothing": "does nothing", "sft": "SFT", "grpo": "SFT+GRPO"}
 #: Known benchmarks in table order: (title, headline score's name, secondary metric key and its name or None).
@@ -34,9 +38,15 @@ def _cell(row: dict[str, Any] | None) -> str:
         return "n/a"
     text = f"{row['mean']:.3f} ± {row['std'] or 0.0:.3f}"
     diff = (row.get("metrics") or {}).get("vs_base")
+    over_parent = (row.get("metrics") or {}).get("vs_parent")
     # one line per cell: an HTML line break is stripped by the Dagster UI's Markdown and shows as text on
     # the terminal, where the run summary prints this table
-    return f"{text}; {_fmt_diff(diff)}" if diff else text
+    if diff:
+        text = f"{text}; {_fmt_diff(diff)}"
+    if over_parent:
+        parent = "SFT" if row.get("stage") == "grpo" else "parent"
+        text = f"{text}; over {parent} {_fmt_diff(over_parent)}"
+    return text
 
 
 def _secondary(row: dict[str, Any] | None, key: str) -> str:
@@ -99,7 +109,9 @@ def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
     method = ("" if diff is None else
               f" Δ: the model's mean minus the base model's on the same tasks, with a paired bootstrap "
               f"{diff['confidence']:.0%} interval over tasks ({diff['resamples']:,} resamples, seed {diff['seed']}; "
-              "docs/evaluation.md); an interval that contains 0 shows no difference at this sample size.")
+              "docs/evaluation.md); an interval that contains 0 shows no difference at this sample size."
+              + (" 'over SFT': the same interval for the GRPO checkpoint against its SFT parent."
+                 if any((r.get("metrics") or {}).get("vs_parent") for r in rows) else ""))
     lines += [(f"Seeds {first['seeds']}; temperature {sampling.get('temperature')}, at most "
                f"{sampling.get('max_new_tokens')} new tokens per message and {config.get('max_tool_rounds')} tool "
                "rounds per turn. Mean ± standard deviation across seeds." + method + " `does nothing` is a built-in "
@@ -107,21 +119,40 @@ def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def replace_between_markers(text: str, body: str) -> str:
-    """``text`` with everything between :data:`START` and :data:`END` replaced by ``body``.
+def markers(section: str | None = None) -> tuple[str, str]:
+    """The ``(start, end)`` comment markers of a results section: :data:`START`/:data:`END` for None, else
+    ``<!-- results:<section>:start -->`` and its end.
 
     Raises:
-        ValueError: the markers are missing, repeated or out of order.
+        ValueError: ``section`` is not a lower-case name (a letter, then letters, digits or ``_``; at most
+            64 characters), so no marker can contain ``-->`` or match another section's.
     """
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
-        raise ValueError(f"expected exactly one {START} followed by one {END}")
-    head, rest = text.split(START)
-    _, tail = rest.split(END)
-    return f"{head}{START}\n{body}\n{END}{tail}"
+    if section is None:
+        return START, END
+    if not isinstance(section, str) or not _SECTION.fullmatch(section):
+        raise ValueError(f"results section {section!r}: expected a lower-case name such as 'cpu_benchmark' "
+                         "(a letter, then letters, digits or '_'; at most 64 characters)")
+    return f"<!-- results:{section}:start -->", f"<!-- results:{section}:end -->"
 
 
-def update_readme(readme: Path, rows: Iterable[dict[str, Any]]) -> str:
-    """Write :func:`results_markdown` of ``rows`` between the markers of ``readme``; returns the table.
+def replace_between_markers(text: str, body: str, section: str | None = None) -> str:
+    """``text`` with everything between the section's start and end markers (:func:`markers`) replaced by
+    ``body``.
+
+    Raises:
+        ValueError: the markers are missing, repeated or out of order, or ``section`` is not a valid name.
+    """
+    start, end = markers(section)
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"expected exactly one {start} followed by one {end}")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def update_readme(readme: Path, rows: Iterable[dict[str, Any]], section: str | None = None) -> str:
+    """Write :func:`results_markdown` of ``rows`` between the markers of ``readme`` (those of ``section``,
+    :func:`markers`); returns the table.
 
     The file is replaced atomically (written to a sibling temporary file, then renamed).
 
@@ -130,7 +161,7 @@ def update_readme(readme: Path, rows: Iterable[dict[str, Any]]) -> str:
     """
     readme = Path(readme)
     table = results_markdown(rows)
-    new = replace_between_markers(readme.read_text(encoding="utf-8"), table)
+    new = replace_between_markers(readme.read_text(encoding="utf-8"), table, section)
     tmp = readme.with_name(f".{readme.name}.tmp")
     tmp.write_text(new, encoding="utf-8")
     tmp.replace(readme)

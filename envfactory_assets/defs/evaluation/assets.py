@@ -76,7 +76,8 @@ def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
 
     models = [ModelRef(BASE, BASE, str(base_dir), model_hash=model_hash(base_dir)), do_nothing_model()]
     for row in sorted(checkpoint_rows, key=lambda r: r["id"]):
-        models.append(ModelRef(row["id"], row.get("stage") or "sft", row["path"], row["id"]))
+        models.append(ModelRef(row["id"], row.get("stage") or "sft", row["path"], row["id"],
+                               parent=row.get("parent_checkpoint_id")))
     return models
 
 

@@ -13,7 +13,7 @@ from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
-from envfactory_assets.training.stage import DEFAULT_GRPO_MAX_TOOLS
+from envfactory_assets.training.stage import DEFAULT_GRPO_MAX_TOOLS, TRAIN_MIXES
 
 
 class CheckpointConfig(dg.Config):
@@ -25,6 +25,9 @@ class CheckpointConfig(dg.Config):
     ``max_tools_per_example`` keeps the tools each example calls plus distractors up to that many (the tool
     block dominates prompt length on a CPU); 0 keeps every tool of the trajectory's environments.
     ``grpo_max_tools`` is the same cut for the GRPO prompts (CPU cost grows with the rollouts' token count).
+    ``train_mix``: ``shortest`` (default: the ``max_train_rows`` shortest examples) or ``stratified`` (the
+    data's shares of no-call, single-message and parallel-call turns, examples with arguments before
+    argument-free ones; ``min_no_call_share`` raises the no-call share; ``training/stage.training_examples``).
     ``device``: ``auto`` (a CUDA device when torch sees one, bf16 where supported), ``cpu`` or ``cuda`` (refused
     when no CUDA device is visible); SFT, GRPO and the validity passes all follow it (``training/base_model.py``).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
@@ -45,6 +48,8 @@ class CheckpointConfig(dg.Config):
     padding_free: bool = SFTConfigSpec.padding_free
     device: str = SFTConfigSpec.device
     max_train_rows: int = 64
+    train_mix: str = "shortest"
+    min_no_call_share: float = 0.0
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
     grpo_max_steps: int = GRPOConfigSpec.max_steps
@@ -82,6 +87,12 @@ class CheckpointConfig(dg.Config):
                           ("grpo_max_steps", 0), ("grpo_n_prompts", 1), ("grpo_screen_factor", 1),
                           ("grpo_max_tools", 0)):
             whole_number("checkpoint", name, getattr(self, name), low=low)
+        if self.train_mix not in TRAIN_MIXES:
+            raise ValueError(f"checkpoint setting train_mix={self.train_mix!r}: expected one of "
+                             f"{', '.join(TRAIN_MIXES)}")
+        if not (isinstance(self.min_no_call_share, (int, float)) and 0.0 <= self.min_no_call_share <= 1.0):
+            raise ValueError(f"checkpoint setting min_no_call_share={self.min_no_call_share!r}: expected a share "
+                             "in [0, 1]")
         try:
             sft = self.sft_spec()
         except ValueError as exc:
@@ -131,7 +142,8 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
     row = train_checkpoint(sft_rows, rl_rows, config.base_model, envfactory.models_dir(),
                            envfactory.checkpoints_dir(), spec, config.max_train_rows, config.n_eval_prompts,
                            content_id("v", sorted(r["id"] for r in sft_rows)), log=context.log.info,
-                           max_tools=config.max_tools_per_example, progress=lambda done, _: steps.update(done))
+                           max_tools=config.max_tools_per_example, progress=lambda done, _: steps.update(done),
+                           train_mix=config.train_mix, min_no_call_share=config.min_no_call_share)
     rows = [row]
     if grpo_spec is not None:
         environments, _ = passed_environments(envfactory)
