@@ -10,8 +10,7 @@ import functools
 import keyword
 import re
 import unicodedata
-
-import inflect
+from typing import Any
 
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
 MAX_NAME_LEN = 64
@@ -109,7 +108,11 @@ def spoken_things(table: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _inflect_engine() -> inflect.engine:
+def _inflect_engine() -> Any:
+    # imported on first use: inflect 7 wraps its API in typeguard checks at import time (~1-3 s), which
+    # every command importing this module (serve-env, the CLI) paid although only the writer uses it
+    import inflect
+
     return inflect.engine()
 
 
