@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +210,34 @@ def test_the_stratified_mix_keeps_the_data_s_shares_where_the_shortest_pick_is_m
         training_examples(rows, 4, mix="longest")
     with pytest.raises(ValueError, match="min_no_call_share"):
         training_examples(rows, 4, mix="stratified", min_no_call_share=-0.1)
+
+
+def test_an_sft_checkpoint_of_the_same_content_id_is_reused_only_while_its_weights_are_intact(
+        tmp_path, one_layer_model_dir, monkeypatch):
+    """A GRPO or evaluation setting changed after a long SFT run reruns ``checkpoints``; the SFT row of the
+    same id (same data, base weights, settings and rows) and its weights on disk stand for a new SFT run."""
+    import envfactory_assets.training.stage as stage
+    from envfactory_assets.training.sft import SFTConfigSpec
+
+    rows = [{**_example(i, "calls", 3), "split": "train"} for i in range(4)]
+    spec = SFTConfigSpec(max_steps=1, device="cpu")
+
+    def train(stored=None):
+        return stage.train_checkpoint(rows, [], str(one_layer_model_dir), tmp_path / "models", tmp_path / "ckpt",
+                                      spec, 4, 0, "v1", log=lambda _: None, stored=stored)
+
+    first = train()
+    assert "reused" not in first["metrics"] and first["metrics"]["weights_hash"]
+    trained_again = []
+    real_train_sft = stage.train_sft
+    monkeypatch.setattr(stage, "train_sft", lambda *a, **k: trained_again.append(1) or real_train_sft(*a, **k))
+    again = train(stored={first["id"]: first}.get)
+    assert again["metrics"]["reused"] and again["id"] == first["id"] and not trained_again
+    assert {k: v for k, v in again.items() if k != "metrics"} == {k: v for k, v in first.items() if k != "metrics"}
+    # nothing stored under the id: trained
+    assert train(stored=lambda _: None)["id"] == first["id"] and trained_again == [1]
+    # weights changed on disk since the row was written: not reused
+    weights = next(Path(first["path"]).glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    train(stored={first["id"]: first}.get)
+    assert trained_again == [1, 1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from envfactory_assets.tooluse.reward import arguments_that_matter
 from envfactory_assets.tooluse.splits import stored_held_out, stored_split
 from envfactory_assets.tooluse.task_environment import environment_class
 from envfactory_assets.tooluse.tool_selection import restrict_tools
-from envfactory_assets.training.base_model import model_hash, resolve_base_model
+from envfactory_assets.training.base_model import is_complete_model_dir, model_hash, resolve_base_model
 from envfactory_assets.training.evaluate import tool_call_validity
 from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
 from envfactory_assets.training.sft import SFTConfigSpec, train_sft
@@ -237,10 +238,18 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
                      models_dir: Path, checkpoints_dir: Path, config: SFTConfigSpec, max_train_rows: int,
                      n_eval_prompts: int, dataset_version: str, log: Any = print,
                      max_tools: int = 0, progress: Any = None, train_mix: str = "shortest",
-                     min_no_call_share: float = 0.0) -> dict[str, Any]:
+                     min_no_call_share: float = 0.0,
+                     stored: Callable[[str], dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Fine-tune ``base_model`` on the SFT rows and return a ``checkpoints`` row; ``progress(steps done,
     max_steps)`` is called after every optimizer step (:func:`~envfactory_assets.training.sft.train_sft`);
     ``train_mix`` and ``min_no_call_share`` choose the rows (:func:`training_examples`).
+
+    ``stored(checkpoint id)`` returns an earlier ``checkpoints`` row of that id, or None. The id is a
+    content id of the data version, base weights, chat template, SFT settings and rows (:func:`checkpoint_id`),
+    so when such a row exists and its directory still holds a complete model whose weights hash to the
+    recorded ``metrics["weights_hash"]`` (rows written before that key existed: any complete model), that
+    row is returned as it is, with ``metrics["reused"]`` set, and nothing is trained: a GRPO or evaluation
+    setting changed after a long SFT run does not pay for the SFT run again.
 
     Raises:
         ValueError: when there are no SFT rows to train on, or the rows' stored splits would train on a
@@ -266,6 +275,12 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
                          [r["id"] for r in train_rows])
     mix = {kind: sum(example_kind(e) == kind for e in examples) for kind in ("no_call", "calls", "parallel")}
     out_dir = checkpoints_dir / ckpt
+    earlier = stored(ckpt) if stored is not None else None
+    if earlier is not None and _reusable(earlier, out_dir):
+        log(f"reusing {ckpt}: the same data, base model, settings and rows were trained before ({out_dir})")
+        if progress is not None:
+            progress(config.max_steps, config.max_steps)
+        return {**earlier, "metrics": {**earlier["metrics"], "reused": True}}
     log(f"evaluating the base model on {len(prompts)} held-out prompts")
     before = tool_call_validity(base_dir, prompts, device=config.device) if prompts else {"share": None}
     log(f"training {ckpt} on {len(train_rows)} rows for {config.max_steps} steps")
@@ -273,11 +288,20 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     after = tool_call_validity(out_dir, prompts, device=config.device) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": before, "valid_tool_calls_after": after,
                     "held_out_prompt_ids": [p["id"] for p in prompts], "train_mix": train_mix,
-                    "examples_by_kind": mix})
+                    "examples_by_kind": mix, "weights_hash": model_hash(out_dir)})
     return {"id": ckpt, "sft_dataset_version": dataset_version, "sft_dataset_ids": [r["id"] for r in train_rows],
             "base_model": base_model, "base_model_hash": base_hash, "config": cfg, "metrics": metrics,
             "path": str(out_dir), "stage": "sft", "parent_checkpoint_id": None, "rl_dataset_ids": None,
             "rl_dataset_version": None}
+
+
+def _reusable(row: dict[str, Any], out_dir: Path) -> bool:
+    """Whether an earlier SFT row's weights can stand for a new run of the same id: its path is ``out_dir``,
+    the directory holds a complete model, and its weights hash to the row's ``weights_hash`` when recorded."""
+    if row.get("stage") != "sft" or Path(row.get("path") or "") != out_dir or not is_complete_model_dir(out_dir):
+        return False
+    recorded = (row.get("metrics") or {}).get("weights_hash")
+    return recorded is None or recorded == model_hash(out_dir)
 
 
 def train_split(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

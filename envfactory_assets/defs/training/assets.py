@@ -28,6 +28,8 @@ class CheckpointConfig(dg.Config):
     ``train_mix``: ``shortest`` (default: the ``max_train_rows`` shortest examples) or ``stratified`` (the
     data's shares of no-call, single-message and parallel-call turns, examples with arguments before
     argument-free ones; ``min_no_call_share`` raises the no-call share; ``training/stage.training_examples``).
+    ``reuse_sft`` (default true): an SFT checkpoint of the same content id already in the store, whose weights
+    are still on disk, is reused instead of trained again (``training/stage.train_checkpoint``).
     ``device``: ``auto`` (a CUDA device when torch sees one, bf16 where supported), ``cpu`` or ``cuda`` (refused
     when no CUDA device is visible); SFT, GRPO and the validity passes all follow it (``training/base_model.py``).
     ``grpo_max_steps`` 0 skips GRPO (only the SFT row is written). ``grpo_*`` map to
@@ -50,6 +52,7 @@ class CheckpointConfig(dg.Config):
     max_train_rows: int = 64
     train_mix: str = "shortest"
     min_no_call_share: float = 0.0
+    reuse_sft: bool = True
     n_eval_prompts: int = 8
     max_tools_per_example: int = 8
     grpo_max_steps: int = GRPOConfigSpec.max_steps
@@ -117,6 +120,17 @@ class CheckpointConfig(dg.Config):
                               device=self.device)
 
 
+def _stored_checkpoint(store):
+    """``checkpoint id -> its latest stored row or None`` (current or superseded)."""
+    def lookup(ckpt: str):
+        rows = store.read("checkpoints", "id = ?", [ckpt], current=False)
+        if not rows:
+            return None
+        # the store's own bookkeeping columns are not part of the row the asset writes
+        return {k: v for k, v in rows[-1].items() if k not in ("superseded", "written_at")}
+    return lookup
+
+
 @dg.asset(group_name="training", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["sft_dataset", "rl_dataset"],
           code_version=asset_code_version("envfactory_assets.training", "envfactory_assets.tooluse",
                                           "envfactory_assets.defs.training"))
@@ -143,7 +157,8 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig,
                            envfactory.checkpoints_dir(), spec, config.max_train_rows, config.n_eval_prompts,
                            content_id("v", sorted(r["id"] for r in sft_rows)), log=context.log.info,
                            max_tools=config.max_tools_per_example, progress=lambda done, _: steps.update(done),
-                           train_mix=config.train_mix, min_no_call_share=config.min_no_call_share)
+                           train_mix=config.train_mix, min_no_call_share=config.min_no_call_share,
+                           stored=_stored_checkpoint(store) if config.reuse_sft else None)
     rows = [row]
     if grpo_spec is not None:
         environments, _ = passed_environments(envfactory)
