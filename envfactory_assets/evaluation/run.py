@@ -314,11 +314,17 @@ def add_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row["model"] == BASE:
             continue
         ref = base.get((row["benchmark"], row["subset"]))
-        metric = row["metrics"].get("headline", "reward")
-        diff = None if ref is None else compare_on_shared_tasks(per_task_scores(ref["results"], metric),
-                                                                per_task_scores(row["results"], metric))
-        row["metrics"]["vs_base"] = None if diff is None else diff.as_dict()
+        row["metrics"]["vs_base"] = None if ref is None else _paired_difference(ref, row)
     return rows
+
+
+def _paired_difference(ref: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
+    """The paired bootstrap interval of ``row``'s headline score minus ``ref``'s on the tasks both ran
+    (:func:`~envfactory_assets.evaluation.stats.compare_on_shared_tasks`), as a dict; None without shared
+    tasks."""
+    metric = row["metrics"].get("headline", "reward")
+    diff = compare_on_shared_tasks(per_task_scores(ref["results"], metric), per_task_scores(row["results"], metric))
+    return None if diff is None else diff.as_dict()
 
 
 def add_parent_comparisons(rows: list[dict[str, Any]], parents: Mapping[str, str | None]) -> list[dict[str, Any]]:
@@ -338,10 +344,8 @@ def add_parent_comparisons(rows: list[dict[str, Any]], parents: Mapping[str, str
         ref = by_model.get((parent, row["benchmark"], row["subset"])) if parent else None
         if ref is None:
             continue
-        metric = row["metrics"].get("headline", "reward")
-        diff = compare_on_shared_tasks(per_task_scores(ref["results"], metric),
-                                       per_task_scores(row["results"], metric))
-        row["metrics"]["vs_parent"] = None if diff is None else {**diff.as_dict(), "parent": parent}
+        diff = _paired_difference(ref, row)
+        row["metrics"]["vs_parent"] = None if diff is None else {**diff, "parent": parent}
     return rows
 
 

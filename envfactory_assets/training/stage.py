@@ -129,6 +129,17 @@ def example_kind(example: dict[str, Any]) -> str:
     return "parallel" if max(counts) > 1 else "calls"
 
 
+def check_mix(mix: str, min_no_call_share: float, setting: str = "") -> None:
+    """Raises ValueError, named with ``setting`` (e.g. ``"checkpoint setting "``), when ``mix`` is not one of
+    :data:`TRAIN_MIXES` or ``min_no_call_share`` is not a share in [0, 1]."""
+    if mix not in TRAIN_MIXES:
+        named = f"{setting}train_mix={mix!r}" if setting else f"training mix {mix!r}"
+        raise ValueError(f"{named}: expected one of {', '.join(TRAIN_MIXES)}")
+    if isinstance(min_no_call_share, bool) or not isinstance(min_no_call_share, (int, float)) \
+            or not 0.0 <= min_no_call_share <= 1.0:
+        raise ValueError(f"{setting}min_no_call_share={min_no_call_share!r}: expected a share in [0, 1]")
+
+
 def _only_empty_calls(example: dict[str, Any]) -> bool:
     """Every tool call of the example has empty arguments (``{}``): what a shortest-first pick favours."""
     calls = [c for m in example["messages"] for c in m.get("tool_calls") or []]
@@ -180,12 +191,10 @@ def training_examples(sft_rows: list[dict[str, Any]], max_rows: int, max_tokens:
             (0 keeps the data's share); the others keep their proportions.
 
     Raises:
-        ValueError: ``mix`` is not one of :data:`TRAIN_MIXES`, or ``min_no_call_share`` is outside [0, 1].
+        ValueError: ``mix`` is not one of :data:`TRAIN_MIXES`, or ``min_no_call_share`` is outside [0, 1]
+            (:func:`check_mix`).
     """
-    if mix not in TRAIN_MIXES:
-        raise ValueError(f"training mix {mix!r}: expected one of {', '.join(TRAIN_MIXES)}")
-    if not (0.0 <= min_no_call_share <= 1.0):
-        raise ValueError(f"min_no_call_share={min_no_call_share!r}: expected a share in [0, 1]")
+    check_mix(mix, min_no_call_share)
     examples = []
     for r in sft_rows:
         row = {"id": r["id"], "messages": r["messages"], "tools": r["tools"]}

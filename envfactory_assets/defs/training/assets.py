@@ -13,7 +13,7 @@ from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
-from envfactory_assets.training.stage import DEFAULT_GRPO_MAX_TOOLS, TRAIN_MIXES
+from envfactory_assets.training.stage import DEFAULT_GRPO_MAX_TOOLS, check_mix
 
 
 class CheckpointConfig(dg.Config):
@@ -90,12 +90,7 @@ class CheckpointConfig(dg.Config):
                           ("grpo_max_steps", 0), ("grpo_n_prompts", 1), ("grpo_screen_factor", 1),
                           ("grpo_max_tools", 0)):
             whole_number("checkpoint", name, getattr(self, name), low=low)
-        if self.train_mix not in TRAIN_MIXES:
-            raise ValueError(f"checkpoint setting train_mix={self.train_mix!r}: expected one of "
-                             f"{', '.join(TRAIN_MIXES)}")
-        if not (isinstance(self.min_no_call_share, (int, float)) and 0.0 <= self.min_no_call_share <= 1.0):
-            raise ValueError(f"checkpoint setting min_no_call_share={self.min_no_call_share!r}: expected a share "
-                             "in [0, 1]")
+        check_mix(self.train_mix, self.min_no_call_share, "checkpoint setting ")
         try:
             sft = self.sft_spec()
         except ValueError as exc:
