@@ -133,7 +133,7 @@ class ReplayPolicy:
     def key(messages, tools):
         return json.dumps([messages, [t["function"]["name"] for t in tools]], sort_keys=True)
 
-    def generate(self, conversations, seed, max_new_tokens=None):
+    def generate(self, conversations, seed, max_new_tokens=None, prose_stop_tokens=0):
         self.budgets.append(max_new_tokens)
         found = [self.answers[self.key(m, t)] for m, t in conversations]
         self.last_cut_off = [task_id in self.cut_off for task_id, _ in found]
@@ -283,3 +283,52 @@ def test_the_policy_takes_a_per_call_budget_and_reports_outputs_cut_off_at_it(ba
     assert all(len(policy.tokenizer(t, add_special_tokens=False)["input_ids"]) <= 3 for t in texts)
     with pytest.raises(ValueError, match="max_new_tokens"):
         policy.generate(conversations, seed=0, max_new_tokens=0)
+
+
+CALL = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("text, n_tokens, complete", [
+    ("The neutron was discovered by Chadwick.", 48, True),        # prose, long enough
+    ("The neutron was discovered by Chadwick.", 47, False),       # prose, still short
+    (CALL, 200, False),                                           # calls closed, nothing after yet
+    (CALL + "\n", 200, False),
+    (CALL + "\n<tool", 200, False),                               # a second call may be opening
+    (CALL + "\n" + CALL + "\nDone.", 5, True),                    # text after the last call
+    (CALL + "<|im_end|>", 200, False),                            # end-of-turn is the model's own stop
+    ('<tool_call>\n{"name": "f", "arguments": {"x": "</tool', 200, False),  # a call still open
+    ("I will look it up.\n" + CALL + " ok", 10, True),            # a short preamble, then a call
+    ('{"name": "f", "arguments": {', 500, False),                 # bare JSON the parser reads whole
+    ("```json\n{", 500, False),
+    ("<think>the user wants f, so I call it with x=1 and", 500, False),  # reasoning still open
+    ("<think>no tool fits</think>The answer is 4, as asked.", 48, True),
+    ("", 100, False),
+])
+def test_an_answer_is_complete_once_its_calls_can_no_longer_change(text, n_tokens, complete):
+    from envfactory_assets.tooluse.tool_calls import answer_is_complete, parse_tool_calls
+
+    assert answer_is_complete(text, n_tokens, prose_tokens=48) is complete
+    if complete:  # whatever the model would have written next, the calls parsed so far are the answer's
+        assert parse_tool_calls(text).calls == parse_tool_calls(text + "\nmore prose").calls
+
+
+def test_the_policy_stops_each_answer_when_complete_and_keeps_what_it_had_written(base_model_dir):
+    """Greedy: an output stopped by the rule is the unstopped output's beginning, the rule holds for it, and
+    it is not counted as cut off; the batch costs fewer tokens."""
+    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.tooluse.tool_calls import answer_is_complete
+
+    policy = Policy(base_model_dir, SamplingSpec(temperature=0, batch_size=2), num_threads=1)
+    tasks = st.load_tasks(1, ["simple", "parallel"])
+    conversations = [(t.messages, st.task_tools(t)) for t in tasks]
+    full = policy.generate(conversations, seed=0, max_new_tokens=60)
+    full_cut, full_tokens = list(policy.last_cut_off), policy.generated_tokens
+    stopped = policy.generate(conversations, seed=0, max_new_tokens=60, prose_stop_tokens=8)
+    assert policy.generated_tokens - full_tokens < full_tokens
+    for whole, short, cut in zip(full, stopped, policy.last_cut_off, strict=True):
+        assert whole.startswith(short) and not cut
+        n = len(policy.tokenizer(short, add_special_tokens=False)["input_ids"])
+        assert short == whole or answer_is_complete(short, n, 8)
+    assert any(full_cut)  # the base model writes prose past 60 tokens here: the rule had something to stop
+    with pytest.raises(ValueError, match="prose_stop_tokens"):
+        policy.generate(conversations, seed=0, prose_stop_tokens=-1)

@@ -350,11 +350,12 @@ class SingleTurnPolicy(Protocol):
     last_cut_off: list[bool]
 
     def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
-                 max_new_tokens: int | None = None) -> list[str]: ...
+                 max_new_tokens: int | None = None, prose_stop_tokens: int = 0) -> list[str]: ...
 
 
 def run_tasks(policy: SingleTurnPolicy, tasks: Sequence[SingleTurnTask], seeds: Sequence[int],
-              budgets: Mapping[str, int], overlap: Mapping[str, list[str]] | None = None) -> list[dict[str, Any]]:
+              budgets: Mapping[str, int], overlap: Mapping[str, list[str]] | None = None,
+              prose_stop_tokens: int = 0) -> list[dict[str, Any]]:
     """One answer per task and seed, scored; one ``generate`` call per category and seed.
 
     Args:
@@ -363,6 +364,8 @@ def run_tasks(policy: SingleTurnPolicy, tasks: Sequence[SingleTurnTask], seeds: 
         seeds: sampling seeds.
         budgets: ``{category: max new tokens}`` (:func:`generation_budget`).
         overlap: ``{task id: env ids whose tools resemble the task's functions}`` (:func:`task_overlap`).
+        prose_stop_tokens: passed to ``generate``: an answer stops once its calls can no longer change
+            (:func:`~envfactory_assets.tooluse.tool_calls.answer_is_complete`; 0 = off).
 
     Returns:
         Per task and seed, the agent loop's result shape: ``{"task_id", "seed", "score": score_output(...),
@@ -378,7 +381,7 @@ def run_tasks(policy: SingleTurnPolicy, tasks: Sequence[SingleTurnTask], seeds: 
         for category in dict.fromkeys(t.category for t in tasks):
             group = [t for t in tasks if t.category == category]
             texts = policy.generate([(list(t.messages), task_tools(t)) for t in group], seed,
-                                    max_new_tokens=budgets[category])
+                                    max_new_tokens=budgets[category], prose_stop_tokens=prose_stop_tokens)
             cut_off = list(policy.last_cut_off)
             for task, text, cut in zip(group, texts, cut_off, strict=True):
                 results.append({

@@ -15,6 +15,7 @@ from envfactory_assets.evaluation.prefix_cache import (
 )
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.spec_types import check_number_types
+from envfactory_assets.tooluse.answer_stop import answer_stop_criterion
 from envfactory_assets.training.base_model import (
     check_device_setting,
     force_offline,
@@ -119,12 +120,15 @@ class Policy:
             messages = messages[:first] + messages[first + 1 :]
 
     def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
-                 max_new_tokens: int | None = None) -> list[str]:
+                 max_new_tokens: int | None = None, prose_stop_tokens: int = 0) -> list[str]:
         """One assistant message per ``(messages, tools)`` conversation, decoded without special tokens.
 
         ``max_new_tokens`` overrides the sampling spec's budget for this call (a benchmark whose answers are
-        longer than the default). Afterwards ``last_cut_off[i]`` says whether output ``i`` stopped at the
-        budget rather than at an end-of-turn token.
+        longer than the default). ``prose_stop_tokens`` > 0 stops each output, on its own, as soon as
+        :func:`~envfactory_assets.tooluse.tool_calls.answer_is_complete` says its calls can no longer change
+        (for answers scored by their calls alone: the rest of the batch no longer waits for one output's
+        prose). Afterwards ``last_cut_off[i]`` says whether output ``i`` stopped at the budget rather than
+        at an end-of-turn token or that rule.
 
         Conversations are batched in order of prompt length (less padding); the sampling generator is
         seeded with ``seed`` before each batch, so the same inputs, batch size and seed give the same texts
@@ -144,6 +148,8 @@ class Policy:
         budget = spec.max_new_tokens if max_new_tokens is None else max_new_tokens
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValueError(f"generate: max_new_tokens={max_new_tokens!r}: expected a whole number >= 1")
+        if isinstance(prose_stop_tokens, bool) or not isinstance(prose_stop_tokens, int) or prose_stop_tokens < 0:
+            raise ValueError(f"generate: prose_stop_tokens={prose_stop_tokens!r}: expected a whole number >= 0")
         # The governor measures once and then lives as long as the policy (adjusted per batch, no new sampling
         # window per call); the caller's thread count is restored when each call returns, as before the
         # governor (it used to stay at the policy's count for the rest of the process).
@@ -157,17 +163,19 @@ class Policy:
                 self.threads.adjust()
                 chunk = order[start : start + spec.batch_size]
                 torch.manual_seed(seed * 100_003 + start)
-                for i, (text, cut) in zip(chunk, self._generate_batch([encoded[i] for i in chunk], budget),
-                                          strict=True):
+                batch = self._generate_batch([encoded[i] for i in chunk], budget, prose_stop_tokens)
+                for i, (text, cut) in zip(chunk, batch, strict=True):
                     texts[i], cut_off[i] = text, cut
         finally:
             torch.set_num_threads(previous)
         self.last_cut_off = cut_off
         return texts
 
-    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[tuple[str, bool]]:
+    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
+                        prose_stop_tokens: int = 0) -> list[tuple[str, bool]]:
         """Sample one continuation per prompt (one ``generate`` call), reusing cached prefixes when enabled;
-        each with whether it was cut off at ``max_new_tokens`` (no end-of-turn or padding token in it)."""
+        each with whether it was cut off at ``max_new_tokens`` (no end-of-turn or padding token in it, and
+        not stopped as a complete answer)."""
         import torch
 
         spec = self.sampling
@@ -177,13 +185,16 @@ class Policy:
         cache = self.prefix_cache
         rows = [(ids, *cache.lookup(ids)) if cache else (ids, None, 0) for ids in prompts]
         input_ids, attention_mask, past = batch_inputs(rows, pad, self.model.config, self.model.device)
+        width = input_ids.shape[1]
+        answer_stop = answer_stop_criterion(self.tokenizer, width, prose_stop_tokens) if prose_stop_tokens else None
         with torch.inference_mode():
             if past is not None:
                 kwargs["cache"] = past
+            if answer_stop is not None:
+                kwargs["stopping_criteria"] = [answer_stop]
             output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                          max_new_tokens=max_new_tokens, pad_token_id=pad,
                                          return_dict_in_generate=True, **kwargs)
-        width = input_ids.shape[1]
         new_tokens = output.sequences[:, width:]
         self.generated_tokens += int((new_tokens != pad).sum())
         if cache is not None:
@@ -200,6 +211,8 @@ class Policy:
                              device=new_tokens.device)
         # A finished row ends in an end-of-turn token and is padded after it; a row without either ran out.
         ended = torch.isin(new_tokens, stops).any(dim=1).tolist()
+        if answer_stop is not None:
+            ended = [done or row in answer_stop.stopped for row, done in enumerate(ended)]
         full = new_tokens.shape[1] >= max_new_tokens
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return [(text, full and not done) for text, done in zip(texts, ended, strict=True)]
@@ -226,8 +239,8 @@ class DoNothingPolicy:
         self.last_cut_off: list[bool] = []
 
     def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
-                 max_new_tokens: int | None = None) -> list[str]:
-        """One :data:`DO_NOTHING_REPLY` per conversation (``seed`` and the budget are ignored: there is
+                 max_new_tokens: int | None = None, prose_stop_tokens: int = 0) -> list[str]:
+        """One :data:`DO_NOTHING_REPLY` per conversation (``seed``, the budget and the stop rule are ignored: there is
         nothing to sample, and no output is cut off)."""
         self.last_cut_off = [False] * len(conversations)
         return [DO_NOTHING_REPLY] * len(conversations)

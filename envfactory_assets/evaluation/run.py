@@ -34,6 +34,7 @@ from envfactory_assets.evaluation.scoring import SCORE_VERSION
 from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.task_episode import TaskRunner
+from envfactory_assets.tooluse.tool_calls import PROSE_STOP_TOKENS
 from envfactory_assets.training.base_model import select_device
 
 TRACES_KEPT_PER_MODEL = 3  # full traces stored for the first tasks of the first seed; scores for all
@@ -63,6 +64,11 @@ class EvalSpec:
         sampling: :class:`SamplingSpec`.
         bfcl_call_timeout_s: wall-clock seconds one model call may take in the BFCL executor's sandboxed
             worker before it is stopped (:class:`.bfcl_sandbox.ExecutorSettings`).
+        single_turn_prose_stop_tokens: a BFCL single-turn answer that has written this many tokens of prose
+            without opening a call stops there, and one whose calls are closed stops at the text after them
+            (:func:`~envfactory_assets.tooluse.tool_calls.answer_is_complete`; neither changes the calls it
+            parses to, except a call opened after that much prose); 0 = every answer runs to its end-of-turn
+            token or its budget.
     """
 
     n_synthetic: int | None = 6
@@ -74,6 +80,7 @@ class EvalSpec:
     first_turns_only: bool = True
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     bfcl_call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    single_turn_prose_stop_tokens: int = PROSE_STOP_TOKENS
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting when a count is negative (``n_bfcl: -2`` used to mean "all but
@@ -91,6 +98,10 @@ class EvalSpec:
             raise ValueError(f"evaluation setting max_tool_rounds={self.max_tool_rounds}: expected >= 1")
         if self.max_tools < 0:
             raise ValueError(f"evaluation setting max_tools={self.max_tools}: expected >= 0 (0 shows all tools)")
+        stop = self.single_turn_prose_stop_tokens
+        if isinstance(stop, bool) or not isinstance(stop, int) or stop < 0:
+            raise ValueError(f"evaluation setting single_turn_prose_stop_tokens={stop!r}: expected a whole number "
+                             ">= 0 (0 = off)")
         timeout = self.bfcl_call_timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
             raise ValueError(f"evaluation setting bfcl_call_timeout_s={timeout!r}: expected a positive number of seconds")
@@ -495,7 +506,8 @@ def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any
     def run(policy: Any, seed: int) -> list[dict[str, Any]]:
         budgets = bfcl_single_turn.category_budgets(tasks, bfcl_single_turn.token_counter(policy),
                                                     spec.sampling.max_new_tokens)
-        results = bfcl_single_turn.run_tasks(policy, tasks, [seed], budgets, overlap)
+        results = bfcl_single_turn.run_tasks(policy, tasks, [seed], budgets, overlap,
+                                             prose_stop_tokens=spec.single_turn_prose_stop_tokens)
         for result in results:
             result["tags"]["budget"] = budgets[result["tags"]["category"]]
         return results

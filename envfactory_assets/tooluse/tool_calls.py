@@ -272,6 +272,47 @@ def parse_tool_calls(text: str) -> ParseResult:
     return ParseResult(calls=calls, format_errors=errors, content=content)
 
 
+PROSE_STOP_TOKENS = 48
+"""New tokens of plain prose after which a one-message answer that has opened no call is taken to be a text
+answer (:func:`answer_is_complete`). A model that means to call a tool opens ``<tool_call>`` (or bare JSON)
+at once or after a sentence; SmolLM2-135M's base model, asked a BFCL question, writes hundreds of tokens of
+prose or code and never calls, and without this rule every batch ran to the category's full budget."""
+
+
+def answer_is_complete(text: str, n_tokens: int, prose_tokens: int = PROSE_STOP_TOKENS) -> bool:
+    """Whether a one-message answer still being generated can no longer change the calls it parses to
+    (:func:`parse_tool_calls`), so generation may stop there.
+
+    Complete when either
+    - it has called: after its last ``</tool_call>`` (no block left open) comes text that does not begin
+      another ``<tool_call>``; the text after the calls is content, which the call scorer does not read;
+    - or it is prose: ``n_tokens >= prose_tokens``, and outside reasoning blocks (an open one runs to the
+      end) it opened no ``<tool_call>`` and does not begin like the whole-output JSON the parser also reads (``{``, ``[``, a code
+      fence) or like a tag (``<``). A call opened after that much prose is the rule's one miss.
+
+    Only for answers scored by their calls alone (a single-turn benchmark): a text reply of a multi-turn
+    episode may carry the facts a task asks for, and must not be cut.
+
+    Args:
+        text: the answer so far, special tokens included or not.
+        n_tokens: tokens generated so far.
+        prose_tokens: see :data:`PROSE_STOP_TOKENS`.
+    """
+    body = _SPECIAL_TOKEN_RE.sub("", text)
+    body = _ORPHAN_REASONING_CLOSE_RE.sub("", _REASONING_RE.sub("", body))
+    opened = body.rfind(_TOOL_CALL_OPEN)
+    if opened >= 0:
+        closed = body.rfind(_TOOL_CALL_CLOSE)
+        if closed < opened:
+            return False
+        rest = body[closed + len(_TOOL_CALL_CLOSE):].strip()
+        return bool(rest) and not _TOOL_CALL_OPEN.startswith(rest[: len(_TOOL_CALL_OPEN)])
+    start = body.lstrip()
+    if not start or start.startswith(("{", "[", "`", "<")):
+        return False
+    return n_tokens >= prose_tokens
+
+
 def _tool_name_and_schema(tool: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """Name and parameter schema of an OpenAI function tool or of a design.md ``ToolSpec``."""
     function = tool.get("function") if isinstance(tool.get("function"), dict) else tool

@@ -10,7 +10,8 @@ from typing import Any
 
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.reward import arguments_that_matter, is_empty_call
-from envfactory_assets.tooluse.tool_calls import parse_tool_calls, validate_call
+from envfactory_assets.tooluse.tool_calls import PROSE_STOP_TOKENS, parse_tool_calls, validate_call
+from envfactory_assets.tooluse.answer_stop import answer_stop_criterion
 from envfactory_assets.training.base_model import (
     force_offline,
     prepare_tokenizer,
@@ -130,7 +131,9 @@ def collapse_problems(sft: dict[str, Any] | None, grpo: dict[str, Any] | None,
 
 def _generate(model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new_tokens: int,
               batch_size: int) -> list[str]:
-    """Greedy completions (decoded without special tokens), left-padded batches, in prompt order."""
+    """Greedy completions (decoded without special tokens), left-padded batches, in prompt order; each stops
+    once the calls it parses to can no longer change (:func:`~envfactory_assets.tooluse.answer_stop.answer_stop_criterion`: they are
+    all this pass scores), so a batch does not run to the budget for one output's prose."""
     import torch
 
     encoded = [
@@ -145,9 +148,11 @@ def _generate(model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new
     for start in range(0, len(encoded), batch_size):
         batch = tokenizer.pad([{"input_ids": ids} for ids in encoded[start : start + batch_size]],
                               padding=True, return_tensors="pt").to(model.device)
+        stop = answer_stop_criterion(tokenizer, batch["input_ids"].shape[1], PROSE_STOP_TOKENS)
         with torch.inference_mode():
             output = model.generate(
-                **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+                **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                stopping_criteria=[stop],
             )
         new_tokens = output[:, batch["input_ids"].shape[1] :]
         texts.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
