@@ -110,6 +110,15 @@ def first_turns(row: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     return {**row, "messages": messages[: keep + 1]}
 
 
+def last_turn_alone(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's system messages and its last turn (from the last user message on), id ``<id>#last_turn``:
+    a request that no offered tool serves is refused the same way with or without the turns before it."""
+    messages = row["messages"]
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
+    system = [m for m in messages[:last_user] if m.get("role") == "system"]
+    return {**row, "id": f"{row['id']}#last_turn", "messages": system + messages[last_user:]}
+
+
 TRAIN_MIXES = ("shortest", "stratified")
 """How :func:`training_examples` picks rows: the shortest overall, or stratified by :func:`example_kind`."""
 
@@ -187,6 +196,10 @@ def training_examples(sft_rows: list[dict[str, Any]], max_rows: int, max_tokens:
             then shortest first. Why: the shortest examples are abstentions and argument-free creates
             (on the default store 48% of the 256 shortest had no call, against 12% of all rows), so a
             shortest-first model learns to call rarely and with empty arguments.
+            A row whose last turn has no call (an abstention: the synthesized turns end a row with one, and
+            a clarification exchange sits inside its turn, before the calls) and does not fit ``max_tokens``
+            is also kept as that turn alone (:func:`last_turn_alone`): most abstentions end long rows,
+            so the cut would drop every one of them but the shortest rows'.
         min_no_call_share: with ``"stratified"``, the no-call kind's share is raised to at least this
             (0 keeps the data's share); the others keep their proportions.
 
@@ -198,7 +211,10 @@ def training_examples(sft_rows: list[dict[str, Any]], max_rows: int, max_tokens:
     examples = []
     for r in sft_rows:
         row = {"id": r["id"], "messages": r["messages"], "tools": r["tools"]}
-        examples.append(restrict_tools(first_turns(row, max_tokens), max_tools))
+        cut = first_turns(row, max_tokens)
+        examples.append(restrict_tools(cut, max_tools))
+        if mix == "stratified" and example_kind(row) == "no_call" and example_kind(cut) != "no_call":
+            examples.append(restrict_tools(last_turn_alone(row), max_tools))
     by_length = sorted(examples, key=lambda r: (_length(r), r["id"]))
     if mix == "shortest" or not examples:
         return by_length[:max_rows]
