@@ -215,13 +215,14 @@ def test_the_stratified_mix_keeps_the_data_s_shares_where_the_shortest_pick_is_m
 def test_an_abstention_ending_a_row_too_long_to_keep_is_trained_as_its_turn_alone():
     """A long row whose last turn has no call: the cut keeps its first turns (calls) and the stratified mix adds
     the system message with the abstention turn; the shortest mix does not."""
-    from envfactory_assets.training.stage import example_kind, last_turn_alone
+    from envfactory_assets.training.stage import example_kind, last_turn_alone, source_row_id
 
     calls, abstain = _example(1, "calls", 600), _example(2, "no_call", 1)
     row = {**calls, "id": "sft_long", "messages": calls["messages"] + abstain["messages"][1:]}
     assert example_kind(row) == "no_call"
     alone = last_turn_alone(row)
     assert alone["id"] == "sft_long#last_turn" and alone["tools"] == row["tools"]
+    assert source_row_id(alone["id"]) == source_row_id("sft_long") == "sft_long"  # lineage names the row
     assert alone["messages"] == [row["messages"][0], *abstain["messages"][1:]]
     mixed = {e["id"]: e for e in training_examples([row], 10, max_tokens=500, mix="stratified")}
     assert {i: example_kind(e) for i, e in mixed.items()} == {"sft_long": "calls", "sft_long#last_turn": "no_call"}

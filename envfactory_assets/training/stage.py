@@ -119,6 +119,11 @@ def last_turn_alone(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "id": f"{row['id']}#last_turn", "messages": system + messages[last_user:]}
 
 
+def source_row_id(example_id: str) -> str:
+    """The SFT row an example was cut from: ``sft_x#last_turn`` -> ``sft_x`` (a row's own id unchanged)."""
+    return example_id.partition("#")[0]
+
+
 TRAIN_MIXES = ("shortest", "stratified")
 """How :func:`training_examples` picks rows: the shortest overall, or stratified by :func:`example_kind`."""
 
@@ -291,13 +296,13 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     examples = training_examples(sft_rows, max_train_rows, config.max_length, max_tools, train_mix,
                                  min_no_call_share)
     by_id = {r["id"]: r for r in sft_rows}
-    train_rows = [by_id[e["id"]] for e in examples]
+    train_rows = [by_id[i] for i in dict.fromkeys(source_row_id(e["id"]) for e in examples)]
     train_envs = {e for r in train_rows for e in r["env_ids"]}
     held_out = [r for r in rl_rows if stored_split(r) == "held_out"]
     prompts = held_out_prompts(held_out or rl_rows, n_eval_prompts, train_envs, max_tools)
     cfg = {k: getattr(config, k) for k in config.__dataclass_fields__}
     ckpt = checkpoint_id(dataset_version, base_hash, {**cfg, "base_model": base_model, "max_tools": max_tools},
-                         [r["id"] for r in train_rows])
+                         [e["id"] for e in examples])  # a row's turn alone is an example of its own
     mix = {kind: sum(example_kind(e) == kind for e in examples) for kind in ("no_call", "calls", "parallel")}
     out_dir = checkpoints_dir / ckpt
     earlier = stored(ckpt) if stored is not None else None
