@@ -14,7 +14,7 @@ import platform
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import model_concurrency, refinement
+from benchmarks import model_concurrency, refinement, serve_env_startup
 from envfactory_assets.store.db import Store
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
@@ -42,12 +42,14 @@ def main() -> None:
     raw, envs, flags = refinement.sample(Store(args.store), args.n)
     table = refinement.markdown(refinement.measure(raw, envs, flags, 0), len(raw), args.store)
     models = model_concurrency.run(tuple(int(x) for x in args.model_levels.split(",")))
+    startup = serve_env_startup.run()
     DOC.write_text("\n".join([
         "# Benchmarks", "",
         "Written by `python -m benchmarks.run`; every ratio is measured within one run.", "",
         f"Machine: {machine()}.", "",
         "## Refinement (`refined_trajectories`)", "", table, "",
         "## Model-backed stages (`max_concurrency`)", "", models, "",
+        "## `serve-env` start", "", startup, "",
         NOTES.read_text(encoding="utf-8") if NOTES.exists() else "",
     ]), encoding="utf-8")
     print(f"wrote {DOC}")

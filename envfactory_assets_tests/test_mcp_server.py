@@ -148,13 +148,14 @@ def test_serve_env_over_stdio_lists_tools_and_keeps_state_within_the_session(hom
                         assert listed[name].output_schema == spec["output_schema"]
                         assert listed[name].annotations.read_only_hint is spec["read_only"]
 
-                    # the server process and its sandbox worker, to check that both go away afterwards
+                    # the server process and its sandbox worker, to check that both go away afterwards (after a
+                    # call: the worker starts in the background, a call waits for it)
+                    before = await _all_authors(session)
                     servers = _pids_with_marker(marker)
                     assert len(servers) == 1, servers
                     seen["pids"] = servers + _children(servers[0])
                     assert len(seen["pids"]) == 2, seen["pids"]
 
-                    before = await _all_authors(session)
                     created = await session.call_tool("create_author", {"name": "Ada Lovelace", "country": "GB"})
                     assert not created.is_error, created
                     author = created.structured_content
@@ -254,6 +255,21 @@ def test_load_environment_from_store(home, bookshop):
         load_environment_from_store(store_path(home), "nope")
 
 
+def test_loading_an_environment_imports_neither_pandas_nor_the_builders(home):
+    """serve-env reads its environment before it can answer initialize: DuckDB alone, no pandas (which DuckDB
+    imports for a bound parameter), polars, catalogue, curation or builder modules. Only the error path
+    imports the catalogue, to name the environments that can be served."""
+    heavy = ["pandas", "polars", "jsonschema", "envfactory_assets.catalog", "envfactory_assets.curation",
+             "envfactory_assets.envgen.stage", "envfactory_assets.envgen.builder"]
+    probe = ("import sys; from envfactory_assets.mcp_server.loading import load_environment_from_store as load\n"
+             f"environment = load(sys.argv[1], sys.argv[2]); assert environment['env_id'] == {ENV_ID!r}\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe, str(store_path(home)), ENV_ID], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_build_server_refuses_states_meant_to_be_rejected(bookshop):
     with pytest.raises(ValueError, match="no loadable initial state 'invalid'"):
         build_server(bookshop, "invalid")
@@ -291,3 +307,18 @@ def test_a_call_that_loses_the_episode_is_an_error_and_the_state_survives(booksh
             assert not got.is_error and got.structured_content["name"] == "Grace Hopper"
 
     anyio.run(scenario)
+
+
+def test_a_worker_that_cannot_start_ends_the_run_with_its_error(bookshop):
+    """The worker starts in the background while the client connects; a state the environment rejects still
+    ends the run, with the environment's own error (``serve-env`` reports it and exits 1)."""
+    from envfactory_assets.runtime.errors import StateRejected
+
+    server = build_server(bookshop, {"tables": {"authors": "not rows"}})
+
+    async def scenario() -> None:
+        async with Client(server) as client:
+            await client.call_tool("list_authors", {})
+
+    with pytest.raises(StateRejected, match="state rejected by 'bookshop_example'"):
+        anyio.run(scenario)

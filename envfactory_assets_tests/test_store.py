@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from envfactory_assets.store.db import Store
+from envfactory_assets.store.db import Store, read_rows, sql_string
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate, passed_environment_ids
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.store.lineage import LineageError, checkpoint_lineage, format_lineage
@@ -196,6 +196,28 @@ def test_read_binds_parameters(store):
     store.replace_current("rejected_resources", rows)
     got = store.read("rejected_resources", "path = ? OR detail LIKE ?", ["spec 1 & co.json", "%document 3%"])
     assert [r["path"] for r in sorted(got, key=lambda r: r["path"])] == ["spec 1 & co.json", "spec 3 & co.json"]
+
+
+@pytest.mark.parametrize("value", ["spec 1 & co.json", "it's", "'; DROP TABLE rejected_resources; --",
+                                   "back\\slash \\' and \\n", "line\nbreak", "ünïcødé ✓", ""])
+def test_sql_string_is_the_literal_of_its_value(store, value):
+    """A literal DuckDB reads back as exactly the value, whatever quotes or backslashes it holds, and as a
+    read_rows predicate it matches that value only."""
+    with duckdb.connect() as con:
+        assert con.execute(f"SELECT {sql_string(value)}").fetchone()[0] == value
+    rows = [rejection(i) for i in range(2)]
+    rows[1] = {**rows[1], "path": value}
+    store.replace_current("rejected_resources", rows)
+    with store.connect(read_only=True) as con:
+        got = read_rows(con, "rejected_resources", f"path = {sql_string(value)}")
+    assert [r["id"] for r in got] == [rows[1]["id"]]
+    assert len(store.read("rejected_resources")) == 2
+
+
+@pytest.mark.parametrize("value", ["nul\x00byte", 7, None])
+def test_sql_string_refuses_what_no_literal_holds(value):
+    with pytest.raises(ValueError, match="not a value for an SQL string literal"):
+        sql_string(value)
 
 
 # ----------------------------------------------------------------------------------------- readers

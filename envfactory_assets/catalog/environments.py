@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envfactory_assets.curation import Curation, filter_environments
-from envfactory_assets.envgen.stage import as_environment
+from envfactory_assets.envgen.environment_dict import as_environment
 from envfactory_assets.store.db import Store
 
 

@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+# as_environment is also re-exported: the environments asset and the tests import it from here
+from envfactory_assets.envgen.environment_dict import ENV_FIELDS, as_environment
 from envfactory_assets.envgen.builder import BuildError, build_environment, build_mcp_environment
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
 from envfactory_assets.llm.base import BackendConfigError, concurrency_of
@@ -16,8 +18,6 @@ from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
 from envfactory_assets.sources.scan import load_document
 from envfactory_assets.store.ids import content_id
-
-ENV_FIELDS = ("tools", "tables", "state_schema", "source", "initial_states", "seed_data")
 
 
 def select_resources(resources: list[dict[str, Any]], per_domain: int,
@@ -136,21 +136,6 @@ def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, 
 
 def _builder(backend: Any) -> str:
     return "programmatic" if backend is None else f"model:{type(backend).__name__}"
-
-
-def code_origin(builder: str | None) -> str:
-    """Where an environment's code comes from, for the sandbox's policy (``SandboxWorker.load_environment``):
-    ``"template"`` for the programmatic builder (fixed templates; spec text enters only as quoted
-    literals), ``"model"`` for a model-written module, ``"untrusted"`` when unknown."""
-    if builder == "programmatic":
-        return "template"
-    return "model" if builder and builder.startswith("model") else "untrusted"
-
-
-def as_environment(row: dict[str, Any]) -> dict[str, Any]:
-    """The Environment dict (docs/design.md) of an ``environments`` row, with its code's ``origin``."""
-    return {"env_id": row["env_id"], "domain": row["domain"], **{k: row[k] for k in ENV_FIELDS},
-            "origin": code_origin(row.get("builder"))}
 
 
 def verification_row(env_row: dict[str, Any], limits: SandboxLimits | None = None) -> dict[str, Any]:

@@ -1,5 +1,10 @@
 """Read a servable environment from the store: the current ``verified_environments`` row with status
-``passed`` for an env id, and the ``environments`` row it verified."""
+``passed`` for an env id, and the ``environments`` row it verified.
+
+``serve-env`` reads it before it can answer ``initialize``, so this reads that environment's rows only, on
+a read-only connection (several servers may read the store at once), and imports no more than DuckDB: the
+catalogue (builders, verifier, curation) is imported only to name other environments in the error.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,8 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.catalog import servable_env_ids
-from envfactory_assets.envgen.stage import as_environment
-from envfactory_assets.store.db import Store
+from envfactory_assets.envgen.environment_dict import as_environment
+from envfactory_assets.store.db import Store, read_rows, sql_string
 
 _KNOWN_SHOWN = 10
 
@@ -48,26 +52,32 @@ def load_environment_from_store(store_path: Path | str, env_id: str) -> dict[str
         StoreBusy: another process holds the store for writing.
     """
     store = Store(store_path)
-    passed = store.read("verified_environments", "env_id = ? AND status = 'passed'", [env_id])
-    if not passed:
-        others = store.read("verified_environments", "env_id = ?", [env_id])
-        built = store.read("environments", "env_id = ?", [env_id])
-        known = _known_text(servable_env_ids(store), env_id)
-        if others:
-            reasons = "; ".join(str(r) for row in others for r in (row["reasons"] or []))[:500]
-            detail = f"it failed verification ({reasons})" if reasons else "it failed verification"
-            raise EnvironmentNotServable(env_id, f"environment {env_id!r} is not verified: {detail}; {known}")
-        if built:
-            raise EnvironmentNotServable(
-                env_id, f"environment {env_id!r} has not been verified (no verified_environments row); {known}")
-        raise EnvironmentNotServable(env_id, f"unknown environment {env_id!r}; {known}")
-    # The environments row each passed verification checked; several can be current only in a store
-    # written by hand, so take the newest verification whose environment row is still current.
-    for verified in sorted(passed, key=lambda r: (r.get("written_at") is not None, r.get("written_at"), r["id"]),
-                           reverse=True):
-        rows = store.read("environments", "id = ?", [verified["environment_id"]])
-        if rows and rows[0]["status"] == "built":
-            return as_environment(rows[0])
-    raise EnvironmentNotServable(
-        env_id, f"environment {env_id!r} passed verification, but the environments row it verified "
-                f"({passed[0]['environment_id']}) is no longer current; re-materialize verified_environments")
+    with store.connect(read_only=True) as con:
+        # literals, not bound parameters: binding one makes DuckDB import pandas (see sql_string)
+        passed = read_rows(con, "verified_environments", f"env_id = {sql_string(env_id)} AND status = 'passed'")
+        if not passed:
+            others = read_rows(con, "verified_environments", f"env_id = {sql_string(env_id)}")
+            built = read_rows(con, "environments", f"env_id = {sql_string(env_id)}")
+        else:
+            # The environments row each passed verification checked; several can be current only in a store
+            # written by hand, so take the newest verification whose environment row is still current.
+            for verified in sorted(passed, key=lambda r: (r.get("written_at") is not None, r.get("written_at"),
+                                                          r["id"]), reverse=True):
+                rows = read_rows(con, "environments", f"id = {sql_string(verified['environment_id'])}")
+                if rows and rows[0]["status"] == "built":
+                    return as_environment(rows[0])
+    if passed:
+        raise EnvironmentNotServable(
+            env_id, f"environment {env_id!r} passed verification, but the environments row it verified "
+                    f"({passed[0]['environment_id']}) is no longer current; re-materialize verified_environments")
+    from envfactory_assets.catalog import servable_env_ids  # the error path only: it imports the builders
+
+    known = _known_text(servable_env_ids(store), env_id)
+    if others:
+        reasons = "; ".join(str(r) for row in others for r in (row["reasons"] or []))[:500]
+        detail = f"it failed verification ({reasons})" if reasons else "it failed verification"
+        raise EnvironmentNotServable(env_id, f"environment {env_id!r} is not verified: {detail}; {known}")
+    if built:
+        raise EnvironmentNotServable(
+            env_id, f"environment {env_id!r} has not been verified (no verified_environments row); {known}")
+    raise EnvironmentNotServable(env_id, f"unknown environment {env_id!r}; {known}")

@@ -11,15 +11,12 @@ import copy
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 import mcp_types as types
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -28,10 +25,22 @@ from envfactory_assets.mcp_server.session import EnvironmentSession
 from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES, clip, stdio_transport
 from envfactory_assets.runtime.sandbox import SandboxLimits
 
+if TYPE_CHECKING:  # jsonschema is imported at the first tool call, not before the server answers initialize
+    from jsonschema.protocols import Validator
+
 SERVER_NAME_PREFIX = "envfactory-"
 #: Default cap on one tool call's arguments (their JSON, in bytes). Without one, a single call could store a
 #: value of any size in the session state, and every later list call would return it again.
 DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class _ServerRun:
+    """One run of a server (one connection): its session, and ``opened``, set once the session's worker
+    has started and its episode is open."""
+
+    session: EnvironmentSession
+    opened: anyio.Event
 
 
 def resolve_initial_state(environment: dict[str, Any], initial_state: str | dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +101,16 @@ def _error_result(error: dict[str, Any]) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
+def _validator(schema: dict[str, Any]) -> Validator:
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+
+    return validator_for(schema, default=Draft202012Validator)(schema)
+
+
 def _argument_error(validator: Validator, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    from jsonschema.exceptions import best_match
+
     error = best_match(validator.iter_errors(arguments))
     if error is None:
         return None
@@ -103,12 +121,14 @@ def _argument_error(validator: Validator, arguments: dict[str, Any]) -> dict[str
 
 def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any] = "valid",
                  limits: SandboxLimits | None = None,
-                 max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> Server[EnvironmentSession]:
+                 max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> Server[_ServerRun]:
     """An MCP server whose tools are exactly ``environment``'s tools, each call run in a sandbox worker.
 
     Each run of the server (one stdio connection, one in-process client) starts its own worker and
     opens one episode on ``initial_state``; the state then persists across the calls of that session
-    and is gone when the session ends. A tool error (bad arguments, missing row, a fault of the
+    and is gone when the session ends. The worker starts in the background: ``initialize`` and
+    ``tools/list`` are answered meanwhile, a tool call waits for it, and a worker that cannot start ends
+    the run with its error. A tool error (bad arguments, missing row, a fault of the
     environment code) is an MCP tool error result (``isError``) whose text is the JSON
     ``{"error": {"type": ..., "message": ...}}``; arguments are checked against the tool's input
     schema before they reach the environment, after their size: arguments whose JSON is longer than
@@ -134,29 +154,38 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
     names = [tool.name for tool in tools]
     if len(set(names)) != len(names):
         raise ValueError(f"environment {env_id!r} repeats tool names: {sorted({n for n in names if names.count(n) > 1})}")
-    validators = {}
-    for spec in environment["tools"]:
-        cls = validator_for(spec["input_schema"], default=Draft202012Validator)
-        validators[spec["name"]] = cls(spec["input_schema"])
+    schemas = {spec["name"]: copy.deepcopy(spec["input_schema"]) for spec in environment["tools"]}
+    validators: dict[str, Validator] = {}  # made at a tool's first call: see _validator
     state_label = initial_state if isinstance(initial_state, str) else "a given saved state"
 
     @asynccontextmanager
-    async def lifespan(_: Server[EnvironmentSession]) -> AsyncIterator[EnvironmentSession]:
-        session = EnvironmentSession(environment, start_state, limits)
-        try:
-            await anyio.to_thread.run_sync(session.open)
-            yield session
-        finally:
-            session.close()  # kills the worker: quick, and must happen even when cancelled
+    async def lifespan(_: Server[_ServerRun]) -> AsyncIterator[_ServerRun]:
+        run = _ServerRun(EnvironmentSession(environment, start_state, limits), anyio.Event())
 
-    async def list_tools(ctx: ServerRequestContext[EnvironmentSession],
+        async def open_session() -> None:
+            await anyio.to_thread.run_sync(run.session.open)
+            run.opened.set()
+
+        try:
+            # The worker starts (half a second of CPU on 2 cores) while the server answers initialize and
+            # tools/list; tool calls wait for it. If it cannot start, its error cancels the serving loop and
+            # ends the run. An end of the connection while it starts waits for it, then close() kills it.
+            async with anyio.create_task_group() as opening:
+                opening.start_soon(open_session)
+                yield run
+        except BaseExceptionGroup as group:  # the worker's own error, not wrapped by the task group
+            raise _sole(group) from None
+        finally:
+            run.session.close()  # kills the worker: quick, and must happen even when cancelled
+
+    async def list_tools(ctx: ServerRequestContext[_ServerRun],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in tools])
 
-    async def call_tool(ctx: ServerRequestContext[EnvironmentSession],
+    async def call_tool(ctx: ServerRequestContext[_ServerRun],
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
-        if name not in validators:
+        if name not in schemas:
             raise MCPError(types.INVALID_PARAMS, clip(f"Unknown tool: {clip(repr(name), 100)}; {env_id} has "
                                                       f"tools {names}"))
         arguments = params.arguments or {}
@@ -165,11 +194,14 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
             return _error_result({"type": "too_large", "message": (
                 f"the arguments of {name} are {size} bytes of JSON; this server takes at most "
                 f"{max_argument_bytes} bytes per call (serve-env --max-argument-bytes); the call did not run")})
+        if name not in validators:
+            validators[name] = _validator(schemas[name])
         problem = _argument_error(validators[name], arguments)
         if problem is not None:
             return _error_result(problem)
+        await ctx.lifespan_context.opened.wait()
         try:
-            result = await anyio.to_thread.run_sync(ctx.lifespan_context.call, name, arguments)
+            result = await anyio.to_thread.run_sync(ctx.lifespan_context.session.call, name, arguments)
         except Exception as exc:  # noqa: BLE001 - a session problem must not end the connection
             return _error_result({"type": "internal", "message": f"{type(exc).__name__}: {exc}"})
         if not result.get("ok"):
@@ -190,7 +222,7 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
                       "state and persists across calls in this session; errors come back as tool errors "
                       "with a JSON {\"error\": {\"type\", \"message\"}} text."),
         lifespan=lifespan,
-        get_tool_input_schema=lambda name: copy.deepcopy(validators[name].schema) if name in validators else None,
+        get_tool_input_schema=lambda name: copy.deepcopy(schemas[name]) if name in schemas else None,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
@@ -220,7 +252,12 @@ def serve_stdio(server: Server[Any], max_message_bytes: int = MAX_MESSAGE_BYTES)
     try:
         anyio.run(_serve_stdio_async, server, max_message_bytes)
     except BaseExceptionGroup as group:
-        error: BaseException = group
-        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-            error = error.exceptions[0]
-        raise error from None
+        raise _sole(group) from None
+
+
+def _sole(group: BaseExceptionGroup) -> BaseException:
+    """The one exception inside ``group`` (and the groups nested in it), or ``group`` when it holds several."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

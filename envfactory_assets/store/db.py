@@ -11,11 +11,10 @@ import contextlib
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import duckdb
 import orjson
-import polars as pl
 
 from envfactory_assets.store.schema import (
     COMMON,
@@ -26,6 +25,9 @@ from envfactory_assets.store.schema import (
     columns,
     ddl,
 )
+
+if TYPE_CHECKING:  # polars is imported where frames are made: readers (serve-env) do without it
+    import polars as pl
 
 
 class StoreBusy(RuntimeError):
@@ -71,6 +73,19 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(statement)
 
 
+def sql_string(value: str) -> str:
+    """``value`` as an SQL string literal (quotes doubled), for a ``where`` of :func:`read_rows` that must not
+    bind Python parameters: binding the first one makes DuckDB import pandas, half a second that a short-lived
+    reader (``serve-env``) would spend on nothing else.
+
+    Raises:
+        ValueError: ``value`` is not a string or holds a NUL character (no SQL string can).
+    """
+    if not isinstance(value, str) or "\x00" in value:
+        raise ValueError(f"not a value for an SQL string literal: {value!r}")
+    return "'" + value.replace("'", "''") + "'"
+
+
 def read_rows(con: duckdb.DuckDBPyConnection, table: str, where: str = "", params: list[Any] | None = None,
               current: bool = True) -> list[dict[str, Any]]:
     """Rows of ``table`` on an open connection, as :meth:`Store.read` returns them (JSON columns decoded,
@@ -82,7 +97,8 @@ def read_rows(con: duckdb.DuckDBPyConnection, table: str, where: str = "", param
     """
     columns(table)
     source = f"current_{table}" if current else table
-    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [source]).fetchone()[0]:
+    if not con.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = {sql_string(source)}"
+                       ).fetchone()[0]:
         return []
     cur = con.execute(f"SELECT * FROM {source}" + (f" WHERE {where}" if where else "") + " ORDER BY id", params or [])
     names = [d[0] for d in cur.description]
@@ -212,6 +228,8 @@ class Store:
             if set(row) != set(cols):
                 missing, extra = set(cols) - set(row), set(row) - set(cols)
                 raise ValueError(f"{table}: row {row.get('id')} missing {sorted(missing)} extra {sorted(extra)}")
+        import polars as pl
+
         json_cols = JSON_COLUMNS[table]
         return pl.DataFrame(
             {c: [(_dumps(r[c]) if c in json_cols else r[c]) for r in rows] for c in cols},
