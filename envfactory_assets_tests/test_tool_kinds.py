@@ -154,9 +154,9 @@ def failed_checks(env: dict) -> set[tuple[str, str | None]]:
     # a search that ignores its offset
     (r"rows\[offset:offset \+ size\]", "rows[:size]", "semantics", "search_orders"),
     # a search that returns every row
-    (r"if _matches\(r, text.strip\(\)\)", "if True", "semantics", "search_orders"),
+    (r"if _matches\(r, needle\)", "if True", "semantics", "search_orders"),
     # a count that is a constant
-    (r"return \{\"count\": _list\(state, table, filters, 1\)\[\"total\"\]\}", "return {'count': 0}",
+    (r"return \{\"count\": len\(_filtered\(state, table, filters\)\)\}", "return {'count': 0}",
      "semantics", "count_orders"),
     # a singleton update that stores nothing
     (r"def update_settings\(state(.*?)return _update_one\(state, 'settings', \{[^}]*\}\)",
@@ -166,6 +166,100 @@ def failed_checks(env: dict) -> set[tuple[str, str | None]]:
 def test_gate_rejects_a_broken_implementation_of_each_kind(shop, pattern, replacement, check, tool_name):
     assert (check, tool_name) in failed_checks(mutate(shop, pattern, replacement))
 
+
+def _states_where(env: dict, change) -> dict:
+    """A copy of ``env`` whose every loadable initial state is passed through ``change(state)``."""
+    changed = copy.deepcopy(env)
+    for initial in changed["initial_states"]:
+        if initial["expect"] == "load":
+            change(initial["state"])
+    return changed
+
+
+def _archive_all_orders(state: dict) -> None:
+    for row in state["tables"]["orders"]:
+        row["archived"] = True
+
+
+@pytest.mark.parametrize(("pattern", "replacement", "check", "tool_name"), [
+    # an action that also writes the state's meta (here: uses up an id)
+    (r"(def _action\(.*?)(\n    return dict\(new_row\))", r'\1\n    state["meta"]["next_id"] += 1\2',
+     "semantics", "cancel_order"),
+    # an action that also changes another table
+    (r"(def _action\(.*?)(\n    return dict\(new_row\))", r'\1\n    state["tables"]["items"].clear()\2',
+     "semantics", "cancel_order"),
+    # an action that refuses only the first of its refused states: a delivered order is cancelled
+    (r"if current in blocked:", "if current in blocked[:1]:", "precondition", "cancel_order"),
+    # a search that matches case-sensitively
+    (r"if _matches\(r, needle\)\]", "if any(isinstance(v, str) and text.strip() in v for v in r.values())]",
+     "semantics", "search_orders"),
+    # a search that matches whole words only
+    (r"if _matches\(r, needle\)\]", "if any(isinstance(v, str) and needle in v.casefold().split() "
+     "for v in r.values())]", "semantics", "search_orders"),
+    # a count that ignores its filters
+    (r'return \{"count": len\(_filtered\(state, table, filters\)\)\}',
+     'return {"count": len(state["tables"][table])}', "semantics", "count_orders"),
+    # a list that ignores its optional filters
+    (r"def list_orders\(state(.*?)return _list\(state, 'orders', \{[^}]*\}, limit\)",
+     r"def list_orders(state\1return _list(state, 'orders', {}, limit)", "semantics", "list_orders"),
+], ids=["action-writes-meta", "action-changes-another-table", "action-refuses-only-its-first-refused-state",
+        "search-is-case-sensitive", "search-matches-whole-words-only", "count-ignores-its-filters",
+        "list-ignores-its-filters"])
+def test_gate_checks_more_than_the_plain_call_of_each_kind(shop, pattern, replacement, check, tool_name):
+    assert (check, tool_name) in failed_checks(mutate(shop, pattern, replacement))
+
+
+def test_an_action_no_initial_state_can_take_is_checked_on_a_row_put_into_a_state_it_applies_to(shop):
+    all_archived = _states_where(shop, _archive_all_orders)
+    report = verify_environment(all_archived)
+    assert report.status == "passed", report.reasons
+    checked = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("semantics", "archive_order"), ("precondition", "archive_order")} <= checked
+    # an archive that archives nothing is caught, though no initial state holds a row it may archive
+    broken = mutate(all_archived, r"(def archive_order\(state, order_id\):\n[^\n]*\n)    return _action\([^\n]*",
+                    r"\1    return _get(state, 'orders', order_id)")
+    assert ("semantics", "archive_order") in failed_checks(broken)
+
+
+def test_an_action_whose_table_is_empty_in_every_state_fails_with_its_reason(shop):
+    no_orders = _states_where(shop, lambda state: state["tables"]["orders"].clear())
+    report = verify_environment(no_orders)
+    failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
+    assert {"cancel_order", "archive_order"} <= set(failed)
+    assert "no loadable initial state has a row of orders" in failed["cancel_order"]
+
+
+@pytest.fixture(scope="module")
+def unarchivable() -> dict:
+    """The shop with an ``unarchive`` action beside ``archive`` (both on the builder's ``archived`` flag)."""
+    spec = orjson.loads((KINDS / "shop_orders.json").read_bytes())
+    spec["paths"]["/orders/{order_id}:unarchive"] = {"post": {
+        "operationId": "unarchiveOrder", "summary": "Unarchive an order", "responses": {"200": {"description": "ok"}}}}
+    resource = inspect_file(KINDS / "shop_orders.json", KINDS)
+    return build_environment(resource.as_row(), spec)
+
+
+def test_unarchiving_a_row_without_the_flag_is_refused_like_an_unarchived_one(unarchivable):
+    action = tool(unarchivable, "unarchive_order")["action"]
+    assert (action["field"], action["value"]) == ("archived", False)
+    state = _state(unarchivable)
+    order = state["tables"]["orders"][0]
+    order.pop("archived")
+    with SandboxWorker() as worker:
+        worker.load_environment(unarchivable["env_id"], unarchivable["source"])
+        episode = worker.open_episode({unarchivable["env_id"]: state})
+        before = worker.save(episode)
+        refused = worker.call(episode, "unarchive_order", {"order_id": order["order_id"]})
+        assert not refused["ok"] and refused["error"]["type"] == "precondition_failed"
+        assert worker.save(episode) == before
+        archived = worker.call(episode, "archive_order", {"order_id": order["order_id"]})
+        assert archived["ok"] and archived["output"]["archived"] is True
+    report = verify_environment(unarchivable)
+    assert report.status == "passed", report.reasons
+    # an unarchive that takes a missing flag for a set one is rejected by the gate
+    lenient = mutate(unarchivable, r"\n    if current is None and TABLES\[table\]\[\"fields\"\]\[field\]\[\"type\"\] == "
+                                   r"\"boolean\":\n[^\n]*", "")
+    assert ("precondition", "unarchive_order") in failed_checks(lenient)
 
 def test_operation_coverage_maps_each_operation_or_names_why_not():
     spec = orjson.loads((KINDS / "shop_orders.json").read_bytes())

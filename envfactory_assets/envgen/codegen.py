@@ -120,16 +120,25 @@ def _check_refs(state, table, values):
             raise LookupError(f"{field} {values[field]!r} references no row of {target}")
 
 
-def _list(state, table, filters, limit):
+def _page_size(limit):
     if limit is None:
-        limit = 20
+        return 20
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
         _fail("limit must be an integer between 1 and 100")
+    return limit
+
+
+def _filtered(state, table, filters):
     active = {k: v for k, v in filters.items() if v is not None}
     for field, value in active.items():
         _check_value(table, field, value)
-    rows = [r for r in state["tables"][table].values() if all(r.get(k) == v for k, v in active.items())]
-    return {"items": [dict(r) for r in rows[:limit]], "total": len(rows)}
+    return [r for r in state["tables"][table].values() if all(r.get(k) == v for k, v in active.items())]
+
+
+def _list(state, table, filters, limit):
+    size = _page_size(limit)
+    rows = _filtered(state, table, filters)
+    return {"items": [dict(r) for r in rows[:size]], "total": len(rows)}
 
 
 def _get(state, table, key):
@@ -163,8 +172,7 @@ def _update(state, table, key, values):
     return dict(new_row)
 
 
-def _matches(row, text):
-    needle = text.casefold()
+def _matches(row, needle):
     return any(isinstance(v, str) and needle in v.casefold() for k, v in row.items()
                if k != "created_at" and not k.endswith("_id"))
 
@@ -178,20 +186,21 @@ def _search(state, table, text, scope, limit, offset):
         offset = 0
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         _fail("offset must be a non-negative integer")
-    _list(state, table, scope, 100 if limit is None else limit)  # validates limit and the scope's values
-    rows = [r for r in state["tables"][table].values() if _matches(r, text.strip())
-            and all(r.get(k) == v for k, v in scope.items() if v is not None)]
-    size = 20 if limit is None else limit
+    size = _page_size(limit)
+    needle = text.strip().casefold()
+    rows = [r for r in _filtered(state, table, scope) if _matches(r, needle)]
     return {"items": [dict(r) for r in rows[offset:offset + size]], "total": len(rows)}
 
 
 def _count(state, table, filters):
-    return {"count": _list(state, table, filters, 1)["total"]}
+    return {"count": len(_filtered(state, table, filters))}
 
 
 def _action(state, table, key, field, value, blocked, stamp, words):
     row = _row(state, table, key)
     current = row.get(field)
+    if current is None and TABLES[table]["fields"][field]["type"] == "boolean":
+        current = False  # an absent flag is off: unarchiving a row never archived is refused
     if current == value:
         raise PreconditionFailed(f"{words[0]} {key!r} is already {words[1]}")
     if current in blocked:

@@ -192,6 +192,21 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: 
     return tools
 
 
+def action_reads(action: dict[str, Any], fields: dict[str, Any], row: dict[str, Any]) -> Any:
+    """The value of the field ``action`` (a ToolSpec's ``action``) writes, as the action reads it on ``row`` of a
+    table with ``fields`` (``{name: JSON schema}``): an absent boolean flag is off (``False``), so unarchiving a
+    row that was never archived is refused like unarchiving an unarchived one."""
+    value = row.get(action["field"])
+    if value is None and fields.get(action["field"], {}).get("type") == "boolean":
+        return False
+    return value
+
+
+def action_applies(action: dict[str, Any], fields: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether ``action`` may run on ``row``: the row is neither in its target state nor in a refused one."""
+    current = action_reads(action, fields, row)
+    return current != action["value"] and current not in action["blocked"]
+
 def openai_tool(spec: dict[str, Any]) -> dict[str, Any]:
     """The OpenAI function-calling form of a ToolSpec."""
     return {"type": "function", "function": {

@@ -8,12 +8,15 @@ result; here every verdict is an assertion on executed behaviour (ARCHITECTURE.m
 - ``round_trip``: ``save(load(s)) == s`` for each initial state, and after a sequence of writes;
 - ``tool_valid`` / ``output_schema`` / ``semantics``: each tool, on each loadable state, succeeds on valid
   arguments, its output validates against its output schema, and it does what its kind says to the
-  state (list/get return the stored rows, search returns exactly the matching rows in the requested
-  window, count equals the number of matching rows, create/update/delete change exactly that row, an
-  action changes exactly its documented field (and time stamp) of exactly its row, read-only tools leave
-  the state hash unchanged);
-- ``precondition``: an action on a row already in its target state, or in a state the action is refused
-  in (a shipped order cannot be cancelled), fails with ``precondition_failed`` and changes nothing;
+  state (list/get return the stored rows, and list/count again with a filter the filtered rows; search
+  for a substring of a stored value in another case returns exactly the matching rows in the requested
+  window; count equals the number of matching rows; create/update/delete change exactly that row; an
+  action changes exactly its documented field (and time stamp) of exactly its row and nothing else of the
+  state; read-only tools leave the state hash unchanged). An action that no initial state has a row for is
+  checked on a row put into a state it applies to, and fails when no state has a row of its table at all;
+- ``precondition``: an action on a row already in its target state, in each state the action is refused
+  in (a shipped order cannot be cancelled), or (for an action that clears a flag) without the flag, fails
+  with ``precondition_failed`` and changes nothing;
 - ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
 
@@ -30,7 +33,7 @@ from typing import Any
 
 import jsonschema
 
-from envfactory_assets.envgen.tools import KEYED_KINDS
+from envfactory_assets.envgen.tools import KEYED_KINDS, action_applies
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import ErrorType, SandboxError
@@ -101,9 +104,9 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
     """Arguments that must succeed for ``tool`` on state ``saved``, or None if the state has no row to use.
 
     get/update/delete use an existing row (delete: one nothing references); an action uses a row that is
-    neither in its target state nor in a refused one; search looks for a word of a stored row's text and
-    skips the first match (so paging is exercised); create fills required fields and references existing
-    parent rows.
+    neither in its target state nor in a refused one; search looks for part of a word of a stored row's text
+    in another case (matching is case-insensitive and by substring) and skips the first match (so paging is
+    exercised); create fills required fields and references existing parent rows.
     """
     table = tool["table"]
     meta = env["tables"][table]
@@ -124,13 +127,13 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
         if kind == "search":
             scoped = [r for r in rows if all(r.get(k) == v for k, v in args.items())]
             words = [w for r in scoped for k, v in r.items() if searchable(k, v) for w in v.split() if len(w) >= 3]
-            args = {"query": words[0] if words else "zz", **args, "offset": 1, "limit": 5}
+            args = {"query": _search_query(words), **args, "offset": 1, "limit": 5}
         return args
     if tool.get("singleton"):
         candidates = rows
     elif kind == "action":
         act = tool["action"]
-        candidates = [r for r in rows if r.get(act["field"]) != act["value"] and r.get(act["field"]) not in act["blocked"]]
+        candidates = [r for r in rows if action_applies(act, meta["fields"], r)]
     else:
         candidates = [r for r in rows if kind != "delete" or not _referenced(env, saved, table, r[meta["key"]])]
     if kind in KEYED_KINDS:
@@ -166,6 +169,64 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
         elif name in required or values.rng.random() < 0.5:
             args[name] = values.value(name, meta["fields"][name], table)
     return args
+
+
+def _search_query(words: list[str]) -> str:
+    """A query that only a case-insensitive substring match finds: the inside of the first plain word (ASCII
+    letters, where case folding has no surprises) of ``words``, its case swapped; else a word, swapped."""
+    for word in words:
+        if len(word) >= 4 and word.isascii() and word.isalpha():
+            return (word[1:-1] if len(word) >= 5 else word[1:]).swapcase()
+    return words[0].swapcase() if words else "zz"
+
+
+def _field_values(schema: dict[str, Any]) -> list[Any]:
+    """Every value a field may hold when they are few (an enum's values, a flag's two), else none."""
+    return list(schema.get("enum") or ([True, False] if schema.get("type") == "boolean" else []))
+
+
+def filtered_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any],
+                       args: dict[str, Any]) -> dict[str, Any] | None:
+    """``args`` of a list or count tool with one of its optional filters added, or None when it has none that
+    can tell the filtered rows from the unfiltered ones on ``saved``.
+
+    The value is one that some but not all of the rows ``args`` match hold, else one none of them holds (an
+    enum value or a flag's other value): either way a tool that ignores the filter gives another answer.
+    """
+    table = tool["table"]
+    meta = env["tables"][table]
+    schema = tool["input_schema"]
+    matched = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items() if k != "limit")]
+    for name in schema["properties"]:
+        if name in args or name == "limit" or name in schema.get("required", []) or name not in meta["fields"]:
+            continue
+        field_schema = meta["fields"][name]
+        held = [r[name] for r in matched if r.get(name) is not None]
+        options = list(dict.fromkeys([*held, *_field_values(field_schema)]))
+        counts = [(value, sum(1 for r in matched if r.get(name) == value)) for value in options]
+        chosen = next((v for v, n in counts if 0 < n < len(matched)), None)
+        if chosen is None:
+            chosen = next((v for v, n in counts if n != len(matched)), None)
+        if chosen is not None:
+            return {**args, name: chosen}
+    return None
+
+
+def seeded_action_state(env: dict[str, Any], tool: dict[str, Any],
+                        saved: dict[str, Any]) -> tuple[dict[str, Any], Any] | None:
+    """``(state, value)``: a copy of ``saved`` whose last row of the action's table holds ``value`` in the
+    action's field, a value the action applies to; None when the table has no row or the field no such
+    value. Lets the gate check an action that no initial state has a row for."""
+    act, table = tool["action"], tool["table"]
+    field_schema = env["tables"][table]["fields"].get(act["field"], {})
+    if not _rows(saved, table):
+        return None
+    value = next((v for v in _field_values(field_schema) if v != act["value"] and v not in act["blocked"]), None)
+    if value is None:
+        return None
+    seeded = copy.deepcopy(saved)
+    seeded["tables"][table][-1][act["field"]] = value
+    return seeded, value
 
 
 def searchable(field: str, value: Any) -> bool:
@@ -238,11 +299,15 @@ def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
         row, previous = rows_after.get(args[key]), rows_before.get(args[key], {})
         expected_row = {**previous, act["field"]: act["value"]}
         if act["stamp"]:
-            expected_row[act["stamp"]] = after["meta"]["now"]
+            expected_row[act["stamp"]] = before["meta"]["now"]
         others_same = {k: v for k, v in rows_after.items() if k != args[key]} == \
             {k: v for k, v in rows_before.items() if k != args[key]}
         if row != expected_row or output != row or not others_same:
             return f"{act['verb']} did not change exactly {act['field']} of that row"
+        touched = [t for t in before["tables"] if t != table and before["tables"][t] != after["tables"].get(t)]
+        touched += ["meta"] if before["meta"] != after["meta"] else []
+        if touched or set(after["tables"]) != set(before["tables"]):
+            return f"{act['verb']} also changed {', '.join(touched) or 'the set of tables'}"
     elif kind == "get":
         if output != rows_before.get(args[key]):
             return "get returned something other than the stored row"
@@ -336,7 +401,19 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
                     _check_replay_and_round_trip(worker, env, saved_state, plan, report)
                 except SandboxError as exc:
                     report.add(_classify(exc) if "save()" in str(exc) else "replay", False, str(exc), state=name)
+        if loadable:
+            _report_unchecked_actions(env, report)
     return report
+
+
+def _report_unchecked_actions(env: dict[str, Any], report: VerificationReport) -> None:
+    """A failed check for each action that no loadable state let the gate call: an action is never passed
+    unexecuted."""
+    ran = {c.tool for c in report.checks}
+    for tool in env["tools"]:
+        if tool["kind"] == "action" and tool["name"] not in ran:
+            report.add("semantics", False, f"no loadable initial state has a row of {tool['table']} to check "
+                       f"{tool['action']['verb']} on", tool["name"])
 
 
 def _classify(exc: Exception) -> str:
@@ -351,56 +428,119 @@ def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any]
     tname = tool["name"]
     args = valid_arguments(env, tool, saved, values)
     if args is None:
-        return  # the state has no row this tool can act on (boundary states may be sparse)
+        if tool["kind"] == "action":
+            _check_action_on_seeded_row(worker, env, tool, state_name, saved, values, report)
+        return  # else the state has no row this tool can act on (boundary states may be sparse)
+    if not _check_call(worker, env, tool, args, state_name, saved, base, report):
+        return
+    plan.append((tname, args))
+    if tool["kind"] in ("list", "count"):
+        filtered = filtered_arguments(env, tool, saved, args)
+        if filtered is not None and _check_call(worker, env, tool, filtered, state_name, saved, base, report):
+            plan.append((tname, filtered))
+    _check_invalid(worker, env, tool, args, state_name, saved, base, report)
+
+
+def _check_invalid(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any],
+                   state_name: str, saved: dict[str, Any], base: str, report: VerificationReport) -> None:
+    """Invalid arguments derived from ``good`` must give an error and leave the state (``saved``) as it was."""
+    tname = tool["name"]
+    bad = invalid_arguments(tool, good)
+    if bad is None:
+        return
+    result, episode, crash = _call_on_fork(worker, base, tname, bad)
+    if crash:
+        report.add("tool_invalid", False, f"invalid call crashed the worker: {crash}", tname, state_name)
+        return
+    after = worker.save(episode)[env["env_id"]]
+    ok = not result.get("ok") and state_hash(after) == state_hash(saved)
+    report.add("tool_invalid", ok, "" if ok else f"invalid arguments {bad} were accepted or changed state",
+               tname, state_name)
+    worker.close_episode(episode)
+
+
+def _check_call(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any],
+                state_name: str, saved: dict[str, Any], base: str, report: VerificationReport,
+                note: str = "") -> bool:
+    """Call ``tool`` with valid ``args`` on a fork of ``base`` (holding ``saved``) and check its output, its
+    kind's semantics and an action's precondition; True when the call succeeded. ``note`` prefixes details."""
+    tname = tool["name"]
     result, episode, crash = _call_on_fork(worker, base, tname, args)
     if not result.get("ok"):
-        report.add("tool_valid", False, f"valid call failed: {result.get('error')}", tname, state_name)
-        return
+        report.add("tool_valid", False, f"{note}valid call {args} failed: {result.get('error')}", tname, state_name)
+        return False
     report.add("tool_valid", True, tool=tname, state=state_name)
     problem = _validate(tool["output_schema"], result["output"])
-    report.add("output_schema", problem is None, problem or "", tname, state_name)
+    report.add("output_schema", problem is None, f"{note}{problem}" if problem else "", tname, state_name)
     after = worker.save(episode)[env["env_id"]]
     defect = _check_semantics(env, tool, args, result["output"], saved, after)
-    report.add("semantics", defect is None, defect or "", tname, state_name)
+    report.add("semantics", defect is None, f"{note}{defect} (arguments {args})" if defect else "", tname,
+               state_name)
     if tool["kind"] == "action" and defect is None:
         _check_precondition(worker, env, tool, args, episode, after, report, state_name)
     worker.close_episode(episode)
-    plan.append((tname, args))
+    return True
 
-    bad = invalid_arguments(tool, args)
-    if bad is not None:
-        result, episode, crash = _call_on_fork(worker, base, tname, bad)
-        if crash:
-            report.add("tool_invalid", False, f"invalid call crashed the worker: {crash}", tname, state_name)
-            return
-        after = worker.save(episode)[env["env_id"]]
-        ok = not result.get("ok") and state_hash(after) == state_hash(saved)
-        report.add("tool_invalid", ok, "" if ok else f"invalid arguments {bad} were accepted or changed state",
-                   tname, state_name)
-        worker.close_episode(episode)
+
+def _check_action_on_seeded_row(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], state_name: str,
+                                saved: dict[str, Any], values: ValueFactory, report: VerificationReport) -> None:
+    """Check an action that ``saved`` has no row for on a copy whose last row of its table is put into a state
+    the action applies to (no check when the table is empty: :func:`_report_unchecked_actions` catches an
+    action that no state could check)."""
+    seeded = seeded_action_state(env, tool, saved)
+    if seeded is None:
+        return
+    state, value = seeded
+    note = f"on a row put into {tool['action']['field']}={value!r}: "
+    try:
+        base = worker.open_episode({env["env_id"]: state})
+    except StateRejected as exc:
+        report.add("semantics", False, f"{note}the state was rejected: {exc}", tool["name"], state_name)
+        return
+    try:
+        state = worker.save(base)[env["env_id"]]
+        args = valid_arguments(env, tool, state, values)
+        if args is None:
+            report.add("semantics", False, f"{note}the row is still not one the action applies to", tool["name"],
+                       state_name)
+        else:
+            if _check_call(worker, env, tool, args, state_name, state, base, report, note):
+                _check_invalid(worker, env, tool, args, state_name, state, base, report)
+    finally:
+        worker.close_episode(base)
 
 
 def _check_precondition(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any],
                         episode: str, after: dict[str, Any], report: VerificationReport, state_name: str) -> None:
-    """The action again on the row it just changed, and (when the action has refused states) on the row put in
-    the first of them: each must fail with ``precondition_failed`` and leave the state as it was."""
+    """The action again on the row it just changed, on the row put in each state the action is refused in,
+    and (for an action that clears a boolean flag the row may lack) on the row without the flag, which reads
+    as off: each must fail with ``precondition_failed`` and leave the state as it was."""
     env_id, act, table = env["env_id"], tool["action"], tool["table"]
+    meta = env["tables"][table]
     attempts = [(episode, after, act["value"])]
-    if act["blocked"]:
-        key = env["tables"][table]["key"]
-        blocked = copy.deepcopy(after)
-        for row in blocked["tables"][table]:
-            if row[key] == args[key]:
-                row[act["field"]] = act["blocked"][0]
-        opened = worker.open_episode({env_id: blocked})
-        attempts.append((opened, worker.save(opened)[env_id], act["blocked"][0]))
+    refused: list[Any] = list(act["blocked"])
+    if act["value"] is False and meta["fields"].get(act["field"], {}).get("type") == "boolean" \
+            and act["field"] not in meta["required"]:
+        refused.append(None)  # None: the field left out
+    for current in refused:
+        state = copy.deepcopy(after)
+        for row in state["tables"][table]:
+            if row[meta["key"]] == args[meta["key"]]:
+                if current is None:
+                    row.pop(act["field"], None)
+                else:
+                    row[act["field"]] = current
+        opened = worker.open_episode({env_id: state})
+        attempts.append((opened, worker.save(opened)[env_id], current))
     for ep, state, current in attempts:
         result = worker.call(ep, tool["name"], args)
         unchanged = state_hash(worker.save(ep)[env_id]) == state_hash(state)
         error = result.get("error") or {}
         ok = not result.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value and unchanged
         report.add("precondition", ok, "" if ok else
-                   f"{act['verb']} on a row with {act['field']}={current!r} gave {error or 'success'}"
+                   f"{act['verb']} on a row with "
+                   + (f"{act['field']}={current!r}" if current is not None else f"no {act['field']}")
+                   + f" gave {error or 'success'}"
                    + ("" if unchanged else " and changed the state"), tool["name"], state_name)
         if ep != episode:
             worker.close_episode(ep)

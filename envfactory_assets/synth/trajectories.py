@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.config_checks import finite_number, number_types, one_of, whole_number
+from envfactory_assets.envgen.tools import action_applies
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
 from envfactory_assets.envgen.verify import matching_rows, searchable
 from envfactory_assets.graph.build import ToolGraph
@@ -210,8 +211,7 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
                 # a state transition is asked of a row it applies to (cancelling a cancelled order fails)
                 act = tool["action"]
                 rows = _state_rows(saved, index, tool)
-                ready = [r[key] for r in rows
-                         if r.get(act["field"]) != act["value"] and r.get(act["field"]) not in act["blocked"]]
+                ready = [r[key] for r in rows if action_applies(act, meta["fields"], r)]
                 refusing = [r[key] for r in rows if r[key] not in ready]
                 pool = refusing if refused and refusing else ready
                 value = rng.choice(pool) if pool else value
