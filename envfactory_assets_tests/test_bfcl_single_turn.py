@@ -286,30 +286,37 @@ def test_the_policy_takes_a_per_call_budget_and_reports_outputs_cut_off_at_it(ba
 
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
+WORDS = " ".join(["word"] * 48)  # 48 tokens under the test's counter (one per word)
 
 
-@pytest.mark.parametrize("text, n_tokens, complete", [
-    ("The neutron was discovered by Chadwick.", 48, True),        # prose, long enough
-    ("The neutron was discovered by Chadwick.", 47, False),       # prose, still short
-    (CALL, 200, False),                                           # calls closed, nothing after yet
-    (CALL + "\n", 200, False),
-    (CALL + "\n<tool", 200, False),                               # a second call may be opening
-    (CALL + "\n" + CALL + "\nDone.", 5, True),                    # text after the last call
-    (CALL + "<|im_end|>", 200, False),                            # end-of-turn is the model's own stop
-    ('<tool_call>\n{"name": "f", "arguments": {"x": "</tool', 200, False),  # a call still open
-    ("I will look it up.\n" + CALL + " ok", 10, True),            # a short preamble, then a call
-    ('{"name": "f", "arguments": {', 500, False),                 # bare JSON the parser reads whole
-    ("```json\n{", 500, False),
-    ("<think>the user wants f, so I call it with x=1 and", 500, False),  # reasoning still open
-    ("<think>no tool fits</think>The answer is 4, as asked.", 48, True),
-    ("", 100, False),
+@pytest.mark.parametrize("text, complete", [
+    ("The neutron was discovered by Chadwick. " + WORDS, True),   # prose, long enough
+    (" ".join(["word"] * 47), False),                             # prose, still short
+    (CALL, False),                                                # calls closed, nothing after yet
+    (CALL + "\n<tool", False),                                   # a second call may be opening
+    (CALL + "\n2.", False),                                      # a numbered list of parallel calls
+    (CALL + "\nAnd now the second one:", False),
+    (CALL + "\n" + CALL + "\n" + WORDS, True),                  # long text after the last call
+    (CALL + "<|im_end|>", False),                                 # end-of-turn is the model's own stop
+    ('<tool_call>\n{"name": "f", "arguments": {"x": "type </tool_call> now ' + WORDS, False),  # close tag in a string
+    ("I will look it up.\n" + CALL + " " + WORDS, True),         # a short preamble, then a call
+    ('{"name": "f", "arguments": {' + WORDS, False),              # bare JSON the parser reads whole
+    ("```json\n{" + WORDS, False),
+    ("<think>" + WORDS + WORDS, False),                           # reasoning still open
+    ("<think>" + WORDS + "</think>I", False),                     # reasoning is not prose
+    ("<think>no tool fits</think>The answer is 4. " + WORDS, True),
+    ("", False),
 ])
-def test_an_answer_is_complete_once_its_calls_can_no_longer_change(text, n_tokens, complete):
+def test_an_answer_is_complete_once_its_calls_can_no_longer_change(text, complete):
     from envfactory_assets.tooluse.tool_calls import answer_is_complete, parse_tool_calls
 
-    assert answer_is_complete(text, n_tokens, prose_tokens=48) is complete
+    def words(piece):
+        return len(piece.split())
+
+    assert answer_is_complete(text, 48, words) is complete
     if complete:  # whatever the model would have written next, the calls parsed so far are the answer's
-        assert parse_tool_calls(text).calls == parse_tool_calls(text + "\nmore prose").calls
+        for more in (" more prose", "</tool_call>", "<|im_end|>", " <think>x</think>"):
+            assert parse_tool_calls(text).calls == parse_tool_calls(text + more).calls
 
 
 def test_the_policy_stops_each_answer_when_complete_and_keeps_what_it_had_written(base_model_dir):
@@ -327,8 +334,10 @@ def test_the_policy_stops_each_answer_when_complete_and_keeps_what_it_had_writte
     assert policy.generated_tokens - full_tokens < full_tokens
     for whole, short, cut in zip(full, stopped, policy.last_cut_off, strict=True):
         assert whole.startswith(short) and not cut
-        n = len(policy.tokenizer(short, add_special_tokens=False)["input_ids"])
-        assert short == whole or answer_is_complete(short, n, 8)
+        def count(piece):
+            return len(policy.tokenizer(piece, add_special_tokens=False)["input_ids"])
+
+        assert short == whole or answer_is_complete(short, 8, count)
     assert any(full_cut)  # the base model writes prose past 60 tokens here: the rule had something to stop
     with pytest.raises(ValueError, match="prose_stop_tokens"):
         policy.generate(conversations, seed=0, prose_stop_tokens=-1)

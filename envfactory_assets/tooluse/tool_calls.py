@@ -10,6 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 _TOOL_CALL_OPEN = "<tool_call>"
@@ -279,38 +280,43 @@ at once or after a sentence; SmolLM2-135M's base model, asked a BFCL question, w
 prose or code and never calls, and without this rule every batch ran to the category's full budget."""
 
 
-def answer_is_complete(text: str, n_tokens: int, prose_tokens: int = PROSE_STOP_TOKENS) -> bool:
+def answer_is_complete(text: str, prose_tokens: int = PROSE_STOP_TOKENS,
+                       count_tokens: Callable[[str], int] | None = None) -> bool:
     """Whether a one-message answer still being generated can no longer change the calls it parses to
-    (:func:`parse_tool_calls`), so generation may stop there.
+    (:func:`parse_tool_calls`), so generation may stop there. Prose is counted outside reasoning blocks (an
+    open one runs to the end of the text) and without end-of-turn tokens.
 
     Complete when either
-    - it has called: after its last ``</tool_call>`` (no block left open) comes text that does not begin
-      another ``<tool_call>``; the text after the calls is content, which the call scorer does not read;
-    - or it is prose: ``n_tokens >= prose_tokens``, and outside reasoning blocks (an open one runs to the
-      end) it opened no ``<tool_call>`` and does not begin like the whole-output JSON the parser also reads (``{``, ``[``, a code
-      fence) or like a tag (``<``). A call opened after that much prose is the rule's one miss.
+    - it has called: every block decodes (a close tag inside a JSON string leaves the call open) and after
+      the last ``</tool_call>`` come ``prose_tokens`` tokens of text, so a short separator between parallel
+      calls ("2.", "and now the second:") does not end it;
+    - or it is prose: ``prose_tokens`` tokens with no ``<tool_call>`` opened, not beginning like the
+      whole-output JSON the parser also reads (``{``, ``[``, a code fence) or like a tag (``<``).
 
-    Only for answers scored by their calls alone (a single-turn benchmark): a text reply of a multi-turn
-    episode may carry the facts a task asks for, and must not be cut.
+    Misses, by design: a call opened after that much prose (or after that much text following the calls),
+    and a template that opens a reasoning block in the prompt (a later bare ``</think>`` makes everything
+    before it reasoning; the project's template opens none). Only for answers scored by their calls alone
+    (a single-turn benchmark, the checkpoint's validity pass): a text reply of a multi-turn episode may
+    carry the facts a task asks for, and must not be cut.
 
     Args:
         text: the answer so far, special tokens included or not.
-        n_tokens: tokens generated so far.
         prose_tokens: see :data:`PROSE_STOP_TOKENS`.
+        count_tokens: tokens of a piece of text (the model's tokenizer); None estimates 4 characters a token.
     """
+    count = count_tokens or (lambda piece: math.ceil(len(piece) / 4))
     body = _SPECIAL_TOKEN_RE.sub("", text)
     body = _ORPHAN_REASONING_CLOSE_RE.sub("", _REASONING_RE.sub("", body))
-    opened = body.rfind(_TOOL_CALL_OPEN)
-    if opened >= 0:
+    if _TOOL_CALL_OPEN in body:
         closed = body.rfind(_TOOL_CALL_CLOSE)
-        if closed < opened:
+        if closed < body.rfind(_TOOL_CALL_OPEN) or parse_tool_calls(body).format_errors:
             return False
         rest = body[closed + len(_TOOL_CALL_CLOSE):].strip()
-        return bool(rest) and not _TOOL_CALL_OPEN.startswith(rest[: len(_TOOL_CALL_OPEN)])
-    start = body.lstrip()
+        return bool(rest) and count(rest) >= prose_tokens
+    start = body.strip()
     if not start or start.startswith(("{", "[", "`", "<")):
         return False
-    return n_tokens >= prose_tokens
+    return count(start) >= prose_tokens
 
 
 def _tool_name_and_schema(tool: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:

@@ -187,7 +187,9 @@ def tool_call_validity(
     Returns:
         ``{"valid": int, "total": int (prompts that want a call), "share": valid/total (None when 0),
         "samples": [first 3 raw outputs (str)], "calls": int (parsed calls), "valid_calls": int,
-        "format_errors": int, "seconds": float (generation wall time), "threads": int}`` plus
+        "format_errors": int, "seconds": float (generation wall time), "threads": int,
+        "prose_stop_tokens": int (the stop rule of ``_generate``: shares measured under another are not
+        comparable)}`` plus
         :func:`argument_shares` of the same completions. A prompt counts as valid when
         :func:`parse_tool_calls` finds a call for which :func:`validate_call` reports no error.
 
@@ -235,6 +237,7 @@ def tool_call_validity(
         "format_errors": format_errors,
         "seconds": round(seconds, 3),
         "threads": threads,
+        "prose_stop_tokens": PROSE_STOP_TOKENS,  # the stop rule the outputs were generated under
         **argument_shares(prompts, texts),
     }
 

@@ -313,7 +313,7 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
         return {**earlier, "metrics": {**earlier["metrics"], "reused": True}}
     log(f"evaluating the base model on {len(prompts)} held-out prompts")
     before = tool_call_validity(base_dir, prompts, device=config.device) if prompts else {"share": None}
-    log(f"training {ckpt} on {len(train_rows)} rows for {config.max_steps} steps")
+    log(f"training {ckpt} on {len(examples)} examples from {len(train_rows)} rows for {config.max_steps} steps")
     metrics = train_sft(examples, base_dir, out_dir, config, progress=progress)
     after = tool_call_validity(out_dir, prompts, device=config.device) if prompts else {"share": None}
     metrics.update({"valid_tool_calls_before": before, "valid_tool_calls_after": after,
