@@ -202,9 +202,14 @@ def _archive_all_orders(state: dict) -> None:
     # a list that ignores its optional filters
     (r"def list_orders\(state(.*?)return _list\(state, 'orders', \{[^}]*\}, limit\)",
      r"def list_orders(state\1return _list(state, 'orders', {}, limit)", "semantics", "list_orders"),
+    # a list and a count that honour their first optional filter and ignore the second
+    (r"return _list\(state, 'orders', \{'status': status, 'archived': archived\}, limit\)",
+     "return _list(state, 'orders', {'status': status}, limit)", "semantics", "list_orders"),
+    (r"return _count\(state, 'orders', \{'status': status, 'archived': archived\}\)",
+     "return _count(state, 'orders', {'status': status})", "semantics", "count_orders"),
 ], ids=["action-writes-meta", "action-changes-another-table", "action-refuses-only-its-first-refused-state",
         "search-is-case-sensitive", "search-matches-whole-words-only", "count-ignores-its-filters",
-        "list-ignores-its-filters"])
+        "list-ignores-its-filters", "list-ignores-its-second-filter", "count-ignores-its-second-filter"])
 def test_gate_checks_more_than_the_plain_call_of_each_kind(shop, pattern, replacement, check, tool_name):
     assert (check, tool_name) in failed_checks(mutate(shop, pattern, replacement))
 

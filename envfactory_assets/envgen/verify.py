@@ -186,9 +186,10 @@ def _field_values(schema: dict[str, Any]) -> list[Any]:
 
 
 def filtered_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any],
-                       args: dict[str, Any]) -> dict[str, Any] | None:
-    """``args`` of a list or count tool with one of its optional filters added, or None when it has none that
-    can tell the filtered rows from the unfiltered ones on ``saved``.
+                       args: dict[str, Any]) -> list[dict[str, Any]]:
+    """``args`` of a list or count tool with one optional filter added, once per optional filter that can
+    tell the filtered rows from the unfiltered ones on ``saved`` (in schema order; empty when none can): a
+    tool that honours only some of its filters fails on the others.
 
     The value is one that some but not all of the rows ``args`` match hold, else one none of them holds (an
     enum value or a flag's other value): either way a tool that ignores the filter gives another answer.
@@ -197,6 +198,7 @@ def filtered_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[st
     meta = env["tables"][table]
     schema = tool["input_schema"]
     matched = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items() if k != "limit")]
+    out = []
     for name in schema["properties"]:
         if name in args or name == "limit" or name in schema.get("required", []) or name not in meta["fields"]:
             continue
@@ -208,8 +210,8 @@ def filtered_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[st
         if chosen is None:
             chosen = next((v for v, n in counts if n != len(matched)), None)
         if chosen is not None:
-            return {**args, name: chosen}
-    return None
+            out.append({**args, name: chosen})
+    return out
 
 
 def seeded_action_state(env: dict[str, Any], tool: dict[str, Any],
@@ -435,9 +437,9 @@ def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any]
         return
     plan.append((tname, args))
     if tool["kind"] in ("list", "count"):
-        filtered = filtered_arguments(env, tool, saved, args)
-        if filtered is not None and _check_call(worker, env, tool, filtered, state_name, saved, base, report):
-            plan.append((tname, filtered))
+        for filtered in filtered_arguments(env, tool, saved, args):
+            if _check_call(worker, env, tool, filtered, state_name, saved, base, report):
+                plan.append((tname, filtered))
     _check_invalid(worker, env, tool, args, state_name, saved, base, report)
 
 
