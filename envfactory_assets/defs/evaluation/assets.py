@@ -31,6 +31,8 @@ class EvaluationConfig(dg.Config):
     bounds the key/value caches kept for reuse across agent steps (0 = encode every prompt in full).
     ``device``: ``auto`` (a CUDA device when torch sees one, weights in bf16 where supported), ``cpu`` or
     ``cuda`` (refused when no CUDA device is visible; ``training/base_model.py``).
+    ``single_turn_prose_stop_tokens``: a BFCL single-turn answer stops once its calls can no longer change
+    (0 = each runs to its end-of-turn token or budget; ``tooluse/tool_calls.answer_is_complete``).
     Defaults are those of :class:`~envfactory_assets.evaluation.run.EvalSpec` and
     :class:`~envfactory_assets.evaluation.policy.SamplingSpec`.
     """
@@ -50,6 +52,7 @@ class EvaluationConfig(dg.Config):
     max_tools: int = EvalSpec.max_tools
     first_turns_only: bool = EvalSpec.first_turns_only
     bfcl_call_timeout_s: float = EvalSpec.bfcl_call_timeout_s
+    single_turn_prose_stop_tokens: int = EvalSpec.single_turn_prose_stop_tokens
 
     def eval_spec(self) -> EvalSpec:
         """The settings as an :class:`EvalSpec` (``full_sets`` lifts the task counts and ``first_turns_only``).
@@ -64,6 +67,7 @@ class EvaluationConfig(dg.Config):
                         max_tool_rounds=self.max_tool_rounds, max_tools=self.max_tools,
                         first_turns_only=self.first_turns_only and not self.full_sets,
                         bfcl_call_timeout_s=self.bfcl_call_timeout_s,
+                        single_turn_prose_stop_tokens=self.single_turn_prose_stop_tokens,
                         sampling=SamplingSpec(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
                                               batch_size=self.batch_size,
                                               prefix_cache_tokens=self.prefix_cache_tokens,
