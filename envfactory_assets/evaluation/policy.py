@@ -13,9 +13,9 @@ from envfactory_assets.evaluation.prefix_cache import (
     row_layers,
     supports_prefix_reuse,
 )
+from envfactory_assets.tooluse.answer_stop import answer_stop_criterion
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.spec_types import check_number_types
-from envfactory_assets.tooluse.answer_stop import answer_stop_criterion
 from envfactory_assets.training.base_model import (
     check_device_setting,
     force_offline,
@@ -240,7 +240,7 @@ class DoNothingPolicy:
 
     def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
                  max_new_tokens: int | None = None, prose_stop_tokens: int = 0) -> list[str]:
-        """One :data:`DO_NOTHING_REPLY` per conversation (``seed``, the budget and the stop rule are ignored: there is
-        nothing to sample, and no output is cut off)."""
+        """One :data:`DO_NOTHING_REPLY` per conversation (``seed``, the budget and the stop rule are ignored:
+        there is nothing to sample, and no output is cut off)."""
         self.last_cut_off = [False] * len(conversations)
         return [DO_NOTHING_REPLY] * len(conversations)

@@ -64,10 +64,10 @@ class EvalSpec:
         sampling: :class:`SamplingSpec`.
         bfcl_call_timeout_s: wall-clock seconds one model call may take in the BFCL executor's sandboxed
             worker before it is stopped (:class:`.bfcl_sandbox.ExecutorSettings`).
-        single_turn_prose_stop_tokens: a BFCL single-turn answer that has written this many tokens of prose
-            without opening a call stops there, and one whose calls are closed stops at the text after them
+        single_turn_prose_stop_tokens: a BFCL single-turn answer stops once it has written this many tokens
+            of prose without opening a call, or this many tokens of text after its closed calls
             (:func:`~envfactory_assets.tooluse.tool_calls.answer_is_complete`; neither changes the calls it
-            parses to, except a call opened after that much prose); 0 = every answer runs to its end-of-turn
+            parses to, except a call opened after that much text); 0 = every answer runs to its end-of-turn
             token or its budget.
     """
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 _TOOL_CALL_OPEN = "<tool_call>"

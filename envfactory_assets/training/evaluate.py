@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.tooluse.answer_stop import answer_stop_criterion
 from envfactory_assets.tooluse.chat_template import normalize_messages
 from envfactory_assets.tooluse.reward import arguments_that_matter, is_empty_call
 from envfactory_assets.tooluse.tool_calls import PROSE_STOP_TOKENS, parse_tool_calls, validate_call
-from envfactory_assets.tooluse.answer_stop import answer_stop_criterion
 from envfactory_assets.training.base_model import (
     force_offline,
     prepare_tokenizer,
@@ -132,8 +132,9 @@ def collapse_problems(sft: dict[str, Any] | None, grpo: dict[str, Any] | None,
 def _generate(model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new_tokens: int,
               batch_size: int) -> list[str]:
     """Greedy completions (decoded without special tokens), left-padded batches, in prompt order; each stops
-    once the calls it parses to can no longer change (:func:`~envfactory_assets.tooluse.answer_stop.answer_stop_criterion`: they are
-    all this pass scores), so a batch does not run to the budget for one output's prose."""
+    once the calls it parses to can no longer change
+    (:func:`~envfactory_assets.tooluse.answer_stop.answer_stop_criterion`: they are all this pass scores), so
+    a batch does not run to the budget for one output's prose."""
     import torch
 
     encoded = [
