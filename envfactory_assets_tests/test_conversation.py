@@ -226,7 +226,7 @@ class _CannotRead(ProgrammaticSolver):
 
 def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_comes_back(trajectories,
                                                                                          environments, worker):
-    from envfactory_assets.synth.calibrate import REDRAW_SEED, persona_of
+    from envfactory_assets.synth.calibrate import REDRAW_SEED, REDRAWS, persona_of
 
     cfg = CalibrationConfig(k=2, conversational_share=0.0)
     plain = [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), cfg) for t in trajectories]
@@ -241,8 +241,22 @@ def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_c
     assert redrawn["query_redrawn_from"] == turn["query"] and redrawn["query"] not in (turn["query"], turn["query_raw"])
     assert redrawn["solve_refined"]["passed"] > 0 and not any(o.get("reverted") for o in redrawn["operators"])
     assert redrawn["calls"] == turn["calls"] and redrawn["state_after_hash"] == turn["state_after_hash"]
-    # when the second draw cannot be read either, the raw query comes back, as before
-    both = calibrate_trajectory(traj, environments, worker, _CannotRead([turn["query"], redrawn["query"]]), cfg)
+    # when the second draw cannot be read either, narrower draws come next; the raw query comes back only when
+    # none of them can be read
+    persona = persona_of(traj["id"], traj["domains"])
+    unreadable, narrower = [turn["query"], redrawn["query"]], 0
+    for draw in REDRAWS[1:]:
+        narrow = refine_turns(traj["turns"], environments, seed=traj["id"] + draw.seed_suffix, persona=persona,
+                              operators=draw.operators, state_references=draw.state_references)[0][0]
+        got = calibrate_trajectory(traj, environments, worker, _CannotRead(unreadable), cfg)["turns"][0]
+        if narrow["query"] not in (*unreadable, turn["query_raw"]):
+            assert got["query"] == narrow["query"] and got["query_redrawn_from"] == turn["query"]
+            assert {o["operator"] for o in got["operators"] if not o.get("reverted")} <= draw.operators
+            assert all("narrower refinement" in o["reason"] for o in got["operators"] if o.get("reverted"))
+            narrower += 1
+        unreadable.append(narrow["query"])
+    assert narrower >= 1  # the turn has operators besides its implicit references, or references to the state
+    both = calibrate_trajectory(traj, environments, worker, _CannotRead(unreadable), cfg)
     first = both["turns"][0]
     assert first["query"] == first["query_raw"] and "query_redrawn_from" not in first
     assert all(o["reverted"] for o in first["operators"]) and both["reverted"] >= 1

@@ -36,7 +36,7 @@ from envfactory_assets.synth.conversation import (
 from envfactory_assets.synth.datasets import tools_of
 from envfactory_assets.synth.expansion import expand_goal
 from envfactory_assets.synth.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelRefiner
-from envfactory_assets.synth.refine import merge_goals, refine_turns
+from envfactory_assets.synth.refine import REFINEMENT_OPERATORS, merge_goals, refine_turns
 from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import DEFAULT_K, Solver, SolverView, solve_turn
 
@@ -165,19 +165,42 @@ def _draft_if_solvable(turn: dict[str, Any], solve_raw: dict[str, Any], worker: 
 REDRAW_SEED = "/redrawn"
 
 
+@dataclass(frozen=True)
+class Redraw:
+    """One more draw of the programmatic refinement, tried when the turn's refined query is unsolvable
+    (:func:`_redrawn_queries`): ``seed_suffix`` appended to the trajectory id, the ``operators`` that may apply
+    and whether rows only the hidden state holds may be named (``state_references``;
+    :func:`~envfactory_assets.synth.refine.refine_turns`)."""
+
+    seed_suffix: str
+    operators: frozenset[str] = REFINEMENT_OPERATORS
+    state_references: bool = True
+
+
+#: The draws tried in order before a turn gives its raw query back: other wordings of the same refinement,
+#: then the implicit references alone (a filter stated as an adjective, a dropped lookup or an omitted default
+#: is what the solver failed on), then only references to rows earlier results showed. Each step keeps more of
+#: the turn's refinement than the raw query would: one operator the turn cannot carry should not cost it the
+#: others.
+REDRAWS = (Redraw(REDRAW_SEED), Redraw("", frozenset({"implicit_reference"})),
+           Redraw("", frozenset({"implicit_reference"}), state_references=False))
+
+
 def _turn_key(turn: dict[str, Any]) -> str:
     """A raw turn's identity across two refinement draws: its raw query and its calls."""
     return json.dumps([turn["query_raw"], [[c["name"], c["arguments"]] for c in turn["calls"]]],
                       sort_keys=True, default=str)
 
 
-def _redrawn_queries(raw: dict[str, Any], envs: dict[str, dict[str, Any]], persona: str) -> dict[str, dict[str, Any]]:
-    """The trajectory refined again with another seed: ``{turn key: {"query", "operators", "first_operators"}}``
+def _redrawn_queries(raw: dict[str, Any], envs: dict[str, dict[str, Any]], persona: str,
+                     draw: Redraw = REDRAWS[0]) -> dict[str, dict[str, Any]]:
+    """The trajectory refined again as ``draw`` says: ``{turn key: {"query", "operators", "first_operators"}}``
     per turn whose second draw differs from the first (:func:`_turn_key`); ``first_operators`` are the first
     draw's, so a caller can tell them from operators calibration added since. The first draw is made again
     (same seed, same result) because calibration has changed the turns it made in place since."""
     first, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
-    second, _ = refine_turns(raw["turns"], envs, seed=raw["id"] + REDRAW_SEED, persona=persona)
+    second, _ = refine_turns(raw["turns"], envs, seed=raw["id"] + draw.seed_suffix, persona=persona,
+                             operators=draw.operators, state_references=draw.state_references)
     return {_turn_key(b): {"query": b["query"], "operators": b["operators"], "first_operators": a["operators"]}
             for a, b in zip(first, second) if a["query"] != b["query"]}
 
@@ -228,7 +251,7 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     kept: list[dict[str, Any]] = []
     reasons: list[str] = []
     reverted = 0
-    redraws: dict[str, dict[str, Any]] | None = None  # made on the first refined query no attempt solves
+    redraws: dict[Redraw, dict[str, dict[str, Any]]] = {}  # made on the first refined query no attempt solves
     while queue:
         turn = queue.pop(0)
         t = len(kept)
@@ -264,22 +287,32 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
             break
         turn["solve_raw"], turn["solve_refined"] = _stored(solve_raw), None
         accuracy = solve_raw["accuracy"]
-        if solve_ref is not None and solve_ref["passed"] == 0 and refiner is None and "merged_from" not in turn:
-            # a second draw of the programmatic refinement (other plans, labels and reference wordings) before
-            # giving the raw query back: one unlucky wording should not cost the turn its implicit references
-            if redraws is None:
-                redraws = _redrawn_queries(raw, envs, persona)
-            again = redraws.get(_turn_key(turn))
-            if again is not None and again["query"] not in (turn["query"], turn["query_raw"]):
-                solve_again = solve_turn(worker, turn["state_before"],
-                                         SolverView.for_turn(kept, again["query"], tools), player, turn,
-                                         task_id + "/redrawn", cfg.k)
-                if solve_again["passed"]:
-                    # what calibration added to the turn (a reverted omission or expansion, with its reason)
-                    # stays; the first draw's refinement operators give way to the second's
-                    added = [o for o in turn["operators"] if o not in again["first_operators"]]
-                    turn["query_redrawn_from"] = turn["query"]
-                    turn["query"], turn["operators"], solve_ref = again["query"], again["operators"] + added, solve_again
+        tried = {turn["query"], turn["query_raw"]}
+        for n_draw, draw in enumerate(REDRAWS if refiner is None and "merged_from" not in turn else ()):
+            # more draws of the programmatic refinement (other plans, labels and reference wordings; then fewer
+            # operators) before giving the raw query back
+            if solve_ref is None or solve_ref["passed"]:
+                break
+            if draw not in redraws:
+                redraws[draw] = _redrawn_queries(raw, envs, persona, draw)
+            again = redraws[draw].get(_turn_key(turn))
+            if again is None or again["query"] in tried:
+                continue
+            tried.add(again["query"])
+            solve_again = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, again["query"], tools),
+                                     player, turn, task_id + "/redrawn" + (f"/{n_draw}" if n_draw else ""), cfg.k)
+            if solve_again["passed"]:
+                # what calibration added to the turn (a reverted omission or expansion, with its reason)
+                # stays; the first draw's refinement operators give way to this draw's
+                added = [o for o in turn["operators"] if o not in again["first_operators"]]
+                if draw.operators != REFINEMENT_OPERATORS or not draw.state_references:
+                    # a narrower draw: what it left out was applied and undone, and the report says so
+                    kept_keys = {(o["operator"], o["call"], o["argument"]) for o in again["operators"]}
+                    why = f"refined query unsolvable (0/{cfg.k}); the turn keeps a narrower refinement"
+                    added += [{**o, "reverted": True, "reason": why} for o in again["first_operators"]
+                              if (o["operator"], o["call"], o["argument"]) not in kept_keys]
+                turn["query_redrawn_from"] = turn["query"]
+                turn["query"], turn["operators"], solve_ref = again["query"], again["operators"] + added, solve_again
         if solve_ref is not None:
             turn["solve_refined"] = _stored(solve_ref)
             if solve_ref["passed"] == 0:

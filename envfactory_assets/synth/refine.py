@@ -50,10 +50,12 @@ LABEL_FIELDS = ("name", "title", "subject", "email", "username", "display_name",
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 
-def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str) -> tuple[str, Any] | None:
+def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
+                avoid: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
     """A field that picks ``row`` out of ``rows`` by what a person would know of it: a label field (name,
     title...) first, else any other short text field that is not an identifier or a timestamp; None if
-    none is unique."""
+    none is unique. A value in ``avoid`` (one an earlier call of the turn wrote, so another row may hold it
+    by now) describes nothing."""
     others = [f for f, v in row.items() if f not in LABEL_FIELDS and f != key and not f.endswith("_id")
               and isinstance(v, str) and not re.fullmatch(r"[\d\-T:.Z+ ]+", v)]
     numbers = [f for f, v in row.items() if f != key and not f.endswith("_id") and isinstance(v, int)
@@ -62,6 +64,7 @@ def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str) -> tu
         value = row.get(field)
         if (((isinstance(value, str) and 0 < len(value) <= 60 and "'" not in value)
              or (field in numbers and isinstance(value, int)))
+                and not any(value == a and type(value) is type(a) for a in avoid)
                 and sum(1 for r in rows if r.get(field) == value) == 1):
             return field, value
     return None
@@ -123,11 +126,20 @@ def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, f
     return None
 
 
-def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str) -> str | None:
+def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str,
+                     writes: list[dict[str, Any]] | None = None) -> str | None:
     """A row the hidden state holds, named by a field a person knows it by ("the book whose title is
-    'Dune'"), or None; the agent finds it by listing the table."""
+    'Dune'"), or None; the agent finds it by listing the table.
+
+    ``writes``: the arguments of the calls that wrote this table earlier in the turn (``rows`` is the state
+    before the turn). A row one of them wrote may no longer look as ``rows`` says, and a value one of them
+    wrote may now be another row's too: such a row, or such a description, is not used."""
+    writes = writes or []
+    written = tuple(v for w in writes for v in w.values() if not isinstance(v, (dict, list)))
+    if any(value == v for v in written):
+        return None
     row = next((r for r in rows if r.get(key) == value), None)
-    found = _describing(row, rows, key) if row is not None else None
+    found = _describing(row, rows, key, written) if row is not None else None
     return f"the {spoken_thing(table)} whose {words(found[0])} is {literal(found[1])}" if found else None
 
 
@@ -189,9 +201,23 @@ def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[
     return out
 
 
+#: The operators :func:`refine_turns` applies (goal merging and expansion and the conversational omission are
+#: applied later, to refined turns).
+REFINEMENT_OPERATORS = frozenset({"implicit_reference", "parameter_omission", "action_compression", "ambiguity",
+                                  "implicit_constraint"})
+
+
 def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, Any]], seed: str = "",
-                 persona: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                 persona: str | None = None, operators: frozenset[str] = REFINEMENT_OPERATORS,
+                 state_references: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Apply the refinement operators to every turn (each turn's ``state_before`` grounds operator c).
+
+    ``operators``: the ones that may apply (a subset of :data:`REFINEMENT_OPERATORS`); ``state_references``:
+    whether a row only the hidden state holds may be named by what the user knows of it (an
+    ``implicit_reference`` or ``ambiguity`` found by listing the table), or only rows earlier results showed.
+    A value a create of the same turn assigns is named by what creates it whatever these say: the user cannot
+    know it yet. Calibration uses narrower draws when the full refinement proves unsolvable
+    (:func:`~envfactory_assets.synth.calibrate.calibrate_trajectory`).
 
     The refined query is written in the person's words (:func:`~envfactory_assets.synth.phrasing.describe_call`
     with a ``random.Random(f"{seed}/{turn}")``: one of several sentence plans, spoken names and values, the
@@ -201,6 +227,11 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
     ``query``, ``assistant_summary`` and its own ``operators`` list; ``operators`` is the flat list of
     applications (``turn``, ``call``, ``argument``, ``value``, ``reference``, ``obtainable_from``).
     """
+    unknown = set(operators) - REFINEMENT_OPERATORS
+    if unknown:
+        raise ValueError(f"refine_turns: unknown operators {sorted(unknown)}; known: {sorted(REFINEMENT_OPERATORS)}")
+    referencing = "implicit_reference" in operators
+    name_from_state = state_references and (referencing or "ambiguity" in operators)
     index = ToolIndex(environments)
     flat: list[dict[str, Any]] = [c for t in turns for c in t["calls"]]
     refined: list[dict[str, Any]] = []
@@ -216,7 +247,9 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
         parts = []
 
         turn_refs: list[dict[str, str]] = []
-        touched: set[str] = set()  # tables written earlier in this turn: "most recent" would be unclear
+        # arguments of the calls that wrote each table earlier in this turn: "most recent" would be unclear,
+        # and a row they wrote (or a value they wrote) may no longer pick out the row the state shows
+        written: dict[str, list[dict[str, Any]]] = {}
 
         def record(operator: str, argument: str, value: Any, reference: str, source: str,
                    call_pos: int | None = None) -> None:
@@ -245,6 +278,8 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 producer = flat[prov["call"]]
                 producer_tool = index.tools[producer["name"]]
                 table = producer_tool["table"]
+                if not referencing and minted is None:
+                    continue  # a value an earlier result holds may be quoted; one not assigned yet never
                 if prov["path"].rsplit(".", 1)[-1] != index.key_of(producer_tool):
                     # an identifier copied from a listed row ("calendar id same as the course whose name is
                     # 'X'"): the user points at the row they saw; other fields are values they state
@@ -265,7 +300,8 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                     refs[arg] = phrase
                     record("implicit_reference", arg, value, phrase, producer["name"])
             limit_schema = tool["input_schema"]["properties"].get("limit", {})
-            if ("limit" in call["arguments"] and "limit" not in tool["input_schema"].get("required", [])
+            if ("parameter_omission" in operators and "limit" in call["arguments"]
+                    and "limit" not in tool["input_schema"].get("required", [])
                     and call["arguments"]["limit"] == parameter_default(limit_schema)):
                 # a person leaves out what the API assumes anyway: the value is the parameter's default, the
                 # argument is optional, and the RL row masks it (datasets.MASKED_ARGUMENT_NAMES)
@@ -274,22 +310,23 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             for arg, value in call["arguments"].items():
                 # an identifier from the hidden state: the user names the row by what they know of it
                 ref_table = tool["table"] if arg == key else meta["foreign_keys"].get(arg)
-                if (arg in refs or ref_table is None or ref_table in touched
+                if (not name_from_state or arg in refs or ref_table is None
                         or (arg == key and call["kind"] not in KEYED_KINDS)):
-                    continue  # (a row written earlier in this turn may no longer look as the state says)
+                    continue
+                writes = written.get(ref_table)
                 rows = turn["state_before"][call["env_id"]]["tables"].get(ref_table, [])
                 ref_key = index.envs[call["env_id"]]["tables"].get(ref_table, {}).get("key", arg)
                 scope = () if index.listable(call["env_id"], ref_table) else index.list_scope(call["env_id"],
                                                                                             ref_table)
                 if scope is None:
                     continue  # described by what the user knows, the row could be found only by listing
-                if scope:
+                if scope and referencing:
                     # the table is listed per parent: the user names the parent they work in, by its id
                     row = next((r for r in rows if r.get(ref_key) == value), None)
                     if row is None or any(not isinstance(row.get(p), str)
                                           or call["arguments"].get(p, row[p]) != row[p] for p in scope):
                         continue
-                    phrase = _state_reference(rows, ref_key, value, ref_table)
+                    phrase = _state_reference(rows, ref_key, value, ref_table, writes)
                     unsaid = [p for p in scope if p not in call["arguments"]]  # the call's own are stated anyway
                     if phrase:
                         if unsaid:
@@ -299,17 +336,19 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                                f"state: the agent lists the table by {', '.join(scope)}")
                     continue
                 from_state = call["provenance"].get(arg, {}).get("source") == "state"
-                phrase = _most_recent_reference(rows, key, value, tool["table"]) if arg == key and from_state else None
+                phrase = (_most_recent_reference(rows, key, value, tool["table"])
+                          if arg == key and from_state and not scope and "ambiguity" in operators and writes is None
+                          else None)
                 if phrase:
                     refs[arg] = phrase
                     record("ambiguity", key, value, phrase, "state: newest row of the table")
                     continue
-                phrase = _state_reference(rows, ref_key, value, ref_table)
+                phrase = _state_reference(rows, ref_key, value, ref_table, writes) if referencing and not scope else None
                 if phrase:
                     refs[arg] = phrase
                     record("implicit_reference", arg, value, phrase, "state: the agent lists the table")
             adjective = None
-            if call["kind"] == "list":
+            if call["kind"] == "list" and "implicit_constraint" in operators:
                 props = tool["input_schema"]["properties"]
                 enum_arg = next((a for a, v in call["arguments"].items()
                                  if a not in refs and isinstance(v, str) and v in props.get(a, {}).get("enum", ())), None)
@@ -322,12 +361,13 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 things = spoken_things(tool["table"])
                 sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
             if call["kind"] not in READ_KINDS and not call.get("error"):
-                touched.add(tool["table"])  # a refused call changed nothing: its rows still look as the state says
+                # a refused call changed nothing: its rows still look as the state says
+                written.setdefault(tool["table"], []).append(call["arguments"])
             parts.append(sentence)
             turn_refs.append(refs)
             earlier.append(json.dumps(call["output"], ensure_ascii=False))
             position += 1
-        dropped = _compressible(turn["calls"], turn_start, turn_refs, index)
+        dropped = _compressible(turn["calls"], turn_start, turn_refs, index) if "action_compression" in operators else []
         for i in dropped:
             record("action_compression", "", None, parts[i], "the agent lists the rows itself", turn_start + i)
         query = join_sentences([p for i, p in enumerate(parts) if i not in dropped], rng)
