@@ -12,7 +12,8 @@ import pytest
 
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.synth.datasets import essential_calls, replay_check, rl_rows, sft_row, split_of
-from envfactory_assets.synth.refine import parameter_default, refine_turns
+from envfactory_assets.synth.refine import REFINEMENT_OPERATORS, parameter_default, refine_turns
+from envfactory_assets.synth.report import future_identifiers
 from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
 from envfactory_assets.synth.turns import split_turns
@@ -395,3 +396,26 @@ def test_an_identifier_copied_from_a_listed_row_is_named_by_that_row():
     assert _copied_from_row(lookup, single, "calendar_id", [lookup], 1, "courses", False, False, rng) is None
     later = {"kind": "get", "name": "get_calendar", "output": {"calendar_id": "cal_1"}}
     assert _copied_from_row(lookup, single, "calendar_id", [lookup, later], 2, "courses", False, True, rng) is None
+
+
+def test_refinement_refuses_an_operator_it_does_not_know(trajectories, environments):
+    traj = trajectories[0]
+    with pytest.raises(ValueError, match="unknown operators"):
+        refine_turns(traj["turns"], environments, operators=REFINEMENT_OPERATORS | {"paraphrase"})
+
+
+def test_a_narrower_draw_applies_only_its_operators_and_never_quotes_a_value_not_assigned_yet(trajectories,
+                                                                                             environments):
+    narrow = frozenset({"implicit_reference"})
+    checked = 0
+    for n, traj in enumerate(trajectories):
+        full, _ = refine_turns(traj["turns"], environments, seed=f"n{n}")
+        for state_references in (True, False):
+            turns, ops = refine_turns(traj["turns"], environments, seed=f"n{n}", operators=narrow,
+                                      state_references=state_references)
+            assert {o["operator"] for o in ops} <= narrow
+            if not state_references:
+                assert not any(o["obtainable_from"].startswith("state") for o in ops)
+            assert all(not future_identifiers(turns, i) for i in range(len(turns)))
+            checked += sum(1 for a, b in zip(full, turns) if a["query"] != b["query"])
+    assert checked > 0  # the fixture chains carry operators the narrower draws leave out

@@ -22,7 +22,7 @@ import hashlib
 import re
 from typing import Any
 
-from envfactory_assets.synth.phrasing import field_labels, literal, spoken_value
+from envfactory_assets.synth.phrasing import COMMA_JOINTS, LAST_JOINTS, field_labels, literal, spoken_value
 from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import Attempt, Solver, SolverView, ToolCaller
 
@@ -41,12 +41,15 @@ def _without(query: str, segment: str) -> str | None:
     tidied; None when the segment is not there exactly once."""
     if query.count(segment) != 1:
         return None
-    # "with title 'Dune', price 9" -> "with price 9"; "with title 'Dune', then ..." -> ", then ..."
-    lead = re.search(re.escape(f" with {segment}") + r"(, (?!then |and then |and after that ))?", query)
+    # "with title 'Dune', price 9" (or "... and price 9") -> "with price 9"; "with title 'Dune', then ..." ->
+    # ", then ..."; "..., price 9" or "... and price 9" -> without it
+    joints = "|".join(re.escape(j) for j in (*COMMA_JOINTS, *(j for j in LAST_JOINTS if j.islower())))
+    lead = re.search(re.escape(f" with {segment}") + rf"(, (?!(?:{joints}) )| and (?!(?:{joints}) ))?", query)
     if lead:
         return query[:lead.start()] + (" with " if lead.group(1) else "") + query[lead.end():]
-    if f", {segment}" in query:
-        return query.replace(f", {segment}", "", 1)
+    for before in (f", {segment}", f" and {segment}"):
+        if before in query:
+            return query.replace(before, "", 1)
     return None
 
 

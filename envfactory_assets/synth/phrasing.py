@@ -116,20 +116,27 @@ _PLANS: dict[str, tuple[str, ...]] = {
              "I'd like a list of the {things}{where}", "please pull up a list of the {things}{where}",
              "could you list all {things}{where}", "show me all {things}{where}", "find me the {things}{where}",
              "I need you to list the {things}{where}", "browse the {things}{where}",
-             "could you show the {things}{where}"),
+             "could you show the {things}{where}", "give me a list of the {things}{where}",
+             "can you show me the {things}{where}", "please list the {things}{where}",
+             "let me have a list of the {things}{where}"),
     "get": ("look up {subject} and tell me its details", "get me the details of {subject}",
             "can you get {subject} for me", "I need the details of {subject}, please look them up",
             "fetch {subject} and tell me what it says", "please retrieve {subject}", "describe {subject} for me",
             "what are the details of {subject}", "could you fetch {subject}", "I'd like to view {subject}",
-            "please read me {subject}"),
+            "please read me {subject}", "pull up {subject} and give me the details", "I'd like the details of {subject}",
+            "could you look up {subject} for me", "can you get me the details of {subject}",
+            "retrieve {subject} for me, please"),
     "create": ("create a new {thing}{with}", "add a {thing}{with}", "please register a new {thing}{with}",
                "I want to add a {thing}{with}", "make a new {thing}{with}", "could you create a {thing}{with}",
                "please add a new {thing}{with}", "I need a new {thing}{with}", "go ahead and create a {thing}{with}",
-               "register a {thing}{with}"),
+               "register a {thing}{with}", "I'd like to create a {thing}{with}", "could you add a {thing}{with}",
+               "please make a {thing}{with}", "can you register a {thing}{with}", "create one more {thing}{with}"),
     "update": ("change {subject}: set {changes}", "update {subject} so that {changes_is}",
                "please edit {subject} and set {changes}", "modify {subject}: {changes}",
                "could you update {subject}: {changes}", "please change {subject} so that {changes_is}",
-               "edit {subject}, setting {changes}"),
+               "edit {subject}, setting {changes}", "update {subject}, changing {changes}",
+               "I'd like you to change {subject}: {changes}", "please modify {subject} so that {changes_is}",
+               "could you edit {subject} so that {changes_is}", "change {subject} as follows: {changes}"),
     # a text search says its text after "for"/"matching"/"containing" and starts with "search", so that a
     # reader tells it from a list of the same rows
     "search": ("search the {things} for {query}{where}", "search for {things} matching {query}{where}",
@@ -139,14 +146,16 @@ _PLANS: dict[str, tuple[str, ...]] = {
               "how many {things} are there{where}? Count them", "please count how many {things} there are{where}"),
     # a state transition ("cancel", "archive") is asked for by its own verb
     "action": ("{verb} {subject}", "please {verb} {subject}", "could you {verb} {subject}",
-               "I need you to {verb} {subject}", "go ahead and {verb} {subject}"),
+               "I need you to {verb} {subject}", "go ahead and {verb} {subject}", "can you {verb} {subject}",
+               "I'd like you to {verb} {subject}", "please go ahead and {verb} {subject}"),
     # the one row of a singleton ("the settings"): no identifier to name
     "get_one": ("look up {subject}", "get me {subject}", "please retrieve {subject}",
                 "fetch {subject} and tell me what they say", "could you get {subject} for me"),
     "delete": ("delete {subject}", "remove {subject}", "please delete {subject}",
                "please remove {subject}, it is not needed any more", "go ahead and delete {subject}",
                "could you delete {subject}", "erase {subject}", "please drop {subject}, we no longer use it",
-               "I'd like you to remove {subject}"),
+               "I'd like you to remove {subject}", "can you remove {subject}", "please erase {subject}",
+               "delete {subject}, it is no longer needed", "I need you to delete {subject}"),
 }
 
 
@@ -224,7 +233,13 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     fields = [(n, v) for n, v in fields if v]
     # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
     owners = " ".join(f"for {v}" for _, v in fields if v.startswith(_REFERENCE_START))
-    setting = ", ".join(f"{label(n)} {v}" for n, v in fields if not v.startswith(_REFERENCE_START))
+    def listing(items: list[str]) -> str:
+        # a person ends a list with "and" about as often as not
+        if natural and len(items) > 1 and rng.random() < 0.5:
+            return ", ".join(items[:-1]) + " and " + items[-1]
+        return ", ".join(items)
+
+    setting = listing([f"{label(n)} {v}" for n, v in fields if not v.startswith(_REFERENCE_START)])
     where = ""
     if kind in ("list", "search", "count"):
         named = [v for _, v in fields if v.startswith(_REFERENCE_START)]
@@ -241,8 +256,8 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     plan_vars = {
         "thing": thing, "things": things, "subject": subject, "where": where,
         "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
-        "changes": ", ".join(f"{label(n)} to {v}" for n, v in fields),
-        "changes_is": ", ".join(f"its {label(n)} is {v}" for n, v in fields),
+        "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
+        "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
         "query": val("query") if "query" in args else "", "verb": (tool.get("action") or {}).get("verb", kind),
     }
     plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
@@ -292,9 +307,20 @@ def new_value_refs(call: dict[str, Any], history: list[dict[str, Any]], turn_sta
     return refs
 
 
+#: Connectives between two requests of one message (:func:`join_sentences`; the solver splits a query at each,
+#: ``solve._clauses``, and the conversational mode tidies around them): inside a sentence after a comma
+#: (``", and afterwards "``) or opening the next sentence (``". Afterwards, "``).
+COMMA_JOINTS = ("then", "and then", "and after that", "and once that is done,", "and afterwards",
+                "and when that is done,", "and after this", "and following that,")
+SENTENCE_JOINTS = ("Then", "Also", "And then", "Next,", "After that,", "Afterwards,", "Following that,",
+                   "Once that is done,", "After this,", "When that is done,", "On top of that,")
+#: ... and those that only introduce a message's last request.
+LAST_JOINTS = ("Finally,", "Lastly,", "To finish,", "and finally")
+
+
 def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
     """Join per-call requests into one user message: ``"A, then B, and then C."``; with ``rng`` the
-    connectives vary (", then", ". After that,", ". Also,")."""
+    connectives vary (:data:`COMMA_JOINTS`, :data:`SENTENCE_JOINTS`, and :data:`LAST_JOINTS` before the last)."""
     if not parts:
         return ""
     text = parts[0][0].upper() + parts[0][1:]
@@ -303,10 +329,9 @@ def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
         if rng is None:
             text += (", then " if not last else ", and then ") + part
             continue
-        joint = rng.choice((", then ", ", and then ", ". Then ", ", and after that ", ". Also ", ". And then ",
-                            ". Next, ", ". After that, ", ", and once that is done, ", ". Finally, "))
-        if joint == ". Finally, " and not last:
-            joint = ". Next, "
+        options = [*(f", {j} " for j in COMMA_JOINTS), *(f". {j} " for j in SENTENCE_JOINTS),
+                   *((f". {j} " if j[0].isupper() else f", {j} " for j in LAST_JOINTS) if last else ())]
+        joint = rng.choice(options)
         if joint.startswith(". "):
             text = text.rstrip("?") + joint + part
         else:
@@ -318,14 +343,22 @@ def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
 _OPENERS = {
     "formal": ("Hello, I am {persona}. ", "Good morning. As {persona}, I need some help. ",
                "Hello. I work as {persona}. ", "Good afternoon, this is {persona}. ",
-               "As {persona}, I have a few requests. "),
+               "As {persona}, I have a few requests. ", "Good day. I am {persona} and need a few things done. ",
+               "Hello, {persona} here. ", "Dear assistant, I am {persona}. ",
+               "Good morning, I'm {persona} and would like your help. "),
     "casual": ("Hi! I'm {persona}. ", "Hey there, {persona} here. ", "Hi, quick one from {persona}. ",
-               "Hey, I'm {persona} and could use a hand. ", "Hi there, {persona} here with a few things. "),
+               "Hey, I'm {persona} and could use a hand. ", "Hi there, {persona} here with a few things. ",
+               "Hey! {persona} here. ", "Hi, it's {persona}. ", "Hello! I'm {persona} and need a hand. ",
+               "Hey, {persona} here, hoping you can help. "),
 }
-_FOLLOW = {"formal": ("", "Next, ", "In addition, ", "Now, ", "Also, "),
-           "casual": ("", "Ok, ", "Next up: ", "Now ", "Alright, ", "One more thing: ")}
-_CLOSERS = {"formal": ("", " Thank you.", " Many thanks.", " I appreciate your help."),
-            "casual": ("", " Thanks!", " Cheers.", " Appreciate it!")}
+_FOLLOW = {"formal": ("", "Next, ", "In addition, ", "Now, ", "Also, ", "Further, ", "Additionally, ",
+                      "Moving on, ", "Besides that, "),
+           "casual": ("", "Ok, ", "Next up: ", "Now ", "Alright, ", "One more thing: ", "Right, ", "Okay, ",
+                      "Another thing: ", "While you're at it, ", "Oh, and ")}
+_CLOSERS = {"formal": ("", " Thank you.", " Many thanks.", " I appreciate your help.", " Thank you in advance.",
+                       " Thanks for your help.", " Much appreciated."),
+            "casual": ("", " Thanks!", " Cheers.", " Appreciate it!", " Thanks a lot!", " Thanks so much.",
+                       " You're a star.")}
 _FORMAL = ("accountant", "analyst", "administrator", "agent", "manager", "librarian", "coordinator")
 
 

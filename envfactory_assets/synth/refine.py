@@ -50,24 +50,50 @@ LABEL_FIELDS = ("name", "title", "subject", "email", "username", "display_name",
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 
-def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
-                avoid: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
-    """A field that picks ``row`` out of ``rows`` by what a person would know of it: a label field (name,
-    title...) first, else any other short text field that is not an identifier or a timestamp; None if
-    none is unique. A value in ``avoid`` (one an earlier call of the turn wrote, so another row may hold it
-    by now) describes nothing."""
+def _describable_fields(row: dict[str, Any], key: str, avoid: tuple[Any, ...]) -> list[str]:
+    """Fields of ``row`` a person could describe it by, in the order they would: label fields (name,
+    title...), then other short text that is not an identifier or a timestamp, then whole numbers; a value in
+    ``avoid`` is left out."""
     others = [f for f, v in row.items() if f not in LABEL_FIELDS and f != key and not f.endswith("_id")
               and isinstance(v, str) and not re.fullmatch(r"[\d\-T:.Z+ ]+", v)]
     numbers = [f for f, v in row.items() if f != key and not f.endswith("_id") and isinstance(v, int)
                and not isinstance(v, bool)]
-    for field in [*LABEL_FIELDS, *sorted(others), *sorted(numbers)]:
-        value = row.get(field)
-        if (((isinstance(value, str) and 0 < len(value) <= 60 and "'" not in value)
-             or (field in numbers and isinstance(value, int)))
-                and not any(value == a and type(value) is type(a) for a in avoid)
-                and sum(1 for r in rows if r.get(field) == value) == 1):
-            return field, value
+    return [f for f in [*LABEL_FIELDS, *sorted(others), *sorted(numbers)]
+            if ((isinstance(row.get(f), str) and 0 < len(row[f]) <= 60 and "'" not in row[f])
+                or (f in numbers and isinstance(row.get(f), int)))
+            and not any(row[f] == a and type(row[f]) is type(a) for a in avoid)]
+
+
+def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
+                avoid: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
+    """A field that picks ``row`` out of ``rows`` by what a person would know of it
+    (:func:`_describable_fields`, first unique one), as ``(field, value)``; None if none is unique. A value in
+    ``avoid`` (one an earlier call of the turn wrote, so another row may hold it by now) describes nothing."""
+    for field in _describable_fields(row, key, avoid):
+        if sum(1 for r in rows if r.get(field) == row[field]) == 1:
+            return field, row[field]
     return None
+
+
+def _description(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
+                 avoid: tuple[Any, ...] = ()) -> list[tuple[str, Any]] | None:
+    """What picks ``row`` out of ``rows``: one field (:func:`_describing`), else the first pair of
+    describable fields that no other row shares ("the contact whose name is 'Ada' and whose city is 'Rome'");
+    None if neither does."""
+    one = _describing(row, rows, key, avoid)
+    if one:
+        return [one]
+    fields = _describable_fields(row, key, avoid)[:6]  # a person names a row by its first few facts
+    for i, a in enumerate(fields):
+        for b in fields[i + 1:]:
+            if sum(1 for r in rows if r.get(a) == row[a] and r.get(b) == row[b]) == 1:
+                return [(a, row[a]), (b, row[b])]
+    return None
+
+
+def whose(description: list[tuple[str, Any]]) -> str:
+    """``[("name", "Ada"), ("city", "Rome")]`` -> ``"whose name is 'Ada' and whose city is 'Rome'"``."""
+    return " and ".join(f"whose {words(f)} is {literal(v)}" for f, v in description)
 
 
 #: Places in a list a person points at ("the second invoice in that list"); further down, they would name it.
@@ -139,8 +165,8 @@ def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: st
     if any(value == v for v in written):
         return None
     row = next((r for r in rows if r.get(key) == value), None)
-    found = _describing(row, rows, key, written) if row is not None else None
-    return f"the {spoken_thing(table)} whose {words(found[0])} is {literal(found[1])}" if found else None
+    found = _description(row, rows, key, written) if row is not None else None
+    return f"the {spoken_thing(table)} {whose(found)}" if found else None
 
 
 def parameter_default(schema: dict[str, Any]) -> Any:

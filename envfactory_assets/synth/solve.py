@@ -36,7 +36,14 @@ from envfactory_assets.runtime.errors import (
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import VERBS as ACTION_VERBS
 from envfactory_assets.sources.names import singular
-from envfactory_assets.synth.phrasing import SPOKEN_DATE, field_labels, parse_spoken_value
+from envfactory_assets.synth.phrasing import (
+    COMMA_JOINTS,
+    LAST_JOINTS,
+    SENTENCE_JOINTS,
+    SPOKEN_DATE,
+    field_labels,
+    parse_spoken_value,
+)
 from envfactory_assets.synth.trajectories import to_messages
 
 #: ``call_tool(name, arguments) -> {"ok": True, "output": ...} | {"ok": False, "error": {...}}``.
@@ -506,6 +513,19 @@ def _has_action(sentence: str) -> bool:
     return any(t in _VERB_OF for t in _tokens(_head(sentence)))
 
 
+def _joint_alternatives(joints: Sequence[str]) -> str:
+    return "|".join(re.escape(j).replace(r"\ ", r"\s+") for j in sorted(joints, key=len, reverse=True))
+
+
+# where one request of a query ends and the next begins: phrasing's connectives (``", and afterwards "``,
+# ``". Following that, "``), and the older ", and after that" / ". And then" forms
+_JOINT_SPLIT = re.compile(
+    r",\s*(?:" + _joint_alternatives([*COMMA_JOINTS, "after that", "once that is done,",
+                                       *(j for j in LAST_JOINTS if j.islower())]) + r")\s+"
+    r"|[.?]\s+(?:" + _joint_alternatives([*SENTENCE_JOINTS, "And", *(j for j in LAST_JOINTS if not j.islower())])
+    + r")\s+(?:then\s+)?")
+
+
 def _clauses(query: str) -> list[str]:
     """The requests of a query: sentences without an action word (a greeting, who asks, thanks) are
     dropped; the rest split at "then" / "after that" / "once that is done" / ". Also" / ". Next," /
@@ -513,9 +533,7 @@ def _clauses(query: str) -> list[str]:
     sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z])", query.strip())
     kept = [x for x in sentences if _has_action(x) or re.search(r"'[^']*'(?=[\s,.:)!?]|$)|\d", x)] or sentences
     text = " ".join(kept).strip().rstrip(".!")
-    return [c.strip() for c in re.split(r",\s*(?:and\s+)?(?:after that|then|once that is done,)\s+"
-                                          r"|[.?]\s+(?:Then|Also|And|Next,|After that,|Finally,)\s+(?:then\s+)?",
-                                          text) if c.strip()]
+    return [c.strip() for c in _JOINT_SPLIT.split(text) if c.strip()]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -586,12 +604,12 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
 def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: random.Random) -> Any | None:
     """The ``key`` value of the row a reference phrase names, from the observations; None if none fits."""
     phrase = phrase.lower()
-    whose = re.search(rf"whose (.+?) is ({_LITERAL})", phrase)
-    if whose:
-        field_name = whose.group(1).replace(" ", "_")
-        want = whose.group(2).strip("'")
+    # "whose name is 'x'", or two such facts joined by "and"
+    wanted = [(f.replace(" ", "_"), v.strip("'")) for f, v in re.findall(rf"whose (.+?) is ({_LITERAL})", phrase)]
+    if wanted:
         for obs in reversed(seen):
-            rows = [r for r in _rows_with(obs.output, key) if str(r.get(field_name, "")).lower() == want]
+            rows = [r for r in _rows_with(obs.output, key)
+                    if all(str(r.get(f, "")).lower() == v for f, v in wanted)]
             if rows:
                 return rng.choice(rows)[key]
         return None
@@ -617,6 +635,8 @@ def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: ran
 
 
 _WHOSE_LITERAL = re.compile(r"\bwhose\b.+?\bis\s+'[^']*'")
+#: a row described by one or two facts ("whose name is 'X'", "... and whose city is 'Rome'")
+_WHOSE = rf"(?: whose .+? is (?:{_LITERAL})(?: and whose .+? is (?:{_LITERAL}))?)"
 _REF_TAIL = r"(?: you (?:just )?created(?: earlier| a moment ago)?| in that list)?"
 
 
@@ -641,7 +661,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             args[key] = _coerce(lit.group(1), tool.params[key])
             text = text[:lit.start()] + text[lit.end():]
         else:
-            ref = _pattern(rf"((?:the|that|this|my)\b.*?\b{thing}\b(?: whose .+? is (?:{_LITERAL}))?"
+            ref = _pattern(rf"((?:the|that|this|my)\b.*?\b{thing}\b{_WHOSE}?"
                            rf"{_REF_TAIL})", re.IGNORECASE).search(text)
             if ref:
                 value = _resolve_reference(ref.group(1), key, seen, rng)
@@ -676,13 +696,13 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             same = None
             for lab in sorted(labels, key=len, reverse=True):
                 same = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?same as ((?:the|that|this)\b[^,]*?"
-                                rf"(?: whose .+? is (?:{_LITERAL})| in that list))",
+                                rf"(?:{_WHOSE}| in that list))",
                                 re.IGNORECASE).search(text)
                 if same:
                     break
             # "author id the author you created earlier" or "for the author whose name is 'X'"
             ref = _pattern(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
-                           rf"{_thing_re(name)}\b(?: whose .+? is (?:{_LITERAL}))?{_REF_TAIL})", re.IGNORECASE).search(text)
+                           rf"{_thing_re(name)}\b{_WHOSE}?{_REF_TAIL})", re.IGNORECASE).search(text)
             found = next(((m, v) for m in (same, ref) if m
                           for v in [_resolve_reference(m.group(1), name, seen, rng)] if v is not None), None)
             if found:

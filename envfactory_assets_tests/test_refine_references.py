@@ -1,0 +1,82 @@
+"""How refinement names a row the hidden state holds, and that the solver reads every wording it writes."""
+
+import random
+
+import pytest
+
+from envfactory_assets.synth.conversation import _without
+from envfactory_assets.synth.phrasing import COMMA_JOINTS, LAST_JOINTS, SENTENCE_JOINTS, join_sentences
+from envfactory_assets.synth.refine import _state_reference
+from envfactory_assets.synth.solve import _clauses, _resolve_reference
+
+BOOKS = [{"book_id": "boo_00001", "title": "Dune", "city": "Rome", "shelf": "A", "stock": 3},
+         {"book_id": "boo_00002", "title": "Emma", "city": "Oslo", "shelf": "B", "stock": 3},
+         {"book_id": "boo_00003", "title": "Emma", "city": "Rome", "shelf": "B", "stock": 3}]
+
+
+class _Listing:
+    """What the solver keeps of a tool result it saw (``action``, ``output``)."""
+
+    action = "list"
+
+    def __init__(self, rows):
+        self.output = {"items": rows, "total": len(rows)}
+
+
+def test_a_row_is_named_by_one_fact_when_one_picks_it_out():
+    assert _state_reference(BOOKS, "book_id", "boo_00001", "books") == "the book whose title is 'Dune'"
+
+
+def test_a_row_no_single_fact_picks_out_is_named_by_two_and_the_solver_finds_it():
+    phrase = _state_reference(BOOKS, "book_id", "boo_00003", "books")
+    assert phrase == "the book whose title is 'Emma' and whose city is 'Rome'"
+    for seed in range(5):  # the two facts together leave one row: no attempt can pick another
+        assert _resolve_reference(phrase, "book_id", [_Listing(BOOKS)], random.Random(seed)) == "boo_00003"
+
+
+def test_a_row_no_pair_of_facts_picks_out_is_not_described():
+    twins = [{"book_id": "boo_00001", "title": "Emma", "city": "Rome"},
+             {"book_id": "boo_00002", "title": "Emma", "city": "Rome"}]
+    assert _state_reference(twins, "book_id", "boo_00002", "books") is None
+
+
+def test_what_an_earlier_call_of_the_turn_wrote_does_not_describe_the_row():
+    # another row may hold 'Dune' by now: the row is named by a fact nothing wrote
+    assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"title": "Dune"}]) == (
+        "the book whose shelf is 'A'")
+    assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"title": "Dune", "shelf": "A"}]) is None
+    # the row itself was written earlier in the turn: it may no longer look as the state says
+    assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"book_id": "boo_00001", "stock": 9}]) is None
+    # a write that touched neither the row nor the fact leaves the description as it was
+    assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"title": "Persuasion"}]) == (
+        "the book whose title is 'Dune'")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_solver_splits_a_message_at_every_connective_phrasing_joins_with(seed):
+    parts = ["delete book 'boo_00001'", "show me the books where city is 'Rome'", "count the authors",
+             "create a new book with title 'Emma' and stock 3"]
+    joined = _clauses(join_sentences(parts, random.Random(seed)))
+    assert [joined[0][0].lower() + joined[0][1:], *joined[1:]] == parts
+
+
+def test_every_connective_is_one_the_solver_knows():
+    for joint in (*COMMA_JOINTS, *LAST_JOINTS):
+        text = (", " if joint[0].islower() else ". ") + joint + " "
+        assert _clauses("delete book 'boo_00001'" + text + "count the authors") == [
+            "delete book 'boo_00001'", "count the authors"], joint
+    for joint in SENTENCE_JOINTS:
+        assert _clauses(f"delete book 'boo_00001'. {joint} count the authors") == [
+            "delete book 'boo_00001'", "count the authors"], joint
+
+
+@pytest.mark.parametrize(("query", "segment", "expected"), [
+    ("Add a book with title 'Dune' and price 9.", "title 'Dune'", "Add a book with price 9."),
+    ("Add a book with title 'Dune', price 9 and stock 3, and afterwards delete it.", "stock 3",
+     "Add a book with title 'Dune', price 9, and afterwards delete it."),
+    ("Add a book with title 'Dune', price 9 and stock 3.", "price 9", "Add a book with title 'Dune' and stock 3."),
+    ("Add a book with title 'Dune', and following that, count the books.", "title 'Dune'",
+     "Add a book, and following that, count the books."),
+])
+def test_a_value_left_for_the_user_to_give_leaves_a_list_that_still_reads(query, segment, expected):
+    assert _without(query, segment) == expected
