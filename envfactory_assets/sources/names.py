@@ -82,13 +82,53 @@ def _vowel(tok: str) -> bool:
     return bool(re.search(r"[aeiouy]", tok))
 
 
+def _sayable(tok: str) -> bool:
+    # a lone letter ("b", "o" of /b/{bucket}/o) or a vowel-less cut ("sdd", "v4") is no word a person says
+    return not tok.isdigit() and len(tok) > 1 and (len(tok) > 3 or _vowel(tok))
+
+
 def spoken_words(name: str) -> list[str]:
-    """A table or field name as the words a person says (queries, replies and generated values use it): digits and vowel-less abbreviations dropped
-    (``"webhooks_2"`` -> ``["webhooks"]``, ``"whitelist_sdd"`` -> ``["whitelist"]``); the name's own words
-    when nothing would be left."""
+    """A table or field name as the words a person says (queries, replies and generated values use it): digits,
+    single letters and vowel-less abbreviations dropped (``"webhooks_2"`` -> ``["webhooks"]``,
+    ``"whitelist_sdd"`` -> ``["whitelist"]``); the name's own words when nothing would be left."""
     toks = [t for t in re.split(r"[_\s]+", name.strip().lower()) if t]
-    kept = [t for t in toks if not t.isdigit() and (len(t) > 3 or _vowel(t))]
+    kept = [t for t in toks if _sayable(t)]
     return kept or toks
+
+
+def speakable(name: str) -> bool:
+    """True when :func:`spoken_words` keeps a word of ``name``; False for names a person cannot say as they
+    are (``"b"``, ``"v4_7"``): such a table is named by its operations' words instead."""
+    return any(_sayable(t) for t in re.split(r"[_\s]+", name.strip().lower()) if t)
+
+
+#: Words of an operation's name or summary that say what is done or how, not which rows it is about.
+_NOT_NOUNS = frozenset(
+    "list get show create add post put patch insert update delete remove find search count retrieve fetch read "
+    "set edit modify make register replace upsert query browse view describe return all new one by of for the "
+    "an and or at in on to with from into id ids specified given single detail information info its this that "
+    "which are is be can will your permanently paginated optionally filtered matching criteria".split())
+
+
+def name_nouns(text: str, keep: frozenset[str] = frozenset()) -> list[str]:
+    """The words of an operation's name or summary that may name its rows, in order: sayable words (and those
+    of ``keep``, such as the table's own abbreviation ``"sms"``) that are not verbs, articles or the like
+    (``"storage.buckets.list"`` -> ``["storage", "buckets"]``, ``"Gets a shipment details"`` ->
+    ``["shipment"]``)."""
+    return [t for t in snake_case(text).split("_") if (_sayable(t) or t in keep) and singular(t) not in _NOT_NOUNS]
+
+
+def split_glued(word: str, bigrams: set[tuple[str, str]]) -> list[str]:
+    """``word`` as the two words the spec's own text writes apart (``bigrams``: adjacent words of its
+    operation names and summaries): ``"rateplans"`` -> ``["rate", "plans"]`` when the spec says "rate plans"
+    somewhere; ``[word]`` when it never does (``"webhooks"`` stays one word unless the spec writes "web
+    hooks"). Each part has at least three letters."""
+    for a, b in sorted(bigrams):
+        rest = word[len(a):]
+        if (len(a) >= 3 and len(rest) >= 3 and word.startswith(a)
+                and (rest == b or singular(rest) == singular(b))):
+            return [a, rest]
+    return [word]
 
 
 def spoken_thing(table: str) -> str:

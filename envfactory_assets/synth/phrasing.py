@@ -23,7 +23,17 @@ from datetime import datetime
 from typing import Any, Callable
 
 from envfactory_assets.envgen.tools import KEYED_KINDS
-from envfactory_assets.sources.names import indefinite_article, singular, spoken_thing, spoken_things, spoken_words
+from envfactory_assets.sources.names import (
+    indefinite_article,
+    name_nouns,
+    singular,
+    snake_case,
+    speakable,
+    split_glued,
+    spoken_thing,
+    spoken_things,
+    spoken_words,
+)
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
@@ -37,6 +47,68 @@ SPOKEN_DATE = r"\d{1,2} (?:" + "|".join(_MONTHS) + r") \d{4}(?: at \d{2}:\d{2} U
 def words(name: str) -> str:
     """``"send_bulk"`` -> ``"send bulk"``."""
     return name.replace("_", " ").strip()
+
+
+def _shared_nouns(texts: list[str], drop: set[str], keep: frozenset[str] = frozenset()) -> list[str]:
+    """The :func:`name_nouns` of ``texts[0]`` that every text has (compared by singular) and ``drop`` lacks, in
+    ``texts[0]``'s order, each once."""
+    if not texts:
+        return []
+    sets = [{singular(w) for w in name_nouns(x, keep)} for x in texts]
+    out: dict[str, str] = {}
+    for w in name_nouns(texts[0], keep):
+        if all(singular(w) in s for s in sets) and singular(w) not in drop:
+            out.setdefault(singular(w), w)
+    return list(out.values())
+
+
+def spoken_tables(tools: list[dict[str, Any]]) -> dict[str, str]:
+    """The name a person says for each table of one environment's ``tools`` (ToolSpecs), as snake_case words
+    that :func:`spoken_thing` and :func:`spoken_things` read; only the spec's own text is used:
+
+    - a name a person cannot say (``"b"`` of ``/b/{bucket}``, ``"v4_7"`` of ``/shipments/v4``) becomes the
+      words every operation of the table names (``storage_buckets_list``, ``storage_buckets_get``:
+      ``"buckets"``), else the words every summary has ("Gets a shipment details": ``"shipments"``); words
+      every tool of the environment names (the API's ``storage``) are no name;
+    - a word glued from two the spec writes apart elsewhere splits (``"rateplans"`` -> ``"rate_plans"``);
+    - tables that would still sound the same ("webhooks" of ``/companies/{id}`` and of ``/merchants/{id}``)
+      get the words only their own operations' names have (``"company_webhooks"``, ``"merchant_webhooks"``).
+
+    The programmatic solver reads the same words back from the tool names and summaries
+    (:mod:`envfactory_assets.synth.solve`).
+    """
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for tool in tools:
+        by_table.setdefault(tool["table"], []).append(tool)
+    bigrams = {pair for tool in tools for text in (tool["name"], tool.get("description") or "")
+               for toks in [snake_case(text).split("_")] for pair in zip(toks, toks[1:])}
+    every = (set.intersection(*({singular(w) for w in name_nouns(t["name"])} for t in tools))
+             if len(by_table) > 1 else set())
+    names: dict[str, list[str]] = {}
+    for table, own in by_table.items():
+        found = spoken_words(table)
+        if not speakable(table):
+            keep = frozenset(t for t in table.split("_") if t.isalpha() and len(t) > 1)
+            found = (_shared_nouns([t["name"] for t in own], every, keep)
+                     or _shared_nouns([t.get("description") or "" for t in own], every, keep) or found)
+        names[table] = [part for w in found for part in split_glued(w, bigrams)]
+    heard: dict[str, list[str]] = {}
+    for table, found in names.items():
+        heard.setdefault(spoken_thing("_".join(found)), []).append(table)
+    for same in (tables for tables in heard.values() if len(tables) > 1):
+        own_words = {table: _shared_nouns([t["name"] for t in by_table[table]], every) for table in same}
+        for table in same:
+            others = {singular(w) for o in same if o != table for w in own_words[o]}
+            said = {singular(w) for w in names[table]} | {singular("".join(names[table]))}
+            qualifier = [singular(w) for w in own_words[table] if singular(w) not in others | said]
+            names[table] = [part for w in qualifier for part in split_glued(w, bigrams)] + names[table]
+    return {table: "_".join(found) for table, found in names.items()}
+
+
+def spoken_table(tool: dict[str, Any]) -> str:
+    """The table name :func:`spoken_thing` reads for ``tool``: the one :func:`spoken_tables` gave it where its
+    index recorded it (``spoken_table``), else the table's own name."""
+    return tool.get("spoken_table") or tool["table"]
 
 
 _FLAG_PREFIX = re.compile(r"^is (?=[a-z]{3})")
@@ -171,7 +243,8 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
     if not toks or len(toks) > 8 or kind not in verbs or toks[0] not in verbs[kind] or not re.fullmatch(
             r"[A-Za-z ,'-]+", summary):
         return None
-    nouns = set(spoken_words(tool["table"])) | {singular(t) for t in spoken_words(tool["table"])}
+    said = spoken_words(tool["table"]) + spoken_words(spoken_table(tool))
+    nouns = set(said) | {singular(t) for t in said}
     if not any(singular(t) in nouns or t in nouns for t in toks[1:]):
         return None
     rest = summary.split()[1:]
@@ -192,13 +265,13 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     ``refs`` maps argument names to reference phrases ("the company you just created") that replace
     the literal; an argument mapped to ``""`` is omitted from the sentence. Without ``rng`` the raw plan is
     used (names as in the spec, values literal); with ``rng`` one of several plans per kind (or the spec's
-    summary) is drawn, with spoken table names, field labels and values.
+    summary) is drawn, with spoken table names (:func:`spoken_table`), field labels and values.
     """
     refs = refs or {}
     props = tool.get("input_schema", {}).get("properties", {})
     natural = rng is not None
-    thing = spoken_thing(tool["table"]) if natural else words(singular(tool["table"]))
-    things = spoken_things(tool["table"]) if natural else words(tool["table"])
+    thing = spoken_thing(spoken_table(tool)) if natural else words(singular(tool["table"]))
+    things = spoken_things(spoken_table(tool)) if natural else words(tool["table"])
 
     # a description's phrase that labels two fields ("date and time" for date_created and date_updated)
     # names neither: only each field's own words are used then
@@ -436,7 +509,7 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
                    rng: random.Random | None = None) -> str:
     """A short assistant sentence reporting one tool result faithfully (counts, labels, identifiers and the
     values written are the call's own); with ``rng`` one of several wordings."""
-    thing, things = spoken_thing(tool["table"]), spoken_things(tool["table"])
+    thing, things = spoken_thing(spoken_table(tool)), spoken_things(spoken_table(tool))
     kind = tool["kind"]
     out = output if isinstance(output, dict) else {}
     pick = (lambda options: options[0]) if rng is None else (lambda options: options[rng.randrange(len(options))])

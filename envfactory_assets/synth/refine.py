@@ -37,6 +37,7 @@ from envfactory_assets.synth.phrasing import (
     shape_for_persona,
     strip_lead,
     strip_register,
+    spoken_table,
     spoken_thing,
     spoken_things,
     summarize_call,
@@ -297,13 +298,13 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 if minted is not None and minted != prov["call"]:
                     # assigned by a create of this turn, reaching this call through another result (a lookup
                     # of the new row, a row that carries its id): the user names it by what created it
-                    phrase = _reference(flat[minted], "", True, index.tools[flat[minted]["name"]]["table"], rng)
+                    phrase = _reference(flat[minted], "", True, spoken_table(index.tools[flat[minted]["name"]]), rng)
                     refs[arg] = phrase
                     record("implicit_reference", arg, call["arguments"][arg], phrase, flat[minted]["name"])
                     continue
                 producer = flat[prov["call"]]
                 producer_tool = index.tools[producer["name"]]
-                table = producer_tool["table"]
+                table = spoken_table(producer_tool)  # only spoken below: the name a person says
                 if not referencing and minted is None:
                     continue  # a value an earlier result holds may be quoted; one not assigned yet never
                 if prov["path"].rsplit(".", 1)[-1] != index.key_of(producer_tool):
@@ -352,7 +353,8 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                     if row is None or any(not isinstance(row.get(p), str)
                                           or call["arguments"].get(p, row[p]) != row[p] for p in scope):
                         continue
-                    phrase = _state_reference(rows, ref_key, value, ref_table, writes)
+                    phrase = _state_reference(rows, ref_key, value, index.spoken_table(call["env_id"], ref_table),
+                                              writes)
                     unsaid = [p for p in scope if p not in call["arguments"]]  # the call's own are stated anyway
                     if phrase:
                         if unsaid:
@@ -362,14 +364,15 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                                f"state: the agent lists the table by {', '.join(scope)}")
                     continue
                 from_state = call["provenance"].get(arg, {}).get("source") == "state"
-                phrase = (_most_recent_reference(rows, key, value, tool["table"])
+                phrase = (_most_recent_reference(rows, key, value, spoken_table(tool))
                           if arg == key and from_state and not scope and "ambiguity" in operators and writes is None
                           else None)
                 if phrase:
                     refs[arg] = phrase
                     record("ambiguity", key, value, phrase, "state: newest row of the table")
                     continue
-                phrase = _state_reference(rows, ref_key, value, ref_table, writes) if referencing and not scope else None
+                phrase = (_state_reference(rows, ref_key, value, index.spoken_table(call["env_id"], ref_table), writes)
+                          if referencing and not scope else None)
                 if phrase:
                     refs[arg] = phrase
                     record("implicit_reference", arg, value, phrase, "state: the agent lists the table")
@@ -384,7 +387,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                            f"{adjective} {words(tool['table'])}", "tool schema enum")
             sentence = describe_call(tool, key, call["arguments"], refs, rng)
             if adjective:
-                things = spoken_things(tool["table"])
+                things = spoken_things(spoken_table(tool))
                 sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
             if call["kind"] not in READ_KINDS and not call.get("error"):
                 # a refused call changed nothing: its rows still look as the state says

@@ -35,7 +35,7 @@ from envfactory_assets.runtime.errors import (
 )
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import VERBS as ACTION_VERBS
-from envfactory_assets.sources.names import singular
+from envfactory_assets.sources.names import name_nouns, singular, speakable
 from envfactory_assets.synth.phrasing import (
     COMMA_JOINTS,
     LAST_JOINTS,
@@ -146,10 +146,23 @@ def _pattern(source: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(source, flags)
 
 
+def _glued(stem: str) -> str:
+    r"""A regex for ``stem`` also written as two words (``"rateplan"`` -> ``rat\s?e\s?p\s?lan``): the writer
+    splits a glued table name where the spec writes its parts apart ("rate plans"), parts of 3+ letters."""
+    return "".join(re.escape(c) + (r"\s?" if 3 <= i + 1 <= len(stem) - 3 else "") for i, c in enumerate(stem))
+
+
+def _word_re(word: str) -> str:
+    """A regex for one row word, singular or plural, glued or split (:func:`_glued`)."""
+    stem = singular(word)
+    return _glued(stem)[:-1] + "(?:y|ies)" if stem.endswith("y") else _glued(stem) + "(?:e?s)?"
+
+
 @functools.lru_cache(maxsize=32768)
 def _thing_re(key_or_table: str) -> str:
     r"""A regex for a row noun as people write it, from an identifier or table name: ``"webhooks_2_id"`` ->
-    ``webhooks?(?:\s+2)?``; numbers and vowel-less abbreviations are optional, plurals allowed."""
+    ``webhooks?(?:\s+2)?``; numbers and vowel-less abbreviations are optional, plurals allowed, a glued word
+    may be written as two ("rate plan" for ``rateplan_id``)."""
     name = key_or_table[:-3] if key_or_table.endswith("_id") else key_or_table
     toks = [t for t in re.split(r"[_\s]+", name.lower()) if t]
     parts = []
@@ -157,9 +170,7 @@ def _thing_re(key_or_table: str) -> str:
         if t.isdigit() or (len(t) <= 3 and not re.search(r"[aeiouy]", t)):
             parts.append(rf"(?:\s+{re.escape(t)})?")
         else:
-            stem = singular(t)
-            stem_re = re.escape(stem[:-1]) + "(?:y|ies)" if stem.endswith("y") else re.escape(stem) + "(?:e?s)?"
-            parts.append((r"\s+" if parts and not parts[-1].startswith("(?:\\s+") else "") + stem_re)
+            parts.append((r"\s+" if parts and not parts[-1].startswith("(?:\\s+") else "") + _word_re(t))
     text = "".join(parts).lstrip()
     return text if text.replace("(?:", "").strip() else re.escape(_words(name))
 
@@ -183,12 +194,17 @@ class _ToolInfo:
     name_nouns: frozenset[str] = frozenset()
     #: the action words of the tool's own name (``cancel`` for ``cancel_order``)
     name_verbs: frozenset[str] = frozenset()
+    description: str = ""
 
     @functools.cached_property
     def key(self) -> str | None:
-        """The identifier parameter naming the tool's own row (``book_id`` for a book tool), if any."""
+        """The identifier parameter naming the tool's own row (``book_id`` for a book tool), if any; for a row
+        read, changed or removed by an identifier no word of the tool names (``b_id`` of
+        ``storage_buckets_get``), its first required such identifier."""
         ids = [p for p in self.params if p.endswith("_id")
                and all(t in self.nouns for t in _tokens(p[:-3]) if not t.isdigit())]
+        if not ids and self.action in _KEYED_ACTIONS:
+            ids = [p for p in self.params if p.endswith("_id") and p in self.required and not speakable(p[:-3])][:1]
         return min(ids, key=lambda p: (p not in self.required, len(p))) if ids else None
 
 
@@ -209,7 +225,41 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
         action = "list"  # "get_documents(limit=...)" and "get_mailboxes()" list rows
     name_nouns = frozenset(t for t in name_tokens if t not in _STOP and t not in _VERB_OF and not t.isdigit())
     name_verbs = frozenset(t for t in name_tokens if t in _VERB_OF)
-    return _ToolInfo(fn["name"], action, nouns, props, required, name_nouns, name_verbs)
+    return _ToolInfo(fn["name"], action, nouns, props, required, name_nouns, name_verbs,
+                     str(fn.get("description") or ""))
+
+
+def _row_words(infos: dict[str, _ToolInfo]) -> dict[str, frozenset[str]]:
+    """For each identifier a person cannot say (``b_id``, ``v4_7_id``), the words (singular) a request may name
+    its row by: the words of the name and summary of the tools it is the key of (``storage_buckets_get``,
+    "Returns metadata for the specified bucket": "bucket"), without the words every tool's name has (the API's
+    ``storage``), as :func:`~envfactory_assets.synth.phrasing.spoken_tables` names such a table."""
+    named = [{singular(w) for w in name_nouns(i.name)} for i in infos.values()]
+    everywhere = set.intersection(*named) if len(named) > 1 else set()
+    found: dict[str, set[str]] = {}
+    for info in infos.values():
+        key = info.key
+        if key is None or speakable(key[:-3]):
+            continue
+        keep = frozenset(t for t in key[:-3].split("_") if t.isalpha() and len(t) > 1)
+        said = {singular(w) for text in (info.name, info.description) for w in name_nouns(text, keep)}
+        found.setdefault(key, set()).update(said - everywhere or said)
+    return {key: frozenset(ws) for key, ws in found.items() if ws}
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_words_re(words: frozenset[str]) -> str:
+    """A regex for one or more of ``words`` in a row ("bucket", "sms token"), each singular or plural."""
+    word = "(?:" + "|".join(_word_re(w) for w in sorted(words, key=lambda w: (-len(w), w))) + ")"
+    return rf"(?:{word}\s+)*{word}"
+
+
+def _row_re(key: str, rows: Mapping[str, frozenset[str]] | None) -> str:
+    """:func:`_thing_re` of ``key``; where ``rows`` has words for it (a key a person cannot say), those words or
+    the key's own ("bucket" or "b" for ``b_id``), never nothing: "the bucket whose name is 'X'" must be read to
+    its end, not stop at "the"."""
+    said = (rows or {}).get(key)
+    return f"(?:{_row_words_re(said)}|{re.escape(_words(key[:-3]))})" if said else _thing_re(key)
 
 
 class _ToolSet:
@@ -223,13 +273,15 @@ class _ToolSet:
 
     def __init__(self, tools: Sequence[Mapping[str, Any]]) -> None:
         self.infos = {i.name: i for i in (_tool_info(t) for t in tools)}
+        #: the words naming rows of identifiers a person cannot say (:func:`_row_words`)
+        self.rows = _row_words(self.infos)
         self._scores: dict[str, list[tuple[float, _ToolInfo]]] = {}
 
     def scores(self, clause: str) -> list[tuple[float, _ToolInfo]]:
         """``[(score, tool)]`` of the tools scoring above 0 for ``clause``, in tool-list order."""
         cached = self._scores.get(clause)
         if cached is None:
-            cached = self._scores[clause] = _score_tools(clause, self.infos)
+            cached = self._scores[clause] = _score_tools(clause, self.infos, self.rows)
         return cached
 
 
@@ -356,19 +408,19 @@ class ProgrammaticSolver:
             # the agent try the next-best tool of the same action, as a person reading the error would
             for tool in [t for t in ranked if t.action == ranked[0].action][:MAX_TOOL_TRIES]:
                 wants: list[str] = []
-                args = _arguments(clause, tool, seen, rng, guess=False, wants=wants)
+                args = _arguments(clause, tool, seen, rng, guess=False, wants=wants, rows=toolset.rows)
                 if args is None or wants or "most recent" in clause.lower():
                     # the row is not in the conversation (or "most recent" needs the whole table): list first
                     needed = ([tool.key] if args is None or "most recent" in clause.lower() else [])
                     for name in dict.fromkeys(needed + [p for p in wants if p != tool.key]):
                         # like a person, try the likeliest list until one shows rows of that kind; a list
                         # of one parent's rows ("in space id 'spa_1'") after the lists of every row
-                        listers = [(lister, {}) for lister in _listers(name, infos, rng)]
-                        for lister, scope in listers + _scoped_listers(name, infos, clause):
+                        listers = [(lister, {}) for lister in _listers(name, infos, rng, toolset.rows)]
+                        for lister, scope in listers + _scoped_listers(name, infos, clause, toolset.rows):
                             if (self._call(lister, {**_list_everything(lister), **scope}, call_tool, seen, attempt)
                                     and _rows_with(seen[-1].output, name)):
                                 break
-                    args = _arguments(clause, tool, seen, rng, guess=True)
+                    args = _arguments(clause, tool, seen, rng, guess=True, rows=toolset.rows)
                 if args is not None and self._call(tool, args, call_tool, seen, attempt):
                     break
                 if attempt.calls and (attempt.calls[-1].get("error") or {}).get("type") == \
@@ -450,31 +502,42 @@ def _row_noun(key: str) -> str:
     return singular(words[-1]) if words else key
 
 
-def _listers(key: str | None, infos: dict[str, _ToolInfo], rng: random.Random) -> list[_ToolInfo]:
+def _listers(key: str | None, infos: dict[str, _ToolInfo], rng: random.Random,
+             rows: Mapping[str, frozenset[str]] | None = None) -> list[_ToolInfo]:
     """List tools that may hold the rows an identifier parameter (``appointment_template_id``) names, best
-    first: most of the identifier's words among the tool's nouns, then fewest other nouns (ties sampled)."""
+    first: most of the identifier's words (or, for one a person cannot say, of its :func:`_row_words`) among
+    the tool's nouns, then fewest other nouns (ties sampled)."""
     if key is None:
         return []
-    words = {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}
-    thing = _row_noun(key)
-    cands = [i for i in infos.values() if i.action == "list" and thing in i.nouns and not (i.required - {"limit"})]
+    words, fits = _row_fit(key, rows)
+    cands = [i for i in infos.values() if i.action == "list" and fits(i) and not (i.required - {"limit"})]
     ranked = sorted(cands, key=lambda i: (-len(words & i.nouns), len(i.nouns - words), rng.random()))
     return ranked[:MAX_TOOL_TRIES]
 
 
-def _scoped_listers(key: str | None, infos: dict[str, _ToolInfo], clause: str) -> list[tuple[_ToolInfo, dict[str, Any]]]:
+def _row_fit(key: str, rows: Mapping[str, frozenset[str]] | None) -> tuple[set[str], Callable[[_ToolInfo], bool]]:
+    """The words of identifier ``key`` a lister's nouns are ranked by, and whether a tool may list its rows
+    (its row noun, or for a key a person cannot say one of its :func:`_row_words`, among the tool's nouns)."""
+    said = (rows or {}).get(key)
+    if said:
+        return set(said), lambda i: bool(said & i.nouns)
+    thing = _row_noun(key)
+    return {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}, lambda i: thing in i.nouns
+
+
+def _scoped_listers(key: str | None, infos: dict[str, _ToolInfo], clause: str,
+                    rows: Mapping[str, frozenset[str]] | None = None) -> list[tuple[_ToolInfo, dict[str, Any]]]:
     """List tools that may hold the rows ``key`` names and need parent identifiers, each with those
     identifiers as the request states them ("the group whose name is 'RH' in space id 'spa_1'":
     ``list_groups``, ``{"space_id": "spa_1"}``); only tools whose every required identifier the request
     states, most of the key's words first, then by name (no draw: the seeded stream stays as without them)."""
     if key is None:
         return []
-    words = {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}
-    thing = _row_noun(key)
+    words, fits = _row_fit(key, rows)
     found = []
     for info in infos.values():
         scope = info.required - {"limit"}
-        if info.action != "list" or thing not in info.nouns or not scope or not all(p.endswith("_id") for p in scope):
+        if info.action != "list" or not fits(info) or not scope or not all(p.endswith("_id") for p in scope):
             continue
         args = {}
         for name in sorted(scope):
@@ -552,8 +615,8 @@ def _field_named(lowered: str, name: str, schema: dict[str, Any] | None) -> bool
 
 
 @functools.lru_cache(maxsize=16384)
-def _key_quoted_pattern(key: str) -> re.Pattern[str]:
-    return re.compile(rf"\b{_thing_re(key)} '")
+def _key_quoted_pattern(key: str, said: frozenset[str] | None = None) -> re.Pattern[str]:
+    return re.compile(rf"\b{_row_re(key, {key: said} if said else None)} '")
 
 
 def _rank_tools(clause: str, toolset: _ToolSet, rng: random.Random) -> list[_ToolInfo]:
@@ -563,7 +626,8 @@ def _rank_tools(clause: str, toolset: _ToolSet, rng: random.Random) -> list[_Too
     return [info for _, _, info in sorted(scored, key=lambda x: (-x[0], x[1]))]
 
 
-def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, _ToolInfo]]:
+def _score_tools(clause: str, infos: dict[str, _ToolInfo],
+                 rows: Mapping[str, frozenset[str]] | None = None) -> list[tuple[float, _ToolInfo]]:
     """``[(score, tool)]`` for the tools scoring above 0, in ``infos`` order.
 
     Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
@@ -574,6 +638,9 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
     """
     head = _head(clause)
     head_toks = _tokens(head)
+    # a glued name said as two words ("rate plans" for a tool over "rateplans") names the tool as the glued
+    # word does: where the tool's own name has the glued word, or its nouns lack the two words
+    pairs = [(a, b, singular(a + b)) for a, b in zip(head_toks, head_toks[1:])]
     # the request's first action word ("Next, could you delete ...": delete); greetings carry none
     verb = next((t for t in head_toks if t in _VERB_OF), None)
     action = _VERB_OF.get(verb or "")
@@ -591,9 +658,11 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo]) -> list[tuple[float, 
         score = 3.0 * (action is not None and info.action == action)
         score += 0.5 * (score > 0 and verb in info.name_verbs)  # "cancel order X": cancel_order, not delete_order
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
+        score += sum(1.0 for a, b, t in set(pairs) if t in info.name_nouns
+                     or (t in info.nouns and not (a in info.nouns and b in info.nouns)))
         score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
         score += sum(1.0 for p in info.params if _field_named(named, p, info.params[p]))
-        if info.key and _key_quoted_pattern(info.key).search(lowered):
+        if info.key and _key_quoted_pattern(info.key, (rows or {}).get(info.key)).search(lowered):
             score += 2.0
         if score > 0:
             unsaid = sum(1 for t in info.name_nouns if t not in clause_toks)
@@ -646,16 +715,18 @@ def _blanked(text: str, match: re.Match[str]) -> str:
 
 
 def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: random.Random,
-               guess: bool = True, wants: list[str] | None = None) -> dict[str, Any] | None:
+               guess: bool = True, wants: list[str] | None = None,
+               rows: Mapping[str, frozenset[str]] | None = None) -> dict[str, Any] | None:
     """Arguments of ``tool`` for one request, or None when a required one cannot be determined (with
     ``guess``, a required identifier the query leaves open is drawn among the identifiers seen so far).
     ``wants`` collects identifier parameters named by a description ("the author whose name is 'X'") that no
-    result seen so far holds: the caller lists that table and tries again."""
+    result seen so far holds: the caller lists that table and tries again. ``rows`` (:func:`_row_words`) names
+    the rows of identifiers a person cannot say ("bucket 'b_1'" for ``b_id``)."""
     text = clause
     args: dict[str, Any] = {}
     key = tool.key
     if key is not None and tool.action in _KEYED_ACTIONS:
-        thing = _thing_re(key)
+        thing = _row_re(key, rows)
         lit = _pattern(rf"\b{thing} ({_LITERAL})", re.IGNORECASE).search(text)
         if lit and not _pattern(rf"\b{thing} (?:id|whose)\b", re.IGNORECASE).search(text[:lit.start(1)]):
             args[key] = _coerce(lit.group(1), tool.params[key])
@@ -702,7 +773,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
                     break
             # "author id the author you created earlier" or "for the author whose name is 'X'"
             ref = _pattern(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
-                           rf"{_thing_re(name)}\b{_WHOSE}?{_REF_TAIL})", re.IGNORECASE).search(text)
+                           rf"{_row_re(name, rows)}\b{_WHOSE}?{_REF_TAIL})", re.IGNORECASE).search(text)
             found = next(((m, v) for m in (same, ref) if m
                           for v in [_resolve_reference(m.group(1), name, seen, rng)] if v is not None), None)
             if found:

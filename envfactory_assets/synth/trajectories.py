@@ -25,7 +25,13 @@ from envfactory_assets.runtime.errors import ErrorType
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.sources.openapi import SCALAR_TYPES, matches_json_type
 from envfactory_assets.synth.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelQueryWriter
-from envfactory_assets.synth.phrasing import describe_call, join_sentences, new_value_refs, summarize_call
+from envfactory_assets.synth.phrasing import (
+    describe_call,
+    join_sentences,
+    new_value_refs,
+    spoken_tables,
+    summarize_call,
+)
 from envfactory_assets.synth.sampler import USER, Chain
 from envfactory_assets.synth.turns import split_turns
 
@@ -72,10 +78,19 @@ class ToolIndex:
         self.envs = environments
         self.tools: dict[str, dict[str, Any]] = {}
         self.env_of: dict[str, str] = {}
+        #: ``{env_id: {table: name a person says}}`` (:func:`~envfactory_assets.synth.phrasing.spoken_tables`)
+        self.spoken: dict[str, dict[str, str]] = {}
         for env_id, env in environments.items():
+            self.spoken[env_id] = spoken_tables(env["tools"])
             for tool in env["tools"]:
-                self.tools[tool["name"]] = tool
+                # a copy: the environment's own tool specs stay as stored
+                self.tools[tool["name"]] = {**tool, "spoken_table": self.spoken[env_id][tool["table"]]}
                 self.env_of[tool["name"]] = env_id
+
+    def spoken_table(self, env_id: str, table: str) -> str:
+        """The name a person says for ``table`` of ``env_id``, for :func:`~envfactory_assets.synth.phrasing.
+        spoken_thing` (``"buckets"`` for Google Storage's ``b``); the table's own name if unknown."""
+        return self.spoken.get(env_id, {}).get(table, table)
 
     def key_of(self, tool: dict[str, Any]) -> str:
         return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]["key"]

@@ -1,0 +1,101 @@
+"""Table names as a person says them (no "payments 2", "b" or "rateplans"), and the solver reading them back.
+
+The fixture ``openapi_names/storage.json`` is shaped like Google Cloud Storage: buckets live at ``/b/{bucket}``
+(table ``b``), bucket and object ACLs both end in ``/acl`` (tables ``acl`` and ``acl_2``), and rate plans sit at
+``/rateplans`` with operations named ``listRatePlans``.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.sources.names import name_nouns, singular, speakable, split_glued, spoken_thing, spoken_things
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.synth.phrasing import describe_call, spoken_tables, summarize_call
+from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+from envfactory_assets.synth.trajectories import ToolIndex
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openapi_names"
+
+
+@pytest.fixture(scope="module")
+def storage_env() -> dict:
+    resource = inspect_file(FIXTURES / "storage.json", FIXTURES)
+    return build_environment(resource.as_row(), orjson.loads((FIXTURES / "storage.json").read_bytes()))
+
+
+def test_name_rules_on_words():
+    assert spoken_thing("payments_2") == "payment" and spoken_things("payments_2") == "payments"
+    assert singular("aliases") == "alias" and spoken_thing("email_aliases") == "email alias"
+    assert spoken_things("aliases") == "aliases"
+    assert not speakable("b") and not speakable("v4_7") and not speakable("o") and speakable("acl_2")
+    assert name_nouns("storage.buckets.list") == ["storage", "buckets"]
+    assert name_nouns("Gets a shipment details") == ["shipment"]
+    bigrams = {("rate", "plans"), ("job", "schedule")}
+    assert split_glued("rateplans", bigrams) == ["rate", "plans"]
+    assert split_glued("jobschedules", bigrams) == ["job", "schedules"]
+    assert split_glued("webhooks", bigrams) == ["webhooks"]  # the spec never writes "web hooks"
+
+
+def test_tables_are_named_by_the_specs_own_words(storage_env):
+    assert set(storage_env["tables"]) == {"b", "acl", "acl_2", "rateplans"}
+    names = spoken_tables(storage_env["tools"])
+    # an abbreviated path table gets its operations' name, a glued one splits, a suffixed twin gets its parent
+    assert names == {"b": "buckets", "rateplans": "rate_plans", "acl": "bucket_acl", "acl_2": "object_acl"}
+    assert [spoken_thing(names[t]) for t in ("b", "rateplans", "acl", "acl_2")] == [
+        "bucket", "rate plan", "bucket acl", "object acl"]
+    assert spoken_things(names["acl_2"]) == "object acls"
+
+
+def test_the_refined_query_speaks_the_new_names_and_the_raw_one_keeps_the_spec_names(storage_env):
+    index = ToolIndex({storage_env["env_id"]: storage_env})
+    get_bucket, get_oacl = index.tools["storage_buckets_get"], index.tools["storage_object_access_controls_get"]
+    assert describe_call(get_bucket, "b_id", {"b_id": "b_00001"}) == "look up b 'b_00001' and tell me its details"
+    texts = [describe_call(get_bucket, "b_id", {"b_id": "b_00001"}, rng=random.Random(s)) for s in range(6)]
+    assert all("bucket 'b_00001'" in t for t in texts), texts
+    listing = describe_call(index.tools["storage_list_rate_plans"], "rateplan_id", {}, rng=random.Random(0))
+    assert "rate plans" in listing and "rateplans" not in listing
+    oacl = describe_call(get_oacl, "acl_2_id", {"acl_2_id": "acl_00003"}, rng=random.Random(1))
+    assert "object acl 'acl_00003'" in oacl and " 2" not in oacl
+    assert summarize_call(get_bucket, "b_id", {"b_id": "b_1"}, {"b_id": "b_1"}).startswith("here are the details "
+                                                                                           "of bucket b_1")
+
+
+def _solve(tools, query, outputs, seed):
+    calls = []
+
+    def call(name, args):
+        calls.append((name, args))
+        return {"ok": True, "output": outputs.get(name, {})}
+
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), call, seed=seed)
+    return calls
+
+
+def test_the_solver_finds_the_tool_and_row_by_the_spoken_names(storage_env):
+    index = ToolIndex({storage_env["env_id"]: storage_env})
+    specs = tuple(openai_tool(t) for t in storage_env["tools"])
+    buckets = {"items": [{"b_id": "b_00001", "name": "Logs"}, {"b_id": "b_00002", "name": "Media"}], "total": 2}
+    for seed in range(6):
+        rng = random.Random(seed)
+        for tool, key, args in (("storage_buckets_get", "b_id", {"b_id": "b_00002"}),
+                                ("storage_buckets_delete", "b_id", {"b_id": "b_00002"}),
+                                ("storage_object_access_controls_get", "acl_2_id", {"acl_2_id": "acl_00003"}),
+                                ("storage_bucket_access_controls_get", "acl_id", {"acl_id": "acl_00004"}),
+                                ("storage_get_rate_plan", "rateplan_id", {"rateplan_id": "rat_00005"})):
+            text = describe_call(index.tools[tool], key, args, rng=rng)
+            query = text[0].upper() + text[1:] + "."
+            assert _solve(specs, query, {}, seed) == [(tool, args)], query
+        # a row named by what the user knows of it: the solver lists the buckets, then reads the one named Media
+        refs = {"b_id": "the bucket whose name is 'Media'"}
+        text = describe_call(index.tools["storage_bucket_access_controls_list"], "acl_id", {"b_id": "b_00002"},
+                             refs, rng=rng)
+        calls = _solve(specs, text[0].upper() + text[1:] + ".", {"storage_buckets_list": buckets}, seed)
+        assert calls[0][0] == "storage_buckets_list", (text, calls)
+        assert calls[-1] == ("storage_bucket_access_controls_list", {"b_id": "b_00002"}), (text, calls)
