@@ -195,7 +195,7 @@ _PLANS: dict[str, tuple[str, ...]] = {
             "can you get {subject} for me", "I need the details of {subject}, please look them up",
             "fetch {subject} and tell me what it says", "please retrieve {subject}", "describe {subject} for me",
             "what are the details of {subject}", "could you fetch {subject}", "I'd like to view {subject}",
-            "please read me {subject}", "pull up {subject} and give me the details", "I'd like the details of {subject}",
+            "please read me {subject}", "pull up the details of {subject}", "I'd like the details of {subject}",
             "could you look up {subject} for me", "can you get me the details of {subject}",
             "retrieve {subject} for me, please"),
     "create": ("create a new {thing}{with}", "add a {thing}{with}", "please register a new {thing}{with}",

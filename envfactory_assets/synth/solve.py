@@ -649,7 +649,9 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo],
     clause_toks = set(all_toks) | {singular(a + b) for a, b in zip(all_toks, all_toks[1:])}  # "data source"
     # the request's object comes before what it is "of"/"for" ("list the events of the calendar whose ..."):
     # its words count once more, so the events tool wins over the calendars tool
-    object_toks = set(_tokens(re.split(r"\b(?:of|for|whose|where|with|from|by)\b", head, maxsplit=1)[0]))
+    # ("a list of the events of ..." names its object after the first "of")
+    object_head = re.sub(r"\b(?:a\s+)?(list|details)\s+of\b", r"\1", head, flags=re.IGNORECASE)
+    object_toks = set(_tokens(re.split(r"\b(?:of|for|whose|where|with|from|by)\b", object_head, maxsplit=1)[0]))
     # a field named inside a row reference ("the role whose account sid is 'AC1'") describes that row: it
     # does not make a tool with that parameter (create_role) a better fit
     named = _WHOSE_LITERAL.sub(" ", lowered)
@@ -714,6 +716,9 @@ def _blanked(text: str, match: re.Match[str]) -> str:
     return text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
 
 
+_LIST_OF = re.compile(r"\b(?:a\s+)?list\s+of\s+(?=the\b|all\b)", re.IGNORECASE)
+
+
 def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: random.Random,
                guess: bool = True, wants: list[str] | None = None,
                rows: Mapping[str, frozenset[str]] | None = None) -> dict[str, Any] | None:
@@ -722,7 +727,8 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
     ``wants`` collects identifier parameters named by a description ("the author whose name is 'X'") that no
     result seen so far holds: the caller lists that table and tries again. ``rows`` (:func:`_row_words`) names
     the rows of identifiers a person cannot say ("bucket 'b_1'" for ``b_id``)."""
-    text = clause
+    # "a list of the roles of the user ...": the first "of" introduces the request's object, not its row
+    text = _LIST_OF.sub("list ", clause)
     args: dict[str, Any] = {}
     key = tool.key
     if key is not None and tool.action in _KEYED_ACTIONS:
