@@ -153,6 +153,9 @@ def failed_checks(env: dict) -> set[tuple[str, str | None]]:
     (r"\n\s+if current in blocked:\n\s+raise PreconditionFailed\([^\n]*\)", "", "precondition", "cancel_order"),
     # a search that ignores its offset
     (r"rows\[offset:offset \+ size\]", "rows[:size]", "semantics", "search_orders"),
+    # a list and a search that ignore their limit (every matching row comes back)
+    (r"rows\[:size\]", "rows", "semantics", "list_orders"),
+    (r"rows\[offset:offset \+ size\]", "rows[offset:]", "semantics", "search_orders"),
     # a search that returns every row
     (r"if _matches\(r, needle\)", "if True", "semantics", "search_orders"),
     # a count that is a constant
@@ -162,7 +165,7 @@ def failed_checks(env: dict) -> set[tuple[str, str | None]]:
     (r"def update_settings\(state(.*?)return _update_one\(state, 'settings', \{[^}]*\}\)",
      r"def update_settings(state\1return _get_one(state, 'settings')", "semantics", "update_settings"),
 ], ids=["action-writes-another-field", "action-without-precondition", "action-ignores-refused-state",
-        "search-ignores-offset", "search-matches-everything", "count-is-constant", "singleton-update-stores-nothing"])
+        "search-ignores-offset", "list-ignores-limit", "search-ignores-limit", "search-matches-everything", "count-is-constant", "singleton-update-stores-nothing"])
 def test_gate_rejects_a_broken_implementation_of_each_kind(shop, pattern, replacement, check, tool_name):
     assert (check, tool_name) in failed_checks(mutate(shop, pattern, replacement))
 
@@ -265,6 +268,39 @@ def test_unarchiving_a_row_without_the_flag_is_refused_like_an_unarchived_one(un
     lenient = mutate(unarchivable, r"\n    if current is None and TABLES\[table\]\[\"fields\"\]\[field\]\[\"type\"\] == "
                                    r"\"boolean\":\n[^\n]*", "")
     assert ("precondition", "unarchive_order") in failed_checks(lenient)
+
+
+@pytest.fixture(scope="module")
+def enabled_by_default() -> dict:
+    """The shop whose accounts' ``enabled`` flag defaults to true in the spec."""
+    spec = orjson.loads((KINDS / "shop_orders.json").read_bytes())
+    spec["components"]["schemas"]["Account"]["properties"]["enabled"]["default"] = True
+    resource = inspect_file(KINDS / "shop_orders.json", KINDS)
+    return build_environment(resource.as_row(), spec)
+
+
+def test_a_missing_flag_reads_as_its_spec_default(enabled_by_default):
+    env = enabled_by_default
+    assert env["tables"]["accounts"]["fields"]["enabled"]["default"] is True
+    state = _state(env)
+    account = state["tables"]["accounts"][0]
+    account.pop("enabled", None)
+    with SandboxWorker() as worker:
+        worker.load_environment(env["env_id"], env["source"])
+        episode = worker.open_episode({env["env_id"]: state})
+        before = worker.save(episode)
+        refused = worker.call(episode, "enable_account", {"account_id": account["account_id"]})
+        assert not refused["ok"] and refused["error"]["type"] == "precondition_failed"
+        assert worker.save(episode) == before
+        disabled = worker.call(episode, "disable_account", {"account_id": account["account_id"]})
+        assert disabled["ok"] and disabled["output"]["enabled"] is False
+    report = verify_environment(env)
+    assert report.status == "passed", report.reasons
+    # an implementation that takes every missing flag for off is rejected on both actions
+    always_off = mutate(env, r'TABLES\[table\]\["fields"\]\[field\]\.get\("default", False\)', "False")
+    failed = failed_checks(always_off)
+    assert ("precondition", "enable_account") in failed
+    assert {("tool_valid", "disable_account"), ("semantics", "disable_account")} & failed
 
 def test_operation_coverage_maps_each_operation_or_names_why_not():
     spec = orjson.loads((KINDS / "shop_orders.json").read_bytes())

@@ -199,8 +199,9 @@ def _count(state, table, filters):
 def _action(state, table, key, field, value, blocked, stamp, words):
     row = _row(state, table, key)
     current = row.get(field)
+    # an absent flag holds its default, else is off: unarchiving a row never archived is refused
     if current is None and TABLES[table]["fields"][field]["type"] == "boolean":
-        current = False  # an absent flag is off: unarchiving a row never archived is refused
+        current = TABLES[table]["fields"][field].get("default", False)
     if current == value:
         raise PreconditionFailed(f"{words[0]} {key!r} is already {words[1]}")
     if current in blocked:

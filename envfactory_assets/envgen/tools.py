@@ -194,11 +194,13 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: 
 
 def action_reads(action: dict[str, Any], fields: dict[str, Any], row: dict[str, Any]) -> Any:
     """The value of the field ``action`` (a ToolSpec's ``action``) writes, as the action reads it on ``row`` of a
-    table with ``fields`` (``{name: JSON schema}``): an absent boolean flag is off (``False``), so unarchiving a
-    row that was never archived is refused like unarchiving an unarchived one."""
+    table with ``fields`` (``{name: JSON schema}``): an absent boolean flag holds its schema's ``default``, else
+    is off (``False``), so unarchiving a row that was never archived is refused like unarchiving an unarchived
+    one, and enabling a row whose flag defaults to true is refused like enabling an enabled one."""
     value = row.get(action["field"])
-    if value is None and fields.get(action["field"], {}).get("type") == "boolean":
-        return False
+    schema = fields.get(action["field"], {})
+    if value is None and schema.get("type") == "boolean":
+        return schema.get("default", False)
     return value
 
 

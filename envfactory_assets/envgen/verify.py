@@ -10,13 +10,16 @@ result; here every verdict is an assertion on executed behaviour (ARCHITECTURE.m
   arguments, its output validates against its output schema, and it does what its kind says to the
   state (list/get return the stored rows, and list/count again with a filter the filtered rows; search
   for a substring of a stored value in another case returns exactly the matching rows in the requested
-  window; count equals the number of matching rows; create/update/delete change exactly that row; an
-  action changes exactly its documented field (and time stamp) of exactly its row and nothing else of the
-  state; read-only tools leave the state hash unchanged). An action that no initial state has a row for is
-  checked on a row put into a state it applies to, and fails when no state has a row of its table at all;
+  window; list and search again with a ``limit`` (and search an ``offset``) that cuts the matching rows
+  return exactly that window and the total of all matches; count equals the number of matching rows;
+  create/update/delete change exactly that row; an action changes exactly its documented field (and time
+  stamp) of exactly its row and nothing else of the state; read-only tools leave the state hash unchanged).
+  An action that no initial state has a row for is checked on a row put into a state it applies to, and
+  fails when no state has a row of its table at all;
 - ``precondition``: an action on a row already in its target state, in each state the action is refused
-  in (a shipped order cannot be cancelled), or (for an action that clears a flag) without the flag, fails
-  with ``precondition_failed`` and changes nothing;
+  in (a shipped order cannot be cancelled), or without its flag when the flag's default (else off) is the
+  action's target, fails with ``precondition_failed`` and changes nothing; an action whose flag's default
+  it applies to is also checked on the row without the flag;
 - ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
 
@@ -33,7 +36,7 @@ from typing import Any
 
 import jsonschema
 
-from envfactory_assets.envgen.tools import KEYED_KINDS, action_applies
+from envfactory_assets.envgen.tools import KEYED_KINDS, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, action_applies, action_reads
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import ErrorType, SandboxError
@@ -126,8 +129,7 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
             args[name] = source_rows[0][env["tables"][target]["key"] if target else name]
         if kind == "search":
             scoped = [r for r in rows if all(r.get(k) == v for k, v in args.items())]
-            words = [w for r in scoped for k, v in r.items() if searchable(k, v) for w in v.split() if len(w) >= 3]
-            args = {"query": _search_query(words), **args, "offset": 1, "limit": 5}
+            args = {"query": _search_query(_search_words(scoped)), **args, "offset": 1, "limit": 5}
         return args
     if tool.get("singleton"):
         candidates = rows
@@ -171,6 +173,10 @@ def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
     return args
 
 
+def _search_words(rows: list[dict[str, Any]]) -> list[str]:
+    return [w for r in rows for k, v in r.items() if searchable(k, v) for w in v.split() if len(w) >= 3]
+
+
 def _search_query(words: list[str]) -> str:
     """A query that only a case-insensitive substring match finds: the inside of the first plain word (ASCII
     letters, where case folding has no surprises) of ``words``, its case swapped; else a word, swapped."""
@@ -178,6 +184,43 @@ def _search_query(words: list[str]) -> str:
         if len(word) >= 4 and word.isascii() and word.isalpha():
             return (word[1:-1] if len(word) >= 5 else word[1:]).swapcase()
     return words[0].swapcase() if words else "zz"
+
+
+#: distinct words of a table tried for the paging check's query (each is matched against every row)
+MAX_PAGING_WORDS = 200
+
+
+def paged_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any],
+                    args: dict[str, Any]) -> dict[str, Any] | None:
+    """``args`` of a list or search tool with a ``limit`` (and, for a tool that takes one, an ``offset``)
+    that leaves out some of the rows they match on ``saved``, so that a tool ignoring either returns another
+    window; None when the tool takes no ``limit`` or fewer than 2 rows match.
+
+    A search looks for the query (made like :func:`valid_arguments`' one) that matches the most rows; with
+    ``n`` matching rows the window is rows 2 to ``n - 1`` (rows 1 only, with an offset of 0, when ``n`` is 2).
+    """
+    props = tool["input_schema"]["properties"]
+    if "limit" not in props or tool["kind"] not in ("list", "search"):
+        return None
+    table = tool["table"]
+    if tool["kind"] == "list":
+        matched = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items() if k != "limit")]
+        paged = dict(args)
+    else:
+        scope = {k: v for k, v in args.items() if k not in ("query", "limit", "offset")}
+        scoped = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in scope.items())]
+        queries = dict.fromkeys(_search_query([w]) for w in dict.fromkeys(_search_words(scoped)))
+        found = [(q, matching_rows(scoped, q)) for q in list(queries)[:MAX_PAGING_WORDS]]
+        query, matched = max(found, key=lambda f: len(f[1]), default=(args["query"], []))
+        paged = {**args, "query": query}
+    if len(matched) < 2:
+        return None
+    offset = 0
+    if "offset" in props:
+        offset = 1 if len(matched) >= 3 else 0
+        paged["offset"] = offset
+    paged["limit"] = min(len(matched) - offset - 1, props["limit"].get("maximum", LIST_LIMIT_MAX))
+    return paged
 
 
 def _field_values(schema: dict[str, Any]) -> list[Any]:
@@ -284,15 +327,16 @@ def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
             if output.get("count") != len(expected):
                 return f"count returned {output.get('count')}, state has {len(expected)} matching rows"
             return None
-        limit = args.get("limit", 20)
+        limit = args.get("limit", LIST_LIMIT_DEFAULT)
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
-            return f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has {len(expected)}"
+            return (f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has "
+                    f"{len(expected)} (limit {limit})")
     elif kind == "search":
         scope = {k: v for k, v in args.items() if k not in ("query", "limit", "offset")}
         expected = matching_rows([r for r in _rows(before, table) if all(r.get(k) == v for k, v in scope.items())],
                                  args["query"])
         start = args.get("offset", 0)
-        window = expected[start:start + args.get("limit", 20)]
+        window = expected[start:start + args.get("limit", LIST_LIMIT_DEFAULT)]
         if output.get("total") != len(expected) or output.get("items") != window:
             return (f"search returned {len(output.get('items', []))} of total {output.get('total')}, "
                     f"expected {len(window)} of {len(expected)} matching rows")
@@ -440,6 +484,11 @@ def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any]
         for filtered in filtered_arguments(env, tool, saved, args):
             if _check_call(worker, env, tool, filtered, state_name, saved, base, report):
                 plan.append((tname, filtered))
+    paged = paged_arguments(env, tool, saved, args)
+    if paged is not None and _check_call(worker, env, tool, paged, state_name, saved, base, report, "paged: "):
+        plan.append((tname, paged))
+    if tool["kind"] == "action":
+        _check_action_without_flag(worker, env, tool, args, state_name, saved, report)
     _check_invalid(worker, env, tool, args, state_name, saved, base, report)
 
 
@@ -512,17 +561,47 @@ def _check_action_on_seeded_row(worker: SandboxWorker, env: dict[str, Any], tool
         worker.close_episode(base)
 
 
+def _flag_may_be_missing(meta: dict[str, Any], act: dict[str, Any]) -> bool:
+    """Whether the action's field is a boolean flag that a row may leave out (it then reads as its default)."""
+    return meta["fields"].get(act["field"], {}).get("type") == "boolean" and act["field"] not in meta["required"]
+
+
+def _check_action_without_flag(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any],
+                               args: dict[str, Any], state_name: str, saved: dict[str, Any],
+                               report: VerificationReport) -> None:
+    """The action on its row (of ``saved``) with the flag left out, when the flag's default (else off) is a
+    value the action applies to: it must succeed and set the flag (a tool that takes every missing flag for
+    off fails when the default is on). No check when the row already lacks the flag."""
+    act, table = tool["action"], tool["table"]
+    meta = env["tables"][table]
+    if not _flag_may_be_missing(meta, act) or not action_applies(act, meta["fields"], {}):
+        return
+    state = copy.deepcopy(saved)
+    row = next(r for r in state["tables"][table] if r[meta["key"]] == args[meta["key"]])
+    if row.pop(act["field"], None) is None:
+        return
+    note = f"on a row without {act['field']}: "
+    try:
+        base = worker.open_episode({env["env_id"]: state})
+    except StateRejected as exc:
+        report.add("semantics", False, f"{note}the state was rejected: {exc}", tool["name"], state_name)
+        return
+    try:
+        _check_call(worker, env, tool, args, state_name, worker.save(base)[env["env_id"]], base, report, note)
+    finally:
+        worker.close_episode(base)
+
+
 def _check_precondition(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any],
                         episode: str, after: dict[str, Any], report: VerificationReport, state_name: str) -> None:
     """The action again on the row it just changed, on the row put in each state the action is refused in,
-    and (for an action that clears a boolean flag the row may lack) on the row without the flag, which reads
-    as off: each must fail with ``precondition_failed`` and leave the state as it was."""
+    and (for an action on a boolean flag the row may lack, whose default, else off, is the action's target)
+    on the row without the flag: each must fail with ``precondition_failed`` and leave the state as it was."""
     env_id, act, table = env["env_id"], tool["action"], tool["table"]
     meta = env["tables"][table]
     attempts = [(episode, after, act["value"])]
     refused: list[Any] = list(act["blocked"])
-    if act["value"] is False and meta["fields"].get(act["field"], {}).get("type") == "boolean" \
-            and act["field"] not in meta["required"]:
+    if _flag_may_be_missing(meta, act) and action_reads(act, meta["fields"], {}) == act["value"]:
         refused.append(None)  # None: the field left out
     for current in refused:
         state = copy.deepcopy(after)

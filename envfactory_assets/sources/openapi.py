@@ -201,6 +201,9 @@ def _scalar_field_schema(prop: dict[str, Any]) -> dict[str, Any] | None:
     out: dict[str, Any] = {"type": typ}
     if typ == "string" and prop.get("format") in KNOWN_FORMATS:
         out["format"] = prop["format"]
+    if typ == "boolean" and isinstance(prop.get("default"), bool):
+        # what a row without the flag holds: an action on the flag reads it (envgen.tools.action_reads)
+        out["default"] = prop["default"]
     enum = prop.get("enum")
     if isinstance(enum, list):
         values = [v for v in enum if isinstance(v, (str, int, float, bool)) and not isinstance(v, bool) or typ == "boolean"]
