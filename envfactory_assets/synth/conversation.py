@@ -22,7 +22,14 @@ import hashlib
 import re
 from typing import Any
 
-from envfactory_assets.synth.phrasing import COMMA_JOINTS, LAST_JOINTS, field_labels, literal, spoken_value
+from envfactory_assets.synth.phrasing import (
+    COMMA_JOINTS,
+    LAST_JOINTS,
+    VALUE_CONNECTORS,
+    field_labels,
+    literal,
+    spoken_value,
+)
 from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import Attempt, Solver, SolverView, ToolCaller
 
@@ -82,7 +89,8 @@ def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], prov
                 continue  # (a name several calls of the turn set would make the user's answer ambiguous)
             schema = tool["input_schema"]["properties"].get(arg, {})
             # the refined query may label the field by its description and write the value as spoken
-            segments = [f"{lab} {v}" for lab in field_labels(arg, schema) for v in {literal(value), spoken_value(value)}]
+            segments = [f"{lab} {c}{v}" for lab in field_labels(arg, schema) for c in VALUE_CONNECTORS
+                        for v in {literal(value), spoken_value(value)}]
             query = next((q for q in (_without(turn["query"], seg) for seg in segments) if q is not None), None)
             if query is None or value in query:
                 continue

@@ -312,7 +312,17 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
             return ", ".join(items[:-1]) + " and " + items[-1]
         return ", ".join(items)
 
-    setting = listing([f"{label(n)} {v}" for n, v in fields if not v.startswith(_REFERENCE_START)])
+    def stated(name: str, value: str) -> str:
+        # "status 'active'", "status set to 'active'" or "an amount of 651": people vary how they pair a
+        # field with its value (the solver reads each, solve._arguments)
+        draw = rng.random() if natural else 1.0
+        if draw < 0.25:
+            return f"{label(name)} set to {value}"
+        if draw < 0.45 and isinstance(args.get(name), (int, float)) and not isinstance(args.get(name), bool):
+            return f"{label(name)} of {value}"
+        return f"{label(name)} {value}"
+
+    setting = listing([stated(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)])
     where = ""
     if kind in ("list", "search", "count"):
         named = [v for _, v in fields if v.startswith(_REFERENCE_START)]
@@ -379,6 +389,10 @@ def new_value_refs(call: dict[str, Any], history: list[dict[str, Any]], turn_sta
                 refs[arg] = f"the new {words(singular(tools[history[minted]['name']]['table']))}"
     return refs
 
+
+#: How a request may pair a field with its value in a list of them ("status set to 'active'",
+#: :func:`describe_call`); ``""``: the value right after the field.
+VALUE_CONNECTORS = ("", "set to ", "of ")
 
 #: Connectives between two requests of one message (:func:`join_sentences`; the solver splits a query at each,
 #: ``solve._clauses``, and the conversational mode tidies around them): inside a sentence after a comma
