@@ -80,3 +80,64 @@ def test_every_connective_is_one_the_solver_knows():
 ])
 def test_a_value_left_for_the_user_to_give_leaves_a_list_that_still_reads(query, segment, expected):
     assert _without(query, segment) == expected
+
+
+@pytest.fixture(scope="module")
+def bookshop_tools():
+    from envfactory_assets_tests.fixture_environments import build_fixture_environment
+
+    env = build_fixture_environment("bookshop.json")
+    return env, {t["name"]: t for t in env["tools"]}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_solver_reads_every_way_a_create_request_pairs_a_field_with_its_value(bookshop_tools, seed):
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.phrasing import describe_call
+    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+
+    env, tools = bookshop_tools
+    args = {"title": "Dune", "author_id": "aut_00002", "genre": "fiction", "price": 9.5, "in_stock": True,
+            "published": "2024-05-01"}
+    query = describe_call(tools["books_create"], "book_id", args, rng=random.Random(seed))
+    calls = []
+
+    def call(name, arguments):
+        calls.append((name, arguments))
+        return {"ok": True, "output": {"book_id": "boo_00009", **arguments}}
+
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".",
+                                                     tuple(openai_tool(t) for t in env["tools"])), call, seed)
+    assert calls == [("books_create", args)], query
+
+
+def test_create_requests_use_every_field_value_pairing():
+    from envfactory_assets_tests.fixture_environments import build_fixture_environment
+    from envfactory_assets.synth.phrasing import describe_call
+
+    tool = next(t for t in build_fixture_environment("bookshop.json")["tools"] if t["name"] == "books_create")
+    texts = [describe_call(tool, "book_id", {"title": "Dune", "price": 9.5}, rng=random.Random(s)) for s in range(60)]
+    assert any("title set to 'Dune'" in t for t in texts) and any("price of 9.5" in t for t in texts)
+    assert any("title 'Dune'" in t for t in texts)
+    assert describe_call(tool, "book_id", {"title": "Dune", "price": 9.5}) == (
+        "create a new book with title 'Dune', price 9.5")  # the raw query keeps one plain form
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_solver_reads_every_way_a_list_request_states_its_filters(bookshop_tools, seed):
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.phrasing import describe_call
+    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+
+    env, tools = bookshop_tools
+    args = {"genre": "fiction", "in_stock": False}
+    query = describe_call(tools["books_list"], "book_id", args, rng=random.Random(seed))
+    calls = []
+
+    def call(name, arguments):
+        calls.append((name, arguments))
+        return {"ok": True, "output": {"items": [], "total": 0}}
+
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".",
+                                                     tuple(openai_tool(t) for t in env["tools"])), call, seed)
+    assert calls == [("books_list", args)], query

@@ -258,6 +258,11 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
     return None
 
 
+#: How a list request states its filters: the lead and each filter's form (the solver reads each).
+_FILTER_FORMS = ((" where ", "{label} is {value}"), (" where ", "{label} is {value}"), (" with ", "{label} {value}"),
+                 (" that have ", "{label} {value}"), (" where ", "{label} is set to {value}"))
+
+
 def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
                   refs: dict[str, str] | None = None, rng: random.Random | None = None) -> str:
     """One imperative request asking for ``tool`` with ``args``.
@@ -329,7 +334,12 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
         plain = [(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)]
         where = "".join(f" of {v}" for v in named)
         if plain:
-            where += " where " + " and ".join(f"{label(n)} is {v}" for n, v in plain)
+            # "where genre is 'fiction'", "with genre 'fiction'" or "that have genre 'fiction'"
+            # (a flag reads "where active is no", never "that have active no")
+            forms = [f for f in _FILTER_FORMS if " is " in f[1] or not any(isinstance(args.get(n), bool)
+                                                                           for n, _ in plain)]
+            form = rng.choice(forms) if natural else _FILTER_FORMS[0]
+            where += form[0] + " and ".join(form[1].format(label=label(n), value=v) for n, v in plain)
         if args.get("offset") and "offset" not in refs:
             where += f", skipping the first {args['offset']}"
         if "limit" in args and "limit" not in refs:

@@ -759,7 +759,7 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
         for lab in sorted(labels, key=len, reverse=True):
             # not inside a row reference: in "for the service whose account sid is 'AC1'" the value names
             # the service, it is not this call's account sid
-            m = _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
+            m = _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
                          re.IGNORECASE).search(text)
             if m:
                 break
