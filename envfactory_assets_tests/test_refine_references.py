@@ -141,3 +141,22 @@ def test_the_solver_reads_every_way_a_list_request_states_its_filters(bookshop_t
     ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".",
                                                      tuple(openai_tool(t) for t in env["tools"])), call, seed)
     assert calls == [("books_list", args)], query
+
+
+@pytest.mark.parametrize("value", ["2025-03-20T21:40:00Z", "2025-03-20T00:05:00Z", "2025-12-01T12:00:00Z",
+                                   "2024-02-29", "2025-07-04T09:07:00Z"])
+def test_every_way_a_date_is_written_reads_back_as_the_same_value(value):
+    from envfactory_assets.synth.phrasing import parse_spoken_value, spoken_forms, spoken_value
+
+    forms = spoken_forms(value)
+    assert len(forms) == (2 if len(value) == 10 else 4)
+    assert {parse_spoken_value(f) for f in forms} == {value}
+    assert {spoken_value(value, None, random.Random(s)) for s in range(60)} == forms
+
+
+@pytest.mark.parametrize("text", ["31 February 2025", "February 30, 2025", "1 May 2025 at 13:05 PM UTC",
+                                  "1 May 2025 at 0:05 AM UTC", "1 May 2025 at 24:00 UTC", "May 1 2025"])
+def test_a_date_no_calendar_has_is_not_read_as_one(text):
+    from envfactory_assets.synth.phrasing import parse_spoken_value
+
+    assert parse_spoken_value(text) is None

@@ -195,7 +195,7 @@ def test_every_gold_argument_is_given_by_the_user_or_masked(trajectories, enviro
     """An RL row's gold argument is stated in the conversation (literally, as a spoken date or yes/no, or as
     a value an earlier result or the starting state holds for a named row), or masked as not mattering, and
     a masked argument is never required by its tool."""
-    from envfactory_assets.synth.phrasing import spoken_value
+    from envfactory_assets.synth.phrasing import spoken_forms
 
     schemas = {t["name"]: t["input_schema"] for e in environments.values() for t in e["tools"]}
     rows_checked = 0
@@ -214,7 +214,7 @@ def test_every_gold_argument_is_given_by_the_user_or_masked(trajectories, enviro
                         assert stated or value == parameter_default(schema["properties"][arg]), (arg, value, turn["query"])
                         continue
                     given = (json.dumps(value, ensure_ascii=False) in prompt
-                             or spoken_value(value) in turn["query"] or str(value) in turn["query"])
+                             or any(f in turn["query"] for f in spoken_forms(value)) or str(value) in turn["query"])
                     named = json.dumps(value, ensure_ascii=False) in prompt + state or json.dumps(value) in \
                         json.dumps([c["output"] for c in turn["calls"]])
                     assert given or (arg.endswith("_id") and named), (arg, value, turn["query"])

@@ -28,7 +28,7 @@ from envfactory_assets.synth.phrasing import (
     VALUE_CONNECTORS,
     field_labels,
     literal,
-    spoken_value,
+    spoken_forms,
 )
 from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 from envfactory_assets.synth.solve import Attempt, Solver, SolverView, ToolCaller
@@ -90,7 +90,7 @@ def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], prov
             schema = tool["input_schema"]["properties"].get(arg, {})
             # the refined query may label the field by its description and write the value as spoken
             segments = [f"{lab} {c}{v}" for lab in field_labels(arg, schema) for c in VALUE_CONNECTORS
-                        for v in {literal(value), spoken_value(value)}]
+                        for v in {literal(value), *spoken_forms(value)}]
             query = next((q for q in (_without(turn["query"], seg) for seg in segments) if q is not None), None)
             if query is None or value in query:
                 continue

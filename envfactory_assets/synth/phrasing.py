@@ -39,9 +39,13 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
            "November", "December")
 _DATE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):00Z$")
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
-#: A date as :func:`spoken_value` writes it (``"26 May 2026"``, ``"26 May 2026 at 10:55 UTC"``).
-_SPOKEN_DATE_RE = re.compile(r"(\d{1,2}) (" + "|".join(_MONTHS) + r") (\d{4})(?: at (\d{2}):(\d{2}) UTC)?")
-SPOKEN_DATE = r"\d{1,2} (?:" + "|".join(_MONTHS) + r") \d{4}(?: at \d{2}:\d{2} UTC)?"
+_MONTH = "|".join(_MONTHS)
+#: A date as :func:`spoken_value` writes it: day first or month first (``"26 May 2026"``, ``"May 26, 2026"``),
+#: a time of day on the 24-hour or the 12-hour clock (``" at 10:55 UTC"``, ``" at 10:55 PM UTC"``).
+_SPOKEN_DATE_RE = re.compile(rf"(?:(?P<d1>\d{{1,2}}) (?P<m1>{_MONTH}) (?P<y1>\d{{4}})|(?P<m2>{_MONTH}) (?P<d2>\d{{1,2}}), "
+                             rf"(?P<y2>\d{{4}}))(?: at (?P<h>\d{{1,2}}):(?P<mi>\d{{2}})(?: (?P<ap>AM|PM))? UTC)?")
+SPOKEN_DATE = (rf"(?:\d{{1,2}} (?:{_MONTH}) \d{{4}}|(?:{_MONTH}) \d{{1,2}}, \d{{4}})"
+               r"(?: at \d{1,2}:\d{2}(?: (?:AM|PM))? UTC)?")
 
 
 def words(name: str) -> str:
@@ -147,20 +151,41 @@ def literal(value: Any) -> str:
     return str(value)
 
 
-def spoken_value(value: Any, schema: dict[str, Any] | None = None) -> str:
+def _spoken_date(m: re.Match[str], month_first: bool, twelve_hour: bool) -> str:
+    year, month, day = m.group(1), _MONTHS[int(m.group(2)) - 1], int(m.group(3))
+    text = f"{month} {day}, {year}" if month_first else f"{day} {month} {year}"
+    if m.re is _DATE_TIME:
+        hour, minute = int(m.group(4)), m.group(5)
+        if twelve_hour:
+            text += f" at {(hour - 1) % 12 + 1}:{minute} {'AM' if hour < 12 else 'PM'} UTC"
+        else:
+            text += f" at {hour:02d}:{minute} UTC"
+    return text
+
+
+def spoken_value(value: Any, schema: dict[str, Any] | None = None, rng: random.Random | None = None) -> str:
     """How a person writes a value: a date as a date (``"26 May 2026"``), a date-time on the minute as
     ``"26 May 2026 at 10:55 UTC"``, a boolean as ``yes``/``no``, anything else as :func:`literal` (quoted
-    text keeps its exact spelling, which the call needs)."""
+    text keeps its exact spelling, which the call needs). With ``rng`` a date may also be written month first
+    and a time on the 12-hour clock (``"May 26, 2026 at 10:55 PM UTC"``), as people do; every form is one of
+    :func:`spoken_forms` and :func:`parse_spoken_value` reads it back."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, str):
         m = _DATE_TIME.match(value) or _DATE.match(value)
         if m and 1 <= int(m.group(2)) <= 12:
-            text = f"{int(m.group(3))} {_MONTHS[int(m.group(2)) - 1]} {m.group(1)}"
-            if m.re is _DATE_TIME:
-                text += f" at {m.group(4)}:{m.group(5)} UTC"
-            return text
+            draw = rng.random() if rng is not None else 1.0
+            return _spoken_date(m, month_first=draw < 0.35, twelve_hour=draw < 0.15 or 0.35 <= draw < 0.5)
     return literal(value)
+
+
+def spoken_forms(value: Any) -> set[str]:
+    """Every way :func:`spoken_value` may write ``value`` (a date has four, anything else one)."""
+    if isinstance(value, str):
+        m = _DATE_TIME.match(value) or _DATE.match(value)
+        if m and 1 <= int(m.group(2)) <= 12:
+            return {_spoken_date(m, a, b) for a in (False, True) for b in (False, True)}
+    return {spoken_value(value)}
 
 
 def parse_spoken_value(text: str) -> str | None:
@@ -169,13 +194,20 @@ def parse_spoken_value(text: str) -> str | None:
     m = _SPOKEN_DATE_RE.fullmatch(text.strip())
     if not m:
         return None
-    day, month, year = int(m.group(1)), _MONTHS.index(m.group(2)) + 1, int(m.group(3))
+    day, month, year = (int(m["d1"] or m["d2"]), _MONTHS.index(m["m1"] or m["m2"]) + 1, int(m["y1"] or m["y2"]))
     try:
         datetime(year, month, day)
     except ValueError:
         return None
     iso = f"{year:04d}-{month:02d}-{day:02d}"
-    return iso + (f"T{m.group(4)}:{m.group(5)}:00Z" if m.group(4) else "")
+    if not m["h"]:
+        return iso
+    hour = int(m["h"])
+    if m["ap"]:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if m["ap"] == "PM" else 0)
+    return iso + f"T{hour:02d}:{m['mi']}:00Z" if hour < 24 and int(m["mi"]) < 60 else None
 
 
 _REFERENCE_START = ("the ", "that ", "this ", "it", "my ", "our ")
@@ -297,7 +329,7 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     def val(name: str) -> str | None:
         if name in refs:
             return refs[name] or None
-        return spoken_value(args[name], props.get(name)) if natural else literal(args[name])
+        return spoken_value(args[name], props.get(name), rng) if natural else literal(args[name])
 
     kind = tool["kind"]
     subject = ""

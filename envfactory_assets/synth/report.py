@@ -213,7 +213,7 @@ def _value_stated(value: Any, texts: list[str], outputs: set[str]) -> bool:
     ``texts`` quote it written as a raw query writes it,
     as a person writes it (:func:`~envfactory_assets.synth.phrasing.spoken_value`) or bare; a list or an
     object is stated when each of its items is, ``None`` and ``""`` always are (nothing to give)."""
-    from envfactory_assets.synth.phrasing import literal, spoken_value
+    from envfactory_assets.synth.phrasing import literal, spoken_forms
 
     if isinstance(value, dict):
         return all(_value_stated(v, texts, outputs) for v in value.values())
@@ -221,7 +221,7 @@ def _value_stated(value: Any, texts: list[str], outputs: set[str]) -> bool:
         return all(_value_stated(v, texts, outputs) for v in value)
     if value is None or value == "" or json.dumps(value, ensure_ascii=False) in outputs:
         return True
-    forms = {literal(value), spoken_value(value), value if isinstance(value, str) else literal(value)}
+    forms = {literal(value), *spoken_forms(value), value if isinstance(value, str) else literal(value)}
     return any(quotes(text, form) for text in texts for form in forms)
 
 
