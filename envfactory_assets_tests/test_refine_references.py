@@ -141,3 +141,22 @@ def test_the_solver_reads_every_way_a_list_request_states_its_filters(bookshop_t
     ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".",
                                                      tuple(openai_tool(t) for t in env["tools"])), call, seed)
     assert calls == [("books_list", args)], query
+
+
+def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
+    # cancel_order(order_id='ord_2') takes only the key but makes ord_2 'cancelled' as well: ord_1 is no
+    # longer "the order whose status is 'cancelled'"
+    from envfactory_assets.synth.refine import _what_it_wrote
+
+    orders = [{"order_id": "ord_1", "status": "cancelled", "total": 5},
+              {"order_id": "ord_2", "status": "open", "total": 5},
+              {"order_id": "ord_3", "status": "open", "total": 7}]
+    cancel = {"name": "cancel_order", "kind": "action", "table": "orders",
+              "action": {"verb": "cancel", "field": "status", "value": "cancelled", "blocked": []}}
+    wrote = _what_it_wrote(cancel, {"order_id": "ord_2"})
+    assert wrote == {"order_id": "ord_2", "status": "cancelled"}
+    assert _state_reference(orders, "order_id", "ord_1", "orders") == "the order whose status is 'cancelled'"
+    assert _state_reference(orders, "order_id", "ord_1", "orders", [wrote]) is None
+    # other writes are their arguments
+    assert _what_it_wrote({"kind": "update", "table": "orders"}, {"order_id": "ord_3", "total": 9}) == {
+        "order_id": "ord_3", "total": 9}
