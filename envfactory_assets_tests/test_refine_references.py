@@ -160,3 +160,23 @@ def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
     # other writes are their arguments
     assert _what_it_wrote({"kind": "update", "table": "orders"}, {"order_id": "ord_3", "total": 9}) == {
         "order_id": "ord_3", "total": 9}
+
+
+@pytest.mark.parametrize("title", ["Salt, then pepper", "Mr. Next, Mrs. Then", "Tea, and finally cake",
+                                   "Ask. Also go", "A list of the best", "The list of all things"])
+def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_tools, title):
+    # the solver splits requests and rewrites "a list of the" outside quoted values only
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+
+    env, _ = bookshop_tools
+    query = f"Create a new book with author id 'aut_00001', title '{title}' and genre 'fiction', then count the books."
+    assert _clauses(query) == [query.split(", then count")[0], "count the books"]
+    calls = []
+
+    def call(name, arguments):
+        calls.append((name, arguments))
+        return {"ok": True, "output": {"book_id": "boo_00009", **arguments}}
+
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query, tuple(openai_tool(t) for t in env["tools"])), call, 0)
+    assert calls[0] == ("books_create", {"author_id": "aut_00001", "title": title, "genre": "fiction"})
