@@ -180,3 +180,20 @@ def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_t
 
     ProgrammaticSolver().attempt(SolverView.for_turn([], query, tuple(openai_tool(t) for t in env["tools"])), call, 0)
     assert calls[0] == ("books_create", {"author_id": "aut_00001", "title": title, "genre": "fiction"})
+
+
+@pytest.mark.parametrize("name", ["Country of 5", "Country set to yes", "Country 5"])
+def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools, name):
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+
+    env, _ = bookshop_tools
+    calls = []
+
+    def call(tool, arguments):
+        calls.append((tool, arguments))
+        return {"ok": True, "output": {"author_id": "aut_00009", **arguments}}
+
+    query = f"Create a new author with name '{name}' and email 'a@b.c'."
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query, tuple(openai_tool(t) for t in env["tools"])), call, 0)
+    assert calls == [("create_author", {"name": name, "email": "a@b.c"})]

@@ -782,8 +782,11 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
         for lab in sorted(labels, key=len, reverse=True):
             # not inside a row reference: in "for the service whose account sid is 'AC1'" the value names
             # the service, it is not this call's account sid
-            m = _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
-                         re.IGNORECASE).search(text)
+            # (a label inside another value, "name 'Country of 5'", is no label)
+            inside = [q.span() for q in _QUOTED.finditer(text)]
+            m = next((c for c in _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
+                                          re.IGNORECASE).finditer(text)
+                      if not any(a < c.start() < b for a, b in inside)), None)
             if m:
                 break
         if not m and name in _QUERY_PARAMS:
