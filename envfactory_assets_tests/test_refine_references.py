@@ -160,3 +160,59 @@ def test_a_date_no_calendar_has_is_not_read_as_one(text):
     from envfactory_assets.synth.phrasing import parse_spoken_value
 
     assert parse_spoken_value(text) is None
+
+
+def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
+    # cancel_order(order_id='ord_2') takes only the key but makes ord_2 'cancelled' as well: ord_1 is no
+    # longer "the order whose status is 'cancelled'"
+    from envfactory_assets.synth.refine import _what_it_wrote
+
+    orders = [{"order_id": "ord_1", "status": "cancelled", "total": 5},
+              {"order_id": "ord_2", "status": "open", "total": 5},
+              {"order_id": "ord_3", "status": "open", "total": 7}]
+    cancel = {"name": "cancel_order", "kind": "action", "table": "orders",
+              "action": {"verb": "cancel", "field": "status", "value": "cancelled", "blocked": []}}
+    wrote = _what_it_wrote(cancel, {"order_id": "ord_2"})
+    assert wrote == {"order_id": "ord_2", "status": "cancelled"}
+    assert _state_reference(orders, "order_id", "ord_1", "orders") == "the order whose status is 'cancelled'"
+    assert _state_reference(orders, "order_id", "ord_1", "orders", [wrote]) is None
+    # other writes are their arguments
+    assert _what_it_wrote({"kind": "update", "table": "orders"}, {"order_id": "ord_3", "total": 9}) == {
+        "order_id": "ord_3", "total": 9}
+
+
+@pytest.mark.parametrize("title", ["Salt, then pepper", "Mr. Next, Mrs. Then", "Tea, and finally cake",
+                                   "Ask. Also go", "A list of the best", "The list of all things"])
+def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_tools, title):
+    # the solver splits requests and rewrites "a list of the" outside quoted values only
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+
+    env, _ = bookshop_tools
+    query = f"Create a new book with author id 'aut_00001', title '{title}' and genre 'fiction', then count the books."
+    assert _clauses(query) == [query.split(", then count")[0], "count the books"]
+    calls = []
+
+    def call(name, arguments):
+        calls.append((name, arguments))
+        return {"ok": True, "output": {"book_id": "boo_00009", **arguments}}
+
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query, tuple(openai_tool(t) for t in env["tools"])), call, 0)
+    assert calls[0] == ("books_create", {"author_id": "aut_00001", "title": title, "genre": "fiction"})
+
+
+@pytest.mark.parametrize("name", ["Country of 5", "Country set to yes", "Country 5"])
+def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools, name):
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+
+    env, _ = bookshop_tools
+    calls = []
+
+    def call(tool, arguments):
+        calls.append((tool, arguments))
+        return {"ok": True, "output": {"author_id": "aut_00009", **arguments}}
+
+    query = f"Create a new author with name '{name}' and email 'a@b.c'."
+    ProgrammaticSolver().attempt(SolverView.for_turn([], query, tuple(openai_tool(t) for t in env["tools"])), call, 0)
+    assert calls == [("create_author", {"name": name, "email": "a@b.c"})]

@@ -219,6 +219,8 @@ def paged_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, 
     if "offset" in props:
         offset = 1 if len(matched) >= 3 else 0
         paged["offset"] = offset
+    else:
+        paged.pop("offset", None)  # (the window below starts at the first row: an offset would make it all)
     paged["limit"] = min(len(matched) - offset - 1, props["limit"].get("maximum", LIST_LIMIT_MAX))
     return paged
 

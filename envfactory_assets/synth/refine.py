@@ -170,6 +170,17 @@ def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: st
     return f"the {spoken_thing(table)} {whose(found)}" if found else None
 
 
+def _what_it_wrote(tool: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """The values a write call puts into its table: its arguments, and for an action (``cancel_order``, which
+    takes only the row's key) the field and value the action sets (``status``: ``"cancelled"``), so that a
+    row described by that value ("the order whose status is 'cancelled'") is not named after another row
+    took it too."""
+    act = tool.get("action") or {}
+    if tool.get("kind") == "action" and act.get("field"):
+        return {**arguments, act["field"]: act.get("value")}
+    return arguments
+
+
 def parameter_default(schema: dict[str, Any]) -> Any:
     """A parameter's default: the schema's ``default``, else one stated in its description ("(default 20)")."""
     if "default" in schema:
@@ -391,7 +402,7 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
             if call["kind"] not in READ_KINDS and not call.get("error"):
                 # a refused call changed nothing: its rows still look as the state says
-                written.setdefault(tool["table"], []).append(call["arguments"])
+                written.setdefault(tool["table"], []).append(_what_it_wrote(tool, call["arguments"]))
             parts.append(sentence)
             turn_refs.append(refs)
             earlier.append(json.dumps(call["output"], ensure_ascii=False))

@@ -589,14 +589,36 @@ _JOINT_SPLIT = re.compile(
     + r")\s+(?:then\s+)?")
 
 
+#: a quoted value as the solver reads one (:data:`_LITERAL`): opened where no letter precedes the quote
+_QUOTED = re.compile(r"(?<![A-Za-z])'.*?'(?=[\s,.:)!?]|$)")
+
+
+def _masked(text: str) -> tuple[str, list[str]]:
+    """``text`` with each quoted value replaced by a numbered stand-in (``'\x00' 0 '\x00'``-like) and the
+    values in order: splitting and rewriting a request must not reach inside a value ("title 'Salt, then
+    pepper'", "'A list of the best'")."""
+    found: list[str] = []
+
+    def stand_in(m: re.Match[str]) -> str:
+        found.append(m.group())
+        return f"'\x00{len(found) - 1}\x00'"
+
+    return _QUOTED.sub(stand_in, text), found
+
+
+def _unmasked(text: str, found: list[str]) -> str:
+    return re.sub(r"'\x00(\d+)\x00'", lambda m: found[int(m.group(1))], text)
+
+
 def _clauses(query: str) -> list[str]:
     """The requests of a query: sentences without an action word (a greeting, who asks, thanks) are
     dropped; the rest split at "then" / "after that" / "once that is done" / ". Also" / ". Next," /
-    ". Finally,"."""
-    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z])", query.strip())
+    ". Finally," (never inside a quoted value)."""
+    masked, found = _masked(query.strip())
+    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z])", masked)
     kept = [x for x in sentences if _has_action(x) or re.search(r"'[^']*'(?=[\s,.:)!?]|$)|\d", x)] or sentences
     text = " ".join(kept).strip().rstrip(".!")
-    return [c.strip() for c in _JOINT_SPLIT.split(text) if c.strip()]
+    return [_unmasked(c.strip(), found) for c in _JOINT_SPLIT.split(text) if c.strip()]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -728,7 +750,8 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
     result seen so far holds: the caller lists that table and tries again. ``rows`` (:func:`_row_words`) names
     the rows of identifiers a person cannot say ("bucket 'b_1'" for ``b_id``)."""
     # "a list of the roles of the user ...": the first "of" introduces the request's object, not its row
-    text = _LIST_OF.sub("list ", clause)
+    masked, found = _masked(clause)  # (not inside a quoted value: "title 'A list of the best'")
+    text = _unmasked(_LIST_OF.sub("list ", masked), found)
     args: dict[str, Any] = {}
     key = tool.key
     if key is not None and tool.action in _KEYED_ACTIONS:
@@ -759,8 +782,11 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
         for lab in sorted(labels, key=len, reverse=True):
             # not inside a row reference: in "for the service whose account sid is 'AC1'" the value names
             # the service, it is not this call's account sid
-            m = _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
-                         re.IGNORECASE).search(text)
+            # (a label inside another value, "name 'Country of 5'", is no label)
+            inside = [q.span() for q in _QUOTED.finditer(text)]
+            m = next((c for c in _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
+                                          re.IGNORECASE).finditer(text)
+                      if not any(a < c.start() < b for a, b in inside)), None)
             if m:
                 break
         if not m and name in _QUERY_PARAMS:
