@@ -74,7 +74,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
     with store.connect(read_only=True) as con:
         q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
         sources = q("SELECT count(*) FROM current_source_resources")[0][0]
-        rejected = q("SELECT reason, count(*) FROM current_rejected_resources GROUP BY 1 ORDER BY 2 DESC")
+        rejected = q("SELECT reason, count(*) FROM current_rejected_resources GROUP BY 1 ORDER BY 2 DESC, 1")
         envs = q("""SELECT e.domain, count(*), count(*) FILTER (WHERE v.status = 'passed'),
                            sum(e.n_tools) FILTER (WHERE v.status = 'passed')
                     FROM current_environments e LEFT JOIN current_verified_environments v ON v.environment_id = e.id
@@ -86,7 +86,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         call_kinds = q("""SELECT c->>'kind', count(*), count(*) FILTER (WHERE c->>'error' IS NOT NULL)
                           FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) AS u(t),
                                unnest(CAST(t->'calls' AS JSON[])) AS w(c)
-                          WHERE status = 'passed' GROUP BY 1 ORDER BY 2 DESC""")
+                          WHERE status = 'passed' GROUP BY 1 ORDER BY 2 DESC, 1""")
         coverage = q("SELECT outcome, name, operations, share_of_operations FROM operation_coverage") \
             if has_table(con, "operation_coverage") else []
         chains = q("SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
