@@ -545,10 +545,8 @@ def _check_action_on_seeded_row(worker: SandboxWorker, env: dict[str, Any], tool
         return
     state, value = seeded
     note = f"on a row put into {tool['action']['field']}={value!r}: "
-    try:
-        base = worker.open_episode({env["env_id"]: state})
-    except StateRejected as exc:
-        report.add("semantics", False, f"{note}the state was rejected: {exc}", tool["name"], state_name)
+    base = _open_prepared(worker, env, tool, state, state_name, report, note)
+    if base is None:
         return
     try:
         state = worker.save(base)[env["env_id"]]
@@ -561,6 +559,17 @@ def _check_action_on_seeded_row(worker: SandboxWorker, env: dict[str, Any], tool
                 _check_invalid(worker, env, tool, args, state_name, state, base, report)
     finally:
         worker.close_episode(base)
+
+
+def _open_prepared(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], state: dict[str, Any],
+                   state_name: str, report: VerificationReport, note: str) -> str | None:
+    """An episode on ``state`` (a copy of a saved state the gate prepared for ``tool``'s check), or None when
+    the environment rejects it; the rejection is then a failed ``semantics`` check, prefixed with ``note``."""
+    try:
+        return worker.open_episode({env["env_id"]: state})
+    except StateRejected as exc:
+        report.add("semantics", False, f"{note}the state was rejected: {exc}", tool["name"], state_name)
+        return None
 
 
 def _flag_may_be_missing(meta: dict[str, Any], act: dict[str, Any]) -> bool:
@@ -583,10 +592,8 @@ def _check_action_without_flag(worker: SandboxWorker, env: dict[str, Any], tool:
     if row.pop(act["field"], None) is None:
         return
     note = f"on a row without {act['field']}: "
-    try:
-        base = worker.open_episode({env["env_id"]: state})
-    except StateRejected as exc:
-        report.add("semantics", False, f"{note}the state was rejected: {exc}", tool["name"], state_name)
+    base = _open_prepared(worker, env, tool, state, state_name, report, note)
+    if base is None:
         return
     try:
         _check_call(worker, env, tool, args, state_name, worker.save(base)[env["env_id"]], base, report, note)

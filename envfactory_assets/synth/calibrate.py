@@ -193,12 +193,12 @@ def _turn_key(turn: dict[str, Any]) -> str:
 
 
 def _redrawn_queries(raw: dict[str, Any], envs: dict[str, dict[str, Any]], persona: str,
-                     draw: Redraw = REDRAWS[0]) -> dict[str, dict[str, Any]]:
+                     first: list[dict[str, Any]], draw: Redraw = REDRAWS[0]) -> dict[str, dict[str, Any]]:
     """The trajectory refined again as ``draw`` says: ``{turn key: {"query", "operators", "first_operators"}}``
     per turn whose second draw differs from the first (:func:`_turn_key`); ``first_operators`` are the first
-    draw's, so a caller can tell them from operators calibration added since. The first draw is made again
-    (same seed, same result) because calibration has changed the turns it made in place since."""
-    first, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
+    draw's, so a caller can tell them from operators calibration added since. ``first`` is the first draw made
+    again (same seed, same result; :func:`refine_turns`), because calibration has changed the turns it made in
+    place since; the caller makes it once for all draws."""
     second, _ = refine_turns(raw["turns"], envs, seed=raw["id"] + draw.seed_suffix, persona=persona,
                              operators=draw.operators, state_references=draw.state_references)
     return {_turn_key(b): {"query": b["query"], "operators": b["operators"], "first_operators": a["operators"]}
@@ -251,7 +251,9 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     kept: list[dict[str, Any]] = []
     reasons: list[str] = []
     reverted = 0
-    redraws: dict[Redraw, dict[str, dict[str, Any]]] = {}  # made on the first refined query no attempt solves
+    # made on the first refined query no attempt solves: the first draw once, then each draw as it is needed
+    first_draw: list[dict[str, Any]] | None = None
+    redraws: dict[Redraw, dict[str, dict[str, Any]]] = {}
     while queue:
         turn = queue.pop(0)
         t = len(kept)
@@ -294,7 +296,9 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
             if solve_ref is None or solve_ref["passed"]:
                 break
             if draw not in redraws:
-                redraws[draw] = _redrawn_queries(raw, envs, persona, draw)
+                if first_draw is None:
+                    first_draw, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
+                redraws[draw] = _redrawn_queries(raw, envs, persona, first_draw, draw)
             again = redraws[draw].get(_turn_key(turn))
             if again is None or again["query"] in tried:
                 continue

@@ -43,6 +43,10 @@ def chosen_for_conversation(task_key: str, share: float) -> bool:
     return int(hashlib.sha256(f"conv/{task_key}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
 
 
+#: The connectives that may follow a comma in a query (phrasing's), as a regex alternation.
+_JOINTS = "|".join(re.escape(j) for j in (*COMMA_JOINTS, *(j for j in LAST_JOINTS if j.islower())))
+
+
 def _without(query: str, segment: str) -> str | None:
     """``query`` with one ``segment`` (``"title 'Dune'"``) of a create request removed, its comma or "with"
     tidied; None when the segment is not there exactly once."""
@@ -50,8 +54,7 @@ def _without(query: str, segment: str) -> str | None:
         return None
     # "with title 'Dune', price 9" (or "... and price 9") -> "with price 9"; "with title 'Dune', then ..." ->
     # ", then ..."; "..., price 9" or "... and price 9" -> without it
-    joints = "|".join(re.escape(j) for j in (*COMMA_JOINTS, *(j for j in LAST_JOINTS if j.islower())))
-    lead = re.search(re.escape(f" with {segment}") + rf"(, (?!(?:{joints}) )| and (?!(?:{joints}) ))?", query)
+    lead = re.search(re.escape(f" with {segment}") + rf"(, (?!(?:{_JOINTS}) )| and (?!(?:{_JOINTS}) ))?", query)
     if lead:
         return query[:lead.start()] + (" with " if lead.group(1) else "") + query[lead.end():]
     for before in (f", {segment}", f" and {segment}"):

@@ -119,7 +119,7 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
         items = producer["output"].get("items", [])
         found = _describing(items[idx], items, path.rsplit(".", 1)[-1])
         if found:
-            return f"the {thing} whose {words(found[0])} is {literal(found[1])}"
+            return f"the {thing} {whose([found])}"
         if idx < len(_ORDINAL_WORDS) and len(items) > 1:
             # no field tells the row apart: a person points at its place in the list they were just shown
             return f"the {_ORDINAL_WORDS[idx]} {thing} in that list"
