@@ -16,12 +16,12 @@ import pytest
 pytest.importorskip("bfcl_eval")
 pytest.importorskip("mpmath")
 
-from envfactory_assets.evaluation import bfcl  # noqa: E402
-from envfactory_assets.evaluation.bfcl_sandbox import (  # noqa: E402
+from envfactory_assets.evaluation import bfcl
+from envfactory_assets.evaluation.bfcl_sandbox import (
     CALL_TIMEOUT_ENV_VAR,
     ExecutorSettings,
 )
-from envfactory_assets.runtime.isolation import OS_LAYER_ENV_VAR, resolve_isolation  # noqa: E402
+from envfactory_assets.runtime.isolation import OS_LAYER_ENV_VAR, resolve_isolation
 
 LIMIT_S = 2.0
 OVERRUN = {"number": 5, "decimal_places": -10**7}  # round(5, -10**7): 22 s in one C call (10**10**7)

@@ -123,7 +123,7 @@ def test_conversational_turns_are_solved_and_their_messages_well_formed(conversa
         assert messages[at + 1: at + 1 + len(turn["clarification"])] == turn["clarification"]
         assert messages[at + 1 + len(turn["clarification"])]["tool_calls"]  # then the calls
     # the user's answers carry only user-providable values, never an identifier or other withheld value
-    for raw, cal, turn in kept:
+    for _raw, _cal, turn in kept:
         context = UserContext(tuple(turn["calls"]), turn["state_before"], flags)
         answers = " ".join(m["content"] for m in turn["clarification"] if m["role"] == "user")
         assert all(str(v) not in answers for v in context.withheld_values() if len(str(v)) >= 3)

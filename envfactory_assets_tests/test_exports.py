@@ -242,7 +242,7 @@ def test_the_verl_reward_function_scores_a_gold_answer_one_and_a_wrong_one_less(
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # the shipped copy, as verl loads it by path
     truth = verl_row["reward_model"]["ground_truth"]
-    answer = '<tool_call>{"name": "update_book", "arguments": {"book_id": "%s", "price": 12.5}}</tool_call>' % book_id
+    answer = f'<tool_call>{{"name": "update_book", "arguments": {{"book_id": "{book_id}", "price": 12.5}}}}</tool_call>'
     try:
         right = module.compute_score(verl_row["data_source"], answer, truth, verl_row["extra_info"])
         wrong = module.compute_score(verl_row["data_source"], answer.replace("12.5", "13"), truth)

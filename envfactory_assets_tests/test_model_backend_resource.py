@@ -79,5 +79,5 @@ def test_a_misconfigured_backend_fails_the_step_naming_the_setting(tmp_path):
     assert not result.success
     failure = result.get_step_failure_events()[0].event_specific_data.error.message
     assert "base_url" in failure
-    with pytest.raises(Exception):
+    with pytest.raises(dg.Failure, match="backend='nonsense'"):
         ModelBackend(backend="nonsense").make_backend(tmp_path / "c.sqlite")

@@ -445,7 +445,7 @@ def test_an_identifier_copied_from_a_listed_row_is_read_from_the_row_the_request
                              "course in that list.", "cal_7")):
             calls = []
 
-            def call(name, args):
+            def call(name, args, calls=calls):
                 calls.append((name, args))
                 return {"ok": True, "output": {"items": rows} if name == "list_courses" else {"course_id": "cou_3"}}
 
@@ -466,7 +466,7 @@ def test_a_foreign_key_named_through_a_row_seen_is_read_from_that_row():
     for seed in range(6):
         calls = []
 
-        def call(name, args):
+        def call(name, args, calls=calls):
             calls.append((name, args))
             return {"ok": True, "output": {"items": entities} if name == "list_legal_entities"
                     else line if name == "get_business_line" else {"transfer_instrument_id": "tra_1"}}

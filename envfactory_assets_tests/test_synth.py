@@ -267,7 +267,7 @@ def test_a_description_phrase_that_labels_two_fields_names_neither():
         assert "date and time" not in text and "date updated" in text, text
         made = []
         ProgrammaticSolver().attempt(SolverView.for_turn([], text[0].upper() + text[1:] + ".", [spec]),
-                                     lambda name, a: made.append((name, a)) or {"ok": True, "output": {}}, seed)
+                                     lambda name, a, made=made: made.append((name, a)) or {"ok": True, "output": {}}, seed)
         assert made == [("create_bundle", args)], (text, made)
 
 

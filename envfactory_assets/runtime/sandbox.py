@@ -686,7 +686,7 @@ class SandboxWorker:
         """
         with self._lock:
             merged: dict[str, Any] = {}
-            for env_id, result in self._each_part("save", episode_id):
+            for _env_id, result in self._each_part("save", episode_id):
                 merged.update(result)
             return merged
 

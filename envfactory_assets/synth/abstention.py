@@ -170,7 +170,8 @@ def abstention_turn(trajectory: dict[str, Any], environments: dict[str, dict[str
     # mostly the preferred order, sometimes another source first, so every kind of request is seen
     first = rng.choices(range(3), weights=SOURCE_WEIGHTS)[0]
     found = None
-    for name, source in (list(zip(SOURCES, sources))[first:] + list(zip(SOURCES, sources))[:first]):
+    for option in list(zip(SOURCES, sources))[first:] + list(zip(SOURCES, sources))[:first]:
+        name, source = option
         found = source()
         if found is not None:
             break

@@ -83,7 +83,8 @@ def expand_goal(turn: dict[str, Any], environments: dict[str, dict[str, Any]], w
     if tool is None or last["kind"] not in ("create", "update") or not isinstance(last["output"], dict):
         return None
     known = set().union(*(answer_facts({"calls": [{"kind": "get", "output": c["output"]}]}) for c in turn["calls"]))
-    for getter, arguments, path, request in _options(last, tool, environments[index.env_of[tool["name"]]]):
+    for option in _options(last, tool, environments[index.env_of[tool["name"]]]):
+        getter, arguments, path, request = option
         result = _read(worker, turn, getter["name"], arguments)
         # a follow-up whose answer the turn's own results already hold asks for nothing new
         if result is not None and not answer_facts({"calls": [{"kind": "get", "output": result}]}) <= known:

@@ -300,7 +300,7 @@ class ModelRefiner:
                             persona=persona or "a user", operators=", ".join(REFINER_OPERATORS))},
                         {"role": "user", "content": _prompt(turn, turns[:t], given, persona, "request")}]
 
-            def accept(text: str) -> tuple[str, str]:
+            def accept(text: str, knowledge: Any = knowledge) -> tuple[str, str]:
                 operator, query = parse_reply(text, REFINER_OPERATORS)
                 return operator, check_query(query, knowledge)
 

@@ -290,8 +290,10 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
         written: dict[str, list[dict[str, Any]]] = {}
 
         def record(operator: str, argument: str, value: Any, reference: str, source: str,
-                   call_pos: int | None = None) -> None:
-            op = {"operator": operator, "turn": t_idx, "call": position if call_pos is None else call_pos,
+                   call_pos: int | None = None, t_idx: int = t_idx, new_turn: dict[str, Any] = new_turn) -> None:
+            # ``position`` is read when called: the call being rewritten at that moment
+            at = position if call_pos is None else call_pos  # noqa: B023
+            op = {"operator": operator, "turn": t_idx, "call": at,
                   "argument": argument, "value": value, "reference": reference, "obtainable_from": source}
             new_turn["operators"].append(op)
             applied.append(op)
