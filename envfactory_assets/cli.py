@@ -340,21 +340,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    """Print the evaluation results table, or write it between the results markers of ``--readme``; a GRPO
+    """Print the evaluation results table, or write it between the results markers of ``--into``; a GRPO
     checkpoint's cells also show its difference to its SFT parent (recomputed here from the rows' per-task
     results and ``checkpoints``' parents, so stores evaluated before ``vs_parent`` existed show it too)."""
     from envfactory_assets.evaluation.run import add_parent_comparisons
-    from envfactory_assets.reporting.results_table import results_markdown, update_readme
+    from envfactory_assets.reporting.results_table import results_markdown, update_markdown
     from envfactory_assets.store.db import Store
 
-    if args.section is not None and not args.readme:
-        print("error: --section names the README's markers to write between; it needs --readme", file=sys.stderr)
+    if args.section is not None and not args.into:
+        print("error: --section names the markers to write between; it needs --into FILE", file=sys.stderr)
         return 2
     try:
         store = Store(settings.store_path())
         rows = store.read("evaluations")
         add_parent_comparisons(rows, {r["id"]: r.get("parent_checkpoint_id") for r in store.read("checkpoints")})
-        text = (update_readme(Path(args.readme), rows, args.section) if args.readme
+        text = (update_markdown(Path(args.into), rows, args.section) if args.into
                 else results_markdown(rows))
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -614,9 +614,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "envfactory_assets/reporting/report.py)")
     rep.set_defaults(func=cmd_report)
     res = sub.add_parser("results", help="evaluation table (base vs checkpoints) from the store")
-    res.add_argument("--readme", help="write it between the results markers of this Markdown file")
+    # --readme is accepted as a synonym, so scripts that spell it that way keep working
+    res.add_argument("--into", "--readme", dest="into", metavar="FILE",
+                     help="write it between the results markers of this Markdown file (docs/evaluation.md)")
     res.add_argument("--section", default=None,
-                     help="with --readme: write between <!-- results:SECTION:start --> and its end marker "
+                     help="with --into: write between <!-- results:SECTION:start --> and its end marker "
                           "(e.g. cpu_benchmark) instead of the default run's markers")
     res.set_defaults(func=cmd_results)
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
