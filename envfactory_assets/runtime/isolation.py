@@ -39,6 +39,7 @@ import sys
 import sysconfig
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from envfactory_assets.runtime.errors import SandboxError
@@ -190,7 +191,16 @@ def _aliases(paths: list[str]) -> dict[str, str]:
     return aliases
 
 
-def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> list[str]:
+def launcher_command(argv: list[str], cgroups: Sequence[str] = (), *, switch_user: bool = False,
+                     aliases: dict[str, str] | None = None) -> list[str]:
+    """The command that runs ``argv`` through :mod:`.drop_privileges`: join ``cgroups`` (``cgroup.procs``
+    files) first, then, with ``switch_user``, bind ``aliases`` and become host uid/gid 65534."""
+    spec = {"uid": SANDBOX_UID if switch_user else None, "gid": SANDBOX_GID if switch_user else None,
+            "aliases": [[p, a] for p, a in (aliases or {}).items()], "cgroups": list(cgroups), "argv": argv}
+    return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)]
+
+
+def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str], cgroups: Sequence[str] = ()) -> list[str]:
     """The command line that runs ``argv`` in a fresh sandbox.
 
     The sandbox's root, ``/dev`` and every bind are read-only; the only writable place is a
@@ -203,9 +213,12 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> l
         bwrap: the bubblewrap executable.
         argv: the command to run inside (an interpreter path visible in :func:`bound_paths`).
         environment: the complete environment of the sandboxed process (everything else is cleared).
+        cgroups: ``cgroup.procs`` files of the worker's control group (:class:`.cgroups.WorkerCgroup`),
+            joined by the launcher before bubblewrap starts.
 
     Returns:
-        ``[bwrap, ...options, "--", *argv]``, or, as root, the launcher command that execs it.
+        ``[bwrap, ...options, "--", *argv]``, or, as root or with ``cgroups``, the launcher command that
+        execs it.
     """
     paths = bound_paths()
     root = os.geteuid() == 0
@@ -223,11 +236,9 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> l
     for key, value in sorted(environment.items()):
         command += ["--setenv", key, value]
     command = [*command, "--", *argv]
-    if not root:
+    if not root and not cgroups:
         return command
-    spec = {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "aliases": [[p, a] for p, a in aliases.items()],
-            "argv": command}
-    return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)]
+    return launcher_command(command, cgroups, switch_user=root, aliases=aliases)
 
 
 def _probe(bwrap: str, python: str) -> str:
