@@ -19,7 +19,8 @@ a read-only minimal ``/dev``; no ``/proc``. Nothing of ``ENVFACTORY_HOME``, the 
 ``$HOME`` or ``/etc`` is visible. The sandbox user is never host root: run as root, bubblewrap is
 started as host uid 65534 (:mod:`.drop_privileges`). The worker dies with its parent
 (``--die-with-parent``), and when it exits the kernel kills every process left in its PID
-namespace. Inside, the worker adds rlimits and a seccomp filter (:mod:`.seccomp_filter`).
+namespace. Inside, the worker adds rlimits and a seccomp filter (:mod:`.seccomp_filter`); around it, the
+launcher puts bubblewrap and everything it starts in the worker's control group (:mod:`.cgroups`).
 
 Where bubblewrap cannot start (not installed, user namespaces disabled), :func:`resolve_isolation`
 says why; the caller then refuses untrusted code unless :data:`UNSAFE_ENV_VAR` is set.

@@ -398,7 +398,7 @@ class _Child:
             return self.channel
         owner = self._owner
         owner._make_room(self)
-        support = cgroups.detect()
+        support = owner.cgroup_support()
         if support.active:
             try:
                 self.cgroup = cgroups.WorkerCgroup(support, memory_bytes=self.limits.memory_mb * 1024 * 1024,
@@ -565,11 +565,19 @@ class SandboxWorker:
         child = self._children.get(env_id) if env_id is not None else self._last_child
         return child.stderr_tail() if child is not None else ""
 
+    def cgroup_support(self) -> cgroups.CgroupSupport:
+        """Whether this worker's children get control groups: as :func:`.cgroups.detect` says, except when the
+        OS layer is switched off as a whole (:data:`.isolation.OS_LAYER_ENV_VAR`, the negative control), which
+        switches them off too."""
+        if not self.isolation.seccomp:
+            return cgroups.CgroupSupport("none", f"the OS layer is switched off ({self.isolation.reason})")
+        return cgroups.detect()
+
     @property
     def limits_mode(self) -> str:
         """What bounds a worker's memory, CPU and tasks here: control groups (v1/v2) with rlimits and seccomp,
         or rlimits and seccomp alone (with the reason)."""
-        return cgroups.detect().describe()
+        return self.cgroup_support().describe()
 
     def cpu_seconds(self, env_id: str) -> float | None:
         """CPU seconds the running child of ``env_id`` has used (its control group, else its process tree),
