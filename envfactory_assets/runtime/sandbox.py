@@ -441,8 +441,12 @@ class _Child:
             self.discard()  # fail closed: the sandbox user must never be host root
             raise WorkerCrashed("startup", "the sandbox runs as host uid 0; refusing to use it")
         self.seccomp = str(hello.get("seccomp", ""))
-        self.meter = self.cgroup if self.cgroup is not None else cgroups.ProcessTreeMeter(proc.pid)
-        self.baseline_tasks = self.meter.tasks()
+        # The parent's CPU and left-thread checks belong to the OS layer: off with it (the negative control).
+        if self.cgroup is not None or not owner.isolation.seccomp:
+            self.meter = self.cgroup
+        else:
+            self.meter = cgroups.ProcessTreeMeter(proc.pid)
+        self.baseline_tasks = self.meter.tasks() if self.meter is not None else 0
         self.channel = channel
         return channel
 
