@@ -25,6 +25,9 @@ class ErrorType(StrEnum):
     - ``memory``: the call hit the worker's address-space limit (MemoryError).
     - ``crash``: the worker process died (segfault, killed by the CPU limit or externally).
     - ``protocol``: the worker sent something that is not a valid response.
+    - ``resource_limit``: the worker went past a limit the kernel or the parent enforces (memory of its
+      control group, CPU time of one call, threads left running after a call); the message names the
+      limit, and the worker was killed.
     - ``internal``: a bug in the worker itself.
     """
 
@@ -39,6 +42,7 @@ class ErrorType(StrEnum):
     MEMORY = "memory"
     CRASH = "crash"
     PROTOCOL = "protocol"
+    RESOURCE_LIMIT = "resource_limit"
     INTERNAL = "internal"
 
 

@@ -30,6 +30,7 @@ import select
 import signal
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -397,6 +398,129 @@ def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits =
     return rows
 
 
+#: Limits of :func:`run_resource_sample`: a CPU budget per call (1 s) well under the call's deadline (5 s), so
+#: that the CPU check, not the deadline, is what stops a CPU sample.
+RESOURCE_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=1, call_timeout_s=5.0, kill_grace_s=1.0)
+#: After a resource sample: the host's memory must be back within this much of its level before it, MiB...
+MEMORY_RETURN_MB = 16
+#: ...within this many seconds of the call's return;
+MEMORY_RETURN_S = 5.0
+#: the worker may burn at most this much CPU after the call returned, seconds (measured over
+#: :data:`CPU_AFTER_WINDOW_S`);
+CPU_AFTER_RETURN_S = 0.05
+CPU_AFTER_WINDOW_S = 0.5
+#: and a thread of the parent must get to run at least this often throughout, seconds.
+HEARTBEAT_MAX_GAP_S = 0.1
+
+
+def host_memory_in_use() -> int:
+    """Bytes of memory in use that a worker started by this process can add to, for before/after comparisons.
+
+    When this process runs in a memory control group other than the root one, its usage: hierarchical, so it
+    holds every worker's group nested in it, with their shared, tmpfs and kernel memory, and nothing other
+    programs on the host do (the machine-wide figure moves by more than a sample's tolerance when others
+    run). Else (the root group, or none) the machine-wide ``MemTotal - MemAvailable`` of ``/proc/meminfo``.
+    """
+    from envfactory_assets.runtime import cgroups
+
+    own = cgroups._own_groups()
+    for mount, kind, options in cgroups._mounts():
+        if kind == "cgroup" and "memory" in options and own.get("memory", "/") != "/":
+            path = Path(mount) / own["memory"].lstrip("/") / "memory.usage_in_bytes"
+        elif kind == "cgroup2" and own.get("", "/") != "/" and "memory" not in own:
+            path = Path(mount) / own[""].lstrip("/") / "memory.current"
+        else:
+            continue
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):
+            continue
+    fields = {}
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            key, _, value = line.partition(":")
+            fields[key] = int(value.split()[0]) * 1024
+    return fields["MemTotal"] - fields["MemAvailable"]
+
+
+class _Heartbeat:
+    """A parent thread that wakes every 10 ms and records the longest gap between two wake-ups."""
+
+    def __init__(self) -> None:
+        self.max_gap_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="containment-heartbeat")
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(0.01):
+            now = time.monotonic()
+            self.max_gap_s = max(self.max_gap_s, now - last)
+            last = now
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_resource_sample(sample: HostileSample, *, limits: SandboxLimits = RESOURCE_LIMITS,
+                        python_guards: bool = False) -> dict[str, Any]:
+    """Run one resource sample in a fresh worker and measure what it cost the host.
+
+    The worker is started and its episode opened before the baseline is taken, so the baseline holds the
+    worker's own memory; the call follows, then (without any further request to the worker) its CPU time
+    over :data:`CPU_AFTER_WINDOW_S` and the host's memory until it is back within :data:`MEMORY_RETURN_MB`.
+
+    Returns:
+        ``name``; ``ended`` (as in :func:`run_containment`); ``error_type`` (None when the call succeeded);
+        ``stopped`` (the call failed: refused by the system, or the worker killed); ``worker_killed`` (its
+        process is gone); ``memory_back_s`` (seconds until the host's memory was back, None when it was not
+        back within :data:`MEMORY_RETURN_S`); ``memory_left_mb`` (the difference at that point);
+        ``cpu_after_return_s``; ``heartbeat_max_gap_s``; ``violations`` (the probes', as in
+        :func:`run_containment`); ``limits_mode`` (what bounded the worker); ``message`` (the error's).
+    """
+    with Probes() as probes, _Heartbeat() as heartbeat:
+        env_id = f"{probes.label}_{sample.name}"
+        worker = SandboxWorker(limits, python_guards=python_guards)
+        texts: list[str] = []
+        try:
+            worker.load_environment(env_id, probes.source(sample))
+            episode = worker.open_episode({env_id: _EMPTY_STATE})
+            before = host_memory_in_use()
+            result = worker.call(episode, sample.tool, probes.arguments(sample))
+            returned = time.monotonic()
+            cpu_at_return = worker.cpu_seconds(env_id)
+            time.sleep(CPU_AFTER_WINDOW_S)
+            cpu_later = worker.cpu_seconds(env_id)
+            worker_killed = cpu_later is None
+            memory_back_s = None
+            while True:
+                left_mb = (host_memory_in_use() - before) / 2**20
+                waited = time.monotonic() - returned
+                if left_mb <= MEMORY_RETURN_MB:
+                    memory_back_s = waited
+                    break
+                if waited > MEMORY_RETURN_S:
+                    break
+                time.sleep(0.05)
+            texts += [repr(result), worker.stderr_tail(env_id)]
+        finally:
+            worker.close()
+        error = result.get("error") or {}
+        return {
+            "name": sample.name, "ended": "call ok" if result.get("ok") else f"call error: {error.get('type')}",
+            "error_type": error.get("type"), "stopped": not result.get("ok"), "worker_killed": worker_killed,
+            "memory_back_s": memory_back_s, "memory_left_mb": round(left_mb, 1),
+            "cpu_after_return_s": 0.0 if worker_killed or cpu_at_return is None else cpu_later - cpu_at_return,
+            "heartbeat_max_gap_s": heartbeat.max_gap_s, "violations": probes.check(texts),
+            "limits_mode": worker.limits_mode, "message": str(error.get("message", ""))[:300],
+        }
+
+
 def format_containment(rows: Sequence[dict[str, Any]]) -> str:
     """A Markdown table of :func:`run_containment` rows."""
     lines = ["| sample | category | sandbox answer | probes | benign env unchanged |", "|---|---|---|---|---|"]
@@ -407,4 +531,5 @@ def format_containment(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CONTAINMENT_LIMITS", "Probes", "format_containment", "is_probe_sensitive", "run_containment"]
+__all__ = ["CONTAINMENT_LIMITS", "RESOURCE_LIMITS", "Probes", "format_containment", "host_memory_in_use",
+           "is_probe_sensitive", "run_containment", "run_resource_sample"]

@@ -637,5 +637,123 @@ def attack(state, canary, secrets, port, marker):
     ),
 ]
 
+# Resources no rlimit counts, and limits the code may try to lift. Each raises when the system refuses it
+# (so a refusal is a failed call), reports ``<marker>:achieved:<what>`` when it got what it wanted, and
+# otherwise runs until something kills its worker: the worker's control group (memory, including shared,
+# tmpfs and kernel memory), the parent's per-call CPU check, the check for threads left after a call, or
+# the call's deadline. :func:`.containment.run_resource_sample` measures what each cost the host.
+RESOURCE_SAMPLES: list[HostileSample] = [
+    _os_sample(
+        "shm_800_mib",
+        "resource limits",
+        "takes 800 MiB of System V shared memory (shmget + shmat) and touches every page: memory RLIMIT_AS "
+        "does not count, which outlives the process in its IPC namespace",
+        '''
+def attack(state, canary, secrets, port, marker):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    size = 800 << 20
+    segment = libc.shmget(0, ctypes.c_size_t(size), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if segment < 0:
+        raise OSError(ctypes.get_errno(), "shmget refused")
+    address = libc.shmat(segment, None, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "shmat refused")
+    ctypes.memset(address, 1, size)
+    return {"shm": marker + ":achieved:shm-800-mib"}
+''',
+        imports="import ctypes",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "memfd_750_mib",
+        "resource limits",
+        "writes 750 MiB into an anonymous memfd_create file: pages of no mount and no address space",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    fd = os_module.memfd_create("hold")
+    block = b"m" * (1 << 20)
+    for _ in range(750):
+        os_module.write(fd, block)
+    return {"memfd": marker + ":achieved:memfd-750-mib"}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "tmpfs_inode_flood",
+        "resource limits",
+        "creates 600,000 empty files in its 64 MiB /tmp: no bytes, so the size cap never strikes, but each "
+        "inode and dentry is about 1 KiB of kernel memory",
+        '''
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    os_module.mkdir("/tmp/flood")
+    for index in range(600000):
+        os_module.close(os_module.open("/tmp/flood/%d" % index, os_module.O_CREAT | os_module.O_WRONLY, 0o600))
+    return {"files": marker + ":achieved:inode-flood"}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "cpu_threads_left_running",
+        "resource limits",
+        "ignores SIGXCPU, starts two threads that hash forever and returns at once: CPU burnt after the call, "
+        "which no per-call budget sees",
+        '''
+def attack(state, canary, secrets, port, marker):
+    signal_module = __import__("signal")
+    threading_module = __import__("threading")
+    hashlib_module = __import__("hashlib")
+    signal_module.signal(signal_module.SIGXCPU, signal_module.SIG_IGN)
+
+    def spin():
+        block = b"h" * (1 << 20)
+        while True:
+            hashlib_module.sha256(block).digest()
+
+    for _ in range(2):
+        threading_module.Thread(target=spin, daemon=True).start()
+    return {"threads": "started"}
+''',
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "raise_rlimit_cpu",
+        "resource limits",
+        "ignores SIGXCPU, raises its own RLIMIT_CPU to unlimited (or as far as the hard limit lets it) and "
+        "hashes on three threads inside the call",
+        '''
+def attack(state, canary, secrets, port, marker):
+    signal_module = __import__("signal")
+    resource_module = __import__("resource")
+    threading_module = __import__("threading")
+    hashlib_module = __import__("hashlib")
+    signal_module.signal(signal_module.SIGXCPU, signal_module.SIG_IGN)
+    unlimited = resource_module.RLIM_INFINITY
+    try:
+        resource_module.setrlimit(resource_module.RLIMIT_CPU, (unlimited, unlimited))
+        raised = marker + ":achieved:rlimit-cpu-unlimited"
+    except (ValueError, OSError):
+        hard = resource_module.getrlimit(resource_module.RLIMIT_CPU)[1]
+        resource_module.setrlimit(resource_module.RLIMIT_CPU, (hard, hard))
+        raised = "soft raised to the hard limit %s" % hard
+    print(raised, flush=True)  # stderr reaches the parent even when the call never returns
+
+    def spin():
+        block = b"h" * (1 << 20)
+        while True:
+            hashlib_module.sha256(block).digest()
+
+    for _ in range(2):
+        threading_module.Thread(target=spin, daemon=True).start()
+    spin()
+    return {"rlimit": raised}
+''',
+        probe_sensitive=False,
+    ),
+]
+OS_SAMPLES += RESOURCE_SAMPLES
+
 #: The whole hostile corpus: the Python-layer samples of :mod:`.samples` and the OS-layer ones above.
 CORPUS: tuple[HostileSample, ...] = (*SAMPLES, *OS_SAMPLES)
