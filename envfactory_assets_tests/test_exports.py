@@ -386,3 +386,68 @@ def test_trls_sft_trainer_trains_on_the_hf_export_as_written(rows, tmp_path, one
     assert row["tools"][0]["function"]["name"] in expected and '"name"' in expected  # tools and calls rendered
     result = trainer.train()
     assert result.global_step == 2 and math.isfinite(result.training_loss)
+
+
+def _response(calls):
+    return "".join('<tool_call>%s</tool_call>' % json.dumps({"name": c["name"], "arguments": c["arguments"]})
+                   for c in calls)
+
+
+def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environments, graph, worker, tmp_path):
+    """Rows of the fixture environments through the datasets stage and the export: on every verl row an empty
+    response and empty-argument calls score 0 and the gold calls score the maximum."""
+    import importlib.util
+
+    from envfactory_assets.exports import verl_reward
+    from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+    from envfactory_assets.synth.stage import dataset_rows
+    from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+    from envfactory_assets.tooluse.reward import MAX_REWARD, arguments_that_matter
+
+    chains = sample_chains(graph, 12, "verl", SamplerConfig(min_tools=3))
+    trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
+    passed = [{**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
+              for i, t in enumerate(trajs) if t["status"] == "passed"]
+    _sft_rows, rl, rejected = dataset_rows(passed, environments, sft_share=0.0)
+    assert rl and not rejected
+    licences = environment_licences([{"env_id": e, "source_resource_id": "src"} for e in environments],
+                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    m = build_exports([], rl, licences, tmp_path, environments=environments)
+    out = tmp_path / m["version"]
+    assert (out / "envfactory_reward.py").read_bytes() == open(verl_reward.__file__, "rb").read()
+    spec = importlib.util.spec_from_file_location("envfactory_reward_rows", out / "envfactory_reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    verl_rows = [r for s in ("train", "validation") if (out / f"verl_{s}.parquet").exists()
+                 for r in pq.read_table(out / f"verl_{s}.parquet").to_pylist()]
+    assert len(verl_rows) == len(rl)
+    emptied = 0
+    try:
+        for row in verl_rows:
+            truth = json.loads(row["reward_model"]["ground_truth"])
+
+            def score(text, row=row):
+                return module.compute_score(row["data_source"], text, row["reward_model"]["ground_truth"])
+
+            assert score("")["score"] == 0.0 and score("  \n")["score"] == 0.0, row["id"]
+            # a row whose gold is no call is answered in words (the abstention's reply)
+            gold = _response(truth["gold_calls"]) or "None of my tools can do that."
+            assert score(gold)["score"] == MAX_REWARD, row["id"]
+            assert score(_response(truth["executed_calls"]) or gold)["score"] == MAX_REWARD, row["id"]
+            if any(arguments_that_matter(c, truth["tools"], truth["masked_arguments"]) for c in truth["gold_calls"]):
+                emptied += 1
+                empty = [{"name": c["name"], "arguments": {}} for c in truth["gold_calls"]]
+                assert score(_response(empty))["score"] == 0.0, row["id"]
+    finally:
+        for runner in module._runners.values():
+            runner.close()
+    assert emptied
+
+
+def test_a_reward_outside_its_range_is_an_error():
+    from envfactory_assets.tooluse.reward import MAX_REWARD, valid_reward
+
+    assert valid_reward(0.0) == 0.0 and valid_reward(MAX_REWARD) == MAX_REWARD
+    for bad in (float("nan"), float("inf"), -0.1, MAX_REWARD + 0.01, "1", None, True):
+        with pytest.raises(ValueError, match="compute_score"):
+            valid_reward(bad, "verl compute_score")

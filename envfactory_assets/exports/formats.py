@@ -9,8 +9,8 @@
   the JSON text of the argument object, as in the OpenAI format: argument names differ between rows, and a
   parquet struct would merge them into one schema with ``null`` for every other row's names. States stay
   JSON strings for the same reason. ``reward_model.ground_truth`` is a JSON string of what
-  :mod:`envfactory_assets.exports.verl_reward` needs: ``{"gold_calls", "masked_arguments",
-  "final_state_hash", "final_state_hashes", "env_ids", "tool_names", "initial_state"}``. For verl's tool agent
+  :mod:`envfactory_assets.exports.verl_reward` needs: ``{"gold_calls", "executed_calls", "masked_arguments",
+  "tools", "final_state_hash", "final_state_hashes", "env_ids", "tool_names", "initial_state"}``. For verl's tool agent
   loop, ``extra_info.tool_selection`` lists the row's tool names (the tools its prompt offers) and
   ``extra_info.tools_kwargs`` gives each of them ``{"create_kwargs": {"task_id": row id}}``
   (:mod:`envfactory_assets.exports.verl_tools`); that struct holds every tool name of the file, ``null`` for
@@ -63,7 +63,8 @@ def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
 
 def verl_row(row: dict[str, Any], index: int, split: str, licences: list[dict[str, str]]) -> dict[str, Any]:
     """The verl parquet row of one ``rl_dataset`` row (see the module docstring)."""
-    ground_truth = {"gold_calls": row["gold_calls"], "masked_arguments": row.get("masked_arguments") or [],
+    ground_truth = {"gold_calls": row["gold_calls"], "executed_calls": row.get("executed_calls") or row["gold_calls"],
+                    "masked_arguments": row.get("masked_arguments") or [], "tools": row["tools"],
                     "final_state_hash": row["final_state_hash"],
                     "final_state_hashes": {e: state_hash(s) for e, s in row["final_state"].items()},
                     "env_ids": list(row["env_ids"]), "tool_names": _tool_names(row["tools"]),
