@@ -451,3 +451,48 @@ def test_a_reward_outside_its_range_is_an_error():
     for bad in (float("nan"), float("inf"), -0.1, MAX_REWARD + 0.01, "1", None, True):
         with pytest.raises(ValueError, match="compute_score"):
             valid_reward(bad, "verl compute_score")
+
+
+def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_as_one_turn(
+        environments, graph, worker, tmp_path):
+    """SFT rows of the fixture environments (with the datasets stage's parallel calls) through the export:
+    every ShareGPT row keeps LlamaFactory's documented rules, none is dropped, and parallel calls are one
+    function_call turn with one observation turn holding their results in order."""
+    from envfactory_assets.exports.formats import sharegpt_problems
+    from envfactory_assets.synth.datagaps import DataGapsConfig
+    from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+    from envfactory_assets.synth.stage import dataset_rows
+    from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+
+    chains = sample_chains(graph, 16, "sharegpt", SamplerConfig(min_tools=3))
+    trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
+    passed = [{**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]}),
+               "n_turns": len(t["turns"])} for i, t in enumerate(trajs) if t["status"] == "passed"]
+    sft, _rl, _rejected = dataset_rows(passed, environments, sft_share=1.0,
+                                       gaps=DataGapsConfig(parallel_share=1.0))
+    licences = environment_licences([{"env_id": e, "source_resource_id": "src"} for e in environments],
+                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    m = build_exports(sft, [], licences, tmp_path)
+    out = tmp_path / m["version"]
+    records = [r for s in ("train", "validation") for r in json.loads((out / f"sharegpt_{s}.json").read_text())]
+    assert len(records) == len(sft)
+    assert {r["id"]: sharegpt_problems(r) for r in records if sharegpt_problems(r)} == {}
+    by_id = {r["id"]: r for r in sft}
+    parallel = 0
+    for record in records:
+        tool_messages = [m for m in by_id[record["id"]]["messages"] if m["role"] == "tool"]
+        calls = [c for t in record["conversations"] if t["from"] == "function_call" for c in json.loads(t["value"])]
+        assert len(calls) == len(tool_messages)  # every call and every result kept
+        for i, turn in enumerate(record["conversations"]):
+            if turn["from"] == "function_call" and len(json.loads(turn["value"])) > 1:
+                parallel += 1
+                results = json.loads(record["conversations"][i + 1]["value"])
+                assert isinstance(results, list) and len(results) == len(json.loads(turn["value"]))
+    assert parallel
+    # the layout LlamaFactory skips: two observations in a row
+    broken = {"conversations": [{"from": "human", "value": "q"},
+                                {"from": "function_call", "value": '[{"name": "a", "arguments": {}}, '
+                                                                   '{"name": "b", "arguments": {}}]'},
+                                {"from": "observation", "value": "{}"}, {"from": "observation", "value": "{}"},
+                                {"from": "gpt", "value": "done"}]}
+    assert any("turn 4" in p for p in sharegpt_problems(broken))

@@ -17,7 +17,10 @@
   the names another row offers.
 - LlamaFactory / ShareGPT: one JSON record per ``sft_dataset`` row, ``{"conversations": [{"from", "value"}],
   "system", "tools"}`` with roles ``human``, ``gpt``, ``function_call`` (a JSON list of ``{"name",
-  "arguments"}``) and ``observation``, plus a ``dataset_info.json`` describing the columns.
+  "arguments"}``) and ``observation``, plus a ``dataset_info.json`` describing the columns. Parallel calls are
+  one ``function_call`` turn holding the list of calls and one ``observation`` turn holding the JSON list of
+  their results, in call order (LlamaFactory's data/README.md; its ``SharegptDatasetConverter`` skips a row
+  whose roles do not alternate: :func:`sharegpt_problems`).
 - Hugging Face ``datasets``: ``DatasetDict(train, validation)`` of SFT rows saved with ``save_to_disk``;
   ``messages`` and ``tools`` are lists of objects stored with the ``datasets.Json`` feature, which keeps each
   object exactly as the store has it (no ``null`` keys merged in from other rows), so TRL's ``SFTTrainer``
@@ -91,6 +94,7 @@ def sharegpt_record(row: dict[str, Any], split: str, licences: list[dict[str, st
         ValueError: a message role the format has no place for.
     """
     system, conversations = "", []
+    results: list[Any] = []
     for message in normalize_messages(row["messages"]):
         role = message["role"]
         if role == "system":
@@ -103,12 +107,58 @@ def sharegpt_record(row: dict[str, Any], split: str, licences: list[dict[str, st
             conversations.append({"from": "function_call", "value": _json(calls)})
         elif role == "assistant":
             conversations.append({"from": "gpt", "value": message["content"]})
+        elif role == "tool" and conversations and conversations[-1]["from"] == "observation":
+            # a parallel call's result: LlamaFactory takes one observation turn per function_call turn
+            results.append(_result(message["content"]))
+            conversations[-1]["value"] = _json(results)
         elif role == "tool":
+            results = [_result(message["content"])]
             conversations.append({"from": "observation", "value": message["content"]})
         else:
             raise ValueError(f"sft row {row.get('id')}: message role {role!r} has no ShareGPT equivalent")
     return {"id": row["id"], "split": split, "system": system, "conversations": conversations,
             "tools": _json(row["tools"]), "env_ids": list(row["env_ids"]), "licences": licences}
+
+
+def _result(content: Any) -> Any:
+    """A tool result as a JSON value for a list of results (its text when it is not JSON)."""
+    try:
+        return json.loads(content) if isinstance(content, str) else content
+    except ValueError:
+        return content
+
+
+def sharegpt_problems(record: dict[str, Any]) -> list[str]:
+    """Why LlamaFactory's ShareGPT converter would skip ``record`` (empty when it loads whole).
+
+    The rules of ``SharegptDatasetConverter`` (LlamaFactory ``src/llamafactory/data/converter.py``, documented
+    in its ``data/README.md``): ``human`` or ``observation`` at odd positions (1st, 3rd, ...), ``gpt`` or
+    ``function_call`` at even positions, an even number of turns (so the last one is the model's), and here
+    also: each ``observation`` follows a ``function_call``, each ``function_call`` value is a JSON list of
+    ``{"name", "arguments"}`` objects and the next turn is its ``observation``.
+    """
+    odd, even = ("human", "observation"), ("gpt", "function_call")
+    turns = record.get("conversations") or []
+    problems = []
+    for i, turn in enumerate(turns):
+        role = turn.get("from")
+        if role not in (odd, even)[i % 2]:
+            problems.append(f"turn {i + 1} is {role!r}, expected one of {(odd, even)[i % 2]}")
+        if role == "observation" and (i == 0 or turns[i - 1].get("from") != "function_call"):
+            problems.append(f"turn {i + 1} is an observation that follows no function_call")
+        if role == "function_call":
+            try:
+                calls = json.loads(turn.get("value") or "")
+            except ValueError:
+                calls = None
+            if not isinstance(calls, list) or not all(isinstance(c, dict) and {"name", "arguments"} <= c.keys()
+                                                      for c in calls):
+                problems.append(f"turn {i + 1}: function_call value is not a JSON list of calls")
+            if i + 1 < len(turns) and turns[i + 1].get("from") != "observation":
+                problems.append(f"turn {i + 1}: function_call is not followed by its observation")
+    if not turns or len(turns) % 2:
+        problems.append(f"{len(turns)} turns: LlamaFactory needs an even, non-zero number")
+    return problems
 
 
 SHAREGPT_DATASET_INFO = {"formatting": "sharegpt", "columns": {"messages": "conversations", "system": "system",
