@@ -201,6 +201,7 @@ ASSET_CHECKS = {  # check key: blocking
     "rl_dataset:no_failed_environment": True,
     "rl_dataset:rl_expectations": True,
     "rl_dataset:rl_rows_replay_exactly": True,
+    "rl_dataset:rl_rows_won_by_a_complete_answer": True,
     "sft_dataset:no_failed_environment": True,
     "sft_dataset:sft_expectations": True,
     "sharegpt_export:sharegpt_export_is_complete": True,

@@ -11,7 +11,16 @@ import jsonschema
 import pytest
 
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.synth.datasets import essential_calls, replay_check, rl_rows, sft_row, split_of
+from envfactory_assets.envgen.tools import READ_KINDS
+from envfactory_assets.synth.datasets import (
+    complete_answer_problem,
+    essential_calls,
+    replay_check,
+    rl_rows,
+    sft_row,
+    split_of,
+)
+from envfactory_assets.tooluse.reward import guarded_reward
 from envfactory_assets.synth.refine import REFINEMENT_OPERATORS, parameter_default, refine_turns
 from envfactory_assets.synth.report import future_identifiers
 from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
@@ -141,15 +150,55 @@ def test_rl_rows_replay_exactly_and_tampering_is_caught(trajectories, environmen
     assert "no-op" in replay_check(noop, worker)
 
 
-def test_essential_calls_keep_writes_and_consumed_reads():
-    calls = [
-        {"kind": "list", "provenance": {}},
-        {"kind": "get", "provenance": {"book_id": {"source": "output", "call": 0, "path": "items[0].book_id"}}},
-        {"kind": "delete", "provenance": {"book_id": {"source": "output", "call": 1, "path": "book_id"}}},
-        {"kind": "list", "provenance": {}},
-    ]
-    assert essential_calls(calls, 0) == [0, 1, 2]
-    assert essential_calls([{"kind": "list", "provenance": {}}, {"kind": "get", "provenance": {}}], 0) == [1]
+def _trimmed_as_before(row: dict, traj: dict) -> dict:
+    """``row`` with the gold calls trimmed by the earlier rule: writes, reads a later call uses by provenance,
+    the last read of a read-only turn."""
+    offset = sum(len(t["calls"]) for t in traj["turns"][: row["turn_index"]])
+    calls = traj["turns"][row["turn_index"]]["calls"]
+    used = {p["call"] for c in calls for p in c["provenance"].values() if p.get("source") == "output"}
+    keep = [i for i, c in enumerate(calls) if c["kind"] not in READ_KINDS or offset + i in used]
+    if calls and all(c["kind"] in READ_KINDS for c in calls) and len(calls) - 1 not in keep:
+        keep.append(len(calls) - 1)
+    return {**row, "gold_calls": [row["executed_calls"][i] for i in keep]}
+
+
+def test_the_turns_own_calls_win_every_rl_row_and_trimmed_reads_are_caught(trajectories, environments, worker):
+    writers = {t["name"] for e in environments.values() for t in e["tools"] if not t["read_only"]}
+    passed = [t for t in trajectories if t["status"] == "passed"]
+    pairs = [(r, t) for t in passed for r in rl_rows(t, environments)]
+    assert all(complete_answer_problem(r, worker, writers) is None for r, _t in pairs)
+    for row, traj in pairs:  # the gold is every call the turn ran: its reply reports each one's result
+        assert row["gold_calls"] == row["executed_calls"]
+        assert len(row["gold_calls"]) == len(traj["turns"][row["turn_index"]]["calls"])
+    # the earlier trimming left out reads the reply reports (the follow-up read of a row just written, a
+    # look-up before acting): a model that makes them, as the turn did, was charged for them
+    before = [_trimmed_as_before(r, t) for r, t in pairs]
+    trimmed = [r for r in before if len(r["gold_calls"]) < len(r["executed_calls"])]
+    assert trimmed
+    for row in trimmed:
+        assert "leave out the read" in complete_answer_problem(row, worker, writers)
+        without = {k: v for k, v in row.items() if k != "executed_calls"}
+        gold = {e: state_hash(s) for e, s in row["final_state"].items()}
+        initial = {e: state_hash(s) for e, s in row["initial_state"].items()}
+        charged = guarded_reward(row["gold_calls"], row["executed_calls"], gold, gold, initial, row["tools"],
+                                 masked_arguments=row["masked_arguments"])
+        assert charged.reward < 1.0 and charged.n_extra == len(row["executed_calls"]) - len(row["gold_calls"])
+        # the turn's own calls are never charged; a call the turn did not make still is (0.05 each)
+        excused = guarded_reward(row["gold_calls"], row["executed_calls"], gold, gold, initial, row["tools"],
+                                 masked_arguments=row["masked_arguments"], executed_calls=row["executed_calls"])
+        assert excused.n_extra == 0 and excused.length_penalty == 0.0
+        other = {"name": row["executed_calls"][0]["name"], "arguments": {"not_an_argument": 1}}
+        extra = guarded_reward(row["gold_calls"], [*row["executed_calls"], other], gold, gold, initial, row["tools"],
+                               masked_arguments=row["masked_arguments"], executed_calls=row["executed_calls"])
+        assert extra.n_extra == 1 and extra.length_penalty == 0.05
+        assert "no executed_calls" in complete_answer_problem(without, worker, writers)
+
+
+def test_essential_calls_are_every_call_of_the_turn():
+    calls = [{"kind": "list", "provenance": {}}, {"kind": "delete", "provenance": {}},
+             {"kind": "get", "provenance": {}}]
+    assert essential_calls(calls) == [0, 1, 2]
+    assert essential_calls([]) == []
 
 
 def test_sft_messages_are_openai_chat_with_json_string_arguments(trajectories, environments):

@@ -84,6 +84,8 @@ TABLES: dict[str, list[str]] = {
         "env_ids JSON", "domains JSON", "split VARCHAR", "prompt JSON", "tools JSON", "gold_calls JSON",
         "masked_arguments JSON", "initial_state JSON", "final_state JSON", "final_state_hash VARCHAR",
         "benchmark_overlap JSON",
+        # every call the turn ran, in order: the reward never charges them (gold_calls leaves out unneeded reads)
+        "executed_calls JSON",
     ],
     "checkpoints": [
         "id VARCHAR PRIMARY KEY", "sft_dataset_version VARCHAR NOT NULL", "sft_dataset_ids JSON",

@@ -15,7 +15,7 @@ import hashlib
 from typing import Any
 
 from envfactory_assets.envgen.tools import READ_KINDS, openai_tool
-from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.canonical import canonical_json, state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.synth.trajectories import to_messages
 
@@ -40,18 +40,21 @@ def sft_row(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
     return {"messages": to_messages(trajectory["turns"]), "tools": tools_of(environments, trajectory["env_ids"])}
 
 
-def essential_calls(calls: list[dict[str, Any]], offset: int) -> list[int]:
-    """Indexes (within the turn) of the calls a solver must make: every write, every read whose output a
-    later call of the trajectory uses, and, in a read-only turn, its last read (what the user asked to see).
+def essential_calls(calls: list[dict[str, Any]]) -> list[int]:
+    """Indexes (within the turn) of the calls a complete answer makes: every call the turn executed. The turn's
+    request describes each of its calls and its reply reports each one's result
+    (:func:`~envfactory_assets.synth.trajectories.synthesize_trajectory`; goal expansion's follow-up read is
+    asked for and reported the same way), so no read is one whose result the answer does not need: a look-up
+    that found the row the request names, or the read of the row just written, is part of the answer.
 
-    ``offset`` is the trajectory-wide index of the turn's first call (provenance refers to those). A turn
-    without calls (an abstention turn) keeps none.
+    A turn without calls (an abstention turn) keeps none.
     """
-    used = {p["call"] for c in calls for p in c["provenance"].values() if p.get("source") == "output"}
-    keep = [i for i, c in enumerate(calls) if c["kind"] not in READ_KINDS or offset + i in used]
-    if calls and not any(c["kind"] not in READ_KINDS for c in calls) and len(calls) - 1 not in keep:
-        keep.append(len(calls) - 1)
-    return keep
+    return list(range(len(calls)))
+
+
+def _gold_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {"name": call["name"], "arguments": call["arguments"],
+            **({"expect_error": call["error"]} if call.get("error") else {})}
 
 
 def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -61,21 +64,19 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
     tools = tools_of(environments, trajectory["env_ids"])
     rows = []
     user_positions = [i for i, m in enumerate(messages) if m["role"] == "user"]
-    offset = 0
     users_so_far = 0  # user messages up to the turn's gold calls: its query and its clarification answers
     for t_idx, turn in enumerate(trajectory["turns"]):
         users_so_far += 1 + sum(1 for m in turn.get("clarification") or [] if m["role"] == "user")
-        keep = essential_calls(turn["calls"], offset)
-        offset += len(turn["calls"])
-        gold = [{"name": turn["calls"][i]["name"], "arguments": turn["calls"][i]["arguments"],
-                 **({"expect_error": turn["calls"][i]["error"]} if turn["calls"][i].get("error") else {})}
-                for i in keep]
-        masked = sorted({a for g in gold for a in g["arguments"] if a in MASKED_ARGUMENT_NAMES})
+        keep = essential_calls(turn["calls"])
+        gold = [_gold_call(turn["calls"][i]) for i in keep]
+        executed = [_gold_call(c) for c in turn["calls"]]
+        masked = sorted({a for g in executed for a in g["arguments"] if a in MASKED_ARGUMENT_NAMES})
         rows.append({
             "turn_index": t_idx,
             "prompt": messages[: user_positions[users_so_far - 1] + 1],
             "tools": tools,
             "gold_calls": gold,
+            "executed_calls": executed,
             "masked_arguments": masked,
             "initial_state": turn["state_before"],
             "final_state": turn["state_after"],
@@ -118,4 +119,56 @@ def replay_check(row: dict[str, Any], worker: SandboxWorker) -> str | None:
             pass
     if digest != row["final_state_hash"]:
         return "replayed gold calls do not reach the recorded final state"
+    return None
+
+
+def complete_answer_problem(row: dict[str, Any], worker: SandboxWorker, writers: set[str]) -> str | None:
+    """None when the turn's own calls win the row: replaying ``executed_calls`` on ``initial_state`` earns
+    :data:`~envfactory_assets.tooluse.reward.MAX_REWARD` under the training reward
+    (:func:`~envfactory_assets.tooluse.reward.guarded_reward`), and every executed call the gold left out is a
+    read whose result nothing needs (none is: the turn's reply reports every call's result, see
+    :func:`essential_calls`); otherwise what is wrong.
+
+    Args:
+        row: an ``rl_dataset`` row (``gold_calls``, ``executed_calls``, ``initial_state``, ``final_state``,
+            ``tools``, ``masked_arguments``).
+        worker: a sandbox worker with the row's environments loaded.
+        writers: names of the tools that are not read-only.
+    """
+    from envfactory_assets.tooluse.reward import MAX_REWARD, guarded_reward
+
+    executed = row.get("executed_calls")
+    if executed is None:
+        return "no executed_calls recorded: the reward cannot tell the turn's own calls from extra ones"
+    try:
+        episode = worker.open_episode(copy.deepcopy(row["initial_state"]))
+    except (StateRejected, WorkerCrashed) as exc:
+        return f"initial state does not load: {exc}"
+    try:
+        for call in executed:
+            worker.call(episode, call["name"], call["arguments"])
+        final = {e: state_hash(s) for e, s in worker.save(episode).items()}
+    finally:
+        try:
+            worker.close_episode(episode)
+        except Exception:
+            pass
+    masked = row.get("masked_arguments") or ()
+    reward = guarded_reward(row["gold_calls"], executed, final,
+                            {e: state_hash(s) for e, s in row["final_state"].items()},
+                            {e: state_hash(s) for e, s in row["initial_state"].items()}, row["tools"],
+                            masked_arguments=masked, executed_calls=executed)
+    if reward.reward != MAX_REWARD:
+        return (f"replaying the turn's executed calls earns {reward.reward}, not {MAX_REWARD} "
+                f"(trace {reward.trace}, state {reward.state}, extra calls {reward.n_extra})")
+    gold_left = [canonical_json([g["name"], g["arguments"]]) for g in row["gold_calls"]]
+    for call in executed:
+        key = canonical_json([call["name"], call["arguments"]])
+        if key in gold_left:
+            gold_left.remove(key)
+        elif call["name"] in writers:
+            return f"gold calls leave out the write {call['name']} the turn executed"
+        else:
+            return (f"gold calls leave out the read {call['name']}, whose result the turn's reply reports "
+                    "(a look-up that finds the row the request names, or the read the user asked for)")
     return None

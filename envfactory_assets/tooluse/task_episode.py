@@ -114,7 +114,8 @@ class TaskEpisode:
         gold = {env_id: state_hash(state) for env_id, state in self.row["final_state"].items()}
         return hybrid_reward(self.row["gold_calls"], self.calls, self.final_state_hashes(), gold,
                              masked_arguments=self.row.get("masked_arguments") or (),
-                             n_malformed=self.n_malformed)
+                             n_malformed=self.n_malformed,
+                             executed_calls=self.row.get("executed_calls") or ())
 
     def close(self) -> None:
         """Free the episode in the worker (idempotent)."""

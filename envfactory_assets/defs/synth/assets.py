@@ -30,7 +30,12 @@ from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.calibrate import CalibrationConfig
 from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats
-from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, gold_writes_state, replay_check
+from envfactory_assets.synth.datasets import (
+    PAPER_SFT_SHARE,
+    complete_answer_problem,
+    gold_writes_state,
+    replay_check,
+)
 from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
 from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
@@ -381,8 +386,8 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     specs=[dg.AssetSpec("sft_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
                         description="SFT rows: OpenAI chat messages with tool_calls, one per trajectory."),
            dg.AssetSpec("rl_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
-                        description="RL rows: one per turn, trimmed gold calls, masked arguments, initial and "
-                                    "final state; every row replays exactly.")],
+                        description="RL rows: one per turn, gold calls (every call the turn ran), masked "
+                                    "arguments, initial and final state; every row replays exactly.")],
 )
 def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome,
              upstream_gates: UpstreamGates):
@@ -433,6 +438,28 @@ def rl_rows_replay_exactly(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
                 continue
             writers = {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
             problem = replay_check({**r, "changes_state": gold_writes_state(r["gold_calls"], writers)}, worker)
+            if problem:
+                failures.append(f"{r['id']}: {problem}")
+    return dg.AssetCheckResult(passed=bool(rows) and not failures,
+                               metadata={"rows": len(rows), "failures": len(failures), "examples": failures[:5]})
+
+
+@dg.asset_check(asset="rl_dataset", blocking=True)
+def rl_rows_won_by_a_complete_answer(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking gate: on every RL row, replaying the turn's executed calls earns the training reward's maximum,
+    and the gold calls leave out none of them (the turn's reply reports every call's result), so a model
+    that answers as the turn did is never charged for a call."""
+    envs, _ = passed_environments(envfactory)
+    rows = envfactory.store().read("rl_dataset")
+    failures = []
+    with SandboxWorker() as worker:
+        load_environments(worker, envs, (e for r in rows for e in r["env_ids"] if e in envs))
+        for r in rows:
+            if any(e not in envs for e in r["env_ids"]):  # the no_failed_environment check names these
+                failures.append(f"{r['id']}: environments without a passed verification")
+                continue
+            writers = {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
+            problem = complete_answer_problem(r, worker, writers)
             if problem:
                 failures.append(f"{r['id']}: {problem}")
     return dg.AssetCheckResult(passed=bool(rows) and not failures,
