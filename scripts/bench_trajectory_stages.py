@@ -19,11 +19,11 @@ from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.sources.scan import inspect_file
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
-from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows, raw_trajectory_rows, refined_trajectory_rows
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.trajectories.execution import SynthConfig
+from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, providable_flags
 
 FIXTURES = Path(__file__).resolve().parents[1] / "envfactory_assets_tests" / "fixtures" / "openapi"
 

@@ -4,7 +4,7 @@ Builds every fixture document and ``--files`` corpus documents (shuffled by ``--
 builder, then judges with :mod:`envfactory_assets.quality.value_semantics`:
 
 - the seeded values of each ``valid`` initial state (identifiers left out), and seeded dates after the clock;
-- the values :func:`~envfactory_assets.synth.trajectories.resolve_arguments` invents for the user in every
+- the values :func:`~envfactory_assets.synth.trajectories.execution.resolve_arguments` invents for the user in every
   create and update tool (all inputs stated by the user).
 
 Prints pass/fail/unknown counts, the share passing (pass / judged), the most frequent failures, and
@@ -37,8 +37,8 @@ from envfactory_assets.sources.scan import (
     inspect_file,
     load_document,
 )
-from envfactory_assets.synth.sampler import USER, Chain
-from envfactory_assets.synth.trajectories import ToolIndex, resolve_arguments
+from envfactory_assets.synth.sampling.sampler import USER, Chain
+from envfactory_assets.synth.trajectories.execution import ToolIndex, resolve_arguments
 
 FIXTURES = Path(__file__).resolve().parents[1] / "envfactory_assets_tests" / "fixtures" / "openapi"
 

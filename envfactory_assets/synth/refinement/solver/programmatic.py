@@ -36,7 +36,7 @@ from envfactory_assets.runtime.errors import (
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import VERBS as ACTION_VERBS
 from envfactory_assets.sources.names import name_nouns, singular, speakable
-from envfactory_assets.synth.phrasing import (
+from envfactory_assets.synth.refinement.phrasing import (
     COMMA_JOINTS,
     LAST_JOINTS,
     SENTENCE_JOINTS,
@@ -44,7 +44,7 @@ from envfactory_assets.synth.phrasing import (
     field_labels,
     parse_spoken_value,
 )
-from envfactory_assets.synth.trajectories import to_messages
+from envfactory_assets.synth.trajectories.execution import to_messages
 
 #: ``call_tool(name, arguments) -> {"ok": True, "output": ...} | {"ok": False, "error": {...}}``.
 ToolCaller = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -87,7 +87,7 @@ class Attempt:
     """One solve attempt: ``calls`` (``{"name", "arguments", "ok", "output"|"error"}`` in order), the
     assistant's closing ``answer``, and the attempt episode's ``final_state_hash`` (sha256 hex).
 
-    Conversational mode (:mod:`envfactory_assets.synth.conversation`): ``question`` is a clarification the
+    Conversational mode (:mod:`envfactory_assets.synth.trajectories.conversation`): ``question`` is a clarification the
     solver asks instead of calling tools (set only when ``calls`` is empty); ``dialogue`` holds the
     clarification messages exchanged before the calls (assistant question, user answer, ...).
     """
@@ -233,7 +233,7 @@ def _row_words(infos: dict[str, _ToolInfo]) -> dict[str, frozenset[str]]:
     """For each identifier a person cannot say (``b_id``, ``v4_7_id``), the words (singular) a request may name
     its row by: the words of the name and summary of the tools it is the key of (``storage_buckets_get``,
     "Returns metadata for the specified bucket": "bucket"), without the words every tool's name has (the API's
-    ``storage``), as :func:`~envfactory_assets.synth.phrasing.spoken_tables` names such a table."""
+    ``storage``), as :func:`~envfactory_assets.synth.refinement.phrasing.spoken_tables` names such a table."""
     named = [{singular(w) for w in name_nouns(i.name)} for i in infos.values()]
     everywhere = set.intersection(*named) if len(named) > 1 else set()
     found: dict[str, set[str]] = {}

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envfactory_assets.synth.phrasing import literal, words
+from envfactory_assets.synth.refinement.phrasing import literal, words
 
 REFUSAL = "I don't know that; please look it up with the tools."
 

@@ -5,12 +5,14 @@ The writer sees the executed calls (and so the hidden state), as in the paper's 
 - the raw query (:func:`describe_call` without ``rng``) states every argument literally in one fixed plan per
   tool kind ("create a new book with title 'Dune'"); a value that only a call of the same turn will assign
   is named by what assigns it ("the new book"), never quoted;
-- the refined query (:mod:`envfactory_assets.synth.refine`) uses :func:`describe_call` with a seeded ``rng``:
+- the refined query (:mod:`envfactory_assets.synth.refinement.operators`) uses :func:`describe_call` with a seeded
+``rng``:
   one of several sentence plans per tool kind, the operation's own summary from the spec where it reads as a
   request, field labels from the fields' descriptions, dates written as dates, booleans as yes/no, table
   names as a person says them (no "webhooks 2"), and a persona's register (:func:`persona_style`).
 
-The programmatic solver (:mod:`envfactory_assets.synth.solve`) reads every plan back through the same spec
+The programmatic solver (:mod:`envfactory_assets.synth.refinement.solver.programmatic`) reads every plan back through
+the same spec
 words (:func:`spoken_thing`, :func:`field_labels`, :func:`parse_spoken_value`), as an agent reading the tool
 descriptions would; the plans keep each value right after its field's label so one reading serves all.
 """
@@ -79,7 +81,7 @@ def spoken_tables(tools: list[dict[str, Any]]) -> dict[str, str]:
       get the words only their own operations' names have (``"company_webhooks"``, ``"merchant_webhooks"``).
 
     The programmatic solver reads the same words back from the tool names and summaries
-    (:mod:`envfactory_assets.synth.solve`).
+    (:mod:`envfactory_assets.synth.refinement.solver.programmatic`).
     """
     by_table: dict[str, list[dict[str, Any]]] = {}
     for tool in tools:

@@ -9,7 +9,7 @@
   the environments' ids count up); an enum-valued list filter is stated as an adjective ("the 'fiction'
   books") and the agent must find which parameter takes that value from the tool schema.
 
-Solvability of every rewritten query is re-checked by :mod:`envfactory_assets.synth.calibrate`.
+Solvability of every rewritten query is re-checked by :mod:`envfactory_assets.synth.refinement.calibrate`.
 
 Operator a: a literal row identifier in the raw query that an earlier tool result in the conversation already holds is
 replaced by a reference a person would use ("the company you just created", "the contact named
@@ -28,8 +28,8 @@ from typing import Any
 
 from envfactory_assets.envgen.tools import KEYED_KINDS, READ_KINDS
 from envfactory_assets.sources.names import singular
-from envfactory_assets.synth.datasets import MASKED_ARGUMENT_NAMES
-from envfactory_assets.synth.phrasing import (
+from envfactory_assets.synth.datasets.rows import MASKED_ARGUMENT_NAMES
+from envfactory_assets.synth.refinement.phrasing import (
     describe_call,
     join_sentences,
     literal,
@@ -44,8 +44,8 @@ from envfactory_assets.synth.phrasing import (
     summarize_turn,
     words,
 )
-from envfactory_assets.synth.report import assigned_identifiers, quotes
-from envfactory_assets.synth.trajectories import ToolIndex
+from envfactory_assets.synth.refinement.report import assigned_identifiers, quotes
+from envfactory_assets.synth.trajectories.execution import ToolIndex
 
 LABEL_FIELDS = ("name", "title", "subject", "email", "username", "display_name", "full_name", "label")
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
@@ -255,9 +255,10 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
     ``implicit_reference`` or ``ambiguity`` found by listing the table), or only rows earlier results showed.
     A value a create of the same turn assigns is named by what creates it whatever these say: the user cannot
     know it yet. Calibration uses narrower draws when the full refinement proves unsolvable
-    (:func:`~envfactory_assets.synth.calibrate.calibrate_trajectory`).
+    (:func:`~envfactory_assets.synth.refinement.calibrate.calibrate_trajectory`).
 
-    The refined query is written in the person's words (:func:`~envfactory_assets.synth.phrasing.describe_call`
+    The refined query is written in the person's words
+    (:func:`~envfactory_assets.synth.refinement.phrasing.describe_call`
     with a ``random.Random(f"{seed}/{turn}")``: one of several sentence plans, spoken names and values, the
     ``persona``'s register) and the assistant's reply is rewritten to match (varied, from the call results).
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.sources.names import indefinite_article, singular
-from envfactory_assets.synth.phrasing import describe_call, words
+from envfactory_assets.synth.refinement.phrasing import describe_call, words
 
 # (request, what it would take, topic words an offered tool must not mention for the request to be unservable)
 EVERYDAY_REQUESTS = (

@@ -1,7 +1,8 @@
 """Calibrated refinement of one trajectory (EnvFactory paper, QueryGen): refine, then re-check solvability.
 
 Goal merging (operator d) may first join two short consecutive turns into one request. For each turn in
-order: the raw query is solved by k attempts (:func:`envfactory_assets.synth.solve.solve_turn`);
+order: the raw query is solved by k attempts
+(:func:`envfactory_assets.synth.refinement.solver.programmatic.solve_turn`);
 a turn nobody solves ends the chain there, except that a raw query the model query writer wrote is first
 replaced by the programmatic raw query it rewrote, kept when that one is solved (the model's wording fails, not
 the turn). When refinement changed the query, the refined query is solved
@@ -10,8 +11,9 @@ the same way; if no attempt passes, the turn is reverted to its raw query and it
 The conversation each solver sees holds the accepted queries of the earlier
 turns with their gold calls and tool results (what a real agent would have seen).
 
-Goal expansion (:mod:`envfactory_assets.synth.expansion`, the other half of operator d) may add a follow-up
-read to the last turn, and the conversational mode (:mod:`envfactory_assets.synth.conversation`) may leave a
+Goal expansion (:mod:`envfactory_assets.synth.refinement.expansion`, the other half of operator d) may add a follow-up
+read to the last turn, and the conversational mode (:mod:`envfactory_assets.synth.trajectories.conversation`) may
+leave a
 user-providable value out of a query for the solver to ask the simulated user for; either change that no
 attempt solves is reverted to the turn without it, with the reason.
 """
@@ -26,22 +28,22 @@ from typing import Any
 from envfactory_assets.config_checks import finite_number, number_types, one_of, whole_number
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.synth.calibrate_pool import MAX_WORKERS
-from envfactory_assets.synth.conversation import (
+from envfactory_assets.synth.datasets.rows import tools_of
+from envfactory_assets.synth.refinement.calibrate_pool import MAX_WORKERS
+from envfactory_assets.synth.refinement.expansion import expand_goal
+from envfactory_assets.synth.refinement.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelRefiner
+from envfactory_assets.synth.refinement.operators import REFINEMENT_OPERATORS, merge_goals, refine_turns
+from envfactory_assets.synth.refinement.solver.programmatic import DEFAULT_K, Solver, SolverView, solve_turn
+from envfactory_assets.synth.trajectories.conversation import (
     DialogueSolver,
     chosen_for_conversation,
     first_passing_dialogue,
     omit_user_value,
 )
-from envfactory_assets.synth.datasets import tools_of
-from envfactory_assets.synth.expansion import expand_goal
-from envfactory_assets.synth.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelRefiner
-from envfactory_assets.synth.refine import REFINEMENT_OPERATORS, merge_goals, refine_turns
-from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
-from envfactory_assets.synth.solve import DEFAULT_K, Solver, SolverView, solve_turn
+from envfactory_assets.synth.trajectories.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 
 #: Who asks, per domain (stored with every turn; the refined query takes the persona's register, see
-#: :func:`envfactory_assets.synth.phrasing.shape_for_persona`).
+#: :func:`envfactory_assets.synth.refinement.phrasing.shape_for_persona`).
 PERSONAS: dict[str, tuple[str, ...]] = {
     "travel_transport": ("a frequent business traveller", "a travel agent"),
     "ecommerce_retail": ("a shop owner", "an online shopper"),
@@ -56,14 +58,16 @@ PERSONAS: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class CalibrationConfig:
     """``k``: solve attempts per turn (paper: 4); ``min_turns``: fewer kept turns fail the trajectory;
-    ``goal_expansion``: operator d's expansion of the last turn (:mod:`envfactory_assets.synth.expansion`);
+    ``goal_expansion``: operator d's expansion of the last turn (:mod:`envfactory_assets.synth.refinement.expansion`);
     ``conversational_share``: share (0..1) of turns whose query leaves out a user-providable value the solver
-    must ask the simulated user for (:mod:`envfactory_assets.synth.conversation`; 0 = off); ``workers``:
+    must ask the simulated user for (:mod:`envfactory_assets.synth.trajectories.conversation`; 0 = off); ``workers``:
     processes calibrating trajectories (0 = one per core, at most
-    :data:`~envfactory_assets.synth.calibrate_pool.MAX_WORKERS`; :mod:`envfactory_assets.synth.calibrate_pool`);
+    :data:`~envfactory_assets.synth.refinement.calibrate_pool.MAX_WORKERS`;
+    :mod:`envfactory_assets.synth.refinement.calibrate_pool`);
     ``refiner``: who rewrites each programmatically refined query, one of
-    :data:`~envfactory_assets.synth.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s model,
-    :class:`~envfactory_assets.synth.model_querygen.ModelRefiner`); ``refiner_attempts``: model requests per
+    :data:`~envfactory_assets.synth.refinement.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s
+    model,
+    :class:`~envfactory_assets.synth.refinement.model_querygen.ModelRefiner`); ``refiner_attempts``: model requests per
     turn before the programmatic refined query is kept.
 
     Raises:
@@ -170,7 +174,7 @@ class Redraw:
     """One more draw of the programmatic refinement, tried when the turn's refined query is unsolvable
     (:func:`_redrawn_queries`): ``seed_suffix`` appended to the trajectory id, the ``operators`` that may apply
     and whether rows only the hidden state holds may be named (``state_references``;
-    :func:`~envfactory_assets.synth.refine.refine_turns`)."""
+    :func:`~envfactory_assets.synth.refinement.operators.refine_turns`)."""
 
     seed_suffix: str
     operators: frozenset[str] = REFINEMENT_OPERATORS
@@ -212,7 +216,7 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     """Refine and calibrate one passed ``raw_trajectories`` row.
 
     ``refiner`` (needed exactly when ``config.refiner`` is ``model``) rewrites each programmatically refined
-    query before goal merging (:meth:`~envfactory_assets.synth.model_querygen.ModelRefiner.refine`); its
+    query before goal merging (:meth:`~envfactory_assets.synth.refinement.model_querygen.ModelRefiner.refine`); its
     rewrite is solved and, when unsolvable, reverted like any refinement.
 
     Conversational mode (``config.conversational_share > 0``) needs ``user`` (the simulated user answering

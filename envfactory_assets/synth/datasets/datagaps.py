@@ -3,14 +3,15 @@
 Three kinds, each chosen per trajectory or turn by a stable hash of the trajectory id (so a trajectory's
 rows never depend on the others and incremental runs keep unchanged rows):
 
-- abstention (:mod:`envfactory_assets.synth.abstention`): a turn no offered tool can serve, answered without
+- abstention (:mod:`envfactory_assets.synth.trajectories.abstention`): a turn no offered tool can serve, answered
+without
   a call. ``abstention_share`` of SFT rows get one as their last turn; RL trajectories get one with probability
   ``min(1, share * n_turns / (1 - share))``, so that about ``abstention_share`` of RL rows are abstention
   rows (exactly so while ``share * n_turns / (1 - share) <= 1``).
-- parallel calls (:mod:`envfactory_assets.synth.parallel`): of the turns whose consecutive calls are
+- parallel calls (:mod:`envfactory_assets.synth.trajectories.parallel`): of the turns whose consecutive calls are
   independent, ``parallel_share`` are rendered with those calls in one assistant message. How many rows
   that gives depends on how many turns allow it, so the row shares are reported, not set.
-- conversions (:mod:`envfactory_assets.synth.conversions`): of the turns with a user-given value whose
+- conversions (:mod:`envfactory_assets.synth.datasets.conversions`): of the turns with a user-given value whose
   field takes a converted form, ``conversion_share`` state it in the spoken form ("15%", "March 3rd,
   2025") while the gold call keeps the field's form.
 """
@@ -26,9 +27,9 @@ from typing import Any
 
 from envfactory_assets.config_checks import finite_number, number_types
 from envfactory_assets.runtime.sandbox import SandboxWorker
-from envfactory_assets.synth.abstention import abstention_turn
-from envfactory_assets.synth.conversions import convert_turn
-from envfactory_assets.synth.parallel import parallel_groups
+from envfactory_assets.synth.datasets.conversions import convert_turn
+from envfactory_assets.synth.trajectories.abstention import abstention_turn
+from envfactory_assets.synth.trajectories.parallel import parallel_groups
 
 GAP_KINDS = ("abstention", "parallel", "conversion")
 
@@ -67,7 +68,7 @@ def augment_trajectory(trajectory: dict[str, Any], environments: dict[str, dict[
     worker with the trajectory's environments loaded, for the parallel order check (None: no parallel
     calls). Marked turns carry ``conversion`` (the rewrite), ``call_groups`` (indexes of the calls that
     share an assistant message) or ``abstention`` (what was asked; see
-    :func:`~envfactory_assets.synth.abstention.abstention_turn`).
+    :func:`~envfactory_assets.synth.trajectories.abstention.abstention_turn`).
 
     Raises:
         ValueError: ``split`` is neither ``"sft"`` nor ``"rl"``.

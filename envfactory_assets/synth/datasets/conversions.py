@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from envfactory_assets.synth.phrasing import literal
+from envfactory_assets.synth.refinement.phrasing import literal
 
 # names that mean a fraction on their own; "discount" or "tax" may be an amount, so they need the
 # description or the bounds to say so
@@ -118,7 +118,7 @@ def conversion_for(name: str, schema: dict[str, Any], value: Any, rng: Any) -> C
     schema does not say which form the field takes or no exact spoken form exists.
 
     ``rng`` (a ``random.Random``) picks among equivalent spoken forms. ``written`` is the literal the
-    programmatic query writer used for the value (:func:`envfactory_assets.synth.phrasing.literal`).
+    programmatic query writer used for the value (:func:`envfactory_assets.synth.refinement.phrasing.literal`).
     """
     if isinstance(value, bool) or value is None:
         return None

@@ -5,14 +5,14 @@ can give, a solver that may ask for it, and a simulated user who answers.
   tool graph flags user-providable and the query states literally ("with title 'Dune'") is dropped from the
   query; the turn keeps its gold calls and a ``fallback`` copy of itself without the omission.
 - :class:`DialogueSolver` wraps any solver: when an attempt ends with a clarification ``question`` and no
-  tool call, the simulated user (:mod:`envfactory_assets.synth.simulated_user`) answers and the attempt
+  tool call, the simulated user (:mod:`envfactory_assets.synth.trajectories.simulated_user`) answers and the attempt
   restarts on the same fork with the question and answer appended to the conversation (at most
   ``max_questions`` rounds). The exchange is kept in the attempt's ``dialogue``.
 
-Calibration (:func:`envfactory_assets.synth.calibrate.calibrate_trajectory`) solves such a turn with k
+Calibration (:func:`envfactory_assets.synth.refinement.calibrate.calibrate_trajectory`) solves such a turn with k
 attempts like any refined query; when none passes, the omission is reverted with the reason. A kept turn
 stores the exchange of its first passing attempt in ``clarification`` and
-:func:`envfactory_assets.synth.trajectories.to_messages` renders it after the turn's query.
+:func:`envfactory_assets.synth.trajectories.execution.to_messages` renders it after the turn's query.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import hashlib
 import re
 from typing import Any
 
-from envfactory_assets.synth.phrasing import (
+from envfactory_assets.synth.refinement.phrasing import (
     COMMA_JOINTS,
     LAST_JOINTS,
     VALUE_CONNECTORS,
@@ -30,8 +30,8 @@ from envfactory_assets.synth.phrasing import (
     literal,
     spoken_forms,
 )
-from envfactory_assets.synth.simulated_user import ProvidableFlags, SimulatedUser, UserContext
-from envfactory_assets.synth.solve import Attempt, Solver, SolverView, ToolCaller
+from envfactory_assets.synth.refinement.solver.programmatic import Attempt, Solver, SolverView, ToolCaller
+from envfactory_assets.synth.trajectories.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 
 MAX_QUESTIONS = 2
 
@@ -77,7 +77,7 @@ def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], prov
     Args:
         turn: a refined turn (``query``, ``calls`` with ``provenance``, ``operators``).
         tools: tool specs by name (``input_schema``, ``kind``).
-        providable: :data:`~envfactory_assets.synth.simulated_user.ProvidableFlags`.
+        providable: :data:`~envfactory_assets.synth.trajectories.simulated_user.ProvidableFlags`.
     """
     for call in turn["calls"]:
         tool = tools.get(call["name"])

@@ -20,9 +20,9 @@ from typing import Any
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxError, SandboxWorker
 from envfactory_assets.sources.names import singular
-from envfactory_assets.synth.phrasing import summarize_call, words
-from envfactory_assets.synth.solve import answer_facts
-from envfactory_assets.synth.trajectories import ToolIndex
+from envfactory_assets.synth.refinement.phrasing import summarize_call, words
+from envfactory_assets.synth.refinement.solver.programmatic import answer_facts
+from envfactory_assets.synth.trajectories.execution import ToolIndex
 
 
 def follow_up_request(table: str, referenced: str | None = None) -> str:

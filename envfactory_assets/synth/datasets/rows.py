@@ -17,7 +17,7 @@ from typing import Any
 from envfactory_assets.envgen.tools import READ_KINDS, openai_tool
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
-from envfactory_assets.synth.trajectories import to_messages
+from envfactory_assets.synth.trajectories.execution import to_messages
 
 MASKED_ARGUMENT_NAMES = ("limit", "page", "offset", "page_size", "per_page", "cursor")
 # The paper's released split: 1,622 SFT and 953 RL trajectories out of 2,575.

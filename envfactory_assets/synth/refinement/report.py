@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from envfactory_assets.synth.filtering import diversity
+from envfactory_assets.synth.refinement.filtering import diversity
 
 
 def accuracy_distribution(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -50,7 +50,7 @@ def examples_markdown(rows: list[dict[str, Any]], n: int = 5) -> str:
 def refinement_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Metadata of ``refined_trajectories``: operator counts (applied / reverted), accuracy distribution of
     kept turns and of refined queries, turns reverted, rejection reasons, near-duplicates removed,
-    :func:`~envfactory_assets.synth.filtering.diversity`, and a Markdown table of examples
+    :func:`~envfactory_assets.synth.refinement.filtering.diversity`, and a Markdown table of examples
     (``examples_md``; the asset wraps it as Markdown)."""
     ops = Counter(o["operator"] for r in rows for o in r["operators"] if not o.get("reverted"))
     reverted = Counter(o["operator"] for r in rows for o in r["operators"] if o.get("reverted"))
@@ -211,9 +211,9 @@ def future_identifier_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _value_stated(value: Any, texts: list[str], outputs: set[str]) -> bool:
     """True when ``value`` is a JSON leaf of a call output (``outputs`` holds those leaves as JSON text), or
     ``texts`` quote it written as a raw query writes it,
-    as a person writes it (:func:`~envfactory_assets.synth.phrasing.spoken_value`) or bare; a list or an
+    as a person writes it (:func:`~envfactory_assets.synth.refinement.phrasing.spoken_value`) or bare; a list or an
     object is stated when each of its items is, ``None`` and ``""`` always are (nothing to give)."""
-    from envfactory_assets.synth.phrasing import literal, spoken_forms
+    from envfactory_assets.synth.refinement.phrasing import literal, spoken_forms
 
     if isinstance(value, dict):
         return all(_value_stated(v, texts, outputs) for v in value.values())
@@ -282,7 +282,8 @@ def refined_turn_of(turns: list[dict[str, Any]], turn_index: int, gold_calls: li
     """The index in a refined trajectory's ``turns`` of the turn an RL row with ``turn_index`` and
     ``gold_calls`` was made from, or None when neither candidate's calls hold the gold calls in order.
 
-    The dataset stage may insert one abstention turn (:func:`~envfactory_assets.synth.datagaps.augment_trajectory`)
+    The dataset stage may insert one abstention turn
+    (:func:`~envfactory_assets.synth.datasets.datagaps.augment_trajectory`)
     before it, so the row's turn is ``turn_index`` or ``turn_index - 1`` of the stored turns.
     """
     for index in (turn_index, turn_index - 1):
@@ -297,7 +298,7 @@ def gold_argument_figures(trajectories: dict[str, list[dict[str, Any]]],
     trajectory is in ``trajectories`` (``{refined id: turns}``).
 
     The words judged are the refined trajectory's (the dataset stage may restate a value in a converted
-    form on purpose, :mod:`envfactory_assets.synth.conversions`); the rows' own ``turn_index`` counts an
+    form on purpose, :mod:`envfactory_assets.synth.datasets.conversions`); the rows' own ``turn_index`` counts an
     inserted abstention turn, so each row is matched to its refined turn by :func:`refined_turn_of`.
 
     Returns ``{"rl_rows", "rl_rows_unmatched", "gold_arguments", "masked", "unstated", "referred_to",

@@ -4,7 +4,7 @@ Each chain runs on its own episode (a fresh copy of its environments' ``valid`` 
 sandbox worker. Arguments come from earlier outputs along the chain's producer bindings (graph edges),
 from the user (seeded values; filter values taken from the state so searches find something), or,
 for inputs no tool in the chain produces, from the hidden state. Turns split as in the paper
-(:mod:`envfactory_assets.synth.turns`); every turn keeps its query, target tools, calls with argument
+(:mod:`envfactory_assets.synth.trajectories.turns`); every turn keeps its query, target tools, calls with argument
 provenance, results, and the state (and hash) before and after.
 """
 
@@ -24,16 +24,16 @@ from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import ErrorType
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.sources.openapi import SCALAR_TYPES, matches_json_type
-from envfactory_assets.synth.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelQueryWriter
-from envfactory_assets.synth.phrasing import (
+from envfactory_assets.synth.refinement.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelQueryWriter
+from envfactory_assets.synth.refinement.phrasing import (
     describe_call,
     join_sentences,
     new_value_refs,
     spoken_tables,
     summarize_call,
 )
-from envfactory_assets.synth.sampler import USER, Chain
-from envfactory_assets.synth.turns import split_turns
+from envfactory_assets.synth.sampling.sampler import USER, Chain
+from envfactory_assets.synth.trajectories.turns import split_turns
 
 SYSTEM_PROMPT = ("You are a helpful assistant that completes the user's requests by calling the available "
                  "tools. Use identifiers from earlier tool results; never invent them.")
@@ -43,8 +43,9 @@ SYSTEM_PROMPT = ("You are a helpful assistant that completes the user's requests
 class SynthConfig:
     """Trajectory synthesis settings. ``min_turns``: trajectories with fewer turns are rejected;
     ``max_turn_len``: most calls in one turn; ``query_writer``: who writes each turn's raw query, one of
-    :data:`~envfactory_assets.synth.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s model,
-    :class:`~envfactory_assets.synth.model_querygen.ModelQueryWriter`); ``query_writer_attempts``: model
+    :data:`~envfactory_assets.synth.refinement.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s
+    model,
+    :class:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter`); ``query_writer_attempts``: model
     requests per turn before the programmatic query is kept; ``refusal_share``: the share of action calls
     (``cancel``) asked of a row the action is refused on (already cancelled, or shipped), where the state has
     one: the call fails with ``precondition_failed``, stays in the turn with its error, and the assistant
@@ -78,7 +79,8 @@ class ToolIndex:
         self.envs = environments
         self.tools: dict[str, dict[str, Any]] = {}
         self.env_of: dict[str, str] = {}
-        #: ``{env_id: {table: name a person says}}`` (:func:`~envfactory_assets.synth.phrasing.spoken_tables`)
+        #: ``{env_id: {table: name a person says}}``
+        #: (:func:`~envfactory_assets.synth.refinement.phrasing.spoken_tables`)
         self.spoken: dict[str, dict[str, str]] = {}
         for env_id, env in environments.items():
             self.spoken[env_id] = spoken_tables(env["tools"])
@@ -88,7 +90,7 @@ class ToolIndex:
                 self.env_of[tool["name"]] = env_id
 
     def spoken_table(self, env_id: str, table: str) -> str:
-        """The name a person says for ``table`` of ``env_id``, for :func:`~envfactory_assets.synth.phrasing.
+        """The name a person says for ``table`` of ``env_id``, for :func:`~envfactory_assets.synth.refinement.phrasing.
         spoken_thing` (``"buckets"`` for Google Storage's ``b``); the table's own name if unknown."""
         return self.spoken.get(env_id, {}).get(table, table)
 
@@ -307,7 +309,7 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
 
     ``writer`` (needed exactly when ``config.query_writer`` is ``model``) rewrites each turn's programmatic raw
     query in the voice of ``persona``; each turn then records the outcome in ``query_writer``
-    (:meth:`~envfactory_assets.synth.model_querygen.ModelQueryWriter.write`).
+    (:meth:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter.write`).
 
     Returns ``{"status": "passed"|"failed", "reasons": [...], "turns": [...], "initial_state",
     "final_state", "initial_state_hash", "final_state_hash", "env_ids"}``; each turn holds
@@ -418,7 +420,7 @@ def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list
     ``clarification`` exchange if any (assistant question, user answer; conversational mode), one assistant
     message with ``tool_calls`` per call followed by its ``tool`` result (or, where the turn has
     ``call_groups``, lists of call indexes, one message per group with all its calls, then their results in
-    the same order; see :mod:`envfactory_assets.synth.parallel`), and the assistant's closing summary. A
+    the same order; see :mod:`envfactory_assets.synth.trajectories.parallel`), and the assistant's closing summary. A
     turn without calls (an abstention turn) is its query and the assistant's reply.
 
     Tool-call arguments and tool results are JSON strings with UTF-8 kept as is.

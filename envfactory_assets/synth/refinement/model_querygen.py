@@ -1,8 +1,9 @@
 """The paper's QueryGen played by a model: the query writer (role ``"query_writer"``) and the refiner (role
 ``"refiner"``), each backed by any :class:`~envfactory_assets.llm.ChatBackend`.
 
-The programmatic writer (:mod:`envfactory_assets.synth.phrasing`) and refiner
-(:mod:`envfactory_assets.synth.refine`) stay the offline default and always run first: a model role rewrites
+The programmatic writer (:mod:`envfactory_assets.synth.refinement.phrasing`) and refiner
+(:mod:`envfactory_assets.synth.refinement.operators`) stay the offline default and always run first: a model role
+rewrites
 their text, and every reply is validated before it replaces it (:func:`check_query`):
 
 - the reply is one JSON object, ``{"query": ...}`` for the writer, ``{"operator": ..., "query": ...}`` for
@@ -243,7 +244,8 @@ class ModelQueryWriter:
         Returns ``(query, record)``: the model's query, or the draft when every reply was refused; the record
         is ``{"outcome": "model" | "fallback", "draft", "refusals": [{"reason", "reply"}]}``. Calibration later
         sets ``outcome`` to ``"reverted"`` (with ``model_query`` and ``reason``) when no solve attempt passes
-        the model's query and the draft passes (:func:`~envfactory_assets.synth.calibrate.calibrate_trajectory`).
+        the model's query and the draft passes
+        (:func:`~envfactory_assets.synth.refinement.calibrate.calibrate_trajectory`).
         """
         draft = turn["query"]
         knowledge = TurnKnowledge(known=(draft, *_earlier_texts(earlier)),
@@ -278,7 +280,7 @@ class ModelRefiner:
         """Rewrite every turn's ``query`` in place (and return ``turns``), in order.
 
         Args:
-            turns: refined turns (:func:`~envfactory_assets.synth.refine.refine_turns`: ``query``,
+            turns: refined turns (:func:`~envfactory_assets.synth.refinement.operators.refine_turns`: ``query``,
                 ``query_raw``, ``calls``, ``assistant_summary``, ``operators``).
             environments: the trajectory's environments (tool names, table keys).
             persona: who asks, or None.
