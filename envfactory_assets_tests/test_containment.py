@@ -18,13 +18,6 @@ from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime import SandboxLimits, SandboxWorker, static_check
-from envfactory_assets.runtime.hostile.containment import (
-    Probes,
-    format_containment,
-    is_probe_sensitive,
-    run_containment,
-)
-from envfactory_assets.runtime.hostile.os_samples import CORPUS, OS_SAMPLES
 from envfactory_assets.runtime.isolation import (
     OS_LAYER_ENV_VAR,
     UNSAFE_ENV_VAR,
@@ -33,6 +26,13 @@ from envfactory_assets.runtime.isolation import (
     resolve_isolation,
 )
 from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
+from envfactory_assets.security.hostile.containment import (
+    Probes,
+    format_containment,
+    is_probe_sensitive,
+    run_containment,
+)
+from envfactory_assets.security.hostile.os_samples import CORPUS, OS_SAMPLES
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
@@ -304,6 +304,6 @@ def test_leftover_probe_ignores_another_runs_sandbox_processes_and_kills_only_es
 
 
 def _is_gone(pid: int) -> bool:
-    from envfactory_assets.runtime.hostile.containment import _is_zombie
+    from envfactory_assets.security.hostile.containment import _is_zombie
 
     return _is_zombie(pid)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from envfactory_assets.runtime import SandboxLimits, static_check
-from envfactory_assets.runtime.hostile import (
+from envfactory_assets.security.hostile import (
     ESCAPED,
     KNOWN_ESCAPES,
     RUNTIME_STOP,

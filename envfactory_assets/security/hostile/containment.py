@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.runtime.errors import EnvironmentRejected, SandboxError
-from envfactory_assets.runtime.hostile.runner import BENIGN_SOURCE, check_recovery
-from envfactory_assets.runtime.hostile.samples import CANARY, MARKER, PORT, SECRETS, HostileSample
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
+from envfactory_assets.security.hostile.runner import BENIGN_SOURCE, check_recovery
+from envfactory_assets.security.hostile.samples import CANARY, MARKER, PORT, SECRETS, HostileSample
 
 #: Limits of the containment run: small, so the resource bombs end quickly.
 CONTAINMENT_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=1.5, kill_grace_s=1.0)

@@ -1,4 +1,4 @@
-"""``python -m envfactory_assets.runtime.hostile [--known-escapes]``: run the corpus, print the table.
+"""``python -m envfactory_assets.security.hostile [--known-escapes]``: run the corpus, print the table.
 
 Exits 1 when any sample escaped or did not end as expected.
 """
@@ -9,12 +9,12 @@ import argparse
 import sys
 import time
 
-from envfactory_assets.runtime.hostile.runner import DEFAULT_LIMITS, format_table, run_corpus
-from envfactory_assets.runtime.hostile.samples import ESCAPED, KNOWN_ESCAPES, SAMPLES
+from envfactory_assets.security.hostile.runner import DEFAULT_LIMITS, format_table, run_corpus
+from envfactory_assets.security.hostile.samples import ESCAPED, KNOWN_ESCAPES, SAMPLES
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envfactory_assets.runtime.hostile")
+    parser = argparse.ArgumentParser(prog="python -m envfactory_assets.security.hostile")
     parser.add_argument("--known-escapes", action="store_true", help="also run the known escapes")
     args = parser.parse_args(argv)
     samples = (*SAMPLES, *KNOWN_ESCAPES) if args.known_escapes else SAMPLES

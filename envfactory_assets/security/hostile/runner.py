@@ -30,7 +30,9 @@ from envfactory_assets.runtime.errors import (
     StateRejected,
     WorkerCrashed,
 )
-from envfactory_assets.runtime.hostile.samples import (
+from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
+from envfactory_assets.runtime.static_check import static_check
+from envfactory_assets.security.hostile.samples import (
     CANARY,
     ESCAPED,
     RUNTIME_STOP,
@@ -39,8 +41,6 @@ from envfactory_assets.runtime.hostile.samples import (
     HostileSample,
     environment,
 )
-from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
-from envfactory_assets.runtime.static_check import static_check
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ check, restricted builtins) that is a bonus, not the claim.
 
 from __future__ import annotations
 
-from envfactory_assets.runtime.hostile.samples import (
+from envfactory_assets.security.hostile.samples import (
     CANARY,
     SAMPLES,
     MARKER,

@@ -7,11 +7,11 @@ as a sample that escapes.
 - :mod:`.runner`: :func:`run_corpus` runs the samples in a real :class:`..sandbox.SandboxWorker`
   and returns one result row per sample; :func:`format_table` renders them.
 
-``python -m envfactory_assets.runtime.hostile`` prints the table for :data:`runner.DEFAULT_LIMITS`.
+``python -m envfactory_assets.security.hostile`` prints the table for :data:`runner.DEFAULT_LIMITS`.
 Nothing here is imported by the pipeline: the samples are never executed outside a worker.
 """
 
-from envfactory_assets.runtime.hostile.runner import (
+from envfactory_assets.security.hostile.runner import (
     BENIGN_ENV,
     DEFAULT_LIMITS,
     check_recovery,
@@ -20,7 +20,7 @@ from envfactory_assets.runtime.hostile.runner import (
     run_corpus,
     run_sample,
 )
-from envfactory_assets.runtime.hostile.samples import (
+from envfactory_assets.security.hostile.samples import (
     CANARY,
     ESCAPED,
     KNOWN_ESCAPES,
