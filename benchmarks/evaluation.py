@@ -14,7 +14,7 @@ import time
 
 from envfactory_assets import settings
 from envfactory_assets.catalog import passed_environments
-from envfactory_assets.evaluation.policy import SamplingSpec
+from envfactory_assets.evaluation.model_policy import SamplingSpec
 from envfactory_assets.evaluation.run import EvalSpec, ModelRef, evaluate_models
 from envfactory_assets.store.db import Store
 from envfactory_assets.training.base_model import resolve_base_model

@@ -15,7 +15,7 @@ import pytest
 
 import envfactory_assets.defs as defs_package
 from envfactory_assets.config_checks import SettingError
-from envfactory_assets.evaluation.policy import SamplingSpec
+from envfactory_assets.evaluation.model_policy import SamplingSpec
 from envfactory_assets.evaluation.run import EvalSpec
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig

@@ -58,7 +58,7 @@ from envfactory_assets.training.base_model import (
     select_device,
 )
 from envfactory_assets.training.screening import timed_screen
-from envfactory_assets.training.step_progress import step_progress_callback
+from envfactory_assets.training.step_callback import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 from envfactory_assets.training.training_reward import training_reward
 

@@ -34,7 +34,7 @@ from envfactory_assets.training.base_model import (
     prepare_tokenizer,
     select_device,
 )
-from envfactory_assets.training.step_progress import step_progress_callback
+from envfactory_assets.training.step_callback import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
 LossOn = Literal["all_assistant", "last_turn"]

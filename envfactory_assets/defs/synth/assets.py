@@ -22,7 +22,7 @@ from envfactory_assets.defs.common import (
     status_counts,
 )
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.defs.progress import asset_progress
+from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous

@@ -1,7 +1,7 @@
 """The progress bar of ``envfactory run``: drawn from the progress observations its run logs.
 
 The run is found by a tag the CLI sets; a thread polls the run's event log for asset observations that
-carry progress metadata (see :mod:`envfactory_assets.progress`) and draws one bar per asset, and prints a
+carry progress metadata (see :mod:`envfactory_assets.progress_meter`) and draws one bar per asset, and prints a
 line when a step finishes (with its wall time), so stages without a progress meter show too.
 """
 
@@ -12,7 +12,7 @@ from typing import Optional, TextIO
 import dagster as dg
 from dagster import DagsterEventType
 
-from envfactory_assets.progress import DONE, LABEL, RATE, TOTAL, Progress, format_bar
+from envfactory_assets.progress_meter import DONE, LABEL, RATE, TOTAL, Progress, format_bar
 
 RUN_TAG = "envfactory/cli_run"
 _EVENTS = {DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,

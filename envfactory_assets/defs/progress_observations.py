@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from envfactory_assets.progress import LABEL, Progress, ProgressMeter
+from envfactory_assets.progress_meter import LABEL, Progress, ProgressMeter
 
 
 def asset_progress(context: dg.AssetExecutionContext, total: int, what: str,
