@@ -34,7 +34,7 @@ from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
 from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner
-from envfactory_assets.synth.refinement.solver.programmatic import ModelSolver
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
 from envfactory_assets.synth.sampling.sampler import SamplerConfig
 from envfactory_assets.synth.stage import chain_rows, raw_trajectory_rows, refined_trajectory_rows
 from envfactory_assets.synth.stub_roles import RoleReplies, gold_of

@@ -12,7 +12,9 @@ from envfactory_assets.synth.datasets.rows import replay_check, rl_rows, sft_row
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.refinement.expansion import expand_goal, follow_up_request
 from envfactory_assets.synth.refinement.operators import refine_turns
-from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, SolverView, solve_turn
+from envfactory_assets.synth.refinement.solver.attempts import solve_turn
+from envfactory_assets.synth.refinement.solver.base import SolverView
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.trajectories.conversation import DialogueSolver, omit_user_value, well_formed
 from envfactory_assets.synth.trajectories.simulated_user import (
     REFUSAL,

@@ -94,7 +94,8 @@ def bookshop_tools():
 def test_the_solver_reads_every_way_a_create_request_pairs_a_field_with_its_value(bookshop_tools, seed):
     from envfactory_assets.envgen.tools import openai_tool
     from envfactory_assets.synth.refinement.phrasing import describe_call
-    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, tools = bookshop_tools
     args = {"title": "Dune", "author_id": "aut_00002", "genre": "fiction", "price": 9.5, "in_stock": True,
@@ -127,7 +128,8 @@ def test_create_requests_use_every_field_value_pairing():
 def test_the_solver_reads_every_way_a_list_request_states_its_filters(bookshop_tools, seed):
     from envfactory_assets.envgen.tools import openai_tool
     from envfactory_assets.synth.refinement.phrasing import describe_call
-    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, tools = bookshop_tools
     args = {"genre": "fiction", "in_stock": False}
@@ -186,7 +188,8 @@ def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
 def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_tools, title):
     # the solver splits requests and rewrites "a list of the" outside quoted values only
     from envfactory_assets.envgen.tools import openai_tool
-    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, _ = bookshop_tools
     query = f"Create a new book with author id 'aut_00001', title '{title}' and genre 'fiction', then count the books."
@@ -204,7 +207,8 @@ def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_t
 @pytest.mark.parametrize("name", ["Country of 5", "Country set to yes", "Country 5"])
 def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools, name):
     from envfactory_assets.envgen.tools import openai_tool
-    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, _ = bookshop_tools
     calls = []

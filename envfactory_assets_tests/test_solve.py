@@ -15,14 +15,11 @@ from envfactory_assets.synth.datasets.rows import tools_of
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.refinement.operators import refine_turns
 from envfactory_assets.synth.refinement.report import refinement_report
-from envfactory_assets.synth.refinement.solver.programmatic import (
-    Attempt,
-    ModelSolver,
-    ProgrammaticSolver,
-    SolverView,
-    judge_attempt,
-    solve_turn,
-)
+from envfactory_assets.synth.refinement.solver.attempts import solve_turn
+from envfactory_assets.synth.refinement.solver.base import Attempt, SolverView
+from envfactory_assets.synth.refinement.solver.judge import judge_attempt
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
 from envfactory_assets_tests.fixture_environments import (
     fixture_graph,

@@ -251,7 +251,8 @@ def test_a_description_phrase_that_labels_two_fields_names_neither():
     import random
 
     from envfactory_assets.synth.refinement.phrasing import describe_call
-    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     stamp = {"type": "string", "format": "date-time"}
     tool = {"name": "create_bundle", "kind": "create", "table": "bundles", "description": "Create a bundle",

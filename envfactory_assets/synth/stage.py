@@ -25,7 +25,8 @@ from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, cali
 from envfactory_assets.synth.refinement.calibrate_pool import calibrate_all, load_environments, resolve_workers
 from envfactory_assets.synth.refinement.filtering import apply_filter
 from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner
-from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, Solver
+from envfactory_assets.synth.refinement.solver.base import Solver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.sampling.sampler import (
     Chain,
     SamplerConfig,

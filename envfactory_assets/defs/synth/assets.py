@@ -32,7 +32,8 @@ from envfactory_assets.synth.datasets.rows import PAPER_SFT_SHARE, gold_writes_s
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
 from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
 from envfactory_assets.synth.refinement.report import raw_examples_markdown, refinement_report
-from envfactory_assets.synth.refinement.solver.programmatic import ModelSolver, ProgrammaticSolver
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.sampling.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
 from envfactory_assets.synth.stage import (
     DEFAULT_QUERY_SOURCE,

@@ -2,7 +2,7 @@
 
 Goal merging (operator d) may first join two short consecutive turns into one request. For each turn in
 order: the raw query is solved by k attempts
-(:func:`envfactory_assets.synth.refinement.solver.programmatic.solve_turn`);
+(:func:`envfactory_assets.synth.refinement.solver.attempts.solve_turn`);
 a turn nobody solves ends the chain there, except that a raw query the model query writer wrote is first
 replaced by the programmatic raw query it rewrote, kept when that one is solved (the model's wording fails, not
 the turn). When refinement changed the query, the refined query is solved
@@ -33,7 +33,8 @@ from envfactory_assets.synth.refinement.calibrate_pool import MAX_WORKERS
 from envfactory_assets.synth.refinement.expansion import expand_goal
 from envfactory_assets.synth.refinement.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelRefiner
 from envfactory_assets.synth.refinement.operators import REFINEMENT_OPERATORS, merge_goals, refine_turns
-from envfactory_assets.synth.refinement.solver.programmatic import DEFAULT_K, Solver, SolverView, solve_turn
+from envfactory_assets.synth.refinement.solver.attempts import solve_turn
+from envfactory_assets.synth.refinement.solver.base import DEFAULT_K, Solver, SolverView
 from envfactory_assets.synth.trajectories.conversation import (
     DialogueSolver,
     chosen_for_conversation,

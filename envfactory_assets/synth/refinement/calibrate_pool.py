@@ -2,7 +2,7 @@
 
 Calibrating one trajectory depends only on the trajectory, the environments and the seeded solver and
 simulated user (every attempt's seed comes from the task id,
-:func:`~envfactory_assets.synth.refinement.solver.programmatic.attempt_seed`),
+:func:`~envfactory_assets.synth.refinement.solver.attempts.attempt_seed`),
 so trajectories can be calibrated in any process and in any order. The results come back in input order
 and equal a sequential run's; ``envfactory_assets_tests/test_calibrate_pool.py`` checks that on the fixtures.
 The solver's own CPU work and the sandbox worker's each take about half of a trajectory's time, so one

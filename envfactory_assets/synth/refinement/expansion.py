@@ -21,7 +21,7 @@ from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxError, SandboxWorker
 from envfactory_assets.sources.names import singular
 from envfactory_assets.synth.refinement.phrasing import summarize_call, words
-from envfactory_assets.synth.refinement.solver.programmatic import answer_facts
+from envfactory_assets.synth.refinement.solver.judge import answer_facts
 from envfactory_assets.synth.trajectories.execution import ToolIndex
 
 

@@ -30,7 +30,7 @@ from envfactory_assets.synth.refinement.phrasing import (
     literal,
     spoken_forms,
 )
-from envfactory_assets.synth.refinement.solver.programmatic import Attempt, Solver, SolverView, ToolCaller
+from envfactory_assets.synth.refinement.solver.base import Attempt, Solver, SolverView, ToolCaller
 from envfactory_assets.synth.trajectories.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 
 MAX_QUESTIONS = 2

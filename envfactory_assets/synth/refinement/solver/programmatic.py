@@ -1,39 +1,21 @@
-"""Solvability calibration (EnvFactory paper, QueryGen): k solve attempts per turn and a judge.
+"""The programmatic solver (offline default of the paper's solvability calibration).
 
-Every solver sees exactly what a real agent would: a :class:`SolverView` (the conversation so far, ending
-with the user's query, and the OpenAI tool specs) and a tool caller bound to its own forked episode.
-The gold calls, the sampled target tools and the hidden state are not in the view, so no solver can use
-them. :func:`solve_turn` runs ``k`` attempts (paper: k = 4), each on a fork of the turn's starting state in
-the sandbox worker, and :func:`judge_attempt` accepts an attempt when its final state equals the gold
-turn's final state and the facts the user asked to see occur in its tool results. The per-turn accuracy is
-``passing attempts / k``.
-
-Two solvers share the :class:`Solver` protocol: :class:`ProgrammaticSolver` (offline default; reads the
-query and the tool descriptions, resolves references against earlier tool results, samples among tied
-candidates with its own seed per attempt) and :class:`ModelSolver` (any :class:`~envfactory_assets.llm.
-ChatBackend`; tool calls parsed by :func:`envfactory_assets.tooluse.tool_calls.parse_tool_calls`).
+:class:`ProgrammaticSolver` reads the query and the tool descriptions, resolves references against earlier
+tool results, and samples among tied candidates with its own seed per attempt; in conversational mode it
+asks a :func:`clarification_question` for values the query leaves out.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-from envfactory_assets.envgen.tools import READ_KINDS
-from envfactory_assets.runtime.errors import (
-    EpisodeLost,
-    ErrorType,
-    SandboxError,
-    StateRejected,
-    WorkerCrashed,
-)
-from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.runtime.errors import ErrorType
 from envfactory_assets.sources.actions import VERBS as ACTION_VERBS
 from envfactory_assets.sources.names import name_nouns, singular, speakable
 from envfactory_assets.synth.refinement.phrasing import (
@@ -44,74 +26,9 @@ from envfactory_assets.synth.refinement.phrasing import (
     field_labels,
     parse_spoken_value,
 )
-from envfactory_assets.synth.trajectories.execution import to_messages
+from envfactory_assets.synth.refinement.solver.base import Attempt, SolverView, ToolCaller
 
-#: ``call_tool(name, arguments) -> {"ok": True, "output": ...} | {"ok": False, "error": {...}}``.
-ToolCaller = Callable[[str, dict[str, Any]], dict[str, Any]]
-
-DEFAULT_K = 4  # paper: four solve attempts per turn
 MAX_TOOL_TRIES = 3  # tools the programmatic solver tries for one request when a call answers with an error
-PAGINATION_KEYS = frozenset({"total", "limit", "offset", "page", "page_size", "per_page", "next", "cursor",
-                             "count", "has_more"})
-
-
-@dataclass(frozen=True)
-class SolverView:
-    """Everything a solver may see for one turn.
-
-    Attributes:
-        messages: OpenAI chat messages of the conversation so far (system, earlier user queries, assistant
-            tool calls, tool results, assistant replies), ending with the current user query.
-        tools: OpenAI function specs (``{"type": "function", "function": {name, description, parameters}}``).
-    """
-
-    messages: tuple[Mapping[str, Any], ...]
-    tools: tuple[Mapping[str, Any], ...]
-
-    @classmethod
-    def for_turn(cls, earlier_turns: Sequence[Mapping[str, Any]], query: str,
-                 tools: Sequence[Mapping[str, Any]]) -> SolverView:
-        """The view of a turn: the earlier turns rendered as chat (their queries, calls, results and replies)
-        followed by ``query``; nothing of the turn itself (its gold calls, results, states) is included."""
-        messages = to_messages(list(earlier_turns)) + [{"role": "user", "content": query}]
-        return cls(tuple(messages), tuple(tools))
-
-    @property
-    def query(self) -> str:
-        """The last user message (the turn's query)."""
-        return next((m["content"] for m in reversed(self.messages) if m.get("role") == "user"), "")
-
-
-@dataclass
-class Attempt:
-    """One solve attempt: ``calls`` (``{"name", "arguments", "ok", "output"|"error"}`` in order), the
-    assistant's closing ``answer``, and the attempt episode's ``final_state_hash`` (sha256 hex).
-
-    Conversational mode (:mod:`envfactory_assets.synth.trajectories.conversation`): ``question`` is a clarification the
-    solver asks instead of calling tools (set only when ``calls`` is empty); ``dialogue`` holds the
-    clarification messages exchanged before the calls (assistant question, user answer, ...).
-    """
-
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    answer: str = ""
-    final_state_hash: str = ""
-    question: str = ""
-    dialogue: list[dict[str, str]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"calls": self.calls, "answer": self.answer, "final_state_hash": self.final_state_hash}
-        if self.dialogue or self.question:
-            out.update(dialogue=self.dialogue, question=self.question)
-        return out
-
-
-class Solver(Protocol):
-    """A solver role: plays one attempt of a turn through ``call_tool``; ``seed`` makes attempts differ."""
-
-    name: str
-
-    def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
-        ...
 
 
 # ----------------------------------------------------------------------------- reading tool specs
@@ -834,175 +751,3 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             return None
         args[name] = json.loads(rng.choice(values))  # a guess among identifiers seen so far
     return args
-
-
-# ----------------------------------------------------------------------------- model-backed solver
-class ModelSolver:
-    """A solver backed by any :class:`~envfactory_assets.llm.ChatBackend` (role ``"solver"``).
-
-    The system message lists the tools as JSON and asks for Hermes-style ``<tool_call>{...}</tool_call>``
-    blocks; each reply's calls are executed and their results returned as ``<tool_response>`` messages,
-    until a reply has no call or ``max_steps`` replies were made. The attempt's seed is written into the
-    system message so cached replies of different attempts do not coincide.
-    """
-
-    name = "model"
-
-    def __init__(self, backend: Any, *, max_steps: int = 6, max_tokens: int = 512, temperature: float = 0.7) -> None:
-        self.backend, self.max_steps, self.max_tokens, self.temperature = backend, max_steps, max_tokens, temperature
-
-    def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
-        from envfactory_assets.tooluse.tool_calls import parse_tool_calls
-
-        system = ("You are a tool-using assistant. Tools (JSON):\n" + json.dumps([dict(t) for t in view.tools])
-                  + "\nTo call a tool, reply with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>. "
-                  "When the request is done, reply with a short answer and no tool call.\n"
-                  f"(attempt {seed})")
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-        messages += [_as_text_message(m) for m in view.messages if m.get("role") != "system"]
-        attempt = Attempt()
-        for _ in range(self.max_steps):
-            reply = self.backend.complete(messages, role="solver", max_tokens=self.max_tokens,
-                                          temperature=self.temperature)
-            parsed = parse_tool_calls(reply.text)
-            messages.append({"role": "assistant", "content": reply.text})
-            if not parsed.calls:
-                attempt.answer = parsed.content
-                if not attempt.calls and parsed.content.rstrip().endswith("?"):
-                    attempt.question = parsed.content.strip()  # asks the user before acting
-                break
-            results = []
-            for call in parsed.calls:
-                res = call_tool(call["name"], call["arguments"])
-                record = {"name": call["name"], "arguments": call["arguments"], "ok": bool(res.get("ok"))}
-                record["output" if res.get("ok") else "error"] = res.get("output") if res.get("ok") else res.get("error")
-                attempt.calls.append(record)
-                results.append(json.dumps(res.get("output") if res.get("ok") else {"error": res.get("error")},
-                                          ensure_ascii=False))
-            messages.append({"role": "user", "content": "".join(f"<tool_response>{r}</tool_response>" for r in results)})
-        return attempt
-
-
-def _as_text_message(m: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI message with ``tool_calls``/``tool`` role as plain text (Hermes tags) for any chat backend."""
-    if m.get("role") == "tool":
-        return {"role": "user", "content": f"<tool_response>{m.get('content', '')}</tool_response>"}
-    if m.get("tool_calls"):
-        blocks = "".join("<tool_call>" + json.dumps({"name": c["function"]["name"],
-                                                     "arguments": json.loads(c["function"]["arguments"] or "{}")})
-                         + "</tool_call>" for c in m["tool_calls"])
-        return {"role": "assistant", "content": (m.get("content") or "") + blocks}
-    return {"role": m["role"], "content": m.get("content") or ""}
-
-
-# ----------------------------------------------------------------------------- judge and solve loop
-def _leaves(value: Any, out: set[tuple[str, str]], key: str = "") -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k not in PAGINATION_KEYS:
-                _leaves(v, out, k)
-    elif isinstance(value, list):
-        for v in value:
-            _leaves(v, out, key)
-    elif key:
-        out.add((key, json.dumps(value, sort_keys=True, ensure_ascii=False)))
-
-
-def answer_facts(turn: Mapping[str, Any]) -> set[tuple[str, str]]:
-    """Facts the user asked to see in a turn: ``(field, JSON value)`` leaves of its last call's output when
-    that call is a read (``get``/``list``); pagination fields (``total``, ``limit``...) are not facts."""
-    facts: set[tuple[str, str]] = set()
-    calls = turn.get("calls") or []
-    if calls and calls[-1].get("kind") in READ_KINDS:
-        _leaves(calls[-1]["output"], facts)
-    return facts
-
-
-def judge_attempt(attempt: Attempt, gold_turn: Mapping[str, Any]) -> tuple[bool, str]:
-    """Judge one attempt against the gold turn's goal: ``(passed, reason)``.
-
-    Passes iff the attempt's final state hash equals the gold ``state_after_hash`` and every fact of
-    :func:`answer_facts` occurs among the attempt's tool outputs (what its answer can report).
-    """
-    if attempt.final_state_hash != gold_turn["state_after_hash"]:
-        return False, "final state differs from the goal's final state"
-    facts = answer_facts(gold_turn)
-    if facts:
-        got: set[tuple[str, str]] = set()
-        for c in attempt.calls:
-            _leaves(c.get("output"), got)
-        missing = facts - got
-        if missing:
-            return False, f"answer misses {len(missing)} of {len(facts)} requested facts"
-    return True, "final state and requested facts match the goal"
-
-
-def attempt_seed(task_id: str, attempt_index: int) -> int:
-    """Stable seed of attempt ``attempt_index`` of task ``task_id`` (no global random stream)."""
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(f"{task_id}/{attempt_index}".encode()).digest()[:8], "big")
-
-
-def _caller(worker: SandboxWorker, episode: str) -> ToolCaller:
-    """A tool caller bound to one episode; a lost episode or non-JSON arguments become error results."""
-    def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return worker.call(episode, name, arguments)
-        except EpisodeLost as exc:
-            return {"ok": False, "error": {"type": "episode_lost", "message": str(exc)}}
-        except TypeError as exc:
-            return {"ok": False, "error": {"type": "bad_arguments", "message": str(exc)}}
-    return call
-
-
-def solve_turn(worker: SandboxWorker, state_before: Mapping[str, Any], view: SolverView, solver: Solver,
-               gold_turn: Mapping[str, Any], task_id: str, k: int = DEFAULT_K) -> dict[str, Any]:
-    """Run ``k`` attempts of ``solver`` on forks of ``state_before`` and judge each.
-
-    Args:
-        worker: a sandbox worker with the turn's environments loaded.
-        state_before: ``{env_id: saved_state}`` at the start of the turn.
-        view: what the solver sees (never the gold turn).
-        gold_turn: the turn as synthesized (``state_after_hash``, ``calls``): used by the judge only.
-        task_id: stable id of the task; attempt ``i`` is seeded by :func:`attempt_seed` ``(task_id, i)``.
-        k: number of attempts (paper: 4); must be >= 1.
-
-    Returns:
-        ``{"solver", "k", "attempts": [{"calls", "answer", "final_state_hash", "passed", "verdict"}],
-        "passed": int, "accuracy": passed / k}``; an attempt that could not start is a failed attempt.
-
-    Raises:
-        ValueError: ``k < 1``.
-    """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    records = []
-    try:
-        base = worker.open_episode(copy.deepcopy(dict(state_before)))
-    except (StateRejected, WorkerCrashed) as exc:
-        base, problem = None, f"starting state does not load: {exc}"
-    for i in range(k):
-        if base is None:
-            records.append({**Attempt().to_dict(), "passed": False, "verdict": problem})
-            continue
-        try:
-            episode = worker.fork(base)
-        except SandboxError as exc:  # the worker restarted: this attempt is lost, later ones reopen
-            records.append({**Attempt().to_dict(), "passed": False, "verdict": f"fork failed: {exc}"})
-            try:
-                base = worker.open_episode(copy.deepcopy(dict(state_before)))
-            except (StateRejected, WorkerCrashed):
-                base = None
-            continue
-        try:
-            att = solver.attempt(view, _caller(worker, episode), attempt_seed(task_id, i))
-            att.final_state_hash = worker.state_hash(episode) if worker.is_open(episode) else ""
-        finally:
-            worker.close_episode(episode)
-        ok, verdict = judge_attempt(att, gold_turn)
-        records.append({**att.to_dict(), "passed": ok, "verdict": verdict})
-    if base is not None:
-        worker.close_episode(base)
-    passed = sum(1 for r in records if r["passed"])
-    return {"solver": solver.name, "k": k, "attempts": records, "passed": passed, "accuracy": passed / k}
