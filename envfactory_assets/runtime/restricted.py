@@ -15,7 +15,7 @@ import importlib
 import types
 from typing import Any
 
-from envfactory_assets.runtime import code_policy
+import envfactory_assets.runtime.code_policy as code_policy
 
 _MISSING = object()
 # Filtered member dictionaries of allowed modules, computed once per worker process.

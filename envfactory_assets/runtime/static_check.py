@@ -14,7 +14,7 @@ import ast
 import re
 import string
 
-from envfactory_assets.runtime import code_policy
+import envfactory_assets.runtime.code_policy as code_policy
 
 # Arity of the reflective builtins: (min positional args, max positional args).
 _REFLECTIVE_ARITY: dict[str, tuple[int, int]] = {
