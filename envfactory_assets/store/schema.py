@@ -1,4 +1,4 @@
-"""DuckDB tables of the store, named after the assets that write them (ARCHITECTURE.md, contracts).
+"""DuckDB tables of the store, named after the assets that write them (docs/design.md, "Rows and lineage").
 
 Every table has an ``id`` primary key (a content hash, see :func:`envfactory_assets.store.ids.content_id`),
 parent-id columns named after the parent table, ``superseded`` (False for the current version) and
