@@ -6,7 +6,7 @@ eligible turn asked conversationally (``conversational_share=1``, programmatic s
 Prints wall seconds, trajectories kept, expansions and clarifications kept/reverted, and whether every RL
 row built from the conversational run replays exactly. Usage::
 
-    PYTHONPATH=. .venv/bin/python benchmarks/conversation.py --chains 100 --k 4
+    .venv/bin/python -m benchmarks.conversation --chains 100 --k 4
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Time the evaluation of one model on the store of a run (wall and CPU seconds per benchmark).
 
-Usage: ``ENVFACTORY_HOME=... .venv/bin/python benchmarks/evaluation.py [MODEL_DIR] [N_SYNTHETIC] [N_BFCL]
+Usage: ``ENVFACTORY_HOME=... .venv/bin/python -m benchmarks.evaluation [MODEL_DIR] [N_SYNTHETIC] [N_BFCL]
 [SEEDS] [MAX_NEW_TOKENS] [PREFIX_CACHE_TOKENS]``; MODEL_DIR defaults (also when given as "") to the cached base
 model, the rest to the defaults of ``EvalSpec``/``SamplingSpec`` (the ``evaluations`` asset's defaults). Reads the store (passed environments, rl_dataset),
 writes nothing. The figures go to docs/evaluation.md ("Settings and the CPU budget").

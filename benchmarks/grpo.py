@@ -1,6 +1,6 @@
 """Benchmark: GRPO seconds per step and mean reward on the store's train-split RL rows.
 
-Usage: ENVFACTORY_HOME=... python benchmarks/grpo.py START_MODEL_DIR [MAX_STEPS] [N_PROMPTS]
+Usage: ENVFACTORY_HOME=... python -m benchmarks.grpo START_MODEL_DIR [MAX_STEPS] [N_PROMPTS]
 Starts from START_MODEL_DIR (an SFT checkpoint), writes to $ENVFACTORY_HOME/bench_grpo, prints the metrics as JSON.
 """
 

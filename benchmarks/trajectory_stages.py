@@ -4,7 +4,7 @@ Samples ``--chains`` topology chains, executes them (raw trajectories), calibrat
 per turn, raw and refined query) and builds the datasets, each stage in one long-lived sandbox worker;
 prints wall seconds and per-item rates. Usage::
 
-    PYTHONPATH=. .venv/bin/python benchmarks/trajectory_stages.py --chains 200 --k 4
+    .venv/bin/python -m benchmarks.trajectory_stages --chains 200 --k 4
 """
 
 from __future__ import annotations

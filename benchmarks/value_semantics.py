@@ -10,7 +10,7 @@ builder, then judges with :mod:`envfactory_assets.quality.value_semantics`:
 Prints pass/fail/unknown counts, the share passing (pass / judged), the most frequent failures, and
 ``--show`` seeded rows and create-call argument sets chosen at random. Usage::
 
-    PYTHONPATH=. .venv/bin/python benchmarks/value_semantics.py --files 3000 --show 10
+    .venv/bin/python -m benchmarks.value_semantics --files 3000 --show 10
 """
 
 from __future__ import annotations
