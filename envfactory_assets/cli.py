@@ -182,7 +182,7 @@ def release_abandoned_runs(instance: Any) -> list[str]:
     """
     import dagster as dg
 
-    from envfactory_assets.runner.run_progress import RUN_TAG
+    from envfactory_assets.runner.progress_bar import RUN_TAG
 
     unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                   dg.DagsterRunStatus.STARTED]
@@ -206,10 +206,10 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
-    from envfactory_assets.runner.run_progress import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, run_job_name, stale_assets
     from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
+    from envfactory_assets.runner.progress_bar import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.selection import op_names
     from envfactory_assets.runner.stage_times import stage_time_rows
     from envfactory_assets.runner.summary import run_summary
@@ -322,8 +322,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the Markdown report of the store (to stdout or ``--output``), or with ``--compare OLD_STORE``
     the table of its figures before (``OLD_STORE``) and after (the store); both are only read."""
-    from envfactory_assets.store.db import Store, StoreBusy
     from envfactory_assets.reporting.report import compare_report, run_report
+    from envfactory_assets.store.db import Store, StoreBusy
 
     try:
         store = Store(settings.store_path())

@@ -29,7 +29,7 @@ class SettingError(ValueError):
 
     def for_owner(self, owner: str, prefix: str = "") -> SettingError:
         """The same refusal named as ``<owner> setting <prefix><name>=...`` (e.g. ``tool_chains`` for a
-        :class:`~envfactory_assets.synth.sampler.SamplerConfig` check); a free-form message gets
+        :class:`~envfactory_assets.synth.sampling.sampler.SamplerConfig` check); a free-form message gets
         ``<owner>: `` in front instead."""
         if self.name is None or self.expected is None:
             return SettingError(f"{owner}: {self}")

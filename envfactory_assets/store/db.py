@@ -2,7 +2,7 @@
 
 DuckDB allows one read-write process or many read-only ones, never both; writers hold their
 connection only for one transaction (never while computing) and readers retry briefly, then say
-clearly that a write is in progress (ARCHITECTURE.md, Store).
+clearly that a write is in progress (docs/design.md, "Paper settings and measured facts").
 """
 
 from __future__ import annotations

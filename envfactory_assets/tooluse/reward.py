@@ -1,6 +1,6 @@
 """The paper's hybrid reward for one RL task: trace match plus final-state match, minus penalties.
 
-Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in ARCHITECTURE.md:
+Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in docs/design.md ("Reward and task episodes"):
 
     reward = max(0, 0.5 * trace + 0.5 * state - length_penalty - format_penalty)
 

@@ -2,8 +2,8 @@
 
 One :class:`TaskRunner` owns a long-lived :class:`~envfactory_assets.runtime.sandbox.SandboxWorker` with
 the environments' code loaded once; each task (an ``rl_dataset`` row) gets its own episode opened on a
-deep copy of the row's initial state, so rollouts never share state (ARCHITECTURE.md, environment
-runtime: many episodes inside one worker, not one process per episode). GRPO rollouts and evaluations
+deep copy of the row's initial state, so rollouts never share state (docs/design.md,
+Runtime: many episodes inside one worker, not one process per episode). GRPO rollouts and evaluations
 both go through :meth:`TaskEpisode.call`, so training and evaluation execute tool calls the same way.
 """
 

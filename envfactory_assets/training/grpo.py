@@ -21,8 +21,8 @@ function returns each rollout's guarded hybrid reward (the paper's shape, with t
 closed: ``tooluse/reward.py``, :func:`~envfactory_assets.training.training_reward.training_reward`). The
 model sees only the prompt, the tool list and tool results: never the reward or a verification tool.
 
-Settings from the paper (``shared/ARCHITECTURE.md``): 8 rollouts per prompt, temperature 0.7, KL coefficient
-0.001, starting from the SFT checkpoint.
+Settings from the paper (``docs/design.md``, "Paper settings and measured facts"): 8 rollouts per prompt,
+temperature 0.7, KL coefficient 0.001, starting from the SFT checkpoint.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from envfactory_assets.training.base_model import (
     select_device,
 )
 from envfactory_assets.training.screening import timed_screen
-from envfactory_assets.training.step_progress import step_progress_callback
+from envfactory_assets.training.step_callback import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 from envfactory_assets.training.training_reward import training_reward
 

@@ -3,7 +3,7 @@
 Rows are OpenAI-format conversations plus their tools. They are stored in a ``datasets.Dataset`` with
 ``Json()`` features for the message columns, because ``Dataset.from_list`` would otherwise merge the
 argument dicts of different rows into one struct type and add ``null`` keys that the model then learns to
-emit (``shared/ARCHITECTURE.md``, "Training facts"). Tools travel as a JSON string, which TRL 1.16 decodes
+emit (``docs/design.md``, "Paper settings and measured facts"). Tools travel as a JSON string, which TRL 1.16 decodes
 (``SFTTrainer._prepare_dataset.tokenize_fn``). Loss masking is done by TRL from the template's
 ``{% generation %}`` markers (``assistant_only_loss``) and, for ``loss_on="last_turn"``, a
 prompt/completion split (``completion_only_loss``); tool results and user turns never carry loss.
@@ -34,7 +34,7 @@ from envfactory_assets.training.base_model import (
     prepare_tokenizer,
     select_device,
 )
-from envfactory_assets.training.step_progress import step_progress_callback
+from envfactory_assets.training.step_callback import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
 LossOn = Literal["all_assistant", "last_turn"]
@@ -48,7 +48,7 @@ class SFTConfigSpec:
     Attributes:
         max_steps: optimizer steps (default 12: a tiny CPU run, ~1-3 s/step for 135M parameters on 2 cores).
         learning_rate: peak learning rate, linear decay (HF default). Default 5e-5 so a dozen steps move a
-            135M model; the paper uses 1e-6 for 1 epoch (``shared/ARCHITECTURE.md``, "Training in the paper").
+            135M model; the paper uses 1e-6 for 1 epoch (``docs/design.md``, "Paper settings").
         per_device_train_batch_size: conversations per step (default 2).
         gradient_accumulation_steps: micro-batches per optimizer step (default 1).
         max_length: tokens per conversation after templating; longer ones are truncated (keep the start).

@@ -8,12 +8,12 @@ import dagster as dg
 
 from envfactory_assets.config_checks import SettingError, finite_number, whole_number
 from envfactory_assets.defs.common import checked, data_version, model_usage, partition_scope, status_counts
-from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
+from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.stage import DEFAULT_VERIFY_WORKERS, as_environment, environment_rows, verify_all
-from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.incremental.partitions import env_scope
+from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
 

@@ -7,9 +7,9 @@ import dagster as dg
 
 from envfactory_assets.defs.common import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.defs.progress import progress_callback
+from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
-from envfactory_assets.evaluation.policy import SamplingSpec
+from envfactory_assets.evaluation.model_policy import SamplingSpec
 from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
 from envfactory_assets.reporting.results_table import results_markdown
 from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
@@ -34,7 +34,7 @@ class EvaluationConfig(dg.Config):
     ``single_turn_prose_stop_tokens``: a BFCL single-turn answer stops once its calls can no longer change
     (0 = each runs to its end-of-turn token or budget; ``tooluse/tool_calls.answer_is_complete``).
     Defaults are those of :class:`~envfactory_assets.evaluation.run.EvalSpec` and
-    :class:`~envfactory_assets.evaluation.policy.SamplingSpec`.
+    :class:`~envfactory_assets.evaluation.model_policy.SamplingSpec`.
     """
 
     base_model: str = SMOLLM2_SPEC

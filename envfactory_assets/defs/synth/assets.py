@@ -7,8 +7,9 @@ from collections import Counter
 
 import dagster as dg
 
-from envfactory_assets.decontam.tagging import benchmark_tags
+from envfactory_assets.catalog import unserved_nodes
 from envfactory_assets.config_checks import SettingError, finite_number, one_of, whole_number
+from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.defs.common import (
     UpstreamGates,
     checked,
@@ -21,26 +22,24 @@ from envfactory_assets.defs.common import (
     status_counts,
 )
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.catalog import unserved_nodes
-from envfactory_assets.defs.progress import asset_progress
-from envfactory_assets.viewer import sample_markdown
+from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats
-from envfactory_assets.synth.datasets import (
+from envfactory_assets.synth.datasets.datagaps import DataGapsConfig, GapStats
+from envfactory_assets.synth.datasets.rows import (
     PAPER_SFT_SHARE,
     complete_answer_problem,
     gold_writes_state,
     replay_check,
 )
-from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
-from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
-from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
-from envfactory_assets.synth.simulated_user import ModelUser, ProgrammaticUser, providable_flags
-from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
+from envfactory_assets.synth.refinement.report import raw_examples_markdown, refinement_report
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.sampling.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
 from envfactory_assets.synth.stage import (
     DEFAULT_QUERY_SOURCE,
     QUERY_SOURCES,
@@ -50,7 +49,9 @@ from envfactory_assets.synth.stage import (
     raw_trajectory_rows,
     refined_trajectory_rows,
 )
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.trajectories.execution import SynthConfig
+from envfactory_assets.synth.trajectories.simulated_user import ModelUser, ProgrammaticUser, providable_flags
+from envfactory_assets.viewer import sample_markdown
 
 _SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.graph", "envfactory_assets.runtime",
                                  "envfactory_assets.incremental", "envfactory_assets.decontam",
@@ -132,7 +133,7 @@ class TrajectoryConfig(dg.Config):
 class DatasetConfig(dg.Config):
     """Share of trajectories that go to SFT (default: the paper's 1,622 / 2,575); the rest become RL rows.
     The data-gap shares (abstention turns, parallel calls, converted values) are :class:`DataGapsConfig`'s
-    (see :mod:`envfactory_assets.synth.datagaps`)."""
+    (see :mod:`envfactory_assets.synth.datasets.datagaps`)."""
 
     sft_share: float = PAPER_SFT_SHARE
     abstention_share: float = DataGapsConfig.abstention_share
@@ -311,9 +312,10 @@ class RefineConfig(dg.Config):
 
     k: int = CalibrationConfig.k
     min_turns: int = CalibrationConfig.min_turns
-    # operator d's goal expansion of each trajectory's last turn (synth.expansion)
+    # operator d's goal expansion of each trajectory's last turn (synth.refinement.expansion)
     goal_expansion: bool = CalibrationConfig.goal_expansion
-    # conversational mode (synth.conversation): share of turns whose query leaves out a user-providable value
+    # conversational mode (synth.trajectories.conversation): share of turns whose query leaves out a user-providable
+    # value
     # the solver asks the simulated user for (0 turns conversational mode off)
     conversational_share: float = CalibrationConfig.conversational_share
     # processes calibrating trajectories with the programmatic solver (0: one per core); the rows are the same

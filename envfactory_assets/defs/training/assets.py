@@ -6,7 +6,7 @@ import dagster as dg
 from envfactory_assets.config_checks import whole_number
 from envfactory_assets.defs.common import UpstreamGates, passed_environments, require_upstream_gates
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.defs.progress import asset_progress
+from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.reporting.training_curves import checkpoint_curves_markdown
 from envfactory_assets.store.ids import content_id
