@@ -459,7 +459,7 @@ def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_a
     every ShareGPT row keeps LlamaFactory's documented rules, none is dropped, and parallel calls are one
     function_call turn with one observation turn holding their results in order."""
     from envfactory_assets.exports.formats import sharegpt_problems
-    from envfactory_assets.synth.datagaps import DataGapsConfig
+    from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
     from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
     from envfactory_assets.synth.stage import dataset_rows
     from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
