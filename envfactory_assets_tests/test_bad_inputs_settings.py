@@ -415,6 +415,28 @@ def test_a_line_over_the_message_limit_is_refused_unread(client):
     assert listed["id"] == 6 and "result" in listed
 
 
+def _peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+
+
+def test_deep_and_amplifying_lines_are_refused_and_the_server_answers_on(client):
+    client.initialize()
+    inner = "[" + ",".join(["[]"] * 1000) + "]"
+    amplifying = ('{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"items": ['
+                  + ",".join([inner] * 10_000) + "]}}").encode()  # 30 MB that would decode to > 600 MiB
+    for line, limit in ((b"[" * 1100, "max_depth"), (b"[" * 100_000, "max_depth"),
+                        (amplifying, "max_decoded_bytes")):
+        client.send(line)
+        reply, size = client.receive(timeout=30)
+        assert reply["id"] is None and reply["error"]["code"] == -32600 and limit in reply["error"]["message"], reply
+        assert size < 2_000
+        listed, _ = client.request(9, "tools/list", {})
+        assert "list_authors" in [t["name"] for t in listed["result"]["tools"]]
+    assert client.proc.poll() is None
+    assert _peak_rss_mib(client.proc.pid) < 1024  # the line itself and its copies, never its decoded objects
+
+
 def test_serve_env_refuses_a_nonsense_argument_cap(synth_home):
     proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "serve-env", ENV_ID,
                            "--max-argument-bytes", "0"], env={**os.environ, "ENVFACTORY_HOME": str(synth_home)},
