@@ -152,3 +152,22 @@ def test_with_counts_raised_every_bar_counts_50_items_ends_at_100_and_the_summar
     assert "\r" not in summary and not any(BAR.match(frame) for frame in _frames(summary))
     assert re.search(r"^  SFT\+GRPO\s+ckpt_\w+", summary, re.M) and "| model |" in summary
     assert summary.rstrip().splitlines()[-1].startswith("total time: ")
+
+
+def test_failure_messages_show_a_stages_own_refusal_and_an_errors_first_line():
+    import dagster as dg
+
+    from envfactory_assets.runner.summary import failure_messages
+
+    @dg.asset
+    def refusing() -> None:
+        raise dg.Failure("refusing to write verified_environments: 2 of the 3 passed items would fail")
+
+    @dg.asset
+    def crashing() -> None:
+        raise RuntimeError("disk full\nsecond line")
+
+    result = dg.materialize([refusing, crashing], raise_on_error=False)
+    messages = sorted(failure_messages([result]))
+    assert messages[0].startswith("crashing: ") and "disk full" in messages[0] and "second line" not in messages[0]
+    assert messages[1] == "refusing: refusing to write verified_environments: 2 of the 3 passed items would fail"
