@@ -271,7 +271,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
         print(f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
               f"  re-synthesize them with: envfactory run --select \"{','.join(stale)}\"")
     if not success:
-        for message in failure_messages(results):  # the stage's own words: why it refused or failed
+        for message in failure_messages(results, asset_steps):  # the stage's own words: why it refused or failed
             print(f"error: {message}", file=sys.stderr)
     if not success and log_file is not None:
         print(f"a run failed: its errors are in {log_file} (and in the UI: envfactory ui)", file=sys.stderr)

@@ -29,13 +29,16 @@ def _materializations(results: Sequence[Any], key: str) -> list[Any]:
             if e.asset_key == dg.AssetKey(key)]
 
 
-def failure_messages(results: Sequence[Any], max_chars: int = 1500) -> list[str]:
+def failure_messages(results: Sequence[Any], steps: set[str] | None = None, max_chars: int = 1500) -> list[str]:
     """``"step: message"`` for each failed step of ``results`` (``ExecuteInProcessResult``): a stage's own
     refusal (the description of the ``dg.Failure`` it raised) when it gave one, else the first line of its
-    error. Each message is cut to ``max_chars`` characters; the run log keeps the whole traceback."""
+    error. ``steps`` limits it to those step keys (the asset steps: failed checks are listed apart). Each
+    message is cut to ``max_chars`` characters; the run log keeps the whole traceback."""
     out = []
     for result in results:
         for event in result.get_step_failure_events():
+            if steps is not None and event.step_key not in steps:
+                continue
             data = event.step_failure_data
             user = getattr(data, "user_failure_data", None)
             error = data.error
