@@ -212,7 +212,7 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     from envfactory_assets.runner.progress_bar import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.selection import op_names
     from envfactory_assets.runner.stage_times import stage_time_rows
-    from envfactory_assets.runner.summary import run_summary
+    from envfactory_assets.runner.summary import failure_messages, run_summary
     from envfactory_assets.store.db import Store, StoreBusy
 
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
@@ -270,6 +270,9 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     if stale:
         print(f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
               f"  re-synthesize them with: envfactory run --select \"{','.join(stale)}\"")
+    if not success:
+        for message in failure_messages(results, asset_steps):  # the stage's own words: why it refused or failed
+            print(f"error: {message}", file=sys.stderr)
     if not success and log_file is not None:
         print(f"a run failed: its errors are in {log_file} (and in the UI: envfactory ui)", file=sys.stderr)
     print(summary)  # last: per-stage times, checkpoints, results, exports, total time

@@ -144,6 +144,7 @@ NOT_EXPOSED = {
     ("VerificationConfig", "startup_timeout_s"): "sandbox process management, not a verification setting",
     ("VerificationConfig", "hash_seed"): "fixed so state hashes compare across workers",
     ("VerificationConfig", "max_response_mb"): "sandbox protocol limit, not a verification setting",
+    ("VerificationConfig", "max_response_depth"): "sandbox protocol limit, not a verification setting",
 }
 
 

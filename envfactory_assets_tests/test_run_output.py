@@ -180,3 +180,22 @@ def test_a_check_that_measured_nothing_says_so_in_the_summary():
     text = run_summary(instance, [result], None, 1.0)
     assert "checks that measured nothing" in text and "gated:share_gate" in text
     assert "gated:measured_gate" not in text
+
+
+def test_failure_messages_show_a_stages_own_refusal_and_an_errors_first_line():
+    import dagster as dg
+
+    from envfactory_assets.runner.summary import failure_messages
+
+    @dg.asset
+    def refusing() -> None:
+        raise dg.Failure("refusing to write verified_environments: 2 of the 3 passed items would fail")
+
+    @dg.asset
+    def crashing() -> None:
+        raise RuntimeError("disk full\nsecond line")
+
+    result = dg.materialize([refusing, crashing], raise_on_error=False)
+    messages = sorted(failure_messages([result]))
+    assert messages[0].startswith("crashing: ") and "disk full" in messages[0] and "second line" not in messages[0]
+    assert messages[1] == "refusing: refusing to write verified_environments: 2 of the 3 passed items would fail"

@@ -46,6 +46,27 @@ def not_measured_checks(results: Sequence[Any]) -> list[str]:
     return lines
 
 
+def failure_messages(results: Sequence[Any], steps: set[str] | None = None, max_chars: int = 1500) -> list[str]:
+    """``"step: message"`` for each failed step of ``results`` (``ExecuteInProcessResult``): a stage's own
+    refusal (the description of the ``dg.Failure`` it raised) when it gave one, else the first line of its
+    error. ``steps`` limits it to those step keys (the asset steps: failed checks are listed apart). Each
+    message is cut to ``max_chars`` characters; the run log keeps the whole traceback."""
+    out = []
+    for result in results:
+        for event in result.get_step_failure_events():
+            if steps is not None and event.step_key not in steps:
+                continue
+            data = event.step_failure_data
+            user = getattr(data, "user_failure_data", None)
+            error = data.error
+            while error is not None and error.cause is not None:  # the stage's own exception, not Dagster's wrapper
+                error = error.cause
+            first = ((error.message if error is not None else "").strip().splitlines() or ["failed"])[0]
+            text = (user.description if user is not None and user.description else first).strip()
+            out.append(f"{event.step_key}: {text[:max_chars]}{'...' if len(text) > max_chars else ''}")
+    return out
+
+
 def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any, total_s: float,
                 log_file: str | None = None, asset_steps: set[str] | None = None) -> str:
     """The summary text (several lines, no trailing newline).

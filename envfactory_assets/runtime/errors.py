@@ -28,6 +28,10 @@ class ErrorType(StrEnum):
     - ``resource_limit``: the worker went past a limit the kernel or the parent enforces (memory of its
       control group, CPU time of one call, threads left running after a call); the message names the
       limit, and the worker was killed.
+    - ``too_large``: the worker's reply was past the parent's bounds (``SandboxLimits.max_response_mb``,
+      ``max_response_depth``); it was not decoded. The call's effect on the state cannot be seen, so its
+      episode is closed; a reply whose declared length is past the cap is not even read, and the worker
+      is killed.
     - ``internal``: a bug in the worker itself.
     """
 
@@ -43,6 +47,7 @@ class ErrorType(StrEnum):
     CRASH = "crash"
     PROTOCOL = "protocol"
     RESOURCE_LIMIT = "resource_limit"
+    TOO_LARGE = "too_large"
     INTERNAL = "internal"
 
 

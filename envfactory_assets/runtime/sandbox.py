@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.runtime import cgroups
+from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import (
     EnvironmentFault,
@@ -42,6 +43,7 @@ from envfactory_assets.runtime.protocol import (
     ChannelClosed,
     ChannelTimeout,
     FrameChannel,
+    FrameTooLarge,
     ProtocolError,
     encode_frame,
 )
@@ -78,8 +80,13 @@ class SandboxLimits:
         startup_timeout_s: seconds a fresh worker may take to start and say it is ready.
         hash_seed: ``PYTHONHASHSEED`` of the worker (string hashing, set order). Verification replays
             in a second worker with another seed to catch tools whose results depend on it.
-        max_response_mb: the largest response the parent accepts from a worker, MiB; a longer one
-            kills the worker (a protocol error) before the parent allocates it.
+        max_response_mb: the largest response the parent accepts from a worker, MiB, both in bytes and
+            in the estimated size of its decoded objects (:mod:`.bounded_json`), so a reading parent
+            grows by at most about twice this. A reply that declares more bytes kills the worker
+            before anything is read; one whose decoded size would pass it is read but not decoded.
+            Both are ``too_large`` errors.
+        max_response_depth: the deepest nesting of arrays and objects accepted in a response; a deeper
+            one is a ``too_large`` error, not decoded.
     """
 
     memory_mb: int = 1024
@@ -91,7 +98,8 @@ class SandboxLimits:
     kill_grace_s: float = 2.0
     startup_timeout_s: float = 30.0
     hash_seed: int = 0
-    max_response_mb: int = 256
+    max_response_mb: int = 64
+    max_response_depth: int = 512
 
     def __post_init__(self) -> None:
         if not 0 <= self.hash_seed <= 4294967295:
@@ -294,7 +302,7 @@ class _Child:
         try:
             channel.send(frame, deadline)
             response = channel.receive(deadline)
-        except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
+        except (ChannelTimeout, ChannelClosed, ProtocolError, JsonTooLarge) as exc:
             if watch is not None:
                 watch.stop()
             self._raise_if_limit(op, watch)
@@ -305,6 +313,17 @@ class _Child:
                 ) from None
             if isinstance(exc, ChannelClosed):
                 raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
+            if isinstance(exc, FrameTooLarge):
+                self.discard()
+                raise _ChildLost(str(ErrorType.TOO_LARGE),
+                                 f"{op}: the reply is too large ({exc}); worker killed") from None
+            if isinstance(exc, JsonTooLarge):
+                # The whole frame was consumed, so the worker stays in step and keeps its other episodes.
+                error = {"type": str(ErrorType.TOO_LARGE), "env_id": self.label, "limit": exc.limit,
+                         "message": f"{op}: {exc}; the reply was not decoded"}
+                if op == "call":
+                    error["episode_lost"] = True  # the call's effect on the state cannot be seen
+                raise _RemoteError(error) from None
             self.discard()
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: {exc}; worker killed") from None
         if watch is not None:
@@ -424,8 +443,9 @@ class _Child:
         self.proc = proc
         self.stderr = _StderrTail(proc.stderr)
         self.finalizer = weakref.finalize(self, _end_worker, proc, self.cgroup)
-        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno(),
-                               max_frame_bytes=self.limits.max_response_mb * 1024 * 1024)
+        max_bytes = self.limits.max_response_mb * 1024 * 1024
+        bounds = JsonBounds(max_bytes=max_bytes, max_decoded_bytes=max_bytes, max_depth=self.limits.max_response_depth)
+        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno(), max_frame_bytes=max_bytes, bounds=bounds)
         try:
             hello = channel.receive(time.monotonic() + self.limits.startup_timeout_s)
         except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
@@ -601,7 +621,9 @@ class SandboxWorker:
         """Check, compile and trial-run an environment module in its own worker process.
 
         Loading another version of ``env_id`` (different source) replaces the process: the new code
-        is a new trust domain, and episodes of the old version are lost.
+        is a new trust domain, and episodes of the old version are lost. A load that fails ends the
+        process too (the module may have run and patched what it could reach before failing), so the
+        next load, of this id or any other, starts in a fresh one.
 
         Args:
             env_id: the environment's id (1-200 characters).
@@ -666,17 +688,26 @@ class SandboxWorker:
                 running.remove(child)
 
     def _load_into_child(self, child: _Child, env_id: str, source: str, tools: tuple[str, ...] | None) -> dict[str, Any]:
+        """Load ``source`` into ``child``; a load that fails ends the child's process.
+
+        The module may have run (and patched whatever it could reach) before it failed, and the process is
+        its trust domain: the next load, of this id or any other code, starts in a fresh one.
+        """
         fields = {"env_id": env_id, "source": source, "tool_names": list(tools) if tools is not None else None}
         try:
             result = child.request("load_env", fields, self.limits.call_timeout_s)
         except _RemoteError as exc:
+            child.discard()
             if exc.type == "environment_rejected":
                 raise EnvironmentRejected(env_id, list(exc.error.get("violations") or [str(exc)])) from None
-            if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY):
+            if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY, ErrorType.TOO_LARGE):
                 raise EnvironmentRejected(env_id, [f"{exc.type}: {exc}"]) from None
             raise SandboxError(f"load_environment({env_id!r}) failed: {exc.error}") from None
         except _ChildLost as exc:
             raise EnvironmentRejected(env_id, [f"worker {exc.kind} while loading: {exc.message}"]) from None
+        except BaseException:
+            child.discard()
+            raise
         child.loaded.add(env_id)
         return result
 
@@ -905,7 +936,7 @@ class SandboxWorker:
             raise StateRejected(env_id, message) from None
         if exc.type == "environment_fault":
             raise EnvironmentFault(env_id, str(error.get("cause", "exception")), message) from None
-        if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY):  # budget ran out inside the request
+        if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY, ErrorType.TOO_LARGE):  # a budget ran out
             raise EnvironmentFault(env_id, exc.type, message) from None
         if exc.type == "unknown_environment":
             child = self._children.get(env_id)

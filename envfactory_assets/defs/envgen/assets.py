@@ -49,6 +49,17 @@ class VerificationConfig(dg.Config):
         whole_number(owner, "max_workers", self.max_workers, low=1)
 
 
+def changed_settings(config: dg.Config) -> str:
+    """``"name=value (default d), ..."`` for each field of ``config`` that differs from its default, for the
+    messages of refused writes; empty when none does."""
+    changed = []
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        if not field.is_required() and value != field.get_default(call_default_factory=True):
+            changed.append(f"{name}={value!r} (default {field.get_default(call_default_factory=True)!r})")
+    return ", ".join(changed)
+
+
 _ENVGEN_CODE = asset_code_version("envfactory_assets.envgen", "envfactory_assets.runtime", "envfactory_assets.llm",
                                   "envfactory_assets.sources", "envfactory_assets.defs.envgen")
 
@@ -99,7 +110,8 @@ def verified_environments(context: dg.AssetExecutionContext, config: Verificatio
     meter = asset_progress(context, len(env_rows), "environments verified")
     rows = verify_all(env_rows, limits, config.max_workers, progress=meter.advance)
     meter.finish()
-    written = store.replace_current("verified_environments", rows, scope=partition_scope(context, keys))
+    written = store.replace_current("verified_environments", rows, scope=partition_scope(context, keys),
+                                    settings_note=changed_settings(config))
     failures = Counter(reason.split(":", 1)[0] for r in rows for reason in r["reasons"])
     passed = [r for r in rows if r["status"] == "passed"]
     return dg.MaterializeResult(metadata={
