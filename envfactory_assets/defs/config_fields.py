@@ -7,8 +7,6 @@ that build the specs. So no default or help text is restated here.
 
 from __future__ import annotations
 
-import copy
-
 import dagster as dg
 import pydantic
 
@@ -16,10 +14,7 @@ from envfactory_assets.config_schema import Setting, Source, settings_of
 
 
 def _field(setting: Setting) -> tuple[object, object]:
-    if isinstance(setting.default, (list, dict)):
-        default = setting.default
-        return setting.annotation, pydantic.Field(default_factory=lambda: copy.deepcopy(default),
-                                                  description=setting.help)
+    # pydantic copies a mutable default for each instance, so a list default is safe here
     return setting.annotation, pydantic.Field(default=setting.default, description=setting.help)
 
 
