@@ -342,6 +342,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_docs(args: argparse.Namespace) -> int:
+    """Write docs/configuration.md (every setting of every asset: type, default, help) to ``--output``, or
+    print it."""
+    from envfactory_assets.defs.config_docs import configuration_markdown
+
+    text = configuration_markdown()
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_results(args: argparse.Namespace) -> int:
     """Print the evaluation results table, or write it between the results markers of ``--into``; a GRPO
     checkpoint's cells also show its difference to its SFT parent (recomputed here from the rows' per-task
@@ -624,6 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --into: write between <!-- results:SECTION:start --> and its end marker "
                           "(e.g. cpu_benchmark) instead of the default run's markers")
     res.set_defaults(func=cmd_results)
+    cfg = sub.add_parser("config-docs", help="every setting of every asset with its default and help, as Markdown")
+    cfg.add_argument("--output", help="write to this file (docs/configuration.md) instead of stdout")
+    cfg.set_defaults(func=cmd_config_docs)
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)

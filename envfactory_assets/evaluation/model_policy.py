@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
 from envfactory_assets.evaluation.prefix_cache import (
     PrefixCache,
     batch_inputs,
@@ -15,9 +15,8 @@ from envfactory_assets.evaluation.prefix_cache import (
 )
 from envfactory_assets.tooluse.answer_stop import answer_stop_criterion
 from envfactory_assets.tooluse.chat_template import normalize_messages
-from envfactory_assets.tooluse.spec_types import check_number_types
 from envfactory_assets.training.base_model import (
-    check_device_setting,
+    DEVICE_SETTINGS,
     force_offline,
     prepare_tokenizer,
     select_device,
@@ -27,45 +26,36 @@ from envfactory_assets.training.threads import ThreadGovernor
 
 @dataclass(frozen=True)
 class SamplingSpec:
-    """How the policy samples.
+    """How the policy samples; each field's default and help text are stated here alone
+    (``metadata["help"]``).
 
-    Attributes:
-        temperature: softmax temperature; 0 means greedy. Default 0.7, the paper's rollout temperature.
-        top_p: nucleus mass (1.0 = off).
-        max_new_tokens: generation budget per assistant message (tokens).
-        batch_size: conversations generated together (left padding); larger is faster on CPU.
-        max_prompt_tokens: a longer prompt loses its oldest messages after the system message (whole
-            messages; the tool block and the last message are always kept; counted in ``Policy.truncated``).
-        prefix_cache_tokens: token positions of earlier sequences whose key/value caches are kept for prompts
-            that start with the same tokens (:mod:`~envfactory_assets.evaluation.prefix_cache`; ~46 KB each
-            for SmolLM2-135M); 0 encodes every prompt in full.
-        device: ``"auto"`` (default: a CUDA device when torch sees one, weights in bf16 where supported, else
-            fp16), ``"cpu"`` (float32) or ``"cuda"`` (refused without a visible CUDA device);
-            :func:`~envfactory_assets.training.base_model.select_device`.
+    Raises:
+        SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
     """
 
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 64
-    batch_size: int = 12
-    max_prompt_tokens: int = 3072
-    prefix_cache_tokens: int = 40_000
-    device: str = "auto"
+    temperature: float = setting(0.7, "softmax temperature of sampling; 0 = greedy (0.7 is the paper's rollout "
+                                      "temperature).")
+    top_p: float = setting(1.0, "nucleus mass (1.0 = off).")
+    max_new_tokens: int = setting(64, "generation budget per assistant message (tokens).")
+    batch_size: int = setting(12, "conversations generated together (left padding); larger is faster on a CPU.")
+    max_prompt_tokens: int = setting(3072, "a longer prompt loses its oldest messages after the system message "
+                                           "(whole messages; the tool block and the last message are kept).")
+    prefix_cache_tokens: int = setting(40_000, "token positions of earlier sequences whose key/value caches are "
+                                               "kept for prompts that start with the same tokens (~46 KB each "
+                                               "for SmolLM2-135M); 0 encodes every prompt in full.")
+    device: str = setting("auto", "'auto' (a CUDA device when torch sees one, weights in bf16 where supported, "
+                                  "else fp16), 'cpu' (float32) or 'cuda' (refused when no CUDA device is "
+                                  "visible).")
 
     def __post_init__(self) -> None:
-        """Raises ValueError naming the setting when it is out of range (a negative or NaN temperature, top_p
-        outside (0, 1], or a token budget or batch size below 1, or a value of the wrong type)."""
-        check_number_types(self, "sampling setting ")
-        check_device_setting(self.device, "sampling setting device")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"sampling setting temperature={self.temperature}: expected a finite number >= 0")
-        if not (0 < self.top_p <= 1):
-            raise ValueError(f"sampling setting top_p={self.top_p}: expected 0 < top_p <= 1")
+        owner = "sampling"
+        number_types(self, owner)
+        one_of(owner, "device", self.device, DEVICE_SETTINGS)
+        finite_number(owner, "temperature", self.temperature, low=0.0)
+        finite_number(owner, "top_p", self.top_p, low=0.0, high=1.0, low_open=True)
         for name in ("max_new_tokens", "batch_size", "max_prompt_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"sampling setting {name}={getattr(self, name)}: expected >= 1")
-        if self.prefix_cache_tokens < 0:
-            raise ValueError(f"sampling setting prefix_cache_tokens={self.prefix_cache_tokens}: expected >= 0")
+            whole_number(owner, name, getattr(self, name), low=1)
+        whole_number(owner, "prefix_cache_tokens", self.prefix_cache_tokens, low=0)
 
 
 class Policy:
