@@ -145,6 +145,9 @@ NOT_EXPOSED = {
     ("VerificationConfig", "hash_seed"): "fixed so state hashes compare across workers",
     ("VerificationConfig", "max_response_mb"): "sandbox protocol limit, not a verification setting",
     ("VerificationConfig", "max_response_depth"): "sandbox protocol limit, not a verification setting",
+    ("VerificationConfig", "cpu_lifetime_s"): "sandbox lifetime CPU budget of a worker, not a verification setting",
+    ("VerificationConfig", "cpu_cores"): "sandbox control-group quota, not a verification setting",
+    ("VerificationConfig", "max_tasks"): "sandbox control-group task cap, not a verification setting",
 }
 
 

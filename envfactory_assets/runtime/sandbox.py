@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.runtime import cgroups
+import envfactory_assets.runtime.cgroups as cgroups
 from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import (
