@@ -30,15 +30,15 @@ from envfactory_assets.envgen.stage import environment_row, environment_rows
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
-from envfactory_assets.synth.stub_roles import RoleReplies, gold_of
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.sources.stage import scan_rows
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner
-from envfactory_assets.synth.sampler import SamplerConfig
-from envfactory_assets.synth.solve import ModelSolver
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
+from envfactory_assets.synth.sampling.sampler import SamplerConfig
 from envfactory_assets.synth.stage import chain_rows, raw_trajectory_rows, refined_trajectory_rows
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.stub_roles import RoleReplies, gold_of
+from envfactory_assets.synth.trajectories.execution import SynthConfig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "envfactory_assets_tests" / "fixtures" / "openapi"
 LEVELS = (1, 2, 4, 8, 16)

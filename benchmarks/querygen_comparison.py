@@ -3,10 +3,11 @@
 From a store that holds ``tool_chains`` (and the environments and tool graph they were sampled on), e.g. a
 default run's ``envfactory.duckdb``, ``--n`` passed chains are drawn with ``--seed`` and written into raw
 trajectories twice: by the programmatic query writer, and by the model query writer
-(:class:`~envfactory_assets.synth.model_querygen.ModelQueryWriter`) on a local model directory through the
+(:class:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter`) on a local model directory through the
 transformers backend (:class:`~envfactory_assets.llm.transformers_backend.TransformersBackend`). Both are then
 refined and calibrated with the same settings and the programmatic solver: the programmatic run with the
-programmatic refiner, the model run with the model refiner (:class:`~envfactory_assets.synth.model_querygen.ModelRefiner`).
+programmatic refiner, the model run with the model refiner
+(:class:`~envfactory_assets.synth.refinement.model_querygen.ModelRefiner`).
 The model is SmolLM2-135M-Instruct by default, materialized from its packaged GGUF
 (:func:`~envfactory_assets.training.base_model.resolve_base_model`) into ``--models`` (nothing is downloaded).
 
@@ -20,8 +21,9 @@ The store is only read (a read-only connection), so a live run's store can be gi
 Prints a Markdown section: the share of model replies refused and why, the share of model-written raw queries
 that calibration reverted to the programmatic text (no solve attempt passed them) and of model refinements
 reverted, the share of kept turns carrying the model's text, the model's requests, tokens and wall time per
-stage, the data-realism figures of both runs side by side (:func:`~envfactory_assets.synth.report.query_statistics`,
-:func:`~envfactory_assets.synth.report.future_identifier_figures`, per-turn accuracy), and three example
+stage, the data-realism figures of both runs side by side
+(:func:`~envfactory_assets.synth.refinement.report.query_statistics`,
+:func:`~envfactory_assets.synth.refinement.report.future_identifier_figures`, per-turn accuracy), and three example
 turns from each run. ``--out`` also writes it to a file.
 """
 
@@ -41,13 +43,13 @@ from typing import Any
 from envfactory_assets.catalog.environments import passed_environments
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.store.db import Store, read_rows
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
-from envfactory_assets.synth.report import future_identifier_figures, query_statistics
-from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
-from envfactory_assets.synth.solve import ProgrammaticSolver
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
+from envfactory_assets.synth.refinement.report import future_identifier_figures, query_statistics
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.stage import raw_trajectory_rows, refined_trajectory_rows
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.trajectories.execution import SynthConfig
+from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, providable_flags
 
 DEFAULT_MODELS = Path("/tmp/envfactory-querygen/models")
 

@@ -24,11 +24,11 @@ from typing import Any
 from envfactory_assets import catalog
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.store.db import Store
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.calibrate_pool import resolve_workers
-from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
-from envfactory_assets.synth.solve import ProgrammaticSolver
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.calibrate_pool import resolve_workers
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.stage import refined_trajectory_rows
+from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, providable_flags
 
 
 def sample(store: Store, n: int, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, dict], Any]:

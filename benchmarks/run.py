@@ -3,14 +3,21 @@ table with the command that produced it). Usage, from the repository root::
 
     .venv/bin/python -m benchmarks.run --store ~/.envfactory/envfactory.duckdb
 
+Every benchmark also runs alone, with its own arguments: ``python -m benchmarks.run --list`` names them,
+``python -m benchmarks.run NAME [ARGS...]`` runs one (as ``python -m benchmarks.NAME ARGS...``).
+
 Every comparison is measured within one run as a ratio, since a shared machine's absolute times drift.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import platform
+import runpy
+import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +27,41 @@ from envfactory_assets.store.db import Store
 DOC = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
 #: What the figures mean, the profiles and the targets still missed: kept by hand, appended as it is.
 NOTES = Path(__file__).with_name("notes.md")
+
+
+def benchmarks() -> dict[str, Path]:
+    """Every benchmark of this folder by name: its modules (``run`` and ``__init__`` aside) and shell scripts."""
+    here = Path(__file__).resolve().parent
+    return {p.stem: p for p in sorted([*here.glob("*.py"), *here.glob("*.sh")])
+            if p.stem not in {"run", "__init__"}}
+
+
+def summary(path: Path) -> str:
+    """The first line of a benchmark's docstring (a module) or of its leading comment (a shell script)."""
+    if path.suffix == ".py":
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        return doc.splitlines()[0] if doc else ""
+    comments = [line.lstrip("# ") for line in path.read_text(encoding="utf-8").splitlines()[1:] if line.startswith("#")]
+    return comments[0] if comments else ""
+
+
+def run_one(name: str, args: list[str]) -> int:
+    """Run benchmark ``name`` with command-line ``args`` as if started on its own; its exit status.
+
+    Raises:
+        ValueError: ``name`` is not a benchmark of this folder (see :func:`benchmarks`).
+    """
+    path = benchmarks().get(name)
+    if path is None:
+        raise ValueError(f"no benchmark named {name!r}; choose one of {', '.join(benchmarks())}")
+    if path.suffix == ".sh":
+        return subprocess.run(["bash", str(path), *args], check=False).returncode
+    sys.argv = [f"benchmarks.{name}", *args]
+    try:
+        runpy.run_module(f"benchmarks.{name}", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
 
 
 def machine() -> str:
@@ -33,6 +75,13 @@ def machine() -> str:
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--list"]:
+        for name, path in benchmarks().items():
+            print(f"{name:20} {summary(path)}")
+        return
+    if argv and argv[0] in benchmarks():
+        sys.exit(run_one(argv[0], argv[1:]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, required=True, help="a store with raw_trajectories")
     parser.add_argument("--n", type=int, default=300, help="raw trajectories in the refinement sample")

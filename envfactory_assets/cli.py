@@ -182,7 +182,7 @@ def release_abandoned_runs(instance: Any) -> list[str]:
     """
     import dagster as dg
 
-    from envfactory_assets.runner.run_progress import RUN_TAG
+    from envfactory_assets.runner.progress_bar import RUN_TAG
 
     unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                   dg.DagsterRunStatus.STARTED]
@@ -206,13 +206,13 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
-    from envfactory_assets.runner.run_progress import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, run_job_name, stale_assets
     from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
+    from envfactory_assets.runner.progress_bar import RUN_TAG, RunProgressBar
     from envfactory_assets.runner.selection import op_names
     from envfactory_assets.runner.stage_times import stage_time_rows
-    from envfactory_assets.runner.summary import run_summary
+    from envfactory_assets.runner.summary import failure_messages, run_summary
     from envfactory_assets.store.db import Store, StoreBusy
 
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
@@ -270,6 +270,9 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     if stale:
         print(f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
               f"  re-synthesize them with: envfactory run --select \"{','.join(stale)}\"")
+    if not success:
+        for message in failure_messages(results, asset_steps):  # the stage's own words: why it refused or failed
+            print(f"error: {message}", file=sys.stderr)
     if not success and log_file is not None:
         print(f"a run failed: its errors are in {log_file} (and in the UI: envfactory ui)", file=sys.stderr)
     print(summary)  # last: per-stage times, checkpoints, results, exports, total time
@@ -322,8 +325,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the Markdown report of the store (to stdout or ``--output``), or with ``--compare OLD_STORE``
     the table of its figures before (``OLD_STORE``) and after (the store); both are only read."""
-    from envfactory_assets.store.db import Store, StoreBusy
     from envfactory_assets.reporting.report import compare_report, run_report
+    from envfactory_assets.store.db import Store, StoreBusy
 
     try:
         store = Store(settings.store_path())
@@ -339,22 +342,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_docs(args: argparse.Namespace) -> int:
+    """Write docs/configuration.md (every setting of every asset: type, default, help) to ``--output``, or
+    print it."""
+    from envfactory_assets.defs.config_docs import configuration_markdown
+
+    text = configuration_markdown()
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_results(args: argparse.Namespace) -> int:
-    """Print the evaluation results table, or write it between the results markers of ``--readme``; a GRPO
+    """Print the evaluation results table, or write it between the results markers of ``--into``; a GRPO
     checkpoint's cells also show its difference to its SFT parent (recomputed here from the rows' per-task
     results and ``checkpoints``' parents, so stores evaluated before ``vs_parent`` existed show it too)."""
     from envfactory_assets.evaluation.run import add_parent_comparisons
-    from envfactory_assets.reporting.results_table import results_markdown, update_readme
+    from envfactory_assets.reporting.results_table import results_markdown, update_markdown
     from envfactory_assets.store.db import Store
 
-    if args.section is not None and not args.readme:
-        print("error: --section names the README's markers to write between; it needs --readme", file=sys.stderr)
+    if args.section is not None and not args.into:
+        print("error: --section names the markers to write between; it needs --into FILE", file=sys.stderr)
         return 2
     try:
         store = Store(settings.store_path())
         rows = store.read("evaluations")
         add_parent_comparisons(rows, {r["id"]: r.get("parent_checkpoint_id") for r in store.read("checkpoints")})
-        text = (update_readme(Path(args.readme), rows, args.section) if args.readme
+        text = (update_markdown(Path(args.into), rows, args.section) if args.into
                 else results_markdown(rows))
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -614,11 +631,16 @@ def build_parser() -> argparse.ArgumentParser:
                           "envfactory_assets/reporting/report.py)")
     rep.set_defaults(func=cmd_report)
     res = sub.add_parser("results", help="evaluation table (base vs checkpoints) from the store")
-    res.add_argument("--readme", help="write it between the results markers of this Markdown file")
+    # --readme is accepted as a synonym, so scripts that spell it that way keep working
+    res.add_argument("--into", "--readme", dest="into", metavar="FILE",
+                     help="write it between the results markers of this Markdown file (docs/evaluation.md)")
     res.add_argument("--section", default=None,
-                     help="with --readme: write between <!-- results:SECTION:start --> and its end marker "
+                     help="with --into: write between <!-- results:SECTION:start --> and its end marker "
                           "(e.g. cpu_benchmark) instead of the default run's markers")
     res.set_defaults(func=cmd_results)
+    cfg = sub.add_parser("config-docs", help="every setting of every asset with its default and help, as Markdown")
+    cfg.add_argument("--output", help="write to this file (docs/configuration.md) instead of stdout")
+    cfg.set_defaults(func=cmd_config_docs)
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)

@@ -5,6 +5,10 @@ Dagster types each config field, but it lets through values no stage can use (``
 also built directly (scripts, tests), where nothing checks types at all. A setting that slips through
 surfaces late, as a crash after minutes of work or as an empty result that replaces good rows; these
 helpers refuse it up front with a message naming the setting, its value and what is allowed.
+
+Each setting is stated once, in a stage's settings dataclass, with :func:`setting` (the default and the help
+text as field metadata, as Hugging Face TRL's config dataclasses do); the Dagster run configs and
+docs/configuration.md are derived from those fields.
 """
 
 from __future__ import annotations
@@ -29,11 +33,57 @@ class SettingError(ValueError):
 
     def for_owner(self, owner: str, prefix: str = "") -> SettingError:
         """The same refusal named as ``<owner> setting <prefix><name>=...`` (e.g. ``tool_chains`` for a
-        :class:`~envfactory_assets.synth.sampler.SamplerConfig` check); a free-form message gets
+        :class:`~envfactory_assets.synth.sampling.sampler.SamplerConfig` check); a free-form message gets
         ``<owner>: `` in front instead."""
         if self.name is None or self.expected is None:
             return SettingError(f"{owner}: {self}")
         return _fail(owner, prefix + self.name, self.value, self.expected)
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field holding one setting's default (or ``factory`` for a mutable one) and its help text
+    (``metadata={"help": ...}``, the convention of Hugging Face TRL's config dataclasses).
+
+    Raises:
+        ValueError: ``help`` is blank, or neither or both of ``default`` and ``factory`` are given.
+    """
+    if not help.strip():
+        raise ValueError("setting(): help must say what the setting does")
+    if (default is dataclasses.MISSING) == (factory is dataclasses.MISSING):
+        raise ValueError("setting(): give exactly one of default and factory")
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def help_of(spec: Any, name: str) -> str:
+    """The help text of the field ``name`` of the settings dataclass ``spec`` (a class or an instance).
+
+    Raises:
+        KeyError: ``spec`` has no such field, or the field was not declared with :func:`setting`.
+    """
+    for field in dataclasses.fields(spec):
+        if field.name == name:
+            if "help" not in field.metadata:
+                raise KeyError(f"{getattr(spec, '__name__', type(spec).__name__)}.{name} has no help text")
+            return field.metadata["help"]
+    raise KeyError(f"{getattr(spec, '__name__', type(spec).__name__)} has no field {name!r}")
+
+
+def default_of(spec: Any, name: str) -> Any:
+    """The default of the field ``name`` of the settings dataclass ``spec`` (a factory's default is built).
+
+    Raises:
+        KeyError: ``spec`` has no such field, or it has no default.
+    """
+    for field in dataclasses.fields(spec):
+        if field.name == name:
+            if field.default is not dataclasses.MISSING:
+                return field.default
+            if field.default_factory is not dataclasses.MISSING:
+                return field.default_factory()
+            raise KeyError(f"{spec.__name__}.{name} has no default")
+    raise KeyError(f"{spec.__name__} has no field {name!r}")
 
 
 def _fail(owner: str, name: str, value: Any, expected: str) -> SettingError:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dagster as dg
-from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
 from envfactory_assets.defs.common import UpstreamGates
+from envfactory_assets.defs.dagster_private import asset_graph
 from envfactory_assets.defs.envgen import assets as envgen_assets
 from envfactory_assets.defs.evaluation import assets as evaluation_assets
 from envfactory_assets.defs.exports import assets as export_assets
@@ -37,7 +37,7 @@ ALL_ASSETS = with_gated_automation([*dg.load_assets_from_modules(_MODULES), *sql
 ALL_CHECKS = list(dg.load_asset_checks_from_modules(_MODULES))
 # The gates are this graph's own blocking checks: a step's job holds only its selection, not its upstream checks.
 RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend(), "verification_gate": VerificationGate(),
-             "upstream_gates": UpstreamGates.of(AssetGraph.from_assets([*ALL_ASSETS, *ALL_CHECKS]))}
+             "upstream_gates": UpstreamGates.of(asset_graph([*ALL_ASSETS, *ALL_CHECKS]))}
 
 defs = dg.Definitions(
     assets=ALL_ASSETS,

@@ -16,8 +16,8 @@ from envfactory_assets.graph.build import ToolGraph, build_tool_graph, tools_fro
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.scan import inspect_file
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
 

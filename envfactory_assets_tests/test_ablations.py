@@ -24,8 +24,8 @@ from envfactory_assets.ablations.report import (
 )
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.evaluation.stats import paired_bootstrap
-from envfactory_assets.synth.datagaps import DataGapsConfig
-from envfactory_assets.synth.refine import refine_turns
+from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
+from envfactory_assets.synth.refinement.operators import refine_turns
 from envfactory_assets.synth.stage import (
     DEFAULT_QUERY_SOURCE,
     dataset_rows,

@@ -30,9 +30,9 @@ from envfactory_assets.settings import store_path
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.schema import columns
-from envfactory_assets.synth.sampler import SamplerConfig
+from envfactory_assets.synth.sampling.sampler import SamplerConfig
 from envfactory_assets.synth.stage import chain_rows, raw_trajectory_rows
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.trajectories.execution import SynthConfig
 from envfactory_assets_tests.config_failures import step_failure
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
@@ -174,7 +174,8 @@ def test_verification_that_fails_everything_does_not_supersede_passed_rows(synth
     assert current(home, "verified_environments") == before
 
     ok, message = step_failure(verified_environments, {"call_timeout_s": 0.001}, home, partitions=[ENV_ID],
-                               resources={"envfactory": EnvFactoryHome(home=str(home), allow_empty=True)})
+                               resources={"envfactory": EnvFactoryHome(home=str(home), allow_empty=True,
+                                                                       allow_regression=True)})
     assert ok, message
     assert [r["status"] for r in current(home, "verified_environments")] == ["failed"]
 
@@ -236,6 +237,55 @@ def test_a_changed_input_that_fails_is_recorded_but_the_same_input_failing_is_re
     store.replace_current("verified_environments", [{**row, "id": "ver_3", "environment_id": "env_edited",
                                                      "status": "failed"}], scope)
     assert [r["id"] for r in store.read("verified_environments")] == ["ver_3"]
+
+
+def test_a_partial_regression_is_refused_before_any_passed_row_is_superseded(tmp_path):
+    """Two of three unchanged environments going from passed to failed, while one still passes, is refused
+    with the count, their names and the settings note; a changed input failing is recorded; the override
+    accepts the regression."""
+    from envfactory_assets.store.db import RegressionRefused
+
+    store = Store(tmp_path / "store.duckdb", refuse_empty=True, refuse_regression=True,
+                  regression_hint="allow_regression: true")
+    blank = {c: None for c in columns("verified_environments")}
+
+    def row(env_id: str, status: str, version: str = "") -> dict[str, Any]:
+        return {**blank, "id": f"ver_{env_id}{version}_{status}", "env_id": env_id, "domain": "commerce",
+                "environment_id": f"env_{env_id}{version}", "status": status}
+
+    store.replace_current("verified_environments", [row(e, "passed") for e in ("a", "b", "c")])
+    with pytest.raises(RegressionRefused) as refused:
+        store.replace_current("verified_environments", [row("a", "passed"), row("b", "failed"), row("c", "failed")],
+                              settings_note="call_timeout_s=0.03 (default 5.0)")
+    message = str(refused.value)
+    assert "2 of the 3 passed items" in message and "b, c" in message, message
+    assert "call_timeout_s=0.03 (default 5.0)" in message and "allow_regression: true" in message
+    assert sorted(r["status"] for r in store.read("verified_environments", "NOT superseded")) == ["passed"] * 3
+    store.replace_current("verified_environments", [row("a", "passed"), row("b", "failed", "_edited"),
+                                                    row("c", "passed")])  # b's input changed: recorded
+    assert {r["env_id"]: r["status"] for r in store.read("verified_environments", "NOT superseded")} == {
+        "a": "passed", "b": "failed", "c": "passed"}
+    accepting = Store(tmp_path / "store.duckdb", refuse_empty=True)
+    accepting.replace_current("verified_environments", [row("a", "passed"), row("b", "failed", "_edited"),
+                                                        row("c", "failed")])
+    assert {r["env_id"]: r["status"] for r in accepting.read("verified_environments", "NOT superseded")}["c"] == "failed"
+
+
+def test_verification_regression_names_the_setting_and_allow_regression_accepts_it(synth_home, tmp_path):
+    home = home_copy(synth_home, tmp_path)
+    before = current(home, "verified_environments")
+    permissive = EnvFactoryHome(home=str(home), allow_empty=True)
+    ok, message = step_failure(verified_environments, {"call_timeout_s": 0.001}, home, partitions=[ENV_ID],
+                               resources={"envfactory": permissive})
+    assert not ok
+    assert "1 of the 1 passed items whose input (environment_id) is unchanged" in message, message
+    assert "call_timeout_s=0.001 (default 5.0)" in message and "allow_regression: true" in message
+    assert current(home, "verified_environments") == before
+    ok, message = step_failure(verified_environments, {"call_timeout_s": 0.001}, home, partitions=[ENV_ID],
+                               resources={"envfactory": EnvFactoryHome(home=str(home), allow_empty=True,
+                                                                       allow_regression=True)})
+    assert ok, message
+    assert [r["status"] for r in current(home, "verified_environments")] == ["failed"]
 
 
 # --- 3. a partial run whose upstream was never materialized ---------------------------------------------
@@ -413,6 +463,28 @@ def test_a_line_over_the_message_limit_is_refused_unread(client):
     assert "limit of 33554432 bytes" in reply["error"]["message"]
     listed, _ = client.request(6, "tools/list", {})
     assert listed["id"] == 6 and "result" in listed
+
+
+def _peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+
+
+def test_deep_and_amplifying_lines_are_refused_and_the_server_answers_on(client):
+    client.initialize()
+    inner = "[" + ",".join(["[]"] * 1000) + "]"
+    amplifying = ('{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"items": ['
+                  + ",".join([inner] * 10_000) + "]}}").encode()  # 30 MB that would decode to > 600 MiB
+    for line, limit in ((b"[" * 1100, "max_depth"), (b"[" * 100_000, "max_depth"),
+                        (amplifying, "max_decoded_bytes")):
+        client.send(line)
+        reply, size = client.receive(timeout=30)
+        assert reply["id"] is None and reply["error"]["code"] == -32600 and limit in reply["error"]["message"], reply
+        assert size < 2_000
+        listed, _ = client.request(9, "tools/list", {})
+        assert "list_authors" in [t["name"] for t in listed["result"]["tools"]]
+    assert client.proc.poll() is None
+    assert _peak_rss_mib(client.proc.pid) < 1024  # the line itself and its copies, never its decoded objects
 
 
 def test_serve_env_refuses_a_nonsense_argument_cap(synth_home):

@@ -69,6 +69,20 @@ def test_file_name_that_is_not_utf8_is_one_rejection_and_the_rest_is_stored(tmp_
 
 # --- source folders: symbolic links and file content in details ---------------------------------------
 
+def test_a_fifo_in_the_user_folder_gets_a_rejected_row_and_is_never_opened(tmp_path: Path) -> None:
+    folder = tmp_path / "user_resources"
+    folder.mkdir()
+    os.mkfifo(folder / "x.json")  # opening it for reading would block the scan forever
+    (folder / "helpdesk.json").write_bytes((FIXTURES / "helpdesk.json").read_bytes())
+    (folder / "pipe.yaml").symlink_to("x.json")  # a link to it, inside the folder
+    accepted, rejected = user_folder_rows(folder)
+    assert [r["path"] for r in accepted] == ["helpdesk.json"]
+    reasons = _rejections(rejected)
+    assert {p: r for p, (r, _) in reasons.items()} == {"x.json": "not_a_regular_file",
+                                                       "pipe.yaml": "not_a_regular_file"}
+    assert "FIFO" in reasons["x.json"][1] and "not read" in reasons["x.json"][1]
+
+
 def test_links_out_of_the_user_folder_are_refused_unread(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -272,7 +272,7 @@ def test_evaluation_rows_hold_subsets_and_the_per_category_breakdown():
 
 
 def test_the_policy_takes_a_per_call_budget_and_reports_outputs_cut_off_at_it(base_model_dir):
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=64, batch_size=2), num_threads=1)
@@ -322,7 +322,7 @@ def test_an_answer_is_complete_once_its_calls_can_no_longer_change(text, complet
 def test_the_policy_stops_each_answer_when_complete_and_keeps_what_it_had_written(base_model_dir):
     """Greedy: an output stopped by the rule is the unstopped output's beginning, the rule holds for it, and
     it is not counted as cut off; the batch costs fewer tokens."""
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
     from envfactory_assets.tooluse.tool_calls import answer_is_complete
 
     policy = Policy(base_model_dir, SamplingSpec(temperature=0, batch_size=2), num_threads=1)

@@ -9,10 +9,10 @@ import pickle
 import pytest
 
 from envfactory_assets.runtime.errors import EnvironmentRejected
-from envfactory_assets.synth import calibrate_pool
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
+from envfactory_assets.synth.refinement import calibrate_pool
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
 from envfactory_assets.synth.stage import refined_trajectory_rows
+from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, providable_flags
 from envfactory_assets_tests.fixture_environments import passed_trajectories
 
 

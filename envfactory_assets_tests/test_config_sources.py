@@ -15,13 +15,13 @@ import pytest
 
 import envfactory_assets.defs as defs_package
 from envfactory_assets.config_checks import SettingError
-from envfactory_assets.evaluation.policy import SamplingSpec
+from envfactory_assets.evaluation.model_policy import SamplingSpec
 from envfactory_assets.evaluation.run import EvalSpec
 from envfactory_assets.runtime.sandbox import SandboxLimits
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.datagaps import DataGapsConfig
-from envfactory_assets.synth.sampler import SamplerConfig
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.sampling.sampler import SamplerConfig
+from envfactory_assets.synth.trajectories.execution import SynthConfig
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
 
@@ -144,6 +144,10 @@ NOT_EXPOSED = {
     ("VerificationConfig", "startup_timeout_s"): "sandbox process management, not a verification setting",
     ("VerificationConfig", "hash_seed"): "fixed so state hashes compare across workers",
     ("VerificationConfig", "max_response_mb"): "sandbox protocol limit, not a verification setting",
+    ("VerificationConfig", "max_response_depth"): "sandbox protocol limit, not a verification setting",
+    ("VerificationConfig", "cpu_lifetime_s"): "sandbox lifetime CPU budget of a worker, not a verification setting",
+    ("VerificationConfig", "cpu_cores"): "sandbox control-group quota, not a verification setting",
+    ("VerificationConfig", "max_tasks"): "sandbox control-group task cap, not a verification setting",
 }
 
 

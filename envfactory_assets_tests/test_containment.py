@@ -17,14 +17,19 @@ from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.runtime import SandboxLimits, SandboxWorker, static_check
-from envfactory_assets.runtime.hostile.containment import (
+from envfactory_assets.runtime import SandboxLimits, SandboxWorker, cgroups, static_check
+from envfactory_assets.security.hostile.containment import (
+    CPU_AFTER_RETURN_S,
+    HEARTBEAT_MAX_GAP_S,
+    MEMORY_RETURN_S,
+    RESOURCE_LIMITS,
     Probes,
     format_containment,
     is_probe_sensitive,
     run_containment,
+    run_resource_sample,
 )
-from envfactory_assets.runtime.hostile.os_samples import CORPUS, OS_SAMPLES
+from envfactory_assets.security.hostile.os_samples import CORPUS, OS_SAMPLES, RESOURCE_SAMPLES
 from envfactory_assets.runtime.isolation import (
     OS_LAYER_ENV_VAR,
     UNSAFE_ENV_VAR,
@@ -33,6 +38,13 @@ from envfactory_assets.runtime.isolation import (
     resolve_isolation,
 )
 from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
+from envfactory_assets.security.hostile.containment import (
+    Probes,
+    format_containment,
+    is_probe_sensitive,
+    run_containment,
+)
+from envfactory_assets.security.hostile.os_samples import CORPUS, OS_SAMPLES
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
@@ -304,6 +316,73 @@ def test_leftover_probe_ignores_another_runs_sandbox_processes_and_kills_only_es
 
 
 def _is_gone(pid: int) -> bool:
-    from envfactory_assets.runtime.hostile.containment import _is_zombie
+    from envfactory_assets.security.hostile.containment import _is_zombie
 
     return _is_zombie(pid)
+
+
+# -- kernel limits: memory no rlimit counts, CPU per call and after it, the worker's lifetime CPU budget --------
+
+_EXPECTED_END = {  # how each resource sample must end: refused by the seccomp filter, or its worker killed
+    "shm_800_mib": ("tool_error", "PermissionError"),
+    "memfd_750_mib": ("tool_error", "PermissionError"),
+    "tmpfs_inode_flood": ("resource_limit", "worker killed at its"),
+    "cpu_threads_left_running": ("resource_limit", "left 2 thread(s) running"),
+    "raise_rlimit_cpu": ("resource_limit", "CPU limit of 1 s per call"),
+}
+
+
+def test_every_resource_case_has_a_sample() -> None:
+    assert {s.name for s in RESOURCE_SAMPLES} == set(_EXPECTED_END)
+    assert all(s in OS_SAMPLES for s in RESOURCE_SAMPLES)
+
+
+@pytest.mark.parametrize("sample", RESOURCE_SAMPLES, ids=lambda s: s.name)
+def test_resource_samples_are_stopped_and_leave_the_host_as_it_was(sample) -> None:
+    row = run_resource_sample(sample, limits=RESOURCE_LIMITS, python_guards=False)
+    error_type, message = _EXPECTED_END[sample.name]
+    assert (row["error_type"], row["violations"]) == (error_type, []), row
+    assert message in row["message"], row
+    assert row["worker_killed"] == (error_type == "resource_limit"), row
+    assert row["memory_back_s"] is not None and row["memory_back_s"] <= MEMORY_RETURN_S, row
+    assert row["cpu_after_return_s"] < CPU_AFTER_RETURN_S, row
+    assert row["heartbeat_max_gap_s"] < HEARTBEAT_MAX_GAP_S, row
+
+
+def test_the_workers_memory_group_counts_the_kernel_memory_of_a_tmpfs_inode_flood() -> None:
+    """No byte is written, so neither RLIMIT_AS nor the tmpfs size cap strikes: only the control group,
+    which charges inodes and dentries to the worker, stops it (CPU and time budgets are out of reach)."""
+    assert cgroups.detect().active, f"workers must get a control group here: {cgroups.detect().reason}"
+    flood = next(s for s in RESOURCE_SAMPLES if s.name == "tmpfs_inode_flood")
+    limits = SandboxLimits(memory_mb=128, cpu_seconds=60, call_timeout_s=60.0, kill_grace_s=1.0)
+    row = run_resource_sample(flood, limits=limits)
+    assert row["error_type"] == "resource_limit" and "memory limit of 128 MiB" in row["message"], row
+    assert row["memory_back_s"] is not None and row["violations"] == [], row
+
+
+def test_the_hard_cpu_limit_is_the_lifetime_budget_and_groups_are_removed() -> None:
+    source = textwrap.dedent('''\
+        import resource
+        def load(d): return d
+        def save(s): return s
+        def limits(state):
+            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            try:
+                resource.setrlimit(resource.RLIMIT_CPU, (hard + 1, hard + 1))
+                raised = True
+            except (ValueError, OSError):
+                raised = False
+            return {"hard": hard, "raised": raised}
+    ''')
+    limits = SandboxLimits(memory_mb=256, cpu_seconds=2, cpu_lifetime_s=30, call_timeout_s=5.0)
+    support = cgroups.detect()
+    with SandboxWorker(limits, python_guards=False) as worker:
+        worker.load_environment("budget", source)
+        result = worker.call(worker.open_episode({"budget": {}}), "limits")
+        assert result["output"] == {"hard": 30, "raised": False}, result
+        assert worker.cpu_seconds("budget") > 0
+        groups = [p for _, base in support.bases for p in Path(base).glob(f"{cgroups.GROUP_PREFIX}{os.getpid()}-*")]
+        assert len(groups) == len(support.bases)
+    assert [p for p in groups if p.exists()] == []
+    with pytest.raises(ValueError, match="cpu_lifetime_s"):
+        SandboxLimits(cpu_seconds=60, cpu_lifetime_s=10)

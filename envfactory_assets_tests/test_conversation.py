@@ -8,19 +8,21 @@ import pytest
 
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.conversation import DialogueSolver, omit_user_value, well_formed
-from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row, tools_of
-from envfactory_assets.synth.expansion import expand_goal, follow_up_request
-from envfactory_assets.synth.refine import refine_turns
-from envfactory_assets.synth.simulated_user import (
+from envfactory_assets.synth.datasets.rows import replay_check, rl_rows, sft_row, tools_of
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.refinement.expansion import expand_goal, follow_up_request
+from envfactory_assets.synth.refinement.operators import refine_turns
+from envfactory_assets.synth.refinement.solver.attempts import solve_turn
+from envfactory_assets.synth.refinement.solver.base import SolverView
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.trajectories.conversation import DialogueSolver, omit_user_value, well_formed
+from envfactory_assets.synth.trajectories.simulated_user import (
     REFUSAL,
     ModelUser,
     ProgrammaticUser,
     UserContext,
     providable_flags,
 )
-from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView, solve_turn
 
 from envfactory_assets_tests.fixture_environments import (
     passed_trajectories,
@@ -226,7 +228,7 @@ class _CannotRead(ProgrammaticSolver):
 
 def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_comes_back(trajectories,
                                                                                          environments, worker):
-    from envfactory_assets.synth.calibrate import REDRAW_SEED, REDRAWS, persona_of
+    from envfactory_assets.synth.refinement.calibrate import REDRAW_SEED, REDRAWS, persona_of
 
     cfg = CalibrationConfig(k=2, conversational_share=0.0)
     plain = [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), cfg) for t in trajectories]
@@ -277,7 +279,7 @@ class _ReadsOnly(ProgrammaticSolver):
 
 def test_a_second_draw_keeps_the_reverted_omission_calibration_recorded_on_the_turn(trajectories, environments,
                                                                                     worker, flags):
-    from envfactory_assets.synth.calibrate import REDRAW_SEED, persona_of
+    from envfactory_assets.synth.refinement.calibrate import REDRAW_SEED, persona_of
 
     cfg = CalibrationConfig(k=2, conversational_share=1.0)
     checked = 0

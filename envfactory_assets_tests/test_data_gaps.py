@@ -14,22 +14,22 @@ from envfactory_assets.config_checks import SettingError
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.sources.names import singular
 from envfactory_assets.store.db import Store
-from envfactory_assets.synth.abstention import EVERYDAY_REQUESTS, abstention_turn
-from envfactory_assets.synth.conversions import conversion_for
-from envfactory_assets.synth.datagaps import (
+from envfactory_assets.synth.datasets.conversions import conversion_for
+from envfactory_assets.synth.datasets.datagaps import (
     DataGapsConfig,
     GapStats,
     augment_trajectory,
     turn_kinds,
 )
-from envfactory_assets.synth.datasets import replay_check, rl_rows, sft_row
-from envfactory_assets.synth.parallel import (
+from envfactory_assets.synth.datasets.rows import replay_check, rl_rows, sft_row
+from envfactory_assets.synth.refinement.phrasing import literal, words
+from envfactory_assets.synth.stage import dataset_rows
+from envfactory_assets.synth.trajectories.abstention import EVERYDAY_REQUESTS, abstention_turn
+from envfactory_assets.synth.trajectories.parallel import (
     candidate_groups,
     order_independent,
     parallel_groups,
 )
-from envfactory_assets.synth.phrasing import literal, words
-from envfactory_assets.synth.stage import dataset_rows
 from envfactory_assets.tooluse.reward import hybrid_reward, match_calls
 from envfactory_assets.tooluse.splits import (
     held_out_environments,

@@ -47,7 +47,7 @@ def test_cuda_is_refused_without_a_device_naming_the_setting(monkeypatch):
 
 
 def test_specs_refuse_an_unknown_device_value():
-    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.evaluation.model_policy import SamplingSpec
     from envfactory_assets.training.grpo import GRPOConfigSpec
     from envfactory_assets.training.sft import SFTConfigSpec
 
@@ -84,7 +84,7 @@ def test_the_trl_configs_carry_the_plans_precision(monkeypatch, tmp_path):
 def test_the_checkpoints_and_evaluations_configs_take_the_device_from_the_specs(monkeypatch):
     from envfactory_assets.defs.evaluation.assets import EvaluationConfig
     from envfactory_assets.defs.training.assets import CheckpointConfig
-    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.evaluation.model_policy import SamplingSpec
     from envfactory_assets.training.sft import SFTConfigSpec
 
     assert CheckpointConfig().device == SFTConfigSpec.device == "auto"
@@ -133,7 +133,7 @@ def test_the_gpu_config_loads_and_validates_through_the_run_config_loader():
 
 
 def test_policy_on_the_cpu_keeps_float32_weights_and_generates(base_model_dir):
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=3, batch_size=2, device="cpu"), num_threads=1)
@@ -147,7 +147,7 @@ def test_policy_on_the_cpu_keeps_float32_weights_and_generates(base_model_dir):
 def test_the_base_model_result_cache_keys_on_the_device_the_setting_resolves_to(monkeypatch):
     """``device: auto`` on a GPU machine generates in bf16 and on a CPU in float32: texts differ, so a cached
     base-model result must not cross machines; ``auto`` and ``cpu`` on the same CPU machine are one entry."""
-    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.evaluation.model_policy import SamplingSpec
     from envfactory_assets.evaluation.run import EvalSpec, ResultCache
 
     def key(device: str) -> str:

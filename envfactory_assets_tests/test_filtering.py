@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envfactory_assets.synth.filtering import apply_filter, diversity, near_duplicates
+from envfactory_assets.synth.refinement.filtering import apply_filter, diversity, near_duplicates
 
 
 def _row(rid: str, queries: list[str], calls: list[list[str]], env: str = "shop", domain: str = "ecommerce_retail",
@@ -44,7 +44,7 @@ def test_diversity_counts_distinct_pairs_environments_and_domains_per_1000():
 
 
 def test_raw_examples_table_shows_passed_turns_only():
-    from envfactory_assets.synth.report import raw_examples_markdown
+    from envfactory_assets.synth.refinement.report import raw_examples_markdown
 
     rows = [{**_row("a", ["Show me the books | all of them.", "Delete that book."], CALLS), "n_turns": 2},
             {**_row("b", ["Never shown."], [["x"]], status="failed"), "n_turns": 1}]

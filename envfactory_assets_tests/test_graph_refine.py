@@ -18,14 +18,14 @@ from envfactory_assets.defs.resources import (
 )
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
-from envfactory_assets.graph.embeddings import HashingEmbedder
-from envfactory_assets.graph.refine import (
+from envfactory_assets.graph.edge_refinement import (
     PROVENANCE_ID_LIST,
     PROVENANCE_MODEL,
     id_list_edges,
     parse_json_reply,
     refine_graph,
 )
+from envfactory_assets.graph.embeddings import HashingEmbedder
 from envfactory_assets.graph.stage import graph_rows
 from envfactory_assets.graph.stats import (
     PROVENANCE_COLOURS,

@@ -255,7 +255,7 @@ def test_out_of_range_evaluation_settings_are_refused(changes: dict) -> None:
     {"max_new_tokens": 0}, {"batch_size": -4}, {"max_prompt_tokens": 0},
 ])
 def test_out_of_range_sampling_settings_are_refused(changes: dict) -> None:
-    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.evaluation.model_policy import SamplingSpec
 
     with pytest.raises(ValueError, match=next(iter(changes))):
         SamplingSpec(**changes)
@@ -323,7 +323,7 @@ def test_a_killed_cli_run_does_not_block_the_next_one_on_the_store_pool(tmp_path
 
     from envfactory_assets.cli import release_abandoned_runs
     from envfactory_assets.defs.resources import STORE_POOL
-    from envfactory_assets.runner.run_progress import RUN_TAG
+    from envfactory_assets.runner.progress_bar import RUN_TAG
 
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         storage = instance.event_log_storage
@@ -365,7 +365,7 @@ def test_cli_reports_a_broken_pipe_that_is_not_its_own_output():
 def test_settings_of_the_wrong_type_are_refused_naming_the_setting(spec: str, changes: dict) -> None:
     """``max_steps=2.5`` or ``prefix_cache_tokens=0.5`` passed every range check (and failed, or truncated,
     only after a model had loaded); a string gave a bare TypeError from a comparison."""
-    from envfactory_assets.evaluation.policy import SamplingSpec
+    from envfactory_assets.evaluation.model_policy import SamplingSpec
     from envfactory_assets.training.grpo import GRPOConfigSpec
     from envfactory_assets.training.sft import SFTConfigSpec
 

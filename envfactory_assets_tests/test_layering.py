@@ -172,3 +172,42 @@ def test_only_evaluation_and_decontamination_read_bfcl_eval():
     readers = {name for name, path in modules().items() if bfcl_eval_uses(path)}
     assert readers & {"envfactory_assets.evaluation.bfcl_single_turn", "envfactory_assets.decontam.benchmarks"}
     assert sorted(n for n in readers if package_of(n) not in BENCHMARK_READERS) == []
+
+
+def own_package_imports(name: str, path: Path) -> list[str]:
+    """The ``from P import ...`` statements of module ``name`` whose ``P`` is a package that contains it: such an
+    import runs ``P/__init__.py``, which may be importing ``name`` itself at that moment (an import cycle)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                here = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+                source = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
+            if name.startswith(source + ".") and path.name != "__init__.py" or source == name:
+                found.append(f"line {node.lineno}: from {source} import ...")
+    return found
+
+
+def test_the_reader_sees_a_module_importing_its_own_package(tmp_path):
+    module = tmp_path / "static_check.py"
+    module.write_text("from envfactory_assets.runtime import policy\nfrom envfactory_assets.store import db\n")
+    assert own_package_imports("envfactory_assets.runtime.static_check", module) == [
+        "line 1: from envfactory_assets.runtime import ..."]
+
+
+def reexporting_packages() -> set[str]:
+    """Packages whose ``__init__`` imports modules of their own (re-exports): importing one runs those imports."""
+    graph = internal_graph()
+    return {name for name, path in modules().items() if path.name == "__init__.py"
+            and any(m.startswith(name + ".") for m in graph[name])}
+
+
+def test_no_module_imports_the_package_that_contains_it():
+    """A module must not import a containing package that re-exports (``from envfactory_assets.runtime import x``
+    inside ``runtime``), or the package's ``__init__`` and the module import each other."""
+    reexporting = reexporting_packages()
+    assert "envfactory_assets.runtime" in reexporting
+    offenders = {name: found for name, path in modules().items() if (found := [
+        f for f in own_package_imports(name, path) if f.split("from ")[1].split(" import")[0] in reexporting])}
+    assert offenders == {}

@@ -14,14 +14,14 @@ import pytest
 
 from envfactory_assets.llm.base import concurrency_of
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
-from envfactory_assets.synth.stub_roles import RoleReplies, gold_of
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner
-from envfactory_assets.synth.sampler import SamplerConfig
-from envfactory_assets.synth.solve import ModelSolver
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
+from envfactory_assets.synth.sampling.sampler import SamplerConfig
 from envfactory_assets.synth.stage import chain_rows, raw_trajectory_rows, refined_trajectory_rows
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.stub_roles import RoleReplies, gold_of
+from envfactory_assets.synth.trajectories.execution import SynthConfig
 
 SYNTH = SynthConfig(min_turns=2, query_writer="model")
 CALIBRATION = CalibrationConfig(k=2, conversational_share=0.0, refiner="model", workers=1)

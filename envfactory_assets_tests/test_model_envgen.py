@@ -17,7 +17,7 @@ from envfactory_assets.envgen.model_builder import (
 from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_tokens
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.runtime import policy
+from envfactory_assets.runtime import code_policy
 
 GET_AUTHOR = r"def get_author\(state, author_id\):(.*?)return _get\(state, 'authors', author_id\)"
 GET_BOOK = r"def get_book\(state, book_id\):(.*?)return _get\(state, 'books', book_id\)"
@@ -44,7 +44,7 @@ def test_prompt_carries_specs_contract_and_sandbox_rules(bookshop):
     system, user = code_writer_messages(bookshop)
     assert "def load(data: dict) -> dict" in system["content"]
     assert "first parameter named `state`" in system["content"]
-    assert all(m in system["content"] for m in policy.ALLOWED_MODULES)
+    assert all(m in system["content"] for m in code_policy.ALLOWED_MODULES)
     assert "no randomness" in sandbox_rules() and "No I/O" in sandbox_rules()
     payload = json.loads(re.search(r"```json\n(.*?)\n```", user["content"], re.S).group(1))
     assert payload["tools"] == bookshop["tools"] and payload["tables"] == bookshop["tables"]

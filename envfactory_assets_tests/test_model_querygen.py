@@ -14,11 +14,11 @@ import pytest
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner, ReplyRefused, parse_reply
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
-from envfactory_assets.synth.solve import ProgrammaticSolver
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner, ReplyRefused, parse_reply
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
 
 from envfactory_assets_tests.fixture_environments import passed_trajectories
 
@@ -140,7 +140,7 @@ def test_an_unsolvable_rewrite_is_reverted_by_calibration(trajectories, environm
 ])
 def test_malformed_replies_are_refused(reply, reason):
     with pytest.raises(ReplyRefused, match=reason):
-        from envfactory_assets.synth.model_querygen import REFINER_OPERATORS, TurnKnowledge, check_query
+        from envfactory_assets.synth.refinement.model_querygen import REFINER_OPERATORS, TurnKnowledge, check_query
 
         check_query(parse_reply(reply, REFINER_OPERATORS)[1], TurnKnowledge((), frozenset(), frozenset()))
     assert parse_reply('```json\n{"operator": "ambiguity", "query": "Hi."}\n```', ("ambiguity",)) == ("ambiguity", "Hi.")

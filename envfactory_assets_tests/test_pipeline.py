@@ -12,9 +12,9 @@ import pytest
 
 from envfactory_assets.cli import config_for_selection, main as cli_main
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
-from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.defs.common import UpstreamGates
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
 from envfactory_assets.store.lineage import checkpoint_lineage
@@ -201,6 +201,7 @@ ASSET_CHECKS = {  # check key: blocking
     "rl_dataset:no_failed_environment": True,
     "rl_dataset:rl_expectations": True,
     "rl_dataset:rl_rows_replay_exactly": True,
+    "rl_dataset:rl_rows_won_by_a_complete_answer": True,
     "sft_dataset:no_failed_environment": True,
     "sft_dataset:sft_expectations": True,
     "sharegpt_export:sharegpt_export_is_complete": True,
@@ -306,7 +307,7 @@ def test_expectation_suites_pass_on_the_datasets_and_catch_corrupted_rows(store)
 
 
 def test_trajectory_diversity_mart_matches_the_filter_report(store):
-    from envfactory_assets.synth.filtering import diversity
+    from envfactory_assets.synth.refinement.filtering import diversity
 
     mart = store.query("SELECT * FROM trajectory_diversity").to_dicts()[0]
     expected = diversity(store.read("refined_trajectories"))

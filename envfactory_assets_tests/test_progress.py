@@ -11,7 +11,7 @@ import yaml
 
 from envfactory_assets.cli import COMMAND_TAG
 from envfactory_assets.cli import main as cli_main
-from envfactory_assets.progress import DONE, RATE, TOTAL, Progress, ProgressMeter, format_bar
+from envfactory_assets.progress_meter import DONE, RATE, TOTAL, Progress, ProgressMeter, format_bar
 from envfactory_assets.runner.materialize import run_job_name
 from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES

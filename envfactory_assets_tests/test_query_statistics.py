@@ -1,4 +1,4 @@
-"""The query figures (synth.report.query_statistics) and the marts that compute them in SQL, on fixture turns."""
+"""The query figures (synth.refinement.report.query_statistics) and the marts that compute them in SQL, on fixture turns."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from envfactory_assets.store.db import Store
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.store.schema import columns
 from envfactory_assets.store.sql_models import load_models, materialize_model
-from envfactory_assets.synth.refine import refine_turns
-from envfactory_assets.synth.report import query_statistics
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory
+from envfactory_assets.synth.refinement.operators import refine_turns
+from envfactory_assets.synth.refinement.report import query_statistics
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
 
 from envfactory_assets_tests.fixture_environments import build_fixture_environments
 

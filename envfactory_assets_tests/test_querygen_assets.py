@@ -15,7 +15,7 @@ from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, Verif
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.store.db import Store
-from envfactory_assets.synth.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
 from envfactory_assets.synth.stage import refined_trajectory_rows
 from envfactory_assets.synth.stub_roles import RoleReplies, gold_of
 from envfactory_assets_tests.fixture_environments import FIXTURES

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from envfactory_assets.synth.conversation import _without
-from envfactory_assets.synth.phrasing import COMMA_JOINTS, LAST_JOINTS, SENTENCE_JOINTS, join_sentences
-from envfactory_assets.synth.refine import _state_reference
-from envfactory_assets.synth.solve import _clauses, _resolve_reference
+from envfactory_assets.synth.refinement.operators import _state_reference
+from envfactory_assets.synth.refinement.phrasing import COMMA_JOINTS, LAST_JOINTS, SENTENCE_JOINTS, join_sentences
+from envfactory_assets.synth.refinement.solver.programmatic import _clauses, _resolve_reference
+from envfactory_assets.synth.trajectories.conversation import _without
 
 BOOKS = [{"book_id": "boo_00001", "title": "Dune", "city": "Rome", "shelf": "A", "stock": 3},
          {"book_id": "boo_00002", "title": "Emma", "city": "Oslo", "shelf": "B", "stock": 3},
@@ -93,8 +93,9 @@ def bookshop_tools():
 @pytest.mark.parametrize("seed", range(30))
 def test_the_solver_reads_every_way_a_create_request_pairs_a_field_with_its_value(bookshop_tools, seed):
     from envfactory_assets.envgen.tools import openai_tool
-    from envfactory_assets.synth.phrasing import describe_call
-    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, tools = bookshop_tools
     args = {"title": "Dune", "author_id": "aut_00002", "genre": "fiction", "price": 9.5, "in_stock": True,
@@ -112,8 +113,8 @@ def test_the_solver_reads_every_way_a_create_request_pairs_a_field_with_its_valu
 
 
 def test_create_requests_use_every_field_value_pairing():
+    from envfactory_assets.synth.refinement.phrasing import describe_call
     from envfactory_assets_tests.fixture_environments import build_fixture_environment
-    from envfactory_assets.synth.phrasing import describe_call
 
     tool = next(t for t in build_fixture_environment("bookshop.json")["tools"] if t["name"] == "books_create")
     texts = [describe_call(tool, "book_id", {"title": "Dune", "price": 9.5}, rng=random.Random(s)) for s in range(60)]
@@ -126,8 +127,9 @@ def test_create_requests_use_every_field_value_pairing():
 @pytest.mark.parametrize("seed", range(30))
 def test_the_solver_reads_every_way_a_list_request_states_its_filters(bookshop_tools, seed):
     from envfactory_assets.envgen.tools import openai_tool
-    from envfactory_assets.synth.phrasing import describe_call
-    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, tools = bookshop_tools
     args = {"genre": "fiction", "in_stock": False}
@@ -146,7 +148,7 @@ def test_the_solver_reads_every_way_a_list_request_states_its_filters(bookshop_t
 @pytest.mark.parametrize("value", ["2025-03-20T21:40:00Z", "2025-03-20T00:05:00Z", "2025-12-01T12:00:00Z",
                                    "2024-02-29", "2025-07-04T09:07:00Z"])
 def test_every_way_a_date_is_written_reads_back_as_the_same_value(value):
-    from envfactory_assets.synth.phrasing import parse_spoken_value, spoken_forms, spoken_value
+    from envfactory_assets.synth.refinement.phrasing import parse_spoken_value, spoken_forms, spoken_value
 
     forms = spoken_forms(value)
     assert len(forms) == (2 if len(value) == 10 else 4)
@@ -157,7 +159,7 @@ def test_every_way_a_date_is_written_reads_back_as_the_same_value(value):
 @pytest.mark.parametrize("text", ["31 February 2025", "February 30, 2025", "1 May 2025 at 13:05 PM UTC",
                                   "1 May 2025 at 0:05 AM UTC", "1 May 2025 at 24:00 UTC", "May 1 2025"])
 def test_a_date_no_calendar_has_is_not_read_as_one(text):
-    from envfactory_assets.synth.phrasing import parse_spoken_value
+    from envfactory_assets.synth.refinement.phrasing import parse_spoken_value
 
     assert parse_spoken_value(text) is None
 
@@ -165,7 +167,7 @@ def test_a_date_no_calendar_has_is_not_read_as_one(text):
 def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
     # cancel_order(order_id='ord_2') takes only the key but makes ord_2 'cancelled' as well: ord_1 is no
     # longer "the order whose status is 'cancelled'"
-    from envfactory_assets.synth.refine import _what_it_wrote
+    from envfactory_assets.synth.refinement.operators import _what_it_wrote
 
     orders = [{"order_id": "ord_1", "status": "cancelled", "total": 5},
               {"order_id": "ord_2", "status": "open", "total": 5},
@@ -186,7 +188,8 @@ def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
 def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_tools, title):
     # the solver splits requests and rewrites "a list of the" outside quoted values only
     from envfactory_assets.envgen.tools import openai_tool
-    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, _ = bookshop_tools
     query = f"Create a new book with author id 'aut_00001', title '{title}' and genre 'fiction', then count the books."
@@ -204,7 +207,8 @@ def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_t
 @pytest.mark.parametrize("name", ["Country of 5", "Country set to yes", "Country 5"])
 def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools, name):
     from envfactory_assets.envgen.tools import openai_tool
-    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, _ = bookshop_tools
     calls = []

@@ -1,6 +1,6 @@
 """The data-realism figures of ``envfactory report`` and ``envfactory report --compare``.
 
-The figure functions (:mod:`envfactory_assets.synth.report`) on hand-built turns; the report on the store of
+The figure functions (:mod:`envfactory_assets.synth.refinement.report`) on hand-built turns; the report on the store of
 the session's ``envfactory run`` of the fixture corpus (``tiny_cli_run``), copied and made read-only so any
 write would fail, checked against counts made here in SQL.
 """
@@ -18,7 +18,7 @@ import pytest
 from envfactory_assets.cli import main as cli_main
 from envfactory_assets.reporting.report import comparable_figures, compare_report, run_report
 from envfactory_assets.store.db import Store
-from envfactory_assets.synth.report import (
+from envfactory_assets.synth.refinement.report import (
     future_identifier_figures,
     future_identifiers,
     gold_argument_figures,

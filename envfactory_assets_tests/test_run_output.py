@@ -152,3 +152,50 @@ def test_with_counts_raised_every_bar_counts_50_items_ends_at_100_and_the_summar
     assert "\r" not in summary and not any(BAR.match(frame) for frame in _frames(summary))
     assert re.search(r"^  SFT\+GRPO\s+ckpt_\w+", summary, re.M) and "| model |" in summary
     assert summary.rstrip().splitlines()[-1].startswith("total time: ")
+
+
+def test_a_check_that_measured_nothing_says_so_in_the_summary():
+    import dagster as dg
+
+    from envfactory_assets.runner.summary import not_measured_checks, run_summary
+
+    @dg.asset
+    def gated():
+        return 1
+
+    @dg.asset_check(asset=gated, blocking=True)
+    def share_gate():  # a gate with fewer cases than it needs to compare
+        return dg.AssetCheckResult(passed=True, metadata={"measurement": "not measured",
+                                                          "not_measured": ["empty_argument_share: 0 calls"]})
+
+    @dg.asset_check(asset=gated)
+    def measured_gate():
+        return dg.AssetCheckResult(passed=True, metadata={"measurement": "measured", "not_measured": []})
+
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([gated, share_gate, measured_gate], instance=instance)
+    assert result.success
+    assert not_measured_checks([result]) == [
+        "  gated:share_gate (passed, not measured): empty_argument_share: 0 calls"]
+    text = run_summary(instance, [result], None, 1.0)
+    assert "checks that measured nothing" in text and "gated:share_gate" in text
+    assert "gated:measured_gate" not in text
+
+
+def test_failure_messages_show_a_stages_own_refusal_and_an_errors_first_line():
+    import dagster as dg
+
+    from envfactory_assets.runner.summary import failure_messages
+
+    @dg.asset
+    def refusing() -> None:
+        raise dg.Failure("refusing to write verified_environments: 2 of the 3 passed items would fail")
+
+    @dg.asset
+    def crashing() -> None:
+        raise RuntimeError("disk full\nsecond line")
+
+    result = dg.materialize([refusing, crashing], raise_on_error=False)
+    messages = sorted(failure_messages([result]))
+    assert messages[0].startswith("crashing: ") and "disk full" in messages[0] and "second line" not in messages[0]
+    assert messages[1] == "refusing: refusing to write verified_environments: 2 of the 3 passed items would fail"

@@ -14,7 +14,7 @@ from envfactory_assets.graph import (
     MiniLMEmbedder,
     build_tool_graph,
 )
-from envfactory_assets.synth.sampler import (
+from envfactory_assets.synth.sampling.sampler import (
     USER,
     Chain,
     ChainSamplingError,
@@ -314,7 +314,7 @@ def _two_env_tools(shared_name: str) -> list[dict]:
 
 @pytest.mark.parametrize("sampler", ["topology", "random_walk"])
 def test_environments_sharing_a_tool_name_are_never_combined(sampler):
-    from envfactory_assets.synth.sampler import clashing_environments
+    from envfactory_assets.synth.sampling.sampler import clashing_environments
 
     cfg = SamplerConfig(min_tools=2)
     distinct = build_tool_graph(_two_env_tools(""), HashingEmbedder(), threshold=0.999)
@@ -334,8 +334,8 @@ def test_dagster_config_defaults_are_the_spec_defaults():
         RefineConfig,
         TrajectoryConfig,
     )
-    from envfactory_assets.synth.calibrate import CalibrationConfig
-    from envfactory_assets.synth.trajectories import SynthConfig
+    from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+    from envfactory_assets.synth.trajectories.execution import SynthConfig
 
     assert ChainsConfig().check_settings() == SamplerConfig()
     assert SamplerConfig().min_tools == 3

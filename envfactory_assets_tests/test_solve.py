@@ -11,18 +11,15 @@ import pytest
 
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.datasets import tools_of
-from envfactory_assets.synth.refine import refine_turns
-from envfactory_assets.synth.report import refinement_report
-from envfactory_assets.synth.solve import (
-    Attempt,
-    ModelSolver,
-    ProgrammaticSolver,
-    SolverView,
-    judge_attempt,
-    solve_turn,
-)
+from envfactory_assets.synth.datasets.rows import tools_of
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.refinement.operators import refine_turns
+from envfactory_assets.synth.refinement.report import refinement_report
+from envfactory_assets.synth.refinement.solver.attempts import solve_turn
+from envfactory_assets.synth.refinement.solver.base import Attempt, SolverView
+from envfactory_assets.synth.refinement.solver.judge import judge_attempt
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
 from envfactory_assets_tests.fixture_environments import (
     fixture_graph,
@@ -146,7 +143,7 @@ def test_calibration_reverts_unsolvable_refinements_and_ends_chains_at_unsolvabl
 def test_reading_each_tool_list_once_changes_no_refined_row(trajectories, environments, worker):
     """The solver reads a tool list once for every attempt and turn that shows it; the rows (queries,
     attempts, verdicts, conversational turns) must equal those of re-reading it on every attempt."""
-    from envfactory_assets.synth.simulated_user import ProgrammaticUser, providable_flags
+    from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, providable_flags
 
     config = CalibrationConfig(k=4, conversational_share=0.5)
     flags = providable_flags(fixture_graph(environments))
@@ -197,7 +194,7 @@ def test_operators_b_and_c_are_grounded_in_the_state_and_the_tool_schema(traject
 
 
 def test_goal_merging_joins_two_turns_and_calibration_splits_an_unsolvable_merge(trajectories, environments, worker):
-    from envfactory_assets.synth.refine import merge_goals
+    from envfactory_assets.synth.refinement.operators import merge_goals
 
     traj = next(t for t in trajectories if len(t["turns"]) >= 3
                 and len(merge_goals(refine_turns(t["turns"], environments)[0])) == len(t["turns"]) - 1)
@@ -265,7 +262,7 @@ def test_a_cached_tool_reading_is_not_changed_by_its_callers_specs_or_their_key_
     """The solver caches what it read of a tool list by the list's JSON. A caller that changes its specs
     afterwards (a parameter's type) must not change what a later, equal list reads as, and two lists that
     differ only in their parameters' order (which steers argument parsing) must not share a reading."""
-    from envfactory_assets.synth.solve import read_tools
+    from envfactory_assets.synth.refinement.solver.programmatic import read_tools
 
     props = {"pages": {"type": "integer"}, "title": {"type": "string"}, "price": {"type": "number"}}
     original = (_spec("create_book", "Create a book", props, ("title",)),)
@@ -482,7 +479,7 @@ def test_a_foreign_key_named_through_a_row_seen_is_read_from_that_row():
 def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
     import random
 
-    from envfactory_assets.synth.phrasing import describe_call
+    from envfactory_assets.synth.refinement.phrasing import describe_call
 
     flag = {"type": "boolean", "description": "Whether the key can be used."}
     tool = {"name": "list_api_keys", "kind": "list", "table": "api_keys", "description": "List API keys",
@@ -500,7 +497,7 @@ def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
 def test_every_connective_the_writer_joins_requests_with_separates_them_for_the_solver():
     import random
 
-    from envfactory_assets.synth.phrasing import join_sentences
+    from envfactory_assets.synth.refinement.phrasing import join_sentences
 
     text = {"type": "string"}
     tools = (_spec("delete_book", "Delete a book", {"book_id": text}, ("book_id",)),

@@ -119,7 +119,7 @@ def test_snake_case_and_singular():
 
 
 def test_indefinite_article_follows_the_sound_and_the_writer_applies_it():
-    from envfactory_assets.synth.phrasing import an
+    from envfactory_assets.synth.refinement.phrasing import an
 
     assert [indefinite_article(w) for w in ("user", "unit", "update", "hour", "appointment", "year", "MCP")] == [
         "a", "a", "an", "an", "an", "a", "an"]

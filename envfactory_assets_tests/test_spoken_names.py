@@ -17,9 +17,10 @@ from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.sources.names import name_nouns, singular, speakable, split_glued, spoken_thing, spoken_things
 from envfactory_assets.sources.scan import inspect_file
-from envfactory_assets.synth.phrasing import describe_call, spoken_tables, summarize_call
-from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
-from envfactory_assets.synth.trajectories import ToolIndex
+from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_tables, summarize_call
+from envfactory_assets.synth.refinement.solver.base import SolverView
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.trajectories.execution import ToolIndex
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi_names"
 

@@ -11,12 +11,21 @@ import jsonschema
 import pytest
 
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.synth.datasets import essential_calls, replay_check, rl_rows, sft_row, split_of
-from envfactory_assets.synth.refine import REFINEMENT_OPERATORS, parameter_default, refine_turns
-from envfactory_assets.synth.report import future_identifiers
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
-from envfactory_assets.synth.turns import split_turns
+from envfactory_assets.envgen.tools import READ_KINDS
+from envfactory_assets.synth.datasets.rows import (
+    complete_answer_problem,
+    essential_calls,
+    replay_check,
+    rl_rows,
+    sft_row,
+    split_of,
+)
+from envfactory_assets.synth.refinement.operators import REFINEMENT_OPERATORS, parameter_default, refine_turns
+from envfactory_assets.synth.refinement.report import future_identifiers
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory, to_messages
+from envfactory_assets.synth.trajectories.turns import split_turns
+from envfactory_assets.tooluse.reward import guarded_reward
 
 
 
@@ -141,15 +150,55 @@ def test_rl_rows_replay_exactly_and_tampering_is_caught(trajectories, environmen
     assert "no-op" in replay_check(noop, worker)
 
 
-def test_essential_calls_keep_writes_and_consumed_reads():
-    calls = [
-        {"kind": "list", "provenance": {}},
-        {"kind": "get", "provenance": {"book_id": {"source": "output", "call": 0, "path": "items[0].book_id"}}},
-        {"kind": "delete", "provenance": {"book_id": {"source": "output", "call": 1, "path": "book_id"}}},
-        {"kind": "list", "provenance": {}},
-    ]
-    assert essential_calls(calls, 0) == [0, 1, 2]
-    assert essential_calls([{"kind": "list", "provenance": {}}, {"kind": "get", "provenance": {}}], 0) == [1]
+def _trimmed_as_before(row: dict, traj: dict) -> dict:
+    """``row`` with the gold calls trimmed by the earlier rule: writes, reads a later call uses by provenance,
+    the last read of a read-only turn."""
+    offset = sum(len(t["calls"]) for t in traj["turns"][: row["turn_index"]])
+    calls = traj["turns"][row["turn_index"]]["calls"]
+    used = {p["call"] for c in calls for p in c["provenance"].values() if p.get("source") == "output"}
+    keep = [i for i, c in enumerate(calls) if c["kind"] not in READ_KINDS or offset + i in used]
+    if calls and all(c["kind"] in READ_KINDS for c in calls) and len(calls) - 1 not in keep:
+        keep.append(len(calls) - 1)
+    return {**row, "gold_calls": [row["executed_calls"][i] for i in keep]}
+
+
+def test_the_turns_own_calls_win_every_rl_row_and_trimmed_reads_are_caught(trajectories, environments, worker):
+    writers = {t["name"] for e in environments.values() for t in e["tools"] if not t["read_only"]}
+    passed = [t for t in trajectories if t["status"] == "passed"]
+    pairs = [(r, t) for t in passed for r in rl_rows(t, environments)]
+    assert all(complete_answer_problem(r, worker, writers) is None for r, _t in pairs)
+    for row, traj in pairs:  # the gold is every call the turn ran: its reply reports each one's result
+        assert row["gold_calls"] == row["executed_calls"]
+        assert len(row["gold_calls"]) == len(traj["turns"][row["turn_index"]]["calls"])
+    # the earlier trimming left out reads the reply reports (the follow-up read of a row just written, a
+    # look-up before acting): a model that makes them, as the turn did, was charged for them
+    before = [_trimmed_as_before(r, t) for r, t in pairs]
+    trimmed = [r for r in before if len(r["gold_calls"]) < len(r["executed_calls"])]
+    assert trimmed
+    for row in trimmed:
+        assert "leave out the read" in complete_answer_problem(row, worker, writers)
+        without = {k: v for k, v in row.items() if k != "executed_calls"}
+        gold = {e: state_hash(s) for e, s in row["final_state"].items()}
+        initial = {e: state_hash(s) for e, s in row["initial_state"].items()}
+        charged = guarded_reward(row["gold_calls"], row["executed_calls"], gold, gold, initial, row["tools"],
+                                 masked_arguments=row["masked_arguments"])
+        assert charged.reward < 1.0 and charged.n_extra == len(row["executed_calls"]) - len(row["gold_calls"])
+        # the turn's own calls are never charged; a call the turn did not make still is (0.05 each)
+        excused = guarded_reward(row["gold_calls"], row["executed_calls"], gold, gold, initial, row["tools"],
+                                 masked_arguments=row["masked_arguments"], executed_calls=row["executed_calls"])
+        assert excused.n_extra == 0 and excused.length_penalty == 0.0
+        other = {"name": row["executed_calls"][0]["name"], "arguments": {"not_an_argument": 1}}
+        extra = guarded_reward(row["gold_calls"], [*row["executed_calls"], other], gold, gold, initial, row["tools"],
+                               masked_arguments=row["masked_arguments"], executed_calls=row["executed_calls"])
+        assert extra.n_extra == 1 and extra.length_penalty == 0.05
+        assert "no executed_calls" in complete_answer_problem(without, worker, writers)
+
+
+def test_essential_calls_are_every_call_of_the_turn():
+    calls = [{"kind": "list", "provenance": {}}, {"kind": "delete", "provenance": {}},
+             {"kind": "get", "provenance": {}}]
+    assert essential_calls(calls) == [0, 1, 2]
+    assert essential_calls([]) == []
 
 
 def test_sft_messages_are_openai_chat_with_json_string_arguments(trajectories, environments):
@@ -195,7 +244,7 @@ def test_every_gold_argument_is_given_by_the_user_or_masked(trajectories, enviro
     """An RL row's gold argument is stated in the conversation (literally, as a spoken date or yes/no, or as
     a value an earlier result or the starting state holds for a named row), or masked as not mattering, and
     a masked argument is never required by its tool."""
-    from envfactory_assets.synth.phrasing import spoken_forms
+    from envfactory_assets.synth.refinement.phrasing import spoken_forms
 
     schemas = {t["name"]: t["input_schema"] for e in environments.values() for t in e["tools"]}
     rows_checked = 0
@@ -225,7 +274,7 @@ def test_every_gold_argument_is_given_by_the_user_or_masked(trajectories, enviro
 def test_refined_queries_read_as_a_person_writes(trajectories, environments):
     """Several sentence plans, spoken names, the persona's register, no ordinal references, and the figures
     targets on the fixtures: literal identifiers in at most 15% of turns taking one, refined != raw in 80%."""
-    from envfactory_assets.synth.report import query_statistics
+    from envfactory_assets.synth.refinement.report import query_statistics
 
     rows = []
     for n, traj in enumerate(t for t in trajectories if t["status"] == "passed"):
@@ -250,8 +299,9 @@ def test_a_description_phrase_that_labels_two_fields_names_neither():
     the solver (which reads labels back) cannot put one date into the other field."""
     import random
 
-    from envfactory_assets.synth.phrasing import describe_call
-    from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     stamp = {"type": "string", "format": "date-time"}
     tool = {"name": "create_bundle", "kind": "create", "table": "bundles", "description": "Create a bundle",
@@ -272,7 +322,7 @@ def test_a_description_phrase_that_labels_two_fields_names_neither():
 
 
 def test_a_value_created_in_the_turn_is_named_by_what_created_it_whichever_result_carries_it():
-    from envfactory_assets.synth.phrasing import new_value_refs
+    from envfactory_assets.synth.refinement.phrasing import new_value_refs
 
     tools = {"create_book": {"table": "books"}, "get_book": {"table": "books"}, "create_review": {"table": "reviews"},
              "update_book": {"table": "books"}}
@@ -297,7 +347,7 @@ def test_a_row_created_earlier_in_the_episode_is_named_not_quoted_when_drawn_fro
         environments, graph, worker):
     """A create then an update of a row drawn from the live state (no producer edge): when the draw lands on
     the new row, its id came from the create's result, and the raw query names it instead of quoting it."""
-    from envfactory_assets.synth.sampler import Chain
+    from envfactory_assets.synth.sampling.sampler import Chain
 
     env_id = "bookshop_example"
     tools = (f"{env_id}.books_create", f"{env_id}.update_book")
@@ -320,7 +370,7 @@ def test_a_row_created_earlier_in_the_episode_is_named_not_quoted_when_drawn_fro
 
 
 def test_goal_merging_never_joins_a_request_to_one_quoting_what_it_creates():
-    from envfactory_assets.synth.refine import merge_goals
+    from envfactory_assets.synth.refinement.operators import merge_goals
 
     def turn(query, calls):
         return {"query": query, "query_raw": query, "calls": calls, "intent": [], "target_tools": [],
@@ -342,7 +392,7 @@ def test_goal_merging_never_joins_a_request_to_one_quoting_what_it_creates():
 
 
 def test_a_table_listed_only_per_parent_is_scoped_by_the_parent_identifier():
-    from envfactory_assets.synth.trajectories import ToolIndex
+    from envfactory_assets.synth.trajectories.execution import ToolIndex
 
     def tool(name, kind, table, required, props=("limit",)):
         schema = {"type": "object", "properties": {p: {"type": "string"} for p in (*props, *required)},
@@ -360,7 +410,7 @@ def test_a_table_listed_only_per_parent_is_scoped_by_the_parent_identifier():
 
 
 def test_a_listed_row_nothing_tells_apart_is_named_by_its_place_in_the_list():
-    from envfactory_assets.synth.refine import _reference
+    from envfactory_assets.synth.refinement.operators import _reference
 
     items = [{"payee_id": f"pay_{i}", "created_at": "2024-01-01T00:00:00Z"} for i in range(5)]
     listing = {"kind": "list", "output": {"items": items}}
@@ -371,7 +421,7 @@ def test_a_listed_row_nothing_tells_apart_is_named_by_its_place_in_the_list():
 
 
 def test_an_identifier_copied_from_a_listed_row_is_named_by_that_row():
-    from envfactory_assets.synth.refine import _copied_from_row
+    from envfactory_assets.synth.refinement.operators import _copied_from_row
 
     items = [{"course_id": "cou_1", "name": "Staging", "calendar_id": "cal_7"},
              {"course_id": "cou_2", "name": "Mobile", "calendar_id": "cal_9"}]

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from envfactory_assets import settings
+from envfactory_assets.config_checks import SettingError
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.envgen.tools import action_targets
@@ -22,11 +23,12 @@ from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.openapi import extract_resources
 from envfactory_assets.sources.scan import MAX_RESOURCES_PER_ENV, inspect_file, load_document
 from envfactory_assets.sources.stage import corpus_coverage, scan_rows
-from envfactory_assets.config_checks import SettingError
-from envfactory_assets.synth.datasets import gold_writes_state, replay_check, rl_rows, tools_of
-from envfactory_assets.synth.sampler import SamplerConfig, sample_chains
-from envfactory_assets.synth.solve import ProgrammaticSolver, SolverView, solve_turn
-from envfactory_assets.synth.trajectories import SynthConfig, synthesize_trajectory, to_messages
+from envfactory_assets.synth.datasets.rows import gold_writes_state, replay_check, rl_rows, tools_of
+from envfactory_assets.synth.refinement.solver.attempts import solve_turn
+from envfactory_assets.synth.refinement.solver.base import SolverView
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory, to_messages
 from envfactory_assets_tests.fixture_environments import environment_worker, fixture_graph, mutate
 
 KINDS = Path(__file__).parent / "fixtures" / "openapi_kinds"

@@ -22,8 +22,8 @@ from envfactory_assets.quality.value_semantics import (
     timestamps_after_clock,
 )
 from envfactory_assets.sources.openapi import extract_fields
-from envfactory_assets.synth.sampler import USER, Chain
-from envfactory_assets.synth.trajectories import ToolIndex, resolve_arguments
+from envfactory_assets.synth.sampling.sampler import USER, Chain
+from envfactory_assets.synth.trajectories.execution import ToolIndex, resolve_arguments
 from envfactory_assets_tests.fixture_environments import build_fixture_environments
 
 LABELS = Path(__file__).parent / "fixtures" / "value_semantics_labels.jsonl"

@@ -1,5 +1,5 @@
 -- depends_on: refined_trajectories
--- How the user queries of passed refined trajectories read (same figures as synth.report.query_statistics).
+-- How the user queries of passed refined trajectories read (same figures as synth.refinement.report.query_statistics).
 -- Words are lower-cased [a-z0-9] runs; distinct word 3-grams are counted over the first 1,000 queries (by
 -- trajectory id and turn) and scaled to 1,000 queries when there are fewer; a turn "takes an identifier" when
 -- one of its calls has a string argument named id or *_id, and quotes it when the query contains that value.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
 from envfactory_assets import settings
 from envfactory_assets.config_checks import SettingError, finite_number, one_of, whole_number
@@ -16,16 +17,18 @@ STORE_POOL = "envfactory_store"
 
 #: The setting that lets a stage write a result without passed rows over one with them (named in the error).
 ALLOW_EMPTY_SETTING = "resources.envfactory.config.allow_empty: true"
+#: The setting that lets a stage turn unchanged passed items into failed ones (named in the error).
+ALLOW_REGRESSION_SETTING = "resources.envfactory.config.allow_regression: true"
 
 
 class PipelineStore(Store):
     """The store as the assets write it: a refused empty result (:class:`EmptyResultRefused`) fails the step
     with its own one-line message rather than as an unexpected exception inside the step."""
 
-    def replace_current_tables(self, tables, scope=None):
+    def replace_current_tables(self, tables, scope=None, **kwargs):
         """As :meth:`Store.replace_current_tables`; a refused empty result raises ``dg.Failure``."""
         try:
-            return super().replace_current_tables(tables, scope)
+            return super().replace_current_tables(tables, scope, **kwargs)
         except EmptyResultRefused as exc:
             raise dg.Failure(str(exc)) from exc
 
@@ -39,10 +42,18 @@ class EnvFactoryHome(dg.ConfigurableResource):
     while the rows it would supersede include passed ones stops before writing anything, since that is
     almost always a setting gone wrong (``n_chains: 0``, ``memory_mb`` too small for a worker, a filter that
     matches nothing); set it to true to accept such a result.
+
+    ``allow_regression`` (default false): likewise for a result in which some items still pass but one whose
+    input is unchanged goes from passed to failed (see the field's description).
     """
 
     home: str = ""
     allow_empty: bool = False
+    allow_regression: bool = Field(default=False, description=(
+        "Accept a result in which an item whose input did not change (an environment with the same content "
+        "hash) goes from passed to failed, even though other items still pass. Off by default: such a result "
+        "nearly always comes from a setting (call_timeout_s too short, memory_mb too small), and the stage "
+        "then writes nothing and names how many items, which, and the settings that differ from defaults."))
 
     def root(self) -> Path:
         """The resolved ``ENVFACTORY_HOME``."""
@@ -51,7 +62,8 @@ class EnvFactoryHome(dg.ConfigurableResource):
     def store(self) -> PipelineStore:
         """The store, refusing writes that would replace passed rows with none unless ``allow_empty``."""
         return PipelineStore(settings.store_path(self.root()), retry_seconds=120.0,
-                             refuse_empty=not self.allow_empty, override_hint=ALLOW_EMPTY_SETTING)
+                             refuse_empty=not self.allow_empty, override_hint=ALLOW_EMPTY_SETTING,
+                             refuse_regression=not self.allow_regression, regression_hint=ALLOW_REGRESSION_SETTING)
 
     def corpus_dir(self) -> Path:
         return settings.corpus_dir(self.root())

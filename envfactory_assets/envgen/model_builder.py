@@ -17,7 +17,7 @@ import re
 from typing import Any, Sequence
 
 from envfactory_assets.llm.base import ChatBackend, Completion
-from envfactory_assets.runtime import policy
+from envfactory_assets.runtime import code_policy
 
 CODE_WRITER_ROLE = "code_writer"
 REVISER_ROLE = "reviser"
@@ -64,11 +64,12 @@ Semantics the verifier checks by execution:
 
 
 def sandbox_rules() -> str:
-    """The sandbox rules of :mod:`envfactory_assets.runtime.policy`, summarized for a prompt (one string)."""
-    modules = ", ".join(sorted(policy.ALLOWED_MODULES))
-    builtins = ", ".join(sorted(policy.FORBIDDEN_BUILTINS))
-    clock = ", ".join(f".{a}" for a in sorted(policy.CLOCK_ATTRIBUTES))
-    denied = ", ".join(f"{m}.{n}" for m, names in sorted(policy.DENIED_MODULE_MEMBERS.items()) for n in sorted(names))
+    """The sandbox rules of :mod:`envfactory_assets.runtime.code_policy`, summarized for a prompt (one string)."""
+    modules = ", ".join(sorted(code_policy.ALLOWED_MODULES))
+    builtins = ", ".join(sorted(code_policy.FORBIDDEN_BUILTINS))
+    clock = ", ".join(f".{a}" for a in sorted(code_policy.CLOCK_ATTRIBUTES))
+    denied = ", ".join(f"{m}.{n}" for m, names in sorted(code_policy.DENIED_MODULE_MEMBERS.items())
+                       for n in sorted(names))
     return f"""\
 Sandbox rules (a static check rejects the whole module on any violation; the code then runs in a
 restricted namespace inside a worker process with CPU, memory and time limits):

@@ -1,7 +1,7 @@
 """Deterministic verification of an environment by execution (the gate before any synthesis).
 
 The paper's test agent writes initial states and runs every tool 2-3 ways, then an LLM judges the
-result; here every verdict is an assertion on executed behaviour (ARCHITECTURE.md: "do better"):
+result; here every verdict is an assertion on executed behaviour (docs/design.md, "Paper settings"):
 
 - ``static_check``: the code passes the sandbox's static check and imports in the worker;
 - ``initial_state``: every ``expect=load`` state loads, every ``expect=reject`` state is rejected;

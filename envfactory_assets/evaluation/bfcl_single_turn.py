@@ -343,7 +343,7 @@ def result_subsets(results: list[dict[str, Any]]) -> dict[str, list[dict[str, An
 
 
 class SingleTurnPolicy(Protocol):
-    """What :func:`run_tasks` needs from a model (:class:`~envfactory_assets.evaluation.policy.Policy`):
+    """What :func:`run_tasks` needs from a model (:class:`~envfactory_assets.evaluation.model_policy.Policy`):
     ``generate`` with a per-call budget, and ``last_cut_off`` (per output of the last call: stopped at the
     budget)."""
 

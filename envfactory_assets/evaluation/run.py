@@ -19,17 +19,18 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.config_checks import SettingError, finite_number, flag, setting, whole_number
 from envfactory_assets.evaluation import bfcl, bfcl_single_turn, synthetic
 from envfactory_assets.evaluation.agent import AgentTask, run_agent
 from envfactory_assets.evaluation.bfcl_sandbox import (
     DEFAULT_CALL_TIMEOUT_S,
     ExecutorSettings,
 )
-from envfactory_assets.evaluation.policy import DoNothingPolicy, Policy, SamplingSpec
+from envfactory_assets.evaluation.model_policy import DoNothingPolicy, Policy, SamplingSpec
 from envfactory_assets.evaluation.scoring import SCORE_VERSION
 from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
 from envfactory_assets.store.ids import content_id
@@ -46,65 +47,52 @@ _TASK_CHOICE_FIELDS = ("n_synthetic", "n_bfcl", "n_bfcl_single_turn", "first_tur
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """What one evaluation runs. Defaults fit the CPU budget (see docs/evaluation.md for the timing).
+    """What one evaluation runs. Defaults fit the CPU budget (see docs/evaluation.md for the timing); each
+    field's default and help text are stated here alone (``metadata["help"]``)."""
 
-    Attributes:
-        n_synthetic: held-out synthetic tasks (None = all held-out RL rows).
-        n_bfcl: BFCL multi-turn base tasks (None = all 200; 0 = skip BFCL).
-        n_bfcl_single_turn: BFCL v3 single-turn tasks per category (5 categories; None = all 1,240; 0 = skip);
-            each category's generation budget is at least 1.5x its longest gold answer
-            (:func:`.bfcl_single_turn.generation_budget`), never below ``sampling.max_new_tokens``. Off by
-            default: at those budgets (1,477 new tokens per seed across the five categories for SmolLM2)
-            one model and seed costs minutes on 2 CPU cores, more than the default run's evaluation budget;
-            ``configs/cpu_benchmark.yaml`` runs 40 per category greedily.
-        seeds: sampling seeds (>= 3 for a spread).
-        max_tool_rounds: assistant messages with tool calls per turn.
-        max_tools: tools shown per synthetic task (gold tools + distractors; 0 = all), as in training.
-        first_turns_only: synthetic tasks only from first turns (short prompts; see ``held_out_rows``).
-        sampling: :class:`SamplingSpec`.
-        bfcl_call_timeout_s: wall-clock seconds one model call may take in the BFCL executor's sandboxed
-            worker before it is stopped (:class:`.bfcl_sandbox.ExecutorSettings`).
-        single_turn_prose_stop_tokens: a BFCL single-turn answer stops once it has written this many tokens
-            of prose without opening a call, or this many tokens of text after its closed calls
-            (:func:`~envfactory_assets.tooluse.tool_calls.answer_is_complete`; neither changes the calls it
-            parses to, except a call opened after that much text); 0 = every answer runs to its end-of-turn
-            token or its budget.
-    """
-
-    n_synthetic: int | None = 6
-    n_bfcl: int | None = 2
-    n_bfcl_single_turn: int | None = 0
-    seeds: tuple[int, ...] = (0, 1, 2)
-    max_tool_rounds: int = 2
-    max_tools: int = 8
-    first_turns_only: bool = True
-    sampling: SamplingSpec = field(default_factory=SamplingSpec)
-    bfcl_call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
-    single_turn_prose_stop_tokens: int = PROSE_STOP_TOKENS
+    n_synthetic: int | None = setting(6, "held-out synthetic tasks (environments never trained on), sampled in "
+                                         "a fixed hash order; None = every held-out RL row.")
+    n_bfcl: int | None = setting(2, "BFCL v3 multi-turn base tasks, sampled in a fixed hash order (None = all "
+                                    "200; 0 skips BFCL).")
+    n_bfcl_single_turn: int | None = setting(
+        0, "BFCL v3 single-turn tasks per category (5 categories; None = all 1,240; 0 skips them); off by "
+           "default because their generation budgets (at least 1.5x each category's longest gold answer) cost "
+           "minutes per model and seed on 2 CPU cores; configs/cpu_benchmark.yaml runs 40 per category.")
+    seeds: tuple[int, ...] = setting((0, 1, 2), "sampling seeds, distinct (at least 3 for a spread).")
+    max_tool_rounds: int = setting(2, "assistant messages with tool calls per turn.")
+    max_tools: int = setting(8, "tools shown per synthetic task (gold tools plus distractors, as in training; "
+                                "0 = all).")
+    first_turns_only: bool = setting(True, "sample synthetic tasks from first turns only (short prompts: CPU "
+                                           "time is set by prompt length).")
+    sampling: SamplingSpec = setting(factory=SamplingSpec, help="how the policy samples (SamplingSpec).")
+    bfcl_call_timeout_s: float = setting(DEFAULT_CALL_TIMEOUT_S, "wall-clock seconds one model call may take "
+                                                                 "in the BFCL executor's sandboxed worker before "
+                                                                 "it is stopped.")
+    single_turn_prose_stop_tokens: int = setting(
+        PROSE_STOP_TOKENS, "a BFCL single-turn answer stops once it has written this many tokens of prose "
+                           "without opening a call, or this many after its closed calls (neither changes the "
+                           "calls it parses to; tooluse/tool_calls.answer_is_complete); 0 = every answer runs "
+                           "to its end-of-turn token or its budget.")
 
     def __post_init__(self) -> None:
-        """Raises ValueError naming the setting when a count is negative (``n_bfcl: -2`` used to mean "all but
-        two" through slicing), no seed is given or one is repeated, or fewer than one tool round per turn is
-        allowed."""
+        """Raises SettingError (a ValueError) naming the setting when a count is negative (``n_bfcl: -2`` would
+        mean "all but two" through slicing), no seed is given or one is repeated, or fewer than one tool round
+        per turn is allowed."""
+        owner = "evaluation"
         for name in ("n_synthetic", "n_bfcl", "n_bfcl_single_turn"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"evaluation setting {name}={value!r}: expected a whole number >= 0 (0 skips)")
+            if getattr(self, name) is not None:
+                whole_number(owner, name, getattr(self, name), low=0)
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
-            raise ValueError(f"evaluation setting seeds={list(self.seeds)!r}: expected at least one integer seed")
+            raise SettingError(f"{owner} setting seeds={list(self.seeds)!r}: expected at least one integer seed",
+                               owner, "seeds", self.seeds, "at least one integer seed")
         if len(set(self.seeds)) != len(self.seeds):  # [0, 0, 0] is one seed three times: a spread of zero
-            raise ValueError(f"evaluation setting seeds={list(self.seeds)!r}: expected distinct seeds")
-        if self.max_tool_rounds < 1:
-            raise ValueError(f"evaluation setting max_tool_rounds={self.max_tool_rounds}: expected >= 1")
-        if self.max_tools < 0:
-            raise ValueError(f"evaluation setting max_tools={self.max_tools}: expected >= 0 (0 shows all tools)")
-        stop = self.single_turn_prose_stop_tokens
-        if isinstance(stop, bool) or not isinstance(stop, int) or stop < 0:
-            raise ValueError(f"evaluation setting single_turn_prose_stop_tokens={stop!r}: expected a whole number "
-                             ">= 0 (0 = off)")
-        timeout = self.bfcl_call_timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
-            raise ValueError(f"evaluation setting bfcl_call_timeout_s={timeout!r}: expected a positive number of seconds")
+            raise SettingError(f"{owner} setting seeds={list(self.seeds)!r}: expected distinct seeds",
+                               owner, "seeds", self.seeds, "distinct seeds")
+        whole_number(owner, "max_tool_rounds", self.max_tool_rounds, low=1)
+        whole_number(owner, "max_tools", self.max_tools, low=0)
+        whole_number(owner, "single_turn_prose_stop_tokens", self.single_turn_prose_stop_tokens, low=0)
+        finite_number(owner, "bfcl_call_timeout_s", self.bfcl_call_timeout_s, low=0.0, low_open=True)
+        flag(owner, "first_turns_only", self.first_turns_only)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

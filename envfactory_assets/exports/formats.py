@@ -9,15 +9,18 @@
   the JSON text of the argument object, as in the OpenAI format: argument names differ between rows, and a
   parquet struct would merge them into one schema with ``null`` for every other row's names. States stay
   JSON strings for the same reason. ``reward_model.ground_truth`` is a JSON string of what
-  :mod:`envfactory_assets.exports.verl_reward` needs: ``{"gold_calls", "masked_arguments",
-  "final_state_hash", "final_state_hashes", "env_ids", "tool_names", "initial_state"}``. For verl's tool agent
+  :mod:`envfactory_assets.exports.verl_reward` needs: ``{"gold_calls", "executed_calls", "masked_arguments",
+  "tools", "final_state_hash", "final_state_hashes", "env_ids", "tool_names", "initial_state"}``. For verl's tool agent
   loop, ``extra_info.tool_selection`` lists the row's tool names (the tools its prompt offers) and
   ``extra_info.tools_kwargs`` gives each of them ``{"create_kwargs": {"task_id": row id}}``
   (:mod:`envfactory_assets.exports.verl_tools`); that struct holds every tool name of the file, ``null`` for
   the names another row offers.
 - LlamaFactory / ShareGPT: one JSON record per ``sft_dataset`` row, ``{"conversations": [{"from", "value"}],
   "system", "tools"}`` with roles ``human``, ``gpt``, ``function_call`` (a JSON list of ``{"name",
-  "arguments"}``) and ``observation``, plus a ``dataset_info.json`` describing the columns.
+  "arguments"}``) and ``observation``, plus a ``dataset_info.json`` describing the columns. Parallel calls are
+  one ``function_call`` turn holding the list of calls and one ``observation`` turn holding the JSON list of
+  their results, in call order (LlamaFactory's data/README.md; its ``SharegptDatasetConverter`` skips a row
+  whose roles do not alternate: :func:`sharegpt_problems`).
 - Hugging Face ``datasets``: ``DatasetDict(train, validation)`` of SFT rows saved with ``save_to_disk``;
   ``messages`` and ``tools`` are lists of objects stored with the ``datasets.Json`` feature, which keeps each
   object exactly as the store has it (no ``null`` keys merged in from other rows), so TRL's ``SFTTrainer``
@@ -63,7 +66,8 @@ def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
 
 def verl_row(row: dict[str, Any], index: int, split: str, licences: list[dict[str, str]]) -> dict[str, Any]:
     """The verl parquet row of one ``rl_dataset`` row (see the module docstring)."""
-    ground_truth = {"gold_calls": row["gold_calls"], "masked_arguments": row.get("masked_arguments") or [],
+    ground_truth = {"gold_calls": row["gold_calls"], "executed_calls": row.get("executed_calls") or row["gold_calls"],
+                    "masked_arguments": row.get("masked_arguments") or [], "tools": row["tools"],
                     "final_state_hash": row["final_state_hash"],
                     "final_state_hashes": {e: state_hash(s) for e, s in row["final_state"].items()},
                     "env_ids": list(row["env_ids"]), "tool_names": _tool_names(row["tools"]),
@@ -90,6 +94,7 @@ def sharegpt_record(row: dict[str, Any], split: str, licences: list[dict[str, st
         ValueError: a message role the format has no place for.
     """
     system, conversations = "", []
+    results: list[Any] = []
     for message in normalize_messages(row["messages"]):
         role = message["role"]
         if role == "system":
@@ -102,12 +107,58 @@ def sharegpt_record(row: dict[str, Any], split: str, licences: list[dict[str, st
             conversations.append({"from": "function_call", "value": _json(calls)})
         elif role == "assistant":
             conversations.append({"from": "gpt", "value": message["content"]})
+        elif role == "tool" and conversations and conversations[-1]["from"] == "observation":
+            # a parallel call's result: LlamaFactory takes one observation turn per function_call turn
+            results.append(_result(message["content"]))
+            conversations[-1]["value"] = _json(results)
         elif role == "tool":
+            results = [_result(message["content"])]
             conversations.append({"from": "observation", "value": message["content"]})
         else:
             raise ValueError(f"sft row {row.get('id')}: message role {role!r} has no ShareGPT equivalent")
     return {"id": row["id"], "split": split, "system": system, "conversations": conversations,
             "tools": _json(row["tools"]), "env_ids": list(row["env_ids"]), "licences": licences}
+
+
+def _result(content: Any) -> Any:
+    """A tool result as a JSON value for a list of results (its text when it is not JSON)."""
+    try:
+        return json.loads(content) if isinstance(content, str) else content
+    except ValueError:
+        return content
+
+
+def sharegpt_problems(record: dict[str, Any]) -> list[str]:
+    """Why LlamaFactory's ShareGPT converter would skip ``record`` (empty when it loads whole).
+
+    The rules of ``SharegptDatasetConverter`` (LlamaFactory ``src/llamafactory/data/converter.py``, documented
+    in its ``data/README.md``): ``human`` or ``observation`` at odd positions (1st, 3rd, ...), ``gpt`` or
+    ``function_call`` at even positions, an even number of turns (so the last one is the model's), and here
+    also: each ``observation`` follows a ``function_call``, each ``function_call`` value is a JSON list of
+    ``{"name", "arguments"}`` objects and the next turn is its ``observation``.
+    """
+    odd, even = ("human", "observation"), ("gpt", "function_call")
+    turns = record.get("conversations") or []
+    problems = []
+    for i, turn in enumerate(turns):
+        role = turn.get("from")
+        if role not in (odd, even)[i % 2]:
+            problems.append(f"turn {i + 1} is {role!r}, expected one of {(odd, even)[i % 2]}")
+        if role == "observation" and (i == 0 or turns[i - 1].get("from") != "function_call"):
+            problems.append(f"turn {i + 1} is an observation that follows no function_call")
+        if role == "function_call":
+            try:
+                calls = json.loads(turn.get("value") or "")
+            except ValueError:
+                calls = None
+            if not isinstance(calls, list) or not all(isinstance(c, dict) and {"name", "arguments"} <= c.keys()
+                                                      for c in calls):
+                problems.append(f"turn {i + 1}: function_call value is not a JSON list of calls")
+            if i + 1 < len(turns) and turns[i + 1].get("from") != "observation":
+                problems.append(f"turn {i + 1}: function_call is not followed by its observation")
+    if not turns or len(turns) % 2:
+        problems.append(f"{len(turns)} turns: LlamaFactory needs an even, non-zero number")
+    return problems
 
 
 SHAREGPT_DATASET_INFO = {"formatting": "sharegpt", "columns": {"messages": "conversations", "system": "system",

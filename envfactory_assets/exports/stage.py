@@ -24,10 +24,11 @@ from envfactory_assets.tooluse.splits import stored_held_out
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
 REWARD_MODULE = "envfactory_reward.py"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Part of the export version: rows laid out differently (2: verl tool calls as objects, HF rows as objects,
-SPDX licence ids, stored splits; 3: verl tool config, tool class and the rows' ``tools_kwargs``) are a new
-version even when the row ids are the same."""
+SPDX licence ids, stored splits; 3: verl tool config, tool class and the rows' ``tools_kwargs``; 4: the verl
+reward is the training reward (ground truth carries ``tools`` and ``executed_calls``), ShareGPT parallel calls
+and results as one turn each) are a new version even when the row ids are the same."""
 
 
 def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str]):
@@ -74,7 +75,8 @@ def dataset_card(manifest: dict[str, Any]) -> str:
                   f"file, `custom_reward_function.name={reward['custom_reward_function']['name']}`). It replays the "
                   f"response's tool calls on the task's initial state with the {reward['n_environments']} "
                   f"environments of `{reward['environments']}` (needs `envfactory_assets` installed) and returns "
-                  "the hybrid reward (trace and final-state match).")]
+                  "the reward this project's GRPO trains with (trace and final-state match; an empty response, "
+                  "or a call with empty or default arguments where the gold needs arguments, scores 0).")]
     tools = manifest.get("verl_tools")
     if tools:
         lines += ["", (f"verl tools: `{tools['tool_config_path']}` lists {tools['tools']} tools "

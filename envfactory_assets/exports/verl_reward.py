@@ -5,8 +5,11 @@ Point verl at this file (``custom_reward_function.path=<export>/envfactory_rewar
 ``environments.json``). For each rollout it parses the ``<tool_call>`` blocks of the response
 (:func:`envfactory_assets.tooluse.tool_calls.parse_tool_calls`), replays the calls on a fresh copy of the
 task's initial state in the sandbox (:class:`envfactory_assets.tooluse.task_episode.TaskRunner`) and scores
-them with the paper's hybrid reward (:func:`envfactory_assets.tooluse.reward.hybrid_reward`): the same
-execution and reward as this project's own GRPO and evaluation. Replaying from the initial state makes the
+them with the reward this project's GRPO trains with (:func:`envfactory_assets.tooluse.reward.guarded_reward`,
+as :func:`envfactory_assets.training.training_reward.training_reward` calls it): an empty response, or a call
+with empty or default arguments where the gold call needs arguments, scores 0; the gold calls score
+:data:`~envfactory_assets.tooluse.reward.MAX_REWARD`; the turn's own executed calls are never charged; a score
+that is not a finite number in range is an error, never passed to verl. Replaying from the initial state makes the
 score independent of how the rollout executed its tools. Needs ``envfactory_assets`` installed where the
 reward runs.
 """
@@ -69,11 +72,13 @@ def episode_row(ground_truth: dict[str, Any], row_id: str = "verl") -> dict[str,
 
 
 def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
-    """The hybrid reward of the tool calls in ``response`` for the task described by ``ground_truth``.
+    """The training reward of the tool calls in ``response`` for the task described by ``ground_truth``.
 
     Args:
         ground_truth: the decoded ``reward_model.ground_truth`` of a verl row (``gold_calls``,
-            ``masked_arguments``, ``final_state_hashes``, ``env_ids``, ``tool_names``, ``initial_state``).
+            ``executed_calls``, ``masked_arguments``, ``final_state_hashes``, ``env_ids``, ``tool_names``,
+            ``tools`` (OpenAI function specs: which arguments are required and their defaults),
+            ``initial_state``).
         response: the model's whole response text (every assistant turn of the rollout).
 
     Returns:
@@ -81,23 +86,30 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
 
     Raises:
         KeyError: ``ground_truth`` lacks a field, or names an environment ``environments.json`` lacks.
+        ValueError: the score is not a finite number in ``[0, MAX_REWARD]``.
     """
-    from envfactory_assets.tooluse.reward import hybrid_reward
+    from envfactory_assets.runtime.canonical import state_hash
+    from envfactory_assets.tooluse.reward import guarded_reward, valid_reward
     from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
+    if not (response or "").strip():
+        # an empty response answers nothing, not even a request whose right answer is to call no tool
+        return {"score": 0.0, "trace": 0.0, "state": 0.0, "n_calls": 0, "n_malformed": 0}
     parsed = parse_tool_calls(response)
     episode = task_runner().episode(episode_row(ground_truth))
     try:
         for call in parsed.calls:
             episode.call(call["name"], call["arguments"])
         episode.add_malformed(parsed.format_errors)
-        reward = hybrid_reward(ground_truth["gold_calls"], episode.calls, episode.final_state_hashes(),
-                               ground_truth["final_state_hashes"],
-                               masked_arguments=ground_truth.get("masked_arguments") or (),
-                               n_malformed=episode.n_malformed)
+        initial = {e: state_hash(s) for e, s in ground_truth["initial_state"].items()}
+        reward = guarded_reward(ground_truth["gold_calls"], episode.calls, episode.final_state_hashes(),
+                                ground_truth["final_state_hashes"], initial, ground_truth["tools"],
+                                masked_arguments=ground_truth.get("masked_arguments") or (),
+                                n_malformed=episode.n_malformed,
+                                executed_calls=ground_truth.get("executed_calls") or ())
     finally:
         episode.close()
-    return {"score": reward.reward, "trace": reward.trace, "state": reward.state, "n_calls": len(episode.calls),
+    return {"score": valid_reward(reward.reward, "verl compute_score"), "trace": reward.trace, "state": reward.state, "n_calls": len(episode.calls),
             "n_malformed": episode.n_malformed}
 
 

@@ -112,7 +112,7 @@ class ToolGraph:
         meta: build facts (threshold, embedder name, counts, cross-environment pairs by kind;
             ``embedding_seconds`` is a timing, not content: leave it out of any content hash).
         candidates: cross-environment pairs of a doubtful kind that were *not* made edges (edge-row shape);
-            the edge refiner may judge them (:func:`envfactory_assets.graph.refine.refine_graph`). Not stored.
+            the edge refiner may judge them (:func:`envfactory_assets.graph.edge_refinement.refine_graph`). Not stored.
     """
 
     nodes: list[dict[str, Any]]

@@ -1,6 +1,6 @@
 """Re-synthesizing only the chains that touch a changed environment.
 
-Each chain's seed comes from its own key (:func:`envfactory_assets.synth.sampler.chain_seed`), but the
+Each chain's seed comes from its own key (:func:`envfactory_assets.synth.sampling.sampler.chain_seed`), but the
 sampler walks the whole tool graph, so adding or changing one environment can change what any key draws.
 To keep chains that do not touch a change exactly as they are, the previous current chains are reused
 when every environment they use still has the same passed verification, and fresh chains fill the rest.

@@ -4,7 +4,7 @@ The sensor's cursor holds everything seen: ``{path: [mtime_ns, size, sha256 pref
 for every document under the watched folders. A file whose size and mtime are unchanged is not read again;
 a changed file is hashed and parsed for its resource key. Parsing is budgeted per tick (``max_parses``):
 files beyond the budget are left out of the cursor and parsed on a later tick. Sensors watch files, never
-the store (one DuckDB writer at a time, ARCHITECTURE.md Store).
+the store (one DuckDB writer at a time, docs/design.md, "Paper settings and measured facts").
 """
 
 from __future__ import annotations

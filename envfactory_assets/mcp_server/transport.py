@@ -6,7 +6,12 @@ server only logs: a client that sent malformed JSON, or JSON that is not a JSON-
 a reply and waits forever. Here such a line is answered as JSON-RPC 2.0 asks: ``-32700`` (parse error) for
 text that is not JSON, ``-32600`` (invalid request) for JSON that is not a message, with the request's id
 when one can be read from it and ``null`` otherwise. A line longer than ``max_message_bytes`` is read no
-further (never held in memory whole) and answered with ``-32600``, id ``null``.
+further (never held in memory whole) and answered with ``-32600``, id ``null``. A line within that length
+is first checked by :mod:`envfactory_assets.runtime.bounded_json` (nesting depth, estimated size of its
+decoded objects) and, past a bound, answered with ``-32600`` without being parsed, so neither a deep nor an
+amplifying message can exhaust the stack or the memory; any other failure while handling one line is
+answered with ``-32603`` (internal error) and the server reads on. Every server the project adds must read
+its input through this same module.
 
 As in the SDK, while serving, file descriptor 0 reads the null device and 1 writes to stderr, so a child
 process or a stray ``print`` cannot read from or write into the protocol stream.
@@ -26,8 +31,11 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from envfactory_assets.runtime.bounded_json import DEFAULT_MAX_DECODED_BYTES, JsonBounds, JsonTooLarge, measure
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
 #: Longest stdin line read (one JSON-RPC message); far above any tool call's arguments cap.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 #: Longest piece of client text (an error detail) echoed back in a reply.
@@ -120,6 +128,26 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def message_bounds(max_message_bytes: int) -> JsonBounds:
+    """The :class:`JsonBounds` of one stdin line: its bytes, the default depth, and a decoded size of at
+    least the default (64 MiB) and at least the line cap (a long string argument decodes to its length)."""
+    return JsonBounds(max_bytes=max_message_bytes,
+                      max_decoded_bytes=max(DEFAULT_MAX_DECODED_BYTES, max_message_bytes))
+
+
+def parse_bounded_line(line: bytes, bounds: JsonBounds) -> SessionMessage | tuple[SessionMessage]:
+    """:func:`parse_line` once ``line`` is within ``bounds``; a line past them, or one whose handling fails
+    in any other way, gets its error reply (a 1-tuple) instead of an exception."""
+    try:
+        measure(line, bounds)
+    except JsonTooLarge as exc:
+        return (_error(None, INVALID_REQUEST, f"Invalid Request: {exc}; it was not parsed"),)
+    try:
+        return parse_line(line)
+    except Exception as exc:  # noqa: BLE001 - one bad line must not end the server
+        return (_error(None, INTERNAL_ERROR, f"Internal error while reading the message: {type(exc).__name__}"),)
+
+
 async def _read_lines(fd: int, max_bytes: int, replies: MemoryObjectSendStream[SessionMessage],
                       messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
     """Feed every line of ``fd`` to ``messages`` (parsed) or answer it on ``replies``, until end of input."""
@@ -134,6 +162,7 @@ async def _feed(fd: int, max_bytes: int, replies: MemoryObjectSendStream[Session
                 messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
     too_long = _error(None, INVALID_REQUEST, f"Invalid Request: the message is longer than this server's limit "
                                              f"of {max_bytes} bytes; it was not read")
+    bounds = message_bounds(max_bytes)
     buffer = bytearray()
     skipping = False  # inside a line longer than max_bytes: drop the rest of it
     while True:
@@ -157,17 +186,18 @@ async def _feed(fd: int, max_bytes: int, replies: MemoryObjectSendStream[Session
                 buffer += chunk[start:end]
                 line = bytes(buffer)
                 buffer.clear()
-                await (replies.send(too_long) if len(line) > max_bytes else _deliver(line, replies, messages))
+                await (replies.send(too_long) if len(line) > max_bytes else _deliver(line, bounds, replies, messages))
             start = end + 1
     if buffer and not skipping:  # a last message without its newline
-        await _deliver(bytes(buffer), replies, messages)
+        await _deliver(bytes(buffer), bounds, replies, messages)
 
 
-async def _deliver(line: bytes, replies: MemoryObjectSendStream[SessionMessage],
+async def _deliver(line: bytes, bounds: JsonBounds, replies: MemoryObjectSendStream[SessionMessage],
                    messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
     if not line.strip():
         return
-    parsed = parse_line(line)
+    # off the event loop: checking and parsing a long line takes a moment, and replies keep flowing meanwhile
+    parsed = await anyio.to_thread.run_sync(parse_bounded_line, line, bounds)
     if isinstance(parsed, tuple):
         await replies.send(parsed[0])
     else:

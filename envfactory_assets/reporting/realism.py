@@ -2,8 +2,8 @@
 
 Each figure comes from a function of the stage that owns it, applied to the store's current rows:
 seeded values from :mod:`envfactory_assets.quality.value_semantics`, links between environments from
-:func:`envfactory_assets.synth.sampler.flow_stats`, turns quoting values that do not exist yet and gold values
-nobody gave from :mod:`envfactory_assets.synth.report`. A store written before a table existed gives None
+:func:`envfactory_assets.synth.sampling.sampler.flow_stats`, turns quoting values that do not exist yet and gold values
+nobody gave from :mod:`envfactory_assets.synth.refinement.report`. A store written before a table existed gives None
 for the figures that need it (shown empty), never an error.
 """
 
@@ -39,10 +39,10 @@ def value_figures(con: Any) -> dict[str, Any] | None:
 
 
 def link_figures(con: Any, sampler: str = "topology") -> dict[str, Any] | None:
-    """:func:`~envfactory_assets.synth.sampler.flow_stats` of the current ``sampler`` chains on the stored tool
+    """:func:`~envfactory_assets.synth.sampling.sampler.flow_stats` of the current ``sampler`` chains on the stored tool
     graph (as the ``tool_chains`` asset records it); None when the store lacks the graph or the chains."""
     from envfactory_assets.graph.stage import graph_from_store_rows
-    from envfactory_assets.synth.sampler import Chain, flow_stats
+    from envfactory_assets.synth.sampling.sampler import Chain, flow_stats
 
     if not all(has_table(con, t) for t in ("tool_graph_nodes", "tool_graph_parameters", "tool_graph_edges",
                                            "current_tool_chains")):
@@ -55,10 +55,10 @@ def link_figures(con: Any, sampler: str = "topology") -> dict[str, Any] | None:
 
 def turn_figures(con: Any, refined: list[dict[str, Any]] | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """``(future identifier figures, gold argument figures)`` of the passed ``refined`` trajectory rows
-    (:func:`~envfactory_assets.synth.report.future_identifier_figures`,
-    :func:`~envfactory_assets.synth.report.gold_argument_figures` over the current ``rl_dataset`` rows); None
+    (:func:`~envfactory_assets.synth.refinement.report.future_identifier_figures`,
+    :func:`~envfactory_assets.synth.refinement.report.gold_argument_figures` over the current ``rl_dataset`` rows); None
     for a figure whose tables the store lacks."""
-    from envfactory_assets.synth.report import future_identifier_figures, gold_argument_figures
+    from envfactory_assets.synth.refinement.report import future_identifier_figures, gold_argument_figures
 
     if refined is None:
         return None, None

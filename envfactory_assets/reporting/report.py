@@ -31,9 +31,9 @@ REPORT_SEED = 0
 
 
 def query_figures(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
-    """``(figure, raw, refined)`` of :func:`~envfactory_assets.synth.report.query_statistics` over passed
+    """``(figure, raw, refined)`` of :func:`~envfactory_assets.synth.refinement.report.query_statistics` over passed
     refined trajectory ``rows``: how the raw and the refined queries read."""
-    from envfactory_assets.synth.report import query_statistics
+    from envfactory_assets.synth.refinement.report import query_statistics
 
     ref, raw = query_statistics(rows), query_statistics(rows, field="query_raw")
     return [(k, raw[k], ref[k]) for k in ("queries", "distinct_trigrams_per_1000", "literal_identifier_share",
@@ -50,9 +50,9 @@ def accuracy_rows(con: Any) -> list[tuple[Any, int]] | None:
 
 
 def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_SEED) -> list[str]:
-    """How the queries read (:func:`~envfactory_assets.synth.report.query_statistics`, refined and raw) and
+    """How the queries read (:func:`~envfactory_assets.synth.refinement.report.query_statistics`, refined and raw) and
     ``n`` turns' raw and refined queries and reply, drawn with ``random.Random(seed)``."""
-    from envfactory_assets.synth.report import query_statistics
+    from envfactory_assets.synth.refinement.report import query_statistics
 
     if not rows:
         return []
@@ -235,13 +235,13 @@ def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:
                     if links["cross_env_flows_by_kind"] else [])]
     if future is not None:
         parts += ["Kept turns of passed refined trajectories whose query quotes an identifier that only a call of "
-                  "the same turn or a later one assigns (`synth.report.future_identifiers`): "
+                  "the same turn or a later one assigns (`synth.refinement.report.future_identifiers`): "
                   f"**{future['turns_quoting_future_identifier']}** of {future['turns']} "
                   f"({future['share']:.2%}).", ""]
         if future["examples"]:
             parts += [_table([(q, ", ".join(ids)) for q, ids in future["examples"]], ("query", "not yet assigned")), ""]
     if gold is not None:
-        parts += ["Arguments of RL gold calls that nobody gave the agent (`synth.report.unstated_gold_arguments`: "
+        parts += ["Arguments of RL gold calls that nobody gave the agent (`synth.refinement.report.unstated_gold_arguments`: "
                   "not masked, not in the request's user messages, and for values not from the user not in an "
                   "earlier message or output either):", "",
                   _table([("RL rows with gold calls", gold["rl_rows"]), ("gold arguments", gold["gold_arguments"]),

@@ -1,9 +1,9 @@
-"""The README results table, rendered from ``evaluations`` rows (never typed by hand).
+"""The results table, rendered from ``evaluations`` rows (never typed by hand).
 
-``envfactory results --readme README.md`` replaces the text between :data:`START` and :data:`END` in
-the README with :func:`results_markdown` of the store's current evaluations; ``--section NAME`` writes
-between ``<!-- results:NAME:start -->`` and ``<!-- results:NAME:end -->`` instead (:func:`markers`), so one
-README can hold the default run's table and a benchmark configuration's, each from its own store.
+``envfactory results --into docs/evaluation.md`` replaces the text between :data:`START` and :data:`END` in
+that Markdown file with :func:`results_markdown` of the store's current evaluations; ``--section NAME``
+writes between ``<!-- results:NAME:start -->`` and ``<!-- results:NAME:end -->`` instead (:func:`markers`),
+so one page can hold the default run's table and a benchmark configuration's, each from its own store.
 """
 
 from __future__ import annotations
@@ -150,19 +150,21 @@ def replace_between_markers(text: str, body: str, section: str | None = None) ->
     return f"{head}{start}\n{body}\n{end}{tail}"
 
 
-def update_readme(readme: Path, rows: Iterable[dict[str, Any]], section: str | None = None) -> str:
-    """Write :func:`results_markdown` of ``rows`` between the markers of ``readme`` (those of ``section``,
-    :func:`markers`); returns the table.
+def update_markdown(page: Path, rows: Iterable[dict[str, Any]], section: str | None = None) -> str:
+    """Write :func:`results_markdown` of ``rows`` between the markers of the Markdown file ``page`` (those of
+    ``section``, :func:`markers`); returns the table. The repository keeps its markers in
+    ``docs/evaluation.md``.
 
     The file is replaced atomically (written to a sibling temporary file, then renamed).
 
     Raises:
+        FileNotFoundError: ``page`` does not exist.
         ValueError: see :func:`replace_between_markers` (the file is left unchanged).
     """
-    readme = Path(readme)
+    page = Path(page)
     table = results_markdown(rows)
-    new = replace_between_markers(readme.read_text(encoding="utf-8"), table, section)
-    tmp = readme.with_name(f".{readme.name}.tmp")
+    new = replace_between_markers(page.read_text(encoding="utf-8"), table, section)
+    tmp = page.with_name(f".{page.name}.tmp")
     tmp.write_text(new, encoding="utf-8")
-    tmp.replace(readme)
+    tmp.replace(page)
     return table

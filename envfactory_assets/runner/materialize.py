@@ -6,9 +6,9 @@ import re
 from typing import Any, Mapping, Sequence
 
 import dagster as dg
-from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
 from envfactory_assets.defs.common import UpstreamGates
+from envfactory_assets.defs.dagster_private import asset_graph, stale_asset_keys
 from envfactory_assets.defs.incremental import PARTITIONED
 from envfactory_assets.defs.partitions import environment_partitions
 from envfactory_assets.runner.selection import config_for_selection
@@ -81,7 +81,7 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
         ValueError: ``partitions`` names keys that are not partitions, or a partitioned stage is selected
             while there are no partitions.
     """
-    graph = AssetGraph.from_assets([a for a in assets if isinstance(a, dg.AssetsDefinition)])
+    graph = asset_graph([a for a in assets if isinstance(a, dg.AssetsDefinition)])
     # the gates of these runs are the blocking checks of this graph, whatever other graph a caller defined
     resources = {"upstream_gates": UpstreamGates.of(graph), **resources}
     all_keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
@@ -130,16 +130,5 @@ def stale_assets(instance: dg.DagsterInstance, assets: Sequence[Any]) -> list[st
 
     Uses Dagster's stale-status resolver (the one behind the UI's "Stale" badge).
     """
-    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
-    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
-    from dagster._time import get_current_datetime
-
-    graph = AssetGraph.from_assets([a for a in assets if isinstance(a, dg.AssetsDefinition)])
-    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-                          instance=instance, asset_graph=graph)
-    resolver = CachingStaleStatusResolver(instance=instance, asset_graph=graph, loading_context=view)
-    out = []
-    for key in graph.toposorted_asset_keys:
-        if graph.get(key).partitions_def is None and resolver.get_status(key, None) == StaleStatus.STALE:
-            out.append(key.to_user_string())
-    return out
+    graph = asset_graph([a for a in assets if isinstance(a, dg.AssetsDefinition)])
+    return [key.to_user_string() for key in stale_asset_keys(instance, graph)]

@@ -29,6 +29,44 @@ def _materializations(results: Sequence[Any], key: str) -> list[Any]:
             if e.asset_key == dg.AssetKey(key)]
 
 
+def not_measured_checks(results: Sequence[Any]) -> list[str]:
+    """One line per asset check evaluation of ``results`` whose metadata says it measured nothing (its
+    ``not_measured`` entry is non-empty, or its ``measurement`` is ``"not measured"``), naming what was not
+    measured: such a check passed without evidence and the summary says so."""
+    lines = []
+    for result in results:
+        for evaluation in result.get_asset_check_evaluations():
+            meta = {k: getattr(v, "value", v) for k, v in (evaluation.metadata or {}).items()}
+            missing = meta.get("not_measured")
+            if not missing and meta.get("measurement") != "not measured":
+                continue
+            what = "; ".join(map(str, missing)) if isinstance(missing, list) else str(missing or "nothing measured")
+            verdict = "passed" if evaluation.passed else "FAILED"
+            lines.append(f"  {evaluation.asset_check_key.to_user_string()} ({verdict}, not measured): {what}")
+    return lines
+
+
+def failure_messages(results: Sequence[Any], steps: set[str] | None = None, max_chars: int = 1500) -> list[str]:
+    """``"step: message"`` for each failed step of ``results`` (``ExecuteInProcessResult``): a stage's own
+    refusal (the description of the ``dg.Failure`` it raised) when it gave one, else the first line of its
+    error. ``steps`` limits it to those step keys (the asset steps: failed checks are listed apart). Each
+    message is cut to ``max_chars`` characters; the run log keeps the whole traceback."""
+    out = []
+    for result in results:
+        for event in result.get_step_failure_events():
+            if steps is not None and event.step_key not in steps:
+                continue
+            data = event.step_failure_data
+            user = getattr(data, "user_failure_data", None)
+            error = data.error
+            while error is not None and error.cause is not None:  # the stage's own exception, not Dagster's wrapper
+                error = error.cause
+            first = ((error.message if error is not None else "").strip().splitlines() or ["failed"])[0]
+            text = (user.description if user is not None and user.description else first).strip()
+            out.append(f"{event.step_key}: {text[:max_chars]}{'...' if len(text) > max_chars else ''}")
+    return out
+
+
 def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any, total_s: float,
                 log_file: str | None = None, asset_steps: set[str] | None = None) -> str:
     """The summary text (several lines, no trailing newline).
@@ -55,6 +93,9 @@ def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any
                   for step, (secs, status) in listed.items()]
         if checks:
             lines.append(f"  {f'asset checks ({len(checks)})':<34} {sum(checks):8.1f} s")
+    unmeasured = not_measured_checks(results)
+    if unmeasured:
+        lines += ["", "checks that measured nothing (too few cases; not evidence of a pass):", *unmeasured]
     checkpoint_ids = [i for m in _materializations(results, "checkpoints")
                       for i in (m.metadata["checkpoint_ids"].value.values() if "checkpoint_ids" in m.metadata else [])]
     if checkpoint_ids and store is not None:

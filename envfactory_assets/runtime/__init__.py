@@ -3,7 +3,7 @@
 Plain Python (no Dagster). Modules:
 
 - :mod:`.canonical`: ``canonical_json``, ``state_hash``.
-- :mod:`.static_check`: ``static_check(source) -> list[str]``; the rules live in :mod:`.policy`.
+- :mod:`.static_check`: ``static_check(source) -> list[str]``; the rules live in :mod:`.code_policy`.
 - :mod:`.restricted`: restricted builtins and module proxies for executing checked code.
 - :mod:`.engine`: in-process episodes and tool calls (runs inside the worker).
 - :mod:`.worker`: the child process (``python -m envfactory_assets.runtime.worker``).

@@ -7,8 +7,13 @@ namespace. Paths the sandbox binds that ``nobody`` cannot traverse (an interpret
 are first bind-mounted, in a private mount namespace of this launcher only, onto world-traversable
 alias directories, and bubblewrap binds the aliases back onto their real paths.
 
+Before anything else it joins the worker's control groups (``"cgroups"``: the ``cgroup.procs`` files of
+:class:`.cgroups.WorkerCgroup`), so that bubblewrap and everything it starts is inside them; it is also run
+without root (``"uid": null``) when only that step is wanted.
+
 Run as ``python -I -S drop_privileges.py SPEC_JSON``, with SPEC_JSON
-``{"uid": 65534, "gid": 65534, "aliases": [[source, alias], ...], "argv": [bwrap, ...]}``. Standard
+``{"uid": 65534, "gid": 65534, "aliases": [[source, alias], ...], "cgroups": [procs file, ...],
+"argv": [bwrap, ...]}``. Standard
 library only (ctypes for ``unshare``/``mount``), no site packages, a fresh single-threaded process.
 Exits 126 with a message on stderr when a step fails; never execs bwrap with privileges kept.
 """
@@ -37,12 +42,20 @@ def main() -> None:
     """Apply the spec in ``sys.argv[1]`` and exec its argv; never returns."""
     try:
         spec = json.loads(sys.argv[1])
-        uid, gid, aliases, argv = int(spec["uid"]), int(spec["gid"]), spec["aliases"], list(spec["argv"])
+        switch = spec["uid"] is not None
+        uid, gid = (int(spec["uid"]), int(spec["gid"])) if switch else (-1, -1)
+        aliases, argv, cgroups = spec["aliases"], list(spec["argv"]), list(spec.get("cgroups", []))
     except (IndexError, KeyError, TypeError, ValueError) as exc:
         _fail(f"bad spec: {exc}")
         return
-    if uid == 0 or gid == 0:
+    if switch and (uid == 0 or gid == 0):
         _fail("refusing to run the sandbox as uid or gid 0")
+    for procs in cgroups:
+        try:
+            with open(procs, "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as exc:
+            _fail(f"joining control group {procs}: {exc}")
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     if aliases:
         if libc.unshare(CLONE_NEWNS) != 0:
@@ -53,14 +66,15 @@ def main() -> None:
         for source, alias in aliases:
             if libc.mount(os.fsencode(source), os.fsencode(alias), None, MS_BIND | MS_REC, None) != 0:
                 _fail(f"bind {source} -> {alias}: {os.strerror(ctypes.get_errno())}")
-    try:
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-    except OSError as exc:
-        _fail(f"switching to uid {uid}: {exc}")
-    if os.getuid() == 0 or os.geteuid() == 0 or 0 in os.getresuid():
-        _fail("still root after setresuid")
+    if switch:
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        except OSError as exc:
+            _fail(f"switching to uid {uid}: {exc}")
+        if os.getuid() == 0 or os.geteuid() == 0 or 0 in os.getresuid():
+            _fail("still root after setresuid")
     try:
         os.execv(argv[0], argv)
     except OSError as exc:

@@ -19,7 +19,8 @@ a read-only minimal ``/dev``; no ``/proc``. Nothing of ``ENVFACTORY_HOME``, the 
 ``$HOME`` or ``/etc`` is visible. The sandbox user is never host root: run as root, bubblewrap is
 started as host uid 65534 (:mod:`.drop_privileges`). The worker dies with its parent
 (``--die-with-parent``), and when it exits the kernel kills every process left in its PID
-namespace. Inside, the worker adds rlimits and a seccomp filter (:mod:`.seccomp_filter`).
+namespace. Inside, the worker adds rlimits and a seccomp filter (:mod:`.seccomp_filter`); around it, the
+launcher puts bubblewrap and everything it starts in the worker's control group (:mod:`.cgroups`).
 
 Where bubblewrap cannot start (not installed, user namespaces disabled), :func:`resolve_isolation`
 says why; the caller then refuses untrusted code unless :data:`UNSAFE_ENV_VAR` is set.
@@ -39,6 +40,7 @@ import sys
 import sysconfig
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from envfactory_assets.runtime.errors import SandboxError
@@ -190,7 +192,16 @@ def _aliases(paths: list[str]) -> dict[str, str]:
     return aliases
 
 
-def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> list[str]:
+def launcher_command(argv: list[str], cgroups: Sequence[str] = (), *, switch_user: bool = False,
+                     aliases: dict[str, str] | None = None) -> list[str]:
+    """The command that runs ``argv`` through :mod:`.drop_privileges`: join ``cgroups`` (``cgroup.procs``
+    files) first, then, with ``switch_user``, bind ``aliases`` and become host uid/gid 65534."""
+    spec = {"uid": SANDBOX_UID if switch_user else None, "gid": SANDBOX_GID if switch_user else None,
+            "aliases": [[p, a] for p, a in (aliases or {}).items()], "cgroups": list(cgroups), "argv": argv}
+    return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)]
+
+
+def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str], cgroups: Sequence[str] = ()) -> list[str]:
     """The command line that runs ``argv`` in a fresh sandbox.
 
     The sandbox's root, ``/dev`` and every bind are read-only; the only writable place is a
@@ -203,9 +214,12 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> l
         bwrap: the bubblewrap executable.
         argv: the command to run inside (an interpreter path visible in :func:`bound_paths`).
         environment: the complete environment of the sandboxed process (everything else is cleared).
+        cgroups: ``cgroup.procs`` files of the worker's control group (:class:`.cgroups.WorkerCgroup`),
+            joined by the launcher before bubblewrap starts.
 
     Returns:
-        ``[bwrap, ...options, "--", *argv]``, or, as root, the launcher command that execs it.
+        ``[bwrap, ...options, "--", *argv]``, or, as root or with ``cgroups``, the launcher command that
+        execs it.
     """
     paths = bound_paths()
     root = os.geteuid() == 0
@@ -223,11 +237,9 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str]) -> l
     for key, value in sorted(environment.items()):
         command += ["--setenv", key, value]
     command = [*command, "--", *argv]
-    if not root:
+    if not root and not cgroups:
         return command
-    spec = {"uid": SANDBOX_UID, "gid": SANDBOX_GID, "aliases": [[p, a] for p, a in aliases.items()],
-            "argv": command}
-    return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)]
+    return launcher_command(command, cgroups, switch_user=root, aliases=aliases)
 
 
 def _probe(bwrap: str, python: str) -> str:

@@ -16,6 +16,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from envfactory_assets.runtime.bounded_json import JsonBounds, JsonDeadlineExceeded, loads
+
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 1 << 30  # 1 GiB: far above any sane state, below the 4 GiB header limit
@@ -25,6 +27,10 @@ _MAX_READ = 8 << 20
 
 class ProtocolError(Exception):
     """A frame is malformed: bad length, truncated, or not a JSON object."""
+
+
+class FrameTooLarge(ProtocolError):
+    """The worker declared a frame longer than the channel accepts; it was not read."""
 
 
 class ChannelClosed(Exception):
@@ -105,12 +111,16 @@ class FrameChannel:
         write_fd: the worker's stdin pipe (set non-blocking here).
         read_fd: the worker's protocol output pipe (set non-blocking here).
         max_frame_bytes: the largest frame accepted from the worker; a longer declared length is a
-            :class:`ProtocolError` before anything is read, so a worker cannot make the parent
+            :class:`FrameTooLarge` before anything is read, so a worker cannot make the parent
             allocate more than this.
+        bounds: what decoding one frame may cost (:mod:`.bounded_json`); by default its byte cap is
+            ``max_frame_bytes`` with the default depth bound and decoded-size bound.
     """
 
-    def __init__(self, write_fd: int, read_fd: int, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, write_fd: int, read_fd: int, max_frame_bytes: int = MAX_FRAME_BYTES,
+                 bounds: JsonBounds | None = None) -> None:
         self._max_frame_bytes = min(max_frame_bytes, MAX_FRAME_BYTES)
+        self._bounds = bounds or JsonBounds(max_bytes=self._max_frame_bytes)
         self._write_fd = write_fd
         self._read_fd = read_fd
         self._buffer = bytearray()
@@ -145,20 +155,34 @@ class FrameChannel:
             view = view[written:]
 
     def receive(self, deadline: float) -> dict[str, Any]:
-        """Read one frame before ``deadline`` (``time.monotonic`` seconds) and decode it.
+        """Read one frame before ``deadline`` (``time.monotonic`` seconds) and decode it within the
+        channel's bounds (:func:`.bounded_json.loads`), so neither reading nor decoding outlasts it.
 
         Raises:
-            ChannelTimeout: no complete frame before the deadline.
+            ChannelTimeout: no complete frame before the deadline (or the deadline passed while the
+                frame was being checked).
             ChannelClosed: end of stream (the worker exited).
+            FrameTooLarge: the declared length is past ``max_frame_bytes`` (nothing was read).
+            JsonTooLarge: the frame was read whole but decoding it would pass a bound (its depth or
+                decoded size); the channel stays in step, since the whole frame was consumed.
             ProtocolError: malformed frame.
         """
         header = self._read_exact(HEADER.size, deadline)
         (length,) = HEADER.unpack(header)
         if length > self._max_frame_bytes:
-            raise ProtocolError(f"frame of {length} bytes exceeds {self._max_frame_bytes}")
-        return decode_payload(self._read_exact(length, deadline))
+            raise FrameTooLarge(f"frame of {length} bytes exceeds {self._max_frame_bytes}")
+        payload = self._read_exact(length, deadline)
+        try:
+            message = loads(payload, self._bounds, deadline, what="the worker's reply")
+        except JsonDeadlineExceeded as exc:
+            raise ChannelTimeout(str(exc)) from None
+        except orjson.JSONDecodeError as exc:
+            raise ProtocolError(f"frame is not JSON: {exc}") from None
+        if not isinstance(message, dict):
+            raise ProtocolError("frame is not a JSON object")
+        return message
 
-    def _read_exact(self, size: int, deadline: float) -> bytes:
+    def _read_exact(self, size: int, deadline: float) -> bytes | bytearray:
         while len(self._buffer) < size:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -176,6 +200,9 @@ class FrameChannel:
             if not chunk:
                 raise ChannelClosed("worker closed its output")
             self._buffer += chunk
+        if len(self._buffer) == size:  # the usual case: hand the buffer over instead of copying it
+            data, self._buffer = self._buffer, bytearray()
+            return data
         with memoryview(self._buffer) as view:
             data = view[:size].tobytes()
         del self._buffer[:size]

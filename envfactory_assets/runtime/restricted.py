@@ -1,7 +1,7 @@
 """The restricted execution namespace for generated environment code (second sandbox layer, run
 inside the worker process after :func:`.static_check.static_check` accepted the code).
 
-- Builtins: the interpreter's builtins minus :data:`policy.FORBIDDEN_BUILTINS` and dunder entries;
+- Builtins: the interpreter's builtins minus :data:`code_policy.FORBIDDEN_BUILTINS` and dunder entries;
   ``__import__`` is replaced by :func:`restricted_import`; ``getattr``/``setattr``/``delattr``/
   ``hasattr`` re-check the attribute name at run time.
 - Imports return *module proxies*: fresh module objects holding only the public, non-module,
@@ -15,7 +15,7 @@ import importlib
 import types
 from typing import Any
 
-from envfactory_assets.runtime import policy
+import envfactory_assets.runtime.code_policy as code_policy
 
 _MISSING = object()
 # Filtered member dictionaries of allowed modules, computed once per worker process.
@@ -25,7 +25,7 @@ _MEMBER_CACHE: dict[str, dict[str, Any]] = {}
 def _check_attribute_name(func: str, name: Any) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{func}(): attribute name must be str")
-    reason = policy.attribute_violation(name)  # receiver unknown: private names are refused too
+    reason = code_policy.attribute_violation(name)  # receiver unknown: private names are refused too
     if reason:
         raise AttributeError(f"{func}(): {reason}")
     return name
@@ -65,7 +65,7 @@ def _public_members(module_name: str) -> dict[str, Any]:
     if cached is not None:
         return cached
     module = importlib.import_module(module_name)
-    denied = policy.DENIED_MODULE_MEMBERS.get(module_name, frozenset())
+    denied = code_policy.DENIED_MODULE_MEMBERS.get(module_name, frozenset())
     members: dict[str, Any] = {}
     for key, value in vars(module).items():
         if key.startswith("_") or key in denied or isinstance(value, types.ModuleType):
@@ -79,7 +79,7 @@ def module_proxy(module_name: str) -> types.ModuleType:
     """A fresh read-mostly copy of an allowed module's public members.
 
     Args:
-        module_name: a name in :data:`policy.ALLOWED_MODULES` or :data:`policy.ALLOWED_SUBMODULES`.
+        module_name: a name in :data:`code_policy.ALLOWED_MODULES` or :data:`code_policy.ALLOWED_SUBMODULES`.
 
     Returns:
         A new ``types.ModuleType`` named ``module_name`` holding the module's public members that
@@ -89,11 +89,11 @@ def module_proxy(module_name: str) -> types.ModuleType:
     Raises:
         ImportError: if the module is not allowed.
     """
-    if module_name not in policy.ALLOWED_MODULES and module_name not in policy.ALLOWED_SUBMODULES:
+    if module_name not in code_policy.ALLOWED_MODULES and module_name not in code_policy.ALLOWED_SUBMODULES:
         raise ImportError(f"import of {module_name!r} is not allowed")
     proxy = types.ModuleType(module_name)
     proxy.__dict__.update(_public_members(module_name))
-    for submodule in policy.ALLOWED_SUBMODULES:
+    for submodule in code_policy.ALLOWED_SUBMODULES:
         parent, _, child = submodule.rpartition(".")
         if parent == module_name:
             setattr(proxy, child, module_proxy(submodule))
@@ -117,7 +117,7 @@ def restricted_import(
     """
     if level:
         raise ImportError("relative imports are not allowed")
-    if name not in policy.ALLOWED_MODULES and name not in policy.ALLOWED_SUBMODULES:
+    if name not in code_policy.ALLOWED_MODULES and name not in code_policy.ALLOWED_SUBMODULES:
         raise ImportError(f"import of {name!r} is not allowed")
     if fromlist:
         proxy = module_proxy(name)
@@ -142,14 +142,14 @@ def restricted_builtins() -> dict[str, Any]:
 
     Returns:
         ``dict`` of builtin name -> object: every public builtin except
-        :data:`policy.FORBIDDEN_BUILTINS`, plus ``__build_class__`` (needed by ``class`` statements)
+        :data:`code_policy.FORBIDDEN_BUILTINS`, plus ``__build_class__`` (needed by ``class`` statements)
         and ``__import__`` = :func:`restricted_import`, with the reflective builtins replaced by
         their checked versions.
     """
     allowed = {
         key: value
         for key, value in vars(builtins).items()
-        if not key.startswith("_") and key not in policy.FORBIDDEN_BUILTINS
+        if not key.startswith("_") and key not in code_policy.FORBIDDEN_BUILTINS
     }
     allowed["__build_class__"] = builtins.__build_class__
     allowed["__import__"] = restricted_import

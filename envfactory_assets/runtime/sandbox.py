@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import envfactory_assets.runtime.cgroups as cgroups
+from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import (
     EnvironmentFault,
@@ -36,11 +38,12 @@ from envfactory_assets.runtime.errors import (
     UnknownEnvironment,
     WorkerCrashed,
 )
-from envfactory_assets.runtime.isolation import bwrap_command, resolve_isolation
+from envfactory_assets.runtime.isolation import bwrap_command, launcher_command, resolve_isolation
 from envfactory_assets.runtime.protocol import (
     ChannelClosed,
     ChannelTimeout,
     FrameChannel,
+    FrameTooLarge,
     ProtocolError,
     encode_frame,
 )
@@ -50,6 +53,8 @@ WORKER_MODULE = "envfactory_assets.runtime.worker"
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 _STDERR_TAIL_BYTES = 16 * 1024
 _TRANSFER_BYTES_PER_S = 20e6  # conservative pipe throughput, added to deadlines for big payloads
+#: How often the parent reads a worker's CPU time while a request runs, seconds.
+CPU_POLL_S = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +64,15 @@ class SandboxLimits:
     Attributes:
         memory_mb: address-space limit (``RLIMIT_AS``) of the worker, MiB. The interpreter itself
             needs about 30-60 MiB of it.
-        cpu_seconds: CPU seconds any single request may burn before the kernel kills the worker
-            (``RLIMIT_CPU``, re-armed per request); the backstop if the parent is gone.
+        cpu_seconds: CPU seconds any single request may burn: the parent reads the worker's CPU time
+            (its control group, else ``/proc``) while the request runs and kills the worker past it
+            (``resource_limit``); the worker's soft ``RLIMIT_CPU``, re-armed per request, is the backstop
+            if the parent is gone.
+        cpu_lifetime_s: the worker's whole CPU budget, seconds: its hard ``RLIMIT_CPU``, which code in it
+            cannot raise; the kernel kills the worker there (a fresh one starts on next use).
+        cpu_cores: the CPU quota of the worker's control group, in cores: however many threads it runs,
+            a worker gets at most this much of the machine.
+        max_tasks: most processes and threads in a worker's control group at once (``pids.max``).
         call_timeout_s: wall-clock seconds for one tool call, and for each environment's part of
             ``load_environment``/``open_episode``/``save``/``state_hash``/``fork``.
         kill_grace_s: extra seconds the parent waits past a request's budget before it kills the
@@ -68,17 +80,26 @@ class SandboxLimits:
         startup_timeout_s: seconds a fresh worker may take to start and say it is ready.
         hash_seed: ``PYTHONHASHSEED`` of the worker (string hashing, set order). Verification replays
             in a second worker with another seed to catch tools whose results depend on it.
-        max_response_mb: the largest response the parent accepts from a worker, MiB; a longer one
-            kills the worker (a protocol error) before the parent allocates it.
+        max_response_mb: the largest response the parent accepts from a worker, MiB, both in bytes and
+            in the estimated size of its decoded objects (:mod:`.bounded_json`), so a reading parent
+            grows by at most about twice this. A reply that declares more bytes kills the worker
+            before anything is read; one whose decoded size would pass it is read but not decoded.
+            Both are ``too_large`` errors.
+        max_response_depth: the deepest nesting of arrays and objects accepted in a response; a deeper
+            one is a ``too_large`` error, not decoded.
     """
 
     memory_mb: int = 1024
     cpu_seconds: int = 60
+    cpu_lifetime_s: int = 3600
+    cpu_cores: float = 1.0
+    max_tasks: int = 64
     call_timeout_s: float = 5.0
     kill_grace_s: float = 2.0
     startup_timeout_s: float = 30.0
     hash_seed: int = 0
-    max_response_mb: int = 256
+    max_response_mb: int = 64
+    max_response_depth: int = 512
 
     def __post_init__(self) -> None:
         if not 0 <= self.hash_seed <= 4294967295:
@@ -86,6 +107,9 @@ class SandboxLimits:
         for field in dataclasses.fields(self):
             if field.name != "hash_seed" and getattr(self, field.name) <= 0:
                 raise ValueError(f"SandboxLimits.{field.name} must be positive")
+        if self.cpu_lifetime_s < self.cpu_seconds:
+            raise ValueError(f"SandboxLimits.cpu_lifetime_s ({self.cpu_lifetime_s}) must be at least cpu_seconds "
+                             f"({self.cpu_seconds}): it is the worker's whole CPU budget")
 
 
 class _ChildLost(Exception):
@@ -133,6 +157,41 @@ class _StderrTail:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+
+class _CpuWatch:
+    """Kills a worker once it has used more than ``limit_s`` CPU seconds since the watch started, reading
+    its CPU time every :data:`CPU_POLL_S` on a daemon thread; :attr:`tripped` then names the limit."""
+
+    def __init__(self, meter: Any, limit_s: float, kill: Any) -> None:
+        self._meter, self._limit_s, self._kill = meter, limit_s, kill
+        self._start = meter.cpu_seconds()
+        self.tripped = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sandbox-cpu-watch")
+        self._thread.start()
+
+    def used(self) -> float:
+        return self._meter.cpu_seconds() - self._start
+
+    def _run(self) -> None:
+        while not self._stop.wait(CPU_POLL_S):
+            used = self.used()
+            if used > self._limit_s:
+                self.tripped = f"CPU limit of {self._limit_s:g} s per call (used {used:.2f} s)"
+                self._kill()
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _end_worker(proc: subprocess.Popen, group: cgroups.WorkerCgroup | None) -> None:
+    """Kill a worker's process group and everything in its control group, then remove the group."""
+    kill_process(proc)
+    if group is not None:
+        group.remove()
 
 
 def kill_process(proc: subprocess.Popen, *streams: Any) -> None:
@@ -196,8 +255,9 @@ def _describe_exit(returncode: int | None, limits: SandboxLimits, contained: boo
         name = f"signal {-returncode}"
     hint = {
         "SIGXCPU": f" (CPU limit of {limits.cpu_seconds} s per request exceeded)",
+        "SIGKILL": " (killed externally, by the out-of-memory killer, or at its lifetime CPU budget of "
+                   f"{limits.cpu_lifetime_s} s)",
         "SIGSEGV": " (segmentation fault, possibly out of memory in native code)",
-        "SIGKILL": " (killed externally or by the out-of-memory killer)",
     }.get(name, "")
     return f"worker killed by {name}{hint}"
 
@@ -218,6 +278,9 @@ class _Child:
         self.finalizer: weakref.finalize | None = None
         self.loaded: set[str] = set()
         self.seccomp = ""
+        self.cgroup: cgroups.WorkerCgroup | None = None
+        self.meter: cgroups.WorkerCgroup | cgroups.ProcessTreeMeter | None = None
+        self.baseline_tasks = 0
 
     @property
     def limits(self) -> SandboxLimits:
@@ -235,19 +298,42 @@ class _Child:
         frame = encode_frame({"id": request_id, "op": op, "timeout_s": budget_s, **fields})
         channel = self.ensure_started()
         deadline = time.monotonic() + budget_s + self.limits.kill_grace_s + len(frame) / _TRANSFER_BYTES_PER_S
+        watch = _CpuWatch(self.meter, self.limits.cpu_seconds, self.kill) if self.meter is not None else None
         try:
             channel.send(frame, deadline)
             response = channel.receive(deadline)
-        except ChannelTimeout:
-            self.discard()
-            raise _ChildLost(
-                str(ErrorType.TIMEOUT), f"{op} did not finish within {budget_s:g} s; worker killed"
-            ) from None
-        except ChannelClosed:
-            raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
-        except ProtocolError as exc:
+        except (ChannelTimeout, ChannelClosed, ProtocolError, JsonTooLarge) as exc:
+            if watch is not None:
+                watch.stop()
+            self._raise_if_limit(op, watch)
+            if isinstance(exc, ChannelTimeout):
+                self.discard()
+                raise _ChildLost(
+                    str(ErrorType.TIMEOUT), f"{op} did not finish within {budget_s:g} s; worker killed"
+                ) from None
+            if isinstance(exc, ChannelClosed):
+                raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
+            if isinstance(exc, FrameTooLarge):
+                self.discard()
+                raise _ChildLost(str(ErrorType.TOO_LARGE),
+                                 f"{op}: the reply is too large ({exc}); worker killed") from None
+            if isinstance(exc, JsonTooLarge):
+                # The whole frame was consumed, so the worker stays in step and keeps its other episodes.
+                error = {"type": str(ErrorType.TOO_LARGE), "env_id": self.label, "limit": exc.limit,
+                         "message": f"{op}: {exc}; the reply was not decoded"}
+                if op == "call":
+                    error["episode_lost"] = True  # the call's effect on the state cannot be seen
+                raise _RemoteError(error) from None
             self.discard()
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: {exc}; worker killed") from None
+        if watch is not None:
+            watch.stop()
+        self._raise_if_limit(op, watch)
+        left = self.meter.tasks() - self.baseline_tasks if self.meter is not None else 0
+        if left > 0:  # environment code runs only while a request does: nothing may run on after it
+            self.discard()
+            raise _ChildLost(str(ErrorType.RESOURCE_LIMIT),
+                             f"{op} left {left} thread(s) running after it returned; worker killed")
         if response.get("id") != request_id:
             self.discard()
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
@@ -259,6 +345,34 @@ class _Child:
             return result
         error = response.get("error")
         raise _RemoteError(error if isinstance(error, dict) else {"type": "protocol", "message": str(error)})
+
+    def kill(self) -> None:
+        """SIGKILL the worker and everything in its control group (any thread; the request in flight then
+        sees the channel close)."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        proc = self.proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _raise_if_limit(self, op: str, watch: _CpuWatch | None) -> None:
+        """Raise ``resource_limit`` when the CPU watch killed the worker or its group hit a kernel limit."""
+        reason = watch.tripped if watch is not None else ""
+        if not reason and self.cgroup is not None:
+            hit = self.cgroup.limit_hit()
+            if hit == "memory":
+                reason = (f"memory limit of {self.limits.memory_mb} MiB (control group: heap, shared memory, "
+                          "tmpfs and kernel memory together)")
+            elif hit == "pids":
+                reason = f"task limit of {self.limits.max_tasks} processes and threads"
+            if hit == "pids" and self.proc is not None and self.proc.poll() is None:
+                reason = ""  # a refused thread is an error the code saw, not a kill
+        if reason:
+            self.discard()
+            raise _ChildLost(str(ErrorType.RESOURCE_LIMIT), f"{op}: worker killed at its {reason}")
 
     def _crash_message(self, op: str) -> str:
         proc = self.proc
@@ -283,6 +397,7 @@ class _Child:
         owner = self._owner
         argv = [owner._python, "-m", WORKER_MODULE, "--memory-mb", str(self.limits.memory_mb),
                 "--cpu-seconds", str(self.limits.cpu_seconds),
+                "--cpu-lifetime-seconds", str(self.limits.cpu_lifetime_s),
                 "--python-guards", "on" if owner.python_guards else "off",
                 "--seccomp", "on" if owner.isolation.seccomp else "off", f"--domain={self.label}"]
         environment = {
@@ -291,15 +406,24 @@ class _Child:
             "LC_ALL": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        procs = self.cgroup.procs_files if self.cgroup is not None else []
         if owner.isolation.bwrap is None:
-            return argv
-        return bwrap_command(owner.isolation.bwrap, argv, {**environment, "HOME": "/tmp", "PATH": "/nonexistent"})
+            return launcher_command(argv, procs) if procs else argv
+        return bwrap_command(owner.isolation.bwrap, argv, {**environment, "HOME": "/tmp", "PATH": "/nonexistent"},
+                             procs)
 
     def ensure_started(self) -> FrameChannel:
         if self.channel is not None:
             return self.channel
         owner = self._owner
         owner._make_room(self)
+        support = owner.cgroup_support()
+        if support.active:
+            try:
+                self.cgroup = cgroups.WorkerCgroup(support, memory_bytes=self.limits.memory_mb * 1024 * 1024,
+                                                   pids_max=self.limits.max_tasks, cpu_cores=self.limits.cpu_cores)
+            except OSError as exc:  # the probe made one: failing now is not a mode to fall back to silently
+                raise WorkerCrashed("startup", f"cannot create the worker's control group: {exc}") from None
         if owner.isolation.bwrap is None:
             env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": _PACKAGE_PARENT,
                    "PYTHONHASHSEED": str(self.limits.hash_seed), "LC_ALL": "C.UTF-8"}
@@ -318,9 +442,10 @@ class _Child:
         owner._starts += 1
         self.proc = proc
         self.stderr = _StderrTail(proc.stderr)
-        self.finalizer = weakref.finalize(self, kill_process, proc)
-        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno(),
-                               max_frame_bytes=self.limits.max_response_mb * 1024 * 1024)
+        self.finalizer = weakref.finalize(self, _end_worker, proc, self.cgroup)
+        max_bytes = self.limits.max_response_mb * 1024 * 1024
+        bounds = JsonBounds(max_bytes=max_bytes, max_decoded_bytes=max_bytes, max_depth=self.limits.max_response_depth)
+        channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno(), max_frame_bytes=max_bytes, bounds=bounds)
         try:
             hello = channel.receive(time.monotonic() + self.limits.startup_timeout_s)
         except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
@@ -336,6 +461,12 @@ class _Child:
             self.discard()  # fail closed: the sandbox user must never be host root
             raise WorkerCrashed("startup", "the sandbox runs as host uid 0; refusing to use it")
         self.seccomp = str(hello.get("seccomp", ""))
+        # The parent's CPU and left-thread checks belong to the OS layer: off with it (the negative control).
+        if self.cgroup is not None or not owner.isolation.seccomp:
+            self.meter = self.cgroup
+        else:
+            self.meter = cgroups.ProcessTreeMeter(proc.pid)
+        self.baseline_tasks = self.meter.tasks() if self.meter is not None else 0
         self.channel = channel
         return channel
 
@@ -343,12 +474,16 @@ class _Child:
         """Kill the process (if any) and forget everything that lived in it."""
         self.channel = None
         self.loaded.clear()
+        self.meter = None
+        group, self.cgroup = self.cgroup, None
         if self.proc is not None:
             self.proc = None
             if self.finalizer is not None:
-                self.finalizer()  # kills the process group, reaps it, closes the pipes
+                self.finalizer()  # kills the process group and its control group, reaps it, closes the pipes
                 self.finalizer = None
             self._owner._child_lost(self)
+        elif group is not None:  # made for a start that failed before the process existed
+            group.remove()
 
 
 class SandboxWorker:
@@ -454,6 +589,27 @@ class SandboxWorker:
         child = self._children.get(env_id) if env_id is not None else self._last_child
         return child.stderr_tail() if child is not None else ""
 
+    def cgroup_support(self) -> cgroups.CgroupSupport:
+        """Whether this worker's children get control groups: as :func:`.cgroups.detect` says, except when the
+        OS layer is switched off as a whole (:data:`.isolation.OS_LAYER_ENV_VAR`, the negative control), which
+        switches them off too."""
+        if not self.isolation.seccomp:
+            return cgroups.CgroupSupport("none", f"the OS layer is switched off ({self.isolation.reason})")
+        return cgroups.detect()
+
+    @property
+    def limits_mode(self) -> str:
+        """What bounds a worker's memory, CPU and tasks here: control groups (v1/v2) with rlimits and seccomp,
+        or rlimits and seccomp alone (with the reason)."""
+        return self.cgroup_support().describe()
+
+    def cpu_seconds(self, env_id: str) -> float | None:
+        """CPU seconds the running child of ``env_id`` has used (its control group, else its process tree),
+        or None when it is not running."""
+        child = self._children.get(env_id)
+        meter = child.meter if child is not None else None
+        return meter.cpu_seconds() if meter is not None else None
+
     def seccomp_status(self, env_id: str) -> str:
         """``"on"`` when the child of ``env_id`` installed its seccomp filter, else why not."""
         child = self._children.get(env_id)
@@ -465,7 +621,9 @@ class SandboxWorker:
         """Check, compile and trial-run an environment module in its own worker process.
 
         Loading another version of ``env_id`` (different source) replaces the process: the new code
-        is a new trust domain, and episodes of the old version are lost.
+        is a new trust domain, and episodes of the old version are lost. A load that fails ends the
+        process too (the module may have run and patched what it could reach before failing), so the
+        next load, of this id or any other, starts in a fresh one.
 
         Args:
             env_id: the environment's id (1-200 characters).
@@ -530,17 +688,26 @@ class SandboxWorker:
                 running.remove(child)
 
     def _load_into_child(self, child: _Child, env_id: str, source: str, tools: tuple[str, ...] | None) -> dict[str, Any]:
+        """Load ``source`` into ``child``; a load that fails ends the child's process.
+
+        The module may have run (and patched whatever it could reach) before it failed, and the process is
+        its trust domain: the next load, of this id or any other code, starts in a fresh one.
+        """
         fields = {"env_id": env_id, "source": source, "tool_names": list(tools) if tools is not None else None}
         try:
             result = child.request("load_env", fields, self.limits.call_timeout_s)
         except _RemoteError as exc:
+            child.discard()
             if exc.type == "environment_rejected":
                 raise EnvironmentRejected(env_id, list(exc.error.get("violations") or [str(exc)])) from None
-            if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY):
+            if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY, ErrorType.TOO_LARGE):
                 raise EnvironmentRejected(env_id, [f"{exc.type}: {exc}"]) from None
             raise SandboxError(f"load_environment({env_id!r}) failed: {exc.error}") from None
         except _ChildLost as exc:
             raise EnvironmentRejected(env_id, [f"worker {exc.kind} while loading: {exc.message}"]) from None
+        except BaseException:
+            child.discard()
+            raise
         child.loaded.add(env_id)
         return result
 
@@ -769,7 +936,7 @@ class SandboxWorker:
             raise StateRejected(env_id, message) from None
         if exc.type == "environment_fault":
             raise EnvironmentFault(env_id, str(error.get("cause", "exception")), message) from None
-        if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY):  # budget ran out inside the request
+        if exc.type in (ErrorType.TIMEOUT, ErrorType.MEMORY, ErrorType.TOO_LARGE):  # a budget ran out
             raise EnvironmentFault(env_id, exc.type, message) from None
         if exc.type == "unknown_environment":
             child = self._children.get(env_id)

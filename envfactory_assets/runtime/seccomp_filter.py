@@ -8,7 +8,10 @@ it uses. Threads stay possible (``clone`` with ``CLONE_THREAD``); ``clone3`` ans
 the C library falls back to ``clone``, whose flags the filter can read.
 
 It complements, not replaces, the namespaces of :mod:`.isolation`: the list is of calls that would
-matter even inside them (a fork bomb shares the host's process table).
+matter even inside them (a fork bomb shares the host's process table), and of calls that make memory
+``RLIMIT_AS`` does not count (System V shared memory, ``memfd_create``): the worker's control group
+(:mod:`.cgroups`) counts those too, but where there is none the filter is what refuses them. CPython
+itself needs none of the refused calls (``os.memfd_create`` fails with ``PermissionError``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,15 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
     "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "mknod", "mknodat", "iopl", "ioperm", "swapon", "swapoff",
-    "reboot", "syslog", "acct", "quotactl",
+    "reboot", "syslog", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at",
+    # memory no rlimit counts: System V shared memory, message queues and semaphores (they also outlive
+    # the process that made them), POSIX message queues, anonymous memory files
+    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
+    "semget", "semop", "semctl", "semtimedop",
+    "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+    "memfd_create", "memfd_secret",
+    # kernel objects a tool never needs and whose count no limit bounds
+    "inotify_init", "inotify_init1", "fanotify_init",
 )
 
 

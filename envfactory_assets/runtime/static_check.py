@@ -14,7 +14,7 @@ import ast
 import re
 import string
 
-from envfactory_assets.runtime import policy
+import envfactory_assets.runtime.code_policy as code_policy
 
 # Arity of the reflective builtins: (min positional args, max positional args).
 _REFLECTIVE_ARITY: dict[str, tuple[int, int]] = {
@@ -39,7 +39,7 @@ def static_check(source: str) -> list[str]:
 
         - the code parses (``"line N: syntax error: ..."`` otherwise) and is not nested so deeply
           that it cannot be walked (``"line 0: code is nested too deeply to check"``);
-        - imports only from :data:`policy.ALLOWED_MODULES` (plus ``collections.abc``); no relative
+        - imports only from :data:`code_policy.ALLOWED_MODULES` (plus ``collections.abc``); no relative
           imports, no ``import *``, no private or denied members (``typing.get_type_hints``,
           ``functools.singledispatch``, ``string.Formatter``, decimal's global contexts);
         - no use of ``open``, ``exec``, ``eval``, ``compile``, ``__import__``, ``globals``,
@@ -94,7 +94,7 @@ def _root_name(node: ast.expr) -> str | None:
 
 
 def _is_module_allowed(dotted: str) -> bool:
-    return dotted in policy.ALLOWED_MODULES or dotted in policy.ALLOWED_SUBMODULES
+    return dotted in code_policy.ALLOWED_MODULES or dotted in code_policy.ALLOWED_SUBMODULES
 
 
 def _format_field_attributes(text: str) -> list[str]:
@@ -127,7 +127,7 @@ class _Checker(ast.NodeVisitor):
         self._found.append((getattr(node, "lineno", 0), reason))
 
     def _check_binding(self, node: ast.AST, name: str | None) -> None:
-        if name and policy.is_dunder(name) and name not in policy.ALLOWED_DUNDER_NAMES:
+        if name and code_policy.is_dunder(name) and name not in code_policy.ALLOWED_DUNDER_NAMES:
             self._flag(node, f"binding dunder name '{name}' is not allowed")
 
     # -- imports ------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ class _Checker(ast.NodeVisitor):
         if not _is_module_allowed(module):
             self._flag(node, f"import from '{module}' is not allowed")
             return
-        denied = policy.DENIED_MODULE_MEMBERS.get(module, frozenset())
+        denied = code_policy.DENIED_MODULE_MEMBERS.get(module, frozenset())
         for alias in node.names:
             if alias.name == "*":
                 self._flag(node, f"'from {module} import *' is not allowed")
@@ -157,11 +157,11 @@ class _Checker(ast.NodeVisitor):
 
     # -- names and statements -----------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in policy.FORBIDDEN_BUILTINS:
+        if node.id in code_policy.FORBIDDEN_BUILTINS:
             self._flag(node, f"use of '{node.id}' is not allowed")
-        elif node.id in policy.REFLECTIVE_BUILTINS:
+        elif node.id in code_policy.REFLECTIVE_BUILTINS:
             self._flag(node, f"'{node.id}' may only be called directly with a constant name")
-        elif policy.is_dunder(node.id) and node.id not in policy.ALLOWED_DUNDER_NAMES:
+        elif code_policy.is_dunder(node.id) and node.id not in code_policy.ALLOWED_DUNDER_NAMES:
             self._flag(node, f"use of dunder name '{node.id}' is not allowed")
 
     def visit_Global(self, node: ast.Global) -> None:
@@ -190,7 +190,7 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        if policy.is_dunder(node.name) and node.name not in policy.DEFINABLE_DUNDER_METHODS:
+        if code_policy.is_dunder(node.name) and node.name not in code_policy.DEFINABLE_DUNDER_METHODS:
             self._flag(node, f"defining dunder method '{node.name}' is not allowed")
         self.generic_visit(node)
 
@@ -209,7 +209,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_MatchClass(self, node: ast.MatchClass) -> None:
         for attr in node.kwd_attrs:  # `case C(attr=x)` reads C-instance.attr
-            reason = policy.attribute_violation(attr)
+            reason = code_policy.attribute_violation(attr)
             if reason:
                 self._flag(node, reason)
         self.generic_visit(node)
@@ -217,7 +217,7 @@ class _Checker(ast.NodeVisitor):
     # -- attributes ---------------------------------------------------------------------------
     def visit_Attribute(self, node: ast.Attribute) -> None:
         receiver = node.value.id if isinstance(node.value, ast.Name) else None
-        reason = policy.attribute_violation(node.attr, receiver)
+        reason = code_policy.attribute_violation(node.attr, receiver)
         if reason:
             self._flag(node, reason)
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -228,7 +228,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        if isinstance(func, ast.Name) and func.id in policy.REFLECTIVE_BUILTINS:
+        if isinstance(func, ast.Name) and func.id in code_policy.REFLECTIVE_BUILTINS:
             self._check_reflective_call(func.id, node)
             for child in [*node.args, *node.keywords]:
                 self.visit(child)
@@ -245,7 +245,7 @@ class _Checker(ast.NodeVisitor):
         if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
             self._flag(node, f"'{name}' needs a constant string attribute name")
             return
-        reason = policy.attribute_violation(attr.value)  # as strict as the run-time check
+        reason = code_policy.attribute_violation(attr.value)  # as strict as the run-time check
         if reason:
             self._flag(node, f"{name}(): {reason}")
         if name in _REFLECTIVE_WRITERS and _root_name(args[0]) in self._imported:
@@ -253,12 +253,13 @@ class _Checker(ast.NodeVisitor):
 
     # -- string constants used as format strings ----------------------------------------------
     def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str) and policy.is_dunder(node.value) and node.value not in policy.SAFE_DUNDER_ATTRIBUTES:
+        if isinstance(node.value, str) and code_policy.is_dunder(node.value) \
+                and node.value not in code_policy.SAFE_DUNDER_ATTRIBUTES:
             self._flag(node, f"dunder string constant '{node.value}' is not allowed")
         if isinstance(node.value, str) and "{" in node.value and "." in node.value:
             for attr in _format_field_attributes(node.value):
-                if attr in policy.CLOCK_ATTRIBUTES:
+                if attr in code_policy.CLOCK_ATTRIBUTES:
                     continue  # a format field cannot call; reading `.now` there is harmless
-                reason = policy.attribute_violation(attr)
+                reason = code_policy.attribute_violation(attr)
                 if reason:
                     self._flag(node, f"format field: {reason}")

@@ -11,7 +11,10 @@ Limits, set at start from the arguments or ``ENVFACTORY_SANDBOX_MEMORY_MB`` /
 
 - ``RLIMIT_AS`` = memory (MiB): allocations beyond it raise MemoryError in the environment code.
 - ``RLIMIT_CPU`` soft limit re-armed before every request to "CPU used so far + cpu seconds": a
-  request that burns more CPU than that is killed by SIGXCPU, even if the parent is gone.
+  request that burns more CPU than that gets SIGXCPU, even if the parent is gone. The hard limit is the
+  worker's lifetime CPU budget (``--cpu-lifetime-seconds``), set once: code that ignores SIGXCPU cannot
+  raise the soft limit past it, and the kernel SIGKILLs the worker there. Per call, the parent enforces
+  the CPU limit from the worker's own CPU time (:mod:`.sandbox`).
 - a per-request wall-clock alarm (``timeout_s`` in the request, SIGALRM) that raises
   :class:`.engine.CallTimedOut` inside environment code; the parent kills the whole process if
   even that does not stop it.
@@ -103,6 +106,20 @@ def rearm_cpu_limit(cpu_seconds: int) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def set_cpu_lifetime(lifetime_seconds: int) -> None:
+    """Set the hard ``RLIMIT_CPU`` to ``lifetime_seconds`` (the worker's whole CPU budget) and the soft
+    limit to at most that; 0 leaves both as they are. Never raises the hard limit (an unprivileged
+    process cannot)."""
+    if lifetime_seconds <= 0:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        lifetime_seconds = min(lifetime_seconds, hard)
+    if soft == resource.RLIM_INFINITY or soft > lifetime_seconds:
+        soft = lifetime_seconds
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, lifetime_seconds))
 
 
 def set_process_limits() -> None:
@@ -210,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envfactory_assets.runtime.worker")
     parser.add_argument("--memory-mb", type=int, default=None, help=f"RLIMIT_AS in MiB (or ${MEMORY_ENV_VAR})")
     parser.add_argument("--cpu-seconds", type=int, default=None, help=f"CPU s per request (or ${CPU_ENV_VAR})")
+    parser.add_argument("--cpu-lifetime-seconds", type=int, default=0,
+                        help="hard RLIMIT_CPU: the worker's whole CPU budget, s (0 = unlimited)")
     parser.add_argument("--python-guards", choices=("on", "off"), default="on",
                         help="static check and restricted builtins; 'off' only to test the OS layer alone")
     parser.add_argument("--seccomp", choices=("on", "off"), default="on", help="install the seccomp filter")
@@ -222,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     protocol_in, protocol_out = claim_protocol_streams()
     set_process_limits()
     set_memory_limit(memory_mb)
+    set_cpu_lifetime(args.cpu_lifetime_seconds)
     rearm_cpu_limit(cpu_seconds)
     alarm = Alarm()
     engine = Engine(deadline_passed=alarm.deadline_passed, python_guards=args.python_guards == "on")

@@ -1,7 +1,7 @@
 """Normalization of identifiers taken from untrusted specs into tool and field names.
 
 Tool names must match ``^[a-zA-Z_][a-zA-Z0-9_]{0,63}$``: valid for OpenAI function calling and as
-Python identifiers (ARCHITECTURE.md, environment runtime).
+Python identifiers (docs/design.md, "Paper settings and measured facts").
 """
 
 from __future__ import annotations

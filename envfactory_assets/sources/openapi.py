@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from envfactory_assets.runtime.policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
+from envfactory_assets.runtime.code_policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
 from envfactory_assets.sources.actions import action_verb, split_action_path
 from envfactory_assets.sources.names import singular, snake_case, to_identifier, unique_name
 

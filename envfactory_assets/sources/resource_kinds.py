@@ -6,6 +6,7 @@ an MCP tool list is ``kind = "mcp_tool_list"`` with ``corpus_root`` the folder h
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -79,6 +80,19 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
         n_resources=len(document["tools"]), resource_names=[t["name"] for t in document["tools"][:4]])
 
 
+def _special_file_kind(path: Path) -> str:
+    """What ``path`` (links followed) is when it is neither a regular file nor a folder, e.g. ``"FIFO"``;
+    empty for a regular file."""
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode):
+        return ""
+    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
 def _user_file(path: Path, root: Path, max_bytes: int) -> SourceResource | Rejection:
     from jsonschema import Draft202012Validator
 
@@ -86,6 +100,12 @@ def _user_file(path: Path, root: Path, max_bytes: int) -> SourceResource | Rejec
     if refused is not None:
         return refused
     rel = path.relative_to(root).as_posix()
+    try:
+        kind = _special_file_kind(path)
+    except OSError as exc:
+        return Rejection(rel, "", "unreadable", f"{rel}: cannot read its file status ({type(exc).__name__})")
+    if kind:  # opening a FIFO would block the scan, a device could stream forever: never read either
+        return Rejection(rel, "", "not_a_regular_file", f"{rel}: a {kind}, not a regular file; it was not read")
     if path.stat().st_size > max_bytes:
         return Rejection(rel, "", "too_large", f"{path}: {path.stat().st_size} bytes > limit {max_bytes}")
     try:
@@ -157,13 +177,12 @@ def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_byt
     A missing folder gives no rows. Each bad file is a rejection whose detail names the file and says what
     is wrong without quoting it: a name that is not UTF-8 (``undecodable_name``, shown with ``\\xNN``
     escapes), a symbolic link out of the folder (``link_outside_folder``, never read) or to nothing
-    (``broken_link``), a syntax error (by line and column), a schema rule it breaks.
+    (``broken_link``), a FIFO, socket or device (``not_a_regular_file``, never opened), a syntax error (by line and column), a schema rule it breaks.
     """
     if not folder.is_dir():
         return [], []
-    # a broken symbolic link is listed too (is_file() is False for it), so that it gets a row
-    files = sorted(p for p in folder.rglob("*") if (p.is_file() or (p.is_symlink() and not p.exists()))
-                   and p.suffix.lower() in DOCUMENT_SUFFIXES)
+    # every entry but a folder is listed (a broken link, a FIFO, a device too), so that each gets a row
+    files = sorted(p for p in folder.rglob("*") if not p.is_dir() and p.suffix.lower() in DOCUMENT_SUFFIXES)
     return _rows((_user_file(p, folder, max_bytes) for p in files), folder,
                  set(domains) if domains else None, taken if taken is not None else set())
 

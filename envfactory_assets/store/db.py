@@ -2,7 +2,7 @@
 
 DuckDB allows one read-write process or many read-only ones, never both; writers hold their
 connection only for one transaction (never while computing) and readers retry briefly, then say
-clearly that a write is in progress (ARCHITECTURE.md, Store).
+clearly that a write is in progress (docs/design.md, "Paper settings and measured facts").
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ class StoreBusy(RuntimeError):
 
 class EmptyResultRefused(ValueError):
     """A write would replace a table's current passed rows with a version that has none; nothing was written."""
+
+
+class RegressionRefused(EmptyResultRefused):
+    """A write would turn passed rows into failed ones for inputs that did not change (only a setting did);
+    nothing was written."""
 
 
 def _dumps(value: Any) -> str | None:
@@ -116,14 +121,21 @@ class Store:
         refuse_empty: refuse a write that would supersede a table's current passed rows with a version
             that has none (see :meth:`replace_current_tables`); the pipeline's stores turn it on.
         override_hint: the setting that turns the refusal off, named in its message.
+        refuse_regression: refuse a write in which an item whose input is unchanged
+            (:data:`~envfactory_assets.store.schema.SAME_INPUT_COLUMN`) goes from passed to not passed, even
+            when other items still pass; the pipeline's stores turn it on.
+        regression_hint: the setting that turns that refusal off, named in its message.
     """
 
     def __init__(self, path: Path | str, retry_seconds: float = 10.0, refuse_empty: bool = False,
-                 override_hint: str = "refuse_empty=False on the Store") -> None:
+                 override_hint: str = "refuse_empty=False on the Store", refuse_regression: bool = False,
+                 regression_hint: str = "refuse_regression=False on the Store") -> None:
         self.path = Path(path)
         self.retry_seconds = retry_seconds
         self.refuse_empty = refuse_empty
         self.override_hint = override_hint
+        self.refuse_regression = refuse_regression
+        self.regression_hint = regression_hint
 
     def _require_exists(self) -> None:
         if not self.path.exists():
@@ -159,7 +171,8 @@ class Store:
         finally:
             con.close()
 
-    def replace_current(self, table: str, rows: list[dict[str, Any]], scope: str | None = None) -> dict[str, int]:
+    def replace_current(self, table: str, rows: list[dict[str, Any]], scope: str | None = None, *,
+                        settings_note: str = "") -> dict[str, int]:
         """Make ``rows`` the current version of ``table`` in one transaction.
 
         New ids are inserted, ids already stored are kept as they are (idempotent: re-running adds
@@ -174,7 +187,7 @@ class Store:
             ValueError: if a row lacks a column of the table or has an unknown one, or ids repeat.
             EmptyResultRefused: see :meth:`replace_current_tables`.
         """
-        return self.replace_current_tables({table: rows}, scope)[table]
+        return self.replace_current_tables({table: rows}, scope, settings_note=settings_note)[table]
 
     def append(self, table: str, rows: list[dict[str, Any]]) -> dict[str, int]:
         """Add ``rows`` to ``table`` in one transaction without superseding any stored row (a log such as
@@ -185,12 +198,14 @@ class Store:
         return self.replace_current_tables({table: rows}, scope="FALSE")[table]
 
     def replace_current_tables(self, tables: Mapping[str, list[dict[str, Any]]],
-                               scope: str | None = None) -> dict[str, dict[str, int]]:
+                               scope: str | None = None, *, settings_note: str = "") -> dict[str, dict[str, int]]:
         """:meth:`replace_current` for several tables in one transaction: all are written, or none.
 
         With ``refuse_empty``, a table of :data:`~envfactory_assets.store.schema.PASSED_STATUS` whose new rows
         hold no passed row (none at all, or all failed) while the current rows it would supersede do hold
-        passed ones is refused, before any table is written.
+        passed ones is refused, before any table is written. With ``refuse_regression``, so is a table in
+        which any item whose input is unchanged would go from passed to not passed (``settings_note``, the
+        writer's settings that differ from their defaults, goes into that message).
 
         Returns:
             ``{table: {"inserted": n, "kept": n, "superseded": n}}``.
@@ -199,6 +214,8 @@ class Store:
             ValueError: a row lacks a column of its table or has an unknown one, or ids repeat.
             EmptyResultRefused: the guard above; the message names the table, both counts and the setting
                 that accepts such a result.
+            RegressionRefused: the regression guard; the message says how many items, which, the settings
+                note and the setting that accepts it.
         """
         frames = {table: self._frame(table, rows) for table, rows in tables.items()}
         out: dict[str, dict[str, int]] = {}
@@ -210,6 +227,11 @@ class Store:
                         problem = self._empty_result_problem(con, table, rows, scope)
                         if problem:
                             raise EmptyResultRefused(problem)
+                if self.refuse_regression:
+                    for table, rows in tables.items():
+                        problem = self._regression_problem(con, table, rows, scope, settings_note)
+                        if problem:
+                            raise RegressionRefused(problem)
                 for table, rows in tables.items():
                     out[table] = self._write(con, table, len(rows), frames[table], scope)
                 con.execute("COMMIT")
@@ -266,6 +288,32 @@ class Store:
         return (f"refusing to write {table}: the new result {new}, and writing it would supersede the {at_risk} "
                 f"{kind}rows currently stored. A result like this usually comes from a setting that leaves nothing "
                 f"to keep; check the stage's settings, or set {self.override_hint} to accept it.")
+
+    def _regression_problem(self, con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]],
+                            scope: str | None, settings_note: str) -> str | None:
+        """Why writing ``rows`` would turn unchanged items from passed to not passed, or None."""
+        status, input_column = PASSED_STATUS.get(table), SAME_INPUT_COLUMN.get(table)
+        if status is None or input_column is None:
+            return None
+        failing = {str(r.get(input_column)): r for r in rows if r.get("status") != status}
+        if not failing:
+            return None
+        where = "NOT superseded AND status = ?" + (f" AND ({scope})" if scope else "")
+        passed = con.execute(f"SELECT id, {input_column} FROM {table} WHERE {where}", [status]).fetchall()
+        new_ids = {r["id"] for r in rows}
+        regressed = sorted({str(item) for row_id, item in passed if row_id not in new_ids and str(item) in failing})
+        if not regressed:
+            return None
+        names = [str(failing[item].get("env_id") or item) for item in regressed]
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        statuses = Counter(str(failing[item].get("status")) for item in regressed)
+        now = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+        changed = f" Settings that differ from their defaults: {settings_note}." if settings_note else (
+            " No setting differs from its default.")
+        return (f"refusing to write {table}: {len(regressed)} of the {len(passed)} {status} items whose input "
+                f"({input_column}) is unchanged would no longer be {status} ({now}): {shown}. Only the settings or "
+                f"the code changed for them, so nothing was written.{changed} Check those settings, or set "
+                f"{self.regression_hint} to accept the result.")
 
     @staticmethod
     def _write(con: duckdb.DuckDBPyConnection, table: str, n_rows: int, frame: pl.DataFrame | None,

@@ -1,4 +1,4 @@
-"""DuckDB tables of the store, named after the assets that write them (ARCHITECTURE.md, contracts).
+"""DuckDB tables of the store, named after the assets that write them (docs/design.md, "Rows and lineage").
 
 Every table has an ``id`` primary key (a content hash, see :func:`envfactory_assets.store.ids.content_id`),
 parent-id columns named after the parent table, ``superseded`` (False for the current version) and
@@ -61,7 +61,7 @@ TABLES: dict[str, list[str]] = {
         "tools JSON", "env_ids JSON", "verified_environment_ids JSON", "domains JSON", "n_tools INTEGER",
         "n_servers INTEGER", "dependency_depth INTEGER", "status VARCHAR NOT NULL", "reasons JSON",
         "benchmark_overlap JSON",
-        # multi-environment chains: {"persona", "goal", "linked_by", "domains"} (synth.sampler.episode_plan)
+        # multi-environment chains: {"persona", "goal", "linked_by", "domains"} (synth.sampling.sampler.episode_plan)
         "episode_plan JSON",
     ],
     "raw_trajectories": [
@@ -84,6 +84,8 @@ TABLES: dict[str, list[str]] = {
         "env_ids JSON", "domains JSON", "split VARCHAR", "prompt JSON", "tools JSON", "gold_calls JSON",
         "masked_arguments JSON", "initial_state JSON", "final_state JSON", "final_state_hash VARCHAR",
         "benchmark_overlap JSON",
+        # every call the turn ran, in order: the reward never charges them (gold_calls leaves out unneeded reads)
+        "executed_calls JSON",
     ],
     "checkpoints": [
         "id VARCHAR PRIMARY KEY", "sft_dataset_version VARCHAR NOT NULL", "sft_dataset_ids JSON",

@@ -10,39 +10,40 @@ from typing import Any
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.store.ids import content_id
-from envfactory_assets.synth.calibrate import CalibrationConfig, calibrate_trajectory, persona_of
-from envfactory_assets.synth.calibrate_pool import calibrate_all, load_environments, resolve_workers
-from envfactory_assets.synth.datagaps import (
+from envfactory_assets.synth.datasets.datagaps import (
     DataGapsConfig,
     GapStats,
     augment_trajectory,
 )
-from envfactory_assets.synth.datasets import (
+from envfactory_assets.synth.datasets.rows import (
     replay_check,
     rl_rows,
     sft_row,
     split_of,
 )
-from envfactory_assets.synth.filtering import apply_filter
-from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner
-from envfactory_assets.synth.sampler import (
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory, persona_of
+from envfactory_assets.synth.refinement.calibrate_pool import calibrate_all, load_environments, resolve_workers
+from envfactory_assets.synth.refinement.filtering import apply_filter
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner
+from envfactory_assets.synth.refinement.solver.base import Solver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.sampling.sampler import (
     Chain,
     SamplerConfig,
     sample_chains,
     validate_chain,
 )
-from envfactory_assets.synth.solve import ProgrammaticSolver, Solver
 from envfactory_assets.synth.threaded import map_with_workers, role_concurrency
+from envfactory_assets.synth.trajectories.execution import (
+    SynthConfig,
+    synthesize_trajectory,
+    tool_name_collisions,
+)
 from envfactory_assets.tooluse.splits import (
     TRAIN_SPLIT,
     dataset_split,
     held_out_environments,
     is_held_out_environment,
-)
-from envfactory_assets.synth.trajectories import (
-    SynthConfig,
-    synthesize_trajectory,
-    tool_name_collisions,
 )
 
 
@@ -100,7 +101,7 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
     """Execute every passed chain into a ``raw_trajectories`` row, all in one long-lived sandbox worker.
 
     ``writer`` (with ``config.query_writer == "model"``) writes the raw queries in the voice of the chain's
-    episode-plan persona, or else of :func:`~envfactory_assets.synth.calibrate.persona_of` the chain's id
+    episode-plan persona, or else of :func:`~envfactory_assets.synth.refinement.calibrate.persona_of` the chain's id
     (the trajectory's own id, which calibration draws its persona by, depends on the queries being written).
     With a writer, chains run in as many threads as its backend serves requests at once
     (:func:`~envfactory_assets.synth.threaded.map_with_workers`, a sandbox worker per thread); the rows are
@@ -151,21 +152,22 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
                             refiner: ModelRefiner | None = None) -> list[dict[str, Any]]:
     """Refine and calibrate every passed raw trajectory into a ``refined_trajectories`` row.
 
-    ``user`` (a :class:`~envfactory_assets.synth.simulated_user.SimulatedUser`) and ``providable`` (the tool
+    ``user`` (a :class:`~envfactory_assets.synth.trajectories.simulated_user.SimulatedUser`) and ``providable`` (the
+    tool
     graph's user-providable flags) are needed when ``config.conversational_share > 0``; ``refiner`` (the
     model refiner) exactly when ``config.refiner == "model"``.
 
     Every turn is solved by ``config.k`` attempts of ``solver`` (default :class:`ProgrammaticSolver`) in a
-    long-lived sandbox worker (:func:`envfactory_assets.synth.calibrate.calibrate_trajectory`). With the
+    long-lived sandbox worker (:func:`envfactory_assets.synth.refinement.calibrate.calibrate_trajectory`). With the
     programmatic solver and user, trajectories are calibrated in ``config.workers`` processes
-    (:func:`~envfactory_assets.synth.calibrate_pool.resolve_workers`), with the same rows as one process; a
+    (:func:`~envfactory_assets.synth.refinement.calibrate_pool.resolve_workers`), with the same rows as one process; a
     model-backed role keeps one process (its backend holds a connection and a cache) and calibrates
     trajectories in as many threads as its backend serves requests at once
     (:func:`~envfactory_assets.synth.threaded.map_with_workers`, a sandbox worker per thread), again with the
     rows of one thread. Near-duplicates (same tool sequence, near-identical queries) are then marked
-    ``failed`` (:func:`envfactory_assets.synth.filtering.apply_filter`).
+    ``failed`` (:func:`envfactory_assets.synth.refinement.filtering.apply_filter`).
     """
-    from envfactory_assets.synth.simulated_user import ProgrammaticUser
+    from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser
 
     solver = solver or ProgrammaticSolver()
     cfg = config or CalibrationConfig()
@@ -245,7 +247,7 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     from a held-out environment.
 
     ``gaps`` (default :class:`DataGapsConfig`'s shares) adds abstention turns, parallel calls and converted
-    values to each trajectory first (:func:`envfactory_assets.synth.datagaps.augment_trajectory`; abstention
+    values to each trajectory first (:func:`envfactory_assets.synth.datasets.datagaps.augment_trajectory`; abstention
     requests may come from any of ``environments``); ``gap_stats``, when given, receives the row counts per kind.
 
     ``progress()`` is called after each trajectory of ``refined`` is turned into rows (its RL rows replayed).

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from envfactory_assets.synth.simulated_user import REFUSAL
+from envfactory_assets.synth.trajectories.simulated_user import REFUSAL
 
 #: What the solver answers once its calls have run (and for a query it has no calls for).
 DONE = "Done."

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from envfactory_assets.llm.base import concurrency_of
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
-from envfactory_assets.synth.calibrate_pool import load_environments
+from envfactory_assets.synth.refinement.calibrate_pool import load_environments
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -7,7 +7,7 @@ Layout (ChatML markers ``<|im_start|>`` / ``<|im_end|>``, which are single speci
 - system turn: the system message (or :data:`DEFAULT_SYSTEM_PROMPT`) and, when tools are given, one
   compact line per tool: ``- name(arg: type, optional?: type): description`` (description cut to its first
   line and at most 100 characters). Parameter descriptions and nested schemas are not rendered: on CPU,
-  SFT speed is set by prompt length (see ``shared/ARCHITECTURE.md``, "Training facts").
+  SFT speed is set by prompt length (see ``docs/design.md``, "Paper settings and measured facts").
 - assistant turn: optional text, then one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` per
   call, then ``<|im_end|>``. Content, calls and ``<|im_end|>`` sit inside ``{% generation %}`` markers,
   which TRL 1.16 ``SFTTrainer(assistant_only_loss=True)`` needs (``return_assistant_tokens_mask``) and which

@@ -1,6 +1,6 @@
 """The paper's hybrid reward for one RL task: trace match plus final-state match, minus penalties.
 
-Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in ARCHITECTURE.md:
+Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in docs/design.md ("Reward and task episodes"):
 
     reward = max(0, 0.5 * trace + 0.5 * state - length_penalty - format_penalty)
 
@@ -9,7 +9,9 @@ Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in ARCHITECTURE.
   in one assistant message match in whatever order they were written; extra calls are allowed here and
   paid for by the length penalty), else 0.0.
 - ``state`` is the share of the task's environments whose final state equals the gold final state.
-- ``length_penalty`` is 0.05 per predicted call that matched no gold call, capped at 0.5.
+- ``length_penalty`` is 0.05 per predicted call that matched no gold call, capped at 0.5; a call the turn
+  itself executed (``executed_calls``: a read the gold left out because the answer does not need its result,
+  such as a look-up before acting) is never charged, so replaying the turn's own calls earns the maximum.
 - a task whose gold is no call (an abstention task) pays 1.0 for no call and 0.0 for any call.
 - ``format_penalty`` is 0.05 per malformed call (a tool-call block that did not parse into a call, or a
   call to a tool the task does not offer, or arguments that are not a JSON object), capped at 0.5.
@@ -38,6 +40,7 @@ predicted calls to get final states) is :mod:`envfactory_assets.tooluse.task_epi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -48,6 +51,22 @@ TRACE_WEIGHT = 0.5
 STATE_WEIGHT = 0.5
 PENALTY_PER_CALL = 0.05
 PENALTY_CAP = 0.5
+MAX_REWARD = TRACE_WEIGHT + STATE_WEIGHT
+"""What a complete answer earns: every gold call matched, the gold state reached, nothing charged."""
+
+
+def valid_reward(value: Any, what: str = "reward") -> float:
+    """``value`` as a float when it is a finite number in ``[0, MAX_REWARD]``.
+
+    Raises:
+        ValueError: ``value`` is not a number, not finite, or outside ``[0, MAX_REWARD]`` (a reward outside its
+            range would train on a scale no one chose; naming ``what`` says which function produced it).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or not 0.0 <= value <= MAX_REWARD:
+        raise ValueError(f"{what} must be a finite number in [0, {MAX_REWARD}], got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -91,7 +110,8 @@ def _call_key(call: Mapping[str, Any], masked: frozenset[str]) -> tuple[str, byt
 
 
 def match_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
-                masked_arguments: Sequence[str] = ()) -> tuple[list[bool], int]:
+                masked_arguments: Sequence[str] = (),
+                executed_calls: Sequence[Mapping[str, Any]] = ()) -> tuple[list[bool], int]:
     """Match predicted calls to gold calls one-to-one.
 
     Two calls match when their names are equal and their arguments are equal after dropping the masked
@@ -102,9 +122,12 @@ def match_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequen
         gold_calls: ``[{"name": str, "arguments": dict}, ...]``.
         predicted_calls: the same shape; each one can match at most one gold call.
         masked_arguments: argument names whose values do not matter (e.g. ``limit``, ``page``).
+        executed_calls: the calls the turn itself executed (gold calls among them); each one the gold calls do
+            not account for excuses one predicted call with the same key from ``n_extra``.
 
     Returns:
-        ``(matched, n_extra)``: one bool per gold call, and how many predicted calls matched nothing.
+        ``(matched, n_extra)``: one bool per gold call, and how many predicted calls matched nothing and were
+        not excused.
 
     Raises:
         ValueError: a call's ``arguments`` is not a JSON object.
@@ -122,7 +145,16 @@ def match_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequen
             matched.append(True)
         else:
             matched.append(False)
-    return matched, sum(unused.values())
+    # the executed calls left once the gold calls are taken out of them (multiset difference)
+    excused: dict[tuple[str, bytes], int] = {}
+    for call in executed_calls:
+        key = _call_key(call, masked)
+        excused[key] = excused.get(key, 0) + 1
+    for call in gold_calls:
+        key = _call_key(call, masked)
+        if excused.get(key, 0) > 0:
+            excused[key] -= 1
+    return matched, sum(max(0, n - excused.get(key, 0)) for key, n in unused.items())
 
 
 def state_match(final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str]) -> float:
@@ -145,7 +177,8 @@ def state_match(final_state_hashes: Mapping[str, str], gold_state_hashes: Mappin
 
 def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
                   final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str], *,
-                  masked_arguments: Sequence[str] = (), n_malformed: int = 0) -> RewardBreakdown:
+                  masked_arguments: Sequence[str] = (), n_malformed: int = 0,
+                  executed_calls: Sequence[Mapping[str, Any]] = ()) -> RewardBreakdown:
     """The paper's reward for one rollout (formula in the module docstring).
 
     Args:
@@ -155,6 +188,7 @@ def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequ
         gold_state_hashes: ``{env_id: hash}`` of the gold final state.
         masked_arguments: argument names excluded from the trace comparison.
         n_malformed: calls that could not be parsed or executed as calls (see module docstring).
+        executed_calls: the calls the turn executed (the row's ``executed_calls``); never charged as extra.
 
     Returns:
         A :class:`RewardBreakdown`; ``reward`` is in [0, 1].
@@ -164,7 +198,7 @@ def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequ
     """
     if n_malformed < 0:
         raise ValueError(f"n_malformed must be >= 0, got {n_malformed}")
-    matched, n_extra = match_calls(gold_calls, predicted_calls, masked_arguments)
+    matched, n_extra = match_calls(gold_calls, predicted_calls, masked_arguments, executed_calls)
     # a task whose gold is no call (abstention): any call is the wrong answer, even one that leaves the
     # state as it was, so it earns nothing
     called_when_none_wanted = not gold_calls and bool(predicted_calls or n_malformed)
@@ -232,13 +266,14 @@ def empty_argument_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_call
 def guarded_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
                    final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str],
                    initial_state_hashes: Mapping[str, str], tools: Sequence[Mapping[str, Any]], *,
-                   masked_arguments: Sequence[str] = (), n_malformed: int = 0) -> RewardBreakdown:
+                   masked_arguments: Sequence[str] = (), n_malformed: int = 0,
+                   executed_calls: Sequence[Mapping[str, Any]] = ()) -> RewardBreakdown:
     """The reward GRPO trains on: :func:`hybrid_reward`'s shape (``0.5 * trace + 0.5 * state`` minus the
     same penalties) with the three rules of the module docstring.
 
     Args:
-        gold_calls, predicted_calls, final_state_hashes, gold_state_hashes, masked_arguments, n_malformed:
-            as in :func:`hybrid_reward`.
+        gold_calls, predicted_calls, final_state_hashes, gold_state_hashes, masked_arguments, n_malformed,
+        executed_calls: as in :func:`hybrid_reward`.
         initial_state_hashes: ``{env_id: hash}`` of the task's initial state (a turn whose gold state equals
             it changes nothing).
         tools: the task's OpenAI function tools (their schemas say which arguments are required and their
@@ -252,7 +287,8 @@ def guarded_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Seq
         ValueError: as :func:`hybrid_reward`.
     """
     paper = hybrid_reward(gold_calls, predicted_calls, final_state_hashes, gold_state_hashes,
-                          masked_arguments=masked_arguments, n_malformed=n_malformed)
+                          masked_arguments=masked_arguments, n_malformed=n_malformed,
+                          executed_calls=executed_calls)
     # where no call is wanted, a malformed call block is a call too
     trace = paper.trace if gold_calls else float(not predicted_calls and not n_malformed)
     changes_state = any(initial_state_hashes.get(e) != h for e, h in gold_state_hashes.items())

@@ -4,7 +4,7 @@ A held-out environment is never trained on (SFT or GRPO), so an evaluation on ta
 environments measures transfer to unseen tools and states, not memorized rows. The split is a stable
 hash of the environment id (no global random stream), so it survives re-synthesis and adding environments.
 A row is held out when any of its environments is; the sampler combines held-out environments only with
-each other (:func:`envfactory_assets.synth.sampler.keep_apart`), so a chain is wholly held out or wholly for
+each other (:func:`envfactory_assets.synth.sampling.sampler.keep_apart`), so a chain is wholly held out or wholly for
 training and about a tenth of the rows are held out.
 """
 

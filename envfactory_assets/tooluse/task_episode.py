@@ -2,8 +2,8 @@
 
 One :class:`TaskRunner` owns a long-lived :class:`~envfactory_assets.runtime.sandbox.SandboxWorker` with
 the environments' code loaded once; each task (an ``rl_dataset`` row) gets its own episode opened on a
-deep copy of the row's initial state, so rollouts never share state (ARCHITECTURE.md, environment
-runtime: many episodes inside one worker, not one process per episode). GRPO rollouts and evaluations
+deep copy of the row's initial state, so rollouts never share state (docs/design.md,
+Runtime: many episodes inside one worker, not one process per episode). GRPO rollouts and evaluations
 both go through :meth:`TaskEpisode.call`, so training and evaluation execute tool calls the same way.
 """
 
@@ -114,7 +114,8 @@ class TaskEpisode:
         gold = {env_id: state_hash(state) for env_id, state in self.row["final_state"].items()}
         return hybrid_reward(self.row["gold_calls"], self.calls, self.final_state_hashes(), gold,
                              masked_arguments=self.row.get("masked_arguments") or (),
-                             n_malformed=self.n_malformed)
+                             n_malformed=self.n_malformed,
+                             executed_calls=self.row.get("executed_calls") or ())
 
     def close(self) -> None:
         """Free the episode in the worker (idempotent)."""

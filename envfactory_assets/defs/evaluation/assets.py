@@ -5,54 +5,37 @@ from pathlib import Path
 
 import dagster as dg
 
+from envfactory_assets.config_schema import Source
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.common import passed_environments
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.defs.progress import progress_callback
+from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
-from envfactory_assets.evaluation.policy import SamplingSpec
+from envfactory_assets.evaluation.model_policy import SamplingSpec
 from envfactory_assets.evaluation.run import BASE, DO_NOTHING, EvalSpec
+from envfactory_assets.evaluation.run_settings import EvaluationRunSpec
 from envfactory_assets.reporting.results_table import results_markdown
-from envfactory_assets.training.base_model import SMOLLM2_SPEC, select_device
+from envfactory_assets.training.base_model import select_device
 
 MIN_SEEDS = 3
 #: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results (:class:`~envfactory_assets.evaluation.run.ResultCache`).
 EVAL_CACHE_DIR = "eval_cache"
 
 
-class EvaluationConfig(dg.Config):
-    """Evaluation settings. Defaults fit the CPU budget of the default run (docs/evaluation.md);
-    ``full_sets: true`` runs every held-out synthetic task (every turn) and all 200 BFCL multi-turn base tasks.
+#: Where each ``evaluations`` setting is stated.
+EVALUATION_SOURCES = (
+    Source(EvaluationRunSpec),
+    # ``sampling`` is built from the sampling fields below
+    Source(EvalSpec, skip=("sampling",)),
+    # top_p stays off (1.0) and the prompt cut is the CPU budget's; both are set in SamplingSpec
+    Source(SamplingSpec, skip=("top_p", "max_prompt_tokens")),
+)
 
-    ``n_synthetic`` / ``n_bfcl``: tasks sampled in a fixed hash order (``n_bfcl: 0`` skips BFCL);
-    ``n_bfcl_single_turn``: BFCL v3 single-turn tasks per category, the same way (0 skips them).
-    ``temperature`` 0.7 is the paper's rollout temperature; ``max_tools`` tools are shown per synthetic
-    task (gold tools plus distractors, as in training; 0 = all). ``first_turns_only`` samples synthetic
-    tasks from first turns only (short prompts: CPU time is set by prompt length). ``prefix_cache_tokens``
-    bounds the key/value caches kept for reuse across agent steps (0 = encode every prompt in full).
-    ``device``: ``auto`` (a CUDA device when torch sees one, weights in bf16 where supported), ``cpu`` or
-    ``cuda`` (refused when no CUDA device is visible; ``training/base_model.py``).
-    ``single_turn_prose_stop_tokens``: a BFCL single-turn answer stops once its calls can no longer change
-    (0 = each runs to its end-of-turn token or budget; ``tooluse/tool_calls.answer_is_complete``).
-    Defaults are those of :class:`~envfactory_assets.evaluation.run.EvalSpec` and
-    :class:`~envfactory_assets.evaluation.policy.SamplingSpec`.
-    """
 
-    base_model: str = SMOLLM2_SPEC
-    n_synthetic: int = EvalSpec.n_synthetic
-    n_bfcl: int = EvalSpec.n_bfcl
-    n_bfcl_single_turn: int = EvalSpec.n_bfcl_single_turn
-    full_sets: bool = False
-    seeds: list[int] = list(EvalSpec.seeds)  # noqa: RUF012 - pydantic copies Config defaults
-    temperature: float = SamplingSpec.temperature
-    max_new_tokens: int = SamplingSpec.max_new_tokens
-    batch_size: int = SamplingSpec.batch_size
-    prefix_cache_tokens: int = SamplingSpec.prefix_cache_tokens
-    device: str = SamplingSpec.device
-    max_tool_rounds: int = EvalSpec.max_tool_rounds
-    max_tools: int = EvalSpec.max_tools
-    first_turns_only: bool = EvalSpec.first_turns_only
-    bfcl_call_timeout_s: float = EvalSpec.bfcl_call_timeout_s
-    single_turn_prose_stop_tokens: int = EvalSpec.single_turn_prose_stop_tokens
+class EvaluationConfig(generated_config("EvaluationSettings", *EVALUATION_SOURCES)):
+    """Evaluation settings (docs/configuration.md lists each with its default and help). Defaults fit the CPU
+    budget of the default run (docs/evaluation.md); ``full_sets: true`` runs every held-out synthetic task
+    (every turn) and all 200 BFCL multi-turn base tasks."""
 
     def eval_spec(self) -> EvalSpec:
         """The settings as an :class:`EvalSpec` (``full_sets`` lifts the task counts and ``first_turns_only``).
@@ -60,6 +43,7 @@ class EvaluationConfig(dg.Config):
         Raises:
             ValueError: a setting out of range (from :class:`EvalSpec` / :class:`SamplingSpec`).
         """
+        EvaluationRunSpec(base_model=self.base_model, full_sets=self.full_sets)
         return EvalSpec(n_synthetic=None if self.full_sets else self.n_synthetic,
                         n_bfcl=None if self.full_sets else self.n_bfcl,
                         n_bfcl_single_turn=None if self.full_sets else self.n_bfcl_single_turn,

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.defs.progress import progress_callback
+from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 
 _EXPORT_CODE = asset_code_version("envfactory_assets.exports", "envfactory_assets.tooluse",

@@ -7,9 +7,9 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets import catalog
+from envfactory_assets.config_checks import finite_number, one_of, whole_number
 from envfactory_assets.decontam.benchmarks import all_benchmark_tools, benchmark_availability
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
-from envfactory_assets.config_checks import finite_number, one_of, whole_number
 from envfactory_assets.defs.common import (
     UpstreamGates,
     checked,
@@ -19,11 +19,11 @@ from envfactory_assets.defs.common import (
     require_upstream_gates,
 )
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.defs.progress import progress_callback
+from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
 from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD, build_tool_graph, tools_from_environments
+from envfactory_assets.graph.edge_refinement import refine_graph
 from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
-from envfactory_assets.graph.refine import refine_graph
 from envfactory_assets.graph.stage import graph_rows
 from envfactory_assets.graph.stats import PICTURE_NODES, graph_statistics, subgraph_markdown
 from envfactory_assets.llm.base import LLMError

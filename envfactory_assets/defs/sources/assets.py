@@ -11,7 +11,7 @@ from envfactory_assets.config_checks import SettingError, flag, strings, whole_n
 from envfactory_assets.curation import filter_resources
 from envfactory_assets.defs.common import checked, data_version
 from envfactory_assets.defs.partitions import asset_code_version, environment_partitions
-from envfactory_assets.defs.progress import progress_callback
+from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import (
     ALLOW_EMPTY_SETTING,
     STORE_POOL,

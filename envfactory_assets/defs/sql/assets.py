@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from envfactory_assets.defs.progress import progress_callback
+from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.sql_models import SqlModel, load_models
 

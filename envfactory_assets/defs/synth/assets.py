@@ -7,8 +7,9 @@ from collections import Counter
 
 import dagster as dg
 
-from envfactory_assets.decontam.tagging import benchmark_tags
+from envfactory_assets.catalog import unserved_nodes
 from envfactory_assets.config_checks import SettingError, finite_number, one_of, whole_number
+from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.defs.common import (
     UpstreamGates,
     checked,
@@ -21,21 +22,24 @@ from envfactory_assets.defs.common import (
     status_counts,
 )
 from envfactory_assets.defs.partitions import asset_code_version
-from envfactory_assets.catalog import unserved_nodes
-from envfactory_assets.defs.progress import asset_progress
-from envfactory_assets.viewer import sample_markdown
+from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
-from envfactory_assets.synth.calibrate import CalibrationConfig
-from envfactory_assets.synth.datagaps import DataGapsConfig, GapStats
-from envfactory_assets.synth.datasets import PAPER_SFT_SHARE, gold_writes_state, replay_check
-from envfactory_assets.synth.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
-from envfactory_assets.synth.report import raw_examples_markdown, refinement_report
-from envfactory_assets.synth.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
-from envfactory_assets.synth.simulated_user import ModelUser, ProgrammaticUser, providable_flags
-from envfactory_assets.synth.solve import ModelSolver, ProgrammaticSolver
+from envfactory_assets.synth.datasets.datagaps import DataGapsConfig, GapStats
+from envfactory_assets.synth.datasets.rows import (
+    PAPER_SFT_SHARE,
+    complete_answer_problem,
+    gold_writes_state,
+    replay_check,
+)
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
+from envfactory_assets.synth.refinement.report import raw_examples_markdown, refinement_report
+from envfactory_assets.synth.refinement.solver.model import ModelSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.sampling.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
 from envfactory_assets.synth.stage import (
     DEFAULT_QUERY_SOURCE,
     QUERY_SOURCES,
@@ -45,7 +49,9 @@ from envfactory_assets.synth.stage import (
     raw_trajectory_rows,
     refined_trajectory_rows,
 )
-from envfactory_assets.synth.trajectories import SynthConfig
+from envfactory_assets.synth.trajectories.execution import SynthConfig
+from envfactory_assets.synth.trajectories.simulated_user import ModelUser, ProgrammaticUser, providable_flags
+from envfactory_assets.viewer import sample_markdown
 
 _SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.graph", "envfactory_assets.runtime",
                                  "envfactory_assets.incremental", "envfactory_assets.decontam",
@@ -127,7 +133,7 @@ class TrajectoryConfig(dg.Config):
 class DatasetConfig(dg.Config):
     """Share of trajectories that go to SFT (default: the paper's 1,622 / 2,575); the rest become RL rows.
     The data-gap shares (abstention turns, parallel calls, converted values) are :class:`DataGapsConfig`'s
-    (see :mod:`envfactory_assets.synth.datagaps`)."""
+    (see :mod:`envfactory_assets.synth.datasets.datagaps`)."""
 
     sft_share: float = PAPER_SFT_SHARE
     abstention_share: float = DataGapsConfig.abstention_share
@@ -306,9 +312,10 @@ class RefineConfig(dg.Config):
 
     k: int = CalibrationConfig.k
     min_turns: int = CalibrationConfig.min_turns
-    # operator d's goal expansion of each trajectory's last turn (synth.expansion)
+    # operator d's goal expansion of each trajectory's last turn (synth.refinement.expansion)
     goal_expansion: bool = CalibrationConfig.goal_expansion
-    # conversational mode (synth.conversation): share of turns whose query leaves out a user-providable value
+    # conversational mode (synth.trajectories.conversation): share of turns whose query leaves out a user-providable
+    # value
     # the solver asks the simulated user for (0 turns conversational mode off)
     conversational_share: float = CalibrationConfig.conversational_share
     # processes calibrating trajectories with the programmatic solver (0: one per core); the rows are the same
@@ -381,8 +388,8 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     specs=[dg.AssetSpec("sft_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
                         description="SFT rows: OpenAI chat messages with tool_calls, one per trajectory."),
            dg.AssetSpec("rl_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
-                        description="RL rows: one per turn, trimmed gold calls, masked arguments, initial and "
-                                    "final state; every row replays exactly.")],
+                        description="RL rows: one per turn, gold calls (every call the turn ran), masked "
+                                    "arguments, initial and final state; every row replays exactly.")],
 )
 def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome,
              upstream_gates: UpstreamGates):
@@ -433,6 +440,28 @@ def rl_rows_replay_exactly(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
                 continue
             writers = {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
             problem = replay_check({**r, "changes_state": gold_writes_state(r["gold_calls"], writers)}, worker)
+            if problem:
+                failures.append(f"{r['id']}: {problem}")
+    return dg.AssetCheckResult(passed=bool(rows) and not failures,
+                               metadata={"rows": len(rows), "failures": len(failures), "examples": failures[:5]})
+
+
+@dg.asset_check(asset="rl_dataset", blocking=True)
+def rl_rows_won_by_a_complete_answer(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking gate: on every RL row, replaying the turn's executed calls earns the training reward's maximum,
+    and the gold calls leave out none of them (the turn's reply reports every call's result), so a model
+    that answers as the turn did is never charged for a call."""
+    envs, _ = passed_environments(envfactory)
+    rows = envfactory.store().read("rl_dataset")
+    failures = []
+    with SandboxWorker() as worker:
+        load_environments(worker, envs, (e for r in rows for e in r["env_ids"] if e in envs))
+        for r in rows:
+            if any(e not in envs for e in r["env_ids"]):  # the no_failed_environment check names these
+                failures.append(f"{r['id']}: environments without a passed verification")
+                continue
+            writers = {t["name"] for e in r["env_ids"] for t in envs[e]["tools"] if not t["read_only"]}
+            problem = complete_answer_problem(r, worker, writers)
             if problem:
                 failures.append(f"{r['id']}: {problem}")
     return dg.AssetCheckResult(passed=bool(rows) and not failures,

@@ -1,0 +1,535 @@
+"""Containment probes: evidence, independent of the sandbox's own reports, that hostile code did no
+harm outside its worker.
+
+:class:`Probes` plants secrets in a fake ``ENVFACTORY_HOME``, a fake ``$HOME``, an ``/etc``-like
+folder (plus the first line of the real ``/etc/passwd``) and the parent's environment variables, opens a
+loopback listener, and names a canary path and a marker token. Samples only ever get paths under the probe's own folder to write
+to: the negative control runs them unconfined. After a sample ran and its worker was closed, :meth:`Probes.check`
+lists every violation: a secret in any output, error or stderr text; a connection the listener
+received; a file created or changed anywhere under the probe's folder; a process still alive whose
+command line carries the marker or the run's trust-domain label, or (parent running as root) any new
+process of host uid 65534; a sample's own report that it achieved something no file or socket shows
+(``<marker>:achieved:...``, e.g. writing a host sysctl); the parent's peak memory growing by more than
+:data:`PARENT_MEMORY_GROWTH_MB` during the sample. A benign environment called after
+each sample in the same :class:`..sandbox.SandboxWorker` must answer exactly as before.
+
+:func:`run_containment` runs a corpus this way, normally with the Python layer (static check,
+restricted builtins) switched off, so that the OS layer is the only thing between the code and the
+host. With the OS layer switched off too (:data:`..isolation.OS_LAYER_ENV_VAR`) the probe-sensitive
+samples must trip the probes: the negative control that shows the probes can see an escape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import resource
+import secrets as token_source
+import select
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envfactory_assets.runtime.errors import EnvironmentRejected, SandboxError
+from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
+from envfactory_assets.security.hostile.runner import BENIGN_SOURCE, check_recovery
+from envfactory_assets.security.hostile.samples import CANARY, MARKER, PORT, SECRETS, HostileSample
+
+#: Limits of the containment run: small, so the resource bombs end quickly.
+CONTAINMENT_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=1.5, kill_grace_s=1.0)
+#: Samples of :mod:`.samples` (Python-layer corpus) whose attack the probes see when it succeeds.
+PROBE_SENSITIVE_NAMES = frozenset({
+    "write_file_with_pathlib", "shell_via_subprocess", "os_system_through_builtins",
+    "update_wrapper_getattr", "submodule_from_import",
+})
+#: The parent's environment variable holding a planted secret while the probes run.
+PROBE_ENV_VAR = "ENVFACTORY_PROBE_SECRET"
+#: How much the parent's peak resident memory may grow while one sample runs, MiB.
+PARENT_MEMORY_GROWTH_MB = 300
+#: Seconds a closed worker's processes get to disappear before one still alive counts as left behind.
+LEFTOVER_GRACE_S = 3.0
+_EMPTY_STATE: dict[str, Any] = {"tables": {}, "meta": {"now": "2024-05-01T00:00:00Z", "seed": 0, "next_id": 1}}
+_BENIGN_ENV = "containment_benign"
+
+
+def is_probe_sensitive(sample: HostileSample) -> bool:
+    """Whether the probes must see ``sample`` when nothing contains it (the negative control)."""
+    return sample.probe_sensitive or sample.name in PROBE_SENSITIVE_NAMES
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether ``pid`` is dead but not yet reaped (or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+#: The host uid of sandboxed code when the parent runs as root.
+SANDBOX_UID = 65534
+
+
+def _visible_pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _uid_and_parent(pid: int) -> tuple[int | None, int | None]:
+    """``(real uid, parent pid)`` of ``pid`` from ``/proc/<pid>/status``; ``(None, None)`` once it is gone."""
+    uid = parent = None
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                elif line.startswith("PPid:"):
+                    parent = int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        return None, None
+    return uid, parent
+
+
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and every process above it, up to pid 1 (and 0)."""
+    line = {0}
+    while pid and pid not in line:
+        line.add(pid)
+        pid = _uid_and_parent(pid)[1] or 0
+    return line
+
+
+def _held_by_another_tree(pid: int, own_line: set[int]) -> bool:
+    """Whether a sandbox-uid process sits under another program's process (one not in ``own_line``, this
+    process and its ancestors, and not of the sandbox uid): the sandbox worker of another run. A process
+    left behind by a sample has left its worker's tree: it hangs off init or an ancestor of this process."""
+    seen = set()
+    parent = _uid_and_parent(pid)[1]
+    while parent and parent not in own_line and parent not in seen:
+        seen.add(parent)
+        uid, above = _uid_and_parent(parent)
+        if uid is None:
+            return False
+        if uid != SANDBOX_UID:
+            return True
+        parent = above
+    return False
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    """``{relative path: sha256 of content, or 'dir'/'link'}`` of every entry under ``root``."""
+    digest: dict[str, str] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(directory, name)
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                digest[rel] = "link"
+            elif path.is_dir():
+                digest[rel] = "dir"
+            else:
+                try:
+                    digest[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+                except OSError:
+                    digest[rel] = "unreadable"
+    return digest
+
+
+class Probes:
+    """The planted secrets, the listener, the canary and the marker of one containment run.
+
+    Use as a context manager; :meth:`arguments` gives a sample's probe arguments and
+    :meth:`check` the violations seen so far.
+
+    Attributes:
+        root: the probe's folder (fake ``ENVFACTORY_HOME``, ``home`` and ``etc`` inside it).
+        label: prefix of every environment id of the run (it appears in the workers' command lines).
+        marker: token a process left behind by a sample carries on its command line.
+    """
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="envfactory-containment-")
+        self.root = Path(self._tmp.name)
+        self.label = "c" + token_source.token_hex(4)
+        self.marker = "envfactory-probe-" + token_source.token_hex(8)
+        self.tokens: list[str] = []
+        self.secret_paths: list[str] = []
+        for folder, name in (("envfactory_home", "api_key.txt"), ("home/.ssh", "id_rsa"), ("etc", "shadow")):
+            token = "SECRET-" + token_source.token_hex(12)
+            path = self.root / folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{token}\n")
+            self.tokens.append(token)
+            self.secret_paths.append(str(path))
+        # a secret in the parent's own environment, where API keys live: no worker may see it
+        self.env_token = "SECRET-" + token_source.token_hex(12)
+        os.environ[PROBE_ENV_VAR] = self.env_token
+        self.tokens.append(self.env_token)
+        try:
+            first = Path("/etc/passwd").read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
+            first = ""
+        if len(first) >= 8:  # e.g. "root:x:0:0:root:/root:/bin/bash"; samples read it themselves,
+            self.tokens.append(first)  # never get its path to write to (the negative control runs for real)
+        self.canary_dir = self.root / "outside"
+        self.canary_dir.mkdir()
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self._before = _tree_digest(self.root)
+        self.connections = 0
+        self._sandbox_uid_before = self._sandbox_uid_processes()
+
+    @staticmethod
+    def _sandbox_uid_processes() -> set[int]:
+        """Pids of processes running as host uid 65534 (the sandbox's uid when the parent is root) that no
+        other program's process tree holds (:func:`_held_by_another_tree`): another pipeline's sandbox
+        workers on the same host are neither this run's leftovers nor processes to kill."""
+        if os.geteuid() != 0:
+            return set()
+        found = {pid for pid in _visible_pids() if _uid_and_parent(pid)[0] == SANDBOX_UID}
+        own_line = _ancestors(os.getpid())
+        return {pid for pid in found if not _held_by_another_tree(pid, own_line)}
+
+    def __enter__(self) -> Probes:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill anything left behind, close the listener, remove the folder."""
+        self.kill_leftovers()
+        self.listener.close()
+        if os.environ.get(PROBE_ENV_VAR) == self.env_token:
+            del os.environ[PROBE_ENV_VAR]
+        self._tmp.cleanup()
+
+    def arguments(self, sample: HostileSample) -> dict[str, Any]:
+        """The sample's call arguments with the probe placeholders filled in."""
+        values = {CANARY: str(self.canary_dir / sample.name), SECRETS: list(self.secret_paths),
+                  PORT: self.port, MARKER: self.marker}
+        return {key: values.get(value, value) if isinstance(value, str) else value
+                for key, value in sample.arguments.items()}
+
+    def source(self, sample: HostileSample) -> str:
+        """The sample's module with the source-level placeholders filled in (as Python literals)."""
+        text = sample.source
+        for name, value in (("__CANARY__", str(self.canary_dir / f"{sample.name}-module")),
+                            ("__SECRETS__", list(self.secret_paths)), ("__PORT__", self.port),
+                            ("__MARKER__", self.marker)):
+            text = text.replace(name, repr(value))
+        return text
+
+    def _leftovers(self) -> list[tuple[int, str]]:
+        found = []
+        own = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == own:
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+                if _is_zombie(int(entry)):
+                    continue
+            except OSError:
+                continue
+            if self.marker in cmdline or f"--domain={self.label}" in cmdline:
+                found.append((int(entry), cmdline[:200]))
+        # Whatever it runs, a process left behind by a sandbox started as root has the sandbox's host uid.
+        for pid in sorted(self._sandbox_uid_processes() - self._sandbox_uid_before - {p for p, _ in found}):
+            if not _is_zombie(pid):
+                found.append((pid, f"uid 65534 process {pid}"))
+        return found
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL every process the probes would report as left behind."""
+        for pid, _ in self._leftovers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _drain_connections(self) -> None:
+        while select.select([self.listener], [], [], 0)[0]:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                break
+            self.connections += 1
+            conn.close()
+
+    def check(self, texts: Sequence[str], *, processes: bool = True) -> list[str]:
+        """Every violation seen: leaked secrets in ``texts``, connections, changed files, leftovers.
+
+        Args:
+            texts: everything the sample produced that reaches the parent (outputs, error
+                messages, stderr tails), as text.
+            processes: also look for processes left behind (only meaningful once the sample's
+                worker is closed).
+        """
+        violations = []
+        joined = "\n".join(texts)
+        for token in self.tokens:
+            if token in joined:
+                violations.append(f"secret leaked: {token[:16]}...")
+        achieved = sorted(set(re.findall(re.escape(self.marker) + r":achieved:([a-z-]+)", joined)))
+        if achieved:
+            violations.append(f"sample reports it achieved: {', '.join(achieved)}")
+        self._drain_connections()
+        if self.connections:
+            violations.append(f"loopback listener received {self.connections} connection(s)")
+        after = _tree_digest(self.root)
+        changed = sorted(k for k in set(after) | set(self._before) if after.get(k) != self._before.get(k))
+        if changed:
+            violations.append(f"files changed outside the sandbox: {changed[:5]}")
+        if processes:
+            # A killed worker's namespace takes a moment to be torn down: a leftover is one still alive
+            # (not a zombie) after LEFTOVER_GRACE_S.
+            deadline = time.monotonic() + LEFTOVER_GRACE_S
+            left = self._leftovers()
+            while left and time.monotonic() < deadline:
+                time.sleep(0.05)
+                left = self._leftovers()
+            if left:
+                violations.append(f"{len(left)} process(es) survived the worker: {left[0][1]}")
+        return violations
+
+    def reset(self) -> None:
+        """Forget violations seen so far (after they were reported): new baseline, kill leftovers."""
+        self.kill_leftovers()
+        for path in self.canary_dir.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                for inner in path.iterdir():
+                    inner.unlink()
+                path.rmdir()
+            else:
+                path.unlink()
+        self._drain_connections()
+        self.connections = 0
+        self._before = _tree_digest(self.root)
+
+
+def _run_one(worker: SandboxWorker, probes: Probes, sample: HostileSample) -> tuple[str, list[str]]:
+    """Load and call ``sample``; ``(how it ended, texts that reached the parent)``."""
+    env_id = f"{probes.label}_{sample.name}"
+    texts: list[str] = []
+    try:
+        worker.load_environment(env_id, probes.source(sample))
+    except EnvironmentRejected as exc:
+        return "rejected at load", [*exc.violations, worker.stderr_tail(env_id)]
+    except SandboxError as exc:
+        return f"{type(exc).__name__} at load", [str(exc)]
+    try:
+        episode = worker.open_episode({env_id: _EMPTY_STATE})
+        result = worker.call(episode, sample.tool, probes.arguments(sample))
+        texts.append(repr(result))
+        if worker.is_open(episode):
+            try:
+                texts.append(repr(worker.save(episode)))
+            except SandboxError as exc:
+                texts.append(str(exc))
+            worker.close_episode(episode)
+        ended = "call ok" if result.get("ok") else f"call error: {result.get('error', {}).get('type')}"
+    except SandboxError as exc:
+        texts.append(str(exc))
+        ended = f"{type(exc).__name__}"
+    texts.append(worker.stderr_tail(env_id))
+    return ended, texts
+
+
+def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits = CONTAINMENT_LIMITS,
+                    python_guards: bool = False) -> list[dict[str, Any]]:
+    """Run each sample in its own trust domain and report what the probes saw.
+
+    Args:
+        samples: the corpus (unique names).
+        limits: the workers' limits.
+        python_guards: keep the static check and restricted builtins; ``False`` (default) leaves
+            the OS layer as the only boundary.
+
+    Returns:
+        One row per sample: ``name``, ``category``, ``ended`` (how the sandbox answered),
+        ``violations`` (probe findings; empty means contained), ``contained`` (bool),
+        ``benign_unchanged`` (the benign environment's answer after the sample equals its answer
+        before any sample), ``contained_by_os`` (whether the workers ran under bubblewrap),
+        ``seconds``.
+
+    Raises:
+        ValueError: duplicate sample names.
+    """
+    names = [s.name for s in samples]
+    if len(set(names)) != len(names):
+        raise ValueError("sample names must be unique")
+    rows = []
+    with Probes() as probes:
+        worker = SandboxWorker(limits, python_guards=python_guards)
+        try:
+            worker.load_environment(_BENIGN_ENV, BENIGN_SOURCE, origin="template")
+            baseline_ok, _ = check_recovery(worker, _BENIGN_ENV)
+            for sample in samples:
+                started = time.monotonic()
+                peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                ended, texts = _run_one(worker, probes, sample)
+                grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+                benign_ok, _ = check_recovery(worker, _BENIGN_ENV)
+                worker.close()  # every worker of the sample gone before processes are looked for
+                violations = probes.check(texts)
+                if grown_mb > PARENT_MEMORY_GROWTH_MB:
+                    violations.append(f"the parent's peak memory grew by {grown_mb:.0f} MiB")
+                rows.append({
+                    "name": sample.name, "category": sample.category, "ended": ended,
+                    "violations": violations, "contained": not violations,
+                    "benign_unchanged": baseline_ok and benign_ok,
+                    "contained_by_os": worker.contained, "seconds": round(time.monotonic() - started, 3),
+                })
+                probes.reset()
+                worker = SandboxWorker(limits, python_guards=python_guards)
+                worker.load_environment(_BENIGN_ENV, BENIGN_SOURCE, origin="template")
+        finally:
+            worker.close()
+    return rows
+
+
+#: Limits of :func:`run_resource_sample`: a CPU budget per call (1 s) well under the call's deadline (5 s), so
+#: that the CPU check, not the deadline, is what stops a CPU sample.
+RESOURCE_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=1, call_timeout_s=5.0, kill_grace_s=1.0)
+#: After a resource sample: the host's memory must be back within this much of its level before it, MiB...
+MEMORY_RETURN_MB = 16
+#: ...within this many seconds of the call's return;
+MEMORY_RETURN_S = 5.0
+#: the worker may burn at most this much CPU after the call returned, seconds (measured over
+#: :data:`CPU_AFTER_WINDOW_S`);
+CPU_AFTER_RETURN_S = 0.05
+CPU_AFTER_WINDOW_S = 0.5
+#: and a thread of the parent must get to run at least this often throughout, seconds.
+HEARTBEAT_MAX_GAP_S = 0.1
+
+
+def host_memory_in_use() -> int:
+    """Bytes of memory in use that a worker started by this process can add to, for before/after comparisons.
+
+    When this process runs in a memory control group other than the root one, its usage: hierarchical, so it
+    holds every worker's group nested in it, with their shared, tmpfs and kernel memory, and nothing other
+    programs on the host do (the machine-wide figure moves by more than a sample's tolerance when others
+    run). Else (the root group, or none) the machine-wide ``MemTotal - MemAvailable`` of ``/proc/meminfo``.
+    """
+    from envfactory_assets.runtime import cgroups
+
+    own = cgroups._own_groups()
+    for mount, kind, options in cgroups._mounts():
+        if kind == "cgroup" and "memory" in options and own.get("memory", "/") != "/":
+            path = Path(mount) / own["memory"].lstrip("/") / "memory.usage_in_bytes"
+        elif kind == "cgroup2" and own.get("", "/") != "/" and "memory" not in own:
+            path = Path(mount) / own[""].lstrip("/") / "memory.current"
+        else:
+            continue
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):
+            continue
+    fields = {}
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            key, _, value = line.partition(":")
+            fields[key] = int(value.split()[0]) * 1024
+    return fields["MemTotal"] - fields["MemAvailable"]
+
+
+class _Heartbeat:
+    """A parent thread that wakes every 10 ms and records the longest gap between two wake-ups."""
+
+    def __init__(self) -> None:
+        self.max_gap_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="containment-heartbeat")
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(0.01):
+            now = time.monotonic()
+            self.max_gap_s = max(self.max_gap_s, now - last)
+            last = now
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_resource_sample(sample: HostileSample, *, limits: SandboxLimits = RESOURCE_LIMITS,
+                        python_guards: bool = False) -> dict[str, Any]:
+    """Run one resource sample in a fresh worker and measure what it cost the host.
+
+    The worker is started and its episode opened before the baseline is taken, so the baseline holds the
+    worker's own memory; the call follows, then (without any further request to the worker) its CPU time
+    over :data:`CPU_AFTER_WINDOW_S` and the host's memory until it is back within :data:`MEMORY_RETURN_MB`.
+
+    Returns:
+        ``name``; ``ended`` (as in :func:`run_containment`); ``error_type`` (None when the call succeeded);
+        ``stopped`` (the call failed: refused by the system, or the worker killed); ``worker_killed`` (its
+        process is gone); ``memory_back_s`` (seconds until the host's memory was back, None when it was not
+        back within :data:`MEMORY_RETURN_S`); ``memory_left_mb`` (the difference at that point);
+        ``cpu_after_return_s``; ``heartbeat_max_gap_s``; ``violations`` (the probes', as in
+        :func:`run_containment`); ``limits_mode`` (what bounded the worker); ``message`` (the error's).
+    """
+    with Probes() as probes, _Heartbeat() as heartbeat:
+        env_id = f"{probes.label}_{sample.name}"
+        worker = SandboxWorker(limits, python_guards=python_guards)
+        texts: list[str] = []
+        try:
+            worker.load_environment(env_id, probes.source(sample))
+            episode = worker.open_episode({env_id: _EMPTY_STATE})
+            before = host_memory_in_use()
+            result = worker.call(episode, sample.tool, probes.arguments(sample))
+            returned = time.monotonic()
+            cpu_at_return = worker.cpu_seconds(env_id)
+            time.sleep(CPU_AFTER_WINDOW_S)
+            cpu_later = worker.cpu_seconds(env_id)
+            worker_killed = cpu_later is None
+            memory_back_s = None
+            while True:
+                left_mb = (host_memory_in_use() - before) / 2**20
+                waited = time.monotonic() - returned
+                if left_mb <= MEMORY_RETURN_MB:
+                    memory_back_s = waited
+                    break
+                if waited > MEMORY_RETURN_S:
+                    break
+                time.sleep(0.05)
+            texts += [repr(result), worker.stderr_tail(env_id)]
+        finally:
+            worker.close()
+        error = result.get("error") or {}
+        return {
+            "name": sample.name, "ended": "call ok" if result.get("ok") else f"call error: {error.get('type')}",
+            "error_type": error.get("type"), "stopped": not result.get("ok"), "worker_killed": worker_killed,
+            "memory_back_s": memory_back_s, "memory_left_mb": round(left_mb, 1),
+            "cpu_after_return_s": 0.0 if worker_killed or cpu_at_return is None else cpu_later - cpu_at_return,
+            "heartbeat_max_gap_s": heartbeat.max_gap_s, "violations": probes.check(texts),
+            "limits_mode": worker.limits_mode, "message": str(error.get("message", ""))[:300],
+        }
+
+
+def format_containment(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table of :func:`run_containment` rows."""
+    lines = ["| sample | category | sandbox answer | probes | benign env unchanged |", "|---|---|---|---|---|"]
+    for row in rows:
+        probes = "clean" if row["contained"] else "; ".join(row["violations"])
+        lines.append(f"| {row['name']} | {row['category']} | {row['ended']} | {probes} | "
+                     f"{'yes' if row['benign_unchanged'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+__all__ = ["CONTAINMENT_LIMITS", "RESOURCE_LIMITS", "Probes", "format_containment", "host_memory_in_use",
+           "is_probe_sensitive", "run_containment", "run_resource_sample"]

@@ -1,0 +1,1 @@
+"""SFT and RL rows (the `sft_dataset` and `rl_dataset` assets) and the data gaps added to them."""

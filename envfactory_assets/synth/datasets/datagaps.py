@@ -1,0 +1,170 @@
+"""What plain synthesized trajectories never show, added to the dataset rows in set shares.
+
+Three kinds, each chosen per trajectory or turn by a stable hash of the trajectory id (so a trajectory's
+rows never depend on the others and incremental runs keep unchanged rows):
+
+- abstention (:mod:`envfactory_assets.synth.trajectories.abstention`): a turn no offered tool can serve, answered
+without
+  a call. ``abstention_share`` of SFT rows get one as their last turn; RL trajectories get one with probability
+  ``min(1, share * n_turns / (1 - share))``, so that about ``abstention_share`` of RL rows are abstention
+  rows (exactly so while ``share * n_turns / (1 - share) <= 1``).
+- parallel calls (:mod:`envfactory_assets.synth.trajectories.parallel`): of the turns whose consecutive calls are
+  independent, ``parallel_share`` are rendered with those calls in one assistant message. How many rows
+  that gives depends on how many turns allow it, so the row shares are reported, not set.
+- conversions (:mod:`envfactory_assets.synth.datasets.conversions`): of the turns with a user-given value whose
+  field takes a converted form, ``conversion_share`` state it in the spoken form ("15%", "March 3rd,
+  2025") while the gold call keeps the field's form.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from envfactory_assets.config_checks import finite_number, number_types
+from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.synth.datasets.conversions import convert_turn
+from envfactory_assets.synth.trajectories.abstention import abstention_turn
+from envfactory_assets.synth.trajectories.parallel import parallel_groups
+
+GAP_KINDS = ("abstention", "parallel", "conversion")
+
+
+@dataclass(frozen=True)
+class DataGapsConfig:
+    """Shares of the data-gap kinds (module docstring): ``abstention_share`` of SFT and RL rows (at most
+    0.5: abstention must stay the exception), ``parallel_share`` and ``conversion_share`` of the turns
+    that allow them. 0 turns a kind off.
+
+    Raises:
+        SettingError: (a ValueError) a share that is not a finite number in its range, named in the message.
+    """
+
+    abstention_share: float = 0.1
+    parallel_share: float = 1.0
+    conversion_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        number_types(self, "datasets")
+        finite_number("datasets", "abstention_share", self.abstention_share, low=0.0, high=0.5)
+        finite_number("datasets", "parallel_share", self.parallel_share, low=0.0, high=1.0)
+        finite_number("datasets", "conversion_share", self.conversion_share, low=0.0, high=1.0)
+
+
+def _rng(trajectory_id: str, kind: str) -> random.Random:
+    return random.Random(int(hashlib.sha256(f"{kind}\x00{trajectory_id}".encode()).hexdigest()[:16], 16))
+
+
+def augment_trajectory(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]], split: str,
+                       config: DataGapsConfig, worker: SandboxWorker | None) -> dict[str, Any]:
+    """A copy of a refined ``trajectory`` with the data-gap kinds applied (the input is not changed).
+
+    ``environments``: every environment abstention requests may come from (the trajectory's own must be
+    among them); ``split``: ``"sft"`` or ``"rl"`` (sets the abstention probability); ``worker``: a sandbox
+    worker with the trajectory's environments loaded, for the parallel order check (None: no parallel
+    calls). Marked turns carry ``conversion`` (the rewrite), ``call_groups`` (indexes of the calls that
+    share an assistant message) or ``abstention`` (what was asked; see
+    :func:`~envfactory_assets.synth.trajectories.abstention.abstention_turn`).
+
+    Raises:
+        ValueError: ``split`` is neither ``"sft"`` nor ``"rl"``.
+    """
+    if split not in ("sft", "rl"):
+        raise ValueError(f"split must be 'sft' or 'rl', got {split!r}")
+    out = copy.deepcopy(trajectory)
+    turns = out["turns"]
+    tid = str(trajectory.get("id") or "")
+    if config.conversion_share > 0:
+        rng = _rng(tid, "conversion")
+        schemas = {t["name"]: t["input_schema"] for e in out["env_ids"] for t in environments[e]["tools"]}
+        for turn in turns:
+            if rng.random() < config.conversion_share:
+                convert_turn(turn, schemas, rng)
+    if config.parallel_share > 0 and worker is not None:
+        rng = _rng(tid, "parallel")
+        offset = 0
+        for turn in turns:
+            if len(turn["calls"]) > 1 and rng.random() < config.parallel_share:
+                groups = parallel_groups(turn, offset, worker)
+                if groups is not None:
+                    turn["call_groups"] = groups
+            offset += len(turn["calls"])
+    if config.abstention_share > 0 and turns:
+        rng = _rng(tid, "abstention")
+        share = config.abstention_share
+        p = share if split == "sft" else min(1.0, share * len(turns) / (1 - share))
+        if rng.random() < p:
+            # SFT trains by default on the last turn only (training.sft, loss_on="last_turn"), so an SFT
+            # abstention turn goes last; every RL turn is a task of its own, so there it goes anywhere
+            position = len(turns) if split == "sft" else rng.randint(0, len(turns))
+            turn = abstention_turn(out, environments, position, rng)
+            if turn is not None:
+                turns.insert(position, turn)
+                for i, t in enumerate(turns):
+                    t["turn_index"] = i
+                out["n_turns"] = len(turns)
+    return out
+
+
+def turn_kinds(turn: dict[str, Any]) -> set[str]:
+    """The data-gap kinds of one augmented turn (a subset of :data:`GAP_KINDS`)."""
+    kinds = set()
+    if turn.get("abstention"):
+        kinds.add("abstention")
+    if any(len(g) > 1 for g in turn.get("call_groups") or []):
+        kinds.add("parallel")
+    if turn.get("conversion"):
+        kinds.add("conversion")
+    return kinds
+
+
+def rl_row_kinds(turn: dict[str, Any], gold_calls: list[dict[str, Any]]) -> set[str]:
+    """The kinds an RL row built from ``turn`` teaches: abstention, parallel when at least two gold calls
+    come from one group of a parallel message, conversion when the converted argument is in a gold call."""
+    kinds = {"abstention"} if turn.get("abstention") else set()
+    gold = Counter(c["name"] for c in gold_calls)
+    for group in turn.get("call_groups") or []:
+        names = Counter(turn["calls"][i]["name"] for i in group)
+        if sum((names & gold).values()) > 1:
+            kinds.add("parallel")
+    conv = turn.get("conversion")
+    if conv and any(c["arguments"].get(conv["argument"]) == conv["value"] for c in gold_calls):
+        kinds.add("conversion")
+    return kinds
+
+
+@dataclass
+class GapStats:
+    """Counts of rows per data-gap kind, filled by the datasets stage for its report: ``sft`` counts SFT
+    rows with the kind in any turn, ``sft_last_turn`` those with it in the last turn (the only one SFT's
+    default ``loss_on="last_turn"`` trains on), ``rl`` RL rows whose task is of the kind."""
+
+    sft_rows: int = 0
+    rl_rows: int = 0
+    sft: Counter = field(default_factory=Counter)
+    sft_last_turn: Counter = field(default_factory=Counter)
+    rl: Counter = field(default_factory=Counter)
+
+    def add_sft(self, turns: list[dict[str, Any]]) -> None:
+        """Count one SFT row built from the augmented ``turns``."""
+        self.sft_rows += 1
+        self.sft.update(set().union(*(turn_kinds(t) for t in turns)))
+        if turns:
+            self.sft_last_turn.update(turn_kinds(turns[-1]))
+
+    def add_rl(self, turn: dict[str, Any], gold_calls: list[dict[str, Any]]) -> None:
+        """Count one kept RL row built from the augmented ``turn`` with ``gold_calls``."""
+        self.rl_rows += 1
+        self.rl.update(rl_row_kinds(turn, gold_calls))
+
+    def shares(self) -> dict[str, dict[str, float]]:
+        """``{"sft" | "sft_last_turn" | "rl": {kind: share of the SFT or RL rows}}`` (0.0 with no rows)."""
+        def share(counts: Counter, n: int) -> dict[str, float]:
+            return {k: counts[k] / n if n else 0.0 for k in GAP_KINDS}
+
+        return {"sft": share(self.sft, self.sft_rows), "sft_last_turn": share(self.sft_last_turn, self.sft_rows),
+                "rl": share(self.rl, self.rl_rows)}

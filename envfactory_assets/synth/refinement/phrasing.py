@@ -1,0 +1,617 @@
+"""Programmatic query writer and assistant replies (the offline default of the paper's query writer).
+
+The writer sees the executed calls (and so the hidden state), as in the paper's QueryGen. Two registers:
+
+- the raw query (:func:`describe_call` without ``rng``) states every argument literally in one fixed plan per
+  tool kind ("create a new book with title 'Dune'"); a value that only a call of the same turn will assign
+  is named by what assigns it ("the new book"), never quoted;
+- the refined query (:mod:`envfactory_assets.synth.refinement.operators`) uses :func:`describe_call` with a seeded
+``rng``:
+  one of several sentence plans per tool kind, the operation's own summary from the spec where it reads as a
+  request, field labels from the fields' descriptions, dates written as dates, booleans as yes/no, table
+  names as a person says them (no "webhooks 2"), and a persona's register (:func:`persona_style`).
+
+The programmatic solver (:mod:`envfactory_assets.synth.refinement.solver.programmatic`) reads every plan back through
+the same spec
+words (:func:`spoken_thing`, :func:`field_labels`, :func:`parse_spoken_value`), as an agent reading the tool
+descriptions would; the plans keep each value right after its field's label so one reading serves all.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from datetime import datetime
+from typing import Any, Callable
+
+from envfactory_assets.envgen.tools import KEYED_KINDS
+from envfactory_assets.sources.names import (
+    indefinite_article,
+    name_nouns,
+    singular,
+    snake_case,
+    speakable,
+    split_glued,
+    spoken_thing,
+    spoken_things,
+    spoken_words,
+)
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+_DATE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):00Z$")
+_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+_MONTH = "|".join(_MONTHS)
+#: A date as :func:`spoken_value` writes it: day first or month first (``"26 May 2026"``, ``"May 26, 2026"``),
+#: a time of day on the 24-hour or the 12-hour clock (``" at 10:55 UTC"``, ``" at 10:55 PM UTC"``).
+_SPOKEN_DATE_RE = re.compile(rf"(?:(?P<d1>\d{{1,2}}) (?P<m1>{_MONTH}) (?P<y1>\d{{4}})|(?P<m2>{_MONTH}) (?P<d2>\d{{1,2}}), "
+                             rf"(?P<y2>\d{{4}}))(?: at (?P<h>\d{{1,2}}):(?P<mi>\d{{2}})(?: (?P<ap>AM|PM))? UTC)?")
+SPOKEN_DATE = (rf"(?:\d{{1,2}} (?:{_MONTH}) \d{{4}}|(?:{_MONTH}) \d{{1,2}}, \d{{4}})"
+               r"(?: at \d{1,2}:\d{2}(?: (?:AM|PM))? UTC)?")
+
+
+def words(name: str) -> str:
+    """``"send_bulk"`` -> ``"send bulk"``."""
+    return name.replace("_", " ").strip()
+
+
+def _shared_nouns(texts: list[str], drop: set[str], keep: frozenset[str] = frozenset()) -> list[str]:
+    """The :func:`name_nouns` of ``texts[0]`` that every text has (compared by singular) and ``drop`` lacks, in
+    ``texts[0]``'s order, each once."""
+    if not texts:
+        return []
+    sets = [{singular(w) for w in name_nouns(x, keep)} for x in texts]
+    out: dict[str, str] = {}
+    for w in name_nouns(texts[0], keep):
+        if all(singular(w) in s for s in sets) and singular(w) not in drop:
+            out.setdefault(singular(w), w)
+    return list(out.values())
+
+
+def spoken_tables(tools: list[dict[str, Any]]) -> dict[str, str]:
+    """The name a person says for each table of one environment's ``tools`` (ToolSpecs), as snake_case words
+    that :func:`spoken_thing` and :func:`spoken_things` read; only the spec's own text is used:
+
+    - a name a person cannot say (``"b"`` of ``/b/{bucket}``, ``"v4_7"`` of ``/shipments/v4``) becomes the
+      words every operation of the table names (``storage_buckets_list``, ``storage_buckets_get``:
+      ``"buckets"``), else the words every summary has ("Gets a shipment details": ``"shipments"``); words
+      every tool of the environment names (the API's ``storage``) are no name;
+    - a word glued from two the spec writes apart elsewhere splits (``"rateplans"`` -> ``"rate_plans"``);
+    - tables that would still sound the same ("webhooks" of ``/companies/{id}`` and of ``/merchants/{id}``)
+      get the words only their own operations' names have (``"company_webhooks"``, ``"merchant_webhooks"``).
+
+    The programmatic solver reads the same words back from the tool names and summaries
+    (:mod:`envfactory_assets.synth.refinement.solver.programmatic`).
+    """
+    by_table: dict[str, list[dict[str, Any]]] = {}
+    for tool in tools:
+        by_table.setdefault(tool["table"], []).append(tool)
+    bigrams = {pair for tool in tools for text in (tool["name"], tool.get("description") or "")
+               for toks in [snake_case(text).split("_")] for pair in zip(toks, toks[1:])}
+    every = (set.intersection(*({singular(w) for w in name_nouns(t["name"])} for t in tools))
+             if len(by_table) > 1 else set())
+    names: dict[str, list[str]] = {}
+    for table, own in by_table.items():
+        found = spoken_words(table)
+        if not speakable(table):
+            keep = frozenset(t for t in table.split("_") if t.isalpha() and len(t) > 1)
+            found = (_shared_nouns([t["name"] for t in own], every, keep)
+                     or _shared_nouns([t.get("description") or "" for t in own], every, keep) or found)
+        names[table] = [part for w in found for part in split_glued(w, bigrams)]
+    heard: dict[str, list[str]] = {}
+    for table, found in names.items():
+        heard.setdefault(spoken_thing("_".join(found)), []).append(table)
+    for same in (tables for tables in heard.values() if len(tables) > 1):
+        own_words = {table: _shared_nouns([t["name"] for t in by_table[table]], every) for table in same}
+        for table in same:
+            others = {singular(w) for o in same if o != table for w in own_words[o]}
+            said = {singular(w) for w in names[table]} | {singular("".join(names[table]))}
+            qualifier = [singular(w) for w in own_words[table] if singular(w) not in others | said]
+            names[table] = [part for w in qualifier for part in split_glued(w, bigrams)] + names[table]
+    return {table: "_".join(found) for table, found in names.items()}
+
+
+def spoken_table(tool: dict[str, Any]) -> str:
+    """The table name :func:`spoken_thing` reads for ``tool``: the one :func:`spoken_tables` gave it where its
+    index recorded it (``spoken_table``), else the table's own name."""
+    return tool.get("spoken_table") or tool["table"]
+
+
+_FLAG_PREFIX = re.compile(r"^is (?=[a-z]{3})")
+
+
+def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
+    """Labels a person may use for a field, most literal first: its name's words, then (when the spec's
+    description starts with a short noun phrase of 1-3 words ending before "of"/"for"/"."/","), that
+    phrase (``"Full name of the author."`` -> ``"full name"``). A boolean flag named ``is_...``
+    is also labelled by what it says of the row (``is_active`` -> ``"active"``), so a request reads "where
+    active is no", not "where is active is no"."""
+    labels = [words(name).lower()]
+    flag = _FLAG_PREFIX.match(labels[0])
+    if flag and (schema or {}).get("type") == "boolean":
+        labels.append(labels[0][flag.end():])
+    desc = ((schema or {}).get("description") or "").strip().lower()
+    m = re.match(r"^(?:the |an? )?([a-z][a-z ]{1,40}?)(?: of | for | in |[.,;(]|$)", desc)
+    if m:
+        phrase = m.group(1).strip()
+        name_words = set(labels[0].split())
+        # a description phrase is a label only when it names the same thing more fully ("full name" for
+        # "name"), not another word for it ("index" for "exam room") nor a cut of it ("template")
+        if (1 <= len(phrase.split()) <= 3 and phrase not in labels and set(phrase.split()) & name_words
+                and phrase not in labels[0] and not re.search(
+                    r"\b(?:identifier|id|number|maximum|when|whether|list|the|a|an|is|are|to|this|that|one)\b", phrase)):
+            labels.append(phrase)
+    return labels
+
+
+def literal(value: Any) -> str:
+    """How a value is written in a raw user query: strings quoted, others as JSON-like text."""
+    if isinstance(value, str):
+        return f"'{value}'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _spoken_date(m: re.Match[str], month_first: bool, twelve_hour: bool) -> str:
+    year, month, day = m.group(1), _MONTHS[int(m.group(2)) - 1], int(m.group(3))
+    text = f"{month} {day}, {year}" if month_first else f"{day} {month} {year}"
+    if m.re is _DATE_TIME:
+        hour, minute = int(m.group(4)), m.group(5)
+        if twelve_hour:
+            text += f" at {(hour - 1) % 12 + 1}:{minute} {'AM' if hour < 12 else 'PM'} UTC"
+        else:
+            text += f" at {hour:02d}:{minute} UTC"
+    return text
+
+
+def spoken_value(value: Any, schema: dict[str, Any] | None = None, rng: random.Random | None = None) -> str:
+    """How a person writes a value: a date as a date (``"26 May 2026"``), a date-time on the minute as
+    ``"26 May 2026 at 10:55 UTC"``, a boolean as ``yes``/``no``, anything else as :func:`literal` (quoted
+    text keeps its exact spelling, which the call needs). With ``rng`` a date may also be written month first
+    and a time on the 12-hour clock (``"May 26, 2026 at 10:55 PM UTC"``), as people do; every form is one of
+    :func:`spoken_forms` and :func:`parse_spoken_value` reads it back."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        m = _DATE_TIME.match(value) or _DATE.match(value)
+        if m and 1 <= int(m.group(2)) <= 12:
+            draw = rng.random() if rng is not None else 1.0
+            return _spoken_date(m, month_first=draw < 0.35, twelve_hour=draw < 0.15 or 0.35 <= draw < 0.5)
+    return literal(value)
+
+
+def spoken_forms(value: Any) -> set[str]:
+    """Every way :func:`spoken_value` may write ``value`` (a date has four, anything else one)."""
+    if isinstance(value, str):
+        m = _DATE_TIME.match(value) or _DATE.match(value)
+        if m and 1 <= int(m.group(2)) <= 12:
+            return {_spoken_date(m, a, b) for a in (False, True) for b in (False, True)}
+    return {spoken_value(value)}
+
+
+def parse_spoken_value(text: str) -> str | None:
+    """The ISO value of a date written by :func:`spoken_value` (``"26 May 2026 at 10:55 UTC"`` ->
+    ``"2026-05-26T10:55:00Z"``), or None when ``text`` is not such a date."""
+    m = _SPOKEN_DATE_RE.fullmatch(text.strip())
+    if not m:
+        return None
+    day, month, year = (int(m["d1"] or m["d2"]), _MONTHS.index(m["m1"] or m["m2"]) + 1, int(m["y1"] or m["y2"]))
+    try:
+        datetime(year, month, day)
+    except ValueError:
+        return None
+    iso = f"{year:04d}-{month:02d}-{day:02d}"
+    if not m["h"]:
+        return iso
+    hour = int(m["h"])
+    if m["ap"]:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if m["ap"] == "PM" else 0)
+    return iso + f"T{hour:02d}:{m['mi']}:00Z" if hour < 24 and int(m["mi"]) < 60 else None
+
+
+_REFERENCE_START = ("the ", "that ", "this ", "it", "my ", "our ")
+
+# Sentence plans per tool kind. {subject}: the row ("book 'boo_1'", "the new book"); {thing}/{things}: the
+# table as a person names it; {fields}: "label value, label value"; {where}: list filters. Each plan starts
+# with (or holds before any value) the request's action verb and keeps values right after their labels.
+_PLANS: dict[str, tuple[str, ...]] = {
+    "list": ("show me the {things}{where}", "list the {things}{where}", "can you find the {things}{where}",
+             "I'd like a list of the {things}{where}", "please pull up a list of the {things}{where}",
+             "could you list all {things}{where}", "show me all {things}{where}", "find me the {things}{where}",
+             "I need you to list the {things}{where}", "browse the {things}{where}",
+             "could you show the {things}{where}", "give me a list of the {things}{where}",
+             "can you show me the {things}{where}", "please list the {things}{where}",
+             "let me have a list of the {things}{where}"),
+    "get": ("look up {subject} and tell me its details", "get me the details of {subject}",
+            "can you get {subject} for me", "I need the details of {subject}, please look them up",
+            "fetch {subject} and tell me what it says", "please retrieve {subject}", "describe {subject} for me",
+            "what are the details of {subject}", "could you fetch {subject}", "I'd like to view {subject}",
+            "please read me {subject}", "pull up the details of {subject}", "I'd like the details of {subject}",
+            "could you look up {subject} for me", "can you get me the details of {subject}",
+            "retrieve {subject} for me, please"),
+    "create": ("create a new {thing}{with}", "add a {thing}{with}", "please register a new {thing}{with}",
+               "I want to add a {thing}{with}", "make a new {thing}{with}", "could you create a {thing}{with}",
+               "please add a new {thing}{with}", "I need a new {thing}{with}", "go ahead and create a {thing}{with}",
+               "register a {thing}{with}", "I'd like to create a {thing}{with}", "could you add a {thing}{with}",
+               "please make a {thing}{with}", "can you register a {thing}{with}", "create one more {thing}{with}"),
+    "update": ("change {subject}: set {changes}", "update {subject} so that {changes_is}",
+               "please edit {subject} and set {changes}", "modify {subject}: {changes}",
+               "could you update {subject}: {changes}", "please change {subject} so that {changes_is}",
+               "edit {subject}, setting {changes}", "update {subject}, changing {changes}",
+               "I'd like you to change {subject}: {changes}", "please modify {subject} so that {changes_is}",
+               "could you edit {subject} so that {changes_is}", "change {subject} as follows: {changes}"),
+    # a text search says its text after "for"/"matching"/"containing" and starts with "search", so that a
+    # reader tells it from a list of the same rows
+    "search": ("search the {things} for {query}{where}", "search for {things} matching {query}{where}",
+               "could you search the {things} for {query}{where}", "please search {things} containing {query}{where}",
+               "search {things}{where} for {query}"),
+    "count": ("count the {things}{where}", "could you count the {things}{where}",
+              "how many {things} are there{where}? Count them", "please count how many {things} there are{where}"),
+    # a state transition ("cancel", "archive") is asked for by its own verb
+    "action": ("{verb} {subject}", "please {verb} {subject}", "could you {verb} {subject}",
+               "I need you to {verb} {subject}", "go ahead and {verb} {subject}", "can you {verb} {subject}",
+               "I'd like you to {verb} {subject}", "please go ahead and {verb} {subject}"),
+    # the one row of a singleton ("the settings"): no identifier to name
+    "get_one": ("look up {subject}", "get me {subject}", "please retrieve {subject}",
+                "fetch {subject} and tell me what they say", "could you get {subject} for me"),
+    "delete": ("delete {subject}", "remove {subject}", "please delete {subject}",
+               "please remove {subject}, it is not needed any more", "go ahead and delete {subject}",
+               "could you delete {subject}", "erase {subject}", "please drop {subject}, we no longer use it",
+               "I'd like you to remove {subject}", "can you remove {subject}", "please erase {subject}",
+               "delete {subject}, it is no longer needed", "I need you to delete {subject}"),
+}
+
+
+def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
+    """The spec's own summary as a plan when it reads as a short request about this tool's rows
+    (``"Create an author"`` -> ``"create an author{with}"``), else None."""
+    summary = (tool.get("description") or "").strip().rstrip(".")
+    toks = summary.lower().split()
+    verbs = {"list": ("list", "search", "find", "browse"), "create": ("create", "add", "register"),
+             "delete": ("delete", "remove")}
+    if toks and toks[0].endswith("s") and toks[0][:-1] in verbs.get(kind, ()):
+        summary, toks = summary[: len(toks[0]) - 1] + summary[len(toks[0]):], [toks[0][:-1], *toks[1:]]
+    if not toks or len(toks) > 8 or kind not in verbs or toks[0] not in verbs[kind] or not re.fullmatch(
+            r"[A-Za-z ,'-]+", summary):
+        return None
+    said = spoken_words(tool["table"]) + spoken_words(spoken_table(tool))
+    nouns = set(said) | {singular(t) for t in said}
+    if not any(singular(t) in nouns or t in nouns for t in toks[1:]):
+        return None
+    rest = summary.split()[1:]
+    if sum(1 for w in rest if re.fullmatch(r"[A-Z][a-z]+", w)) >= 2:  # "Add a Content Submission Type": title case
+        summary = " ".join([summary.split()[0], *(w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in rest)])
+    text = summary[0].lower() + summary[1:]
+    if kind == "list":
+        return text + "{where}"
+    if kind == "create":
+        return text + "{with}"
+    return None
+
+
+#: How a list request states its filters: the lead and each filter's form (the solver reads each).
+_FILTER_FORMS = ((" where ", "{label} is {value}"), (" where ", "{label} is {value}"), (" with ", "{label} {value}"),
+                 (" that have ", "{label} {value}"), (" where ", "{label} is set to {value}"))
+
+
+def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
+                  refs: dict[str, str] | None = None, rng: random.Random | None = None) -> str:
+    """One imperative request asking for ``tool`` with ``args``.
+
+    ``refs`` maps argument names to reference phrases ("the company you just created") that replace
+    the literal; an argument mapped to ``""`` is omitted from the sentence. Without ``rng`` the raw plan is
+    used (names as in the spec, values literal); with ``rng`` one of several plans per kind (or the spec's
+    summary) is drawn, with spoken table names (:func:`spoken_table`), field labels and values.
+    """
+    refs = refs or {}
+    props = tool.get("input_schema", {}).get("properties", {})
+    natural = rng is not None
+    thing = spoken_thing(spoken_table(tool)) if natural else words(singular(tool["table"]))
+    things = spoken_things(spoken_table(tool)) if natural else words(tool["table"])
+
+    # a description's phrase that labels two fields ("date and time" for date_created and date_updated)
+    # names neither: only each field's own words are used then
+    seen_labels: dict[str, int] = {}
+    own_words = {words(n).lower() for n in props}  # a label that is another field's own name names that field
+    for n in props if natural else ():
+        for lab in field_labels(n, props[n]):
+            seen_labels[lab] = seen_labels.get(lab, 0) + 1
+
+    def label(name: str) -> str:
+        options = field_labels(name, props.get(name)) if natural else [words(name)]
+        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2
+                                 and lab not in own_words]
+        if len(options) > 1 and _FLAG_PREFIX.match(options[0]) and props.get(name, {}).get("type") == "boolean":
+            return options[1]  # the flag by what it says: "active is no"
+        return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]
+
+    def val(name: str) -> str | None:
+        if name in refs:
+            return refs[name] or None
+        return spoken_value(args[name], props.get(name), rng) if natural else literal(args[name])
+
+    kind = tool["kind"]
+    subject = ""
+    if tool.get("singleton"):
+        subject = f"the {things if tool['table'].endswith('s') else thing}"
+    elif kind in KEYED_KINDS:
+        target = val(key)
+        subject = target if target and target.startswith(_REFERENCE_START) else (
+            f"{thing} {target}" if target else f"that {thing}")
+    fields = [(n, val(n)) for n in args if n not in (key, "limit", "offset", "query")]
+    fields = [(n, v) for n, v in fields if v]
+    # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
+    owners = " ".join(f"for {v}" for _, v in fields if v.startswith(_REFERENCE_START))
+    def listing(items: list[str]) -> str:
+        # a person ends a list with "and" about as often as not
+        if natural and len(items) > 1 and rng.random() < 0.5:
+            return ", ".join(items[:-1]) + " and " + items[-1]
+        return ", ".join(items)
+
+    def stated(name: str, value: str) -> str:
+        # "status 'active'", "status set to 'active'" or "an amount of 651": people vary how they pair a
+        # field with its value (the solver reads each, solve._arguments)
+        draw = rng.random() if natural else 1.0
+        if draw < 0.25:
+            return f"{label(name)} set to {value}"
+        if draw < 0.45 and isinstance(args.get(name), (int, float)) and not isinstance(args.get(name), bool):
+            return f"{label(name)} of {value}"
+        return f"{label(name)} {value}"
+
+    setting = listing([stated(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)])
+    where = ""
+    if kind in ("list", "search", "count"):
+        named = [v for _, v in fields if v.startswith(_REFERENCE_START)]
+        plain = [(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)]
+        where = "".join(f" of {v}" for v in named)
+        if plain:
+            # "where genre is 'fiction'", "with genre 'fiction'" or "that have genre 'fiction'"
+            # (a flag reads "where active is no", never "that have active no")
+            forms = [f for f in _FILTER_FORMS if " is " in f[1] or not any(isinstance(args.get(n), bool)
+                                                                           for n, _ in plain)]
+            form = rng.choice(forms) if natural else _FILTER_FORMS[0]
+            where += form[0] + " and ".join(form[1].format(label=label(n), value=v) for n, v in plain)
+        if args.get("offset") and "offset" not in refs:
+            where += f", skipping the first {args['offset']}"
+        if "limit" in args and "limit" not in refs:
+            where += (f" (at most {args['limit']})" if not natural else
+                      rng.choice((f" (at most {args['limit']})", f", just the first {args['limit']}",
+                                  f", up to {args['limit']} of them")))
+    plan_vars = {
+        "thing": thing, "things": things, "subject": subject, "where": where,
+        "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
+        "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
+        "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
+        "query": val("query") if "query" in args else "", "verb": (tool.get("action") or {}).get("verb", kind),
+    }
+    plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
+    if not natural:
+        plans = {"list": "show me the {things}{where}", "get": "look up {subject} and tell me its details",
+                 "create": "create a new {thing}{with}", "update": "change {subject}: set {changes}",
+                 "delete": "delete {subject}", "search": "search the {things} for {query}{where}",
+                 "count": "count the {things}{where}", "action": "{verb} {subject}", "get_one": "look up {subject}"}
+        plan = plans[plan_kind]
+    else:
+        options = list(_PLANS[plan_kind])
+        summary = _summary_plan(tool, kind)
+        if summary:
+            options.append(summary)
+        plan = options[rng.randrange(len(options))]
+    if kind == "update" and not fields:
+        return f"update {subject}"
+    return an(plan.format(**plan_vars))
+
+
+def minting_call(history: list[dict[str, Any]], turn_start: int, upto: int, value: Any,
+                 key_of: Callable[[str], str]) -> int | None:
+    """Position of the ``create`` call among ``history[turn_start:upto + 1]`` that assigned ``value`` as its
+    new row's identifier (``key_of(tool name)`` names that field; a result that only carries the value, as a
+    lookup of the new row or a row referring to it, did not assign it), or None."""
+    for pos in range(turn_start, min(upto + 1, len(history))):
+        call = history[pos]
+        if (call["kind"] == "create" and isinstance(call.get("output"), dict)
+                and call["output"].get(key_of(call["name"])) == value):
+            return pos
+    return None
+
+
+def new_value_refs(call: dict[str, Any], history: list[dict[str, Any]], turn_start: int,
+                   tools: dict[str, dict[str, Any]], key_of: Callable[[str], str]) -> dict[str, str]:
+    """References for the arguments of ``call`` that a ``create`` call of the same turn assigns (positions
+    ``>= turn_start`` of ``history``; ``key_of`` names a tool's row identifier): the user cannot know such a
+    value yet, so the request names it by what creates it (``{"book_id": "the new book"}``), never quotes it,
+    even when the value reaches the call through another result (a lookup of the new book, a row that
+    carries its id)."""
+    refs = {}
+    for arg, prov in call["provenance"].items():
+        if prov.get("source") == "output" and prov.get("call", -1) >= turn_start:
+            minted = minting_call(history, turn_start, prov["call"], call["arguments"].get(arg), key_of)
+            if minted is not None:
+                refs[arg] = f"the new {words(singular(tools[history[minted]['name']]['table']))}"
+    return refs
+
+
+#: How a request may pair a field with its value in a list of them ("status set to 'active'",
+#: :func:`describe_call`); ``""``: the value right after the field.
+VALUE_CONNECTORS = ("", "set to ", "of ")
+
+#: Connectives between two requests of one message (:func:`join_sentences`; the solver splits a query at each,
+#: ``solve._clauses``, and the conversational mode tidies around them): inside a sentence after a comma
+#: (``", and afterwards "``) or opening the next sentence (``". Afterwards, "``).
+COMMA_JOINTS = ("then", "and then", "and after that", "and once that is done,", "and afterwards",
+                "and when that is done,", "and after this", "and following that,")
+SENTENCE_JOINTS = ("Then", "Also", "And then", "Next,", "After that,", "Afterwards,", "Following that,",
+                   "Once that is done,", "After this,", "When that is done,", "On top of that,")
+#: ... and those that only introduce a message's last request.
+LAST_JOINTS = ("Finally,", "Lastly,", "To finish,", "and finally")
+
+
+def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
+    """Join per-call requests into one user message: ``"A, then B, and then C."``; with ``rng`` the
+    connectives vary (:data:`COMMA_JOINTS`, :data:`SENTENCE_JOINTS`, and :data:`LAST_JOINTS` before the last)."""
+    if not parts:
+        return ""
+    text = parts[0][0].upper() + parts[0][1:]
+    for i, part in enumerate(parts[1:], 1):
+        last = i == len(parts) - 1
+        if rng is None:
+            text += (", then " if not last else ", and then ") + part
+            continue
+        options = [*(f", {j} " for j in COMMA_JOINTS), *(f". {j} " for j in SENTENCE_JOINTS),
+                   *((f". {j} " if j[0].isupper() else f", {j} " for j in LAST_JOINTS) if last else ())]
+        joint = rng.choice(options)
+        if joint.startswith(". "):
+            text = text.rstrip("?") + joint + part
+        else:
+            text += joint + part
+    return text if text.endswith(("?", ".")) else text + "."
+
+
+# ----------------------------------------------------------------------------- persona register
+_OPENERS = {
+    "formal": ("Hello, I am {persona}. ", "Good morning. As {persona}, I need some help. ",
+               "Hello. I work as {persona}. ", "Good afternoon, this is {persona}. ",
+               "As {persona}, I have a few requests. ", "Good day. I am {persona} and need a few things done. ",
+               "Hello, {persona} here. ", "Dear assistant, I am {persona}. ",
+               "Good morning, I'm {persona} and would like your help. "),
+    "casual": ("Hi! I'm {persona}. ", "Hey there, {persona} here. ", "Hi, quick one from {persona}. ",
+               "Hey, I'm {persona} and could use a hand. ", "Hi there, {persona} here with a few things. ",
+               "Hey! {persona} here. ", "Hi, it's {persona}. ", "Hello! I'm {persona} and need a hand. ",
+               "Hey, {persona} here, hoping you can help. "),
+}
+_FOLLOW = {"formal": ("", "Next, ", "In addition, ", "Now, ", "Also, ", "Further, ", "Additionally, ",
+                      "Moving on, ", "Besides that, "),
+           "casual": ("", "Ok, ", "Next up: ", "Now ", "Alright, ", "One more thing: ", "Right, ", "Okay, ",
+                      "Another thing: ", "While you're at it, ", "Oh, and ")}
+_CLOSERS = {"formal": ("", " Thank you.", " Many thanks.", " I appreciate your help.", " Thank you in advance.",
+                       " Thanks for your help.", " Much appreciated."),
+            "casual": ("", " Thanks!", " Cheers.", " Appreciate it!", " Thanks a lot!", " Thanks so much.",
+                       " You're a star.")}
+_FORMAL = ("accountant", "analyst", "administrator", "agent", "manager", "librarian", "coordinator")
+
+
+def strip_register(text: str) -> str:
+    """``text`` without a closing thanks added by :func:`shape_for_persona` (so joined requests thank once)."""
+    for closer in sorted({c for cs in _CLOSERS.values() for c in cs if c}, key=len, reverse=True):
+        if text.endswith(closer):
+            return text[: -len(closer)]
+    return text
+
+
+def strip_lead(text: str) -> str:
+    """``text`` without a leading connective added by :func:`shape_for_persona` ("Next, "), for a request
+    joined after another; the first letter stays as a sentence's inner word would be ("I" stays "I")."""
+    for lead in sorted({x for xs in _FOLLOW.values() for x in xs if x}, key=len, reverse=True):
+        if text.startswith(lead):
+            text = text[len(lead):]
+            break
+    return text if re.match(r"I\b|I'", text) else text[:1].lower() + text[1:]
+
+
+_ARTICLE = re.compile(r"\b([Aa])(n?) ([A-Za-z][\w-]*)")
+#: Words after which a lone "a" is a letter ("option a or b"), not an article.
+_NOT_A_NOUN = frozenset({"and", "or", "is", "if", "of", "on", "in", "at", "to", "as"})
+
+
+def an(text: str) -> str:
+    """Every indefinite article in ``text`` agreeing with the sound of the word after it (``"a appointment"``
+    -> ``"an appointment"``, ``"an user"`` -> ``"a user"``; :func:`~envfactory_assets.sources.names.
+    indefinite_article`)."""
+    def agree(m: re.Match[str]) -> str:
+        if m[3].lower() in _NOT_A_NOUN:
+            return m[0]
+        article = indefinite_article(m[3])
+        return (m[1] + article[1:]) + " " + m[3]
+    return _ARTICLE.sub(agree, text)
+
+
+def persona_style(persona: str | None) -> str:
+    """The register of a stored persona: ``"formal"`` for professional roles (accountant, administrator...),
+    ``"casual"`` otherwise; ``"plain"`` when there is no persona."""
+    if not persona:
+        return "plain"
+    return "formal" if any(w in persona for w in _FORMAL) else "casual"
+
+
+def shape_for_persona(text: str, persona: str | None, first_turn: bool, rng: random.Random) -> str:
+    """``text`` in the persona's register: the first turn opens with who asks ("Hi! I'm a shop owner."),
+    later turns may open with a connective ("Next, "); either may close with thanks. Plain without persona."""
+    style = persona_style(persona)
+    if style == "plain" or not text:
+        return text
+    body = text
+    if first_turn:
+        body = rng.choice(_OPENERS[style]).format(persona=persona) + body
+    else:
+        lead = rng.choice(_FOLLOW[style])
+        if lead:
+            body = lead + (body if re.match(r"I\b|I'", body) else body[0].lower() + body[1:])
+    return body + rng.choice(_CLOSERS[style])
+
+
+# ----------------------------------------------------------------------------- replies
+_LABELS = ("name", "title", "subject", "summary", "email", "username", "display_name", "full_name", "label")
+
+
+def row_label(row: Any) -> str | None:
+    """A row's human label (its name, title, subject... ), or None."""
+    if not isinstance(row, dict):
+        return None
+    return next((row[k] for k in _LABELS if isinstance(row.get(k), str) and 0 < len(row[k]) <= 80), None)
+
+
+def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output: Any,
+                   rng: random.Random | None = None) -> str:
+    """A short assistant sentence reporting one tool result faithfully (counts, labels, identifiers and the
+    values written are the call's own); with ``rng`` one of several wordings."""
+    thing, things = spoken_thing(spoken_table(tool)), spoken_things(spoken_table(tool))
+    kind = tool["kind"]
+    out = output if isinstance(output, dict) else {}
+    pick = (lambda options: options[0]) if rng is None else (lambda options: options[rng.randrange(len(options))])
+    if kind == "count":
+        n = out.get("count", 0)
+        return pick((f"there {'is' if n == 1 else 'are'} {n} {thing if n == 1 else things}",
+                     f"I counted {n} {thing if n == 1 else things}"))
+    if kind in ("list", "search"):
+        n = out.get("total", len(out.get("items") or []))
+        labels = [x for x in (row_label(i) for i in (out.get("items") or [])[:3]) if x]
+        named = (", including " + ", ".join(f"'{x}'" for x in labels)) if labels else ""
+        noun = thing if n == 1 else things
+        return pick((f"I found {n} {noun}{named}", f"there {'is' if n == 1 else 'are'} {n} {noun}{named}",
+                     f"the search returned {n} {noun}{named}"))
+    label = row_label(out)
+    ident = out.get(key, args.get(key))
+    who = f"'{label}' ({ident})" if label else f"{thing} {ident}"
+    if out.get("error") and set(out) == {"error", "message"}:
+        # a refused call: the assistant says what the tool said, never that it was done
+        reason = str(out["message"]).rstrip(".")
+        return pick((f"{reason}, so nothing changed", f"nothing changed: {reason}"))
+    if kind == "action":
+        act = tool["action"]
+        return pick((f"{who} is now {act['state']}", f"done, {who} is {act['state']}"))
+    if tool.get("singleton"):
+        who = f"the {things if tool['table'].endswith('s') else thing}"
+    if kind == "get":
+        facts = [f"{words(k)} {v}" for k, v in out.items() if k != key and k not in _LABELS
+                 and isinstance(v, (str, int, float)) and not isinstance(v, bool) and len(str(v)) <= 40][:2]
+        detail = (": " + ", ".join(facts)) if facts else ""
+        return pick((f"here are the details of {who}{detail}", f"{who} is a {thing}{detail}",
+                     f"I looked up {who}{detail}"))
+    if kind == "create":
+        return pick((f"I created {who}", f"{who} has been added",
+                     f"done, the new {thing} is {f'{label!r} ({ident})' if label else ident}"))
+    if kind == "update":
+        changed = [f"{words(k)} is now {spoken_value(v)}" for k, v in args.items() if k != key][:2]
+        detail = (": " + ", ".join(changed)) if changed else ""
+        return pick((f"I updated {who}{detail}", f"{who} is updated{detail}", f"I changed {who}{detail}"))
+    gone = f"{thing} {args.get(key)}"
+    return pick((f"I deleted {gone}", f"{gone} has been removed", f"{gone} is deleted"))
+
+
+def summarize_turn(sentences: list[str]) -> str:
+    """The assistant's closing reply from per-call sentences: capitalised, joined with "; "."""
+    text = an("; ".join(s for s in sentences if s))
+    return (text[0].upper() + text[1:] + ".") if text else ""

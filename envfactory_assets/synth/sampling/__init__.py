@@ -1,0 +1,1 @@
+"""Tool-chain sampling over the tool graph (the `tool_chains` asset)."""

@@ -1,0 +1,447 @@
+"""Executing sampled tool chains into multi-turn trajectories (the paper's trajectory synthesis).
+
+Each chain runs on its own episode (a fresh copy of its environments' ``valid`` initial states) in a
+sandbox worker. Arguments come from earlier outputs along the chain's producer bindings (graph edges),
+from the user (seeded values; filter values taken from the state so searches find something), or,
+for inputs no tool in the chain produces, from the hidden state. Turns split as in the paper
+(:mod:`envfactory_assets.synth.trajectories.turns`); every turn keeps its query, target tools, calls with argument
+provenance, results, and the state (and hash) before and after.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from envfactory_assets.config_checks import finite_number, number_types, one_of, whole_number
+from envfactory_assets.envgen.tools import action_applies
+from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
+from envfactory_assets.envgen.verify import matching_rows, searchable
+from envfactory_assets.graph.build import ToolGraph
+from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.errors import ErrorType
+from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
+from envfactory_assets.sources.openapi import SCALAR_TYPES, matches_json_type
+from envfactory_assets.synth.refinement.model_querygen import DEFAULT_ATTEMPTS, QUERYGEN_CHOICES, ModelQueryWriter
+from envfactory_assets.synth.refinement.phrasing import (
+    describe_call,
+    join_sentences,
+    new_value_refs,
+    spoken_tables,
+    summarize_call,
+)
+from envfactory_assets.synth.sampling.sampler import USER, Chain
+from envfactory_assets.synth.trajectories.turns import split_turns
+
+SYSTEM_PROMPT = ("You are a helpful assistant that completes the user's requests by calling the available "
+                 "tools. Use identifiers from earlier tool results; never invent them.")
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Trajectory synthesis settings. ``min_turns``: trajectories with fewer turns are rejected;
+    ``max_turn_len``: most calls in one turn; ``query_writer``: who writes each turn's raw query, one of
+    :data:`~envfactory_assets.synth.refinement.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s
+    model,
+    :class:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter`); ``query_writer_attempts``: model
+    requests per turn before the programmatic query is kept; ``refusal_share``: the share of action calls
+    (``cancel``) asked of a row the action is refused on (already cancelled, or shipped), where the state has
+    one: the call fails with ``precondition_failed``, stays in the turn with its error, and the assistant
+    reports it (an agent learns to read a typed error instead of claiming success).
+
+    Raises:
+        SettingError: (a ValueError) a setting of the wrong type, below 1 or not a known choice, named in the
+            message.
+    """
+
+    min_turns: int = 2
+    max_turn_len: int = 5
+    # the programmatic writer is the offline default: no model, and the rows every test and run expect
+    query_writer: str = QUERYGEN_CHOICES[0]
+    query_writer_attempts: int = DEFAULT_ATTEMPTS
+    refusal_share: float = 0.2
+
+    def __post_init__(self) -> None:
+        number_types(self, "trajectory")
+        whole_number("trajectory", "min_turns", self.min_turns, low=1)
+        whole_number("trajectory", "max_turn_len", self.max_turn_len, low=1)
+        one_of("trajectory", "query_writer", self.query_writer, QUERYGEN_CHOICES)
+        whole_number("trajectory", "query_writer_attempts", self.query_writer_attempts, low=1)
+        finite_number("trajectory", "refusal_share", self.refusal_share, low=0.0, high=1.0)
+
+
+class ToolIndex:
+    """Tool specs and table metadata of a set of environments, looked up by tool name."""
+
+    def __init__(self, environments: dict[str, dict[str, Any]]) -> None:
+        self.envs = environments
+        self.tools: dict[str, dict[str, Any]] = {}
+        self.env_of: dict[str, str] = {}
+        #: ``{env_id: {table: name a person says}}``
+        #: (:func:`~envfactory_assets.synth.refinement.phrasing.spoken_tables`)
+        self.spoken: dict[str, dict[str, str]] = {}
+        for env_id, env in environments.items():
+            self.spoken[env_id] = spoken_tables(env["tools"])
+            for tool in env["tools"]:
+                # a copy: the environment's own tool specs stay as stored
+                self.tools[tool["name"]] = {**tool, "spoken_table": self.spoken[env_id][tool["table"]]}
+                self.env_of[tool["name"]] = env_id
+
+    def spoken_table(self, env_id: str, table: str) -> str:
+        """The name a person says for ``table`` of ``env_id``, for :func:`~envfactory_assets.synth.refinement.phrasing.
+        spoken_thing` (``"buckets"`` for Google Storage's ``b``); the table's own name if unknown."""
+        return self.spoken.get(env_id, {}).get(table, table)
+
+    def key_of(self, tool: dict[str, Any]) -> str:
+        return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]["key"]
+
+    def key_of_name(self, name: str) -> str:
+        """The row identifier field of the tool called ``name`` (``KeyError`` if unknown)."""
+        return self.key_of(self.tools[name])
+
+    def table_meta(self, tool: dict[str, Any]) -> dict[str, Any]:
+        return self.envs[self.env_of[tool["name"]]]["tables"][tool["table"]]
+
+    def listable(self, env_id: str, table: str) -> bool:
+        """True when ``env_id`` has a list tool over ``table`` that needs no argument (an agent can look a
+        row of it up by what it knows of the row)."""
+        return any(t["kind"] == "list" and t["table"] == table
+                   and not set(t["input_schema"].get("required") or ()) - {"limit"}
+                   for t in self.envs[env_id]["tools"])
+
+
+    def list_scope(self, env_id: str, table: str) -> tuple[str, ...] | None:
+        """The parent identifiers a list tool over ``table`` needs (``("space_id",)`` for
+        ``list_groups(space_id)``), fewest first, when ``table`` has no list tool that needs no argument and
+        one needs only identifier fields of the table's rows; None otherwise. A row of such a table can be
+        named by what the user knows of it within its parent ("the group whose name is 'RH' in space id
+        'spa_1'"), as a person scopes a request to the project or workspace they work in."""
+        if self.listable(env_id, table):
+            return None
+        scopes = [tuple(sorted(set(t["input_schema"].get("required") or ()) - {"limit"}))
+                  for t in self.envs[env_id]["tools"] if t["kind"] == "list" and t["table"] == table]
+        scopes = [s for s in scopes if s and all(p.endswith("_id") for p in s)]
+        return min(scopes, key=lambda s: (len(s), s)) if scopes else None
+
+
+def tool_name_collisions(environments: list[dict[str, Any]]) -> list[str]:
+    """Tool names defined by more than one of ``environments`` (they cannot share an episode)."""
+    seen: dict[str, str] = {}
+    clashes = []
+    for env in environments:
+        for tool in env["tools"]:
+            if tool["name"] in seen and seen[tool["name"]] != env["env_id"]:
+                clashes.append(tool["name"])
+            seen[tool["name"]] = env["env_id"]
+    return sorted(set(clashes))
+
+
+def _value_at(output: Any, path: str, rng: random.Random) -> tuple[Any, str] | None:
+    """Value at an output path (``"company_id"`` or ``"items[].company_id"``); list items drawn by ``rng``."""
+    if "[]." in path:
+        array, field = path.split("[].", 1)
+        items = [i for i in (output.get(array) or []) if isinstance(i, dict) and field in i]
+        if not items:
+            return None
+        idx = rng.randrange(len(items))
+        return items[idx][field], f"{array}[{idx}].{field}"
+    if isinstance(output, dict) and path in output:
+        return output[path], path
+    return None
+
+
+def _state_rows(saved: dict[str, Any], index: ToolIndex, tool: dict[str, Any]) -> list[dict[str, Any]]:
+    return saved[index.env_of[tool["name"]]]["tables"][tool["table"]]
+
+
+def _hidden_state_value(saved: dict[str, Any], index: ToolIndex, name: str,
+                        rng: random.Random) -> Any | None:
+    for env_id, env in index.envs.items():
+        for table, meta in env["tables"].items():
+            if meta["key"] == name and saved[env_id]["tables"][table]:
+                return rng.choice(saved[env_id]["tables"][table])[name]
+    return None
+
+
+def _minting_position(history: list[dict[str, Any]], value: Any, index: ToolIndex) -> tuple[int, str] | None:
+    """``(position in history, field)`` of the latest ``create`` call whose new row has ``value`` as its own
+    identifier (``index.key_of_name``), or None when no call of the episode created it."""
+    for i in range(len(history) - 1, -1, -1):
+        call = history[i]
+        if call["kind"] == "create" and isinstance(call.get("output"), dict):
+            key = index.key_of_name(call["name"])
+            if key is not None and call["output"].get(key) == value:
+                return i, key
+    return None
+
+
+def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: ToolGraph,
+                      history: list[dict[str, Any]], saved: dict[str, Any], index: ToolIndex,
+                      values: ValueFactory, rng: random.Random,
+                      refused: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Arguments for one call and their provenance. An action's row from the state is one it applies to,
+    or with ``refused`` one it is refused on (when the state has one).
+
+    Returns ``(arguments, provenance)`` where provenance maps each argument to
+    ``{"source": "output", "call": i, "path": ...}``, ``{"source": "user"}`` or ``{"source": "state"}``.
+    """
+    bindings = chain.producers.get(node, {})
+    meta = index.table_meta(tool)
+    key = index.key_of(tool)
+    props = tool["input_schema"]["properties"]
+    required = set(tool["input_schema"].get("required", []))
+    args: dict[str, Any] = {}
+    prov: dict[str, Any] = {}
+    for name in props:
+        producer = bindings.get(name)
+        if producer is None and name not in required:
+            continue
+        if producer not in (None, USER):
+            found = None
+            for i in range(len(history) - 1, -1, -1):
+                call = history[i]
+                if call["node"] != producer:
+                    continue
+                edge = graph.graph.edges[producer, node] if graph.graph.has_edge(producer, node) else {"params": []}
+                for p in edge["params"]:
+                    if p["dst_param"] == name:
+                        got = _value_at(call["output"], p["src_param"], rng)
+                        if got is not None and _type_ok(got[0], props[name]):
+                            found = (got[0], {"source": "output", "call": i, "path": got[1]})
+                            break
+                if found:
+                    break
+            if found:
+                args[name], prov[name] = found
+                continue
+        if name == "query" and tool["kind"] == "search":
+            # a person searches for a word they remember of a row, so the search finds something
+            args[name], prov[name] = _search_text(_state_rows(saved, index, tool), rng), {"source": "user"}
+            continue
+        if name == key or name in meta["foreign_keys"] or name.endswith("_id"):
+            if tool["kind"] == "create" and name not in meta["foreign_keys"] and name not in required:
+                continue
+            value = _hidden_state_value(saved, index, name, rng)
+            if tool["kind"] == "action" and name == key:
+                # a state transition is asked of a row it applies to (cancelling a cancelled order fails)
+                act = tool["action"]
+                rows = _state_rows(saved, index, tool)
+                ready = [r[key] for r in rows if action_applies(act, meta["fields"], r)]
+                refusing = [r[key] for r in rows if r[key] not in ready]
+                pool = refusing if refused and refusing else ready
+                value = rng.choice(pool) if pool else value
+            if value is None:
+                if name in required:
+                    raise LookupError(f"no value for required identifier {name}")
+                continue
+            minted = _minting_position(history, value, index)
+            # a row created earlier in the episode is known from that call's result, not from hidden state:
+            # the writer then names it ("the new book") instead of quoting an id the user never saw
+            args[name], prov[name] = value, ({"source": "state"} if minted is None else
+                                             {"source": "output", "call": minted[0], "path": minted[1]})
+            continue
+        if name == "limit":
+            args[name], prov[name] = rng.choice([5, 10, 20]), {"source": "user"}
+            continue
+        if name == "offset" and tool["kind"] == "search":
+            # a person pages past results they have seen: skip fewer rows than the search finds
+            found = len(matching_rows(_state_rows(saved, index, tool), str(args.get("query", ""))))
+            if found > 1:
+                args[name], prov[name] = rng.randrange(1, found), {"source": "user"}
+            continue
+        schema = props[name]
+        if tool["kind"] == "list":
+            rows = [r for r in _state_rows(saved, index, tool) if name in r]
+            if rows:
+                args[name], prov[name] = rng.choice(rows)[name], {"source": "user"}
+            continue
+        # A user sets values by what the field is (its description travels in the schema); dates a user
+        # sets ahead (a due date, an expiry) may lie after the clock, other dates lie before it.
+        args[name], prov[name] = values.value(name, schema, tool["table"], future=True), {"source": "user"}
+    if tool["kind"] == "update" and key in args:
+        _make_update_change_something(tool, key, args, prov, saved, index, values)
+    return args, prov
+
+
+def refusal_output(error: dict[str, Any]) -> dict[str, str]:
+    """The tool result an agent reads for a refused call (``{"error": type, "message": ...}``), in the shape
+    :class:`~envfactory_assets.tooluse.task_episode.TaskEpisode` renders errors, so SFT rows show the model
+    what its rollouts will show it."""
+    return {"error": str(error.get("type", "error")), "message": str(error.get("message", ""))}
+
+
+def _search_text(rows: list[dict[str, Any]], rng: random.Random) -> str:
+    """A word a person remembers (a name, or five letters or more) from a searchable text field of one of ``rows`` (the environment's
+    search matches such fields), or ``"a"`` when no row has one."""
+    found = [w.strip(".,;:!?()\"'") for r in rows for k, v in r.items() if searchable(k, v) for w in v.split()]
+    found = [w for w in found if w.isalpha() and (len(w) >= 5 or (len(w) >= 3 and w[0].isupper()))]
+    return rng.choice(found) if found else "a"
+
+
+def _make_update_change_something(tool: dict[str, Any], key: str, args: dict[str, Any], prov: dict[str, Any],
+                                  saved: dict[str, Any], index: ToolIndex, values: ValueFactory) -> None:
+    """An update whose values equal the row's current ones is a no-op task: give one field a new value."""
+    row = next((r for r in _state_rows(saved, index, tool) if r.get(key) == args[key]), None)
+    if row is None or any(row.get(k) != v for k, v in args.items() if k != key):
+        return
+    meta = index.table_meta(tool)
+    editable = [p for p in tool["input_schema"]["properties"] if p != key and p not in meta["foreign_keys"]]
+    for name in editable:
+        for _ in range(10):
+            value = values.value(name, tool["input_schema"]["properties"][name], tool["table"], future=True)
+            if value != row.get(name):
+                args[name], prov[name] = value, {"source": "user"}
+                return
+
+
+def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
+    typ = schema.get("type")
+    ok = typ not in SCALAR_TYPES or matches_json_type(value, typ)
+    return ok and ("enum" not in schema or value in schema["enum"])
+
+
+def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str, dict[str, Any]],
+                          worker: SandboxWorker, config: SynthConfig | None = None,
+                          writer: ModelQueryWriter | None = None, persona: str | None = None) -> dict[str, Any]:
+    """Execute ``chain`` into a trajectory dict (never raises for a failing chain).
+
+    ``writer`` (needed exactly when ``config.query_writer`` is ``model``) rewrites each turn's programmatic raw
+    query in the voice of ``persona``; each turn then records the outcome in ``query_writer``
+    (:meth:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter.write`).
+
+    Returns ``{"status": "passed"|"failed", "reasons": [...], "turns": [...], "initial_state",
+    "final_state", "initial_state_hash", "final_state_hash", "env_ids"}``; each turn holds
+    ``query``, ``intent``, ``target_tools``, ``calls`` (name, arguments, provenance, output),
+    ``assistant_summary``, ``state_before``/``state_after`` and their hashes.
+
+    Raises:
+        ValueError: ``writer`` is given without ``config.query_writer == "model"``, or missing with it.
+    """
+    config = config or SynthConfig()
+    if (writer is not None) != (config.query_writer == "model"):
+        raise ValueError(f"query_writer={config.query_writer!r} needs "
+                         f"{'a model query writer' if writer is None else 'no model query writer'}")
+    rng = random.Random(chain.seed)
+    index = ToolIndex({e: environments[e] for e in chain.servers})
+    initial = {e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
+               for e in chain.servers}
+    # The user's values are relative to the episode's clock (the first environment's ``meta.now``).
+    values = ValueFactory(chain.seed % (2**31), now=initial[chain.servers[0]]["meta"].get("now", DEFAULT_NOW))
+    result: dict[str, Any] = {"env_ids": list(chain.servers), "status": "failed", "reasons": [], "turns": [],
+                              "initial_state": initial, "initial_state_hash": state_hash(initial)}
+    clashes = tool_name_collisions([environments[e] for e in chain.servers])
+    if clashes:
+        result["reasons"].append(f"tool names shared by several environments: {clashes}")
+        return result
+    try:
+        episode = worker.open_episode(copy.deepcopy(initial))
+    except (StateRejected, WorkerCrashed) as exc:
+        result["reasons"].append(f"initial state rejected: {exc}")
+        return result
+    history: list[dict[str, Any]] = []
+    turns_plan = split_turns(len(chain.tools), rng, config.max_turn_len, config.min_turns)
+    skipped = []
+    try:
+        for positions in turns_plan:
+            before = worker.save(episode)
+            calls = []
+            for pos in positions:
+                node = chain.tools[pos]
+                tool = index.tools[node.split(".", 1)[1]]
+                refuse = tool["kind"] == "action" and rng.random() < config.refusal_share
+                try:
+                    args, prov = resolve_arguments(tool, node, chain, graph, history, before if not calls else
+                                                   worker.save(episode), index, values, rng, refused=refuse)
+                except LookupError as exc:
+                    skipped.append(f"{tool['name']}: {exc}")
+                    continue
+                res = worker.call(episode, tool["name"], args)
+                error = res.get("error") or {}
+                refused = not res.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value
+                if not res.get("ok") and not refused:
+                    skipped.append(f"{tool['name']}: {error.get('message', 'error')}"[:200])
+                    continue
+                call = {"node": node, "name": tool["name"], "env_id": index.env_of[tool["name"]],
+                        "kind": tool["kind"], "arguments": args, "provenance": prov,
+                        # a refused call's result is what the agent reads: the error as the episode renders it
+                        "output": res["output"] if not refused else refusal_output(error)}
+                if refused:
+                    call["error"] = error["type"]
+                calls.append(call)
+                history.append(call)
+            if not calls:
+                continue
+            after = worker.save(episode)
+            start = len(history) - len(calls)
+            parts = [describe_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"],
+                                   new_value_refs(c, history, start, index.tools, index.key_of_name)) for c in calls]
+            summary = "; ".join(summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]),
+                                               c["arguments"], c["output"]) for c in calls)
+            result["turns"].append({
+                "turn_index": len(result["turns"]),
+                "query": join_sentences(parts),
+                "intent": [{"kind": c["kind"], "table": index.tools[c["name"]]["table"], "env_id": c["env_id"]}
+                           for c in calls],
+                "target_tools": [chain.tools[p].split(".", 1)[1] for p in positions],
+                "calls": calls,
+                "assistant_summary": summary[0].upper() + summary[1:] + ".",
+                "state_before": before,
+                "state_after": after,
+                "state_before_hash": state_hash(before),
+                "state_after_hash": state_hash(after),
+            })
+            if writer is not None:
+                turn = result["turns"][-1]
+                turn["query"], turn["query_writer"] = writer.write(turn, result["turns"][:-1], index.envs, persona)
+        final = worker.save(episode)
+    except WorkerCrashed as exc:
+        result["reasons"].append(f"worker crashed: {exc}")
+        return result
+    finally:
+        try:
+            worker.close_episode(episode)
+        except Exception:  # the worker may have been restarted; the episode is gone either way
+            pass
+    result["final_state"] = final
+    result["final_state_hash"] = state_hash(final)
+    result["skipped_calls"] = skipped
+    if len(result["turns"]) < config.min_turns:
+        result["reasons"].append(f"only {len(result['turns'])} turn(s) executed (minimum {config.min_turns})"
+                                 + (f"; skipped: {skipped[:3]}" if skipped else ""))
+        return result
+    result["status"] = "passed"
+    return result
+
+
+def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list[dict[str, Any]]:
+    """OpenAI chat messages of a trajectory: system, then per turn the user query, the turn's
+    ``clarification`` exchange if any (assistant question, user answer; conversational mode), one assistant
+    message with ``tool_calls`` per call followed by its ``tool`` result (or, where the turn has
+    ``call_groups``, lists of call indexes, one message per group with all its calls, then their results in
+    the same order; see :mod:`envfactory_assets.synth.trajectories.parallel`), and the assistant's closing summary. A
+    turn without calls (an abstention turn) is its query and the assistant's reply.
+
+    Tool-call arguments and tool results are JSON strings with UTF-8 kept as is.
+    """
+    import json
+
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    counter = 0
+    for turn in turns:
+        messages.append({"role": "user", "content": turn[query_field]})
+        messages.extend({"role": m["role"], "content": m["content"]} for m in turn.get("clarification") or [])
+        for group in turn.get("call_groups") or [[i] for i in range(len(turn["calls"]))]:
+            ids = [f"call_{counter + k + 1}" for k in range(len(group))]
+            counter += len(group)
+            messages.append({"role": "assistant", "content": "", "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": turn["calls"][i]["name"],
+                             "arguments": json.dumps(turn["calls"][i]["arguments"], ensure_ascii=False)}}
+                for call_id, i in zip(ids, group)]})
+            messages.extend({"role": "tool", "tool_call_id": call_id, "name": turn["calls"][i]["name"],
+                             "content": json.dumps(turn["calls"][i]["output"], ensure_ascii=False)}
+                            for call_id, i in zip(ids, group))
+        messages.append({"role": "assistant", "content": turn["assistant_summary"]})
+    return messages
