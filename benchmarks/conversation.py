@@ -49,15 +49,20 @@ def main() -> None:
         env = build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
         envs[env["env_id"]] = env
     graph = build_tool_graph(tools_from_environments(envs.values()), MiniLMEmbedder())
-    chains = [{"id": f"c{i}", "tools": c.to_dict(), "domains": ["bench"]}
-              for i, c in enumerate(sample_chains(graph, args.chains, "bench-conv", SamplerConfig(min_tools=3)))]
+    chains = [
+        {"id": f"c{i}", "tools": c.to_dict(), "domains": ["bench"]}
+        for i, c in enumerate(sample_chains(graph, args.chains, "bench-conv", SamplerConfig(min_tools=3)))
+    ]
     raw = [r for r in raw_trajectory_rows(chains, graph, envs, SynthConfig()) if r["status"] == "passed"]
     flags = providable_flags(graph)
     runs = {
         "no expansion": (ProgrammaticSolver(), CalibrationConfig(k=args.k, goal_expansion=False), None),
         "default": (ProgrammaticSolver(), CalibrationConfig(k=args.k), None),
-        "conversational": (ProgrammaticSolver(ask=True), CalibrationConfig(k=args.k, conversational_share=1.0),
-                           ProgrammaticUser()),
+        "conversational": (
+            ProgrammaticSolver(ask=True),
+            CalibrationConfig(k=args.k, conversational_share=1.0),
+            ProgrammaticUser(),
+        ),
     }
     print(f"{len(raw)} raw trajectories, k={args.k}")
     for label, (solver, cfg, user) in runs.items():
@@ -66,8 +71,10 @@ def main() -> None:
         seconds = time.perf_counter() - start
         passed = [r for r in rows if r["status"] == "passed"]
         clarified = sum(1 for r in passed for t in r["turns"] if t.get("clarification"))
-        line = (f"{label:15s} {seconds:6.1f} s  passed {len(passed)}/{len(rows)}  turns {sum(r['n_turns'] for r in passed)}"
-                f"  clarified turns {clarified}  {_operators(rows)}")
+        line = (
+            f"{label:15s} {seconds:6.1f} s  passed {len(passed)}/{len(rows)}  turns {sum(r['n_turns'] for r in passed)}"
+            f"  clarified turns {clarified}  {_operators(rows)}"
+        )
         if label == "conversational":
             _, rl, rejected = dataset_rows(passed, envs, sft_share=0.0)
             line += f"  RL rows {len(rl)}, rejected on replay {len(rejected)}"

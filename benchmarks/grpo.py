@@ -22,7 +22,9 @@ def main() -> None:
     store = Store(settings.store_path())
     tasks = grpo_tasks(store.read("rl_dataset"), n_prompts, max_tools=DEFAULT_GRPO_MAX_TOOLS)
     environments = passed_environments(store).environments
-    metrics = train_grpo(tasks, environments, start, settings.envfactory_home() / "bench_grpo", GRPOConfigSpec(max_steps=steps))
+    metrics = train_grpo(
+        tasks, environments, start, settings.envfactory_home() / "bench_grpo", GRPOConfigSpec(max_steps=steps)
+    )
     print(json.dumps(metrics, indent=1))
 
 

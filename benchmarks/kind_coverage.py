@@ -44,9 +44,12 @@ def scan(root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
         path = root / row["path"]
         spec = load_document(path.read_bytes(), path.suffix.lower())
         uncapped += sum(1 for op in operation_coverage(spec) if op.kind)
-    return {"documents": len(accepted) + sum(1 for r in rejected if r["reason"] != "too_large"),
-            "coverage": coverage, "mapped_without_cap": uncapped,
-            "accepted_docs": [(root / r["path"], r) for r in accepted]}
+    return {
+        "documents": len(accepted) + sum(1 for r in rejected if r["reason"] != "too_large"),
+        "coverage": coverage,
+        "mapped_without_cap": uncapped,
+        "accepted_docs": [(root / r["path"], r) for r in accepted],
+    }
 
 
 def verify_sample(accepted_docs: list[tuple[Path, dict[str, Any]]], n: int, seed: int) -> dict[str, Any]:
@@ -79,20 +82,29 @@ def verify_sample(accepted_docs: list[tuple[Path, dict[str, Any]]], n: int, seed
 def markdown(result: dict[str, Any], seconds: float) -> str:
     cov = result["coverage"]
     ops = max(1, cov["operations"])
-    lines = [f"Documents under the size limit: {result['documents']:,}; yielding an environment: "
-             f"{cov['documents_yielding_environment']:,} ({cov['documents_yielding_share']:.1%}).",
-             f"Operations: {cov['operations']:,}; mapped to a tool kind within the resource cap "
-             f"({MAX_RESOURCES_PER_ENV} per environment): {cov['operations_mapped']:,} "
-             f"({cov['operations_mapped_share']:.1%}); without the cap: {result['mapped_without_cap']:,} "
-             f"({result['mapped_without_cap'] / ops:.1%}). Scan time {seconds:.0f} s.", "",
-             "| kind | operations |", "|---|---:|"]
+    lines = [
+        f"Documents under the size limit: {result['documents']:,}; yielding an environment: "
+        f"{cov['documents_yielding_environment']:,} ({cov['documents_yielding_share']:.1%}).",
+        f"Operations: {cov['operations']:,}; mapped to a tool kind within the resource cap "
+        f"({MAX_RESOURCES_PER_ENV} per environment): {cov['operations_mapped']:,} "
+        f"({cov['operations_mapped_share']:.1%}); without the cap: {result['mapped_without_cap']:,} "
+        f"({result['mapped_without_cap'] / ops:.1%}). Scan time {seconds:.0f} s.",
+        "",
+        "| kind | operations |",
+        "|---|---:|",
+    ]
     lines += [f"| {k} | {v:,} |" for k, v in cov["operations_by_kind"].items()]
     lines += ["", "| unmapped because | operations |", "|---|---:|"]
     lines += [f"| {k} | {v:,} |" for k, v in cov["operations_unmapped_by_reason"].items()]
     if "verification" in result:
         ver = result["verification"]
-        lines += ["", f"Verified sample: {ver['environments']} environments, {ver['passed']} passed.", "",
-                  "| kind | tools built | every check passed |", "|---|---:|---:|"]
+        lines += [
+            "",
+            f"Verified sample: {ver['environments']} environments, {ver['passed']} passed.",
+            "",
+            "| kind | tools built | every check passed |",
+            "|---|---:|---:|",
+        ]
         lines += [f"| {k} | {n:,} | {ver['verified'].get(k, 0):,} |" for k, n in sorted(ver["built"].items())]
     return "\n".join(lines)
 

@@ -23,8 +23,9 @@ import json
 import multiprocessing
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from envfactory_assets.envgen.stage import environment_row, environment_rows
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
@@ -48,8 +49,9 @@ K = 2
 
 def _serve(replies: RoleReplies, delay_s: float, max_requests: int, lifetime_s: float, conn: Any) -> None:
     """The stub's process: serve until told to stop or until ``lifetime_s`` has passed."""
-    with FakeChatServer(responder=replies, delay_s=delay_s, max_requests=max_requests, lifetime_s=lifetime_s,
-                        keep_alive=True) as server:
+    with FakeChatServer(
+        responder=replies, delay_s=delay_s, max_requests=max_requests, lifetime_s=lifetime_s, keep_alive=True
+    ) as server:
         conn.send(server.base_url)
         conn.poll(lifetime_s)
         conn.send(len(server.requests))
@@ -61,11 +63,12 @@ class Stub:
     def __init__(self, replies: RoleReplies, delay_s: float, max_requests: int, lifetime_s: float) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(replies, delay_s, max_requests, lifetime_s, child),
-                                        daemon=True)
+        self._process = context.Process(
+            target=_serve, args=(replies, delay_s, max_requests, lifetime_s, child), daemon=True
+        )
         self.lifetime_s, self.base_url, self.requests = lifetime_s, "", 0
 
-    def __enter__(self) -> "Stub":
+    def __enter__(self) -> Stub:
         self._process.start()
         if not self._conn.poll(60):
             raise RuntimeError("the stub server did not start within 60 s")
@@ -88,24 +91,45 @@ def fixtures(n_chains: int, copies: int = 8) -> dict[str, Any]:
     more environments than threads."""
     scanned = scan_rows(FIXTURES)[0]
     built = [environment_row(r) for r in scanned]
-    resources = [{**r, "resource_key": f"{r['resource_key']}_{i}", "id": f"{r['id']}-{i}"}
-                 for r, b in zip(scanned, built) if b["status"] == "built" for i in range(copies)]
+    resources = [
+        {**r, "resource_key": f"{r['resource_key']}_{i}", "id": f"{r['id']}-{i}"}
+        for r, b in zip(scanned, built, strict=False)
+        if b["status"] == "built"
+        for i in range(copies)
+    ]
     sources = {row["env_id"]: row["source"] for row in map(environment_row, resources)}
-    envs = {r["env_id"]: {"env_id": r["env_id"], "domain": r["domain"], "origin": "template",
-                          **{k: r[k] for k in ("tools", "tables", "state_schema", "source", "initial_states",
-                                               "seed_data")}}
-            for r in built if r["status"] == "built"}
+    envs = {
+        r["env_id"]: {
+            "env_id": r["env_id"],
+            "domain": r["domain"],
+            "origin": "template",
+            **{k: r[k] for k in ("tools", "tables", "state_schema", "source", "initial_states", "seed_data")},
+        }
+        for r in built
+        if r["status"] == "built"
+    }
     graph = build_tool_graph(tools_from_environments(envs.values()), HashingEmbedder())
-    chains = [c for c in chain_rows(graph, envs, {e: f"ver-{e}" for e in envs}, n_chains, "concurrency-bench",
-                                    "topology", SamplerConfig(min_tools=3)) if c["status"] == "passed"]
+    chains = [
+        c
+        for c in chain_rows(
+            graph,
+            envs,
+            {e: f"ver-{e}" for e in envs},
+            n_chains,
+            "concurrency-bench",
+            "topology",
+            SamplerConfig(min_tools=3),
+        )
+        if c["status"] == "passed"
+    ]
     raws = [r for r in raw_trajectory_rows(chains, graph, envs, SynthConfig(min_turns=2)) if r["status"] == "passed"]
-    programmatic = refined_trajectory_rows(raws, envs, config=CalibrationConfig(k=K, conversational_share=0.0,
-                                                                                  workers=1))
-    replies = RoleReplies(gold_of([t for r in programmatic for t in r["turns"]]
-                                  + [t for r in raws for t in r["turns"]]),
-                          sources)
-    return {"resources": resources, "envs": envs,
-            "graph": graph, "chains": chains, "raws": raws, "replies": replies}
+    programmatic = refined_trajectory_rows(
+        raws, envs, config=CalibrationConfig(k=K, conversational_share=0.0, workers=1)
+    )
+    replies = RoleReplies(
+        gold_of([t for r in programmatic for t in r["turns"]] + [t for r in raws for t in r["turns"]]), sources
+    )
+    return {"resources": resources, "envs": envs, "graph": graph, "chains": chains, "raws": raws, "replies": replies}
 
 
 def stages(data: dict[str, Any]) -> list[tuple[str, int, str, Callable[[Any], list[dict[str, Any]]]]]:
@@ -113,12 +137,26 @@ def stages(data: dict[str, Any]) -> list[tuple[str, int, str, Callable[[Any], li
     synth = SynthConfig(min_turns=2, query_writer="model")
     cal = CalibrationConfig(k=K, conversational_share=0.0, refiner="model", workers=1)
     return [
-        ("raw_trajectories (query writer)", len(data["chains"]), "trajectories",
-         lambda b: raw_trajectory_rows(data["chains"], data["graph"], data["envs"], synth, writer=ModelQueryWriter(b))),
-        ("refined_trajectories (solver, refiner)", len(data["raws"]), "trajectories",
-         lambda b: refined_trajectory_rows(data["raws"], data["envs"], ModelSolver(b), cal, refiner=ModelRefiner(b))),
-        ("environments (code writer)", len(data["resources"]), "environments",
-         lambda b: environment_rows(data["resources"], b, max_revisions=1)),
+        (
+            "raw_trajectories (query writer)",
+            len(data["chains"]),
+            "trajectories",
+            lambda b: raw_trajectory_rows(
+                data["chains"], data["graph"], data["envs"], synth, writer=ModelQueryWriter(b)
+            ),
+        ),
+        (
+            "refined_trajectories (solver, refiner)",
+            len(data["raws"]),
+            "trajectories",
+            lambda b: refined_trajectory_rows(data["raws"], data["envs"], ModelSolver(b), cal, refiner=ModelRefiner(b)),
+        ),
+        (
+            "environments (code writer)",
+            len(data["resources"]),
+            "environments",
+            lambda b: environment_rows(data["resources"], b, max_revisions=1),
+        ),
     ]
 
 
@@ -144,9 +182,18 @@ def measure(data: dict[str, Any], base_url: str, levels: tuple[int, ...]) -> lis
                 reference = text
             elif text != reference:
                 raise AssertionError(f"{stage}: rows at max_concurrency={level} differ from max_concurrency=1")
-            out.append({"stage": stage, "items": n, "item": item, "concurrency": level, "seconds": wall,
-                        "requests": calls, "cpu_ms_per_request": 1000 * cpu / max(calls, 1),
-                        "requests_per_item": calls / max(n, 1)})
+            out.append(
+                {
+                    "stage": stage,
+                    "items": n,
+                    "item": item,
+                    "concurrency": level,
+                    "seconds": wall,
+                    "requests": calls,
+                    "cpu_ms_per_request": 1000 * cpu / max(calls, 1),
+                    "requests_per_item": calls / max(n, 1),
+                }
+            )
         first = next(r for r in out if r["stage"] == stage)
         for r in out:
             if r["stage"] == stage:
@@ -156,21 +203,31 @@ def measure(data: dict[str, Any], base_url: str, levels: tuple[int, ...]) -> lis
 
 def markdown(results: list[dict[str, Any]], delay_s: float) -> str:
     """The results as a Markdown table, with the command."""
-    lines = [f"`python -m benchmarks.model_concurrency`: a local stub answering every request after "
-             f"{delay_s * 1000:.0f} ms; the fixture corpus (`envfactory_assets_tests/fixtures/openapi`; each "
-             f"buildable document written 8 times under its own key for the environments), k = {K}, no response "
-             "cache; rows identical at every concurrency (asserted). CPU is this process's and its sandbox "
-             "workers' (user + system), the stub's excluded.", "",
-             "| stage | items | max_concurrency | wall s | speed-up | requests | requests per item | CPU ms per request |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['stage']} | {r['items']} {r['item']} | {r['concurrency']} | {r['seconds']:.1f} | "
-              f"{r['speedup']:.2f}x | {r['requests']} | {r['requests_per_item']:.1f} | {r['cpu_ms_per_request']:.1f} |"
-              for r in results]
+    lines = [
+        f"`python -m benchmarks.model_concurrency`: a local stub answering every request after "
+        f"{delay_s * 1000:.0f} ms; the fixture corpus (`envfactory_assets_tests/fixtures/openapi`; each "
+        f"buildable document written 8 times under its own key for the environments), k = {K}, no response "
+        "cache; rows identical at every concurrency (asserted). CPU is this process's and its sandbox "
+        "workers' (user + system), the stub's excluded.",
+        "",
+        "| stage | items | max_concurrency | wall s | speed-up | requests | requests per item | CPU ms per request |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['stage']} | {r['items']} {r['item']} | {r['concurrency']} | {r['seconds']:.1f} | "
+        f"{r['speedup']:.2f}x | {r['requests']} | {r['requests_per_item']:.1f} | {r['cpu_ms_per_request']:.1f} |"
+        for r in results
+    ]
     return "\n".join(lines)
 
 
-def run(levels: tuple[int, ...] = LEVELS, n_chains: int = 24, delay_s: float = 0.2, max_requests: int = 50_000,
-        lifetime_s: float = 1800.0) -> str:
+def run(
+    levels: tuple[int, ...] = LEVELS,
+    n_chains: int = 24,
+    delay_s: float = 0.2,
+    max_requests: int = 50_000,
+    lifetime_s: float = 1800.0,
+) -> str:
     """Build the fixtures, start the stub, measure every stage at every level; the Markdown table."""
     data = fixtures(n_chains)
     with Stub(data["replies"], delay_s, max_requests, lifetime_s) as stub:

@@ -76,48 +76,66 @@ def load(path: Path, n: int, seed: int) -> dict[str, Any]:
     """
     store = ReadOnlyStore(path)
     envs = passed_environments(store).environments  # type: ignore[arg-type]
-    graph = graph_from_store_rows(store.read("tool_graph_nodes"), store.read("tool_graph_parameters"),
-                                  store.read("tool_graph_edges"))
-    chains = [c for c in store.read("tool_chains", "status = 'passed' AND sampler = 'topology'")
-              if all(e in envs for e in c["env_ids"])]
+    graph = graph_from_store_rows(
+        store.read("tool_graph_nodes"), store.read("tool_graph_parameters"), store.read("tool_graph_edges")
+    )
+    chains = [
+        c
+        for c in store.read("tool_chains", "status = 'passed' AND sampler = 'topology'")
+        if all(e in envs for e in c["env_ids"])
+    ]
     if len(chains) < n:
-        raise ValueError(f"--store {path} holds {len(chains)} passed topology chains on passed environments, "
-                         f"fewer than --n {n}")
+        raise ValueError(
+            f"--store {path} holds {len(chains)} passed topology chains on passed environments, fewer than --n {n}"
+        )
     chains.sort(key=lambda c: c["id"])
     picked = random.Random(seed).sample(chains, n)
     needed = {e for c in picked for e in c["env_ids"]}
     return {"envs": {e: envs[e] for e in needed}, "graph": graph, "chains": picked}
 
 
-def run_side(data: dict[str, Any], backend: Any, synth: SynthConfig, cal: CalibrationConfig,
-             max_tokens: int = 96) -> dict[str, Any]:
+def run_side(
+    data: dict[str, Any], backend: Any, synth: SynthConfig, cal: CalibrationConfig, max_tokens: int = 96
+) -> dict[str, Any]:
     """Raw trajectories of ``data["chains"]``, then their refined rows; ``backend`` None = programmatic roles.
 
     Returns ``{"raw", "refined", "wall_s": {"raw_trajectories", "refined_trajectories"}, "usage"}`` (``usage``:
     the backend's counters per stage, {} without one). ``max_tokens``: the longest reply asked of the model."""
-    writer = ModelQueryWriter(backend, attempts=synth.query_writer_attempts, max_tokens=max_tokens) \
-        if backend is not None else None
-    refiner = ModelRefiner(backend, attempts=cal.refiner_attempts, max_tokens=max_tokens) \
-        if backend is not None else None
+    writer = (
+        ModelQueryWriter(backend, attempts=synth.query_writer_attempts, max_tokens=max_tokens)
+        if backend is not None
+        else None
+    )
+    refiner = (
+        ModelRefiner(backend, attempts=cal.refiner_attempts, max_tokens=max_tokens) if backend is not None else None
+    )
     usage: dict[str, Any] = {}
     started = time.monotonic()
-    raw = raw_trajectory_rows(data["chains"], data["graph"], data["envs"], synth, writer=writer,
-                              progress=_progress("raw"))
+    raw = raw_trajectory_rows(
+        data["chains"], data["graph"], data["envs"], synth, writer=writer, progress=_progress("raw")
+    )
     wall = {"raw_trajectories": round(time.monotonic() - started, 1)}
     if backend is not None:
         usage["raw_trajectories"] = backend.usage()
     passed = [r for r in raw if r["status"] == "passed"]
     started = time.monotonic()
-    refined = refined_trajectory_rows(passed, data["envs"], ProgrammaticSolver(ask=cal.conversational_share > 0),
-                                      cal, user=ProgrammaticUser() if cal.conversational_share > 0 else None,
-                                      providable=providable_flags(data["graph"]) if cal.conversational_share > 0
-                                      else None, refiner=refiner,
-                                      progress=_progress("refined"))
+    refined = refined_trajectory_rows(
+        passed,
+        data["envs"],
+        ProgrammaticSolver(ask=cal.conversational_share > 0),
+        cal,
+        user=ProgrammaticUser() if cal.conversational_share > 0 else None,
+        providable=providable_flags(data["graph"]) if cal.conversational_share > 0 else None,
+        refiner=refiner,
+        progress=_progress("refined"),
+    )
     wall["refined_trajectories"] = round(time.monotonic() - started, 1)
     if backend is not None:
         total = backend.usage()
-        usage["refined_trajectories"] = {k: total.get(k, 0) - usage["raw_trajectories"].get(k, 0)
-                                         for k in ("calls", "prompt_tokens", "completion_tokens", "generate_s")}
+        usage["refined_trajectories"] = {
+            k: total.get(k, 0) - usage["raw_trajectories"].get(k, 0)
+            for k in ("calls", "prompt_tokens", "completion_tokens", "generate_s")
+        }
     return {"raw": raw, "refined": refined, "wall_s": wall, "usage": usage}
 
 
@@ -125,6 +143,7 @@ def _progress(stage: str):
     def report(done: int, total: int) -> None:
         if done == total or done % 2 == 0:
             print(f"  {stage}: {done}/{total}", flush=True)
+
     return report
 
 
@@ -134,8 +153,15 @@ def _share(part: int, whole: int) -> str:
 
 def _reason(text: str) -> str:
     """A refusal reason without its particulars (the values and names it quotes)."""
-    for cue in ("not one JSON object", 'no "query" field', "is not one of", "empty or not a string",
-                "longer than", "names a tool", "cannot know yet"):
+    for cue in (
+        "not one JSON object",
+        'no "query" field',
+        "is not one of",
+        "empty or not a string",
+        "longer than",
+        "names a tool",
+        "cannot know yet",
+    ):
         if cue in text:
             return cue
     return text[:40]
@@ -151,17 +177,24 @@ def role_figures(side: dict[str, Any]) -> dict[str, Any]:
         # a request was refused or accepted; a turn with every attempt refused asked `attempts` times
         refused = sum(len(r["refusals"]) for r in records)
         accepted = sum(1 for r in records if r["outcome"] != "fallback")
-        out[role] = {"turns": len(records), "requests": refused + accepted, "refused": refused,
-                     "all_refused_turns": sum(1 for r in records if r["outcome"] == "fallback"),
-                     "reasons": dict(Counter(_reason(x["reason"]) for r in records for x in r["refusals"]).most_common())}
+        out[role] = {
+            "turns": len(records),
+            "requests": refused + accepted,
+            "refused": refused,
+            "all_refused_turns": sum(1 for r in records if r["outcome"] == "fallback"),
+            "reasons": dict(Counter(_reason(x["reason"]) for r in records for x in r["refusals"]).most_common()),
+        }
     out["query_writer"]["kept_turns"] = role_outcomes(kept, "query_writer")
     model_ops = [o for t in kept for o in t["operators"] if o.get("obtainable_from") == "model refiner"]
     out["refiner"]["rewrites"] = len(model_ops)
     out["refiner"]["rewrites_reverted"] = sum(1 for o in model_ops if o.get("reverted"))
     out["refiner"]["kept_turns"] = role_outcomes(kept, "refiner")
-    out["refiner"]["kept_with_model_text"] = sum(1 for t in kept for o in t["operators"]
-                                                 if o.get("obtainable_from") == "model refiner"
-                                                 and not o.get("reverted") and o["query_after"] == t["query"])
+    out["refiner"]["kept_with_model_text"] = sum(
+        1
+        for t in kept
+        for o in t["operators"]
+        if o.get("obtainable_from") == "model refiner" and not o.get("reverted") and o["query_after"] == t["query"]
+    )
     return out
 
 
@@ -170,11 +203,15 @@ def realism(side: dict[str, Any]) -> dict[str, Any]:
     rows = side["refined"]
     passed = [r for r in rows if r["status"] == "passed"]
     turns = [t for r in passed for t in r["turns"]]
-    return {"raw_passed": sum(1 for r in side["raw"] if r["status"] == "passed"), "refined_passed": len(passed),
-            "refined_failed_reasons": dict(Counter(x.split(":")[0][:50] for r in rows for x in r["reasons"])),
-            "refined": query_statistics(rows), "raw": query_statistics(rows, field="query_raw"),
-            "future_identifiers": future_identifier_figures(rows),
-            "mean_accuracy": round(sum(t["accuracy"] for t in turns) / len(turns), 3) if turns else 0.0}
+    return {
+        "raw_passed": sum(1 for r in side["raw"] if r["status"] == "passed"),
+        "refined_passed": len(passed),
+        "refined_failed_reasons": dict(Counter(x.split(":")[0][:50] for r in rows for x in r["reasons"])),
+        "refined": query_statistics(rows),
+        "raw": query_statistics(rows, field="query_raw"),
+        "future_identifiers": future_identifier_figures(rows),
+        "mean_accuracy": round(sum(t["accuracy"] for t in turns) / len(turns), 3) if turns else 0.0,
+    }
 
 
 def _cell(text: str) -> str:
@@ -197,35 +234,49 @@ def markdown(prog: dict[str, Any], model: dict[str, Any], meta: dict[str, Any]) 
     rp, rm = realism(prog), realism(model)
     qw, rf = roles["query_writer"], roles["refiner"]
     kept = sum(len(r["turns"]) for r in model["refined"])
-    lines = [f"Measured on {meta['machine']} at commit `{meta['commit']}`: `{meta['command']}` "
-             f"({meta['n']} chains drawn with seed {meta['seed']} from `{meta['store']}`; model "
-             f"`{meta['model']}` through the transformers backend on CPU, greedy, max_tokens {meta['max_tokens']}, "
-             f"{meta['attempts']} requests per turn and role at most; calibration k = {meta['k']}, the "
-             f"programmatic solver, the default conversational share).", "",
-             "**The model's roles**", "",
-             "| | query writer | refiner |", "|---|---|---|",
-             f"| turns asked | {qw['turns']} | {rf['turns']} |",
-             f"| requests refused | {_share(qw['refused'], qw['requests'])} | {_share(rf['refused'], rf['requests'])} |",
-             f"| turns with every reply refused (programmatic text kept) | {_share(qw['all_refused_turns'], qw['turns'])} "
-             f"| {_share(rf['all_refused_turns'], rf['turns'])} |",
-             f"| refusal reasons | {_cell(', '.join(f'{k}: {v}' for k, v in qw['reasons'].items()) or '-')} "
-             f"| {_cell(', '.join(f'{k}: {v}' for k, v in rf['reasons'].items()) or '-')} |",
-             f"| kept turns by outcome | {qw['kept_turns'] or '-'} | {rf['kept_turns'] or '-'} |",
-             f"| accepted text reverted by calibration (unsolvable) | "
-             f"{_share(qw['kept_turns'].get('reverted', 0), qw['turns'] - qw['all_refused_turns'])} of raw queries written "
-             f"| {_share(rf['rewrites_reverted'], rf['rewrites'])} of rewrites |",
-             f"| kept turns whose text is the model's | {_share(qw['kept_turns'].get('model', 0), kept)} (raw query) "
-             f"| {_share(rf['kept_with_model_text'], kept)} (refined query) |",
-             "", "**Cost**", "",
-             "| run | stage | wall s | model requests | prompt tokens | completion tokens | generation s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Measured on {meta['machine']} at commit `{meta['commit']}`: `{meta['command']}` "
+        f"({meta['n']} chains drawn with seed {meta['seed']} from `{meta['store']}`; model "
+        f"`{meta['model']}` through the transformers backend on CPU, greedy, max_tokens {meta['max_tokens']}, "
+        f"{meta['attempts']} requests per turn and role at most; calibration k = {meta['k']}, the "
+        f"programmatic solver, the default conversational share).",
+        "",
+        "**The model's roles**",
+        "",
+        "| | query writer | refiner |",
+        "|---|---|---|",
+        f"| turns asked | {qw['turns']} | {rf['turns']} |",
+        f"| requests refused | {_share(qw['refused'], qw['requests'])} | {_share(rf['refused'], rf['requests'])} |",
+        f"| turns with every reply refused (programmatic text kept) | {_share(qw['all_refused_turns'], qw['turns'])} "
+        f"| {_share(rf['all_refused_turns'], rf['turns'])} |",
+        f"| refusal reasons | {_cell(', '.join(f'{k}: {v}' for k, v in qw['reasons'].items()) or '-')} "
+        f"| {_cell(', '.join(f'{k}: {v}' for k, v in rf['reasons'].items()) or '-')} |",
+        f"| kept turns by outcome | {qw['kept_turns'] or '-'} | {rf['kept_turns'] or '-'} |",
+        f"| accepted text reverted by calibration (unsolvable) | "
+        f"{_share(qw['kept_turns'].get('reverted', 0), qw['turns'] - qw['all_refused_turns'])} of raw queries written "
+        f"| {_share(rf['rewrites_reverted'], rf['rewrites'])} of rewrites |",
+        f"| kept turns whose text is the model's | {_share(qw['kept_turns'].get('model', 0), kept)} (raw query) "
+        f"| {_share(rf['kept_with_model_text'], kept)} (refined query) |",
+        "",
+        "**Cost**",
+        "",
+        "| run | stage | wall s | model requests | prompt tokens | completion tokens | generation s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, side in (("programmatic", prog), ("model", model)):
         for stage in ("raw_trajectories", "refined_trajectories"):
             u = side["usage"].get(stage, {})
-            lines.append(f"| {name} | {stage} | {side['wall_s'][stage]} | {u.get('calls', 0)} | "
-                         f"{u.get('prompt_tokens', 0)} | {u.get('completion_tokens', 0)} | {u.get('generate_s', 0):.0f} |")
-    lines += ["", "**Data realism** (passed refined rows; 3-grams scaled to 1,000 queries, so compare equal sizes)",
-              "", "| figure | programmatic | model |", "|---|---|---|"]
+            lines.append(
+                f"| {name} | {stage} | {side['wall_s'][stage]} | {u.get('calls', 0)} | "
+                f"{u.get('prompt_tokens', 0)} | {u.get('completion_tokens', 0)} | {u.get('generate_s', 0):.0f} |"
+            )
+    lines += [
+        "",
+        "**Data realism** (passed refined rows; 3-grams scaled to 1,000 queries, so compare equal sizes)",
+        "",
+        "| figure | programmatic | model |",
+        "|---|---|---|",
+    ]
     figures = [
         ("raw trajectories passed", lambda r: r["raw_passed"]),
         ("refined trajectories passed", lambda r: r["refined_passed"]),
@@ -243,8 +294,16 @@ def markdown(prog: dict[str, Any], model: dict[str, Any], meta: dict[str, Any]) 
         ("refined rows' failure reasons", lambda r: r["refined_failed_reasons"] or "-"),
     ]
     lines += [f"| {label} | {_cell(str(get(rp)))} | {_cell(str(get(rm)))} |" for label, get in figures]
-    lines += ["", "**Example turns, programmatic run**", "", *examples(prog), "",
-              "**Example turns, model run**", "", *examples(model)]
+    lines += [
+        "",
+        "**Example turns, programmatic run**",
+        "",
+        *examples(prog),
+        "",
+        "**Example turns, model run**",
+        "",
+        *examples(model),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -254,8 +313,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--store", type=Path, required=True, help="envfactory.duckdb with tool_chains (read only)")
     parser.add_argument("--n", type=int, default=50, help="chains to write trajectories from")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default="smollm2-135m-instruct",
-                        help="a local HF model directory, or smollm2-135m-instruct (the packaged GGUF)")
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m-instruct",
+        help="a local HF model directory, or smollm2-135m-instruct (the packaged GGUF)",
+    )
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS, help="where the GGUF is materialized")
     parser.add_argument("--attempts", type=int, default=2, help="model requests per turn and role")
     # a query in a JSON object fits in 96 tokens; a 135M model on 2 CPU cores generates tens of tokens a
@@ -274,17 +336,32 @@ def main(argv: list[str] | None = None) -> str:
     prog = run_side(data, None, SynthConfig(), cal)
     print(f"programmatic: {prog['wall_s']}", flush=True)
     backend = TransformersBackend(model_dir)
-    model = run_side(data, backend, SynthConfig(query_writer="model", query_writer_attempts=args.attempts),
-                     CalibrationConfig(k=args.k, workers=1, refiner="model", refiner_attempts=args.attempts),
-                     args.max_tokens)
+    model = run_side(
+        data,
+        backend,
+        SynthConfig(query_writer="model", query_writer_attempts=args.attempts),
+        CalibrationConfig(k=args.k, workers=1, refiner="model", refiner_attempts=args.attempts),
+        args.max_tokens,
+    )
     print(f"model: {model['wall_s']}", flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
-    meta = {"machine": f"{platform.machine()} Linux, {os.cpu_count()} cores (shared)", "commit": commit,
-            "command": "python -m benchmarks.querygen_comparison " + " ".join(argv if argv is not None else
-                                                                            sys.argv[1:]),
-            "n": args.n, "seed": args.seed, "store": args.store, "model": args.model, "attempts": args.attempts,
-            "k": args.k, "max_tokens": args.max_tokens}
+    commit = (
+        subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).resolve().parent
+        ).stdout.strip()
+        or "unknown"
+    )
+    meta = {
+        "machine": f"{platform.machine()} Linux, {os.cpu_count()} cores (shared)",
+        "commit": commit,
+        "command": "python -m benchmarks.querygen_comparison " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "n": args.n,
+        "seed": args.seed,
+        "store": args.store,
+        "model": args.model,
+        "attempts": args.attempts,
+        "k": args.k,
+        "max_tokens": args.max_tokens,
+    }
     text = markdown(prog, model, meta)
     print(text)
     if args.out:

@@ -43,25 +43,41 @@ def sample(store: Store, n: int, seed: int = 0) -> tuple[list[dict[str, Any]], d
     if not raw:
         raise ValueError(f"{store.path}: no passed raw trajectories; run `envfactory run` first")
     random.Random(seed).shuffle(raw)
-    graph = graph_from_store_rows(store.read("tool_graph_nodes"), store.read("tool_graph_parameters"),
-                                  store.read("tool_graph_edges"))
+    graph = graph_from_store_rows(
+        store.read("tool_graph_nodes"), store.read("tool_graph_parameters"), store.read("tool_graph_edges")
+    )
     return raw[:n], envs, providable_flags(graph)
 
 
 def measure(raw: list[dict[str, Any]], envs: dict[str, dict], flags: Any, workers: int) -> list[dict[str, Any]]:
     """One row per path: ``{"path", "processes", "seconds", "per_s", "ratio", "rows"}`` (the reference first)."""
-    paths = [("reference: tool list read per attempt, 1 process", False, 1),
-             ("tool list read once, 1 process", True, 1),
-             (f"tool list read once, {workers or 'one per core'} processes", True, workers)]
+    paths = [
+        ("reference: tool list read per attempt, 1 process", False, 1),
+        ("tool list read once, 1 process", True, 1),
+        (f"tool list read once, {workers or 'one per core'} processes", True, workers),
+    ]
     out = []
     for label, reuse, n_workers in paths:
         config = CalibrationConfig(workers=n_workers)
         started = time.perf_counter()
-        rows = refined_trajectory_rows(raw, envs, ProgrammaticSolver(ask=True, reuse_tool_reading=reuse), config,
-                                       user=ProgrammaticUser(), providable=flags)
+        rows = refined_trajectory_rows(
+            raw,
+            envs,
+            ProgrammaticSolver(ask=True, reuse_tool_reading=reuse),
+            config,
+            user=ProgrammaticUser(),
+            providable=flags,
+        )
         seconds = time.perf_counter() - started
-        out.append({"path": label, "processes": resolve_workers(n_workers, len(raw)), "seconds": seconds,
-                    "per_s": len(raw) / seconds, "rows": rows})
+        out.append(
+            {
+                "path": label,
+                "processes": resolve_workers(n_workers, len(raw)),
+                "seconds": seconds,
+                "per_s": len(raw) / seconds,
+                "rows": rows,
+            }
+        )
     reference = json.dumps(out[0]["rows"], sort_keys=True, default=str)
     for result in out:
         result["ratio"] = out[0]["seconds"] / result["seconds"]
@@ -73,19 +89,28 @@ def measure(raw: list[dict[str, Any]], envs: dict[str, dict], flags: Any, worker
 def markdown(results: list[dict[str, Any]], n: int, store: Path) -> str:
     """The results as a Markdown table with the command and the sample."""
     turns = sum(r["n_turns"] for r in results[0]["rows"])
-    lines = [f"`python -m benchmarks.refinement --store {store.name} --n {n}`: {n} passed raw trajectories "
-             f"({turns} refined turns kept), k = {CalibrationConfig.k}, conversational share "
-             f"{CalibrationConfig.conversational_share}; rows identical on every path (asserted).", "",
-             "| path | processes | wall s | trajectories/s | speed-up |", "|---|---|---|---|---|"]
-    lines += [f"| {r['path']} | {r['processes']} | {r['seconds']:.1f} | {r['per_s']:.2f} | {r['ratio']:.2f}x |"
-              for r in results]
+    lines = [
+        f"`python -m benchmarks.refinement --store {store.name} --n {n}`: {n} passed raw trajectories "
+        f"({turns} refined turns kept), k = {CalibrationConfig.k}, conversational share "
+        f"{CalibrationConfig.conversational_share}; rows identical on every path (asserted).",
+        "",
+        "| path | processes | wall s | trajectories/s | speed-up |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['path']} | {r['processes']} | {r['seconds']:.1f} | {r['per_s']:.2f} | {r['ratio']:.2f}x |"
+        for r in results
+    ]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, default=Path(os.environ.get("ENVFACTORY_HOME", Path.home() / ".envfactory"))
-                        / "envfactory.duckdb")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=Path(os.environ.get("ENVFACTORY_HOME", Path.home() / ".envfactory")) / "envfactory.duckdb",
+    )
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()

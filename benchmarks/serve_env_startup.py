@@ -37,9 +37,16 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: How long one server may take to answer before the try fails (a loaded machine, not a hang, is expected).
 REPLY_TIMEOUT_S = 60.0
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                         "clientInfo": {"name": "benchmarks.serve_env_startup", "version": "0"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "benchmarks.serve_env_startup", "version": "0"},
+    },
+}
 
 
 def fixture_home(root: Path) -> tuple[Path, str]:
@@ -70,8 +77,9 @@ def _spawn_line(code: str) -> float:
     """Seconds from spawning ``python -c code`` to a line it prints once ``code`` has run: as for serve-env,
     the time to an answer, without the interpreter's exit (which tears down every module imported)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", f"{code}; print(flush=True)"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"{code}; print(flush=True)"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+    )
     proc.stdout.readline()
     seconds = time.perf_counter() - started
     if proc.wait() != 0:
@@ -109,8 +117,14 @@ def serve_env_try(home: Path, env_id: str, checkout: Path = REPO_ROOT) -> dict[s
     """
     env = {**os.environ, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(checkout)}
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "envfactory_assets.cli", "serve-env", env_id], env=env,
-                            cwd=checkout, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfactory_assets.cli", "serve-env", env_id],
+        env=env,
+        cwd=checkout,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     timer = None
     try:
         timer = threading.Timer(REPLY_TIMEOUT_S, proc.kill)  # a hung server ends the try, not the benchmark
@@ -145,8 +159,9 @@ def serve_env_try(home: Path, env_id: str, checkout: Path = REPO_ROOT) -> dict[s
 
 
 def _commit(checkout: Path) -> str:
-    done = subprocess.run(["git", "-C", str(checkout), "describe", "--always", "--dirty", "--abbrev=7"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", "-C", str(checkout), "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True, text=True
+    )
     return done.stdout.strip() or checkout.name
 
 
@@ -172,10 +187,15 @@ def markdown(times: dict[str, list[float]], env_id: str, load: tuple[float, floa
     """The table: each measure's median and fastest try in seconds, and its median over the baseline's."""
     base = statistics.median(times["python -c pass"])
     tries = len(times["python -c pass"])
-    lines = [f"`python -m benchmarks.serve_env_startup`: `serve-env {env_id}`, {tries} tries of each, "
-             f"interleaved; from spawn to the reply (the baselines: to a line printed after the code ran). Load average (1 min) "
-             f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores.", "",
-             "| from spawn to | median s | fastest s | median / python -c pass |", "|---|---|---|---|"]
+    lines = [
+        f"`python -m benchmarks.serve_env_startup`: `serve-env {env_id}`, {tries} tries of each, "
+        "interleaved; from spawn to the reply (the baselines: to a line printed after the code ran). "
+        f"Load average (1 min) "
+        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, on {os.cpu_count()} cores.",
+        "",
+        "| from spawn to | median s | fastest s | median / python -c pass |",
+        "|---|---|---|---|",
+    ]
     for what, values in times.items():
         median = statistics.median(values)
         lines.append(f"| {what} | {median:.3f} | {min(values):.3f} | {median / base:.1f}x |")
@@ -194,12 +214,20 @@ def run(tries: int = 9, home: Path | None = None, env_id: str | None = None, bef
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--home", type=Path, default=None,
-                        help="an ENVFACTORY_HOME whose store holds --env-id verified (default: a fixture home)")
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="an ENVFACTORY_HOME whose store holds --env-id verified (default: a fixture home)",
+    )
     parser.add_argument("--env-id", default=None, help="the environment to serve (required with --home)")
     parser.add_argument("--tries", type=int, default=9, help="spawns of each measure (the median is reported)")
-    parser.add_argument("--before", type=Path, default=None,
-                        help="a checkout of another commit whose serve-env is measured in the same rounds")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="a checkout of another commit whose serve-env is measured in the same rounds",
+    )
     args = parser.parse_args(argv)
     if (args.home is None) != (args.env_id is None):
         parser.error("--home and --env-id go together")

@@ -40,17 +40,23 @@ def main() -> None:
         envs[env["env_id"]] = env
     graph = build_tool_graph(tools_from_environments(envs.values()), MiniLMEmbedder())
     t0 = time.perf_counter()
-    chains = [{"id": f"chain{i}", "tools": c.to_dict(), "domains": ["ecommerce_retail"]}
-              for i, c in enumerate(sample_chains(graph, args.chains, "bench", SamplerConfig(min_tools=3)))]
+    chains = [
+        {"id": f"chain{i}", "tools": c.to_dict(), "domains": ["ecommerce_retail"]}
+        for i, c in enumerate(sample_chains(graph, args.chains, "bench", SamplerConfig(min_tools=3)))
+    ]
     t1 = time.perf_counter()
     raw = [r for r in raw_trajectory_rows(chains, graph, envs, SynthConfig()) if r["status"] == "passed"]
     t2 = time.perf_counter()
     config = CalibrationConfig(k=args.k)
     # as the refined_trajectories asset: the offline simulated user answers the conversational turns
     conversational = config.conversational_share > 0
-    refined = refined_trajectory_rows(raw, envs, config=config,
-                                      user=ProgrammaticUser() if conversational else None,
-                                      providable=providable_flags(graph) if conversational else None)
+    refined = refined_trajectory_rows(
+        raw,
+        envs,
+        config=config,
+        user=ProgrammaticUser() if conversational else None,
+        providable=providable_flags(graph) if conversational else None,
+    )
     t3 = time.perf_counter()
     ok = [r for r in refined if r["status"] == "passed"]
     sft, rl, rejected = dataset_rows(ok, envs, 1622 / 2575)
@@ -58,8 +64,10 @@ def main() -> None:
     turns = sum(r["n_turns"] for r in refined)
     print(f"chains {len(chains)}: sample {t1 - t0:.2f} s")
     print(f"raw trajectories {len(raw)}: {t2 - t1:.2f} s ({(t2 - t1) / max(len(raw), 1) * 1000:.1f} ms each)")
-    print(f"calibration k={args.k}: {len(refined)} trajectories, {turns} turns, {t3 - t2:.2f} s "
-          f"({(t3 - t2) / max(turns, 1) * 1000:.1f} ms per turn)")
+    print(
+        f"calibration k={args.k}: {len(refined)} trajectories, {turns} turns, {t3 - t2:.2f} s "
+        f"({(t3 - t2) / max(turns, 1) * 1000:.1f} ms per turn)"
+    )
     print(f"datasets: {len(sft)} SFT, {len(rl)} RL, {len(rejected)} rejected: {t4 - t3:.2f} s")
 
 

@@ -68,8 +68,9 @@ def user_arguments(envs: list[dict], rng: random.Random) -> tuple[Tally, Counter
                 continue
             node = f"{env_id}.{tool['name']}"
             props = tool["input_schema"]["properties"]
-            chain = Chain(tools=(node,), servers=(env_id,), seed=0, sampler="topology",
-                          producers={node: {p: USER for p in props}})
+            chain = Chain(
+                tools=(node,), servers=(env_id,), seed=0, sampler="topology", producers={node: {p: USER for p in props}}
+            )
             try:
                 args, prov = resolve_arguments(tool, node, chain, None, [], saved, index, values, rng)
             except LookupError:
@@ -94,15 +95,19 @@ def main() -> None:
     args = parser.parse_args()
     files = corpus_files(args.corpus)
     random.Random(args.seed).shuffle(files)
-    groups = {"fixtures": build_all(FIXTURES, corpus_files(FIXTURES)),
-              "corpus": build_all(args.corpus, files[: args.files])}
+    groups = {
+        "fixtures": build_all(FIXTURES, corpus_files(FIXTURES)),
+        "corpus": build_all(args.corpus, files[: args.files]),
+    }
     rng = random.Random(args.seed)
     for group, envs in groups.items():
         tally, failures = share_passing(it for env in envs for it in environment_values(env))
         late = sum(timestamps_after_clock(env)[0] for env in envs)
         total = sum(timestamps_after_clock(env)[1] for env in envs)
-        print(f"{group}: {len(envs)} environments; seeded values {tally.as_dict()}; "
-              f"seeded dates after the clock {late}/{total}")
+        print(
+            f"{group}: {len(envs)} environments; seeded values {tally.as_dict()}; "
+            f"seeded dates after the clock {late}/{total}"
+        )
         print("  most frequent failures:", Counter(f"{n} ({r})" for n, _v, r, _x in failures).most_common(8))
         synth, synth_failures, shown = user_arguments(envs, rng)
         print(f"  synthesized create/update values {synth.as_dict()}")
@@ -113,8 +118,12 @@ def main() -> None:
                 tables = [t for t, rows in state["tables"].items() if rows]
                 if tables:
                     table = rng.choice(tables)
-                    print("  row", env["env_id"], table, json.dumps(rng.choice(state["tables"][table]),
-                                                                    ensure_ascii=False)[:400])
+                    print(
+                        "  row",
+                        env["env_id"],
+                        table,
+                        json.dumps(rng.choice(state["tables"][table]), ensure_ascii=False)[:400],
+                    )
             for name, stated in rng.sample(shown, min(args.show, len(shown))):
                 print("  call", name, json.dumps(stated, ensure_ascii=False)[:400])
 

@@ -13,8 +13,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from envfactory_assets import settings
 
@@ -122,8 +123,10 @@ def run_lock(home: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            raise UsageError(f"another envfactory run holds {lock_path} ({handle.read().strip() or 'pid unknown'}); "
-                             "wait for it to finish") from None
+            raise UsageError(
+                f"another envfactory run holds {lock_path} ({handle.read().strip() or 'pid unknown'}); "
+                "wait for it to finish"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
@@ -152,12 +155,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     corpus_override = run_config.get("ops", {}).get("source_resources", {}).get("config", {}).get("corpus_dir")
     scans_corpus = not args.select or "source_resources" in _selected_ops(_selection(args.select))
     if scans_corpus and not settings.corpus_dir(home).is_dir() and not corpus_override:
-        raise UsageError(f"the OpenAPI corpus is not installed at {settings.corpus_dir(home)}; run scripts/setup.sh "
-                         "(or set ops.source_resources.config.corpus_dir)")
+        raise UsageError(
+            f"the OpenAPI corpus is not installed at {settings.corpus_dir(home)}; run scripts/setup.sh "
+            "(or set ops.source_resources.config.corpus_dir)"
+        )
     home.mkdir(parents=True, exist_ok=True)
     with run_lock(home):
-        return _materialize(home, args.select, run_config, getattr(args, "partition", None),
-                            verbose=getattr(args, "verbose", False))
+        return _materialize(
+            home, args.select, run_config, getattr(args, "partition", None), verbose=getattr(args, "verbose", False)
+        )
 
 
 COMMAND_TAG = "envfactory/command"
@@ -165,8 +171,13 @@ COMMAND_TAG = "envfactory/command"
 
 
 def _command_text(select: str | None, partitions: str | None) -> str:
-    return " ".join(["envfactory run", *([f"--select {select}"] if select else []),
-                     *([f"--partition {partitions}"] if partitions else [])])
+    return " ".join(
+        [
+            "envfactory run",
+            *([f"--select {select}"] if select else []),
+            *([f"--partition {partitions}"] if partitions else []),
+        ]
+    )
 
 
 def release_abandoned_runs(instance: Any) -> list[str]:
@@ -184,21 +195,29 @@ def release_abandoned_runs(instance: Any) -> list[str]:
 
     from envfactory_assets.runner.progress_bar import RUN_TAG
 
-    unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-                  dg.DagsterRunStatus.STARTED]
+    unfinished = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    ]
     released = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=unfinished)):
         if RUN_TAG not in run.tags:
             continue
-        instance.report_run_failed(run, "abandoned: the envfactory run that started it ended without finishing "
-                                        "it; marked failed by the next envfactory run")
+        instance.report_run_failed(
+            run,
+            "abandoned: the envfactory run that started it ended without finishing "
+            "it; marked failed by the next envfactory run",
+        )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         released.append(run.run_id)
     return released
 
 
-def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
-                 partitions_arg: str | None = None, verbose: bool = False) -> int:
+def _materialize(
+    home: Path, select: str | None, run_config: dict[str, Any], partitions_arg: str | None = None, verbose: bool = False
+) -> int:
     """Run the selection; unless ``verbose``, the run's own output goes to a log file and the terminal gets
     the progress bars, one line per finished step and the summary (:mod:`envfactory_assets.runner.output`)."""
     started = time.monotonic()
@@ -220,8 +239,11 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     log_file = None if verbose else log_path(home, token)
     with dg.DagsterInstance.get() as instance:
         for run_id in release_abandoned_runs(instance):
-            print(f"run {run_id}: left unfinished by an earlier envfactory run (killed?); marked failed, "
-                  "its pool slot freed", file=sys.stderr)
+            print(
+                f"run {run_id}: left unfinished by an earlier envfactory run (killed?); marked failed, "
+                "its pool slot freed",
+                file=sys.stderr,
+            )
         if partitions is not None and select and "source_resources" not in _selected_ops(_selection(select)):
             try:  # partitions exist before this run: name a wrong key before anything else
                 check_partitions(instance, partitions)
@@ -229,38 +251,60 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
                 raise UsageError(str(exc)) from None
         added = check_selection_runnable(instance, _selection(select), settings.store_path(home).exists())
         if added:
-            print(f"note: also materializing {', '.join(added)}: written by the same step as the selected "
-                  "assets", file=sys.stderr)
+            print(
+                f"note: also materializing {', '.join(added)}: written by the same step as the selected assets",
+                file=sys.stderr,
+            )
         if log_file is not None:
-            print(f"run log (Dagster's events at INFO and above, library output): {log_file}\n"
-                  "  (envfactory run --verbose prints it all here instead)", file=sys.stderr)
+            print(
+                f"run log (Dagster's events at INFO and above, library output): {log_file}\n"
+                "  (envfactory run --verbose prints it all here instead)",
+                file=sys.stderr,
+            )
         output = contextlib.nullcontext(sys.stderr) if log_file is None else output_to_log(log_file)
         asset_steps = op_names(_graph())  # checks are steps too; they get no line of their own
         try:
-            with output as terminal, RunProgressBar(instance, token, out=terminal, steps=asset_steps), \
-                    PeakMemory() as memory:
-                results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, RESOURCES,
-                                               run_config if verbose else quiet_config(run_config),
-                                               _selection(select), partitions, raise_on_error=False,
-                                               tags={RUN_TAG: token, COMMAND_TAG: _command_text(select, partitions_arg)},
-                                               job_name=run_job_name(select))
+            with (
+                output as terminal,
+                RunProgressBar(instance, token, out=terminal, steps=asset_steps),
+                PeakMemory() as memory,
+            ):
+                results = materialize_pipeline(
+                    [*ALL_ASSETS, *ALL_CHECKS],
+                    instance,
+                    RESOURCES,
+                    run_config if verbose else quiet_config(run_config),
+                    _selection(select),
+                    partitions,
+                    raise_on_error=False,
+                    tags={RUN_TAG: token, COMMAND_TAG: _command_text(select, partitions_arg)},
+                    job_name=run_job_name(select),
+                )
         except dg.DagsterInvalidConfigError as exc:
             problems = "; ".join(e.message for e in exc.errors) if getattr(exc, "errors", None) else str(exc)
             raise UsageError(f"run config is invalid: {problems}") from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        failed_checks = [e.asset_check_key.to_user_string()
-                         for r in results for e in r.get_asset_check_evaluations() if not e.passed]
+        failed_checks = [
+            e.asset_check_key.to_user_string() for r in results for e in r.get_asset_check_evaluations() if not e.passed
+        ]
         stale = stale_assets(instance, ALL_ASSETS)
         store = Store(settings.store_path(home)) if settings.store_path(home).exists() else None
         if store is not None:
             try:  # the run's own timing, kept with every earlier run's (envfactory report prints it)
-                store.append("stage_times", stage_time_rows(instance, [r.run_id for r in results], token,
-                                                            asset_steps, memory))
+                store.append(
+                    "stage_times", stage_time_rows(instance, [r.run_id for r in results], token, asset_steps, memory)
+                )
             except StoreBusy as exc:
                 print(f"stage times not recorded: {exc}", file=sys.stderr)
-        summary = run_summary(instance, results, store, time.monotonic() - started,
-                              str(log_file) if log_file else None, asset_steps=asset_steps)
+        summary = run_summary(
+            instance,
+            results,
+            store,
+            time.monotonic() - started,
+            str(log_file) if log_file else None,
+            asset_steps=asset_steps,
+        )
     success = bool(results) and all(r.success for r in results)
     if verbose and store is not None:
         for table, n in store.counts().items():
@@ -268,8 +312,10 @@ def _materialize(home: Path, select: str | None, run_config: dict[str, Any],
     if failed_checks:
         print(f"failed checks: {failed_checks}")
     if stale:
-        print(f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
-              f"  re-synthesize them with: envfactory run --select \"{','.join(stale)}\"")
+        print(
+            f"stale now (upstream data or code changed since they were built): {', '.join(stale)}\n"
+            f'  re-synthesize them with: envfactory run --select "{",".join(stale)}"'
+        )
     if not success:
         for message in failure_messages(results, asset_steps):  # the stage's own words: why it refused or failed
             print(f"error: {message}", file=sys.stderr)
@@ -297,14 +343,17 @@ def with_absolute_paths(lineage: dict[str, Any]) -> dict[str, Any]:
     """``lineage`` plus ``absolute_path`` next to each stored path: the checkpoint folder, and each source
     file (its ``corpus_root`` joined with its corpus-relative ``path``, which is kept). A relative root is taken
     from the current folder; a source that is not a file (an MCP server, ``mcp-server:NAME``) gets None."""
+
     def absolute(path: str | None) -> str | None:
         if not path:
             return None
         return str(Path(path).expanduser().absolute())
 
     checkpoint = {**lineage["checkpoint"], "absolute_path": absolute(lineage["checkpoint"].get("path"))}
-    sources = [{**s, "absolute_path": None if str(s.get("path") or "").startswith("mcp-server:") else absolute(s["uri"])}
-               for s in lineage["source_resources"]]
+    sources = [
+        {**s, "absolute_path": None if str(s.get("path") or "").startswith("mcp-server:") else absolute(s["uri"])}
+        for s in lineage["source_resources"]
+    ]
     return {**lineage, "checkpoint": checkpoint, "source_resources": sources}
 
 
@@ -371,8 +420,7 @@ def cmd_results(args: argparse.Namespace) -> int:
         store = Store(settings.store_path())
         rows = store.read("evaluations")
         add_parent_comparisons(rows, {r["id"]: r.get("parent_checkpoint_id") for r in store.read("checkpoints")})
-        text = (update_markdown(Path(args.into), rows, args.section) if args.into
-                else results_markdown(rows))
+        text = update_markdown(Path(args.into), rows, args.section) if args.into else results_markdown(rows)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -423,6 +471,8 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         print(f"error: serving {args.env_id!r} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
 # --- end serve-env ---------------------------------------------------------------------------------------
 
 
@@ -438,14 +488,19 @@ def cmd_exclude(args: argparse.Namespace) -> int:
             if settings.store_path().exists():
                 check_known_id(Store(settings.store_path()), args.kind, args.id)
             else:  # excluding before the first run is allowed: nothing to check the id against yet
-                print(f"note: no store at {settings.store_path()} yet, so {args.kind} {args.id!r} is not checked "
-                      "against known ids", file=sys.stderr)
+                print(
+                    f"note: no store at {settings.store_path()} yet, so {args.kind} {args.id!r} is not checked "
+                    "against known ids",
+                    file=sys.stderr,
+                )
         curation = set_exclusion(path, args.kind, args.id, args.reason if args.command == "exclude" else None)
     except (CurationError, StoreBusy) as exc:
         raise UsageError(str(exc)) from None
     verb = "excluded" if args.command == "exclude" else "no longer excluded"
-    print(f"{args.kind} {args.id} {verb}; {len(curation)} exclusion(s) in {path}. "
-          "Re-run the pipeline (envfactory run) to apply it.")
+    print(
+        f"{args.kind} {args.id} {verb}; {len(curation)} exclusion(s) in {path}. "
+        "Re-run the pipeline (envfactory run) to apply it."
+    )
     return 0
 
 
@@ -464,23 +519,38 @@ def cmd_environments(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps([{"env_id": e, "domain": env.get("domain"), "tools": [t["name"] for t in env["tools"]],
-                           "excluded": curation.reason("environment", e)}
-                          for e, env in sorted(passed.environments.items())], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "env_id": e,
+                        "domain": env.get("domain"),
+                        "tools": [t["name"] for t in env["tools"]],
+                        "excluded": curation.reason("environment", e),
+                    }
+                    for e, env in sorted(passed.environments.items())
+                ],
+                indent=2,
+            )
+        )
         return 0
     if not passed.environments:
         print("no servable environment yet (materialize verified_environments first: envfactory run)")
     for env_id, env in sorted(passed.environments.items()):
         reason = curation.reason("environment", env_id)
-        print(f"{env_id:<40} {str(env.get('domain') or ''):<16} {len(env['tools']):>3} tools"
-              + (f"  (excluded: {reason})" if reason else ""))
+        print(
+            f"{env_id:<40} {str(env.get('domain') or ''):<16} {len(env['tools']):>3} tools"
+            + (f"  (excluded: {reason})" if reason else "")
+        )
         if args.tools:
             for tool in env["tools"]:
                 node = f"{env_id}.{tool['name']}"
                 tool_reason = curation.reason("tool", node)
                 print(f"    {node}" + (f"  (excluded: {tool_reason})" if tool_reason else ""))
-    print(f"{len(passed.environments)} servable environment(s); serve one with: envfactory serve-env ENV_ID",
-          file=sys.stderr)
+    print(
+        f"{len(passed.environments)} servable environment(s); serve one with: envfactory serve-env ENV_ID",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -511,6 +581,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
 # --- end curation and trajectory viewer ------------------------------------------------------------------
 
 
@@ -542,14 +614,22 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         corpus = Path(src["corpus_dir"]) if src.get("corpus_dir") else settings.corpus_dir(home)
         if not corpus.is_dir():
             raise UsageError(f"no source_resources in the store and no corpus at {corpus}; run scripts/setup.sh")
-        resources, _ = all_resource_rows(corpus, home, src.get("domains"),
-                                         src.get("max_bytes", SourceConfig.model_fields["max_bytes"].default),
-                                         src.get("path_contains") or None,
-                                         src.get("include_mcp", SourceConfig.model_fields["include_mcp"].default))
+        resources, _ = all_resource_rows(
+            corpus,
+            home,
+            src.get("domains"),
+            src.get("max_bytes", SourceConfig.model_fields["max_bytes"].default),
+            src.get("path_contains") or None,
+            src.get("include_mcp", SourceConfig.model_fields["include_mcp"].default),
+        )
         origin = f"a scan of {corpus}"
     src = op_config("source_resources")  # the environments to build are chosen there (one partition each)
-    chosen = select_resources(resources, src.get("per_domain", SourceConfig.model_fields["per_domain"].default),
-                              src.get("include", []), src.get("exclude", []))
+    chosen = select_resources(
+        resources,
+        src.get("per_domain", SourceConfig.model_fields["per_domain"].default),
+        src.get("include", []),
+        src.get("exclude", []),
+    )
     try:
         backend = model_backend.backend_for(home)
     except Exception as exc:  # dg.Failure naming the bad setting
@@ -571,9 +651,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(format_estimate(estimate, model_backend.backend))
     if estimate["over_token_budget"]:
         # the run stops at the budget (TokenBudgetExceeded) part-way through: say so before it starts
-        print(f"warning: the worst-case estimate ({worst:,} tokens) exceeds resources.model_backend.config."
-              f"token_budget ({budget:,}); the environments stage would stop when the budget is spent. Raise "
-              "token_budget or build fewer environments (ops.source_resources.config.per_domain)", file=sys.stderr)
+        print(
+            f"warning: the worst-case estimate ({worst:,} tokens) exceeds resources.model_backend.config."
+            f"token_budget ({budget:,}); the environments stage would stop when the budget is spent. Raise "
+            "token_budget or build fewer environments (ops.source_resources.config.per_domain)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -587,10 +670,23 @@ def cmd_ablations(args: argparse.Namespace) -> int:
     run_config = _load_run_config(args.config)
     try:
         arms = select_arms([a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None)
-        command = " ".join(["envfactory ablations", *([f"--config {args.config}"] if args.config else []),
-                            *([f"--arms {args.arms}"] if args.arms else [])])
-        run_pipeline_ablations(home, run_config, arms, Path(args.output), prepare_dagster_home, run_lock, command,
-                               log=lambda line: print(line, file=sys.stderr))
+        command = " ".join(
+            [
+                "envfactory ablations",
+                *([f"--config {args.config}"] if args.config else []),
+                *([f"--arms {args.arms}"] if args.arms else []),
+            ]
+        )
+        run_pipeline_ablations(
+            home,
+            run_config,
+            arms,
+            Path(args.output),
+            prepare_dagster_home,
+            run_lock,
+            command,
+            log=lambda line: print(line, file=sys.stderr),
+        )
     except (ValueError, RuntimeError) as exc:
         raise UsageError(f"ablations: {exc}") from None
     return 0
@@ -602,11 +698,15 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="materialize assets (default: the whole graph)")
     run.add_argument("--select", help="Dagster asset selection, e.g. 'source_resources+' or 'tool_graph'")
     run.add_argument("--config", help="YAML file of run config (ops: {asset: {config: {...}}})")
-    run.add_argument("--partition", help="environment partition keys (comma-separated) for the per-environment "
-                                         "stages; default: all")
-    run.add_argument("--verbose", action="store_true",
-                     help="print Dagster's events (DEBUG too), library progress bars and trainer logs here "
-                          "instead of only in the run log file")
+    run.add_argument(
+        "--partition", help="environment partition keys (comma-separated) for the per-environment stages; default: all"
+    )
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print Dagster's events (DEBUG too), library progress bars and trainer logs here "
+        "instead of only in the run log file",
+    )
     run.set_defaults(func=cmd_run)
     abl = sub.add_parser("ablations", help="the paper's ablations, each arm in its own store (hours; not in CI)")
     abl.add_argument("--config", help="YAML run config applied to every arm (ops.evaluations sets the evaluation)")
@@ -621,22 +721,36 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=cmd_status)
     rep = sub.add_parser("report", help="Markdown report of what the store holds")
     rep.add_argument("--output", help="write to this file instead of stdout")
-    rep.add_argument("--compare", metavar="OLD_STORE",
-                     help="instead of the report, each figure of OLD_STORE (an envfactory.duckdb) and of this store "
-                          "side by side")
+    rep.add_argument(
+        "--compare",
+        metavar="OLD_STORE",
+        help="instead of the report, each figure of OLD_STORE (an envfactory.duckdb) and of this store side by side",
+    )
     # default None: REPORT_SEED of envfactory_assets/reporting/report.py, read when reporting (importing it
     # here would slow every command)
-    rep.add_argument("--seed", type=int, default=None,
-                     help="seed of the random turns and trajectories the report shows (default: REPORT_SEED in "
-                          "envfactory_assets/reporting/report.py)")
+    rep.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the random turns and trajectories the report shows (default: REPORT_SEED in "
+        "envfactory_assets/reporting/report.py)",
+    )
     rep.set_defaults(func=cmd_report)
     res = sub.add_parser("results", help="evaluation table (base vs checkpoints) from the store")
     # --readme is accepted as a synonym, so scripts that spell it that way keep working
-    res.add_argument("--into", "--readme", dest="into", metavar="FILE",
-                     help="write it between the results markers of this Markdown file (docs/evaluation.md)")
-    res.add_argument("--section", default=None,
-                     help="with --into: write between <!-- results:SECTION:start --> and its end marker "
-                          "(e.g. cpu_benchmark) instead of the default run's markers")
+    res.add_argument(
+        "--into",
+        "--readme",
+        dest="into",
+        metavar="FILE",
+        help="write it between the results markers of this Markdown file (docs/evaluation.md)",
+    )
+    res.add_argument(
+        "--section",
+        default=None,
+        help="with --into: write between <!-- results:SECTION:start --> and its end marker "
+        "(e.g. cpu_benchmark) instead of the default run's markers",
+    )
     res.set_defaults(func=cmd_results)
     cfg = sub.add_parser("config-docs", help="every setting of every asset with its default and help, as Markdown")
     cfg.add_argument("--output", help="write to this file (docs/configuration.md) instead of stdout")
@@ -650,17 +764,27 @@ def build_parser() -> argparse.ArgumentParser:
     est.set_defaults(func=cmd_estimate)
     serve = sub.add_parser("serve-env", help="serve a verified environment as an MCP server over stdio")
     serve.add_argument("env_id", help="the id of an environment that passed verification")
-    serve.add_argument("--state", choices=["valid", "boundary"], default="valid",
-                       help="the initial state the session starts from (default: valid)")
+    serve.add_argument(
+        "--state",
+        choices=["valid", "boundary"],
+        default="valid",
+        help="the initial state the session starts from (default: valid)",
+    )
     # default None: the server's DEFAULT_MAX_ARGUMENT_BYTES, read when serving (importing the MCP server
     # here would cost every command about 2 s)
-    serve.add_argument("--max-argument-bytes", type=int, default=None,
-                       help="most bytes (as JSON) of one tool call's arguments; larger calls get a tool error "
-                            "and do not run (default: the server's DEFAULT_MAX_ARGUMENT_BYTES, in "
-                            "envfactory_assets/mcp_server/server.py)")
+    serve.add_argument(
+        "--max-argument-bytes",
+        type=int,
+        default=None,
+        help="most bytes (as JSON) of one tool call's arguments; larger calls get a tool error "
+        "and do not run (default: the server's DEFAULT_MAX_ARGUMENT_BYTES, in "
+        "envfactory_assets/mcp_server/server.py)",
+    )
     serve.set_defaults(func=cmd_serve_env)
-    for name, help_text in (("exclude", "exclude a resource, environment or tool from every re-synthesis"),
-                            ("include", "remove an exclusion")):
+    for name, help_text in (
+        ("exclude", "exclude a resource, environment or tool from every re-synthesis"),
+        ("include", "remove an exclusion"),
+    ):
         cur = sub.add_parser(name, help=help_text)
         cur.add_argument("kind", choices=["resource", "environment", "tool"])
         cur.add_argument("id", help="resource key, environment id, or tool node id (env_id.tool_name)")

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 class SettingError(ValueError):
@@ -26,8 +27,14 @@ class SettingError(ValueError):
     spec's own check under the config's name (:meth:`for_owner`) instead of repeating the check.
     """
 
-    def __init__(self, message: str, owner: str | None = None, name: str | None = None, value: Any = None,
-                 expected: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        owner: str | None = None,
+        name: str | None = None,
+        value: Any = None,
+        expected: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.owner, self.name, self.value, self.expected = owner, name, value, expected
 
@@ -114,8 +121,9 @@ def whole_number(owner: str, name: str, value: Any, low: int | None = None, high
     return value
 
 
-def finite_number(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None,
-                  low_open: bool = False) -> float:
+def finite_number(
+    owner: str, name: str, value: Any, low: float | None = None, high: float | None = None, low_open: bool = False
+) -> float:
     """``value`` if it is a finite ``int``/``float`` (not a ``bool``, not NaN or infinite) within the bounds
     (``low_open``: ``low`` itself is excluded); otherwise raise :class:`SettingError`."""
     expected = "a finite number" + _bounds(low, high, low_open)

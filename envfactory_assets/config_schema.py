@@ -75,8 +75,15 @@ def settings_of(*sources: Source) -> list[Setting]:
             default = default_of(source.spec, field.name)
             if isinstance(default, tuple):
                 default = list(default)
-            out.append(Setting(source.prefix + field.name, run_config_type(hints[field.name]), default,
-                               help_of(source.spec, field.name), f"{source.spec.__name__}.{field.name}"))
+            out.append(
+                Setting(
+                    source.prefix + field.name,
+                    run_config_type(hints[field.name]),
+                    default,
+                    help_of(source.spec, field.name),
+                    f"{source.spec.__name__}.{field.name}",
+                )
+            )
     seen: set[str] = set()
     for s in out:
         if s.name in seen:

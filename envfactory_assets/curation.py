@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jsonschema
 import yaml
@@ -36,16 +37,21 @@ MAX_FILE_BYTES = 5_000_000
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {"exclusions": {"type": "array", "items": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["kind", "id", "reason"],
-        "properties": {
-            "kind": {"enum": list(KINDS)},
-            "id": {"type": "string", "minLength": 1},
-            "reason": {"type": "string", "minLength": 1},
-        },
-    }}},
+    "properties": {
+        "exclusions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["kind", "id", "reason"],
+                "properties": {
+                    "kind": {"enum": list(KINDS)},
+                    "id": {"type": "string", "minLength": 1},
+                    "reason": {"type": "string", "minLength": 1},
+                },
+            },
+        }
+    },
 }
 
 
@@ -64,8 +70,11 @@ class Curation:
         return self.excluded.get(kind, {}).get(item_id)
 
     def as_yaml_data(self) -> dict[str, Any]:
-        return {"exclusions": [{"kind": k, "id": i, "reason": r}
-                               for k in KINDS for i, r in sorted(self.excluded.get(k, {}).items())]}
+        return {
+            "exclusions": [
+                {"kind": k, "id": i, "reason": r} for k in KINDS for i, r in sorted(self.excluded.get(k, {}).items())
+            ]
+        }
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.excluded.values())
@@ -145,8 +154,10 @@ def set_exclusion(path: Path, kind: str, item_id: str, reason: str | None) -> Cu
     if reason is None:
         if excluded[kind].pop(item_id, None) is None:
             close = nearest(item_id, excluded[kind])
-            raise CurationError(f"{kind} {item_id!r} is not excluded in {path}"
-                                + (f"; nearest excluded: {', '.join(close)}" if close else ""))
+            raise CurationError(
+                f"{kind} {item_id!r} is not excluded in {path}"
+                + (f"; nearest excluded: {', '.join(close)}" if close else "")
+            )
     else:
         excluded[kind][item_id] = reason.strip()
     updated = Curation(excluded)
@@ -154,8 +165,7 @@ def set_exclusion(path: Path, kind: str, item_id: str, reason: str | None) -> Cu
     return updated
 
 
-def filter_resources(rows: Iterable[dict[str, Any]], curation: Curation
-                     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def filter_resources(rows: Iterable[dict[str, Any]], curation: Curation) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Drop ``source_resources`` rows excluded by resource key (or by the environment id built from them).
 
     Returns ``(kept rows, {resource_key: reason})``.
@@ -171,8 +181,9 @@ def filter_resources(rows: Iterable[dict[str, Any]], curation: Curation
     return kept, dropped
 
 
-def filter_environments(environments: dict[str, dict[str, Any]], curation: Curation
-                        ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+def filter_environments(
+    environments: dict[str, dict[str, Any]], curation: Curation
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Drop excluded environments and excluded tools from ``{env_id: environment dict}``.
 
     An environment left with no tool is dropped too. The input dicts are not changed.
@@ -232,8 +243,11 @@ def known_ids(store: Any, kind: str) -> list[str]:
     raise CurationError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
 
 
-LISTING = {"resource": "envfactory status / the source_resources table",
-           "environment": "envfactory environments", "tool": "envfactory environments --tools"}
+LISTING = {
+    "resource": "envfactory status / the source_resources table",
+    "environment": "envfactory environments",
+    "tool": "envfactory environments --tools",
+}
 
 
 def check_known_id(store: Any, kind: str, item_id: str) -> None:

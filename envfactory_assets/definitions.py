@@ -30,14 +30,20 @@ _MODULES += [evaluation_assets, export_assets]
 PIPELINE_ASSETS = dg.AssetSelection.all() - dg.AssetSelection.groups("sql_marts", "sql_lineage")
 
 full_pipeline_job = dg.define_asset_job(
-    "full_pipeline", selection=dg.AssetSelection.all(),
-    description="Every stage from source_resources to checkpoints, evaluations and exports, plus the SQL marts.")
+    "full_pipeline",
+    selection=dg.AssetSelection.all(),
+    description="Every stage from source_resources to checkpoints, evaluations and exports, plus the SQL marts.",
+)
 
 ALL_ASSETS = with_gated_automation([*dg.load_assets_from_modules(_MODULES), *sql_assets])
 ALL_CHECKS = list(dg.load_asset_checks_from_modules(_MODULES))
 # The gates are this graph's own blocking checks: a step's job holds only its selection, not its upstream checks.
-RESOURCES = {"envfactory": EnvFactoryHome(), "model_backend": ModelBackend(), "verification_gate": VerificationGate(),
-             "upstream_gates": UpstreamGates.of(asset_graph([*ALL_ASSETS, *ALL_CHECKS]))}
+RESOURCES = {
+    "envfactory": EnvFactoryHome(),
+    "model_backend": ModelBackend(),
+    "verification_gate": VerificationGate(),
+    "upstream_gates": UpstreamGates.of(asset_graph([*ALL_ASSETS, *ALL_CHECKS])),
+}
 
 defs = dg.Definitions(
     assets=ALL_ASSETS,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 #: metadata keys of a progress observation (asset observation metadata); LABEL, when present, names the bar
 #: (a multi-asset's step, which no single asset key names), else the observed asset's key does
@@ -54,8 +54,14 @@ class ProgressMeter:
         ValueError: ``total`` < 0 or ``shard`` < 1.
     """
 
-    def __init__(self, total: int, sink: Callable[[Progress], None], shard: int | None = None,
-                 min_interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        total: int,
+        sink: Callable[[Progress], None],
+        shard: int | None = None,
+        min_interval_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if total < 0:
             raise ValueError(f"total must be >= 0, got {total}")
         if shard is not None and shard < 1:
@@ -86,8 +92,11 @@ class ProgressMeter:
     def _set(self, done: int) -> None:
         self._done = min(done, self.total) if self.total else done
         now = self._clock()
-        if (self._done - self._last_done >= self.shard or self._done == self.total
-                or now - self._last_time >= self._interval):
+        if (
+            self._done - self._last_done >= self.shard
+            or self._done == self.total
+            or now - self._last_time >= self._interval
+        ):
             self._emit(now)
 
     def _emit(self, now: float | None = None) -> None:
@@ -101,5 +110,6 @@ def format_bar(label: str, progress: Progress, width: int = 30) -> str:
     share = progress.done / progress.total if progress.total else 1.0
     filled = int(round(share * width))
     eta = f"  eta {progress.eta_s:.0f} s" if progress.eta_s is not None and progress.done < progress.total else ""
-    return (f"{label} [{'#' * filled}{'.' * (width - filled)}] {progress.done}/{progress.total}"
-            f"  {progress.rate:.1f}/s{eta}")
+    return (
+        f"{label} [{'#' * filled}{'.' * (width - filled)}] {progress.done}/{progress.total}  {progress.rate:.1f}/s{eta}"
+    )

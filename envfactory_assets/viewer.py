@@ -43,16 +43,21 @@ def render_trajectory(raw: dict[str, Any], refined: dict[str, Any] | None = None
         ValueError: ``refined`` was made from another raw trajectory.
     """
     if refined is not None and refined.get("raw_trajectory_id") != raw["id"]:
-        raise ValueError(f"refined trajectory {refined.get('id')} was made from "
-                         f"{refined.get('raw_trajectory_id')}, not from {raw['id']}")
+        raise ValueError(
+            f"refined trajectory {refined.get('id')} was made from "
+            f"{refined.get('raw_trajectory_id')}, not from {raw['id']}"
+        )
     turns = ((refined or {}).get("turns") or []) if refined is not None else (raw.get("turns") or [])
     lines = [f"## Trajectory {refined['id'] if refined else raw['id']}", ""]
-    facts = [("raw trajectory", raw["id"]), ("tool chain", raw.get("tool_chain_id")),
-             ("environments", ", ".join(raw.get("env_ids") or [])),
-             ("domains", ", ".join(raw.get("domains") or [])),
-             ("status", f"{raw.get('status') or '?'}" + (f" / refined: {refined.get('status')}" if refined else "")),
-             ("turns", len(turns) if refined is not None else raw.get("n_turns")),
-             ("calls", sum(len(t.get("calls") or []) for t in turns) if refined is not None else raw.get("n_calls"))]
+    facts = [
+        ("raw trajectory", raw["id"]),
+        ("tool chain", raw.get("tool_chain_id")),
+        ("environments", ", ".join(raw.get("env_ids") or [])),
+        ("domains", ", ".join(raw.get("domains") or [])),
+        ("status", f"{raw.get('status') or '?'}" + (f" / refined: {refined.get('status')}" if refined else "")),
+        ("turns", len(turns) if refined is not None else raw.get("n_turns")),
+        ("calls", sum(len(t.get("calls") or []) for t in turns) if refined is not None else raw.get("n_calls")),
+    ]
     if refined is not None and raw.get("n_turns") not in (None, len(turns)):
         facts.append(("turns before refinement", raw.get("n_turns")))
     lines += [f"- **{name}**: {value}" for name, value in facts if value not in (None, "")]
@@ -67,17 +72,26 @@ def render_trajectory(raw: dict[str, Any], refined: dict[str, Any] | None = None
             if turn.get("merged_from"):
                 lines += ["", f"*Merged from the raw turns:* {' | '.join(str(q) for q in turn['merged_from'])}"]
             if turn.get("operators"):
-                ops = [f"{op.get('operator')} ({op.get('argument')})" if isinstance(op, dict) else str(op)
-                       for op in turn["operators"]]
+                ops = [
+                    f"{op.get('operator')} ({op.get('argument')})" if isinstance(op, dict) else str(op)
+                    for op in turn["operators"]
+                ]
                 lines += ["", f"*Refinement operators:* {', '.join(ops)}"]
         else:
             lines.append(f"**User:** {turn.get('query')}")
         if turn.get("target_tools"):
             lines += ["", f"*Target tools:* {', '.join(turn['target_tools'])}"]
         for n, call in enumerate(turn.get("calls") or [], 1):
-            lines += ["", f"{n}. **Call** `{call.get('name')}` ({call.get('env_id', '')})",
-                      "", _fence(_json(call.get("arguments"))), "", "**Result**", "",
-                      _fence(_json(call.get("output")))]
+            lines += [
+                "",
+                f"{n}. **Call** `{call.get('name')}` ({call.get('env_id', '')})",
+                "",
+                _fence(_json(call.get("arguments"))),
+                "",
+                "**Result**",
+                "",
+                _fence(_json(call.get("output"))),
+            ]
         if turn.get("assistant_summary"):
             lines += ["", f"**Assistant:** {turn['assistant_summary']}"]
         if turn.get("state_after_hash"):
@@ -99,13 +113,17 @@ def find_trajectory(store: Any, trajectory_id: str) -> tuple[dict[str, Any], dic
     if refined:
         raws = store.read("raw_trajectories", "id = ?", [refined[0]["raw_trajectory_id"]], current=False)
         if not raws:
-            raise TrajectoryNotFound(f"refined trajectory {trajectory_id} names raw trajectory "
-                                     f"{refined[0]['raw_trajectory_id']}, which is not in the store")
+            raise TrajectoryNotFound(
+                f"refined trajectory {trajectory_id} names raw trajectory "
+                f"{refined[0]['raw_trajectory_id']}, which is not in the store"
+            )
         return raws[0], refined[0]
     raws = store.read("raw_trajectories", "id = ?", [trajectory_id], current=False)
     if not raws:
-        raise TrajectoryNotFound(f"no raw or refined trajectory has id {trajectory_id!r} "
-                                 "(ids look like the refined_trajectory_id of sft_dataset rows)")
+        raise TrajectoryNotFound(
+            f"no raw or refined trajectory has id {trajectory_id!r} "
+            "(ids look like the refined_trajectory_id of sft_dataset rows)"
+        )
     later = store.read("refined_trajectories", "raw_trajectory_id = ?", [trajectory_id])
     return raws[0], (later[0] if later else None)
 
@@ -122,8 +140,10 @@ def sample_markdown(raw_rows: list[dict[str, Any]], refined_rows: list[dict[str,
     passed = [r for r in refined_rows if r.get("status") == "passed" and r["raw_trajectory_id"] in raw_by_id]
     if not passed:
         return "No refined trajectory passed."
-    head = ["Render any trajectory with `envfactory show <id>` or the `show_trajectory` job "
-            "(launchpad: `ops: {render_trajectory_markdown: {config: {trajectory_id: <id>}}}`).", "",
-            "Ids: " + ", ".join(f"`{r['id']}`" for r in passed[:20]) + (" ..." if len(passed) > 20 else "")]
-    return "\n".join(head + [""] + [render_trajectory(raw_by_id[r["raw_trajectory_id"]], r) + "\n"
-                                    for r in passed[:n]])
+    head = [
+        "Render any trajectory with `envfactory show <id>` or the `show_trajectory` job "
+        "(launchpad: `ops: {render_trajectory_markdown: {config: {trajectory_id: <id>}}}`).",
+        "",
+        "Ids: " + ", ".join(f"`{r['id']}`" for r in passed[:20]) + (" ..." if len(passed) > 20 else ""),
+    ]
+    return "\n".join(head + [""] + [render_trajectory(raw_by_id[r["raw_trajectory_id"]], r) + "\n" for r in passed[:n]])

@@ -48,13 +48,16 @@ def fixture_graph(environments: dict[str, dict]) -> ToolGraph:
     return build_tool_graph(tools_from_environments(environments.values()), MiniLMEmbedder())
 
 
-def passed_trajectories(environments: dict[str, dict], graph: ToolGraph, worker: SandboxWorker, n_chains: int,
-                        seed: str) -> list[tuple[int, dict]]:
+def passed_trajectories(
+    environments: dict[str, dict], graph: ToolGraph, worker: SandboxWorker, n_chains: int, seed: str
+) -> list[tuple[int, dict]]:
     """``(chain index, raw trajectory)`` of every chain of ``n_chains`` sampled with ``seed`` (at least 3
     tools, at least 2 turns) whose raw trajectory passed."""
     chains = sample_chains(graph, n_chains, seed, SamplerConfig(min_tools=3))
-    out = [(i, synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2)))
-           for i, chain in enumerate(chains)]
+    out = [
+        (i, synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2)))
+        for i, chain in enumerate(chains)
+    ]
     return [(i, traj) for i, traj in out if traj["status"] == "passed"]
 
 
@@ -66,9 +69,15 @@ def refined_like_rows(environments: dict[str, dict], worker: SandboxWorker, n_ch
     """The :func:`passed_trajectories` of ``n_chains`` chains on ``environments``' graph as the dataset stage
     reads ``refined_trajectories`` rows: ids ``ref_<chain index>``, ``n_turns`` and ``domains`` added."""
     graph = fixture_graph(environments)
-    return [{**t, "id": f"ref_{i}", "n_turns": len(t["turns"]),
-             "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
-            for i, t in passed_trajectories(environments, graph, worker, n_chains, seed)]
+    return [
+        {
+            **t,
+            "id": f"ref_{i}",
+            "n_turns": len(t["turns"]),
+            "domains": sorted({environments[e]["domain"] for e in t["env_ids"]}),
+        }
+        for i, t in passed_trajectories(environments, graph, worker, n_chains, seed)
+    ]
 
 
 def mutate(env: dict, pattern: str, replacement: str) -> dict:

@@ -38,8 +38,12 @@ from envfactory_assets_tests.fixture_environments import (
 )
 
 OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0)
-USER = {"ops": {"tool_chains": {"config": {"n_chains": 40}},
-                "checkpoints": {"config": {"max_train_rows": 100, "max_steps": 5}}}}
+USER = {
+    "ops": {
+        "tool_chains": {"config": {"n_chains": 40}},
+        "checkpoints": {"config": {"max_train_rows": 100, "max_steps": 5}},
+    }
+}
 
 
 def _by_name(name):
@@ -51,8 +55,11 @@ def test_each_arm_gets_its_sampler_and_query_source_over_the_users_config(tmp_pa
     before = json.dumps(USER, sort_keys=True)
     configs = {a.name: arm_config(USER, a, corpus) for a in ARMS}
     assert json.dumps(USER, sort_keys=True) == before  # the user's config is not changed
-    for name, sampler, source in (("topology", "topology", "refined"), ("random_walk", "random_walk", "refined"),
-                                  ("raw_queries", "topology", "raw")):
+    for name, sampler, source in (
+        ("topology", "topology", "refined"),
+        ("random_walk", "random_walk", "refined"),
+        ("raw_queries", "topology", "raw"),
+    ):
         ops = configs[name]["ops"]
         assert ops["tool_chains"]["config"] == {"n_chains": 40, "sampler": sampler}
         assert ops["raw_trajectories"]["config"]["sampler"] == sampler
@@ -89,9 +96,19 @@ def _results(scores: list[float]) -> list[dict]:
 
 
 def _row(model: str, scores: list[float], stage: str = "sft", benchmark: str = "synthetic_held_out") -> dict:
-    return {"model": model, "stage": stage, "benchmark": benchmark, "subset": "all", "n_tasks": len(scores),
-            "seeds": [0], "mean": sum(scores) / len(scores), "std": 0.0, "per_seed": {},
-            "metrics": {"headline": "success"}, "results": _results(scores)}
+    return {
+        "model": model,
+        "stage": stage,
+        "benchmark": benchmark,
+        "subset": "all",
+        "n_tasks": len(scores),
+        "seeds": [0],
+        "mean": sum(scores) / len(scores),
+        "std": 0.0,
+        "per_seed": {},
+        "metrics": {"headline": "success"},
+        "results": _results(scores),
+    }
 
 
 TOPO = [1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
@@ -100,8 +117,12 @@ RAW = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0]
 
 
 def _rows() -> list[dict]:
-    return [_row("base", [0.0] * 8, "base"), _row("topology", TOPO), _row("random_walk", WALK),
-            _row("raw_queries", RAW)]
+    return [
+        _row("base", [0.0] * 8, "base"),
+        _row("topology", TOPO),
+        _row("random_walk", WALK),
+        _row("raw_queries", RAW),
+    ]
 
 
 def test_the_orchestration_writes_only_to_arm_homes_and_trains_every_arm_on_equal_rows(tmp_path):
@@ -117,10 +138,18 @@ def test_the_orchestration_writes_only_to_arm_homes_and_trains_every_arm_on_equa
         (home / "envfactory.duckdb").write_text(json.dumps({"selection": selection}))
 
     ticks = iter(range(0, 1000, 10))
-    run = run_ablations(main, USER, main / "npm", materialize, lambda h: rows[h.name],
-                        lambda h: {"id": f"ckpt_{h.name}", "path": str(h / "checkpoints")},
-                        lambda ckpts: _rows(), default_max_train_rows=64, log=lambda _: None,
-                        clock=lambda: float(next(ticks)))
+    run = run_ablations(
+        main,
+        USER,
+        main / "npm",
+        materialize,
+        lambda h: rows[h.name],
+        lambda h: {"id": f"ckpt_{h.name}", "path": str(h / "checkpoints")},
+        lambda ckpts: _rows(),
+        default_max_train_rows=64,
+        log=lambda _: None,
+        clock=lambda: float(next(ticks)),
+    )
     assert hashlib.sha256(store.read_bytes()).hexdigest() == digest
     assert {h for h, _, _ in calls} == {main.resolve() / "ablations" / a.name for a in ARMS}
     assert all(h != main.resolve() and (h / "envfactory.duckdb").exists() for h, _, _ in calls)
@@ -132,14 +161,25 @@ def test_the_orchestration_writes_only_to_arm_homes_and_trains_every_arm_on_equa
     assert run.configs["raw_queries"]["ops"]["datasets"]["config"]["query_source"] == "raw"
     assert run.seconds == {"synthesis": 10.0, "training": 10.0, "evaluation": 10.0, "total": 30.0}
     with pytest.raises(ValueError, match="no train-split SFT row"):
-        run_ablations(main, USER, main / "npm", materialize, lambda h: 0, lambda h: {}, lambda c: [],
-                      default_max_train_rows=64, log=lambda _: None)
+        run_ablations(
+            main,
+            USER,
+            main / "npm",
+            materialize,
+            lambda h: 0,
+            lambda h: {},
+            lambda c: [],
+            default_max_train_rows=64,
+            log=lambda _: None,
+        )
 
 
 def test_the_report_compares_arms_by_the_paired_interval_on_shared_tasks(tmp_path):
     compared = compare_arms(_rows())
-    assert [(c["control"], c["treatment"]) for c in compared] == [("topology", "random_walk"),
-                                                                  ("topology", "raw_queries")]
+    assert [(c["control"], c["treatment"]) for c in compared] == [
+        ("topology", "random_walk"),
+        ("topology", "raw_queries"),
+    ]
     walk = compared[0]["difference"]
     expected = paired_bootstrap(TOPO, WALK).as_dict()
     assert walk == expected and walk["difference"] == pytest.approx(-0.375) and walk["n"] == 8
@@ -148,11 +188,16 @@ def test_the_report_compares_arms_by_the_paired_interval_on_shared_tasks(tmp_pat
     only_one = _rows() + [_row("topology", TOPO, benchmark="bfcl_v3_single_turn")]
     assert [c["benchmark"] for c in compare_arms(only_one)] == ["synthetic_held_out"] * 2
 
-    run = AblationRun(arms=ARMS, homes={a.name: tmp_path / a.name for a in ARMS},
-                      train_rows={"topology": 90, "random_walk": 50, "raw_queries": 90}, budget=50,
-                      checkpoints={a.name: {"id": f"ckpt_{a.name}"} for a in ARMS}, evaluations=_rows(),
-                      configs={"topology": {"ops": {"datasets": {"config": {"query_source": "refined"}}}}},
-                      seconds={"synthesis": 3600.0, "training": 1800.0, "evaluation": 600.0, "total": 6000.0})
+    run = AblationRun(
+        arms=ARMS,
+        homes={a.name: tmp_path / a.name for a in ARMS},
+        train_rows={"topology": 90, "random_walk": 50, "raw_queries": 90},
+        budget=50,
+        checkpoints={a.name: {"id": f"ckpt_{a.name}"} for a in ARMS},
+        evaluations=_rows(),
+        configs={"topology": {"ops": {"datasets": {"config": {"query_source": "refined"}}}}},
+        seconds={"synthesis": 3600.0, "training": 1800.0, "evaluation": 600.0, "total": 6000.0},
+    )
     text = write_ablations(tmp_path / "docs" / "ablations.md", run)
     assert (tmp_path / "docs" / "ablations.md").read_text() == text
     assert "**50** SFT rows" in text and "| total | 6000 |" in text and "ckpt_random_walk" in text
@@ -192,8 +237,15 @@ def refined(environments, worker) -> list[dict]:
     out = []
     for i, t in passed_trajectories(environments, graph, worker, 20, "ablations"):
         turns, _ = refine_turns(t["turns"], environments, seed=str(i))
-        out.append({**t, "turns": turns, "id": f"ref_{i}", "n_turns": len(turns),
-                    "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})})
+        out.append(
+            {
+                **t,
+                "turns": turns,
+                "id": f"ref_{i}",
+                "n_turns": len(turns),
+                "domains": sorted({environments[e]["domain"] for e in t["env_ids"]}),
+            }
+        )
     assert len(out) >= 5
     return out
 

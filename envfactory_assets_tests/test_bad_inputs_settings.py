@@ -87,8 +87,11 @@ BAD_SETTINGS = [
     (source_resources, {"corpus_dir": CORPUS, "max_bytes": -1}, ["max_bytes=-1", ">= 1"]),
     (source_resources, {"corpus_dir": CORPUS, "domains": []}, ["domains=[]", "non-empty list"]),
     (source_resources, {"corpus_dir": CORPUS, "domains": ["finance"]}, ["unknown domains ['finance']", "productivity"]),
-    (source_resources, {"corpus_dir": CORPUS, "include": [ENV_ID], "exclude": [ENV_ID]},
-     ["include and exclude", ENV_ID]),
+    (
+        source_resources,
+        {"corpus_dir": CORPUS, "include": [ENV_ID], "exclude": [ENV_ID]},
+        ["include and exclude", ENV_ID],
+    ),
     (source_resources, {"corpus_dir": "/no/such/corpus"}, ["corpus_dir='/no/such/corpus'", "existing folder"]),
     (verified_environments, {"memory_mb": 1}, ["memory_mb=1", ">= 128", "30-60 MiB"]),
     (verified_environments, {"call_timeout_s": NAN}, ["call_timeout_s=nan", "finite number > 0"]),
@@ -118,8 +121,7 @@ def _case_id(asset: Any, settings: dict[str, Any]) -> str:
     return f"{asset.node_def.name}-{'-'.join(names)}"
 
 
-@pytest.mark.parametrize("asset, settings, expected", BAD_SETTINGS,
-                         ids=[_case_id(a, s) for a, s, _ in BAD_SETTINGS])
+@pytest.mark.parametrize("asset, settings, expected", BAD_SETTINGS, ids=[_case_id(a, s) for a, s, _ in BAD_SETTINGS])
 def test_a_bad_setting_fails_the_step_naming_it_before_any_work(asset, settings, expected, tmp_path):
     ok, message = step_failure(asset, settings, tmp_path, partitions=[ENV_ID])
     assert not ok
@@ -134,16 +136,22 @@ def test_a_bad_setting_fails_the_step_naming_it_before_any_work(asset, settings,
 def test_a_pass_rate_floor_no_run_can_meet_is_refused_before_verifying(floor, synth_home, tmp_path):
     home = home_copy(synth_home, tmp_path)
     before = current(home, "verified_environments")
-    ok, message = step_failure(verified_environments, {}, home, partitions=[ENV_ID],
-                               resources={"verification_gate": VerificationGate(min_pass_rate=floor)})
+    ok, message = step_failure(
+        verified_environments,
+        {},
+        home,
+        partitions=[ENV_ID],
+        resources={"verification_gate": VerificationGate(min_pass_rate=floor)},
+    )
     assert not ok
     shown = "nan" if math.isnan(floor) else str(floor)
     assert f"verification_gate setting min_pass_rate={shown}: expected a finite number in [0, 1]" in message
     assert current(home, "verified_environments") == before
 
 
-@pytest.mark.parametrize("asset, table", [(raw_trajectories, "raw_trajectories"),
-                                          (refined_trajectories, "refined_trajectories")])
+@pytest.mark.parametrize(
+    "asset, table", [(raw_trajectories, "raw_trajectories"), (refined_trajectories, "refined_trajectories")]
+)
 def test_min_turns_no_stored_input_can_reach_is_refused(asset, table, synth_home, tmp_path):
     """A chain of n tools makes at most n turns (and refinement never adds one): min_turns: 100 would only
     fail every trajectory, so it is refused, naming the largest value the stored inputs allow."""
@@ -173,9 +181,13 @@ def test_verification_that_fails_everything_does_not_supersede_passed_rows(synth
     assert "resources.envfactory.config.allow_empty: true" in message
     assert current(home, "verified_environments") == before
 
-    ok, message = step_failure(verified_environments, {"call_timeout_s": 0.001}, home, partitions=[ENV_ID],
-                               resources={"envfactory": EnvFactoryHome(home=str(home), allow_empty=True,
-                                                                       allow_regression=True)})
+    ok, message = step_failure(
+        verified_environments,
+        {"call_timeout_s": 0.001},
+        home,
+        partitions=[ENV_ID],
+        resources={"envfactory": EnvFactoryHome(home=str(home), allow_empty=True, allow_regression=True)},
+    )
     assert ok, message
     assert [r["status"] for r in current(home, "verified_environments")] == ["failed"]
 
@@ -192,8 +204,9 @@ def test_a_selection_that_leaves_no_input_does_not_empty_the_trajectories(synth_
 
 def test_source_settings_that_select_no_environment_keep_the_partitions(tmp_path):
     """per_domain 0 without MCP servers selects nothing: the run stops instead of dropping every partition."""
-    ok, message = step_failure(source_resources, {"corpus_dir": CORPUS, "per_domain": 0, "include_mcp": False},
-                               tmp_path, partitions=[ENV_ID])
+    ok, message = step_failure(
+        source_resources, {"corpus_dir": CORPUS, "per_domain": 0, "include_mcp": False}, tmp_path, partitions=[ENV_ID]
+    )
     assert not ok
     assert "select no environment" in message and "drop all 1 environment partitions" in message, message
     assert "allow_empty: true" in message
@@ -201,8 +214,10 @@ def test_source_settings_that_select_no_environment_keep_the_partitions(tmp_path
 
 
 def _rows(table: str, n: int, **values: Any) -> list[dict[str, Any]]:
-    return [{**{c: None for c in columns(table)}, "id": f"{table}_{i}", "refined_trajectory_id": "ref", **values}
-            for i in range(n)]
+    return [
+        {**{c: None for c in columns(table)}, "id": f"{table}_{i}", "refined_trajectory_id": "ref", **values}
+        for i in range(n)
+    ]
 
 
 def test_a_write_of_several_tables_is_refused_whole_before_any_is_written(tmp_path):
@@ -210,8 +225,11 @@ def test_a_write_of_several_tables_is_refused_whole_before_any_is_written(tmp_pa
 
     store = Store(tmp_path / "store.duckdb", refuse_empty=True, override_hint="allow_empty: true")
     store.replace_current_tables({"sft_dataset": _rows("sft_dataset", 2), "rl_dataset": _rows("rl_dataset", 3)})
-    with pytest.raises(EmptyResultRefused, match=r"refusing to write rl_dataset: the new result is empty, .* "
-                                                 r"supersede the 3 rows .* set allow_empty: true"):
+    with pytest.raises(
+        EmptyResultRefused,
+        match=r"refusing to write rl_dataset: the new result is empty, .* "
+        r"supersede the 3 rows .* set allow_empty: true",
+    ):
         store.replace_current_tables({"sft_dataset": _rows("sft_dataset", 1, n_turns=9), "rl_dataset": []})
     assert [r["id"] for r in store.read("sft_dataset")] == ["sft_dataset_0", "sft_dataset_1"]
     assert len(store.read("rl_dataset")) == 3
@@ -228,14 +246,17 @@ def test_a_changed_input_that_fails_is_recorded_but_the_same_input_failing_is_re
     store = Store(tmp_path / "store.duckdb", refuse_empty=True, override_hint="allow_empty: true")
     scope = "env_id = 'bookshop'"
     row = {**{c: None for c in columns("verified_environments")}, "env_id": "bookshop", "domain": "commerce"}
-    store.replace_current("verified_environments", [{**row, "id": "ver_1", "environment_id": "env_old",
-                                                     "status": "passed"}], scope)
+    store.replace_current(
+        "verified_environments", [{**row, "id": "ver_1", "environment_id": "env_old", "status": "passed"}], scope
+    )
     with pytest.raises(EmptyResultRefused, match="supersede the 1 passed rows"):
-        store.replace_current("verified_environments", [{**row, "id": "ver_2", "environment_id": "env_old",
-                                                         "status": "failed"}], scope)
+        store.replace_current(
+            "verified_environments", [{**row, "id": "ver_2", "environment_id": "env_old", "status": "failed"}], scope
+        )
     assert [r["id"] for r in store.read("verified_environments")] == ["ver_1"]
-    store.replace_current("verified_environments", [{**row, "id": "ver_3", "environment_id": "env_edited",
-                                                     "status": "failed"}], scope)
+    store.replace_current(
+        "verified_environments", [{**row, "id": "ver_3", "environment_id": "env_edited", "status": "failed"}], scope
+    )
     assert [r["id"] for r in store.read("verified_environments")] == ["ver_3"]
 
 
@@ -245,45 +266,71 @@ def test_a_partial_regression_is_refused_before_any_passed_row_is_superseded(tmp
     accepts the regression."""
     from envfactory_assets.store.db import RegressionRefused
 
-    store = Store(tmp_path / "store.duckdb", refuse_empty=True, refuse_regression=True,
-                  regression_hint="allow_regression: true")
+    store = Store(
+        tmp_path / "store.duckdb", refuse_empty=True, refuse_regression=True, regression_hint="allow_regression: true"
+    )
     blank = {c: None for c in columns("verified_environments")}
 
     def row(env_id: str, status: str, version: str = "") -> dict[str, Any]:
-        return {**blank, "id": f"ver_{env_id}{version}_{status}", "env_id": env_id, "domain": "commerce",
-                "environment_id": f"env_{env_id}{version}", "status": status}
+        return {
+            **blank,
+            "id": f"ver_{env_id}{version}_{status}",
+            "env_id": env_id,
+            "domain": "commerce",
+            "environment_id": f"env_{env_id}{version}",
+            "status": status,
+        }
 
     store.replace_current("verified_environments", [row(e, "passed") for e in ("a", "b", "c")])
     with pytest.raises(RegressionRefused) as refused:
-        store.replace_current("verified_environments", [row("a", "passed"), row("b", "failed"), row("c", "failed")],
-                              settings_note="call_timeout_s=0.03 (default 5.0)")
+        store.replace_current(
+            "verified_environments",
+            [row("a", "passed"), row("b", "failed"), row("c", "failed")],
+            settings_note="call_timeout_s=0.03 (default 5.0)",
+        )
     message = str(refused.value)
     assert "2 of the 3 passed items" in message and "b, c" in message, message
     assert "call_timeout_s=0.03 (default 5.0)" in message and "allow_regression: true" in message
     assert sorted(r["status"] for r in store.read("verified_environments", "NOT superseded")) == ["passed"] * 3
-    store.replace_current("verified_environments", [row("a", "passed"), row("b", "failed", "_edited"),
-                                                    row("c", "passed")])  # b's input changed: recorded
+    store.replace_current(
+        "verified_environments", [row("a", "passed"), row("b", "failed", "_edited"), row("c", "passed")]
+    )  # b's input changed: recorded
     assert {r["env_id"]: r["status"] for r in store.read("verified_environments", "NOT superseded")} == {
-        "a": "passed", "b": "failed", "c": "passed"}
+        "a": "passed",
+        "b": "failed",
+        "c": "passed",
+    }
     accepting = Store(tmp_path / "store.duckdb", refuse_empty=True)
-    accepting.replace_current("verified_environments", [row("a", "passed"), row("b", "failed", "_edited"),
-                                                        row("c", "failed")])
-    assert {r["env_id"]: r["status"] for r in accepting.read("verified_environments", "NOT superseded")}["c"] == "failed"
+    accepting.replace_current(
+        "verified_environments", [row("a", "passed"), row("b", "failed", "_edited"), row("c", "failed")]
+    )
+    assert {r["env_id"]: r["status"] for r in accepting.read("verified_environments", "NOT superseded")}[
+        "c"
+    ] == "failed"
 
 
 def test_verification_regression_names_the_setting_and_allow_regression_accepts_it(synth_home, tmp_path):
     home = home_copy(synth_home, tmp_path)
     before = current(home, "verified_environments")
     permissive = EnvFactoryHome(home=str(home), allow_empty=True)
-    ok, message = step_failure(verified_environments, {"call_timeout_s": 0.001}, home, partitions=[ENV_ID],
-                               resources={"envfactory": permissive})
+    ok, message = step_failure(
+        verified_environments,
+        {"call_timeout_s": 0.001},
+        home,
+        partitions=[ENV_ID],
+        resources={"envfactory": permissive},
+    )
     assert not ok
     assert "1 of the 1 passed items whose input (environment_id) is unchanged" in message, message
     assert "call_timeout_s=0.001 (default 5.0)" in message and "allow_regression: true" in message
     assert current(home, "verified_environments") == before
-    ok, message = step_failure(verified_environments, {"call_timeout_s": 0.001}, home, partitions=[ENV_ID],
-                               resources={"envfactory": EnvFactoryHome(home=str(home), allow_empty=True,
-                                                                       allow_regression=True)})
+    ok, message = step_failure(
+        verified_environments,
+        {"call_timeout_s": 0.001},
+        home,
+        partitions=[ENV_ID],
+        resources={"envfactory": EnvFactoryHome(home=str(home), allow_empty=True, allow_regression=True)},
+    )
     assert ok, message
     assert [r["status"] for r in current(home, "verified_environments")] == ["failed"]
 
@@ -309,7 +356,8 @@ def test_selecting_one_asset_of_a_shared_step_without_its_upstream_says_what_to_
 def test_selecting_one_asset_of_a_shared_step_runs_the_whole_step(tmp_path, monkeypatch, capsys):
     """sft_dataset shares its step with rl_dataset: selecting it alone runs that step and says so. (Both
     come out empty here, so their blocking checks fail the run; the step itself ran.)"""
-    from envfactory_assets.cli import main as cli_main, prepare_dagster_home
+    from envfactory_assets.cli import main as cli_main
+    from envfactory_assets.cli import prepare_dagster_home
 
     home = tmp_path / "home"
     home.mkdir()
@@ -337,8 +385,12 @@ class RawClient:
     def __init__(self, home: Path, *extra: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "envfactory_assets.cli", "serve-env", ENV_ID, *extra],
-            env={**os.environ, "ENVFACTORY_HOME": str(home)}, cwd=REPO_ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            env={**os.environ, "ENVFACTORY_HOME": str(home)},
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self._buffer = b""
 
     def send(self, message: Any) -> None:
@@ -366,8 +418,11 @@ class RawClient:
         return self.receive()
 
     def initialize(self) -> None:
-        reply, _ = self.request(0, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                  "clientInfo": {"name": "raw-test", "version": "0"}})
+        reply, _ = self.request(
+            0,
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "0"}},
+        )
         assert "result" in reply, reply
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
@@ -398,18 +453,21 @@ def _tool_error(reply: dict[str, Any]) -> dict[str, Any]:
     return json.loads(result["content"][0]["text"])["error"]
 
 
-@pytest.mark.parametrize("line, code, request_id", [
-    (b"{not json", -32700, None),
-    (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/list"', -32700, None),  # cut off
-    (b'{"jsonrpc": "2.0", "id": 7}', -32600, 7),
-    (b'{"jsonrpc": "1.0", "id": "a", "method": "tools/list"}', -32600, "a"),
-    (b'{"jsonrpc": "2.0", "id": true, "method": "tools/list"}', -32600, None),
-    (b'{"jsonrpc": "2.0", "id": null, "method": "tools/list"}', -32600, None),  # MCP ids are never null
-    (b"[]", -32600, None),
-    (b'[{"jsonrpc": "2.0", "id": 3, "method": "tools/list"}]', -32600, None),
-    (b'"just a string"', -32600, None),
-    (b"\xff\xfe not utf-8", -32700, None),
-])
+@pytest.mark.parametrize(
+    "line, code, request_id",
+    [
+        (b"{not json", -32700, None),
+        (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/list"', -32700, None),  # cut off
+        (b'{"jsonrpc": "2.0", "id": 7}', -32600, 7),
+        (b'{"jsonrpc": "1.0", "id": "a", "method": "tools/list"}', -32600, "a"),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "tools/list"}', -32600, None),
+        (b'{"jsonrpc": "2.0", "id": null, "method": "tools/list"}', -32600, None),  # MCP ids are never null
+        (b"[]", -32600, None),
+        (b'[{"jsonrpc": "2.0", "id": 3, "method": "tools/list"}]', -32600, None),
+        (b'"just a string"', -32600, None),
+        (b"\xff\xfe not utf-8", -32700, None),
+    ],
+)
 def test_malformed_json_rpc_gets_an_error_reply_and_the_session_goes_on(client, line, code, request_id):
     client.initialize()
     client.send(line)
@@ -456,8 +514,10 @@ def test_the_argument_cap_is_a_setting(synth_home):
 
 def test_a_line_over_the_message_limit_is_refused_unread(client):
     client.initialize()
-    client.send(b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "create_author", '
-                b'"arguments": {"name": "' + b"z" * (33 * 1024 * 1024) + b'"}}}')
+    client.send(
+        b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "create_author", '
+        b'"arguments": {"name": "' + b"z" * (33 * 1024 * 1024) + b'"}}}'
+    )
     reply, _ = client.receive()
     assert reply["id"] is None and reply["error"]["code"] == -32600
     assert "limit of 33554432 bytes" in reply["error"]["message"]
@@ -473,10 +533,12 @@ def _peak_rss_mib(pid: int) -> float:
 def test_deep_and_amplifying_lines_are_refused_and_the_server_answers_on(client):
     client.initialize()
     inner = "[" + ",".join(["[]"] * 1000) + "]"
-    amplifying = ('{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"items": ['
-                  + ",".join([inner] * 10_000) + "]}}").encode()  # 30 MB that would decode to > 600 MiB
-    for line, limit in ((b"[" * 1100, "max_depth"), (b"[" * 100_000, "max_depth"),
-                        (amplifying, "max_decoded_bytes")):
+    amplifying = (
+        '{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"items": ['
+        + ",".join([inner] * 10_000)
+        + "]}}"
+    ).encode()  # 30 MB that would decode to > 600 MiB
+    for line, limit in ((b"[" * 1100, "max_depth"), (b"[" * 100_000, "max_depth"), (amplifying, "max_decoded_bytes")):
         client.send(line)
         reply, size = client.receive(timeout=30)
         assert reply["id"] is None and reply["error"]["code"] == -32600 and limit in reply["error"]["message"], reply
@@ -488,7 +550,13 @@ def test_deep_and_amplifying_lines_are_refused_and_the_server_answers_on(client)
 
 
 def test_serve_env_refuses_a_nonsense_argument_cap(synth_home):
-    proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "serve-env", ENV_ID,
-                           "--max-argument-bytes", "0"], env={**os.environ, "ENVFACTORY_HOME": str(synth_home)},
-                          cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envfactory_assets.cli", "serve-env", ENV_ID, "--max-argument-bytes", "0"],
+        env={**os.environ, "ENVFACTORY_HOME": str(synth_home)},
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "--max-argument-bytes 0: expected a whole number >= 1" in proc.stderr

@@ -11,9 +11,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -31,8 +31,7 @@ from envfactory_assets.tooluse.tool_calls import MAX_TOOL_CALL_BLOCKS, parse_too
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 MARKER = "SECRET-MARKER-7f3a"
-SECRET_TEXT = (f"root:x:0:0:{MARKER}:/root:/bin/bash\n"
-               "daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+SECRET_TEXT = f"root:x:0:0:{MARKER}:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 
 
 def _rejections(rows: list[dict]) -> dict[str, tuple[str, str]]:
@@ -40,6 +39,7 @@ def _rejections(rows: list[dict]) -> dict[str, tuple[str, str]]:
 
 
 # --- source folders: names that are not UTF-8 ----------------------------------------------------------
+
 
 def test_file_name_that_is_not_utf8_is_one_rejection_and_the_rest_is_stored(tmp_path: Path) -> None:
     # one such name used to fail the whole source_resources step (UnicodeEncodeError writing the rows)
@@ -69,6 +69,7 @@ def test_file_name_that_is_not_utf8_is_one_rejection_and_the_rest_is_stored(tmp_
 
 # --- source folders: symbolic links and file content in details ---------------------------------------
 
+
 def test_a_fifo_in_the_user_folder_gets_a_rejected_row_and_is_never_opened(tmp_path: Path) -> None:
     folder = tmp_path / "user_resources"
     folder.mkdir()
@@ -78,8 +79,10 @@ def test_a_fifo_in_the_user_folder_gets_a_rejected_row_and_is_never_opened(tmp_p
     accepted, rejected = user_folder_rows(folder)
     assert [r["path"] for r in accepted] == ["helpdesk.json"]
     reasons = _rejections(rejected)
-    assert {p: r for p, (r, _) in reasons.items()} == {"x.json": "not_a_regular_file",
-                                                       "pipe.yaml": "not_a_regular_file"}
+    assert {p: r for p, (r, _) in reasons.items()} == {
+        "x.json": "not_a_regular_file",
+        "pipe.yaml": "not_a_regular_file",
+    }
     assert "FIFO" in reasons["x.json"][1] and "not read" in reasons["x.json"][1]
 
 
@@ -94,15 +97,18 @@ def test_links_out_of_the_user_folder_are_refused_unread(tmp_path: Path) -> None
     (folder / "passwd.yaml").symlink_to(outside / "passwd")
     (folder / "passwd.json").symlink_to(outside / "passwd")
     (folder / "shop.json").symlink_to(Path("..") / "outside" / "shop.json")  # a valid document, still outside
-    (folder / "inside.json").symlink_to(Path("real") / "helpdesk.txt")      # stays in the folder: read
+    (folder / "inside.json").symlink_to(Path("real") / "helpdesk.txt")  # stays in the folder: read
     (folder / "gone.json").symlink_to(folder / "nothing.json")
 
     accepted, rejected = user_folder_rows(folder)
     assert [r["path"] for r in accepted] == ["inside.json"]
     reasons = _rejections(rejected)
     assert {p: r for p, (r, _) in reasons.items()} == {
-        "passwd.yaml": "link_outside_folder", "passwd.json": "link_outside_folder",
-        "shop.json": "link_outside_folder", "gone.json": "broken_link"}
+        "passwd.yaml": "link_outside_folder",
+        "passwd.json": "link_outside_folder",
+        "shop.json": "link_outside_folder",
+        "gone.json": "broken_link",
+    }
     assert "passwd.yaml" in reasons["passwd.yaml"][1] and "outside the folder" in reasons["passwd.yaml"][1]
     stored = json.dumps(rejected)
     assert MARKER not in stored and "root:x" not in stored and "daemon" not in stored
@@ -116,13 +122,16 @@ def test_links_out_of_the_user_folder_are_refused_unread(tmp_path: Path) -> None
 def test_rejection_details_say_what_is_wrong_without_quoting_the_file(tmp_path: Path) -> None:
     folder = tmp_path / "user_resources"
     folder.mkdir()
-    (folder / "text.yaml").write_text(SECRET_TEXT)                                  # a YAML string, not a map
+    (folder / "text.yaml").write_text(SECRET_TEXT)  # a YAML string, not a map
     (folder / "syntax.yaml").write_text(f"openapi: 3.0.0\ninfo: [{MARKER}\npaths: {{}}\n")
     (folder / "syntax.json").write_text(f'{{"openapi": "3.0.0",\n "info": {MARKER}}}')
     (folder / "info.json").write_text(json.dumps({"openapi": "3.0.0", "info": MARKER, "paths": {"/a": {}}}))
-    tool_list = {"format": "envfactory.mcp_tool_list/1", "server": {"name": "notes"},
-                 "package": {"name": "notes", "version": "1", "license": "MIT"},
-                 "tools": [{"name": f"bad name {MARKER}", "input_schema": {"type": "object"}}]}
+    tool_list = {
+        "format": "envfactory.mcp_tool_list/1",
+        "server": {"name": "notes"},
+        "package": {"name": "notes", "version": "1", "license": "MIT"},
+        "tools": [{"name": f"bad name {MARKER}", "input_schema": {"type": "object"}}],
+    }
     (folder / "tools.json").write_text(json.dumps(tool_list))
     (folder / "repeat.yaml").write_text(f"openapi: 3.0.0\n{MARKER}: 1\n{MARKER}: 2\n")
 
@@ -147,6 +156,7 @@ def test_rejection_details_say_what_is_wrong_without_quoting_the_file(tmp_path: 
 
 
 # --- the OpenAI-compatible backend against a real local HTTP server -------------------------------------
+
 
 class _Replies:
     """A local HTTP server answering each ``POST`` with the next scripted ``(status, body)``."""
@@ -182,10 +192,16 @@ class _Replies:
 
 
 def _reply(content: object) -> bytes:
-    return json.dumps({"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-                       "choices": [{"index": 0, "finish_reason": "stop",
-                                    "message": {"role": "assistant", "content": content}}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}).encode()
+    return json.dumps(
+        {
+            "id": "c1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+    ).encode()
 
 
 @pytest.fixture()
@@ -203,24 +219,30 @@ PARAMS = {"max_tokens": 16, "temperature": 0.0}
 def _stored(cache: Path) -> int:
     """Rows the cache file holds for PROMPT (read with sqlite3, not through the cache class)."""
     with sqlite3.connect(cache) as db:
-        return db.execute("SELECT count(*) FROM responses WHERE key = ?",
-                          (request_key("test-model", PROMPT, PARAMS),)).fetchone()[0]
+        return db.execute(
+            "SELECT count(*) FROM responses WHERE key = ?", (request_key("test-model", PROMPT, PARAMS),)
+        ).fetchone()[0]
 
 
-@pytest.mark.parametrize("body", [
-    b'{"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": []}',
-    b'{"id": "c1", "object": "chat.completion", "created": 0, "model": "m"}',
-    b"<html><body>502 Bad Gateway</body></html>",
-    b'{"choices": [{"index": 0}]}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": []}',
+        b'{"id": "c1", "object": "chat.completion", "created": 0, "model": "m"}',
+        b"<html><body>502 Bad Gateway</body></html>",
+        b'{"choices": [{"index": 0}]}',
+    ],
+)
 def test_a_reply_that_is_not_a_completion_is_an_error_naming_the_endpoint_and_is_not_cached(
-        tmp_path: Path, replies: list[_Replies], body: bytes) -> None:
+    tmp_path: Path, replies: list[_Replies], body: bytes
+) -> None:
     # used to be cached as an empty completion (no choices) or to surface as a bare JSONDecodeError
     server = _Replies([body])
     replies.append(server)
     cache = tmp_path / "cache.sqlite"
-    backend = OpenAICompatibleBackend(server.base_url, "test-model", max_retries=1, backoff_s=0.01,
-                                      timeout_s=10, cache_path=cache)
+    backend = OpenAICompatibleBackend(
+        server.base_url, "test-model", max_retries=1, backoff_s=0.01, timeout_s=10, cache_path=cache
+    )
     with pytest.raises(MalformedReply) as info:
         backend.complete(PROMPT, role="code_writer", max_tokens=16)
     message = str(info.value)
@@ -237,8 +259,7 @@ def test_a_reply_that_is_not_a_completion_is_an_error_naming_the_endpoint_and_is
     backend.close()
 
 
-def test_an_empty_reply_is_returned_but_never_replayed_from_the_cache(tmp_path: Path,
-                                                                     replies: list[_Replies]) -> None:
+def test_an_empty_reply_is_returned_but_never_replayed_from_the_cache(tmp_path: Path, replies: list[_Replies]) -> None:
     server = _Replies([_reply(""), _reply(None), _reply("the real answer")])
     replies.append(server)
     cache = tmp_path / "cache.sqlite"
@@ -271,14 +292,16 @@ def test_a_content_that_is_not_text_names_endpoint_model_and_attempt(replies: li
 
 # --- the tool-call parser ---------------------------------------------------------------------------------
 
+
 def test_a_close_tag_inside_a_json_string_does_not_end_the_block() -> None:
-    text = ('<tool_call>{"name": "post_note", "arguments": {"body": "type </tool_call> to finish"}}</tool_call>'
-            ' done')
+    text = '<tool_call>{"name": "post_note", "arguments": {"body": "type </tool_call> to finish"}}</tool_call> done'
     result = parse_tool_calls(text)
     assert result.calls == [{"name": "post_note", "arguments": {"body": "type </tool_call> to finish"}}]
     assert result.format_errors == 0 and result.content == "done"
-    opening = parse_tool_calls('<tool_call>{"name": "post_note", "arguments": {"body": "<tool_call>"}}</tool_call>'
-                               '<tool_call>{"name": "list_notes"}</tool_call>')
+    opening = parse_tool_calls(
+        '<tool_call>{"name": "post_note", "arguments": {"body": "<tool_call>"}}</tool_call>'
+        '<tool_call>{"name": "list_notes"}</tool_call>'
+    )
     assert [c["name"] for c in opening.calls] == ["post_note", "list_notes"] and opening.format_errors == 0
 
 
@@ -291,8 +314,16 @@ def _best_time(text: str, runs: int = 3) -> float:
     return best
 
 
-@pytest.mark.parametrize("unit", ["<tool_call></tool_call>", "<tool_call>", "<tool_call>{", '<tool_call>"a\\',
-                                  '<tool_call>{"name": "a", "arguments": {}}</tool_call>'])
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "<tool_call></tool_call>",
+        "<tool_call>",
+        "<tool_call>{",
+        '<tool_call>"a\\',
+        '<tool_call>{"name": "a", "arguments": {}}</tool_call>',
+    ],
+)
 def test_parse_time_grows_linearly_with_the_output(unit: str) -> None:
     # a megabyte of empty blocks (about 43,000) used to be decoded block by block: 0.1 to 5 s per output.
     # Sizes 16x apart: linear work takes ~16x as long, quadratic ~256x; the bound sits between with room

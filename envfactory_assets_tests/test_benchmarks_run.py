@@ -9,8 +9,17 @@ from benchmarks import run
 
 def test_every_benchmark_is_listed_with_its_summary():
     names = run.benchmarks()
-    assert {"conversation", "evaluation", "grpo", "incremental", "trajectory_stages", "value_semantics",
-            "refinement", "model_concurrency", "serve_env_startup"} <= set(names)
+    assert {
+        "conversation",
+        "evaluation",
+        "grpo",
+        "incremental",
+        "trajectory_stages",
+        "value_semantics",
+        "refinement",
+        "model_concurrency",
+        "serve_env_startup",
+    } <= set(names)
     assert "run" not in names and "__init__" not in names
     assert run.summary(names["incremental"]).startswith("Time one incremental re-synthesis")
     assert run.summary(names["grpo"]).startswith("Benchmark: GRPO seconds per step")

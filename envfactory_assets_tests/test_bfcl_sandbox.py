@@ -24,7 +24,7 @@ from envfactory_assets.evaluation.bfcl_sandbox import (
 from envfactory_assets.runtime.isolation import OS_LAYER_ENV_VAR, resolve_isolation
 
 LIMIT_S = 2.0
-OVERRUN = {"number": 5, "decimal_places": -10**7}  # round(5, -10**7): 22 s in one C call (10**10**7)
+OVERRUN = {"number": 5, "decimal_places": -(10**7)}  # round(5, -10**7): 22 s in one C call (10**10**7)
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,8 @@ def test_a_call_cannot_read_a_file_planted_in_the_parents_temp_dir(tasks, tmp_pa
     try:
         assert not uncontained.contained
         assert uncontained.worker.request("probe_read", {"path": str(planted)}, LIMIT_S) == {
-            "read": "the parent's secret"}
+            "read": "the parent's secret"
+        }
     finally:
         uncontained.close()
 

@@ -39,9 +39,14 @@ def official_checker(monkeypatch):
     module = importlib.import_module(CHECKER)
     from bfcl_eval.constants.enums import Language
 
-    yield lambda task, output: module.ast_checker(task.functions, output, task.possible_answer, Language.PYTHON,
-                                                  {"simple": "simple_python"}.get(task.category, task.category),
-                                                  "test-model")
+    yield lambda task, output: module.ast_checker(
+        task.functions,
+        output,
+        task.possible_answer,
+        Language.PYTHON,
+        {"simple": "simple_python"}.get(task.category, task.category),
+        "test-model",
+    )
     sys.modules.pop(CHECKER, None)
 
 
@@ -52,19 +57,35 @@ def call(name, **arguments):
 # (task id, model output text, the same calls decoded by hand in BFCL's form, expected valid, error type)
 HAND_BUILT = [
     ("simple_python_1", call("math_factorial", number=5), [{"math.factorial": {"number": 5}}], True, None),
-    ("simple_python_1", call("math_factorial", number=6), [{"math.factorial": {"number": 6}}], False,
-     "value_error:others"),
-    ("simple_python_0", call("calculate_triangle_area", base=10), [{"calculate_triangle_area": {"base": 10}}],
-     False, "simple_function_checker:missing_required"),
+    (
+        "simple_python_1",
+        call("math_factorial", number=6),
+        [{"math.factorial": {"number": 6}}],
+        False,
+        "value_error:others",
+    ),
+    (
+        "simple_python_0",
+        call("calculate_triangle_area", base=10),
+        [{"calculate_triangle_area": {"base": 10}}],
+        False,
+        "simple_function_checker:missing_required",
+    ),
     ("simple_python_0", "The area is 25 square units.", [], False, "simple_function_checker:wrong_count"),
-    ("simple_python_1", call("factorial", number=5), [{"factorial": {"number": 5}}], False,
-     "simple_function_checker:wrong_func_name"),
+    (
+        "simple_python_1",
+        call("factorial", number=5),
+        [{"factorial": {"number": 5}}],
+        False,
+        "simple_function_checker:wrong_func_name",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("task_id", "text", "decoded", "valid", "error_type"), HAND_BUILT)
-def test_scorer_agrees_with_bfcl_evals_checker_on_hand_built_outputs(tasks, official_checker, task_id, text,
-                                                                      decoded, valid, error_type):
+def test_scorer_agrees_with_bfcl_evals_checker_on_hand_built_outputs(
+    tasks, official_checker, task_id, text, decoded, valid, error_type
+):
     task = tasks[task_id]
     official = official_checker(task, decoded)
     ours = st.score_output(task, text)
@@ -123,8 +144,9 @@ class ReplayPolicy:
     """Answers every task with its ground truth rendered as model text; records the budgets it was given."""
 
     def __init__(self, tasks, cut_off=frozenset()):
-        self.answers = {self.key(t.messages, st.task_tools(t)): (t.id, st.render_calls(st.gold_calls(t)))
-                        for t in tasks}
+        self.answers = {
+            self.key(t.messages, st.task_tools(t)): (t.id, st.render_calls(st.gold_calls(t))) for t in tasks
+        }
         self.cut_off = cut_off
         self.budgets = []
         self.last_cut_off = []
@@ -158,8 +180,9 @@ def test_replayed_ground_truth_scores_100_percent_on_every_category(tasks):
 def test_budget_holds_one_and_a_half_times_the_longest_gold_answer_and_cut_offs_are_counted(tasks):
     chars = len
     for category in ("simple", "parallel", "parallel_multiple"):
-        longest = max(len(st.render_calls(st.gold_calls(t, optional=True))) for t in tasks.values()
-                      if t.category == category)
+        longest = max(
+            len(st.render_calls(st.gold_calls(t, optional=True))) for t in tasks.values() if t.category == category
+        )
         assert st.generation_budget(category, chars, 1) == -(-3 * longest // 2)
         assert st.generation_budget(category, chars, 10**6) == 10**6  # never below the floor
     assert st.generation_budget("irrelevance", chars, 64) == 64
@@ -192,13 +215,36 @@ def test_overlap_reference_covers_the_single_turn_functions_and_tags_tasks(tasks
     assert any(b.name == "math.factorial" and b.suite == "simple" for b in reference)
     assert sum(b.benchmark == BFCL_SINGLE_TURN for b in all_benchmark_tools()) == len(reference)
     sample = [tasks["simple_python_1"], tasks["simple_python_0"], tasks["multiple_0"]]
-    rows = [{"env_id": "env_math", "tool_name": "factorial", "benchmark": BFCL_SINGLE_TURN, "suite": "simple",
-             "benchmark_tool": "math.factorial", "similarity": 0.9, "match": "description"},
-            # the same function name under another category, or another benchmark, does not tag the task
-            {"env_id": "env_other", "tool_name": "factorial", "benchmark": BFCL_SINGLE_TURN, "suite": "parallel",
-             "benchmark_tool": "math.factorial", "similarity": 0.9, "match": "description"},
-            {"env_id": "env_mt", "tool_name": "ls", "benchmark": "bfcl_v3_multi_turn", "suite": "simple",
-             "benchmark_tool": "calculate_triangle_area", "similarity": 0.9, "match": "name"}]
+    rows = [
+        {
+            "env_id": "env_math",
+            "tool_name": "factorial",
+            "benchmark": BFCL_SINGLE_TURN,
+            "suite": "simple",
+            "benchmark_tool": "math.factorial",
+            "similarity": 0.9,
+            "match": "description",
+        },
+        # the same function name under another category, or another benchmark, does not tag the task
+        {
+            "env_id": "env_other",
+            "tool_name": "factorial",
+            "benchmark": BFCL_SINGLE_TURN,
+            "suite": "parallel",
+            "benchmark_tool": "math.factorial",
+            "similarity": 0.9,
+            "match": "description",
+        },
+        {
+            "env_id": "env_mt",
+            "tool_name": "ls",
+            "benchmark": "bfcl_v3_multi_turn",
+            "suite": "simple",
+            "benchmark_tool": "calculate_triangle_area",
+            "similarity": 0.9,
+            "match": "name",
+        },
+    ]
     overlap = st.task_overlap(sample, rows)
     assert overlap == {"simple_python_1": ["env_math"]}
     results = st.run_tasks(ReplayPolicy(sample), sample, [0], st.category_budgets(sample, None, 64), overlap)
@@ -221,25 +267,54 @@ def test_an_environment_with_a_bfcl_like_tool_is_tagged_and_its_tasks_leave_no_o
     from envfactory_assets_tests.fixture_environments import FIXTURES
 
     def op(op_id, summary, body=False):
-        out = {"operationId": op_id, "summary": summary, "responses": {"200": {"description": "ok", "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/Triangle"}}}}}}
+        out = {
+            "operationId": op_id,
+            "summary": summary,
+            "responses": {
+                "200": {
+                    "description": "ok",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Triangle"}}},
+                }
+            },
+        }
         if body:
-            out["requestBody"] = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Triangle"}}}}
+            out["requestBody"] = {
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Triangle"}}}
+            }
         return out
 
-    spec = {"openapi": "3.0.0", "info": {"title": "Geometry", "version": "1.0", "x-apisguru-categories": ["storage"]},
-            "paths": {"/triangles": {"post": op("create_triangle", "Store a triangle", True),
-                                     "get": op("list_triangles", "List stored triangles")},
-                      "/triangles/{triangle_id}": {"get": op("calculate_triangle_area",
-                                                             "Calculate the area of a triangle given its base and height.")}},
-            "components": {"schemas": {"Triangle": {"type": "object", "required": ["base", "height"], "properties": {
-                "base": {"type": "integer", "description": "The base of the triangle."},
-                "height": {"type": "integer", "description": "The height of the triangle."}}}}}}
+    spec = {
+        "openapi": "3.0.0",
+        "info": {"title": "Geometry", "version": "1.0", "x-apisguru-categories": ["storage"]},
+        "paths": {
+            "/triangles": {
+                "post": op("create_triangle", "Store a triangle", True),
+                "get": op("list_triangles", "List stored triangles"),
+            },
+            "/triangles/{triangle_id}": {
+                "get": op("calculate_triangle_area", "Calculate the area of a triangle given its base and height.")
+            },
+        },
+        "components": {
+            "schemas": {
+                "Triangle": {
+                    "type": "object",
+                    "required": ["base", "height"],
+                    "properties": {
+                        "base": {"type": "integer", "description": "The base of the triangle."},
+                        "height": {"type": "integer", "description": "The height of the triangle."},
+                    },
+                }
+            }
+        },
+    }
     path = tmp_path / "geometry.json"
     path.write_bytes(orjson.dumps(spec))
     geometry = build_environment(inspect_file(path, tmp_path).as_row(), spec)
-    bookshop = build_environment(inspect_file(FIXTURES / "bookshop.json", FIXTURES).as_row(),
-                                 orjson.loads((FIXTURES / "bookshop.json").read_bytes()))
+    bookshop = build_environment(
+        inspect_file(FIXTURES / "bookshop.json", FIXTURES).as_row(),
+        orjson.loads((FIXTURES / "bookshop.json").read_bytes()),
+    )
     first = {f["name"] for t in st.load_tasks(None, ["simple"])[:10] for f in t.functions}
     reference = [b for b in bfcl_single_turn_tools() if b.suite == "simple" and b.name in first]
     rows = overlap_rows([geometry, bookshop], reference, MiniLMEmbedder())
@@ -253,13 +328,26 @@ def test_evaluation_rows_hold_subsets_and_the_per_category_breakdown():
 
     sample = st.load_tasks(2)
     spec = EvalSpec(n_synthetic=0, n_bfcl=0, n_bfcl_single_turn=2, seeds=(0, 1))
-    overlap_rows = [{"benchmark": st.BENCHMARK, "suite": sample[0].category, "env_id": "env_x",
-                     "benchmark_tool": sample[0].functions[0]["name"]}]
+    overlap_rows = [
+        {
+            "benchmark": st.BENCHMARK,
+            "suite": sample[0].category,
+            "env_id": "env_x",
+            "benchmark_tool": sample[0].functions[0]["name"],
+        }
+    ]
     overlapping = set(st.task_overlap(sample, overlap_rows))
     assert sample[0].id in overlapping
     policy = ReplayPolicy(sample, cut_off={sample[2].id})
-    rows = evaluate_models([ModelRef("base", "base", "/nowhere")], [], {}, spec, log=lambda m: None,
-                           load_policy=lambda model: policy, benchmark_overlap=overlap_rows)
+    rows = evaluate_models(
+        [ModelRef("base", "base", "/nowhere")],
+        [],
+        {},
+        spec,
+        log=lambda m: None,
+        load_policy=lambda model: policy,
+        benchmark_overlap=overlap_rows,
+    )
     by_subset = {r["subset"]: r for r in rows}
     assert list(by_subset) == ["all", "no_overlap", *st.CATEGORIES]
     assert all(r["benchmark"] == st.BENCHMARK and r["mean"] == 1.0 for r in rows)
@@ -289,24 +377,30 @@ CALL = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
 WORDS = " ".join(["word"] * 48)  # 48 tokens under the test's counter (one per word)
 
 
-@pytest.mark.parametrize("text, complete", [
-    ("The neutron was discovered by Chadwick. " + WORDS, True),   # prose, long enough
-    (" ".join(["word"] * 47), False),                             # prose, still short
-    (CALL, False),                                                # calls closed, nothing after yet
-    (CALL + "\n<tool", False),                                   # a second call may be opening
-    (CALL + "\n2.", False),                                      # a numbered list of parallel calls
-    (CALL + "\nAnd now the second one:", False),
-    (CALL + "\n" + CALL + "\n" + WORDS, True),                  # long text after the last call
-    (CALL + "<|im_end|>", False),                                 # end-of-turn is the model's own stop
-    ('<tool_call>\n{"name": "f", "arguments": {"x": "type </tool_call> now ' + WORDS, False),  # close tag in a string
-    ("I will look it up.\n" + CALL + " " + WORDS, True),         # a short preamble, then a call
-    ('{"name": "f", "arguments": {' + WORDS, False),              # bare JSON the parser reads whole
-    ("```json\n{" + WORDS, False),
-    ("<think>" + WORDS + WORDS, False),                           # reasoning still open
-    ("<think>" + WORDS + "</think>I", False),                     # reasoning is not prose
-    ("<think>no tool fits</think>The answer is 4. " + WORDS, True),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    "text, complete",
+    [
+        ("The neutron was discovered by Chadwick. " + WORDS, True),  # prose, long enough
+        (" ".join(["word"] * 47), False),  # prose, still short
+        (CALL, False),  # calls closed, nothing after yet
+        (CALL + "\n<tool", False),  # a second call may be opening
+        (CALL + "\n2.", False),  # a numbered list of parallel calls
+        (CALL + "\nAnd now the second one:", False),
+        (CALL + "\n" + CALL + "\n" + WORDS, True),  # long text after the last call
+        (CALL + "<|im_end|>", False),  # end-of-turn is the model's own stop
+        (
+            '<tool_call>\n{"name": "f", "arguments": {"x": "type </tool_call> now ' + WORDS,
+            False,
+        ),  # close tag in a string
+        ("I will look it up.\n" + CALL + " " + WORDS, True),  # a short preamble, then a call
+        ('{"name": "f", "arguments": {' + WORDS, False),  # bare JSON the parser reads whole
+        ("```json\n{" + WORDS, False),
+        ("<think>" + WORDS + WORDS, False),  # reasoning still open
+        ("<think>" + WORDS + "</think>I", False),  # reasoning is not prose
+        ("<think>no tool fits</think>The answer is 4. " + WORDS, True),
+        ("", False),
+    ],
+)
 def test_an_answer_is_complete_once_its_calls_can_no_longer_change(text, complete):
     from envfactory_assets.tooluse.tool_calls import answer_is_complete, parse_tool_calls
 
@@ -334,6 +428,7 @@ def test_the_policy_stops_each_answer_when_complete_and_keeps_what_it_had_writte
     assert policy.generated_tokens - full_tokens < full_tokens
     for whole, short, cut in zip(full, stopped, policy.last_cut_off, strict=True):
         assert whole.startswith(short) and not cut
+
         def count(piece):
             return len(policy.tokenizer(piece, add_special_tokens=False)["input_ids"])
 

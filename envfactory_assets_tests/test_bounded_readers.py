@@ -114,7 +114,7 @@ def test_amplifying_and_deep_payloads_are_refused_before_decoding() -> None:
         JsonBounds(max_depth=0)
 
 
-AMPLIFIER_SOURCE = '''
+AMPLIFIER_SOURCE = """
 def load(data):
     return dict(data)
 
@@ -130,7 +130,7 @@ def amplify(state, n=8000):
 
 def small(state):
     return {"fine": True}
-'''
+"""
 
 LIMITS = SandboxLimits(memory_mb=512, cpu_seconds=20, call_timeout_s=5.0, kill_grace_s=1.0)
 
@@ -193,7 +193,7 @@ def test_reply_declaring_more_bytes_than_the_cap_kills_the_worker() -> None:
         assert worker.call(worker.open_episode({"amplifier": {}}), "small")["ok"]
 
 
-PATCHING_THEN_FAILING = '''
+PATCHING_THEN_FAILING = """
 import math
 math.tau = 3.0
 
@@ -211,13 +211,14 @@ def probe(state):
 
 
 raise ValueError("this version fails to load")
-'''
+"""
 
 
 def test_failed_load_ends_its_process_so_the_next_load_starts_fresh() -> None:
     # without the Python layer, as the containment corpus runs, the module's top level patches math
     reader = PATCHING_THEN_FAILING.replace("math.tau = 3.0", "").replace(
-        'raise ValueError("this version fails to load")', "")
+        'raise ValueError("this version fails to load")', ""
+    )
     with SandboxWorker(LIMITS, python_guards=False) as worker:
         for env_id in ("patcher", "other"):
             with pytest.raises(EnvironmentRejected, match="fails to load"):

@@ -18,8 +18,10 @@ from envfactory_assets_tests.fixture_environments import passed_trajectories
 
 @pytest.fixture(scope="module")
 def raws(environments, graph, worker) -> list[dict]:
-    out = [{**traj, "id": f"raw-{i}", "tool_chain_id": f"chain-{i}", "domains": ["ecommerce_retail"]}
-           for i, traj in passed_trajectories(environments, graph, worker, 40, "pool")]
+    out = [
+        {**traj, "id": f"raw-{i}", "tool_chain_id": f"chain-{i}", "domains": ["ecommerce_retail"]}
+        for i, traj in passed_trajectories(environments, graph, worker, 40, "pool")
+    ]
     assert len(out) >= 12
     return out
 
@@ -32,9 +34,14 @@ def test_two_processes_give_the_rows_of_one_in_input_order(raws, environments, g
 
     def rows(workers: int) -> list[dict]:
         seen = []
-        out = refined_trajectory_rows(raws, environments, config=CalibrationConfig(workers=workers),
-                                      user=ProgrammaticUser(), providable=flags,
-                                      progress=lambda done, total: seen.append((done, total)))
+        out = refined_trajectory_rows(
+            raws,
+            environments,
+            config=CalibrationConfig(workers=workers),
+            user=ProgrammaticUser(),
+            providable=flags,
+            progress=lambda done, total: seen.append((done, total)),
+        )
         assert seen[-1] == (len(raws), len(raws)) and [d for d, _ in seen] == sorted(d for d, _ in seen)
         return out
 
@@ -65,8 +72,7 @@ def _exit_abruptly(raw, environments, worker):
     os._exit(3)  # what the kernel's OOM killer or a kill -9 leaves the pool with
 
 
-def test_a_pool_process_that_dies_or_cannot_load_an_environment_raises_a_clear_error(raws, environments,
-                                                                                     monkeypatch):
+def test_a_pool_process_that_dies_or_cannot_load_an_environment_raises_a_clear_error(raws, environments, monkeypatch):
     """A sandbox error in a pool process reaches the caller as itself (as with one process), and a
     process that dies is named as such, not as a bare BrokenProcessPool; the caller gets no rows."""
     monkeypatch.setattr(calibrate_pool, "MIN_TRAJECTORIES_PER_WORKER", 1)

@@ -51,8 +51,12 @@ def dagster_configs() -> dict[str, type[dg.Config]]:
     for info in pkgutil.walk_packages(defs_package.__path__, defs_package.__name__ + "."):
         module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
-            if (inspect.isclass(obj) and issubclass(obj, dg.Config) and obj.__module__ == module.__name__
-                    and not issubclass(obj, dg.ConfigurableResource)):
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, dg.Config)
+                and obj.__module__ == module.__name__
+                and not issubclass(obj, dg.ConfigurableResource)
+            ):
                 found[name] = obj
     return found
 
@@ -96,17 +100,30 @@ def test_a_config_field_named_like_its_specs_field_has_the_specs_default(config_
                 continue
             assert _same(fields[prefix + name].default, default), (
                 f"{config_name}.{prefix}{name} defaults to {fields[prefix + name].default!r}, "
-                f"{spec.__name__}.{name} to {default!r}: take it from the spec")
+                f"{spec.__name__}.{name} to {default!r}: take it from the spec"
+            )
 
 
-@pytest.mark.parametrize("build, expected, renamed", [
-    (lambda: SamplerConfig(min_tools=20), "sampler setting min_tools=20: expected a whole number in [1, 15]",
-     "tool_chains setting x_min_tools=20: expected a whole number in [1, 15]"),
-    (lambda: SynthConfig(max_turn_len=0), "trajectory setting max_turn_len=0: expected a whole number >= 1",
-     "tool_chains setting x_max_turn_len=0: expected a whole number >= 1"),
-    (lambda: CalibrationConfig(k=0), "calibration setting k=0: expected a whole number >= 1",
-     "tool_chains setting x_k=0: expected a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "build, expected, renamed",
+    [
+        (
+            lambda: SamplerConfig(min_tools=20),
+            "sampler setting min_tools=20: expected a whole number in [1, 15]",
+            "tool_chains setting x_min_tools=20: expected a whole number in [1, 15]",
+        ),
+        (
+            lambda: SynthConfig(max_turn_len=0),
+            "trajectory setting max_turn_len=0: expected a whole number >= 1",
+            "tool_chains setting x_max_turn_len=0: expected a whole number >= 1",
+        ),
+        (
+            lambda: CalibrationConfig(k=0),
+            "calibration setting k=0: expected a whole number >= 1",
+            "tool_chains setting x_k=0: expected a whole number >= 1",
+        ),
+    ],
+)
 def test_a_spec_refusal_names_the_spec_and_can_be_named_for_a_config(build, expected, renamed):
     """Built directly, a spec names itself; a Dagster config renames the same refusal (owner and prefix)."""
     with pytest.raises(SettingError) as caught:
@@ -156,11 +173,16 @@ def test_every_spec_field_is_settable_from_its_dagster_config_or_listed_as_not_e
     """A field added to a spec but not to the asset's config cannot be set from run config; every test would
     still pass. So each spec field is either a config field (with the spec's prefix) or listed above."""
     fields = dagster_configs()[config_name].model_fields
-    missing = {(config_name, prefix + f.name) for spec, prefix in SPECS[config_name]
-               for f in dataclasses.fields(spec) if prefix + f.name not in fields}
+    missing = {
+        (config_name, prefix + f.name)
+        for spec, prefix in SPECS[config_name]
+        for f in dataclasses.fields(spec)
+        if prefix + f.name not in fields
+    }
     listed = {key for key in NOT_EXPOSED if key[0] == config_name}
-    assert missing == listed, (f"not settable and not listed: {sorted(missing - listed)}; "
-                               f"listed but now settable: {sorted(listed - missing)}")
+    assert missing == listed, (
+        f"not settable and not listed: {sorted(missing - listed)}; listed but now settable: {sorted(listed - missing)}"
+    )
 
 
 def test_the_checkpoint_config_maps_every_grpo_field_but_the_shared_seed_and_device():

@@ -18,6 +18,14 @@ from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime import SandboxLimits, SandboxWorker, cgroups, static_check
+from envfactory_assets.runtime.isolation import (
+    OS_LAYER_ENV_VAR,
+    UNSAFE_ENV_VAR,
+    IsolationUnavailable,
+    bound_paths,
+    resolve_isolation,
+)
+from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
 from envfactory_assets.security.hostile.containment import (
     CPU_AFTER_RETURN_S,
     HEARTBEAT_MAX_GAP_S,
@@ -30,21 +38,6 @@ from envfactory_assets.security.hostile.containment import (
     run_resource_sample,
 )
 from envfactory_assets.security.hostile.os_samples import CORPUS, OS_SAMPLES, RESOURCE_SAMPLES
-from envfactory_assets.runtime.isolation import (
-    OS_LAYER_ENV_VAR,
-    UNSAFE_ENV_VAR,
-    IsolationUnavailable,
-    bound_paths,
-    resolve_isolation,
-)
-from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
-from envfactory_assets.security.hostile.containment import (
-    Probes,
-    format_containment,
-    is_probe_sensitive,
-    run_containment,
-)
-from envfactory_assets.security.hostile.os_samples import CORPUS, OS_SAMPLES
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
@@ -85,8 +78,16 @@ def corpus_rows() -> dict[str, dict]:
 def test_corpus_has_the_kinds_an_attacker_would_try() -> None:
     assert len(CORPUS) >= 50 and len({s.name for s in CORPUS}) == len(CORPUS)
     categories = {s.category for s in OS_SAMPLES}
-    for kind in ("code generation", "format-string walk", "frame walk", "cross-environment tampering",
-                 "delayed payload", "non-determinism", "protocol forgery", "detached children"):
+    for kind in (
+        "code generation",
+        "format-string walk",
+        "frame walk",
+        "cross-environment tampering",
+        "delayed payload",
+        "non-determinism",
+        "protocol forgery",
+        "detached children",
+    ):
         assert kind in categories
     assert sum(is_probe_sensitive(s) for s in CORPUS) >= 20
 
@@ -147,8 +148,8 @@ def test_a_model_reply_with_the_payload_at_module_level_runs_only_in_the_sandbox
                 """x"""
             _c = _Child()
             _c.p = ("import builtins as b; h = b.open({probes.secret_paths[0]!r}); self.s = h.read(); "
-                    "b.open({str(probes.canary_dir / 'proof.txt')!r}, 'w').write(self.s); "
-                    "import os; os.system('id > {tmp_path / 'proof.txt'}')")
+                    "b.open({str(probes.canary_dir / "proof.txt")!r}, 'w').write(self.s); "
+                    "import os; os.system('id > {tmp_path / "proof.txt"}')")
             _c == _Child()
         ''')
         reply = "```python\n" + payload + "\n" + env["source"] + "\n```\n"
@@ -163,7 +164,7 @@ def test_a_model_reply_with_the_payload_at_module_level_runs_only_in_the_sandbox
 
 
 def test_forks_never_share_a_mutated_row() -> None:
-    source = textwrap.dedent('''\
+    source = textwrap.dedent("""\
         def load(data): return data
         def save(state): return state
         def scribble(state):
@@ -173,7 +174,7 @@ def test_forks_never_share_a_mutated_row() -> None:
             return row
         def read(state):
             return state["tables"]["items"][0]
-    ''')
+    """)
     state = {"tables": {"items": [{"name": "original", "tags": []}]}, "meta": {}}
     with SandboxWorker(LIMITS, python_guards=False) as worker:
         worker.load_environment("mutator", source)
@@ -212,8 +213,7 @@ def test_untrusted_code_is_refused_when_the_os_layer_cannot_start(monkeypatch) -
         with pytest.raises(IsolationUnavailable, match=UNSAFE_ENV_VAR):
             worker.load_environment("model_written", REPRODUCTION, origin="model")
         with pytest.warns(RuntimeWarning, match="templated"):
-            worker.load_environment("templated", "def load(d): return d\ndef save(s): return s\n",
-                                    origin="template")
+            worker.load_environment("templated", "def load(d): return d\ndef save(s): return s\n", origin="template")
 
 
 def test_idle_workers_are_stopped_beyond_the_process_cap_and_come_back() -> None:
@@ -281,11 +281,19 @@ def test_leftover_probe_ignores_another_runs_sandbox_processes_and_kills_only_es
 
     probes = Probes()
     other = subprocess.Popen(  # another run: a root parent holding a sandbox-uid child
-        [sys.executable, "-c", ("import subprocess, sys, time\n"
-                                "child = subprocess.Popen([sys.executable, '-c', "
-                                "'import os, time; os.setuid(65534); time.sleep(60)'])\n"
-                                "print(child.pid, flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            (
+                "import subprocess, sys, time\n"
+                "child = subprocess.Popen([sys.executable, '-c', "
+                "'import os, time; os.setuid(65534); time.sleep(60)'])\n"
+                "print(child.pid, flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     read_end, write_end = os.pipe()
     if os.fork() == 0:  # a detached sandbox-uid process, as an escaped sample would leave
         os.setsid()
@@ -361,7 +369,7 @@ def test_the_workers_memory_group_counts_the_kernel_memory_of_a_tmpfs_inode_floo
 
 
 def test_the_hard_cpu_limit_is_the_lifetime_budget_and_groups_are_removed() -> None:
-    source = textwrap.dedent('''\
+    source = textwrap.dedent("""\
         import resource
         def load(d): return d
         def save(s): return s
@@ -373,7 +381,7 @@ def test_the_hard_cpu_limit_is_the_lifetime_budget_and_groups_are_removed() -> N
             except (ValueError, OSError):
                 raised = False
             return {"hard": hard, "raised": raised}
-    ''')
+    """)
     limits = SandboxLimits(memory_mb=256, cpu_seconds=2, cpu_lifetime_s=30, call_timeout_s=5.0)
     support = cgroups.detect()
     with SandboxWorker(limits, python_guards=False) as worker:

@@ -23,7 +23,6 @@ from envfactory_assets.synth.trajectories.simulated_user import (
     UserContext,
     providable_flags,
 )
-
 from envfactory_assets_tests.fixture_environments import (
     passed_trajectories,
 )
@@ -36,8 +35,10 @@ def flags(graph):
 
 @pytest.fixture(scope="module")
 def trajectories(environments, worker, graph) -> list[dict]:
-    out = [{**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
-           for i, traj in passed_trajectories(environments, graph, worker, 30, "conversation")]
+    out = [
+        {**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
+        for i, traj in passed_trajectories(environments, graph, worker, 30, "conversation")
+    ]
     assert len(out) >= 10
     return out
 
@@ -46,8 +47,10 @@ def trajectories(environments, worker, graph) -> list[dict]:
 def conversational(trajectories, environments, worker, flags) -> list[tuple[dict, dict]]:
     """(raw, calibrated) pairs with every turn asked conversationally where a value qualifies."""
     cfg = CalibrationConfig(k=2, conversational_share=1.0)
-    return [(t, calibrate_trajectory(t, environments, worker, ProgrammaticSolver(ask=True), cfg,
-                                     ProgrammaticUser(), flags)) for t in trajectories]
+    return [
+        (t, calibrate_trajectory(t, environments, worker, ProgrammaticSolver(ask=True), cfg, ProgrammaticUser(), flags))
+        for t in trajectories
+    ]
 
 
 def test_flags_come_from_the_graph_and_identifiers_are_not_user_providable(flags):
@@ -76,11 +79,17 @@ def test_the_simulated_user_never_reveals_a_value_that_is_not_user_providable(tr
 
 
 def test_a_model_user_sees_only_providable_values_and_a_leaking_reply_is_refused(trajectories, flags):
-    turn = next(t for tr in trajectories for t in tr["turns"]
-                if any(a.endswith("_id") and isinstance(v, str) for c in t["calls"] for a, v in c["arguments"].items())
-                and UserContext(tuple(t["calls"]), {}, flags).providable_values())
+    turn = next(
+        t
+        for tr in trajectories
+        for t in tr["turns"]
+        if any(a.endswith("_id") and isinstance(v, str) for c in t["calls"] for a, v in c["arguments"].items())
+        and UserContext(tuple(t["calls"]), {}, flags).providable_values()
+    )
     context = UserContext(tuple(turn["calls"]), turn["state_before"], flags)
-    secret = next(v for c in turn["calls"] for a, v in c["arguments"].items() if a.endswith("_id") and isinstance(v, str))
+    secret = next(
+        v for c in turn["calls"] for a, v in c["arguments"].items() if a.endswith("_id") and isinstance(v, str)
+    )
     name, value = next(iter(context.providable_values().items()))
     with FakeChatServer([f"Sure, it is '{secret}'.", f"The {name} is '{value}'."]) as server:
         user = ModelUser(OpenAICompatibleBackend(server.base_url, "m", max_retries=0))
@@ -95,8 +104,12 @@ def test_a_model_user_sees_only_providable_values_and_a_leaking_reply_is_refused
 def test_a_query_without_a_user_value_is_solved_only_by_asking_the_user(trajectories, environments, worker, flags):
     tools = {t["name"]: t for e in environments.values() for t in e["tools"]}
     refined = [refine_turns(tr["turns"], environments)[0] for tr in trajectories]
-    traj, turns, t, turn = next((tr, rt, i, o) for tr, rt in zip(trajectories, refined) for i, tu in enumerate(rt)
-                                if (o := omit_user_value(tu, tools, flags)) is not None)
+    traj, turns, t, turn = next(
+        (tr, rt, i, o)
+        for tr, rt in zip(trajectories, refined, strict=False)
+        for i, tu in enumerate(rt)
+        if (o := omit_user_value(tu, tools, flags)) is not None
+    )
     op = turn["operators"][-1]
     assert op["operator"] == "user_clarification" and op["value"] not in turn["query"]
     assert op["query_before"] == turns[t]["query"] and op["query_after"] == turn["query"]
@@ -105,16 +118,27 @@ def test_a_query_without_a_user_value_is_solved_only_by_asking_the_user(trajecto
     silent = solve_turn(worker, turn["state_before"], view, ProgrammaticSolver(), turn, "conv", k=2)
     assert silent["passed"] == 0  # without the value nothing passes
     context = UserContext(tuple(turn["calls"]), turn["state_before"], flags)
-    asking = solve_turn(worker, turn["state_before"], view,
-                        DialogueSolver(ProgrammaticSolver(ask=True), ProgrammaticUser(), context), turn, "conv", k=2)
+    asking = solve_turn(
+        worker,
+        turn["state_before"],
+        view,
+        DialogueSolver(ProgrammaticSolver(ask=True), ProgrammaticUser(), context),
+        turn,
+        "conv",
+        k=2,
+    )
     assert asking["passed"] == 2
     dialogue = asking["attempts"][0]["dialogue"]
     assert well_formed(dialogue) and op["value"] in dialogue[1]["content"]
 
 
 def test_conversational_turns_are_solved_and_their_messages_well_formed(conversational, environments, flags):
-    kept = [(raw, cal, t) for raw, cal in conversational for t in cal["turns"]
-            if any(o["operator"] == "user_clarification" and not o.get("reverted") for o in t["operators"])]
+    kept = [
+        (raw, cal, t)
+        for raw, cal in conversational
+        for t in cal["turns"]
+        if any(o["operator"] == "user_clarification" and not o.get("reverted") for o in t["operators"])
+    ]
     assert len(kept) >= 3
     for raw, cal, turn in kept:
         op = next(o for o in turn["operators"] if o["operator"] == "user_clarification")
@@ -122,7 +146,7 @@ def test_conversational_turns_are_solved_and_their_messages_well_formed(conversa
         assert well_formed(turn["clarification"]) and op["value"] in turn["clarification"][-1]["content"]
         messages = sft_row({**cal, "env_ids": raw["env_ids"]}, environments)["messages"]
         at = next(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"] == turn["query"])
-        assert messages[at + 1: at + 1 + len(turn["clarification"])] == turn["clarification"]
+        assert messages[at + 1 : at + 1 + len(turn["clarification"])] == turn["clarification"]
         assert messages[at + 1 + len(turn["clarification"])]["tool_calls"]  # then the calls
     # the user's answers carry only user-providable values, never an identifier or other withheld value
     for _raw, _cal, turn in kept:
@@ -133,9 +157,12 @@ def test_conversational_turns_are_solved_and_their_messages_well_formed(conversa
 
 
 def test_rl_rows_of_conversational_trajectories_replay_exactly(conversational, environments, worker):
-    rows = [r for raw, cal in conversational if cal["status"] == "passed"
-            and any(t.get("clarification") for t in cal["turns"])
-            for r in rl_rows({**cal, "env_ids": raw["env_ids"]}, {e: environments[e] for e in raw["env_ids"]})]
+    rows = [
+        r
+        for raw, cal in conversational
+        if cal["status"] == "passed" and any(t.get("clarification") for t in cal["turns"])
+        for r in rl_rows({**cal, "env_ids": raw["env_ids"]}, {e: environments[e] for e in raw["env_ids"]})
+    ]
     assert rows
     asked = 0
     for row in rows:
@@ -147,12 +174,19 @@ def test_rl_rows_of_conversational_trajectories_replay_exactly(conversational, e
 
 
 def test_conversational_mode_is_off_by_default(trajectories, environments, worker):
-    cal = calibrate_trajectory(trajectories[0], environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0))
+    cal = calibrate_trajectory(
+        trajectories[0], environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0)
+    )
     assert not any(t.get("clarification") for t in cal["turns"])
     assert not any(o["operator"] == "user_clarification" for o in cal["operators"])
     with pytest.raises(ValueError, match="simulated user"):
-        calibrate_trajectory(trajectories[0], environments, worker, ProgrammaticSolver(),
-                             CalibrationConfig(k=2, conversational_share=0.5))
+        calibrate_trajectory(
+            trajectories[0],
+            environments,
+            worker,
+            ProgrammaticSolver(),
+            CalibrationConfig(k=2, conversational_share=0.5),
+        )
 
 
 # ----------------------------------------------------------------------------- goal expansion
@@ -182,7 +216,9 @@ def test_goal_expansion_adds_a_grounded_follow_up_read(trajectories, environment
 
 def test_calibration_keeps_a_solvable_expansion_and_its_rl_row_replays(trajectories, environments, worker):
     traj, _, _ = _expandable(trajectories, environments, worker)
-    cal = calibrate_trajectory(traj, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0))
+    cal = calibrate_trajectory(
+        traj, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0)
+    )
     last = cal["turns"][-1]
     assert any(o["operator"] == "goal_expansion" and not o.get("reverted") for o in last["operators"])
     assert last["calls"][-1]["kind"] == "get" and last["accuracy"] > 0
@@ -195,14 +231,17 @@ class _NoFollowUps(ProgrammaticSolver):
 
     def attempt(self, view, call_tool, seed):
         query = view.messages[-1]["content"].split(", and after that look up ")[0]
-        return super().attempt(SolverView(view.messages[:-1] + ({"role": "user", "content": query},), view.tools),
-                               call_tool, seed)
+        return super().attempt(
+            SolverView(view.messages[:-1] + ({"role": "user", "content": query},), view.tools), call_tool, seed
+        )
 
 
 def test_an_unsolvable_expansion_is_reverted_with_the_reason(trajectories, environments, worker):
     traj, refined, new = _expandable(trajectories, environments, worker, referenced=True)
     assert new["calls"][-1]["name"] != new["calls"][-2]["name"]  # a read of the row the write refers to
-    cal = calibrate_trajectory(traj, environments, worker, _NoFollowUps(), CalibrationConfig(k=2, conversational_share=0.0))
+    cal = calibrate_trajectory(
+        traj, environments, worker, _NoFollowUps(), CalibrationConfig(k=2, conversational_share=0.0)
+    )
     last = cal["turns"][-1]
     op = next(o for o in last["operators"] if o["operator"] == "goal_expansion")
     assert op["reverted"] and "unsolvable" in op["reason"]
@@ -221,24 +260,31 @@ class _CannotRead(ProgrammaticSolver):
 
     def attempt(self, view, call_tool, seed):
         if view.messages[-1]["content"] in self.unreadable:
-            return super().attempt(SolverView(view.messages[:-1] + ({"role": "user", "content": ""},), view.tools),
-                                   call_tool, seed)
+            return super().attempt(
+                SolverView(view.messages[:-1] + ({"role": "user", "content": ""},), view.tools), call_tool, seed
+            )
         return super().attempt(view, call_tool, seed)
 
 
-def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_comes_back(trajectories,
-                                                                                         environments, worker):
+def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_comes_back(
+    trajectories, environments, worker
+):
     from envfactory_assets.synth.refinement.calibrate import REDRAW_SEED, REDRAWS, persona_of
 
     cfg = CalibrationConfig(k=2, conversational_share=0.0)
     plain = [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), cfg) for t in trajectories]
     # the first refined turn of a trajectory whose second draw words it differently
-    traj, cal, turn = next((t, c, c["turns"][0]) for t, c in zip(trajectories, plain)
-                           if c["turns"] and c["turns"][0]["query"] != c["turns"][0]["query_raw"]
-                           and "merged_from" not in c["turns"][0]
-                           and refine_turns(t["turns"], environments, seed=t["id"] + REDRAW_SEED,
-                                            persona=persona_of(t["id"], t["domains"]))[0][0]["query"]
-                           != c["turns"][0]["query"])
+    traj, cal, turn = next(
+        (t, c, c["turns"][0])
+        for t, c in zip(trajectories, plain, strict=False)
+        if c["turns"]
+        and c["turns"][0]["query"] != c["turns"][0]["query_raw"]
+        and "merged_from" not in c["turns"][0]
+        and refine_turns(
+            t["turns"], environments, seed=t["id"] + REDRAW_SEED, persona=persona_of(t["id"], t["domains"])
+        )[0][0]["query"]
+        != c["turns"][0]["query"]
+    )
     redrawn = calibrate_trajectory(traj, environments, worker, _CannotRead([turn["query"]]), cfg)["turns"][0]
     assert redrawn["query_redrawn_from"] == turn["query"] and redrawn["query"] not in (turn["query"], turn["query_raw"])
     assert redrawn["solve_refined"]["passed"] > 0 and not any(o.get("reverted") for o in redrawn["operators"])
@@ -248,8 +294,14 @@ def test_a_refined_query_no_attempt_solves_is_drawn_again_before_the_raw_query_c
     persona = persona_of(traj["id"], traj["domains"])
     unreadable, narrower = [turn["query"], redrawn["query"]], 0
     for draw in REDRAWS[1:]:
-        narrow = refine_turns(traj["turns"], environments, seed=traj["id"] + draw.seed_suffix, persona=persona,
-                              operators=draw.operators, state_references=draw.state_references)[0][0]
+        narrow = refine_turns(
+            traj["turns"],
+            environments,
+            seed=traj["id"] + draw.seed_suffix,
+            persona=persona,
+            operators=draw.operators,
+            state_references=draw.state_references,
+        )[0][0]
         got = calibrate_trajectory(traj, environments, worker, _CannotRead(unreadable), cfg)["turns"][0]
         if narrow["query"] not in (*unreadable, turn["query_raw"]):
             assert got["query"] == narrow["query"] and got["query_redrawn_from"] == turn["query"]
@@ -277,8 +329,9 @@ class _ReadsOnly(ProgrammaticSolver):
         return super().attempt(view, call_tool, seed)
 
 
-def test_a_second_draw_keeps_the_reverted_omission_calibration_recorded_on_the_turn(trajectories, environments,
-                                                                                    worker, flags):
+def test_a_second_draw_keeps_the_reverted_omission_calibration_recorded_on_the_turn(
+    trajectories, environments, worker, flags
+):
     from envfactory_assets.synth.refinement.calibrate import REDRAW_SEED, persona_of
 
     cfg = CalibrationConfig(k=2, conversational_share=1.0)
@@ -289,12 +342,14 @@ def test_a_second_draw_keeps_the_reverted_omission_calibration_recorded_on_the_t
         second, _ = refine_turns(traj["turns"], environments, seed=traj["id"] + REDRAW_SEED, persona=persona)
         raw = {t["query"] for t in traj["turns"]}
         # the wording that leaves a value for the user to give is never read: the omission is reverted
-        kept = calibrate_trajectory(traj, environments, worker, _ReadsOnly(raw | {t["query"] for t in first}), cfg,
-                                    ProgrammaticUser(), flags)
+        kept = calibrate_trajectory(
+            traj, environments, worker, _ReadsOnly(raw | {t["query"] for t in first}), cfg, ProgrammaticUser(), flags
+        )
         # ... and the first draw not either: the second draw is kept, on top of that reverted omission
-        redrawn = calibrate_trajectory(traj, environments, worker, _ReadsOnly(raw | {t["query"] for t in second}),
-                                       cfg, ProgrammaticUser(), flags)
-        for a, b in zip(kept["turns"], redrawn["turns"]):
+        redrawn = calibrate_trajectory(
+            traj, environments, worker, _ReadsOnly(raw | {t["query"] for t in second}), cfg, ProgrammaticUser(), flags
+        )
+        for a, b in zip(kept["turns"], redrawn["turns"], strict=False):
             omitted = [o for o in a["operators"] if o["operator"] == "user_clarification" and o.get("reverted")]
             if "query_redrawn_from" in b and omitted:
                 checked += 1

@@ -45,27 +45,45 @@ from envfactory_assets.viewer import (
 from envfactory_assets_tests.config_failures import step_failure
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
-SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
-             "raw_trajectories", "refined_trajectories"]
-RUN_CONFIG = config_for_selection({"ops": {
-    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
-    "tool_graph": {"config": {"embedder": "hashing"}},
-    "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 4}},
-}}, SELECTION)
+SELECTION = [
+    "source_resources",
+    "environments",
+    "verified_environments",
+    "tool_graph",
+    "tool_chains",
+    "raw_trajectories",
+    "refined_trajectories",
+]
+RUN_CONFIG = config_for_selection(
+    {
+        "ops": {
+            "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+            "tool_graph": {"config": {"embedder": "hashing"}},
+            "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 4}},
+        }
+    },
+    SELECTION,
+)
 EXCLUDED_TOOL = "bookshop_example.delete_author"
 
 
 def _materialize(home: Path, instance) -> list[dg.ExecuteInProcessResult]:
     """The runs ``envfactory run --select`` makes: source_resources, then the rest over every partition."""
     return materialize_pipeline(
-        [*ALL_ASSETS, *ALL_CHECKS], instance, run_config=RUN_CONFIG, selection=SELECTION,
-        resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
-                   "verification_gate": VerificationGate()})
+        [*ALL_ASSETS, *ALL_CHECKS],
+        instance,
+        run_config=RUN_CONFIG,
+        selection=SELECTION,
+        resources={
+            "envfactory": EnvFactoryHome(home=str(home)),
+            "model_backend": ModelBackend(),
+            "verification_gate": VerificationGate(),
+        },
+    )
 
 
 def _metadata(results: list[dg.ExecuteInProcessResult], asset: str) -> dict:
-    events = [e for r in results for e in r.get_asset_materialization_events()
-              if e.asset_key.to_user_string() == asset]
+    events = [e for r in results for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == asset]
     return {k: v.value for k, v in events[-1].materialization.metadata.items()}
 
 
@@ -95,14 +113,17 @@ def test_exclusions_round_trip_through_the_file(tmp_path):
     assert len(load_curation(path)) == 1
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("exclusions: [{kind: server, id: x, reason: y}]", "exclusions/0/kind"),
-    ("exclusions: [{kind: tool, id: x}]", "'reason' is a required property"),
-    ("exclusions: [{kind: tool, id: '', reason: y}]", "exclusions/0/id"),
-    ("exclude: []", "Additional properties"),
-    ("exclusions: [{kind: tool, id: a.b, reason: y}, {kind: tool, id: a.b, reason: z}]", "listed twice"),
-    ("exclusions: [unclosed", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("exclusions: [{kind: server, id: x, reason: y}]", "exclusions/0/kind"),
+        ("exclusions: [{kind: tool, id: x}]", "'reason' is a required property"),
+        ("exclusions: [{kind: tool, id: '', reason: y}]", "exclusions/0/id"),
+        ("exclude: []", "Additional properties"),
+        ("exclusions: [{kind: tool, id: a.b, reason: y}, {kind: tool, id: a.b, reason: z}]", "listed twice"),
+        ("exclusions: [unclosed", "not valid YAML"),
+    ],
+)
 def test_a_bad_curation_file_is_rejected_naming_the_file_and_the_problem(tmp_path, text, problem):
     path = tmp_path / "curation.yaml"
     path.write_text(text)
@@ -121,8 +142,9 @@ def test_filters_drop_excluded_resources_environments_and_tools():
     assert {r["resource_key"] for r in kept} == {"bookshop_example"}
     assert dropped == {"helpdesk": "r", "calendar_tasks": "e"}
     envs = {"a": {"tools": [{"name": "t1"}, {"name": "t2"}]}, "b": {"tools": [{"name": "t3"}]}}
-    kept_envs, dropped = filter_environments(envs, Curation({"resource": {}, "environment": {},
-                                                             "tool": {"a.t1": "x", "b.t3": "y"}}))
+    kept_envs, dropped = filter_environments(
+        envs, Curation({"resource": {}, "environment": {}, "tool": {"a.t1": "x", "b.t3": "y"}})
+    )
     assert kept_envs == {"a": {"tools": [{"name": "t2"}]}} and envs["a"]["tools"][0]["name"] == "t1"
     assert dropped == {"a.t1": "x", "b.t3": "y", "b": "every tool excluded"}
 
@@ -133,7 +155,8 @@ def test_cli_exclude_include_and_list(tmp_path, monkeypatch, capsys):
     assert cli_main(["curation"]) == 0
     assert "helpdesk.delete_ticket" in capsys.readouterr().out
     assert yaml.safe_load((tmp_path / "curation.yaml").read_text())["exclusions"] == [
-        {"kind": "tool", "id": "helpdesk.delete_ticket", "reason": "destructive"}]
+        {"kind": "tool", "id": "helpdesk.delete_ticket", "reason": "destructive"}
+    ]
     assert cli_main(["include", "tool", "helpdesk.nothing"]) == 2
     assert "is not excluded" in capsys.readouterr().err
     assert cli_main(["include", "tool", "helpdesk.delete_ticket"]) == 0
@@ -159,8 +182,9 @@ def test_exclusions_hold_through_every_resynthesis_and_are_recorded(curated):
 def test_a_refined_trajectory_renders_its_turns_calls_results_and_both_queries(curated):
     home, _, second = curated
     store = Store(home / "envfactory.duckdb")
-    refined = next(r for r in store.read("refined_trajectories", "status = 'passed'")
-                   if any(t["operators"] for t in r["turns"]))
+    refined = next(
+        r for r in store.read("refined_trajectories", "status = 'passed'") if any(t["operators"] for t in r["turns"])
+    )
     raw, found = find_trajectory(store, refined["id"])
     assert found["id"] == refined["id"] and raw["id"] == refined["raw_trajectory_id"]
     text = render_trajectory(raw, refined)
@@ -181,18 +205,35 @@ def test_a_refined_trajectory_renders_its_turns_calls_results_and_both_queries(c
 def test_a_goal_merged_turn_shows_the_calls_of_both_raw_turns_under_the_merged_query():
     """Raw and refined turns stopped lining up by position after goal merging: the viewer showed the second
     call under the next turn's query."""
+
     def call(name, arguments):
         return {"name": name, "env_id": "crm", "arguments": arguments, "output": {"ok": True}}
 
-    raw = {"id": "raw_1", "env_ids": ["crm"], "n_turns": 3, "n_calls": 3, "status": "passed", "turns": [
-        {"query": "Show me the contacts.", "calls": [call("list_contacts", {})]},
-        {"query": "Delete contact c_2.", "calls": [call("delete_contact", {"contact_id": "c_2"})]},
-        {"query": "Create a contact named Ada.", "calls": [call("create_contact", {"name": "Ada"})]}]}
-    merged = {"query": "Show me the contacts, then delete the second one", "query_raw": "Show me the contacts, "
-              "then delete contact c_2.", "merged_from": ["Show me the contacts.", "Delete contact c_2."],
-              "calls": raw["turns"][0]["calls"] + raw["turns"][1]["calls"], "operators": []}
-    refined = {"id": "ref_1", "raw_trajectory_id": "raw_1", "status": "passed",
-               "turns": [merged, {**raw["turns"][2], "query_raw": raw["turns"][2]["query"]}]}
+    raw = {
+        "id": "raw_1",
+        "env_ids": ["crm"],
+        "n_turns": 3,
+        "n_calls": 3,
+        "status": "passed",
+        "turns": [
+            {"query": "Show me the contacts.", "calls": [call("list_contacts", {})]},
+            {"query": "Delete contact c_2.", "calls": [call("delete_contact", {"contact_id": "c_2"})]},
+            {"query": "Create a contact named Ada.", "calls": [call("create_contact", {"name": "Ada"})]},
+        ],
+    }
+    merged = {
+        "query": "Show me the contacts, then delete the second one",
+        "query_raw": "Show me the contacts, then delete contact c_2.",
+        "merged_from": ["Show me the contacts.", "Delete contact c_2."],
+        "calls": raw["turns"][0]["calls"] + raw["turns"][1]["calls"],
+        "operators": [],
+    }
+    refined = {
+        "id": "ref_1",
+        "raw_trajectory_id": "raw_1",
+        "status": "passed",
+        "turns": [merged, {**raw["turns"][2], "query_raw": raw["turns"][2]["query"]}],
+    }
     text = render_trajectory(raw, refined)
     first, second = text.split("### Turn 2")
     assert "### Turn 3" not in text and "- **turns**: 2" in text and "- **turns before refinement**: 3" in text
@@ -219,8 +260,7 @@ def test_show_cli_and_the_show_trajectory_job_render_any_trajectory(curated, mon
     assert observation.metadata["rendering"].value == out.rstrip("\n")
 
 
-def test_cli_refuses_unknown_ids_with_the_nearest_ones_and_lists_servable_environments(curated, monkeypatch,
-                                                                                        capsys):
+def test_cli_refuses_unknown_ids_with_the_nearest_ones_and_lists_servable_environments(curated, monkeypatch, capsys):
     home, _, _ = curated
     monkeypatch.setenv("ENVFACTORY_HOME", str(home))
     before = (home / "curation.yaml").read_text()
@@ -240,8 +280,7 @@ def test_cli_refuses_unknown_ids_with_the_nearest_ones_and_lists_servable_enviro
     assert out.splitlines()[0].startswith("bookshop_example ") and "calendar_tasks " in out
     assert f"{EXCLUDED_TOOL}  (excluded: destructive)" in out  # listed, marked as curation removes it
     assert cli_main(["environments", "--json"]) == 0
-    assert [e["env_id"] for e in json.loads(capsys.readouterr().out)] == [
-        "bookshop_example", "calendar_tasks"]
+    assert [e["env_id"] for e in json.loads(capsys.readouterr().out)] == ["bookshop_example", "calendar_tasks"]
     assert cli_main(["serve-env", "calendar_task"]) == 2
     err = capsys.readouterr().err
     assert "nearest verified environments: calendar_tasks" in err and "envfactory environments" in err
@@ -257,8 +296,12 @@ def test_an_exclusion_made_after_the_tool_graph_reaches_no_later_stage(curated, 
     shutil.copy(source / "envfactory.duckdb", home / "envfactory.duckdb")
     shutil.copy(curation_path(source), curation_path(home))
     store = Store(home / "envfactory.duckdb")
-    called = [f"{c['env_id']}.{c['name']}" for t in store.read("refined_trajectories") for turn in t["turns"]
-              for c in turn["calls"]]
+    called = [
+        f"{c['env_id']}.{c['name']}"
+        for t in store.read("refined_trajectories")
+        for turn in t["turns"]
+        for c in turn["calls"]
+    ]
     tool = max(set(called), key=called.count)  # the tool most stored trajectories call
     set_exclusion(curation_path(home), "tool", tool, "excluded after the graph was built")
     chains_before = store.read("tool_chains")
@@ -273,8 +316,9 @@ def test_an_exclusion_made_after_the_tool_graph_reaches_no_later_stage(curated, 
         ok, message = step_failure(asset, {}, home)
         assert ok, message
         rows = store.read(table)
-        assert rows and not any(f"{c['env_id']}.{c['name']}" == tool for t in rows for turn in t["turns"]
-                                for c in turn["calls"]), table
+        assert rows and not any(
+            f"{c['env_id']}.{c['name']}" == tool for t in rows for turn in t["turns"] for c in turn["calls"]
+        ), table
 
 
 def test_a_curation_file_that_excludes_every_environment_keeps_the_graph_and_says_so(curated, tmp_path):

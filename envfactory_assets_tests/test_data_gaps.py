@@ -113,15 +113,15 @@ def test_abstention_requests_are_not_served_by_the_offered_tools(trajectories, e
         kind, thing = ability.split(" ", 1)
         thing = thing.removeprefix("a ").removeprefix("an ")
         # no offered tool does this operation on this table
-        assert not any(t["kind"] == kind and thing in (words(t["table"]), words(singular(t["table"])))
-                       for t in offered), (turn["query"], ability)
+        assert not any(
+            t["kind"] == kind and thing in (words(t["table"]), words(singular(t["table"]))) for t in offered
+        ), (turn["query"], ability)
     assert sources == {"foreign", "missing_operation", "everyday"}
     with pytest.raises(ValueError, match="position 9"):
         abstention_turn({"turns": [], "env_ids": []}, environments, 9, random.Random(0))
 
 
-def test_parallel_calls_are_independent_and_the_reward_accepts_them_in_any_order(trajectories, environments,
-                                                                                worker):
+def test_parallel_calls_are_independent_and_the_reward_accepts_them_in_any_order(trajectories, environments, worker):
     grouped = 0
     for traj in trajectories:
         offset = 0
@@ -132,23 +132,31 @@ def test_parallel_calls_are_independent_and_the_reward_accepts_them_in_any_order
                 for group in groups:
                     ids = {offset + i for i in group}
                     for i in group:  # no call of a group uses an output of another call of the group
-                        assert not any(p.get("source") == "output" and p.get("call") in ids
-                                       for p in turn["calls"][i]["provenance"].values())
-                    gold = [{"name": turn["calls"][i]["name"], "arguments": turn["calls"][i]["arguments"]}
-                            for i in group]
+                        assert not any(
+                            p.get("source") == "output" and p.get("call") in ids
+                            for p in turn["calls"][i]["provenance"].values()
+                        )
+                    gold = [
+                        {"name": turn["calls"][i]["name"], "arguments": turn["calls"][i]["arguments"]} for i in group
+                    ]
                     matched, extra = match_calls(gold, list(reversed(gold)))
                     assert all(matched) and extra == 0
                 grouped += 1
             offset += len(turn["calls"])
     assert grouped >= 3
     # the SFT rendering: one assistant message with the group's calls, then one result per call, ids in order
-    aug = next(a for a in (augment_trajectory(t, environments, "sft", DataGapsConfig(0.0, 1.0, 0.0), worker)
-                           for t in trajectories) if "parallel" in set().union(*map(turn_kinds, a["turns"])))
+    aug = next(
+        a
+        for a in (
+            augment_trajectory(t, environments, "sft", DataGapsConfig(0.0, 1.0, 0.0), worker) for t in trajectories
+        )
+        if "parallel" in set().union(*map(turn_kinds, a["turns"]))
+    )
     messages = sft_row(aug, environments)["messages"]
     i = next(i for i, m in enumerate(messages) if len(m.get("tool_calls") or []) > 1)
     ids = [c["id"] for c in messages[i]["tool_calls"]]
-    assert [m["tool_call_id"] for m in messages[i + 1:i + 1 + len(ids)]] == ids
-    assert all(m["role"] == "tool" for m in messages[i + 1:i + 1 + len(ids)])
+    assert [m["tool_call_id"] for m in messages[i + 1 : i + 1 + len(ids)]] == ids
+    assert all(m["role"] == "tool" for m in messages[i + 1 : i + 1 + len(ids)])
     all_ids = [c["id"] for m in messages for c in m.get("tool_calls") or []]
     assert len(all_ids) == len(set(all_ids))
 
@@ -163,8 +171,15 @@ def test_calls_whose_order_matters_stay_in_separate_messages(environments, worke
         for name, args in (("create_author", {"name": "Ada Lovelace"}), ("list_authors", {"limit": 100})):
             res = worker.call(episode, name, args)
             assert res["ok"], res
-            calls.append({"name": name, "arguments": args, "output": res["output"], "kind": name.split("_")[0],
-                          "provenance": {a: {"source": "user"} for a in args}})
+            calls.append(
+                {
+                    "name": name,
+                    "arguments": args,
+                    "output": res["output"],
+                    "kind": name.split("_")[0],
+                    "provenance": {a: {"source": "user"} for a in args},
+                }
+            )
         after = worker.save(episode)
     finally:
         worker.close_episode(episode)
@@ -179,12 +194,11 @@ def test_calls_whose_order_matters_stay_in_separate_messages(environments, worke
     assert candidate_groups(calls, 0) == [[0], [1]]
 
 
-def test_a_conversion_turn_states_the_spoken_value_and_the_gold_call_keeps_the_field_form(trajectories,
-                                                                                          environments):
+def test_a_conversion_turn_states_the_spoken_value_and_the_gold_call_keeps_the_field_form(trajectories, environments):
     converted = 0
     for traj in trajectories:
         aug = augment_trajectory(traj, environments, "sft", DataGapsConfig(0.0, 0.0, 1.0), None)
-        for before, turn in zip(traj["turns"], aug["turns"]):
+        for before, turn in zip(traj["turns"], aug["turns"], strict=False):
             conv = turn.get("conversion")
             if not conv:
                 assert turn["query"] == before["query"]
@@ -218,31 +232,37 @@ def test_a_conversion_turn_states_the_spoken_value_and_the_gold_call_keeps_the_f
     assert converted >= 3
 
 
-@pytest.mark.parametrize("name, schema, value, spoken", [
-    ("interest_rate", {"type": "number", "minimum": 0, "maximum": 1}, 0.03, "3%"),
-    ("discount", {"type": "number", "description": "Discount as a fraction of the price."}, 0.125, "12.5%"),
-    ("budget", {"type": "number"}, 1500, "1.5k"),
-    ("revenue", {"type": "integer"}, 2_000_000, "2M"),
-    ("price_cents", {"type": "integer"}, 1999, "$19.99"),
-    ("duration_minutes", {"type": "integer"}, 90, "1.5 hours"),
-    ("timeout_seconds", {"type": "integer"}, 120, "2 minutes"),
-    ("weight_grams", {"type": "number"}, 2500, "2.5 kg"),
-])
+@pytest.mark.parametrize(
+    "name, schema, value, spoken",
+    [
+        ("interest_rate", {"type": "number", "minimum": 0, "maximum": 1}, 0.03, "3%"),
+        ("discount", {"type": "number", "description": "Discount as a fraction of the price."}, 0.125, "12.5%"),
+        ("budget", {"type": "number"}, 1500, "1.5k"),
+        ("revenue", {"type": "integer"}, 2_000_000, "2M"),
+        ("price_cents", {"type": "integer"}, 1999, "$19.99"),
+        ("duration_minutes", {"type": "integer"}, 90, "1.5 hours"),
+        ("timeout_seconds", {"type": "integer"}, 120, "2 minutes"),
+        ("weight_grams", {"type": "number"}, 2500, "2.5 kg"),
+    ],
+)
 def test_conversions_follow_the_field_schema(name, schema, value, spoken):
     conv = conversion_for(name, schema, value, random.Random(0))
     assert conv is not None and conv.spoken == spoken
 
 
-@pytest.mark.parametrize("name, schema, value", [
-    ("discount_percent", {"type": "number", "maximum": 100}, 3),    # already a percentage
-    ("tax_rate", {"type": "number", "maximum": 100}, 0.2),          # bounds say it is not a fraction
-    ("price", {"type": "number"}, 1234.56),                          # no exact short form
-    ("duration_minutes", {"type": "integer"}, 47),                   # not whole or half hours
-    ("title", {"type": "string"}, "2025-03-03"),                     # a date only where the format says so
-    ("in_stock", {"type": "boolean"}, True),
-    ("tax", {"type": "number"}, 0.5),                                # may be an amount: nothing says fraction
-    ("price_min", {"type": "integer"}, 120),                          # a minimum, not minutes
-])
+@pytest.mark.parametrize(
+    "name, schema, value",
+    [
+        ("discount_percent", {"type": "number", "maximum": 100}, 3),  # already a percentage
+        ("tax_rate", {"type": "number", "maximum": 100}, 0.2),  # bounds say it is not a fraction
+        ("price", {"type": "number"}, 1234.56),  # no exact short form
+        ("duration_minutes", {"type": "integer"}, 47),  # not whole or half hours
+        ("title", {"type": "string"}, "2025-03-03"),  # a date only where the format says so
+        ("in_stock", {"type": "boolean"}, True),
+        ("tax", {"type": "number"}, 0.5),  # may be an amount: nothing says fraction
+        ("price_min", {"type": "integer"}, 120),  # a minimum, not minutes
+    ],
+)
 def test_no_conversion_where_the_schema_does_not_support_one(name, schema, value):
     assert conversion_for(name, schema, value, random.Random(0)) is None
 
@@ -272,19 +292,30 @@ def test_the_shares_follow_the_config(trajectories, environments, worker):
 
 def test_the_datasets_stage_reports_the_kinds_it_wrote(trajectories, environments):
     stats, done = GapStats(), []
-    sft, rl, rejected = dataset_rows(trajectories, environments, 0.5, gaps=DataGapsConfig(0.3, 1.0, 1.0),
-                                     gap_stats=stats, progress=lambda: done.append(1))
+    sft, rl, rejected = dataset_rows(
+        trajectories,
+        environments,
+        0.5,
+        gaps=DataGapsConfig(0.3, 1.0, 1.0),
+        gap_stats=stats,
+        progress=lambda: done.append(1),
+    )
     assert not rejected and stats.sft_rows == len(sft) and stats.rl_rows == len(rl)
     assert len(done) == len(trajectories)  # one progress call per trajectory, SFT or RL
     assert {r["refined_trajectory_id"] for r in sft} and {r["refined_trajectory_id"] for r in rl}
     assert stats.rl["abstention"] == sum(1 for r in rl if not r["gold_calls"]) > 0
-    assert stats.sft["parallel"] == sum(1 for r in sft if any(len(m.get("tool_calls") or []) > 1
-                                                              for m in r["messages"])) > 0
+    assert (
+        stats.sft["parallel"]
+        == sum(1 for r in sft if any(len(m.get("tool_calls") or []) > 1 for m in r["messages"]))
+        > 0
+    )
     assert stats.sft["conversion"] > 0
     # an SFT abstention turn is the last one (SFT's default loss covers only the last turn)
     assert stats.sft_last_turn["abstention"] == stats.sft["abstention"] > 0
-    assert sum(1 for r in sft if r["messages"][-2]["role"] == "user"
-               and not r["messages"][-1].get("tool_calls")) >= stats.sft["abstention"]
+    assert (
+        sum(1 for r in sft if r["messages"][-2]["role"] == "user" and not r["messages"][-1].get("tool_calls"))
+        >= stats.sft["abstention"]
+    )
     # held-out prompts carry an abstention row's empty gold, so the checkpoint's unwanted-call share counts
     # it and its valid-call share leaves it out
     abstaining = {r["id"] for r in rl if not r["gold_calls"] and r["turn_index"] == 0}
@@ -311,8 +342,13 @@ def test_train_rows_never_ask_for_a_held_out_environments_tools(trajectories, en
     assert len(train) > 40 and asked
     assert [q for q in asked if "ticket" in q.lower()] == []
     # validation rows may still be asked for other environments' tools: only train rows are restricted
-    foreign = [m["content"] for r in sft if r["split"] == "validation" for m in r["messages"]
-               if m["role"] == "user" and ("book" in m["content"].lower() or "calendar" in m["content"].lower())]
+    foreign = [
+        m["content"]
+        for r in sft
+        if r["split"] == "validation"
+        for m in r["messages"]
+        if m["role"] == "user" and ("book" in m["content"].lower() or "calendar" in m["content"].lower())
+    ]
     assert foreign
 
 
@@ -339,14 +375,17 @@ def test_a_row_whose_split_moves_is_a_new_row_in_the_store(trajectories, environ
 def test_stored_splits_that_would_train_on_a_held_out_environment_are_refused(tmp_path):
     """What a store written before the split was part of the row id could hold: an environment both in a
     train row and as the only environment of a validation row. Training refuses it before loading a model."""
-    rows = [{"id": "sft_a", "env_ids": ["bookshop_example"], "split": "train"},
-            {"id": "sft_b", "env_ids": ["calendar_tasks"], "split": "train"},
-            {"id": "rl_a", "env_ids": ["bookshop_example"], "split": "validation"}]
+    rows = [
+        {"id": "sft_a", "env_ids": ["bookshop_example"], "split": "train"},
+        {"id": "sft_b", "env_ids": ["calendar_tasks"], "split": "train"},
+        {"id": "rl_a", "env_ids": ["bookshop_example"], "split": "validation"},
+    ]
     with pytest.raises(ValueError, match="rl_a: stored split 'validation'.*bookshop_example.*train rows too"):
         stored_held_out(rows)
     with pytest.raises(ValueError, match="rl_a: stored split 'validation'"):
-        train_checkpoint(rows[:2], rows[2:], "no-such-model", tmp_path / "models", tmp_path / "ckpt",
-                         SFTConfigSpec(), 10, 1, "v")
+        train_checkpoint(
+            rows[:2], rows[2:], "no-such-model", tmp_path / "models", tmp_path / "ckpt", SFTConfigSpec(), 10, 1, "v"
+        )
     assert not (tmp_path / "ckpt").exists()
     # a validation row that shares a train environment but has one of its own is consistent
     mixed = [*rows[:2], {**rows[2], "env_ids": ["bookshop_example", "helpdesk"]}]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import orjson
 import pytest
 
@@ -12,7 +11,6 @@ from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES
-
 
 pytestmark = pytest.mark.skipif(not bfcl_multi_turn_tools(), reason="bfcl-eval is not installed (scripts/setup.sh)")
 

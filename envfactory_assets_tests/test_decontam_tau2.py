@@ -15,10 +15,17 @@ from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 
-
 def _op(op_id: str, summary: str, body: bool = False) -> dict:
-    op = {"operationId": op_id, "summary": summary, "responses": {"200": {"description": "ok", "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/Reservation"}}}}}}
+    op = {
+        "operationId": op_id,
+        "summary": summary,
+        "responses": {
+            "200": {
+                "description": "ok",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Reservation"}}},
+            }
+        },
+    }
     if body:
         op["requestBody"] = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Reservation"}}}}
     return op
@@ -30,17 +37,28 @@ def airline_spec() -> dict:
         "openapi": "3.0.0",
         "info": {"title": "Airline booking", "version": "1.0", "x-apisguru-categories": ["transport"]},
         "paths": {
-            "/reservations": {"post": _op("book_reservation", "Book a flight reservation for a passenger", True),
-                              "get": _op("list_reservations", "List flight reservations")},
+            "/reservations": {
+                "post": _op("book_reservation", "Book a flight reservation for a passenger", True),
+                "get": _op("list_reservations", "List flight reservations"),
+            },
             "/reservations/{reservation_id}": {
                 "get": _op("get_reservation_details", "Get the details of a flight reservation"),
-                "delete": _op("cancel_reservation", "Cancel a flight reservation")},
+                "delete": _op("cancel_reservation", "Cancel a flight reservation"),
+            },
         },
-        "components": {"schemas": {"Reservation": {"type": "object", "required": ["origin", "destination"],
-                                                   "properties": {
-                                                       "origin": {"type": "string", "description": "Origin airport"},
-                                                       "destination": {"type": "string", "description": "Destination airport"},
-                                                       "cabin": {"type": "string", "enum": ["economy", "business"]}}}}},
+        "components": {
+            "schemas": {
+                "Reservation": {
+                    "type": "object",
+                    "required": ["origin", "destination"],
+                    "properties": {
+                        "origin": {"type": "string", "description": "Origin airport"},
+                        "destination": {"type": "string", "description": "Destination airport"},
+                        "cabin": {"type": "string", "enum": ["economy", "business"]},
+                    },
+                }
+            }
+        },
     }
 
 
@@ -66,8 +84,10 @@ def test_the_packaged_tau2_reference_names_its_source_and_three_domains():
 
 def test_an_airline_environment_is_tagged_tau2_and_a_bookshop_is_not(tmp_path):
     airline = env_from(airline_spec(), tmp_path, "airline.json")
-    bookshop = build_environment(inspect_file(FIXTURES / "bookshop.json", FIXTURES).as_row(),
-                                 json.loads((FIXTURES / "bookshop.json").read_bytes()))
+    bookshop = build_environment(
+        inspect_file(FIXTURES / "bookshop.json", FIXTURES).as_row(),
+        json.loads((FIXTURES / "bookshop.json").read_bytes()),
+    )
     rows = overlap_rows([airline, bookshop], tau2_tools(), MiniLMEmbedder())
     assert benchmark_tags(rows) == {airline["env_id"]: ["tau2"]}
     matched = {(r["tool_name"], r["benchmark_tool"], r["suite"]) for r in rows}

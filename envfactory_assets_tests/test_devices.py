@@ -21,15 +21,18 @@ def _machine(monkeypatch, cuda: bool, bf16: bool = False) -> None:
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
 
 
-@pytest.mark.parametrize("cuda, bf16, prefer, expected", [
-    (False, False, "auto", CPU_PLAN),
-    (False, False, "cpu", CPU_PLAN),
-    (True, True, "cpu", CPU_PLAN),
-    (True, True, "auto", DevicePlan("cuda", "bfloat16", bf16=True, fp16=False)),
-    (True, True, "cuda", DevicePlan("cuda", "bfloat16", bf16=True, fp16=False)),
-    (True, False, "auto", DevicePlan("cuda", "float16", bf16=False, fp16=True)),
-    (True, False, "cuda", DevicePlan("cuda", "float16", bf16=False, fp16=True)),
-])
+@pytest.mark.parametrize(
+    "cuda, bf16, prefer, expected",
+    [
+        (False, False, "auto", CPU_PLAN),
+        (False, False, "cpu", CPU_PLAN),
+        (True, True, "cpu", CPU_PLAN),
+        (True, True, "auto", DevicePlan("cuda", "bfloat16", bf16=True, fp16=False)),
+        (True, True, "cuda", DevicePlan("cuda", "bfloat16", bf16=True, fp16=False)),
+        (True, False, "auto", DevicePlan("cuda", "float16", bf16=False, fp16=True)),
+        (True, False, "cuda", DevicePlan("cuda", "float16", bf16=False, fp16=True)),
+    ],
+)
 def test_the_plan_follows_the_setting_and_the_machine(monkeypatch, cuda, bf16, prefer, expected):
     _machine(monkeypatch, cuda, bf16)
     plan = select_device(prefer)
@@ -51,8 +54,11 @@ def test_specs_refuse_an_unknown_device_value():
     from envfactory_assets.training.grpo import GRPOConfigSpec
     from envfactory_assets.training.sft import SFTConfigSpec
 
-    for make, named in ((SFTConfigSpec, "device="), (GRPOConfigSpec, "device="),
-                        (SamplingSpec, "sampling setting device=")):
+    for make, named in (
+        (SFTConfigSpec, "device="),
+        (GRPOConfigSpec, "device="),
+        (SamplingSpec, "sampling setting device="),
+    ):
         with pytest.raises(ValueError, match=named):
             make(device="tpu")
 
@@ -68,8 +74,10 @@ def test_the_trl_configs_carry_the_plans_precision(monkeypatch, tmp_path):
     from envfactory_assets.training import grpo, sft
 
     _machine(monkeypatch, cuda=True, bf16=True)
-    for module, spec, config_class in ((sft, sft.SFTConfigSpec(), SFTConfig),
-                                       (grpo, grpo.GRPOConfigSpec(), GRPOConfig)):
+    for module, spec, config_class in (
+        (sft, sft.SFTConfigSpec(), SFTConfig),
+        (grpo, grpo.GRPOConfigSpec(), GRPOConfig),
+    ):
         kwargs = module.trl_config_kwargs(tmp_path, spec)  # device "auto" on a (patched) bf16 GPU
         assert (kwargs["bf16"], kwargs["fp16"], kwargs["use_cpu"]) == (True, False, False)
         assert set(kwargs) <= {f.name for f in dataclasses.fields(config_class)}
@@ -96,8 +104,10 @@ def test_the_checkpoints_and_evaluations_configs_take_the_device_from_the_specs(
         CheckpointConfig(device="cuda").validate()
 
 
-@pytest.mark.parametrize("asset, named", [("checkpoints", "checkpoint setting device='cuda'"),
-                                           ("evaluations", "evaluation setting device='cuda'")])
+@pytest.mark.parametrize(
+    "asset, named",
+    [("checkpoints", "checkpoint setting device='cuda'"), ("evaluations", "evaluation setting device='cuda'")],
+)
 def test_the_assets_refuse_cuda_without_a_device_before_reading_the_store(tmp_path, asset, named):
     """The home has no store: the failure must be the setting, raised before the store or a model is read."""
     from envfactory_assets.defs.evaluation.assets import evaluations
@@ -106,8 +116,9 @@ def test_the_assets_refuse_cuda_without_a_device_before_reading_the_store(tmp_pa
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible: 'cuda' is a valid setting here")
-    success, message = step_failure({"checkpoints": checkpoints, "evaluations": evaluations}[asset],
-                                    {"device": "cuda"}, tmp_path)
+    success, message = step_failure(
+        {"checkpoints": checkpoints, "evaluations": evaluations}[asset], {"device": "cuda"}, tmp_path
+    )
     assert not success and named in message and "no CUDA device" in message
     assert "does not exist" not in message and not (tmp_path / "models").exists()
 
@@ -139,8 +150,9 @@ def test_policy_on_the_cpu_keeps_float32_weights_and_generates(base_model_dir):
     policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=3, batch_size=2, device="cpu"), num_threads=1)
     assert policy.plan == CPU_PLAN
     assert policy.model.device.type == "cpu" and policy.model.dtype == torch.float32
-    texts = policy.generate([([{"role": "user", "content": "Hi"}], []), ([{"role": "user", "content": "Hello"}], [])],
-                            seed=0)
+    texts = policy.generate(
+        [([{"role": "user", "content": "Hi"}], []), ([{"role": "user", "content": "Hello"}], [])], seed=0
+    )
     assert len(texts) == 2 and policy.generated_tokens > 0
 
 

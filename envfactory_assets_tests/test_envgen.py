@@ -16,7 +16,6 @@ from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES, mutate
 
 
-
 def build(name: str) -> dict:
     resource = inspect_file(FIXTURES / name, FIXTURES)
     assert isinstance(resource, SourceResource), resource
@@ -86,11 +85,20 @@ def test_verification_passes_on_built_environments(bookshop):
     report = verify_environment(bookshop)
     assert report.status == "passed", report.reasons
     checks = {c.check for c in report.checks}
-    assert {"static_check", "initial_state", "round_trip", "tool_valid", "tool_invalid", "output_schema",
-            "semantics", "replay"} <= checks
+    assert {
+        "static_check",
+        "initial_state",
+        "round_trip",
+        "tool_valid",
+        "tool_invalid",
+        "output_schema",
+        "semantics",
+        "replay",
+    } <= checks
 
 
 # ----------------------------------------------------------------------------- mutation tests of the gate
+
 
 def failed_checks(env: dict) -> set[str]:
     report = verify_environment(env)
@@ -99,30 +107,42 @@ def failed_checks(env: dict) -> set[str]:
 
 
 def test_gate_rejects_a_tool_that_ignores_its_state(bookshop):
-    env = mutate(bookshop, r"def get_author\(state, author_id\):(.*?)return _get\(state, 'authors', author_id\)",
-                 "def get_author(state, author_id):\n    return {'author_id': author_id, 'name': 'Nobody', "
-                 "'created_at': '2025-01-01T00:00:00Z'}")
+    env = mutate(
+        bookshop,
+        r"def get_author\(state, author_id\):(.*?)return _get\(state, 'authors', author_id\)",
+        "def get_author(state, author_id):\n    return {'author_id': author_id, 'name': 'Nobody', "
+        "'created_at': '2025-01-01T00:00:00Z'}",
+    )
     assert "semantics" in failed_checks(env)
 
 
 def test_gate_rejects_a_non_deterministic_tool(bookshop):
     # set iteration order of strings depends on the process's hash seed: replays in two workers differ
-    env = mutate(bookshop, r"def create_author\(state, name, email=None, country=None\):\n(.*?)return _create\(",
-                 "def create_author(state, name, email=None, country=None):\n"
-                 "    country = '-'.join(list({'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta'}))\n"
-                 "    return _create(")
+    env = mutate(
+        bookshop,
+        r"def create_author\(state, name, email=None, country=None\):\n(.*?)return _create\(",
+        "def create_author(state, name, email=None, country=None):\n"
+        "    country = '-'.join(list({'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta'}))\n"
+        "    return _create(",
+    )
     assert "replay" in failed_checks(env)
 
 
 def test_gate_rejects_an_output_that_breaks_its_schema(bookshop):
-    env = mutate(bookshop, r"return _get\(state, 'books', book_id\)",
-                 "return {**_get(state, 'books', book_id), 'rating': 'five stars'}")
+    env = mutate(
+        bookshop,
+        r"return _get\(state, 'books', book_id\)",
+        "return {**_get(state, 'books', book_id), 'rating': 'five stars'}",
+    )
     assert "output_schema" in failed_checks(env)
 
 
 def test_gate_rejects_a_state_that_does_not_round_trip(bookshop):
-    env = mutate(bookshop, r'"meta": dict\(state\["meta"\]\)\}',
-                 '"meta": {k: v for k, v in state["meta"].items() if k != "seed"}}')
+    env = mutate(
+        bookshop,
+        r'"meta": dict\(state\["meta"\]\)\}',
+        '"meta": {k: v for k, v in state["meta"].items() if k != "seed"}}',
+    )
     assert "round_trip" in failed_checks(env)
 
 

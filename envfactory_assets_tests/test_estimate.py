@@ -17,12 +17,16 @@ from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 
-
 def _config(tmp_path: Path, backend: dict) -> Path:
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({
-        "ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}},
-        "resources": {"model_backend": {"config": backend}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}},
+                "resources": {"model_backend": {"config": backend}},
+            }
+        )
+    )
     return path
 
 
@@ -40,8 +44,12 @@ def _chosen_environments() -> list[dict]:
 def test_estimate_counts_the_real_code_writer_requests_and_sends_nothing(tmp_path, monkeypatch, capsys):
     envs = _chosen_environments()
     with FakeChatServer([]) as server:
-        est = _estimate(tmp_path, monkeypatch, capsys,
-                        {"backend": "openai", "base_url": server.base_url, "model": "coder", "max_revisions": 2})
+        est = _estimate(
+            tmp_path,
+            monkeypatch,
+            capsys,
+            {"backend": "openai", "base_url": server.base_url, "model": "coder", "max_revisions": 2},
+        )
         assert server.requests == []  # a dry run: no request reached the endpoint
     assert est["environments"] == len(envs) >= 2 and est["unbuildable"] == []
     drafts = est["drafts"]
@@ -60,10 +68,15 @@ def test_a_cached_draft_is_not_counted_as_a_call(tmp_path, monkeypatch, capsys):
     home.mkdir()
     with FakeChatServer(["```python\ndef load(data):\n    return data\n```"]) as server:
         with OpenAICompatibleBackend(server.base_url, "coder", cache_path=home / "llm_cache.sqlite") as backend:
-            backend.complete(code_writer_messages(envs[0]), role=CODE_WRITER_ROLE, max_tokens=DEFAULT_MAX_TOKENS,
-                             temperature=0.0)
-        est = _estimate(tmp_path, monkeypatch, capsys,
-                        {"backend": "openai", "base_url": server.base_url, "model": "coder", "max_revisions": 1})
+            backend.complete(
+                code_writer_messages(envs[0]), role=CODE_WRITER_ROLE, max_tokens=DEFAULT_MAX_TOKENS, temperature=0.0
+            )
+        est = _estimate(
+            tmp_path,
+            monkeypatch,
+            capsys,
+            {"backend": "openai", "base_url": server.base_url, "model": "coder", "max_revisions": 1},
+        )
         assert len(server.requests) == 1  # only the call made above
     assert est["drafts"]["cached"] == 1 and est["drafts"]["calls"] == len(envs) - 1
     assert est["revisions_worst_case"]["calls"] == len(envs) - 1

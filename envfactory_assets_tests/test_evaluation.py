@@ -67,16 +67,29 @@ def test_a_turn_without_calls_fails(task0):
 def test_code_in_a_call_is_refused_and_never_runs(task0, tmp_path):
     marker = tmp_path / "pwned"
     episode = bfcl.BFCLEpisode(task0)
-    attempts = [f"__import__('os').system('touch {marker}')", "__class__", "_load_scenario", "cp", "eval",
-                "mv.__globals__", "GorillaFileSystem"]
+    attempts = [
+        f"__import__('os').system('touch {marker}')",
+        "__class__",
+        "_load_scenario",
+        "cp",
+        "eval",
+        "mv.__globals__",
+        "GorillaFileSystem",
+    ]
     for name in attempts:
         assert "refused" in episode.call(name, {"source": "a", "destination": "b"})
     assert "refused" in episode.call("ls", "a=True")  # arguments must be an object
     assert episode.n_malformed == len(attempts) + 1
     assert not marker.exists() and episode.model.results == []
-    for text in [f"ls(a=__import__('os').system('touch {marker}'))", "os.system('id')",
-                 "().__class__.__bases__[0].__subclasses__()", "ls(**{'a': True})", "ls(a=x)",
-                 "ls(a=True); import os", "[c for c in ()]"]:
+    for text in [
+        f"ls(a=__import__('os').system('touch {marker}'))",
+        "os.system('id')",
+        "().__class__.__bases__[0].__subclasses__()",
+        "ls(**{'a': True})",
+        "ls(a=x)",
+        "ls(a=True); import os",
+        "[c for c in ()]",
+    ]:
         with pytest.raises(bfcl.UnsafeCall):
             bfcl.parse_python_call(text)
     assert not marker.exists()
@@ -93,7 +106,7 @@ def test_instances_are_fresh_per_task(task0):
 
 
 def _tool_call(name, arguments):
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def test_agent_loop_runs_bfcl_turns_from_model_text(task0, tmp_path):
@@ -115,10 +128,20 @@ def test_agent_loop_runs_bfcl_turns_from_model_text(task0, tmp_path):
         return texts
 
     turns = [" ".join(m["content"] for m in turn) for turn in task0.turns]
-    tasks = [AgentTask("good", [{"role": "system", "content": "s"}, {"role": "user", "content": "A"}],
-                       bfcl.task_tools(task0), turns[1:]),
-             AgentTask("evil", [{"role": "system", "content": "s"}, {"role": "user", "content": "B"}],
-                       bfcl.task_tools(task0), turns[1:])]
+    tasks = [
+        AgentTask(
+            "good",
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "A"}],
+            bfcl.task_tools(task0),
+            turns[1:],
+        ),
+        AgentTask(
+            "evil",
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "B"}],
+            bfcl.task_tools(task0),
+            turns[1:],
+        ),
+    ]
     results = run_agent(generate, tasks, lambda t: bfcl.BFCLEpisode(task0), seed=0, max_tool_rounds=3)
     good, bad = results
     assert good["score"]["valid"] == 1.0 and good["turns"] == len(gold)
@@ -135,9 +158,17 @@ def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):
     book_id = initial[env_id]["tables"]["books"][0]["book_id"]
     gold = [{"name": "delete_book", "arguments": {"book_id": book_id}}]
     with TaskRunner({env_id: bookshop}) as runner:
-        row = {"id": "rl_eval_test", "env_ids": [env_id], "tools": [openai_tool(t) for t in bookshop["tools"]],
-               "prompt": [{"role": "user", "content": f"Delete book {book_id}."}], "gold_calls": gold,
-               "masked_arguments": [], "initial_state": initial, "final_state": initial, "benchmark_overlap": []}
+        row = {
+            "id": "rl_eval_test",
+            "env_ids": [env_id],
+            "tools": [openai_tool(t) for t in bookshop["tools"]],
+            "prompt": [{"role": "user", "content": f"Delete book {book_id}."}],
+            "gold_calls": gold,
+            "masked_arguments": [],
+            "initial_state": initial,
+            "final_state": initial,
+            "benchmark_overlap": [],
+        }
         episode = runner.episode(row)
         episode.call("delete_book", {"book_id": book_id})
         row["final_state"] = episode.final_states()
@@ -147,8 +178,10 @@ def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):
         outputs = {0: _tool_call("delete_book", {"book_id": book_id}), 1: "garbage <tool_call>{not json"}
 
         def generate(conversations, seed):
-            return [outputs[seed // 1000] if not any(m["role"] == "tool" for m in msgs) else "Deleted."
-                    for msgs, _ in conversations]
+            return [
+                outputs[seed // 1000] if not any(m["role"] == "tool" for m in msgs) else "Deleted."
+                for msgs, _ in conversations
+            ]
 
         opener = synthetic.episode_factory(runner, {row["id"]: restricted})
         good = run_agent(generate, [task], opener, seed=0)[0]
@@ -159,8 +192,10 @@ def test_synthetic_task_scored_with_the_hybrid_reward(bookshop):
 
 
 def test_held_out_rows_are_exactly_the_rows_stored_in_the_validation_split():
-    rows = [{"id": f"rl_{i}", "env_ids": [f"env_{i}"], "turn_index": i % 2,
-             "split": dataset_split([f"env_{i}"])} for i in range(200)]
+    rows = [
+        {"id": f"rl_{i}", "env_ids": [f"env_{i}"], "turn_index": i % 2, "split": dataset_split([f"env_{i}"])}
+        for i in range(200)
+    ]
     held = synthetic.held_out_rows(rows, None)
     assert held and all(row_split(r["env_ids"]) == "held_out" for r in held)
     assert len(held) == sum(row_split(r["env_ids"]) == "held_out" for r in rows)
@@ -170,8 +205,11 @@ def test_held_out_rows_are_exactly_the_rows_stored_in_the_validation_split():
 
 
 def test_aggregate_mean_and_spread_over_seeds():
-    results = [{"task_id": t, "seed": s, "n_calls": 1, "score": {"reward": r, "trace": r}}
-               for s, rewards in ((0, (1.0, 0.0)), (1, (1.0, 1.0)), (2, (0.0, 0.0))) for t, r in zip("ab", rewards)]
+    results = [
+        {"task_id": t, "seed": s, "n_calls": 1, "score": {"reward": r, "trace": r}}
+        for s, rewards in ((0, (1.0, 0.0)), (1, (1.0, 1.0)), (2, (0.0, 0.0)))
+        for t, r in zip("ab", rewards, strict=False)
+    ]
     agg = aggregate(results, (0, 1, 2))
     assert agg["per_seed"] == {"0": 0.5, "1": 1.0, "2": 0.0}
     assert agg["mean"] == pytest.approx(0.5) and agg["std"] == pytest.approx(0.5)
@@ -179,9 +217,17 @@ def test_aggregate_mean_and_spread_over_seeds():
 
 
 def _eval_row(model, stage, benchmark, subset, mean, std):
-    return {"model": model, "stage": stage, "benchmark": benchmark, "subset": subset, "mean": mean, "std": std,
-            "n_tasks": 4, "seeds": [0, 1, 2], "config": {"sampling": {"temperature": 0.7, "max_new_tokens": 48},
-                                                         "max_tool_rounds": 2}}
+    return {
+        "model": model,
+        "stage": stage,
+        "benchmark": benchmark,
+        "subset": subset,
+        "mean": mean,
+        "std": std,
+        "n_tasks": 4,
+        "seeds": [0, 1, 2],
+        "config": {"sampling": {"temperature": 0.7, "max_new_tokens": 48}, "max_tool_rounds": 2},
+    }
 
 
 def test_results_table_is_rendered_from_rows_into_the_page_markers(tmp_path):
@@ -192,9 +238,11 @@ def test_results_table_is_rendered_from_rows_into_the_page_markers(tmp_path):
         update_markdown,
     )
 
-    rows = [_eval_row("ckpt_b", "grpo", "bfcl_v3_multi_turn_base", "all", 0.0, 0.0),
-            _eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
-            _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.125, 0.1)]
+    rows = [
+        _eval_row("ckpt_b", "grpo", "bfcl_v3_multi_turn_base", "all", 0.0, 0.0),
+        _eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
+        _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.125, 0.1),
+    ]
     table = results_markdown(rows)
     lines = table.splitlines()
     synth = lines.index("**Held-out synthetic tasks (environments never trained on)**: task success")
@@ -216,8 +264,10 @@ def test_results_table_is_rendered_from_rows_into_the_page_markers(tmp_path):
 def test_a_named_results_section_is_written_between_its_own_markers_and_leaves_the_default_table(tmp_path):
     from envfactory_assets.reporting.results_table import END, START, markers, results_markdown, update_markdown
 
-    rows = [_eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
-            _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.5, 0.0)]
+    rows = [
+        _eval_row("base", "base", "synthetic_held_out", "all", 0.25, 0.05),
+        _eval_row("ckpt_a", "sft", "synthetic_held_out", "all", 0.5, 0.0),
+    ]
     start, end = markers("cpu_benchmark")
     assert (start, end) == ("<!-- results:cpu_benchmark:start -->", "<!-- results:cpu_benchmark:end -->")
     page = tmp_path / "evaluation.md"
@@ -265,7 +315,7 @@ def test_prefix_cache_finds_the_longest_shared_prefix_and_stays_within_its_token
     cache.add(long, layers(60))
     found, n = cache.lookup(list(range(50)) + [999])
     assert n == 50 and found[0][0][0, 0, 0, 0].item() == 60.0  # the longer entry shares more
-    assert cache.lookup(list(range(60))) [1] == 59  # at least one token is left to encode
+    assert cache.lookup(list(range(60)))[1] == 59  # at least one token is left to encode
     assert cache.lookup([7] * 50) == (None, 0)
     assert cache.lookup(list(range(MIN_REUSED_TOKENS - 1)) + [999])[1] == 0  # too short to be worth joining
     cache.add(list(range(1000, 1030)), layers(30))  # 130 tokens held > 100: the least recently used goes
@@ -283,15 +333,22 @@ def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(base_model_dir
 
     base = base_model_dir
     tools = bfcl.task_tools(task0)
-    first = [([{"role": "user", "content": " ".join(m["content"] for m in task0.turns[0])}], tools),
-             ([{"role": "user", "content": "List the files in the current directory."}], tools[:4])]
+    first = [
+        ([{"role": "user", "content": " ".join(m["content"] for m in task0.turns[0])}], tools),
+        ([{"role": "user", "content": "List the files in the current directory."}], tools[:4]),
+    ]
     texts = {}
     for tokens in (0, 40_000):
-        policy = Policy(base, SamplingSpec(temperature=0, max_new_tokens=12, batch_size=2,
-                                           prefix_cache_tokens=tokens), num_threads=1)
+        policy = Policy(
+            base,
+            SamplingSpec(temperature=0, max_new_tokens=12, batch_size=2, prefix_cache_tokens=tokens),
+            num_threads=1,
+        )
         step1 = policy.generate(first, seed=0)
-        second = [(m + [{"role": "assistant", "content": a}, {"role": "user", "content": "And then?"}], t)
-                  for (m, t), a in zip(first, step1, strict=True)]
+        second = [
+            (m + [{"role": "assistant", "content": a}, {"role": "user", "content": "And then?"}], t)
+            for (m, t), a in zip(first, step1, strict=True)
+        ]
         texts[tokens] = (step1, policy.generate(second, seed=1))
         if tokens:
             assert policy.prefix_cache.reused_tokens > policy.prefix_cache.encoded_tokens / 2
@@ -300,11 +357,17 @@ def test_policy_reuses_cached_prefixes_and_samples_the_same_texts(base_model_dir
     assert texts[0] == texts[40_000]
 
 
-@pytest.mark.parametrize("settings, named", [
-    ({"prefix_cache_tokens": -1}, "prefix_cache_tokens"), ({"batch_size": 0}, "batch_size"),
-    ({"temperature": float("nan")}, "temperature"), ({"n_bfcl": -2}, "n_bfcl"),
-    ({"max_new_tokens": 0}, "max_new_tokens"), ({"max_tool_rounds": 0}, "max_tool_rounds"),
-])
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        ({"prefix_cache_tokens": -1}, "prefix_cache_tokens"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"n_bfcl": -2}, "n_bfcl"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_tool_rounds": 0}, "max_tool_rounds"),
+    ],
+)
 def test_evaluations_refuses_bad_settings_before_reading_the_store_or_resolving_the_model(tmp_path, settings, named):
     """The sampling and evaluation specs used to be built after the store was read and the base model resolved
     (converted from GGUF and written the first time); on a home without a store the failure must name the
@@ -354,8 +417,15 @@ def test_progress_counts_the_task_runs_computed_per_model_and_seed_not_the_cache
     calls: list[list[tuple[int, int]]] = []
     for _ in range(2):
         calls.append([])
-        rows = evaluate_models(models, [], {}, spec, log=lambda _: None, cache=cache,
-                               progress=lambda done, total: calls[-1].append((done, total)))
+        rows = evaluate_models(
+            models,
+            [],
+            {},
+            spec,
+            log=lambda _: None,
+            cache=cache,
+            progress=lambda done, total: calls[-1].append((done, total)),
+        )
         assert {r["model"] for r in rows} == {BASE, "ckpt_x"}
     # 2 models x 2 BFCL tasks x 3 seeds: one call per model and seed; once the base model's results are
     # cached they cost nothing and are not counted (counting them at once made the bar's rate meaningless)
@@ -363,8 +433,15 @@ def test_progress_counts_the_task_runs_computed_per_model_and_seed_not_the_cache
     assert calls[1] == [(0, 6), (2, 6), (4, 6), (6, 6)]
     only_base = [models[0]]
     calls.append([])
-    evaluate_models(only_base, [], {}, spec, log=lambda _: None, cache=cache,
-                    progress=lambda done, total: calls[-1].append((done, total)))
+    evaluate_models(
+        only_base,
+        [],
+        {},
+        spec,
+        log=lambda _: None,
+        cache=cache,
+        progress=lambda done, total: calls[-1].append((done, total)),
+    )
     assert calls[2] == [(0, 0)]  # all cached: the bar is drawn complete at once
 
 
@@ -375,13 +452,21 @@ def test_a_grpo_checkpoint_is_compared_with_its_sft_parent_on_the_same_tasks():
     from envfactory_assets.reporting.results_table import results_markdown
 
     def row(model, stage, scores):
-        results = [{"task_id": f"t{i}", "seed": 0, "score": {"success": float(v)}, "n_calls": 1}
-                   for i, v in enumerate(scores)]
-        return {**_eval_row(model, stage, "synthetic_held_out", "all", sum(scores) / len(scores), 0.0),
-                "n_tasks": len(scores), "results": results, "metrics": {"headline": "success"}}
+        results = [
+            {"task_id": f"t{i}", "seed": 0, "score": {"success": float(v)}, "n_calls": 1} for i, v in enumerate(scores)
+        ]
+        return {
+            **_eval_row(model, stage, "synthetic_held_out", "all", sum(scores) / len(scores), 0.0),
+            "n_tasks": len(scores),
+            "results": results,
+            "metrics": {"headline": "success"},
+        }
 
-    rows = [row("base", "base", [0, 0, 0, 0, 0, 0, 0, 0]), row("ckpt_s", "sft", [1, 0, 1, 0, 1, 0, 0, 0]),
-            row("ckpt_g", "grpo", [1, 1, 1, 1, 1, 0, 1, 0])]
+    rows = [
+        row("base", "base", [0, 0, 0, 0, 0, 0, 0, 0]),
+        row("ckpt_s", "sft", [1, 0, 1, 0, 1, 0, 0, 0]),
+        row("ckpt_g", "grpo", [1, 1, 1, 1, 1, 0, 1, 0]),
+    ]
     add_parent_comparisons(add_comparisons(rows), {"ckpt_g": "ckpt_s", "ckpt_s": None, "missing": "nobody"})
     sft, grpo = rows[1]["metrics"], rows[2]["metrics"]
     assert "vs_parent" not in sft and "vs_parent" not in rows[0]["metrics"]
@@ -392,5 +477,4 @@ def test_a_grpo_checkpoint_is_compared_with_its_sft_parent_on_the_same_tasks():
     table = results_markdown(rows)
     line = next(x for x in table.splitlines() if x.startswith("| `ckpt_g`"))
     assert "Δ +0.750" in line and "over SFT Δ +0.375" in line
-    assert "'over SFT'" in table and "over SFT" not in next(x for x in table.splitlines()
-                                                             if x.startswith("| `ckpt_s`"))
+    assert "'over SFT'" in table and "over SFT" not in next(x for x in table.splitlines() if x.startswith("| `ckpt_s`"))

@@ -78,24 +78,35 @@ def test_tasks_needed_for_a_ten_point_difference():
 
 
 def _tool_call(name, arguments):
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def _scripted(first_message):
     """A policy whose first message in a turn is ``first_message`` and which then answers in words."""
+
     def generate(conversations, seed):
-        return [first_message if not any(m["role"] == "tool" for m in msgs) else "Here it is."
-                for msgs, _ in conversations]
+        return [
+            first_message if not any(m["role"] == "tool" for m in msgs) else "Here it is." for msgs, _ in conversations
+        ]
+
     return generate
 
 
 def _row(bookshop, env_id, gold, changes):
     initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
-    return {"id": f"rl_stats_{gold[0]['name']}", "env_ids": [env_id], "turn_index": 0,
-            "tools": [openai_tool(t) for t in bookshop["tools"]],
-            "prompt": [{"role": "user", "content": "Please help with the book."}], "gold_calls": gold,
-            "masked_arguments": [], "initial_state": initial, "final_state": initial, "benchmark_overlap": [],
-            "changes_state": changes}
+    return {
+        "id": f"rl_stats_{gold[0]['name']}",
+        "env_ids": [env_id],
+        "turn_index": 0,
+        "tools": [openai_tool(t) for t in bookshop["tools"]],
+        "prompt": [{"role": "user", "content": "Please help with the book."}],
+        "gold_calls": gold,
+        "masked_arguments": [],
+        "initial_state": initial,
+        "final_state": initial,
+        "benchmark_overlap": [],
+        "changes_state": changes,
+    }
 
 
 def _run(runner, row, generate):
@@ -113,12 +124,18 @@ def test_doing_nothing_and_empty_arguments_score_zero_where_the_hybrid_reward_pa
         episode.call("delete_book", {"book_id": book_id})
         delete["final_state"] = episode.final_states()
         episode.close()
-        nothing = {name: _run(runner, row, DoNothingPolicy().generate)["score"]
-                   for name, row in (("read", read), ("delete", delete))}
-        empty = {name: _run(runner, row, _scripted(_tool_call(tool, {})))["score"]
-                 for name, row, tool in (("read", read, "get_book"), ("delete", delete, "delete_book"))}
-        right = {name: _run(runner, row, _scripted(_tool_call(tool, {"book_id": book_id})))["score"]
-                 for name, row, tool in (("read", read, "get_book"), ("delete", delete, "delete_book"))}
+        nothing = {
+            name: _run(runner, row, DoNothingPolicy().generate)["score"]
+            for name, row in (("read", read), ("delete", delete))
+        }
+        empty = {
+            name: _run(runner, row, _scripted(_tool_call(tool, {})))["score"]
+            for name, row, tool in (("read", read, "get_book"), ("delete", delete, "delete_book"))
+        }
+        right = {
+            name: _run(runner, row, _scripted(_tool_call(tool, {"book_id": book_id})))["score"]
+            for name, row, tool in (("read", read, "get_book"), ("delete", delete, "delete_book"))
+        }
         wrong = _run(runner, read, _scripted(_tool_call("get_book", {"book_id": "boo_99999"})))["score"]
     assert nothing["read"]["read_only"] and not nothing["delete"]["read_only"]
     # the paper's reward pays the do-nothing policy the state half on the read-only task; task success does not
@@ -134,15 +151,24 @@ def test_doing_nothing_and_empty_arguments_score_zero_where_the_hybrid_reward_pa
 def test_a_write_with_the_right_state_but_without_the_required_call_fails():
     gold = [{"name": "update_book", "arguments": {"book_id": "b1", "price": 3.0}}]
     hashes = {"e": "after"}
-    ok = task_success(gold, [{"name": "update_book", "arguments": {"book_id": "b1", "price": 3}}], hashes,
-                      hashes, {"e": "before"})
+    ok = task_success(
+        gold, [{"name": "update_book", "arguments": {"book_id": "b1", "price": 3}}], hashes, hashes, {"e": "before"}
+    )
     assert ok.success == 1.0 and not ok.read_only  # 3 == 3.0
     assert task_success(gold, [], hashes, hashes, {"e": "before"}).success == 0.0
     assert task_success(gold, gold, {"e": "other"}, hashes, {"e": "before"}).success == 0.0
     # masked (paging) arguments do not matter; an extra argument is allowed
-    assert task_success([{"name": "books_list", "arguments": {"limit": 5, "genre": "x"}}],
-                        [{"name": "books_list", "arguments": {"genre": "x", "in_stock": True}}],
-                        {"e": "s"}, {"e": "s"}, {"e": "s"}, masked_arguments=["limit"]).success == 1.0
+    assert (
+        task_success(
+            [{"name": "books_list", "arguments": {"limit": 5, "genre": "x"}}],
+            [{"name": "books_list", "arguments": {"genre": "x", "in_stock": True}}],
+            {"e": "s"},
+            {"e": "s"},
+            {"e": "s"},
+            masked_arguments=["limit"],
+        ).success
+        == 1.0
+    )
     # no gold call: success is not calling
     assert task_success([], [], {"e": "s"}, {"e": "s"}, {"e": "s"}).success == 1.0
     assert task_success([], gold, {"e": "s"}, {"e": "s"}, {"e": "s"}).success == 0.0
@@ -151,8 +177,9 @@ def test_a_write_with_the_right_state_but_without_the_required_call_fails():
 def test_one_predicted_call_covers_one_gold_call_at_most():
     gold = [{"name": "get_book", "arguments": {"book_id": "a"}}, {"name": "get_book", "arguments": {}}]
     # the broad call could cover either; the matching gives the specific one to the specific gold call
-    assert covered_gold_calls(gold, [{"name": "get_book", "arguments": {}},
-                                     {"name": "get_book", "arguments": {"book_id": "a"}}]) == [True, True]
+    assert covered_gold_calls(
+        gold, [{"name": "get_book", "arguments": {}}, {"name": "get_book", "arguments": {"book_id": "a"}}]
+    ) == [True, True]
     assert covered_gold_calls(gold, [{"name": "get_book", "arguments": {"book_id": "a"}}]) == [True, False]
 
 
@@ -162,8 +189,9 @@ def test_one_predicted_call_covers_one_gold_call_at_most():
 def _held_out_alias(bookshop):
     """The bookshop environment under an env id that ``row_split`` holds out (the synthetic benchmark's tasks
     are held-out rows only)."""
-    env_id = next(f"{bookshop['env_id']}_{k}" for k in range(1000)
-                  if row_split([f"{bookshop['env_id']}_{k}"]) == "held_out")
+    env_id = next(
+        f"{bookshop['env_id']}_{k}" for k in range(1000) if row_split([f"{bookshop['env_id']}_{k}"]) == "held_out"
+    )
     state = copy.deepcopy(bookshop["initial_states"][0]["state"])
     return env_id, {**bookshop, "env_id": env_id}, state
 
@@ -187,12 +215,22 @@ class _CountingPolicy:
 def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop, tmp_path):
     env_id, env, state = _held_out_alias(bookshop)
     books = [b["book_id"] for b in state["tables"]["books"][:4]]
-    rows = [{"id": f"rl_cache_{b}", "env_ids": [env_id], "turn_index": 0,
-             "tools": [openai_tool(t) for t in bookshop["tools"]],
-             "prompt": [{"role": "user", "content": f"Show me book {b}."}],
-             "gold_calls": [{"name": "get_book", "arguments": {"book_id": b}}], "masked_arguments": [],
-             "initial_state": {env_id: state}, "final_state": {env_id: state}, "benchmark_overlap": [],
-             "split": "validation"} for b in books]
+    rows = [
+        {
+            "id": f"rl_cache_{b}",
+            "env_ids": [env_id],
+            "turn_index": 0,
+            "tools": [openai_tool(t) for t in bookshop["tools"]],
+            "prompt": [{"role": "user", "content": f"Show me book {b}."}],
+            "gold_calls": [{"name": "get_book", "arguments": {"book_id": b}}],
+            "masked_arguments": [],
+            "initial_state": {env_id: state},
+            "final_state": {env_id: state},
+            "benchmark_overlap": [],
+            "split": "validation",
+        }
+        for b in books
+    ]
     spec = EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 1), max_tools=0)
     loaded = []
 
@@ -208,11 +246,14 @@ def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop,
     assert first_cache.writes == 1 and first_cache.hits == 0 and steps_after_first > 0
 
     second_cache = ResultCache(tmp_path / "cache")
-    second = evaluate_models(models, rows, {env_id: env}, spec, log=lambda _: None, cache=second_cache,
-                             load_policy=load)
+    second = evaluate_models(
+        models, rows, {env_id: env}, spec, log=lambda _: None, cache=second_cache, load_policy=load
+    )
     assert second_cache.hits == 1 and second_cache.writes == 0
     assert policies["base"].steps == steps_after_first and loaded.count("base") == 1  # not even loaded again
-    assert [(r["model"], r["subset"], r["mean"]) for r in second] == [(r["model"], r["subset"], r["mean"]) for r in first]
+    assert [(r["model"], r["subset"], r["mean"]) for r in second] == [
+        (r["model"], r["subset"], r["mean"]) for r in first
+    ]
     base_row = next(r for r in second if r["model"] == "base" and r["subset"] == "all")
     assert base_row["mean"] == 1.0 and base_row["metrics"]["cached"] and base_row["metrics"]["reward"] == 1.0
     nothing = next(r for r in second if r["model"] == "do_nothing" and r["subset"] == "all")
@@ -222,11 +263,14 @@ def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop,
     assert "vs_base" not in base_row["metrics"]
 
     # another weight hash or other settings are other entries
-    for changed_models, changed_spec in (([ModelRef("base", "base", str(tmp_path), model_hash="weights-2")], spec),
-                                         (models[:1], EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 2), max_tools=0))):
+    for changed_models, changed_spec in (
+        ([ModelRef("base", "base", str(tmp_path), model_hash="weights-2")], spec),
+        (models[:1], EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 2), max_tools=0)),
+    ):
         cache = ResultCache(tmp_path / "cache")
-        evaluate_models(changed_models, rows, {env_id: env}, changed_spec, log=lambda _: None, cache=cache,
-                        load_policy=load)
+        evaluate_models(
+            changed_models, rows, {env_id: env}, changed_spec, log=lambda _: None, cache=cache, load_policy=load
+        )
         assert cache.hits == 0 and cache.writes == 1
 
 
@@ -236,19 +280,39 @@ def test_results_table_shows_differences_with_intervals_and_the_do_nothing_row()
     def row(model, stage, benchmark, subset, mean, vs=None, reward=None):
         metrics = {"headline": "success"}
         if vs:
-            metrics["vs_base"] = {"difference": vs[0], "low": vs[1], "high": vs[2], "n": 4, "sd": 0.1,
-                                  "resamples": 10000, "confidence": 0.95, "seed": 0}
+            metrics["vs_base"] = {
+                "difference": vs[0],
+                "low": vs[1],
+                "high": vs[2],
+                "n": 4,
+                "sd": 0.1,
+                "resamples": 10000,
+                "confidence": 0.95,
+                "seed": 0,
+            }
         if reward is not None:
             metrics["reward"] = reward
-        return {"model": model, "stage": stage, "benchmark": benchmark, "subset": subset, "mean": mean, "std": 0.05,
-                "n_tasks": 4, "seeds": [0, 1, 2], "metrics": metrics,
-                "config": {"sampling": {"temperature": 0.7, "max_new_tokens": 64}, "max_tool_rounds": 2}}
+        return {
+            "model": model,
+            "stage": stage,
+            "benchmark": benchmark,
+            "subset": subset,
+            "mean": mean,
+            "std": 0.05,
+            "n_tasks": 4,
+            "seeds": [0, 1, 2],
+            "metrics": metrics,
+            "config": {"sampling": {"temperature": 0.7, "max_new_tokens": 64}, "max_tool_rounds": 2},
+        }
 
-    rows = [row("ckpt_a", "sft", "synthetic_held_out", "all", 0.5, (0.25, 0.0, 0.5), 0.6),
-            row("base", "base", "synthetic_held_out", "all", 0.25, None, 0.4),
-            row("do_nothing", "do_nothing", "synthetic_held_out", "all", 0.0, (-0.25, -0.5, 0.0), 0.3),
-            row("base", "base", "bfcl_single", "simple", 0.1), row("base", "base", "bfcl_single", "all", 0.2),
-            row("ckpt_a", "sft", "bfcl_single", "simple", 0.3, (0.2, 0.1, 0.3))]
+    rows = [
+        row("ckpt_a", "sft", "synthetic_held_out", "all", 0.5, (0.25, 0.0, 0.5), 0.6),
+        row("base", "base", "synthetic_held_out", "all", 0.25, None, 0.4),
+        row("do_nothing", "do_nothing", "synthetic_held_out", "all", 0.0, (-0.25, -0.5, 0.0), 0.3),
+        row("base", "base", "bfcl_single", "simple", 0.1),
+        row("base", "base", "bfcl_single", "all", 0.2),
+        row("ckpt_a", "sft", "bfcl_single", "simple", 0.3, (0.2, 0.1, 0.3)),
+    ]
     lines = results_markdown(rows).splitlines()
     head = lines.index("| model | stage | all (n=4) | hybrid reward (all, secondary) |")
     assert lines[head + 2] == "| `base` | base | 0.250 ± 0.050 | 0.400 |"

@@ -15,33 +15,61 @@ TRAIN_ENV = next(f"env_{i}" for i in range(100) if not is_held_out_environment(f
 HELD_ENV = next(f"env_{i}" for i in range(100) if is_held_out_environment(f"env_{i}"))
 OTHER_ENV = next(f"env_{i}" for i in range(100) if not is_held_out_environment(f"env_{i}") and f"env_{i}" != TRAIN_ENV)
 LICENCES = environment_licences(
-    [{"env_id": TRAIN_ENV, "source_resource_id": "src_a"}, {"env_id": HELD_ENV, "source_resource_id": "src_b"},
-     {"env_id": OTHER_ENV, "source_resource_id": "src_c"}],
-    [{"id": "src_a", "license_name": "MIT", "license_url": "https://mit"},
-     {"id": "src_b", "license_name": "Apache 2.0", "license_url": "https://apache"},
-     {"id": "src_c", "license_name": " ", "license_url": None}])
+    [
+        {"env_id": TRAIN_ENV, "source_resource_id": "src_a"},
+        {"env_id": HELD_ENV, "source_resource_id": "src_b"},
+        {"env_id": OTHER_ENV, "source_resource_id": "src_c"},
+    ],
+    [
+        {"id": "src_a", "license_name": "MIT", "license_url": "https://mit"},
+        {"id": "src_b", "license_name": "Apache 2.0", "license_url": "https://apache"},
+        {"id": "src_c", "license_name": " ", "license_url": None},
+    ],
+)
 
 
 def _messages(arg):
-    return [{"role": "system", "content": "sys"}, {"role": "user", "content": "do it"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "act", "arguments": json.dumps(arg)}}]},
-            {"role": "tool", "tool_call_id": "c1", "name": "act", "content": "{\"ok\": true}"},
-            {"role": "assistant", "content": "Done."}]
+    return [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "do it"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "act", "arguments": json.dumps(arg)}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "act", "content": '{"ok": true}'},
+        {"role": "assistant", "content": "Done."},
+    ]
 
 
 def _sft(i, env):
-    return {"id": f"sft_{i}", "env_ids": [env], "split": dataset_split([env]), "messages": _messages({f"k{i}": i}), "tools": [
-        {"type": "function", "function": {"name": "act", "parameters": {"type": "object", "properties": {}}}}]}
+    return {
+        "id": f"sft_{i}",
+        "env_ids": [env],
+        "split": dataset_split([env]),
+        "messages": _messages({f"k{i}": i}),
+        "tools": [
+            {"type": "function", "function": {"name": "act", "parameters": {"type": "object", "properties": {}}}}
+        ],
+    }
 
 
 def _rl(i, env):
     # a second-turn prompt: the first turn's call and result come before the new request
-    return {"id": f"rl_{i}", "env_ids": [env], "split": dataset_split([env]), "domains": ["d"], "turn_index": 1,
-            "prompt": [*_messages({"q": f"é{i}", "n": [i]})[:5], {"role": "user", "content": "and again"}],
-            "tools": _sft(i, env)["tools"],
-            "gold_calls": [{"name": "act", "arguments": {f"k{i}": i}}], "masked_arguments": ["limit"],
-            "initial_state": {env: {"n": 0}}, "final_state": {env: {"n": i}}, "final_state_hash": f"h{i}"}
+    return {
+        "id": f"rl_{i}",
+        "env_ids": [env],
+        "split": dataset_split([env]),
+        "domains": ["d"],
+        "turn_index": 1,
+        "prompt": [*_messages({"q": f"é{i}", "n": [i]})[:5], {"role": "user", "content": "and again"}],
+        "tools": _sft(i, env)["tools"],
+        "gold_calls": [{"name": "act", "arguments": {f"k{i}": i}}],
+        "masked_arguments": ["limit"],
+        "initial_state": {env: {"n": 0}},
+        "final_state": {env: {"n": i}},
+        "final_state_hash": f"h{i}",
+    }
 
 
 @pytest.fixture()
@@ -151,15 +179,29 @@ def test_a_stored_split_that_disagrees_with_the_environments_is_refused(rows, tm
 def test_licence_names_become_spdx_ids_where_they_match_one():
     from envfactory_assets.exports.licences import allowed, licence_name, spdx_id
 
-    for stated in ("Apache 2.0 License", "Apache 2.0", "Apache-2.0", "Apache v2 License", "Apache License 2.0",
-                   "Licensed by Apache 2.0", "apache-2.0", "Apache License, Version 2.0"):
+    for stated in (
+        "Apache 2.0 License",
+        "Apache 2.0",
+        "Apache-2.0",
+        "Apache v2 License",
+        "Apache License 2.0",
+        "Licensed by Apache 2.0",
+        "apache-2.0",
+        "Apache License, Version 2.0",
+    ):
         assert licence_name(stated) == "Apache-2.0", stated
-    assert [licence_name(n) for n in ("The MIT License (MIT)", "MIT License", "BSD3", "CC-BY-SA 2.0",
-                                      "Creative Commons Attribution 3.0")] == [
-        "MIT", "MIT", "BSD-3-Clause", "CC-BY-SA-2.0", "CC-BY-3.0"]
+    assert [
+        licence_name(n)
+        for n in ("The MIT License (MIT)", "MIT License", "BSD3", "CC-BY-SA 2.0", "Creative Commons Attribution 3.0")
+    ] == ["MIT", "MIT", "BSD-3-Clause", "CC-BY-SA-2.0", "CC-BY-3.0"]
     # vague or ambiguous names stay as stated; nothing becomes an empty name
     assert [licence_name(n) for n in ("Creative Commons", "AGPLv3", "Commercial", " ", None)] == [
-        "Creative Commons", "AGPLv3", "Commercial", "unspecified", "unspecified"]
+        "Creative Commons",
+        "AGPLv3",
+        "Commercial",
+        "unspecified",
+        "unspecified",
+    ]
     assert spdx_id("MIT OR Apache-2.0") == "MIT OR Apache-2.0" and spdx_id("See license") is None
     assert allowed([{"name": "Apache-2.0"}], ["Apache 2.0"])  # an allow-list entry matches by its SPDX id
 
@@ -192,13 +234,17 @@ def test_verl_rows_render_with_a_template_that_loops_over_tool_calls(rows, tmp_p
     sft, rl = rows
     m = build_exports(sft, rl, LICENCES, tmp_path)
     by_id = {r["id"]: r for r in rl}
-    verl_rows = [r for s in ("train", "validation")
-                 for r in pq.read_table(tmp_path / m["version"] / f"verl_{s}.parquet").to_pylist()]
+    verl_rows = [
+        r
+        for s in ("train", "validation")
+        for r in pq.read_table(tmp_path / m["version"] / f"verl_{s}.parquet").to_pylist()
+    ]
     assert len(verl_rows) == len(rl)
     for row in verl_rows:
         tools = json.loads(row["tool_config"])["tools"]
-        rendered, _ = render_jinja_template(conversations=[row["prompt"]], tools=tools,
-                                            chat_template=TOOL_CHAT_TEMPLATE, add_generation_prompt=True)
+        rendered, _ = render_jinja_template(
+            conversations=[row["prompt"]], tools=tools, chat_template=TOOL_CHAT_TEMPLATE, add_generation_prompt=True
+        )
         assert rendered[0] == render_chat(by_id[row["id"]]["prompt"], tools, add_generation_prompt=True)
         assert '<tool_call>{"name": "act", "arguments": {"q": ' in rendered[0]
 
@@ -215,18 +261,27 @@ def _bookshop_export(bookshop, tmp_path):
     initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
     book_id = initial[env_id]["tables"]["books"][0]["book_id"]
     gold = [{"name": "update_book", "arguments": {"book_id": book_id, "price": 12.5}}]
-    row = {"id": "rl_gold", "env_ids": [env_id], "split": dataset_split([env_id]), "domains": ["shop"],
-           "turn_index": 0, "tools": [openai_tool(t) for t in bookshop["tools"]], "gold_calls": gold,
-           "masked_arguments": [], "initial_state": initial,
-           "prompt": [{"role": "user", "content": f"Set the price of book {book_id} to 12.5."}]}
+    row = {
+        "id": "rl_gold",
+        "env_ids": [env_id],
+        "split": dataset_split([env_id]),
+        "domains": ["shop"],
+        "turn_index": 0,
+        "tools": [openai_tool(t) for t in bookshop["tools"]],
+        "gold_calls": gold,
+        "masked_arguments": [],
+        "initial_state": initial,
+        "prompt": [{"role": "user", "content": f"Set the price of book {book_id} to 12.5."}],
+    }
     with TaskRunner({env_id: bookshop}) as runner:  # the gold final state, as the datasets stage replays it
         episode = runner.episode(row)
         episode.call(gold[0]["name"], gold[0]["arguments"])
         row["final_state"] = episode.final_states()
         episode.close()
     row["final_state_hash"] = "unused"
-    licences = environment_licences([{"env_id": env_id, "source_resource_id": "src"}],
-                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    licences = environment_licences(
+        [{"env_id": env_id, "source_resource_id": "src"}], [{"id": "src", "license_name": "MIT", "license_url": ""}]
+    )
     m = build_exports([], [row], licences, tmp_path, environments={env_id: bookshop})
     out = tmp_path / m["version"]
     (verl_row,) = pq.read_table(out / f"verl_{row['split']}.parquet").to_pylist()
@@ -295,10 +350,14 @@ def test_the_shipped_verl_tool_class_runs_calls_on_one_episode_per_rollout(books
     monkeypatch.syspath_prepend(str(out))
     module = importlib.import_module("envfactory_tools")
     assert module.__file__ == str(out / "envfactory_tools.py")
-    entries = {e["tool_schema"]["function"]["name"]: e for e in __import__("yaml").safe_load(
-        (out / "envfactory_tools.yaml").read_text(encoding="utf-8"))["tools"]}
-    tools = {name: module.EnvFactoryTool(config=entries[name]["config"], tool_schema=entries[name]["tool_schema"])
-             for name in ("update_book", "get_book")}
+    entries = {
+        e["tool_schema"]["function"]["name"]: e
+        for e in __import__("yaml").safe_load((out / "envfactory_tools.yaml").read_text(encoding="utf-8"))["tools"]
+    }
+    tools = {
+        name: module.EnvFactoryTool(config=entries[name]["config"], tool_schema=entries[name]["tool_schema"])
+        for name in ("update_book", "get_book")
+    }
     kwargs = verl_row["extra_info"]["tools_kwargs"]
 
     async def call(name, arguments, agent_data):
@@ -346,8 +405,10 @@ def test_the_stored_split_is_exported_when_the_fallback_environment_left_no_row(
     envs = [f"env_{i}" for i in range(100) if not is_held_out_environment(f"env_{i}")][:3]
     (fallback,) = held_out_environments(envs)
     kept = [e for e in envs if e != fallback]
-    licences = environment_licences([{"env_id": e, "source_resource_id": "src_a"} for e in envs],
-                                    [{"id": "src_a", "license_name": "MIT", "license_url": "https://mit"}])
+    licences = environment_licences(
+        [{"env_id": e, "source_resource_id": "src_a"} for e in envs],
+        [{"id": "src_a", "license_name": "MIT", "license_url": "https://mit"}],
+    )
     sft = [{**_sft(i, e), "split": dataset_split([e], {fallback})} for i, e in enumerate(kept)]
     rl = [{**_rl(i, e), "split": dataset_split([e], {fallback})} for i, e in enumerate(kept)]
     assert {r["split"] for r in sft + rl} == {"train"}
@@ -374,11 +435,21 @@ def test_trls_sft_trainer_trains_on_the_hf_export_as_written(rows, tmp_path, one
     m = build_exports(sft, rl, LICENCES, tmp_path)
     train = load_from_disk(str(tmp_path / m["version"] / "hf_sft"))["train"]
     tokenizer = AutoTokenizer.from_pretrained(one_layer_model_dir)
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(one_layer_model_dir), train_dataset=train,
-                         processing_class=tokenizer,
-                         args=SFTConfig(output_dir=str(tmp_path / "trl"), max_steps=2, per_device_train_batch_size=1,
-                                        max_length=4096, report_to=[], save_strategy="no", use_cpu=True,
-                                        disable_tqdm=True))
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(one_layer_model_dir),
+        train_dataset=train,
+        processing_class=tokenizer,
+        args=SFTConfig(
+            output_dir=str(tmp_path / "trl"),
+            max_steps=2,
+            per_device_train_batch_size=1,
+            max_length=4096,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            disable_tqdm=True,
+        ),
+    )
     first = trainer.train_dataset[0]
     row = train[0]
     expected = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
@@ -389,8 +460,9 @@ def test_trls_sft_trainer_trains_on_the_hf_export_as_written(rows, tmp_path, one
 
 
 def _response(calls):
-    return "".join('<tool_call>%s</tool_call>' % json.dumps({"name": c["name"], "arguments": c["arguments"]})
-                   for c in calls)
+    return "".join(
+        f"<tool_call>{json.dumps({'name': c['name'], 'arguments': c['arguments']})}</tool_call>" for c in calls
+    )
 
 
 def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environments, graph, worker, tmp_path):
@@ -406,20 +478,29 @@ def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environmen
 
     chains = sample_chains(graph, 12, "verl", SamplerConfig(min_tools=3))
     trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
-    passed = [{**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
-              for i, t in enumerate(trajs) if t["status"] == "passed"]
+    passed = [
+        {**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
+        for i, t in enumerate(trajs)
+        if t["status"] == "passed"
+    ]
     _sft_rows, rl, rejected = dataset_rows(passed, environments, sft_share=0.0)
     assert rl and not rejected
-    licences = environment_licences([{"env_id": e, "source_resource_id": "src"} for e in environments],
-                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    licences = environment_licences(
+        [{"env_id": e, "source_resource_id": "src"} for e in environments],
+        [{"id": "src", "license_name": "MIT", "license_url": ""}],
+    )
     m = build_exports([], rl, licences, tmp_path, environments=environments)
     out = tmp_path / m["version"]
     assert (out / "envfactory_reward.py").read_bytes() == open(verl_reward.__file__, "rb").read()
     spec = importlib.util.spec_from_file_location("envfactory_reward_rows", out / "envfactory_reward.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    verl_rows = [r for s in ("train", "validation") if (out / f"verl_{s}.parquet").exists()
-                 for r in pq.read_table(out / f"verl_{s}.parquet").to_pylist()]
+    verl_rows = [
+        r
+        for s in ("train", "validation")
+        if (out / f"verl_{s}.parquet").exists()
+        for r in pq.read_table(out / f"verl_{s}.parquet").to_pylist()
+    ]
     assert len(verl_rows) == len(rl)
     emptied = 0
     try:
@@ -454,7 +535,8 @@ def test_a_reward_outside_its_range_is_an_error():
 
 
 def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_as_one_turn(
-        environments, graph, worker, tmp_path):
+    environments, graph, worker, tmp_path
+):
     """SFT rows of the fixture environments (with the datasets stage's parallel calls) through the export:
     every ShareGPT row keeps LlamaFactory's documented rules, none is dropped, and parallel calls are one
     function_call turn with one observation turn holding their results in order."""
@@ -466,12 +548,21 @@ def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_a
 
     chains = sample_chains(graph, 16, "sharegpt", SamplerConfig(min_tools=3))
     trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
-    passed = [{**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]}),
-               "n_turns": len(t["turns"])} for i, t in enumerate(trajs) if t["status"] == "passed"]
-    sft, _rl, _rejected = dataset_rows(passed, environments, sft_share=1.0,
-                                       gaps=DataGapsConfig(parallel_share=1.0))
-    licences = environment_licences([{"env_id": e, "source_resource_id": "src"} for e in environments],
-                                    [{"id": "src", "license_name": "MIT", "license_url": ""}])
+    passed = [
+        {
+            **t,
+            "id": f"traj_{i}",
+            "domains": sorted({environments[e]["domain"] for e in t["env_ids"]}),
+            "n_turns": len(t["turns"]),
+        }
+        for i, t in enumerate(trajs)
+        if t["status"] == "passed"
+    ]
+    sft, _rl, _rejected = dataset_rows(passed, environments, sft_share=1.0, gaps=DataGapsConfig(parallel_share=1.0))
+    licences = environment_licences(
+        [{"env_id": e, "source_resource_id": "src"} for e in environments],
+        [{"id": "src", "license_name": "MIT", "license_url": ""}],
+    )
     m = build_exports(sft, [], licences, tmp_path)
     out = tmp_path / m["version"]
     records = [r for s in ("train", "validation") for r in json.loads((out / f"sharegpt_{s}.json").read_text())]
@@ -490,9 +581,13 @@ def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_a
                 assert isinstance(results, list) and len(results) == len(json.loads(turn["value"]))
     assert parallel
     # the layout LlamaFactory skips: two observations in a row
-    broken = {"conversations": [{"from": "human", "value": "q"},
-                                {"from": "function_call", "value": '[{"name": "a", "arguments": {}}, '
-                                                                   '{"name": "b", "arguments": {}}]'},
-                                {"from": "observation", "value": "{}"}, {"from": "observation", "value": "{}"},
-                                {"from": "gpt", "value": "done"}]}
+    broken = {
+        "conversations": [
+            {"from": "human", "value": "q"},
+            {"from": "function_call", "value": '[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]'},
+            {"from": "observation", "value": "{}"},
+            {"from": "observation", "value": "{}"},
+            {"from": "gpt", "value": "done"},
+        ]
+    }
     assert any("turn 4" in p for p in sharegpt_problems(broken))

@@ -77,8 +77,7 @@ def test_input_parameters_with_required_flags():
 def test_output_parameters_flatten_list_items():
     params = extract_output_parameters(tool("list_companies"))
     paths = {p.path: p for p in params}
-    assert set(paths) == {"items[].company_id", "items[].name", "items[].industry", "items[].employee_count",
-                          "total"}
+    assert set(paths) == {"items[].company_id", "items[].name", "items[].industry", "items[].employee_count", "total"}
     assert paths["items[].company_id"].name == "company_id"
     assert paths["items[].company_id"].required is True  # the item schema's `required`
     assert paths["items[].industry"].required is False
@@ -87,14 +86,21 @@ def test_output_parameters_flatten_list_items():
 
 def test_output_parameters_nested_object_nullable_and_non_scalars():
     t = {
-        "env_id": "x", "name": "get_thing", "input_schema": {"type": "object", "properties": {}},
-        "output_schema": {"type": "object", "properties": {
-            "thing": {"type": "object", "properties": {"thing_id": {"type": "string"},
-                                                       "meta": {"type": "object", "properties": {}}}},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "note": {"type": ["string", "null"], "description": "  a   note "},
-            "kind": {"enum": ["a", "b"]},
-        }},
+        "env_id": "x",
+        "name": "get_thing",
+        "input_schema": {"type": "object", "properties": {}},
+        "output_schema": {
+            "type": "object",
+            "properties": {
+                "thing": {
+                    "type": "object",
+                    "properties": {"thing_id": {"type": "string"}, "meta": {"type": "object", "properties": {}}},
+                },
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "note": {"type": ["string", "null"], "description": "  a   note "},
+                "kind": {"enum": ["a", "b"]},
+            },
+        },
     }
     params = {p.path: p for p in extract_output_parameters(t)}
     assert set(params) == {"thing.thing_id", "note", "kind"}
@@ -109,30 +115,37 @@ def test_parameter_text_is_name_type_description():
     assert bare.text == "q (string)"
 
 
-@pytest.mark.parametrize("name,schema,expected", [
-    ("company_id", {"type": "string"}, False),
-    ("id", {"type": "integer"}, False),
-    ("companyId", {"type": "string"}, False),
-    ("contact_ids", {"type": "array", "items": {"type": "string"}}, False),
-    ("owner", {"type": "string", "format": "uuid"}, False),
-    ("page_token", {"type": "string"}, False),
-    ("cursor", {"type": "string"}, False),
-    ("filters", {"type": "object", "properties": {}}, False),
-    ("payload", {}, False),
-    ("name", {"type": "string"}, True),
-    ("email", {"type": "string", "format": "email"}, True),
-    ("priority", {"type": "string", "enum": ["low", "high"]}, True),
-    ("amount_cents", {"type": "integer"}, True),
-    ("ratio", {"type": "number"}, True),
-    ("due_date", {"type": "string", "format": "date"}, True),
-    ("archived", {"type": "boolean"}, True),
-    ("tags", {"type": "array", "items": {"type": "string"}}, True),
-    ("paid", {"type": "boolean"}, True),  # ends in "id" but is not an identifier
-    ("valid", {"type": "boolean"}, True),
-])
+@pytest.mark.parametrize(
+    "name,schema,expected",
+    [
+        ("company_id", {"type": "string"}, False),
+        ("id", {"type": "integer"}, False),
+        ("companyId", {"type": "string"}, False),
+        ("contact_ids", {"type": "array", "items": {"type": "string"}}, False),
+        ("owner", {"type": "string", "format": "uuid"}, False),
+        ("page_token", {"type": "string"}, False),
+        ("cursor", {"type": "string"}, False),
+        ("filters", {"type": "object", "properties": {}}, False),
+        ("payload", {}, False),
+        ("name", {"type": "string"}, True),
+        ("email", {"type": "string", "format": "email"}, True),
+        ("priority", {"type": "string", "enum": ["low", "high"]}, True),
+        ("amount_cents", {"type": "integer"}, True),
+        ("ratio", {"type": "number"}, True),
+        ("due_date", {"type": "string", "format": "date"}, True),
+        ("archived", {"type": "boolean"}, True),
+        ("tags", {"type": "array", "items": {"type": "string"}}, True),
+        ("paid", {"type": "boolean"}, True),  # ends in "id" but is not an identifier
+        ("valid", {"type": "boolean"}, True),
+    ],
+)
 def test_user_providable_rule(name, schema, expected):
-    t = {"env_id": "e", "name": "t", "input_schema": {"type": "object", "properties": {name: schema}},
-         "output_schema": {"type": "object", "properties": {}}}
+    t = {
+        "env_id": "e",
+        "name": "t",
+        "input_schema": {"type": "object", "properties": {name: schema}},
+        "output_schema": {"type": "object", "properties": {}},
+    }
     (p,) = extract_input_parameters(t)
     assert is_user_providable(p) is expected
 
@@ -168,13 +181,29 @@ def test_hashing_embedder_is_stable_and_normalized():
 # --------------------------------------------------------------------------- graph shape
 def test_rows_have_the_documented_columns(graph):
     assert set(graph.nodes[0]) == {"node_id", "env_id", "domain", "tool_name", "kind", "n_inputs", "n_outputs"}
-    assert set(graph.parameters[0]) == {"node_id", "direction", "name", "path", "type", "required",
-                                        "user_providable", "text", "value_kind"}
+    assert set(graph.parameters[0]) == {
+        "node_id",
+        "direction",
+        "name",
+        "path",
+        "type",
+        "required",
+        "user_providable",
+        "text",
+        "value_kind",
+    }
     assert set(graph.edges[0]) == {"src", "dst", "src_param", "dst_param", "similarity", "provenance", "value_kind"}
     assert len(graph.nodes) == 26 and graph.graph.number_of_nodes() == 26
     row = next(n for n in graph.nodes if n["node_id"] == nid(CRM, "list_companies"))
-    assert row == {"node_id": nid(CRM, "list_companies"), "env_id": CRM, "domain": "productivity",
-                   "tool_name": "list_companies", "kind": "list", "n_inputs": 2, "n_outputs": 5}
+    assert row == {
+        "node_id": nid(CRM, "list_companies"),
+        "env_id": CRM,
+        "domain": "productivity",
+        "tool_name": "list_companies",
+        "kind": "list",
+        "n_inputs": 2,
+        "n_outputs": 5,
+    }
 
 
 def test_user_providable_flags_in_rows(graph):
@@ -188,8 +217,11 @@ def test_user_providable_flags_in_rows(graph):
 
 
 def test_producer_to_consumer_edges_by_name(graph):
-    (e,) = [e for e in edge_rows(graph, nid(CRM, "list_companies"), nid(CRM, "get_company"))
-            if e["dst_param"] == "company_id"]
+    (e,) = [
+        e
+        for e in edge_rows(graph, nid(CRM, "list_companies"), nid(CRM, "get_company"))
+        if e["dst_param"] == "company_id"
+    ]
     assert e["src_param"] == "items[].company_id" and e["provenance"] == "name_type"
     assert e["similarity"] == pytest.approx(1.0, abs=1e-3)
     for src, dst, param in [
@@ -199,8 +231,11 @@ def test_producer_to_consumer_edges_by_name(graph):
         (nid(MAIL, "list_messages"), nid(MAIL, "reply_to_message"), "message_id"),
         (nid(BILLING, "create_invoice"), nid(BILLING, "void_invoice"), "invoice_id"),
     ]:
-        assert any(r["dst_param"] == param and r["provenance"] == "name_type" for r in edge_rows(graph, src, dst)), \
-            (src, dst, param)
+        assert any(r["dst_param"] == param and r["provenance"] == "name_type" for r in edge_rows(graph, src, dst)), (
+            src,
+            dst,
+            param,
+        )
 
 
 def test_no_identifier_crosses_environments(graph):
@@ -238,17 +273,29 @@ def test_no_edges_between_unrelated_parameters(graph):
     def pairs(src_name, dst_name):
         return [e for e in graph.edges if e["src_param"].split(".")[-1] == src_name and e["dst_param"] == dst_name]
 
-    for a, b in [("company_id", "contact_id"), ("contact_id", "company_id"), ("company_id", "message_id"),
-                 ("company_id", "invoice_id"), ("invoice_id", "event_id"), ("message_id", "ticket_id"),
-                 ("email", "company_id"), ("total", "company_id"), ("deleted", "company_id"),
-                 ("subject", "to"), ("event_id", "org_id")]:
+    for a, b in [
+        ("company_id", "contact_id"),
+        ("contact_id", "company_id"),
+        ("company_id", "message_id"),
+        ("company_id", "invoice_id"),
+        ("invoice_id", "event_id"),
+        ("message_id", "ticket_id"),
+        ("email", "company_id"),
+        ("total", "company_id"),
+        ("deleted", "company_id"),
+        ("subject", "to"),
+        ("event_id", "org_id"),
+    ]:
         assert pairs(a, b) == [], (a, b)
     # no tool produces a calendar event id except the calendar's own tools
     producers = {e["src"].split(".")[0] for e in graph.edges if e["dst_param"] == "event_id"}
     assert producers == {CALENDAR}
     # generic names do not join across environments by name alone (invoice status vs ticket status)
-    assert not [e for e in graph.edges if e["src"].startswith(BILLING) and e["dst"].startswith(SUPPORT)
-                and e["dst_param"] == "status"]
+    assert not [
+        e
+        for e in graph.edges
+        if e["src"].startswith(BILLING) and e["dst"].startswith(SUPPORT) and e["dst_param"] == "status"
+    ]
 
 
 def test_no_self_loops_and_rows_point_at_real_parameters(graph):
@@ -266,15 +313,21 @@ def test_no_self_loops_and_rows_point_at_real_parameters(graph):
 def test_digraph_aggregates_parameter_pairs(graph):
     data = graph.graph.edges[nid(CRM, "get_contact"), nid(CRM, "create_contact")]
     assert {(p["src_param"], p["dst_param"]) for p in data["params"]} == {
-        ("company_id", "company_id"), ("name", "name"), ("email", "email")}
+        ("company_id", "company_id"),
+        ("name", "name"),
+        ("email", "email"),
+    }
     assert data["similarity"] == max(p["similarity"] for p in data["params"])
     assert sum(len(d["params"]) for _, _, d in graph.graph.edges(data=True)) == len(graph.edges)
 
 
 def test_lookups_for_the_sampler(graph):
     producers = graph.producers(nid(CRM, "get_contact"), "contact_id")
-    assert producers == tuple(sorted({e["src"] for e in graph.edges
-                                      if e["dst"] == nid(CRM, "get_contact") and e["dst_param"] == "contact_id"}))
+    assert producers == tuple(
+        sorted(
+            {e["src"] for e in graph.edges if e["dst"] == nid(CRM, "get_contact") and e["dst_param"] == "contact_id"}
+        )
+    )
     assert {nid(CRM, "list_contacts"), nid(CRM, "create_contact")} <= set(producers)
     assert graph.producers(nid(CRM, "get_contact"), "no_such_input") == ()
     assert [i["name"] for i in graph.inputs(nid(CRM, "create_contact"))] == ["company_id", "name", "email"]
@@ -295,8 +348,11 @@ def test_cross_env_name_match_all_restores_plain_rule():
     plain = build_tool_graph(ts.all_tools(), HashingEmbedder(), threshold=0.999, cross_env_name_match="all")
     # the plain rule matches invoice status to ticket status by name; across environments such a pair of
     # "other" values is only a candidate for the refiner, never an edge
-    status = [e for e in plain.candidates if e["src"].startswith(BILLING) and e["dst"].startswith(SUPPORT)
-              and e["dst_param"] == "status"]
+    status = [
+        e
+        for e in plain.candidates
+        if e["src"].startswith(BILLING) and e["dst"].startswith(SUPPORT) and e["dst_param"] == "status"
+    ]
     assert status and all(e["provenance"] == "name_type" for e in status)
     assert not [e for e in scoped.candidates if e["dst_param"] == "status" and e["provenance"] == "name_type"]
     assert len(plain.candidates) > len(scoped.candidates) and plain.edges == scoped.edges
@@ -304,14 +360,23 @@ def test_cross_env_name_match_all_restores_plain_rule():
 
 def test_bare_id_matches_only_within_the_same_table():
     def t(env, name, table, inp, out):
-        return {"env_id": env, "name": name, "table": table,
-                "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
-                "output_schema": {"type": "object", "properties": out}}
+        return {
+            "env_id": env,
+            "name": name,
+            "table": table,
+            "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
+            "output_schema": {"type": "object", "properties": out},
+        }
+
     def idp(description):
         return {"id": {"type": "string", "description": description}}
 
-    tools = [t("a", "create_user", "users", {}, idp("User id")), t("a", "get_user", "users", idp("Id"), {}),
-             t("a", "get_order", "orders", idp("Order id"), {}), t("b", "get_user", "users", idp("Member id"), {})]
+    tools = [
+        t("a", "create_user", "users", {}, idp("User id")),
+        t("a", "get_user", "users", idp("Id"), {}),
+        t("a", "get_order", "orders", idp("Order id"), {}),
+        t("b", "get_user", "users", idp("Member id"), {}),
+    ]
     g = build_tool_graph(tools, HashingEmbedder(), threshold=0.999)  # texts differ: only the name rule joins
     assert {(e["src"], e["dst"], e["provenance"]) for e in g.edges} == {("a.create_user", "a.get_user", "name_type")}
 
@@ -329,9 +394,11 @@ def test_vectorized_edges_equal_brute_force():
     g = build_tool_graph(ts.all_tools(), emb, threshold=0.6)
     outs = [p for p in g.parameters if p["direction"] == "out"]
     ins = [p for p in g.parameters if p["direction"] == "in"]
-    vec = dict(zip([p["text"] for p in outs + ins], emb.embed([p["text"] for p in outs + ins])))
+    vec = dict(zip([p["text"] for p in outs + ins], emb.embed([p["text"] for p in outs + ins]), strict=False))
     env = {n["node_id"]: n["env_id"] for n in g.nodes}
-    objs = {(f"{t['env_id']}.{t['name']}", p.direction, p.path): p for t in ts.all_tools() for p in extract_parameters(t)}
+    objs = {
+        (f"{t['env_id']}.{t['name']}", p.direction, p.path): p for t in ts.all_tools() for p in extract_parameters(t)
+    }
     expected = set()
     for o in outs:
         for i in ins:
@@ -344,8 +411,12 @@ def test_vectorized_edges_equal_brute_force():
             if same_name and cross and not (o["value_kind"] == i["value_kind"] and kind in SHARED_KINDS):
                 same_name = False
             fam = value_family(objs[(o["node_id"], "out", o["path"])])
-            same_family = cross and fam is not None and fam == value_family(objs[(i["node_id"], "in", i["name"])]) \
+            same_family = (
+                cross
+                and fam is not None
+                and fam == value_family(objs[(i["node_id"], "in", i["name"])])
                 and o["type"] == i["type"]
+            )
             if (sim > 0.6 or same_name or same_family) and (not cross or kind in SHARED_KINDS):
                 expected.add((o["node_id"], i["node_id"], o["path"], i["name"]))
     assert {(e["src"], e["dst"], e["src_param"], e["dst_param"]) for e in g.edges} == expected
@@ -360,16 +431,22 @@ def test_from_rows_round_trip(graph):
 
 
 def test_tools_from_environments():
-    env = {"env_id": CRM, "domain": "productivity",
-           "tools": [{k: v for k, v in t.items() if k not in ("env_id", "domain")} for t in ts.crm_tools()]}
+    env = {
+        "env_id": CRM,
+        "domain": "productivity",
+        "tools": [{k: v for k, v in t.items() if k not in ("env_id", "domain")} for t in ts.crm_tools()],
+    }
     assert tools_from_environments([env]) == ts.crm_tools()
 
 
-@pytest.mark.parametrize("mutate,err", [
-    (lambda ts_: ts_ + [ts_[0]], "duplicate"),
-    (lambda ts_: [{**ts_[0], "env_id": ""}], "env_id"),
-    (lambda ts_: [{**ts_[0], "name": "bad name"}], "invalid name"),
-])
+@pytest.mark.parametrize(
+    "mutate,err",
+    [
+        (lambda ts_: ts_ + [ts_[0]], "duplicate"),
+        (lambda ts_: [{**ts_[0], "env_id": ""}], "env_id"),
+        (lambda ts_: [{**ts_[0], "name": "bad name"}], "invalid name"),
+    ],
+)
 def test_bad_tools_raise(mutate, err):
     with pytest.raises(ValueError, match=err):
         build_tool_graph(mutate(ts.all_tools()), HashingEmbedder())
@@ -389,33 +466,49 @@ def test_bad_threshold_and_embedder_shape():
 
 def synthetic_tools(n_envs: int = 100, per_env: int = 10) -> list[dict]:
     """~n_envs x per_env CRUD tools over varied entities (for the scale check)."""
-    words = ("account order product invoice ticket project task user team repo issue commit build release "
-             "server volume bucket file folder document page note comment message channel event booking "
-             "flight hotel room payment refund subscription plan customer vendor shipment package item "
-             "review playlist song album video course lesson student patient doctor appointment claim "
-             "policy listing lead deal campaign survey form workflow job candidate employee expense asset "
-             "device sensor alert incident metric report").split()
+    words = (
+        "account order product invoice ticket project task user team repo issue commit build release "
+        "server volume bucket file folder document page note comment message channel event booking "
+        "flight hotel room payment refund subscription plan customer vendor shipment package item "
+        "review playlist song album video course lesson student patient doctor appointment claim "
+        "policy listing lead deal campaign survey form workflow job candidate employee expense asset "
+        "device sensor alert incident metric report"
+    ).split()
     rng = random.Random(0)
     tools = []
     for e in range(n_envs):
         ents = rng.sample(words, 3)
         for k in range(per_env):
             ent, other = ents[k % 3], ents[(k + 1) % 3]
-            row = {f"{ent}_id": {"type": "string", "description": f"Unique identifier of the {ent}"},
-                   "name": {"type": "string", "description": f"Name of the {ent}"},
-                   f"{other}_id": {"type": "string", "description": f"Identifier of the related {other}"},
-                   "status": {"type": "string", "enum": ["a", "b"], "description": f"Status of the {ent}"},
-                   "notes": {"type": "string", "description": f"Notes about the {ent} in service {e}"}}
+            row = {
+                f"{ent}_id": {"type": "string", "description": f"Unique identifier of the {ent}"},
+                "name": {"type": "string", "description": f"Name of the {ent}"},
+                f"{other}_id": {"type": "string", "description": f"Identifier of the related {other}"},
+                "status": {"type": "string", "enum": ["a", "b"], "description": f"Status of the {ent}"},
+                "notes": {"type": "string", "description": f"Notes about the {ent} in service {e}"},
+            }
             kind = ("list", "get", "create", "update", "delete")[k % 5]
-            inp = {"list": {"limit": {"type": "integer"}}, "get": {f"{ent}_id": row[f"{ent}_id"]},
-                   "create": {"name": row["name"], f"{other}_id": row[f"{other}_id"]},
-                   "update": {f"{ent}_id": row[f"{ent}_id"], "status": row["status"]},
-                   "delete": {f"{ent}_id": row[f"{ent}_id"]}}[kind]
-            out = ({"items": {"type": "array", "items": {"type": "object", "properties": row}}}
-                   if kind == "list" else row)
-            tools.append({"env_id": f"svc{e}_com__api", "domain": "d", "name": f"{kind}_{ent}_{k}", "kind": kind,
-                          "table": ent, "input_schema": {"type": "object", "properties": inp},
-                          "output_schema": {"type": "object", "properties": out}})
+            inp = {
+                "list": {"limit": {"type": "integer"}},
+                "get": {f"{ent}_id": row[f"{ent}_id"]},
+                "create": {"name": row["name"], f"{other}_id": row[f"{other}_id"]},
+                "update": {f"{ent}_id": row[f"{ent}_id"], "status": row["status"]},
+                "delete": {f"{ent}_id": row[f"{ent}_id"]},
+            }[kind]
+            out = (
+                {"items": {"type": "array", "items": {"type": "object", "properties": row}}} if kind == "list" else row
+            )
+            tools.append(
+                {
+                    "env_id": f"svc{e}_com__api",
+                    "domain": "d",
+                    "name": f"{kind}_{ent}_{k}",
+                    "kind": kind,
+                    "table": ent,
+                    "input_schema": {"type": "object", "properties": inp},
+                    "output_schema": {"type": "object", "properties": out},
+                }
+            )
     return tools
 
 
@@ -444,8 +537,10 @@ def test_embedding_reports_progress_per_chunk_and_gives_the_graph_of_one_call(mo
     g = build_tool_graph(tools, HashingEmbedder(), progress=lambda done, total: seen.append((done, total)))
     texts = g.meta["n_distinct_texts"]
     assert texts > 2 * build_module.EMBED_CHUNK
-    assert seen == [(0, texts)] + [(min(k * build_module.EMBED_CHUNK, texts), texts)  # (0, n) starts the clock
-                                   for k in range(1, -(-texts // build_module.EMBED_CHUNK) + 1)]
+    assert seen == [(0, texts)] + [
+        (min(k * build_module.EMBED_CHUNK, texts), texts)  # (0, n) starts the clock
+        for k in range(1, -(-texts // build_module.EMBED_CHUNK) + 1)
+    ]
     monkeypatch.setattr(build_module, "EMBED_CHUNK", texts)  # every text in one embedder call
     whole = build_tool_graph(tools, HashingEmbedder())
     assert whole.edges == g.edges and whole.parameters == g.parameters

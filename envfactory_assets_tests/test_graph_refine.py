@@ -68,16 +68,27 @@ def test_model_edges_are_added_only_when_valid_within_one_environment(graph):
     existing = next(e for e in graph.edges if e["src"].startswith("bookshop_example."))
     missing = ("bookshop_example.create_author", "author_id", "bookshop_example.list_authors", "limit")
     assert missing not in _edges(graph)
-    proposals = {"edges": [
-        {"src": "create_author", "src_param": "author_id", "dst": "list_authors", "dst_param": "limit"},  # valid
-        {"src": "create_author", "src_param": "author_id", "dst": "create_author", "dst_param": "name"},  # loop
-        {"src": "create_author", "src_param": "author_id", "dst": "get_ticket", "dst_param": "ticket_id"},  # other env
-        {"src": "create_author", "src_param": "no_such_output", "dst": "get_book", "dst_param": "book_id"},
-        {"src": "create_author", "src_param": "author_id", "dst": "get_book", "dst_param": "no_such_input"},
-        {"src": existing["src"].split(".", 1)[1], "src_param": existing["src_param"],
-         "dst": existing["dst"].split(".", 1)[1], "dst_param": existing["dst_param"]},  # exists
-        "not an edge",
-    ]}
+    proposals = {
+        "edges": [
+            {"src": "create_author", "src_param": "author_id", "dst": "list_authors", "dst_param": "limit"},  # valid
+            {"src": "create_author", "src_param": "author_id", "dst": "create_author", "dst_param": "name"},  # loop
+            {
+                "src": "create_author",
+                "src_param": "author_id",
+                "dst": "get_ticket",
+                "dst_param": "ticket_id",
+            },  # other env
+            {"src": "create_author", "src_param": "no_such_output", "dst": "get_book", "dst_param": "book_id"},
+            {"src": "create_author", "src_param": "author_id", "dst": "get_book", "dst_param": "no_such_input"},
+            {
+                "src": existing["src"].split(".", 1)[1],
+                "src_param": existing["src_param"],
+                "dst": existing["dst"].split(".", 1)[1],
+                "dst_param": existing["dst_param"],
+            },  # exists
+            "not an edge",
+        ]
+    }
 
     def reply(body):
         user = body["messages"][1]["content"]
@@ -93,8 +104,14 @@ def test_model_edges_are_added_only_when_valid_within_one_environment(graph):
     new = next(e for e in refined.edges if (e["src"], e["src_param"], e["dst"], e["dst_param"]) == missing)
     assert new["provenance"] == PROVENANCE_MODEL and -1.0 <= new["similarity"] <= 1.0
     reasons = " | ".join(report.rejected)
-    for expected in ("self-loop", "unknown tool", "no output 'no_such_output'", "no input 'no_such_input'",
-                     "exists already", "malformed edge"):
+    for expected in (
+        "self-loop",
+        "unknown tool",
+        "no output 'no_such_output'",
+        "no input 'no_such_input'",
+        "exists already",
+        "malformed edge",
+    ):
         assert expected in reasons, reasons
     rows = graph_rows(refined, {"bookshop_example": "ver_a", "helpdesk": "ver_b"})
     assert {r["provenance"] for r in rows["tool_graph_edges"]} >= {PROVENANCE_MODEL}
@@ -104,8 +121,11 @@ def test_model_flags_user_providable_inputs_and_bad_answers_keep_the_rule(graph)
     before = {(p["node_id"], p["name"]): p["user_providable"] for p in graph.parameters if p["direction"] == "in"}
     assert before[("helpdesk.get_ticket", "ticket_id")] is False  # the rule: identifiers are not providable
     flags = {"get_ticket.ticket_id": True, "create_ticket.title": "yes", "get_ticket.nope": False}
-    with FakeChatServer(responder=lambda body: json.dumps({"flags": flags})
-                        if '"get_ticket"' in body["messages"][1]["content"] else "no JSON here") as server:
+    with FakeChatServer(
+        responder=lambda body: (
+            json.dumps({"flags": flags}) if '"get_ticket"' in body["messages"][1]["content"] else "no JSON here"
+        )
+    ) as server:
         refined, report = refine_graph(graph, EMBEDDER, providable_backend=_backend(server))
     after = {(p["node_id"], p["name"]): p for p in refined.parameters if p["direction"] == "in"}
     assert after[("helpdesk.get_ticket", "ticket_id")]["user_providable"] is True
@@ -121,20 +141,39 @@ def test_model_flags_user_providable_inputs_and_bad_answers_keep_the_rule(graph)
 
 def test_programmatic_refinement_links_an_identifier_to_a_list_of_identifiers():
     tools = [
-        {"env_id": "shop", "name": "create_tag", "kind": "create", "table": "tags",
-         "input_schema": {"type": "object", "properties": {"label": {"type": "string"}}},
-         "output_schema": {"type": "object", "properties": {"tag_id": {"type": "string"}}}},
-        {"env_id": "shop", "name": "tag_products", "kind": "update", "table": "products",
-         "input_schema": {"type": "object", "properties": {"tag_ids": {"type": "array", "items": {"type": "string"}}}},
-         "output_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}},
-        {"env_id": "other", "name": "make_tag", "kind": "create", "table": "tags",
-         "input_schema": {"type": "object", "properties": {}},
-         "output_schema": {"type": "object", "properties": {"tag_id": {"type": "string"}}}},
+        {
+            "env_id": "shop",
+            "name": "create_tag",
+            "kind": "create",
+            "table": "tags",
+            "input_schema": {"type": "object", "properties": {"label": {"type": "string"}}},
+            "output_schema": {"type": "object", "properties": {"tag_id": {"type": "string"}}},
+        },
+        {
+            "env_id": "shop",
+            "name": "tag_products",
+            "kind": "update",
+            "table": "products",
+            "input_schema": {
+                "type": "object",
+                "properties": {"tag_ids": {"type": "array", "items": {"type": "string"}}},
+            },
+            "output_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        },
+        {
+            "env_id": "other",
+            "name": "make_tag",
+            "kind": "create",
+            "table": "tags",
+            "input_schema": {"type": "object", "properties": {}},
+            "output_schema": {"type": "object", "properties": {"tag_id": {"type": "string"}}},
+        },
     ]
     graph = build_tool_graph(tools, EMBEDDER)
     assert ("shop.create_tag", "tag_id", "shop.tag_products", "tag_ids") not in _edges(graph)
-    assert id_list_edges(graph) == [{"src": "shop.create_tag", "dst": "shop.tag_products",
-                                     "src_param": "tag_id", "dst_param": "tag_ids"}]  # not across environments
+    assert id_list_edges(graph) == [
+        {"src": "shop.create_tag", "dst": "shop.tag_products", "src_param": "tag_id", "dst_param": "tag_ids"}
+    ]  # not across environments
     refined, report = refine_graph(graph, EMBEDDER)
     assert [e["provenance"] for e in refined.edges if e["dst_param"] == "tag_ids"] == [PROVENANCE_ID_LIST]
     assert refined.producers("shop.tag_products", "tag_ids") == ("shop.create_tag",)
@@ -169,17 +208,25 @@ def test_statistics_and_picture_describe_the_graph(graph):
 
 def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
     upstream = ["source_resources", "environments", "verified_environments"]
-    config = {"ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
-        "tool_graph": {"config": {"embedder": "hashing", "edge_refiner": "model", "providable_classifier": "model"}},
-    }}
+    config = {
+        "ops": {
+            "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
+            "tool_graph": {
+                "config": {"embedder": "hashing", "edge_refiner": "model", "providable_classifier": "model"}
+            },
+        }
+    }
 
     def materialize(selection, backend):
-        resources = {"envfactory": EnvFactoryHome(home=str(tmp_path)), "model_backend": backend,
-                     "verification_gate": VerificationGate()}
+        resources = {
+            "envfactory": EnvFactoryHome(home=str(tmp_path)),
+            "model_backend": backend,
+            "verification_gate": VerificationGate(),
+        }
         with dg.instance_for_test() as instance:  # as `envfactory run --select` does (partitions set first)
-            results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, resources, config, selection,
-                                           raise_on_error=False)
+            results = materialize_pipeline(
+                [*ALL_ASSETS, *ALL_CHECKS], instance, resources, config, selection, raise_on_error=False
+            )
         return results[-1]
 
     assert materialize(upstream, ModelBackend()).success  # environments written by the programmatic builder
@@ -188,16 +235,23 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
         return '{"edges": []}' if "dependency graph" in body["messages"][0]["content"] else '{"flags": {}}'
 
     with FakeChatServer(responder=reply) as server:
-        result = materialize(["tool_graph"], ModelBackend(backend="openai", base_url=server.base_url,
-                                                          model="fake-refiner", api_key_env="NO_KEY"))
+        result = materialize(
+            ["tool_graph"],
+            ModelBackend(backend="openai", base_url=server.base_url, model="fake-refiner", api_key_env="NO_KEY"),
+        )
         n_requests = len(server.requests)
     assert result.success
-    meta = next(e.materialization.metadata for e in result.get_asset_materialization_events()
-                if e.asset_key.to_user_string() == "tool_graph")
+    meta = next(
+        e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "tool_graph"
+    )
     refinement = meta["refinement"].value
     # 2 roles x 3 environments, and one request per environment that doubtful cross-environment pairs enter
     assert refinement["edge_refiner"] == "model" and n_requests == 2 * 3 + refinement["cross_env_requests"]
-    assert meta["graph_statistics"].value["nodes"] == len(Store(tmp_path / "envfactory.duckdb").read("tool_graph_nodes"))
+    assert meta["graph_statistics"].value["nodes"] == len(
+        Store(tmp_path / "envfactory.duckdb").read("tool_graph_nodes")
+    )
     assert "data:image/svg+xml" in meta["sample_subgraph"].value
     assert meta["model_usage"].value
 
@@ -208,10 +262,14 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
     # a model role without a model is refused, naming the setting; an endpoint that refuses fails the step
     assert "model_backend.backend is 'programmatic'" in failure_of(materialize(["tool_graph"], ModelBackend()))
     with FakeChatServer([400]) as server:  # another model name: the reply cache must not answer
-        refused = materialize(["tool_graph"], ModelBackend(backend="openai", base_url=server.base_url,
-                                                           model="other-refiner", api_key_env="NO_KEY"))
+        refused = materialize(
+            ["tool_graph"],
+            ModelBackend(backend="openai", base_url=server.base_url, model="other-refiner", api_key_env="NO_KEY"),
+        )
     assert "tool_graph refinement: the model backend failed" in failure_of(refused)
-    assert len(Store(tmp_path / "envfactory.duckdb").read("tool_graph_nodes")) == meta["graph_statistics"].value["nodes"]
+    assert (
+        len(Store(tmp_path / "envfactory.duckdb").read("tool_graph_nodes")) == meta["graph_statistics"].value["nodes"]
+    )
 
 
 def _toolsets():
@@ -229,10 +287,14 @@ def test_the_model_judges_doubtful_cross_environment_pairs_and_the_default_keeps
     assert graph.candidates and all(c["value_kind"] not in ("identifier",) for c in graph.candidates)
     programmatic, report = refine_graph(graph, EMBEDDER)
     env = {n["node_id"]: n["env_id"] for n in graph.nodes}
-    crossing = {(e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in programmatic.edges
-                if env[e["src"]] != env[e["dst"]]}
-    assert crossing == {(e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in graph.edges
-                        if env[e["src"]] != env[e["dst"]]}
+    crossing = {
+        (e["src"], e["src_param"], e["dst"], e["dst_param"])
+        for e in programmatic.edges
+        if env[e["src"]] != env[e["dst"]]
+    }
+    assert crossing == {
+        (e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in graph.edges if env[e["src"]] != env[e["dst"]]
+    }
     assert report.cross_env_requests == 0 and len(programmatic.candidates) == len(graph.candidates)
 
     def reply(body):

@@ -43,10 +43,16 @@ def task(bookshop, runner) -> dict:
     env_id = bookshop["env_id"]
     initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
     book_id = initial[env_id]["tables"]["books"][0]["book_id"]
-    row = {"id": "rl_grpo_test", "env_ids": [env_id], "tools": [openai_tool(t) for t in bookshop["tools"]],
-           "prompt": [{"role": "user", "content": f"Please delete book {book_id}."}],
-           "gold_calls": [{"name": "delete_book", "arguments": {"book_id": book_id}}],
-           "masked_arguments": ["limit"], "initial_state": initial, "final_state": initial}
+    row = {
+        "id": "rl_grpo_test",
+        "env_ids": [env_id],
+        "tools": [openai_tool(t) for t in bookshop["tools"]],
+        "prompt": [{"role": "user", "content": f"Please delete book {book_id}."}],
+        "gold_calls": [{"name": "delete_book", "arguments": {"book_id": book_id}}],
+        "masked_arguments": ["limit"],
+        "initial_state": initial,
+        "final_state": initial,
+    }
     episode = runner.episode(row)
     episode.call("delete_book", {"book_id": book_id})
     final = episode.final_states()
@@ -55,7 +61,7 @@ def task(bookshop, runner) -> dict:
 
 
 def _call_text(name: str, arguments: dict) -> str:
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def test_environment_object_exposes_exactly_the_task_tools_with_schema_signatures(task, runner):
@@ -108,16 +114,24 @@ def test_rollout_text_executes_in_its_own_episode_and_the_reward_function_return
         env.reset(**task)
     results, bad = execute_tool_text(good, _call_text("delete_book", {"book_id": task["book_id"]}) + "Done.")
     assert bad == 0 and [n for n, _ in results] == ["delete_book"]
-    noisy_text = (_call_text("books_list", {"limit": 2}) + "<tool_call>{not json</tool_call>"
-                  + _call_text("delete_book", {"book_id": task["book_id"]}))
+    noisy_text = (
+        _call_text("books_list", {"limit": 2})
+        + "<tool_call>{not json</tool_call>"
+        + _call_text("delete_book", {"book_id": task["book_id"]})
+    )
     results, bad = execute_tool_text(noisy, noisy_text)
     assert bad == 1 and len(results) == 2
-    hostile_text = (_call_text("__import__", {"name": "os"}) + _call_text("os.system", {"command": "touch /tmp/x"})
-                    + _call_text("_reward", {}) + _call_text("reset", {}))
+    hostile_text = (
+        _call_text("__import__", {"name": "os"})
+        + _call_text("os.system", {"command": "touch /tmp/x"})
+        + _call_text("_reward", {})
+        + _call_text("reset", {})
+    )
     results, bad = execute_tool_text(hostile, hostile_text)
     assert bad == 0 and all("unknown_tool" in text for _, text in results)
-    rewards = hybrid_reward_func(prompts=[task["prompt"]] * 3, completions=[[]] * 3,
-                                 task_environments=[good, noisy, hostile])
+    rewards = hybrid_reward_func(
+        prompts=[task["prompt"]] * 3, completions=[[]] * 3, task_environments=[good, noisy, hostile]
+    )
     assert rewards == [training_reward(e).reward for e in (good, noisy, hostile)]
     assert rewards[0] == 1.0
     assert rewards[1] == pytest.approx(1.0 - 0.05 - 0.05)  # one extra call, one malformed block
@@ -148,12 +162,25 @@ def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
 
     shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"  # as in test_pipeline
     base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
-    spec = GRPOConfigSpec(max_steps=1, num_generations=2, prompts_per_step=1, max_completion_length=24,
-                          max_tool_calling_iterations=1, replay_screened=True)
+    spec = GRPOConfigSpec(
+        max_steps=1,
+        num_generations=2,
+        prompts_per_step=1,
+        max_completion_length=24,
+        max_tool_calling_iterations=1,
+        replay_screened=True,
+    )
     candidates = [task, {**task, "id": "rl_grpo_test_2", "prompt": [{"role": "user", "content": "Remove that book."}]}]
     steps: list[tuple[int, int]] = []
-    metrics = train_grpo(candidates, {bookshop["env_id"]: bookshop}, base, tmp_path / "grpo", spec, n_prompts=1,
-                         progress=lambda done, total: steps.append((done, total)))
+    metrics = train_grpo(
+        candidates,
+        {bookshop["env_id"]: bookshop},
+        base,
+        tmp_path / "grpo",
+        spec,
+        n_prompts=1,
+        progress=lambda done, total: steps.append((done, total)),
+    )
     assert metrics["steps"] == 1 and len(metrics["reward_mean_per_step"]) == 1
     assert steps == [(1, 1)]  # after the step, not after screening
     assert len(metrics["loss_per_step"]) == 1 and math.isfinite(metrics["loss_per_step"][0])  # drawn in the UI
@@ -201,8 +228,12 @@ def test_screening_keeps_prompts_whose_rollouts_earn_different_rewards_first(tas
     right = _call_text("delete_book", {"book_id": task["book_id"]})
     wrong = _call_text("delete_book", {"book_id": "no-such-book"})
     rows = [{**task, "id": name} for name in ("always_right", "mixed", "always_wrong", "mixed_too")]
-    script = {"always_right": [right], "mixed": [right, wrong, "<tool_call>{not json</tool_call>"],
-              "always_wrong": [wrong], "mixed_too": [wrong, right]}
+    script = {
+        "always_right": [right],
+        "mixed": [right, wrong, "<tool_call>{not json</tool_call>"],
+        "always_wrong": [wrong],
+        "mixed_too": [wrong, right],
+    }
     screened = screen_prompts(_ScriptedRollout(runner, script), None, rows, num_generations=3)
     groups = {s.row_id: s.rewards for s in screened}
     assert [s.row_id for s in screened] == [r["id"] for r in rows]  # groups stay with their prompt across batches
@@ -234,7 +265,8 @@ def test_a_screened_group_is_replayed_once_at_its_prompts_first_step(task, runne
 
     shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
     tokenizer = AutoTokenizer.from_pretrained(
-        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path))
+        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
+    )
     prepare_tokenizer(tokenizer)
     right = _call_text("delete_book", {"book_id": task["book_id"]})
     wrong = _call_text("delete_book", {"book_id": "no-such-book"})
@@ -270,7 +302,8 @@ def test_screening_tool_calls_are_reported_apart_from_training_ones(task, runner
 
     shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
     tokenizer = AutoTokenizer.from_pretrained(
-        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path))
+        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
+    )
     prepare_tokenizer(tokenizer)
     texts = iter([_call_text("delete_book", {"book_id": task["book_id"]}), "<tool_call>{not json</tool_call>"] * 2)
 
@@ -279,12 +312,14 @@ def test_screening_tool_calls_are_reported_apart_from_training_ones(task, runner
             return [tokenizer(next(texts) + "<|im_end|>", add_special_tokens=False)["input_ids"] for _ in sequences]
 
     other = {**task, "id": "rl_grpo_test_2"}
-    rollout = Scripted({task["id"]: task, other["id"]: other}, runner, tokenizer,
-                       GRPOConfigSpec(max_tool_calling_iterations=0))
+    rollout = Scripted(
+        {task["id"]: task, other["id"]: other}, runner, tokenizer, GRPOConfigSpec(max_tool_calling_iterations=0)
+    )
     batches = []
     monkeypatch.setattr("envfactory_assets.training.screening.ROLLOUTS_PER_BATCH", 2)  # one group per batch
-    chosen, report, replay = timed_screen(rollout, None, [task, other], num_generations=2, n=1,
-                                          before_batch=lambda: batches.append(len(batches)))
+    chosen, report, replay = timed_screen(
+        rollout, None, [task, other], num_generations=2, n=1, before_batch=lambda: batches.append(len(batches))
+    )
     assert batches == [0, 1]  # training's thread governor is consulted before each screening batch
     assert len(chosen) == 1 and set(replay) == {chosen[0]["id"]}
     assert report["tool_calls"] == 2 and report["malformed_calls"] == 2

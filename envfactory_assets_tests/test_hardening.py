@@ -30,6 +30,7 @@ def _alias_bomb(indent: str = "") -> str:
 
 # --- untrusted YAML -------------------------------------------------------------------------------------
 
+
 def test_alias_bomb_in_curation_file_is_refused_not_expanded(tmp_path: Path) -> None:
     # used to take about a minute (JSON Schema validation expanded the aliases) and then print the value
     path = tmp_path / "curation.yaml"
@@ -68,8 +69,11 @@ def test_python_tags_and_invalid_files_leave_the_stored_curation_untouched(tmp_p
 
 def test_untrusted_yaml_keeps_ordinary_anchors_and_merge_keys() -> None:
     text = "base: &b {type: string}\nname: *b\nother:\n  <<: *b\n  format: date\n"
-    assert load_untrusted_yaml(text) == {"base": {"type": "string"}, "name": {"type": "string"},
-                                         "other": {"type": "string", "format": "date"}}
+    assert load_untrusted_yaml(text) == {
+        "base": {"type": "string"},
+        "name": {"type": "string"},
+        "other": {"type": "string", "format": "date"},
+    }
     assert load_untrusted_yaml("") is None
 
 
@@ -77,8 +81,9 @@ def test_untrusted_yaml_refuses_recursive_alias_and_oversized_expansion() -> Non
     with pytest.raises(UnsafeYamlError, match="recursive alias"):
         load_untrusted_yaml("a: &a [1, *a]\n")
     with pytest.raises(UnsafeYamlError, match="more than 80 nodes"):
-        load_untrusted_yaml("a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9]\nb: [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n",
-                            max_nodes=80)
+        load_untrusted_yaml(
+            "a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9]\nb: [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n", max_nodes=80
+        )
     with pytest.raises(yaml.YAMLError):
         load_untrusted_yaml("!!python/name:os.system\n")
 
@@ -87,8 +92,10 @@ def test_alias_bomb_in_user_folder_is_a_rejection_naming_the_file(tmp_path: Path
     # a bomb under ``paths`` passes the top-level check of a user document, then reached the scanner
     folder = tmp_path / "user_resources"
     folder.mkdir()
-    document = ("openapi: 3.0.0\ninfo: {title: Bomb, version: '1'}\npaths:\n  /a:\n    get:\n"
-                "      parameters:\n" + _alias_bomb("        "))
+    document = (
+        "openapi: 3.0.0\ninfo: {title: Bomb, version: '1'}\npaths:\n  /a:\n    get:\n"
+        "      parameters:\n" + _alias_bomb("        ")
+    )
     (folder / "bomb.yaml").write_text(document)
     (folder / "bookshop.json").write_bytes((FIXTURES / "bookshop.json").read_bytes())
     accepted, rejected = user_folder_rows(folder)
@@ -98,6 +105,7 @@ def test_alias_bomb_in_user_folder_is_a_rejection_naming_the_file(tmp_path: Path
 
 
 # --- model output -----------------------------------------------------------------------------------------
+
 
 def test_fenced_output_padded_with_blanks_parses_in_linear_time() -> None:
     # the fence regex backtracked cubically: 2,000 blanks took 7 s, 20,000 did not finish in minutes
@@ -128,12 +136,18 @@ def test_overflowing_json_numbers_are_malformed_not_infinity(number: str) -> Non
 
 # --- exports ----------------------------------------------------------------------------------------------
 
+
 def test_dataset_card_escapes_licence_text_from_source_documents() -> None:
     from envfactory_assets.exports.stage import dataset_card
 
     hostile = "MIT | x |\n\n# Injected heading <img src=x onerror=alert(1)>"
-    manifest = {"version": "exp_1", "allow": [], "dropped": {"sft": 0, "rl": 0}, "files": {},
-                "licences": [{"name": hostile, "url": "https://example.org/l|x", "sft_rows": 3, "rl_rows": 1}]}
+    manifest = {
+        "version": "exp_1",
+        "allow": [],
+        "dropped": {"sft": 0, "rl": 0},
+        "files": {},
+        "licences": [{"name": hostile, "url": "https://example.org/l|x", "sft_rows": 3, "rl_rows": 1}],
+    }
     card = dataset_card(manifest)
     row = [line for line in card.splitlines() if "Injected" in line]
     assert len(row) == 1 and row[0].endswith("| 3 | 1 |")  # still one table row of four cells
@@ -151,6 +165,7 @@ def test_blank_licence_allow_list_entry_is_refused_before_writing(tmp_path: Path
 
 # --- BFCL safe executor -----------------------------------------------------------------------------------
 
+
 def _math_task():
     bfcl = pytest.importorskip("envfactory_assets.evaluation.bfcl")
     pytest.importorskip("bfcl_eval")
@@ -158,13 +173,16 @@ def _math_task():
     return bfcl, next(t for t in bfcl.load_tasks() if "MathAPI" in t.involved_classes)
 
 
-@pytest.mark.parametrize(("name", "arguments"), [
-    ("power", {"base": 10, "exponent": 10_000_000}),  # took 12 s in one uninterruptible C call
-    ("square_root", {"number": 2, "precision": 10_000_000}),
-    ("logarithm", {"value": 10, "base": 3, "precision": 10_000_000}),
-    ("add", {"a": 10**400, "b": 1}),
-    ("mean", {"numbers": [1, 2, 2**60]}),
-])
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("power", {"base": 10, "exponent": 10_000_000}),  # took 12 s in one uninterruptible C call
+        ("square_root", {"number": 2, "precision": 10_000_000}),
+        ("logarithm", {"value": 10, "base": 3, "precision": 10_000_000}),
+        ("add", {"a": 10**400, "b": 1}),
+        ("mean", {"numbers": [1, 2, 2**60]}),
+    ],
+)
 def test_bfcl_model_call_with_unbounded_cost_is_refused(name: str, arguments: dict) -> None:
     bfcl, task = _math_task()
     episode = bfcl.BFCLEpisode(task)
@@ -193,10 +211,16 @@ def test_bfcl_model_calls_never_reach_private_or_builtin_names() -> None:
 
 # --- GRPO task environment class ---------------------------------------------------------------------------
 
+
 def _tool(name: str, parameters: object = None, description: object = "d") -> dict:
-    return {"type": "function", "function": {"name": name, "description": description,
-                                             "parameters": parameters if parameters is not None else
-                                             {"type": "object", "properties": {}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": parameters if parameters is not None else {"type": "object", "properties": {}},
+        },
+    }
 
 
 def test_full_width_tool_name_cannot_shadow_reset() -> None:
@@ -207,13 +231,16 @@ def test_full_width_tool_name_cannot_shadow_reset() -> None:
         environment_class([_tool("ｒｅｓｅｔ")])
 
 
-@pytest.mark.parametrize(("tool", "message"), [
-    (_tool("get_book", {"type": "object", "properties": ["book_id"]}), "parameters must be a JSON Schema"),
-    (_tool("get_book", "book_id: string"), "parameters must be a JSON Schema"),
-    (_tool("get_book", description=5), "description must be text"),
-    (_tool("get_book", {"type": "object", "properties": {"self": {"type": "string"}}}), "named 'self'"),
-    (_tool("get_book", {"type": "object", "properties": {"ｉｄ": {"type": "string"}}}), "not an ASCII"),
-])
+@pytest.mark.parametrize(
+    ("tool", "message"),
+    [
+        (_tool("get_book", {"type": "object", "properties": ["book_id"]}), "parameters must be a JSON Schema"),
+        (_tool("get_book", "book_id: string"), "parameters must be a JSON Schema"),
+        (_tool("get_book", description=5), "description must be text"),
+        (_tool("get_book", {"type": "object", "properties": {"self": {"type": "string"}}}), "named 'self'"),
+        (_tool("get_book", {"type": "object", "properties": {"ｉｄ": {"type": "string"}}}), "not an ASCII"),
+    ],
+)
 def test_malformed_tool_specs_get_errors_naming_the_tool(tool: dict, message: str) -> None:
     # these used to raise a bare TypeError/AttributeError, or inspect's "duplicate parameter name: 'self'"
     from envfactory_assets.tooluse.task_environment import environment_class
@@ -225,11 +252,22 @@ def test_malformed_tool_specs_get_errors_naming_the_tool(tool: dict, message: st
 
 # --- trajectory viewer -------------------------------------------------------------------------------------
 
+
 def test_viewer_fence_outlasts_any_backtick_run_and_tolerates_missing_status() -> None:
     from envfactory_assets.viewer import render_trajectory
 
-    raw = {"id": "traj_1", "status": None, "turns": [{"query": "q", "calls": [
-        {"name": "note", "env_id": "e", "arguments": {"text": "a ```` b ````` c"}, "output": {"ok": True}}]}]}
+    raw = {
+        "id": "traj_1",
+        "status": None,
+        "turns": [
+            {
+                "query": "q",
+                "calls": [
+                    {"name": "note", "env_id": "e", "arguments": {"text": "a ```` b ````` c"}, "output": {"ok": True}}
+                ],
+            }
+        ],
+    }
     markdown = render_trajectory(raw)  # status None used to raise TypeError
     fence_lines = [line for line in markdown.splitlines() if line.startswith("`")]
     opening = fence_lines[0].removesuffix("json")
@@ -239,9 +277,17 @@ def test_viewer_fence_outlasts_any_backtick_run_and_tolerates_missing_status() -
 
 # --- evaluation settings -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("changes", [
-    {"n_bfcl": -2}, {"n_synthetic": -1}, {"seeds": ()}, {"max_tool_rounds": 0}, {"max_tools": -3},
-])
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"n_bfcl": -2},
+        {"n_synthetic": -1},
+        {"seeds": ()},
+        {"max_tool_rounds": 0},
+        {"max_tools": -3},
+    ],
+)
 def test_out_of_range_evaluation_settings_are_refused(changes: dict) -> None:
     # n_bfcl: -2 used to run 198 of the 200 BFCL tasks (load_tasks sliced [:-2])
     from envfactory_assets.evaluation.run import EvalSpec
@@ -250,10 +296,18 @@ def test_out_of_range_evaluation_settings_are_refused(changes: dict) -> None:
         EvalSpec(**changes)
 
 
-@pytest.mark.parametrize("changes", [
-    {"temperature": -0.5}, {"temperature": float("nan")}, {"top_p": 0.0}, {"top_p": 1.5},
-    {"max_new_tokens": 0}, {"batch_size": -4}, {"max_prompt_tokens": 0},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"temperature": -0.5},
+        {"temperature": float("nan")},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"max_new_tokens": 0},
+        {"batch_size": -4},
+        {"max_prompt_tokens": 0},
+    ],
+)
 def test_out_of_range_sampling_settings_are_refused(changes: dict) -> None:
     from envfactory_assets.evaluation.model_policy import SamplingSpec
 
@@ -270,15 +324,19 @@ def test_bfcl_task_count_must_not_be_negative() -> None:
 
 # --- MCP tool lists ---------------------------------------------------------------------------------------
 
+
 def test_deeply_nested_tool_list_is_a_rejection_not_a_crash(tmp_path: Path) -> None:
     # 600 levels (inside the JSON parser's limit) used to crash user_folder_rows with orjson's
     # "TypeError: Recursion limit reached", failing the whole source stage for one file
     schema: dict = {"type": "string"}
     for _ in range(300):
         schema = {"type": "object", "properties": {"a": schema}}
-    document = {"format": "envfactory.mcp_tool_list/1", "server": {"name": "notes"},
-                "package": {"name": "notes", "version": "1", "license": "MIT"},
-                "tools": [{"name": "create_notes", "input_schema": schema}]}
+    document = {
+        "format": "envfactory.mcp_tool_list/1",
+        "server": {"name": "notes"},
+        "package": {"name": "notes", "version": "1", "license": "MIT"},
+        "tools": [{"name": "create_notes", "input_schema": schema}],
+    }
     folder = tmp_path / "user_resources"
     folder.mkdir()
     (folder / "deep.json").write_bytes(json.dumps(document).encode())
@@ -305,9 +363,11 @@ def test_cli_output_into_a_closed_pipe_ends_quietly():
     import subprocess
     import sys
 
-    script = ("import sys\nfrom envfactory_assets import cli\n"
-              "def long_output(args):\n    for i in range(200_000):\n        print('line', i)\n    return 0\n"
-              "cli.cmd_status = long_output\nsys.exit(cli.main(['status']))\n")
+    script = (
+        "import sys\nfrom envfactory_assets import cli\n"
+        "def long_output(args):\n    for i in range(200_000):\n        print('line', i)\n    return 0\n"
+        "cli.cmd_status = long_output\nsys.exit(cli.main(['status']))\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.readline() == b"line 0\n"
     proc.stdout.close()  # the reader goes away, as `head` does
@@ -328,8 +388,12 @@ def test_a_killed_cli_run_does_not_block_the_next_one_on_the_store_pool(tmp_path
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         storage = instance.event_log_storage
         storage.set_concurrency_slots(STORE_POOL, 1)
-        killed = DagsterRun(job_name="__ephemeral_asset_job__", run_id="a" * 36, status=dg.DagsterRunStatus.STARTED,
-                            tags={RUN_TAG: "token"})
+        killed = DagsterRun(
+            job_name="__ephemeral_asset_job__",
+            run_id="a" * 36,
+            status=dg.DagsterRunStatus.STARTED,
+            tags={RUN_TAG: "token"},
+        )
         from_ui = DagsterRun(job_name="__ephemeral_asset_job__", run_id="b" * 36, status=dg.DagsterRunStatus.STARTED)
         instance.add_run(killed)
         instance.add_run(from_ui)
@@ -349,19 +413,30 @@ def test_cli_reports_a_broken_pipe_that_is_not_its_own_output():
     import subprocess
     import sys
 
-    script = ("import sys\nfrom envfactory_assets import cli\n"
-              "def dead_worker(args):\n    print('started')\n    raise BrokenPipeError(32, 'worker pipe')\n"
-              "cli.cmd_status = dead_worker\nsys.exit(cli.main(['status']))\n")
+    script = (
+        "import sys\nfrom envfactory_assets import cli\n"
+        "def dead_worker(args):\n    print('started')\n    raise BrokenPipeError(32, 'worker pipe')\n"
+        "cli.cmd_status = dead_worker\nsys.exit(cli.main(['status']))\n"
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
     assert proc.returncode not in (0, 141) and proc.stdout == b"started\n"
     assert b"BrokenPipeError" in proc.stderr and b"worker pipe" in proc.stderr
 
 
-@pytest.mark.parametrize("spec, changes", [
-    ("grpo", {"max_steps": 2.5}), ("grpo", {"num_generations": "4"}), ("grpo", {"temperature": "hot"}),
-    ("grpo", {"beta": True}), ("sft", {"max_steps": 1.5}), ("sft", {"max_length": "1024"}),
-    ("sampling", {"prefix_cache_tokens": 0.5}), ("sampling", {"batch_size": 2.5}), ("sampling", {"temperature": "0.7"}),
-])
+@pytest.mark.parametrize(
+    "spec, changes",
+    [
+        ("grpo", {"max_steps": 2.5}),
+        ("grpo", {"num_generations": "4"}),
+        ("grpo", {"temperature": "hot"}),
+        ("grpo", {"beta": True}),
+        ("sft", {"max_steps": 1.5}),
+        ("sft", {"max_length": "1024"}),
+        ("sampling", {"prefix_cache_tokens": 0.5}),
+        ("sampling", {"batch_size": 2.5}),
+        ("sampling", {"temperature": "0.7"}),
+    ],
+)
 def test_settings_of_the_wrong_type_are_refused_naming_the_setting(spec: str, changes: dict) -> None:
     """``max_steps=2.5`` or ``prefix_cache_tokens=0.5`` passed every range check (and failed, or truncated,
     only after a model had loaded); a string gave a bare TypeError from a comparison."""

@@ -60,9 +60,21 @@ def test_corpus_is_large_varied_and_mostly_runtime() -> None:
     assert 2 * len(runtime) >= len(SAMPLES)
     categories = Counter(sample.category for sample in SAMPLES)
     for category in (
-        "file access", "process/exec", "network", "import tricks", "object-graph walk", "clock/randomness",
-        "CPU exhaustion", "memory exhaustion", "recursion", "output bombs", "stdout protocol corruption",
-        "fork/thread bomb", "huge integers", "regex backtracking", "infinite generators",
+        "file access",
+        "process/exec",
+        "network",
+        "import tricks",
+        "object-graph walk",
+        "clock/randomness",
+        "CPU exhaustion",
+        "memory exhaustion",
+        "recursion",
+        "output bombs",
+        "stdout protocol corruption",
+        "fork/thread bomb",
+        "huge integers",
+        "regex backtracking",
+        "infinite generators",
     ):
         assert categories[category] >= 1, category
 

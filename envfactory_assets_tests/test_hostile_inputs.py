@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from envfactory_assets.cli import main as cli_main, run_lock, UsageError
-from envfactory_assets.envgen.stage import environment_row
+from envfactory_assets.cli import UsageError, run_lock
+from envfactory_assets.cli import main as cli_main
+from envfactory_assets.envgen.stage import as_environment, environment_row
 from envfactory_assets.envgen.verify import verify_environment
-from envfactory_assets.envgen.stage import as_environment
 from envfactory_assets.runtime.static_check import static_check
 from envfactory_assets.sources.stage import scan_rows
 
-MATCH_ESCAPE = '''
+MATCH_ESCAPE = """
 import json
 
 class M(type):
@@ -31,7 +31,7 @@ def steal(state):
     match json.dumps:
         case C(g):
             return g
-'''
+"""
 
 
 def test_static_check_refuses_the_match_class_pattern_escape():
@@ -40,18 +40,34 @@ def test_static_check_refuses_the_match_class_pattern_escape():
     assert "metaclass" in problems and "__instancecheck__" in problems
 
 
-def _spec(title: str = "Orders", license_name: str = "MIT", summary: str = "Create an order",
-          field: dict | None = None) -> dict:
+def _spec(
+    title: str = "Orders", license_name: str = "MIT", summary: str = "Create an order", field: dict | None = None
+) -> dict:
     props = {"name": {"type": "string"}, **({"extra": field} if field else {})}
     return {
         "openapi": "3.0.0",
-        "info": {"title": title, "version": "1", "license": {"name": license_name},
-                 "x-apisguru-categories": ["ecommerce"]},
-        "paths": {"/orders": {
-            "get": {"responses": {"200": {"description": "ok"}}},
-            "post": {"summary": summary, "requestBody": {"content": {"application/json": {"schema": {
-                "type": "object", "required": ["name"], "properties": props}}}},
-                "responses": {"201": {"description": "ok"}}}}},
+        "info": {
+            "title": title,
+            "version": "1",
+            "license": {"name": license_name},
+            "x-apisguru-categories": ["ecommerce"],
+        },
+        "paths": {
+            "/orders": {
+                "get": {"responses": {"200": {"description": "ok"}}},
+                "post": {
+                    "summary": summary,
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": {"type": "object", "required": ["name"], "properties": props}
+                            }
+                        }
+                    },
+                    "responses": {"201": {"description": "ok"}},
+                },
+            }
+        },
     }
 
 
@@ -69,22 +85,26 @@ def _build_and_verify(tmp_path: Path, spec: dict) -> tuple[dict, str]:
 def test_spec_text_cannot_inject_code_into_the_generated_module(tmp_path):
     marker = tmp_path / "pwned"
     payload = f'MIT"""\nopen({str(marker)!r}, "w").write("x")\n"""'
-    row, status = _build_and_verify(tmp_path, _spec(title='C:\\Users\\x """', license_name=payload,
-                                                    summary='Create an "order"\\'))
+    row, status = _build_and_verify(
+        tmp_path, _spec(title='C:\\Users\\x """', license_name=payload, summary='Create an "order"\\')
+    )
     assert status == "passed"
     assert not marker.exists()
     assert static_check(row["source"]) == []
 
 
-@pytest.mark.parametrize("field", [
-    {"type": "integer", "maximum": -10},
-    {"type": "integer", "minimum": 0.5, "maximum": 3.5},
-    {"type": "number", "maximum": 0.5},
-    {"type": "integer", "minimum": 123456789012345678901234567890},
-    {"type": "string", "enum": ["short", "much-too-long-for-the-limit"], "maxLength": 6},
-    {"type": "string", "format": "email", "maxLength": 5},
-    {"type": ["string", "null"], "maxLength": 0},
-])
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"type": "integer", "maximum": -10},
+        {"type": "integer", "minimum": 0.5, "maximum": 3.5},
+        {"type": "number", "maximum": 0.5},
+        {"type": "integer", "minimum": 123456789012345678901234567890},
+        {"type": "string", "enum": ["short", "much-too-long-for-the-limit"], "maxLength": 6},
+        {"type": "string", "format": "email", "maxLength": 5},
+        {"type": ["string", "null"], "maxLength": 0},
+    ],
+)
 def test_schema_edge_cases_build_environments_that_pass_verification(tmp_path, field):
     _, status = _build_and_verify(tmp_path, _spec(field=field))
     assert status == "passed"

@@ -18,8 +18,15 @@ from envfactory_assets.store.lineage import checkpoint_lineage
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 SPANNING = ["tool_graph", "tool_chains", "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"]
-TABLES = ["environments", "verified_environments", "tool_chains", "raw_trajectories", "refined_trajectories",
-          "sft_dataset", "rl_dataset"]
+TABLES = [
+    "environments",
+    "verified_environments",
+    "tool_chains",
+    "raw_trajectories",
+    "refined_trajectories",
+    "sft_dataset",
+    "rl_dataset",
+]
 
 
 def current_ids(store: Store) -> dict[str, dict[str, dict]]:
@@ -33,24 +40,41 @@ def world(tmp_path_factory):
     corpus = root / "corpus"
     shutil.copytree(FIXTURES, corpus)
     home = root / "home"
-    config = {"ops": {
-        "source_resources": {"config": {"corpus_dir": str(corpus), "per_domain": 2}},
-        "tool_graph": {"config": {"embedder": "hashing"}},
-        "tool_chains": {"config": {"n_chains": 24, "baseline_chains": 8}},
-    }}
-    resources = {"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
-                 "verification_gate": VerificationGate()}
+    config = {
+        "ops": {
+            "source_resources": {"config": {"corpus_dir": str(corpus), "per_domain": 2}},
+            "tool_graph": {"config": {"embedder": "hashing"}},
+            "tool_chains": {"config": {"n_chains": 24, "baseline_chains": 8}},
+        }
+    }
+    resources = {
+        "envfactory": EnvFactoryHome(home=str(home)),
+        "model_backend": ModelBackend(),
+        "verification_gate": VerificationGate(),
+    }
     with dg.instance_for_test() as instance:
-        results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, resources, config,
-                                       ["source_resources", "environments", "verified_environments", *SPANNING])
+        results = materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance,
+            resources,
+            config,
+            ["source_resources", "environments", "verified_environments", *SPANNING],
+        )
         assert [r.success for r in results] == [True, True]
-        yield {"corpus": corpus, "home": home, "instance": instance, "config": config, "resources": resources,
-               "store": Store(home / "envfactory.duckdb")}
+        yield {
+            "corpus": corpus,
+            "home": home,
+            "instance": instance,
+            "config": config,
+            "resources": resources,
+            "store": Store(home / "envfactory.duckdb"),
+        }
 
 
 def sensor_tick(world, cursor):
-    with dg.build_sensor_context(instance=world["instance"], cursor=cursor,
-                                 resources={"envfactory": world["resources"]["envfactory"]}) as context:
+    with dg.build_sensor_context(
+        instance=world["instance"], cursor=cursor, resources={"envfactory": world["resources"]["envfactory"]}
+    ) as context:
         result = resource_files(context)
     return result
 
@@ -59,7 +83,7 @@ def test_partitions_are_the_stable_resource_keys(world):
     keys = world["instance"].get_dynamic_partitions("environment")
     envs = world["store"].read("environments")
     assert sorted(keys) == sorted(e["env_id"] for e in envs) and len(keys) == 3
-    assert all(k == e["env_id"] for k, e in zip(sorted(keys), sorted(envs, key=lambda e: e["env_id"])))
+    assert all(k == e["env_id"] for k, e in zip(sorted(keys), sorted(envs, key=lambda e: e["env_id"]), strict=False))
 
 
 def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
@@ -67,10 +91,20 @@ def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
     before = current_ids(store)
     # a checkpoint trained on the current SFT rows (the training itself is covered by test_pipeline)
     sft_ids = sorted(before["sft_dataset"])
-    ckpt = {"id": content_id("ckpt", sft_ids), "sft_dataset_version": content_id("v", sft_ids),
-            "sft_dataset_ids": sft_ids, "base_model": "test", "base_model_hash": "0" * 16, "config": {},
-            "metrics": {}, "path": "", "stage": "sft", "parent_checkpoint_id": None, "rl_dataset_ids": [],
-            "rl_dataset_version": None}
+    ckpt = {
+        "id": content_id("ckpt", sft_ids),
+        "sft_dataset_version": content_id("v", sft_ids),
+        "sft_dataset_ids": sft_ids,
+        "base_model": "test",
+        "base_model_hash": "0" * 16,
+        "config": {},
+        "metrics": {},
+        "path": "",
+        "stage": "sft",
+        "parent_checkpoint_id": None,
+        "rl_dataset_ids": [],
+        "rl_dataset_version": None,
+    }
     store.replace_current("checkpoints", [ckpt])
 
     baseline = sensor_tick(world, None)
@@ -81,31 +115,37 @@ def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
     spec.write_text(spec.read_text().replace('"Close a ticket"', '"Close a ticket for good"'))
     tick = sensor_tick(world, baseline.cursor)
     helpdesk = next(e for e in before["environments"].values() if "helpdesk" in e["env_id"])["env_id"]
-    assert [(r.partition_key, r.run_key) for r in tick.run_requests] == [
-        (helpdesk, tick.run_requests[0].run_key)]
+    assert [(r.partition_key, r.run_key) for r in tick.run_requests] == [(helpdesk, tick.run_requests[0].run_key)]
     assert tick.run_requests[0].run_key.startswith(f"{helpdesk}@")
     again = sensor_tick(world, baseline.cursor)  # same change seen from the same cursor: the same run key
     assert [r.run_key for r in again.run_requests] == [tick.run_requests[0].run_key]
     assert sensor_tick(world, tick.cursor).run_requests == []  # the new cursor holds the change
 
     request = tick.run_requests[0]
-    results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"], request.run_config,
-                                   PER_ENVIRONMENT, partitions=[request.partition_key])
+    results = materialize_pipeline(
+        [*ALL_ASSETS, *ALL_CHECKS],
+        instance,
+        world["resources"],
+        request.run_config,
+        PER_ENVIRONMENT,
+        partitions=[request.partition_key],
+    )
     assert all(r.success for r in results)
-    built = [(e.asset_key.to_user_string(), e.partition) for r in results
-             for e in r.get_asset_materialization_events()]
-    assert sorted(built) == sorted([("source_resources", None), ("environments", helpdesk),
-                                    ("verified_environments", helpdesk)])
+    built = [(e.asset_key.to_user_string(), e.partition) for r in results for e in r.get_asset_materialization_events()]
+    assert sorted(built) == sorted(
+        [("source_resources", None), ("environments", helpdesk), ("verified_environments", helpdesk)]
+    )
     assert set(stale_assets(instance, ALL_ASSETS)) >= {"tool_graph"}
 
     schedule = nightly_resynthesis(dg.build_schedule_context(instance=instance))
     assert isinstance(schedule, dg.RunRequest)
-    results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"],
-                                   world["config"], SPANNING)
+    results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"], world["config"], SPANNING)
     assert all(r.success for r in results)
-    reused = {e.asset_key.to_user_string(): e.materialization.metadata["reused_unchanged"].value
-              for e in results[-1].get_asset_materialization_events()
-              if "reused_unchanged" in e.materialization.metadata}
+    reused = {
+        e.asset_key.to_user_string(): e.materialization.metadata["reused_unchanged"].value
+        for e in results[-1].get_asset_materialization_events()
+        if "reused_unchanged" in e.materialization.metadata
+    }
     assert isinstance(nightly_resynthesis(dg.build_schedule_context(instance=instance)), dg.SkipReason)
     assert "tool_graph" not in stale_assets(instance, ALL_ASSETS)
 
@@ -113,17 +153,20 @@ def test_editing_one_spec_resynthesizes_only_what_depends_on_it(world):
     # environments: only helpdesk has a new version; the others keep their ids
     changed_env = {e["env_id"] for i, e in before["environments"].items() if i not in after["environments"]}
     assert changed_env == {helpdesk}
-    assert {i for i, e in before["verified_environments"].items() if e["env_id"] != helpdesk} \
-        <= set(after["verified_environments"])
+    assert {i for i, e in before["verified_environments"].items() if e["env_id"] != helpdesk} <= set(
+        after["verified_environments"]
+    )
     # chains: every chain not touching helpdesk is kept with its id; every chain touching it is replaced
     untouched = {i for i, c in before["tool_chains"].items() if helpdesk not in c["env_ids"]}
     touched = set(before["tool_chains"]) - untouched
     assert untouched and touched
     assert untouched <= set(after["tool_chains"]) and not touched & set(after["tool_chains"])
     assert reused["tool_chains"] == len(untouched)  # kept from the store, not re-sampled by luck
-    assert reused["raw_trajectories"] == sum(1 for r in before["raw_trajectories"].values()
-                                             if r["tool_chain_id"] in untouched and
-                                             before["tool_chains"][r["tool_chain_id"]]["sampler"] == "topology")
+    assert reused["raw_trajectories"] == sum(
+        1
+        for r in before["raw_trajectories"].values()
+        if r["tool_chain_id"] in untouched and before["tool_chains"][r["tool_chain_id"]]["sampler"] == "topology"
+    )
     n_by_sampler = {s: sum(1 for c in before["tool_chains"].values() if c["sampler"] == s) for s in ("topology",)}
     assert sum(1 for c in after["tool_chains"].values() if c["sampler"] == "topology") == n_by_sampler["topology"]
     # trajectories and dataset rows of untouched chains keep their ids
@@ -154,7 +197,8 @@ def test_a_new_user_document_becomes_a_partition(world, tmp_path):
     tick = sensor_tick(world, first.cursor)
     assert [r.partition_key for r in tick.run_requests] == ["mybooks"]
     assert [(req.partitions_def_name, list(req.partition_keys)) for req in tick.dynamic_partitions_requests] == [
-        ("environment", ["mybooks"])]
+        ("environment", ["mybooks"])
+    ]
     request = tick.run_requests[0]
     before = set(world["instance"].get_dynamic_partitions("environment"))
     instance = dg.DagsterInstance.ephemeral()  # a scratch instance and store: the shared world stays as it is
@@ -162,10 +206,14 @@ def test_a_new_user_document_becomes_a_partition(world, tmp_path):
     (home / "user_resources").mkdir(parents=True)
     shutil.copy(user_dir / "mybooks.json", home / "user_resources")
     resources = {**world["resources"], "envfactory": EnvFactoryHome(home=str(home))}
-    one_per_domain = {"ops": {"source_resources": {"config": {
-        **request.run_config["ops"]["source_resources"]["config"], "per_domain": 1}}}}  # the 3 are in 3 domains
-    results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, resources, one_per_domain,
-                                   ["source_resources"])
+    one_per_domain = {
+        "ops": {
+            "source_resources": {"config": {**request.run_config["ops"]["source_resources"]["config"], "per_domain": 1}}
+        }
+    }  # the 3 are in 3 domains
+    results = materialize_pipeline(
+        [*ALL_ASSETS, *ALL_CHECKS], instance, resources, one_per_domain, ["source_resources"]
+    )
     assert results[0].success
     # the user document comes on top of the per-domain selection: no corpus environment is dropped for it
     assert set(instance.get_dynamic_partitions("environment")) == before | {"mybooks"}
@@ -192,16 +240,23 @@ def test_a_failed_gate_stops_downstream_stages_launched_in_a_later_run(world, tm
     # One stored verification says failed. Verifying again computes rows with the same ids, and a stored id is
     # kept as it is, so the gate sees a pass rate below 1 (a floor above 1 is refused as a setting).
     with Store(home / "envfactory.duckdb").connect() as con:
-        con.execute("UPDATE verified_environments SET status = 'failed' WHERE id = "
-                    "(SELECT min(id) FROM current_verified_environments)")
-    strict = {**world["resources"], "envfactory": EnvFactoryHome(home=str(home)),
-              "verification_gate": VerificationGate(min_pass_rate=1.0)}
+        con.execute(
+            "UPDATE verified_environments SET status = 'failed' WHERE id = "
+            "(SELECT min(id) FROM current_verified_environments)"
+        )
+    strict = {
+        **world["resources"],
+        "envfactory": EnvFactoryHome(home=str(home)),
+        "verification_gate": VerificationGate(min_pass_rate=1.0),
+    }
     with dg.instance_for_test() as instance:
-        first = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, strict, world["config"], PER_ENVIRONMENT,
-                                     raise_on_error=False)
+        first = materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS], instance, strict, world["config"], PER_ENVIRONMENT, raise_on_error=False
+        )
         assert [e.passed for r in first for e in r.get_asset_check_evaluations()] == [False]
-        later = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, strict, world["config"], ["tool_graph"],
-                                     raise_on_error=False)
+        later = materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS], instance, strict, world["config"], ["tool_graph"], raise_on_error=False
+        )
         assert not later[0].success
         failure = next(e for e in later[0].all_events if e.is_step_failure)
         assert "verified_pass_rate_above_floor" in str(failure.event_specific_data.error)
@@ -225,17 +280,21 @@ def test_rows_made_by_another_code_version_are_made_again(world):
     store, instance = world["store"], world["instance"]
     before = {r["id"] for r in store.read("raw_trajectories")}
     last = instance.get_latest_materialization_event(dg.AssetKey("raw_trajectories")).asset_materialization
-    instance.report_runless_asset_event(dg.AssetMaterialization(
-        "raw_trajectories", metadata={"config": last.metadata["config"]},
-        tags={"dagster/code_version": "0" * 12}))
-    results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"], world["config"],
-                                   ["raw_trajectories"])
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            "raw_trajectories", metadata={"config": last.metadata["config"]}, tags={"dagster/code_version": "0" * 12}
+        )
+    )
+    results = materialize_pipeline(
+        [*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"], world["config"], ["raw_trajectories"]
+    )
     assert all(r.success for r in results)
     (event,) = [e for r in results for e in r.get_asset_materialization_events()]
     assert event.materialization.metadata["reused_unchanged"].value == 0
     assert {r["id"] for r in store.read("raw_trajectories")} == before
     # run again on the same code: every row is reused
-    results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"], world["config"],
-                                   ["raw_trajectories"])
+    results = materialize_pipeline(
+        [*ALL_ASSETS, *ALL_CHECKS], instance, world["resources"], world["config"], ["raw_trajectories"]
+    )
     (event,) = [e for r in results for e in r.get_asset_materialization_events()]
     assert event.materialization.metadata["reused_unchanged"].value == len(before)

@@ -14,11 +14,13 @@ from envfactory_assets.incremental.watch import decode_cursor, encode_cursor, pl
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 
-
 def test_code_version_changes_with_the_code_it_covers_and_nothing_else(tmp_path):
     pkg = tmp_path / "pkg"
-    shutil.copytree(Path(__file__).parents[1] / "envfactory_assets" / "incremental", pkg,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(__file__).parents[1] / "envfactory_assets" / "incremental",
+        pkg,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     other = tmp_path / "other.py"
     other.write_text("x = 1\n")
     v1 = tree_hash([pkg])
@@ -79,14 +81,25 @@ def test_watch_plans_runs_for_changed_partitions_and_new_user_documents(tmp_path
 
 def test_merge_keeps_unaffected_chains_and_fills_with_fresh_ones():
     def chain(key, envs, vers, tools):
-        return {"id": f"chain_{key}_{'_'.join(vers)}", "chain_key": key, "sampler": "topology", "env_ids": envs,
-                "verified_environment_ids": vers, "tools": {"tools": tools}, "superseded": False, "written_at": None}
+        return {
+            "id": f"chain_{key}_{'_'.join(vers)}",
+            "chain_key": key,
+            "sampler": "topology",
+            "env_ids": envs,
+            "verified_environment_ids": vers,
+            "tools": {"tools": tools},
+            "superseded": False,
+            "written_at": None,
+        }
 
     previous = [chain("k/0", ["a"], ["va1"], ["a.x", "a.y"]), chain("k/1", ["a", "b"], ["va1", "vb1"], ["a.x", "b.z"])]
     verified = {"a": "va1", "b": "vb2"}  # b changed
     assert unaffected(previous[0], verified) and not unaffected(previous[1], verified)
-    fresh = [chain("k/0", ["a"], ["va1"], ["a.y", "a.x"]), chain("k/1", ["b"], ["vb2"], ["b.z"]),
-             chain("k/2", ["a"], ["va1"], ["a.x", "a.y"])]
+    fresh = [
+        chain("k/0", ["a"], ["va1"], ["a.y", "a.x"]),
+        chain("k/1", ["b"], ["vb2"], ["b.z"]),
+        chain("k/2", ["a"], ["va1"], ["a.x", "a.y"]),
+    ]
     rows, reused = merge_chains(previous, fresh, verified, {"topology": 2})
     assert [r["id"] for r in rows] == [previous[0]["id"], fresh[1]["id"]]
     assert [r["id"] for r in reused] == [previous[0]["id"]] and "superseded" not in rows[0]

@@ -10,8 +10,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "envfactory_assets"
 # The Dagster layer and what starts runs; nothing else may import Dagster or be imported by core code.
-DAGSTER_LAYER = {"envfactory_assets.defs", "envfactory_assets.definitions", "envfactory_assets.cli",
-                 "envfactory_assets.runner"}
+DAGSTER_LAYER = {
+    "envfactory_assets.defs",
+    "envfactory_assets.definitions",
+    "envfactory_assets.cli",
+    "envfactory_assets.runner",
+}
 # The lowest layer: each imports nothing of envfactory_assets outside itself.
 FOUNDATIONS = {"envfactory_assets.store", "envfactory_assets.runtime", "envfactory_assets.llm"}
 
@@ -66,7 +70,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -96,36 +100,53 @@ def test_no_import_cycle_among_packages():
     packages: dict[str, set[str]] = {}
     for module, targets in internal_graph().items():
         packages.setdefault(package_of(module), set()).update(
-            package_of(t) for t in targets if package_of(t) != package_of(module))
+            package_of(t) for t in targets if package_of(t) != package_of(module)
+        )
     assert find_cycle(packages) is None
 
 
 def test_only_the_dagster_layer_imports_dagster():
-    importers = {name for name, path in modules().items()
-                 if any(m.split(".")[0] == "dagster" or m.startswith("dagster_") for m in imported(path))}
-    assert importers and all(package_of(name) in DAGSTER_LAYER for name in importers), \
-        sorted(n for n in importers if package_of(n) not in DAGSTER_LAYER)
+    importers = {
+        name
+        for name, path in modules().items()
+        if any(m.split(".")[0] == "dagster" or m.startswith("dagster_") for m in imported(path))
+    }
+    assert importers and all(package_of(name) in DAGSTER_LAYER for name in importers), sorted(
+        n for n in importers if package_of(n) not in DAGSTER_LAYER
+    )
 
 
 def test_core_packages_never_import_the_dagster_layer():
-    leaks = sorted((name, target) for name, targets in internal_graph().items()
-                   if package_of(name) not in DAGSTER_LAYER
-                   for target in targets if package_of(target) in DAGSTER_LAYER)
+    leaks = sorted(
+        (name, target)
+        for name, targets in internal_graph().items()
+        if package_of(name) not in DAGSTER_LAYER
+        for target in targets
+        if package_of(target) in DAGSTER_LAYER
+    )
     assert leaks == []
 
 
 def test_the_dagster_layer_never_imports_the_runner_or_the_cli():
     up = {"envfactory_assets.runner", "envfactory_assets.cli"}
-    leaks = sorted((name, target) for name, targets in internal_graph().items()
-                   if package_of(name) in {"envfactory_assets.defs", "envfactory_assets.definitions"}
-                   for target in targets if package_of(target) in up)
+    leaks = sorted(
+        (name, target)
+        for name, targets in internal_graph().items()
+        if package_of(name) in {"envfactory_assets.defs", "envfactory_assets.definitions"}
+        for target in targets
+        if package_of(target) in up
+    )
     assert leaks == []
 
 
 def test_store_runtime_and_llm_import_nothing_above_them():
-    leaks = sorted((name, target) for name, targets in internal_graph().items()
-                   if package_of(name) in FOUNDATIONS
-                   for target in targets if package_of(target) != package_of(name))
+    leaks = sorted(
+        (name, target)
+        for name, targets in internal_graph().items()
+        if package_of(name) in FOUNDATIONS
+        for target in targets
+        if package_of(target) != package_of(name)
+    )
     assert leaks == []
 
 
@@ -134,15 +155,22 @@ def test_tool_use_sits_below_the_stages_that_share_it():
     and exports, so it may reach down to the foundations only; and evaluation, synthesis and exports take
     nothing from ``training`` but the base model (which the evaluation loads)."""
     allowed_below = FOUNDATIONS | {"envfactory_assets.tooluse"}
-    leaks = sorted((name, target) for name, targets in internal_graph().items()
-                   if package_of(name) == "envfactory_assets.tooluse"
-                   for target in targets if package_of(target) not in allowed_below)
+    leaks = sorted(
+        (name, target)
+        for name, targets in internal_graph().items()
+        if package_of(name) == "envfactory_assets.tooluse"
+        for target in targets
+        if package_of(target) not in allowed_below
+    )
     assert leaks == []
-    reach_up = sorted((name, target) for name, targets in internal_graph().items()
-                      if package_of(name) in {"envfactory_assets.evaluation", "envfactory_assets.synth",
-                                              "envfactory_assets.exports"}
-                      for target in targets if package_of(target) == "envfactory_assets.training"
-                      and target not in {"envfactory_assets.training.base_model", "envfactory_assets.training.threads"})
+    reach_up = sorted(
+        (name, target)
+        for name, targets in internal_graph().items()
+        if package_of(name) in {"envfactory_assets.evaluation", "envfactory_assets.synth", "envfactory_assets.exports"}
+        for target in targets
+        if package_of(target) == "envfactory_assets.training"
+        and target not in {"envfactory_assets.training.base_model", "envfactory_assets.training.threads"}
+    )
     assert reach_up == []
 
 
@@ -156,8 +184,11 @@ def bfcl_eval_uses(path: Path) -> set[str]:
     "bfcl_eval")``, ``import_module("bfcl_eval...")``), which read the wheel without an import statement."""
     uses = {m for m in imported(path) if m.split(".")[0] == "bfcl_eval"}
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                (node.value == "bfcl_eval" or node.value.startswith("bfcl_eval.")):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and (node.value == "bfcl_eval" or node.value.startswith("bfcl_eval."))
+        ):
             uses.add(node.value)
     return uses
 
@@ -193,14 +224,18 @@ def test_the_reader_sees_a_module_importing_its_own_package(tmp_path):
     module = tmp_path / "static_check.py"
     module.write_text("from envfactory_assets.runtime import policy\nfrom envfactory_assets.store import db\n")
     assert own_package_imports("envfactory_assets.runtime.static_check", module) == [
-        "line 1: from envfactory_assets.runtime import ..."]
+        "line 1: from envfactory_assets.runtime import ..."
+    ]
 
 
 def reexporting_packages() -> set[str]:
     """Packages whose ``__init__`` imports modules of their own (re-exports): importing one runs those imports."""
     graph = internal_graph()
-    return {name for name, path in modules().items() if path.name == "__init__.py"
-            and any(m.startswith(name + ".") for m in graph[name])}
+    return {
+        name
+        for name, path in modules().items()
+        if path.name == "__init__.py" and any(m.startswith(name + ".") for m in graph[name])
+    }
 
 
 def test_no_module_imports_the_package_that_contains_it():
@@ -208,6 +243,13 @@ def test_no_module_imports_the_package_that_contains_it():
     inside ``runtime``), or the package's ``__init__`` and the module import each other."""
     reexporting = reexporting_packages()
     assert "envfactory_assets.runtime" in reexporting
-    offenders = {name: found for name, path in modules().items() if (found := [
-        f for f in own_package_imports(name, path) if f.split("from ")[1].split(" import")[0] in reexporting])}
+    offenders = {
+        name: found
+        for name, path in modules().items()
+        if (
+            found := [
+                f for f in own_package_imports(name, path) if f.split("from ")[1].split(" import")[0] in reexporting
+            ]
+        )
+    }
     assert offenders == {}

@@ -151,14 +151,17 @@ def test_estimate_is_a_dry_run(tmp_path):
         assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize("kwargs, setting", [
-    ({"base_url": None, "model": "m"}, "base_url"),
-    ({"base_url": "", "model": "m"}, "base_url"),
-    ({"base_url": "localhost:8000", "model": "m"}, "base_url"),
-    ({"base_url": "http://127.0.0.1:1/v1", "model": ""}, "model"),
-    ({"base_url": "http://127.0.0.1:1/v1", "model": "m", "token_budget": 0}, "token_budget"),
-    ({"base_url": "http://127.0.0.1:1/v1", "model": "m", "max_concurrency": 0}, "max_concurrency"),
-])
+@pytest.mark.parametrize(
+    "kwargs, setting",
+    [
+        ({"base_url": None, "model": "m"}, "base_url"),
+        ({"base_url": "", "model": "m"}, "base_url"),
+        ({"base_url": "localhost:8000", "model": "m"}, "base_url"),
+        ({"base_url": "http://127.0.0.1:1/v1", "model": ""}, "model"),
+        ({"base_url": "http://127.0.0.1:1/v1", "model": "m", "token_budget": 0}, "token_budget"),
+        ({"base_url": "http://127.0.0.1:1/v1", "model": "m", "max_concurrency": 0}, "max_concurrency"),
+    ],
+)
 def test_config_errors_name_the_setting(kwargs, setting):
     with pytest.raises(BackendConfigError, match=setting):
         OpenAICompatibleBackend(**kwargs)
@@ -190,8 +193,11 @@ def test_transformers_backend_loads_lazily_and_reports_a_broken_folder(tmp_path)
         b.complete(HI, role="x", max_tokens=4)
 
 
-@pytest.mark.parametrize("chat_template", [None, "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
-                                                 "{% endfor %}assistant:"], ids=["plain", "chat_template"])
+@pytest.mark.parametrize(
+    "chat_template",
+    [None, "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"],
+    ids=["plain", "chat_template"],
+)
 def test_transformers_backend_generates_greedily_from_a_local_folder(tmp_path, chat_template):
     """A tiny random GPT-2 with the (installed, offline) MiniLM tokenizer: exercises the real generate path."""
     torch = pytest.importorskip("torch")

@@ -167,8 +167,9 @@ def test_serve_env_over_stdio_lists_tools_and_keeps_state_within_the_session(hom
                     after = await _all_authors(session)
                     assert len(after) == len(before) + 1 and author in after
 
-                    book = await session.call_tool("books_create", {"title": "Notes", "author_id": author["author_id"],
-                                                                    "genre": "science"})
+                    book = await session.call_tool(
+                        "books_create", {"title": "Notes", "author_id": author["author_id"], "genre": "science"}
+                    )
                     assert not book.is_error, book
                     listed_books = await session.call_tool("books_list", {"limit": 100, "genre": "science"})
                     assert book.structured_content in listed_books.structured_content["items"]
@@ -193,8 +194,10 @@ def test_serve_env_over_stdio_lists_tools_and_keeps_state_within_the_session(hom
                     assert not (await session.call_tool("delete_book", {"book_id": book_id})).is_error
                     deleted = await session.call_tool("delete_author", {"author_id": author["author_id"]})
                     assert not deleted.is_error and deleted.structured_content["deleted"] is True
-                    assert _error(await session.call_tool("get_author", {"author_id": author["author_id"]}))[
-                        "type"] == "not_found"
+                    assert (
+                        _error(await session.call_tool("get_author", {"author_id": author["author_id"]}))["type"]
+                        == "not_found"
+                    )
 
     anyio.run(scenario)
     assert _wait_gone(seen["pids"]) == [], f"processes left behind: {seen['pids']}"
@@ -220,15 +223,22 @@ def test_each_session_starts_from_its_initial_state(home, bookshop):
     assert _wait_gone(_pids_with_marker(marker)) == []
 
 
-@pytest.mark.parametrize("env_id, expected", [
-    ("no_such_env", "unknown environment 'no_such_env'"),
-    (FAILED_ENV_ID, f"environment '{FAILED_ENV_ID}' is not verified"),
-])
+@pytest.mark.parametrize(
+    "env_id, expected",
+    [
+        ("no_such_env", "unknown environment 'no_such_env'"),
+        (FAILED_ENV_ID, f"environment '{FAILED_ENV_ID}' is not verified"),
+    ],
+)
 def test_serve_env_refuses_unknown_or_unverified_env_ids(home, env_id, expected):
     proc = subprocess.run(
         [sys.executable, "-m", "envfactory_assets.cli", "serve-env", env_id],
-        env={**os.environ, "ENVFACTORY_HOME": str(home)}, cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "ENVFACTORY_HOME": str(home)},
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2, proc
     assert expected in proc.stderr
@@ -239,8 +249,12 @@ def test_serve_env_refuses_unknown_or_unverified_env_ids(home, env_id, expected)
 def test_serve_env_without_a_store_exits_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "envfactory_assets.cli", "serve-env", ENV_ID],
-        env={**os.environ, "ENVFACTORY_HOME": str(tmp_path / "empty_home")}, cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "ENVFACTORY_HOME": str(tmp_path / "empty_home")},
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2 and "does not exist" in proc.stderr, proc
     assert not (tmp_path / "empty_home").exists()
@@ -259,13 +273,27 @@ def test_loading_an_environment_imports_neither_pandas_nor_the_builders(home):
     """serve-env reads its environment before it can answer initialize: DuckDB alone, no pandas (which DuckDB
     imports for a bound parameter), polars, catalogue, curation or builder modules. Only the error path
     imports the catalogue, to name the environments that can be served."""
-    heavy = ["pandas", "polars", "jsonschema", "envfactory_assets.catalog", "envfactory_assets.curation",
-             "envfactory_assets.envgen.stage", "envfactory_assets.envgen.builder"]
-    probe = ("import sys; from envfactory_assets.mcp_server.loading import load_environment_from_store as load\n"
-             f"environment = load(sys.argv[1], sys.argv[2]); assert environment['env_id'] == {ENV_ID!r}\n"
-             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", probe, str(store_path(home)), ENV_ID], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    heavy = [
+        "pandas",
+        "polars",
+        "jsonschema",
+        "envfactory_assets.catalog",
+        "envfactory_assets.curation",
+        "envfactory_assets.envgen.stage",
+        "envfactory_assets.envgen.builder",
+    ]
+    probe = (
+        "import sys; from envfactory_assets.mcp_server.loading import load_environment_from_store as load\n"
+        f"environment = load(sys.argv[1], sys.argv[2]); assert environment['env_id'] == {ENV_ID!r}\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, str(store_path(home)), ENV_ID],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -290,10 +318,17 @@ def test_a_call_that_loses_the_episode_is_an_error_and_the_state_survives(booksh
     state of before the call and keeps serving."""
     environment = copy.deepcopy(bookshop)
     environment["source"] += SPIN_TOOL
-    environment["tools"].append({
-        "name": "spin", "description": "Loop forever", "kind": "get", "table": "authors", "read_only": True,
-        "input_schema": {"type": "object", "properties": {}, "additionalProperties": False},
-        "output_schema": {"type": "object"}})
+    environment["tools"].append(
+        {
+            "name": "spin",
+            "description": "Loop forever",
+            "kind": "get",
+            "table": "authors",
+            "read_only": True,
+            "input_schema": {"type": "object", "properties": {}, "additionalProperties": False},
+            "output_schema": {"type": "object"},
+        }
+    )
     server = build_server(environment, "valid", SandboxLimits(call_timeout_s=0.5, kill_grace_s=1.0))
 
     async def scenario() -> None:

@@ -21,8 +21,17 @@ from envfactory_assets.envgen.builder import BuildError, build_mcp_environment
 from envfactory_assets.envgen.mcp_resources import resources_from_tool_list
 from envfactory_assets.envgen.stage import environment_row, select_resources, verification_row
 from envfactory_assets.sources.mcp_tools import (
-    KNOWN_SERVERS, MCP_KIND, TOOL_LIST_FORMAT, McpFailure, ToolListError, canonical_bytes, installed_servers,
-    load_tool_list, read_installed_servers, read_server, validate_tool_list,
+    KNOWN_SERVERS,
+    MCP_KIND,
+    TOOL_LIST_FORMAT,
+    McpFailure,
+    ToolListError,
+    canonical_bytes,
+    installed_servers,
+    load_tool_list,
+    read_installed_servers,
+    read_server,
+    validate_tool_list,
 )
 from envfactory_assets.sources.resource_kinds import mcp_rows, user_folder_rows
 
@@ -30,31 +39,57 @@ SERVERS_ROOT = settings.envfactory_home() / "mcp-servers"
 INSTALLED = installed_servers(SERVERS_ROOT)
 needs_servers = pytest.mark.skipif(
     len(INSTALLED) < len(KNOWN_SERVERS),
-    reason=f"MCP servers not installed under {SERVERS_ROOT} (run scripts/setup.sh); found {INSTALLED}")
+    reason=f"MCP servers not installed under {SERVERS_ROOT} (run scripts/setup.sh); found {INSTALLED}",
+)
 
 PACKAGE = {"ecosystem": "user", "name": "notes-server", "version": "1.0.0", "license": "MIT"}
 
 
 def notes_tool_list() -> dict:
     """A small hand-written tool list in the shape MCP servers answer (array argument of row objects)."""
-    note = {"type": "object", "properties": {
-        "title": {"type": "string", "description": "Title of the note"},
-        "body": {"type": "string", "description": "Text of the note"},
-        "pinned": {"type": "boolean", "description": "Whether the note is pinned"}},
-        "required": ["title", "body"]}
-    return {"format": TOOL_LIST_FORMAT, "server": {"name": "notes-server", "version": "1.0.0"},
-            "package": PACKAGE, "tools": [
-                {"name": "add_notes", "description": "Add notes to the notebook",
-                 "input_schema": {"type": "object", "properties": {"notes": {"type": "array", "items": note}},
-                                  "required": ["notes"]}},
-                {"name": "list_notes", "description": "List the notes of the notebook",
-                 "input_schema": {"type": "object", "properties": {"limit": {"type": "integer"}}}},
-                {"name": "remove_notes", "description": "Remove notes from the notebook",
-                 "input_schema": {"type": "object", "properties": {
-                     "titles": {"type": "array", "items": {"type": "string"}}}}},
-                {"name": "summarize", "description": "Summarize the notebook",
-                 "input_schema": {"type": "object", "properties": {}}},
-            ]}
+    note = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "description": "Title of the note"},
+            "body": {"type": "string", "description": "Text of the note"},
+            "pinned": {"type": "boolean", "description": "Whether the note is pinned"},
+        },
+        "required": ["title", "body"],
+    }
+    return {
+        "format": TOOL_LIST_FORMAT,
+        "server": {"name": "notes-server", "version": "1.0.0"},
+        "package": PACKAGE,
+        "tools": [
+            {
+                "name": "add_notes",
+                "description": "Add notes to the notebook",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"notes": {"type": "array", "items": note}},
+                    "required": ["notes"],
+                },
+            },
+            {
+                "name": "list_notes",
+                "description": "List the notes of the notebook",
+                "input_schema": {"type": "object", "properties": {"limit": {"type": "integer"}}},
+            },
+            {
+                "name": "remove_notes",
+                "description": "Remove notes from the notebook",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"titles": {"type": "array", "items": {"type": "string"}}},
+                },
+            },
+            {
+                "name": "summarize",
+                "description": "Summarize the notebook",
+                "input_schema": {"type": "object", "properties": {}},
+            },
+        ],
+    }
 
 
 def _pids_with_marker(marker: str) -> list[int]:
@@ -96,11 +131,21 @@ def test_reader_lists_the_real_servers_tools_over_stdio(tmp_path):
     names = {k: {t["name"] for t in d["tools"]} for k, d in docs.items()}
     assert {"get_current_time", "convert_time"} <= names["time"]
     assert {"git_status", "git_log", "git_add", "git_commit", "git_create_branch"} <= names["git"]
-    assert {"create_entities", "add_observations", "delete_entities", "read_graph", "search_nodes",
-            "open_nodes"} <= names["memory"]
+    assert {
+        "create_entities",
+        "add_observations",
+        "delete_entities",
+        "read_graph",
+        "search_nodes",
+        "open_nodes",
+    } <= names["memory"]
     assert {"read_text_file", "write_file", "list_directory"} <= names["filesystem"]
-    assert docs["git"]["package"] == {"ecosystem": "pypi", "name": "mcp-server-git", "version": "2026.10.19",
-                                      "license": "MIT"}
+    assert docs["git"]["package"] == {
+        "ecosystem": "pypi",
+        "name": "mcp-server-git",
+        "version": "2026.10.19",
+        "license": "MIT",
+    }
     assert docs["memory"]["package"]["version"] == "2026.8.31"
     time_tool = next(t for t in docs["time"]["tools"] if t["name"] == "get_current_time")
     assert time_tool["input_schema"]["required"] == ["timezone"] and time_tool["description"]
@@ -165,11 +210,18 @@ def test_a_server_that_never_answers_times_out_and_leaves_no_process(tmp_path):
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
         "while True:\n"
-        "    time.sleep(1)\n")
+        "    time.sleep(1)\n"
+    )
     marker = uuid.uuid4().hex
     started = time.monotonic()
-    result = read_server(sys.executable, [str(script)], package=PACKAGE, cwd=tmp_path, timeout_s=2,
-                         env={"ENVFACTORY_MCP_SOURCE_MARKER": marker})
+    result = read_server(
+        sys.executable,
+        [str(script)],
+        package=PACKAGE,
+        cwd=tmp_path,
+        timeout_s=2,
+        env={"ENVFACTORY_MCP_SOURCE_MARKER": marker},
+    )
     elapsed = time.monotonic() - started
     assert isinstance(result, McpFailure) and result.reason == "timeout", result
     assert elapsed < 15, elapsed
@@ -211,8 +263,7 @@ def test_user_folder_accepts_tool_lists_and_openapi_and_names_each_bad_file(tmp_
     (folder / "other.json").write_text(json.dumps({"hello": "world"}))
 
     accepted, rejected = user_folder_rows(folder)
-    assert sorted((r["path"], r["kind"]) for r in accepted) == [("bookshop.json", "openapi"),
-                                                                 ("notes.json", MCP_KIND)]
+    assert sorted((r["path"], r["kind"]) for r in accepted) == [("bookshop.json", "openapi"), ("notes.json", MCP_KIND)]
     reasons = {r["path"]: (r["reason"], r["detail"]) for r in rejected}
     assert reasons["no_schema.json"][0] == "invalid_tool_list"
     assert "no_schema.json" in reasons["no_schema.json"][1] and "input_schema" in reasons["no_schema.json"][1]
@@ -241,8 +292,11 @@ def test_a_user_tool_list_becomes_a_verified_environment(tmp_path):
     env_row = environment_row(row)
     assert env_row["status"] == "built", env_row["reasons"]
     tools = {t["name"]: t for t in env_row["tools"]}
-    assert {n: t["kind"] for n, t in tools.items()} == {"add_notes": "create", "list_notes": "list",
-                                                        "remove_notes": "delete"}
+    assert {n: t["kind"] for n, t in tools.items()} == {
+        "add_notes": "create",
+        "list_notes": "list",
+        "remove_notes": "delete",
+    }
     assert set(tools["add_notes"]["input_schema"]["properties"]) == {"title", "body", "pinned"}
     assert tools["add_notes"]["input_schema"]["required"] == ["title", "body"]
     assert "summarize" in env_row["provenance"]
@@ -257,11 +311,13 @@ def test_a_tool_list_with_no_readable_table_is_a_build_error():
     doc = notes_tool_list()
     doc["tools"] = [t for t in doc["tools"] if t["name"] in ("add_notes", "summarize")]
     with pytest.raises(BuildError, match="no table with a read tool"):
-        build_mcp_environment({"resource_key": "mcp__notes", "domain": "productivity", "path": "n.json",
-                               "sha256": "0" * 64}, doc)
+        build_mcp_environment(
+            {"resource_key": "mcp__notes", "domain": "productivity", "path": "n.json", "sha256": "0" * 64}, doc
+        )
     resources, unmapped = resources_from_tool_list(notes_tool_list())
     assert [r.name for r in resources] == ["notes"] and unmapped == [
-        "summarize: no CRUD verb or object in its name and schemas"]
+        "summarize: no CRUD verb or object in its name and schemas"
+    ]
 
 
 def test_a_tool_list_with_a_remote_reference_becomes_a_build_failed_row(tmp_path):

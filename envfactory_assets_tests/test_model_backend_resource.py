@@ -10,14 +10,13 @@ import orjson
 import pytest
 
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
-from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
-
 
 
 def programmatic_sources() -> dict[str, str]:
@@ -34,11 +33,17 @@ def programmatic_sources() -> dict[str, str]:
 def materialize(home: Path, backend: ModelBackend) -> dg.ExecuteInProcessResult:
     with dg.instance_for_test() as instance:
         return materialize_pipeline(
-            [*ALL_ASSETS, *ALL_CHECKS], instance, raise_on_error=False,
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance,
+            raise_on_error=False,
             selection=["source_resources", "environments", "verified_environments"],
             run_config={"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}}},
-            resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": backend,
-                       "verification_gate": VerificationGate()})[-1]
+            resources={
+                "envfactory": EnvFactoryHome(home=str(home)),
+                "model_backend": backend,
+                "verification_gate": VerificationGate(),
+            },
+        )[-1]
 
 
 def test_environments_written_by_a_model_endpoint_pass_verification_and_keep_their_attempts(tmp_path):
@@ -47,7 +52,7 @@ def test_environments_written_by_a_model_endpoint_pass_verification_and_keep_the
 
     def responder(body: dict) -> str:
         prompt = json.dumps(body["messages"])
-        tool = next(name for name in sources if f'"{name}"' in prompt or f"\\\"{name}\\\"" in prompt)
+        tool = next(name for name in sources if f'"{name}"' in prompt or f'\\"{name}\\"' in prompt)
         if tool not in first_drafts:  # the first draft's save() drops the meta: state does not round-trip
             first_drafts.add(tool)
             broken = sources[tool].replace('"meta": dict(state["meta"])}', '"meta": {}}')

@@ -52,8 +52,15 @@ def _backend(server, concurrency, cache):
 
 @pytest.fixture(scope="module")
 def chains(environments, graph):
-    rows = chain_rows(graph, environments, {e: f"ver-{e}" for e in environments}, 10, "concurrency", "topology",
-                      SamplerConfig(min_tools=3))
+    rows = chain_rows(
+        graph,
+        environments,
+        {e: f"ver-{e}" for e in environments},
+        10,
+        "concurrency",
+        "topology",
+        SamplerConfig(min_tools=3),
+    )
     passed = [r for r in rows if r["status"] == "passed"]
     assert len(passed) >= 6
     return passed
@@ -69,7 +76,8 @@ def _raw(chains, graph, environments, concurrency, cache):
 
 
 def test_raw_trajectories_with_the_model_query_writer_are_the_same_at_any_concurrency(
-        chains, graph, environments, tmp_path):
+    chains, graph, environments, tmp_path
+):
     one, most_one, usage_one, sent_one = _raw(chains, graph, environments, 1, tmp_path / "one.sqlite")
     four, most_four, usage_four, sent_four = _raw(chains, graph, environments, 4, tmp_path / "four.sqlite")
     assert most_one == 1 and most_four > 1  # the second run really had several requests in flight
@@ -88,21 +96,24 @@ def raws(chains, graph, environments):
 
 
 def _refined(raws, environments, concurrency, cache):
-    programmatic = refined_trajectory_rows(raws, environments, config=CalibrationConfig(
-        k=2, conversational_share=0.0, workers=1))
+    programmatic = refined_trajectory_rows(
+        raws, environments, config=CalibrationConfig(k=2, conversational_share=0.0, workers=1)
+    )
     replies = RoleReplies(gold_of(t for r in programmatic for t in r["turns"]), refuse_share=0.3)
     responder = Responder(replies)
     with FakeChatServer(responder=responder) as server:
         backend = _backend(server, concurrency, cache)
         assert concurrency_of(backend) == concurrency
-        rows = refined_trajectory_rows(raws, environments, ModelSolver(backend), CALIBRATION,
-                                       refiner=ModelRefiner(backend))
+        rows = refined_trajectory_rows(
+            raws, environments, ModelSolver(backend), CALIBRATION, refiner=ModelRefiner(backend)
+        )
         backend.close()
         return rows, responder.most, backend.usage()
 
 
 def test_refined_trajectories_with_the_model_solver_and_refiner_are_the_same_at_any_concurrency(
-        raws, environments, tmp_path):
+    raws, environments, tmp_path
+):
     one, most_one, usage_one = _refined(raws, environments, 1, tmp_path / "one.sqlite")
     four, most_four, usage_four = _refined(raws, environments, 4, tmp_path / "four.sqlite")
     assert most_one == 1 and most_four > 1

@@ -30,8 +30,14 @@ def fenced(source: str) -> str:
 def ignore_state(source: str, pattern: str = GET_AUTHOR) -> str:
     """The source with one getter replaced by one that ignores its state (the verifier must catch it)."""
     name, key = ("get_author", "author_id") if "author" in pattern else ("get_book", "book_id")
-    new, n = re.subn(pattern, f"def {name}(state, {key}):\n    return {{'{key}': {key}, 'name': 'Nobody', "
-                     "'created_at': '2025-01-01T00:00:00Z'}", source, count=1, flags=re.S)
+    new, n = re.subn(
+        pattern,
+        f"def {name}(state, {key}):\n    return {{'{key}': {key}, 'name': 'Nobody', "
+        "'created_at': '2025-01-01T00:00:00Z'}",
+        source,
+        count=1,
+        flags=re.S,
+    )
     assert n == 1
     return new
 
@@ -69,8 +75,11 @@ def test_write_environment_keeps_every_artifact_but_the_source(bookshop):
 
 @pytest.mark.parametrize("defect", ["ignores_state", "syntax_error"])
 def test_broken_draft_is_revised_until_it_passes(bookshop, defect):
-    broken = (ignore_state(bookshop["source"]) if defect == "ignores_state"
-              else bookshop["source"].replace("def save(state):", "def save(state)", 1))
+    broken = (
+        ignore_state(bookshop["source"])
+        if defect == "ignores_state"
+        else bookshop["source"].replace("def save(state):", "def save(state)", 1)
+    )
     with FakeChatServer([fenced(broken), fenced(bookshop["source"])]) as server:
         result = build_with_revisions(bookshop, model_backend(server), max_revisions=3)
         assert len(server.requests) == 2
@@ -128,11 +137,13 @@ def test_hostile_reply_is_rejected_by_the_static_check_and_never_run(bookshop, t
 
 def test_budget_exhausted_during_revision_fails_the_environment_cleanly(bookshop):
     draft_cost = estimate_prompt_tokens(code_writer_messages(bookshop)) + 100
-    script = [{"content": fenced(ignore_state(bookshop["source"])),
-               "usage": {"prompt_tokens": 10, "completion_tokens": 10}}]
+    script = [
+        {"content": fenced(ignore_state(bookshop["source"])), "usage": {"prompt_tokens": 10, "completion_tokens": 10}}
+    ]
     with FakeChatServer(script) as server:
-        result = build_with_revisions(bookshop, model_backend(server, token_budget=draft_cost + 5),
-                                      max_revisions=3, max_tokens=100)
+        result = build_with_revisions(
+            bookshop, model_backend(server, token_budget=draft_cost + 5), max_revisions=3, max_tokens=100
+        )
         assert len(server.requests) == 1  # the reviser call was refused before it was sent
     assert result.status == "failed" and result.stop_reason == "backend error"
     assert "token_budget" in result.reasons[0] and len(result.attempts) == 1

@@ -19,7 +19,6 @@ from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, 
 from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
-
 from envfactory_assets_tests.fixture_environments import passed_trajectories
 
 CONFIG = CalibrationConfig(k=2, conversational_share=0.0, refiner="model")
@@ -28,8 +27,10 @@ PROGRAMMATIC = CalibrationConfig(k=2, conversational_share=0.0)
 
 @pytest.fixture(scope="module")
 def trajectories(environments, graph, worker) -> list[dict]:
-    out = [{**t, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
-           for i, t in passed_trajectories(environments, graph, worker, 12, "querygen")]
+    out = [
+        {**t, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
+        for i, t in passed_trajectories(environments, graph, worker, 12, "querygen")
+    ]
     assert len(out) >= 3
     return out[:4]
 
@@ -50,8 +51,10 @@ def _created_id(given: dict) -> str | None:
 def _refine(trajectories, environments, worker, responder, config=CONFIG):
     with FakeChatServer(responder=responder) as server:
         refiner = ModelRefiner(OpenAICompatibleBackend(server.base_url, "m", max_retries=0))
-        return [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), config, refiner=refiner)
-                for t in trajectories]
+        return [
+            calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), config, refiner=refiner)
+            for t in trajectories
+        ]
 
 
 def _without_records(value, key: str):
@@ -65,12 +68,15 @@ def _without_records(value, key: str):
 
 def test_a_valid_rewrite_is_used_and_its_operator_recorded(trajectories, environments, worker):
     def polite(body):
-        return json.dumps({"operator": "implicit_reference", "query": _given(body)["request"] + " Many thanks in advance."})
+        return json.dumps(
+            {"operator": "implicit_reference", "query": _given(body)["request"] + " Many thanks in advance."}
+        )
 
     cals = _refine(trajectories, environments, worker, polite)
     turns = [t for c in cals for t in c["turns"]]
-    assert turns and all(t["refiner"] == {"outcome": "model", "operator": "implicit_reference", "refusals": []}
-                         for t in turns)
+    assert turns and all(
+        t["refiner"] == {"outcome": "model", "operator": "implicit_reference", "refusals": []} for t in turns
+    )
     for t in turns:
         assert t["query"].endswith(" Many thanks in advance.") and t["solve_refined"]["passed"] > 0
         ops = [o for o in t["operators"] if o["obtainable_from"] == "model refiner"]
@@ -80,7 +86,8 @@ def test_a_valid_rewrite_is_used_and_its_operator_recorded(trajectories, environ
 
 
 def test_a_reply_leaking_an_identifier_only_a_result_shows_is_refused_and_the_fallback_kept(
-        trajectories, environments, worker):
+    trajectories, environments, worker
+):
     leaked = []
 
     def leaky(body):
@@ -102,8 +109,9 @@ def test_a_reply_leaking_an_identifier_only_a_result_shows_is_refused_and_the_fa
         assert all("cannot know" in r["reason"] for r in t["refiner"]["refusals"])
         assert not any(v in t["query"] for v in leaked)
         assert all(o["obtainable_from"] != "model refiner" for o in t["operators"])
-    assert [t["query"] for t in _without_records(cals[0], "refiner")["turns"]] == \
-        [t["query"] for t in programmatic["turns"]]
+    assert [t["query"] for t in _without_records(cals[0], "refiner")["turns"]] == [
+        t["query"] for t in programmatic["turns"]
+    ]
 
 
 def test_a_refused_reply_is_asked_again_and_the_retry_used(trajectories, environments, worker):
@@ -132,34 +140,46 @@ def test_an_unsolvable_rewrite_is_reverted_by_calibration(trajectories, environm
     assert model_op["reverted"] and "unsolvable" in model_op["reason"]
 
 
-@pytest.mark.parametrize("reply, reason", [
-    ("Sure! Here is the request.", "not one JSON object"),
-    ('{"operator": "rephrasing", "query": "List the books."}', "is not one of"),
-    ('{"operator": "ambiguity", "query": "  "}', "empty"),
-    ('{"operator": "ambiguity"}', 'no "query"'),
-])
+@pytest.mark.parametrize(
+    "reply, reason",
+    [
+        ("Sure! Here is the request.", "not one JSON object"),
+        ('{"operator": "rephrasing", "query": "List the books."}', "is not one of"),
+        ('{"operator": "ambiguity", "query": "  "}', "empty"),
+        ('{"operator": "ambiguity"}', 'no "query"'),
+    ],
+)
 def test_malformed_replies_are_refused(reply, reason):
     with pytest.raises(ReplyRefused, match=reason):
         from envfactory_assets.synth.refinement.model_querygen import REFINER_OPERATORS, TurnKnowledge, check_query
 
         check_query(parse_reply(reply, REFINER_OPERATORS)[1], TurnKnowledge((), frozenset(), frozenset()))
-    assert parse_reply('```json\n{"operator": "ambiguity", "query": "Hi."}\n```', ("ambiguity",)) == ("ambiguity", "Hi.")
+    assert parse_reply('```json\n{"operator": "ambiguity", "query": "Hi."}\n```', ("ambiguity",)) == (
+        "ambiguity",
+        "Hi.",
+    )
 
 
 def test_with_every_reply_refused_the_rows_are_the_programmatic_rows(trajectories, environments, worker):
     cals = _refine(trajectories, environments, worker, lambda body: "not json at all")
-    assert all(t["refiner"]["outcome"] == "fallback" and len(t["refiner"]["refusals"]) == CONFIG.refiner_attempts
-               for c in cals for t in c["turns"])
-    programmatic = [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), PROGRAMMATIC)
-                    for t in trajectories]
+    assert all(
+        t["refiner"]["outcome"] == "fallback" and len(t["refiner"]["refusals"]) == CONFIG.refiner_attempts
+        for c in cals
+        for t in c["turns"]
+    )
+    programmatic = [
+        calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), PROGRAMMATIC) for t in trajectories
+    ]
     assert json.dumps(_without_records(cals, "refiner"), sort_keys=True) == json.dumps(programmatic, sort_keys=True)
 
 
 def _first_passed_chain(environments, graph, worker):
     for chain in sample_chains(graph, 12, "querygen", SamplerConfig(min_tools=3)):
         traj = synthesize_trajectory(chain, graph, environments, worker, SynthConfig(min_turns=2))
-        if traj["status"] == "passed" and any(_created_id({"calls": [{"tool": c["name"], "result": c["output"]}
-                                                                     for c in t["calls"]]}) for t in traj["turns"]):
+        if traj["status"] == "passed" and any(
+            _created_id({"calls": [{"tool": c["name"], "result": c["output"]} for c in t["calls"]]})
+            for t in traj["turns"]
+        ):
             return chain, traj
     raise AssertionError("no passed fixture chain creates a row")
 
@@ -180,7 +200,7 @@ def test_the_query_writer_writes_raw_queries_and_refuses_leaks(environments, gra
         model = ModelQueryWriter(OpenAICompatibleBackend(server.base_url, "m", max_retries=0))
         traj = synthesize_trajectory(chain, graph, environments, worker, config, model, "a shop owner")
     outcomes = {t["query_writer"]["outcome"] for t in traj["turns"]}
-    for turn, before in zip(traj["turns"], programmatic["turns"]):
+    for turn, before in zip(traj["turns"], programmatic["turns"], strict=False):
         record = turn["query_writer"]
         assert record["draft"] == before["query"]
         if record["outcome"] == "model":
@@ -192,8 +212,9 @@ def test_the_query_writer_writes_raw_queries_and_refuses_leaks(environments, gra
     with FakeChatServer(responder=lambda body: "{oops") as server:
         model = ModelQueryWriter(OpenAICompatibleBackend(server.base_url, "m", max_retries=0))
         refused = synthesize_trajectory(chain, graph, environments, worker, config, model, "a shop owner")
-    assert json.dumps(_without_records(refused, "query_writer"), sort_keys=True) == \
-        json.dumps(programmatic, sort_keys=True)
+    assert json.dumps(_without_records(refused, "query_writer"), sort_keys=True) == json.dumps(
+        programmatic, sort_keys=True
+    )
 
 
 def test_the_roles_are_configured_in_the_specs_and_the_dagster_configs():
@@ -231,11 +252,21 @@ def test_an_unsolvable_model_raw_query_falls_back_to_the_programmatic_one(enviro
 
     with FakeChatServer(responder=dropping) as server:
         model = ModelQueryWriter(OpenAICompatibleBackend(server.base_url, "m", max_retries=0))
-        pairs = [(synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)),
-                  synthesize_trajectory(c, graph, environments, worker, config, model, "a shop owner"))
-                 for c in chains]
-    pairs = [({**p, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}, {**m, "id": f"raw-{i}", "domains": ["ecommerce_retail"]})
-             for i, (p, m) in enumerate(pairs) if p["status"] == "passed"][:4]
+        pairs = [
+            (
+                synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)),
+                synthesize_trajectory(c, graph, environments, worker, config, model, "a shop owner"),
+            )
+            for c in chains
+        ]
+    pairs = [
+        (
+            {**p, "id": f"raw-{i}", "domains": ["ecommerce_retail"]},
+            {**m, "id": f"raw-{i}", "domains": ["ecommerce_retail"]},
+        )
+        for i, (p, m) in enumerate(pairs)
+        if p["status"] == "passed"
+    ][:4]
     changed = [t for _, m in pairs for t in m["turns"] if t["query"] != t["query_writer"]["draft"]]
     assert changed and all(t["query_writer"]["outcome"] == "model" for t in changed)
 
@@ -258,6 +289,7 @@ def test_an_unsolvable_model_raw_query_falls_back_to_the_programmatic_one(enviro
         if not kept_model_text:
             # every unsolvable text reverted: the chain goes on as the programmatic one, same turns and solves
             compared += 1
-            assert json.dumps(_without_records(got, "query_writer"), sort_keys=True) == \
-                json.dumps(expected, sort_keys=True)
+            assert json.dumps(_without_records(got, "query_writer"), sort_keys=True) == json.dumps(
+                expected, sort_keys=True
+            )
     assert reverted and compared

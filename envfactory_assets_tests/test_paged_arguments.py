@@ -10,8 +10,11 @@ def _state(n):
 
 
 def _search(props):
-    return {"kind": "search", "table": "t",
-            "input_schema": {"properties": {"query": {}, "limit": {"type": "integer", "maximum": 100}, **props}}}
+    return {
+        "kind": "search",
+        "table": "t",
+        "input_schema": {"properties": {"query": {}, "limit": {"type": "integer", "maximum": 100}, **props}},
+    }
 
 
 def test_a_search_without_an_offset_parameter_is_paged_by_its_limit_alone():

@@ -10,7 +10,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from envfactory_assets.cli import config_for_selection, main as cli_main
+from envfactory_assets.cli import config_for_selection
+from envfactory_assets.cli import main as cli_main
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
 from envfactory_assets.defs.common import UpstreamGates
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
@@ -20,24 +21,48 @@ from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
 from envfactory_assets.store.lineage import checkpoint_lineage
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
-
 RUN_CONFIG = {
     "ops": {
         "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
         "tool_chains": {"config": {"n_chains": 40, "min_tools": 3}},
-        "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1,
-                                   "max_length": 768, "grpo_max_steps": 1, "grpo_num_generations": 2,
-                                   "grpo_prompts_per_step": 1, "grpo_max_completion_length": 24,
-                                   "grpo_n_prompts": 2}},
+        "checkpoints": {
+            "config": {
+                "max_steps": 2,
+                "max_train_rows": 4,
+                "n_eval_prompts": 1,
+                "max_length": 768,
+                "grpo_max_steps": 1,
+                "grpo_num_generations": 2,
+                "grpo_prompts_per_step": 1,
+                "grpo_max_completion_length": 24,
+                "grpo_n_prompts": 2,
+            }
+        },
         # issue 5: one BFCL task, 8 new tokens, 3 seeds (the seed-spread check wants 3)
-        "evaluations": {"config": {"n_synthetic": 2, "n_bfcl": 1, "n_bfcl_single_turn": 0, "max_new_tokens": 8,
-                                    "max_tool_rounds": 1}},
+        "evaluations": {
+            "config": {
+                "n_synthetic": 2,
+                "n_bfcl": 1,
+                "n_bfcl_single_turn": 0,
+                "max_new_tokens": 8,
+                "max_tool_rounds": 1,
+            }
+        },
     }
 }
 
 
-SYNTH_SELECTION = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains",
-                   "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"]
+SYNTH_SELECTION = [
+    "source_resources",
+    "environments",
+    "verified_environments",
+    "tool_graph",
+    "tool_chains",
+    "raw_trajectories",
+    "refined_trajectories",
+    "sft_dataset",
+    "rl_dataset",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +81,14 @@ def run(home) -> dg.ExecuteInProcessResult:
     the first one's checks are checked too."""
     with dg.instance_for_test() as instance:
         first, rest = materialize_pipeline(
-            [*ALL_ASSETS, *ALL_CHECKS], instance, run_config=RUN_CONFIG,
-            resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
-                       "verification_gate": VerificationGate()},
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance,
+            run_config=RUN_CONFIG,
+            resources={
+                "envfactory": EnvFactoryHome(home=str(home)),
+                "model_backend": ModelBackend(),
+                "verification_gate": VerificationGate(),
+            },
         )
     assert first.success
     return rest
@@ -73,14 +103,19 @@ def test_every_stage_is_materialized_and_every_check_passes(run, store):
     assert run.success
     evaluations = run.get_asset_check_evaluations()
     assert evaluations and all(e.passed for e in evaluations), [
-        (e.asset_check_key.to_user_string(), e.metadata) for e in evaluations if not e.passed]
+        (e.asset_check_key.to_user_string(), e.metadata) for e in evaluations if not e.passed
+    ]
     counts = store.counts()
     for table, n in counts.items():
         # stage_times is written by the `envfactory run` command at its end, not by an asset (test_run_output)
         assert n > 0 or table == "stage_times", f"{table} is empty"
     assert counts["source_resources"] == 3  # bookshop, calendar, helpdesk; the others are rejected
     assert {r["reason"] for r in store.read("rejected_resources")} == {
-        "unparseable", "not_openapi3", "no_stateful_resource", "no_domain"}
+        "unparseable",
+        "not_openapi3",
+        "no_stateful_resource",
+        "no_domain",
+    }
 
 
 def test_trajectories_are_multi_turn_and_rl_rows_carry_states(store):
@@ -125,7 +160,9 @@ def test_cli_lineage_prints_text_and_json(store, home, monkeypatch, capsys):
     assert cli_main(["lineage", ckpt["id"], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["checkpoint"]["id"] == ckpt["id"]
-    assert Path(data["checkpoint"]["absolute_path"]).is_absolute() and Path(data["checkpoint"]["absolute_path"]).is_dir()
+    assert (
+        Path(data["checkpoint"]["absolute_path"]).is_absolute() and Path(data["checkpoint"]["absolute_path"]).is_dir()
+    )
     for source in data["source_resources"]:  # the stored, corpus-relative path is kept next to the absolute one
         assert not Path(source["path"]).is_absolute() and Path(source["absolute_path"]).is_absolute()
         assert Path(source["absolute_path"]).is_file() and source["absolute_path"].endswith(source["path"])
@@ -139,10 +176,15 @@ def test_rerun_is_idempotent(home, store, run):
     before = store.counts()
     with dg.instance_for_test() as instance:
         again = materialize_pipeline(
-            [*ALL_ASSETS, *ALL_CHECKS], instance, run_config=config_for_selection(RUN_CONFIG, SYNTH_SELECTION),
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance,
+            run_config=config_for_selection(RUN_CONFIG, SYNTH_SELECTION),
             selection=SYNTH_SELECTION,
-            resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": ModelBackend(),
-                       "verification_gate": VerificationGate()},
+            resources={
+                "envfactory": EnvFactoryHome(home=str(home)),
+                "model_backend": ModelBackend(),
+                "verification_gate": VerificationGate(),
+            },
         )
     assert len(again) == 2 and all(r.success for r in again)
     assert store.counts() == before
@@ -171,8 +213,17 @@ ASSET_DEPS = {
     "environments": ["source_resources"],
     "evaluations": ["checkpoints", "rl_dataset"],
     "hf_dataset_export": ["sft_dataset"],
-    "lineage_edges": ["checkpoints", "environments", "raw_trajectories", "refined_trajectories", "rl_dataset",
-        "sft_dataset", "source_resources", "tool_chains", "verified_environments"],
+    "lineage_edges": [
+        "checkpoints",
+        "environments",
+        "raw_trajectories",
+        "refined_trajectories",
+        "rl_dataset",
+        "sft_dataset",
+        "source_resources",
+        "tool_chains",
+        "verified_environments",
+    ],
     "raw_trajectories": ["tool_chains"],
     "refined_trajectories": ["raw_trajectories"],
     "query_statistics": ["refined_trajectories"],
@@ -218,22 +269,37 @@ SENSORS = {"gated_automation", "resource_files"}
 
 def test_asset_graph_snapshot():
     graph = defs.get_repository_def().asset_graph
-    edges = sorted((dep.to_user_string(), key.to_user_string())
-                   for key in graph.get_all_asset_keys() for dep in graph.get(key).parent_keys)
-    stages = [("source_resources", "environments"), ("environments", "verified_environments"),
-              ("verified_environments", "tool_graph"), ("tool_graph", "tool_chains"),
-              ("tool_chains", "raw_trajectories"), ("raw_trajectories", "refined_trajectories"),
-              ("refined_trajectories", "sft_dataset"), ("refined_trajectories", "rl_dataset"),
-              ("sft_dataset", "checkpoints"), ("rl_dataset", "checkpoints")]
+    edges = sorted(
+        (dep.to_user_string(), key.to_user_string())
+        for key in graph.get_all_asset_keys()
+        for dep in graph.get(key).parent_keys
+    )
+    stages = [
+        ("source_resources", "environments"),
+        ("environments", "verified_environments"),
+        ("verified_environments", "tool_graph"),
+        ("tool_graph", "tool_chains"),
+        ("tool_chains", "raw_trajectories"),
+        ("raw_trajectories", "refined_trajectories"),
+        ("refined_trajectories", "sft_dataset"),
+        ("refined_trajectories", "rl_dataset"),
+        ("sft_dataset", "checkpoints"),
+        ("rl_dataset", "checkpoints"),
+    ]
     assert set(stages) <= set(edges)
     checks = {k.to_user_string() for k in graph.asset_check_keys}
     assert "verified_environments:verified_pass_rate_above_floor" in checks
     assert "rl_dataset:rl_rows_replay_exactly" in checks
-    assert {k.to_user_string(): sorted(p.to_user_string() for p in graph.get(k).parent_keys)
-            for k in graph.get_all_asset_keys()} == ASSET_DEPS
+    assert {
+        k.to_user_string(): sorted(p.to_user_string() for p in graph.get(k).parent_keys)
+        for k in graph.get_all_asset_keys()
+    } == ASSET_DEPS
     assert {k.to_user_string(): graph.get_check_spec(k).blocking for k in graph.asset_check_keys} == ASSET_CHECKS
-    partitioned = {k.to_user_string(): graph.get(k).partitions_def for k in graph.get_all_asset_keys()
-                   if graph.get(k).partitions_def is not None}
+    partitioned = {
+        k.to_user_string(): graph.get(k).partitions_def
+        for k in graph.get_all_asset_keys()
+        if graph.get(k).partitions_def is not None
+    }
     assert {k: p.name for k, p in partitioned.items()} == PARTITIONED
     assert all(isinstance(p, dg.DynamicPartitionsDefinition) for p in partitioned.values())
     repository = defs.get_repository_def()
@@ -297,8 +363,10 @@ def test_expectation_suites_pass_on_the_datasets_and_catch_corrupted_rows(store)
     call = next(m for m in bad_sft[0]["messages"] if m.get("tool_calls"))["tool_calls"][0]["function"]
     call["name"], call["arguments"] = "no_such_tool", '{"broken": '
     failed = {f["expectation"] for f in validate_sft(bad_sft).failures}
-    assert {"tool_calls.expect_column_values_to_be_json_parseable",
-            "tool_calls.expect_column_values_to_be_in_set"} <= failed
+    assert {
+        "tool_calls.expect_column_values_to_be_json_parseable",
+        "tool_calls.expect_column_values_to_be_in_set",
+    } <= failed
     bad_rl = copy.deepcopy(rl)
     bad_rl[0]["prompt"] = bad_rl[0]["prompt"][:-1]  # ends on the assistant/system, not the user
     bad_rl[0]["masked_arguments"] = ["page"]
@@ -313,7 +381,10 @@ def test_trajectory_diversity_mart_matches_the_filter_report(store):
     expected = diversity(store.read("refined_trajectories"))
     assert mart["trajectories"] == expected["trajectories"] > 0
     assert (mart["distinct_tool_pairs"], mart["environments"], mart["domains"]) == (
-        expected["distinct_tool_pairs"], expected["environments"], expected["domains"])
+        expected["distinct_tool_pairs"],
+        expected["environments"],
+        expected["domains"],
+    )
 
 
 def test_operation_coverage_mart_adds_up_to_the_scanned_documents(store):

@@ -17,7 +17,6 @@ from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 
-
 class FakeClock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -79,8 +78,11 @@ def _fixture_home(tmp_path, monkeypatch, per_domain: int):
     """``(ENVFACTORY_HOME, run config)`` for a CLI run of the fixture corpus, ``per_domain`` documents each."""
     home = tmp_path / "home"
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": per_domain}}}}))
+    config.write_text(
+        yaml.safe_dump(
+            {"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": per_domain}}}}
+        )
+    )
     monkeypatch.setenv("ENVFACTORY_HOME", str(home))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     return home, config
@@ -88,8 +90,10 @@ def _fixture_home(tmp_path, monkeypatch, per_domain: int):
 
 def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_path, monkeypatch, capsys):
     home, config = _fixture_home(tmp_path, monkeypatch, per_domain=2)
-    assert cli_main(["run", "--select", "source_resources,environments,verified_environments",
-                     "--config", str(config)]) == 0
+    assert (
+        cli_main(["run", "--select", "source_resources,environments,verified_environments", "--config", str(config)])
+        == 0
+    )
     err = capsys.readouterr().err
     bars = [line for line in err.splitlines() if "] " in line and "/s" in line and "[" in line]
     assert any(line.startswith("environments ") and "3/3" in line for line in bars), bars
@@ -101,8 +105,10 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
         jobs = sorted(run.job_name for run in instance.get_runs())
     assert commands == {"envfactory run --select source_resources,environments,verified_environments"}, commands
     # and listed under a job named after its selection, not Dagster's `__ephemeral_asset_job__`
-    assert jobs == ["envfactory_run__source_resources__environments__verified_environments",
-                    "envfactory_run__source_resources__environments__verified_environments__sources"], jobs
+    assert jobs == [
+        "envfactory_run__source_resources__environments__verified_environments",
+        "envfactory_run__source_resources__environments__verified_environments__sources",
+    ], jobs
     progress = [r.asset_observation.metadata for r in records]
     assert progress and {m[DONE].value for m in progress} == {1, 2, 3}
     assert all(m[TOTAL].value == 3 and m[RATE].value > 0 for m in progress)
@@ -113,8 +119,7 @@ def test_run_logs_progress_observations_and_the_cli_draws_a_bar_from_them(tmp_pa
     assert len({r["run_token"] for r in times}) == 1 and len({r["run_id"] for r in times}) == 2  # two phases
 
 
-def test_verbose_run_prints_dagsters_debug_events_on_the_terminal_and_writes_no_run_log(tmp_path, monkeypatch,
-                                                                                        capfd):
+def test_verbose_run_prints_dagsters_debug_events_on_the_terminal_and_writes_no_run_log(tmp_path, monkeypatch, capfd):
     home, config = _fixture_home(tmp_path, monkeypatch, per_domain=1)
     assert cli_main(["run", "--select", "source_resources", "--config", str(config), "--verbose"]) == 0
     out, err = capfd.readouterr()

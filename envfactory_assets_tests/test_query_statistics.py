@@ -1,4 +1,5 @@
-"""The query figures (synth.refinement.report.query_statistics) and the marts that compute them in SQL, on fixture turns."""
+"""The query figures (synth.refinement.report.query_statistics) and the marts that compute them in SQL, on fixture
+turns."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from envfactory_assets.synth.refinement.operators import refine_turns
 from envfactory_assets.synth.refinement.report import query_statistics
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
-
 from envfactory_assets_tests.fixture_environments import build_fixture_environments
 
 
@@ -45,9 +45,17 @@ def _stored(store: Store, rows: list[dict]) -> None:
     out = []
     for n, r in enumerate(rows):
         row = dict.fromkeys(columns("refined_trajectories"))
-        row.update(raw_trajectory_id=f"raw_{n}", tool_chain_id=f"chain_{n}", env_ids=r["env_ids"], domains=[],
-                   status="passed", reasons=[], n_turns=len(r["turns"]), operators=r["operators"],
-                   turns=[{k: v for k, v in t.items() if k not in ("state_before", "state_after")} for t in r["turns"]])
+        row.update(
+            raw_trajectory_id=f"raw_{n}",
+            tool_chain_id=f"chain_{n}",
+            env_ids=r["env_ids"],
+            domains=[],
+            status="passed",
+            reasons=[],
+            n_turns=len(r["turns"]),
+            operators=r["operators"],
+            turns=[{k: v for k, v in t.items() if k not in ("state_before", "state_after")} for t in r["turns"]],
+        )
         row["id"] = content_id("ref", {"n": n, "q": [t["query"] for t in r["turns"]]})
         out.append(row)
     store.replace_current("refined_trajectories", out)
@@ -62,11 +70,17 @@ def test_query_statistics_mart_matches_the_python_figures(refined_rows, tmp_path
     # fewer than 1,000 queries: the row order does not change any figure
     stored = [{"status": "passed", "turns": r["turns"]} for r in store.read("refined_trajectories")]
     expected = query_statistics(stored)
-    for figure in ("queries", "distinct_trigrams_per_1000", "literal_identifier_share", "mean_words",
-                   "refined_differs_share"):
+    for figure in (
+        "queries",
+        "distinct_trigrams_per_1000",
+        "literal_identifier_share",
+        "mean_words",
+        "refined_differs_share",
+    ):
         assert mart[figure] == pytest.approx(expected[figure], abs=1e-4), figure
     assert mart["solved_4_of_4_share"] == pytest.approx(
-        sum(1 for r in stored for t in r["turns"] if t["accuracy"] == 1.0) / expected["queries"], abs=1e-4)
+        sum(1 for r in stored for t in r["turns"] if t["accuracy"] == 1.0) / expected["queries"], abs=1e-4
+    )
     assert materialize_model(store, models["turns_by_operator"]).rows > 0
     by = {(r["kind"], r["value"]): r["share"] for r in store.query("SELECT * FROM turns_by_operator").to_dicts()}
     for op, share in expected["operator_share"].items():
@@ -75,13 +89,23 @@ def test_query_statistics_mart_matches_the_python_figures(refined_rows, tmp_path
 
 
 def test_literal_identifier_share_counts_only_turns_whose_calls_take_one():
-    turn = lambda q, args: {"query": q, "query_raw": "x", "turns": [],  # noqa: E731
-                            "calls": [{"arguments": args}], "accuracy": 1.0}
-    rows = [{"status": "passed", "turns": [
-        turn("Delete book 'boo_1'.", {"book_id": "boo_1"}),
-        turn("Delete the book whose title is 'Dune'.", {"book_id": "boo_2"}),
-        turn("Show me the books.", {"limit": 5}),
-    ]}]
+    turn = lambda q, args: {  # noqa: E731
+        "query": q,
+        "query_raw": "x",
+        "turns": [],
+        "calls": [{"arguments": args}],
+        "accuracy": 1.0,
+    }
+    rows = [
+        {
+            "status": "passed",
+            "turns": [
+                turn("Delete book 'boo_1'.", {"book_id": "boo_1"}),
+                turn("Delete the book whose title is 'Dune'.", {"book_id": "boo_2"}),
+                turn("Show me the books.", {"limit": 5}),
+            ],
+        }
+    ]
     stats = query_statistics(rows)
     assert stats["literal_identifier_share"] == 0.5 and stats["queries"] == 3
     assert stats["refined_differs_share"] == 1.0

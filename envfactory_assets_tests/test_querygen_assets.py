@@ -22,13 +22,15 @@ from envfactory_assets_tests.fixture_environments import FIXTURES
 
 UPSTREAM = ["source_resources", "environments", "verified_environments", "tool_graph", "tool_chains"]
 STAGES = ["raw_trajectories", "refined_trajectories"]
-CONFIG = {"ops": {
-    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
-    "tool_graph": {"config": {"embedder": "hashing"}},
-    "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 0}},
-    "raw_trajectories": {"config": {}},
-    "refined_trajectories": {"config": {"k": 2, "conversational_share": 0.0, "workers": 1}},
-}}
+CONFIG = {
+    "ops": {
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+        "tool_graph": {"config": {"embedder": "hashing"}},
+        "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 0}},
+        "raw_trajectories": {"config": {}},
+        "refined_trajectories": {"config": {"k": 2, "conversational_share": 0.0, "workers": 1}},
+    }
+}
 MODEL_ROLES = {"raw_trajectories": {"query_writer": "model"}, "refined_trajectories": {"refiner": "model"}}
 
 
@@ -49,12 +51,19 @@ def run(tmp_path_factory):
     home = tmp_path_factory.mktemp("querygen_assets")
     store = Store(home / "envfactory.duckdb")
     with dg.instance_for_test() as instance:
+
         def materialize(selection, model_backend, roles=None):
             results = materialize_pipeline(
-                [*ALL_ASSETS, *ALL_CHECKS], instance, selection=selection,
+                [*ALL_ASSETS, *ALL_CHECKS],
+                instance,
+                selection=selection,
                 run_config=config_for_selection(_config(roles), selection),
-                resources={"envfactory": EnvFactoryHome(home=str(home)), "model_backend": model_backend,
-                           "verification_gate": VerificationGate()})
+                resources={
+                    "envfactory": EnvFactoryHome(home=str(home)),
+                    "model_backend": model_backend,
+                    "verification_gate": VerificationGate(),
+                },
+            )
             assert all(r.success for r in results)
             return results
 
@@ -64,10 +73,14 @@ def run(tmp_path_factory):
             backend = ModelBackend(backend="openai", base_url=server.base_url, model="scripted", max_concurrency=4)
             raw = materialize(["raw_trajectories"], backend, MODEL_ROLES)
             raws = store.read("raw_trajectories", "status = 'passed'")
-            programmatic = refined_trajectory_rows(raws, passed_environments(store).environments,
-                                                   config=CalibrationConfig(k=2, conversational_share=0.0, workers=1))
-            replies.gold.update(gold_of([t for r in programmatic for t in r["turns"]]
-                                        + [t for r in raws for t in r["turns"]]))
+            programmatic = refined_trajectory_rows(
+                raws,
+                passed_environments(store).environments,
+                config=CalibrationConfig(k=2, conversational_share=0.0, workers=1),
+            )
+            replies.gold.update(
+                gold_of([t for r in programmatic for t in r["turns"]] + [t for r in raws for t in r["turns"]])
+            )
             refined = materialize(["refined_trajectories"], backend, MODEL_ROLES)
             sent = len(server.requests)
             again = materialize(["raw_trajectories"], backend, MODEL_ROLES)

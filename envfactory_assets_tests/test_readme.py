@@ -113,12 +113,18 @@ def test_readme_names_no_commit_release_or_earlier_run_outside_written_tables():
 
 
 def test_the_narration_rule_catches_each_kind_and_spares_written_tables():
-    sample = ("Took 23 min at commit `fbbde86` in this release; an earlier run 7 had more, as had run8.duckdb.\n"
-              "<!-- results:start -->\n| `ckpt_b50165c15f20ddd2` | fbbde86 | release |\n<!-- results:end -->\n"
-              "Row ids such as ref_7d00aa848c5c0dc2 and counts such as 1636 or 2605 are fine.\n")
+    sample = (
+        "Took 23 min at commit `fbbde86` in this release; an earlier run 7 had more, as had run8.duckdb.\n"
+        "<!-- results:start -->\n| `ckpt_b50165c15f20ddd2` | fbbde86 | release |\n<!-- results:end -->\n"
+        "Row ids such as ref_7d00aa848c5c0dc2 and counts such as 1636 or 2605 are fine.\n"
+    )
     found = narration_problems(sample)
-    assert found == ["a commit id: fbbde86", "release narration: release", "an earlier run by number: run 7",
-                     "an earlier run by number: run8"], found
+    assert found == [
+        "a commit id: fbbde86",
+        "release narration: release",
+        "an earlier run by number: run 7",
+        "an earlier run by number: run8",
+    ], found
 
 
 def test_quick_start_is_two_commands_in_one_fenced_block_the_second_being_what_ci_runs():
@@ -165,10 +171,15 @@ def test_the_link_rule_catches_a_missing_file_and_a_missing_heading(tmp_path):
     docs.mkdir()
     (docs / "a.md").write_text("# A\n\n## Where it is\n", encoding="utf-8")
     page = docs / "b.md"
-    page.write_text("[ok](a.md#where-it-is) [gone](c.md) [bad](a.md#nowhere) [web](https://x.org/y.md)\n"
-                    "```\n[in code](not_checked.md)\n```\n", encoding="utf-8")
-    assert broken_links(page, tmp_path) == ["docs/b.md: c.md (no such file)",
-                                            "docs/b.md: a.md#nowhere (no heading #nowhere)"]
+    page.write_text(
+        "[ok](a.md#where-it-is) [gone](c.md) [bad](a.md#nowhere) [web](https://x.org/y.md)\n"
+        "```\n[in code](not_checked.md)\n```\n",
+        encoding="utf-8",
+    )
+    assert broken_links(page, tmp_path) == [
+        "docs/b.md: c.md (no such file)",
+        "docs/b.md: a.md#nowhere (no heading #nowhere)",
+    ]
 
 
 def test_the_results_markers_live_in_docs_evaluation_and_accept_a_table():

@@ -9,9 +9,11 @@ from envfactory_assets.synth.refinement.phrasing import COMMA_JOINTS, LAST_JOINT
 from envfactory_assets.synth.refinement.solver.programmatic import _clauses, _resolve_reference
 from envfactory_assets.synth.trajectories.conversation import _without
 
-BOOKS = [{"book_id": "boo_00001", "title": "Dune", "city": "Rome", "shelf": "A", "stock": 3},
-         {"book_id": "boo_00002", "title": "Emma", "city": "Oslo", "shelf": "B", "stock": 3},
-         {"book_id": "boo_00003", "title": "Emma", "city": "Rome", "shelf": "B", "stock": 3}]
+BOOKS = [
+    {"book_id": "boo_00001", "title": "Dune", "city": "Rome", "shelf": "A", "stock": 3},
+    {"book_id": "boo_00002", "title": "Emma", "city": "Oslo", "shelf": "B", "stock": 3},
+    {"book_id": "boo_00003", "title": "Emma", "city": "Rome", "shelf": "B", "stock": 3},
+]
 
 
 class _Listing:
@@ -35,27 +37,35 @@ def test_a_row_no_single_fact_picks_out_is_named_by_two_and_the_solver_finds_it(
 
 
 def test_a_row_no_pair_of_facts_picks_out_is_not_described():
-    twins = [{"book_id": "boo_00001", "title": "Emma", "city": "Rome"},
-             {"book_id": "boo_00002", "title": "Emma", "city": "Rome"}]
+    twins = [
+        {"book_id": "boo_00001", "title": "Emma", "city": "Rome"},
+        {"book_id": "boo_00002", "title": "Emma", "city": "Rome"},
+    ]
     assert _state_reference(twins, "book_id", "boo_00002", "books") is None
 
 
 def test_what_an_earlier_call_of_the_turn_wrote_does_not_describe_the_row():
     # another row may hold 'Dune' by now: the row is named by a fact nothing wrote
     assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"title": "Dune"}]) == (
-        "the book whose shelf is 'A'")
+        "the book whose shelf is 'A'"
+    )
     assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"title": "Dune", "shelf": "A"}]) is None
     # the row itself was written earlier in the turn: it may no longer look as the state says
     assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"book_id": "boo_00001", "stock": 9}]) is None
     # a write that touched neither the row nor the fact leaves the description as it was
     assert _state_reference(BOOKS, "book_id", "boo_00001", "books", [{"title": "Persuasion"}]) == (
-        "the book whose title is 'Dune'")
+        "the book whose title is 'Dune'"
+    )
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_solver_splits_a_message_at_every_connective_phrasing_joins_with(seed):
-    parts = ["delete book 'boo_00001'", "show me the books where city is 'Rome'", "count the authors",
-             "create a new book with title 'Emma' and stock 3"]
+    parts = [
+        "delete book 'boo_00001'",
+        "show me the books where city is 'Rome'",
+        "count the authors",
+        "create a new book with title 'Emma' and stock 3",
+    ]
     joined = _clauses(join_sentences(parts, random.Random(seed)))
     assert [joined[0][0].lower() + joined[0][1:], *joined[1:]] == parts
 
@@ -64,20 +74,33 @@ def test_every_connective_is_one_the_solver_knows():
     for joint in (*COMMA_JOINTS, *LAST_JOINTS):
         text = (", " if joint[0].islower() else ". ") + joint + " "
         assert _clauses("delete book 'boo_00001'" + text + "count the authors") == [
-            "delete book 'boo_00001'", "count the authors"], joint
+            "delete book 'boo_00001'",
+            "count the authors",
+        ], joint
     for joint in SENTENCE_JOINTS:
         assert _clauses(f"delete book 'boo_00001'. {joint} count the authors") == [
-            "delete book 'boo_00001'", "count the authors"], joint
+            "delete book 'boo_00001'",
+            "count the authors",
+        ], joint
 
 
-@pytest.mark.parametrize(("query", "segment", "expected"), [
-    ("Add a book with title 'Dune' and price 9.", "title 'Dune'", "Add a book with price 9."),
-    ("Add a book with title 'Dune', price 9 and stock 3, and afterwards delete it.", "stock 3",
-     "Add a book with title 'Dune', price 9, and afterwards delete it."),
-    ("Add a book with title 'Dune', price 9 and stock 3.", "price 9", "Add a book with title 'Dune' and stock 3."),
-    ("Add a book with title 'Dune', and following that, count the books.", "title 'Dune'",
-     "Add a book, and following that, count the books."),
-])
+@pytest.mark.parametrize(
+    ("query", "segment", "expected"),
+    [
+        ("Add a book with title 'Dune' and price 9.", "title 'Dune'", "Add a book with price 9."),
+        (
+            "Add a book with title 'Dune', price 9 and stock 3, and afterwards delete it.",
+            "stock 3",
+            "Add a book with title 'Dune', price 9, and afterwards delete it.",
+        ),
+        ("Add a book with title 'Dune', price 9 and stock 3.", "price 9", "Add a book with title 'Dune' and stock 3."),
+        (
+            "Add a book with title 'Dune', and following that, count the books.",
+            "title 'Dune'",
+            "Add a book, and following that, count the books.",
+        ),
+    ],
+)
 def test_a_value_left_for_the_user_to_give_leaves_a_list_that_still_reads(query, segment, expected):
     assert _without(query, segment) == expected
 
@@ -98,8 +121,14 @@ def test_the_solver_reads_every_way_a_create_request_pairs_a_field_with_its_valu
     from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 
     env, tools = bookshop_tools
-    args = {"title": "Dune", "author_id": "aut_00002", "genre": "fiction", "price": 9.5, "in_stock": True,
-            "published": "2024-05-01"}
+    args = {
+        "title": "Dune",
+        "author_id": "aut_00002",
+        "genre": "fiction",
+        "price": 9.5,
+        "in_stock": True,
+        "published": "2024-05-01",
+    }
     query = describe_call(tools["books_create"], "book_id", args, rng=random.Random(seed))
     calls = []
 
@@ -107,8 +136,11 @@ def test_the_solver_reads_every_way_a_create_request_pairs_a_field_with_its_valu
         calls.append((name, arguments))
         return {"ok": True, "output": {"book_id": "boo_00009", **arguments}}
 
-    ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".",
-                                                     tuple(openai_tool(t) for t in env["tools"])), call, seed)
+    ProgrammaticSolver().attempt(
+        SolverView.for_turn([], query[0].upper() + query[1:] + ".", tuple(openai_tool(t) for t in env["tools"])),
+        call,
+        seed,
+    )
     assert calls == [("books_create", args)], query
 
 
@@ -121,7 +153,8 @@ def test_create_requests_use_every_field_value_pairing():
     assert any("title set to 'Dune'" in t for t in texts) and any("price of 9.5" in t for t in texts)
     assert any("title 'Dune'" in t for t in texts)
     assert describe_call(tool, "book_id", {"title": "Dune", "price": 9.5}) == (
-        "create a new book with title 'Dune', price 9.5")  # the raw query keeps one plain form
+        "create a new book with title 'Dune', price 9.5"
+    )  # the raw query keeps one plain form
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -140,13 +173,18 @@ def test_the_solver_reads_every_way_a_list_request_states_its_filters(bookshop_t
         calls.append((name, arguments))
         return {"ok": True, "output": {"items": [], "total": 0}}
 
-    ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".",
-                                                     tuple(openai_tool(t) for t in env["tools"])), call, seed)
+    ProgrammaticSolver().attempt(
+        SolverView.for_turn([], query[0].upper() + query[1:] + ".", tuple(openai_tool(t) for t in env["tools"])),
+        call,
+        seed,
+    )
     assert calls == [("books_list", args)], query
 
 
-@pytest.mark.parametrize("value", ["2025-03-20T21:40:00Z", "2025-03-20T00:05:00Z", "2025-12-01T12:00:00Z",
-                                   "2024-02-29", "2025-07-04T09:07:00Z"])
+@pytest.mark.parametrize(
+    "value",
+    ["2025-03-20T21:40:00Z", "2025-03-20T00:05:00Z", "2025-12-01T12:00:00Z", "2024-02-29", "2025-07-04T09:07:00Z"],
+)
 def test_every_way_a_date_is_written_reads_back_as_the_same_value(value):
     from envfactory_assets.synth.refinement.phrasing import parse_spoken_value, spoken_forms, spoken_value
 
@@ -156,8 +194,17 @@ def test_every_way_a_date_is_written_reads_back_as_the_same_value(value):
     assert {spoken_value(value, None, random.Random(s)) for s in range(60)} == forms
 
 
-@pytest.mark.parametrize("text", ["31 February 2025", "February 30, 2025", "1 May 2025 at 13:05 PM UTC",
-                                  "1 May 2025 at 0:05 AM UTC", "1 May 2025 at 24:00 UTC", "May 1 2025"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "31 February 2025",
+        "February 30, 2025",
+        "1 May 2025 at 13:05 PM UTC",
+        "1 May 2025 at 0:05 AM UTC",
+        "1 May 2025 at 24:00 UTC",
+        "May 1 2025",
+    ],
+)
 def test_a_date_no_calendar_has_is_not_read_as_one(text):
     from envfactory_assets.synth.refinement.phrasing import parse_spoken_value
 
@@ -169,22 +216,39 @@ def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
     # longer "the order whose status is 'cancelled'"
     from envfactory_assets.synth.refinement.operators import _what_it_wrote
 
-    orders = [{"order_id": "ord_1", "status": "cancelled", "total": 5},
-              {"order_id": "ord_2", "status": "open", "total": 5},
-              {"order_id": "ord_3", "status": "open", "total": 7}]
-    cancel = {"name": "cancel_order", "kind": "action", "table": "orders",
-              "action": {"verb": "cancel", "field": "status", "value": "cancelled", "blocked": []}}
+    orders = [
+        {"order_id": "ord_1", "status": "cancelled", "total": 5},
+        {"order_id": "ord_2", "status": "open", "total": 5},
+        {"order_id": "ord_3", "status": "open", "total": 7},
+    ]
+    cancel = {
+        "name": "cancel_order",
+        "kind": "action",
+        "table": "orders",
+        "action": {"verb": "cancel", "field": "status", "value": "cancelled", "blocked": []},
+    }
     wrote = _what_it_wrote(cancel, {"order_id": "ord_2"})
     assert wrote == {"order_id": "ord_2", "status": "cancelled"}
     assert _state_reference(orders, "order_id", "ord_1", "orders") == "the order whose status is 'cancelled'"
     assert _state_reference(orders, "order_id", "ord_1", "orders", [wrote]) is None
     # other writes are their arguments
     assert _what_it_wrote({"kind": "update", "table": "orders"}, {"order_id": "ord_3", "total": 9}) == {
-        "order_id": "ord_3", "total": 9}
+        "order_id": "ord_3",
+        "total": 9,
+    }
 
 
-@pytest.mark.parametrize("title", ["Salt, then pepper", "Mr. Next, Mrs. Then", "Tea, and finally cake",
-                                   "Ask. Also go", "A list of the best", "The list of all things"])
+@pytest.mark.parametrize(
+    "title",
+    [
+        "Salt, then pepper",
+        "Mr. Next, Mrs. Then",
+        "Tea, and finally cake",
+        "Ask. Also go",
+        "A list of the best",
+        "The list of all things",
+    ],
+)
 def test_a_quoted_value_holding_a_connective_or_list_of_is_read_whole(bookshop_tools, title):
     # the solver splits requests and rewrites "a list of the" outside quoted values only
     from envfactory_assets.envgen.tools import openai_tool

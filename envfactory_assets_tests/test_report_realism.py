@@ -29,18 +29,35 @@ from envfactory_assets.viewer import render_from_store
 
 
 def _state(*book_ids: str) -> dict:
-    return {"bookshop": {"meta": {"now": "2025-06-30T12:00:00Z"},
-                         "tables": {"books": [{"book_id": b, "title": f"Title {b}"} for b in book_ids]}}}
+    return {
+        "bookshop": {
+            "meta": {"now": "2025-06-30T12:00:00Z"},
+            "tables": {"books": [{"book_id": b, "title": f"Title {b}"} for b in book_ids]},
+        }
+    }
 
 
 def _call(name: str, kind: str, arguments: dict, output: dict, provenance: dict | None = None) -> dict:
-    return {"name": name, "kind": kind, "env_id": "bookshop", "arguments": arguments, "output": output,
-            "provenance": provenance or {a: {"source": "user"} for a in arguments}}
+    return {
+        "name": name,
+        "kind": kind,
+        "env_id": "bookshop",
+        "arguments": arguments,
+        "output": output,
+        "provenance": provenance or {a: {"source": "user"} for a in arguments},
+    }
 
 
 def _turn(query: str, calls: list[dict], state_ids: tuple[str, ...] = ("boo_00001",), **extra) -> dict:
-    return {"query": query, "query_raw": query, "calls": calls, "state_before": _state(*state_ids),
-            "assistant_summary": "Done.", "operators": [], **extra}
+    return {
+        "query": query,
+        "query_raw": query,
+        "calls": calls,
+        "state_before": _state(*state_ids),
+        "assistant_summary": "Done.",
+        "operators": [],
+        **extra,
+    }
 
 
 # --- turns quoting an identifier that does not exist yet --------------------------------------------------
@@ -49,10 +66,21 @@ def _create_book(book_id: str, title: str) -> dict:
 
 
 def test_a_query_quoting_an_identifier_its_own_create_call_assigns_is_counted():
-    turns = [_turn("Add a book titled 'Dune', then show me book 'boo_00002'.",
-                   [_create_book("boo_00002", "Dune"),
-                    _call("get_book", "get", {"book_id": "boo_00002"}, {"book_id": "boo_00002", "title": "Dune"},
-                          {"book_id": {"source": "output", "call": 0, "path": "book_id"}})])]
+    turns = [
+        _turn(
+            "Add a book titled 'Dune', then show me book 'boo_00002'.",
+            [
+                _create_book("boo_00002", "Dune"),
+                _call(
+                    "get_book",
+                    "get",
+                    {"book_id": "boo_00002"},
+                    {"book_id": "boo_00002", "title": "Dune"},
+                    {"book_id": {"source": "output", "call": 0, "path": "book_id"}},
+                ),
+            ],
+        )
+    ]
     assert future_identifiers(turns, 0) == ["boo_00002"]
     figures = future_identifier_figures([{"status": "passed", "turns": turns}])
     assert (figures["turns"], figures["turns_quoting_future_identifier"], figures["share"]) == (1, 1, 1.0)
@@ -61,15 +89,30 @@ def test_a_query_quoting_an_identifier_its_own_create_call_assigns_is_counted():
 
 def test_an_identifier_a_later_turn_creates_counts_and_existing_ones_do_not():
     later = _turn("Add a book titled 'Emma'.", [_create_book("boo_00003", "Emma")], ("boo_00001", "boo_00002"))
-    quoting = _turn("Show me book 'boo_00003'.", [_call("get_book", "get", {"book_id": "boo_00001"},
-                                                        {"book_id": "boo_00001"}, {"book_id": {"source": "state"}})])
-    existing = _turn("Show me book 'boo_00001', a longer id 'boo_00003x' is not the same.",
-                     [_call("get_book", "get", {"book_id": "boo_00001"}, {"book_id": "boo_00001"})])
+    quoting = _turn(
+        "Show me book 'boo_00003'.",
+        [
+            _call(
+                "get_book", "get", {"book_id": "boo_00001"}, {"book_id": "boo_00001"}, {"book_id": {"source": "state"}}
+            )
+        ],
+    )
+    existing = _turn(
+        "Show me book 'boo_00001', a longer id 'boo_00003x' is not the same.",
+        [_call("get_book", "get", {"book_id": "boo_00001"}, {"book_id": "boo_00001"})],
+    )
     # the id the create made in turn 1 exists for turn 2
-    after = _turn("Delete book 'boo_00003'.", [_call("delete_book", "delete", {"book_id": "boo_00003"},
-                                                     {"deleted": True})], ("boo_00001", "boo_00002"))
-    rows = [{"status": "passed", "turns": [quoting, later]}, {"status": "passed", "turns": [existing, later]},
-            {"status": "passed", "turns": [later, after]}, {"status": "failed", "turns": [quoting, later]}]
+    after = _turn(
+        "Delete book 'boo_00003'.",
+        [_call("delete_book", "delete", {"book_id": "boo_00003"}, {"deleted": True})],
+        ("boo_00001", "boo_00002"),
+    )
+    rows = [
+        {"status": "passed", "turns": [quoting, later]},
+        {"status": "passed", "turns": [existing, later]},
+        {"status": "passed", "turns": [later, after]},
+        {"status": "failed", "turns": [quoting, later]},
+    ]
     assert future_identifiers([quoting, later], 0) == ["boo_00003"]
     assert future_identifiers([existing, later], 0) == []
     figures = future_identifier_figures(rows)
@@ -78,14 +121,28 @@ def test_an_identifier_a_later_turn_creates_counts_and_existing_ones_do_not():
 
 # --- gold arguments nobody gave ------------------------------------------------------------------------------
 def test_a_gold_value_from_the_user_that_the_request_never_states_is_never_given():
-    create = _call("create_book", "create", {"title": "Dune", "genre": "fiction", "limit": 10},
-                   {"book_id": "boo_00002", "title": "Dune", "genre": "fiction"})
+    create = _call(
+        "create_book",
+        "create",
+        {"title": "Dune", "genre": "fiction", "limit": 10},
+        {"book_id": "boo_00002", "title": "Dune", "genre": "fiction"},
+    )
     first = _turn("Add a book titled 'Dune' in genre 'fiction'.", [create])
-    again = _call("create_book", "create", {"title": "Dune", "genre": "fiction", "limit": 10},
-                  {"book_id": "boo_00003", "title": "Dune", "genre": "fiction"})
+    again = _call(
+        "create_book",
+        "create",
+        {"title": "Dune", "genre": "fiction", "limit": 10},
+        {"book_id": "boo_00003", "title": "Dune", "genre": "fiction"},
+    )
     # the title was said in an earlier turn only; the genre comes from the clarification answer
-    second = _turn("Add another book.", [again], clarification=[
-        {"role": "assistant", "content": "Which genre?"}, {"role": "user", "content": "The genre is 'fiction'."}])
+    second = _turn(
+        "Add another book.",
+        [again],
+        clarification=[
+            {"role": "assistant", "content": "Which genre?"},
+            {"role": "user", "content": "The genre is 'fiction'."},
+        ],
+    )
     gold = [{"name": "create_book", "arguments": again["arguments"]}]
     found = unstated_gold_arguments([first, second], 1, gold, ["limit"])
     assert found == [{"call": "create_book", "argument": "title", "value": "Dune", "referred_by": None}]
@@ -94,19 +151,34 @@ def test_a_gold_value_from_the_user_that_the_request_never_states_is_never_given
 
 def test_a_value_from_an_earlier_result_or_named_by_a_reference_is_given():
     create = _create_book("boo_00002", "Dune")
-    delete = _call("delete_book", "delete", {"book_id": "boo_00002"}, {"deleted": True},
-                   {"book_id": {"source": "output", "call": 0, "path": "book_id"}})
-    recent = _call("get_book", "get", {"book_id": "boo_00001"}, {"book_id": "boo_00001"}, {"book_id": {"source": "state"}})
-    turn = _turn("Add a book titled 'Dune', delete the book you just created, then show my most recent book.",
-                 [create, delete, recent],
-                 operators=[{"operator": "ambiguity", "argument": "book_id", "value": "boo_00001",
-                             "reference": "my most recent book"}])
+    delete = _call(
+        "delete_book",
+        "delete",
+        {"book_id": "boo_00002"},
+        {"deleted": True},
+        {"book_id": {"source": "output", "call": 0, "path": "book_id"}},
+    )
+    recent = _call(
+        "get_book", "get", {"book_id": "boo_00001"}, {"book_id": "boo_00001"}, {"book_id": {"source": "state"}}
+    )
+    turn = _turn(
+        "Add a book titled 'Dune', delete the book you just created, then show my most recent book.",
+        [create, delete, recent],
+        operators=[
+            {"operator": "ambiguity", "argument": "book_id", "value": "boo_00001", "reference": "my most recent book"}
+        ],
+    )
     gold = [{"name": c["name"], "arguments": c["arguments"]} for c in (create, delete, recent)]
     assert unstated_gold_arguments([turn], 0, gold, []) == [
-        {"call": "get_book", "argument": "book_id", "value": "boo_00001", "referred_by": "ambiguity"}]
-    figures = gold_argument_figures({"ref_1": [turn]}, [
-        {"refined_trajectory_id": "ref_1", "turn_index": 0, "gold_calls": gold, "masked_arguments": []},
-        {"refined_trajectory_id": "ref_1", "turn_index": 1, "gold_calls": [], "masked_arguments": []}])
+        {"call": "get_book", "argument": "book_id", "value": "boo_00001", "referred_by": "ambiguity"}
+    ]
+    figures = gold_argument_figures(
+        {"ref_1": [turn]},
+        [
+            {"refined_trajectory_id": "ref_1", "turn_index": 0, "gold_calls": gold, "masked_arguments": []},
+            {"refined_trajectory_id": "ref_1", "turn_index": 1, "gold_calls": [], "masked_arguments": []},
+        ],
+    )
     assert figures["rl_rows"] == 1 and figures["gold_arguments"] == 3 and figures["unstated"] == 1
     assert figures["referred_to"] == {"ambiguity": 1} and figures["never_given"] == 0
 
@@ -144,30 +216,40 @@ def test_the_data_realism_figures_match_counts_made_in_sql(report, read_only_sto
     section = report.split("## Data realism", 1)[1].split("\n## ", 1)[0]
     con = duckdb.connect(str(read_only_store.path), read_only=True)
     q = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
-    assert _figure(section, "environments") == str(q("SELECT count(*) FROM current_environments WHERE status = 'built'"))
+    assert _figure(section, "environments") == str(
+        q("SELECT count(*) FROM current_environments WHERE status = 'built'")
+    )
     n_chains = q("SELECT count(*) FROM current_tool_chains WHERE sampler = 'topology'")
     multi = q("SELECT count(*) FROM current_tool_chains WHERE sampler = 'topology' AND n_servers > 1")
     assert _figure(section, "topology chains") == str(n_chains) and n_chains > 0
     assert _figure(section, "spanning several environments") == f"{multi} ({multi / n_chains:.1%})"
     assert _figure(section, "identifier crossings (must be 0)") == "0"
-    turns = q("SELECT count(*) FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) "
-              "WHERE status = 'passed'")
+    turns = q(
+        "SELECT count(*) FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) WHERE status = 'passed'"
+    )
     assert re.search(rf"\*\*0\*\* of {turns} \(0\.00%\)", section)
-    gold = con.execute("SELECT CAST(gold_calls AS VARCHAR), CAST(masked_arguments AS VARCHAR) FROM current_rl_dataset").fetchall()
+    gold = con.execute(
+        "SELECT CAST(gold_calls AS VARCHAR), CAST(masked_arguments AS VARCHAR) FROM current_rl_dataset"
+    ).fetchall()
     calls = [(json.loads(g), json.loads(m or "[]")) for g, m in gold]
     assert _figure(section, "RL rows with gold calls") == str(sum(1 for g, _m in calls if g)) != "0"
     assert _figure(section, "gold arguments") == str(sum(len(c["arguments"]) for g, _m in calls for c in g))
-    assert _figure(section, "masked (`masked_arguments`)") == str(sum(1 for g, m in calls for c in g
-                                                                     for a in c["arguments"] if a in m))
+    assert _figure(section, "masked (`masked_arguments`)") == str(
+        sum(1 for g, m in calls for c in g for a in c["arguments"] if a in m)
+    )
 
 
-def test_the_ten_trajectories_are_drawn_by_the_printed_seed_and_rendered_as_show_renders_them(report, read_only_store,
-                                                                                              tmp_path):
+def test_the_ten_trajectories_are_drawn_by_the_printed_seed_and_rendered_as_show_renders_them(
+    report, read_only_store, tmp_path
+):
     section = report.split("## Trajectories to read whole", 1)[1]
     assert "random.Random(0)" in section
     ids = re.findall(r"^\| `(ref_[0-9a-f]+)` \|", section, re.M)
-    passed = duckdb.connect(str(read_only_store.path), read_only=True).execute(
-        "SELECT count(*) FROM current_refined_trajectories WHERE status = 'passed'").fetchone()[0]
+    passed = (
+        duckdb.connect(str(read_only_store.path), read_only=True)
+        .execute("SELECT count(*) FROM current_refined_trajectories WHERE status = 'passed'")
+        .fetchone()[0]
+    )
     assert len(ids) == min(10, passed) == len(set(ids)) and passed > 0
     writable = Store(shutil.copyfile(read_only_store.path, tmp_path / "envfactory.duckdb"))  # show opens it to write
     for i in ids:
@@ -196,8 +278,12 @@ def test_compare_with_a_store_that_predates_tables_shows_their_figures_empty(rea
         for view in ("current_rl_dataset", "current_tool_chains"):
             con.execute(f"DROP VIEW {view}")
     old.chmod(stat.S_IRUSR)
-    rows = {name: (before, after) for name, before, after in
-            re.findall(r"^\| (.+?) \| (.*?) \| (.*?) \|$", compare_report(str(old), read_only_store), re.M)}
+    rows = {
+        name: (before, after)
+        for name, before, after in re.findall(
+            r"^\| (.+?) \| (.*?) \| (.*?) \|$", compare_report(str(old), read_only_store), re.M
+        )
+    }
     assert rows["RL gold arguments: gold_arguments"][0] == "" != rows["RL gold arguments: gold_arguments"][1]
     assert rows["topology chains: chains"][0] == ""
     assert rows["kept turns: turns"][0] == rows["kept turns: turns"][1] != ""
@@ -209,8 +295,12 @@ def test_compare_refuses_a_missing_path_or_a_file_that_is_not_a_store(read_only_
     text_file.write_text("not a database")
     empty = tmp_path / "empty.duckdb"
     duckdb.connect(str(empty)).close()
-    for path, problem in ((tmp_path / "missing.duckdb", "no such file"), (text_file, "not a DuckDB store"),
-                          (empty, "not an envfactory store"), (tmp_path, "a folder, not a store")):
+    for path, problem in (
+        (tmp_path / "missing.duckdb", "no such file"),
+        (text_file, "not a DuckDB store"),
+        (empty, "not an envfactory store"),
+        (tmp_path, "a folder, not a store"),
+    ):
         assert cli_main(["report", "--compare", str(path)]) == 2
         err = capsys.readouterr().err
         assert f"--compare {path}" in err and problem in err, err

@@ -96,10 +96,18 @@ def task(bookshop, runner) -> dict:
     env_id = bookshop["env_id"]
     initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
     book_id = initial[env_id]["tables"]["books"][0]["book_id"]
-    row = {"id": "rl_test", "env_ids": [env_id], "tools": [openai_tool(t) for t in bookshop["tools"]],
-           "gold_calls": [{"name": "update_book", "arguments": {"book_id": book_id, "price": 12.5}},
-                          {"name": "delete_book", "arguments": {"book_id": book_id}}],
-           "masked_arguments": ["limit"], "initial_state": initial, "final_state": initial}
+    row = {
+        "id": "rl_test",
+        "env_ids": [env_id],
+        "tools": [openai_tool(t) for t in bookshop["tools"]],
+        "gold_calls": [
+            {"name": "update_book", "arguments": {"book_id": book_id, "price": 12.5}},
+            {"name": "delete_book", "arguments": {"book_id": book_id}},
+        ],
+        "masked_arguments": ["limit"],
+        "initial_state": initial,
+        "final_state": initial,
+    }
     episode = runner.episode(row)
     for call in row["gold_calls"]:
         episode.call(call["name"], call["arguments"])
@@ -144,23 +152,45 @@ def test_wrong_and_malformed_calls_score_low(task, runner):
 
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_order", "parameters": {
-        "type": "object", "required": ["order_id"], "properties": {
-            "order_id": {"type": "string"}, "limit": {"type": "integer"}, "verbose": {"type": "boolean", "default": False}}}}},
-    {"type": "function", "function": {"name": "list_orders", "parameters": {
-        "type": "object", "properties": {"limit": {"type": "integer"}, "status": {"type": "string", "default": "open"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_order",
+            "parameters": {
+                "type": "object",
+                "required": ["order_id"],
+                "properties": {
+                    "order_id": {"type": "string"},
+                    "limit": {"type": "integer"},
+                    "verbose": {"type": "boolean", "default": False},
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "list_orders",
+            "parameters": {
+                "type": "object",
+                "properties": {"limit": {"type": "integer"}, "status": {"type": "string", "default": "open"}},
+            },
+        },
+    },
 ]
 STILL = {"shop": "aaa"}  # a read-only turn: the gold final state is the initial one
 
 
 def guarded(gold, predicted, final=STILL, initial=STILL, gold_state=STILL, n_malformed=0):
-    return guarded_reward(gold, predicted, final, gold_state, initial, TOOLS, masked_arguments=("limit",),
-                          n_malformed=n_malformed)
+    return guarded_reward(
+        gold, predicted, final, gold_state, initial, TOOLS, masked_arguments=("limit",), n_malformed=n_malformed
+    )
 
 
 def test_arguments_that_matter_are_required_unmasked_and_not_the_default():
-    assert arguments_that_matter({"name": "get_order", "arguments": {"order_id": "o1", "limit": 5}}, TOOLS,
-                                 ("limit",)) == {"order_id": "o1"}
+    assert arguments_that_matter(
+        {"name": "get_order", "arguments": {"order_id": "o1", "limit": 5}}, TOOLS, ("limit",)
+    ) == {"order_id": "o1"}
     assert arguments_that_matter({"name": "list_orders", "arguments": {"limit": 5}}, TOOLS, ("limit",)) == {}
     assert is_empty_call({"name": "get_order", "arguments": {}}, TOOLS)
     assert is_empty_call({"name": "get_order", "arguments": {"limit": 3, "verbose": False}}, TOOLS, ("limit",))
@@ -193,8 +223,7 @@ def test_on_a_read_the_state_half_needs_the_trace_and_argument_free_reads_still_
     free = [{"name": "list_orders", "arguments": {"limit": 10}}]  # limit is masked: no argument matters
     assert guarded(free, [{"name": "list_orders", "arguments": {}}]).reward == 1.0
     # a write turn keeps the paper's state term: the right end state without the right trace is half
-    write = guarded(gold, [{"name": "list_orders", "arguments": {}}], final={"shop": "bbb"},
-                    gold_state={"shop": "bbb"})
+    write = guarded(gold, [{"name": "list_orders", "arguments": {}}], final={"shop": "bbb"}, gold_state={"shop": "bbb"})
     assert (write.trace, write.state, write.reward) == (0.0, 1.0, pytest.approx(0.45))
 
 
@@ -254,7 +283,7 @@ def test_every_document_states_the_held_out_share_of_environments_the_code_uses(
     for doc in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
         text = " ".join(doc.read_text(encoding="utf-8").split())  # a statement may wrap across lines
         for match in re.finditer(r"(\d+(?:\.\d+)?) ?(%|percent)", text):
-            window = text[max(0, match.start() - 80): match.end() + 60].lower()
+            window = text[max(0, match.start() - 80) : match.end() + 60].lower()
             if re.search(r"held.out|hold.out|holds out|environment share", window) and "environment" in window:
                 statements.append((doc.name, float(match[1]), window))
     assert {name for name, _, _ in statements} >= {"README.md", "evaluation.md"}, statements
@@ -266,8 +295,11 @@ def test_a_small_corpus_still_holds_out_one_environment_and_the_stages_read_the_
     from envfactory_assets.tooluse.splits import held_out_environments, is_held_out_environment, stored_split
 
     # three environments at 10% usually have none under the share on their own: one is held out anyway
-    small = next([f"shop_{i}:api", f"shop_{i + 1}:api", f"shop_{i + 2}:api"] for i in range(0, 300, 3)
-                 if not any(is_held_out_environment(f"shop_{j}:api") for j in range(i, i + 3)))
+    small = next(
+        [f"shop_{i}:api", f"shop_{i + 1}:api", f"shop_{i + 2}:api"]
+        for i in range(0, 300, 3)
+        if not any(is_held_out_environment(f"shop_{j}:api") for j in range(i, i + 3))
+    )
     held = held_out_environments(small)
     assert len(held) == 1 and held <= set(small)
     assert held_out_environments(reversed(small)) == held  # order of discovery does not matter

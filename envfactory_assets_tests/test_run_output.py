@@ -18,11 +18,19 @@ from envfactory_assets_tests.tiny_run import REPO_ROOT, many_updates_config, run
 # the fixture corpus has 3 environments, so no bar counts 50 items here (the pseudo-terminal run below does)
 BAR = re.compile(r"^(\S+)\s+\[[#.]+\] (\d+)/(\d+)\s")
 #: the assets that draw a bar, and the step that prints their "done in" line
-BAR_STEPS = {"source_resources": "source_resources", "environments": "environments",
-             "verified_environments": "verified_environments",
-             "tool_graph": "tool_graph", "tool_chains": "tool_chains", "raw_trajectories": "raw_trajectories",
-             "refined_trajectories": "refined_trajectories", "sft_dataset": "datasets", "checkpoints": "checkpoints",
-             "evaluations": "evaluations", "dataset_exports": "dataset_exports"}
+BAR_STEPS = {
+    "source_resources": "source_resources",
+    "environments": "environments",
+    "verified_environments": "verified_environments",
+    "tool_graph": "tool_graph",
+    "tool_chains": "tool_chains",
+    "raw_trajectories": "raw_trajectories",
+    "refined_trajectories": "refined_trajectories",
+    "sft_dataset": "datasets",
+    "checkpoints": "checkpoints",
+    "evaluations": "evaluations",
+    "dataset_exports": "dataset_exports",
+}
 BAR_STAGES = set(BAR_STEPS)
 SUMMARY = "== envfactory run summary =="
 
@@ -72,20 +80,31 @@ def test_the_summary_comes_last_with_labelled_checkpoints_results_exports_and_to
 def test_the_run_records_its_stage_times_and_the_report_prints_them(terminal):
     _, home = terminal
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    proc = subprocess.run([sys.executable, "-m", "envfactory_assets.cli", "report"], env={**env, "ENVFACTORY_HOME": str(home)},
-                          cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envfactory_assets.cli", "report"],
+        env={**env, "ENVFACTORY_HOME": str(home)},
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     # every trajectory table says whether it counts raw or refined trajectories; operators: applied vs kept
     assert "## Raw trajectories (before refinement)" in proc.stdout
     assert "| status | refined trajectories |" in proc.stdout
-    ops = re.findall(r"^\| (\w+) \| (\d+) \| (\d+) \| (\d+) \|$",
-                     proc.stdout.split("| operator | applied | reverted | kept |")[1].split("\n\n")[0], re.M)
+    ops = re.findall(
+        r"^\| (\w+) \| (\d+) \| (\d+) \| (\d+) \|$",
+        proc.stdout.split("| operator | applied | reverted | kept |")[1].split("\n\n")[0],
+        re.M,
+    )
     assert ops and all(int(applied) - int(reverted) == int(kept) for _, applied, reverted, kept in ops), ops
     section = proc.stdout.split("## Stage times")[1]
     for stage in ("source_resources", "environments", "tool_graph", "checkpoints", "evaluations"):
         # stage | wall time (s) | peak memory (MiB) | load average | status | started | runs (this run only) | range
-        assert re.search(rf"^\| {stage} \| \d+\.\d \| \d+ \| \d+\.\d \| SUCCESS \| [^|]+ UTC \| 1 \|", section,
-                         re.M), stage
+        assert re.search(rf"^\| {stage} \| \d+\.\d \| \d+ \| \d+\.\d \| SUCCESS \| [^|]+ UTC \| 1 \|", section, re.M), (
+            stage
+        )
 
 
 def test_the_run_log_file_holds_dagster_events_from_info_up(terminal):
@@ -103,8 +122,14 @@ def test_the_checkpoints_metadata_names_which_checkpoint_each_figure_is_of(termi
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey("checkpoints"))
     metadata = event.asset_materialization.metadata
-    both = {"checkpoint_ids", "checkpoint_paths", "training_curves", "base_model_hash", "empty_argument_share",
-            "unwanted_call_share"}  # one entry per stage inside, or the base model's
+    both = {
+        "checkpoint_ids",
+        "checkpoint_paths",
+        "training_curves",
+        "base_model_hash",
+        "empty_argument_share",
+        "unwanted_call_share",
+    }  # one entry per stage inside, or the base model's
     assert all(key in both or key.startswith(("sft_", "grpo_")) for key in metadata), sorted(metadata)
     assert metadata["sft_checkpoint_id"].value == metadata["checkpoint_ids"].value["sft"]
     assert metadata["sft_path"].value == metadata["checkpoint_paths"].value["sft"]
@@ -135,8 +160,11 @@ def test_with_counts_raised_every_bar_counts_50_items_ends_at_100_and_the_summar
         if match:
             bars.setdefault(match[1], []).append((int(match[2]), int(match[3])))
         else:  # nothing else reaches the terminal: no Dagster event, library bar, warning or trainer line
-            assert (re.fullmatch(r"\S+\s+done in \d+\.\d s", frame) or frame.startswith("run log (")
-                    or frame == "  (envfactory run --verbose prints it all here instead)"), frame
+            assert (
+                re.fullmatch(r"\S+\s+done in \d+\.\d s", frame)
+                or frame.startswith("run log (")
+                or frame == "  (envfactory run --verbose prints it all here instead)"
+            ), frame
     assert set(bars) == BAR_STAGES, sorted(bars)
     for stage, drawn in bars.items():
         totals = {total for _, total in drawn}
@@ -165,8 +193,9 @@ def test_a_check_that_measured_nothing_says_so_in_the_summary():
 
     @dg.asset_check(asset=gated, blocking=True)
     def share_gate():  # a gate with fewer cases than it needs to compare
-        return dg.AssetCheckResult(passed=True, metadata={"measurement": "not measured",
-                                                          "not_measured": ["empty_argument_share: 0 calls"]})
+        return dg.AssetCheckResult(
+            passed=True, metadata={"measurement": "not measured", "not_measured": ["empty_argument_share: 0 calls"]}
+        )
 
     @dg.asset_check(asset=gated)
     def measured_gate():
@@ -175,8 +204,7 @@ def test_a_check_that_measured_nothing_says_so_in_the_summary():
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize([gated, share_gate, measured_gate], instance=instance)
     assert result.success
-    assert not_measured_checks([result]) == [
-        "  gated:share_gate (passed, not measured): empty_argument_share: 0 calls"]
+    assert not_measured_checks([result]) == ["  gated:share_gate (passed, not measured): empty_argument_share: 0 calls"]
     text = run_summary(instance, [result], None, 1.0)
     assert "checks that measured nothing" in text and "gated:share_gate" in text
     assert "gated:measured_gate" not in text

@@ -95,7 +95,7 @@ def delete_task(state, task_id):
 '''
 
 # Misbehaving tools (all of which pass the static check).
-CHAOS_SOURCE = '''
+CHAOS_SOURCE = """
 CACHE = {}
 
 
@@ -147,7 +147,7 @@ def count_calls(state):
 def noisy(state):
     print("hello from the tool")
     return {"printed": True}
-'''
+"""
 
 FAST_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=20, call_timeout_s=0.5, kill_grace_s=1.0)
 

@@ -9,7 +9,7 @@ import pytest
 from envfactory_assets.runtime import canonical_json, state_hash, static_check
 from envfactory_assets.runtime.restricted import restricted_builtins
 
-ACCEPTED_SOURCE = '''
+ACCEPTED_SOURCE = """
 import math
 import json
 import collections.abc
@@ -42,7 +42,7 @@ def due_in(state, task_id, days):
         raise ValueError(f"days must be int, not {type(days).__name__}")
     now = datetime.fromisoformat(state["meta"]["now"])
     return {"due": (now + timedelta(days=days)).isoformat(), "root": math.sqrt(days), "y": "{0.year}".format(now)}
-'''
+"""
 
 
 def test_accepts_ordinary_environment_code() -> None:

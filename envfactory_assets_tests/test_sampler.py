@@ -64,7 +64,7 @@ def _chain(graph, tools, producers=None) -> Chain:
 def test_chain_seed_is_sha256_of_the_key():
     assert chain_seed("tool_chains/0") == int.from_bytes(hashlib.sha256(b"tool_chains/0").digest()[:8], "big")
     assert chain_seed("a") != chain_seed("b")
-    assert 0 <= chain_seed("x") < 2 ** 64
+    assert 0 <= chain_seed("x") < 2**64
 
 
 def test_same_seed_same_chain(graph):
@@ -159,9 +159,11 @@ def test_optional_inputs_are_skipped_or_kept(graph):
 
 def test_explicit_producers_for_fillable_inputs(graph):
     """p_explicit_producer = 1: user-providable inputs with a producer get that producer, not the user."""
+
     def user_bound(cfg):
-        return sum(v == USER for s in range(100) for b in sample_chain(graph, s, cfg).producers.values()
-                   for v in b.values())
+        return sum(
+            v == USER for s in range(100) for b in sample_chain(graph, s, cfg).producers.values() for v in b.values()
+        )
 
     assert user_bound(SamplerConfig(p_explicit_producer=1.0)) < user_bound(SamplerConfig(p_explicit_producer=0.0))
     for s in range(50):
@@ -184,25 +186,42 @@ STEPS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
 def pipeline_tools() -> list[dict]:
     """golf needs foxtrot's output, which needs echo's, ... alpha needs nothing: a 6-deep producer chain.
     plus an orphan whose required id nothing produces."""
+
     def key(word):
         return {f"{word}_key_id": {"type": "string", "description": f"Handle issued for stage {word}"}}
 
     tools = []
     for k, word in enumerate(STEPS):
         inp = key(STEPS[k - 1]) if k else {}
-        tools.append({"env_id": "pipeline", "domain": "d", "name": f"run_{word}", "kind": "create", "table": word,
-                      "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
-                      "output_schema": {"type": "object", "properties": key(word)}})
-    tools.append({"env_id": "pipeline", "domain": "d", "name": "orphan", "kind": "get", "table": "x",
-                  "input_schema": {"type": "object", "properties": key("zulu"), "required": ["zulu_key_id"]},
-                  "output_schema": {"type": "object", "properties": {}}})
+        tools.append(
+            {
+                "env_id": "pipeline",
+                "domain": "d",
+                "name": f"run_{word}",
+                "kind": "create",
+                "table": word,
+                "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
+                "output_schema": {"type": "object", "properties": key(word)},
+            }
+        )
+    tools.append(
+        {
+            "env_id": "pipeline",
+            "domain": "d",
+            "name": "orphan",
+            "kind": "get",
+            "table": "x",
+            "input_schema": {"type": "object", "properties": key("zulu"), "required": ["zulu_key_id"]},
+            "output_schema": {"type": "object", "properties": {}},
+        }
+    )
     return tools
 
 
 @pytest.fixture(scope="module")
 def pipeline():
     g = build_tool_graph(pipeline_tools(), HashingEmbedder(), threshold=0.999)
-    expected = {(f"pipeline.run_{a}", f"pipeline.run_{b}") for a, b in zip(STEPS, STEPS[1:])}
+    expected = {(f"pipeline.run_{a}", f"pipeline.run_{b}") for a, b in zip(STEPS, STEPS[1:], strict=False)}
     assert set(g.graph.edges) == expected
     return g
 
@@ -265,7 +284,7 @@ def test_baseline_satisfies_fewer_dependencies(graph, chains):
     assert base["input_satisfaction_rate"] < 0.95
     # the walk still follows edges: consecutive tools are graph neighbours
     for w in walks:
-        assert all(graph.graph.has_edge(a, b) for a, b in zip(w.tools, w.tools[1:]))
+        assert all(graph.graph.has_edge(a, b) for a, b in zip(w.tools, w.tools[1:], strict=False))
 
 
 # --------------------------------------------------------------------------- many chains
@@ -299,17 +318,27 @@ def test_chain_round_trips_through_json(graph):
 def _two_env_tools(shared_name: str) -> list[dict]:
     """``maker`` records the e-mail address of a widget's owner, which ``user`` takes; each also has a tool
     named ``shared_name`` (or distinct names when ``shared_name`` is empty)."""
+
     def tool(env, name, kind, inp, out):
-        return {"env_id": env, "domain": "d", "name": name, "kind": kind, "table": "widgets",
-                "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
-                "output_schema": {"type": "object", "properties": out}}
+        return {
+            "env_id": env,
+            "domain": "d",
+            "name": name,
+            "kind": kind,
+            "table": "widgets",
+            "input_schema": {"type": "object", "properties": inp, "required": list(inp)},
+            "output_schema": {"type": "object", "properties": out},
+        }
+
     wid = {"owner_email": {"type": "string", "format": "email", "description": "E-mail address of the owner"}}
-    return [tool("maker", "make_widget", "create", {}, wid),
-            tool("maker", shared_name or "maker_status", "get", {}, {}),
-            tool("user", "find_widget", "get", {}, wid),
-            tool("user", "use_widget", "update", wid, wid),
-            tool("user", "inspect_widget", "get", wid, {}),
-            tool("user", shared_name or "user_status", "get", {}, {})]
+    return [
+        tool("maker", "make_widget", "create", {}, wid),
+        tool("maker", shared_name or "maker_status", "get", {}, {}),
+        tool("user", "find_widget", "get", {}, wid),
+        tool("user", "use_widget", "update", wid, wid),
+        tool("user", "inspect_widget", "get", wid, {}),
+        tool("user", shared_name or "user_status", "get", {}, {}),
+    ]
 
 
 @pytest.mark.parametrize("sampler", ["topology", "random_walk"])
@@ -355,12 +384,26 @@ def test_no_identifier_crosses_environments_in_sampled_chains(graph, chains):
                 if src != USER and graph.env_of(src) != graph.env_of(t):
                     crossings += 1
                     kinds = graph.flow_kinds(src, t, name)
-                    assert kinds and "identifier" not in kinds and graph.passes_shared_value(src, t, name), \
-                        (c.seed, src, t, name, kinds)
+                    assert kinds and "identifier" not in kinds and graph.passes_shared_value(src, t, name), (
+                        c.seed,
+                        src,
+                        t,
+                        name,
+                        kinds,
+                    )
     stats = flow_stats(graph, chains)
     assert stats["identifier_crossings"] == 0 and stats["cross_env_flows"] == crossings > 50
-    assert set(stats["cross_env_flows_by_kind"]) <= {"email", "datetime", "money", "code", "person_name", "place",
-                                                     "organization", "url", "phone"}
+    assert set(stats["cross_env_flows_by_kind"]) <= {
+        "email",
+        "datetime",
+        "money",
+        "code",
+        "person_name",
+        "place",
+        "organization",
+        "url",
+        "phone",
+    }
 
 
 def test_multi_environment_chains_each_carry_a_shared_value(graph, chains):
@@ -378,8 +421,9 @@ def test_multi_environment_chains_each_carry_a_shared_value(graph, chains):
 def test_a_chain_joining_environments_without_a_shared_value_is_invalid(graph):
     # two environments side by side: each tool's inputs are filled, but nothing passes from one to the other
     lc, gc, se = n(CRM, "list_companies"), n(CRM, "get_company"), n(MAIL, "send_email")
-    side_by_side = _chain(graph, [lc, gc, se], {gc: {"company_id": lc}, se: {"to": USER, "subject": USER,
-                                                                              "body": USER}})
+    side_by_side = _chain(
+        graph, [lc, gc, se], {gc: {"company_id": lc}, se: {"to": USER, "subject": USER, "body": USER}}
+    )
     assert any("not joined by a flow of a shared value" in p for p in validate_chain(graph, side_by_side))
     gt = n(CRM, "get_contact")
     linked = _chain(graph, [gt, se], {gt: {"contact_id": USER}, se: {"to": gt, "subject": USER, "body": USER}})
@@ -391,8 +435,15 @@ def test_an_identifier_edge_between_environments_is_refused_and_an_unkinded_one_
     from envfactory_assets.graph import ToolGraph
 
     lc, ci = n(CRM, "list_companies"), n(BILLING, "create_invoice")
-    bad = {"src": lc, "dst": ci, "src_param": "items[].company_id", "dst_param": "company_id",
-           "similarity": 1.0, "provenance": "name_type", "value_kind": "identifier"}
+    bad = {
+        "src": lc,
+        "dst": ci,
+        "src_param": "items[].company_id",
+        "dst_param": "company_id",
+        "similarity": 1.0,
+        "provenance": "name_type",
+        "value_kind": "identifier",
+    }
     with pytest.raises(ValueError, match="passes an identifier"):
         ToolGraph.from_rows(graph.nodes, graph.parameters, graph.edges + [bad])
     # rows stored before value kinds existed: the edge exists but a chain may not cross through it
@@ -421,18 +472,55 @@ def test_episode_plans_name_the_user_and_the_goal(graph, chains):
 def _station_tools() -> list[dict]:
     """An environment whose parameters share no real-world value with any other (an identifier and a
     measurement): its chains can only stay in it."""
-    env, row = "weather_example__stations", {"station_id": ts._s("Unique identifier of the station"),
-                                             "elevation_m": {"type": "integer", "description": "Elevation in metres"}}
+    env, row = (
+        "weather_example__stations",
+        {
+            "station_id": ts._s("Unique identifier of the station"),
+            "elevation_m": {"type": "integer", "description": "Elevation in metres"},
+        },
+    )
     listing = ts._obj({"items": {"type": "array", "items": ts._obj(row, ["station_id"])}})
     return [
-        ts._tool(env, "travel_transport", "list_stations", "List stations", "list", "stations",
-                 ts._obj({"limit": {"type": "integer", "description": "Maximum number of results"}}), listing),
-        ts._tool(env, "travel_transport", "get_station", "Get one station", "get", "stations",
-                 ts._obj({"station_id": row["station_id"]}, ["station_id"]), ts._obj(row)),
-        ts._tool(env, "travel_transport", "create_station", "Create a station", "create", "stations",
-                 ts._obj({"elevation_m": row["elevation_m"]}, ["elevation_m"]), ts._obj(row)),
-        ts._tool(env, "travel_transport", "delete_station", "Delete a station", "delete", "stations",
-                 ts._obj({"station_id": row["station_id"]}, ["station_id"]), ts._obj({})),
+        ts._tool(
+            env,
+            "travel_transport",
+            "list_stations",
+            "List stations",
+            "list",
+            "stations",
+            ts._obj({"limit": {"type": "integer", "description": "Maximum number of results"}}),
+            listing,
+        ),
+        ts._tool(
+            env,
+            "travel_transport",
+            "get_station",
+            "Get one station",
+            "get",
+            "stations",
+            ts._obj({"station_id": row["station_id"]}, ["station_id"]),
+            ts._obj(row),
+        ),
+        ts._tool(
+            env,
+            "travel_transport",
+            "create_station",
+            "Create a station",
+            "create",
+            "stations",
+            ts._obj({"elevation_m": row["elevation_m"]}, ["elevation_m"]),
+            ts._obj(row),
+        ),
+        ts._tool(
+            env,
+            "travel_transport",
+            "delete_station",
+            "Delete a station",
+            "delete",
+            "stations",
+            ts._obj({"station_id": row["station_id"]}, ["station_id"]),
+            ts._obj({}),
+        ),
     ]
 
 

@@ -30,7 +30,8 @@ def test_a_generated_run_config_matches_its_settings_dataclasses(config, sources
     # the Dagster schema carries the help text as each field's description (shown in the UI)
     schema = config.to_config_schema().as_field().config_type.fields
     assert schema["max_steps" if config is CheckpointConfig else "n_bfcl"].description == next(
-        s.help for s in expected if s.name in ("max_steps", "n_bfcl"))
+        s.help for s in expected if s.name in ("max_steps", "n_bfcl")
+    )
 
 
 def test_the_checker_rejects_a_hand_made_drift_in_name_type_default_and_help():
@@ -52,8 +53,11 @@ def test_the_checker_rejects_a_hand_made_drift_in_name_type_default_and_help():
         f"seed: help 'a seed', SFTConfigSpec.seed says {expected[5].help!r}",
         "device: stated by SFTConfigSpec.device but missing from the run config",
     ]
-    undrifted = pydantic.create_model("Undrifted", __base__=dg.Config, **{
-        s.name: (s.annotation, pydantic.Field(default=s.default, description=s.help)) for s in expected})
+    undrifted = pydantic.create_model(
+        "Undrifted",
+        __base__=dg.Config,
+        **{s.name: (s.annotation, pydantic.Field(default=s.default, description=s.help)) for s in expected},
+    )
     assert config_drift(undrifted.model_fields, expected) == []
 
 
@@ -71,7 +75,8 @@ def test_a_setting_without_help_or_with_an_unknown_skip_is_refused():
 def test_docs_configuration_md_is_what_the_generator_writes():
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == configuration_markdown(), (
-        "docs/configuration.md is stale: run `envfactory config-docs --output docs/configuration.md`")
+        "docs/configuration.md is stale: run `envfactory config-docs --output docs/configuration.md`"
+    )
     for name, info in CheckpointConfig.model_fields.items():
         assert f"| `{name}` |" in committed and " ".join(info.description.split()) in committed
 

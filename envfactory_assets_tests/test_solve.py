@@ -20,7 +20,6 @@ from envfactory_assets.synth.refinement.solver.base import Attempt, SolverView
 from envfactory_assets.synth.refinement.solver.judge import judge_attempt
 from envfactory_assets.synth.refinement.solver.model import ModelSolver
 from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
-
 from envfactory_assets_tests.fixture_environments import (
     fixture_graph,
     passed_trajectories,
@@ -30,8 +29,10 @@ from envfactory_assets_tests.fixture_environments import (
 @pytest.fixture(scope="module")
 def trajectories(environments, worker) -> list[dict]:
     graph = fixture_graph(environments)
-    out = [{**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
-           for i, traj in passed_trajectories(environments, graph, worker, 30, "solve")]
+    out = [
+        {**traj, "id": f"raw-{i}", "domains": ["ecommerce_retail"]}
+        for i, traj in passed_trajectories(environments, graph, worker, 30, "solve")
+    ]
     assert len(out) >= 10
     return out
 
@@ -71,9 +72,14 @@ def test_programmatic_solver_solves_raw_queries_and_ignores_gold(trajectories, e
 
 
 def test_a_query_without_the_needed_values_is_not_solved(trajectories, environments, worker):
-    traj = next(t for t in trajectories if any(c["kind"] in ("update", "delete") and
-                                               any(a.endswith("_id") for a in c["arguments"])
-                                               for c in t["turns"][0]["calls"]))
+    traj = next(
+        t
+        for t in trajectories
+        if any(
+            c["kind"] in ("update", "delete") and any(a.endswith("_id") for a in c["arguments"])
+            for c in t["turns"][0]["calls"]
+        )
+    )
     turn = traj["turns"][0]
     # the hidden identifiers are gone from the query: nothing in the conversation can recover them
     view = SolverView.for_turn([], "Please do what I want.", _tools(environments, traj))
@@ -82,10 +88,15 @@ def test_a_query_without_the_needed_values_is_not_solved(trajectories, environme
 
 
 def test_judge_checks_final_state_and_requested_facts(trajectories):
-    turn = next(t for tr in trajectories for t in tr["turns"] if t["calls"][-1]["kind"] in ("get", "list")
-                and t["calls"][-1]["output"])
-    gold_outputs = [{"name": c["name"], "arguments": c["arguments"], "ok": True, "output": c["output"]}
-                    for c in turn["calls"]]
+    turn = next(
+        t
+        for tr in trajectories
+        for t in tr["turns"]
+        if t["calls"][-1]["kind"] in ("get", "list") and t["calls"][-1]["output"]
+    )
+    gold_outputs = [
+        {"name": c["name"], "arguments": c["arguments"], "ok": True, "output": c["output"]} for c in turn["calls"]
+    ]
     assert judge_attempt(Attempt(gold_outputs, "", turn["state_after_hash"]), turn)[0]
     wrong_state = judge_attempt(Attempt(gold_outputs, "", "0" * 64), turn)
     assert not wrong_state[0] and "final state" in wrong_state[1]
@@ -97,12 +108,21 @@ def test_judge_checks_final_state_and_requested_facts(trajectories):
 def test_attempts_differ_by_seed_when_a_reference_is_ambiguous(environments, worker, trajectories):
     env_id = "bookshop_example"
     state = {env_id: next(s["state"] for s in environments[env_id]["initial_states"] if s["name"] == "valid")}
-    listing = [{"role": "user", "content": "Show me the books."},
-               {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
-                   "name": "books_list", "arguments": "{}"}}]},
-               {"role": "tool", "tool_call_id": "c1", "name": "books_list",
-                "content": json.dumps({"items": state[env_id]["tables"]["books"], "total": 0})},
-               {"role": "user", "content": "Delete that book."}]
+    listing = [
+        {"role": "user", "content": "Show me the books."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "books_list", "arguments": "{}"}}],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "name": "books_list",
+            "content": json.dumps({"items": state[env_id]["tables"]["books"], "total": 0}),
+        },
+        {"role": "user", "content": "Delete that book."},
+    ]
     view = SolverView(tuple(listing), tuple(tools_of(environments, [env_id])))
     gold = {"state_after_hash": "x", "calls": []}
     result = solve_turn(worker, state, view, ProgrammaticSolver(), gold, "ambiguous", k=4)
@@ -111,9 +131,14 @@ def test_attempts_differ_by_seed_when_a_reference_is_ambiguous(environments, wor
 
 
 def test_calibration_reverts_unsolvable_refinements_and_ends_chains_at_unsolvable_turns(
-        trajectories, environments, worker):
-    cals = [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=4, conversational_share=0.0))
-            for t in trajectories]
+    trajectories, environments, worker
+):
+    cals = [
+        calibrate_trajectory(
+            t, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=4, conversational_share=0.0)
+        )
+        for t in trajectories
+    ]
     turns = [t for c in cals for t in c["turns"]]
     assert all(t["accuracy"] > 0 and t["task_id"] and t["persona"] and t["solve_raw"]["k"] == 4 for t in turns)
     reverted = [t for t in turns if "query_refined_rejected" in t]
@@ -124,10 +149,17 @@ def test_calibration_reverts_unsolvable_refinements_and_ends_chains_at_unsolvabl
         assert all(o["reverted"] for o in t["operators"])
     for t in narrowed:  # what the solver could not resolve is undone; the turn keeps the rest of its refinement
         assert t["query"] != t["query_raw"] and t["solve_refined"]["passed"] > 0 and "query_redrawn_from" in t
-        assert ({o["operator"] for o in t["operators"] if not o.get("reverted")}
-                <= {"implicit_reference", "goal_expansion", "user_clarification"})
-    report = refinement_report([{**c, "id": t["id"], "env_ids": t["env_ids"], "domains": t["domains"]}
-                                for c, t in zip(cals, trajectories)])
+        assert {o["operator"] for o in t["operators"] if not o.get("reverted")} <= {
+            "implicit_reference",
+            "goal_expansion",
+            "user_clarification",
+        }
+    report = refinement_report(
+        [
+            {**c, "id": t["id"], "env_ids": t["env_ids"], "domains": t["domains"]}
+            for c, t in zip(cals, trajectories, strict=False)
+        ]
+    )
     assert {"ambiguity", "implicit_constraint", "action_compression"} <= set(report["operators"])
     assert report["refined_accuracy_distribution"].get("0.00", 0) == len(reverted)
     assert len(report["refined_accuracy_distribution"]) > 1  # refinement makes some turns harder: not all 1.0
@@ -135,7 +167,9 @@ def test_calibration_reverts_unsolvable_refinements_and_ends_chains_at_unsolvabl
     # a turn whose raw query nobody can solve ends the chain there
     broken = copy.deepcopy(trajectories[0])
     broken["turns"][1]["query"] = "Hmm."
-    cal = calibrate_trajectory(broken, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0))
+    cal = calibrate_trajectory(
+        broken, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0)
+    )
     assert len(cal["turns"]) == 1 and cal["status"] == "failed"
     assert any(r.startswith("unsolvable turn") for r in cal["reasons"])
 
@@ -149,8 +183,18 @@ def test_reading_each_tool_list_once_changes_no_refined_row(trajectories, enviro
     flags = providable_flags(fixture_graph(environments))
 
     def rows(reuse: bool) -> list[dict]:
-        return [calibrate_trajectory(t, environments, worker, ProgrammaticSolver(ask=True, reuse_tool_reading=reuse),
-                                     config, user=ProgrammaticUser(), providable=flags) for t in trajectories]
+        return [
+            calibrate_trajectory(
+                t,
+                environments,
+                worker,
+                ProgrammaticSolver(ask=True, reuse_tool_reading=reuse),
+                config,
+                user=ProgrammaticUser(),
+                providable=flags,
+            )
+            for t in trajectories
+        ]
 
     fresh, reused = rows(False), rows(True)
     assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
@@ -196,8 +240,11 @@ def test_operators_b_and_c_are_grounded_in_the_state_and_the_tool_schema(traject
 def test_goal_merging_joins_two_turns_and_calibration_splits_an_unsolvable_merge(trajectories, environments, worker):
     from envfactory_assets.synth.refinement.operators import merge_goals
 
-    traj = next(t for t in trajectories if len(t["turns"]) >= 3
-                and len(merge_goals(refine_turns(t["turns"], environments)[0])) == len(t["turns"]) - 1)
+    traj = next(
+        t
+        for t in trajectories
+        if len(t["turns"]) >= 3 and len(merge_goals(refine_turns(t["turns"], environments)[0])) == len(t["turns"]) - 1
+    )
     refined, _ = refine_turns(traj["turns"], environments)
     merged = merge_goals(copy.deepcopy(refined))
     joined = next(t for t in merged if "merged_from" in t)
@@ -205,20 +252,30 @@ def test_goal_merging_joins_two_turns_and_calibration_splits_an_unsolvable_merge
     assert joined["calls"] == first["calls"] + second["calls"]
     assert joined["state_before"] == first["state_before"] and joined["state_after_hash"] == second["state_after_hash"]
     assert joined["operators"][-1]["operator"] == "goal_merging"
-    good = calibrate_trajectory(traj, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0))
+    good = calibrate_trajectory(
+        traj, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0)
+    )
     assert any(len(t.get("merged_from") or []) == 2 for t in good["turns"])
     # the second goal of the merge becomes unsolvable: the merge is split back and the chain ends at that goal
     broken = copy.deepcopy(traj)
     index = next(i for i, t in enumerate(refined) if t["query_raw"] == second["query_raw"])
     broken["turns"][index]["query"] = "Hmm."
-    cal = calibrate_trajectory(broken, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0))
+    cal = calibrate_trajectory(
+        broken, environments, worker, ProgrammaticSolver(), CalibrationConfig(k=2, conversational_share=0.0)
+    )
     assert len(cal["turns"]) == index and "merged_from" not in cal["turns"][-1]
     assert any(o["operator"] == "goal_merging" and o["reverted"] for o in cal["turns"][-1]["operators"])
 
 
 def _spec(name: str, description: str, props: dict, required: tuple = ()) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": props, "required": list(required)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": list(required)},
+        },
+    }
 
 
 def _recording_environment(failing: frozenset = frozenset()):
@@ -230,27 +287,37 @@ def _recording_environment(failing: frozenset = frozenset()):
         if name in failing:
             return {"ok": False, "error": {"type": "not_found", "message": "no such row"}}
         return {"ok": True, "output": {}}
+
     return calls, call
 
 
 def test_programmatic_solver_reads_labels_nouns_and_errors_like_an_agent():
     string = {"type": "string"}
     tools = (
-        _spec("create_connection_policy", "Create a connection policy",
-              {"account_sid": string, "sid": string, "friendly_name": string}),
+        _spec(
+            "create_connection_policy",
+            "Create a connection policy",
+            {"account_sid": string, "sid": string, "friendly_name": string},
+        ),
         _spec("list_data_sources", "List data sources", {"limit": {"type": "integer"}, "apis_id": string}),
         _spec("list_graphql_apis", "List GraphQL APIs", {"limit": {"type": "integer"}}),
         _spec("delete_documents_id", "Delete a document", {"document_id": string}, ("document_id",)),
         _spec("database_delete_document", "Delete document", {"document_id": string}, ("document_id",)),
     )
     solver = ProgrammaticSolver()
-    query = ("Create a new connection policy with account sid 'heavy-network', friendly name 'Alvarez', "
-             "sid 'defense-road', then show me the datasources where apis id is 'api_00001'.")
+    query = (
+        "Create a new connection policy with account sid 'heavy-network', friendly name 'Alvarez', "
+        "sid 'defense-road', then show me the datasources where apis id is 'api_00001'."
+    )
     calls, env = _recording_environment()
     solver.attempt(SolverView.for_turn([], query, tools), env, seed=1)
-    assert calls == [("create_connection_policy", {"account_sid": "heavy-network", "friendly_name": "Alvarez",
-                                                   "sid": "defense-road"}),
-                     ("list_data_sources", {"apis_id": "api_00001"})]
+    assert calls == [
+        (
+            "create_connection_policy",
+            {"account_sid": "heavy-network", "friendly_name": "Alvarez", "sid": "defense-road"},
+        ),
+        ("list_data_sources", {"apis_id": "api_00001"}),
+    ]
     # the document lives in one of two environments: an error makes the agent try the other delete tool
     for seed in range(4):
         calls, env = _recording_environment(failing=frozenset({"delete_documents_id"}))
@@ -299,6 +366,7 @@ def bookshop_env(environments):
 def _accuracy(worker, env, state, query, gold_calls, k=4):
     """Solve ``query`` k times against the gold state reached by ``gold_calls`` from ``state``."""
     from envfactory_assets.runtime.canonical import state_hash as _hash
+
     episode = worker.open_episode(copy.deepcopy({env["env_id"]: state}))
     outputs = []
     for name, args in gold_calls:
@@ -308,8 +376,9 @@ def _accuracy(worker, env, state, query, gold_calls, k=4):
     after = worker.save(episode)
     worker.close_episode(episode)
     gold = {"state_after_hash": _hash(after), "calls": outputs}
-    res = solve_turn(worker, {env["env_id"]: state}, _bookshop_view(env, query), ProgrammaticSolver(), gold,
-                     f"acc/{query}", k)
+    res = solve_turn(
+        worker, {env["env_id"]: state}, _bookshop_view(env, query), ProgrammaticSolver(), gold, f"acc/{query}", k
+    )
     return res["passed"]
 
 
@@ -320,23 +389,47 @@ def test_solver_fails_only_for_want_of_information(bookshop_env, worker):
     state = copy.deepcopy(next(s["state"] for s in env["initial_states"] if s["name"] == "valid"))
     books = state["tables"]["books"]
     target = books[0]
-    assert _accuracy(worker, env, state, f"Delete book '{target['book_id']}'.",
-                     [("delete_book", {"book_id": target["book_id"]})]) == 4
-    assert _accuracy(worker, env, state, f"Please remove the book whose title is '{target['title']}'.",
-                     [("delete_book", {"book_id": target["book_id"]})]) == 4
+    assert (
+        _accuracy(
+            worker, env, state, f"Delete book '{target['book_id']}'.", [("delete_book", {"book_id": target["book_id"]})]
+        )
+        == 4
+    )
+    assert (
+        _accuracy(
+            worker,
+            env,
+            state,
+            f"Please remove the book whose title is '{target['title']}'.",
+            [("delete_book", {"book_id": target["book_id"]})],
+        )
+        == 4
+    )
     # a second book with the same title: the description fits two rows
     twin = copy.deepcopy(state)
     twin["tables"]["books"][1]["title"] = target["title"]
-    passes = [_accuracy(worker, env, twin, f"Go ahead and delete the book whose title is '{target['title']}'.",
-                        [("delete_book", {"book_id": target["book_id"]})], k=8)]
+    passes = [
+        _accuracy(
+            worker,
+            env,
+            twin,
+            f"Go ahead and delete the book whose title is '{target['title']}'.",
+            [("delete_book", {"book_id": target["book_id"]})],
+            k=8,
+        )
+    ]
     assert 1 <= passes[0] <= 7, passes
     # the title a new book needs is not in the query: nothing to call with
-    assert _accuracy(worker, env, state, "Add a book.",
-                     [("books_create", {"title": "Dune", "author_id": books[0]["author_id"]})]) == 0
+    assert (
+        _accuracy(
+            worker, env, state, "Add a book.", [("books_create", {"title": "Dune", "author_id": books[0]["author_id"]})]
+        )
+        == 0
+    )
 
 
 def test_a_value_that_describes_a_referenced_row_does_not_fill_the_calls_own_parameter():
-    """"for the service whose account sid is 'AC1'": AC1 picks the service; the new role's own account sid
+    """ "for the service whose account sid is 'AC1'": AC1 picks the service; the new role's own account sid
     stays unset (filling it made the final state differ from the goal and reverted such refined queries)."""
     text = {"type": "string"}
     tools = [
@@ -346,11 +439,17 @@ def test_a_value_that_describes_a_referenced_row_does_not_fill_the_calls_own_par
     services = {"items": [{"service_id": "ser_1", "account_sid": "AC1"}, {"service_id": "ser_2", "account_sid": "AC2"}]}
     messages = [
         {"role": "user", "content": "Show me the services."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c0", "type": "function", "function": {"name": "list_services", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "list_services", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c0", "name": "list_services", "content": json.dumps(services)},
         {"role": "assistant", "content": "There are 2 services."},
-        {"role": "user", "content": "Create a new role for the service whose account sid is 'AC2' with type 'channel'."},
+        {
+            "role": "user",
+            "content": "Create a new role for the service whose account sid is 'AC2' with type 'channel'.",
+        },
     ]
     made: list[tuple[str, dict]] = []
 
@@ -365,10 +464,12 @@ def test_a_value_that_describes_a_referenced_row_does_not_fill_the_calls_own_par
 
 
 def test_an_apostrophe_inside_a_word_opens_no_literal():
-    """"I'd like a list of the workflows": the request's verb comes after "I'd"; the solver once read only
+    """ "I'd like a list of the workflows": the request's verb comes after "I'd"; the solver once read only
     "I" as the request and made no call."""
-    tools = (_spec("get_all_workflows", "Get all workflows", {"limit": {"type": "integer"}}),
-             _spec("delete_action", "Delete an action", {"action_id": {"type": "string"}}, ("action_id",)))
+    tools = (
+        _spec("get_all_workflows", "Get all workflows", {"limit": {"type": "integer"}}),
+        _spec("delete_action", "Delete an action", {"action_id": {"type": "string"}}, ("action_id",)),
+    )
     calls, env = _recording_environment()
     query = "Delete action 'act_1'. Then I'd like a list of the workflows, up to 10 of them. Many thanks."
     ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), env, seed=0)
@@ -376,10 +477,12 @@ def test_an_apostrophe_inside_a_word_opens_no_literal():
 
 
 def test_a_value_quoted_as_an_adjective_leaves_the_requests_object_readable():
-    """"list the 'ANG' credit notes": the object comes after the quoted currency."""
+    """ "list the 'ANG' credit notes": the object comes after the quoted currency."""
     currency = {"type": "string", "enum": ["ANG", "EUR"]}
-    tools = (_spec("customers_all", "List customers", {"currency": currency, "limit": {"type": "integer"}}),
-             _spec("credit_notes_all", "List credit notes", {"currency": currency, "limit": {"type": "integer"}}))
+    tools = (
+        _spec("customers_all", "List customers", {"currency": currency, "limit": {"type": "integer"}}),
+        _spec("credit_notes_all", "List credit notes", {"currency": currency, "limit": {"type": "integer"}}),
+    )
     for seed in range(4):
         calls, env = _recording_environment()
         ProgrammaticSolver().attempt(SolverView.for_turn([], "Ok, list the 'ANG' credit notes.", tools), env, seed=seed)
@@ -387,36 +490,49 @@ def test_a_value_quoted_as_an_adjective_leaves_the_requests_object_readable():
 
 
 def test_a_tool_whose_name_says_more_than_the_request_loses_the_tie():
-    """"list the appointments" fits ``appointments_list`` and ``appointment_templates_list`` equally by verb
+    """ "list the appointments" fits ``appointments_list`` and ``appointment_templates_list`` equally by verb
     and noun; the one whose name the request says in full wins on every seed, and the longer one still wins
     when the request names its templates."""
     limit = {"limit": {"type": "integer"}}
-    tools = (_spec("appointment_templates_list", "List appointment templates", limit),
-             _spec("appointments_list", "List appointments", limit))
+    tools = (
+        _spec("appointment_templates_list", "List appointment templates", limit),
+        _spec("appointments_list", "List appointments", limit),
+    )
     for seed in range(8):
         calls, env = _recording_environment()
         ProgrammaticSolver().attempt(SolverView.for_turn([], "Please list the appointments.", tools), env, seed=seed)
         assert calls == [("appointments_list", {})]
         calls, env = _recording_environment()
-        ProgrammaticSolver().attempt(SolverView.for_turn([], "Please list the appointment templates.", tools), env,
-                                     seed=seed)
+        ProgrammaticSolver().attempt(
+            SolverView.for_turn([], "Please list the appointment templates.", tools), env, seed=seed
+        )
         assert calls == [("appointment_templates_list", {})]
 
 
 def test_a_row_listed_per_parent_is_found_by_listing_the_parent_the_request_names():
-    """"the group whose name is 'RH' in space id 'spa_1'": no list reads every group, so the solver lists the
+    """ "the group whose name is 'RH' in space id 'spa_1'": no list reads every group, so the solver lists the
     groups of that space and takes the one named RH."""
     string = {"type": "string"}
-    tools = (_spec("list_groups", "List the groups of a space", {"space_id": string, "limit": {"type": "integer"}},
-                   ("space_id",)),
-             _spec("get_group", "Get a group", {"group_id": string}, ("group_id",)))
+    tools = (
+        _spec(
+            "list_groups",
+            "List the groups of a space",
+            {"space_id": string, "limit": {"type": "integer"}},
+            ("space_id",),
+        ),
+        _spec("get_group", "Get a group", {"group_id": string}, ("group_id",)),
+    )
     calls = []
 
     def call(name, args):
         calls.append((name, args))
         if name == "list_groups":
-            rows = {"spa_1": [{"group_id": "gro_1", "name": "RH", "space_id": "spa_1"},
-                              {"group_id": "gro_2", "name": "IT", "space_id": "spa_1"}]}.get(args["space_id"], [])
+            rows = {
+                "spa_1": [
+                    {"group_id": "gro_1", "name": "RH", "space_id": "spa_1"},
+                    {"group_id": "gro_2", "name": "IT", "space_id": "spa_1"},
+                ]
+            }.get(args["space_id"], [])
             return {"ok": True, "output": {"items": rows, "total": len(rows)}}
         return {"ok": True, "output": {"group_id": args["group_id"], "name": "RH"}}
 
@@ -428,18 +544,30 @@ def test_a_row_listed_per_parent_is_found_by_listing_the_parent_the_request_name
 
 
 def test_an_identifier_copied_from_a_listed_row_is_read_from_the_row_the_request_points_at():
-    """"calendar id same as the course whose name is 'Mobile'": the value the named row carries, not a
+    """ "calendar id same as the course whose name is 'Mobile'": the value the named row carries, not a
     guess among the calendars seen."""
     string = {"type": "string"}
-    tools = (_spec("list_courses", "List courses", {"limit": {"type": "integer"}}),
-             _spec("create_course", "Create a course", {"name": string, "calendar_id": string}, ("name",)))
-    rows = [{"course_id": "cou_1", "name": "Staging", "calendar_id": "cal_7"},
-            {"course_id": "cou_2", "name": "Mobile", "calendar_id": "cal_9"}]
+    tools = (
+        _spec("list_courses", "List courses", {"limit": {"type": "integer"}}),
+        _spec("create_course", "Create a course", {"name": string, "calendar_id": string}, ("name",)),
+    )
+    rows = [
+        {"course_id": "cou_1", "name": "Staging", "calendar_id": "cal_7"},
+        {"course_id": "cou_2", "name": "Mobile", "calendar_id": "cal_9"},
+    ]
     for seed in range(6):
-        for query, want in (("List the courses. Then create a course with name 'X', calendar id same as the course "
-                             "whose name is 'Mobile'.", "cal_9"),
-                            ("List the courses. Then create a course with name 'X', calendar id same as the first "
-                             "course in that list.", "cal_7")):
+        for query, want in (
+            (
+                "List the courses. Then create a course with name 'X', calendar id same as the course "
+                "whose name is 'Mobile'.",
+                "cal_9",
+            ),
+            (
+                "List the courses. Then create a course with name 'X', calendar id same as the first "
+                "course in that list.",
+                "cal_7",
+            ),
+        ):
             calls = []
 
             def call(name, args, calls=calls):
@@ -451,13 +579,19 @@ def test_an_identifier_copied_from_a_listed_row_is_read_from_the_row_the_request
 
 
 def test_a_foreign_key_named_through_a_row_seen_is_read_from_that_row():
-    """"for the legal entity of that business line": the legal entity id the looked-up business line holds,
+    """ "for the legal entity of that business line": the legal entity id the looked-up business line holds,
     not another legal entity seen earlier."""
     string = {"type": "string"}
-    tools = (_spec("list_legal_entities", "List legal entities", {"limit": {"type": "integer"}}),
-             _spec("get_business_line", "Get a business line", {"business_line_id": string}, ("business_line_id",)),
-             _spec("create_transfer_instrument", "Create a transfer instrument",
-                   {"type": string, "legal_entity_id": string}, ("type", "legal_entity_id")))
+    tools = (
+        _spec("list_legal_entities", "List legal entities", {"limit": {"type": "integer"}}),
+        _spec("get_business_line", "Get a business line", {"business_line_id": string}, ("business_line_id",)),
+        _spec(
+            "create_transfer_instrument",
+            "Create a transfer instrument",
+            {"type": string, "legal_entity_id": string},
+            ("type", "legal_entity_id"),
+        ),
+    )
     entities = [{"legal_entity_id": "leg_1", "name": "A"}, {"legal_entity_id": "leg_2", "name": "B"}]
     line = {"business_line_id": "bus_1", "legal_entity_id": "leg_2", "capability": "receivePayments"}
     for seed in range(6):
@@ -465,15 +599,24 @@ def test_a_foreign_key_named_through_a_row_seen_is_read_from_that_row():
 
         def call(name, args, calls=calls):
             calls.append((name, args))
-            return {"ok": True, "output": {"items": entities} if name == "list_legal_entities"
-                    else line if name == "get_business_line" else {"transfer_instrument_id": "tra_1"}}
+            return {
+                "ok": True,
+                "output": {"items": entities}
+                if name == "list_legal_entities"
+                else line
+                if name == "get_business_line"
+                else {"transfer_instrument_id": "tra_1"},
+            }
 
-        query = ("Show me the legal entities. Then look up business line 'bus_1' and tell me its details, and "
-                 "then create a new transfer instrument for the legal entity of that business line with type "
-                 "'recurringDetail'.")
+        query = (
+            "Show me the legal entities. Then look up business line 'bus_1' and tell me its details, and "
+            "then create a new transfer instrument for the legal entity of that business line with type "
+            "'recurringDetail'."
+        )
         ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), call, seed=seed)
-        assert calls[-1] == ("create_transfer_instrument", {"type": "recurringDetail", "legal_entity_id": "leg_2"}), \
+        assert calls[-1] == ("create_transfer_instrument", {"type": "recurringDetail", "legal_entity_id": "leg_2"}), (
             calls
+        )
 
 
 def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
@@ -482,10 +625,17 @@ def test_a_flag_is_asked_for_by_what_it_says_and_read_back():
     from envfactory_assets.synth.refinement.phrasing import describe_call
 
     flag = {"type": "boolean", "description": "Whether the key can be used."}
-    tool = {"name": "list_api_keys", "kind": "list", "table": "api_keys", "description": "List API keys",
-            "input_schema": {"type": "object", "properties": {"is_active": flag, "limit": {"type": "integer"}}}}
-    spec = {"type": "function", "function": {"name": tool["name"], "description": tool["description"],
-                                             "parameters": tool["input_schema"]}}
+    tool = {
+        "name": "list_api_keys",
+        "kind": "list",
+        "table": "api_keys",
+        "description": "List API keys",
+        "input_schema": {"type": "object", "properties": {"is_active": flag, "limit": {"type": "integer"}}},
+    }
+    spec = {
+        "type": "function",
+        "function": {"name": tool["name"], "description": tool["description"], "parameters": tool["input_schema"]},
+    }
     for seed in range(6):
         text = describe_call(tool, "api_key_id", {"is_active": False}, rng=random.Random(seed))
         assert re.search(r"\bactive is (?:set to )?no\b", text) and "is active is" not in text, text
@@ -500,9 +650,11 @@ def test_every_connective_the_writer_joins_requests_with_separates_them_for_the_
     from envfactory_assets.synth.refinement.phrasing import join_sentences
 
     text = {"type": "string"}
-    tools = (_spec("delete_book", "Delete a book", {"book_id": text}, ("book_id",)),
-             _spec("list_books", "List books", {"limit": {"type": "integer"}}),
-             _spec("create_book", "Create a book", {"title": text}, ("title",)))
+    tools = (
+        _spec("delete_book", "Delete a book", {"book_id": text}, ("book_id",)),
+        _spec("list_books", "List books", {"limit": {"type": "integer"}}),
+        _spec("create_book", "Create a book", {"title": text}, ("title",)),
+    )
     parts = ["delete book 'boo_1'", "show me the books", "create a new book with title 'Dune'", "delete book 'boo_2'"]
     joined = set()
     for seed in range(80):
@@ -510,6 +662,10 @@ def test_every_connective_the_writer_joins_requests_with_separates_them_for_the_
         joined.add(query)
         calls, env = _recording_environment()
         ProgrammaticSolver().attempt(SolverView.for_turn([], query, tools), env, seed=seed)
-        assert calls == [("delete_book", {"book_id": "boo_1"}), ("list_books", {}), ("create_book", {"title": "Dune"}),
-                         ("delete_book", {"book_id": "boo_2"})], query
+        assert calls == [
+            ("delete_book", {"book_id": "boo_1"}),
+            ("list_books", {}),
+            ("create_book", {"title": "Dune"}),
+            ("delete_book", {"book_id": "boo_2"}),
+        ], query
     assert len(joined) > 40

@@ -50,7 +50,11 @@ def test_tables_are_named_by_the_specs_own_words(storage_env):
     # an abbreviated path table gets its operations' name, a glued one splits, a suffixed twin gets its parent
     assert names == {"b": "buckets", "rateplans": "rate_plans", "acl": "bucket_acl", "acl_2": "object_acl"}
     assert [spoken_thing(names[t]) for t in ("b", "rateplans", "acl", "acl_2")] == [
-        "bucket", "rate plan", "bucket acl", "object acl"]
+        "bucket",
+        "rate plan",
+        "bucket acl",
+        "object acl",
+    ]
     assert spoken_things(names["acl_2"]) == "object acls"
 
 
@@ -64,8 +68,9 @@ def test_the_refined_query_speaks_the_new_names_and_the_raw_one_keeps_the_spec_n
     assert "rate plans" in listing and "rateplans" not in listing
     oacl = describe_call(get_oacl, "acl_2_id", {"acl_2_id": "acl_00003"}, rng=random.Random(1))
     assert "object acl 'acl_00003'" in oacl and " 2" not in oacl
-    assert summarize_call(get_bucket, "b_id", {"b_id": "b_1"}, {"b_id": "b_1"}).startswith("here are the details "
-                                                                                           "of bucket b_1")
+    assert summarize_call(get_bucket, "b_id", {"b_id": "b_1"}, {"b_id": "b_1"}).startswith(
+        "here are the details of bucket b_1"
+    )
 
 
 def _solve(tools, query, outputs, seed):
@@ -85,18 +90,21 @@ def test_the_solver_finds_the_tool_and_row_by_the_spoken_names(storage_env):
     buckets = {"items": [{"b_id": "b_00001", "name": "Logs"}, {"b_id": "b_00002", "name": "Media"}], "total": 2}
     for seed in range(6):
         rng = random.Random(seed)
-        for tool, key, args in (("storage_buckets_get", "b_id", {"b_id": "b_00002"}),
-                                ("storage_buckets_delete", "b_id", {"b_id": "b_00002"}),
-                                ("storage_object_access_controls_get", "acl_2_id", {"acl_2_id": "acl_00003"}),
-                                ("storage_bucket_access_controls_get", "acl_id", {"acl_id": "acl_00004"}),
-                                ("storage_get_rate_plan", "rateplan_id", {"rateplan_id": "rat_00005"})):
+        for tool, key, args in (
+            ("storage_buckets_get", "b_id", {"b_id": "b_00002"}),
+            ("storage_buckets_delete", "b_id", {"b_id": "b_00002"}),
+            ("storage_object_access_controls_get", "acl_2_id", {"acl_2_id": "acl_00003"}),
+            ("storage_bucket_access_controls_get", "acl_id", {"acl_id": "acl_00004"}),
+            ("storage_get_rate_plan", "rateplan_id", {"rateplan_id": "rat_00005"}),
+        ):
             text = describe_call(index.tools[tool], key, args, rng=rng)
             query = text[0].upper() + text[1:] + "."
             assert _solve(specs, query, {}, seed) == [(tool, args)], query
         # a row named by what the user knows of it: the solver lists the buckets, then reads the one named Media
         refs = {"b_id": "the bucket whose name is 'Media'"}
-        text = describe_call(index.tools["storage_bucket_access_controls_list"], "acl_id", {"b_id": "b_00002"},
-                             refs, rng=rng)
+        text = describe_call(
+            index.tools["storage_bucket_access_controls_list"], "acl_id", {"b_id": "b_00002"}, refs, rng=rng
+        )
         calls = _solve(specs, text[0].upper() + text[1:] + ".", {"storage_buckets_list": buckets}, seed)
         assert calls[0][0] == "storage_buckets_list", (text, calls)
         assert calls[-1] == ("storage_bucket_access_controls_list", {"b_id": "b_00002"}), (text, calls)

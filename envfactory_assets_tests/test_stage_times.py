@@ -60,10 +60,19 @@ def _two_runs() -> tuple[list[dict], list[dict], float]:
 def _two_runs_in_a_fresh_process() -> tuple[list[dict], list[dict], float]:
     """:func:`_two_runs` in a new Python process: a long test session holds freed memory the allocator hands
     back to the next allocation without the resident size growing, so the step's peak would not show there."""
-    code = ("import json; from envfactory_assets_tests.test_stage_times import _two_runs; "
-            "print(json.dumps(_two_runs(), default=str))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import json; from envfactory_assets_tests.test_stage_times import _two_runs; "
+        "print(json.dumps(_two_runs(), default=str))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, second, resident_before = json.loads(proc.stdout.strip().splitlines()[-1])
     return first, second, resident_before
@@ -88,8 +97,11 @@ def test_each_run_adds_its_asset_steps_times_and_peaks_and_the_report_shows_the_
 
     report = run_report(store)
     section = report.split("## Stage times")[1]
-    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-             for line in section.splitlines() if line.startswith("| ") and not line.startswith("| stage")}
+    lines = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| stage")
+    }
     assert list(lines) == ["small", "big"]
     seconds, peak, load, status, _started, runs, _range = lines["big"]
     assert seconds == f"{big_row['wall_seconds']:.1f}" and peak == f"{big_row['peak_rss_mib']:.0f}"

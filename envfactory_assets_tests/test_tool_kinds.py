@@ -50,7 +50,9 @@ def test_extraction_maps_actions_search_count_singletons_and_nested_paths():
     orders = resources["orders"]
     assert set(orders.operations) == {"list", "search", "count", "get", "create", "update", "delete"}
     assert [(op.verb, op.path) for op in orders.actions] == [
-        ("cancel", "/orders/{order_id}/cancel"), ("archive", "/orders/{order_id}:archive")]
+        ("cancel", "/orders/{order_id}/cancel"),
+        ("archive", "/orders/{order_id}:archive"),
+    ]
     # "resend" names no state of the row: it is not turned into a tool
     assert all(op.verb != "resend" for r in resources.values() for op in r.actions)
     assert resources["settings"].singleton and set(resources["settings"].operations) == {"get", "update"}
@@ -64,11 +66,17 @@ def test_action_verbs_and_targets():
     assert split_action_path("/orders/{id}/cancel") == ("/orders/{id}", "cancel")
     assert split_action_path("/v1/{name}:archive") == ("/v1/{name}", "archive")
     assert split_action_path("/orders/{id}") is None
-    status = {"status": {"type": "string", "enum": ["open", "shipped", "cancelled"]},
-              "cancelled_at": {"type": "string", "format": "date-time"}}
+    status = {
+        "status": {"type": "string", "enum": ["open", "shipped", "cancelled"]},
+        "cancelled_at": {"type": "string", "format": "date-time"},
+    }
     target = action_target("cancel", status)
-    assert (target.field, target.value, target.blocked, target.stamp) == ("status", "cancelled", ("shipped",),
-                                                                         "cancelled_at")
+    assert (target.field, target.value, target.blocked, target.stamp) == (
+        "status",
+        "cancelled",
+        ("shipped",),
+        "cancelled_at",
+    )
     assert action_target("disable", {"is_enabled": {"type": "boolean"}}).field == "is_enabled"
     flag = action_target("archive", {"name": {"type": "string"}})
     assert flag.synthesized and (flag.field, flag.value) == ("archived", True)
@@ -89,8 +97,15 @@ def test_every_kind_passes_the_gate_with_its_semantic_and_precondition_checks(sh
     report = verify_environment(shop)
     assert report.status == "passed", report.reasons
     checked = {(c.check, c.tool) for c in report.checks if c.passed}
-    for name in ("search_orders", "count_orders", "cancel_order", "archive_order", "get_settings",
-                 "update_settings", "list_shelf_items"):
+    for name in (
+        "search_orders",
+        "count_orders",
+        "cancel_order",
+        "archive_order",
+        "get_settings",
+        "update_settings",
+        "list_shelf_items",
+    ):
         assert ("semantics", name) in checked
     for name in ("cancel_order", "archive_order", "enable_account", "disable_account"):
         assert ("precondition", name) in checked
@@ -145,29 +160,54 @@ def failed_checks(env: dict) -> set[tuple[str, str | None]]:
     return {(c.check, c.tool) for c in report.checks if not c.passed}
 
 
-@pytest.mark.parametrize(("pattern", "replacement", "check", "tool_name"), [
-    # an action that also changes another field of the row
-    (r"new_row = \{\*\*row, field: value\}", "new_row = {**row, field: value, 'note': 'touched'}",
-     "semantics", "cancel_order"),
-    # an action without its precondition: a second cancel succeeds
-    (r"\n\s+if current == value:\n\s+raise PreconditionFailed\([^\n]*\)", "", "precondition", "cancel_order"),
-    # an action that ignores the refused states: a shipped order is cancelled
-    (r"\n\s+if current in blocked:\n\s+raise PreconditionFailed\([^\n]*\)", "", "precondition", "cancel_order"),
-    # a search that ignores its offset
-    (r"rows\[offset:offset \+ size\]", "rows[:size]", "semantics", "search_orders"),
-    # a list and a search that ignore their limit (every matching row comes back)
-    (r"rows\[:size\]", "rows", "semantics", "list_orders"),
-    (r"rows\[offset:offset \+ size\]", "rows[offset:]", "semantics", "search_orders"),
-    # a search that returns every row
-    (r"if _matches\(r, needle\)", "if True", "semantics", "search_orders"),
-    # a count that is a constant
-    (r"return \{\"count\": len\(_filtered\(state, table, filters\)\)\}", "return {'count': 0}",
-     "semantics", "count_orders"),
-    # a singleton update that stores nothing
-    (r"def update_settings\(state(.*?)return _update_one\(state, 'settings', \{[^}]*\}\)",
-     r"def update_settings(state\1return _get_one(state, 'settings')", "semantics", "update_settings"),
-], ids=["action-writes-another-field", "action-without-precondition", "action-ignores-refused-state",
-        "search-ignores-offset", "list-ignores-limit", "search-ignores-limit", "search-matches-everything", "count-is-constant", "singleton-update-stores-nothing"])
+@pytest.mark.parametrize(
+    ("pattern", "replacement", "check", "tool_name"),
+    [
+        # an action that also changes another field of the row
+        (
+            r"new_row = \{\*\*row, field: value\}",
+            "new_row = {**row, field: value, 'note': 'touched'}",
+            "semantics",
+            "cancel_order",
+        ),
+        # an action without its precondition: a second cancel succeeds
+        (r"\n\s+if current == value:\n\s+raise PreconditionFailed\([^\n]*\)", "", "precondition", "cancel_order"),
+        # an action that ignores the refused states: a shipped order is cancelled
+        (r"\n\s+if current in blocked:\n\s+raise PreconditionFailed\([^\n]*\)", "", "precondition", "cancel_order"),
+        # a search that ignores its offset
+        (r"rows\[offset:offset \+ size\]", "rows[:size]", "semantics", "search_orders"),
+        # a list and a search that ignore their limit (every matching row comes back)
+        (r"rows\[:size\]", "rows", "semantics", "list_orders"),
+        (r"rows\[offset:offset \+ size\]", "rows[offset:]", "semantics", "search_orders"),
+        # a search that returns every row
+        (r"if _matches\(r, needle\)", "if True", "semantics", "search_orders"),
+        # a count that is a constant
+        (
+            r"return \{\"count\": len\(_filtered\(state, table, filters\)\)\}",
+            "return {'count': 0}",
+            "semantics",
+            "count_orders",
+        ),
+        # a singleton update that stores nothing
+        (
+            r"def update_settings\(state(.*?)return _update_one\(state, 'settings', \{[^}]*\}\)",
+            r"def update_settings(state\1return _get_one(state, 'settings')",
+            "semantics",
+            "update_settings",
+        ),
+    ],
+    ids=[
+        "action-writes-another-field",
+        "action-without-precondition",
+        "action-ignores-refused-state",
+        "search-ignores-offset",
+        "list-ignores-limit",
+        "search-ignores-limit",
+        "search-matches-everything",
+        "count-is-constant",
+        "singleton-update-stores-nothing",
+    ],
+)
 def test_gate_rejects_a_broken_implementation_of_each_kind(shop, pattern, replacement, check, tool_name):
     assert (check, tool_name) in failed_checks(mutate(shop, pattern, replacement))
 
@@ -186,35 +226,79 @@ def _archive_all_orders(state: dict) -> None:
         row["archived"] = True
 
 
-@pytest.mark.parametrize(("pattern", "replacement", "check", "tool_name"), [
-    # an action that also writes the state's meta (here: uses up an id)
-    (r"(def _action\(.*?)(\n    return dict\(new_row\))", r'\1\n    state["meta"]["next_id"] += 1\2',
-     "semantics", "cancel_order"),
-    # an action that also changes another table
-    (r"(def _action\(.*?)(\n    return dict\(new_row\))", r'\1\n    state["tables"]["items"].clear()\2',
-     "semantics", "cancel_order"),
-    # an action that refuses only the first of its refused states: a delivered order is cancelled
-    (r"if current in blocked:", "if current in blocked[:1]:", "precondition", "cancel_order"),
-    # a search that matches case-sensitively
-    (r"if _matches\(r, needle\)\]", "if any(isinstance(v, str) and text.strip() in v for v in r.values())]",
-     "semantics", "search_orders"),
-    # a search that matches whole words only
-    (r"if _matches\(r, needle\)\]", "if any(isinstance(v, str) and needle in v.casefold().split() "
-     "for v in r.values())]", "semantics", "search_orders"),
-    # a count that ignores its filters
-    (r'return \{"count": len\(_filtered\(state, table, filters\)\)\}',
-     'return {"count": len(state["tables"][table])}', "semantics", "count_orders"),
-    # a list that ignores its optional filters
-    (r"def list_orders\(state(.*?)return _list\(state, 'orders', \{[^}]*\}, limit\)",
-     r"def list_orders(state\1return _list(state, 'orders', {}, limit)", "semantics", "list_orders"),
-    # a list and a count that honour their first optional filter and ignore the second
-    (r"return _list\(state, 'orders', \{'status': status, 'archived': archived\}, limit\)",
-     "return _list(state, 'orders', {'status': status}, limit)", "semantics", "list_orders"),
-    (r"return _count\(state, 'orders', \{'status': status, 'archived': archived\}\)",
-     "return _count(state, 'orders', {'status': status})", "semantics", "count_orders"),
-], ids=["action-writes-meta", "action-changes-another-table", "action-refuses-only-its-first-refused-state",
-        "search-is-case-sensitive", "search-matches-whole-words-only", "count-ignores-its-filters",
-        "list-ignores-its-filters", "list-ignores-its-second-filter", "count-ignores-its-second-filter"])
+@pytest.mark.parametrize(
+    ("pattern", "replacement", "check", "tool_name"),
+    [
+        # an action that also writes the state's meta (here: uses up an id)
+        (
+            r"(def _action\(.*?)(\n    return dict\(new_row\))",
+            r'\1\n    state["meta"]["next_id"] += 1\2',
+            "semantics",
+            "cancel_order",
+        ),
+        # an action that also changes another table
+        (
+            r"(def _action\(.*?)(\n    return dict\(new_row\))",
+            r'\1\n    state["tables"]["items"].clear()\2',
+            "semantics",
+            "cancel_order",
+        ),
+        # an action that refuses only the first of its refused states: a delivered order is cancelled
+        (r"if current in blocked:", "if current in blocked[:1]:", "precondition", "cancel_order"),
+        # a search that matches case-sensitively
+        (
+            r"if _matches\(r, needle\)\]",
+            "if any(isinstance(v, str) and text.strip() in v for v in r.values())]",
+            "semantics",
+            "search_orders",
+        ),
+        # a search that matches whole words only
+        (
+            r"if _matches\(r, needle\)\]",
+            "if any(isinstance(v, str) and needle in v.casefold().split() for v in r.values())]",
+            "semantics",
+            "search_orders",
+        ),
+        # a count that ignores its filters
+        (
+            r'return \{"count": len\(_filtered\(state, table, filters\)\)\}',
+            'return {"count": len(state["tables"][table])}',
+            "semantics",
+            "count_orders",
+        ),
+        # a list that ignores its optional filters
+        (
+            r"def list_orders\(state(.*?)return _list\(state, 'orders', \{[^}]*\}, limit\)",
+            r"def list_orders(state\1return _list(state, 'orders', {}, limit)",
+            "semantics",
+            "list_orders",
+        ),
+        # a list and a count that honour their first optional filter and ignore the second
+        (
+            r"return _list\(state, 'orders', \{'status': status, 'archived': archived\}, limit\)",
+            "return _list(state, 'orders', {'status': status}, limit)",
+            "semantics",
+            "list_orders",
+        ),
+        (
+            r"return _count\(state, 'orders', \{'status': status, 'archived': archived\}\)",
+            "return _count(state, 'orders', {'status': status})",
+            "semantics",
+            "count_orders",
+        ),
+    ],
+    ids=[
+        "action-writes-meta",
+        "action-changes-another-table",
+        "action-refuses-only-its-first-refused-state",
+        "search-is-case-sensitive",
+        "search-matches-whole-words-only",
+        "count-ignores-its-filters",
+        "list-ignores-its-filters",
+        "list-ignores-its-second-filter",
+        "count-ignores-its-second-filter",
+    ],
+)
 def test_gate_checks_more_than_the_plain_call_of_each_kind(shop, pattern, replacement, check, tool_name):
     assert (check, tool_name) in failed_checks(mutate(shop, pattern, replacement))
 
@@ -226,8 +310,11 @@ def test_an_action_no_initial_state_can_take_is_checked_on_a_row_put_into_a_stat
     checked = {(c.check, c.tool) for c in report.checks if c.passed}
     assert {("semantics", "archive_order"), ("precondition", "archive_order")} <= checked
     # an archive that archives nothing is caught, though no initial state holds a row it may archive
-    broken = mutate(all_archived, r"(def archive_order\(state, order_id\):\n[^\n]*\n)    return _action\([^\n]*",
-                    r"\1    return _get(state, 'orders', order_id)")
+    broken = mutate(
+        all_archived,
+        r"(def archive_order\(state, order_id\):\n[^\n]*\n)    return _action\([^\n]*",
+        r"\1    return _get(state, 'orders', order_id)",
+    )
     assert ("semantics", "archive_order") in failed_checks(broken)
 
 
@@ -243,8 +330,13 @@ def test_an_action_whose_table_is_empty_in_every_state_fails_with_its_reason(sho
 def unarchivable() -> dict:
     """The shop with an ``unarchive`` action beside ``archive`` (both on the builder's ``archived`` flag)."""
     spec = orjson.loads((KINDS / "shop_orders.json").read_bytes())
-    spec["paths"]["/orders/{order_id}:unarchive"] = {"post": {
-        "operationId": "unarchiveOrder", "summary": "Unarchive an order", "responses": {"200": {"description": "ok"}}}}
+    spec["paths"]["/orders/{order_id}:unarchive"] = {
+        "post": {
+            "operationId": "unarchiveOrder",
+            "summary": "Unarchive an order",
+            "responses": {"200": {"description": "ok"}},
+        }
+    }
     resource = inspect_file(KINDS / "shop_orders.json", KINDS)
     return build_environment(resource.as_row(), spec)
 
@@ -267,8 +359,12 @@ def test_unarchiving_a_row_without_the_flag_is_refused_like_an_unarchived_one(un
     report = verify_environment(unarchivable)
     assert report.status == "passed", report.reasons
     # an unarchive that takes a missing flag for a set one is rejected by the gate
-    lenient = mutate(unarchivable, r"\n    if current is None and TABLES\[table\]\[\"fields\"\]\[field\]\[\"type\"\] == "
-                                   r"\"boolean\":\n[^\n]*", "")
+    lenient = mutate(
+        unarchivable,
+        r"\n    if current is None and TABLES\[table\]\[\"fields\"\]\[field\]\[\"type\"\] == "
+        r"\"boolean\":\n[^\n]*",
+        "",
+    )
     assert ("precondition", "unarchive_order") in failed_checks(lenient)
 
 
@@ -304,6 +400,7 @@ def test_a_missing_flag_reads_as_its_spec_default(enabled_by_default):
     assert ("precondition", "enable_account") in failed
     assert {("tool_valid", "disable_account"), ("semantics", "disable_account")} & failed
 
+
 def test_operation_coverage_maps_each_operation_or_names_why_not():
     spec = orjson.loads((KINDS / "shop_orders.json").read_bytes())
     spec["paths"]["/a/{a}/b/{b}/c/{c}/d/{d}/e"] = {"get": {"responses": {}}}
@@ -330,8 +427,10 @@ def test_corpus_coverage_counts_operations_by_kind_and_reason():
 
 
 LABELLED = orjson.loads((Path(__file__).parent / "fixtures" / "kind_labels.json").read_bytes())["operations"]
-CORPUS = next((c for c in (settings.corpus_dir(), settings.corpus_dir(Path(__file__).parents[1] / ".envfactory"))
-               if c.is_dir()), None)
+CORPUS = next(
+    (c for c in (settings.corpus_dir(), settings.corpus_dir(Path(__file__).parents[1] / ".envfactory")) if c.is_dir()),
+    None,
+)
 
 
 @pytest.mark.corpus
@@ -355,15 +454,18 @@ def refused_trajectories(shop) -> list[dict]:
     graph = fixture_graph(envs)
     with environment_worker(envs) as worker:
         chains = sample_chains(graph, 30, "refusals", SamplerConfig(min_tools=3))
-        trajs = [synthesize_trajectory(c, graph, envs, worker, SynthConfig(min_turns=2, refusal_share=1.0))
-                 for c in chains]
-    return [{**t, "id": f"raw-{i}", "domains": ["ecommerce_retail"]} for i, t in enumerate(trajs)
-            if t["status"] == "passed"]
+        trajs = [
+            synthesize_trajectory(c, graph, envs, worker, SynthConfig(min_turns=2, refusal_share=1.0)) for c in chains
+        ]
+    return [
+        {**t, "id": f"raw-{i}", "domains": ["ecommerce_retail"]} for i, t in enumerate(trajs) if t["status"] == "passed"
+    ]
 
 
 def test_refused_actions_stay_in_the_turn_with_their_typed_error(shop, refused_trajectories):
-    refused = [(t, turn, c) for t in refused_trajectories for turn in t["turns"] for c in turn["calls"]
-               if c.get("error")]
+    refused = [
+        (t, turn, c) for t in refused_trajectories for turn in t["turns"] for c in turn["calls"] if c.get("error")
+    ]
     assert len(refused) >= 5
     for traj, turn, call in refused:
         assert call["kind"] == "action" and call["error"] == "precondition_failed"
@@ -382,8 +484,10 @@ def test_refused_actions_stay_in_the_turn_with_their_typed_error(shop, refused_t
             writers = {t["name"] for t in shop["tools"] if not t["read_only"]}
             for row in refusal_rows:
                 assert gold_writes_state(row["gold_calls"], writers) == row["changes_state"]
-                assert replay_check({**row, "changes_state": gold_writes_state(row["gold_calls"], writers)},
-                                    worker) is None
+                assert (
+                    replay_check({**row, "changes_state": gold_writes_state(row["gold_calls"], writers)}, worker)
+                    is None
+                )
             # the gold call is not skipped by a solver-free shortcut: replay fails if it suddenly succeeds
             row = copy.deepcopy(refusal_rows[0])
             for g in row["gold_calls"]:
@@ -393,8 +497,12 @@ def test_refused_actions_stay_in_the_turn_with_their_typed_error(shop, refused_t
 
 def test_the_solver_stops_at_a_refused_precondition_and_solves_the_turn(shop, refused_trajectories):
     envs = {shop["env_id"]: shop}
-    turns = [(t, i) for t in refused_trajectories for i, turn in enumerate(t["turns"])
-             if any(c.get("error") for c in turn["calls"])]
+    turns = [
+        (t, i)
+        for t in refused_trajectories
+        for i, turn in enumerate(t["turns"])
+        if any(c.get("error") for c in turn["calls"])
+    ]
     solved = 0
     with environment_worker(envs) as worker:
         for traj, i in turns[:8]:
@@ -431,7 +539,8 @@ def test_a_collection_without_create_is_a_read_only_table_and_a_parameter_after_
     # writable collections come first: an environment keeps a capped number of tables
     assert [r.name for r in extract_resources(spec)] == ["issues", "products"]
     assert {(c.path, c.reason) for c in operation_coverage(spec) if not c.kind} == {
-        ("/reports/daily", "no_stateful_collection")}
+        ("/reports/daily", "no_stateful_collection")
+    }
 
 
 def test_a_read_only_table_is_seeded_read_and_acted_on_and_passes_the_gate():
@@ -458,8 +567,11 @@ def test_selection_prefers_documents_with_actions_and_writes():
 def test_environment_code_cannot_keep_state_on_the_shared_error_class(shop):
     # every episode's module sees the same PreconditionFailed class: setting an attribute on it would carry
     # data (or a call counter that switches a check off) from one episode into the next
-    leaky = mutate(shop, r"def _count\(state, table, filters\):\n",
-                   "def _count(state, table, filters):\n    PreconditionFailed.calls = 1\n")
+    leaky = mutate(
+        shop,
+        r"def _count\(state, table, filters\):\n",
+        "def _count(state, table, filters):\n    PreconditionFailed.calls = 1\n",
+    )
     with SandboxWorker() as worker:
         worker.load_environment(leaky["env_id"], leaky["source"])
         episode = worker.open_episode({leaky["env_id"]: _state(leaky)})
@@ -468,22 +580,41 @@ def test_environment_code_cannot_keep_state_on_the_shared_error_class(shop):
 
 
 def _document(paths: dict, schemas: dict) -> dict:
-    return {"openapi": "3.0.3", "info": {"title": "Odd shapes", "version": "1"}, "paths": paths,
-            "components": {"schemas": schemas}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Odd shapes", "version": "1"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
 
 
 def test_odd_documents_are_extracted_without_raising():
-    order = {"type": "object", "properties": {"name": {"type": "string"},
-                                              "enabled": {"type": "string", "maxLength": 20}}}
-    array = {"200": {"description": "ok", "content": {"application/json": {"schema": {
-        "type": "array", "items": {"$ref": "#/components/schemas/Order"}}}}}}
-    spec = _document({
-        "/orders": {"post": [], "get": {"responses": array}},  # an operation that is not an object
-        "/orders/{order_id}": {"get": {"responses": {}}},
-        "/orders/{order_id}/enable": {"post": {"responses": {}}},
-        "/folders/{folder_id}/folders": {"post": {"requestBody": {"content": {"application/json": {"schema": {
-            "$ref": "#/components/schemas/Order"}}}}}, "get": {"responses": {}}},
-    }, {"Order": order})
+    order = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "enabled": {"type": "string", "maxLength": 20}},
+    }
+    array = {
+        "200": {
+            "description": "ok",
+            "content": {
+                "application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Order"}}}
+            },
+        }
+    }
+    spec = _document(
+        {
+            "/orders": {"post": [], "get": {"responses": array}},  # an operation that is not an object
+            "/orders/{order_id}": {"get": {"responses": {}}},
+            "/orders/{order_id}/enable": {"post": {"responses": {}}},
+            "/folders/{folder_id}/folders": {
+                "post": {
+                    "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Order"}}}}
+                },
+                "get": {"responses": {}},
+            },
+        },
+        {"Order": order},
+    )
     resources = {r.name: r for r in extract_resources(spec)}
     orders = resources["orders"]
     assert orders.read_only and "create" not in orders.operations

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from envfactory_assets.training import (
+    TOOL_CHAT_TEMPLATE,
     ParseResult,
     SFTConfigSpec,
-    TOOL_CHAT_TEMPLATE,
     build_sft_dataset,
     build_sft_records,
     locate_smollm2_gguf,
@@ -78,8 +78,11 @@ CONVERSATION = [
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": "c1", "type": "function",
-             "function": {"name": "create_company", "arguments": '{"name": "Zürich Labs"}'}},
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "create_company", "arguments": '{"name": "Zürich Labs"}'},
+            },
         ],
     },
     {"role": "tool", "tool_call_id": "c1", "name": "create_company", "content": '{"company_id": "cmp_1"}'},
@@ -130,8 +133,8 @@ def test_nested_and_non_ascii_arguments():
 
 def test_think_blocks_are_removed_and_calls_inside_them_ignored():
     text = (
-        "<think>I could call <tool_call>{\"name\": \"draft\", \"arguments\": {}}</tool_call> but no.</think>"
-        "Let me check.\n<tool_call>{\"name\": \"get_company\", \"arguments\": {\"company_id\": \"c\"}}</tool_call>"
+        '<think>I could call <tool_call>{"name": "draft", "arguments": {}}</tool_call> but no.</think>'
+        'Let me check.\n<tool_call>{"name": "get_company", "arguments": {"company_id": "c"}}</tool_call>'
     )
     result = parse_tool_calls(text)
     assert [c["name"] for c in result.calls] == ["get_company"]
@@ -183,8 +186,11 @@ def test_malformed_block_does_not_hide_good_ones():
 
 
 def test_openai_style_json():
-    openai = {"tool_calls": [{"id": "1", "type": "function",
-                              "function": {"name": "get_company", "arguments": '{"company_id": "x"}'}}]}
+    openai = {
+        "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "get_company", "arguments": '{"company_id": "x"}'}}
+        ]
+    }
     assert parse_tool_calls(json.dumps(openai)).calls == [{"name": "get_company", "arguments": {"company_id": "x"}}]
     bare = {"type": "function", "function": {"name": "list_companies", "arguments": {}}}
     assert parse_tool_calls("```json\n" + json.dumps(bare) + "\n```").calls[0]["name"] == "list_companies"
@@ -250,7 +256,7 @@ def test_validate_call_accepts_toolspec_and_reports_bad_schema():
 
 def test_template_renders_one_compact_line_per_tool():
     text = render_chat(CONVERSATION[:1], TOOLS, add_generation_prompt=True)
-    assert "- list_companies(limit?: integer, industry?: \"software\"|\"retail\"): List companies in the CRM." in text
+    assert '- list_companies(limit?: integer, industry?: "software"|"retail"): List companies in the CRM.' in text
     assert "- get_company(company_id: string): Get one company by id." in text
     assert "- create_company(name: string, address?: object, website?: string|null): Create company x" in text
     assert "Second line" not in text and "not rendered" not in text
@@ -314,9 +320,16 @@ def test_normalize_messages():
 def _rows():
     other = [
         {"role": "user", "content": "List 2 retail companies"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": "list_companies",
-                                              "arguments": '{"limit": 2, "industry": "retail"}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "list_companies", "arguments": '{"limit": 2, "industry": "retail"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "x", "content": "[]"},
         {"role": "assistant", "content": "None found."},
     ]
@@ -456,8 +469,9 @@ def test_niced_processes_do_not_count_as_busy_cores():
     if os.getpriority(os.PRIO_PROCESS, 0) > 0:
         pytest.skip("this test process is niced itself")
     _skip_unless_quiet()
-    spinner = subprocess.Popen(["nice", "-n", "10", sys.executable, "-c",
-                                "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    spinner = subprocess.Popen(
+        ["nice", "-n", "10", sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"]
+    )
     try:
         time.sleep(0.3)
         assert threads.busy_cores_of_others(1.0) < 0.5  # a niced job yields to normal-priority threads
@@ -538,8 +552,15 @@ def test_a_container_cpu_quota_caps_the_cores_torch_may_use(tmp_path, monkeypatc
     from envfactory_assets.training import threads
 
     v2 = tmp_path / "cpu.max"
-    for text, expected in (("200000 100000\n", 2), ("150000 100000", 2), ("max 100000", None), ("", None),
-                           ("abc 100000", None), ("-1 100000", None), ("100000 0", None)):
+    for text, expected in (
+        ("200000 100000\n", 2),
+        ("150000 100000", 2),
+        ("max 100000", None),
+        ("", None),
+        ("abc 100000", None),
+        ("-1 100000", None),
+        ("100000 0", None),
+    ):
         v2.write_text(text)
         assert threads.cgroup_cpu_limit((str(v2),)) == expected, text
     v1 = tmp_path / "v1"

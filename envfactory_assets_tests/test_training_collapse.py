@@ -15,30 +15,52 @@ from envfactory_assets.training.evaluate import (
 )
 
 TOOLS = [
-    {"type": "function", "function": {"name": "calculate_roi", "parameters": {
-        "type": "object", "required": ["gain", "cost"],
-        "properties": {"gain": {"type": "number"}, "cost": {"type": "number"}, "limit": {"type": "integer"}}}}},
-    {"type": "function", "function": {"name": "list_reports", "parameters": {
-        "type": "object", "properties": {"limit": {"type": "integer"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "calculate_roi",
+            "parameters": {
+                "type": "object",
+                "required": ["gain", "cost"],
+                "properties": {"gain": {"type": "number"}, "cost": {"type": "number"}, "limit": {"type": "integer"}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "list_reports",
+            "parameters": {"type": "object", "properties": {"limit": {"type": "integer"}}},
+        },
+    },
 ]
-ROI = {"tools": TOOLS, "gold_calls": [{"name": "calculate_roi", "arguments": {"gain": 120, "cost": 100}}],
-       "masked_arguments": ["limit"]}
-LIST = {"tools": TOOLS, "gold_calls": [{"name": "list_reports", "arguments": {"limit": 5}}],
-        "masked_arguments": ["limit"]}
+ROI = {
+    "tools": TOOLS,
+    "gold_calls": [{"name": "calculate_roi", "arguments": {"gain": 120, "cost": 100}}],
+    "masked_arguments": ["limit"],
+}
+LIST = {
+    "tools": TOOLS,
+    "gold_calls": [{"name": "list_reports", "arguments": {"limit": 5}}],
+    "masked_arguments": ["limit"],
+}
 NONE = {"tools": TOOLS, "gold_calls": [], "masked_arguments": []}
 
 
 def call(name: str, arguments: dict) -> str:
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def test_shares_count_empty_calls_only_where_the_arguments_matter_and_calls_where_none_is_wanted():
     prompts = [ROI, ROI, ROI, LIST, NONE, NONE]
-    texts = [call("calculate_roi", {}),  # the collapse seen on BFCL
-             call("calculate_roi", {"gain": 120, "cost": 100}) + call("list_reports", {}),
-             call("calculate_roi", {"limit": 3}),  # only a masked argument: empty
-             call("list_reports", {}),  # right: no argument of list_reports matters
-             "I cannot help with that.", "<tool_call>{oops</tool_call>"]
+    texts = [
+        call("calculate_roi", {}),  # the collapse seen on BFCL
+        call("calculate_roi", {"gain": 120, "cost": 100}) + call("list_reports", {}),
+        call("calculate_roi", {"limit": 3}),  # only a masked argument: empty
+        call("list_reports", {}),  # right: no argument of list_reports matters
+        "I cannot help with that.",
+        "<tool_call>{oops</tool_call>",
+    ]
     shares = argument_shares(prompts, texts)
     # calculate_roi x3 count; list_reports on an ROI turn does not (it needs no argument)
     assert (shares["argument_calls"], shares["empty_argument_calls"]) == (3, 2)
@@ -62,8 +84,15 @@ def test_a_rise_of_more_than_ten_points_in_either_share_is_a_collapse():
     (problem,) = collapse_problems(sft, {"empty_argument_share": 0.0, "unwanted_call_share": 0.5, **COUNTS})
     assert "none is wanted" in problem
     # an SFT model that made no argument call counts as 0: a GRPO model calling with {} is a full rise
-    assert len(collapse_problems({"empty_argument_share": None, "unwanted_call_share": None},
-                                 {"empty_argument_share": 0.5, "unwanted_call_share": None, **COUNTS})) == 1
+    assert (
+        len(
+            collapse_problems(
+                {"empty_argument_share": None, "unwanted_call_share": None},
+                {"empty_argument_share": 0.5, "unwanted_call_share": None, **COUNTS},
+            )
+        )
+        == 1
+    )
 
 
 def test_a_share_measured_on_too_few_turns_is_reported_not_compared():
@@ -74,7 +103,9 @@ def test_a_share_measured_on_too_few_turns_is_reported_not_compared():
     assert collapse_problems(sft, grpo) == []
     assert too_few_to_compare(grpo) == [
         "calls with empty or default arguments where the gold call has arguments that matter: 0 measured "
-        "(fewer than 5)", "turns with a call where none is wanted: 2 measured (fewer than 5)"]
+        "(fewer than 5)",
+        "turns with a call where none is wanted: 2 measured (fewer than 5)",
+    ]
     report = collapse_report(_rows(sft, grpo))
     assert report["passed"] and report["problems"] == []
     assert report["not_measured"] == [f"ckpt_grpo: {note}" for note in too_few_to_compare(grpo)]
@@ -85,14 +116,32 @@ def test_a_share_measured_on_too_few_turns_is_reported_not_compared():
 
 
 def _rows(sft_shares: dict, grpo_shares: dict, prompt_ids=("rl_1",)) -> list[dict]:
-    base = {"sft_dataset_version": "v_1", "sft_dataset_ids": ["sft_1"], "base_model": "smollm2-135m-instruct",
-            "base_model_hash": "h", "config": {}, "path": "/nowhere", "rl_dataset_ids": None,
-            "rl_dataset_version": None}
-    sft = {**base, "id": "ckpt_sft", "stage": "sft", "parent_checkpoint_id": None,
-           "metrics": {"held_out_prompt_ids": list(prompt_ids), "valid_tool_calls_after": {"share": 1.0, **sft_shares}}}
-    grpo = {**base, "id": "ckpt_grpo", "stage": "grpo", "parent_checkpoint_id": "ckpt_sft",
-            "rl_dataset_ids": ["rl_9"], "rl_dataset_version": "v_2",
-            "metrics": {"held_out_prompt_ids": list(prompt_ids), "valid_tool_calls_after": {"share": 1.0, **grpo_shares}}}
+    base = {
+        "sft_dataset_version": "v_1",
+        "sft_dataset_ids": ["sft_1"],
+        "base_model": "smollm2-135m-instruct",
+        "base_model_hash": "h",
+        "config": {},
+        "path": "/nowhere",
+        "rl_dataset_ids": None,
+        "rl_dataset_version": None,
+    }
+    sft = {
+        **base,
+        "id": "ckpt_sft",
+        "stage": "sft",
+        "parent_checkpoint_id": None,
+        "metrics": {"held_out_prompt_ids": list(prompt_ids), "valid_tool_calls_after": {"share": 1.0, **sft_shares}},
+    }
+    grpo = {
+        **base,
+        "id": "ckpt_grpo",
+        "stage": "grpo",
+        "parent_checkpoint_id": "ckpt_sft",
+        "rl_dataset_ids": ["rl_9"],
+        "rl_dataset_version": "v_2",
+        "metrics": {"held_out_prompt_ids": list(prompt_ids), "valid_tool_calls_after": {"share": 1.0, **grpo_shares}},
+    }
     return [sft, grpo]
 
 
@@ -136,8 +185,10 @@ def test_sft_token_profile_splits_tool_block_loss_turn_and_padding():
     from envfactory_assets.training.profiling import sft_token_profile
 
     def example(words: int) -> dict:
-        return {"tools": TOOLS, "messages": [{"role": "user", "content": "w" * words},
-                                             {"role": "assistant", "content": "ok"}]}
+        return {
+            "tools": TOOLS,
+            "messages": [{"role": "user", "content": "w" * words}, {"role": "assistant", "content": "ok"}],
+        }
 
     examples = [example(10), example(10), example(500), example(500)]
     profile = sft_token_profile(examples, _CharTokenizer(), batch_size=2)

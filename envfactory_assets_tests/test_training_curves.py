@@ -15,16 +15,30 @@ from envfactory_assets.reporting.training_curves import (
 
 SVG = "{http://www.w3.org/2000/svg}"
 # the shapes train_sft and train_grpo return (metrics of a 4-step SFT run and a 3-step GRPO run)
-SFT_ROW = {"stage": "sft", "id": "ckpt_sft", "path": "/home/ckpt/sft", "metrics": {
-    "steps": 4, "loss_history": [2.31, 1.87, 1.52, 1.49]}}
-GRPO_ROW = {"stage": "grpo", "id": "ckpt_grpo", "path": "/home/ckpt/grpo", "metrics": {
-    "steps": 3, "reward_mean_per_step": [0.1, 0.25, 0.4], "reward_std_per_step": [0.05, 0.1, 0.0],
-    "loss_per_step": [0.02, -0.01, 0.03]}}
+SFT_ROW = {
+    "stage": "sft",
+    "id": "ckpt_sft",
+    "path": "/home/ckpt/sft",
+    "metrics": {"steps": 4, "loss_history": [2.31, 1.87, 1.52, 1.49]},
+}
+GRPO_ROW = {
+    "stage": "grpo",
+    "id": "ckpt_grpo",
+    "path": "/home/ckpt/grpo",
+    "metrics": {
+        "steps": 3,
+        "reward_mean_per_step": [0.1, 0.25, 0.4],
+        "reward_std_per_step": [0.05, 0.1, 0.0],
+        "loss_per_step": [0.02, -0.01, 0.03],
+    },
+}
 
 
 def _pictures(markdown: str) -> dict[str, ET.Element]:
-    return {alt: ET.fromstring(base64.b64decode(data))
-            for alt, data in re.findall(r"!\[([^\]]+)\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", markdown)}
+    return {
+        alt: ET.fromstring(base64.b64decode(data))
+        for alt, data in re.findall(r"!\[([^\]]+)\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", markdown)
+    }
 
 
 def test_a_curve_has_a_dot_per_step_inside_the_picture_and_a_band_when_given():

@@ -60,10 +60,30 @@ CRM_TOOLS = [
     },
 ]
 
-_NAMES = ["Acme Robotics", "Müller & Söhne GmbH", "Blue Harbor Foods", "Nordlicht Analytics", "Sakura Textiles",
-          "Crédit Lumière", "Pine Ridge Retail", "Atlas Freight", "Zürich Labs", "Orbit Payments"]
-_HELD_OUT_NAMES = ["Kestrel Biotech", "Ñandú Logística", "Harbor & Pine", "Volta Grid", "Øresund Shipping",
-                   "Maple Leaf Dental", "Quill Publishing", "Tanaka Motors", "Riverstone Bank", "Helix Games"]
+_NAMES = [
+    "Acme Robotics",
+    "Müller & Söhne GmbH",
+    "Blue Harbor Foods",
+    "Nordlicht Analytics",
+    "Sakura Textiles",
+    "Crédit Lumière",
+    "Pine Ridge Retail",
+    "Atlas Freight",
+    "Zürich Labs",
+    "Orbit Payments",
+]
+_HELD_OUT_NAMES = [
+    "Kestrel Biotech",
+    "Ñandú Logística",
+    "Harbor & Pine",
+    "Volta Grid",
+    "Øresund Shipping",
+    "Maple Leaf Dental",
+    "Quill Publishing",
+    "Tanaka Motors",
+    "Riverstone Bank",
+    "Helix Games",
+]
 _INDUSTRIES = ["software", "retail", "finance"]
 
 
@@ -182,13 +202,19 @@ def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     prepare_tokenizer(tokenizer, model)
-    trainer = SFTTrainer(model=model, args=_trl_config(tmp_path / "o", SFTConfigSpec(padding_free=False)),
-                         train_dataset=build_sft_dataset([crm_row(0), crm_row(2)]), processing_class=tokenizer)
+    trainer = SFTTrainer(
+        model=model,
+        args=_trl_config(tmp_path / "o", SFTConfigSpec(padding_free=False)),
+        train_dataset=build_sft_dataset([crm_row(0), crm_row(2)]),
+        processing_class=tokenizer,
+    )
     examples = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in trainer.train_dataset]
     assert len({len(e["input_ids"]) for e in examples}) == 2  # different lengths: the padded batch pads
     losses = {}
     for padding_free in (False, True):
-        batch = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=padding_free)(examples)
+        batch = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=padding_free)(
+            examples
+        )
         assert ("attention_mask" in batch) is not padding_free
         with torch.inference_mode():
             losses[padding_free] = model(**batch).loss.item()
@@ -201,9 +227,11 @@ def test_padding_free_examples_are_cut_to_max_length_and_dropped_when_no_loss_to
 
     from envfactory_assets.training.sft import _truncated
 
-    rows = [{"input_ids": list(range(9)), "labels": [-100] * 5 + [1] * 4},
-            {"input_ids": list(range(9)), "labels": [-100] * 7 + [1] * 2},
-            {"input_ids": [3, 4], "labels": [-100, 4]}]
+    rows = [
+        {"input_ids": list(range(9)), "labels": [-100] * 5 + [1] * 4},
+        {"input_ids": list(range(9)), "labels": [-100] * 7 + [1] * 2},
+        {"input_ids": [3, 4], "labels": [-100, 4]},
+    ]
     cut = _truncated(Dataset.from_list(rows), 6)
     assert cut["input_ids"] == [list(range(6)), [3, 4]]  # the second's loss tokens all fell past the cut
     assert cut["labels"] == [[-100] * 5 + [1], [-100, 4]]

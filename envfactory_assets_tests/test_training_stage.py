@@ -16,22 +16,37 @@ from envfactory_assets.training.stage import (
 
 
 def _tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "description": f"{name} tool", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string"}}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} tool",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+        },
+    }
 
 
 def _turn(i: int, tool: str) -> list[dict]:
     return [
         {"role": "user", "content": f"request {i} " + "words " * 40},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
-            "name": tool, "arguments": json.dumps({"x": str(i)})}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": tool, "arguments": json.dumps({"x": str(i)})}}
+            ],
+        },
         {"role": "tool", "tool_call_id": f"c{i}", "name": tool, "content": json.dumps({"rows": ["r" * 50] * 5})},
         {"role": "assistant", "content": f"done {i}"},
     ]
 
 
-ROW = {"id": "sft_1", "env_ids": ["e"], "tools": [_tool(f"t{i}") for i in range(12)],
-       "messages": [{"role": "system", "content": "sys"}] + _turn(0, "t3") + _turn(1, "t7") + _turn(2, "t9")}
+ROW = {
+    "id": "sft_1",
+    "env_ids": ["e"],
+    "tools": [_tool(f"t{i}") for i in range(12)],
+    "messages": [{"role": "system", "content": "sys"}] + _turn(0, "t3") + _turn(1, "t7") + _turn(2, "t9"),
+}
 
 
 def test_first_turns_cuts_at_a_turn_boundary_and_keeps_at_least_one_turn():
@@ -56,12 +71,32 @@ def test_training_examples_and_prompts_are_short_and_disjoint_by_environment():
     examples = training_examples([ROW], 10, max_tokens=10, max_tools=4)
     assert len(examples) == 1 and len(examples[0]["tools"]) == 4
     assert examples[0]["messages"][-1]["content"] == "done 0"
-    rl = [{"id": "rl_1", "turn_index": 0, "env_ids": ["e"], "prompt": ROW["messages"][:2], "tools": ROW["tools"],
-           "gold_calls": [{"name": "t3", "arguments": {"x": "0"}}]},
-          {"id": "rl_2", "turn_index": 0, "env_ids": ["other"], "prompt": ROW["messages"][:2], "tools": ROW["tools"],
-           "gold_calls": [{"name": "t7", "arguments": {"x": "0"}}]},
-          {"id": "rl_3", "turn_index": 1, "env_ids": ["other"], "prompt": ROW["messages"][:6], "tools": ROW["tools"],
-           "gold_calls": [{"name": "t9", "arguments": {"x": "1"}}]}]
+    rl = [
+        {
+            "id": "rl_1",
+            "turn_index": 0,
+            "env_ids": ["e"],
+            "prompt": ROW["messages"][:2],
+            "tools": ROW["tools"],
+            "gold_calls": [{"name": "t3", "arguments": {"x": "0"}}],
+        },
+        {
+            "id": "rl_2",
+            "turn_index": 0,
+            "env_ids": ["other"],
+            "prompt": ROW["messages"][:2],
+            "tools": ROW["tools"],
+            "gold_calls": [{"name": "t7", "arguments": {"x": "0"}}],
+        },
+        {
+            "id": "rl_3",
+            "turn_index": 1,
+            "env_ids": ["other"],
+            "prompt": ROW["messages"][:6],
+            "tools": ROW["tools"],
+            "gold_calls": [{"name": "t9", "arguments": {"x": "1"}}],
+        },
+    ]
     (prompt,) = held_out_prompts(rl, 1, exclude_env_ids={"e"}, max_tools=3)
     assert prompt["id"] == "rl_2" and "t7" in {t["function"]["name"] for t in prompt["tools"]}
     assert len(prompt["tools"]) == 3
@@ -74,13 +109,25 @@ def test_grpo_tasks_are_train_split_first_turns_fewest_gold_calls_first_with_gol
     assert row_split(["helpdesk"]) == "train" and row_split(["shop27"]) == "held_out"
 
     def rl(i, env, turn, gold, prompt_words=3, tools=ROW["tools"]):
-        return {"id": f"rl_{i}", "turn_index": turn, "env_ids": [env], "tools": tools, "split": dataset_split([env]),
-                "prompt": [{"role": "user", "content": "w " * prompt_words}],
-                "gold_calls": [{"name": g, "arguments": {"x": "1"}} for g in gold]}
+        return {
+            "id": f"rl_{i}",
+            "turn_index": turn,
+            "env_ids": [env],
+            "tools": tools,
+            "split": dataset_split([env]),
+            "prompt": [{"role": "user", "content": "w " * prompt_words}],
+            "gold_calls": [{"name": g, "arguments": {"x": "1"}} for g in gold],
+        }
 
-    rows = [rl(1, "helpdesk", 0, ["t3", "t7"]), rl(2, "helpdesk", 0, ["t9"], 30), rl(3, "helpdesk", 0, ["t1"], 5),
-            rl(4, "shop27", 0, ["t2"]), rl(5, "helpdesk", 1, ["t4"]), rl(6, "helpdesk", 0, []),
-            rl(7, "helpdesk", 0, ["t5"], tools=[_tool("reset"), _tool("t5")])]
+    rows = [
+        rl(1, "helpdesk", 0, ["t3", "t7"]),
+        rl(2, "helpdesk", 0, ["t9"], 30),
+        rl(3, "helpdesk", 0, ["t1"], 5),
+        rl(4, "shop27", 0, ["t2"]),
+        rl(5, "helpdesk", 1, ["t4"]),
+        rl(6, "helpdesk", 0, []),
+        rl(7, "helpdesk", 0, ["t5"], tools=[_tool("reset"), _tool("t5")]),
+    ]
     tasks = grpo_tasks(rows, 10, max_tools=3)
     # held-out, later turns and reserved names out; the no-call turn takes the 4th slot
     assert [t["id"] for t in tasks] == ["rl_3", "rl_2", "rl_1", "rl_6"]
@@ -99,14 +146,23 @@ def test_grpo_checkpoint_refuses_a_screen_factor_or_prompt_count_below_one(tmp_p
             grpo_checkpoint(sft_row, [], {}, tmp_path, GRPOConfigSpec(), n_prompts, "v", screen_factor=factor)
 
 
-@pytest.mark.parametrize("settings, named", [
-    ({"grpo_temperature": -1.0}, "temperature"), ({"grpo_beta": float("nan")}, "beta"),
-    ({"grpo_learning_rate": float("inf")}, "learning_rate"), ({"grpo_n_prompts": 0}, "grpo_n_prompts"),
-    ({"grpo_screen_factor": -1}, "grpo_screen_factor"), ({"max_train_rows": -1}, "max_train_rows"),
-    ({"n_eval_prompts": -2}, "n_eval_prompts"), ({"max_steps": 0}, "max_steps"),
-    ({"learning_rate": float("inf")}, "learning_rate"), ({"grpo_max_tools": -3}, "grpo_max_tools"),
-    ({"train_mix": "longest"}, "train_mix"), ({"min_no_call_share": 1.5}, "min_no_call_share"),
-])
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        ({"grpo_temperature": -1.0}, "temperature"),
+        ({"grpo_beta": float("nan")}, "beta"),
+        ({"grpo_learning_rate": float("inf")}, "learning_rate"),
+        ({"grpo_n_prompts": 0}, "grpo_n_prompts"),
+        ({"grpo_screen_factor": -1}, "grpo_screen_factor"),
+        ({"max_train_rows": -1}, "max_train_rows"),
+        ({"n_eval_prompts": -2}, "n_eval_prompts"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"learning_rate": float("inf")}, "learning_rate"),
+        ({"grpo_max_tools": -3}, "grpo_max_tools"),
+        ({"train_mix": "longest"}, "train_mix"),
+        ({"min_no_call_share": 1.5}, "min_no_call_share"),
+    ],
+)
 def test_checkpoints_refuses_bad_settings_before_reading_the_store_or_training(tmp_path, settings, named):
     """A bad ``grpo_*`` value used to surface only after the whole SFT run (the GRPO spec was built after
     training), and ``max_train_rows: -1`` silently trained on all rows but one. The home here has no store:
@@ -128,9 +184,17 @@ def test_checkpoint_config_without_grpo_does_not_validate_a_grpo_spec():
 
 
 def _required_tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "parameters": {
-        "type": "object", "required": ["item_id"],
-        "properties": {"item_id": {"type": "string"}, "limit": {"type": "integer"}}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "required": ["item_id"],
+                "properties": {"item_id": {"type": "string"}, "limit": {"type": "integer"}},
+            },
+        },
+    }
 
 
 def test_grpo_and_held_out_mixes_prefer_turns_whose_query_gives_the_arguments_that_matter():
@@ -141,28 +205,50 @@ def test_grpo_and_held_out_mixes_prefer_turns_whose_query_gives_the_arguments_th
     tools = [_required_tool("get_item"), _required_tool("delete_item"), _tool("list_items")]
 
     def rl(i, query, gold, turn=0):
-        return {"id": f"rl_{i:02d}", "turn_index": turn, "env_ids": ["helpdesk"], "tools": tools, "split": "train",
-                "prompt": [{"role": "user", "content": query}], "masked_arguments": ["limit"],
-                "gold_calls": [{"name": n, "arguments": a} for n, a in gold]}
+        return {
+            "id": f"rl_{i:02d}",
+            "turn_index": turn,
+            "env_ids": ["helpdesk"],
+            "tools": tools,
+            "split": "train",
+            "prompt": [{"role": "user", "content": query}],
+            "masked_arguments": ["limit"],
+            "gold_calls": [{"name": n, "arguments": a} for n, a in gold],
+        }
 
     free = [rl(i, "Show me the items.", [("list_items", {"limit": 5})]) for i in range(6)]
-    grounded = [rl(10 + i, f"Delete item 'it_{i:03d}' please, it is old.", [("delete_item", {"item_id": f"it_{i:03d}"})])
-                for i in range(4)]
+    grounded = [
+        rl(10 + i, f"Delete item 'it_{i:03d}' please, it is old.", [("delete_item", {"item_id": f"it_{i:03d}"})])
+        for i in range(4)
+    ]
     chained = rl(20, "Delete the newest item.", [("delete_item", {"item_id": "it_999"})])
     nothing = rl(21, "What is the weather like today?", [])
     rows = free + grounded + [chained, nothing]
     assert [task_kind(r) for r in (free[0], grounded[0], chained, nothing)] == [
-        "argument_free", "grounded", "needs_results", "no_call"]
+        "argument_free",
+        "grounded",
+        "needs_results",
+        "no_call",
+    ]
     tasks = grpo_tasks(rows, 8)
-    assert [task_kind(t) for t in tasks] == ["grounded", "grounded", "grounded", "no_call", "grounded",
-                                             "needs_results", "argument_free", "argument_free"]
+    assert [task_kind(t) for t in tasks] == [
+        "grounded",
+        "grounded",
+        "grounded",
+        "no_call",
+        "grounded",
+        "needs_results",
+        "argument_free",
+        "argument_free",
+    ]
     prompts = held_out_prompts(rows, 4)
     assert [p["id"] for p in prompts] == ["rl_10", "rl_11", "rl_12", "rl_21"]
     assert prompts[0]["gold_calls"] == grounded[0]["gold_calls"] and prompts[0]["masked_arguments"] == ["limit"]
     # a gold answer too long for the completion budget comes after those that fit, even with fewer calls
     long = rl(30, "Delete item '" + "x" * 300 + "'.", [("delete_item", {"item_id": "x" * 300})])
-    two = rl(31, "Get item 'a1' and delete item 'a2'.", [("get_item", {"item_id": "a1"}),
-                                                         ("delete_item", {"item_id": "a2"})])
+    two = rl(
+        31, "Get item 'a1' and delete item 'a2'.", [("get_item", {"item_id": "a1"}), ("delete_item", {"item_id": "a2"})]
+    )
     assert [t["id"] for t in grpo_tasks([long, two], 2)] == ["rl_30", "rl_31"]
     assert [t["id"] for t in grpo_tasks([long, two], 2, max_completion_tokens=64)] == ["rl_31", "rl_30"]
 
@@ -177,11 +263,18 @@ def _example(i: int, kind: str, words: int) -> dict:
         turn = [user, {"role": "assistant", "content": "No tool here does that."}]
     else:
         calls = {"calls": [call], "empty": [empty], "parallel": [call, {**call, "id": f"d{i}"}]}[kind]
-        turn = [user, {"role": "assistant", "content": "", "tool_calls": calls},
-                *({"role": "tool", "tool_call_id": c["id"], "name": "t3", "content": "{}"} for c in calls),
-                {"role": "assistant", "content": "done"}]
-    return {"id": f"sft_{kind}_{i:03d}", "env_ids": ["e"], "tools": ROW["tools"][:4],
-            "messages": [{"role": "system", "content": "sys"}, *turn]}
+        turn = [
+            user,
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": c["id"], "name": "t3", "content": "{}"} for c in calls),
+            {"role": "assistant", "content": "done"},
+        ]
+    return {
+        "id": f"sft_{kind}_{i:03d}",
+        "env_ids": ["e"],
+        "tools": ROW["tools"][:4],
+        "messages": [{"role": "system", "content": "sys"}, *turn],
+    }
 
 
 def test_the_stratified_mix_keeps_the_data_s_shares_where_the_shortest_pick_is_mostly_no_call_turns():
@@ -189,8 +282,12 @@ def test_the_stratified_mix_keeps_the_data_s_shares_where_the_shortest_pick_is_m
     argument-free creates; the stratified mix keeps the kinds' shares and prefers calls with arguments."""
     from envfactory_assets.training.stage import example_kind
 
-    rows = ([_example(i, "no_call", 1) for i in range(20)] + [_example(i, "empty", 2) for i in range(20)]
-            + [_example(i, "calls", 30) for i in range(50)] + [_example(i, "parallel", 40) for i in range(10)])
+    rows = (
+        [_example(i, "no_call", 1) for i in range(20)]
+        + [_example(i, "empty", 2) for i in range(20)]
+        + [_example(i, "calls", 30) for i in range(50)]
+        + [_example(i, "parallel", 40) for i in range(10)]
+    )
     assert {example_kind(r) for r in rows} == {"no_call", "calls", "parallel"}
     shortest = training_examples(rows, 40, max_tokens=4000)
     assert sum(example_kind(e) == "no_call" for e in shortest) == 20  # every no-call turn: they are shortest
@@ -199,8 +296,7 @@ def test_the_stratified_mix_keeps_the_data_s_shares_where_the_shortest_pick_is_m
     assert (kinds.count("no_call"), kinds.count("calls"), kinds.count("parallel")) == (8, 28, 4)  # 20/70/10%
     # within the calls, the ones with arguments come before the argument-free ones, however short those are
     assert not any(e["id"].startswith("sft_empty") for e in mixed)
-    assert mixed == sorted(mixed, key=lambda e: (len(json.dumps(e["messages"])) + len(json.dumps(e["tools"])),
-                                                 e["id"]))
+    assert mixed == sorted(mixed, key=lambda e: (len(json.dumps(e["messages"])) + len(json.dumps(e["tools"])), e["id"]))
     raised = [example_kind(e) for e in training_examples(rows, 40, 4000, mix="stratified", min_no_call_share=0.5)]
     assert raised.count("no_call") == 20 and raised.count("calls") + raised.count("parallel") == 20
     # more rows asked than a kind has: the rest come from the other kinds, never a row twice
@@ -232,7 +328,8 @@ def test_an_abstention_ending_a_row_too_long_to_keep_is_trained_as_its_turn_alon
 
 
 def test_an_sft_checkpoint_of_the_same_content_id_is_reused_only_while_its_weights_are_intact(
-        tmp_path, one_layer_model_dir, monkeypatch):
+    tmp_path, one_layer_model_dir, monkeypatch
+):
     """A GRPO or evaluation setting changed after a long SFT run reruns ``checkpoints``; the SFT row of the
     same id (same data, base weights, settings and rows) and its weights on disk stand for a new SFT run."""
     import envfactory_assets.training.stage as stage
@@ -242,8 +339,19 @@ def test_an_sft_checkpoint_of_the_same_content_id_is_reused_only_while_its_weigh
     spec = SFTConfigSpec(max_steps=1, device="cpu")
 
     def train(stored=None):
-        return stage.train_checkpoint(rows, [], str(one_layer_model_dir), tmp_path / "models", tmp_path / "ckpt",
-                                      spec, 4, 0, "v1", log=lambda _: None, stored=stored)
+        return stage.train_checkpoint(
+            rows,
+            [],
+            str(one_layer_model_dir),
+            tmp_path / "models",
+            tmp_path / "ckpt",
+            spec,
+            4,
+            0,
+            "v1",
+            log=lambda _: None,
+            stored=stored,
+        )
 
     first = train()
     assert "reused" not in first["metrics"] and first["metrics"]["weights_hash"]

@@ -107,10 +107,23 @@ def _serve_ui(home: Path):
     env.pop("DAGSTER_HOME", None)
     with log.open("w") as out:
         process = subprocess.Popen(
-            ["env", "--default-signal=INT,TERM", sys.executable, "-m", "envfactory_assets.cli", "ui",
-             "--port", str(port)],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                "env",
+                "--default-signal=INT,TERM",
+                sys.executable,
+                "-m",
+                "envfactory_assets.cli",
+                "ui",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(url, process, log)
@@ -219,8 +232,11 @@ def test_ui_shows_the_results_table_and_the_training_curves(tiny_run_url, tiny_c
         images = dialog.locator("img")
         expect(images).to_have_count(3)  # SFT loss, GRPO reward, GRPO loss
         alts = [image.get_attribute("alt") for image in images.all()]
-        assert alts == ["SFT training loss per step", "GRPO mean reward per step (band: ± std across rollouts)",
-                        "GRPO loss per step"], alts
+        assert alts == [
+            "SFT training loss per step",
+            "GRPO mean reward per step (band: ± std across rollouts)",
+            "GRPO loss per step",
+        ], alts
         for image in images.all():
             assert image.get_attribute("src").startswith("data:image/svg+xml;base64,")
             assert image.evaluate("img => img.complete && img.naturalWidth") > 0  # the picture decoded

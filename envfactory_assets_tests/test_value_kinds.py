@@ -19,8 +19,12 @@ from envfactory_assets.graph.parameters import (
 
 
 def _param(name: str, schema: dict):
-    tool = {"env_id": "e", "name": "t", "input_schema": {"type": "object", "properties": {name: schema}},
-            "output_schema": {"type": "object", "properties": {}}}
+    tool = {
+        "env_id": "e",
+        "name": "t",
+        "input_schema": {"type": "object", "properties": {name: schema}},
+        "output_schema": {"type": "object", "properties": {}},
+    }
     (p,) = extract_input_parameters(tool)
     return p
 
@@ -108,11 +112,22 @@ def test_edge_kind_and_families():
     assert edge_value_kind("identifier", "free_text") == edge_value_kind("other", "identifier") == "identifier"
     assert edge_value_kind("datetime", "other") == "mixed" and "mixed" not in SHARED_KINDS
     assert "identifier" not in SHARED_KINDS and "free_text" not in SHARED_KINDS and "record_time" not in SHARED_KINDS
-    fam = {n: value_family(_param(n, sch)) for n, sch in [
-        ("email", s("Email")), ("to", s("Recipient", format="email")), ("first_name", s("First name")),
-        ("given_name", s("Given name of the person")), ("currency", s("ISO currency")), ("country", s("Country")),
-        ("due_date", s("Due", format="date")), ("end_time", s("End", format="date-time")),
-        ("created_at", s("Created", format="date-time")), ("website_url", s("Site")), ("city", s("City"))]}
+    fam = {
+        n: value_family(_param(n, sch))
+        for n, sch in [
+            ("email", s("Email")),
+            ("to", s("Recipient", format="email")),
+            ("first_name", s("First name")),
+            ("given_name", s("Given name of the person")),
+            ("currency", s("ISO currency")),
+            ("country", s("Country")),
+            ("due_date", s("Due", format="date")),
+            ("end_time", s("End", format="date-time")),
+            ("created_at", s("Created", format="date-time")),
+            ("website_url", s("Site")),
+            ("city", s("City")),
+        ]
+    }
     assert fam["email"] == fam["to"] == "email"
     assert fam["first_name"] == fam["given_name"] == "person_name:first"
     assert fam["currency"] == "code:currency" != fam["country"]

@@ -55,8 +55,9 @@ def test_the_checker_agrees_with_each_hand_label(row):
 
 def test_the_checker_does_not_import_the_generator():
     tree = ast.parse(Path(value_semantics.__file__).read_text())
-    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
-        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
     assert not {m for m in modules if m and m.startswith("envfactory_assets")}
 
 
@@ -69,16 +70,25 @@ def test_a_time_zone_field_holds_a_zone_and_a_status_field_a_status_word():
     values = ValueFactory(7)
     zones = [values.value("timezone", {"type": "string"}, "calendars") for _ in range(20)]
     assert all(z in zoneinfo.available_timezones() or z == "UTC" for z in zones)
-    statuses = [values.value("status", {"type": "string"}, table) for table in
-                ("devices", "orders", "tickets", "invoices", "widgets") for _ in range(4)]
+    statuses = [
+        values.value("status", {"type": "string"}, table)
+        for table in ("devices", "orders", "tickets", "invoices", "widgets")
+        for _ in range(4)
+    ]
     assert all(all(w in STATUS_WORDS for w in s.replace("_", " ").split()) for s in statuses), statuses
     assert len(set(statuses)) >= 6  # matched to the table, not one word everywhere
 
 
 def test_a_generated_name_names_one_row_in_a_persons_words():
     values = ValueFactory(3)
-    tables = {"support_activities": "Activity", "shipping_policies": "Policy", "flight_classes": "Class",
-              "statuses": "Status", "aliases": "Alias", "webhooks_2": "Webhook"}
+    tables = {
+        "support_activities": "Activity",
+        "shipping_policies": "Policy",
+        "flight_classes": "Class",
+        "statuses": "Status",
+        "aliases": "Alias",
+        "webhooks_2": "Webhook",
+    }
     for table, word in tables.items():
         names = {values.value("name", {"type": "string"}, table) for _ in range(5)}
         assert all(n.endswith(f" {word}") for n in names), (table, names)
@@ -100,8 +110,11 @@ def test_every_seeded_timestamp_is_at_or_before_the_clock(environments):
         assert late == 0, env["env_id"]
         valid = next(s["state"] for s in env["initial_states"] if s["name"] == "valid")
         now = dt.datetime.fromisoformat(valid["meta"]["now"].replace("Z", "+00:00"))
-        created = [dt.datetime.fromisoformat(r["created_at"].replace("Z", "+00:00"))
-                   for rows in valid["tables"].values() for r in rows]
+        created = [
+            dt.datetime.fromisoformat(r["created_at"].replace("Z", "+00:00"))
+            for rows in valid["tables"].values()
+            for r in rows
+        ]
         assert created and max(created) <= now
 
 
@@ -120,14 +133,22 @@ def _user_arguments(environments: dict) -> list[tuple[str, dict, object, str, st
                     continue
                 node = f"{env_id}.{tool['name']}"
                 props = tool["input_schema"]["properties"]
-                chain = Chain(tools=(node,), servers=(env_id,), seed=seed, sampler="topology",
-                              producers={node: {p: USER for p in props}})
+                chain = Chain(
+                    tools=(node,),
+                    servers=(env_id,),
+                    seed=seed,
+                    sampler="topology",
+                    producers={node: {p: USER for p in props}},
+                )
                 try:
                     args, prov = resolve_arguments(tool, node, chain, None, [], saved, index, values, rng)
                 except LookupError:
                     continue
-                out.extend((k, props[k], v, props[k].get("description", ""), tool["kind"])
-                           for k, v in args.items() if prov[k]["source"] == "user")
+                out.extend(
+                    (k, props[k], v, props[k].get("description", ""), tool["kind"])
+                    for k, v in args.items()
+                    if prov[k]["source"] == "user"
+                )
     return out
 
 
@@ -142,10 +163,14 @@ def test_synthesized_create_and_update_values_pass_the_field_semantic_check(envi
 
 def test_spec_examples_become_the_generators_first_choice_and_placeholders_do_not():
     spec: dict = {}
-    schema = {"type": "object", "properties": {
-        "plan": {"type": "string", "example": "Growth annual"},
-        "description": {"type": "string", "example": "Description"},
-        "seats": {"type": "integer", "minimum": 1, "maximum": 50, "example": 500}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "plan": {"type": "string", "example": "Growth annual"},
+            "description": {"type": "string", "example": "Description"},
+            "seats": {"type": "integer", "minimum": 1, "maximum": 50, "example": 500},
+        },
+    }
     fields = {f.name: f.schema for f in extract_fields(spec, schema, "subscription_id")}
     assert fields["plan"]["examples"] == ["Growth annual"]
     assert "examples" not in fields["seats"]  # out of its own bounds
@@ -168,14 +193,27 @@ def test_the_environments_asset_reports_the_value_figures(tmp_path):
     from envfactory_assets.runner.materialize import materialize_pipeline
     from envfactory_assets_tests.fixture_environments import FIXTURES
 
-    resources = {"envfactory": EnvFactoryHome(home=str(tmp_path)), "model_backend": ModelBackend(),
-                 "verification_gate": VerificationGate()}
+    resources = {
+        "envfactory": EnvFactoryHome(home=str(tmp_path)),
+        "model_backend": ModelBackend(),
+        "verification_gate": VerificationGate(),
+    }
     config = {"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES)}}}}
     with dg.instance_for_test() as instance:
-        results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance, resources, config,
-                                       ["source_resources", "environments"], raise_on_error=False)
-    meta = next(e.materialization.metadata for r in results for e in r.get_asset_materialization_events()
-                if e.asset_key.to_user_string() == "environments")
+        results = materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance,
+            resources,
+            config,
+            ["source_resources", "environments"],
+            raise_on_error=False,
+        )
+    meta = next(
+        e.materialization.metadata
+        for r in results
+        for e in r.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "environments"
+    )
     figures = meta["value_semantics"].value
     assert figures["passed"] + figures["failed"] >= 100
     assert figures["share_passing"] >= 0.95

@@ -23,15 +23,34 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The whole graph on 2 cores under load (SFT, GRPO and the evaluation on CPU): minutes, not hours.
 TIMEOUT_S = 3000
 
-TINY_RUN_CONFIG = {"ops": {
-    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
-    "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
-    "checkpoints": {"config": {"max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1, "max_length": 768,
-                               "grpo_max_steps": 1, "grpo_num_generations": 2, "grpo_prompts_per_step": 1,
-                               "grpo_max_completion_length": 24, "grpo_n_prompts": 2}},
-    "evaluations": {"config": {"n_synthetic": 2, "n_bfcl": 1, "max_new_tokens": 8, "max_tool_rounds": 1,
-                                 "n_bfcl_single_turn": 0}},
-}}
+TINY_RUN_CONFIG = {
+    "ops": {
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+        "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
+        "checkpoints": {
+            "config": {
+                "max_steps": 2,
+                "max_train_rows": 4,
+                "n_eval_prompts": 1,
+                "max_length": 768,
+                "grpo_max_steps": 1,
+                "grpo_num_generations": 2,
+                "grpo_prompts_per_step": 1,
+                "grpo_max_completion_length": 24,
+                "grpo_n_prompts": 2,
+            }
+        },
+        "evaluations": {
+            "config": {
+                "n_synthetic": 2,
+                "n_bfcl": 1,
+                "max_new_tokens": 8,
+                "max_tool_rounds": 1,
+                "n_bfcl_single_turn": 0,
+            }
+        },
+    }
+}
 
 
 #: The fixture folder above ``fixtures/openapi``: its 3 usable documents and the 49 small service descriptions
@@ -47,18 +66,39 @@ def many_updates_config(base_model: Path) -> dict[str, Any]:
     ``base_model`` is a model directory for training and evaluation (the test passes a one-layer model with
     the base model's tokenizer: 52 optimizer steps of SmolLM2-135M take half an hour on 2 cores).
     """
-    return {"ops": {
-        "source_resources": {"config": {"corpus_dir": str(MANY_FIXTURES), "per_domain": 8}},
-        "tool_chains": {"config": {"n_chains": 80, "min_tools": 3}},
-        "checkpoints": {"config": {"base_model": str(base_model), "max_steps": 50, "max_train_rows": 4,
-                                   "per_device_train_batch_size": 1, "n_eval_prompts": 1, "max_length": 768,
-                                   "grpo_max_steps": 2, "grpo_num_generations": 2, "grpo_prompts_per_step": 1,
-                                   "grpo_max_completion_length": 16, "grpo_n_prompts": 2}},
-        # 4 models (base, do-nothing, SFT, SFT+GRPO) x 3 seeds x 5 BFCL tasks, and held-out synthetic tasks
-        # where the RL rows have any (the 10% held-out environments' trajectories may all be SFT rows)
-        "evaluations": {"config": {"base_model": str(base_model), "n_synthetic": 4, "n_bfcl": 5,
-                                   "max_new_tokens": 8, "max_tool_rounds": 1, "n_bfcl_single_turn": 0}},
-    }}
+    return {
+        "ops": {
+            "source_resources": {"config": {"corpus_dir": str(MANY_FIXTURES), "per_domain": 8}},
+            "tool_chains": {"config": {"n_chains": 80, "min_tools": 3}},
+            "checkpoints": {
+                "config": {
+                    "base_model": str(base_model),
+                    "max_steps": 50,
+                    "max_train_rows": 4,
+                    "per_device_train_batch_size": 1,
+                    "n_eval_prompts": 1,
+                    "max_length": 768,
+                    "grpo_max_steps": 2,
+                    "grpo_num_generations": 2,
+                    "grpo_prompts_per_step": 1,
+                    "grpo_max_completion_length": 16,
+                    "grpo_n_prompts": 2,
+                }
+            },
+            # 4 models (base, do-nothing, SFT, SFT+GRPO) x 3 seeds x 5 BFCL tasks, and held-out synthetic tasks
+            # where the RL rows have any (the 10% held-out environments' trajectories may all be SFT rows)
+            "evaluations": {
+                "config": {
+                    "base_model": str(base_model),
+                    "n_synthetic": 4,
+                    "n_bfcl": 5,
+                    "max_new_tokens": 8,
+                    "max_tool_rounds": 1,
+                    "n_bfcl_single_turn": 0,
+                }
+            },
+        }
+    }
 
 
 def _cli_run(home: Path, run_config: dict[str, Any]) -> tuple[list[str], dict[str, str], Path]:
@@ -68,8 +108,11 @@ def _cli_run(home: Path, run_config: dict[str, Any]) -> tuple[list[str], dict[st
     config = home / "run.yaml"
     config.write_text(yaml.safe_dump(run_config))
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    return ([sys.executable, "-m", "envfactory_assets.cli", "run", "--config", str(config)],
-            {**env, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}, REPO_ROOT)
+    return (
+        [sys.executable, "-m", "envfactory_assets.cli", "run", "--config", str(config)],
+        {**env, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
+        REPO_ROOT,
+    )
 
 
 def run_tiny_pipeline(home: Path, run_config: dict[str, Any] | None = None) -> str:
@@ -81,8 +124,16 @@ def run_tiny_pipeline(home: Path, run_config: dict[str, Any] | None = None) -> s
         AssertionError: the command failed (its last output in the message).
     """
     cmd, env, cwd = _cli_run(home, run_config or TINY_RUN_CONFIG)
-    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-5000:]
     return proc.stdout
 
@@ -97,8 +148,9 @@ def run_on_terminal(home: Path, run_config: dict[str, Any], timeout_s: float = T
     """
     cmd, env, cwd = _cli_run(home, run_config)
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(cmd, env={**env, "TERM": "xterm"}, cwd=cwd, stdin=follower, stdout=follower,
-                            stderr=follower, close_fds=True)
+    proc = subprocess.Popen(
+        cmd, env={**env, "TERM": "xterm"}, cwd=cwd, stdin=follower, stdout=follower, stderr=follower, close_fds=True
+    )
     os.close(follower)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
@@ -134,8 +186,16 @@ def one_layer_model(base_dir: Path, out_dir: Path) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(base_dir)
-    config.update({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-                   "num_key_value_heads": 1, "head_dim": 16})
+    config.update(
+        {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+        }
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)

@@ -35,10 +35,16 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     prepare_tokenizer(tokenizer, model)
-    report = {"profile": sft_token_profile(examples, tokenizer, spec.per_device_train_batch_size),
-              "threads": torch.get_num_threads()}
-    trainer = SFTTrainer(model=model, args=_trl_config(settings.envfactory_home() / "profile_sft", spec),
-                         train_dataset=build_sft_dataset(examples), processing_class=tokenizer)
+    report = {
+        "profile": sft_token_profile(examples, tokenizer, spec.per_device_train_batch_size),
+        "threads": torch.get_num_threads(),
+    }
+    trainer = SFTTrainer(
+        model=model,
+        args=_trl_config(settings.envfactory_home() / "profile_sft", spec),
+        train_dataset=build_sft_dataset(examples),
+        processing_class=tokenizer,
+    )
     prepared = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in trainer.train_dataset]
     rng = random.Random(0)
     totals = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}  # wall s, cpu s, tokens fed
@@ -46,7 +52,9 @@ def main() -> None:
     for _ in range(pairs):
         pair = rng.sample(prepared, 2)
         for padding_free in (False, True):
-            batch = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=padding_free)(pair)
+            batch = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id, padding_free=padding_free)(
+                pair
+            )
             wall, cpu = time.perf_counter(), time.process_time()
             loss = model(**batch).loss
             loss.backward()
@@ -57,8 +65,11 @@ def main() -> None:
             losses[padding_free].append(round(loss.item(), 5))
     for padding_free, (wall, cpu, tokens) in totals.items():
         report["padding_free" if padding_free else "padded"] = {
-            "seconds_per_pass": round(wall / pairs, 2), "cpu_seconds_per_pass": round(cpu / pairs, 2),
-            "tokens_per_pass": tokens // pairs, "losses": losses[padding_free]}
+            "seconds_per_pass": round(wall / pairs, 2),
+            "cpu_seconds_per_pass": round(cpu / pairs, 2),
+            "tokens_per_pass": tokens // pairs,
+            "losses": losses[padding_free],
+        }
     print(json.dumps(report, indent=1))
 
 

@@ -48,11 +48,20 @@ class AblationRun:
     seconds: dict[str, float]
 
 
-def run_ablations(main_home: Path, run_config: Mapping[str, Any], corpus_dir: Path, materialize: Materialize,
-                  train_rows_of: Callable[[Path], int], sft_checkpoint_of: Callable[[Path], dict[str, Any]],
-                  evaluate: Callable[[dict[str, dict[str, Any]]], list[dict[str, Any]]],
-                  arms: Sequence[Arm] = ARMS, *, default_max_train_rows: int,
-                  log: Callable[[str], Any] = print, clock: Callable[[], float] = time.monotonic) -> AblationRun:
+def run_ablations(
+    main_home: Path,
+    run_config: Mapping[str, Any],
+    corpus_dir: Path,
+    materialize: Materialize,
+    train_rows_of: Callable[[Path], int],
+    sft_checkpoint_of: Callable[[Path], dict[str, Any]],
+    evaluate: Callable[[dict[str, dict[str, Any]]], list[dict[str, Any]]],
+    arms: Sequence[Arm] = ARMS,
+    *,
+    default_max_train_rows: int,
+    log: Callable[[str], Any] = print,
+    clock: Callable[[], float] = time.monotonic,
+) -> AblationRun:
     """Synthesize, train and evaluate every arm (order in the module docstring).
 
     Args:
@@ -97,6 +106,18 @@ def run_ablations(main_home: Path, run_config: Mapping[str, Any], corpus_dir: Pa
     trained = clock()
     evaluations = evaluate(checkpoints)
     done = clock()
-    return AblationRun(tuple(arms), homes, rows, budget, checkpoints, evaluations, configs,
-                       {"synthesis": synthesized - started, "training": trained - synthesized,
-                        "evaluation": done - trained, "total": done - started})
+    return AblationRun(
+        tuple(arms),
+        homes,
+        rows,
+        budget,
+        checkpoints,
+        evaluations,
+        configs,
+        {
+            "synthesis": synthesized - started,
+            "training": trained - synthesized,
+            "evaluation": done - trained,
+            "total": done - started,
+        },
+    )

@@ -54,15 +54,33 @@ class Comparison:
 
 
 ARMS = (
-    Arm("topology", "topology-aware sampler, refined queries (the default pipeline)",
-        {"tool_chains": {"sampler": "topology"}, "raw_trajectories": {"sampler": "topology"},
-         "datasets": {"query_source": "refined"}}),
-    Arm("random_walk", "random-walk baseline sampler, refined queries",
-        {"tool_chains": {"sampler": "random_walk"}, "raw_trajectories": {"sampler": "random_walk"},
-         "datasets": {"query_source": "refined"}}),
-    Arm("raw_queries", "topology-aware sampler, raw (unrefined) queries",
-        {"tool_chains": {"sampler": "topology"}, "raw_trajectories": {"sampler": "topology"},
-         "datasets": {"query_source": "raw"}}),
+    Arm(
+        "topology",
+        "topology-aware sampler, refined queries (the default pipeline)",
+        {
+            "tool_chains": {"sampler": "topology"},
+            "raw_trajectories": {"sampler": "topology"},
+            "datasets": {"query_source": "refined"},
+        },
+    ),
+    Arm(
+        "random_walk",
+        "random-walk baseline sampler, refined queries",
+        {
+            "tool_chains": {"sampler": "random_walk"},
+            "raw_trajectories": {"sampler": "random_walk"},
+            "datasets": {"query_source": "refined"},
+        },
+    ),
+    Arm(
+        "raw_queries",
+        "topology-aware sampler, raw (unrefined) queries",
+        {
+            "tool_chains": {"sampler": "topology"},
+            "raw_trajectories": {"sampler": "topology"},
+            "datasets": {"query_source": "raw"},
+        },
+    ),
 )
 COMPARISONS = (
     Comparison("(a) random-walk sampler instead of the topology-aware one", "topology", "random_walk"),
@@ -83,8 +101,9 @@ def _ops(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(ops)
 
 
-def arm_config(run_config: Mapping[str, Any], arm: Arm, corpus_dir: Path,
-               max_train_rows: int | None = None) -> dict[str, Any]:
+def arm_config(
+    run_config: Mapping[str, Any], arm: Arm, corpus_dir: Path, max_train_rows: int | None = None
+) -> dict[str, Any]:
     """The run config of ``arm``: ``run_config`` (the user's, left unchanged) with the arm's settings over it,
     ``source_resources.corpus_dir`` set to the main home's corpus unless the user set one, GRPO off
     (``checkpoints.grpo_max_steps: 0``; the ablations compare SFT data) and, when given, ``max_train_rows``.
@@ -133,8 +152,10 @@ def equal_rows(train_rows: Mapping[str, int], configured: int) -> int:
         raise ValueError("equal_rows: no arm")
     empty = sorted(name for name, n in train_rows.items() if n < 1)
     if empty:
-        raise ValueError(f"ablation arms {empty} have no train-split SFT row; synthesize more chains "
-                         "(tool_chains.n_chains) and run the ablations again")
+        raise ValueError(
+            f"ablation arms {empty} have no train-split SFT row; synthesize more chains "
+            "(tool_chains.n_chains) and run the ablations again"
+        )
     return min(configured, *train_rows.values())
 
 

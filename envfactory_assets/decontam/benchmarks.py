@@ -44,14 +44,22 @@ def bfcl_multi_turn_tools() -> list[BenchmarkTool]:
         for line in entry.read_text().splitlines():
             if line.strip():
                 doc = json.loads(line)
-                tools.append(BenchmarkTool("bfcl_v3_multi_turn", entry.name[: -len(".json")], doc["name"],
-                                           str(doc.get("description", ""))))
+                tools.append(
+                    BenchmarkTool(
+                        "bfcl_v3_multi_turn", entry.name[: -len(".json")], doc["name"], str(doc.get("description", ""))
+                    )
+                )
     return tools
 
 
 BFCL_SINGLE_TURN = "bfcl_v3_single_turn"
-BFCL_SINGLE_TURN_FILES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel",
-                          "parallel_multiple": "parallel_multiple", "irrelevance": "irrelevance"}
+BFCL_SINGLE_TURN_FILES = {
+    "simple": "simple_python",
+    "multiple": "multiple",
+    "parallel": "parallel",
+    "parallel_multiple": "parallel_multiple",
+    "irrelevance": "irrelevance",
+}
 """``{category: data file stem}`` of BFCL v3's non-live AST categories; the wheel's files are named
 ``BFCL_v4_<stem>.json`` (these categories were introduced with v2/v3 and are unchanged in the v4 release)."""
 
@@ -122,8 +130,11 @@ def tau2_reference() -> dict:
 def tau2_tools() -> list[BenchmarkTool]:
     """Every agent-side tool of tau2-bench's airline, retail and telecom domains (suite = domain)."""
     doc = tau2_reference()
-    return [BenchmarkTool("tau2", domain, name, summary)
-            for domain, entry in sorted(doc["domains"].items()) for name, summary in entry["tools"].items()]
+    return [
+        BenchmarkTool("tau2", domain, name, summary)
+        for domain, entry in sorted(doc["domains"].items())
+        for name, summary in entry["tools"].items()
+    ]
 
 
 def all_benchmark_tools() -> list[BenchmarkTool]:

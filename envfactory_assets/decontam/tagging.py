@@ -8,7 +8,8 @@ benchmark's API, a ``close_ticket`` that also reads like BFCL's is.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,13 @@ def _text(name: str, description: str) -> str:
     return f"{name.replace('_', ' ')}: {description[:300]}"
 
 
-def overlap_rows(environments: Iterable[dict[str, Any]], reference: list[BenchmarkTool],
-                 embedder: ParameterEmbedder, threshold: float = DEFAULT_THRESHOLD,
-                 name_threshold: float = DEFAULT_NAME_THRESHOLD) -> list[dict[str, Any]]:
+def overlap_rows(
+    environments: Iterable[dict[str, Any]],
+    reference: list[BenchmarkTool],
+    embedder: ParameterEmbedder,
+    threshold: float = DEFAULT_THRESHOLD,
+    name_threshold: float = DEFAULT_NAME_THRESHOLD,
+) -> list[dict[str, Any]]:
     """One row per (environment tool, benchmark tool) pair that overlaps.
 
     Rows: ``env_id``, ``tool_name``, ``benchmark``, ``suite``, ``benchmark_tool``, ``similarity``
@@ -46,9 +51,17 @@ def overlap_rows(environments: Iterable[dict[str, Any]], reference: list[Benchma
         for j, bench in enumerate(reference):
             by_name = own == names[j] and sims[i, j] >= name_threshold
             if by_name or sims[i, j] >= threshold:
-                rows.append({"env_id": env_id, "tool_name": tool["name"], "benchmark": bench.benchmark,
-                             "suite": bench.suite, "benchmark_tool": bench.name,
-                             "similarity": round(float(sims[i, j]), 4), "match": "name" if by_name else "description"})
+                rows.append(
+                    {
+                        "env_id": env_id,
+                        "tool_name": tool["name"],
+                        "benchmark": bench.benchmark,
+                        "suite": bench.suite,
+                        "benchmark_tool": bench.name,
+                        "similarity": round(float(sims[i, j]), 4),
+                        "match": "name" if by_name else "description",
+                    }
+                )
     return rows
 
 

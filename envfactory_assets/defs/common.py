@@ -1,12 +1,13 @@
 """Small helpers shared by the asset modules."""
 
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import dagster as dg
 
-from envfactory_assets.config_checks import SettingError
 from envfactory_assets import catalog
+from envfactory_assets.config_checks import SettingError
 from envfactory_assets.defs.resources import EnvFactoryHome, user_curation
 from envfactory_assets.incremental.partitions import ENVIRONMENT_PARTITIONS, env_scope
 from envfactory_assets.store.gates import failed_environment_leaks
@@ -51,8 +52,12 @@ def no_failed_environment_check(asset: Any, tables: list[str]) -> dg.AssetChecks
     """A blocking check on ``asset``: none of ``tables``' current rows uses an environment that failed
     verification (or has no current verification)."""
 
-    @dg.asset_check(asset=asset, blocking=True, name="no_failed_environment",
-                    description=f"No row of {', '.join(tables)} uses an environment that did not pass verification.")
+    @dg.asset_check(
+        asset=asset,
+        blocking=True,
+        name="no_failed_environment",
+        description=f"No row of {', '.join(tables)} uses an environment that did not pass verification.",
+    )
     def _check(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
         leaks = failed_environment_leaks(envfactory.store(), tables)
         return dg.AssetCheckResult(passed=not leaks, metadata={"leaks": len(leaks), "examples": leaks[:5]})
@@ -101,8 +106,9 @@ class UpstreamGates(dg.ConfigurableResource):
         out = {}
         for key in asset_graph.get_all_asset_keys():
             parents = asset_graph.get(key).parent_keys
-            checks = [ck for ck in asset_graph.get_check_keys_for_assets(parents)
-                      if asset_graph.get_check_spec(ck).blocking]
+            checks = [
+                ck for ck in asset_graph.get_check_keys_for_assets(parents) if asset_graph.get_check_spec(ck).blocking
+            ]
             if checks:
                 out[key.to_user_string()] = sorted(ck.to_user_string() for ck in checks)
         return cls(blocking_checks=out)
@@ -126,8 +132,10 @@ def require_upstream_gates(context: dg.AssetExecutionContext, gates: UpstreamGat
         if evaluation is not None and not evaluation.passed:
             closed.append(ck.to_user_string())
     if closed:
-        raise GateClosed(f"upstream blocking checks failed at their latest evaluation: {sorted(closed)}; "
-                         "fix and re-materialize the upstream assets first")
+        raise GateClosed(
+            f"upstream blocking checks failed at their latest evaluation: {sorted(closed)}; "
+            "fix and re-materialize the upstream assets first"
+        )
     return sorted(ck.to_user_string() for ck in check_keys)
 
 

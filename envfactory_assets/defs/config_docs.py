@@ -80,9 +80,18 @@ def configuration_markdown() -> str:
     for asset, path in RUN_CONFIGS:
         config = run_config_class(path)
         doc = " ".join((config.__doc__ or "").split())
-        lines += ["", f"## `{asset}`", "", f"`{config.__name__}`: {doc}", "",
-                  "| setting | type | default | help |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"## `{asset}`",
+            "",
+            f"`{config.__name__}`: {doc}",
+            "",
+            "| setting | type | default | help |",
+            "|---|---|---|---|",
+        ]
         for name, info in config.model_fields.items():
-            lines.append(f"| `{name}` | {_type_name(info.annotation)} | {_cell(_default(info))} | "
-                         f"{_cell(info.description or '')} |")
+            lines.append(
+                f"| `{name}` | {_type_name(info.annotation)} | {_cell(_default(info))} | "
+                f"{_cell(info.description or '')} |"
+            )
     return "\n".join(lines) + "\n"

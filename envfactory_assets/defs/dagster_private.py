@@ -32,8 +32,14 @@ def stale_asset_keys(instance: dg.DagsterInstance, graph: AssetGraph) -> list[dg
     from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
     from dagster._time import get_current_datetime
 
-    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-                          instance=instance, asset_graph=graph)
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=graph,
+    )
     resolver = CachingStaleStatusResolver(instance=instance, asset_graph=graph, loading_context=view)
-    return [key for key in graph.toposorted_asset_keys
-            if graph.get(key).partitions_def is None and resolver.get_status(key, None) == StaleStatus.STALE]
+    return [
+        key
+        for key in graph.toposorted_asset_keys
+        if graph.get(key).partitions_def is None and resolver.get_status(key, None) == StaleStatus.STALE
+    ]

@@ -1,8 +1,9 @@
 """Incremental re-synthesis in Dagster: the resource sensor, the nightly schedule, the gated automation
 conditions and the resynthesis job (running the graph from outside Dagster is in ``runner``)."""
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -28,10 +29,14 @@ def last_source_config(instance: dg.DagsterInstance) -> dict[str, Any]:
     return dict(config)
 
 
-@dg.sensor(name="resource_files", minimum_interval_seconds=60, asset_selection=PER_ENVIRONMENT,
-           default_status=dg.DefaultSensorStatus.STOPPED,
-           description="Watches the OpenAPI corpus and $ENVFACTORY_HOME/resources: adds environment partitions "
-                       "for new user documents and re-synthesizes the partitions whose document changed.")
+@dg.sensor(
+    name="resource_files",
+    minimum_interval_seconds=60,
+    asset_selection=PER_ENVIRONMENT,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Watches the OpenAPI corpus and $ENVFACTORY_HOME/resources: adds environment partitions "
+    "for new user documents and re-synthesizes the partitions whose document changed.",
+)
 def resource_files(context: dg.SensorEvaluationContext, envfactory: EnvFactoryHome) -> dg.SensorResult:
     """One tick: snapshot the watched folders, compare with the cursor, request one run per changed
     partition (run key ``<partition>@<sha256 prefix>``: the same content never runs twice)."""
@@ -39,28 +44,47 @@ def resource_files(context: dg.SensorEvaluationContext, envfactory: EnvFactoryHo
     corpus = Path(source_config["corpus_dir"]) if source_config.get("corpus_dir") else envfactory.corpus_dir()
     user_dir = user_resources_dir(envfactory)
     state = decode_cursor(context.cursor)
-    previous, complete = (state or ({}, False))
+    previous, complete = state or ({}, False)
     current, left = snapshot([corpus, user_dir], previous)
-    todo = plan(previous if complete else None, current, context.instance.get_dynamic_partitions(
-        environment_partitions.name), [user_dir])
+    todo = plan(
+        previous if complete else None,
+        current,
+        context.instance.get_dynamic_partitions(environment_partitions.name),
+        [user_dir],
+    )
     run_config = {"ops": {"source_resources": {"config": source_config}}} if source_config else {}
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=rk, partition_key=key, run_config=run_config,
-                                    asset_selection=[dg.AssetKey(a) for a in PER_ENVIRONMENT])
-                      for key, rk in todo.runs],
+        run_requests=[
+            dg.RunRequest(
+                run_key=rk,
+                partition_key=key,
+                run_config=run_config,
+                asset_selection=[dg.AssetKey(a) for a in PER_ENVIRONMENT],
+            )
+            for key, rk in todo.runs
+        ],
         dynamic_partitions_requests=[environment_partitions.build_add_request(todo.new_partitions)]
-        if todo.new_partitions else [],
-        cursor=encode_cursor(current, complete or left == 0))
+        if todo.new_partitions
+        else [],
+        cursor=encode_cursor(current, complete or left == 0),
+    )
 
 
 resynthesis_job = dg.define_asset_job(
-    "resynthesis", selection=SPANNING,
+    "resynthesis",
+    selection=SPANNING,
     description="The tool graph and everything after it; chains and trajectories that touch no changed "
-                "environment are reused as they are.")
+    "environment are reused as they are.",
+)
 
 
-@dg.schedule(name="nightly_resynthesis", cron_schedule="0 3 * * *", job=resynthesis_job, execution_timezone="UTC",
-             default_status=dg.DefaultScheduleStatus.STOPPED)
+@dg.schedule(
+    name="nightly_resynthesis",
+    cron_schedule="0 3 * * *",
+    job=resynthesis_job,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+)
 def nightly_resynthesis(context: dg.ScheduleEvaluationContext):
     """Nightly at 03:00 UTC: re-synthesize the spanning stages when an environment was verified again since
     the tool graph was last built; skip otherwise. Run key: the run of the newest verification, so one change
@@ -75,14 +99,22 @@ def nightly_resynthesis(context: dg.ScheduleEvaluationContext):
 
 
 gated_automation = dg.AutomationConditionSensorDefinition(
-    "gated_automation", target=SPANNING, default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Evaluates the gated automation conditions of the tool graph and later stages.")
+    "gated_automation",
+    target=SPANNING,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Evaluates the gated automation conditions of the tool graph and later stages.",
+)
 
 
 def with_gated_automation(assets: Sequence[Any]) -> list[Any]:
     """``assets`` with :data:`GATED` as the automation condition of the stages from the tool graph to the
     datasets (checkpoints train on request only)."""
     gated = {"tool_graph", "tool_chains", "raw_trajectories", "refined_trajectories", "sft_dataset", "rl_dataset"}
-    return list(dg.map_asset_specs(
-        lambda spec: spec.replace_attributes(automation_condition=GATED)
-        if spec.key.to_user_string() in gated else spec, assets))
+    return list(
+        dg.map_asset_specs(
+            lambda spec: (
+                spec.replace_attributes(automation_condition=GATED) if spec.key.to_user_string() in gated else spec
+            ),
+            assets,
+        )
+    )

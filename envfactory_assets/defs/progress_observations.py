@@ -11,9 +11,14 @@ import dagster as dg
 from envfactory_assets.progress_meter import LABEL, Progress, ProgressMeter
 
 
-def asset_progress(context: dg.AssetExecutionContext, total: int, what: str,
-                   shard: int | None = None, asset_key: dg.AssetKey | None = None,
-                   label: str | None = None) -> ProgressMeter:
+def asset_progress(
+    context: dg.AssetExecutionContext,
+    total: int,
+    what: str,
+    shard: int | None = None,
+    asset_key: dg.AssetKey | None = None,
+    label: str | None = None,
+) -> ProgressMeter:
     """A meter for ``total`` items of ``context``'s asset (``asset_key``: the one of a multi-asset's assets the
     observations are recorded on, and the bar is labelled with unless ``label`` names it, as a multi-asset's
     step name does); ``what`` names the items in log lines."""
@@ -21,15 +26,17 @@ def asset_progress(context: dg.AssetExecutionContext, total: int, what: str,
     extra = {LABEL: label} if label else {}
 
     def emit(progress: Progress) -> None:
-        context.log.info(f"{label or asset_key.to_user_string()}: {progress.done}/{progress.total} {what} "
-                         f"({progress.rate:.2f}/s)")
+        context.log.info(
+            f"{label or asset_key.to_user_string()}: {progress.done}/{progress.total} {what} ({progress.rate:.2f}/s)"
+        )
         context.log_event(dg.AssetObservation(asset_key=asset_key, metadata={**progress.as_metadata(), **extra}))
 
     return ProgressMeter(total, emit, shard=shard)
 
 
-def progress_callback(context: dg.AssetExecutionContext, what: str, asset_key: dg.AssetKey | None = None,
-                      label: str | None = None) -> Callable[[int, int], None]:
+def progress_callback(
+    context: dg.AssetExecutionContext, what: str, asset_key: dg.AssetKey | None = None, label: str | None = None
+) -> Callable[[int, int], None]:
     """A plain ``progress(done, total)`` for core code that learns its total only as it runs: the meter
     (:func:`asset_progress`, with ``asset_key`` and ``label``) is made on the first call, with that call's
     ``total``. The bar ends at 100% when the core code's last call has ``done == total``; a core function that

@@ -49,11 +49,15 @@ class EnvFactoryHome(dg.ConfigurableResource):
 
     home: str = ""
     allow_empty: bool = False
-    allow_regression: bool = Field(default=False, description=(
-        "Accept a result in which an item whose input did not change (an environment with the same content "
-        "hash) goes from passed to failed, even though other items still pass. Off by default: such a result "
-        "nearly always comes from a setting (call_timeout_s too short, memory_mb too small), and the stage "
-        "then writes nothing and names how many items, which, and the settings that differ from defaults."))
+    allow_regression: bool = Field(
+        default=False,
+        description=(
+            "Accept a result in which an item whose input did not change (an environment with the same content "
+            "hash) goes from passed to failed, even though other items still pass. Off by default: such a result "
+            "nearly always comes from a setting (call_timeout_s too short, memory_mb too small), and the stage "
+            "then writes nothing and names how many items, which, and the settings that differ from defaults."
+        ),
+    )
 
     def root(self) -> Path:
         """The resolved ``ENVFACTORY_HOME``."""
@@ -61,9 +65,14 @@ class EnvFactoryHome(dg.ConfigurableResource):
 
     def store(self) -> PipelineStore:
         """The store, refusing writes that would replace passed rows with none unless ``allow_empty``."""
-        return PipelineStore(settings.store_path(self.root()), retry_seconds=120.0,
-                             refuse_empty=not self.allow_empty, override_hint=ALLOW_EMPTY_SETTING,
-                             refuse_regression=not self.allow_regression, regression_hint=ALLOW_REGRESSION_SETTING)
+        return PipelineStore(
+            settings.store_path(self.root()),
+            retry_seconds=120.0,
+            refuse_empty=not self.allow_empty,
+            override_hint=ALLOW_EMPTY_SETTING,
+            refuse_regression=not self.allow_regression,
+            regression_hint=ALLOW_REGRESSION_SETTING,
+        )
 
     def corpus_dir(self) -> Path:
         return settings.corpus_dir(self.root())
@@ -131,9 +140,14 @@ class ModelBackend(dg.ConfigurableResource):
                 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 
                 return OpenAICompatibleBackend(
-                    self.base_url or None, self.model or None, os.environ.get(self.api_key_env) or None,
-                    timeout_s=self.timeout_s, max_concurrency=self.max_concurrency, cache_path=cache_path,
-                    token_budget=self.token_budget or None)
+                    self.base_url or None,
+                    self.model or None,
+                    os.environ.get(self.api_key_env) or None,
+                    timeout_s=self.timeout_s,
+                    max_concurrency=self.max_concurrency,
+                    cache_path=cache_path,
+                    token_budget=self.token_budget or None,
+                )
             if self.backend == "transformers":
                 from envfactory_assets.llm.transformers_backend import TransformersBackend
 
@@ -170,7 +184,8 @@ def user_curation(envfactory: EnvFactoryHome):
 
 # --- incremental re-synthesis: the user folder the sensor watches -------------------------------------
 def user_resources_dir(envfactory: EnvFactoryHome) -> Path:
-    """``$ENVFACTORY_HOME/user_resources``: a user folder of extra OpenAPI documents or MCP tool lists, scanned after the corpus and
+    """``$ENVFACTORY_HOME/user_resources``: a user folder of extra OpenAPI documents or MCP tool lists, scanned after
+    the corpus and
     watched by the ``resource_files`` sensor; every document accepted there becomes an environment."""
     from envfactory_assets.sources.resource_kinds import USER_RESOURCES_DIR
 

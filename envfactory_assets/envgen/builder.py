@@ -37,15 +37,16 @@ def _foreign_keys(resources: list[Resource]) -> dict[str, dict[str, str]]:
     by_key = {r.key: r for r in resources}
     fks: dict[str, dict[str, str]] = {}
     for r in resources:
-        fks[r.name] = {f.name: by_key[f.name].name for f in r.fields
-                       if f.name in by_key and by_key[f.name] is not r}
+        fks[r.name] = {f.name: by_key[f.name].name for f in r.fields if f.name in by_key and by_key[f.name] is not r}
     return fks
 
 
 def _string_keys(resource: Resource, fks: dict[str, str]) -> Resource:
     """Foreign-key fields hold this environment's string row ids, whatever type the spec gave them."""
-    fields = [dataclasses.replace(f, schema={"type": "string"}) if f.name in fks or f.name == resource.parent_key
-              else f for f in resource.fields]
+    fields = [
+        dataclasses.replace(f, schema={"type": "string"}) if f.name in fks or f.name == resource.parent_key else f
+        for f in resource.fields
+    ]
     return dataclasses.replace(resource, fields=fields)
 
 
@@ -86,26 +87,40 @@ def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> di
 
 def _state_schema(tables: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
     rows = {t["table"]: t["output_schema"] for t in tools if t["kind"] in ("get", "create", "update")}
-    rows.update({t["table"]: t["output_schema"]["properties"]["items"]["items"]
-                 for t in tools if t["kind"] == "list"})
+    rows.update({t["table"]: t["output_schema"]["properties"]["items"]["items"] for t in tools if t["kind"] == "list"})
     return {
         "type": "object",
         "required": ["tables", "meta"],
         "additionalProperties": False,
         "properties": {
-            "tables": {"type": "object", "required": sorted(tables), "additionalProperties": False,
-                       "properties": {name: {"type": "array", "items": rows[name]} for name in tables}},
-            "meta": {"type": "object", "required": ["now", "seed", "next_id"], "properties": {
-                "now": {"type": "string", "format": "date-time"},
-                "seed": {"type": "integer"},
-                "next_id": {"type": "integer", "minimum": 1}}},
+            "tables": {
+                "type": "object",
+                "required": sorted(tables),
+                "additionalProperties": False,
+                "properties": {name: {"type": "array", "items": rows[name]} for name in tables},
+            },
+            "meta": {
+                "type": "object",
+                "required": ["now", "seed", "next_id"],
+                "properties": {
+                    "now": {"type": "string", "format": "date-time"},
+                    "seed": {"type": "integer"},
+                    "next_id": {"type": "integer", "minimum": 1},
+                },
+            },
         },
     }
 
 
-def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_table: int,
-               boundary: bool, data_sources: set[str] | None = None,
-               descriptions: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+def _seed_rows(
+    tables: dict[str, Any],
+    order: list[str],
+    seed: int,
+    rows_per_table: int,
+    boundary: bool,
+    data_sources: set[str] | None = None,
+    descriptions: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
     now = BOUNDARY_NOW if boundary else DEFAULT_NOW
     # Seeded rows are history: every timestamp is drawn at or before the state's clock.
     values = ValueFactory(seed, now=now)
@@ -140,9 +155,13 @@ def _seed_rows(tables: dict[str, Any], order: list[str], seed: int, rows_per_tab
     return state
 
 
-def initial_states(tables: dict[str, Any], order: list[str], seed: int,
-                   data_sources: set[str] | None = None,
-                   descriptions: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+def initial_states(
+    tables: dict[str, Any],
+    order: list[str],
+    seed: int,
+    data_sources: set[str] | None = None,
+    descriptions: dict[str, dict[str, str]] | None = None,
+) -> list[dict[str, Any]]:
     """Three initial states: ``valid`` (realistic rows), ``boundary`` (one edge-of-range row per table,
     non-ASCII text, optional fields absent), ``invalid`` (a duplicate key and a wrong type: must be rejected).
 
@@ -151,8 +170,9 @@ def initial_states(tables: dict[str, Any], order: list[str], seed: int,
     field holds where its name does not. Every seeded date and date-time is at or before the state's
     ``meta.now``.
     """
-    valid = _seed_rows(tables, order, seed, VALID_ROWS_PER_TABLE, boundary=False, data_sources=data_sources,
-                       descriptions=descriptions)
+    valid = _seed_rows(
+        tables, order, seed, VALID_ROWS_PER_TABLE, boundary=False, data_sources=data_sources, descriptions=descriptions
+    )
     boundary = _seed_rows(tables, order, seed + 1, 1, boundary=True)
     invalid = copy.deepcopy(valid)
     first = order[0]
@@ -219,11 +239,14 @@ def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]
     taken: set[str] = set()
     tools: list[dict[str, Any]] = []
     for r in resources:
-        tools.extend(tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()},
-                                        taken))
+        tools.extend(
+            tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()}, taken)
+        )
     tables = _table_meta(resources, fks)
-    provenance = (f"{resource_row.get('title') or env_id} ({resource_row['path']}, "
-                  f"sha256 {resource_row['sha256'][:12]}, license {resource_row.get('license_name', '?')})")
+    provenance = (
+        f"{resource_row.get('title') or env_id} ({resource_row['path']}, "
+        f"sha256 {resource_row['sha256'][:12]}, license {resource_row.get('license_name', '?')})"
+    )
     source = generate_source(env_id, provenance, tables, tools)
     seed = stable_seed(env_id, resource_row["sha256"])
     data_sources: set[str] = set()

@@ -89,7 +89,11 @@ def entity_value(field_name: str, schema: dict[str, Any], rng: random.Random) ->
         # Most records are in a widely used language; the rest spread over all of ISO 639-1.
         pool = _WIDE_LANGUAGES if rng.random() < 0.8 else _languages()
         return rng.choice(pool), f"pycountry {_version('pycountry')} ISO 639 languages"
-    if _AIRPORT_FIELD.search(name) and limit >= 3 and not name.endswith(("url", "uri", "link", "_id", "_ids", "address", "arn")):
+    if (
+        _AIRPORT_FIELD.search(name)
+        and limit >= 3
+        and not name.endswith(("url", "uri", "link", "_id", "_ids", "address", "arn"))
+    ):
         airport = rng.choice(_airports())
         value = airport["iata"] if name.endswith(("code", "iata")) or limit < len(airport["name"]) else airport["name"]
         return value, f"airportsdata {_version('airportsdata')} IATA airports"

@@ -22,5 +22,9 @@ def code_origin(builder: str | None) -> str:
 
 def as_environment(row: dict[str, Any]) -> dict[str, Any]:
     """The Environment dict (docs/design.md) of an ``environments`` row, with its code's ``origin``."""
-    return {"env_id": row["env_id"], "domain": row["domain"], **{k: row[k] for k in ENV_FIELDS},
-            "origin": code_origin(row.get("builder"))}
+    return {
+        "env_id": row["env_id"],
+        "domain": row["domain"],
+        **{k: row[k] for k in ENV_FIELDS},
+        "origin": code_origin(row.get("builder")),
+    }

@@ -10,11 +10,15 @@ tokens (the failure list it would also carry is not counted).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from envfactory_assets.envgen.model_builder import (
-    CODE_WRITER_ROLE, DEFAULT_MAX_TOKENS, code_writer_messages, reviser_messages,
+    CODE_WRITER_ROLE,
+    DEFAULT_MAX_TOKENS,
+    code_writer_messages,
+    reviser_messages,
 )
 from envfactory_assets.llm.base import ChatRequest, estimate_prompt_tokens
 
@@ -22,12 +26,17 @@ from envfactory_assets.llm.base import ChatRequest, estimate_prompt_tokens
 def _drafts_estimate(backend: Any, requests: Sequence[ChatRequest]) -> dict[str, int]:
     if hasattr(backend, "estimate"):
         return dict(backend.estimate(requests))
-    return {"calls": len(requests), "prompt_tokens_est": sum(estimate_prompt_tokens(r.messages) for r in requests),
-            "cached": 0, "max_completion_tokens": sum(r.max_tokens for r in requests)}
+    return {
+        "calls": len(requests),
+        "prompt_tokens_est": sum(estimate_prompt_tokens(r.messages) for r in requests),
+        "cached": 0,
+        "max_completion_tokens": sum(r.max_tokens for r in requests),
+    }
 
 
-def estimate_environments(resources: list[dict[str, Any]], backend: Any, max_revisions: int,
-                          max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+def estimate_environments(
+    resources: list[dict[str, Any]], backend: Any, max_revisions: int, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> dict[str, Any]:
     """Estimated model usage of building ``resources`` (``source_resources`` rows) with ``backend``.
 
     ``backend`` None means the programmatic builder: no calls. Returns
@@ -45,30 +54,49 @@ def estimate_environments(resources: list[dict[str, Any]], backend: Any, max_rev
             unbuildable.append(f"{resource['resource_key']}: {type(exc).__name__}: {str(exc)[:120]}")
     zero = {"calls": 0, "cached": 0, "prompt_tokens_est": 0, "max_completion_tokens": 0}
     if backend is None:
-        return {"environments": len(envs), "unbuildable": unbuildable, "drafts": zero,
-                "revisions_worst_case": {k: 0 for k in zero if k != "cached"},
-                "total_worst_case": {"calls": 0, "tokens": 0}}
-    requests = [ChatRequest(code_writer_messages(env), role=CODE_WRITER_ROLE, max_tokens=max_tokens, temperature=0.0)
-                for env in envs]
+        return {
+            "environments": len(envs),
+            "unbuildable": unbuildable,
+            "drafts": zero,
+            "revisions_worst_case": {k: 0 for k in zero if k != "cached"},
+            "total_worst_case": {"calls": 0, "tokens": 0},
+        }
+    requests = [
+        ChatRequest(code_writer_messages(env), role=CODE_WRITER_ROLE, max_tokens=max_tokens, temperature=0.0)
+        for env in envs
+    ]
     drafts = _drafts_estimate(backend, requests)
     share = drafts["calls"] / len(envs) if envs else 0.0  # revisions only follow drafts that are really sent
     placeholder = "#" * (4 * max_tokens)
     reviser_prompt = sum(estimate_prompt_tokens(reviser_messages(env, placeholder, [])) for env in envs)
-    revisions = {"calls": drafts["calls"] * max_revisions,
-                 "prompt_tokens_est": round(reviser_prompt * share) * max_revisions,
-                 "max_completion_tokens": drafts["calls"] * max_revisions * max_tokens}
+    revisions = {
+        "calls": drafts["calls"] * max_revisions,
+        "prompt_tokens_est": round(reviser_prompt * share) * max_revisions,
+        "max_completion_tokens": drafts["calls"] * max_revisions * max_tokens,
+    }
     total_calls = drafts["calls"] + revisions["calls"]
-    total_tokens = (drafts["prompt_tokens_est"] + drafts["max_completion_tokens"]
-                    + revisions["prompt_tokens_est"] + revisions["max_completion_tokens"])
-    return {"environments": len(envs), "unbuildable": unbuildable, "drafts": drafts,
-            "revisions_worst_case": revisions, "total_worst_case": {"calls": total_calls, "tokens": total_tokens}}
+    total_tokens = (
+        drafts["prompt_tokens_est"]
+        + drafts["max_completion_tokens"]
+        + revisions["prompt_tokens_est"]
+        + revisions["max_completion_tokens"]
+    )
+    return {
+        "environments": len(envs),
+        "unbuildable": unbuildable,
+        "drafts": drafts,
+        "revisions_worst_case": revisions,
+        "total_worst_case": {"calls": total_calls, "tokens": total_tokens},
+    }
 
 
 def format_estimate(estimate: dict[str, Any], backend_name: str) -> str:
     """The estimate as a few plain-text lines for the CLI."""
     d, r, t = estimate["drafts"], estimate["revisions_worst_case"], estimate["total_worst_case"]
-    lines = [f"environments stage, model backend {backend_name}: {estimate['environments']} environments "
-             f"({len(estimate['unbuildable'])} unbuildable, no model call)"]
+    lines = [
+        f"environments stage, model backend {backend_name}: {estimate['environments']} environments "
+        f"({len(estimate['unbuildable'])} unbuildable, no model call)"
+    ]
     if backend_name == "programmatic":
         lines.append("programmatic builder: 0 model calls, 0 tokens")
         return "\n".join(lines)

@@ -40,8 +40,11 @@ VERB_KIND = {
 }
 # Verbs that name their own object (git's vocabulary): verb -> (kind, table).
 VERB_OBJECT = {
-    "commit": ("create", "commits"), "log": ("list", "commits"), "show": ("get", "commits"),
-    "branch": ("list", "branches"), "status": ("list", "files"),
+    "commit": ("create", "commits"),
+    "log": ("list", "commits"),
+    "show": ("get", "commits"),
+    "branch": ("list", "branches"),
+    "status": ("list", "files"),
 }
 # A read of the whole store ("read_graph") lists every table its output returns.
 WHOLE_STORE_NOUNS = ("graph", "all", "everything", "store", "state")
@@ -87,7 +90,7 @@ def _output_tables(tool: dict[str, Any]) -> list[str]:
 
 
 def _classify(tool: dict[str, Any], prefix: str) -> _Mapped | None:
-    words = snake_case(tool["name"][len(prefix):] if tool["name"].startswith(prefix) else tool["name"]).split("_")
+    words = snake_case(tool["name"][len(prefix) :] if tool["name"].startswith(prefix) else tool["name"]).split("_")
     verb, rest = words[0], [w for w in words[1:] if w]
     if "with" in rest:
         rest = rest[: rest.index("with")]
@@ -113,8 +116,11 @@ def _classify(tool: dict[str, Any], prefix: str) -> _Mapped | None:
 def _row_schema_source(tool: dict[str, Any], kind: str) -> tuple[dict[str, Any], Any]:
     """``(document for $ref lookups, object schema of one row)`` a tool writes or reads."""
     schema = tool["input_schema"] if kind == "create" else (tool.get("output_schema") or tool["input_schema"])
-    arrays = [(k, v) for k, v in _array_args(schema) if isinstance(v.get("items"), dict)
-              and (v["items"].get("properties") or "$ref" in v["items"])]
+    arrays = [
+        (k, v)
+        for k, v in _array_args(schema)
+        if isinstance(v.get("items"), dict) and (v["items"].get("properties") or "$ref" in v["items"])
+    ]
     if arrays:
         return schema, arrays[0][1]["items"]
     if kind != "create" and not _scalar_names(schema):
@@ -124,7 +130,11 @@ def _row_schema_source(tool: dict[str, Any], kind: str) -> tuple[dict[str, Any],
 
 def _scalar_names(schema: dict[str, Any]) -> list[str]:
     props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    return [k for k, v in props.items() if isinstance(v, dict) and v.get("type") in ("string", "integer", "number", "boolean")]
+    return [
+        k
+        for k, v in props.items()
+        if isinstance(v, dict) and v.get("type") in ("string", "integer", "number", "boolean")
+    ]
 
 
 def _fields(tool: dict[str, Any], kind: str, key: str) -> list[FieldSpec]:
@@ -133,8 +143,9 @@ def _fields(tool: dict[str, Any], kind: str, key: str) -> list[FieldSpec]:
     return [f for f in fields if f.name not in _PAGING_ARGS]
 
 
-def resources_from_tool_list(document: dict[str, Any], max_tables: int = MAX_TABLES
-                             ) -> tuple[list[Resource], list[str]]:
+def resources_from_tool_list(
+    document: dict[str, Any], max_tables: int = MAX_TABLES
+) -> tuple[list[Resource], list[str]]:
     """Map a validated MCP tool-list document to ``(resources, unmapped)``.
 
     ``resources`` are tables (most tools first, at most ``max_tables``), each with at most one tool per
@@ -172,8 +183,9 @@ def resources_from_tool_list(document: dict[str, Any], max_tables: int = MAX_TAB
         for table in targets if m.whole_store else targets[:1]:
             if m.kind in ops[table]:
                 continue
-            ops[table][m.kind] = Operation(m.kind, "mcp", m.tool["name"], m.tool["name"],
-                                           clean_text(m.tool.get("description", ""), 200))
+            ops[table][m.kind] = Operation(
+                m.kind, "mcp", m.tool["name"], m.tool["name"], clean_text(m.tool.get("description", ""), 200)
+            )
             if m.kind == "create" or table not in row_tools:
                 row_tools[table] = (m.tool, m.kind)
             placed = True
@@ -194,9 +206,11 @@ def resources_from_tool_list(document: dict[str, Any], max_tables: int = MAX_TAB
         resources.append(Resource(name, key, f"mcp:{table}", fields, ops[table]))
     resources.sort(key=lambda r: (-len(r.operations), r.name))
     if not resources:
-        raise McpMappingError(f"no table with a read tool and scalar fields among {len(tools)} tools: "
-                              + "; ".join(unmapped[:5]))
+        raise McpMappingError(
+            f"no table with a read tool and scalar fields among {len(tools)} tools: " + "; ".join(unmapped[:5])
+        )
     for extra in resources[max_tables:]:
-        unmapped += [f"{op.operation_id}: table {extra.name} beyond the first {max_tables}"
-                     for op in extra.operations.values()]
+        unmapped += [
+            f"{op.operation_id}: table {extra.name} beyond the first {max_tables}" for op in extra.operations.values()
+        ]
     return resources[:max_tables], unmapped

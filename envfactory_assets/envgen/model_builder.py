@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 import json
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from envfactory_assets.llm.base import ChatBackend, Completion
 from envfactory_assets.runtime import code_policy
@@ -68,8 +69,9 @@ def sandbox_rules() -> str:
     modules = ", ".join(sorted(code_policy.ALLOWED_MODULES))
     builtins = ", ".join(sorted(code_policy.FORBIDDEN_BUILTINS))
     clock = ", ".join(f".{a}" for a in sorted(code_policy.CLOCK_ATTRIBUTES))
-    denied = ", ".join(f"{m}.{n}" for m, names in sorted(code_policy.DENIED_MODULE_MEMBERS.items())
-                       for n in sorted(names))
+    denied = ", ".join(
+        f"{m}.{n}" for m, names in sorted(code_policy.DENIED_MODULE_MEMBERS.items()) for n in sorted(names)
+    )
     return f"""\
 Sandbox rules (a static check rejects the whole module on any violation; the code then runs in a
 restricted namespace inside a worker process with CPU, memory and time limits):
@@ -93,16 +95,16 @@ def _env_payload(env: dict[str, Any]) -> dict[str, Any]:
     for initial in env.get("initial_states", []):
         if initial["name"] == "valid":
             state = initial["state"]
-            example = {"tables": {t: rows[:EXAMPLE_ROWS] for t, rows in state["tables"].items()},
-                       "meta": state["meta"]}
-    return {"env_id": env["env_id"], "tables": env["tables"], "tools": env["tools"],
-            "example_valid_state": example}
+            example = {"tables": {t: rows[:EXAMPLE_ROWS] for t, rows in state["tables"].items()}, "meta": state["meta"]}
+    return {"env_id": env["env_id"], "tables": env["tables"], "tools": env["tools"], "example_valid_state": example}
 
 
 def _system_prompt() -> str:
-    return ("You write the Python module of a stateful, executable tool environment for training "
-            "tool-using agents. The module is verified by execution; follow the contract and the sandbox "
-            "rules exactly.\n\n" + CONTRACT + "\n" + sandbox_rules())
+    return (
+        "You write the Python module of a stateful, executable tool environment for training "
+        "tool-using agents. The module is verified by execution; follow the contract and the sandbox "
+        "rules exactly.\n\n" + CONTRACT + "\n" + sandbox_rules()
+    )
 
 
 def code_writer_messages(env: dict[str, Any]) -> list[dict[str, str]]:
@@ -113,14 +115,17 @@ def code_writer_messages(env: dict[str, Any]) -> list[dict[str, str]]:
     and a trimmed example of the valid initial state.
     """
     payload = json.dumps(_env_payload(env), indent=1, sort_keys=True, ensure_ascii=False)
-    user = ("Write the complete module for this environment: load, save, and one function per tool in "
-            "`tools`.\n\n```json\n" + payload + "\n```\n\n"
-            "Reply with the module in a single ```python fenced block and nothing else.")
+    user = (
+        "Write the complete module for this environment: load, save, and one function per tool in "
+        "`tools`.\n\n```json\n" + payload + "\n```\n\n"
+        "Reply with the module in a single ```python fenced block and nothing else."
+    )
     return [{"role": "system", "content": _system_prompt()}, {"role": "user", "content": user}]
 
 
-def reviser_messages(env: dict[str, Any], previous_source: str,
-                     failures: Sequence[dict[str, Any]], max_failures: int = 40) -> list[dict[str, str]]:
+def reviser_messages(
+    env: dict[str, Any], previous_source: str, failures: Sequence[dict[str, Any]], max_failures: int = 40
+) -> list[dict[str, str]]:
     """Chat messages asking the ``reviser`` role to fix ``previous_source``.
 
     Args:
@@ -132,12 +137,17 @@ def reviser_messages(env: dict[str, Any], previous_source: str,
     shown = [{k: f.get(k) for k in ("check", "tool", "state", "detail")} for f in failures[:max_failures]]
     more = len(failures) - len(shown)
     payload = json.dumps(_env_payload(env), indent=1, sort_keys=True, ensure_ascii=False)
-    user = ("The module below failed verification. Fix every failure and keep what works.\n\n"
-            "Environment:\n```json\n" + payload + "\n```\n\n"
-            "Failed checks" + (f" (first {len(shown)} of {len(failures)})" if more else "") + ":\n```json\n"
-            + json.dumps(shown, indent=1, ensure_ascii=False) + "\n```\n\n"
-            "Previous module:\n```python\n" + previous_source + "\n```\n\n"
-            "Reply with the complete corrected module in a single ```python fenced block and nothing else.")
+    user = (
+        "The module below failed verification. Fix every failure and keep what works.\n\n"
+        "Environment:\n```json\n" + payload + "\n```\n\n"
+        "Failed checks"
+        + (f" (first {len(shown)} of {len(failures)})" if more else "")
+        + ":\n```json\n"
+        + json.dumps(shown, indent=1, ensure_ascii=False)
+        + "\n```\n\n"
+        "Previous module:\n```python\n" + previous_source + "\n```\n\n"
+        "Reply with the complete corrected module in a single ```python fenced block and nothing else."
+    )
     return [{"role": "system", "content": _system_prompt()}, {"role": "user", "content": user}]
 
 
@@ -161,7 +171,7 @@ def extract_code(reply: str) -> str:
         return max(candidates, key=len).strip("\n") + "\n"
     opened = re.search(r"```[ \t]*(?:python|py|python3)?[ \t]*\n", reply)
     if opened:
-        return reply[opened.end():].strip("\n") + "\n"
+        return reply[opened.end() :].strip("\n") + "\n"
     return reply.strip() + "\n"
 
 
@@ -172,8 +182,9 @@ def with_source(env: dict[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
-def draft_source(env: dict[str, Any], backend: ChatBackend, *,
-                 max_tokens: int = DEFAULT_MAX_TOKENS) -> tuple[str, Completion]:
+def draft_source(
+    env: dict[str, Any], backend: ChatBackend, *, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> tuple[str, Completion]:
     """Ask ``backend`` (role ``code_writer``) for ``env``'s module.
 
     Returns:
@@ -182,13 +193,15 @@ def draft_source(env: dict[str, Any], backend: ChatBackend, *,
     Raises:
         envfactory_assets.llm.LLMError: whatever the backend raises (budget, endpoint, config).
     """
-    completion = backend.complete(code_writer_messages(env), role=CODE_WRITER_ROLE, max_tokens=max_tokens,
-                                  temperature=0.0)
+    completion = backend.complete(
+        code_writer_messages(env), role=CODE_WRITER_ROLE, max_tokens=max_tokens, temperature=0.0
+    )
     return extract_code(completion.text), completion
 
 
-def write_environment(env: dict[str, Any], backend: ChatBackend, *,
-                      max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+def write_environment(
+    env: dict[str, Any], backend: ChatBackend, *, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> dict[str, Any]:
     """The Environment dict of the programmatic builder with a model-written ``source``: unverified.
 
     Use :func:`envfactory_assets.envgen.revision.build_with_revisions` to verify and revise it.

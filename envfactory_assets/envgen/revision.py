@@ -60,8 +60,13 @@ class RevisionResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict: ``environment``, ``status``, ``stop_reason``, ``reasons``, ``attempts``."""
-        return {"environment": self.environment, "status": self.status, "stop_reason": self.stop_reason,
-                "reasons": list(self.reasons), "attempts": list(self.attempts)}
+        return {
+            "environment": self.environment,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "reasons": list(self.reasons),
+            "attempts": list(self.attempts),
+        }
 
 
 def _badness(report: VerificationReport) -> tuple[int, int]:
@@ -71,28 +76,47 @@ def _badness(report: VerificationReport) -> tuple[int, int]:
 
 
 def _diff(before: str, after: str, revision: int) -> str:
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        fromfile=f"revision_{revision - 1}.py", tofile=f"revision_{revision}.py"))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"revision_{revision - 1}.py",
+            tofile=f"revision_{revision}.py",
+        )
+    )
 
 
-def _attempt(revision: int, source: str, previous: str | None, report: VerificationReport,
-             completion: Completion) -> dict[str, Any]:
-    return {"revision": revision, "source": source,
-            "report": [c.as_dict() for c in report.checks],
-            "diff": "" if previous is None else _diff(previous, source, revision),
-            "failed_checks": sum(1 for c in report.checks if not c.passed),
-            "status": report.status,
-            "tokens": {"prompt": completion.prompt_tokens, "completion": completion.completion_tokens,
-                       "cached": completion.cached}}
+def _attempt(
+    revision: int, source: str, previous: str | None, report: VerificationReport, completion: Completion
+) -> dict[str, Any]:
+    return {
+        "revision": revision,
+        "source": source,
+        "report": [c.as_dict() for c in report.checks],
+        "diff": "" if previous is None else _diff(previous, source, revision),
+        "failed_checks": sum(1 for c in report.checks if not c.passed),
+        "status": report.status,
+        "tokens": {
+            "prompt": completion.prompt_tokens,
+            "completion": completion.completion_tokens,
+            "cached": completion.cached,
+        },
+    }
 
 
 #: Revision rounds after the model's first version (verification failures fed back each time).
 DEFAULT_MAX_REVISIONS = 3
 
 
-def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revisions: int = DEFAULT_MAX_REVISIONS,
-                         limits: SandboxLimits | None = None, *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                         seed: int = 7) -> RevisionResult:
+def build_with_revisions(
+    env: dict[str, Any],
+    backend: ChatBackend,
+    max_revisions: int = DEFAULT_MAX_REVISIONS,
+    limits: SandboxLimits | None = None,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    seed: int = 7,
+) -> RevisionResult:
     """Have ``backend`` write ``env``'s module, then revise it until it passes verification.
 
     Args:
@@ -124,8 +148,9 @@ def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revision
     except BackendConfigError:
         raise
     except LLMError as exc:
-        return RevisionResult(with_source(env, ""), "failed", attempts, STOP_BACKEND_ERROR,
-                              [f"{STOP_BACKEND_ERROR}: code_writer: {exc}"])
+        return RevisionResult(
+            with_source(env, ""), "failed", attempts, STOP_BACKEND_ERROR, [f"{STOP_BACKEND_ERROR}: code_writer: {exc}"]
+        )
     report = verify_environment(_as_model_code(env, source), limits, seed=seed)
     attempts.append(_attempt(0, source, None, report, completion))
     drafts = [(source, report)]
@@ -136,16 +161,18 @@ def build_with_revisions(env: dict[str, Any], backend: ChatBackend, max_revision
         revision += 1
         failures = [c.as_dict() for c in report.checks if not c.passed]
         try:
-            reply = backend.complete(reviser_messages(env, source, failures), role=REVISER_ROLE,
-                                     max_tokens=max_tokens, temperature=0.0)
+            reply = backend.complete(
+                reviser_messages(env, source, failures), role=REVISER_ROLE, max_tokens=max_tokens, temperature=0.0
+            )
         except BackendConfigError:
             raise
         except LLMError as exc:
             stop, backend_error = STOP_BACKEND_ERROR, f"{STOP_BACKEND_ERROR}: reviser: {exc}"
             break
         new_source = extract_code(reply.text)
-        new_report = (report if new_source == source
-                      else verify_environment(_as_model_code(env, new_source), limits, seed=seed))
+        new_report = (
+            report if new_source == source else verify_environment(_as_model_code(env, new_source), limits, seed=seed)
+        )
         attempts.append(_attempt(revision, new_source, source, new_report, reply))
         drafts.append((new_source, new_report))
         if new_report.status == "passed":

@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+
+from envfactory_assets.envgen.builder import BuildError, build_environment, build_mcp_environment
 
 # as_environment is also re-exported: the environments asset and the tests import it from here
 from envfactory_assets.envgen.environment_dict import ENV_FIELDS, as_environment
-from envfactory_assets.envgen.builder import BuildError, build_environment, build_mcp_environment
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
-from envfactory_assets.llm.base import BackendConfigError, concurrency_of
 from envfactory_assets.envgen.verify import verify_environment
+from envfactory_assets.llm.base import BackendConfigError, concurrency_of
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
 from envfactory_assets.sources.scan import load_document
 from envfactory_assets.store.ids import content_id
 
 
-def select_resources(resources: list[dict[str, Any]], per_domain: int,
-                     include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+def select_resources(
+    resources: list[dict[str, Any]], per_domain: int, include: Iterable[str] = (), exclude: Iterable[str] = ()
+) -> list[dict[str, Any]]:
     """Pick up to ``per_domain`` resources per domain, deterministically.
 
     Resources with more stateful resources (up to 4) come first, then those with more operations beyond
@@ -42,18 +45,26 @@ def select_resources(resources: list[dict[str, Any]], per_domain: int,
             by_domain[r["domain"]].append(r)
     chosen = []
     for domain in sorted(by_domain):
-        ranked = sorted(by_domain[domain], key=lambda r: (
-            r["resource_key"] not in include, -min(r["n_resources"], 4),
-            -min(sum((r.get("operations_by_kind") or {}).get(k, 0) for k in ("action", "search", "count")), 3),
-            not any((r.get("operations_by_kind") or {}).get(k) for k in ("create", "update", "delete", "action")),
-            hashlib.sha256(r["resource_key"].encode()).hexdigest()))
+        ranked = sorted(
+            by_domain[domain],
+            key=lambda r: (
+                r["resource_key"] not in include,
+                -min(r["n_resources"], 4),
+                -min(sum((r.get("operations_by_kind") or {}).get(k, 0) for k in ("action", "search", "count")), 3),
+                not any((r.get("operations_by_kind") or {}).get(k) for k in ("create", "update", "delete", "action")),
+                hashlib.sha256(r["resource_key"].encode()).hexdigest(),
+            ),
+        )
         forced = [r for r in ranked if r["resource_key"] in include]
-        chosen.extend(forced + [r for r in ranked if r["resource_key"] not in include][: max(per_domain - len(forced), 0)])
+        chosen.extend(
+            forced + [r for r in ranked if r["resource_key"] not in include][: max(per_domain - len(forced), 0)]
+        )
     return chosen + sorted(tool_lists, key=lambda r: r["resource_key"])
 
 
-def environment_row(resource: dict[str, Any], backend: Any = None,
-                    max_revisions: int = DEFAULT_MAX_REVISIONS) -> dict[str, Any]:
+def environment_row(
+    resource: dict[str, Any], backend: Any = None, max_revisions: int = DEFAULT_MAX_REVISIONS
+) -> dict[str, Any]:
     """Build one ``environments`` row; a document that cannot be built gives a ``build_failed`` row.
 
     With a chat ``backend`` the code is written by the model and revised from verification failures
@@ -72,26 +83,45 @@ def environment_row(resource: dict[str, Any], backend: Any = None,
             env = result.environment
             revisions = {k: v for k, v in result.as_dict().items() if k != "environment"}
             if not result.passed:
-                raise BuildError(f"model-written code never passed verification ({result.stop_reason}): "
-                                 + "; ".join(result.reasons[:3]))
+                raise BuildError(
+                    f"model-written code never passed verification ({result.stop_reason}): "
+                    + "; ".join(result.reasons[:3])
+                )
     except BackendConfigError:
         raise  # a misconfigured backend fails every environment: stop the stage with the setting's name
     except Exception as exc:  # one bad document must never stop the stage: it becomes a build_failed row
         reason = f"{resource['path']}: {type(exc).__name__}: {str(exc)[:400]}"
-        row = {**base, "status": "build_failed", "reasons": [reason], "provenance": resource["path"],
-               "n_tools": 0, **dict.fromkeys(ENV_FIELDS), "builder": _builder(backend),
-               "revisions": revisions}
+        row = {
+            **base,
+            "status": "build_failed",
+            "reasons": [reason],
+            "provenance": resource["path"],
+            "n_tools": 0,
+            **dict.fromkeys(ENV_FIELDS),
+            "builder": _builder(backend),
+            "revisions": revisions,
+        }
     else:
-        row = {**base, "status": "built", "reasons": [], "provenance": env["provenance"],
-               "n_tools": len(env["tools"]), **{k: env[k] for k in ENV_FIELDS}, "builder": _builder(backend),
-               "revisions": revisions}
+        row = {
+            **base,
+            "status": "built",
+            "reasons": [],
+            "provenance": env["provenance"],
+            "n_tools": len(env["tools"]),
+            **{k: env[k] for k in ENV_FIELDS},
+            "builder": _builder(backend),
+            "revisions": revisions,
+        }
     row["id"] = content_id("env", {k: row[k] for k in ("env_id", "source_resource_id", "status", *ENV_FIELDS)})
     return row
 
 
-def environment_rows(resources: list[dict[str, Any]], backend: Any = None,
-                     max_revisions: int = DEFAULT_MAX_REVISIONS,
-                     progress: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+def environment_rows(
+    resources: list[dict[str, Any]],
+    backend: Any = None,
+    max_revisions: int = DEFAULT_MAX_REVISIONS,
+    progress: Callable[[], None] | None = None,
+) -> list[dict[str, Any]]:
     """:func:`environment_row` of every resource, in the order of ``resources``.
 
     With a chat ``backend``, environments are written in as many threads as it serves requests at once
@@ -103,6 +133,7 @@ def environment_rows(resources: list[dict[str, Any]], backend: Any = None,
     Raises:
         BackendConfigError: the backend is misconfigured (the first one, in input order).
     """
+
     def one(resource: dict[str, Any]) -> dict[str, Any]:
         row = environment_row(resource, backend, max_revisions)
         if progress is not None:
@@ -142,13 +173,25 @@ def verification_row(env_row: dict[str, Any], limits: SandboxLimits | None = Non
     """Verify one environment row into a ``verified_environments`` row (status ``passed``/``failed``)."""
     base = {"environment_id": env_row["id"], "env_id": env_row["env_id"], "domain": env_row["domain"]}
     if env_row["status"] != "built":
-        row = {**base, "status": "failed", "reasons": [f"not built: {r}" for r in env_row["reasons"] or []],
-               "n_checks": 0, "n_failed": 0, "checks": []}
+        row = {
+            **base,
+            "status": "failed",
+            "reasons": [f"not built: {r}" for r in env_row["reasons"] or []],
+            "n_checks": 0,
+            "n_failed": 0,
+            "checks": [],
+        }
     else:
         report = verify_environment(as_environment(env_row), limits)
         checks = [c.as_dict() for c in report.checks]
-        row = {**base, "status": report.status, "reasons": report.reasons, "n_checks": len(checks),
-               "n_failed": sum(1 for c in checks if not c["passed"]), "checks": checks}
+        row = {
+            **base,
+            "status": report.status,
+            "reasons": report.reasons,
+            "n_checks": len(checks),
+            "n_failed": sum(1 for c in checks if not c["passed"]),
+            "checks": checks,
+        }
     row["id"] = content_id("ver", {"environment_id": env_row["id"], "status": row["status"], "checks": row["checks"]})
     return row
 
@@ -157,10 +200,15 @@ def verification_row(env_row: dict[str, Any], limits: SandboxLimits | None = Non
 DEFAULT_VERIFY_WORKERS = 2
 
 
-def verify_all(env_rows: list[dict[str, Any]], limits: SandboxLimits | None = None,
-               max_workers: int = DEFAULT_VERIFY_WORKERS, progress: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+def verify_all(
+    env_rows: list[dict[str, Any]],
+    limits: SandboxLimits | None = None,
+    max_workers: int = DEFAULT_VERIFY_WORKERS,
+    progress: Callable[[], None] | None = None,
+) -> list[dict[str, Any]]:
     """Verify every environment, each in its own sandbox worker process, ``max_workers`` at a time;
     ``progress()`` is called (from a pool thread) after each environment."""
+
     def verify(row: dict[str, Any]) -> dict[str, Any]:
         result = verification_row(row, limits)
         if progress is not None:

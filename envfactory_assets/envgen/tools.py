@@ -39,8 +39,11 @@ def row_schema(resource: Resource, foreign_keys: dict[str, str]) -> dict[str, An
             desc = f"Identifier of the {foreign_keys[f.name]} this {resource.singular} belongs to."
         prop["description"] = desc
         props[f.name] = prop
-    props["created_at"] = {"type": "string", "format": "date-time",
-                           "description": f"When the {resource.singular} was created."}
+    props["created_at"] = {
+        "type": "string",
+        "format": "date-time",
+        "description": f"When the {resource.singular} was created.",
+    }
     required = [resource.key] + [f.name for f in resource.fields if f.required] + ["created_at"]
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
@@ -50,7 +53,8 @@ def _field_props(resource: Resource, row: dict[str, Any], names: list[str]) -> d
 
 
 def action_targets(resource: Resource) -> dict[str, ActionTarget]:
-    """The field each action of ``resource`` writes, by verb (:func:`~envfactory_assets.sources.actions.action_target`)."""
+    """The field each action of ``resource`` writes, by verb
+    (:func:`~envfactory_assets.sources.actions.action_target`)."""
     fields = {f.name: f.schema for f in resource.fields}
     targets: dict[str, ActionTarget] = {}
     for op in resource.actions:
@@ -69,9 +73,15 @@ def with_action_fields(resource: Resource) -> Resource:
     for verb, target in action_targets(resource).items():
         if target.synthesized and target.field not in present:
             present.add(target.field)
-            added.append(FieldSpec(target.field, target.field, {"type": "boolean"},
-                                   f"Whether the {resource.singular.replace('_', ' ')} is {VERBS[verb].flag}.",
-                                   False))
+            added.append(
+                FieldSpec(
+                    target.field,
+                    target.field,
+                    {"type": "boolean"},
+                    f"Whether the {resource.singular.replace('_', ' ')} is {VERBS[verb].flag}.",
+                    False,
+                )
+            )
     return dataclasses.replace(resource, fields=[*resource.fields, *added]) if added else resource
 
 
@@ -98,31 +108,46 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: 
     required_fields = [f.name for f in resource.fields if f.required]
     key_prop = {"type": "string", "description": f"Identifier of the {resource.singular}."}
     thing, things = resource.singular.replace("_", " "), resource.name.replace("_", " ")
-    filters = [f.name for f in resource.fields
-               if f.name == resource.parent_key or "enum" in f.schema or f.schema.get("type") == "boolean"]
+    filters = [
+        f.name
+        for f in resource.fields
+        if f.name == resource.parent_key or "enum" in f.schema or f.schema.get("type") == "boolean"
+    ]
     filters = filters[:MAX_LIST_FILTERS]
     scope = [resource.parent_key] if resource.parent_key else []
-    limit_prop = {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT_MAX,
-                  "description": f"Maximum number of {things} to return (default {LIST_LIMIT_DEFAULT})."}
-    page = {"type": "object", "properties": {
-        "items": {"type": "array", "items": row},
-        "total": {"type": "integer", "minimum": 0, "description": f"Number of matching {things}."}},
-        "required": ["items", "total"], "additionalProperties": False}
+    limit_prop = {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": LIST_LIMIT_MAX,
+        "description": f"Maximum number of {things} to return (default {LIST_LIMIT_DEFAULT}).",
+    }
+    page = {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": row},
+            "total": {"type": "integer", "minimum": 0, "description": f"Number of matching {things}."},
+        },
+        "required": ["items", "total"],
+        "additionalProperties": False,
+    }
     tools: list[dict[str, Any]] = []
 
-    def add(kind: str, op: Operation, inp: dict[str, Any], out: dict[str, Any], default_desc: str,
-            **extra: Any) -> None:
-        tools.append({
-            "name": _tool_name(resource, kind, taken, op),
-            "description": (op.summary or default_desc)[:300],
-            "kind": kind,
-            "table": resource.name,
-            "read_only": kind in READ_KINDS,
-            "input_schema": inp,
-            "output_schema": out,
-            "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
-            **extra,
-        })
+    def add(
+        kind: str, op: Operation, inp: dict[str, Any], out: dict[str, Any], default_desc: str, **extra: Any
+    ) -> None:
+        tools.append(
+            {
+                "name": _tool_name(resource, kind, taken, op),
+                "description": (op.summary or default_desc)[:300],
+                "kind": kind,
+                "table": resource.name,
+                "read_only": kind in READ_KINDS,
+                "input_schema": inp,
+                "output_schema": out,
+                "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+                **extra,
+            }
+        )
 
     ops = resource.operations
     for kind in KIND_ORDER:
@@ -134,61 +159,112 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: 
             inp = {"type": "object", "properties": props, "required": scope, "additionalProperties": False}
             add(kind, op, inp, page, f"List {things}, optionally filtered.")
         elif kind == "search":
-            props = {"query": {"type": "string", "minLength": 1, "maxLength": 200,
-                               "description": f"Text to look for in the {things}' text fields (case-insensitive)."},
-                     **_field_props(resource, row, scope),
-                     "limit": limit_prop,
-                     "offset": {"type": "integer", "minimum": 0,
-                                "description": "Number of matching rows to skip (default 0)."}}
-            inp = {"type": "object", "properties": props, "required": ["query", *scope],
-                   "additionalProperties": False}
+            props = {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 200,
+                    "description": f"Text to look for in the {things}' text fields (case-insensitive).",
+                },
+                **_field_props(resource, row, scope),
+                "limit": limit_prop,
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Number of matching rows to skip (default 0).",
+                },
+            }
+            inp = {"type": "object", "properties": props, "required": ["query", *scope], "additionalProperties": False}
             add(kind, op, inp, page, f"Search {things} by text.")
         elif kind == "count":
-            inp = {"type": "object", "properties": _field_props(resource, row, filters), "required": scope,
-                   "additionalProperties": False}
-            out = {"type": "object", "properties": {"count": {
-                "type": "integer", "minimum": 0, "description": f"Number of matching {things}."}},
-                "required": ["count"], "additionalProperties": False}
+            inp = {
+                "type": "object",
+                "properties": _field_props(resource, row, filters),
+                "required": scope,
+                "additionalProperties": False,
+            }
+            out = {
+                "type": "object",
+                "properties": {
+                    "count": {"type": "integer", "minimum": 0, "description": f"Number of matching {things}."}
+                },
+                "required": ["count"],
+                "additionalProperties": False,
+            }
             add(kind, op, inp, out, f"Count {things}, optionally filtered.")
         elif kind == "get":
             if resource.singleton:
                 inp = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
                 add(kind, op, inp, row, f"Get the {thing}.", singleton=True)
             else:
-                inp = {"type": "object", "properties": {resource.key: key_prop}, "required": [resource.key],
-                       "additionalProperties": False}
+                inp = {
+                    "type": "object",
+                    "properties": {resource.key: key_prop},
+                    "required": [resource.key],
+                    "additionalProperties": False,
+                }
                 add(kind, op, inp, row, f"Get one {thing} by its identifier.")
         elif kind == "create":
-            inp = {"type": "object", "properties": _field_props(resource, row, field_names),
-                   "required": required_fields, "additionalProperties": False}
+            inp = {
+                "type": "object",
+                "properties": _field_props(resource, row, field_names),
+                "required": required_fields,
+                "additionalProperties": False,
+            }
             add(kind, op, inp, row, f"Create a {thing}.")
         elif kind == "update":
             editable = [n for n in field_names if n != resource.parent_key]
             if resource.singleton:
-                inp = {"type": "object", "properties": _field_props(resource, row, editable), "required": [],
-                       "additionalProperties": False}
+                inp = {
+                    "type": "object",
+                    "properties": _field_props(resource, row, editable),
+                    "required": [],
+                    "additionalProperties": False,
+                }
                 add(kind, op, inp, row, f"Update the {thing}.", singleton=True)
             else:
                 props = {resource.key: key_prop, **_field_props(resource, row, editable)}
-                inp = {"type": "object", "properties": props, "required": [resource.key],
-                       "additionalProperties": False}
+                inp = {"type": "object", "properties": props, "required": [resource.key], "additionalProperties": False}
                 add(kind, op, inp, row, f"Update fields of a {thing}.")
         else:
-            inp = {"type": "object", "properties": {resource.key: key_prop}, "required": [resource.key],
-                   "additionalProperties": False}
-            out = {"type": "object", "properties": {
-                resource.key: key_prop, "deleted": {"type": "boolean"}},
-                "required": [resource.key, "deleted"], "additionalProperties": False}
+            inp = {
+                "type": "object",
+                "properties": {resource.key: key_prop},
+                "required": [resource.key],
+                "additionalProperties": False,
+            }
+            out = {
+                "type": "object",
+                "properties": {resource.key: key_prop, "deleted": {"type": "boolean"}},
+                "required": [resource.key, "deleted"],
+                "additionalProperties": False,
+            }
             add(kind, op, inp, out, f"Delete a {thing}.")
     targets = action_targets(resource)
     for op in resource.actions:
         target = targets[op.verb or ""]
-        inp = {"type": "object", "properties": {resource.key: key_prop}, "required": [resource.key],
-               "additionalProperties": False}
-        add("action", op, inp, row, f"{(op.verb or '').capitalize()} a {thing}.",
-            action={"verb": target.verb, "field": target.field, "value": target.value,
-                    "blocked": list(target.blocked), "stamp": target.stamp,
-                    "state": VERBS[target.verb].state_word, "thing": thing})
+        inp = {
+            "type": "object",
+            "properties": {resource.key: key_prop},
+            "required": [resource.key],
+            "additionalProperties": False,
+        }
+        add(
+            "action",
+            op,
+            inp,
+            row,
+            f"{(op.verb or '').capitalize()} a {thing}.",
+            action={
+                "verb": target.verb,
+                "field": target.field,
+                "value": target.value,
+                "blocked": list(target.blocked),
+                "stamp": target.stamp,
+                "state": VERBS[target.verb].state_word,
+                "thing": thing,
+            },
+        )
     return tools
 
 
@@ -209,7 +285,10 @@ def action_applies(action: dict[str, Any], fields: dict[str, Any], row: dict[str
     current = action_reads(action, fields, row)
     return current != action["value"] and current not in action["blocked"]
 
+
 def openai_tool(spec: dict[str, Any]) -> dict[str, Any]:
     """The OpenAI function-calling form of a ToolSpec."""
-    return {"type": "function", "function": {
-        "name": spec["name"], "description": spec["description"], "parameters": spec["input_schema"]}}
+    return {
+        "type": "function",
+        "function": {"name": spec["name"], "description": spec["description"], "parameters": spec["input_schema"]},
+    }

@@ -31,9 +31,29 @@ DEFAULT_NOW = "2025-06-30T12:00:00Z"
 HISTORY_DAYS = 540
 #: how far ahead a future value (``future=True``) reaches from the clock (days)
 FUTURE_DAYS = 90
-_PERSON_TABLES = ("user", "contact", "customer", "employee", "member", "person", "people", "candidate",
-                  "patient", "account_holder", "author", "recipient", "attendee", "lead", "student",
-                  "driver", "owner", "subscriber", "staff", "agent", "profile")
+_PERSON_TABLES = (
+    "user",
+    "contact",
+    "customer",
+    "employee",
+    "member",
+    "person",
+    "people",
+    "candidate",
+    "patient",
+    "account_holder",
+    "author",
+    "recipient",
+    "attendee",
+    "lead",
+    "student",
+    "driver",
+    "owner",
+    "subscriber",
+    "staff",
+    "agent",
+    "profile",
+)
 
 
 def _snake(name: str) -> str:
@@ -48,26 +68,40 @@ def _has(name: str, *parts: str) -> bool:
 
 # Status vocabularies (lowercase, as most APIs spell them), chosen by words of the table or field name.
 _STATUSES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    (("order", "purchase", "shipment", "delivery", "fulfillment", "cart"),
-     ("pending", "processing", "shipped", "delivered", "cancelled")),
-    (("payment", "invoice", "charge", "bill", "transaction", "payout", "refund", "transfer"),
-     ("pending", "paid", "failed", "refunded", "overdue")),
-    (("ticket", "issue", "incident", "case", "bug", "request", "alert", "report"),
-     ("open", "in_progress", "resolved", "closed")),
-    (("task", "todo", "job", "step", "milestone", "project", "work"),
-     ("todo", "in_progress", "done", "blocked")),
-    (("run", "build", "deployment", "deploy", "pipeline", "execution", "export", "import", "backup", "sync"),
-     ("queued", "running", "succeeded", "failed")),
-    (("device", "server", "instance", "node", "host", "machine", "sensor", "agent", "cluster"),
-     ("online", "offline", "maintenance")),
-    (("booking", "reservation", "appointment", "event", "meeting", "session"),
-     ("confirmed", "pending", "cancelled", "completed")),
-    (("subscription", "plan", "license", "membership", "contract"),
-     ("active", "trialing", "past_due", "cancelled")),
-    (("post", "article", "page", "document", "content", "template", "message", "campaign", "version"),
-     ("draft", "published", "archived")),
-    (("application", "candidate", "review", "approval", "verification"),
-     ("submitted", "under review", "approved", "rejected")),
+    (
+        ("order", "purchase", "shipment", "delivery", "fulfillment", "cart"),
+        ("pending", "processing", "shipped", "delivered", "cancelled"),
+    ),
+    (
+        ("payment", "invoice", "charge", "bill", "transaction", "payout", "refund", "transfer"),
+        ("pending", "paid", "failed", "refunded", "overdue"),
+    ),
+    (
+        ("ticket", "issue", "incident", "case", "bug", "request", "alert", "report"),
+        ("open", "in_progress", "resolved", "closed"),
+    ),
+    (("task", "todo", "job", "step", "milestone", "project", "work"), ("todo", "in_progress", "done", "blocked")),
+    (
+        ("run", "build", "deployment", "deploy", "pipeline", "execution", "export", "import", "backup", "sync"),
+        ("queued", "running", "succeeded", "failed"),
+    ),
+    (
+        ("device", "server", "instance", "node", "host", "machine", "sensor", "agent", "cluster"),
+        ("online", "offline", "maintenance"),
+    ),
+    (
+        ("booking", "reservation", "appointment", "event", "meeting", "session"),
+        ("confirmed", "pending", "cancelled", "completed"),
+    ),
+    (("subscription", "plan", "license", "membership", "contract"), ("active", "trialing", "past_due", "cancelled")),
+    (
+        ("post", "article", "page", "document", "content", "template", "message", "campaign", "version"),
+        ("draft", "published", "archived"),
+    ),
+    (
+        ("application", "candidate", "review", "approval", "verification"),
+        ("submitted", "under review", "approved", "rejected"),
+    ),
 )
 _DEFAULT_STATUSES = ("active", "inactive", "pending", "archived")
 
@@ -79,41 +113,176 @@ _TYPES = ("standard", "premium", "internal", "external", "custom")
 _UNITS = ("pcs", "kg", "g", "l", "m", "hours", "box")
 _GENDERS = ("female", "male", "non-binary")
 _MIME = ("application/json", "application/pdf", "image/png", "image/jpeg", "text/csv", "text/plain")
-_LOCALES = ("en-US", "en-GB", "fr-FR", "de-DE", "es-ES", "it-IT", "pt-BR", "nl-NL", "ja-JP", "zh-CN",
-            "ko-KR", "sv-SE", "pl-PL", "tr-TR", "es-MX", "en-AU", "en-CA", "fr-CA", "hi-IN", "ar-EG")
-_COMMON_CURRENCIES = ("USD", "EUR", "GBP", "JPY", "CAD", "AUD", "CHF", "CNY", "INR", "BRL", "MXN", "SEK",
-                      "NOK", "DKK", "PLN", "ZAR", "SGD", "NZD", "KRW", "HKD")
-_AWS_REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1",
-                "ap-northeast-1", "ap-south-1", "sa-east-1", "ca-central-1")
+_LOCALES = (
+    "en-US",
+    "en-GB",
+    "fr-FR",
+    "de-DE",
+    "es-ES",
+    "it-IT",
+    "pt-BR",
+    "nl-NL",
+    "ja-JP",
+    "zh-CN",
+    "ko-KR",
+    "sv-SE",
+    "pl-PL",
+    "tr-TR",
+    "es-MX",
+    "en-AU",
+    "en-CA",
+    "fr-CA",
+    "hi-IN",
+    "ar-EG",
+)
+_COMMON_CURRENCIES = (
+    "USD",
+    "EUR",
+    "GBP",
+    "JPY",
+    "CAD",
+    "AUD",
+    "CHF",
+    "CNY",
+    "INR",
+    "BRL",
+    "MXN",
+    "SEK",
+    "NOK",
+    "DKK",
+    "PLN",
+    "ZAR",
+    "SGD",
+    "NZD",
+    "KRW",
+    "HKD",
+)
+_AWS_REGIONS = (
+    "us-east-1",
+    "us-east-2",
+    "us-west-2",
+    "eu-west-1",
+    "eu-central-1",
+    "ap-southeast-1",
+    "ap-northeast-1",
+    "ap-south-1",
+    "sa-east-1",
+    "ca-central-1",
+)
 _REGIONS = ("North America", "EMEA", "APAC", "LATAM", "Europe", "Middle East")
-_TEAMS = ("Marketing", "Billing", "Support", "Sales", "Engineering", "Operations", "Finance", "Research",
-          "Design", "Analytics", "Onboarding", "Logistics", "Security", "Production", "Staging", "Partner",
-          "Customer Success", "Platform", "Mobile", "Data")
-_PRODUCT_ADJ = ("Ergonomic", "Compact", "Wireless", "Organic", "Premium", "Portable", "Classic", "Smart",
-                "Stainless", "Recycled", "Lightweight", "Waterproof")
-_PRODUCT_NOUN = ("Desk Lamp", "Backpack", "Coffee Maker", "Headphones", "Notebook", "Water Bottle",
-                 "Keyboard", "Running Shoes", "Office Chair", "Monitor Stand", "Travel Mug", "Yoga Mat",
-                 "Blender", "Phone Case", "Rain Jacket")
-_TASK_VERB = ("Update", "Review", "Fix", "Prepare", "Schedule", "Plan", "Draft", "Migrate", "Publish",
-              "Audit", "Test", "Archive")
-_TASK_OBJECT = ("the quarterly report", "the billing page", "the onboarding guide", "release notes for 2.4",
-                "the team offsite", "the customer survey", "the API documentation", "the invoice template",
-                "the nightly data backup", "the pricing page", "the Q3 roadmap", "the support macros",
-                "the vendor contract", "the login timeout on mobile")
-_NOTES = ("Customer asked to move the delivery to {day}.", "Called {first}; will follow up on {day}.",
-          "Waiting for approval from the {team} team.", "Duplicate of an earlier request, keep for reference.",
-          "Paid by bank transfer, receipt sent to {email}.", "Priority raised after the {day} review.",
-          "{first} confirmed the new address by phone.", "Needs a second review before it goes live.",
-          "Escalated to {team}; expected response by {day}.", "Imported from the old system in {month}.",
-          "Please double-check the totals against the {month} statement.",
-          "Discussed with {first} {last}; no further action needed.")
-_DESCRIPTIONS = ("{phrase} for the {team} team.", "{Team} {singular} used to {bs}.",
-                 "Shared {singular} that lets {company} {bs}.", "{phrase}, maintained by {first} {last}.",
-                 "Main {singular} for {city} operations.", "Helps the {team} team {bs}.")
-_MESSAGES = ("Hi {first}, your order has shipped and should arrive by {day}.",
-             "Reminder: the {team} sync moves to {day} at 10:00.", "Thanks {first}, I've attached the {month} invoice.",
-             "Can we review the {singular} before {day}?", "Your appointment is confirmed for {day}.",
-             "The {team} team has approved your request.")
+_TEAMS = (
+    "Marketing",
+    "Billing",
+    "Support",
+    "Sales",
+    "Engineering",
+    "Operations",
+    "Finance",
+    "Research",
+    "Design",
+    "Analytics",
+    "Onboarding",
+    "Logistics",
+    "Security",
+    "Production",
+    "Staging",
+    "Partner",
+    "Customer Success",
+    "Platform",
+    "Mobile",
+    "Data",
+)
+_PRODUCT_ADJ = (
+    "Ergonomic",
+    "Compact",
+    "Wireless",
+    "Organic",
+    "Premium",
+    "Portable",
+    "Classic",
+    "Smart",
+    "Stainless",
+    "Recycled",
+    "Lightweight",
+    "Waterproof",
+)
+_PRODUCT_NOUN = (
+    "Desk Lamp",
+    "Backpack",
+    "Coffee Maker",
+    "Headphones",
+    "Notebook",
+    "Water Bottle",
+    "Keyboard",
+    "Running Shoes",
+    "Office Chair",
+    "Monitor Stand",
+    "Travel Mug",
+    "Yoga Mat",
+    "Blender",
+    "Phone Case",
+    "Rain Jacket",
+)
+_TASK_VERB = (
+    "Update",
+    "Review",
+    "Fix",
+    "Prepare",
+    "Schedule",
+    "Plan",
+    "Draft",
+    "Migrate",
+    "Publish",
+    "Audit",
+    "Test",
+    "Archive",
+)
+_TASK_OBJECT = (
+    "the quarterly report",
+    "the billing page",
+    "the onboarding guide",
+    "release notes for 2.4",
+    "the team offsite",
+    "the customer survey",
+    "the API documentation",
+    "the invoice template",
+    "the nightly data backup",
+    "the pricing page",
+    "the Q3 roadmap",
+    "the support macros",
+    "the vendor contract",
+    "the login timeout on mobile",
+)
+_NOTES = (
+    "Customer asked to move the delivery to {day}.",
+    "Called {first}; will follow up on {day}.",
+    "Waiting for approval from the {team} team.",
+    "Duplicate of an earlier request, keep for reference.",
+    "Paid by bank transfer, receipt sent to {email}.",
+    "Priority raised after the {day} review.",
+    "{first} confirmed the new address by phone.",
+    "Needs a second review before it goes live.",
+    "Escalated to {team}; expected response by {day}.",
+    "Imported from the old system in {month}.",
+    "Please double-check the totals against the {month} statement.",
+    "Discussed with {first} {last}; no further action needed.",
+)
+_DESCRIPTIONS = (
+    "{phrase} for the {team} team.",
+    "{Team} {singular} used to {bs}.",
+    "Shared {singular} that lets {company} {bs}.",
+    "{phrase}, maintained by {first} {last}.",
+    "Main {singular} for {city} operations.",
+    "Helps the {team} team {bs}.",
+)
+_MESSAGES = (
+    "Hi {first}, your order has shipped and should arrive by {day}.",
+    "Reminder: the {team} sync moves to {day} at 10:00.",
+    "Thanks {first}, I've attached the {month} invoice.",
+    "Can we review the {singular} before {day}?",
+    "Your appointment is confirmed for {day}.",
+    "The {team} team has approved your request.",
+)
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "next week", "the 15th", "end of month")
 
 
@@ -136,8 +305,24 @@ def parse_clock(now: str) -> dt.datetime:
 
 
 def _future_field(name: str) -> bool:
-    return _has(name, "due", "deadline", "expires", "expiry", "expiration", "scheduled", "start", "end",
-                "until", "next", "starts", "ends", "valid_until", "renewal", "appointment")
+    return _has(
+        name,
+        "due",
+        "deadline",
+        "expires",
+        "expiry",
+        "expiration",
+        "scheduled",
+        "start",
+        "end",
+        "until",
+        "next",
+        "starts",
+        "ends",
+        "valid_until",
+        "renewal",
+        "appointment",
+    )
 
 
 class ValueFactory:
@@ -155,8 +340,9 @@ class ValueFactory:
         #: provenance of the packaged entity datasets values were drawn from (see :mod:`.entity_data`)
         self.data_sources: set[str] = set()
 
-    def value(self, field_name: str, schema: dict[str, Any], table: str = "", description: str = "",
-              future: bool = False) -> Any:
+    def value(
+        self, field_name: str, schema: dict[str, Any], table: str = "", description: str = "", future: bool = False
+    ) -> Any:
         """A value for ``field_name`` valid under ``schema`` (type, format, enum, min/max, maxLength).
 
         ``description`` (default: the schema's own ``description``) and ``table`` say what the field is;
@@ -248,11 +434,28 @@ class ValueFactory:
             return float(self._bounded(schema, 0, 1, False))
         if _has(name, "weight", "kg"):
             return float(self._bounded(schema, 0.1, 40, False))
-        if _has(name, "amount", "price", "cost", "total", "subtotal", "balance", "fee", "salary", "budget",
-                "revenue", "tax", "discount", "value"):
+        if _has(
+            name,
+            "amount",
+            "price",
+            "cost",
+            "total",
+            "subtotal",
+            "balance",
+            "fee",
+            "salary",
+            "budget",
+            "revenue",
+            "tax",
+            "discount",
+            "value",
+        ):
             # prices cluster at small amounts: a log-uniform draw between 1 and 2,000
-            return float(self._bounded(schema, 1, 2000, False)) if "maximum" in schema or "minimum" in schema \
+            return (
+                float(self._bounded(schema, 1, 2000, False))
+                if "maximum" in schema or "minimum" in schema
                 else round(10 ** self.rng.uniform(0, 3.3), 2)
+            )
         return float(self._bounded(schema, 1.0, 1000.0, False))
 
     # -- dates ---------------------------------------------------------------------------------------
@@ -288,9 +491,19 @@ class ValueFactory:
         singular = spoken_thing(table) or "record"
         team = self.rng.choice(_TEAMS)
         return template.format(
-            phrase=f.catch_phrase(), team=team, Team=team, singular=singular, bs=f.bs(), company=f.company(),
-            first=f.first_name(), last=f.last_name(), city=real_city(self.rng), day=self.rng.choice(_DAYS),
-            month=self.now.strftime("%B"), email=f.email())
+            phrase=f.catch_phrase(),
+            team=team,
+            Team=team,
+            singular=singular,
+            bs=f.bs(),
+            company=f.company(),
+            first=f.first_name(),
+            last=f.last_name(),
+            city=real_city(self.rng),
+            day=self.rng.choice(_DAYS),
+            month=self.now.strftime("%B"),
+            email=f.email(),
+        )
 
     def _status(self, name: str, table: str, desc: str) -> str:
         context = f"_{name}_{table}_" + "_".join(desc.split()[:12])
@@ -370,8 +583,11 @@ class ValueFactory:
             return real_city(rng)
         if _has(n, "zip", "postal", "postcode", "zipcode", "postal_code"):
             return f.postcode()
-        if _has(n, "province", "county") or n == "state" and _has(table, "address", "addresses", "location",
-                                                                    "locations"):
+        if (
+            _has(n, "province", "county")
+            or n == "state"
+            and _has(table, "address", "addresses", "location", "locations")
+        ):
             return f.state()
         if _has(n, "address", "street", "line1", "address_line1", "address1"):
             return f.street_address()
@@ -421,21 +637,32 @@ class ValueFactory:
             return f.swift()
         if _has(n, "account_number", "routing_number", "nsc", "sort_code"):
             return f.numerify("#" * (10 if "account" in n else 6 if _has(n, "nsc", "sort_code") else 9))
-        if _has(n, "amount", "price", "cost", "total", "subtotal", "balance", "fee", "salary", "budget",
-                "revenue"):
+        if _has(n, "amount", "price", "cost", "total", "subtotal", "balance", "fee", "salary", "budget", "revenue"):
             return f"{round(10 ** rng.uniform(0, 3.3), 2):.2f}"
         if _has(n, "sku"):
             return f"SKU-{rng.randint(10000, 99999)}"
         if _has(n, "serial", "serial_number"):
             return f.bothify("SN-####-????").upper()
-        if _has(n, "invoice_number", "order_number", "reference", "ref", "my_ref", "number", "code",
-                "confirmation"):
+        if _has(n, "invoice_number", "order_number", "reference", "ref", "my_ref", "number", "code", "confirmation"):
             prefix = {"invoice": "INV", "order": "ORD"}.get(n.split("_")[0], "REF")
             return f"{prefix}-{self.now.year}-{rng.randint(1, 9999):04d}"
         if _has(n, "model"):
             return f"{f.bothify('??').upper()}-{rng.randint(100, 9900)}"
-        if _has(n, "vendor", "manufacturer", "brand", "company", "organization", "organisation", "employer",
-                "org", "publisher", "provider", "carrier", "supplier"):
+        if _has(
+            n,
+            "vendor",
+            "manufacturer",
+            "brand",
+            "company",
+            "organization",
+            "organisation",
+            "employer",
+            "org",
+            "publisher",
+            "provider",
+            "carrier",
+            "supplier",
+        ):
             return f.company()
         if _has(n, "job", "job_title", "occupation", "position"):
             return f.job()
@@ -451,17 +678,38 @@ class ValueFactory:
             return f"{n[:-3] or 'ref'}_{rng.randint(1, 99999):05d}"
         if _has(n, "username", "login", "handle", "user_name", "screen_name", "nickname", "user"):
             return f.user_name()
-        if _has(n, "display_name", "full_name", "contact_name", "owner", "assignee", "author", "created_by",
-                "updated_by", "reviewer", "manager", "holder", "recipient", "sender", "customer_name",
-                "account_holder_name", "holder_name", "owner_name", "person", "author_name"):
+        if _has(
+            n,
+            "display_name",
+            "full_name",
+            "contact_name",
+            "owner",
+            "assignee",
+            "author",
+            "created_by",
+            "updated_by",
+            "reviewer",
+            "manager",
+            "holder",
+            "recipient",
+            "sender",
+            "customer_name",
+            "account_holder_name",
+            "holder_name",
+            "owner_name",
+            "person",
+            "author_name",
+        ):
             return f.name()
         if "name" in n:
             if any(t in table for t in _PERSON_TABLES):
                 return f.name()
             if any(t in table for t in ("product", "item", "catalog", "sku", "good", "article")):
                 return f"{rng.choice(_PRODUCT_ADJ)} {rng.choice(_PRODUCT_NOUN)}"
-            if any(t in table for t in ("compan", "organi", "vendor", "supplier", "merchant", "tenant",
-                                        "partner", "client", "brand")):
+            if any(
+                t in table
+                for t in ("compan", "organi", "vendor", "supplier", "merchant", "tenant", "partner", "client", "brand")
+            ):
                 return f.company()
             singular = spoken_thing(table) or "record"
             return f"{rng.choice(_TEAMS)} {singular.title() if len(singular) > 3 else singular.upper()}"
@@ -492,13 +740,37 @@ def _is_date_field(name: str, schema: dict[str, Any]) -> bool:
     ``creation_time``, ``due_date``, ``expires``, ``last_modified``."""
     if schema.get("format") in ("date", "date-time"):
         return True
-    return bool(re.search(r"(_at|_on|_date|_time|_timestamp|_datetime)$|(^|_)(date|datetime|timestamp|created|updated|"
-                          r"modified|expires|expiry|expiration|deadline)$|(^|_)date(_|$)", name)) \
-        and not name.endswith(("_zone", "_format", "_type", "_by", "_in", "_days", "_seconds"))
+    return bool(
+        re.search(
+            r"(_at|_on|_date|_time|_timestamp|_datetime)$|(^|_)(date|datetime|timestamp|created|updated|"
+            r"modified|expires|expiry|expiration|deadline)$|(^|_)date(_|$)",
+            name,
+        )
+    ) and not name.endswith(("_zone", "_format", "_type", "_by", "_in", "_days", "_seconds"))
 
 
-_PLACEHOLDERS = {"string", "str", "text", "example", "value", "null", "none", "test", "foo", "bar", "0", "",
-                 "astringvalue", "stringvalue", "sample", "lorem", "loremipsum", "todo", "tbd", "xxx"}
+_PLACEHOLDERS = {
+    "string",
+    "str",
+    "text",
+    "example",
+    "value",
+    "null",
+    "none",
+    "test",
+    "foo",
+    "bar",
+    "0",
+    "",
+    "astringvalue",
+    "stringvalue",
+    "sample",
+    "lorem",
+    "loremipsum",
+    "todo",
+    "tbd",
+    "xxx",
+}
 
 
 def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
@@ -513,8 +785,11 @@ def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
         echoes = bool(field) and flat.endswith(field) and len(flat) <= len(field) + 8
         return flat not in _PLACEHOLDERS and not echoes
     if typ in ("integer", "number"):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (typ == "number" or
-                                                                                   isinstance(value, int))
+        ok = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (typ == "number" or isinstance(value, int))
+        )
         return ok and schema.get("minimum", value) <= value <= schema.get("maximum", value)
     return False
 

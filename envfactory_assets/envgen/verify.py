@@ -60,8 +60,13 @@ class CheckResult:
     state: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "tool": self.tool, "state": self.state, "passed": self.passed,
-                "detail": self.detail[:500]}
+        return {
+            "check": self.check,
+            "tool": self.tool,
+            "state": self.state,
+            "passed": self.passed,
+            "detail": self.detail[:500],
+        }
 
 
 @dataclass
@@ -84,8 +89,9 @@ class VerificationReport:
                 out.append(f"{c.check}{'[' + where + ']' if where else ''}: {c.detail}"[:300])
         return out
 
-    def add(self, check: str, passed: bool, detail: str = "", tool: str | None = None,
-            state: str | None = None) -> bool:
+    def add(
+        self, check: str, passed: bool, detail: str = "", tool: str | None = None, state: str | None = None
+    ) -> bool:
         self.checks.append(CheckResult(check, passed, detail, tool, state))
         return passed
 
@@ -102,8 +108,9 @@ def _referenced(env: dict[str, Any], saved: dict[str, Any], table: str, key: str
     return False
 
 
-def valid_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any],
-                    values: ValueFactory) -> dict[str, Any] | None:
+def valid_arguments(
+    env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any], values: ValueFactory
+) -> dict[str, Any] | None:
     """Arguments that must succeed for ``tool`` on state ``saved``, or None if the state has no row to use.
 
     get/update/delete use an existing row (delete: one nothing references); an action uses a row that is
@@ -190,8 +197,9 @@ def _search_query(words: list[str]) -> str:
 MAX_PAGING_WORDS = 200
 
 
-def paged_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any],
-                    args: dict[str, Any]) -> dict[str, Any] | None:
+def paged_arguments(
+    env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any], args: dict[str, Any]
+) -> dict[str, Any] | None:
     """``args`` of a list or search tool with a ``limit`` (and, for a tool that takes one, an ``offset``)
     that leaves out some of the rows they match on ``saved``, so that a tool ignoring either returns another
     window; None when the tool takes no ``limit`` or fewer than 2 rows match.
@@ -230,8 +238,9 @@ def _field_values(schema: dict[str, Any]) -> list[Any]:
     return list(schema.get("enum") or ([True, False] if schema.get("type") == "boolean" else []))
 
 
-def filtered_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any],
-                       args: dict[str, Any]) -> list[dict[str, Any]]:
+def filtered_arguments(
+    env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any], args: dict[str, Any]
+) -> list[dict[str, Any]]:
     """``args`` of a list or count tool with one optional filter added, once per optional filter that can
     tell the filtered rows from the unfiltered ones on ``saved`` (in schema order; empty when none can): a
     tool that honours only some of its filters fails on the others.
@@ -259,8 +268,9 @@ def filtered_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[st
     return out
 
 
-def seeded_action_state(env: dict[str, Any], tool: dict[str, Any],
-                        saved: dict[str, Any]) -> tuple[dict[str, Any], Any] | None:
+def seeded_action_state(
+    env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]
+) -> tuple[dict[str, Any], Any] | None:
     """``(state, value)``: a copy of ``saved`` whose last row of the action's table holds ``value`` in the
     action's field, a value the action applies to; None when the table has no row or the field no such
     value. Lets the gate check an action that no initial state has a row for."""
@@ -305,8 +315,14 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
     return None
 
 
-def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], output: Any,
-                     before: dict[str, Any], after: dict[str, Any]) -> str | None:
+def _check_semantics(
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    output: Any,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> str | None:
     """None when the tool did what its kind says to the state, else a description of the defect."""
     table, kind = tool["table"], tool["kind"]
     key = env["tables"][table]["key"]
@@ -319,8 +335,9 @@ def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
         (only_before,), (only_after,) = rows_before.values(), rows_after.values()
         if kind == "get" and output != only_before:
             return "get returned something other than the one stored row"
-        if kind == "update" and (any(only_after.get(k) != v for k, v in args.items()) or output != only_after
-                                 or len(rows_after) != 1):
+        if kind == "update" and (
+            any(only_after.get(k) != v for k, v in args.items()) or output != only_after or len(rows_after) != 1
+        ):
             return "update did not store the new values in the one row"
         return None
     if kind in ("list", "count"):
@@ -331,25 +348,31 @@ def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
             return None
         limit = args.get("limit", LIST_LIMIT_DEFAULT)
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
-            return (f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has "
-                    f"{len(expected)} (limit {limit})")
+            return (
+                f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has "
+                f"{len(expected)} (limit {limit})"
+            )
     elif kind == "search":
         scope = {k: v for k, v in args.items() if k not in ("query", "limit", "offset")}
-        expected = matching_rows([r for r in _rows(before, table) if all(r.get(k) == v for k, v in scope.items())],
-                                 args["query"])
+        expected = matching_rows(
+            [r for r in _rows(before, table) if all(r.get(k) == v for k, v in scope.items())], args["query"]
+        )
         start = args.get("offset", 0)
-        window = expected[start:start + args.get("limit", LIST_LIMIT_DEFAULT)]
+        window = expected[start : start + args.get("limit", LIST_LIMIT_DEFAULT)]
         if output.get("total") != len(expected) or output.get("items") != window:
-            return (f"search returned {len(output.get('items', []))} of total {output.get('total')}, "
-                    f"expected {len(window)} of {len(expected)} matching rows")
+            return (
+                f"search returned {len(output.get('items', []))} of total {output.get('total')}, "
+                f"expected {len(window)} of {len(expected)} matching rows"
+            )
     elif kind == "action":
         act = tool["action"]
         row, previous = rows_after.get(args[key]), rows_before.get(args[key], {})
         expected_row = {**previous, act["field"]: act["value"]}
         if act["stamp"]:
             expected_row[act["stamp"]] = before["meta"]["now"]
-        others_same = {k: v for k, v in rows_after.items() if k != args[key]} == \
-            {k: v for k, v in rows_before.items() if k != args[key]}
+        others_same = {k: v for k, v in rows_after.items() if k != args[key]} == {
+            k: v for k, v in rows_before.items() if k != args[key]
+        }
         if row != expected_row or output != row or not others_same:
             return f"{act['verb']} did not change exactly {act['field']} of that row"
         touched = [t for t in before["tables"] if t != table and before["tables"][t] != after["tables"].get(t)]
@@ -369,8 +392,12 @@ def _check_semantics(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
         row = rows_after.get(args[key])
         previous = rows_before.get(args[key], {})
         should_change = any(previous.get(k) != v for k, v in args.items())
-        if (should_change and unchanged) or row is None or any(row.get(k) != v for k, v in args.items()) \
-                or output != row:
+        if (
+            (should_change and unchanged)
+            or row is None
+            or any(row.get(k) != v for k, v in args.items())
+            or output != row
+        ):
             return "update did not store the new values"
     elif kind == "delete":
         if args[key] in rows_after or len(rows_after) != len(rows_before) - 1:
@@ -395,8 +422,7 @@ def _call_on_fork(worker: SandboxWorker, base: str, tool: str, args: dict[str, A
         return {"ok": False, "error": {"type": "crash", "message": str(exc)}}, "", str(exc)
 
 
-def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
-                       seed: int = 7) -> VerificationReport:
+def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None, seed: int = 7) -> VerificationReport:
     """Run every check on ``env`` (docs/design.md Environment) in a fresh sandbox worker.
 
     Never raises for a defective environment: defects become failed checks. ``seed`` drives the
@@ -420,8 +446,12 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
             try:
                 episode = worker.open_episode({env_id: copy.deepcopy(initial["state"])})
             except StateRejected as exc:
-                report.add("initial_state", expect == "reject",
-                           "" if expect == "reject" else f"valid state rejected: {exc}", state=name)
+                report.add(
+                    "initial_state",
+                    expect == "reject",
+                    "" if expect == "reject" else f"valid state rejected: {exc}",
+                    state=name,
+                )
                 continue
             except WorkerCrashed as exc:
                 report.add("initial_state", False, f"worker crashed loading state: {exc}", state=name)
@@ -460,8 +490,12 @@ def _report_unchecked_actions(env: dict[str, Any], report: VerificationReport) -
     ran = {c.tool for c in report.checks}
     for tool in env["tools"]:
         if tool["kind"] == "action" and tool["name"] not in ran:
-            report.add("semantics", False, f"no loadable initial state has a row of {tool['table']} to check "
-                       f"{tool['action']['verb']} on", tool["name"])
+            report.add(
+                "semantics",
+                False,
+                f"no loadable initial state has a row of {tool['table']} to check {tool['action']['verb']} on",
+                tool["name"],
+            )
 
 
 def _classify(exc: Exception) -> str:
@@ -470,9 +504,17 @@ def _classify(exc: Exception) -> str:
     return "round_trip" if "save()" in str(exc) or "load()" in str(exc) else "tool_valid"
 
 
-def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], state_name: str,
-                saved: dict[str, Any], base: str, values: ValueFactory, report: VerificationReport,
-                plan: list[tuple[str, dict[str, Any]]]) -> None:
+def _check_tool(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    state_name: str,
+    saved: dict[str, Any],
+    base: str,
+    values: ValueFactory,
+    report: VerificationReport,
+    plan: list[tuple[str, dict[str, Any]]],
+) -> None:
     tname = tool["name"]
     args = valid_arguments(env, tool, saved, values)
     if args is None:
@@ -494,8 +536,16 @@ def _check_tool(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any]
     _check_invalid(worker, env, tool, args, state_name, saved, base, report)
 
 
-def _check_invalid(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any],
-                   state_name: str, saved: dict[str, Any], base: str, report: VerificationReport) -> None:
+def _check_invalid(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    good: dict[str, Any],
+    state_name: str,
+    saved: dict[str, Any],
+    base: str,
+    report: VerificationReport,
+) -> None:
     """Invalid arguments derived from ``good`` must give an error and leave the state (``saved``) as it was."""
     tname = tool["name"]
     bad = invalid_arguments(tool, good)
@@ -507,14 +557,23 @@ def _check_invalid(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, A
         return
     after = worker.save(episode)[env["env_id"]]
     ok = not result.get("ok") and state_hash(after) == state_hash(saved)
-    report.add("tool_invalid", ok, "" if ok else f"invalid arguments {bad} were accepted or changed state",
-               tname, state_name)
+    report.add(
+        "tool_invalid", ok, "" if ok else f"invalid arguments {bad} were accepted or changed state", tname, state_name
+    )
     worker.close_episode(episode)
 
 
-def _check_call(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any],
-                state_name: str, saved: dict[str, Any], base: str, report: VerificationReport,
-                note: str = "") -> bool:
+def _check_call(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    state_name: str,
+    saved: dict[str, Any],
+    base: str,
+    report: VerificationReport,
+    note: str = "",
+) -> bool:
     """Call ``tool`` with valid ``args`` on a fork of ``base`` (holding ``saved``) and check its output, its
     kind's semantics and an action's precondition; True when the call succeeded. ``note`` prefixes details."""
     tname = tool["name"]
@@ -527,16 +586,22 @@ def _check_call(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any]
     report.add("output_schema", problem is None, f"{note}{problem}" if problem else "", tname, state_name)
     after = worker.save(episode)[env["env_id"]]
     defect = _check_semantics(env, tool, args, result["output"], saved, after)
-    report.add("semantics", defect is None, f"{note}{defect} (arguments {args})" if defect else "", tname,
-               state_name)
+    report.add("semantics", defect is None, f"{note}{defect} (arguments {args})" if defect else "", tname, state_name)
     if tool["kind"] == "action" and defect is None:
         _check_precondition(worker, env, tool, args, episode, after, report, state_name)
     worker.close_episode(episode)
     return True
 
 
-def _check_action_on_seeded_row(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], state_name: str,
-                                saved: dict[str, Any], values: ValueFactory, report: VerificationReport) -> None:
+def _check_action_on_seeded_row(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    state_name: str,
+    saved: dict[str, Any],
+    values: ValueFactory,
+    report: VerificationReport,
+) -> None:
     """Check an action that ``saved`` has no row for on a copy whose last row of its table is put into a state
     the action applies to (no check when the table is empty: :func:`_report_unchecked_actions` catches an
     action that no state could check)."""
@@ -552,8 +617,9 @@ def _check_action_on_seeded_row(worker: SandboxWorker, env: dict[str, Any], tool
         state = worker.save(base)[env["env_id"]]
         args = valid_arguments(env, tool, state, values)
         if args is None:
-            report.add("semantics", False, f"{note}the row is still not one the action applies to", tool["name"],
-                       state_name)
+            report.add(
+                "semantics", False, f"{note}the row is still not one the action applies to", tool["name"], state_name
+            )
         else:
             if _check_call(worker, env, tool, args, state_name, state, base, report, note):
                 _check_invalid(worker, env, tool, args, state_name, state, base, report)
@@ -561,8 +627,15 @@ def _check_action_on_seeded_row(worker: SandboxWorker, env: dict[str, Any], tool
         worker.close_episode(base)
 
 
-def _open_prepared(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], state: dict[str, Any],
-                   state_name: str, report: VerificationReport, note: str) -> str | None:
+def _open_prepared(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    state: dict[str, Any],
+    state_name: str,
+    report: VerificationReport,
+    note: str,
+) -> str | None:
     """An episode on ``state`` (a copy of a saved state the gate prepared for ``tool``'s check), or None when
     the environment rejects it; the rejection is then a failed ``semantics`` check, prefixed with ``note``."""
     try:
@@ -577,9 +650,15 @@ def _flag_may_be_missing(meta: dict[str, Any], act: dict[str, Any]) -> bool:
     return meta["fields"].get(act["field"], {}).get("type") == "boolean" and act["field"] not in meta["required"]
 
 
-def _check_action_without_flag(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any],
-                               args: dict[str, Any], state_name: str, saved: dict[str, Any],
-                               report: VerificationReport) -> None:
+def _check_action_without_flag(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    state_name: str,
+    saved: dict[str, Any],
+    report: VerificationReport,
+) -> None:
     """The action on its row (of ``saved``) with the flag left out, when the flag's default (else off) is a
     value the action applies to: it must succeed and set the flag (a tool that takes every missing flag for
     off fails when the default is on). No check when the row already lacks the flag."""
@@ -601,8 +680,16 @@ def _check_action_without_flag(worker: SandboxWorker, env: dict[str, Any], tool:
         worker.close_episode(base)
 
 
-def _check_precondition(worker: SandboxWorker, env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any],
-                        episode: str, after: dict[str, Any], report: VerificationReport, state_name: str) -> None:
+def _check_precondition(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    episode: str,
+    after: dict[str, Any],
+    report: VerificationReport,
+    state_name: str,
+) -> None:
     """The action again on the row it just changed, on the row put in each state the action is refused in,
     and (for an action on a boolean flag the row may lack, whose default, else off, is the action's target)
     on the row without the flag: each must fail with ``precondition_failed`` and leave the state as it was."""
@@ -627,17 +714,25 @@ def _check_precondition(worker: SandboxWorker, env: dict[str, Any], tool: dict[s
         unchanged = state_hash(worker.save(ep)[env_id]) == state_hash(state)
         error = result.get("error") or {}
         ok = not result.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value and unchanged
-        report.add("precondition", ok, "" if ok else
-                   f"{act['verb']} on a row with "
-                   + (f"{act['field']}={current!r}" if current is not None else f"no {act['field']}")
-                   + f" gave {error or 'success'}"
-                   + ("" if unchanged else " and changed the state"), tool["name"], state_name)
+        report.add(
+            "precondition",
+            ok,
+            ""
+            if ok
+            else f"{act['verb']} on a row with "
+            + (f"{act['field']}={current!r}" if current is not None else f"no {act['field']}")
+            + f" gave {error or 'success'}"
+            + ("" if unchanged else " and changed the state"),
+            tool["name"],
+            state_name,
+        )
         if ep != episode:
             worker.close_episode(ep)
 
 
-def _run_plan(worker: SandboxWorker, env_id: str, saved: dict[str, Any],
-              plan: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], str, dict[str, Any]]:
+def _run_plan(
+    worker: SandboxWorker, env_id: str, saved: dict[str, Any], plan: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[Any], str, dict[str, Any]]:
     episode = worker.open_episode({env_id: copy.deepcopy(saved)})
     outputs = [worker.call(episode, tool, args) for tool, args in plan]
     final = worker.save(episode)[env_id]
@@ -646,8 +741,13 @@ def _run_plan(worker: SandboxWorker, env_id: str, saved: dict[str, Any],
     return outputs, digest, final
 
 
-def _check_replay_and_round_trip(worker: SandboxWorker, env: dict[str, Any], saved: dict[str, Any],
-                                 plan: list[tuple[str, dict[str, Any]]], report: VerificationReport) -> None:
+def _check_replay_and_round_trip(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    saved: dict[str, Any],
+    plan: list[tuple[str, dict[str, Any]]],
+    report: VerificationReport,
+) -> None:
     env_id = env["env_id"]
     try:
         out_a, hash_a, final = _run_plan(worker, env_id, saved, plan)
@@ -661,8 +761,15 @@ def _check_replay_and_round_trip(worker: SandboxWorker, env: dict[str, Any], sav
         report.add("replay", False, f"replay failed: {exc}", state="valid")
         return
     same = out_a == out_b == out_c and hash_a == hash_b == hash_c
-    report.add("replay", same, "" if same else "the same calls on the same state gave different results"
-               + (" in another worker process" if hash_a == hash_b else ""), state="valid")
+    report.add(
+        "replay",
+        same,
+        ""
+        if same
+        else "the same calls on the same state gave different results"
+        + (" in another worker process" if hash_a == hash_b else ""),
+        state="valid",
+    )
     try:
         episode = worker.open_episode({env_id: copy.deepcopy(final)})
     except StateRejected as exc:

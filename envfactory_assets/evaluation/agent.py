@@ -68,9 +68,13 @@ def _short(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_agent(generate: Callable[[list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], int], list[str]],
-              tasks: list[AgentTask], open_episode: Callable[[AgentTask], Episode], seed: int,
-              max_tool_rounds: int = 3) -> list[dict[str, Any]]:
+def run_agent(
+    generate: Callable[[list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], int], list[str]],
+    tasks: list[AgentTask],
+    open_episode: Callable[[AgentTask], Episode],
+    seed: int,
+    max_tool_rounds: int = 3,
+) -> list[dict[str, Any]]:
     """Run every task to its end with one policy and one sampling seed.
 
     A turn ends when the model answers without a tool call or after ``max_tool_rounds`` assistant
@@ -103,9 +107,18 @@ def run_agent(generate: Callable[[list[tuple[list[dict[str, Any]], list[dict[str
             step += 1
             for r, text in zip(active, texts, strict=True):
                 _advance(r, text, max_tool_rounds)
-        return [{"task_id": r.task.task_id, "seed": seed, "score": r.episode.score(), "n_calls": r.n_calls,
-                 "turns": r.turn, "tags": r.task.tags,
-                 "trace": [_short(m) for m in r.messages[len(r.task.messages):]]} for r in running]
+        return [
+            {
+                "task_id": r.task.task_id,
+                "seed": seed,
+                "score": r.episode.score(),
+                "n_calls": r.n_calls,
+                "turns": r.turn,
+                "tags": r.task.tags,
+                "trace": [_short(m) for m in r.messages[len(r.task.messages) :]],
+            }
+            for r in running
+        ]
     finally:
         for r in running:
             r.episode.close()
@@ -117,9 +130,16 @@ def _advance(r: _Running, text: str, max_tool_rounds: int) -> None:
         r.episode.add_malformed(parsed.format_errors)
     if parsed.calls:
         ids = [f"call_{r.n_calls + i + 1}" for i in range(len(parsed.calls))]
-        r.messages.append({"role": "assistant", "content": parsed.content, "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for i, c in zip(ids, parsed.calls, strict=True)]})
+        r.messages.append(
+            {
+                "role": "assistant",
+                "content": parsed.content,
+                "tool_calls": [
+                    {"id": i, "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for i, c in zip(ids, parsed.calls, strict=True)
+                ],
+            }
+        )
         for call_id, call in zip(ids, parsed.calls, strict=True):
             result = r.episode.call(call["name"], call["arguments"])
             r.messages.append({"role": "tool", "tool_call_id": call_id, "name": call["name"], "content": result})
@@ -136,5 +156,3 @@ def _advance(r: _Running, text: str, max_tool_rounds: int) -> None:
         r.messages.append({"role": "user", "content": r.task.later_user_turns[r.turn - 1]})
     else:
         r.done = True
-
-

@@ -73,8 +73,16 @@ CATEGORY = "multi_turn_base"
 BENCHMARK = "bfcl_v3_multi_turn_base"
 STATELESS_CLASSES = frozenset({"MathAPI"})
 """Classes BFCL builds without loading a scenario (``constants/executable_backend_config.py``)."""
-_JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string", "int": "integer",
-               "list": "array", "bool": "boolean", "str": "string"}
+_JSON_TYPES = {
+    "dict": "object",
+    "float": "number",
+    "tuple": "array",
+    "any": "string",
+    "int": "integer",
+    "list": "array",
+    "bool": "boolean",
+    "str": "string",
+}
 
 
 class UnsafeCall(ValueError):
@@ -163,8 +171,9 @@ def _bfcl_files() -> Any:
     try:
         return importlib.resources.files("bfcl_eval")
     except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError("bfcl-eval is not installed (pip install --no-deps bfcl-eval)",
-                                  name="bfcl_eval") from exc
+        raise ModuleNotFoundError(
+            "bfcl-eval is not installed (pip install --no-deps bfcl-eval)", name="bfcl_eval"
+        ) from exc
 
 
 def load_tasks(n: int | None = None) -> list[BFCLTask]:
@@ -188,8 +197,16 @@ def load_tasks(n: int | None = None) -> list[BFCLTask]:
     for e in entries:
         if e["id"] not in answers:
             raise ValueError(f"{name}: task {e['id']} has no ground truth in possible_answer/{name}")
-        tasks.append(BFCLTask(e["id"], e["question"], e.get("initial_config") or {}, list(e["involved_classes"]),
-                              list(e.get("excluded_function") or []), answers[e["id"]]))
+        tasks.append(
+            BFCLTask(
+                e["id"],
+                e["question"],
+                e.get("initial_config") or {},
+                list(e["involved_classes"]),
+                list(e.get("excluded_function") or []),
+                answers[e["id"]],
+            )
+        )
     if n is not None:
         tasks = sorted(tasks, key=lambda t: hashlib.sha256(t.id.encode()).hexdigest())[:n]
     return tasks
@@ -236,9 +253,16 @@ def task_tools(task: BFCLTask) -> list[dict[str, Any]]:
         for doc in read_jsonl(docs_dir / files[cls]):
             if doc["name"] in task.excluded_functions:
                 continue
-            tools.append({"type": "function", "function": {
-                "name": doc["name"], "description": doc.get("description", ""),
-                "parameters": _json_schema(doc.get("parameters") or {"type": "object", "properties": {}})}})
+            tools.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": doc["name"],
+                        "description": doc.get("description", ""),
+                        "parameters": _json_schema(doc.get("parameters") or {"type": "object", "properties": {}}),
+                    },
+                }
+            )
     return tools
 
 
@@ -496,18 +520,28 @@ class BFCLEpisode:
         raise _Broken(f"could not restore the task's state in a fresh worker ({problem})")
 
     def _restore(self, worker: BFCLWorkerProcess) -> None:
-        task = {"id": self.task.id, "involved_classes": list(self.task.involved_classes),
-                "excluded_functions": list(self.task.excluded_functions)}
-        worker.request("init", {"task": task, "initial_config_json": json.dumps(self.task.initial_config)},
-                       self.settings.startup_timeout_s)
+        task = {
+            "id": self.task.id,
+            "involved_classes": list(self.task.involved_classes),
+            "excluded_functions": list(self.task.excluded_functions),
+        }
+        worker.request(
+            "init",
+            {"task": task, "initial_config_json": json.dumps(self.task.initial_config)},
+            self.settings.startup_timeout_s,
+        )
         mismatches = 0
         for op, fields, recorded in self._log:
             if worker.request(op, fields, self._budget(op, fields)) != recorded:
                 mismatches += 1
         if mismatches:
             self.replay_mismatches += mismatches
-            warnings.warn(f"BFCL task {self.task.id}: replaying {len(self._log)} requests into a fresh worker "
-                          f"gave {mismatches} different result(s)", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"BFCL task {self.task.id}: replaying {len(self._log)} requests into a fresh worker "
+                f"gave {mismatches} different result(s)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _budget(self, op: str, fields: Mapping[str, Any]) -> float:
         if op == "gold":
@@ -540,8 +574,9 @@ class BFCLEpisode:
     def _break(self, reason: str) -> None:
         if self._broken is None:
             self._broken = reason
-            warnings.warn(f"BFCL task {self.task.id}: {reason}; the task is scored invalid", RuntimeWarning,
-                          stacklevel=4)
+            warnings.warn(
+                f"BFCL task {self.task.id}: {reason}; the task is scored invalid", RuntimeWarning, stacklevel=4
+            )
         if self._error is None:
             self._error = f"executor: {reason}"
         if self._worker is not None:
@@ -582,8 +617,10 @@ class BFCLEpisode:
             self._lose_worker()
             if exc.kind == "timeout":
                 self.n_timeouts += 1
-                text = (f"Error during execution: {name} did not finish within {self.settings.call_timeout_s:g} s "
-                        "(the executor's time limit per call); it was stopped and changed nothing")
+                text = (
+                    f"Error during execution: {name} did not finish within {self.settings.call_timeout_s:g} s "
+                    "(the executor's time limit per call); it was stopped and changed nothing"
+                )
             else:
                 text = f"Error during execution: {name} stopped the executor ({exc.message}); it changed nothing"
         except RemoteError as exc:  # e.g. out of memory while encoding the result: state unknown, restore it
@@ -641,8 +678,15 @@ class BFCLEpisode:
     def score(self) -> dict[str, Any]:
         n_turns = len(self.task.ground_truth)
         valid = float(self._error is None and self._turns_passed == sum(1 for t in self.task.ground_truth if t))
-        return {"valid": valid, "reward": valid, "turns_passed": self._turns_passed, "n_turns": n_turns,
-                "error": self._error, "n_malformed": self.n_malformed, "n_timeouts": self.n_timeouts}
+        return {
+            "valid": valid,
+            "reward": valid,
+            "turns_passed": self._turns_passed,
+            "n_turns": n_turns,
+            "error": self._error,
+            "n_malformed": self.n_malformed,
+            "n_timeouts": self.n_timeouts,
+        }
 
     def close(self) -> None:
         """Kill the worker (the instances go with it). Idempotent."""
@@ -664,7 +708,9 @@ def ground_truth_calls(task: BFCLTask) -> list[list[dict[str, Any]]]:
     methods = {}
     for cls_name in task.involved_classes:
         cls = getattr(importlib.import_module(modules[cls_name]), cls_name)
-        methods.update({n: m for n, m in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_")})
+        methods.update(
+            {n: m for n, m in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_")}
+        )
     turns = []
     for turn in task.ground_truth:
         calls = []

@@ -145,8 +145,12 @@ def isolation_for_bfcl() -> Isolation:
     isolation = resolve_isolation(sys.executable)
     if not isolation.contained and isolation.reason not in _warned:
         _warned.add(isolation.reason)
-        warnings.warn(f"BFCL executor workers run without the OS sandbox ({isolation.reason}); "
-                      "the process boundary and the per-call time limit stay", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"BFCL executor workers run without the OS sandbox ({isolation.reason}); "
+            "the process boundary and the per-call time limit stay",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return isolation
 
 
@@ -176,14 +180,27 @@ class BFCLWorkerProcess:
     def command(self) -> list[str]:
         """The command line that starts the worker (inside bubblewrap when the OS layer is on)."""
         s = self.settings
-        argv = [sys.executable, "-m", WORKER_MODULE, "--memory-mb", str(s.memory_mb),
-                "--cpu-seconds", str(s.cpu_seconds)]
+        argv = [
+            sys.executable,
+            "-m",
+            WORKER_MODULE,
+            "--memory-mb",
+            str(s.memory_mb),
+            "--cpu-seconds",
+            str(s.cpu_seconds),
+        ]
         if s.test_probe:
             argv.append("--test-probe")
         if self.isolation.bwrap is None:
             return argv
-        environment = {"PYTHONPATH": _PACKAGE_PARENT, "PYTHONHASHSEED": "0", "LC_ALL": "C.UTF-8",
-                       "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp", "PATH": "/nonexistent"}
+        environment = {
+            "PYTHONPATH": _PACKAGE_PARENT,
+            "PYTHONHASHSEED": "0",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HOME": "/tmp",
+            "PATH": "/nonexistent",
+        }
         return bwrap_command(self.isolation.bwrap, argv, environment)
 
     def spawn(self) -> None:
@@ -191,15 +208,27 @@ class BFCLWorkerProcess:
         if self.proc is not None:
             return
         if self.isolation.bwrap is None:
-            env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": _PACKAGE_PARENT,
-                   "PYTHONHASHSEED": "0", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+            env = {
+                "PATH": os.environ.get("PATH", os.defpath),
+                "PYTHONPATH": _PACKAGE_PARENT,
+                "PYTHONHASHSEED": "0",
+                "LC_ALL": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
         else:
             env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
         # stderr goes to an unlinked file: no drain thread per worker, and a full pipe can never block it
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _kill
         proc = subprocess.Popen(  # noqa: S603 - fixed command, no shell
-            self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
-            cwd="/", start_new_session=True, close_fds=True)
+            self.command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+            close_fds=True,
+        )
         self.proc = proc
         self._finalizer = weakref.finalize(self, _kill, proc, self._stderr)
         self.channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno())
@@ -289,7 +318,8 @@ class BFCLWorkerProcess:
         try:
             size = os.fstat(stream.fileno()).st_size
             return os.pread(stream.fileno(), _STDERR_TAIL_BYTES, max(0, size - _STDERR_TAIL_BYTES)).decode(
-                "utf-8", "replace")
+                "utf-8", "replace"
+            )
         except OSError:
             return ""
 

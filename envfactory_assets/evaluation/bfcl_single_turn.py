@@ -71,8 +71,12 @@ _MODEL_CONFIG_MODULE = "bfcl_eval.constants.model_config"
 _IMPORT_LOCK = threading.Lock()
 # The checker's dispatch reads the category name: "parallel" in it -> order-free matching, "multiple" ->
 # one call among several functions, else one call of one function.
-_CHECKER_CATEGORY = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel",
-                     "parallel_multiple": "parallel_multiple"}
+_CHECKER_CATEGORY = {
+    "simple": "simple_python",
+    "multiple": "multiple",
+    "parallel": "parallel",
+    "parallel_multiple": "parallel_multiple",
+}
 _NOT_EXECUTED = "(recorded; single-turn tasks execute nothing)"
 
 
@@ -110,8 +114,12 @@ def tool_name(bfcl_name: str) -> str:
 def _answers(category: str) -> dict[str, list[dict[str, Any]]]:
     if category == "irrelevance":
         return {}
-    path = (importlib.resources.files("bfcl_eval") / "data" / "possible_answer"
-            / f"BFCL_v4_{BFCL_SINGLE_TURN_FILES[category]}.json")
+    path = (
+        importlib.resources.files("bfcl_eval")
+        / "data"
+        / "possible_answer"
+        / f"BFCL_v4_{BFCL_SINGLE_TURN_FILES[category]}.json"
+    )
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return {r["id"]: r["ground_truth"] for r in rows}
 
@@ -128,10 +136,12 @@ def load_tasks(n_per_category: int | None = None, categories: Iterable[str] = CA
             truth, or two functions of one task with the same tool name.
         ModuleNotFoundError: ``bfcl-eval`` is not installed.
     """
-    if n_per_category is not None and (isinstance(n_per_category, bool) or not isinstance(n_per_category, int)
-                                       or n_per_category < 0):
-        raise ValueError(f"BFCL single-turn: n_per_category={n_per_category!r}: expected a whole number >= 0 "
-                         "or None (all tasks)")
+    if n_per_category is not None and (
+        isinstance(n_per_category, bool) or not isinstance(n_per_category, int) or n_per_category < 0
+    ):
+        raise ValueError(
+            f"BFCL single-turn: n_per_category={n_per_category!r}: expected a whole number >= 0 or None (all tasks)"
+        )
     tasks = []
     for category in categories:
         if category not in BFCL_SINGLE_TURN_FILES:
@@ -144,8 +154,15 @@ def load_tasks(n_per_category: int | None = None, categories: Iterable[str] = CA
             names = [tool_name(f["name"]) for f in entry["function"]]
             if len(set(names)) != len(names):
                 raise ValueError(f"BFCL single-turn task {entry['id']}: two functions share a tool name in {names}")
-            chosen.append(SingleTurnTask(entry["id"], category, [dict(m) for m in entry["question"][0]],
-                                         list(entry["function"]), answers.get(entry["id"], [])))
+            chosen.append(
+                SingleTurnTask(
+                    entry["id"],
+                    category,
+                    [dict(m) for m in entry["question"][0]],
+                    list(entry["function"]),
+                    answers.get(entry["id"], []),
+                )
+            )
         if n_per_category is not None:
             chosen = sorted(chosen, key=lambda t: hashlib.sha256(t.id.encode()).hexdigest())[:n_per_category]
         tasks += chosen
@@ -154,10 +171,17 @@ def load_tasks(n_per_category: int | None = None, categories: Iterable[str] = CA
 
 def task_tools(task: SingleTurnTask) -> list[dict[str, Any]]:
     """The task's functions as OpenAI function tools (mapped names, JSON Schema type names)."""
-    return [{"type": "function", "function": {
-        "name": tool_name(f["name"]), "description": f.get("description", ""),
-        "parameters": _json_schema(f.get("parameters") or {"type": "object", "properties": {}})}}
-        for f in task.functions]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool_name(f["name"]),
+                "description": f.get("description", ""),
+                "parameters": _json_schema(f.get("parameters") or {"type": "object", "properties": {}}),
+            },
+        }
+        for f in task.functions
+    ]
 
 
 @cache
@@ -176,8 +200,9 @@ def _checker_module() -> types.ModuleType:
     """
     spec = importlib.util.find_spec(_CHECKER_MODULE)
     if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(f"{_CHECKER_MODULE} not found (pip install --no-deps bfcl-eval)",
-                                  name=_CHECKER_MODULE)
+        raise ModuleNotFoundError(
+            f"{_CHECKER_MODULE} not found (pip install --no-deps bfcl-eval)", name=_CHECKER_MODULE
+        )
     stand_in = types.ModuleType(_MODEL_CONFIG_MODULE, "Stand-in: only what the AST checker reads.")
     stand_in.MODEL_CONFIG_MAPPING = {CHECKER_MODEL_NAME: types.SimpleNamespace(underscore_to_dot=False)}
     with _IMPORT_LOCK:
@@ -194,8 +219,12 @@ def _checker_module() -> types.ModuleType:
     return module
 
 
-def ast_checker(functions: list[dict[str, Any]], model_output: list[dict[str, Any]],
-                possible_answer: list[dict[str, Any]], category: str) -> dict[str, Any]:
+def ast_checker(
+    functions: list[dict[str, Any]],
+    model_output: list[dict[str, Any]],
+    possible_answer: list[dict[str, Any]],
+    category: str,
+) -> dict[str, Any]:
     """bfcl-eval's ``ast_checker`` on one task, for Python, under :data:`CHECKER_MODEL_NAME`.
 
     Args:
@@ -210,8 +239,9 @@ def ast_checker(functions: list[dict[str, Any]], model_output: list[dict[str, An
     """
     from bfcl_eval.constants.enums import Language
 
-    return _checker_module().ast_checker(functions, model_output, possible_answer, Language.PYTHON,
-                                         _CHECKER_CATEGORY[category], CHECKER_MODEL_NAME)
+    return _checker_module().ast_checker(
+        functions, model_output, possible_answer, Language.PYTHON, _CHECKER_CATEGORY[category], CHECKER_MODEL_NAME
+    )
 
 
 def score_output(task: SingleTurnTask, text: str, truncated: bool = False) -> dict[str, Any]:
@@ -235,13 +265,22 @@ def score_output(task: SingleTurnTask, text: str, truncated: bool = False) -> di
         try:
             result = ast_checker(task.functions, calls, task.possible_answer, task.category)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            result = {"valid": False, "error": [f"{type(exc).__name__}: {exc}"],
-                      "error_type": f"checker_error:{type(exc).__name__}"}
+            result = {
+                "valid": False,
+                "error": [f"{type(exc).__name__}: {exc}"],
+                "error_type": f"checker_error:{type(exc).__name__}",
+            }
         valid = bool(result["valid"])
         if not valid:
             error_type, error = result.get("error_type"), json.dumps(result.get("error"), default=str)[:TRACE_CHARS]
-    return {"valid": float(valid), "reward": float(valid), "n_malformed": parsed.format_errors,
-            "truncated": float(truncated), "error_type": error_type, "error": error}
+    return {
+        "valid": float(valid),
+        "reward": float(valid),
+        "n_malformed": parsed.format_errors,
+        "truncated": float(truncated),
+        "error_type": error_type,
+        "error": error,
+    }
 
 
 def _accepted(options: list[Any], optional: bool) -> tuple[bool, Any]:
@@ -293,8 +332,9 @@ def gold_calls(task: SingleTurnTask, optional: bool = False) -> list[dict[str, A
 
 def render_calls(calls: Sequence[Mapping[str, Any]]) -> str:
     """Calls as our chat template writes an assistant's calls: one ``<tool_call>`` JSON block each."""
-    return "\n".join(f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c['arguments']})}\n</tool_call>"
-                     for c in calls)
+    return "\n".join(
+        f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c['arguments']})}\n</tool_call>" for c in calls
+    )
 
 
 def generation_budget(category: str, count_tokens: Callable[[str], int] | None = None, floor: int = 1) -> int:
@@ -312,13 +352,16 @@ def generation_budget(category: str, count_tokens: Callable[[str], int] | None =
     if category not in BFCL_SINGLE_TURN_FILES:
         raise ValueError(f"BFCL single-turn: unknown category {category!r}")
     count = count_tokens or (lambda text: math.ceil(len(text) / CHARS_PER_TOKEN))
-    longest = max((count(render_calls(gold_calls(t, optional=True))) for t in load_tasks(None, [category])
-                   if t.possible_answer), default=0)
+    longest = max(
+        (count(render_calls(gold_calls(t, optional=True))) for t in load_tasks(None, [category]) if t.possible_answer),
+        default=0,
+    )
     return max(floor, math.ceil(BUDGET_FACTOR * longest))
 
 
-def category_budgets(tasks: Iterable[SingleTurnTask], count_tokens: Callable[[str], int] | None,
-                     floor: int) -> dict[str, int]:
+def category_budgets(
+    tasks: Iterable[SingleTurnTask], count_tokens: Callable[[str], int] | None, floor: int
+) -> dict[str, int]:
     """``{category: generation_budget(category, count_tokens, floor)}`` for the categories of ``tasks``."""
     return {c: generation_budget(c, count_tokens, floor) for c in dict.fromkeys(t.category for t in tasks)}
 
@@ -349,13 +392,23 @@ class SingleTurnPolicy(Protocol):
 
     last_cut_off: list[bool]
 
-    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
-                 max_new_tokens: int | None = None, prose_stop_tokens: int = 0) -> list[str]: ...
+    def generate(
+        self,
+        conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+        seed: int,
+        max_new_tokens: int | None = None,
+        prose_stop_tokens: int = 0,
+    ) -> list[str]: ...
 
 
-def run_tasks(policy: SingleTurnPolicy, tasks: Sequence[SingleTurnTask], seeds: Sequence[int],
-              budgets: Mapping[str, int], overlap: Mapping[str, list[str]] | None = None,
-              prose_stop_tokens: int = 0) -> list[dict[str, Any]]:
+def run_tasks(
+    policy: SingleTurnPolicy,
+    tasks: Sequence[SingleTurnTask],
+    seeds: Sequence[int],
+    budgets: Mapping[str, int],
+    overlap: Mapping[str, list[str]] | None = None,
+    prose_stop_tokens: int = 0,
+) -> list[dict[str, Any]]:
     """One answer per task and seed, scored; one ``generate`` call per category and seed.
 
     Args:
@@ -380,15 +433,25 @@ def run_tasks(policy: SingleTurnPolicy, tasks: Sequence[SingleTurnTask], seeds: 
     for seed in seeds:
         for category in dict.fromkeys(t.category for t in tasks):
             group = [t for t in tasks if t.category == category]
-            texts = policy.generate([(list(t.messages), task_tools(t)) for t in group], seed,
-                                    max_new_tokens=budgets[category], prose_stop_tokens=prose_stop_tokens)
+            texts = policy.generate(
+                [(list(t.messages), task_tools(t)) for t in group],
+                seed,
+                max_new_tokens=budgets[category],
+                prose_stop_tokens=prose_stop_tokens,
+            )
             cut_off = list(policy.last_cut_off)
             for task, text, cut in zip(group, texts, cut_off, strict=True):
-                results.append({
-                    "task_id": task.id, "seed": seed, "score": score_output(task, text, cut),
-                    "n_calls": len(parse_tool_calls(text).calls), "turns": 1,
-                    "tags": {"category": category, "benchmark_overlap": list(overlap.get(task.id, []))},
-                    "trace": [{"role": "assistant", "content": text[:TRACE_CHARS]}]})
+                results.append(
+                    {
+                        "task_id": task.id,
+                        "seed": seed,
+                        "score": score_output(task, text, cut),
+                        "n_calls": len(parse_tool_calls(text).calls),
+                        "turns": 1,
+                        "tags": {"category": category, "benchmark_overlap": list(overlap.get(task.id, []))},
+                        "trace": [{"role": "assistant", "content": text[:TRACE_CHARS]}],
+                    }
+                )
     return results
 
 

@@ -49,8 +49,16 @@ from envfactory_assets.runtime.worker import (
 )
 
 #: Classes of BFCL's multi-turn categories, imported before the seccomp filter goes on.
-PRELOADED_CLASSES = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot",
-                     "TravelAPI", "VehicleControlAPI")
+PRELOADED_CLASSES = (
+    "GorillaFileSystem",
+    "MathAPI",
+    "MessageAPI",
+    "TwitterAPI",
+    "TicketAPI",
+    "TradingBot",
+    "TravelAPI",
+    "VehicleControlAPI",
+)
 _MAX_VIEW_DEPTH = 60
 
 
@@ -70,8 +78,10 @@ def _plain(value: Any, stack: tuple[int, ...] = ()) -> Any:
         return sorted((_plain(v, inner) for v in value), key=repr)
     attributes = getattr(value, "__dict__", None)
     if isinstance(attributes, dict):
-        return {"__type__": type(value).__name__,
-                **{k: _plain(v, inner) for k, v in attributes.items() if not k.startswith("_")}}
+        return {
+            "__type__": type(value).__name__,
+            **{k: _plain(v, inner) for k, v in attributes.items() if not k.startswith("_")},
+        }
     return repr(value)
 
 
@@ -91,8 +101,14 @@ class Session:
             if self.model is not None:
                 raise _Refusal("protocol", "init: this worker already holds a task")
             t = request["task"]
-            task = bfcl.BFCLTask(str(t["id"]), [], json.loads(request["initial_config_json"]),
-                                 list(t["involved_classes"]), list(t["excluded_functions"]), [])
+            task = bfcl.BFCLTask(
+                str(t["id"]),
+                [],
+                json.loads(request["initial_config_json"]),
+                list(t["involved_classes"]),
+                list(t["excluded_functions"]),
+                [],
+            )
             self.model, self.gold = bfcl.SafeExecutor(task), bfcl.SafeExecutor(task)
             return {"classes": list(self.model.instances)}
         if op == "probe_read" and self.test_probe:
@@ -103,8 +119,11 @@ class Session:
                 return {"error": f"{type(exc).__name__}: {exc}"}
         if op == "probe_context" and self.test_probe:
             mpmath = sys.modules.get("mpmath")
-            return {"decimal_prec": decimal.getcontext().prec, "one_third": str(decimal.Decimal(1) / 3),
-                    "mpmath_dps": mpmath.mp.dps if mpmath is not None else None}
+            return {
+                "decimal_prec": decimal.getcontext().prec,
+                "one_third": str(decimal.Decimal(1) / 3),
+                "mpmath_dps": mpmath.mp.dps if mpmath is not None else None,
+            }
         if self.model is None:
             raise _Refusal("protocol", f"{op}: no task loaded (send init first)")
         if op == "call":
@@ -156,8 +175,11 @@ def serve(session: Session, request: dict[str, Any]) -> dict[str, Any]:
     except MemoryError:
         return {"id": request_id, "ok": False, "error": {"type": "memory", "message": "out of memory"}}
     except Exception as exc:  # noqa: BLE001 - a bug or a bad request: report it, keep serving
-        return {"id": request_id, "ok": False,
-                "error": {"type": "internal", "message": f"{type(exc).__name__}: {exc}"[:2000]}}
+        return {
+            "id": request_id,
+            "ok": False,
+            "error": {"type": "internal", "message": f"{type(exc).__name__}: {exc}"[:2000]},
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     mpmath = sys.modules.get("mpmath")
     mpmath_prec = mpmath.mp.prec if mpmath is not None else None
     session = Session(args.test_probe)
+
     def before_each() -> None:
         rearm_cpu_limit(args.cpu_seconds)
         reset_process_context(mpmath_prec)
 
-    return serve_requests(protocol_in, protocol_out, lambda request: serve(session, request), before_each,
-                          seccomp=args.seccomp == "on")
+    return serve_requests(
+        protocol_in, protocol_out, lambda request: serve(session, request), before_each, seccomp=args.seccomp == "on"
+    )
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,19 +33,29 @@ class SamplingSpec:
         SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
     """
 
-    temperature: float = setting(0.7, "softmax temperature of sampling; 0 = greedy (0.7 is the paper's rollout "
-                                      "temperature).")
+    temperature: float = setting(
+        0.7, "softmax temperature of sampling; 0 = greedy (0.7 is the paper's rollout temperature)."
+    )
     top_p: float = setting(1.0, "nucleus mass (1.0 = off).")
     max_new_tokens: int = setting(64, "generation budget per assistant message (tokens).")
     batch_size: int = setting(12, "conversations generated together (left padding); larger is faster on a CPU.")
-    max_prompt_tokens: int = setting(3072, "a longer prompt loses its oldest messages after the system message "
-                                           "(whole messages; the tool block and the last message are kept).")
-    prefix_cache_tokens: int = setting(40_000, "token positions of earlier sequences whose key/value caches are "
-                                               "kept for prompts that start with the same tokens (~46 KB each "
-                                               "for SmolLM2-135M); 0 encodes every prompt in full.")
-    device: str = setting("auto", "'auto' (a CUDA device when torch sees one, weights in bf16 where supported, "
-                                  "else fp16), 'cpu' (float32) or 'cuda' (refused when no CUDA device is "
-                                  "visible).")
+    max_prompt_tokens: int = setting(
+        3072,
+        "a longer prompt loses its oldest messages after the system message "
+        "(whole messages; the tool block and the last message are kept).",
+    )
+    prefix_cache_tokens: int = setting(
+        40_000,
+        "token positions of earlier sequences whose key/value caches are "
+        "kept for prompts that start with the same tokens (~46 KB each "
+        "for SmolLM2-135M); 0 encodes every prompt in full.",
+    )
+    device: str = setting(
+        "auto",
+        "'auto' (a CUDA device when torch sees one, weights in bf16 where supported, "
+        "else fp16), 'cpu' (float32) or 'cuda' (refused when no CUDA device is "
+        "visible).",
+    )
 
     def __post_init__(self) -> None:
         owner = "sampling"
@@ -93,24 +103,33 @@ class Policy:
         self.truncated = 0
         self.last_cut_off: list[bool] = []
         self.threads = ThreadGovernor(num_threads)
-        self.prefix_cache = (PrefixCache(self.sampling.prefix_cache_tokens)
-                             if self.sampling.prefix_cache_tokens and supports_prefix_reuse(self.model) else None)
+        self.prefix_cache = (
+            PrefixCache(self.sampling.prefix_cache_tokens)
+            if self.sampling.prefix_cache_tokens and supports_prefix_reuse(self.model)
+            else None
+        )
 
     def _encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """Prompt token ids; over ``max_prompt_tokens``, the oldest messages after the system message are
         dropped (whole messages, never the tool block or the last message) until it fits."""
         messages = normalize_messages(messages)
         while True:
-            ids = self.tokenizer.apply_chat_template(messages, tools=tools or [], add_generation_prompt=True,
-                                                     return_dict=True)["input_ids"]
+            ids = self.tokenizer.apply_chat_template(
+                messages, tools=tools or [], add_generation_prompt=True, return_dict=True
+            )["input_ids"]
             first = 1 if messages and messages[0]["role"] == "system" else 0
             if len(ids) <= self.sampling.max_prompt_tokens or len(messages) - first <= 1:
                 return list(ids)
             self.truncated += 1
             messages = messages[:first] + messages[first + 1 :]
 
-    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
-                 max_new_tokens: int | None = None, prose_stop_tokens: int = 0) -> list[str]:
+    def generate(
+        self,
+        conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+        seed: int,
+        max_new_tokens: int | None = None,
+        prose_stop_tokens: int = 0,
+    ) -> list[str]:
         """One assistant message per ``(messages, tools)`` conversation, decoded without special tokens.
 
         ``max_new_tokens`` overrides the sampling spec's budget for this call (a benchmark whose answers are
@@ -161,16 +180,20 @@ class Policy:
         self.last_cut_off = cut_off
         return texts
 
-    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
-                        prose_stop_tokens: int = 0) -> list[tuple[str, bool]]:
+    def _generate_batch(
+        self, prompts: list[list[int]], max_new_tokens: int, prose_stop_tokens: int = 0
+    ) -> list[tuple[str, bool]]:
         """Sample one continuation per prompt (one ``generate`` call), reusing cached prefixes when enabled;
         each with whether it was cut off at ``max_new_tokens`` (no end-of-turn or padding token in it, and
         not stopped as a complete answer)."""
         import torch
 
         spec = self.sampling
-        kwargs = {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p} \
-            if spec.temperature > 0 else {"do_sample": False}
+        kwargs = (
+            {"do_sample": True, "temperature": spec.temperature, "top_p": spec.top_p}
+            if spec.temperature > 0
+            else {"do_sample": False}
+        )
         pad = self.tokenizer.pad_token_id
         cache = self.prefix_cache
         rows = [(ids, *cache.lookup(ids)) if cache else (ids, None, 0) for ids in prompts]
@@ -182,9 +205,14 @@ class Policy:
                 kwargs["cache"] = past
             if answer_stop is not None:
                 kwargs["stopping_criteria"] = [answer_stop]
-            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                         max_new_tokens=max_new_tokens, pad_token_id=pad,
-                                         return_dict_in_generate=True, **kwargs)
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad,
+                return_dict_in_generate=True,
+                **kwargs,
+            )
         new_tokens = output.sequences[:, width:]
         self.generated_tokens += int((new_tokens != pad).sum())
         if cache is not None:
@@ -192,13 +220,17 @@ class Policy:
             cache.encoded_tokens += sum(len(ids) - n for ids, _, n in rows)
             fed = output.cache.get_seq_length() - width  # generated tokens that went through the model
             for row, (ids, _, _) in enumerate(rows):
-                positions = torch.cat([attention_mask[row].nonzero().flatten(),
-                                       torch.arange(width, width + fed, device=attention_mask.device)])
-                cache.add(list(ids) + new_tokens[row, :fed].tolist(),
-                          row_layers(output.cache, row, positions))
+                positions = torch.cat(
+                    [
+                        attention_mask[row].nonzero().flatten(),
+                        torch.arange(width, width + fed, device=attention_mask.device),
+                    ]
+                )
+                cache.add(list(ids) + new_tokens[row, :fed].tolist(), row_layers(output.cache, row, positions))
         eos = self.model.generation_config.eos_token_id
-        stops = torch.tensor([pad, *([] if eos is None else [eos] if isinstance(eos, int) else eos)],
-                             device=new_tokens.device)
+        stops = torch.tensor(
+            [pad, *([] if eos is None else [eos] if isinstance(eos, int) else eos)], device=new_tokens.device
+        )
         # A finished row ends in an end-of-turn token and is padded after it; a row without either ran out.
         ended = torch.isin(new_tokens, stops).any(dim=1).tolist()
         if answer_stop is not None:
@@ -228,8 +260,13 @@ class DoNothingPolicy:
     def __init__(self) -> None:
         self.last_cut_off: list[bool] = []
 
-    def generate(self, conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], seed: int,
-                 max_new_tokens: int | None = None, prose_stop_tokens: int = 0) -> list[str]:
+    def generate(
+        self,
+        conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+        seed: int,
+        max_new_tokens: int | None = None,
+        prose_stop_tokens: int = 0,
+    ) -> list[str]:
         """One :data:`DO_NOTHING_REPLY` per conversation (``seed``, the budget and the stop rule are ignored:
         there is nothing to sample, and no output is cut off)."""
         self.last_cut_off = [False] * len(conversations)

@@ -119,8 +119,12 @@ def supports_prefix_reuse(model: Any) -> bool:
     return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
-def batch_inputs(rows: Sequence[tuple[Sequence[int], list[tuple[Any, Any]] | None, int]], pad_id: int,
-                 config: Any, device: Any = "cpu") -> tuple[Any, Any, Any]:
+def batch_inputs(
+    rows: Sequence[tuple[Sequence[int], list[tuple[Any, Any]] | None, int]],
+    pad_id: int,
+    config: Any,
+    device: Any = "cpu",
+) -> tuple[Any, Any, Any]:
     """Lay out a batch as ``[pad][cached][pad][uncached]`` per row.
 
     Args:
@@ -166,5 +170,10 @@ def batch_inputs(rows: Sequence[tuple[Sequence[int], list[tuple[Any, Any]] | Non
 def row_layers(cache: Any, row: int, positions: Any) -> list[tuple[Any, Any]]:
     """Keys/values of one batch row at ``positions`` (a 1-D index tensor over the cache's sequence axis),
     as ``[1, kv_heads, len(positions), head_dim]`` copies (so the batch cache can be freed)."""
-    return [(layer.keys[row : row + 1].index_select(2, positions).clone(),
-             layer.values[row : row + 1].index_select(2, positions).clone()) for layer in cache.layers]
+    return [
+        (
+            layer.keys[row : row + 1].index_select(2, positions).clone(),
+            layer.values[row : row + 1].index_select(2, positions).clone(),
+        )
+        for layer in cache.layers
+    ]

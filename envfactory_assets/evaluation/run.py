@@ -7,7 +7,8 @@ results split into subsets (``all``, categories, ``no_overlap``). Per subset a r
 seeds of the per-seed mean headline score, the standard deviation across seeds, every per-task result,
 and ``metrics["vs_base"]``: the paired bootstrap interval of the difference to the base model on the same
 tasks (:mod:`~envfactory_assets.evaluation.stats`); a model trained from another evaluated one (GRPO from
-SFT) also gets ``metrics["vs_parent"]``, the same interval against its parent. The base model's results are cached on disk
+SFT) also gets ``metrics["vs_parent"]``, the same interval against its parent. The base model's results are cached on
+disk
 (:class:`ResultCache`), so a re-run with the same model, tasks and settings does not generate them again.
 """
 
@@ -50,29 +51,40 @@ class EvalSpec:
     """What one evaluation runs. Defaults fit the CPU budget (see docs/evaluation.md for the timing); each
     field's default and help text are stated here alone (``metadata["help"]``)."""
 
-    n_synthetic: int | None = setting(6, "held-out synthetic tasks (environments never trained on), sampled in "
-                                         "a fixed hash order; None = every held-out RL row.")
-    n_bfcl: int | None = setting(2, "BFCL v3 multi-turn base tasks, sampled in a fixed hash order (None = all "
-                                    "200; 0 skips BFCL).")
+    n_synthetic: int | None = setting(
+        6,
+        "held-out synthetic tasks (environments never trained on), sampled in "
+        "a fixed hash order; None = every held-out RL row.",
+    )
+    n_bfcl: int | None = setting(
+        2, "BFCL v3 multi-turn base tasks, sampled in a fixed hash order (None = all 200; 0 skips BFCL)."
+    )
     n_bfcl_single_turn: int | None = setting(
-        0, "BFCL v3 single-turn tasks per category (5 categories; None = all 1,240; 0 skips them); off by "
-           "default because their generation budgets (at least 1.5x each category's longest gold answer) cost "
-           "minutes per model and seed on 2 CPU cores; configs/cpu_benchmark.yaml runs 40 per category.")
+        0,
+        "BFCL v3 single-turn tasks per category (5 categories; None = all 1,240; 0 skips them); off by "
+        "default because their generation budgets (at least 1.5x each category's longest gold answer) cost "
+        "minutes per model and seed on 2 CPU cores; configs/cpu_benchmark.yaml runs 40 per category.",
+    )
     seeds: tuple[int, ...] = setting((0, 1, 2), "sampling seeds, distinct (at least 3 for a spread).")
     max_tool_rounds: int = setting(2, "assistant messages with tool calls per turn.")
-    max_tools: int = setting(8, "tools shown per synthetic task (gold tools plus distractors, as in training; "
-                                "0 = all).")
-    first_turns_only: bool = setting(True, "sample synthetic tasks from first turns only (short prompts: CPU "
-                                           "time is set by prompt length).")
+    max_tools: int = setting(
+        8, "tools shown per synthetic task (gold tools plus distractors, as in training; 0 = all)."
+    )
+    first_turns_only: bool = setting(
+        True, "sample synthetic tasks from first turns only (short prompts: CPU time is set by prompt length)."
+    )
     sampling: SamplingSpec = setting(factory=SamplingSpec, help="how the policy samples (SamplingSpec).")
-    bfcl_call_timeout_s: float = setting(DEFAULT_CALL_TIMEOUT_S, "wall-clock seconds one model call may take "
-                                                                 "in the BFCL executor's sandboxed worker before "
-                                                                 "it is stopped.")
+    bfcl_call_timeout_s: float = setting(
+        DEFAULT_CALL_TIMEOUT_S,
+        "wall-clock seconds one model call may take in the BFCL executor's sandboxed worker before it is stopped.",
+    )
     single_turn_prose_stop_tokens: int = setting(
-        PROSE_STOP_TOKENS, "a BFCL single-turn answer stops once it has written this many tokens of prose "
-                           "without opening a call, or this many after its closed calls (neither changes the "
-                           "calls it parses to; tooluse/tool_calls.answer_is_complete); 0 = every answer runs "
-                           "to its end-of-turn token or its budget.")
+        PROSE_STOP_TOKENS,
+        "a BFCL single-turn answer stops once it has written this many tokens of prose "
+        "without opening a call, or this many after its closed calls (neither changes the "
+        "calls it parses to; tooluse/tool_calls.answer_is_complete); 0 = every answer runs "
+        "to its end-of-turn token or its budget.",
+    )
 
     def __post_init__(self) -> None:
         """Raises SettingError (a ValueError) naming the setting when a count is negative (``n_bfcl: -2`` would
@@ -83,11 +95,21 @@ class EvalSpec:
             if getattr(self, name) is not None:
                 whole_number(owner, name, getattr(self, name), low=0)
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
-            raise SettingError(f"{owner} setting seeds={list(self.seeds)!r}: expected at least one integer seed",
-                               owner, "seeds", self.seeds, "at least one integer seed")
+            raise SettingError(
+                f"{owner} setting seeds={list(self.seeds)!r}: expected at least one integer seed",
+                owner,
+                "seeds",
+                self.seeds,
+                "at least one integer seed",
+            )
         if len(set(self.seeds)) != len(self.seeds):  # [0, 0, 0] is one seed three times: a spread of zero
-            raise SettingError(f"{owner} setting seeds={list(self.seeds)!r}: expected distinct seeds",
-                               owner, "seeds", self.seeds, "distinct seeds")
+            raise SettingError(
+                f"{owner} setting seeds={list(self.seeds)!r}: expected distinct seeds",
+                owner,
+                "seeds",
+                self.seeds,
+                "distinct seeds",
+            )
         whole_number(owner, "max_tool_rounds", self.max_tool_rounds, low=1)
         whole_number(owner, "max_tools", self.max_tools, low=0)
         whole_number(owner, "single_turn_prose_stop_tokens", self.single_turn_prose_stop_tokens, low=0)
@@ -194,9 +216,16 @@ class ResultCache:
         settings = {k: v for k, v in spec.as_dict().items() if k not in _TASK_CHOICE_FIELDS}
         plan = select_device(spec.sampling.device, "sampling setting device")
         settings["sampling"] = {**settings["sampling"], "device": f"{plan.device}/{plan.dtype}"}
-        return content_id("evalcache", {
-            "model_hash": model_hash, "benchmark": benchmark, "settings": settings, "score_version": SCORE_VERSION,
-            "tasks": [_task_fingerprint(t) for t in tasks]})
+        return content_id(
+            "evalcache",
+            {
+                "model_hash": model_hash,
+                "benchmark": benchmark,
+                "settings": settings,
+                "score_version": SCORE_VERSION,
+                "tasks": [_task_fingerprint(t) for t in tasks],
+            },
+        )
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
@@ -234,8 +263,13 @@ class ResultCache:
 
 def _task_fingerprint(task: Any) -> dict[str, str]:
     if isinstance(task, AgentTask):
-        return {"id": task.task_id, "content": content_id("task", {
-            "messages": task.messages, "tools": task.tools, "later": task.later_user_turns, "tags": task.tags})}
+        return {
+            "id": task.task_id,
+            "content": content_id(
+                "task",
+                {"messages": task.messages, "tools": task.tools, "later": task.later_user_turns, "tags": task.tags},
+            ),
+        }
     return {"id": task.id, "content": content_id("task", asdict(task))}
 
 
@@ -263,40 +297,76 @@ def aggregate(results: list[dict[str, Any]], seeds: tuple[int, ...], metric: str
         if scores:
             per_seed[str(seed)] = statistics.fmean(scores)
     mean, std = _mean_std(list(per_seed.values()))
-    numeric = {k for r in results for k, v in r["score"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    metrics = {k: statistics.fmean(float(r["score"][k]) for r in results if k in r["score"]) for k in sorted(numeric)} \
-        if results else {}
+    numeric = {
+        k for r in results for k, v in r["score"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    metrics = (
+        {k: statistics.fmean(float(r["score"][k]) for r in results if k in r["score"]) for k in sorted(numeric)}
+        if results
+        else {}
+    )
     if results:
         metrics["calls_per_task"] = statistics.fmean(r["n_calls"] for r in results)
     n_tasks = len({r["task_id"] for r in results})
     return {"n_tasks": n_tasks, "mean": mean, "std": std, "per_seed": per_seed, "metrics": metrics}
 
 
-def _rows_for(model: ModelRef, benchmark: Benchmark, results: list[dict[str, Any]], spec: EvalSpec,
-              seconds: float, cpu_seconds: float, cached: bool) -> list[dict[str, Any]]:
+def _rows_for(
+    model: ModelRef,
+    benchmark: Benchmark,
+    results: list[dict[str, Any]],
+    spec: EvalSpec,
+    seconds: float,
+    cpu_seconds: float,
+    cached: bool,
+) -> list[dict[str, Any]]:
     rows = []
     for subset, subset_results in benchmark.subsets(results).items():
         if not subset_results and subset != "all":
             continue  # a subset no task falls in (no untagged environment, say) has no score to report
         agg = aggregate(subset_results, spec.seeds, benchmark.headline)
         task_ids = sorted({r["task_id"] for r in subset_results})
-        key = {"model": model.label, "path": model.path, "benchmark": benchmark.name, "subset": subset,
-               "spec": spec.as_dict(), "tasks": task_ids, "headline": benchmark.headline}
+        key = {
+            "model": model.label,
+            "path": model.path,
+            "benchmark": benchmark.name,
+            "subset": subset,
+            "spec": spec.as_dict(),
+            "tasks": task_ids,
+            "headline": benchmark.headline,
+        }
         kept = [r for r in subset_results if r["seed"] == spec.seeds[0]][:TRACES_KEPT_PER_MODEL]
-        rows.append({
-            "id": content_id("eval", key), "checkpoint_id": model.checkpoint_id, "model": model.label,
-            "stage": model.stage, "model_path": model.path, "benchmark": benchmark.name, "subset": subset,
-            "n_tasks": agg["n_tasks"], "seeds": list(spec.seeds), "mean": agg["mean"], "std": agg["std"],
-            "per_seed": agg["per_seed"], "metrics": {**agg["metrics"],
-                                                     **(benchmark.row_metrics(subset_results)
-                                                        if benchmark.row_metrics else {}),
-                                                     "headline": benchmark.headline,
-                                                     "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
-                                                     "cached": cached},
-            "results": [{"task_id": r["task_id"], "seed": r["seed"], "score": r["score"], "n_calls": r["n_calls"]}
-                        for r in subset_results],
-            "traces": kept, "config": spec.as_dict(), "task_ids": task_ids,
-        })
+        rows.append(
+            {
+                "id": content_id("eval", key),
+                "checkpoint_id": model.checkpoint_id,
+                "model": model.label,
+                "stage": model.stage,
+                "model_path": model.path,
+                "benchmark": benchmark.name,
+                "subset": subset,
+                "n_tasks": agg["n_tasks"],
+                "seeds": list(spec.seeds),
+                "mean": agg["mean"],
+                "std": agg["std"],
+                "per_seed": agg["per_seed"],
+                "metrics": {
+                    **agg["metrics"],
+                    **(benchmark.row_metrics(subset_results) if benchmark.row_metrics else {}),
+                    "headline": benchmark.headline,
+                    "seconds": round(seconds, 2),
+                    "cpu_seconds": round(cpu_seconds, 2),
+                    "cached": cached,
+                },
+                "results": [
+                    {"task_id": r["task_id"], "seed": r["seed"], "score": r["score"], "n_calls": r["n_calls"]}
+                    for r in subset_results
+                ],
+                "traces": kept,
+                "config": spec.as_dict(),
+                "task_ids": task_ids,
+            }
+        )
     return rows
 
 
@@ -354,12 +424,18 @@ def _default_policy(model: ModelRef, spec: EvalSpec, num_threads: int | None) ->
     return Policy(Path(model.path), spec.sampling, num_threads=num_threads)
 
 
-def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], environments: Mapping[str, Any],
-                    spec: EvalSpec, log: Callable[[str], Any] = print,
-                    num_threads: int | None = None, cache: ResultCache | None = None,
-                    load_policy: Callable[[ModelRef], Any] | None = None,
-                    benchmark_overlap: list[dict[str, Any]] | None = None,
-                    progress: Callable[[int, int], Any] | None = None) -> list[dict[str, Any]]:
+def evaluate_models(
+    models: list[ModelRef],
+    rl_rows: list[dict[str, Any]],
+    environments: Mapping[str, Any],
+    spec: EvalSpec,
+    log: Callable[[str], Any] = print,
+    num_threads: int | None = None,
+    cache: ResultCache | None = None,
+    load_policy: Callable[[ModelRef], Any] | None = None,
+    benchmark_overlap: list[dict[str, Any]] | None = None,
+    progress: Callable[[int, int], Any] | None = None,
+) -> list[dict[str, Any]]:
     """Evaluate every model on the same synthetic and BFCL tasks under every seed.
 
     Args:
@@ -379,12 +455,14 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
         progress: called as ``progress(task runs done, task runs in all)`` (a task run: one model on one task
             under one seed) once before the first run with ``done`` 0, then after every model, benchmark and
             seed that is computed; the base model's cached results are not counted (they cost nothing, and
-            counting them at once made the rate meaningless); the last call has both equal (``(0, 0)`` when everything was cached). Not called when there is no
+            counting them at once made the rate meaningless); the last call has both equal (``(0, 0)`` when everything
+            was cached). Not called when there is no
             task.
 
     Returns:
         ``evaluations`` rows: per model and benchmark, one per subset (``synthetic_held_out``: ``all`` and
-        ``no_overlap``; ``bfcl_v3_multi_turn_base``: ``all``; ``bfcl_v3_single_turn``: ``all``, ``no_overlap`` and one per
+        ``no_overlap``; ``bfcl_v3_multi_turn_base``: ``all``; ``bfcl_v3_single_turn``: ``all``, ``no_overlap`` and one
+        per
         category, with per-category accuracy, budget and cut-off outputs), each with ``metrics["vs_base"]``
         (:func:`add_comparisons`) and, for a model with a ``parent``, ``metrics["vs_parent"]``
         (:func:`add_parent_comparisons`).
@@ -401,18 +479,26 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
     out = []
     with TaskRunner(environments) as runner:
         benchmarks = _benchmarks(rl_rows, environments, spec, runner, log, benchmark_overlap or [])
-        log(f"evaluating {len(models)} model(s) on " + ", ".join(f"{len(b.tasks)} {b.name}" for b in benchmarks)
-            + f" tasks, seeds {list(spec.seeds)}")
+        log(
+            f"evaluating {len(models)} model(s) on "
+            + ", ".join(f"{len(b.tasks)} {b.name}" for b in benchmarks)
+            + f" tasks, seeds {list(spec.seeds)}"
+        )
+
         # the base model's results found in the cache cost nothing: left out of the progress, so the bar's
         # rate and eta are those of the runs that are computed
         def cache_key(model: Any, benchmark: Any) -> str | None:
-            return (ResultCache.key(model.model_hash, benchmark.name, benchmark.tasks, spec)
-                    if cache is not None and model.label == BASE and model.model_hash else None)
+            return (
+                ResultCache.key(model.model_hash, benchmark.name, benchmark.tasks, spec)
+                if cache is not None and model.label == BASE and model.model_hash
+                else None
+            )
 
         keys = {(i, b.name): cache_key(m, b) for i, m in enumerate(models) for b in benchmarks if b.tasks}
         cached = {at: entry for at, key in keys.items() if key and (entry := cache.get(key)) is not None}
-        runs_total = sum(len(b.tasks) * len(spec.seeds) for i in range(len(models)) for b in benchmarks
-                         if (i, b.name) not in cached)
+        runs_total = sum(
+            len(b.tasks) * len(spec.seeds) for i in range(len(models)) for b in benchmarks if (i, b.name) not in cached
+        )
         runs_done = [0]
 
         def task_runs_done(n: int) -> None:
@@ -438,24 +524,35 @@ def evaluate_models(models: list[ModelRef], rl_rows: list[dict[str, Any]], envir
                     started, cpu_started = time.perf_counter(), time.process_time()
                     results = []
                     for seed in spec.seeds:
-                        results += (benchmark.run(policy, seed) if benchmark.run else
-                                    run_agent(policy.generate, benchmark.tasks, benchmark.open_episode, seed,
-                                              spec.max_tool_rounds))
+                        results += (
+                            benchmark.run(policy, seed)
+                            if benchmark.run
+                            else run_agent(
+                                policy.generate, benchmark.tasks, benchmark.open_episode, seed, spec.max_tool_rounds
+                            )
+                        )
                         task_runs_done(len(benchmark.tasks))
                     seconds = time.perf_counter() - started
                     cpu_seconds = time.process_time() - cpu_started
                     if key:
                         cache.put(key, results, seconds, cpu_seconds)
                 new = _rows_for(model, benchmark, results, spec, seconds, cpu_seconds, cached=entry is not None)
-                log(f"{model.label} ({model.stage}) {benchmark.name}: {benchmark.headline} {new[0]['mean']:.3f} "
-                    f"+- {new[0]['std']:.3f} over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)")
+                log(
+                    f"{model.label} ({model.stage}) {benchmark.name}: {benchmark.headline} {new[0]['mean']:.3f} "
+                    f"+- {new[0]['std']:.3f} over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)"
+                )
                 out += new
     return add_parent_comparisons(add_comparisons(out), {m.label: m.parent for m in models})
 
 
-def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], spec: EvalSpec,
-                runner: TaskRunner, log: Callable[[str], Any] = print,
-                benchmark_overlap: list[dict[str, Any]] | None = None) -> list[Benchmark]:
+def _benchmarks(
+    rl_rows: list[dict[str, Any]],
+    environments: Mapping[str, Any],
+    spec: EvalSpec,
+    runner: TaskRunner,
+    log: Callable[[str], Any] = print,
+    benchmark_overlap: list[dict[str, Any]] | None = None,
+) -> list[Benchmark]:
     """Every benchmark of this evaluation with its tasks (the same for every model); a new benchmark is one
     more :class:`Benchmark` here (tasks tagged with ``category`` get one row and interval per category)."""
     rows_by_id, synth_tasks = {}, []
@@ -466,20 +563,33 @@ def _benchmarks(rl_rows: list[dict[str, Any]], environments: Mapping[str, Any], 
             rows_by_id[row["id"]] = restricted
     if spec.n_synthetic is not None and len(synth_tasks) < spec.n_synthetic:
         # a smaller sample than configured widens every interval; say so instead of passing it off as the size asked
-        log(f"warning: {len(synth_tasks)} held-out synthetic tasks available of n_synthetic={spec.n_synthetic} "
-            f"(first_turns_only={spec.first_turns_only})")
+        log(
+            f"warning: {len(synth_tasks)} held-out synthetic tasks available of n_synthetic={spec.n_synthetic} "
+            f"(first_turns_only={spec.first_turns_only})"
+        )
     bfcl_tasks = bfcl.load_tasks(spec.n_bfcl) if spec.n_bfcl != 0 else []
     bfcl_by_id = {t.id: t for t in bfcl_tasks}
-    bfcl_agent_tasks = [AgentTask(t.id, list(t.turns[0]), bfcl.task_tools(t),
-                                  ["\n".join(m["content"] for m in turn if m.get("role") == "user")
-                                   for turn in t.turns[1:]])
-                        for t in bfcl_tasks]
+    bfcl_agent_tasks = [
+        AgentTask(
+            t.id,
+            list(t.turns[0]),
+            bfcl.task_tools(t),
+            ["\n".join(m["content"] for m in turn if m.get("role") == "user") for turn in t.turns[1:]],
+        )
+        for t in bfcl_tasks
+    ]
     executor = ExecutorSettings(call_timeout_s=float(spec.bfcl_call_timeout_s))
     return [
-        Benchmark(synthetic.BENCHMARK, synth_tasks, synthetic.episode_factory(runner, rows_by_id),
-                  synthetic.HEADLINE, synthetic_subsets),
-        Benchmark(bfcl.BENCHMARK, bfcl_agent_tasks, lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id], executor),
-                  "valid"),
+        Benchmark(
+            synthetic.BENCHMARK,
+            synth_tasks,
+            synthetic.episode_factory(runner, rows_by_id),
+            synthetic.HEADLINE,
+            synthetic_subsets,
+        ),
+        Benchmark(
+            bfcl.BENCHMARK, bfcl_agent_tasks, lambda t: bfcl.BFCLEpisode(bfcl_by_id[t.task_id], executor), "valid"
+        ),
         _single_turn_benchmark(spec, benchmark_overlap or []),
     ]
 
@@ -492,10 +602,12 @@ def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any
     overlap = bfcl_single_turn.task_overlap(tasks, benchmark_overlap)
 
     def run(policy: Any, seed: int) -> list[dict[str, Any]]:
-        budgets = bfcl_single_turn.category_budgets(tasks, bfcl_single_turn.token_counter(policy),
-                                                    spec.sampling.max_new_tokens)
-        results = bfcl_single_turn.run_tasks(policy, tasks, [seed], budgets, overlap,
-                                             prose_stop_tokens=spec.single_turn_prose_stop_tokens)
+        budgets = bfcl_single_turn.category_budgets(
+            tasks, bfcl_single_turn.token_counter(policy), spec.sampling.max_new_tokens
+        )
+        results = bfcl_single_turn.run_tasks(
+            policy, tasks, [seed], budgets, overlap, prose_stop_tokens=spec.single_turn_prose_stop_tokens
+        )
         for result in results:
             result["tags"]["budget"] = budgets[result["tags"]["category"]]
         return results
@@ -503,5 +615,6 @@ def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any
     def row_metrics(results: list[dict[str, Any]]) -> dict[str, Any]:
         return bfcl_single_turn.category_metrics(results, {r["tags"]["category"]: r["tags"]["budget"] for r in results})
 
-    return Benchmark(bfcl_single_turn.BENCHMARK, tasks, None, "valid", bfcl_single_turn.result_subsets, run,
-                     row_metrics)
+    return Benchmark(
+        bfcl_single_turn.BENCHMARK, tasks, None, "valid", bfcl_single_turn.result_subsets, run, row_metrics
+    )

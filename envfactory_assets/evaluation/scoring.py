@@ -90,8 +90,11 @@ def covers(gold_call: Mapping[str, Any], predicted_call: Mapping[str, Any], mask
     return all(name in args and _same(args[name], value) for name, value in gold_args.items() if name not in masked)
 
 
-def covered_gold_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
-                       masked_arguments: Sequence[str] = ()) -> list[bool]:
+def covered_gold_calls(
+    gold_calls: Sequence[Mapping[str, Any]],
+    predicted_calls: Sequence[Mapping[str, Any]],
+    masked_arguments: Sequence[str] = (),
+) -> list[bool]:
     """For each gold call, whether a distinct predicted call covers it (:func:`covers`).
 
     Coverage is not an equality of keys (a predicted call with extra arguments may cover several gold calls
@@ -117,9 +120,15 @@ def covered_gold_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls:
     return [i in matched for i in range(len(gold_calls))]
 
 
-def task_success(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
-                 final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str],
-                 initial_state_hashes: Mapping[str, str], *, masked_arguments: Sequence[str] = ()) -> TaskSuccess:
+def task_success(
+    gold_calls: Sequence[Mapping[str, Any]],
+    predicted_calls: Sequence[Mapping[str, Any]],
+    final_state_hashes: Mapping[str, str],
+    gold_state_hashes: Mapping[str, str],
+    initial_state_hashes: Mapping[str, str],
+    *,
+    masked_arguments: Sequence[str] = (),
+) -> TaskSuccess:
     """Task success of one rollout (definition in the module docstring).
 
     Args:
@@ -149,5 +158,6 @@ def task_success(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Seque
     else:  # abstention: the right answer is no call at all
         share = 1.0
         success = float(not predicted_calls and state == 1.0)
-    return TaskSuccess(success=success, calls_covered=share, state_match=state, read_only=read_only,
-                       n_calls=len(predicted_calls))
+    return TaskSuccess(
+        success=success, calls_covered=share, state_match=state, read_only=read_only, n_calls=len(predicted_calls)
+    )

@@ -54,8 +54,14 @@ class PairedDifference:
         return asdict(self)
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int = RESAMPLES,
-                     confidence: float = CONFIDENCE, seed: int = BOOTSTRAP_SEED) -> PairedDifference:
+def paired_bootstrap(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+) -> PairedDifference:
     """The paired percentile bootstrap interval of ``mean(b) - mean(a)`` (method in the module docstring).
 
     Args:
@@ -93,9 +99,16 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int =
     low, high = np.quantile(means, [tail, 1 - tail])
     # the mean of a constant list is not exactly the constant in floating point; the interval must contain it
     mean = float(diffs.mean())
-    return PairedDifference(difference=mean, low=min(float(low), mean), high=max(float(high), mean), n=n,
-                            sd=float(diffs.std(ddof=1)) if n > 1 else 0.0, resamples=resamples,
-                            confidence=confidence, seed=seed)
+    return PairedDifference(
+        difference=mean,
+        low=min(float(low), mean),
+        high=max(float(high), mean),
+        n=n,
+        sd=float(diffs.std(ddof=1)) if n > 1 else 0.0,
+        resamples=resamples,
+        confidence=confidence,
+        seed=seed,
+    )
 
 
 def per_task_scores(results: Iterable[Mapping[str, Any]], metric: str) -> dict[str, float]:
@@ -110,7 +123,9 @@ def per_task_scores(results: Iterable[Mapping[str, Any]], metric: str) -> dict[s
     return {t: statistics.fmean(v) for t, v in by_task.items()}
 
 
-def compare_on_shared_tasks(base: Mapping[str, float], other: Mapping[str, float], **kwargs: Any) -> PairedDifference | None:
+def compare_on_shared_tasks(
+    base: Mapping[str, float], other: Mapping[str, float], **kwargs: Any
+) -> PairedDifference | None:
     """:func:`paired_bootstrap` of ``other - base`` on the tasks both have (sorted by id); None when none."""
     shared = sorted(set(base) & set(other))
     if not shared:
@@ -118,8 +133,9 @@ def compare_on_shared_tasks(base: Mapping[str, float], other: Mapping[str, float
     return paired_bootstrap([base[t] for t in shared], [other[t] for t in shared], **kwargs)
 
 
-def tasks_needed(sd_difference: float, difference: float = 0.10, confidence: float = CONFIDENCE,
-                 power: float = 0.80) -> int:
+def tasks_needed(
+    sd_difference: float, difference: float = 0.10, confidence: float = CONFIDENCE, power: float = 0.80
+) -> int:
     """Paired tasks needed to detect a true mean difference of ``difference`` with a two-sided test at
     ``confidence`` (the interval excludes 0) with probability ``power``.
 

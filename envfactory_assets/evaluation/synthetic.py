@@ -1,7 +1,8 @@
 """Held-out synthetic tasks: ``rl_dataset`` rows whose environments were never trained on.
 
 A row is held out when its stored split is ``validation``
-(:func:`envfactory_assets.tooluse.splits.stored_split`, the same decision training reads to keep those rows out), so no held-out environment was
+(:func:`envfactory_assets.tooluse.splits.stored_split`, the same decision training reads to keep those rows out), so no
+held-out environment was
 seen in SFT or GRPO. Each task runs in a fresh sandbox episode on the row's initial state
 (:class:`~envfactory_assets.tooluse.task_episode.TaskRunner`) and is scored with task success
 (:mod:`~envfactory_assets.evaluation.scoring`, the headline: doing nothing cannot earn it) and the paper's
@@ -34,8 +35,9 @@ def held_out_rows(rl_rows: list[dict[str, Any]], n: int | None, first_turns_only
     (measured: about 600-1,400 tokens against 2,000-5,000 for later turns), and CPU generation time is
     set by prompt length.
     """
-    held = [r for r in rl_rows if stored_split(r) == "held_out"
-            and (not first_turns_only or r.get("turn_index", 0) == 0)]
+    held = [
+        r for r in rl_rows if stored_split(r) == "held_out" and (not first_turns_only or r.get("turn_index", 0) == 0)
+    ]
     held.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
     return held if n is None else held[:n]
 
@@ -47,11 +49,15 @@ def as_agent_task(row: Mapping[str, Any], max_tools: int) -> tuple[AgentTask, di
     (:func:`~envfactory_assets.tooluse.tool_selection.restrict_tools`); 0 keeps every tool.
     """
     gold_names = {c["name"] for c in row["gold_calls"]}
-    restricted = restrict_tools({"id": row["id"], "messages": row["prompt"], "tools": row["tools"]},
-                                max_tools, gold_names)
-    task = AgentTask(task_id=row["id"], messages=list(row["prompt"]), tools=restricted["tools"],
-                     tags={"benchmark_overlap": list(row.get("benchmark_overlap") or []),
-                           "env_ids": list(row["env_ids"])})
+    restricted = restrict_tools(
+        {"id": row["id"], "messages": row["prompt"], "tools": row["tools"]}, max_tools, gold_names
+    )
+    task = AgentTask(
+        task_id=row["id"],
+        messages=list(row["prompt"]),
+        tools=restricted["tools"],
+        tags={"benchmark_overlap": list(row.get("benchmark_overlap") or []), "env_ids": list(row["env_ids"])},
+    )
     return task, {**row, "tools": restricted["tools"]}
 
 
@@ -76,10 +82,14 @@ class SyntheticEpisode:
         breakdown (``reward``, ``trace``, ``state``, ``n_malformed``...) in one dict."""
         row = self._episode.row
         final = self._episode.final_state_hashes()
-        success = task_success(row["gold_calls"], self._episode.calls, final,
-                               {e: state_hash(s) for e, s in row["final_state"].items()},
-                               {e: state_hash(s) for e, s in row["initial_state"].items()},
-                               masked_arguments=row.get("masked_arguments") or ()).as_dict()
+        success = task_success(
+            row["gold_calls"],
+            self._episode.calls,
+            final,
+            {e: state_hash(s) for e, s in row["final_state"].items()},
+            {e: state_hash(s) for e, s in row["initial_state"].items()},
+            masked_arguments=row.get("masked_arguments") or (),
+        ).as_dict()
         success.pop("n_calls")  # the agent loop counts calls itself
         return {**self._episode.reward().as_dict(), **success}
 

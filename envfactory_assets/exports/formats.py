@@ -54,10 +54,20 @@ def _message_struct(message: dict[str, Any]) -> dict[str, Any]:
     calls = []
     for i, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function", call)
-        calls.append({"id": str(call.get("id") or f"call_{i}"), "type": call.get("type") or "function",
-                      "function": {"name": function["name"], "arguments": _arguments_text(function.get("arguments") or {})}})
-    return {"role": message["role"], "content": message.get("content") or "", "tool_calls": calls,
-            "tool_call_id": message.get("tool_call_id") or "", "name": message.get("name") or ""}
+        calls.append(
+            {
+                "id": str(call.get("id") or f"call_{i}"),
+                "type": call.get("type") or "function",
+                "function": {"name": function["name"], "arguments": _arguments_text(function.get("arguments") or {})},
+            }
+        )
+    return {
+        "role": message["role"],
+        "content": message.get("content") or "",
+        "tool_calls": calls,
+        "tool_call_id": message.get("tool_call_id") or "",
+        "name": message.get("name") or "",
+    }
 
 
 def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
@@ -66,22 +76,36 @@ def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
 
 def verl_row(row: dict[str, Any], index: int, split: str, licences: list[dict[str, str]]) -> dict[str, Any]:
     """The verl parquet row of one ``rl_dataset`` row (see the module docstring)."""
-    ground_truth = {"gold_calls": row["gold_calls"], "executed_calls": row.get("executed_calls") or row["gold_calls"],
-                    "masked_arguments": row.get("masked_arguments") or [], "tools": row["tools"],
-                    "final_state_hash": row["final_state_hash"],
-                    "final_state_hashes": {e: state_hash(s) for e, s in row["final_state"].items()},
-                    "env_ids": list(row["env_ids"]), "tool_names": _tool_names(row["tools"]),
-                    "initial_state": row["initial_state"]}
+    ground_truth = {
+        "gold_calls": row["gold_calls"],
+        "executed_calls": row.get("executed_calls") or row["gold_calls"],
+        "masked_arguments": row.get("masked_arguments") or [],
+        "tools": row["tools"],
+        "final_state_hash": row["final_state_hash"],
+        "final_state_hashes": {e: state_hash(s) for e, s in row["final_state"].items()},
+        "env_ids": list(row["env_ids"]),
+        "tool_names": _tool_names(row["tools"]),
+        "initial_state": row["initial_state"],
+    }
     return {
-        "data_source": DATA_SOURCE, "id": row["id"], "split": split,
+        "data_source": DATA_SOURCE,
+        "id": row["id"],
+        "split": split,
         "prompt": [_message_struct(m) for m in normalize_messages(row["prompt"])],
         "ability": "tool_use",
         "reward_model": {"style": "rule", "ground_truth": _json(ground_truth)},
-        "extra_info": {"index": index, "split": split, "rl_dataset_id": row["id"], "turn_index": row["turn_index"],
-                       "env_ids": list(row["env_ids"]), "domains": list(row.get("domains") or []),
-                       "tool_selection": ground_truth["tool_names"],
-                       "tools_kwargs": {n: {"create_kwargs": {"task_id": row["id"]}} for n in ground_truth["tool_names"]}},
-        "initial_state": _json(row["initial_state"]), "final_state": _json(row["final_state"]),
+        "extra_info": {
+            "index": index,
+            "split": split,
+            "rl_dataset_id": row["id"],
+            "turn_index": row["turn_index"],
+            "env_ids": list(row["env_ids"]),
+            "domains": list(row.get("domains") or []),
+            "tool_selection": ground_truth["tool_names"],
+            "tools_kwargs": {n: {"create_kwargs": {"task_id": row["id"]}} for n in ground_truth["tool_names"]},
+        },
+        "initial_state": _json(row["initial_state"]),
+        "final_state": _json(row["final_state"]),
         "tool_config": _json({"tools": row["tools"], "env_ids": row["env_ids"]}),
         "licences": licences,
     }
@@ -102,8 +126,10 @@ def sharegpt_record(row: dict[str, Any], split: str, licences: list[dict[str, st
         elif role == "user":
             conversations.append({"from": "human", "value": message["content"]})
         elif role == "assistant" and message.get("tool_calls"):
-            calls = [{"name": c.get("function", c)["name"], "arguments": c.get("function", c)["arguments"]}
-                     for c in message["tool_calls"]]
+            calls = [
+                {"name": c.get("function", c)["name"], "arguments": c.get("function", c)["arguments"]}
+                for c in message["tool_calls"]
+            ]
             conversations.append({"from": "function_call", "value": _json(calls)})
         elif role == "assistant":
             conversations.append({"from": "gpt", "value": message["content"]})
@@ -116,8 +142,15 @@ def sharegpt_record(row: dict[str, Any], split: str, licences: list[dict[str, st
             conversations.append({"from": "observation", "value": message["content"]})
         else:
             raise ValueError(f"sft row {row.get('id')}: message role {role!r} has no ShareGPT equivalent")
-    return {"id": row["id"], "split": split, "system": system, "conversations": conversations,
-            "tools": _json(row["tools"]), "env_ids": list(row["env_ids"]), "licences": licences}
+    return {
+        "id": row["id"],
+        "split": split,
+        "system": system,
+        "conversations": conversations,
+        "tools": _json(row["tools"]),
+        "env_ids": list(row["env_ids"]),
+        "licences": licences,
+    }
 
 
 def _result(content: Any) -> Any:
@@ -151,8 +184,9 @@ def sharegpt_problems(record: dict[str, Any]) -> list[str]:
                 calls = json.loads(turn.get("value") or "")
             except ValueError:
                 calls = None
-            if not isinstance(calls, list) or not all(isinstance(c, dict) and {"name", "arguments"} <= c.keys()
-                                                      for c in calls):
+            if not isinstance(calls, list) or not all(
+                isinstance(c, dict) and {"name", "arguments"} <= c.keys() for c in calls
+            ):
                 problems.append(f"turn {i + 1}: function_call value is not a JSON list of calls")
             if i + 1 < len(turns) and turns[i + 1].get("from") != "observation":
                 problems.append(f"turn {i + 1}: function_call is not followed by its observation")
@@ -161,19 +195,32 @@ def sharegpt_problems(record: dict[str, Any]) -> list[str]:
     return problems
 
 
-SHAREGPT_DATASET_INFO = {"formatting": "sharegpt", "columns": {"messages": "conversations", "system": "system",
-                                                              "tools": "tools"},
-                         "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human",
-                                  "assistant_tag": "gpt", "observation_tag": "observation",
-                                  "function_tag": "function_call"}}
+SHAREGPT_DATASET_INFO = {
+    "formatting": "sharegpt",
+    "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
+    "tags": {
+        "role_tag": "from",
+        "content_tag": "value",
+        "user_tag": "human",
+        "assistant_tag": "gpt",
+        "observation_tag": "observation",
+        "function_tag": "function_call",
+    },
+}
 
 
 def hf_record(row: dict[str, Any], split: str, licences: list[dict[str, str]]) -> dict[str, Any]:
     """The Hugging Face ``datasets`` record of one ``sft_dataset`` row: ``messages`` (normalised, as training
     renders them) and ``tools`` as lists of objects, ``licences`` a list of ``{"env_id", "name", "url",
     "source_resource_id", "stated_name"}``."""
-    return {"id": row["id"], "split": split, "messages": normalize_messages(row["messages"]),
-            "tools": list(row["tools"]), "env_ids": list(row["env_ids"]), "licences": list(licences)}
+    return {
+        "id": row["id"],
+        "split": split,
+        "messages": normalize_messages(row["messages"]),
+        "tools": list(row["tools"]),
+        "env_ids": list(row["env_ids"]),
+        "licences": list(licences),
+    }
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
@@ -193,8 +240,21 @@ def write_hf(splits: dict[str, list[dict[str, Any]]], path: Path) -> None:
     ``licences`` are ``List(Json())``: each object is kept as it is, with no keys merged in from other rows."""
     from datasets import Dataset, DatasetDict, Features, Json, List, Value
 
-    features = Features({"id": Value("string"), "split": Value("string"), "messages": List(Json()),
-                         "tools": List(Json()), "env_ids": List(Value("string")), "licences": List(Json())})
+    features = Features(
+        {
+            "id": Value("string"),
+            "split": Value("string"),
+            "messages": List(Json()),
+            "tools": List(Json()),
+            "env_ids": List(Value("string")),
+            "licences": List(Json()),
+        }
+    )
     # Empty splits are left out: datasets 5.2 saves them but load_from_disk then fails (IndexError).
-    DatasetDict({name: Dataset.from_dict({c: [r[c] for r in rows] for c in features}, features=features)
-                 for name, rows in splits.items() if rows}).save_to_disk(str(path))
+    DatasetDict(
+        {
+            name: Dataset.from_dict({c: [r[c] for r in rows] for c in features}, features=features)
+            for name, rows in splits.items()
+            if rows
+        }
+    ).save_to_disk(str(path))

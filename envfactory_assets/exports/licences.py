@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,24 +13,41 @@ UNSPECIFIED = "unspecified"
 # :func:`_spelling_key`. Only unambiguous ones: "AGPLv3" (only or or-later?) and "CC-BY-SA" (which version?)
 # are left as stated.
 _SPELLINGS = {
-    "apache 2.0": "Apache-2.0", "apache 2": "Apache-2.0", "apache2": "Apache-2.0", "apache 2.0.0": "Apache-2.0",
-    "mit": "MIT", "bsd3": "BSD-3-Clause", "bsd 3 clause": "BSD-3-Clause", "bsd 3": "BSD-3-Clause",
+    "apache 2.0": "Apache-2.0",
+    "apache 2": "Apache-2.0",
+    "apache2": "Apache-2.0",
+    "apache 2.0.0": "Apache-2.0",
+    "mit": "MIT",
+    "bsd3": "BSD-3-Clause",
+    "bsd 3 clause": "BSD-3-Clause",
+    "bsd 3": "BSD-3-Clause",
     "bsd 2 clause": "BSD-2-Clause",
-    "creative commons attribution 3.0": "CC-BY-3.0", "creative commons attribution 4.0": "CC-BY-4.0",
+    "creative commons attribution 3.0": "CC-BY-3.0",
+    "creative commons attribution 4.0": "CC-BY-4.0",
     "creative commons attribution 4.0 international public": "CC-BY-4.0",
     "creative commons attribution 4.0 international": "CC-BY-4.0",
     "creative commons attribution 3.0 australia": "CC-BY-3.0-AU",
-    "cc by 3.0": "CC-BY-3.0", "cc by 4.0": "CC-BY-4.0", "cc by sa 2.0": "CC-BY-SA-2.0",
-    "cc by sa 3.0": "CC-BY-SA-3.0", "cc by sa 4.0": "CC-BY-SA-4.0", "cc0": "CC0-1.0", "cc0 1.0": "CC0-1.0",
-    "gplv3": "GPL-3.0-only", "gpl 3.0": "GPL-3.0-only", "gplv2": "GPL-2.0-only",
+    "cc by 3.0": "CC-BY-3.0",
+    "cc by 4.0": "CC-BY-4.0",
+    "cc by sa 2.0": "CC-BY-SA-2.0",
+    "cc by sa 3.0": "CC-BY-SA-3.0",
+    "cc by sa 4.0": "CC-BY-SA-4.0",
+    "cc0": "CC0-1.0",
+    "cc0 1.0": "CC0-1.0",
+    "gplv3": "GPL-3.0-only",
+    "gpl 3.0": "GPL-3.0-only",
+    "gplv2": "GPL-2.0-only",
 }
 
 
 def _spelling_key(text: str) -> str:
     """Lower case, ``licen[cs]e``/``the``/``version``/``licensed by`` and punctuation dropped, ``v2`` -> ``2``."""
     key = re.sub(r"[(),:;_\-]+", " ", text.lower())
-    key = re.sub(r"\b(the|licen[cs]e[sd]?|version|by|agreement)\b", " ", key) if not key.startswith("cc ") else \
-        re.sub(r"\b(the|licen[cs]e[sd]?|version|agreement)\b", " ", key)
+    key = (
+        re.sub(r"\b(the|licen[cs]e[sd]?|version|by|agreement)\b", " ", key)
+        if not key.startswith("cc ")
+        else re.sub(r"\b(the|licen[cs]e[sd]?|version|agreement)\b", " ", key)
+    )
     key = re.sub(r"\bv(?=\d)", "", key)
     return " ".join(key.split()).replace("mit mit", "mit")
 
@@ -64,8 +80,9 @@ def licence_name(name: Any) -> str:
     return spdx_id(text) or text or UNSPECIFIED
 
 
-def environment_licences(environments: Iterable[Mapping[str, Any]],
-                         sources: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+def environment_licences(
+    environments: Iterable[Mapping[str, Any]], sources: Iterable[Mapping[str, Any]]
+) -> dict[str, dict[str, str]]:
     """``{env_id: {"name", "url", "source_resource_id"}}`` for every environment whose source is known.
 
     Args:
@@ -77,10 +94,12 @@ def environment_licences(environments: Iterable[Mapping[str, Any]],
     for env in environments:
         source = by_id.get(env["source_resource_id"])
         if source is not None:
-            out[env["env_id"]] = {"name": licence_name(source.get("license_name")),
-                                  "stated_name": str(source.get("license_name") or "").strip(),
-                                  "url": str(source.get("license_url") or "").strip(),
-                                  "source_resource_id": source["id"]}
+            out[env["env_id"]] = {
+                "name": licence_name(source.get("license_name")),
+                "stated_name": str(source.get("license_name") or "").strip(),
+                "url": str(source.get("license_url") or "").strip(),
+                "source_resource_id": source["id"],
+            }
     return out
 
 

@@ -46,8 +46,15 @@ def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]
 
 def export_version(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]], allow: Sequence[str]) -> str:
     """Content id of an export: the row ids and the licence allow-list."""
-    return content_id("exp", {"sft": sorted(r["id"] for r in sft_rows), "rl": sorted(r["id"] for r in rl_rows),
-                              "allow": sorted(a.strip().lower() for a in allow), "format": FORMAT_VERSION})
+    return content_id(
+        "exp",
+        {
+            "sft": sorted(r["id"] for r in sft_rows),
+            "rl": sorted(r["id"] for r in rl_rows),
+            "allow": sorted(a.strip().lower() for a in allow),
+            "format": FORMAT_VERSION,
+        },
+    )
 
 
 def _cell(text: Any) -> str:
@@ -59,41 +66,72 @@ def _cell(text: Any) -> str:
 
 def dataset_card(manifest: dict[str, Any]) -> str:
     """The Markdown dataset card: formats, row counts per split, and every licence with its row count."""
-    lines = [f"# EnvFactory dataset export `{manifest['version']}`", "",
-             ("Tool-use conversations (SFT) and one-turn RL tasks with gold calls and final states, synthesized in "
-             "executable environments built from public API descriptions. Train and validation are split by "
-             "environment: no validation environment appears in train."), "",
-             (f"Licence allow-list: {', '.join(manifest['allow']) if manifest['allow'] else 'none (every licence)'}; "
-             f"rows dropped by it: SFT {manifest['dropped']['sft']}, RL {manifest['dropped']['rl']}."), "",
-             "| file | format | train | validation |", "|---|---|---|---|"]
+    lines = [
+        f"# EnvFactory dataset export `{manifest['version']}`",
+        "",
+        (
+            "Tool-use conversations (SFT) and one-turn RL tasks with gold calls and final states, synthesized in "
+            "executable environments built from public API descriptions. Train and validation are split by "
+            "environment: no validation environment appears in train."
+        ),
+        "",
+        (
+            f"Licence allow-list: {', '.join(manifest['allow']) if manifest['allow'] else 'none (every licence)'}; "
+            f"rows dropped by it: SFT {manifest['dropped']['sft']}, RL {manifest['dropped']['rl']}."
+        ),
+        "",
+        "| file | format | train | validation |",
+        "|---|---|---|---|",
+    ]
     for name, info in manifest["files"].items():
         lines.append(f"| `{name}` | {info['format']} | {info['rows']['train']} | {info['rows']['validation']} |")
     reward = manifest.get("verl_reward")
     if reward:
-        lines += ["", ("verl: rows keep earlier tool calls as OpenAI call objects (`prompt[*].tool_calls`); the reward "
-                  f"function is `{reward['custom_reward_function']['path']}` (`custom_reward_function.path` = that "
-                  f"file, `custom_reward_function.name={reward['custom_reward_function']['name']}`). It replays the "
-                  f"response's tool calls on the task's initial state with the {reward['n_environments']} "
-                  f"environments of `{reward['environments']}` (needs `envfactory_assets` installed) and returns "
-                  "the reward this project's GRPO trains with (trace and final-state match; an empty response, "
-                  "or a call with empty or default arguments where the gold needs arguments, scores 0).")]
+        lines += [
+            "",
+            (
+                "verl: rows keep earlier tool calls as OpenAI call objects (`prompt[*].tool_calls`); the reward "
+                f"function is `{reward['custom_reward_function']['path']}` (`custom_reward_function.path` = that "
+                f"file, `custom_reward_function.name={reward['custom_reward_function']['name']}`). It replays the "
+                f"response's tool calls on the task's initial state with the {reward['n_environments']} "
+                f"environments of `{reward['environments']}` (needs `envfactory_assets` installed) and returns "
+                "the reward this project's GRPO trains with (trace and final-state match; an empty response, "
+                "or a call with empty or default arguments where the gold needs arguments, scores 0)."
+            ),
+        ]
     tools = manifest.get("verl_tools")
     if tools:
-        lines += ["", (f"verl tools: `{tools['tool_config_path']}` lists {tools['tools']} tools "
-                  f"(`actor_rollout_ref.rollout.multi_turn.tool_config_path` = that file, with this folder on "
-                  f"`PYTHONPATH` for `{tools['module']}`); each row offers its own (`extra_info.tool_selection`) and "
-                  "names its task (`extra_info.tools_kwargs`), and its calls run on the task's environments "
-                  "(one episode per rollout where verl passes `agent_data` to tools, as 0.9 does; "
-                  "docs/evaluation.md). "
-                  f"Left out (verl cannot read their parameters): {len(tools['left_out'])}; names whose parameters "
-                  f"differ between environments: {len(tools['shared_names'])} (see `manifest.json`).")]
-    lines += ["", "## Source licences", "",
-              "Each row lists the licences of the source resources of its environments (`licences`). Rows per licence:",
-              "", "| licence | url | SFT rows | RL rows |", "|---|---|---|---|"]
+        lines += [
+            "",
+            (
+                f"verl tools: `{tools['tool_config_path']}` lists {tools['tools']} tools "
+                f"(`actor_rollout_ref.rollout.multi_turn.tool_config_path` = that file, with this folder on "
+                f"`PYTHONPATH` for `{tools['module']}`); each row offers its own (`extra_info.tool_selection`) and "
+                "names its task (`extra_info.tools_kwargs`), and its calls run on the task's environments "
+                "(one episode per rollout where verl passes `agent_data` to tools, as 0.9 does; "
+                "docs/evaluation.md). "
+                f"Left out (verl cannot read their parameters): {len(tools['left_out'])}; names whose parameters "
+                f"differ between environments: {len(tools['shared_names'])} (see `manifest.json`)."
+            ),
+        ]
+    lines += [
+        "",
+        "## Source licences",
+        "",
+        "Each row lists the licences of the source resources of its environments (`licences`). Rows per licence:",
+        "",
+        "| licence | url | SFT rows | RL rows |",
+        "|---|---|---|---|",
+    ]
     for entry in manifest["licences"]:
         lines.append(f"| {_cell(entry['name'])} | {_cell(entry['url'])} | {entry['sft_rows']} | {entry['rl_rows']} |")
-    lines += ["", ("`unspecified` means the source API description states no licence; check the provider's terms "
-              "before redistributing such rows (the allow-list setting can exclude them).")]
+    lines += [
+        "",
+        (
+            "`unspecified` means the source API description states no licence; check the provider's terms "
+            "before redistributing such rows (the allow-list setting can exclude them)."
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -103,8 +141,10 @@ def _licence_counts(sft: list, rl: list) -> list[dict[str, Any]]:
         for _row, _split, lic in selected:
             for key in {(e["name"], e["url"]) for e in lic}:
                 counts.setdefault(key, Counter())[kind] += 1
-    return [{"name": n, "url": u, "sft_rows": c["sft_rows"], "rl_rows": c["rl_rows"]}
-            for (n, u), c in sorted(counts.items())]
+    return [
+        {"name": n, "url": u, "sft_rows": c["sft_rows"], "rl_rows": c["rl_rows"]}
+        for (n, u), c in sorted(counts.items())
+    ]
 
 
 class _RowCounter:
@@ -125,11 +165,15 @@ class _RowCounter:
             self.progress(self.total, self.total)
 
 
-def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
-                  licences: Mapping[str, Mapping[str, str]], exports_dir: Path,
-                  allow: Sequence[str] = (),
-                  environments: Mapping[str, Mapping[str, Any]] | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def build_exports(
+    sft_rows: list[dict[str, Any]],
+    rl_rows: list[dict[str, Any]],
+    licences: Mapping[str, Mapping[str, str]],
+    exports_dir: Path,
+    allow: Sequence[str] = (),
+    environments: Mapping[str, Mapping[str, Any]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """Write verl parquet, ShareGPT JSON, a HF dataset and the dataset card for one dataset version.
 
     Args:
@@ -164,8 +208,10 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
 
     blank = [a for a in allow if not isinstance(a, str) or not a.strip()]
     if blank:
-        raise ValueError(f"allowed_licences has blank or non-text entries {blank!r}: list licence names "
-                         "(or leave the list empty to keep every licence)")
+        raise ValueError(
+            f"allowed_licences has blank or non-text entries {blank!r}: list licence names "
+            "(or leave the list empty to keep every licence)"
+        )
     version = export_version(sft_rows, rl_rows, allow)
     out = Path(exports_dir) / version
     if (out / MANIFEST).is_file():
@@ -179,43 +225,67 @@ def build_exports(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]],
     tmp.mkdir(parents=True)
     files: dict[str, Any] = {}
     for split in SPLITS:
-        verl = [written.one(formats.verl_row(r, i, s, lic))
-                for i, (r, s, lic) in enumerate(x for x in rl if x[1] == split)]
+        verl = [
+            written.one(formats.verl_row(r, i, s, lic)) for i, (r, s, lic) in enumerate(x for x in rl if x[1] == split)
+        ]
         formats.write_parquet(verl, tmp / f"verl_{split}.parquet")
-        files[f"verl_{split}.parquet"] = {"format": "verl parquet (RL)", "rows": {s: (len(verl) if s == split else 0) for s in SPLITS}}
+        files[f"verl_{split}.parquet"] = {
+            "format": "verl parquet (RL)",
+            "rows": {s: (len(verl) if s == split else 0) for s in SPLITS},
+        }
         share = [written.one(formats.sharegpt_record(r, s, lic)) for r, s, lic in sft if s == split]
         formats.write_json(share, tmp / f"sharegpt_{split}.json")
-        files[f"sharegpt_{split}.json"] = {"format": "LlamaFactory ShareGPT (SFT)", "rows": {s: (len(share) if s == split else 0) for s in SPLITS}}
+        files[f"sharegpt_{split}.json"] = {
+            "format": "LlamaFactory ShareGPT (SFT)",
+            "rows": {s: (len(share) if s == split else 0) for s in SPLITS},
+        }
     if environments is not None:
         used = sorted({e for r, _s, _l in rl for e in r["env_ids"]})
         missing = [e for e in used if e not in environments]
         if missing:
             shutil.rmtree(tmp, ignore_errors=True)
             raise KeyError(f"rl rows use environments that are not passed: {missing[:10]}")
-        formats.write_json({e: {"source": environments[e]["source"], "origin": environments[e].get("origin", "untrusted")}
-                            for e in used}, tmp / verl_reward.ENVIRONMENTS_FILE)
+        formats.write_json(
+            {
+                e: {"source": environments[e]["source"], "origin": environments[e].get("origin", "untrusted")}
+                for e in used
+            },
+            tmp / verl_reward.ENVIRONMENTS_FILE,
+        )
         shutil.copyfile(verl_reward.__file__, tmp / REWARD_MODULE)
-        reward_info = {"custom_reward_function": {"path": REWARD_MODULE, "name": "compute_score"},
-                       "environments": verl_reward.ENVIRONMENTS_FILE, "n_environments": len(used)}
+        reward_info = {
+            "custom_reward_function": {"path": REWARD_MODULE, "name": "compute_score"},
+            "environments": verl_reward.ENVIRONMENTS_FILE,
+            "n_environments": len(used),
+        }
         tool_config, tools_report = verl_tool_config(environments, used)
-        (tmp / TOOLS_CONFIG).write_text(yaml.safe_dump(tool_config, sort_keys=False, allow_unicode=True),
-                                        encoding="utf-8")
+        (tmp / TOOLS_CONFIG).write_text(
+            yaml.safe_dump(tool_config, sort_keys=False, allow_unicode=True), encoding="utf-8"
+        )
         shutil.copyfile(TOOLS_SOURCE, tmp / TOOLS_MODULE)
         tools_info = {"tool_config_path": TOOLS_CONFIG, "module": TOOLS_MODULE, **tools_report}
     else:
         reward_info = tools_info = None
-    formats.write_json({f"envfactory_{s}": {"file_name": f"sharegpt_{s}.json", **formats.SHAREGPT_DATASET_INFO}
-                        for s in SPLITS}, tmp / "dataset_info.json")
+    formats.write_json(
+        {f"envfactory_{s}": {"file_name": f"sharegpt_{s}.json", **formats.SHAREGPT_DATASET_INFO} for s in SPLITS},
+        tmp / "dataset_info.json",
+    )
     hf = {s: [written.one(formats.hf_record(r, s2, lic)) for r, s2, lic in sft if s2 == s] for s in SPLITS}
     formats.write_hf(hf, tmp / "hf_sft")
     written.finish()
     files["hf_sft"] = {"format": "Hugging Face datasets (save_to_disk, SFT)", "rows": {s: len(hf[s]) for s in SPLITS}}
-    manifest = {"version": version, "path": str(out), "allow": list(allow),
-                "dropped": {"sft": sft_dropped, "rl": rl_dropped}, "files": files,
-                "licences": _licence_counts(sft, rl),
-                "validation_env_ids": sorted({e for _r, s, _l in sft + rl if s == "validation" for e in _r["env_ids"]}),
-                "held_out_env_ids": sorted(held_out),
-                "verl_reward": reward_info, "verl_tools": tools_info}
+    manifest = {
+        "version": version,
+        "path": str(out),
+        "allow": list(allow),
+        "dropped": {"sft": sft_dropped, "rl": rl_dropped},
+        "files": files,
+        "licences": _licence_counts(sft, rl),
+        "validation_env_ids": sorted({e for r, s, _l in sft + rl if s == "validation" for e in r["env_ids"]}),
+        "held_out_env_ids": sorted(held_out),
+        "verl_reward": reward_info,
+        "verl_tools": tools_info,
+    }
     (tmp / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
     try:

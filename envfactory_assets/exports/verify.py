@@ -53,8 +53,10 @@ def verify_export(folder: Path, manifest: dict[str, Any], files: Iterable[str]) 
             split = row.get("split") or ("validation" if "validation" in name else "train")
             held = row_split(row["env_ids"], held_out) == "held_out"
             if held != (split == "validation"):
-                problems.append(f"{name}: row {row['id']} in {split} but environments {row['env_ids']} "
-                                f"are {'held out' if held else 'training'} environments")
+                problems.append(
+                    f"{name}: row {row['id']} in {split} but environments {row['env_ids']} "
+                    f"are {'held out' if held else 'training'} environments"
+                )
             licences = row.get("licences") or []
             if len(licences) != len(row["env_ids"]) or not all(entry.get("name") for entry in licences):
                 problems.append(f"{name}: row {row['id']} lacks a licence per environment")

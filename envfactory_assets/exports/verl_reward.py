@@ -53,8 +53,9 @@ def task_runner(path: Path | None = None) -> Any:
             try:
                 environments = json.loads(path.read_text(encoding="utf-8"))
             except OSError as exc:
-                raise FileNotFoundError(f"verl export: cannot read the environments file {path} "
-                                        f"({exc.strerror}); set {ENVIRONMENTS_ENV}") from None
+                raise FileNotFoundError(
+                    f"verl export: cannot read the environments file {path} ({exc.strerror}); set {ENVIRONMENTS_ENV}"
+                ) from None
             _runners[path] = TaskRunner(environments)
             atexit.register(_runners[path].close)
         return _runners[path]
@@ -67,8 +68,12 @@ def episode_row(ground_truth: dict[str, Any], row_id: str = "verl") -> dict[str,
     Raises:
         KeyError: ``ground_truth`` lacks ``env_ids``, ``initial_state`` or ``tool_names``.
     """
-    return {"id": row_id, "env_ids": ground_truth["env_ids"], "initial_state": ground_truth["initial_state"],
-            "tools": [{"name": n} for n in ground_truth["tool_names"]]}
+    return {
+        "id": row_id,
+        "env_ids": ground_truth["env_ids"],
+        "initial_state": ground_truth["initial_state"],
+        "tools": [{"name": n} for n in ground_truth["tool_names"]],
+    }
 
 
 def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
@@ -102,19 +107,35 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
             episode.call(call["name"], call["arguments"])
         episode.add_malformed(parsed.format_errors)
         initial = {e: state_hash(s) for e, s in ground_truth["initial_state"].items()}
-        reward = guarded_reward(ground_truth["gold_calls"], episode.calls, episode.final_state_hashes(),
-                                ground_truth["final_state_hashes"], initial, ground_truth["tools"],
-                                masked_arguments=ground_truth.get("masked_arguments") or (),
-                                n_malformed=episode.n_malformed,
-                                executed_calls=ground_truth.get("executed_calls") or ())
+        reward = guarded_reward(
+            ground_truth["gold_calls"],
+            episode.calls,
+            episode.final_state_hashes(),
+            ground_truth["final_state_hashes"],
+            initial,
+            ground_truth["tools"],
+            masked_arguments=ground_truth.get("masked_arguments") or (),
+            n_malformed=episode.n_malformed,
+            executed_calls=ground_truth.get("executed_calls") or (),
+        )
     finally:
         episode.close()
-    return {"score": valid_reward(reward.reward, "verl compute_score"), "trace": reward.trace, "state": reward.state, "n_calls": len(episode.calls),
-            "n_malformed": episode.n_malformed}
+    return {
+        "score": valid_reward(reward.reward, "verl compute_score"),
+        "trace": reward.trace,
+        "state": reward.state,
+        "n_calls": len(episode.calls),
+        "n_malformed": episode.n_malformed,
+    }
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: str | dict[str, Any],
-                  extra_info: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str | dict[str, Any],
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
     """verl's custom reward signature: the score dict of :func:`score_calls` (verl logs its other keys).
 
     ``ground_truth`` is the row's ``reward_model.ground_truth`` (a JSON string, or already decoded);

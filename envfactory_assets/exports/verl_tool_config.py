@@ -1,4 +1,5 @@
-"""The verl tool config of an export: ``envfactory_tools.yaml`` for ``actor_rollout_ref.rollout.multi_turn.tool_config_path``.
+"""The verl tool config of an export: ``envfactory_tools.yaml`` for
+``actor_rollout_ref.rollout.multi_turn.tool_config_path``.
 
 verl's format (``verl/tools/tool_registry.py``): ``tools: [{class_name, config: {type: native}, tool_schema:
 {type: function, function: {name, description, parameters}}}]``; every entry here names
@@ -42,8 +43,9 @@ def verl_schema_problem(parameters: Any) -> str | None:
     return None
 
 
-def verl_tool_config(environments: Mapping[str, Mapping[str, Any]],
-                     env_ids: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def verl_tool_config(
+    environments: Mapping[str, Mapping[str, Any]], env_ids: Iterable[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The tool config of the tools of ``env_ids`` (in env id order, then each environment's tool order).
 
     Args:
@@ -70,11 +72,16 @@ def verl_tool_config(environments: Mapping[str, Mapping[str, Any]],
             if problem:
                 left_out.setdefault(name, f"{env_id}: {problem}")
             elif name not in entries and name not in left_out:
-                entries[name] = {"class_name": TOOL_CLASS, "config": {"type": "native", "env_ids": []},
-                                 "tool_schema": schema}
+                entries[name] = {
+                    "class_name": TOOL_CLASS,
+                    "config": {"type": "native", "env_ids": []},
+                    "tool_schema": schema,
+                }
     for name, entry in entries.items():
         entry["config"]["env_ids"] = [e for e, _ in definitions[name]]
-    shared = {name: [e for e, _ in defs] for name, defs in definitions.items()
-              if len({json.dumps(p, sort_keys=True) for _, p in defs}) > 1}
-    return ({"tools": list(entries.values())},
-            {"tools": len(entries), "left_out": left_out, "shared_names": shared})
+    shared = {
+        name: [e for e, _ in defs]
+        for name, defs in definitions.items()
+        if len({json.dumps(p, sort_keys=True) for _, p in defs}) > 1
+    }
+    return ({"tools": list(entries.values())}, {"tools": len(entries), "left_out": left_out, "shared_names": shared})

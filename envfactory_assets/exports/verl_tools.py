@@ -1,4 +1,5 @@
-"""The tool class of the verl export: every entry of ``envfactory_tools.yaml`` names ``envfactory_tools.EnvFactoryTool``.
+"""The tool class of the verl export: every entry of ``envfactory_tools.yaml`` names
+``envfactory_tools.EnvFactoryTool``.
 
 Point verl at the config (``actor_rollout_ref.rollout.multi_turn.tool_config_path=<export>/envfactory_tools.yaml``)
 with the export folder on ``PYTHONPATH`` (the export writes a copy of this module there as ``envfactory_tools.py``,
@@ -78,8 +79,12 @@ def task_ground_truth(task_id: str, folder: Path | None = None) -> dict[str, Any
         if folder not in _tasks:
             files = [folder / name for name in TASK_FILES if (folder / name).is_file()]
             # an empty split is written with no columns at all: nothing to read from it
-            rows = [r for path in files if pq.ParquetFile(path).metadata.num_rows
-                    for r in pq.read_table(path, columns=["id", "reward_model"]).to_pylist()]
+            rows = [
+                r
+                for path in files
+                if pq.ParquetFile(path).metadata.num_rows
+                for r in pq.read_table(path, columns=["id", "reward_model"]).to_pylist()
+            ]
             _tasks[folder] = {r["id"]: r["reward_model"]["ground_truth"] for r in rows}
         tasks = _tasks[folder]
     if task_id not in tasks:
@@ -107,8 +112,9 @@ class EnvFactoryTool(BaseTool):
         super().__init__(config, tool_schema)
         self._instances: dict[str, dict[str, Any]] = {}
 
-    async def create(self, instance_id: str | None = None, create_kwargs: dict[str, Any] | None = None,
-                     **kwargs: Any) -> tuple[str, ToolResponse]:
+    async def create(
+        self, instance_id: str | None = None, create_kwargs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> tuple[str, ToolResponse]:
         """Remember the task of a new instance (``create_kwargs`` as the agent loop passes them, or flat
         keyword arguments as verl's older rollouts do).
 
@@ -117,8 +123,10 @@ class EnvFactoryTool(BaseTool):
         """
         task_id = (create_kwargs or {}).get("task_id") or kwargs.get("task_id")
         if not task_id:
-            raise KeyError(f"verl tool {self.name}: create_kwargs has no task_id "
-                           "(extra_info.tools_kwargs of the export's rows carries it)")
+            raise KeyError(
+                f"verl tool {self.name}: create_kwargs has no task_id "
+                "(extra_info.tools_kwargs of the export's rows carries it)"
+            )
         instance_id = instance_id or str(uuid4())
         self._instances[instance_id] = {"task_id": task_id, "episode": None}
         task_ground_truth(task_id)  # an unknown task fails here, not at the first call
@@ -138,8 +146,9 @@ class EnvFactoryTool(BaseTool):
             weakref.finalize(agent_data, _close, key)
         return _episodes[key]
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], agent_data: Any = None,
-                      **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], agent_data: Any = None, **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         """Run this tool with ``parameters`` on the rollout's episode (see the module docstring).
 
         Raises:

@@ -6,8 +6,8 @@ See ``docs/design.md`` ("Tool graph") and the EnvFactory paper (arXiv 2605.18703
 from .build import (
     PAPER_SIMILARITY_THRESHOLD,
     PROVENANCE_EMBEDDING,
-    PROVENANCE_VALUE_KIND,
     PROVENANCE_NAME_TYPE,
+    PROVENANCE_VALUE_KIND,
     ToolGraph,
     build_tool_graph,
     tools_from_environments,
@@ -25,13 +25,13 @@ from .parameters import (
     VALUE_KINDS,
     Parameter,
     edge_value_kind,
-    value_family,
-    value_kind,
     extract_input_parameters,
     extract_output_parameters,
     extract_parameters,
     is_identifier_name,
     is_user_providable,
+    value_family,
+    value_kind,
 )
 
 __all__ = [

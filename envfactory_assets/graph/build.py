@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import networkx as nx
 import numpy as np
@@ -53,12 +54,12 @@ from .parameters import (
     SHARED_KINDS,
     Parameter,
     edge_value_kind,
-    value_family,
     extract_input_parameters,
     extract_output_parameters,
     is_user_providable,
     normalize_name,
     tool_node_id,
+    value_family,
     value_kind,
 )
 
@@ -132,7 +133,7 @@ class ToolGraph:
         edges: Iterable[Mapping[str, Any]],
         meta: Mapping[str, Any] | None = None,
         candidates: Iterable[Mapping[str, Any]] = (),
-    ) -> "ToolGraph":
+    ) -> ToolGraph:
         """Rebuild a graph from its rows (e.g. read back from the store).
 
         Raises ``ValueError`` when a parameter or edge names an unknown node, an edge is a self-loop, or an
@@ -140,9 +141,7 @@ class ToolGraph:
         """
         node_rows = sorted((dict(n) for n in nodes), key=lambda r: r["node_id"])
         param_rows = [dict(p) for p in parameters]
-        edge_rows = sorted(
-            (dict(e) for e in edges), key=lambda r: (r["src"], r["dst"], r["src_param"], r["dst_param"])
-        )
+        edge_rows = sorted((dict(e) for e in edges), key=lambda r: (r["src"], r["dst"], r["src_param"], r["dst_param"]))
         g = nx.DiGraph()
         for row in node_rows:
             if row["node_id"] in g:
@@ -159,8 +158,10 @@ class ToolGraph:
                 raise ValueError(f"self-loop on {src!r}")
             e.setdefault("value_kind", None)
             if e["value_kind"] == IDENTIFIER and g.nodes[src]["env_id"] != g.nodes[dst]["env_id"]:
-                raise ValueError(f"edge {src!r} -> {dst!r} passes an identifier ({e['src_param']} -> "
-                                 f"{e['dst_param']}) from one environment into another")
+                raise ValueError(
+                    f"edge {src!r} -> {dst!r} passes an identifier ({e['src_param']} -> "
+                    f"{e['dst_param']}) from one environment into another"
+                )
             info = {k: e[k] for k in ("src_param", "dst_param", "similarity", "provenance", "value_kind")}
             if g.has_edge(src, dst):
                 data = g.edges[src, dst]
@@ -168,8 +169,14 @@ class ToolGraph:
                 data["similarity"] = max(data["similarity"], float(e["similarity"]))
             else:
                 g.add_edge(src, dst, params=[info], similarity=float(e["similarity"]))
-        return cls(nodes=node_rows, parameters=param_rows, edges=edge_rows, graph=g, meta=dict(meta or {}),
-                   candidates=[dict(c) for c in candidates])
+        return cls(
+            nodes=node_rows,
+            parameters=param_rows,
+            edges=edge_rows,
+            graph=g,
+            meta=dict(meta or {}),
+            candidates=[dict(c) for c in candidates],
+        )
 
     # ----------------------------------------------------------------- lookups used by the sampler
     def _idx(self) -> dict[str, Any]:
@@ -178,8 +185,12 @@ class ToolGraph:
             for p in self.parameters:
                 if p["direction"] == "in":
                     inputs[p["node_id"]].append(
-                        {"name": p["name"], "type": p["type"], "required": bool(p["required"]),
-                         "user_providable": bool(p["user_providable"])}
+                        {
+                            "name": p["name"],
+                            "type": p["type"],
+                            "required": bool(p["required"]),
+                            "user_providable": bool(p["user_providable"]),
+                        }
                     )
             producers: dict[tuple[str, str], set[str]] = defaultdict(set)
             kinds: dict[tuple[str, str, str], set[str]] = defaultdict(set)
@@ -262,8 +273,9 @@ def tools_from_environments(environments: Iterable[Mapping[str, Any]]) -> list[d
     return out
 
 
-def _pairs_above(e_out: np.ndarray, e_in: np.ndarray, out_node: np.ndarray, in_node: np.ndarray,
-                 threshold: float) -> np.ndarray:
+def _pairs_above(
+    e_out: np.ndarray, e_in: np.ndarray, out_node: np.ndarray, in_node: np.ndarray, threshold: float
+) -> np.ndarray:
     """Codes ``i * n_in + j`` of (out i, in j) pairs with cosine > threshold on different nodes (int64)."""
     n_out, n_in = e_out.shape[0], e_in.shape[0]
     if n_out == 0 or n_in == 0:
@@ -272,16 +284,21 @@ def _pairs_above(e_out: np.ndarray, e_in: np.ndarray, out_node: np.ndarray, in_n
     chunks = []
     e_in_t = np.ascontiguousarray(e_in.T)
     for start in range(0, n_out, block):
-        sims = e_out[start:start + block] @ e_in_t
+        sims = e_out[start : start + block] @ e_in_t
         mask = sims > threshold
-        mask &= out_node[start:start + block, None] != in_node[None, :]
+        mask &= out_node[start : start + block, None] != in_node[None, :]
         i, j = np.nonzero(mask)
         chunks.append((i.astype(np.int64) + start) * n_in + j.astype(np.int64))
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 
-def _name_type_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], cross_env: str,
-                     out_kinds: Sequence[str], in_kinds: Sequence[str]) -> np.ndarray:
+def _name_type_pairs(
+    outs: Sequence[Parameter],
+    ins: Sequence[Parameter],
+    cross_env: str,
+    out_kinds: Sequence[str],
+    in_kinds: Sequence[str],
+) -> np.ndarray:
     """Codes ``i * n_in + j`` of (out, in) pairs with equal normalized name and equal type, no self-loops.
 
     A bare ``id`` matches only within the same environment and the same ``table``; across environments
@@ -300,15 +317,19 @@ def _name_type_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], cross_
                 continue
             if key[0] == "id" and (p.env_id != o.env_id or p.table != o.table):
                 continue
-            if p.env_id != o.env_id and cross_env != "all" and not (
-                    out_kinds[i] == in_kinds[j] and out_kinds[i] in SHARED_KINDS):
+            if (
+                p.env_id != o.env_id
+                and cross_env != "all"
+                and not (out_kinds[i] == in_kinds[j] and out_kinds[i] in SHARED_KINDS)
+            ):
                 continue
             codes.append(i * n_in + j)
     return np.asarray(codes, dtype=np.int64)
 
 
-def _family_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], out_fam: Sequence[str | None],
-                  in_fam: Sequence[str | None]) -> np.ndarray:
+def _family_pairs(
+    outs: Sequence[Parameter], ins: Sequence[Parameter], out_fam: Sequence[str | None], in_fam: Sequence[str | None]
+) -> np.ndarray:
     """Codes ``i * n_in + j`` of (out, in) pairs of *different environments* whose parameters hold the same
     value family (:func:`~envfactory_assets.graph.parameters.value_family`) and the same type."""
     n_in = len(ins)
@@ -316,13 +337,19 @@ def _family_pairs(outs: Sequence[Parameter], ins: Sequence[Parameter], out_fam: 
     for j, f in enumerate(in_fam):
         if f is not None:
             by_family[(f, ins[j].type)].append(j)
-    codes = [i * n_in + j for i, f in enumerate(out_fam) if f is not None
-             for j in by_family.get((f, outs[i].type), ()) if ins[j].env_id != outs[i].env_id]
+    codes = [
+        i * n_in + j
+        for i, f in enumerate(out_fam)
+        if f is not None
+        for j in by_family.get((f, outs[i].type), ())
+        if ins[j].env_id != outs[i].env_id
+    ]
     return np.asarray(codes, dtype=np.int64)
 
 
-def _embed_in_chunks(embedder: ParameterEmbedder, texts: list[str],
-                     progress: Callable[[int, int], None] | None) -> np.ndarray:
+def _embed_in_chunks(
+    embedder: ParameterEmbedder, texts: list[str], progress: Callable[[int, int], None] | None
+) -> np.ndarray:
     """``embedder.embed`` of ``texts`` (rows in ``texts`` order), reporting ``progress`` before the first call
     (0 done) and after each call.
 
@@ -341,7 +368,7 @@ def _embed_in_chunks(embedder: ParameterEmbedder, texts: list[str],
         # almost no time (a corpus of one embedder batch showed millions of texts per second)
         progress(0, len(texts))
     for start in range(0, len(texts), size):
-        rows = order[start:start + size]
+        rows = order[start : start + size]
         part = np.asarray(embedder.embed([texts[i] for i in rows]))
         if part.ndim != 2 or part.shape[0] != len(rows):
             raise ValueError(f"embedder returned shape {part.shape} for {len(rows)} texts")
@@ -414,21 +441,31 @@ def build_tool_graph(
         tool = by_id[nid]
         t_in = extract_input_parameters(tool)
         t_out = extract_output_parameters(tool)
-        node_rows.append({
-            "node_id": nid,
-            "env_id": tool["env_id"],
-            "domain": tool.get("domain"),
-            "tool_name": tool["name"],
-            "kind": tool.get("kind"),
-            "n_inputs": len(t_in),
-            "n_outputs": len(t_out),
-        })
+        node_rows.append(
+            {
+                "node_id": nid,
+                "env_id": tool["env_id"],
+                "domain": tool.get("domain"),
+                "tool_name": tool["name"],
+                "kind": tool.get("kind"),
+                "n_inputs": len(t_in),
+                "n_outputs": len(t_out),
+            }
+        )
         for p in t_in + t_out:
-            param_rows.append({
-                "node_id": nid, "direction": p.direction, "name": p.name, "path": p.path, "type": p.type,
-                "required": p.required, "user_providable": bool(providable(p)), "text": p.text,
-                "value_kind": value_kind(p),
-            })
+            param_rows.append(
+                {
+                    "node_id": nid,
+                    "direction": p.direction,
+                    "name": p.name,
+                    "path": p.path,
+                    "type": p.type,
+                    "required": p.required,
+                    "user_providable": bool(providable(p)),
+                    "text": p.text,
+                    "value_kind": value_kind(p),
+                }
+            )
         ins.extend(t_in)
         outs.extend(t_out)
 
@@ -450,9 +487,16 @@ def build_tool_graph(
     out_kinds = [value_kind(p) for p in outs]
     in_kinds = [value_kind(p) for p in ins]
     nt_codes = _name_type_pairs(outs, ins, cross_env_name_match, out_kinds, in_kinds)
-    fam_codes = (_family_pairs(outs, ins, [value_family(p, k) for p, k in zip(outs, out_kinds)],
-                               [value_family(p, k) for p, k in zip(ins, in_kinds)])
-                 if cross_env_family_match else np.zeros(0, dtype=np.int64))
+    fam_codes = (
+        _family_pairs(
+            outs,
+            ins,
+            [value_family(p, k) for p, k in zip(outs, out_kinds, strict=False)],
+            [value_family(p, k) for p, k in zip(ins, in_kinds, strict=False)],
+        )
+        if cross_env_family_match
+        else np.zeros(0, dtype=np.int64)
+    )
     codes = np.union1d(np.union1d(emb_codes, nt_codes), fam_codes)
     is_nt = np.isin(codes, nt_codes)
     is_emb = np.isin(codes, emb_codes)
@@ -460,18 +504,23 @@ def build_tool_graph(
     sims = np.empty(len(codes), dtype=np.float32)
     step = 1 << 16
     for s in range(0, len(codes), step):
-        sims[s:s + step] = np.einsum("ij,ij->i", e_out[oi[s:s + step]], e_in[ij[s:s + step]])
+        sims[s : s + step] = np.einsum("ij,ij->i", e_out[oi[s : s + step]], e_in[ij[s : s + step]])
 
     edge_rows, candidates = [], []
     cross_kept: Counter[str] = Counter()
     cross_dropped: Counter[str] = Counter()
     n_nt = 0
     n_family = 0
-    for a, b, sim, nt, emb in zip(oi.tolist(), ij.tolist(), sims.tolist(), is_nt.tolist(), is_emb.tolist()):
+    for a, b, sim, nt, emb in zip(
+        oi.tolist(), ij.tolist(), sims.tolist(), is_nt.tolist(), is_emb.tolist(), strict=False
+    ):
         o, p = outs[a], ins[b]
         kind = edge_value_kind(out_kinds[a], in_kinds[b])
         row = {
-            "src": o.node_id, "dst": p.node_id, "src_param": o.path, "dst_param": p.name,
+            "src": o.node_id,
+            "dst": p.node_id,
+            "src_param": o.path,
+            "dst_param": p.name,
             "similarity": round(float(sim), SIMILARITY_DECIMALS),
             "provenance": PROVENANCE_NAME_TYPE if nt else PROVENANCE_EMBEDDING if emb else PROVENANCE_VALUE_KIND,
             "value_kind": kind,

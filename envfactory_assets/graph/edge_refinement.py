@@ -69,11 +69,16 @@ class RefinementReport:
     rejected: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"added_edges": len(self.added_edges), "cross_env_requests": self.cross_env_requests,
-                "cross_env_judged": self.cross_env_judged,
-                "cross_env_kept": self.cross_env_kept, "flags_from_model": self.flags_from_model,
-                "flags_changed": self.flags_changed, "rejected": len(self.rejected),
-                "rejected_examples": self.rejected[:10]}
+        return {
+            "added_edges": len(self.added_edges),
+            "cross_env_requests": self.cross_env_requests,
+            "cross_env_judged": self.cross_env_judged,
+            "cross_env_kept": self.cross_env_kept,
+            "flags_from_model": self.flags_from_model,
+            "flags_changed": self.flags_changed,
+            "rejected": len(self.rejected),
+            "rejected_examples": self.rejected[:10],
+        }
 
 
 def _by_env(graph: ToolGraph) -> dict[str, list[str]]:
@@ -95,22 +100,36 @@ def environment_payload(graph: ToolGraph, env_id: str) -> dict[str, Any]:
     and outputs (paths), and the edges that already exist."""
     params = _params_of(graph)
     nodes = _by_env(graph).get(env_id, [])
-    tools = [{"tool": n.split(".", 1)[1],
-              "inputs": [{"name": p["name"], "type": p["type"], "text": p["text"]} for p in params[n]["in"]],
-              "outputs": [p["path"] for p in params[n]["out"]]} for n in nodes]
-    existing = [{"src": e["src"].split(".", 1)[1], "src_param": e["src_param"], "dst": e["dst"].split(".", 1)[1],
-                 "dst_param": e["dst_param"]} for e in graph.edges
-                if e["src"] in nodes and e["dst"] in nodes]
+    tools = [
+        {
+            "tool": n.split(".", 1)[1],
+            "inputs": [{"name": p["name"], "type": p["type"], "text": p["text"]} for p in params[n]["in"]],
+            "outputs": [p["path"] for p in params[n]["out"]],
+        }
+        for n in nodes
+    ]
+    existing = [
+        {
+            "src": e["src"].split(".", 1)[1],
+            "src_param": e["src_param"],
+            "dst": e["dst"].split(".", 1)[1],
+            "dst_param": e["dst_param"],
+        }
+        for e in graph.edges
+        if e["src"] in nodes and e["dst"] in nodes
+    ]
     return {"environment": env_id, "tools": tools, "existing_edges": existing}
 
 
 def edge_refiner_messages(graph: ToolGraph, env_id: str) -> list[dict[str, str]]:
     """Chat messages asking for edges to add within ``env_id`` (reply: a JSON object ``{"edges": [...]}``)."""
-    system = ("You link the tools of one API environment into a dependency graph. An edge means an output "
-              "field of one tool can supply an input argument of another tool. You may only ADD edges, only "
-              "between tools listed here, never from a tool to itself. Reply with one JSON object: "
-              '{"edges": [{"src": tool, "src_param": output path, "dst": tool, "dst_param": input name}]}; '
-              'reply {"edges": []} if nothing is missing.')
+    system = (
+        "You link the tools of one API environment into a dependency graph. An edge means an output "
+        "field of one tool can supply an input argument of another tool. You may only ADD edges, only "
+        "between tools listed here, never from a tool to itself. Reply with one JSON object: "
+        '{"edges": [{"src": tool, "src_param": output path, "dst": tool, "dst_param": input name}]}; '
+        'reply {"edges": []} if nothing is missing.'
+    )
     payload = json.dumps(environment_payload(graph, env_id), ensure_ascii=False, indent=1)
     return [{"role": "system", "content": system}, {"role": "user", "content": f"```json\n{payload}\n```"}]
 
@@ -118,10 +137,12 @@ def edge_refiner_messages(graph: ToolGraph, env_id: str) -> list[dict[str, str]]
 def providable_messages(graph: ToolGraph, env_id: str) -> list[dict[str, str]]:
     """Chat messages asking which inputs of ``env_id``'s tools a user could state in a request
     (reply: ``{"flags": {"tool.param": true|false}}``)."""
-    system = ("For each input parameter below, decide whether a user could plausibly state its value in a "
-              "request (true) or whether it must come from an earlier tool result, such as an identifier or "
-              "an opaque token (false). When in doubt, answer false. Reply with one JSON object: "
-              '{"flags": {"<tool>.<param>": true or false, ...}}.')
+    system = (
+        "For each input parameter below, decide whether a user could plausibly state its value in a "
+        "request (true) or whether it must come from an earlier tool result, such as an identifier or "
+        "an opaque token (false). When in doubt, answer false. Reply with one JSON object: "
+        '{"flags": {"<tool>.<param>": true or false, ...}}.'
+    )
     payload = json.dumps(environment_payload(graph, env_id)["tools"], ensure_ascii=False, indent=1)
     return [{"role": "system", "content": system}, {"role": "user", "content": f"```json\n{payload}\n```"}]
 
@@ -133,7 +154,7 @@ def parse_json_reply(text: str, key: str) -> Any:
         ValueError: no JSON object, or it has no ``key``.
     """
     match = _JSON_BLOCK.search(text)
-    body = match.group(1) if match else text[text.find("{"): text.rfind("}") + 1]
+    body = match.group(1) if match else text[text.find("{") : text.rfind("}") + 1]
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
@@ -143,8 +164,7 @@ def parse_json_reply(text: str, key: str) -> Any:
     return data[key]
 
 
-def validate_edge_proposals(graph: ToolGraph, env_id: str, proposals: Any
-                            ) -> tuple[list[dict[str, Any]], list[str]]:
+def validate_edge_proposals(graph: ToolGraph, env_id: str, proposals: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """Keep the proposals that are valid add-only edges within ``env_id``; return ``(edges, rejections)``.
 
     An edge is ``{"src", "dst"}`` (node ids), ``src_param`` (an output path of src), ``dst_param`` (an input
@@ -157,8 +177,9 @@ def validate_edge_proposals(graph: ToolGraph, env_id: str, proposals: Any
     seen = {(e["src"], e["src_param"], e["dst"], e["dst_param"]) for e in graph.edges}
     kept, rejected = [], []
     for prop in proposals:
-        if not isinstance(prop, dict) or not all(isinstance(prop.get(k), str)
-                                                 for k in ("src", "src_param", "dst", "dst_param")):
+        if not isinstance(prop, dict) or not all(
+            isinstance(prop.get(k), str) for k in ("src", "src_param", "dst", "dst_param")
+        ):
             rejected.append(f"{env_id}: malformed edge {str(prop)[:120]}")
             continue
         src, dst = f"{env_id}.{prop['src']}", f"{env_id}.{prop['dst']}"
@@ -172,8 +193,9 @@ def validate_edge_proposals(graph: ToolGraph, env_id: str, proposals: Any
         elif prop["dst_param"] not in {p["name"] for p in params[dst]["in"]}:
             rejected.append(f"{env_id}: {prop['dst']} has no input {prop['dst_param']!r}")
         elif key in seen:
-            rejected.append(f"{env_id}: edge {prop['src']}.{prop['src_param']} -> {prop['dst']}.{prop['dst_param']} "
-                            "exists already")
+            rejected.append(
+                f"{env_id}: edge {prop['src']}.{prop['src_param']} -> {prop['dst']}.{prop['dst_param']} exists already"
+            )
         else:
             seen.add(key)
             kept.append({"src": src, "dst": dst, "src_param": prop["src_param"], "dst_param": prop["dst_param"]})
@@ -195,9 +217,11 @@ def id_list_edges(graph: ToolGraph) -> list[dict[str, Any]]:
                 for src in nodes:
                     for p_out in params[src]["out"]:
                         key = (src, p_out["path"], dst, p_in["name"])
-                        if (src != dst and normalize_name(p_out["name"]) == stem and key not in seen):
+                        if src != dst and normalize_name(p_out["name"]) == stem and key not in seen:
                             seen.add(key)
-                            edges.append({"src": src, "dst": dst, "src_param": p_out["path"], "dst_param": p_in["name"]})
+                            edges.append(
+                                {"src": src, "dst": dst, "src_param": p_out["path"], "dst_param": p_in["name"]}
+                            )
     return edges
 
 
@@ -206,33 +230,49 @@ def _candidates_by_env(graph: ToolGraph) -> dict[str, list[dict[str, Any]]]:
     by_env: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in graph.candidates:
         by_env[graph.env_of(c["dst"])].append(c)
-    return {env: sorted(rows, key=lambda c: (-c["similarity"], c["src"], c["src_param"], c["dst"], c["dst_param"]))
-            [:MAX_CANDIDATES_PER_REQUEST] for env, rows in sorted(by_env.items())}
+    return {
+        env: sorted(rows, key=lambda c: (-c["similarity"], c["src"], c["src_param"], c["dst"], c["dst_param"]))[
+            :MAX_CANDIDATES_PER_REQUEST
+        ]
+        for env, rows in sorted(by_env.items())
+    }
 
 
 def cross_env_messages(graph: ToolGraph, env_id: str, candidates: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Chat messages asking which ``candidates`` (pairs from other environments into ``env_id``) pass a
     real-world value a person would carry from one service into the other (reply: ``{"keep": [{"n": index,
     "kind": value kind}]}``)."""
-    text = {(p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p["text"]
-            for p in graph.parameters}
-    shown = [{"n": k, "from_environment": graph.env_of(c["src"]), "from_tool": c["src"].split(".", 1)[1],
-              "output": text.get((c["src"], "out", c["src_param"]), c["src_param"]),
-              "to_tool": c["dst"].split(".", 1)[1], "input": text.get((c["dst"], "in", c["dst_param"]), c["dst_param"])}
-             for k, c in enumerate(candidates)]
-    system = ("Each pair below joins an output of a tool in one API to an input of a tool in another API "
-              f"({env_id}). An identifier issued by one API means nothing to another; only real-world values "
-              "cross: e-mail addresses, people's or companies' names, dates, places, amounts, standard codes "
-              "(currency, country, language), links, phone numbers. Keep a pair only if a person would "
-              "really copy that value from the first service into the second. Reply with one JSON object: "
-              '{"keep": [{"n": pair number, "kind": one of ' + json.dumps(sorted(SHARED_KINDS)) + "}]}; "
-              'reply {"keep": []} if none.')
+    text = {
+        (p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p["text"]
+        for p in graph.parameters
+    }
+    shown = [
+        {
+            "n": k,
+            "from_environment": graph.env_of(c["src"]),
+            "from_tool": c["src"].split(".", 1)[1],
+            "output": text.get((c["src"], "out", c["src_param"]), c["src_param"]),
+            "to_tool": c["dst"].split(".", 1)[1],
+            "input": text.get((c["dst"], "in", c["dst_param"]), c["dst_param"]),
+        }
+        for k, c in enumerate(candidates)
+    ]
+    system = (
+        "Each pair below joins an output of a tool in one API to an input of a tool in another API "
+        f"({env_id}). An identifier issued by one API means nothing to another; only real-world values "
+        "cross: e-mail addresses, people's or companies' names, dates, places, amounts, standard codes "
+        "(currency, country, language), links, phone numbers. Keep a pair only if a person would "
+        "really copy that value from the first service into the second. Reply with one JSON object: "
+        '{"keep": [{"n": pair number, "kind": one of ' + json.dumps(sorted(SHARED_KINDS)) + "}]}; "
+        'reply {"keep": []} if none.'
+    )
     payload = json.dumps({"environment": env_id, "pairs": shown}, ensure_ascii=False, indent=1)
     return [{"role": "system", "content": system}, {"role": "user", "content": f"```json\n{payload}\n```"}]
 
 
-def validate_cross_env_answer(env_id: str, candidates: list[dict[str, Any]], answer: Any
-                              ) -> tuple[list[dict[str, Any]], list[str]]:
+def validate_cross_env_answer(
+    env_id: str, candidates: list[dict[str, Any]], answer: Any
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The candidates the model kept, each with the model's shared kind as ``value_kind``; and rejections
     (not a list, malformed item, unknown or repeated index, a kind that is not shared)."""
     if not isinstance(answer, list):
@@ -250,28 +290,48 @@ def validate_cross_env_answer(env_id: str, candidates: list[dict[str, Any]], ans
         else:
             seen.add(n)
             c = candidates[n]
-            kept.append({"src": c["src"], "dst": c["dst"], "src_param": c["src_param"], "dst_param": c["dst_param"],
-                         "similarity": c["similarity"], "provenance": PROVENANCE_MODEL_CROSS, "value_kind": kind})
+            kept.append(
+                {
+                    "src": c["src"],
+                    "dst": c["dst"],
+                    "src_param": c["src_param"],
+                    "dst_param": c["dst_param"],
+                    "similarity": c["similarity"],
+                    "provenance": PROVENANCE_MODEL_CROSS,
+                    "value_kind": kind,
+                }
+            )
     return kept, rejected
 
 
-def _with_similarity(graph: ToolGraph, edges: list[dict[str, Any]], provenance: str,
-                     embedder: ParameterEmbedder) -> list[dict[str, Any]]:
+def _with_similarity(
+    graph: ToolGraph, edges: list[dict[str, Any]], provenance: str, embedder: ParameterEmbedder
+) -> list[dict[str, Any]]:
     if not edges:
         return []
-    text = {(p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p["text"]
-            for p in graph.parameters}
+    text = {
+        (p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p["text"]
+        for p in graph.parameters
+    }
     pairs = [(text[(e["src"], "out", e["src_param"])], text[(e["dst"], "in", e["dst_param"])]) for e in edges]
     texts = sorted({t for pair in pairs for t in pair})
     vectors = l2_normalize(np.asarray(embedder.embed(texts)))
     row = {t: i for i, t in enumerate(texts)}
-    kinds = {(p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p.get("value_kind")
-             for p in graph.parameters}
-    return [{**e, "similarity": round(float(vectors[row[a]] @ vectors[row[b]]), SIMILARITY_DECIMALS),
-             "provenance": provenance,
-             "value_kind": edge_value_kind(kinds[(e["src"], "out", e["src_param"])] or "other",
-                                           kinds[(e["dst"], "in", e["dst_param"])] or "other")}
-            for e, (a, b) in zip(edges, pairs)]
+    kinds = {
+        (p["node_id"], p["direction"], p["path"] if p["direction"] == "out" else p["name"]): p.get("value_kind")
+        for p in graph.parameters
+    }
+    return [
+        {
+            **e,
+            "similarity": round(float(vectors[row[a]] @ vectors[row[b]]), SIMILARITY_DECIMALS),
+            "provenance": provenance,
+            "value_kind": edge_value_kind(
+                kinds[(e["src"], "out", e["src_param"])] or "other", kinds[(e["dst"], "in", e["dst_param"])] or "other"
+            ),
+        }
+        for e, (a, b) in zip(edges, pairs, strict=False)
+    ]
 
 
 def _ask_list(backend: Any, messages: list[dict[str, Any]], key: str, env_id: str, report: Any) -> list[Any]:
@@ -285,8 +345,12 @@ def _ask_list(backend: Any, messages: list[dict[str, Any]], key: str, env_id: st
         return []
 
 
-def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: ChatBackend | None = None,
-                 providable_backend: ChatBackend | None = None) -> tuple[ToolGraph, RefinementReport]:
+def refine_graph(
+    graph: ToolGraph,
+    embedder: ParameterEmbedder,
+    edge_backend: ChatBackend | None = None,
+    providable_backend: ChatBackend | None = None,
+) -> tuple[ToolGraph, RefinementReport]:
     """Add refined edges and (with a model) re-flag user-providable inputs; returns a new graph and a report.
 
     Programmatic ``id_list`` edges are always added; with ``edge_backend`` the model's valid proposals are
@@ -304,10 +368,17 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
     # Every request is known before any reply: an environment's prompt shows its own edges only, and the
     # model adds edges within one environment, so no reply changes another environment's prompt. They are
     # sent at once (as many as each backend serves) and the replies are then used in order below.
-    edge_backend, providable_backend = _prefetched(
-        edge_backend, [(edge_refiner_messages(base, e), EDGE_REFINER_ROLE) for e in _by_env(graph)]
-        + [(cross_env_messages(graph, e, shown), EDGE_REFINER_ROLE) for e, shown in _candidates_by_env(graph).items()]
-    ), _prefetched(providable_backend, [(providable_messages(base, e), PROVIDABLE_ROLE) for e in _by_env(graph)])
+    edge_backend, providable_backend = (
+        _prefetched(
+            edge_backend,
+            [(edge_refiner_messages(base, e), EDGE_REFINER_ROLE) for e in _by_env(graph)]
+            + [
+                (cross_env_messages(graph, e, shown), EDGE_REFINER_ROLE)
+                for e, shown in _candidates_by_env(graph).items()
+            ],
+        ),
+        _prefetched(providable_backend, [(providable_messages(base, e), PROVIDABLE_ROLE) for e in _by_env(graph)]),
+    )
     parameters = [dict(p) for p in graph.parameters]
     for env_id in _by_env(graph):
         if edge_backend is not None:
@@ -337,9 +408,14 @@ def refine_graph(graph: ToolGraph, embedder: ParameterEmbedder, edge_backend: Ch
     for e in added:
         if graph.env_of(e["src"]) != graph.env_of(e["dst"]):
             cross_kept[e["value_kind"]] = cross_kept.get(e["value_kind"], 0) + 1
-    meta = {**graph.meta, "n_edges_added": len(added), "n_edge_rows": len(graph.edges) + len(added),
-            "cross_env_edges_by_kind": dict(sorted(cross_kept.items())), "n_cross_env_candidates": len(remaining),
-            "n_cross_env_kept_by_model": report.cross_env_kept}
+    meta = {
+        **graph.meta,
+        "n_edges_added": len(added),
+        "n_edge_rows": len(graph.edges) + len(added),
+        "cross_env_edges_by_kind": dict(sorted(cross_kept.items())),
+        "n_cross_env_candidates": len(remaining),
+        "n_cross_env_kept_by_model": report.cross_env_kept,
+    }
     return ToolGraph.from_rows(graph.nodes, parameters, graph.edges + added, meta, remaining), report
 
 
@@ -361,17 +437,19 @@ class _Replies:
                 return exc
 
         unique = list({self._key(m, r): (m, r) for m, r in requests}.items())
-        with ThreadPoolExecutor(max_workers=max(1, min(concurrency_of(backend), len(unique))),
-                                thread_name_prefix="graph-refine") as pool:
-            for (key, _), reply in zip(unique, pool.map(fetch, [req for _, req in unique])):
+        with ThreadPoolExecutor(
+            max_workers=max(1, min(concurrency_of(backend), len(unique))), thread_name_prefix="graph-refine"
+        ) as pool:
+            for (key, _), reply in zip(unique, pool.map(fetch, [req for _, req in unique]), strict=False):
                 self._replies[key] = reply
 
     @staticmethod
     def _key(messages: list[dict[str, str]], role: str) -> str:
         return json.dumps([role, messages], sort_keys=True, ensure_ascii=False)
 
-    def complete(self, messages: list[dict[str, str]], *, role: str, max_tokens: int = MAX_TOKENS,
-                 temperature: float = 0.0) -> Any:
+    def complete(
+        self, messages: list[dict[str, str]], *, role: str, max_tokens: int = MAX_TOKENS, temperature: float = 0.0
+    ) -> Any:
         key = self._key(messages, role)
         if max_tokens != MAX_TOKENS or temperature != 0.0 or key not in self._replies:
             return self.backend.complete(messages, role=role, max_tokens=max_tokens, temperature=temperature)
@@ -388,8 +466,9 @@ def _prefetched(backend: ChatBackend | None, requests: list[tuple[list[dict[str,
     return _Replies(backend, requests)
 
 
-def _apply_flags(parameters: list[dict[str, Any]], env_id: str, backend: ChatBackend, graph: ToolGraph,
-                 report: RefinementReport) -> None:
+def _apply_flags(
+    parameters: list[dict[str, Any]], env_id: str, backend: ChatBackend, graph: ToolGraph, report: RefinementReport
+) -> None:
     reply = backend.complete(providable_messages(graph, env_id), role=PROVIDABLE_ROLE, max_tokens=MAX_TOKENS)
     try:
         flags = parse_json_reply(reply.text, "flags")
@@ -398,8 +477,11 @@ def _apply_flags(parameters: list[dict[str, Any]], env_id: str, backend: ChatBac
     except ValueError as exc:
         report.rejected.append(f"{env_id}: {exc}")
         return
-    inputs = {f"{p['node_id'].split('.', 1)[1]}.{p['name']}": p for p in parameters
-              if p["direction"] == "in" and p["node_id"].startswith(env_id + ".")}
+    inputs = {
+        f"{p['node_id'].split('.', 1)[1]}.{p['name']}": p
+        for p in parameters
+        if p["direction"] == "in" and p["node_id"].startswith(env_id + ".")
+    }
     for name, value in flags.items():
         param = inputs.get(name)
         if param is None:
@@ -411,4 +493,3 @@ def _apply_flags(parameters: list[dict[str, Any]], env_id: str, backend: ChatBac
             report.flags_changed += param["user_providable"] != value
             param["user_providable"] = value
             param["user_providable_source"] = PROVENANCE_MODEL
-

@@ -199,7 +199,7 @@ class HashingEmbedder:
 
     def _vector(self, text: str) -> np.ndarray:
         tokens = _TOKEN_RE.findall(_CAMEL_RE.sub(" ", text).lower())
-        features = tokens + [f"{a}_{b}" for a, b in zip(tokens, tokens[1:])]
+        features = tokens + [f"{a}_{b}" for a, b in zip(tokens, tokens[1:], strict=False)]
         v = np.zeros(self.dim, dtype=np.float32)
         for f in features:
             h = int.from_bytes(hashlib.sha256(f.encode("utf-8")).digest()[:8], "big")

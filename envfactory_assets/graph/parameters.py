@@ -25,8 +25,9 @@ the same bias, see :func:`is_user_providable`): identifiers are not user-provida
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 __all__ = [
     "Parameter",
@@ -167,8 +168,9 @@ def _properties(schema: Any) -> tuple[Mapping[str, Any], frozenset[str]]:
     return props, frozenset(r for r in req if isinstance(r, str))
 
 
-def _param(tool: Mapping[str, Any], direction: Direction, name: str, path: str, schema: Any,
-           required: bool) -> Parameter:
+def _param(
+    tool: Mapping[str, Any], direction: Direction, name: str, path: str, schema: Any, required: bool
+) -> Parameter:
     schema = schema if isinstance(schema, Mapping) else {}
     t = schema_type(schema)
     items = schema.get("items") if t == "array" else None
@@ -228,10 +230,21 @@ def extract_parameters(tool: Mapping[str, Any]) -> list[Parameter]:
 # Identifier-like names: `id`, `*_id`, `*_ids`, camelCase `*Id`/`*Ids`/`*ID`, uuid/guid/uid.
 _ID_NAME_RE = re.compile(r"(^(id|ids|uuid|guid|uid)$)|(_(id|ids|uuid|guid|uid)$)|([a-z0-9](Id|Ids|ID|IDs)$)")
 # Opaque server-issued handles that a user cannot know either (pagination cursors, etags, tokens).
-_OPAQUE_NAMES = frozenset({
-    "cursor", "next_cursor", "page_token", "next_page_token", "pagetoken", "nextpagetoken",
-    "continuation_token", "etag", "token", "ref", "handle",
-})
+_OPAQUE_NAMES = frozenset(
+    {
+        "cursor",
+        "next_cursor",
+        "page_token",
+        "next_page_token",
+        "pagetoken",
+        "nextpagetoken",
+        "continuation_token",
+        "etag",
+        "token",
+        "ref",
+        "handle",
+    }
+)
 _OPAQUE_FORMATS = frozenset({"uuid", "guid", "objectid"})
 
 
@@ -304,8 +317,21 @@ RECORD_TIME = "record_time"
 #: An edge whose two parameters are of different kinds (e.g. a ``datetime`` output into an ``other`` input).
 MIXED = "mixed"
 
-VALUE_KINDS = (IDENTIFIER, EMAIL, PERSON_NAME, ORGANIZATION, DATETIME, RECORD_TIME, PLACE, MONEY, CODE, URL,
-               PHONE, FREE_TEXT, OTHER)
+VALUE_KINDS = (
+    IDENTIFIER,
+    EMAIL,
+    PERSON_NAME,
+    ORGANIZATION,
+    DATETIME,
+    RECORD_TIME,
+    PLACE,
+    MONEY,
+    CODE,
+    URL,
+    PHONE,
+    FREE_TEXT,
+    OTHER,
+)
 #: Kinds that mean the same thing in every API: the only values that may flow from one environment into
 #: another (a person copies an e-mail address, a name, a date, a place, an amount, an ISO code or a link
 #: from one service into another; an identifier issued by one service means nothing to the other).
@@ -317,45 +343,196 @@ _URL_FORMATS = frozenset({"uri", "url", "uri-reference", "iri", "iri-reference",
 _SECRET_TOKENS = frozenset({"password", "secret", "token", "fingerprint", "signature", "hash", "salt", "otp"})
 _PHONE_TOKENS = frozenset({"phone", "telephone", "mobile", "fax", "msisdn", "cellphone"})
 _URL_TOKENS = frozenset({"url", "uri", "href", "link", "website", "homepage", "permalink", "self"})
-_DATETIME_TOKENS = frozenset({"date", "time", "timestamp", "datetime", "deadline", "dob", "birthday", "birthdate",
-                              "created", "updated", "modified", "expires", "expiry", "expiration", "due",
-                              "since", "until", "scheduled"})
-_RECORD_TIME_TOKENS = frozenset({"created", "updated", "modified", "deleted", "archived", "creation",
-                                 "modification", "deletion", "edited", "changed", "synced", "indexed", "last"})
+_DATETIME_TOKENS = frozenset(
+    {
+        "date",
+        "time",
+        "timestamp",
+        "datetime",
+        "deadline",
+        "dob",
+        "birthday",
+        "birthdate",
+        "created",
+        "updated",
+        "modified",
+        "expires",
+        "expiry",
+        "expiration",
+        "due",
+        "since",
+        "until",
+        "scheduled",
+    }
+)
+_RECORD_TIME_TOKENS = frozenset(
+    {
+        "created",
+        "updated",
+        "modified",
+        "deleted",
+        "archived",
+        "creation",
+        "modification",
+        "deletion",
+        "edited",
+        "changed",
+        "synced",
+        "indexed",
+        "last",
+    }
+)
 _DATETIME_LAST = frozenset({"at", "on", "before", "after"})
-_MONEY_TOKENS = frozenset({"amount", "price", "cost", "fee", "fees", "balance", "salary", "budget", "revenue",
-                           "subtotal", "tax", "discount", "cents", "payment", "charge", "refund", "wage", "tip",
-                           "premium", "income", "spend", "spent", "payout"})
-_CODE_TOKENS = frozenset({"currency", "country", "language", "lang", "locale", "timezone", "tz", "iata", "icao",
-                          "airport", "iso"})
-_PLACE_TOKENS = frozenset({"address", "street", "city", "town", "postcode", "zip", "zipcode", "postal",
-                           "latitude", "longitude", "lat", "lng", "lon", "location", "venue", "place",
-                           "province", "county", "destination", "origin", "line1", "line2", "line3"})
-_PERSON_NAME_TOKENS = frozenset({"firstname", "lastname", "fullname", "surname", "givenname", "familyname",
-                                 "middlename"})
-_PERSON_NAME_PARTS = frozenset({"first", "last", "full", "given", "family", "middle", "holder", "passenger",
-                                "guest", "attendee", "traveller", "traveler", "patient", "customer", "contact"})
+_MONEY_TOKENS = frozenset(
+    {
+        "amount",
+        "price",
+        "cost",
+        "fee",
+        "fees",
+        "balance",
+        "salary",
+        "budget",
+        "revenue",
+        "subtotal",
+        "tax",
+        "discount",
+        "cents",
+        "payment",
+        "charge",
+        "refund",
+        "wage",
+        "tip",
+        "premium",
+        "income",
+        "spend",
+        "spent",
+        "payout",
+    }
+)
+_CODE_TOKENS = frozenset(
+    {"currency", "country", "language", "lang", "locale", "timezone", "tz", "iata", "icao", "airport", "iso"}
+)
+_PLACE_TOKENS = frozenset(
+    {
+        "address",
+        "street",
+        "city",
+        "town",
+        "postcode",
+        "zip",
+        "zipcode",
+        "postal",
+        "latitude",
+        "longitude",
+        "lat",
+        "lng",
+        "lon",
+        "location",
+        "venue",
+        "place",
+        "province",
+        "county",
+        "destination",
+        "origin",
+        "line1",
+        "line2",
+        "line3",
+    }
+)
+_PERSON_NAME_TOKENS = frozenset(
+    {"firstname", "lastname", "fullname", "surname", "givenname", "familyname", "middlename"}
+)
+_PERSON_NAME_PARTS = frozenset(
+    {
+        "first",
+        "last",
+        "full",
+        "given",
+        "family",
+        "middle",
+        "holder",
+        "passenger",
+        "guest",
+        "attendee",
+        "traveller",
+        "traveler",
+        "patient",
+        "customer",
+        "contact",
+    }
+)
 #: a label its owner chose for a thing ("User-provided name for a job", "seller-defined name"): not a person
-_SELF_NAMED = re.compile(r"(user|seller|customer|client|caller)[- ](provided|supplied|defined|friendly|assigned|"
-                         r"specified|readable|chosen)|human[- ]readable|friendly name|resource name", re.I)
+_SELF_NAMED = re.compile(
+    r"(user|seller|customer|client|caller)[- ](provided|supplied|defined|friendly|assigned|"
+    r"specified|readable|chosen)|human[- ]readable|friendly name|resource name",
+    re.I,
+)
 _API_LOCATOR = re.compile(r"\bapi\b|this resource|the resource\b|resource url|canonical url", re.I)
 _URL_DESCRIPTION = re.compile(r"^\W*(a |an |the )?(absolute |public |full )?(url|uri)\b", re.I)
 _NOT_PLACE_WORDS = re.compile(r"\b(url|uri|path|file|directory|bucket|folder|memory|disk|storage)\b", re.I)
-_PERSON_WORDS = re.compile(r"\b(person|people|contact|customer|user|author|employee|patient|doctor|member|"
-                           r"recipient|sender|owner|assignee|reporter|attendee|guest|passenger|traveller|"
-                           r"traveler|driver|student|teacher|first name|last name|full name|given name|"
-                           r"family name|surname)\b", re.I)
-_ORG_TOKENS = frozenset({"company", "organization", "organisation", "employer", "business", "merchant",
-                         "vendor", "supplier", "brand", "publisher", "manufacturer", "airline", "carrier"})
-_ORG_WORDS = re.compile(r"\b(company|organi[sz]ation|employer|business|merchant|vendor|supplier|brand|"
-                        r"publisher|manufacturer|airline|legal entity)\b", re.I)
+_PERSON_WORDS = re.compile(
+    r"\b(person|people|contact|customer|user|author|employee|patient|doctor|member|"
+    r"recipient|sender|owner|assignee|reporter|attendee|guest|passenger|traveller|"
+    r"traveler|driver|student|teacher|first name|last name|full name|given name|"
+    r"family name|surname)\b",
+    re.I,
+)
+_ORG_TOKENS = frozenset(
+    {
+        "company",
+        "organization",
+        "organisation",
+        "employer",
+        "business",
+        "merchant",
+        "vendor",
+        "supplier",
+        "brand",
+        "publisher",
+        "manufacturer",
+        "airline",
+        "carrier",
+    }
+)
+_ORG_WORDS = re.compile(
+    r"\b(company|organi[sz]ation|employer|business|merchant|vendor|supplier|brand|"
+    r"publisher|manufacturer|airline|legal entity)\b",
+    re.I,
+)
 _GEO_WORDS = re.compile(r"\b(country|state or province|province|geograph|city|postal|address)\b", re.I)
 _COUNT_WORDS = re.compile(r"\b(number of|count of|how many|maximum|minimum|limit|index|offset|page)\b", re.I)
 _MONEY_WORDS = re.compile(r"\b(amount|price|cost|currency|cents|monetary|money|paid|payment|balance)\b", re.I)
-_FREE_TEXT_TOKENS = frozenset({"title", "subject", "description", "body", "message", "text", "content",
-                               "comment", "comments", "note", "notes", "summary", "bio", "caption", "label",
-                               "name", "query", "q", "search", "reason", "instructions", "headline",
-                               "markdown", "html", "details", "remarks"})
+_FREE_TEXT_TOKENS = frozenset(
+    {
+        "title",
+        "subject",
+        "description",
+        "body",
+        "message",
+        "text",
+        "content",
+        "comment",
+        "comments",
+        "note",
+        "notes",
+        "summary",
+        "bio",
+        "caption",
+        "label",
+        "name",
+        "query",
+        "q",
+        "search",
+        "reason",
+        "instructions",
+        "headline",
+        "markdown",
+        "html",
+        "details",
+        "remarks",
+    }
+)
 
 
 def name_tokens(name: str) -> tuple[str, ...]:
@@ -396,8 +573,7 @@ def value_kind(param: Parameter) -> str:
     name = param.name
     norm = normalize_name(name)
     fmt = (param.format or "").lower()
-    if is_identifier_name(name) or _ID_SUFFIX_RE.search(name) or norm in _OPAQUE_NORMALIZED \
-            or fmt in _OPAQUE_FORMATS:
+    if is_identifier_name(name) or _ID_SUFFIX_RE.search(name) or norm in _OPAQUE_NORMALIZED or fmt in _OPAQUE_FORMATS:
         return IDENTIFIER
     if fmt in ("email", "idn-email"):
         return EMAIL
@@ -408,8 +584,11 @@ def value_kind(param: Parameter) -> str:
         return _url_or_locator(tokens, param.description or "")
     if fmt in ("phone", "phone-number", "tel"):
         return PHONE
-    if param.type == "boolean" or param.type == "object" or (param.type == "array" and param.item_type not in
-                                                              SCALAR_TYPES):
+    if (
+        param.type == "boolean"
+        or param.type == "object"
+        or (param.type == "array" and param.item_type not in SCALAR_TYPES)
+    ):
         return OTHER
     words = set(tokens)
     # plural array names (emails, phones, urls): singular words
@@ -433,10 +612,14 @@ def value_kind(param: Parameter) -> str:
     if last in _MONEY_TOKENS or (last in ("total", "value") and _MONEY_WORDS.search(desc)):
         if (numeric or param.type == "string") and not _COUNT_WORDS.search(desc):
             return MONEY
-    if (words & _PLACE_TOKENS and not words & {"ip", "mac", "email", "wallet", "memory"}) \
-            or (words & {"state", "region"} and _GEO_WORDS.search(desc)):
-        if (not numeric or words & {"latitude", "longitude", "lat", "lng", "lon"}) \
-                and not _NOT_PLACE_WORDS.search(desc) and last not in ("type", "kind", "id", "count"):
+    if (words & _PLACE_TOKENS and not words & {"ip", "mac", "email", "wallet", "memory"}) or (
+        words & {"state", "region"} and _GEO_WORDS.search(desc)
+    ):
+        if (
+            (not numeric or words & {"latitude", "longitude", "lat", "lng", "lon"})
+            and not _NOT_PLACE_WORDS.search(desc)
+            and last not in ("type", "kind", "id", "count")
+        ):
             return PLACE
     self_named = bool(_SELF_NAMED.search(desc))
     if words & _PERSON_NAME_TOKENS or ("name" in words and words & _PERSON_NAME_PARTS):
@@ -463,21 +646,49 @@ def edge_value_kind(src_kind: str, dst_kind: str) -> str:
 
 
 _FAMILY_WORDS: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
-    PERSON_NAME: (("first", frozenset({"first", "given", "firstname", "givenname"})),
-                  ("last", frozenset({"last", "family", "surname", "lastname", "familyname"}))),
-    CODE: (("currency", frozenset({"currency"})), ("country", frozenset({"country"})),
-           ("language", frozenset({"language", "lang", "locale"})), ("timezone", frozenset({"timezone", "tz", "zone"})),
-           ("airport", frozenset({"airport", "iata", "icao"}))),
+    PERSON_NAME: (
+        ("first", frozenset({"first", "given", "firstname", "givenname"})),
+        ("last", frozenset({"last", "family", "surname", "lastname", "familyname"})),
+    ),
+    CODE: (
+        ("currency", frozenset({"currency"})),
+        ("country", frozenset({"country"})),
+        ("language", frozenset({"language", "lang", "locale"})),
+        ("timezone", frozenset({"timezone", "tz", "zone"})),
+        ("airport", frozenset({"airport", "iata", "icao"})),
+    ),
     # dates by their role: when something starts, when it ends or is due, a birth date; a date of no
     # stated role (``date``, ``timestamp``) has no family
-    DATETIME: (("birth", frozenset({"birth", "dob", "birthday", "birthdate"})),
-               ("start", frozenset({"start", "starts", "begin", "from", "since", "after", "departure", "checkin"})),
-               ("end", frozenset({"end", "ends", "until", "before", "due", "deadline", "expires", "expiry",
-                                  "expiration", "arrival", "checkout"}))),
-    PLACE: (("city", frozenset({"city", "town"})), ("postal", frozenset({"postal", "zip", "zipcode", "postcode"})),
-            ("latitude", frozenset({"lat", "latitude"})), ("longitude", frozenset({"lng", "lon", "longitude"})),
-            ("region", frozenset({"state", "province", "region", "county"})),
-            ("street", frozenset({"street", "line1", "line2", "line3", "address"}))),
+    DATETIME: (
+        ("birth", frozenset({"birth", "dob", "birthday", "birthdate"})),
+        ("start", frozenset({"start", "starts", "begin", "from", "since", "after", "departure", "checkin"})),
+        (
+            "end",
+            frozenset(
+                {
+                    "end",
+                    "ends",
+                    "until",
+                    "before",
+                    "due",
+                    "deadline",
+                    "expires",
+                    "expiry",
+                    "expiration",
+                    "arrival",
+                    "checkout",
+                }
+            ),
+        ),
+    ),
+    PLACE: (
+        ("city", frozenset({"city", "town"})),
+        ("postal", frozenset({"postal", "zip", "zipcode", "postcode"})),
+        ("latitude", frozenset({"lat", "latitude"})),
+        ("longitude", frozenset({"lng", "lon", "longitude"})),
+        ("region", frozenset({"state", "province", "region", "county"})),
+        ("street", frozenset({"street", "line1", "line2", "line3", "address"})),
+    ),
 }
 #: Shared kinds whose values are interchangeable across APIs whatever the parameters are called: an e-mail
 #: address is an e-mail address, and an event's date can be the day another thing is planned for (a due
@@ -488,7 +699,8 @@ FAMILY_KINDS = frozenset({EMAIL, PHONE, PERSON_NAME, ORGANIZATION, PLACE, MONEY,
 def value_family(param: Parameter, kind: str | None = None) -> str | None:
     """The family of a shared value that another API's parameter of the same family can take, or None:
     ``email``, ``phone``, ``organization``, ``money``; event dates by role (``datetime:start``,
-    ``datetime:end``, ``datetime:birth``; record times and dates of no stated role None); person names by part (``person_name:first``,
+    ``datetime:end``, ``datetime:birth``; record times and dates of no stated role None); person names by part
+    (``person_name:first``,
     ``person_name:last``, ``person_name:full``); codes by standard (``code:currency``, ``code:country``,
     ``code:language``, ``code:timezone``, ``code:airport``; other codes None); places by part
     (``place:city``, ``place:postal``, ``place:street``...; other places None). Kinds outside

@@ -9,7 +9,8 @@ Rows downstream (trajectories) are reused by chain id in the same way.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envfactory_assets.store.schema import COMMON
 
@@ -27,21 +28,30 @@ def unaffected(chain_row: dict[str, Any], verified_ids: dict[str, str]) -> bool:
 
     ``verified_ids``: ``{env_id: verified_environments.id}`` of the environments that pass now.
     """
-    return all(verified_ids.get(env) == ver
-               for env, ver in zip(chain_row["env_ids"], chain_row["verified_environment_ids"], strict=True))
+    return all(
+        verified_ids.get(env) == ver
+        for env, ver in zip(chain_row["env_ids"], chain_row["verified_environment_ids"], strict=True)
+    )
 
 
-def merge_chains(previous: list[dict[str, Any]], fresh: list[dict[str, Any]], verified_ids: dict[str, str],
-                 n_per_sampler: dict[str, int], still_valid: Callable[[dict[str, Any]], bool] = lambda r: True,
-                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def merge_chains(
+    previous: list[dict[str, Any]],
+    fresh: list[dict[str, Any]],
+    verified_ids: dict[str, str],
+    n_per_sampler: dict[str, int],
+    still_valid: Callable[[dict[str, Any]], bool] = lambda r: True,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(chain rows to make current, previous rows reused)``.
 
     Per sampler: previous rows that are :func:`unaffected` and ``still_valid`` are kept (same ids);
     then ``fresh`` rows (in their sampling order) are added, skipping a chain key or tool sequence already
     kept, until ``n_per_sampler[sampler]`` chains. A sampler missing from ``n_per_sampler`` keeps nothing.
     """
-    kept = [as_written(r) for r in previous
-            if n_per_sampler.get(r["sampler"], 0) > 0 and unaffected(r, verified_ids) and still_valid(r)]
+    kept = [
+        as_written(r)
+        for r in previous
+        if n_per_sampler.get(r["sampler"], 0) > 0 and unaffected(r, verified_ids) and still_valid(r)
+    ]
     out: list[dict[str, Any]] = []
     for sampler, n in n_per_sampler.items():
         mine = sorted((r for r in kept if r["sampler"] == sampler), key=lambda r: r["chain_key"])[:n]
@@ -51,8 +61,12 @@ def merge_chains(previous: list[dict[str, Any]], fresh: list[dict[str, Any]], ve
         for r in fresh:
             if len(mine) >= n:
                 break
-            if r["sampler"] != sampler or r["chain_key"] in keys or r["id"] in ids \
-                    or tuple(r["tools"]["tools"]) in tools:
+            if (
+                r["sampler"] != sampler
+                or r["chain_key"] in keys
+                or r["id"] in ids
+                or tuple(r["tools"]["tools"]) in tools
+            ):
                 continue
             mine.append(r)
             keys.add(r["chain_key"])
@@ -63,8 +77,11 @@ def merge_chains(previous: list[dict[str, Any]], fresh: list[dict[str, Any]], ve
     return out, [r for r in out if r["id"] in reused_ids]
 
 
-def split_by_previous(items: list[dict[str, Any]], previous: list[dict[str, Any]], link: str,
-                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_by_previous(
+    items: list[dict[str, Any]],
+    previous: list[dict[str, Any]],
+    link: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(previous rows whose ``link`` id is an item's id, items that have no such previous row)``:
     what can be reused as is and what must be computed."""
     by_parent = {r[link]: r for r in previous}

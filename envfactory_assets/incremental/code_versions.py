@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 CODE_SUFFIXES = (".py", ".sql", ".jinja", ".j2", ".txt", ".json", ".yaml", ".yml")
 VERSION_HEX_CHARS = 12
@@ -21,8 +21,9 @@ def _files(path: Path) -> list[Path]:
         return [path]
     if not path.is_dir():
         raise FileNotFoundError(f"code path {path} does not exist")
-    return sorted(p for p in path.rglob("*")
-                  if p.is_file() and p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts)
+    return sorted(
+        p for p in path.rglob("*") if p.is_file() and p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts
+    )
 
 
 def tree_hash(paths: Iterable[Path | str]) -> str:

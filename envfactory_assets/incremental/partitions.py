@@ -7,7 +7,7 @@ to_identifier`), never a content hash: editing a document keeps its partition an
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 ENVIRONMENT_PARTITIONS = "environment"
 PARTITION_KEY_RE = re.compile(r"^[a-z0-9_]{1,128}$")
@@ -21,8 +21,10 @@ def partition_key(resource_key: str) -> str:
             or longer than 128 characters.
     """
     if not isinstance(resource_key, str) or not PARTITION_KEY_RE.match(resource_key):
-        raise ValueError(f"resource key {resource_key!r} is not a valid environment partition key "
-                         f"(expected {PARTITION_KEY_RE.pattern})")
+        raise ValueError(
+            f"resource key {resource_key!r} is not a valid environment partition key "
+            f"(expected {PARTITION_KEY_RE.pattern})"
+        )
     return resource_key
 
 

@@ -10,15 +10,22 @@ the store (one DuckDB writer at a time, docs/design.md, "Paper settings and meas
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
 from envfactory_assets.incremental.partitions import PARTITION_KEY_RE
 from envfactory_assets.sources.scan import (
-    ENTRY_REASONS, Rejection, SourceResource, corpus_files, inspect_file, safe_name)
+    ENTRY_REASONS,
+    Rejection,
+    SourceResource,
+    corpus_files,
+    inspect_file,
+    safe_name,
+)
 
 SHA_CHARS = 16
 
@@ -47,8 +54,9 @@ def encode_cursor(files: dict[str, list[Any]], complete: bool) -> str:
     return orjson.dumps({"files": files, "complete": complete}, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def snapshot(roots: Iterable[Path], previous: dict[str, list[Any]] | None,
-             max_parses: int = 500) -> tuple[dict[str, list[Any]], int]:
+def snapshot(
+    roots: Iterable[Path], previous: dict[str, list[Any]] | None, max_parses: int = 500
+) -> tuple[dict[str, list[Any]], int]:
     """``(files map of every document under roots, number of documents left unparsed this tick)``.
 
     A document whose ``[mtime_ns, size]`` match ``previous`` keeps its entry unread. Rejected documents
@@ -97,8 +105,12 @@ def run_key(key: str, sha: str | None) -> str:
     return f"{key}@{sha[:SHA_CHARS]}" if sha else f"{key}@removed"
 
 
-def plan(previous: dict[str, list[Any]] | None, current: dict[str, list[Any]], partitions: Iterable[str],
-         user_roots: Iterable[Path] = ()) -> WatchPlan:
+def plan(
+    previous: dict[str, list[Any]] | None,
+    current: dict[str, list[Any]],
+    partitions: Iterable[str],
+    user_roots: Iterable[Path] = (),
+) -> WatchPlan:
     """Runs for the partitions whose document changed, appeared or disappeared since ``previous``, and new
     partitions for accepted documents in ``user_roots`` whose key is not a partition yet.
 

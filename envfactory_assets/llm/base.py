@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: One chat message: ``{"role": "system" | "user" | "assistant", "content": str}``.
 Message = Mapping[str, Any]
@@ -39,7 +40,8 @@ class BudgetExceeded(LLMError):
         super().__init__(
             f"token_budget exceeded{' for role ' + repr(role) if role else ''}: {used} tokens used or reserved "
             f"+ {needed} estimated for this call > token_budget={budget}; raise token_budget or reuse the "
-            f"response cache (cache_path)")
+            f"response cache (cache_path)"
+        )
 
 
 class EndpointUnreachable(LLMError):
@@ -108,9 +110,9 @@ class ChatBackend(Protocol):
     library's own exception.
     """
 
-    def complete(self, messages: Sequence[Message], *, role: str, max_tokens: int,
-                 temperature: float = 0.0) -> Completion:
-        ...
+    def complete(
+        self, messages: Sequence[Message], *, role: str, max_tokens: int, temperature: float = 0.0
+    ) -> Completion: ...
 
 
 def concurrency_of(backend: Any) -> int:

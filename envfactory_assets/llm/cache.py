@@ -57,16 +57,17 @@ class ResponseCache:
         """
         with self._lock:
             row = self._db.execute(
-                "SELECT text, prompt_tokens, completion_tokens FROM responses WHERE key = ? AND text != ''",
-                (key,)).fetchone()
+                "SELECT text, prompt_tokens, completion_tokens FROM responses WHERE key = ? AND text != ''", (key,)
+            ).fetchone()
         if row is None:
             return None
         return Completion(text=row[0], prompt_tokens=row[1], completion_tokens=row[2], cached=True)
 
     def __contains__(self, key: str) -> bool:
         with self._lock:
-            return self._db.execute("SELECT 1 FROM responses WHERE key = ? AND text != ''",
-                                    (key,)).fetchone() is not None
+            return (
+                self._db.execute("SELECT 1 FROM responses WHERE key = ? AND text != ''", (key,)).fetchone() is not None
+            )
 
     def put(self, key: str, completion: Completion, *, model: str, role: str, request: str) -> bool:
         """Store ``completion`` under ``key`` (``request`` is the canonical request JSON, kept for audits).
@@ -80,8 +81,17 @@ class ResponseCache:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, model, role, request, completion.text, completion.prompt_tokens,
-                 completion.completion_tokens, time.time()))
+                (
+                    key,
+                    model,
+                    role,
+                    request,
+                    completion.text,
+                    completion.prompt_tokens,
+                    completion.completion_tokens,
+                    time.time(),
+                ),
+            )
         return True
 
     def __len__(self) -> int:

@@ -12,9 +12,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from envfactory_assets.llm.base import (
     BackendConfigError,
@@ -61,15 +62,28 @@ class OpenAICompatibleBackend:
         BackendConfigError: a setting is missing or out of range (the message names it).
     """
 
-    def __init__(self, base_url: str | None, model: str | None, api_key: str | None = None, *,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, max_retries: int = 4, backoff_s: float = 1.0,
-                 max_backoff_s: float = 30.0, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-                 cache_path: str | Path | None = None, token_budget: int | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str | None,
+        model: str | None,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        cache_path: str | Path | None = None,
+        token_budget: int | None = None,
+    ) -> None:
         if not base_url or not str(base_url).strip():
-            raise BackendConfigError("OpenAICompatibleBackend: base_url is required "
-                                     "(the endpoint's API root, e.g. http://127.0.0.1:8000/v1)")
+            raise BackendConfigError(
+                "OpenAICompatibleBackend: base_url is required (the endpoint's API root, e.g. http://127.0.0.1:8000/v1)"
+            )
         if not str(base_url).startswith(("http://", "https://")):
-            raise BackendConfigError(f"OpenAICompatibleBackend: base_url={base_url!r} must start with http:// or https://")
+            raise BackendConfigError(
+                f"OpenAICompatibleBackend: base_url={base_url!r} must start with http:// or https://"
+            )
         if not model or not str(model).strip():
             raise BackendConfigError("OpenAICompatibleBackend: model is required (the model name the endpoint serves)")
         if timeout_s <= 0:
@@ -99,8 +113,8 @@ class OpenAICompatibleBackend:
         self._client = openai.OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout_s, max_retries=0)
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
         self._lock = threading.Lock()
-        self._used = 0       # tokens spent by finished calls
-        self._reserved = 0   # tokens reserved by calls in flight
+        self._used = 0  # tokens spent by finished calls
+        self._reserved = 0  # tokens reserved by calls in flight
         self._stats = {"calls": 0, "cached": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0}
         self._by_role: dict[str, dict[str, int]] = {}
         self._in_flight: dict[str, threading.Event] = {}  # request keys being asked, when caching
@@ -117,8 +131,11 @@ class OpenAICompatibleBackend:
         """Counters so far: ``calls`` (HTTP calls that returned), ``cached`` (cache hits), ``retries``,
         ``prompt_tokens``, ``completion_tokens``, ``token_budget``, and ``by_role`` (the same per role)."""
         with self._lock:
-            return {**self._stats, "token_budget": self.token_budget,
-                    "by_role": {r: dict(v) for r, v in self._by_role.items()}}
+            return {
+                **self._stats,
+                "token_budget": self.token_budget,
+                "by_role": {r: dict(v) for r, v in self._by_role.items()},
+            }
 
     def _params(self, max_tokens: int, temperature: float) -> dict[str, Any]:
         return {"max_tokens": int(max_tokens), "temperature": float(temperature)}
@@ -146,8 +163,9 @@ class OpenAICompatibleBackend:
 
     # ------------------------------------------------------------------------------------------- calls
 
-    def complete(self, messages: Sequence[Message], *, role: str, max_tokens: int = 1024,
-                 temperature: float = 0.0) -> Completion:
+    def complete(
+        self, messages: Sequence[Message], *, role: str, max_tokens: int = 1024, temperature: float = 0.0
+    ) -> Completion:
         """One chat completion (see :class:`~envfactory_assets.llm.base.ChatBackend`).
 
         Returns the cached reply (``cached=True``, no request, no tokens) when the same model, messages
@@ -199,8 +217,13 @@ class OpenAICompatibleBackend:
                     return hit
                 completion = self._fetch(messages, params, role, max_tokens)
                 if completion.text:
-                    self.cache.put(key, completion, model=self.model, role=role,
-                                   request=canonical_request(self.model, messages, params))
+                    self.cache.put(
+                        key,
+                        completion,
+                        model=self.model,
+                        role=role,
+                        request=canonical_request(self.model, messages, params),
+                    )
                 return completion
             finally:
                 with self._lock:
@@ -210,11 +233,11 @@ class OpenAICompatibleBackend:
     def _count_cached(self, role: str) -> None:
         with self._lock:
             self._stats["cached"] += 1
-            self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0,
-                                            "completion_tokens": 0})["cached"] += 1
+            self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0})[
+                "cached"
+            ] += 1
 
-    def _fetch(self, messages: list[dict[str, Any]], params: dict[str, Any], role: str,
-               max_tokens: int) -> Completion:
+    def _fetch(self, messages: list[dict[str, Any]], params: dict[str, Any], role: str, max_tokens: int) -> Completion:
         """One request (budget reserved before, settled after), in one of the ``max_concurrency`` slots."""
         needed = estimate_prompt_tokens(messages) + int(max_tokens)
         self._reserve(needed, role)
@@ -238,7 +261,8 @@ class OpenAICompatibleBackend:
                 # The raw body, parsed here: the client's own parsing turns a non-JSON body into a bare
                 # JSONDecodeError and a reply without choices into an empty completion.
                 raw = self._client.chat.completions.with_raw_response.create(
-                    model=self.model, messages=messages, **params)
+                    model=self.model, messages=messages, **params
+                )
                 body = raw.content
             except openai.APIStatusError as exc:
                 status = exc.status_code
@@ -246,7 +270,9 @@ class OpenAICompatibleBackend:
                     raise RequestRejected(
                         f"{self.base_url} refused the {role!r} request for model={self.model!r} with HTTP {status} "
                         f"on attempt {attempt} of {total}: {_error_message(exc)} (not retried; check model and "
-                        f"max_tokens)", status) from exc
+                        f"max_tokens)",
+                        status,
+                    ) from exc
                 last, malformed = f"attempt {attempt} of {total}: HTTP {status}: {_error_message(exc)}", False
                 retry_after = _retry_after(exc)
             except openai.APIConnectionError as exc:  # includes APITimeoutError
@@ -266,10 +292,12 @@ class OpenAICompatibleBackend:
         if malformed:
             raise MalformedReply(
                 f"{where} sent no usable chat completion in {total} attempt(s) (max_retries={self.max_retries}); "
-                f"last error: {last}")
+                f"last error: {last}"
+            )
         raise EndpointUnreachable(
             f"{where} did not answer after {total} attempt(s) (max_retries={self.max_retries}, "
-            f"timeout_s={self.timeout_s}); last error: {last}")
+            f"timeout_s={self.timeout_s}); last error: {last}"
+        )
 
     @staticmethod
     def _completion(body: bytes, messages: list[dict[str, Any]]) -> Completion:
@@ -303,7 +331,8 @@ class OpenAICompatibleBackend:
             text=text,
             prompt_tokens=prompt if _count(prompt) else estimate_prompt_tokens(messages),
             completion_tokens=completion if _count(completion) else estimate_tokens(text),
-            cached=False)
+            cached=False,
+        )
 
     def complete_many(self, requests: Sequence[ChatRequest], *, return_exceptions: bool = False) -> list[Any]:
         """Run ``requests`` with at most ``max_concurrency`` in flight; replies in request order.
@@ -313,10 +342,12 @@ class OpenAICompatibleBackend:
             return_exceptions: put each failed request's :class:`LLMError` in its slot instead of
                 raising the first one (after every request has finished).
         """
+
         def one(req: ChatRequest) -> Any:
             try:
-                return self.complete(req.messages, role=req.role, max_tokens=req.max_tokens,
-                                     temperature=req.temperature)
+                return self.complete(
+                    req.messages, role=req.role, max_tokens=req.max_tokens, temperature=req.temperature
+                )
             except Exception as exc:
                 if return_exceptions:
                     return exc
@@ -324,8 +355,7 @@ class OpenAICompatibleBackend:
 
         if not requests:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests)),
-                                thread_name_prefix="llm") as pool:
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests)), thread_name_prefix="llm") as pool:
             futures = [pool.submit(one, r) for r in requests]
             return [f.result() for f in futures]
 
@@ -339,7 +369,9 @@ class OpenAICompatibleBackend:
         """
         calls = cached = prompt = most = 0
         for req in requests:
-            key = request_key(self.model, [dict(m) for m in req.messages], self._params(req.max_tokens, req.temperature))
+            key = request_key(
+                self.model, [dict(m) for m in req.messages], self._params(req.max_tokens, req.temperature)
+            )
             if self.cache is not None and key in self.cache:
                 cached += 1
             else:
@@ -354,7 +386,7 @@ class OpenAICompatibleBackend:
         if self.cache is not None:
             self.cache.close()
 
-    def __enter__(self) -> "OpenAICompatibleBackend":
+    def __enter__(self) -> OpenAICompatibleBackend:
         return self
 
     def __exit__(self, *exc: object) -> None:

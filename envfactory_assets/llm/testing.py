@@ -24,8 +24,9 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable
+from typing import Any
 
 Item = Any  # str | int | dict
 
@@ -38,14 +39,31 @@ class FakeChatServer:
         requests: JSON bodies of every chat request received (errors included), in order.
     """
 
-    def __init__(self, script: Iterable[Item] = (), responder: Callable[[dict[str, Any]], Item] | None = None, *,
-                 delay_s: float = 0.0, max_requests: int | None = None, lifetime_s: float | None = None,
-                 keep_alive: bool = False) -> None:
-        if delay_s < 0 or (max_requests is not None and max_requests < 0) or \
-                (lifetime_s is not None and lifetime_s <= 0):
-            raise ValueError(f"FakeChatServer: delay_s={delay_s} and max_requests={max_requests} must be >= 0, "
-                             f"lifetime_s={lifetime_s} positive or None")
-        self.delay_s, self.max_requests, self.lifetime_s, self.keep_alive = delay_s, max_requests, lifetime_s, keep_alive
+    def __init__(
+        self,
+        script: Iterable[Item] = (),
+        responder: Callable[[dict[str, Any]], Item] | None = None,
+        *,
+        delay_s: float = 0.0,
+        max_requests: int | None = None,
+        lifetime_s: float | None = None,
+        keep_alive: bool = False,
+    ) -> None:
+        if (
+            delay_s < 0
+            or (max_requests is not None and max_requests < 0)
+            or (lifetime_s is not None and lifetime_s <= 0)
+        ):
+            raise ValueError(
+                f"FakeChatServer: delay_s={delay_s} and max_requests={max_requests} must be >= 0, "
+                f"lifetime_s={lifetime_s} positive or None"
+            )
+        self.delay_s, self.max_requests, self.lifetime_s, self.keep_alive = (
+            delay_s,
+            max_requests,
+            lifetime_s,
+            keep_alive,
+        )
         self._timer: threading.Timer | None = None
         self.stopped = threading.Event()
         self._script: deque[Item] = deque(script)
@@ -70,7 +88,7 @@ class FakeChatServer:
                 return self._script.popleft()
         return self.responder(body) if self.responder else 500
 
-    def start(self) -> "FakeChatServer":
+    def start(self) -> FakeChatServer:
         """Bind 127.0.0.1 on a free port and serve on a daemon thread."""
         owner = self
 
@@ -108,20 +126,39 @@ class FakeChatServer:
                     item = {"content": item}
                 status = int(item.get("status", 200))
                 if status != 200:
-                    self._send(status, {"error": {"message": item.get("message", f"scripted HTTP {status}"),
-                                                  "type": "scripted", "code": status}}, item.get("headers"))
+                    self._send(
+                        status,
+                        {
+                            "error": {
+                                "message": item.get("message", f"scripted HTTP {status}"),
+                                "type": "scripted",
+                                "code": status,
+                            }
+                        },
+                        item.get("headers"),
+                    )
                     return
                 content = item.get("content", "")
                 prompt_chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
-                usage = item.get("usage") or {"prompt_tokens": -(-prompt_chars // 4),
-                                              "completion_tokens": -(-len(content) // 4)}
+                usage = item.get("usage") or {
+                    "prompt_tokens": -(-prompt_chars // 4),
+                    "completion_tokens": -(-len(content) // 4),
+                }
                 usage = {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
-                self._send(200, {
-                    "id": f"chatcmpl-{len(owner.requests)}", "object": "chat.completion", "created": 0,
-                    "model": body.get("model", ""),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": usage}, item.get("headers"))
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(owner.requests)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model", ""),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": usage,
+                    },
+                    item.get("headers"),
+                )
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 128  # many clients connecting at once are queued, not refused
@@ -148,7 +185,7 @@ class FakeChatServer:
             self._timer.cancel()
         self.stopped.set()
 
-    def __enter__(self) -> "FakeChatServer":
+    def __enter__(self) -> FakeChatServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

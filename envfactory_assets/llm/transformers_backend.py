@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from envfactory_assets.llm.base import BackendConfigError, Completion, LLMError, Message
 
@@ -37,8 +38,10 @@ class TransformersBackend:
     def __init__(self, model_dir: str | Path, *, device: str = "cpu", max_input_tokens: int = 8192) -> None:
         path = Path(model_dir) if model_dir else None
         if path is None or not (path / "config.json").is_file():
-            raise BackendConfigError(f"TransformersBackend: model_dir={str(model_dir)!r} is not a local model folder "
-                                     "(no config.json); nothing is downloaded, point it at a saved model")
+            raise BackendConfigError(
+                f"TransformersBackend: model_dir={str(model_dir)!r} is not a local model folder "
+                "(no config.json); nothing is downloaded, point it at a saved model"
+            )
         self.model_dir = path
         self.device = device
         self.max_input_tokens = max_input_tokens
@@ -56,8 +59,10 @@ class TransformersBackend:
             return {**self._stats, "by_role": {r: dict(v) for r, v in self._by_role.items()}}
 
     def _count(self, role: str, prompt: int, completion: int, seconds: float) -> None:
-        for stats in (self._stats, self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0,
-                                                                       "completion_tokens": 0})):
+        for stats in (
+            self._stats,
+            self._by_role.setdefault(role, {"calls": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0}),
+        ):
             stats["calls"] += 1
             stats["prompt_tokens"] += prompt
             stats["completion_tokens"] += completion
@@ -74,8 +79,9 @@ class TransformersBackend:
             self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), local_files_only=True)
         except Exception as exc:  # a half-saved folder, a missing tokenizer, an unknown architecture
-            raise BackendConfigError(f"TransformersBackend: model_dir={str(self.model_dir)!r} cannot be loaded: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+            raise BackendConfigError(
+                f"TransformersBackend: model_dir={str(self.model_dir)!r} cannot be loaded: {type(exc).__name__}: {exc}"
+            ) from exc
         model.to(self.device)
         model.eval()
         self._model = model
@@ -89,10 +95,11 @@ class TransformersBackend:
         else:
             text = "\n".join(f"{m['role']}: {m['content']}" for m in msgs) + "\nassistant:"
             ids = tok(text, return_tensors="pt")["input_ids"]
-        return ids[:, -self.max_input_tokens:]
+        return ids[:, -self.max_input_tokens :]
 
-    def complete(self, messages: Sequence[Message], *, role: str, max_tokens: int = 1024,
-                 temperature: float = 0.0) -> Completion:
+    def complete(
+        self, messages: Sequence[Message], *, role: str, max_tokens: int = 1024, temperature: float = 0.0
+    ) -> Completion:
         """Greedy generation (``temperature`` is ignored: local runs are deterministic).
 
         Raises:
@@ -110,13 +117,19 @@ class TransformersBackend:
             started = time.monotonic()
             try:
                 with torch.no_grad():
-                    out = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                               max_new_tokens=int(max_tokens), do_sample=False,
-                                               pad_token_id=pad)
+                    out = self._model.generate(
+                        input_ids=ids,
+                        attention_mask=torch.ones_like(ids),
+                        max_new_tokens=int(max_tokens),
+                        do_sample=False,
+                        pad_token_id=pad,
+                    )
             except Exception as exc:
-                raise LLMError(f"TransformersBackend({self.model_dir.name}) failed to generate for role "
-                               f"{role!r}: {type(exc).__name__}: {exc}") from exc
-            new = out[0, ids.shape[1]:]
+                raise LLMError(
+                    f"TransformersBackend({self.model_dir.name}) failed to generate for role "
+                    f"{role!r}: {type(exc).__name__}: {exc}"
+                ) from exc
+            new = out[0, ids.shape[1] :]
             text = self._tokenizer.decode(new, skip_special_tokens=True)
             self._count(role, int(ids.shape[1]), int(new.shape[0]), time.monotonic() - started)
         return Completion(text=text, prompt_tokens=int(ids.shape[1]), completion_tokens=int(new.shape[0]), cached=False)

@@ -34,8 +34,10 @@ def _known_text(known: list[str], env_id: str) -> str:
     if close:
         return f"nearest verified environments: {', '.join(close)} (envfactory environments lists all {len(known)})"
     more = f" and {len(known) - _KNOWN_SHOWN} more" if len(known) > _KNOWN_SHOWN else ""
-    return (f"no verified environment has a close id; verified environments: {', '.join(known[:_KNOWN_SHOWN])}"
-            f"{more} (envfactory environments lists them all)")
+    return (
+        f"no verified environment has a close id; verified environments: {', '.join(known[:_KNOWN_SHOWN])}"
+        f"{more} (envfactory environments lists them all)"
+    )
 
 
 def load_environment_from_store(store_path: Path | str, env_id: str) -> dict[str, Any]:
@@ -61,15 +63,18 @@ def load_environment_from_store(store_path: Path | str, env_id: str) -> dict[str
         else:
             # The environments row each passed verification checked; several can be current only in a store
             # written by hand, so take the newest verification whose environment row is still current.
-            for verified in sorted(passed, key=lambda r: (r.get("written_at") is not None, r.get("written_at"),
-                                                          r["id"]), reverse=True):
+            for verified in sorted(
+                passed, key=lambda r: (r.get("written_at") is not None, r.get("written_at"), r["id"]), reverse=True
+            ):
                 rows = read_rows(con, "environments", f"id = {sql_string(verified['environment_id'])}")
                 if rows and rows[0]["status"] == "built":
                     return as_environment(rows[0])
     if passed:
         raise EnvironmentNotServable(
-            env_id, f"environment {env_id!r} passed verification, but the environments row it verified "
-                    f"({passed[0]['environment_id']}) is no longer current; re-materialize verified_environments")
+            env_id,
+            f"environment {env_id!r} passed verification, but the environments row it verified "
+            f"({passed[0]['environment_id']}) is no longer current; re-materialize verified_environments",
+        )
     from envfactory_assets.catalog import servable_env_ids  # the error path only: it imports the builders
 
     known = _known_text(servable_env_ids(store), env_id)
@@ -79,5 +84,6 @@ def load_environment_from_store(store_path: Path | str, env_id: str) -> dict[str
         raise EnvironmentNotServable(env_id, f"environment {env_id!r} is not verified: {detail}; {known}")
     if built:
         raise EnvironmentNotServable(
-            env_id, f"environment {env_id!r} has not been verified (no verified_environments row); {known}")
+            env_id, f"environment {env_id!r} has not been verified (no verified_environments row); {known}"
+        )
     raise EnvironmentNotServable(env_id, f"unknown environment {env_id!r}; {known}")

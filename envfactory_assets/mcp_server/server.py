@@ -55,8 +55,10 @@ def resolve_initial_state(environment: dict[str, Any], initial_state: str | dict
     states = {s["name"]: s for s in environment.get("initial_states") or []}
     loadable = sorted(name for name, s in states.items() if s.get("expect") == "load")
     if initial_state not in states or states[initial_state].get("expect") != "load":
-        raise ValueError(f"environment {environment['env_id']!r} has no loadable initial state "
-                         f"{initial_state!r}; choose one of {loadable}")
+        raise ValueError(
+            f"environment {environment['env_id']!r} has no loadable initial state "
+            f"{initial_state!r}; choose one of {loadable}"
+        )
     return copy.deepcopy(states[initial_state]["state"])
 
 
@@ -67,17 +69,19 @@ def tool_definitions(environment: dict[str, Any]) -> list[types.Tool]:
     for spec in environment["tools"]:
         output_schema = spec.get("output_schema")
         kind = spec.get("kind")
-        tools.append(types.Tool(
-            name=spec["name"],
-            description=spec.get("description") or spec["name"],
-            input_schema=copy.deepcopy(spec["input_schema"]),
-            output_schema=copy.deepcopy(output_schema) if _is_object_schema(output_schema) else None,
-            annotations=types.ToolAnnotations(
-                read_only_hint=bool(spec.get("read_only")),
-                destructive_hint=kind in ("update", "delete", "action") if not spec.get("read_only") else None,
-                open_world_hint=False,
-            ),
-        ))
+        tools.append(
+            types.Tool(
+                name=spec["name"],
+                description=spec.get("description") or spec["name"],
+                input_schema=copy.deepcopy(spec["input_schema"]),
+                output_schema=copy.deepcopy(output_schema) if _is_object_schema(output_schema) else None,
+                annotations=types.ToolAnnotations(
+                    read_only_hint=bool(spec.get("read_only")),
+                    destructive_hint=kind in ("update", "delete", "action") if not spec.get("read_only") else None,
+                    open_world_hint=False,
+                ),
+            )
+        )
     return tools
 
 
@@ -115,13 +119,19 @@ def _argument_error(validator: Validator, arguments: dict[str, Any]) -> dict[str
     if error is None:
         return None
     path = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-    return {"type": "bad_arguments", "message": f"arguments{path}: {error.message}",
-            "schema_path": "/".join(str(p) for p in error.absolute_schema_path)}
+    return {
+        "type": "bad_arguments",
+        "message": f"arguments{path}: {error.message}",
+        "schema_path": "/".join(str(p) for p in error.absolute_schema_path),
+    }
 
 
-def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any] = "valid",
-                 limits: SandboxLimits | None = None,
-                 max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> Server[_ServerRun]:
+def build_server(
+    environment: dict[str, Any],
+    initial_state: str | dict[str, Any] = "valid",
+    limits: SandboxLimits | None = None,
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+) -> Server[_ServerRun]:
     """An MCP server whose tools are exactly ``environment``'s tools, each call run in a sandbox worker.
 
     Each run of the server (one stdio connection, one in-process client) starts its own worker and
@@ -153,7 +163,9 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
     tools = tool_definitions(environment)
     names = [tool.name for tool in tools]
     if len(set(names)) != len(names):
-        raise ValueError(f"environment {env_id!r} repeats tool names: {sorted({n for n in names if names.count(n) > 1})}")
+        raise ValueError(
+            f"environment {env_id!r} repeats tool names: {sorted({n for n in names if names.count(n) > 1})}"
+        )
     schemas = {spec["name"]: copy.deepcopy(spec["input_schema"]) for spec in environment["tools"]}
     validators: dict[str, Validator] = {}  # made at a tool's first call: see _validator
     state_label = initial_state if isinstance(initial_state, str) else "a given saved state"
@@ -178,22 +190,31 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
         finally:
             run.session.close()  # kills the worker: quick, and must happen even when cancelled
 
-    async def list_tools(ctx: ServerRequestContext[_ServerRun],
-                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        ctx: ServerRequestContext[_ServerRun], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in tools])
 
-    async def call_tool(ctx: ServerRequestContext[_ServerRun],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[_ServerRun], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         name = params.name
         if name not in schemas:
-            raise MCPError(types.INVALID_PARAMS, clip(f"Unknown tool: {clip(repr(name), 100)}; {env_id} has "
-                                                      f"tools {names}"))
+            raise MCPError(
+                types.INVALID_PARAMS, clip(f"Unknown tool: {clip(repr(name), 100)}; {env_id} has tools {names}")
+            )
         arguments = params.arguments or {}
         size = len(json.dumps(arguments, ensure_ascii=False).encode())
         if size > max_argument_bytes:
-            return _error_result({"type": "too_large", "message": (
-                f"the arguments of {name} are {size} bytes of JSON; this server takes at most "
-                f"{max_argument_bytes} bytes per call (serve-env --max-argument-bytes); the call did not run")})
+            return _error_result(
+                {
+                    "type": "too_large",
+                    "message": (
+                        f"the arguments of {name} are {size} bytes of JSON; this server takes at most "
+                        f"{max_argument_bytes} bytes per call (serve-env --max-argument-bytes); the call did not run"
+                    ),
+                }
+            )
         if name not in validators:
             validators[name] = _validator(schemas[name])
         problem = _argument_error(validators[name], arguments)
@@ -217,10 +238,12 @@ def build_server(environment: dict[str, Any], initial_state: str | dict[str, Any
         version=_package_version(),
         title=f"EnvFactory environment {env_id}",
         description=f"Executable, stateful tool environment {env_id} ({environment.get('domain', '?')}) "
-                    "built and verified by EnvFactory-Assets",
-        instructions=(f"Tools of the simulated API {env_id}. The state starts from the {state_label} initial "
-                      "state and persists across calls in this session; errors come back as tool errors "
-                      "with a JSON {\"error\": {\"type\", \"message\"}} text."),
+        "built and verified by EnvFactory-Assets",
+        instructions=(
+            f"Tools of the simulated API {env_id}. The state starts from the {state_label} initial "
+            "state and persists across calls in this session; errors come back as tool errors "
+            'with a JSON {"error": {"type", "message"}} text.'
+        ),
         lifespan=lifespan,
         get_tool_input_schema=lambda name: copy.deepcopy(schemas[name]) if name in schemas else None,
         on_list_tools=list_tools,

@@ -25,8 +25,9 @@ class EnvironmentSession:
         limits: sandbox limits; defaults to :class:`SandboxLimits()`.
     """
 
-    def __init__(self, environment: dict[str, Any], initial_state: dict[str, Any],
-                 limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self, environment: dict[str, Any], initial_state: dict[str, Any], limits: SandboxLimits | None = None
+    ) -> None:
         self.env_id: str = environment["env_id"]
         self._source: str = environment["source"]
         self._origin: str = environment.get("origin", "untrusted")
@@ -48,8 +49,7 @@ class EnvironmentSession:
         with self._lock:
             if self._worker is None:
                 self._worker = SandboxWorker(self._limits)
-                self._worker.load_environment(self.env_id, self._source, self._tool_names,
-                                              origin=self._origin)
+                self._worker.load_environment(self.env_id, self._source, self._tool_names, origin=self._origin)
             if self._episode is None:
                 self._episode = self._worker.open_episode({self.env_id: copy.deepcopy(self._snapshot)})
 
@@ -87,8 +87,14 @@ class EnvironmentSession:
                 result = self._worker.call(episode, tool, arguments)
             except EpisodeLost:
                 self._episode = None
-                result = {"ok": False, "error": {"type": "episode_lost", "episode_lost": True,
-                                                 "message": "the episode was lost before the call ran"}}
+                result = {
+                    "ok": False,
+                    "error": {
+                        "type": "episode_lost",
+                        "episode_lost": True,
+                        "message": "the episode was lost before the call ran",
+                    },
+                }
             except SandboxError as exc:
                 self._episode = None
                 return {"ok": False, "error": {"type": "sandbox", "message": str(exc)}}
@@ -132,5 +138,7 @@ class EnvironmentSession:
         try:
             self._snapshot = self._worker.save(self._episode)[self.env_id]
         except SandboxError as exc:  # a verified environment saves; keep serving with the older snapshot
-            print(f"envfactory serve-env: could not save the state of {self.env_id!r} after a call: {exc}",
-                  file=sys.stderr)
+            print(
+                f"envfactory serve-env: could not save the state of {self.env_id!r} after a call: {exc}",
+                file=sys.stderr,
+            )

@@ -51,8 +51,9 @@ def clip(text: str, limit: int = ECHO_CHARS) -> str:
 
 
 def _error(request_id: Any, code: int, message: str) -> SessionMessage:
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id,
-                                             error=types.ErrorData(code=code, message=clip(message))))
+    return SessionMessage(
+        types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=clip(message)))
+    )
 
 
 def _request_id(value: Any) -> Any:
@@ -81,11 +82,21 @@ def parse_line(line: bytes) -> SessionMessage | tuple[SessionMessage]:
     if message is not None and not (isinstance(value, dict) and "id" in value):
         return SessionMessage(message)  # '"id"' appeared only inside the params
     if isinstance(value, list):
-        return (_error(None, INVALID_REQUEST, "Invalid Request: batches (JSON arrays) are not supported; "
-                                              "send one JSON-RPC 2.0 message per line"),)
+        return (
+            _error(
+                None,
+                INVALID_REQUEST,
+                "Invalid Request: batches (JSON arrays) are not supported; send one JSON-RPC 2.0 message per line",
+            ),
+        )
     if not isinstance(value, dict):
-        return (_error(None, INVALID_REQUEST, f"Invalid Request: expected a JSON-RPC 2.0 message object, got "
-                                              f"a JSON {type(value).__name__}"),)
+        return (
+            _error(
+                None,
+                INVALID_REQUEST,
+                f"Invalid Request: expected a JSON-RPC 2.0 message object, got a JSON {type(value).__name__}",
+            ),
+        )
     problem = []
     if value.get("jsonrpc") != "2.0":
         problem.append('"jsonrpc" must be "2.0"')
@@ -125,14 +136,13 @@ def _release_stdio(wire_in: int, wire_out: int) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def message_bounds(max_message_bytes: int) -> JsonBounds:
     """The :class:`JsonBounds` of one stdin line: its bytes, the default depth, and a decoded size of at
     least the default (64 MiB) and at least the line cap (a long string argument decodes to its length)."""
-    return JsonBounds(max_bytes=max_message_bytes,
-                      max_decoded_bytes=max(DEFAULT_MAX_DECODED_BYTES, max_message_bytes))
+    return JsonBounds(max_bytes=max_message_bytes, max_decoded_bytes=max(DEFAULT_MAX_DECODED_BYTES, max_message_bytes))
 
 
 def parse_bounded_line(line: bytes, bounds: JsonBounds) -> SessionMessage | tuple[SessionMessage]:
@@ -148,8 +158,12 @@ def parse_bounded_line(line: bytes, bounds: JsonBounds) -> SessionMessage | tupl
         return (_error(None, INTERNAL_ERROR, f"Internal error while reading the message: {type(exc).__name__}"),)
 
 
-async def _read_lines(fd: int, max_bytes: int, replies: MemoryObjectSendStream[SessionMessage],
-                      messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+async def _read_lines(
+    fd: int,
+    max_bytes: int,
+    replies: MemoryObjectSendStream[SessionMessage],
+    messages: MemoryObjectSendStream[SessionMessage | Exception],
+) -> None:
     """Feed every line of ``fd`` to ``messages`` (parsed) or answer it on ``replies``, until end of input."""
     async with messages, replies:
         try:
@@ -158,10 +172,17 @@ async def _read_lines(fd: int, max_bytes: int, replies: MemoryObjectSendStream[S
             pass  # the server stopped listening: nothing left to deliver
 
 
-async def _feed(fd: int, max_bytes: int, replies: MemoryObjectSendStream[SessionMessage],
-                messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-    too_long = _error(None, INVALID_REQUEST, f"Invalid Request: the message is longer than this server's limit "
-                                             f"of {max_bytes} bytes; it was not read")
+async def _feed(
+    fd: int,
+    max_bytes: int,
+    replies: MemoryObjectSendStream[SessionMessage],
+    messages: MemoryObjectSendStream[SessionMessage | Exception],
+) -> None:
+    too_long = _error(
+        None,
+        INVALID_REQUEST,
+        f"Invalid Request: the message is longer than this server's limit of {max_bytes} bytes; it was not read",
+    )
     bounds = message_bounds(max_bytes)
     buffer = bytearray()
     skipping = False  # inside a line longer than max_bytes: drop the rest of it
@@ -192,8 +213,12 @@ async def _feed(fd: int, max_bytes: int, replies: MemoryObjectSendStream[Session
         await _deliver(bytes(buffer), bounds, replies, messages)
 
 
-async def _deliver(line: bytes, bounds: JsonBounds, replies: MemoryObjectSendStream[SessionMessage],
-                   messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+async def _deliver(
+    line: bytes,
+    bounds: JsonBounds,
+    replies: MemoryObjectSendStream[SessionMessage],
+    messages: MemoryObjectSendStream[SessionMessage | Exception],
+) -> None:
     if not line.strip():
         return
     # off the event loop: checking and parsing a long line takes a moment, and replies keep flowing meanwhile

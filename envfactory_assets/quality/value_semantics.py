@@ -32,7 +32,8 @@ Verdict = str  # "pass" | "fail" | "unknown"
 
 # Words real APIs use as status/state values (lifecycle, workflow, availability, payment, delivery...).
 # Multi-word statuses (``in_progress``, ``on hold``) are judged token by token against this set.
-STATUS_WORDS = frozenset("""
+STATUS_WORDS = frozenset(
+    """
 active inactive enabled disabled pending approved rejected declined denied open closed reopened resolved
 new draft published unpublished archived deleted removed hidden visible public private live paused stopped
 running started starting stopping queued scheduled waiting processing processed complete completed done
@@ -48,7 +49,8 @@ triaged acknowledged muted snoozed spam junk flagged starred pinned current supe
 retired beta alpha stable preview production staging dismissed settled authorized captured
 disputed chargeback terminated hired applied interviewing offer onboarding offboarding submitted
 not started ok warning critical unknown none low medium high urgent normal
-""".split())
+""".split()
+)
 
 # Name fragments that mark a field's meaning. Order matters: the first matching rule judges.
 _TZ = re.compile(r"(^|_)(time_?zone|timezone|tz|tz_name|zone_?info|olson)($|_)")
@@ -58,15 +60,23 @@ _LANGUAGE = re.compile(r"(^|_)(language|lang|language_code|locale)($|_)")
 _EMAIL = re.compile(r"(^|_)e_?mail(s)?(_address)?($|_)|(^|_)mail(_address)?$|^email")
 _URL = re.compile(r"(^|_)(url|uri|website|homepage|href|link|web_?site|avatar_url|image_url|callback)($|_)")
 _PHONE = re.compile(r"(^|_)(phone|mobile|telephone|fax|cell|phone_number|msisdn)($|_)")
-_DATE = re.compile(r"(_at|_on|_date|_time|_timestamp)$|(^|_)(date|datetime|timestamp|birthday|dob|created|"
-                   r"updated|modified|deadline|expires|expiry|expiration)($|_)")
+_DATE = re.compile(
+    r"(_at|_on|_date|_time|_timestamp)$|(^|_)(date|datetime|timestamp|birthday|dob|created|"
+    r"updated|modified|deadline|expires|expiry|expiration)($|_)"
+)
 _STATUS = re.compile(r"(^|_)(status|state|lifecycle_state|stage|phase)$")
-_PERSON = re.compile(r"^(first_?name|last_?name|given_?name|family_?name|surname|full_?name|"
-                     r"contact_?name|customer_?name|author_?name|owner_?name)$")
-_FREE_TEXT = re.compile(r"(^|_)(description|notes?|comments?|body|message|text|content|bio|about|"
-                        r"summary|details|remarks|instructions)$")
-_AMOUNT = re.compile(r"(^|_)(amount|price|cost|total|subtotal|balance|fee|salary|budget|revenue|"
-                     r"unit_price|tax|discount)($|_)")
+_PERSON = re.compile(
+    r"^(first_?name|last_?name|given_?name|family_?name|surname|full_?name|"
+    r"contact_?name|customer_?name|author_?name|owner_?name)$"
+)
+_FREE_TEXT = re.compile(
+    r"(^|_)(description|notes?|comments?|body|message|text|content|bio|about|"
+    r"summary|details|remarks|instructions)$"
+)
+_AMOUNT = re.compile(
+    r"(^|_)(amount|price|cost|total|subtotal|balance|fee|salary|budget|revenue|"
+    r"unit_price|tax|discount)($|_)"
+)
 _COUNT = re.compile(r"(^|_)(count|quantity|qty|number_of|num|total_count|size|age|year|stock)($|_)")
 _UTC_OFFSET = re.compile(r"^(UTC|GMT)?[+-](0\d|1[0-4])(:?[0-5]\d)?$")
 _PHONE_SHAPE = re.compile(r"^\+?[\d\s().-]+(\s*(x|ext\.?)\s*\d{1,6})?$")
@@ -295,8 +305,11 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
     if name.endswith("_state") and re.search(r"(^|_)(address|shipping|billing|mailing|home)(_|$)", name):
         ok = text in _subdivisions()
         return Judgement("pass" if ok else "fail", "subdivision", "" if ok else f"{text!r} is no ISO 3166-2 region")
-    if _DATE.search(name) and not name.endswith(("_by", "_format", "_type", "_zone", "_in", "_id")) \
-            and not name.endswith(("_time_zone", "_timezone")):
+    if (
+        _DATE.search(name)
+        and not name.endswith(("_by", "_format", "_type", "_zone", "_in", "_id"))
+        and not name.endswith(("_time_zone", "_timezone"))
+    ):
         ok = _parse_datetime(text) is not None
         return Judgement("pass" if ok else "fail", "date")
     if _STATUS.search(name):
@@ -331,8 +344,11 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
         import validators
 
         # an FQDN or domain has a dot; a bare host name may be a single label (``localhost``)
-        ok = validators.domain(text) is True or name.endswith(("hostname", "host", "host_name")) \
+        ok = (
+            validators.domain(text) is True
+            or name.endswith(("hostname", "host", "host_name"))
             and validators.hostname(text) is True
+        )
         return Judgement("pass" if ok else "fail", "hostname")
     if _ARN.search(name):
         ok = re.match(r"^arn:aws[\w-]*:[\w-]+:[\w-]*:\d{0,12}:.+", text) is not None
@@ -357,9 +373,15 @@ def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
             return Judgement("fail", "city")
         return Judgement("pass" if text in _cities() else "unknown", "city")
     if _LABEL.search(name):
-        ok = (any(c.isalpha() for c in text) or ("version" in name or "release" in name)
-                                                and bool(_VERSION_SHAPE.match(text))) \
-            and not _WORD_PAIR.match(text) and len(text.split()) <= 12
+        ok = (
+            (
+                any(c.isalpha() for c in text)
+                or ("version" in name or "release" in name)
+                and bool(_VERSION_SHAPE.match(text))
+            )
+            and not _WORD_PAIR.match(text)
+            and len(text.split()) <= 12
+        )
         return Judgement("pass" if ok else "fail", "label")
     if _AMOUNT.search(name) and not name.endswith(("_code", "_number", "_id", "_type", "_name")):
         try:
@@ -417,8 +439,12 @@ class Tally:
 
     def as_dict(self) -> dict[str, Any]:
         share = self.share
-        return {"passed": self.passed, "failed": self.failed, "unknown": self.unknown,
-                "share_passing": round(share, 4) if share is not None else None}
+        return {
+            "passed": self.passed,
+            "failed": self.failed,
+            "unknown": self.unknown,
+            "share_passing": round(share, 4) if share is not None else None,
+        }
 
 
 def share_passing(items: Iterable[tuple[str, dict[str, Any], Any, str]]) -> tuple[Tally, list[tuple]]:
@@ -453,8 +479,9 @@ def environment_values(env: dict[str, Any]) -> list[tuple[str, dict[str, Any], A
             for field, value in row.items():
                 if field == meta["key"] or field in meta["foreign_keys"]:
                     continue  # identifiers: their only meaning is existing in this environment
-                schema = meta["fields"].get(field, {"type": "string", "format": "date-time"}
-                                             if field == "created_at" else {})
+                schema = meta["fields"].get(
+                    field, {"type": "string", "format": "date-time"} if field == "created_at" else {}
+                )
                 items.append((field, schema, value, desc.get((table, field), "")))
     return items
 
@@ -502,5 +529,9 @@ def summarise(environments: Iterable[dict[str, Any]]) -> dict[str, Any]:
         failures.update(f"{name} ({rule})" for name, _v, rule, _r in env_failures)
         env_late, env_total = timestamps_after_clock(env)
         late, total = late + env_late, total + env_total
-    return {**tally.as_dict(), "top_failures": dict(failures.most_common(10)),
-            "timestamps_after_clock": late, "timestamps": total}
+    return {
+        **tally.as_dict(),
+        "top_failures": dict(failures.most_common(10)),
+        "timestamps_after_clock": late,
+        "timestamps": total,
+    }

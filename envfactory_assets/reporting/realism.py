@@ -19,7 +19,9 @@ from envfactory_assets.store.schema import TABLES
 
 def has_table(con: Any, name: str) -> bool:
     """True when the store behind ``con`` has the table or view ``name``."""
-    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0])
+    return bool(
+        con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0]
+    )
 
 
 def current_rows(con: Any, table: str, where: str = "") -> list[dict[str, Any]] | None:
@@ -44,11 +46,14 @@ def link_figures(con: Any, sampler: str = "topology") -> dict[str, Any] | None:
     from envfactory_assets.graph.stage import graph_from_store_rows
     from envfactory_assets.synth.sampling.sampler import Chain, flow_stats
 
-    if not all(has_table(con, t) for t in ("tool_graph_nodes", "tool_graph_parameters", "tool_graph_edges",
-                                           "current_tool_chains")):
+    if not all(
+        has_table(con, t)
+        for t in ("tool_graph_nodes", "tool_graph_parameters", "tool_graph_edges", "current_tool_chains")
+    ):
         return None
-    graph = graph_from_store_rows(read_rows(con, "tool_graph_nodes"), read_rows(con, "tool_graph_parameters"),
-                                  read_rows(con, "tool_graph_edges"))
+    graph = graph_from_store_rows(
+        read_rows(con, "tool_graph_nodes"), read_rows(con, "tool_graph_parameters"), read_rows(con, "tool_graph_edges")
+    )
     chains = read_rows(con, "tool_chains", "sampler = ?", [sampler])
     return flow_stats(graph, [Chain.from_dict(r["tools"]) for r in chains])
 
@@ -66,13 +71,23 @@ def turn_figures(con: Any, refined: list[dict[str, Any]] | None) -> tuple[dict[s
     if not has_table(con, "current_rl_dataset"):
         return future, None
     names = ("refined_trajectory_id", "turn_index", "gold_calls", "masked_arguments")
-    present = {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns "
-                                         "WHERE table_name = 'rl_dataset'").fetchall()}
+    present = {
+        c
+        for (c,) in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'rl_dataset'"
+        ).fetchall()
+    }
     if not set(names) <= present:
         return future, None
-    rl = [{"refined_trajectory_id": r, "turn_index": t, "gold_calls": orjson.loads(g),
-           "masked_arguments": orjson.loads(m) if m is not None else []}
-          for r, t, g, m in con.execute(f"SELECT {', '.join(names)} FROM current_rl_dataset ORDER BY id").fetchall()]
+    rl = [
+        {
+            "refined_trajectory_id": r,
+            "turn_index": t,
+            "gold_calls": orjson.loads(g),
+            "masked_arguments": orjson.loads(m) if m is not None else [],
+        }
+        for r, t, g, m in con.execute(f"SELECT {', '.join(names)} FROM current_rl_dataset ORDER BY id").fetchall()
+    ]
     return future, gold_argument_figures({r["id"]: r["turns"] for r in refined}, rl)
 
 
@@ -80,31 +95,54 @@ def realism_figures(con: Any, refined: list[dict[str, Any]] | None) -> dict[str,
     """``{"values", "links", "future_identifiers", "gold_arguments"}`` (see the functions above) for the store
     behind ``con``, ``refined`` being its passed refined trajectory rows (None: the store lacks the table)."""
     future, gold = turn_figures(con, refined)
-    return {"values": value_figures(con), "links": link_figures(con), "future_identifiers": future,
-            "gold_arguments": gold}
+    return {
+        "values": value_figures(con),
+        "links": link_figures(con),
+        "future_identifiers": future,
+        "gold_arguments": gold,
+    }
 
 
 def flat_realism_figures(figures: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """The scalar figures of :func:`realism_figures` as ``{"group: figure": value}``, in report order; a group
     the store lacks gives its scalar names with None (and no per-kind names)."""
     scalars = {
-        "values": ("environments", "passed", "failed", "unknown", "share_passing", "timestamps_after_clock",
-                   "timestamps"),
-        "links": ("chains", "multi_env_chains", "multi_env_share", "multi_env_with_shared_flow",
-                  "identifier_crossings", "flows", "cross_env_flows"),
+        "values": (
+            "environments",
+            "passed",
+            "failed",
+            "unknown",
+            "share_passing",
+            "timestamps_after_clock",
+            "timestamps",
+        ),
+        "links": (
+            "chains",
+            "multi_env_chains",
+            "multi_env_share",
+            "multi_env_with_shared_flow",
+            "identifier_crossings",
+            "flows",
+            "cross_env_flows",
+        ),
         "future_identifiers": ("turns", "turns_quoting_future_identifier", "share"),
         "gold_arguments": ("rl_rows", "gold_arguments", "masked", "unstated", "never_given", "never_given_share"),
     }
-    labels = {"values": "seeded values", "links": "topology chains", "future_identifiers": "kept turns",
-              "gold_arguments": "RL gold arguments"}
+    labels = {
+        "values": "seeded values",
+        "links": "topology chains",
+        "future_identifiers": "kept turns",
+        "gold_arguments": "RL gold arguments",
+    }
     flat: dict[str, Any] = {}
     for group, names in scalars.items():
         got = figures.get(group)
         for name in names:
             flat[f"{labels[group]}: {name}"] = None if got is None else got[name]
         if group == "links" and got is not None:
-            flat.update({f"{labels[group]}: cross_env_flows of kind {k}": v
-                         for k, v in got["cross_env_flows_by_kind"].items()})
+            flat.update(
+                {f"{labels[group]}: cross_env_flows of kind {k}": v for k, v in got["cross_env_flows_by_kind"].items()}
+            )
         if group == "gold_arguments" and got is not None:
             flat.update({f"{labels[group]}: referred_to by {k}": v for k, v in got["referred_to"].items()})
     return flat
@@ -123,8 +161,9 @@ def open_old_store(path: str) -> Store:
 
     where = Path(path)
     if not where.exists():
-        raise FileNotFoundError(f"--compare {path}: no such file (expected a store, e.g. "
-                                "$ENVFACTORY_HOME/envfactory.duckdb)")
+        raise FileNotFoundError(
+            f"--compare {path}: no such file (expected a store, e.g. $ENVFACTORY_HOME/envfactory.duckdb)"
+        )
     if where.is_dir():
         raise ValueError(f"--compare {path}: a folder, not a store (expected its envfactory.duckdb file)")
     store = Store(where)

@@ -36,8 +36,9 @@ def query_figures(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
     from envfactory_assets.synth.refinement.report import query_statistics
 
     ref, raw = query_statistics(rows), query_statistics(rows, field="query_raw")
-    return [(k, raw[k], ref[k]) for k in ("queries", "distinct_trigrams_per_1000", "literal_identifier_share",
-                                          "mean_words")] + [("refined_differs_share", "", ref["refined_differs_share"])]
+    return [
+        (k, raw[k], ref[k]) for k in ("queries", "distinct_trigrams_per_1000", "literal_identifier_share", "mean_words")
+    ] + [("refined_differs_share", "", ref["refined_differs_share"])]
 
 
 def accuracy_rows(con: Any) -> list[tuple[Any, int]] | None:
@@ -45,8 +46,10 @@ def accuracy_rows(con: Any) -> list[tuple[Any, int]] | None:
     store predates the table."""
     if not has_table(con, "current_refined_trajectories"):
         return None
-    return con.execute("SELECT round(CAST(t->>'accuracy' AS DOUBLE), 2) AS a, count(*) FROM current_refined_trajectories, "
-                       "unnest(CAST(turns AS JSON[])) AS u(t) WHERE t->>'accuracy' IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall()
+    return con.execute(
+        "SELECT round(CAST(t->>'accuracy' AS DOUBLE), 2) AS a, count(*) FROM current_refined_trajectories, "
+        "unnest(CAST(turns AS JSON[])) AS u(t) WHERE t->>'accuracy' IS NOT NULL GROUP BY 1 ORDER BY 1"
+    ).fetchall()
 
 
 def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_SEED) -> list[str]:
@@ -60,12 +63,24 @@ def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_S
     figures = query_figures(rows)
     turns = [t for r in rows for t in r["turns"]]
     picked = random.Random(seed).sample(turns, min(n, len(turns)))
-    return ["## Queries", "", "How the user queries read (raw: every argument literal; refined: what is kept):", "",
-            _table(figures, ("figure", "raw", "refined")), "",
-            "Turns by operator (share of kept turns): " + ", ".join(f"{k} {v:.1%}" for k, v in ref["operator_share"].items()),
-            "", f"Ten turns before and after refinement (random.Random({seed})):", "",
-            _table([(t["query_raw"], t["query"], t.get("assistant_summary", "")) for t in picked],
-                   ("raw query", "refined query", "assistant reply")), ""]
+    return [
+        "## Queries",
+        "",
+        "How the user queries read (raw: every argument literal; refined: what is kept):",
+        "",
+        _table(figures, ("figure", "raw", "refined")),
+        "",
+        "Turns by operator (share of kept turns): "
+        + ", ".join(f"{k} {v:.1%}" for k, v in ref["operator_share"].items()),
+        "",
+        f"Ten turns before and after refinement (random.Random({seed})):",
+        "",
+        _table(
+            [(t["query_raw"], t["query"], t.get("assistant_summary", "")) for t in picked],
+            ("raw query", "refined query", "assistant reply"),
+        ),
+        "",
+    ]
 
 
 def run_report(store: Store, seed: int = REPORT_SEED) -> str:
@@ -87,95 +102,194 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
                           FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) AS u(t),
                                unnest(CAST(t->'calls' AS JSON[])) AS w(c)
                           WHERE status = 'passed' GROUP BY 1 ORDER BY 2 DESC, 1""")
-        coverage = q("SELECT outcome, name, operations, share_of_operations FROM operation_coverage") \
-            if has_table(con, "operation_coverage") else []
-        chains = q("SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
-                   "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2")
+        coverage = (
+            q("SELECT outcome, name, operations, share_of_operations FROM operation_coverage")
+            if has_table(con, "operation_coverage")
+            else []
+        )
+        chains = q(
+            "SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
+            "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2"
+        )
         comparison = q("SELECT * FROM sampler_comparison") if has_table(con, "sampler_comparison") else []
-        turns = q("SELECT n_turns, count(*) FROM current_raw_trajectories WHERE status = 'passed' GROUP BY 1 ORDER BY 1")
-        calls = q("SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
-                  "WHERE status = 'passed'")
+        turns = q(
+            "SELECT n_turns, count(*) FROM current_raw_trajectories WHERE status = 'passed' GROUP BY 1 ORDER BY 1"
+        )
+        calls = q(
+            "SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
+            "WHERE status = 'passed'"
+        )
         traj = q("SELECT status, count(*) FROM current_raw_trajectories GROUP BY 1 ORDER BY 1")
         # applied = every application recorded; kept = applied minus those reverted (the UI's count)
-        ops = q("SELECT o->>'operator', count(*), "
-                "count(*) FILTER (WHERE coalesce(CAST(o->>'reverted' AS BOOLEAN), false)), "
-                "count(*) FILTER (WHERE NOT coalesce(CAST(o->>'reverted' AS BOOLEAN), false)) "
-                "FROM current_refined_trajectories, unnest(CAST(operators AS JSON[])) AS t(o) GROUP BY 1 ORDER BY 1")
-        example = q("SELECT t->>'query_raw', t->>'query' FROM current_refined_trajectories, "
-                    "unnest(CAST(turns AS JSON[])) AS u(t) "
-                    "WHERE CAST(t->'operators' AS VARCHAR) LIKE '%implicit_reference%' "
-                    "ORDER BY length(t->>'query'), t->>'query' LIMIT 1")
+        ops = q(
+            "SELECT o->>'operator', count(*), "
+            "count(*) FILTER (WHERE coalesce(CAST(o->>'reverted' AS BOOLEAN), false)), "
+            "count(*) FILTER (WHERE NOT coalesce(CAST(o->>'reverted' AS BOOLEAN), false)) "
+            "FROM current_refined_trajectories, unnest(CAST(operators AS JSON[])) AS t(o) GROUP BY 1 ORDER BY 1"
+        )
+        example = q(
+            "SELECT t->>'query_raw', t->>'query' FROM current_refined_trajectories, "
+            "unnest(CAST(turns AS JSON[])) AS u(t) "
+            "WHERE CAST(t->'operators' AS VARCHAR) LIKE '%implicit_reference%' "
+            "ORDER BY length(t->>'query'), t->>'query' LIMIT 1"
+        )
         kinds = q("SELECT kind, count(*) FROM current_source_resources GROUP BY 1 ORDER BY 1")
-        overlap = q("SELECT benchmark, count(DISTINCT env_id), count(*) FROM current_benchmark_overlap "
-                    "GROUP BY 1 ORDER BY 1")
+        overlap = q(
+            "SELECT benchmark, count(DISTINCT env_id), count(*) FROM current_benchmark_overlap GROUP BY 1 ORDER BY 1"
+        )
         refined = q("SELECT status, count(*) FROM current_refined_trajectories GROUP BY 1 ORDER BY 1")
         accuracy = accuracy_rows(con)
         diversity = q("SELECT * FROM trajectory_diversity") if has_table(con, "trajectory_diversity") else []
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
-        splits = q("SELECT 'SFT', split, count(*) FROM current_sft_dataset GROUP BY 2 UNION ALL "
-                   "SELECT 'RL', split, count(*) FROM current_rl_dataset GROUP BY 2 ORDER BY 1 DESC, 2")
-        ckpts = q("SELECT id, stage, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
-                  "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
-                  "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
-                  "coalesce(json_array_length(rl_dataset_ids), json_array_length(sft_dataset_ids)) "
-                  "FROM checkpoints ORDER BY written_at DESC LIMIT 5")
+        splits = q(
+            "SELECT 'SFT', split, count(*) FROM current_sft_dataset GROUP BY 2 UNION ALL "
+            "SELECT 'RL', split, count(*) FROM current_rl_dataset GROUP BY 2 ORDER BY 1 DESC, 2"
+        )
+        ckpts = q(
+            "SELECT id, stage, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
+            "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
+            "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
+            "coalesce(json_array_length(rl_dataset_ids), json_array_length(sft_dataset_ids)) "
+            "FROM checkpoints ORDER BY written_at DESC LIMIT 5"
+        )
         evaluations = store_evaluations(con)
         stage_times = latest_stage_times(con)
         refined_rows = read_rows(con, "refined_trajectories", "status = 'passed'")
         realism = realism_figures(con, refined_rows)
         picked = random.Random(seed).sample(refined_rows, min(10, len(refined_rows)))
-        raws = {r["id"]: r for r in reversed(read_rows(con, "raw_trajectories", "list_contains(?, id)",
-                                                       [[r["raw_trajectory_id"] for r in picked]], current=False))}
+        raws = {
+            r["id"]: r
+            for r in reversed(
+                read_rows(
+                    con,
+                    "raw_trajectories",
+                    "list_contains(?, id)",
+                    [[r["raw_trajectory_id"] for r in picked]],
+                    current=False,
+                )
+            )
+        }
     parts = [
-        "# Store report", "",
-        "Produced by `envfactory report` from the store of a run; every number below is a query.", "",
-        f"Source resources accepted: **{sources}**; rejected by reason:", "",
-        _table(rejected, ("reason", "documents")), "",
-        "Accepted by kind:", "",
-        _table(kinds, ("kind", "resources")), "",
-        "Environments overlapping a held-out benchmark (table `benchmark_overlap`):", "",
-        _table(overlap, ("benchmark", "environments", "tool matches")), "",
-        "## Environments per domain", "",
-        _table(envs, ("domain", "built", "passed verification", "tools (passed)")), "",
+        "# Store report",
+        "",
+        "Produced by `envfactory report` from the store of a run; every number below is a query.",
+        "",
+        f"Source resources accepted: **{sources}**; rejected by reason:",
+        "",
+        _table(rejected, ("reason", "documents")),
+        "",
+        "Accepted by kind:",
+        "",
+        _table(kinds, ("kind", "resources")),
+        "",
+        "Environments overlapping a held-out benchmark (table `benchmark_overlap`):",
+        "",
+        _table(overlap, ("benchmark", "environments", "tool matches")),
+        "",
+        "## Environments per domain",
+        "",
+        _table(envs, ("domain", "built", "passed verification", "tools (passed)")),
+        "",
         *tool_kind_section(tool_kinds, call_kinds, coverage),
-        "## Tool chains", "", _table(chains, ("sampler", "status", "chains", "mean tools", "mean servers")), "",
-        "Topology-aware sampler vs the random-walk baseline (mart `sampler_comparison`):", "",
-        _table(comparison, ("sampler", "chains", "mean tools", "mean servers", "mean dependency depth",
-                            "valid share", "distinct tool pairs")), "",
-        "## Raw trajectories (before refinement)", "", _table(traj, ("status", "raw trajectories")), "",
-        "Turns per passed raw trajectory:", "", _table(turns, ("turns", "raw trajectories")), "",
+        "## Tool chains",
+        "",
+        _table(chains, ("sampler", "status", "chains", "mean tools", "mean servers")),
+        "",
+        "Topology-aware sampler vs the random-walk baseline (mart `sampler_comparison`):",
+        "",
+        _table(
+            comparison,
+            (
+                "sampler",
+                "chains",
+                "mean tools",
+                "mean servers",
+                "mean dependency depth",
+                "valid share",
+                "distinct tool pairs",
+            ),
+        ),
+        "",
+        "## Raw trajectories (before refinement)",
+        "",
+        _table(traj, ("status", "raw trajectories")),
+        "",
+        "Turns per passed raw trajectory:",
+        "",
+        _table(turns, ("turns", "raw trajectories")),
+        "",
         "Calls per passed raw trajectory (min / mean / max): "
-        + (" / ".join(str(v) for v in calls[0]) if calls[0][0] is not None else "no passed trajectory yet"), "",
+        + (" / ".join(str(v) for v in calls[0]) if calls[0][0] is not None else "no passed trajectory yet"),
+        "",
         "Refinement operators on refined trajectories (applied = every application; reverted = undone because "
-        "the refined query became unsolvable; kept = applied - reverted, what the refined queries carry):", "",
-        _table(ops, ("operator", "applied", "reverted", "kept")), "",
-        "## Solvability calibration", "", "Refined trajectories by status (unsolvable turns end a chain; "
-        "near-duplicates are removed):", "", _table(refined, ("status", "refined trajectories")), "",
-        "Per-turn accuracy (passing solve attempts / k) of the queries kept:", "",
-        _table(accuracy or [], ("accuracy", "turns")), "",
-        "Diversity of passed refined trajectories (mart `trajectory_diversity`):", "",
-        _table(diversity, ("trajectories", "distinct tool pairs", "environments", "domains",
-                           "tool pairs / 1,000", "environments / 1,000", "domains / 1,000")), "",
+        "the refined query became unsolvable; kept = applied - reverted, what the refined queries carry):",
+        "",
+        _table(ops, ("operator", "applied", "reverted", "kept")),
+        "",
+        "## Solvability calibration",
+        "",
+        "Refined trajectories by status (unsolvable turns end a chain; near-duplicates are removed):",
+        "",
+        _table(refined, ("status", "refined trajectories")),
+        "",
+        "Per-turn accuracy (passing solve attempts / k) of the queries kept:",
+        "",
+        _table(accuracy or [], ("accuracy", "turns")),
+        "",
+        "Diversity of passed refined trajectories (mart `trajectory_diversity`):",
+        "",
+        _table(
+            diversity,
+            (
+                "trajectories",
+                "distinct tool pairs",
+                "environments",
+                "domains",
+                "tool pairs / 1,000",
+                "environments / 1,000",
+                "domains / 1,000",
+            ),
+        ),
+        "",
     ]
     parts += _query_section(refined_rows, seed=seed)
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
     parts += realism_section(realism)
-    parts += [f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**. "
-              "Rows per stored split (`validation`: a row with a held-out environment, 10% of environments; "
-              "the exports use this split):", "", _table(splits, ("dataset", "split", "rows")), "",
-              "## Checkpoints", "",
-              _table(ckpts, ("id", "stage", "base model", "steps", "train loss", "valid tool calls before",
-                             "valid tool calls after", "rows trained on (SFT: sft rows; GRPO: RL prompts)")), ""]
+    parts += [
+        f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**. "
+        "Rows per stored split (`validation`: a row with a held-out environment, 10% of environments; "
+        "the exports use this split):",
+        "",
+        _table(splits, ("dataset", "split", "rows")),
+        "",
+        "## Checkpoints",
+        "",
+        _table(
+            ckpts,
+            (
+                "id",
+                "stage",
+                "base model",
+                "steps",
+                "train loss",
+                "valid tool calls before",
+                "valid tool calls after",
+                "rows trained on (SFT: sft rows; GRPO: RL prompts)",
+            ),
+        ),
+        "",
+    ]
     parts += ["## Evaluations", "", results_markdown(evaluations), ""]
     parts += stage_times_section(stage_times)
     parts += trajectories_section(picked, raws, seed)
     return "\n".join(parts)
 
 
-def tool_kind_section(tool_kinds: list[tuple[Any, ...]], call_kinds: list[tuple[Any, ...]],
-                      coverage: list[tuple[Any, ...]]) -> list[str]:
+def tool_kind_section(
+    tool_kinds: list[tuple[Any, ...]], call_kinds: list[tuple[Any, ...]], coverage: list[tuple[Any, ...]]
+) -> list[str]:
     """Tools of passed environments per kind per domain (``[(domain, kind, tools)]``), calls of passed refined
     trajectories per kind with their refused preconditions (``[(kind, calls, refused)]``), and the corpus's
     operations mapped per kind and unmapped per reason (mart ``operation_coverage`` rows)."""
@@ -186,17 +300,32 @@ def tool_kind_section(tool_kinds: list[tuple[Any, ...]], call_kinds: list[tuple[
         by_domain.setdefault(domain, {})[kind] = n
     rows = [(d, *(by_domain[d].get(k, 0) for k in kinds), sum(by_domain[d].values())) for d in sorted(by_domain)]
     if rows:
-        rows.append(("all", *(sum(by_domain[d].get(k, 0) for d in by_domain) for k in kinds),
-                     sum(sum(v.values()) for v in by_domain.values())))
-    parts = ["Tools of passed environments per kind (`docs/design.md`, tool kinds):", "",
-             _table(rows, ("domain", *kinds, "all")), "",
-             "Calls of passed refined trajectories per tool kind (refused: an action asked of a row it is "
-             "refused on, kept with its `precondition_failed` error):", "",
-             _table(call_kinds, ("kind", "calls", "refused")), ""]
+        rows.append(
+            (
+                "all",
+                *(sum(by_domain[d].get(k, 0) for d in by_domain) for k in kinds),
+                sum(sum(v.values()) for v in by_domain.values()),
+            )
+        )
+    parts = [
+        "Tools of passed environments per kind (`docs/design.md`, tool kinds):",
+        "",
+        _table(rows, ("domain", *kinds, "all")),
+        "",
+        "Calls of passed refined trajectories per tool kind (refused: an action asked of a row it is "
+        "refused on, kept with its `precondition_failed` error):",
+        "",
+        _table(call_kinds, ("kind", "calls", "refused")),
+        "",
+    ]
     if coverage:
-        parts += ["Operations of the scanned corpus mapped to a tool kind, and the others by reason "
-                  "(mart `operation_coverage`; `docs/coverage.md`):", "",
-                  _table(coverage, ("outcome", "kind or reason", "operations", "share")), ""]
+        parts += [
+            "Operations of the scanned corpus mapped to a tool kind, and the others by reason "
+            "(mart `operation_coverage`; `docs/coverage.md`):",
+            "",
+            _table(coverage, ("outcome", "kind or reason", "operations", "share")),
+            "",
+        ]
     return parts
 
 
@@ -208,49 +337,96 @@ def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:
     parts = ["## Data realism", ""]
     if values is not None:
         judged = values["passed"] + values["failed"]
-        parts += ["Seeded values of the built environments (the `valid` initial state, identifiers left out), "
-                  "judged by the field-semantic check (`quality.value_semantics`: a zone is a zone, a status a "
-                  "status word):", "",
-                  _table([("environments", values["environments"]), ("values judged (pass + fail)", judged),
-                          ("share passing", values["share_passing"]), ("unknown (no rule applies)", values["unknown"]),
-                          ("seeded dates after their state's clock", f"{values['timestamps_after_clock']} / "
-                                                                      f"{values['timestamps']}")],
-                         ("figure", "value")), "",
-                  *(["Fields that failed most:", "", _table(list(values["top_failures"].items()),
-                                                            ("field (rule)", "values")), ""]
-                    if values["top_failures"] else ["No seeded value failed.", ""])]
+        parts += [
+            "Seeded values of the built environments (the `valid` initial state, identifiers left out), "
+            "judged by the field-semantic check (`quality.value_semantics`: a zone is a zone, a status a "
+            "status word):",
+            "",
+            _table(
+                [
+                    ("environments", values["environments"]),
+                    ("values judged (pass + fail)", judged),
+                    ("share passing", values["share_passing"]),
+                    ("unknown (no rule applies)", values["unknown"]),
+                    (
+                        "seeded dates after their state's clock",
+                        f"{values['timestamps_after_clock']} / {values['timestamps']}",
+                    ),
+                ],
+                ("figure", "value"),
+            ),
+            "",
+            *(
+                [
+                    "Fields that failed most:",
+                    "",
+                    _table(list(values["top_failures"].items()), ("field (rule)", "values")),
+                    "",
+                ]
+                if values["top_failures"]
+                else ["No seeded value failed.", ""]
+            ),
+        ]
     if links is not None:
         multi = links["multi_env_chains"]
-        parts += ["Links between environments (topology chains on the stored tool graph; a flow is an input bound "
-                  "to an earlier tool's output; only shared real-world values may cross environments):", "",
-                  _table([("topology chains", links["chains"]),
-                          ("spanning several environments", f"{multi} ({links['multi_env_share']:.1%})"),
-                          ("of those, with a cross-environment flow of a shared value",
-                           links["multi_env_with_shared_flow"]),
-                          ("identifier crossings (must be 0)", links["identifier_crossings"]),
-                          ("flows / cross-environment flows", f"{links['flows']} / {links['cross_env_flows']}")],
-                         ("figure", "value")), "",
-                  *(["Cross-environment flows by value kind:", "",
-                     _table(list(links["cross_env_flows_by_kind"].items()), ("value kind", "flows")), ""]
-                    if links["cross_env_flows_by_kind"] else [])]
+        parts += [
+            "Links between environments (topology chains on the stored tool graph; a flow is an input bound "
+            "to an earlier tool's output; only shared real-world values may cross environments):",
+            "",
+            _table(
+                [
+                    ("topology chains", links["chains"]),
+                    ("spanning several environments", f"{multi} ({links['multi_env_share']:.1%})"),
+                    ("of those, with a cross-environment flow of a shared value", links["multi_env_with_shared_flow"]),
+                    ("identifier crossings (must be 0)", links["identifier_crossings"]),
+                    ("flows / cross-environment flows", f"{links['flows']} / {links['cross_env_flows']}"),
+                ],
+                ("figure", "value"),
+            ),
+            "",
+            *(
+                [
+                    "Cross-environment flows by value kind:",
+                    "",
+                    _table(list(links["cross_env_flows_by_kind"].items()), ("value kind", "flows")),
+                    "",
+                ]
+                if links["cross_env_flows_by_kind"]
+                else []
+            ),
+        ]
     if future is not None:
-        parts += ["Kept turns of passed refined trajectories whose query quotes an identifier that only a call of "
-                  "the same turn or a later one assigns (`synth.refinement.report.future_identifiers`): "
-                  f"**{future['turns_quoting_future_identifier']}** of {future['turns']} "
-                  f"({future['share']:.2%}).", ""]
+        parts += [
+            "Kept turns of passed refined trajectories whose query quotes an identifier that only a call of "
+            "the same turn or a later one assigns (`synth.refinement.report.future_identifiers`): "
+            f"**{future['turns_quoting_future_identifier']}** of {future['turns']} "
+            f"({future['share']:.2%}).",
+            "",
+        ]
         if future["examples"]:
             parts += [_table([(q, ", ".join(ids)) for q, ids in future["examples"]], ("query", "not yet assigned")), ""]
     if gold is not None:
-        parts += ["Arguments of RL gold calls that nobody gave the agent (`synth.refinement.report.unstated_gold_arguments`: "
-                  "not masked, not in the request's user messages, and for values not from the user not in an "
-                  "earlier message or output either):", "",
-                  _table([("RL rows with gold calls", gold["rl_rows"]), ("gold arguments", gold["gold_arguments"]),
-                          ("masked (`masked_arguments`)", gold["masked"]),
-                          ("not stated, not masked", gold["unstated"]),
-                          *((f"of those, named by reference ({op})", n) for op, n in gold["referred_to"].items()),
-                          ("never given (neither stated nor referred to)",
-                           f"{gold['never_given']} ({gold['never_given_share']:.2%} of unmasked)")],
-                         ("figure", "value")), ""]
+        parts += [
+            "Arguments of RL gold calls that nobody gave the agent (`synth.refinement.report.unstated_gold_arguments`: "
+            "not masked, not in the request's user messages, and for values not from the user not in an "
+            "earlier message or output either):",
+            "",
+            _table(
+                [
+                    ("RL rows with gold calls", gold["rl_rows"]),
+                    ("gold arguments", gold["gold_arguments"]),
+                    ("masked (`masked_arguments`)", gold["masked"]),
+                    ("not stated, not masked", gold["unstated"]),
+                    *((f"of those, named by reference ({op})", n) for op, n in gold["referred_to"].items()),
+                    (
+                        "never given (neither stated nor referred to)",
+                        f"{gold['never_given']} ({gold['never_given_share']:.2%} of unmasked)",
+                    ),
+                ],
+                ("figure", "value"),
+            ),
+            "",
+        ]
         if gold["never_given_by_argument"]:
             parts += [_table(list(gold["never_given_by_argument"].items()), ("tool.argument never given", "times")), ""]
     return parts if len(parts) > 2 else []
@@ -264,15 +440,25 @@ def trajectories_section(picked: list[dict[str, Any]], raws: dict[str, dict[str,
 
     if not picked:
         return []
-    parts = ["## Trajectories to read whole", "",
-             f"Ten passed refined trajectories drawn with random.Random({seed}) (`envfactory report --seed N` draws "
-             "others), each as `envfactory show <id>` prints it:", "",
-             _table([(f"`{r['id']}`", r["n_turns"], ", ".join(r["domains"] or [])) for r in picked],
-                    ("id", "turns", "domains")), ""]
+    parts = [
+        "## Trajectories to read whole",
+        "",
+        f"Ten passed refined trajectories drawn with random.Random({seed}) (`envfactory report --seed N` draws "
+        "others), each as `envfactory show <id>` prints it:",
+        "",
+        _table(
+            [(f"`{r['id']}`", r["n_turns"], ", ".join(r["domains"] or [])) for r in picked], ("id", "turns", "domains")
+        ),
+        "",
+    ]
     for r in picked:
         raw = raws.get(r["raw_trajectory_id"])
-        parts += [render_trajectory(raw, r) if raw else f"Trajectory {r['id']}: its raw trajectory "
-                                                           f"{r['raw_trajectory_id']} is not in the store.", ""]
+        parts += [
+            render_trajectory(raw, r)
+            if raw
+            else f"Trajectory {r['id']}: its raw trajectory {r['raw_trajectory_id']} is not in the store.",
+            "",
+        ]
     return parts
 
 
@@ -282,8 +468,11 @@ def comparable_figures(store: Store) -> dict[str, Any]:
     :func:`~envfactory_assets.reporting.realism.flat_realism_figures`. A figure the store cannot give (it
     predates the table) is None."""
     with store.connect(read_only=True) as con:
-        refined = read_rows(con, "refined_trajectories", "status = 'passed'") if has_table(
-            con, "current_refined_trajectories") else None
+        refined = (
+            read_rows(con, "refined_trajectories", "status = 'passed'")
+            if has_table(con, "current_refined_trajectories")
+            else None
+        )
         accuracy = accuracy_rows(con)
         realism = realism_figures(con, refined)
     flat: dict[str, Any] = {}
@@ -328,10 +517,17 @@ def compare_report(old_path: str, store: Store) -> str:
         has_group = any(group(k) == group(name) and v is not None for k, v in figures.items())
         return "0" if has_group else ""
 
-    return "\n".join(["# Store comparison", "",
-                      f"Before: `{old_path}`; after: `{store.path}` (each figure queried from its store; empty: "
-                      "the store predates the table).", "",
-                      _table([(n, cell(before, n), cell(after, n)) for n in names], ("figure", "before", "after")), ""])
+    return "\n".join(
+        [
+            "# Store comparison",
+            "",
+            f"Before: `{old_path}`; after: `{store.path}` (each figure queried from its store; empty: "
+            "the store predates the table).",
+            "",
+            _table([(n, cell(before, n), cell(after, n)) for n in names], ("figure", "before", "after")),
+            "",
+        ]
+    )
 
 
 def latest_stage_times(con: Any) -> list[tuple[Any, ...]]:
@@ -357,19 +553,45 @@ def stage_times_section(rows: list[tuple[Any, ...]]) -> list[str]:
     """The "Stage times" section of :func:`run_report` from :func:`latest_stage_times` rows."""
     if not rows:
         return ["## Stage times", "", "No stage times recorded yet: `envfactory run` records them at its end.", ""]
-    table = [(step, "" if secs is None else f"{secs:.1f}", "" if mib is None else f"{mib:.0f}",
-              "" if load is None else f"{load:.1f}", status,
-              "" if started is None else f"{started:%Y-%m-%d %H:%M} UTC", runs,
-              "" if fastest is None else f"{fastest:.1f} - {slowest:.1f}")
-             for step, secs, mib, load, status, started, runs, fastest, slowest in rows]
-    return ["## Stage times", "",
-            ("Per stage, its latest run as `envfactory run` recorded it (table `stage_times`): wall time, peak "
-             "resident memory of the process that ran it (worker processes not counted), the machine's mean "
-             "1-minute load average during it (the run's own threads and processes count; above the machine's "
-             "core count, other jobs shared the cores), and the fastest and slowest successful runs this store "
-             "recorded (any settings, any machine load):"), "",
-            _table(table, ("stage", "wall time (s)", "peak memory (MiB)", "load average", "status", "started",
-                           "runs", "range of successful runs (s)")), ""]
+    table = [
+        (
+            step,
+            "" if secs is None else f"{secs:.1f}",
+            "" if mib is None else f"{mib:.0f}",
+            "" if load is None else f"{load:.1f}",
+            status,
+            "" if started is None else f"{started:%Y-%m-%d %H:%M} UTC",
+            runs,
+            "" if fastest is None else f"{fastest:.1f} - {slowest:.1f}",
+        )
+        for step, secs, mib, load, status, started, runs, fastest, slowest in rows
+    ]
+    return [
+        "## Stage times",
+        "",
+        (
+            "Per stage, its latest run as `envfactory run` recorded it (table `stage_times`): wall time, peak "
+            "resident memory of the process that ran it (worker processes not counted), the machine's mean "
+            "1-minute load average during it (the run's own threads and processes count; above the machine's "
+            "core count, other jobs shared the cores), and the fastest and slowest successful runs this store "
+            "recorded (any settings, any machine load):"
+        ),
+        "",
+        _table(
+            table,
+            (
+                "stage",
+                "wall time (s)",
+                "peak memory (MiB)",
+                "load average",
+                "status",
+                "started",
+                "runs",
+                "range of successful runs (s)",
+            ),
+        ),
+        "",
+    ]
 
 
 def store_evaluations(con: Any) -> list[dict[str, Any]]:
@@ -380,8 +602,15 @@ def store_evaluations(con: Any) -> list[dict[str, Any]]:
     if not has_table(con, "current_evaluations"):
         return []
 
-    cur = con.execute("SELECT model, stage, benchmark, subset, mean, std, n_tasks, seeds, config, metrics "
-                      "FROM current_evaluations ORDER BY id")
+    cur = con.execute(
+        "SELECT model, stage, benchmark, subset, mean, std, n_tasks, seeds, config, metrics "
+        "FROM current_evaluations ORDER BY id"
+    )
     names = [d[0] for d in cur.description]
-    return [{n: (orjson.loads(v) if n in ("seeds", "config", "metrics") and v is not None else v) for n, v in zip(names, row)}
-            for row in cur.fetchall()]
+    return [
+        {
+            n: (orjson.loads(v) if n in ("seeds", "config", "metrics") and v is not None else v)
+            for n, v in zip(names, row, strict=False)
+        }
+        for row in cur.fetchall()
+    ]

@@ -21,8 +21,11 @@ STAGE_NAMES = {"base": "base", "do_nothing": "does nothing", "sft": "SFT", "grpo
 #: Known benchmarks in table order: (title, headline score's name, secondary metric key and its name or None).
 #: A benchmark not listed here gets a table too, after these, titled by its name.
 BENCHMARKS = {
-    "synthetic_held_out": ("Held-out synthetic tasks (environments never trained on)", "task success",
-                           ("reward", "hybrid reward")),
+    "synthetic_held_out": (
+        "Held-out synthetic tasks (environments never trained on)",
+        "task success",
+        ("reward", "hybrid reward"),
+    ),
     "bfcl_v3_multi_turn_base": ("BFCL v3 multi-turn base", "accuracy", None),
     "bfcl_v3_single_turn": ("BFCL v3 single-turn (non-live AST)", "accuracy", None),
 }
@@ -92,8 +95,12 @@ def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
         heads = [f"{SUBSET_NAMES.get(s, s)} (n={bench['subsets'][s]})" for s in subsets]
         if secondary:
             heads.append(f"{secondary[1]} (all, secondary)")
-        lines += [f"**{title}**: {headline}", "",
-                  "| model | stage | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+        lines += [
+            f"**{title}**: {headline}",
+            "",
+            "| model | stage | " + " | ".join(heads) + " |",
+            "|---|---|" + "---|" * len(heads),
+        ]
         models = bench["models"]
         for model in sorted(models, key=lambda m: (STAGE_ORDER.get(models[m]["stage"], 9), m)):
             cells = [_cell(models[model]["cells"].get(s)) for s in subsets]
@@ -106,16 +113,26 @@ def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
     config = first.get("config") or {}
     sampling = config.get("sampling") or {}
     diff = next((d for r in rows if (d := (r.get("metrics") or {}).get("vs_base"))), None)
-    method = ("" if diff is None else
-              f" Δ: the model's mean minus the base model's on the same tasks, with a paired bootstrap "
-              f"{diff['confidence']:.0%} interval over tasks ({diff['resamples']:,} resamples, seed {diff['seed']}; "
-              "docs/evaluation.md); an interval that contains 0 shows no difference at this sample size."
-              + (" 'over SFT': the same interval for the GRPO checkpoint against its SFT parent."
-                 if any((r.get("metrics") or {}).get("vs_parent") for r in rows) else ""))
-    lines += [(f"Seeds {first['seeds']}; temperature {sampling.get('temperature')}, at most "
-               f"{sampling.get('max_new_tokens')} new tokens per message and {config.get('max_tool_rounds')} tool "
-               "rounds per turn. Mean ± standard deviation across seeds." + method + " `does nothing` is a built-in "
-               "policy that never calls a tool. Written by `envfactory results` from the `evaluations` table.")]
+    method = (
+        ""
+        if diff is None
+        else f" Δ: the model's mean minus the base model's on the same tasks, with a paired bootstrap "
+        f"{diff['confidence']:.0%} interval over tasks ({diff['resamples']:,} resamples, seed {diff['seed']}; "
+        "docs/evaluation.md); an interval that contains 0 shows no difference at this sample size."
+        + (
+            " 'over SFT': the same interval for the GRPO checkpoint against its SFT parent."
+            if any((r.get("metrics") or {}).get("vs_parent") for r in rows)
+            else ""
+        )
+    )
+    lines += [
+        (
+            f"Seeds {first['seeds']}; temperature {sampling.get('temperature')}, at most "
+            f"{sampling.get('max_new_tokens')} new tokens per message and {config.get('max_tool_rounds')} tool "
+            "rounds per turn. Mean ± standard deviation across seeds." + method + " `does nothing` is a built-in "
+            "policy that never calls a tool. Written by `envfactory results` from the `evaluations` table."
+        )
+    ]
     return "\n".join(lines)
 
 
@@ -130,8 +147,10 @@ def markers(section: str | None = None) -> tuple[str, str]:
     if section is None:
         return START, END
     if not isinstance(section, str) or not _SECTION.fullmatch(section):
-        raise ValueError(f"results section {section!r}: expected a lower-case name such as 'cpu_benchmark' "
-                         "(a letter, then letters, digits or '_'; at most 64 characters)")
+        raise ValueError(
+            f"results section {section!r}: expected a lower-case name such as 'cpu_benchmark' "
+            "(a letter, then letters, digits or '_'; at most 64 characters)"
+        )
     return f"<!-- results:{section}:start -->", f"<!-- results:{section}:end -->"
 
 

@@ -28,8 +28,14 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def curve_svg(values: Sequence[float], title: str, colour: str = "#1f77b4", band: Sequence[float] | None = None,
-              width: int = 420, height: int = 240) -> str:
+def curve_svg(
+    values: Sequence[float],
+    title: str,
+    colour: str = "#1f77b4",
+    band: Sequence[float] | None = None,
+    width: int = 420,
+    height: int = 240,
+) -> str:
     """SVG text of one curve: ``values[i]`` at step ``i + 1``, a dot per step, the y range labelled at its ends,
     and, when ``band`` (same length) is given, a shaded band ``values[i] ± band[i]``.
 
@@ -42,8 +48,8 @@ def curve_svg(values: Sequence[float], title: str, colour: str = "#1f77b4", band
     if band is not None and len(band) != len(values):
         raise ValueError(f"curve {title!r}: band has {len(band)} values for {len(values)} steps")
     spread = [float(b) for b in band] if band is not None else [0.0] * len(values)
-    low = min(v - s for v, s in zip(values, spread))
-    high = max(v + s for v, s in zip(values, spread))
+    low = min(v - s for v, s in zip(values, spread, strict=False))
+    high = max(v + s for v, s in zip(values, spread, strict=False))
     if high - low < 1e-12:  # a flat curve (or one step): centre it in a small range
         low, high = low - 0.5, high + 0.5
     left, right, top, bottom = 56, 16, 28, 34
@@ -54,26 +60,33 @@ def curve_svg(values: Sequence[float], title: str, colour: str = "#1f77b4", band
     def y(v: float) -> float:
         return top + (high - v) / (high - low) * (height - top - bottom)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-             f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="12">{html.escape(title)}</text>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#333"/>',
-             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#333"/>',
-             f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{_number(high)}</text>',
-             f'<text x="{left - 4}" y="{height - bottom}" text-anchor="end">{_number(low)}</text>',
-             f'<text x="{left}" y="{height - bottom + 14}" text-anchor="middle">1</text>',
-             f'<text x="{width - right}" y="{height - bottom + 14}" text-anchor="end">{len(values)}</text>',
-             f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6}" text-anchor="middle">step</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="12">{html.escape(title)}</text>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#333"/>',
+        f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#333"/>',
+        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{_number(high)}</text>',
+        f'<text x="{left - 4}" y="{height - bottom}" text-anchor="end">{_number(low)}</text>',
+        f'<text x="{left}" y="{height - bottom + 14}" text-anchor="middle">1</text>',
+        f'<text x="{width - right}" y="{height - bottom + 14}" text-anchor="end">{len(values)}</text>',
+        f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6}" text-anchor="middle">step</text>',
+    ]
     if band is not None and any(spread):
-        outline = [(x(i), y(v + s)) for i, (v, s) in enumerate(zip(values, spread))]
-        outline += [(x(i), y(v - s)) for i, (v, s) in reversed(list(enumerate(zip(values, spread))))]
+        outline = [(x(i), y(v + s)) for i, (v, s) in enumerate(zip(values, spread, strict=False))]
+        outline += [(x(i), y(v - s)) for i, (v, s) in reversed(list(enumerate(zip(values, spread, strict=False))))]
         points = " ".join(f"{a:.1f},{b:.1f}" for a, b in outline)
         parts.append(f'<polygon points="{points}" fill="{colour}" fill-opacity="0.15" stroke="none"/>')
     line = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
     parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
-    parts += [(f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"><title>step {i + 1}: '
-               f'{v:.4g}</title></circle>') for i, v in enumerate(values)]
+    parts += [
+        (
+            f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"><title>step {i + 1}: '
+            f"{v:.4g}</title></circle>"
+        )
+        for i, v in enumerate(values)
+    ]
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -96,9 +109,16 @@ def checkpoint_curves_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """
     by_stage = {row["stage"]: row for row in rows}
     lines = ["| stage | checkpoint | path | steps |", "|---|---|---|---|"]
-    lines += [f"| {STAGE_NAMES.get(r['stage'], r['stage'])} | `{r['id']}` | `{r['path']}` | "
-              f"{(r.get('metrics') or {}).get('steps')} |" for r in rows]
-    pictures, summary, missing = [], ["| series | steps | first | last | lowest | highest |", "|---|---|---|---|---|---|"], []
+    lines += [
+        f"| {STAGE_NAMES.get(r['stage'], r['stage'])} | `{r['id']}` | `{r['path']}` | "
+        f"{(r.get('metrics') or {}).get('steps')} |"
+        for r in rows
+    ]
+    pictures, summary, missing = (
+        [],
+        ["| series | steps | first | last | lowest | highest |", "|---|---|---|---|---|---|"],
+        [],
+    )
     for stage, key, title, colour in CURVES:
         if stage not in by_stage:
             continue
@@ -110,8 +130,9 @@ def checkpoint_curves_markdown(rows: Sequence[dict[str, Any]]) -> str:
         band = metrics.get(BANDS[key]) if key in BANDS else None
         band = band if band is not None and len(band) == len(values) else None
         pictures.append(f"![{title}]({_data_uri(curve_svg(values, title, colour, band))})")
-        summary.append(f"| {title} | {len(values)} | {values[0]:.4g} | {values[-1]:.4g} | {min(values):.4g} | "
-                       f"{max(values):.4g} |")
+        summary.append(
+            f"| {title} | {len(values)} | {values[0]:.4g} | {values[-1]:.4g} | {min(values):.4g} | {max(values):.4g} |"
+        )
     parts = ["\n".join(lines)]
     if pictures:
         parts += [" ".join(pictures), "\n".join(summary)]

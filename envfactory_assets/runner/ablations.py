@@ -1,4 +1,5 @@
-"""The ablations on the real pipeline: the Dagster-backed callables :func:`envfactory_assets.ablations.orchestrate.run_ablations`
+"""The ablations on the real pipeline: the Dagster-backed callables
+:func:`envfactory_assets.ablations.orchestrate.run_ablations`
 takes (materialize an arm in its own home, count its rows, find its checkpoint, evaluate on the main store)."""
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ def home_environment(home: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def pipeline_materialize(prepare_dagster_home: Callable[[Path], Path], lock: Callable[[Path], Any],
-                         log: Callable[[str], Any] = print) -> Callable[[Path, dict[str, Any], str], None]:
+def pipeline_materialize(
+    prepare_dagster_home: Callable[[Path], Path], lock: Callable[[Path], Any], log: Callable[[str], Any] = print
+) -> Callable[[Path, dict[str, Any], str], None]:
     """A materialize callable that runs ``selection`` in ``home`` with :func:`.materialize.materialize_pipeline`
     on that home's own Dagster instance and store (``envfactory`` resource pinned to ``home``), holding the
-    home's run lock, with Dagster's console logger at INFO as ``envfactory run`` has it. Raises RuntimeError naming the home and the failed selection."""
+    home's run lock, with Dagster's console logger at INFO as ``envfactory run`` has it. Raises RuntimeError naming the
+    home and the failed selection."""
 
     def materialize(home: Path, run_config: dict[str, Any], selection: str) -> None:
         import dagster as dg
@@ -48,14 +51,21 @@ def pipeline_materialize(prepare_dagster_home: Callable[[Path], Path], lock: Cal
         with home_environment(home):
             prepare_dagster_home(home)
             with lock(home), dg.DagsterInstance.get() as instance:
-                results = materialize_pipeline([*ALL_ASSETS, *ALL_CHECKS], instance,
-                                               {**RESOURCES, "envfactory": EnvFactoryHome(home=str(home))},
-                                               quiet_config(run_config), selection=selection, raise_on_error=False,
-                                               tags={"envfactory/command": f"envfactory ablations ({home.name})"},
-                                               job_name=run_job_name(selection, prefix="envfactory_ablation"))
+                results = materialize_pipeline(
+                    [*ALL_ASSETS, *ALL_CHECKS],
+                    instance,
+                    {**RESOURCES, "envfactory": EnvFactoryHome(home=str(home))},
+                    quiet_config(run_config),
+                    selection=selection,
+                    raise_on_error=False,
+                    tags={"envfactory/command": f"envfactory ablations ({home.name})"},
+                    job_name=run_job_name(selection, prefix="envfactory_ablation"),
+                )
         if not results or not all(r.success for r in results):
-            raise RuntimeError(f"ablation arm {home.name}: materializing {selection} failed; inspect it with "
-                               f"ENVFACTORY_HOME={home} envfactory ui")
+            raise RuntimeError(
+                f"ablation arm {home.name}: materializing {selection} failed; inspect it with "
+                f"ENVFACTORY_HOME={home} envfactory ui"
+            )
         log(f"ablation arm {home.name}: {selection} materialized")
 
     return materialize
@@ -75,13 +85,16 @@ def sft_checkpoint_of(home: Path) -> dict[str, Any]:
 
     rows = [r for r in Store(settings.store_path(home)).read("checkpoints") if r.get("stage") == "sft"]
     if len(rows) != 1 or not Path(rows[0].get("path") or "").is_dir():
-        raise RuntimeError(f"ablation arm {home.name}: expected one SFT checkpoint with its folder, found "
-                           f"{[r.get('path') for r in rows]}")
+        raise RuntimeError(
+            f"ablation arm {home.name}: expected one SFT checkpoint with its folder, found "
+            f"{[r.get('path') for r in rows]}"
+        )
     return rows[0]
 
 
-def main_store_evaluate(main_home: Path, evaluation_config: Mapping[str, Any], log: Callable[[str], Any] = print
-                        ) -> Callable[[dict[str, dict[str, Any]]], list[dict[str, Any]]]:
+def main_store_evaluate(
+    main_home: Path, evaluation_config: Mapping[str, Any], log: Callable[[str], Any] = print
+) -> Callable[[dict[str, dict[str, Any]]], list[dict[str, Any]]]:
     """An evaluate callable: the base model, the do-nothing baseline and each arm's SFT checkpoint (labelled
     by arm name) through :func:`~envfactory_assets.evaluation.run.evaluate_models` on the MAIN store's
     ``rl_dataset`` held-out tasks and passed environments, with ``evaluation_config`` (the
@@ -117,16 +130,29 @@ def main_store_evaluate(main_home: Path, evaluation_config: Mapping[str, Any], l
         models = [ModelRef(BASE, BASE, str(base_dir), model_hash=model_hash(base_dir)), do_nothing_model()]
         models += [ModelRef(name, "sft", row["path"], row["id"]) for name, row in checkpoints.items()]
         envs, _ = passed_environments(envfactory)
-        return evaluate_models(models, store.read("rl_dataset"), envs, spec, log=log,
-                               cache=ResultCache(main_home / EVAL_CACHE_DIR),
-                               benchmark_overlap=store.read("benchmark_overlap"))
+        return evaluate_models(
+            models,
+            store.read("rl_dataset"),
+            envs,
+            spec,
+            log=log,
+            cache=ResultCache(main_home / EVAL_CACHE_DIR),
+            benchmark_overlap=store.read("benchmark_overlap"),
+        )
 
     return evaluate
 
 
-def run_pipeline_ablations(main_home: Path, run_config: dict[str, Any], arms: tuple[Arm, ...], out: Path,
-                           prepare_dagster_home: Callable[[Path], Path], lock: Callable[[Path], Any],
-                           command: str, log: Callable[[str], Any] = print) -> AblationRun:
+def run_pipeline_ablations(
+    main_home: Path,
+    run_config: dict[str, Any],
+    arms: tuple[Arm, ...],
+    out: Path,
+    prepare_dagster_home: Callable[[Path], Path],
+    lock: Callable[[Path], Any],
+    command: str,
+    log: Callable[[str], Any] = print,
+) -> AblationRun:
     """Run the ablations on the real pipeline and write ``out`` (docs/ablations.md).
 
     Raises:
@@ -137,18 +163,30 @@ def run_pipeline_ablations(main_home: Path, run_config: dict[str, Any], arms: tu
     from envfactory_assets.store.db import Store
 
     if not settings.store_path(main_home).exists() or not Store(settings.store_path(main_home)).read("rl_dataset"):
-        raise ValueError(f"the main store under {main_home} has no rl_dataset (its held-out tasks are what every "
-                         "arm is evaluated on); run the pipeline first (envfactory run)")
-    src = ((run_config.get("ops", {}).get("source_resources") or {}).get("config") or {})
+        raise ValueError(
+            f"the main store under {main_home} has no rl_dataset (its held-out tasks are what every "
+            "arm is evaluated on); run the pipeline first (envfactory run)"
+        )
+    src = (run_config.get("ops", {}).get("source_resources") or {}).get("config") or {}
     corpus = Path(src["corpus_dir"]) if src.get("corpus_dir") else settings.corpus_dir(main_home)
     if not corpus.is_dir():
-        raise ValueError(f"the OpenAPI corpus is not at {corpus}; run scripts/setup.sh or set "
-                         "ops.source_resources.config.corpus_dir")
-    evaluation = ((run_config.get("ops", {}).get("evaluations") or {}).get("config") or {})
+        raise ValueError(
+            f"the OpenAPI corpus is not at {corpus}; run scripts/setup.sh or set ops.source_resources.config.corpus_dir"
+        )
+    evaluation = (run_config.get("ops", {}).get("evaluations") or {}).get("config") or {}
     evaluate = main_store_evaluate(main_home, evaluation, log)  # settings checked before hours of synthesis
-    result = run_ablations(main_home, run_config, corpus, pipeline_materialize(prepare_dagster_home, lock, log),
-                           train_rows_of, sft_checkpoint_of, evaluate, arms=arms,
-                           default_max_train_rows=CheckpointConfig.model_fields["max_train_rows"].default, log=log)
+    result = run_ablations(
+        main_home,
+        run_config,
+        corpus,
+        pipeline_materialize(prepare_dagster_home, lock, log),
+        train_rows_of,
+        sft_checkpoint_of,
+        evaluate,
+        arms=arms,
+        default_max_train_rows=CheckpointConfig.model_fields["max_train_rows"].default,
+        log=log,
+    )
     write_ablations(out, result, command=command)
     log(f"wrote {out} (ablations took {result.seconds['total']:.0f} s)")
     return result

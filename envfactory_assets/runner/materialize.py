@@ -3,7 +3,8 @@ runs' jobs, and the stale assets after a run."""
 
 import hashlib
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -19,8 +20,7 @@ def check_partitions(instance: dg.DagsterInstance, partitions: Sequence[str]) ->
     keys = list(instance.get_dynamic_partitions(environment_partitions.name))
     unknown = sorted(set(partitions) - set(keys))
     if unknown:
-        raise ValueError(f"--partition names keys that are not environment partitions: {unknown}; "
-                         f"known: {keys[:20]}")
+        raise ValueError(f"--partition names keys that are not environment partitions: {unknown}; known: {keys[:20]}")
 
 
 #: job name of a run of the whole graph (the UI lists a run under its job's name)
@@ -49,25 +49,33 @@ def run_job_name(selection: str | None, prefix: str = PIPELINE_JOB) -> str:
     name = f"{prefix}__{slug}"
     if len(name) > _MAX_JOB_NAME:
         digest = hashlib.sha256(selection.encode()).hexdigest()[:8]
-        name = f"{name[:_MAX_JOB_NAME - 9].rstrip('_')}_{digest}"
+        name = f"{name[: _MAX_JOB_NAME - 9].rstrip('_')}_{digest}"
     return name
 
 
-def _run_job(assets: Sequence[Any], job_name: str, selection: Sequence[str], resources: Mapping[str, Any],
-             **execute: Any) -> dg.ExecuteInProcessResult:
+def _run_job(
+    assets: Sequence[Any], job_name: str, selection: Sequence[str], resources: Mapping[str, Any], **execute: Any
+) -> dg.ExecuteInProcessResult:
     """``dg.materialize`` under a job of our name: the same job Dagster builds for it, named ``job_name``;
     ``execute`` goes to ``execute_in_process``."""
-    defs = dg.Definitions(assets=assets, jobs=[dg.define_asset_job(name=job_name, selection=selection)],
-                          resources=resources)
+    defs = dg.Definitions(
+        assets=assets, jobs=[dg.define_asset_job(name=job_name, selection=selection)], resources=resources
+    )
     defs.resolve_all_job_defs()  # an unsatisfied resource or a broken graph fails here, before the run
     return defs.resolve_job_def(job_name).execute_in_process(**execute)
 
 
-def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, resources: Mapping[str, Any],
-                         run_config: Mapping[str, Any] | None = None, selection: Any = None,
-                         partitions: Sequence[str] | None = None,
-                         raise_on_error: bool = True, tags: Mapping[str, str] | None = None,
-                         job_name: str = PIPELINE_JOB) -> list[dg.ExecuteInProcessResult]:
+def materialize_pipeline(
+    assets: Sequence[Any],
+    instance: dg.DagsterInstance,
+    resources: Mapping[str, Any],
+    run_config: Mapping[str, Any] | None = None,
+    selection: Any = None,
+    partitions: Sequence[str] | None = None,
+    raise_on_error: bool = True,
+    tags: Mapping[str, str] | None = None,
+    job_name: str = PIPELINE_JOB,
+) -> list[dg.ExecuteInProcessResult]:
     """Materialize ``selection`` (default: everything) in-process, the way ``envfactory run`` does.
 
     Phase 1 runs ``source_resources`` alone when selected (it sets the ``environment`` partitions); phase 2
@@ -87,15 +95,27 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     all_keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     # An asset written by one step together with others (sft_dataset and rl_dataset) cannot run alone, so
     # the selection takes the step's other assets too, as Dagster's own required_multi_asset_neighbors does.
-    chosen = {k.to_user_string() for k in
-              dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)} \
-        if selection is not None else all_keys
+    chosen = (
+        {
+            k.to_user_string()
+            for k in dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)
+        }
+        if selection is not None
+        else all_keys
+    )
     run_config = dict(run_config or {})
     results = []
     if "source_resources" in chosen:
-        first = _run_job(assets, f"{job_name}__sources", ["source_resources"], resources, instance=instance,
-                         run_config=config_for_selection(graph, run_config, ["source_resources"]),
-                         raise_on_error=raise_on_error, tags=dict(tags or {}))
+        first = _run_job(
+            assets,
+            f"{job_name}__sources",
+            ["source_resources"],
+            resources,
+            instance=instance,
+            run_config=config_for_selection(graph, run_config, ["source_resources"]),
+            raise_on_error=raise_on_error,
+            tags=dict(tags or {}),
+        )
         results.append(first)
         if not first.success:
             return results
@@ -115,9 +135,16 @@ def materialize_pipeline(assets: Sequence[Any], instance: dg.DagsterInstance, re
     else:
         tag_sets = [{"dagster/partition": k} for k in keys]
     for run_tags in tag_sets:
-        result = _run_job(assets, job_name, rest, resources, instance=instance,
-                          run_config=config_for_selection(graph, run_config, rest),
-                          tags={**(tags or {}), **run_tags}, raise_on_error=raise_on_error)
+        result = _run_job(
+            assets,
+            job_name,
+            rest,
+            resources,
+            instance=instance,
+            run_config=config_for_selection(graph, run_config, rest),
+            tags={**(tags or {}), **run_tags},
+            raise_on_error=raise_on_error,
+        )
         results.append(result)
         if not result.success:
             break

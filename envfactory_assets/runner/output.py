@@ -11,8 +11,9 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 #: the run config that keeps Dagster's DEBUG events (step starts, asset observations, ...) out of the log;
 #: they stay in the instance's event log, which the UI reads

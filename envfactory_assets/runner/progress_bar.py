@@ -7,7 +7,7 @@ line when a step finishes (with its wall time), so stages without a progress met
 
 import sys
 import threading
-from typing import Optional, TextIO
+from typing import TextIO
 
 import dagster as dg
 from dagster import DagsterEventType
@@ -15,8 +15,12 @@ from dagster import DagsterEventType
 from envfactory_assets.progress_meter import DONE, LABEL, RATE, TOTAL, Progress, format_bar
 
 RUN_TAG = "envfactory/cli_run"
-_EVENTS = {DagsterEventType.ASSET_OBSERVATION, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
-           DagsterEventType.STEP_FAILURE}
+_EVENTS = {
+    DagsterEventType.ASSET_OBSERVATION,
+    DagsterEventType.STEP_START,
+    DagsterEventType.STEP_SUCCESS,
+    DagsterEventType.STEP_FAILURE,
+}
 
 
 class RunProgressBar(threading.Thread):
@@ -28,8 +32,14 @@ class RunProgressBar(threading.Thread):
     checks, which are steps too, do not add lines).
     """
 
-    def __init__(self, instance: dg.DagsterInstance, token: str, out: Optional[TextIO] = None,
-                 poll_s: float = 0.5, steps: Optional[set[str]] = None) -> None:
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        token: str,
+        out: TextIO | None = None,
+        poll_s: float = 0.5,
+        steps: set[str] | None = None,
+    ) -> None:
         super().__init__(daemon=True, name="envfactory-progress")
         self.instance, self.token, self.poll_s = instance, token, poll_s
         self.steps = steps  # steps that get a "done in" line (None: every step); a failed step always does
@@ -37,8 +47,8 @@ class RunProgressBar(threading.Thread):
         self.tty = hasattr(self.out, "isatty") and self.out.isatty()
         self.lines: list[str] = []  # every line drawn, for tests and the final newline
         self._stopping = threading.Event()
-        self._run_id: Optional[str] = None
-        self._cursor: Optional[str] = None
+        self._run_id: str | None = None
+        self._cursor: str | None = None
         self._quarter: dict[str, int] = {}
         self._open_line = False
         self._step_started: dict[str, float] = {}
@@ -84,17 +94,19 @@ class RunProgressBar(threading.Thread):
                 self._step_started[event.step_key] = record.event_log_entry.timestamp
                 continue
             if event.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
-                self._step_done(event.step_key, event.event_type == DagsterEventType.STEP_SUCCESS,
-                                record.event_log_entry.timestamp - self._step_started.get(event.step_key,
-                                                                                      record.event_log_entry.timestamp))
+                self._step_done(
+                    event.step_key,
+                    event.event_type == DagsterEventType.STEP_SUCCESS,
+                    record.event_log_entry.timestamp
+                    - self._step_started.get(event.step_key, record.event_log_entry.timestamp),
+                )
                 continue
             observation = event.asset_observation_data.asset_observation
             metadata = observation.metadata
             if DONE in metadata and TOTAL in metadata:
                 done, rate = int(metadata[DONE].value), float(metadata[RATE].value) if RATE in metadata else 0.0
                 label = str(metadata[LABEL].value) if LABEL in metadata else observation.asset_key.to_user_string()
-                self._draw(label,
-                           Progress(done, int(metadata[TOTAL].value), done / rate if rate > 0 else 0.0))
+                self._draw(label, Progress(done, int(metadata[TOTAL].value), done / rate if rate > 0 else 0.0))
 
     def _step_done(self, step: str, ok: bool, seconds: float) -> None:
         """One line per finished step (stages without a bar show here that they ran, and how long)."""

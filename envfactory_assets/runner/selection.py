@@ -78,8 +78,11 @@ def check_selection_runnable(graph: Any, instance: Any, selection: Any, store_ex
             f"--select {selection!r} cannot run yet: {names} read{'s' if len(full) == 1 else ''} "
             f"{', '.join(missing)}, which {'was' if len(missing) == 1 else 'were'} never materialized "
             f"in this ENVFACTORY_HOME; materialize {'it' if len(missing) == 1 else 'them'} first "
-            f"({hint}) or run the whole graph (envfactory run)")
+            f"({hint}) or run the whole graph (envfactory run)"
+        )
     if upstream and not store_exists:
-        raise SelectionError(f"--select {selection!r} cannot run: {names} read the store, which does not exist yet "
-                             f"(was ENVFACTORY_HOME moved or emptied?); run the whole graph first (envfactory run)")
+        raise SelectionError(
+            f"--select {selection!r} cannot run: {names} read the store, which does not exist yet "
+            f"(was ENVFACTORY_HOME moved or emptied?); run the whole graph first (envfactory run)"
+        )
     return sorted(k.to_user_string() for k in set(full) - set(keys))

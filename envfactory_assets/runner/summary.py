@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -25,8 +26,12 @@ def stage_seconds(instance: dg.DagsterInstance, run_ids: Sequence[str]) -> dict[
 
 
 def _materializations(results: Sequence[Any], key: str) -> list[Any]:
-    return [e.materialization for r in results for e in r.get_asset_materialization_events()
-            if e.asset_key == dg.AssetKey(key)]
+    return [
+        e.materialization
+        for r in results
+        for e in r.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey(key)
+    ]
 
 
 def not_measured_checks(results: Sequence[Any]) -> list[str]:
@@ -67,8 +72,14 @@ def failure_messages(results: Sequence[Any], steps: set[str] | None = None, max_
     return out
 
 
-def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any, total_s: float,
-                log_file: str | None = None, asset_steps: set[str] | None = None) -> str:
+def run_summary(
+    instance: dg.DagsterInstance,
+    results: Sequence[Any],
+    store: Any,
+    total_s: float,
+    log_file: str | None = None,
+    asset_steps: set[str] | None = None,
+) -> str:
     """The summary text (several lines, no trailing newline).
 
     Args:
@@ -89,15 +100,20 @@ def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any
         listed = {k: v for k, v in times.items() if asset_steps is None or k in asset_steps or v[1] != "SUCCESS"}
         checks = [secs for k, (secs, _status) in times.items() if k not in listed]
         lines += ["", "stage wall time:"]
-        lines += [f"  {step:<34} {secs:8.1f} s  {'' if status == 'SUCCESS' else status}".rstrip()
-                  for step, (secs, status) in listed.items()]
+        lines += [
+            f"  {step:<34} {secs:8.1f} s  {'' if status == 'SUCCESS' else status}".rstrip()
+            for step, (secs, status) in listed.items()
+        ]
         if checks:
             lines.append(f"  {f'asset checks ({len(checks)})':<34} {sum(checks):8.1f} s")
     unmeasured = not_measured_checks(results)
     if unmeasured:
         lines += ["", "checks that measured nothing (too few cases; not evidence of a pass):", *unmeasured]
-    checkpoint_ids = [i for m in _materializations(results, "checkpoints")
-                      for i in (m.metadata["checkpoint_ids"].value.values() if "checkpoint_ids" in m.metadata else [])]
+    checkpoint_ids = [
+        i
+        for m in _materializations(results, "checkpoints")
+        for i in (m.metadata["checkpoint_ids"].value.values() if "checkpoint_ids" in m.metadata else [])
+    ]
     if checkpoint_ids and store is not None:
         rows = {r["id"]: r for r in store.read("checkpoints", current=False) if r["id"] in set(checkpoint_ids)}
         lines += ["", "checkpoints:"]
@@ -107,8 +123,12 @@ def run_summary(instance: dg.DagsterInstance, results: Sequence[Any], store: Any
             lines.append(f"  {label:<9} {ckpt_id}  {row.get('path', '')}")
             lines.append(f"            lineage: envfactory lineage {ckpt_id}")
     if _materializations(results, "evaluations") and store is not None:
-        lines += ["", "results (envfactory results prints this table again):", "",
-                  results_markdown(store.read("evaluations"))]
+        lines += [
+            "",
+            "results (envfactory results prints this table again):",
+            "",
+            results_markdown(store.read("evaluations")),
+        ]
     exports = _materializations(results, "verl_export")
     if exports and "path" in exports[-1].metadata:
         lines += ["", f"exports: {exports[-1].metadata['path'].value}"]

@@ -21,7 +21,7 @@ from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 
 # A contract-following environment with the shape generated code usually has.
-BENCH_ENV_SOURCE = '''
+BENCH_ENV_SOURCE = """
 def load(data):
     tables = data.get("tables")
     meta = data.get("meta")
@@ -49,7 +49,7 @@ def get_task(state, task_id):
 
 def ping(state):
     return {"pong": True}
-'''
+"""
 
 
 def make_state(rows: int) -> dict[str, Any]:
@@ -98,8 +98,10 @@ def run(rows: int, repeat: int) -> list[tuple[str, list[float]]]:
         small = worker.open_episode({"bench": make_state(1)})
         results.append(("tool call round trip, trivial tool", measure(lambda: worker.call(small, "ping"), repeat)))
         results.append(
-            (f"tool call round trip, get_task on {rows} rows",
-             measure(lambda: worker.call(episode, "get_task", {"task_id": rows}), repeat))
+            (
+                f"tool call round trip, get_task on {rows} rows",
+                measure(lambda: worker.call(episode, "get_task", {"task_id": rows}), repeat),
+            )
         )
         results.append((f"state_hash via worker, {rows} rows", measure(lambda: worker.state_hash(episode), repeat)))
 
@@ -141,8 +143,10 @@ def _three_environment_rollouts(rows: int, repeat: int) -> list[tuple[str, list[
             worker.state_hash(episode)
             worker.close_episode(episode)
 
-        return [("worker start + load + open (one environment)", starts),
-                (f"rollout on 3 environments x {rows} rows (fork, 5 calls, hash, close)", measure(rollout, repeat))]
+        return [
+            ("worker start + load + open (one environment)", starts),
+            (f"rollout on 3 environments x {rows} rows (fork, 5 calls, hash, close)", measure(rollout, repeat)),
+        ]
 
 
 def format_table(results: list[tuple[str, list[float]]]) -> str:

@@ -132,8 +132,9 @@ def _estimate(size: int, containers: int, separators: int) -> int:
     return size + VALUE_BYTES * (containers + separators + 1)
 
 
-def measure(payload: bytes | bytearray | memoryview, bounds: JsonBounds | None = None,
-            deadline: float | None = None) -> JsonShape:
+def measure(
+    payload: bytes | bytearray | memoryview, bounds: JsonBounds | None = None, deadline: float | None = None
+) -> JsonShape:
     """Scan ``payload`` (UTF-8 JSON text) for its depth and estimated decoded size without decoding it.
 
     The scan is linear, iterative and chunked: quotes preceded by an odd run of backslashes are escaped,
@@ -164,7 +165,7 @@ def measure(payload: bytes | bytearray | memoryview, bounds: JsonBounds | None =
     for start in range(0, size, _CHUNK):
         if deadline is not None and time.monotonic() > deadline:
             raise JsonDeadlineExceeded("the deadline passed while checking a JSON payload")
-        chunk = np.frombuffer(view[start:start + _CHUNK], dtype=np.uint8)
+        chunk = np.frombuffer(view[start : start + _CHUNK], dtype=np.uint8)
         real_quotes, carried_run = _unescaped_quotes(np, chunk, carried_run)
         structural = np.flatnonzero(structural_table[chunk])
         if structural.size:
@@ -210,8 +211,12 @@ def _unescaped_quotes(np: Any, chunk: np.ndarray, carried_run: int) -> tuple[np.
     return quotes, trailing_run
 
 
-def loads(payload: bytes | bytearray | memoryview, bounds: JsonBounds | None = None,
-          deadline: float | None = None, what: str = "JSON payload") -> Any:
+def loads(
+    payload: bytes | bytearray | memoryview,
+    bounds: JsonBounds | None = None,
+    deadline: float | None = None,
+    what: str = "JSON payload",
+) -> Any:
     """Decode ``payload`` with orjson once :func:`measure` has found it within ``bounds``.
 
     Args:

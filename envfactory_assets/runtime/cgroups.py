@@ -141,8 +141,10 @@ def _detect_v2(mounts: list[tuple[str, str, set[str]]], own: dict[str, str]) -> 
     try:  # the group of a running process can enable controllers for its children only when it is the root
         (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _V2_CONTROLLERS))
     except OSError as exc:
-        return (f"cannot enable {', '.join(_V2_CONTROLLERS)} under {base} ({exc.strerror}): a delegated v2 group "
-                "must hold the parent in a leaf of its own")
+        return (
+            f"cannot enable {', '.join(_V2_CONTROLLERS)} under {base} ({exc.strerror}): a delegated v2 group "
+            "must hold the parent in a leaf of its own"
+        )
     problem = _writable_base(base)
     return problem or CgroupSupport("v2", "", (("", str(base)),))
 
@@ -157,7 +159,7 @@ def _remove_stale(support: CgroupSupport) -> None:
         for entry in entries:
             if not entry.name.startswith(GROUP_PREFIX) or not entry.is_dir(follow_symlinks=False):
                 continue
-            owner = entry.name[len(GROUP_PREFIX):].split("-", 1)[0]
+            owner = entry.name[len(GROUP_PREFIX) :].split("-", 1)[0]
             if owner.isdigit() and int(owner) != os.getpid() and not os.path.exists(f"/proc/{owner}"):
                 try:
                     os.rmdir(entry.path)

@@ -63,9 +63,7 @@ FORBIDDEN_BUILTINS: frozenset[str] = frozenset(
 REFLECTIVE_BUILTINS: frozenset[str] = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 
 # Clock reads: "current time" lives in the saved state's ``meta.now``, never in the clock.
-CLOCK_ATTRIBUTES: frozenset[str] = frozenset(
-    {"now", "today", "utcnow", "fromtimestamp", "utcfromtimestamp"}
-)
+CLOCK_ATTRIBUTES: frozenset[str] = frozenset({"now", "today", "utcnow", "fromtimestamp", "utcfromtimestamp"})
 
 # Attributes of generators, coroutines, frames, tracebacks and code objects: they lead to frames,
 # and frames lead to the globals of trusted code.
@@ -111,9 +109,7 @@ DENIED_MODULE_MEMBERS: dict[str, frozenset[str]] = {
 DENIED_MEMBER_NAMES: frozenset[str] = frozenset().union(*DENIED_MODULE_MEMBERS.values())
 
 # Underscore-prefixed attributes that are public API (namedtuple methods).
-PUBLIC_UNDERSCORE_ATTRIBUTES: frozenset[str] = frozenset(
-    {"_asdict", "_replace", "_fields", "_field_defaults", "_make"}
-)
+PUBLIC_UNDERSCORE_ATTRIBUTES: frozenset[str] = frozenset({"_asdict", "_replace", "_fields", "_field_defaults", "_make"})
 
 # Receivers on which private (single underscore) attributes may be used: the code's own objects.
 PRIVATE_ATTRIBUTE_RECEIVERS: frozenset[str] = frozenset({"self", "cls"})
@@ -122,9 +118,25 @@ PRIVATE_ATTRIBUTE_RECEIVERS: frozenset[str] = frozenset({"self", "cls"})
 ALLOWED_DUNDER_NAMES: frozenset[str] = frozenset({"__name__"})
 #: Special methods generated code may define on its own classes; hooks such as __instancecheck__,
 #: __getattr__ or __match_args__ change how the interpreter looks things up and are refused.
-DEFINABLE_DUNDER_METHODS: frozenset[str] = frozenset({
-    "__init__", "__repr__", "__str__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
-    "__hash__", "__len__", "__iter__", "__contains__", "__getitem__", "__bool__"})
+DEFINABLE_DUNDER_METHODS: frozenset[str] = frozenset(
+    {
+        "__init__",
+        "__repr__",
+        "__str__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__hash__",
+        "__len__",
+        "__iter__",
+        "__contains__",
+        "__getitem__",
+        "__bool__",
+    }
+)
 
 # Dunder attributes that lead nowhere dangerous on their own and are common in ordinary code
 # (``type(v).__name__`` in error messages, ``super().__init__(...)`` in exception classes). Every

@@ -31,9 +31,7 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
 CONTRACT_FUNCTIONS = ("load", "save")
 MAX_MESSAGE_CHARS = 2000
 # Strict JSON for tool outputs: datetimes, dataclasses and dict/list/str/int subclasses are refused.
-_STRICT_JSON = (
-    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
+_STRICT_JSON = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
 class CallTimedOut(BaseException):
@@ -180,9 +178,7 @@ class Engine:
             isinstance(tool_names, list) and all(isinstance(t, str) for t in tool_names)
         ):
             raise OperationError("bad_request", "tool_names must be a list of strings or null")
-        tools = self.load_env(
-            self._field(request, "env_id", str), self._field(request, "source", str), tool_names
-        )
+        tools = self.load_env(self._field(request, "env_id", str), self._field(request, "source", str), tool_names)
         return {"tools": tools}
 
     def _op_open_episode(self, request: dict[str, Any]) -> Any:
@@ -272,9 +268,7 @@ class Engine:
 
     @staticmethod
     def _rejected(env_id: str, violations: list[str]) -> OperationError:
-        return OperationError(
-            "environment_rejected", "; ".join(violations), env_id=env_id, violations=violations
-        )
+        return OperationError("environment_rejected", "; ".join(violations), env_id=env_id, violations=violations)
 
     def _execute(self, env: CompiledEnvironment) -> dict[str, Any]:
         scope = restricted_builtins() if self.python_guards else dict(vars(builtins))

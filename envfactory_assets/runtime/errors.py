@@ -161,8 +161,7 @@ class EpisodeLost(SandboxError):
 
     def __init__(self, episode_id: str) -> None:
         super().__init__(
-            f"episode {episode_id!r} is not open (closed, discarded after a fault, or lost when the "
-            "worker restarted)"
+            f"episode {episode_id!r} is not open (closed, discarded after a fault, or lost when the worker restarted)"
         )
         self.episode_id = episode_id
 

@@ -104,12 +104,18 @@ class Isolation:
         if self.contained:
             return
         if self.unsafe_allowed:
-            warnings.warn(f"running {origin} environment code WITHOUT the OS sandbox ({self.reason}; "
-                          f"{UNSAFE_ENV_VAR}=1)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"running {origin} environment code WITHOUT the OS sandbox ({self.reason}; {UNSAFE_ENV_VAR}=1)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return
         if origin == "template":
-            warnings.warn(f"running templated environment code without the OS sandbox: {self.reason}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"running templated environment code without the OS sandbox: {self.reason}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return
         raise IsolationUnavailable(
             f"refusing to run {origin} environment code: the OS sandbox cannot start ({self.reason}). "
@@ -192,12 +198,18 @@ def _aliases(paths: list[str]) -> dict[str, str]:
     return aliases
 
 
-def launcher_command(argv: list[str], cgroups: Sequence[str] = (), *, switch_user: bool = False,
-                     aliases: dict[str, str] | None = None) -> list[str]:
+def launcher_command(
+    argv: list[str], cgroups: Sequence[str] = (), *, switch_user: bool = False, aliases: dict[str, str] | None = None
+) -> list[str]:
     """The command that runs ``argv`` through :mod:`.drop_privileges`: join ``cgroups`` (``cgroup.procs``
     files) first, then, with ``switch_user``, bind ``aliases`` and become host uid/gid 65534."""
-    spec = {"uid": SANDBOX_UID if switch_user else None, "gid": SANDBOX_GID if switch_user else None,
-            "aliases": [[p, a] for p, a in (aliases or {}).items()], "cgroups": list(cgroups), "argv": argv}
+    spec = {
+        "uid": SANDBOX_UID if switch_user else None,
+        "gid": SANDBOX_GID if switch_user else None,
+        "aliases": [[p, a] for p, a in (aliases or {}).items()],
+        "cgroups": list(cgroups),
+        "argv": argv,
+    }
     return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(spec)]
 
 
@@ -224,10 +236,25 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str], cgro
     paths = bound_paths()
     root = os.geteuid() == 0
     aliases = _aliases(paths) if root else {}
-    command = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox",
-               # The tmpfs first: binds below /tmp (a checkout in /tmp) must land on top of it, not under it.
-               "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
+    command = [
+        bwrap,
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--hostname",
+        "sandbox",
+        # The tmpfs first: binds below /tmp (a checkout in /tmp) must land on top of it, not under it.
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/tmp",
+    ]
     for path in paths:
         command += ["--ro-bind", aliases.get(path, path), path]
     for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64")):
@@ -244,8 +271,11 @@ def bwrap_command(bwrap: str, argv: list[str], environment: dict[str, str], cgro
 
 def _probe(bwrap: str, python: str) -> str:
     """Start the interpreter once in the sandbox; '' when it worked, else the reason."""
-    command = bwrap_command(bwrap, [python, "-c", "import os, orjson, envfactory_assets; assert os.getuid() == 65534"],
-                            {"PYTHONPATH": str(_PACKAGE_DIR.parent), "LC_ALL": "C.UTF-8"})
+    command = bwrap_command(
+        bwrap,
+        [python, "-c", "import os, orjson, envfactory_assets; assert os.getuid() == 65534"],
+        {"PYTHONPATH": str(_PACKAGE_DIR.parent), "LC_ALL": "C.UTF-8"},
+    )
     try:
         done = subprocess.run(command, capture_output=True, timeout=30, check=False)  # noqa: S603
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -275,5 +305,6 @@ def resolve_isolation(python: str | None = None) -> Isolation:
 
     Reads :data:`OS_LAYER_ENV_VAR` and :data:`UNSAFE_ENV_VAR` on every call, so a test can switch them.
     """
-    return _resolve(python or sys.executable, os.environ.get(OS_LAYER_ENV_VAR, "1"),
-                    os.environ.get(UNSAFE_ENV_VAR, "0"))
+    return _resolve(
+        python or sys.executable, os.environ.get(OS_LAYER_ENV_VAR, "1"), os.environ.get(UNSAFE_ENV_VAR, "0")
+    )

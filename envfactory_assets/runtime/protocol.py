@@ -117,8 +117,9 @@ class FrameChannel:
             ``max_frame_bytes`` with the default depth bound and decoded-size bound.
     """
 
-    def __init__(self, write_fd: int, read_fd: int, max_frame_bytes: int = MAX_FRAME_BYTES,
-                 bounds: JsonBounds | None = None) -> None:
+    def __init__(
+        self, write_fd: int, read_fd: int, max_frame_bytes: int = MAX_FRAME_BYTES, bounds: JsonBounds | None = None
+    ) -> None:
         self._max_frame_bytes = min(max_frame_bytes, MAX_FRAME_BYTES)
         self._bounds = bounds or JsonBounds(max_bytes=self._max_frame_bytes)
         self._write_fd = write_fd

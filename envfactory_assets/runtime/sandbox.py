@@ -108,8 +108,10 @@ class SandboxLimits:
             if field.name != "hash_seed" and getattr(self, field.name) <= 0:
                 raise ValueError(f"SandboxLimits.{field.name} must be positive")
         if self.cpu_lifetime_s < self.cpu_seconds:
-            raise ValueError(f"SandboxLimits.cpu_lifetime_s ({self.cpu_lifetime_s}) must be at least cpu_seconds "
-                             f"({self.cpu_seconds}): it is the worker's whole CPU budget")
+            raise ValueError(
+                f"SandboxLimits.cpu_lifetime_s ({self.cpu_lifetime_s}) must be at least cpu_seconds "
+                f"({self.cpu_seconds}): it is the worker's whole CPU budget"
+            )
 
 
 class _ChildLost(Exception):
@@ -214,8 +216,12 @@ def kill_process(proc: subprocess.Popen, *streams: Any) -> None:
 
 # What a well-formed result of each operation looks like; anything else means the worker (or code
 # running in it) forged the protocol.
-_RESULT_KEYS = {"load_env": ("tools", list), "open_episode": ("episode_id", str), "fork": ("episode_id", str),
-                "call": ("ok", bool)}
+_RESULT_KEYS = {
+    "load_env": ("tools", list),
+    "open_episode": ("episode_id", str),
+    "fork": ("episode_id", str),
+    "call": ("ok", bool),
+}
 
 
 def _shape_ok(op: str, result: Any) -> bool:
@@ -256,7 +262,7 @@ def _describe_exit(returncode: int | None, limits: SandboxLimits, contained: boo
     hint = {
         "SIGXCPU": f" (CPU limit of {limits.cpu_seconds} s per request exceeded)",
         "SIGKILL": " (killed externally, by the out-of-memory killer, or at its lifetime CPU budget of "
-                   f"{limits.cpu_lifetime_s} s)",
+        f"{limits.cpu_lifetime_s} s)",
         "SIGSEGV": " (segmentation fault, possibly out of memory in native code)",
     }.get(name, "")
     return f"worker killed by {name}{hint}"
@@ -315,12 +321,17 @@ class _Child:
                 raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
             if isinstance(exc, FrameTooLarge):
                 self.discard()
-                raise _ChildLost(str(ErrorType.TOO_LARGE),
-                                 f"{op}: the reply is too large ({exc}); worker killed") from None
+                raise _ChildLost(
+                    str(ErrorType.TOO_LARGE), f"{op}: the reply is too large ({exc}); worker killed"
+                ) from None
             if isinstance(exc, JsonTooLarge):
                 # The whole frame was consumed, so the worker stays in step and keeps its other episodes.
-                error = {"type": str(ErrorType.TOO_LARGE), "env_id": self.label, "limit": exc.limit,
-                         "message": f"{op}: {exc}; the reply was not decoded"}
+                error = {
+                    "type": str(ErrorType.TOO_LARGE),
+                    "env_id": self.label,
+                    "limit": exc.limit,
+                    "message": f"{op}: {exc}; the reply was not decoded",
+                }
                 if op == "call":
                     error["episode_lost"] = True  # the call's effect on the state cannot be seen
                 raise _RemoteError(error) from None
@@ -332,8 +343,9 @@ class _Child:
         left = self.meter.tasks() - self.baseline_tasks if self.meter is not None else 0
         if left > 0:  # environment code runs only while a request does: nothing may run on after it
             self.discard()
-            raise _ChildLost(str(ErrorType.RESOURCE_LIMIT),
-                             f"{op} left {left} thread(s) running after it returned; worker killed")
+            raise _ChildLost(
+                str(ErrorType.RESOURCE_LIMIT), f"{op} left {left} thread(s) running after it returned; worker killed"
+            )
         if response.get("id") != request_id:
             self.discard()
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
@@ -364,8 +376,10 @@ class _Child:
         if not reason and self.cgroup is not None:
             hit = self.cgroup.limit_hit()
             if hit == "memory":
-                reason = (f"memory limit of {self.limits.memory_mb} MiB (control group: heap, shared memory, "
-                          "tmpfs and kernel memory together)")
+                reason = (
+                    f"memory limit of {self.limits.memory_mb} MiB (control group: heap, shared memory, "
+                    "tmpfs and kernel memory together)"
+                )
             elif hit == "pids":
                 reason = f"task limit of {self.limits.max_tasks} processes and threads"
             if hit == "pids" and self.proc is not None and self.proc.poll() is None:
@@ -395,11 +409,22 @@ class _Child:
     def command(self) -> list[str]:
         """The command line that starts this worker (inside bubblewrap when the OS layer is on)."""
         owner = self._owner
-        argv = [owner._python, "-m", WORKER_MODULE, "--memory-mb", str(self.limits.memory_mb),
-                "--cpu-seconds", str(self.limits.cpu_seconds),
-                "--cpu-lifetime-seconds", str(self.limits.cpu_lifetime_s),
-                "--python-guards", "on" if owner.python_guards else "off",
-                "--seccomp", "on" if owner.isolation.seccomp else "off", f"--domain={self.label}"]
+        argv = [
+            owner._python,
+            "-m",
+            WORKER_MODULE,
+            "--memory-mb",
+            str(self.limits.memory_mb),
+            "--cpu-seconds",
+            str(self.limits.cpu_seconds),
+            "--cpu-lifetime-seconds",
+            str(self.limits.cpu_lifetime_s),
+            "--python-guards",
+            "on" if owner.python_guards else "off",
+            "--seccomp",
+            "on" if owner.isolation.seccomp else "off",
+            f"--domain={self.label}",
+        ]
         environment = {
             "PYTHONPATH": _PACKAGE_PARENT,
             "PYTHONHASHSEED": str(self.limits.hash_seed),
@@ -409,8 +434,9 @@ class _Child:
         procs = self.cgroup.procs_files if self.cgroup is not None else []
         if owner.isolation.bwrap is None:
             return launcher_command(argv, procs) if procs else argv
-        return bwrap_command(owner.isolation.bwrap, argv, {**environment, "HOME": "/tmp", "PATH": "/nonexistent"},
-                             procs)
+        return bwrap_command(
+            owner.isolation.bwrap, argv, {**environment, "HOME": "/tmp", "PATH": "/nonexistent"}, procs
+        )
 
     def ensure_started(self) -> FrameChannel:
         if self.channel is not None:
@@ -420,13 +446,21 @@ class _Child:
         support = owner.cgroup_support()
         if support.active:
             try:
-                self.cgroup = cgroups.WorkerCgroup(support, memory_bytes=self.limits.memory_mb * 1024 * 1024,
-                                                   pids_max=self.limits.max_tasks, cpu_cores=self.limits.cpu_cores)
+                self.cgroup = cgroups.WorkerCgroup(
+                    support,
+                    memory_bytes=self.limits.memory_mb * 1024 * 1024,
+                    pids_max=self.limits.max_tasks,
+                    cpu_cores=self.limits.cpu_cores,
+                )
             except OSError as exc:  # the probe made one: failing now is not a mode to fall back to silently
                 raise WorkerCrashed("startup", f"cannot create the worker's control group: {exc}") from None
         if owner.isolation.bwrap is None:
-            env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": _PACKAGE_PARENT,
-                   "PYTHONHASHSEED": str(self.limits.hash_seed), "LC_ALL": "C.UTF-8"}
+            env = {
+                "PATH": os.environ.get("PATH", os.defpath),
+                "PYTHONPATH": _PACKAGE_PARENT,
+                "PYTHONHASHSEED": str(self.limits.hash_seed),
+                "LC_ALL": "C.UTF-8",
+            }
         else:
             env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
         proc = subprocess.Popen(  # noqa: S603 - fixed command, no shell
@@ -524,8 +558,14 @@ class SandboxWorker:
         ValueError: ``max_processes`` < 1.
     """
 
-    def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None,
-                 python_guards: bool = True, max_processes: int = 128) -> None:
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        python: str | None = None,
+        python_guards: bool = True,
+        max_processes: int = 128,
+    ) -> None:
         if max_processes < 1:
             raise ValueError(f"max_processes must be >= 1, got {max_processes}")
         self.max_processes = max_processes
@@ -616,8 +656,9 @@ class SandboxWorker:
         return child.seccomp if child is not None else ""
 
     # -- operations ---------------------------------------------------------------------------
-    def load_environment(self, env_id: str, source: str, tool_names: Sequence[str] | None = None, *,
-                         origin: str = "untrusted") -> list[str]:
+    def load_environment(
+        self, env_id: str, source: str, tool_names: Sequence[str] | None = None, *, origin: str = "untrusted"
+    ) -> list[str]:
         """Check, compile and trial-run an environment module in its own worker process.
 
         Loading another version of ``env_id`` (different source) replaces the process: the new code
@@ -687,7 +728,9 @@ class SandboxWorker:
                 child.discard()
                 running.remove(child)
 
-    def _load_into_child(self, child: _Child, env_id: str, source: str, tools: tuple[str, ...] | None) -> dict[str, Any]:
+    def _load_into_child(
+        self, child: _Child, env_id: str, source: str, tools: tuple[str, ...] | None
+    ) -> dict[str, Any]:
         """Load ``source`` into ``child``; a load that fails ends the child's process.
 
         The module may have run (and patched whatever it could reach) before it failed, and the process is
@@ -786,14 +829,20 @@ class SandboxWorker:
         if len(owners) == 1:
             return owners[0], tool
         if len(owners) > 1:
-            return {"ok": False, "error": {"type": str(ErrorType.AMBIGUOUS_TOOL),
-                                           "message": f"tool {tool!r} exists in {sorted(owners)}; "
-                                                      f"call it as 'env_id.{tool}'"}}
+            return {
+                "ok": False,
+                "error": {
+                    "type": str(ErrorType.AMBIGUOUS_TOOL),
+                    "message": f"tool {tool!r} exists in {sorted(owners)}; call it as 'env_id.{tool}'",
+                },
+            }
         env_id, _, name = tool.rpartition(".")
         if env_id in parts and name in self._tools.get(env_id, ()):
             return env_id, name
-        return {"ok": False, "error": {"type": str(ErrorType.UNKNOWN_TOOL),
-                                       "message": f"no tool named {tool!r} in this episode"}}
+        return {
+            "ok": False,
+            "error": {"type": str(ErrorType.UNKNOWN_TOOL), "message": f"no tool named {tool!r} in this episode"},
+        }
 
     def call(self, episode_id: str, tool: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Call one tool in an episode.
@@ -833,8 +882,10 @@ class SandboxWorker:
                     raise EpisodeLost(episode_id) from None
                 result = {"ok": False, "error": exc.error}
             except _ChildLost as exc:
-                message = (f"{exc.message}; all open episodes of environment {env_id!r} were lost "
-                           "(its worker restarts on next use)")
+                message = (
+                    f"{exc.message}; all open episodes of environment {env_id!r} were lost "
+                    "(its worker restarts on next use)"
+                )
                 return {"ok": False, "error": {"type": exc.kind, "message": message, "episode_lost": True}}
             if not result.get("ok") and result.get("error", {}).get("episode_lost"):
                 self._drop(episode_id)

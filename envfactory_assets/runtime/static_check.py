@@ -253,8 +253,11 @@ class _Checker(ast.NodeVisitor):
 
     # -- string constants used as format strings ----------------------------------------------
     def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str) and code_policy.is_dunder(node.value) \
-                and node.value not in code_policy.SAFE_DUNDER_ATTRIBUTES:
+        if (
+            isinstance(node.value, str)
+            and code_policy.is_dunder(node.value)
+            and node.value not in code_policy.SAFE_DUNDER_ATTRIBUTES
+        ):
             self._flag(node, f"dunder string constant '{node.value}' is not allowed")
         if isinstance(node.value, str) and "{" in node.value and "." in node.value:
             for attr in _format_field_attributes(node.value):

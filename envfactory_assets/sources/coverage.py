@@ -22,8 +22,13 @@ from envfactory_assets.sources.actions import action_verb, split_action_path
 from envfactory_assets.sources.openapi import MAX_NESTING, Resource, extract_resources
 
 HTTP_METHODS = ("get", "put", "post", "delete", "patch")
-UNMAPPED_REASONS = ("beyond_resource_cap", "action_without_state", "nested_too_deep", "no_stateful_collection",
-                    "not_modelled")
+UNMAPPED_REASONS = (
+    "beyond_resource_cap",
+    "action_without_state",
+    "nested_too_deep",
+    "no_stateful_collection",
+    "not_modelled",
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,9 @@ def _stem(path: str) -> str:
     return "/" + "/".join(segs)
 
 
-def operation_coverage(spec: dict[str, Any], max_resources: int | None = None,
-                       resources: list[Resource] | None = None) -> list[OperationCoverage]:
+def operation_coverage(
+    spec: dict[str, Any], max_resources: int | None = None, resources: list[Resource] | None = None
+) -> list[OperationCoverage]:
     """Every operation of ``spec``, in path order, with the kind it becomes when at most ``max_resources``
     resources are kept (None: all), or its unmapped reason (module docstring). ``resources``: the document's
     :func:`~envfactory_assets.sources.openapi.extract_resources`, when the caller has it already.
@@ -95,9 +101,12 @@ def operation_coverage(spec: dict[str, Any], max_resources: int | None = None,
 
 def summarize(coverage: list[OperationCoverage]) -> dict[str, Any]:
     """``{"operations", "mapped", "by_kind": {kind: n}, "unmapped": {reason: n}}`` of one or more documents."""
-    return {"operations": len(coverage), "mapped": sum(1 for c in coverage if c.kind),
-            "by_kind": dict(Counter(c.kind for c in coverage if c.kind)),
-            "unmapped": dict(Counter(c.reason for c in coverage if not c.kind))}
+    return {
+        "operations": len(coverage),
+        "mapped": sum(1 for c in coverage if c.kind),
+        "by_kind": dict(Counter(c.kind for c in coverage if c.kind)),
+        "unmapped": dict(Counter(c.reason for c in coverage if not c.kind)),
+    }
 
 
 def count_operations(spec: Any) -> int:

@@ -39,21 +39,40 @@ TOOL_LIST_SCHEMA: dict[str, Any] = {
     "required": ["format", "server", "package", "tools"],
     "properties": {
         "format": {"const": TOOL_LIST_FORMAT},
-        "server": {"type": "object", "required": ["name"], "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 200},
-            "version": {"type": "string", "maxLength": 100}}},
-        "package": {"type": "object", "required": ["name", "version", "license"], "properties": {
-            "ecosystem": {"enum": ["pypi", "npm", "user"]},
-            "name": {"type": "string", "minLength": 1, "maxLength": 200},
-            "version": {"type": "string", "maxLength": 100},
-            "license": {"type": "string", "maxLength": 300}}},
-        "tools": {"type": "array", "minItems": 1, "maxItems": 500, "items": {
-            "type": "object", "required": ["name", "input_schema"], "additionalProperties": False,
+        "server": {
+            "type": "object",
+            "required": ["name"],
             "properties": {
-                "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"},
-                "description": {"type": "string", "maxLength": 20000},
-                "input_schema": {"type": "object"},
-                "output_schema": {"type": ["object", "null"]}}}},
+                "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                "version": {"type": "string", "maxLength": 100},
+            },
+        },
+        "package": {
+            "type": "object",
+            "required": ["name", "version", "license"],
+            "properties": {
+                "ecosystem": {"enum": ["pypi", "npm", "user"]},
+                "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                "version": {"type": "string", "maxLength": 100},
+                "license": {"type": "string", "maxLength": 300},
+            },
+        },
+        "tools": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 500,
+            "items": {
+                "type": "object",
+                "required": ["name", "input_schema"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"},
+                    "description": {"type": "string", "maxLength": 20000},
+                    "input_schema": {"type": "object"},
+                    "output_schema": {"type": ["object", "null"]},
+                },
+            },
+        },
     },
 }
 
@@ -80,14 +99,27 @@ class McpServer:
 
 # Pinned in scripts/setup.sh as well; versions checked against the registries' metadata.
 KNOWN_SERVERS: tuple[McpServer, ...] = (
-    McpServer("time", "pypi", "mcp-server-time", "2026.10.19", "./venv/bin/mcp-server-time",
-              ("--local-timezone", "UTC")),
+    McpServer(
+        "time", "pypi", "mcp-server-time", "2026.10.19", "./venv/bin/mcp-server-time", ("--local-timezone", "UTC")
+    ),
     McpServer("git", "pypi", "mcp-server-git", "2026.10.19", "./venv/bin/mcp-server-git"),
-    McpServer("memory", "npm", "@modelcontextprotocol/server-memory", "2026.8.31", "node",
-              ("./npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js",),
-              {"MEMORY_FILE_PATH": "./work/memory.jsonl"}),
-    McpServer("filesystem", "npm", "@modelcontextprotocol/server-filesystem", "2026.8.31", "node",
-              ("./npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "./work/files")),
+    McpServer(
+        "memory",
+        "npm",
+        "@modelcontextprotocol/server-memory",
+        "2026.8.31",
+        "node",
+        ("./npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js",),
+        {"MEMORY_FILE_PATH": "./work/memory.jsonl"},
+    ),
+    McpServer(
+        "filesystem",
+        "npm",
+        "@modelcontextprotocol/server-filesystem",
+        "2026.8.31",
+        "node",
+        ("./npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "./work/files"),
+    ),
 )
 
 
@@ -168,8 +200,9 @@ def _installed_version(server: McpServer, servers_root: Path) -> str | None:
     if server.ecosystem == "npm":
         manifest = servers_root / "npm" / "node_modules" / server.package / "package.json"
         return json.loads(manifest.read_text()).get("version") if manifest.exists() else None
-    metas = sorted((servers_root / "venv" / "lib").glob(
-        f"python3*/site-packages/{server.package.replace('-', '_')}-*.dist-info"))
+    metas = sorted(
+        (servers_root / "venv" / "lib").glob(f"python3*/site-packages/{server.package.replace('-', '_')}-*.dist-info")
+    )
     return metas[0].name.removesuffix(".dist-info").rsplit("-", 1)[1] if metas else None
 
 
@@ -182,8 +215,9 @@ def _resolve(servers_root: Path, part: str) -> str:
     return str(servers_root / part[2:]) if part.startswith("./") else part
 
 
-async def _list_tools(command: str, args: list[str], env: dict[str, str], cwd: Path,
-                      timeout_s: float, errlog: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def _list_tools(
+    command: str, args: list[str], env: dict[str, str], cwd: Path, timeout_s: float, errlog: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp.types import PaginatedRequestParams
 
@@ -196,9 +230,15 @@ async def _list_tools(command: str, args: list[str], env: dict[str, str], cwd: P
                 cursor = None
                 for _ in range(MAX_PAGES):
                     page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
-                    tools += [{"name": t.name, "description": t.description or "",
-                               "input_schema": t.input_schema, "output_schema": t.output_schema}
-                              for t in page.tools]
+                    tools += [
+                        {
+                            "name": t.name,
+                            "description": t.description or "",
+                            "input_schema": t.input_schema,
+                            "output_schema": t.output_schema,
+                        }
+                        for t in page.tools
+                    ]
                     cursor = page.next_cursor
                     if not cursor:
                         break
@@ -206,9 +246,16 @@ async def _list_tools(command: str, args: list[str], env: dict[str, str], cwd: P
                 return {"name": info.name, "version": info.version or ""}, tools
 
 
-def read_server(command: str, args: list[str], *, package: dict[str, str], env: dict[str, str] | None = None,
-                cwd: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                server_label: str = "") -> dict[str, Any] | McpFailure:
+def read_server(
+    command: str,
+    args: list[str],
+    *,
+    package: dict[str, str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    server_label: str = "",
+) -> dict[str, Any] | McpFailure:
     """Start one MCP server over stdio, list its tools, stop it; the tool-list document or a failure.
 
     ``package`` is ``{"ecosystem", "name", "version", "license"}``. The whole exchange (start,
@@ -230,17 +277,24 @@ def read_server(command: str, args: list[str], *, package: dict[str, str], env: 
         return McpFailure(label, "protocol_error", f"{type(exc).__name__}: {str(exc)[:200]} {tail}".strip())
     finally:
         stderr_path.unlink(missing_ok=True)
-    document = {"format": TOOL_LIST_FORMAT, "server": server_info, "package": package,
-                "tools": sorted(tools, key=lambda t: t["name"])}
+    document = {
+        "format": TOOL_LIST_FORMAT,
+        "server": server_info,
+        "package": package,
+        "tools": sorted(tools, key=lambda t: t["name"]),
+    }
     try:
         return validate_tool_list(document, f"tools/list answer of {label}")
     except ToolListError as exc:
         return McpFailure(label, "invalid_tool_list", str(exc)[:400])
 
 
-def read_installed_servers(home: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
-                           servers: tuple[McpServer, ...] = KNOWN_SERVERS, servers_root: Path | None = None
-                           ) -> tuple[list[Path], list[McpFailure]]:
+def read_installed_servers(
+    home: Path,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    servers: tuple[McpServer, ...] = KNOWN_SERVERS,
+    servers_root: Path | None = None,
+) -> tuple[list[Path], list[McpFailure]]:
     """Read every installed server's tool list into ``home/mcp_tool_lists/<name>.json``.
 
     Servers are looked for under ``servers_root`` (default ``home/mcp-servers``). Returns
@@ -255,16 +309,29 @@ def read_installed_servers(home: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
     for server in servers:
         version = _installed_version(server, root) if root.is_dir() else None
         if version is None:
-            failures.append(McpFailure(server.name, "not_installed",
-                                       f"{server.package} not found under {root} (run scripts/setup.sh)"))
+            failures.append(
+                McpFailure(
+                    server.name, "not_installed", f"{server.package} not found under {root} (run scripts/setup.sh)"
+                )
+            )
             continue
         (root / "work" / "files").mkdir(parents=True, exist_ok=True)
-        package = {"ecosystem": server.ecosystem, "name": server.package, "version": version,
-                   "license": _package_license(server, root)}
+        package = {
+            "ecosystem": server.ecosystem,
+            "name": server.package,
+            "version": version,
+            "license": _package_license(server, root),
+        }
         env = {k: _resolve(root, v) for k, v in server.env.items()}
-        result = read_server(_resolve(root, server.command), [_resolve(root, a) for a in server.args],
-                             package=package, env=env, cwd=root / "work", timeout_s=timeout_s,
-                             server_label=server.name)
+        result = read_server(
+            _resolve(root, server.command),
+            [_resolve(root, a) for a in server.args],
+            package=package,
+            env=env,
+            cwd=root / "work",
+            timeout_s=timeout_s,
+            server_label=server.name,
+        )
         if isinstance(result, McpFailure):
             failures.append(result)
             continue
@@ -291,4 +358,3 @@ def load_tool_list(path: Path) -> tuple[dict[str, Any], str]:
         raise ToolListError(f"{path}: {load_error_detail(exc)}") from exc
     validate_tool_list(document, str(path))
     return document, hashlib.sha256(canonical_bytes(document)).hexdigest()
-

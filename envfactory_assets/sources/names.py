@@ -107,7 +107,8 @@ _NOT_NOUNS = frozenset(
     "list get show create add post put patch insert update delete remove find search count retrieve fetch read "
     "set edit modify make register replace upsert query browse view describe return all new one by of for the "
     "an and or at in on to with from into id ids specified given single detail information info its this that "
-    "which are is be can will your permanently paginated optionally filtered matching criteria".split())
+    "which are is be can will your permanently paginated optionally filtered matching criteria".split()
+)
 
 
 def name_nouns(text: str, keep: frozenset[str] = frozenset()) -> list[str]:
@@ -124,9 +125,8 @@ def split_glued(word: str, bigrams: set[tuple[str, str]]) -> list[str]:
     somewhere; ``[word]`` when it never does (``"webhooks"`` stays one word unless the spec writes "web
     hooks"). Each part has at least three letters."""
     for a, b in sorted(bigrams):
-        rest = word[len(a):]
-        if (len(a) >= 3 and len(rest) >= 3 and word.startswith(a)
-                and (rest == b or singular(rest) == singular(b))):
+        rest = word[len(a) :]
+        if len(a) >= 3 and len(rest) >= 3 and word.startswith(a) and (rest == b or singular(rest) == singular(b)):
             return [a, rest]
     return [word]
 

@@ -3,7 +3,8 @@
 A *resource* is a collection path (``/companies``) with read operations (GET on the collection or on
 ``/companies/{id}``), usually create (POST), and an object schema with scalar fields, or a *singleton*
 (``GET/PUT /settings``, ``/me``): one object read and updated in place. A collection without create is
-*read-only* (a catalogue, rows made outside the API): its table is seeded and read, updated or acted on. Resources are what the
+*read-only* (a catalogue, rows made outside the API): its table is seeded and read, updated or acted on. Resources are
+what the
 programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
 can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
@@ -36,9 +37,28 @@ MAX_NESTING = 3
 SEARCH_SEGMENTS = ("search", "find", "query")
 COUNT_SEGMENTS = ("count",)
 #: last path segments that name one object of the caller's account (read and updated in place)
-SINGLETON_SEGMENTS = ("settings", "setting", "me", "account", "profile", "config", "configuration",
-                      "preferences", "user", "organization", "org", "company", "workspace", "billing",
-                      "subscription", "status", "info", "limits", "quota", "options")
+SINGLETON_SEGMENTS = (
+    "settings",
+    "setting",
+    "me",
+    "account",
+    "profile",
+    "config",
+    "configuration",
+    "preferences",
+    "user",
+    "organization",
+    "org",
+    "company",
+    "workspace",
+    "billing",
+    "subscription",
+    "status",
+    "info",
+    "limits",
+    "quota",
+    "options",
+)
 _PARAM_SEGMENT = re.compile(r"^\{[^}]+\}$")
 _WRAPPER_KEYS = ("data", "result", "results", "items", "item", "records", "record", "resource")
 
@@ -206,14 +226,21 @@ def _scalar_field_schema(prop: dict[str, Any]) -> dict[str, Any] | None:
         out["default"] = prop["default"]
     enum = prop.get("enum")
     if isinstance(enum, list):
-        values = [v for v in enum if isinstance(v, (str, int, float, bool)) and not isinstance(v, bool) or typ == "boolean"]
+        values = [
+            v for v in enum if isinstance(v, (str, int, float, bool)) and not isinstance(v, bool) or typ == "boolean"
+        ]
         values = [v for v in values if v is not None and v != ""]
         if values and all(matches_json_type(v, typ) for v in values):
             out["enum"] = list(dict.fromkeys(values))[:20]
     for bound in ("minimum", "maximum"):
         value = prop.get(bound)
-        if typ in ("integer", "number") and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and abs(value) <= MAX_ABS_BOUND and value == value:
+        if (
+            typ in ("integer", "number")
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and abs(value) <= MAX_ABS_BOUND
+            and value == value
+        ):
             if typ == "integer":  # round fractional bounds inward
                 value = math.ceil(value) if bound == "minimum" else math.floor(value)
             out[bound] = value
@@ -236,12 +263,21 @@ def _scalar_field_schema(prop: dict[str, Any]) -> dict[str, Any] | None:
 def _spec_examples(prop: dict[str, Any], schema: dict[str, Any]) -> list[Any]:
     """Up to 5 values from ``example``, ``examples`` (a list) and ``default`` that are of the schema's type,
     within its bounds and short (strings of at most 120 characters)."""
-    raw = ([prop["example"]] if "example" in prop else []) + \
-        (list(prop["examples"]) if isinstance(prop.get("examples"), list) else []) + \
-        ([prop["default"]] if "default" in prop else [])
+    raw = (
+        ([prop["example"]] if "example" in prop else [])
+        + (list(prop["examples"]) if isinstance(prop.get("examples"), list) else [])
+        + ([prop["default"]] if "default" in prop else [])
+    )
     typ = schema["type"]
-    kept = [v for v in raw if isinstance(v, (str, int, float)) and matches_json_type(v, typ) and _within(v, schema)
-            and (not isinstance(v, str) or 0 < len(v.strip()) <= 120) and v == v]
+    kept = [
+        v
+        for v in raw
+        if isinstance(v, (str, int, float))
+        and matches_json_type(v, typ)
+        and _within(v, schema)
+        and (not isinstance(v, str) or 0 < len(v.strip()) <= 120)
+        and v == v
+    ]
     return list(dict.fromkeys(kept))[:5]
 
 
@@ -383,8 +419,11 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
         if action is not None and action_verb(action[1]):
             extras.setdefault(action[0], []).append((action[1], path, item))
             continue
-        if len(segs) >= 2 and snake_case(segs[-1]) in SEARCH_SEGMENTS + COUNT_SEGMENTS \
-                and not _PARAM_SEGMENT.match(segs[-2]):
+        if (
+            len(segs) >= 2
+            and snake_case(segs[-1]) in SEARCH_SEGMENTS + COUNT_SEGMENTS
+            and not _PARAM_SEGMENT.match(segs[-2])
+        ):
             extras.setdefault("/" + "/".join(segs[:-1]), []).append((snake_case(segs[-1]), path, item))
             continue
         if _PARAM_SEGMENT.match(segs[-1]):
@@ -408,13 +447,15 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
     # writable collections first: an environment's tables are capped, and reads of seeded rows teach less
-    resources.sort(key=lambda r: (r.read_only, -r.n_operations, r.parent_key is not None, r.singleton,
-                                  -len(r.fields), r.name))
+    resources.sort(
+        key=lambda r: (r.read_only, -r.n_operations, r.parent_key is not None, r.singleton, -len(r.fields), r.name)
+    )
     return resources[:max_resources] if max_resources else resources
 
 
-def _operation(spec: dict[str, Any], kind: str, method: str, path: str, op: Any,
-               verb: str | None = None) -> Operation | None:
+def _operation(
+    spec: dict[str, Any], kind: str, method: str, path: str, op: Any, verb: str | None = None
+) -> Operation | None:
     op = deref(spec, op)
     if not isinstance(op, dict):
         return None
@@ -440,8 +481,13 @@ def _parent_key(segs: list[str]) -> str | None | bool:
     return to_identifier(f"{singular(parent_literal)}_id", fallback="parent_id", max_len=40)
 
 
-def _singleton_resource(spec: dict[str, Any], cpath: str, citem: dict[str, Any],
-                        items: dict[str, tuple[str, dict[str, Any]]], taken_names: set[str]) -> Resource | None:
+def _singleton_resource(
+    spec: dict[str, Any],
+    cpath: str,
+    citem: dict[str, Any],
+    items: dict[str, tuple[str, dict[str, Any]]],
+    taken_names: set[str],
+) -> Resource | None:
     """The singleton of a path without create or item operations whose GET returns one object and which
     can be updated in place or is named like one (``/settings``, ``/me``), else None."""
     segs = _segments(cpath)
@@ -472,10 +518,14 @@ def _singleton_resource(spec: dict[str, Any], cpath: str, citem: dict[str, Any],
     return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, None, [], True)
 
 
-def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str, Any],
-                              items: dict[str, tuple[str, dict[str, Any]]],
-                              taken_names: set[str],
-                              extras: dict[str, list[tuple[str, str, dict[str, Any]]]] | None = None) -> Resource | None:
+def _resource_from_collection(
+    spec: dict[str, Any],
+    cpath: str,
+    citem: dict[str, Any],
+    items: dict[str, tuple[str, dict[str, Any]]],
+    taken_names: set[str],
+    extras: dict[str, list[tuple[str, str, dict[str, Any]]]] | None = None,
+) -> Resource | None:
     """Build the :class:`Resource` of one collection path, or None when it has no usable shape.
 
     ``extras`` maps item and collection paths to their action, search and count paths
@@ -539,8 +589,10 @@ def _resource_from_collection(spec: dict[str, Any], cpath: str, citem: dict[str,
     fields = extract_fields(spec, schema, key)
     if parent_key:
         fields = [f for f in fields if f.name != parent_key]
-        fields.insert(0, FieldSpec(parent_key, parent_key, {"type": "string"},
-                                   f"Identifier of the parent {parent_key[:-3]}.", True))
+        fields.insert(
+            0,
+            FieldSpec(parent_key, parent_key, {"type": "string"}, f"Identifier of the parent {parent_key[:-3]}.", True),
+        )
     return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only)
 
 
@@ -555,5 +607,6 @@ def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:
     if not isinstance(raw, dict) or raw.get("type") != "array" and "items" not in raw:
         return False
     item = deref(spec, raw.get("items"))
-    return isinstance(item, dict) and (item.get("type") == "object" or isinstance(item.get("properties"), dict)
-                                       or "allOf" in item)
+    return isinstance(item, dict) and (
+        item.get("type") == "object" or isinstance(item.get("properties"), dict) or "allOf" in item
+    )

@@ -20,14 +20,24 @@ _QUOTED_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _GRAMMAR_WORDS = {"null", "true", "false"}
 # A path element or property name shown as is; anything else is shown as a placeholder.
 _IDENTIFIER_RE = re.compile(r"[A-Za-z0-9_.$@-]{1,64}")
-_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"),
-               (dict, "object"), (type(None), "null"))
+_JSON_TYPES = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+    (type(None), "null"),
+)
 
 
 def _keep_grammar(match: re.Match[str]) -> str:
     inner = match.group(0)[1:-1]
-    if (inner.startswith("<") and inner.endswith(">") and len(inner) <= 24) or len(inner) <= 2 \
-            or inner in _GRAMMAR_WORDS:
+    if (
+        (inner.startswith("<") and inner.endswith(">") and len(inner) <= 24)
+        or len(inner) <= 2
+        or inner in _GRAMMAR_WORDS
+    ):
         return match.group(0)
     return "'…'"
 
@@ -114,10 +124,16 @@ def schema_error_detail(error: Any) -> str:
         return f"should be one of {expected!r}"
     if rule == "pattern":
         return f"does not match the pattern {expected!r}"
-    bounds = {"minLength": "is shorter than {} characters", "maxLength": "is longer than {} characters",
-              "minItems": "has fewer than {} items", "maxItems": "has more than {} items",
-              "minProperties": "has fewer than {} properties", "maxProperties": "has more than {} properties",
-              "minimum": "is less than {}", "maximum": "is more than {}"}
+    bounds = {
+        "minLength": "is shorter than {} characters",
+        "maxLength": "is longer than {} characters",
+        "minItems": "has fewer than {} items",
+        "maxItems": "has more than {} items",
+        "minProperties": "has fewer than {} properties",
+        "maxProperties": "has more than {} properties",
+        "minimum": "is less than {}",
+        "maximum": "is more than {}",
+    }
     if rule in bounds:
         return bounds[rule].format(expected)
     return f"breaks the schema rule {rule!r}"

@@ -7,13 +7,20 @@ an MCP tool list is ``kind = "mcp_tool_list"`` with ``corpus_root`` the folder h
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from envfactory_assets.sources.domains import classify_domain
 from envfactory_assets.sources.mcp_tools import (
-    DEFAULT_TIMEOUT_S, MCP_KIND, TOOL_LIST_FORMAT, TOOL_LISTS_DIR, ToolListError, load_tool_list,
-    read_installed_servers)
+    DEFAULT_TIMEOUT_S,
+    MCP_KIND,
+    TOOL_LIST_FORMAT,
+    TOOL_LISTS_DIR,
+    ToolListError,
+    load_tool_list,
+    read_installed_servers,
+)
 from envfactory_assets.sources.names import snake_case, to_identifier
 from envfactory_assets.sources.problems import load_error_detail, schema_error_detail, schema_error_where
 from envfactory_assets.sources.scan import (
@@ -35,8 +42,11 @@ USER_OPENAPI_SCHEMA: dict[str, Any] = {
     "required": ["openapi", "info", "paths"],
     "properties": {
         "openapi": {"type": "string", "pattern": "^3\\."},
-        "info": {"type": "object", "required": ["title", "version"],
-                 "properties": {"title": {"type": "string"}, "version": {"type": "string"}}},
+        "info": {
+            "type": "object",
+            "required": ["title", "version"],
+            "properties": {"title": {"type": "string"}, "version": {"type": "string"}},
+        },
         "paths": {"type": "object", "minProperties": 1},
     },
 }
@@ -46,8 +56,10 @@ def tool_list_domain(document: dict[str, Any]) -> str | None:
     """The domain of a tool list, by the OpenAPI domain classifier over its server name, tool names and
     descriptions (each tool name read as a path: ``git_commit`` -> ``/git/commit``)."""
     pseudo_spec = {
-        "info": {"title": f"{document['server']['name']} {document['package']['name']}",
-                 "description": " ".join(t.get("description", "")[:300] for t in document["tools"])},
+        "info": {
+            "title": f"{document['server']['name']} {document['package']['name']}",
+            "description": " ".join(t.get("description", "")[:300] for t in document["tools"]),
+        },
         "paths": {"/" + t["name"].replace("_", "/"): {} for t in document["tools"]},
     }
     return classify_domain(pseudo_spec)[0]
@@ -72,12 +84,22 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
     server, package = document["server"], document["package"]
     return SourceResource(
         resource_key=resource_key_of(document),
-        kind=MCP_KIND, provider=package["name"], service=server["name"],
+        kind=MCP_KIND,
+        provider=package["name"],
+        service=server["name"],
         title=f"{server['name']} {server.get('version', '')} (MCP server)".replace("  ", " "),
-        version=package["version"], license_name=package["license"][:200], license_url="",
-        path=rel, sha256=digest, size_bytes=path.stat().st_size, domain=domain,
-        categories=[f"mcp:{package.get('ecosystem', 'user')}"], n_paths=len(document["tools"]),
-        n_resources=len(document["tools"]), resource_names=[t["name"] for t in document["tools"][:4]])
+        version=package["version"],
+        license_name=package["license"][:200],
+        license_url="",
+        path=rel,
+        sha256=digest,
+        size_bytes=path.stat().st_size,
+        domain=domain,
+        categories=[f"mcp:{package.get('ecosystem', 'user')}"],
+        n_paths=len(document["tools"]),
+        n_resources=len(document["tools"]),
+        resource_names=[t["name"] for t in document["tools"][:4]],
+    )
 
 
 def _special_file_kind(path: Path) -> str:
@@ -86,8 +108,12 @@ def _special_file_kind(path: Path) -> str:
     mode = path.stat().st_mode
     if stat.S_ISREG(mode):
         return ""
-    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -114,29 +140,44 @@ def _user_file(path: Path, root: Path, max_bytes: int) -> SourceResource | Rejec
         return Rejection(rel, "", "unparseable", f"{path}: {load_error_detail(exc)}")
     if isinstance(document, dict) and (document.get("format") == TOOL_LIST_FORMAT or "tools" in document):
         if path.suffix.lower() != ".json":  # its sha256 is that of canonical JSON: the file must be JSON
-            return Rejection(rel, "", "invalid_tool_list",
-                             f"{path}: looks like an MCP tool list, but tool lists must be JSON files (.json)")
+            return Rejection(
+                rel,
+                "",
+                "invalid_tool_list",
+                f"{path}: looks like an MCP tool list, but tool lists must be JSON files (.json)",
+            )
         return tool_list_resource(path, root)
     errors = list(Draft202012Validator(USER_OPENAPI_SCHEMA).iter_errors(document))
     if errors:
         first = errors[0]
-        return Rejection(rel, "", "invalid_user_resource",
-                         f"{path}: neither an MCP tool list ('format': {TOOL_LIST_FORMAT!r}) nor an OpenAPI 3 "
-                         f"document: at {schema_error_where(first)}: {schema_error_detail(first)}")
+        return Rejection(
+            rel,
+            "",
+            "invalid_user_resource",
+            f"{path}: neither an MCP tool list ('format': {TOOL_LIST_FORMAT!r}) nor an OpenAPI 3 "
+            f"document: at {schema_error_where(first)}: {schema_error_detail(first)}",
+        )
     return inspect_file(path, root, max_bytes)
 
 
-def _rows(results: Iterable[SourceResource | Rejection], root: Path, wanted: set[str] | None,
-          taken: set[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _rows(
+    results: Iterable[SourceResource | Rejection], root: Path, wanted: set[str] | None, taken: set[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     accepted: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
     for result in results:
         if isinstance(result, SourceResource) and result.resource_key in taken:
-            result = Rejection(result.path, result.sha256, "duplicate_key",
-                               f"resource key {result.resource_key} already taken by another file", result.n_operations)
+            result = Rejection(
+                result.path,
+                result.sha256,
+                "duplicate_key",
+                f"resource key {result.resource_key} already taken by another file",
+                result.n_operations,
+            )
         if isinstance(result, SourceResource) and wanted is not None and result.domain not in wanted:
-            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}",
-                               result.n_operations)
+            result = Rejection(
+                result.path, result.sha256, "domain_not_selected", f"domain {result.domain}", result.n_operations
+            )
         row = {**result.as_row(), "corpus_root": str(root)}
         if isinstance(result, SourceResource):
             taken.add(result.resource_key)
@@ -148,9 +189,13 @@ def _rows(results: Iterable[SourceResource | Rejection], root: Path, wanted: set
     return accepted, rejected
 
 
-def mcp_rows(home: Path, domains: Iterable[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-             taken: set[str] | None = None, servers_root: Path | None = None
-             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def mcp_rows(
+    home: Path,
+    domains: Iterable[str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    taken: set[str] | None = None,
+    servers_root: Path | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Read every installed MCP server's tool list (over stdio) into ``(accepted, rejected)`` rows.
 
     A server that is installed but fails or times out becomes a rejection (``path`` is
@@ -158,39 +203,61 @@ def mcp_rows(home: Path, domains: Iterable[str] | None = None, timeout_s: float 
     """
     written, failures = read_installed_servers(home, timeout_s, servers_root=servers_root)
     root = home.resolve() / TOOL_LISTS_DIR
-    accepted, rejected = _rows((tool_list_resource(p, root) for p in written), root,
-                               set(domains) if domains else None, taken if taken is not None else set())
+    accepted, rejected = _rows(
+        (tool_list_resource(p, root) for p in written),
+        root,
+        set(domains) if domains else None,
+        taken if taken is not None else set(),
+    )
     for failure in failures:
         if failure.reason == "not_installed":
             continue
-        row = {"path": f"mcp-server:{failure.server}", "corpus_root": str(servers_root or home.resolve() / "mcp-servers"),
-               "sha256": "", "reason": f"mcp_{failure.reason}", "detail": failure.detail}
+        row = {
+            "path": f"mcp-server:{failure.server}",
+            "corpus_root": str(servers_root or home.resolve() / "mcp-servers"),
+            "sha256": "",
+            "reason": f"mcp_{failure.reason}",
+            "detail": failure.detail,
+        }
         row["id"] = content_id("rej", row)
         rejected.append(row)
     return accepted, rejected
 
 
-def user_folder_rows(folder: Path, domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                     taken: set[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def user_folder_rows(
+    folder: Path,
+    domains: Iterable[str] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    taken: set[str] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every ``*.json``/``*.yaml`` file of a user folder (OpenAPI documents or MCP tool lists) as rows.
 
     A missing folder gives no rows. Each bad file is a rejection whose detail names the file and says what
     is wrong without quoting it: a name that is not UTF-8 (``undecodable_name``, shown with ``\\xNN``
     escapes), a symbolic link out of the folder (``link_outside_folder``, never read) or to nothing
-    (``broken_link``), a FIFO, socket or device (``not_a_regular_file``, never opened), a syntax error (by line and column), a schema rule it breaks.
+    (``broken_link``), a FIFO, socket or device (``not_a_regular_file``, never opened), a syntax error (by line and
+    column), a schema rule it breaks.
     """
     if not folder.is_dir():
         return [], []
     # every entry but a folder is listed (a broken link, a FIFO, a device too), so that each gets a row
     files = sorted(p for p in folder.rglob("*") if not p.is_dir() and p.suffix.lower() in DOCUMENT_SUFFIXES)
-    return _rows((_user_file(p, folder, max_bytes) for p in files), folder,
-                 set(domains) if domains else None, taken if taken is not None else set())
+    return _rows(
+        (_user_file(p, folder, max_bytes) for p in files),
+        folder,
+        set(domains) if domains else None,
+        taken if taken is not None else set(),
+    )
 
 
-def extra_resource_rows(home: Path, domains: Iterable[str] | None, taken: set[str], include_mcp: bool = True,
-                        max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def extra_resource_rows(
+    home: Path,
+    domains: Iterable[str] | None,
+    taken: set[str],
+    include_mcp: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """MCP tool lists of the installed servers plus the user folder ``home/user_resources``."""
     accepted, rejected = mcp_rows(home, domains, taken=taken) if include_mcp else ([], [])
     more_acc, more_rej = user_folder_rows(home / USER_RESOURCES_DIR, domains, max_bytes, taken)
     return accepted + more_acc, rejected + more_rej
-

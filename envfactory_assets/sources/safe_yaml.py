@@ -44,14 +44,15 @@ def _expanded_size(root: yaml.Node, limit: int) -> int:
         if isinstance(node, yaml.ScalarNode):
             sizes[key] = 1
             continue
-        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
-                    else list(node.value))
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
         if children_done:
             in_progress.discard(key)
             total = 1 + sum(sizes[id(c)] for c in children)
             if total > limit:
-                raise UnsafeYamlError(f"more than {limit:,} nodes once aliases are expanded "
-                                      f"(an alias expansion bomb?), near {_where(node)}")
+                raise UnsafeYamlError(
+                    f"more than {limit:,} nodes once aliases are expanded "
+                    f"(an alias expansion bomb?), near {_where(node)}"
+                )
             sizes[key] = total
             continue
         if key in in_progress:
@@ -80,8 +81,9 @@ def _check_unique_keys(root: yaml.Node) -> None:
                 if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                     marker = (key_node.tag, key_node.value)
                     if marker in keys:
-                        raise UnsafeYamlError(f"key {key_node.value[:80]!r} appears twice in one mapping, "
-                                              f"near {_where(key_node)}")
+                        raise UnsafeYamlError(
+                            f"key {key_node.value[:80]!r} appears twice in one mapping, near {_where(key_node)}"
+                        )
                     keys.add(marker)
                 stack += [key_node, value_node]
         else:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import orjson
 
@@ -86,8 +87,11 @@ def resource_key_for(spec: dict[str, Any], rel_path: str) -> tuple[str, str, str
     info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
     parts = Path(rel_path).with_suffix("").parts
     provider = info.get("x-providerName") if isinstance(info.get("x-providerName"), str) else parts[0]
-    service = info.get("x-serviceName") if isinstance(info.get("x-serviceName"), str) else (
-        parts[1] if len(parts) > 1 else "")
+    service = (
+        info.get("x-serviceName")
+        if isinstance(info.get("x-serviceName"), str)
+        else (parts[1] if len(parts) > 1 else "")
+    )
     key = to_identifier(provider, fallback="provider", max_len=40)
     if snake_case(service):
         key = f"{key}__{to_identifier(service, fallback='api', max_len=40)}"
@@ -126,21 +130,30 @@ def entry_rejection(path: Path, root: Path) -> Rejection | None:
     Reasons: ``undecodable_name`` (its path under ``root`` is not valid UTF-8; the row's path is
     :func:`safe_name` of it), ``link_outside_folder`` (after following symbolic links it is not inside
     ``root``: a link to ``/etc/passwd`` is never read), ``broken_link`` (a symbolic link to nothing) and
-    ``unreadable`` (a link loop, or a folder on the way that cannot be searched). Neither the detail nor the path carries the content of any file. Never raises for a bad entry.
+    ``unreadable`` (a link loop, or a folder on the way that cannot be searched). Neither the detail nor the path
+    carries the content of any file. Never raises for a bad entry.
     """
     rel = path.relative_to(root).as_posix()
     shown = safe_name(rel)
     if shown != rel:
-        return Rejection(shown, "", "undecodable_name",
-                         f"{shown}: the file name is not valid UTF-8 (bytes shown as \\xNN); rename the file")
+        return Rejection(
+            shown,
+            "",
+            "undecodable_name",
+            f"{shown}: the file name is not valid UTF-8 (bytes shown as \\xNN); rename the file",
+        )
     try:
         inside = path.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError) as exc:  # a link loop, or a folder that cannot be searched
         return Rejection(rel, "", "unreadable", f"{rel}: cannot follow its path ({type(exc).__name__})")
     if not inside:
-        return Rejection(rel, "", "link_outside_folder",
-                         f"{rel}: a symbolic link to a file outside the folder {safe_name(str(root))}; "
-                         "only links that stay inside the folder are read")
+        return Rejection(
+            rel,
+            "",
+            "link_outside_folder",
+            f"{rel}: a symbolic link to a file outside the folder {safe_name(str(root))}; "
+            "only links that stay inside the folder are read",
+        )
     if path.is_symlink() and not path.exists():
         return Rejection(rel, "", "broken_link", f"{rel}: a symbolic link to a file that does not exist")
     return None
@@ -177,12 +190,16 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
     except RecursionError:
         return Rejection(rel, digest, "invalid_spec", "schema nesting too deep", n_operations)
     if not resources:
-        return Rejection(rel, digest, "no_stateful_resource",
-                         "no collection or singleton with read operations and scalar fields", n_operations)
+        return Rejection(
+            rel,
+            digest,
+            "no_stateful_resource",
+            "no collection or singleton with read operations and scalar fields",
+            n_operations,
+        )
     domain, scores = classify_domain(spec)
     if domain is None:
-        return Rejection(rel, digest, "no_domain", "no category or keyword maps to one of the 7 domains",
-                         n_operations)
+        return Rejection(rel, digest, "no_domain", "no category or keyword maps to one of the 7 domains", n_operations)
     info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
     lic = info.get("license") if isinstance(info.get("license"), dict) else {}
     key, provider, service = resource_key_for(spec, rel)
@@ -210,8 +227,9 @@ def inspect_file(path: Path, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
     )
 
 
-def scan_corpus(root: Path, files: Iterable[Path] | None = None,
-                max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[SourceResource | Rejection]:
+def scan_corpus(
+    root: Path, files: Iterable[Path] | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Iterator[SourceResource | Rejection]:
     """Inspect every document under ``root`` (or just ``files``), yielding one result per file.
 
     A second file that maps to an already accepted ``resource_key`` is rejected as ``duplicate_key``.
@@ -221,9 +239,13 @@ def scan_corpus(root: Path, files: Iterable[Path] | None = None,
         result = inspect_file(path, root, max_bytes)
         if isinstance(result, SourceResource):
             if result.resource_key in seen:
-                result = Rejection(result.path, result.sha256, "duplicate_key",
-                                   f"resource key {result.resource_key} already taken by another file",
-                                   result.n_operations)
+                result = Rejection(
+                    result.path,
+                    result.sha256,
+                    "duplicate_key",
+                    f"resource key {result.resource_key} already taken by another file",
+                    result.n_operations,
+                )
             else:
                 seen.add(result.resource_key)
         yield result

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from envfactory_assets.sources.scan import (
     DEFAULT_MAX_BYTES,
@@ -18,9 +18,13 @@ from envfactory_assets.sources.scan import (
 from envfactory_assets.store.ids import content_id
 
 
-def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-              path_contains: str | None = None, progress: Callable[[int, int], None] | None = None,
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def scan_rows(
+    corpus_root: Path,
+    domains: Iterable[str] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    path_contains: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Scan ``corpus_root`` into ``(source_resources rows, rejected_resources rows)``.
 
     ``domains`` keeps only resources of those domains (the others are rejected with reason
@@ -42,8 +46,9 @@ def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes
         progress(0, len(files))
     for done, result in enumerate(scan_corpus(corpus_root, files, max_bytes), start=1):
         if isinstance(result, SourceResource) and wanted is not None and result.domain not in wanted:
-            result = Rejection(result.path, result.sha256, "domain_not_selected", f"domain {result.domain}",
-                               result.n_operations)
+            result = Rejection(
+                result.path, result.sha256, "domain_not_selected", f"domain {result.domain}", result.n_operations
+            )
         if isinstance(result, SourceResource):
             row = result.as_row()
             row["corpus_root"] = root_str
@@ -59,10 +64,15 @@ def scan_rows(corpus_root: Path, domains: Iterable[str] | None = None, max_bytes
     return accepted, rejected
 
 
-def all_resource_rows(corpus_root: Path, home: Path, domains: Iterable[str] | None = None,
-                      max_bytes: int = DEFAULT_MAX_BYTES, path_contains: str | None = None,
-                      include_mcp: bool = True, progress: Callable[[int, int], None] | None = None,
-                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def all_resource_rows(
+    corpus_root: Path,
+    home: Path,
+    domains: Iterable[str] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    path_contains: str | None = None,
+    include_mcp: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Both resource kinds: the OpenAPI corpus (:func:`scan_rows`, which reports ``progress``), then every
     installed MCP server's tool list and the files of ``home/user_resources``
     (:mod:`envfactory_assets.sources.resource_kinds`).
@@ -72,8 +82,9 @@ def all_resource_rows(corpus_root: Path, home: Path, domains: Iterable[str] | No
     from envfactory_assets.sources.resource_kinds import extra_resource_rows
 
     accepted, rejected = scan_rows(corpus_root, domains, max_bytes, path_contains, progress)
-    more_acc, more_rej = extra_resource_rows(home, domains, {r["resource_key"] for r in accepted},
-                                             include_mcp, max_bytes)
+    more_acc, more_rej = extra_resource_rows(
+        home, domains, {r["resource_key"] for r in accepted}, include_mcp, max_bytes
+    )
     return accepted + more_acc, rejected + more_rej
 
 
@@ -91,11 +102,17 @@ def corpus_coverage(accepted: list[dict[str, Any]], rejected: list[dict[str, Any
         unmapped.update(r.get("unmapped_by_reason") or {})
     for r in refused:
         unmapped[f"document_{r['reason']}"] += r["n_operations"]
-    scanned = len(docs) + sum(1 for r in rejected if r["reason"] != "too_large" and r["path"].endswith(DOCUMENT_SUFFIXES))
+    scanned = len(docs) + sum(
+        1 for r in rejected if r["reason"] != "too_large" and r["path"].endswith(DOCUMENT_SUFFIXES)
+    )
     operations = sum(by_kind.values()) + sum(unmapped.values())
     mapped = sum(by_kind.values())
-    return {"documents_yielding_environment": len(docs),
-            "documents_yielding_share": round(len(docs) / scanned, 4) if scanned else 0.0,
-            "operations": operations, "operations_mapped": mapped,
-            "operations_mapped_share": round(mapped / operations, 4) if operations else 0.0,
-            "operations_by_kind": dict(by_kind.most_common()), "operations_unmapped_by_reason": dict(unmapped.most_common())}
+    return {
+        "documents_yielding_environment": len(docs),
+        "documents_yielding_share": round(len(docs) / scanned, 4) if scanned else 0.0,
+        "operations": operations,
+        "operations_mapped": mapped,
+        "operations_mapped_share": round(mapped / operations, 4) if operations else 0.0,
+        "operations_by_kind": dict(by_kind.most_common()),
+        "operations_unmapped_by_reason": dict(unmapped.most_common()),
+    }

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import orjson
@@ -50,7 +51,8 @@ def _dumps(value: Any) -> str | None:
 def _existing_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
     existing: dict[str, set[str]] = {}
     for table, column in con.execute(
-            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'").fetchall():
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'"
+    ).fetchall():
         existing.setdefault(table, set()).add(column)
     return existing
 
@@ -91,8 +93,9 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def read_rows(con: duckdb.DuckDBPyConnection, table: str, where: str = "", params: list[Any] | None = None,
-              current: bool = True) -> list[dict[str, Any]]:
+def read_rows(
+    con: duckdb.DuckDBPyConnection, table: str, where: str = "", params: list[Any] | None = None, current: bool = True
+) -> list[dict[str, Any]]:
     """Rows of ``table`` on an open connection, as :meth:`Store.read` returns them (JSON columns decoded,
     ordered by id), with the columns the store has: on a read-only connection to a store written by an older
     version, columns added since are absent and a table added since gives ``[]`` (nothing is migrated).
@@ -102,14 +105,17 @@ def read_rows(con: duckdb.DuckDBPyConnection, table: str, where: str = "", param
     """
     columns(table)
     source = f"current_{table}" if current else table
-    if not con.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = {sql_string(source)}"
-                       ).fetchone()[0]:
+    if not con.execute(
+        f"SELECT count(*) FROM information_schema.tables WHERE table_name = {sql_string(source)}"
+    ).fetchone()[0]:
         return []
     cur = con.execute(f"SELECT * FROM {source}" + (f" WHERE {where}" if where else "") + " ORDER BY id", params or [])
     names = [d[0] for d in cur.description]
     json_cols = JSON_COLUMNS[table]
-    return [{n: (orjson.loads(v) if n in json_cols and v is not None else v) for n, v in zip(names, row)}
-            for row in cur.fetchall()]
+    return [
+        {n: (orjson.loads(v) if n in json_cols and v is not None else v) for n, v in zip(names, row, strict=False)}
+        for row in cur.fetchall()
+    ]
 
 
 class Store:
@@ -127,9 +133,15 @@ class Store:
         regression_hint: the setting that turns that refusal off, named in its message.
     """
 
-    def __init__(self, path: Path | str, retry_seconds: float = 10.0, refuse_empty: bool = False,
-                 override_hint: str = "refuse_empty=False on the Store", refuse_regression: bool = False,
-                 regression_hint: str = "refuse_regression=False on the Store") -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        retry_seconds: float = 10.0,
+        refuse_empty: bool = False,
+        override_hint: str = "refuse_empty=False on the Store",
+        refuse_regression: bool = False,
+        regression_hint: str = "refuse_regression=False on the Store",
+    ) -> None:
         self.path = Path(path)
         self.retry_seconds = retry_seconds
         self.refuse_empty = refuse_empty
@@ -160,8 +172,10 @@ class Store:
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     if "lock" in str(exc).lower():
-                        raise StoreBusy(f"store {self.path} is locked by another process (a write is in "
-                                        f"progress); try again when the run finishes") from exc
+                        raise StoreBusy(
+                            f"store {self.path} is locked by another process (a write is in "
+                            f"progress); try again when the run finishes"
+                        ) from exc
                     raise
                 time.sleep(0.2)
         try:
@@ -171,8 +185,9 @@ class Store:
         finally:
             con.close()
 
-    def replace_current(self, table: str, rows: list[dict[str, Any]], scope: str | None = None, *,
-                        settings_note: str = "") -> dict[str, int]:
+    def replace_current(
+        self, table: str, rows: list[dict[str, Any]], scope: str | None = None, *, settings_note: str = ""
+    ) -> dict[str, int]:
         """Make ``rows`` the current version of ``table`` in one transaction.
 
         New ids are inserted, ids already stored are kept as they are (idempotent: re-running adds
@@ -197,8 +212,9 @@ class Store:
         """
         return self.replace_current_tables({table: rows}, scope="FALSE")[table]
 
-    def replace_current_tables(self, tables: Mapping[str, list[dict[str, Any]]],
-                               scope: str | None = None, *, settings_note: str = "") -> dict[str, dict[str, int]]:
+    def replace_current_tables(
+        self, tables: Mapping[str, list[dict[str, Any]]], scope: str | None = None, *, settings_note: str = ""
+    ) -> dict[str, dict[str, int]]:
         """:meth:`replace_current` for several tables in one transaction: all are written, or none.
 
         With ``refuse_empty``, a table of :data:`~envfactory_assets.store.schema.PASSED_STATUS` whose new rows
@@ -253,29 +269,44 @@ class Store:
         import polars as pl
 
         json_cols = JSON_COLUMNS[table]
-        return pl.DataFrame(
-            {c: [(_dumps(r[c]) if c in json_cols else r[c]) for r in rows] for c in cols},
-            strict=False,
-        ) if rows else None
+        return (
+            pl.DataFrame(
+                {c: [(_dumps(r[c]) if c in json_cols else r[c]) for r in rows] for c in cols},
+                strict=False,
+            )
+            if rows
+            else None
+        )
 
-    def _empty_result_problem(self, con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]],
-                              scope: str | None) -> str | None:
+    def _empty_result_problem(
+        self, con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]], scope: str | None
+    ) -> str | None:
         if table not in PASSED_STATUS:
             return None
         status = PASSED_STATUS[table]
         if any(status is None or r.get("status") == status for r in rows):
             return None
         where = "NOT superseded" + (f" AND ({scope})" if scope else "") + (" AND status = ?" if status else "")
-        current = {i for (i,) in con.execute(f"SELECT id FROM {table} WHERE {where}",
-                                             [status] if status else []).fetchall()}
+        current = {
+            i for (i,) in con.execute(f"SELECT id FROM {table} WHERE {where}", [status] if status else []).fetchall()
+        }
         current -= {r["id"] for r in rows}  # a stored id that comes again is kept as it is
         input_column = SAME_INPUT_COLUMN.get(table)
         if input_column and current:
             inputs = sorted({str(r.get(input_column)) for r in rows})
             marks = ", ".join("?" * len(inputs))
-            current = {i for (i,) in con.execute(
-                f"SELECT id FROM {table} WHERE id IN ({', '.join('?' * len(current))}) AND {input_column} IN ({marks})",
-                [*sorted(current), *inputs]).fetchall()} if inputs else set()
+            current = (
+                {
+                    i
+                    for (i,) in con.execute(
+                        f"SELECT id FROM {table} WHERE id IN ({', '.join('?' * len(current))}) "
+                        f"AND {input_column} IN ({marks})",
+                        [*sorted(current), *inputs],
+                    ).fetchall()
+                }
+                if inputs
+                else set()
+            )
         at_risk = len(current)
         if not at_risk:
             return None
@@ -285,12 +316,20 @@ class Store:
         else:
             counts = Counter(str(r.get("status")) for r in rows)
             new = f"has {len(rows)} rows, none {status} ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
-        return (f"refusing to write {table}: the new result {new}, and writing it would supersede the {at_risk} "
-                f"{kind}rows currently stored. A result like this usually comes from a setting that leaves nothing "
-                f"to keep; check the stage's settings, or set {self.override_hint} to accept it.")
+        return (
+            f"refusing to write {table}: the new result {new}, and writing it would supersede the {at_risk} "
+            f"{kind}rows currently stored. A result like this usually comes from a setting that leaves nothing "
+            f"to keep; check the stage's settings, or set {self.override_hint} to accept it."
+        )
 
-    def _regression_problem(self, con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]],
-                            scope: str | None, settings_note: str) -> str | None:
+    def _regression_problem(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        table: str,
+        rows: list[dict[str, Any]],
+        scope: str | None,
+        settings_note: str,
+    ) -> str | None:
         """Why writing ``rows`` would turn unchanged items from passed to not passed, or None."""
         status, input_column = PASSED_STATUS.get(table), SAME_INPUT_COLUMN.get(table)
         if status is None or input_column is None:
@@ -308,16 +347,22 @@ class Store:
         shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         statuses = Counter(str(failing[item].get("status")) for item in regressed)
         now = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
-        changed = f" Settings that differ from their defaults: {settings_note}." if settings_note else (
-            " No setting differs from its default.")
-        return (f"refusing to write {table}: {len(regressed)} of the {len(passed)} {status} items whose input "
-                f"({input_column}) is unchanged would no longer be {status} ({now}): {shown}. Only the settings or "
-                f"the code changed for them, so nothing was written.{changed} Check those settings, or set "
-                f"{self.regression_hint} to accept the result.")
+        changed = (
+            f" Settings that differ from their defaults: {settings_note}."
+            if settings_note
+            else (" No setting differs from its default.")
+        )
+        return (
+            f"refusing to write {table}: {len(regressed)} of the {len(passed)} {status} items whose input "
+            f"({input_column}) is unchanged would no longer be {status} ({now}): {shown}. Only the settings or "
+            f"the code changed for them, so nothing was written.{changed} Check those settings, or set "
+            f"{self.regression_hint} to accept the result."
+        )
 
     @staticmethod
-    def _write(con: duckdb.DuckDBPyConnection, table: str, n_rows: int, frame: pl.DataFrame | None,
-               scope: str | None) -> dict[str, int]:
+    def _write(
+        con: duckdb.DuckDBPyConnection, table: str, n_rows: int, frame: pl.DataFrame | None, scope: str | None
+    ) -> dict[str, int]:
         cols = columns(table)
         json_cols = JSON_COLUMNS[table]
         before = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
@@ -335,8 +380,9 @@ class Store:
             con.unregister("incoming")
         return {"inserted": after - before, "kept": n_rows - (after - before), "superseded": int(superseded)}
 
-    def read(self, table: str, where: str = "", params: list[Any] | None = None,
-             current: bool = True) -> list[dict[str, Any]]:
+    def read(
+        self, table: str, where: str = "", params: list[Any] | None = None, current: bool = True
+    ) -> list[dict[str, Any]]:
         """Rows of ``table`` as dicts with JSON columns decoded; only current rows unless ``current=False``.
 
         ``where`` is an SQL predicate with ``?`` placeholders bound from ``params``.

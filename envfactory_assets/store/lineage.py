@@ -28,8 +28,9 @@ def _parents(store: Store, table: str, ids: set[str], checkpoint_id: str) -> lis
     rows = _by_ids(store, table, ids)
     missing = sorted(ids - {r["id"] for r in rows})
     if missing:
-        raise LineageError(f"broken lineage for {checkpoint_id}: {len(missing)} {table} row(s) missing, "
-                           f"e.g. {missing[:5]}")
+        raise LineageError(
+            f"broken lineage for {checkpoint_id}: {len(missing)} {table} row(s) missing, e.g. {missing[:5]}"
+        )
     return rows
 
 
@@ -48,40 +49,70 @@ def checkpoint_lineage(store: Store, checkpoint_id: str) -> dict[str, Any]:
     sft = _parents(store, "sft_dataset", set(ckpt["sft_dataset_ids"]), checkpoint_id)
     rl = _parents(store, "rl_dataset", set(ckpt.get("rl_dataset_ids") or []), checkpoint_id)  # GRPO prompts
     if ckpt.get("parent_checkpoint_id") and not _by_ids(store, "checkpoints", {ckpt["parent_checkpoint_id"]}):
-        raise LineageError(f"broken lineage for {checkpoint_id}: parent checkpoint "
-                           f"{ckpt['parent_checkpoint_id']} missing")
+        raise LineageError(
+            f"broken lineage for {checkpoint_id}: parent checkpoint {ckpt['parent_checkpoint_id']} missing"
+        )
     refined = _parents(store, "refined_trajectories", {r["refined_trajectory_id"] for r in sft + rl}, checkpoint_id)
     raw = _parents(store, "raw_trajectories", {r["raw_trajectory_id"] for r in refined}, checkpoint_id)
     chains = _parents(store, "tool_chains", {r["tool_chain_id"] for r in raw}, checkpoint_id)
-    verified = _parents(store, "verified_environments",
-                        {v for c in chains for v in c["verified_environment_ids"]}, checkpoint_id)
+    verified = _parents(
+        store, "verified_environments", {v for c in chains for v in c["verified_environment_ids"]}, checkpoint_id
+    )
     envs = _parents(store, "environments", {v["environment_id"] for v in verified}, checkpoint_id)
     sources = _parents(store, "source_resources", {e["source_resource_id"] for e in envs}, checkpoint_id)
     return {
-        "checkpoint": {**{k: ckpt[k] for k in ("id", "base_model", "base_model_hash", "sft_dataset_version", "path")},
-                       "stage": ckpt.get("stage") or "sft", "parent_checkpoint_id": ckpt.get("parent_checkpoint_id"),
-                       "rl_dataset_version": ckpt.get("rl_dataset_version")},
-        "counts": {"sft_dataset": len(sft), "rl_dataset": len(rl), "refined_trajectories": len(refined), "raw_trajectories": len(raw),
-                   "tool_chains": len(chains), "verified_environments": len(verified),
-                   "environments": len(envs), "source_resources": len(sources)},
-        "ids": {"sft_dataset": [r["id"] for r in sft], "rl_dataset": [r["id"] for r in rl], "refined_trajectories": [r["id"] for r in refined],
-                "raw_trajectories": [r["id"] for r in raw], "tool_chains": [r["id"] for r in chains],
-                "verified_environments": [r["id"] for r in verified], "environments": [r["id"] for r in envs]},
-        "source_resources": [{
-            "id": s["id"], "resource_key": s["resource_key"], "provider": s["provider"], "domain": s["domain"],
-            "uri": f"{s['corpus_root']}/{s['path']}", "path": s["path"], "sha256": s["sha256"],
-            "license": s["license_name"], "license_url": s["license_url"]} for s in sources],
+        "checkpoint": {
+            **{k: ckpt[k] for k in ("id", "base_model", "base_model_hash", "sft_dataset_version", "path")},
+            "stage": ckpt.get("stage") or "sft",
+            "parent_checkpoint_id": ckpt.get("parent_checkpoint_id"),
+            "rl_dataset_version": ckpt.get("rl_dataset_version"),
+        },
+        "counts": {
+            "sft_dataset": len(sft),
+            "rl_dataset": len(rl),
+            "refined_trajectories": len(refined),
+            "raw_trajectories": len(raw),
+            "tool_chains": len(chains),
+            "verified_environments": len(verified),
+            "environments": len(envs),
+            "source_resources": len(sources),
+        },
+        "ids": {
+            "sft_dataset": [r["id"] for r in sft],
+            "rl_dataset": [r["id"] for r in rl],
+            "refined_trajectories": [r["id"] for r in refined],
+            "raw_trajectories": [r["id"] for r in raw],
+            "tool_chains": [r["id"] for r in chains],
+            "verified_environments": [r["id"] for r in verified],
+            "environments": [r["id"] for r in envs],
+        },
+        "source_resources": [
+            {
+                "id": s["id"],
+                "resource_key": s["resource_key"],
+                "provider": s["provider"],
+                "domain": s["domain"],
+                "uri": f"{s['corpus_root']}/{s['path']}",
+                "path": s["path"],
+                "sha256": s["sha256"],
+                "license": s["license_name"],
+                "license_url": s["license_url"],
+            }
+            for s in sources
+        ],
     }
 
 
 def format_lineage(lineage: dict[str, Any]) -> str:
     """Human-readable text of :func:`checkpoint_lineage`."""
     c = lineage["checkpoint"]
-    lines = [f"checkpoint {c['id']}  base={c['base_model']} ({c['base_model_hash'][:12]})  path={c['path']}",
-             f"  stage {c.get('stage', 'sft')}"
-             + (f"  parent {c['parent_checkpoint_id']}" if c.get("parent_checkpoint_id") else "")
-             + f"  dataset version {c['sft_dataset_version']}"
-             + (f"  rl dataset version {c['rl_dataset_version']}" if c.get("rl_dataset_version") else "")]
+    lines = [
+        f"checkpoint {c['id']}  base={c['base_model']} ({c['base_model_hash'][:12]})  path={c['path']}",
+        f"  stage {c.get('stage', 'sft')}"
+        + (f"  parent {c['parent_checkpoint_id']}" if c.get("parent_checkpoint_id") else "")
+        + f"  dataset version {c['sft_dataset_version']}"
+        + (f"  rl dataset version {c['rl_dataset_version']}" if c.get("rl_dataset_version") else ""),
+    ]
     for stage, n in lineage["counts"].items():
         lines.append(f"  <- {n:5d} {stage}")
     lines.append("source resources:")

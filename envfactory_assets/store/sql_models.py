@@ -68,8 +68,13 @@ class MaterializedModel:
     preview: pl.DataFrame
 
 
-def materialize_model(store: Store, model: SqlModel, progress: Callable[[int], None] | None = None,
-                      preview_rows: int = 20, progress_after_s: float = 2.0) -> MaterializedModel:
+def materialize_model(
+    store: Store,
+    model: SqlModel,
+    progress: Callable[[int], None] | None = None,
+    preview_rows: int = 20,
+    progress_after_s: float = 2.0,
+) -> MaterializedModel:
     """Create or replace the model's view, then compute it once for its row count and preview.
 
     The view is computed into a temporary table, so counting and previewing cost one evaluation of the SQL
@@ -98,8 +103,9 @@ def materialize_model(store: Store, model: SqlModel, progress: Callable[[int], N
 
 
 @contextlib.contextmanager
-def _query_progress(con: duckdb.DuckDBPyConnection, progress: Callable[[int], None] | None,
-                    after_s: float, poll_s: float = 0.5) -> Iterator[None]:
+def _query_progress(
+    con: duckdb.DuckDBPyConnection, progress: Callable[[int], None] | None, after_s: float, poll_s: float = 0.5
+) -> Iterator[None]:
     """Around one statement on ``con``: report DuckDB's progress estimate of it to ``progress`` (see
     :func:`materialize_model`) from a thread, the way DuckDB's own progress bar reads it. A ``progress`` that
     raises is not called again (a bar must never fail the query it draws)."""

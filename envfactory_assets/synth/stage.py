@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Callable
 from typing import Any
 
@@ -56,48 +55,75 @@ def dependency_depth(chain: Chain) -> int:
     return max(depth.values(), default=0)
 
 
-def chain_rows(graph: ToolGraph, environments: dict[str, dict[str, Any]], verified_ids: dict[str, str],
-               n_chains: int, base_key: str, sampler: str, config: SamplerConfig,
-               benchmark_tags: dict[str, list[str]] | None = None,
-               progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+def chain_rows(
+    graph: ToolGraph,
+    environments: dict[str, dict[str, Any]],
+    verified_ids: dict[str, str],
+    n_chains: int,
+    base_key: str,
+    sampler: str,
+    config: SamplerConfig,
+    benchmark_tags: dict[str, list[str]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
     """Sample ``n_chains`` distinct chains and return ``tool_chains`` rows (status ``passed``/``failed``);
     ``progress(chains sampled, n_chains)`` as they are drawn.
 
     A chain fails when it does not validate against the graph or combines environments whose tool
     names collide (they could not share one episode). No chain combines a held-out environment
     (:func:`~envfactory_assets.tooluse.splits.held_out_environments`) with a training one.
-    ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) fills each row's ``benchmark_overlap``; raw and refined trajectories inherit it from their chain.
+    ``benchmark_tags`` (``{env_id: [benchmark, ...]}``) fills each row's ``benchmark_overlap``; raw and refined
+    trajectories inherit it from their chain.
     """
     tags = benchmark_tags or {}
     rows = []
     # the dataset stage holds out the same environments (the rule depends on the ids alone)
     held_out = held_out_environments(graph.env_of(n) for n in graph.node_ids)
-    for chain in sample_chains(graph, n_chains, base_key, config, sampler=sampler, require_valid=False,
-                               apart=held_out, progress=progress):
+    for chain in sample_chains(
+        graph, n_chains, base_key, config, sampler=sampler, require_valid=False, apart=held_out, progress=progress
+    ):
         problems = validate_chain(graph, chain, config)
         clashes = tool_name_collisions([environments[e] for e in chain.servers])
         if clashes:
             problems = problems + [f"tool names shared by several environments: {clashes}"]
         row = {
-            "chain_key": chain.key or "", "sampler": chain.sampler, "seed": chain.seed,
-            "tools": chain.to_dict(), "env_ids": list(chain.servers),
+            "chain_key": chain.key or "",
+            "sampler": chain.sampler,
+            "seed": chain.seed,
+            "tools": chain.to_dict(),
+            "env_ids": list(chain.servers),
             "verified_environment_ids": [verified_ids[e] for e in chain.servers],
             "domains": sorted({environments[e]["domain"] for e in chain.servers}),
-            "n_tools": len(chain.tools), "n_servers": len(chain.servers), "dependency_depth": dependency_depth(chain),
-            "status": "failed" if problems else "passed", "reasons": problems,
+            "n_tools": len(chain.tools),
+            "n_servers": len(chain.servers),
+            "dependency_depth": dependency_depth(chain),
+            "status": "failed" if problems else "passed",
+            "reasons": problems,
             "benchmark_overlap": sorted({b for e in chain.servers for b in tags.get(e, [])}),
             "episode_plan": chain.plan,  # also inside "tools" (Chain.plan), here for SQL
         }
         # Tags are part of a tagged chain's identity, so a changed tag gives new rows downstream.
-        row["id"] = content_id("chain", {"tools": row["tools"], "envs": row["verified_environment_ids"],
-                                         **({"overlap": row["benchmark_overlap"]} if row["benchmark_overlap"] else {})})
+        row["id"] = content_id(
+            "chain",
+            {
+                "tools": row["tools"],
+                "envs": row["verified_environment_ids"],
+                **({"overlap": row["benchmark_overlap"]} if row["benchmark_overlap"] else {}),
+            },
+        )
         rows.append(row)
     return list({r["id"]: r for r in rows}.values())
 
 
-def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environments: dict[str, dict[str, Any]],
-                        config: SynthConfig, limits: SandboxLimits | None = None,
-                        progress: Any = None, writer: ModelQueryWriter | None = None) -> list[dict[str, Any]]:
+def raw_trajectory_rows(
+    chains: list[dict[str, Any]],
+    graph: ToolGraph,
+    environments: dict[str, dict[str, Any]],
+    config: SynthConfig,
+    limits: SandboxLimits | None = None,
+    progress: Any = None,
+    writer: ModelQueryWriter | None = None,
+) -> list[dict[str, Any]]:
     """Execute every passed chain into a ``raw_trajectories`` row, all in one long-lived sandbox worker.
 
     ``writer`` (with ``config.query_writer == "model"``) writes the raw queries in the voice of the chain's
@@ -111,22 +137,31 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
 
     def one(pair: tuple[dict[str, Any], Chain], worker: SandboxWorker) -> dict[str, Any]:
         chain_row, chain = pair
-        persona = ((chain.plan or {}).get("persona") or persona_of(chain_row["id"], chain_row["domains"])
-                   if writer is not None else None)
+        persona = (
+            (chain.plan or {}).get("persona") or persona_of(chain_row["id"], chain_row["domains"])
+            if writer is not None
+            else None
+        )
         traj = synthesize_trajectory(chain, graph, environments, worker, config, writer, persona)
         row = {
-            "tool_chain_id": chain_row["id"], "env_ids": traj["env_ids"],
-            "domains": chain_row["domains"], "status": traj["status"], "reasons": traj["reasons"],
-            "n_turns": len(traj["turns"]), "n_calls": sum(len(t["calls"]) for t in traj["turns"]),
-            "turns": traj["turns"], "initial_state": traj["initial_state"],
-            "final_state": traj.get("final_state"), "initial_state_hash": traj["initial_state_hash"],
+            "tool_chain_id": chain_row["id"],
+            "env_ids": traj["env_ids"],
+            "domains": chain_row["domains"],
+            "status": traj["status"],
+            "reasons": traj["reasons"],
+            "n_turns": len(traj["turns"]),
+            "n_calls": sum(len(t["calls"]) for t in traj["turns"]),
+            "turns": traj["turns"],
+            "initial_state": traj["initial_state"],
+            "final_state": traj.get("final_state"),
+            "initial_state_hash": traj["initial_state_hash"],
             "final_state_hash": traj.get("final_state_hash"),
             "benchmark_overlap": chain_row.get("benchmark_overlap") or [],
         }
         row["id"] = content_id("raw", {"chain": chain_row["id"], "turns": row["turns"], "status": row["status"]})
         return row
 
-    pairs = list(zip(chains, parsed))
+    pairs = list(zip(chains, parsed, strict=False))
     threads = role_concurrency(writer)
     rows = []
     if threads > 1:
@@ -145,11 +180,17 @@ def raw_trajectory_rows(chains: list[dict[str, Any]], graph: ToolGraph, environm
     return rows
 
 
-def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
-                            solver: Solver | None = None, config: CalibrationConfig | None = None,
-                            limits: SandboxLimits | None = None, progress: Any = None,
-                            user: Any = None, providable: Any = None,
-                            refiner: ModelRefiner | None = None) -> list[dict[str, Any]]:
+def refined_trajectory_rows(
+    raw_rows: list[dict[str, Any]],
+    environments: dict[str, dict[str, Any]],
+    solver: Solver | None = None,
+    config: CalibrationConfig | None = None,
+    limits: SandboxLimits | None = None,
+    progress: Any = None,
+    user: Any = None,
+    providable: Any = None,
+    refiner: ModelRefiner | None = None,
+) -> list[dict[str, Any]]:
     """Refine and calibrate every passed raw trajectory into a ``refined_trajectories`` row.
 
     ``user`` (a :class:`~envfactory_assets.synth.trajectories.simulated_user.SimulatedUser`) and ``providable`` (the
@@ -171,31 +212,48 @@ def refined_trajectory_rows(raw_rows: list[dict[str, Any]], environments: dict[s
 
     solver = solver or ProgrammaticSolver()
     cfg = config or CalibrationConfig()
-    offline = (isinstance(solver, ProgrammaticSolver) and (user is None or isinstance(user, ProgrammaticUser))
-               and refiner is None)
-    workers = resolve_workers(cfg.workers, len(raw_rows), len({e for r in raw_rows for e in r['env_ids']})) \
-        if offline else 1
-    calibrate = functools.partial(calibrate_trajectory, solver=solver, config=cfg, user=user, providable=providable,
-                                  refiner=refiner)
+    offline = (
+        isinstance(solver, ProgrammaticSolver)
+        and (user is None or isinstance(user, ProgrammaticUser))
+        and refiner is None
+    )
+    workers = (
+        resolve_workers(cfg.workers, len(raw_rows), len({e for r in raw_rows for e in r["env_ids"]})) if offline else 1
+    )
+    calibrate = functools.partial(
+        calibrate_trajectory, solver=solver, config=cfg, user=user, providable=providable, refiner=refiner
+    )
     threads = 1 if offline else role_concurrency(solver, user, refiner)
     if threads > 1:
-        calibrations: Any = map_with_workers(raw_rows, lambda raw, worker: calibrate(raw, environments, worker),
-                                             lambda raw: raw["env_ids"], environments, threads, limits)
+        calibrations: Any = map_with_workers(
+            raw_rows,
+            lambda raw, worker: calibrate(raw, environments, worker),
+            lambda raw: raw["env_ids"],
+            environments,
+            threads,
+            limits,
+        )
     else:
         calibrations = calibrate_all(raw_rows, environments, calibrate, workers, limits)
     rows = []
-    for i, (raw, cal) in enumerate(zip(raw_rows, calibrations)):
-        unresolved = [o for o in cal["operators"]
-                      if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
+    for i, (raw, cal) in enumerate(zip(raw_rows, calibrations, strict=False)):
+        unresolved = [o for o in cal["operators"] if o["operator"] == "implicit_reference" and not o["obtainable_from"]]
         reasons = cal["reasons"] + [f"unobtainable reference: {o}" for o in unresolved]
         row = {
-            "raw_trajectory_id": raw["id"], "tool_chain_id": raw["tool_chain_id"], "env_ids": raw["env_ids"],
-            "domains": raw["domains"], "status": "failed" if unresolved else cal["status"],
-            "reasons": reasons, "n_turns": len(cal["turns"]), "operators": cal["operators"],
-            "turns": cal["turns"], "benchmark_overlap": raw.get("benchmark_overlap") or [],
+            "raw_trajectory_id": raw["id"],
+            "tool_chain_id": raw["tool_chain_id"],
+            "env_ids": raw["env_ids"],
+            "domains": raw["domains"],
+            "status": "failed" if unresolved else cal["status"],
+            "reasons": reasons,
+            "n_turns": len(cal["turns"]),
+            "operators": cal["operators"],
+            "turns": cal["turns"],
+            "benchmark_overlap": raw.get("benchmark_overlap") or [],
         }
-        row["id"] = content_id("ref", {"raw": raw["id"], "turns": [t["query"] for t in cal["turns"]],
-                                       "solver": solver.name})
+        row["id"] = content_id(
+            "ref", {"raw": raw["id"], "turns": [t["query"] for t in cal["turns"]], "solver": solver.name}
+        )
         rows.append(row)
         if progress is not None:  # after the trajectory, so the last report is len(raw_rows) of len(raw_rows)
             progress(i + 1, len(raw_rows))
@@ -227,11 +285,17 @@ def with_query_source(trajectory: dict[str, Any], query_source: str) -> dict[str
     return {**trajectory, "turns": [{**t, "query": t.get("query_raw", t["query"])} for t in trajectory["turns"]]}
 
 
-def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str, Any]], sft_share: float,
-                 limits: SandboxLimits | None = None, benchmark_tags: dict[str, list[str]] | None = None,
-                 gaps: DataGapsConfig | None = None, gap_stats: GapStats | None = None,
-                 query_source: str = DEFAULT_QUERY_SOURCE, progress: Callable[[], None] | None = None,
-                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+def dataset_rows(
+    refined: list[dict[str, Any]],
+    environments: dict[str, dict[str, Any]],
+    sft_share: float,
+    limits: SandboxLimits | None = None,
+    benchmark_tags: dict[str, list[str]] | None = None,
+    gaps: DataGapsConfig | None = None,
+    gap_stats: GapStats | None = None,
+    query_source: str = DEFAULT_QUERY_SOURCE,
+    progress: Callable[[], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Split refined trajectories (each by a stable hash of its id, :func:`split_of`: about ``sft_share``
     go to SFT, and a trajectory's split never depends on the others, so incremental re-synthesis leaves the
     rows of unchanged trajectories as they are) into ``sft_dataset`` rows and replay-checked ``rl_dataset`` rows.
@@ -270,20 +334,29 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
         # every trajectory's environments: the parallel-call check replays SFT turns too
-        load_environments(worker, environments, (e for t in refined
-                                                 if splits[t["id"]] == "rl" or gaps.parallel_share > 0
-                                                 for e in t["env_ids"]))
+        load_environments(
+            worker,
+            environments,
+            (e for t in refined if splits[t["id"]] == "rl" or gaps.parallel_share > 0 for e in t["env_ids"]),
+        )
         for source in refined:
             split = splits[source["id"]]
             stored = dataset_split(source["env_ids"], held_out)
-            traj = augment_trajectory(source, train_pool if stored == TRAIN_SPLIT else environments, split, gaps,
-                                      worker)
+            traj = augment_trajectory(
+                source, train_pool if stored == TRAIN_SPLIT else environments, split, gaps, worker
+            )
             envs = {e: environments[e] for e in traj["env_ids"]}
             overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":
-                row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": stored, "n_turns": traj["n_turns"], "benchmark_overlap": overlap,
-                       **sft_row(traj, envs)}
+                row = {
+                    "refined_trajectory_id": traj["id"],
+                    "env_ids": traj["env_ids"],
+                    "domains": traj["domains"],
+                    "split": stored,
+                    "n_turns": traj["n_turns"],
+                    "benchmark_overlap": overlap,
+                    **sft_row(traj, envs),
+                }
                 # the split is part of the id: the store keeps a stored id's row as it is, so a row whose
                 # split moved (the held-out fallback changes with the corpus) must be a new row
                 row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"], "split": stored})
@@ -299,10 +372,17 @@ def dataset_rows(refined: list[dict[str, Any]], environments: dict[str, dict[str
                     continue
                 stats.add_rl(traj["turns"][r["turn_index"]], r["gold_calls"])
                 r.pop("changes_state")
-                row = {"refined_trajectory_id": traj["id"], "env_ids": traj["env_ids"], "domains": traj["domains"],
-                       "split": stored, "benchmark_overlap": overlap, **r}
-                row["id"] = content_id("rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"],
-                                              "split": stored})
+                row = {
+                    "refined_trajectory_id": traj["id"],
+                    "env_ids": traj["env_ids"],
+                    "domains": traj["domains"],
+                    "split": stored,
+                    "benchmark_overlap": overlap,
+                    **r,
+                }
+                row["id"] = content_id(
+                    "rl", {"src": traj["id"], "turn": r["turn_index"], "gold": r["gold_calls"], "split": stored}
+                )
                 rl.append(row)
             if progress is not None:
                 progress()

@@ -26,7 +26,7 @@ UNKNOWN = "I cannot do that with these tools."
 
 
 def _share(text: str) -> float:
-    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 2 ** 32
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 2**32
 
 
 class RoleReplies:
@@ -40,8 +40,13 @@ class RoleReplies:
             looks the query up in ``gold``).
     """
 
-    def __init__(self, gold: dict[str, list[dict[str, Any]]] | None = None, sources: dict[str, str] | None = None,
-                 refuse_share: float = 0.0, refiner_suffix: str = " Thanks.") -> None:
+    def __init__(
+        self,
+        gold: dict[str, list[dict[str, Any]]] | None = None,
+        sources: dict[str, str] | None = None,
+        refuse_share: float = 0.0,
+        refiner_suffix: str = " Thanks.",
+    ) -> None:
         self.gold, self.sources = dict(gold or {}), dict(sources or {})
         self.refuse_share, self.refiner_suffix = refuse_share, refiner_suffix
 
@@ -57,8 +62,9 @@ class RoleReplies:
         if system.startswith("You refine the message"):
             if _share(key) < self.refuse_share:
                 return "{not json"
-            return json.dumps({"operator": "implicit_reference",
-                               "query": json.loads(user)["request"] + self.refiner_suffix})
+            return json.dumps(
+                {"operator": "implicit_reference", "query": json.loads(user)["request"] + self.refiner_suffix}
+            )
         if system.startswith("You are a tool-using assistant"):
             return self._solve(messages)
         if system.startswith("You are a user talking"):
@@ -80,8 +86,9 @@ class RoleReplies:
         calls = self.gold.get(query) or self.gold.get(last)
         if not calls:
             return UNKNOWN
-        return "".join("<tool_call>" + json.dumps({"name": c["name"], "arguments": c["arguments"]}) + "</tool_call>"
-                       for c in calls)
+        return "".join(
+            "<tool_call>" + json.dumps({"name": c["name"], "arguments": c["arguments"]}) + "</tool_call>" for c in calls
+        )
 
 
 def gold_of(turns: Any) -> dict[str, list[dict[str, Any]]]:

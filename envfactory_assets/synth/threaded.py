@@ -42,9 +42,14 @@ def role_concurrency(*roles: Any) -> int:
     return max([concurrency_of(getattr(r, "backend", None)) for r in roles if r is not None] or [1])
 
 
-def map_with_workers(items: Sequence[T], work: Callable[[T, SandboxWorker], R],
-                     env_ids: Callable[[T], Iterable[str]], environments: dict[str, dict[str, Any]],
-                     threads: int, limits: SandboxLimits | None = None) -> Iterator[R]:
+def map_with_workers(
+    items: Sequence[T],
+    work: Callable[[T, SandboxWorker], R],
+    env_ids: Callable[[T], Iterable[str]],
+    environments: dict[str, dict[str, Any]],
+    threads: int,
+    limits: SandboxLimits | None = None,
+) -> Iterator[R]:
     """``work(item, worker)`` of every item, in ``threads`` threads, yielded in input order.
 
     Each thread makes its own :class:`SandboxWorker` on its first item and loads into it, once, the

@@ -32,9 +32,11 @@ def answer_stop_criterion(tokenizer: Any, width: int, prose_tokens: int) -> Any:
             new = input_ids[:, width:]
             for row in range(new.shape[0]):
                 if row not in self.stopped and answer_is_complete(
-                        tokenizer.decode(new[row], skip_special_tokens=True), prose_tokens, count_tokens):
+                    tokenizer.decode(new[row], skip_special_tokens=True), prose_tokens, count_tokens
+                ):
                     self.stopped.add(row)
-            return torch.tensor([row in self.stopped for row in range(new.shape[0])], dtype=torch.bool,
-                                device=input_ids.device)
+            return torch.tensor(
+                [row in self.stopped for row in range(new.shape[0])], dtype=torch.bool, device=input_ids.device
+            )
 
     return AnswerStop()

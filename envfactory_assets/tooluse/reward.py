@@ -109,9 +109,12 @@ def _call_key(call: Mapping[str, Any], masked: frozenset[str]) -> tuple[str, byt
     return str(call.get("name")), canonical_json(kept)
 
 
-def match_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
-                masked_arguments: Sequence[str] = (),
-                executed_calls: Sequence[Mapping[str, Any]] = ()) -> tuple[list[bool], int]:
+def match_calls(
+    gold_calls: Sequence[Mapping[str, Any]],
+    predicted_calls: Sequence[Mapping[str, Any]],
+    masked_arguments: Sequence[str] = (),
+    executed_calls: Sequence[Mapping[str, Any]] = (),
+) -> tuple[list[bool], int]:
     """Match predicted calls to gold calls one-to-one.
 
     Two calls match when their names are equal and their arguments are equal after dropping the masked
@@ -175,10 +178,16 @@ def state_match(final_state_hashes: Mapping[str, str], gold_state_hashes: Mappin
     return same / len(gold_state_hashes)
 
 
-def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
-                  final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str], *,
-                  masked_arguments: Sequence[str] = (), n_malformed: int = 0,
-                  executed_calls: Sequence[Mapping[str, Any]] = ()) -> RewardBreakdown:
+def hybrid_reward(
+    gold_calls: Sequence[Mapping[str, Any]],
+    predicted_calls: Sequence[Mapping[str, Any]],
+    final_state_hashes: Mapping[str, str],
+    gold_state_hashes: Mapping[str, str],
+    *,
+    masked_arguments: Sequence[str] = (),
+    n_malformed: int = 0,
+    executed_calls: Sequence[Mapping[str, Any]] = (),
+) -> RewardBreakdown:
     """The paper's reward for one rollout (formula in the module docstring).
 
     Args:
@@ -206,11 +215,21 @@ def hybrid_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequ
     state = state_match(final_state_hashes, gold_state_hashes)
     length_penalty = min(PENALTY_CAP, PENALTY_PER_CALL * n_extra)
     format_penalty = min(PENALTY_CAP, PENALTY_PER_CALL * n_malformed)
-    reward = 0.0 if called_when_none_wanted else max(
-        0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - length_penalty - format_penalty)
-    return RewardBreakdown(reward=round(reward, 10), trace=trace, state=state, matched_gold=tuple(matched),
-                           n_extra=n_extra, n_malformed=n_malformed, length_penalty=length_penalty,
-                           format_penalty=format_penalty)
+    reward = (
+        0.0
+        if called_when_none_wanted
+        else max(0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - length_penalty - format_penalty)
+    )
+    return RewardBreakdown(
+        reward=round(reward, 10),
+        trace=trace,
+        state=state,
+        matched_gold=tuple(matched),
+        n_extra=n_extra,
+        n_malformed=n_malformed,
+        length_penalty=length_penalty,
+        format_penalty=format_penalty,
+    )
 
 
 def _tool_schema(tools: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any]:
@@ -228,8 +247,9 @@ def _is_default(schema: Mapping[str, Any], name: str, value: Any) -> bool:
     return isinstance(prop, Mapping) and "default" in prop and canonical_json(prop["default"]) == canonical_json(value)
 
 
-def arguments_that_matter(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]],
-                          masked_arguments: Sequence[str] = ()) -> dict[str, Any]:
+def arguments_that_matter(
+    call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], masked_arguments: Sequence[str] = ()
+) -> dict[str, Any]:
     """The arguments of a (gold) ``call`` whose value a solver must get right: required by the tool's JSON
     schema in ``tools``, not in ``masked_arguments``, and not equal to the schema's ``default``.
 
@@ -239,12 +259,16 @@ def arguments_that_matter(call: Mapping[str, Any], tools: Sequence[Mapping[str, 
     schema = _tool_schema(tools, str(call.get("name")))
     required = set(schema.get("required") or [])
     arguments = call.get("arguments") or {}
-    return {k: v for k, v in arguments.items()
-            if k in required and k not in masked_arguments and not _is_default(schema, k, v)}
+    return {
+        k: v
+        for k, v in arguments.items()
+        if k in required and k not in masked_arguments and not _is_default(schema, k, v)
+    }
 
 
-def is_empty_call(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]],
-                  masked_arguments: Sequence[str] = ()) -> bool:
+def is_empty_call(
+    call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], masked_arguments: Sequence[str] = ()
+) -> bool:
     """True when ``call`` passes nothing but masked arguments and values equal to the schema defaults
     (``{}``, ``{"limit": 10}`` with ``limit`` masked, ``{"page": 1}`` where 1 is the default)."""
     schema = _tool_schema(tools, str(call.get("name")))
@@ -254,20 +278,30 @@ def is_empty_call(call: Mapping[str, Any], tools: Sequence[Mapping[str, Any]],
     return not any(k not in masked_arguments and not _is_default(schema, k, v) for k, v in arguments.items())
 
 
-def empty_argument_calls(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
-                         tools: Sequence[Mapping[str, Any]], masked_arguments: Sequence[str] = ()) -> int:
+def empty_argument_calls(
+    gold_calls: Sequence[Mapping[str, Any]],
+    predicted_calls: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    masked_arguments: Sequence[str] = (),
+) -> int:
     """How many ``predicted_calls`` are empty or default (:func:`is_empty_call`) while a gold call of the
     same tool has arguments that matter (:func:`arguments_that_matter`)."""
     needs = {str(g.get("name")) for g in gold_calls if arguments_that_matter(g, tools, masked_arguments)}
-    return sum(1 for c in predicted_calls
-               if str(c.get("name")) in needs and is_empty_call(c, tools, masked_arguments))
+    return sum(1 for c in predicted_calls if str(c.get("name")) in needs and is_empty_call(c, tools, masked_arguments))
 
 
-def guarded_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Sequence[Mapping[str, Any]],
-                   final_state_hashes: Mapping[str, str], gold_state_hashes: Mapping[str, str],
-                   initial_state_hashes: Mapping[str, str], tools: Sequence[Mapping[str, Any]], *,
-                   masked_arguments: Sequence[str] = (), n_malformed: int = 0,
-                   executed_calls: Sequence[Mapping[str, Any]] = ()) -> RewardBreakdown:
+def guarded_reward(
+    gold_calls: Sequence[Mapping[str, Any]],
+    predicted_calls: Sequence[Mapping[str, Any]],
+    final_state_hashes: Mapping[str, str],
+    gold_state_hashes: Mapping[str, str],
+    initial_state_hashes: Mapping[str, str],
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    masked_arguments: Sequence[str] = (),
+    n_malformed: int = 0,
+    executed_calls: Sequence[Mapping[str, Any]] = (),
+) -> RewardBreakdown:
     """The reward GRPO trains on: :func:`hybrid_reward`'s shape (``0.5 * trace + 0.5 * state`` minus the
     same penalties) with the three rules of the module docstring.
 
@@ -286,9 +320,15 @@ def guarded_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Seq
     Raises:
         ValueError: as :func:`hybrid_reward`.
     """
-    paper = hybrid_reward(gold_calls, predicted_calls, final_state_hashes, gold_state_hashes,
-                          masked_arguments=masked_arguments, n_malformed=n_malformed,
-                          executed_calls=executed_calls)
+    paper = hybrid_reward(
+        gold_calls,
+        predicted_calls,
+        final_state_hashes,
+        gold_state_hashes,
+        masked_arguments=masked_arguments,
+        n_malformed=n_malformed,
+        executed_calls=executed_calls,
+    )
     # where no call is wanted, a malformed call block is a call too
     trace = paper.trace if gold_calls else float(not predicted_calls and not n_malformed)
     changes_state = any(initial_state_hashes.get(e) != h for e, h in gold_state_hashes.items())
@@ -296,6 +336,13 @@ def guarded_reward(gold_calls: Sequence[Mapping[str, Any]], predicted_calls: Seq
     reward = max(0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - paper.length_penalty - paper.format_penalty)
     if empty_argument_calls(gold_calls, predicted_calls, tools, masked_arguments):
         reward = 0.0
-    return RewardBreakdown(reward=round(reward, 10), trace=trace, state=state, matched_gold=paper.matched_gold,
-                           n_extra=paper.n_extra, n_malformed=paper.n_malformed,
-                           length_penalty=paper.length_penalty, format_penalty=paper.format_penalty)
+    return RewardBreakdown(
+        reward=round(reward, 10),
+        trace=trace,
+        state=state,
+        matched_gold=paper.matched_gold,
+        n_extra=paper.n_extra,
+        n_malformed=paper.n_malformed,
+        length_penalty=paper.length_penalty,
+        format_penalty=paper.format_penalty,
+    )

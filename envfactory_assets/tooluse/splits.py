@@ -56,8 +56,7 @@ def held_out_environments(env_ids: Iterable[str], share: float = HELD_OUT_SHARE)
     return held
 
 
-def row_split(env_ids: Iterable[str], held_out: Collection[str] | None = None,
-              share: float = HELD_OUT_SHARE) -> str:
+def row_split(env_ids: Iterable[str], held_out: Collection[str] | None = None, share: float = HELD_OUT_SHARE) -> str:
     """``"held_out"`` when any of a row's environments is held out, else ``"train"``.
 
     ``held_out`` is the set :func:`held_out_environments` chose for the whole dataset; None applies the hash
@@ -73,8 +72,9 @@ TRAIN_SPLIT, VALIDATION_SPLIT = "train", "validation"
 as they are: ``validation`` is every row :func:`row_split` holds out."""
 
 
-def dataset_split(env_ids: Iterable[str], held_out: Collection[str] | None = None,
-                  share: float = HELD_OUT_SHARE) -> str:
+def dataset_split(
+    env_ids: Iterable[str], held_out: Collection[str] | None = None, share: float = HELD_OUT_SHARE
+) -> str:
     """The stored ``split`` of a dataset row: :data:`VALIDATION_SPLIT` when :func:`row_split` holds it out,
     else :data:`TRAIN_SPLIT`."""
     return VALIDATION_SPLIT if row_split(env_ids, held_out, share) == "held_out" else TRAIN_SPLIT
@@ -90,8 +90,10 @@ def stored_split(row: Mapping[str, Any]) -> str:
     """
     split = row.get("split")
     if split not in (TRAIN_SPLIT, VALIDATION_SPLIT):
-        raise ValueError(f"dataset row {row.get('id')!r} has split {split!r}, expected {TRAIN_SPLIT!r} or "
-                         f"{VALIDATION_SPLIT!r}; re-materialize sft_dataset and rl_dataset")
+        raise ValueError(
+            f"dataset row {row.get('id')!r} has split {split!r}, expected {TRAIN_SPLIT!r} or "
+            f"{VALIDATION_SPLIT!r}; re-materialize sft_dataset and rl_dataset"
+        )
     return "held_out" if split == VALIDATION_SPLIT else "train"
 
 
@@ -113,12 +115,16 @@ def stored_held_out(rows: Iterable[Mapping[str, Any]], share: float = HELD_OUT_S
     hashed = sorted(e for e in trained if is_held_out_environment(e, share))
     if hashed:
         row = next(r for r in rows if r.get("split") == TRAIN_SPLIT and set(hashed) & set(r["env_ids"]))
-        raise ValueError(f"row {row.get('id')}: stored split {TRAIN_SPLIT!r} but its environments "
-                         f"{list(row['env_ids'])} make it {VALIDATION_SPLIT!r} (the hash rule holds out {hashed}); "
-                         "re-materialize sft_dataset and rl_dataset")
+        raise ValueError(
+            f"row {row.get('id')}: stored split {TRAIN_SPLIT!r} but its environments "
+            f"{list(row['env_ids'])} make it {VALIDATION_SPLIT!r} (the hash rule holds out {hashed}); "
+            "re-materialize sft_dataset and rl_dataset"
+        )
     for row in rows:
         if row.get("split") == VALIDATION_SPLIT and set(row["env_ids"]) <= trained:
-            raise ValueError(f"row {row.get('id')}: stored split {VALIDATION_SPLIT!r} but each of its environments "
-                             f"{list(row['env_ids'])} is in train rows too, so it holds out none; re-materialize "
-                             "sft_dataset and rl_dataset")
+            raise ValueError(
+                f"row {row.get('id')}: stored split {VALIDATION_SPLIT!r} but each of its environments "
+                f"{list(row['env_ids'])} is in train rows too, so it holds out none; re-materialize "
+                "sft_dataset and rl_dataset"
+            )
     return frozenset(e for r in rows for e in r["env_ids"]) - trained

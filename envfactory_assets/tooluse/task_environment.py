@@ -24,8 +24,15 @@ from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
 RESERVED_NAMES = frozenset({"reset"})
 """Public names that are not tools (TRL's environment contract)."""
 
-_JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict,
-               "null": type(None)}
+_JSON_TYPES = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+    "null": type(None),
+}
 
 
 class _Omitted:
@@ -50,11 +57,15 @@ def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
         raise ValueError(f"tool {str(tool)[:80]!r}: not an OpenAI function tool with a name")
     params = fn.get("parameters")
-    if params is not None and not (isinstance(params, Mapping)
-                                   and isinstance(params.get("properties") or {}, Mapping)
-                                   and isinstance(params.get("required") or [], list)):
-        raise ValueError(f"tool {fn['name']!r}: parameters must be a JSON Schema object whose properties is an "
-                         f"object and required a list, got {str(params)[:80]!r}")
+    if params is not None and not (
+        isinstance(params, Mapping)
+        and isinstance(params.get("properties") or {}, Mapping)
+        and isinstance(params.get("required") or [], list)
+    ):
+        raise ValueError(
+            f"tool {fn['name']!r}: parameters must be a JSON Schema object whose properties is an "
+            f"object and required a list, got {str(params)[:80]!r}"
+        )
     if fn.get("description") is not None and not isinstance(fn.get("description"), str):
         raise ValueError(f"tool {fn['name']!r}: description must be text, got {type(fn['description']).__name__}")
     return fn
@@ -92,9 +103,14 @@ def tool_signature(tool: Mapping[str, Any]) -> inspect.Signature:
             raise ValueError(f"tool {fn['name']!r}: parameter {name!r} is not an ASCII Python identifier")
         if name == "self":
             raise ValueError(f"tool {fn['name']!r}: a parameter named 'self' clashes with the method's own self")
-        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                     default=inspect.Parameter.empty if name in required else OMITTED,
-                                     annotation=_annotation(props[name])))
+        out.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=inspect.Parameter.empty if name in required else OMITTED,
+                annotation=_annotation(props[name]),
+            )
+        )
     return inspect.Signature(out, return_annotation=str)
 
 
@@ -152,8 +168,10 @@ class TaskEnvironment:
         """
         names = {_function(t)["name"] for t in row.get("tools") or []}
         if names != set(self._tool_names):
-            raise ValueError(f"rl row {row.get('id', '?')}: its tools {sorted(names)[:5]}... are not the tools of "
-                             f"{type(self).__name__}")
+            raise ValueError(
+                f"rl row {row.get('id', '?')}: its tools {sorted(names)[:5]}... are not the tools of "
+                f"{type(self).__name__}"
+            )
         self._close()
         self._row = row
         self._episode = self._runner.episode(row)
@@ -211,8 +229,13 @@ def environment_class(tools: list[Mapping[str, Any]]) -> type[TaskEnvironment]:
     for tool in tools:
         fn = _function(tool)
         name = fn["name"]
-        if (name in RESERVED_NAMES or name.startswith("_") or not name.isidentifier() or not name.isascii()
-                or keyword.iskeyword(name)):
+        if (
+            name in RESERVED_NAMES
+            or name.startswith("_")
+            or not name.isidentifier()
+            or not name.isascii()
+            or keyword.iskeyword(name)
+        ):
             raise ValueError(f"tool name {name!r} cannot be a public method (reserved, private or not an identifier)")
         if name in methods:
             raise ValueError(f"tool {name!r} appears twice")

@@ -36,8 +36,9 @@ def _result_text(result: Mapping[str, Any]) -> str:
         text = json.dumps(result.get("output"), ensure_ascii=False, sort_keys=True)
     else:
         error = result.get("error") or {}
-        text = json.dumps({"error": error.get("type", "error"), "message": error.get("message", "")},
-                          ensure_ascii=False)
+        text = json.dumps(
+            {"error": error.get("type", "error"), "message": error.get("message", "")}, ensure_ascii=False
+        )
     return text if len(text) <= MAX_RESULT_CHARS else text[:MAX_RESULT_CHARS] + "...(truncated)"
 
 
@@ -112,10 +113,15 @@ class TaskEpisode:
     def reward(self) -> RewardBreakdown:
         """The hybrid reward of the calls made so far against the row's gold calls and final state."""
         gold = {env_id: state_hash(state) for env_id, state in self.row["final_state"].items()}
-        return hybrid_reward(self.row["gold_calls"], self.calls, self.final_state_hashes(), gold,
-                             masked_arguments=self.row.get("masked_arguments") or (),
-                             n_malformed=self.n_malformed,
-                             executed_calls=self.row.get("executed_calls") or ())
+        return hybrid_reward(
+            self.row["gold_calls"],
+            self.calls,
+            self.final_state_hashes(),
+            gold,
+            masked_arguments=self.row.get("masked_arguments") or (),
+            n_malformed=self.n_malformed,
+            executed_calls=self.row.get("executed_calls") or (),
+        )
 
     def close(self) -> None:
         """Free the episode in the worker (idempotent)."""
@@ -153,8 +159,11 @@ class TaskRunner:
             if env_id not in self._environments:
                 raise KeyError(f"rl row {row.get('id', '?')}: environment {env_id!r} is not available")
             if env_id not in self._loaded:  # the worker itself re-loads them after a restart
-                self._worker.load_environment(env_id, self._environments[env_id]["source"],
-                                              origin=self._environments[env_id].get("origin", "untrusted"))
+                self._worker.load_environment(
+                    env_id,
+                    self._environments[env_id]["source"],
+                    origin=self._environments[env_id].get("origin", "untrusted"),
+                )
                 self._loaded.add(env_id)
         return TaskEpisode(self._worker, row)
 

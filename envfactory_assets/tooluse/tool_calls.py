@@ -139,8 +139,10 @@ def _parse_openai_json(text: str) -> tuple[list[dict[str, Any]], int] | None:
         return _calls_from_values(entries)
     if isinstance(value, dict) and ("function" in value or ("name" in value and "arguments" in value)):
         return _calls_from_values([value])
-    if isinstance(value, list) and value and all(
-        isinstance(v, dict) and ("function" in v or "name" in v) for v in value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, dict) and ("function" in v or "name" in v) for v in value)
     ):
         return _calls_from_values(value)
     return None
@@ -280,8 +282,9 @@ at once or after a sentence; SmolLM2-135M's base model, asked a BFCL question, w
 prose or code and never calls, and without this rule every batch ran to the category's full budget."""
 
 
-def answer_is_complete(text: str, prose_tokens: int = PROSE_STOP_TOKENS,
-                       count_tokens: Callable[[str], int] | None = None) -> bool:
+def answer_is_complete(
+    text: str, prose_tokens: int = PROSE_STOP_TOKENS, count_tokens: Callable[[str], int] | None = None
+) -> bool:
     """Whether a one-message answer still being generated can no longer change the calls it parses to
     (:func:`parse_tool_calls`), so generation may stop there. Prose is counted outside reasoning blocks (an
     open one runs to the end of the text) and without end-of-turn tokens.
@@ -311,7 +314,7 @@ def answer_is_complete(text: str, prose_tokens: int = PROSE_STOP_TOKENS,
         closed = body.rfind(_TOOL_CALL_CLOSE)
         if closed < body.rfind(_TOOL_CALL_OPEN) or parse_tool_calls(body).format_errors:
             return False
-        rest = body[closed + len(_TOOL_CALL_CLOSE):].strip()
+        rest = body[closed + len(_TOOL_CALL_CLOSE) :].strip()
         return bool(rest) and count(rest) >= prose_tokens
     start = body.strip()
     if not start or start.startswith(("{", "[", "`", "<")):

@@ -20,9 +20,12 @@ def restrict_tools(row: dict[str, Any], max_tools: int, needed: set[str] | None 
         return row
     if needed is None:
         needed = {c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []}
-    order = sorted(row["tools"], key=lambda t: (t["function"]["name"] not in needed,
-                                                hashlib.sha256(f"{row.get('id')}/{t['function']['name']}".encode()).hexdigest()))
+    order = sorted(
+        row["tools"],
+        key=lambda t: (
+            t["function"]["name"] not in needed,
+            hashlib.sha256(f"{row.get('id')}/{t['function']['name']}".encode()).hexdigest(),
+        ),
+    )
     keep = {t["function"]["name"] for t in order[: max(max_tools, len(needed))]}
     return {**row, "tools": [t for t in row["tools"] if t["function"]["name"] in keep]}
-
-

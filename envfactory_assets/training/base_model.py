@@ -139,8 +139,10 @@ def select_device(prefer: str = "auto", setting: str = "device") -> DevicePlan:
 
     if not cuda_available():
         if prefer == "cuda":
-            raise ValueError(f"{setting}='cuda' but torch sees no CUDA device (torch.cuda.is_available() is "
-                             f"False; torch {torch.__version__}); set {setting}: auto or cpu")
+            raise ValueError(
+                f"{setting}='cuda' but torch sees no CUDA device (torch.cuda.is_available() is "
+                f"False; torch {torch.__version__}); set {setting}: auto or cpu"
+            )
         return CPU_PLAN
     if torch.cuda.is_bf16_supported():
         return DevicePlan("cuda", "bfloat16", bf16=True, fp16=False)

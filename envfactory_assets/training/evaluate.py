@@ -71,10 +71,14 @@ def argument_shares(prompts: list[dict[str, Any]], texts: list[str]) -> dict[str
             if call["name"] in needs or required:
                 argument_calls += 1
                 empty += is_empty_call(call, tools, masked)
-    return {"argument_calls": argument_calls, "empty_argument_calls": empty,
-            "empty_argument_share": empty / argument_calls if argument_calls else None,
-            "no_call_turns": no_call_turns, "unwanted_call_turns": unwanted,
-            "unwanted_call_share": unwanted / no_call_turns if no_call_turns else None}
+    return {
+        "argument_calls": argument_calls,
+        "empty_argument_calls": empty,
+        "empty_argument_share": empty / argument_calls if argument_calls else None,
+        "no_call_turns": no_call_turns,
+        "unwanted_call_turns": unwanted,
+        "unwanted_call_share": unwanted / no_call_turns if no_call_turns else None,
+    }
 
 
 def _parameters(tools: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -85,21 +89,33 @@ def _parameters(tools: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return {}
 
 
-_MEASURES = (("empty_argument_share", "argument_calls",
-              "calls with empty or default arguments where the gold call has arguments that matter"),
-             ("unwanted_call_share", "no_call_turns", "turns with a call where none is wanted"))
+_MEASURES = (
+    (
+        "empty_argument_share",
+        "argument_calls",
+        "calls with empty or default arguments where the gold call has arguments that matter",
+    ),
+    ("unwanted_call_share", "no_call_turns", "turns with a call where none is wanted"),
+)
 
 
 def too_few_to_compare(grpo: dict[str, Any] | None, min_measured: int = MIN_MEASURED) -> list[str]:
     """The collapse shares of a GRPO checkpoint's :func:`argument_shares` measured on fewer than
     ``min_measured`` calls or turns, one sentence each; :func:`collapse_problems` leaves them out."""
     grpo = grpo or {}
-    return [f"{what}: {grpo.get(count) or 0} measured (fewer than {min_measured})" for _key, count, what in _MEASURES
-            if (grpo.get(count) or 0) < min_measured]
+    return [
+        f"{what}: {grpo.get(count) or 0} measured (fewer than {min_measured})"
+        for _key, count, what in _MEASURES
+        if (grpo.get(count) or 0) < min_measured
+    ]
 
 
-def collapse_problems(sft: dict[str, Any] | None, grpo: dict[str, Any] | None,
-                      max_rise: float = MAX_SHARE_RISE, min_measured: int = MIN_MEASURED) -> list[str]:
+def collapse_problems(
+    sft: dict[str, Any] | None,
+    grpo: dict[str, Any] | None,
+    max_rise: float = MAX_SHARE_RISE,
+    min_measured: int = MIN_MEASURED,
+) -> list[str]:
     """Why a GRPO checkpoint collapsed relative to its SFT parent, from their :func:`argument_shares` (the
     ``valid_tool_calls_after`` metrics of each ``checkpoints`` row, which hold them).
 
@@ -124,13 +140,16 @@ def collapse_problems(sft: dict[str, Any] | None, grpo: dict[str, Any] | None,
             continue
         before, after = sft.get(key) or 0.0, grpo[key] or 0.0
         if after - before > max_rise:
-            problems.append(f"{what}: {after:.0%} after GRPO against {before:.0%} for its SFT parent "
-                            f"(a rise of {100 * (after - before):.0f} points, more than {100 * max_rise:.0f})")
+            problems.append(
+                f"{what}: {after:.0%} after GRPO against {before:.0%} for its SFT parent "
+                f"(a rise of {100 * (after - before):.0f} points, more than {100 * max_rise:.0f})"
+            )
     return problems
 
 
-def _generate(model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new_tokens: int,
-              batch_size: int) -> list[str]:
+def _generate(
+    model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new_tokens: int, batch_size: int
+) -> list[str]:
     """Greedy completions (decoded without special tokens), left-padded batches, in prompt order; each stops
     once the calls it parses to can no longer change
     (:func:`~envfactory_assets.tooluse.answer_stop.answer_stop_criterion`: they are all this pass scores), so
@@ -139,7 +158,9 @@ def _generate(model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new
 
     encoded = [
         tokenizer.apply_chat_template(
-            normalize_messages(p["messages"]), tools=p.get("tools") or [], add_generation_prompt=True,
+            normalize_messages(p["messages"]),
+            tools=p.get("tools") or [],
+            add_generation_prompt=True,
             return_dict=True,
         )["input_ids"]
         for p in prompts
@@ -147,12 +168,16 @@ def _generate(model: Any, tokenizer: Any, prompts: list[dict[str, Any]], max_new
     tokenizer.padding_side = "left"
     texts: list[str] = []
     for start in range(0, len(encoded), batch_size):
-        batch = tokenizer.pad([{"input_ids": ids} for ids in encoded[start : start + batch_size]],
-                              padding=True, return_tensors="pt").to(model.device)
+        batch = tokenizer.pad(
+            [{"input_ids": ids} for ids in encoded[start : start + batch_size]], padding=True, return_tensors="pt"
+        ).to(model.device)
         stop = answer_stop_criterion(tokenizer, batch["input_ids"].shape[1], PROSE_STOP_TOKENS)
         with torch.inference_mode():
             output = model.generate(
-                **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
                 stopping_criteria=[stop],
             )
         new_tokens = output[:, batch["input_ids"].shape[1] :]

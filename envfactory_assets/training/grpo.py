@@ -77,28 +77,38 @@ class GRPOConfigSpec:
         SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
     """
 
-    max_steps: int = setting(6, "GRPO optimizer steps (in the checkpoints asset, 0 skips GRPO and only the "
-                                "SFT row is written).")
-    learning_rate: float = setting(2e-5, "peak GRPO learning rate (linear decay); 2e-5 so a few CPU steps move "
-                                         "a 135M model (1e-5 over 6 steps changed no sampled answer in a "
-                                         "recorded default run).")
-    num_generations: int = setting(4, "rollouts per prompt, the group GRPO compares (at least 2); the paper "
-                                      "uses 8.")
-    prompts_per_step: int = setting(1, "prompts per GRPO optimizer step (a step trains on prompts_per_step x "
-                                       "num_generations rollouts).")
+    max_steps: int = setting(
+        6, "GRPO optimizer steps (in the checkpoints asset, 0 skips GRPO and only the SFT row is written)."
+    )
+    learning_rate: float = setting(
+        2e-5,
+        "peak GRPO learning rate (linear decay); 2e-5 so a few CPU steps move "
+        "a 135M model (1e-5 over 6 steps changed no sampled answer in a "
+        "recorded default run).",
+    )
+    num_generations: int = setting(4, "rollouts per prompt, the group GRPO compares (at least 2); the paper uses 8.")
+    prompts_per_step: int = setting(
+        1, "prompts per GRPO optimizer step (a step trains on prompts_per_step x num_generations rollouts)."
+    )
     temperature: float = setting(0.7, "sampling temperature of the rollouts (the paper's 0.7).")
     beta: float = setting(0.001, "KL coefficient against the starting model (the paper's 0.001).")
-    max_completion_length: int = setting(64, "tokens per rollout after the prompt, model and tool-result "
-                                             "tokens together.")
-    max_tool_calling_iterations: int = setting(1, "rounds of tool execution and continued generation per "
-                                                  "rollout.")
+    max_completion_length: int = setting(
+        64, "tokens per rollout after the prompt, model and tool-result tokens together."
+    )
+    max_tool_calling_iterations: int = setting(1, "rounds of tool execution and continued generation per rollout.")
     seed: int = setting(0, "trainer and sampling seed.")
-    replay_screened: bool = setting(False, "train each screened prompt's first step on its screening group "
-                                           "(which has a reward spread) instead of a fresh one; off because, "
-                                           "measured, the logged KL to the reference then rose from ~0.003 to "
-                                           "5e2-5e4 within 6 steps (the replayed tokens are stale).")
-    device: str = setting("auto", "'auto' (CUDA when torch sees a device, else the CPU), 'cpu' or 'cuda' "
-                                  "(refused without a visible CUDA device).")
+    replay_screened: bool = setting(
+        False,
+        "train each screened prompt's first step on its screening group "
+        "(which has a reward spread) instead of a fresh one; off because, "
+        "measured, the logged KL to the reference then rose from ~0.003 to "
+        "5e2-5e4 within 6 steps (the replayed tokens are stale).",
+    )
+    device: str = setting(
+        "auto",
+        "'auto' (CUDA when torch sees a device, else the CPU), 'cpu' or 'cuda' "
+        "(refused without a visible CUDA device).",
+    )
 
     def __post_init__(self) -> None:
         number_types(self, "grpo")
@@ -112,7 +122,6 @@ class GRPOConfigSpec:
         finite_number("grpo", "learning_rate", self.learning_rate, low=0.0, low_open=True)
         finite_number("grpo", "temperature", self.temperature, low=0.0, low_open=True)
         finite_number("grpo", "beta", self.beta, low=0.0)
-
 
 
 def grpo_prompt(row: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -176,8 +185,9 @@ class ToolRollout:
     samples, with :class:`~envfactory_assets.training.screening.FinishedRollout` objects carrying its rewards.
     """
 
-    def __init__(self, rows: Mapping[str, Mapping[str, Any]], runner: TaskRunner, tokenizer: Any,
-                 spec: GRPOConfigSpec) -> None:
+    def __init__(
+        self, rows: Mapping[str, Mapping[str, Any]], runner: TaskRunner, tokenizer: Any, spec: GRPOConfigSpec
+    ) -> None:
         self._rows = rows
         self._runner = runner
         self._tokenizer = tokenizer
@@ -216,7 +226,7 @@ class ToolRollout:
         before = render_chat(base)
         after = render_chat(base + tool_messages, add_generation_prompt=True)
         head = before[: before.rindex(END_OF_TURN) + len(END_OF_TURN)]
-        return self._tokenizer(after[len(head):], add_special_tokens=False)["input_ids"]
+        return self._tokenizer(after[len(head) :], add_special_tokens=False)["input_ids"]
 
     def _sample(self, model: Any, sequences: list[list[int]], budgets: list[int]) -> list[list[int]]:
         """Sampled continuations (left-padded batch), each cut after its first stop token and to its budget."""
@@ -227,9 +237,17 @@ class ToolRollout:
         input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences], device=model.device)
         attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=model.device)
         with torch.inference_mode():
-            output = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
-                                    temperature=self._spec.temperature, top_p=1.0, top_k=0,
-                                    max_new_tokens=max(budgets), eos_token_id=self.stop_ids, pad_token_id=pad)
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                do_sample=True,
+                temperature=self._spec.temperature,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=max(budgets),
+                eos_token_id=self.stop_ids,
+                pad_token_id=pad,
+            )
         result = []
         for row, budget in zip(output[:, width:].tolist(), budgets, strict=True):
             cut = next((i + 1 for i, t in enumerate(row) if t in self.stop_ids), len(row))
@@ -243,8 +261,9 @@ class ToolRollout:
             if task_id not in self._rows:
                 raise KeyError(f"GRPO prompt without a known {TASK_ID_KEY!r}: {str(task_id)[:80]}")
             rows.append(self._rows[task_id])
-        out: dict[str, list[Any]] = {k: [None] * len(rows) for k in
-                                     ("prompt_ids", "completion_ids", "env_mask", "task_environments")}
+        out: dict[str, list[Any]] = {
+            k: [None] * len(rows) for k in ("prompt_ids", "completion_ids", "env_mask", "task_environments")
+        }
         positions: dict[str, list[int]] = {}
         for i, row in enumerate(rows):
             positions.setdefault(row["id"], []).append(i)
@@ -275,13 +294,18 @@ class ToolRollout:
         env_mask: list[list[int]] = [[] for _ in rows]
         active = list(range(len(rows)))
         for round_index in range(self._spec.max_tool_calling_iterations + 1):
-            new = self._sample(model, [prompt_ids[i] + completion_ids[i] for i in active],
-                               [budget - len(completion_ids[i]) for i in active])
+            new = self._sample(
+                model,
+                [prompt_ids[i] + completion_ids[i] for i in active],
+                [budget - len(completion_ids[i]) for i in active],
+            )
             still = []
             for i, ids in zip(active, new, strict=True):
                 completion_ids[i] += ids
                 env_mask[i] += [1] * len(ids)
-                results, malformed = execute_tool_text(environments[i], self._tokenizer.decode(ids, skip_special_tokens=True))
+                results, malformed = execute_tool_text(
+                    environments[i], self._tokenizer.decode(ids, skip_special_tokens=True)
+                )
                 self.malformed += malformed
                 if not results:
                     continue
@@ -298,8 +322,13 @@ class ToolRollout:
             active = still
             if not active:
                 break
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
-                "env_mask": env_mask, "task_environments": environments}
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,
+            "env_mask": env_mask,
+            "task_environments": environments,
+        }
 
     def close(self) -> None:
         """Close every open episode (the runner itself belongs to the caller)."""
@@ -308,8 +337,13 @@ class ToolRollout:
                 env._close()
 
 
-def hybrid_reward_func(prompts: list[Any], completions: list[Any], task_environments: list[TaskEnvironment],
-                       log_metric: Any = None, **kwargs: Any) -> list[float]:
+def hybrid_reward_func(
+    prompts: list[Any],
+    completions: list[Any],
+    task_environments: list[TaskEnvironment],
+    log_metric: Any = None,
+    **kwargs: Any,
+) -> list[float]:
     """TRL reward function: each rollout's guarded hybrid reward from its own episode
     (:func:`~envfactory_assets.training.training_reward.training_reward`: the paper's shape, with calls of
     empty arguments, free state credit on reads and calls where none is wanted paid nothing).
@@ -332,8 +366,7 @@ def _has_empty_call(environment: Any) -> bool:
     if episode is None:
         return False
     row = episode.row
-    return empty_argument_calls(row["gold_calls"], episode.calls, row["tools"],
-                                row.get("masked_arguments") or ()) > 0
+    return empty_argument_calls(row["gold_calls"], episode.calls, row["tools"], row.get("masked_arguments") or ()) > 0
 
 
 def trl_config_kwargs(out_dir: Path, spec: GRPOConfigSpec, plan: DevicePlan | None = None) -> dict[str, Any]:
@@ -386,9 +419,17 @@ def _silence_experimental_warning() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
-def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping[str, Any]], start_model_dir: Path,
-               out_dir: Path, spec: GRPOConfigSpec | None = None, *, num_threads: int | None = None,
-               n_prompts: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def train_grpo(
+    rows: list[Mapping[str, Any]],
+    environments: Mapping[str, Mapping[str, Any]],
+    start_model_dir: Path,
+    out_dir: Path,
+    spec: GRPOConfigSpec | None = None,
+    *,
+    num_threads: int | None = None,
+    n_prompts: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """Train the model in ``start_model_dir`` (the SFT checkpoint) with GRPO on ``rows``; save to ``out_dir``.
 
     Args:
@@ -406,9 +447,12 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
             (screening comes before the first).
 
     Returns:
-        ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time, all threads: the figure
-        that survives a shared machine), "step_seconds": [wall s per step], "reward_mean_per_step": [float], "reward_std_per_step":
-        [float], "loss_per_step": [float, TRL's logged GRPO loss], "reward_mean_first", "reward_mean_last", "train_loss", "tool_calls", "malformed_calls" (of
+        ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time,
+        all threads: the figure
+        that survives a shared machine), "step_seconds": [wall s per step], "reward_mean_per_step": [float],
+        "reward_std_per_step":
+        [float], "loss_per_step": [float, TRL's logged GRPO loss], "reward_mean_first", "reward_mean_last",
+        "train_loss", "tool_calls", "malformed_calls" (of
         training's sampled rollouts; screening's are in its report), "prompts", "prompt_ids", "threads",
         "steps_with_signal" (steps whose reward spread was above zero),
         "replayed_groups" (steps that trained on their prompt's screened group),
@@ -454,15 +498,22 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         rollout = ToolRollout({r["id"]: r for r in rows}, runner, tokenizer, spec)
         if n_prompts is not None and n_prompts < len(rows):
             torch.manual_seed(spec.seed)
-            rows, screening, replay = timed_screen(rollout, model, rows, spec.num_generations, n_prompts,
-                                                   governor.adjust)
+            rows, screening, replay = timed_screen(
+                rollout, model, rows, spec.num_generations, n_prompts, governor.adjust
+            )
             rollout.replay = replay if spec.replay_screened else {}
             transformers.set_seed(spec.seed)
         dataset = build_grpo_dataset(list(rows))
-        trainer = GRPOTrainer(model=model, reward_funcs=[hybrid_reward_func], args=_trl_config(out_dir, spec, plan),
-                              train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout,
-                              callbacks=[governor_callback(governor)]
-                              + ([step_progress_callback(progress)] if progress is not None else []))
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[hybrid_reward_func],
+            args=_trl_config(out_dir, spec, plan),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=rollout,
+            callbacks=[governor_callback(governor)]
+            + ([step_progress_callback(progress)] if progress is not None else []),
+        )
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
             output = trainer.train()
@@ -497,9 +548,13 @@ def train_grpo(rows: list[Mapping[str, Any]], environments: Mapping[str, Mapping
         "replayed_groups": rollout.replayed_groups,
         "screening": screening,
     }
-    record = {"spec": dataclasses.asdict(spec), "start_model_dir": str(start_model_dir),
-              "start_model_sha256": model_hash(start_model_dir), "row_ids": [r["id"] for r in rows],
-              "metrics": metrics,
-              "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}}
+    record = {
+        "spec": dataclasses.asdict(spec),
+        "start_model_dir": str(start_model_dir),
+        "start_model_sha256": model_hash(start_model_dir),
+        "row_ids": [r["id"] for r in rows],
+        "metrics": metrics,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+    }
     (out_dir / GRPO_CONFIG_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
     return metrics

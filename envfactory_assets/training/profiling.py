@@ -10,8 +10,9 @@ from typing import Any
 from envfactory_assets.tooluse.chat_template import render_chat
 
 
-def sft_token_profile(examples: list[dict[str, Any]], tokenizer: Any, batch_size: int = 2,
-                      draws: int = 200, seed: int = 0) -> dict[str, Any]:
+def sft_token_profile(
+    examples: list[dict[str, Any]], tokenizer: Any, batch_size: int = 2, draws: int = 200, seed: int = 0
+) -> dict[str, Any]:
     """Token counts of SFT ``examples`` (``{"messages", "tools"}``) rendered with the tool template.
 
     Args:

@@ -63,8 +63,13 @@ class ScreenedPrompt:
         return len(set(self.rewards)) > 1
 
 
-def screen_prompts(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]],
-                   num_generations: int, before_batch: Callable[[], Any] | None = None) -> list[ScreenedPrompt]:
+def screen_prompts(
+    rollout: Any,
+    model: Any,
+    rows: Sequence[Mapping[str, Any]],
+    num_generations: int,
+    before_batch: Callable[[], Any] | None = None,
+) -> list[ScreenedPrompt]:
     """Sample one group of ``num_generations`` rollouts per row and score them.
 
     Args:
@@ -94,15 +99,22 @@ def screen_prompts(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]],
         breakdowns = [training_reward(env) for env in out["task_environments"]]
         for i, row in enumerate(chunk):
             part = slice(i * num_generations, (i + 1) * num_generations)
-            screened.append(ScreenedPrompt(
-                row["id"], tuple(b.reward for b in breakdowns[part]),
-                tuple(out.get("prompt_ids", [])[part]), tuple(out.get("completion_ids", [])[part]),
-                tuple(out.get("env_mask", [])[part]), tuple(FinishedRollout(b) for b in breakdowns[part])))
+            screened.append(
+                ScreenedPrompt(
+                    row["id"],
+                    tuple(b.reward for b in breakdowns[part]),
+                    tuple(out.get("prompt_ids", [])[part]),
+                    tuple(out.get("completion_ids", [])[part]),
+                    tuple(out.get("env_mask", [])[part]),
+                    tuple(FinishedRollout(b) for b in breakdowns[part]),
+                )
+            )
     return screened
 
 
-def choose_prompts(rows: Sequence[Mapping[str, Any]], screened: Sequence[ScreenedPrompt],
-                   n: int) -> list[Mapping[str, Any]]:
+def choose_prompts(
+    rows: Sequence[Mapping[str, Any]], screened: Sequence[ScreenedPrompt], n: int
+) -> list[Mapping[str, Any]]:
     """The first ``n`` rows with a reward spread (largest standard deviation first, ties in candidate order:
     a group whose rewards are most mixed is the likeliest to carry signal again), then rows without one.
 
@@ -115,14 +127,16 @@ def choose_prompts(rows: Sequence[Mapping[str, Any]], screened: Sequence[Screene
     missing = [r["id"] for r in rows if r["id"] not in by_id]
     if missing:
         raise ValueError(f"rows {missing[:3]} were not screened")
-    informative = sorted((r for r in rows if by_id[r["id"]].has_signal),
-                         key=lambda r: -statistics.pstdev(by_id[r["id"]].rewards))
+    informative = sorted(
+        (r for r in rows if by_id[r["id"]].has_signal), key=lambda r: -statistics.pstdev(by_id[r["id"]].rewards)
+    )
     flat = [r for r in rows if not by_id[r["id"]].has_signal]
     return (informative + flat)[:n]
 
 
-def screening_report(screened: Sequence[ScreenedPrompt], chosen: Sequence[Mapping[str, Any]],
-                     seconds: float) -> dict[str, Any]:
+def screening_report(
+    screened: Sequence[ScreenedPrompt], chosen: Sequence[Mapping[str, Any]], seconds: float
+) -> dict[str, Any]:
     """JSON-ready summary for checkpoint metrics: counts, time and every candidate's group rewards."""
     chosen_ids = {r["id"] for r in chosen}
     return {
@@ -130,13 +144,25 @@ def screening_report(screened: Sequence[ScreenedPrompt], chosen: Sequence[Mappin
         "with_signal": sum(s.has_signal for s in screened),
         "chosen_with_signal": sum(s.has_signal for s in screened if s.row_id in chosen_ids),
         "seconds": round(seconds, 3),
-        "groups": {s.row_id: {"rewards": list(s.rewards), "mean": statistics.fmean(s.rewards),
-                              "chosen": s.row_id in chosen_ids} for s in screened},
+        "groups": {
+            s.row_id: {
+                "rewards": list(s.rewards),
+                "mean": statistics.fmean(s.rewards),
+                "chosen": s.row_id in chosen_ids,
+            }
+            for s in screened
+        },
     }
 
 
-def timed_screen(rollout: Any, model: Any, rows: Sequence[Mapping[str, Any]], num_generations: int,
-                 n: int, before_batch: Callable[[], Any] | None = None) -> tuple[list[Mapping[str, Any]], dict[str, Any], dict[str, ScreenedPrompt]]:
+def timed_screen(
+    rollout: Any,
+    model: Any,
+    rows: Sequence[Mapping[str, Any]],
+    num_generations: int,
+    n: int,
+    before_batch: Callable[[], Any] | None = None,
+) -> tuple[list[Mapping[str, Any]], dict[str, Any], dict[str, ScreenedPrompt]]:
     """:func:`screen_prompts` (``before_batch`` passed on) then :func:`choose_prompts`.
 
     Returns:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
 from envfactory_assets.tooluse.chat_template import (
     TOOL_CHAT_TEMPLATE,
     normalize_messages,
 )
-from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
 from envfactory_assets.training.base_model import (
     DEVICE_SETTINGS,
     DevicePlan,
@@ -49,28 +49,43 @@ class SFTConfigSpec:
         SettingError: (a ValueError) a setting of the wrong type or out of range, named in the message.
     """
 
-    max_steps: int = setting(24, "SFT optimizer steps (a CPU-sized run: ~1-3 s per step for 135M parameters "
-                                 "on 2 cores).")
-    learning_rate: float = setting(5e-5, "peak SFT learning rate, linear decay (Hugging Face's default "
-                                         "schedule); 5e-5 so a few dozen steps move a 135M model; the paper "
-                                         "uses 1e-6 for one epoch.")
+    max_steps: int = setting(
+        24, "SFT optimizer steps (a CPU-sized run: ~1-3 s per step for 135M parameters on 2 cores)."
+    )
+    learning_rate: float = setting(
+        5e-5,
+        "peak SFT learning rate, linear decay (Hugging Face's default "
+        "schedule); 5e-5 so a few dozen steps move a 135M model; the paper "
+        "uses 1e-6 for one epoch.",
+    )
     per_device_train_batch_size: int = setting(2, "conversations per SFT step.")
     gradient_accumulation_steps: int = setting(1, "micro-batches per SFT optimizer step.")
-    max_length: int = setting(1024, "tokens per conversation after templating; longer ones are truncated "
-                                    "(the start is kept).")
-    loss_on: LossOn = setting("last_turn", "'last_turn' (as in the paper: loss only on the assistant messages "
-                                           "after the last user message) or 'all_assistant' (every assistant "
-                                           "message of every turn); tool results, user and system text never "
-                                           "carry loss.")
-    seed: int = setting(0, "seed of the trainer (data order, dropout), transformers.set_seed and, in the "
-                           "checkpoints asset, GRPO.")
-    padding_free: bool = setting(False, "concatenate a step's conversations instead of padding them (TRL's "
-                                        "padding_free: same loss, ~10% fewer tokens, but no faster on a CPU, "
-                                        "where attention then runs with a dense mask).")
-    device: str = setting("auto", "'auto' (a CUDA device when torch sees one, bf16 mixed precision where "
-                                  "supported, else the CPU), 'cpu' or 'cuda' (refused when no CUDA device is "
-                                  "visible); in the checkpoints asset SFT, GRPO and the validity passes all "
-                                  "follow it.")
+    max_length: int = setting(
+        1024, "tokens per conversation after templating; longer ones are truncated (the start is kept)."
+    )
+    loss_on: LossOn = setting(
+        "last_turn",
+        "'last_turn' (as in the paper: loss only on the assistant messages "
+        "after the last user message) or 'all_assistant' (every assistant "
+        "message of every turn); tool results, user and system text never "
+        "carry loss.",
+    )
+    seed: int = setting(
+        0, "seed of the trainer (data order, dropout), transformers.set_seed and, in the checkpoints asset, GRPO."
+    )
+    padding_free: bool = setting(
+        False,
+        "concatenate a step's conversations instead of padding them (TRL's "
+        "padding_free: same loss, ~10% fewer tokens, but no faster on a CPU, "
+        "where attention then runs with a dense mask).",
+    )
+    device: str = setting(
+        "auto",
+        "'auto' (a CUDA device when torch sees one, bf16 mixed precision where "
+        "supported, else the CPU), 'cpu' or 'cuda' (refused when no CUDA device is "
+        "visible); in the checkpoints asset SFT, GRPO and the validity passes all "
+        "follow it.",
+    )
 
     def __post_init__(self) -> None:
         number_types(self, "sft")
@@ -142,7 +157,8 @@ def build_sft_dataset(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn")
 
 def trl_config_kwargs(out_dir: Path, config: SFTConfigSpec, plan: DevicePlan | None = None) -> dict[str, Any]:
     """Keyword arguments of TRL's ``SFTConfig`` for ``config`` on ``plan`` (the device and precision flags
-    among them; ``plan`` None: :func:`select_device` of ``config.device``). A plain dict because constructing ``SFTConfig`` for a CUDA plan initialises the device."""
+    among them; ``plan`` None: :func:`select_device` of ``config.device``). A plain dict because constructing
+    ``SFTConfig`` for a CUDA plan initialises the device."""
     plan = plan or select_device(config.device)
     return dict(  # noqa: C408 - the keyword form of the config call it feeds
         output_dir=str(out_dir),

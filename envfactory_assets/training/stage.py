@@ -69,8 +69,7 @@ def prompt_mix(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     Why: the cheapest rows are argument-free reads; a mix of only those taught GRPO that a call with
     ``{}`` earns full reward, and the checkpoint then called every tool with empty arguments.
     """
-    by_kind: dict[str, list[dict[str, Any]]] = {"no_call": [], "grounded": [], "needs_results": [],
-                                                "argument_free": []}
+    by_kind: dict[str, list[dict[str, Any]]] = {"no_call": [], "grounded": [], "needs_results": [], "argument_free": []}
     for row in rows:
         by_kind[task_kind(row)].append(row)
     queues = {k: iter(v) for k, v in by_kind.items()}
@@ -149,8 +148,11 @@ def check_mix(mix: str, min_no_call_share: float, setting: str = "") -> None:
     if mix not in TRAIN_MIXES:
         named = f"{setting}train_mix={mix!r}" if setting else f"training mix {mix!r}"
         raise ValueError(f"{named}: expected one of {', '.join(TRAIN_MIXES)}")
-    if isinstance(min_no_call_share, bool) or not isinstance(min_no_call_share, (int, float)) \
-            or not 0.0 <= min_no_call_share <= 1.0:
+    if (
+        isinstance(min_no_call_share, bool)
+        or not isinstance(min_no_call_share, (int, float))
+        or not 0.0 <= min_no_call_share <= 1.0
+    ):
         raise ValueError(f"{setting}min_no_call_share={min_no_call_share!r}: expected a share in [0, 1]")
 
 
@@ -168,8 +170,10 @@ def _quotas(sizes: dict[str, int], n: int, min_no_call_share: float) -> dict[str
     shares = {k: v / total for k, v in sizes.items()}
     if sizes.get("no_call") and shares["no_call"] < min_no_call_share:
         rest = 1.0 - shares["no_call"]
-        shares = {k: (min_no_call_share if k == "no_call" else
-                      (v / rest * (1.0 - min_no_call_share) if rest else 0.0)) for k, v in shares.items()}
+        shares = {
+            k: (min_no_call_share if k == "no_call" else (v / rest * (1.0 - min_no_call_share) if rest else 0.0))
+            for k, v in shares.items()
+        }
     quotas = {k: 0 for k in sizes}
     left = min(n, total)
     while left:
@@ -187,9 +191,14 @@ def _quotas(sizes: dict[str, int], n: int, min_no_call_share: float) -> dict[str
     return quotas
 
 
-def training_examples(sft_rows: list[dict[str, Any]], max_rows: int, max_tokens: int = 1024,
-                      max_tools: int = 0, mix: str = "shortest",
-                      min_no_call_share: float = 0.0) -> list[dict[str, Any]]:
+def training_examples(
+    sft_rows: list[dict[str, Any]],
+    max_rows: int,
+    max_tokens: int = 1024,
+    max_tools: int = 0,
+    mix: str = "shortest",
+    min_no_call_share: float = 0.0,
+) -> list[dict[str, Any]]:
     """``max_rows`` training examples: each SFT row cut after its last whole turn that fits
     (:func:`first_turns`) with its tools restricted (:func:`restrict_tools`), returned shortest first (ties
     by id). CPU speed is set by prompt length.
@@ -235,13 +244,17 @@ def eval_prompt(row: dict[str, Any], max_tools: int) -> dict[str, Any]:
     """An RL row as a held-out prompt: ``{"id", "messages", "tools", "gold_calls", "masked_arguments"}``, tools
     restricted as in training (:func:`restrict_tools`, the gold calls' tools always kept); the gold calls are
     what :func:`~envfactory_assets.training.evaluate.argument_shares` compares the generations with."""
-    cut = restrict_tools({"id": row["id"], "messages": row["prompt"], "tools": row["tools"]}, max_tools,
-                         {c["name"] for c in row["gold_calls"]})
+    cut = restrict_tools(
+        {"id": row["id"], "messages": row["prompt"], "tools": row["tools"]},
+        max_tools,
+        {c["name"] for c in row["gold_calls"]},
+    )
     return {**cut, "gold_calls": row["gold_calls"], "masked_arguments": row.get("masked_arguments") or []}
 
 
-def held_out_prompts(rl_rows: list[dict[str, Any]], n: int, exclude_env_ids: set[str] | None = None,
-                     max_tools: int = 0) -> list[dict[str, Any]]:
+def held_out_prompts(
+    rl_rows: list[dict[str, Any]], n: int, exclude_env_ids: set[str] | None = None, max_tools: int = 0
+) -> list[dict[str, Any]]:
     """``n`` prompts (:func:`eval_prompt`) from RL rows never used for SFT: first turns, shortest first, mixed
     by :func:`prompt_mix` so that they hold turns whose gold calls carry arguments the query gives (and turns
     where no call is wanted, when there are any): on argument-free reads alone a policy that calls with
@@ -260,16 +273,29 @@ def held_out_prompts(rl_rows: list[dict[str, Any]], n: int, exclude_env_ids: set
 def checkpoint_id(dataset_version: str, base_hash: str, config: dict[str, Any], row_ids: list[str]) -> str:
     """Content id of a checkpoint: dataset version, base weights, chat template, training config and rows used."""
     template = hashlib.sha256(TOOL_CHAT_TEMPLATE.encode()).hexdigest()
-    return content_id("ckpt", {"data": dataset_version, "base": base_hash, "template": template, "config": config,
-                               "rows": sorted(row_ids)})
+    return content_id(
+        "ckpt",
+        {"data": dataset_version, "base": base_hash, "template": template, "config": config, "rows": sorted(row_ids)},
+    )
 
 
-def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]], base_model: str,
-                     models_dir: Path, checkpoints_dir: Path, config: SFTConfigSpec, max_train_rows: int,
-                     n_eval_prompts: int, dataset_version: str, log: Any = print,
-                     max_tools: int = 0, progress: Any = None, train_mix: str = "shortest",
-                     min_no_call_share: float = 0.0,
-                     stored: Callable[[str], dict[str, Any] | None] | None = None) -> dict[str, Any]:
+def train_checkpoint(
+    sft_rows: list[dict[str, Any]],
+    rl_rows: list[dict[str, Any]],
+    base_model: str,
+    models_dir: Path,
+    checkpoints_dir: Path,
+    config: SFTConfigSpec,
+    max_train_rows: int,
+    n_eval_prompts: int,
+    dataset_version: str,
+    log: Any = print,
+    max_tools: int = 0,
+    progress: Any = None,
+    train_mix: str = "shortest",
+    min_no_call_share: float = 0.0,
+    stored: Callable[[str], dict[str, Any] | None] | None = None,
+) -> dict[str, Any]:
     """Fine-tune ``base_model`` on the SFT rows and return a ``checkpoints`` row; ``progress(steps done,
     max_steps)`` is called after every optimizer step (:func:`~envfactory_assets.training.sft.train_sft`);
     ``train_mix`` and ``min_no_call_share`` choose the rows (:func:`training_examples`).
@@ -293,16 +319,19 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
         raise ValueError("sft_dataset has no train-split rows (every environment is held out): nothing to train on")
     base_dir = resolve_base_model(base_model, models_dir)
     base_hash = model_hash(base_dir)
-    examples = training_examples(sft_rows, max_train_rows, config.max_length, max_tools, train_mix,
-                                 min_no_call_share)
+    examples = training_examples(sft_rows, max_train_rows, config.max_length, max_tools, train_mix, min_no_call_share)
     by_id = {r["id"]: r for r in sft_rows}
     train_rows = [by_id[i] for i in dict.fromkeys(source_row_id(e["id"]) for e in examples)]
     train_envs = {e for r in train_rows for e in r["env_ids"]}
     held_out = [r for r in rl_rows if stored_split(r) == "held_out"]
     prompts = held_out_prompts(held_out or rl_rows, n_eval_prompts, train_envs, max_tools)
     cfg = {k: getattr(config, k) for k in config.__dataclass_fields__}
-    ckpt = checkpoint_id(dataset_version, base_hash, {**cfg, "base_model": base_model, "max_tools": max_tools},
-                         [e["id"] for e in examples])  # a row's turn alone is an example of its own
+    ckpt = checkpoint_id(
+        dataset_version,
+        base_hash,
+        {**cfg, "base_model": base_model, "max_tools": max_tools},
+        [e["id"] for e in examples],
+    )  # a row's turn alone is an example of its own
     mix = {kind: sum(example_kind(e) == kind for e in examples) for kind in ("no_call", "calls", "parallel")}
     out_dir = checkpoints_dir / ckpt
     earlier = stored(ckpt) if stored is not None else None
@@ -316,13 +345,30 @@ def train_checkpoint(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any
     log(f"training {ckpt} on {len(examples)} examples from {len(train_rows)} rows for {config.max_steps} steps")
     metrics = train_sft(examples, base_dir, out_dir, config, progress=progress)
     after = tool_call_validity(out_dir, prompts, device=config.device) if prompts else {"share": None}
-    metrics.update({"valid_tool_calls_before": before, "valid_tool_calls_after": after,
-                    "held_out_prompt_ids": [p["id"] for p in prompts], "train_mix": train_mix,
-                    "examples_by_kind": mix, "weights_hash": model_hash(out_dir)})
-    return {"id": ckpt, "sft_dataset_version": dataset_version, "sft_dataset_ids": [r["id"] for r in train_rows],
-            "base_model": base_model, "base_model_hash": base_hash, "config": cfg, "metrics": metrics,
-            "path": str(out_dir), "stage": "sft", "parent_checkpoint_id": None, "rl_dataset_ids": None,
-            "rl_dataset_version": None}
+    metrics.update(
+        {
+            "valid_tool_calls_before": before,
+            "valid_tool_calls_after": after,
+            "held_out_prompt_ids": [p["id"] for p in prompts],
+            "train_mix": train_mix,
+            "examples_by_kind": mix,
+            "weights_hash": model_hash(out_dir),
+        }
+    )
+    return {
+        "id": ckpt,
+        "sft_dataset_version": dataset_version,
+        "sft_dataset_ids": [r["id"] for r in train_rows],
+        "base_model": base_model,
+        "base_model_hash": base_hash,
+        "config": cfg,
+        "metrics": metrics,
+        "path": str(out_dir),
+        "stage": "sft",
+        "parent_checkpoint_id": None,
+        "rl_dataset_ids": None,
+        "rl_dataset_version": None,
+    }
 
 
 def _reusable(row: dict[str, Any], out_dir: Path) -> bool:
@@ -347,8 +393,9 @@ def train_split(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 DEFAULT_GRPO_MAX_TOOLS = 4
 
 
-def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0,
-               max_completion_tokens: int | None = None) -> list[dict[str, Any]]:
+def grpo_tasks(
+    rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0, max_completion_tokens: int | None = None
+) -> list[dict[str, Any]]:
     """``n`` RL rows for GRPO where rollouts of a small model sometimes succeed: train split, first turns,
     fewest gold calls, then shortest gold calls and prompt first (ties by id), mixed by :func:`prompt_mix`
     (turns whose gold calls carry arguments the query gives, every 4th a turn where no call is wanted when the
@@ -358,8 +405,15 @@ def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0,
     whose gold calls fit in that many tokens come first (no rollout can earn the trace of the others)."""
     pool = [r for r in train_split(rl_rows) if r["turn_index"] == 0]
     budget = float("inf") if max_completion_tokens is None else max_completion_tokens
-    pool.sort(key=lambda r: (_gold_tokens(r) > budget, len(r["gold_calls"]), round(_gold_tokens(r)),
-                             len(json.dumps(r["prompt"])), r["id"]))
+    pool.sort(
+        key=lambda r: (
+            _gold_tokens(r) > budget,
+            len(r["gold_calls"]),
+            round(_gold_tokens(r)),
+            len(json.dumps(r["prompt"])),
+            r["id"],
+        )
+    )
     usable = []
     for row in pool:
         cut = restrict_tools({**row, "messages": []}, max_tools, {c["name"] for c in row["gold_calls"]})
@@ -372,10 +426,20 @@ def grpo_tasks(rl_rows: list[dict[str, Any]], n: int, max_tools: int = 0,
     return prompt_mix(usable, n)
 
 
-def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
-                    checkpoints_dir: Path, spec: GRPOConfigSpec, n_prompts: int, rl_dataset_version: str,
-                    log: Any = print, max_tools: int = 0, eval_max_tools: int = 0,
-                    screen_factor: int = 1, progress: Any = None) -> dict[str, Any] | None:
+def grpo_checkpoint(
+    sft_row: dict[str, Any],
+    rl_rows: list[dict[str, Any]],
+    environments: dict[str, dict[str, Any]],
+    checkpoints_dir: Path,
+    spec: GRPOConfigSpec,
+    n_prompts: int,
+    rl_dataset_version: str,
+    log: Any = print,
+    max_tools: int = 0,
+    eval_max_tools: int = 0,
+    screen_factor: int = 1,
+    progress: Any = None,
+) -> dict[str, Any] | None:
     """GRPO from the SFT checkpoint ``sft_row`` on train-split RL rows; returns its ``checkpoints`` row
     (``stage`` 'grpo', parent the SFT row), or None when there is no usable RL row. ``max_tools`` cuts the
     GRPO prompts' tools; ``eval_max_tools`` must be the cut the SFT row's held-out prompts were made with, so
@@ -389,34 +453,61 @@ def grpo_checkpoint(sft_row: dict[str, Any], rl_rows: list[dict[str, Any]], envi
         ValueError: ``n_prompts`` or ``screen_factor`` < 1.
     """
     if n_prompts < 1 or screen_factor < 1:
-        raise ValueError(f"GRPO settings: grpo_n_prompts={n_prompts} and grpo_screen_factor={screen_factor} must "
-                         "both be >= 1 (a screen factor of 1 trains on the first prompts without screening)")
-    tasks = [t for t in grpo_tasks(rl_rows, n_prompts * max(4, screen_factor), max_tools, spec.max_completion_length)
-             if set(t["env_ids"]) <= set(environments)]
+        raise ValueError(
+            f"GRPO settings: grpo_n_prompts={n_prompts} and grpo_screen_factor={screen_factor} must "
+            "both be >= 1 (a screen factor of 1 trains on the first prompts without screening)"
+        )
+    tasks = [
+        t
+        for t in grpo_tasks(rl_rows, n_prompts * max(4, screen_factor), max_tools, spec.max_completion_length)
+        if set(t["env_ids"]) <= set(environments)
+    ]
     tasks = tasks[: n_prompts * screen_factor]
     if not tasks:
         log("no train-split RL rows usable for GRPO: only the SFT checkpoint is written")
         return None
     cfg = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
-    ckpt = content_id("ckpt", {"parent": sft_row["id"], "rl": rl_dataset_version, "config": cfg,
-                               "max_tools": max_tools, "rows": sorted(t["id"] for t in tasks),
-                               "n_prompts": n_prompts, "screen_factor": screen_factor})
+    ckpt = content_id(
+        "ckpt",
+        {
+            "parent": sft_row["id"],
+            "rl": rl_dataset_version,
+            "config": cfg,
+            "max_tools": max_tools,
+            "rows": sorted(t["id"] for t in tasks),
+            "n_prompts": n_prompts,
+            "screen_factor": screen_factor,
+        },
+    )
     out_dir = checkpoints_dir / ckpt
     log(f"GRPO {ckpt} from {sft_row['id']}: {n_prompts} prompts of {len(tasks)} candidates, {spec.max_steps} steps")
-    metrics = train_grpo(tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts,
-                         progress=progress)
+    metrics = train_grpo(
+        tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts, progress=progress
+    )
     tasks = [t for t in tasks if t["id"] in set(metrics["prompt_ids"])]
     prompts = [_prompt_of(rl_rows, p, eval_max_tools) for p in sft_row["metrics"].get("held_out_prompt_ids", [])]
     after = tool_call_validity(out_dir, prompts, device=spec.device) if prompts else {"share": None}
-    metrics.update({"valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
-                    "valid_tool_calls_after": after, "held_out_prompt_ids": [p["id"] for p in prompts]})
-    return {"id": ckpt, "sft_dataset_version": sft_row["sft_dataset_version"],
-            "sft_dataset_ids": sft_row["sft_dataset_ids"], "base_model": sft_row["base_model"],
-            "base_model_hash": sft_row["base_model_hash"], "config": {**cfg, "max_tools": max_tools,
-                                                                       "n_prompts": n_prompts,
-                                                                       "screen_factor": screen_factor},
-            "metrics": metrics, "path": str(out_dir), "stage": "grpo", "parent_checkpoint_id": sft_row["id"],
-            "rl_dataset_ids": [t["id"] for t in tasks], "rl_dataset_version": rl_dataset_version}
+    metrics.update(
+        {
+            "valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
+            "valid_tool_calls_after": after,
+            "held_out_prompt_ids": [p["id"] for p in prompts],
+        }
+    )
+    return {
+        "id": ckpt,
+        "sft_dataset_version": sft_row["sft_dataset_version"],
+        "sft_dataset_ids": sft_row["sft_dataset_ids"],
+        "base_model": sft_row["base_model"],
+        "base_model_hash": sft_row["base_model_hash"],
+        "config": {**cfg, "max_tools": max_tools, "n_prompts": n_prompts, "screen_factor": screen_factor},
+        "metrics": metrics,
+        "path": str(out_dir),
+        "stage": "grpo",
+        "parent_checkpoint_id": sft_row["id"],
+        "rl_dataset_ids": [t["id"] for t in tasks],
+        "rl_dataset_version": rl_dataset_version,
+    }
 
 
 def _prompt_of(rl_rows: list[dict[str, Any]], row_id: str, max_tools: int) -> dict[str, Any]:

@@ -263,10 +263,13 @@ class ThreadGovernor:
 
     def summary(self) -> dict[str, float | int]:
         """``{"threads_first", "threads_mean", "threads_changes"}`` for a stage's metrics."""
-        changes = sum(1 for a, b in zip(self.history, self.history[1:]) if a != b)
+        changes = sum(1 for a, b in zip(self.history, self.history[1:], strict=False) if a != b)
         mean = sum(self.history) / len(self.history) if self.history else 0.0
-        return {"threads_first": self.history[0] if self.history else 0, "threads_mean": round(mean, 2),
-                "threads_changes": changes}
+        return {
+            "threads_first": self.history[0] if self.history else 0,
+            "threads_mean": round(mean, 2),
+            "threads_changes": changes,
+        }
 
 
 def governor_callback(governor: ThreadGovernor) -> Any:

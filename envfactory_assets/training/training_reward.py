@@ -30,6 +30,14 @@ def training_reward(environment: Any) -> RewardBreakdown:
     row = episode.row
     gold = {env_id: state_hash(state) for env_id, state in row["final_state"].items()}
     initial = {env_id: state_hash(state) for env_id, state in row["initial_state"].items()}
-    return guarded_reward(row["gold_calls"], episode.calls, episode.final_state_hashes(), gold, initial,
-                          row["tools"], masked_arguments=row.get("masked_arguments") or (),
-                          n_malformed=episode.n_malformed, executed_calls=row.get("executed_calls") or ())
+    return guarded_reward(
+        row["gold_calls"],
+        episode.calls,
+        episode.final_state_hashes(),
+        gold,
+        initial,
+        row["tools"],
+        masked_arguments=row.get("masked_arguments") or (),
+        n_malformed=episode.n_malformed,
+        executed_calls=row.get("executed_calls") or (),
+    )

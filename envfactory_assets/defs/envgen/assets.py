@@ -1,6 +1,5 @@
 """``environments`` and ``verified_environments``: build each selected resource, then verify it by execution."""
 
-
 import time
 from collections import Counter
 
@@ -16,7 +15,6 @@ from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
-
 
 #: Smallest ``memory_mb`` a verification worker starts with: the sandbox caps the worker's address space,
 #: and the Python interpreter alone maps about 30-60 MiB before it loads an environment, so a lower cap makes
@@ -37,12 +35,16 @@ class VerificationConfig(dg.Config):
     def check_settings(self) -> None:
         """Raise :class:`SettingError` naming a limit no worker can run under, before anything is verified."""
         owner = "verified_environments"
-        if isinstance(self.memory_mb, int) and not isinstance(self.memory_mb, bool) \
-                and self.memory_mb < MIN_WORKER_MEMORY_MB:
+        if (
+            isinstance(self.memory_mb, int)
+            and not isinstance(self.memory_mb, bool)
+            and self.memory_mb < MIN_WORKER_MEMORY_MB
+        ):
             raise SettingError(
                 f"{owner} setting memory_mb={self.memory_mb}: expected a whole number >= {MIN_WORKER_MEMORY_MB} "
                 f"(a sandbox worker's interpreter alone needs about 30-60 MiB of address space, so below "
-                f"{MIN_WORKER_MEMORY_MB} MiB every environment would fail verification for lack of memory)")
+                f"{MIN_WORKER_MEMORY_MB} MiB every environment would fail verification for lack of memory)"
+            )
         whole_number(owner, "memory_mb", self.memory_mb, low=MIN_WORKER_MEMORY_MB)
         whole_number(owner, "cpu_seconds", self.cpu_seconds, low=1)
         finite_number(owner, "call_timeout_s", self.call_timeout_s, low=0.0, low_open=True)
@@ -60,14 +62,27 @@ def changed_settings(config: dg.Config) -> str:
     return ", ".join(changed)
 
 
-_ENVGEN_CODE = asset_code_version("envfactory_assets.envgen", "envfactory_assets.runtime", "envfactory_assets.llm",
-                                  "envfactory_assets.sources", "envfactory_assets.defs.envgen")
+_ENVGEN_CODE = asset_code_version(
+    "envfactory_assets.envgen",
+    "envfactory_assets.runtime",
+    "envfactory_assets.llm",
+    "envfactory_assets.sources",
+    "envfactory_assets.defs.envgen",
+)
 
 
-@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["source_resources"], code_version=_ENVGEN_CODE,
-          partitions_def=environment_partitions, backfill_policy=SINGLE_RUN)
-def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
-                 model_backend: ModelBackend) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="envgen",
+    kinds={"duckdb"},
+    pool=STORE_POOL,
+    deps=["source_resources"],
+    code_version=_ENVGEN_CODE,
+    partitions_def=environment_partitions,
+    backfill_policy=SINGLE_RUN,
+)
+def environments(
+    context: dg.AssetExecutionContext, envfactory: EnvFactoryHome, model_backend: ModelBackend
+) -> dg.MaterializeResult:
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
     valid/boundary/invalid initial states) built by the programmatic builder, one per ``environment``
     partition (the resource selected by ``source_resources`` under that key)."""
@@ -82,22 +97,39 @@ def environments(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome,
     meter.finish()
     written = store.replace_current("environments", rows, scope=partition_scope(context, keys))
     built = [r for r in rows if r["status"] == "built"]
-    return dg.MaterializeResult(metadata={
-        "environments": len(rows), "status": status_counts(rows), "written": written,
-        "tools": sum(r["n_tools"] for r in built),
-        "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
-        "builder": model_backend.backend,
-        # seeded values judged by the field-semantic check (a zone is a zone, a status a status word)
-        "value_semantics": value_figures(as_environment(r) for r in built),
-        "model_usage": model_usage(backend, started),
-        "partitions": len(keys), "missing_sources": sorted(set(keys) - {r["resource_key"] for r in chosen})[:20],
-    }, data_version=data_version(rows))
+    return dg.MaterializeResult(
+        metadata={
+            "environments": len(rows),
+            "status": status_counts(rows),
+            "written": written,
+            "tools": sum(r["n_tools"] for r in built),
+            "by_domain": dict(sorted(Counter(r["domain"] for r in built).items())),
+            "builder": model_backend.backend,
+            # seeded values judged by the field-semantic check (a zone is a zone, a status a status word)
+            "value_semantics": value_figures(as_environment(r) for r in built),
+            "model_usage": model_usage(backend, started),
+            "partitions": len(keys),
+            "missing_sources": sorted(set(keys) - {r["resource_key"] for r in chosen})[:20],
+        },
+        data_version=data_version(rows),
+    )
 
 
-@dg.asset(group_name="envgen", kinds={"duckdb"}, pool=STORE_POOL, deps=["environments"], code_version=_ENVGEN_CODE,
-          partitions_def=environment_partitions, backfill_policy=SINGLE_RUN)
-def verified_environments(context: dg.AssetExecutionContext, config: VerificationConfig,
-                          envfactory: EnvFactoryHome, verification_gate: VerificationGate) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="envgen",
+    kinds={"duckdb"},
+    pool=STORE_POOL,
+    deps=["environments"],
+    code_version=_ENVGEN_CODE,
+    partitions_def=environment_partitions,
+    backfill_policy=SINGLE_RUN,
+)
+def verified_environments(
+    context: dg.AssetExecutionContext,
+    config: VerificationConfig,
+    envfactory: EnvFactoryHome,
+    verification_gate: VerificationGate,
+) -> dg.MaterializeResult:
     """Every environment run in its own sandbox worker: initial states, every tool with valid and invalid
     arguments, output schemas, CRUD semantics, save/load round trip, replay determinism."""
     checked(config.check_settings)
@@ -105,29 +137,39 @@ def verified_environments(context: dg.AssetExecutionContext, config: Verificatio
     store = envfactory.store()
     keys = context.partition_keys
     env_rows = store.read("environments", env_scope(keys))
-    limits = SandboxLimits(memory_mb=config.memory_mb, cpu_seconds=config.cpu_seconds,
-                           call_timeout_s=config.call_timeout_s)
+    limits = SandboxLimits(
+        memory_mb=config.memory_mb, cpu_seconds=config.cpu_seconds, call_timeout_s=config.call_timeout_s
+    )
     meter = asset_progress(context, len(env_rows), "environments verified")
     rows = verify_all(env_rows, limits, config.max_workers, progress=meter.advance)
     meter.finish()
-    written = store.replace_current("verified_environments", rows, scope=partition_scope(context, keys),
-                                    settings_note=changed_settings(config))
+    written = store.replace_current(
+        "verified_environments", rows, scope=partition_scope(context, keys), settings_note=changed_settings(config)
+    )
     failures = Counter(reason.split(":", 1)[0] for r in rows for reason in r["reasons"])
     passed = [r for r in rows if r["status"] == "passed"]
-    return dg.MaterializeResult(metadata={
-        "status": status_counts(rows), "written": written, "checks_run": sum(r["n_checks"] for r in rows),
-        "pass_rate": len(passed) / len(rows) if rows else 0.0,
-        "passed_by_domain": dict(sorted(Counter(r["domain"] for r in passed).items())),
-        "failure_reasons": dict(failures.most_common(20)), "partitions": len(keys),
-    }, data_version=data_version(rows))
+    return dg.MaterializeResult(
+        metadata={
+            "status": status_counts(rows),
+            "written": written,
+            "checks_run": sum(r["n_checks"] for r in rows),
+            "pass_rate": len(passed) / len(rows) if rows else 0.0,
+            "passed_by_domain": dict(sorted(Counter(r["domain"] for r in passed).items())),
+            "failure_reasons": dict(failures.most_common(20)),
+            "partitions": len(keys),
+        },
+        data_version=data_version(rows),
+    )
 
 
 @dg.asset_check(asset=verified_environments, blocking=True)
-def verified_pass_rate_above_floor(envfactory: EnvFactoryHome,
-                                   verification_gate: VerificationGate) -> dg.AssetCheckResult:
+def verified_pass_rate_above_floor(
+    envfactory: EnvFactoryHome, verification_gate: VerificationGate
+) -> dg.AssetCheckResult:
     """Blocking gate: the share of environments that pass verification is at least ``min_pass_rate``."""
     verification_gate.check_settings()
     rate, n = pass_rate(envfactory.store())
     floor = verification_gate.min_pass_rate
-    return dg.AssetCheckResult(passed=n > 0 and rate >= floor,
-                               metadata={"pass_rate": rate, "environments": n, "floor": floor})
+    return dg.AssetCheckResult(
+        passed=n > 0 and rate >= floor, metadata={"pass_rate": rate, "environments": n, "floor": floor}
+    )

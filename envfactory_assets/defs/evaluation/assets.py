@@ -6,8 +6,8 @@ from pathlib import Path
 import dagster as dg
 
 from envfactory_assets.config_schema import Source
-from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.common import passed_environments
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
@@ -18,7 +18,8 @@ from envfactory_assets.reporting.results_table import results_markdown
 from envfactory_assets.training.base_model import select_device
 
 MIN_SEEDS = 3
-#: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results (:class:`~envfactory_assets.evaluation.run.ResultCache`).
+#: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results
+#: (:class:`~envfactory_assets.evaluation.run.ResultCache`).
 EVAL_CACHE_DIR = "eval_cache"
 
 
@@ -44,18 +45,24 @@ class EvaluationConfig(generated_config("EvaluationSettings", *EVALUATION_SOURCE
             ValueError: a setting out of range (from :class:`EvalSpec` / :class:`SamplingSpec`).
         """
         EvaluationRunSpec(base_model=self.base_model, full_sets=self.full_sets)
-        return EvalSpec(n_synthetic=None if self.full_sets else self.n_synthetic,
-                        n_bfcl=None if self.full_sets else self.n_bfcl,
-                        n_bfcl_single_turn=None if self.full_sets else self.n_bfcl_single_turn,
-                        seeds=tuple(self.seeds),
-                        max_tool_rounds=self.max_tool_rounds, max_tools=self.max_tools,
-                        first_turns_only=self.first_turns_only and not self.full_sets,
-                        bfcl_call_timeout_s=self.bfcl_call_timeout_s,
-                        single_turn_prose_stop_tokens=self.single_turn_prose_stop_tokens,
-                        sampling=SamplingSpec(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
-                                              batch_size=self.batch_size,
-                                              prefix_cache_tokens=self.prefix_cache_tokens,
-                                              device=self.device))
+        return EvalSpec(
+            n_synthetic=None if self.full_sets else self.n_synthetic,
+            n_bfcl=None if self.full_sets else self.n_bfcl,
+            n_bfcl_single_turn=None if self.full_sets else self.n_bfcl_single_turn,
+            seeds=tuple(self.seeds),
+            max_tool_rounds=self.max_tool_rounds,
+            max_tools=self.max_tools,
+            first_turns_only=self.first_turns_only and not self.full_sets,
+            bfcl_call_timeout_s=self.bfcl_call_timeout_s,
+            single_turn_prose_stop_tokens=self.single_turn_prose_stop_tokens,
+            sampling=SamplingSpec(
+                temperature=self.temperature,
+                max_new_tokens=self.max_new_tokens,
+                batch_size=self.batch_size,
+                prefix_cache_tokens=self.prefix_cache_tokens,
+                device=self.device,
+            ),
+        )
 
 
 def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
@@ -64,16 +71,29 @@ def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
 
     models = [ModelRef(BASE, BASE, str(base_dir), model_hash=model_hash(base_dir)), do_nothing_model()]
     for row in sorted(checkpoint_rows, key=lambda r: r["id"]):
-        models.append(ModelRef(row["id"], row.get("stage") or "sft", row["path"], row["id"],
-                               parent=row.get("parent_checkpoint_id")))
+        models.append(
+            ModelRef(
+                row["id"], row.get("stage") or "sft", row["path"], row["id"], parent=row.get("parent_checkpoint_id")
+            )
+        )
     return models
 
 
-@dg.asset(group_name="evaluation", kinds={"duckdb", "pytorch"}, pool=STORE_POOL, deps=["checkpoints", "rl_dataset"],
-          code_version=asset_code_version("envfactory_assets.evaluation", "envfactory_assets.training", "envfactory_assets.tooluse",
-                                          "envfactory_assets.defs.evaluation"))
-def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
-                envfactory: EnvFactoryHome) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="evaluation",
+    kinds={"duckdb", "pytorch"},
+    pool=STORE_POOL,
+    deps=["checkpoints", "rl_dataset"],
+    code_version=asset_code_version(
+        "envfactory_assets.evaluation",
+        "envfactory_assets.training",
+        "envfactory_assets.tooluse",
+        "envfactory_assets.defs.evaluation",
+    ),
+)
+def evaluations(
+    context: dg.AssetExecutionContext, config: EvaluationConfig, envfactory: EnvFactoryHome
+) -> dg.MaterializeResult:
     """The base model, every current checkpoint and the do-nothing baseline, each on the same held-out synthetic
     tasks (environments never trained on; task success, the hybrid reward beside it) and BFCL v3 multi-turn
     base tasks (safe executor, official per-turn checks), under every sampling seed; mean and spread across
@@ -96,22 +116,39 @@ def evaluations(context: dg.AssetExecutionContext, config: EvaluationConfig,
     base_dir = resolve_base_model(config.base_model, envfactory.models_dir())
     envs, _ = passed_environments(envfactory)
     cache = ResultCache(envfactory.root() / EVAL_CACHE_DIR)
-    rows = evaluate_models(_models(base_dir, checkpoint_rows), store.read("rl_dataset"), envs, spec,
-                           log=context.log.info, cache=cache, benchmark_overlap=store.read("benchmark_overlap"),
-                           progress=progress_callback(context, "task runs evaluated (model x task x seed)"))
+    rows = evaluate_models(
+        _models(base_dir, checkpoint_rows),
+        store.read("rl_dataset"),
+        envs,
+        spec,
+        log=context.log.info,
+        cache=cache,
+        benchmark_overlap=store.read("benchmark_overlap"),
+        progress=progress_callback(context, "task runs evaluated (model x task x seed)"),
+    )
     written = store.replace_current("evaluations", rows)
     table = {f"{r['model']}/{r['benchmark']}/{r['subset']}": round(r["mean"], 4) for r in rows if r["mean"] is not None}
-    diffs = {f"{r['model']}/{r['benchmark']}/{r['subset']}":
-             f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
-             for r in rows if (d := r["metrics"].get("vs_base"))}
-    return dg.MaterializeResult(metadata={
-        "rows": len(rows), "written": written, "models": len({r["model"] for r in rows}),
-        "seeds": list(config.seeds), "means": table, "vs_base_95ci": diffs,
-        "base_cache_hits": cache.hits, "base_cache_writes": cache.writes,
-        # the table `envfactory results` prints (mean, spread, difference to base with its interval), for the UI
-        "results_table": dg.MetadataValue.md(results_markdown(rows)),
-        "seconds": round(sum(r["metrics"]["seconds"] for r in rows if r["subset"] == "all"), 1),
-    }, data_version=dg.DataVersion(",".join(sorted(r["id"] for r in rows))[:512] or "empty"))
+    diffs = {
+        f"{r['model']}/{r['benchmark']}/{r['subset']}": f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+        for r in rows
+        if (d := r["metrics"].get("vs_base"))
+    }
+    return dg.MaterializeResult(
+        metadata={
+            "rows": len(rows),
+            "written": written,
+            "models": len({r["model"] for r in rows}),
+            "seeds": list(config.seeds),
+            "means": table,
+            "vs_base_95ci": diffs,
+            "base_cache_hits": cache.hits,
+            "base_cache_writes": cache.writes,
+            # the table `envfactory results` prints (mean, spread, difference to base with its interval), for the UI
+            "results_table": dg.MetadataValue.md(results_markdown(rows)),
+            "seconds": round(sum(r["metrics"]["seconds"] for r in rows if r["subset"] == "all"), 1),
+        },
+        data_version=dg.DataVersion(",".join(sorted(r["id"] for r in rows))[:512] or "empty"),
+    )
 
 
 @dg.asset_check(asset=evaluations, blocking=True)
@@ -123,11 +160,19 @@ def every_checkpoint_evaluated(envfactory: EnvFactoryHome) -> dg.AssetCheckResul
     checkpoint_ids = {r["id"] for r in store.read("checkpoints")}
     benchmarks = {r["benchmark"] for r in rows}
     covered = {(r["model"], r["benchmark"]) for r in rows}
-    missing = [f"{m}/{b}" for m in sorted(checkpoint_ids | {BASE, DO_NOTHING}) for b in sorted(benchmarks)
-               if (m, b) not in covered]
-    gone = sorted({r["model_path"] for r in rows if r["stage"] != DO_NOTHING and not Path(r["model_path"] or "").is_dir()})
-    return dg.AssetCheckResult(passed=bool(rows) and not missing and not gone, metadata={
-        "rows": len(rows), "missing": missing[:10], "model_paths_missing": gone[:10]})
+    missing = [
+        f"{m}/{b}"
+        for m in sorted(checkpoint_ids | {BASE, DO_NOTHING})
+        for b in sorted(benchmarks)
+        if (m, b) not in covered
+    ]
+    gone = sorted(
+        {r["model_path"] for r in rows if r["stage"] != DO_NOTHING and not Path(r["model_path"] or "").is_dir()}
+    )
+    return dg.AssetCheckResult(
+        passed=bool(rows) and not missing and not gone,
+        metadata={"rows": len(rows), "missing": missing[:10], "model_paths_missing": gone[:10]},
+    )
 
 
 @dg.asset_check(asset=evaluations, blocking=False)
@@ -139,7 +184,11 @@ def results_have_a_seed_spread(envfactory: EnvFactoryHome) -> dg.AssetCheckResul
     def greedy(row: dict) -> bool:
         return ((row.get("config") or {}).get("sampling") or {}).get("temperature") == 0
 
-    thin = [f"{r['model']}/{r['benchmark']}/{r['subset']}" for r in rows
-            if (len(r["seeds"] or []) < MIN_SEEDS and not greedy(r)) or not r["n_tasks"]]
-    return dg.AssetCheckResult(passed=not thin, severity=dg.AssetCheckSeverity.WARN,
-                               metadata={"rows": len(rows), "thin_results": thin[:10]})
+    thin = [
+        f"{r['model']}/{r['benchmark']}/{r['subset']}"
+        for r in rows
+        if (len(r["seeds"] or []) < MIN_SEEDS and not greedy(r)) or not r["n_tasks"]
+    ]
+    return dg.AssetCheckResult(
+        passed=not thin, severity=dg.AssetCheckSeverity.WARN, metadata={"rows": len(rows), "thin_results": thin[:10]}
+    )

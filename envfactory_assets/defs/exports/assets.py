@@ -10,12 +10,15 @@ from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 
-_EXPORT_CODE = asset_code_version("envfactory_assets.exports", "envfactory_assets.tooluse",
-                                  "envfactory_assets.defs.exports")
+_EXPORT_CODE = asset_code_version(
+    "envfactory_assets.exports", "envfactory_assets.tooluse", "envfactory_assets.defs.exports"
+)
 
-EXPORT_KEYS = {"verl_export": ("verl_train.parquet", "verl_validation.parquet"),
-               "sharegpt_export": ("sharegpt_train.json", "sharegpt_validation.json", "dataset_info.json"),
-               "hf_dataset_export": ("hf_sft",)}
+EXPORT_KEYS = {
+    "verl_export": ("verl_train.parquet", "verl_validation.parquet"),
+    "sharegpt_export": ("sharegpt_train.json", "sharegpt_validation.json", "dataset_info.json"),
+    "hf_dataset_export": ("hf_sft",),
+}
 
 
 class ExportConfig(dg.Config):
@@ -30,40 +33,72 @@ def _exports_dir(envfactory: EnvFactoryHome) -> Path:
 
 
 @dg.multi_asset(
-    group_name="exports", pool=STORE_POOL,
-    specs=[dg.AssetSpec("verl_export", kinds={"parquet"}, deps=["rl_dataset"], code_version=_EXPORT_CODE,
-                        description="verl RL parquet: prompt, reward ground truth, initial/final state, tool config."),
-           dg.AssetSpec("sharegpt_export", kinds={"json"}, deps=["sft_dataset"], code_version=_EXPORT_CODE,
-                        description="LlamaFactory ShareGPT JSON of the SFT rows, with dataset_info.json."),
-           dg.AssetSpec("hf_dataset_export", kinds={"huggingface"}, deps=["sft_dataset"], code_version=_EXPORT_CODE,
-                        description="Hugging Face DatasetDict (train/validation) of the SFT rows, save_to_disk.")],
+    group_name="exports",
+    pool=STORE_POOL,
+    specs=[
+        dg.AssetSpec(
+            "verl_export",
+            kinds={"parquet"},
+            deps=["rl_dataset"],
+            code_version=_EXPORT_CODE,
+            description="verl RL parquet: prompt, reward ground truth, initial/final state, tool config.",
+        ),
+        dg.AssetSpec(
+            "sharegpt_export",
+            kinds={"json"},
+            deps=["sft_dataset"],
+            code_version=_EXPORT_CODE,
+            description="LlamaFactory ShareGPT JSON of the SFT rows, with dataset_info.json.",
+        ),
+        dg.AssetSpec(
+            "hf_dataset_export",
+            kinds={"huggingface"},
+            deps=["sft_dataset"],
+            code_version=_EXPORT_CODE,
+            description="Hugging Face DatasetDict (train/validation) of the SFT rows, save_to_disk.",
+        ),
+    ],
 )
 def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, envfactory: EnvFactoryHome):
     """Train/validation split by environment, licences on every row, a dataset card listing them."""
+    from envfactory_assets.catalog import passed_environments
     from envfactory_assets.exports.licences import environment_licences
     from envfactory_assets.exports.stage import build_exports
-
-    from envfactory_assets.catalog import passed_environments
 
     store = envfactory.store()
     licences = environment_licences(store.read("environments"), store.read("source_resources"))
     try:
-        manifest = build_exports(store.read("sft_dataset"), store.read("rl_dataset"), licences,
-                                 _exports_dir(envfactory), config.allowed_licences,
-                                 environments=passed_environments(store).environments,
-                                 progress=progress_callback(context, "rows written (verl, ShareGPT, HF)",
-                                                            asset_key=dg.AssetKey("verl_export"),
-                                                            label="dataset_exports"))
+        manifest = build_exports(
+            store.read("sft_dataset"),
+            store.read("rl_dataset"),
+            licences,
+            _exports_dir(envfactory),
+            config.allowed_licences,
+            environments=passed_environments(store).environments,
+            progress=progress_callback(
+                context,
+                "rows written (verl, ShareGPT, HF)",
+                asset_key=dg.AssetKey("verl_export"),
+                label="dataset_exports",
+            ),
+        )
     except (KeyError, ValueError) as exc:
         raise dg.Failure(f"exports: {exc}") from exc
     context.log.info(f"export {manifest['version']} written to {manifest['path']}")
     for key, files in EXPORT_KEYS.items():
         rows = {f: manifest["files"][f]["rows"] for f in files if f in manifest["files"]}
-        yield dg.MaterializeResult(asset_key=key, metadata={
-            "version": manifest["version"], "path": manifest["path"], "rows": rows,
-            "dataset_card": str(Path(manifest["path"]) / "README.md"),
-            "licences": len(manifest["licences"]), "dropped_by_licence": manifest["dropped"]},
-            data_version=dg.DataVersion(manifest["version"]))
+        yield dg.MaterializeResult(
+            asset_key=key,
+            metadata={
+                "version": manifest["version"],
+                "path": manifest["path"],
+                "rows": rows,
+                "dataset_card": str(Path(manifest["path"]) / "README.md"),
+                "licences": len(manifest["licences"]),
+                "dropped_by_licence": manifest["dropped"],
+            },
+            data_version=dg.DataVersion(manifest["version"]),
+        )
 
 
 def _latest_manifest(instance: dg.DagsterInstance, envfactory: EnvFactoryHome, asset_key: str) -> dict | None:
@@ -77,9 +112,13 @@ def _latest_manifest(instance: dg.DagsterInstance, envfactory: EnvFactoryHome, a
 
 
 def _export_check(asset_key: str):
-    @dg.asset_check(asset=asset_key, blocking=True, name=f"{asset_key}_is_complete",
-                    description="Files exist with the manifest's row counts; no validation environment in "
-                                "train; every row carries its licences.")
+    @dg.asset_check(
+        asset=asset_key,
+        blocking=True,
+        name=f"{asset_key}_is_complete",
+        description="Files exist with the manifest's row counts; no validation environment in "
+        "train; every row carries its licences.",
+    )
     def _check(context: dg.AssetCheckExecutionContext, envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
         from envfactory_assets.exports.verify import verify_export
 
@@ -87,8 +126,9 @@ def _export_check(asset_key: str):
         if manifest is None or "missing" in manifest:
             return dg.AssetCheckResult(passed=False, metadata={"problem": f"no export found: {manifest}"})
         problems = verify_export(Path(manifest["path"]), manifest, EXPORT_KEYS[asset_key])
-        return dg.AssetCheckResult(passed=not problems, metadata={"version": manifest["version"],
-                                                                  "problems": problems[:10]})
+        return dg.AssetCheckResult(
+            passed=not problems, metadata={"version": manifest["version"], "problems": problems[:10]}
+        )
 
     return _check
 

@@ -1,6 +1,5 @@
 """``tool_graph``: parameter embeddings, user-providable flags and producer -> consumer edges."""
 
-
 import time
 from collections import Counter
 
@@ -57,11 +56,25 @@ ROLE_PLAYERS = ("programmatic", "model")
 MAX_PICTURE_NODES = 200  # the picture is an inline SVG in asset metadata: keep it readable and small
 
 
-@dg.asset(group_name="graph", kinds={"duckdb", "networkx"}, pool=STORE_POOL, deps=["verified_environments"],
-          code_version=asset_code_version("envfactory_assets.graph", "envfactory_assets.decontam",
-                                          "envfactory_assets.envgen.stage", "envfactory_assets.defs.graph"))
-def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfactory: EnvFactoryHome,
-               model_backend: ModelBackend, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="graph",
+    kinds={"duckdb", "networkx"},
+    pool=STORE_POOL,
+    deps=["verified_environments"],
+    code_version=asset_code_version(
+        "envfactory_assets.graph",
+        "envfactory_assets.decontam",
+        "envfactory_assets.envgen.stage",
+        "envfactory_assets.defs.graph",
+    ),
+)
+def tool_graph(
+    context: dg.AssetExecutionContext,
+    config: ToolGraphConfig,
+    envfactory: EnvFactoryHome,
+    model_backend: ModelBackend,
+    upstream_gates: UpstreamGates,
+) -> dg.MaterializeResult:
     """Nodes (tools of passed environments), parameters with user-providable flags, and edges where an
     output parameter of one tool matches an input of another (name and type, or cosine > 0.85). Also
     tags environments whose tools overlap BFCL's multi-turn APIs or tau2-bench's (table ``benchmark_overlap``)."""
@@ -71,25 +84,37 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     if "model" in roles.values():
         model_backend.check_settings()
         if model_backend.backend == "programmatic":
-            raise dg.Failure(f"tool_graph settings {roles} ask for a model, but model_backend.backend is "
-                             "'programmatic': set model_backend or use 'programmatic' for both roles")
+            raise dg.Failure(
+                f"tool_graph settings {roles} ask for a model, but model_backend.backend is "
+                "'programmatic': set model_backend or use 'programmatic' for both roles"
+            )
     require_upstream_gates(context, upstream_gates)
     passed = catalog.passed_environments(envfactory.store(), user_curation(envfactory))
     envs, verified_ids, excluded = passed.environments, passed.verified_ids, passed.excluded
     if not envs:
         if excluded:  # the stored graph stays: an emptied catalogue is a curation file to fix, not a result
-            raise dg.Failure(f"curation.yaml excludes every passed environment ({len(excluded)} exclusions, e.g. "
-                             f"{sorted(excluded)[:3]}): nothing to build a tool graph from")
+            raise dg.Failure(
+                f"curation.yaml excludes every passed environment ({len(excluded)} exclusions, e.g. "
+                f"{sorted(excluded)[:3]}): nothing to build a tool graph from"
+            )
         raise dg.Failure("no environment passed verification: nothing to build a tool graph from")
     embedder = EMBEDDERS[config.embedder]()
     backend = None
     if "model" in roles.values():
         backend = model_backend.backend_for(envfactory.root())
-    graph = build_tool_graph(tools_from_environments(envs.values()), embedder, threshold=config.threshold,
-                             progress=progress_callback(context, "parameter texts embedded"))
+    graph = build_tool_graph(
+        tools_from_environments(envs.values()),
+        embedder,
+        threshold=config.threshold,
+        progress=progress_callback(context, "parameter texts embedded"),
+    )
     try:
-        graph, refinement = refine_graph(graph, embedder, backend if config.edge_refiner == "model" else None,
-                                         backend if config.providable_classifier == "model" else None)
+        graph, refinement = refine_graph(
+            graph,
+            embedder,
+            backend if config.edge_refiner == "model" else None,
+            backend if config.providable_classifier == "model" else None,
+        )
     except LLMError as exc:
         raise dg.Failure(f"tool_graph refinement: the model backend failed: {exc}") from exc
     tables = graph_rows(graph, verified_ids)
@@ -100,21 +125,27 @@ def tool_graph(context: dg.AssetExecutionContext, config: ToolGraphConfig, envfa
     tables["benchmark_overlap"] = list({r["id"]: r for r in overlap}.values())
     written = envfactory.store().replace_current_tables(tables)
     params = tables["tool_graph_parameters"]
-    return dg.MaterializeResult(metadata={
-        "nodes": len(tables["tool_graph_nodes"]), "edges": len(tables["tool_graph_edges"]),
-        "parameters": len(params),
-        "user_providable_share": sum(p["user_providable"] for p in params if p["direction"] == "in")
-        / max(1, sum(1 for p in params if p["direction"] == "in")),
-        "edge_provenance": dict(Counter(e["provenance"] for e in tables["tool_graph_edges"])),
-        "environments": len(envs), "written": written, "embedder": config.embedder,
-        "curation_excluded": excluded,
-        "refinement": {**refinement.summary(), **roles},
-        "graph_statistics": graph_statistics(graph),
-        "sample_subgraph": dg.MetadataValue.md(subgraph_markdown(graph, config.picture_nodes)),
-        "model_usage": model_usage(backend, started),
-        "benchmark_overlap_environments": benchmark_tags(overlap),
-        "benchmark_references": benchmark_availability(),
-    }, data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]))
+    return dg.MaterializeResult(
+        metadata={
+            "nodes": len(tables["tool_graph_nodes"]),
+            "edges": len(tables["tool_graph_edges"]),
+            "parameters": len(params),
+            "user_providable_share": sum(p["user_providable"] for p in params if p["direction"] == "in")
+            / max(1, sum(1 for p in params if p["direction"] == "in")),
+            "edge_provenance": dict(Counter(e["provenance"] for e in tables["tool_graph_edges"])),
+            "environments": len(envs),
+            "written": written,
+            "embedder": config.embedder,
+            "curation_excluded": excluded,
+            "refinement": {**refinement.summary(), **roles},
+            "graph_statistics": graph_statistics(graph),
+            "sample_subgraph": dg.MetadataValue.md(subgraph_markdown(graph, config.picture_nodes)),
+            "model_usage": model_usage(backend, started),
+            "benchmark_overlap_environments": benchmark_tags(overlap),
+            "benchmark_references": benchmark_availability(),
+        },
+        data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]),
+    )
 
 
 tool_graph_gate = no_failed_environment_check(tool_graph, ["tool_graph_nodes"])

@@ -1,6 +1,5 @@
 """Synthesis assets: tool_chains -> raw_trajectories -> refined_trajectories -> sft_dataset / rl_dataset."""
 
-
 import statistics
 import time
 from collections import Counter
@@ -53,9 +52,16 @@ from envfactory_assets.synth.trajectories.execution import SynthConfig
 from envfactory_assets.synth.trajectories.simulated_user import ModelUser, ProgrammaticUser, providable_flags
 from envfactory_assets.viewer import sample_markdown
 
-_SYNTH_CODE = asset_code_version("envfactory_assets.synth", "envfactory_assets.graph", "envfactory_assets.runtime",
-                                 "envfactory_assets.incremental", "envfactory_assets.decontam",
-                                 "envfactory_assets.quality", "envfactory_assets.tooluse", "envfactory_assets.defs.synth")
+_SYNTH_CODE = asset_code_version(
+    "envfactory_assets.synth",
+    "envfactory_assets.graph",
+    "envfactory_assets.runtime",
+    "envfactory_assets.incremental",
+    "envfactory_assets.decontam",
+    "envfactory_assets.quality",
+    "envfactory_assets.tooluse",
+    "envfactory_assets.defs.synth",
+)
 
 
 #: The chain samplers; the first is the default of both ``tool_chains`` and ``raw_trajectories`` (the
@@ -93,10 +99,16 @@ class ChainsConfig(dg.Config):
         if not isinstance(self.base_key, str) or not self.base_key.strip():
             raise SettingError(f"{owner} setting base_key={self.base_key!r}: expected a non-blank string")
         try:  # the sampler's own limits, checked in SamplerConfig and reported under this asset's name
-            return SamplerConfig(max_tools=self.max_tools, max_servers=self.max_servers, max_depth=self.max_depth,
-                                 p_skip_optional=self.p_skip_optional, p_explicit_producer=self.p_explicit_producer,
-                                 min_tools=self.min_tools, p_join_environment=self.p_join_environment,
-                                 p_linked_start=self.p_linked_start)
+            return SamplerConfig(
+                max_tools=self.max_tools,
+                max_servers=self.max_servers,
+                max_depth=self.max_depth,
+                p_skip_optional=self.p_skip_optional,
+                p_explicit_producer=self.p_explicit_producer,
+                min_tools=self.min_tools,
+                p_join_environment=self.p_join_environment,
+                p_linked_start=self.p_linked_start,
+            )
         except SettingError as exc:
             raise exc.for_owner(owner) from exc
 
@@ -123,9 +135,13 @@ class TrajectoryConfig(dg.Config):
         owner = "raw_trajectories"
         one_of(owner, "sampler", self.sampler, SAMPLERS)
         try:  # every other setting is checked by SynthConfig alone
-            return SynthConfig(min_turns=self.min_turns, max_turn_len=self.max_turn_len,
-                               query_writer=self.query_writer, query_writer_attempts=self.query_writer_attempts,
-                               refusal_share=self.refusal_share)
+            return SynthConfig(
+                min_turns=self.min_turns,
+                max_turn_len=self.max_turn_len,
+                query_writer=self.query_writer,
+                query_writer_attempts=self.query_writer_attempts,
+                refusal_share=self.refusal_share,
+            )
         except SettingError as exc:
             raise exc.for_owner(owner) from exc
 
@@ -151,8 +167,11 @@ class DatasetConfig(dg.Config):
         finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)  # not a DataGapsConfig field
         one_of("datasets", "query_source", self.query_source, QUERY_SOURCES)
         try:
-            return DataGapsConfig(abstention_share=self.abstention_share, parallel_share=self.parallel_share,
-                                  conversion_share=self.conversion_share)
+            return DataGapsConfig(
+                abstention_share=self.abstention_share,
+                parallel_share=self.parallel_share,
+                conversion_share=self.conversion_share,
+            )
         except SettingError as exc:
             raise exc.for_owner("datasets") from exc
 
@@ -162,8 +181,7 @@ def min_turns_reachable(owner: str, min_turns: int, longest: int | None, why: st
     input allows (``why`` says so in words), or None when there is no input at all, which the store's
     empty-result guard reports instead. Without this, every trajectory failed and replaced the stored ones."""
     if longest is not None and min_turns > longest:
-        raise SettingError(f"{owner} setting min_turns={min_turns}: expected a whole number in [1, {longest}] "
-                           f"({why})")
+        raise SettingError(f"{owner} setting min_turns={min_turns}: expected a whole number in [1, {longest}] ({why})")
 
 
 def served(envs: dict[str, dict], row: dict) -> bool:
@@ -180,8 +198,10 @@ def _refuse_a_graph_curation_outdated(envfactory: EnvFactoryHome, envs: dict[str
     stale = unserved_nodes(envs, (r["node_id"] for r in envfactory.store().read("tool_graph_nodes")))
     if stale:
         shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
-        raise dg.Failure(f"tool_chains: the stored tool_graph has {len(stale)} tools that curation.yaml now excludes "
-                         f"or whose environment no longer passes ({shown}); re-materialize tool_graph first")
+        raise dg.Failure(
+            f"tool_chains: the stored tool_graph has {len(stale)} tools that curation.yaml now excludes "
+            f"or whose environment no longer passes ({shown}); re-materialize tool_graph first"
+        )
 
 
 def model_role_backend(owner: str, setting: str, choice: str, backend):
@@ -193,20 +213,24 @@ def model_role_backend(owner: str, setting: str, choice: str, backend):
     if choice != "model":
         return None
     if backend is None:
-        raise dg.Failure(f"{owner} setting {setting}='model' needs a model: set the model_backend resource's "
-                         f"backend to openai or transformers")
+        raise dg.Failure(
+            f"{owner} setting {setting}='model' needs a model: set the model_backend resource's "
+            f"backend to openai or transformers"
+        )
     return backend
 
 
 def _graph(envfactory: EnvFactoryHome):
     store = envfactory.store()
-    return graph_from_store_rows(store.read("tool_graph_nodes"), store.read("tool_graph_parameters"),
-                                 store.read("tool_graph_edges"))
+    return graph_from_store_rows(
+        store.read("tool_graph_nodes"), store.read("tool_graph_parameters"), store.read("tool_graph_edges")
+    )
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_graph"], code_version=_SYNTH_CODE)
-def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
-                envfactory: EnvFactoryHome, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
+def tool_chains(
+    context: dg.AssetExecutionContext, config: ChainsConfig, envfactory: EnvFactoryHome, upstream_gates: UpstreamGates
+) -> dg.MaterializeResult:
     """Seeded tool chains from the topology-aware sampler (or the random-walk baseline), each validated:
     every required input is user-providable or produced earlier in the chain. Chains that touch no changed
     environment are kept as they are (same ids) when the config is unchanged."""
@@ -217,48 +241,89 @@ def tool_chains(context: dg.AssetExecutionContext, config: ChainsConfig,
     graph = _graph(envfactory)
     tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
     meter = asset_progress(context, config.n_chains + config.baseline_chains, "chains sampled")
-    rows = chain_rows(graph, envs, verified_ids, config.n_chains, config.base_key, config.sampler, cfg, tags,
-                      progress=lambda done, total: meter.update(done))
+    rows = chain_rows(
+        graph,
+        envs,
+        verified_ids,
+        config.n_chains,
+        config.base_key,
+        config.sampler,
+        cfg,
+        tags,
+        progress=lambda done, total: meter.update(done),
+    )
     meter.update(config.n_chains)  # its draws are over, also when a small graph gave fewer distinct chains
     # The other sampler's chains are kept for comparison only (mart sampler_comparison); trajectories
     # are synthesized from chains of `sampler` alone.
     other = "random_walk" if config.sampler == "topology" else "topology"
-    comparison = chain_rows(graph, envs, verified_ids, config.baseline_chains, config.base_key + "/baseline",
-                            other, cfg, tags, progress=lambda done, total: meter.update(config.n_chains + done)
-                            ) if config.baseline_chains else []
+    comparison = (
+        chain_rows(
+            graph,
+            envs,
+            verified_ids,
+            config.baseline_chains,
+            config.base_key + "/baseline",
+            other,
+            cfg,
+            tags,
+            progress=lambda done, total: meter.update(config.n_chains + done),
+        )
+        if config.baseline_chains
+        else []
+    )
     meter.update(config.n_chains + config.baseline_chains)
     meter.finish()
     rows = list({r["id"]: r for r in rows + comparison}.values())
     store = envfactory.store()
     reused: list = []
     if previous_config(context) == config.model_dump():
-        rows, reused = merge_chains(store.read("tool_chains"), rows, verified_ids,
-                                    {config.sampler: config.n_chains, other: config.baseline_chains},
-                                    still_valid=lambda r: not validate_chain(graph, Chain.from_dict(r["tools"]), cfg)
-                                    or r["status"] == "failed")
+        rows, reused = merge_chains(
+            store.read("tool_chains"),
+            rows,
+            verified_ids,
+            {config.sampler: config.n_chains, other: config.baseline_chains},
+            still_valid=lambda r: (
+                not validate_chain(graph, Chain.from_dict(r["tools"]), cfg) or r["status"] == "failed"
+            ),
+        )
     written = store.replace_current("tool_chains", rows)
     lengths = [r["n_tools"] for r in rows]
-    return dg.MaterializeResult(metadata={
-        "chains": len(rows), "status": status_counts(rows), "written": written, "sampler": config.sampler,
-        "dependency_satisfaction": {name: dependency_stats(graph, [Chain.from_dict(r["tools"]) for r in rows
-                                                                   if r["sampler"] == name])
-                                    for name in sorted({r["sampler"] for r in rows})},
-        # argument flows by the kind of value they pass, within and across environments (no identifier
-        # crosses: the graph has no such edge)
-        "flows_by_kind": {name: flow_stats(graph, [Chain.from_dict(r["tools"]) for r in rows if r["sampler"] == name])
-                          for name in sorted({r["sampler"] for r in rows})},
-        "episode_plans": sum(1 for r in rows if r.get("episode_plan")),
-        "mean_tools": statistics.fmean(lengths) if lengths else 0.0,
-        "servers": dict(Counter(r["n_servers"] for r in rows)),
-        "domains": dict(Counter(d for r in rows for d in r["domains"])),
-        "chains_overlapping_benchmarks": sum(1 for r in rows if r["benchmark_overlap"]),
-        "reused_unchanged": len(reused), "config": config.model_dump(),
-    }, data_version=data_version(rows))
+    return dg.MaterializeResult(
+        metadata={
+            "chains": len(rows),
+            "status": status_counts(rows),
+            "written": written,
+            "sampler": config.sampler,
+            "dependency_satisfaction": {
+                name: dependency_stats(graph, [Chain.from_dict(r["tools"]) for r in rows if r["sampler"] == name])
+                for name in sorted({r["sampler"] for r in rows})
+            },
+            # argument flows by the kind of value they pass, within and across environments (no identifier
+            # crosses: the graph has no such edge)
+            "flows_by_kind": {
+                name: flow_stats(graph, [Chain.from_dict(r["tools"]) for r in rows if r["sampler"] == name])
+                for name in sorted({r["sampler"] for r in rows})
+            },
+            "episode_plans": sum(1 for r in rows if r.get("episode_plan")),
+            "mean_tools": statistics.fmean(lengths) if lengths else 0.0,
+            "servers": dict(Counter(r["n_servers"] for r in rows)),
+            "domains": dict(Counter(d for r in rows for d in r["domains"])),
+            "chains_overlapping_benchmarks": sum(1 for r in rows if r["benchmark_overlap"]),
+            "reused_unchanged": len(reused),
+            "config": config.model_dump(),
+        },
+        data_version=data_version(rows),
+    )
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["tool_chains"], code_version=_SYNTH_CODE)
-def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig, envfactory: EnvFactoryHome,
-                     model_backend: ModelBackend, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
+def raw_trajectories(
+    context: dg.AssetExecutionContext,
+    config: TrajectoryConfig,
+    envfactory: EnvFactoryHome,
+    model_backend: ModelBackend,
+    upstream_gates: UpstreamGates,
+) -> dg.MaterializeResult:
     """Each passed chain executed on its own copy of the initial state in a sandbox worker: turns split
     as in the paper, a user query per turn, tool calls, results, and states (with hashes) per turn. A chain
     whose trajectory is already stored (same chain id, same config, programmatic query writer) is not
@@ -266,42 +331,59 @@ def raw_trajectories(context: dg.AssetExecutionContext, config: TrajectoryConfig
     started = time.monotonic()
     synth = checked(config.check_settings)
     model_backend.check_settings()
-    backend = model_role_backend("raw_trajectories", "query_writer", synth.query_writer,
-                                 model_backend.backend_for(envfactory.root()) if synth.query_writer == "model" else None)
+    backend = model_role_backend(
+        "raw_trajectories",
+        "query_writer",
+        synth.query_writer,
+        model_backend.backend_for(envfactory.root()) if synth.query_writer == "model" else None,
+    )
     writer = ModelQueryWriter(backend, attempts=synth.query_writer_attempts) if backend is not None else None
     require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
     stored = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
     # chains sampled before curation.yaml excluded one of their environments or tools are not executed
-    chains = [c for c in stored if all(e in envs for e in c["env_ids"]) and not unserved_nodes(envs, c["tools"]["tools"])]
+    chains = [
+        c for c in stored if all(e in envs for e in c["env_ids"]) and not unserved_nodes(envs, c["tools"]["tools"])
+    ]
     longest = max((c["n_tools"] for c in chains), default=None)
-    checked(lambda: min_turns_reachable(
-        "raw_trajectories", config.min_turns, longest,
-        f"every turn makes at least one call and the longest stored {config.sampler} chain has {longest} tools"))
+    checked(
+        lambda: min_turns_reachable(
+            "raw_trajectories",
+            config.min_turns,
+            longest,
+            f"every turn makes at least one call and the longest stored {config.sampler} chain has {longest} tools",
+        )
+    )
 
     reused, todo = [], chains
     # a model writer's queries depend on the model too, which the stored config does not name: write them anew
     if previous_config(context) == config.model_dump() and writer is None:
         reused, todo = split_by_previous(chains, store.read("raw_trajectories"), "tool_chain_id")
     meter = asset_progress(context, len(todo), "chains executed")
-    rows = reused + raw_trajectory_rows(todo, _graph(envfactory), envs,
-                                        synth,
-                                        progress=lambda done, total: meter.update(done), writer=writer)
+    rows = reused + raw_trajectory_rows(
+        todo, _graph(envfactory), envs, synth, progress=lambda done, total: meter.update(done), writer=writer
+    )
     meter.finish()
     written = store.replace_current("raw_trajectories", rows)
     ok = [r for r in rows if r["status"] == "passed"]
-    return dg.MaterializeResult(metadata={
-        "trajectories": len(rows), "status": status_counts(rows), "written": written,
-        "turns_per_trajectory": dict(sorted(Counter(r["n_turns"] for r in ok).items())),
-        "calls_per_trajectory": dict(sorted(Counter(r["n_calls"] for r in ok).items())),
-        "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
-        "reused_unchanged": len(reused), "config": config.model_dump(),
-        "chains_not_served": len(stored) - len(chains),
-        "query_writer": role_outcomes((t for r in rows for t in r["turns"]), "query_writer") or "programmatic",
-        "model_usage": model_usage(backend, started),
-        "examples_md": dg.MetadataValue.md(raw_examples_markdown(rows)),
-    }, data_version=data_version(rows))
+    return dg.MaterializeResult(
+        metadata={
+            "trajectories": len(rows),
+            "status": status_counts(rows),
+            "written": written,
+            "turns_per_trajectory": dict(sorted(Counter(r["n_turns"] for r in ok).items())),
+            "calls_per_trajectory": dict(sorted(Counter(r["n_calls"] for r in ok).items())),
+            "failure_reasons": dict(Counter(x.split(":")[0][:60] for r in rows for x in r["reasons"]).most_common(10)),
+            "reused_unchanged": len(reused),
+            "config": config.model_dump(),
+            "chains_not_served": len(stored) - len(chains),
+            "query_writer": role_outcomes((t for r in rows for t in r["turns"]), "query_writer") or "programmatic",
+            "model_usage": model_usage(backend, started),
+            "examples_md": dg.MetadataValue.md(raw_examples_markdown(rows)),
+        },
+        data_version=data_version(rows),
+    )
 
 
 class RefineConfig(dg.Config):
@@ -331,16 +413,27 @@ class RefineConfig(dg.Config):
             SettingError: a setting out of range or of the wrong type, named in the message.
         """
         try:  # every limit is CalibrationConfig's, reported under this asset's name
-            return CalibrationConfig(k=self.k, min_turns=self.min_turns, goal_expansion=self.goal_expansion,
-                                     conversational_share=self.conversational_share, workers=self.workers,
-                                     refiner=self.refiner, refiner_attempts=self.refiner_attempts)
+            return CalibrationConfig(
+                k=self.k,
+                min_turns=self.min_turns,
+                goal_expansion=self.goal_expansion,
+                conversational_share=self.conversational_share,
+                workers=self.workers,
+                refiner=self.refiner,
+                refiner_attempts=self.refiner_attempts,
+            )
         except SettingError as exc:
             raise exc.for_owner("refined_trajectories") from exc
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)
-def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig, envfactory: EnvFactoryHome,
-                         model_backend: ModelBackend, upstream_gates: UpstreamGates) -> dg.MaterializeResult:
+def refined_trajectories(
+    context: dg.AssetExecutionContext,
+    config: RefineConfig,
+    envfactory: EnvFactoryHome,
+    model_backend: ModelBackend,
+    upstream_gates: UpstreamGates,
+) -> dg.MaterializeResult:
     """Queries rewritten by calibrated refinement; every turn solved by k attempts on forked states (raw
     query, then refined query), per-turn accuracy stored; an unsolvable refined query is reverted and an
     unsolvable turn ends the chain."""
@@ -352,9 +445,14 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
     store = envfactory.store()
     raw = store.read("raw_trajectories", "status = 'passed'")
     longest = max((r["n_turns"] for r in raw), default=None)
-    checked(lambda: min_turns_reachable(
-        "refined_trajectories", config.min_turns, longest,
-        f"refinement never adds turns and the passed raw trajectories have at most {longest}"))
+    checked(
+        lambda: min_turns_reachable(
+            "refined_trajectories",
+            config.min_turns,
+            longest,
+            f"refinement never adds turns and the passed raw trajectories have at most {longest}",
+        )
+    )
     backend = model_backend.backend_for(envfactory.root())
     conversational = config.conversational_share > 0
     solver = ModelSolver(backend) if backend is not None else ProgrammaticSolver(ask=conversational)
@@ -365,34 +463,64 @@ def refined_trajectories(context: dg.AssetExecutionContext, config: RefineConfig
 
     todo = [r for r in raw if served(envs, r)]
     meter = asset_progress(context, len(todo), "trajectories calibrated")
-    rows = refined_trajectory_rows(todo, envs, solver, cal, progress=lambda done, total: meter.update(done),
-                                   user=user, providable=providable, refiner=refiner)
+    rows = refined_trajectory_rows(
+        todo,
+        envs,
+        solver,
+        cal,
+        progress=lambda done, total: meter.update(done),
+        user=user,
+        providable=providable,
+        refiner=refiner,
+    )
     meter.finish()
     written = store.replace_current("refined_trajectories", rows)
     report = refinement_report(rows)
     report["examples_md"] = dg.MetadataValue.md(report["examples_md"])
-    return dg.MaterializeResult(metadata={
-        "trajectories": len(rows), "status": status_counts(rows), "written": written, "solver": solver.name,
-        "simulated_user": user.name if user else "off",
-        "refiner": role_outcomes((t for r in rows for t in r["turns"]), "refiner") or "programmatic",
-        # the model writer's raw queries kept ("model"), refused ("fallback") or unsolvable ("reverted")
-        "query_writer": role_outcomes((t for r in rows for t in r["turns"]), "query_writer") or "programmatic",
-        # tokens per role (solver, user, refiner) of the model_backend, {} without one
-        "model_usage": model_usage(backend, started),
-        "conversational_turns": sum(1 for r in rows for t in r["turns"] if t.get("clarification")),
-        "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)), **report}, data_version=data_version(rows))
+    return dg.MaterializeResult(
+        metadata={
+            "trajectories": len(rows),
+            "status": status_counts(rows),
+            "written": written,
+            "solver": solver.name,
+            "simulated_user": user.name if user else "off",
+            "refiner": role_outcomes((t for r in rows for t in r["turns"]), "refiner") or "programmatic",
+            # the model writer's raw queries kept ("model"), refused ("fallback") or unsolvable ("reverted")
+            "query_writer": role_outcomes((t for r in rows for t in r["turns"]), "query_writer") or "programmatic",
+            # tokens per role (solver, user, refiner) of the model_backend, {} without one
+            "model_usage": model_usage(backend, started),
+            "conversational_turns": sum(1 for r in rows for t in r["turns"] if t.get("clarification")),
+            "sample_trajectories": dg.MetadataValue.md(sample_markdown(raw, rows)),
+            **report,
+        },
+        data_version=data_version(rows),
+    )
 
 
 @dg.multi_asset(
-    group_name="datasets", pool=STORE_POOL,
-    specs=[dg.AssetSpec("sft_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
-                        description="SFT rows: OpenAI chat messages with tool_calls, one per trajectory."),
-           dg.AssetSpec("rl_dataset", kinds={"duckdb"}, code_version=_SYNTH_CODE, deps=["refined_trajectories"],
-                        description="RL rows: one per turn, gold calls (every call the turn ran), masked "
-                                    "arguments, initial and final state; every row replays exactly.")],
+    group_name="datasets",
+    pool=STORE_POOL,
+    specs=[
+        dg.AssetSpec(
+            "sft_dataset",
+            kinds={"duckdb"},
+            code_version=_SYNTH_CODE,
+            deps=["refined_trajectories"],
+            description="SFT rows: OpenAI chat messages with tool_calls, one per trajectory.",
+        ),
+        dg.AssetSpec(
+            "rl_dataset",
+            kinds={"duckdb"},
+            code_version=_SYNTH_CODE,
+            deps=["refined_trajectories"],
+            description="RL rows: one per turn, gold calls (every call the turn ran), masked "
+            "arguments, initial and final state; every row replays exactly.",
+        ),
+    ],
 )
-def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome,
-             upstream_gates: UpstreamGates):
+def datasets(
+    context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome, upstream_gates: UpstreamGates
+):
     """Split refined trajectories into SFT rows and replay-checked RL rows."""
     gaps = checked(config.check_settings)
     require_upstream_gates(context, upstream_gates)
@@ -402,26 +530,50 @@ def datasets(context: dg.AssetExecutionContext, config: DatasetConfig, envfactor
     stats = GapStats()
     todo = [r for r in refined if served(envs, r)]
     # one bar for the step, on its first asset (a multi-asset step has no single asset key)
-    meter = asset_progress(context, len(todo), "trajectories turned into SFT or replayed RL rows",
-                           asset_key=dg.AssetKey("sft_dataset"))
-    sft, rl, rejected = dataset_rows(todo, envs,
-                                     config.sft_share, benchmark_tags=benchmark_tags(store.read("benchmark_overlap")),
-                                     gaps=gaps, gap_stats=stats, query_source=config.query_source,
-                                     progress=meter.advance)
+    meter = asset_progress(
+        context, len(todo), "trajectories turned into SFT or replayed RL rows", asset_key=dg.AssetKey("sft_dataset")
+    )
+    sft, rl, rejected = dataset_rows(
+        todo,
+        envs,
+        config.sft_share,
+        benchmark_tags=benchmark_tags(store.read("benchmark_overlap")),
+        gaps=gaps,
+        gap_stats=stats,
+        query_source=config.query_source,
+        progress=meter.advance,
+    )
     meter.finish()
     shares = stats.shares()
     written = store.replace_current_tables({"sft_dataset": sft, "rl_dataset": rl})
     w_sft, w_rl = written["sft_dataset"], written["rl_dataset"]
-    yield dg.MaterializeResult(asset_key="sft_dataset", metadata={
-        "rows": len(sft), "written": w_sft, "turns": sum(r["n_turns"] for r in sft),
-        "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"]),
-        "data_gap_rows": dict(stats.sft), "data_gap_shares": shares["sft"],
-        "data_gap_shares_last_turn": shares["sft_last_turn"], "query_source": config.query_source}, data_version=data_version(sft))
-    yield dg.MaterializeResult(asset_key="rl_dataset", metadata={
-        "rows": len(rl), "written": w_rl, "rejected": len(rejected),
-        "replay_rate": len(rl) / (len(rl) + len(rejected)) if rl or rejected else 1.0,
-        "rejection_reasons": dict(Counter(x.split(":")[0][:80] for x in rejected)),
-        "data_gap_rows": dict(stats.rl), "data_gap_shares": shares["rl"]}, data_version=data_version(rl))
+    yield dg.MaterializeResult(
+        asset_key="sft_dataset",
+        metadata={
+            "rows": len(sft),
+            "written": w_sft,
+            "turns": sum(r["n_turns"] for r in sft),
+            "rows_overlapping_benchmarks": sum(1 for r in sft if r["benchmark_overlap"]),
+            "data_gap_rows": dict(stats.sft),
+            "data_gap_shares": shares["sft"],
+            "data_gap_shares_last_turn": shares["sft_last_turn"],
+            "query_source": config.query_source,
+        },
+        data_version=data_version(sft),
+    )
+    yield dg.MaterializeResult(
+        asset_key="rl_dataset",
+        metadata={
+            "rows": len(rl),
+            "written": w_rl,
+            "rejected": len(rejected),
+            "replay_rate": len(rl) / (len(rl) + len(rejected)) if rl or rejected else 1.0,
+            "rejection_reasons": dict(Counter(x.split(":")[0][:80] for x in rejected)),
+            "data_gap_rows": dict(stats.rl),
+            "data_gap_shares": shares["rl"],
+        },
+        data_version=data_version(rl),
+    )
 
 
 @dg.asset_check(asset="rl_dataset", blocking=True)
@@ -442,8 +594,10 @@ def rl_rows_replay_exactly(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
             problem = replay_check({**r, "changes_state": gold_writes_state(r["gold_calls"], writers)}, worker)
             if problem:
                 failures.append(f"{r['id']}: {problem}")
-    return dg.AssetCheckResult(passed=bool(rows) and not failures,
-                               metadata={"rows": len(rows), "failures": len(failures), "examples": failures[:5]})
+    return dg.AssetCheckResult(
+        passed=bool(rows) and not failures,
+        metadata={"rows": len(rows), "failures": len(failures), "examples": failures[:5]},
+    )
 
 
 @dg.asset_check(asset="rl_dataset", blocking=True)
@@ -464,8 +618,10 @@ def rl_rows_won_by_a_complete_answer(envfactory: EnvFactoryHome) -> dg.AssetChec
             problem = complete_answer_problem(r, worker, writers)
             if problem:
                 failures.append(f"{r['id']}: {problem}")
-    return dg.AssetCheckResult(passed=bool(rows) and not failures,
-                               metadata={"rows": len(rows), "failures": len(failures), "examples": failures[:5]})
+    return dg.AssetCheckResult(
+        passed=bool(rows) and not failures,
+        metadata={"rows": len(rows), "failures": len(failures), "examples": failures[:5]},
+    )
 
 
 chain_gate = no_failed_environment_check(tool_chains, ["tool_chains"])
@@ -476,9 +632,16 @@ rl_gate = no_failed_environment_check("rl_dataset", ["rl_dataset"])
 
 
 def _quality_result(report) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(passed=report.success, metadata={
-        "expectations": len(report.results), "failed": len(report.failures),
-        "failures": [f"{f['expectation']}({f['column']}): {f['unexpected_count']} unexpected" for f in report.failures][:10]})
+    return dg.AssetCheckResult(
+        passed=report.success,
+        metadata={
+            "expectations": len(report.results),
+            "failed": len(report.failures),
+            "failures": [
+                f"{f['expectation']}({f['column']}): {f['unexpected_count']} unexpected" for f in report.failures
+            ][:10],
+        },
+    )
 
 
 @dg.asset_check(asset="sft_dataset", blocking=True)

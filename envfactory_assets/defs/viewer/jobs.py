@@ -20,20 +20,26 @@ class ShowTrajectoryConfig(dg.Config):
 
 
 @dg.op(pool=STORE_POOL)
-def render_trajectory_markdown(context: dg.OpExecutionContext, config: ShowTrajectoryConfig,
-                               envfactory: EnvFactoryHome) -> str:
+def render_trajectory_markdown(
+    context: dg.OpExecutionContext, config: ShowTrajectoryConfig, envfactory: EnvFactoryHome
+) -> str:
     """Render the trajectory and log it as a Markdown observation of ``refined_trajectories``."""
     try:
         text = render_from_store(envfactory.store(), config.trajectory_id.strip())
     except (TrajectoryNotFound, FileNotFoundError, StoreBusy) as exc:
         raise dg.Failure(f"show_trajectory: {exc}") from exc
-    context.log_event(dg.AssetObservation(
-        asset_key="refined_trajectories",
-        metadata={"trajectory_id": config.trajectory_id, "rendering": dg.MetadataValue.md(text)}))
+    context.log_event(
+        dg.AssetObservation(
+            asset_key="refined_trajectories",
+            metadata={"trajectory_id": config.trajectory_id, "rendering": dg.MetadataValue.md(text)},
+        )
+    )
     return text
 
 
-@dg.job(description="Render one trajectory (raw or refined id in the run config) as Markdown: it appears as an "
-                    "observation in refined_trajectories' Events tab.")
+@dg.job(
+    description="Render one trajectory (raw or refined id in the run config) as Markdown: it appears as an "
+    "observation in refined_trajectories' Events tab."
+)
 def show_trajectory():
     render_trajectory_markdown()

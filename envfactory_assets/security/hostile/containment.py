@@ -3,7 +3,8 @@ harm outside its worker.
 
 :class:`Probes` plants secrets in a fake ``ENVFACTORY_HOME``, a fake ``$HOME``, an ``/etc``-like
 folder (plus the first line of the real ``/etc/passwd``) and the parent's environment variables, opens a
-loopback listener, and names a canary path and a marker token. Samples only ever get paths under the probe's own folder to write
+loopback listener, and names a canary path and a marker token. Samples only ever get paths under the probe's own folder
+to write
 to: the negative control runs them unconfined. After a sample ran and its worker was closed, :meth:`Probes.check`
 lists every violation: a secret in any output, error or stderr text; a connection the listener
 received; a file created or changed anywhere under the probe's folder; a process still alive whose
@@ -44,10 +45,15 @@ from envfactory_assets.security.hostile.samples import CANARY, MARKER, PORT, SEC
 #: Limits of the containment run: small, so the resource bombs end quickly.
 CONTAINMENT_LIMITS = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=1.5, kill_grace_s=1.0)
 #: Samples of :mod:`.samples` (Python-layer corpus) whose attack the probes see when it succeeds.
-PROBE_SENSITIVE_NAMES = frozenset({
-    "write_file_with_pathlib", "shell_via_subprocess", "os_system_through_builtins",
-    "update_wrapper_getattr", "submodule_from_import",
-})
+PROBE_SENSITIVE_NAMES = frozenset(
+    {
+        "write_file_with_pathlib",
+        "shell_via_subprocess",
+        "os_system_through_builtins",
+        "update_wrapper_getattr",
+        "submodule_from_import",
+    }
+)
 #: The parent's environment variable holding a planted secret while the probes run.
 PROBE_ENV_VAR = "ENVFACTORY_PROBE_SECRET"
 #: How much the parent's peak resident memory may grow while one sample runs, MiB.
@@ -214,17 +220,26 @@ class Probes:
 
     def arguments(self, sample: HostileSample) -> dict[str, Any]:
         """The sample's call arguments with the probe placeholders filled in."""
-        values = {CANARY: str(self.canary_dir / sample.name), SECRETS: list(self.secret_paths),
-                  PORT: self.port, MARKER: self.marker}
-        return {key: values.get(value, value) if isinstance(value, str) else value
-                for key, value in sample.arguments.items()}
+        values = {
+            CANARY: str(self.canary_dir / sample.name),
+            SECRETS: list(self.secret_paths),
+            PORT: self.port,
+            MARKER: self.marker,
+        }
+        return {
+            key: values.get(value, value) if isinstance(value, str) else value
+            for key, value in sample.arguments.items()
+        }
 
     def source(self, sample: HostileSample) -> str:
         """The sample's module with the source-level placeholders filled in (as Python literals)."""
         text = sample.source
-        for name, value in (("__CANARY__", str(self.canary_dir / f"{sample.name}-module")),
-                            ("__SECRETS__", list(self.secret_paths)), ("__PORT__", self.port),
-                            ("__MARKER__", self.marker)):
+        for name, value in (
+            ("__CANARY__", str(self.canary_dir / f"{sample.name}-module")),
+            ("__SECRETS__", list(self.secret_paths)),
+            ("__PORT__", self.port),
+            ("__MARKER__", self.marker),
+        ):
             text = text.replace(name, repr(value))
         return text
 
@@ -345,8 +360,9 @@ def _run_one(worker: SandboxWorker, probes: Probes, sample: HostileSample) -> tu
     return ended, texts
 
 
-def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits = CONTAINMENT_LIMITS,
-                    python_guards: bool = False) -> list[dict[str, Any]]:
+def run_containment(
+    samples: Sequence[HostileSample], *, limits: SandboxLimits = CONTAINMENT_LIMITS, python_guards: bool = False
+) -> list[dict[str, Any]]:
     """Run each sample in its own trust domain and report what the probes saw.
 
     Args:
@@ -384,12 +400,18 @@ def run_containment(samples: Sequence[HostileSample], *, limits: SandboxLimits =
                 violations = probes.check(texts)
                 if grown_mb > PARENT_MEMORY_GROWTH_MB:
                     violations.append(f"the parent's peak memory grew by {grown_mb:.0f} MiB")
-                rows.append({
-                    "name": sample.name, "category": sample.category, "ended": ended,
-                    "violations": violations, "contained": not violations,
-                    "benign_unchanged": baseline_ok and benign_ok,
-                    "contained_by_os": worker.contained, "seconds": round(time.monotonic() - started, 3),
-                })
+                rows.append(
+                    {
+                        "name": sample.name,
+                        "category": sample.category,
+                        "ended": ended,
+                        "violations": violations,
+                        "contained": not violations,
+                        "benign_unchanged": baseline_ok and benign_ok,
+                        "contained_by_os": worker.contained,
+                        "seconds": round(time.monotonic() - started, 3),
+                    }
+                )
                 probes.reset()
                 worker = SandboxWorker(limits, python_guards=python_guards)
                 worker.load_environment(_BENIGN_ENV, BENIGN_SOURCE, origin="template")
@@ -467,8 +489,9 @@ class _Heartbeat:
         self._thread.join()
 
 
-def run_resource_sample(sample: HostileSample, *, limits: SandboxLimits = RESOURCE_LIMITS,
-                        python_guards: bool = False) -> dict[str, Any]:
+def run_resource_sample(
+    sample: HostileSample, *, limits: SandboxLimits = RESOURCE_LIMITS, python_guards: bool = False
+) -> dict[str, Any]:
     """Run one resource sample in a fresh worker and measure what it cost the host.
 
     The worker is started and its episode opened before the baseline is taken, so the baseline holds the
@@ -512,12 +535,18 @@ def run_resource_sample(sample: HostileSample, *, limits: SandboxLimits = RESOUR
             worker.close()
         error = result.get("error") or {}
         return {
-            "name": sample.name, "ended": "call ok" if result.get("ok") else f"call error: {error.get('type')}",
-            "error_type": error.get("type"), "stopped": not result.get("ok"), "worker_killed": worker_killed,
-            "memory_back_s": memory_back_s, "memory_left_mb": round(left_mb, 1),
+            "name": sample.name,
+            "ended": "call ok" if result.get("ok") else f"call error: {error.get('type')}",
+            "error_type": error.get("type"),
+            "stopped": not result.get("ok"),
+            "worker_killed": worker_killed,
+            "memory_back_s": memory_back_s,
+            "memory_left_mb": round(left_mb, 1),
             "cpu_after_return_s": 0.0 if worker_killed or cpu_at_return is None else cpu_later - cpu_at_return,
-            "heartbeat_max_gap_s": heartbeat.max_gap_s, "violations": probes.check(texts),
-            "limits_mode": worker.limits_mode, "message": str(error.get("message", ""))[:300],
+            "heartbeat_max_gap_s": heartbeat.max_gap_s,
+            "violations": probes.check(texts),
+            "limits_mode": worker.limits_mode,
+            "message": str(error.get("message", ""))[:300],
         }
 
 
@@ -526,10 +555,20 @@ def format_containment(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["| sample | category | sandbox answer | probes | benign env unchanged |", "|---|---|---|---|---|"]
     for row in rows:
         probes = "clean" if row["contained"] else "; ".join(row["violations"])
-        lines.append(f"| {row['name']} | {row['category']} | {row['ended']} | {probes} | "
-                     f"{'yes' if row['benign_unchanged'] else 'NO'} |")
+        lines.append(
+            f"| {row['name']} | {row['category']} | {row['ended']} | {probes} | "
+            f"{'yes' if row['benign_unchanged'] else 'NO'} |"
+        )
     return "\n".join(lines)
 
 
-__all__ = ["CONTAINMENT_LIMITS", "RESOURCE_LIMITS", "Probes", "format_containment", "host_memory_in_use",
-           "is_probe_sensitive", "run_containment", "run_resource_sample"]
+__all__ = [
+    "CONTAINMENT_LIMITS",
+    "RESOURCE_LIMITS",
+    "Probes",
+    "format_containment",
+    "host_memory_in_use",
+    "is_probe_sensitive",
+    "run_containment",
+    "run_resource_sample",
+]

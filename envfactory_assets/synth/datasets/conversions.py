@@ -24,21 +24,32 @@ from envfactory_assets.synth.refinement.phrasing import literal
 
 # names that mean a fraction on their own; "discount" or "tax" may be an amount, so they need the
 # description or the bounds to say so
-_FRACTION_NAME = re.compile(r"(^|_)(rate|ratio|fraction|share|probability|proportion|apr|apy|utilization|"
-                            r"occupancy)(_|$)")
+_FRACTION_NAME = re.compile(
+    r"(^|_)(rate|ratio|fraction|share|probability|proportion|apr|apy|utilization|"
+    r"occupancy)(_|$)"
+)
 _FRACTION_WORDS = ("fraction", "ratio", "between 0 and 1", "0 to 1", "0-1", "0..1", "decimal")
 _PERCENT_UNIT = re.compile(r"(^|_)(percent|percentage|pct)(_|$)")
-_AMOUNT_NAME = re.compile(r"(^|_)(amount|price|cost|budget|salary|fee|revenue|balance|income|spend|"
-                          r"payment)(_|$)")
+_AMOUNT_NAME = re.compile(
+    r"(^|_)(amount|price|cost|budget|salary|fee|revenue|balance|income|spend|"
+    r"payment)(_|$)"
+)
 # field-name unit suffix -> (factor to the larger unit, singular, plural); the value is in the small unit
 # (no one-letter or "min"/"max"-like suffixes: "price_min" is a minimum, not minutes)
 _UNITS = {
-    "minutes": (60, "hour", "hours"), "mins": (60, "hour", "hours"),
-    "seconds": (60, "minute", "minutes"), "secs": (60, "minute", "minutes"),
-    "ms": (1000, "second", "seconds"), "milliseconds": (1000, "second", "seconds"),
-    "hours": (24, "day", "days"), "days": (7, "week", "weeks"),
-    "grams": (1000, "kg", "kg"), "meters": (1000, "km", "km"), "metres": (1000, "km", "km"),
-    "cm": (100, "metre", "metres"), "mm": (10, "cm", "cm"),
+    "minutes": (60, "hour", "hours"),
+    "mins": (60, "hour", "hours"),
+    "seconds": (60, "minute", "minutes"),
+    "secs": (60, "minute", "minutes"),
+    "ms": (1000, "second", "seconds"),
+    "milliseconds": (1000, "second", "seconds"),
+    "hours": (24, "day", "days"),
+    "days": (7, "week", "weeks"),
+    "grams": (1000, "kg", "kg"),
+    "meters": (1000, "km", "km"),
+    "metres": (1000, "km", "km"),
+    "cm": (100, "metre", "metres"),
+    "mm": (10, "cm", "cm"),
 }
 _ORDINAL = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")

@@ -59,8 +59,13 @@ def _rng(trajectory_id: str, kind: str) -> random.Random:
     return random.Random(int(hashlib.sha256(f"{kind}\x00{trajectory_id}".encode()).hexdigest()[:16], 16))
 
 
-def augment_trajectory(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]], split: str,
-                       config: DataGapsConfig, worker: SandboxWorker | None) -> dict[str, Any]:
+def augment_trajectory(
+    trajectory: dict[str, Any],
+    environments: dict[str, dict[str, Any]],
+    split: str,
+    config: DataGapsConfig,
+    worker: SandboxWorker | None,
+) -> dict[str, Any]:
     """A copy of a refined ``trajectory`` with the data-gap kinds applied (the input is not changed).
 
     ``environments``: every environment abstention requests may come from (the trajectory's own must be
@@ -163,8 +168,12 @@ class GapStats:
 
     def shares(self) -> dict[str, dict[str, float]]:
         """``{"sft" | "sft_last_turn" | "rl": {kind: share of the SFT or RL rows}}`` (0.0 with no rows)."""
+
         def share(counts: Counter, n: int) -> dict[str, float]:
             return {k: counts[k] / n if n else 0.0 for k in GAP_KINDS}
 
-        return {"sft": share(self.sft, self.sft_rows), "sft_last_turn": share(self.sft_last_turn, self.sft_rows),
-                "rl": share(self.rl, self.rl_rows)}
+        return {
+            "sft": share(self.sft, self.sft_rows),
+            "sft_last_turn": share(self.sft_last_turn, self.sft_rows),
+            "rl": share(self.rl, self.rl_rows),
+        }

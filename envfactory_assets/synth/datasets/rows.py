@@ -53,8 +53,11 @@ def essential_calls(calls: list[dict[str, Any]]) -> list[int]:
 
 
 def _gold_call(call: dict[str, Any]) -> dict[str, Any]:
-    return {"name": call["name"], "arguments": call["arguments"],
-            **({"expect_error": call["error"]} if call.get("error") else {})}
+    return {
+        "name": call["name"],
+        "arguments": call["arguments"],
+        **({"expect_error": call["error"]} if call.get("error") else {}),
+    }
 
 
 def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -71,18 +74,20 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
         gold = [_gold_call(turn["calls"][i]) for i in keep]
         executed = [_gold_call(c) for c in turn["calls"]]
         masked = sorted({a for g in executed for a in g["arguments"] if a in MASKED_ARGUMENT_NAMES})
-        rows.append({
-            "turn_index": t_idx,
-            "prompt": messages[: user_positions[users_so_far - 1] + 1],
-            "tools": tools,
-            "gold_calls": gold,
-            "executed_calls": executed,
-            "masked_arguments": masked,
-            "initial_state": turn["state_before"],
-            "final_state": turn["state_after"],
-            "final_state_hash": turn["state_after_hash"],
-            "changes_state": any(c["kind"] not in READ_KINDS and not c.get("error") for c in turn["calls"]),
-        })
+        rows.append(
+            {
+                "turn_index": t_idx,
+                "prompt": messages[: user_positions[users_so_far - 1] + 1],
+                "tools": tools,
+                "gold_calls": gold,
+                "executed_calls": executed,
+                "masked_arguments": masked,
+                "initial_state": turn["state_before"],
+                "final_state": turn["state_after"],
+                "final_state_hash": turn["state_after_hash"],
+                "changes_state": any(c["kind"] not in READ_KINDS and not c.get("error") for c in turn["calls"]),
+            }
+        )
     return rows
 
 
@@ -108,7 +113,8 @@ def replay_check(row: dict[str, Any], worker: SandboxWorker) -> str | None:
             res = worker.call(episode, call["name"], call["arguments"])
             expected = call.get("expect_error")
             if expected and (res.get("ok") or (res.get("error") or {}).get("type") != expected):
-                return f"gold call {call['name']} should fail with {expected} on replay, got {res.get('error') or 'success'}"
+                got = res.get("error") or "success"
+                return f"gold call {call['name']} should fail with {expected} on replay, got {got}"
             if not expected and not res.get("ok"):
                 return f"gold call {call['name']} failed on replay: {res.get('error')}"
         digest = state_hash(worker.save(episode))
@@ -154,13 +160,21 @@ def complete_answer_problem(row: dict[str, Any], worker: SandboxWorker, writers:
         except Exception:
             pass
     masked = row.get("masked_arguments") or ()
-    reward = guarded_reward(row["gold_calls"], executed, final,
-                            {e: state_hash(s) for e, s in row["final_state"].items()},
-                            {e: state_hash(s) for e, s in row["initial_state"].items()}, row["tools"],
-                            masked_arguments=masked, executed_calls=executed)
+    reward = guarded_reward(
+        row["gold_calls"],
+        executed,
+        final,
+        {e: state_hash(s) for e, s in row["final_state"].items()},
+        {e: state_hash(s) for e, s in row["initial_state"].items()},
+        row["tools"],
+        masked_arguments=masked,
+        executed_calls=executed,
+    )
     if reward.reward != MAX_REWARD:
-        return (f"replaying the turn's executed calls earns {reward.reward}, not {MAX_REWARD} "
-                f"(trace {reward.trace}, state {reward.state}, extra calls {reward.n_extra})")
+        return (
+            f"replaying the turn's executed calls earns {reward.reward}, not {MAX_REWARD} "
+            f"(trace {reward.trace}, state {reward.state}, extra calls {reward.n_extra})"
+        )
     gold_left = [canonical_json([g["name"], g["arguments"]]) for g in row["gold_calls"]]
     for call in executed:
         key = canonical_json([call["name"], call["arguments"]])
@@ -169,6 +183,8 @@ def complete_answer_problem(row: dict[str, Any], worker: SandboxWorker, writers:
         elif call["name"] in writers:
             return f"gold calls leave out the write {call['name']} the turn executed"
         else:
-            return (f"gold calls leave out the read {call['name']}, whose result the turn's reply reports "
-                    "(a look-up that finds the row the request names, or the read the user asked for)")
+            return (
+                f"gold calls leave out the read {call['name']}, whose result the turn's reply reports "
+                "(a look-up that finds the row the request names, or the read the user asked for)"
+            )
     return None

@@ -106,15 +106,27 @@ def persona_of(trajectory_id: str, domains: list[str]) -> str:
 
 def _stored(solve: dict[str, Any]) -> dict[str, Any]:
     """A solve record without tool outputs (they are recomputable and large): calls, hashes, verdicts."""
-    attempts = [{"calls": [{k: c[k] for k in ("name", "arguments", "ok")} for c in a["calls"]],
-                 "final_state_hash": a["final_state_hash"], "passed": a["passed"], "verdict": a["verdict"],
-                 **({"dialogue": a["dialogue"]} if a.get("dialogue") else {})}
-                for a in solve["attempts"]]
+    attempts = [
+        {
+            "calls": [{k: c[k] for k in ("name", "arguments", "ok")} for c in a["calls"]],
+            "final_state_hash": a["final_state_hash"],
+            "passed": a["passed"],
+            "verdict": a["verdict"],
+            **({"dialogue": a["dialogue"]} if a.get("dialogue") else {}),
+        }
+        for a in solve["attempts"]
+    ]
     return {**solve, "attempts": attempts}
 
 
-def _prepare(queue: list[dict[str, Any]], raw_id: str, envs: dict[str, dict[str, Any]], worker: SandboxWorker,
-             cfg: CalibrationConfig, providable: ProvidableFlags) -> list[dict[str, Any]]:
+def _prepare(
+    queue: list[dict[str, Any]],
+    raw_id: str,
+    envs: dict[str, dict[str, Any]],
+    worker: SandboxWorker,
+    cfg: CalibrationConfig,
+    providable: ProvidableFlags,
+) -> list[dict[str, Any]]:
     """Goal expansion of the last turn and conversational omissions (each turn keeps a ``fallback``)."""
     if cfg.goal_expansion and queue:
         offset = sum(len(t["calls"]) for t in queue[:-1])
@@ -127,16 +139,24 @@ def _prepare(queue: list[dict[str, Any]], raw_id: str, envs: dict[str, dict[str,
     return queue
 
 
-def _solver_for(solver: Solver, user: SimulatedUser | None, turn: dict[str, Any],
-                providable: ProvidableFlags) -> Solver:
+def _solver_for(
+    solver: Solver, user: SimulatedUser | None, turn: dict[str, Any], providable: ProvidableFlags
+) -> Solver:
     if user is None:
         return solver
     return DialogueSolver(solver, user, UserContext(tuple(turn["calls"]), turn["state_before"], providable))
 
 
-def _draft_if_solvable(turn: dict[str, Any], solve_raw: dict[str, Any], worker: SandboxWorker,
-                       kept: list[dict[str, Any]], tools: tuple[Any, ...], player: Solver, task_id: str,
-                       k: int) -> dict[str, Any]:
+def _draft_if_solvable(
+    turn: dict[str, Any],
+    solve_raw: dict[str, Any],
+    worker: SandboxWorker,
+    kept: list[dict[str, Any]],
+    tools: tuple[Any, ...],
+    player: Solver,
+    task_id: str,
+    k: int,
+) -> dict[str, Any]:
     """The solve of the turn's programmatic raw query when the model writer's raw query failed the k-attempt
     solve and the programmatic one passes; then the turn keeps the programmatic text as ``query_raw`` (and as
     ``query`` where refinement had left the model's text) and its ``query_writer`` record says so:
@@ -149,14 +169,19 @@ def _draft_if_solvable(turn: dict[str, Any], solve_raw: dict[str, Any], worker: 
     if not isinstance(record, dict) or record.get("outcome") != "model" or record["draft"] == turn["query_raw"]:
         return solve_raw
     draft = record["draft"]
-    solve_draft = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, draft, tools), player, turn,
-                             task_id + "/raw-draft", k)
+    solve_draft = solve_turn(
+        worker, turn["state_before"], SolverView.for_turn(kept, draft, tools), player, turn, task_id + "/raw-draft", k
+    )
     if not solve_draft["passed"]:
         return solve_raw
     model_query = turn["query_raw"]
-    turn["query_writer"] = {**record, "outcome": "reverted", "model_query": model_query,
-                            "reason": f"model-written raw query unsolvable (0/{k}); the programmatic one solved "
-                                      f"({solve_draft['passed']}/{k}) is kept"}
+    turn["query_writer"] = {
+        **record,
+        "outcome": "reverted",
+        "model_query": model_query,
+        "reason": f"model-written raw query unsolvable (0/{k}); the programmatic one solved "
+        f"({solve_draft['passed']}/{k}) is kept",
+    }
     turn["query_raw"] = draft
     if turn["query"] == model_query:
         turn["query"] = draft
@@ -187,33 +212,57 @@ class Redraw:
 #: is what the solver failed on), then only references to rows earlier results showed. Each step keeps more of
 #: the turn's refinement than the raw query would: one operator the turn cannot carry should not cost it the
 #: others.
-REDRAWS = (Redraw(REDRAW_SEED), Redraw("", frozenset({"implicit_reference"})),
-           Redraw("", frozenset({"implicit_reference"}), state_references=False))
+REDRAWS = (
+    Redraw(REDRAW_SEED),
+    Redraw("", frozenset({"implicit_reference"})),
+    Redraw("", frozenset({"implicit_reference"}), state_references=False),
+)
 
 
 def _turn_key(turn: dict[str, Any]) -> str:
     """A raw turn's identity across two refinement draws: its raw query and its calls."""
-    return json.dumps([turn["query_raw"], [[c["name"], c["arguments"]] for c in turn["calls"]]],
-                      sort_keys=True, default=str)
+    return json.dumps(
+        [turn["query_raw"], [[c["name"], c["arguments"]] for c in turn["calls"]]], sort_keys=True, default=str
+    )
 
 
-def _redrawn_queries(raw: dict[str, Any], envs: dict[str, dict[str, Any]], persona: str,
-                     first: list[dict[str, Any]], draw: Redraw = REDRAWS[0]) -> dict[str, dict[str, Any]]:
+def _redrawn_queries(
+    raw: dict[str, Any],
+    envs: dict[str, dict[str, Any]],
+    persona: str,
+    first: list[dict[str, Any]],
+    draw: Redraw = REDRAWS[0],
+) -> dict[str, dict[str, Any]]:
     """The trajectory refined again as ``draw`` says: ``{turn key: {"query", "operators", "first_operators"}}``
     per turn whose second draw differs from the first (:func:`_turn_key`); ``first_operators`` are the first
     draw's, so a caller can tell them from operators calibration added since. ``first`` is the first draw made
     again (same seed, same result; :func:`refine_turns`), because calibration has changed the turns it made in
     place since; the caller makes it once for all draws."""
-    second, _ = refine_turns(raw["turns"], envs, seed=raw["id"] + draw.seed_suffix, persona=persona,
-                             operators=draw.operators, state_references=draw.state_references)
-    return {_turn_key(b): {"query": b["query"], "operators": b["operators"], "first_operators": a["operators"]}
-            for a, b in zip(first, second) if a["query"] != b["query"]}
+    second, _ = refine_turns(
+        raw["turns"],
+        envs,
+        seed=raw["id"] + draw.seed_suffix,
+        persona=persona,
+        operators=draw.operators,
+        state_references=draw.state_references,
+    )
+    return {
+        _turn_key(b): {"query": b["query"], "operators": b["operators"], "first_operators": a["operators"]}
+        for a, b in zip(first, second, strict=False)
+        if a["query"] != b["query"]
+    }
 
 
-def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker,
-                         solver: Solver, config: CalibrationConfig | None = None,
-                         user: SimulatedUser | None = None, providable: ProvidableFlags | None = None,
-                         refiner: ModelRefiner | None = None) -> dict[str, Any]:
+def calibrate_trajectory(
+    raw: dict[str, Any],
+    environments: dict[str, dict[str, Any]],
+    worker: SandboxWorker,
+    solver: Solver,
+    config: CalibrationConfig | None = None,
+    user: SimulatedUser | None = None,
+    providable: ProvidableFlags | None = None,
+    refiner: ModelRefiner | None = None,
+) -> dict[str, Any]:
     """Refine and calibrate one passed ``raw_trajectories`` row.
 
     ``refiner`` (needed exactly when ``config.refiner`` is ``model``) rewrites each programmatically refined
@@ -244,7 +293,9 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     if cfg.conversational_share > 0 and (user is None or providable is None):
         raise ValueError("conversational calibration needs a simulated user and the user-providable flags")
     if (refiner is not None) != (cfg.refiner == "model"):
-        raise ValueError(f"refiner={cfg.refiner!r} needs {'a model refiner' if refiner is None else 'no model refiner'}")
+        raise ValueError(
+            f"refiner={cfg.refiner!r} needs {'a model refiner' if refiner is None else 'no model refiner'}"
+        )
     flags = providable or {}
     envs = {e: environments[e] for e in raw["env_ids"]}
     persona = persona_of(raw["id"], raw.get("domains") or [])
@@ -266,14 +317,28 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
         task_id = content_id("task", {"raw": raw["id"], "calls": [offset, offset + len(turn["calls"])]})
         turn.update(task_id=task_id, persona=persona, turn_index=t)
         player = _solver_for(solver, user, turn, flags)
-        solve_raw = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, turn["query_raw"], tools),
-                               player, turn, task_id + "/raw", cfg.k)
+        solve_raw = solve_turn(
+            worker,
+            turn["state_before"],
+            SolverView.for_turn(kept, turn["query_raw"], tools),
+            player,
+            turn,
+            task_id + "/raw",
+            cfg.k,
+        )
         if not solve_raw["passed"] and "fallback" not in turn:
             solve_raw = _draft_if_solvable(turn, solve_raw, worker, kept, tools, player, task_id, cfg.k)
         solve_ref = None
         if solve_raw["passed"] and turn["query"] != turn["query_raw"]:
-            solve_ref = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, turn["query"], tools),
-                                   player, turn, task_id + "/refined", cfg.k)
+            solve_ref = solve_turn(
+                worker,
+                turn["state_before"],
+                SolverView.for_turn(kept, turn["query"], tools),
+                player,
+                turn,
+                task_id + "/refined",
+                cfg.k,
+            )
         if "fallback" in turn and (not solve_raw["passed"] or not (solve_ref or solve_raw)["passed"]):
             original, change = turn["fallback"], turn["operators"][-1]
             why = f"{change['operator']} unsolvable (0/{cfg.k}); reverted to the turn without it"
@@ -308,8 +373,15 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
             if again is None or again["query"] in tried:
                 continue
             tried.add(again["query"])
-            solve_again = solve_turn(worker, turn["state_before"], SolverView.for_turn(kept, again["query"], tools),
-                                     player, turn, task_id + "/redrawn" + (f"/{n_draw}" if n_draw else ""), cfg.k)
+            solve_again = solve_turn(
+                worker,
+                turn["state_before"],
+                SolverView.for_turn(kept, again["query"], tools),
+                player,
+                turn,
+                task_id + "/redrawn" + (f"/{n_draw}" if n_draw else ""),
+                cfg.k,
+            )
             if solve_again["passed"]:
                 # what calibration added to the turn (a reverted omission or expansion, with its reason)
                 # stays; the first draw's refinement operators give way to this draw's
@@ -318,8 +390,11 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
                     # a narrower draw: what it left out was applied and undone, and the report says so
                     kept_keys = {(o["operator"], o["call"], o["argument"]) for o in again["operators"]}
                     why = f"refined query unsolvable (0/{cfg.k}); the turn keeps a narrower refinement"
-                    added += [{**o, "reverted": True, "reason": why} for o in again["first_operators"]
-                              if (o["operator"], o["call"], o["argument"]) not in kept_keys]
+                    added += [
+                        {**o, "reverted": True, "reason": why}
+                        for o in again["first_operators"]
+                        if (o["operator"], o["call"], o["argument"]) not in kept_keys
+                    ]
                 turn["query_redrawn_from"] = turn["query"]
                 turn["query"], turn["operators"], solve_ref = again["query"], again["operators"] + added, solve_again
         if solve_ref is not None:
@@ -342,6 +417,12 @@ def calibrate_trajectory(raw: dict[str, Any], environments: dict[str, dict[str, 
     status = "passed" if len(kept) >= cfg.min_turns else "failed"
     if status == "failed":
         reasons.append(f"too few solvable turns: {len(kept)} (minimum {cfg.min_turns})")
-    return {"turns": kept, "operators": [o for t in kept for o in t["operators"]], "status": status,
-            "reasons": reasons, "persona": persona, "reverted": reverted,
-            "dropped_turns": len(raw["turns"]) - sum(len(t.get("merged_from") or [0]) for t in kept)}
+    return {
+        "turns": kept,
+        "operators": [o for t in kept for o in t["operators"]],
+        "status": status,
+        "reasons": reasons,
+        "persona": persona,
+        "reverted": reverted,
+        "dropped_turns": len(raw["turns"]) - sum(len(t.get("merged_from") or [0]) for t in kept),
+    }

@@ -63,8 +63,9 @@ def load_environments(worker: SandboxWorker, environments: dict[str, dict[str, A
     """Load each of ``env_ids`` into ``worker`` once. The worker keeps the sources and reloads them by
     itself after a restart, so nothing here tracks crashes."""
     for env_id in sorted(set(env_ids)):
-        worker.load_environment(env_id, environments[env_id]["source"],
-                                origin=environments[env_id].get("origin", "untrusted"))
+        worker.load_environment(
+            env_id, environments[env_id]["source"], origin=environments[env_id].get("origin", "untrusted")
+        )
 
 
 # one per pool process: its sandbox worker, the environments, the calibration function, what is loaded
@@ -88,8 +89,13 @@ def _calibrate_chunk(raws: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [_process["calibrate"](raw, _process["environments"], worker) for raw in raws]
 
 
-def calibrate_all(raws: Sequence[dict[str, Any]], environments: dict[str, dict[str, Any]], calibrate: Calibrate,
-                  workers: int, limits: SandboxLimits | None = None) -> Iterator[dict[str, Any]]:
+def calibrate_all(
+    raws: Sequence[dict[str, Any]],
+    environments: dict[str, dict[str, Any]],
+    calibrate: Calibrate,
+    workers: int,
+    limits: SandboxLimits | None = None,
+) -> Iterator[dict[str, Any]]:
     """``calibrate(raw, environments, worker)`` of every trajectory of ``raws``, yielded in input order.
 
     ``workers`` is the process count (:func:`resolve_workers`); 1 calibrates here in one sandbox worker. With
@@ -108,11 +114,12 @@ def calibrate_all(raws: Sequence[dict[str, Any]], environments: dict[str, dict[s
             for raw in raws:
                 yield calibrate(raw, environments, worker)
         return
-    chunks = [list(raws[i:i + CHUNK]) for i in range(0, len(raws), CHUNK)]
+    chunks = [list(raws[i : i + CHUNK]) for i in range(0, len(raws), CHUNK)]
     # spawn, not fork: the caller may be a Dagster step with threads and open sockets
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start,
-                             initargs=(environments, calibrate, limits)) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start, initargs=(environments, calibrate, limits)
+    ) as pool:
         futures = [pool.submit(_calibrate_chunk, chunk) for chunk in chunks]
         try:
             for future in futures:
@@ -122,7 +129,8 @@ def calibrate_all(raws: Sequence[dict[str, Any]], environments: dict[str, dict[s
                     raise RuntimeError(
                         f"a calibration process ended without an answer ({exc}): killed, out of memory, or its "
                         f"sandbox worker could not start; workers=1 calibrates in this process and shows the "
-                        f"error") from exc
+                        f"error"
+                    ) from exc
                 yield from results
         finally:
             for future in futures:

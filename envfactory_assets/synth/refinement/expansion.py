@@ -35,8 +35,14 @@ def follow_up_request(table: str, referenced: str | None = None) -> str:
 
 
 def _getter(environment: dict[str, Any], table: str, key: str) -> dict[str, Any] | None:
-    return next((t for t in environment["tools"] if t["table"] == table and t["kind"] == "get"
-                 and key in t["input_schema"].get("properties", {})), None)
+    return next(
+        (
+            t
+            for t in environment["tools"]
+            if t["table"] == table and t["kind"] == "get" and key in t["input_schema"].get("properties", {})
+        ),
+        None,
+    )
 
 
 def _options(last: dict[str, Any], tool: dict[str, Any], environment: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -48,8 +54,9 @@ def _options(last: dict[str, Any], tool: dict[str, Any], environment: dict[str, 
         ref_key = tables.get(ref_table, {}).get("key")
         getter = _getter(environment, ref_table, ref_key) if ref_key else None
         if getter is not None and last["output"].get(field_name) is not None:
-            out.append((getter, {ref_key: last["output"][field_name]}, field_name,
-                        follow_up_request(tool["table"], ref_table)))
+            out.append(
+                (getter, {ref_key: last["output"][field_name]}, field_name, follow_up_request(tool["table"], ref_table))
+            )
     getter = _getter(environment, tool["table"], meta["key"])
     if getter is not None and last["output"].get(meta["key"]) is not None:
         out.append((getter, {meta["key"]: last["output"][meta["key"]]}, meta["key"], follow_up_request(tool["table"])))
@@ -60,8 +67,9 @@ def _append(query: str, request: str) -> str:
     return query.rstrip().rstrip(".") + ", and after that " + request + "."
 
 
-def expand_goal(turn: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker,
-                call_offset: int) -> dict[str, Any] | None:
+def expand_goal(
+    turn: dict[str, Any], environments: dict[str, dict[str, Any]], worker: SandboxWorker, call_offset: int
+) -> dict[str, Any] | None:
     """The turn with a follow-up read of the row its last call wrote, or None when it does not qualify.
 
     Args:
@@ -72,7 +80,8 @@ def expand_goal(turn: dict[str, Any], environments: dict[str, dict[str, Any]], w
         call_offset: trajectory-wide index of the turn's first call (provenance refers to those).
 
     Returns a copy with the ``get`` call appended (provenance: the referenced row's or the written row's
-    identifier in the last call's output), both queries extended by :func:`follow_up_request`, intent, target tools and assistant
+    identifier in the last call's output), both queries extended by :func:`follow_up_request`, intent, target tools and
+    assistant
     summary extended, a ``goal_expansion`` operator (query before and after), and ``fallback`` = the turn as
     it was. None when the last call is not a create/update, no get tool reads the referenced or written
     row, or every such read fails, changes the state or asks for nothing the turn's results do not hold.
@@ -91,11 +100,17 @@ def expand_goal(turn: dict[str, Any], environments: dict[str, dict[str, Any]], w
             break
     else:
         return None
-    call = {"node": f"{index.env_of[getter['name']]}.{getter['name']}", "name": getter["name"],
-            "env_id": index.env_of[getter["name"]], "kind": "get", "arguments": arguments,
-            "provenance": {k: {"source": "output", "call": call_offset + len(turn["calls"]) - 1, "path": path}
-                           for k in arguments},
-            "output": result}
+    call = {
+        "node": f"{index.env_of[getter['name']]}.{getter['name']}",
+        "name": getter["name"],
+        "env_id": index.env_of[getter["name"]],
+        "kind": "get",
+        "arguments": arguments,
+        "provenance": {
+            k: {"source": "output", "call": call_offset + len(turn["calls"]) - 1, "path": path} for k in arguments
+        },
+        "output": result,
+    }
     new = copy.deepcopy({k: v for k, v in turn.items() if k != "fallback"})
     new["fallback"] = turn
     new["calls"] = new["calls"] + [call]
@@ -105,10 +120,19 @@ def expand_goal(turn: dict[str, Any], environments: dict[str, dict[str, Any]], w
     key = next(iter(arguments))
     summary = summarize_call(getter, key, call["arguments"], call["output"])
     new["assistant_summary"] = f"{turn['assistant_summary']} {summary[0].upper() + summary[1:]}."
-    new["operators"] = new.get("operators", []) + [{
-        "operator": "goal_expansion", "turn": turn.get("turn_index"), "call": call_offset + len(turn["calls"]),
-        "argument": key, "value": arguments[key], "reference": request, "obtainable_from": "state: the row just written",
-        "query_before": turn["query"], "query_after": new["query"]}]
+    new["operators"] = new.get("operators", []) + [
+        {
+            "operator": "goal_expansion",
+            "turn": turn.get("turn_index"),
+            "call": call_offset + len(turn["calls"]),
+            "argument": key,
+            "value": arguments[key],
+            "reference": request,
+            "obtainable_from": "state: the row just written",
+            "query_before": turn["query"],
+            "query_after": new["query"],
+        }
+    ]
     return new
 
 

@@ -45,8 +45,10 @@ def near_duplicates(rows: list[dict[str, Any]], threshold: float = DEFAULT_SIMIL
                 if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
                     ratio = matcher.ratio()
                     if ratio >= threshold:
-                        duplicates[row["id"]] = (f"near-duplicate: same tool sequence as {kept_id} and "
-                                                 f"query similarity {ratio:.2f} >= {threshold}")
+                        duplicates[row["id"]] = (
+                            f"near-duplicate: same tool sequence as {kept_id} and "
+                            f"query similarity {ratio:.2f} >= {threshold}"
+                        )
                         break
             else:
                 kept.append((row["id"], text))
@@ -60,7 +62,7 @@ def diversity(rows: list[dict[str, Any]]) -> dict[str, float | int]:
     pairs, envs, domains = set(), set(), set()
     for r in ok:
         calls = [f"{c['env_id']}.{c['name']}" for t in r["turns"] for c in t["calls"]]
-        pairs.update(zip(calls, calls[1:]))
+        pairs.update(zip(calls, calls[1:], strict=False))
         envs.update(r["env_ids"])
         domains.update(r["domains"])
     n = len(ok)
@@ -68,9 +70,15 @@ def diversity(rows: list[dict[str, Any]]) -> dict[str, float | int]:
     def per_1000(count: int) -> float:
         return round(count * 1000 / n, 2) if n else 0.0
 
-    return {"trajectories": n, "distinct_tool_pairs": len(pairs), "environments": len(envs),
-            "domains": len(domains), "tool_pairs_per_1000": per_1000(len(pairs)),
-            "environments_per_1000": per_1000(len(envs)), "domains_per_1000": per_1000(len(domains))}
+    return {
+        "trajectories": n,
+        "distinct_tool_pairs": len(pairs),
+        "environments": len(envs),
+        "domains": len(domains),
+        "tool_pairs_per_1000": per_1000(len(pairs)),
+        "environments_per_1000": per_1000(len(envs)),
+        "domains_per_1000": per_1000(len(domains)),
+    }
 
 
 def apply_filter(rows: list[dict[str, Any]], threshold: float = DEFAULT_SIMILARITY) -> int:

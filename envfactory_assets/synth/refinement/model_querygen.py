@@ -25,17 +25,24 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 #: Who writes a role's text: the programmatic templates (offline default) or the ``model_backend`` model.
 QUERYGEN_CHOICES = ("programmatic", "model")
 #: Requests per turn and role before the programmatic text is kept (the first try and two retries).
 DEFAULT_ATTEMPTS = 3
 #: The paper's refinement operators a model reply may name (operators a-d).
-REFINER_OPERATORS = ("implicit_reference", "parameter_omission", "action_compression", "ambiguity",
-                     "implicit_constraint", "goal_merging", "goal_expansion")
+REFINER_OPERATORS = (
+    "implicit_reference",
+    "parameter_omission",
+    "action_compression",
+    "ambiguity",
+    "implicit_constraint",
+    "goal_merging",
+    "goal_expansion",
+)
 #: Longest query a reply may give (characters): a longer one is a model rambling, not a request.
 MAX_QUERY_CHARS = 2000
 #: A refused reply is kept in the turn's record up to this many characters.
@@ -76,9 +83,12 @@ def identifier_values(outputs: Iterable[Any], id_fields: frozenset[str]) -> set[
         elif isinstance(value, list):
             for v in value:
                 walk(v, field)
-        elif (isinstance(value, (str, int)) and not isinstance(value, bool)
-              and (field in id_fields or field == "id" or field.endswith("_id"))
-              and len(str(value)) >= _MIN_VALUE_CHARS):
+        elif (
+            isinstance(value, (str, int))
+            and not isinstance(value, bool)
+            and (field in id_fields or field == "id" or field.endswith("_id"))
+            and len(str(value)) >= _MIN_VALUE_CHARS
+        ):
             found.add(str(value))
 
     for output in outputs:
@@ -114,8 +124,10 @@ def check_query(query: Any, knowledge: TurnKnowledge) -> str:
         raise ReplyRefused(f"the query names a tool ({', '.join(named)}); a user does not know the tools' names")
     leaked = sorted(v for v in knowledge.hidden if _written(v, query) and not any(v in k for k in knowledge.known))
     if leaked:
-        raise ReplyRefused(f"the query states {', '.join(leaked)}, which the user cannot know yet (only a tool "
-                           f"result shows it); describe the row instead")
+        raise ReplyRefused(
+            f"the query states {', '.join(leaked)}, which the user cannot know yet (only a tool "
+            f"result shows it); describe the row instead"
+        )
     return query
 
 
@@ -134,7 +146,7 @@ def parse_reply(text: str, operators: Sequence[str] | None) -> tuple[str | None,
     except json.JSONDecodeError:
         start, end = body.find("{"), body.rfind("}")
         try:
-            reply = json.loads(body[start:end + 1]) if 0 <= start < end else None
+            reply = json.loads(body[start : end + 1]) if 0 <= start < end else None
         except json.JSONDecodeError:
             reply = None
     if not isinstance(reply, dict):
@@ -148,8 +160,14 @@ def parse_reply(text: str, operators: Sequence[str] | None) -> tuple[str | None,
     return reply["operator"], reply["query"]
 
 
-def ask_until_valid(backend: Any, messages: list[dict[str, Any]], role: str, attempts: int,
-                    accept: Callable[[str], Any], max_tokens: int = 256) -> tuple[Any, list[dict[str, str]]]:
+def ask_until_valid(
+    backend: Any,
+    messages: list[dict[str, Any]],
+    role: str,
+    attempts: int,
+    accept: Callable[[str], Any],
+    max_tokens: int = 256,
+) -> tuple[Any, list[dict[str, str]]]:
     """Ask ``backend`` (role ``role``) until ``accept(reply text)`` returns without :class:`ReplyRefused`, at
     most ``attempts`` requests; each retry adds the refused reply and the reason to the conversation.
 
@@ -164,8 +182,10 @@ def ask_until_valid(backend: Any, messages: list[dict[str, Any]], role: str, att
             return accept(text), refusals
         except ReplyRefused as exc:
             refusals.append({"reason": str(exc), "reply": text[:_REPLY_KEPT]})
-            chat += [{"role": "assistant", "content": text},
-                     {"role": "user", "content": f"Refused: {exc}. Reply again with the JSON object only."}]
+            chat += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": f"Refused: {exc}. Reply again with the JSON object only."},
+            ]
     return None, refusals
 
 
@@ -186,26 +206,35 @@ def _earlier_texts(turns: Sequence[Mapping[str, Any]]) -> list[str]:
     return texts
 
 
-def _prompt(turn: Mapping[str, Any], earlier: Sequence[Mapping[str, Any]], given: str, persona: str | None,
-            field: str) -> str:
+def _prompt(
+    turn: Mapping[str, Any], earlier: Sequence[Mapping[str, Any]], given: str, persona: str | None, field: str
+) -> str:
     """The user message: the request to rewrite, the turn's calls with results, the conversation so far
     (queries and replies only: the user never sees the hidden state)."""
-    return json.dumps({
-        "persona": persona or "a user", field: given,
-        "calls": [{"tool": c["name"], "arguments": c["arguments"], "result": c["output"]} for c in turn["calls"]],
-        "conversation_so_far": [{"user": t["query"], "assistant": t.get("assistant_summary", "")} for t in earlier],
-    }, ensure_ascii=False)
+    return json.dumps(
+        {
+            "persona": persona or "a user",
+            field: given,
+            "calls": [{"tool": c["name"], "arguments": c["arguments"], "result": c["output"]} for c in turn["calls"]],
+            "conversation_so_far": [{"user": t["query"], "assistant": t.get("assistant_summary", "")} for t in earlier],
+        },
+        ensure_ascii=False,
+    )
 
 
-_RULES = ("In the message, state every value the calls need that the user knows, written exactly as in the given "
-          "text; never state an identifier that only a tool result shows; never name a tool or function, nor "
-          "mention tools, APIs or JSON. ")
+_RULES = (
+    "In the message, state every value the calls need that the user knows, written exactly as in the given "
+    "text; never state an identifier that only a tool result shows; never name a tool or function, nor "
+    "mention tools, APIs or JSON. "
+)
 
 WRITER_SYSTEM = (
     "You write the message a user sends to an assistant that works for them using tools. You are the user "
     "({persona}): write in their voice. You get a draft request, the calls the assistant will make with their "
-    "results, and the conversation so far. Rewrite the draft as the user would say it. " + _RULES
-    + 'Reply with one JSON object only: {{"query": "..."}}')
+    "results, and the conversation so far. Rewrite the draft as the user would say it. "
+    + _RULES
+    + 'Reply with one JSON object only: {{"query": "..."}}'
+)
 
 REFINER_SYSTEM = (
     "You refine the message a user ({persona}) sends to an assistant that works for them using tools, so that "
@@ -213,8 +242,10 @@ REFINER_SYSTEM = (
     "parameter_omission (name a row by what the user knows of it or by the conversation, leave out what the "
     "API assumes anyway), action_compression (leave out a lookup the assistant can do by itself), ambiguity or "
     "implicit_constraint (say 'my most recent ...', state a filter as an adjective, grounded in what the calls "
-    "show), goal_merging or goal_expansion (ask for the goals as one request). " + _RULES
-    + 'Reply with one JSON object only: {{"operator": one of {operators}, "query": "..."}}')
+    "show), goal_merging or goal_expansion (ask for the goals as one request). "
+    + _RULES
+    + 'Reply with one JSON object only: {{"operator": one of {operators}, "query": "..."}}'
+)
 
 
 class ModelQueryWriter:
@@ -231,8 +262,13 @@ class ModelQueryWriter:
     def __init__(self, backend: Any, *, attempts: int = DEFAULT_ATTEMPTS, max_tokens: int = 256) -> None:
         self.backend, self.attempts, self.max_tokens = backend, attempts, max_tokens
 
-    def write(self, turn: Mapping[str, Any], earlier: Sequence[Mapping[str, Any]],
-              environments: Mapping[str, Mapping[str, Any]], persona: str | None) -> tuple[str, dict[str, Any]]:
+    def write(
+        self,
+        turn: Mapping[str, Any],
+        earlier: Sequence[Mapping[str, Any]],
+        environments: Mapping[str, Mapping[str, Any]],
+        persona: str | None,
+    ) -> tuple[str, dict[str, Any]]:
         """The raw query of ``turn`` and its record.
 
         Args:
@@ -248,15 +284,23 @@ class ModelQueryWriter:
         (:func:`~envfactory_assets.synth.refinement.calibrate.calibrate_trajectory`).
         """
         draft = turn["query"]
-        knowledge = TurnKnowledge(known=(draft, *_earlier_texts(earlier)),
-                                  hidden=frozenset(identifier_values((c["output"] for c in turn["calls"]),
-                                                                     _id_fields(environments))),
-                                  tools=_tool_names(environments))
-        messages = [{"role": "system", "content": WRITER_SYSTEM.format(persona=persona or "a user")},
-                    {"role": "user", "content": _prompt(turn, earlier, draft, persona, "draft")}]
-        query, refusals = ask_until_valid(self.backend, messages, "query_writer", self.attempts,
-                                          lambda text: check_query(parse_reply(text, None)[1], knowledge),
-                                          self.max_tokens)
+        knowledge = TurnKnowledge(
+            known=(draft, *_earlier_texts(earlier)),
+            hidden=frozenset(identifier_values((c["output"] for c in turn["calls"]), _id_fields(environments))),
+            tools=_tool_names(environments),
+        )
+        messages = [
+            {"role": "system", "content": WRITER_SYSTEM.format(persona=persona or "a user")},
+            {"role": "user", "content": _prompt(turn, earlier, draft, persona, "draft")},
+        ]
+        query, refusals = ask_until_valid(
+            self.backend,
+            messages,
+            "query_writer",
+            self.attempts,
+            lambda text: check_query(parse_reply(text, None)[1], knowledge),
+            self.max_tokens,
+        )
         record = {"outcome": "fallback" if query is None else "model", "draft": draft, "refusals": refusals}
         return (draft if query is None else query), record
 
@@ -275,8 +319,9 @@ class ModelRefiner:
     def __init__(self, backend: Any, *, attempts: int = DEFAULT_ATTEMPTS, max_tokens: int = 256) -> None:
         self.backend, self.attempts, self.max_tokens = backend, attempts, max_tokens
 
-    def refine(self, turns: list[dict[str, Any]], environments: Mapping[str, Mapping[str, Any]],
-               persona: str | None) -> list[dict[str, Any]]:
+    def refine(
+        self, turns: list[dict[str, Any]], environments: Mapping[str, Mapping[str, Any]], persona: str | None
+    ) -> list[dict[str, Any]]:
         """Rewrite every turn's ``query`` in place (and return ``turns``), in order.
 
         Args:
@@ -296,18 +341,26 @@ class ModelRefiner:
         for t, turn in enumerate(turns):
             given = turn["query"]
             later = (c["output"] for u in turns[t:] for c in u["calls"])
-            knowledge = TurnKnowledge(known=(given, *_earlier_texts(turns[:t])),
-                                      hidden=frozenset(identifier_values(later, id_fields)), tools=tools)
-            messages = [{"role": "system", "content": REFINER_SYSTEM.format(
-                            persona=persona or "a user", operators=", ".join(REFINER_OPERATORS))},
-                        {"role": "user", "content": _prompt(turn, turns[:t], given, persona, "request")}]
+            knowledge = TurnKnowledge(
+                known=(given, *_earlier_texts(turns[:t])),
+                hidden=frozenset(identifier_values(later, id_fields)),
+                tools=tools,
+            )
+            messages = [
+                {
+                    "role": "system",
+                    "content": REFINER_SYSTEM.format(
+                        persona=persona or "a user", operators=", ".join(REFINER_OPERATORS)
+                    ),
+                },
+                {"role": "user", "content": _prompt(turn, turns[:t], given, persona, "request")},
+            ]
 
             def accept(text: str, knowledge: Any = knowledge) -> tuple[str, str]:
                 operator, query = parse_reply(text, REFINER_OPERATORS)
                 return operator, check_query(query, knowledge)
 
-            reply, refusals = ask_until_valid(self.backend, messages, "refiner", self.attempts, accept,
-                                              self.max_tokens)
+            reply, refusals = ask_until_valid(self.backend, messages, "refiner", self.attempts, accept, self.max_tokens)
             if reply is None:
                 turn["refiner"] = {"outcome": "fallback", "operator": None, "refusals": refusals}
                 continue
@@ -317,10 +370,20 @@ class ModelRefiner:
                 continue
             turn["refiner"] = {"outcome": "model", "operator": operator, "refusals": refusals}
             turn["query"] = query
-            turn["operators"] = turn["operators"] + [{
-                "operator": operator, "turn": t, "call": None, "argument": "", "value": None, "reference": query,
-                "obtainable_from": "model refiner", "query_before": given, "query_after": query,
-                "refusals": len(refusals)}]
+            turn["operators"] = turn["operators"] + [
+                {
+                    "operator": operator,
+                    "turn": t,
+                    "call": None,
+                    "argument": "",
+                    "value": None,
+                    "reference": query,
+                    "obtainable_from": "model refiner",
+                    "query_before": given,
+                    "query_after": query,
+                    "refusals": len(refusals),
+                }
+            ]
         return turns
 
 

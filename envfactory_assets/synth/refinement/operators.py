@@ -35,11 +35,11 @@ from envfactory_assets.synth.refinement.phrasing import (
     literal,
     minting_call,
     shape_for_persona,
-    strip_lead,
-    strip_register,
     spoken_table,
     spoken_thing,
     spoken_things,
+    strip_lead,
+    strip_register,
     summarize_call,
     summarize_turn,
     words,
@@ -55,18 +55,34 @@ def _describable_fields(row: dict[str, Any], key: str, avoid: tuple[Any, ...]) -
     """Fields of ``row`` a person could describe it by, in the order they would: label fields (name,
     title...), then other short text that is not an identifier or a timestamp, then whole numbers; a value in
     ``avoid`` is left out."""
-    others = [f for f, v in row.items() if f not in LABEL_FIELDS and f != key and not f.endswith("_id")
-              and isinstance(v, str) and not re.fullmatch(r"[\d\-T:.Z+ ]+", v)]
-    numbers = [f for f, v in row.items() if f != key and not f.endswith("_id") and isinstance(v, int)
-               and not isinstance(v, bool)]
-    return [f for f in [*LABEL_FIELDS, *sorted(others), *sorted(numbers)]
-            if ((isinstance(row.get(f), str) and 0 < len(row[f]) <= 60 and "'" not in row[f])
-                or (f in numbers and isinstance(row.get(f), int)))
-            and not any(row[f] == a and type(row[f]) is type(a) for a in avoid)]
+    others = [
+        f
+        for f, v in row.items()
+        if f not in LABEL_FIELDS
+        and f != key
+        and not f.endswith("_id")
+        and isinstance(v, str)
+        and not re.fullmatch(r"[\d\-T:.Z+ ]+", v)
+    ]
+    numbers = [
+        f
+        for f, v in row.items()
+        if f != key and not f.endswith("_id") and isinstance(v, int) and not isinstance(v, bool)
+    ]
+    return [
+        f
+        for f in [*LABEL_FIELDS, *sorted(others), *sorted(numbers)]
+        if (
+            (isinstance(row.get(f), str) and 0 < len(row[f]) <= 60 and "'" not in row[f])
+            or (f in numbers and isinstance(row.get(f), int))
+        )
+        and not any(row[f] == a and type(row[f]) is type(a) for a in avoid)
+    ]
 
 
-def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
-                avoid: tuple[Any, ...] = ()) -> tuple[str, Any] | None:
+def _describing(
+    row: dict[str, Any], rows: list[dict[str, Any]], key: str, avoid: tuple[Any, ...] = ()
+) -> tuple[str, Any] | None:
     """A field that picks ``row`` out of ``rows`` by what a person would know of it
     (:func:`_describable_fields`, first unique one), as ``(field, value)``; None if none is unique. A value in
     ``avoid`` (one an earlier call of the turn wrote, so another row may hold it by now) describes nothing."""
@@ -76,8 +92,9 @@ def _describing(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
     return None
 
 
-def _description(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
-                 avoid: tuple[Any, ...] = ()) -> list[tuple[str, Any]] | None:
+def _description(
+    row: dict[str, Any], rows: list[dict[str, Any]], key: str, avoid: tuple[Any, ...] = ()
+) -> list[tuple[str, Any]] | None:
     """What picks ``row`` out of ``rows``: one field (:func:`_describing`), else the first pair of
     describable fields that no other row shares ("the contact whose name is 'Ada' and whose city is 'Rome'");
     None if neither does."""
@@ -86,7 +103,7 @@ def _description(row: dict[str, Any], rows: list[dict[str, Any]], key: str,
         return [one]
     fields = _describable_fields(row, key, avoid)[:6]  # a person names a row by its first few facts
     for i, a in enumerate(fields):
-        for b in fields[i + 1:]:
+        for b in fields[i + 1 :]:
             if sum(1 for r in rows if r.get(a) == row[a] and r.get(b) == row[b]) == 1:
                 return [(a, row[a]), (b, row[b])]
     return None
@@ -101,8 +118,9 @@ def whose(description: list[tuple[str, Any]]) -> str:
 _ORDINAL_WORDS = ("first", "second", "third")
 
 
-def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
-               rng: random.Random | None = None) -> str | None:
+def _reference(
+    producer: dict[str, Any], path: str, same_turn: bool, table: str, rng: random.Random | None = None
+) -> str | None:
     """A phrase naming the row behind ``producer``'s output at ``path`` as a person would (by what was just
     done, by recency, by name), or None if none is unambiguous."""
     thing = spoken_thing(table)
@@ -115,7 +133,7 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
     if kind in ("get", "update", "action"):
         return pick((f"that {thing}", f"this {thing}", f"the same {thing}"))
     if kind in ("list", "search") and path.startswith("items["):
-        idx = int(path[len("items["):path.index("]")])
+        idx = int(path[len("items[") : path.index("]")])
         items = producer["output"].get("items", [])
         found = _describing(items[idx], items, path.rsplit(".", 1)[-1])
         if found:
@@ -126,9 +144,17 @@ def _reference(producer: dict[str, Any], path: str, same_turn: bool, table: str,
     return None
 
 
-def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, flat: list[dict[str, Any]],
-                     position: int, table: str, same_turn: bool, names_a_row: bool,
-                     rng: random.Random) -> str | None:
+def _copied_from_row(
+    producer: dict[str, Any],
+    prov: dict[str, Any],
+    arg: str,
+    flat: list[dict[str, Any]],
+    position: int,
+    table: str,
+    same_turn: bool,
+    names_a_row: bool,
+    rng: random.Random,
+) -> str | None:
     """A phrase for an identifier argument ``arg`` whose value a result's row carries in another field, or
     None. From a list's row (``items[1].calendar_id``): "same as the course whose name is 'X'" (or "... the
     second course in that list"). From a looked-up, changed or created row (``legal_entity_id`` of a business
@@ -146,15 +172,20 @@ def _copied_from_row(producer: dict[str, Any], prov: dict[str, Any], arg: str, f
         return f"same as {row}"
     # only the row's own field of the argument's name ("legal_entity_id", no nesting): "the legal entity of
     # that business line" must mean the business line's legal_entity_id, not another field it was copied from
-    if (names_a_row and path == arg and producer["kind"] in ("get", "update", "create", "action")
-            and not _carried_between(flat, prov["call"], position, field)):
+    if (
+        names_a_row
+        and path == arg
+        and producer["kind"] in ("get", "update", "create", "action")
+        and not _carried_between(flat, prov["call"], position, field)
+    ):
         row = _reference(producer, path, same_turn, table, rng)
         return None if row is None else f"the {spoken_thing(arg[:-3])} of {row}"
     return None
 
 
-def _state_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str,
-                     writes: list[dict[str, Any]] | None = None) -> str | None:
+def _state_reference(
+    rows: list[dict[str, Any]], key: str, value: Any, table: str, writes: list[dict[str, Any]] | None = None
+) -> str | None:
     """A row the hidden state holds, named by a field a person knows it by ("the book whose title is
     'Dune'"), or None; the agent finds it by listing the table.
 
@@ -193,8 +224,9 @@ def _carries(output: Any, key: str) -> bool:
     """True when a tool result holds rows with ``key`` (the row itself or items of a list field)."""
     if not isinstance(output, dict):
         return False
-    return key in output or any(isinstance(v, list) and any(isinstance(i, dict) and key in i for i in v)
-                                for v in output.values())
+    return key in output or any(
+        isinstance(v, list) and any(isinstance(i, dict) and key in i for i in v) for v in output.values()
+    )
 
 
 def _carried_between(flat: list[dict[str, Any]], producer: int, position: int, key: str) -> bool:
@@ -214,26 +246,33 @@ def _id_order(value: Any) -> tuple[int, str]:
 
 
 def _most_recent_reference(rows: list[dict[str, Any]], key: str, value: Any, table: str) -> str | None:
-    """"my most recent <thing>" when ``value`` is the newest (largest) identifier of ``rows``, else None."""
+    """ "my most recent <thing>" when ``value`` is the newest (largest) identifier of ``rows``, else None."""
     ids = [r[key] for r in rows if key in r]
     if not ids or max(ids, key=_id_order) != value:
         return None
     return f"my most recent {words(singular(table))}"
 
 
-def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[str, str]],
-                  index: ToolIndex) -> list[int]:
+def _compressible(
+    calls: list[dict[str, Any]], turn_start: int, refs: list[dict[str, str]], index: ToolIndex
+) -> list[int]:
     """Positions (in the turn) of list calls operator b may drop: only pagination arguments, each at the
     parameter's default (a value the user stated would be lost with the sentence), not the turn's last call,
     and every later use of their rows in the turn names the row by a label."""
     out = []
     for i, call in enumerate(calls[:-1]):
         props = index.tools[call["name"]]["input_schema"]["properties"]
-        if call["kind"] != "list" or any(a not in MASKED_ARGUMENT_NAMES or v != parameter_default(props.get(a, {}))
-                                         for a, v in call["arguments"].items()):
+        if call["kind"] != "list" or any(
+            a not in MASKED_ARGUMENT_NAMES or v != parameter_default(props.get(a, {}))
+            for a, v in call["arguments"].items()
+        ):
             continue
-        uses = [(j, arg) for j in range(i + 1, len(calls)) for arg, prov in calls[j]["provenance"].items()
-                if prov.get("source") == "output" and prov.get("call") == turn_start + i]
+        uses = [
+            (j, arg)
+            for j in range(i + 1, len(calls))
+            for arg, prov in calls[j]["provenance"].items()
+            if prov.get("source") == "output" and prov.get("call") == turn_start + i
+        ]
         if uses and all(" whose " in refs[j].get(arg, "") for j, arg in uses):
             out.append(i)
     return out
@@ -241,13 +280,19 @@ def _compressible(calls: list[dict[str, Any]], turn_start: int, refs: list[dict[
 
 #: The operators :func:`refine_turns` applies (goal merging and expansion and the conversational omission are
 #: applied later, to refined turns).
-REFINEMENT_OPERATORS = frozenset({"implicit_reference", "parameter_omission", "action_compression", "ambiguity",
-                                  "implicit_constraint"})
+REFINEMENT_OPERATORS = frozenset(
+    {"implicit_reference", "parameter_omission", "action_compression", "ambiguity", "implicit_constraint"}
+)
 
 
-def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, Any]], seed: str = "",
-                 persona: str | None = None, operators: frozenset[str] = REFINEMENT_OPERATORS,
-                 state_references: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def refine_turns(
+    turns: list[dict[str, Any]],
+    environments: dict[str, dict[str, Any]],
+    seed: str = "",
+    persona: str | None = None,
+    operators: frozenset[str] = REFINEMENT_OPERATORS,
+    state_references: bool = True,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Apply the refinement operators to every turn (each turn's ``state_before`` grounds operator c).
 
     ``operators``: the ones that may apply (a subset of :data:`REFINEMENT_OPERATORS`); ``state_references``:
@@ -290,12 +335,27 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
         # and a row they wrote (or a value they wrote) may no longer pick out the row the state shows
         written: dict[str, list[dict[str, Any]]] = {}
 
-        def record(operator: str, argument: str, value: Any, reference: str, source: str,
-                   call_pos: int | None = None, t_idx: int = t_idx, new_turn: dict[str, Any] = new_turn) -> None:
+        def record(
+            operator: str,
+            argument: str,
+            value: Any,
+            reference: str,
+            source: str,
+            call_pos: int | None = None,
+            t_idx: int = t_idx,
+            new_turn: dict[str, Any] = new_turn,
+        ) -> None:
             # ``position`` is read when called: the call being rewritten at that moment
             at = position if call_pos is None else call_pos  # noqa: B023
-            op = {"operator": operator, "turn": t_idx, "call": at,
-                  "argument": argument, "value": value, "reference": reference, "obtainable_from": source}
+            op = {
+                "operator": operator,
+                "turn": t_idx,
+                "call": at,
+                "argument": argument,
+                "value": value,
+                "reference": reference,
+                "obtainable_from": source,
+            }
             new_turn["operators"].append(op)
             applied.append(op)
 
@@ -307,8 +367,11 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             for arg, prov in call["provenance"].items():
                 if prov.get("source") != "output":
                     continue
-                minted = minting_call(flat, turn_start, prov["call"], call["arguments"][arg],
-                                      index.key_of_name) if prov["call"] >= turn_start else None
+                minted = (
+                    minting_call(flat, turn_start, prov["call"], call["arguments"][arg], index.key_of_name)
+                    if prov["call"] >= turn_start
+                    else None
+                )
                 if minted is not None and minted != prov["call"]:
                     # assigned by a create of this turn, reaching this call through another result (a lookup
                     # of the new row, a row that carries its id): the user names it by what created it
@@ -325,8 +388,9 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                     # an identifier copied from a listed row ("calendar id same as the course whose name is
                     # 'X'"): the user points at the row they saw; other fields are values they state
                     names_a_row = arg == key or arg in meta["foreign_keys"]
-                    phrase = _copied_from_row(producer, prov, arg, flat, position, table,
-                                              prov["call"] >= turn_start, names_a_row, rng)
+                    phrase = _copied_from_row(
+                        producer, prov, arg, flat, position, table, prov["call"] >= turn_start, names_a_row, rng
+                    )
                     if phrase and _obtainable(call["arguments"][arg], earlier):
                         refs[arg] = phrase
                         record("implicit_reference", arg, call["arguments"][arg], phrase, producer["name"])
@@ -334,16 +398,20 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
                 phrase = _reference(producer, prov["path"], prov["call"] >= turn_start, table, rng)
                 value = call["arguments"][arg]
                 id_field = prov["path"].rsplit(".", 1)[-1]
-                if ((producer["kind"] in ("get", "update", "action") or (phrase or "").endswith(" in that list"))
-                        and _carried_between(flat, prov["call"], position, id_field)):
+                if (
+                    producer["kind"] in ("get", "update", "action") or (phrase or "").endswith(" in that list")
+                ) and _carried_between(flat, prov["call"], position, id_field):
                     phrase = None  # "that book" would point at a later result: name the row instead (below)
                 if phrase and _obtainable(value, earlier):
                     refs[arg] = phrase
                     record("implicit_reference", arg, value, phrase, producer["name"])
             limit_schema = tool["input_schema"]["properties"].get("limit", {})
-            if ("parameter_omission" in operators and "limit" in call["arguments"]
-                    and "limit" not in tool["input_schema"].get("required", [])
-                    and call["arguments"]["limit"] == parameter_default(limit_schema)):
+            if (
+                "parameter_omission" in operators
+                and "limit" in call["arguments"]
+                and "limit" not in tool["input_schema"].get("required", [])
+                and call["arguments"]["limit"] == parameter_default(limit_schema)
+            ):
                 # a person leaves out what the API assumes anyway: the value is the parameter's default, the
                 # argument is optional, and the RL row masks it (datasets.MASKED_ARGUMENT_NAMES)
                 refs["limit"] = ""
@@ -351,54 +419,80 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             for arg, value in call["arguments"].items():
                 # an identifier from the hidden state: the user names the row by what they know of it
                 ref_table = tool["table"] if arg == key else meta["foreign_keys"].get(arg)
-                if (not name_from_state or arg in refs or ref_table is None
-                        or (arg == key and call["kind"] not in KEYED_KINDS)):
+                if (
+                    not name_from_state
+                    or arg in refs
+                    or ref_table is None
+                    or (arg == key and call["kind"] not in KEYED_KINDS)
+                ):
                     continue
                 writes = written.get(ref_table)
                 rows = turn["state_before"][call["env_id"]]["tables"].get(ref_table, [])
                 ref_key = index.envs[call["env_id"]]["tables"].get(ref_table, {}).get("key", arg)
-                scope = () if index.listable(call["env_id"], ref_table) else index.list_scope(call["env_id"],
-                                                                                            ref_table)
+                scope = () if index.listable(call["env_id"], ref_table) else index.list_scope(call["env_id"], ref_table)
                 if scope is None:
                     continue  # described by what the user knows, the row could be found only by listing
                 if scope and referencing:
                     # the table is listed per parent: the user names the parent they work in, by its id
                     row = next((r for r in rows if r.get(ref_key) == value), None)
-                    if row is None or any(not isinstance(row.get(p), str)
-                                          or call["arguments"].get(p, row[p]) != row[p] for p in scope):
+                    if row is None or any(
+                        not isinstance(row.get(p), str) or call["arguments"].get(p, row[p]) != row[p] for p in scope
+                    ):
                         continue
-                    phrase = _state_reference(rows, ref_key, value, index.spoken_table(call["env_id"], ref_table),
-                                              writes)
+                    phrase = _state_reference(
+                        rows, ref_key, value, index.spoken_table(call["env_id"], ref_table), writes
+                    )
                     unsaid = [p for p in scope if p not in call["arguments"]]  # the call's own are stated anyway
                     if phrase:
                         if unsaid:
                             phrase += " in " + " and ".join(f"{words(p)} {literal(row[p])}" for p in unsaid)
                         refs[arg] = phrase
-                        record("implicit_reference", arg, value, phrase,
-                               f"state: the agent lists the table by {', '.join(scope)}")
+                        record(
+                            "implicit_reference",
+                            arg,
+                            value,
+                            phrase,
+                            f"state: the agent lists the table by {', '.join(scope)}",
+                        )
                     continue
                 from_state = call["provenance"].get(arg, {}).get("source") == "state"
-                phrase = (_most_recent_reference(rows, key, value, spoken_table(tool))
-                          if arg == key and from_state and not scope and "ambiguity" in operators and writes is None
-                          else None)
+                phrase = (
+                    _most_recent_reference(rows, key, value, spoken_table(tool))
+                    if arg == key and from_state and not scope and "ambiguity" in operators and writes is None
+                    else None
+                )
                 if phrase:
                     refs[arg] = phrase
                     record("ambiguity", key, value, phrase, "state: newest row of the table")
                     continue
-                phrase = (_state_reference(rows, ref_key, value, index.spoken_table(call["env_id"], ref_table), writes)
-                          if referencing and not scope else None)
+                phrase = (
+                    _state_reference(rows, ref_key, value, index.spoken_table(call["env_id"], ref_table), writes)
+                    if referencing and not scope
+                    else None
+                )
                 if phrase:
                     refs[arg] = phrase
                     record("implicit_reference", arg, value, phrase, "state: the agent lists the table")
             adjective = None
             if call["kind"] == "list" and "implicit_constraint" in operators:
                 props = tool["input_schema"]["properties"]
-                enum_arg = next((a for a, v in call["arguments"].items()
-                                 if a not in refs and isinstance(v, str) and v in props.get(a, {}).get("enum", ())), None)
+                enum_arg = next(
+                    (
+                        a
+                        for a, v in call["arguments"].items()
+                        if a not in refs and isinstance(v, str) and v in props.get(a, {}).get("enum", ())
+                    ),
+                    None,
+                )
                 if enum_arg:
                     refs[enum_arg], adjective = "", literal(call["arguments"][enum_arg])
-                    record("implicit_constraint", enum_arg, call["arguments"][enum_arg],
-                           f"{adjective} {words(tool['table'])}", "tool schema enum")
+                    record(
+                        "implicit_constraint",
+                        enum_arg,
+                        call["arguments"][enum_arg],
+                        f"{adjective} {words(tool['table'])}",
+                        "tool schema enum",
+                    )
             sentence = describe_call(tool, key, call["arguments"], refs, rng)
             if adjective:
                 things = spoken_things(spoken_table(tool))
@@ -410,14 +504,21 @@ def refine_turns(turns: list[dict[str, Any]], environments: dict[str, dict[str, 
             turn_refs.append(refs)
             earlier.append(json.dumps(call["output"], ensure_ascii=False))
             position += 1
-        dropped = _compressible(turn["calls"], turn_start, turn_refs, index) if "action_compression" in operators else []
+        dropped = (
+            _compressible(turn["calls"], turn_start, turn_refs, index) if "action_compression" in operators else []
+        )
         for i in dropped:
             record("action_compression", "", None, parts[i], "the agent lists the rows itself", turn_start + i)
         query = join_sentences([p for i, p in enumerate(parts) if i not in dropped], rng)
         new_turn["query"] = shape_for_persona(query, persona, t_idx == 0, rng)
-        new_turn["assistant_summary"] = summarize_turn([
-            summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"],
-                           c["output"], rng) for c in turn["calls"]])
+        new_turn["assistant_summary"] = summarize_turn(
+            [
+                summarize_call(
+                    index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"], c["output"], rng
+                )
+                for c in turn["calls"]
+            ]
+        )
         refined.append(new_turn)
     return refined, applied
 
@@ -447,23 +548,42 @@ def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int 
         if any(quotes(b[field], v) for v in new_ids for field in ("query", "query_raw")):
             continue  # the second request quotes what the first creates: asked as one, it would tell the answer
         merged = {
-            **a, "calls": a["calls"] + b["calls"], "intent": a["intent"] + b["intent"],
+            **a,
+            "calls": a["calls"] + b["calls"],
+            "intent": a["intent"] + b["intent"],
             "target_tools": a["target_tools"] + b["target_tools"],
-            "query_raw": _join_goals(a["query_raw"], b["query_raw"]), "query": _join_goals(a["query"], b["query"]),
+            "query_raw": _join_goals(a["query_raw"], b["query_raw"]),
+            "query": _join_goals(a["query"], b["query"]),
             "assistant_summary": f"{a['assistant_summary']} {b['assistant_summary']}",
-            "state_after": b["state_after"], "state_after_hash": b["state_after_hash"],
+            "state_after": b["state_after"],
+            "state_after_hash": b["state_after_hash"],
             "merged_from": [a, b],
         }
         if isinstance(a.get("query_writer"), dict) and isinstance(b.get("query_writer"), dict):
             # the model writer's record of the joined raw query: its draft is the joined programmatic text
             merged["query_writer"] = {
-                "outcome": "model" if "model" in (a["query_writer"]["outcome"], b["query_writer"]["outcome"])
-                else "fallback", "draft": _join_goals(a["query_writer"]["draft"], b["query_writer"]["draft"]),
-                "refusals": a["query_writer"]["refusals"] + b["query_writer"]["refusals"]}
-        merged["operators"] = a["operators"] + b["operators"] + [{
-            "operator": "goal_merging", "turn": i, "call": None, "argument": "", "value": None,
-            "reference": f"turns {i} and {i + 1} asked as one request", "obtainable_from": "both goals"}]
-        out = turns[:i] + [merged] + turns[i + 2:]
+                "outcome": "model"
+                if "model" in (a["query_writer"]["outcome"], b["query_writer"]["outcome"])
+                else "fallback",
+                "draft": _join_goals(a["query_writer"]["draft"], b["query_writer"]["draft"]),
+                "refusals": a["query_writer"]["refusals"] + b["query_writer"]["refusals"],
+            }
+        merged["operators"] = (
+            a["operators"]
+            + b["operators"]
+            + [
+                {
+                    "operator": "goal_merging",
+                    "turn": i,
+                    "call": None,
+                    "argument": "",
+                    "value": None,
+                    "reference": f"turns {i} and {i + 1} asked as one request",
+                    "obtainable_from": "both goals",
+                }
+            ]
+        )
+        out = turns[:i] + [merged] + turns[i + 2 :]
         for k, t in enumerate(out):
             t["turn_index"] = k
         return out

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from envfactory_assets.envgen.tools import KEYED_KINDS
 from envfactory_assets.sources.names import (
@@ -37,17 +38,33 @@ from envfactory_assets.sources.names import (
     spoken_words,
 )
 
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _DATE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):00Z$")
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 _MONTH = "|".join(_MONTHS)
 #: A date as :func:`spoken_value` writes it: day first or month first (``"26 May 2026"``, ``"May 26, 2026"``),
 #: a time of day on the 24-hour or the 12-hour clock (``" at 10:55 UTC"``, ``" at 10:55 PM UTC"``).
-_SPOKEN_DATE_RE = re.compile(rf"(?:(?P<d1>\d{{1,2}}) (?P<m1>{_MONTH}) (?P<y1>\d{{4}})|(?P<m2>{_MONTH}) (?P<d2>\d{{1,2}}), "
-                             rf"(?P<y2>\d{{4}}))(?: at (?P<h>\d{{1,2}}):(?P<mi>\d{{2}})(?: (?P<ap>AM|PM))? UTC)?")
-SPOKEN_DATE = (rf"(?:\d{{1,2}} (?:{_MONTH}) \d{{4}}|(?:{_MONTH}) \d{{1,2}}, \d{{4}})"
-               r"(?: at \d{1,2}:\d{2}(?: (?:AM|PM))? UTC)?")
+_SPOKEN_DATE_RE = re.compile(
+    rf"(?:(?P<d1>\d{{1,2}}) (?P<m1>{_MONTH}) (?P<y1>\d{{4}})|(?P<m2>{_MONTH}) (?P<d2>\d{{1,2}}), "
+    rf"(?P<y2>\d{{4}}))(?: at (?P<h>\d{{1,2}}):(?P<mi>\d{{2}})(?: (?P<ap>AM|PM))? UTC)?"
+)
+SPOKEN_DATE = (
+    rf"(?:\d{{1,2}} (?:{_MONTH}) \d{{4}}|(?:{_MONTH}) \d{{1,2}}, \d{{4}})"
+    r"(?: at \d{1,2}:\d{2}(?: (?:AM|PM))? UTC)?"
+)
 
 
 def words(name: str) -> str:
@@ -86,17 +103,26 @@ def spoken_tables(tools: list[dict[str, Any]]) -> dict[str, str]:
     by_table: dict[str, list[dict[str, Any]]] = {}
     for tool in tools:
         by_table.setdefault(tool["table"], []).append(tool)
-    bigrams = {pair for tool in tools for text in (tool["name"], tool.get("description") or "")
-               for toks in [snake_case(text).split("_")] for pair in zip(toks, toks[1:])}
-    every = (set.intersection(*({singular(w) for w in name_nouns(t["name"])} for t in tools))
-             if len(by_table) > 1 else set())
+    bigrams = {
+        pair
+        for tool in tools
+        for text in (tool["name"], tool.get("description") or "")
+        for toks in [snake_case(text).split("_")]
+        for pair in zip(toks, toks[1:], strict=False)
+    }
+    every = (
+        set.intersection(*({singular(w) for w in name_nouns(t["name"])} for t in tools)) if len(by_table) > 1 else set()
+    )
     names: dict[str, list[str]] = {}
     for table, own in by_table.items():
         found = spoken_words(table)
         if not speakable(table):
             keep = frozenset(t for t in table.split("_") if t.isalpha() and len(t) > 1)
-            found = (_shared_nouns([t["name"] for t in own], every, keep)
-                     or _shared_nouns([t.get("description") or "" for t in own], every, keep) or found)
+            found = (
+                _shared_nouns([t["name"] for t in own], every, keep)
+                or _shared_nouns([t.get("description") or "" for t in own], every, keep)
+                or found
+            )
         names[table] = [part for w in found for part in split_glued(w, bigrams)]
     heard: dict[str, list[str]] = {}
     for table, found in names.items():
@@ -129,7 +155,7 @@ def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
     labels = [words(name).lower()]
     flag = _FLAG_PREFIX.match(labels[0])
     if flag and (schema or {}).get("type") == "boolean":
-        labels.append(labels[0][flag.end():])
+        labels.append(labels[0][flag.end() :])
     desc = ((schema or {}).get("description") or "").strip().lower()
     m = re.match(r"^(?:the |an? )?([a-z][a-z ]{1,40}?)(?: of | for | in |[.,;(]|$)", desc)
     if m:
@@ -137,9 +163,15 @@ def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
         name_words = set(labels[0].split())
         # a description phrase is a label only when it names the same thing more fully ("full name" for
         # "name"), not another word for it ("index" for "exam room") nor a cut of it ("template")
-        if (1 <= len(phrase.split()) <= 3 and phrase not in labels and set(phrase.split()) & name_words
-                and phrase not in labels[0] and not re.search(
-                    r"\b(?:identifier|id|number|maximum|when|whether|list|the|a|an|is|are|to|this|that|one)\b", phrase)):
+        if (
+            1 <= len(phrase.split()) <= 3
+            and phrase not in labels
+            and set(phrase.split()) & name_words
+            and phrase not in labels[0]
+            and not re.search(
+                r"\b(?:identifier|id|number|maximum|when|whether|list|the|a|an|is|are|to|this|that|one)\b", phrase
+            )
+        ):
             labels.append(phrase)
     return labels
 
@@ -218,50 +250,121 @@ _REFERENCE_START = ("the ", "that ", "this ", "it", "my ", "our ")
 # table as a person names it; {fields}: "label value, label value"; {where}: list filters. Each plan starts
 # with (or holds before any value) the request's action verb and keeps values right after their labels.
 _PLANS: dict[str, tuple[str, ...]] = {
-    "list": ("show me the {things}{where}", "list the {things}{where}", "can you find the {things}{where}",
-             "I'd like a list of the {things}{where}", "please pull up a list of the {things}{where}",
-             "could you list all {things}{where}", "show me all {things}{where}", "find me the {things}{where}",
-             "I need you to list the {things}{where}", "browse the {things}{where}",
-             "could you show the {things}{where}", "give me a list of the {things}{where}",
-             "can you show me the {things}{where}", "please list the {things}{where}",
-             "let me have a list of the {things}{where}"),
-    "get": ("look up {subject} and tell me its details", "get me the details of {subject}",
-            "can you get {subject} for me", "I need the details of {subject}, please look them up",
-            "fetch {subject} and tell me what it says", "please retrieve {subject}", "describe {subject} for me",
-            "what are the details of {subject}", "could you fetch {subject}", "I'd like to view {subject}",
-            "please read me {subject}", "pull up the details of {subject}", "I'd like the details of {subject}",
-            "could you look up {subject} for me", "can you get me the details of {subject}",
-            "retrieve {subject} for me, please"),
-    "create": ("create a new {thing}{with}", "add a {thing}{with}", "please register a new {thing}{with}",
-               "I want to add a {thing}{with}", "make a new {thing}{with}", "could you create a {thing}{with}",
-               "please add a new {thing}{with}", "I need a new {thing}{with}", "go ahead and create a {thing}{with}",
-               "register a {thing}{with}", "I'd like to create a {thing}{with}", "could you add a {thing}{with}",
-               "please make a {thing}{with}", "can you register a {thing}{with}", "create one more {thing}{with}"),
-    "update": ("change {subject}: set {changes}", "update {subject} so that {changes_is}",
-               "please edit {subject} and set {changes}", "modify {subject}: {changes}",
-               "could you update {subject}: {changes}", "please change {subject} so that {changes_is}",
-               "edit {subject}, setting {changes}", "update {subject}, changing {changes}",
-               "I'd like you to change {subject}: {changes}", "please modify {subject} so that {changes_is}",
-               "could you edit {subject} so that {changes_is}", "change {subject} as follows: {changes}"),
+    "list": (
+        "show me the {things}{where}",
+        "list the {things}{where}",
+        "can you find the {things}{where}",
+        "I'd like a list of the {things}{where}",
+        "please pull up a list of the {things}{where}",
+        "could you list all {things}{where}",
+        "show me all {things}{where}",
+        "find me the {things}{where}",
+        "I need you to list the {things}{where}",
+        "browse the {things}{where}",
+        "could you show the {things}{where}",
+        "give me a list of the {things}{where}",
+        "can you show me the {things}{where}",
+        "please list the {things}{where}",
+        "let me have a list of the {things}{where}",
+    ),
+    "get": (
+        "look up {subject} and tell me its details",
+        "get me the details of {subject}",
+        "can you get {subject} for me",
+        "I need the details of {subject}, please look them up",
+        "fetch {subject} and tell me what it says",
+        "please retrieve {subject}",
+        "describe {subject} for me",
+        "what are the details of {subject}",
+        "could you fetch {subject}",
+        "I'd like to view {subject}",
+        "please read me {subject}",
+        "pull up the details of {subject}",
+        "I'd like the details of {subject}",
+        "could you look up {subject} for me",
+        "can you get me the details of {subject}",
+        "retrieve {subject} for me, please",
+    ),
+    "create": (
+        "create a new {thing}{with}",
+        "add a {thing}{with}",
+        "please register a new {thing}{with}",
+        "I want to add a {thing}{with}",
+        "make a new {thing}{with}",
+        "could you create a {thing}{with}",
+        "please add a new {thing}{with}",
+        "I need a new {thing}{with}",
+        "go ahead and create a {thing}{with}",
+        "register a {thing}{with}",
+        "I'd like to create a {thing}{with}",
+        "could you add a {thing}{with}",
+        "please make a {thing}{with}",
+        "can you register a {thing}{with}",
+        "create one more {thing}{with}",
+    ),
+    "update": (
+        "change {subject}: set {changes}",
+        "update {subject} so that {changes_is}",
+        "please edit {subject} and set {changes}",
+        "modify {subject}: {changes}",
+        "could you update {subject}: {changes}",
+        "please change {subject} so that {changes_is}",
+        "edit {subject}, setting {changes}",
+        "update {subject}, changing {changes}",
+        "I'd like you to change {subject}: {changes}",
+        "please modify {subject} so that {changes_is}",
+        "could you edit {subject} so that {changes_is}",
+        "change {subject} as follows: {changes}",
+    ),
     # a text search says its text after "for"/"matching"/"containing" and starts with "search", so that a
     # reader tells it from a list of the same rows
-    "search": ("search the {things} for {query}{where}", "search for {things} matching {query}{where}",
-               "could you search the {things} for {query}{where}", "please search {things} containing {query}{where}",
-               "search {things}{where} for {query}"),
-    "count": ("count the {things}{where}", "could you count the {things}{where}",
-              "how many {things} are there{where}? Count them", "please count how many {things} there are{where}"),
+    "search": (
+        "search the {things} for {query}{where}",
+        "search for {things} matching {query}{where}",
+        "could you search the {things} for {query}{where}",
+        "please search {things} containing {query}{where}",
+        "search {things}{where} for {query}",
+    ),
+    "count": (
+        "count the {things}{where}",
+        "could you count the {things}{where}",
+        "how many {things} are there{where}? Count them",
+        "please count how many {things} there are{where}",
+    ),
     # a state transition ("cancel", "archive") is asked for by its own verb
-    "action": ("{verb} {subject}", "please {verb} {subject}", "could you {verb} {subject}",
-               "I need you to {verb} {subject}", "go ahead and {verb} {subject}", "can you {verb} {subject}",
-               "I'd like you to {verb} {subject}", "please go ahead and {verb} {subject}"),
+    "action": (
+        "{verb} {subject}",
+        "please {verb} {subject}",
+        "could you {verb} {subject}",
+        "I need you to {verb} {subject}",
+        "go ahead and {verb} {subject}",
+        "can you {verb} {subject}",
+        "I'd like you to {verb} {subject}",
+        "please go ahead and {verb} {subject}",
+    ),
     # the one row of a singleton ("the settings"): no identifier to name
-    "get_one": ("look up {subject}", "get me {subject}", "please retrieve {subject}",
-                "fetch {subject} and tell me what they say", "could you get {subject} for me"),
-    "delete": ("delete {subject}", "remove {subject}", "please delete {subject}",
-               "please remove {subject}, it is not needed any more", "go ahead and delete {subject}",
-               "could you delete {subject}", "erase {subject}", "please drop {subject}, we no longer use it",
-               "I'd like you to remove {subject}", "can you remove {subject}", "please erase {subject}",
-               "delete {subject}, it is no longer needed", "I need you to delete {subject}"),
+    "get_one": (
+        "look up {subject}",
+        "get me {subject}",
+        "please retrieve {subject}",
+        "fetch {subject} and tell me what they say",
+        "could you get {subject} for me",
+    ),
+    "delete": (
+        "delete {subject}",
+        "remove {subject}",
+        "please delete {subject}",
+        "please remove {subject}, it is not needed any more",
+        "go ahead and delete {subject}",
+        "could you delete {subject}",
+        "erase {subject}",
+        "please drop {subject}, we no longer use it",
+        "I'd like you to remove {subject}",
+        "can you remove {subject}",
+        "please erase {subject}",
+        "delete {subject}, it is no longer needed",
+        "I need you to delete {subject}",
+    ),
 }
 
 
@@ -270,12 +373,20 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
     (``"Create an author"`` -> ``"create an author{with}"``), else None."""
     summary = (tool.get("description") or "").strip().rstrip(".")
     toks = summary.lower().split()
-    verbs = {"list": ("list", "search", "find", "browse"), "create": ("create", "add", "register"),
-             "delete": ("delete", "remove")}
+    verbs = {
+        "list": ("list", "search", "find", "browse"),
+        "create": ("create", "add", "register"),
+        "delete": ("delete", "remove"),
+    }
     if toks and toks[0].endswith("s") and toks[0][:-1] in verbs.get(kind, ()):
-        summary, toks = summary[: len(toks[0]) - 1] + summary[len(toks[0]):], [toks[0][:-1], *toks[1:]]
-    if not toks or len(toks) > 8 or kind not in verbs or toks[0] not in verbs[kind] or not re.fullmatch(
-            r"[A-Za-z ,'-]+", summary):
+        summary, toks = summary[: len(toks[0]) - 1] + summary[len(toks[0]) :], [toks[0][:-1], *toks[1:]]
+    if (
+        not toks
+        or len(toks) > 8
+        or kind not in verbs
+        or toks[0] not in verbs[kind]
+        or not re.fullmatch(r"[A-Za-z ,'-]+", summary)
+    ):
         return None
     said = spoken_words(tool["table"]) + spoken_words(spoken_table(tool))
     nouns = set(said) | {singular(t) for t in said}
@@ -293,12 +404,22 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
 
 
 #: How a list request states its filters: the lead and each filter's form (the solver reads each).
-_FILTER_FORMS = ((" where ", "{label} is {value}"), (" where ", "{label} is {value}"), (" with ", "{label} {value}"),
-                 (" that have ", "{label} {value}"), (" where ", "{label} is set to {value}"))
+_FILTER_FORMS = (
+    (" where ", "{label} is {value}"),
+    (" where ", "{label} is {value}"),
+    (" with ", "{label} {value}"),
+    (" that have ", "{label} {value}"),
+    (" where ", "{label} is set to {value}"),
+)
 
 
-def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
-                  refs: dict[str, str] | None = None, rng: random.Random | None = None) -> str:
+def describe_call(
+    tool: dict[str, Any],
+    key: str,
+    args: dict[str, Any],
+    refs: dict[str, str] | None = None,
+    rng: random.Random | None = None,
+) -> str:
     """One imperative request asking for ``tool`` with ``args``.
 
     ``refs`` maps argument names to reference phrases ("the company you just created") that replace
@@ -322,8 +443,7 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
 
     def label(name: str) -> str:
         options = field_labels(name, props.get(name)) if natural else [words(name)]
-        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2
-                                 and lab not in own_words]
+        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2 and lab not in own_words]
         if len(options) > 1 and _FLAG_PREFIX.match(options[0]) and props.get(name, {}).get("type") == "boolean":
             return options[1]  # the flag by what it says: "active is no"
         return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]
@@ -339,12 +459,16 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
         subject = f"the {things if tool['table'].endswith('s') else thing}"
     elif kind in KEYED_KINDS:
         target = val(key)
-        subject = target if target and target.startswith(_REFERENCE_START) else (
-            f"{thing} {target}" if target else f"that {thing}")
+        subject = (
+            target
+            if target and target.startswith(_REFERENCE_START)
+            else (f"{thing} {target}" if target else f"that {thing}")
+        )
     fields = [(n, val(n)) for n in args if n not in (key, "limit", "offset", "query")]
     fields = [(n, v) for n, v in fields if v]
     # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
     owners = " ".join(f"for {v}" for _, v in fields if v.startswith(_REFERENCE_START))
+
     def listing(items: list[str]) -> str:
         # a person ends a list with "and" about as often as not
         if natural and len(items) > 1 and rng.random() < 0.5:
@@ -370,29 +494,49 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
         if plain:
             # "where genre is 'fiction'", "with genre 'fiction'" or "that have genre 'fiction'"
             # (a flag reads "where active is no", never "that have active no")
-            forms = [f for f in _FILTER_FORMS if " is " in f[1] or not any(isinstance(args.get(n), bool)
-                                                                           for n, _ in plain)]
+            forms = [
+                f for f in _FILTER_FORMS if " is " in f[1] or not any(isinstance(args.get(n), bool) for n, _ in plain)
+            ]
             form = rng.choice(forms) if natural else _FILTER_FORMS[0]
             where += form[0] + " and ".join(form[1].format(label=label(n), value=v) for n, v in plain)
         if args.get("offset") and "offset" not in refs:
             where += f", skipping the first {args['offset']}"
         if "limit" in args and "limit" not in refs:
-            where += (f" (at most {args['limit']})" if not natural else
-                      rng.choice((f" (at most {args['limit']})", f", just the first {args['limit']}",
-                                  f", up to {args['limit']} of them")))
+            where += (
+                f" (at most {args['limit']})"
+                if not natural
+                else rng.choice(
+                    (
+                        f" (at most {args['limit']})",
+                        f", just the first {args['limit']}",
+                        f", up to {args['limit']} of them",
+                    )
+                )
+            )
     plan_vars = {
-        "thing": thing, "things": things, "subject": subject, "where": where,
+        "thing": thing,
+        "things": things,
+        "subject": subject,
+        "where": where,
         "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
         "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
         "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
-        "query": val("query") if "query" in args else "", "verb": (tool.get("action") or {}).get("verb", kind),
+        "query": val("query") if "query" in args else "",
+        "verb": (tool.get("action") or {}).get("verb", kind),
     }
     plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
     if not natural:
-        plans = {"list": "show me the {things}{where}", "get": "look up {subject} and tell me its details",
-                 "create": "create a new {thing}{with}", "update": "change {subject}: set {changes}",
-                 "delete": "delete {subject}", "search": "search the {things} for {query}{where}",
-                 "count": "count the {things}{where}", "action": "{verb} {subject}", "get_one": "look up {subject}"}
+        plans = {
+            "list": "show me the {things}{where}",
+            "get": "look up {subject} and tell me its details",
+            "create": "create a new {thing}{with}",
+            "update": "change {subject}: set {changes}",
+            "delete": "delete {subject}",
+            "search": "search the {things} for {query}{where}",
+            "count": "count the {things}{where}",
+            "action": "{verb} {subject}",
+            "get_one": "look up {subject}",
+        }
         plan = plans[plan_kind]
     else:
         options = list(_PLANS[plan_kind])
@@ -405,21 +549,30 @@ def describe_call(tool: dict[str, Any], key: str, args: dict[str, Any],
     return an(plan.format(**plan_vars))
 
 
-def minting_call(history: list[dict[str, Any]], turn_start: int, upto: int, value: Any,
-                 key_of: Callable[[str], str]) -> int | None:
+def minting_call(
+    history: list[dict[str, Any]], turn_start: int, upto: int, value: Any, key_of: Callable[[str], str]
+) -> int | None:
     """Position of the ``create`` call among ``history[turn_start:upto + 1]`` that assigned ``value`` as its
     new row's identifier (``key_of(tool name)`` names that field; a result that only carries the value, as a
     lookup of the new row or a row referring to it, did not assign it), or None."""
     for pos in range(turn_start, min(upto + 1, len(history))):
         call = history[pos]
-        if (call["kind"] == "create" and isinstance(call.get("output"), dict)
-                and call["output"].get(key_of(call["name"])) == value):
+        if (
+            call["kind"] == "create"
+            and isinstance(call.get("output"), dict)
+            and call["output"].get(key_of(call["name"])) == value
+        ):
             return pos
     return None
 
 
-def new_value_refs(call: dict[str, Any], history: list[dict[str, Any]], turn_start: int,
-                   tools: dict[str, dict[str, Any]], key_of: Callable[[str], str]) -> dict[str, str]:
+def new_value_refs(
+    call: dict[str, Any],
+    history: list[dict[str, Any]],
+    turn_start: int,
+    tools: dict[str, dict[str, Any]],
+    key_of: Callable[[str], str],
+) -> dict[str, str]:
     """References for the arguments of ``call`` that a ``create`` call of the same turn assigns (positions
     ``>= turn_start`` of ``history``; ``key_of`` names a tool's row identifier): the user cannot know such a
     value yet, so the request names it by what creates it (``{"book_id": "the new book"}``), never quotes it,
@@ -441,10 +594,29 @@ VALUE_CONNECTORS = ("", "set to ", "of ")
 #: Connectives between two requests of one message (:func:`join_sentences`; the solver splits a query at each,
 #: ``solve._clauses``, and the conversational mode tidies around them): inside a sentence after a comma
 #: (``", and afterwards "``) or opening the next sentence (``". Afterwards, "``).
-COMMA_JOINTS = ("then", "and then", "and after that", "and once that is done,", "and afterwards",
-                "and when that is done,", "and after this", "and following that,")
-SENTENCE_JOINTS = ("Then", "Also", "And then", "Next,", "After that,", "Afterwards,", "Following that,",
-                   "Once that is done,", "After this,", "When that is done,", "On top of that,")
+COMMA_JOINTS = (
+    "then",
+    "and then",
+    "and after that",
+    "and once that is done,",
+    "and afterwards",
+    "and when that is done,",
+    "and after this",
+    "and following that,",
+)
+SENTENCE_JOINTS = (
+    "Then",
+    "Also",
+    "And then",
+    "Next,",
+    "After that,",
+    "Afterwards,",
+    "Following that,",
+    "Once that is done,",
+    "After this,",
+    "When that is done,",
+    "On top of that,",
+)
 #: ... and those that only introduce a message's last request.
 LAST_JOINTS = ("Finally,", "Lastly,", "To finish,", "and finally")
 
@@ -460,8 +632,11 @@ def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
         if rng is None:
             text += (", then " if not last else ", and then ") + part
             continue
-        options = [*(f", {j} " for j in COMMA_JOINTS), *(f". {j} " for j in SENTENCE_JOINTS),
-                   *((f". {j} " if j[0].isupper() else f", {j} " for j in LAST_JOINTS) if last else ())]
+        options = [
+            *(f", {j} " for j in COMMA_JOINTS),
+            *(f". {j} " for j in SENTENCE_JOINTS),
+            *((f". {j} " if j[0].isupper() else f", {j} " for j in LAST_JOINTS) if last else ()),
+        ]
         joint = rng.choice(options)
         if joint.startswith(". "):
             text = text.rstrip("?") + joint + part
@@ -472,24 +647,67 @@ def join_sentences(parts: list[str], rng: random.Random | None = None) -> str:
 
 # ----------------------------------------------------------------------------- persona register
 _OPENERS = {
-    "formal": ("Hello, I am {persona}. ", "Good morning. As {persona}, I need some help. ",
-               "Hello. I work as {persona}. ", "Good afternoon, this is {persona}. ",
-               "As {persona}, I have a few requests. ", "Good day. I am {persona} and need a few things done. ",
-               "Hello, {persona} here. ", "Dear assistant, I am {persona}. ",
-               "Good morning, I'm {persona} and would like your help. "),
-    "casual": ("Hi! I'm {persona}. ", "Hey there, {persona} here. ", "Hi, quick one from {persona}. ",
-               "Hey, I'm {persona} and could use a hand. ", "Hi there, {persona} here with a few things. ",
-               "Hey! {persona} here. ", "Hi, it's {persona}. ", "Hello! I'm {persona} and need a hand. ",
-               "Hey, {persona} here, hoping you can help. "),
+    "formal": (
+        "Hello, I am {persona}. ",
+        "Good morning. As {persona}, I need some help. ",
+        "Hello. I work as {persona}. ",
+        "Good afternoon, this is {persona}. ",
+        "As {persona}, I have a few requests. ",
+        "Good day. I am {persona} and need a few things done. ",
+        "Hello, {persona} here. ",
+        "Dear assistant, I am {persona}. ",
+        "Good morning, I'm {persona} and would like your help. ",
+    ),
+    "casual": (
+        "Hi! I'm {persona}. ",
+        "Hey there, {persona} here. ",
+        "Hi, quick one from {persona}. ",
+        "Hey, I'm {persona} and could use a hand. ",
+        "Hi there, {persona} here with a few things. ",
+        "Hey! {persona} here. ",
+        "Hi, it's {persona}. ",
+        "Hello! I'm {persona} and need a hand. ",
+        "Hey, {persona} here, hoping you can help. ",
+    ),
 }
-_FOLLOW = {"formal": ("", "Next, ", "In addition, ", "Now, ", "Also, ", "Further, ", "Additionally, ",
-                      "Moving on, ", "Besides that, "),
-           "casual": ("", "Ok, ", "Next up: ", "Now ", "Alright, ", "One more thing: ", "Right, ", "Okay, ",
-                      "Another thing: ", "While you're at it, ", "Oh, and ")}
-_CLOSERS = {"formal": ("", " Thank you.", " Many thanks.", " I appreciate your help.", " Thank you in advance.",
-                       " Thanks for your help.", " Much appreciated."),
-            "casual": ("", " Thanks!", " Cheers.", " Appreciate it!", " Thanks a lot!", " Thanks so much.",
-                       " You're a star.")}
+_FOLLOW = {
+    "formal": (
+        "",
+        "Next, ",
+        "In addition, ",
+        "Now, ",
+        "Also, ",
+        "Further, ",
+        "Additionally, ",
+        "Moving on, ",
+        "Besides that, ",
+    ),
+    "casual": (
+        "",
+        "Ok, ",
+        "Next up: ",
+        "Now ",
+        "Alright, ",
+        "One more thing: ",
+        "Right, ",
+        "Okay, ",
+        "Another thing: ",
+        "While you're at it, ",
+        "Oh, and ",
+    ),
+}
+_CLOSERS = {
+    "formal": (
+        "",
+        " Thank you.",
+        " Many thanks.",
+        " I appreciate your help.",
+        " Thank you in advance.",
+        " Thanks for your help.",
+        " Much appreciated.",
+    ),
+    "casual": ("", " Thanks!", " Cheers.", " Appreciate it!", " Thanks a lot!", " Thanks so much.", " You're a star."),
+}
 _FORMAL = ("accountant", "analyst", "administrator", "agent", "manager", "librarian", "coordinator")
 
 
@@ -506,7 +724,7 @@ def strip_lead(text: str) -> str:
     joined after another; the first letter stays as a sentence's inner word would be ("I" stays "I")."""
     for lead in sorted({x for xs in _FOLLOW.values() for x in xs if x}, key=len, reverse=True):
         if text.startswith(lead):
-            text = text[len(lead):]
+            text = text[len(lead) :]
             break
     return text if re.match(r"I\b|I'", text) else text[:1].lower() + text[1:]
 
@@ -520,11 +738,13 @@ def an(text: str) -> str:
     """Every indefinite article in ``text`` agreeing with the sound of the word after it (``"a appointment"``
     -> ``"an appointment"``, ``"an user"`` -> ``"a user"``; :func:`~envfactory_assets.sources.names.
     indefinite_article`)."""
+
     def agree(m: re.Match[str]) -> str:
         if m[3].lower() in _NOT_A_NOUN:
             return m[0]
         article = indefinite_article(m[3])
         return (m[1] + article[1:]) + " " + m[3]
+
     return _ARTICLE.sub(agree, text)
 
 
@@ -563,8 +783,9 @@ def row_label(row: Any) -> str | None:
     return next((row[k] for k in _LABELS if isinstance(row.get(k), str) and 0 < len(row[k]) <= 80), None)
 
 
-def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output: Any,
-                   rng: random.Random | None = None) -> str:
+def summarize_call(
+    tool: dict[str, Any], key: str, args: dict[str, Any], output: Any, rng: random.Random | None = None
+) -> str:
     """A short assistant sentence reporting one tool result faithfully (counts, labels, identifiers and the
     values written are the call's own); with ``rng`` one of several wordings."""
     thing, things = spoken_thing(spoken_table(tool)), spoken_things(spoken_table(tool))
@@ -573,15 +794,24 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
     pick = (lambda options: options[0]) if rng is None else (lambda options: options[rng.randrange(len(options))])
     if kind == "count":
         n = out.get("count", 0)
-        return pick((f"there {'is' if n == 1 else 'are'} {n} {thing if n == 1 else things}",
-                     f"I counted {n} {thing if n == 1 else things}"))
+        return pick(
+            (
+                f"there {'is' if n == 1 else 'are'} {n} {thing if n == 1 else things}",
+                f"I counted {n} {thing if n == 1 else things}",
+            )
+        )
     if kind in ("list", "search"):
         n = out.get("total", len(out.get("items") or []))
         labels = [x for x in (row_label(i) for i in (out.get("items") or [])[:3]) if x]
         named = (", including " + ", ".join(f"'{x}'" for x in labels)) if labels else ""
         noun = thing if n == 1 else things
-        return pick((f"I found {n} {noun}{named}", f"there {'is' if n == 1 else 'are'} {n} {noun}{named}",
-                     f"the search returned {n} {noun}{named}"))
+        return pick(
+            (
+                f"I found {n} {noun}{named}",
+                f"there {'is' if n == 1 else 'are'} {n} {noun}{named}",
+                f"the search returned {n} {noun}{named}",
+            )
+        )
     label = row_label(out)
     ident = out.get(key, args.get(key))
     who = f"'{label}' ({ident})" if label else f"{thing} {ident}"
@@ -595,14 +825,27 @@ def summarize_call(tool: dict[str, Any], key: str, args: dict[str, Any], output:
     if tool.get("singleton"):
         who = f"the {things if tool['table'].endswith('s') else thing}"
     if kind == "get":
-        facts = [f"{words(k)} {v}" for k, v in out.items() if k != key and k not in _LABELS
-                 and isinstance(v, (str, int, float)) and not isinstance(v, bool) and len(str(v)) <= 40][:2]
+        facts = [
+            f"{words(k)} {v}"
+            for k, v in out.items()
+            if k != key
+            and k not in _LABELS
+            and isinstance(v, (str, int, float))
+            and not isinstance(v, bool)
+            and len(str(v)) <= 40
+        ][:2]
         detail = (": " + ", ".join(facts)) if facts else ""
-        return pick((f"here are the details of {who}{detail}", f"{who} is a {thing}{detail}",
-                     f"I looked up {who}{detail}"))
+        return pick(
+            (f"here are the details of {who}{detail}", f"{who} is a {thing}{detail}", f"I looked up {who}{detail}")
+        )
     if kind == "create":
-        return pick((f"I created {who}", f"{who} has been added",
-                     f"done, the new {thing} is {f'{label!r} ({ident})' if label else ident}"))
+        return pick(
+            (
+                f"I created {who}",
+                f"{who} has been added",
+                f"done, the new {thing} is {f'{label!r} ({ident})' if label else ident}",
+            )
+        )
     if kind == "update":
         changed = [f"{words(k)} is now {spoken_value(v)}" for k, v in args.items() if k != key][:2]
         detail = (": " + ", ".join(changed)) if changed else ""

@@ -19,8 +19,9 @@ def accuracy_distribution(rows: list[dict[str, Any]]) -> dict[str, int]:
 def refined_accuracy_distribution(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Turns whose query refinement changed, by the accuracy of the refined query (reverted ones included,
     at 0.00): how often the operators keep a turn solvable."""
-    counts = Counter(f"{t['solve_refined']['accuracy']:.2f}" for r in rows for t in r["turns"]
-                     if t.get("solve_refined"))
+    counts = Counter(
+        f"{t['solve_refined']['accuracy']:.2f}" for r in rows for t in r["turns"] if t.get("solve_refined")
+    )
     return dict(sorted(counts.items()))
 
 
@@ -39,8 +40,9 @@ def examples_markdown(rows: list[dict[str, Any]], n: int = 5) -> str:
                 break
             if not t.get("operators"):
                 continue
-            ops = ", ".join(sorted({o["operator"] + (" (reverted)" if o.get("reverted") else "")
-                                    for o in t["operators"]}))
+            ops = ", ".join(
+                sorted({o["operator"] + (" (reverted)" if o.get("reverted") else "") for o in t["operators"]})
+            )
             after = t.get("query_refined_rejected", t["query"])
             lines.append(f"| {_md_cell(t['query_raw'])} | {_md_cell(after)} | {ops} | {t['accuracy']:.2f} |")
             shown += 1
@@ -56,7 +58,8 @@ def refinement_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     reverted = Counter(o["operator"] for r in rows for o in r["operators"] if o.get("reverted"))
     turns = [t for r in rows for t in r["turns"]]
     return {
-        "operators": dict(ops), "operators_reverted": dict(reverted),
+        "operators": dict(ops),
+        "operators_reverted": dict(reverted),
         "accuracy_distribution": accuracy_distribution(rows),
         "refined_accuracy_distribution": refined_accuracy_distribution(rows),
         "mean_accuracy": round(sum(t["accuracy"] for t in turns) / len(turns), 4) if turns else 0.0,
@@ -89,8 +92,12 @@ def _is_identifier_argument(name: str) -> bool:
 
 def identifier_values(turn: dict[str, Any]) -> list[str]:
     """String values of a turn's identifier arguments (``*_id`` / ``id``) across its calls."""
-    return [v for c in turn["calls"] for n, v in c["arguments"].items()
-            if _is_identifier_argument(n) and isinstance(v, str) and v]
+    return [
+        v
+        for c in turn["calls"]
+        for n, v in c["arguments"].items()
+        if _is_identifier_argument(n) and isinstance(v, str) and v
+    ]
 
 
 def query_statistics(rows: list[dict[str, Any]], field: str = "query", sample: int = 1000) -> dict[str, Any]:
@@ -114,7 +121,7 @@ def query_statistics(rows: list[dict[str, Any]], field: str = "query", sample: i
     trigrams: set[tuple[str, ...]] = set()
     for q in queries[:sample]:
         toks = _WORD.findall(q.lower())
-        trigrams.update(zip(toks, toks[1:], toks[2:]))
+        trigrams.update(zip(toks, toks[1:], toks[2:], strict=False))
     with_ids = [t for t in turns if identifier_values(t)]
     literal = sum(1 for t in with_ids if any(v in t[field] for v in identifier_values(t)))
     ops = Counter(o for t in turns for o in {o["operator"] for o in t.get("operators") or [] if not o.get("reverted")})
@@ -124,9 +131,12 @@ def query_statistics(rows: list[dict[str, Any]], field: str = "query", sample: i
         "literal_identifier_share": round(literal / len(with_ids), 4) if with_ids else 0.0,
         "mean_words": round(sum(len(_WORD.findall(q.lower())) for q in queries) / n, 2) if n else 0.0,
         "refined_differs_share": round(sum(1 for t in turns if t["query"] != t.get("query_raw", t["query"])) / n, 4)
-        if n else 0.0,
+        if n
+        else 0.0,
         "operator_share": {k: round(v / n, 4) for k, v in sorted(ops.items())},
-        "accuracy_distribution": dict(sorted(Counter(f"{t['accuracy']:.2f}" for t in turns if "accuracy" in t).items())),
+        "accuracy_distribution": dict(
+            sorted(Counter(f"{t['accuracy']:.2f}" for t in turns if "accuracy" in t).items())
+        ),
     }
 
 
@@ -168,8 +178,13 @@ def quotes(text: str, value: str) -> bool:
 def assigned_identifiers(calls: list[dict[str, Any]]) -> set[str]:
     """String identifiers (``id`` / ``*_id`` values) that the ``create`` calls among ``calls`` assigned: in
     their output and not among their arguments (a foreign key the create was given is not new)."""
-    return set().union(*(_identifier_leaves(c.get("output")) - _identifier_leaves(c["arguments"])
-                         for c in calls if c.get("kind") == "create"))
+    return set().union(
+        *(
+            _identifier_leaves(c.get("output")) - _identifier_leaves(c["arguments"])
+            for c in calls
+            if c.get("kind") == "create"
+        )
+    )
 
 
 def future_identifiers(turns: list[dict[str, Any]], index: int) -> list[str]:
@@ -204,8 +219,12 @@ def future_identifier_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
             ids = future_identifiers(r["turns"], i)
             if ids:
                 quoting.append((turn["query"], ids))
-    return {"turns": n, "turns_quoting_future_identifier": len(quoting),
-            "share": round(len(quoting) / n, 4) if n else 0.0, "examples": quoting[:3]}
+    return {
+        "turns": n,
+        "turns_quoting_future_identifier": len(quoting),
+        "share": round(len(quoting) / n, 4) if n else 0.0,
+        "examples": quoting[:3],
+    }
 
 
 def _value_stated(value: Any, texts: list[str], outputs: set[str]) -> bool:
@@ -233,8 +252,9 @@ def _json_leaves(value: Any) -> set[str]:
     return {json.dumps(value, ensure_ascii=False)}
 
 
-def unstated_gold_arguments(turns: list[dict[str, Any]], turn_index: int, gold_calls: list[dict[str, Any]],
-                            masked: list[str]) -> list[dict[str, Any]]:
+def unstated_gold_arguments(
+    turns: list[dict[str, Any]], turn_index: int, gold_calls: list[dict[str, Any]], masked: list[str]
+) -> list[dict[str, Any]]:
     """Arguments of an RL row's gold calls whose value nobody gave the agent and that the row does not mask.
 
     ``turns`` are the refined trajectory's turns, ``turn_index`` the row's turn, ``gold_calls`` its
@@ -249,14 +269,21 @@ def unstated_gold_arguments(turns: list[dict[str, Any]], turn_index: int, gold_c
     """
     turn = turns[turn_index]
     now = [turn["query"]] + [m["content"] for m in turn.get("clarification") or [] if m["role"] == "user"]
-    before = [text for t in turns[:turn_index] for text in
-              [t["query"], t.get("assistant_summary") or ""] + [m["content"] for m in t.get("clarification") or []]]
+    before = [
+        text
+        for t in turns[:turn_index]
+        for text in [t["query"], t.get("assistant_summary") or ""]
+        + [m["content"] for m in t.get("clarification") or []]
+    ]
     outputs: set[str] = set()
     for t in turns[:turn_index]:
         for c in t["calls"]:
             outputs |= _json_leaves(c.get("output"))
-    refs = {(o["argument"], json.dumps(o["value"], ensure_ascii=False)): o["operator"]
-            for o in turn.get("operators") or [] if o.get("reference") and not o.get("reverted")}
+    refs = {
+        (o["argument"], json.dumps(o["value"], ensure_ascii=False)): o["operator"]
+        for o in turn.get("operators") or []
+        if o.get("reference") and not o.get("reverted")
+    }
     pending = list(gold_calls)
     found = []
     for call in turn["calls"]:
@@ -264,11 +291,20 @@ def unstated_gold_arguments(turns: list[dict[str, Any]], turn_index: int, gold_c
             pending.pop(0)
             for arg, value in call["arguments"].items():
                 from_user = (call.get("provenance") or {}).get(arg, {}).get("source") == "user"
-                if arg in masked or _value_stated(value, now, set()) or (
-                        not from_user and _value_stated(value, before, outputs)):
+                if (
+                    arg in masked
+                    or _value_stated(value, now, set())
+                    or (not from_user and _value_stated(value, before, outputs))
+                ):
                     continue
-                found.append({"call": call["name"], "argument": arg, "value": value,
-                              "referred_by": refs.get((arg, json.dumps(value, ensure_ascii=False)))})
+                found.append(
+                    {
+                        "call": call["name"],
+                        "argument": arg,
+                        "value": value,
+                        "referred_by": refs.get((arg, json.dumps(value, ensure_ascii=False))),
+                    }
+                )
         outputs |= _json_leaves(call.get("output"))
     return found
 
@@ -292,8 +328,9 @@ def refined_turn_of(turns: list[dict[str, Any]], turn_index: int, gold_calls: li
     return None
 
 
-def gold_argument_figures(trajectories: dict[str, list[dict[str, Any]]],
-                          rl_rows: list[dict[str, Any]]) -> dict[str, Any]:
+def gold_argument_figures(
+    trajectories: dict[str, list[dict[str, Any]]], rl_rows: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Gold arguments of RL rows nobody gave (:func:`unstated_gold_arguments`), over the rows whose refined
     trajectory is in ``trajectories`` (``{refined id: turns}``).
 
@@ -326,8 +363,14 @@ def gold_argument_figures(trajectories: dict[str, list[dict[str, Any]]],
         unstated += unstated_gold_arguments(turns, index, row["gold_calls"], mask)
     never = [u for u in unstated if u["referred_by"] is None]
     unmasked = total - masked
-    return {"rl_rows": n_rows, "rl_rows_unmatched": unmatched, "gold_arguments": total, "masked": masked,
-            "unstated": len(unstated),
-            "referred_to": dict(Counter(u["referred_by"] for u in unstated if u["referred_by"]).most_common()),
-            "never_given": len(never), "never_given_share": round(len(never) / unmasked, 4) if unmasked else 0.0,
-            "never_given_by_argument": dict(Counter(f"{u['call']}.{u['argument']}" for u in never).most_common(10))}
+    return {
+        "rl_rows": n_rows,
+        "rl_rows_unmatched": unmatched,
+        "gold_arguments": total,
+        "masked": masked,
+        "unstated": len(unstated),
+        "referred_to": dict(Counter(u["referred_by"] for u in unstated if u["referred_by"]).most_common()),
+        "never_given": len(never),
+        "never_given_share": round(len(never) / unmasked, 4) if unmasked else 0.0,
+        "never_given_by_argument": dict(Counter(f"{u['call']}.{u['argument']}" for u in never).most_common(10)),
+    }

@@ -43,8 +43,9 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Collection, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 import networkx as nx
 
@@ -174,10 +175,16 @@ class Chain:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Chain":
-        return cls(tools=tuple(d["tools"]), servers=tuple(d["servers"]), seed=int(d["seed"]),
-                   sampler=str(d["sampler"]), producers={t: dict(v) for t, v in (d.get("producers") or {}).items()},
-                   key=d.get("key"), plan=d.get("plan"))
+    def from_dict(cls, d: Mapping[str, Any]) -> Chain:
+        return cls(
+            tools=tuple(d["tools"]),
+            servers=tuple(d["servers"]),
+            seed=int(d["seed"]),
+            sampler=str(d["sampler"]),
+            producers={t: dict(v) for t, v in (d.get("producers") or {}).items()},
+            key=d.get("key"),
+            plan=d.get("plan"),
+        )
 
 
 def chain_seed(key: str) -> int:
@@ -191,7 +198,7 @@ def clashing_environments(graph: ToolGraph) -> dict[str, frozenset[str]]:
     by_name: dict[str, set[str]] = {}
     for node in graph.node_ids:
         env = graph.env_of(node)
-        by_name.setdefault(node[len(env) + 1:], set()).add(env)
+        by_name.setdefault(node[len(env) + 1 :], set()).add(env)
     clashes: dict[str, set[str]] = {}
     for envs in by_name.values():
         for env in envs if len(envs) > 1 else ():
@@ -199,8 +206,9 @@ def clashing_environments(graph: ToolGraph) -> dict[str, frozenset[str]]:
     return {e: frozenset(v) for e, v in clashes.items()}
 
 
-def keep_apart(clashes: Mapping[str, frozenset[str]], apart: Collection[str],
-               env_ids: Collection[str]) -> dict[str, frozenset[str]]:
+def keep_apart(
+    clashes: Mapping[str, frozenset[str]], apart: Collection[str], env_ids: Collection[str]
+) -> dict[str, frozenset[str]]:
     """``clashes`` (``{env_id: environments it may not share a chain with}``) extended so that no environment
     of ``apart`` shares a chain with one of ``env_ids`` outside it (held-out environments are combined only
     with each other, so a chain is wholly held out or wholly for training)."""
@@ -230,7 +238,7 @@ class _Draft:
     producers: dict[str, dict[str, str]] = field(default_factory=dict)
     clashes: Mapping[str, frozenset[str]] = field(default_factory=dict)  # shared, read-only
 
-    def copy(self) -> "_Draft":
+    def copy(self) -> _Draft:
         # a binding map is never changed once added (add() takes a fresh one), so copies may share them
         return _Draft(list(self.tools), list(self.servers), dict(self.producers), self.clashes)
 
@@ -253,15 +261,15 @@ def _latest_producer(graph: ToolGraph, node: str, param: str, tools: list[str]) 
     return None
 
 
-def _shared_link(graph: ToolGraph, node: str, env: str, tools: list[str],
-                 bindings: Mapping[str, str]) -> bool:
+def _shared_link(graph: ToolGraph, node: str, env: str, tools: list[str], bindings: Mapping[str, str]) -> bool:
     """True when one of ``bindings`` is a tool of another environment passing ``node`` a shared value."""
     shared = graph.shared_producers(node)
     return any(src in shared.get(name, ()) and src in tools for name, src in bindings.items())
 
 
-def _force_shared_link(graph: ToolGraph, node: str, env: str, tools: list[str], bindings: dict[str, str],
-                       rng: random.Random) -> bool:
+def _force_shared_link(
+    graph: ToolGraph, node: str, env: str, tools: list[str], bindings: dict[str, str], rng: random.Random
+) -> bool:
     """Bind one input of ``node`` (left out or user-stated so far) to the latest earlier tool of another
     environment that passes it a shared value; False when no input can take one."""
     options = []
@@ -279,8 +287,16 @@ def _force_shared_link(graph: ToolGraph, node: str, env: str, tools: list[str], 
     return True
 
 
-def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: frozenset[str],
-             rng: random.Random, cfg: SamplerConfig, consumer: tuple[str, str] | None = None) -> _Draft | None:
+def _try_add(
+    graph: ToolGraph,
+    node: str,
+    draft: _Draft,
+    depth: int,
+    stack: frozenset[str],
+    rng: random.Random,
+    cfg: SamplerConfig,
+    consumer: tuple[str, str] | None = None,
+) -> _Draft | None:
     """Return a new draft with ``node`` appended after the producers its inputs need, or None.
 
     ``depth`` is the producer depth of ``node`` (0 for a tool BFS adds); ``stack`` holds the tools whose
@@ -293,8 +309,12 @@ def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: froz
     env = graph.env_of(node)
     if not draft.has_room(env, cfg):
         return None
-    feeds_chain = (consumer is not None and graph.env_of(consumer[0]) in draft.servers
-                   and graph.env_of(consumer[0]) != env and graph.passes_shared_value(node, *consumer))
+    feeds_chain = (
+        consumer is not None
+        and graph.env_of(consumer[0]) in draft.servers
+        and graph.env_of(consumer[0]) != env
+        and graph.passes_shared_value(node, *consumer)
+    )
     d = draft.copy()
     bindings: dict[str, str] = {}
     inner = stack | {node}
@@ -320,7 +340,7 @@ def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: froz
         if depth < cfg.max_depth:
             cands = [p for p in graph.producers(node, name) if p not in d.tools and p not in inner]
             rng.shuffle(cands)
-            for p in cands[:cfg.max_producer_candidates]:
+            for p in cands[: cfg.max_producer_candidates]:
                 nd = _try_add(graph, p, d, depth + 1, inner, rng, cfg, (node, name))
                 if nd is not None:
                     d, chosen = nd, p
@@ -331,8 +351,12 @@ def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: froz
             return None
         # An optional input nothing can fill is left out.
     joins = bool(d.servers) and env not in d.servers
-    if joins and not feeds_chain and not _shared_link(graph, node, env, d.tools, bindings) \
-            and not _force_shared_link(graph, node, env, d.tools, bindings, rng):
+    if (
+        joins
+        and not feeds_chain
+        and not _shared_link(graph, node, env, d.tools, bindings)
+        and not _force_shared_link(graph, node, env, d.tools, bindings, rng)
+    ):
         return None
     if not d.has_room(env, cfg):
         return None
@@ -341,8 +365,14 @@ def _try_add(graph: ToolGraph, node: str, draft: _Draft, depth: int, stack: froz
 
 
 def _finish(graph: ToolGraph, draft: _Draft, seed: int, sampler: str, key: str | None) -> Chain:
-    chain = Chain(tools=tuple(draft.tools), servers=tuple(draft.servers), seed=seed, sampler=sampler,
-                  producers={t: dict(b) for t, b in draft.producers.items()}, key=key)
+    chain = Chain(
+        tools=tuple(draft.tools),
+        servers=tuple(draft.servers),
+        seed=seed,
+        sampler=sampler,
+        producers={t: dict(b) for t, b in draft.producers.items()},
+        key=key,
+    )
     plan = episode_plan(graph, chain)
     return chain if plan is None else replace(chain, plan=plan)
 
@@ -350,9 +380,16 @@ def _finish(graph: ToolGraph, draft: _Draft, seed: int, sampler: str, key: str |
 def _bridge(graph: ToolGraph, draft: _Draft, rng: random.Random, cfg: SamplerConfig, tries: int = 8) -> _Draft:
     """``draft`` with one more tool, from another environment that an earlier tool passes a shared value
     to, when one of up to ``tries`` such tools (random order) can be added; else ``draft`` itself."""
-    cands = sorted({s for t in draft.tools for s in graph.successors(t)
-                    if s not in draft.tools and graph.env_of(s) not in draft.servers
-                    and _can_join(graph.env_of(s), draft.servers, cfg.max_servers, draft.clashes)})
+    cands = sorted(
+        {
+            s
+            for t in draft.tools
+            for s in graph.successors(t)
+            if s not in draft.tools
+            and graph.env_of(s) not in draft.servers
+            and _can_join(graph.env_of(s), draft.servers, cfg.max_servers, draft.clashes)
+        }
+    )
     rng.shuffle(cands)
     for s in cands[:tries]:
         added = _try_add(graph, s, draft, 0, frozenset(), rng, cfg)
@@ -361,8 +398,14 @@ def _bridge(graph: ToolGraph, draft: _Draft, rng: random.Random, cfg: SamplerCon
     return draft
 
 
-def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = None, *,
-                 key: str | None = None, clashes: Mapping[str, frozenset[str]] | None = None) -> Chain:
+def sample_chain(
+    graph: ToolGraph,
+    seed: int,
+    config: SamplerConfig | None = None,
+    *,
+    key: str | None = None,
+    clashes: Mapping[str, frozenset[str]] | None = None,
+) -> Chain:
     """Topology-aware chain (paper): BFS from a random tool, producers resolved before consumers.
 
     Args:
@@ -399,9 +442,13 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
                 if added is None:
                     continue
                 draft = added
-            succ = [s for s in graph.successors(node)
-                    if s not in draft.tools and s not in queued
-                    and _can_join(graph.env_of(s), draft.servers, cfg.max_servers, clashes)]
+            succ = [
+                s
+                for s in graph.successors(node)
+                if s not in draft.tools
+                and s not in queued
+                and _can_join(graph.env_of(s), draft.servers, cfg.max_servers, clashes)
+            ]
             if succ:
                 chosen = rng.sample(succ, rng.randint(1, len(succ)))
                 queue.extend(chosen)
@@ -418,7 +465,8 @@ def sample_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = Non
         if len(draft.tools) >= cfg.min_tools:
             return _finish(graph, draft, seed, "topology", key)
     raise ChainSamplingError(
-        f"no chain of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})")
+        f"no chain of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})"
+    )
 
 
 # ----------------------------------------------------------------------------- random-walk baseline
@@ -437,12 +485,19 @@ def _observed_bindings(graph: ToolGraph, tools: list[str]) -> dict[str, dict[str
     return out
 
 
-def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None = None, *,
-                      key: str | None = None, clashes: Mapping[str, frozenset[str]] | None = None) -> Chain:
+def random_walk_chain(
+    graph: ToolGraph,
+    seed: int,
+    config: SamplerConfig | None = None,
+    *,
+    key: str | None = None,
+    clashes: Mapping[str, frozenset[str]] | None = None,
+) -> Chain:
     """Baseline (paper): a random walk along graph edges, blind to input dependencies.
 
     From a uniformly random start, repeatedly step to a uniformly random successor not yet in the walk whose
-    environment still fits ``max_servers`` (and shares no tool name with the walk's environments), until a length drawn uniformly from ``[min_tools, max_tools]`` is
+    environment still fits ``max_servers`` (and shares no tool name with the walk's environments), until a length drawn
+    uniformly from ``[min_tools, max_tools]`` is
     reached or the walk is stuck. ``producers`` records what the walk happens to satisfy. Same errors as
     :func:`sample_chain`; the result need not pass :func:`validate_chain`.
     """
@@ -457,8 +512,11 @@ def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None 
         cur = rng.choice(nodes)
         walk, servers = [cur], [graph.env_of(cur)]
         while len(walk) < target:
-            succ = [s for s in graph.successors(cur)
-                    if s not in walk and _can_join(graph.env_of(s), servers, cfg.max_servers, clashes)]
+            succ = [
+                s
+                for s in graph.successors(cur)
+                if s not in walk and _can_join(graph.env_of(s), servers, cfg.max_servers, clashes)
+            ]
             if not succ:
                 break
             cur = rng.choice(succ)
@@ -466,12 +524,19 @@ def random_walk_chain(graph: ToolGraph, seed: int, config: SamplerConfig | None 
             if graph.env_of(cur) not in servers:
                 servers.append(graph.env_of(cur))
         if len(walk) >= cfg.min_tools:
-            chain = Chain(tools=tuple(walk), servers=tuple(servers), seed=seed, sampler="random_walk",
-                          producers=_observed_bindings(graph, walk), key=key)
+            chain = Chain(
+                tools=tuple(walk),
+                servers=tuple(servers),
+                seed=seed,
+                sampler="random_walk",
+                producers=_observed_bindings(graph, walk),
+                key=key,
+            )
             plan = episode_plan(graph, chain)
             return chain if plan is None else replace(chain, plan=plan)
     raise ChainSamplingError(
-        f"no walk of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})")
+        f"no walk of >= {cfg.min_tools} tools after {cfg.max_start_attempts} start tools (seed {seed})"
+    )
 
 
 SAMPLERS: dict[str, Callable[..., Chain]] = {"topology": sample_chain, "random_walk": random_walk_chain}
@@ -530,15 +595,22 @@ def validate_chain(graph: ToolGraph, chain: Chain, config: SamplerConfig | None 
             elif src not in graph.producers(t, name):
                 problems.append(f"{t}: {src!r} has no edge into input {name!r}")
             elif graph.env_of(src) != graph.env_of(t) and not graph.passes_shared_value(src, t, name):
-                problems.append(f"{t}: input {name!r} takes a {flow_kind(graph, src, t, name)} value from "
-                                f"{src!r} in another environment (only shared real-world values cross)")
+                problems.append(
+                    f"{t}: input {name!r} takes a {flow_kind(graph, src, t, name)} value from "
+                    f"{src!r} in another environment (only shared real-world values cross)"
+                )
     if len(envs) > 1:
         linked = nx.Graph()
         linked.add_nodes_from(envs)
         for t, b in chain.producers.items():
             for name, src in b.items():
-                if src != USER and src in position and t in position and graph.env_of(src) != graph.env_of(t) \
-                        and graph.passes_shared_value(src, t, name):
+                if (
+                    src != USER
+                    and src in position
+                    and t in position
+                    and graph.env_of(src) != graph.env_of(t)
+                    and graph.passes_shared_value(src, t, name)
+                ):
                     linked.add_edge(graph.env_of(src), graph.env_of(t))
         if not nx.is_connected(linked):
             parts = sorted(sorted(c) for c in nx.connected_components(linked))
@@ -585,10 +657,17 @@ def flow_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, Any]:
         if len(chain.servers) > 1:
             multi += 1
             multi_shared += has_shared
-    return {"chains": n, "multi_env_chains": multi, "multi_env_share": round(multi / n, 4) if n else 0.0,
-            "multi_env_with_shared_flow": multi_shared, "flows": flows, "cross_env_flows": cross,
-            "cross_env_flows_by_kind": dict(cross_by_kind.most_common()),
-            "flows_by_kind": dict(by_kind.most_common()), "identifier_crossings": id_cross}
+    return {
+        "chains": n,
+        "multi_env_chains": multi,
+        "multi_env_share": round(multi / n, 4) if n else 0.0,
+        "multi_env_with_shared_flow": multi_shared,
+        "flows": flows,
+        "cross_env_flows": cross,
+        "cross_env_flows_by_kind": dict(cross_by_kind.most_common()),
+        "flows_by_kind": dict(by_kind.most_common()),
+        "identifier_crossings": id_cross,
+    }
 
 
 def dependency_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, float | int]:
@@ -609,15 +688,27 @@ def dependency_stats(graph: ToolGraph, chains: Iterable[Chain]) -> dict[str, flo
                     req += 1
                     sat += bool(earlier.intersection(graph.producers(t, inp["name"])))
     return {
-        "chains": n, "valid_chains": valid, "chain_valid_rate": valid / n if n else 1.0,
-        "required_inputs": req, "satisfied_inputs": sat, "input_satisfaction_rate": sat / req if req else 1.0,
+        "chains": n,
+        "valid_chains": valid,
+        "chain_valid_rate": valid / n if n else 1.0,
+        "required_inputs": req,
+        "satisfied_inputs": sat,
+        "input_satisfaction_rate": sat / req if req else 1.0,
     }
 
 
-def sample_chains(graph: ToolGraph, n: int, base_key: str, config: SamplerConfig | None = None,
-                  sampler: Literal["topology", "random_walk"] = "topology", *, require_valid: bool = True,
-                  max_attempts: int | None = None, apart: Collection[str] = frozenset(),
-                  progress: Callable[[int, int], None] | None = None) -> list[Chain]:
+def sample_chains(
+    graph: ToolGraph,
+    n: int,
+    base_key: str,
+    config: SamplerConfig | None = None,
+    sampler: Literal["topology", "random_walk"] = "topology",
+    *,
+    require_valid: bool = True,
+    max_attempts: int | None = None,
+    apart: Collection[str] = frozenset(),
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Chain]:
     """Up to ``n`` distinct chains, deterministic for the same graph, ``base_key``, config and sampler.
 
     Attempt ``i`` uses key ``f"{base_key}/{i}"`` and seed :func:`chain_seed` of it. A chain is kept when it is
@@ -690,8 +781,9 @@ GOALS: dict[str, str] = {
     "url": "share a link found in {a} in {b}",
     "phone": "use a phone number from {a} to reach or register someone in {b}",
 }
-_HOST_SUFFIXES = frozenset({"com", "org", "io", "net", "local", "dev", "co", "ai", "app", "us", "uk", "de", "fr",
-                            "eu", "cloud", "tech"})
+_HOST_SUFFIXES = frozenset(
+    {"com", "org", "io", "net", "local", "dev", "co", "ai", "app", "us", "uk", "de", "fr", "eu", "cloud", "tech"}
+)
 
 
 def service_name(env_id: str) -> str:
@@ -727,8 +819,16 @@ def episode_plan(graph: ToolGraph, chain: Chain) -> dict[str, Any] | None:
             a, b = graph.env_of(src), graph.env_of(t)
             kind = flow_kind(graph, src, t, name)
             if a != b and kind in SHARED_KINDS:
-                links.append({"kind": kind, "from": a, "to": b, "from_tool": graph.graph.nodes[src]["tool_name"],
-                              "to_tool": graph.graph.nodes[t]["tool_name"], "input": name})
+                links.append(
+                    {
+                        "kind": kind,
+                        "from": a,
+                        "to": b,
+                        "from_tool": graph.graph.nodes[src]["tool_name"],
+                        "to_tool": graph.graph.nodes[t]["tool_name"],
+                        "input": name,
+                    }
+                )
     rng = random.Random(chain.seed)
     first_domain = domain_of.get(chain.servers[0]) or "*"
     persona = rng.choice(PERSONAS.get(first_domain, PERSONAS["*"]))
@@ -743,5 +843,10 @@ def episode_plan(graph: ToolGraph, chain: Chain) -> dict[str, Any] | None:
     if not parts:
         parts = ["get a task done using " + ", ".join(services[:-1]) + " and " + services[-1] + " side by side"]
     goal = f"As {persona}, the user wants to " + "; then ".join(parts) + "."
-    return {"persona": persona, "goal": goal, "services": services,
-            "domains": [domain_of.get(e) for e in chain.servers], "linked_by": links}
+    return {
+        "persona": persona,
+        "goal": goal,
+        "services": services,
+        "domains": [domain_of.get(e) for e in chain.servers],
+        "linked_by": links,
+    }

@@ -32,32 +32,44 @@ EVERYDAY_REQUESTS = (
     ("What will the weather be like in Lisbon this weekend?", "look up weather forecasts", ("weather", "forecast")),
     ("Book me a taxi to the airport for 6 am tomorrow.", "book taxis or rides", ("taxi", "ride", "cab")),
     ("Translate 'see you next week' into Japanese for me.", "translate text", ("translat", "language")),
-    ("Reserve a table for four at an Italian restaurant tonight.", "make restaurant reservations",
-     ("restaurant", "reserv", "table_booking")),
+    (
+        "Reserve a table for four at an Italian restaurant tonight.",
+        "make restaurant reservations",
+        ("restaurant", "reserv", "table_booking"),
+    ),
     ("How much is 250 US dollars in euros right now?", "look up exchange rates", ("exchange", "currency", "fx")),
     ("Send a text message to my sister saying I'll be late.", "send text messages", ("sms", "text_message", "message")),
     ("Play some relaxing jazz on the living room speaker.", "play music", ("music", "song", "playlist", "speaker")),
     ("Track my parcel with tracking number 1Z999AA10123456784.", "track parcels", ("parcel", "shipment", "tracking")),
-    ("What's the current share price of a large chip maker, say NVIDIA?", "look up stock prices",
-     ("stock", "share_price", "ticker", "quote")),
+    (
+        "What's the current share price of a large chip maker, say NVIDIA?",
+        "look up stock prices",
+        ("stock", "share_price", "ticker", "quote"),
+    ),
     ("Find me a flight from Madrid to Oslo next Friday.", "search flights", ("flight", "airline", "airport")),
     ("Set an alarm for 6:30 tomorrow morning.", "set alarms", ("alarm", "clock", "reminder")),
-    ("Turn the thermostat in the bedroom down to 19 degrees.", "control home devices",
-     ("thermostat", "device", "temperature", "home")),
-    ("How long does it take to drive from Lyon to Geneva right now?", "look up routes or traffic",
-     ("route", "traffic", "map", "direction")),
+    (
+        "Turn the thermostat in the bedroom down to 19 degrees.",
+        "control home devices",
+        ("thermostat", "device", "temperature", "home"),
+    ),
+    (
+        "How long does it take to drive from Lyon to Geneva right now?",
+        "look up routes or traffic",
+        ("route", "traffic", "map", "direction"),
+    ),
     ("Order a large pepperoni pizza to my home address.", "order food", ("food", "pizza", "meal", "menu")),
 )
 SOURCES = ("foreign", "missing_operation", "everyday")
 SOURCE_WEIGHTS = (0.5, 0.2, 0.3)
 """How often each source (foreign tool, missing operation, everyday request) is tried first."""
 REPLIES = (
-    ("I can't do that with the tools I have here: none of them can {ability}. I can help with {offered}, "
-     "if that is useful."),
-    ("Sorry, that is not something the available tools support; none of them can {ability}. They cover "
-     "{offered}."),
-    ("None of the tools available to me can {ability}, so I can't do that here. I can work with {offered} "
-     "instead."),
+    (
+        "I can't do that with the tools I have here: none of them can {ability}. I can help with {offered}, "
+        "if that is useful."
+    ),
+    ("Sorry, that is not something the available tools support; none of them can {ability}. They cover {offered}."),
+    ("None of the tools available to me can {ability}, so I can't do that here. I can work with {offered} instead."),
 )
 
 
@@ -71,17 +83,23 @@ def _offered_text(tools: list[dict[str, Any]]) -> str:
 
 def _mentions(tools: list[dict[str, Any]], topic: str) -> bool:
     topic = topic.lower()
-    return any(topic in t["name"].lower() or topic in t["table"].lower()
-               or topic in str(t.get("description") or "").lower() for t in tools)
+    return any(
+        topic in t["name"].lower() or topic in t["table"].lower() or topic in str(t.get("description") or "").lower()
+        for t in tools
+    )
 
 
 def _article(thing: str) -> str:
     return f"{indefinite_article(thing)} {thing}"
 
 
-def _foreign_request(offered: list[dict[str, Any]], offered_domains: set[str],
-                     environments: dict[str, dict[str, Any]], env_ids: list[str],
-                     rng: random.Random) -> tuple[str, str] | None:
+def _foreign_request(
+    offered: list[dict[str, Any]],
+    offered_domains: set[str],
+    environments: dict[str, dict[str, Any]],
+    env_ids: list[str],
+    rng: random.Random,
+) -> tuple[str, str] | None:
     offered_names = {t["name"] for t in offered}
     offered_tables = {t["table"] for t in offered} | {singular(t["table"]) for t in offered}
     pools: list[list[tuple[dict[str, Any], dict[str, Any]]]] = [[], []]
@@ -91,9 +109,13 @@ def _foreign_request(offered: list[dict[str, Any]], offered_domains: set[str],
         env = environments[env_id]
         for tool in env["tools"]:
             table = tool["table"]
-            if (tool["kind"] not in ("create", "list") or tool["name"] in offered_names
-                    or table in offered_tables or singular(table) in offered_tables
-                    or _mentions(offered, singular(table))):
+            if (
+                tool["kind"] not in ("create", "list")
+                or tool["name"] in offered_names
+                or table in offered_tables
+                or singular(table) in offered_tables
+                or _mentions(offered, singular(table))
+            ):
                 continue
             pools[0 if env.get("domain") not in offered_domains else 1].append((env, tool))
     pool = pools[0] or pools[1]
@@ -116,9 +138,13 @@ def _foreign_request(offered: list[dict[str, Any]], offered_domains: set[str],
     return text[0].upper() + text[1:] + ".", ability
 
 
-def _missing_operation_request(offered: list[dict[str, Any]], environments: dict[str, dict[str, Any]],
-                               env_ids: list[str], state: dict[str, Any],
-                               rng: random.Random) -> tuple[str, str] | None:
+def _missing_operation_request(
+    offered: list[dict[str, Any]],
+    environments: dict[str, dict[str, Any]],
+    env_ids: list[str],
+    state: dict[str, Any],
+    rng: random.Random,
+) -> tuple[str, str] | None:
     options = []
     for env_id in env_ids:
         env = environments[env_id]
@@ -141,8 +167,9 @@ def _everyday_request(offered: list[dict[str, Any]], rng: random.Random) -> tupl
     return options[rng.randrange(len(options))] if options else None
 
 
-def abstention_turn(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]], position: int,
-                    rng: random.Random) -> dict[str, Any] | None:
+def abstention_turn(
+    trajectory: dict[str, Any], environments: dict[str, dict[str, Any]], position: int, rng: random.Random
+) -> dict[str, Any] | None:
     """A turn to insert before ``trajectory["turns"][position]`` (``position == len(turns)``: at the end) whose
     request none of the trajectory's tools can serve, or None when no such request can be made.
 
@@ -164,13 +191,15 @@ def abstention_turn(trajectory: dict[str, Any], environments: dict[str, dict[str
     else:
         state, digest = turns[position - 1]["state_after"], turns[position - 1]["state_after_hash"]
     domains = {environments[e].get("domain") for e in env_ids}
-    sources = [lambda: _foreign_request(offered, domains, environments, env_ids, rng),
-               lambda: _missing_operation_request(offered, environments, env_ids, state, rng),
-               lambda: _everyday_request(offered, rng)]
+    sources = [
+        lambda: _foreign_request(offered, domains, environments, env_ids, rng),
+        lambda: _missing_operation_request(offered, environments, env_ids, state, rng),
+        lambda: _everyday_request(offered, rng),
+    ]
     # mostly the preferred order, sometimes another source first, so every kind of request is seen
     first = rng.choices(range(3), weights=SOURCE_WEIGHTS)[0]
     found = None
-    for option in list(zip(SOURCES, sources))[first:] + list(zip(SOURCES, sources))[:first]:
+    for option in list(zip(SOURCES, sources, strict=False))[first:] + list(zip(SOURCES, sources, strict=False))[:first]:
         name, source = option
         found = source()
         if found is not None:
@@ -179,6 +208,15 @@ def abstention_turn(trajectory: dict[str, Any], environments: dict[str, dict[str
         return None
     query, ability = found
     reply = REPLIES[rng.randrange(len(REPLIES))].format(ability=ability, offered=_offered_text(offered))
-    return {"query": query, "intent": [], "target_tools": [], "calls": [], "assistant_summary": reply,
-            "state_before": state, "state_after": state, "state_before_hash": digest, "state_after_hash": digest,
-            "abstention": {"source": name, "ability": ability}}
+    return {
+        "query": query,
+        "intent": [],
+        "target_tools": [],
+        "calls": [],
+        "assistant_summary": reply,
+        "state_before": state,
+        "state_after": state,
+        "state_before_hash": digest,
+        "state_after_hash": digest,
+        "abstention": {"source": name, "ability": ability},
+    }

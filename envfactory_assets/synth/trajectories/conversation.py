@@ -56,15 +56,18 @@ def _without(query: str, segment: str) -> str | None:
     # ", then ..."; "..., price 9" or "... and price 9" -> without it
     lead = re.search(re.escape(f" with {segment}") + rf"(, (?!(?:{_JOINTS}) )| and (?!(?:{_JOINTS}) ))?", query)
     if lead:
-        return query[:lead.start()] + (" with " if lead.group(1) else "") + query[lead.end():]
+        return query[: lead.start()] + (" with " if lead.group(1) else "") + query[lead.end() :]
     for before in (f", {segment}", f" and {segment}"):
         if before in query:
             return query.replace(before, "", 1)
     return None
 
 
-def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], providable: ProvidableFlags,
-                    ) -> dict[str, Any] | None:
+def omit_user_value(
+    turn: dict[str, Any],
+    tools: dict[str, dict[str, Any]],
+    providable: ProvidableFlags,
+) -> dict[str, Any] | None:
     """The turn with one user-providable value left out of its refined ``query``, or None if none qualifies.
 
     A value qualifies when it is a required argument of a ``create`` call, came from the user (provenance
@@ -86,24 +89,41 @@ def omit_user_value(turn: dict[str, Any], tools: dict[str, dict[str, Any]], prov
         required = tool["input_schema"].get("required") or []
         for arg in required:
             value = call["arguments"].get(arg)
-            if (not isinstance(value, str) or not value or arg not in providable.get(call["name"], ())
-                    or call["provenance"].get(arg, {}).get("source") != "user"
-                    or sum(1 for c in turn["calls"] if arg in c["arguments"]) > 1):
+            if (
+                not isinstance(value, str)
+                or not value
+                or arg not in providable.get(call["name"], ())
+                or call["provenance"].get(arg, {}).get("source") != "user"
+                or sum(1 for c in turn["calls"] if arg in c["arguments"]) > 1
+            ):
                 continue  # (a name several calls of the turn set would make the user's answer ambiguous)
             schema = tool["input_schema"]["properties"].get(arg, {})
             # the refined query may label the field by its description and write the value as spoken
-            segments = [f"{lab} {c}{v}" for lab in field_labels(arg, schema) for c in VALUE_CONNECTORS
-                        for v in {literal(value), *spoken_forms(value)}]
+            segments = [
+                f"{lab} {c}{v}"
+                for lab in field_labels(arg, schema)
+                for c in VALUE_CONNECTORS
+                for v in {literal(value), *spoken_forms(value)}
+            ]
             query = next((q for q in (_without(turn["query"], seg) for seg in segments) if q is not None), None)
             if query is None or value in query:
                 continue
             new = copy.deepcopy({k: v for k, v in turn.items() if k != "fallback"})
             new["fallback"] = turn
             new["query"] = query
-            new["operators"] = new.get("operators", []) + [{
-                "operator": "user_clarification", "turn": turn.get("turn_index"), "call": None, "argument": arg,
-                "value": value, "reference": "asked of the simulated user", "obtainable_from": "simulated user",
-                "query_before": turn["query"], "query_after": query}]
+            new["operators"] = new.get("operators", []) + [
+                {
+                    "operator": "user_clarification",
+                    "turn": turn.get("turn_index"),
+                    "call": None,
+                    "argument": arg,
+                    "value": value,
+                    "reference": "asked of the simulated user",
+                    "obtainable_from": "simulated user",
+                    "query_before": turn["query"],
+                    "query_after": query,
+                }
+            ]
             return new
     return None
 
@@ -112,8 +132,9 @@ class DialogueSolver:
     """A solver that lets ``solver`` ask the simulated ``user`` up to ``max_questions`` clarification
     questions per attempt (see the module docstring); ``name`` is the wrapped solver's."""
 
-    def __init__(self, solver: Solver, user: SimulatedUser, context: UserContext,
-                 max_questions: int = MAX_QUESTIONS) -> None:
+    def __init__(
+        self, solver: Solver, user: SimulatedUser, context: UserContext, max_questions: int = MAX_QUESTIONS
+    ) -> None:
         self.solver, self.user, self.context, self.max_questions = solver, user, context, max_questions
         self.name = solver.name
 
@@ -141,5 +162,11 @@ def well_formed(messages: list[dict[str, Any]]) -> bool:
     and user answer, and is not empty."""
     if not messages or len(messages) % 2:
         return False
-    return all(q.get("role") == "assistant" and not q.get("tool_calls") and re.search(r"\?\s*$", q["content"] or "")
-               and a.get("role") == "user" and a.get("content") for q, a in zip(messages[::2], messages[1::2]))
+    return all(
+        q.get("role") == "assistant"
+        and not q.get("tool_calls")
+        and re.search(r"\?\s*$", q["content"] or "")
+        and a.get("role") == "user"
+        and a.get("content")
+        for q, a in zip(messages[::2], messages[1::2], strict=False)
+    )

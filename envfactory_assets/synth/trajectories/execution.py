@@ -35,8 +35,10 @@ from envfactory_assets.synth.refinement.phrasing import (
 from envfactory_assets.synth.sampling.sampler import USER, Chain
 from envfactory_assets.synth.trajectories.turns import split_turns
 
-SYSTEM_PROMPT = ("You are a helpful assistant that completes the user's requests by calling the available "
-                 "tools. Use identifiers from earlier tool results; never invent them.")
+SYSTEM_PROMPT = (
+    "You are a helpful assistant that completes the user's requests by calling the available "
+    "tools. Use identifiers from earlier tool results; never invent them."
+)
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,10 @@ class ToolIndex:
     def listable(self, env_id: str, table: str) -> bool:
         """True when ``env_id`` has a list tool over ``table`` that needs no argument (an agent can look a
         row of it up by what it knows of the row)."""
-        return any(t["kind"] == "list" and t["table"] == table
-                   and not set(t["input_schema"].get("required") or ()) - {"limit"}
-                   for t in self.envs[env_id]["tools"])
-
+        return any(
+            t["kind"] == "list" and t["table"] == table and not set(t["input_schema"].get("required") or ()) - {"limit"}
+            for t in self.envs[env_id]["tools"]
+        )
 
     def list_scope(self, env_id: str, table: str) -> tuple[str, ...] | None:
         """The parent identifiers a list tool over ``table`` needs (``("space_id",)`` for
@@ -120,8 +122,11 @@ class ToolIndex:
         'spa_1'"), as a person scopes a request to the project or workspace they work in."""
         if self.listable(env_id, table):
             return None
-        scopes = [tuple(sorted(set(t["input_schema"].get("required") or ()) - {"limit"}))
-                  for t in self.envs[env_id]["tools"] if t["kind"] == "list" and t["table"] == table]
+        scopes = [
+            tuple(sorted(set(t["input_schema"].get("required") or ()) - {"limit"}))
+            for t in self.envs[env_id]["tools"]
+            if t["kind"] == "list" and t["table"] == table
+        ]
         scopes = [s for s in scopes if s and all(p.endswith("_id") for p in s)]
         return min(scopes, key=lambda s: (len(s), s)) if scopes else None
 
@@ -156,8 +161,7 @@ def _state_rows(saved: dict[str, Any], index: ToolIndex, tool: dict[str, Any]) -
     return saved[index.env_of[tool["name"]]]["tables"][tool["table"]]
 
 
-def _hidden_state_value(saved: dict[str, Any], index: ToolIndex, name: str,
-                        rng: random.Random) -> Any | None:
+def _hidden_state_value(saved: dict[str, Any], index: ToolIndex, name: str, rng: random.Random) -> Any | None:
     for env_id, env in index.envs.items():
         for table, meta in env["tables"].items():
             if meta["key"] == name and saved[env_id]["tables"][table]:
@@ -177,10 +181,18 @@ def _minting_position(history: list[dict[str, Any]], value: Any, index: ToolInde
     return None
 
 
-def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: ToolGraph,
-                      history: list[dict[str, Any]], saved: dict[str, Any], index: ToolIndex,
-                      values: ValueFactory, rng: random.Random,
-                      refused: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve_arguments(
+    tool: dict[str, Any],
+    node: str,
+    chain: Chain,
+    graph: ToolGraph,
+    history: list[dict[str, Any]],
+    saved: dict[str, Any],
+    index: ToolIndex,
+    values: ValueFactory,
+    rng: random.Random,
+    refused: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Arguments for one call and their provenance. An action's row from the state is one it applies to,
     or with ``refused`` one it is refused on (when the state has one).
 
@@ -239,8 +251,10 @@ def resolve_arguments(tool: dict[str, Any], node: str, chain: Chain, graph: Tool
             minted = _minting_position(history, value, index)
             # a row created earlier in the episode is known from that call's result, not from hidden state:
             # the writer then names it ("the new book") instead of quoting an id the user never saw
-            args[name], prov[name] = value, ({"source": "state"} if minted is None else
-                                             {"source": "output", "call": minted[0], "path": minted[1]})
+            args[name], prov[name] = (
+                value,
+                ({"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}),
+            )
             continue
         if name == "limit":
             args[name], prov[name] = rng.choice([5, 10, 20]), {"source": "user"}
@@ -273,15 +287,23 @@ def refusal_output(error: dict[str, Any]) -> dict[str, str]:
 
 
 def _search_text(rows: list[dict[str, Any]], rng: random.Random) -> str:
-    """A word a person remembers (a name, or five letters or more) from a searchable text field of one of ``rows`` (the environment's
+    """A word a person remembers (a name, or five letters or more) from a searchable text field of one of ``rows`` (the
+    environment's
     search matches such fields), or ``"a"`` when no row has one."""
     found = [w.strip(".,;:!?()\"'") for r in rows for k, v in r.items() if searchable(k, v) for w in v.split()]
     found = [w for w in found if w.isalpha() and (len(w) >= 5 or (len(w) >= 3 and w[0].isupper()))]
     return rng.choice(found) if found else "a"
 
 
-def _make_update_change_something(tool: dict[str, Any], key: str, args: dict[str, Any], prov: dict[str, Any],
-                                  saved: dict[str, Any], index: ToolIndex, values: ValueFactory) -> None:
+def _make_update_change_something(
+    tool: dict[str, Any],
+    key: str,
+    args: dict[str, Any],
+    prov: dict[str, Any],
+    saved: dict[str, Any],
+    index: ToolIndex,
+    values: ValueFactory,
+) -> None:
     """An update whose values equal the row's current ones is a no-op task: give one field a new value."""
     row = next((r for r in _state_rows(saved, index, tool) if r.get(key) == args[key]), None)
     if row is None or any(row.get(k) != v for k, v in args.items() if k != key):
@@ -302,9 +324,15 @@ def _type_ok(value: Any, schema: dict[str, Any]) -> bool:
     return ok and ("enum" not in schema or value in schema["enum"])
 
 
-def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str, dict[str, Any]],
-                          worker: SandboxWorker, config: SynthConfig | None = None,
-                          writer: ModelQueryWriter | None = None, persona: str | None = None) -> dict[str, Any]:
+def synthesize_trajectory(
+    chain: Chain,
+    graph: ToolGraph,
+    environments: dict[str, dict[str, Any]],
+    worker: SandboxWorker,
+    config: SynthConfig | None = None,
+    writer: ModelQueryWriter | None = None,
+    persona: str | None = None,
+) -> dict[str, Any]:
     """Execute ``chain`` into a trajectory dict (never raises for a failing chain).
 
     ``writer`` (needed exactly when ``config.query_writer`` is ``model``) rewrites each turn's programmatic raw
@@ -321,16 +349,26 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
     """
     config = config or SynthConfig()
     if (writer is not None) != (config.query_writer == "model"):
-        raise ValueError(f"query_writer={config.query_writer!r} needs "
-                         f"{'a model query writer' if writer is None else 'no model query writer'}")
+        raise ValueError(
+            f"query_writer={config.query_writer!r} needs "
+            f"{'a model query writer' if writer is None else 'no model query writer'}"
+        )
     rng = random.Random(chain.seed)
     index = ToolIndex({e: environments[e] for e in chain.servers})
-    initial = {e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
-               for e in chain.servers}
+    initial = {
+        e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
+        for e in chain.servers
+    }
     # The user's values are relative to the episode's clock (the first environment's ``meta.now``).
     values = ValueFactory(chain.seed % (2**31), now=initial[chain.servers[0]]["meta"].get("now", DEFAULT_NOW))
-    result: dict[str, Any] = {"env_ids": list(chain.servers), "status": "failed", "reasons": [], "turns": [],
-                              "initial_state": initial, "initial_state_hash": state_hash(initial)}
+    result: dict[str, Any] = {
+        "env_ids": list(chain.servers),
+        "status": "failed",
+        "reasons": [],
+        "turns": [],
+        "initial_state": initial,
+        "initial_state_hash": state_hash(initial),
+    }
     clashes = tool_name_collisions([environments[e] for e in chain.servers])
     if clashes:
         result["reasons"].append(f"tool names shared by several environments: {clashes}")
@@ -352,8 +390,18 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
                 tool = index.tools[node.split(".", 1)[1]]
                 refuse = tool["kind"] == "action" and rng.random() < config.refusal_share
                 try:
-                    args, prov = resolve_arguments(tool, node, chain, graph, history, before if not calls else
-                                                   worker.save(episode), index, values, rng, refused=refuse)
+                    args, prov = resolve_arguments(
+                        tool,
+                        node,
+                        chain,
+                        graph,
+                        history,
+                        before if not calls else worker.save(episode),
+                        index,
+                        values,
+                        rng,
+                        refused=refuse,
+                    )
                 except LookupError as exc:
                     skipped.append(f"{tool['name']}: {exc}")
                     continue
@@ -363,10 +411,16 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
                 if not res.get("ok") and not refused:
                     skipped.append(f"{tool['name']}: {error.get('message', 'error')}"[:200])
                     continue
-                call = {"node": node, "name": tool["name"], "env_id": index.env_of[tool["name"]],
-                        "kind": tool["kind"], "arguments": args, "provenance": prov,
-                        # a refused call's result is what the agent reads: the error as the episode renders it
-                        "output": res["output"] if not refused else refusal_output(error)}
+                call = {
+                    "node": node,
+                    "name": tool["name"],
+                    "env_id": index.env_of[tool["name"]],
+                    "kind": tool["kind"],
+                    "arguments": args,
+                    "provenance": prov,
+                    # a refused call's result is what the agent reads: the error as the episode renders it
+                    "output": res["output"] if not refused else refusal_output(error),
+                }
                 if refused:
                     call["error"] = error["type"]
                 calls.append(call)
@@ -375,23 +429,38 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
                 continue
             after = worker.save(episode)
             start = len(history) - len(calls)
-            parts = [describe_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"],
-                                   new_value_refs(c, history, start, index.tools, index.key_of_name)) for c in calls]
-            summary = "; ".join(summarize_call(index.tools[c["name"]], index.key_of(index.tools[c["name"]]),
-                                               c["arguments"], c["output"]) for c in calls)
-            result["turns"].append({
-                "turn_index": len(result["turns"]),
-                "query": join_sentences(parts),
-                "intent": [{"kind": c["kind"], "table": index.tools[c["name"]]["table"], "env_id": c["env_id"]}
-                           for c in calls],
-                "target_tools": [chain.tools[p].split(".", 1)[1] for p in positions],
-                "calls": calls,
-                "assistant_summary": summary[0].upper() + summary[1:] + ".",
-                "state_before": before,
-                "state_after": after,
-                "state_before_hash": state_hash(before),
-                "state_after_hash": state_hash(after),
-            })
+            parts = [
+                describe_call(
+                    index.tools[c["name"]],
+                    index.key_of(index.tools[c["name"]]),
+                    c["arguments"],
+                    new_value_refs(c, history, start, index.tools, index.key_of_name),
+                )
+                for c in calls
+            ]
+            summary = "; ".join(
+                summarize_call(
+                    index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"], c["output"]
+                )
+                for c in calls
+            )
+            result["turns"].append(
+                {
+                    "turn_index": len(result["turns"]),
+                    "query": join_sentences(parts),
+                    "intent": [
+                        {"kind": c["kind"], "table": index.tools[c["name"]]["table"], "env_id": c["env_id"]}
+                        for c in calls
+                    ],
+                    "target_tools": [chain.tools[p].split(".", 1)[1] for p in positions],
+                    "calls": calls,
+                    "assistant_summary": summary[0].upper() + summary[1:] + ".",
+                    "state_before": before,
+                    "state_after": after,
+                    "state_before_hash": state_hash(before),
+                    "state_after_hash": state_hash(after),
+                }
+            )
             if writer is not None:
                 turn = result["turns"][-1]
                 turn["query"], turn["query_writer"] = writer.write(turn, result["turns"][:-1], index.envs, persona)
@@ -408,8 +477,10 @@ def synthesize_trajectory(chain: Chain, graph: ToolGraph, environments: dict[str
     result["final_state_hash"] = state_hash(final)
     result["skipped_calls"] = skipped
     if len(result["turns"]) < config.min_turns:
-        result["reasons"].append(f"only {len(result['turns'])} turn(s) executed (minimum {config.min_turns})"
-                                 + (f"; skipped: {skipped[:3]}" if skipped else ""))
+        result["reasons"].append(
+            f"only {len(result['turns'])} turn(s) executed (minimum {config.min_turns})"
+            + (f"; skipped: {skipped[:3]}" if skipped else "")
+        )
         return result
     result["status"] = "passed"
     return result
@@ -435,13 +506,31 @@ def to_messages(turns: list[dict[str, Any]], query_field: str = "query") -> list
         for group in turn.get("call_groups") or [[i] for i in range(len(turn["calls"]))]:
             ids = [f"call_{counter + k + 1}" for k in range(len(group))]
             counter += len(group)
-            messages.append({"role": "assistant", "content": "", "tool_calls": [{
-                "id": call_id, "type": "function",
-                "function": {"name": turn["calls"][i]["name"],
-                             "arguments": json.dumps(turn["calls"][i]["arguments"], ensure_ascii=False)}}
-                for call_id, i in zip(ids, group)]})
-            messages.extend({"role": "tool", "tool_call_id": call_id, "name": turn["calls"][i]["name"],
-                             "content": json.dumps(turn["calls"][i]["output"], ensure_ascii=False)}
-                            for call_id, i in zip(ids, group))
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {
+                                "name": turn["calls"][i]["name"],
+                                "arguments": json.dumps(turn["calls"][i]["arguments"], ensure_ascii=False),
+                            },
+                        }
+                        for call_id, i in zip(ids, group, strict=False)
+                    ],
+                }
+            )
+            messages.extend(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": turn["calls"][i]["name"],
+                    "content": json.dumps(turn["calls"][i]["output"], ensure_ascii=False),
+                }
+                for call_id, i in zip(ids, group, strict=False)
+            )
         messages.append({"role": "assistant", "content": turn["assistant_summary"]})
     return messages

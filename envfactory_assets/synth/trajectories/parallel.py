@@ -27,8 +27,9 @@ from envfactory_assets.runtime.sandbox import (
 
 
 def _uses_output_of(call: dict[str, Any], producers: set[int]) -> bool:
-    return any(p.get("source") == "output" and p.get("call") in producers
-               for p in (call.get("provenance") or {}).values())
+    return any(
+        p.get("source") == "output" and p.get("call") in producers for p in (call.get("provenance") or {}).values()
+    )
 
 
 def candidate_groups(calls: list[dict[str, Any]], offset: int) -> list[list[int]]:

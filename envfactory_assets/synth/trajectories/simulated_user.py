@@ -61,9 +61,14 @@ class UserContext:
     def withheld_values(self) -> list[Any]:
         """Scalar values of the goal's arguments the user may not give (not flagged user-providable)."""
         given = set(map(_text, self.providable_values().values()))
-        return [v for c in self.goal_calls for n, v in c["arguments"].items()
-                if n not in self.providable.get(c["name"], frozenset()) and _text(v) not in given
-                and not isinstance(v, (dict, list, bool))]
+        return [
+            v
+            for c in self.goal_calls
+            for n, v in c["arguments"].items()
+            if n not in self.providable.get(c["name"], frozenset())
+            and _text(v) not in given
+            and not isinstance(v, (dict, list, bool))
+        ]
 
 
 def _text(value: Any) -> str:
@@ -85,8 +90,7 @@ class SimulatedUser(Protocol):
 
     name: str
 
-    def reply(self, question: str, context: UserContext) -> str:
-        ...
+    def reply(self, question: str, context: UserContext) -> str: ...
 
 
 class ProgrammaticUser:
@@ -121,11 +125,17 @@ class ModelUser:
 
     def reply(self, question: str, context: UserContext) -> str:
         values = {k: v for k, v in context.providable_values().items()}
-        system = ("You are a user talking to an assistant that works for you. Values you know and may share "
-                  f"(JSON): {json.dumps(values, ensure_ascii=False)}. Answer the assistant's question in one short "
-                  f"sentence using only these values, written in single quotes. If it asks for anything else, "
-                  f"reply exactly: {REFUSAL}")
-        reply = self.backend.complete([{"role": "system", "content": system}, {"role": "user", "content": question}],
-                                      role="user", max_tokens=self.max_tokens, temperature=self.temperature)
+        system = (
+            "You are a user talking to an assistant that works for you. Values you know and may share "
+            f"(JSON): {json.dumps(values, ensure_ascii=False)}. Answer the assistant's question in one short "
+            f"sentence using only these values, written in single quotes. If it asks for anything else, "
+            f"reply exactly: {REFUSAL}"
+        )
+        reply = self.backend.complete(
+            [{"role": "system", "content": system}, {"role": "user", "content": question}],
+            role="user",
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
         text = (reply.text or "").strip()
         return REFUSAL if not text or reveals_withheld(text, context) else text

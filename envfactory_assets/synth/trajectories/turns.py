@@ -11,8 +11,9 @@ import random
 MAX_TURN_LEN = 5
 
 
-def split_turns(n_tools: int, rng: random.Random, max_turn_len: int = MAX_TURN_LEN,
-                min_turns: int = 1) -> list[list[int]]:
+def split_turns(
+    n_tools: int, rng: random.Random, max_turn_len: int = MAX_TURN_LEN, min_turns: int = 1
+) -> list[list[int]]:
     """Split tool positions ``0..n_tools-1`` into consecutive turns.
 
     ``min_turns`` forces extra splits (at random boundaries) when the draw gives fewer turns and there
@@ -35,5 +36,5 @@ def split_turns(n_tools: int, rng: random.Random, max_turn_len: int = MAX_TURN_L
             break
         t = rng.choice(splittable)
         cut = rng.randint(1, len(turns[t]) - 1)
-        turns[t:t + 1] = [turns[t][:cut], turns[t][cut:]]
+        turns[t : t + 1] = [turns[t][:cut], turns[t][cut:]]
     return turns

@@ -23,6 +23,7 @@ def attempt_seed(task_id: str, attempt_index: int) -> int:
 
 def _caller(worker: SandboxWorker, episode: str) -> ToolCaller:
     """A tool caller bound to one episode; a lost episode or non-JSON arguments become error results."""
+
     def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         try:
             return worker.call(episode, name, arguments)
@@ -30,11 +31,19 @@ def _caller(worker: SandboxWorker, episode: str) -> ToolCaller:
             return {"ok": False, "error": {"type": "episode_lost", "message": str(exc)}}
         except TypeError as exc:
             return {"ok": False, "error": {"type": "bad_arguments", "message": str(exc)}}
+
     return call
 
 
-def solve_turn(worker: SandboxWorker, state_before: Mapping[str, Any], view: SolverView, solver: Solver,
-               gold_turn: Mapping[str, Any], task_id: str, k: int = DEFAULT_K) -> dict[str, Any]:
+def solve_turn(
+    worker: SandboxWorker,
+    state_before: Mapping[str, Any],
+    view: SolverView,
+    solver: Solver,
+    gold_turn: Mapping[str, Any],
+    task_id: str,
+    k: int = DEFAULT_K,
+) -> dict[str, Any]:
     """Run ``k`` attempts of ``solver`` on forks of ``state_before`` and judge each.
 
     Args:

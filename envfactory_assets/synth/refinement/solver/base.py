@@ -36,8 +36,9 @@ class SolverView:
     tools: tuple[Mapping[str, Any], ...]
 
     @classmethod
-    def for_turn(cls, earlier_turns: Sequence[Mapping[str, Any]], query: str,
-                 tools: Sequence[Mapping[str, Any]]) -> SolverView:
+    def for_turn(
+        cls, earlier_turns: Sequence[Mapping[str, Any]], query: str, tools: Sequence[Mapping[str, Any]]
+    ) -> SolverView:
         """The view of a turn: the earlier turns rendered as chat (their queries, calls, results and replies)
         followed by ``query``; nothing of the turn itself (its gold calls, results, states) is included."""
         messages = to_messages(list(earlier_turns)) + [{"role": "user", "content": query}]
@@ -77,5 +78,4 @@ class Solver(Protocol):
 
     name: str
 
-    def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
-        ...
+    def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt: ...

@@ -13,8 +13,9 @@ from typing import Any
 from envfactory_assets.envgen.tools import READ_KINDS
 from envfactory_assets.synth.refinement.solver.base import Attempt
 
-PAGINATION_KEYS = frozenset({"total", "limit", "offset", "page", "page_size", "per_page", "next", "cursor",
-                             "count", "has_more"})
+PAGINATION_KEYS = frozenset(
+    {"total", "limit", "offset", "page", "page_size", "per_page", "next", "cursor", "count", "has_more"}
+)
 
 
 def _leaves(value: Any, out: set[tuple[str, str]], key: str = "") -> None:

@@ -27,16 +27,20 @@ class ModelSolver:
     def attempt(self, view: SolverView, call_tool: ToolCaller, seed: int) -> Attempt:
         from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
-        system = ("You are a tool-using assistant. Tools (JSON):\n" + json.dumps([dict(t) for t in view.tools])
-                  + "\nTo call a tool, reply with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>. "
-                  "When the request is done, reply with a short answer and no tool call.\n"
-                  f"(attempt {seed})")
+        system = (
+            "You are a tool-using assistant. Tools (JSON):\n"
+            + json.dumps([dict(t) for t in view.tools])
+            + '\nTo call a tool, reply with <tool_call>{"name": ..., "arguments": {...}}</tool_call>. '
+            "When the request is done, reply with a short answer and no tool call.\n"
+            f"(attempt {seed})"
+        )
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         messages += [_as_text_message(m) for m in view.messages if m.get("role") != "system"]
         attempt = Attempt()
         for _ in range(self.max_steps):
-            reply = self.backend.complete(messages, role="solver", max_tokens=self.max_tokens,
-                                          temperature=self.temperature)
+            reply = self.backend.complete(
+                messages, role="solver", max_tokens=self.max_tokens, temperature=self.temperature
+            )
             parsed = parse_tool_calls(reply.text)
             messages.append({"role": "assistant", "content": reply.text})
             if not parsed.calls:
@@ -48,11 +52,16 @@ class ModelSolver:
             for call in parsed.calls:
                 res = call_tool(call["name"], call["arguments"])
                 record = {"name": call["name"], "arguments": call["arguments"], "ok": bool(res.get("ok"))}
-                record["output" if res.get("ok") else "error"] = res.get("output") if res.get("ok") else res.get("error")
+                record["output" if res.get("ok") else "error"] = (
+                    res.get("output") if res.get("ok") else res.get("error")
+                )
                 attempt.calls.append(record)
-                results.append(json.dumps(res.get("output") if res.get("ok") else {"error": res.get("error")},
-                                          ensure_ascii=False))
-            messages.append({"role": "user", "content": "".join(f"<tool_response>{r}</tool_response>" for r in results)})
+                results.append(
+                    json.dumps(res.get("output") if res.get("ok") else {"error": res.get("error")}, ensure_ascii=False)
+                )
+            messages.append(
+                {"role": "user", "content": "".join(f"<tool_response>{r}</tool_response>" for r in results)}
+            )
         return attempt
 
 
@@ -61,8 +70,11 @@ def _as_text_message(m: Mapping[str, Any]) -> dict[str, Any]:
     if m.get("role") == "tool":
         return {"role": "user", "content": f"<tool_response>{m.get('content', '')}</tool_response>"}
     if m.get("tool_calls"):
-        blocks = "".join("<tool_call>" + json.dumps({"name": c["function"]["name"],
-                                                     "arguments": json.loads(c["function"]["arguments"] or "{}")})
-                         + "</tool_call>" for c in m["tool_calls"])
+        blocks = "".join(
+            "<tool_call>"
+            + json.dumps({"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"] or "{}")})
+            + "</tool_call>"
+            for c in m["tool_calls"]
+        )
         return {"role": "assistant", "content": (m.get("content") or "") + blocks}
     return {"role": m["role"], "content": m.get("content") or ""}

@@ -48,10 +48,12 @@ _VERB_OF.update({verb: verb for verb in ACTION_VERBS if verb not in _VERB_OF})
 _KEYED_ACTIONS = frozenset({"get", "update", "delete", *ACTION_VERBS})
 #: parameters that take a search text, which a request gives after "for", "matching" or "mentioning"
 _QUERY_PARAMS = ("query", "q", "search", "keyword", "keywords", "text", "term")
-_STOP = frozenset("a an the of in on to by for and or with me its it that this then is are be optionally "
-                  "filtered tell you i my your at most up".split())
+_STOP = frozenset(
+    "a an the of in on to by for and or with me its it that this then is are be optionally "
+    "filtered tell you i my your at most up".split()
+)
 _WORD_RE = re.compile(r"[a-z0-9]+")
-_LITERAL = (r"'(?:.*?)'(?=[\s,.:)!?]|$)|" + SPOKEN_DATE + r"|-?\d+(?:\.\d+)?(?![\d:])|true|false|\byes\b|\bno\b")
+_LITERAL = r"'(?:.*?)'(?=[\s,.:)!?]|$)|" + SPOKEN_DATE + r"|-?\d+(?:\.\d+)?(?![\d:])|true|false|\byes\b|\bno\b"
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 
@@ -118,8 +120,11 @@ class _ToolInfo:
         """The identifier parameter naming the tool's own row (``book_id`` for a book tool), if any; for a row
         read, changed or removed by an identifier no word of the tool names (``b_id`` of
         ``storage_buckets_get``), its first required such identifier."""
-        ids = [p for p in self.params if p.endswith("_id")
-               and all(t in self.nouns for t in _tokens(p[:-3]) if not t.isdigit())]
+        ids = [
+            p
+            for p in self.params
+            if p.endswith("_id") and all(t in self.nouns for t in _tokens(p[:-3]) if not t.isdigit())
+        ]
         if not ids and self.action in _KEYED_ACTIONS:
             ids = [p for p in self.params if p.endswith("_id") and p in self.required and not speakable(p[:-3])][:1]
         return min(ids, key=lambda p: (p not in self.required, len(p))) if ids else None
@@ -129,21 +134,29 @@ def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
     fn = spec.get("function", spec)
     name_tokens, desc_tokens = _tokens(fn["name"]), _tokens(fn.get("description") or "")
     action = next((_VERB_OF[t] for t in name_tokens if t in _VERB_OF), None) or next(
-        (_VERB_OF[t] for t in desc_tokens if t in _VERB_OF), None)
+        (_VERB_OF[t] for t in desc_tokens if t in _VERB_OF), None
+    )
     words = [t for t in name_tokens + desc_tokens if t not in _STOP and not t.isdigit()]
     # "web_hook" and "webhooks", "data_sources" and "datasources": adjacent words joined count as nouns too
-    joined = [singular(a + b) for a, b in zip(name_tokens, name_tokens[1:])]
+    joined = [singular(a + b) for a, b in zip(name_tokens, name_tokens[1:], strict=False)]
     nouns = frozenset(t for t in words + joined if t not in _VERB_OF)
     params = fn.get("parameters") or {}
     required = frozenset(params.get("required") or [])
     props = dict(params.get("properties") or {})
-    if action == "get" and not required and (any(p in props for p in ("limit", "page", "page_size", "offset"))
-                                             or re.search(r"[a-z]s$", fn["name"].lower())):
+    if (
+        action == "get"
+        and not required
+        and (
+            any(p in props for p in ("limit", "page", "page_size", "offset"))
+            or re.search(r"[a-z]s$", fn["name"].lower())
+        )
+    ):
         action = "list"  # "get_documents(limit=...)" and "get_mailboxes()" list rows
     name_nouns = frozenset(t for t in name_tokens if t not in _STOP and t not in _VERB_OF and not t.isdigit())
     name_verbs = frozenset(t for t in name_tokens if t in _VERB_OF)
-    return _ToolInfo(fn["name"], action, nouns, props, required, name_nouns, name_verbs,
-                     str(fn.get("description") or ""))
+    return _ToolInfo(
+        fn["name"], action, nouns, props, required, name_nouns, name_verbs, str(fn.get("description") or "")
+    )
 
 
 def _row_words(infos: dict[str, _ToolInfo]) -> dict[str, frozenset[str]]:
@@ -290,7 +303,8 @@ class ProgrammaticSolver:
 
     Per request (clauses joined by "then"): the tool is the one whose name/description shares the request's
     action verb and most of its words and parameter names (ties sampled with the attempt's seed; when a call
-    answers with an error, up to :data:`MAX_TOOL_TRIES` tools of that action are tried in rank order); a row reference ("that book",
+    answers with an error, up to :data:`MAX_TOOL_TRIES` tools of that action are tried in rank order); a row reference
+    ("that book",
     "the new book", "the book whose title is 'X'", "the second book in that list", "my most recent book")
     is resolved against the tool results seen so far, sampling among rows that fit equally well; literals
     written after a parameter's name fill that parameter. It never sees gold calls or the hidden state:
@@ -328,29 +342,33 @@ class ProgrammaticSolver:
                 args = _arguments(clause, tool, seen, rng, guess=False, wants=wants, rows=toolset.rows)
                 if args is None or wants or "most recent" in clause.lower():
                     # the row is not in the conversation (or "most recent" needs the whole table): list first
-                    needed = ([tool.key] if args is None or "most recent" in clause.lower() else [])
+                    needed = [tool.key] if args is None or "most recent" in clause.lower() else []
                     for name in dict.fromkeys(needed + [p for p in wants if p != tool.key]):
                         # like a person, try the likeliest list until one shows rows of that kind; a list
                         # of one parent's rows ("in space id 'spa_1'") after the lists of every row
                         listers = [(lister, {}) for lister in _listers(name, infos, rng, toolset.rows)]
                         for lister, scope in listers + _scoped_listers(name, infos, clause, toolset.rows):
-                            if (self._call(lister, {**_list_everything(lister), **scope}, call_tool, seen, attempt)
-                                    and _rows_with(seen[-1].output, name)):
+                            if self._call(
+                                lister, {**_list_everything(lister), **scope}, call_tool, seen, attempt
+                            ) and _rows_with(seen[-1].output, name):
                                 break
                     args = _arguments(clause, tool, seen, rng, guess=True, rows=toolset.rows)
                 if args is not None and self._call(tool, args, call_tool, seen, attempt):
                     break
-                if attempt.calls and (attempt.calls[-1].get("error") or {}).get("type") == \
-                        ErrorType.PRECONDITION_FAILED.value:
+                if (
+                    attempt.calls
+                    and (attempt.calls[-1].get("error") or {}).get("type") == ErrorType.PRECONDITION_FAILED.value
+                ):
                     break  # the row is not in a state the request applies to: another tool would not help
-        attempt.answer = "; ".join(json.dumps(c.get("output", c.get("error")), ensure_ascii=False)[:200]
-                                   for c in attempt.calls)
+        attempt.answer = "; ".join(
+            json.dumps(c.get("output", c.get("error")), ensure_ascii=False)[:200] for c in attempt.calls
+        )
         return attempt
 
-
     @staticmethod
-    def _call(tool: _ToolInfo, args: dict[str, Any], call_tool: ToolCaller, seen: list[_Observation],
-              attempt: Attempt) -> bool:
+    def _call(
+        tool: _ToolInfo, args: dict[str, Any], call_tool: ToolCaller, seen: list[_Observation], attempt: Attempt
+    ) -> bool:
         res = call_tool(tool.name, args)
         record = {"name": tool.name, "arguments": args, "ok": bool(res.get("ok"))}
         if res.get("ok"):
@@ -378,19 +396,28 @@ def split_clarifications(messages: Sequence[Mapping[str, Any]]) -> tuple[str, li
     after it (trailing pairs of a :func:`clarification_question` and a user message)."""
     msgs = list(messages)
     answers: list[str] = []
-    while (len(msgs) >= 3 and msgs[-1].get("role") == "user" and msgs[-2].get("role") == "assistant"
-           and not msgs[-2].get("tool_calls") and _QUESTION_RE.match(msgs[-2].get("content") or "")):
+    while (
+        len(msgs) >= 3
+        and msgs[-1].get("role") == "user"
+        and msgs[-2].get("role") == "assistant"
+        and not msgs[-2].get("tool_calls")
+        and _QUESTION_RE.match(msgs[-2].get("content") or "")
+    ):
         answers.insert(0, msgs[-1].get("content") or "")
         msgs = msgs[:-2]
     return next((m["content"] for m in reversed(msgs) if m.get("role") == "user"), ""), answers
 
 
-def _complete_clauses(clauses: list[str], answers: list[str], toolset: _ToolSet,
-                      rng: random.Random) -> tuple[list[str], list[str]]:
+def _complete_clauses(
+    clauses: list[str], answers: list[str], toolset: _ToolSet, rng: random.Random
+) -> tuple[list[str], list[str]]:
     """Clauses with the user's answered values appended (", title 'Dune'") and the required non-identifier
     parameters still missing (no literal after the parameter's name, no enum value of it in the clause)."""
-    given = [(m.group(1).strip().lower(), m.group(2)) for a in answers
-             for m in re.finditer(rf"(?:the\s+)?([a-z][a-z0-9 ]*?) is ({_LITERAL})", a, flags=re.IGNORECASE)]
+    given = [
+        (m.group(1).strip().lower(), m.group(2))
+        for a in answers
+        for m in re.finditer(rf"(?:the\s+)?([a-z][a-z0-9 ]*?) is ({_LITERAL})", a, flags=re.IGNORECASE)
+    ]
     out, missing = [], []
     for clause in clauses:
         ranked = _rank_tools(clause, toolset, rng)
@@ -398,8 +425,9 @@ def _complete_clauses(clauses: list[str], answers: list[str], toolset: _ToolSet,
             tool = ranked[0]
             for name in sorted(tool.required):
                 label = _words(name)
-                if name.endswith("_id") or _pattern(rf"\b{re.escape(label)}\s+(?:is\s+|to\s+)?(?:{_LITERAL})",
-                                                    re.IGNORECASE).search(clause):
+                if name.endswith("_id") or _pattern(
+                    rf"\b{re.escape(label)}\s+(?:is\s+|to\s+)?(?:{_LITERAL})", re.IGNORECASE
+                ).search(clause):
                     continue
                 if any(f"'{v}'" in clause for v in tool.params[name].get("enum") or ()):
                     continue
@@ -419,8 +447,9 @@ def _row_noun(key: str) -> str:
     return singular(words[-1]) if words else key
 
 
-def _listers(key: str | None, infos: dict[str, _ToolInfo], rng: random.Random,
-             rows: Mapping[str, frozenset[str]] | None = None) -> list[_ToolInfo]:
+def _listers(
+    key: str | None, infos: dict[str, _ToolInfo], rng: random.Random, rows: Mapping[str, frozenset[str]] | None = None
+) -> list[_ToolInfo]:
     """List tools that may hold the rows an identifier parameter (``appointment_template_id``) names, best
     first: most of the identifier's words (or, for one a person cannot say, of its :func:`_row_words`) among
     the tool's nouns, then fewest other nouns (ties sampled)."""
@@ -442,8 +471,9 @@ def _row_fit(key: str, rows: Mapping[str, frozenset[str]] | None) -> tuple[set[s
     return {singular(t) for t in key[:-3].split("_") if t and not t.isdigit()}, lambda i: thing in i.nouns
 
 
-def _scoped_listers(key: str | None, infos: dict[str, _ToolInfo], clause: str,
-                    rows: Mapping[str, frozenset[str]] | None = None) -> list[tuple[_ToolInfo, dict[str, Any]]]:
+def _scoped_listers(
+    key: str | None, infos: dict[str, _ToolInfo], clause: str, rows: Mapping[str, frozenset[str]] | None = None
+) -> list[tuple[_ToolInfo, dict[str, Any]]]:
     """List tools that may hold the rows ``key`` names and need parent identifiers, each with those
     identifiers as the request states them ("the group whose name is 'RH' in space id 'spa_1'":
     ``list_groups``, ``{"space_id": "spa_1"}``); only tools whose every required identifier the request
@@ -460,7 +490,9 @@ def _scoped_listers(key: str | None, infos: dict[str, _ToolInfo], clause: str,
         for name in sorted(scope):
             labels = {_words(name), *field_labels(name, info.params.get(name) or {})}
             for lab in sorted(labels, key=lambda x: (-len(x), x)):
-                m = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+)?('(?:.*?)'(?=[\s,.:)!?]|$))", re.IGNORECASE).search(clause)
+                m = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+)?('(?:.*?)'(?=[\s,.:)!?]|$))", re.IGNORECASE).search(
+                    clause
+                )
                 if m:
                     args[name] = _coerce(m.group(1), info.params.get(name) or {})
                     break
@@ -500,10 +532,13 @@ def _joint_alternatives(joints: Sequence[str]) -> str:
 # where one request of a query ends and the next begins: phrasing's connectives (``", and afterwards "``,
 # ``". Following that, "``), and the older ", and after that" / ". And then" forms
 _JOINT_SPLIT = re.compile(
-    r",\s*(?:" + _joint_alternatives([*COMMA_JOINTS, "after that", "once that is done,",
-                                       *(j for j in LAST_JOINTS if j.islower())]) + r")\s+"
-    r"|[.?]\s+(?:" + _joint_alternatives([*SENTENCE_JOINTS, "And", *(j for j in LAST_JOINTS if not j.islower())])
-    + r")\s+(?:then\s+)?")
+    r",\s*(?:"
+    + _joint_alternatives([*COMMA_JOINTS, "after that", "once that is done,", *(j for j in LAST_JOINTS if j.islower())])
+    + r")\s+"
+    r"|[.?]\s+(?:"
+    + _joint_alternatives([*SENTENCE_JOINTS, "And", *(j for j in LAST_JOINTS if not j.islower())])
+    + r")\s+(?:then\s+)?"
+)
 
 
 #: a quoted value as the solver reads one (:data:`_LITERAL`): opened where no letter precedes the quote
@@ -565,8 +600,9 @@ def _rank_tools(clause: str, toolset: _ToolSet, rng: random.Random) -> list[_Too
     return [info for _, _, info in sorted(scored, key=lambda x: (-x[0], x[1]))]
 
 
-def _score_tools(clause: str, infos: dict[str, _ToolInfo],
-                 rows: Mapping[str, frozenset[str]] | None = None) -> list[tuple[float, _ToolInfo]]:
+def _score_tools(
+    clause: str, infos: dict[str, _ToolInfo], rows: Mapping[str, frozenset[str]] | None = None
+) -> list[tuple[float, _ToolInfo]]:
     """``[(score, tool)]`` for the tools scoring above 0, in ``infos`` order.
 
     Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
@@ -579,13 +615,15 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo],
     head_toks = _tokens(head)
     # a glued name said as two words ("rate plans" for a tool over "rateplans") names the tool as the glued
     # word does: where the tool's own name has the glued word, or its nouns lack the two words
-    pairs = [(a, b, singular(a + b)) for a, b in zip(head_toks, head_toks[1:])]
+    pairs = [(a, b, singular(a + b)) for a, b in zip(head_toks, head_toks[1:], strict=False)]
     # the request's first action word ("Next, could you delete ...": delete); greetings carry none
     verb = next((t for t in head_toks if t in _VERB_OF), None)
     action = _VERB_OF.get(verb or "")
     lowered = clause.lower()
     all_toks = _tokens(clause)
-    clause_toks = set(all_toks) | {singular(a + b) for a, b in zip(all_toks, all_toks[1:])}  # "data source"
+    clause_toks = set(all_toks) | {
+        singular(a + b) for a, b in zip(all_toks, all_toks[1:], strict=False)
+    }  # "data source"
     # the request's object comes before what it is "of"/"for" ("list the events of the calendar whose ..."):
     # its words count once more, so the events tool wins over the calendars tool
     # ("a list of the events of ..." names its object after the first "of")
@@ -599,8 +637,11 @@ def _score_tools(clause: str, infos: dict[str, _ToolInfo],
         score = 3.0 * (action is not None and info.action == action)
         score += 0.5 * (score > 0 and verb in info.name_verbs)  # "cancel order X": cancel_order, not delete_order
         score += sum(1.0 for t in set(head_toks) if t in info.nouns)
-        score += sum(1.0 for a, b, t in set(pairs) if t in info.name_nouns
-                     or (t in info.nouns and not (a in info.nouns and b in info.nouns)))
+        score += sum(
+            1.0
+            for a, b, t in set(pairs)
+            if t in info.name_nouns or (t in info.nouns and not (a in info.nouns and b in info.nouns))
+        )
         score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
         score += sum(1.0 for p in info.params if _field_named(named, p, info.params[p]))
         if info.key and _key_quoted_pattern(info.key, (rows or {}).get(info.key)).search(lowered):
@@ -618,8 +659,7 @@ def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: ran
     wanted = [(f.replace(" ", "_"), v.strip("'")) for f, v in re.findall(rf"whose (.+?) is ({_LITERAL})", phrase)]
     if wanted:
         for obs in reversed(seen):
-            rows = [r for r in _rows_with(obs.output, key)
-                    if all(str(r.get(f, "")).lower() == v for f, v in wanted)]
+            rows = [r for r in _rows_with(obs.output, key) if all(str(r.get(f, "")).lower() == v for f, v in wanted)]
             if rows:
                 return rng.choice(rows)[key]
         return None
@@ -652,15 +692,21 @@ _REF_TAIL = r"(?: you (?:just )?created(?: earlier| a moment ago)?| in that list
 
 def _blanked(text: str, match: re.Match[str]) -> str:
     """``text`` with ``match``'s span replaced by spaces (positions kept): a value read once is not read again."""
-    return text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
+    return text[: match.start()] + " " * (match.end() - match.start()) + text[match.end() :]
 
 
 _LIST_OF = re.compile(r"\b(?:a\s+)?list\s+of\s+(?=the\b|all\b)", re.IGNORECASE)
 
 
-def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: random.Random,
-               guess: bool = True, wants: list[str] | None = None,
-               rows: Mapping[str, frozenset[str]] | None = None) -> dict[str, Any] | None:
+def _arguments(
+    clause: str,
+    tool: _ToolInfo,
+    seen: list[_Observation],
+    rng: random.Random,
+    guess: bool = True,
+    wants: list[str] | None = None,
+    rows: Mapping[str, frozenset[str]] | None = None,
+) -> dict[str, Any] | None:
     """Arguments of ``tool`` for one request, or None when a required one cannot be determined (with
     ``guess``, a required identifier the query leaves open is drawn among the identifiers seen so far).
     ``wants`` collects identifier parameters named by a description ("the author whose name is 'X'") that no
@@ -674,19 +720,22 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
     if key is not None and tool.action in _KEYED_ACTIONS:
         thing = _row_re(key, rows)
         lit = _pattern(rf"\b{thing} ({_LITERAL})", re.IGNORECASE).search(text)
-        if lit and not _pattern(rf"\b{thing} (?:id|whose)\b", re.IGNORECASE).search(text[:lit.start(1)]):
+        if lit and not _pattern(rf"\b{thing} (?:id|whose)\b", re.IGNORECASE).search(text[: lit.start(1)]):
             args[key] = _coerce(lit.group(1), tool.params[key])
-            text = text[:lit.start()] + text[lit.end():]
+            text = text[: lit.start()] + text[lit.end() :]
         else:
-            ref = _pattern(rf"((?:the|that|this|my)\b.*?\b{thing}\b{_WHOSE}?"
-                           rf"{_REF_TAIL})", re.IGNORECASE).search(text)
+            ref = _pattern(
+                rf"((?:the|that|this|my)\b.*?\b{thing}\b{_WHOSE}?"
+                rf"{_REF_TAIL})",
+                re.IGNORECASE,
+            ).search(text)
             if ref:
                 value = _resolve_reference(ref.group(1), key, seen, rng)
                 if value is not None:
                     args[key] = value
                 elif wants is not None and " whose " in ref.group(1):
                     wants.append(key)
-                text = text[:ref.start()] + text[ref.end():]
+                text = text[: ref.start()] + text[ref.end() :]
     # longest labels first, each match blanked out: "account sid 'x'" must not also fill "sid"
     own_names = {_words(n) for n in tool.params}
     for name in sorted(tool.params, key=lambda n: -len(_words(n))):
@@ -701,9 +750,18 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             # the service, it is not this call's account sid
             # (a label inside another value, "name 'Country of 5'", is no label)
             inside = [q.span() for q in _QUOTED.finditer(text)]
-            m = next((c for c in _pattern(rf"(?<!whose )\b{re.escape(lab)}\s+(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
-                                          re.IGNORECASE).finditer(text)
-                      if not any(a < c.start() < b for a, b in inside)), None)
+            m = next(
+                (
+                    c
+                    for c in _pattern(
+                        rf"(?<!whose )\b{re.escape(lab)}\s+"
+                        rf"(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
+                        re.IGNORECASE,
+                    ).finditer(text)
+                    if not any(a < c.start() < b for a, b in inside)
+                ),
+                None,
+            )
             if m:
                 break
         if not m and name in _QUERY_PARAMS:
@@ -716,16 +774,29 @@ def _arguments(clause: str, tool: _ToolInfo, seen: list[_Observation], rng: rand
             # "calendar id same as the course whose name is 'X'": the value the row the user points at holds
             same = None
             for lab in sorted(labels, key=len, reverse=True):
-                same = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?same as ((?:the|that|this)\b[^,]*?"
-                                rf"(?:{_WHOSE}| in that list))",
-                                re.IGNORECASE).search(text)
+                same = _pattern(
+                    rf"\b{re.escape(lab)}\s+(?:is\s+|to\s+)?same as ((?:the|that|this)\b[^,]*?"
+                    rf"(?:{_WHOSE}| in that list))",
+                    re.IGNORECASE,
+                ).search(text)
                 if same:
                     break
             # "author id the author you created earlier" or "for the author whose name is 'X'"
-            ref = _pattern(rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
-                           rf"{_row_re(name, rows)}\b{_WHOSE}?{_REF_TAIL})", re.IGNORECASE).search(text)
-            found = next(((m, v) for m in (same, ref) if m
-                          for v in [_resolve_reference(m.group(1), name, seen, rng)] if v is not None), None)
+            ref = _pattern(
+                rf"(?:\b{re.escape(_words(name))}\s+(?:to\s+|is\s+)?|\b(?:for|of)\s+)((?:the|that|this|my)\b[^,]*?\b"
+                rf"{_row_re(name, rows)}\b{_WHOSE}?{_REF_TAIL})",
+                re.IGNORECASE,
+            ).search(text)
+            found = next(
+                (
+                    (m, v)
+                    for m in (same, ref)
+                    if m
+                    for v in [_resolve_reference(m.group(1), name, seen, rng)]
+                    if v is not None
+                ),
+                None,
+            )
             if found:
                 args[name], text = found[1], _blanked(text, found[0])
                 continue
