@@ -150,6 +150,14 @@ def flag(owner: str, name: str, value: Any) -> bool:
     return value
 
 
+def non_blank_string(owner: str, name: str, value: Any, what: str = "") -> str:
+    """``value`` if it is a ``str`` with a non-space character; otherwise raise :class:`SettingError`
+    (``what``, e.g. ``"a model name or a model directory"``, is added to the message in brackets)."""
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(owner, name, value, "a non-blank string" + (f" ({what})" if what else ""))
+    return value
+
+
 def strings(owner: str, name: str, value: Any, non_empty: bool = False) -> list[str]:
     """``value`` as a list if it is a list (or tuple) of non-blank strings (and, with ``non_empty``, has at
     least one); otherwise raise :class:`SettingError`."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envfactory_assets.config_checks import SettingError, flag, setting
+from envfactory_assets.config_checks import flag, non_blank_string, setting
 from envfactory_assets.training.base_model import SMOLLM2_SPEC
 
 OWNER = "evaluation"
@@ -32,13 +32,5 @@ class EvaluationRunSpec:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_model, str) or not self.base_model.strip():
-            raise SettingError(
-                f"{OWNER} setting base_model={self.base_model!r}: expected a non-blank string "
-                "(a model name or a model directory)",
-                OWNER,
-                "base_model",
-                self.base_model,
-                "a non-blank string",
-            )
+        non_blank_string(OWNER, "base_model", self.base_model, "a model name or a model directory")
         flag(OWNER, "full_sets", self.full_sets)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from envfactory_assets.config_checks import (
-    SettingError,
     finite_number,
     flag,
+    non_blank_string,
     number_types,
     one_of,
     setting,
@@ -84,15 +84,7 @@ class CheckpointRunSpec:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_model, str) or not self.base_model.strip():
-            raise SettingError(
-                f"{OWNER} setting base_model={self.base_model!r}: expected a non-blank string "
-                "(a model name or a model directory)",
-                OWNER,
-                "base_model",
-                self.base_model,
-                "a non-blank string",
-            )
+        non_blank_string(OWNER, "base_model", self.base_model, "a model name or a model directory")
         for name, low in (
             ("max_train_rows", 1),
             ("n_eval_prompts", 0),
