@@ -769,6 +769,67 @@ def attack(state, canary, secrets, port, marker):
 """,
         probe_sensitive=False,
     ),
+    _os_sample(
+        "reply_amplification",
+        "resource limits",
+        "returns 2,000,000 empty lists in 6 MB of JSON: under the byte cap, but more than 300 MiB of objects "
+        "once decoded, so a reader bounded only by bytes would take the parent's memory",
+        """
+def attack(state, canary, secrets, port, marker):
+    inner = [[]] * 1000
+    return {"items": [inner] * 2000}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "frame_declaring_1_gib",
+        "resource limits",
+        "writes a frame header declaring a 1 GiB reply straight to the protocol pipe: a reader that allocates "
+        "what the header says before checking it against the cap would take the parent's memory",
+        """
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    struct_module = __import__("struct")
+    frame = struct_module.pack(">I", 1 << 30) + b"[" * 65536
+    written = []
+    for fd in range(3, 64):
+        try:
+            if os_module.fstat(fd).st_mode & 0o170000 != 0o010000:  # a pipe
+                continue
+            os_module.write(fd, frame)
+            written.append(fd)
+            break
+        except OSError:
+            continue
+    return {"written": written}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "forged_deep_frame",
+        "resource limits",
+        "writes its own frame of 100,000 nested lists straight to the protocol pipe, past the serializer that "
+        "would refuse it: a recursive reader would raise RecursionError in the parent",
+        """
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    struct_module = __import__("struct")
+    payload = b'{"id": 0, "ok": true, "result": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    frame = struct_module.pack(">I", len(payload)) + payload
+    written = []
+    for fd in range(3, 64):
+        try:
+            if os_module.fstat(fd).st_mode & 0o170000 != 0o010000:  # a pipe
+                continue
+            os_module.write(fd, frame)
+            written.append(fd)
+            break
+        except OSError:
+            continue
+    return {"written": written}
+""",
+        probe_sensitive=False,
+    ),
 ]
 OS_SAMPLES += RESOURCE_SAMPLES
 
