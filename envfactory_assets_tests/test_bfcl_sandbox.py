@@ -219,3 +219,19 @@ def test_a_worker_that_died_between_calls_is_restored_without_blaming_the_next_c
         assert episode.worker_starts == 2 and episode.n_timeouts == 0
     finally:
         episode.close()
+
+
+def test_a_contained_worker_runs_in_its_own_control_group_which_goes_with_it(tasks):
+    from envfactory_assets.runtime import cgroups
+
+    if not resolve_isolation().contained or not cgroups.detect().active:
+        pytest.fail("the OS sandbox and control groups must be available here (as for environment workers)")
+    episode = bfcl.BFCLEpisode(_task_with(tasks, "MathAPI"))
+    assert episode.call("add", {"a": 1, "b": 1}) == '{"result": 2}'
+    group = episode.worker.cgroup
+    assert group is not None and group.memory_bytes == ExecutorSettings().memory_mb * 1024 * 1024
+    members = {int(p) for f in group.procs_files for p in open(f).read().split()}
+    assert set(_process_tree(episode.worker.pid)) & members, "the worker's processes are not in its group"
+    dirs = list(group.dirs.values())
+    episode.close()
+    assert not any(d.exists() for d in dirs), "the worker's control group outlived it"

@@ -32,9 +32,11 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.runtime import cgroups
 from envfactory_assets.runtime.isolation import (
     Isolation,
     bwrap_command,
+    launcher_command,
     resolve_isolation,
 )
 from envfactory_assets.runtime.protocol import (
@@ -67,7 +69,13 @@ class ExecutorSettings:
             well under a millisecond. Default 2 s, or ``$ENVFACTORY_BFCL_CALL_TIMEOUT_S``.
         kill_grace_s: extra seconds for the pipe and the scheduler before the worker is killed.
         startup_timeout_s: seconds a fresh worker may take to start and say it is ready.
-        memory_mb: the worker's address-space limit (``RLIMIT_AS``), MiB.
+        memory_mb: the worker's address-space limit (``RLIMIT_AS``), MiB; with control groups (as for
+            environment workers, :mod:`envfactory_assets.runtime.cgroups`) also its group's memory limit,
+            shared, tmpfs and kernel memory included.
+        max_tasks: with control groups, the most processes and threads the worker may have at once
+            (``pids.max``). BFCL's API classes start none.
+        cpu_cores: with control groups, the worker's CPU quota in cores, so a spinning call never takes every
+            core from the parent.
         test_probe: tests only: the worker accepts a ``probe_read`` request that opens a host path
             from inside the worker (to show what the sandbox lets a call see).
     """
@@ -76,10 +84,12 @@ class ExecutorSettings:
     kill_grace_s: float = 0.5
     startup_timeout_s: float = 30.0
     memory_mb: int = 512
+    max_tasks: int = 16
+    cpu_cores: float = 1.0
     test_probe: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("call_timeout_s", "kill_grace_s", "startup_timeout_s", "memory_mb"):
+        for name in ("call_timeout_s", "kill_grace_s", "startup_timeout_s", "memory_mb", "max_tasks", "cpu_cores"):
             value = getattr(self, name)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not number or not value > 0 or not math.isfinite(value):
@@ -135,9 +145,12 @@ class RemoteError(Exception):
         self.type = str(error.get("type", ""))
 
 
-def _kill(proc: subprocess.Popen, stderr: Any) -> None:
-    """SIGKILL the worker's process group, reap it, close our ends (stderr too). Safe to call twice."""
+def _kill(proc: subprocess.Popen, stderr: Any, group: cgroups.WorkerCgroup | None = None) -> None:
+    """SIGKILL the worker's process group, reap it, close our ends (stderr too), then kill what is left in its
+    control group and remove the group. Safe to call twice."""
     kill_process(proc, stderr)
+    if group is not None:
+        group.remove()
 
 
 def isolation_for_bfcl() -> Isolation:
@@ -172,6 +185,7 @@ class BFCLWorkerProcess:
         self.ready = False
         self._stderr: Any = None
         self._finalizer: weakref.finalize | None = None
+        self.cgroup: cgroups.WorkerCgroup | None = None
 
     @property
     def contained(self) -> bool:
@@ -191,8 +205,9 @@ class BFCLWorkerProcess:
         ]
         if s.test_probe:
             argv.append("--test-probe")
+        procs = self.cgroup.procs_files if self.cgroup is not None else []
         if self.isolation.bwrap is None:
-            return argv
+            return launcher_command(argv, procs) if procs else argv
         environment = {
             "PYTHONPATH": _PACKAGE_PARENT,
             "PYTHONHASHSEED": "0",
@@ -201,12 +216,28 @@ class BFCLWorkerProcess:
             "HOME": "/tmp",
             "PATH": "/nonexistent",
         }
-        return bwrap_command(self.isolation.bwrap, argv, environment)
+        return bwrap_command(self.isolation.bwrap, argv, environment, procs)
 
     def spawn(self) -> None:
-        """Start the process (does not wait for it)."""
+        """Start the process (does not wait for it), in its own control group when the OS layer is on and
+        the kernel offers one (the worker joins it before it runs any Python).
+
+        Raises:
+            WorkerStartFailed: the control group could not be made although the kernel offers them.
+        """
         if self.proc is not None:
             return
+        support = cgroups.detect() if self.isolation.contained else None
+        if support is not None and support.active:
+            try:
+                self.cgroup = cgroups.WorkerCgroup(
+                    support,
+                    memory_bytes=self.settings.memory_mb * 1024 * 1024,
+                    pids_max=self.settings.max_tasks,
+                    cpu_cores=self.settings.cpu_cores,
+                )
+            except OSError as exc:  # offered but failing: not a mode to fall back to silently
+                raise WorkerStartFailed(f"cannot create the BFCL worker's control group: {exc}") from None
         if self.isolation.bwrap is None:
             env = {
                 "PATH": os.environ.get("PATH", os.defpath),
@@ -219,18 +250,24 @@ class BFCLWorkerProcess:
             env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
         # stderr goes to an unlinked file: no drain thread per worker, and a full pipe can never block it
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _kill
-        proc = subprocess.Popen(  # noqa: S603 - fixed command, no shell
-            self.command(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=env,
-            cwd="/",
-            start_new_session=True,
-            close_fds=True,
-        )
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - fixed command, no shell
+                self.command(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+                self.cgroup = None
+            raise
         self.proc = proc
-        self._finalizer = weakref.finalize(self, _kill, proc, self._stderr)
+        self._finalizer = weakref.finalize(self, _kill, proc, self._stderr, self.cgroup)
         self.channel = FrameChannel(proc.stdin.fileno(), proc.stdout.fileno())
 
     def _await_ready(self) -> FrameChannel:
@@ -341,3 +378,4 @@ class BFCLWorkerProcess:
             self._finalizer = None
         self.proc = None
         self._stderr = None
+        self.cgroup = None
