@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,40 @@ from envfactory_assets_tests.rl_tasks import BOOKSHOP, rl_rows
 def tasks():
     envs = build_fixture_environments(*THREE_DOMAINS)
     return task_set(rl_rows(envs), envs)
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    tree, frontier = [pid], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        tree += frontier
+    return tree
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_worker(pid: int) -> None:
+    """SIGKILL a sandbox worker (its bubblewrap process group) and wait until every process of it is gone: the
+    sandboxed interpreter, two bubblewrap levels down, dies a moment after the outer process."""
+    tree = _descendants(pid)
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(_running(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(_running(p) for p in tree)
 
 
 class Clock:
@@ -90,10 +126,10 @@ def test_a_dead_worker_ends_only_its_own_episodes_and_the_others_go_on(tasks):
         desk_task = tasks.rows["rl_helpdesk_close"]
         pid = pool.worker_pids(shop)[BOOKSHOP]
         assert pool.worker_pids(three)[BOOKSHOP] == pid and BOOKSHOP not in pool.worker_pids(desk)
-        os.killpg(pid, signal.SIGKILL)  # the bookshop's worker process (its bubblewrap group) dies
+        kill_worker(pid)  # the bookshop's worker process dies
         for eid in (shop, shop_too, three):
             out = pool.call(eid, "get_book", {"book_id": "boo_00007"})
-            assert (out.done, out.end_reason, out.reward) == (True, "episode_lost", None)
+            assert (out.done, out.end_reason, out.reward) == (True, "episode_lost", None), out
             assert out.error["type"] == "episode_lost" and BOOKSHOP in out.error["env_ids"]
             with pytest.raises(EpisodeDone):
                 pool.call(eid, "get_book", {"book_id": "boo_00007"})
@@ -120,3 +156,17 @@ def test_bad_settings_and_unknown_tasks_are_refused_by_name(tasks):
         assert pool.open_count == 0  # a refused open holds no slot
         first = pool.open(seed=3, split="held_out")
         assert first.task_id == "rl_bookshop_look_up"  # the only held-out row
+
+
+def test_episodes_outlive_the_request_thread_that_opened_them(tasks):
+    """A server's request threads come and go (OpenEnv gives each WebSocket its own), while the sandbox's worker
+    processes die with the thread that started them (the kernel's parent-death signal, bubblewrap's
+    --die-with-parent): the pool must start them on threads of its own."""
+    with SessionPool(tasks) as pool:
+        opened: dict[str, str] = {}
+        opener = threading.Thread(target=lambda: opened.update(eid=pool.open(task_id="rl_helpdesk_close").episode_id))
+        opener.start()
+        opener.join()
+        time.sleep(0.5)
+        out = pool.call(opened["eid"], "list_tickets", {})
+        assert out.error is None and not out.done, out

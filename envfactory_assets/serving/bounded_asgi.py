@@ -11,7 +11,8 @@ times its size; deep nesting raises ``RecursionError``). So before any decoding:
 - a WebSocket message past a bound is answered with an OpenEnv error frame (``{"type": "error", "data":
   {"message", "code"}}``) on the same connection and dropped; the connection and its episode go on.
 
-One refused request never ends the server or another client's episode.
+One refused request never ends the server or another client's episode. Closing a WebSocket whose client has
+already gone is not reported as an error.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class BoundedJsonMiddleware:
         if scope["type"] == "http" and scope.get("method") in _BODY_METHODS:
             await self._http(scope, receive, send)
         elif scope["type"] == "websocket":
-            await self.app(scope, self._websocket_receive(receive, send), send)
+            await self.app(scope, self._websocket_receive(receive, send), _closing_tolerant(send))
         else:
             await self.app(scope, receive, send)
 
@@ -116,6 +117,21 @@ class BoundedJsonMiddleware:
                 return message
 
         return bounded_receive
+
+
+def _closing_tolerant(send: Any) -> Any:
+    """``send``, except that closing a WebSocket the client has already closed is not an error (the server
+    then has nothing left to tell it; OpenEnv closes every socket at its session's end, and a failure there would
+    be logged as an application error for each client that hung up first)."""
+
+    async def send_or_already_closed(message: dict[str, Any]) -> None:
+        try:
+            await send(message)
+        except OSError:  # uvicorn's ClientDisconnected
+            if message.get("type") != "websocket.close":
+                raise
+
+    return send_or_already_closed
 
 
 async def _refuse(send: Any, exc: JsonTooLarge) -> None:

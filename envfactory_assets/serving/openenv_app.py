@@ -164,6 +164,8 @@ class RLTaskEnvironment(Environment[ToolCallAction, EpisodeObservation, EpisodeS
                 env_ids=list(self._pool.tasks.rows[out.task_id]["env_ids"]),
                 step_count=out.step_count,
                 done=out.done,
+                n_calls=out.n_calls,
+                n_malformed=out.n_malformed,
             )
         return EpisodeObservation(
             episode_id=out.episode_id,

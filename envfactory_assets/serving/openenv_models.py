@@ -13,6 +13,7 @@ from typing import Any
 
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
 ACTION_KINDS = ("tool_name", "unparsed_call", "final_answer")
 
@@ -45,9 +46,12 @@ class ToolCallAction(Action):
     def _one_kind(self) -> ToolCallAction:
         given = [name for name in ACTION_KINDS if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError(
-                f"an action is exactly one of {', '.join(ACTION_KINDS)}; got "
-                f"{', '.join(given) if given else 'none of them'}"
+            # a PydanticCustomError, not a ValueError: OpenEnv sends the validation errors back as JSON, and an
+            # exception object in them cannot be serialized (its WebSocket would close instead of answering)
+            raise PydanticCustomError(
+                "action_kind",
+                "an action is exactly one of {kinds}; got {given}",
+                {"kinds": ", ".join(ACTION_KINDS), "given": ", ".join(given) if given else "none of them"},
             )
         return self
 

@@ -15,7 +15,10 @@ seccomp and its control group), so episodes never share state and no episode sta
   episode of that environment starts a fresh process.
 
 Each set's worker runs one request at a time (:class:`SandboxWorker`), so ``workers`` sets run that many tool
-calls at once; episodes go to the set with the fewest open.
+calls at once; episodes go to the set with the fewest open. Every request to a set runs on that set's own
+long-lived thread: a worker process dies with the *thread* that started it (bubblewrap's ``--die-with-parent``
+is the kernel's parent-death signal, which follows the starting thread), and a server's request threads come
+and go (OpenEnv gives each WebSocket connection a thread of its own and ends it with the connection).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -97,6 +101,7 @@ class StepResult:
     Attributes:
         episode_id, task_id: the episode and its task.
         step_count: tool calls and malformed calls so far.
+        n_calls, n_malformed: well-formed calls executed, and malformed calls counted, so far.
         tool_name, result: the call and its result text, exactly as a policy sees it in training.
         error: ``{"type", "message"}`` when the step was not a plain tool result.
         done: the episode has ended (final answer, step limit, lost worker); ``end_reason`` says which.
@@ -109,6 +114,8 @@ class StepResult:
     tool_name: str | None = None
     result: str | None = None
     error: dict[str, Any] | None = None
+    n_calls: int = 0
+    n_malformed: int = 0
     done: bool = False
     end_reason: str | None = None
     reward: float | None = None
@@ -165,7 +172,11 @@ class SessionPool:
         self.settings = settings or SessionSettings()
         self._workers = [SandboxWorker(limits) for _ in range(self.settings.workers)]
         self._loaded: list[set[str]] = [set() for _ in self._workers]
-        self._worker_locks = [threading.Lock() for _ in self._workers]
+        # one long-lived thread per worker set runs every request to it (module docstring: parent-death signal)
+        self._threads = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"serve-openenv-workers{i}")
+            for i in range(len(self._workers))
+        ]
         self._reward_fn = reward_fn
         self._clock = clock
         self._lock = threading.Lock()
@@ -207,6 +218,8 @@ class SessionPool:
             self._sessions.clear()
         for worker in self._workers:
             worker.close()
+        for thread in self._threads:
+            thread.shutdown(wait=True)
 
     # -- introspection -------------------------------------------------------------------------------
     @property
@@ -296,16 +309,23 @@ class SessionPool:
             self._sessions[eid] = Session(eid, task_id, episode, shard, now)
         return StepResult(eid, task_id)
 
+    def _on(self, shard: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on worker set ``shard``'s own thread (module docstring), its result or its exception."""
+        return self._threads[shard].submit(fn, *args).result()
+
     def _open_episode(self, shard: int, row: Mapping[str, Any]) -> TaskEpisode:
         worker = self._workers[shard]
+
+        def open_in_worker() -> TaskEpisode:
+            for env_id in row["env_ids"]:
+                if env_id not in self._loaded[shard]:  # after a restart the worker re-loads it by itself
+                    env = self.tasks.environments[env_id]
+                    worker.load_environment(env_id, env["source"], origin=env.get("origin", "untrusted"))
+                    self._loaded[shard].add(env_id)
+            return TaskEpisode(worker, row)
+
         try:
-            with self._worker_locks[shard]:
-                for env_id in row["env_ids"]:
-                    if env_id not in self._loaded[shard]:  # after a restart the worker re-loads it by itself
-                        env = self.tasks.environments[env_id]
-                        worker.load_environment(env_id, env["source"], origin=env.get("origin", "untrusted"))
-                        self._loaded[shard].add(env_id)
-                return TaskEpisode(worker, row)
+            return self._on(shard, open_in_worker)
         except SandboxError as exc:
             raise EpisodeStartFailed(
                 f"task {row.get('id')!r} could not start in the sandbox: {str(exc)[:500]}", task_id=row.get("id")
@@ -390,6 +410,7 @@ class SessionPool:
             out = action(session)
             session.step_count += 1
             out.step_count = session.step_count
+            out.n_calls, out.n_malformed = len(session.episode.calls), session.episode.n_malformed
             if session.episode.lost:
                 return self._end(session, "episode_lost", out)
             if session.step_count >= self.settings.max_steps:
@@ -410,7 +431,7 @@ class SessionPool:
                 f"{self.settings.max_argument_bytes}; the call did not run and counts as malformed",
             }
             return out
-        out.result = session.episode.call(str(tool_name), arguments)
+        out.result = self._on(session.shard, session.episode.call, str(tool_name), arguments)
         return out
 
     def _end(self, session: Session, reason: str, out: StepResult) -> StepResult:
@@ -427,14 +448,20 @@ class SessionPool:
                 },
             )
         else:
-            outcome = episode_outcome(
-                session.episode, self.tasks.state_hashes(session.task_id), self.tasks.environments, self._reward_fn
+            outcome = self._on(
+                session.shard,
+                episode_outcome,
+                session.episode,
+                self.tasks.state_hashes(session.task_id),
+                self.tasks.environments,
+                self._reward_fn,
             )
             if outcome.error is not None and outcome.error["type"] == "episode_lost":
                 reason = "episode_lost"
         out.done = True
         out.end_reason = reason
         out.step_count = session.step_count
+        out.n_calls, out.n_malformed = len(session.episode.calls), session.episode.n_malformed
         out.reward = outcome.reward
         out.reward_breakdown = outcome.breakdown
         out.state_diff = outcome.state_diff
@@ -480,11 +507,10 @@ class SessionPool:
         while len(self._gone) > _GONE_REMEMBERED:
             self._gone.popitem(last=False)
 
-    @staticmethod
-    def _close_session(session: Session) -> None:
+    def _close_session(self, session: Session) -> None:
         """Free the episode's state in its worker (caller holds the session's lock)."""
         session.closed = True
         try:
-            session.episode.close()
-        except SandboxError:
-            pass  # its worker is gone: so is the state
+            self._on(session.shard, session.episode.close)
+        except (SandboxError, RuntimeError):
+            pass  # its worker is gone (or the pool is shut down): so is the state
