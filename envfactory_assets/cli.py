@@ -480,21 +480,25 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 SESSION_OPTIONS = ("max_sessions", "idle_timeout_s", "max_steps", "max_argument_bytes", "workers")
 
 
+class _Terminated(Exception):
+    """SIGTERM arrived: stop serving as on Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
 def cmd_serve_openenv(args: argparse.Namespace) -> int:
-    """Serve the store's RL rows as an OpenEnv environment until interrupted (Ctrl-C, SIGTERM)."""
+    """Serve the store's RL rows as an OpenEnv environment until Ctrl-C (exit 130) or SIGTERM (exit 0); either
+    way the episodes are closed and every sandbox worker is stopped before the process ends."""
+    import signal
+
     from envfactory_assets.config_checks import SettingError
     from envfactory_assets.curation import CurationError, curation_path, load_curation
     from envfactory_assets.serving.sessions import SessionPool, SessionSettings
     from envfactory_assets.serving.tasks import load_task_set
     from envfactory_assets.store.db import StoreBusy
 
-    try:
-        import uvicorn
-
-        from envfactory_assets.serving.openenv_app import create_openenv_app, message_bounds
-    except ImportError as exc:  # openenv-core is a dependency; a hand-made virtualenv may lack it
-        print(f"error: serve-openenv needs openenv-core (scripts/setup.sh installs it): {exc}", file=sys.stderr)
-        return 2
     try:
         session_settings = SessionSettings(
             **{k: getattr(args, k) for k in SESSION_OPTIONS if getattr(args, k) is not None}
@@ -504,8 +508,18 @@ def cmd_serve_openenv(args: argparse.Namespace) -> int:
     except (SettingError, CurationError, FileNotFoundError, StoreBusy, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        import uvicorn
+
+        from envfactory_assets.serving.openenv_app import create_openenv_app, message_bounds
+    except ImportError as exc:  # openenv-core is a dependency; a hand-made virtualenv may lack it
+        print(f"error: serve-openenv needs openenv-core (scripts/setup.sh installs it): {exc}", file=sys.stderr)
+        return 2
     pool = SessionPool(tasks, session_settings)
     pool.start_reaper()
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again under the handler it found: this one,
+    # so that the pool below is closed instead of the process dying with its episodes open
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         app = create_openenv_app(pool)
         print(
@@ -522,6 +536,10 @@ def cmd_serve_openenv(args: argparse.Namespace) -> int:
             log_level="warning",
             ws_max_size=2 * message_bounds(pool).max_bytes,  # past the bounded reader's clear error: closed
         )
+    except KeyboardInterrupt:
+        return 130
+    except _Terminated:
+        return 0
     finally:
         pool.close()
     return 0
