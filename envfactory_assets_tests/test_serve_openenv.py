@@ -35,6 +35,7 @@ from envfactory_assets.serving.tasks import dataset_version, task_set
 from envfactory_assets.tooluse.reward import RewardBreakdown
 from envfactory_assets_tests.fixture_environments import THREE_DOMAINS, build_fixture_environments, mutate
 from envfactory_assets_tests.rl_tasks import BOOKSHOP, rl_rows, store_with_rl_rows
+from envfactory_assets_tests.worker_processes import children, kill_worker, running
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,6 +224,23 @@ def test_past_the_session_cap_a_reset_is_refused_until_a_client_leaves_mid_episo
         assert _wait_until(lambda: pool.open_count == 0)
 
 
+def test_a_dead_worker_ends_its_clients_episodes_with_a_structured_error_and_the_others_go_on(served, rows):
+    url, pool = served
+    desk = next(r for r in rows if r["id"] == "rl_helpdesk_close")
+    with GenericEnvClient(base_url=url).sync() as shop, GenericEnvClient(base_url=url).sync() as helpdesk:
+        shop_id = shop.reset(task_id="rl_bookshop_look_up").observation["episode_id"]
+        helpdesk.reset(task_id=desk["id"])
+        kill_worker(pool.worker_pids(shop_id)[BOOKSHOP])
+        lost = shop.step({"tool_name": "get_book", "arguments": {"book_id": "boo_00007"}})
+        assert (lost.done, lost.reward, lost.observation["end_reason"]) == (True, None, "episode_lost")
+        assert lost.observation["error"]["type"] == "episode_lost" and lost.observation["error"]["env_ids"] == [
+            BOOKSHOP
+        ]
+        assert helpdesk.step(_call(desk["gold_calls"][0])).observation["error"] is None
+        assert helpdesk.step({"final_answer": "Closed."}).reward == 1.0
+        assert shop.reset(task_id="rl_bookshop_look_up").observation["prompt"]  # a fresh worker serves it
+
+
 def test_forged_tool_output_cannot_change_the_reward_done_or_state(environments, rows):
     """A hostile environment whose ``get_book`` returns a fake reward, a fake ``done`` and the gold final state
     itself: the steps stay open, and the reward is the one computed from the calls and the saved state."""
@@ -353,7 +371,7 @@ def test_the_command_serves_the_store_and_stops_with_its_workers_on_sigterm(home
             book = re.search(r"book (\S+) cost", first.observation["prompt"][-1]["content"])[1]
             client.step({"tool_name": "get_book", "arguments": {"book_id": book}})
             assert client.step({"final_answer": "Here it is."}).reward == 1.0
-            workers = [p for p in _children(proc.pid)]
+            workers = children(proc.pid)
             assert workers, "no sandbox worker process was started"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -364,23 +382,4 @@ def test_the_command_serves_the_store_and_stops_with_its_workers_on_sigterm(home
             proc.wait()
     assert proc.returncode == 0, proc.stderr.read()
     assert "serve-openenv: 4 RL tasks" in proc.stderr.read()
-    assert _wait_until(lambda: not [p for p in workers if _alive(p)], 10)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert _wait_until(lambda: not [p for p in workers if running(p)], 10)

@@ -5,11 +5,8 @@ worker that dies ending only its own episodes."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,46 +16,13 @@ from envfactory_assets.serving.sessions import SessionPool, SessionSettings
 from envfactory_assets.serving.tasks import task_set
 from envfactory_assets_tests.fixture_environments import THREE_DOMAINS, build_fixture_environments
 from envfactory_assets_tests.rl_tasks import BOOKSHOP, rl_rows
+from envfactory_assets_tests.worker_processes import kill_worker
 
 
 @pytest.fixture(scope="module")
 def tasks():
     envs = build_fixture_environments(*THREE_DOMAINS)
     return task_set(rl_rows(envs), envs)
-
-
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every process under it (from /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    tree, frontier = [pid], [pid]
-    while frontier:
-        frontier = [child for child, parent in parents.items() if parent in frontier]
-        tree += frontier
-    return tree
-
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def kill_worker(pid: int) -> None:
-    """SIGKILL a sandbox worker (its bubblewrap process group) and wait until every process of it is gone: the
-    sandboxed interpreter, two bubblewrap levels down, dies a moment after the outer process."""
-    tree = _descendants(pid)
-    os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while any(_running(p) for p in tree) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not any(_running(p) for p in tree)
 
 
 class Clock:
