@@ -298,16 +298,17 @@ class SessionPool:
             self._gone.pop(eid, None)
         try:
             episode = self._open_episode(shard, row)
-        finally:
+        except BaseException:
             with self._lock:
                 self._reserved.pop(eid, None)
+            raise
         now = self._clock()
-        with self._lock:
-            if self._closed:
-                episode.close()
-                raise EpisodeStartFailed("the server is shutting down")
-            self._sessions[eid] = Session(eid, task_id, episode, shard, now)
-        return StepResult(eid, task_id)
+        with self._lock:  # the reservation becomes the session in one step: the cap never has a gap
+            self._reserved.pop(eid, None)
+            if not self._closed:
+                self._sessions[eid] = Session(eid, task_id, episode, shard, now)
+                return StepResult(eid, task_id)
+        raise EpisodeStartFailed("the server is shutting down")  # its workers are stopped, the episode with them
 
     def _on(self, shard: int, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on worker set ``shard``'s own thread (module docstring), its result or its exception."""
