@@ -83,14 +83,10 @@ class RLTaskEnvironment(Environment[ToolCallAction, EpisodeObservation, EpisodeS
         self._release()
         out = self._pool.open(task_id=task_id, seed=seed, split=split, episode_id=episode_id)
         self._episode_id, self._owned = out.episode_id, episode_id is None
-        row = self._pool.tasks.rows[out.task_id]
-        self._state = EpisodeState(episode_id=out.episode_id, task_id=out.task_id, env_ids=list(row["env_ids"]))
+        env_ids = list(self._pool.tasks.rows[out.task_id]["env_ids"])
+        self._state = EpisodeState(episode_id=out.episode_id, task_id=out.task_id, env_ids=env_ids)
         return EpisodeObservation(
-            episode_id=out.episode_id,
-            task_id=out.task_id,
-            env_ids=list(row["env_ids"]),
-            prompt=row["prompt"],
-            tools=row["tools"],
+            episode_id=out.episode_id, task_id=out.task_id, env_ids=env_ids, prompt=out.prompt, tools=out.tools
         )
 
     def step(

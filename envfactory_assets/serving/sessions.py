@@ -100,6 +100,7 @@ class StepResult:
 
     Attributes:
         episode_id, task_id: the episode and its task.
+        prompt, tools: on a reset, the task's conversation so far and its OpenAI function tools.
         step_count: tool calls and malformed calls so far.
         n_calls, n_malformed: well-formed calls executed, and malformed calls counted, so far.
         tool_name, result: the call and its result text, exactly as a policy sees it in training.
@@ -110,6 +111,8 @@ class StepResult:
 
     episode_id: str
     task_id: str
+    prompt: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
     step_count: int = 0
     tool_name: str | None = None
     result: str | None = None
@@ -259,7 +262,7 @@ class SessionPool:
             episode_id: the id the caller wants (default: a fresh random one).
 
         Returns:
-            The :class:`StepResult` of the reset (step 0; ``result`` is None).
+            The :class:`StepResult` of the reset (step 0, with the task's ``prompt`` and ``tools``).
 
         Raises:
             UnknownTask, BadRequest: no such task, or bad arguments.
@@ -267,11 +270,9 @@ class SessionPool:
             SessionCapacityError: ``max_sessions`` episodes are open.
             EpisodeStartFailed: the task's environments or initial state could not be loaded in the sandbox.
         """
-        if task_id is not None:
-            row = self.tasks.row(task_id)
-        else:
+        if task_id is None:
             task_id = self.tasks.sample(seed, split, self._rng)
-            row = self.tasks.rows[task_id]
+        row = self.tasks.episode_row(task_id)
         eid = _episode_id(episode_id) if episode_id is not None else uuid.uuid4().hex
         self.expire_idle()
         with self._lock:
@@ -307,7 +308,7 @@ class SessionPool:
             self._reserved.pop(eid, None)
             if not self._closed:
                 self._sessions[eid] = Session(eid, task_id, episode, shard, now)
-                return StepResult(eid, task_id)
+                return StepResult(eid, task_id, prompt=row["prompt"], tools=row["tools"])
         raise EpisodeStartFailed("the server is shutting down")  # its workers are stopped, the episode with them
 
     def _on(self, shard: int, fn: Callable[..., Any], *args: Any) -> Any:

@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from envfactory_assets.curation import Curation, filter_environments
 from envfactory_assets.envgen.environment_dict import as_environment
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.serving.errors import BadRequest, UnknownTask
 from envfactory_assets.store.db import Store, read_rows
 from envfactory_assets.store.ids import content_id
+from envfactory_assets.store.schema import JSON_COLUMNS
 
 SPLITS = ("train", "held_out")
 """The values of a row's ``split`` column a reset may sample from."""
@@ -32,12 +35,28 @@ def dataset_version(rows: list[Mapping[str, Any]]) -> str:
     return content_id("v", sorted(str(r["id"]) for r in rows))
 
 
+HEAVY_COLUMNS = ("prompt", "tools", "initial_state", "final_state")
+"""The columns a :class:`TaskSet` keeps as JSON text until an episode needs them: on the default run's store
+(4,930 rows) decoding them all up front took 35 s and 2.1 GiB; as text they are about 300 MB, and one row decodes
+in well under a millisecond. A row's tools are decoded once per distinct tool list (rows share them)."""
+
+
+def _compact(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` with its :data:`HEAVY_COLUMNS` as JSON bytes (text from the store is kept as it is, encoded)."""
+    out = dict(row)
+    for name in HEAVY_COLUMNS:
+        value = row[name]
+        out[name] = value.encode() if isinstance(value, str) else orjson.dumps(value)
+    return out
+
+
 @dataclass
 class TaskSet:
     """The served tasks and the environments they run in.
 
     Attributes:
-        rows: ``{task id: rl_dataset row}``.
+        rows: ``{task id: rl_dataset row}``, each with its :data:`HEAVY_COLUMNS` as JSON bytes
+            (:meth:`episode_row` decodes them).
         environments: ``{env_id: Environment dict}`` of every environment a row uses.
         version: :func:`dataset_version` of ``rows``.
         skipped: ``{task id: why it is not served}`` (an environment that is not verified or is curated out).
@@ -48,15 +67,17 @@ class TaskSet:
     version: str = ""
     skipped: dict[str, str] = field(default_factory=dict)
     _hashes: dict[str, tuple[dict[str, str], dict[str, str]]] = field(default_factory=dict, repr=False)
+    _tools: dict[bytes, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        self.rows = {task_id: _compact(row) for task_id, row in self.rows.items()}
         if not self.version:
             self.version = dataset_version(list(self.rows.values()))
         self._ids = sorted(self.rows)
         self._by_split = {s: [i for i in self._ids if _split(self.rows[i]) == s] for s in SPLITS}
 
     def row(self, task_id: str) -> dict[str, Any]:
-        """The row of ``task_id``.
+        """The stored row of ``task_id`` (heavy columns as JSON bytes).
 
         Raises:
             UnknownTask: no served row has that id (the message names the nearest ids).
@@ -71,6 +92,24 @@ class TaskSet:
                 task_id=str(task_id)[:200],
             )
         return self.rows[task_id]
+
+    def episode_row(self, task_id: str) -> dict[str, Any]:
+        """The row of ``task_id`` as an episode uses it: ``prompt`` and ``initial_state`` decoded afresh (the
+        episode's own objects), ``tools`` decoded once per distinct tool list and shared (never to be
+        changed), ``final_state`` left out (the reward uses its hashes, :meth:`state_hashes`).
+
+        Raises:
+            UnknownTask: as :meth:`row`.
+        """
+        stored = self.row(task_id)
+        tools = self._tools.get(stored["tools"])
+        if tools is None:
+            tools = self._tools.setdefault(stored["tools"], orjson.loads(stored["tools"]))
+        out = {k: v for k, v in stored.items() if k not in HEAVY_COLUMNS}
+        out.update(
+            prompt=orjson.loads(stored["prompt"]), tools=tools, initial_state=orjson.loads(stored["initial_state"])
+        )
+        return out
 
     def sample(self, seed: int | None = None, split: str | None = None, rng: random.Random | None = None) -> str:
         """A task id drawn uniformly among the rows (of ``split`` when given): the same seed draws the same
@@ -95,8 +134,8 @@ class TaskSet:
         if task_id not in self._hashes:
             row = self.rows[task_id]
             self._hashes[task_id] = (
-                {e: state_hash(s) for e, s in row["final_state"].items()},
-                {e: state_hash(s) for e, s in row["initial_state"].items()},
+                {e: state_hash(s) for e, s in orjson.loads(row["final_state"]).items()},
+                {e: state_hash(s) for e, s in orjson.loads(row["initial_state"]).items()},
             )
         return self._hashes[task_id]
 
@@ -130,6 +169,22 @@ def task_set(
     return TaskSet(kept, {e: envs[e] for e in sorted(used)}, skipped=skipped)
 
 
+def _rl_rows_with_heavy_text(con: Any) -> list[dict[str, Any]]:
+    """The current ``rl_dataset`` rows with the JSON columns decoded except :data:`HEAVY_COLUMNS`, kept as the
+    store's text (see there); the columns the store has (an older store may lack newer ones)."""
+    if not con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'current_rl_dataset'"
+    ).fetchone()[0]:
+        return []
+    cur = con.execute("SELECT * FROM current_rl_dataset ORDER BY id")
+    names = [d[0] for d in cur.description]
+    decoded = JSON_COLUMNS["rl_dataset"] - set(HEAVY_COLUMNS)
+    return [
+        {n: (orjson.loads(v) if n in decoded and v is not None else v) for n, v in zip(names, row, strict=True)}
+        for row in cur.fetchall()
+    ]
+
+
 def load_task_set(store_path: Path | str, curation: Curation | None = None, version: str | None = None) -> TaskSet:
     """The current ``rl_dataset`` rows of the store and the passed environments they use.
 
@@ -144,7 +199,7 @@ def load_task_set(store_path: Path | str, curation: Curation | None = None, vers
         ValueError: the store holds no servable RL row, or the served rows' version is not ``version``.
     """
     with Store(store_path).connect(read_only=True) as con:
-        rows = read_rows(con, "rl_dataset")
+        rows = _rl_rows_with_heavy_text(con)
         built = {r["id"]: r for r in read_rows(con, "environments", "status = 'built'")}
         passed = read_rows(con, "verified_environments", "status = 'passed'")
     newest = sorted(passed, key=lambda r: (r.get("written_at") is not None, r.get("written_at"), r["id"]))
