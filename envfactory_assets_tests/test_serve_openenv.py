@@ -185,6 +185,8 @@ def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(served, rows)
         assert "unknown_tool" in nowhere.observation["result"]
         with pytest.raises(RuntimeError, match=r"too_large: the message has at least \d+ levels of nesting"):
             env.step({"tool_name": "get_book", "arguments": {"deep": json.loads("[" * 600 + "]" * 600)}})
+        with pytest.raises(RuntimeError, match=r"too_large: the message would decode to at least \d+ bytes"):
+            env.step({"tool_name": "get_book", "arguments": {"book_id": book, "many": [[]] * 600_000}})
         fine = env.step({"tool_name": "get_book", "arguments": {"book_id": book}})
         assert json.loads(fine.observation["result"])["book_id"] == book
         end = env.step({"final_answer": "It costs what the record says."})
@@ -193,6 +195,8 @@ def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(served, rows)
     with httpx.Client(base_url=url, timeout=30) as http:
         big = http.post("/step", content=b'{"action": {"final_answer": "' + b"x" * 4_000_000 + b'"}}')
         assert big.status_code == 413 and big.json()["error"]["limit"] == "max_bytes"
+        amplifying = http.post("/step", content=b"[" + b"[]," * 900_000 + b"[]]")  # 2.7 MB, 1.8 M values
+        assert amplifying.status_code == 413 and amplifying.json()["error"]["limit"] == "max_decoded_bytes"
         deep = http.post("/step", content=b"[" * 5000 + b"]" * 5000)
         assert deep.status_code == 413 and "levels of nesting" in deep.json()["error"]["message"]
         assert http.post("/reset", json={"task_id": task["id"], "episode_id": "after"}).status_code == 200
