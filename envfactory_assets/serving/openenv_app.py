@@ -101,7 +101,7 @@ class RLTaskEnvironment(Environment[ToolCallAction, EpisodeObservation, EpisodeS
         """
         named = {e for e in (action.episode_id, episode_id) if e is not None}
         if len(named) > 1:
-            raise BadRequest(f"two episode ids given: {sorted(named)}")
+            raise BadRequest(f"two episode ids given: {sorted(str(e)[:80] for e in named)}")
         eid = named.pop() if named else self._episode_id
         if eid is None:
             raise BadRequest("no episode: reset first (over HTTP, reset with an episode_id and pass it in each action)")
