@@ -476,6 +476,78 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 # --- end serve-env ---------------------------------------------------------------------------------------
 
 
+# --- serve-openenv: the RL tasks as an OpenEnv environment over HTTP and WebSocket -----------------------
+SESSION_OPTIONS = ("max_sessions", "idle_timeout_s", "max_steps", "max_argument_bytes", "workers")
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: stop serving as on Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def cmd_serve_openenv(args: argparse.Namespace) -> int:
+    """Serve the store's RL rows as an OpenEnv environment until Ctrl-C (exit 130) or SIGTERM (exit 0); either
+    way the episodes are closed and every sandbox worker is stopped before the process ends."""
+    import signal
+
+    from envfactory_assets.config_checks import SettingError
+    from envfactory_assets.curation import CurationError, curation_path, load_curation
+    from envfactory_assets.serving.sessions import SessionPool, SessionSettings
+    from envfactory_assets.serving.tasks import load_task_set
+    from envfactory_assets.store.db import StoreBusy
+
+    try:
+        session_settings = SessionSettings(
+            **{k: getattr(args, k) for k in SESSION_OPTIONS if getattr(args, k) is not None}
+        )
+        curation = load_curation(curation_path(settings.envfactory_home()))
+        tasks = load_task_set(settings.store_path(), curation, args.dataset_version)
+    except (SettingError, CurationError, FileNotFoundError, StoreBusy, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvicorn
+
+        from envfactory_assets.serving.openenv_app import create_openenv_app, message_bounds
+    except ImportError as exc:  # openenv-core is a dependency; a hand-made virtualenv may lack it
+        print(f"error: serve-openenv needs openenv-core (scripts/setup.sh installs it): {exc}", file=sys.stderr)
+        return 2
+    pool = SessionPool(tasks, session_settings)
+    pool.start_reaper()
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again under the handler it found: this one,
+    # so that the pool below is closed instead of the process dying with its episodes open
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        app = create_openenv_app(pool)
+        print(
+            f"serve-openenv: {len(tasks.rows)} RL tasks (rl_dataset version {tasks.version}) over "
+            f"{len(tasks.environments)} environments, at most {session_settings.max_sessions} episodes at once, "
+            f"on http://{args.host}:{args.port} (WebSocket ws://{args.host}:{args.port}/ws); Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            ws_max_size=2 * message_bounds(pool).max_bytes,  # past the bounded reader's clear error: closed
+        )
+    except KeyboardInterrupt:
+        return 130
+    except _Terminated:
+        return 0
+    finally:
+        pool.close()
+    return 0
+
+
+# --- end serve-openenv -----------------------------------------------------------------------------------
+
+
 # --- curation and trajectory viewer ---------------------------------------------------------------------
 def cmd_exclude(args: argparse.Namespace) -> int:
     """Add (``exclude``) or remove (``include``) one exclusion in ``$ENVFACTORY_HOME/curation.yaml``."""
@@ -781,6 +853,29 @@ def build_parser() -> argparse.ArgumentParser:
         "envfactory_assets/mcp_server/server.py)",
     )
     serve.set_defaults(func=cmd_serve_env)
+    oe = sub.add_parser(
+        "serve-openenv", help="serve the RL rows as an OpenEnv environment (HTTP and WebSocket) to RL trainers"
+    )
+    oe.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine)")
+    oe.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    oe.add_argument(
+        "--dataset-version",
+        default=None,
+        help="refuse to start unless the store's current RL rows are this version (a checkpoint's "
+        "rl_dataset_version); default: serve the current rows",
+    )
+    # default None: SessionSettings' own defaults (envfactory_assets/serving/sessions.py), the one place they live
+    for option, kind, what in (
+        ("max-sessions", int, "most episodes open at once; one more reset gets a session_capacity error"),
+        ("idle-timeout-s", float, "seconds without a request after which an episode is closed"),
+        ("max-steps", int, "most steps in one episode before it is ended and scored"),
+        ("max-argument-bytes", int, "most bytes (as JSON) of one call's arguments; a larger call does not run"),
+        ("workers", int, "sandbox worker sets the episodes are spread over (tool calls run at once)"),
+    ):
+        oe.add_argument(
+            f"--{option}", type=kind, default=None, help=f"{what} (default: SessionSettings in serving/sessions.py)"
+        )
+    oe.set_defaults(func=cmd_serve_openenv)
     for name, help_text in (
         ("exclude", "exclude a resource, environment or tool from every re-synthesis"),
         ("include", "remove an exclusion"),

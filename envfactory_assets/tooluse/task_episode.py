@@ -89,6 +89,12 @@ class TaskEpisode:
             self._lost = True
         return _result_text(result)
 
+    @property
+    def lost(self) -> bool:
+        """Whether the episode is gone (its worker died, restarted or discarded it): known from the sandbox's own
+        answer, never from a tool's output text, which may say anything."""
+        return self._lost
+
     def add_malformed(self, n: int = 1) -> None:
         """Count ``n`` malformed calls found by the caller's parser (never executed)."""
         if n < 0:

@@ -1,0 +1,146 @@
+"""An ASGI middleware that passes a request body or a WebSocket message on only once the bounded JSON reader
+(:mod:`envfactory_assets.runtime.bounded_json`) has found it within its bounds.
+
+The framework behind it (FastAPI, as OpenEnv's ``create_app`` builds it) decodes bodies and messages with the
+standard library's ``json``, whose cost a byte cap alone does not bound (``[[],[],...]`` decodes to about 20
+times its size; deep nesting raises ``RecursionError``). So before any decoding:
+
+- an HTTP body larger than ``max_bytes`` (by its ``Content-Length``, or as it streams in) is answered
+  ``413`` and never read further; one within it whose depth or estimated decoded size passes the bounds is
+  answered ``413`` too, undecoded; anything else is handed on unchanged;
+- a WebSocket message past a bound is answered with an OpenEnv error frame (``{"type": "error", "data":
+  {"message", "code"}}``) on the same connection and dropped; the connection and its episode go on.
+
+One refused request never ends the server or another client's episode. Closing a WebSocket whose client has
+already gone is not reported as an error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge, measure
+
+_BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+def too_large_error(exc: JsonTooLarge, what: str) -> dict[str, Any]:
+    """The ``{"type": "too_large", "message", "limit", "bound"}`` error of a payload refused as ``what``."""
+    named = JsonTooLarge(exc.limit, exc.bound, exc.observed, what)
+    return {
+        "type": "too_large",
+        "message": f"too_large: {named}; it was not decoded",
+        "limit": exc.limit,
+        "bound": exc.bound,
+    }
+
+
+class BoundedJsonMiddleware:
+    """Wraps an ASGI app so every request body and WebSocket message is checked first (module docstring).
+
+    Args:
+        app: the ASGI app (OpenEnv's FastAPI app).
+        bounds: the bounds of one body or message.
+    """
+
+    def __init__(self, app: Any, bounds: JsonBounds) -> None:
+        self.app = app
+        self.bounds = bounds
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method") in _BODY_METHODS:
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self.app(scope, self._websocket_receive(receive, send), _closing_tolerant(send))
+        else:
+            await self.app(scope, receive, send)
+
+    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        declared = next((v for k, v in scope.get("headers") or [] if k.lower() == b"content-length"), None)
+        try:
+            size = int(declared) if declared is not None else 0
+        except ValueError:
+            size = 0
+        if size > self.bounds.max_bytes:
+            await _refuse(send, JsonTooLarge("max_bytes", self.bounds.max_bytes, size))
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending the body: nothing to answer
+            body += message.get("body", b"")
+            if len(body) > self.bounds.max_bytes:
+                await _refuse(send, JsonTooLarge("max_bytes", self.bounds.max_bytes, len(body)))
+                return
+            if not message.get("more_body"):
+                break
+        if body:
+            try:
+                measure(bytes(body), self.bounds)
+            except JsonTooLarge as exc:
+                await _refuse(send, exc)
+                return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _websocket_receive(self, receive: Any, send: Any) -> Any:
+        async def bounded_receive() -> dict[str, Any]:
+            while True:
+                message = await receive()
+                if message["type"] != "websocket.receive":
+                    return message
+                data = message.get("bytes")
+                if data is None:
+                    data = (message.get("text") or "").encode("utf-8", "surrogatepass")
+                try:
+                    if len(data) > self.bounds.max_bytes:
+                        raise JsonTooLarge("max_bytes", self.bounds.max_bytes, len(data))
+                    measure(data, self.bounds)
+                except JsonTooLarge as exc:
+                    error = too_large_error(exc, "the message")
+                    frame = {
+                        "type": "error",
+                        "data": {"message": error["message"], "code": "VALIDATION_ERROR", **error},
+                    }
+                    await send({"type": "websocket.send", "text": json.dumps(frame)})
+                    continue
+                return message
+
+        return bounded_receive
+
+
+def _closing_tolerant(send: Any) -> Any:
+    """``send``, except that closing a WebSocket the client has already closed is not an error (the server
+    then has nothing left to tell it; OpenEnv closes every socket at its session's end, and a failure there would
+    be logged as an application error for each client that hung up first)."""
+
+    async def send_or_already_closed(message: dict[str, Any]) -> None:
+        try:
+            await send(message)
+        except OSError:  # uvicorn's ClientDisconnected
+            if message.get("type") != "websocket.close":
+                raise
+
+    return send_or_already_closed
+
+
+async def _refuse(send: Any, exc: JsonTooLarge) -> None:
+    body = json.dumps({"error": too_large_error(exc, "the request body")}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
