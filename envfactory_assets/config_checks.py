@@ -47,17 +47,22 @@ class SettingError(ValueError):
         return _fail(owner, prefix + self.name, self.value, self.expected)
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING, required: bool = False
+) -> Any:
     """A dataclass field holding one setting's default (or ``factory`` for a mutable one) and its help text
-    (``metadata={"help": ...}``, the convention of Hugging Face TRL's config dataclasses).
+    (``metadata={"help": ...}``, the convention of Hugging Face TRL's config dataclasses). ``required``: the
+    setting has no default (a run must give it; such fields come before those with defaults).
 
     Raises:
-        ValueError: ``help`` is blank, or neither or both of ``default`` and ``factory`` are given.
+        ValueError: ``help`` is blank, or not exactly one of ``default``, ``factory`` and ``required`` is given.
     """
     if not help.strip():
         raise ValueError("setting(): help must say what the setting does")
-    if (default is dataclasses.MISSING) == (factory is dataclasses.MISSING):
-        raise ValueError("setting(): give exactly one of default and factory")
+    if (default is not dataclasses.MISSING) + (factory is not dataclasses.MISSING) + bool(required) != 1:
+        raise ValueError("setting(): give exactly one of default, factory and required=True")
+    if required:
+        return dataclasses.field(metadata={"help": help})
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata={"help": help})
     return dataclasses.field(default=default, metadata={"help": help})

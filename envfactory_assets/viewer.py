@@ -10,13 +10,34 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
+
+from envfactory_assets.config_checks import non_blank_string, setting
 
 MAX_VALUE_CHARS = 600
 
 
 class TrajectoryNotFound(LookupError):
     """No current raw or refined trajectory has the given id."""
+
+
+@dataclass(frozen=True)
+class ShowTrajectorySpec:
+    """The setting of the ``show_trajectory`` job: which trajectory to render.
+
+    Raises:
+        SettingError: (a ValueError) a blank ``trajectory_id``.
+    """
+
+    trajectory_id: str = setting(
+        help="a raw_trajectories or refined_trajectories id, e.g. the refined_trajectory_id of an sft_dataset "
+        "row or one listed in refined_trajectories' metadata.",
+        required=True,
+    )
+
+    def __post_init__(self) -> None:
+        non_blank_string("show_trajectory", "trajectory_id", self.trajectory_id, "a trajectory id")
 
 
 def _json(value: Any) -> str:

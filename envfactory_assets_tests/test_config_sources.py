@@ -1,6 +1,6 @@
-"""Every config value has one source: a Dagster Config under ``defs/`` that maps onto a plain spec takes each
-shared field's default from the spec, and the spec's ``__post_init__`` is the only place its limits are
-checked (the Dagster config reports the spec's refusal under the asset's name)."""
+"""Every config value has one source: a Dagster Config under ``defs/`` is built from plain specs and takes each
+field's default from the spec, and the spec's ``__post_init__`` is the only place its limits are checked (the
+Dagster config reports an algorithm spec's refusal under the asset's name)."""
 
 from __future__ import annotations
 
@@ -15,32 +15,37 @@ import pytest
 
 import envfactory_assets.defs as defs_package
 from envfactory_assets.config_checks import SettingError
+from envfactory_assets.config_schema import REQUIRED
+from envfactory_assets.envgen.run_settings import VerificationRunSpec
 from envfactory_assets.evaluation.model_policy import SamplingSpec
 from envfactory_assets.evaluation.run import EvalSpec
-from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.evaluation.run_settings import EvaluationRunSpec
+from envfactory_assets.exports.run_settings import ExportRunSpec
+from envfactory_assets.graph.run_settings import ToolGraphRunSpec
+from envfactory_assets.sources.run_settings import SourceRunSpec
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.run_settings import ChainRunSpec, DatasetRunSpec, TrajectoryRunSpec
 from envfactory_assets.synth.sampling.sampler import SamplerConfig
 from envfactory_assets.synth.trajectories.execution import SynthConfig
+from envfactory_assets.training.checkpoint_settings import CheckpointRunSpec
 from envfactory_assets.training.grpo import GRPOConfigSpec
 from envfactory_assets.training.sft import SFTConfigSpec
+from envfactory_assets.viewer import ShowTrajectorySpec
 
 #: Dagster Config class name -> the plain specs it is built from, each with the prefix its fields carry there.
 SPECS = {
-    "CheckpointConfig": [(SFTConfigSpec, ""), (GRPOConfigSpec, "grpo_")],
-    "EvaluationConfig": [(EvalSpec, ""), (SamplingSpec, "")],
-    "ChainsConfig": [(SamplerConfig, "")],
-    "TrajectoryConfig": [(SynthConfig, "")],
+    "SourceConfig": [(SourceRunSpec, "")],
+    "VerificationConfig": [(VerificationRunSpec, "")],
+    "ToolGraphConfig": [(ToolGraphRunSpec, "")],
+    "ChainsConfig": [(ChainRunSpec, ""), (SamplerConfig, "")],
+    "TrajectoryConfig": [(TrajectoryRunSpec, ""), (SynthConfig, "")],
     "RefineConfig": [(CalibrationConfig, "")],
-    "DatasetConfig": [(DataGapsConfig, "")],
-    "VerificationConfig": [(SandboxLimits, "")],
-}
-#: Configs no plain spec stands behind: their defaults live in the Config alone.
-NO_SPEC = {"ToolGraphConfig", "SourceConfig", "ExportConfig", "ShowTrajectoryConfig"}
-#: (config, field): a default that deliberately differs from the spec's, and why.
-DELIBERATE = {
-    # verification sets its own per-worker CPU cap, above a sandbox's general default
-    ("VerificationConfig", "cpu_seconds"): "VerificationConfig's own CPU cap",
+    "DatasetConfig": [(DatasetRunSpec, ""), (DataGapsConfig, "")],
+    "CheckpointConfig": [(CheckpointRunSpec, ""), (SFTConfigSpec, ""), (GRPOConfigSpec, "grpo_")],
+    "EvaluationConfig": [(EvaluationRunSpec, ""), (EvalSpec, ""), (SamplingSpec, "")],
+    "ExportConfig": [(ExportRunSpec, "")],
+    "ShowTrajectoryConfig": [(ShowTrajectorySpec, "")],
 }
 
 
@@ -70,12 +75,15 @@ def _same(a, b) -> bool:
 
 
 def spec_defaults(spec: type) -> dict[str, object]:
+    """Each field's default (:data:`REQUIRED` for a field without one)."""
     out = {}
     for field in dataclasses.fields(spec):
         if field.default is not dataclasses.MISSING:
             out[field.name] = field.default
         elif field.default_factory is not dataclasses.MISSING:
             out[field.name] = field.default_factory()
+        else:
+            out[field.name] = REQUIRED
     return out
 
 
@@ -84,7 +92,7 @@ def test_every_dagster_config_is_classified():
     defaults could silently restate a spec's."""
     configs = set(dagster_configs())
     assert configs, "no Dagster Config found under defs/"
-    assert configs == set(SPECS) | NO_SPEC, (configs - set(SPECS) - NO_SPEC, set(SPECS) | NO_SPEC - configs)
+    assert configs == set(SPECS), (configs - set(SPECS), set(SPECS) - configs)
 
 
 @pytest.mark.parametrize("config_name", sorted(SPECS))
@@ -95,8 +103,8 @@ def test_a_config_field_named_like_its_specs_field_has_the_specs_default(config_
         shared = {name: default for name, default in spec_defaults(spec).items() if prefix + name in fields}
         assert shared, f"{config_name} shares no field with {spec.__name__}: the mapping above is stale"
         for name, default in shared.items():
-            if (config_name, prefix + name) in DELIBERATE:
-                assert not _same(fields[prefix + name].default, default)  # else drop it from DELIBERATE
+            if default is REQUIRED:
+                assert fields[prefix + name].is_required(), f"{config_name}.{prefix}{name} should be required"
                 continue
             assert _same(fields[prefix + name].default, default), (
                 f"{config_name}.{prefix}{name} defaults to {fields[prefix + name].default!r}, "
@@ -157,14 +165,6 @@ NOT_EXPOSED = {
     ("EvaluationConfig", "max_prompt_tokens"): "the prompt cut of the CPU budget; set it in SamplingSpec",
     ("ChainsConfig", "max_start_attempts"): "the sampler's internal search budget",
     ("ChainsConfig", "max_producer_candidates"): "the sampler's internal search budget",
-    ("VerificationConfig", "kill_grace_s"): "sandbox process management, not a verification setting",
-    ("VerificationConfig", "startup_timeout_s"): "sandbox process management, not a verification setting",
-    ("VerificationConfig", "hash_seed"): "fixed so state hashes compare across workers",
-    ("VerificationConfig", "max_response_mb"): "sandbox protocol limit, not a verification setting",
-    ("VerificationConfig", "max_response_depth"): "sandbox protocol limit, not a verification setting",
-    ("VerificationConfig", "cpu_lifetime_s"): "sandbox lifetime CPU budget of a worker, not a verification setting",
-    ("VerificationConfig", "cpu_cores"): "sandbox control-group quota, not a verification setting",
-    ("VerificationConfig", "max_tasks"): "sandbox control-group task cap, not a verification setting",
 }
 
 
@@ -194,3 +194,47 @@ def test_the_checkpoint_config_maps_every_grpo_field_but_the_shared_seed_and_dev
     assert changed.grpo_spec() == GRPOConfigSpec(temperature=0.3, beta=0.01, replay_screened=True, seed=5)
     assert CheckpointConfig().grpo_spec() == GRPOConfigSpec()
     assert CheckpointConfig(device="cpu").grpo_spec().device == "cpu"  # one device setting for SFT and GRPO
+
+
+@pytest.mark.parametrize(
+    "build, expected",
+    [
+        (lambda: ChainRunSpec(n_chains=0), "tool_chains setting n_chains=0: expected a whole number >= 1"),
+        (lambda: ChainRunSpec(base_key=" "), "tool_chains setting base_key=' ': expected a non-blank string"),
+        (
+            lambda: TrajectoryRunSpec(sampler="bfs"),
+            "raw_trajectories setting sampler='bfs': expected one of 'topology', 'random_walk'",
+        ),
+        (lambda: DatasetRunSpec(sft_share=1.5), "datasets setting sft_share=1.5: expected a finite number in [0, 1]"),
+        (
+            lambda: ToolGraphRunSpec(picture_nodes=0),
+            "tool_graph setting picture_nodes=0: expected a whole number in [1, 200]",
+        ),
+        (
+            lambda: VerificationRunSpec(max_workers=0),
+            "verified_environments setting max_workers=0: expected a whole number >= 1",
+        ),
+        (lambda: SourceRunSpec(per_domain=-3), "source_resources setting per_domain=-3: expected a whole number >= 0"),
+        (
+            lambda: ShowTrajectorySpec(trajectory_id="  "),
+            "show_trajectory setting trajectory_id='  ': expected a non-blank string (a trajectory id)",
+        ),
+    ],
+)
+def test_a_run_spec_refuses_a_bad_setting_under_its_assets_name(build, expected):
+    """The settings no algorithm spec holds are checked by the asset's own run spec, built directly too."""
+    with pytest.raises(SettingError) as caught:
+        build()
+    assert str(caught.value) == expected
+
+
+def test_a_config_builds_its_specs_field_by_field():
+    """Lists in the run config become the spec's tuples, and every spec field is taken from the config."""
+    from envfactory_assets.defs.sources.assets import SourceConfig
+    from envfactory_assets.defs.synth.assets import ChainsConfig
+
+    spec = SourceConfig(include=["a_key"], domains=["productivity"]).check_settings()
+    assert spec == SourceRunSpec(include=("a_key",), domains=("productivity",))
+    assert SourceConfig().check_settings() == SourceRunSpec()
+    changed = ChainsConfig(p_linked_start=0.25, max_tools=9, min_tools=4).check_settings()
+    assert changed == SamplerConfig(p_linked_start=0.25, max_tools=9, min_tools=4)

@@ -12,26 +12,76 @@ import pydantic
 import pytest
 import yaml
 
-from envfactory_assets.config_schema import Source, config_drift, settings_of
-from envfactory_assets.defs.config_docs import configuration_markdown
-from envfactory_assets.defs.evaluation.assets import EVALUATION_SOURCES, EvaluationConfig
-from envfactory_assets.defs.training.assets import CHECKPOINT_SOURCES, CheckpointConfig
+from envfactory_assets.config_checks import setting
+from envfactory_assets.config_schema import REQUIRED, Source, config_drift, settings_of
+from envfactory_assets.defs.config_docs import RUN_CONFIGS, configuration_markdown, run_config_class
+from envfactory_assets.defs.config_fields import generated_config, sources_of
+from envfactory_assets.defs.evaluation.assets import EvaluationConfig
+from envfactory_assets.defs.synth.assets import CHAIN_SOURCES, ChainsConfig
+from envfactory_assets.defs.training.assets import CheckpointConfig
+from envfactory_assets.defs.viewer.jobs import ShowTrajectoryConfig
 from envfactory_assets.training.sft import SFTConfigSpec
+from envfactory_assets_tests.test_config_sources import dagster_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED = [(CheckpointConfig, CHECKPOINT_SOURCES), (EvaluationConfig, EVALUATION_SOURCES)]
+RUN_CONFIG_CLASSES = [run_config_class(path) for _, path in RUN_CONFIGS]
 
 
-@pytest.mark.parametrize("config, sources", GENERATED, ids=lambda x: getattr(x, "__name__", ""))
-def test_a_generated_run_config_matches_its_settings_dataclasses(config, sources):
+def test_every_run_config_under_defs_is_documented():
+    """docs/configuration.md lists every run config an asset or job of defs/ takes."""
+    assert {c.__name__ for c in RUN_CONFIG_CLASSES} == set(dagster_configs())
+    assert len(RUN_CONFIG_CLASSES) == 11
+
+
+@pytest.mark.parametrize("config", RUN_CONFIG_CLASSES, ids=lambda c: c.__name__)
+def test_every_run_config_is_generated_from_its_settings_dataclasses(config):
+    """No run config states a setting itself: each is generated from settings dataclasses, and each of its
+    fields (name, type, default, help) is exactly one a dataclass states, so a hand-written field added to it
+    (stated by no dataclass) fails here."""
+    sources = sources_of(config)
+    assert sources, f"{config.__name__} is hand-written: generate it with generated_config from its specs"
     expected = settings_of(*sources)
     assert config_drift(config.model_fields, expected) == []
     assert all(s.help.strip() for s in expected)
     # the Dagster schema carries the help text as each field's description (shown in the UI)
     schema = config.to_config_schema().as_field().config_type.fields
-    assert schema["max_steps" if config is CheckpointConfig else "n_bfcl"].description == next(
-        s.help for s in expected if s.name in ("max_steps", "n_bfcl")
+    assert {name: field.description for name, field in schema.items()} == {s.name: s.help for s in expected}
+
+
+def test_a_hand_written_field_on_a_generated_config_is_caught():
+    """The way a setting could be restated: a field typed into the subclass that builds the specs."""
+
+    class Patched(ChainsConfig):
+        n_chains: int = 50
+        extra_knob: float = 0.5
+
+    problems = config_drift(Patched.model_fields, settings_of(*sources_of(Patched)))
+    assert problems == [
+        "extra_knob: in the run config but stated by no settings dataclass",
+        "n_chains: default 50, ChainRunSpec.n_chains says 3000",
+        f"n_chains: help None, ChainRunSpec.n_chains says {settings_of(CHAIN_SOURCES[0])[0].help!r}",
+    ]
+    assert sources_of(dg.Config) is None  # a config written by hand has no sources to compare with
+
+
+def test_a_required_setting_is_required_in_the_run_config():
+    @dataclasses.dataclass(frozen=True)
+    class Pick:
+        item: str = setting(help="which item.", required=True)
+        count: int = setting(2, "how many.")
+
+    (item, count) = settings_of(Source(Pick))
+    assert item.default is REQUIRED and count.default == 2
+    config = generated_config("PickSettings", Source(Pick))
+    assert config.model_fields["item"].is_required() and config(item="a").count == 2
+    assert config_drift(config.model_fields, [item, count]) == []
+    loose = pydantic.create_model(
+        "Loose", __base__=dg.Config, item=(str, pydantic.Field(default="", description="which item."))
     )
+    assert config_drift(loose.model_fields, [item]) == ["item: default '', Pick.item says required"]
+    assert ShowTrajectoryConfig.model_fields["trajectory_id"].is_required()
+    with pytest.raises(ValueError, match="exactly one of default, factory and required"):
+        setting(1, "both a default and required.", required=True)
 
 
 def test_the_checker_rejects_a_hand_made_drift_in_name_type_default_and_help():

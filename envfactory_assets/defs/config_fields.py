@@ -20,8 +20,17 @@ def _field(setting: Setting) -> tuple[object, object]:
 
 def generated_config(name: str, *sources: Source) -> type[dg.Config]:
     """A ``dg.Config`` subclass named ``name`` whose fields are the settings of ``sources`` (see
-    :func:`~envfactory_assets.config_schema.settings_of`, which raises on a field without help text)."""
+    :func:`~envfactory_assets.config_schema.settings_of`, which raises on a field without help text); the
+    sources are kept as ``__settings_sources__`` (:func:`sources_of`), so a test can compare every run config
+    with the dataclasses that state it."""
     fields = {s.name: _field(s) for s in settings_of(*sources)}
     model = pydantic.create_model(name, __base__=dg.Config, **fields)
     model.__module__ = __name__
+    model.__settings_sources__ = sources
     return model
+
+
+def sources_of(config: type[dg.Config]) -> tuple[Source, ...] | None:
+    """The sources ``config`` (or the generated config it subclasses) was generated from; None for a
+    hand-written config."""
+    return getattr(config, "__settings_sources__", None)

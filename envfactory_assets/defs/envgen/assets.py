@@ -5,50 +5,30 @@ from collections import Counter
 
 import dagster as dg
 
-from envfactory_assets.config_checks import SettingError, finite_number, whole_number
+from envfactory_assets.config_schema import Source, build_spec
 from envfactory_assets.defs.common import checked, data_version, model_usage, partition_scope, status_counts
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
 from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
-from envfactory_assets.envgen.stage import DEFAULT_VERIFY_WORKERS, as_environment, environment_rows, verify_all
+from envfactory_assets.envgen.run_settings import VerificationRunSpec
+from envfactory_assets.envgen.stage import as_environment, environment_rows, verify_all
 from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.quality.value_semantics import summarise as value_figures
-from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.store.gates import pass_rate
 
-#: Smallest ``memory_mb`` a verification worker starts with: the sandbox caps the worker's address space,
-#: and the Python interpreter alone maps about 30-60 MiB before it loads an environment, so a lower cap makes
-#: every environment "fail" verification for a reason that has nothing to do with the environment.
-MIN_WORKER_MEMORY_MB = 128
+#: Where each ``verified_environments`` setting is stated.
+VERIFICATION_SOURCES = (Source(VerificationRunSpec),)
 
 
-class VerificationConfig(dg.Config):
-    """Sandbox limits for verification (the pass-rate floor is the ``verification_gate`` resource):
-    ``memory_mb`` address-space cap per worker (at least :data:`MIN_WORKER_MEMORY_MB`), ``cpu_seconds`` CPU
-    time per worker, ``call_timeout_s`` wall time per call, ``max_workers`` workers at once."""
+class VerificationConfig(generated_config("VerificationSettings", *VERIFICATION_SOURCES)):
+    """Sandbox limits of the verification workers and how many run at once (docs/configuration.md lists each
+    setting with its default and help); the pass-rate floor is the ``verification_gate`` resource."""
 
-    memory_mb: int = SandboxLimits.memory_mb
-    cpu_seconds: int = 120
-    call_timeout_s: float = SandboxLimits.call_timeout_s
-    max_workers: int = DEFAULT_VERIFY_WORKERS
-
-    def check_settings(self) -> None:
-        """Raise :class:`SettingError` naming a limit no worker can run under, before anything is verified."""
-        owner = "verified_environments"
-        if (
-            isinstance(self.memory_mb, int)
-            and not isinstance(self.memory_mb, bool)
-            and self.memory_mb < MIN_WORKER_MEMORY_MB
-        ):
-            raise SettingError(
-                f"{owner} setting memory_mb={self.memory_mb}: expected a whole number >= {MIN_WORKER_MEMORY_MB} "
-                f"(a sandbox worker's interpreter alone needs about 30-60 MiB of address space, so below "
-                f"{MIN_WORKER_MEMORY_MB} MiB every environment would fail verification for lack of memory)"
-            )
-        whole_number(owner, "memory_mb", self.memory_mb, low=MIN_WORKER_MEMORY_MB)
-        whole_number(owner, "cpu_seconds", self.cpu_seconds, low=1)
-        finite_number(owner, "call_timeout_s", self.call_timeout_s, low=0.0, low_open=True)
-        whole_number(owner, "max_workers", self.max_workers, low=1)
+    def check_settings(self) -> VerificationRunSpec:
+        """The settings as a :class:`VerificationRunSpec`, checked before anything is verified (raises
+        SettingError naming a limit no worker can run under)."""
+        return build_spec(VERIFICATION_SOURCES[0], self)
 
 
 def changed_settings(config: dg.Config) -> str:
@@ -132,16 +112,13 @@ def verified_environments(
 ) -> dg.MaterializeResult:
     """Every environment run in its own sandbox worker: initial states, every tool with valid and invalid
     arguments, output schemas, CRUD semantics, save/load round trip, replay determinism."""
-    checked(config.check_settings)
+    spec = checked(config.check_settings)
     verification_gate.check_settings()  # its floor judges this result: refuse a floor no run can meet first
     store = envfactory.store()
     keys = context.partition_keys
     env_rows = store.read("environments", env_scope(keys))
-    limits = SandboxLimits(
-        memory_mb=config.memory_mb, cpu_seconds=config.cpu_seconds, call_timeout_s=config.call_timeout_s
-    )
     meter = asset_progress(context, len(env_rows), "environments verified")
-    rows = verify_all(env_rows, limits, config.max_workers, progress=meter.advance)
+    rows = verify_all(env_rows, spec.limits(), spec.max_workers, progress=meter.advance)
     meter.finish()
     written = store.replace_current(
         "verified_environments", rows, scope=partition_scope(context, keys), settings_note=changed_settings(config)

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from envfactory_assets.config_schema import Source
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
+from envfactory_assets.exports.run_settings import ExportRunSpec
 
 _EXPORT_CODE = asset_code_version(
     "envfactory_assets.exports", "envfactory_assets.tooluse", "envfactory_assets.defs.exports"
@@ -21,11 +24,13 @@ EXPORT_KEYS = {
 }
 
 
-class ExportConfig(dg.Config):
-    """``allowed_licences``: licence names (as in ``source_resources.license_name``, case-insensitive) whose
-    rows are exported; empty exports every row. ``unspecified`` names sources that state no licence."""
+#: Where each export setting is stated.
+EXPORT_SOURCES = (Source(ExportRunSpec),)
 
-    allowed_licences: list[str] = []  # noqa: RUF012 - pydantic copies Config defaults
+
+class ExportConfig(generated_config("ExportSettings", *EXPORT_SOURCES)):
+    """Which rows are exported, by the licences of their environments' sources (docs/configuration.md lists
+    each setting with its default and help)."""
 
 
 def _exports_dir(envfactory: EnvFactoryHome) -> Path:

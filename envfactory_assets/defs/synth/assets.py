@@ -7,7 +7,8 @@ from collections import Counter
 import dagster as dg
 
 from envfactory_assets.catalog import unserved_nodes
-from envfactory_assets.config_checks import SettingError, finite_number, one_of, whole_number
+from envfactory_assets.config_checks import SettingError
+from envfactory_assets.config_schema import Source, build_spec
 from envfactory_assets.decontam.tagging import benchmark_tags
 from envfactory_assets.defs.common import (
     UpstreamGates,
@@ -20,6 +21,7 @@ from envfactory_assets.defs.common import (
     require_upstream_gates,
     status_counts,
 )
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.partitions import asset_code_version
 from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
@@ -27,21 +29,15 @@ from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig, GapStats
-from envfactory_assets.synth.datasets.rows import (
-    PAPER_SFT_SHARE,
-    complete_answer_problem,
-    gold_writes_state,
-    replay_check,
-)
+from envfactory_assets.synth.datasets.rows import complete_answer_problem, gold_writes_state, replay_check
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
 from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter, ModelRefiner, role_outcomes
 from envfactory_assets.synth.refinement.report import raw_examples_markdown, refinement_report
 from envfactory_assets.synth.refinement.solver.model import ModelSolver
 from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.run_settings import ChainRunSpec, DatasetRunSpec, TrajectoryRunSpec
 from envfactory_assets.synth.sampling.sampler import Chain, SamplerConfig, dependency_stats, flow_stats, validate_chain
 from envfactory_assets.synth.stage import (
-    DEFAULT_QUERY_SOURCE,
-    QUERY_SOURCES,
     chain_rows,
     dataset_rows,
     load_environments,
@@ -64,27 +60,23 @@ _SYNTH_CODE = asset_code_version(
 )
 
 
-#: The chain samplers; the first is the default of both ``tool_chains`` and ``raw_trajectories`` (the
-#: trajectories are executed from chains of one sampler, so the two defaults must agree).
-SAMPLERS = ("topology", "random_walk")
+#: Where each ``tool_chains`` setting is stated.
+CHAIN_SOURCES = (
+    Source(ChainRunSpec),
+    # the sampler's internal search budgets, not a run's choice; set them in SamplerConfig
+    Source(SamplerConfig, skip=("max_start_attempts", "max_producer_candidates")),
+)
+#: Where each ``raw_trajectories`` setting is stated.
+TRAJECTORY_SOURCES = (Source(TrajectoryRunSpec), Source(SynthConfig))
+#: Where each ``refined_trajectories`` setting is stated.
+REFINE_SOURCES = (Source(CalibrationConfig),)
+#: Where each ``sft_dataset`` / ``rl_dataset`` setting is stated.
+DATASET_SOURCES = (Source(DatasetRunSpec), Source(DataGapsConfig))
 
 
-class ChainsConfig(dg.Config):
-    """Sampler settings; the defaults are :class:`SamplerConfig`'s (the paper's topology-aware sampler, 15
-    tools, 3 servers, depth 5)."""
-
-    n_chains: int = 3000
-    sampler: str = SAMPLERS[0]
-    baseline_chains: int = 100
-    base_key: str = "default"
-    max_tools: int = SamplerConfig.max_tools
-    max_servers: int = SamplerConfig.max_servers
-    max_depth: int = SamplerConfig.max_depth
-    p_skip_optional: float = SamplerConfig.p_skip_optional
-    p_explicit_producer: float = SamplerConfig.p_explicit_producer
-    min_tools: int = SamplerConfig.min_tools
-    p_join_environment: float = SamplerConfig.p_join_environment
-    p_linked_start: float = SamplerConfig.p_linked_start
+class ChainsConfig(generated_config("ChainsSettings", *CHAIN_SOURCES)):
+    """Sampler settings (docs/configuration.md lists each with its default and help); the defaults are the
+    paper's topology-aware sampler, 15 tools, 3 servers, depth 5."""
 
     def check_settings(self) -> SamplerConfig:
         """The sampler settings as a :class:`SamplerConfig`, every setting checked before the store is read.
@@ -92,39 +84,15 @@ class ChainsConfig(dg.Config):
         Raises:
             SettingError: a setting out of range or of the wrong type, named in the message.
         """
-        owner = "tool_chains"
-        whole_number(owner, "n_chains", self.n_chains, low=1)
-        one_of(owner, "sampler", self.sampler, SAMPLERS)
-        whole_number(owner, "baseline_chains", self.baseline_chains, low=0)
-        if not isinstance(self.base_key, str) or not self.base_key.strip():
-            raise SettingError(f"{owner} setting base_key={self.base_key!r}: expected a non-blank string")
-        try:  # the sampler's own limits, checked in SamplerConfig and reported under this asset's name
-            return SamplerConfig(
-                max_tools=self.max_tools,
-                max_servers=self.max_servers,
-                max_depth=self.max_depth,
-                p_skip_optional=self.p_skip_optional,
-                p_explicit_producer=self.p_explicit_producer,
-                min_tools=self.min_tools,
-                p_join_environment=self.p_join_environment,
-                p_linked_start=self.p_linked_start,
-            )
-        except SettingError as exc:
-            raise exc.for_owner(owner) from exc
+        build_spec(CHAIN_SOURCES[0], self)
+        # the sampler's own limits, checked in SamplerConfig and reported under this asset's name
+        return build_spec(CHAIN_SOURCES[1], self, owner="tool_chains")
 
 
-class TrajectoryConfig(dg.Config):
-    """Trajectories with fewer than ``min_turns`` turns are kept with status ``failed``; only chains of
-    ``sampler`` are executed; ``query_writer: model`` has the ``model_backend``'s model write the raw queries
-    (the programmatic writer is the default); ``refusal_share`` of the action calls are asked of a row the
-    action is refused on, and the turn keeps the typed error (:class:`SynthConfig`)."""
-
-    min_turns: int = SynthConfig.min_turns
-    sampler: str = SAMPLERS[0]
-    max_turn_len: int = SynthConfig.max_turn_len
-    query_writer: str = SynthConfig.query_writer
-    query_writer_attempts: int = SynthConfig.query_writer_attempts
-    refusal_share: float = SynthConfig.refusal_share
+class TrajectoryConfig(generated_config("TrajectorySettings", *TRAJECTORY_SOURCES)):
+    """Trajectory synthesis settings (docs/configuration.md lists each with its default and help): only chains
+    of ``sampler`` are executed; ``query_writer: model`` has the ``model_backend``'s model write the raw
+    queries (the programmatic writer is the default)."""
 
     def check_settings(self) -> SynthConfig:
         """The synthesis settings as a :class:`SynthConfig`, checked before the store is read.
@@ -132,31 +100,14 @@ class TrajectoryConfig(dg.Config):
         Raises:
             SettingError: a setting out of range or of the wrong type, named in the message.
         """
-        owner = "raw_trajectories"
-        one_of(owner, "sampler", self.sampler, SAMPLERS)
-        try:  # every other setting is checked by SynthConfig alone
-            return SynthConfig(
-                min_turns=self.min_turns,
-                max_turn_len=self.max_turn_len,
-                query_writer=self.query_writer,
-                query_writer_attempts=self.query_writer_attempts,
-                refusal_share=self.refusal_share,
-            )
-        except SettingError as exc:
-            raise exc.for_owner(owner) from exc
+        build_spec(TRAJECTORY_SOURCES[0], self)
+        return build_spec(TRAJECTORY_SOURCES[1], self, owner="raw_trajectories")
 
 
-class DatasetConfig(dg.Config):
-    """Share of trajectories that go to SFT (default: the paper's 1,622 / 2,575); the rest become RL rows.
-    The data-gap shares (abstention turns, parallel calls, converted values) are :class:`DataGapsConfig`'s
-    (see :mod:`envfactory_assets.synth.datasets.datagaps`)."""
-
-    sft_share: float = PAPER_SFT_SHARE
-    abstention_share: float = DataGapsConfig.abstention_share
-    parallel_share: float = DataGapsConfig.parallel_share
-    conversion_share: float = DataGapsConfig.conversion_share
-    # ``raw`` builds the rows from the queries before refinement (the refined-vs-raw ablation)
-    query_source: str = DEFAULT_QUERY_SOURCE
+class DatasetConfig(generated_config("DatasetSettings", *DATASET_SOURCES)):
+    """How refined trajectories are split into SFT and RL rows, and the data-gap shares (abstention turns,
+    parallel calls, converted values; :mod:`envfactory_assets.synth.datasets.datagaps`); docs/configuration.md
+    lists each setting with its default and help."""
 
     def check_settings(self) -> DataGapsConfig:
         """The data-gap settings as a :class:`DataGapsConfig`, every setting checked before the store is read.
@@ -164,16 +115,8 @@ class DatasetConfig(dg.Config):
         Raises:
             SettingError: ``sft_share`` or a data-gap share out of range or of the wrong type, named in the message.
         """
-        finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)  # not a DataGapsConfig field
-        one_of("datasets", "query_source", self.query_source, QUERY_SOURCES)
-        try:
-            return DataGapsConfig(
-                abstention_share=self.abstention_share,
-                parallel_share=self.parallel_share,
-                conversion_share=self.conversion_share,
-            )
-        except SettingError as exc:
-            raise exc.for_owner("datasets") from exc
+        build_spec(DATASET_SOURCES[0], self)
+        return build_spec(DATASET_SOURCES[1], self, owner="datasets")
 
 
 def min_turns_reachable(owner: str, min_turns: int, longest: int | None, why: str) -> None:
@@ -386,25 +329,11 @@ def raw_trajectories(
     )
 
 
-class RefineConfig(dg.Config):
-    """Calibrated refinement: ``k`` solve attempts per turn (paper: 4) by the programmatic solver, or by the
-    model of the ``model_backend`` resource when one is configured; fewer than ``min_turns`` solvable turns
-    fail the trajectory. ``refiner: model`` has that model rewrite each programmatically refined query too
+class RefineConfig(generated_config("RefineSettings", *REFINE_SOURCES)):
+    """Calibrated refinement (docs/configuration.md lists each setting with its default and help): ``k`` solve
+    attempts per turn (paper: 4) by the programmatic solver, or by the model of the ``model_backend`` resource
+    when one is configured; ``refiner: model`` has that model rewrite each programmatically refined query too
     (the programmatic refiner alone is the default)."""
-
-    k: int = CalibrationConfig.k
-    min_turns: int = CalibrationConfig.min_turns
-    # operator d's goal expansion of each trajectory's last turn (synth.refinement.expansion)
-    goal_expansion: bool = CalibrationConfig.goal_expansion
-    # conversational mode (synth.trajectories.conversation): share of turns whose query leaves out a user-providable
-    # value
-    # the solver asks the simulated user for (0 turns conversational mode off)
-    conversational_share: float = CalibrationConfig.conversational_share
-    # processes calibrating trajectories with the programmatic solver (0: one per core); the rows are the same
-    workers: int = CalibrationConfig.workers
-    refiner: str = CalibrationConfig.refiner
-    # model requests per turn before the programmatic refined query is kept
-    refiner_attempts: int = CalibrationConfig.refiner_attempts
 
     def check_settings(self) -> CalibrationConfig:
         """The settings as a :class:`CalibrationConfig`, checked before the store is read.
@@ -412,18 +341,8 @@ class RefineConfig(dg.Config):
         Raises:
             SettingError: a setting out of range or of the wrong type, named in the message.
         """
-        try:  # every limit is CalibrationConfig's, reported under this asset's name
-            return CalibrationConfig(
-                k=self.k,
-                min_turns=self.min_turns,
-                goal_expansion=self.goal_expansion,
-                conversational_share=self.conversational_share,
-                workers=self.workers,
-                refiner=self.refiner,
-                refiner_attempts=self.refiner_attempts,
-            )
-        except SettingError as exc:
-            raise exc.for_owner("refined_trajectories") from exc
+        # every limit is CalibrationConfig's, reported under this asset's name
+        return build_spec(REFINE_SOURCES[0], self, owner="refined_trajectories")
 
 
 @dg.asset(group_name="synth", kinds={"duckdb"}, pool=STORE_POOL, deps=["raw_trajectories"], code_version=_SYNTH_CODE)

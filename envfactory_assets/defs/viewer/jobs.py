@@ -7,16 +7,19 @@ asset's Events tab as Markdown, and in the run's log.
 
 import dagster as dg
 
+from envfactory_assets.config_schema import Source, build_spec
+from envfactory_assets.defs.common import checked
+from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome
 from envfactory_assets.store.db import StoreBusy
-from envfactory_assets.viewer import TrajectoryNotFound, render_from_store
+from envfactory_assets.viewer import ShowTrajectorySpec, TrajectoryNotFound, render_from_store
+
+#: Where the ``show_trajectory`` setting is stated.
+SHOW_TRAJECTORY_SOURCES = (Source(ShowTrajectorySpec),)
 
 
-class ShowTrajectoryConfig(dg.Config):
-    """``trajectory_id``: a ``raw_trajectories`` or ``refined_trajectories`` id (for example the
-    ``refined_trajectory_id`` of an ``sft_dataset`` row, or one listed in ``refined_trajectories``'s metadata)."""
-
-    trajectory_id: str
+class ShowTrajectoryConfig(generated_config("ShowTrajectorySettings", *SHOW_TRAJECTORY_SOURCES)):
+    """The trajectory to render (docs/configuration.md lists the setting with its help)."""
 
 
 @dg.op(pool=STORE_POOL)
@@ -24,6 +27,7 @@ def render_trajectory_markdown(
     context: dg.OpExecutionContext, config: ShowTrajectoryConfig, envfactory: EnvFactoryHome
 ) -> str:
     """Render the trajectory and log it as a Markdown observation of ``refined_trajectories``."""
+    checked(lambda: build_spec(SHOW_TRAJECTORY_SOURCES[0], config))
     try:
         text = render_from_store(envfactory.store(), config.trajectory_id.strip())
     except (TrajectoryNotFound, FileNotFoundError, StoreBusy) as exc:

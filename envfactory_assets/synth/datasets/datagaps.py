@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from envfactory_assets.config_checks import finite_number, number_types
+from envfactory_assets.config_checks import finite_number, number_types, setting
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets.conversions import convert_turn
 from envfactory_assets.synth.trajectories.abstention import abstention_turn
@@ -36,17 +36,27 @@ GAP_KINDS = ("abstention", "parallel", "conversion")
 
 @dataclass(frozen=True)
 class DataGapsConfig:
-    """Shares of the data-gap kinds (module docstring): ``abstention_share`` of SFT and RL rows (at most
-    0.5: abstention must stay the exception), ``parallel_share`` and ``conversion_share`` of the turns
-    that allow them. 0 turns a kind off.
+    """Shares of the data-gap kinds (module docstring); 0 turns a kind off.
 
     Raises:
         SettingError: (a ValueError) a share that is not a finite number in its range, named in the message.
     """
 
-    abstention_share: float = 0.1
-    parallel_share: float = 1.0
-    conversion_share: float = 0.5
+    abstention_share: float = setting(
+        0.1,
+        "share (0..0.5: abstention must stay the exception) of SFT and RL rows that end on a turn no offered "
+        "tool can serve, answered without a call; 0 turns abstention rows off.",
+    )
+    parallel_share: float = setting(
+        1.0,
+        "share (0..1) of the turns with independent consecutive calls whose calls are put in one assistant "
+        "message (parallel calls); 0 turns them off.",
+    )
+    conversion_share: float = setting(
+        0.5,
+        "share (0..1) of the turns with a user-given value in a converted form that state it the spoken way "
+        "('15%', 'March 3rd, 2025') while the gold call keeps the field's form; 0 turns conversions off.",
+    )
 
     def __post_init__(self) -> None:
         number_types(self, "datasets")

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from envfactory_assets.config_checks import finite_number, number_types, one_of, whole_number
+from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.datasets.rows import tools_of
@@ -58,34 +58,40 @@ PERSONAS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class CalibrationConfig:
-    """``k``: solve attempts per turn (paper: 4); ``min_turns``: fewer kept turns fail the trajectory;
-    ``goal_expansion``: operator d's expansion of the last turn (:mod:`envfactory_assets.synth.refinement.expansion`);
-    ``conversational_share``: share (0..1) of turns whose query leaves out a user-providable value the solver
-    must ask the simulated user for (:mod:`envfactory_assets.synth.trajectories.conversation`; 0 = off); ``workers``:
-    processes calibrating trajectories (0 = one per core, at most
-    :data:`~envfactory_assets.synth.refinement.calibrate_pool.MAX_WORKERS`;
-    :mod:`envfactory_assets.synth.refinement.calibrate_pool`);
-    ``refiner``: who rewrites each programmatically refined query, one of
-    :data:`~envfactory_assets.synth.refinement.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s
-    model,
-    :class:`~envfactory_assets.synth.refinement.model_querygen.ModelRefiner`); ``refiner_attempts``: model requests per
-    turn before the programmatic refined query is kept.
+    """Calibrated refinement settings (each field's help says what it does).
 
     Raises:
         SettingError: (a ValueError) a setting of the wrong type, out of range or not a known choice, named in
             the message.
     """
 
-    k: int = DEFAULT_K
-    min_turns: int = 2
-    goal_expansion: bool = True
+    k: int = setting(
+        DEFAULT_K, "solve attempts per turn, each on a fork of the turn's starting state (paper: 4); at least 1."
+    )
+    min_turns: int = setting(2, "fewest solvable turns a refined trajectory keeps; with fewer it fails; at least 1.")
+    goal_expansion: bool = setting(
+        True, "operator d's expansion of each trajectory's last turn (synth/refinement/expansion.py)."
+    )
     # a fifth of turns asked conversationally: the paper's conversational benchmarks gain from such data
-    conversational_share: float = 0.2
-    # processes calibrating trajectories (0: one per core); rows are the same for every value
-    workers: int = 0
+    conversational_share: float = setting(
+        0.2,
+        "share (0..1) of turns whose query leaves out a user-providable value the solver must ask the "
+        "simulated user for (synth/trajectories/conversation.py); 0 turns conversational mode off.",
+    )
+    workers: int = setting(
+        0,
+        f"processes calibrating trajectories with the programmatic solver (0 = one per core, at most "
+        f"{MAX_WORKERS}); the rows are the same for every value.",
+    )
     # the programmatic refiner alone is the offline default: no model, the rows every test and run expect
-    refiner: str = QUERYGEN_CHOICES[0]
-    refiner_attempts: int = DEFAULT_ATTEMPTS
+    refiner: str = setting(
+        QUERYGEN_CHOICES[0],
+        "who rewrites each programmatically refined query: 'programmatic' (no model) or 'model' (the "
+        "model_backend resource's model, ModelRefiner, with the programmatic query as its fallback).",
+    )
+    refiner_attempts: int = setting(
+        DEFAULT_ATTEMPTS, "model requests per turn before the programmatic refined query is kept; at least 1."
+    )
 
     def __post_init__(self) -> None:
         # the ranged checks first, so a NaN share is refused naming its range; then the rest's types

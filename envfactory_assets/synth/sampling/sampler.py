@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from envfactory_assets.config_checks import finite_number, whole_number
+from envfactory_assets.config_checks import finite_number, setting, whole_number
 from envfactory_assets.graph.build import ToolGraph
 from envfactory_assets.graph.parameters import SHARED_KINDS
 
@@ -84,45 +84,46 @@ class ChainSamplingError(RuntimeError):
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """Sampler limits and probabilities (defaults: the paper's values, except the last three).
+    """Sampler limits and probabilities: the paper's values, except ``min_tools``, ``max_start_attempts``,
+    ``max_producer_candidates``, ``p_join_environment`` and ``p_linked_start``, which the paper does not have
+    (each field's help says what it does)."""
 
-    Attributes:
-        max_tools: most tools in one chain (paper: 15).
-        max_servers: most distinct ``env_id`` in one chain (paper: 3).
-        max_depth: deepest producer recursion below a tool that BFS adds (paper: 5); producers of that tool
-            are depth 1, their producers depth 2, ...
-        p_skip_optional: probability that an optional input is left out (paper: 0.6).
-        p_explicit_producer: probability that an input that is already fillable still gets a producer tool
-            (paper: 0.1).
-        min_tools: shortest chain returned (shorter attempts restart from another start tool); 3, the
-            default run's value.
-        max_start_attempts: start tools tried (with the same random stream) before
-            :class:`ChainSamplingError`.
-        max_producer_candidates: producers tried, in random order, for one unfillable input before giving
-            up on it (bounds the recursion's branching; 1 = the paper's single uniform draw).
-        p_join_environment: probability that, when an added tool has successors in environments the chain
-            does not use yet (and the chain may take another), one of them is put at the front of the BFS
-            queue. Not in the paper: with identifiers no longer crossing environments, cross-environment
-            edges are rare (shared values only), and plain BFS reaches them after the chain is full;
-            0.8 keeps about two thirds of the default run's chains multi-environment.
-        p_linked_start: probability that the start tool is drawn among the tools of environments that
-            exchange a shared value with another environment (:meth:`ToolGraph.linked_node_ids`); otherwise
-            (and when no environment is linked) it is drawn among all tools. Not in the paper: about a third
-            of the default run's tools belong to environments with no shared-value parameter, whose chains
-            cannot span several environments; at 0.5 about 70% of chains do and every environment still
-            starts chains.
-    """
-
-    max_tools: int = 15
-    max_servers: int = 3
-    max_depth: int = 5
-    p_skip_optional: float = 0.6
-    p_explicit_producer: float = 0.1
-    min_tools: int = 3
-    max_start_attempts: int = 20
-    max_producer_candidates: int = 3
-    p_join_environment: float = 0.8
-    p_linked_start: float = 0.5
+    max_tools: int = setting(15, "most tools in one chain (paper: 15); at least 1.")
+    max_servers: int = setting(3, "most distinct environments (servers) in one chain (paper: 3); at least 1.")
+    max_depth: int = setting(
+        5,
+        "deepest producer recursion below a tool that BFS adds (paper: 5): the tool's producers are depth 1, "
+        "their producers depth 2, and so on; 0 or more.",
+    )
+    p_skip_optional: float = setting(0.6, "probability (0..1) that an optional input is left out (paper: 0.6).")
+    p_explicit_producer: float = setting(
+        0.1, "probability (0..1) that an input the chain can already fill still gets a producer tool (paper: 0.1)."
+    )
+    min_tools: int = setting(
+        3, "shortest chain returned, in tools (1..max_tools); a shorter attempt restarts from another start tool."
+    )
+    max_start_attempts: int = setting(
+        20, "start tools tried, with the same random stream, before the seed gives no chain; at least 1."
+    )
+    max_producer_candidates: int = setting(
+        3,
+        "producers tried, in random order, for one input nothing fills yet before it is given up (bounds the "
+        "recursion's branching; 1 = the paper's single uniform draw); at least 1.",
+    )
+    p_join_environment: float = setting(
+        0.8,
+        "probability (0..1) that, when an added tool has successors in environments the chain does not use yet "
+        "(and may still take one), one of them goes to the front of the BFS queue; not in the paper: "
+        "cross-environment edges pass shared values only, so plain BFS reaches them after the chain is full, "
+        "and 0.8 keeps about two thirds of the default run's chains multi-environment.",
+    )
+    p_linked_start: float = setting(
+        0.5,
+        "probability (0..1) that the start tool is drawn among the tools of environments that exchange a "
+        "shared value with another environment (ToolGraph.linked_node_ids), else among all tools; not in the "
+        "paper: at 0.5 about 70% of the default run's chains span several environments and every environment "
+        "still starts chains.",
+    )
 
     def __post_init__(self) -> None:
         """Raises :class:`~envfactory_assets.config_checks.SettingError` (a ValueError) naming the setting

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from envfactory_assets.config_checks import finite_number, number_types, one_of, whole_number
+from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
 from envfactory_assets.envgen.tools import action_applies
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
 from envfactory_assets.envgen.verify import matching_rows, searchable
@@ -43,27 +43,32 @@ SYSTEM_PROMPT = (
 
 @dataclass(frozen=True)
 class SynthConfig:
-    """Trajectory synthesis settings. ``min_turns``: trajectories with fewer turns are rejected;
-    ``max_turn_len``: most calls in one turn; ``query_writer``: who writes each turn's raw query, one of
-    :data:`~envfactory_assets.synth.refinement.model_querygen.QUERYGEN_CHOICES` (``model``: the ``model_backend``'s
-    model,
-    :class:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter`); ``query_writer_attempts``: model
-    requests per turn before the programmatic query is kept; ``refusal_share``: the share of action calls
-    (``cancel``) asked of a row the action is refused on (already cancelled, or shipped), where the state has
-    one: the call fails with ``precondition_failed``, stays in the turn with its error, and the assistant
-    reports it (an agent learns to read a typed error instead of claiming success).
+    """Trajectory synthesis settings (each field's help says what it does).
 
     Raises:
         SettingError: (a ValueError) a setting of the wrong type, below 1 or not a known choice, named in the
             message.
     """
 
-    min_turns: int = 2
-    max_turn_len: int = 5
+    min_turns: int = setting(
+        2, "fewest turns a trajectory may have; one with fewer is kept with status 'failed'; at least 1."
+    )
+    max_turn_len: int = setting(5, "most tool calls in one turn; at least 1.")
     # the programmatic writer is the offline default: no model, and the rows every test and run expect
-    query_writer: str = QUERYGEN_CHOICES[0]
-    query_writer_attempts: int = DEFAULT_ATTEMPTS
-    refusal_share: float = 0.2
+    query_writer: str = setting(
+        QUERYGEN_CHOICES[0],
+        "who writes each turn's raw query: 'programmatic' (rules, no model) or 'model' (the model_backend "
+        "resource's model, ModelQueryWriter, with the programmatic query as its fallback).",
+    )
+    query_writer_attempts: int = setting(
+        DEFAULT_ATTEMPTS, "model requests per turn before the programmatic query is kept; at least 1."
+    )
+    refusal_share: float = setting(
+        0.2,
+        "share (0..1) of action calls (cancel) asked of a row the action is refused on (already cancelled, or "
+        "shipped), where the state has one: the call fails with precondition_failed, stays in the turn with "
+        "its error, and the assistant reports it (an agent learns to read a typed error).",
+    )
 
     def __post_init__(self) -> None:
         number_types(self, "trajectory")

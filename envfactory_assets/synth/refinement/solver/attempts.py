@@ -52,17 +52,13 @@ def solve_turn(
         view: what the solver sees (never the gold turn).
         gold_turn: the turn as synthesized (``state_after_hash``, ``calls``): used by the judge only.
         task_id: stable id of the task; attempt ``i`` is seeded by :func:`attempt_seed` ``(task_id, i)``.
-        k: number of attempts (paper: 4); must be >= 1.
+        k: number of attempts (paper: 4), at least 1; the ``k`` setting is checked once, by
+            :class:`~envfactory_assets.synth.refinement.calibrate.CalibrationConfig`.
 
     Returns:
         ``{"solver", "k", "attempts": [{"calls", "answer", "final_state_hash", "passed", "verdict"}],
         "passed": int, "accuracy": passed / k}``; an attempt that could not start is a failed attempt.
-
-    Raises:
-        ValueError: ``k < 1``.
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
     records = []
     try:
         base = worker.open_episode(copy.deepcopy(dict(state_before)))
