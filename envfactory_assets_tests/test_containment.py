@@ -340,6 +340,16 @@ _EXPECTED_END = {  # how each resource sample must end: refused by the seccomp f
     "reply_amplification": ("too_large", "max_decoded_bytes"),
     "frame_declaring_1_gib": ("too_large", "worker killed"),
     "forged_deep_frame": ("too_large", "max_depth"),
+    "fd_flood_eventfd_timerfd_epoll": ("tool_error", "Too many open files"),
+    "raise_rlimit_nofile": ("bad_arguments", "not allowed to raise maximum limit"),
+    "stderr_firehose": ("timeout", "exceeded the time limit"),
+    "reply_ucs4_string": ("too_large", "max_decoded_bytes"),
+    "reply_huge_integer": ("protocol", "frame is not JSON"),
+    "reply_invalid_utf8": ("protocol", "frame is not JSON"),
+    "close_protocol_fds_exit_0": ("crash", "worker exited with status 0"),
+    "clone3_vfork_posix_spawn": ("tool_error", "PermissionError: no process"),
+    "thread_left_sleeping": ("resource_limit", "left 1 thread(s) running"),
+    "mmap_shared_tmp_file": ("tool_error", "File too large"),
 }
 #: the samples whose worker must be gone afterwards; the rest keep serving their other episodes. A forged frame
 #: leaves the worker's own reply behind it in the pipe, so the next exchange (closing the lost episode) finds
@@ -350,6 +360,11 @@ _WORKER_KILLED = {
     "raise_rlimit_cpu",
     "frame_declaring_1_gib",
     "forged_deep_frame",
+    "reply_ucs4_string",
+    "reply_huge_integer",
+    "reply_invalid_utf8",
+    "close_protocol_fds_exit_0",
+    "thread_left_sleeping",
 }
 
 
