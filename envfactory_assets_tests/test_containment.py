@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
@@ -422,3 +423,26 @@ def test_the_hard_cpu_limit_is_the_lifetime_budget_and_groups_are_removed() -> N
     assert [p for p in groups if p.exists()] == []
     with pytest.raises(ValueError, match="cpu_lifetime_s"):
         SandboxLimits(cpu_seconds=60, cpu_lifetime_s=10)
+
+
+def test_a_workers_stderr_is_read_at_a_bounded_rate_into_a_bounded_tail() -> None:
+    """A stream faster than the parent's drain rate blocks the worker on a full pipe (no CPU in it, none spent
+    copying in the parent): 32 MiB of stderr outlasts a 2 s call, and the parent keeps only the tail."""
+    source = textwrap.dedent("""\
+        import sys
+        def load(d): return d
+        def save(s): return s
+        def shout(state):
+            block = "e" * (1 << 20)
+            for _ in range(32):
+                sys.stderr.write(block)
+            sys.stderr.flush()
+            return "done"
+    """)
+    limits = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=2.0, kill_grace_s=1.0)
+    with SandboxWorker(limits, python_guards=False) as worker:
+        worker.load_environment("loud", source)
+        started = time.monotonic()
+        result = worker.call(worker.open_episode({"loud": {}}), "shout")
+        assert result["error"]["type"] == "timeout" and time.monotonic() - started < 5, result
+        assert 0 < len(worker.stderr_tail("loud")) <= 16 * 1024
