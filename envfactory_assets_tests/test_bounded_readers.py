@@ -85,6 +85,10 @@ SHAPES = {
     "one big object": lambda n: {f"key{i}": f"v{i}" for i in range(n)},
     "one-key objects": lambda n: [{"a": 1.5}] * n,
     "nested": lambda n: {"items": [[[]] * 100] * (n // 100)},
+    # one character above U+FFFF (U+00FF) makes CPython store the whole string in 4 (2) bytes a character
+    "astral strings": lambda n: [f"{i}\U0001f600" for i in range(n)],
+    "one astral string": lambda n: "a" * (10 * n) + "\U0001f600",
+    "one two-byte string": lambda n: "a" * (10 * n) + "\u0101",
 }
 
 
@@ -92,6 +96,35 @@ SHAPES = {
 def test_decoded_size_estimate_is_above_the_measured_size(shape: str) -> None:
     payload = orjson.dumps(SHAPES[shape](100_000))
     assert bounded_json.measure(payload).decoded_bytes >= decoded_size(payload)
+
+
+ESCAPED_WIDE = {  # orjson writes raw UTF-8, a forged reply may write escapes; the digits may straddle chunks
+    "surrogate pair": b'"' + b"a" * 1000 + b'\\ud83d\\ude00"',
+    "upper-case surrogate": b'["' + b"a" * 1000 + b'\\uD83D\\uDE00", 1]',
+    "two-byte escape": b'"' + b"a" * 1000 + b'\\u0101"',
+}
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 18])
+@pytest.mark.parametrize("name", sorted(ESCAPED_WIDE))
+def test_decoded_size_estimate_counts_wide_characters_written_as_escapes(monkeypatch, chunk: int, name: str) -> None:
+    monkeypatch.setattr(bounded_json, "_CHUNK", chunk)
+    payload = ESCAPED_WIDE[name]
+    assert bounded_json.measure(payload).decoded_bytes >= decoded_size(payload)
+
+
+def test_latin_1_characters_keep_one_byte_a_character() -> None:
+    for payload in (b'"' + b"a" * 1000 + b'\\u00e9"', ('"' + "a" * 1000 + '\u00e9"').encode()):
+        assert bounded_json.measure(payload).decoded_bytes < 2 * len(payload), payload
+
+
+def test_a_reply_of_one_astral_string_is_refused_by_its_decoded_size() -> None:
+    # 1 MiB of JSON that CPython stores in 4 MiB: past a 2 MiB decoded bound, within a 2 MiB byte bound
+    payload = b'"' + b"a" * (1 << 20) + b'\\ud83d\\ude00"'
+    bounds = JsonBounds(max_bytes=2 << 20, max_decoded_bytes=2 << 20)
+    with pytest.raises(JsonTooLarge) as refused:
+        bounded_json.loads(payload, bounds)
+    assert refused.value.limit == "max_decoded_bytes" and refused.value.observed >= 4 << 20
 
 
 def test_amplifying_and_deep_payloads_are_refused_before_decoding() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
@@ -340,6 +341,16 @@ _EXPECTED_END = {  # how each resource sample must end: refused by the seccomp f
     "reply_amplification": ("too_large", "max_decoded_bytes"),
     "frame_declaring_1_gib": ("too_large", "worker killed"),
     "forged_deep_frame": ("too_large", "max_depth"),
+    "fd_flood_eventfd_timerfd_epoll": ("tool_error", "Too many open files"),
+    "raise_rlimit_nofile": ("bad_arguments", "not allowed to raise maximum limit"),
+    "stderr_firehose": ("timeout", "exceeded the time limit"),
+    "reply_ucs4_string": ("too_large", "max_decoded_bytes"),
+    "reply_huge_integer": ("protocol", "frame is not JSON"),
+    "reply_invalid_utf8": ("protocol", "frame is not JSON"),
+    "close_protocol_fds_exit_0": ("crash", "worker exited with status 0"),
+    "clone3_vfork_posix_spawn": ("tool_error", "PermissionError: no process"),
+    "thread_left_sleeping": ("resource_limit", "left 1 thread(s) running"),
+    "mmap_shared_tmp_file": ("tool_error", "File too large"),
 }
 #: the samples whose worker must be gone afterwards; the rest keep serving their other episodes. A forged frame
 #: leaves the worker's own reply behind it in the pipe, so the next exchange (closing the lost episode) finds
@@ -350,6 +361,11 @@ _WORKER_KILLED = {
     "raise_rlimit_cpu",
     "frame_declaring_1_gib",
     "forged_deep_frame",
+    "reply_ucs4_string",
+    "reply_huge_integer",
+    "reply_invalid_utf8",
+    "close_protocol_fds_exit_0",
+    "thread_left_sleeping",
 }
 
 
@@ -407,3 +423,26 @@ def test_the_hard_cpu_limit_is_the_lifetime_budget_and_groups_are_removed() -> N
     assert [p for p in groups if p.exists()] == []
     with pytest.raises(ValueError, match="cpu_lifetime_s"):
         SandboxLimits(cpu_seconds=60, cpu_lifetime_s=10)
+
+
+def test_a_workers_stderr_is_read_at_a_bounded_rate_into_a_bounded_tail() -> None:
+    """A stream faster than the parent's drain rate blocks the worker on a full pipe (no CPU in it, none spent
+    copying in the parent): 32 MiB of stderr outlasts a 2 s call, and the parent keeps only the tail."""
+    source = textwrap.dedent("""\
+        import sys
+        def load(d): return d
+        def save(s): return s
+        def shout(state):
+            block = "e" * (1 << 20)
+            for _ in range(32):
+                sys.stderr.write(block)
+            sys.stderr.flush()
+            return "done"
+    """)
+    limits = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=2.0, kill_grace_s=1.0)
+    with SandboxWorker(limits, python_guards=False) as worker:
+        worker.load_environment("loud", source)
+        started = time.monotonic()
+        result = worker.call(worker.open_episode({"loud": {}}), "shout")
+        assert result["error"]["type"] == "timeout" and time.monotonic() - started < 5, result
+        assert 0 < len(worker.stderr_tail("loud")) <= 16 * 1024

@@ -20,9 +20,14 @@ module: the sandbox parent reading a worker's reply (:class:`.protocol.FrameChan
 ``envfactory serve-env`` reading stdin lines (:mod:`envfactory_assets.mcp_server.transport`). A server
 the project adds later must use it too.
 
-The decoded-size estimate is ``len(payload) + VALUE_BYTES * (containers + separators + 1)``, with
-``separators`` the commas and colons outside strings: every JSON value (and every key) but the first
-sits after a comma or colon, and costs at most one Python object plus the pointer to it. The
+The decoded-size estimate is ``width * len(payload) + VALUE_BYTES * (containers + separators + 1)``,
+with ``separators`` the commas and colons outside strings: every JSON value (and every key) but the first
+sits after a comma or colon, and costs at most one Python object plus the pointer to it. ``width`` is the
+widest character storage the payload can make (PEP 393): a ``str`` holding one character above U+FFFF
+stores every character in 4 bytes, one above U+00FF in 2, so ``"aaa...a\\ud83d\\ude00"`` decodes to 4
+bytes per byte of JSON. It is 4 when the payload has a UTF-8 lead byte of a 4-byte sequence (0xF0 and
+up) or a ``\\u`` escape of a surrogate (``\\ud800``-``\\udfff``), else 2 when it has a lead byte of a
+character above U+00FF (0xC4 and up) or a ``\\u`` escape above ``\\u00ff``, else 1. The
 constant was measured with ``tracemalloc`` on orjson's output for CPython 3.11 (an empty list is 56
 bytes + an 8-byte pointer, a float 24 + 8, a short string 49 + its length + 8, a dict entry about 40
 in its table); ``envfactory_assets_tests/test_bounded_json.py`` checks that the estimate stays above
@@ -128,8 +133,39 @@ class JsonDeadlineExceeded(TimeoutError):
     """The deadline passed while a payload was being checked, before it was decoded."""
 
 
-def _estimate(size: int, containers: int, separators: int) -> int:
-    return size + VALUE_BYTES * (containers + separators + 1)
+def _estimate(size: int, containers: int, separators: int, width: int = 1) -> int:
+    return width * size + VALUE_BYTES * (containers + separators + 1)
+
+
+_U, _LOWER = ord("u"), 0x20
+
+
+def _char_width(np: Any, chunk: np.ndarray, before: int) -> int:
+    """The widest ``str`` storage (1, 2 or 4 bytes a character) the characters of ``chunk`` can make.
+
+    ``before`` is the byte ending the previous chunk (a ``\\`` there escapes a ``u`` opening this one). It
+    over-estimates, never under: a ``u`` after an escaped backslash counts as an escape, and an escape
+    whose hex digits run past the chunk counts as a surrogate.
+    """
+    top = int(chunk.max())
+    width = 4 if top >= 0xF0 else 2 if top >= 0xC4 else 1
+    if width == 4:
+        return width
+    escapes = np.flatnonzero(chunk == _U)
+    if escapes.size:
+        previous = np.where(escapes > 0, chunk[np.maximum(escapes - 1, 0)], before)
+        escapes = escapes[previous == _BACKSLASH]
+    if not escapes.size:
+        return width
+    if int(escapes[-1]) + 2 >= chunk.size:
+        return 4
+    high = chunk[escapes + 1] | _LOWER  # hex digits, lower-cased
+    low = chunk[escapes + 2] | _LOWER
+    if np.any((high == ord("d")) & (low >= ord("8")) & (low <= ord("f"))):
+        return 4
+    if np.any((high != ord("0")) | (low != ord("0"))):
+        return 2
+    return width
 
 
 def measure(
@@ -160,6 +196,7 @@ def measure(
         raise JsonTooLarge("max_bytes", bounds.max_bytes, size)
     np, structural_table, delta_table, separator_table = _tables()
     containers = separators = depth = deepest = 0
+    width, before = 1, 0  # widest character storage so far; the byte ending the previous chunk
     in_string = 0  # 1 while the scan is inside a string
     carried_run = 0  # backslashes that end the previous chunk
     for start in range(0, size, _CHUNK):
@@ -167,6 +204,9 @@ def measure(
             raise JsonDeadlineExceeded("the deadline passed while checking a JSON payload")
         chunk = np.frombuffer(view[start : start + _CHUNK], dtype=np.uint8)
         real_quotes, carried_run = _unescaped_quotes(np, chunk, carried_run)
+        if width < 4:
+            width = max(width, _char_width(np, chunk, before))
+        before = int(chunk[-1])
         structural = np.flatnonzero(structural_table[chunk])
         if structural.size:
             inside = (np.searchsorted(real_quotes, structural) + in_string) & 1
@@ -182,10 +222,10 @@ def measure(
         if bounds is not None:
             if deepest > bounds.max_depth:
                 raise JsonTooLarge("max_depth", bounds.max_depth, deepest)
-            decoded = _estimate(size, containers, separators)
+            decoded = _estimate(size, containers, separators, width)
             if decoded > bounds.max_decoded_bytes:
                 raise JsonTooLarge("max_decoded_bytes", bounds.max_decoded_bytes, decoded)
-    return JsonShape(size, containers, separators, deepest, _estimate(size, containers, separators))
+    return JsonShape(size, containers, separators, deepest, _estimate(size, containers, separators, width))
 
 
 def _unescaped_quotes(np: Any, chunk: np.ndarray, carried_run: int) -> tuple[np.ndarray, int]:

@@ -52,6 +52,9 @@ WORKER_MODULE = "envfactory_assets.runtime.worker"
 # The directory that contains the `envfactory_assets` package, put on the worker's PYTHONPATH.
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 _STDERR_TAIL_BYTES = 16 * 1024
+#: The fastest the parent reads a worker's stderr, bytes per second: past it the worker blocks on a full pipe
+#: (no CPU) instead of making the parent copy its stream and take the interpreter lock at its pace.
+_STDERR_DRAIN_BYTES_PER_S = 8 * 1024 * 1024
 _TRANSFER_BYTES_PER_S = 20e6  # conservative pipe throughput, added to deadlines for big payloads
 #: How often the parent reads a worker's CPU time while a request runs, seconds.
 CPU_POLL_S = 0.02
@@ -148,6 +151,8 @@ class _StderrTail:
                 with self._lock:
                     self._tail += chunk
                     del self._tail[:-_STDERR_TAIL_BYTES]
+                if len(chunk) > 4096:  # short writes (prints, last words) pass at once
+                    time.sleep(len(chunk) / _STDERR_DRAIN_BYTES_PER_S)
         except (OSError, ValueError):
             pass
         finally:

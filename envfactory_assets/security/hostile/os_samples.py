@@ -831,6 +831,202 @@ def attack(state, canary, secrets, port, marker):
         probe_sensitive=False,
     ),
 ]
+
+# Writes a forged reply frame straight to the protocol pipe (the first pipe among the descriptors), past the
+# worker's own serializer: the parent must bound what it reads and decodes whatever the bytes are.
+_FORGE_FRAME = """
+
+def _forge(payload):
+    os_module = __import__("os")
+    frame = len(payload).to_bytes(4, "big") + payload
+    for fd in range(3, 64):
+        try:
+            if os_module.fstat(fd).st_mode & 0o170000 != 0o010000:  # a pipe
+                continue
+            view = memoryview(frame)
+            while view:
+                view = view[os_module.write(fd, view):]
+            return fd
+        except OSError:
+            continue
+    return None
+"""
+
+# Descriptors, rlimits, the protocol's own pipes and stderr, process creation past the seccomp filter.
+RESOURCE_SAMPLES += [
+    _os_sample(
+        "fd_flood_eventfd_timerfd_epoll",
+        "resource limits",
+        "opens eventfds, timerfds armed to fire every nanosecond, epolls and inotify instances until refused: "
+        "kernel objects no memory rlimit counts",
+        """
+def attack(state, canary, secrets, port, marker):
+    select_module = __import__("select")
+    libc = ctypes.CDLL(None, use_errno=True)
+    every_nanosecond = (ctypes.c_long * 4)(0, 1, 0, 1)
+    opened = 0
+    for _ in range(100000):
+        fd = libc.eventfd(0, 0)
+        timer = libc.timerfd_create(1, 0)  # CLOCK_MONOTONIC
+        if timer >= 0:
+            libc.timerfd_settime(timer, 0, every_nanosecond, None)
+        select_module.epoll()  # raises once the descriptors run out
+        opened += (fd >= 0) + (timer >= 0) + 1 + (libc.inotify_init() >= 0)
+    return {"opened": marker + ":achieved:fd-flood-%d" % opened}
+""",
+        imports="import ctypes",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "raise_rlimit_nofile",
+        "resource limits",
+        "raises its open-files limit to the hard limit, then past it to 2^20",
+        """
+def attack(state, canary, secrets, port, marker):
+    resource_module = __import__("resource")
+    _, hard = resource_module.getrlimit(resource_module.RLIMIT_NOFILE)
+    resource_module.setrlimit(resource_module.RLIMIT_NOFILE, (hard, hard))
+    resource_module.setrlimit(resource_module.RLIMIT_NOFILE, (1 << 20, 1 << 20))
+    return {"nofile": marker + ":achieved:rlimit-nofile-raised-from-%s" % hard}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "stderr_firehose",
+        "resource limits",
+        "writes 1 MiB blocks to stderr without end: the parent drains stderr and must keep only a bounded tail",
+        """
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    block = b"e" * (1 << 20)
+    while True:
+        os_module.write(2, block)
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "reply_ucs4_string",
+        "resource limits",
+        "forges a 60 MiB reply of one ASCII string ending in an escaped astral character: CPython stores the "
+        "decoded string in 4 bytes a character (240 MiB), past a decoded-size estimate of 1 byte a byte",
+        _FORGE_FRAME
+        + r"""
+def attack(state, canary, secrets, port, marker):
+    payload = b'{"id": 0, "ok": true, "result": "' + b"a" * (60 << 20) + b'\\ud83d\\ude00"}'
+    return {"fd": _forge(payload)}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "reply_huge_integer",
+        "resource limits",
+        "forges a reply holding a 1,000,000-digit integer, which a decoder of arbitrary-precision integers "
+        "would spend quadratic time on",
+        _FORGE_FRAME
+        + """
+def attack(state, canary, secrets, port, marker):
+    payload = b'{"id": 0, "ok": true, "result": {"ok": true, "output": ' + b"7" * 1000000 + b"}}"
+    return {"fd": _forge(payload)}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "reply_invalid_utf8",
+        "resource limits",
+        "forges a reply whose string holds bytes that are not UTF-8 (an overlong NUL, 0xff)",
+        _FORGE_FRAME
+        + r"""
+def attack(state, canary, secrets, port, marker):
+    payload = b'{"id": 0, "ok": true, "result": {"ok": true, "output": "\xff\xfe\xc0\x80"}}'
+    return {"fd": _forge(payload)}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "close_protocol_fds_exit_0",
+        "resource limits",
+        "closes every descriptor, the protocol's pipes included, and exits with status 0 in the middle of a call",
+        """
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    os_module.closerange(0, 64)
+    os_module._exit(0)
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "clone3_vfork_posix_spawn",
+        "resource limits",
+        "makes a process by the doors fork() does not use: raw clone3, raw vfork, clone with CLONE_VFORK, "
+        "and os.posix_spawn",
+        """
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    sys_module = __import__("sys")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    numbers = {"x86_64": {"clone3": 435, "vfork": 58, "clone": 56}, "aarch64": {"clone3": 435, "clone": 220}}
+    number = numbers[os_module.uname().machine]
+    got = {}
+    clone_args = (ctypes.c_uint64 * 11)(0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0)  # exit_signal = SIGCHLD
+    attempts = [("clone3", (ctypes.c_long(number["clone3"]), clone_args, ctypes.c_size_t(88)))]
+    if "vfork" in number:
+        attempts.append(("vfork", (ctypes.c_long(number["vfork"]),)))
+    attempts.append(("clone_vfork", (ctypes.c_long(number["clone"]), ctypes.c_ulong(0x4000 | 17), ctypes.c_ulong(0),
+                                     ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))))
+    for name, args in attempts:
+        pid = libc.syscall(*args)
+        if pid == 0:
+            os_module._exit(0)
+        got[name] = pid if pid > 0 else -ctypes.get_errno()
+    try:
+        got["posix_spawn"] = os_module.posix_spawn(sys_module.executable, [sys_module.executable, "-c", "0"], {})
+    except OSError as exc:
+        got["posix_spawn"] = -exc.errno
+    made = sorted(name for name, pid in got.items() if pid > 0)
+    if made:
+        return {"spawned": marker + ":achieved:process-" + "-".join(made)}
+    raise PermissionError("no process: %r" % got)
+""",
+        imports="import ctypes",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "thread_left_sleeping",
+        "resource limits",
+        "starts a thread that sleeps (no CPU at all) and returns: code that would run later, between calls",
+        """
+def attack(state, canary, secrets, port, marker):
+    threading_module = __import__("threading")
+    time_module = __import__("time")
+    threading_module.Thread(target=time_module.sleep, args=(3600,), daemon=True).start()
+    return {"thread": "sleeping"}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
+        "mmap_shared_tmp_file",
+        "resource limits",
+        "sizes a /tmp file to 60 MiB and maps it MAP_SHARED, touching every page and keeping the mapping",
+        """
+_KEEP = []
+
+
+def attack(state, canary, secrets, port, marker):
+    os_module = __import__("os")
+    mmap_module = __import__("mmap")
+    size = 60 << 20
+    fd = os_module.open("/tmp/shared", os_module.O_RDWR | os_module.O_CREAT, 0o600)
+    os_module.ftruncate(fd, size)
+    mapped = mmap_module.mmap(fd, size, mmap_module.MAP_SHARED)
+    for offset in range(0, size, 4096):
+        mapped[offset] = 1
+    _KEEP.append(mapped)
+    return {"mapped": marker + ":achieved:shared-mapping-60-mib"}
+""",
+        probe_sensitive=False,
+    ),
+]
 OS_SAMPLES += RESOURCE_SAMPLES
 
 #: The whole hostile corpus: the Python-layer samples of :mod:`.samples` and the OS-layer ones above.
