@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -156,19 +156,7 @@ def build_server(
         ValueError: ``initial_state`` names no loadable state, tool names repeat, or ``max_argument_bytes``
             is not a whole number >= 1.
     """
-    if not isinstance(max_argument_bytes, int) or isinstance(max_argument_bytes, bool) or max_argument_bytes < 1:
-        raise ValueError(f"max_argument_bytes={max_argument_bytes!r}: expected a whole number >= 1")
-    env_id = environment["env_id"]
     start_state = resolve_initial_state(environment, initial_state)
-    tools = tool_definitions(environment)
-    names = [tool.name for tool in tools]
-    if len(set(names)) != len(names):
-        raise ValueError(
-            f"environment {env_id!r} repeats tool names: {sorted({n for n in names if names.count(n) > 1})}"
-        )
-    schemas = {spec["name"]: copy.deepcopy(spec["input_schema"]) for spec in environment["tools"]}
-    validators: dict[str, Validator] = {}  # made at a tool's first call: see _validator
-    state_label = initial_state if isinstance(initial_state, str) else "a given saved state"
 
     @asynccontextmanager
     async def lifespan(_: Server[_ServerRun]) -> AsyncIterator[_ServerRun]:
@@ -190,14 +178,53 @@ def build_server(
         finally:
             run.session.close()  # kills the worker: quick, and must happen even when cancelled
 
+    async def run_call(ctx: ServerRequestContext[_ServerRun], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        await ctx.lifespan_context.opened.wait()
+        return await anyio.to_thread.run_sync(ctx.lifespan_context.session.call, name, arguments)
+
+    return environment_server(environment, initial_state, max_argument_bytes, lifespan, run_call)
+
+
+#: Runs one checked tool call in the calling request's episode: ``(ctx, tool name, arguments)`` to the
+#: :meth:`EnvironmentSession.call` result (``{"ok": True, "output"}`` or ``{"ok": False, "error"}``).
+RunCall = Callable[[ServerRequestContext[Any], str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def environment_server(
+    environment: dict[str, Any],
+    initial_state: str | dict[str, Any],
+    max_argument_bytes: int,
+    lifespan: Callable[[Server[Any]], AbstractAsyncContextManager[Any]],
+    run_call: RunCall,
+    instructions_extra: str = "",
+) -> Server[Any]:
+    """The MCP server of ``environment`` whose episodes are kept by ``lifespan`` and ``run_call``: the part
+    :func:`build_server` (one episode per server run, stdio) and the Streamable HTTP server (one episode per
+    MCP session) share: ``tools/list``, and ``tools/call``'s checks (unknown tool, argument size, input schema)
+    and results, as :func:`build_server` describes them.
+
+    Raises:
+        ValueError: tool names repeat, or ``max_argument_bytes`` is not a whole number >= 1.
+    """
+    if not isinstance(max_argument_bytes, int) or isinstance(max_argument_bytes, bool) or max_argument_bytes < 1:
+        raise ValueError(f"max_argument_bytes={max_argument_bytes!r}: expected a whole number >= 1")
+    env_id = environment["env_id"]
+    tools = tool_definitions(environment)
+    names = [tool.name for tool in tools]
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"environment {env_id!r} repeats tool names: {sorted({n for n in names if names.count(n) > 1})}"
+        )
+    schemas = {spec["name"]: copy.deepcopy(spec["input_schema"]) for spec in environment["tools"]}
+    validators: dict[str, Validator] = {}  # made at a tool's first call: see _validator
+    state_label = initial_state if isinstance(initial_state, str) else "a given saved state"
+
     async def list_tools(
-        ctx: ServerRequestContext[_ServerRun], params: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in tools])
 
-    async def call_tool(
-        ctx: ServerRequestContext[_ServerRun], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
         if name not in schemas:
             raise MCPError(
@@ -220,9 +247,10 @@ def build_server(
         problem = _argument_error(validators[name], arguments)
         if problem is not None:
             return _error_result(problem)
-        await ctx.lifespan_context.opened.wait()
         try:
-            result = await anyio.to_thread.run_sync(ctx.lifespan_context.session.call, name, arguments)
+            result = await run_call(ctx, name, arguments)
+        except MCPError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a session problem must not end the connection
             return _error_result({"type": "internal", "message": f"{type(exc).__name__}: {exc}"})
         if not result.get("ok"):
@@ -241,7 +269,7 @@ def build_server(
         "built and verified by EnvFactory-Assets",
         instructions=(
             f"Tools of the simulated API {env_id}. The state starts from the {state_label} initial "
-            "state and persists across calls in this session; errors come back as tool errors "
+            f"state and persists across calls in this session{instructions_extra}; errors come back as tool errors "
             'with a JSON {"error": {"type", "message"}} text.'
         ),
         lifespan=lifespan,
