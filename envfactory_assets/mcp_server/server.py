@@ -197,11 +197,13 @@ def environment_server(
     lifespan: Callable[[Server[Any]], AbstractAsyncContextManager[Any]],
     run_call: RunCall,
     instructions_extra: str = "",
+    on_list_tools: Callable[[ServerRequestContext[Any]], None] | None = None,
 ) -> Server[Any]:
     """The MCP server of ``environment`` whose episodes are kept by ``lifespan`` and ``run_call``: the part
     :func:`build_server` (one episode per server run, stdio) and the Streamable HTTP server (one episode per
     MCP session) share: ``tools/list``, and ``tools/call``'s checks (unknown tool, argument size, input schema)
-    and results, as :func:`build_server` describes them.
+    and results, as :func:`build_server` describes them. ``on_list_tools(ctx)``, when given, runs at each
+    ``tools/list`` (the HTTP server starts the session's worker there).
 
     Raises:
         ValueError: tool names repeat, or ``max_argument_bytes`` is not a whole number >= 1.
@@ -222,6 +224,8 @@ def environment_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if on_list_tools is not None:
+            on_list_tools(ctx)
         return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in tools])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
