@@ -449,7 +449,10 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     if not args.http:
         given = [f"--{k.replace('_', '-')}" for k in ("host", "port", *HTTP_OPTIONS) if getattr(args, k) is not None]
         if given:
-            print(f"error: {', '.join(given)} only apply with --http", file=sys.stderr)
+            print(
+                f"error: {', '.join(given)}: only with --http (without it, serve-env speaks MCP over stdio)",
+                file=sys.stderr,
+            )
             return 2
         return _serve_env_stdio(args)
     return _serve_env_http(args)

@@ -38,6 +38,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import mcp_types as types
+from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -161,6 +162,16 @@ class SessionEpisode:
         return self.session.worker_pid
 
 
+def _connection(ctx: ServerRequestContext[Any]) -> Connection:
+    """The request's :class:`Connection`: one per MCP session on Streamable HTTP, with the ``state`` and the
+    ``exit_stack`` (unwound when the session ends: DELETE, idle timeout, shutdown) the SDK provides for
+    per-connection resources. SDK 2.3's ``Context.connection`` exposes it, but the low-level server's handlers
+    get a ``ServerRequestContext``, which holds it only on its ``session``; ``test_serve_env_http`` fails
+    if that changes."""
+    connection = getattr(ctx, "connection", None)
+    return connection if isinstance(connection, Connection) else ctx.session._connection
+
+
 class SessionEpisodes:
     """The episodes of one HTTP server's open MCP sessions, by session id (the server's lifespan state)."""
 
@@ -181,10 +192,11 @@ class SessionEpisodes:
             MCPError: ``INVALID_REQUEST``: the request belongs to no session (a 2026-07-28 single-exchange
                 request).
         """
-        episode = ctx.connection.state.get(SessionEpisode)
+        connection = _connection(ctx)
+        episode = connection.state.get(SessionEpisode)
         if episode is not None:
             return episode
-        session_id = ctx.session_id
+        session_id = connection.session_id
         if session_id is None:
             raise MCPError(
                 types.INVALID_REQUEST,
@@ -193,10 +205,10 @@ class SessionEpisodes:
                 f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}), as the mcp SDK's Client does against this server",
             )
         episode = SessionEpisode(session_id, self._environment, self._start_state, self._limits)
-        ctx.connection.state[SessionEpisode] = episode
+        connection.state[SessionEpisode] = episode
         with self._lock:
             self._episodes[session_id] = episode
-        ctx.connection.exit_stack.push_async_callback(self._end, episode)
+        connection.exit_stack.push_async_callback(self._end, episode)
         return episode
 
     async def _end(self, episode: SessionEpisode) -> None:
@@ -249,7 +261,7 @@ def build_http_server(
         return await ctx.lifespan_context.of(ctx).call(name, arguments)
 
     def start_episode(ctx: ServerRequestContext[SessionEpisodes]) -> None:
-        if ctx.session_id is not None:  # the worker starts while the client reads the tools
+        if _connection(ctx).session_id is not None:  # the worker starts while the client reads the tools
             ctx.lifespan_context.of(ctx)
 
     server = environment_server(
