@@ -8,6 +8,7 @@ on one of them (it would die with that thread) would be caught within the test's
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -112,6 +113,11 @@ def _workers(proc: subprocess.Popen) -> set[int]:
     return {pid for pid in children(proc.pid) if running(pid)}
 
 
+async def _both(a: Client, b: Client, tool: str, arguments: dict[str, Any]) -> list[Any]:
+    """The results of one call of ``tool`` in each of two sessions, sent at once."""
+    return await asyncio.gather(a.call_tool(tool, arguments), b.call_tool(tool, arguments))
+
+
 async def _connect_error(url: str) -> BaseException | None:
     """The error a new SDK ``Client`` gets connecting to ``url`` (out of the task groups that carry it)."""
     try:
@@ -139,8 +145,9 @@ def test_sessions_list_tools_keep_their_own_state_and_never_share_it(server):
             tools = {t.name: t for t in (await a.list_tools()).tools}
             assert {"create_author", "get_author", "list_authors", "books_create", "delete_book"} <= set(tools)
             assert tools["create_author"].input_schema["required"] == ["name"]
-            start = _items(await a.call_tool("list_authors", {"limit": 100}))
-            assert _items(await b.call_tool("list_authors", {"limit": 100})) == start
+            # both sessions' first calls at once: the server runs them on two threads at once
+            start, start_b = map(_items, await _both(a, b, "list_authors", {"limit": 100}))
+            assert start_b == start
 
             ada = (await a.call_tool("create_author", {"name": "Ada Lovelace", "country": "GB"})).structured_content
             got = await a.call_tool("get_author", {"author_id": ada["author_id"]})
@@ -153,12 +160,15 @@ def test_sessions_list_tools_keep_their_own_state_and_never_share_it(server):
             ida = (await b.call_tool("create_author", {"name": "Ida"})).structured_content
             assert ida not in _items(await a.call_tool("list_authors", {"limit": 100}))
 
-            # one worker per session, each still the same after anyio's idle threads have been ended
+            # one worker per session, each still the same after anyio has ended its idle threads (it ends them
+            # when a new blocking call starts while others have idled past MAX_IDLE_TIME)
             workers = _workers(proc)
             assert len(workers) == 2, workers
-            await anyio.sleep(3 * ANYIO_THREAD_IDLE_S)
-            assert ada in _items(await a.call_tool("list_authors", {"limit": 100}))
-            assert ida in _items(await b.call_tool("list_authors", {"limit": 100}))
+            for _ in range(3):
+                await anyio.sleep(2 * ANYIO_THREAD_IDLE_S)
+                after_a, after_b = map(_items, await _both(a, b, "list_authors", {"limit": 100}))
+                assert ada in after_a and ida in after_b
+            await anyio.sleep(0.2)
             assert _workers(proc) == workers
             seen["workers"] = workers
 
