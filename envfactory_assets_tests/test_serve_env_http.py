@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from benchmarks.serve_env_startup import fixture_home
+from envfactory_assets.cli import main
 from envfactory_assets.runtime.bounded_json import DEFAULT_MAX_DECODED_BYTES, JsonTooLarge, measure
 from envfactory_assets_tests.worker_processes import children, running
 
@@ -285,17 +286,16 @@ def test_a_body_past_the_bounded_reader_is_refused_undecoded_and_the_session_goe
     anyio.run(scenario)
 
 
-def test_bad_options_are_refused_before_serving():
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "ENVFACTORY_HOME": "/nonexistent"}
-    command = [sys.executable, "-m", "envfactory_assets.cli", "serve-env", "bookshop_example"]
+def test_bad_options_are_refused_before_serving(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path))
     cases = [
         (["--http", "--max-sessions", "0"], "max_sessions=0: expected a whole number in [1, 4096]"),
         (["--http", "--idle-timeout-s", "0"], "idle_timeout_s=0.0: expected a finite number > 0"),
         (["--port", "9000"], "--port: only with --http (without it, serve-env speaks MCP over stdio)"),
     ]
     for args, expected in cases:
-        done = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and expected in done.stderr, done.stderr
+        assert main(["serve-env", "bookshop_example", *args]) == 2
+        assert expected in capsys.readouterr().err
 
 
 def test_sigterm_stops_the_server_and_every_session_worker(server):
