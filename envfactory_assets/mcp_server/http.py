@@ -18,7 +18,8 @@ bounded_json`): a body past a bound is answered HTTP 413 with a JSON-RPC error a
 A sandbox worker dies with the *thread* that started it (bubblewrap's ``--die-with-parent`` is the kernel's
 parent-death signal, which follows threads), and the SDK runs blocking work on anyio's worker threads, which
 anyio ends after 10 s idle. So each session's worker is started, called and stopped on a thread owned by that
-session (:class:`SessionEpisode`), which lives exactly as long as the session.
+session (:class:`~envfactory_assets.mcp_server.session.SessionEpisode`), which lives exactly as long as the
+session.
 
 The sessions need the initialize handshake: the 2026-07-28 protocol's requests carry no session, so this server
 advertises only the handshake-era versions in ``server/discover`` (the SDK's ``Client`` then falls back to
@@ -27,13 +28,11 @@ advertises only the handshake-era versions in ``server/discover`` (the SDK's ``C
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import sys
 import threading
 from collections.abc import AsyncIterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -46,7 +45,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from envfactory_assets.config_checks import finite_number, setting, whole_number
 from envfactory_assets.mcp_server.server import DEFAULT_MAX_ARGUMENT_BYTES, environment_server, resolve_initial_state
-from envfactory_assets.mcp_server.session import EnvironmentSession
+from envfactory_assets.mcp_server.session import SessionEpisode
 from envfactory_assets.runtime.bounded_json import DEFAULT_MAX_DECODED_BYTES, JsonBounds
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.serving.bounded_asgi import BoundedJsonMiddleware
@@ -95,71 +94,6 @@ class HttpSettings:
         reader's default; its default depth."""
         max_bytes = 2 * self.max_argument_bytes + (1 << 20)
         return JsonBounds(max_bytes=max_bytes, max_decoded_bytes=max(DEFAULT_MAX_DECODED_BYTES, max_bytes))
-
-
-class SessionEpisode:
-    """One MCP session's episode: an :class:`EnvironmentSession` whose worker is started, called and stopped
-    on a thread of this session's own (module docstring), started when this is made.
-
-    Args:
-        session_id: the MCP session id (names the thread).
-        environment: the Environment dict.
-        start_state: the saved state the episode starts from.
-        limits: sandbox limits of the worker.
-    """
-
-    def __init__(
-        self, session_id: str, environment: dict[str, Any], start_state: dict[str, Any], limits: SandboxLimits | None
-    ) -> None:
-        self.session_id = session_id
-        self.session = EnvironmentSession(environment, start_state, limits)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"serve-env-{session_id[:8]}")
-        self.opened: Future[None] = self._thread.submit(self.session.open)
-        self._closed = False
-
-    async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """:meth:`EnvironmentSession.call` on this session's thread, once the worker has started; a worker that
-        could not start is an ``episode_start_failed`` error result, as is a call after the session ended."""
-        try:
-            await asyncio.wrap_future(self.opened)
-        except Exception as exc:  # noqa: BLE001 - the error result below says what failed
-            return {
-                "ok": False,
-                "error": {
-                    "type": "episode_start_failed",
-                    "message": f"the environment could not start in the sandbox: {type(exc).__name__}: {exc}",
-                },
-            }
-        try:
-            future = self._thread.submit(self.session.call, name, arguments)
-        except RuntimeError:  # the executor is shut down: the session has ended
-            return {"ok": False, "error": {"type": "session_ended", "message": "this MCP session has ended"}}
-        return await asyncio.wrap_future(future)
-
-    async def aclose(self) -> None:
-        """Stop the worker (after any call already queued) and let the thread end."""
-        future = self._stop()
-        if future is not None:
-            await asyncio.wrap_future(future)
-
-    def close(self, timeout: float | None = 10.0) -> None:
-        """:meth:`aclose` from a thread that is not an event loop's."""
-        future = self._stop()
-        if future is not None:
-            future.result(timeout)
-
-    def _stop(self) -> Future[None] | None:
-        if self._closed:
-            return None
-        self._closed = True
-        future = self._thread.submit(self.session.close)
-        self._thread.shutdown(wait=False)  # the thread ends once the close has run
-        return future
-
-    @property
-    def worker_pid(self) -> int | None:
-        """Process id of the sandbox worker, or None when none runs (yet, or any more)."""
-        return self.session.worker_pid
 
 
 def _connection(ctx: ServerRequestContext[Any]) -> Connection:

@@ -7,21 +7,20 @@ signature; the environment's tools come with their JSON Schemas, so they are reg
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.to_thread
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from envfactory_assets.mcp_server.session import EnvironmentSession
+from envfactory_assets.mcp_server.session import SessionEpisode
 from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES, clip, stdio_transport
 from envfactory_assets.runtime.sandbox import SandboxLimits
 
@@ -32,15 +31,6 @@ SERVER_NAME_PREFIX = "envfactory-"
 #: Default cap on one tool call's arguments (their JSON, in bytes). Without one, a single call could store a
 #: value of any size in the session state, and every later list call would return it again.
 DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
-
-
-@dataclass(frozen=True)
-class _ServerRun:
-    """One run of a server (one connection): its session, and ``opened``, set once the session's worker
-    has started and its episode is open."""
-
-    session: EnvironmentSession
-    opened: anyio.Event
 
 
 def resolve_initial_state(environment: dict[str, Any], initial_state: str | dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +121,7 @@ def build_server(
     initial_state: str | dict[str, Any] = "valid",
     limits: SandboxLimits | None = None,
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
-) -> Server[_ServerRun]:
+) -> Server[SessionEpisode]:
     """An MCP server whose tools are exactly ``environment``'s tools, each call run in a sandbox worker.
 
     Each run of the server (one stdio connection, one in-process client) starts its own worker and
@@ -159,28 +149,28 @@ def build_server(
     start_state = resolve_initial_state(environment, initial_state)
 
     @asynccontextmanager
-    async def lifespan(_: Server[_ServerRun]) -> AsyncIterator[_ServerRun]:
-        run = _ServerRun(EnvironmentSession(environment, start_state, limits), anyio.Event())
+    async def lifespan(_: Server[SessionEpisode]) -> AsyncIterator[SessionEpisode]:
+        # The worker starts on the episode's own thread (SessionEpisode: a worker dies with the thread that
+        # started it) while the server answers initialize and tools/list; tool calls wait for it. If it cannot
+        # start, its error cancels the serving loop and ends the run.
+        episode = SessionEpisode("stdio", environment, start_state, limits)
 
-        async def open_session() -> None:
-            await anyio.to_thread.run_sync(run.session.open)
-            run.opened.set()
+        async def opened() -> None:
+            await asyncio.wrap_future(episode.opened)
 
         try:
-            # The worker starts (half a second of CPU on 2 cores) while the server answers initialize and
-            # tools/list; tool calls wait for it. If it cannot start, its error cancels the serving loop and
-            # ends the run. An end of the connection while it starts waits for it, then close() kills it.
             async with anyio.create_task_group() as opening:
-                opening.start_soon(open_session)
-                yield run
+                opening.start_soon(opened)
+                yield episode
         except BaseExceptionGroup as group:  # the worker's own error, not wrapped by the task group
             raise _sole(group) from None
         finally:
-            run.session.close()  # kills the worker: quick, and must happen even when cancelled
+            episode.close()  # kills the worker: quick, and must happen even when cancelled
 
-    async def run_call(ctx: ServerRequestContext[_ServerRun], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        await ctx.lifespan_context.opened.wait()
-        return await anyio.to_thread.run_sync(ctx.lifespan_context.session.call, name, arguments)
+    async def run_call(
+        ctx: ServerRequestContext[SessionEpisode], name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await ctx.lifespan_context.call(name, arguments)
 
     return environment_server(environment, initial_state, max_argument_bytes, lifespan, run_call)
 
