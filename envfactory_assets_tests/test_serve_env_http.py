@@ -165,7 +165,7 @@ def test_sessions_list_tools_keep_their_own_state_and_never_share_it(server):
             # when a new blocking call starts while others have idled past MAX_IDLE_TIME)
             workers = _workers(proc)
             assert len(workers) == 2, workers
-            for _ in range(3):
+            for _ in range(2):
                 await anyio.sleep(2 * ANYIO_THREAD_IDLE_S)
                 after_a, after_b = map(_items, await _both(a, b, "list_authors", {"limit": 100}))
                 assert ada in after_a and ida in after_b
@@ -176,6 +176,19 @@ def test_sessions_list_tools_keep_their_own_state_and_never_share_it(server):
     anyio.run(scenario)
     # the clients ended their sessions (DELETE): both workers are stopped
     assert _wait_until(lambda: not any(running(p) for p in seen["workers"])), seen["workers"]
+
+
+def test_a_sessionless_2026_call_is_refused_with_an_error_that_says_how_to_connect(server):
+    proc, url = server
+
+    async def scenario() -> None:
+        async with Client(url, mode="2026-07-28") as client:  # single-exchange requests: no MCP session
+            assert "create_author" in {t.name for t in (await client.list_tools()).tools}
+            with pytest.raises(MCPError, match="keeps one episode per MCP session .* initialize handshake"):
+                await client.call_tool("list_authors", {"limit": 1})
+
+    anyio.run(scenario)
+    assert not _workers(proc)
 
 
 def test_a_session_past_the_cap_is_refused_with_503_and_a_clear_error_until_one_ends(server):

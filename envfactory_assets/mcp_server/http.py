@@ -16,10 +16,10 @@ bytes, nesting depth and the estimated size of its decoded objects, :mod:`envfac
 bounded_json`): a body past a bound is answered HTTP 413 with a JSON-RPC error and never decoded.
 
 A sandbox worker dies with the *thread* that started it (bubblewrap's ``--die-with-parent`` is the kernel's
-parent-death signal, which follows threads), and the SDK runs blocking work on anyio's worker threads, which
-anyio ends after 10 s idle. So each session's worker is started, called and stopped on a thread owned by that
-session (:class:`~envfactory_assets.mcp_server.session.SessionEpisode`), which lives exactly as long as the
-session.
+parent-death signal, which follows threads), and anyio, where blocking work usually goes, ends a worker thread
+idle for 10 s as soon as another blocking call starts. So each session's worker is started, called and stopped
+on a thread owned by that session (:class:`~envfactory_assets.mcp_server.session.SessionEpisode`), which lives
+exactly as long as the session.
 
 The sessions need the initialize handshake: the 2026-07-28 protocol's requests carry no session, so this server
 advertises only the handshake-era versions in ``server/discover`` (the SDK's ``Client`` then falls back to
