@@ -124,7 +124,7 @@ async def _connect_error(url: str) -> BaseException | None:
     try:
         async with Client(url):
             return None
-    except BaseException as exc:  # noqa: BLE001 - the caller checks what it is
+    except BaseException as exc:  # the caller checks what it is
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]
         return exc

@@ -162,7 +162,7 @@ class SessionEpisodes:
         for episode in episodes:
             try:
                 episode.close()
-            except Exception as exc:  # noqa: BLE001 - one worker that fails to stop must not keep the others
+            except Exception as exc:  # one worker that fails to stop must not keep the others
                 print(f"serve-env: could not stop the worker of a session: {exc}", file=sys.stderr)
 
 

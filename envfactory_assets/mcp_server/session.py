@@ -174,10 +174,11 @@ class SessionEpisode:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """:meth:`EnvironmentSession.call` on this session's thread, once the worker has started; a worker that
-        could not start is an ``episode_start_failed`` error result, as is a call after the session ended."""
+        could not start is an ``episode_start_failed`` error result, a call after the session ended a
+        ``session_ended`` one."""
         try:
             await asyncio.wrap_future(self.opened)
-        except Exception as exc:  # noqa: BLE001 - the error result below says what failed
+        except Exception as exc:  # the error result below says what failed
             return {
                 "ok": False,
                 "error": {
