@@ -21,7 +21,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import model_concurrency, refinement, serve_env_startup
+from benchmarks import model_concurrency, refinement, serve_env_http, serve_env_startup
 from envfactory_assets.store.db import Store
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
@@ -105,6 +105,7 @@ def main() -> None:
     table = refinement.markdown(refinement.measure(raw, envs, flags, 0), len(raw), args.store)
     models = model_concurrency.run(tuple(int(x) for x in args.model_levels.split(",")))
     startup = serve_env_startup.run()
+    http_calls = serve_env_http.run()
     DOC.write_text(
         "\n".join(
             [
@@ -125,6 +126,10 @@ def main() -> None:
                 "## `serve-env` start",
                 "",
                 startup,
+                "",
+                "## `serve-env --http` calls",
+                "",
+                http_calls,
                 "",
                 NOTES.read_text(encoding="utf-8") if NOTES.exists() else "",
             ]

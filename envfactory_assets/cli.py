@@ -439,9 +439,26 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
-# --- serve-env: a verified environment as an MCP server over stdio --------------------------------------
+# --- serve-env: a verified environment as an MCP server over stdio or Streamable HTTP ------------------
+HTTP_OPTIONS = ("max_sessions", "idle_timeout_s")
+
+
 def cmd_serve_env(args: argparse.Namespace) -> int:
-    """Serve a verified environment as an MCP server on stdin/stdout until the client disconnects."""
+    """Serve a verified environment as an MCP server on stdin/stdout until the client disconnects, or with
+    ``--http`` over Streamable HTTP (one episode per MCP session) until Ctrl-C (exit 130) or SIGTERM (exit 0)."""
+    if not args.http:
+        given = [f"--{k.replace('_', '-')}" for k in ("host", "port", *HTTP_OPTIONS) if getattr(args, k) is not None]
+        if given:
+            print(
+                f"error: {', '.join(given)}: only with --http (without it, serve-env speaks MCP over stdio)",
+                file=sys.stderr,
+            )
+            return 2
+        return _serve_env_stdio(args)
+    return _serve_env_http(args)
+
+
+def _serve_env_stdio(args: argparse.Namespace) -> int:
     from envfactory_assets.mcp_server import (
         EnvironmentNotServable,
         build_server,
@@ -470,6 +487,44 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     except Exception as exc:  # the environment could not start (state rejected, worker failed): say so, briefly
         print(f"error: serving {args.env_id!r} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _serve_env_http(args: argparse.Namespace) -> int:
+    import signal
+
+    from envfactory_assets.config_checks import SettingError
+    from envfactory_assets.mcp_server import EnvironmentNotServable, load_environment_from_store
+    from envfactory_assets.mcp_server.http import MCP_PATH, HttpSettings, build_http_server, serve_http
+    from envfactory_assets.store.db import StoreBusy
+
+    host = args.host if args.host is not None else "127.0.0.1"
+    port = args.port if args.port is not None else 8000
+    try:
+        http_settings = HttpSettings(
+            **{k: getattr(args, k) for k in (*HTTP_OPTIONS, "max_argument_bytes") if getattr(args, k) is not None}
+        )
+        environment = load_environment_from_store(settings.store_path(), args.env_id)
+        server = build_http_server(environment, args.state, max_argument_bytes=http_settings.max_argument_bytes)
+    except (EnvironmentNotServable, FileNotFoundError, StoreBusy, SettingError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again under the handler it found: this one,
+    # so that the process ends with exit 0 once every session's worker is stopped
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    print(
+        f"serve-env: {args.env_id} over MCP Streamable HTTP at http://{host}:{port}{MCP_PATH}, one episode per "
+        f"session, at most {http_settings.max_sessions} sessions, idle ones ended after "
+        f"{http_settings.idle_timeout_s:g} s; Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        serve_http(server, http_settings, host, port)
+    except KeyboardInterrupt:
+        return 130
+    except _Terminated:
+        return 0
     return 0
 
 
@@ -834,7 +889,9 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--config", help="YAML file of run config (resources.model_backend, ops.environments)")
     est.add_argument("--json", action="store_true")
     est.set_defaults(func=cmd_estimate)
-    serve = sub.add_parser("serve-env", help="serve a verified environment as an MCP server over stdio")
+    serve = sub.add_parser(
+        "serve-env", help="serve a verified environment as an MCP server over stdio, or Streamable HTTP (--http)"
+    )
     serve.add_argument("env_id", help="the id of an environment that passed verification")
     serve.add_argument(
         "--state",
@@ -852,6 +909,25 @@ def build_parser() -> argparse.ArgumentParser:
         "and do not run (default: the server's DEFAULT_MAX_ARGUMENT_BYTES, in "
         "envfactory_assets/mcp_server/server.py)",
     )
+    serve.add_argument(
+        "--http",
+        action="store_true",
+        help="serve over MCP Streamable HTTP at http://HOST:PORT/mcp, one episode (and sandbox worker) per MCP "
+        "session, instead of one episode over stdio",
+    )
+    serve.add_argument("--host", default=None, help="with --http: address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="with --http: port to listen on (default: 8000)")
+    # default None: HttpSettings' own defaults (envfactory_assets/mcp_server/http.py), the one place they live
+    for option, kind, what in (
+        ("max-sessions", int, "most MCP sessions open at once; one more initialize gets HTTP 503 session_capacity"),
+        ("idle-timeout-s", float, "seconds without a request after which a session and its worker are ended"),
+    ):
+        serve.add_argument(
+            f"--{option}",
+            type=kind,
+            default=None,
+            help=f"with --http: {what} (default: HttpSettings in mcp_server/http.py)",
+        )
     serve.set_defaults(func=cmd_serve_env)
     oe = sub.add_parser(
         "serve-openenv", help="serve the RL rows as an OpenEnv environment (HTTP and WebSocket) to RL trainers"

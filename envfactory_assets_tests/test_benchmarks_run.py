@@ -19,10 +19,12 @@ def test_every_benchmark_is_listed_with_its_summary():
         "refinement",
         "model_concurrency",
         "serve_env_startup",
+        "serve_env_http",
     } <= set(names)
     assert "run" not in names and "__init__" not in names
     assert run.summary(names["incremental"]).startswith("Time one incremental re-synthesis")
     assert run.summary(names["grpo"]).startswith("Benchmark: GRPO seconds per step")
+    assert run.summary(names["serve_env_http"]).startswith("Call latency of ``envfactory serve-env ENV_ID --http``")
 
 
 def test_one_benchmark_runs_by_name_with_its_arguments(capsys):

@@ -223,6 +223,38 @@ def test_each_session_starts_from_its_initial_state(home, bookshop):
     assert _wait_gone(_pids_with_marker(marker)) == []
 
 
+def test_the_worker_outlives_anyios_idle_threads_across_pauses(home):
+    """A sandbox worker dies with the thread that started it; anyio ends its idle worker threads (here after
+    0.2 s instead of 10 s) when another blocking call starts, so a worker started on one of them would be
+    killed between two calls of a client that pauses while the server works."""
+    marker = uuid.uuid4().hex
+    code = (
+        "import sys, anyio._backends._asyncio as backend; backend.WorkerThread.MAX_IDLE_TIME = 0.2; "
+        "from envfactory_assets.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    params = _server_params(home, marker, ENV_ID)
+    params.args = ["-c", code, "serve-env", ENV_ID]
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            created = await session.call_tool("create_author", {"name": "Ada"})
+            assert not created.is_error, created
+            servers = _pids_with_marker(marker)
+            seen["workers"] = _children(servers[0])
+            for _ in range(4):
+                await anyio.sleep(0.5)
+                async with anyio.create_task_group() as tasks:  # work on several of anyio's threads at once
+                    for _ in range(3):
+                        tasks.start_soon(session.list_tools)
+                authors = await _all_authors(session)
+                assert created.structured_content in authors
+            assert _children(servers[0]) == seen["workers"]
+
+    anyio.run(scenario)
+
+
 @pytest.mark.parametrize(
     "env_id, expected",
     [

@@ -7,21 +7,20 @@ signature; the environment's tools come with their JSON Schemas, so they are reg
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.to_thread
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from envfactory_assets.mcp_server.session import EnvironmentSession
+from envfactory_assets.mcp_server.session import SessionEpisode
 from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES, clip, stdio_transport
 from envfactory_assets.runtime.sandbox import SandboxLimits
 
@@ -32,15 +31,6 @@ SERVER_NAME_PREFIX = "envfactory-"
 #: Default cap on one tool call's arguments (their JSON, in bytes). Without one, a single call could store a
 #: value of any size in the session state, and every later list call would return it again.
 DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
-
-
-@dataclass(frozen=True)
-class _ServerRun:
-    """One run of a server (one connection): its session, and ``opened``, set once the session's worker
-    has started and its episode is open."""
-
-    session: EnvironmentSession
-    opened: anyio.Event
 
 
 def resolve_initial_state(environment: dict[str, Any], initial_state: str | dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +121,7 @@ def build_server(
     initial_state: str | dict[str, Any] = "valid",
     limits: SandboxLimits | None = None,
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
-) -> Server[_ServerRun]:
+) -> Server[SessionEpisode]:
     """An MCP server whose tools are exactly ``environment``'s tools, each call run in a sandbox worker.
 
     Each run of the server (one stdio connection, one in-process client) starts its own worker and
@@ -156,10 +146,61 @@ def build_server(
         ValueError: ``initial_state`` names no loadable state, tool names repeat, or ``max_argument_bytes``
             is not a whole number >= 1.
     """
+    start_state = resolve_initial_state(environment, initial_state)
+
+    @asynccontextmanager
+    async def lifespan(_: Server[SessionEpisode]) -> AsyncIterator[SessionEpisode]:
+        # The worker starts on the episode's own thread (SessionEpisode: a worker dies with the thread that
+        # started it) while the server answers initialize and tools/list; tool calls wait for it. If it cannot
+        # start, its error cancels the serving loop and ends the run.
+        episode = SessionEpisode("stdio", environment, start_state, limits)
+
+        async def opened() -> None:
+            await asyncio.wrap_future(episode.opened)
+
+        try:
+            async with anyio.create_task_group() as opening:
+                opening.start_soon(opened)
+                yield episode
+        except BaseExceptionGroup as group:  # the worker's own error, not wrapped by the task group
+            raise _sole(group) from None
+        finally:
+            episode.close()  # kills the worker: quick, and must happen even when cancelled
+
+    async def run_call(
+        ctx: ServerRequestContext[SessionEpisode], name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await ctx.lifespan_context.call(name, arguments)
+
+    return environment_server(environment, initial_state, max_argument_bytes, lifespan, run_call)
+
+
+#: Runs one checked tool call in the calling request's episode: ``(ctx, tool name, arguments)`` to the
+#: :meth:`EnvironmentSession.call` result (``{"ok": True, "output"}`` or ``{"ok": False, "error"}``).
+RunCall = Callable[[ServerRequestContext[Any], str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def environment_server(
+    environment: dict[str, Any],
+    initial_state: str | dict[str, Any],
+    max_argument_bytes: int,
+    lifespan: Callable[[Server[Any]], AbstractAsyncContextManager[Any]],
+    run_call: RunCall,
+    instructions_extra: str = "",
+    on_list_tools: Callable[[ServerRequestContext[Any]], None] | None = None,
+) -> Server[Any]:
+    """The MCP server of ``environment`` whose episodes are kept by ``lifespan`` and ``run_call``: the part
+    :func:`build_server` (one episode per server run, stdio) and the Streamable HTTP server (one episode per
+    MCP session) share: ``tools/list``, and ``tools/call``'s checks (unknown tool, argument size, input schema)
+    and results, as :func:`build_server` describes them. ``on_list_tools(ctx)``, when given, runs at each
+    ``tools/list`` (the HTTP server starts the session's worker there).
+
+    Raises:
+        ValueError: tool names repeat, or ``max_argument_bytes`` is not a whole number >= 1.
+    """
     if not isinstance(max_argument_bytes, int) or isinstance(max_argument_bytes, bool) or max_argument_bytes < 1:
         raise ValueError(f"max_argument_bytes={max_argument_bytes!r}: expected a whole number >= 1")
     env_id = environment["env_id"]
-    start_state = resolve_initial_state(environment, initial_state)
     tools = tool_definitions(environment)
     names = [tool.name for tool in tools]
     if len(set(names)) != len(names):
@@ -170,34 +211,14 @@ def build_server(
     validators: dict[str, Validator] = {}  # made at a tool's first call: see _validator
     state_label = initial_state if isinstance(initial_state, str) else "a given saved state"
 
-    @asynccontextmanager
-    async def lifespan(_: Server[_ServerRun]) -> AsyncIterator[_ServerRun]:
-        run = _ServerRun(EnvironmentSession(environment, start_state, limits), anyio.Event())
-
-        async def open_session() -> None:
-            await anyio.to_thread.run_sync(run.session.open)
-            run.opened.set()
-
-        try:
-            # The worker starts (half a second of CPU on 2 cores) while the server answers initialize and
-            # tools/list; tool calls wait for it. If it cannot start, its error cancels the serving loop and
-            # ends the run. An end of the connection while it starts waits for it, then close() kills it.
-            async with anyio.create_task_group() as opening:
-                opening.start_soon(open_session)
-                yield run
-        except BaseExceptionGroup as group:  # the worker's own error, not wrapped by the task group
-            raise _sole(group) from None
-        finally:
-            run.session.close()  # kills the worker: quick, and must happen even when cancelled
-
     async def list_tools(
-        ctx: ServerRequestContext[_ServerRun], params: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if on_list_tools is not None:
+            on_list_tools(ctx)
         return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in tools])
 
-    async def call_tool(
-        ctx: ServerRequestContext[_ServerRun], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
         if name not in schemas:
             raise MCPError(
@@ -220,9 +241,10 @@ def build_server(
         problem = _argument_error(validators[name], arguments)
         if problem is not None:
             return _error_result(problem)
-        await ctx.lifespan_context.opened.wait()
         try:
-            result = await anyio.to_thread.run_sync(ctx.lifespan_context.session.call, name, arguments)
+            result = await run_call(ctx, name, arguments)
+        except MCPError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a session problem must not end the connection
             return _error_result({"type": "internal", "message": f"{type(exc).__name__}: {exc}"})
         if not result.get("ok"):
@@ -241,7 +263,7 @@ def build_server(
         "built and verified by EnvFactory-Assets",
         instructions=(
             f"Tools of the simulated API {env_id}. The state starts from the {state_label} initial "
-            "state and persists across calls in this session; errors come back as tool errors "
+            f"state and persists across calls in this session{instructions_extra}; errors come back as tool errors "
             'with a JSON {"error": {"type", "message"}} text.'
         ),
         lifespan=lifespan,

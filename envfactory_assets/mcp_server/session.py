@@ -1,10 +1,12 @@
-"""One environment episode in its own sandbox worker: the state behind one MCP session."""
+"""One environment episode in its own sandbox worker: the state behind one MCP session (stdio: one server run)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import sys
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from envfactory_assets.runtime.errors import EpisodeLost, SandboxError
@@ -142,3 +144,75 @@ class EnvironmentSession:
                 f"envfactory serve-env: could not save the state of {self.env_id!r} after a call: {exc}",
                 file=sys.stderr,
             )
+
+
+class SessionEpisode:
+    """One MCP session's episode: an :class:`EnvironmentSession` whose worker is started (when this is made),
+    called and stopped on a thread of this session's own.
+
+    A sandbox worker dies with the *thread* that started it (bubblewrap's ``--die-with-parent`` is the kernel's
+    parent-death signal, which follows threads); anyio's worker threads, where ``anyio.to_thread`` runs blocking
+    calls, end after 10 s idle once another blocking call starts, and a worker started on one would be killed
+    with it. This thread lives as long as the session. Its methods are for an asyncio event loop (``aclose``,
+    ``call``) or any other thread (``close``).
+
+    Args:
+        session_id: the MCP session id (names the thread).
+        environment: the Environment dict.
+        start_state: the saved state the episode starts from.
+        limits: sandbox limits of the worker.
+    """
+
+    def __init__(
+        self, session_id: str, environment: dict[str, Any], start_state: dict[str, Any], limits: SandboxLimits | None
+    ) -> None:
+        self.session_id = session_id
+        self.session = EnvironmentSession(environment, start_state, limits)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"serve-env-{session_id[:8]}")
+        self.opened: Future[None] = self._thread.submit(self.session.open)
+        self._closed = False
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`EnvironmentSession.call` on this session's thread, once the worker has started; a worker that
+        could not start is an ``episode_start_failed`` error result, a call after the session ended a
+        ``session_ended`` one."""
+        try:
+            await asyncio.wrap_future(self.opened)
+        except Exception as exc:  # the error result below says what failed
+            return {
+                "ok": False,
+                "error": {
+                    "type": "episode_start_failed",
+                    "message": f"the environment could not start in the sandbox: {type(exc).__name__}: {exc}",
+                },
+            }
+        try:
+            future = self._thread.submit(self.session.call, name, arguments)
+        except RuntimeError:  # the executor is shut down: the session has ended
+            return {"ok": False, "error": {"type": "session_ended", "message": "this MCP session has ended"}}
+        return await asyncio.wrap_future(future)
+
+    async def aclose(self) -> None:
+        """Stop the worker (after any call already queued) and let the thread end."""
+        future = self._stop()
+        if future is not None:
+            await asyncio.wrap_future(future)
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """:meth:`aclose` from a thread that is not an event loop's."""
+        future = self._stop()
+        if future is not None:
+            future.result(timeout)
+
+    def _stop(self) -> Future[None] | None:
+        if self._closed:
+            return None
+        self._closed = True
+        future = self._thread.submit(self.session.close)
+        self._thread.shutdown(wait=False)  # the thread ends once the close has run
+        return future
+
+    @property
+    def worker_pid(self) -> int | None:
+        """Process id of the sandbox worker, or None when none runs (yet, or any more)."""
+        return self.session.worker_pid

@@ -18,6 +18,7 @@ already gone is not reported as an error.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge, measure
@@ -42,11 +43,16 @@ class BoundedJsonMiddleware:
     Args:
         app: the ASGI app (OpenEnv's FastAPI app).
         bounds: the bounds of one body or message.
+        http_error_body: the JSON body of a refused HTTP request, from its :func:`too_large_error` dict
+            (default ``{"error": <that dict>}``; an MCP server answers with a JSON-RPC error instead).
     """
 
-    def __init__(self, app: Any, bounds: JsonBounds) -> None:
+    def __init__(
+        self, app: Any, bounds: JsonBounds, http_error_body: Callable[[dict[str, Any]], bytes] | None = None
+    ) -> None:
         self.app = app
         self.bounds = bounds
+        self.http_error_body = http_error_body or _error_body
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("method") in _BODY_METHODS:
@@ -63,7 +69,7 @@ class BoundedJsonMiddleware:
         except ValueError:
             size = 0
         if size > self.bounds.max_bytes:
-            await _refuse(send, JsonTooLarge("max_bytes", self.bounds.max_bytes, size))
+            await _refuse(send, self.http_error_body, JsonTooLarge("max_bytes", self.bounds.max_bytes, size))
             return
         body = bytearray()
         while True:
@@ -72,7 +78,7 @@ class BoundedJsonMiddleware:
                 return  # the client left before sending the body: nothing to answer
             body += message.get("body", b"")
             if len(body) > self.bounds.max_bytes:
-                await _refuse(send, JsonTooLarge("max_bytes", self.bounds.max_bytes, len(body)))
+                await _refuse(send, self.http_error_body, JsonTooLarge("max_bytes", self.bounds.max_bytes, len(body)))
                 return
             if not message.get("more_body"):
                 break
@@ -80,7 +86,7 @@ class BoundedJsonMiddleware:
             try:
                 measure(bytes(body), self.bounds)
             except JsonTooLarge as exc:
-                await _refuse(send, exc)
+                await _refuse(send, self.http_error_body, exc)
                 return
         sent = False
 
@@ -134,8 +140,12 @@ def _closing_tolerant(send: Any) -> Any:
     return send_or_already_closed
 
 
-async def _refuse(send: Any, exc: JsonTooLarge) -> None:
-    body = json.dumps({"error": too_large_error(exc, "the request body")}).encode()
+def _error_body(error: dict[str, Any]) -> bytes:
+    return json.dumps({"error": error}).encode()
+
+
+async def _refuse(send: Any, error_body: Callable[[dict[str, Any]], bytes], exc: JsonTooLarge) -> None:
+    body = error_body(too_large_error(exc, "the request body"))
     await send(
         {
             "type": "http.response.start",
