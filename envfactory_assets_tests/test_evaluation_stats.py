@@ -21,11 +21,27 @@ from envfactory_assets.evaluation.run import (
     evaluate_models,
 )
 from envfactory_assets.evaluation.scoring import covered_gold_calls, task_success
-from envfactory_assets.evaluation.stats import paired_bootstrap, tasks_needed
+from envfactory_assets.evaluation.stats import paired_bootstrap, stratified_paired_bootstrap, tasks_needed
 from envfactory_assets.tooluse.splits import row_split
 from envfactory_assets.tooluse.task_episode import TaskRunner
 
 # --- paired bootstrap -------------------------------------------------------------------------------------
+
+
+def test_the_balanced_difference_resamples_within_categories():
+    """Category a: 2 tasks, each +1; category b: 6 tasks, each 0. The balanced difference is (1 + 0) / 2 = 0.5
+    and, drawn within categories, every resample gives exactly 0.5; drawn over all tasks (unstratified), the
+    pooled difference is 0.25 and its interval is wide."""
+    base, other = [0.0] * 8, [1.0, 1.0] + [0.0] * 6
+    strata = ["a", "a"] + ["b"] * 6
+    diff = stratified_paired_bootstrap(base, other, strata)
+    assert (diff.difference, diff.low, diff.high, diff.n) == (0.5, 0.5, 0.5, 8)
+    pooled = paired_bootstrap(base, other)
+    assert pooled.difference == 0.25 and pooled.high - pooled.low > 0.3
+    mixed = stratified_paired_bootstrap([0, 0, 0, 0], [1, 0, 1, 1], ["a", "a", "b", "b"])
+    assert mixed.difference == pytest.approx((0.5 + 1.0) / 2) and mixed.low < 0.75 < mixed.high + 1e-9
+    with pytest.raises(ValueError, match="strata"):
+        stratified_paired_bootstrap([0.0], [1.0], ["a", "b"])
 
 
 def test_identical_score_lists_give_a_zero_interval():

@@ -33,7 +33,7 @@ from envfactory_assets.evaluation.bfcl_sandbox import (
 )
 from envfactory_assets.evaluation.model_policy import DoNothingPolicy, Policy, SamplingSpec
 from envfactory_assets.evaluation.scoring import SCORE_VERSION
-from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
+from envfactory_assets.evaluation.stats import Measure, compare_on_shared_tasks, compare_summaries, per_task_scores
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.task_episode import TaskRunner
 from envfactory_assets.tooluse.tool_calls import PROSE_STOP_TOKENS
@@ -174,6 +174,8 @@ class Benchmark:
         run: ``(policy, seed) -> results`` for a benchmark that is not an agent loop (one answer per task
             at its own budget: BFCL single-turn); None runs :func:`~.agent.run_agent` with ``open_episode``.
         row_metrics: ``subset results -> extra metrics`` merged into each row's ``metrics``.
+        measures: per-task scores reported beside the headline (:class:`~.stats.Measure`), each with its own
+            mean, spread and paired intervals in ``metrics["measures"][name]`` of every row.
     """
 
     name: str
@@ -183,6 +185,7 @@ class Benchmark:
     subsets: Callable[[list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] = by_category
     run: Callable[[Any, int], list[dict[str, Any]]] | None = None
     row_metrics: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
+    measures: tuple[Measure, ...] = ()
 
 
 class ResultCache:
@@ -353,6 +356,11 @@ def _rows_for(
                 "metrics": {
                     **agg["metrics"],
                     **(benchmark.row_metrics(subset_results) if benchmark.row_metrics else {}),
+                    **(
+                        {"measures": {m.name: m.summary(subset_results, spec.seeds) for m in benchmark.measures}}
+                        if benchmark.measures
+                        else {}
+                    ),
                     "headline": benchmark.headline,
                     "seconds": round(seconds, 2),
                     "cpu_seconds": round(cpu_seconds, 2),
@@ -377,6 +385,8 @@ def add_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     ``vs_base`` is None when the base model has no row for that benchmark and subset. Works on rows of any
     benchmark that keeps ``results`` and ``metrics["headline"]``; the rows are changed in place and returned.
+    Every measure of the row (``metrics["measures"]``) gets its own ``vs_base`` the same way
+    (:func:`~envfactory_assets.evaluation.stats.compare_summaries`; None where either side is not measured).
     """
     base = {(r["benchmark"], r["subset"]): r for r in rows if r["model"] == BASE}
     for row in rows:
@@ -384,7 +394,14 @@ def add_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         ref = base.get((row["benchmark"], row["subset"]))
         row["metrics"]["vs_base"] = None if ref is None else _paired_difference(ref, row)
+        for name, summary in _measures(row).items():
+            diff = compare_summaries(_measures(ref).get(name), summary) if ref is not None else None
+            summary["vs_base"] = None if diff is None else diff.as_dict()
     return rows
+
+
+def _measures(row: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return (((row or {}).get("metrics") or {}).get("measures")) or {}
 
 
 def _paired_difference(ref: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
@@ -415,6 +432,10 @@ def add_parent_comparisons(rows: list[dict[str, Any]], parents: Mapping[str, str
             continue
         diff = _paired_difference(ref, row)
         row["metrics"]["vs_parent"] = None if diff is None else {**diff, "parent": parent}
+        for name, summary in _measures(row).items():
+            over = compare_summaries(_measures(ref).get(name), summary)
+            if over is not None:
+                summary["vs_parent"] = {**over.as_dict(), "parent": parent}
     return rows
 
 
@@ -616,5 +637,12 @@ def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any
         return bfcl_single_turn.category_metrics(results, {r["tags"]["category"]: r["tags"]["budget"] for r in results})
 
     return Benchmark(
-        bfcl_single_turn.BENCHMARK, tasks, None, "valid", bfcl_single_turn.result_subsets, run, row_metrics
+        bfcl_single_turn.BENCHMARK,
+        tasks,
+        None,
+        "valid",
+        bfcl_single_turn.result_subsets,
+        run,
+        row_metrics,
+        bfcl_single_turn.MEASURES,
     )
