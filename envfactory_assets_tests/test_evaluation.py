@@ -504,11 +504,23 @@ def test_a_stopped_evaluation_resumes_with_only_the_missing_units_and_the_same_r
 
     from envfactory_assets.evaluation import bfcl_single_turn as st
     from envfactory_assets.evaluation.model_policy import DoNothingPolicy, Policy, SamplingSpec
-    from envfactory_assets.evaluation.run import BASE, EvalSpec, ModelRef, ResultCache, do_nothing_model, evaluate_models
+    from envfactory_assets.evaluation.run import (
+        BASE,
+        EvalSpec,
+        ModelRef,
+        ResultCache,
+        do_nothing_model,
+        evaluate_models,
+    )
     from envfactory_assets.training.base_model import model_hash
 
     spec = EvalSpec(
-        n_synthetic=0, n_bfcl=0, n_bfcl_single_turn=1, seeds=(0, 1), sampling=SamplingSpec(max_new_tokens=16)
+        n_synthetic=0,
+        n_bfcl=0,
+        n_bfcl_single_turn=1,
+        seeds=(0, 1),
+        single_turn_prose_stop_tokens=8,
+        sampling=SamplingSpec(max_new_tokens=16),
     )
     path = str(one_layer_model_dir)
     models = [
