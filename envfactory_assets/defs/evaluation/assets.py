@@ -103,9 +103,11 @@ def evaluations(
     tasks (environments never trained on; task success, the hybrid reward beside it) and BFCL v3 multi-turn
     base tasks (safe executor, official per-turn checks), under every sampling seed; mean and spread across
     seeds, with and without benchmark-tagged environments, and each model's difference to the base model with
-    its paired bootstrap 95% interval. Each model's result on each benchmark under each seed is stored in
-    ``$ENVFACTORY_HOME/eval_cache`` as soon as it is complete, keyed by the weights, the tasks, the seed, the
-    settings and the score versions, so a stopped run started again computes only what is missing."""
+    its paired bootstrap 95% interval; on BFCL single-turn also the must-call call rate, the parse-failure share
+    and the balanced score of the five categories, each with its interval. Each model's result on each
+    benchmark under each seed is stored in ``$ENVFACTORY_HOME/eval_cache`` as soon as it is complete, keyed by
+    the weights, the tasks, the seed, the settings and the score versions, so a stopped run started again
+    computes only what is missing."""
     from envfactory_assets.evaluation.run import ResultCache, evaluate_models
     from envfactory_assets.training.base_model import resolve_base_model
 
