@@ -436,3 +436,105 @@ def test_the_policy_stops_each_answer_when_complete_and_keeps_what_it_had_writte
     assert any(full_cut)  # the base model writes prose past 60 tokens here: the rule had something to stop
     with pytest.raises(ValueError, match="prose_stop_tokens"):
         policy.generate(conversations, seed=0, prose_stop_tokens=-1)
+
+
+class TextPolicy(ReplayPolicy):
+    """Answers each task with a given text (``{task id: text}``); the rest with their ground truth."""
+
+    def __init__(self, tasks, texts):
+        super().__init__(tasks)
+        for key, (task_id, gold) in list(self.answers.items()):
+            self.answers[key] = (task_id, texts.get(task_id, gold))
+
+
+def _hand_built(sample):
+    """Two tasks per category: texts and, per task, (valid, called, parse failure) worked out by hand."""
+    by_cat = {c: [t for t in sample if t.category == c] for c in st.CATEGORIES}
+    first_name = {t.id: st.task_tools(t)[0]["function"]["name"] for t in sample}
+    texts, expected = {}, {}
+    for category in st.MUST_CALL:
+        right, other = by_cat[category]
+        expected[right.id] = (1.0, 1.0, 0.0)  # the ground truth: valid, called, parsed
+        if category == "simple":
+            texts[other.id] = "The answer is 25."  # a plain text answer: no call, not a parse failure
+            expected[other.id] = (0.0, 0.0, 0.0)
+        elif category == "multiple":
+            texts[other.id] = "<tool_call>{not json</tool_call>"  # an undecodable call block
+            expected[other.id] = (0.0, 0.0, 1.0)
+        elif category == "parallel":
+            texts[other.id] = f"[{first_name[other.id]}(x=1), {first_name[other.id]}(x=2)]"  # BFCL's own form
+            expected[other.id] = (0.0, 0.0, 1.0)
+        else:  # parallel_multiple: neither is right; one calls the wrong way, one answers in prose
+            texts[right.id] = st.render_calls([{"name": first_name[right.id], "arguments": {}}])
+            expected[right.id] = (0.0, 1.0, 0.0)
+            texts[other.id] = "Sure."
+            expected[other.id] = (0.0, 0.0, 0.0)
+    abstains, calls = by_cat["irrelevance"]
+    texts[abstains.id] = "No tool fits."
+    expected[abstains.id] = (1.0, 0.0, 0.0)
+    texts[calls.id] = st.render_calls([{"name": first_name[calls.id], "arguments": {"x": 1}}])
+    expected[calls.id] = (0.0, 1.0, 0.0)
+    return texts, expected
+
+
+def test_call_rate_parse_failures_and_balanced_score_on_hand_built_outputs():
+    """By hand: accuracies simple 1/2, multiple 1/2, parallel 1/2, parallel_multiple 0, irrelevance 1/2, so the
+    balanced score is 2/5 = 0.4 (the pooled accuracy is 4/10); must-call tasks with a parseable call 4 of 8;
+    parse failures 2 of 10."""
+    sample = st.load_tasks(2)
+    texts, expected = _hand_built(sample)
+    budgets = st.category_budgets(sample, None, 64)
+    results = st.run_tasks(TextPolicy(sample, texts), sample, [0], budgets)
+    got = {r["task_id"]: (r["score"]["valid"], r["score"]["called"], r["score"]["parse_failure"]) for r in results}
+    assert got == expected
+    metrics = st.category_metrics(results, budgets)
+    assert metrics["balanced"] == pytest.approx(0.4)
+    assert metrics["call_rate"] == pytest.approx(4 / 8) and metrics["parse_failure"] == pytest.approx(2 / 10)
+    assert metrics["multiple/parse_failure"] == 0.5 and metrics["parallel_multiple/call_rate"] == 0.5
+    assert "irrelevance/call_rate" not in metrics
+    # four categories: the balanced score is not measured, never 0
+    four = [r for r in results if r["tags"]["category"] != "parallel"]
+    assert st.category_metrics(four, budgets)["balanced"] is None
+
+
+def test_a_model_that_never_calls_has_call_rate_0_irrelevance_1_and_balanced_0_2_with_intervals():
+    from envfactory_assets.evaluation.model_policy import DoNothingPolicy
+    from envfactory_assets.evaluation.run import EvalSpec, ModelRef, do_nothing_model, evaluate_models
+    from envfactory_assets.reporting.results_table import results_markdown
+
+    sample = st.load_tasks(2)
+    texts, _ = _hand_built(sample)
+    spec = EvalSpec(n_synthetic=0, n_bfcl=0, n_bfcl_single_turn=2, seeds=(0,))
+    rows = evaluate_models(
+        [ModelRef("base", "base", "/nowhere"), do_nothing_model()],
+        [],
+        {},
+        spec,
+        log=lambda m: None,
+        load_policy=lambda model: TextPolicy(sample, texts) if model.label == "base" else DoNothingPolicy(),
+    )
+    row = {(r["model"], r["subset"]): r for r in rows}
+    nothing = row["do_nothing", "all"]["metrics"]["measures"]
+    base = row["base", "all"]["metrics"]["measures"]
+    assert base["balanced"]["mean"] == pytest.approx(0.4) and base["call_rate"]["mean"] == pytest.approx(0.5)
+    assert nothing["call_rate"]["mean"] == 0.0 and nothing["parse_failure"]["mean"] == 0.0
+    assert row["do_nothing", "irrelevance"]["mean"] == 1.0 and nothing["balanced"]["mean"] == pytest.approx(0.2)
+    # paired intervals on the shared tasks: call rate 0 - 4/8 on 8 must-call tasks; balanced 0.2 - 0.4, drawn
+    # within each category (irrelevance +1/2, simple, multiple, parallel -1/2, parallel_multiple 0)
+    vs = nothing["call_rate"]["vs_base"]
+    assert vs["difference"] == pytest.approx(-0.5) and vs["n"] == 8 and vs["low"] <= -0.5 <= vs["high"] < 0
+    vs = nothing["balanced"]["vs_base"]
+    assert vs["difference"] == pytest.approx(-0.2) and vs["n"] == 10 and vs["low"] < -0.2 < vs["high"]
+    assert nothing["parse_failure"]["vs_base"]["difference"] == pytest.approx(-0.2)
+    # per category: no balanced score; irrelevance has no must-call call rate
+    simple = row["do_nothing", "simple"]["metrics"]["measures"]
+    assert simple["balanced"]["mean"] is None and "not_measured" in simple["balanced"]
+    assert row["base", "irrelevance"]["metrics"]["measures"]["call_rate"]["mean"] is None
+    table = results_markdown(rows)
+    assert "must-call call rate" in table and "parse-failure share" in table and "balanced score" in table
+    call_rate_line = next(
+        line for line in table.split("must-call call rate", 1)[1].splitlines() if line.startswith("| `do_nothing`")
+    )
+    assert call_rate_line.startswith("| `do_nothing` | does nothing | 0.000 ± 0.000; Δ -0.500 [")
+    balanced_head = table.split("balanced score", 1)[1].splitlines()[2]
+    assert balanced_head.startswith("| model | stage | all (n=10) |") and "simple" not in balanced_head

@@ -163,7 +163,7 @@ def test_the_base_model_result_cache_keys_on_the_device_the_setting_resolves_to(
     from envfactory_assets.evaluation.run import EvalSpec, ResultCache
 
     def key(device: str) -> str:
-        return ResultCache.key("weights", "synthetic_held_out", [], EvalSpec(sampling=SamplingSpec(device=device)))
+        return ResultCache.key("weights", "synthetic_held_out", [], EvalSpec(sampling=SamplingSpec(device=device)), 0)
 
     _machine(monkeypatch, cuda=False)
     on_cpu = key("auto")

@@ -478,3 +478,90 @@ def test_a_grpo_checkpoint_is_compared_with_its_sft_parent_on_the_same_tasks():
     line = next(x for x in table.splitlines() if x.startswith("| `ckpt_g`"))
     assert "Δ +0.750" in line and "over SFT Δ +0.375" in line
     assert "'over SFT'" in table and "over SFT" not in next(x for x in table.splitlines() if x.startswith("| `ckpt_s`"))
+
+
+class _Interrupting:
+    """A policy that records which (model, seed) it generated for and raises on its ``fail_at``-th
+    ``generate`` call of the run (counted over every model), as a stopped process would stop."""
+
+    def __init__(self, inner, label, log, fail_at=None):
+        self.inner, self.label, self.log, self.fail_at = inner, label, log, fail_at
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, conversations, seed, **kwargs):
+        self.log.append((self.label, seed))
+        if self.fail_at is not None and len(self.log) >= self.fail_at:
+            raise KeyboardInterrupt(f"stopped at generate call {len(self.log)}")
+        return self.inner.generate(conversations, seed, **kwargs)
+
+
+def test_a_stopped_evaluation_resumes_with_only_the_missing_units_and_the_same_rows(one_layer_model_dir, tmp_path):
+    """Stopped twice (inside a model's second seed, then between models) and started again, the evaluation
+    computes each (model, benchmark, seed) unit once and ends with the rows of a run that was never stopped."""
+    from pathlib import Path
+
+    from envfactory_assets.evaluation import bfcl_single_turn as st
+    from envfactory_assets.evaluation.model_policy import DoNothingPolicy, Policy, SamplingSpec
+    from envfactory_assets.evaluation.run import (
+        BASE,
+        EvalSpec,
+        ModelRef,
+        ResultCache,
+        do_nothing_model,
+        evaluate_models,
+    )
+    from envfactory_assets.training.base_model import model_hash
+
+    spec = EvalSpec(
+        n_synthetic=0,
+        n_bfcl=0,
+        n_bfcl_single_turn=1,
+        seeds=(0, 1),
+        single_turn_prose_stop_tokens=8,
+        sampling=SamplingSpec(max_new_tokens=16),
+    )
+    path = str(one_layer_model_dir)
+    models = [
+        ModelRef(BASE, BASE, path, model_hash=model_hash(Path(path))),
+        do_nothing_model(),
+        ModelRef("ckpt_a", "sft", path, "ckpt_a", model_hash="ckpt_a-weights"),
+    ]
+    per_unit = len(st.CATEGORIES)  # one generate call per category and seed
+
+    def run(cache_dir, fail_at=None, fail_loading=None):
+        calls = []
+
+        def load(model):
+            if model.label == fail_loading:
+                raise KeyboardInterrupt(f"stopped before {model.label}")
+            inner = DoNothingPolicy() if model.stage == "do_nothing" else Policy(Path(model.path), spec.sampling, 1)
+            return _Interrupting(inner, model.label, calls, fail_at)
+
+        cache = ResultCache(cache_dir)
+        try:
+            rows = evaluate_models(models, [], {}, spec, log=lambda _: None, cache=cache, load_policy=load)
+        except KeyboardInterrupt:
+            rows = None
+        units = {unit: calls.count(unit) for unit in calls}
+        return rows, units, cache
+
+    def comparable(rows):
+        timing = {"seconds", "cpu_seconds", "cached", "units_reused"}
+        return [{**r, "metrics": {k: v for k, v in r["metrics"].items() if k not in timing}} for r in rows]
+
+    whole, units, _ = run(tmp_path / "whole")
+    assert units == {(m.label, s): per_unit for m in models for s in spec.seeds}
+
+    stopped, units, cache = run(tmp_path / "resumed", fail_at=per_unit + 2)  # inside the base model's seed 1
+    assert stopped is None and cache.writes == 1 and units == {(BASE, 0): per_unit, (BASE, 1): 2}
+    stopped, units, cache = run(tmp_path / "resumed", fail_loading="ckpt_a")  # between models
+    assert stopped is None and (cache.hits, cache.writes) == (1, 3)
+    assert units == {(BASE, 1): per_unit, ("do_nothing", 0): per_unit, ("do_nothing", 1): per_unit}
+    resumed, units, cache = run(tmp_path / "resumed")
+    assert (cache.hits, cache.writes) == (4, 2) and units == {("ckpt_a", 0): per_unit, ("ckpt_a", 1): per_unit}
+    assert comparable(resumed) == comparable(whole)
+    again, units, cache = run(tmp_path / "resumed")
+    assert units == {} and cache.hits == 6 and comparable(again) == comparable(whole)
+    assert all(r["metrics"]["cached"] for r in again)

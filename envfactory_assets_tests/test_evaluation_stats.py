@@ -21,11 +21,27 @@ from envfactory_assets.evaluation.run import (
     evaluate_models,
 )
 from envfactory_assets.evaluation.scoring import covered_gold_calls, task_success
-from envfactory_assets.evaluation.stats import paired_bootstrap, tasks_needed
+from envfactory_assets.evaluation.stats import paired_bootstrap, stratified_paired_bootstrap, tasks_needed
 from envfactory_assets.tooluse.splits import row_split
 from envfactory_assets.tooluse.task_episode import TaskRunner
 
 # --- paired bootstrap -------------------------------------------------------------------------------------
+
+
+def test_the_balanced_difference_resamples_within_categories():
+    """Category a: 2 tasks, each +1; category b: 6 tasks, each 0. The balanced difference is (1 + 0) / 2 = 0.5
+    and, drawn within categories, every resample gives exactly 0.5; drawn over all tasks (unstratified), the
+    pooled difference is 0.25 and its interval is wide."""
+    base, other = [0.0] * 8, [1.0, 1.0] + [0.0] * 6
+    strata = ["a", "a"] + ["b"] * 6
+    diff = stratified_paired_bootstrap(base, other, strata)
+    assert (diff.difference, diff.low, diff.high, diff.n) == (0.5, 0.5, 0.5, 8)
+    pooled = paired_bootstrap(base, other)
+    assert pooled.difference == 0.25 and pooled.high - pooled.low > 0.3
+    mixed = stratified_paired_bootstrap([0, 0, 0, 0], [1, 0, 1, 1], ["a", "a", "b", "b"])
+    assert mixed.difference == pytest.approx((0.5 + 1.0) / 2) and mixed.low < 0.75 < mixed.high + 1e-9
+    with pytest.raises(ValueError, match="strata"):
+        stratified_paired_bootstrap([0.0], [1.0], ["a", "b"])
 
 
 def test_identical_score_lists_give_a_zero_interval():
@@ -243,14 +259,16 @@ def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop,
     first_cache = ResultCache(tmp_path / "cache")
     first = evaluate_models(models, rows, {env_id: env}, spec, log=lambda _: None, cache=first_cache, load_policy=load)
     steps_after_first = policies["base"].steps
-    assert first_cache.writes == 1 and first_cache.hits == 0 and steps_after_first > 0
+    # one stored unit per model and seed (the do-nothing baseline's reply is its fingerprint)
+    assert first_cache.writes == 4 and first_cache.hits == 0 and steps_after_first > 0
 
     second_cache = ResultCache(tmp_path / "cache")
     second = evaluate_models(
         models, rows, {env_id: env}, spec, log=lambda _: None, cache=second_cache, load_policy=load
     )
-    assert second_cache.hits == 1 and second_cache.writes == 0
+    assert second_cache.hits == 4 and second_cache.writes == 0
     assert policies["base"].steps == steps_after_first and loaded.count("base") == 1  # not even loaded again
+    assert loaded.count("do_nothing") == 1
     assert [(r["model"], r["subset"], r["mean"]) for r in second] == [
         (r["model"], r["subset"], r["mean"]) for r in first
     ]
@@ -262,16 +280,17 @@ def test_second_evaluation_of_the_base_model_reuses_its_cached_results(bookshop,
     assert (vs["difference"], vs["low"], vs["high"], vs["n"]) == (-1.0, -1.0, -1.0, 4)
     assert "vs_base" not in base_row["metrics"]
 
-    # another weight hash or other settings are other entries
-    for changed_models, changed_spec in (
-        ([ModelRef("base", "base", str(tmp_path), model_hash="weights-2")], spec),
-        (models[:1], EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 2), max_tools=0)),
+    # another weight hash or other settings are other entries; a seed already run is reused
+    for changed_models, changed_spec, hits in (
+        ([ModelRef("base", "base", str(tmp_path), model_hash="weights-2")], spec, 0),
+        (models[:1], EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 2), max_tools=0), 1),
+        (models[:1], EvalSpec(n_synthetic=None, n_bfcl=0, n_bfcl_single_turn=0, seeds=(0, 1), max_tools=2), 0),
     ):
         cache = ResultCache(tmp_path / "cache")
         evaluate_models(
             changed_models, rows, {env_id: env}, changed_spec, log=lambda _: None, cache=cache, load_policy=load
         )
-        assert cache.hits == 0 and cache.writes == 1
+        assert cache.hits == hits and cache.writes == 2 - hits
 
 
 def test_results_table_shows_differences_with_intervals_and_the_do_nothing_row():

@@ -40,6 +40,7 @@ import importlib.resources
 import importlib.util
 import json
 import math
+import re
 import sys
 import threading
 import types
@@ -54,10 +55,19 @@ from envfactory_assets.decontam.benchmarks import (
     bfcl_single_turn_entries,
 )
 from envfactory_assets.evaluation.bfcl import _json_schema
+from envfactory_assets.evaluation.stats import Measure
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 BENCHMARK = BFCL_SINGLE_TURN
 CATEGORIES: tuple[str, ...] = tuple(BFCL_SINGLE_TURN_FILES)
+MUST_CALL: tuple[str, ...] = tuple(c for c in CATEGORIES if c != "irrelevance")
+"""Categories whose right answer is at least one call (every one but ``irrelevance``)."""
+BALANCED_CATEGORIES: tuple[str, ...] = ("simple", "multiple", "parallel", "parallel_multiple", "irrelevance")
+"""The categories averaged, with equal weights, into the balanced score (:func:`category_metrics`): a model
+that never calls scores 1.0 on ``irrelevance`` and 0 elsewhere, so 0.2, whatever the category sizes."""
+SCORE_VERSION = 2
+"""Version of :func:`score_output`'s keys and rules (2: ``called`` and ``parse_failure``); part of every
+cached result's key, so results scored by an older version are computed again."""
 BUDGET_FACTOR = 1.5
 """A category's generation budget is at least this many times its longest ground-truth answer (tokens)."""
 CHARS_PER_TOKEN = 2.0
@@ -78,6 +88,17 @@ _CHECKER_CATEGORY = {
     "parallel_multiple": "parallel_multiple",
 }
 _NOT_EXECUTED = "(recorded; single-turn tasks execute nothing)"
+MEASURES: tuple[Measure, ...] = (
+    Measure("call_rate", "called", MUST_CALL),
+    Measure("parse_failure", "parse_failure"),
+    Measure("balanced", "valid", BALANCED_CATEGORIES, balanced=True),
+)
+"""Reported beside the accuracy of every row (``metrics["measures"]``), each with paired intervals:
+``call_rate``, the share of must-call tasks (:data:`MUST_CALL`) with at least one parseable call (a model that
+stopped calling cannot hide behind ``irrelevance``); ``parse_failure``, the share of outputs with an
+undecodable call block or a call-looking text that parses to no call (:func:`score_output`); ``balanced``,
+the mean of the five categories' accuracies with equal weights (:data:`BALANCED_CATEGORIES`; not measured
+unless all five are present)."""
 
 
 @dataclass(frozen=True)
@@ -244,14 +265,33 @@ def ast_checker(
     )
 
 
+# what a call written in a form our parser does not read looks like: a call tag, a JSON "name"/"arguments"
+# key, or an offered function's name directly followed by "(" (BFCL's own prompt format, ``f(a=1)``)
+_CALL_MARKERS = re.compile(r"</?tool_call|\"(?:name|arguments|parameters|function)\"\s*:")
+
+
+def looks_like_call(text: str, names: Iterable[str]) -> bool:
+    """Whether ``text`` seems to attempt a call: it holds ``<tool_call``/``</tool_call``, a JSON key
+    ``"name"``, ``"arguments"``, ``"parameters"`` or ``"function"``, or one of ``names`` (tool names shown to
+    the model, or BFCL's dotted function names) directly followed by ``(``.
+
+    Used only for outputs that parse to no call (:func:`score_output`): such an output that looks like a call
+    is a parse failure, not an abstention."""
+    if _CALL_MARKERS.search(text):
+        return True
+    return any(re.search(rf"(?<![\w.]){re.escape(name)}\s*\(", text) for name in names if name)
+
+
 def score_output(task: SingleTurnTask, text: str, truncated: bool = False) -> dict[str, Any]:
     """Score one model output of ``task``.
 
     Returns:
         ``{"valid": 0.0|1.0, "reward": same, "n_malformed": int (undecodable call blocks),
-        "truncated": 0.0|1.0, "error_type": str|None, "error": str|None}``. A checker that raises on a
-        strange output (its code assumes well-formed values) scores the task invalid with error type
-        ``checker_error:<exception>``.
+        "called": 1.0 when at least one call parsed, else 0.0, "parse_failure": 1.0 when a call block did not
+        decode (``n_malformed > 0``) or the output parses to no call yet looks like one
+        (:func:`looks_like_call`), else 0.0, "truncated": 0.0|1.0, "error_type": str|None, "error": str|None}``.
+        A checker that raises on a strange output (its code assumes well-formed values) scores the task
+        invalid with error type ``checker_error:<exception>``.
     """
     parsed = parse_tool_calls(text)
     names = task.names
@@ -277,6 +317,10 @@ def score_output(task: SingleTurnTask, text: str, truncated: bool = False) -> di
         "valid": float(valid),
         "reward": float(valid),
         "n_malformed": parsed.format_errors,
+        "called": float(bool(parsed.calls)),
+        "parse_failure": float(
+            parsed.format_errors > 0 or (not parsed.calls and looks_like_call(text, [*names, *names.values()]))
+        ),
         "truncated": float(truncated),
         "error_type": error_type,
         "error": error,
@@ -475,8 +519,12 @@ def category_metrics(results: Sequence[Mapping[str, Any]], budgets: Mapping[str,
 
     Returns:
         ``{"<category>/accuracy": mean valid, "<category>/n_results": int, "<category>/truncated": int,
-        "<category>/budget": tokens}`` for every category present, and ``"truncated_outputs"``: the number
-        of outputs that stopped at their budget.
+        "<category>/budget": tokens, "<category>/call_rate": share of outputs with a parseable call (must-call
+        categories only), "<category>/parse_failure": share of parse failures}`` for every category present;
+        ``"truncated_outputs"``: the number of outputs that stopped at their budget; ``"call_rate"`` (must-call
+        results; None without any), ``"parse_failure"`` (all results; None without any) and ``"balanced"``:
+        the mean of the accuracies of :data:`BALANCED_CATEGORIES`, None (not measured, never 0) unless all five
+        are present.
     """
     out: dict[str, Any] = {}
     for category in CATEGORIES:
@@ -484,8 +532,16 @@ def category_metrics(results: Sequence[Mapping[str, Any]], budgets: Mapping[str,
         if not group:
             continue
         out[f"{category}/accuracy"] = sum(r["score"]["valid"] for r in group) / len(group)
+        if category in MUST_CALL:
+            out[f"{category}/call_rate"] = sum(r["score"]["called"] for r in group) / len(group)
+        out[f"{category}/parse_failure"] = sum(r["score"]["parse_failure"] for r in group) / len(group)
         out[f"{category}/n_results"] = len(group)
         out[f"{category}/truncated"] = int(sum(r["score"]["truncated"] for r in group))
         out[f"{category}/budget"] = budgets[category]
     out["truncated_outputs"] = int(sum(r["score"]["truncated"] for r in results))
+    must_call = [r for r in results if r["tags"]["category"] in MUST_CALL]
+    out["call_rate"] = sum(r["score"]["called"] for r in must_call) / len(must_call) if must_call else None
+    out["parse_failure"] = sum(r["score"]["parse_failure"] for r in results) / len(results) if results else None
+    accuracies = [out.get(f"{c}/accuracy") for c in BALANCED_CATEGORIES]
+    out["balanced"] = None if None in accuracies else sum(accuracies) / len(accuracies)
     return out

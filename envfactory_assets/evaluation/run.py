@@ -7,9 +7,12 @@ results split into subsets (``all``, categories, ``no_overlap``). Per subset a r
 seeds of the per-seed mean headline score, the standard deviation across seeds, every per-task result,
 and ``metrics["vs_base"]``: the paired bootstrap interval of the difference to the base model on the same
 tasks (:mod:`~envfactory_assets.evaluation.stats`); a model trained from another evaluated one (GRPO from
-SFT) also gets ``metrics["vs_parent"]``, the same interval against its parent. The base model's results are cached on
-disk
-(:class:`ResultCache`), so a re-run with the same model, tasks and settings does not generate them again.
+SFT) also gets ``metrics["vs_parent"]``, the same interval against its parent.
+
+Runs resume: each unit of work (one model on one benchmark under one seed) is stored on disk as soon as it is
+complete (:class:`ResultCache`, keyed by what determines it), so a run stopped at any point and started again
+computes only the units that are missing, and a re-run with the same models, tasks and settings generates
+nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from envfactory_assets.evaluation.bfcl_sandbox import (
     DEFAULT_CALL_TIMEOUT_S,
     ExecutorSettings,
 )
-from envfactory_assets.evaluation.model_policy import DoNothingPolicy, Policy, SamplingSpec
+from envfactory_assets.evaluation.model_policy import DO_NOTHING_REPLY, DoNothingPolicy, Policy, SamplingSpec
 from envfactory_assets.evaluation.scoring import SCORE_VERSION
-from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
+from envfactory_assets.evaluation.stats import Measure, compare_on_shared_tasks, compare_summaries, per_task_scores
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.tooluse.task_episode import TaskRunner
 from envfactory_assets.tooluse.tool_calls import PROSE_STOP_TOKENS
@@ -42,8 +45,9 @@ from envfactory_assets.training.base_model import select_device
 TRACES_KEPT_PER_MODEL = 3  # full traces stored for the first tasks of the first seed; scores for all
 BASE = "base"  # label and stage of the base model, which every other model is compared with
 DO_NOTHING = "do_nothing"  # label and stage of the built-in policy that never calls a tool
-# EvalSpec fields that choose which tasks run rather than how: the task ids themselves are in the cache key
-_TASK_CHOICE_FIELDS = ("n_synthetic", "n_bfcl", "n_bfcl_single_turn", "first_turns_only")
+# EvalSpec fields that choose which tasks run rather than how (the task ids themselves are in the cache key),
+# and the seed list (a unit's key holds its own seed, so adding a seed reuses the others)
+_NOT_IN_UNIT_KEY = ("n_synthetic", "n_bfcl", "n_bfcl_single_turn", "first_turns_only", "seeds")
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,9 @@ class ModelRef:
     """A model to evaluate: ``label`` (checkpoint id, ``"base"`` or ``"do_nothing"``), ``stage``
     (base|sft|grpo|do_nothing), ``path`` (local HF model directory; empty for the do-nothing policy),
     ``checkpoint_id`` (None for the base model and the baseline), ``model_hash`` (sha256 of the weights,
-    :func:`~envfactory_assets.training.base_model.model_hash`; with a :class:`ResultCache` the base model's
-    results are cached under it, None = never cached), ``parent`` (the label of the evaluated model it was
+    :func:`~envfactory_assets.training.base_model.model_hash`, or another id of what fixes its outputs;
+    with a :class:`ResultCache` every (benchmark, seed) result of the model is stored under it as soon as it is
+    complete; None = never stored), ``parent`` (the label of the evaluated model it was
     trained from, e.g. a GRPO checkpoint's SFT parent; its rows get ``metrics["vs_parent"]``,
     :func:`add_parent_comparisons`)."""
 
@@ -141,8 +146,9 @@ class ModelRef:
 
 
 def do_nothing_model() -> ModelRef:
-    """The built-in baseline that never calls a tool (:class:`~.policy.DoNothingPolicy`); no model is loaded."""
-    return ModelRef(DO_NOTHING, DO_NOTHING, "")
+    """The built-in baseline that never calls a tool (:class:`~.policy.DoNothingPolicy`); no model is loaded.
+    Its ``model_hash`` is a content id of its one reply, so its results are stored like a model's."""
+    return ModelRef(DO_NOTHING, DO_NOTHING, "", model_hash=content_id("do_nothing", {"reply": DO_NOTHING_REPLY}))
 
 
 def by_category(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -174,6 +180,8 @@ class Benchmark:
         run: ``(policy, seed) -> results`` for a benchmark that is not an agent loop (one answer per task
             at its own budget: BFCL single-turn); None runs :func:`~.agent.run_agent` with ``open_episode``.
         row_metrics: ``subset results -> extra metrics`` merged into each row's ``metrics``.
+        measures: per-task scores reported beside the headline (:class:`~.stats.Measure`), each with its own
+            mean, spread and paired intervals in ``metrics["measures"][name]`` of every row.
     """
 
     name: str
@@ -183,16 +191,19 @@ class Benchmark:
     subsets: Callable[[list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] = by_category
     run: Callable[[Any, int], list[dict[str, Any]]] | None = None
     row_metrics: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
+    measures: tuple[Measure, ...] = ()
 
 
 class ResultCache:
-    """Per-task results of one model on one benchmark, kept as JSON files in ``directory`` (under
-    ``ENVFACTORY_HOME``), keyed by a content hash of what determines them.
+    """Per-task results of one unit of an evaluation (one model on one benchmark under one seed), kept as JSON
+    files in ``directory`` (under ``ENVFACTORY_HOME``), keyed by a content hash of what determines them.
 
     The key (:meth:`key`) is the content id of the model's weight hash, the benchmark, every task's id and
-    content (prompt, tools, later turns, tags), the settings that change generation or scoring (the
-    :class:`EvalSpec` without the fields that only choose tasks) and the score version. Files are written to
-    a temporary name and renamed, so a killed run leaves no half-written entry; an unreadable entry is a miss.
+    content (prompt, tools, later turns, tags), the seed, the settings that change generation or scoring (the
+    :class:`EvalSpec` without the fields that only choose tasks, and without the seed list) and the score
+    versions. :func:`evaluate_models` writes each unit as soon as it is complete, so a run stopped at any
+    point keeps every finished unit and a re-run computes only the missing ones. Files are written to a
+    temporary name and renamed, so a killed run leaves no half-written entry; an unreadable entry is a miss.
 
     Attributes:
         hits / misses / writes: counters since construction (what a re-run reused).
@@ -205,15 +216,15 @@ class ResultCache:
         self.writes = 0
 
     @staticmethod
-    def key(model_hash: str, benchmark: str, tasks: list[Any], spec: EvalSpec) -> str:
+    def key(model_hash: str, benchmark: str, tasks: list[Any], spec: EvalSpec, seed: int) -> str:
         """The cache key (``evalcache_<16 hex>``) of one model on one benchmark's tasks (agent tasks or
-        BFCL single-turn tasks).
+        BFCL single-turn tasks) under one sampling seed.
 
         The sampling ``device`` enters as the device and dtype it resolves to
         (:func:`~envfactory_assets.training.base_model.select_device`), so ``auto`` on a GPU machine and
         ``auto`` on a CPU one (bf16 against float32 texts) never share an entry, and ``auto`` and ``cpu`` on
         a CPU do."""
-        settings = {k: v for k, v in spec.as_dict().items() if k not in _TASK_CHOICE_FIELDS}
+        settings = {k: v for k, v in spec.as_dict().items() if k not in _NOT_IN_UNIT_KEY}
         plan = select_device(spec.sampling.device, "sampling setting device")
         settings["sampling"] = {**settings["sampling"], "device": f"{plan.device}/{plan.dtype}"}
         return content_id(
@@ -221,8 +232,10 @@ class ResultCache:
             {
                 "model_hash": model_hash,
                 "benchmark": benchmark,
+                "seed": seed,
                 "settings": settings,
                 "score_version": SCORE_VERSION,
+                "single_turn_score_version": bfcl_single_turn.SCORE_VERSION,
                 "tasks": [_task_fingerprint(t) for t in tasks],
             },
         )
@@ -353,6 +366,11 @@ def _rows_for(
                 "metrics": {
                     **agg["metrics"],
                     **(benchmark.row_metrics(subset_results) if benchmark.row_metrics else {}),
+                    **(
+                        {"measures": {m.name: m.summary(subset_results, spec.seeds) for m in benchmark.measures}}
+                        if benchmark.measures
+                        else {}
+                    ),
                     "headline": benchmark.headline,
                     "seconds": round(seconds, 2),
                     "cpu_seconds": round(cpu_seconds, 2),
@@ -377,6 +395,8 @@ def add_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     ``vs_base`` is None when the base model has no row for that benchmark and subset. Works on rows of any
     benchmark that keeps ``results`` and ``metrics["headline"]``; the rows are changed in place and returned.
+    Every measure of the row (``metrics["measures"]``) gets its own ``vs_base`` the same way
+    (:func:`~envfactory_assets.evaluation.stats.compare_summaries`; None where either side is not measured).
     """
     base = {(r["benchmark"], r["subset"]): r for r in rows if r["model"] == BASE}
     for row in rows:
@@ -384,7 +404,14 @@ def add_comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         ref = base.get((row["benchmark"], row["subset"]))
         row["metrics"]["vs_base"] = None if ref is None else _paired_difference(ref, row)
+        for name, summary in _measures(row).items():
+            diff = compare_summaries(_measures(ref).get(name), summary) if ref is not None else None
+            summary["vs_base"] = None if diff is None else diff.as_dict()
     return rows
+
+
+def _measures(row: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return (((row or {}).get("metrics") or {}).get("measures")) or {}
 
 
 def _paired_difference(ref: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
@@ -415,6 +442,10 @@ def add_parent_comparisons(rows: list[dict[str, Any]], parents: Mapping[str, str
             continue
         diff = _paired_difference(ref, row)
         row["metrics"]["vs_parent"] = None if diff is None else {**diff, "parent": parent}
+        for name, summary in _measures(row).items():
+            over = compare_summaries(_measures(ref).get(name), summary)
+            if over is not None:
+                summary["vs_parent"] = {**over.as_dict(), "parent": parent}
     return rows
 
 
@@ -445,16 +476,16 @@ def evaluate_models(
         spec: :class:`EvalSpec`.
         log: progress messages.
         num_threads: torch threads of each :class:`Policy` (None: chosen per batch).
-        cache: where the base model's results are reused from and stored (only models labelled ``"base"``
-            with a ``model_hash``); None = no cache.
+        cache: where each (model, benchmark, seed) unit's results are stored as soon as they are complete and
+            reused from on a later run (every model with a ``model_hash``); None = nothing stored.
         load_policy: ``model -> object with generate(conversations, seed)``; default: :class:`Policy` of the
-            model's path, :class:`DoNothingPolicy` for the do-nothing stage. Loaded only when some benchmark
-            is not cached.
+            model's path, :class:`DoNothingPolicy` for the do-nothing stage. Loaded only when some unit of the
+            model is not stored.
         benchmark_overlap: ``benchmark_overlap`` table rows (which environment tools resemble which
             benchmark functions); BFCL single-turn tasks with a matched function leave ``no_overlap``.
         progress: called as ``progress(task runs done, task runs in all)`` (a task run: one model on one task
             under one seed) once before the first run with ``done`` 0, then after every model, benchmark and
-            seed that is computed; the base model's cached results are not counted (they cost nothing, and
+            seed that is computed; units reused from ``cache`` are not counted (they cost nothing, and
             counting them at once made the rate meaningless); the last call has both equal (``(0, 0)`` when everything
             was cached). Not called when there is no
             task.
@@ -485,19 +516,22 @@ def evaluate_models(
             + f" tasks, seeds {list(spec.seeds)}"
         )
 
-        # the base model's results found in the cache cost nothing: left out of the progress, so the bar's
-        # rate and eta are those of the runs that are computed
-        def cache_key(model: Any, benchmark: Any) -> str | None:
-            return (
-                ResultCache.key(model.model_hash, benchmark.name, benchmark.tasks, spec)
-                if cache is not None and model.label == BASE and model.model_hash
-                else None
-            )
-
-        keys = {(i, b.name): cache_key(m, b) for i, m in enumerate(models) for b in benchmarks if b.tasks}
-        cached = {at: entry for at, key in keys.items() if key and (entry := cache.get(key)) is not None}
+        # every (model, benchmark, seed) unit already stored costs nothing: left out of the progress, so the
+        # bar's rate and eta are those of the units that are computed
+        keys = {
+            (i, b.name, seed): ResultCache.key(m.model_hash, b.name, b.tasks, spec, seed)
+            for i, m in enumerate(models)
+            for b in benchmarks
+            if b.tasks and cache is not None and m.model_hash
+            for seed in spec.seeds
+        }
+        cached = {at: entry for at, key in keys.items() if (entry := cache.get(key)) is not None}
         runs_total = sum(
-            len(b.tasks) * len(spec.seeds) for i in range(len(models)) for b in benchmarks if (i, b.name) not in cached
+            len(b.tasks)
+            for i in range(len(models))
+            for b in benchmarks
+            for seed in spec.seeds
+            if (i, b.name, seed) not in cached
         )
         runs_done = [0]
 
@@ -515,28 +549,39 @@ def evaluate_models(
             for benchmark in benchmarks:
                 if not benchmark.tasks:
                     continue
-                key, entry = keys[(i, benchmark.name)], cached.get((i, benchmark.name))
-                if entry is not None:
-                    results, seconds, cpu_seconds = entry["results"], 0.0, 0.0
-                    log(f"{model.label} {benchmark.name}: reusing cached results {key}")
-                else:
+                results, seconds, cpu_seconds, reused = [], 0.0, 0.0, 0
+                for seed in spec.seeds:
+                    key, entry = keys.get((i, benchmark.name, seed)), cached.get((i, benchmark.name, seed))
+                    if entry is not None:
+                        results += entry["results"]
+                        reused += 1
+                        continue
                     policy = policy or load(model)
                     started, cpu_started = time.perf_counter(), time.process_time()
-                    results = []
-                    for seed in spec.seeds:
-                        results += (
-                            benchmark.run(policy, seed)
-                            if benchmark.run
-                            else run_agent(
-                                policy.generate, benchmark.tasks, benchmark.open_episode, seed, spec.max_tool_rounds
-                            )
+                    unit = (
+                        benchmark.run(policy, seed)
+                        if benchmark.run
+                        else run_agent(
+                            policy.generate, benchmark.tasks, benchmark.open_episode, seed, spec.max_tool_rounds
                         )
-                        task_runs_done(len(benchmark.tasks))
-                    seconds = time.perf_counter() - started
-                    cpu_seconds = time.process_time() - cpu_started
-                    if key:
-                        cache.put(key, results, seconds, cpu_seconds)
-                new = _rows_for(model, benchmark, results, spec, seconds, cpu_seconds, cached=entry is not None)
+                    )
+                    unit_seconds, unit_cpu = time.perf_counter() - started, time.process_time() - cpu_started
+                    # as a stored unit reads back: a resumed run's rows equal an uninterrupted run's
+                    unit = json.loads(json.dumps(unit))
+                    if key:  # stored at once: a run stopped after this point keeps the unit
+                        cache.put(key, unit, unit_seconds, unit_cpu)
+                    results += unit
+                    seconds += unit_seconds
+                    cpu_seconds += unit_cpu
+                    task_runs_done(len(benchmark.tasks))
+                if reused:
+                    log(
+                        f"{model.label} {benchmark.name}: reusing stored results of "
+                        f"{reused} of {len(spec.seeds)} seed(s)"
+                    )
+                new = _rows_for(model, benchmark, results, spec, seconds, cpu_seconds, cached=reused == len(spec.seeds))
+                for row in new:
+                    row["metrics"]["units_reused"] = reused
                 log(
                     f"{model.label} ({model.stage}) {benchmark.name}: {benchmark.headline} {new[0]['mean']:.3f} "
                     f"+- {new[0]['std']:.3f} over {len(spec.seeds)} seeds in {seconds:.0f}s ({cpu_seconds:.0f} CPU-s)"
@@ -616,5 +661,12 @@ def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any
         return bfcl_single_turn.category_metrics(results, {r["tags"]["category"]: r["tags"]["budget"] for r in results})
 
     return Benchmark(
-        bfcl_single_turn.BENCHMARK, tasks, None, "valid", bfcl_single_turn.result_subsets, run, row_metrics
+        bfcl_single_turn.BENCHMARK,
+        tasks,
+        None,
+        "valid",
+        bfcl_single_turn.result_subsets,
+        run,
+        row_metrics,
+        bfcl_single_turn.MEASURES,
     )

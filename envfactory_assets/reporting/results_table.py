@@ -30,6 +30,16 @@ BENCHMARKS = {
     "bfcl_v3_single_turn": ("BFCL v3 single-turn (non-live AST)", "accuracy", None),
 }
 SUBSET_NAMES = {"all": "all", "no_overlap": "no benchmark-tagged env"}
+#: Titles of the measures a benchmark reports beside its headline (``metrics["measures"]``,
+#: :class:`~envfactory_assets.evaluation.stats.Measure`); one table each, under the benchmark's table.
+MEASURE_TITLES = {
+    "call_rate": "must-call call rate (share of tasks whose right answer is a call where the model made at "
+    "least one parseable call; `irrelevance` excluded)",
+    "parse_failure": "parse-failure share (outputs with an undecodable call block, or call-looking text that "
+    "parses to no call; lower is better)",
+    "balanced": "balanced score (mean of the accuracies of simple, multiple, parallel, parallel_multiple and "
+    "irrelevance, equal weights; interval: paired bootstrap resampling tasks within each category)",
+}
 
 
 def _fmt_diff(d: dict[str, Any]) -> str:
@@ -39,15 +49,26 @@ def _fmt_diff(d: dict[str, Any]) -> str:
 def _cell(row: dict[str, Any] | None) -> str:
     if row is None or row.get("mean") is None:
         return "n/a"
-    text = f"{row['mean']:.3f} ± {row['std'] or 0.0:.3f}"
-    diff = (row.get("metrics") or {}).get("vs_base")
-    over_parent = (row.get("metrics") or {}).get("vs_parent")
+    return _value_cell(row, row.get("metrics") or {}, row.get("stage"))
+
+
+def _measure_cell(row: dict[str, Any] | None, name: str) -> str:
+    summary = ((row or {}).get("metrics") or {}).get("measures", {}).get(name)
+    if not summary or summary.get("mean") is None:
+        return "not measured"
+    return _value_cell(summary, summary, (row or {}).get("stage"))
+
+
+def _value_cell(value: dict[str, Any], comparisons: dict[str, Any], stage: str | None) -> str:
+    text = f"{value['mean']:.3f} ± {value.get('std') or 0.0:.3f}"
+    diff = comparisons.get("vs_base")
+    over_parent = comparisons.get("vs_parent")
     # one line per cell: an HTML line break is stripped by the Dagster UI's Markdown and shows as text on
     # the terminal, where the run summary prints this table
     if diff:
         text = f"{text}; {_fmt_diff(diff)}"
     if over_parent:
-        parent = "SFT" if row.get("stage") == "grpo" else "parent"
+        parent = "SFT" if stage == "grpo" else "parent"
         text = f"{text}; over {parent} {_fmt_diff(over_parent)}"
     return text
 
@@ -109,6 +130,7 @@ def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
             stage = models[model]["stage"]
             lines.append(f"| `{model}` | {STAGE_NAMES.get(stage, stage)} | " + " | ".join(cells) + " |")
         lines.append("")
+        lines += _measure_tables(title, bench, subsets)
     first = rows[0]
     config = first.get("config") or {}
     sampling = config.get("sampling") or {}
@@ -134,6 +156,49 @@ def results_markdown(rows: Iterable[dict[str, Any]]) -> str:
         )
     ]
     return "\n".join(lines)
+
+
+def _measure_tables(title: str, bench: dict[str, Any], subsets: list[str]) -> list[str]:
+    """One table per measure the benchmark's rows report (:data:`MEASURE_TITLES`), one column per subset where
+    some model has it measured; a cell a model lacks reads ``not measured`` (never 0)."""
+    models = bench["models"]
+    names: dict[str, None] = {}
+    for model in models.values():
+        for row in model["cells"].values():
+            names.update(dict.fromkeys((row.get("metrics") or {}).get("measures") or {}))
+    lines: list[str] = []
+    for name in names:
+        measured = [
+            s
+            for s in subsets
+            if any(
+                ((m["cells"].get(s, {}).get("metrics") or {}).get("measures") or {}).get(name, {}).get("mean")
+                is not None
+                for m in models.values()
+            )
+        ]
+        if not measured:
+            continue
+        heads = []
+        for s in measured:
+            n = max(
+                (((m["cells"].get(s, {}).get("metrics") or {}).get("measures") or {}).get(name) or {}).get("n_tasks")
+                or 0
+                for m in models.values()
+            )
+            heads.append(f"{SUBSET_NAMES.get(s, s)} (n={n})")
+        lines += [
+            f"**{title}**: {MEASURE_TITLES.get(name, name)}",
+            "",
+            "| model | stage | " + " | ".join(heads) + " |",
+            "|---|---|" + "---|" * len(heads),
+        ]
+        for model in sorted(models, key=lambda m: (STAGE_ORDER.get(models[m]["stage"], 9), m)):
+            stage = models[model]["stage"]
+            cells = [_measure_cell(models[model]["cells"].get(s), name) for s in measured]
+            lines.append(f"| `{model}` | {STAGE_NAMES.get(stage, stage)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
 
 
 def markers(section: str | None = None) -> tuple[str, str]:

@@ -99,7 +99,7 @@ def main_store_evaluate(
     by arm name) through :func:`~envfactory_assets.evaluation.run.evaluate_models` on the MAIN store's
     ``rl_dataset`` held-out tasks and passed environments, with ``evaluation_config`` (the
     ``evaluations`` op's settings, :class:`~envfactory_assets.defs.evaluation.assets.EvaluationConfig`).
-    Reads the main store and writes only the base model's result cache there (``eval_cache``).
+    Reads the main store and writes only the evaluation result cache there (``eval_cache``).
 
     Raises:
         ValueError: a setting out of range (checked before anything runs).
@@ -128,7 +128,10 @@ def main_store_evaluate(
         store = envfactory.store()
         base_dir = resolve_base_model(config.base_model, envfactory.models_dir())
         models = [ModelRef(BASE, BASE, str(base_dir), model_hash=model_hash(base_dir)), do_nothing_model()]
-        models += [ModelRef(name, "sft", row["path"], row["id"]) for name, row in checkpoints.items()]
+        models += [
+            ModelRef(name, "sft", row["path"], row["id"], model_hash=model_hash(Path(row["path"])))
+            for name, row in checkpoints.items()
+        ]
         envs, _ = passed_environments(envfactory)
         return evaluate_models(
             models,

@@ -18,8 +18,8 @@ from envfactory_assets.reporting.results_table import results_markdown
 from envfactory_assets.training.base_model import select_device
 
 MIN_SEEDS = 3
-#: Folder of ``ENVFACTORY_HOME`` holding the base model's cached results
-#: (:class:`~envfactory_assets.evaluation.run.ResultCache`).
+#: Folder of ``ENVFACTORY_HOME`` holding every model's stored (model, benchmark, seed) results
+#: (:class:`~envfactory_assets.evaluation.run.ResultCache`): what a stopped run resumes from.
 EVAL_CACHE_DIR = "eval_cache"
 
 
@@ -73,7 +73,12 @@ def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
     for row in sorted(checkpoint_rows, key=lambda r: r["id"]):
         models.append(
             ModelRef(
-                row["id"], row.get("stage") or "sft", row["path"], row["id"], parent=row.get("parent_checkpoint_id")
+                row["id"],
+                row.get("stage") or "sft",
+                row["path"],
+                row["id"],
+                model_hash=model_hash(Path(row["path"])),
+                parent=row.get("parent_checkpoint_id"),
             )
         )
     return models
@@ -98,8 +103,11 @@ def evaluations(
     tasks (environments never trained on; task success, the hybrid reward beside it) and BFCL v3 multi-turn
     base tasks (safe executor, official per-turn checks), under every sampling seed; mean and spread across
     seeds, with and without benchmark-tagged environments, and each model's difference to the base model with
-    its paired bootstrap 95% interval. The base model's results are reused from ``$ENVFACTORY_HOME/eval_cache``
-    when its weights, the tasks and the settings are unchanged."""
+    its paired bootstrap 95% interval; on BFCL single-turn also the must-call call rate, the parse-failure share
+    and the balanced score of the five categories, each with its interval. Each model's result on each
+    benchmark under each seed is stored in ``$ENVFACTORY_HOME/eval_cache`` as soon as it is complete, keyed by
+    the weights, the tasks, the seed, the settings and the score versions, so a stopped run started again
+    computes only what is missing."""
     from envfactory_assets.evaluation.run import ResultCache, evaluate_models
     from envfactory_assets.training.base_model import resolve_base_model
 
@@ -141,8 +149,9 @@ def evaluations(
             "seeds": list(config.seeds),
             "means": table,
             "vs_base_95ci": diffs,
-            "base_cache_hits": cache.hits,
-            "base_cache_writes": cache.writes,
+            # (model, benchmark, seed) units reused from earlier runs and units computed (and stored) now
+            "units_reused": cache.hits,
+            "units_computed": cache.writes,
             # the table `envfactory results` prints (mean, spread, difference to base with its interval), for the UI
             "results_table": dg.MetadataValue.md(results_markdown(rows)),
             "seconds": round(sum(r["metrics"]["seconds"] for r in rows if r["subset"] == "all"), 1),
