@@ -14,7 +14,7 @@ import hashlib
 from typing import Any
 
 from envfactory_assets.envgen.codegen import generate_source
-from envfactory_assets.envgen.tools import tools_for_resource, with_action_fields
+from envfactory_assets.envgen.tools import name_tools, tools_for_resource, with_action_fields
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
 from envfactory_assets.sources.openapi import Resource, extract_resources
 
@@ -236,13 +236,10 @@ def _prepared(resources: list[Resource]) -> tuple[list[Resource], dict[str, dict
 
 
 def _tools(resources: list[Resource], fks: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-    taken: set[str] = set()
     tools: list[dict[str, Any]] = []
     for r in resources:
-        tools.extend(
-            tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()}, taken)
-        )
-    return tools
+        tools.extend(tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()}))
+    return name_tools(tools)
 
 
 def environment_tools(resources: list[Resource]) -> list[dict[str, Any]]:
