@@ -54,7 +54,12 @@ def main() -> None:
             continue
         if not resources:
             continue
-        tools = environment_tools(resources)
+        try:
+            tools = environment_tools(resources)
+        except ValueError as exc:
+            counts["naming_errors"] += 1
+            print(f"{row['resource_key']}: {exc}"[:300], file=sys.stderr)
+            continue
         env_names = [t["name"] for t in tools]
         names[row["resource_key"]] = env_names
         problems = tool_name_problems(env_names)

@@ -6,10 +6,10 @@ in it are dropped (``getUserUsingGET_1`` -> ``get_user``). Otherwise it is named
 its table (``list_jobs``, ``get_job``, ``cancel_order``). Two tools that would share a name are told apart by
 what they differ in: the words of their paths that the other tools of the clash lack (``/apps/{app_id}/webhooks``
 and ``/webhooks`` give ``list_app_webhooks`` and ``list_webhooks``), then their HTTP method, then the words of
-their own names; never by a counter. Every name matches
-:data:`~envfactory_assets.sources.names.TOOL_NAME_RE`, is no Python keyword, builtin or name the environment
-module or the task environment class defines (:data:`RESERVED_TOOL_NAMES`), so it is a valid function name for
-OpenAI tools, MCP, verl, LlamaFactory and TRL alike.
+their own names, then the number of their table's word (``/product`` and ``/products``); never by a counter.
+Every name matches :data:`~envfactory_assets.sources.names.TOOL_NAME_RE` and is no Python keyword, builtin or
+name the environment module or the task environment class defines (:data:`RESERVED_TOOL_NAMES`), so it is a
+valid function name for OpenAI tools, MCP, verl, LlamaFactory and TRL alike.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envfactory_assets.sources.names import MAX_TOOL_NAME_CHARS, TOOL_NAME_RE, singular, snake_case
+from envfactory_assets.sources.names import MAX_TOOL_NAME_CHARS, TOOL_NAME_RE, singular, snake_case, tool_name_problems
 
 #: Names a tool function must not take: the environment module's builtins and own names (``load``, ``save``,
 #: ``TABLES``) and the task environment class's ``reset``.
@@ -173,11 +173,36 @@ def tool_names(tools: Iterable[Mapping[str, Any]]) -> list[str]:
                     n.tried.add(word)
                     n.qualifiers.insert(0, singular(word))
                     progressed = True
-            if not progressed and len(group) > 1:
-                break
+            if progressed:
+                continue
+            for n in group:  # /product and /products: the number of the path's word is what they differ in
+                n.obj = _words(n.table) or n.obj
     groups = defaultdict(list)
     for n in names:
         groups[n.text()].append(n)
     clash = next((g for g in groups.values() if len(g) > 1), [])
     described = [f"{n.text()} ({n.method.upper()} {'/'.join(reversed(n.path_words))}, table {n.table})" for n in clash]
     raise ToolNameError("nothing tells these tools apart: " + "; ".join(described))
+
+
+def readability_figures(environments: Iterable[Mapping[str, Any]], examples: int = 10) -> dict[str, Any]:
+    """How readable the tool names of ``environments`` (Environment dicts with ``env_id`` and ``tools``) are:
+    ``tools`` and ``environments`` counted, then for each problem of
+    :func:`~envfactory_assets.sources.names.tool_name_problems` (``long``, ``artefact``, ``duplicate``) the number
+    of tool names that have it, the number of environments with one, and up to ``examples`` of them as
+    ``"env_id: name"`` (in the order of ``environments``)."""
+    out: dict[str, Any] = {"environments": 0, "tools": 0}
+    found: dict[str, list[str]] = {"long": [], "artefact": [], "duplicate": []}
+    envs_with: dict[str, int] = dict.fromkeys(found, 0)
+    for env in environments:
+        names = [t["name"] for t in env.get("tools") or []]
+        out["environments"] += 1
+        out["tools"] += len(names)
+        for problem, bad in tool_name_problems(names).items():
+            found[problem] += [f"{env['env_id']}: {n}" for n in bad]
+            envs_with[problem] += bool(bad)
+    for problem, bad in found.items():
+        out[problem] = len(bad)
+        out[f"environments_{problem}"] = envs_with[problem]
+        out[f"{problem}_examples"] = bad[:examples]
+    return out
