@@ -105,7 +105,7 @@ def _plain(tool: Mapping[str, Any]) -> tuple[str, list[str]]:
     verb = (tool.get("action") or {}).get("verb") if kind == "action" else kind
     obj = _words(tool["table"]) or ["items"]
     if kind not in _PLURAL_KINDS and not tool.get("singleton"):
-        obj[-1] = singular(obj[-1])
+        obj = singular("_".join(obj)).split("_")  # the whole name: a short last word ("primary_ips") counts
     return snake_case(verb or kind) or kind, obj
 
 
