@@ -100,6 +100,9 @@ def test_a_clash_is_resolved_by_the_part_the_tools_differ_in():
     # /product and /products differ only in the number of the word
     pair = [_tool("get", "product", "GET", "/product/{id}"), _tool("get", "products", "GET", "/products/{id}")]
     assert tool_names(pair) == ["get_product", "get_products"]
+    # one MCP tool that reads two tables keeps its name, with each table (today: read_graph, read_graph_2)
+    graph = [_tool("list", t, "mcp", "read_graph", "read_graph") for t in ("entities", "relations")]
+    assert tool_names(graph) == ["read_graph_entities", "read_graph_relations"]
     # an action keeps its verb
     assert tool_names([_tool("action", "orders", "POST", "/orders/{id}/cancel", verb="cancel")]) == ["cancel_order"]
 

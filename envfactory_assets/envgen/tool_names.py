@@ -3,10 +3,15 @@
 A tool keeps the API's own name (its ``operationId`` or MCP tool name, in snake_case) when that name is at most
 :data:`~envfactory_assets.sources.names.MAX_TOOL_NAME_CHARS` characters once the counters a code generator leaves
 in it are dropped (``getUserUsingGET_1`` -> ``get_user``). Otherwise it is named by what it does: its verb and
-its table (``list_jobs``, ``get_job``, ``cancel_order``). Two tools that would share a name are told apart by
-what they differ in: the words of their paths that the other tools of the clash lack (``/apps/{app_id}/webhooks``
-and ``/webhooks`` give ``list_app_webhooks`` and ``list_webhooks``), then their HTTP method, then the words of
-their own names, then the number of their table's word (``/product`` and ``/products``); never by a counter.
+its table (``list_jobs``, ``get_job``, ``cancel_order``).
+
+Two tools that would share a name are told apart by what they differ in, never by a counter: one operation read
+as several tables (an MCP ``read_graph`` over entities and relations) keeps its name with each table
+(``read_graph_entities``); other tools are named by what they do, then by the words of their paths that the other
+tools of the clash lack (``/apps/{app_id}/webhooks`` and ``/webhooks`` give ``list_app_webhooks`` and
+``list_webhooks``), then by their HTTP method, then by the words of their own names, then by the number of their
+table's word (``/product`` and ``/products``).
+
 Every name matches :data:`~envfactory_assets.sources.names.TOOL_NAME_RE` and is no Python keyword, builtin or
 name the environment module or the task environment class defines (:data:`RESERVED_TOOL_NAMES`), so it is a
 valid function name for OpenAI tools, MCP, verl, LlamaFactory and TRL alike.
@@ -50,6 +55,7 @@ class _Name:
     own_words: list[str]
     table: str
     tried: set[str] = field(default_factory=set)
+    suffixed: bool = False  # the own name carries its table
 
     def text(self) -> str:
         if self.own is not None:
@@ -163,8 +169,15 @@ def tool_names(tools: Iterable[Mapping[str, Any]]) -> list[str]:
             return [n.text() for n in names]
         for group in clashes:
             if any(n.own is not None for n in group):
-                for n in group:  # the API's own names do not tell these apart: name them by what they do
-                    n.own = None
+                ops = {(n.method, tuple(n.path_words), n.own) for n in group}
+                one_operation = len(ops) == 1 and len({tuple(_words(n.table)) for n in group}) == len(group)
+                for n in group:
+                    with_table = "_".join([n.own or "", *_words(n.table)])
+                    if one_operation and not n.suffixed:
+                        # one operation read as several tables (an MCP read_graph): its name and each table
+                        n.own, n.suffixed = (with_table if len(with_table) <= MAX_TOOL_NAME_CHARS else None), True
+                    else:  # the API's own names do not tell these apart: name them by what they do
+                        n.own = None
                 continue
             progressed = False
             for n in group:
