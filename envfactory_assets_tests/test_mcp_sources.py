@@ -187,7 +187,8 @@ def test_environments_built_from_real_tool_lists_pass_the_verification_gate(tmp_
             tools = {t["name"]: t for t in env_row["tools"]}
             assert tools["create_entities"]["kind"] == "create" and tools["create_entities"]["table"] == "entities"
             assert tools["delete_entities"]["kind"] == "delete" and tools["open_nodes"]["kind"] == "get"
-            assert tools["read_graph"]["kind"] == "list"
+            # read_graph reads both tables: one tool per table, each named by it
+            assert tools["read_graph_entities"]["kind"] == "list" and tools["read_graph_relations"]["kind"] == "list"
             assert {"name", "entity_type"} <= set(tools["create_entities"]["input_schema"]["properties"])
             assert "add_observations" in env_row["provenance"]  # not mapped, and said so
         if key == "mcp__time":

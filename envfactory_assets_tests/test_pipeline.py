@@ -258,6 +258,7 @@ ASSET_CHECKS = {  # check key: blocking
     "sharegpt_export:sharegpt_export_is_complete": True,
     "tool_chains:no_failed_environment": True,
     "tool_graph:no_failed_environment": True,
+    "environments:tool_names_are_readable": False,
     "verified_environments:verified_pass_rate_above_floor": True,
     "verl_export:verl_export_is_complete": True,
 }

@@ -14,7 +14,7 @@ import hashlib
 from typing import Any
 
 from envfactory_assets.envgen.codegen import generate_source
-from envfactory_assets.envgen.tools import tools_for_resource, with_action_fields
+from envfactory_assets.envgen.tools import name_tools, tools_for_resource, with_action_fields
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
 from envfactory_assets.sources.openapi import Resource, extract_resources
 
@@ -228,20 +228,32 @@ def build_mcp_environment(resource_row: dict[str, Any], tool_list: dict[str, Any
     return env
 
 
+def _prepared(resources: list[Resource]) -> tuple[list[Resource], dict[str, dict[str, str]]]:
+    resources = [with_action_fields(r) for r in resources]
+    fks = _foreign_keys(resources)
+    resources = [_string_keys(r, fks[r.name]) for r in resources]
+    return _order_by_dependency(resources, fks), fks
+
+
+def _tools(resources: list[Resource], fks: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    for r in resources:
+        tools.extend(tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()}))
+    return name_tools(tools)
+
+
+def environment_tools(resources: list[Resource]) -> list[dict[str, Any]]:
+    """The tool specs :func:`build_from_resources` gives ``resources``, without building code or states (what a
+    corpus-wide measure of the tools needs)."""
+    return _tools(*_prepared(resources))
+
+
 def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]) -> dict[str, Any]:
     """The environment of ``resources`` (tables with their CRUD, search, count and action operations, or
     singletons) for one source resource row."""
     env_id = resource_row["resource_key"]
-    resources = [with_action_fields(r) for r in resources]
-    fks = _foreign_keys(resources)
-    resources = [_string_keys(r, fks[r.name]) for r in resources]
-    resources = _order_by_dependency(resources, fks)
-    taken: set[str] = set()
-    tools: list[dict[str, Any]] = []
-    for r in resources:
-        tools.extend(
-            tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()}, taken)
-        )
+    resources, fks = _prepared(resources)
+    tools = _tools(resources, fks)
     tables = _table_meta(resources, fks)
     provenance = (
         f"{resource_row.get('title') or env_id} ({resource_row['path']}, "

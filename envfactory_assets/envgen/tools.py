@@ -9,12 +9,11 @@ whether a tool reads or writes, which is what verification and the sampler need 
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 from typing import Any
 
+from envfactory_assets.envgen.tool_names import tool_names
 from envfactory_assets.sources.actions import VERBS, ActionTarget, action_target
-from envfactory_assets.sources.names import TOOL_NAME_RE, to_identifier, unique_name
 from envfactory_assets.sources.openapi import FieldSpec, Operation, Resource
 
 LIST_LIMIT_MAX = 100
@@ -25,8 +24,6 @@ KIND_ORDER = ("list", "search", "count", "get", "create", "update", "delete")
 READ_KINDS = frozenset({"list", "search", "count", "get"})
 #: kinds whose tool names one row by its identifier (a singleton's get and update name none)
 KEYED_KINDS = frozenset({"get", "update", "delete", "action"})
-# Names a tool function must not shadow inside its environment module.
-RESERVED_NAMES = frozenset(dir(builtins)) | {"load", "save", "TABLES"}
 
 
 def row_schema(resource: Resource, foreign_keys: dict[str, str]) -> dict[str, Any]:
@@ -85,23 +82,13 @@ def with_action_fields(resource: Resource) -> Resource:
     return dataclasses.replace(resource, fields=[*resource.fields, *added]) if added else resource
 
 
-def _tool_name(resource: Resource, kind: str, taken: set[str], op: Operation | None = None) -> str:
-    op = op or resource.operations[kind]
-    subject = resource.name if kind in ("list", "search", "count") else resource.singular
-    fallback = f"{op.verb if kind == 'action' else kind}_{subject}"
-    name = to_identifier(op.operation_id or "", fallback=fallback) if op.operation_id else fallback
-    if len(name) < 3 or not TOOL_NAME_RE.match(name) or name in RESERVED_NAMES:
-        name = fallback
-    return unique_name(name, taken)
-
-
-def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: set[str]) -> list[dict[str, Any]]:
+def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list[dict[str, Any]]:
     """ToolSpecs (see docs/design.md) for every operation of ``resource``: the kinds of :data:`KIND_ORDER`,
-    then one ``action`` tool per verb.
+    then one ``action`` tool per verb, named by :func:`~envfactory_assets.envgen.tool_names.tool_names` among
+    themselves (an environment of several resources names all its tools together: :func:`name_tools`).
 
     ``foreign_keys`` maps field names to the singular of the table they reference (within the
-    environment); ``taken`` holds tool names already used and receives the new ones. ``resource`` must
-    already hold its action fields (:func:`with_action_fields`).
+    environment). ``resource`` must already hold its action fields (:func:`with_action_fields`).
     """
     row = row_schema(resource, foreign_keys)
     field_names = [f.name for f in resource.fields]
@@ -137,7 +124,7 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: 
     ) -> None:
         tools.append(
             {
-                "name": _tool_name(resource, kind, taken, op),
+                "name": "",  # named with the other tools (name_tools)
                 "description": (op.summary or default_desc)[:300],
                 "kind": kind,
                 "table": resource.name,
@@ -265,6 +252,18 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str], taken: 
                 "thing": thing,
             },
         )
+    return name_tools(tools)
+
+
+def name_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tools`` (one environment's ToolSpecs) with readable names unique among them, set in place
+    (:func:`~envfactory_assets.envgen.tool_names.tool_names`).
+
+    Raises:
+        ToolNameError: two tools nothing in their operations tells apart.
+    """
+    for tool, name in zip(tools, tool_names(tools), strict=True):
+        tool["name"] = name
     return tools
 
 

@@ -53,6 +53,36 @@ def to_identifier(text: str, *, fallback: str, max_len: int = MAX_NAME_LEN) -> s
     return name
 
 
+#: Longest readable tool name: longer ones are cut or wrapped by some chat templates and read as sentences.
+MAX_TOOL_NAME_CHARS = 40
+#: A counter or an empty word in a name: ``payments_2_id``, ``get_user_1``, ``case__id``.
+_NAME_ARTEFACT = re.compile(r"__|_\d+(?=_|$)")
+
+
+def name_artefact(name: str) -> bool:
+    """True when ``name`` carries a counter (a word of digits only, ``get_user_2``, ``payments_2_id``) or an empty
+    word (``case__id``, or a leading or trailing ``_``): what a de-duplication or a cut leaves, no word a person
+    reads."""
+    return bool(_NAME_ARTEFACT.search(name)) or name.startswith("_") or name.endswith("_")
+
+
+def tool_name_problems(names: list[str]) -> dict[str, list[str]]:
+    """The tool names of one environment that are not readable, by problem: ``long`` (over
+    :data:`MAX_TOOL_NAME_CHARS` characters), ``artefact`` (:func:`name_artefact`) and ``duplicate`` (given
+    more than once). A name may be in several lists; each list keeps the order of ``names``."""
+    seen: set[str] = set()
+    duplicate = []
+    for n in names:
+        if n in seen:
+            duplicate.append(n)
+        seen.add(n)
+    return {
+        "long": [n for n in names if len(n) > MAX_TOOL_NAME_CHARS],
+        "artefact": [n for n in names if name_artefact(n)],
+        "duplicate": duplicate,
+    }
+
+
 def unique_name(name: str, taken: set[str], max_len: int = MAX_NAME_LEN) -> str:
     """Return ``name`` or ``name_2``, ``name_3``... (cut to ``max_len``) so that it is not in ``taken``.
 

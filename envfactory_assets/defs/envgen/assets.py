@@ -13,6 +13,7 @@ from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.run_settings import VerificationRunSpec
 from envfactory_assets.envgen.stage import as_environment, environment_rows, verify_all
+from envfactory_assets.envgen.tool_names import readability_figures
 from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.store.gates import pass_rate
@@ -149,4 +150,17 @@ def verified_pass_rate_above_floor(
     floor = verification_gate.min_pass_rate
     return dg.AssetCheckResult(
         passed=n > 0 and rate >= floor, metadata={"pass_rate": rate, "environments": n, "floor": floor}
+    )
+
+
+@dg.asset_check(asset=environments, blocking=False)
+def tool_names_are_readable(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Warning: no built environment has a tool name longer than 40 characters, one with a counter or an empty
+    word (``list_webhooks_2``, ``case__id``), or one given twice (counts and examples in the metadata)."""
+    rows = envfactory.store().read("environments")
+    figures = readability_figures(as_environment(r) for r in rows if r["status"] == "built")
+    return dg.AssetCheckResult(
+        passed=not (figures["long"] or figures["artefact"] or figures["duplicate"]),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata=figures,
     )
