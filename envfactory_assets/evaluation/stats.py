@@ -61,6 +61,27 @@ class PairedDifference:
         return asdict(self)
 
 
+def _checked_differences(
+    a: Sequence[float], b: Sequence[float], resamples: int, confidence: float, what: str
+) -> np.ndarray:
+    """Per-task differences ``b - a`` after the checks every bootstrap here shares (``what`` names the caller's
+    scores in messages); lengths are checked by the caller.
+
+    Raises:
+        ValueError: no task, ``resamples`` < 1, ``confidence`` outside (0, 1), or a score that is not finite.
+    """
+    if len(a) == 0:
+        raise ValueError(f"{what}: no task to compare on")
+    if resamples < 1:
+        raise ValueError(f"bootstrap resamples={resamples}: expected >= 1")
+    if not 0 < confidence < 1:
+        raise ValueError(f"bootstrap confidence={confidence}: expected a number in (0, 1)")
+    diffs = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    if not np.all(np.isfinite(diffs)):
+        raise ValueError("paired scores: every score must be a finite number")
+    return diffs
+
+
 def paired_bootstrap(
     a: Sequence[float],
     b: Sequence[float],
@@ -85,15 +106,7 @@ def paired_bootstrap(
     """
     if len(a) != len(b):
         raise ValueError(f"paired scores: {len(a)} base scores against {len(b)} scores; pair them by task")
-    if len(a) == 0:
-        raise ValueError("paired scores: no task to compare on")
-    if resamples < 1:
-        raise ValueError(f"bootstrap resamples={resamples}: expected >= 1")
-    if not 0 < confidence < 1:
-        raise ValueError(f"bootstrap confidence={confidence}: expected a number in (0, 1)")
-    diffs = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
-    if not np.all(np.isfinite(diffs)):
-        raise ValueError("paired scores: every score must be a finite number")
+    diffs = _checked_differences(a, b, resamples, confidence, "paired scores")
     n = len(diffs)
     rng = np.random.default_rng(seed)
     means = np.empty(resamples)
@@ -148,15 +161,7 @@ def stratified_paired_bootstrap(
             f"stratified paired scores: {len(a)} base scores, {len(b)} scores and {len(strata)} strata; "
             "pair them by task"
         )
-    if len(a) == 0:
-        raise ValueError("stratified paired scores: no task to compare on")
-    if resamples < 1:
-        raise ValueError(f"bootstrap resamples={resamples}: expected >= 1")
-    if not 0 < confidence < 1:
-        raise ValueError(f"bootstrap confidence={confidence}: expected a number in (0, 1)")
-    diffs = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
-    if not np.all(np.isfinite(diffs)):
-        raise ValueError("paired scores: every score must be a finite number")
+    diffs = _checked_differences(a, b, resamples, confidence, "stratified paired scores")
     groups = [diffs[[i for i, s in enumerate(strata) if s == name]] for name in sorted(set(strata))]
     rng = np.random.default_rng(seed)
     means = np.zeros(resamples)
