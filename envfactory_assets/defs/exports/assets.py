@@ -75,7 +75,7 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
     force_offline()
     try:
         model_dir = resolve_base_model(config.context_model, envfactory.models_dir())
-        context = tokenizer_limit(model_dir, config.context_model)
+        limit = tokenizer_limit(model_dir, config.context_model)
     except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
         raise dg.Failure(f"exports: context_model {config.context_model!r}: {exc}") from exc
     store = envfactory.store()
@@ -94,7 +94,7 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
                 asset_key=dg.AssetKey("verl_export"),
                 label="dataset_exports",
             ),
-            context=context,
+            context=limit,
         )
     except (KeyError, ValueError) as exc:
         raise dg.Failure(f"exports: {exc}") from exc
