@@ -166,6 +166,51 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
 
 
+def _document_keys(home: Path) -> dict[str, str]:
+    """``{document path: partition key}`` of the store's source resources and of the documents now in the user
+    folder (a document added since the last run is not in the store yet)."""
+    import duckdb
+
+    from envfactory_assets.sources.adding import document_keys
+    from envfactory_assets.sources.resource_kinds import USER_RESOURCES_DIR, user_folder_rows
+    from envfactory_assets.store.db import read_rows
+
+    keys: dict[str, str] = {}
+    path = settings.store_path(home)
+    if path.exists():
+        try:
+            with duckdb.connect(str(path), read_only=True) as con:
+                keys.update(document_keys(read_rows(con, "source_resources")))
+        except duckdb.Error:
+            pass  # the store is busy or unreadable: the run itself says so
+    folder = home / USER_RESOURCES_DIR
+    keys.update({f"{USER_RESOURCES_DIR}/{p}": k for p, k in document_keys(user_folder_rows(folder)[0]).items()})
+    return keys
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    """Copy an OpenAPI document or MCP tool list into ``$ENVFACTORY_HOME/user_resources`` and print the partition
+    key it is stored under (from the document, not the file name) and the run that builds it."""
+    from envfactory_assets.sources.adding import DocumentRefused, add_user_document
+    from envfactory_assets.sources.resource_kinds import USER_RESOURCES_DIR
+
+    home = settings.envfactory_home()
+    try:
+        added = add_user_document(Path(args.document), home / USER_RESOURCES_DIR)
+    except (FileNotFoundError, DocumentRefused) as exc:
+        raise UsageError(str(exc)) from None
+    made_from = ", ".join(
+        f"{name} {value!r}" for name, value in (("provider", added.provider), ("service", added.service)) if value
+    )
+    print(
+        f"{'replaced' if added.replaced else 'added'} {added.path}\n"
+        f"partition key: {added.key}" + (f" (from its {made_from}, not the file name)" if made_from else "") + "\n"
+        f'build it: envfactory run --select "source_resources,environments,verified_environments" '
+        f"--partition {added.key}"
+    )
+    return 0
+
+
 COMMAND_TAG = "envfactory/command"
 """Run tag naming the ``envfactory run`` command line that made the run (the UI lists it with the run)."""
 
@@ -232,9 +277,15 @@ def _materialize(
     from envfactory_assets.runner.selection import op_names
     from envfactory_assets.runner.stage_times import stage_time_rows
     from envfactory_assets.runner.summary import failure_messages, run_summary
+    from envfactory_assets.sources.adding import file_named_partition
     from envfactory_assets.store.db import Store, StoreBusy
 
     partitions = [k.strip() for k in partitions_arg.split(",") if k.strip()] if partitions_arg else None
+    if partitions:
+        for value in partitions:  # a file name given for a key: say which key the file has, before anything runs
+            hint = file_named_partition(value, _document_keys(home))
+            if hint:
+                raise UsageError(hint)
     token = os.urandom(8).hex()
     log_file = None if verbose else log_path(home, token)
     with dg.DagsterInstance.get() as instance:
@@ -968,6 +1019,11 @@ def build_parser() -> argparse.ArgumentParser:
     envs.set_defaults(func=cmd_environments)
     lst = sub.add_parser("curation", help="list the exclusions in $ENVFACTORY_HOME/curation.yaml")
     lst.set_defaults(func=cmd_curation)
+    add = sub.add_parser(
+        "add", help="add an OpenAPI document or MCP tool list to the user folder and print its partition key"
+    )
+    add.add_argument("document", help="a .json, .yaml or .yml file")
+    add.set_defaults(func=cmd_add)
     show = sub.add_parser("show", help="print a trajectory (raw or refined id) as Markdown")
     show.add_argument("trajectory_id")
     show.set_defaults(func=cmd_show)

@@ -104,6 +104,7 @@ def rl_rows(envs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     "final_state_hash": state_hash(final),
                     "benchmark_overlap": [],
                     "executed_calls": gold,
+                    "gold_reply": "Done.",
                 }
             )
     return rows

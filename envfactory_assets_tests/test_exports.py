@@ -591,3 +591,70 @@ def test_every_sharegpt_row_keeps_llamafactorys_role_rules_with_parallel_calls_a
         ]
     }
     assert any("turn 4" in p for p in sharegpt_problems(broken))
+
+
+def _turn(i, result):
+    call = {"id": f"c{i}", "type": "function", "function": {"name": "act", "arguments": json.dumps({"k": i})}}
+    return [
+        {"role": "user", "content": f"step {i}, please"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"c{i}", "name": "act", "content": result},
+        {"role": "assistant", "content": f"Step {i} is done."},
+    ]
+
+
+def test_hf_rows_fit_the_base_models_context_split_at_turns_or_dropped_and_counted(base_model_dir, tmp_path):
+    """With SmolLM2's tokenizer and a context cut to 400 tokens: a short row is kept, a three-turn row over the
+    context is split at turn boundaries into valid rows that fit, a row whose one turn is over it is dropped;
+    the manifest, the card and the export check say so; the card shows the chat template and a real call."""
+    import dataclasses
+
+    from datasets import load_from_disk
+
+    from envfactory_assets.exports.context import tokenizer_limit
+    from envfactory_assets.exports.verify import verify_export
+    from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE, normalize_messages
+
+    limit = tokenizer_limit(base_model_dir, "smollm2-135m-instruct")
+    assert limit.max_tokens == 8192  # SmolLM2-135M's context, read from the model's config
+    small = dataclasses.replace(limit, max_tokens=400)
+    medium = '{"rows": [' + ", ".join(f'{{"id": "row_{n}", "name": "item number {n}"}}' for n in range(12)) + "]}"
+    huge = '{"text": "' + "lorem ipsum dolor " * 200 + '"}'
+    tools = _sft(0, TRAIN_ENV)["tools"]
+    system = [{"role": "system", "content": "sys"}]
+    sft = [
+        _sft(0, TRAIN_ENV),
+        {**_sft(1, TRAIN_ENV), "messages": system + _turn(1, medium) + _turn(2, medium) + _turn(3, medium)},
+        {**_sft(2, TRAIN_ENV), "messages": system + _turn(4, '{"ok": true}') + _turn(5, huge)},
+    ]
+    assert small.count(sft[0]["messages"], tools) <= 400 < small.count(sft[1]["messages"], tools)
+    m = build_exports(sft, [], LICENCES, tmp_path, context=small)
+    out = tmp_path / m["version"]
+    assert m["hf_context"] == {
+        "model": "smollm2-135m-instruct",
+        "max_tokens": 400,
+        "kept": 1,
+        "split": 1,
+        "parts": m["hf_context"]["parts"],
+        "dropped": 1,
+    }
+    assert m["hf_context"]["parts"] >= 2
+    rows = list(load_from_disk(str(out / "hf_sft"))["train"])
+    assert m["files"]["hf_sft"]["rows"]["train"] == len(rows) == 1 + m["hf_context"]["parts"]
+    assert {r["source_id"] for r in rows} == {"sft_0", "sft_1"}
+    parts = [r for r in rows if r["source_id"] == "sft_1"]
+    for part in parts:
+        assert part["messages"][0] == system[0] and part["messages"][1]["role"] == "user"
+        assert part["messages"][-1]["role"] == "assistant" and part["messages"][-1]["content"].startswith("Step")
+        assert part["n_tokens"] == small.count(part["messages"], part["tools"]) <= 400
+    # the parts are the row's turns, in order, none lost
+    assert [msg for p in parts for msg in p["messages"][1:]] == normalize_messages(sft[1]["messages"])[1:]
+    assert verify_export(out, m, ["hf_sft"]) == []
+    # the check fails an export whose row is over the recorded context
+    tighter = {**m, "hf_context": {**m["hf_context"], "max_tokens": 100}}
+    assert any("tokens, not within" in p for p in verify_export(out, tighter, ["hf_sft"]))
+    card = (out / "README.md").read_text()
+    assert (out / "chat_template.jinja").read_text() == TOOL_CHAT_TEMPLATE
+    assert '<tool_call>{"name": "act", "arguments": {"k0": 0}}</tool_call>' in card  # a call from the export
+    assert "<|im_start|>assistant\n<tool_call>" in card and "<tool_response>" in card  # rendered by the template
+    assert "split at turn boundaries into" in card and "dropped (a single turn over the context): 1" in card

@@ -190,3 +190,82 @@ def test_the_results_markers_live_in_docs_evaluation_and_accept_a_table():
         new = replace_between_markers(text, "TABLE", name)
         assert f"{start}\nTABLE\n{end}" in new
     assert "envfactory results --into docs/evaluation.md" in text
+
+
+#: commands whose argument is an id of the run, and which positional argument it is (exclude/include: after the kind)
+ID_ARGUMENT = {"show": 0, "lineage": 0, "serve-env": 0, "exclude": 1, "include": 1}
+EXAMPLE_PAGES = (README, REPO / "docs" / "commands.md")
+DEFAULT_RUN = REPO / "docs" / "default_run.md"
+
+
+def example_command_ids(text: str) -> list[str]:
+    """Every id that a fenced example command of ``text`` passes to a command of :data:`ID_ARGUMENT`
+    (``envfactory show ref_...``, ``envfactory exclude resource helpdesk``); a ``<placeholder>`` is no id."""
+    import shlex
+
+    ids = []
+    for block in fenced_commands(text):
+        for line in block:
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:
+                continue
+            for i, word in enumerate(words[:-1]):
+                command = words[i + 1]
+                if not word.endswith("envfactory") or command not in ID_ARGUMENT:
+                    continue
+                positional = []
+                for arg in words[i + 2 :]:
+                    if arg.startswith("-"):
+                        break
+                    positional.append(arg)
+                index = ID_ARGUMENT[command]
+                if len(positional) > index and not positional[index].startswith("<"):
+                    ids.append(positional[index])
+    return ids
+
+
+def examples_block(text: str) -> str | None:
+    """The text between ``<!-- examples:start -->`` and ``<!-- examples:end -->`` (written by ``envfactory
+    report``), or None when there is none."""
+    from envfactory_assets.reporting.report import EXAMPLES_MARKER
+
+    start, end = f"<!-- {EXAMPLES_MARKER}:start -->", f"<!-- {EXAMPLES_MARKER}:end -->"
+    if start not in text or end not in text.split(start, 1)[1]:
+        return None
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_every_id_the_example_commands_name_is_one_of_the_default_runs_examples():
+    """An example id is one the current default run has: ``envfactory report`` writes them into
+    docs/default_run.md's examples block, and every id an example command of the README or docs/commands.md
+    names must be there (an id of an earlier run fails where a reader tries it)."""
+    block = examples_block(DEFAULT_RUN.read_text(encoding="utf-8"))
+    assert block is not None, (
+        "docs/default_run.md has no examples block: regenerate it with envfactory report --output docs/default_run.md"
+    )
+    for page in EXAMPLE_PAGES:
+        stale = [i for i in example_command_ids(page.read_text(encoding="utf-8")) if f"`{i}`" not in block]
+        assert not stale, (
+            f"{page.relative_to(REPO)}: example ids {stale} are not in docs/default_run.md's examples block "
+            "(use the ids listed there, or a <placeholder>)"
+        )
+
+
+def test_the_example_id_rule_finds_ids_skips_placeholders_and_reads_the_block():
+    sample = (
+        "```bash\n"
+        ".venv/bin/envfactory show ref_7d00aa848c5c0dc2\n"
+        "envfactory lineage <checkpoint-id>   # a placeholder\n"
+        'envfactory exclude resource helpdesk --reason "licence unclear"   # a resource key\n'
+        "envfactory serve-env bookshop_example\n"
+        "envfactory status\n"
+        "```\n"
+    )
+    assert example_command_ids(sample) == ["ref_7d00aa848c5c0dc2", "helpdesk", "bookshop_example"]
+    from envfactory_assets.reporting.report import examples_section
+
+    written = "\n".join(examples_section({"trajectory": "ref_7d00aa848c5c0dc2", "resource": "helpdesk"}))
+    block = examples_block("# Report\n\n" + written)
+    assert "`ref_7d00aa848c5c0dc2`" in block and "`helpdesk`" in block and "`bookshop_example`" not in block
+    assert examples_block("# Report without examples\n") is None

@@ -306,3 +306,26 @@ def test_compare_refuses_a_missing_path_or_a_file_that_is_not_a_store(read_only_
         assert f"--compare {path}" in err and problem in err, err
     assert cli_main(["report", "--compare", str(read_only_store.path)]) == 0
     assert "| figure | before | after |" in capsys.readouterr().out
+
+
+def test_the_examples_block_names_ids_that_exist_in_the_store_and_whose_commands_work(
+    report, read_only_store, tmp_path, monkeypatch, capsys
+):
+    block = report.split("<!-- examples:start -->", 1)[1].split("<!-- examples:end -->", 1)[0]
+    ids = dict(re.findall(r"^\| (\w+) \| `([^`]+)` \|", block, re.M))
+    assert set(ids) == {"trajectory", "checkpoint", "environment", "tool", "resource"}
+    store = read_only_store
+    assert store.read("refined_trajectories", f"id = '{ids['trajectory']}'")
+    assert ids["trajectory"] in report.split("## Trajectories to read whole", 1)[1]  # shown whole below
+    assert store.read("checkpoints", f"id = '{ids['checkpoint']}'")
+    env = store.read("environments", f"env_id = '{ids['environment']}'")[0]
+    assert ids["tool"] == f"{env['env_id']}.{env['tools'][0]['name']}"
+    assert store.read("source_resources", f"id = '{env['source_resource_id']}'")[0]["resource_key"] == ids["resource"]
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copyfile(store.path, home / "envfactory.duckdb")
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    assert cli_main(["show", ids["trajectory"]]) == 0 and cli_main(["lineage", ids["checkpoint"]]) == 0
+    for kind in ("tool", "resource", "environment"):
+        assert cli_main(["exclude", kind, ids[kind], "--reason", "example"]) == 0, kind
+    capsys.readouterr()

@@ -181,9 +181,17 @@ TOOLS = [
 STILL = {"shop": "aaa"}  # a read-only turn: the gold final state is the initial one
 
 
-def guarded(gold, predicted, final=STILL, initial=STILL, gold_state=STILL, n_malformed=0):
+def guarded(gold, predicted, final=STILL, initial=STILL, gold_state=STILL, n_malformed=0, reply="Here you are."):
     return guarded_reward(
-        gold, predicted, final, gold_state, initial, TOOLS, masked_arguments=("limit",), n_malformed=n_malformed
+        gold,
+        predicted,
+        final,
+        gold_state,
+        initial,
+        TOOLS,
+        masked_arguments=("limit",),
+        n_malformed=n_malformed,
+        reply=reply,
     )
 
 
@@ -234,6 +242,11 @@ def test_where_no_call_is_wanted_any_call_fails_the_trace():
     # the paper's reward agrees: with no gold call (an abstention turn) a call is the wrong answer
     assert hybrid_reward([], [{"name": "list_orders", "arguments": {}}], STILL, STILL).reward == 0.0
     assert guarded([], [], n_malformed=2).reward == 0.0  # a block that did not parse is still a call
+    # the gold of an abstention row is a reply that declines or asks: saying nothing is not it
+    silent = guarded([], [], reply=" \n")
+    assert (silent.trace, silent.reward) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="reply"):
+        guarded([], [], reply=None)
 
 
 def test_the_training_reward_of_a_real_rollout_zeroes_an_empty_delete(task, runner, bookshop):
@@ -312,3 +325,65 @@ def test_a_small_corpus_still_holds_out_one_environment_and_the_stages_read_the_
     assert stored_split({"id": "r", "split": "train"}) == "train"
     with pytest.raises(ValueError, match="'r'.*re-materialize sft_dataset"):
         stored_split({"id": "r", "env_ids": ["x"]})
+
+
+def test_an_empty_response_earns_nothing_in_training_and_in_the_verl_export_alike(
+    task, bookshop, tmp_path, monkeypatch
+):
+    """An abstention row (gold: a reply that declines or asks, no call) and a row whose gold changes one of two
+    environments: GRPO's reward of a rollout (its decoded completion through ``execute_tool_text``) and the
+    verl export's ``compute_score`` of the same text agree; an empty completion earns 0 on both rows."""
+    from envfactory_assets.exports import verl_reward
+    from envfactory_assets.tooluse.task_environment import environment_class
+    from envfactory_assets.training.grpo import execute_tool_text
+    from envfactory_assets.training.training_reward import training_reward
+
+    env_id = bookshop["env_id"]
+    abstention = {
+        **task,
+        "id": "rl_abstain",
+        "gold_calls": [],
+        "executed_calls": [],
+        "final_state": task["initial_state"],
+    }
+    # a second environment the gold leaves untouched: doing nothing matches half of the gold state
+    other = f"{env_id}_copy"
+    two = {
+        **task,
+        "id": "rl_two",
+        "env_ids": [env_id, other],
+        "initial_state": {**task["initial_state"], other: task["initial_state"][env_id]},
+        "final_state": {**task["final_state"], other: task["initial_state"][env_id]},
+    }
+    environments = {env_id: bookshop, other: {**bookshop, "env_id": other}}
+    path = tmp_path / "environments.json"  # the runner below stands in for the one compute_score loads from it
+    monkeypatch.setenv(verl_reward.ENVIRONMENTS_ENV, str(path))
+    replies = {"": 0.0, "  \n": 0.0, "<think>nothing to do</think>": 0.0}
+    with TaskRunner(environments) as two_runner:
+        declines = "None of my tools can do that; could you do it in the shop's app?"
+        for row, right in ((abstention, declines), (two, "")):
+            truth = {
+                "gold_calls": row["gold_calls"],
+                "executed_calls": row.get("executed_calls") or [],
+                "masked_arguments": row["masked_arguments"],
+                "final_state_hashes": {e: state_hash(s) for e, s in row["final_state"].items()},
+                "env_ids": row["env_ids"],
+                "tool_names": [t["function"]["name"] for t in row["tools"]],
+                "tools": row["tools"],
+                "initial_state": row["initial_state"],
+            }
+            cases = dict(replies)
+            if right:
+                cases[right] = 1.0
+            for text, expected in cases.items():
+                env = environment_class(row["tools"])(two_runner)
+                env.reset(**row)
+                execute_tool_text(env, text)
+                trained = training_reward(env).reward
+                env._close()
+                verl_reward._runners[path] = two_runner
+                try:
+                    exported = verl_reward.compute_score("envfactory", text, truth)["score"]
+                finally:
+                    verl_reward._runners.pop(path)
+                assert (trained, exported) == (expected, expected), (row["id"], text)

@@ -290,6 +290,7 @@ def test_forged_tool_output_cannot_change_the_reward_done_or_state(environments,
         {BOOKSHOP: "not the gold state"},
         {e: state_hash(s) for e, s in task["final_state"].items()},
         {e: state_hash(s) for e, s in task["initial_state"].items()},
+        "All done.",
     )
     assert rewards["hostile"] == rewards["honest"] == (expected.reward, expected.as_dict())
     assert expected.reward == 0.0 and expected.state == 0.0

@@ -727,7 +727,8 @@ def test_report_tables_survive_pipes_and_line_breaks_in_stored_text(store):
         reasons=[],
     )
     store.replace_current("refined_trajectories", [row])
-    [line] = [ln for ln in run_report(store).splitlines() if row["id"] in ln and ln.startswith("|")]
+    shown = run_report(store).split("## Trajectories to read whole", 1)[1]
+    [line] = [ln for ln in shown.splitlines() if row["id"] in ln and ln.startswith("|")]
     assert line.replace("\\|", "").count("|") == 4  # id, turns, domains: three cells
     assert "billing\\|refunds" in line
 

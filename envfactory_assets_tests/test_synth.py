@@ -192,6 +192,7 @@ def test_the_turns_own_calls_win_every_rl_row_and_trimmed_reads_are_caught(traje
             initial,
             row["tools"],
             masked_arguments=row["masked_arguments"],
+            reply=row["gold_reply"],
         )
         assert charged.reward < 1.0 and charged.n_extra == len(row["executed_calls"]) - len(row["gold_calls"])
         # the turn's own calls are never charged; a call the turn did not make still is (0.05 each)
@@ -204,6 +205,7 @@ def test_the_turns_own_calls_win_every_rl_row_and_trimmed_reads_are_caught(traje
             row["tools"],
             masked_arguments=row["masked_arguments"],
             executed_calls=row["executed_calls"],
+            reply=row["gold_reply"],
         )
         assert excused.n_extra == 0 and excused.length_penalty == 0.0
         other = {"name": row["executed_calls"][0]["name"], "arguments": {"not_an_argument": 1}}
@@ -216,9 +218,22 @@ def test_the_turns_own_calls_win_every_rl_row_and_trimmed_reads_are_caught(traje
             row["tools"],
             masked_arguments=row["masked_arguments"],
             executed_calls=row["executed_calls"],
+            reply=row["gold_reply"],
         )
         assert extra.n_extra == 1 and extra.length_penalty == 0.05
         assert "no executed_calls" in complete_answer_problem(without, worker, writers)
+    # an abstention row: its gold is the reply that declines, no call; a row without that reply wins nothing
+    row = pairs[0][0]
+    abstention = {
+        **row,
+        "gold_calls": [],
+        "executed_calls": [],
+        "final_state": row["initial_state"],
+        "gold_reply": "None of my tools can book a flight; a travel site can.",
+    }
+    assert complete_answer_problem(abstention, worker, writers) is None
+    assert "no gold_reply" in complete_answer_problem({**abstention, "gold_reply": ""}, worker, writers)
+    assert all(r["gold_reply"] == t["turns"][r["turn_index"]]["assistant_summary"] for r, t in pairs)
 
 
 def test_essential_calls_are_every_call_of_the_turn():

@@ -215,11 +215,13 @@ def hf_record(row: dict[str, Any], split: str, licences: list[dict[str, str]]) -
     "source_resource_id", "stated_name"}``."""
     return {
         "id": row["id"],
+        "source_id": row["id"],
         "split": split,
         "messages": normalize_messages(row["messages"]),
         "tools": list(row["tools"]),
         "env_ids": list(row["env_ids"]),
         "licences": list(licences),
+        "n_tokens": None,
     }
 
 
@@ -237,17 +239,21 @@ def write_json(value: Any, path: Path) -> None:
 
 def write_hf(splits: dict[str, list[dict[str, Any]]], path: Path) -> None:
     """``DatasetDict`` of the non-empty splits saved with ``save_to_disk``. ``messages``, ``tools`` and
-    ``licences`` are ``List(Json())``: each object is kept as it is, with no keys merged in from other rows."""
+    ``licences`` are ``List(Json())``: each object is kept as it is, with no keys merged in from other rows;
+    ``source_id`` is the ``sft_dataset`` row (a part of a row split to fit the context has its own ``id``);
+    ``n_tokens`` the row's length in the base model's tokens (null when not counted)."""
     from datasets import Dataset, DatasetDict, Features, Json, List, Value
 
     features = Features(
         {
             "id": Value("string"),
+            "source_id": Value("string"),
             "split": Value("string"),
             "messages": List(Json()),
             "tools": List(Json()),
             "env_ids": List(Value("string")),
             "licences": List(Json()),
+            "n_tokens": Value("int64"),
         }
     )
     # Empty splits are left out: datasets 5.2 saves them but load_from_disk then fails (IndexError).

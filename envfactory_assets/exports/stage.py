@@ -16,19 +16,23 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.exports import formats, verl_reward
+from envfactory_assets.exports.context import ContextLimit, fit_records
 from envfactory_assets.exports.licences import allowed, row_licences
 from envfactory_assets.exports.verl_tool_config import TOOLS_CONFIG, TOOLS_MODULE, TOOLS_SOURCE, verl_tool_config
 from envfactory_assets.store.ids import content_id
+from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE
 from envfactory_assets.tooluse.splits import stored_held_out
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
 REWARD_MODULE = "envfactory_reward.py"
-FORMAT_VERSION = 4
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+FORMAT_VERSION = 5
 """Part of the export version: rows laid out differently (2: verl tool calls as objects, HF rows as objects,
 SPDX licence ids, stored splits; 3: verl tool config, tool class and the rows' ``tools_kwargs``; 4: the verl
 reward is the training reward (ground truth carries ``tools`` and ``executed_calls``), ShareGPT parallel calls
-and results as one turn each) are a new version even when the row ids are the same."""
+and results as one turn each; 5: HF rows within the base model's context, with ``source_id`` and ``n_tokens``,
+and the chat template shipped) are a new version even when the row ids are the same."""
 
 
 def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]], allow: Sequence[str]):
@@ -44,8 +48,14 @@ def _select(rows: list[dict[str, Any]], licences: Mapping[str, Mapping[str, str]
     return kept, dropped
 
 
-def export_version(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]], allow: Sequence[str]) -> str:
-    """Content id of an export: the row ids and the licence allow-list."""
+def export_version(
+    sft_rows: list[dict[str, Any]],
+    rl_rows: list[dict[str, Any]],
+    allow: Sequence[str],
+    context: ContextLimit | None = None,
+) -> str:
+    """Content id of an export: the row ids, the licence allow-list and the context the HF rows fit (model
+    name and maximum tokens)."""
     return content_id(
         "exp",
         {
@@ -53,6 +63,7 @@ def export_version(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]]
             "rl": sorted(r["id"] for r in rl_rows),
             "allow": sorted(a.strip().lower() for a in allow),
             "format": FORMAT_VERSION,
+            "context": None if context is None else [context.model, context.max_tokens],
         },
     )
 
@@ -114,6 +125,7 @@ def dataset_card(manifest: dict[str, Any]) -> str:
                 f"differ between environments: {len(tools['shared_names'])} (see `manifest.json`)."
             ),
         ]
+    lines += format_section(manifest)
     lines += [
         "",
         "## Source licences",
@@ -133,6 +145,129 @@ def dataset_card(manifest: dict[str, Any]) -> str:
         ),
     ]
     return "\n".join(lines) + "\n"
+
+
+EXAMPLE_CALL = {"name": "get_weather", "arguments": {"city": "Lisbon", "unit": "celsius"}}
+"""The tool call the card shows when the export has none of its own."""
+
+
+EXAMPLE_RESULT_CHARS = 300
+"""The card shows at most this many characters of the example's tool result."""
+
+
+def _example_exchange(manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """``(call, tool, result)``: the first tool call of the export's SFT rows with its tool's spec and result
+    (recorded in the manifest by :func:`build_exports`), else :data:`EXAMPLE_CALL` with a made-up spec and
+    result."""
+    example = manifest.get("example_call") or {}
+    call = example.get("call") or EXAMPLE_CALL
+    tool = example.get("tool") or {
+        "type": "function",
+        "function": {
+            "name": call["name"],
+            "description": "(the tool's description)",
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": "string"} for k in call["arguments"]},
+                "required": sorted(call["arguments"]),
+            },
+        },
+    }
+    result = example.get("result") or '{"city": "Lisbon", "temperature": 18, "unit": "celsius"}'
+    return call, tool, result
+
+
+def _fenced(text: str) -> list[str]:
+    """``text`` in a Markdown code fence longer than any backtick run in it (a tool result or argument from a
+    source document cannot end the fence early)."""
+    import re
+
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, text, fence]
+
+
+def format_section(manifest: dict[str, Any]) -> list[str]:
+    """The card's "Format" section: the chat template the rows are rendered with and the ``<tool_call>``
+    format verl's ``compute_score`` parses, with an example from the export, and the HF rows' context fit."""
+    import json
+
+    from envfactory_assets.tooluse.chat_template import render_chat
+
+    call, tool, result = _example_exchange(manifest)
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "(the user's request)"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]},
+        {"role": "tool", "name": call["name"], "content": result},
+        {"role": "assistant", "content": "(the reply, stating what the result says)"},
+    ]
+    rendered = render_chat(messages, [tool])
+    block = "<tool_call>" + json.dumps({"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False)
+    block += "</tool_call>"
+    lines = [
+        "",
+        "## Format",
+        "",
+        (
+            f"Chat template: `{CHAT_TEMPLATE_FILE}` (Jinja, the one this project trains with; set it as "
+            "`tokenizer.chat_template` and render a row with `tokenizer.apply_chat_template(row['messages'], "
+            "tools=row['tools'])`). ChatML turns (`<|im_start|>role ... <|im_end|>`); the system turn lists each "
+            "tool on one line, `- name(arg: type, optional?: type): description`; an assistant turn is its text, "
+            "then one `<tool_call>` block per call; consecutive tool results are one `user` turn of "
+            "`<tool_response>...</tool_response>` blocks."
+        ),
+        "",
+        (
+            "Tool calls, in training and in what verl's `compute_score` (`envfactory_reward.py`) parses: each "
+            'call is a block `<tool_call>{"name": <tool name>, "arguments": {<JSON object>}}</tool_call>`, '
+            "several blocks for several calls; text outside the blocks is the reply, `<think>...</think>` is "
+            "ignored, a block that does not decode to a call counts as malformed (0.05 each off the reward). "
+            "A response with no call, no malformed block and no reply text scores 0; on a row whose gold has no "
+            "call (a request no offered tool can serve) the right answer is a reply that declines or asks, "
+            "without a call. A call from this export:"
+        ),
+        "",
+        *_fenced(block),
+        "",
+        "A whole exchange as the template renders it:",
+        "",
+        *_fenced(rendered.rstrip("\n")),
+    ]
+    context = manifest.get("hf_context")
+    if context:
+        lines += [
+            "",
+            (
+                f"Context: every `hf_sft` row fits {context['model']}'s {context['max_tokens']:,} tokens, rendered "
+                f"with this template (`n_tokens`). SFT rows within it: {context['kept']}; split at turn "
+                f"boundaries into {context['parts']} rows: {context['split']} (each part keeps the system message "
+                "and tools and ends on an assistant turn; `source_id` names the SFT row, and a part after the "
+                "first starts at its first turn); dropped (a single turn over the context): "
+                f"{context['dropped']}. The ShareGPT export keeps every SFT row whole."
+            ),
+        ]
+    return lines
+
+
+def _first_call(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """``{"call", "result"}`` of the first tool call in ``records`` (HF rows) and the result that follows it."""
+    for record in records:
+        messages = record["messages"]
+        for i, message in enumerate(messages):
+            for tool_call in message.get("tool_calls") or []:
+                fn = tool_call.get("function") or tool_call
+                after = next((m for m in messages[i + 1 :] if m.get("role") == "tool"), None)
+                result = str((after or {}).get("content") or "{}")
+                tool = next(
+                    (t for t in record.get("tools") or [] if (t.get("function") or t).get("name") == fn["name"]), None
+                )
+                return {
+                    "call": {"name": fn["name"], "arguments": fn.get("arguments") or {}},
+                    "tool": tool,
+                    "result": result if len(result) <= EXAMPLE_RESULT_CHARS else result[:EXAMPLE_RESULT_CHARS] + "...",
+                }
+    return None
 
 
 def _licence_counts(sft: list, rl: list) -> list[dict[str, Any]]:
@@ -173,6 +308,7 @@ def build_exports(
     allow: Sequence[str] = (),
     environments: Mapping[str, Mapping[str, Any]] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    context: ContextLimit | None = None,
 ) -> dict[str, Any]:
     """Write verl parquet, ShareGPT JSON, a HF dataset and the dataset card for one dataset version.
 
@@ -188,11 +324,16 @@ def build_exports(
             config, and ``envfactory_tools.py`` (:mod:`envfactory_assets.exports.verl_tools`), its tool class.
         progress: called as ``progress(done, total)`` with the rows written so far, ``total`` being the rows
             of the three formats (RL rows once, SFT rows twice); not called for a version already written.
+        context: the base model's context (:func:`~envfactory_assets.exports.context.tokenizer_limit`); when
+            given, HF rows over it are split at turn boundaries or dropped
+            (:func:`~envfactory_assets.exports.context.fit_records`) and the manifest's ``hf_context`` counts
+            them; when None, HF rows are written whole and uncounted.
 
     Returns:
         The manifest (also written as ``manifest.json``): ``{"version", "path", "allow", "dropped",
         "files": {name: {"format", "rows": {split: n}}}, "licences": [...], "validation_env_ids": [...],
-        "held_out_env_ids": [...]}`` (the environments never trained on).
+        "held_out_env_ids": [...], "hf_context": {"model", "max_tokens", "kept", "split", "parts", "dropped"}
+        or None}`` (held out: the environments never trained on).
         An existing complete version is returned as it is (idempotent).
 
     Raises:
@@ -212,7 +353,7 @@ def build_exports(
             f"allowed_licences has blank or non-text entries {blank!r}: list licence names "
             "(or leave the list empty to keep every licence)"
         )
-    version = export_version(sft_rows, rl_rows, allow)
+    version = export_version(sft_rows, rl_rows, allow, context)
     out = Path(exports_dir) / version
     if (out / MANIFEST).is_file():
         return json.loads((out / MANIFEST).read_text(encoding="utf-8"))
@@ -271,7 +412,23 @@ def build_exports(
         tmp / "dataset_info.json",
     )
     hf = {s: [written.one(formats.hf_record(r, s2, lic)) for r, s2, lic in sft if s2 == s] for s in SPLITS}
+    example_call = _first_call([r for s in SPLITS for r in hf[s]])
+    hf_context = None
+    if context is not None:
+        hf_context = {
+            "model": context.model,
+            "max_tokens": context.max_tokens,
+            "kept": 0,
+            "split": 0,
+            "parts": 0,
+            "dropped": 0,
+        }
+        for s in SPLITS:
+            hf[s], counts = fit_records(hf[s], context)
+            for key, n in counts.items():
+                hf_context[key] += n
     formats.write_hf(hf, tmp / "hf_sft")
+    (tmp / CHAT_TEMPLATE_FILE).write_text(TOOL_CHAT_TEMPLATE, encoding="utf-8")
     written.finish()
     files["hf_sft"] = {"format": "Hugging Face datasets (save_to_disk, SFT)", "rows": {s: len(hf[s]) for s in SPLITS}}
     manifest = {
@@ -285,6 +442,9 @@ def build_exports(
         "held_out_env_ids": sorted(held_out),
         "verl_reward": reward_info,
         "verl_tools": tools_info,
+        "hf_context": hf_context,
+        "chat_template": CHAT_TEMPLATE_FILE,
+        "example_call": example_call,
     }
     (tmp / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")

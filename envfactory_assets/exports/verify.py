@@ -30,7 +30,8 @@ def verify_export(folder: Path, manifest: dict[str, Any], files: Iterable[str]) 
 
     Checked: each file exists; its row count equals the manifest's; rows of the train split use no
     held-out environment (the manifest's ``held_out_env_ids``; the hash rule of ``row_split`` for a
-    manifest written before it was recorded) and validation rows do; every row lists one licence per environment.
+    manifest written before it was recorded) and validation rows do; every row lists one licence per environment;
+    where the manifest records ``hf_context``, every ``hf_sft`` row has a token count within it.
     ``dataset_info.json`` is only checked for existence.
     """
     problems = []
@@ -56,6 +57,12 @@ def verify_export(folder: Path, manifest: dict[str, Any], files: Iterable[str]) 
                 problems.append(
                     f"{name}: row {row['id']} in {split} but environments {row['env_ids']} "
                     f"are {'held out' if held else 'training'} environments"
+                )
+            context = manifest.get("hf_context")
+            if context and name == "hf_sft" and not 0 < (row.get("n_tokens") or 0) <= context["max_tokens"]:
+                problems.append(
+                    f"{name}: row {row['id']} has {row.get('n_tokens')} tokens, not within {context['model']}'s "
+                    f"{context['max_tokens']}"
                 )
             licences = row.get("licences") or []
             if len(licences) != len(row["env_ids"]) or not all(entry.get("name") for entry in licences):

@@ -6,8 +6,10 @@ Point verl at this file (``custom_reward_function.path=<export>/envfactory_rewar
 (:func:`envfactory_assets.tooluse.tool_calls.parse_tool_calls`), replays the calls on a fresh copy of the
 task's initial state in the sandbox (:class:`envfactory_assets.tooluse.task_episode.TaskRunner`) and scores
 them with the reward this project's GRPO trains with (:func:`envfactory_assets.tooluse.reward.guarded_reward`,
-as :func:`envfactory_assets.training.training_reward.training_reward` calls it): an empty response, or a call
-with empty or default arguments where the gold call needs arguments, scores 0; the gold calls score
+as :func:`envfactory_assets.training.training_reward.training_reward` calls it, the text outside the
+``<tool_call>`` blocks being the reply): an empty response, or a call with empty or default arguments where the
+gold call needs arguments, scores 0; on an abstention row (no gold call) a reply without a call scores the
+maximum and any call 0; the gold calls score
 :data:`~envfactory_assets.tooluse.reward.MAX_REWARD`; the turn's own executed calls are never charged; a score
 that is not a finite number in range is an error, never passed to verl. Replaying from the initial state makes the
 score independent of how the rollout executed its tools. Needs ``envfactory_assets`` installed where the
@@ -97,10 +99,7 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
     from envfactory_assets.tooluse.reward import guarded_reward, valid_reward
     from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
-    if not (response or "").strip():
-        # an empty response answers nothing, not even a request whose right answer is to call no tool
-        return {"score": 0.0, "trace": 0.0, "state": 0.0, "n_calls": 0, "n_malformed": 0}
-    parsed = parse_tool_calls(response)
+    parsed = parse_tool_calls(response or "")
     episode = task_runner().episode(episode_row(ground_truth))
     try:
         for call in parsed.calls:
@@ -117,6 +116,7 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
             masked_arguments=ground_truth.get("masked_arguments") or (),
             n_malformed=episode.n_malformed,
             executed_calls=ground_truth.get("executed_calls") or (),
+            reply=parsed.content,
         )
     finally:
         episode.close()

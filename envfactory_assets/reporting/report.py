@@ -5,6 +5,7 @@ Everything in it is queried from the store, so the numbers in the docs come from
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -158,6 +159,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         refined_rows = read_rows(con, "refined_trajectories", "status = 'passed'")
         realism = realism_figures(con, refined_rows)
         picked = random.Random(seed).sample(refined_rows, min(10, len(refined_rows)))
+        examples = example_ids(con, picked)
         raws = {
             r["id"]: r
             for r in reversed(
@@ -283,6 +285,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
     ]
     parts += ["## Evaluations", "", results_markdown(evaluations), ""]
     parts += stage_times_section(stage_times)
+    parts += examples_section(examples)
     parts += trajectories_section(picked, raws, seed)
     return "\n".join(parts)
 
@@ -430,6 +433,73 @@ def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:
         if gold["never_given_by_argument"]:
             parts += [_table(list(gold["never_given_by_argument"].items()), ("tool.argument never given", "times")), ""]
     return parts if len(parts) > 2 else []
+
+
+EXAMPLES_MARKER = "examples"
+"""Name of the marked block (``<!-- examples:start -->`` ... ``<!-- examples:end -->``) holding the example ids."""
+EXAMPLE_COMMANDS = {
+    "trajectory": "envfactory show {id}",
+    "checkpoint": "envfactory lineage {id}",
+    "environment": "envfactory serve-env {id}",
+    "tool": 'envfactory exclude tool {id} --reason "..."',
+    "resource": 'envfactory exclude resource {id} --reason "..."',
+}
+"""What each example id is for: the command that takes it."""
+
+
+def example_ids(con: Any, picked: list[dict[str, Any]]) -> dict[str, str]:
+    """One id of each kind of :data:`EXAMPLE_COMMANDS` that exists in the store: the first of the ``picked``
+    refined trajectories, the latest checkpoint, the first environment of that trajectory (else the first
+    passed one), that environment's first tool (as ``env_id.tool_name``) and its source resource's key. A kind
+    the store has none of is left out."""
+    out: dict[str, str] = {}
+    if picked:
+        out["trajectory"] = picked[0]["id"]
+    checkpoint = con.execute("SELECT id FROM checkpoints ORDER BY written_at DESC, id LIMIT 1").fetchall()
+    if checkpoint:
+        out["checkpoint"] = checkpoint[0][0]
+    passed = [
+        r[0]
+        for r in con.execute(
+            "SELECT e.env_id FROM current_environments e JOIN current_verified_environments v "
+            "ON v.environment_id = e.id WHERE v.status = 'passed' ORDER BY e.env_id"
+        ).fetchall()
+    ]
+    env_id = next((e for e in (picked[0]["env_ids"] if picked else []) if e in passed), passed[0] if passed else None)
+    if env_id is None:
+        return out
+    out["environment"] = env_id
+    row = con.execute(
+        "SELECT CAST(e.tools AS VARCHAR), s.resource_key FROM current_environments e "
+        "LEFT JOIN current_source_resources s ON s.id = e.source_resource_id WHERE e.env_id = ? LIMIT 1",
+        [env_id],
+    ).fetchall()
+    if row:
+        tools = json.loads(row[0][0] or "[]")
+        if tools:
+            out["tool"] = f"{env_id}.{tools[0]['name']}"
+        if row[0][1]:
+            out["resource"] = row[0][1]
+    return out
+
+
+def examples_section(examples: dict[str, str]) -> list[str]:
+    """The "Examples" section: ``examples`` (:func:`example_ids`) as a table inside the marked block the README
+    test reads (every id the README's and docs/commands.md's example commands name must be in it)."""
+    if not examples:
+        return []
+    rows = [(kind, f"`{i}`", f"`{EXAMPLE_COMMANDS[kind].format(id=i)}`") for kind, i in examples.items()]
+    return [
+        "## Examples",
+        "",
+        "Ids of this run for the example commands of README.md and docs/commands.md (a test checks that every id "
+        "they name is here):",
+        "",
+        f"<!-- {EXAMPLES_MARKER}:start -->",
+        _table(rows, ("kind", "id", "command")),
+        f"<!-- {EXAMPLES_MARKER}:end -->",
+        "",
+    ]
 
 
 def trajectories_section(picked: list[dict[str, Any]], raws: dict[str, dict[str, Any]], seed: int) -> list[str]:

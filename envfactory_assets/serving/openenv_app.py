@@ -110,7 +110,7 @@ class RLTaskEnvironment(Environment[ToolCallAction, EpisodeObservation, EpisodeS
         elif action.unparsed_call is not None:
             out = self._pool.malformed(eid)
         else:
-            out = self._pool.finish(eid)
+            out = self._pool.finish(eid, action.final_answer or "")
         return self._observe(out)
 
     @property

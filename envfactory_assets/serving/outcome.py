@@ -4,7 +4,8 @@ state diff.
 The reward is :func:`~envfactory_assets.tooluse.reward.guarded_reward`, the reward GRPO trains on (as
 ``training/training_reward.py`` computes it for the project's own trainer), over:
 
-- the calls the server executed for the client, as the server parsed them (never text a tool returned);
+- the calls the server executed for the client, as the server parsed them (never text a tool returned), and
+  the client's final answer (the reply: on an abstention row, the whole answer; an empty episode earns 0);
 - the final state of each environment, saved by the sandbox and hashed here in the server process (never a
   digest or verdict reported by the environment's code);
 - the task's gold calls and gold final state from the store.
@@ -33,9 +34,11 @@ def training_reward_of(
     final_state_hashes: Mapping[str, str],
     gold_state_hashes: Mapping[str, str],
     initial_state_hashes: Mapping[str, str],
+    reply: str,
 ) -> RewardBreakdown:
     """The guarded reward (the one GRPO trains on) of a rollout of ``row`` that made ``calls`` (well-formed,
-    in order) and ``n_malformed`` malformed calls and ended in ``final_state_hashes``."""
+    in order) and ``n_malformed`` malformed calls, answered ``reply`` (text outside tool-call blocks) and ended
+    in ``final_state_hashes``."""
     return guarded_reward(
         row["gold_calls"],
         calls,
@@ -46,11 +49,20 @@ def training_reward_of(
         masked_arguments=row.get("masked_arguments") or (),
         n_malformed=n_malformed,
         executed_calls=row.get("executed_calls") or (),
+        reply=reply,
     )
 
 
 RewardFunction = Callable[
-    [Mapping[str, Any], Sequence[Mapping[str, Any]], int, Mapping[str, str], Mapping[str, str], Mapping[str, str]],
+    [
+        Mapping[str, Any],
+        Sequence[Mapping[str, Any]],
+        int,
+        Mapping[str, str],
+        Mapping[str, str],
+        Mapping[str, str],
+        str,
+    ],
     RewardBreakdown,
 ]
 """The signature of :func:`training_reward_of`."""
@@ -93,7 +105,9 @@ def episode_outcome(
         )
     final_hashes = {env_id: state_hash(state) for env_id, state in final.items()}
     gold, initial = hashes
-    breakdown = reward_fn(episode.row, list(episode.calls), episode.n_malformed, final_hashes, gold, initial)
+    breakdown = reward_fn(
+        episode.row, list(episode.calls), episode.n_malformed, final_hashes, gold, initial, episode.reply
+    )
     try:
         reward = valid_reward(getattr(breakdown, "reward", breakdown), "the episode's reward")
     except ValueError as exc:

@@ -50,6 +50,7 @@ from envfactory_assets.serving.errors import (
 from envfactory_assets.serving.outcome import Outcome, RewardFunction, episode_outcome, training_reward_of
 from envfactory_assets.serving.tasks import TaskSet
 from envfactory_assets.tooluse.task_episode import TaskEpisode
+from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 OWNER = "serve-openenv"
 #: Ids of ended episodes remembered, so a late request says why its episode is gone.
@@ -396,12 +397,18 @@ class SessionPool:
 
         return self._step(episode_id, count)
 
-    def finish(self, episode_id: str) -> StepResult:
-        """End the episode with the final answer: score it and return the reward and the state diff."""
+    def finish(self, episode_id: str, final_answer: str = "") -> StepResult:
+        """End the episode with the final answer: score it and return the reward and the state diff.
+
+        ``final_answer`` is the assistant's closing text; its words outside tool-call and reasoning blocks are
+        the episode's reply (an episode with no call and no reply earns 0; on an abstention row the reply is
+        the answer).
+        """
         session = self._get(episode_id)
         with session.lock:
             self._check_open(session)
             session.last_used = self._clock()
+            session.episode.add_reply(parse_tool_calls(str(final_answer)).content)
             return self._end(session, "final_answer", StepResult(session.episode_id, session.task_id))
 
     def _step(self, episode_id: str, action: Any) -> StepResult:

@@ -194,6 +194,8 @@ TABLES: dict[str, list[str]] = {
         "benchmark_overlap JSON",
         # every call the turn ran, in order: the reward never charges them (gold_calls leaves out unneeded reads)
         "executed_calls JSON",
+        # the turn's closing assistant reply; on a row without gold calls (abstention) it is the whole answer
+        "gold_reply VARCHAR",
     ],
     "checkpoints": [
         "id VARCHAR PRIMARY KEY",

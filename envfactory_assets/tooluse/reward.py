@@ -16,7 +16,7 @@ Source: EnvFactory (arXiv 2605.18703), RL reward, as summarized in docs/design.m
 - ``format_penalty`` is 0.05 per malformed call (a tool-call block that did not parse into a call, or a
   call to a tool the task does not offer, or arguments that are not a JSON object), capped at 0.5.
 
-Training uses :func:`guarded_reward`: the same formula with three rules that close a loophole GRPO found
+Training uses :func:`guarded_reward`: the same formula with four rules that close loopholes GRPO found
 (measured: in the default run every GRPO prompt was a read such as ``list_keys()`` or ``get_pools(limit=10)``
 with ``limit`` masked, so ``{"name": ..., "arguments": {}}`` matched the trace, the untouched state matched
 the gold state, a full 1.0 was paid, and the GRPO checkpoint then called tools with empty arguments on
@@ -28,9 +28,12 @@ every external task):
 - on a turn that changes no state (gold final state equal to the initial one, every read), the state half
   is paid only with the trace: an untouched state proves nothing there, and paying it made doing nothing,
   or calling the wrong read, worth half of a right answer;
-- on a turn whose gold has no calls (where the right answer is to call nothing), any call or malformed
-  call block fails the trace (the paper's "every gold call matched" is vacuous there and would pay a call
-  0.95).
+- on a turn whose gold has no calls (an abstention row: the right answer is a reply that declines or asks,
+  and no call), any call or malformed call block fails the trace (the paper's "every gold call matched" is
+  vacuous there and would pay a call 0.95), and so does a response without reply text;
+- an empty response (no call, no malformed call block, no reply text once tool-call and reasoning blocks are
+  removed) earns 0 on every row: it answers nothing, and without this rule it earned the maximum on an
+  abstention row and part of the state half on a row whose gold leaves one of its environments unchanged.
 
 :func:`hybrid_reward` stays the paper's formula, unchanged, for the evaluation and the exports.
 
@@ -301,9 +304,10 @@ def guarded_reward(
     masked_arguments: Sequence[str] = (),
     n_malformed: int = 0,
     executed_calls: Sequence[Mapping[str, Any]] = (),
+    reply: str,
 ) -> RewardBreakdown:
-    """The reward GRPO trains on: :func:`hybrid_reward`'s shape (``0.5 * trace + 0.5 * state`` minus the
-    same penalties) with the three rules of the module docstring.
+    """The reward GRPO trains on, and every exported or served reward: :func:`hybrid_reward`'s shape
+    (``0.5 * trace + 0.5 * state`` minus the same penalties) with the four rules of the module docstring.
 
     Args:
         gold_calls, predicted_calls, final_state_hashes, gold_state_hashes, masked_arguments, n_malformed,
@@ -312,10 +316,14 @@ def guarded_reward(
             it changes nothing).
         tools: the task's OpenAI function tools (their schemas say which arguments are required and their
             defaults).
+        reply: the response's text outside its tool-call and reasoning blocks (every assistant turn of the
+            rollout; :attr:`~envfactory_assets.tooluse.tool_calls.ParseResult.content` of each). Required, so
+            that no caller scores a response without looking at its words: on an abstention row they are
+            the whole answer.
 
     Returns:
         A :class:`RewardBreakdown` whose ``trace`` and ``state`` are the guarded terms; ``reward`` is 0.0 when
-        :func:`empty_argument_calls` is nonzero.
+        :func:`empty_argument_calls` is nonzero or the response is empty.
 
     Raises:
         ValueError: as :func:`hybrid_reward`.
@@ -329,12 +337,16 @@ def guarded_reward(
         n_malformed=n_malformed,
         executed_calls=executed_calls,
     )
-    # where no call is wanted, a malformed call block is a call too
-    trace = paper.trace if gold_calls else float(not predicted_calls and not n_malformed)
+    if not isinstance(reply, str):
+        raise ValueError(f"reply must be the response's text, got {type(reply).__name__}")
+    answered = bool(reply.strip())
+    empty_response = not predicted_calls and not n_malformed and not answered
+    # where no call is wanted, a malformed call block is a call too, and the reply is the answer
+    trace = paper.trace if gold_calls else float(not predicted_calls and not n_malformed and answered)
     changes_state = any(initial_state_hashes.get(e) != h for e, h in gold_state_hashes.items())
     state = paper.state if changes_state else paper.state * trace
     reward = max(0.0, TRACE_WEIGHT * trace + STATE_WEIGHT * state - paper.length_penalty - paper.format_penalty)
-    if empty_argument_calls(gold_calls, predicted_calls, tools, masked_arguments):
+    if empty_response or empty_argument_calls(gold_calls, predicted_calls, tools, masked_arguments):
         reward = 0.0
     return RewardBreakdown(
         reward=round(reward, 10),

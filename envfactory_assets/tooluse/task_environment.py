@@ -200,6 +200,11 @@ class TaskEnvironment:
             raise RuntimeError("reset(**row) must be called before counting malformed calls")
         self._episode.add_malformed(n)
 
+    def _add_reply(self, text: str) -> None:
+        if self._episode is None:
+            raise RuntimeError("reset(**row) must be called before recording a reply")
+        self._episode.add_reply(text)
+
     def _reward(self) -> RewardBreakdown:
         if self._episode is None:
             raise RuntimeError("reset(**row) must be called before scoring")

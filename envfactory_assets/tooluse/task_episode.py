@@ -51,6 +51,8 @@ class TaskEpisode:
         calls: every well-formed call executed so far, ``[{"name", "arguments"}]``, in order.
         n_malformed: calls refused before execution (unknown tool, arguments not an object) plus any the
             caller reports with :meth:`add_malformed` (text that did not parse as a call).
+        replies: the text of each assistant turn outside its tool-call blocks, as the caller reports it with
+            :meth:`add_reply` (the reward reads their join, :attr:`reply`).
     """
 
     def __init__(self, worker: SandboxWorker, row: Mapping[str, Any]) -> None:
@@ -59,6 +61,7 @@ class TaskEpisode:
         self._tools = _tool_names(row["tools"])
         self.calls: list[dict[str, Any]] = []
         self.n_malformed = 0
+        self.replies: list[str] = []
         self._lost = False
         self._episode: str | None = worker.open_episode(copy.deepcopy(row["initial_state"]))
 
@@ -100,6 +103,21 @@ class TaskEpisode:
         if n < 0:
             raise ValueError(f"add_malformed: n must be >= 0, got {n}")
         self.n_malformed += n
+
+    def add_reply(self, text: str) -> None:
+        """Record the text of one assistant turn outside its tool-call and reasoning blocks (may be empty).
+
+        Raises:
+            ValueError: ``text`` is not a string.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"add_reply: text must be a string, got {type(text).__name__}")
+        self.replies.append(text)
+
+    @property
+    def reply(self) -> str:
+        """Every non-blank reply recorded so far, stripped and joined by a newline ("" when none)."""
+        return "\n".join(r.strip() for r in self.replies if r.strip())
 
     def final_states(self) -> dict[str, Any] | None:
         """``{env_id: saved state}`` of the episode now, or None when the episode was lost."""

@@ -157,12 +157,14 @@ def execute_tool_text(environment: TaskEnvironment, text: str) -> tuple[list[tup
     """Parse one model turn and execute its calls in ``environment`` (the rollout's own episode).
 
     Tool-call blocks that do not parse are counted as malformed calls in the episode (format penalty) and
-    never executed; calls to names outside the task's tools are refused by the episode (also malformed).
+    never executed; calls to names outside the task's tools are refused by the episode (also malformed); the
+    text outside the blocks is recorded as the turn's reply (the reward reads it: an empty response earns 0).
 
     Returns:
         ``([(tool name, result text), ...] in call order, number of unparseable blocks)``.
     """
     parsed = parse_tool_calls(text)
+    environment._add_reply(parsed.content)
     if parsed.format_errors:
         environment._add_malformed(parsed.format_errors)
     results = [(c["name"], environment._dispatch(c["name"], c["arguments"])) for c in parsed.calls]

@@ -40,4 +40,5 @@ def training_reward(environment: Any) -> RewardBreakdown:
         masked_arguments=row.get("masked_arguments") or (),
         n_malformed=episode.n_malformed,
         executed_calls=row.get("executed_calls") or (),
+        reply=episode.reply,
     )

@@ -67,9 +67,17 @@ def _exports_dir(envfactory: EnvFactoryHome) -> Path:
 def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, envfactory: EnvFactoryHome):
     """Train/validation split by environment, licences on every row, a dataset card listing them."""
     from envfactory_assets.catalog import passed_environments
+    from envfactory_assets.exports.context import tokenizer_limit
     from envfactory_assets.exports.licences import environment_licences
     from envfactory_assets.exports.stage import build_exports
+    from envfactory_assets.training.base_model import force_offline, resolve_base_model
 
+    force_offline()
+    try:
+        model_dir = resolve_base_model(config.context_model, envfactory.models_dir())
+        limit = tokenizer_limit(model_dir, config.context_model)
+    except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:
+        raise dg.Failure(f"exports: context_model {config.context_model!r}: {exc}") from exc
     store = envfactory.store()
     licences = environment_licences(store.read("environments"), store.read("source_resources"))
     try:
@@ -86,6 +94,7 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
                 asset_key=dg.AssetKey("verl_export"),
                 label="dataset_exports",
             ),
+            context=limit,
         )
     except (KeyError, ValueError) as exc:
         raise dg.Failure(f"exports: {exc}") from exc
@@ -101,6 +110,7 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
                 "dataset_card": str(Path(manifest["path"]) / "README.md"),
                 "licences": len(manifest["licences"]),
                 "dropped_by_licence": manifest["dropped"],
+                "hf_context": manifest.get("hf_context"),
             },
             data_version=dg.DataVersion(manifest["version"]),
         )

@@ -62,7 +62,8 @@ def _gold_call(call: dict[str, Any]) -> dict[str, Any]:
 
 def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One RL row per turn (not yet replay-checked); a turn without calls (an abstention turn) gives a row
-    whose gold is no call and whose final state is its initial state."""
+    whose gold is no call and whose final state is its initial state. ``gold_reply`` is the turn's closing
+    assistant reply: on an abstention row it is the whole gold answer (a reply that declines or asks)."""
     messages = to_messages(trajectory["turns"])
     tools = tools_of(environments, trajectory["env_ids"])
     rows = []
@@ -81,6 +82,7 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
                 "tools": tools,
                 "gold_calls": gold,
                 "executed_calls": executed,
+                "gold_reply": turn.get("assistant_summary") or "",
                 "masked_arguments": masked,
                 "initial_state": turn["state_before"],
                 "final_state": turn["state_after"],
@@ -129,15 +131,16 @@ def replay_check(row: dict[str, Any], worker: SandboxWorker) -> str | None:
 
 
 def complete_answer_problem(row: dict[str, Any], worker: SandboxWorker, writers: set[str]) -> str | None:
-    """None when the turn's own calls win the row: replaying ``executed_calls`` on ``initial_state`` earns
-    :data:`~envfactory_assets.tooluse.reward.MAX_REWARD` under the training reward
+    """None when the turn's own answer wins the row: replaying ``executed_calls`` on ``initial_state``, with the
+    turn's reply ``gold_reply``, earns :data:`~envfactory_assets.tooluse.reward.MAX_REWARD` under the training
+    reward
     (:func:`~envfactory_assets.tooluse.reward.guarded_reward`), and every executed call the gold left out is a
     read whose result nothing needs (none is: the turn's reply reports every call's result, see
     :func:`essential_calls`); otherwise what is wrong.
 
     Args:
-        row: an ``rl_dataset`` row (``gold_calls``, ``executed_calls``, ``initial_state``, ``final_state``,
-            ``tools``, ``masked_arguments``).
+        row: an ``rl_dataset`` row (``gold_calls``, ``executed_calls``, ``gold_reply``, ``initial_state``,
+            ``final_state``, ``tools``, ``masked_arguments``).
         worker: a sandbox worker with the row's environments loaded.
         writers: names of the tools that are not read-only.
     """
@@ -146,6 +149,9 @@ def complete_answer_problem(row: dict[str, Any], worker: SandboxWorker, writers:
     executed = row.get("executed_calls")
     if executed is None:
         return "no executed_calls recorded: the reward cannot tell the turn's own calls from extra ones"
+    reply = row.get("gold_reply") or ""
+    if not executed and not reply.strip():
+        return "no gold_reply recorded on a row without calls: its answer is the reply, and an empty one earns 0"
     try:
         episode = worker.open_episode(copy.deepcopy(row["initial_state"]))
     except (StateRejected, WorkerCrashed) as exc:
@@ -169,6 +175,7 @@ def complete_answer_problem(row: dict[str, Any], worker: SandboxWorker, writers:
         row["tools"],
         masked_arguments=masked,
         executed_calls=executed,
+        reply=reply,
     )
     if reward.reward != MAX_REWARD:
         return (
