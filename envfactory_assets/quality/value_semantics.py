@@ -106,6 +106,16 @@ class Judgement:
     rule: str
     reason: str = ""
 
+    @property
+    def defect(self) -> str:
+        """What is wrong with a failing value: ``"placeholder"``, ``"random word"`` or ``"wrong kind"``;
+        ``""`` when it did not fail."""
+        if self.verdict != "fail":
+            return ""
+        if self.rule == "placeholder":
+            return "placeholder"
+        return "random word" if self.reason.startswith(RANDOM_WORD) else "wrong kind"
+
 
 @functools.lru_cache(maxsize=1)
 def _zones() -> frozenset[str]:
@@ -261,12 +271,244 @@ def _format_verdict(fmt: str, value: str) -> Judgement | None:
     return None
 
 
+RANDOM_WORD = "random word"
+
+# Values that stand in for a real one (written here from what API examples and generators leave behind).
+PLACEHOLDERS = frozenset(
+    """
+string str text example sample value foo bar baz qux test testing dummy placeholder null none nil undefined
+tbd todo xxx xyz abc n/a na lorem ipsum changeme your_value my_value some_value value1 value2
+""".split()
+)
+# The first words of "lorem ipsum" filler text.
+_LOREM = frozenset(
+    "lorem ipsum dolor sit amet consectetur adipiscing adipisci elit sed eiusmod tempor incididunt labore "
+    "dolore magna aliqua".split()
+)
+# Units of measure as APIs write them: SI and common symbols, their names, unit systems, counting units.
+UNIT_WORDS = frozenset(
+    """
+mm cm dm m km in inch inches ft foot feet yd yard yards mi mile miles nm um µm
+mg g kg t lb lbs oz pound pounds ounce ounces gram grams kilogram kilograms tonne tonnes ton tons
+ml cl dl l lt liter liters litre litres gal gallon gallons qt pt cup cups floz fl_oz m3 cm3 cc
+s sec secs second seconds ms millisecond milliseconds min mins minute minutes h hr hrs hour hours
+d day days wk week weeks mo month months yr year years
+c f k °c °f celsius fahrenheit kelvin degc degf
+metric imperial si us uk standard scientific
+pcs pc piece pieces each ea unit units item items box boxes pack packs pair pairs dozen set sets roll case
+kwh mwh wh kw mw w v mv a ma hz khz mhz ghz
+b kb mb gb tb pb kib mib gib tib byte bytes bit bits bps kbps mbps gbps
+% percent px pt em rem dpi ppi pa kpa hpa mbar bar psi atm mmhg
+mph kph kmh km/h m/s kn knot knots sqft sq_ft sqm m2 m² ft2 ac acre acres ha hectare hectares
+cal kcal kj j
+usd eur gbp
+""".split()
+)
+# Names of data and coordinate formats (file types, encodings, notations), for ``*_format`` fields.
+FORMAT_WORDS = frozenset(
+    """
+json jsonl ndjson xml csv tsv yaml yml html htm pdf png jpg jpeg gif svg webp bmp tiff ico txt text plain
+markdown md rtf doc docx xls xlsx ppt pptx odt ods zip gzip gz tar tgz bz2 7z parquet avro orc protobuf
+geojson topojson kml kmz gpx wkt wkb shp mvt rss atom ics ical vcard vcf mp3 mp4 wav ogg webm mov avi flac
+iso iso8601 rfc3339 rfc2822 unix epoch timestamp decimal dd dms ddm utm mgrs hex rgb rgba hsl cmyk
+base64 base32 utf8 utf-8 ascii binary raw full compact summary minimal detailed brief verbose short long
+simple extended basic pretty table list grid tree e164 international national e.164 latlng latlon lnglat
+12h 24h 12-hour 24-hour degrees radians
+""".split()
+)
+# Colour names of CSS Color Module Level 4's basic and common extended keywords.
+COLOUR_WORDS = frozenset(
+    """
+black silver gray grey white maroon red purple fuchsia green lime olive yellow navy blue teal aqua orange
+pink brown cyan magenta gold beige coral crimson indigo ivory khaki lavender salmon tan turquoise violet
+plum orchid chocolate tomato wheat linen azure mint skyblue lightblue darkblue darkgreen lightgreen
+darkred lightgray lightgrey darkgray darkgrey navyblue royalblue steelblue slategray transparent
+""".split()
+)
+
+_ISBN_FIELD = re.compile(r"(^|_)isbn(_?1[03])?($|_)")
+_ETAG_FIELD = re.compile(r"(^|_)(etag|e_tag|if_match|if_none_match|entity_tag)$")
+_ALPHA3 = re.compile(r"(alpha_?3|iso_?3($|_)|iso3166_?1_?alpha_?3|_a3$|cca3|three_letter)")
+_ALPHA2 = re.compile(r"(alpha_?2|iso_?2($|_)|iso3166_?1_?alpha_?2|_a2$|cca2|two_letter)")
+_COUNTRY_CODE = re.compile(r"(^|_)country(_iso)?(_code|_iso|_iso_code)($|_)|(^|_)(iso_country|country_iso)")
+_COORDS_FIELD = re.compile(r"(^|_)(coordinates|coords|coordinate|latlng|lat_lng|latlon|lat_lon|lnglat|geo_point|geopoint)$")
+_LAT_FIELD = re.compile(r"(^|_)(lat|latitude)$")
+_LON_FIELD = re.compile(r"(^|_)(lon|lng|long|longitude)$")
+_LOCATION_FIELD = re.compile(
+    r"(^|_)(location|place|venue|destination|origin|where|near|neighbou?rhood|place_name|location_name|"
+    r"birthplace|hometown|site)$"
+)
+_UNIT_FIELD = re.compile(r"(^|_)(unit|units|uom|unit_of_measure|unit_of_measurement|measurement_unit)$")
+_FORMAT_FIELD = re.compile(r"(^|_)format$")
+_COLOUR_FIELD = re.compile(r"(^|_)(colou?r|colou?r_code|hex_colou?r|background|foreground|bg_colou?r|fg_colou?r)$")
+_MIME_FIELD = re.compile(r"(^|_)(mime|mime_type|mimetype|content_type|media_type|accept)$")
+_UUID_FIELD = re.compile(r"(^|_)(uuid|guid)$")
+_ID_FIELD = re.compile(r"(^|_)(id|ids|uid|identifier)$")
+_COORD_PAIR = re.compile(r"^\s*(-?\d{1,3}(?:\.\d+)?)\s*[, ;]\s*(-?\d{1,3}(?:\.\d+)?)\s*$")
+_HEX_COLOUR = re.compile(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
+_FUNC_COLOUR = re.compile(r"^(rgb|rgba|hsl|hsla)\(\s*[\d.%\s,/]+\)$")
+_MIME_SHAPE = re.compile(r"^[a-z]+/[a-z0-9][\w.+-]*(\s*;\s*[\w-]+=[\w.\-\"]+)*$|^\*/\*$")
+_DATE_PATTERN = re.compile(r"^[YMDdHhmsSaAZzT%:/.\-, ]+$")
+_STREET_SHAPE = re.compile(r"\d")
+
+
+def is_placeholder(text: str) -> bool:
+    """True for a stand-in value: a placeholder word (``string``, ``foo``, ``TBD``) or lorem ipsum filler."""
+    flat = text.strip().lower()
+    if flat in PLACEHOLDERS:
+        return True
+    words = re.findall(r"[a-z]+", flat)
+    return len(words) >= 2 and sum(w in _LOREM for w in words) / len(words) >= 0.5
+
+
+def is_random_word(text: str) -> bool:
+    """True for a bare lowercase word (``just``, ``force``, ``character``): what a value made of a word list
+    looks like; judged only where the field's kind has failed it, since some fields do hold one word."""
+    return re.fullmatch(r"[a-z]{2,24}", text.strip()) is not None
+
+
+def isbn_valid(text: str) -> bool:
+    """True for an ISBN-10 or ISBN-13 whose check digit is right (hyphens and spaces ignored).
+
+    ISBN-13: digits weighted 1,3,1,3... sum to a multiple of 10; ISBN-10: digits weighted 10..1 (``X`` = 10
+    as the last) sum to a multiple of 11 (ISO 2108).
+    """
+    flat = re.sub(r"[\s-]", "", text.upper())
+    if flat.startswith("ISBN"):
+        flat = flat[4:].lstrip(":")
+    if re.fullmatch(r"\d{13}", flat):
+        return sum(int(c) * (1 if i % 2 == 0 else 3) for i, c in enumerate(flat)) % 10 == 0
+    if re.fullmatch(r"\d{9}[\dX]", flat):
+        return sum((10 - i) * (10 if c == "X" else int(c)) for i, c in enumerate(flat)) % 11 == 0
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _country_code(value: str, form: str) -> bool:
+    """``value`` is an ISO 3166-1 code of ``form`` (``"alpha_2"``, ``"alpha_3"`` or ``"code"``: either), in
+    capitals or small letters, never a country's name."""
+    import pycountry
+
+    if not re.fullmatch(r"[A-Za-z]{2,3}", value):
+        return False
+    forms = ("alpha_2", "alpha_3") if form == "code" else (form,)
+    return any(
+        len(value) == (2 if f == "alpha_2" else 3) and pycountry.countries.get(**{f: value.upper()}) is not None
+        for f in forms
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _place_names() -> frozenset[str]:
+    """Cities (``airportsdata``), countries and ISO 3166-2 regions (``pycountry``), in small letters."""
+    import pycountry
+
+    names = {c.lower() for c in _cities()} | {s.lower() for s in _subdivisions()}
+    for c in pycountry.countries:
+        names |= {c.name.lower(), getattr(c, "common_name", c.name).lower()}
+    return frozenset(names)
+
+
+def _is_place(text: str) -> bool:
+    """A place a person names: a known city, region or country (also ``City, Country``), a street address
+    (a number and words), coordinates, or a capitalised name (``Conference Room B``, ``Main Office``)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if parts and all(p.lower() in _place_names() or _country_code(p, "code") for p in parts[:3]):
+        return True
+    if _COORD_PAIR.match(text):
+        return True
+    words = text.split()
+    if _STREET_SHAPE.search(text) and len(words) >= 2 and any(w.isalpha() for w in words):
+        return True
+    return 1 <= len(words) <= 8 and all(w[:1].isupper() or w[:1].isdigit() or w in ("of", "the", "de") for w in words)
+
+
+def _coordinates_ok(text: str) -> bool:
+    m = _COORD_PAIR.match(text)
+    return bool(m) and abs(float(m.group(1))) <= 90 and abs(float(m.group(2))) <= 180
+
+
+def _number_text(text: str, lo: float, hi: float) -> bool:
+    try:
+        number = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(number) and lo <= number <= hi
+
+
+def _kind_verdict(name: str, text: str, desc: str) -> Judgement | None:
+    """Kinds of thing a field's name or description implies, each narrower than free text; None when none
+    applies."""
+
+    def judged(ok: bool, rule: str, what: str) -> Judgement:
+        return Judgement("pass" if ok else "fail", rule, "" if ok else f"{text!r} is no {what}")
+
+    if _ISBN_FIELD.search(name) or "isbn" in desc:
+        return judged(isbn_valid(text), "isbn", "ISBN with a valid check digit")
+    if _ETAG_FIELD.search(name) or "etag" in desc or "entity tag" in desc:
+        ok = re.fullmatch(r'(W/)?"?[\x21\x23-\x7e]{4,}"?', text) is not None and any(c.isdigit() for c in text)
+        return judged(ok, "etag", "entity tag")
+    if "country" in name or ("country" in desc and name.endswith("_code")):
+        if _ALPHA3.search(name) or "alpha-3" in desc or "alpha3" in desc:
+            return judged(_country_code(text, "alpha_3"), "country_alpha3", "ISO 3166-1 alpha-3 code")
+        if _ALPHA2.search(name) or "alpha-2" in desc or "alpha2" in desc:
+            return judged(_country_code(text, "alpha_2"), "country_alpha2", "ISO 3166-1 alpha-2 code")
+        if _COUNTRY_CODE.search(name):
+            return judged(_country_code(text, "code"), "country_code", "ISO 3166-1 code")
+    if _COORDS_FIELD.search(name):
+        return judged(_coordinates_ok(text), "coordinates", "latitude,longitude pair")
+    if _LAT_FIELD.search(name):
+        return judged(_number_text(text, -90, 90), "latitude", "latitude")
+    if _LON_FIELD.search(name):
+        return judged(_number_text(text, -180, 180), "longitude", "longitude")
+    if _UUID_FIELD.search(name):
+        try:
+            uuid.UUID(text)
+            return Judgement("pass", "uuid")
+        except ValueError:
+            return judged(False, "uuid", "UUID")
+    if _UNIT_FIELD.search(name) and not re.search(r"(^|_)(org|business|organi[sz]ational|admin)_unit", name):
+        return judged(text.lower().replace(" ", "_") in UNIT_WORDS, "unit", "unit of measure")
+    if _FORMAT_FIELD.search(name) and not name.endswith(("date_format", "time_format", "datetime_format")):
+        ok = text.lower() in FORMAT_WORDS or bool(_MIME_SHAPE.match(text)) or text.lower().lstrip(".") in FORMAT_WORDS
+        return judged(ok, "format_name", "format name")
+    if name.endswith(("date_format", "time_format", "datetime_format")):
+        ok = bool(_DATE_PATTERN.match(text)) and any(c in text for c in "YyMDdHhm%")
+        return judged(ok, "date_pattern", "date pattern")
+    if _COLOUR_FIELD.search(name):
+        ok = bool(_HEX_COLOUR.match(text) or _FUNC_COLOUR.match(text.lower())) or text.lower() in COLOUR_WORDS
+        return judged(ok, "colour", "colour")
+    if _MIME_FIELD.search(name):
+        return judged(bool(_MIME_SHAPE.match(text)), "mime_type", "media type")
+    if _LOCATION_FIELD.search(name) and not name.endswith(("_id", "_url", "_type")):
+        ok = _is_place(text) or bool(re.match(r"^[a-z][a-z0-9+.-]*://", text))
+        return judged(ok, "location", "place")
+    if _ID_FIELD.search(name):
+        # an identifier of something outside the environment: a code with digits or separators, a UUID, a slug
+        ok = any(c.isdigit() for c in text) or bool(re.search(r"[-_:./@]", text.strip("-_:./@")))
+        ok = ok and " " not in text.strip()
+        return judged(ok, "identifier", "identifier")
+    return None
+
+
 def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
+    judgement = _semantic_verdict_of(name, value, desc)
+    if judgement.verdict == "fail" and isinstance(value, str) and is_random_word(value):
+        return Judgement("fail", judgement.rule, f"{RANDOM_WORD}: {value!r} is no {judgement.rule}")
+    return judgement
+
+
+def _semantic_verdict_of(name: str, value: Any, desc: str) -> Judgement:
     if isinstance(value, bool):
         return Judgement("pass", "boolean")
     if isinstance(value, (int, float)):
         return _number_verdict(name, value, desc)
     text = value.strip()
+    if is_placeholder(text):
+        return Judgement("fail", "placeholder", f"{text!r} is a placeholder")
+    kind = _kind_verdict(name, text, desc)
+    if kind is not None:
+        return kind
     if _TZ.search(name):
         ok = text in _zones() or bool(_UTC_OFFSET.match(text))
         return Judgement("pass" if ok else "fail", "timezone", "" if ok else f"{text!r} is no IANA zone")
@@ -535,3 +777,62 @@ def summarise(environments: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "timestamps_after_clock": late,
         "timestamps": total,
     }
+
+
+def _flatten(field: str, schema: dict[str, Any], value: Any) -> Iterable[tuple[str, dict[str, Any], Any]]:
+    """Scalar leaves of an argument value, each with its own schema: list items under ``items``, object
+    members under ``properties`` (a member's own name)."""
+    if isinstance(value, list):
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        for item in value:
+            yield from _flatten(field, items, item)
+    elif isinstance(value, dict):
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for key, member in value.items():
+            yield from _flatten(str(key), props.get(key) or {}, member)
+    else:
+        yield field, schema, value
+
+
+def generated_arguments(
+    trajectories: Iterable[dict[str, Any]], environments: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every generated argument value of the tool calls of ``trajectories`` (rows with ``id`` and ``turns``,
+    raw or refined), one dict per scalar value: ``trajectory_id``, ``turn``, ``call``, ``env_id``, ``tool``,
+    ``field``, ``schema`` (the input schema's property, or the nested member's), ``description`` and
+    ``value``.
+
+    A value is generated when its call's provenance says the user gave it (``{"source": "user"}``):
+    identifiers read from the hidden state or an earlier result are only meaningful by existing and are left
+    out. ``environments`` maps ``env_id`` to an Environment dict (its ``tools``); a call whose tool is not
+    there keeps an empty schema.
+    """
+    tools = {
+        (env_id, tool["name"]): tool for env_id, env in environments.items() for tool in env.get("tools") or []
+    }
+    out: list[dict[str, Any]] = []
+    for row in trajectories:
+        for t, turn in enumerate(row.get("turns") or []):
+            for c, call in enumerate(turn.get("calls") or []):
+                prov = call.get("provenance") or {}
+                props = (tools.get((call.get("env_id"), call.get("name"))) or {}).get("input_schema", {})
+                props = props.get("properties") or {}
+                for name, value in (call.get("arguments") or {}).items():
+                    if (prov.get(name) or {}).get("source") != "user":
+                        continue
+                    schema = props.get(name) or {}
+                    for field, leaf_schema, leaf in _flatten(name, schema, value):
+                        out.append(
+                            {
+                                "trajectory_id": row.get("id"),
+                                "turn": t,
+                                "call": c,
+                                "env_id": call.get("env_id"),
+                                "tool": call.get("name"),
+                                "field": field,
+                                "schema": leaf_schema,
+                                "description": str(leaf_schema.get("description") or ""),
+                                "value": leaf,
+                            }
+                        )
+    return out
