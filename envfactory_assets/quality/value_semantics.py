@@ -331,7 +331,9 @@ _ETAG_FIELD = re.compile(r"(^|_)(etag|e_tag|if_match|if_none_match|entity_tag)$"
 _ALPHA3 = re.compile(r"(alpha_?3|iso_?3($|_)|iso3166_?1_?alpha_?3|_a3$|cca3|three_letter)")
 _ALPHA2 = re.compile(r"(alpha_?2|iso_?2($|_)|iso3166_?1_?alpha_?2|_a2$|cca2|two_letter)")
 _COUNTRY_CODE = re.compile(r"(^|_)country(_iso)?(_code|_iso|_iso_code)($|_)|(^|_)(iso_country|country_iso)")
-_COORDS_FIELD = re.compile(r"(^|_)(coordinates|coords|coordinate|latlng|lat_lng|latlon|lat_lon|lnglat|geo_point|geopoint)$")
+_COORDS_FIELD = re.compile(
+    r"(^|_)(coordinates|coords|coordinate|latlng|lat_lng|latlon|lat_lon|lnglat|geo_point|geopoint)$"
+)
 _LAT_FIELD = re.compile(r"(^|_)(lat|latitude)$")
 _LON_FIELD = re.compile(r"(^|_)(lon|lng|long|longitude)$")
 _LOCATION_FIELD = re.compile(
@@ -807,9 +809,7 @@ def generated_arguments(
     out. ``environments`` maps ``env_id`` to an Environment dict (its ``tools``); a call whose tool is not
     there keeps an empty schema.
     """
-    tools = {
-        (env_id, tool["name"]): tool for env_id, env in environments.items() for tool in env.get("tools") or []
-    }
+    tools = {(env_id, tool["name"]): tool for env_id, env in environments.items() for tool in env.get("tools") or []}
     out: list[dict[str, Any]] = []
     for row in trajectories:
         for t, turn in enumerate(row.get("turns") or []):
@@ -836,3 +836,55 @@ def generated_arguments(
                             }
                         )
     return out
+
+
+def coverage_figures(items: Iterable[tuple[str, dict[str, Any], Any, str]]) -> dict[str, Any]:
+    """How much of a set of generated values the check covers, and what it finds there.
+
+    ``items`` are ``(field_name, schema, value, description)``. A value is covered when a rule judges it
+    (pass or fail): every rule checks a kind narrower than free text (a zone, a code, a place, a sentence);
+    the rest are ``unknown``. Returns ``values``, ``covered``, ``unknown``, ``unknown_share`` (of values),
+    ``passed``, ``failed``, ``share_passing`` (of covered), ``random_words``, ``placeholders`` and
+    ``wrong_kind`` (failing values by :attr:`Judgement.defect`), ``random_word_share`` (random words of
+    covered values), ``by_rule`` (covered values per rule), ``top_failures`` (``"field (rule)": count``) and
+    ``top_unknown_fields`` (the fields left unknown most often).
+    """
+    from collections import Counter
+
+    tally, defects, rules, failures, unknown_fields = Tally(), Counter(), Counter(), Counter(), Counter()
+    for name, schema, value, desc in items:
+        judgement = check_value(name, schema, value, desc)
+        tally.add(judgement.verdict)
+        if judgement.verdict == "unknown":
+            unknown_fields[name] += 1
+            continue
+        rules[judgement.rule] += 1
+        if judgement.verdict == "fail":
+            defects[judgement.defect] += 1
+            failures[f"{name} ({judgement.rule})"] += 1
+    values = tally.judged + tally.unknown
+    share = tally.share
+    return {
+        "values": values,
+        "covered": tally.judged,
+        "unknown": tally.unknown,
+        "unknown_share": round(tally.unknown / values, 4) if values else None,
+        "passed": tally.passed,
+        "failed": tally.failed,
+        "share_passing": round(share, 4) if share is not None else None,
+        "random_words": defects["random word"],
+        "placeholders": defects["placeholder"],
+        "wrong_kind": defects["wrong kind"],
+        "random_word_share": round(defects["random word"] / tally.judged, 4) if tally.judged else None,
+        "by_rule": dict(rules.most_common()),
+        "top_failures": dict(failures.most_common(10)),
+        "top_unknown_fields": dict(unknown_fields.most_common(10)),
+    }
+
+
+def argument_figures(trajectories: Iterable[dict[str, Any]], environments: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """:func:`coverage_figures` of every generated argument value (:func:`generated_arguments`) of the tool
+    calls of ``trajectories``, with ``trajectories`` counted."""
+    rows = list(trajectories)
+    items = [(a["field"], a["schema"], a["value"], a["description"]) for a in generated_arguments(rows, environments)]
+    return {"trajectories": len(rows), **coverage_figures(items)}
