@@ -411,6 +411,12 @@ def _place_names() -> frozenset[str]:
     return frozenset(names)
 
 
+# Small words inside place names (``Valle del Fuerte``, ``Isle of Man``, ``Rio de Janeiro``).
+_PARTICLES = frozenset(
+    "of the de del della di da do dos das la le les los van von der den du y e and & at on upon am im".split()
+)
+
+
 def _is_place(text: str) -> bool:
     """A place a person names: a known city, region or country (also ``City, Country``), a street address
     (a number and words), coordinates, or a capitalised name (``Conference Room B``, ``Main Office``)."""
@@ -422,7 +428,8 @@ def _is_place(text: str) -> bool:
     words = text.split()
     if _STREET_SHAPE.search(text) and len(words) >= 2 and any(w.isalpha() for w in words):
         return True
-    return 1 <= len(words) <= 8 and all(w[:1].isupper() or w[:1].isdigit() or w in ("of", "the", "de") for w in words)
+    words = [w.lstrip("(\"'") for w in words]
+    return 1 <= len(words) <= 8 and all(w[:1].isupper() or w[:1].isdigit() or w in _PARTICLES for w in words)
 
 
 def _coordinates_ok(text: str) -> bool:
@@ -613,9 +620,11 @@ def _semantic_verdict_of(name: str, value: Any, desc: str) -> Judgement:
         ok = any(c.isdigit() for c in text) and len(text.split()) >= 2
         return Judgement("pass" if ok else "fail", "street_address")
     if _CITY.search(name):
+        if text in _cities():
+            return Judgement("pass", "city")
         if _WORD_PAIR.match(text) or not _NAME_SHAPE.match(text):
             return Judgement("fail", "city")
-        return Judgement("pass" if text in _cities() else "unknown", "city")
+        return Judgement("unknown", "city")
     if _LABEL.search(name):
         ok = (
             (
