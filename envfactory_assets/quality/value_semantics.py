@@ -59,7 +59,9 @@ _COUNTRY = re.compile(r"(^|_)(country|country_code|nationality)($|_)")
 _LANGUAGE = re.compile(r"(^|_)(language|lang|language_code|locale)($|_)")
 _EMAIL = re.compile(r"(^|_)e_?mail(s)?(_address)?($|_)|(^|_)mail(_address)?$|^email")
 _URL = re.compile(r"(^|_)(url|uri|website|homepage|href|link|web_?site|avatar_url|image_url|callback)($|_)")
-_PHONE = re.compile(r"(^|_)(phone|mobile|telephone|fax|cell|phone_number|msisdn)($|_)")
+_PHONE = re.compile(
+    r"(^|_)(phone|mobile|telephone|fax|cell|phone_number|msisdn)($|_)|^(from|to)(_number)?$|^(from|to)_phone"
+)
 _DATE = re.compile(
     r"(_at|_on|_date|_time|_timestamp)$|(^|_)(date|datetime|timestamp|birthday|dob|created|"
     r"updated|modified|deadline|expires|expiry|expiration)($|_)"
@@ -71,13 +73,18 @@ _PERSON = re.compile(
 )
 _FREE_TEXT = re.compile(
     r"(^|_)(description|notes?|comments?|body|message|text|content|bio|about|"
-    r"summary|details|remarks|instructions)$"
+    r"summary|details|remarks|instructions|information|info)$"
 )
 _AMOUNT = re.compile(
     r"(^|_)(amount|price|cost|total|subtotal|balance|fee|salary|budget|revenue|"
     r"unit_price|tax|discount)($|_)"
 )
 _COUNT = re.compile(r"(^|_)(count|quantity|qty|number_of|num|total_count|size|age|year|stock)($|_)")
+# Numbers that are never negative: paging, limits, rates, distances and sizes, numbered things.
+_MEASURE = re.compile(
+    r"(^|_)(limit|offset|page|per_page|page_size|max_results|top|skip|rate|ratio|distance|weight|height|width|"
+    r"length|depth|radius|number|max|min|minimum|maximum|capacity|seats)($|_)"
+)
 _UTC_OFFSET = re.compile(r"^(UTC|GMT)?[+-](0\d|1[0-4])(:?[0-5]\d)?$")
 _PHONE_SHAPE = re.compile(r"^\+?[\d\s().-]+(\s*(x|ext\.?)\s*\d{1,6})?$")
 _NAME_SHAPE = re.compile(r"^[^\W\d_][^\W\d_'.\- ]*(?:[ '.\-]+[^\W\d_][^\W\d_'.\-]*){0,4}\.?$")
@@ -85,7 +92,10 @@ _WORD_PAIR = re.compile(r"^[a-z]+-[a-z]+$")
 _IP = re.compile(r"(^|_)(ip|ip_address|ipv4|ipv6|ip_addr|remote_ip|client_ip)$")
 _HOST = re.compile(r"(^|_)(fqdn|hostname|host_name|domain|domain_name|host)$")
 _ARN = re.compile(r"(^|_)arn$")
-_SECRET = re.compile(r"(^|_)(token|access_token|secret|api_key|password|hash|checksum|signature|fingerprint)$")
+_SECRET = re.compile(
+    r"(^|_)(token|access_token|secret|api_key|password|hash|checksum|signature|fingerprint|key|idempotency_key|"
+    r"nonce)$"
+)
 _DURATION = re.compile(r"(^|_)(ttl|duration|timeout|interval|period)$")
 _VERSION = re.compile(r"(^|_)(version|revision|release)$")
 _LABEL = re.compile(r"(^|_)(name|title|subject|headline|label|nickname)$")
@@ -247,6 +257,7 @@ def check_value(field_name: str, schema: dict[str, Any], value: Any, description
         if verdict is not None:
             return verdict
     name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", field_name).lower()
+    name = re.sub(r"(?<=[a-z])(?=\d+$)", "_", name)  # ``extra_phone3`` is a phone
     return _semantic_verdict(name, value, description.lower())
 
 
@@ -282,8 +293,21 @@ tbd todo xxx xyz abc n/a na lorem ipsum changeme your_value my_value some_value 
 )
 # The first words of "lorem ipsum" filler text.
 _LOREM = frozenset(
-    "lorem ipsum dolor sit amet consectetur adipiscing adipisci elit sed eiusmod tempor incididunt labore "
-    "dolore magna aliqua".split()
+    """
+lorem ipsum dolor sit amet consectetur adipiscing adipisci elit sed eiusmod tempor incididunt labore dolore
+magna aliqua ut perspiciatis unde omnis iste natus error voluptatem accusantium doloremque laudantium totam
+rem aperiam eaque ipsa quae ab illo inventore veritatis et quasi architecto beatae vitae dicta sunt explicabo
+nemo enim ipsam quia voluptas aspernatur aut odit fugit consequuntur magni dolores eos qui ratione sequi
+nesciunt neque porro quisquam est dolorem numquam eius modi tempora incidunt magnam aliquam quaerat minima
+veniam quis nostrum exercitationem ullam corporis suscipit laboriosam nisi aliquid ex ea commodi consequatur
+autem vel eum iure reprehenderit in voluptate velit esse quam nihil molestiae illum fugiat quo nulla pariatur
+at vero accusamus iusto odio dignissimos ducimus blanditiis praesentium deleniti atque corrupti quos quas
+molestias excepturi sint occaecati cupiditate non provident similique mollitia animi id laborum dolorum fuga
+harum quidem rerum facilis expedita distinctio nam libero tempore cum soluta nobis eligendi optio cumque
+impedit minus quod maxime placeat facere possimus assumenda repellendus temporibus quibusdam officiis
+debitis necessitatibus saepe eveniet voluptates repudiandae recusandae itaque earum hic tenetur sapiente
+delectus reiciendis voluptatibus maiores alias perferendis doloribus asperiores repellat
+""".split()
 )
 # Units of measure as APIs write them: SI and common symbols, their names, unit systems, counting units.
 UNIT_WORDS = frozenset(
@@ -357,10 +381,14 @@ _STREET_SHAPE = re.compile(r"\d")
 def is_placeholder(text: str) -> bool:
     """True for a stand-in value: a placeholder word (``string``, ``foo``, ``TBD``) or lorem ipsum filler."""
     flat = text.strip().lower()
-    if flat in PLACEHOLDERS:
+    if flat in PLACEHOLDERS or re.fullmatch(r"<[^<>]+>|\{\{[^{}]+\}\}|\$\{[^{}]+\}", flat):
         return True
+    if re.search(
+        r"(^|[\W_])(your|my)[\W_]?(domain|company|value|token|key|host|server|app|project|org)(?=$|[\W_])", flat
+    ):
+        return True  # ``your.domain.com``, ``<your_token>``
     words = re.findall(r"[a-z]+", flat)
-    return len(words) >= 2 and sum(w in _LOREM for w in words) / len(words) >= 0.5
+    return len(words) >= 2 and sum(w in _LOREM for w in words) / len(words) >= 0.6
 
 
 def is_random_word(text: str) -> bool:
@@ -432,6 +460,17 @@ def _is_place(text: str) -> bool:
     return 1 <= len(words) <= 8 and all(w[:1].isupper() or w[:1].isdigit() or w in _PARTICLES for w in words)
 
 
+def _base64_ok(text: str) -> bool:
+    import base64
+    import binascii
+
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(text) % 4 == 0 and len(text) >= 4
+
+
 def _coordinates_ok(text: str) -> bool:
     m = _COORD_PAIR.match(text)
     return bool(m) and abs(float(m.group(1))) <= 90 and abs(float(m.group(2))) <= 180
@@ -443,6 +482,50 @@ def _number_text(text: str, lo: float, hi: float) -> bool:
     except ValueError:
         return False
     return math.isfinite(number) and lo <= number <= hi
+
+
+PRIORITY_WORDS = frozenset(
+    "lowest low normal medium moderate high higher highest urgent critical blocker major minor trivial "
+    "immediate routine asap emergency none".split()
+)
+CHANNEL_WORDS = frozenset(
+    "email e-mail sms mms push web chat phone voice call whatsapp slack teams in_app in-app inapp mobile app "
+    "api social facebook twitter instagram linkedin telegram messenger fax mail post letter webhook rss "
+    "store online offline retail pos marketplace print tv radio".split()
+)
+SIZE_WORDS = frozenset("xxs xs s m l xl xxl xxxl small medium large x-large xx-large tiny huge micro nano".split())
+PROTOCOL_WORDS = frozenset(
+    "http https ftp ftps sftp ssh tcp udp icmp tls ssl mqtt mqtts amqp smtp smtps imap pop3 ws wss grpc "
+    "rtmp rtmps rtsp srt hls dash sip xmpp ldap ldaps snmp nfs smb dns ocpp websocket rest soap graphql".split()
+)
+_LISTED = re.compile(r"(?:one of|possible values|allowed values|valid values|values are)\s*:\s*(.+)", re.S)
+_EITHER = re.compile(r"\beither\s+`?([A-Za-z0-9_]+)`?\s+or\s+`?([A-Za-z0-9_]+)`?\s*[.,;]?\s*$")
+
+
+def _listed_values(desc: str) -> frozenset[str] | None:
+    """Values a description lists as the only ones a field takes (``One of: a b c``, ``- a - b``,
+    ``must be set to either A or B``), in small letters; None when it lists none."""
+    bullets = re.findall(r"(?:^|\s)- `?([a-z][a-z0-9_]*)`?(?=\s+-\s|\s*$)", desc.strip())
+    if len(bullets) >= 2:
+        return frozenset(bullets)
+    either = _EITHER.search(desc.strip())
+    if either:
+        return frozenset(w.lower() for w in either.groups())
+    m = _LISTED.search(desc)
+    if not m:
+        return None
+    words = re.findall(r"[a-z0-9_][\w.-]*", m.group(1).split(".")[0].replace(" or ", " "))
+    words = [w.strip(".") for w in words if w not in ("and", "the", "a", "an", "to", "be", "set", "must")]
+    return frozenset(words) if len(words) >= 2 else None
+
+
+def _iban_ok(text: str) -> bool:
+    """ISO 13616 IBAN: country letters, check digits, and the whole moved and read as a number is 1 mod 97."""
+    flat = text.replace(" ", "").upper()
+    if not re.fullmatch(r"[A-Z]{2}\d{2}[A-Z0-9]{10,30}", flat):
+        return False
+    moved = flat[4:] + flat[:4]
+    return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
 
 
 def _kind_verdict(name: str, text: str, desc: str) -> Judgement | None:
@@ -492,6 +575,63 @@ def _kind_verdict(name: str, text: str, desc: str) -> Judgement | None:
     if _LOCATION_FIELD.search(name) and not name.endswith(("_id", "_url", "_type")):
         ok = _is_place(text) or bool(re.match(r"^[a-z][a-z0-9+.-]*://", text))
         return judged(ok, "location", "place")
+    if re.search(r"(^|_)iban$", name):
+        return judged(_iban_ok(text), "iban", "IBAN with valid check digits")
+    if re.search(r"(^|_)(swift|bic|swift_code|bic_code|swift_bic)$", name):
+        return judged(re.fullmatch(r"[A-Z]{6}[A-Z0-9]{2}([A-Z0-9]{3})?", text) is not None, "bic", "BIC")
+    if "md5" in desc or re.search(r"(^|_)md5", name):
+        return judged(re.fullmatch(r"[0-9a-fA-F]{32}", text) is not None, "md5", "MD5 hex digest")
+    if re.search(r"sha-?256", desc) or re.search(r"(^|_)sha_?256", name):
+        return judged(re.fullmatch(r"[0-9a-fA-F]{64}", text) is not None, "sha256", "SHA-256 hex digest")
+    if "base64" in desc or "base 64" in desc:
+        return judged(_base64_ok(text), "base64", "base64 text")
+    listed = _listed_values(desc)
+    if listed:
+        return judged(text.lower() in listed, "listed", "value the description lists")
+    if ("e.164" in desc or "phone number" in desc) and not name.endswith(("_type", "_id", "_country", "_format")):
+        digits = sum(c.isdigit() for c in text)
+        return judged(bool(_PHONE_SHAPE.match(text)) and 7 <= digits <= 15, "phone", "phone number")
+    if re.search(r"(^|_)(contact|contact_info|point_of_contact)$", name):
+        # a person to reach, or how to reach them
+        ok = (
+            "@" in text
+            or bool(_PHONE_SHAPE.match(text))
+            and sum(c.isdigit() for c in text) >= 7
+            or bool(_NAME_SHAPE.match(text))
+            and all(w[:1].isupper() for w in text.split())
+        )
+        return judged(ok, "contact", "person, phone number or e-mail")
+    if name == "sid" or name.endswith("_sid"):
+        return judged(re.fullmatch(r"[A-Z]{2}[0-9a-fA-F]{16,32}", text) is not None, "sid", "Twilio-style SID")
+    if re.search(r"(^|_)(username|user_name|login|handle|screen_name)$", name):
+        return judged(re.fullmatch(r"@?[A-Za-z0-9][\w.\-]{1,38}", text) is not None, "username", "user handle")
+    if re.search(r"(^|_)(priority|severity|urgency)$", name):
+        ok = text.lower() in PRIORITY_WORDS or re.fullmatch(r"(p|priority_?)?[0-9]", text.lower()) is not None
+        return judged(ok, "priority", "priority")
+    if re.search(r"(^|_)channel$", name):
+        ok = text.lower() in CHANNEL_WORDS or text.startswith("#")
+        return judged(ok, "channel", "channel")
+    if re.search(r"(^|_)protocol$", name):
+        ok = text.lower() in PROTOCOL_WORDS or re.fullmatch(r"[A-Za-z]+[-/]?v?\d+(\.\d+)*[a-z]?", text) is not None
+        return judged(ok, "protocol", "protocol")
+    if re.search(r"(^|_)(runtime|engine_version|python_version|node_version)$", name):
+        return judged(any(c.isdigit() for c in text) and " " not in text, "runtime", "runtime with its version")
+    if re.search(r"(^|_)(vm_size|instance_type|machine_type|size)$", name):
+        ok = any(c.isdigit() for c in text) or text.lower() in SIZE_WORDS
+        return judged(ok, "size", "size")
+    if re.search(r"(^|_)(county|province|region_name|subdivision)$", name):
+        return judged(_is_place(text), "region", "region")
+    if re.search(r"(^|_)prefix$", name):
+        return judged(re.fullmatch(r"[A-Z0-9][A-Z0-9_\-/.#]{0,11}", text) is not None, "prefix", "code prefix")
+    if (re.search(r"(code|_number|_no|_num)$", name) or name == "number") and not (
+        _PHONE.search(name)
+        or re.search(r"currency|language|lang_|locale|country|postal|post_?code|zip|colou?r|airport|iata|zone", name)
+    ):
+        # a code or number as a system writes one: digits, or capitals with digits or separators
+        ok = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_\-./#:]{0,39}", text) is not None and (
+            any(c.isdigit() for c in text) or text.isupper()
+        )
+        return judged(ok, "code", "code or number")
     if _ID_FIELD.search(name):
         # an identifier of something outside the environment: a code with digits or separators, a UUID, a slug
         ok = any(c.isdigit() for c in text) or bool(re.search(r"[-_:./@]", text.strip("-_:./@")))
@@ -502,7 +642,8 @@ def _kind_verdict(name: str, text: str, desc: str) -> Judgement | None:
 
 def _semantic_verdict(name: str, value: Any, desc: str) -> Judgement:
     judgement = _semantic_verdict_of(name, value, desc)
-    if judgement.verdict == "fail" and isinstance(value, str) and is_random_word(value):
+    # a word of the wrong list (``inactive`` where only DRAFT or SCHEDULED are allowed) is no random word
+    if judgement.verdict == "fail" and judgement.rule != "listed" and isinstance(value, str) and is_random_word(value):
         return Judgement("fail", judgement.rule, f"{RANDOM_WORD}: {value!r} is no {judgement.rule}")
     return judgement
 
@@ -533,7 +674,8 @@ def _semantic_verdict_of(name: str, value: Any, desc: str) -> Judgement:
     if _EMAIL.search(name):
         import validators
 
-        ok = validators.email(text) is True
+        parts = [p.strip() for p in text.split(",")] if name.endswith("s") else [text]
+        ok = all(validators.email(p) is True for p in parts)
         return Judgement("pass" if ok else "fail", "email")
     if _URL.search(name):
         import validators
@@ -660,7 +802,7 @@ def _number_verdict(name: str, value: float, desc: str) -> Judgement:
         return Judgement("pass" if value >= 0 else "fail", "duration")
     if "percent" in name or name.endswith("_pct"):
         return Judgement("pass" if 0 <= value <= 100 else "fail", "percent")
-    if _AMOUNT.search(name) or _COUNT.search(name):
+    if _AMOUNT.search(name) or _COUNT.search(name) or _MEASURE.search(name):
         return Judgement("pass" if value >= 0 else "fail", "non_negative")
     return Judgement("unknown", "none")
 
