@@ -329,3 +329,32 @@ def test_the_examples_block_names_ids_that_exist_in_the_store_and_whose_commands
     for kind in ("tool", "resource", "environment"):
         assert cli_main(["exclude", kind, ids[kind], "--reason", "example"]) == 0, kind
     capsys.readouterr()
+
+
+def _leaves(value) -> int:
+    if isinstance(value, list):
+        return sum(_leaves(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_leaves(v) for v in value.values())
+    return 1
+
+
+def test_the_report_shows_the_coverage_unknown_and_random_word_share_of_generated_arguments(report, read_only_store):
+    section = report.split("## Data realism", 1)[1].split("\n## ", 1)[0]
+    con = duckdb.connect(str(read_only_store.path), read_only=True)
+    given = 0
+    for (turns,) in con.execute(
+        "SELECT CAST(turns AS VARCHAR) FROM current_refined_trajectories WHERE status = 'passed'"
+    ).fetchall():
+        for turn in json.loads(turns):
+            for call in turn["calls"]:
+                prov = call.get("provenance") or {}
+                given += sum(
+                    _leaves(v) for k, v in call["arguments"].items() if (prov.get(k) or {}).get("source") == "user"
+                )
+    assert _figure(section, "argument values") == str(given) != "0"
+    covered = int(_figure(section, "covered by a rule"))
+    unknown = re.fullmatch(r"(\d+) \((\d+\.\d)%\)", _figure(section, "unknown (no rule applies)"))
+    assert covered + int(unknown[1]) == given
+    assert f"{int(unknown[1]) / given:.1%}" == f"{unknown[2]}%"
+    assert re.fullmatch(r"\d+ \(\d+\.\d%\)", _figure(section, "random words in a field of a kind (of covered)"))

@@ -22,7 +22,7 @@ from typing import Any
 
 from faker import Faker
 
-from envfactory_assets.envgen.entity_data import entity_value, real_city
+from envfactory_assets.envgen.entity_data import country_name, entity_value, real_city, real_place
 from envfactory_assets.sources.names import spoken_thing
 
 BASE_DATE = dt.date(2025, 1, 1)
@@ -57,7 +57,8 @@ _PERSON_TABLES = (
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    return re.sub(r"(?<=[a-z])(?=\d+$)", "_", snake)  # ``extra_phone3``: the third phone
 
 
 def _has(name: str, *parts: str) -> bool:
@@ -363,7 +364,7 @@ class ValueFactory:
             return self._integer(name, schema, future)
         if typ == "number":
             return self._number(name, schema)
-        entity = entity_value(field_name, schema, self.rng)
+        entity = entity_value(field_name, schema, self.rng, desc)
         if entity is not None:
             self.data_sources.add(entity[1])
             return entity[0]
@@ -512,6 +513,77 @@ class ValueFactory:
                 return self.rng.choice(statuses)
         return self.rng.choice(_DEFAULT_STATUSES)
 
+    def _kind_string(self, n: str, fmt: str | None, table: str, desc: str) -> str | None:
+        """A value of the kind of thing a field's name or description names (an ISBN, an ETag, a UUID,
+        coordinates, a place, a format name), or None when it names none of these."""
+        f, rng = self.faker, self.rng
+        listed = _listed(desc)
+        if listed:
+            return rng.choice(listed)
+        if "md5" in desc or _has(n, "md5"):
+            return f.md5()
+        if re.search(r"sha-?256", desc) or _has(n, "sha256"):
+            return f.sha256()
+        if ("base64" in desc or "base 64" in desc) and not _has(n, "url", "uri"):
+            import base64
+
+            return base64.b64encode(f.sentence().encode()).decode()
+        if ("e.164" in desc or "phone number" in desc) and not n.endswith(("_type", "_id", "_country", "_format")):
+            return f"+1{rng.randint(201, 989)}{rng.randint(200, 999)}{rng.randint(0, 9999):04d}"
+        if n in ("from_number", "to_number", "from_phone", "to_phone"):
+            return f"+1{rng.randint(201, 989)}{rng.randint(200, 999)}{rng.randint(0, 9999):04d}"
+        if n == "sid" or n.endswith("_sid"):
+            return (n[:2].upper() if n != "sid" else "SI")[:2] + f.md5()
+        if _has(n, "color", "colour"):
+            return f.hex_color() if rng.random() < 0.5 else f.safe_color_name()
+        if n.endswith(("_ids", "_identifier")) or n in ("identifier", "ids"):
+            return f"{n.rsplit('_', 1)[0] if '_' in n else 'ref'}_{rng.randint(1, 99999):05d}"
+        if n.endswith(("_information", "_info")) or n in ("information", "info"):
+            return self._fill(rng.choice(_NOTES), table)
+        if _has(n, "percentage", "percent", "pct"):
+            return f"{rng.uniform(0, 30):.2f}"
+        if _has(n, "runtime"):
+            return rng.choice(("python3.12", "python3.11", "nodejs20.x", "java17", "go1.x", "ruby3.3", "dotnet8"))
+        if _has(n, "vm_size", "instance_type", "machine_type"):
+            return rng.choice(("Standard_D2s_v3", "Standard_B2ms", "t3.medium", "m5.large", "e2-standard-4"))
+        if n.endswith("size") and not _has(n, "page_size", "batch_size"):
+            return rng.choice(("S", "M", "L", "XL", "small", "medium", "large"))
+        if _has(n, "protocol"):
+            return rng.choice(("https", "http", "mqtt", "ocpp1.6", "ocpp2.0.1", "sftp", "tcp"))
+        if n.endswith("prefix"):
+            return (table[:3] or n[:3]).upper() + "-"
+        if (
+            n.endswith("code")
+            and "isbn" not in desc
+            and not _has(n, "currency", "language", "country", "postal", "post", "zip", "locale")
+        ):
+            return f"{(n.split('_')[0][:3] or 'C').upper()}{rng.randint(10, 999)}"
+        if n in ("contact", "point_of_contact", "contact_info") or n.endswith("_contact"):
+            return f.name()
+        if _has(n, "isbn", "isbn10", "isbn_10", "isbn13", "isbn_13") or "isbn" in desc:
+            return f.isbn10() if _has(n, "isbn10", "isbn_10") or "isbn-10" in desc else f.isbn13()
+        if _has(n, "etag", "e_tag", "if_match", "if_none_match", "entity_tag") or "etag" in desc:
+            return f'"{f.sha1()[:24]}"'
+        if fmt == "uuid" or _has(n, "uuid", "guid"):
+            return str(f.uuid4())
+        if _has(n, "coordinates", "coords", "coordinate", "latlng", "lat_lng", "latlon", "lat_lon", "geo_point"):
+            if not n.endswith(("_format", "_type", "_system")):
+                place = real_place(rng)
+                return f"{place['lat']:.4f},{place['lon']:.4f}"
+        if n.endswith(("_lat", "_latitude")) or n in ("lat", "latitude"):
+            return f"{real_place(rng)['lat']:.4f}"
+        if n.endswith(("_lon", "_lng", "_longitude")) or n in ("lon", "lng", "longitude"):
+            return f"{real_place(rng)['lon']:.4f}"
+        if (n.endswith("_format") or n == "format") and not n.endswith(
+            ("date_format", "time_format", "datetime_format")
+        ):
+            return rng.choice(_format_names(f"{n} {desc} {table}"))
+        if _has(n, "location", "place", "venue", "destination", "origin", "where", "near", "birthplace", "hometown"):
+            if not n.endswith(("_id", "_ids", "_url", "_type", "_count", "_format")):
+                place = real_place(rng)
+                return f"{place['city']}, {country_name(place['country'])}" if rng.random() < 0.5 else place["city"]
+        return None
+
     def _string(self, n: str, fmt: str | None, table: str, desc: str, future: bool) -> str:
         f, rng = self.faker, self.rng
         if fmt == "date-time":
@@ -522,6 +594,9 @@ class ValueFactory:
             return self.datetime_str(n, future)
         if _has(n, "year"):
             return str(self.rng.randint(2020, self.now.year + (4 if future or _future_field(n) else 0)))
+        kind = self._kind_string(n, fmt, table, desc)
+        if kind is not None:
+            return kind
         if fmt == "email" or "email" in n:
             return f.email()
         if fmt == "uuid":
@@ -571,6 +646,9 @@ class ValueFactory:
             return rng.choice(_time_zones())
         if _has(n, "locale"):
             return rng.choice(_LOCALES)
+        if n.endswith("_id") or n == "id":
+            # an identifier of something outside the environment (the state's own keys come from the state)
+            return f"{n[:-3] or 'ref'}_{rng.randint(1, 99999):05d}"
         if _has(n, "phone", "mobile", "telephone", "fax", "cell", "msisdn") or n in ("to", "from"):
             return f"+1{rng.randint(201, 989)}{rng.randint(200, 999)}{rng.randint(0, 9999):04d}"
         if n in ("first_name", "given_name", "firstname"):
@@ -625,6 +703,10 @@ class ValueFactory:
             return rng.choice(_CHANNELS)
         if _has(n, "gender", "sex"):
             return rng.choice(_GENDERS)
+        if _has(n, "org_unit", "business_unit", "organizational_unit", "organisational_unit"):
+            return rng.choice(_TEAMS)
+        if n == "units" or n.endswith("_units") and ("metric" in desc or "imperial" in desc):
+            return rng.choice(("metric", "imperial"))
         if _has(n, "unit", "uom"):
             return rng.choice(_UNITS)
         if _has(n, "mime", "content_type", "media_type", "mimetype"):
@@ -735,6 +817,27 @@ class ValueFactory:
         return f.word()
 
 
+# Format names by what the format is of (a coordinate, an image, a report...), the first matching context wins.
+_FORMATS = (
+    (("coordinate", "coord", "geo", "latlng", "position"), ("decimal", "dms", "ddm", "utm")),
+    (("image", "photo", "picture", "thumbnail", "avatar", "logo"), ("png", "jpeg", "webp")),
+    (("audio", "voice", "sound", "recording"), ("mp3", "wav", "ogg")),
+    (("video", "movie", "clip"), ("mp4", "webm")),
+    (("phone", "number"), ("e164", "international", "national")),
+    (("time", "clock", "hour"), ("12h", "24h")),
+    (("color", "colour"), ("hex", "rgb", "hsl")),
+    (("export", "report", "download", "file", "document", "output", "response", "data"), ("json", "csv", "pdf", "xml")),
+)
+
+
+def _format_names(context: str) -> tuple[str, ...]:
+    """Names of formats a ``*_format`` field may hold, by words of its name, description and table."""
+    for words, names in _FORMATS:
+        if any(w in context for w in words):
+            return names
+    return ("json", "csv", "xml")
+
+
 def _is_date_field(name: str, schema: dict[str, Any]) -> bool:
     """True for a field that holds a moment: a date format, or a name such as ``created_at``,
     ``creation_time``, ``due_date``, ``expires``, ``last_modified``."""
@@ -773,6 +876,40 @@ _PLACEHOLDERS = {
 }
 
 
+# Frequent words of lorem ipsum filler (Cicero, de finibus 1.10.32), to keep such spec examples out.
+_LATIN = frozenset(
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore "
+    "magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris nisi aliquip ex ea commodo "
+    "consequat duis aute irure reprehenderit voluptate velit esse cillum eu fugiat nulla pariatur excepteur "
+    "sint occaecat cupidatat non proident sunt culpa qui officia deserunt mollit anim id est laborum quia "
+    "architecto molestias laboriosam voluptas voluptatem quae ab illo inventore veritatis quasi beatae vitae "
+    "dicta explicabo nemo ipsam aut odit fugit neque porro quisquam numquam eius modi tempora dolorem "
+    "dolores eos ratione sequi nesciunt accusamus iusto odio dignissimos ducimus blanditiis praesentium "
+    "voluptatum deleniti atque corrupti quos quas excepturi occaecati cupiditate similique mollitia animi "
+    "harum quidem rerum facilis expedita distinctio nam libero cum soluta nobis eligendi optio cumque nihil "
+    "impedit quo minus quod maxime placeat facere possimus omnis assumenda repellendus".split()
+)
+
+
+def _latin_filler(text: str) -> bool:
+    words = re.findall(r"[a-z]+", text.lower())
+    return len(words) >= 2 and sum(w in _LATIN for w in words) / len(words) >= 0.6
+
+
+def _listed(desc: str) -> tuple[str, ...]:
+    """The values a description says a field takes (``One of: a b c``, ``- a - b``, ``either A or B``)."""
+    bullets = re.findall(r"(?:^|\s)- `?([A-Za-z][A-Za-z0-9_]*)`?(?=\s+-\s|\s*$)", desc.strip())
+    if len(bullets) >= 2:
+        return tuple(bullets)
+    either = re.search(r"\beither\s+`?([A-Za-z0-9_]+)`?\s+or\s+`?([A-Za-z0-9_]+)`?\s*[.,;]?\s*$", desc.strip())
+    if either:
+        return either.groups()
+    listed = re.search(r"(?:one of|possible values|allowed values|valid values|values are)\s*:\s*([^.]+)", desc)
+    words = re.findall(r"[A-Za-z0-9_][\w-]*", listed.group(1).replace(" or ", " ")) if listed else []
+    words = [w for w in words if w.lower() not in ("and", "the", "a", "an")]
+    return tuple(words) if len(words) >= 2 else ()
+
+
 def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
     """An example from the spec that is a real value of this field: within bounds, not a placeholder
     (``"string"``, or the field's own name: ``"Description"``, ``"A description"``, ``"myAccessToken"``)."""
@@ -783,7 +920,8 @@ def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
         flat, field = re.sub(r"[^a-z0-9]", "", value.lower()), re.sub(r"[^a-z0-9]", "", name.lower())
         # the field's own name, bare or with a word in front: "Description", "A description", "project description"
         echoes = bool(field) and flat.endswith(field) and len(flat) <= len(field) + 8
-        return flat not in _PLACEHOLDERS and not echoes
+        stand_in = bool(re.fullmatch(r"\s*<[^<>]+>\s*", value)) or bool(re.search(r"\byour[\s._-]", value.lower()))
+        return flat not in _PLACEHOLDERS and not echoes and not stand_in and not _latin_filler(value)
     if typ in ("integer", "number"):
         ok = (
             isinstance(value, (int, float))

@@ -40,6 +40,19 @@ def value_figures(con: Any) -> dict[str, Any] | None:
     return None if rows is None else {"environments": len(rows), **summarise(as_environment(r) for r in rows)}
 
 
+def argument_value_figures(con: Any, refined: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """:func:`~envfactory_assets.quality.value_semantics.argument_figures` of the generated argument values in
+    the tool calls of the passed ``refined`` trajectory rows, judged against the current built environments'
+    tool schemas; None when the store lacks either table."""
+    from envfactory_assets.envgen.environment_dict import as_environment
+    from envfactory_assets.quality.value_semantics import argument_figures
+
+    rows = current_rows(con, "environments", "status = 'built'")
+    if refined is None or rows is None:
+        return None
+    return argument_figures(refined, {r["env_id"]: as_environment(r) for r in rows})
+
+
 def link_figures(con: Any, sampler: str = "topology") -> dict[str, Any] | None:
     """:func:`~envfactory_assets.synth.sampling.sampler.flow_stats` of the current ``sampler`` chains on the stored tool
     graph (as the ``tool_chains`` asset records it); None when the store lacks the graph or the chains."""
@@ -92,11 +105,12 @@ def turn_figures(con: Any, refined: list[dict[str, Any]] | None) -> tuple[dict[s
 
 
 def realism_figures(con: Any, refined: list[dict[str, Any]] | None) -> dict[str, dict[str, Any] | None]:
-    """``{"values", "links", "future_identifiers", "gold_arguments"}`` (see the functions above) for the store
-    behind ``con``, ``refined`` being its passed refined trajectory rows (None: the store lacks the table)."""
+    """``{"values", "arguments", "links", "future_identifiers", "gold_arguments"}`` (see the functions above) for
+    the store behind ``con``, ``refined`` being its passed refined trajectory rows (None: the store lacks the table)."""
     future, gold = turn_figures(con, refined)
     return {
         "values": value_figures(con),
+        "arguments": argument_value_figures(con, refined),
         "links": link_figures(con),
         "future_identifiers": future,
         "gold_arguments": gold,
@@ -116,6 +130,17 @@ def flat_realism_figures(figures: dict[str, dict[str, Any] | None]) -> dict[str,
             "timestamps_after_clock",
             "timestamps",
         ),
+        "arguments": (
+            "values",
+            "covered",
+            "unknown",
+            "unknown_share",
+            "share_passing",
+            "random_words",
+            "random_word_share",
+            "placeholders",
+            "wrong_kind",
+        ),
         "links": (
             "chains",
             "multi_env_chains",
@@ -130,6 +155,7 @@ def flat_realism_figures(figures: dict[str, dict[str, Any] | None]) -> dict[str,
     }
     labels = {
         "values": "seeded values",
+        "arguments": "generated call arguments",
         "links": "topology chains",
         "future_identifiers": "kept turns",
         "gold_arguments": "RL gold arguments",

@@ -370,6 +370,7 @@ def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:
                 else ["No seeded value failed.", ""]
             ),
         ]
+    parts += argument_values_section(figures.get("arguments"))
     if links is not None:
         multi = links["multi_env_chains"]
         parts += [
@@ -527,6 +528,54 @@ def trajectories_section(picked: list[dict[str, Any]], raws: dict[str, dict[str,
             render_trajectory(raw, r)
             if raw
             else f"Trajectory {r['id']}: its raw trajectory {r['raw_trajectory_id']} is not in the store.",
+            "",
+        ]
+    return parts
+
+
+def argument_values_section(arguments: dict[str, Any] | None) -> list[str]:
+    """The generated tool-call argument values part of the "Data realism" section, from
+    :func:`~envfactory_assets.reporting.realism.argument_value_figures` (empty when the store lacks it)."""
+    if arguments is None:
+        return []
+
+    def share(value: float | None) -> str:
+        return "" if value is None else f"{value:.1%}"
+
+    parts = [
+        "Argument values the user gives in the tool calls of the kept trajectories (identifiers from the state "
+        "or an earlier result left out), judged by the same check; a value is covered when a rule checks a kind "
+        "narrower than free text (a code, a zone, a place, a sentence), unknown otherwise:",
+        "",
+        _table(
+            [
+                ("argument values", arguments["values"]),
+                ("covered by a rule", arguments["covered"]),
+                ("unknown (no rule applies)", f"{arguments['unknown']} ({share(arguments['unknown_share'])})"),
+                ("share passing (of covered)", arguments["share_passing"]),
+                (
+                    "random words in a field of a kind (of covered)",
+                    f"{arguments['random_words']} ({share(arguments['random_word_share'])})",
+                ),
+                ("placeholders", arguments["placeholders"]),
+                ("other values of the wrong kind", arguments["wrong_kind"]),
+            ],
+            ("figure", "value"),
+        ),
+        "",
+    ]
+    if arguments["top_failures"]:
+        parts += [
+            "Argument fields that failed most:",
+            "",
+            _table(list(arguments["top_failures"].items()), ("field (rule)", "values")),
+            "",
+        ]
+    if arguments["top_unknown_fields"]:
+        parts += [
+            "Argument fields no rule covers, most frequent:",
+            "",
+            _table(list(arguments["top_unknown_fields"].items()), ("field", "values")),
             "",
         ]
     return parts
