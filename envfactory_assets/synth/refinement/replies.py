@@ -325,7 +325,7 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
         return _pick(rng, (f"I ran that on {c.who}", f"done for {c.who}", f"{c.who} is handled"))
     plans = [f"{c.who} is now {state}", f"done, {c.who} is {state}", f"{c.who} has been marked {state}"]
     if verb:
-        plans.append(f"I went ahead and {'did ' + verb if ' ' in verb else verb} {c.who}; it is now {state}")
+        plans.append(f"as asked, {c.who} is now {state}")
     return _pick(rng, plans)
 
 
@@ -360,7 +360,9 @@ _JOINTS = (
     ("; after that ", "; and "),
     (". Next, ", ". Lastly, "),
 )
-_OPENERS = ("", "", "", "Done. ", "All set. ", "Here's what I found. ", "Okay. ")
+_OPENERS = ("", "", "", "Done. ", "All set. ", "Okay. ")
+#: Openers of a reply whose calls only read.
+_READ_OPENERS = ("", "", "", "Here's what I found. ", "Okay. ", "Here you go. ")
 _CLOSERS = ("", "", "", " Anything else?", " Let me know if you need more.", " Tell me if you want to go further.")
 
 
@@ -408,7 +410,10 @@ def write_reply(
     for i, s in enumerate(sentences[1:], start=1):
         joint = last if i == len(sentences) - 1 else between
         text += joint + (_capital(s) if joint.endswith(". ") else s)
-    opener = "" if refused else _pick(rng, _OPENERS)
+    reads_only = all(tools[c["name"]].get("kind") in ("list", "search", "count", "get") for c in calls)
+    opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS)
+    if opener.lower().startswith("done") and text.lower().startswith("done"):
+        opener = ""
     text = (opener + _capital(text)).rstrip(".") + "."
     return text + _pick(rng, _CLOSERS)
 
@@ -420,7 +425,7 @@ def join_replies(first: str, second: str) -> str:
         if first.endswith(closer):
             first = first[: -len(closer)]
             break
-    for opener in sorted((o for o in _OPENERS if o), key=len, reverse=True):
+    for opener in sorted({o for o in (*_OPENERS, *_READ_OPENERS) if o}, key=len, reverse=True):
         if second.startswith(opener):
             second = second[len(opener) :]
             break
