@@ -152,3 +152,30 @@ def test_every_reply_of_the_fixture_trajectories_checks_out(environments, graph,
         assert figures["replies"] >= 20 and figures["pass_share"] == 1.0, figures["failures"]
     replies = [t["assistant_summary"] for r in refined for t in r["turns"]]
     assert len({r.split()[0] for r in replies}) >= 4
+
+
+@pytest.mark.parametrize("reply, passed", [("I found 1 bike point of 6.", True), ("There are 6 bike points.", False)])
+def test_the_blocking_check_reads_the_stored_refined_trajectories(tmp_path, reply, passed):
+    from envfactory_assets.defs.resources import EnvFactoryHome
+    from envfactory_assets.defs.synth.assets import refined_replies_gate
+    from envfactory_assets.store.db import Store
+
+    turn = {"turn_index": 0, "query": "Find bike points on River Street.", "calls": [ONE_OF_SIX]}
+    row = {
+        "id": "ref-1",
+        "raw_trajectory_id": "raw-1",
+        "tool_chain_id": "chain-1",
+        "env_ids": [],
+        "domains": [],
+        "status": "passed",
+        "reasons": [],
+        "n_turns": 1,
+        "operators": [],
+        "turns": [{**turn, "assistant_summary": reply}],
+        "benchmark_overlap": [],
+    }
+    Store(tmp_path / "envfactory.duckdb").replace_current("refined_trajectories", [row])
+    result = refined_replies_gate(envfactory=EnvFactoryHome(home=str(tmp_path)))
+    assert result.passed is passed
+    assert result.metadata["replies"].value == 1
+    assert bool(result.metadata["failures"].value) is not passed
