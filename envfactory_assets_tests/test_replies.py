@@ -179,3 +179,18 @@ def test_the_blocking_check_reads_the_stored_refined_trajectories(tmp_path, repl
     assert result.passed is passed
     assert result.metadata["replies"].value == 1
     assert bool(result.metadata["failures"].value) is not passed
+
+
+def test_the_report_shows_the_3_gram_variety_and_the_checker_pass_share():
+    from envfactory_assets.reporting.report import replies_section, reply_figures_of
+
+    turn = {"turn_index": 0, "query": "Find bike points on River Street.", "calls": [ONE_OF_SIX]}
+    rows = [
+        {"id": "a", "status": "passed", "turns": [{**turn, "assistant_summary": "I found 1 bike point of 6."}]},
+        {"id": "b", "status": "passed", "turns": [{**turn, "assistant_summary": "There are 6 bike points."}]},
+    ]
+    figures = reply_figures_of(rows)
+    assert figures["replies"] == 2 and figures["checker_pass_share"] == 0.5 and figures["failing"] == 1
+    assert figures["distinct_trigrams_per_1000"] == 4000.0  # 5 + 3 distinct 3-grams over 2 replies
+    text = "\n".join(replies_section(rows))
+    assert "| checker pass share | 0.5 |" in text and "There are 6 bike points." in text
