@@ -68,7 +68,7 @@ _NOT_A_NOUN = frozenset(
 )
 _TOTAL_BEFORE = re.compile(r"(?:\bof|\bout of|\btotal of|\bfrom)\s*(?:the\s+)?(?:about\s+)?$", re.IGNORECASE)
 _TOTAL_AFTER = re.compile(
-    r"^\s*(?:\w+\s+){0,3}?(?:in all|in total|all told|altogether|overall|total\b|match(?:es|ing)? in all)",
+    r"^\s*(?:total\b|(?:[a-z-]+\s+){0,3}?(?:in all|in total|all told|altogether|overall|match(?:es|ing)? in all))",
     re.IGNORECASE,
 )
 
@@ -96,6 +96,7 @@ class _Facts:
         self.named_numbers: list[tuple[str, float]] = []
         self.texts: list[str] = []
         self.refusals: list[str] = []
+        self.field_names: set[str] = set()
         for call in calls:
             out = call.get("output")
             if isinstance(out, Mapping):
@@ -110,6 +111,11 @@ class _Facts:
                     self.refusals.append(out["message"])
             elif isinstance(out, list):
                 self.returned.add(len(out))
+            for key, _leaf in _leaves(out):
+                # a field's name said as words ("phone2", "project 6 id"): a label, not a value
+                spoken = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", key).replace("_", " ").strip().lower()
+                if re.search(r"\d", spoken):
+                    self.field_names.add(spoken)
             for key, leaf in _leaves(out):
                 if _is_number(leaf):
                     if key != "total":
@@ -200,6 +206,9 @@ def reply_problems(reply: str, calls: Sequence[Mapping[str, Any]]) -> list[str]:
         if inner.strip() and not facts.holds_text(inner):
             problems.append(f"quotes {inner!r}, which no result holds")
         text = _mask(text, m.start(), m.end())
+    for name in sorted(facts.field_names, key=len, reverse=True):
+        for m in list(re.finditer(rf"(?<![\w]){re.escape(name)}(?![\w])", text, re.IGNORECASE)):
+            text = _mask(text, m.start(), m.end())
     # 2. dates
     for m in list(_WRITTEN_DATE.finditer(text)):
         iso = _written_date_iso(m)

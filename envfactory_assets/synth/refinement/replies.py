@@ -110,6 +110,14 @@ def summary_action(tool: Mapping[str, Any]) -> str | None:
     toks = summary.split()
     if not toks or len(toks) > 9 or not re.fullmatch(r"[A-Za-z' -]+", summary):
         return None
+    if any(w.lower() in ("one", "two", "three", "single", "all") for w in toks[1:]) and tool.get("kind") in (
+        "get",
+        "create",
+        "update",
+        "delete",
+        "action",
+    ):
+        toks = [w if w.lower() not in ("one", "single") else "the" for w in toks]
     past = _PAST.get(toks[0].lower())
     if past is None or len(toks) < 2:
         return None
