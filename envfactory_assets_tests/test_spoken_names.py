@@ -17,7 +17,8 @@ from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.sources.names import name_nouns, singular, speakable, split_glued, spoken_thing, spoken_things
 from envfactory_assets.sources.scan import inspect_file
-from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_tables, summarize_call
+from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_tables
+from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.refinement.solver.base import SolverView
 from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.trajectories.execution import ToolIndex
@@ -68,9 +69,9 @@ def test_the_refined_query_speaks_the_new_names_and_the_raw_one_keeps_the_spec_n
     assert "rate plans" in listing and "rateplans" not in listing
     oacl = describe_call(get_oacl, "acl_2_id", {"acl_2_id": "acl_00003"}, rng=random.Random(1))
     assert "object acl 'acl_00003'" in oacl and " 2" not in oacl
-    assert summarize_call(get_bucket, "b_id", {"b_id": "b_1"}, {"b_id": "b_1"}).startswith(
-        "here are the details of bucket b_1"
-    )
+    got = {"name": "storage_buckets_get", "arguments": {"b_id": "b_1"}, "output": {"b_id": "b_1"}}
+    replies = [write_reply([got], index.tools, index.key_of, f"s{s}") for s in range(8)]
+    assert all("bucket b_1" in r and " b b_1" not in r for r in replies), replies
 
 
 def _solve(tools, query, outputs, seed):

@@ -42,6 +42,68 @@ def query_figures(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
     ] + [("refined_differs_share", "", ref["refined_differs_share"])]
 
 
+def reply_figures_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the assistant replies of passed refined trajectory ``rows`` read and whether they hold: ``replies``,
+    ``distinct_trigrams_per_1000`` (as for queries, :func:`~envfactory_assets.synth.refinement.report.
+    query_statistics` over the first 1,000 replies), ``checker_pass_share`` and ``failing``
+    (:func:`~envfactory_assets.quality.reply_facts.reply_figures`: every number, date, quote and identifier
+    of a reply held against its turn's tool results) and up to five ``failures``."""
+    from envfactory_assets.quality.reply_facts import reply_figures
+    from envfactory_assets.synth.refinement.report import query_statistics
+
+    checked = reply_figures(rows)
+    return {
+        "replies": checked["replies"],
+        "distinct_trigrams_per_1000": query_statistics(rows, field="assistant_summary")["distinct_trigrams_per_1000"],
+        "checker_pass_share": checked["pass_share"],
+        "failing": checked["replies"] - checked["passing"],
+        "failures": checked["failures"],
+    }
+
+
+def replies_section(rows: list[dict[str, Any]], n: int = 5, seed: int = REPORT_SEED) -> list[str]:
+    """The "Assistant replies" section: :func:`reply_figures_of` and ``n`` replies with their turn's request,
+    drawn with ``random.Random(seed)``."""
+    if not rows:
+        return []
+    figures = reply_figures_of(rows)
+    turns = [t for r in rows for t in r["turns"] if t.get("calls")]
+    picked = random.Random(seed).sample(turns, min(n, len(turns)))
+    parts = [
+        "## Assistant replies",
+        "",
+        "Closing replies of the kept turns: how varied they read, and the share whose every number, date, quote and "
+        "identifier the turn's tool results hold (`quality.reply_facts`: rows returned, a total only where the "
+        "result states one, a refusal reported with its reason):",
+        "",
+        _table(
+            [
+                ("replies", figures["replies"]),
+                ("distinct word 3-grams per 1,000 replies", figures["distinct_trigrams_per_1000"]),
+                ("checker pass share", figures["checker_pass_share"]),
+                ("failing replies", figures["failing"]),
+            ],
+            ("figure", "value"),
+        ),
+        "",
+    ]
+    if figures["failures"]:
+        parts += [
+            _table(
+                [(r, t, reply, "; ".join(p)) for r, t, reply, p in figures["failures"]],
+                ("trajectory", "turn", "reply", "problems"),
+            ),
+            "",
+        ]
+    parts += [
+        f"Five replies (random.Random({seed})):",
+        "",
+        _table([(t["query"], t.get("assistant_summary", "")) for t in picked], ("request", "assistant reply")),
+        "",
+    ]
+    return parts
+
+
 def accuracy_rows(con: Any) -> list[tuple[Any, int]] | None:
     """``(per-turn accuracy rounded to 0.01, turns)`` over every current refined trajectory; None when the
     store predates the table."""
@@ -256,6 +318,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         "",
     ]
     parts += _query_section(refined_rows, seed=seed)
+    parts += replies_section(refined_rows, seed=seed)
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
     parts += realism_section(realism)
@@ -601,6 +664,9 @@ def comparable_figures(store: Store) -> dict[str, Any]:
         if raw != "":
             flat[f"queries (raw): {name}"] = raw
         flat[f"queries (refined): {name}"] = ref
+    replies = reply_figures_of(refined) if refined is not None else {}
+    for name in ("replies", "distinct_trigrams_per_1000", "checker_pass_share"):
+        flat[f"assistant replies: {name}"] = replies.get(name)
     flat["per-turn accuracy: turns"] = None if accuracy is None else sum(n for _a, n in accuracy)
     flat.update({f"per-turn accuracy: turns at {a:.2f}": n for a, n in accuracy or []})
     flat.update(flat_realism_figures(realism))

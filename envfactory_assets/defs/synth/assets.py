@@ -3,6 +3,7 @@
 import statistics
 import time
 from collections import Counter
+from typing import Any
 
 import dagster as dg
 
@@ -27,6 +28,7 @@ from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous
+from envfactory_assets.quality.reply_facts import reply_figures
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig, GapStats
 from envfactory_assets.synth.datasets.rows import complete_answer_problem, gold_writes_state, replay_check
@@ -543,6 +545,35 @@ def rl_rows_won_by_a_complete_answer(envfactory: EnvFactoryHome) -> dg.AssetChec
     )
 
 
+def replies_check(asset: Any, table: str) -> dg.AssetChecksDefinition:
+    """A blocking check on ``asset``: every reply of the passed rows of ``table`` states only what its turn's tool
+    results say (:func:`~envfactory_assets.quality.reply_facts.reply_problems`), whoever wrote it."""
+
+    @dg.asset_check(
+        asset=asset,
+        blocking=True,
+        name="replies_state_only_the_results",
+        description=f"Every assistant reply of {table} states only numbers, dates, quotes and identifiers its "
+        "turn's tool results hold (rows returned, a total only where stated, a refusal with its reason).",
+    )
+    def _check(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+        figures = reply_figures(envfactory.store().read(table, "status = 'passed'"))
+        return dg.AssetCheckResult(
+            # no reply measured is said so in the metadata; the table's own gates fail an empty stage
+            passed=figures["pass_share"] == 1.0,
+            metadata={
+                "replies": figures["replies"],
+                "passing": figures["passing"],
+                "pass_share": figures["pass_share"],
+                "failures": [f"{r} turn {t}: {reply!r}: {'; '.join(p)}" for r, t, reply, p in figures["failures"]],
+            },
+        )
+
+    return _check
+
+
+raw_replies_gate = replies_check(raw_trajectories, "raw_trajectories")
+refined_replies_gate = replies_check(refined_trajectories, "refined_trajectories")
 chain_gate = no_failed_environment_check(tool_chains, ["tool_chains"])
 raw_gate = no_failed_environment_check(raw_trajectories, ["raw_trajectories"])
 refined_gate = no_failed_environment_check(refined_trajectories, ["refined_trajectories"])

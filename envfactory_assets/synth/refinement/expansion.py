@@ -20,7 +20,8 @@ from typing import Any
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxError, SandboxWorker
 from envfactory_assets.sources.names import singular
-from envfactory_assets.synth.refinement.phrasing import summarize_call, words
+from envfactory_assets.synth.refinement.phrasing import words
+from envfactory_assets.synth.refinement.replies import join_replies, write_reply
 from envfactory_assets.synth.refinement.solver.judge import answer_facts
 from envfactory_assets.synth.trajectories.execution import ToolIndex
 
@@ -118,8 +119,8 @@ def expand_goal(
     new["intent"] = new["intent"] + [{"kind": "get", "table": getter["table"], "env_id": call["env_id"]}]
     new["target_tools"] = new["target_tools"] + [getter["name"]]
     key = next(iter(arguments))
-    summary = summarize_call(getter, key, call["arguments"], call["output"])
-    new["assistant_summary"] = f"{turn['assistant_summary']} {summary[0].upper() + summary[1:]}."
+    summary = write_reply([call], index.tools, index.key_of, f"{turn.get('query_raw') or turn['query']}/expansion")
+    new["assistant_summary"] = join_replies(turn["assistant_summary"], summary)
     new["operators"] = new.get("operators", []) + [
         {
             "operator": "goal_expansion",

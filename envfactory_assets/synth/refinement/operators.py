@@ -40,10 +40,9 @@ from envfactory_assets.synth.refinement.phrasing import (
     spoken_things,
     strip_lead,
     strip_register,
-    summarize_call,
-    summarize_turn,
     words,
 )
+from envfactory_assets.synth.refinement.replies import join_replies, write_reply
 from envfactory_assets.synth.refinement.report import assigned_identifiers, quotes
 from envfactory_assets.synth.trajectories.execution import ToolIndex
 
@@ -511,14 +510,7 @@ def refine_turns(
             record("action_compression", "", None, parts[i], "the agent lists the rows itself", turn_start + i)
         query = join_sentences([p for i, p in enumerate(parts) if i not in dropped], rng)
         new_turn["query"] = shape_for_persona(query, persona, t_idx == 0, rng)
-        new_turn["assistant_summary"] = summarize_turn(
-            [
-                summarize_call(
-                    index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"], c["output"], rng
-                )
-                for c in turn["calls"]
-            ]
-        )
+        new_turn["assistant_summary"] = write_reply(turn["calls"], index.tools, index.key_of, f"{seed}/{t_idx}/reply")
         refined.append(new_turn)
     return refined, applied
 
@@ -554,7 +546,7 @@ def merge_goals(turns: list[dict[str, Any]], max_calls: int = 5, min_turns: int 
             "target_tools": a["target_tools"] + b["target_tools"],
             "query_raw": _join_goals(a["query_raw"], b["query_raw"]),
             "query": _join_goals(a["query"], b["query"]),
-            "assistant_summary": f"{a['assistant_summary']} {b['assistant_summary']}",
+            "assistant_summary": join_replies(a["assistant_summary"], b["assistant_summary"]),
             "state_after": b["state_after"],
             "state_after_hash": b["state_after_hash"],
             "merged_from": [a, b],

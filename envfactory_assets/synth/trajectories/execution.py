@@ -30,8 +30,8 @@ from envfactory_assets.synth.refinement.phrasing import (
     join_sentences,
     new_value_refs,
     spoken_tables,
-    summarize_call,
 )
+from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import USER, Chain
 from envfactory_assets.synth.trajectories.turns import split_turns
 
@@ -443,12 +443,8 @@ def synthesize_trajectory(
                 )
                 for c in calls
             ]
-            summary = "; ".join(
-                summarize_call(
-                    index.tools[c["name"]], index.key_of(index.tools[c["name"]]), c["arguments"], c["output"]
-                )
-                for c in calls
-            )
+            # the reply's plans draw from their own seed: the chain's stream stays as it was
+            summary = write_reply(calls, index.tools, index.key_of, f"{chain.seed}/{len(result['turns'])}/reply")
             result["turns"].append(
                 {
                     "turn_index": len(result["turns"]),
@@ -459,7 +455,7 @@ def synthesize_trajectory(
                     ],
                     "target_tools": [chain.tools[p].split(".", 1)[1] for p in positions],
                     "calls": calls,
-                    "assistant_summary": summary[0].upper() + summary[1:] + ".",
+                    "assistant_summary": summary,
                     "state_before": before,
                     "state_after": after,
                     "state_before_hash": state_hash(before),

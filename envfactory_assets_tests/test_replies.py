@@ -1,0 +1,196 @@
+"""Assistant replies that state only what the tool results say, in varied words, and the check that holds
+every number, date, quote and identifier of a reply against the turn's results
+(:mod:`envfactory_assets.quality.reply_facts`, independent of the writer
+:mod:`envfactory_assets.synth.refinement.replies`)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from envfactory_assets.quality.reply_facts import reply_figures, reply_problems
+from envfactory_assets.synth.refinement.operators import refine_turns
+from envfactory_assets.synth.refinement.replies import call_sentence, join_replies, write_reply
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+
+SEARCH = {
+    "name": "bike_point_search",
+    "kind": "search",
+    "table": "bike_points",
+    "description": "Gets all bike point locations.",
+}
+TOOLS = {
+    SEARCH["name"]: SEARCH,
+    "count_bike_points": {"name": "count_bike_points", "kind": "count", "table": "bike_points"},
+    "get_bike_point": {"name": "get_bike_point", "kind": "get", "table": "bike_points"},
+    "create_bike_point": {"name": "create_bike_point", "kind": "create", "table": "bike_points"},
+    "update_bike_point": {"name": "update_bike_point", "kind": "update", "table": "bike_points"},
+    "delete_bike_point": {"name": "delete_bike_point", "kind": "delete", "table": "bike_points"},
+    "close_bike_point": {
+        "name": "close_bike_point",
+        "kind": "action",
+        "table": "bike_points",
+        "action": {"verb": "close", "field": "closed", "state": "closed"},
+    },
+}
+ROW = {"id": "bp_12", "commonName": "River Street, Clerkenwell", "nb_docks": 19, "installed": "2024-05-26"}
+#: The issue's example: a search with offset 5, limit 5 that returned one bike point of six.
+ONE_OF_SIX = {
+    "name": "bike_point_search",
+    "arguments": {"query": "street", "offset": 5, "limit": 5},
+    "output": {"items": [ROW], "total": 6},
+}
+SITUATIONS = {
+    "rows read": ONE_OF_SIX,
+    "no rows read": {"name": "bike_point_search", "arguments": {"query": "zz"}, "output": {"items": [], "total": 0}},
+    "count": {"name": "count_bike_points", "arguments": {}, "output": {"count": 4}},
+    "get": {"name": "get_bike_point", "arguments": {"id": "bp_12"}, "output": ROW},
+    "create": {"name": "create_bike_point", "arguments": {"commonName": ROW["commonName"]}, "output": ROW},
+    "update": {"name": "update_bike_point", "arguments": {"id": "bp_12", "nb_docks": 19}, "output": ROW},
+    "delete": {"name": "delete_bike_point", "arguments": {"id": "bp_12"}, "output": {"id": "bp_12", "deleted": True}},
+    "action": {"name": "close_bike_point", "arguments": {"id": "bp_12"}, "output": {**ROW, "closed": True}},
+    "refused": {
+        "name": "close_bike_point",
+        "arguments": {"id": "bp_12"},
+        "output": {"error": "precondition_failed", "message": "bike point bp_12 is already closed."},
+    },
+}
+
+
+def key_of(tool):
+    return "id"
+
+
+def test_a_reply_with_a_wrong_count_fails_the_check():
+    # what the writer said before: the total of the search as the rows found
+    assert reply_problems("There are 6 bike points.", [ONE_OF_SIX])
+    assert reply_problems("I found 6 bike points, including 'River Street, Clerkenwell'.", [ONE_OF_SIX])
+    assert reply_problems("I found 2 bike points.", [ONE_OF_SIX])
+    assert reply_problems("I found three bike points.", [ONE_OF_SIX])
+    assert reply_problems("I found 1 bike point of 7.", [ONE_OF_SIX])
+    assert reply_problems("I found 1 bike point, 'Baker Street'.", [ONE_OF_SIX])  # a name no result holds
+    assert reply_problems("I found 1 bike point: bp_13.", [ONE_OF_SIX])  # an identifier no result holds
+    assert reply_problems("It was installed on 27 May 2024.", [ONE_OF_SIX])
+    assert reply_problems("I found 1 bike point.", []) and reply_problems("See bp_12.", [])  # no results at all
+    for faithful in (
+        "I found 1 bike point of 6: 'River Street, Clerkenwell'.",
+        "1 bike point came back (6 in all), namely bp_12; it has 19 docks, installed 26 May 2024.",
+        "Here is one bike point out of 6.",
+    ):
+        assert reply_problems(faithful, [ONE_OF_SIX]) == [], faithful
+
+
+def test_a_reply_that_claims_of_n_without_a_total_fails_the_check():
+    no_total = {"name": "bike_point_search", "arguments": {}, "output": {"items": [ROW, {**ROW, "id": "bp_13"}]}}
+    assert reply_problems("I found 2 bike points of 5.", [no_total])
+    assert reply_problems("I found 2 bike points (5 in all).", [no_total])
+    assert reply_problems("I found 2 bike points out of 2.", [no_total])  # the result states no total
+    assert reply_problems("I found 2 bike points.", [no_total]) == []
+    for seed in range(30):
+        reply = write_reply([no_total], TOOLS, key_of, f"t{seed}")
+        assert reply_problems(reply, [no_total]) == [], reply
+        assert not re.search(r"\b(?:of|out of) \d|in all|in total", reply), reply
+
+
+def test_the_writer_states_the_rows_returned_and_the_total_only_as_a_total():
+    replies = {write_reply([ONE_OF_SIX], TOOLS, key_of, f"t{seed}") for seed in range(40)}
+    for reply in replies:
+        assert reply_problems(reply, [ONE_OF_SIX]) == [], reply
+        assert re.search(r"\b1 bike point\b", reply) and not re.search(r"\b6 bike points\b", reply), reply
+    assert any("River Street, Clerkenwell" in r for r in replies)
+    assert write_reply([ONE_OF_SIX], TOOLS, key_of, "t1") == write_reply([ONE_OF_SIX], TOOLS, key_of, "t1")
+    assert any("got all bike point locations" in r for r in replies)  # phrased from the operation's summary
+
+
+def test_a_read_names_at_most_three_rows():
+    rows = [{"id": f"bp_{i}", "name": f"Dock {chr(65 + i)}"} for i in range(5)]
+    call = {"name": "bike_point_search", "arguments": {}, "output": {"items": rows, "total": 5}}
+    for seed in range(20):
+        reply = write_reply([call], TOOLS, key_of, f"s{seed}")
+        assert reply_problems(reply, [call]) == [], reply
+        assert len(re.findall(r"'Dock [A-E]'", reply)) <= 3 and "'Dock D'" not in reply, reply
+
+
+@pytest.mark.parametrize("situation", sorted(SITUATIONS))
+def test_every_situation_has_three_plans_and_each_checks_out(situation):
+    import random
+
+    call = SITUATIONS[situation]
+    sentences = {call_sentence(call, TOOLS[call["name"]], "id", random.Random(f"{situation}{s}")) for s in range(40)}
+    assert len(sentences) >= 3, sentences
+    for seed in range(20):
+        reply = write_reply([call], TOOLS, key_of, f"{situation}/{seed}")
+        assert reply_problems(reply, [call]) == [], reply
+
+
+def test_a_refused_call_is_reported_with_its_reason_and_never_as_done():
+    refused = SITUATIONS["refused"]
+    for seed in range(20):
+        reply = write_reply([refused], TOOLS, key_of, f"r{seed}")
+        assert "already closed" in reply and not re.search(r"\bis now closed\b|^Done", reply), reply
+    assert reply_problems("Bike point bp_12 is now closed.", [refused])  # the reason is missing
+
+
+def test_joined_replies_open_and_close_once():
+    a, b = "Done. I found 1 bike point. Anything else?", "All set. I deleted bike point bp_12."
+    assert join_replies(a, b) == "Done. I found 1 bike point. I deleted bike point bp_12."
+
+
+def test_every_reply_of_the_fixture_trajectories_checks_out(environments, graph, worker):
+    chains = sample_chains(graph, 30, "replies", SamplerConfig(min_tools=3))
+    raws = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
+    raws = [r for r in raws if r["status"] == "passed"]
+    assert len(raws) >= 10
+    refined = [
+        {"status": "passed", "turns": refine_turns(r["turns"], environments, seed=f"r{n}")[0]}
+        for n, r in enumerate(raws)
+    ]
+    for rows in (raws, refined):
+        figures = reply_figures(rows)
+        assert figures["replies"] >= 20 and figures["pass_share"] == 1.0, figures["failures"]
+    replies = [t["assistant_summary"] for r in refined for t in r["turns"]]
+    assert len({r.split()[0] for r in replies}) >= 4
+
+
+@pytest.mark.parametrize("reply, passed", [("I found 1 bike point of 6.", True), ("There are 6 bike points.", False)])
+def test_the_blocking_check_reads_the_stored_refined_trajectories(tmp_path, reply, passed):
+    from envfactory_assets.defs.resources import EnvFactoryHome
+    from envfactory_assets.defs.synth.assets import refined_replies_gate
+    from envfactory_assets.store.db import Store
+
+    turn = {"turn_index": 0, "query": "Find bike points on River Street.", "calls": [ONE_OF_SIX]}
+    row = {
+        "id": "ref-1",
+        "raw_trajectory_id": "raw-1",
+        "tool_chain_id": "chain-1",
+        "env_ids": [],
+        "domains": [],
+        "status": "passed",
+        "reasons": [],
+        "n_turns": 1,
+        "operators": [],
+        "turns": [{**turn, "assistant_summary": reply}],
+        "benchmark_overlap": [],
+    }
+    Store(tmp_path / "envfactory.duckdb").replace_current("refined_trajectories", [row])
+    result = refined_replies_gate(envfactory=EnvFactoryHome(home=str(tmp_path)))
+    assert result.passed is passed
+    assert result.metadata["replies"].value == 1
+    assert bool(result.metadata["failures"].value) is not passed
+
+
+def test_the_report_shows_the_3_gram_variety_and_the_checker_pass_share():
+    from envfactory_assets.reporting.report import replies_section, reply_figures_of
+
+    turn = {"turn_index": 0, "query": "Find bike points on River Street.", "calls": [ONE_OF_SIX]}
+    rows = [
+        {"id": "a", "status": "passed", "turns": [{**turn, "assistant_summary": "I found 1 bike point of 6."}]},
+        {"id": "b", "status": "passed", "turns": [{**turn, "assistant_summary": "There are 6 bike points."}]},
+    ]
+    figures = reply_figures_of(rows)
+    assert figures["replies"] == 2 and figures["checker_pass_share"] == 0.5 and figures["failing"] == 1
+    assert figures["distinct_trigrams_per_1000"] == 4000.0  # 5 + 3 distinct 3-grams over 2 replies
+    text = "\n".join(replies_section(rows))
+    assert "| checker pass share | 0.5 |" in text and "There are 6 bike points." in text
