@@ -14,7 +14,7 @@ from envfactory_assets.synth.refinement.expansion import expand_goal, follow_up_
 from envfactory_assets.synth.refinement.operators import refine_turns
 from envfactory_assets.synth.refinement.solver.attempts import solve_turn
 from envfactory_assets.synth.refinement.solver.base import SolverView
-from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, answered_value
 from envfactory_assets.synth.trajectories.conversation import DialogueSolver, omit_user_value, well_formed
 from envfactory_assets.synth.trajectories.simulated_user import (
     REFUSAL,
@@ -68,7 +68,12 @@ def test_the_simulated_user_never_reveals_a_value_that_is_not_user_providable(tr
                 for name, value in call["arguments"].items():
                     reply = ProgrammaticUser().reply(f"Which {name.replace('_', ' ')} should I use?", context)
                     if name in flags.get(call["name"], ()):
-                        assert repr(allowed[name]).strip("'") in reply or json.dumps(allowed[name]) in reply
+                        # the answer states the value so the asker reads it back (a flag as yes or no)
+                        schema = {"type": "boolean"} if isinstance(allowed[name], bool) else {}
+                        assert answered_value(name, schema, [reply]) in (
+                            json.dumps(allowed[name]),
+                            f"'{allowed[name]}'",
+                        )
                         answered += 1
                     else:
                         secret = value if isinstance(value, str) else json.dumps(value)

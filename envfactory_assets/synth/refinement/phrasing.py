@@ -214,16 +214,26 @@ def _flag_words(name: str) -> str | None:
     return spoken_field(snake_case(name)[m.end() :]) if m else None
 
 
+#: First words of a flag that asks for something to be done (``send_email``: "whether to send email").
+_FLAG_VERBS = frozenset(
+    "send notify include allow enable disable require force use skip show hide return overwrite archive publish "
+    "sync validate confirm apply keep remove delete create email auto ignore replace reset retry verify".split()
+)
+
+
 def spoken_question_label(name: str, schema: dict[str, Any] | None = None) -> str:
     """How a clarification question names a field (``"title"``, ``"org unit"``; a boolean flag by what it asks:
-    ``is_active`` -> ``"whether it is active"``, ``has_children`` -> ``"whether it has children"``, ``notify``
-    -> ``"whether to notify"``)."""
+    ``is_active`` -> ``"whether it is active"``, ``has_children`` -> ``"whether it has children"``,
+    ``in_stock`` -> ``"whether it is in stock"``, ``send_email`` -> ``"whether to send email"``)."""
     if (schema or {}).get("type") == "boolean":
         flag = _flag_words(name)
         if flag:
             verb = "has" if snake_case(name).startswith("has") else "is"
             return f"whether it {verb} {flag}"
-        return f"whether to {spoken_field(name)}"
+        said = spoken_field(name)
+        if said.split(" ", 1)[0].lower() in _FLAG_VERBS:
+            return f"whether to {said}"
+        return f"whether it is {said}"
     return spoken_field(name)
 
 

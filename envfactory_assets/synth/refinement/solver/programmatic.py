@@ -455,7 +455,7 @@ def answered_value(name: str, schema: Mapping[str, Any] | None, answers: Sequenc
     label = spoken_question_label(name, dict(schema or {}))
     if label.startswith("whether "):
         ask = _flag_question(label)
-        said = re.escape(ask[len("it be ") :] if ask.startswith("it be ") else ask.split(" ", 2)[-1])
+        said = re.escape(ask.split(" ", 2)[-1] if ask.startswith("it ") else ask[len("I ") :])
         m = _pattern(
             rf"\b(yes|no)\b,? (?:it should (?:(not) )?(?:be|have) {said}|please {said}|(do not) {said})",
             re.IGNORECASE,
