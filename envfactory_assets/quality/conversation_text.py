@@ -23,9 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from typing import Any
 
-_MONTHS = (
-    "january february march april may june july august september october november december".split()
-)
+_MONTHS = "january february march april may june july august september october november december".split()
 _QUOTED = re.compile(r"'[^']*'(?=[\s,.:;)!?]|$)")
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -186,7 +184,9 @@ def clarification_figures(rows: Iterable[Mapping[str, Any]], examples: int = 10)
         with_clar += sum(1 for t in turns if t.get("clarification"))
         for t in turns:
             ops = [
-                o for o in t.get("operators") or [] if o.get("operator") == "user_clarification" and not o.get("reverted")
+                o
+                for o in t.get("operators") or []
+                if o.get("operator") == "user_clarification" and not o.get("reverted")
             ]
             for op in ops:
                 omitted += 1
