@@ -536,10 +536,15 @@ def describe_call(
             seen_labels[lab] = seen_labels.get(lab, 0) + 1
 
     def label(name: str) -> str:
-        options = field_labels(name, props.get(name)) if natural else [words(name)]
-        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2 and lab not in own_words]
         said = spoken_field(name)
-        if natural and said.lower() != options[0] and said.lower() in options:
+        if not natural:
+            # the raw register states each field by its name, written out where it has short forms ("QR
+            # number" for qr_no) unless another field's own name reads so
+            plain = said.lower() != words(name).lower() and not name.endswith("_id") and said.lower() not in own_words
+            return said if plain else words(name)
+        options = field_labels(name, props.get(name))
+        options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2 and lab not in own_words]
+        if said.lower() != options[0] and said.lower() in options:
             # a name of short forms ("qr no") is written out as a person would ("QR number")
             options = [said] + [lab for lab in options[1:] if lab != said.lower()]
         if len(options) > 1 and _FLAG_PREFIX.match(options[0]) and props.get(name, {}).get("type") == "boolean":
