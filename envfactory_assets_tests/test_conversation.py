@@ -8,6 +8,7 @@ import pytest
 
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.quality.conversation_text import clarification_figures
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows, sft_row, tools_of
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.refinement.expansion import expand_goal, follow_up_request
@@ -159,6 +160,14 @@ def test_conversational_turns_are_solved_and_their_messages_well_formed(conversa
         answers = " ".join(m["content"] for m in turn["clarification"] if m["role"] == "user")
         assert all(str(v) not in answers for v in context.withheld_values() if len(str(v)) >= 3)
         assert any(f"'{v}'" in answers for v in context.providable_values().values())
+
+
+def test_clarifications_ask_only_for_values_the_conversation_has_not_given(conversational):
+    # judged by the detector of quality.conversation_text, not by the solver that asked
+    figures = clarification_figures([{**cal, "id": raw["id"]} for raw, cal in conversational])
+    assert figures["questions"] >= 3 and figures["omissions"] >= 3
+    assert figures["asking_for_given"] == 0 and figures["malformed"] == 0, figures["examples"]
+    assert figures["omissions_asked"] == figures["omissions"]
 
 
 def test_rl_rows_of_conversational_trajectories_replay_exactly(conversational, environments, worker):

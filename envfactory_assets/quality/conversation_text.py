@@ -138,18 +138,24 @@ def clarification_findings(turns: Sequence[Mapping[str, Any]]) -> list[dict[str,
     for index, turn in enumerate(turns):
         dialogue = list(turn.get("clarification") or [])
         before = earlier + [turn.get("query") or ""]
-        arguments: dict[str, Any] = {}
+        arguments: dict[str, list[Any]] = {}
         for call in turn.get("calls") or []:
             for name, value in (call.get("arguments") or {}).items():
-                arguments.setdefault(name, value)
+                arguments.setdefault(name, []).append(value)
         for q, a in zip(dialogue[::2], dialogue[1::2], strict=False):
             question, answer = q.get("content") or "", a.get("content") or ""
-            asked = [
+            answered = {n: [v for v in vs if value_given(n, v, [answer])] for n, vs in arguments.items()}
+            asked = [n for n in arguments if _named_in(question, n) or answered[n]]
+            # the value the answer gives was stated before; with no value in the answer, every call's was
+            given = [
                 n
-                for n, v in arguments.items()
-                if _named_in(question, n) or (v not in (None, "") and value_given(n, v, [answer]))
+                for n in asked
+                if (
+                    any(value_given(n, v, before) for v in answered[n])
+                    if answered[n]
+                    else all(value_given(n, v, before) for v in arguments[n])
+                )
             ]
-            given = [n for n in asked if value_given(n, arguments[n], before)]
             out.append(
                 {
                     "turn": index,
