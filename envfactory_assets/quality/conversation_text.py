@@ -266,8 +266,8 @@ def spec_identifiers(text: str, named: Sequence[tuple[str, str]] = ()) -> list[s
     fragments (``/v1/x``, ``{id}``), and ``named`` parameters' words (:func:`spoken_names`), each once."""
     bare = _QUOTED.sub(" ", text)
     found = [m.group(0) for pat in (_SNAKE, _CAMEL, _PATH) for m in pat.finditer(bare)]
-    low = bare.lower()
-    found += [said for _, said in named if re.search(rf"\b{re.escape(said)}\b", low)]
+    # as the spec writes them, in lowercase ("color rgb"); "color RGB" is how a person writes the field
+    found += [said for _, said in named if re.search(rf"\b{re.escape(said)}\b", bare)]
     return list(dict.fromkeys(found))
 
 

@@ -198,12 +198,16 @@ def spoken_field(name: str) -> str:
     toks = [t.lower() for t in toks]
     if len(toks) > 1 and toks[-1] in ("id", "ids"):
         toks = toks[:-1]
-    out = []
-    for t in toks:
-        if t in _INITIALISMS or t == "id":
-            out.append(t.upper())
+    out: list[str] = []
+    for i, t in enumerate(toks):
+        if t in _ABBREVIATIONS:
+            out.append(_ABBREVIATIONS[t])
+        elif t in _INITIALISMS or t == "id" or (2 <= len(t) <= 4 and t.isalpha() and not re.search(r"[aeiouy]", t)):
+            out.append(t.upper())  # an initialism: "RGB", "XML", "KVK"
+        elif len(t) == 1 and t.isalpha() and i + 1 < len(toks):
+            toks[i + 1] = f"{t}-{toks[i + 1]}"  # "e invoice" is written "e-invoice"
         else:
-            out.append(_ABBREVIATIONS.get(t, t))
+            out.append(t)
     return " ".join(out) if out else name
 
 
