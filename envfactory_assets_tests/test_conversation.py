@@ -8,13 +8,14 @@ import pytest
 
 from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.quality.conversation_text import clarification_figures
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows, sft_row, tools_of
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
 from envfactory_assets.synth.refinement.expansion import expand_goal, follow_up_request
 from envfactory_assets.synth.refinement.operators import refine_turns
 from envfactory_assets.synth.refinement.solver.attempts import solve_turn
 from envfactory_assets.synth.refinement.solver.base import SolverView
-from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, answered_value
 from envfactory_assets.synth.trajectories.conversation import DialogueSolver, omit_user_value, well_formed
 from envfactory_assets.synth.trajectories.simulated_user import (
     REFUSAL,
@@ -68,7 +69,12 @@ def test_the_simulated_user_never_reveals_a_value_that_is_not_user_providable(tr
                 for name, value in call["arguments"].items():
                     reply = ProgrammaticUser().reply(f"Which {name.replace('_', ' ')} should I use?", context)
                     if name in flags.get(call["name"], ()):
-                        assert repr(allowed[name]).strip("'") in reply or json.dumps(allowed[name]) in reply
+                        # the answer states the value so the asker reads it back (a flag as yes or no)
+                        schema = {"type": "boolean"} if isinstance(allowed[name], bool) else {}
+                        assert answered_value(name, schema, [reply]) in (
+                            json.dumps(allowed[name]),
+                            f"'{allowed[name]}'",
+                        )
                         answered += 1
                     else:
                         secret = value if isinstance(value, str) else json.dumps(value)
@@ -154,6 +160,14 @@ def test_conversational_turns_are_solved_and_their_messages_well_formed(conversa
         answers = " ".join(m["content"] for m in turn["clarification"] if m["role"] == "user")
         assert all(str(v) not in answers for v in context.withheld_values() if len(str(v)) >= 3)
         assert any(f"'{v}'" in answers for v in context.providable_values().values())
+
+
+def test_clarifications_ask_only_for_values_the_conversation_has_not_given(conversational):
+    # judged by the detector of quality.conversation_text, not by the solver that asked
+    figures = clarification_figures([{**cal, "id": raw["id"]} for raw, cal in conversational])
+    assert figures["questions"] >= 3 and figures["omissions"] >= 3
+    assert figures["asking_for_given"] == 0 and figures["malformed"] == 0, figures["examples"]
+    assert figures["omissions_asked"] == figures["omissions"]
 
 
 def test_rl_rows_of_conversational_trajectories_replay_exactly(conversational, environments, worker):

@@ -239,6 +239,25 @@ def test_the_data_realism_figures_match_counts_made_in_sql(report, read_only_sto
     )
 
 
+def test_the_clarification_and_user_text_figures_match_counts_made_in_sql(report, read_only_store):
+    section = report.split("## Clarifications and user text", 1)[1].split("\n## ", 1)[0]
+    con = duckdb.connect(str(read_only_store.path), read_only=True)
+    q = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+    turns = "FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) AS u(t) WHERE status = 'passed'"
+    n_turns = q(f"SELECT count(*) {turns}")
+    asked = q(f"SELECT count(*) {turns} AND json_array_length(t->'clarification') > 0")
+    questions = q(f"SELECT coalesce(sum(json_array_length(t->'clarification')), 0) // 2 {turns}")
+    row = re.search(r"^\| (\d+) \| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) \| (\d+) \| (\d+) \| (\d+) \|$", section, re.M)
+    assert row and [int(row[1]), int(row[2]), int(row[3])] == [n_turns, asked, questions]
+    assert row[4] == "0" and row[6] == "0" and row[7] == row[8]  # none asks for a given value, every omission asked
+    answers = (
+        "FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) AS u(t), "
+        "unnest(CAST(t->'clarification' AS JSON[])) AS m(c) WHERE status = 'passed' AND c->>'role' = 'user'"
+    )
+    user_messages = n_turns + q(f"SELECT count(*) {answers}")
+    assert re.search(rf"\*\*\d+\*\* of {user_messages} \(", section)
+
+
 def test_the_ten_trajectories_are_drawn_by_the_printed_seed_and_rendered_as_show_renders_them(
     report, read_only_store, tmp_path
 ):

@@ -10,7 +10,13 @@ import random
 from typing import Any
 
 from envfactory_assets.envgen.tools import KIND_ORDER
-from envfactory_assets.reporting.realism import flat_realism_figures, has_table, open_old_store, realism_figures
+from envfactory_assets.reporting.realism import (
+    current_rows,
+    flat_realism_figures,
+    has_table,
+    open_old_store,
+    realism_figures,
+)
 from envfactory_assets.reporting.results_table import results_markdown
 from envfactory_assets.store.db import Store, read_rows
 
@@ -220,6 +226,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         stage_times = latest_stage_times(con)
         refined_rows = read_rows(con, "refined_trajectories", "status = 'passed'")
         realism = realism_figures(con, refined_rows)
+        conversation = conversation_text_figures(con, refined_rows)
         picked = random.Random(seed).sample(refined_rows, min(10, len(refined_rows)))
         examples = example_ids(con, picked)
         raws = {
@@ -322,6 +329,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
     parts += realism_section(realism)
+    parts += conversation_text_section(conversation)
     parts += [
         f"## Datasets\n\nSFT rows: **{sft}**; RL rows (every one replayed to its final state): **{rl}**. "
         "Rows per stored split (`validation`: a row with a held-out environment, 10% of environments; "
@@ -657,6 +665,7 @@ def comparable_figures(store: Store) -> dict[str, Any]:
         )
         accuracy = accuracy_rows(con)
         realism = realism_figures(con, refined)
+        conversation = conversation_text_figures(con, refined)
     flat: dict[str, Any] = {}
     names = [k for k, _raw, _ref in query_figures([])]
     queries = query_figures(refined) if refined is not None else [(k, None, None) for k in names]
@@ -670,7 +679,106 @@ def comparable_figures(store: Store) -> dict[str, Any]:
     flat["per-turn accuracy: turns"] = None if accuracy is None else sum(n for _a, n in accuracy)
     flat.update({f"per-turn accuracy: turns at {a:.2f}": n for a, n in accuracy or []})
     flat.update(flat_realism_figures(realism))
+    flat.update(flat_conversation_text_figures(conversation))
     return flat
+
+
+def conversation_text_figures(con: Any, refined: list[dict[str, Any]] | None) -> dict[str, dict[str, Any] | None]:
+    """``{"clarifications", "user_text"}``: :func:`~envfactory_assets.quality.conversation_text.clarification_figures`
+    and :func:`~envfactory_assets.quality.conversation_text.user_text_figures` of the passed ``refined``
+    trajectory rows (the parameters of the store's built environments name the spec identifiers); None for a
+    figure the store cannot give."""
+    from envfactory_assets.quality.conversation_text import clarification_figures, user_text_figures
+
+    if refined is None:
+        return {"clarifications": None, "user_text": None}
+    envs = current_rows(con, "environments", "status = 'built'") or []
+    parameters = {
+        e["env_id"]: [p for t in e["tools"] for p in (t.get("input_schema") or {}).get("properties") or {}]
+        for e in envs
+    }
+    return {"clarifications": clarification_figures(refined), "user_text": user_text_figures(refined, parameters)}
+
+
+def flat_conversation_text_figures(figures: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """The scalar figures of :func:`conversation_text_figures` as ``{"group: figure": value}``."""
+    names = {
+        "clarifications": (
+            "turns_with_clarification_share",
+            "questions",
+            "asking_for_given",
+            "asking_for_given_share",
+            "malformed",
+            "omissions",
+            "omissions_asked_share",
+        ),
+        "user_text": ("user_turns", "with_identifier", "share"),
+    }
+    labels = {"clarifications": "clarifications", "user_text": "user messages with a spec identifier"}
+    return {
+        f"{labels[g]}: {n}": None if figures.get(g) is None else figures[g][n] for g, ns in names.items() for n in ns
+    }
+
+
+def conversation_text_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:
+    """The "Clarifications and user text" section of :func:`run_report` (:func:`conversation_text_figures`)."""
+    clar, text = figures["clarifications"], figures["user_text"]
+    if clar is None or text is None:
+        return []
+    parts = [
+        "## Clarifications and user text",
+        "",
+        "Clarification questions of passed refined trajectories, judged by `quality.conversation_text` (not by "
+        "the solver that asks): a question asks for a given value when the request, an earlier answer or an "
+        "earlier turn already stated the value it asks for (target 0); malformed: a field named twice or a "
+        "broken phrase; omissions: kept turns whose request left out a user-providable value on purpose, asked "
+        "for: those whose clarification obtains it (target all).",
+        "",
+        _table(
+            [
+                (
+                    clar["turns"],
+                    clar["turns_with_clarification"],
+                    clar["questions"],
+                    clar["asking_for_given"],
+                    clar["asking_for_given_share"],
+                    clar["malformed"],
+                    clar["omissions"],
+                    clar["omissions_asked"],
+                )
+            ],
+            (
+                "turns",
+                "with a clarification",
+                "questions",
+                "asking for a given value",
+                "share",
+                "malformed",
+                "omissions",
+                "omissions asked for",
+            ),
+        ),
+        "",
+    ]
+    if clar["examples"]:
+        parts += ["Questions asking for a given value or malformed (up to ten):", ""]
+        parts += [
+            f"- request: {e['request']!r} -> {e['question']!r} -> {e['answer']!r}"
+            + (f" (given: {', '.join(e['given'])})" if e["given"] else "")
+            + (f" ({e['malformed']})" if e["malformed"] else "")
+            for e in clar["examples"]
+        ]
+        parts.append("")
+    parts += [
+        f"User messages (queries and clarification answers) holding a spec identifier (a snake_case or camelCase "
+        f"name, a path fragment, a parameter's raw words with a short form; target 0): **{text['with_identifier']}** "
+        f"of {text['user_turns']} ({text['share']:.2%}); by kind: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(text["by_kind"].items())) or "none"),
+        "",
+    ]
+    if text["examples"]:
+        parts += [f"- {e['text']!r} ({', '.join(e['identifiers'])})" for e in text["examples"]] + [""]
+    return parts
 
 
 def _figure_cell(value: Any) -> str:

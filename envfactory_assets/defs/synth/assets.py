@@ -608,3 +608,43 @@ def rl_expectations(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
     from envfactory_assets.quality.suites import validate_rl
 
     return _quality_result(validate_rl(envfactory.store().read("rl_dataset")))
+
+
+@dg.asset_check(asset="refined_trajectories", blocking=True)
+def clarifications_ask_only_for_missing_values(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Blocking gate: no clarification question of a passed refined trajectory asks for a value the
+    conversation had already given, or reads malformed (a field named twice, "the is ..."), and every kept
+    turn whose request left out a user-providable value asks for it; judged by
+    :func:`~envfactory_assets.quality.conversation_text.clarification_figures`, not by the solver that asks."""
+    from envfactory_assets.quality.conversation_text import clarification_figures
+
+    figures = clarification_figures(envfactory.store().read("refined_trajectories", "status = 'passed'"))
+    return dg.AssetCheckResult(
+        passed=not figures["asking_for_given"]
+        and not figures["malformed"]
+        and figures["omissions_asked"] == figures["omissions"],
+        metadata={
+            **{k: v for k, v in figures.items() if k != "examples"},
+            "examples": [f"{e['question']} -> {e['answer']} (request: {e['request']})" for e in figures["examples"]],
+        },
+    )
+
+
+@dg.asset_check(asset="refined_trajectories", blocking=False)
+def user_text_without_spec_identifiers(envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
+    """Warning: the share of user messages of passed refined trajectories holding a spec identifier (a
+    snake_case or camelCase name, a path fragment, a parameter's raw words with a short form), target 0
+    (:func:`~envfactory_assets.quality.conversation_text.user_text_figures`)."""
+    from envfactory_assets.quality.conversation_text import user_text_figures
+
+    envs, _ = passed_environments(envfactory)
+    parameters = {e: [p for t in env["tools"] for p in t["input_schema"]["properties"]] for e, env in envs.items()}
+    figures = user_text_figures(envfactory.store().read("refined_trajectories", "status = 'passed'"), parameters)
+    return dg.AssetCheckResult(
+        passed=not figures["with_identifier"],
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            **{k: v for k, v in figures.items() if k != "examples"},
+            "examples": [f"{e['text']} ({', '.join(e['identifiers'])})" for e in figures["examples"]],
+        },
+    )

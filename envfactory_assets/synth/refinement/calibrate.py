@@ -141,7 +141,9 @@ def _prepare(
         tools = {t["name"]: t for e in envs.values() for t in e["tools"]}
         for i, turn in enumerate(queue):
             if chosen_for_conversation(f"{raw_id}/{i}", cfg.conversational_share):
-                queue[i] = omit_user_value(turn, tools, providable) or turn
+                # both wordings of each earlier turn: calibration keeps one of them
+                earlier = [t[k] for t in queue[:i] for k in ("query", "query_raw")]
+                queue[i] = omit_user_value(turn, tools, providable, earlier) or turn
     return queue
 
 

@@ -35,6 +35,7 @@ from envfactory_assets.synth.refinement.phrasing import (
     literal,
     minting_call,
     shape_for_persona,
+    spoken_field,
     spoken_table,
     spoken_thing,
     spoken_things,
@@ -109,8 +110,17 @@ def _description(
 
 
 def whose(description: list[tuple[str, Any]]) -> str:
-    """``[("name", "Ada"), ("city", "Rome")]`` -> ``"whose name is 'Ada' and whose city is 'Rome'"``."""
-    return " and ".join(f"whose {words(f)} is {literal(v)}" for f, v in description)
+    """``[("name", "Ada"), ("qr_no", "Q1")]`` -> ``"whose name is 'Ada' and whose QR number is 'Q1'"`` (fields
+    by :func:`~envfactory_assets.synth.refinement.phrasing.spoken_field`)."""
+    return " and ".join(f"whose {spoken_field(f)} is {literal(v)}" for f, v in description)
+
+
+def _parent_words(index: ToolIndex, env_id: str, param: str) -> str:
+    """How a person names the parent row a scope identifier points at: the spoken name of the table whose key
+    it is (``b_id`` of Google Storage: ``"bucket"``), else the identifier's own words without ``id``."""
+    tables = index.envs[env_id]["tables"]
+    table = next((t for t, meta in tables.items() if meta.get("key") == param), None)
+    return spoken_thing(index.spoken_table(env_id, table)) if table else spoken_field(param)
 
 
 #: Places in a list a person points at ("the second invoice in that list"); further down, they would name it.
@@ -444,7 +454,9 @@ def refine_turns(
                     unsaid = [p for p in scope if p not in call["arguments"]]  # the call's own are stated anyway
                     if phrase:
                         if unsaid:
-                            phrase += " in " + " and ".join(f"{words(p)} {literal(row[p])}" for p in unsaid)
+                            phrase += " in " + " and ".join(
+                                f"{_parent_words(index, call['env_id'], p)} {literal(row[p])}" for p in unsaid
+                            )
                         refs[arg] = phrase
                         record(
                             "implicit_reference",

@@ -145,6 +145,101 @@ def spoken_table(tool: dict[str, Any]) -> str:
 
 _FLAG_PREFIX = re.compile(r"^is (?=[a-z]{3})")
 
+#: Short forms API field names use for a word a person writes out (``qr_no``: "QR number").
+_ABBREVIATIONS = {
+    "no": "number",
+    "num": "number",
+    "nr": "number",
+    "qty": "quantity",
+    "amt": "amount",
+    "desc": "description",
+    "addr": "address",
+    "tel": "telephone",
+    "msg": "message",
+    "ref": "reference",
+    "cnt": "count",
+    "pct": "percent",
+    "img": "image",
+    "acct": "account",
+    "dob": "date of birth",
+    "src": "source",
+    "dst": "destination",
+    "dest": "destination",
+    "max": "maximum",
+    "min": "minimum",
+    "tz": "time zone",
+    "dt": "date",
+    "ts": "timestamp",
+    "lang": "language",
+    "cat": "category",
+    "doc": "document",
+    "pwd": "password",
+    "usr": "user",
+    "lat": "latitude",
+    "lng": "longitude",
+    "lon": "longitude",
+    "temp": "temperature",
+}
+#: Initialisms a person writes in capitals (``isbn`` -> "ISBN").
+_INITIALISMS = frozenset(
+    "qr url uri iso api sku vat ip uuid isbn sms pdf utc gps eta json html ssn iban bic vin ean upc mac dns "
+    "ssl tls cpu gpu ram os sdk http https ftp csv xml sql pin otp cvv".split()
+)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def spoken_field(name: str) -> str:
+    """A field name as the words a person writes for it: parts of a snake_case or camelCase name, a trailing
+    ``id`` dropped when other words remain (``org_unit_id`` -> ``"org unit"``), short forms written out and
+    initialisms in capitals (``qr_no`` -> ``"QR number"``, ``isbnCode`` -> ``"ISBN code"``). A field that is
+    only ``id`` reads ``"ID"``. The writer labels fields so, the programmatic solver reads the label back
+    (:func:`field_labels` holds it) and the clarification question names the field so."""
+    toks = [t for t in re.split(r"[_\s.\-]+", _CAMEL.sub("_", name.strip())) if t]
+    toks = [t.lower() for t in toks]
+    if len(toks) > 1 and toks[-1] in ("id", "ids"):
+        toks = toks[:-1]
+    out: list[str] = []
+    for i, t in enumerate(toks):
+        if t in _ABBREVIATIONS:
+            out.append(_ABBREVIATIONS[t])
+        elif t in _INITIALISMS or t == "id" or (2 <= len(t) <= 4 and t.isalpha() and not re.search(r"[aeiouy]", t)):
+            out.append(t.upper())  # an initialism: "RGB", "XML", "KVK"
+        elif len(t) == 1 and t.isalpha() and i + 1 < len(toks):
+            toks[i + 1] = f"{t}-{toks[i + 1]}"  # "e invoice" is written "e-invoice"
+        else:
+            out.append(t)
+    return " ".join(out) if out else name
+
+
+def _flag_words(name: str) -> str | None:
+    """What a boolean flag says of its row (``is_active`` -> ``"active"``, ``has_children`` -> ``"children"``),
+    or None when its name has no ``is``/``has`` prefix."""
+    m = re.match(r"^(is|has)[_ ]?(?=[a-z]{3})", snake_case(name))
+    return spoken_field(snake_case(name)[m.end() :]) if m else None
+
+
+#: First words of a flag that asks for something to be done (``send_email``: "whether to send email").
+_FLAG_VERBS = frozenset(
+    "send notify include allow enable disable require force use skip show hide return overwrite archive publish "
+    "sync validate confirm apply keep remove delete create email auto ignore replace reset retry verify".split()
+)
+
+
+def spoken_question_label(name: str, schema: dict[str, Any] | None = None) -> str:
+    """How a clarification question names a field (``"title"``, ``"org unit"``; a boolean flag by what it asks:
+    ``is_active`` -> ``"whether it is active"``, ``has_children`` -> ``"whether it has children"``,
+    ``in_stock`` -> ``"whether it is in stock"``, ``send_email`` -> ``"whether to send email"``)."""
+    if (schema or {}).get("type") == "boolean":
+        flag = _flag_words(name)
+        if flag:
+            verb = "has" if snake_case(name).startswith("has") else "is"
+            return f"whether it {verb} {flag}"
+        said = spoken_field(name)
+        if said.split(" ", 1)[0].lower() in _FLAG_VERBS:
+            return f"whether to {said}"
+        return f"whether it is {said}"
+    return spoken_field(name)
+
 
 def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
     """Labels a person may use for a field, most literal first: its name's words, then (when the spec's
@@ -153,6 +248,9 @@ def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
     is also labelled by what it says of the row (``is_active`` -> ``"active"``), so a request reads "where
     active is no", not "where is active is no"."""
     labels = [words(name).lower()]
+    said = spoken_field(name).lower()
+    if said != labels[0] and not name.endswith("_id"):
+        labels.append(said)  # "qr number" for qr_no: the writer's label for a field named by short forms
     flag = _FLAG_PREFIX.match(labels[0])
     if flag and (schema or {}).get("type") == "boolean":
         labels.append(labels[0][flag.end() :])
@@ -442,8 +540,17 @@ def describe_call(
             seen_labels[lab] = seen_labels.get(lab, 0) + 1
 
     def label(name: str) -> str:
-        options = field_labels(name, props.get(name)) if natural else [words(name)]
+        said = spoken_field(name)
+        if not natural:
+            # the raw register states each field by its name, written out where it has short forms ("QR
+            # number" for qr_no) unless another field's own name reads so
+            plain = said.lower() != words(name).lower() and not name.endswith("_id") and said.lower() not in own_words
+            return said if plain else words(name)
+        options = field_labels(name, props.get(name))
         options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2 and lab not in own_words]
+        if said.lower() != options[0] and said.lower() in options:
+            # a name of short forms ("qr no") is written out as a person would ("QR number")
+            options = [said] + [lab for lab in options[1:] if lab != said.lower()]
         if len(options) > 1 and _FLAG_PREFIX.match(options[0]) and props.get(name, {}).get("type") == "boolean":
             return options[1]  # the flag by what it says: "active is no"
         return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]

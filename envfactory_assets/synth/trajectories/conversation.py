@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from envfactory_assets.synth.refinement.phrasing import (
@@ -67,13 +68,16 @@ def omit_user_value(
     turn: dict[str, Any],
     tools: dict[str, dict[str, Any]],
     providable: ProvidableFlags,
+    earlier: Sequence[str] = (),
 ) -> dict[str, Any] | None:
     """The turn with one user-providable value left out of its refined ``query``, or None if none qualifies.
 
     A value qualifies when it is a required argument of a ``create`` call, came from the user (provenance
     ``user``), is flagged user-providable in the tool graph for that tool, is a string written literally
     once in the query, nothing else in the query repeats it, and no other call of the turn sets a parameter
-    of that name (the user's answer names the parameter, not the call). The returned turn (a copy) gets a
+    of that name (the user's answer names the parameter, not the call), and no ``earlier`` text of the
+    conversation (the earlier turns' requests) states it in any case: a clarification asks only for what the
+    conversation has not given. The returned turn (a copy) gets a
     ``user_clarification`` operator (argument, value, query before and after) and ``fallback`` = the turn as
     it was.
 
@@ -106,7 +110,7 @@ def omit_user_value(
                 for v in {literal(value), *spoken_forms(value)}
             ]
             query = next((q for q in (_without(turn["query"], seg) for seg in segments) if q is not None), None)
-            if query is None or value in query:
+            if query is None or value.lower() in query.lower() or any(value.lower() in e.lower() for e in earlier):
                 continue
             new = copy.deepcopy({k: v for k, v in turn.items() if k != "fallback"})
             new["fallback"] = turn

@@ -12,11 +12,12 @@ ChatBackend`, role ``"user"``), whose reply is checked so it never carries a val
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envfactory_assets.synth.refinement.phrasing import literal, words
+from envfactory_assets.synth.refinement.phrasing import literal, spoken_field, spoken_question_label, words
 
 REFUSAL = "I don't know that; please look it up with the tools."
 
@@ -76,8 +77,39 @@ def _text(value: Any) -> str:
 
 
 def answer_sentence(parameter: str, value: Any) -> str:
-    """``"The title is 'Dune'."``: how a user states one value (same literal style as the queries)."""
-    return f"The {words(parameter)} is {literal(value)}."
+    """How a user states one value, naming the field as the question did
+    (:func:`~envfactory_assets.synth.refinement.phrasing.spoken_question_label`, same literal style as the
+    queries): ``"The title is 'Dune'."``, ``"The QR number is 'Q1'."``; a flag answers its yes/no question:
+    ``"Yes, it should be active."``, ``"No, it should not have children."``, ``"Yes, please notify."``."""
+    label = spoken_question_label(parameter, _schema_of(value))
+    if label.startswith("whether it is ") or label.startswith("whether it has "):
+        verb = "be" if label.startswith("whether it is ") else "have"
+        what = label.split(" ", 3)[3]
+        return f"Yes, it should {verb} {what}." if value else f"No, it should not {verb} {what}."
+    if label.startswith("whether to "):
+        what = label[len("whether to ") :]
+        return f"Yes, please {what}." if value else f"No, do not {what}."
+    return f"The {label} is {literal(value)}."
+
+
+def _schema_of(value: Any) -> dict[str, Any]:
+    return {"type": "boolean"} if isinstance(value, bool) else {}
+
+
+def asked_labels(parameter: str, value: Any) -> list[str]:
+    """The ways a clarification question may name ``parameter`` (lowercase, most specific first): the question
+    label of :func:`~envfactory_assets.synth.refinement.phrasing.spoken_question_label` as the programmatic
+    solver asks it (a flag: ``"should it be active"``), its spoken form and its name's own words."""
+    label = spoken_question_label(parameter, _schema_of(value)).lower()
+    forms = []
+    if label.startswith("whether it is "):
+        forms.append("should it be " + label[len("whether it is ") :])
+    elif label.startswith("whether it has "):
+        forms.append("should it have " + label[len("whether it has ") :])
+    elif label.startswith("whether to "):
+        forms.append("should i " + label[len("whether to ") :])
+    forms += [label, spoken_field(parameter).lower(), words(parameter).lower()]
+    return list(dict.fromkeys(forms))
 
 
 def reveals_withheld(reply: str, context: UserContext) -> bool:
@@ -94,20 +126,30 @@ class SimulatedUser(Protocol):
 
 
 class ProgrammaticUser:
-    """Answers with :func:`answer_sentence` for each user-providable goal parameter whose name the question
-    mentions (longest names first, a mention counted once); :data:`REFUSAL` when it mentions none."""
+    """Answers with :func:`answer_sentence` for each user-providable goal parameter the question names
+    (:func:`asked_labels`, as a whole phrase; longest first, a mention counted once, in the question's order);
+    :data:`REFUSAL` when it names none."""
 
     name = "programmatic"
 
     def reply(self, question: str, context: UserContext) -> str:
-        text = question.lower()
-        answers = []
-        for name, value in sorted(context.providable_values().items(), key=lambda kv: -len(kv[0])):
-            label = words(name).lower()
-            if label in text:
-                answers.append(answer_sentence(name, value))
-                text = text.replace(label, " ")
-        return " ".join(answers) if answers else REFUSAL
+        text = " " + re.sub(r"[^a-z0-9 ]+", " ", question.lower()) + " "
+        found: list[tuple[int, str]] = []
+        candidates = [
+            (label, name, value)
+            for name, value in context.providable_values().items()
+            for label in asked_labels(name, value)
+        ]
+        answered: set[str] = set()
+        for label, name, value in sorted(candidates, key=lambda c: -len(c[0])):
+            said = " " + re.sub(r"[^a-z0-9 ]+", " ", label) + " "
+            at = text.find(said)
+            if name in answered or at < 0:
+                continue
+            answered.add(name)
+            found.append((at, answer_sentence(name, value)))
+            text = text[:at] + " " * len(said) + text[at + len(said) :]
+        return " ".join(sentence for _, sentence in sorted(found)) if found else REFUSAL
 
 
 class ModelUser:

@@ -25,6 +25,8 @@ from envfactory_assets.synth.refinement.phrasing import (
     SPOKEN_DATE,
     field_labels,
     parse_spoken_value,
+    spoken_field,
+    spoken_question_label,
 )
 from envfactory_assets.synth.refinement.solver.base import Attempt, SolverView, ToolCaller
 
@@ -331,7 +333,7 @@ class ProgrammaticSolver:
             query, answers = split_clarifications(view.messages)
             clauses, missing = _complete_clauses(_clauses(query), answers, toolset, random.Random(seed))
             if missing:
-                attempt.question = clarification_question(missing)
+                attempt.question = clarification_question(list(missing), missing)
                 return attempt
         for clause in clauses:
             ranked = _rank_tools(clause, toolset, rng)
@@ -380,15 +382,51 @@ class ProgrammaticSolver:
         return record["ok"]
 
 
-#: The programmatic solver's clarification question; :func:`split_clarifications` recognises it.
-_QUESTION = "Which {} should I use?"
-_QUESTION_RE = re.compile(r"^Which (.+) should I use\?$")
+#: The programmatic solver's clarification questions (:func:`clarification_question`); :func:`split_clarifications`
+#: recognises them.
+_QUESTION_RE = re.compile(r"^(?:Which .+ should I use|Should (?:it|I) .+)\?$")
 
 
-def clarification_question(missing: Sequence[str]) -> str:
-    """The assistant's question for missing parameter values: ``"Which title and price should I use?"``."""
-    labels = [_words(p) for p in missing]
-    return _QUESTION.format(" and ".join(labels) if len(labels) < 3 else ", ".join(labels[:-1]) + " and " + labels[-1])
+def clarification_question(missing: Sequence[str], params: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """The assistant's question for the values of ``missing`` parameters, each named once as a person names it
+    (:func:`~envfactory_assets.synth.refinement.phrasing.spoken_question_label`; ``params``: the tool's parameter
+    schemas by name, for their types): ``"Which title and QR number should I use?"``, a flag by what it asks:
+    ``"Should it be active?"``, both: ``"Which title should I use, and should it be active?"``.
+
+    Raises:
+        ValueError: ``missing`` is empty.
+    """
+    if not missing:
+        raise ValueError("clarification_question: no missing parameter to ask for")
+    labels: list[str] = []
+    flags: list[str] = []
+    for name in dict.fromkeys(missing):
+        label = spoken_question_label(name, (params or {}).get(name))
+        if label.startswith("whether "):
+            flag = _flag_question(label)
+            if flag not in flags:
+                flags.append(flag)
+        elif label not in labels:
+            labels.append(label)
+    asks = [f"which {_listed(labels)} should I use"] if labels else []
+    asks += [f"should {f}" for f in flags]
+    text = ", and ".join(asks)
+    return text[0].upper() + text[1:] + "?"
+
+
+def _listed(items: Sequence[str]) -> str:
+    return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _flag_question(label: str) -> str:
+    """``"whether it is active"`` -> ``"it be active"``; ``"whether it has X"`` -> ``"it have X"``;
+    ``"whether to notify"`` -> ``"I notify"``."""
+    rest = label[len("whether ") :]
+    if rest.startswith("it is "):
+        return "it be " + rest[len("it is ") :]
+    if rest.startswith("it has "):
+        return "it have " + rest[len("it has ") :]
+    return "I " + rest[len("to ") :]
 
 
 def split_clarifications(messages: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
@@ -408,34 +446,54 @@ def split_clarifications(messages: Sequence[Mapping[str, Any]]) -> tuple[str, li
     return next((m["content"] for m in reversed(msgs) if m.get("role") == "user"), ""), answers
 
 
+def answered_value(name: str, schema: Mapping[str, Any] | None, answers: Sequence[str]) -> str | None:
+    """The value the user's ``answers`` give parameter ``name``, as query text (``"'Dune'"``, ``"true"``), or
+    None: a sentence of :func:`~envfactory_assets.synth.trajectories.simulated_user.answer_sentence` naming the
+    field by its spoken label or any of its :func:`field_labels` ("The QR number is 'Q1'."), or for a flag the
+    yes/no sentence answering its question ("Yes, it should be active.")."""
+    text = " ".join(answers)
+    label = spoken_question_label(name, dict(schema or {}))
+    if label.startswith("whether "):
+        ask = _flag_question(label)
+        said = re.escape(ask.split(" ", 2)[-1] if ask.startswith("it ") else ask[len("I ") :])
+        m = _pattern(
+            rf"\b(yes|no)\b,? (?:it should (?:(not) )?(?:be|have) {said}|please {said}|(do not) {said})",
+            re.IGNORECASE,
+        ).search(text)
+        if m:
+            return "false" if m.group(1).lower() == "no" or m.group(2) or m.group(3) else "true"
+    labels = {label.lower(), _words(name), *field_labels(name, dict(schema or {}))}
+    for lab in sorted(labels, key=len, reverse=True):
+        m = _pattern(rf"\b(?:the\s+)?{re.escape(lab)} is ({_LITERAL})", re.IGNORECASE).search(text)
+        if m:
+            return m.group(1)
+    return None
+
+
 def _complete_clauses(
     clauses: list[str], answers: list[str], toolset: _ToolSet, rng: random.Random
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """Clauses with the user's answered values appended (", title 'Dune'") and the required non-identifier
-    parameters still missing (no literal after the parameter's name, no enum value of it in the clause)."""
-    given = [
-        (m.group(1).strip().lower(), m.group(2))
-        for a in answers
-        for m in re.finditer(rf"(?:the\s+)?([a-z][a-z0-9 ]*?) is ({_LITERAL})", a, flags=re.IGNORECASE)
-    ]
-    out, missing = [], []
+    parameters whose value the request does not state (``{name: schema}``, each once, in clause order).
+
+    A value is stated when the solver's own reading of the request (:func:`_arguments`, every label,
+    connector, spoken value and search form a request may use) fills the parameter, so the question is asked
+    only for what a reader of the request cannot find in it."""
+    out: list[str] = []
+    missing: dict[str, dict[str, Any]] = {}
     for clause in clauses:
         ranked = _rank_tools(clause, toolset, rng)
         if ranked:
             tool = ranked[0]
+            stated = _arguments(clause, tool, [], random.Random(0), guess=False, complete=False) or {}
             for name in sorted(tool.required):
-                label = _words(name)
-                if name.endswith("_id") or _pattern(
-                    rf"\b{re.escape(label)}\s+(?:is\s+|to\s+)?(?:{_LITERAL})", re.IGNORECASE
-                ).search(clause):
+                if name.endswith("_id") or name in stated:
                     continue
-                if any(f"'{v}'" in clause for v in tool.params[name].get("enum") or ()):
-                    continue
-                value = next((v for lab, v in given if lab.endswith(label)), None)
+                value = answered_value(name, tool.params.get(name), answers)
                 if value is None:
-                    missing.append(name)
+                    missing.setdefault(name, dict(tool.params.get(name) or {}))
                 else:
-                    clause += f", {label} {value}"
+                    clause += f", {_words(name)} {value}"
         out.append(clause)
     return out, missing
 
@@ -489,10 +547,10 @@ def _scoped_listers(
         args = {}
         for name in sorted(scope):
             labels = {_words(name), *field_labels(name, info.params.get(name) or {})}
-            for lab in sorted(labels, key=lambda x: (-len(x), x)):
-                m = _pattern(rf"\b{re.escape(lab)}\s+(?:is\s+)?('(?:.*?)'(?=[\s,.:)!?]|$))", re.IGNORECASE).search(
-                    clause
-                )
+            # the parent named by its field ("space id 'spa_1'") or as a person names its row ("bucket 'b_1'")
+            sources = [re.escape(lab) for lab in sorted(labels, key=lambda x: (-len(x), x))] + [_row_re(name, rows)]
+            for source in sources:
+                m = _pattern(rf"\b{source}\s+(?:is\s+)?('(?:.*?)'(?=[\s,.:)!?]|$))", re.IGNORECASE).search(clause)
                 if m:
                     args[name] = _coerce(m.group(1), info.params.get(name) or {})
                     break
@@ -656,10 +714,16 @@ def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: ran
     """The ``key`` value of the row a reference phrase names, from the observations; None if none fits."""
     phrase = phrase.lower()
     # "whose name is 'x'", or two such facts joined by "and"
-    wanted = [(f.replace(" ", "_"), v.strip("'")) for f, v in re.findall(rf"whose (.+?) is ({_LITERAL})", phrase)]
+    wanted = [(f, v.strip("'")) for f, v in re.findall(rf"whose (.+?) is ({_LITERAL})", phrase)]
     if wanted:
+
+        def said(row: Mapping[str, Any], label: str) -> str:
+            # the field a person named ("qr number" is qr_no): its own words or its spoken form
+            field = next((f for f in row if _words(f) == label or spoken_field(f).lower() == label), None)
+            return str(row.get(field, "")).lower()
+
         for obs in reversed(seen):
-            rows = [r for r in _rows_with(obs.output, key) if all(str(r.get(f, "")).lower() == v for f, v in wanted)]
+            rows = [r for r in _rows_with(obs.output, key) if all(said(r, f) == v for f, v in wanted)]
             if rows:
                 return rng.choice(rows)[key]
         return None
@@ -706,9 +770,11 @@ def _arguments(
     guess: bool = True,
     wants: list[str] | None = None,
     rows: Mapping[str, frozenset[str]] | None = None,
+    complete: bool = True,
 ) -> dict[str, Any] | None:
     """Arguments of ``tool`` for one request, or None when a required one cannot be determined (with
-    ``guess``, a required identifier the query leaves open is drawn among the identifiers seen so far).
+    ``guess``, a required identifier the query leaves open is drawn among the identifiers seen so far; with
+    ``complete=False``, the arguments the request states, whether or not every required one is among them).
     ``wants`` collects identifier parameters named by a description ("the author whose name is 'X'") that no
     result seen so far holds: the caller lists that table and tries again. ``rows`` (:func:`_row_words`) names
     the rows of identifiers a person cannot say ("bucket 'b_1'" for ``b_id``)."""
@@ -812,6 +878,8 @@ def _arguments(
             if name in tool.params:
                 args[name] = int(next(g for g in limit.groups() if g))
                 break
+    if not complete:
+        return args
     if tool.key in tool.required and tool.key not in args and not guess:
         return None
     for name in sorted(tool.required - set(args)):

@@ -1,0 +1,159 @@
+"""Clarification questions ask only for what the conversation has not given, name fields as a person does and
+read well; user text carries no spec identifiers. Small fixtures: the bookshop and calendar documents and
+hand-written turns."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from envfactory_assets.quality.conversation_text import (
+    clarification_figures,
+    clarification_findings,
+    malformed,
+    spec_identifiers,
+    spoken_names,
+)
+from envfactory_assets.synth.datasets.rows import tools_of
+from envfactory_assets.synth.refinement.phrasing import describe_call
+from envfactory_assets.synth.refinement.solver.base import SolverView
+from envfactory_assets.synth.refinement.solver.programmatic import (
+    ProgrammaticSolver,
+    answered_value,
+    clarification_question,
+)
+from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, UserContext, answer_sentence
+
+
+def _calls_of(query: str, tools: list[dict], answers: tuple[tuple[str, str], ...] = ()) -> tuple[str | None, list]:
+    """``(question, calls)`` of one programmatic solver attempt in conversational mode; every call succeeds
+    with its arguments echoed (the solver's reading of the text is what is tested, not the environment)."""
+    messages = [{"role": "user", "content": query}]
+    for q, a in answers:
+        messages += [{"role": "assistant", "content": q}, {"role": "user", "content": a}]
+    calls = []
+
+    def call_tool(name: str, args: dict) -> dict:
+        calls.append((name, args))
+        return {"ok": True, "output": {**args, "id": "x_1"}}
+
+    attempt = ProgrammaticSolver(ask=True).attempt(SolverView(tuple(messages), tuple(tools)), call_tool, 0)
+    return attempt.question, calls
+
+
+@pytest.fixture(scope="module")
+def tools(environments) -> list[dict]:
+    return tools_of(environments, sorted(environments))
+
+
+def test_no_question_for_a_value_the_request_states(tools):
+    # "set to" is one of the writer's connectors: the value is given, nothing is to be asked
+    question, calls = _calls_of("Please add a new author with name set to 'Ada Lovelace'.", tools)
+    assert not question
+    assert calls == [("create_author", {"name": "Ada Lovelace"})]
+
+
+def test_a_missing_value_is_asked_once_and_the_answer_fills_it(tools):
+    query = "Please add a new book. Then create a new calendar."
+    question, calls = _calls_of(query, tools)
+    assert question == "Which title should I use?" and malformed(question, "") is None and not calls
+    answer = ProgrammaticUser().reply(
+        question,
+        UserContext(
+            ({"name": "creer_calendrier", "arguments": {"title": "Team"}},),
+            {},
+            {"creer_calendrier": frozenset({"title"})},
+        ),
+    )
+    assert answer == "The title is 'Team'."
+    assert answered_value("title", {}, [answer]) == "'Team'"
+
+
+def test_merged_and_flag_questions_read_as_a_person_writes_them():
+    assert malformed("Which query and query should I use?", "The query is 'x'.")
+    assert malformed("Which is active should I use?", "The is active is true.")
+    question = clarification_question(
+        ["title", "qr_no", "title", "is_active"], {"is_active": {"type": "boolean"}, "qr_no": {"type": "string"}}
+    )
+    assert question == "Which title and QR number should I use, and should it be active?"
+    answers = [answer_sentence("qr_no", "Q-7"), answer_sentence("is_active", False)]
+    assert answers == ["The QR number is 'Q-7'.", "No, it should not be active."]
+    assert all(malformed(question, a) is None for a in answers)
+    assert answered_value("qr_no", {"type": "string"}, answers) == "'Q-7'"
+    assert answered_value("is_active", {"type": "boolean"}, answers) == "false"
+    # the simulated user hears the question as it is asked
+    context = UserContext(
+        ({"name": "t", "arguments": {"title": "A", "qr_no": "Q-7", "is_active": False}},),
+        {},
+        {"t": frozenset({"title", "qr_no", "is_active"})},
+    )
+    assert ProgrammaticUser().reply(question, context) == (
+        "The title is 'A'. The QR number is 'Q-7'. No, it should not be active."
+    )
+
+
+def _turn(query: str, arguments: dict, question: str, answer: str) -> dict:
+    return {
+        "query": query,
+        "calls": [{"name": "search_projects", "arguments": arguments}],
+        "clarification": [{"role": "assistant", "content": question}, {"role": "user", "content": answer}],
+        "operators": [],
+    }
+
+
+def test_the_detector_finds_a_question_for_a_value_already_given():
+    asked_again = _turn(
+        "Search for projects matching 'Billing'.",
+        {"query": "Billing"},
+        "Which query should I use?",
+        "The query is 'Billing'.",
+    )
+    missing = _turn(
+        "Search the projects.", {"query": "Billing"}, "Which query should I use?", "The query is 'Billing'."
+    )
+    dated = _turn(
+        "Add a task due 26 May 2026.", {"due": "2026-05-26"}, "Which due should I use?", "The due is '2026-05-26'."
+    )
+    assert [f["given"] for f in clarification_findings([asked_again])] == [["query"]]
+    assert [f["given"] for f in clarification_findings([missing])] == [[]]
+    assert [f["given"] for f in clarification_findings([dated])] == [["due"]]
+    # a value an earlier turn gave counts as given too
+    assert clarification_findings([{"query": "Find 'Billing' projects.", "calls": []}, missing])[0]["given"] == [
+        "query"
+    ]
+    figures = clarification_figures(
+        [{"id": "a", "status": "passed", "turns": [asked_again]}, {"id": "m", "status": "passed", "turns": [missing]}]
+    )
+    assert figures["questions"] == 2 and figures["asking_for_given"] == 1 and figures["asking_for_given_share"] == 0.5
+    assert figures["examples"][0]["question"] == "Which query should I use?"
+
+
+def test_field_names_in_user_text_are_found_and_the_writer_says_them():
+    named = spoken_names(["qr_no", "b_id", "title", "book_id"])
+    assert named == [("qr_no", "qr no"), ("b_id", "b id")]
+    assert spec_identifiers("I need qr no 'Q-1' for it", named) == ["qr no"]
+    assert spec_identifiers("list the objects in b id 'b_00001'", named) == ["b id"]
+    assert spec_identifiers("use max_value 3 and orgUnit 'a_b', see /v1/items/{id}", named) == [
+        "max_value",
+        "orgUnit",
+        "/v1/items/{id}",
+    ]
+    assert spec_identifiers("create a book with title 'my_file_name'", named) == []  # a quoted value is a value
+    tool = {
+        "name": "tickets_create",
+        "kind": "create",
+        "table": "tickets",
+        "description": "Create a ticket",
+        "input_schema": {"type": "object", "properties": {"qr_no": {"type": "string"}}, "required": ["qr_no"]},
+    }
+    texts = [describe_call(tool, "ticket_id", {"qr_no": "Q-1"}, rng=random.Random(i)) for i in range(20)]
+    assert all("QR number 'Q-1'" in t or "QR number set to 'Q-1'" in t for t in texts), texts
+    assert not any(spec_identifiers(t, named) for t in texts)
+    spec = {
+        "type": "function",
+        "function": {"name": "tickets_create", "description": "Create a ticket", "parameters": tool["input_schema"]},
+    }
+    for text in texts[:5]:
+        question, calls = _calls_of(text, [spec])
+        assert not question and calls == [("tickets_create", {"qr_no": "Q-1"})], text
