@@ -157,3 +157,21 @@ def test_field_names_in_user_text_are_found_and_the_writer_says_them():
     for text in texts[:5]:
         question, calls = _calls_of(text, [spec])
         assert not question and calls == [("tickets_create", {"qr_no": "Q-1"})], text
+
+
+def test_a_word_shared_by_two_labels_or_a_one_letter_value_is_not_taken_for_a_given_value():
+    # the request gives the contact's name; the question asks for the given name, which the answer states
+    other_label = _turn(
+        "Add a contact named 'Ada Lovelace'.",
+        {"name": "Ada Lovelace", "first_name": "Ada"},
+        "What given name should I use?",
+        "Use 'Ada' as the given name.",
+    )
+    # 'a' quoted in the request is the section, not the query the question asks for
+    short = _turn("Open section 'a' of the guide.", {"section": "a", "query": "a"}, "Which query?", "The query is 'a'.")
+    assert [f["asked"] for f in clarification_findings([other_label])] == [["first_name"]]
+    assert [f["given"] for f in clarification_findings([other_label])] == [[]]
+    assert [f["given"] for f in clarification_findings([short])] == [[]]
+    # the same letter right after the field's words was given
+    said = _turn("Search with query 'a'.", {"query": "a"}, "Which query should I use?", "The query is 'a'.")
+    assert [f["given"] for f in clarification_findings([said])] == [["query"]]

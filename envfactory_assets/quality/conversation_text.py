@@ -5,8 +5,8 @@ imported, so a fault shared by the writer and the reader cannot hide here):
 
 - :func:`clarification_findings`: every clarification exchange (assistant question, user answer) of a turn,
   with the fields it asks for and, of those, the ones the conversation had already given. A field is asked
-  for when the user's answer states the value the turn's calls use for it, or the question names it (its
-  name's words); it was given when the turn's request, an earlier answer of the turn or an earlier turn's
+  for when the user's answer states the value the turn's calls use for it or, when the answer states none, the
+  question names it (its name's words); it was given when the turn's request, an earlier answer of the turn or an earlier turn's
   user text states that value in any form the writer uses (quoted, bare, a date written out, a flag or a
   number right after the field's words). A question is malformed when it names one thing twice ("Which query
   and query ..."), or a question or an answer reads "the is ..." / "is is".
@@ -71,8 +71,8 @@ def _near_field(text: str, name: str, value_re: str) -> bool:
 
 def value_given(name: str, value: Any, texts: Sequence[str]) -> bool:
     """True when one of ``texts`` states ``value`` of field ``name``: a string quoted or as a whole phrase
-    (any case; a date also written out), a number or a flag right after the field's words; a list or an
-    object when each item is; an empty value never needs giving."""
+    (any case; a date also written out), a number, a flag or a string under 3 characters right after the
+    field's words; a list or an object when each item is; an empty value never needs giving."""
     if isinstance(value, dict):
         return bool(value) and all(value_given(name, v, texts) for v in value.values())
     if isinstance(value, list):
@@ -86,6 +86,11 @@ def value_given(name: str, value: Any, texts: Sequence[str]) -> bool:
         number = re.escape(json.dumps(value))
         return any(_near_field(t, name, rf"(?:set to |of |is |to )?{number}\b") for t in texts)
     text_value = str(value)
+    if len(text_value) < 3:
+        # a letter or two quoted in one place ('a') is as likely another field's value: only next to this
+        # field's words does it state this one
+        short = rf"'?{re.escape(text_value.lower())}'?(?![\w'])"
+        return any(_near_field(t, name, rf"(?:is |of |to )?{short}") for t in texts)
     iso = re.match(r"^(\d{4}-\d{2}-\d{2})(?:T|$)", text_value)
     for t in texts:
         if f"'{text_value}'" in t or (
@@ -145,7 +150,9 @@ def clarification_findings(turns: Sequence[Mapping[str, Any]]) -> list[dict[str,
         for q, a in zip(dialogue[::2], dialogue[1::2], strict=False):
             question, answer = q.get("content") or "", a.get("content") or ""
             answered = {n: [v for v in vs if value_given(n, v, [answer])] for n, vs in arguments.items()}
-            asked = [n for n in arguments if _named_in(question, n) or answered[n]]
+            # The answer's values say what was asked; a question's words count only when the answer gives none,
+            # since one field's name is often a word of another's label ("name" in "given name").
+            asked = [n for n in arguments if answered[n]] or [n for n in arguments if _named_in(question, n)]
             # the value the answer gives was stated before; with no value in the answer, every call's was
             given = [
                 n
