@@ -5,11 +5,11 @@ imported, so a fault shared by the writer and the reader cannot hide here):
 
 - :func:`clarification_findings`: every clarification exchange (assistant question, user answer) of a turn,
   with the fields it asks for and, of those, the ones the conversation had already given. A field is asked
-  for when the user's answer states the value the turn's calls use for it or, when the answer states none, the
-  question names it (its name's words); it was given when the turn's request, an earlier answer of the turn or an earlier turn's
-  user text states that value in any form the writer uses (quoted, bare, a date written out, a flag or a
-  number right after the field's words). A question is malformed when it names one thing twice ("Which query
-  and query ..."), or a question or an answer reads "the is ..." / "is is".
+  for when the user's answer states the value the turn's calls use for it or, when the answer states none,
+  the question names it (its name's words); it was given when the turn's request, an earlier answer of the
+  turn or an earlier turn's user text states that value in any form the writer uses (quoted, bare, a date
+  written out, a flag or a number right after the field's words). A question is malformed when it names one
+  thing twice ("Which query and query ..."), or a question or an answer reads "the is ..." / "is is".
 - :func:`spec_identifiers`: spec identifiers in a user message outside quoted values: a snake_case or
   camelCase word, a path fragment (``/v1/x``, ``{id}``), or a parameter of the spec written as its raw words
   when those hold a short form the spec does not write out ("qr no", "b id").
