@@ -253,9 +253,7 @@ def test_a_failed_gate_stops_downstream_stages_launched_in_a_later_run(world, tm
         first = materialize_pipeline(
             [*ALL_ASSETS, *ALL_CHECKS], instance, strict, world["config"], PER_ENVIRONMENT, raise_on_error=False
         )
-        blocking = [
-            e for r in first for e in r.get_asset_check_evaluations() if e.severity == dg.AssetCheckSeverity.ERROR
-        ]
+        blocking = [e for r in first for e in r.get_asset_check_evaluations() if e.severity == dg.AssetCheckSeverity.ERROR]
         assert [(e.check_name, e.passed) for e in blocking] == [("verified_pass_rate_above_floor", False)]
         later = materialize_pipeline(
             [*ALL_ASSETS, *ALL_CHECKS], instance, strict, world["config"], ["tool_graph"], raise_on_error=False
