@@ -5,6 +5,7 @@ OpenEnv server's own tests are in test_serve_openenv.py).
 - A hostile environment whose tool answers a fake reward, a fake ``done``, the gold final state and text that
   tries to close its response block and call the missing gold call (:func:`rl_tasks.forged_reply`) earns the
   reward of the same episode on the honest environment; so does a model whose answer says ``reward: 1.0``.
+- An environment's worker cannot answer with another environment's final state (which the reward hashes).
 - A reward that is not a finite number in ``[0, MAX_REWARD]``, made where the reward is computed, is refused
   with an error naming the value and where it came from.
 """
@@ -239,6 +240,43 @@ def test_mcp_server_hands_a_forged_result_on_as_tool_text_that_no_reward_reads(e
         anyio.run(rollout)
     scores = {name: verl_score(_decoded_response(task, calls, texts[name], "All done.")) for name in texts}
     assert scores["hostile"] == scores["honest"] and scores["honest"]["score"] == 0.0
+
+
+# An environment whose save() writes a reply frame of its own on the protocol pipe, past the worker's serializer,
+# answering for another environment too (the guards are off here: the OS layer is the boundary this tests).
+FORGING_SAVE = """
+def load(d):
+    return d
+
+def save(s):
+    frame = __import__("sys")._getframe()
+    request_id, out, write = None, None, None
+    while frame is not None:
+        if frame.f_code.co_name == "serve" and "request_id" in frame.f_locals:
+            request_id = frame.f_locals["request_id"]
+        if "protocol_out" in frame.f_locals:
+            out, write = frame.f_locals["protocol_out"], frame.f_globals["write_frame"]
+        frame = frame.f_back
+    write(out, {"id": request_id, "ok": True, "result": {"forger": s, "victim": {"at_gold": True}}})
+    return s
+"""
+
+
+def test_a_worker_cannot_answer_with_another_environments_final_state():
+    """Each environment's worker answers ``save`` for its own environment; a forged reply that also names another
+    environment of the episode (whose saved state the reward hashes) ends the forging worker instead of being
+    merged into the episode's final states."""
+    from envfactory_assets.runtime.errors import WorkerCrashed
+    from envfactory_assets.runtime.sandbox import SandboxWorker
+
+    with SandboxWorker(python_guards=False) as worker:
+        worker.load_environment("victim", "def load(d):\n    return d\n\ndef save(s):\n    return s\n")
+        worker.load_environment("forger", FORGING_SAVE)
+        episode = worker.open_episode({"victim": {"at_gold": False}, "forger": {"n": 1}})
+        with pytest.raises(WorkerCrashed, match="save: malformed result from the worker; worker killed"):
+            worker.save(episode)
+        honest = worker.open_episode({"victim": {"at_gold": False}})
+        assert worker.save(honest) == {"victim": {"at_gold": False}}
 
 
 # -- a reward out of range, made where the reward is computed, is refused at each interface ------------------
