@@ -528,7 +528,7 @@ def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environmen
 def test_a_reward_outside_its_range_is_an_error():
     from envfactory_assets.tooluse.reward import MAX_REWARD, valid_reward
 
-    assert valid_reward(0.0) == 0.0 and valid_reward(MAX_REWARD) == MAX_REWARD
+    assert valid_reward(0.0, "a test") == 0.0 and valid_reward(MAX_REWARD, "a test") == MAX_REWARD
     for bad in (float("nan"), float("inf"), -0.1, MAX_REWARD + 0.01, "1", None, True):
         with pytest.raises(ValueError, match="compute_score"):
             valid_reward(bad, "verl compute_score")

@@ -12,8 +12,11 @@ gold call needs arguments, scores 0; on an abstention row (no gold call) a reply
 maximum and any call 0; the gold calls score
 :data:`~envfactory_assets.tooluse.reward.MAX_REWARD`; the turn's own executed calls are never charged; a score
 that is not a finite number in range is an error, never passed to verl. Replaying from the initial state makes the
-score independent of how the rollout executed its tools. Needs ``envfactory_assets`` installed where the
-reward runs.
+score independent of how the rollout executed its tools, and of what they answered: verl's ``solution_str`` holds
+the tool results too (the rollout's tool-response tokens, decoded with the rest), so ``<tool_response>`` blocks are
+removed before parsing (:func:`~envfactory_assets.tooluse.tool_calls.without_tool_responses`), and a tool result
+cannot close its block early (:func:`~envfactory_assets.tooluse.task_episode.result_text` escapes the tags in
+it). Needs ``envfactory_assets`` installed where the reward runs.
 """
 
 from __future__ import annotations
@@ -97,9 +100,10 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
     """
     from envfactory_assets.runtime.canonical import state_hash
     from envfactory_assets.tooluse.reward import guarded_reward, valid_reward
-    from envfactory_assets.tooluse.tool_calls import parse_tool_calls
+    from envfactory_assets.tooluse.tool_calls import parse_tool_calls, without_tool_responses
 
-    parsed = parse_tool_calls(response or "")
+    # verl decodes the whole rollout, the tool results inside it: only the model's own text is parsed
+    parsed = parse_tool_calls(without_tool_responses(response or ""))
     episode = task_runner().episode(episode_row(ground_truth))
     try:
         for call in parsed.calls:
@@ -121,7 +125,9 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
     finally:
         episode.close()
     return {
-        "score": valid_reward(reward.reward, "verl compute_score"),
+        "score": valid_reward(
+            reward.reward, f"verl compute_score (envfactory_reward.py), env_ids {ground_truth['env_ids']}"
+        ),
         "trace": reward.trace,
         "state": reward.state,
         "n_calls": len(episode.calls),

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from envfactory_assets.mcp_server.session import SessionEpisode
 from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES, clip, stdio_transport
 from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.tooluse.tool_calls import inert_tags
 
 if TYPE_CHECKING:  # jsonschema is imported at the first tool call, not before the server answers initialize
     from jsonschema.protocols import Validator
@@ -91,7 +92,7 @@ def _clipped(value: Any) -> Any:
 
 
 def _error_result(error: dict[str, Any]) -> types.CallToolResult:
-    text = json.dumps({"error": _clipped(error)}, ensure_ascii=False, sort_keys=True)
+    text = inert_tags(json.dumps({"error": _clipped(error)}, ensure_ascii=False, sort_keys=True))
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
@@ -251,7 +252,8 @@ def environment_server(
             return _error_result(result.get("error") or {"type": "internal", "message": "no error detail"})
         output = result.get("output")
         return types.CallToolResult(
-            content=[types.TextContent(text=json.dumps(output, ensure_ascii=False))],
+            # the text a client shows its model: no tag in it can end its response block or forge a call
+            content=[types.TextContent(text=inert_tags(json.dumps(output, ensure_ascii=False)))],
             structured_content=output if isinstance(output, dict) else None,
         )
 

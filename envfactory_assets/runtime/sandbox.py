@@ -229,11 +229,13 @@ _RESULT_KEYS = {
 }
 
 
-def _shape_ok(op: str, result: Any) -> bool:
+def _shape_ok(op: str, result: Any, env_id: str) -> bool:
     if op == "state_hash":
         return isinstance(result, str)
     if op == "save":
-        return isinstance(result, dict)
+        # each worker holds one environment: a saved state under another id would overwrite that environment's
+        # own (a forged final state, which the reward reads) when an episode's parts are merged
+        return isinstance(result, dict) and set(result) == {env_id}
     expected = _RESULT_KEYS.get(op)
     if expected is None:
         return True
@@ -356,7 +358,7 @@ class _Child:
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
         if response.get("ok") is True:
             result = response.get("result")
-            if not _shape_ok(op, result):
+            if not _shape_ok(op, result, self.label):
                 self.discard()
                 raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: malformed result from the worker; worker killed")
             return result

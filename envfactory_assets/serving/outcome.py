@@ -23,7 +23,7 @@ from typing import Any
 
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.serving.state_diff import state_diff
-from envfactory_assets.tooluse.reward import RewardBreakdown, guarded_reward, valid_reward
+from envfactory_assets.tooluse.reward import InvalidReward, RewardBreakdown, guarded_reward, valid_reward
 from envfactory_assets.tooluse.task_episode import TaskEpisode
 
 
@@ -109,8 +109,10 @@ def episode_outcome(
         episode.row, list(episode.calls), episode.n_malformed, final_hashes, gold, initial, episode.reply
     )
     try:
-        reward = valid_reward(getattr(breakdown, "reward", breakdown), "the episode's reward")
-    except ValueError as exc:
+        reward = valid_reward(
+            getattr(breakdown, "reward", breakdown), f"serve-openenv: the reward of task {episode.row.get('id')!r}"
+        )
+    except InvalidReward as exc:
         return Outcome(None, error={"type": "invalid_reward", "message": f"refused: {exc}"})
     diff = state_diff(episode.row["initial_state"], final, environments)
     return Outcome(reward, breakdown.as_dict(), diff)

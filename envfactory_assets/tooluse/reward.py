@@ -39,6 +39,12 @@ every external task):
 
 Pure functions on JSON values: no model, no environment, no Dagster. The environment side (running the
 predicted calls to get final states) is :mod:`envfactory_assets.tooluse.task_episode`.
+
+Reward integrity: every input above is the episode's own record (the calls the caller parsed from the model's
+own text, the final states the sandbox saved and the caller hashed, the gold from the dataset); nothing a tool
+returned is an input, so a tool whose output says ``"reward": 1.0`` or ``"done": true`` changes nothing, and
+the reply is read only for whether it is empty. The range of every reward here is ``[0, MAX_REWARD]``;
+:func:`valid_reward` refuses anything else where a reward is handed out.
 """
 
 from __future__ import annotations
@@ -58,17 +64,27 @@ MAX_REWARD = TRACE_WEIGHT + STATE_WEIGHT
 """What a complete answer earns: every gold call matched, the gold state reached, nothing charged."""
 
 
-def valid_reward(value: Any, what: str = "reward") -> float:
-    """``value`` as a float when it is a finite number in ``[0, MAX_REWARD]``.
+class InvalidReward(ValueError):
+    """A reward that is not a finite number in ``[0, MAX_REWARD]``: refused, never clamped or passed on."""
+
+
+def valid_reward(value: Any, what: str) -> float:
+    """``value`` as a float when it is a finite number in ``[0, MAX_REWARD]``: the one check every interface
+    that hands out a reward (GRPO's reward function, the TRL task environment, the verl export's
+    ``compute_score``, the OpenEnv server) runs on the reward it is about to return.
+
+    Args:
+        value: the reward a reward function produced.
+        what: where it came from (the interface and the task), quoted in the error.
 
     Raises:
-        ValueError: ``value`` is not a number, not finite, or outside ``[0, MAX_REWARD]`` (a reward outside its
-            range would train on a scale no one chose; naming ``what`` says which function produced it).
+        InvalidReward: ``value`` is not a number, not finite, or outside ``[0, MAX_REWARD]`` (a reward outside
+            its range would train on a scale no one chose; a clamped one would hide the fault that made it).
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} must be a number, got {type(value).__name__} {value!r}")
+        raise InvalidReward(f"{what}: a reward must be a number, got {type(value).__name__} {value!r}")
     if not math.isfinite(value) or not 0.0 <= value <= MAX_REWARD:
-        raise ValueError(f"{what} must be a finite number in [0, {MAX_REWARD}], got {value!r}")
+        raise InvalidReward(f"{what}: a reward must be a finite number in [0, {MAX_REWARD}], got {value!r}")
     return float(value)
 
 

@@ -256,5 +256,10 @@ def public_methods(obj: Any) -> list[str]:
 
 
 def rollout_reward(environment: TaskEnvironment) -> RewardBreakdown:
-    """The hybrid reward of the rollout held by ``environment`` (its episode's :meth:`TaskEpisode.reward`)."""
+    """The hybrid reward of the rollout held by ``environment`` (its episode's :meth:`TaskEpisode.reward`), from the
+    calls made through its tool methods and the episode's saved final states, never from a tool's result text.
+
+    Raises:
+        InvalidReward: the reward is not a finite number in ``[0, MAX_REWARD]``.
+    """
     return environment._reward()

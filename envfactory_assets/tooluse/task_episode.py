@@ -17,7 +17,8 @@ from typing import Any
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import SandboxError
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
-from envfactory_assets.tooluse.reward import RewardBreakdown, hybrid_reward
+from envfactory_assets.tooluse.reward import RewardBreakdown, hybrid_reward, valid_reward
+from envfactory_assets.tooluse.tool_calls import inert_tags
 
 MAX_RESULT_CHARS = 2000
 
@@ -31,7 +32,10 @@ def _tool_names(tools: Iterable[Mapping[str, Any]]) -> set[str]:
     return names
 
 
-def _result_text(result: Mapping[str, Any]) -> str:
+def result_text(result: Mapping[str, Any]) -> str:
+    """A sandbox call result as the text the model sees: the tool's output as JSON, or
+    ``{"error": type, "message": ...}``, with its tags made inert (:func:`~.tool_calls.inert_tags`), cut at
+    :data:`MAX_RESULT_CHARS`."""
     if result.get("ok"):
         text = json.dumps(result.get("output"), ensure_ascii=False, sort_keys=True)
     else:
@@ -39,6 +43,7 @@ def _result_text(result: Mapping[str, Any]) -> str:
         text = json.dumps(
             {"error": error.get("type", "error"), "message": error.get("message", "")}, ensure_ascii=False
         )
+    text = inert_tags(text)
     return text if len(text) <= MAX_RESULT_CHARS else text[:MAX_RESULT_CHARS] + "...(truncated)"
 
 
@@ -90,7 +95,7 @@ class TaskEpisode:
             return json.dumps({"error": "episode_lost", "message": str(exc)[:500]})
         if not result.get("ok") and (result.get("error") or {}).get("episode_lost"):
             self._lost = True
-        return _result_text(result)
+        return result_text(result)
 
     @property
     def lost(self) -> bool:
@@ -135,9 +140,13 @@ class TaskEpisode:
         return {} if saved is None else {env_id: state_hash(state) for env_id, state in saved.items()}
 
     def reward(self) -> RewardBreakdown:
-        """The hybrid reward of the calls made so far against the row's gold calls and final state."""
+        """The hybrid reward of the calls made so far against the row's gold calls and final state.
+
+        Raises:
+            InvalidReward: the reward is not a finite number in ``[0, MAX_REWARD]`` (never passed on).
+        """
         gold = {env_id: state_hash(state) for env_id, state in self.row["final_state"].items()}
-        return hybrid_reward(
+        breakdown = hybrid_reward(
             self.row["gold_calls"],
             self.calls,
             self.final_state_hashes(),
@@ -146,6 +155,8 @@ class TaskEpisode:
             n_malformed=self.n_malformed,
             executed_calls=self.row.get("executed_calls") or (),
         )
+        valid_reward(breakdown.reward, f"the reward of rl row {self.row.get('id', '?')!r}")
+        return breakdown
 
     def close(self) -> None:
         """Free the episode in the worker (idempotent)."""

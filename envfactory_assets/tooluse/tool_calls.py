@@ -26,6 +26,12 @@ _REASONING_RE = re.compile(r"<(think|thinking|reasoning)>.*?(?:</\1>|\Z)", re.DO
 # A close tag with no opening tag: the template put the opening tag into the prompt (Qwen3 style).
 _ORPHAN_REASONING_CLOSE_RE = re.compile(r"\A.*?</(?:think|thinking|reasoning)>", re.DOTALL)
 _SPECIAL_TOKEN_RE = re.compile(r"<\|(?:im_end|im_start|endoftext|eot_id|end)\|>")
+# A tool's result inside a decoded rollout (verl's solution_str holds the tool-response tokens too). An unclosed
+# block (a response cut at its length limit) runs to the end of the text.
+_TOOL_RESPONSE_RE = re.compile(r"<tool_response>.*?(?:</tool_response>|\Z)", re.DOTALL)
+# The opening ``<`` of every tag a reader of model text acts on: call and response blocks, reasoning blocks and
+# special tokens (``<|im_end|>``; a tokenizer reads that text as the special token itself).
+_ACTIVE_TAG_RE = re.compile(r"<(?=/?(?:tool_call|tool_response|think|thinking|reasoning)>|\|)")
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,29 @@ def _scan_block(body: str, start: int, tags: _TagFinder) -> tuple[list[Any] | No
     if not values:
         return None, end, ""
     return values[:1], end, body[first_end:end]
+
+
+def without_tool_responses(text: str) -> str:
+    """``text`` without its ``<tool_response>...</tool_response>`` blocks: what is left of a decoded rollout is
+    the model's own text. A tool's result must never be read as the model's calls or reply (a hostile tool could
+    answer with the gold call); :func:`inert_tags` keeps a result from closing its block early.
+
+    Raises:
+        TypeError: ``text`` is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"expected str, got {type(text).__name__}")
+    return _TOOL_RESPONSE_RE.sub("", text)
+
+
+def inert_tags(json_text: str) -> str:
+    """JSON text (a tool's result as the model sees it) with the ``<`` of every tag a reader of model text acts on
+    (``<tool_call>``, ``</tool_response>``, ``<think>``..., ``<|im_end|>``) written as the JSON escape
+    ``\\u003c``: the same JSON value, but text that no parser or tokenizer reads as a tag, so a tool's result
+    cannot forge a call, end its own response block, or an end-of-turn token. Only for JSON text, where ``<`` can
+    appear only inside a string.
+    """
+    return _ACTIVE_TAG_RE.sub(r"\\u003c", json_text)
 
 
 def parse_tool_calls(text: str) -> ParseResult:

@@ -352,6 +352,10 @@ def hybrid_reward_func(
 
     ``task_environments`` comes from :class:`ToolRollout`; ``log_metric`` (TRL) records the trace and
     state terms, the format penalty and the share of rollouts zeroed for an empty-argument call per step.
+
+    Raises:
+        InvalidReward: a rollout's reward is not a finite number in ``[0, MAX_REWARD]`` (from
+            :func:`~envfactory_assets.training.training_reward.training_reward`; never handed to TRL).
     """
     breakdowns = [training_reward(env) for env in task_environments]
     if log_metric is not None and breakdowns:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.tooluse.reward import RewardBreakdown, guarded_reward
+from envfactory_assets.tooluse.reward import RewardBreakdown, guarded_reward, valid_reward
 from envfactory_assets.tooluse.task_environment import TaskEnvironment
 
 
@@ -21,16 +21,19 @@ def training_reward(environment: Any) -> RewardBreakdown:
 
     Raises:
         RuntimeError: a :class:`TaskEnvironment` that was never reset.
+        InvalidReward: the reward is not a finite number in ``[0, MAX_REWARD]`` (GRPO would train on it).
     """
     if not isinstance(environment, TaskEnvironment):
-        return environment._reward()
+        stored = environment._reward()
+        valid_reward(stored.reward, "GRPO's training reward of a screened rollout")
+        return stored
     episode = environment._episode  # private to hide it from TRL's tool listing, not from the trainer
     if episode is None:
         raise RuntimeError("reset(**row) must be called before scoring")
     row = episode.row
     gold = {env_id: state_hash(state) for env_id, state in row["final_state"].items()}
     initial = {env_id: state_hash(state) for env_id, state in row["initial_state"].items()}
-    return guarded_reward(
+    breakdown = guarded_reward(
         row["gold_calls"],
         episode.calls,
         episode.final_state_hashes(),
@@ -42,3 +45,5 @@ def training_reward(environment: Any) -> RewardBreakdown:
         executed_calls=row.get("executed_calls") or (),
         reply=episode.reply,
     )
+    valid_reward(breakdown.reward, f"GRPO's training reward of rl row {row.get('id', '?')!r}")
+    return breakdown
