@@ -470,6 +470,12 @@ def answered_value(name: str, schema: Mapping[str, Any] | None, answers: Sequenc
     return None
 
 
+#: How far below the best tool's score (:func:`_score_tools`) another tool still counts as a likely reading
+#: of a request when deciding whether to ask: less than the action verb's 3 points, more than one named
+#: word or parameter.
+CLOSE_FIT = 1.5
+
+
 def _complete_clauses(
     clauses: list[str], answers: list[str], toolset: _ToolSet, rng: random.Random
 ) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -478,13 +484,19 @@ def _complete_clauses(
 
     A value is stated when the solver's own reading of the request (:func:`_arguments`, every label,
     connector, spoken value and search form a request may use) fills the parameter, so the question is asked
-    only for what a reader of the request cannot find in it."""
+    only for what a reader of the request cannot find in it. Where tools fit about equally well (within
+    :data:`CLOSE_FIT` of the best score: "pull up a list of the priorities" fits a list and a search tool),
+    the reading that needs nothing more is taken before one that would ask: a person asks only when no
+    likely reading of the request is complete."""
     out: list[str] = []
     missing: dict[str, dict[str, Any]] = {}
     for clause in clauses:
         ranked = _rank_tools(clause, toolset, rng)
         if ranked:
-            tool = ranked[0]
+            score = {info.name: value for value, info in toolset.scores(clause)}
+            close = [t for t in ranked if score[t.name] >= score[ranked[0].name] - CLOSE_FIT]
+            unstated = [(t, _unstated(clause, t, answers)) for t in close]
+            tool = min(unstated, key=lambda pair: len(pair[1]))[0]  # the best-ranked of the fewest
             stated = _arguments(clause, tool, [], random.Random(0), guess=False, complete=False) or {}
             for name in sorted(tool.required):
                 if name.endswith("_id") or name in stated:
@@ -496,6 +508,19 @@ def _complete_clauses(
                     clause += f", {_words(name)} {value}"
         out.append(clause)
     return out, missing
+
+
+def _unstated(clause: str, tool: _ToolInfo, answers: list[str]) -> list[str]:
+    """The required non-identifier parameters of ``tool`` that neither ``clause`` nor the user's ``answers``
+    state, in name order."""
+    stated = _arguments(clause, tool, [], random.Random(0), guess=False, complete=False) or {}
+    return [
+        name
+        for name in sorted(tool.required)
+        if not name.endswith("_id")
+        and name not in stated
+        and answered_value(name, tool.params.get(name), answers) is None
+    ]
 
 
 def _row_noun(key: str) -> str:
