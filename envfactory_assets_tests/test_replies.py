@@ -245,7 +245,7 @@ def test_replies_of_many_calls_stay_short_and_every_plan_of_the_fixture_calls_ch
     calls = [SITUATIONS[s] for s in ("rows read", "get", "create")]
     for seed in range(40):
         reply = write_reply(calls, TOOLS, key_of, f"m{seed}")
-        assert reply_problems(reply, calls) == [] and len(reply.split()) <= 66, reply
+        assert reply_problems(reply, calls) == [] and len(reply.split()) <= 60, reply
     sentences = {
         situation: {call_sentence(call, TOOLS[call["name"]], "id", random.Random(s)) for s in range(200)}
         for situation, call in SITUATIONS.items()

@@ -646,7 +646,23 @@ _JOINTS = (
 )
 #: Words of a reply's sentences beyond which they state fewer facts of rows.
 _MOST_WORDS = 54
-_OPENERS = ("", "", "", "Done. ", "All set. ", "Okay. ", "Sure. ", "All done. ", "Alright. ", "Got it. ")
+#: Words of a whole reply beyond which it gets no opener or closer.
+_MOST_REPLY_WORDS = 60
+#: Openers of a reply; ``{things}`` is said as the first call's rows.
+_OPENERS = (
+    "",
+    "",
+    "",
+    "Done. ",
+    "All set. ",
+    "Okay. ",
+    "Sure. ",
+    "All done. ",
+    "Alright. ",
+    "Got it. ",
+    "All set with the {things}. ",
+    "Here's where the {things} stand. ",
+)
 #: Openers of a reply whose calls only read.
 _READ_OPENERS = (
     "",
@@ -659,6 +675,9 @@ _READ_OPENERS = (
     "I checked. ",
     "Here is what came back. ",
     "Alright. ",
+    "Here's what I found on the {things}. ",
+    "I checked the {things}. ",
+    "About the {things}: ",
 )
 #: Closing offers; ``{things}`` is said as the last call's rows, ``{who}`` as the one row it touched (used only
 #: after a call about one row).
@@ -732,23 +751,33 @@ def write_reply(
         joint = last if i == len(sentences) - 1 else between
         text += joint + (_capital(s) if joint.endswith(". ") else s)
     reads_only = all(tools[c["name"]].get("kind") in ("list", "search", "count", "get") for c in calls)
-    opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS)
+    head = _Call(calls[0], tools[calls[0]["name"]], key_of(tools[calls[0]["name"]]))
+    opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS).format(things=head.things)
     if opener.lower().startswith("done") and text.lower().startswith("done"):
         opener = ""
-    text = (opener + _capital(text)).rstrip(".") + "."
+    if len((opener + text).split()) > _MOST_REPLY_WORDS:
+        opener = ""
+    text = (opener + (text if opener.endswith(": ") else _capital(text))).rstrip(".") + "."
     end = calls[-1]
     tail = _Call(end, tools[end["name"]], key_of(tools[end["name"]]))
     one_row = (
         tail.kind in ("get", "create", "update", "action") and tail.refusal is None and tail.who != f"the {tail.thing}"
     )
     closers = [c for c in _CLOSERS if one_row or "{who}" not in c]
-    return text + _pick(rng, closers).format(things=tail.things, who=tail.who)
+    closer = _pick(rng, closers).format(things=tail.things, who=tail.who)
+    return text + (closer if len((text + closer).split()) <= _MOST_REPLY_WORDS else "")
 
 
 #: The closers as patterns that find them at a reply's end, longest first.
 _CLOSER_PATTERNS = [
     re.compile(re.escape(c).replace(re.escape("{things}"), ".+?").replace(re.escape("{who}"), ".+?") + "$")
     for c in sorted((c for c in _CLOSERS if c), key=len, reverse=True)
+]
+
+#: The openers as patterns that find them at a reply's start, longest first.
+_OPENER_PATTERNS = [
+    re.compile(re.escape(o).replace(re.escape("{things}"), ".+?"))
+    for o in sorted({o for o in (*_OPENERS, *_READ_OPENERS) if o}, key=len, reverse=True)
 ]
 
 
@@ -760,8 +789,9 @@ def join_replies(first: str, second: str) -> str:
         if m:
             first = first[: m.start()]
             break
-    for opener in sorted({o for o in (*_OPENERS, *_READ_OPENERS) if o}, key=len, reverse=True):
-        if second.startswith(opener):
-            second = second[len(opener) :]
+    for opener in _OPENER_PATTERNS:
+        m = opener.match(second)
+        if m:
+            second = _capital(second[m.end() :])
             break
     return " ".join(x for x in (first.strip(), second.strip()) if x)
