@@ -273,7 +273,13 @@ def _fact_fields(row: Any, key: str, only: Sequence[str] | None = None) -> list[
 
 
 def _row_facts(
-    row: Any, key: str, rng: random.Random, most: int, only: Sequence[str] | None = None, keep_order: bool = False
+    row: Any,
+    key: str,
+    rng: random.Random,
+    most: int,
+    only: Sequence[str] | None = None,
+    keep_order: bool = False,
+    joiner: str = " ",
 ) -> list[str]:
     """Up to ``most`` fields of ``row`` as "field value" (see :func:`_fact_fields`), drawn with ``rng``; a
     row's bookkeeping times ("created at") only where too few other fields are there, since they say least."""
@@ -283,7 +289,7 @@ def _row_facts(
         chosen = rng.sample(telling, min(most, len(telling)))
         chosen += rng.sample([k for k in fields if k not in telling], most - len(chosen))
         fields = sorted(chosen, key=fields.index) if keep_order else chosen
-    return [f"{_field_words(k)} {spoken_value(row[k], rng=rng)}" for k in fields]
+    return [f"{_field_words(k)}{joiner}{spoken_value(row[k], rng=rng)}" for k in fields]
 
 
 def _and_list(parts: list[str]) -> str:
@@ -456,27 +462,28 @@ def _count_sentence(c: _Call, rng: random.Random) -> str:
             rng, (f"I counted the {c.things}", f"the count of {c.things} is done", f"I ran the count of {c.things}")
         )
     noun = c.noun(n)
+    n_said = _amount(n, rng)
     be = "is" if n == 1 else "are"
     plans = [
-        f"there {be} {n} {noun}",
-        f"I counted {n} {noun}",
-        f"the count comes to {n} {noun}",
-        f"{n} {noun} in all",
-        f"the tally is {n} {noun}",
-        f"I count {n} {noun} in total",
-        f"you have {n} {noun}",
+        f"there {be} {n_said} {noun}",
+        f"I counted {n_said} {noun}",
+        f"the count comes to {n_said} {noun}",
+        f"{n_said} {noun} in all",
+        f"the tally is {n_said} {noun}",
+        f"I count {n_said} {noun} in total",
+        f"you have {n_said} {noun}",
         f"the number of {c.things} is {n}",
     ]
     if n == 0:
         plans += [f"there are no {c.things} at all", f"not a single {c.thing} is on record"]
     if c.done:
-        plans += [f"I {c.done}: {n} {noun}", f"I {c.done} and got {n}"] * _DONE_WEIGHT
+        plans += [f"I {c.done}: {n_said} {noun}", f"I {c.done} and got {n}"] * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
 def _get_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
-    facts = _row_facts(out, c.key, rng, min(c.room + 1, 3))
+    facts = _row_facts(out, c.key, rng, min(c.room + 1, 3), joiner=_pick(rng, (" ", " ", " is ")))
     detail = _and_list(facts) if facts else ""
     subject = _subject(c, [out])
     who = f"{c.who} {subject}" if subject else c.who
