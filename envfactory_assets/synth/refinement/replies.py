@@ -1,15 +1,23 @@
 """The assistant's closing reply of a turn, written from the turn's tool results alone (the offline writer).
 
 One sentence per call, chosen among several sentence plans per situation (rows read, none read, a count, a
-row looked up, created, updated, deleted, moved to a state, a refused call), joined with varied connectors.
-Every fact a sentence states comes from the call's result:
+row looked up, created, updated, deleted, moved to a state, a refused call), joined with varied connectors and
+framed by an optional opener and closer. Every fact a sentence states comes from the call's result:
 
-- after a read, the number of rows the result returned, and a total ("of 6") only where the result states
-  one (``total``); up to three of the rows named by a readable field (a name, title, subject...) or else by
-  their identifier;
-- after a write, the row as the result shows it (its label or identifier, the values the call set, as the
-  returned row holds them);
+- after a read, the number of rows the result returned (now and then in words), and a total ("of 6") only
+  where the result states one (``total``); up to three of the rows named by a readable field (a name, title,
+  subject...) or else by their identifier, the first ones with a short field or two of their own
+  ("'Alpha' (status 'active', priority 3)");
+- after a get, up to three short fields of the returned row; after a create, the values the returned row holds
+  for the fields the call set; after an update, the changed fields as the returned row holds them; after a
+  write, the row as the result shows it (its label or identifier);
+- the request's subject where the call's arguments name it and the result shows it ("for customer cus_1"
+  where the rows hold that value under the argument's field, "matching 'street'" where a returned text holds
+  the searched word);
 - a refused call is reported with the reason its result gives, never as done.
+
+Secrets and machine values (passwords, tokens, hashes) and a row's bookkeeping times are left out or said
+last. A reply of many calls states fewer row facts, so it stays near 60 words.
 
 Plans are phrased from the operation's own summary where it reads as an action ("Gets all bike point
 locations" -> "I got all bike point locations"), else from the tool's kind. The plan and connectors are drawn
