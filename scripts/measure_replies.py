@@ -5,9 +5,10 @@ Usage: ``python scripts/measure_replies.py STORE.duckdb [--table refined_traject
 For every passed trajectory of ``--table`` (``refined_trajectories`` or ``raw_trajectories``) the replies are
 recomputed from the stored turns' calls (name, arguments, output) with
 :func:`envfactory_assets.synth.refinement.replies.write_reply`, seeded as the pipeline seeds them
-(``"{raw trajectory id}/{turn}/reply"``); a turn that goal merging made of two (``merged_from``) gets its two
-replies joined (:func:`~envfactory_assets.synth.refinement.replies.join_replies`). Both sets are scored by the
-report's figures: distinct word 3-grams per 1,000 replies
+(``"{raw trajectory id}/{turn}/reply"``); a turn that goal merging made of two (``merged_from``, where the
+store keeps the two turns' calls) gets its two replies joined
+(:func:`~envfactory_assets.synth.refinement.replies.join_replies`), else one reply for all its calls. Both sets
+are scored by the report's figures: distinct word 3-grams per 1,000 replies
 (:func:`envfactory_assets.synth.refinement.report.query_statistics` on ``assistant_summary``) and the share of
 replies the fact checker passes (:func:`envfactory_assets.quality.reply_facts.reply_figures`). ``--show``
 prints that many recomputed replies drawn with ``random.Random(seed)``. Open a copy of a store, never one a
@@ -32,7 +33,10 @@ from envfactory_assets.synth.trajectories.execution import ToolIndex
 
 
 def _reply(turn: dict[str, Any], raw_id: str, index: ToolIndex) -> str:
-    parts = turn.get("merged_from") or [turn]
+    # a store keeps a merged turn's two turns whole in some versions, only their queries in others: then the
+    # merged turn's calls get one reply
+    merged = [p for p in turn.get("merged_from") or [] if isinstance(p, dict) and "calls" in p]
+    parts = merged or [turn]
     replies = [
         write_reply(p["calls"], index.tools, index.key_of, f"{raw_id}/{p.get('turn_index', i)}/reply")
         for i, p in enumerate(parts)

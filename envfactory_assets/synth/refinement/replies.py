@@ -341,7 +341,7 @@ _NUMBER_NAMES = ("no", "one", "two", "three", "four", "five", "six", "seven", "e
 
 def _amount(n: int, rng: random.Random) -> str:
     """A count of rows as a person writes it: a small one now and then in words (``3`` or ``three``)."""
-    return _NUMBER_NAMES[n] if 1 <= n < len(_NUMBER_NAMES) and rng.random() < 0.35 else str(n)
+    return _NUMBER_NAMES[n] if 1 <= n < len(_NUMBER_NAMES) and rng.random() < 0.5 else str(n)
 
 
 def _pick(rng: random.Random, options: Sequence[str]) -> str:
@@ -666,8 +666,6 @@ _MOST_REPLY_WORDS = 60
 #: Openers of a reply; ``{things}`` is said as the first call's rows.
 _OPENERS = (
     "",
-    "",
-    "",
     "Done. ",
     "All set. ",
     "Okay. ",
@@ -677,11 +675,11 @@ _OPENERS = (
     "Got it. ",
     "All set with the {things}. ",
     "Here's where the {things} stand. ",
+    "Here's the update on the {things}. ",
+    "I've handled the {things}. ",
 )
 #: Openers of a reply whose calls only read.
 _READ_OPENERS = (
-    "",
-    "",
     "",
     "Here's what I found. ",
     "Okay. ",
@@ -693,12 +691,12 @@ _READ_OPENERS = (
     "Here's what I found on the {things}. ",
     "I checked the {things}. ",
     "About the {things}: ",
+    "Here's the rundown on the {things}. ",
+    "Looking at the {things}: ",
 )
 #: Closing offers; ``{things}`` is said as the last call's rows, ``{who}`` as the one row it touched (used only
 #: after a call about one row).
 _CLOSERS = (
-    "",
-    "",
     "",
     " Anything else?",
     " Let me know if you need more.",
@@ -713,6 +711,10 @@ _CLOSERS = (
     " Want me to do more with {who}?",
     " Just say if {who} needs anything else.",
     " Should I change anything else on {who}?",
+    " Need anything more on the {things}?",
+    " Should I look at any other {things}?",
+    " Say the word if {who} needs more changes.",
+    " I can also look at other {things} if you like.",
 )
 
 
