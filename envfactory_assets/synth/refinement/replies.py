@@ -359,10 +359,8 @@ def _named_rows(c: _Call, items: Sequence[Any], rng: random.Random) -> list[str]
         most = 0
         if i == 0:
             most = min(2, c.room)
-        elif c.room >= 3:
-            most = 1
         elif c.room >= 2:
-            most = rng.choice((0, 1, 1))
+            most = 1
         facts = _row_facts(row, c.key, rng, most) if most else []
         named.append(f"{name} ({', '.join(facts)})" if facts else name)
     return named
@@ -531,6 +529,9 @@ def _create_sentence(c: _Call, rng: random.Random) -> str:
         f"I set up {c.who}{with_id}{about}{setting}",
         f"{c.who}{with_id} is in place{about}{setting}",
         f"I made a new {c.thing}, {new}{with_id}{about}{setting}",
+        f"{c.who}{with_id} is created{about}{setting}",
+        f"I registered {c.who}{with_id}{about}{setting}",
+        f"you now have {c.who}{with_id}{about}{setting}",
     ]
     if c.done and c.tool.get("kind") == "create":
         plans += [
@@ -584,6 +585,9 @@ def _delete_sentence(c: _Call, rng: random.Random) -> str:
         f"{gone} is gone now",
         f"I took {gone} out",
         f"{gone} no longer exists",
+        f"{gone} was deleted as asked",
+        f"{gone} has been taken off the records",
+        f"I got rid of {gone}",
     ]
     return _pick(rng, plans)
 
@@ -658,6 +662,9 @@ _JOINTS = (
     (". Besides that, ", ". In the end, "),
     ("; next, ", "; last, "),
     (". Right after, ", ". Once that was done, "),
+    (". Beyond that, ", ". And lastly, "),
+    ("; besides, ", "; finally, "),
+    (". As well, ", ". Last of all, "),
 )
 #: Words of a reply's sentences beyond which they state fewer facts of rows.
 _MOST_WORDS = 54
