@@ -501,6 +501,8 @@ def _get_sentence(c: _Call, rng: random.Random) -> str:
         f"I checked {who}" + (f": {detail}" if detail else ", and it is there"),
         f"{who} is on record" + (f", with {detail}" if detail else ""),
         f"I found {who}" + (f"; its details are {detail}" if detail else ""),
+        f"I fetched {who}" + (f", which has {detail}" if detail else ""),
+        f"{who} is there" + (f", listed with {detail}" if detail else ", as expected"),
         f"I have {who} here" + (f", showing {detail}" if detail else ""),
     ]
     if c.done:
@@ -554,6 +556,7 @@ def _update_sentence(c: _Call, rng: random.Random) -> str:
             f"I changed {c.who}; {now}",
             f"I saved the changes to {c.who}, and {now}",
             f"{c.who} has been edited: {now}",
+            f"the change to {c.who} went through: {now}",
         ]
         if c.done and c.tool.get("kind") == "update":
             plans += [f"I {c.done}; {now}"] * _DONE_WEIGHT
@@ -567,6 +570,7 @@ def _update_sentence(c: _Call, rng: random.Random) -> str:
         f"{c.who} now reads " + (detail if detail else "as you asked"),
         f"I saved the changes to {c.who}" + (f" ({detail})" if detail else ""),
         f"I edited {c.who}" + (f", so it has {detail}" if detail else ""),
+        f"{c.who} has been changed" + (f" to {detail}" if detail else ""),
     ]
     if c.done and c.tool.get("kind") == "update":
         plans += [f"I {c.done}" + (f", which now has {detail}" if detail else f" ({c.who})")] * _DONE_WEIGHT
@@ -606,6 +610,8 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
         f"I marked {c.who} as {state}",
         f"{c.who} shows as {state} now",
         f"{c.who} is {state} from now on",
+        f"I set {c.who} to {state}",
+        f"{c.who} went to {state}",
     ]
     if verb:
         plans.append(f"as asked, {c.who} is now {state}")
