@@ -116,8 +116,6 @@ def test_a_read_names_at_most_three_rows():
 
 @pytest.mark.parametrize("situation", sorted(SITUATIONS))
 def test_every_situation_has_three_plans_and_each_checks_out(situation):
-    import random
-
     call = SITUATIONS[situation]
     sentences = {call_sentence(call, TOOLS[call["name"]], "id", random.Random(f"{situation}{s}")) for s in range(40)}
     assert len(sentences) >= 3, sentences
