@@ -5,6 +5,7 @@ every number, date, quote and identifier of a reply against the turn's results
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
@@ -98,7 +99,7 @@ def test_the_writer_states_the_rows_returned_and_the_total_only_as_a_total():
     replies = {write_reply([ONE_OF_SIX], TOOLS, key_of, f"t{seed}") for seed in range(40)}
     for reply in replies:
         assert reply_problems(reply, [ONE_OF_SIX]) == [], reply
-        assert re.search(r"\b1 bike point\b", reply) and not re.search(r"\b6 bike points\b", reply), reply
+        assert re.search(r"\b(?:1|one) bike point\b", reply, re.I) and not re.search(r"\b6 bike points\b", reply), reply
     assert any("River Street, Clerkenwell" in r for r in replies)
     assert write_reply([ONE_OF_SIX], TOOLS, key_of, "t1") == write_reply([ONE_OF_SIX], TOOLS, key_of, "t1")
     assert any("got all bike point locations" in r for r in replies)  # phrased from the operation's summary
@@ -115,8 +116,6 @@ def test_a_read_names_at_most_three_rows():
 
 @pytest.mark.parametrize("situation", sorted(SITUATIONS))
 def test_every_situation_has_three_plans_and_each_checks_out(situation):
-    import random
-
     call = SITUATIONS[situation]
     sentences = {call_sentence(call, TOOLS[call["name"]], "id", random.Random(f"{situation}{s}")) for s in range(40)}
     assert len(sentences) >= 3, sentences
@@ -194,3 +193,69 @@ def test_the_report_shows_the_3_gram_variety_and_the_checker_pass_share():
     assert figures["distinct_trigrams_per_1000"] == 4000.0  # 5 + 3 distinct 3-grams over 2 replies
     text = "\n".join(replies_section(rows))
     assert "| checker pass share | 0.5 |" in text and "There are 6 bike points." in text
+
+
+DOCKS = [
+    {"id": "bp_12", "commonName": "River Street", "station_id": "st_1", "nb_docks": 19, "status": "open"},
+    {"id": "bp_13", "commonName": "Baker Street", "station_id": "st_1", "nb_docks": 7, "status": "closed"},
+]
+
+
+def _replies(call, n=40):
+    return [write_reply([call], TOOLS, key_of, f"f{seed}") for seed in range(n)]
+
+
+def test_a_read_names_facts_of_the_rows_it_returned_and_nothing_else():
+    call = {"name": "bike_point_search", "arguments": {"station_id": "st_1"}, "output": {"items": DOCKS}}
+    replies = _replies(call)
+    for reply in replies:
+        assert reply_problems(reply, [call]) == [], reply
+    assert any(re.search(r"'River Street' \((?:nb docks 19|status 'open')", r) for r in replies), replies
+    assert any("for station st_1" in r for r in replies), replies  # the subject the arguments and rows share
+    other = {**call, "arguments": {"station_id": "st_9"}}
+    assert not any("st_9" in r for r in _replies(other))  # an argument the rows do not hold is not said
+
+
+def test_a_create_states_the_values_the_returned_row_holds_for_what_the_call_set():
+    created = {**ROW, "nb_docks": 21}
+    call = {
+        "name": "create_bike_point",
+        "arguments": {"commonName": ROW["commonName"], "nb_docks": 20},
+        "output": created,
+    }
+    replies = _replies(call)
+    for reply in replies:
+        assert reply_problems(reply, [call]) == [], reply
+        assert "20" not in reply and "installed" not in reply and "26 May" not in reply, reply
+    assert any("nb docks 21" in r for r in replies), replies
+
+
+def test_a_get_states_at_most_three_facts_and_no_secret():
+    row = {**ROW, "status": "open", "zone": "north", "capacity": 30, "password": "hunter22"}
+    call = {"name": "get_bike_point", "arguments": {"id": "bp_12"}, "output": row}
+    facts = ("nb docks 19", "status 'open'", "zone 'north'", "capacity 30", "installed ")
+    for reply in _replies(call):
+        assert reply_problems(reply, [call]) == [], reply
+        assert sum(f in reply for f in facts) <= 3 and "hunter22" not in reply, reply
+
+
+def test_replies_of_many_calls_stay_short_and_every_plan_of_the_fixture_calls_checks_out():
+    calls = [SITUATIONS[s] for s in ("rows read", "get", "create")]
+    for seed in range(40):
+        reply = write_reply(calls, TOOLS, key_of, f"m{seed}")
+        assert reply_problems(reply, calls) == [] and len(reply.split()) <= 60, reply
+    sentences = {
+        situation: {call_sentence(call, TOOLS[call["name"]], "id", random.Random(s)) for s in range(200)}
+        for situation, call in SITUATIONS.items()
+    }
+    assert all(len(v) >= 3 for v in sentences.values()), {k: len(v) for k, v in sentences.items()}
+    for situation, found in sentences.items():
+        for sentence in found:
+            assert reply_problems(sentence, [SITUATIONS[situation]]) == [], (situation, sentence)
+
+
+def test_joined_replies_drop_a_closer_that_names_the_rows():
+    first = "I found 1 bike point. Anything else about the bike points?"
+    assert (
+        join_replies(first, "Sure. I deleted bike point bp_12.") == "I found 1 bike point. I deleted bike point bp_12."
+    )

@@ -1,15 +1,23 @@
 """The assistant's closing reply of a turn, written from the turn's tool results alone (the offline writer).
 
 One sentence per call, chosen among several sentence plans per situation (rows read, none read, a count, a
-row looked up, created, updated, deleted, moved to a state, a refused call), joined with varied connectors.
-Every fact a sentence states comes from the call's result:
+row looked up, created, updated, deleted, moved to a state, a refused call), joined with varied connectors and
+framed by an optional opener and closer. Every fact a sentence states comes from the call's result:
 
-- after a read, the number of rows the result returned, and a total ("of 6") only where the result states
-  one (``total``); up to three of the rows named by a readable field (a name, title, subject...) or else by
-  their identifier;
-- after a write, the row as the result shows it (its label or identifier, the values the call set, as the
-  returned row holds them);
+- after a read, the number of rows the result returned (now and then in words), and a total ("of 6") only
+  where the result states one (``total``); up to three of the rows named by a readable field (a name, title,
+  subject...) or else by their identifier, the first ones with a short field or two of their own
+  ("'Alpha' (status 'active', priority 3)");
+- after a get, up to three short fields of the returned row; after a create, the values the returned row holds
+  for the fields the call set; after an update, the changed fields as the returned row holds them; after a
+  write, the row as the result shows it (its label or identifier);
+- the request's subject where the call's arguments name it and the result shows it ("for customer cus_1"
+  where the rows hold that value under the argument's field, "matching 'street'" where a returned text holds
+  the searched word);
 - a refused call is reported with the reason its result gives, never as done.
+
+Secrets and machine values (passwords, tokens, hashes) and a row's bookkeeping times are left out or said
+last. A reply of many calls states fewer row facts, so it stays near 60 words.
 
 Plans are phrased from the operation's own summary where it reads as an action ("Gets all bike point
 locations" -> "I got all bike point locations"), else from the tool's kind. The plan and connectors are drawn
@@ -80,7 +88,48 @@ _PAST = {
     "deletes": "deleted",
     "remove": "removed",
     "removes": "removed",
+    "enable": "enabled",
+    "enables": "enabled",
+    "disable": "disabled",
+    "disables": "disabled",
+    "cancel": "cancelled",
+    "cancels": "cancelled",
+    "publish": "published",
+    "publishes": "published",
+    "archive": "archived",
+    "archives": "archived",
+    "hide": "hid",
+    "hides": "hid",
+    "generate": "generated",
+    "generates": "generated",
+    "upload": "uploaded",
+    "uploads": "uploaded",
+    "place": "placed",
+    "places": "placed",
+    "start": "started",
+    "starts": "started",
+    "stop": "stopped",
+    "stops": "stopped",
+    "approve": "approved",
+    "approves": "approved",
+    "close": "closed",
+    "closes": "closed",
+    "open": "opened",
+    "opens": "opened",
+    "send": "sent",
+    "sends": "sent",
+    "assign": "assigned",
+    "assigns": "assigned",
+    "activate": "activated",
+    "activates": "activated",
+    "deactivate": "deactivated",
+    "deactivates": "deactivated",
+    "complete": "completed",
+    "completes": "completed",
 }
+#: How many times a plan phrased from the operation's summary counts among the plans of a situation: those
+#: say what the call did in its API's own words, so they are drawn more often than the generic plans.
+_DONE_WEIGHT = 3
 #: Tails of a generated default summary that say how, not what ("List books, optionally filtered.").
 _SUMMARY_TAILS = re.compile(r"\s*(?:,.*|\bby (?:its |their )?(?:identifier|id|text)\b.*|\boptionally\b.*)$", re.I)
 
@@ -118,10 +167,16 @@ def summary_action(tool: Mapping[str, Any]) -> str | None:
         "action",
     ):
         toks = [w if w.lower() not in ("one", "single") else "the" for w in toks]
+    if any(w.lower() == "or" for w in toks[1:3]):
+        return None  # "Retrieve or search ...": two actions, not one done
     past = _PAST.get(toks[0].lower())
     if past is None or len(toks) < 2:
         return None
     rest = [w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in toks[1:]]
+    # "the specified job", "a given schedule": the reply is about the row the call touched
+    rest = [
+        w for i, w in enumerate(rest) if not (w in ("specified", "given") and i and rest[i - 1] in ("the", "a", "an"))
+    ]
     if rest[0].lower() in ("a", "an", "one") and tool.get("kind") in ("get", "create", "update", "delete"):
         rest[0] = "the"  # the reply is about the one row the call touched
     return " ".join([past, *rest])
@@ -130,8 +185,8 @@ def summary_action(tool: Mapping[str, Any]) -> str | None:
 class _Call:
     """What one call's sentence needs: its words and its result, read once."""
 
-    def __init__(self, call: Mapping[str, Any], tool: Mapping[str, Any], key: str) -> None:
-        self.tool, self.key, self.args = tool, key, call.get("arguments") or {}
+    def __init__(self, call: Mapping[str, Any], tool: Mapping[str, Any], key: str, room: int = 2) -> None:
+        self.tool, self.key, self.args, self.room = tool, key, call.get("arguments") or {}, room
         self.out = call.get("output")
         self.kind = tool.get("kind") or call.get("kind") or ""
         table = spoken_table(dict(tool)) if tool.get("table") else words(str(tool.get("name", "item")))
@@ -159,47 +214,156 @@ class _Call:
         return self.thing if n == 1 else self.things
 
 
-def _names(rows: Sequence[Any], key: str, rng: random.Random) -> list[str]:
-    """Up to three rows as a person names them: by label, else by identifier (results' own values)."""
-    named = []
-    for row in rows[:3]:
-        label = row_label(row)
-        if label:
-            named.append(_quoted(label))
-        elif isinstance(row, Mapping) and isinstance(row.get(key), (str, int)) and not isinstance(row.get(key), bool):
-            named.append(str(row[key]))
-    return named
+def _ident_of(row: Any, key: str) -> str | int | None:
+    value = row.get(key) if isinstance(row, Mapping) else None
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+
+
+def _name_of(row: Any, key: str) -> str | None:
+    """A row as a person names it: its label quoted, else its identifier; None when it has neither."""
+    label = row_label(row)
+    if label:
+        return _quoted(label)
+    ident = _ident_of(row, key)
+    return None if ident is None else str(ident)
 
 
 def _listing(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _facts(c: _Call, rng: random.Random, most: int = 2) -> list[str]:
-    """Up to ``most`` fields of the returned row as "label value" (the key, labels and long texts left out)."""
-    out = c.out if isinstance(c.out, Mapping) else {}
-    skip = {c.key, *(k for k in out if re.sub(r"[_\W]", "", str(k)).lower() in _LABEL_FIELDS)}
-    fields = [
-        (k, v)
-        for k, v in out.items()
-        if k not in skip
-        and not str(k).lower().endswith("id")
-        and (isinstance(v, (int, float, str)) or isinstance(v, bool))
-        and len(str(v)) <= 40
-        and "'" not in str(v)
-        and "e" not in (repr(v) if isinstance(v, float) else "")
-    ]
-    if len(fields) > most:
-        fields = rng.sample(fields, most)
-    return [f"{words(_snake(k)).lower()} {spoken_value(v, rng=rng)}" for k, v in fields]
-
-
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", str(name))
 
 
+def _field_words(name: str) -> str:
+    return words(_snake(name)).lower()
+
+
+#: A field's name that marks when a row was written, not what it holds.
+_BOOKKEEPING = re.compile(r"\b(?:created|updated|modified|inserted|changed)\b|\bdate (?:created|updated|modified)\b")
+#: Words of a field's name that mark a secret or a machine value no reply repeats.
+_UNSAID_FIELD_WORDS = frozenset({"password", "secret", "token", "hash", "signature", "key", "salt", "checksum"})
+#: Last words of a field's name that would make the number after it read as a total ("from 5") or a count.
+_FIELD_TAILS_TO_SKIP = frozenset({"of", "from", "total", "in", "out", "count", "all"})
+
+
+def _sayable(key: str, value: Any, limit: int = 40) -> bool:
+    """``value`` of field ``key`` is a short scalar a sentence may state as "field value"."""
+    if isinstance(value, float) and ("e" in repr(value) or not value == value):
+        return False
+    if not isinstance(value, (int, float, str)) or isinstance(value, str) and not value.strip():
+        return False
+    text = str(value)
+    said = _field_words(key).split()
+    return (
+        len(text) <= limit
+        and "'" not in text
+        and "\n" not in text
+        and bool(said)
+        and said[-1] not in _FIELD_TAILS_TO_SKIP
+        and not _UNSAID_FIELD_WORDS & set(said)
+        and not re.fullmatch(r"[0-9a-fA-F]{16,}|\S{24,}", text)
+    )
+
+
+def _fact_fields(row: Any, key: str, only: Sequence[str] | None = None) -> list[str]:
+    """Fields of ``row`` a reply may state (short scalars; the key, labels and identifier fields left out),
+    among ``only`` when given, in the row's order."""
+    if not isinstance(row, Mapping):
+        return []
+    skip = {key, *(k for k in row if re.sub(r"[_\W]", "", str(k)).lower() in _LABEL_FIELDS)}
+    return [
+        k
+        for k, v in row.items()
+        if k not in skip and not str(k).lower().endswith("id") and (only is None or k in only) and _sayable(k, v)
+    ]
+
+
+def _row_facts(
+    row: Any,
+    key: str,
+    rng: random.Random,
+    most: int,
+    only: Sequence[str] | None = None,
+    keep_order: bool = False,
+    joiner: str = " ",
+) -> list[str]:
+    """Up to ``most`` fields of ``row`` as "field value" (see :func:`_fact_fields`), drawn with ``rng``; a
+    row's bookkeeping times ("created at") only where too few other fields are there, since they say least."""
+    fields = _fact_fields(row, key, only)
+    if len(fields) > most:
+        telling = [k for k in fields if not _BOOKKEEPING.search(_field_words(k))]
+        chosen = rng.sample(telling, min(most, len(telling)))
+        chosen += rng.sample([k for k in fields if k not in telling], most - len(chosen))
+        fields = sorted(chosen, key=fields.index) if keep_order else chosen
+    return [f"{_field_words(k)}{joiner}{spoken_value(row[k], rng=rng)}" for k in fields]
+
+
+def _and_list(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+#: Arguments that hold the text a search looks for.
+_QUERY_ARGS = frozenset({"q", "query", "search", "keyword", "keywords", "term", "text", "filter"})
+
+
+def _holds_word(texts: Sequence[str], needle: str) -> bool:
+    low = needle.lower()
+    pattern = re.compile(rf"(?<![\w]){re.escape(low)}(?![\w])")
+    return any(t.lower() == low or pattern.search(t.lower()) for t in texts)
+
+
+def _subject(c: _Call, rows: Sequence[Any]) -> str | None:
+    """The request's subject as the call's arguments name it and its result shows it: a parent row
+    ("for customer cus_00001", where the returned rows hold that value under the argument's field) or the
+    searched text ("matching 'street'", where a returned text holds it as a word); None when there is none."""
+    mappings = [r for r in rows if isinstance(r, Mapping)]
+    for arg, value in c.args.items():
+        if not isinstance(value, str) or not value.strip() or "'" in value or len(value) > 40 or arg == c.key:
+            continue
+        name = _field_words(arg)
+        if name.endswith(" id") and mappings and all(r.get(arg) == value for r in mappings):
+            parent = name[: -len(" id")].strip()
+            if len(parent) < 3 or re.search(r"\d", parent):
+                continue
+            said = value if re.search(r"\d|_|@", value) else _quoted(value)
+            return f"for {parent} {said}"
+        if str(arg).lower() in _QUERY_ARGS and mappings:
+            texts = [v for r in mappings for v in r.values() if isinstance(v, str)]
+            if _holds_word(texts, value):
+                return f"matching {_quoted(value)}"
+    return None
+
+
+_NUMBER_NAMES = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _amount(n: int, rng: random.Random) -> str:
+    """A count of rows as a person writes it: a small one now and then in words (``3`` or ``three``)."""
+    return _NUMBER_NAMES[n] if 1 <= n < len(_NUMBER_NAMES) and rng.random() < 0.5 else str(n)
+
+
 def _pick(rng: random.Random, options: Sequence[str]) -> str:
     return options[rng.randrange(len(options))]
+
+
+def _named_rows(c: _Call, items: Sequence[Any], rng: random.Random) -> list[str]:
+    """Up to three rows named (label, else identifier); the first one or two with a fact or two in brackets
+    ("'Alpha' (status 'active', priority 3)"), fewer when the turn has many calls (``c.room``)."""
+    named: list[str] = []
+    for i, row in enumerate(items[:3]):
+        name = _name_of(row, c.key)
+        if name is None:
+            continue
+        most = 0
+        if i == 0:
+            most = min(2, c.room)
+        elif c.room >= 2:
+            most = 1
+        facts = _row_facts(row, c.key, rng, most) if most else []
+        named.append(f"{name} ({', '.join(facts)})" if facts else name)
+    return named
 
 
 def _read_sentence(c: _Call, rng: random.Random) -> str:
@@ -213,6 +377,7 @@ def _read_sentence(c: _Call, rng: random.Random) -> str:
                 f"no {c.things} came back on this page, though the result counts {total} in all",
                 f"this page held no {c.things} (the result gives a total of {total})",
                 f"nothing came back this time; the result says there are {total} {c.noun(total)} in all",
+                f"the page was empty, even though {total} {c.noun(total)} exist in total",
             )
         else:
             plans = (
@@ -220,35 +385,78 @@ def _read_sentence(c: _Call, rng: random.Random) -> str:
                 f"no {c.things} came back",
                 f"there are no {c.things} to show",
                 f"the result holds no {c.things}",
+                f"I came up empty: not a single {c.thing} was returned",
+                f"no {c.thing} matched",
+                f"I looked, but there were no {c.things}",
             )
         if c.done and total is None:
-            plans += (f"I {c.done}, but none came back",)
+            plans += (f"I {c.done}, but none came back", f"I {c.done} and came up empty") * _DONE_WEIGHT
         return _pick(rng, plans)
     noun = c.noun(n)
+    n_said = _amount(n, rng)
+    subject = _subject(c, items)
+    about = f" {subject}" if subject else ""
     of_total = ""
     if total is not None and total > n:
-        of_total = _pick(rng, (f" of {total}", f" out of {total}", f" ({total} in all)", f" (of {total} in total)"))
+        of_total = _pick(
+            rng,
+            (
+                f" of {total}",
+                f" out of {total}",
+                f" ({total} in all)",
+                f" (of {total} in total)",
+                f" of the {total} on record",
+                f", from {total} altogether",
+            ),
+        )
     elif total is not None and total == n and n > 1:
-        of_total = _pick(rng, ("", " (that is all of them)", ", all there are"))
-    names = _names(items, c.key, rng)
+        of_total = _pick(
+            rng, ("", " (that is all of them)", ", all there are", ", which is every one", ", the whole lot")
+        )
+    names = _named_rows(c, items, rng)
     named = ""
     if names:
-        lead = (
-            (": ", ", namely ", " — ")
-            if len(names) == n
-            else (", including ", "; the first are " if len(names) > 1 else "; the first is ", ", among them ")
-        )
+        if len(names) == n:
+            lead = (
+                ": ",
+                ", namely ",
+                " — ",
+                "; they are " if n > 1 else "; it is ",
+                ", which " + ("are " if n > 1 else "is "),
+            )
+        else:
+            lead = (
+                ", including ",
+                "; the first are " if len(names) > 1 else "; the first is ",
+                ", among them ",
+                ", such as ",
+                "; to name " + ("a few, " if len(names) > 1 else "one, "),
+            )
         named = _pick(rng, lead) + _listing(names)
+    be = "is" if n == 1 else "are"
     plans = [
-        f"I found {n} {noun}{of_total}{named}",
-        f"{n} {noun} came back{of_total}{named}",
-        f"the result has {n} {noun}{of_total}{named}",
-        f"here {'is' if n == 1 else 'are'} {n} {noun}{of_total}{named}",
+        f"I found {n_said} {noun}{about}{of_total}{named}",
+        f"{n_said} {noun}{about} came back{of_total}{named}",
+        f"the result has {n_said} {noun}{about}{of_total}{named}",
+        f"here {be} {n_said} {noun}{about}{of_total}{named}",
+        f"there {be} {n_said} {noun}{about}{of_total}{named}",
+        f"I pulled up {n_said} {noun}{about}{of_total}{named}",
+        f"I see {n_said} {noun}{about}{of_total}{named}",
+        f"{n_said} {noun}{about} turned up{of_total}{named}",
+        f"the list shows {n_said} {noun}{about}{of_total}{named}",
+        f"I got back {n_said} {noun}{about}{of_total}{named}",
     ]
     if c.kind == "search":
-        plans.append(f"the search returned {n} {noun}{of_total}{named}")
+        plans += [
+            f"the search returned {n_said} {noun}{about}{of_total}{named}",
+            f"searching turned up {n_said} {noun}{about}{of_total}{named}",
+        ]
     if c.done:
-        plans += [f"I {c.done} and found {n} {noun}{of_total}{named}", f"I {c.done}: {n} {noun}{of_total}{named}"]
+        plans += [
+            f"I {c.done} and found {n_said} {noun}{about}{of_total}{named}",
+            f"I {c.done}: {n_said} {noun}{about}{of_total}{named}",
+            f"I {c.done}, which gave {n_said} {noun}{about}{of_total}{named}",
+        ] * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
@@ -256,65 +464,116 @@ def _count_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     n = out.get("count")
     if not isinstance(n, int) or isinstance(n, bool):
-        return _pick(rng, (f"I counted the {c.things}", f"the count of {c.things} is done"))
+        return _pick(
+            rng, (f"I counted the {c.things}", f"the count of {c.things} is done", f"I ran the count of {c.things}")
+        )
     noun = c.noun(n)
+    n_said = _amount(n, rng)
+    be = "is" if n == 1 else "are"
     plans = [
-        f"there {'is' if n == 1 else 'are'} {n} {noun}",
-        f"I counted {n} {noun}",
-        f"the count comes to {n} {noun}",
-        f"{n} {noun} in all",
+        f"there {be} {n_said} {noun}",
+        f"I counted {n_said} {noun}",
+        f"the count comes to {n_said} {noun}",
+        f"{n_said} {noun} in all",
+        f"the tally is {n_said} {noun}",
+        f"I count {n_said} {noun} in total",
+        f"you have {n_said} {noun}",
+        f"the number of {c.things} is {n}",
     ]
+    if n == 0:
+        plans += [f"there are no {c.things} at all", f"not a single {c.thing} is on record"]
     if c.done:
-        plans.append(f"I {c.done}: {n} {noun}")
+        plans += [f"I {c.done}: {n_said} {noun}", f"I {c.done} and got {n}"] * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
 def _get_sentence(c: _Call, rng: random.Random) -> str:
-    facts = _facts(c, rng)
-    detail = ", ".join(facts)
+    out = c.out if isinstance(c.out, Mapping) else {}
+    facts = _row_facts(out, c.key, rng, min(c.room + 1, 3), joiner=_pick(rng, (" ", " ", " is ")))
+    detail = _and_list(facts) if facts else ""
+    subject = _subject(c, [out])
+    who = f"{c.who} {subject}" if subject else c.who
     plans = [
-        f"here is {c.who}" + (f": {detail}" if detail else ""),
-        f"I looked up {c.who}" + (f"; it has {detail}" if detail else ""),
-        f"{c.who} shows " + (detail if detail else "no further details"),
-        f"I pulled up {c.who}" + (f" ({detail})" if detail else ""),
+        f"here is {who}" + (f": {detail}" if detail else ""),
+        f"I looked up {who}" + (f"; it has {detail}" if detail else ""),
+        f"{who} shows " + (detail if detail else "no further details"),
+        f"I pulled up {who}" + (f" ({detail})" if detail else ""),
+        f"I checked {who}" + (f": {detail}" if detail else ", and it is there"),
+        f"{who} is on record" + (f", with {detail}" if detail else ""),
+        f"I found {who}" + (f"; its details are {detail}" if detail else ""),
+        f"I fetched {who}" + (f", which has {detail}" if detail else ""),
+        f"{who} is there" + (f", listed with {detail}" if detail else ", as expected"),
+        f"I have {who} here" + (f", showing {detail}" if detail else ""),
     ]
     if c.done:
-        plans.append(f"I {c.done}" + (f": {detail}" if detail else f", {c.who}"))
+        plans += [f"I {c.done}" + (f": {detail}" if detail else f", {who}")] * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
 def _create_sentence(c: _Call, rng: random.Random) -> str:
+    out = c.out if isinstance(c.out, Mapping) else {}
     new = _quoted(c.label) if c.label else (str(c.ident) if c.ident is not None else f"the {c.thing}")
     with_id = f" ({c.ident})" if c.label and c.ident is not None and rng.random() < 0.5 else ""
+    subject = _subject(c, [out])
+    set_facts = _row_facts(out, c.key, rng, min(c.room + (c.room > 1), 3), only=list(c.args))
+    about = f" {subject}" if subject else ""
+    setting = ""
+    if set_facts:
+        setting = _pick(rng, (" with {}", ", set to {}", " ({})", "; it has {}", ", holding {}")).format(
+            _and_list(set_facts)
+        )
     plans = [
-        f"I created {c.who}{with_id}",
-        f"{c.who}{with_id} has been added",
-        f"the new {c.thing} is {new}{with_id}",
-        f"done, {c.who}{with_id} now exists",
-        f"I added {c.who}{with_id}",
+        f"I created {c.who}{with_id}{about}{setting}",
+        f"{c.who}{with_id} has been added{about}{setting}",
+        f"the new {c.thing} is {new}{with_id}{about}{setting}",
+        f"done, {c.who}{with_id} now exists{about}{setting}",
+        f"I added {c.who}{with_id}{about}{setting}",
+        f"I set up {c.who}{with_id}{about}{setting}",
+        f"{c.who}{with_id} is in place{about}{setting}",
+        f"I made a new {c.thing}, {new}{with_id}{about}{setting}",
+        f"{c.who}{with_id} is created{about}{setting}",
+        f"I registered {c.who}{with_id}{about}{setting}",
+        f"you now have {c.who}{with_id}{about}{setting}",
     ]
     if c.done and c.tool.get("kind") == "create":
-        plans.append(f"I {c.done}: {new}{with_id}")
+        plans += [
+            f"I {c.done}: {new}{with_id}{about}{setting}",
+            f"I {c.done}, {new}{with_id}{about}{setting}",
+        ] * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
 def _update_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
-    changed = [
-        f"{words(_snake(k)).lower()} is now {spoken_value(out[k], rng=rng)}"
-        for k in c.args
-        if k != c.key
-        and k in out
-        and (isinstance(out[k], (int, float, str)) or isinstance(out[k], bool))
-        and len(str(out[k])) <= 60
-    ][:2]
-    detail = " and ".join(changed)
+    fields = [k for k in c.args if k != c.key and k in out and _sayable(k, out[k], 60) and out[k] != c.label]
+    fields = fields[: max(c.room, 1)]
+    pairs = [(_field_words(k), spoken_value(out[k], rng=rng)) for k in fields]
+    if pairs and rng.random() < 0.5:
+        now = _and_list([f"{f} is now {v}" for f, v in pairs])
+        plans = [
+            f"I updated {c.who}: {now}",
+            f"{c.who} is updated, so {now}",
+            f"I changed {c.who}; {now}",
+            f"I saved the changes to {c.who}, and {now}",
+            f"{c.who} has been edited: {now}",
+            f"the change to {c.who} went through: {now}",
+        ]
+        if c.done and c.tool.get("kind") == "update":
+            plans += [f"I {c.done}; {now}"] * _DONE_WEIGHT
+        return _pick(rng, plans)
+    detail = _and_list([f"{f} {v}" for f, v in pairs]) if pairs else ""
     plans = [
-        f"I updated {c.who}" + (f": {detail}" if detail else ""),
-        f"{c.who} is updated" + (f"; {detail}" if detail else ""),
-        f"I changed {c.who}" + (f", so {detail}" if detail else ""),
-        f"done, {c.who} " + (f"now has {detail.replace(' is now ', ' ')}" if detail else "is updated"),
+        f"I updated {c.who}" + (f" to {detail}" if detail else ""),
+        f"{c.who} is updated" + (f", with {detail}" if detail else ""),
+        f"I changed {c.who}" + (f", setting {detail}" if detail else ""),
+        f"done, {c.who} " + (f"now has {detail}" if detail else "is updated"),
+        f"{c.who} now reads " + (detail if detail else "as you asked"),
+        f"I saved the changes to {c.who}" + (f" ({detail})" if detail else ""),
+        f"I edited {c.who}" + (f", so it has {detail}" if detail else ""),
+        f"{c.who} has been changed" + (f" to {detail}" if detail else ""),
     ]
+    if c.done and c.tool.get("kind") == "update":
+        plans += [f"I {c.done}" + (f", which now has {detail}" if detail else f" ({c.who})")] * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
@@ -322,7 +581,18 @@ def _delete_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     ident = out.get(c.key)
     gone = f"{c.thing} {ident}" if isinstance(ident, (str, int)) and not isinstance(ident, bool) else f"the {c.thing}"
-    plans = [f"I deleted {gone}", f"{gone} has been removed", f"{gone} is deleted", f"I removed {gone}"]
+    plans = [
+        f"I deleted {gone}",
+        f"{gone} has been removed",
+        f"{gone} is deleted",
+        f"I removed {gone}",
+        f"{gone} is gone now",
+        f"I took {gone} out",
+        f"{gone} no longer exists",
+        f"{gone} was deleted as asked",
+        f"{gone} has been taken off the records",
+        f"I got rid of {gone}",
+    ]
     return _pick(rng, plans)
 
 
@@ -330,21 +600,46 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
     action = c.tool.get("action") or {}
     state, verb = action.get("state"), action.get("verb")
     if not state:
-        return _pick(rng, (f"I ran that on {c.who}", f"done for {c.who}", f"{c.who} is handled"))
-    plans = [f"{c.who} is now {state}", f"done, {c.who} is {state}", f"{c.who} has been marked {state}"]
+        return _pick(
+            rng, (f"I ran that on {c.who}", f"done for {c.who}", f"{c.who} is handled", f"I took care of {c.who}")
+        )
+    plans = [
+        f"{c.who} is now {state}",
+        f"done, {c.who} is {state}",
+        f"{c.who} has been marked {state}",
+        f"I marked {c.who} as {state}",
+        f"{c.who} shows as {state} now",
+        f"{c.who} is {state} from now on",
+        f"I set {c.who} to {state}",
+        f"{c.who} went to {state}",
+    ]
     if verb:
         plans.append(f"as asked, {c.who} is now {state}")
-    return _pick(rng, plans)
+    if c.done and c.tool.get("kind") == "action":
+        plans += [f"I {c.done}, so {c.who} is now {state}", f"I {c.done}: {c.who} is {state}"] * _DONE_WEIGHT
+    sentence = _pick(rng, plans)
+    field = action.get("field")
+    facts = (
+        _row_facts(c.out, c.key, rng, min(c.room, 2), only=[k for k in (c.out or {}) if k != field]) if c.room else []
+    )
+    if facts:
+        sentence += _pick(rng, ("; it still has {}", " and keeps {}", " (with {})", "; its record shows {}")).format(
+            _and_list(facts)
+        )
+    return sentence
 
 
 def _refusal_sentence(c: _Call, rng: random.Random) -> str:
     reason = c.refusal or ""
+    lowered = reason[:1].lower() + reason[1:]
     plans = [
         f"{reason}, so nothing changed",
         f"nothing changed: {reason}",
         f"I could not do that for {c.who}: {reason}",
         f"that was refused ({reason}), so {c.who} is unchanged",
-        f"the request was turned down because {reason[:1].lower() + reason[1:]}; nothing was changed",
+        f"the request was turned down because {lowered}; nothing was changed",
+        f"I wasn't able to go ahead, since {lowered}",
+        f"that didn't go through: {reason}",
     ]
     return _pick(rng, plans)
 
@@ -367,17 +662,80 @@ _JOINTS = (
     (". Also, ", ". Last, "),
     ("; after that ", "; and "),
     (". Next, ", ". Lastly, "),
+    ("; then ", "; and finally "),
+    (". After that, ", ". To finish, "),
+    (". On top of that, ", ". And "),
+    (". Besides that, ", ". In the end, "),
+    ("; next, ", "; last, "),
+    (". Right after, ", ". Once that was done, "),
+    (". Beyond that, ", ". And lastly, "),
+    ("; besides, ", "; finally, "),
+    (". As well, ", ". Last of all, "),
 )
-_OPENERS = ("", "", "", "Done. ", "All set. ", "Okay. ")
+#: Words of a reply's sentences beyond which they state fewer facts of rows.
+_MOST_WORDS = 54
+#: Words of a whole reply beyond which it gets no opener or closer.
+_MOST_REPLY_WORDS = 60
+#: Openers of a reply; ``{things}`` is said as the first call's rows.
+_OPENERS = (
+    "",
+    "Done. ",
+    "All set. ",
+    "Okay. ",
+    "Sure. ",
+    "All done. ",
+    "Alright. ",
+    "Got it. ",
+    "All set with the {things}. ",
+    "Here's where the {things} stand. ",
+    "Here's the update on the {things}. ",
+    "I've handled the {things}. ",
+)
 #: Openers of a reply whose calls only read.
-_READ_OPENERS = ("", "", "", "Here's what I found. ", "Okay. ", "Here you go. ")
-_CLOSERS = ("", "", "", " Anything else?", " Let me know if you need more.", " Tell me if you want to go further.")
+_READ_OPENERS = (
+    "",
+    "Here's what I found. ",
+    "Okay. ",
+    "Here you go. ",
+    "Sure. ",
+    "I checked. ",
+    "Here is what came back. ",
+    "Alright. ",
+    "Here's what I found on the {things}. ",
+    "I checked the {things}. ",
+    "About the {things}: ",
+    "Here's the rundown on the {things}. ",
+    "Looking at the {things}: ",
+)
+#: Closing offers; ``{things}`` is said as the last call's rows, ``{who}`` as the one row it touched (used only
+#: after a call about one row).
+_CLOSERS = (
+    "",
+    " Anything else?",
+    " Let me know if you need more.",
+    " Tell me if you want to go further.",
+    " Is there anything else I can do?",
+    " Just say if you want changes.",
+    " Want me to do anything else?",
+    " Anything else about the {things}?",
+    " Tell me if you want to go further with the {things}.",
+    " Happy to dig deeper into the {things}.",
+    " Is there anything else I can do with the {things}?",
+    " Want me to do more with {who}?",
+    " Just say if {who} needs anything else.",
+    " Should I change anything else on {who}?",
+    " Need anything more on the {things}?",
+    " Should I look at any other {things}?",
+    " Say the word if {who} needs more changes.",
+    " I can also look at other {things} if you like.",
+)
 
 
-def call_sentence(call: Mapping[str, Any], tool: Mapping[str, Any], key: str, rng: random.Random) -> str:
+def call_sentence(call: Mapping[str, Any], tool: Mapping[str, Any], key: str, rng: random.Random, room: int = 2) -> str:
     """One sentence (no capital, no closing stop) reporting ``call``'s result; ``tool`` is its ToolSpec (with
-    ``spoken_table`` where known), ``key`` its table's key field."""
-    c = _Call(call, tool, key)
+    ``spoken_table`` where known), ``key`` its table's key field; ``room`` (1 or 2) how many facts of a row
+    the sentence may state (a reply of many calls states fewer, to stay short)."""
+    c = _Call(call, tool, key, room)
     if c.refusal is not None:
         return _refusal_sentence(c, rng)
     if isinstance(c.out, Mapping) and "error" in c.out:
@@ -410,8 +768,12 @@ def write_reply(
     """
     if not calls:
         return ""
-    rng = random.Random(seed)
-    sentences = [call_sentence(c, tools[c["name"]], key_of(tools[c["name"]]), rng) for c in calls]
+    rooms = ((3, 2, 1, 0), (2, 1, 0))[min(len(calls), 2) - 1] if len(calls) <= 2 else (1, 0)
+    for room in rooms:
+        rng = random.Random(seed if room == rooms[0] else f"{seed}/{room}")
+        sentences = [call_sentence(c, tools[c["name"]], key_of(tools[c["name"]]), rng, room) for c in calls]
+        if sum(len(x.split()) for x in sentences) <= _MOST_WORDS:
+            break
     refused = any(isinstance(c.get("output"), Mapping) and "error" in c["output"] for c in calls)
     between, last = _pick(rng, _JOINTS)
     text = sentences[0]
@@ -419,22 +781,47 @@ def write_reply(
         joint = last if i == len(sentences) - 1 else between
         text += joint + (_capital(s) if joint.endswith(". ") else s)
     reads_only = all(tools[c["name"]].get("kind") in ("list", "search", "count", "get") for c in calls)
-    opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS)
+    head = _Call(calls[0], tools[calls[0]["name"]], key_of(tools[calls[0]["name"]]))
+    opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS).format(things=head.things)
     if opener.lower().startswith("done") and text.lower().startswith("done"):
         opener = ""
-    text = (opener + _capital(text)).rstrip(".") + "."
-    return text + _pick(rng, _CLOSERS)
+    if len((opener + text).split()) > _MOST_REPLY_WORDS:
+        opener = ""
+    text = (opener + (text if opener.endswith(": ") else _capital(text))).rstrip(".") + "."
+    end = calls[-1]
+    tail = _Call(end, tools[end["name"]], key_of(tools[end["name"]]))
+    one_row = (
+        tail.kind in ("get", "create", "update", "action") and tail.refusal is None and tail.who != f"the {tail.thing}"
+    )
+    closers = [c for c in _CLOSERS if one_row or "{who}" not in c]
+    closer = _pick(rng, closers).format(things=tail.things, who=tail.who)
+    return text + (closer if len((text + closer).split()) <= _MOST_REPLY_WORDS else "")
+
+
+#: The closers as patterns that find them at a reply's end, longest first.
+_CLOSER_PATTERNS = [
+    re.compile(re.escape(c).replace(re.escape("{things}"), ".+?").replace(re.escape("{who}"), ".+?") + "$")
+    for c in sorted((c for c in _CLOSERS if c), key=len, reverse=True)
+]
+
+#: The openers as patterns that find them at a reply's start, longest first.
+_OPENER_PATTERNS = [
+    re.compile(re.escape(o).replace(re.escape("{things}"), ".+?"))
+    for o in sorted({o for o in (*_OPENERS, *_READ_OPENERS) if o}, key=len, reverse=True)
+]
 
 
 def join_replies(first: str, second: str) -> str:
     """Two replies as one (a merged turn's, or a reply with one more call's report): the first without its
     closing question, the second without its opening word, so the joined reply opens and closes once."""
-    for closer in sorted((c for c in _CLOSERS if c), key=len, reverse=True):
-        if first.endswith(closer):
-            first = first[: -len(closer)]
+    for closer in _CLOSER_PATTERNS:
+        m = closer.search(first)
+        if m:
+            first = first[: m.start()]
             break
-    for opener in sorted({o for o in (*_OPENERS, *_READ_OPENERS) if o}, key=len, reverse=True):
-        if second.startswith(opener):
-            second = second[len(opener) :]
+    for opener in _OPENER_PATTERNS:
+        m = opener.match(second)
+        if m:
+            second = _capital(second[m.end() :])
             break
     return " ".join(x for x in (first.strip(), second.strip()) if x)
