@@ -188,6 +188,23 @@ _INITIALISMS = frozenset(
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
+def _initialism(token: str) -> bool:
+    """A word of a field name a person writes in capitals: a known initialism, ``id``, or 2-4 letters without
+    a vowel ("rgb", "kvk", "vm")."""
+    return (
+        token in _INITIALISMS
+        or token == "id"
+        or (2 <= len(token) <= 4 and token.isalpha() and not re.search(r"[aeiouy]", token))
+    )
+
+
+def spoken_name(name: str) -> str:
+    """A field's own words as a person writes them, nothing dropped or written out: initialisms in capitals
+    (``color_rgb`` -> ``"color RGB"``, ``vm_id`` -> ``"VM ID"``, ``need_qr`` -> ``"need QR"``); in lowercase it
+    reads as :func:`words` of the name, so a reader of the spec's words finds the field."""
+    return " ".join(t.upper() if _initialism(t.lower()) else t for t in words(name).split())
+
+
 def spoken_field(name: str) -> str:
     """A field name as the words a person writes for it: parts of a snake_case or camelCase name, a trailing
     ``id`` dropped when other words remain (``org_unit_id`` -> ``"org unit"``), short forms written out and
@@ -202,7 +219,7 @@ def spoken_field(name: str) -> str:
     for i, t in enumerate(toks):
         if t in _ABBREVIATIONS:
             out.append(_ABBREVIATIONS[t])
-        elif t in _INITIALISMS or t == "id" or (2 <= len(t) <= 4 and t.isalpha() and not re.search(r"[aeiouy]", t)):
+        elif _initialism(t):
             out.append(t.upper())  # an initialism: "RGB", "XML", "KVK"
         elif len(t) == 1 and t.isalpha() and i + 1 < len(toks):
             toks[i + 1] = f"{t}-{toks[i + 1]}"  # "e invoice" is written "e-invoice"
@@ -545,12 +562,14 @@ def describe_call(
             # the raw register states each field by its name, written out where it has short forms ("QR
             # number" for qr_no) unless another field's own name reads so
             plain = said.lower() != words(name).lower() and not name.endswith("_id") and said.lower() not in own_words
-            return said if plain else words(name)
+            return said if plain else spoken_name(name)
         options = field_labels(name, props.get(name))
         options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2 and lab not in own_words]
         if said.lower() != options[0] and said.lower() in options:
             # a name of short forms ("qr no") is written out as a person would ("QR number")
             options = [said] + [lab for lab in options[1:] if lab != said.lower()]
+        else:
+            options[0] = spoken_name(name)  # its initialisms in capitals: "color RGB", "VM ID"
         if len(options) > 1 and _FLAG_PREFIX.match(options[0]) and props.get(name, {}).get("type") == "boolean":
             return options[1]  # the flag by what it says: "active is no"
         return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]
