@@ -159,6 +159,38 @@ def test_field_names_in_user_text_are_found_and_the_writer_says_them():
         assert not question and calls == [("tickets_create", {"qr_no": "Q-1"})], text
 
 
+def test_a_field_name_with_an_initialism_is_written_in_capitals_and_read_back():
+    # field names seen in the default run's specs ("color rgb", "need qr", "vm size" were written as the spec's
+    # lowercase words, which no person writes)
+    props = {
+        "color_rgb": {"type": "string"},
+        "need_qr": {"type": "boolean"},
+        "vm_size": {"type": "string"},
+        "wms_end_point": {"type": "string"},
+    }
+    args = {"color_rgb": "#577614", "need_qr": False, "vm_size": "Standard_B2ms", "wms_end_point": "imagine"}
+    tool = {
+        "name": "drives_create",
+        "kind": "create",
+        "table": "drives",
+        "description": "Create a drive",
+        "input_schema": {"type": "object", "properties": props, "required": list(props)},
+    }
+    named = spoken_names(props)
+    assert [said for _, said in named] == ["color rgb", "need qr", "vm size", "wms end point"]
+    raw = describe_call(tool, "drive_id", args)
+    texts = [describe_call(tool, "drive_id", args, rng=random.Random(i)) for i in range(20)]
+    assert not any(spec_identifiers(t, named) for t in [raw, *texts]), [raw, *texts]
+    assert all("color RGB" in t and "VM size" in t and "WMS end point" in t for t in [raw, *texts])
+    spec = {
+        "type": "function",
+        "function": {"name": "drives_create", "description": "Create a drive", "parameters": tool["input_schema"]},
+    }
+    for text in [raw, *texts[:5]]:
+        question, calls = _calls_of(text, [spec])
+        assert not question and calls == [("drives_create", args)], text
+
+
 def test_a_word_shared_by_two_labels_or_a_one_letter_value_is_not_taken_for_a_given_value():
     # the request gives the contact's name; the question asks for the given name, which the answer states
     other_label = _turn(

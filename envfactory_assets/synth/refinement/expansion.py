@@ -29,7 +29,8 @@ def follow_up_request(table: str, referenced: str | None = None) -> str:
     """The follow-up a user adds about the row just written to ``table``: ``"look up that book and tell me
     its details"``, or about the row it refers to in ``referenced``: ``"look up the author it belongs to and
     tell me its details"``; each table named as a person says one of its rows (:func:`spoken_thing`:
-    ``"webhooks_2"`` -> ``"webhook"``), so callers pass the names the tool index says (:meth:`ToolIndex.spoken_table`)."""
+    ``"webhooks_2"`` -> ``"webhook"``), so callers pass the names the tool index says for them
+    (:meth:`ToolIndex.spoken_table`)."""
     if referenced:
         return f"look up the {spoken_thing(referenced)} it belongs to and tell me its details"
     return f"look up that {spoken_thing(table)} and tell me its details"
