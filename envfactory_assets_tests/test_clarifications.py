@@ -5,6 +5,7 @@ hand-written turns."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -189,6 +190,41 @@ def test_a_field_name_with_an_initialism_is_written_in_capitals_and_read_back():
     for text in [raw, *texts[:5]]:
         question, calls = _calls_of(text, [spec])
         assert not question and calls == [("drives_create", args)], text
+
+
+def test_a_number_glued_to_a_field_word_is_set_apart_and_read_back():
+    props = {
+        "address_line1": {"type": "string"},
+        "address_line2": {"type": "string"},
+        "extra_phone1": {"type": "string"},
+        "mp4_support": {"type": "boolean"},
+    }
+    args = {
+        "address_line1": "1 Main St",
+        "address_line2": "Flat 2",
+        "extra_phone1": "+14666428545",
+        "mp4_support": True,
+    }
+    tool = {
+        "name": "contacts_create",
+        "kind": "create",
+        "table": "contacts",
+        "description": "Create a contact",
+        "input_schema": {"type": "object", "properties": props, "required": list(props)},
+    }
+    raw = describe_call(tool, "contact_id", args)
+    texts = [describe_call(tool, "contact_id", args, rng=random.Random(i)) for i in range(20)]
+    for text in [raw, *texts]:
+        bare = re.sub(r"'[^']*'", " ", text)
+        assert "address line 1" in bare and "extra phone 1" in bare and "mp4 support" in bare, text
+        assert not re.search(r"\b(?:line|phone)\d", bare), text
+    spec = {
+        "type": "function",
+        "function": {"name": "contacts_create", "description": "Create a contact", "parameters": tool["input_schema"]},
+    }
+    for text in [raw, *texts[:5]]:
+        question, calls = _calls_of(text, [spec])
+        assert not question and calls == [("contacts_create", args)], text
 
 
 def test_a_word_shared_by_two_labels_or_a_one_letter_value_is_not_taken_for_a_given_value():

@@ -186,6 +186,9 @@ _INITIALISMS = frozenset(
     "ssl tls cpu gpu ram os sdk http https ftp csv xml sql pin otp cvv".split()
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+#: a word with a number glued on ("phone1", "line2", "alpha3"): a person writes "phone 1"; short stems stay as
+#: they are, since those are names of their own ("mp4", "sha256", "v2")
+_NUMBERED = re.compile(r"^(?=[a-z]*[aeiouy])([a-z]{4,})(\d{1,2})$")
 
 
 def _initialism(token: str) -> bool:
@@ -208,11 +211,12 @@ def spoken_name(name: str) -> str:
 def spoken_field(name: str) -> str:
     """A field name as the words a person writes for it: parts of a snake_case or camelCase name, a trailing
     ``id`` dropped when other words remain (``org_unit_id`` -> ``"org unit"``), short forms written out and
-    initialisms in capitals (``qr_no`` -> ``"QR number"``, ``isbnCode`` -> ``"ISBN code"``). A field that is
+    initialisms in capitals (``qr_no`` -> ``"QR number"``, ``isbnCode`` -> ``"ISBN code"``), a number glued to a
+    word set apart (``address_line1`` -> ``"address line 1"``). A field that is
     only ``id`` reads ``"ID"``. The writer labels fields so, the programmatic solver reads the label back
     (:func:`field_labels` holds it) and the clarification question names the field so."""
     toks = [t for t in re.split(r"[_\s.\-]+", _CAMEL.sub("_", name.strip())) if t]
-    toks = [t.lower() for t in toks]
+    toks = [w for t in toks for w in _NUMBERED.sub(r"\1 \2", t.lower()).split()]
     if len(toks) > 1 and toks[-1] in ("id", "ids"):
         toks = toks[:-1]
     out: list[str] = []
