@@ -7,7 +7,8 @@ Usage: ``python scripts/measure_user_text.py STORE.duckdb [--chains 150] [--seed
   reads them (absent when the store has no refined trajectories yet);
 - regenerated: ``--chains`` tool chains of the store drawn with ``--seed`` are executed into raw trajectories
   and refined with the default settings (programmatic solver and simulated user) by this checkout, then
-  judged the same way; ``--show`` passed conversations are printed whole after the figures;
+  judged the same way (``--chains 0``: the stored figures only); ``--show`` passed conversations are printed
+  whole after the figures;
 - ``--dump``: the regenerated refined rows as JSON, to read or compare.
 
 Prints one JSON object, then the conversations.
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     chains = [c for c in read_rows(con, "tool_chains", "status = 'passed'") if set(c["env_ids"]) <= set(envs)]
     con.close()
+    if args.chains <= 0:  # the stored rows only
+        print(json.dumps(out, indent=1, ensure_ascii=False))
+        return 0
     sample = random.Random(args.seed).sample(chains, min(args.chains, len(chains)))
     raw = [r for r in raw_trajectory_rows(sample, graph, envs, SynthConfig()) if r["status"] == "passed"]
     rows = refined_trajectory_rows(
