@@ -168,8 +168,17 @@ def test_a_field_name_with_an_initialism_is_written_in_capitals_and_read_back():
         "need_qr": {"type": "boolean"},
         "vm_size": {"type": "string"},
         "wms_end_point": {"type": "string"},
+        "mp4_support": {"type": "string"},
+        "refresh_interval_s": {"type": "integer"},
     }
-    args = {"color_rgb": "#577614", "need_qr": False, "vm_size": "Standard_B2ms", "wms_end_point": "imagine"}
+    args = {
+        "color_rgb": "#577614",
+        "need_qr": False,
+        "vm_size": "Standard_B2ms",
+        "wms_end_point": "imagine",
+        "mp4_support": "standard",
+        "refresh_interval_s": 15844,
+    }
     tool = {
         "name": "drives_create",
         "kind": "create",
@@ -178,11 +187,19 @@ def test_a_field_name_with_an_initialism_is_written_in_capitals_and_read_back():
         "input_schema": {"type": "object", "properties": props, "required": list(props)},
     }
     named = spoken_names(props)
-    assert [said for _, said in named] == ["color rgb", "need qr", "vm size", "wms end point"]
+    assert [said for _, said in named] == [
+        "color rgb",
+        "need qr",
+        "vm size",
+        "wms end point",
+        "mp4 support",
+        "refresh interval s",
+    ]
     raw = describe_call(tool, "drive_id", args)
     texts = [describe_call(tool, "drive_id", args, rng=random.Random(i)) for i in range(20)]
     assert not any(spec_identifiers(t, named) for t in [raw, *texts]), [raw, *texts]
-    assert all("color RGB" in t and "VM size" in t and "WMS end point" in t for t in [raw, *texts])
+    assert all("color RGB" in t and "VM size" in t and "MP4 support" in t for t in [raw, *texts])
+    assert all("refresh interval in seconds" in t for t in texts)
     spec = {
         "type": "function",
         "function": {"name": "drives_create", "description": "Create a drive", "parameters": tool["input_schema"]},
@@ -216,7 +233,7 @@ def test_a_number_glued_to_a_field_word_is_set_apart_and_read_back():
     texts = [describe_call(tool, "contact_id", args, rng=random.Random(i)) for i in range(20)]
     for text in [raw, *texts]:
         bare = re.sub(r"'[^']*'", " ", text)
-        assert "address line 1" in bare and "extra phone 1" in bare and "mp4 support" in bare, text
+        assert "address line 1" in bare and "extra phone 1" in bare and "MP4 support" in bare, text
         assert not re.search(r"\b(?:line|phone)\d", bare), text
     spec = {
         "type": "function",

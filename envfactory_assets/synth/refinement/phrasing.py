@@ -192,12 +192,13 @@ _NUMBERED = re.compile(r"^(?=[a-z]*[aeiouy])([a-z]{4,})(\d{1,2})$")
 
 
 def _initialism(token: str) -> bool:
-    """A word of a field name a person writes in capitals: a known initialism, ``id``, or 2-4 letters without
-    a vowel ("rgb", "kvk", "vm")."""
+    """A word of a field name a person writes in capitals: a known initialism, ``id``, 2-4 letters without
+    a vowel ("rgb", "kvk", "vm"), or a few such letters with a number ("mp4", "s3", "h264")."""
     return (
         token in _INITIALISMS
         or token == "id"
         or (2 <= len(token) <= 4 and token.isalpha() and not re.search(r"[aeiouy]", token))
+        or (re.fullmatch(r"[a-z]{1,3}\d{1,3}", token) is not None and not re.search(r"[aeiouy]", token))
     )
 
 
@@ -212,7 +213,8 @@ def spoken_field(name: str) -> str:
     """A field name as the words a person writes for it: parts of a snake_case or camelCase name, a trailing
     ``id`` dropped when other words remain (``org_unit_id`` -> ``"org unit"``), short forms written out and
     initialisms in capitals (``qr_no`` -> ``"QR number"``, ``isbnCode`` -> ``"ISBN code"``), a number glued to a
-    word set apart (``address_line1`` -> ``"address line 1"``). A field that is
+    word set apart (``address_line1`` -> ``"address line 1"``), a trailing ``s`` said as the unit it is
+    (``refresh_interval_s`` -> ``"refresh interval in seconds"``). A field that is
     only ``id`` reads ``"ID"``. The writer labels fields so, the programmatic solver reads the label back
     (:func:`field_labels` holds it) and the clarification question names the field so."""
     toks = [t for t in re.split(r"[_\s.\-]+", _CAMEL.sub("_", name.strip())) if t]
@@ -223,6 +225,8 @@ def spoken_field(name: str) -> str:
     for i, t in enumerate(toks):
         if t in _ABBREVIATIONS:
             out.append(_ABBREVIATIONS[t])
+        elif t == "s" and 0 < i == len(toks) - 1:
+            out.append("in seconds")  # a unit after the name: refresh_interval_s
         elif _initialism(t):
             out.append(t.upper())  # an initialism: "RGB", "XML", "KVK"
         elif len(t) == 1 and t.isalpha() and i + 1 < len(toks):
