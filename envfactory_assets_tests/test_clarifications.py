@@ -17,7 +17,7 @@ from envfactory_assets.quality.conversation_text import (
     spoken_names,
 )
 from envfactory_assets.synth.datasets.rows import tools_of
-from envfactory_assets.synth.refinement.phrasing import describe_call
+from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_field
 from envfactory_assets.synth.refinement.solver.base import SolverView
 from envfactory_assets.synth.refinement.solver.programmatic import (
     ProgrammaticSolver,
@@ -200,6 +200,7 @@ def test_a_field_name_with_an_initialism_is_written_in_capitals_and_read_back():
     assert not any(spec_identifiers(t, named) for t in [raw, *texts]), [raw, *texts]
     assert all("color RGB" in t and "VM size" in t and "MP4 support" in t for t in [raw, *texts])
     assert all("refresh interval in seconds" in t for t in texts)
+    assert spoken_field("account_sid") == "account SID" and spoken_field("address_guid") == "address GUID"
     spec = {
         "type": "function",
         "function": {"name": "drives_create", "description": "Create a drive", "parameters": tool["input_schema"]},

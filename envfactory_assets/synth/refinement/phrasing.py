@@ -183,7 +183,7 @@ _ABBREVIATIONS = {
 #: Initialisms a person writes in capitals (``isbn`` -> "ISBN").
 _INITIALISMS = frozenset(
     "qr url uri iso api sku vat ip uuid isbn sms pdf utc gps eta json html ssn iban bic vin ean upc mac dns "
-    "ssl tls cpu gpu ram os sdk http https ftp csv xml sql pin otp cvv".split()
+    "ssl tls cpu gpu ram os sdk http https ftp csv xml sql pin otp cvv sid guid mime".split()
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 #: a word with a number glued on ("phone1", "line2", "alpha3"): a person writes "phone 1"; short stems stay as
