@@ -205,8 +205,12 @@ def _initialism(token: str) -> bool:
 def spoken_name(name: str) -> str:
     """A field's own words as a person writes them, nothing dropped or written out: initialisms in capitals
     (``color_rgb`` -> ``"color RGB"``, ``vm_id`` -> ``"VM ID"``, ``need_qr`` -> ``"need QR"``); in lowercase it
-    reads as :func:`words` of the name, so a reader of the spec's words finds the field."""
-    return " ".join(t.upper() if _initialism(t.lower()) else t for t in words(name).split())
+    reads as :func:`words` of the name, so a reader of the spec's words finds the field. A name with a lone
+    letter (``o_id``) is left as the spec writes it: capitals would not make "o" a word a person says."""
+    toks = words(name).split()
+    if any(len(t) == 1 and t.isalpha() for t in toks):
+        return words(name)
+    return " ".join(t.upper() if _initialism(t.lower()) else t for t in toks)
 
 
 def spoken_field(name: str) -> str:
