@@ -5,6 +5,7 @@ hand-written turns."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -16,7 +17,7 @@ from envfactory_assets.quality.conversation_text import (
     spoken_names,
 )
 from envfactory_assets.synth.datasets.rows import tools_of
-from envfactory_assets.synth.refinement.phrasing import describe_call
+from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_field
 from envfactory_assets.synth.refinement.solver.base import SolverView
 from envfactory_assets.synth.refinement.solver.programmatic import (
     ProgrammaticSolver,
@@ -157,6 +158,91 @@ def test_field_names_in_user_text_are_found_and_the_writer_says_them():
     for text in texts[:5]:
         question, calls = _calls_of(text, [spec])
         assert not question and calls == [("tickets_create", {"qr_no": "Q-1"})], text
+
+
+def test_a_field_name_with_an_initialism_is_written_in_capitals_and_read_back():
+    # field names seen in the default run's specs ("color rgb", "need qr", "vm size" were written as the spec's
+    # lowercase words, which no person writes)
+    props = {
+        "color_rgb": {"type": "string"},
+        "need_qr": {"type": "boolean"},
+        "vm_size": {"type": "string"},
+        "wms_end_point": {"type": "string"},
+        "mp4_support": {"type": "string"},
+        "refresh_interval_s": {"type": "integer"},
+    }
+    args = {
+        "color_rgb": "#577614",
+        "need_qr": False,
+        "vm_size": "Standard_B2ms",
+        "wms_end_point": "imagine",
+        "mp4_support": "standard",
+        "refresh_interval_s": 15844,
+    }
+    tool = {
+        "name": "drives_create",
+        "kind": "create",
+        "table": "drives",
+        "description": "Create a drive",
+        "input_schema": {"type": "object", "properties": props, "required": list(props)},
+    }
+    named = spoken_names(props)
+    assert [said for _, said in named] == [
+        "color rgb",
+        "need qr",
+        "vm size",
+        "wms end point",
+        "mp4 support",
+        "refresh interval s",
+    ]
+    raw = describe_call(tool, "drive_id", args)
+    texts = [describe_call(tool, "drive_id", args, rng=random.Random(i)) for i in range(20)]
+    assert not any(spec_identifiers(t, named) for t in [raw, *texts]), [raw, *texts]
+    assert all("color RGB" in t and "VM size" in t and "MP4 support" in t for t in [raw, *texts])
+    assert all("refresh interval in seconds" in t for t in texts)
+    assert spoken_field("account_sid") == "account SID" and spoken_field("address_guid") == "address GUID"
+    spec = {
+        "type": "function",
+        "function": {"name": "drives_create", "description": "Create a drive", "parameters": tool["input_schema"]},
+    }
+    for text in [raw, *texts[:5]]:
+        question, calls = _calls_of(text, [spec])
+        assert not question and calls == [("drives_create", args)], text
+
+
+def test_a_number_glued_to_a_field_word_is_set_apart_and_read_back():
+    props = {
+        "address_line1": {"type": "string"},
+        "address_line2": {"type": "string"},
+        "extra_phone1": {"type": "string"},
+        "mp4_support": {"type": "boolean"},
+    }
+    args = {
+        "address_line1": "1 Main St",
+        "address_line2": "Flat 2",
+        "extra_phone1": "+14666428545",
+        "mp4_support": True,
+    }
+    tool = {
+        "name": "contacts_create",
+        "kind": "create",
+        "table": "contacts",
+        "description": "Create a contact",
+        "input_schema": {"type": "object", "properties": props, "required": list(props)},
+    }
+    raw = describe_call(tool, "contact_id", args)
+    texts = [describe_call(tool, "contact_id", args, rng=random.Random(i)) for i in range(20)]
+    for text in [raw, *texts]:
+        bare = re.sub(r"'[^']*'", " ", text)
+        assert "address line 1" in bare and "extra phone 1" in bare and "MP4 support" in bare, text
+        assert not re.search(r"\b(?:line|phone)\d", bare), text
+    spec = {
+        "type": "function",
+        "function": {"name": "contacts_create", "description": "Create a contact", "parameters": tool["input_schema"]},
+    }
+    for text in [raw, *texts[:5]]:
+        question, calls = _calls_of(text, [spec])
+        assert not question and calls == [("contacts_create", args)], text
 
 
 def test_a_word_shared_by_two_labels_or_a_one_letter_value_is_not_taken_for_a_given_value():

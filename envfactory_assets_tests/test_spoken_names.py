@@ -15,13 +15,16 @@ import pytest
 
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.sources.names import name_nouns, singular, speakable, split_glued, spoken_thing, spoken_things
 from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.synth.refinement.expansion import expand_goal
 from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_tables
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.refinement.solver.base import SolverView
 from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.trajectories.execution import ToolIndex
+from envfactory_assets_tests.fixture_environments import environment_worker
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi_names"
 
@@ -109,3 +112,39 @@ def test_the_solver_finds_the_tool_and_row_by_the_spoken_names(storage_env):
         calls = _solve(specs, text[0].upper() + text[1:] + ".", {"storage_buckets_list": buckets}, seed)
         assert calls[0][0] == "storage_buckets_list", (text, calls)
         assert calls[-1] == ("storage_bucket_access_controls_list", {"b_id": "b_00002"}), (text, calls)
+
+
+def test_goal_expansion_names_the_tables_as_a_person_says_them(storage_env):
+    # an access control written to bucket "b": the follow-up reads the bucket it belongs to, and says
+    # "bucket", not the table's own name "b"
+    envs = {storage_env["env_id"]: storage_env}
+    with environment_worker(envs) as worker:
+        valid = next(st["state"] for st in storage_env["initial_states"] if st["name"] == "valid")
+        episode = worker.open_episode({storage_env["env_id"]: valid})
+        bucket = worker.call(episode, "storage_buckets_insert", {"name": "logs", "location": "EU"})
+        arguments = {"b_id": bucket["output"]["b_id"], "name": "reader", "role": "READER"}
+        acl = worker.call(episode, "storage_bucket_access_controls_insert", arguments)
+        assert bucket["ok"] and acl["ok"], (bucket, acl)
+        state = worker.save(episode)
+        worker.close_episode(episode)
+        request = "Please add a bucket access control named 'reader' with role 'READER'."
+        turn = {
+            "turn_index": 0,
+            "query": request,
+            "query_raw": request,
+            "calls": [
+                {"name": "storage_bucket_access_controls_insert", "kind": "create", "arguments": arguments}
+                | {"output": acl["output"], "env_id": storage_env["env_id"]}
+            ],
+            "state_after": state,
+            "state_after_hash": state_hash(state),
+            "intent": [],
+            "target_tools": [],
+            "assistant_summary": "Done.",
+            "operators": [],
+        }
+        new = expand_goal(turn, envs, worker, 0)
+    assert new is not None
+    assert new["calls"][-1]["name"] == "storage_buckets_get"
+    assert "look up the bucket it belongs to" in new["query"], new["query"]
+    assert " b " not in new["query"] and " b " not in new["query_raw"]

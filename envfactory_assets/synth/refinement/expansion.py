@@ -19,8 +19,7 @@ from typing import Any
 
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxError, SandboxWorker
-from envfactory_assets.sources.names import singular
-from envfactory_assets.synth.refinement.phrasing import words
+from envfactory_assets.sources.names import spoken_thing
 from envfactory_assets.synth.refinement.replies import join_replies, write_reply
 from envfactory_assets.synth.refinement.solver.judge import answer_facts
 from envfactory_assets.synth.trajectories.execution import ToolIndex
@@ -29,10 +28,12 @@ from envfactory_assets.synth.trajectories.execution import ToolIndex
 def follow_up_request(table: str, referenced: str | None = None) -> str:
     """The follow-up a user adds about the row just written to ``table``: ``"look up that book and tell me
     its details"``, or about the row it refers to in ``referenced``: ``"look up the author it belongs to and
-    tell me its details"``."""
+    tell me its details"``; each table named as a person says one of its rows (:func:`spoken_thing`:
+    ``"webhooks_2"`` -> ``"webhook"``), so callers pass the names the tool index says for them
+    (:meth:`ToolIndex.spoken_table`)."""
     if referenced:
-        return f"look up the {words(singular(referenced))} it belongs to and tell me its details"
-    return f"look up that {words(singular(table))} and tell me its details"
+        return f"look up the {spoken_thing(referenced)} it belongs to and tell me its details"
+    return f"look up that {spoken_thing(table)} and tell me its details"
 
 
 def _getter(environment: dict[str, Any], table: str, key: str) -> dict[str, Any] | None:
@@ -46,8 +47,11 @@ def _getter(environment: dict[str, Any], table: str, key: str) -> dict[str, Any]
     )
 
 
-def _options(last: dict[str, Any], tool: dict[str, Any], environment: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Follow-up reads of a written row, best first: ``(get tool, arguments, output field, request)``."""
+def _options(
+    last: dict[str, Any], tool: dict[str, Any], environment: dict[str, Any], spoken: dict[str, str]
+) -> list[tuple[Any, ...]]:
+    """Follow-up reads of a written row, best first: ``(get tool, arguments, output field, request)``;
+    ``spoken``: ``{table: the name a person says for it}`` of the environment (tables not in it keep theirs)."""
     tables = environment["tables"]
     meta = tables[tool["table"]]
     out = []
@@ -56,11 +60,23 @@ def _options(last: dict[str, Any], tool: dict[str, Any], environment: dict[str, 
         getter = _getter(environment, ref_table, ref_key) if ref_key else None
         if getter is not None and last["output"].get(field_name) is not None:
             out.append(
-                (getter, {ref_key: last["output"][field_name]}, field_name, follow_up_request(tool["table"], ref_table))
+                (
+                    getter,
+                    {ref_key: last["output"][field_name]},
+                    field_name,
+                    follow_up_request(spoken.get(tool["table"], tool["table"]), spoken.get(ref_table, ref_table)),
+                )
             )
     getter = _getter(environment, tool["table"], meta["key"])
     if getter is not None and last["output"].get(meta["key"]) is not None:
-        out.append((getter, {meta["key"]: last["output"][meta["key"]]}, meta["key"], follow_up_request(tool["table"])))
+        out.append(
+            (
+                getter,
+                {meta["key"]: last["output"][meta["key"]]},
+                meta["key"],
+                follow_up_request(spoken.get(tool["table"], tool["table"])),
+            )
+        )
     return out
 
 
@@ -93,7 +109,8 @@ def expand_goal(
     if tool is None or last["kind"] not in ("create", "update") or not isinstance(last["output"], dict):
         return None
     known = set().union(*(answer_facts({"calls": [{"kind": "get", "output": c["output"]}]}) for c in turn["calls"]))
-    for option in _options(last, tool, environments[index.env_of[tool["name"]]]):
+    env_id = index.env_of[tool["name"]]
+    for option in _options(last, tool, environments[env_id], index.spoken.get(env_id, {})):
         getter, arguments, path, request = option
         result = _read(worker, turn, getter["name"], arguments)
         # a follow-up whose answer the turn's own results already hold asks for nothing new

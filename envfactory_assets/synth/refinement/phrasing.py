@@ -183,26 +183,55 @@ _ABBREVIATIONS = {
 #: Initialisms a person writes in capitals (``isbn`` -> "ISBN").
 _INITIALISMS = frozenset(
     "qr url uri iso api sku vat ip uuid isbn sms pdf utc gps eta json html ssn iban bic vin ean upc mac dns "
-    "ssl tls cpu gpu ram os sdk http https ftp csv xml sql pin otp cvv".split()
+    "ssl tls cpu gpu ram os sdk http https ftp csv xml sql pin otp cvv sid guid mime".split()
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+#: a word with a number glued on ("phone1", "line2", "alpha3"): a person writes "phone 1"; short stems stay as
+#: they are, since those are names of their own ("mp4", "sha256", "v2")
+_NUMBERED = re.compile(r"^(?=[a-z]*[aeiouy])([a-z]{4,})(\d{1,2})$")
+
+
+def _initialism(token: str) -> bool:
+    """A word of a field name a person writes in capitals: a known initialism, ``id``, 2-4 letters without
+    a vowel ("rgb", "kvk", "vm"), or a few such letters with a number ("mp4", "s3", "h264")."""
+    return (
+        token in _INITIALISMS
+        or token == "id"
+        or (2 <= len(token) <= 4 and token.isalpha() and not re.search(r"[aeiouy]", token))
+        or (re.fullmatch(r"[a-z]{1,3}\d{1,3}", token) is not None and not re.search(r"[aeiouy]", token))
+    )
+
+
+def spoken_name(name: str) -> str:
+    """A field's own words as a person writes them, nothing dropped or written out: initialisms in capitals
+    (``color_rgb`` -> ``"color RGB"``, ``vm_id`` -> ``"VM ID"``, ``need_qr`` -> ``"need QR"``); in lowercase it
+    reads as :func:`words` of the name, so a reader of the spec's words finds the field. A name with a lone
+    letter (``o_id``) is left as the spec writes it: capitals would not make "o" a word a person says."""
+    toks = words(name).split()
+    if any(len(t) == 1 and t.isalpha() for t in toks):
+        return words(name)
+    return " ".join(t.upper() if _initialism(t.lower()) else t for t in toks)
 
 
 def spoken_field(name: str) -> str:
     """A field name as the words a person writes for it: parts of a snake_case or camelCase name, a trailing
     ``id`` dropped when other words remain (``org_unit_id`` -> ``"org unit"``), short forms written out and
-    initialisms in capitals (``qr_no`` -> ``"QR number"``, ``isbnCode`` -> ``"ISBN code"``). A field that is
+    initialisms in capitals (``qr_no`` -> ``"QR number"``, ``isbnCode`` -> ``"ISBN code"``), a number glued to a
+    word set apart (``address_line1`` -> ``"address line 1"``), a trailing ``s`` said as the unit it is
+    (``refresh_interval_s`` -> ``"refresh interval in seconds"``). A field that is
     only ``id`` reads ``"ID"``. The writer labels fields so, the programmatic solver reads the label back
     (:func:`field_labels` holds it) and the clarification question names the field so."""
     toks = [t for t in re.split(r"[_\s.\-]+", _CAMEL.sub("_", name.strip())) if t]
-    toks = [t.lower() for t in toks]
+    toks = [w for t in toks for w in _NUMBERED.sub(r"\1 \2", t.lower()).split()]
     if len(toks) > 1 and toks[-1] in ("id", "ids"):
         toks = toks[:-1]
     out: list[str] = []
     for i, t in enumerate(toks):
         if t in _ABBREVIATIONS:
             out.append(_ABBREVIATIONS[t])
-        elif t in _INITIALISMS or t == "id" or (2 <= len(t) <= 4 and t.isalpha() and not re.search(r"[aeiouy]", t)):
+        elif t == "s" and 0 < i == len(toks) - 1:
+            out.append("in seconds")  # a unit after the name: refresh_interval_s
+        elif _initialism(t):
             out.append(t.upper())  # an initialism: "RGB", "XML", "KVK"
         elif len(t) == 1 and t.isalpha() and i + 1 < len(toks):
             toks[i + 1] = f"{t}-{toks[i + 1]}"  # "e invoice" is written "e-invoice"
@@ -545,12 +574,14 @@ def describe_call(
             # the raw register states each field by its name, written out where it has short forms ("QR
             # number" for qr_no) unless another field's own name reads so
             plain = said.lower() != words(name).lower() and not name.endswith("_id") and said.lower() not in own_words
-            return said if plain else words(name)
+            return said if plain else spoken_name(name)
         options = field_labels(name, props.get(name))
         options = options[:1] + [lab for lab in options[1:] if seen_labels.get(lab, 0) < 2 and lab not in own_words]
         if said.lower() != options[0] and said.lower() in options:
             # a name of short forms ("qr no") is written out as a person would ("QR number")
             options = [said] + [lab for lab in options[1:] if lab != said.lower()]
+        else:
+            options[0] = spoken_name(name)  # its initialisms in capitals: "color RGB", "VM ID"
         if len(options) > 1 and _FLAG_PREFIX.match(options[0]) and props.get(name, {}).get("type") == "boolean":
             return options[1]  # the flag by what it says: "active is no"
         return options[rng.randrange(len(options))] if natural and len(options) > 1 else options[0]
