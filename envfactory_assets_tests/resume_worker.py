@@ -128,45 +128,110 @@ def run_grpo(job: dict[str, Any]) -> dict[str, Any]:
     return {"metrics": metrics, "weights": _weights(out)}
 
 
+class _Holding:
+    """The real policy of one model, holding still (for the kill) at its ``hold_at``-th ``generate`` call."""
+
+    def __init__(self, inner: Any, job: dict[str, Any], label: str, calls: list[str]) -> None:
+        self.inner, self.job, self.label, self.calls = inner, job, label, calls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def generate(self, conversations: Any, seed: int, **kwargs: Any) -> Any:
+        self.calls.append(self.label)
+        _hold(self.job, ["evaluation", self.label, self.calls.count(self.label)])
+        return self.inner.generate(conversations, seed, **kwargs)
+
+
+def evaluate(job: dict[str, Any], rows: list[dict[str, Any]], calls: list[str]) -> list[dict[str, Any]]:
+    """The ``evaluations`` asset's models (base, do-nothing, each checkpoint) on one BFCL single-turn task per
+    category under two seeds, each (model, benchmark, seed) result stored in a :class:`ResultCache` in ``out``."""
+    from envfactory_assets.evaluation.model_policy import DoNothingPolicy, Policy, SamplingSpec
+    from envfactory_assets.evaluation.run import (
+        BASE,
+        EvalSpec,
+        ModelRef,
+        ResultCache,
+        do_nothing_model,
+        evaluate_models,
+    )
+
+    spec = EvalSpec(
+        n_synthetic=0,
+        n_bfcl=0,
+        n_bfcl_single_turn=1,
+        seeds=(0, 1),
+        single_turn_prose_stop_tokens=8,
+        sampling=SamplingSpec(max_new_tokens=8, device="cpu"),
+    )
+    models = [ModelRef(BASE, BASE, job["model"], model_hash=_weights(Path(job["model"]))), do_nothing_model()]
+    models += [
+        ModelRef(
+            r["id"],
+            r["stage"],
+            r["path"],
+            r["id"],
+            model_hash=_weights(Path(r["path"])),
+            parent=r["parent_checkpoint_id"],
+        )
+        for r in rows
+    ]
+
+    def load(model: Any) -> Any:
+        inner = DoNothingPolicy() if model.stage == "do_nothing" else Policy(Path(model.path), spec.sampling, 1)
+        return _Holding(inner, job, model.label, calls)
+
+    cache = ResultCache(Path(job["out"]) / "eval_cache")
+    return evaluate_models(models, [], {}, spec, log=lambda _: None, num_threads=1, cache=cache, load_policy=load)
+
+
 def run_stages(job: dict[str, Any]) -> dict[str, Any]:
-    """The ``checkpoints`` asset's sequence without Dagster: the SFT stage, the GRPO stage from it, the rows
-    'stored' (the result file) and only then the kept stage rows cleared."""
+    """The ``checkpoints`` asset's sequence without Dagster (the SFT stage, the GRPO stage from it, the rows
+    'stored' in ``out/stored.json``, and only then the kept stage rows cleared), then :func:`evaluate`."""
     from envfactory_assets.training.stage import clear_kept_rows, grpo_checkpoint, train_checkpoint
 
-    row, bookshop = grpo_task()
-    sft = [{**r, "env_ids": [bookshop["env_id"]], "split": "train"} for r in sft_rows(4)]
+    out = Path(job["out"])
+    stored = out / "stored.json"
     logs: list[str] = []
-    ckpt_dir = Path(job["out"])
-    first = train_checkpoint(
-        sft,
-        [row],
-        job["model"],
-        ckpt_dir / "models",
-        ckpt_dir,
-        _sft_spec(job),
-        4,
-        0,
-        "v-sft",
-        log=logs.append,
-        keep_rows=True,
-    )
-    _hold(job, ["between"])
-    second = grpo_checkpoint(
-        first,
-        [row],
-        {bookshop["env_id"]: bookshop},
-        ckpt_dir,
-        _grpo_spec(job),
-        1,
-        "v-rl",
-        log=logs.append,
-        keep_rows=True,
-    )
-    rows = [first, second]
+    if stored.is_file():  # the checkpoints 'asset' had finished: a re-run starts at the evaluation
+        rows = json.loads(stored.read_text(encoding="utf-8"))
+    else:
+        row, bookshop = grpo_task()
+        sft = [{**r, "env_ids": [bookshop["env_id"]], "split": "train"} for r in sft_rows(4)]
+        first = train_checkpoint(
+            sft,
+            [row],
+            job["model"],
+            out / "models",
+            out,
+            _sft_spec(job),
+            4,
+            0,
+            "v-sft",
+            log=logs.append,
+            keep_rows=True,
+        )
+        _hold(job, ["between"])
+        second = grpo_checkpoint(
+            first,
+            [row],
+            {bookshop["env_id"]: bookshop},
+            out,
+            _grpo_spec(job),
+            1,
+            "v-rl",
+            log=logs.append,
+            keep_rows=True,
+        )
+        rows = json.loads(json.dumps([first, second]))  # as the store gives them back
+        tmp = out / "stored.json.tmp"
+        tmp.write_text(json.dumps(rows), encoding="utf-8")
+        os.replace(tmp, stored)
+        clear_kept_rows(rows)
+    calls: list[str] = []
+    evaluations = evaluate(job, rows, calls)
     weights = {r["id"]: _weights(Path(r["path"])) for r in rows}
-    Path(job["result"]).write_text(json.dumps({"rows": rows, "weights": weights, "logs": logs}), encoding="utf-8")
-    clear_kept_rows(rows)
-    return {"rows": rows, "weights": weights, "logs": logs}
+    return {"rows": rows, "weights": weights, "logs": logs, "evaluations": evaluations, "generated_for": calls}
 
 
 JOBS = {"sft": run_sft, "grpo": run_grpo, "stages": run_stages}
@@ -174,7 +239,8 @@ JOBS = {"sft": run_sft, "grpo": run_grpo, "stages": run_stages}
 
 def main(job_path: str) -> None:
     job = json.loads(Path(job_path).read_text(encoding="utf-8"))
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[job.get("core", 0) % len(cores)]})
     result = JOBS[job["kind"]](job)
     Path(job["result"]).write_text(json.dumps(result, sort_keys=True), encoding="utf-8")
 
