@@ -209,6 +209,7 @@ def run_stages(job: dict[str, Any]) -> dict[str, Any]:
             0,
             "v-sft",
             log=logs.append,
+            progress=_progress(job, "sft"),
             keep_rows=True,
         )
         _hold(job, ["between"])
@@ -221,6 +222,7 @@ def run_stages(job: dict[str, Any]) -> dict[str, Any]:
             1,
             "v-rl",
             log=logs.append,
+            progress=_progress(job, "grpo"),
             keep_rows=True,
         )
         rows = json.loads(json.dumps([first, second]))  # as the store gives them back
