@@ -166,3 +166,79 @@ def test_a_run_killed_mid_sft_between_models_and_mid_evaluation_ends_with_the_ro
     grpo_id = resumed["rows"][1]["id"]
     assert sorted(set(resumed["generated_for"])) == sorted({sft_row["id"], grpo_id})
     assert resumed["generated_for"].count(sft_row["id"]) == 5
+
+
+def test_a_foreign_run_and_a_checkpoint_cut_short_are_never_resumed(tmp_path):
+    from envfactory_assets.training.resume import (
+        COMPLETE_FILE,
+        last_complete_checkpoint,
+        run_dir,
+        write_json_atomically,
+    )
+
+    out = tmp_path / "ckpt_x"
+    first = run_dir(out, "sft", "key-a")
+    for step in (2, 4):
+        (first / f"checkpoint-{step}").mkdir()
+    write_json_atomically(first / "checkpoint-2" / COMPLETE_FILE, {"step": 2, "extra": {}})
+    (first / "checkpoint-4" / "model.safetensors").write_bytes(b"\0")  # a save a kill cut short
+    assert last_complete_checkpoint(first) == first / "checkpoint-2"
+    assert not (first / "checkpoint-4").exists()  # removed: a later save must not mix with it
+    # other inputs written to the same folder: another key, and the stopped run of the old inputs is gone
+    other = run_dir(out, "sft", "key-b")
+    assert other != first and not first.exists() and last_complete_checkpoint(other) is None
+    assert run_dir(out, "grpo", "key-c").is_dir() and other.is_dir()  # one run per stage, stages apart
+
+
+def test_save_steps_is_checked_and_changes_neither_the_checkpoint_id_nor_the_trainer_s_result_settings(tmp_path):
+    from envfactory_assets.config_checks import SettingError
+    from envfactory_assets.training import grpo, sft
+    from envfactory_assets.training.resume import result_settings
+
+    for spec, prefix in ((sft.SFTConfigSpec, "sft"), (grpo.GRPOConfigSpec, "grpo")):
+        for bad in (-1, 1.5, True):
+            with pytest.raises(SettingError, match="save_steps"):
+                spec(save_steps=bad)
+        assert result_settings(spec(save_steps=5)) == result_settings(spec(save_steps=0)), prefix
+        assert "save_steps" not in result_settings(spec())
+    args = sft.trl_config_kwargs(tmp_path, sft.SFTConfigSpec(save_steps=3, device="cpu"))
+    assert (args["save_strategy"], args["save_steps"], args["save_total_limit"]) == ("steps", 3, 1)
+    assert sft.trl_config_kwargs(tmp_path, sft.SFTConfigSpec(save_steps=0, device="cpu"))["save_strategy"] == "no"
+    args = grpo.trl_config_kwargs(tmp_path, grpo.GRPOConfigSpec(save_steps=2, device="cpu"))
+    assert (args["save_strategy"], args["save_steps"], args["output_dir"]) == ("steps", 2, str(tmp_path))
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_sft_stopped_mid_run_continues_only_a_run_of_the_same_inputs(one_layer_model_dir, tmp_path):
+    """Stopped after step 3 (its checkpoint of step 2 on disk), SFT with the same inputs continues to the weights of a
+    run never stopped; with another learning rate it does not take up that checkpoint."""
+    from envfactory_assets.training.base_model import model_hash
+    from envfactory_assets.training.sft import SFTConfigSpec, train_sft
+    from envfactory_assets_tests.resume_worker import sft_rows
+
+    rows = sft_rows(3)
+    spec = SFTConfigSpec(max_steps=4, save_steps=2, per_device_train_batch_size=1, max_length=512, device="cpu")
+    other = SFTConfigSpec(**{**spec.__dict__, "learning_rate": 1e-3})
+
+    def stop_after_3(done, _total):
+        if done == 3:
+            raise _Stopped
+
+    def train(out, config, progress=None):
+        return train_sft(rows, one_layer_model_dir, out, config, num_threads=1, progress=progress)
+
+    whole = train(tmp_path / "whole", spec)
+    whole_other = train(tmp_path / "whole_other", other)
+    for config, expected, reference in ((spec, whole, "whole"), (other, whole_other, "whole_other")):
+        out = tmp_path / f"stopped_{reference}"
+        with pytest.raises(_Stopped):
+            train(out, spec, stop_after_3)  # always stopped with the first settings
+        assert len(list(out.parent.glob(f"{out.name}.resume/sft-*/checkpoint-2"))) == 1
+        resumed = train(out, config)
+        assert model_hash(out) == model_hash(tmp_path / reference)
+        assert resumed["loss_history"] == expected["loss_history"] and resumed["steps"] == 4
+        assert resumed["train_loss"] == expected["train_loss"]
+        assert not out.with_name(out.name + ".resume").exists()  # finished: nothing left to resume
