@@ -188,6 +188,7 @@ def evaluate(job: dict[str, Any], rows: list[dict[str, Any]], calls: list[str]) 
 def run_stages(job: dict[str, Any]) -> dict[str, Any]:
     """The ``checkpoints`` asset's sequence without Dagster (the SFT stage, the GRPO stage from it, the rows
     'stored' in ``out/stored.json``, and only then the kept stage rows cleared), then :func:`evaluate`."""
+    from envfactory_assets.training.resume import forget_stopped_runs
     from envfactory_assets.training.stage import clear_kept_rows, grpo_checkpoint, train_checkpoint
 
     out = Path(job["out"])
@@ -230,6 +231,7 @@ def run_stages(job: dict[str, Any]) -> dict[str, Any]:
         tmp.write_text(json.dumps(rows), encoding="utf-8")
         os.replace(tmp, stored)
         clear_kept_rows(rows)
+        forget_stopped_runs(out)
     calls: list[str] = []
     evaluations = evaluate(job, rows, calls)
     weights = {r["id"]: _weights(Path(r["path"])) for r in rows}

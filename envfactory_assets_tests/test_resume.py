@@ -171,6 +171,7 @@ def test_a_run_killed_mid_sft_between_models_and_mid_evaluation_ends_with_the_ro
 def test_a_foreign_run_and_a_checkpoint_cut_short_are_never_resumed(tmp_path):
     from envfactory_assets.training.resume import (
         COMPLETE_FILE,
+        forget_stopped_runs,
         last_complete_checkpoint,
         run_dir,
         write_json_atomically,
@@ -188,6 +189,11 @@ def test_a_foreign_run_and_a_checkpoint_cut_short_are_never_resumed(tmp_path):
     other = run_dir(out, "sft", "key-b")
     assert other != first and not first.exists() and last_complete_checkpoint(other) is None
     assert run_dir(out, "grpo", "key-c").is_dir() and other.is_dir()  # one run per stage, stages apart
+    # once a run's rows are stored, stopped runs of any other inputs are removed too
+    stopped_elsewhere = run_dir(tmp_path / "ckpt_y", "sft", "key-d")
+    (tmp_path / "ckpt_x").mkdir()  # a finished checkpoint folder stays
+    assert sorted(p.name for p in forget_stopped_runs(tmp_path)) == ["ckpt_x.resume", "ckpt_y.resume"]
+    assert not stopped_elsewhere.exists() and (tmp_path / "ckpt_x").is_dir()
 
 
 def test_save_steps_is_checked_and_changes_neither_the_checkpoint_id_nor_the_trainer_s_result_settings(tmp_path):

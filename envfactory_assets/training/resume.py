@@ -106,10 +106,17 @@ def read_resume_state(checkpoint: Path) -> dict[str, Any]:
 
 def resume_callback(extra_state: Callable[[], dict[str, Any]] | None = None) -> Any:
     """A transformers ``TrainerCallback`` that marks each checkpoint complete once the trainer has saved it
-    (``on_save`` comes after ``_save_checkpoint`` returned), storing ``extra_state()`` (JSON) in the marker."""
+    (``on_save`` comes after ``_save_checkpoint`` returned), storing ``extra_state()`` (JSON) in the marker.
+    It also skips the save a ``save_steps`` multiple would ask for at the last step: the finished model is saved
+    by the caller and the run's folder removed right after, so that checkpoint would only cost time and disk."""
     from transformers import TrainerCallback
 
     class MarkComplete(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            # runs after transformers' DefaultFlowCallback, which set should_save from save_steps
+            if state.max_steps and state.global_step >= state.max_steps:
+                control.should_save = False
+
         def on_save(self, args, state, control, **kwargs):
             folder = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
             if folder.is_dir():
@@ -169,3 +176,13 @@ def clear_stage_row(out_dir: Path) -> None:
         root.rmdir()
     except OSError:
         pass
+
+
+def forget_stopped_runs(checkpoints_dir: Path) -> list[Path]:
+    """Remove every resume folder (``*.resume``) left in ``checkpoints_dir`` and return them: called once a
+    run's rows are stored, so runs stopped earlier with other inputs do not keep their checkpoints (a model,
+    its optimizer state) on disk for good."""
+    removed = [p for p in Path(checkpoints_dir).glob(f"*{RESUME_SUFFIX}") if p.is_dir()]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed

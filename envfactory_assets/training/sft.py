@@ -268,8 +268,9 @@ def train_sft(
         "final_loss": float (last logged step),
         "loss_history": [float per step], "steps": int, "seconds": float (wall time of ``train()``),
         "seconds_per_step": float, "cpu_seconds": float (process CPU time of ``train()``, all threads: the
-        figure that survives a shared machine), "step_seconds": [float per optimizer step; the first ones
-        include warm-up], "threads": int, "device"/"dtype"/"bf16"/"fp16" (the resolved plan),
+        figure that survives a shared machine), "step_seconds": [float per optimizer step of this call (after
+        a resume: the steps it ran); the first ones include warm-up], "threads": int,
+        "device"/"dtype"/"bf16"/"fp16" (the resolved plan),
         "examples": int (rows), "train_tokens": int (templated tokens in the
         prepared dataset), "loss_tokens": int (tokens carrying loss)}``.
 

@@ -16,6 +16,7 @@ from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import select_device
 from envfactory_assets.training.checkpoint_settings import CheckpointRunSpec
 from envfactory_assets.training.grpo import GRPOConfigSpec
+from envfactory_assets.training.resume import forget_stopped_runs
 from envfactory_assets.training.sft import SFTConfigSpec
 
 #: Where each ``checkpoints`` setting is stated (the trainers' specs; ``grpo_`` names the GRPO ones).
@@ -189,6 +190,9 @@ def checkpoints(
     steps.finish()
     store.replace_current("checkpoints", rows)
     clear_kept_rows(rows)  # stored: a later run trains again or reuses the stored SFT row (reuse_sft)
+    stale = forget_stopped_runs(envfactory.checkpoints_dir())  # runs stopped earlier with other inputs
+    if stale:
+        context.log.info(f"removed {len(stale)} stopped run(s) of other inputs: {[p.name for p in stale]}")
     m = row["metrics"]
     g = rows[-1]["metrics"] if len(rows) > 1 else {}
     return dg.MaterializeResult(
