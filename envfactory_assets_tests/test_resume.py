@@ -243,8 +243,62 @@ def test_sft_stopped_mid_run_continues_only_a_run_of_the_same_inputs(one_layer_m
         with pytest.raises(_Stopped):
             train(out, spec, stop_after_3)  # always stopped with the first settings
         assert len(list(out.parent.glob(f"{out.name}.resume/sft-*/checkpoint-2"))) == 1
-        resumed = train(out, config)
+        steps: list[int] = []
+        resumed = train(out, config, lambda done, _total, seen=steps: seen.append(done))
+        # the same inputs continue after the checkpoint of step 2; other inputs start again
+        assert steps == ([3, 4] if config == spec else [1, 2, 3, 4])
         assert model_hash(out) == model_hash(tmp_path / reference)
         assert resumed["loss_history"] == expected["loss_history"] and resumed["steps"] == 4
         assert resumed["train_loss"] == expected["train_loss"]
         assert not out.with_name(out.name + ".resume").exists()  # finished: nothing left to resume
+
+
+def test_grpo_stopped_mid_run_continues_with_its_rollout_counters_and_screened_prompts(one_layer_model_dir, tmp_path):
+    """Stopped after step 3 (its checkpoint of step 2 on disk, with the rollout counters and the prompts screening
+    chose), GRPO screens again, continues from step 2 and ends with the metrics and weights of a run never
+    stopped (timings aside)."""
+    from envfactory_assets.training.base_model import model_hash
+    from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
+    from envfactory_assets.training.resume import read_resume_state
+    from envfactory_assets_tests.resume_worker import grpo_task
+
+    row, bookshop = grpo_task()
+    candidates = [row, {**row, "id": "rl_resume_1", "prompt": [{"role": "user", "content": "Remove that book."}]}]
+    spec = GRPOConfigSpec(
+        max_steps=4,
+        save_steps=2,
+        num_generations=2,
+        max_completion_length=12,
+        max_tool_calling_iterations=1,
+        device="cpu",
+    )
+
+    def train(out, progress=None):
+        return train_grpo(
+            candidates,
+            {bookshop["env_id"]: bookshop},
+            one_layer_model_dir,
+            out,
+            spec,
+            num_threads=1,
+            n_prompts=1,
+            progress=progress,
+        )
+
+    def stop_after_3(done, _total):
+        if done == 3:
+            raise _Stopped
+
+    whole = train(tmp_path / "whole")
+    out = tmp_path / "stopped"
+    with pytest.raises(_Stopped):
+        train(out, stop_after_3)
+    (saved,) = out.parent.glob("stopped.resume/grpo-*/checkpoint-2")
+    state = read_resume_state(saved)
+    assert state["prompt_ids"] == whole["prompt_ids"] and {"tool_calls", "malformed"} <= set(state)
+    steps: list[int] = []
+    resumed = train(out, lambda done, _total: steps.append(done))
+    assert steps == [3, 4]  # continued after the checkpoint of step 2
+    assert _without_timing(resumed) == _without_timing(whole) and resumed["steps"] == 4
+    assert model_hash(out) == model_hash(tmp_path / "whole")
+    assert not out.with_name("stopped.resume").exists()
