@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,6 +56,16 @@ from envfactory_assets.training.base_model import (
     model_hash,
     prepare_tokenizer,
     select_device,
+)
+from envfactory_assets.training.resume import (
+    checkpointing_kwargs,
+    finish_run,
+    last_complete_checkpoint,
+    read_resume_state,
+    result_settings,
+    resume_callback,
+    run_dir,
+    run_key,
 )
 from envfactory_assets.training.screening import timed_screen
 from envfactory_assets.training.step_callback import step_progress_callback
@@ -97,6 +108,12 @@ class GRPOConfigSpec:
     )
     max_tool_calling_iterations: int = setting(1, "rounds of tool execution and continued generation per rollout.")
     seed: int = setting(0, "trainer and sampling seed.")
+    save_steps: int = setting(
+        2,
+        "optimizer steps between resumable GRPO checkpoints (model, optimizer, scheduler, RNG state, step "
+        "and rollout counters, kept in '<checkpoint folder>.resume' until GRPO finishes); a run stopped and "
+        "started again with the same inputs continues from the last one; 0 writes none.",
+    )
     replay_screened: bool = setting(
         False,
         "train each screened prompt's first step on its screening group "
@@ -118,6 +135,7 @@ class GRPOConfigSpec:
         # GRPO's advantage is a reward's distance from its group's mean: a group of one has none
         whole_number("grpo", "num_generations", self.num_generations, low=2)
         whole_number("grpo", "max_tool_calling_iterations", self.max_tool_calling_iterations, low=0)
+        whole_number("grpo", "save_steps", self.save_steps, low=0)
         # NaN and infinity pass a plain comparison (and wreck the weights)
         finite_number("grpo", "learning_rate", self.learning_rate, low=0.0, low_open=True)
         finite_number("grpo", "temperature", self.temperature, low=0.0, low_open=True)
@@ -200,6 +218,7 @@ class ToolRollout:
         self.malformed = 0
         self.replay: dict[str, Any] = {}
         self.replayed_groups = 0
+        self.replayed_ids: list[str] = []
 
     def _environments(self, rows: list[Mapping[str, Any]]) -> list[TaskEnvironment]:
         """One reusable object per rollout slot, reset on its row."""
@@ -277,6 +296,7 @@ class ToolRollout:
                 continue
             del self.replay[task_id]  # a screened group is replayed once, at its prompt's first step
             self.replayed_groups += 1
+            self.replayed_ids.append(task_id)
             for j, i in enumerate(where):
                 out["prompt_ids"][i], out["completion_ids"][i] = group.prompt_ids[j], group.completion_ids[j]
                 out["env_mask"][i], out["task_environments"][i] = group.env_mask[j], group.finished[j]
@@ -332,6 +352,24 @@ class ToolRollout:
             "task_environments": environments,
         }
 
+    def counters(self) -> dict[str, Any]:
+        """What a resumed run needs to go on counting: calls, malformed calls and the replayed groups."""
+        return {
+            "tool_calls": self.tool_calls,
+            "malformed": self.malformed,
+            "replayed_groups": self.replayed_groups,
+            "replayed_ids": list(self.replayed_ids),
+        }
+
+    def restore(self, counters: Mapping[str, Any]) -> None:
+        """Take up the :meth:`counters` of a stopped run; its replayed groups are not replayed again."""
+        self.tool_calls = int(counters["tool_calls"])
+        self.malformed = int(counters["malformed"])
+        self.replayed_groups = int(counters["replayed_groups"])
+        self.replayed_ids = list(counters["replayed_ids"])
+        for task_id in self.replayed_ids:
+            self.replay.pop(task_id, None)
+
     def close(self) -> None:
         """Close every open episode (the runner itself belongs to the caller)."""
         for pool in self._pool.values():
@@ -378,12 +416,13 @@ def _has_empty_call(environment: Any) -> bool:
 def trl_config_kwargs(out_dir: Path, spec: GRPOConfigSpec, plan: DevicePlan | None = None) -> dict[str, Any]:
     """Keyword arguments of TRL's ``GRPOConfig`` for ``spec`` on ``plan`` (None:
     :func:`select_device` of ``spec.device``; a plain dict: constructing the
-    config for a CUDA plan initialises the device)."""
+    config for a CUDA plan initialises the device); ``out_dir`` is the trainer's own folder, where its
+    resumable checkpoints go every ``spec.save_steps`` steps."""
     rollouts = spec.num_generations * spec.prompts_per_step
     micro = TRAIN_MICRO_BATCH if rollouts % TRAIN_MICRO_BATCH == 0 else 1
     plan = plan or select_device(spec.device)
     return dict(  # noqa: C408 - the keyword form of the config call it feeds
-        output_dir=str(out_dir),
+        **checkpointing_kwargs(spec.save_steps, out_dir),
         max_steps=spec.max_steps,
         learning_rate=spec.learning_rate,
         # One generation batch (all rollouts of the step) per optimizer step, split into micro-batches of
@@ -402,7 +441,6 @@ def trl_config_kwargs(out_dir: Path, spec: GRPOConfigSpec, plan: DevicePlan | No
         bf16=plan.bf16,  # mixed precision over float32 master weights (base_model.py, "Device and precision", says why)
         fp16=plan.fp16,
         report_to="none",
-        save_strategy="no",
         logging_steps=1,
         disable_tqdm=True,
         dataloader_num_workers=0,
@@ -452,6 +490,14 @@ def train_grpo(
         progress: called as ``progress(optimizer steps done, spec.max_steps)`` after every training step
             (screening comes before the first).
 
+    Every ``spec.save_steps`` optimizer steps a resumable checkpoint (transformers' ``Trainer`` checkpoint plus
+    the rollout counters) is written to ``<out_dir>.resume/grpo-<key>``, the key a hash of the candidate rows,
+    their environments, the settings that change the result, the starting weights, ``n_prompts`` and the
+    library versions (:mod:`~envfactory_assets.training.resume`). A call that finds a complete checkpoint
+    there screens again (from the same starting weights and seed), continues from it when screening chose
+    the same prompts, and ends with the weights and metrics of a run never stopped (timings and thread counts
+    aside); the folder is removed when training finishes.
+
     Returns:
         ``{"steps", "seconds" (training; screening has its own), "seconds_per_step", "cpu_seconds" (process CPU time,
         all threads: the figure
@@ -491,6 +537,22 @@ def train_grpo(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
+    start_hash = model_hash(start_model_dir)
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+    used = sorted({e for r in rows for e in r["env_ids"]})
+    key = run_key(
+        {
+            "rows": list(rows),
+            "environments": {e: environments[e] for e in used},
+            "spec": result_settings(spec),
+            "start": start_hash,
+            "n_prompts": n_prompts,
+            **versions,
+        }
+    )
+    trainer_dir = run_dir(out_dir, "grpo", key)
+    resume_from = last_complete_checkpoint(trainer_dir)
+
     transformers.set_seed(spec.seed)
     tokenizer = AutoTokenizer.from_pretrained(start_model_dir)
     model = AutoModelForCausalLM.from_pretrained(start_model_dir, dtype=torch.float32)
@@ -509,35 +571,50 @@ def train_grpo(
             )
             rollout.replay = replay if spec.replay_screened else {}
             transformers.set_seed(spec.seed)
+        prompt_ids = [r["id"] for r in rows]
+        if resume_from is not None:
+            state = read_resume_state(resume_from)
+            if state.get("prompt_ids") == prompt_ids:
+                rollout.restore(state)
+            else:  # screening chose other prompts this time: the stopped run trained on another dataset
+                shutil.rmtree(resume_from, ignore_errors=True)
+                resume_from = None
         dataset = build_grpo_dataset(list(rows))
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[hybrid_reward_func],
-            args=_trl_config(out_dir, spec, plan),
+            args=_trl_config(trainer_dir, spec, plan),
             train_dataset=dataset,
             processing_class=tokenizer,
             rollout_func=rollout,
-            callbacks=[governor_callback(governor)]
+            callbacks=[
+                governor_callback(governor),
+                resume_callback(lambda: {**rollout.counters(), "prompt_ids": prompt_ids}),
+            ]
             + ([step_progress_callback(progress)] if progress is not None else []),
         )
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
-            output = trainer.train()
+            output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         finally:
             rollout.close()
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     logs = [e for e in trainer.state.log_history if "reward" in e]
+    # the log history comes back with a checkpoint; the trainer's own training_loss covers this call's steps only
+    step_losses = [float(e["loss"]) for e in trainer.state.log_history if e.get("loss") is not None]
+    train_loss = sum(step_losses) / len(step_losses) if step_losses else float(output.training_loss)
     means = [float(e["reward"]) for e in logs]
     stds = [float(e.get("reward_std", 0.0)) for e in logs]
     trainer.save_model(str(out_dir))
     tokenizer.save_pretrained(out_dir)
+    finish_run(trainer_dir)
     metrics = {
         "steps": int(output.global_step),
         "seconds": round(seconds, 3),
         "seconds_per_step": round(seconds / max(1, output.global_step), 3),
         "cpu_seconds": round(cpu_seconds, 3),
         "step_seconds": [float(e["step_time"]) for e in logs if "step_time" in e],
-        "train_loss": float(output.training_loss),
+        "train_loss": float(train_loss),
         "reward_mean_per_step": means,
         "reward_std_per_step": stds,
         "loss_per_step": [float(e["loss"]) for e in logs if e.get("loss") is not None],
@@ -557,10 +634,10 @@ def train_grpo(
     record = {
         "spec": dataclasses.asdict(spec),
         "start_model_dir": str(start_model_dir),
-        "start_model_sha256": model_hash(start_model_dir),
+        "start_model_sha256": start_hash,
         "row_ids": [r["id"] for r in rows],
         "metrics": metrics,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+        "versions": versions,
     }
     (out_dir / GRPO_CONFIG_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
     return metrics

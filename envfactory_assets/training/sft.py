@@ -33,6 +33,15 @@ from envfactory_assets.training.base_model import (
     prepare_tokenizer,
     select_device,
 )
+from envfactory_assets.training.resume import (
+    checkpointing_kwargs,
+    finish_run,
+    last_complete_checkpoint,
+    result_settings,
+    resume_callback,
+    run_dir,
+    run_key,
+)
 from envfactory_assets.training.step_callback import step_progress_callback
 from envfactory_assets.training.threads import ThreadGovernor, governor_callback
 
@@ -79,6 +88,12 @@ class SFTConfigSpec:
         "padding_free: same loss, ~10% fewer tokens, but no faster on a CPU, "
         "where attention then runs with a dense mask).",
     )
+    save_steps: int = setting(
+        8,
+        "optimizer steps between resumable checkpoints (model, optimizer, scheduler, RNG state and step, "
+        "kept in '<checkpoint folder>.resume' until SFT finishes); a run stopped and started again with "
+        "the same inputs continues from the last one; 0 writes none.",
+    )
     device: str = setting(
         "auto",
         "'auto' (a CUDA device when torch sees one, bf16 mixed precision where "
@@ -93,6 +108,7 @@ class SFTConfigSpec:
         one_of("sft", "loss_on", self.loss_on, ("all_assistant", "last_turn"))
         for name in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
             whole_number("sft", name, getattr(self, name), low=1)
+        whole_number("sft", "save_steps", self.save_steps, low=0)
         finite_number("sft", "learning_rate", self.learning_rate, low=0.0, low_open=True)
 
 
@@ -158,10 +174,12 @@ def build_sft_dataset(rows: list[dict[str, Any]], loss_on: LossOn = "last_turn")
 def trl_config_kwargs(out_dir: Path, config: SFTConfigSpec, plan: DevicePlan | None = None) -> dict[str, Any]:
     """Keyword arguments of TRL's ``SFTConfig`` for ``config`` on ``plan`` (the device and precision flags
     among them; ``plan`` None: :func:`select_device` of ``config.device``). A plain dict because constructing
-    ``SFTConfig`` for a CUDA plan initialises the device."""
+    ``SFTConfig`` for a CUDA plan initialises the device. ``out_dir`` is the trainer's own folder: its
+    resumable checkpoints go there every ``config.save_steps`` steps
+    (:func:`~envfactory_assets.training.resume.checkpointing_kwargs`)."""
     plan = plan or select_device(config.device)
     return dict(  # noqa: C408 - the keyword form of the config call it feeds
-        output_dir=str(out_dir),
+        **checkpointing_kwargs(config.save_steps, out_dir),
         max_steps=config.max_steps,
         learning_rate=config.learning_rate,
         per_device_train_batch_size=config.per_device_train_batch_size,
@@ -179,7 +197,6 @@ def trl_config_kwargs(out_dir: Path, config: SFTConfigSpec, plan: DevicePlan | N
         fp16=plan.fp16,
         activation_checkpointing=False,  # TRL defaults to True; for a 135M model on CPU it only costs time
         report_to="none",
-        save_strategy="no",  # saved once, at the end, by train_sft
         logging_steps=1,
         disable_tqdm=True,
         dataloader_num_workers=0,
@@ -239,12 +256,21 @@ def train_sft(
             detail, deliberately not part of :class:`SFTConfigSpec`.
         progress: called as ``progress(optimizer steps done, max_steps)`` after every step.
 
+    Every ``config.save_steps`` optimizer steps a resumable checkpoint (transformers' ``Trainer`` checkpoint:
+    weights, optimizer, scheduler, RNG states, step) is written to ``<out_dir>.resume/sft-<key>``, the key a
+    hash of the rows, the settings that change the result, the base weights, the chat template and the
+    library versions (:mod:`~envfactory_assets.training.resume`). A call that finds a complete checkpoint
+    there continues from it and ends with the weights and metrics of a run never stopped (timings and thread
+    counts aside); the folder is removed when training finishes.
+
     Returns:
-        ``{"train_loss": float (mean token NLL over the run, nats), "final_loss": float (last logged step),
+        ``{"train_loss": float (mean of the per-step losses over the whole run, nats; a resumed run included),
+        "final_loss": float (last logged step),
         "loss_history": [float per step], "steps": int, "seconds": float (wall time of ``train()``),
         "seconds_per_step": float, "cpu_seconds": float (process CPU time of ``train()``, all threads: the
-        figure that survives a shared machine), "step_seconds": [float per optimizer step; the first ones
-        include warm-up], "threads": int, "device"/"dtype"/"bf16"/"fp16" (the resolved plan),
+        figure that survives a shared machine), "step_seconds": [float per optimizer step of this call (after
+        a resume: the steps it ran); the first ones include warm-up], "threads": int,
+        "device"/"dtype"/"bf16"/"fp16" (the resolved plan),
         "examples": int (rows), "train_tokens": int (templated tokens in the
         prepared dataset), "loss_tokens": int (tokens carrying loss)}``.
 
@@ -265,6 +291,15 @@ def train_sft(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
+    base_hash = model_hash(base_model_dir)
+    template_hash = hashlib.sha256(TOOL_CHAT_TEMPLATE.encode()).hexdigest()
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+    key = run_key(
+        {"rows": rows, "spec": result_settings(config), "base": base_hash, "template": template_hash, **versions}
+    )
+    trainer_dir = run_dir(out_dir, "sft", key)
+    resume_from = last_complete_checkpoint(trainer_dir)
+
     transformers.set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
     model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
@@ -274,10 +309,10 @@ def train_sft(
     timer = _step_timer()
     trainer = SFTTrainer(
         model=model,
-        args=_trl_config(out_dir, config, plan),
+        args=_trl_config(trainer_dir, config, plan),
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[governor_callback(governor), timer]
+        callbacks=[governor_callback(governor), timer, resume_callback()]
         + ([step_progress_callback(progress)] if progress is not None else []),
     )
     if config.padding_free:
@@ -290,15 +325,18 @@ def train_sft(
 
     with governor:
         started, cpu_started = time.perf_counter(), time.process_time()
-        output = trainer.train()
+        output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    # the log history comes back with a checkpoint; the trainer's own training_loss covers this call's steps only
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    train_loss = sum(losses) / len(losses) if losses else float(output.training_loss)
 
     trainer.save_model(str(out_dir))
     tokenizer.save_pretrained(out_dir)
+    finish_run(trainer_dir)
     metrics = {
-        "train_loss": float(output.training_loss),
-        "final_loss": float(losses[-1]) if losses else float(output.training_loss),
+        "train_loss": float(train_loss),
+        "final_loss": float(losses[-1]) if losses else float(train_loss),
         "loss_history": [float(x) for x in losses],
         "steps": int(output.global_step),
         "seconds": round(seconds, 3),
@@ -315,11 +353,11 @@ def train_sft(
     record = {
         "spec": dataclasses.asdict(config),
         "base_model_dir": str(base_model_dir),
-        "base_model_sha256": model_hash(base_model_dir),
-        "chat_template_sha256": hashlib.sha256(TOOL_CHAT_TEMPLATE.encode()).hexdigest(),
+        "base_model_sha256": base_hash,
+        "chat_template_sha256": template_hash,
         "row_ids": [str(row.get("id")) for row in rows],
         "metrics": metrics,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
+        "versions": versions,
     }
     (out_dir / TRAINING_CONFIG_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
     return metrics

