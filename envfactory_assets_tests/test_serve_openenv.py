@@ -187,6 +187,8 @@ def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(served, rows)
             env.step({"tool_name": "get_book", "arguments": {"deep": json.loads("[" * 600 + "]" * 600)}})
         with pytest.raises(RuntimeError, match=r"too_large: the message would decode to at least \d+ bytes"):
             env.step({"tool_name": "get_book", "arguments": {"book_id": book, "many": [[]] * 600_000}})
+        with pytest.raises(RuntimeError, match=r"too_large: the message is at least \d+ bytes, past max_bytes="):
+            env.step({"tool_name": "get_book", "arguments": {"book_id": book, "padding": "x" * 4_000_000}})
         fine = env.step({"tool_name": "get_book", "arguments": {"book_id": book}})
         assert json.loads(fine.observation["result"])["book_id"] == book
         end = env.step({"final_answer": "It costs what the record says."})
