@@ -274,6 +274,38 @@ def test_a_killed_worker_loses_only_its_sessions_call_and_every_session_goes_on(
     anyio.run(scenario)
 
 
+def test_malformed_calls_get_clear_errors_and_the_session_goes_on(server):
+    proc, url = server
+
+    def call(request_id: int, name: str, arguments: Any) -> bytes:
+        params = {"name": name, "arguments": arguments}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+
+    with httpx.Client(timeout=30) as http:
+        opened = http.post(url, json=INITIALIZE, headers=HEADERS)
+        headers = {**HEADERS, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        answers = {
+            "not json": http.post(url, content=b"{not json", headers=headers),
+            "not a message": http.post(url, content=b'{"jsonrpc": "2.0", "id": 5}', headers=headers),
+            "unknown tool": http.post(url, content=call(6, "os_system", {}), headers=headers),
+            "bad arguments": http.post(url, content=call(7, "list_authors", {"limit": "x"}), headers=headers),
+        }
+        assert answers["not json"].status_code == 400
+        assert answers["not json"].json()["error"]["code"] == -32700
+        assert answers["not a message"].status_code == 400
+        assert answers["not a message"].json()["error"]["message"].startswith("Validation error")
+        assert "Unknown tool: 'os_system'" in answers["unknown tool"].json()["error"]["message"]
+        result = answers["bad arguments"].json()["result"]
+        assert result["isError"] and json.loads(result["content"][0]["text"])["error"]["type"] == "bad_arguments"
+        unknown = http.post(url, content=call(8, "list_authors", {}), headers={**headers, "mcp-session-id": "nosuch"})
+        assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "Session not found"
+        fine = http.post(url, content=call(9, "list_authors", {"limit": 1}), headers=headers).json()["result"]
+        assert not fine["isError"] and fine["structuredContent"]["total"] >= 1
+        assert http.delete(url, headers=headers).status_code == 200
+    assert _wait_until(lambda: not _workers(proc))
+
+
 def _amplifying_body() -> bytes:
     """A JSON-RPC request within the byte bound whose decoded objects pass the decoded-size bound."""
     filler = b"[" + b",".join([b"[]"] * (MAX_BODY_BYTES // 3 - 100)) + b"]"
