@@ -230,6 +230,23 @@ def test_past_the_session_cap_a_reset_is_refused_until_a_client_leaves_mid_episo
         assert _wait_until(lambda: pool.open_count == 0)
 
 
+def test_an_episode_its_client_abandoned_expires_and_frees_its_slot(environments, rows):
+    pool = SessionPool(task_set(rows, environments), SessionSettings(max_sessions=1, idle_timeout_s=1.0))
+    pool.start_reaper()  # as the command does
+    with serving(pool) as url, httpx.Client(base_url=url, timeout=30) as http:
+        # an HTTP client opens a named episode, makes one call and never comes back
+        opened = http.post("/reset", json={"task_id": "rl_helpdesk_close", "episode_id": "abandoned"})
+        assert opened.status_code == 200
+        step = {"action": {"tool_name": "list_tickets", "arguments": {}, "episode_id": "abandoned"}}
+        assert http.post("/step", json=step).json()["observation"]["error"] is None
+        assert pool.open_count == 1
+        assert _wait_until(lambda: pool.open_count == 0)
+        late = http.post("/step", json=step)
+        assert late.status_code == 410 and late.json()["error"]["type"] == "episode_expired"
+        with GenericEnvClient(base_url=url).sync() as env:  # its slot serves the next client
+            assert env.reset(task_id="rl_helpdesk_close").observation["task_id"] == "rl_helpdesk_close"
+
+
 def test_a_dead_worker_ends_its_clients_episodes_with_a_structured_error_and_the_others_go_on(served, rows):
     url, pool = served
     desk = next(r for r in rows if r["id"] == "rl_helpdesk_close")
