@@ -31,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from benchmarks.serve_env_startup import fixture_home
 from envfactory_assets.cli import main
 from envfactory_assets.runtime.bounded_json import DEFAULT_MAX_DECODED_BYTES, JsonTooLarge, measure
-from envfactory_assets_tests.worker_processes import children, running
+from envfactory_assets_tests.worker_processes import children, kill_worker, running
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MAX_SESSIONS = 2
@@ -245,6 +245,67 @@ def test_an_idle_session_expires_its_worker_stops_and_its_id_is_gone(server):
     assert gone.status_code == 404
 
 
+def test_a_killed_worker_loses_only_its_sessions_call_and_every_session_goes_on(server):
+    proc, url = server
+
+    async def scenario() -> None:
+        async with Client(url) as a:
+            ada = (await a.call_tool("create_author", {"name": "Ada Lovelace"})).structured_content
+            (a_worker,) = _workers(proc)
+            async with Client(url) as b:
+                ida = (await b.call_tool("create_author", {"name": "Ida"})).structured_content
+                assert len(_workers(proc)) == 2
+                kill_worker(a_worker)  # SIGKILL mid-episode
+                lost = await a.call_tool("list_authors", {"limit": 100})
+                assert lost.is_error
+                error = json.loads(lost.content[0].text)["error"]
+                assert (error["type"], error["episode_lost"], error["state_restored"]) == ("crash", True, True)
+                assert isinstance(error["session_id"], str) and error["session_id"]
+                # the other session never noticed; its state is its own
+                after_b = _items(await b.call_tool("list_authors", {"limit": 100}))
+                assert ida in after_b and ada not in after_b
+                # the killed session goes on in a fresh worker, from its state before the lost call
+                after_a = _items(await a.call_tool("list_authors", {"limit": 100}))
+                assert ada in after_a and ida not in after_a
+                assert a_worker not in _workers(proc) and len(_workers(proc)) == 2
+        async with Client(url) as c:  # and a new session starts as usual
+            assert not (await c.call_tool("list_authors", {"limit": 1})).is_error
+
+    anyio.run(scenario)
+
+
+def test_malformed_calls_get_clear_errors_and_the_session_goes_on(server):
+    proc, url = server
+
+    def call(request_id: int, name: str, arguments: Any) -> bytes:
+        params = {"name": name, "arguments": arguments}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode()
+
+    with httpx.Client(timeout=30) as http:
+        opened = http.post(url, json=INITIALIZE, headers=HEADERS)
+        headers = {**HEADERS, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        answers = {
+            "not json": http.post(url, content=b"{not json", headers=headers),
+            "not a message": http.post(url, content=b'{"jsonrpc": "2.0", "id": 5}', headers=headers),
+            "unknown tool": http.post(url, content=call(6, "os_system", {}), headers=headers),
+            "bad arguments": http.post(url, content=call(7, "list_authors", {"limit": "x"}), headers=headers),
+        }
+        assert answers["not json"].status_code == 400
+        assert answers["not json"].json()["error"]["code"] == -32700
+        assert answers["not a message"].status_code == 400
+        assert answers["not a message"].json()["error"]["message"].startswith("Validation error")
+        assert "Unknown tool: 'os_system'" in answers["unknown tool"].json()["error"]["message"]
+        result = answers["bad arguments"].json()["result"]
+        assert result["isError"] and json.loads(result["content"][0]["text"])["error"]["type"] == "bad_arguments"
+        unknown = http.post(url, content=call(8, "list_authors", {}), headers={**headers, "mcp-session-id": "nosuch"})
+        assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "Session not found"
+        fine = http.post(url, content=call(9, "list_authors", {"limit": 1}), headers=headers).json()["result"]
+        assert not fine["isError"] and fine["structuredContent"]["total"] >= 1
+        assert http.delete(url, headers=headers).status_code == 200
+    assert _wait_until(lambda: not _workers(proc))
+
+
 def _amplifying_body() -> bytes:
     """A JSON-RPC request within the byte bound whose decoded objects pass the decoded-size bound."""
     filler = b"[" + b",".join([b"[]"] * (MAX_BODY_BYTES // 3 - 100)) + b"]"
@@ -300,6 +361,9 @@ def test_a_body_past_the_bounded_reader_is_refused_undecoded_and_the_session_goe
 
 
 def test_bad_options_are_refused_before_serving(tmp_path, monkeypatch, capsys):
+    from envfactory_assets.mcp_server.http import HttpSettings
+
+    assert HttpSettings().max_sessions >= 256  # GRPO's num_generations x a batch, as serve-openenv
     monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path))
     cases = [
         (["--http", "--max-sessions", "0"], "max_sessions=0: expected a whole number in [1, 4096]"),

@@ -187,6 +187,8 @@ def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(served, rows)
             env.step({"tool_name": "get_book", "arguments": {"deep": json.loads("[" * 600 + "]" * 600)}})
         with pytest.raises(RuntimeError, match=r"too_large: the message would decode to at least \d+ bytes"):
             env.step({"tool_name": "get_book", "arguments": {"book_id": book, "many": [[]] * 600_000}})
+        with pytest.raises(RuntimeError, match=r"too_large: the message is at least \d+ bytes, past max_bytes="):
+            env.step({"tool_name": "get_book", "arguments": {"book_id": book, "padding": "x" * 4_000_000}})
         fine = env.step({"tool_name": "get_book", "arguments": {"book_id": book}})
         assert json.loads(fine.observation["result"])["book_id"] == book
         end = env.step({"final_answer": "It costs what the record says."})
@@ -228,21 +230,54 @@ def test_past_the_session_cap_a_reset_is_refused_until_a_client_leaves_mid_episo
         assert _wait_until(lambda: pool.open_count == 0)
 
 
+def test_an_episode_its_client_abandoned_expires_and_frees_its_slot(environments, rows):
+    pool = SessionPool(task_set(rows, environments), SessionSettings(max_sessions=1, idle_timeout_s=1.0))
+    pool.start_reaper()  # as the command does
+    with serving(pool) as url, httpx.Client(base_url=url, timeout=30) as http:
+        # an HTTP client opens a named episode, makes one call and never comes back
+        opened = http.post("/reset", json={"task_id": "rl_helpdesk_close", "episode_id": "abandoned"})
+        assert opened.status_code == 200
+        step = {"action": {"tool_name": "list_tickets", "arguments": {}, "episode_id": "abandoned"}}
+        assert http.post("/step", json=step).json()["observation"]["error"] is None
+        assert pool.open_count == 1
+        assert _wait_until(lambda: pool.open_count == 0)
+        late = http.post("/step", json=step)
+        assert late.status_code == 410 and late.json()["error"]["type"] == "episode_expired"
+        with GenericEnvClient(base_url=url).sync() as env:  # its slot serves the next client
+            assert env.reset(task_id="rl_helpdesk_close").observation["task_id"] == "rl_helpdesk_close"
+
+
 def test_a_dead_worker_ends_its_clients_episodes_with_a_structured_error_and_the_others_go_on(served, rows):
     url, pool = served
     desk = next(r for r in rows if r["id"] == "rl_helpdesk_close")
-    with GenericEnvClient(base_url=url).sync() as shop, GenericEnvClient(base_url=url).sync() as helpdesk:
-        shop_id = shop.reset(task_id="rl_bookshop_look_up").observation["episode_id"]
+    look_up = next(r for r in rows if r["id"] == "rl_bookshop_look_up")
+    with (
+        GenericEnvClient(base_url=url).sync() as shop,
+        GenericEnvClient(base_url=url).sync() as shop_too,
+        GenericEnvClient(base_url=url).sync() as helpdesk,
+    ):
+        shop_ids = [c.reset(task_id=look_up["id"]).observation["episode_id"] for c in (shop, shop_too)]
         helpdesk.reset(task_id=desk["id"])
-        kill_worker(pool.worker_pids(shop_id)[BOOKSHOP])
-        lost = shop.step({"tool_name": "get_book", "arguments": {"book_id": "boo_00007"}})
-        assert (lost.done, lost.reward, lost.observation["end_reason"]) == (True, None, "episode_lost")
-        assert lost.observation["error"]["type"] == "episode_lost" and lost.observation["error"]["env_ids"] == [
-            BOOKSHOP
-        ]
-        assert helpdesk.step(_call(desk["gold_calls"][0])).observation["error"] is None
+        assert helpdesk.step(_call(desk["gold_calls"][0])).observation["error"] is None  # mid-episode
+        pid = pool.worker_pids(shop_ids[0])[BOOKSHOP]
+        assert pool.worker_pids(shop_ids[1])[BOOKSHOP] == pid
+        kill_worker(pid)  # SIGKILL of the bookshop's worker process: both bookshop episodes had a part in it
+        for client, eid in zip((shop, shop_too), shop_ids, strict=True):
+            lost = client.step({"tool_name": "get_book", "arguments": {"book_id": "boo_00007"}})
+            assert (lost.done, lost.reward, lost.observation["end_reason"]) == (True, None, "episode_lost")
+            error = lost.observation["error"]
+            assert (error["type"], error["episode_id"], error["env_ids"]) == ("episode_lost", eid, [BOOKSHOP])
+            with pytest.raises(RuntimeError, match=r"episode_done: .* has ended"):
+                client.step({"tool_name": "get_book", "arguments": {"book_id": "boo_00007"}})
+        # the helpdesk episode, on another process of the same worker set, finishes with its full reward
         assert helpdesk.step({"final_answer": "Closed."}).reward == 1.0
-        assert shop.reset(task_id="rl_bookshop_look_up").observation["prompt"]  # a fresh worker serves it
+        # a new bookshop episode gets a fresh worker process and runs to its full reward
+        assert shop.reset(task_id=look_up["id"]).observation["prompt"]
+        assert pool.worker_pids(shop.state()["episode_id"])[BOOKSHOP] != pid
+        for call in look_up["gold_calls"]:
+            assert shop.step(_call(call)).observation["error"] is None
+        assert shop.step({"final_answer": "It costs what the record says."}).reward == 1.0
+    assert _wait_until(lambda: pool.open_count == 0)
 
 
 def test_forged_tool_output_cannot_change_the_reward_done_or_state(environments, rows):

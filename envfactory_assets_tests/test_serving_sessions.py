@@ -105,6 +105,7 @@ def test_a_dead_worker_ends_only_its_own_episodes_and_the_others_go_on(tasks):
             out = pool.call(eid, "get_book", {"book_id": "boo_00007"})
             assert (out.done, out.end_reason, out.reward) == (True, "episode_lost", None), out
             assert out.error["type"] == "episode_lost" and BOOKSHOP in out.error["env_ids"]
+            assert out.error["episode_id"] == eid
             with pytest.raises(EpisodeDone):
                 pool.call(eid, "get_book", {"book_id": "boo_00007"})
         # the helpdesk episode goes on, and ends with its full reward

@@ -69,9 +69,10 @@ class HttpSettings:
     """
 
     max_sessions: int = setting(
-        32,
-        "most MCP sessions open at once, each with its own sandbox worker process (about 23 MiB); one more "
-        "initialize is refused with HTTP 503 and a session_capacity JSON-RPC error",
+        256,
+        "most MCP sessions open at once (256: GRPO's num_generations 8 x a batch of 32 prompts), each with its "
+        "own sandbox worker process (about 23 MiB, so about 6 GiB with every slot taken); one more initialize "
+        "is refused with HTTP 503 and a session_capacity JSON-RPC error",
     )
     idle_timeout_s: float = setting(
         600.0,

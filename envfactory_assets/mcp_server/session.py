@@ -175,7 +175,8 @@ class SessionEpisode:
     async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """:meth:`EnvironmentSession.call` on this session's thread, once the worker has started; a worker that
         could not start is an ``episode_start_failed`` error result, a call after the session ended a
-        ``session_ended`` one."""
+        ``session_ended`` one. An error that lost the episode (its worker died: ``episode_lost`` true) also
+        names this session (``session_id``): the worker is this session's alone, so no other session saw it."""
         try:
             await asyncio.wrap_future(self.opened)
         except Exception as exc:  # the error result below says what failed
@@ -190,7 +191,11 @@ class SessionEpisode:
             future = self._thread.submit(self.session.call, name, arguments)
         except RuntimeError:  # the executor is shut down: the session has ended
             return {"ok": False, "error": {"type": "session_ended", "message": "this MCP session has ended"}}
-        return await asyncio.wrap_future(future)
+        result = await asyncio.wrap_future(future)
+        error = result.get("error") if not result.get("ok") else None
+        if isinstance(error, dict) and error.get("episode_lost"):
+            result = {**result, "error": {**error, "session_id": self.session_id}}
+        return result
 
     async def aclose(self) -> None:
         """Stop the worker (after any call already queued) and let the thread end."""

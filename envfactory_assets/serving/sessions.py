@@ -476,6 +476,8 @@ class SessionPool:
         out.state_diff = outcome.state_diff
         if outcome.error is not None:
             out.error = outcome.error
+            if reason == "episode_lost":  # the client may hold many episodes: say which one was lost
+                out.error = {**outcome.error, "episode_id": session.episode_id}
         with self._lock:
             if self._sessions.get(session.episode_id) is session:
                 del self._sessions[session.episode_id]
