@@ -1,0 +1,108 @@
+"""The taskset: one task per RL row, scored by the server that runs its episode.
+
+A rollout's episode lives on ``envfactory serve-openenv`` (``base_url``), named ``vf-<trace id>``: the task's
+``setup`` opens it (``POST /reset``), the harness's agent loop steps each tool call in it, and the reward sends
+the model's final answer (``POST /step``), which ends the episode and returns the reward the server computed
+from the calls it executed and the state they left. The reward never passes through the model's program, so no
+tool or model output can write it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import httpx
+import verifiers.v1 as vf
+
+SERVER_ENV = "ENVFACTORY_OPENENV_URL"
+"""Environment variable naming the ``serve-openenv`` server when ``base_url`` is not configured."""
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+TIMEOUT_S = 60.0
+
+
+def episode_id(trace: vf.Trace) -> str:
+    """The server-side episode of ``trace``'s rollout."""
+    return f"vf-{trace.id}"
+
+
+def server_post(base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST ``body`` to the server; its JSON answer.
+
+    Raises:
+        RuntimeError: the server answered an error (its type and message are in the text).
+    """
+    response = httpx.post(base_url.rstrip("/") + path, json=body, timeout=TIMEOUT_S)
+    if response.status_code != 200:
+        raise RuntimeError(f"serve-openenv {path} answered {response.status_code}: {response.text[:2000]}")
+    return response.json()
+
+
+class EnvFactoryData(vf.TaskData):
+    """One RL row: ``id`` is its task id, ``prompt`` the conversation up to the user's request, ``tools`` its
+    OpenAI function tools; ``base_url`` the server that runs its episodes."""
+
+    tools: list[dict[str, Any]]
+    base_url: str
+    split: str = "train"
+
+
+class EnvFactoryTask(vf.Task[EnvFactoryData]):
+    async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        """Open the rollout's episode of this task on the server."""
+        server_post(self.data.base_url, "/reset", {"task_id": self.data.id, "episode_id": episode_id(trace)})
+
+    @vf.reward(weight=1.0)
+    async def envfactory_reward(self, trace: vf.Trace) -> float:
+        """The project's reward of the episode: the model's last reply is its final answer.
+
+        Raises:
+            RuntimeError: the server computed no reward (the episode was lost, or its reward was invalid).
+        """
+        answer = {"final_answer": trace.last_reply or "", "episode_id": episode_id(trace)}
+        out = server_post(self.data.base_url, "/step", {"action": answer})
+        if out.get("reward") is None:
+            raise RuntimeError(f"serve-openenv gave no reward for {self.data.id}: {out.get('observation', {})}")
+        return float(out["reward"])
+
+
+class EnvFactoryConfig(vf.TasksetConfig):
+    base_url: str | None = None
+    """The ``envfactory serve-openenv`` server (default: $ENVFACTORY_OPENENV_URL, else http://127.0.0.1:8000)."""
+    split: str | None = None
+    """Only the tasks of this split (``train`` or ``held_out``); all when unset."""
+
+
+class EnvFactoryTaskset(vf.Taskset[EnvFactoryTask, EnvFactoryConfig]):
+    def load(self) -> Iterator[EnvFactoryTask]:
+        base_url = self.config.base_url or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+        text = resources.files("envfactory_env").joinpath("tasks.jsonl").read_text(encoding="utf-8")
+        for line in text.splitlines():
+            row = json.loads(line)
+            if self.config.split is not None and row["split"] != self.config.split:
+                continue
+            data = EnvFactoryData(
+                id=row["id"],
+                name=row["id"],
+                prompt=row["prompt"],
+                tools=row["tools"],
+                base_url=base_url,
+                split=row["split"],
+            )
+            yield EnvFactoryTask(data, self.config.task)
+
+
+def load_environment(**kwargs: Any) -> vf.Env:
+    """This package's environment: ``vf.load_environment`` of the taskset, with the agent in a local subprocess
+    runtime running :class:`~envfactory_env.harness.EnvFactoryHarness`. ``kwargs`` are taskset settings
+    (``base_url``, ``split``)."""
+    config = vf.resolve_env_config(
+        {
+            "taskset": {"id": "envfactory-env", **kwargs},
+            "agent": {"harness": {"id": "envfactory-env"}, "runtime": {"type": "subprocess"}},
+        }
+    )
+    return vf.load_environment(config)
