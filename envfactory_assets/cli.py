@@ -672,7 +672,7 @@ def cmd_export_verifiers(args: argparse.Namespace) -> int:
         f"export-verifiers: {len(tasks.rows)} RL tasks (rl_dataset version {tasks.version}) in {package}\n"
         f"  serve them:  envfactory serve-openenv --dataset-version {tasks.version}\n"
         f"  in verifiers' own virtualenv:  pip install {package}\n"
-        "  then:  vf-eval envfactory-env --env.agent.runtime.type subprocess --no-push "
+        "  then:  ENVFACTORY_OPENENV_URL=http://127.0.0.1:8000 vf-eval envfactory-env --no-push "
         "--model <model> --client.base-url <OpenAI-compatible URL>"
     )
     return 0

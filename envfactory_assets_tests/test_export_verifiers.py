@@ -184,6 +184,21 @@ def test_verifiers_runs_the_exported_package_and_its_rewards_are_the_projects(ho
     )
     assert install.returncode == 0, install.stderr[-3000:]
 
+    # the package's load_environment() builds verifiers' environment of the exported rows
+    loaded = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "from envfactory_env import load_environment; env = load_environment(split='held_out'); "
+            "print(type(env).__name__, env.config.agent.runtime.type, [t.data.id for t in env.taskset])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert loaded.stdout.split() == ["EnvFactoryEnv", "subprocess", "['rl_bookshop_look_up']"], loaded.stderr[-3000:]
+
     port = _free_port()
     server = subprocess.Popen(
         [*cli, "serve-openenv", "--port", str(port)],
@@ -209,8 +224,6 @@ def test_verifiers_runs_the_exported_package_and_its_rewards_are_the_projects(ho
             [
                 str(VENV / "bin" / "vf-eval"),
                 "envfactory-env",
-                "--env.agent.runtime.type",
-                "subprocess",
                 "--model",
                 "scripted",
                 "--client.base-url",

@@ -6,6 +6,6 @@ reward is the project's, computed by the server); see ``taskset.py`` and ``harne
 """
 
 from envfactory_env.harness import EnvFactoryHarness
-from envfactory_env.taskset import EnvFactoryTaskset, load_environment
+from envfactory_env.taskset import EnvFactoryEnv, EnvFactoryTaskset, load_environment
 
-__all__ = ["EnvFactoryTaskset", "EnvFactoryHarness", "load_environment"]
+__all__ = ["EnvFactoryTaskset", "EnvFactoryHarness", "EnvFactoryEnv", "load_environment"]

@@ -79,7 +79,13 @@ class EnvFactoryConfig(vf.TasksetConfig):
 class EnvFactoryTaskset(vf.Taskset[EnvFactoryTask, EnvFactoryConfig]):
     def load(self) -> Iterator[EnvFactoryTask]:
         base_url = self.config.base_url or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
-        text = resources.files("envfactory_env").joinpath("tasks.jsonl").read_text(encoding="utf-8")
+        tasks_file = resources.files("envfactory_env").joinpath("tasks.jsonl")
+        if not tasks_file.is_file():
+            raise FileNotFoundError(
+                "envfactory_env has no tasks.jsonl: install the package `envfactory export-verifiers` wrote, not its "
+                "template"
+            )
+        text = tasks_file.read_text(encoding="utf-8")
         for line in text.splitlines():
             row = json.loads(line)
             if self.config.split is not None and row["split"] != self.config.split:
@@ -95,14 +101,20 @@ class EnvFactoryTaskset(vf.Taskset[EnvFactoryTask, EnvFactoryConfig]):
             yield EnvFactoryTask(data, self.config.task)
 
 
+class EnvFactoryEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    """The one seat. Its runtime is a local subprocess by default: the harness's program is this package, run
+    with this virtualenv's interpreter, so a remote runtime would not have it."""
+
+
+class EnvFactoryEnv(vf.Env[EnvFactoryEnvConfig]):
+    """verifiers' single-agent episode (one rollout of one task), with :class:`EnvFactoryEnvConfig`'s defaults."""
+
+    async def run(self, task: vf.Task, agents: vf.Agents) -> None:
+        await agents.agent.run(task)
+
+
 def load_environment(**kwargs: Any) -> vf.Env:
-    """This package's environment: ``vf.load_environment`` of the taskset, with the agent in a local subprocess
-    runtime running :class:`~envfactory_env.harness.EnvFactoryHarness`. ``kwargs`` are taskset settings
+    """This package's environment, as ``vf-eval envfactory-env`` builds it: ``kwargs`` are taskset settings
     (``base_url``, ``split``)."""
-    config = vf.resolve_env_config(
-        {
-            "taskset": {"id": "envfactory-env", **kwargs},
-            "agent": {"harness": {"id": "envfactory-env"}, "runtime": {"type": "subprocess"}},
-        }
-    )
-    return vf.load_environment(config)
+    return vf.load_environment(vf.resolve_env_config({"taskset": {"id": "envfactory-env", **kwargs}}))
