@@ -76,12 +76,15 @@ class ScriptedModel:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         by_request = {r["prompt"][-1]["content"]: r for r in rows}
         self.requests = 0
+        self.first_requests: dict[str, dict[str, Any]] = {}
 
         def reply(body: dict[str, Any]) -> dict[str, Any]:
             messages = body["messages"]
             last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
             row = by_request[messages[last_user]["content"]]
             done = sum(1 for m in messages[last_user:] if m["role"] == "tool")
+            if done == 0:
+                self.first_requests[row["id"]] = body
             calls = _plan_calls(row)
             if done < len(calls):
                 call = calls[done]
@@ -151,10 +154,41 @@ def project_reward(envs: dict, rows: list[dict], row: dict[str, Any]) -> float:
         pool.close()
 
 
+def _with_an_earlier_turn(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as a second turn's row: its prompt holds a first exchange with a tool call and its result."""
+    system, request = row["prompt"]
+    earlier = [
+        {"role": "user", "content": "Which tickets do I have?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "list_tickets", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": '[{"ticket_id": "tic_00001"}]'},
+        {"role": "assistant", "content": "You have ticket tic_00001."},
+    ]
+    return {**row, "prompt": [system, *earlier, request]}
+
+
+def _shape(messages: list[dict[str, Any]]) -> list[tuple]:
+    """What a model is shown of ``messages``: roles, texts, calls (name and decoded arguments), call ids."""
+    return [
+        (
+            m["role"],
+            m.get("content") or None,
+            [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m.get("tool_calls") or []],
+            m.get("tool_call_id"),
+        )
+        for m in messages
+    ]
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Iterator[tuple[Path, dict, list[dict]]]:
     home = tmp_path_factory.mktemp("verifiers_home")
-    envs, rows = store_with_rl_rows(home)
+    envs, rows = store_with_rl_rows(home, lambda r: _with_an_earlier_turn(r) if r["id"] == "rl_helpdesk_close" else r)
     yield home, envs, rows
 
 
@@ -261,9 +295,14 @@ def test_verifiers_runs_the_exported_package_and_its_rewards_are_the_projects(ho
         (trace,) = episode["traces"]
         task_id = trace["task"]["data"]["id"]
         rewards.setdefault(task_id, []).append(trace["rewards"]["envfactory_reward"]["score"])
-        # verifiers recorded the loop: each planned call's result came back as a tool message
-        tool_messages = [n for n in trace["nodes"] if n["message"]["role"] == "tool"]
-        assert len(tool_messages) == len(_plan_calls(next(r for r in rows if r["id"] == task_id)))
+        # verifiers recorded the loop: each planned call's result came back as a tool message (after the prompt's)
+        row = next(r for r in rows if r["id"] == task_id)
+        n_tool_messages = sum(n["message"]["role"] == "tool" for n in trace["nodes"])
+        assert n_tool_messages - sum(m["role"] == "tool" for m in row["prompt"]) == len(_plan_calls(row))
+    # the model was shown each row's prompt as it is (an earlier turn's call and result included), and its tools
+    for row in rows:
+        first = model.first_requests[row["id"]]
+        assert _shape(first["messages"]) == _shape(row["prompt"]) and first["tools"] == row["tools"]
     expected = {row["id"]: project_reward(envs, rows, row) for row in rows}
     assert rewards == {task_id: [reward, reward] for task_id, reward in expected.items()}
     assert expected["rl_helpdesk_close"] == expected["rl_three_environments"] == 1.0

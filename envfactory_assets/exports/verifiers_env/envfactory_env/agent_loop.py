@@ -26,7 +26,11 @@ def step(http: httpx.Client, spec: dict[str, Any], action: dict[str, Any]) -> st
         spec["server_url"].rstrip("/") + "/step", json={"action": {**action, "episode_id": spec["episode_id"]}}
     )
     if response.status_code != 200:
-        return json.dumps({"error": response.json().get("error", response.text[:2000])})
+        try:
+            error = response.json().get("error")
+        except ValueError:
+            error = None
+        return json.dumps({"error": error or f"HTTP {response.status_code}: {response.text[:2000]}"})
     observation = response.json()["observation"]
     if observation.get("error"):
         return json.dumps({"error": observation["error"]})

@@ -12,6 +12,7 @@ import json
 import sys
 
 import verifiers.v1 as vf
+from verifiers.v1.dialects.chat import message_to_wire
 
 from envfactory_env.taskset import EnvFactoryData, episode_id
 
@@ -44,7 +45,7 @@ class EnvFactoryHarness(vf.Harness[EnvFactoryHarnessConfig]):
         if isinstance(prompt, str):
             messages.append({"role": "user", "content": prompt})
         else:
-            messages += [m if isinstance(m, dict) else m.model_dump(exclude_none=True) for m in prompt or []]
+            messages += [message_to_wire(m) for m in prompt or []]
         spec = {
             "model_url": endpoint,
             "api_key": secret,

@@ -29,16 +29,42 @@ def episode_id(trace: vf.Trace) -> str:
     return f"vf-{trace.id}"
 
 
-def server_post(base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+async def server_post(base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST ``body`` to the server; its JSON answer.
 
     Raises:
         RuntimeError: the server answered an error (its type and message are in the text).
     """
-    response = httpx.post(base_url.rstrip("/") + path, json=body, timeout=TIMEOUT_S)
+    async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
+        response = await http.post(base_url.rstrip("/") + path, json=body)
     if response.status_code != 200:
         raise RuntimeError(f"serve-openenv {path} answered {response.status_code}: {response.text[:2000]}")
     return response.json()
+
+
+def verifiers_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI chat messages (a row's prompt) in verifiers' message shape: an assistant's ``tool_calls`` entries
+    become ``{"id", "type", "name", "arguments"}`` (arguments as the JSON text the model emitted); the harness
+    sends them back to the model in OpenAI's shape (``message_to_wire``)."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and calls:
+            converted = []
+            for i, call in enumerate(calls):
+                function = call.get("function") or call
+                arguments = function.get("arguments", "{}")
+                converted.append(
+                    {
+                        "id": call.get("id") or f"call_{i}",
+                        "type": "function",
+                        "name": function["name"],
+                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    }
+                )
+            message = {**message, "tool_calls": converted}
+        out.append(message)
+    return out
 
 
 class EnvFactoryData(vf.TaskData):
@@ -53,7 +79,7 @@ class EnvFactoryData(vf.TaskData):
 class EnvFactoryTask(vf.Task[EnvFactoryData]):
     async def setup(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         """Open the rollout's episode of this task on the server."""
-        server_post(self.data.base_url, "/reset", {"task_id": self.data.id, "episode_id": episode_id(trace)})
+        await server_post(self.data.base_url, "/reset", {"task_id": self.data.id, "episode_id": episode_id(trace)})
 
     @vf.reward(weight=1.0)
     async def envfactory_reward(self, trace: vf.Trace) -> float:
@@ -63,7 +89,7 @@ class EnvFactoryTask(vf.Task[EnvFactoryData]):
             RuntimeError: the server computed no reward (the episode was lost, or its reward was invalid).
         """
         answer = {"final_answer": trace.last_reply or "", "episode_id": episode_id(trace)}
-        out = server_post(self.data.base_url, "/step", {"action": answer})
+        out = await server_post(self.data.base_url, "/step", {"action": answer})
         if out.get("reward") is None:
             raise RuntimeError(f"serve-openenv gave no reward for {self.data.id}: {out.get('observation', {})}")
         return float(out["reward"])
@@ -93,7 +119,7 @@ class EnvFactoryTaskset(vf.Taskset[EnvFactoryTask, EnvFactoryConfig]):
             data = EnvFactoryData(
                 id=row["id"],
                 name=row["id"],
-                prompt=row["prompt"],
+                prompt=verifiers_messages(row["prompt"]),
                 tools=row["tools"],
                 base_url=base_url,
                 split=row["split"],
