@@ -33,10 +33,16 @@ async def server_post(base_url: str, path: str, body: dict[str, Any]) -> dict[st
     """POST ``body`` to the server; its JSON answer.
 
     Raises:
-        RuntimeError: the server answered an error (its type and message are in the text).
+        RuntimeError: the server cannot be reached, or answered an error (its type and message are in the text).
     """
-    async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
-        response = await http.post(base_url.rstrip("/") + path, json=body)
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
+            response = await http.post(base_url.rstrip("/") + path, json=body)
+    except httpx.HTTPError as exc:
+        raise RuntimeError(
+            f"cannot reach serve-openenv at {base_url} ({type(exc).__name__}: {exc}); start "
+            f"`envfactory serve-openenv` there, or set base_url / ${SERVER_ENV} to where it runs"
+        ) from exc
     if response.status_code != 200:
         raise RuntimeError(f"serve-openenv {path} answered {response.status_code}: {response.text[:2000]}")
     return response.json()
