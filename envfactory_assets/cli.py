@@ -651,6 +651,33 @@ def cmd_serve_openenv(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- export-verifiers: the RL rows as an installable verifiers environment package ------------------------
+def cmd_export_verifiers(args: argparse.Namespace) -> int:
+    """Write the ``verifiers`` environment package of the store's servable RL rows (the rows ``serve-openenv``
+    serves, curation applied) and print its folder and the commands that run it."""
+    from envfactory_assets.curation import CurationError, curation_path, load_curation
+    from envfactory_assets.exports.verifiers_env_package import write_verifiers_package
+    from envfactory_assets.serving.tasks import load_task_set
+    from envfactory_assets.store.db import StoreBusy
+
+    home = settings.envfactory_home()
+    output = Path(args.output) if args.output else home / "exports" / "verifiers"
+    try:
+        tasks = load_task_set(settings.store_path(), load_curation(curation_path(home)), args.dataset_version)
+        package = write_verifiers_package(tasks, output)
+    except (CurationError, FileNotFoundError, StoreBusy, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"export-verifiers: {len(tasks.rows)} RL tasks (rl_dataset version {tasks.version}) in {package}\n"
+        f"  serve them:  envfactory serve-openenv --dataset-version {tasks.version}\n"
+        f"  in verifiers' own virtualenv:  pip install {package}\n"
+        "  then:  ENVFACTORY_OPENENV_URL=http://127.0.0.1:8000 vf-eval envfactory-env --no-push "
+        "--model <model> --client.base-url <OpenAI-compatible URL>"
+    )
+    return 0
+
+
 # --- end serve-openenv -----------------------------------------------------------------------------------
 
 
@@ -1003,6 +1030,22 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{option}", type=kind, default=None, help=f"{what} (default: SessionSettings in serving/sessions.py)"
         )
     oe.set_defaults(func=cmd_serve_openenv)
+    ev = sub.add_parser(
+        "export-verifiers",
+        help="write the RL rows as an installable verifiers environment package (its tools and reward served by "
+        "serve-openenv)",
+    )
+    ev.add_argument(
+        "--output",
+        default=None,
+        help="folder to write envfactory_env/ into (default: $ENVFACTORY_HOME/exports/verifiers)",
+    )
+    ev.add_argument(
+        "--dataset-version",
+        default=None,
+        help="refuse unless the store's current RL rows are this version (as serve-openenv's option)",
+    )
+    ev.set_defaults(func=cmd_export_verifiers)
     for name, help_text in (
         ("exclude", "exclude a resource, environment or tool from every re-synthesis"),
         ("include", "remove an exclusion"),

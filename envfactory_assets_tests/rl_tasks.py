@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,12 @@ def forging_environments(environments: dict[str, dict[str, Any]], task: dict[str
     }
 
 
-def store_with_rl_rows(home: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+def store_with_rl_rows(
+    home: Path, adjust: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """Write under ``home`` (an ``ENVFACTORY_HOME``) a store with the three fixture environments built and
-    verified by the pipeline's own functions and the :func:`rl_rows` over them.
+    verified by the pipeline's own functions and the :func:`rl_rows` over them (each passed through ``adjust``
+    when given; the store keeps the first row it is given under an id, so a changed row is changed here).
 
     Returns:
         ``({env_id: environment}, rl rows)``.
@@ -162,6 +166,8 @@ def store_with_rl_rows(home: Path) -> tuple[dict[str, dict[str, Any]], list[dict
     assert all(v["status"] == "passed" for v in verified), [v["reasons"] for v in verified]
     envs = {e["env_id"]: as_environment(e) for e in env_rows}
     rows = rl_rows(envs)
+    if adjust is not None:
+        rows = [adjust(r) for r in rows]
     store = Store(store_path(home))
     store.replace_current("source_resources", accepted)
     store.replace_current("environments", env_rows)
