@@ -117,7 +117,7 @@ class ScriptedModel:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests += 1
                 data = json.dumps(reply(body)).encode()

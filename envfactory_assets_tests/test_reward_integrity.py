@@ -316,3 +316,43 @@ def test_verl_compute_score_refuses_a_reward_out_of_range(task, verl_score, monk
     monkeypatch.setattr(reward, "guarded_reward", _broken(bad))
     with pytest.raises(InvalidReward, match=rf"verl compute_score.*must be a finite number in \[0, 1.0\], got {bad!r}"):
         verl_score("".join(_block(c) for c in task["gold_calls"]))
+
+
+NOT_PLAIN_JSON = {"wide integer": 10**30, "deep nesting": json.loads("[" * 300 + "]" * 300)}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_PLAIN_JSON))
+def test_a_call_whose_arguments_are_not_plain_json_is_malformed_and_every_reward_still_computes(
+    runners, task, verl_score, kind
+):
+    """A model's call with an integer past 64 bits or nesting past the encoder's depth is a malformed call: it
+    does not run, the reward charges it as one, and no interface crashes on it."""
+    bad = _call(task["gold_calls"][-1]["name"], book_id=NOT_PLAIN_JSON[kind])
+    episode = runners["honest"].episode(task)
+    try:
+        answer = json.loads(episode.call(bad["name"], bad["arguments"]))
+        assert answer["error"] == "invalid_arguments" and "not plain JSON" in answer["message"]
+        assert (episode.calls, episode.n_malformed) == ([], 1)
+    finally:
+        episode.close()
+    env = environment_class(task["tools"])(runners["honest"])
+    env.reset(**task)
+    try:
+        execute_tool_text(env, "".join(_block(c) for c in [*task["gold_calls"], bad]))
+        with_bad = rollout_reward(env).reward
+    finally:
+        env._close()
+    clean = verl_score("".join(_block(c) for c in task["gold_calls"]))["score"]
+    score = verl_score("".join(_block(c) for c in [*task["gold_calls"], bad]))
+    assert score["n_malformed"] == 1 and score["score"] == pytest.approx(with_bad)
+    assert with_bad < clean
+
+
+def test_a_reward_of_another_numeric_type_is_read_and_a_huge_integer_is_refused():
+    import numpy as np
+
+    from envfactory_assets.tooluse.reward import valid_reward
+
+    assert valid_reward(np.float32(0.5), "test") == 0.5 and valid_reward(np.int64(1), "test") == 1.0
+    with pytest.raises(InvalidReward, match="finite number"):
+        valid_reward(10**400, "test")

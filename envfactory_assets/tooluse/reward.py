@@ -50,6 +50,7 @@ the reply is read only for whether it is empty. The range of every reward here i
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -81,11 +82,15 @@ def valid_reward(value: Any, what: str) -> float:
         InvalidReward: ``value`` is not a number, not finite, or outside ``[0, MAX_REWARD]`` (a reward outside
             its range would train on a scale no one chose; a clamped one would hide the fault that made it).
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidReward(f"{what}: a reward must be a number, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or not 0.0 <= value <= MAX_REWARD:
+    try:
+        number = float(value)  # numpy scalars are Real; an int past float's range raises here
+    except (OverflowError, ValueError) as exc:
+        raise InvalidReward(f"{what}: a reward must be a finite number in [0, {MAX_REWARD}], got {value!r}") from exc
+    if not math.isfinite(number) or not 0.0 <= number <= MAX_REWARD:
         raise InvalidReward(f"{what}: a reward must be a finite number in [0, {MAX_REWARD}], got {value!r}")
-    return float(value)
+    return number
 
 
 @dataclass(frozen=True)

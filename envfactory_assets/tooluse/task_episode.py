@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.canonical import canonical_json, state_hash
 from envfactory_assets.runtime.errors import SandboxError
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.tooluse.reward import RewardBreakdown, hybrid_reward, valid_reward
@@ -74,8 +74,9 @@ class TaskEpisode:
         """Execute one tool call and return its result as text for the conversation.
 
         Returns a JSON text: the tool's output, or ``{"error": type, "message": ...}`` when the tool
-        failed, the tool is not offered by this task, or the arguments are not a JSON object (the last
-        two count as malformed calls and are not executed).
+        failed, the tool is not offered by this task, or the arguments are not a JSON object or not plain JSON
+        (an integer past 64 bits, nesting past the encoder's depth): the last ones count as malformed calls and
+        are not executed.
         """
         if name not in self._tools:
             self.n_malformed += 1
@@ -85,6 +86,14 @@ class TaskEpisode:
         if not isinstance(arguments, Mapping):
             self.n_malformed += 1
             return json.dumps({"error": "invalid_arguments", "message": "arguments must be a JSON object"})
+        try:
+            # the reward and the worker read the arguments as canonical JSON: a model's integer past 64 bits or
+            # nesting past the encoder's depth is a malformed call, not a crash of the rollout or its reward
+            canonical_json(dict(arguments))
+        except (TypeError, ValueError, RecursionError) as exc:
+            self.n_malformed += 1
+            message = f"arguments are not plain JSON ({str(exc)[:120]}); the call did not run"
+            return json.dumps({"error": "invalid_arguments", "message": message})
         self.calls.append({"name": name, "arguments": dict(arguments)})
         if self._episode is None or self._lost:
             return json.dumps({"error": "episode_lost", "message": "the environment is no longer available"})
