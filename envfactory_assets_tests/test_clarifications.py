@@ -261,3 +261,26 @@ def test_a_word_shared_by_two_labels_or_a_one_letter_value_is_not_taken_for_a_gi
     # the same letter right after the field's words was given
     said = _turn("Search with query 'a'.", {"query": "a"}, "Which query should I use?", "The query is 'a'.")
     assert [f["given"] for f in clarification_findings([said])] == [["query"]]
+
+
+def test_a_kept_turn_carries_the_first_passing_exchange_that_asks_only_for_what_is_missing():
+    from envfactory_assets.synth.refinement.calibrate import kept_dialogue
+
+    turn = _turn("Search for projects matching 'Billing'.", {"query": "Billing"}, "", "")
+    redundant = [
+        {"role": "assistant", "content": "Which query should I use?"},
+        {"role": "user", "content": "The query is 'Billing'."},
+    ]
+    solve = {
+        "attempts": [
+            {"passed": False, "dialogue": []},
+            {"passed": True, "dialogue": redundant},
+            {"passed": True, "dialogue": []},
+        ]
+    }
+    assert kept_dialogue(solve, [], turn) == []
+    # with no other passing attempt, the first passing one's exchange stays, for the gate to report
+    solve["attempts"].pop()
+    assert kept_dialogue(solve, [], turn) == redundant
+    missing = _turn("Search the projects.", {"query": "Billing"}, "", "")
+    assert kept_dialogue(solve, [], missing) == redundant

@@ -261,6 +261,27 @@ def _redrawn_queries(
     }
 
 
+def kept_dialogue(solve: dict[str, Any], kept: list[dict[str, Any]], turn: dict[str, Any]) -> list[dict[str, str]]:
+    """The clarification exchange a kept turn carries: that of the first passing attempt of ``solve`` whose
+    questions ask only for values the conversation (the ``kept`` turns and ``turn``'s request) had not given and
+    read as a person writes them, judged by the refined-trajectory gate's own reader
+    (:func:`~envfactory_assets.quality.conversation_text.clarification_findings`); with none such, the first
+    passing attempt's (:func:`first_passing_dialogue`), which the gate then reports. Attempts differ in how they
+    break ties between equally fitting tools, so one may ask for a value another reads in the request."""
+    from envfactory_assets.quality.conversation_text import clarification_findings
+
+    for attempt in solve["attempts"]:
+        dialogue = list(attempt.get("dialogue") or [])
+        if not attempt["passed"]:
+            continue
+        if not dialogue:
+            return dialogue
+        findings = clarification_findings([*kept, {**turn, "clarification": dialogue}])
+        if not any(f["given"] or f["malformed"] for f in findings if f["turn"] == len(kept)):
+            return dialogue
+    return first_passing_dialogue(solve)
+
+
 def calibrate_trajectory(
     raw: dict[str, Any],
     environments: dict[str, dict[str, Any]],
@@ -415,7 +436,7 @@ def calibrate_trajectory(
                 reverted += 1
             else:
                 accuracy = solve_ref["accuracy"]
-        dialogue = first_passing_dialogue(solve_ref if solve_ref and solve_ref["passed"] else solve_raw)
+        dialogue = kept_dialogue(solve_ref if solve_ref and solve_ref["passed"] else solve_raw, kept, turn)
         if dialogue:
             turn["clarification"] = dialogue
         turn["accuracy"] = accuracy
