@@ -1,5 +1,5 @@
 """Where an SFT step's tokens go: tokens per conversation, the tool block's share, the loss tokens' share,
-and the padding a batch of random conversations carries. Measured numbers are in the README, "Training"."""
+and the padding a batch of random conversations carries. Measured numbers are in docs/training.md."""
 
 from __future__ import annotations
 
