@@ -88,7 +88,12 @@ def write_verifiers_package(tasks: TaskSet, output_dir: Path) -> Path:
             _check_replaceable(target)
             old = Path(tempfile.mkdtemp(prefix=f".{PACKAGE_DIR}.old-", dir=output_dir))
             os.replace(target, old / PACKAGE_DIR)
-            os.replace(staging, target)
+            try:
+                os.replace(staging, target)
+            except OSError:
+                os.replace(old / PACKAGE_DIR, target)  # the earlier package back, whole
+                old.rmdir()
+                raise
             shutil.rmtree(old)
         else:
             os.replace(staging, target)
