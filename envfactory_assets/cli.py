@@ -188,23 +188,52 @@ def _document_keys(home: Path) -> dict[str, str]:
     return keys
 
 
+def _keys_taken_outside(home: Path, folder: Path) -> dict[str, str]:
+    """``{partition key: its document}`` of the store's source resources that are not files of the user folder
+    ``folder`` (the corpus and MCP tool lists of the last run); {} when there is no store or it cannot be read
+    (the run itself then says so)."""
+    import duckdb
+
+    from envfactory_assets.store.db import read_rows
+
+    path = settings.store_path(home)
+    if not path.exists():
+        return {}
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            rows = read_rows(con, "source_resources")
+    except duckdb.Error:
+        return {}
+    user_root = folder.resolve()
+    return {
+        str(r["resource_key"]): str(Path(r.get("corpus_root") or "") / str(r.get("path") or ""))
+        for r in rows
+        if r.get("resource_key") and Path(r.get("corpus_root") or "").resolve() != user_root
+    }
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     """Copy an OpenAPI document or MCP tool list into ``$ENVFACTORY_HOME/user_resources`` and print the partition
-    key it is stored under (from the document, not the file name) and the run that builds it."""
-    from envfactory_assets.sources.adding import DocumentRefused, add_user_document
+    key it is stored under (from the document, or from its file name when the document names no provider) and
+    the run that builds it. A key the store's corpus or MCP resources already hold is refused."""
+    from envfactory_assets.sources.adding import DocumentRefused, add_user_document, shown_path
     from envfactory_assets.sources.resource_kinds import USER_RESOURCES_DIR
 
     home = settings.envfactory_home()
+    folder = home / USER_RESOURCES_DIR
     try:
-        added = add_user_document(Path(args.document), home / USER_RESOURCES_DIR)
+        added = add_user_document(Path(args.document), folder, taken=_keys_taken_outside(home, folder))
     except (FileNotFoundError, DocumentRefused) as exc:
         raise UsageError(str(exc)) from None
     made_from = ", ".join(
         f"{name} {value!r}" for name, value in (("provider", added.provider), ("service", added.service)) if value
     )
+    origin = "" if not made_from else f" (from its {made_from}, not the file name)"
+    if made_from and not added.from_document:
+        origin = f" (from its file name: the document has no x-providerName; {made_from})"
     print(
-        f"{'replaced' if added.replaced else 'added'} {added.path}\n"
-        f"partition key: {added.key}" + (f" (from its {made_from}, not the file name)" if made_from else "") + "\n"
+        f"{'replaced' if added.replaced else 'added'} {shown_path(added.path)}\n"
+        f"partition key: {added.key}{origin}\n"
         f'build it: envfactory run --select "source_resources,environments,verified_environments" '
         f"--partition {added.key}"
     )
