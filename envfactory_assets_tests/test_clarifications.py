@@ -279,8 +279,13 @@ def test_a_kept_turn_carries_the_first_passing_exchange_that_asks_only_for_what_
         ]
     }
     assert kept_dialogue(solve, [], turn) == []
-    # with no other passing attempt, the first passing one's exchange stays, for the gate to report
+    # with no other passing attempt there is none to keep (the caller reverts an omission, or the gate reports)
     solve["attempts"].pop()
-    assert kept_dialogue(solve, [], turn) == redundant
+    assert kept_dialogue(solve, [], turn) is None
     missing = _turn("Search the projects.", {"query": "Billing"}, "", "")
     assert kept_dialogue(solve, [], missing) == redundant
+    # a request that leaves the query out on purpose keeps only an exchange that asks for it
+    missing["operators"] = [{"operator": "user_clarification", "argument": "query", "value": "Billing"}]
+    silent = {"attempts": [{"passed": True, "dialogue": []}]}
+    assert kept_dialogue(silent, [], missing) is None
+    assert kept_dialogue({"attempts": [*silent["attempts"], *solve["attempts"]]}, [], missing) == redundant

@@ -261,25 +261,32 @@ def _redrawn_queries(
     }
 
 
-def kept_dialogue(solve: dict[str, Any], kept: list[dict[str, Any]], turn: dict[str, Any]) -> list[dict[str, str]]:
+def kept_dialogue(
+    solve: dict[str, Any], kept: list[dict[str, Any]], turn: dict[str, Any]
+) -> list[dict[str, str]] | None:
     """The clarification exchange a kept turn carries: that of the first passing attempt of ``solve`` whose
-    questions ask only for values the conversation (the ``kept`` turns and ``turn``'s request) had not given and
-    read as a person writes them, judged by the refined-trajectory gate's own reader
-    (:func:`~envfactory_assets.quality.conversation_text.clarification_findings`); with none such, the first
-    passing attempt's (:func:`first_passing_dialogue`), which the gate then reports. Attempts differ in how they
-    break ties between equally fitting tools, so one may ask for a value another reads in the request."""
-    from envfactory_assets.quality.conversation_text import clarification_findings
+    questions ask only for values the conversation (the ``kept`` turns and ``turn``'s request) had not given,
+    read as a person writes them, and, where the turn's request leaves a value out on purpose (a kept
+    ``user_clarification`` operator), ask for it; judged by the refined-trajectory gate's own reader
+    (:mod:`envfactory_assets.quality.conversation_text`). None when no passing attempt does: the caller reverts
+    the omission, or keeps the first passing attempt's exchange for the gate to report. Attempts differ in how
+    they break ties between equally fitting tools, so one may ask for a value another reads in the request."""
+    from envfactory_assets.quality.conversation_text import clarification_findings, value_given
 
+    omitted = [
+        o for o in turn.get("operators") or [] if o["operator"] == "user_clarification" and not o.get("reverted")
+    ]
     for attempt in solve["attempts"]:
-        dialogue = list(attempt.get("dialogue") or [])
         if not attempt["passed"]:
             continue
-        if not dialogue:
-            return dialogue
-        findings = clarification_findings([*kept, {**turn, "clarification": dialogue}])
+        dialogue = list(attempt.get("dialogue") or [])
+        answers = [m.get("content") or "" for m in dialogue if m.get("role") == "user"]
+        if not all(value_given(o["argument"], o["value"], answers) for o in omitted):
+            continue
+        findings = clarification_findings([*kept, {**turn, "clarification": dialogue}]) if dialogue else []
         if not any(f["given"] or f["malformed"] for f in findings if f["turn"] == len(kept)):
             return dialogue
-    return first_passing_dialogue(solve)
+    return None
 
 
 def calibrate_trajectory(
@@ -375,7 +382,7 @@ def calibrate_trajectory(
             queue[:0] = [original]
             reverted += 1
             continue
-        turn.pop("fallback", None)
+        fallback = turn.pop("fallback", None)
         if "merged_from" in turn and (not solve_raw["passed"] or not (solve_ref or solve_raw)["passed"]):
             first, second = turn["merged_from"]
             why = f"merged request unsolvable (0/{cfg.k}); split back into its two turns"
@@ -436,7 +443,20 @@ def calibrate_trajectory(
                 reverted += 1
             else:
                 accuracy = solve_ref["accuracy"]
-        dialogue = kept_dialogue(solve_ref if solve_ref and solve_ref["passed"] else solve_raw, kept, turn)
+        solved = solve_ref if solve_ref and solve_ref["passed"] else solve_raw
+        dialogue = kept_dialogue(solved, kept, turn)
+        omission = next(
+            (o for o in reversed(turn["operators"]) if o["operator"] == "user_clarification" and not o.get("reverted")),
+            None,
+        )
+        if dialogue is None and fallback is not None and omission is not None:
+            why = "no passing attempt asked for the value the request left out; reverted to the turn without it"
+            fallback["operators"] = fallback["operators"] + [{**omission, "reverted": True, "reason": why}]
+            queue[:0] = [fallback]
+            reverted += 1
+            continue
+        if dialogue is None:
+            dialogue = first_passing_dialogue(solved)
         if dialogue:
             turn["clarification"] = dialogue
         turn["accuracy"] = accuracy
