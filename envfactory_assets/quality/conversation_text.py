@@ -178,6 +178,20 @@ def clarification_findings(turns: Sequence[Mapping[str, Any]]) -> list[dict[str,
     return out
 
 
+def kept_omissions(turn: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The ``user_clarification`` operators of a refined ``turn`` that were kept: values its request leaves out
+    on purpose, for the user to give when asked."""
+    return [
+        o for o in turn.get("operators") or [] if o.get("operator") == "user_clarification" and not o.get("reverted")
+    ]
+
+
+def omissions_not_asked(turn: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The :func:`kept_omissions` of ``turn`` whose value no user answer of its ``clarification`` states."""
+    answers = [m.get("content") or "" for m in turn.get("clarification") or [] if m.get("role") == "user"]
+    return [o for o in kept_omissions(turn) if not value_given(o["argument"], o["value"], answers)]
+
+
 def clarification_figures(rows: Iterable[Mapping[str, Any]], examples: int = 10) -> dict[str, Any]:
     """Clarification questions of passed refined trajectory ``rows`` (:func:`clarification_findings`):
     ``{"turns", "turns_with_clarification", "questions", "asking_for_given", "asking_for_given_share",
@@ -196,15 +210,9 @@ def clarification_figures(rows: Iterable[Mapping[str, Any]], examples: int = 10)
         n_turns += len(turns)
         with_clar += sum(1 for t in turns if t.get("clarification"))
         for t in turns:
-            ops = [
-                o
-                for o in t.get("operators") or []
-                if o.get("operator") == "user_clarification" and not o.get("reverted")
-            ]
-            for op in ops:
-                omitted += 1
-                answers = [m.get("content") or "" for m in t.get("clarification") or [] if m.get("role") == "user"]
-                omitted_asked += value_given(op["argument"], op["value"], answers)
+            n_omitted = len(kept_omissions(t))
+            omitted += n_omitted
+            omitted_asked += n_omitted - len(omissions_not_asked(t))
         for f in clarification_findings(turns):
             questions += 1
             given += bool(f["given"])

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
+from envfactory_assets.quality.conversation_text import clarification_findings, kept_omissions, omissions_not_asked
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.synth.datasets.rows import tools_of
@@ -271,17 +272,11 @@ def kept_dialogue(
     (:mod:`envfactory_assets.quality.conversation_text`). None when no passing attempt does: the caller reverts
     the omission, or keeps the first passing attempt's exchange for the gate to report. Attempts differ in how
     they break ties between equally fitting tools, so one may ask for a value another reads in the request."""
-    from envfactory_assets.quality.conversation_text import clarification_findings, value_given
-
-    omitted = [
-        o for o in turn.get("operators") or [] if o["operator"] == "user_clarification" and not o.get("reverted")
-    ]
     for attempt in solve["attempts"]:
         if not attempt["passed"]:
             continue
         dialogue = list(attempt.get("dialogue") or [])
-        answers = [m.get("content") or "" for m in dialogue if m.get("role") == "user"]
-        if not all(value_given(o["argument"], o["value"], answers) for o in omitted):
+        if omissions_not_asked({**turn, "clarification": dialogue}):
             continue
         findings = clarification_findings([*kept, {**turn, "clarification": dialogue}]) if dialogue else []
         if not any(f["given"] or f["malformed"] for f in findings if f["turn"] == len(kept)):
@@ -445,11 +440,9 @@ def calibrate_trajectory(
                 accuracy = solve_ref["accuracy"]
         solved = solve_ref if solve_ref and solve_ref["passed"] else solve_raw
         dialogue = kept_dialogue(solved, kept, turn)
-        omission = next(
-            (o for o in reversed(turn["operators"]) if o["operator"] == "user_clarification" and not o.get("reverted")),
-            None,
-        )
-        if dialogue is None and fallback is not None and omission is not None:
+        omissions = kept_omissions(turn)
+        if dialogue is None and fallback is not None and omissions:
+            omission = omissions[-1]
             why = "no passing attempt asked for the value the request left out; reverted to the turn without it"
             fallback["operators"] = fallback["operators"] + [{**omission, "reverted": True, "reason": why}]
             queue[:0] = [fallback]

@@ -495,32 +495,31 @@ def _complete_clauses(
         if ranked:
             score = {info.name: value for value, info in toolset.scores(clause)}
             close = [t for t in ranked if score[t.name] >= score[ranked[0].name] - CLOSE_FIT]
-            unstated = [(t, _unstated(clause, t, answers)) for t in close]
-            tool = min(unstated, key=lambda pair: len(pair[1]))[0]  # the best-ranked of the fewest
-            stated = _arguments(clause, tool, [], random.Random(0), guess=False, complete=False) or {}
-            for name in sorted(tool.required):
-                if name.endswith("_id") or name in stated:
-                    continue
-                value = answered_value(name, tool.params.get(name), answers)
-                if value is None:
-                    missing.setdefault(name, dict(tool.params.get(name) or {}))
-                else:
-                    clause += f", {_words(name)} {value}"
+            readings = [(t, *_reading(clause, t, answers)) for t in close]
+            tool, lacking, answered = min(readings, key=lambda r: len(r[1]))  # the best-ranked of the fewest
+            for name in lacking:
+                missing.setdefault(name, dict(tool.params.get(name) or {}))
+            for name, value in answered.items():
+                clause += f", {_words(name)} {value}"
         out.append(clause)
     return out, missing
 
 
-def _unstated(clause: str, tool: _ToolInfo, answers: list[str]) -> list[str]:
-    """The required non-identifier parameters of ``tool`` that neither ``clause`` nor the user's ``answers``
-    state, in name order."""
+def _reading(clause: str, tool: _ToolInfo, answers: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """How ``tool`` reads a request: the required non-identifier parameters that neither ``clause`` nor the
+    user's ``answers`` state (in name order), and the values the answers give for those the clause does not."""
     stated = _arguments(clause, tool, [], random.Random(0), guess=False, complete=False) or {}
-    return [
-        name
-        for name in sorted(tool.required)
-        if not name.endswith("_id")
-        and name not in stated
-        and answered_value(name, tool.params.get(name), answers) is None
-    ]
+    unstated: list[str] = []
+    answered: dict[str, Any] = {}
+    for name in sorted(tool.required):
+        if name.endswith("_id") or name in stated:
+            continue
+        value = answered_value(name, tool.params.get(name), answers)
+        if value is None:
+            unstated.append(name)
+        else:
+            answered[name] = value
+    return unstated, answered
 
 
 def _row_noun(key: str) -> str:
