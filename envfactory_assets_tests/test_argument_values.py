@@ -51,10 +51,14 @@ def test_an_iso_alpha3_field_with_a_country_name_fails():
         ("description", "Lorem ipsum dolor sit amet, consectetur adipiscing elit.", "placeholder"),
         ("isbn", "string", "placeholder"),
         ("mime_type", "Report.pdf", "wrong kind"),
+        ("schedule", "finally", "random word"),  # described as cron syntax (below)
+        ("created_by", "arrive", "random word"),
+        ("manufacturer", "those", "random word"),
+        ("decimal_separator", "dot", "random word"),
     ],
 )
 def test_values_that_are_not_of_their_fields_kind_fail_with_what_is_wrong(field, value, defect):
-    judgement = check_value(field, TEXT, value)
+    judgement = check_value(field, TEXT, value, "Schedule CRON syntax." if field == "schedule" else "")
     assert (judgement.verdict, judgement.defect) == ("fail", defect), judgement
 
 
@@ -76,10 +80,37 @@ def test_values_that_are_not_of_their_fields_kind_fail_with_what_is_wrong(field,
         ("colour", "#1a2b3c"),
         ("colour", "teal"),
         ("uuid", "c2d6a8f0-6a1e-4c5b-9d1e-0a4f3b2c1d0e"),
+        ("cron", "*/15 9-17 * * MON-FRI"),
+        ("cron", "@daily"),
+        ("cron", "0 0 12 ? * WED"),  # Quartz, with seconds
+        ("created_by", "Mary Carter"),
+        ("created_by", "kevin19@example.org"),
+        ("owner", "usr_00042"),
+        ("manufacturer", "Lopez, Carson and Hicks"),
+        ("manufacturer", "Beck-Williams"),
+        ("decimal_separator", ","),
+        ("icon", "https://example.com/images/pin.png"),
     ],
 )
 def test_values_of_their_fields_kind_pass(field, value):
     assert check_value(field, TEXT, value).verdict == "pass"
+
+
+def test_an_icon_named_in_words_is_not_judged_as_a_link():
+    assert check_value("icon", TEXT, "restaurant").verdict == "unknown"
+    assert check_value("icon", TEXT, "https://exa mple.com/x.png").verdict == "fail"
+
+
+def test_a_number_the_description_calls_an_identifier_is_a_whole_number():
+    integer = {"type": "integer"}
+    for desc in ("Doctor ID", "ID of this appointment's patient.", "Index of the exam room"):
+        assert check_value("doctor", integer, 130, desc).verdict == "pass", desc
+        assert check_value("doctor", integer, -3, desc).verdict == "fail", desc
+    assert check_value("contract_id", {"type": "number"}, 906.86).verdict == "fail"
+    assert check_value("contract_id", {"type": "number"}, 906.0).verdict == "pass"
+    # a count of identifiers is a count, and a number described otherwise is not judged here
+    assert check_value("doctor", integer, 3, "ID count of doctors").verdict == "unknown"
+    assert check_value("doctor", integer, 3, "How many doctors").verdict == "unknown"
 
 
 def test_a_rule_covers_only_kinds_narrower_than_free_text_and_the_rest_is_unknown():
@@ -165,6 +196,9 @@ KIND_FIELDS = [
     ("city", TEXT, "offices", ""),
     ("street_address", TEXT, "offices", ""),
     ("start_date", {"type": "string", "format": "date"}, "events", ""),
+    ("schedule", TEXT, "functions", "Schedule CRON syntax."),
+    ("contract_id", {"type": "number"}, "contracts", "The internal identifier of the trading product"),
+    ("last_time_location", {"type": "string", "format": "uri"}, "devices", ""),
 ]
 
 

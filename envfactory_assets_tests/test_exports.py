@@ -465,31 +465,42 @@ def _response(calls):
     )
 
 
+def _fixture_export(environments, graph, worker, tmp_path, sft_share=0.0):
+    """The export of the datasets stage's rows of the fixture environments: ``(manifest, sft rows, rl rows)``."""
+    from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+    from envfactory_assets.synth.stage import dataset_rows
+    from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+
+    chains = sample_chains(graph, 12, "verl", SamplerConfig(min_tools=3))
+    trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
+    passed = [
+        {
+            **t,
+            "id": f"traj_{i}",
+            "domains": sorted({environments[e]["domain"] for e in t["env_ids"]}),
+            "n_turns": len(t["turns"]),
+        }
+        for i, t in enumerate(trajs)
+        if t["status"] == "passed"
+    ]
+    sft, rl, rejected = dataset_rows(passed, environments, sft_share=sft_share)
+    assert rl and not rejected
+    licences = environment_licences(
+        [{"env_id": e, "source_resource_id": "src"} for e in environments],
+        [{"id": "src", "license_name": "MIT", "license_url": ""}],
+    )
+    return build_exports(sft, rl, licences, tmp_path, environments=environments), sft, rl
+
+
 def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environments, graph, worker, tmp_path):
     """Rows of the fixture environments through the datasets stage and the export: on every verl row an empty
     response and empty-argument calls score 0 and the gold calls score the maximum."""
     import importlib.util
 
     from envfactory_assets.exports import verl_reward
-    from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
-    from envfactory_assets.synth.stage import dataset_rows
-    from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
     from envfactory_assets.tooluse.reward import MAX_REWARD, arguments_that_matter
 
-    chains = sample_chains(graph, 12, "verl", SamplerConfig(min_tools=3))
-    trajs = [synthesize_trajectory(c, graph, environments, worker, SynthConfig(min_turns=2)) for c in chains]
-    passed = [
-        {**t, "id": f"traj_{i}", "domains": sorted({environments[e]["domain"] for e in t["env_ids"]})}
-        for i, t in enumerate(trajs)
-        if t["status"] == "passed"
-    ]
-    _sft_rows, rl, rejected = dataset_rows(passed, environments, sft_share=0.0)
-    assert rl and not rejected
-    licences = environment_licences(
-        [{"env_id": e, "source_resource_id": "src"} for e in environments],
-        [{"id": "src", "license_name": "MIT", "license_url": ""}],
-    )
-    m = build_exports([], rl, licences, tmp_path, environments=environments)
+    m, _sft, rl = _fixture_export(environments, graph, worker, tmp_path)
     out = tmp_path / m["version"]
     assert (out / "envfactory_reward.py").read_bytes() == open(verl_reward.__file__, "rb").read()
     spec = importlib.util.spec_from_file_location("envfactory_reward_rows", out / "envfactory_reward.py")
@@ -523,6 +534,40 @@ def test_the_verl_reward_is_the_training_reward_on_every_exported_row(environmen
         for runner in module._runners.values():
             runner.close()
     assert emptied
+
+
+def test_the_export_audit_measures_the_written_files_and_names_what_breaks(environments, graph, worker, tmp_path):
+    """The audit the exports stage stores reads the written files: on the fixture export nothing is wrong and every
+    row is counted; a verl row whose recorded final state no call can reach, and a ShareGPT row with two
+    observations in a row, are each found and named."""
+    import pyarrow as pa
+
+    from envfactory_assets.exports.audit import audit_export
+
+    m, sft, rl = _fixture_export(environments, graph, worker, tmp_path, sft_share=0.5)
+    audit = audit_export(m)
+    assert audit["problems"] == []
+    assert audit["verl"]["rows"] == len(rl) and audit["sharegpt"]["rows"] == len(sft) > 0
+    assert audit["verl"]["rows_needing_arguments"] > 0 and audit["verl"]["max_empty_score"] == 0.0
+    out = tmp_path / m["version"]
+    path = next(p for p in out.glob("verl_*.parquet") if pq.read_table(p).num_rows)
+    rows = pq.read_table(path).to_pylist()
+    truth = json.loads(rows[0]["reward_model"]["ground_truth"])
+    truth["final_state_hashes"] = {e: "0" * 16 for e in truth["final_state_hashes"]}
+    rows[0]["reward_model"]["ground_truth"] = json.dumps(truth)
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
+    share_path = next(p for p in out.glob("sharegpt_*.json") if json.loads(p.read_text()))
+    records = json.loads(share_path.read_text())
+    turns = records[0]["conversations"]
+    at = next(i for i, t in enumerate(turns) if t["from"] == "observation")
+    records[0]["conversations"] = [*turns[: at + 1], turns[at], *turns[at + 1 :]]
+    share_path.write_text(json.dumps(records))
+    audit = audit_export(m)
+    assert audit["verl"]["gold_below_max"] == 1 and audit["verl"]["examples"]["gold_below_max"][0].startswith(
+        rows[0]["id"]
+    )
+    assert audit["sharegpt"]["rows_breaking_rules"] == 1 and records[0]["id"] in audit["sharegpt"]["examples"][0]
+    assert [p.split(":")[0] for p in audit["problems"]] == ["verl", "ShareGPT"]
 
 
 def test_a_reward_outside_its_range_is_an_error():

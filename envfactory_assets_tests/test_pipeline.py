@@ -332,6 +332,11 @@ def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, ca
     n_tools = sum(r["n_tools"] for r in store.read("environments", "status = 'built'"))
     assert total.rstrip(" |").endswith(f"| {n_tools}") and kinds.startswith("| domain | list |")
     assert "mart `operation_coverage`" in text
+    # the exports as the exports stage measured them: every RL and SFT row of this run, nothing wrong
+    exports = text.split("## Exports", 1)[1].split("\n## ", 1)[0]
+    audit = store.read("export_audits")[0]["audit"]
+    assert f"over all {store.counts()['rl_dataset']} RL rows: an empty or blank response paid on 0 rows" in exports
+    assert f"0 of {audit['sharegpt']['rows']} rows break its role rules" in exports and "Problems:" not in exports
     shown = re.findall(r"\| `(ref_[0-9a-f]+)` \|", text)  # ids a reader can pass to `envfactory show`
     assert shown and all(store.read("refined_trajectories", f"id = '{i}'") for i in shown)
     assert cli_main(["show", shown[0]]) == 0 and shown[0] in capsys.readouterr().out

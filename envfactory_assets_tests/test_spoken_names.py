@@ -1,8 +1,10 @@
 """Table names as a person says them (no "payments 2", "b" or "rateplans"), and the solver reading them back.
 
 The fixture ``openapi_names/storage.json`` is shaped like Google Cloud Storage: buckets live at ``/b/{bucket}``
-(table ``b``), bucket and object ACLs both end in ``/acl`` (tables ``acl`` and ``acl_2``), and rate plans sit at
-``/rateplans`` with operations named ``listRatePlans``.
+and objects at ``/b/{bucket}/o/{object}`` (segments no person says: the tables and keys are named by the path
+parameters, ``buckets``/``bucket_id`` and ``object_id``), bucket and object ACLs both end in ``/acl`` (told apart
+by their parents: ``bucket_acl`` and ``object_acl``), and rate plans sit at ``/rateplans`` with operations named
+``listRatePlans``.
 """
 
 from __future__ import annotations
@@ -49,32 +51,47 @@ def test_name_rules_on_words():
 
 
 def test_tables_are_named_by_the_specs_own_words(storage_env):
-    assert set(storage_env["tables"]) == {"b", "acl", "acl_2", "rateplans"}
+    assert set(storage_env["tables"]) == {"buckets", "bucket_acl", "object_acl", "rateplans"}
+    assert storage_env["tables"]["buckets"]["key"] == "bucket_id"
+    inputs = {t["name"]: set(t["input_schema"]["properties"]) for t in storage_env["tools"]}
+    assert "object_id" in inputs["storage_object_access_controls_insert"]  # the parent {object}, not "o"
+    assert "bucket_id" in inputs["storage_bucket_access_controls_insert"]
     names = spoken_tables(storage_env["tools"])
-    # an abbreviated path table gets its operations' name, a glued one splits, a suffixed twin gets its parent
-    assert names == {"b": "buckets", "rateplans": "rate_plans", "acl": "bucket_acl", "acl_2": "object_acl"}
-    assert [spoken_thing(names[t]) for t in ("b", "rateplans", "acl", "acl_2")] == [
+    # a glued table name splits; the rest are already words
+    assert names == {
+        "buckets": "buckets",
+        "rateplans": "rate_plans",
+        "bucket_acl": "bucket_acl",
+        "object_acl": "object_acl",
+    }
+    assert [spoken_thing(names[t]) for t in ("buckets", "rateplans", "bucket_acl", "object_acl")] == [
         "bucket",
         "rate plan",
         "bucket acl",
         "object acl",
     ]
-    assert spoken_things(names["acl_2"]) == "object acls"
+    assert spoken_things(names["object_acl"]) == "object acls"
 
 
-def test_the_refined_query_speaks_the_new_names_and_the_raw_one_keeps_the_spec_names(storage_env):
+def test_the_queries_speak_the_tables_and_keys_in_words(storage_env):
     index = ToolIndex({storage_env["env_id"]: storage_env})
     get_bucket, get_oacl = index.tools["storage_buckets_get"], index.tools["storage_object_access_controls_get"]
-    assert describe_call(get_bucket, "b_id", {"b_id": "b_00001"}) == "look up b 'b_00001' and tell me its details"
-    texts = [describe_call(get_bucket, "b_id", {"b_id": "b_00001"}, rng=random.Random(s)) for s in range(6)]
-    assert all("bucket 'b_00001'" in t for t in texts), texts
+    texts = [describe_call(get_bucket, "bucket_id", {"bucket_id": "buc_00001"}, rng=random.Random(s)) for s in range(6)]
+    assert all("bucket 'buc_00001'" in t for t in texts), texts
     listing = describe_call(index.tools["storage_list_rate_plans"], "rateplan_id", {}, rng=random.Random(0))
     assert "rate plans" in listing and "rateplans" not in listing
-    oacl = describe_call(get_oacl, "acl_2_id", {"acl_2_id": "acl_00003"}, rng=random.Random(1))
-    assert "object acl 'acl_00003'" in oacl and " 2" not in oacl
-    got = {"name": "storage_buckets_get", "arguments": {"b_id": "b_1"}, "output": {"b_id": "b_1"}}
+    oacl = describe_call(get_oacl, "object_acl_id", {"object_acl_id": "obj_00003"}, rng=random.Random(1))
+    assert "object acl 'obj_00003'" in oacl and " 2" not in oacl
+    listed = describe_call(
+        index.tools["storage_object_access_controls_list"],
+        "object_acl_id",
+        {"object_id": "obj_00009"},
+        rng=random.Random(2),
+    )
+    assert "o id" not in listed and " o " not in listed, listed
+    got = {"name": "storage_buckets_get", "arguments": {"bucket_id": "buc_1"}, "output": {"bucket_id": "buc_1"}}
     replies = [write_reply([got], index.tools, index.key_of, f"s{s}") for s in range(8)]
-    assert all("bucket b_1" in r.lower() and " b b_1" not in r.lower() for r in replies), replies
+    assert all("bucket buc_1" in r.lower() for r in replies), replies
 
 
 def _solve(tools, query, outputs, seed):
@@ -91,38 +108,44 @@ def _solve(tools, query, outputs, seed):
 def test_the_solver_finds_the_tool_and_row_by_the_spoken_names(storage_env):
     index = ToolIndex({storage_env["env_id"]: storage_env})
     specs = tuple(openai_tool(t) for t in storage_env["tools"])
-    buckets = {"items": [{"b_id": "b_00001", "name": "Logs"}, {"b_id": "b_00002", "name": "Media"}], "total": 2}
+    buckets = {
+        "items": [{"bucket_id": "buc_00001", "name": "Logs"}, {"bucket_id": "buc_00002", "name": "Media"}],
+        "total": 2,
+    }
     for seed in range(6):
         rng = random.Random(seed)
         for tool, key, args in (
-            ("storage_buckets_get", "b_id", {"b_id": "b_00002"}),
-            ("storage_buckets_delete", "b_id", {"b_id": "b_00002"}),
-            ("storage_object_access_controls_get", "acl_2_id", {"acl_2_id": "acl_00003"}),
-            ("storage_bucket_access_controls_get", "acl_id", {"acl_id": "acl_00004"}),
+            ("storage_buckets_get", "bucket_id", {"bucket_id": "buc_00002"}),
+            ("storage_buckets_delete", "bucket_id", {"bucket_id": "buc_00002"}),
+            ("storage_object_access_controls_get", "object_acl_id", {"object_acl_id": "obj_00003"}),
+            ("storage_bucket_access_controls_get", "bucket_acl_id", {"bucket_acl_id": "buc_00004"}),
             ("storage_get_rate_plan", "rateplan_id", {"rateplan_id": "rat_00005"}),
         ):
             text = describe_call(index.tools[tool], key, args, rng=rng)
             query = text[0].upper() + text[1:] + "."
             assert _solve(specs, query, {}, seed) == [(tool, args)], query
         # a row named by what the user knows of it: the solver lists the buckets, then reads the one named Media
-        refs = {"b_id": "the bucket whose name is 'Media'"}
+        refs = {"bucket_id": "the bucket whose name is 'Media'"}
         text = describe_call(
-            index.tools["storage_bucket_access_controls_list"], "acl_id", {"b_id": "b_00002"}, refs, rng=rng
+            index.tools["storage_bucket_access_controls_list"],
+            "bucket_acl_id",
+            {"bucket_id": "buc_00002"},
+            refs,
+            rng=rng,
         )
         calls = _solve(specs, text[0].upper() + text[1:] + ".", {"storage_buckets_list": buckets}, seed)
         assert calls[0][0] == "storage_buckets_list", (text, calls)
-        assert calls[-1] == ("storage_bucket_access_controls_list", {"b_id": "b_00002"}), (text, calls)
+        assert calls[-1] == ("storage_bucket_access_controls_list", {"bucket_id": "buc_00002"}), (text, calls)
 
 
 def test_goal_expansion_names_the_tables_as_a_person_says_them(storage_env):
-    # an access control written to bucket "b": the follow-up reads the bucket it belongs to, and says
-    # "bucket", not the table's own name "b"
+    # an access control written to a bucket: the follow-up reads the bucket it belongs to, in words
     envs = {storage_env["env_id"]: storage_env}
     with environment_worker(envs) as worker:
         valid = next(st["state"] for st in storage_env["initial_states"] if st["name"] == "valid")
         episode = worker.open_episode({storage_env["env_id"]: valid})
         bucket = worker.call(episode, "storage_buckets_insert", {"name": "logs", "location": "EU"})
-        arguments = {"b_id": bucket["output"]["b_id"], "name": "reader", "role": "READER"}
+        arguments = {"bucket_id": bucket["output"]["bucket_id"], "name": "reader", "role": "READER"}
         acl = worker.call(episode, "storage_bucket_access_controls_insert", arguments)
         assert bucket["ok"] and acl["ok"], (bucket, acl)
         state = worker.save(episode)

@@ -457,6 +457,9 @@ class ValueFactory:
                 if "maximum" in schema or "minimum" in schema
                 else round(10 ** self.rng.uniform(0, 3.3), 2)
             )
+        if name.endswith(("_id", "_ids")) or name in ("id", "uid", "identifier"):
+            # an identifier typed ``number`` is still a whole number (JSON has no integer in some specs)
+            return float(self._bounded(schema, 1, 100_000, True))
         return float(self._bounded(schema, 1.0, 1000.0, False))
 
     # -- dates ---------------------------------------------------------------------------------------
@@ -594,6 +597,8 @@ class ValueFactory:
             return self.datetime_str(n, future)
         if _has(n, "year"):
             return str(self.rng.randint(2020, self.now.year + (4 if future or _future_field(n) else 0)))
+        if "cron" in desc or _has(n, "cron", "cron_expression", "cron_schedule"):
+            return rng.choice(_CRON_SCHEDULES)
         # a format the spec declares is its own word on the value's kind: a `primary_contact` with format
         # email holds an address, not a person's name
         kind = None if fmt in _DECLARED_FORMATS else self._kind_string(n, fmt, table, desc)
@@ -820,9 +825,20 @@ class ValueFactory:
 
 
 #: JSON Schema string formats whose values :meth:`ValueFactory._string` writes as such, before any kind the field's
-#: name suggests. (``uri`` belongs here too; adding it changes seeded values of the default run, so it goes in
-#: with the next regeneration of its figures.)
-_DECLARED_FORMATS = frozenset({"email", "uuid"})
+#: name suggests.
+_DECLARED_FORMATS = frozenset({"email", "uuid", "uri"})
+
+#: Schedules as people write them in cron (minute hour day-of-month month day-of-week).
+_CRON_SCHEDULES = (
+    "0 9 * * 1-5",
+    "*/15 * * * *",
+    "0 0 * * *",
+    "30 2 * * 0",
+    "0 */6 * * *",
+    "0 8 1 * *",
+    "45 17 * * 5",
+    "0 12 * * *",
+)
 
 # Format names by what the format is of (a coordinate, an image, a report...), the first matching context wins.
 _FORMATS = (

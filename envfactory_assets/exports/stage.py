@@ -356,7 +356,8 @@ def build_exports(
     version = export_version(sft_rows, rl_rows, allow, context)
     out = Path(exports_dir) / version
     if (out / MANIFEST).is_file():
-        return json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        # where the version is now (a home copied or moved keeps its exports)
+        return {**json.loads((out / MANIFEST).read_text(encoding="utf-8")), "path": str(out)}
     held_out = stored_held_out([*sft_rows, *rl_rows])
     sft, sft_dropped = _select(sft_rows, licences, allow)
     rl, rl_dropped = _select(rl_rows, licences, allow)

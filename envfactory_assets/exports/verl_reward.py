@@ -81,7 +81,7 @@ def episode_row(ground_truth: dict[str, Any], row_id: str = "verl") -> dict[str,
     }
 
 
-def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
+def score_calls(ground_truth: dict[str, Any], response: str, runner: Any = None) -> dict[str, Any]:
     """The training reward of the tool calls in ``response`` for the task described by ``ground_truth``.
 
     Args:
@@ -90,6 +90,8 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
             ``tools`` (OpenAI function specs: which arguments are required and their defaults),
             ``initial_state``).
         response: the model's whole response text (every assistant turn of the rollout).
+        runner: the :class:`~envfactory_assets.tooluse.task_episode.TaskRunner` to replay on; default
+            :func:`task_runner` (the environments file next to this module).
 
     Returns:
         ``{"score", "trace", "state", "n_calls", "n_malformed"}``; ``score`` is in [0, 1].
@@ -104,7 +106,7 @@ def score_calls(ground_truth: dict[str, Any], response: str) -> dict[str, Any]:
 
     # verl decodes the whole rollout, the tool results inside it: only the model's own text is parsed
     parsed = parse_tool_calls(without_tool_responses(response or ""))
-    episode = task_runner().episode(episode_row(ground_truth))
+    episode = (runner or task_runner()).episode(episode_row(ground_truth))
     try:
         for call in parsed.calls:
             episode.call(call["name"], call["arguments"])

@@ -370,12 +370,47 @@ _COLOUR_FIELD = re.compile(r"(^|_)(colou?r|colou?r_code|hex_colou?r|background|f
 _MIME_FIELD = re.compile(r"(^|_)(mime|mime_type|mimetype|content_type|media_type|accept)$")
 _UUID_FIELD = re.compile(r"(^|_)(uuid|guid)$")
 _ID_FIELD = re.compile(r"(^|_)(id|ids|uid|identifier)$")
+# A description that says the number identifies or indexes a record ("Doctor ID", "ID of this appointment's
+# patient", "Index of the exam room"), not a count or an amount.
+_NUMERIC_ID_DESC = re.compile(
+    r"^\W*(the\s+)?(\w+\s+){0,3}(id|identifier)\b(?!\s+(of\s+)?(count|number))|^\W*index of\b"
+)
+_IMAGE_FIELD = re.compile(r"(^|_)(icon|picture|image|logo|avatar|photo|thumbnail|banner)(_url|_uri|_link)?$")
+_ACTOR_FIELD = re.compile(
+    r"(^|_)(created_by|updated_by|modified_by|deleted_by|owner|assignee|author|reviewer|approver|requester|"
+    r"reporter)$"
+)
+_ORGANIZATION_FIELD = re.compile(
+    r"(^|_)(manufacturer|company|company_name|organization|organisation|organization_name|employer|"
+    r"publisher|supplier|carrier_name|merchant_name)$"
+)
+#: Characters numbers are written with between digit groups or before decimals (CLDR number symbols).
+_SEPARATORS = frozenset({".", ",", " ", "\u00a0", "\u202f", "'", "\u2019", "\u066b", "\u066c"})
+# One field of a cron expression: numbers, names (JAN, MON), ranges, lists, steps and the Quartz extras.
+_CRON_FIELD = re.compile(
+    r"^(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/\d+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/\d+)?)*[LW#\d]*$"
+)
+_CRON_MACROS = frozenset({"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly", "@reboot"})
 _COORD_PAIR = re.compile(r"^\s*(-?\d{1,3}(?:\.\d+)?)\s*[, ;]\s*(-?\d{1,3}(?:\.\d+)?)\s*$")
 _HEX_COLOUR = re.compile(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
 _FUNC_COLOUR = re.compile(r"^(rgb|rgba|hsl|hsla)\(\s*[\d.%\s,/]+\)$")
 _MIME_SHAPE = re.compile(r"^[a-z]+/[a-z0-9][\w.+-]*(\s*;\s*[\w-]+=[\w.\-\"]+)*$|^\*/\*$")
 _DATE_PATTERN = re.compile(r"^[YMDdHhmsSaAZzT%:/.\-, ]+$")
 _STREET_SHAPE = re.compile(r"\d")
+
+
+def _cron_ok(text: str) -> bool:
+    """A cron expression: a macro (``@daily``), or 5 to 7 space-separated fields (Vixie cron, with seconds or
+    years as Quartz and cloud schedulers write them), each of numbers, names, ``*``, ranges, lists and steps,
+    at least one not a bare word (``every day at noon`` is no expression)."""
+    fields = text.split()
+    if len(fields) == 1 and fields[0].lower() in _CRON_MACROS:
+        return True
+    return (
+        5 <= len(fields) <= 7
+        and all(_CRON_FIELD.match(f) for f in fields)
+        and any(any(c.isdigit() or c in "*?/" for c in f) for f in fields)
+    )
 
 
 def is_placeholder(text: str) -> bool:
@@ -632,6 +667,30 @@ def _kind_verdict(name: str, text: str, desc: str) -> Judgement | None:
             any(c.isdigit() for c in text) or text.isupper()
         )
         return judged(ok, "code", "code or number")
+    if _IMAGE_FIELD.search(name) and re.match(r"^[a-z][a-z0-9+.-]*://", text):
+        import validators
+
+        # an image field may also hold an icon's name; only a value written as a link is judged, as a link
+        return judged(validators.url(text) is True, "image_url", "image URL")
+    if re.search(r"(^|_)(decimal|thousands?|group|digit_group)_separator$", name):
+        return judged(text in _SEPARATORS, "separator", "number separator")
+    if "cron" in desc or re.search(r"(^|_)cron(_expression|_schedule)?$", name):
+        return judged(_cron_ok(text), "cron", "cron expression")
+    if _ACTOR_FIELD.search(name):
+        # who did it, as a system records it: a person's name, an e-mail address, or an account identifier
+        ok = (
+            bool(_NAME_SHAPE.match(text))
+            and all(w[:1].isupper() for w in text.split())
+            or "@" in text.strip("@")
+            or re.fullmatch(r"[A-Za-z0-9][\w.\-:]{1,63}", text) is not None
+            and any(c.isdigit() for c in text)
+        )
+        return judged(ok, "actor", "person, e-mail address or account")
+    if _ORGANIZATION_FIELD.search(name):
+        # a company's name as it is written: capitalised words (``Beck-Williams``, ``Lopez, Carson and Hicks``)
+        words = re.findall(r"[^\W\d_][\w'&.\-]*", text)
+        ok = bool(words) and words[0][:1].isupper() and len(words) <= 8
+        return judged(ok, "organization", "organisation name")
     if _ID_FIELD.search(name):
         # an identifier of something outside the environment: a code with digits or separators, a UUID, a slug
         ok = any(c.isdigit() for c in text) or bool(re.search(r"[-_:./@]", text.strip("-_:./@")))
@@ -804,6 +863,9 @@ def _number_verdict(name: str, value: float, desc: str) -> Judgement:
         return Judgement("pass" if 0 <= value <= 100 else "fail", "percent")
     if _AMOUNT.search(name) or _COUNT.search(name) or _MEASURE.search(name):
         return Judgement("pass" if value >= 0 else "fail", "non_negative")
+    if _ID_FIELD.search(name) or _NUMERIC_ID_DESC.search(desc):
+        ok = float(value).is_integer() and value >= 0
+        return Judgement("pass" if ok else "fail", "identifier", "" if ok else f"{value!r} is no numeric identifier")
     return Judgement("unknown", "none")
 
 

@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 from envfactory_assets.envgen.tools import KIND_ORDER
+from envfactory_assets.reporting.exports_section import current_export_audit, exports_section
 from envfactory_assets.reporting.realism import (
     current_rows,
     flat_realism_figures,
@@ -223,6 +224,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
             "FROM checkpoints ORDER BY written_at DESC LIMIT 5"
         )
         evaluations = store_evaluations(con)
+        export_audit = current_export_audit(con)
         stage_times = latest_stage_times(con)
         refined_rows = read_rows(con, "refined_trajectories", "status = 'passed'")
         realism = realism_figures(con, refined_rows)
@@ -337,6 +339,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         "",
         _table(splits, ("dataset", "split", "rows")),
         "",
+        *exports_section(export_audit),
         "## Checkpoints",
         "",
         _table(

@@ -97,8 +97,18 @@ def unique_name(name: str, taken: set[str], max_len: int = MAX_NAME_LEN) -> str:
     return candidate
 
 
+#: Last words ending in ``-ches`` whose singular keeps the ``e`` (``caches`` -> ``cache``, not ``cach``).
+_CHE_NOUNS = frozenset({"caches", "niches", "cliches", "avalanches", "headaches", "moustaches", "mustaches"})
+
+
 def singular(word: str) -> str:
-    """Crude English singular of a snake_case resource name (``"companies"`` -> ``"company"``)."""
+    """Crude English singular of a snake_case resource name (``"companies"`` -> ``"company"``); a last word of
+    one or two letters is kept (``send_as`` is not ``send_a``)."""
+    last = word.rsplit("_", 1)[-1]
+    if len(last) <= 2:
+        return word
+    if last in _CHE_NOUNS:
+        return word[:-1]
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
     if word.endswith(("sses", "xes", "ches", "shes", "iases")) or re.search(r"[^aeiou]uses$", word):
@@ -106,6 +116,16 @@ def singular(word: str) -> str:
     if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
         return word[:-1]
     return word
+
+
+def plural(word: str) -> str:
+    """Crude English plural of a snake_case noun, the inverse of :func:`singular` on the names it makes
+    (``"bucket"`` -> ``"buckets"``, ``"address"`` -> ``"addresses"``, ``"policy"`` -> ``"policies"``)."""
+    if re.search(r"[^aeiou]y$", word):
+        return word[:-1] + "ies"
+    if word.endswith(("s", "x", "z", "ch", "sh")):
+        return word + "es"
+    return word + "s"
 
 
 def _vowel(tok: str) -> bool:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from envfactory_assets.runtime.code_policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
 from envfactory_assets.sources.actions import action_verb, split_action_path
-from envfactory_assets.sources.names import singular, snake_case, to_identifier, unique_name
+from envfactory_assets.sources.names import plural, singular, snake_case, speakable, to_identifier, unique_name
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
 MAX_FIELDS = 8
@@ -433,6 +434,9 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
 
     resources: list[Resource] = []
     taken_names: set[str] = set()
+    literals = Counter(_collection_literal(_segments(cpath), items.get(cpath, (None, {}))[0]) for cpath in collections)
+    # names two collections share (bucket and object ACLs both end in /acl) are told apart by their parents
+    shared = frozenset(literal for literal, n in literals.items() if n > 1)
     for cpath, citem in sorted(collections.items()):
         segs = _segments(cpath)
         params = [s for s in segs if _PARAM_SEGMENT.match(s)]
@@ -441,7 +445,7 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
         try:
             res = None if "post" in citem else _singleton_resource(spec, cpath, citem, items, taken_names)
             if res is None:
-                res = _resource_from_collection(spec, cpath, citem, items, taken_names, extras)
+                res = _resource_from_collection(spec, cpath, citem, items, taken_names, extras, shared)
         except (SpecError, RecursionError):
             continue
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
@@ -472,10 +476,13 @@ def _parent_key(segs: list[str]) -> str | None | bool:
     if not params:
         return None
     idx = params[-1]
+    named = snake_case(segs[idx].strip("{}")).removesuffix("_id").removesuffix("_name")
     if idx > 0 and _PARAM_SEGMENT.match(segs[idx - 1]):
-        parent_literal = snake_case(segs[idx].strip("{}")).removesuffix("_id").removesuffix("_name")
+        parent_literal = named
     else:
         parent_literal = snake_case(segs[idx - 1]) if idx > 0 else ""
+        if parent_literal and not speakable(parent_literal) and speakable(named):
+            parent_literal = named  # /b/{bucket}/acl: the parent is a bucket, not a "b"
     if not parent_literal:
         return False
     return to_identifier(f"{singular(parent_literal)}_id", fallback="parent_id", max_len=40)
@@ -525,20 +532,22 @@ def _resource_from_collection(
     items: dict[str, tuple[str, dict[str, Any]]],
     taken_names: set[str],
     extras: dict[str, list[tuple[str, str, dict[str, Any]]]] | None = None,
+    shared: frozenset[str] = frozenset(),
 ) -> Resource | None:
     """Build the :class:`Resource` of one collection path, or None when it has no usable shape.
 
     ``extras`` maps item and collection paths to their action, search and count paths
-    (``(segment, path, path item)``)."""
+    (``(segment, path, path item)``); ``shared`` holds the names several collections of the document end in
+    (a nested one is named with its parent's: ``bucket_acl``)."""
     extras = extras or {}
     segs = _segments(cpath)
-    literal = snake_case(segs[-1])
+    ipath, iitem = items.get(cpath, (None, {}))
+    literal = _collection_literal(segs, ipath)
     if not literal or len(literal) > 40:
         return None
     parent_key = _parent_key(segs)
     if parent_key is False:
         return None
-    ipath, iitem = items.get(cpath, (None, {}))
     ops: dict[str, Operation] = {}
 
     def add(kind: str, method: str, path: str, op: Any) -> None:
@@ -576,7 +585,11 @@ def _resource_from_collection(
             if made is not None:
                 actions.append(made)
                 seen_verbs.add(verb)
-    name = unique_name(to_identifier(literal, fallback="resource", max_len=40), taken_names)
+    base = to_identifier(literal, fallback="resource", max_len=40)
+    if (base in shared or base in taken_names) and parent_key:
+        # bucket and object ACLs both end in /acl: the second is told apart by what it belongs to
+        base = to_identifier(f"{parent_key.removesuffix('_id')}_{literal}", fallback=base, max_len=40)
+    name = unique_name(base, taken_names)
     key = f"{singular(name)}_id"
     post = deref(spec, citem.get("post")) if "create" in ops else None
     schema = _request_schema(spec, post) if isinstance(post, dict) else None
@@ -594,6 +607,16 @@ def _resource_from_collection(
             FieldSpec(parent_key, parent_key, {"type": "string"}, f"Identifier of the parent {parent_key[:-3]}.", True),
         )
     return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only)
+
+
+def _collection_literal(segs: list[str], item_path: str | None) -> str:
+    """The table name a collection's last path segment gives, or, when a person cannot say that segment
+    (Google Cloud Storage's ``/b/{bucket}``, ``/o/{object}``), the plural of its item's path parameter."""
+    literal = snake_case(segs[-1])
+    if speakable(literal) or not item_path:
+        return literal
+    named = snake_case(_segments(item_path)[-1].strip("{}")).removesuffix("_id").removesuffix("_name")
+    return plural(named) if named and speakable(named) else literal
 
 
 def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:

@@ -234,6 +234,13 @@ TABLES: dict[str, list[str]] = {
         "config JSON",
         "task_ids JSON",
     ],
+    # one row per export version (id: the version), written by the exports stage after it measured the written
+    # files as verl, LlamaFactory and Hugging Face load them (envfactory_assets.exports.audit)
+    "export_audits": [
+        "id VARCHAR PRIMARY KEY",
+        "path VARCHAR NOT NULL",
+        "audit JSON",
+    ],
     # one row per Dagster run and asset step of an `envfactory run` (run_token: the CLI's run tag, shared by the
     # runs of one command); written at the command's end and never superseded, so every run's times stay
     "stage_times": [

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from envfactory_assets.synth.trajectories.simulated_user import REFUSAL
+from envfactory_assets.tooluse.tool_calls import tool_call_text
 
 #: What the solver answers once its calls have run (and for a query it has no calls for).
 DONE = "Done."
@@ -86,9 +87,7 @@ class RoleReplies:
         calls = self.gold.get(query) or self.gold.get(last)
         if not calls:
             return UNKNOWN
-        return "".join(
-            "<tool_call>" + json.dumps({"name": c["name"], "arguments": c["arguments"]}) + "</tool_call>" for c in calls
-        )
+        return tool_call_text(calls)
 
 
 def gold_of(turns: Any) -> dict[str, list[dict[str, Any]]]:

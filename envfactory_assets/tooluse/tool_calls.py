@@ -238,6 +238,14 @@ def inert_tags(json_text: str) -> str:
     return _ACTIVE_TAG_RE.sub(r"\\u003c", json_text)
 
 
+def tool_call_text(calls: list[dict[str, Any]]) -> str:
+    """``calls`` (``[{"name", "arguments"}]``) as the ``<tool_call>`` blocks :func:`parse_tool_calls` reads: one
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` per call, in order ('' for no call)."""
+    return "".join(
+        _TOOL_CALL_OPEN + json.dumps({"name": c["name"], "arguments": c["arguments"]}) + _TOOL_CALL_CLOSE for c in calls
+    )
+
+
 def parse_tool_calls(text: str) -> ParseResult:
     """Extract tool calls from one model output.
 

@@ -99,6 +99,24 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
     except (KeyError, ValueError) as exc:
         raise dg.Failure(f"exports: {exc}") from exc
     context.log.info(f"export {manifest['version']} written to {manifest['path']}")
+    audit = _stored_audit(store, manifest["version"])
+    if audit is None:
+        from envfactory_assets.exports.audit import audit_export
+
+        try:
+            audit = audit_export(
+                manifest,
+                progress=progress_callback(
+                    context,
+                    "verl rows scored by the exported reward",
+                    asset_key=dg.AssetKey("verl_export"),
+                    label="export_audit",
+                ),
+            )
+        except (KeyError, ValueError) as exc:
+            raise dg.Failure(f"exports: measuring export {manifest['version']}: {exc}") from exc
+    # the current row is the audit of the version this materialization wrote (earlier versions' stay, superseded)
+    store.replace_current("export_audits", [{"id": manifest["version"], "path": manifest["path"], "audit": audit}])
     for key, files in EXPORT_KEYS.items():
         rows = {f: manifest["files"][f]["rows"] for f in files if f in manifest["files"]}
         yield dg.MaterializeResult(
@@ -111,9 +129,31 @@ def dataset_exports(context: dg.AssetExecutionContext, config: ExportConfig, env
                 "licences": len(manifest["licences"]),
                 "dropped_by_licence": manifest["dropped"],
                 "hf_context": manifest.get("hf_context"),
+                **_audit_metadata(key, audit),
             },
             data_version=dg.DataVersion(manifest["version"]),
         )
+
+
+def _stored_audit(store, version: str) -> dict | None:
+    """The stored audit of export ``version`` (table ``export_audits``), or None."""
+    from envfactory_assets.store.db import sql_string
+
+    rows = store.read("export_audits", f"id = {sql_string(version)}", current=False)
+    return rows[0]["audit"] if rows else None
+
+
+def _audit_metadata(asset_key: str, audit: dict) -> dict:
+    """The audit's figures of one export asset, as its materialization's metadata."""
+    if asset_key == "verl_export":
+        return {"verl_reward": audit["verl"]}
+    if asset_key == "sharegpt_export":
+        return {"llamafactory_rules": audit["sharegpt"]}
+    return {}
+
+
+#: Which of an audit's problems (by their prefix) fail which export's check.
+_AUDIT_PREFIX = {"verl_export": "verl:", "sharegpt_export": "ShareGPT:", "hf_dataset_export": "HF:"}
 
 
 def _latest_manifest(instance: dg.DagsterInstance, envfactory: EnvFactoryHome, asset_key: str) -> dict | None:
@@ -132,7 +172,9 @@ def _export_check(asset_key: str):
         blocking=True,
         name=f"{asset_key}_is_complete",
         description="Files exist with the manifest's row counts; no validation environment in "
-        "train; every row carries its licences.",
+        "train; every row carries its licences; the stored audit of the version finds nothing wrong (verl: an "
+        "empty response or empty arguments score 0 and the gold and executed calls the maximum on every row; "
+        "ShareGPT: every row keeps LlamaFactory's role rules).",
     )
     def _check(context: dg.AssetCheckExecutionContext, envfactory: EnvFactoryHome) -> dg.AssetCheckResult:
         from envfactory_assets.exports.verify import verify_export
@@ -141,6 +183,11 @@ def _export_check(asset_key: str):
         if manifest is None or "missing" in manifest:
             return dg.AssetCheckResult(passed=False, metadata={"problem": f"no export found: {manifest}"})
         problems = verify_export(Path(manifest["path"]), manifest, EXPORT_KEYS[asset_key])
+        audit = _stored_audit(envfactory.store(), manifest["version"])
+        if audit is None:
+            problems.append(f"no audit of export {manifest['version']} is stored (table export_audits)")
+        else:
+            problems += [p for p in audit["problems"] if p.startswith(_AUDIT_PREFIX[asset_key])]
         return dg.AssetCheckResult(
             passed=not problems, metadata={"version": manifest["version"], "problems": problems[:10]}
         )
