@@ -545,8 +545,8 @@ def _serve_env_stdio(args: argparse.Namespace) -> int:
         load_environment_from_store,
         serve_stdio,
     )
-    from envfactory_assets.mcp_server.server import DEFAULT_MAX_ARGUMENT_BYTES
     from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES
+    from envfactory_assets.serving.serve_env_settings import DEFAULT_MAX_ARGUMENT_BYTES
     from envfactory_assets.store.db import StoreBusy
 
     if args.max_argument_bytes is None:
@@ -575,7 +575,8 @@ def _serve_env_http(args: argparse.Namespace) -> int:
 
     from envfactory_assets.config_checks import SettingError
     from envfactory_assets.mcp_server import EnvironmentNotServable, load_environment_from_store
-    from envfactory_assets.mcp_server.http import MCP_PATH, HttpSettings, build_http_server, serve_http
+    from envfactory_assets.mcp_server.http import MCP_PATH, build_http_server, serve_http
+    from envfactory_assets.serving.serve_env_settings import HttpSettings
     from envfactory_assets.store.db import StoreBusy
 
     host = args.host if args.host is not None else "127.0.0.1"
@@ -1006,15 +1007,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="valid",
         help="the initial state the session starts from (default: valid)",
     )
-    # default None: the server's DEFAULT_MAX_ARGUMENT_BYTES, read when serving (importing the MCP server
-    # here would cost every command about 2 s)
+    from envfactory_assets.serving.serve_env_settings import DEFAULT_MAX_ARGUMENT_BYTES, HttpSettings
+
+    # default None: the settings module's own defaults, the one place they live (shown here from it)
     serve.add_argument(
         "--max-argument-bytes",
         type=int,
         default=None,
         help="most bytes (as JSON) of one tool call's arguments; larger calls get a tool error "
-        "and do not run (default: the server's DEFAULT_MAX_ARGUMENT_BYTES, in "
-        "envfactory_assets/mcp_server/server.py)",
+        f"and do not run (default: {DEFAULT_MAX_ARGUMENT_BYTES})",
     )
     serve.add_argument(
         "--http",
@@ -1024,17 +1025,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default=None, help="with --http: address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="with --http: port to listen on (default: 8000)")
-    # default None: HttpSettings' own defaults (envfactory_assets/mcp_server/http.py), the one place they live
+    http_defaults = HttpSettings()
     for option, kind, what in (
         ("max-sessions", int, "most MCP sessions open at once; one more initialize gets HTTP 503 session_capacity"),
         ("idle-timeout-s", float, "seconds without a request after which a session and its worker are ended"),
     ):
-        serve.add_argument(
-            f"--{option}",
-            type=kind,
-            default=None,
-            help=f"with --http: {what} (default: HttpSettings in mcp_server/http.py)",
-        )
+        default = getattr(http_defaults, option.replace("-", "_"))
+        serve.add_argument(f"--{option}", type=kind, default=None, help=f"with --http: {what} (default: {default:g})")
     serve.set_defaults(func=cmd_serve_env)
     oe = sub.add_parser(
         "serve-openenv", help="serve the RL rows as an OpenEnv environment (HTTP and WebSocket) to RL trainers"

@@ -141,12 +141,26 @@ def find_trajectory(store: Any, trajectory_id: str) -> tuple[dict[str, Any], dic
         return raws[0], refined[0]
     raws = store.read("raw_trajectories", "id = ?", [trajectory_id], current=False)
     if not raws:
+        near = closest_ids(store, trajectory_id)
         raise TrajectoryNotFound(
             f"no raw or refined trajectory has id {trajectory_id!r} "
             "(ids look like the refined_trajectory_id of sft_dataset rows)"
+            + (f"; the closest stored: {', '.join(near)}" if near else "")
         )
     later = store.read("refined_trajectories", "raw_trajectory_id = ?", [trajectory_id])
     return raws[0], (later[0] if later else None)
+
+
+def closest_ids(store: Any, trajectory_id: str, n: int = 3) -> list[str]:
+    """Up to ``n`` ids of passed refined trajectories closest to ``trajectory_id`` by Jaro-Winkler similarity
+    (DuckDB's ``jaro_winkler_similarity``), most similar first: what a mistyped or truncated id was likely
+    meant to be. Empty when the store has none."""
+    rows = store.query(
+        "SELECT id FROM current_refined_trajectories WHERE status = 'passed' "
+        f"ORDER BY jaro_winkler_similarity(id, ?) DESC, id LIMIT {int(n)}",
+        [trajectory_id],
+    )
+    return rows["id"].to_list() if rows.height else []
 
 
 def render_from_store(store: Any, trajectory_id: str) -> str:

@@ -26,6 +26,7 @@ from envfactory_assets.config_checks import SettingError
 from envfactory_assets.evaluation.stats import paired_bootstrap
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
 from envfactory_assets.synth.refinement.operators import refine_turns
+from envfactory_assets.synth.run_settings import DatasetRunSpec
 from envfactory_assets.synth.stage import (
     DEFAULT_QUERY_SOURCE,
     dataset_rows,
@@ -221,7 +222,7 @@ def test_the_arm_selections_and_settings_exist_in_the_pipeline_graph(tmp_path):
         config = arm_config(USER, arm, tmp_path, 10)
         assert set(config_for_selection(graph, config, "*sft_dataset")["ops"]) <= data_ops
     assert DatasetConfig().query_source == DEFAULT_QUERY_SOURCE == "refined"
-    assert DatasetConfig(query_source="raw").check_settings() == DataGapsConfig()
+    assert DatasetConfig(query_source="raw").check_settings() == (DatasetRunSpec(query_source="raw"), DataGapsConfig())
     with pytest.raises(SettingError, match="query_source"):
         DatasetConfig(query_source="unrefined").check_settings()
 

@@ -150,9 +150,9 @@ def test_the_dagster_configs_check_through_their_specs():
         TrajectoryConfig(min_turns=0).check_settings()
     with pytest.raises(SettingError, match=r"^refined_trajectories setting conversational_share=2.0: "):
         RefineConfig(conversational_share=2.0).check_settings()
-    assert ChainsConfig().check_settings() == SamplerConfig()
+    assert ChainsConfig().check_settings() == (ChainRunSpec(), SamplerConfig())
     assert RefineConfig().check_settings() == CalibrationConfig()
-    assert TrajectoryConfig().check_settings() == SynthConfig()
+    assert TrajectoryConfig().check_settings() == (TrajectoryRunSpec(), SynthConfig())
 
 
 #: (config, spec field with its prefix) a Dagster config leaves unset on purpose, and why.
@@ -236,5 +236,6 @@ def test_a_config_builds_its_specs_field_by_field():
     spec = SourceConfig(include=["a_key"], domains=["productivity"]).check_settings()
     assert spec == SourceRunSpec(include=("a_key",), domains=("productivity",))
     assert SourceConfig().check_settings() == SourceRunSpec()
-    changed = ChainsConfig(p_linked_start=0.25, max_tools=9, min_tools=4).check_settings()
+    run, changed = ChainsConfig(p_linked_start=0.25, max_tools=9, min_tools=4, n_chains=7).check_settings()
     assert changed == SamplerConfig(p_linked_start=0.25, max_tools=9, min_tools=4)
+    assert run == ChainRunSpec(n_chains=7)

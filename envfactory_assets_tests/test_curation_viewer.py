@@ -196,6 +196,8 @@ def test_a_refined_trajectory_renders_its_turns_calls_results_and_both_queries(c
     assert find_trajectory(store, raw["id"])[1]["id"] == refined["id"]  # a raw id finds its refined version
     with pytest.raises(TrajectoryNotFound):
         find_trajectory(store, "traj_missing")
+    with pytest.raises(TrajectoryNotFound, match=rf"the closest stored: {refined['id']}\b"):
+        find_trajectory(store, refined["id"][:-1])  # a truncated id: the one it was cut from comes first
     with pytest.raises(ValueError):
         render_trajectory({**raw, "id": "raw_other"}, refined)
     sample = _metadata(second, "refined_trajectories")["sample_trajectories"]

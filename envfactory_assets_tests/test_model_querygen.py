@@ -229,7 +229,7 @@ def test_the_roles_are_configured_in_the_specs_and_the_dagster_configs():
     with pytest.raises(SettingError, match=r"^refined_trajectories setting refiner='gpt': "):
         RefineConfig(refiner="gpt").check_settings()
     assert RefineConfig(refiner="model").check_settings().refiner == "model"
-    assert TrajectoryConfig(query_writer="model").check_settings().query_writer == "model"
+    assert TrajectoryConfig(query_writer="model").check_settings()[1].query_writer == "model"
     with pytest.raises(dg.Failure, match="refiner='model' needs a model"):
         model_role_backend("refined_trajectories", "refiner", "model", None)
     assert model_role_backend("refined_trajectories", "refiner", "programmatic", object()) is None

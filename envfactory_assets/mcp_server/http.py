@@ -28,7 +28,6 @@ advertises only the handshake-era versions in ``server/discover`` (the SDK's ``C
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import threading
@@ -43,14 +42,12 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from envfactory_assets.config_checks import finite_number, setting, whole_number
-from envfactory_assets.mcp_server.server import DEFAULT_MAX_ARGUMENT_BYTES, environment_server, resolve_initial_state
+from envfactory_assets.mcp_server.server import environment_server, resolve_initial_state
 from envfactory_assets.mcp_server.session import SessionEpisode
-from envfactory_assets.runtime.bounded_json import DEFAULT_MAX_DECODED_BYTES, JsonBounds
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.serving.bounded_asgi import BoundedJsonMiddleware
+from envfactory_assets.serving.serve_env_settings import DEFAULT_MAX_ARGUMENT_BYTES, HttpSettings
 
-OWNER = "serve-env --http"
 #: The path of the MCP endpoint, as the SDK's ``streamable_http_app`` names it.
 MCP_PATH = "/mcp"
 #: JSON-RPC "server error" code of a session refused at the cap (the implementation-defined range).
@@ -58,43 +55,6 @@ SESSION_CAPACITY = -32000
 _SESSION_ID_HEADER = b"mcp-session-id"
 #: Seconds a stop of the server waits for open connections (a connected client's GET stream never ends).
 _GRACEFUL_SHUTDOWN_S = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class HttpSettings:
-    """How many MCP sessions one ``serve-env --http`` process holds, for how long, and how big a call may be.
-
-    Raises:
-        SettingError: a value outside its range (checked when built).
-    """
-
-    max_sessions: int = setting(
-        256,
-        "most MCP sessions open at once (256: GRPO's num_generations 8 x a batch of 32 prompts), each with its "
-        "own sandbox worker process (about 23 MiB, so about 6 GiB with every slot taken); one more initialize "
-        "is refused with HTTP 503 and a session_capacity JSON-RPC error",
-    )
-    idle_timeout_s: float = setting(
-        600.0,
-        "a session with no request in flight and no open GET stream for this many seconds is ended and its "
-        "worker stopped (its id answers 404 afterwards)",
-    )
-    max_argument_bytes: int = setting(
-        DEFAULT_MAX_ARGUMENT_BYTES,
-        "most bytes of one call's arguments as JSON; a larger call is a too_large tool error and does not run",
-    )
-
-    def __post_init__(self) -> None:
-        whole_number(OWNER, "max_sessions", self.max_sessions, 1, 4096)
-        finite_number(OWNER, "idle_timeout_s", self.idle_timeout_s, 0, None, low_open=True)
-        whole_number(OWNER, "max_argument_bytes", self.max_argument_bytes, 1, 1 << 30)
-
-    def body_bounds(self) -> JsonBounds:
-        """The bounds of one request body: room for the largest arguments a call may have (twice, for
-        escaping) and 1 MiB more, as the stdio server sizes its lines; a decoded size of at least the bounded
-        reader's default; its default depth."""
-        max_bytes = 2 * self.max_argument_bytes + (1 << 20)
-        return JsonBounds(max_bytes=max_bytes, max_decoded_bytes=max(DEFAULT_MAX_DECODED_BYTES, max_bytes))
 
 
 def _connection(ctx: ServerRequestContext[Any]) -> Connection:

@@ -23,15 +23,13 @@ from mcp.shared.exceptions import MCPError
 from envfactory_assets.mcp_server.session import SessionEpisode
 from envfactory_assets.mcp_server.transport import MAX_MESSAGE_BYTES, clip, stdio_transport
 from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.serving.serve_env_settings import DEFAULT_MAX_ARGUMENT_BYTES
 from envfactory_assets.tooluse.tool_calls import inert_tags
 
 if TYPE_CHECKING:  # jsonschema is imported at the first tool call, not before the server answers initialize
     from jsonschema.protocols import Validator
 
 SERVER_NAME_PREFIX = "envfactory-"
-#: Default cap on one tool call's arguments (their JSON, in bytes). Without one, a single call could store a
-#: value of any size in the session state, and every later list call would return it again.
-DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
 
 
 def resolve_initial_state(environment: dict[str, Any], initial_state: str | dict[str, Any]) -> dict[str, Any]:

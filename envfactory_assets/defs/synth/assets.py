@@ -80,15 +80,15 @@ class ChainsConfig(generated_config("ChainsSettings", *CHAIN_SOURCES)):
     """Sampler settings (docs/configuration.md lists each with its default and help); the defaults are the
     paper's topology-aware sampler, 15 tools, 3 servers, depth 5."""
 
-    def check_settings(self) -> SamplerConfig:
-        """The sampler settings as a :class:`SamplerConfig`, every setting checked before the store is read.
+    def check_settings(self) -> tuple[ChainRunSpec, SamplerConfig]:
+        """The settings as the run's :class:`ChainRunSpec` and the sampler's :class:`SamplerConfig`, each
+        setting checked once, by the dataclass that states it, before the store is read.
 
         Raises:
             SettingError: a setting out of range or of the wrong type, named in the message.
         """
-        build_spec(CHAIN_SOURCES[0], self)
         # the sampler's own limits, checked in SamplerConfig and reported under this asset's name
-        return build_spec(CHAIN_SOURCES[1], self, owner="tool_chains")
+        return build_spec(CHAIN_SOURCES[0], self), build_spec(CHAIN_SOURCES[1], self, owner="tool_chains")
 
 
 class TrajectoryConfig(generated_config("TrajectorySettings", *TRAJECTORY_SOURCES)):
@@ -96,14 +96,16 @@ class TrajectoryConfig(generated_config("TrajectorySettings", *TRAJECTORY_SOURCE
     of ``sampler`` are executed; ``query_writer: model`` has the ``model_backend``'s model write the raw
     queries (the programmatic writer is the default)."""
 
-    def check_settings(self) -> SynthConfig:
-        """The synthesis settings as a :class:`SynthConfig`, checked before the store is read.
+    def check_settings(self) -> tuple[TrajectoryRunSpec, SynthConfig]:
+        """The settings as the run's :class:`TrajectoryRunSpec` and the synthesis :class:`SynthConfig`, each
+        setting checked once, by the dataclass that states it, before the store is read.
 
         Raises:
             SettingError: a setting out of range or of the wrong type, named in the message.
         """
-        build_spec(TRAJECTORY_SOURCES[0], self)
-        return build_spec(TRAJECTORY_SOURCES[1], self, owner="raw_trajectories")
+        return build_spec(TRAJECTORY_SOURCES[0], self), build_spec(
+            TRAJECTORY_SOURCES[1], self, owner="raw_trajectories"
+        )
 
 
 class DatasetConfig(generated_config("DatasetSettings", *DATASET_SOURCES)):
@@ -111,14 +113,14 @@ class DatasetConfig(generated_config("DatasetSettings", *DATASET_SOURCES)):
     parallel calls, converted values; :mod:`envfactory_assets.synth.datasets.datagaps`); docs/configuration.md
     lists each setting with its default and help."""
 
-    def check_settings(self) -> DataGapsConfig:
-        """The data-gap settings as a :class:`DataGapsConfig`, every setting checked before the store is read.
+    def check_settings(self) -> tuple[DatasetRunSpec, DataGapsConfig]:
+        """The settings as the run's :class:`DatasetRunSpec` and the :class:`DataGapsConfig`, each setting
+        checked once, by the dataclass that states it, before the store is read.
 
         Raises:
             SettingError: ``sft_share`` or a data-gap share out of range or of the wrong type, named in the message.
         """
-        build_spec(DATASET_SOURCES[0], self)
-        return build_spec(DATASET_SOURCES[1], self, owner="datasets")
+        return build_spec(DATASET_SOURCES[0], self), build_spec(DATASET_SOURCES[1], self, owner="datasets")
 
 
 def min_turns_reachable(owner: str, min_turns: int, longest: int | None, why: str) -> None:
@@ -179,44 +181,44 @@ def tool_chains(
     """Seeded tool chains from the topology-aware sampler (or the random-walk baseline), each validated:
     every required input is user-providable or produced earlier in the chain. Chains that touch no changed
     environment are kept as they are (same ids) when the config is unchanged."""
-    cfg = checked(config.check_settings)
+    run, cfg = checked(config.check_settings)
     require_upstream_gates(context, upstream_gates)
     envs, verified_ids = passed_environments(envfactory)
     _refuse_a_graph_curation_outdated(envfactory, envs)
     graph = _graph(envfactory)
     tags = benchmark_tags(envfactory.store().read("benchmark_overlap"))
-    meter = asset_progress(context, config.n_chains + config.baseline_chains, "chains sampled")
+    meter = asset_progress(context, run.n_chains + run.baseline_chains, "chains sampled")
     rows = chain_rows(
         graph,
         envs,
         verified_ids,
-        config.n_chains,
-        config.base_key,
-        config.sampler,
+        run.n_chains,
+        run.base_key,
+        run.sampler,
         cfg,
         tags,
         progress=lambda done, total: meter.update(done),
     )
-    meter.update(config.n_chains)  # its draws are over, also when a small graph gave fewer distinct chains
+    meter.update(run.n_chains)  # its draws are over, also when a small graph gave fewer distinct chains
     # The other sampler's chains are kept for comparison only (mart sampler_comparison); trajectories
     # are synthesized from chains of `sampler` alone.
-    other = "random_walk" if config.sampler == "topology" else "topology"
+    other = "random_walk" if run.sampler == "topology" else "topology"
     comparison = (
         chain_rows(
             graph,
             envs,
             verified_ids,
-            config.baseline_chains,
-            config.base_key + "/baseline",
+            run.baseline_chains,
+            run.base_key + "/baseline",
             other,
             cfg,
             tags,
-            progress=lambda done, total: meter.update(config.n_chains + done),
+            progress=lambda done, total: meter.update(run.n_chains + done),
         )
-        if config.baseline_chains
+        if run.baseline_chains
         else []
     )
-    meter.update(config.n_chains + config.baseline_chains)
+    meter.update(run.n_chains + run.baseline_chains)
     meter.finish()
     rows = list({r["id"]: r for r in rows + comparison}.values())
     store = envfactory.store()
@@ -226,7 +228,7 @@ def tool_chains(
             store.read("tool_chains"),
             rows,
             verified_ids,
-            {config.sampler: config.n_chains, other: config.baseline_chains},
+            {run.sampler: run.n_chains, other: run.baseline_chains},
             still_valid=lambda r: (
                 not validate_chain(graph, Chain.from_dict(r["tools"]), cfg) or r["status"] == "failed"
             ),
@@ -238,7 +240,7 @@ def tool_chains(
             "chains": len(rows),
             "status": status_counts(rows),
             "written": written,
-            "sampler": config.sampler,
+            "sampler": run.sampler,
             "dependency_satisfaction": {
                 name: dependency_stats(graph, [Chain.from_dict(r["tools"]) for r in rows if r["sampler"] == name])
                 for name in sorted({r["sampler"] for r in rows})
@@ -274,7 +276,7 @@ def raw_trajectories(
     whose trajectory is already stored (same chain id, same config, programmatic query writer) is not
     executed again."""
     started = time.monotonic()
-    synth = checked(config.check_settings)
+    run, synth = checked(config.check_settings)
     model_backend.check_settings()
     backend = model_role_backend(
         "raw_trajectories",
@@ -286,7 +288,7 @@ def raw_trajectories(
     require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
-    stored = store.read("tool_chains", "status = 'passed' AND sampler = ?", [config.sampler])
+    stored = store.read("tool_chains", "status = 'passed' AND sampler = ?", [run.sampler])
     # chains sampled before curation.yaml excluded one of their environments or tools are not executed
     chains = [
         c for c in stored if all(e in envs for e in c["env_ids"]) and not unserved_nodes(envs, c["tools"]["tools"])
@@ -295,9 +297,9 @@ def raw_trajectories(
     checked(
         lambda: min_turns_reachable(
             "raw_trajectories",
-            config.min_turns,
+            synth.min_turns,
             longest,
-            f"every turn makes at least one call and the longest stored {config.sampler} chain has {longest} tools",
+            f"every turn makes at least one call and the longest stored {run.sampler} chain has {longest} tools",
         )
     )
 
@@ -443,7 +445,7 @@ def datasets(
     context: dg.AssetExecutionContext, config: DatasetConfig, envfactory: EnvFactoryHome, upstream_gates: UpstreamGates
 ):
     """Split refined trajectories into SFT rows and replay-checked RL rows."""
-    gaps = checked(config.check_settings)
+    run, gaps = checked(config.check_settings)
     require_upstream_gates(context, upstream_gates)
     envs, _ = passed_environments(envfactory)
     store = envfactory.store()
@@ -457,11 +459,11 @@ def datasets(
     sft, rl, rejected = dataset_rows(
         todo,
         envs,
-        config.sft_share,
+        run.sft_share,
         benchmark_tags=benchmark_tags(store.read("benchmark_overlap")),
         gaps=gaps,
         gap_stats=stats,
-        query_source=config.query_source,
+        query_source=run.query_source,
         progress=meter.advance,
     )
     meter.finish()
@@ -478,7 +480,7 @@ def datasets(
             "data_gap_rows": dict(stats.sft),
             "data_gap_shares": shares["sft"],
             "data_gap_shares_last_turn": shares["sft_last_turn"],
-            "query_source": config.query_source,
+            "query_source": run.query_source,
         },
         data_version=data_version(sft),
     )

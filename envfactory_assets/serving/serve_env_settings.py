@@ -1,0 +1,56 @@
+"""The settings of ``envfactory serve-env``, in a module light enough for the command line to read their
+defaults into its ``--help`` (the MCP server itself takes about a second to import)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from envfactory_assets.config_checks import finite_number, setting, whole_number
+
+OWNER = "serve-env --http"
+#: Default cap on one tool call's arguments (their JSON, in bytes). Without one, a single call could store a
+#: value of any size in the session state, and every later list call would return it again.
+DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
+
+if TYPE_CHECKING:
+    from envfactory_assets.runtime.bounded_json import JsonBounds
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpSettings:
+    """How many MCP sessions one ``serve-env --http`` process holds, for how long, and how big a call may be.
+
+    Raises:
+        SettingError: a value outside its range (checked when built).
+    """
+
+    max_sessions: int = setting(
+        256,
+        "most MCP sessions open at once (256: GRPO's num_generations 8 x a batch of 32 prompts), each with its "
+        "own sandbox worker process (about 23 MiB, so about 6 GiB with every slot taken); one more initialize "
+        "is refused with HTTP 503 and a session_capacity JSON-RPC error",
+    )
+    idle_timeout_s: float = setting(
+        600.0,
+        "a session with no request in flight and no open GET stream for this many seconds is ended and its "
+        "worker stopped (its id answers 404 afterwards)",
+    )
+    max_argument_bytes: int = setting(
+        DEFAULT_MAX_ARGUMENT_BYTES,
+        "most bytes of one call's arguments as JSON; a larger call is a too_large tool error and does not run",
+    )
+
+    def __post_init__(self) -> None:
+        whole_number(OWNER, "max_sessions", self.max_sessions, 1, 4096)
+        finite_number(OWNER, "idle_timeout_s", self.idle_timeout_s, 0, None, low_open=True)
+        whole_number(OWNER, "max_argument_bytes", self.max_argument_bytes, 1, 1 << 30)
+
+    def body_bounds(self) -> JsonBounds:
+        """The bounds of one request body: room for the largest arguments a call may have (twice, for
+        escaping) and 1 MiB more, as the stdio server sizes its lines; a decoded size of at least the bounded
+        reader's default; its default depth."""
+        from envfactory_assets.runtime.bounded_json import DEFAULT_MAX_DECODED_BYTES, JsonBounds
+
+        max_bytes = 2 * self.max_argument_bytes + (1 << 20)
+        return JsonBounds(max_bytes=max_bytes, max_decoded_bytes=max(DEFAULT_MAX_DECODED_BYTES, max_bytes))
