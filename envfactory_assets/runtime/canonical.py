@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from envfactory_assets.runtime.cow_state import plain
+
 # Sorted keys, no whitespace (orjson never emits any), UTF-8 kept as is (orjson never escapes
 # non-ASCII). The pass-through options make datetimes, dataclasses and subclasses of dict/list/str/int
 # fail instead of being converted silently: a canonical encoding must only see plain JSON values.
@@ -43,7 +45,9 @@ def canonical_json(obj: Any) -> bytes:
         members as their value; neither is valid in a saved state, so callers should not rely on them.
     """
     try:
-        return orjson.dumps(obj, option=_CANONICAL_OPTIONS)
+        # ``plain`` reads an episode's copy-on-write nodes as the dicts and lists they are; it refuses
+        # everything else with orjson's own message.
+        return orjson.dumps(obj, default=plain, option=_CANONICAL_OPTIONS)
     except orjson.JSONEncodeError as exc:  # a TypeError subclass; re-raise with a plain type
         raise TypeError(f"not canonical JSON: {exc}") from None
 

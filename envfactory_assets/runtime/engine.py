@@ -6,12 +6,18 @@ engine itself enforces no time or memory limits.
 
 Each episode gets its *own* execution of every environment module (a fresh namespace), so module
 level objects (caches, counters) can never leak between episodes or forks.
+
+Forks share state: the first fork of an episode runs ``load(save(state))`` as a fork always did and freezes
+the result (:mod:`.cow_state`); every later fork of the unchanged episode starts from a copy-on-write view of
+that frozen state, so it copies only what it touches and its rows are never validated again. Any code that
+runs on the episode's state (a tool call, ``save``) drops the frozen state, and the next fork makes a new one.
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
+import hashlib
 import itertools
 import os
 import re
@@ -23,6 +29,7 @@ from typing import Any
 import orjson
 
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
+from envfactory_assets.runtime.cow_state import Snapshot, fork_view, freeze, plain, state_digest
 from envfactory_assets.runtime.errors import ErrorType, PreconditionFailed
 from envfactory_assets.runtime.restricted import restricted_builtins
 from envfactory_assets.runtime.static_check import static_check
@@ -73,13 +80,31 @@ class CompiledEnvironment:
 
 @dataclasses.dataclass
 class EnvironmentInstance:
-    """One environment inside one episode: its own module namespace and in-memory state."""
+    """One environment inside one episode: its own module namespace and in-memory state.
+
+    Attributes:
+        view_of: the frozen state ``state`` is a copy-on-write view of (its digests are memoized there).
+        fork_source: what a fork of this instance starts from (``load(save(state))``, frozen), kept while no
+            code has run on ``state`` since it was made.
+        exact_hash: :func:`.canonical.state_hash` of ``save(state)``, kept likewise.
+        digest: :func:`.cow_state.state_digest` of ``state``, kept likewise.
+    """
 
     env: CompiledEnvironment
     load: Callable[[Any], Any]
     save: Callable[[Any], Any]
     tools: dict[str, Callable[..., Any]]
     state: Any = None
+    view_of: Snapshot | None = None
+    fork_source: Snapshot | None = None
+    exact_hash: str | None = None
+    digest: bytes | None = None
+
+    def touched(self) -> None:
+        """Code ran on ``state``: what was derived from it may no longer hold."""
+        self.fork_source = None
+        self.exact_hash = None
+        self.digest = None
 
 
 @dataclasses.dataclass
@@ -123,7 +148,7 @@ def _is_tool_function(value: Any, module_name: str) -> bool:
 def _encode_json(value: Any) -> bytes:
     """Strict JSON bytes; raises TypeError naming the offending type."""
     try:
-        return orjson.dumps(value, option=_STRICT_JSON)
+        return orjson.dumps(value, default=plain, option=_STRICT_JSON)
     except orjson.JSONEncodeError as exc:
         raise TypeError(str(exc)) from None
 
@@ -158,6 +183,7 @@ class Engine:
             "save": self._op_save,
             "state_hash": self._op_state_hash,
             "fork": self._op_fork,
+            "compare": self._op_compare,
             "close": self._op_close,
             "ping": self._op_ping,
         }.get(op)
@@ -199,6 +225,16 @@ class Engine:
 
     def _op_fork(self, request: dict[str, Any]) -> Any:
         return {"episode_id": self.fork(self._field(request, "episode_id", str))}
+
+    def _op_compare(self, request: dict[str, Any]) -> Any:
+        reference = request.get("reference")
+        if reference is not None and not isinstance(reference, str):
+            raise OperationError("bad_request", "field 'reference' must be an episode id or null")
+        return {
+            "equal": self.compare(
+                self._field(request, "episode_id", str), self._field(request, "expected", dict), reference
+            )
+        }
 
     def _op_close(self, request: dict[str, Any]) -> Any:
         return {"closed": self.close(self._field(request, "episode_id", str))}
@@ -284,13 +320,7 @@ class Engine:
             OperationError: ``state_rejected`` with ``env_id`` and ``cause``.
         """
         try:
-            namespace = self._execute(env)
-            instance = EnvironmentInstance(
-                env=env,
-                load=namespace["load"],
-                save=namespace["save"],
-                tools={name: namespace[name] for name in env.tool_names},
-            )
+            instance = self._namespace(env)
             state = instance.load(saved_state)
         except CallTimedOut:
             raise self._state_rejected(env, "timeout", "load() exceeded the time limit") from None
@@ -304,6 +334,16 @@ class Engine:
             raise self._state_rejected(env, "contract", f"load() returned {type(state).__name__}, not dict")
         instance.state = state
         return instance
+
+    def _namespace(self, env: CompiledEnvironment) -> EnvironmentInstance:
+        """A fresh execution of the module, with no state yet (raises what the module's code raises)."""
+        namespace = self._execute(env)
+        return EnvironmentInstance(
+            env=env,
+            load=namespace["load"],
+            save=namespace["save"],
+            tools={name: namespace[name] for name in env.tool_names},
+        )
 
     @staticmethod
     def _state_rejected(env: CompiledEnvironment, cause: str, message: str) -> OperationError:
@@ -347,6 +387,7 @@ class Engine:
 
     def _saved(self, env_id: str, instance: EnvironmentInstance) -> Any:
         """``save(state)`` checked to be plain JSON; raises ``environment_fault``."""
+        instance.touched()
         try:
             saved = instance.save(instance.state)
             _encode_json(saved)
@@ -380,23 +421,88 @@ class Engine:
         return state_hash({env_id: self._saved(env_id, inst) for env_id, inst in episode.instances.items()})
 
     def fork(self, episode_id: str) -> str:
-        """Open an independent copy: ``load(deep copy of save(state))`` in fresh module instances.
+        """Open an independent copy: in fresh module instances, the state ``load(deep copy of save(state))``
+        would give. The first fork of an episode computes exactly that and freezes it; later forks of the
+        unchanged episode start from a copy-on-write view of the frozen state (:mod:`.cow_state`). A state that
+        cannot be frozen (objects, sets, one container reachable twice) is loaded afresh for every fork.
 
         Raises:
             OperationError: ``unknown_episode``; ``environment_fault`` when ``save`` fails or ``load``
             refuses the state ``save`` produced.
         """
         episode = self._episode(episode_id)
-        instances: dict[str, EnvironmentInstance] = {}
-        for env_id, instance in episode.instances.items():
-            copied = orjson.loads(orjson.dumps(self._saved(env_id, instance)))
-            try:
-                instances[env_id] = self._instance(instance.env, copied)
-            except OperationError as exc:
-                raise self._fault(
-                    env_id, exc.details.get("cause", "exception"), f"load() refused save() output: {exc.message}"
-                ) from None
+        instances = {env_id: self._forked(env_id, instance) for env_id, instance in episode.instances.items()}
         return self._register(instances)
+
+    def _forked(self, env_id: str, instance: EnvironmentInstance) -> EnvironmentInstance:
+        source = instance.fork_source
+        if source is not None:
+            try:
+                fork = self._namespace(instance.env)
+            except CallTimedOut:
+                raise self._fault(env_id, "timeout", "module execution exceeded the time limit") from None
+            except BaseException as exc:  # noqa: BLE001 - it ran when the environment was loaded
+                raise self._fault(env_id, "exception", f"module execution failed: {_text(exc)}") from None
+            fork.state, fork.view_of = fork_view(source), source
+            return fork
+        copied = orjson.loads(orjson.dumps(self._saved(env_id, instance), default=plain))
+        try:
+            fork = self._instance(instance.env, copied)
+        except OperationError as exc:
+            raise self._fault(
+                env_id, exc.details.get("cause", "exception"), f"load() refused save() output: {exc.message}"
+            ) from None
+        source = freeze(fork.state)
+        if source is not None:
+            instance.fork_source = source
+            fork.state, fork.view_of = fork_view(source), source
+        return fork
+
+    def compare(self, episode_id: str, expected: dict[str, Any], reference_id: str | None = None) -> dict[str, bool]:
+        """Whether each environment's state equals its expected final state: ``{env_id: equal}``.
+
+        Args:
+            episode_id: the episode to compare.
+            expected: ``{env_id: state hash}`` (:func:`.canonical.state_hash` of the expected saved state) for
+                some or all of the episode's environments.
+            reference_id: an open episode holding the expected states (loaded once, never called). When its
+                ``save`` gives exactly ``expected``, a state whose :func:`.cow_state.state_digest` equals the
+                reference's is equal without being saved; any other state is compared by its exact hash.
+
+        Raises:
+            OperationError: ``unknown_episode``, ``bad_request`` (an env id the episode lacks, a hash that
+            is not a string), ``environment_fault`` (``save`` failed).
+        """
+        episode = self._episode(episode_id)
+        reference = self._episode(reference_id) if reference_id is not None else None
+        result: dict[str, bool] = {}
+        for env_id, wanted in expected.items():
+            instance = episode.instances.get(env_id)
+            if instance is None or not isinstance(wanted, str):
+                raise OperationError("bad_request", f"no environment {env_id!r} in the episode, or a bad hash")
+            gold = reference.instances.get(env_id) if reference is not None else None
+            if gold is not None and self._exact_hash(env_id, gold) == wanted:
+                mine, theirs = self._digest(instance), self._digest(gold)
+                if mine is not None and mine == theirs:
+                    result[env_id] = True
+                    continue
+            result[env_id] = self._exact_hash(env_id, instance) == wanted
+        return result
+
+    def _exact_hash(self, env_id: str, instance: EnvironmentInstance) -> str:
+        if instance.exact_hash is None:
+            digest = hashlib.sha256(canonical_json(self._saved(env_id, instance))).hexdigest()
+            instance.exact_hash = digest  # after _saved, which forgets what was derived from the state
+        return instance.exact_hash
+
+    @staticmethod
+    def _digest(instance: EnvironmentInstance) -> bytes | None:
+        if instance.digest is None:
+            try:
+                instance.digest = state_digest(instance.state, instance.view_of)
+            except (TypeError, ValueError, RecursionError):
+                return None  # not plain JSON: only the exact hash can tell
+        return instance.digest
 
     # -- tool calls ---------------------------------------------------------------------------
     def call(self, episode_id: str, tool: str, arguments: Any) -> dict[str, Any]:
@@ -424,6 +530,7 @@ class Engine:
             return resolved
         instance, function = resolved
         filename = instance.env.filename
+        instance.touched()
         try:
             output = function(instance.state, **arguments)
         except CallTimedOut:

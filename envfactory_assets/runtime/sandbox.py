@@ -230,6 +230,9 @@ _RESULT_KEYS = {
 
 
 def _shape_ok(op: str, result: Any, env_id: str) -> bool:
+    if op == "compare":
+        equal = result.get("equal") if isinstance(result, dict) else None
+        return isinstance(equal, dict) and set(equal) == {env_id} and isinstance(equal[env_id], bool)
     if op == "state_hash":
         return isinstance(result, str)
     if op == "save":
@@ -953,6 +956,56 @@ class SandboxWorker:
             new_id = f"ep{next(self._episode_ids)}"
             self._episodes[new_id] = forked
             return new_id
+
+    def compare(self, episode_id: str, expected: Mapping[str, str], reference: str | None = None) -> dict[str, bool]:
+        """Whether each named environment's state equals an expected final state, decided in its worker.
+
+        Args:
+            episode_id: an open episode.
+            expected: ``{env_id: state hash}`` (:func:`.canonical.state_hash` of the expected saved state of
+                that environment) for some or all of the episode's environments.
+            reference: an open episode holding the expected states, never called (open it once per task):
+                then a state equal to it is told equal from digests kept in the worker, without saving it.
+                Without it (or where it differs) each state is saved and hashed inside its worker; nothing
+                crosses the pipe but the answer.
+
+        Returns:
+            ``{env_id: equal}`` for the environments of ``expected``: exactly whether
+            ``state_hash(save(episode)[env_id]) == expected[env_id]``.
+
+        Raises:
+            EpisodeLost: ``episode_id`` or ``reference`` is not open.
+            ValueError: an env id of ``expected`` is not in the episode.
+            EnvironmentFault, WorkerCrashed.
+        """
+        with self._lock:
+            self._check_open()
+            parts = self._episodes.get(episode_id)
+            if parts is None:
+                raise EpisodeLost(episode_id)
+            gold = self._episodes.get(reference) if reference is not None else {}
+            if gold is None:
+                raise EpisodeLost(str(reference))
+            equal: dict[str, bool] = {}
+            for env_id, wanted in expected.items():
+                if env_id not in parts:
+                    raise ValueError(f"compare: environment {env_id!r} is not part of episode {episode_id!r}")
+                fields = {"episode_id": parts[env_id], "expected": {env_id: str(wanted)}, "reference": gold.get(env_id)}
+                try:
+                    result = self._child(env_id).request("compare", fields, self.limits.call_timeout_s)
+                except _RemoteError as exc:
+                    if (
+                        reference is not None
+                        and exc.type == "unknown_episode"
+                        and (exc.error.get("episode_id") == gold.get(env_id))
+                    ):
+                        self._drop(reference)
+                        raise EpisodeLost(reference) from None
+                    self._raise_remote(exc, episode_id)
+                except _ChildLost as exc:
+                    raise WorkerCrashed(exc.kind, exc.message) from None
+                equal[env_id] = result["equal"][env_id]
+            return equal
 
     def close_episode(self, episode_id: str) -> None:
         """Close an episode and free its state; a no-op for episodes that are not open."""

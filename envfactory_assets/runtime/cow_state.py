@@ -1,0 +1,364 @@
+"""Copy-on-write episode states: a fork shares every row it does not touch with the state it was forked from.
+
+A :class:`Snapshot` holds one in-memory state (what an environment's ``load`` returned) that no environment
+code ever sees again. :func:`fork_view` gives an episode its own view of it in O(1): a :class:`CowDict` root
+whose containers are the snapshot's until the episode reaches them. Every path by which Python code reaches a
+child container (``d[k]``, ``d.get``, ``values``, ``items``, iteration of a list, ``pop``, slicing, ``copy``,
+``|``, ``+``, ``*``, ``sorted``...) first replaces that child, in this view only, with a private copy: a plain
+``dict``/``list`` when the child holds no containers (a flat row), else another copy-on-write node. So a tool
+that mutates a row in place, or a list inside a row, changes only its own episode; the snapshot's objects are
+never handed out, and a sibling fork never sees the change.
+
+What is not covered: code that reaches a node's storage through the unbound methods of ``dict``/``list``
+themselves (``dict.values(row)``) gets the shared children. Environment code has no reason to do that, and the
+trust boundary between environments is the worker process, not this module.
+
+Digests: :func:`state_digest` is a sha256 over the state's exact JSON value (key order, types) with the digest
+of every container still shared with the snapshot memoized there, so comparing a fork costs the parts it
+changed. It is an in-worker comparison key, not the stored ``state_hash`` (sha256 of canonical JSON), which
+is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+_LEAVES = (str, int, float, bool, type(None))
+#: The containers a snapshot may hold; anything else (sets, tuples, objects) keeps the episode on plain forks.
+_CONTAINERS = (dict, list)
+#: Levels of dicts whose digest is combined from their children's (so a changed table re-encodes only itself).
+_DIGEST_LEVELS = 2
+# Subclasses go to ``plain``, which refuses every one but this module's own (as the engine's encoders do).
+_STRICT = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _own(child: Any, deep: frozenset[int]) -> Any:
+    """A private copy of a shared container ``child``: a plain copy when it holds no containers."""
+    if id(child) in deep:
+        return CowDict.over(child, deep) if type(child) is dict else CowList.over(child, deep)
+    return child.copy()
+
+
+class Snapshot:
+    """A frozen in-memory state, shared by the views forked from it.
+
+    Args:
+        root: the state (a ``dict``); from now on only this module may hold references into it.
+
+    Attributes:
+        root: the frozen state.
+        deep: ids of the snapshot's containers that hold containers (their copies are copy-on-write too).
+
+    Its memoized digests (:func:`state_digest`) are valid for its whole life: its objects never change.
+    """
+
+    __slots__ = ("_digests", "_ids", "deep", "root")
+
+    def __init__(self, root: dict[str, Any], deep: frozenset[int], ids: frozenset[int]) -> None:
+        self.root = root
+        self.deep = deep
+        self._ids = ids
+        self._digests: dict[int, tuple[Any, bytes]] = {}
+
+    def owns(self, node: Any) -> bool:
+        """Whether ``node`` is one of this snapshot's containers (they stay alive, so their ids are theirs)."""
+        return id(node) in self._ids
+
+    def digest_of(self, node: Any) -> bytes | None:
+        """The memoized digest of ``node`` when it is one of this snapshot's containers, else None."""
+        entry = self._digests.get(id(node))
+        return entry[1] if entry is not None and entry[0] is node else None
+
+    def remember(self, node: Any, digest: bytes) -> None:
+        self._digests[id(node)] = (node, digest)
+
+
+def freeze(state: Any) -> Snapshot | None:
+    """A :class:`Snapshot` of ``state``, or None when it cannot be shared safely.
+
+    Shared only when ``state`` is a ``dict`` whose whole tree is plain JSON: exact ``dict`` (``str`` keys),
+    ``list``, ``str``, ``int``, ``float``, ``bool`` and ``None``, with no container reachable twice (copies
+    would split what the code sees as one object). Linear in the size of the state.
+    """
+    if type(state) is not dict:
+        return None
+    seen: set[int] = set()
+    deep: set[int] = set()
+    stack = [state]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            return None
+        seen.add(id(node))
+        if type(node) is dict:
+            if not all(type(key) is str for key in node):
+                return None
+            children = node.values()
+        else:
+            children = node
+        has_containers = False
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                has_containers = True
+                stack.append(child)
+            elif kind not in _LEAVES:
+                return None
+        if has_containers:
+            deep.add(id(node))
+    return Snapshot(state, frozenset(deep), frozenset(seen))
+
+
+def fork_view(snapshot: Snapshot) -> CowDict:
+    """A private, copy-on-write view of ``snapshot``'s state for one episode; O(1)."""
+    return CowDict.over(snapshot.root, snapshot.deep)
+
+
+class CowDict(dict):
+    """A ``dict`` whose child containers are copied on first access (see the module docstring).
+
+    Its storage always holds the current value (so ``==``, ``len``, ``in``, ``repr`` and encoders read it
+    directly); children not yet copied are still the snapshot's, and every method that returns or iterates
+    values copies them first.
+    """
+
+    __slots__ = ("_deep", "_source")
+
+    @classmethod
+    def over(cls, source: dict[str, Any], deep: frozenset[int]) -> CowDict:
+        node = cls(source)
+        node._source = source
+        node._deep = deep
+        return node
+
+    def _child(self, key: Any, value: Any) -> Any:
+        source = self._source
+        if source is not None and type(value) in _CONTAINERS and source.get(key) is value:
+            value = _own(value, self._deep)
+            dict.__setitem__(self, key, value)
+        return value
+
+    def _own_all(self) -> None:
+        source = self._source
+        if source is None:
+            return
+        deep = self._deep
+        for key, value in dict.items(self):
+            if type(value) in _CONTAINERS and source.get(key) is value:
+                dict.__setitem__(self, key, _own(value, deep))
+        self._source = None  # every child is private now: later reads need no check
+
+    @classmethod
+    def fromkeys(cls, iterable: Any, value: Any = None) -> dict[Any, Any]:
+        return dict.fromkeys(iterable, value)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._child(key, dict.__getitem__(self, key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self._child(key, dict.__getitem__(self, key))
+        return default
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self._child(key, dict.__getitem__(self, key))
+        dict.__setitem__(self, key, default)
+        return default
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            value = self._child(key, dict.__getitem__(self, key))
+            dict.__delitem__(self, key)
+            return value
+        return dict.pop(self, key, *default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        self._own_all()
+        return dict.popitem(self)
+
+    def values(self) -> Any:
+        self._own_all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._own_all()
+        return dict.items(self)
+
+    def __iter__(self) -> Any:
+        # Overriding iteration also makes C code that copies a dict (dict(d), {**d}, d | x) go through
+        # keys() and __getitem__ instead of reading this node's storage directly.
+        return dict.__iter__(self)
+
+    def copy(self) -> dict[str, Any]:
+        self._own_all()
+        return dict.copy(self)
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        import copy as copy_module
+
+        self._own_all()
+        return copy_module.deepcopy(dict.copy(self), memo)
+
+    def __or__(self, other: Any) -> Any:
+        if not isinstance(other, dict):
+            return NotImplemented
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self._own_all()
+        return (dict, (dict.copy(self),))
+
+
+class CowList(list):
+    """A ``list`` whose child containers are copied on first access (see the module docstring)."""
+
+    __slots__ = ("_deep", "_shared", "_source")
+
+    @classmethod
+    def over(cls, source: list[Any], deep: frozenset[int]) -> CowList:
+        node = cls(source)
+        node._source = source
+        node._deep = deep
+        node._shared = None
+        return node
+
+    def _shared_ids(self) -> set[int]:
+        # Built on first use: a snapshot holds no container twice, so an id names one shared child.
+        if self._shared is None:
+            self._shared = {id(value) for value in self._source if type(value) in _CONTAINERS}
+        return self._shared
+
+    def _own_all(self) -> None:
+        if self._source is None:
+            return
+        shared, deep = self._shared_ids(), self._deep
+        for index, value in enumerate(list.__iter__(self)):
+            if id(value) in shared:
+                list.__setitem__(self, index, _own(value, deep))
+        self._source = self._shared = None
+
+    def __getitem__(self, index: Any) -> Any:
+        if self._source is not None:
+            if isinstance(index, slice):
+                self._own_all()
+            else:
+                value = list.__getitem__(self, index)
+                if type(value) in _CONTAINERS and id(value) in self._shared_ids():
+                    value = _own(value, self._deep)
+                    list.__setitem__(self, index, value)
+                return value
+        return list.__getitem__(self, index)
+
+    def __iter__(self) -> Any:
+        self._own_all()
+        return list.__iter__(self)
+
+    def __reversed__(self) -> Any:
+        self._own_all()
+        return list.__reversed__(self)
+
+    def pop(self, *index: Any) -> Any:
+        self._own_all()
+        return list.pop(self, *index)
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        self._own_all()
+        list.sort(self, *args, **kwargs)
+
+    def copy(self) -> list[Any]:
+        self._own_all()
+        return list.copy(self)
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        import copy as copy_module
+
+        self._own_all()
+        return copy_module.deepcopy(list.copy(self), memo)
+
+    def __add__(self, other: Any) -> Any:
+        if not isinstance(other, list):
+            return NotImplemented
+        return self.copy() + list(other)
+
+    def __radd__(self, other: Any) -> Any:
+        if not isinstance(other, list):
+            return NotImplemented
+        return list(other) + self.copy()
+
+    def __mul__(self, count: Any) -> Any:
+        return self.copy() * count
+
+    __rmul__ = __mul__
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self._own_all()
+        return (list, (list.copy(self),))
+
+
+# Seen from environment code, a copy-on-write node is a dict or a list: error messages that name a value's
+# type (``type(v).__name__``) read the same as on a plain state.
+for _cls, _name in ((CowDict, "dict"), (CowList, "list")):
+    _cls.__name__ = _cls.__qualname__ = _name
+
+
+def plain(value: Any) -> Any:
+    """orjson ``default`` hook: a copy-on-write node as its plain storage (children stay as they are, and the
+    copy is only read by the encoder). Raises ``TypeError`` for anything else, as orjson expects."""
+    kind = type(value)
+    if kind is CowDict:
+        return dict.copy(value)
+    if kind is CowList:
+        return list.copy(value)
+    raise TypeError(f"Type is not JSON serializable: {kind.__name__}")
+
+
+def state_digest(state: Any, snapshot: Snapshot | None = None) -> bytes:
+    """A sha256 of ``state``'s exact JSON value (object key order and value types included).
+
+    The top :data:`_DIGEST_LEVELS` levels of dicts combine their children's digests; deeper values, lists and
+    leaves are encoded whole. Containers still shared with ``snapshot`` reuse the digest memoized there.
+    Two states with equal digests hold equal JSON values in the same order.
+
+    Raises:
+        TypeError: ``state`` holds a value JSON cannot encode (a set, an object, a non-string key).
+    """
+    return _digest(state, 0, snapshot)
+
+
+def _digest(value: Any, level: int, snapshot: Snapshot | None) -> bytes:
+    if snapshot is not None:
+        known = snapshot.digest_of(value)
+        if known is not None:
+            return known
+    kind = type(value)
+    if level < _DIGEST_LEVELS and (kind is dict or kind is CowDict):
+        hasher = hashlib.sha256(b"{")
+        for key, child in dict.items(value):
+            encoded_key = orjson.dumps(key)
+            hasher.update(len(encoded_key).to_bytes(4, "big"))
+            hasher.update(encoded_key)
+            hasher.update(_digest(child, level + 1, snapshot))
+        digest = hasher.digest()
+    else:
+        digest = hashlib.sha256(orjson.dumps(value, default=plain, option=_STRICT)).digest()
+    if snapshot is not None and _is_snapshot_node(value, snapshot):
+        snapshot.remember(value, digest)
+    return digest
+
+
+def _is_snapshot_node(value: Any, snapshot: Snapshot) -> bool:
+    # Only the snapshot's own objects are memoized: they never change, while a view's nodes may.
+    return type(value) in _CONTAINERS and snapshot.owns(value)
+
+
+__all__ = ["CowDict", "CowList", "Snapshot", "fork_view", "freeze", "plain", "state_digest"]
