@@ -22,6 +22,7 @@ is unchanged.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -51,21 +52,22 @@ class Snapshot:
     Attributes:
         root: the frozen state.
         deep: ids of the snapshot's containers that hold containers (their copies are copy-on-write too).
+        ids: ids of all its containers.
 
     Its memoized digests (:func:`state_digest`) are valid for its whole life: its objects never change.
     """
 
-    __slots__ = ("_digests", "_ids", "deep", "root")
+    __slots__ = ("_digests", "deep", "ids", "root")
 
-    def __init__(self, root: dict[str, Any], deep: frozenset[int], ids: frozenset[int]) -> None:
+    def __init__(self, root: dict[str, Any] | list[Any], deep: frozenset[int], ids: frozenset[int]) -> None:
         self.root = root
         self.deep = deep
-        self._ids = ids
+        self.ids = ids
         self._digests: dict[int, tuple[Any, bytes]] = {}
 
     def owns(self, node: Any) -> bool:
         """Whether ``node`` is one of this snapshot's containers (they stay alive, so their ids are theirs)."""
-        return id(node) in self._ids
+        return id(node) in self.ids
 
     def digest_of(self, node: Any) -> bytes | None:
         """The memoized digest of ``node`` when it is one of this snapshot's containers, else None."""
@@ -76,14 +78,15 @@ class Snapshot:
         self._digests[id(node)] = (node, digest)
 
 
-def freeze(state: Any) -> Snapshot | None:
+def freeze(state: Any, leaf: Callable[[Any], bool] | None = None) -> Snapshot | None:
     """A :class:`Snapshot` of ``state``, or None when it cannot be shared safely.
 
-    Shared only when ``state`` is a ``dict`` whose whole tree is plain JSON: exact ``dict`` (``str`` keys),
-    ``list``, ``str``, ``int``, ``float``, ``bool`` and ``None``, with no container reachable twice (copies
-    would split what the code sees as one object). Linear in the size of the state.
+    Shared only when ``state`` is a ``dict`` (or a ``list``) whose whole tree is plain JSON: exact ``dict``
+    (``str`` keys), ``list``, ``str``, ``int``, ``float``, ``bool`` and ``None``, with no container reachable
+    twice (copies would split what the code sees as one object). Linear in the size of the state.
+    ``leaf`` admits further values as immutable leaves (module-level data may hold builtin types).
     """
-    if type(state) is not dict:
+    if type(state) not in _CONTAINERS:
         return None
     seen: set[int] = set()
     deep: set[int] = set()
@@ -105,16 +108,19 @@ def freeze(state: Any) -> Snapshot | None:
             if kind is dict or kind is list:
                 has_containers = True
                 stack.append(child)
-            elif kind not in _LEAVES:
+            elif kind not in _LEAVES and (leaf is None or not leaf(child)):
                 return None
         if has_containers:
             deep.add(id(node))
     return Snapshot(state, frozenset(deep), frozenset(seen))
 
 
-def fork_view(snapshot: Snapshot) -> CowDict:
-    """A private, copy-on-write view of ``snapshot``'s state for one episode; O(1)."""
-    return CowDict.over(snapshot.root, snapshot.deep)
+def fork_view(snapshot: Snapshot) -> Any:
+    """A private, copy-on-write view of ``snapshot``'s state for one episode (a :class:`CowDict`, or a
+    :class:`CowList` for a list); O(1)."""
+    if type(snapshot.root) is dict:
+        return CowDict.over(snapshot.root, snapshot.deep)
+    return CowList.over(snapshot.root, snapshot.deep)
 
 
 class CowDict(dict):
@@ -311,6 +317,16 @@ for _cls, _name in ((CowDict, "dict"), (CowList, "list")):
     _cls.__name__ = _cls.__qualname__ = _name
 
 
+def visible_type(value: Any) -> type:
+    """``type(value)``, with a copy-on-write node reported as the ``dict`` or ``list`` it stands for."""
+    kind = type(value)
+    if kind is CowDict:
+        return dict
+    if kind is CowList:
+        return list
+    return kind
+
+
 def plain(value: Any) -> Any:
     """orjson ``default`` hook: a copy-on-write node as its plain storage (children stay as they are, and the
     copy is only read by the encoder). Raises ``TypeError`` for anything else, as orjson expects."""
@@ -361,4 +377,4 @@ def _is_snapshot_node(value: Any, snapshot: Snapshot) -> bool:
     return type(value) in _CONTAINERS and snapshot.owns(value)
 
 
-__all__ = ["CowDict", "CowList", "Snapshot", "fork_view", "freeze", "plain", "state_digest"]
+__all__ = ["CowDict", "CowList", "Snapshot", "fork_view", "freeze", "plain", "state_digest", "visible_type"]

@@ -31,7 +31,8 @@ import orjson
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
 from envfactory_assets.runtime.cow_state import Snapshot, fork_view, freeze, plain, state_digest
 from envfactory_assets.runtime.errors import ErrorType, PreconditionFailed
-from envfactory_assets.runtime.restricted import restricted_builtins
+from envfactory_assets.runtime.namespace_template import NamespaceTemplate, make_template
+from envfactory_assets.runtime.restricted import module_proxy, restricted_builtins
 from envfactory_assets.runtime.static_check import static_check
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
@@ -76,6 +77,7 @@ class CompiledEnvironment:
     filename: str
     module_name: str
     tool_names: tuple[str, ...]
+    template: NamespaceTemplate | None = None  # builds a fresh namespace without executing the module
 
 
 @dataclasses.dataclass
@@ -136,6 +138,10 @@ def _user_line(exc: BaseException, filename: str) -> int | None:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
+
+
+def _no_proxy(name: str) -> Any:
+    raise ImportError(f"module {name!r} is not proxied without the Python guards")
 
 
 def _is_tool_function(value: Any, module_name: str) -> bool:
@@ -266,6 +272,7 @@ class Engine:
         draft = CompiledEnvironment(env_id, code, filename, module_name, ())
         try:
             namespace = self._execute(draft)
+            again = self._execute(draft)
         except CallTimedOut:
             raise self._rejected(env_id, ["module execution exceeded the time limit"]) from None
         except BaseException as exc:  # noqa: BLE001 - any failure of untrusted code is a rejection
@@ -299,7 +306,8 @@ class Engine:
                     problems.append(f"tool {name!r} is not defined as def {name}(state, ...)")
         if problems:
             raise self._rejected(env_id, problems)
-        self.environments[env_id] = dataclasses.replace(draft, tool_names=tuple(exposed))
+        template = make_template(namespace, again, module_proxy if self.python_guards else _no_proxy)
+        self.environments[env_id] = dataclasses.replace(draft, tool_names=tuple(exposed), template=template)
         return exposed
 
     @staticmethod
@@ -337,7 +345,7 @@ class Engine:
 
     def _namespace(self, env: CompiledEnvironment) -> EnvironmentInstance:
         """A fresh execution of the module, with no state yet (raises what the module's code raises)."""
-        namespace = self._execute(env)
+        namespace = env.template.instantiate() if env.template is not None else self._execute(env)
         return EnvironmentInstance(
             env=env,
             load=namespace["load"],

@@ -183,6 +183,11 @@ class FrameChannel:
             raise ProtocolError("frame is not a JSON object")
         return message
 
+    def wait_readable(self, timeout_s: float) -> bool:
+        """Whether the worker has started to answer (bytes buffered or waiting in the pipe) within
+        ``timeout_s`` seconds; reads nothing."""
+        return bool(self._buffer) or bool(self._read_poll.poll(max(0, int(timeout_s * 1000))))
+
     def _read_exact(self, size: int, deadline: float) -> bytes | bytearray:
         while len(self._buffer) < size:
             remaining = deadline - time.monotonic()

@@ -16,6 +16,7 @@ import types
 from typing import Any
 
 import envfactory_assets.runtime.code_policy as code_policy
+from envfactory_assets.runtime.cow_state import visible_type
 
 _MISSING = object()
 # Filtered member dictionaries of allowed modules, computed once per worker process.
@@ -134,7 +135,8 @@ def safe_type(*args: Any) -> type:
     """``type(obj)`` only: the three-argument form builds classes whose hooks come from run-time strings."""
     if len(args) != 1:
         raise TypeError("type() with three arguments (dynamic class creation) is not allowed")
-    return type(args[0])
+    # an episode's copy-on-write dicts and lists are dicts and lists to the code (type(x) is dict holds)
+    return visible_type(args[0])
 
 
 def restricted_builtins() -> dict[str, Any]:

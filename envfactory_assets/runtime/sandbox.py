@@ -167,12 +167,13 @@ class _StderrTail:
 
 
 class _CpuWatch:
-    """Kills a worker once it has used more than ``limit_s`` CPU seconds since the watch started, reading
-    its CPU time every :data:`CPU_POLL_S` on a daemon thread; :attr:`tripped` then names the limit."""
+    """Kills a worker once it has used more than ``limit_s`` CPU seconds since the watch started (plus
+    ``unseen_s``, what it may have used before), reading its CPU time every :data:`CPU_POLL_S` on a daemon
+    thread; :attr:`tripped` then names the limit."""
 
-    def __init__(self, meter: Any, limit_s: float, kill: Any) -> None:
+    def __init__(self, meter: Any, limit_s: float, kill: Any, unseen_s: float = 0.0) -> None:
         self._meter, self._limit_s, self._kill = meter, limit_s, kill
-        self._start = meter.cpu_seconds()
+        self._start = meter.cpu_seconds() - unseen_s  # CPU the request may have used before the watch began
         self.tripped = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="sandbox-cpu-watch")
@@ -314,9 +315,14 @@ class _Child:
         frame = encode_frame({"id": request_id, "op": op, "timeout_s": budget_s, **fields})
         channel = self.ensure_started()
         deadline = time.monotonic() + budget_s + self.limits.kill_grace_s + len(frame) / _TRANSFER_BYTES_PER_S
-        watch = _CpuWatch(self.meter, self.limits.cpu_seconds, self.kill) if self.meter is not None else None
+        watch: _CpuWatch | None = None
         try:
             channel.send(frame, deadline)
+            # Most requests are answered within one poll interval: the CPU watch (a thread) starts only for
+            # those that are not, counting the interval as fully used by every core of the machine.
+            if self.meter is not None and not channel.wait_readable(CPU_POLL_S):
+                unseen_s = CPU_POLL_S * (os.cpu_count() or 1)
+                watch = _CpuWatch(self.meter, self.limits.cpu_seconds, self.kill, unseen_s)
             response = channel.receive(deadline)
         except (ChannelTimeout, ChannelClosed, ProtocolError, JsonTooLarge) as exc:
             if watch is not None:
