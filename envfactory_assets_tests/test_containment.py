@@ -188,6 +188,83 @@ def test_forks_never_share_a_mutated_row() -> None:
         assert worker.save(sibling)["mutator"]["tables"]["items"][0]["tags"] == ["x"]
 
 
+# Every way a tool can reach a nested object of a row it read, and change it in place.
+HOSTILE_MUTATOR = textwrap.dedent("""\
+    import copy
+    NOTES = {"seen": []}
+
+    def load(data):
+        return {"tables": {"items": {r["id"]: dict(r) for r in data["tables"]["items"]}}, "log": list(data["log"])}
+
+    def save(state):
+        return {"tables": {"items": list(state["tables"]["items"].values())}, "log": state["log"]}
+
+    def vandalize(state):
+        items = state["tables"]["items"]
+        for row in items.values():
+            row["tags"].append("x")
+            row["owner"]["name"] = "mallory"
+            row["history"][0]["by"] = "mallory"
+            row["history"].sort(key=lambda h: h["by"], reverse=True)
+        first = next(iter(items))
+        dict(items[first])["tags"].append("via dict()")
+        {**items[first]}["owner"]["email"] = "via unpacking"
+        items[first].copy()["history"].append({"by": "via copy()"})
+        list(items.values())[-1]["tags"].clear()
+        sorted(items.values(), key=lambda r: r["id"])[0]["owner"]["age"] = 99
+        items.setdefault(first, {})["tags"].insert(0, "via setdefault")
+        items.get(first)["history"][::-1][0]["by"] = "via a slice"
+        for entry in reversed(items[first]["history"]):
+            entry["when"] = "never"
+        popped = items.pop(first)
+        popped["tags"].append("popped")
+        items[first] = popped
+        state["log"][0]["n"] += 1
+        state["log"] *= 2
+        NOTES["seen"].append(first)
+        copy.deepcopy(items)
+        return {"ok": True}
+
+    def read(state):
+        return {"items": list(state["tables"]["items"].values()), "log": state["log"], "notes": NOTES}
+""")
+
+
+def _hostile_state() -> dict:
+    rows = [
+        {
+            "id": f"r{i}",
+            "tags": ["a", "b"],
+            "owner": {"name": "ana", "email": "ana@example.com"},
+            "history": [{"by": "ana", "when": "2024-01-01"}, {"by": "bo", "when": "2024-01-02"}],
+        }
+        for i in range(3)
+    ]
+    return {"tables": {"items": rows}, "log": [{"n": 0}]}
+
+
+@pytest.mark.parametrize("python_guards", [True, False], ids=["guards", "no-guards"])
+def test_forks_never_share_a_row_mutated_through_its_nested_objects(python_guards: bool) -> None:
+    state = _hostile_state()
+    pristine = {"items": state["tables"]["items"], "log": state["log"], "notes": {"seen": []}}
+    with SandboxWorker(LIMITS, python_guards=python_guards) as worker:
+        worker.load_environment("vandal", HOSTILE_MUTATOR)
+        base = worker.open_episode({"vandal": state})
+        first, second = worker.fork(base), worker.fork(base)
+        assert worker.call(first, "vandalize")["output"] == {"ok": True}
+        rows = {row["id"]: row for row in worker.save(first)["vandal"]["tables"]["items"]}
+        assert rows["r0"]["tags"] == ["via setdefault", "a", "b", "x", "via dict()", "popped"]
+        assert rows["r1"]["owner"]["name"] == "mallory" and rows["r2"]["tags"] == []
+        assert worker.call(first, "vandalize")["output"] == {"ok": True}
+        assert worker.save(first)["vandal"]["log"] == [{"n": 2}] * 4  # one object repeated, as in a plain list
+        later = worker.fork(base)
+        for untouched in (base, second, later):
+            assert worker.call(untouched, "read")["output"] == pristine
+        assert worker.call(second, "vandalize")["output"] == {"ok": True}
+        assert worker.save(second)["vandal"] == worker.save(worker.fork(second))["vandal"]
+        assert worker.call(later, "read")["output"] == pristine
+
+
 def test_each_environment_runs_in_its_own_process() -> None:
     with SandboxWorker(LIMITS) as worker:
         worker.load_environment("one", "def load(d): return d\ndef save(s): return s\ndef ping(state): return 1\n")

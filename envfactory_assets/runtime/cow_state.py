@@ -306,6 +306,10 @@ class CowList(list):
 
     __rmul__ = __mul__
 
+    def __imul__(self, count: Any) -> Any:
+        self._own_all()  # repeated children must be this episode's own objects
+        return list.__imul__(self, count)
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         self._own_all()
         return (list, (list.copy(self),))

@@ -1,0 +1,158 @@
+"""Copy-on-write episode states and module templates, in process (the engine the worker runs)."""
+
+from __future__ import annotations
+
+import copy
+
+import orjson
+import pytest
+
+from envfactory_assets.runtime.canonical import canonical_json, state_hash
+from envfactory_assets.runtime.cow_state import CowDict, fork_view, freeze, state_digest
+from envfactory_assets.runtime.engine import Engine
+
+MODULE = """
+COUNTS = {"calls": 0, "seen": []}
+
+def load(data):
+    return {"tables": {"rows": {r["id"]: dict(r) for r in data["tables"]["rows"]}}, "meta": dict(data["meta"])}
+
+def save(state):
+    return {"tables": {"rows": [dict(r) for r in state["tables"]["rows"].values()]}, "meta": dict(state["meta"])}
+
+def rename(state, row_id, name):
+    row = state["tables"]["rows"][row_id]
+    state["tables"]["rows"][row_id] = {**row, "name": name}
+    COUNTS["calls"] += 1
+    COUNTS["seen"].append(row_id)
+    return {"calls": COUNTS["calls"], "types": [type(state).__name__, str(type(row) is dict)]}
+
+def add(state, name):
+    number = state["meta"]["next_id"]
+    state["meta"]["next_id"] = number + 1
+    state["tables"]["rows"][f"r{number}"] = {"id": f"r{number}", "name": name, "tags": []}
+    return {"id": f"r{number}"}
+
+def tag(state, row_id, label):
+    state["tables"]["rows"][row_id]["tags"].append(label)
+    return {}
+"""
+
+
+def _saved(n: int = 5) -> dict:
+    rows = [{"id": f"r{i}", "name": f"row {i}", "tags": ["t"]} for i in range(n)]
+    return {"tables": {"rows": rows}, "meta": {"next_id": n, "now": "2024-05-01T00:00:00Z"}}
+
+
+def _engine() -> Engine:
+    engine = Engine()
+    engine.load_env("rows", MODULE)
+    return engine
+
+
+def _output(result: dict) -> object:
+    assert result["ok"], result
+    return orjson.loads(bytes(orjson.dumps(result["output"])))
+
+
+def _hash(engine: Engine, episode: str) -> str:
+    return state_hash(orjson.loads(orjson.dumps(engine.save(episode)))["rows"])
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"a": {1, 2}},
+        {"a": (1, 2)},
+        {"a": {1: "x"}},
+        {"a": CowDict({"b": 1})},
+        "not a dict",
+    ],
+    ids=["set", "tuple", "int key", "subclass", "not a container"],
+)
+def test_only_plain_json_trees_are_frozen(state: object) -> None:
+    assert freeze(state) is None
+
+
+def test_a_container_reachable_twice_is_not_frozen() -> None:
+    shared = {"x": 1}
+    assert freeze({"a": shared, "b": shared}) is None
+    assert freeze({"a": {"x": 1}, "b": {"x": 1}}) is not None
+
+
+def test_a_view_copies_only_what_it_reaches() -> None:
+    root = {"tables": {"big": {f"k{i}": {"v": i, "tags": [i]} for i in range(100)}, "small": {"k": {"v": 0}}}}
+    snapshot = freeze(root)
+    view = fork_view(snapshot)
+    view["tables"]["big"]["k3"]["tags"].append("mine")
+    assert root["tables"]["big"]["k3"]["tags"] == [3]
+    assert dict.__getitem__(dict.__getitem__(view, "tables"), "small") is root["tables"]["small"]
+    big = dict.__getitem__(dict.__getitem__(view, "tables"), "big")
+    assert dict.__getitem__(big, "k4") is root["tables"]["big"]["k4"]
+    assert view["tables"]["big"]["k3"]["tags"] == [3, "mine"]
+    assert fork_view(snapshot)["tables"]["big"]["k3"]["tags"] == [3]
+
+
+def test_digests_follow_the_exact_json_value() -> None:
+    plain = {"tables": {"t": {"a": {"n": 1, "s": "x"}, "b": {"n": 2, "s": "y"}}}, "meta": {"next": 3}}
+    snapshot = freeze(copy.deepcopy(plain))
+    view = fork_view(snapshot)
+    assert state_digest(view, snapshot) == state_digest(plain)
+    view["tables"]["t"]["a"]["n"] = 1.0  # equal in Python, not in JSON
+    assert state_digest(view, snapshot) != state_digest(plain)
+    view["tables"]["t"]["a"]["n"] = 1
+    assert state_digest(view, snapshot) == state_digest(plain)
+    reordered = {"tables": {"t": {"b": plain["tables"]["t"]["b"], "a": plain["tables"]["t"]["a"]}}, "meta": {"next": 3}}
+    assert state_digest(reordered) != state_digest(plain)  # a table's order is its saved rows' order
+    with pytest.raises(TypeError):
+        state_digest({"a": {1, 2}})
+
+
+def test_forks_share_the_frozen_state_and_never_see_each_other() -> None:
+    engine = _engine()
+    base = engine.open_episode({"rows": _saved()})
+    first, second = engine.fork(base), engine.fork(base)
+    assert engine.episodes[first].instances["rows"].view_of is engine.episodes[second].instances["rows"].view_of
+    _output(engine.call(first, "tag", {"row_id": "r1", "label": "first"}))
+    assert _output(engine.call(first, "rename", {"row_id": "r1", "name": "x"})) == {
+        "calls": 1,
+        "types": ["dict", "True"],
+    }
+    assert _output(engine.call(second, "rename", {"row_id": "r2", "name": "y"}))["calls"] == 1  # own module data
+    saved_first = orjson.loads(orjson.dumps(engine.save(first)))["rows"]
+    assert saved_first["tables"]["rows"][1] == {"id": "r1", "name": "x", "tags": ["t", "first"]}
+    untouched = orjson.loads(orjson.dumps(engine.save(engine.fork(base))))["rows"]
+    assert untouched == _saved()
+
+
+def test_compare_is_the_exact_hash_comparison() -> None:
+    engine = _engine()
+    base = engine.open_episode({"rows": _saved()})
+    gold = engine.fork(base)
+    _output(engine.call(gold, "add", {"name": "new"}))
+    _output(engine.call(gold, "rename", {"row_id": "r0", "name": "renamed"}))
+    gold_hash = _hash(engine, gold)
+    for reference in (None, gold):
+        right = engine.fork(base)
+        _output(engine.call(right, "rename", {"row_id": "r0", "name": "renamed"}))
+        _output(engine.call(right, "add", {"name": "new"}))
+        wrong = engine.fork(base)
+        _output(engine.call(wrong, "add", {"name": "other"}))
+        assert engine.compare(right, {"rows": gold_hash}, reference) == {"rows": True}
+        assert engine.compare(wrong, {"rows": gold_hash}, reference) == {"rows": False}
+        assert engine.compare(base, {"rows": _hash(engine, base)}, reference) == {"rows": True}
+    # a reference loaded from canonical JSON (keys sorted) holds rows in another key order: still exact
+    canonical = orjson.loads(canonical_json(orjson.loads(orjson.dumps(engine.save(gold)))["rows"]))
+    sorted_reference = engine.open_episode({"rows": canonical})
+    right = engine.fork(base)
+    _output(engine.call(right, "rename", {"row_id": "r0", "name": "renamed"}))
+    _output(engine.call(right, "add", {"name": "new"}))
+    assert engine.compare(right, {"rows": gold_hash}, sorted_reference) == {"rows": True}
+
+
+def test_a_module_with_a_class_is_executed_for_every_episode() -> None:
+    engine = Engine()
+    engine.load_env("classy", "class Box:\n    n = 0\n\ndef load(d):\n    return d\n\ndef save(s):\n    return s\n")
+    engine.load_env("rows", MODULE)
+    assert engine.environments["classy"].template is None
+    assert engine.environments["rows"].template is not None
