@@ -17,7 +17,6 @@ from typing import Any
 
 from envfactory_assets.evaluation.agent import AgentTask
 from envfactory_assets.evaluation.scoring import task_success
-from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.tooluse.splits import stored_split
 from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
 from envfactory_assets.tooluse.tool_selection import restrict_tools
@@ -86,8 +85,8 @@ class SyntheticEpisode:
             row["gold_calls"],
             self._episode.calls,
             final,
-            {e: state_hash(s) for e, s in row["final_state"].items()},
-            {e: state_hash(s) for e, s in row["initial_state"].items()},
+            self._episode.gold_state_hashes,
+            self._episode.initial_state_hashes,
             masked_arguments=row.get("masked_arguments") or (),
         ).as_dict()
         success.pop("n_calls")  # the agent loop counts calls itself

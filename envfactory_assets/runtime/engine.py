@@ -189,7 +189,7 @@ class Engine:
             "save": self._op_save,
             "state_hash": self._op_state_hash,
             "fork": self._op_fork,
-            "compare": self._op_compare,
+            "state_hashes": self._op_state_hashes,
             "close": self._op_close,
             "ping": self._op_ping,
         }.get(op)
@@ -214,7 +214,10 @@ class Engine:
         return {"tools": tools}
 
     def _op_open_episode(self, request: dict[str, Any]) -> Any:
-        return {"episode_id": self.open_episode(self._field(request, "states", dict))}
+        shared = request.get("shared", False)
+        if not isinstance(shared, bool):
+            raise OperationError("bad_request", "field 'shared' must be a boolean")
+        return {"episode_id": self.open_episode(self._field(request, "states", dict), shared=shared)}
 
     def _op_call(self, request: dict[str, Any]) -> Any:
         return self.call(
@@ -232,15 +235,11 @@ class Engine:
     def _op_fork(self, request: dict[str, Any]) -> Any:
         return {"episode_id": self.fork(self._field(request, "episode_id", str))}
 
-    def _op_compare(self, request: dict[str, Any]) -> Any:
+    def _op_state_hashes(self, request: dict[str, Any]) -> Any:
         reference = request.get("reference")
         if reference is not None and not isinstance(reference, str):
             raise OperationError("bad_request", "field 'reference' must be an episode id or null")
-        return {
-            "equal": self.compare(
-                self._field(request, "episode_id", str), self._field(request, "expected", dict), reference
-            )
-        }
+        return {"hashes": self.state_hashes(self._field(request, "episode_id", str), reference)}
 
     def _op_close(self, request: dict[str, Any]) -> Any:
         return {"closed": self.close(self._field(request, "episode_id", str))}
@@ -358,8 +357,12 @@ class Engine:
         return OperationError("state_rejected", message, env_id=env.env_id, cause=cause)
 
     # -- episodes -----------------------------------------------------------------------------
-    def open_episode(self, states: dict[str, Any]) -> str:
+    def open_episode(self, states: dict[str, Any], *, shared: bool = False) -> str:
         """Open an episode from ``{env_id: saved_state}``; returns its id.
+
+        ``shared``: forks of the episode, while it is unchanged, start from its state as loaded (a
+        copy-on-write view of it, frozen now) rather than from ``load(save(state))``: what opening each
+        of them from the same saved states would give, at the cost of a fork.
 
         Raises:
             OperationError: ``bad_request`` (empty), ``unknown_environment``, ``state_rejected``.
@@ -372,6 +375,11 @@ class Engine:
             if env is None:
                 raise OperationError("unknown_environment", f"environment {env_id!r} is not loaded", env_id=env_id)
             instances[env_id] = self._instance(env, saved_state)
+        if shared:
+            for instance in instances.values():
+                source = freeze(instance.state)
+                if source is not None:
+                    instance.state, instance.view_of, instance.fork_source = fork_view(source), source, source
         return self._register(instances)
 
     def _register(self, instances: dict[str, EnvironmentInstance]) -> str:
@@ -466,36 +474,31 @@ class Engine:
             fork.state, fork.view_of = fork_view(source), source
         return fork
 
-    def compare(self, episode_id: str, expected: dict[str, Any], reference_id: str | None = None) -> dict[str, bool]:
-        """Whether each environment's state equals its expected final state: ``{env_id: equal}``.
+    def state_hashes(self, episode_id: str, reference_id: str | None = None) -> dict[str, str]:
+        """``{env_id: state hash}``: :func:`.canonical.state_hash` of each environment's ``save(state)``.
 
         Args:
-            episode_id: the episode to compare.
-            expected: ``{env_id: state hash}`` (:func:`.canonical.state_hash` of the expected saved state) for
-                some or all of the episode's environments.
-            reference_id: an open episode holding the expected states (loaded once, never called). When its
-                ``save`` gives exactly ``expected``, a state whose :func:`.cow_state.state_digest` equals the
-                reference's is equal without being saved; any other state is compared by its exact hash.
+            episode_id: the episode.
+            reference_id: an open episode over some of the same environments (for example a task's gold final
+                state, opened once and never called). An environment whose state has the same
+                :func:`.cow_state.state_digest` as the reference's holds the same JSON value, so its hash is the
+                reference's, computed once; only the others are saved and hashed.
 
         Raises:
-            OperationError: ``unknown_episode``, ``bad_request`` (an env id the episode lacks, a hash that
-            is not a string), ``environment_fault`` (``save`` failed).
+            OperationError: ``unknown_episode``, ``environment_fault`` (``save`` failed).
         """
         episode = self._episode(episode_id)
         reference = self._episode(reference_id) if reference_id is not None else None
-        result: dict[str, bool] = {}
-        for env_id, wanted in expected.items():
-            instance = episode.instances.get(env_id)
-            if instance is None or not isinstance(wanted, str):
-                raise OperationError("bad_request", f"no environment {env_id!r} in the episode, or a bad hash")
+        hashes: dict[str, str] = {}
+        for env_id, instance in episode.instances.items():
             gold = reference.instances.get(env_id) if reference is not None else None
-            if gold is not None and self._exact_hash(env_id, gold) == wanted:
-                mine, theirs = self._digest(instance), self._digest(gold)
-                if mine is not None and mine == theirs:
-                    result[env_id] = True
+            if gold is not None:
+                mine = self._digest(instance)
+                if mine is not None and mine == self._digest(gold):
+                    hashes[env_id] = self._exact_hash(env_id, gold)
                     continue
-            result[env_id] = self._exact_hash(env_id, instance) == wanted
-        return result
+            hashes[env_id] = self._exact_hash(env_id, instance)
+        return hashes
 
     def _exact_hash(self, env_id: str, instance: EnvironmentInstance) -> str:
         if instance.exact_hash is None:

@@ -231,9 +231,14 @@ _RESULT_KEYS = {
 
 
 def _shape_ok(op: str, result: Any, env_id: str) -> bool:
-    if op == "compare":
-        equal = result.get("equal") if isinstance(result, dict) else None
-        return isinstance(equal, dict) and set(equal) == {env_id} and isinstance(equal[env_id], bool)
+    if op == "state_hashes":
+        hashes = result.get("hashes") if isinstance(result, dict) else None
+        return (
+            isinstance(hashes, dict)
+            and set(hashes) == {env_id}
+            and isinstance(hashes[env_id], str)
+            and len(hashes[env_id]) == 64
+        )
     if op == "state_hash":
         return isinstance(result, str)
     if op == "save":
@@ -785,11 +790,14 @@ class SandboxWorker:
         for episode_id in [ep for ep, parts in self._episodes.items() if child.label in parts]:
             self._close_parts(self._episodes.pop(episode_id))
 
-    def open_episode(self, states: Mapping[str, Any]) -> str:
+    def open_episode(self, states: Mapping[str, Any], *, shared: bool = False) -> str:
         """Open an episode: each environment's ``load`` receives its saved state.
 
         Args:
             states: ``{env_id: saved_state}`` for one or more loaded environments.
+            shared: open a task's base for many rollouts: while it is never called, each :meth:`fork` of it
+                starts from its state as loaded (shared copy-on-write, O(1)), as opening each rollout from
+                ``states`` would; by default a fork starts from ``load(save(state))``.
 
         Returns:
             The new episode id.
@@ -814,7 +822,8 @@ class SandboxWorker:
                 for env_id, state in states.items():
                     child = self._loaded_child(env_id)
                     try:
-                        result = child.request("open_episode", {"states": {env_id: state}}, self.limits.call_timeout_s)
+                        fields = {"states": {env_id: state}, "shared": shared}
+                        result = child.request("open_episode", fields, self.limits.call_timeout_s)
                     except _RemoteError as exc:
                         self._raise_remote(exc)
                     except _ChildLost as exc:
@@ -963,25 +972,18 @@ class SandboxWorker:
             self._episodes[new_id] = forked
             return new_id
 
-    def compare(self, episode_id: str, expected: Mapping[str, str], reference: str | None = None) -> dict[str, bool]:
-        """Whether each named environment's state equals an expected final state, decided in its worker.
+    def state_hashes(self, episode_id: str, reference: str | None = None) -> dict[str, str]:
+        """``{env_id: state hash}`` of the episode, each computed inside its environment's worker: exactly
+        ``{env_id: canonical.state_hash(save(episode)[env_id])}``, with no state crossing the pipe.
 
         Args:
             episode_id: an open episode.
-            expected: ``{env_id: state hash}`` (:func:`.canonical.state_hash` of the expected saved state of
-                that environment) for some or all of the episode's environments.
-            reference: an open episode holding the expected states, never called (open it once per task):
-                then a state equal to it is told equal from digests kept in the worker, without saving it.
-                Without it (or where it differs) each state is saved and hashed inside its worker; nothing
-                crosses the pipe but the answer.
-
-        Returns:
-            ``{env_id: equal}`` for the environments of ``expected``: exactly whether
-            ``state_hash(save(episode)[env_id]) == expected[env_id]``.
+            reference: an open episode holding states this one may end in (a task's gold final state, opened
+                once and never called): an environment whose state equals the reference's (same digest, kept in
+                the worker) gets the reference's hash, computed once, and is not saved again.
 
         Raises:
             EpisodeLost: ``episode_id`` or ``reference`` is not open.
-            ValueError: an env id of ``expected`` is not in the episode.
             EnvironmentFault, WorkerCrashed.
         """
         with self._lock:
@@ -992,13 +994,11 @@ class SandboxWorker:
             gold = self._episodes.get(reference) if reference is not None else {}
             if gold is None:
                 raise EpisodeLost(str(reference))
-            equal: dict[str, bool] = {}
-            for env_id, wanted in expected.items():
-                if env_id not in parts:
-                    raise ValueError(f"compare: environment {env_id!r} is not part of episode {episode_id!r}")
-                fields = {"episode_id": parts[env_id], "expected": {env_id: str(wanted)}, "reference": gold.get(env_id)}
+            hashes: dict[str, str] = {}
+            for env_id, sub in list(parts.items()):
+                fields = {"episode_id": sub, "reference": gold.get(env_id)}
                 try:
-                    result = self._child(env_id).request("compare", fields, self.limits.call_timeout_s)
+                    result = self._child(env_id).request("state_hashes", fields, self.limits.call_timeout_s)
                 except _RemoteError as exc:
                     if (
                         reference is not None
@@ -1010,8 +1010,8 @@ class SandboxWorker:
                     self._raise_remote(exc, episode_id)
                 except _ChildLost as exc:
                     raise WorkerCrashed(exc.kind, exc.message) from None
-                equal[env_id] = result["equal"][env_id]
-            return equal
+                hashes[env_id] = result["hashes"][env_id]
+            return hashes
 
     def close_episode(self, episode_id: str) -> None:
         """Close an episode and free its state; a no-op for episodes that are not open."""

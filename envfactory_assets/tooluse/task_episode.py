@@ -1,21 +1,28 @@
 """Run a policy's tool calls for one RL task in the sandbox and score them with the hybrid reward.
 
 One :class:`TaskRunner` owns a long-lived :class:`~envfactory_assets.runtime.sandbox.SandboxWorker` with
-the environments' code loaded once; each task (an ``rl_dataset`` row) gets its own episode opened on a
-deep copy of the row's initial state, so rollouts never share state (docs/design.md,
-Runtime: many episodes inside one worker, not one process per episode). GRPO rollouts and evaluations
+the environments' code loaded once; each task (an ``rl_dataset`` row) is opened once on its initial state,
+and every rollout gets its own fork of it (copy-on-write in the worker), so rollouts never share state
+(docs/design.md, Runtime: many episodes inside one worker, not one process per episode). Final states are
+hashed inside the worker; a state equal to the task's gold one (replayed once from its executed calls) is
+told from digests the worker keeps, without saving it. GRPO rollouts and evaluations
 both go through :meth:`TaskEpisode.call`, so training and evaluation execute tool calls the same way.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
-from envfactory_assets.runtime.errors import SandboxError
+from envfactory_assets.runtime.errors import EpisodeLost, SandboxError
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.tooluse.reward import RewardBreakdown, hybrid_reward, valid_reward
 from envfactory_assets.tooluse.tool_calls import inert_tags
@@ -47,6 +54,53 @@ def result_text(result: Mapping[str, Any]) -> str:
     return text if len(text) <= MAX_RESULT_CHARS else text[:MAX_RESULT_CHARS] + "...(truncated)"
 
 
+@dataclasses.dataclass
+class OpenedTask:
+    """A task opened in the worker once, for all its rollouts.
+
+    Attributes:
+        base: the episode on the row's initial state; never called, only forked.
+        reference: the episode on the task's gold final state (the base replayed with the row's executed calls),
+            or None; never called again.
+        gold_hashes: ``{env_id: state hash}`` of the row's final state.
+        initial_hashes: ``{env_id: state hash}`` of the row's initial state.
+    """
+
+    base: str
+    reference: str | None
+    gold_hashes: dict[str, str]
+    initial_hashes: dict[str, str]
+
+
+def open_task(worker: SandboxWorker, row: Mapping[str, Any]) -> OpenedTask:
+    """Open ``row``'s base episode and its reference (see :class:`OpenedTask`) in ``worker``.
+
+    Raises:
+        SandboxError: the initial state does not load (a replayed call that fails only leaves no reference).
+    """
+    base = worker.open_episode(row["initial_state"], shared=True)
+    reference: str | None = None
+    calls = row.get("executed_calls") or ()
+    if calls:
+        reference = worker.fork(base)
+        try:
+            for call in calls:
+                result = worker.call(reference, call["name"], call.get("arguments") or {})
+                if not result.get("ok") and (result.get("error") or {}).get("episode_lost"):
+                    reference = None
+                    break
+        except (SandboxError, KeyError, TypeError):
+            if reference is not None:
+                worker.close_episode(reference)
+            reference = None
+    return OpenedTask(
+        base=base,
+        reference=reference,
+        gold_hashes={env_id: state_hash(state) for env_id, state in row["final_state"].items()},
+        initial_hashes={env_id: state_hash(state) for env_id, state in row["initial_state"].items()},
+    )
+
+
 class TaskEpisode:
     """One rollout of one RL task: calls go to the task's own episode in the worker.
 
@@ -60,15 +114,19 @@ class TaskEpisode:
             :meth:`add_reply` (the reward reads their join, :attr:`reply`).
     """
 
-    def __init__(self, worker: SandboxWorker, row: Mapping[str, Any]) -> None:
+    def __init__(self, worker: SandboxWorker, row: Mapping[str, Any], task: OpenedTask | None = None) -> None:
         self.row = row
         self._worker = worker
+        self._task = task
         self._tools = _tool_names(row["tools"])
         self.calls: list[dict[str, Any]] = []
         self.n_malformed = 0
         self.replies: list[str] = []
         self._lost = False
-        self._episode: str | None = worker.open_episode(copy.deepcopy(row["initial_state"]))
+        if task is None:
+            self._episode: str | None = worker.open_episode(copy.deepcopy(row["initial_state"]))
+        else:
+            self._episode = worker.fork(task.base)
 
     def call(self, name: str, arguments: Any) -> str:
         """Execute one tool call and return its result as text for the conversation.
@@ -144,9 +202,35 @@ class TaskEpisode:
             return None
 
     def final_state_hashes(self) -> dict[str, str]:
-        """``{env_id: state hash}`` of the episode now; empty when the episode was lost."""
-        saved = self.final_states()
-        return {} if saved is None else {env_id: state_hash(state) for env_id, state in saved.items()}
+        """``{env_id: state hash}`` of the episode now, computed in the worker; empty when the episode was lost."""
+        if self._episode is None or self._lost:
+            return {}
+        reference = self._task.reference if self._task is not None else None
+        try:
+            return self._worker.state_hashes(self._episode, reference)
+        except EpisodeLost as exc:
+            if reference is not None and exc.episode_id == reference and self._worker.is_open(self._episode):
+                self._task.reference = None
+                return self.final_state_hashes()
+            self._lost = True
+            return {}
+        except SandboxError:
+            self._lost = True
+            return {}
+
+    @property
+    def gold_state_hashes(self) -> dict[str, str]:
+        """``{env_id: state hash}`` of the row's gold final state (computed once per task)."""
+        if self._task is not None:
+            return self._task.gold_hashes
+        return {env_id: state_hash(state) for env_id, state in self.row["final_state"].items()}
+
+    @property
+    def initial_state_hashes(self) -> dict[str, str]:
+        """``{env_id: state hash}`` of the row's initial state (computed once per task)."""
+        if self._task is not None:
+            return self._task.initial_hashes
+        return {env_id: state_hash(state) for env_id, state in self.row["initial_state"].items()}
 
     def reward(self) -> RewardBreakdown:
         """The hybrid reward of the calls made so far against the row's gold calls and final state.
@@ -154,12 +238,11 @@ class TaskEpisode:
         Raises:
             InvalidReward: the reward is not a finite number in ``[0, MAX_REWARD]`` (never passed on).
         """
-        gold = {env_id: state_hash(state) for env_id, state in self.row["final_state"].items()}
         breakdown = hybrid_reward(
             self.row["gold_calls"],
             self.calls,
             self.final_state_hashes(),
-            gold,
+            self.gold_state_hashes,
             masked_arguments=self.row.get("masked_arguments") or (),
             n_malformed=self.n_malformed,
             executed_calls=self.row.get("executed_calls") or (),
@@ -180,16 +263,25 @@ class TaskRunner:
     Args:
         environments: ``{env_id: environment dict}`` (at least the ``source`` of every env id the tasks use).
         limits: sandbox limits of the worker (default :class:`SandboxLimits`).
+        open_tasks: how many tasks stay opened in the worker for their next rollouts (:class:`OpenedTask`: two
+            episodes each); the least recently used is closed past it. A row without a string ``id`` is not
+            kept: each of its episodes is opened on its initial state.
 
     Raises:
         KeyError: from :meth:`episode` when a row uses an env id not in ``environments``.
         SandboxError: an environment's code is rejected, or a row's initial state does not load.
     """
 
-    def __init__(self, environments: Mapping[str, Mapping[str, Any]], limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self, environments: Mapping[str, Mapping[str, Any]], limits: SandboxLimits | None = None, open_tasks: int = 32
+    ) -> None:
+        if open_tasks < 0:
+            raise ValueError(f"TaskRunner: open_tasks must be >= 0, got {open_tasks}")
         self._environments = environments
         self._worker = SandboxWorker(limits or SandboxLimits())
         self._loaded: set[str] = set()
+        self._open_tasks = open_tasks
+        self._tasks: collections.OrderedDict[tuple[str, str], OpenedTask] = collections.OrderedDict()
 
     def __enter__(self) -> TaskRunner:
         return self
@@ -209,7 +301,37 @@ class TaskRunner:
                     origin=self._environments[env_id].get("origin", "untrusted"),
                 )
                 self._loaded.add(env_id)
-        return TaskEpisode(self._worker, row)
+        key = self._task_key(row)
+        if key is None:
+            return TaskEpisode(self._worker, row)
+        task = self._tasks.get(key)
+        if task is not None:
+            self._tasks.move_to_end(key)
+            try:
+                return TaskEpisode(self._worker, row, task)
+            except EpisodeLost:  # the worker restarted: open the task again
+                self._forget(key)
+        task = open_task(self._worker, row)
+        self._tasks[key] = task
+        while len(self._tasks) > self._open_tasks:
+            self._forget(next(iter(self._tasks)))
+        return TaskEpisode(self._worker, row, task)
+
+    def _task_key(self, row: Mapping[str, Any]) -> tuple[str, str] | None:
+        """The row's id and a fingerprint of its states (a row edited under the same id is another task)."""
+        if not self._open_tasks or not isinstance(row.get("id"), str) or "final_state" not in row:
+            return None
+        try:
+            content = orjson.dumps([row["initial_state"], row["final_state"], row.get("executed_calls")])
+        except TypeError:
+            return None
+        return row["id"], hashlib.blake2b(content, digest_size=16).hexdigest()
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        task = self._tasks.pop(key)
+        self._worker.close_episode(task.base)
+        if task.reference is not None:
+            self._worker.close_episode(task.reference)
 
     def close(self) -> None:
         """Stop the worker process."""

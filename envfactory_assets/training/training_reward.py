@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.tooluse.reward import RewardBreakdown, guarded_reward, valid_reward
 from envfactory_assets.tooluse.task_environment import TaskEnvironment
 
@@ -31,8 +30,8 @@ def training_reward(environment: Any) -> RewardBreakdown:
     if episode is None:
         raise RuntimeError("reset(**row) must be called before scoring")
     row = episode.row
-    gold = {env_id: state_hash(state) for env_id, state in row["final_state"].items()}
-    initial = {env_id: state_hash(state) for env_id, state in row["initial_state"].items()}
+    gold = episode.gold_state_hashes
+    initial = episode.initial_state_hashes
     breakdown = guarded_reward(
         row["gold_calls"],
         episode.calls,
