@@ -200,14 +200,18 @@ def _read_int(path: Path, default: int = 0) -> int:
 
 def _read_keyed(path: Path) -> dict[str, int]:
     """A flat keyed file (``memory.events``, ``memory.oom_control``, ``cpu.stat``) as ``{key: value}``."""
-    values = {}
     try:
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if value.strip().lstrip("-").isdigit():
-                values[key] = int(value)
+        return _parse_keyed(path.read_text())
     except OSError:
-        pass
+        return {}
+
+
+def _parse_keyed(text: str) -> dict[str, int]:
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            values[key] = int(value)
     return values
 
 
@@ -235,6 +239,7 @@ class WorkerCgroup:
         self.pids_max = pids_max
         name = f"{GROUP_PREFIX}{os.getpid()}-{next(_names)}"
         self.dirs = {controller: Path(base) / name for controller, base in support.bases}
+        self._fds: dict[str, int] = {}
         made: list[Path] = []
         try:
             for path in dict.fromkeys(self.dirs.values()):
@@ -248,6 +253,37 @@ class WorkerCgroup:
 
     def _dir(self, controller: str) -> Path:
         return self.dirs[controller] if self.mode == "v1" else self.dirs[""]
+
+    def _text(self, path: Path) -> str:
+        """A control file's content now: read again from offset 0 through a descriptor kept open (the parent
+        reads three of them after every request), opened anew if reading fails; '' when it cannot be read."""
+        key = str(path)
+        for _ in range(2):
+            fd = self._fds.get(key)
+            try:
+                if fd is None:
+                    fd = self._fds[key] = os.open(key, os.O_RDONLY | os.O_CLOEXEC)
+                return os.pread(fd, 65536, 0).decode("ascii", "replace")
+            except OSError:
+                self._close_fd(key)
+        return ""
+
+    def _close_fd(self, key: str) -> None:
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _int(self, path: Path) -> int:
+        try:
+            return int(self._text(path).split()[0])
+        except (ValueError, IndexError):
+            return 0
+
+    def _keyed(self, path: Path) -> dict[str, int]:
+        return _parse_keyed(self._text(path))
 
     def _write_limits(self, memory_bytes: int, pids_max: int, cpu_cores: float) -> None:
         memory = self._dir("memory")
@@ -280,12 +316,12 @@ class WorkerCgroup:
     def cpu_seconds(self) -> float:
         """CPU time used by every task that was ever in the group, seconds (user + system)."""
         if self.mode == "v1":
-            return _read_int(self._dir("cpuacct") / "cpuacct.usage") / 1e9
-        return _read_keyed(self._dir("cpu") / "cpu.stat").get("usage_usec", 0) / 1e6
+            return self._int(self._dir("cpuacct") / "cpuacct.usage") / 1e9
+        return self._keyed(self._dir("cpu") / "cpu.stat").get("usage_usec", 0) / 1e6
 
     def tasks(self) -> int:
         """Tasks (processes and threads) in the group now."""
-        return _read_int(self._dir("pids") / "pids.current")
+        return self._int(self._dir("pids") / "pids.current")
 
     def memory_in_use(self) -> int:
         """Bytes charged to the group now (user, shared, tmpfs and kernel memory)."""
@@ -296,12 +332,12 @@ class WorkerCgroup:
         """The limit the kernel enforced on the group, or '': ``"memory"`` when its out-of-memory killer
         killed a task of the group, ``"pids"`` when a new task was refused."""
         if self.mode == "v1":
-            oom = _read_keyed(self._dir("memory") / "memory.oom_control").get("oom_kill", 0)
+            oom = self._keyed(self._dir("memory") / "memory.oom_control").get("oom_kill", 0)
         else:
-            oom = _read_keyed(self._dir("memory") / "memory.events").get("oom_kill", 0)
+            oom = self._keyed(self._dir("memory") / "memory.events").get("oom_kill", 0)
         if oom:
             return "memory"
-        if _read_keyed(self._dir("pids") / "pids.events").get("max", 0):
+        if self._keyed(self._dir("pids") / "pids.events").get("max", 0):
             return "pids"
         return ""
 
@@ -332,6 +368,8 @@ class WorkerCgroup:
 
     def remove(self) -> None:
         """Kill what is left in the group and remove its directories (retrying while exiting tasks leave)."""
+        for key in list(self._fds):
+            self._close_fd(key)
         self.kill()
         for path in dict.fromkeys(self.dirs.values()):
             _rmdir(path)
