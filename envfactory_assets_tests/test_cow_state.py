@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
-from envfactory_assets.runtime.cow_state import CowDict, fork_view, freeze, state_digest
+from envfactory_assets.runtime.cow_state import CowDict, fork_view, freeze, same_value
 from envfactory_assets.runtime.engine import Engine
 
 MODULE = """
@@ -93,19 +93,28 @@ def test_a_view_copies_only_what_it_reaches() -> None:
     assert fork_view(snapshot)["tables"]["big"]["k3"]["tags"] == [3]
 
 
-def test_digests_follow_the_exact_json_value() -> None:
-    plain = {"tables": {"t": {"a": {"n": 1, "s": "x"}, "b": {"n": 2, "s": "y"}}}, "meta": {"next": 3}}
+def test_same_value_is_the_exact_json_value() -> None:
+    plain = {"tables": {"t": {f"k{i}": {"n": i, "s": "x"} for i in range(100)}}, "meta": {"next": 3, "f": 0.0}}
     snapshot = freeze(copy.deepcopy(plain))
-    view = fork_view(snapshot)
-    assert state_digest(view, snapshot) == state_digest(plain)
-    view["tables"]["t"]["a"]["n"] = 1.0  # equal in Python, not in JSON
-    assert state_digest(view, snapshot) != state_digest(plain)
-    view["tables"]["t"]["a"]["n"] = 1
-    assert state_digest(view, snapshot) == state_digest(plain)
-    reordered = {"tables": {"t": {"b": plain["tables"]["t"]["b"], "a": plain["tables"]["t"]["a"]}}, "meta": {"next": 3}}
-    assert state_digest(reordered) != state_digest(plain)  # a table's order is its saved rows' order
-    with pytest.raises(TypeError):
-        state_digest({"a": {1, 2}})
+    view, other = fork_view(snapshot), fork_view(snapshot)
+    assert same_value(view, plain) and same_value(view, other)
+    view["tables"]["t"]["k1"]["n"] = 1.0  # equal in Python, not in JSON
+    assert not same_value(view, other) and not same_value(view, plain)
+    view["tables"]["t"]["k1"]["n"] = True
+    assert not same_value(view, other)
+    view["tables"]["t"]["k1"] = {"n": 1, "s": "x"}
+    assert same_value(view, other) and same_value(view, plain)
+    view["meta"]["f"] = -0.0
+    assert not same_value(view, other)
+    view["meta"]["f"] = 0.0
+    for i in range(50):  # many rows changed: compared by their encodings
+        view["tables"]["t"][f"k{i}"] = dict(view["tables"]["t"][f"k{i}"])
+    assert same_value(view, other)
+    table = plain["tables"]["t"]
+    reordered = {"tables": {"t": {"k1": table["k1"], "k0": table["k0"], **table}}, "meta": plain["meta"]}
+    assert not same_value(reordered, plain)  # a table's order is its saved rows' order
+    assert not same_value({"a": {1, 2}}, {"a": {1, 2}})
+    assert not same_value({1: "x"}, {True: "x"})
 
 
 def test_forks_share_the_frozen_state_and_never_see_each_other() -> None:

@@ -13,15 +13,15 @@ What is not covered: code that reaches a node's storage through the unbound meth
 themselves (``dict.values(row)``) gets the shared children. Environment code has no reason to do that, and the
 trust boundary between environments is the worker process, not this module.
 
-Digests: :func:`state_digest` is a sha256 over the state's exact JSON value (key order, types) with the digest
-of every container still shared with the snapshot memoized there, so comparing a fork costs the parts it
-changed. It is an in-worker comparison key, not the stored ``state_hash`` (sha256 of canonical JSON), which
-is unchanged.
+Comparison: :func:`same_value` tells whether two states hold the same JSON value. Views forked from one
+snapshot still share every row they did not touch, so comparing a rollout's final state with the task's gold
+state (a view of the same snapshot) costs a pass over the touched tables' entries in C and the touched rows
+themselves; the stored ``state_hash`` (sha256 of canonical JSON) is unchanged and still computed for what
+differs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import operator
 from collections.abc import Callable
@@ -32,8 +32,8 @@ import orjson
 _LEAVES = (str, int, float, bool, type(None))
 #: The containers a snapshot may hold; anything else (sets, tuples, objects) keeps the episode on plain forks.
 _CONTAINERS = (dict, list)
-#: Levels of dicts whose digest is combined from their children's (so a changed table re-encodes only itself).
-_DIGEST_LEVELS = 2
+#: Past this many children that are not the same object, two containers are compared by their encodings.
+_MANY_DIFFERENT = 32
 # Subclasses go to ``plain``, which refuses every one but this module's own (as the engine's encoders do).
 _STRICT = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
@@ -55,29 +55,14 @@ class Snapshot:
         root: the frozen state.
         deep: ids of the snapshot's containers that hold containers (their copies are copy-on-write too).
         ids: ids of all its containers.
-
-    Its memoized digests (:func:`state_digest`) are valid for its whole life: its objects never change.
     """
 
-    __slots__ = ("_digests", "deep", "ids", "root")
+    __slots__ = ("deep", "ids", "root")
 
     def __init__(self, root: dict[str, Any] | list[Any], deep: frozenset[int], ids: frozenset[int]) -> None:
         self.root = root
         self.deep = deep
         self.ids = ids
-        self._digests: dict[int, tuple[Any, bytes]] = {}
-
-    def owns(self, node: Any) -> bool:
-        """Whether ``node`` is one of this snapshot's containers (they stay alive, so their ids are theirs)."""
-        return id(node) in self.ids
-
-    def digest_of(self, node: Any) -> bytes | None:
-        """The memoized digest of ``node`` when it is one of this snapshot's containers, else None."""
-        entry = self._digests.get(id(node))
-        return entry[1] if entry is not None and entry[0] is node else None
-
-    def remember(self, node: Any, digest: bytes) -> None:
-        self._digests[id(node)] = (node, digest)
 
 
 def freeze(state: Any, leaf: Callable[[Any], bool] | None = None) -> Snapshot | None:
@@ -212,7 +197,7 @@ class CowDict(dict):
 
     def copy(self) -> dict[str, Any]:
         self._own_all()
-        return dict.copy(self)
+        return dict(dict.items(self))
 
     __copy__ = copy
 
@@ -220,7 +205,7 @@ class CowDict(dict):
         import copy as copy_module
 
         self._own_all()
-        return copy_module.deepcopy(dict.copy(self), memo)
+        return copy_module.deepcopy(dict(dict.items(self)), memo)
 
     def __or__(self, other: Any) -> Any:
         if not isinstance(other, dict):
@@ -231,7 +216,7 @@ class CowDict(dict):
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         self._own_all()
-        return (dict, (dict.copy(self),))
+        return (dict, (dict(dict.items(self)),))
 
 
 class CowList(list):
@@ -347,49 +332,50 @@ def plain(value: Any) -> Any:
     copy is only read by the encoder). Raises ``TypeError`` for anything else, as orjson expects."""
     kind = type(value)
     if kind is CowDict:
-        return dict.copy(value)
+        return dict(dict.items(value))  # the storage as it is (dict.copy would read it through __getitem__)
     if kind is CowList:
         return list.copy(value)
     raise TypeError(f"Type is not JSON serializable: {kind.__name__}")
 
 
-def state_digest(state: Any, snapshot: Snapshot | None = None) -> bytes:
-    """A sha256 of ``state``'s exact JSON value (object key order and value types included).
+def same_value(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` hold the same JSON value: the same keys in the same order in every object, the
+    same types (``1``, ``1.0`` and ``True`` differ) and values. Children that are the same object are equal at
+    once, so two views of one snapshot cost what they changed. False also when a value is not plain JSON.
 
-    The top :data:`_DIGEST_LEVELS` levels of dicts combine their children's digests; deeper values, lists and
-    leaves are encoded whole. Containers still shared with ``snapshot`` reuse the digest memoized there.
-    Two states with equal digests hold equal JSON values in the same order.
-
-    Raises:
-        TypeError: ``state`` holds a value JSON cannot encode (a set, an object, a non-string key).
+    True implies equal encodings (``canonical_json(a) == canonical_json(b)``), and so equal ``save`` results
+    for a ``save`` that is a function of the state's value.
     """
-    return _digest(state, 0, snapshot)
-
-
-def _digest(value: Any, level: int, snapshot: Snapshot | None) -> bytes:
-    if snapshot is not None:
-        known = snapshot.digest_of(value)
-        if known is not None:
-            return known
-    kind = type(value)
-    if level < _DIGEST_LEVELS and (kind is dict or kind is CowDict):
-        hasher = hashlib.sha256(b"{")
-        for key, child in dict.items(value):
-            encoded_key = orjson.dumps(key)
-            hasher.update(len(encoded_key).to_bytes(4, "big"))
-            hasher.update(encoded_key)
-            hasher.update(_digest(child, level + 1, snapshot))
-        digest = hasher.digest()
+    if a is b:
+        return True
+    kind = visible_type(a)
+    if kind is not visible_type(b):
+        return False
+    if kind is dict:
+        keys = list(dict.keys(a))
+        other_keys = list(dict.keys(b))
+        if keys != other_keys or list(map(type, keys)) != list(map(type, other_keys)):
+            return False
+        mine, theirs = list(dict.values(a)), list(dict.values(b))
+    elif kind is list:
+        if len(a) != len(b):
+            return False
+        mine, theirs = list.copy(a), list.copy(b)  # the storage: iterating a view would copy its children
+    elif kind in _LEAVES:
+        return a == b if kind is not float else orjson.dumps(a) == orjson.dumps(b)  # 0.0 and -0.0 differ
     else:
-        digest = hashlib.sha256(orjson.dumps(value, default=plain, option=_STRICT)).digest()
-    if snapshot is not None and _is_snapshot_node(value, snapshot):
-        snapshot.remember(value, digest)
-    return digest
+        return False
+    pairs = list(itertools.compress(zip(mine, theirs, strict=True), map(operator.is_not, mine, theirs)))
+    if len(pairs) > _MANY_DIFFERENT:
+        return _encoded(a) == _encoded(b)
+    return all(same_value(x, y) for x, y in pairs)
 
 
-def _is_snapshot_node(value: Any, snapshot: Snapshot) -> bool:
-    # Only the snapshot's own objects are memoized: they never change, while a view's nodes may.
-    return type(value) in _CONTAINERS and snapshot.owns(value)
+def _encoded(value: Any) -> bytes | None:
+    try:
+        return orjson.dumps(value, default=plain, option=_STRICT)
+    except TypeError:
+        return None
 
 
-__all__ = ["CowDict", "CowList", "Snapshot", "fork_view", "freeze", "plain", "state_digest", "visible_type"]
+__all__ = ["CowDict", "CowList", "Snapshot", "fork_view", "freeze", "plain", "same_value", "visible_type"]

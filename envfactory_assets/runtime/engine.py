@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
-from envfactory_assets.runtime.cow_state import Snapshot, fork_view, freeze, plain, state_digest
+from envfactory_assets.runtime.cow_state import Snapshot, fork_view, freeze, plain, same_value
 from envfactory_assets.runtime.errors import ErrorType, PreconditionFailed
 from envfactory_assets.runtime.namespace_template import NamespaceTemplate, make_template
 from envfactory_assets.runtime.restricted import module_proxy, restricted_builtins
@@ -85,11 +85,10 @@ class EnvironmentInstance:
     """One environment inside one episode: its own module namespace and in-memory state.
 
     Attributes:
-        view_of: the frozen state ``state`` is a copy-on-write view of (its digests are memoized there).
+        view_of: the frozen state ``state`` is a copy-on-write view of.
         fork_source: what a fork of this instance starts from (``load(save(state))``, frozen), kept while no
             code has run on ``state`` since it was made.
         exact_hash: :func:`.canonical.state_hash` of ``save(state)``, kept likewise.
-        digest: :func:`.cow_state.state_digest` of ``state``, kept likewise.
     """
 
     env: CompiledEnvironment
@@ -100,13 +99,11 @@ class EnvironmentInstance:
     view_of: Snapshot | None = None
     fork_source: Snapshot | None = None
     exact_hash: str | None = None
-    digest: bytes | None = None
 
     def touched(self) -> None:
         """Code ran on ``state``: what was derived from it may no longer hold."""
         self.fork_source = None
         self.exact_hash = None
-        self.digest = None
 
 
 @dataclasses.dataclass
@@ -481,8 +478,8 @@ class Engine:
             episode_id: the episode.
             reference_id: an open episode over some of the same environments (for example a task's gold final
                 state, opened once and never called). An environment whose state has the same
-                :func:`.cow_state.state_digest` as the reference's holds the same JSON value, so its hash is the
-                reference's, computed once; only the others are saved and hashed.
+                value as the reference's (:func:`.cow_state.same_value`: a pass over what a fork of the same
+                task changed) has the reference's hash, computed once; only the others are saved and hashed.
 
         Raises:
             OperationError: ``unknown_episode``, ``environment_fault`` (``save`` failed).
@@ -492,28 +489,29 @@ class Engine:
         hashes: dict[str, str] = {}
         for env_id, instance in episode.instances.items():
             gold = reference.instances.get(env_id) if reference is not None else None
-            if gold is not None:
-                mine = self._digest(instance)
-                if mine is not None and mine == self._digest(gold):
-                    hashes[env_id] = self._exact_hash(env_id, gold)
-                    continue
+            if gold is not None and same_value(instance.state, gold.state):
+                hashes[env_id] = self._reference_hash(env_id, gold)
+                continue
             hashes[env_id] = self._exact_hash(env_id, instance)
         return hashes
+
+    def _reference_hash(self, env_id: str, reference: EnvironmentInstance) -> str:
+        """The reference's exact hash, saved from a plain copy of its state: saving the state itself would
+        make every row the reference's own, and later comparisons would no longer find them shared."""
+        if reference.exact_hash is None:
+            try:
+                copied = orjson.loads(orjson.dumps(reference.state, default=plain))
+            except (TypeError, orjson.JSONDecodeError):
+                return self._exact_hash(env_id, reference)
+            sacrificial = dataclasses.replace(reference, state=copied)
+            reference.exact_hash = self._exact_hash(env_id, sacrificial)
+        return reference.exact_hash
 
     def _exact_hash(self, env_id: str, instance: EnvironmentInstance) -> str:
         if instance.exact_hash is None:
             digest = hashlib.sha256(canonical_json(self._saved(env_id, instance))).hexdigest()
             instance.exact_hash = digest  # after _saved, which forgets what was derived from the state
         return instance.exact_hash
-
-    @staticmethod
-    def _digest(instance: EnvironmentInstance) -> bytes | None:
-        if instance.digest is None:
-            try:
-                instance.digest = state_digest(instance.state, instance.view_of)
-            except (TypeError, ValueError, RecursionError):
-                return None  # not plain JSON: only the exact hash can tell
-        return instance.digest
 
     # -- tool calls ---------------------------------------------------------------------------
     def call(self, episode_id: str, tool: str, arguments: Any) -> dict[str, Any]:

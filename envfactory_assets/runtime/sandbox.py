@@ -979,8 +979,9 @@ class SandboxWorker:
         Args:
             episode_id: an open episode.
             reference: an open episode holding states this one may end in (a task's gold final state, opened
-                once and never called): an environment whose state equals the reference's (same digest, kept in
-                the worker) gets the reference's hash, computed once, and is not saved again.
+                once and never called): an environment whose state holds the same value as the reference's (compared
+                in the worker, at the cost of what a fork of the task changed) gets the reference's hash, computed
+                once, and is not saved again.
 
         Raises:
             EpisodeLost: ``episode_id`` or ``reference`` is not open.
