@@ -315,6 +315,7 @@ class CowList(list):
 # type (``type(v).__name__``) read the same as on a plain state.
 for _cls, _name in ((CowDict, "dict"), (CowList, "list")):
     _cls.__name__ = _cls.__qualname__ = _name
+    _cls.__module__ = "builtins"
 
 
 def visible_type(value: Any) -> type:
