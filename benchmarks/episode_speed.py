@@ -351,9 +351,24 @@ def markdown(rows: int, repeat: int, figures: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+#: The hand-kept notes of ``benchmarks/notes.md`` that explain this table (its subsection under this title).
+NOTES_TITLE = "### Episodes at memory speed: where the time goes"
+
+
+def notes() -> str:
+    """This benchmark's subsection of ``benchmarks/notes.md`` ('' when there is none)."""
+    path = Path(__file__).with_name("notes.md")
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if NOTES_TITLE not in text:
+        return ""
+    rest = text.split(NOTES_TITLE, 1)[1]
+    end = rest.find("\n### ")
+    return NOTES_TITLE + (rest[:end] if end >= 0 else rest).rstrip() + "\n"
+
+
 def write_section(text: str, command: str) -> None:
-    """Replace (or append) this benchmark's section of ``docs/BENCHMARKS.md``."""
-    body = f"{SECTION}\n\nWritten by `{command}`.\n\n{text}\n"
+    """Replace (or append) this benchmark's section of ``docs/BENCHMARKS.md``, with its notes."""
+    body = f"{SECTION}\n\nWritten by `{command}`.\n\n{text}\n\n{notes()}"
     doc = DOC.read_text(encoding="utf-8") if DOC.exists() else "# Benchmarks\n"
     if SECTION in doc:
         head, _, rest = doc.partition(SECTION)

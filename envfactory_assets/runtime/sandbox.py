@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import envfactory_assets.runtime.cgroups as cgroups
 from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge
@@ -168,12 +168,15 @@ class _StderrTail:
 
 class _CpuWatch:
     """Kills a worker once it has used more than ``limit_s`` CPU seconds since the watch started (plus
-    ``unseen_s``, what it may have used before), reading its CPU time every :data:`CPU_POLL_S` on a daemon
-    thread; :attr:`tripped` then names the limit."""
+    ``unseen_s``, what it may have used before; or since ``start``, its CPU time then), reading its CPU time
+    every :data:`CPU_POLL_S` on a daemon thread; :attr:`tripped` then names the limit."""
 
-    def __init__(self, meter: Any, limit_s: float, kill: Any, unseen_s: float = 0.0) -> None:
+    def __init__(
+        self, meter: Any, limit_s: float, kill: Any, unseen_s: float = 0.0, start: float | None = None
+    ) -> None:
         self._meter, self._limit_s, self._kill = meter, limit_s, kill
-        self._start = meter.cpu_seconds() - unseen_s  # CPU the request may have used before the watch began
+        # counted from the CPU time read when the request was sent, or from now less what it may have used
+        self._start = start if start is not None else meter.cpu_seconds() - unseen_s
         self.tripped = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="sandbox-cpu-watch")
@@ -284,6 +287,17 @@ def _describe_exit(returncode: int | None, limits: SandboxLimits, contained: boo
     return f"worker killed by {name}{hint}"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """A request sent to a worker whose response is still to be read."""
+
+    op: str
+    request_id: int
+    deadline: float
+    budget_s: float
+    cpu_start: float | None
+
+
 class _Child:
     """One worker process: the trust domain of one environment (its id and code).
 
@@ -316,48 +330,49 @@ class _Child:
             _ChildLost: the worker died, hung or broke the protocol (it has been killed).
             WorkerCrashed: a fresh worker could not be started.
         """
+        return self.finish(self.start(op, fields, budget_s))
+
+    def start(self, op: str, fields: dict[str, Any], budget_s: float, *, read_cpu: bool = False) -> _Pending:
+        """Send one request without waiting for its response (:meth:`finish` reads it). ``read_cpu`` reads the
+        worker's CPU time first, for a response that may be read later than one poll interval after.
+
+        Raises:
+            _ChildLost, WorkerCrashed: as :meth:`request`.
+        """
         request_id = next(self._owner._request_ids)
         frame = encode_frame({"id": request_id, "op": op, "timeout_s": budget_s, **fields})
         channel = self.ensure_started()
         deadline = time.monotonic() + budget_s + self.limits.kill_grace_s + len(frame) / _TRANSFER_BYTES_PER_S
-        watch: _CpuWatch | None = None
+        cpu_start = self.meter.cpu_seconds() if read_cpu and self.meter is not None else None
+        pending = _Pending(op, request_id, deadline, budget_s, cpu_start)
         try:
             channel.send(frame, deadline)
+        except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
+            self._failed(pending, exc, None)
+        return pending
+
+    def finish(self, pending: _Pending) -> Any:
+        """Wait for the response to a request :meth:`start` sent and check it (raises as :meth:`request`)."""
+        op = pending.op
+        channel = self.channel
+        if channel is None:
+            raise _ChildLost(str(ErrorType.CRASH), f"{op}: the worker was stopped before it answered")
+        watch: _CpuWatch | None = None
+        try:
             # Most requests are answered within one poll interval: the CPU watch (a thread) starts only for
-            # those that are not, counting the interval as fully used by every core of the machine.
+            # those that are not, counting from the CPU time read when the request was sent, or else counting
+            # the interval as fully used by every core of the machine.
             if self.meter is not None and not channel.wait_readable(CPU_POLL_S):
-                unseen_s = CPU_POLL_S * (os.cpu_count() or 1)
-                watch = _CpuWatch(self.meter, self.limits.cpu_seconds, self.kill, unseen_s)
-            response = channel.receive(deadline)
+                if pending.cpu_start is not None:
+                    watch = _CpuWatch(self.meter, self.limits.cpu_seconds, self.kill, start=pending.cpu_start)
+                else:
+                    unseen_s = CPU_POLL_S * (os.cpu_count() or 1)
+                    watch = _CpuWatch(self.meter, self.limits.cpu_seconds, self.kill, unseen_s)
+            response = channel.receive(pending.deadline)
         except (ChannelTimeout, ChannelClosed, ProtocolError, JsonTooLarge) as exc:
             if watch is not None:
                 watch.stop()
-            self._raise_if_limit(op, watch)
-            if isinstance(exc, ChannelTimeout):
-                self.discard()
-                raise _ChildLost(
-                    str(ErrorType.TIMEOUT), f"{op} did not finish within {budget_s:g} s; worker killed"
-                ) from None
-            if isinstance(exc, ChannelClosed):
-                raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
-            if isinstance(exc, FrameTooLarge):
-                self.discard()
-                raise _ChildLost(
-                    str(ErrorType.TOO_LARGE), f"{op}: the reply is too large ({exc}); worker killed"
-                ) from None
-            if isinstance(exc, JsonTooLarge):
-                # The whole frame was consumed, so the worker stays in step and keeps its other episodes.
-                error = {
-                    "type": str(ErrorType.TOO_LARGE),
-                    "env_id": self.label,
-                    "limit": exc.limit,
-                    "message": f"{op}: {exc}; the reply was not decoded",
-                }
-                if op == "call":
-                    error["episode_lost"] = True  # the call's effect on the state cannot be seen
-                raise _RemoteError(error) from None
-            self.discard()
-            raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: {exc}; worker killed") from None
+            self._failed(pending, exc, watch)
         if watch is not None:
             watch.stop()
         self._raise_if_limit(op, watch)
@@ -367,7 +382,7 @@ class _Child:
             raise _ChildLost(
                 str(ErrorType.RESOURCE_LIMIT), f"{op} left {left} thread(s) running after it returned; worker killed"
             )
-        if response.get("id") != request_id:
+        if response.get("id") != pending.request_id:
             self.discard()
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
         if response.get("ok") is True:
@@ -378,6 +393,34 @@ class _Child:
             return result
         error = response.get("error")
         raise _RemoteError(error if isinstance(error, dict) else {"type": "protocol", "message": str(error)})
+
+    def _failed(self, pending: _Pending, exc: BaseException, watch: _CpuWatch | None) -> NoReturn:
+        """Raise what a failed send or receive means (the worker is killed unless it stayed in step)."""
+        op, budget_s = pending.op, pending.budget_s
+        self._raise_if_limit(op, watch)
+        if isinstance(exc, ChannelTimeout):
+            self.discard()
+            raise _ChildLost(
+                str(ErrorType.TIMEOUT), f"{op} did not finish within {budget_s:g} s; worker killed"
+            ) from None
+        if isinstance(exc, ChannelClosed):
+            raise _ChildLost(str(ErrorType.CRASH), self._crash_message(op)) from None
+        if isinstance(exc, FrameTooLarge):
+            self.discard()
+            raise _ChildLost(str(ErrorType.TOO_LARGE), f"{op}: the reply is too large ({exc}); worker killed") from None
+        if isinstance(exc, JsonTooLarge):
+            # The whole frame was consumed, so the worker stays in step and keeps its other episodes.
+            error = {
+                "type": str(ErrorType.TOO_LARGE),
+                "env_id": self.label,
+                "limit": exc.limit,
+                "message": f"{op}: {exc}; the reply was not decoded",
+            }
+            if op == "call":
+                error["episode_lost"] = True  # the call's effect on the state cannot be seen
+            raise _RemoteError(error) from None
+        self.discard()
+        raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: {exc}; worker killed") from None
 
     def kill(self) -> None:
         """SIGKILL the worker and everything in its control group (any thread; the request in flight then
@@ -605,6 +648,7 @@ class SandboxWorker:
         self._pinned: set[str] = set()  # environments of an episode being opened: never stopped
         self._starts = 0
         self._closed = False
+        self._deferred: list[_Child] | None = None  # children lost while requests to others are in flight
 
     # -- context manager and introspection -----------------------------------------------------
     def __enter__(self) -> SandboxWorker:
@@ -786,7 +830,11 @@ class SandboxWorker:
 
     def _child_lost(self, child: _Child) -> None:
         """Every episode with a part in ``child`` is gone; close their parts in the other children (the
-        lost child has no process any more, so :meth:`_close_parts` skips it)."""
+        lost child has no process any more, so :meth:`_close_parts` skips it). Deferred while requests to
+        several children are in flight (:meth:`_fan_out`): a close sent meanwhile would cross their answers."""
+        if self._deferred is not None:
+            self._deferred.append(child)
+            return
         for episode_id in [ep for ep, parts in self._episodes.items() if child.label in parts]:
             self._close_parts(self._episodes.pop(episode_id))
 
@@ -839,14 +887,51 @@ class SandboxWorker:
             return episode_id
 
     def _close_parts(self, parts: Mapping[str, str]) -> None:
-        for env_id, sub in parts.items():
-            child = self._children.get(env_id)
-            if child is None or child.proc is None:
-                continue
-            try:
-                child.request("close", {"episode_id": sub}, self.limits.call_timeout_s)
-            except (_RemoteError, _ChildLost, WorkerCrashed):
-                pass
+        running = {env_id: sub for env_id, sub in parts.items() if self._running(env_id)}
+        self._fan_out("close", [(env_id, {"episode_id": sub}) for env_id, sub in running.items()], touch=False)
+
+    def _running(self, env_id: str) -> bool:
+        child = self._children.get(env_id)
+        return child is not None and child.proc is not None
+
+    def _fan_out(
+        self, op: str, requests: list[tuple[str, dict[str, Any]]], *, touch: bool = True
+    ) -> list[tuple[str, Any]]:
+        """Send ``op`` to each environment's worker first, then read the answers in the same order: the
+        workers run at once, and the parent waits about as long as for the slowest. ``touch`` counts the
+        workers as used (the least recently used idle one is stopped first, :meth:`_make_room`).
+
+        Returns:
+            ``[(env_id, result or the _RemoteError / _ChildLost / WorkerCrashed it raised)]``, in order.
+        """
+        outer = self._deferred
+        if outer is None:
+            self._deferred = []
+        try:
+            sent: list[tuple[str, _Child, Any]] = []
+            for env_id, fields in requests:
+                child = self._child(env_id) if touch else self._children[env_id]
+                try:
+                    pending = child.start(op, fields, self.limits.call_timeout_s, read_cpu=len(requests) > 1)
+                except (_RemoteError, _ChildLost, WorkerCrashed) as exc:
+                    sent.append((env_id, child, exc))
+                else:
+                    sent.append((env_id, child, pending))
+            answers: list[tuple[str, Any]] = []
+            for env_id, child, pending in sent:
+                if isinstance(pending, BaseException):
+                    answers.append((env_id, pending))
+                    continue
+                try:
+                    answers.append((env_id, child.finish(pending)))
+                except (_RemoteError, _ChildLost) as exc:
+                    answers.append((env_id, exc))
+            return answers
+        finally:
+            if outer is None:
+                lost, self._deferred = self._deferred, None
+                for child in lost:
+                    self._child_lost(child)
 
     def _route(self, parts: Mapping[str, str], tool: str) -> tuple[str, str] | dict[str, Any]:
         """``(env_id, tool name)`` for a call in an episode over ``parts``, or an error result."""
@@ -995,22 +1080,22 @@ class SandboxWorker:
             gold = self._episodes.get(reference) if reference is not None else {}
             if gold is None:
                 raise EpisodeLost(str(reference))
+            requests = [(env_id, {"episode_id": sub, "reference": gold.get(env_id)}) for env_id, sub in parts.items()]
             hashes: dict[str, str] = {}
-            for env_id, sub in list(parts.items()):
-                fields = {"episode_id": sub, "reference": gold.get(env_id)}
-                try:
-                    result = self._child(env_id).request("state_hashes", fields, self.limits.call_timeout_s)
-                except _RemoteError as exc:
+            for env_id, result in self._fan_out("state_hashes", requests):
+                if isinstance(result, _RemoteError):
                     if (
                         reference is not None
-                        and exc.type == "unknown_episode"
-                        and (exc.error.get("episode_id") == gold.get(env_id))
+                        and result.type == "unknown_episode"
+                        and (result.error.get("episode_id") == gold.get(env_id))
                     ):
                         self._drop(reference)
                         raise EpisodeLost(reference) from None
-                    self._raise_remote(exc, episode_id)
-                except _ChildLost as exc:
-                    raise WorkerCrashed(exc.kind, exc.message) from None
+                    self._raise_remote(result, episode_id)
+                if isinstance(result, _ChildLost):
+                    raise WorkerCrashed(result.kind, result.message) from None
+                if isinstance(result, BaseException):
+                    raise result
                 hashes[env_id] = result["hashes"][env_id]
             return hashes
 
@@ -1030,21 +1115,25 @@ class SandboxWorker:
 
     # -- plumbing -----------------------------------------------------------------------------
     def _each_part(self, op: str, episode_id: str) -> list[tuple[str, Any]]:
-        """Run ``op`` on every part of an episode, in order; ``[(env_id, result), ...]``."""
+        """Run ``op`` on every part of an episode, the workers at once (:meth:`_fan_out`); ``[(env_id,
+        result), ...]`` in the episode's order. On a failure, the first one (in that order) is raised, and the
+        episodes a ``fork`` did open in the other workers are closed."""
         self._check_open()
         parts = self._episodes.get(episode_id)
         if parts is None:
             raise EpisodeLost(episode_id)
-        results = []
-        for env_id, sub in list(parts.items()):
-            child = self._child(env_id)
-            try:
-                results.append((env_id, child.request(op, {"episode_id": sub}, self.limits.call_timeout_s)))
-            except _RemoteError as exc:
-                self._raise_remote(exc, episode_id)
-            except _ChildLost as exc:
-                raise WorkerCrashed(exc.kind, exc.message) from None
-        return results
+        answers = self._fan_out(op, [(env_id, {"episode_id": sub}) for env_id, sub in parts.items()])
+        failure = next((exc for _, exc in answers if isinstance(exc, BaseException)), None)
+        if failure is None:
+            return answers
+        if op == "fork":
+            opened = {e: r["episode_id"] for e, r in answers if not isinstance(r, BaseException)}
+            self._close_parts({e: sub for e, sub in opened.items() if self._running(e)})
+        if isinstance(failure, _RemoteError):
+            self._raise_remote(failure, episode_id)
+        if isinstance(failure, _ChildLost):
+            raise WorkerCrashed(failure.kind, failure.message) from None
+        raise failure
 
     def _raise_remote(self, exc: _RemoteError, episode_id: str | None = None) -> None:
         error = exc.error
