@@ -305,7 +305,13 @@ def markdown(rows: int, repeat: int, figures: dict[str, float]) -> str:
         "| measure | us | floor (same run) | ratio | target |",
         "|---|---:|---|---:|---|",
         line("fork + close, in the worker", "fork", "floor_cow_map", "copy-on-write map (ChainMap)", "<= 50 us"),
-        line("fork that reloads save(state) (every fork before)", "reload_fork", "fork", "fork now", ""),
+        line(
+            "first fork of an episode: load(save(state)) and freeze (every fork before)",
+            "reload_fork",
+            "fork",
+            "fork now",
+            "",
+        ),
         line(
             "comparison with the gold state, equal, in the worker",
             "compare_equal",
