@@ -171,8 +171,8 @@ def in_worker(rows: int, repeat: int) -> dict[str, float]:
 
     return {
         "fork": median_us(fork_close, repeat),
-        "compare_equal": median_us(lambda: engine.state_hashes(next(equal_iter), reference), repeat),
-        "compare_unequal": median_us(lambda: engine.state_hashes(next(unequal_iter), reference), repeat),
+        "compare_equal": median_us(lambda: engine.state_hashes(next(equal_iter), [reference]), repeat),
+        "compare_unequal": median_us(lambda: engine.state_hashes(next(unequal_iter), [reference]), repeat),
         "floor_cow_map": median_us(lambda: collections.ChainMap({}, table), repeat),
         "floor_exact_hash": median_us(lambda: hashlib.sha256(canonical_json(saved)).hexdigest(), repeat),
         "reload_fork": median_us(reload_fork, max(10, repeat // 10)),
@@ -225,7 +225,7 @@ def through_sandbox(rows: int, repeat: int) -> dict[str, float]:
                 episode = worker.fork(base)
                 for index, (name, arguments) in enumerate(CALLS):
                     worker.call(episode, f"{ids[index % len(ids)]}.{name}", arguments)
-                worker.state_hashes(episode, reference)
+                worker.state_hashes(episode, [reference])
                 worker.close_episode(episode)
 
             def previous(ids: list[str] = env_ids, states: dict = states) -> None:

@@ -233,10 +233,10 @@ class Engine:
         return {"episode_id": self.fork(self._field(request, "episode_id", str))}
 
     def _op_state_hashes(self, request: dict[str, Any]) -> Any:
-        reference = request.get("reference")
-        if reference is not None and not isinstance(reference, str):
-            raise OperationError("bad_request", "field 'reference' must be an episode id or null")
-        return {"hashes": self.state_hashes(self._field(request, "episode_id", str), reference)}
+        references = request.get("references", [])
+        if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+            raise OperationError("bad_request", "field 'references' must be a list of episode ids")
+        return {"hashes": self.state_hashes(self._field(request, "episode_id", str), references)}
 
     def _op_close(self, request: dict[str, Any]) -> Any:
         return {"closed": self.close(self._field(request, "episode_id", str))}
@@ -471,28 +471,30 @@ class Engine:
             fork.state, fork.view_of = fork_view(source), source
         return fork
 
-    def state_hashes(self, episode_id: str, reference_id: str | None = None) -> dict[str, str]:
+    def state_hashes(self, episode_id: str, references: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
         """``{env_id: state hash}``: :func:`.canonical.state_hash` of each environment's ``save(state)``.
 
         Args:
             episode_id: the episode.
-            reference_id: an open episode over some of the same environments (for example a task's gold final
-                state, opened once and never called). An environment whose state has the same
-                value as the reference's (:func:`.cow_state.same_value`: a pass over what a fork of the same
-                task changed) has the reference's hash, computed once; only the others are saved and hashed.
+            references: open episodes over some of the same environments, never called (a task's gold final
+                state, its initial state). An environment whose state has the same value as a reference's
+                (:func:`.cow_state.same_value`: a pass over what a fork of the same task changed) has that
+                reference's hash, computed once; only the others are saved and hashed.
 
         Raises:
             OperationError: ``unknown_episode``, ``environment_fault`` (``save`` failed).
         """
         episode = self._episode(episode_id)
-        reference = self._episode(reference_id) if reference_id is not None else None
+        others = [self._episode(reference_id) for reference_id in references]
         hashes: dict[str, str] = {}
         for env_id, instance in episode.instances.items():
-            gold = reference.instances.get(env_id) if reference is not None else None
-            if gold is not None and same_value(instance.state, gold.state):
-                hashes[env_id] = self._reference_hash(env_id, gold)
-                continue
-            hashes[env_id] = self._exact_hash(env_id, instance)
+            for other in others:
+                gold = other.instances.get(env_id)
+                if gold is not None and same_value(instance.state, gold.state):
+                    hashes[env_id] = self._reference_hash(env_id, gold)
+                    break
+            else:
+                hashes[env_id] = self._exact_hash(env_id, instance)
         return hashes
 
     def _reference_hash(self, env_id: str, reference: EnvironmentInstance) -> str:

@@ -1057,19 +1057,19 @@ class SandboxWorker:
             self._episodes[new_id] = forked
             return new_id
 
-    def state_hashes(self, episode_id: str, reference: str | None = None) -> dict[str, str]:
+    def state_hashes(self, episode_id: str, references: Sequence[str] = ()) -> dict[str, str]:
         """``{env_id: state hash}`` of the episode, each computed inside its environment's worker: exactly
         ``{env_id: canonical.state_hash(save(episode)[env_id])}``, with no state crossing the pipe.
 
         Args:
             episode_id: an open episode.
-            reference: an open episode holding states this one may end in (a task's gold final state, opened
-                once and never called): an environment whose state holds the same value as the reference's (compared
-                in the worker, at the cost of what a fork of the task changed) gets the reference's hash, computed
-                once, and is not saved again.
+            references: open episodes holding states this one may end in, never called (a task's gold final
+                state, its initial state): an environment whose state holds the same value as a reference's
+                (compared in the worker, at the cost of what a fork of the task changed) gets that reference's
+                hash, computed once, and is not saved again.
 
         Raises:
-            EpisodeLost: ``episode_id`` or ``reference`` is not open.
+            EpisodeLost: ``episode_id`` or a reference is not open.
             EnvironmentFault, WorkerCrashed.
         """
         with self._lock:
@@ -1077,20 +1077,23 @@ class SandboxWorker:
             parts = self._episodes.get(episode_id)
             if parts is None:
                 raise EpisodeLost(episode_id)
-            gold = self._episodes.get(reference) if reference is not None else {}
-            if gold is None:
-                raise EpisodeLost(str(reference))
-            requests = [(env_id, {"episode_id": sub, "reference": gold.get(env_id)}) for env_id, sub in parts.items()]
+            others = {}
+            for reference in references:
+                if reference not in self._episodes:
+                    raise EpisodeLost(reference)
+                others[reference] = self._episodes[reference]
+            requests = [
+                (env_id, {"episode_id": sub, "references": [o[env_id] for o in others.values() if env_id in o]})
+                for env_id, sub in parts.items()
+            ]
             hashes: dict[str, str] = {}
             for env_id, result in self._fan_out("state_hashes", requests):
                 if isinstance(result, _RemoteError):
-                    if (
-                        reference is not None
-                        and result.type == "unknown_episode"
-                        and (result.error.get("episode_id") == gold.get(env_id))
-                    ):
-                        self._drop(reference)
-                        raise EpisodeLost(reference) from None
+                    lost = result.error.get("episode_id")
+                    for reference, other in others.items():
+                        if result.type == "unknown_episode" and other.get(env_id) == lost:
+                            self._drop(reference)
+                            raise EpisodeLost(reference) from None
                     self._raise_remote(result, episode_id)
                 if isinstance(result, _ChildLost):
                     raise WorkerCrashed(result.kind, result.message) from None

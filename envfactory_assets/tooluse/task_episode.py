@@ -4,8 +4,8 @@ One :class:`TaskRunner` owns a long-lived :class:`~envfactory_assets.runtime.san
 the environments' code loaded once; each task (an ``rl_dataset`` row) is opened once on its initial state,
 and every rollout gets its own fork of it (copy-on-write in the worker), so rollouts never share state
 (docs/design.md, Runtime: many episodes inside one worker, not one process per episode). Final states are
-hashed inside the worker; a state equal to the task's gold one (replayed once from its executed calls) is
-told from digests the worker keeps, without saving it. GRPO rollouts and evaluations
+hashed inside the worker; a state equal to the task's gold one (replayed once from its executed calls) or to
+its initial one takes that state's hash, computed once, without being saved. GRPO rollouts and evaluations
 both go through :meth:`TaskEpisode.call`, so training and evaluation execute tool calls the same way.
 """
 
@@ -205,13 +205,16 @@ class TaskEpisode:
         """``{env_id: state hash}`` of the episode now, computed in the worker; empty when the episode was lost."""
         if self._episode is None or self._lost:
             return {}
-        reference = self._task.reference if self._task is not None else None
+        task = self._task
+        references = [] if task is None else [r for r in (task.reference, task.base) if r is not None]
         try:
-            return self._worker.state_hashes(self._episode, reference)
+            return self._worker.state_hashes(self._episode, references)
         except EpisodeLost as exc:
-            if reference is not None and exc.episode_id == reference and self._worker.is_open(self._episode):
-                self._task.reference = None
-                return self.final_state_hashes()
+            if exc.episode_id in references and self._worker.is_open(self._episode):
+                if exc.episode_id == task.reference:
+                    task.reference = None
+                    return self.final_state_hashes()
+                return self._worker.state_hashes(self._episode, [r for r in references if r != exc.episode_id])
             self._lost = True
             return {}
         except SandboxError:
