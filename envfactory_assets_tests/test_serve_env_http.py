@@ -393,17 +393,3 @@ def test_sigterm_stops_the_server_and_every_session_worker(server):
     assert proc.returncode == 0, proc.stderr.read()
     assert len(workers) == 1 and _wait_until(lambda: not any(running(p) for p in workers))
     assert "serve-env: bookshop_example over MCP Streamable HTTP" in proc.stderr.read()
-
-
-def test_the_help_shows_each_default_from_the_settings(capsys):
-    """``serve-env --help`` prints the values the settings module holds, not where to look them up."""
-    from envfactory_assets.cli import build_parser
-    from envfactory_assets.serving.serve_env_settings import DEFAULT_MAX_ARGUMENT_BYTES, HttpSettings
-
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve-env", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    defaults = HttpSettings()
-    assert f"(default: {DEFAULT_MAX_ARGUMENT_BYTES})" in text
-    assert f"(default: {defaults.max_sessions})" in text and f"(default: {defaults.idle_timeout_s:g})" in text
-    assert "HttpSettings" not in text and ".py" not in text
