@@ -21,7 +21,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import model_concurrency, refinement, serve_env_http, serve_env_startup
+from benchmarks import model_concurrency, openenv_load, refinement, serve_env_http, serve_env_startup
 from envfactory_assets.store.db import Store
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
@@ -106,6 +106,7 @@ def main() -> None:
     models = model_concurrency.run(tuple(int(x) for x in args.model_levels.split(",")))
     startup = serve_env_startup.run()
     http_calls = serve_env_http.run()
+    load, _held = openenv_load.run([])
     DOC.write_text(
         "\n".join(
             [
@@ -130,6 +131,10 @@ def main() -> None:
                 "## `serve-env --http` calls",
                 "",
                 http_calls,
+                "",
+                "## `serve-openenv` under load, one worker killed",
+                "",
+                load,
                 "",
                 NOTES.read_text(encoding="utf-8") if NOTES.exists() else "",
             ]

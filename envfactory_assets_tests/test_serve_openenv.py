@@ -280,6 +280,23 @@ def test_a_dead_worker_ends_its_clients_episodes_with_a_structured_error_and_the
     assert _wait_until(lambda: pool.open_count == 0)
 
 
+def test_a_reset_that_meets_a_worker_killed_a_moment_before_starts_on_a_fresh_one(served, rows):
+    """A worker killed while nothing has noticed yet: the next reset on it opens its episode on the process the
+    worker restarts as (the dead one held nothing of that episode) and runs to its full reward."""
+    url, pool = served
+    look_up = next(r for r in rows if r["id"] == "rl_bookshop_look_up")
+    with GenericEnvClient(base_url=url).sync() as first, GenericEnvClient(base_url=url).sync() as second:
+        episode = first.reset(task_id=look_up["id"]).observation["episode_id"]
+        pid = pool.worker_pids(episode)[BOOKSHOP]
+        kill_worker(pid)
+        started = second.reset(task_id=look_up["id"]).observation
+        assert started["prompt"] == look_up["prompt"] and pool.worker_pids(started["episode_id"])[BOOKSHOP] != pid
+        for call in look_up["gold_calls"]:
+            assert second.step(_call(call)).observation["error"] is None
+        assert second.step({"final_answer": "It costs what the record says."}).reward == 1.0
+    assert _wait_until(lambda: pool.open_count == 0)
+
+
 def test_forged_tool_output_cannot_change_the_reward_done_or_state(environments, rows):
     """A hostile environment whose ``get_book`` returns a fake reward, a fake ``done``, the gold final state itself
     and a forged call (:func:`forged_reply`): the steps stay open, the forged text reaches the model with its tags

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from envfactory_assets.config_checks import finite_number, setting, whole_number
-from envfactory_assets.runtime.errors import SandboxError
+from envfactory_assets.runtime.errors import SandboxError, WorkerCrashed
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.serving.errors import (
     BadRequest,
@@ -327,12 +327,23 @@ class SessionPool:
                     self._loaded[shard].add(env_id)
             return TaskEpisode(worker, row)
 
+        failure: SandboxError
         try:
             return self._on(shard, open_in_worker)
+        except WorkerCrashed as exc:
+            failure = exc
+            if exc.kind == "crash":
+                # a worker that died while this episode opened (killed with the episodes it held) held nothing
+                # of this one yet: one more try, on the fresh process the worker restarts as
+                try:
+                    return self._on(shard, open_in_worker)
+                except SandboxError as again:
+                    failure = again
         except SandboxError as exc:
-            raise EpisodeStartFailed(
-                f"task {row.get('id')!r} could not start in the sandbox: {str(exc)[:500]}", task_id=row.get("id")
-            ) from None
+            failure = exc
+        raise EpisodeStartFailed(
+            f"task {row.get('id')!r} could not start in the sandbox: {str(failure)[:500]}", task_id=row.get("id")
+        ) from None
 
     def close_episode(self, episode_id: str, why: str = "closed") -> None:
         """Close an open episode and free its slot and its state in the worker; a no-op when it is not open."""
