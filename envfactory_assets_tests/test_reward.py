@@ -66,6 +66,41 @@ def test_malformed_calls_are_penalized_and_the_reward_never_goes_below_zero():
         reward(GOLD, n_malformed=-1)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), -1, True, 1.0, "2", None])
+def test_a_malformed_count_that_is_no_whole_number_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match=r"n_malformed must be a whole number >= 0"):
+        reward(GOLD, n_malformed=bad)
+    with pytest.raises(ValueError, match=r"n_malformed must be a whole number >= 0"):
+        guarded_reward(GOLD, GOLD, HASHES, HASHES, HASHES, [], n_malformed=bad, reply="done")
+
+
+def test_arguments_match_as_json_numbers_and_booleans_are_no_numbers():
+    gold = [{"name": "set_stock", "arguments": {"book_id": "b1", "count": 12, "shelf": {"row": 1, "ids": [3, 4]}}}]
+    as_floats = [
+        {"name": "set_stock", "arguments": {"book_id": "b1", "count": 12.0, "shelf": {"row": 1.0, "ids": [3.0, 4]}}}
+    ]
+    assert match_calls(gold, as_floats) == ([True], 0)
+    assert match_calls(as_floats, gold) == ([True], 0)
+    assert match_calls(gold, [{"name": "set_stock", "arguments": {**gold[0]["arguments"], "count": 12.5}}])[0] == [
+        False
+    ]
+    flags = [{"name": "set_flag", "arguments": {"on": True, "level": 0}}]
+    for wrong in ({"on": 1, "level": 0}, {"on": True, "level": False}, {"on": 1.0, "level": 0.0}):
+        assert match_calls(flags, [{"name": "set_flag", "arguments": wrong}])[0] == [False], wrong
+    # a default written as 10 is met by 10.0 as well
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "list_orders",
+                "parameters": {"type": "object", "properties": {"limit": {"type": "integer", "default": 10}}},
+            },
+        }
+    ]
+    assert is_empty_call({"name": "list_orders", "arguments": {"limit": 10.0}}, tools)
+    assert not is_empty_call({"name": "list_orders", "arguments": {"limit": True}}, tools)
+
+
 def test_partial_state_match_is_the_share_of_matching_environments():
     assert state_match({"shop": "aaa", "calendar": "zzz"}, HASHES) == 0.5
     assert reward(GOLD, final={"shop": "aaa"}).reward == pytest.approx(0.75)
