@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -17,7 +18,7 @@ from envfactory_assets.tooluse.reward import (
     match_calls,
     state_match,
 )
-from envfactory_assets.tooluse.task_episode import TaskRunner
+from envfactory_assets.tooluse.task_episode import ArgumentsTooLarge, TaskRunner
 
 GOLD = [
     {"name": "list_books", "arguments": {"genre": "fiction", "limit": 5}},
@@ -184,6 +185,22 @@ def test_wrong_and_malformed_calls_score_low(task, runner):
     episode.close()
     assert (r.n_malformed, r.trace, r.state, r.n_extra) == (3, 0.0, 0.0, 1)
     assert r.reward == 0.0
+
+
+def test_arguments_that_are_no_json_or_too_large_are_malformed_calls_each_with_its_own_reason(task, runner):
+    episode = runner.episode(task)
+    book = task["gold_calls"][1]["arguments"]["book_id"]
+    for bad in (float("nan"), float("inf"), -float("inf"), 2**70):
+        # NaN would reach the tool as null and match a gold null; a 70-bit integer has no canonical form
+        result = json.loads(episode.call("update_book", {"book_id": book, "price": bad}, max_argument_bytes=10))
+        assert result["error"] == "invalid_arguments" and "not plain JSON" in result["message"], result
+        assert "max_argument_bytes" not in result["message"]
+    with pytest.raises(ArgumentsTooLarge, match=r"are \d\d bytes as JSON, past max_argument_bytes=20; the call did"):
+        episode.call("update_book", {"book_id": book, "price": 12.5}, max_argument_bytes=20)
+    assert episode.calls == [] and episode.n_malformed == 5
+    assert "error" not in json.loads(episode.call("update_book", {"book_id": book, "price": 12.5}, 1000))
+    assert episode.n_malformed == 5 and len(episode.calls) == 1
+    episode.close()
 
 
 TOOLS = [
