@@ -74,7 +74,7 @@ class ScriptedModel:
     user's request, makes the plan's next call (one per turn, counted by the tool results so far), then answers.
 
     At each request (a rollout's program is running then) it records the files under ``runtimes`` (verifiers'
-    folder of the rollouts' runtimes) that hold the rollout's spec or any ``api_key``, in ``files_seen``."""
+    folder of the rollouts' runtimes) that hold an ``api_key``, in ``files_seen``."""
 
     def __init__(self, rows: list[dict[str, Any]], runtimes: Path | None = None) -> None:
         by_request = {r["prompt"][-1]["content"]: r for r in rows}
@@ -92,7 +92,7 @@ class ScriptedModel:
                     text = path.read_bytes() if path.is_file() else b""
                 except OSError:
                     continue
-                if path.name.startswith(".envfactory-rollout-") or b"api_key" in text:
+                if b"api_key" in text:
                     self.files_seen.add(str(path.relative_to(runtimes)))
 
         def reply(body: dict[str, Any]) -> dict[str, Any]:
@@ -314,7 +314,7 @@ def test_verifiers_runs_the_exported_package_and_its_rewards_are_the_projects(ho
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    # while each rollout ran, its runtime folder held neither the key nor the spec (the program removes it once read)
+    # while each rollout ran, no file of its runtime held a key
     assert model.runtime_dirs_seen > 0 and model.files_seen == set(), model.files_seen
     episodes = [json.loads(line) for line in (tmp_path / "outputs" / "run" / "traces.jsonl").read_text().splitlines()]
     rewards: dict[str, list[float]] = {}
