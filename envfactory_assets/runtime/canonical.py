@@ -7,6 +7,7 @@ forks and the store can compare states by a short hash instead of by deep equali
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import orjson
@@ -38,14 +39,36 @@ def canonical_json(obj: Any) -> bytes:
             signed/unsigned 64-bit range, ``datetime``/``date`` objects, dataclasses, subclasses of
             ``dict``/``list``/``str``/``int`` (``OrderedDict``, ``defaultdict``...), sets, bytes.
 
+        TypeError: for a float that is NaN or infinite: JSON has no such number, and orjson would write
+            ``null``, so ``{"x": nan}`` and ``{"x": None}`` would hash alike.
+
     Notes:
-        ``float('nan')`` and infinities are encoded as ``null`` (orjson behaviour), and ``Enum``
-        members as their value; neither is valid in a saved state, so callers should not rely on them.
+        ``Enum`` members are encoded as their value (orjson behaviour); they are not valid in a saved
+        state, so callers should not rely on it.
     """
     try:
-        return orjson.dumps(obj, option=_CANONICAL_OPTIONS)
+        encoded = orjson.dumps(obj, option=_CANONICAL_OPTIONS)
     except orjson.JSONEncodeError as exc:  # a TypeError subclass; re-raise with a plain type
         raise TypeError(f"not canonical JSON: {exc}") from None
+    # orjson writes a non-finite float as null, so only a text holding null can hide one
+    if b"null" in encoded:
+        _refuse_non_finite(obj)
+    return encoded
+
+
+def _refuse_non_finite(obj: Any) -> None:
+    """Raise TypeError at the first NaN or infinite float in ``obj`` (already encoded, so plain JSON)."""
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is float:
+            if not math.isfinite(value):
+                raise TypeError(f"not canonical JSON: {value!r} is not a JSON number")
+        elif kind is dict:
+            stack.extend(value.values())
+        elif kind is list or kind is tuple:
+            stack.extend(value)
 
 
 def state_hash(saved_state: Any) -> str:

@@ -346,10 +346,11 @@ class Engine:
         return self.episodes.pop(episode_id, None) is not None
 
     def _saved(self, env_id: str, instance: EnvironmentInstance) -> Any:
-        """``save(state)`` checked to be plain JSON; raises ``environment_fault``."""
+        """``save(state)`` checked to be plain JSON, as the state hash reads it (:func:`.canonical.canonical_json`:
+        no NaN or infinity either); raises ``environment_fault``."""
         try:
             saved = instance.save(instance.state)
-            _encode_json(saved)
+            canonical_json(saved)
         except CallTimedOut:
             raise self._fault(env_id, "timeout", "save() exceeded the time limit") from None
         except MemoryError:

@@ -33,8 +33,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import orjson
-
 from envfactory_assets.config_checks import finite_number, setting, whole_number
 from envfactory_assets.runtime.errors import SandboxError, WorkerCrashed
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
@@ -49,7 +47,7 @@ from envfactory_assets.serving.errors import (
 )
 from envfactory_assets.serving.outcome import Outcome, RewardFunction, episode_outcome, training_reward_of
 from envfactory_assets.serving.tasks import TaskSet
-from envfactory_assets.tooluse.task_episode import TaskEpisode
+from envfactory_assets.tooluse.task_episode import ArgumentsTooLarge, TaskEpisode
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 OWNER = "serve-openenv"
@@ -440,18 +438,11 @@ class SessionPool:
     def _call(self, session: Session, tool_name: Any, arguments: Any) -> StepResult:
         out = StepResult(session.episode_id, session.task_id, tool_name=str(tool_name)[:256])
         try:
-            size = len(orjson.dumps(arguments))
-        except (TypeError, orjson.JSONEncodeError):
-            size = self.settings.max_argument_bytes + 1
-        if size > self.settings.max_argument_bytes:
-            session.episode.add_malformed(1)
-            out.error = {
-                "type": "too_large",
-                "message": f"the call's arguments are {size} bytes as JSON, past max_argument_bytes="
-                f"{self.settings.max_argument_bytes}; the call did not run and counts as malformed",
-            }
-            return out
-        out.result = self._on(session.shard, session.episode.call, str(tool_name), arguments)
+            out.result = self._on(
+                session.shard, session.episode.call, str(tool_name), arguments, self.settings.max_argument_bytes
+            )
+        except ArgumentsTooLarge as exc:
+            out.error = {"type": "too_large", "message": str(exc)}
         return out
 
     def _end(self, session: Session, reason: str, out: StepResult) -> StepResult:
