@@ -7,11 +7,9 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.tooluse.chat_template import TOOL_CHAT_TEMPLATE, render_chat
 from envfactory_assets.tooluse.task_environment import environment_class, execute_tool_text, public_methods
 from envfactory_assets.tooluse.task_episode import TaskRunner
@@ -32,6 +30,7 @@ from envfactory_assets.training.grpo import (
     hybrid_reward_func,
 )
 from envfactory_assets.training.training_reward import training_reward
+from envfactory_assets_tests.taught_policy import delete_book_task, taught_to_call
 
 
 @pytest.fixture(scope="module")
@@ -43,24 +42,7 @@ def runner(bookshop):
 @pytest.fixture(scope="module")
 def task(bookshop, runner) -> dict:
     """An RL row: delete the first book; its gold final state comes from executing the gold call."""
-    env_id = bookshop["env_id"]
-    initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
-    book_id = initial[env_id]["tables"]["books"][0]["book_id"]
-    row = {
-        "id": "rl_env_factory_test",
-        "env_ids": [env_id],
-        "tools": [openai_tool(t) for t in bookshop["tools"]],
-        "prompt": [{"role": "user", "content": f"Please delete book {book_id}."}],
-        "gold_calls": [{"name": "delete_book", "arguments": {"book_id": book_id}}],
-        "masked_arguments": ["limit"],
-        "initial_state": initial,
-        "final_state": initial,
-    }
-    episode = runner.episode(row)
-    episode.call("delete_book", {"book_id": book_id})
-    final = episode.final_states()
-    episode.close()
-    return {**row, "final_state": final, "book_id": book_id}
+    return delete_book_task(bookshop, runner)
 
 
 def _call(name: str, arguments) -> dict:
@@ -197,39 +179,8 @@ def test_replaying_screened_groups_needs_the_rollout_func():
         GRPOConfigSpec(rollout="environment_factory", replay_screened=True)
 
 
-def _taught_to_call(model_dir: Path, task: dict, out_dir: Path) -> Path:
-    """``model_dir``'s model after supervised steps on the task's prompt followed by its gold call (until the
-    token loss is under 0.02), saved to ``out_dir``: a policy whose sampled rollouts call the tool."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from envfactory_assets.training.base_model import prepare_tokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    prepare_tokenizer(tokenizer, model)
-    prompt = tokenizer(render_chat(task["prompt"], task["tools"], add_generation_prompt=True), add_special_tokens=False)
-    call = {"name": "delete_book", "arguments": {"book_id": task["book_id"]}}
-    target = tokenizer(f"<tool_call>{json.dumps(call)}</tool_call><|im_end|>", add_special_tokens=False)
-    ids = torch.tensor([prompt["input_ids"] + target["input_ids"]])
-    labels = torch.tensor([[-100] * len(prompt["input_ids"]) + target["input_ids"]])
-    torch.manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(400):
-        loss = model(input_ids=ids, labels=labels).loss
-        if loss.item() < 0.02:
-            break
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    assert loss.item() < 0.02
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
-
-
 def test_two_grpo_steps_each_way_on_a_one_layer_model(task, bookshop, one_layer_model_dir, tmp_path):
-    start = _taught_to_call(one_layer_model_dir, task, tmp_path / "start")
+    start = taught_to_call(one_layer_model_dir, task, tmp_path / "start")
     from envfactory_assets.training.grpo import train_grpo
 
     results = {}
@@ -252,6 +203,8 @@ def test_two_grpo_steps_each_way_on_a_one_layer_model(task, bookshop, one_layer_
     # the taught call ran in the sandbox (the book's deletion is the only way to state credit) and was scored
     # by the project's reward, the run's only reward function
     assert factory["tool_calls"] >= 4 and max(factory["reward_mean_per_step"]) > 0.5
+    assert all(f > 0 for f in factory["trl_tool_call_frequency"])  # TRL's own loop ran calls, not only the settling
+    assert results["rollout_func"]["trl_tool_call_frequency"] == [] and results["rollout_func"]["tool_calls"] >= 4
     saved = tmp_path / "environment_factory"
     assert (saved / "chat_template.jinja").read_text() == TOOL_CHAT_TEMPLATE  # the training template stays behind
     assert "response_template" not in json.loads((saved / "tokenizer_config.json").read_text())

@@ -562,7 +562,9 @@ def train_grpo(
         "reward_std_per_step":
         [float], "loss_per_step": [float, TRL's logged GRPO loss], "reward_mean_first", "reward_mean_last",
         "train_loss", "tool_calls", "malformed_calls" (of
-        training's sampled rollouts; screening's are in its report), "prompts", "prompt_ids", "threads",
+        training's sampled rollouts; screening's are in its report), "trl_tool_call_frequency" (per step, the
+        calls per rollout TRL's own tool loop executed: ``environment_factory`` only, else empty), "prompts",
+        "prompt_ids", "threads",
         "steps_with_signal" (steps whose reward spread was above zero),
         "replayed_groups" (steps that trained on their prompt's screened group),
         "screening" (None, or :func:`~envfactory_assets.training.screening.screening_report`)}``; rewards are in
@@ -696,6 +698,7 @@ def train_grpo(
         "reward_mean_last": means[-1] if means else None,
         "tool_calls": rollout.tool_calls,
         "malformed_calls": rollout.malformed,
+        "trl_tool_call_frequency": [float(e["tools/call_frequency"]) for e in logs if "tools/call_frequency" in e],
         "prompts": len(rows),
         "prompt_ids": [r["id"] for r in rows],
         "threads": governor.history[0],
