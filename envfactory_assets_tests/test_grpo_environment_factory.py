@@ -208,3 +208,20 @@ def test_two_grpo_steps_each_way_on_a_one_layer_model(task, bookshop, one_layer_
     saved = tmp_path / "environment_factory"
     assert (saved / "chat_template.jinja").read_text() == TOOL_CHAT_TEMPLATE  # the training template stays behind
     assert "response_template" not in json.loads((saved / "tokenizer_config.json").read_text())
+
+
+def test_a_tool_trl_cannot_render_is_refused_before_training_naming_its_row():
+    """TRL renders every prompt's tools with transformers' ``get_json_schema``, which reads the method's
+    docstring: a description with its own ``Args:`` section hides the real parameters from it."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "description": "Does f.\n\nArgs:\n    other: not a parameter",
+                "parameters": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+            },
+        }
+    ]
+    with pytest.raises(ValueError, match=r"rl row r1: tool 'f' cannot be rendered by TRL"):
+        environment_factories([{"id": "r1", "tools": tools}], None, TASK_ID_KEY, [])

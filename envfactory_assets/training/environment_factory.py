@@ -150,21 +150,33 @@ def trl_environment_class(tools: list[Mapping[str, Any]]) -> type[TrlTaskEnviron
 
 
 def environment_factories(
-    rows: list[Mapping[str, Any]], runner: TaskRunner, task_id_key: str, created: list[TrlTaskEnvironment]
+    rows: list[Mapping[str, Any]], runner: TaskRunner | None, task_id_key: str, created: list[TrlTaskEnvironment]
 ) -> dict[str, Callable[[], TrlTaskEnvironment]]:
     """TRL's dict ``environment_factory``: ``{tool_set_name(tools): factory}`` over the distinct tool sets of
     ``rows``, each factory returning a new object of that tool set's class on ``runner`` (and appending it to
-    ``created``, so that the caller can close their episodes).
+    ``created``, so that the caller can close their episodes); with ``runner`` None the factories are only
+    for checking the rows (their objects could open no episode).
 
     Raises:
-        ValueError: a row's tools cannot be methods (see :func:`environment_class`).
+        ValueError: a row's tools cannot be methods (see :func:`environment_class`), or a method's signature
+            and docstring are not something transformers' ``get_json_schema`` reads (TRL calls it on every
+            prompt; failing here names the row instead of failing mid-run).
     """
+    from transformers.utils import get_json_schema
+
     by_id = {r["id"]: r for r in rows}
     factories: dict[str, Callable[[], TrlTaskEnvironment]] = {}
     for row in rows:
         name = tool_set_name(row["tools"])
         if name not in factories:
             cls = trl_environment_class(row["tools"])
+            for tool in sorted(cls._tool_names):
+                try:
+                    get_json_schema(getattr(cls, tool))
+                except Exception as exc:  # transformers raises its own parsing exceptions
+                    raise ValueError(
+                        f"rl row {row['id']}: tool {tool!r} cannot be rendered by TRL ({type(exc).__name__}: {exc})"
+                    ) from exc
 
             def factory(cls: type[TrlTaskEnvironment] = cls) -> TrlTaskEnvironment:
                 created.append(cls(runner, by_id, task_id_key))

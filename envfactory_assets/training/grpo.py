@@ -11,15 +11,16 @@ Two rollouts, chosen by :attr:`GRPOConfigSpec.rollout`:
 Both give each rollout its own episode and score it with the same guarded reward; ``docs/training.md`` says
 why ``rollout_func`` stays the default and gives the measured step time of each.
 
-So the rollout (:class:`ToolRollout`) renders the prompt with our template and the row's own tools, samples
-with the policy, parses with :func:`~envfactory_assets.tooluse.tool_calls.parse_tool_calls` (malformed blocks
-count against the format penalty), executes calls through a :class:`TaskEnvironment` per rollout (one object
-per rollout slot, reused across batches, ``reset(**row)`` per rollout; its public methods are exactly the
-task's tools, the same contract ``environment_factory`` uses), appends the tool results as tokens without
-loss (``env_mask`` 0), and lets the model continue, up to ``max_tool_calling_iterations`` rounds. The reward
-function returns each rollout's guarded hybrid reward (the paper's shape, with the empty-argument loophole
-closed: ``tooluse/reward.py``, :func:`~envfactory_assets.training.training_reward.training_reward`). The
-model sees only the prompt, the tool list and tool results: never the reward or a verification tool.
+The ``rollout_func`` (:class:`ToolRollout`) renders the prompt with our template and the row's own tools,
+samples with the policy, parses with :func:`~envfactory_assets.tooluse.tool_calls.parse_tool_calls`
+(malformed blocks count against the format penalty), executes calls through a :class:`TaskEnvironment` per
+rollout (one object per rollout slot, reused across batches, ``reset(**row)`` per rollout; its public methods
+are exactly the task's tools, the same contract ``environment_factory`` uses), appends the tool results as
+tokens without loss (``env_mask`` 0), and lets the model continue, up to ``max_tool_calling_iterations``
+rounds (the last round's calls are executed too). The reward function returns each rollout's guarded hybrid
+reward (the paper's shape, with the empty-argument loophole closed: ``tooluse/reward.py``,
+:func:`~envfactory_assets.training.training_reward.training_reward`). The model sees only the prompt, the
+tool list and tool results: never the reward or a verification tool.
 
 Settings from the paper (``docs/design.md``, "Paper settings and measured facts"): 8 rollouts per prompt,
 temperature 0.7, KL coefficient 0.001, starting from the SFT checkpoint.
@@ -572,7 +573,9 @@ def train_grpo(
 
     Raises:
         ValueError: no rows or bad prompts (see :func:`build_grpo_dataset`), or a task whose tools cannot be
-            methods (see :func:`environment_class`).
+            methods (see :func:`environment_class`) or, with ``rollout: environment_factory``, cannot be
+            rendered by TRL (see
+            :func:`~envfactory_assets.training.environment_factory.environment_factories`).
         KeyError: a row uses an environment missing from ``environments``.
         ValueError: ``device: cuda`` without a visible CUDA device.
     """
@@ -587,6 +590,8 @@ def train_grpo(
         missing = [e for e in row["env_ids"] if e not in environments]
         if missing:
             raise KeyError(f"rl row {row['id']}: environment(s) {missing} not available")
+    if spec.rollout == "environment_factory":
+        environment_factories(list(rows), None, TASK_ID_KEY, [])  # every tool TRL will render, checked up front
 
     force_offline()
     _silence_experimental_warning()
