@@ -6,12 +6,15 @@ rollout makes a real tool call in the sandbox; then ``--rounds`` rounds, each tr
 with each rollout in turn (interleaved, so a shared machine's load drifts over both alike), with the default
 GRPO settings otherwise (4 rollouts per step, 64 completion tokens, one tool round). The step time is TRL's
 logged ``step_time`` (generation, tool calls, reward, and the forward and backward passes); the first step of
-each run is left out (its one-off set-up). Usage::
+each run is left out (its one-off set-up). The trainer process's CPU time per step (all its threads, every
+step of the run; the sandbox worker is a process of its own) is the figure that a shared machine's load moves
+least. Usage::
 
     .venv/bin/python -m benchmarks.grpo_rollouts --rounds 3 --steps 4 [--device cpu]
 
 Prints a Markdown table of the median step time per rollout, the fastest step, the ratio to ``rollout_func``,
-the tool calls per step and the mean reward, with the machine's load average before and after.
+the median CPU seconds per step and its ratio, the tool calls per step and the mean reward, with the
+machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         steps: dict[str, list[float]] = {r: [] for r in ROLLOUTS}
         calls: dict[str, list[float]] = {r: [] for r in ROLLOUTS}
         rewards: dict[str, list[float]] = {r: [] for r in ROLLOUTS}
+        cpu: dict[str, list[float]] = {r: [] for r in ROLLOUTS}
         for round_index in range(args.rounds):
             for rollout in ROLLOUTS:
                 spec = GRPOConfigSpec(max_steps=args.steps, save_steps=0, device=args.device, rollout=rollout)
@@ -58,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
                 steps[rollout] += metrics["step_seconds"][1:]
                 calls[rollout].append(metrics["tool_calls"] / metrics["steps"])
                 rewards[rollout] += metrics["reward_mean_per_step"]
+                cpu[rollout].append(metrics["cpu_seconds"] / metrics["steps"])
     load_after = os.getloadavg()
     baseline = statistics.median(steps["rollout_func"])
     print(
@@ -65,12 +70,17 @@ def main(argv: list[str] | None = None) -> None:
         f"device {args.device}"
     )
     print()
-    print("| rollout | median step (s) | fastest step (s) | ratio | tool calls per step | mean reward | steps timed |")
-    print("|---|---|---|---|---|---|---|")
+    cpu_baseline = statistics.median(cpu["rollout_func"])
+    print(
+        "| rollout | median step (s) | fastest step (s) | ratio | CPU s per step | CPU ratio | tool calls per step "
+        "| mean reward | steps timed |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for rollout in ROLLOUTS:
         median = statistics.median(steps[rollout])
         print(
             f"| `{rollout}` | {median:.3f} | {min(steps[rollout]):.3f} | {median / baseline:.2f} | "
+            f"{statistics.median(cpu[rollout]):.3f} | {statistics.median(cpu[rollout]) / cpu_baseline:.2f} | "
             f"{statistics.mean(calls[rollout]):.1f} | {statistics.mean(rewards[rollout]):.3f} | {len(steps[rollout])} |"
         )
 

@@ -11,9 +11,9 @@ our rows, and how this module closes each:
     TRL routes by (TRL then renders and parses each prompt with that environment's tools only). The factory's
     ``reset`` finds the full ``rl_dataset`` row from the task id on the prompt (the dataset holds only the
     prompt and the route).
-(b) Schema detail lost when TRL renders tools from Python signatures (transformers' ``get_json_schema``: no
-    per-row property order, no type lists or schema-less parameters): the prompt's first message carries the
-    row's own tool schemas under :data:`TOOL_SCHEMAS_KEY` and the trainer's tokenizer gets
+(b) Schema detail lost when TRL renders tools from Python signatures (transformers' ``get_json_schema``:
+    required properties first, no enums, array items, nested objects, formats or bounds): the prompt's first
+    message carries the row's own tool schemas under :data:`TOOL_SCHEMAS_KEY` and the trainer's tokenizer gets
     :data:`TRAINING_CHAT_TEMPLATE`, the project template preceded by one statement that renders those
     schemas in place of the signature-derived ones. A prompt therefore renders to exactly the tokens the
     ``rollout_func`` path renders (tested). The saved checkpoint keeps the plain template.
