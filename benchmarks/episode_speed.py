@@ -184,7 +184,7 @@ class _Echo:
 
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-        self.proc = subprocess.Popen(  # noqa: S603 - fixed command
+        self.proc = subprocess.Popen(  # a fixed command, no shell
             [sys.executable, "-c", ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
         )
         self.channel = FrameChannel(self.proc.stdin.fileno(), self.proc.stdout.fileno())
@@ -282,7 +282,7 @@ def before(checkout: Path, rows: int, repeat: int) -> dict[str, float]:
     """The previous code's rollouts (fork or open, 5 calls, hash, close), run from ``checkout``."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     payload = json.dumps([SOURCE, saved_state(rows), CALLS, repeat])
-    done = subprocess.run(  # noqa: S603 - fixed command
+    done = subprocess.run(  # a fixed command, no shell
         [sys.executable, "-c", BEFORE_SCRIPT], input=payload, capture_output=True, text=True, env=env, check=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -21,7 +21,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import episode_speed, model_concurrency, refinement, serve_env_http, serve_env_startup
+from benchmarks import episode_speed, model_concurrency, openenv_load, refinement, serve_env_http, serve_env_startup
 from envfactory_assets.store.db import Store
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "BENCHMARKS.md"
@@ -107,6 +107,7 @@ def main() -> None:
     startup = serve_env_startup.run()
     http_calls = serve_env_http.run()
     episodes = episode_speed.run()
+    load, _held = openenv_load.run([])
     DOC.write_text(
         "\n".join(
             [
@@ -131,6 +132,10 @@ def main() -> None:
                 "## `serve-env --http` calls",
                 "",
                 http_calls,
+                "",
+                "## `serve-openenv` under load, one worker killed",
+                "",
+                load,
                 "",
                 episode_speed.SECTION,
                 "",

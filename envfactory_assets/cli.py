@@ -962,13 +962,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of the report, each figure of OLD_STORE (an envfactory.duckdb) and of this store side by side",
     )
     # default None: REPORT_SEED of envfactory_assets/reporting/report.py, read when reporting (importing it
-    # here would slow every command)
+    # here would slow every command); the value in the help is checked against it by a test
     rep.add_argument(
         "--seed",
         type=int,
         default=None,
-        help="seed of the random turns and trajectories the report shows (default: REPORT_SEED in "
-        "envfactory_assets/reporting/report.py)",
+        help="seed of the random turns and trajectories the report shows (default: 0)",
     )
     rep.set_defaults(func=cmd_report)
     res = sub.add_parser("results", help="evaluation table (base vs checkpoints) from the store")

@@ -63,6 +63,18 @@ def test_scan_agrees_with_a_character_loop_across_chunk_boundaries(monkeypatch, 
         assert (shape.containers, shape.separators, shape.depth) == reference_shape(payload), payload
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 18])
+def test_scan_counts_nan_and_infinity_outside_strings_only(monkeypatch, chunk: int) -> None:
+    monkeypatch.setattr(bounded_json, "_CHUNK", chunk)
+    for payload, bare in (
+        (b'{"a": NaN, "b": [1.5, -Infinity]}', 3),  # each N and I outside a string
+        (b"[Infinity]", 1),
+        (b'{"NaN": "Infinity", "s": "a\\"NaN\\\\", "I": null}', 0),
+        (orjson.dumps({"x": [1, 2.5e-3, None, True, False, "NaN"]}), 0),
+    ):
+        assert bounded_json.measure(payload).bare_constants == bare, payload
+
+
 def decoded_size(payload: bytes) -> int:
     gc.collect()
     tracemalloc.start()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import orjson
 import pytest
 
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
 from envfactory_assets.runtime.cow_state import CowDict, fork_view, freeze, same_value
-from envfactory_assets.runtime.engine import Engine
+from envfactory_assets.runtime.engine import Engine, OperationError
 
 MODULE = """
 COUNTS = {"calls": 0, "seen": []}
@@ -152,6 +153,50 @@ def test_state_hashes_are_the_exact_hashes() -> None:
         assert engine.state_hashes(right, reference) == {"rows": gold_hash}
         assert engine.state_hashes(wrong, reference) == {"rows": _hash(engine, wrong)} != {"rows": gold_hash}
         assert engine.state_hashes(engine.fork(base), reference) == {"rows": _hash(engine, base)}
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_canonical_json_refuses_a_non_finite_float_inside_a_view_without_copying_what_it_shares(bad: float) -> None:
+    root = {"tables": {"t": {"a": {"x": bad, "tags": [1]}, "b": {"x": 1.0}}}, "meta": {"list": [[bad]]}}
+    snapshot = freeze(root)
+    view = fork_view(snapshot)
+    for value in (view, dict.__getitem__(view, "meta"), fork_view(freeze({"l": [[bad]]}))["l"]):
+        with pytest.raises(TypeError, match="is not a JSON number"):
+            canonical_json(value)
+    assert dict.__getitem__(view, "tables") is root["tables"]  # read through, never copied
+    view["tables"]["t"]["a"]["x"] = 2.0
+    view["meta"]["list"][0][0] = None
+    assert canonical_json(view) == canonical_json(
+        {"tables": {"t": {"a": {"x": 2.0, "tags": [1]}, "b": {"x": 1.0}}}, "meta": {"list": [[None]]}}
+    )
+
+
+NON_FINITE = """
+def load(data):
+    return data
+
+def save(state):
+    return state
+
+def set_ratio(state, value):
+    state["meta"]["ratio"] = float(value)
+    return {}
+"""
+
+
+def test_a_non_finite_state_equal_to_its_reference_is_an_environment_fault() -> None:
+    engine = Engine()
+    engine.load_env("ratio", NON_FINITE)
+    base = engine.open_episode({"ratio": {"meta": {"ratio": 0.0}, "rows": [{"id": 1}]}})
+    reference = engine.fork(base)
+    _output(engine.call(reference, "set_ratio", {"value": "nan"}))
+    rollout = engine.fork(base)
+    _output(engine.call(rollout, "set_ratio", {"value": "nan"}))
+    for episode, references in ((rollout, [reference]), (rollout, []), (reference, [])):
+        with pytest.raises(OperationError) as raised:
+            engine.state_hashes(episode, references)
+        assert (raised.value.error_type, raised.value.details["cause"]) == ("environment_fault", "not_serializable")
+        assert "is not a JSON number" in raised.value.message
 
 
 def test_a_module_with_a_class_is_executed_for_every_episode() -> None:

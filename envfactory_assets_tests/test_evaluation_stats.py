@@ -190,6 +190,13 @@ def test_a_write_with_the_right_state_but_without_the_required_call_fails():
     assert task_success([], gold, {"e": "s"}, {"e": "s"}, {"e": "s"}).success == 0.0
 
 
+def test_a_predicted_nan_or_infinity_covers_no_gold_value_not_even_null():
+    gold = [{"name": "set_price", "arguments": {"book_id": "a", "price": None}}]
+    for bad in (float("nan"), float("inf")):
+        assert covered_gold_calls(gold, [{"name": "set_price", "arguments": {"book_id": "a", "price": bad}}]) == [False]
+    assert covered_gold_calls(gold, gold) == [True]
+
+
 def test_one_predicted_call_covers_one_gold_call_at_most():
     gold = [{"name": "get_book", "arguments": {"book_id": "a"}}, {"name": "get_book", "arguments": {}}]
     # the broad call could cover either; the matching gives the specific one to the specific gold call

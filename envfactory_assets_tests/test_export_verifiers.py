@@ -71,12 +71,29 @@ def verifiers_venv() -> Path:
 
 class ScriptedModel:
     """An OpenAI-compatible chat endpoint on 127.0.0.1 that plays :data:`PLANS`: it recognises the task by the
-    user's request, makes the plan's next call (one per turn, counted by the tool results so far), then answers."""
+    user's request, makes the plan's next call (one per turn, counted by the tool results so far), then answers.
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    At each request (a rollout's program is running then) it records the files under ``runtimes`` (verifiers'
+    folder of the rollouts' runtimes) that hold an ``api_key``, in ``files_seen``."""
+
+    def __init__(self, rows: list[dict[str, Any]], runtimes: Path | None = None) -> None:
         by_request = {r["prompt"][-1]["content"]: r for r in rows}
         self.requests = 0
         self.first_requests: dict[str, dict[str, Any]] = {}
+        self.files_seen: set[str] = set()
+        self.runtime_dirs_seen = 0
+
+        def look_into_runtimes() -> None:
+            if runtimes is None:
+                return
+            self.runtime_dirs_seen = max(self.runtime_dirs_seen, sum(1 for p in runtimes.glob("*/*") if p.is_dir()))
+            for path in runtimes.rglob("*"):
+                try:
+                    text = path.read_bytes() if path.is_file() else b""
+                except OSError:
+                    continue
+                if b"api_key" in text:
+                    self.files_seen.add(str(path.relative_to(runtimes)))
 
         def reply(body: dict[str, Any]) -> dict[str, Any]:
             messages = body["messages"]
@@ -119,6 +136,7 @@ class ScriptedModel:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                look_into_runtimes()
                 outer.requests += 1
                 data = json.dumps(reply(body)).encode()
                 self.send_response(200)
@@ -242,7 +260,9 @@ def test_verifiers_runs_the_exported_package_and_its_rewards_are_the_projects(ho
         text=True,
         start_new_session=True,
     )
-    model = ScriptedModel(rows)
+    vf_home = tmp_path / "vf-home"  # verifiers keeps each rollout's runtime folder under ~/.cache/verifiers
+    vf_home.mkdir()
+    model = ScriptedModel(rows, runtimes=vf_home / ".cache" / "verifiers" / "runtimes")
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -253,7 +273,13 @@ def test_verifiers_runs_the_exported_package_and_its_rewards_are_the_projects(ho
             except httpx.HTTPError:
                 time.sleep(0.2)
         assert server.poll() is None, server.stderr.read()
-        vf_env = {**os.environ, "ENVFACTORY_OPENENV_URL": url, "SCRIPTED_API_KEY": "unused", "NO_PROXY": "127.0.0.1"}
+        vf_env = {
+            **os.environ,
+            "ENVFACTORY_OPENENV_URL": url,
+            "SCRIPTED_API_KEY": "unused",
+            "NO_PROXY": "127.0.0.1",
+            "HOME": str(vf_home),
+        }
         run = subprocess.run(
             [
                 str(VENV / "bin" / "vf-eval"),
@@ -288,6 +314,8 @@ def test_verifiers_runs_the_exported_package_and_its_rewards_are_the_projects(ho
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+    # while each rollout ran, no file of its runtime held a key
+    assert model.runtime_dirs_seen > 0 and model.files_seen == set(), model.files_seen
     episodes = [json.loads(line) for line in (tmp_path / "outputs" / "run" / "traces.jsonl").read_text().splitlines()]
     rewards: dict[str, list[float]] = {}
     for episode in episodes:

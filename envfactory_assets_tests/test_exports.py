@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -138,6 +139,30 @@ def test_row_without_known_licence_is_an_error_and_writes_nothing(rows, tmp_path
     with pytest.raises(KeyError, match="env_unknown"):
         build_exports(sft, rl, LICENCES, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["get book", "get.book", "récupérer", "x" * 65, "", "get_book\n", None])
+def test_a_tool_name_no_model_api_accepts_is_refused_by_name_and_nothing_is_written(rows, tmp_path, name):
+    sft, rl = rows
+    bad = [{"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}]
+    for kind, row in (("rl", rl[0]), ("sft", sft[0])):
+        named = [{**r, "tools": bad} if r is row else r for r in (rl if kind == "rl" else sft)]
+        with pytest.raises(ValueError, match=rf"{kind} row {row['id']}: tool name {re.escape(repr(name))} is not"):
+            build_exports(named if kind == "sft" else sft, named if kind == "rl" else rl, LICENCES, tmp_path)
+        assert list(tmp_path.iterdir()) == []
+    # names the rule allows, dashes and digits included, are written as they are
+    fine = [{"type": "function", "function": {"name": "get-book_2", "parameters": {"type": "object"}}}]
+    build_exports([{**sft[0], "tools": fine}], [], LICENCES, tmp_path / "fine")
+
+
+def test_an_environment_tool_name_no_model_api_accepts_is_refused_in_the_verl_tool_config(bookshop):
+    from envfactory_assets.exports.verl_tool_config import verl_tool_config
+
+    env_id = bookshop["env_id"]
+    assert verl_tool_config({env_id: bookshop}, [env_id])[1]["tools"] == len(bookshop["tools"])
+    renamed = {**bookshop, "tools": [{**bookshop["tools"][0], "name": "books/list"}, *bookshop["tools"][1:]]}
+    with pytest.raises(ValueError, match=rf"environment {env_id}: tool name 'books/list' is not a function name"):
+        verl_tool_config({env_id: renamed}, [env_id])
 
 
 def test_verify_export_finds_missing_files_wrong_counts_and_leaks(rows, tmp_path):

@@ -83,6 +83,19 @@ def test_a_reply_with_a_wrong_count_fails_the_check():
         assert reply_problems(faithful, [ONE_OF_SIX]) == [], faithful
 
 
+def test_a_month_a_result_also_holds_as_a_name_is_read_as_part_of_its_date():
+    """A result holding the first name 'April' and the date 2025-04-29T23:12: "April 29, 2025 at 23:12 UTC" is
+    one date (the name does not swallow its month); a day the results do not hold still fails."""
+    created = {
+        "name": "create_user",
+        "arguments": {},
+        "output": {"id": "use_1", "firstname": "April", "requested_at": "2025-04-29T23:12:00Z"},
+    }
+    assert reply_problems("Created use_1 for 'April', requested April 29, 2025 at 23:12 UTC.", [created]) == []
+    assert reply_problems("Created use_1 for April, requested 29 April 2025 at 23:12 UTC.", [created]) == []
+    assert reply_problems("Created use_1 for 'April', requested April 28, 2025 at 23:12 UTC.", [created])
+
+
 def test_a_reply_that_claims_of_n_without_a_total_fails_the_check():
     no_total = {"name": "bike_point_search", "arguments": {}, "output": {"items": [ROW, {**ROW, "id": "bp_13"}]}}
     assert reply_problems("I found 2 bike points of 5.", [no_total])

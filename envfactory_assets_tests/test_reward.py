@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -17,7 +18,7 @@ from envfactory_assets.tooluse.reward import (
     match_calls,
     state_match,
 )
-from envfactory_assets.tooluse.task_episode import TaskRunner
+from envfactory_assets.tooluse.task_episode import ArgumentsTooLarge, TaskRunner
 
 GOLD = [
     {"name": "list_books", "arguments": {"genre": "fiction", "limit": 5}},
@@ -64,6 +65,41 @@ def test_malformed_calls_are_penalized_and_the_reward_never_goes_below_zero():
     assert (r.format_penalty, r.reward) == (0.5, 0.0)
     with pytest.raises(ValueError, match="n_malformed"):
         reward(GOLD, n_malformed=-1)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1, True, 1.0, "2", None])
+def test_a_malformed_count_that_is_no_whole_number_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match=r"n_malformed must be a whole number >= 0"):
+        reward(GOLD, n_malformed=bad)
+    with pytest.raises(ValueError, match=r"n_malformed must be a whole number >= 0"):
+        guarded_reward(GOLD, GOLD, HASHES, HASHES, HASHES, [], n_malformed=bad, reply="done")
+
+
+def test_arguments_match_as_json_numbers_and_booleans_are_no_numbers():
+    gold = [{"name": "set_stock", "arguments": {"book_id": "b1", "count": 12, "shelf": {"row": 1, "ids": [3, 4]}}}]
+    as_floats = [
+        {"name": "set_stock", "arguments": {"book_id": "b1", "count": 12.0, "shelf": {"row": 1.0, "ids": [3.0, 4]}}}
+    ]
+    assert match_calls(gold, as_floats) == ([True], 0)
+    assert match_calls(as_floats, gold) == ([True], 0)
+    assert match_calls(gold, [{"name": "set_stock", "arguments": {**gold[0]["arguments"], "count": 12.5}}])[0] == [
+        False
+    ]
+    flags = [{"name": "set_flag", "arguments": {"on": True, "level": 0}}]
+    for wrong in ({"on": 1, "level": 0}, {"on": True, "level": False}, {"on": 1.0, "level": 0.0}):
+        assert match_calls(flags, [{"name": "set_flag", "arguments": wrong}])[0] == [False], wrong
+    # a default written as 10 is met by 10.0 as well
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "list_orders",
+                "parameters": {"type": "object", "properties": {"limit": {"type": "integer", "default": 10}}},
+            },
+        }
+    ]
+    assert is_empty_call({"name": "list_orders", "arguments": {"limit": 10.0}}, tools)
+    assert not is_empty_call({"name": "list_orders", "arguments": {"limit": True}}, tools)
 
 
 def test_partial_state_match_is_the_share_of_matching_environments():
@@ -149,6 +185,22 @@ def test_wrong_and_malformed_calls_score_low(task, runner):
     episode.close()
     assert (r.n_malformed, r.trace, r.state, r.n_extra) == (3, 0.0, 0.0, 1)
     assert r.reward == 0.0
+
+
+def test_arguments_that_are_no_json_or_too_large_are_malformed_calls_each_with_its_own_reason(task, runner):
+    episode = runner.episode(task)
+    book = task["gold_calls"][1]["arguments"]["book_id"]
+    for bad in (float("nan"), float("inf"), -float("inf"), 2**70):
+        # NaN would reach the tool as null and match a gold null; a 70-bit integer has no canonical form
+        result = json.loads(episode.call("update_book", {"book_id": book, "price": bad}, max_argument_bytes=10))
+        assert result["error"] == "invalid_arguments" and "not plain JSON" in result["message"], result
+        assert "max_argument_bytes" not in result["message"]
+    with pytest.raises(ArgumentsTooLarge, match=r"are \d\d bytes as JSON, past max_argument_bytes=20; the call did"):
+        episode.call("update_book", {"book_id": book, "price": 12.5}, max_argument_bytes=20)
+    assert episode.calls == [] and episode.n_malformed == 5
+    assert "error" not in json.loads(episode.call("update_book", {"book_id": book, "price": 12.5}, 1000))
+    assert episode.n_malformed == 5 and len(episode.calls) == 1
+    episode.close()
 
 
 TOOLS = [

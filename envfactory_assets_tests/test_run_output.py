@@ -30,6 +30,7 @@ BAR_STEPS = {
     "checkpoints": "checkpoints",
     "evaluations": "evaluations",
     "dataset_exports": "dataset_exports",
+    "export_audit": "dataset_exports",  # the same step measures what it wrote
 }
 BAR_STAGES = set(BAR_STEPS)
 SUMMARY = "== envfactory run summary =="

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from envfactory_assets.runtime import (
+    EnvironmentFault,
     EnvironmentRejected,
     EpisodeLost,
     SandboxLimits,
@@ -450,3 +451,31 @@ def test_close_is_idempotent_and_final() -> None:
             os.kill(pid, 0)
     with pytest.raises(Exception, match="closed"):
         worker.load_environment("todo", TODO_SOURCE)
+
+
+NON_FINITE_SOURCE = """
+def load(data):
+    return dict(data)
+
+
+def save(state):
+    return dict(state)
+
+
+def set_ratio(state, value):
+    state["ratio"] = float(value)
+    return {"ratio": str(state["ratio"])}
+"""
+
+
+def test_a_state_holding_nan_or_infinity_is_an_environment_fault_never_hashed_as_null(worker: SandboxWorker) -> None:
+    worker.load_environment("non_finite", NON_FINITE_SOURCE)
+    episode = worker.open_episode({"non_finite": {}})
+    assert output(worker.call(episode, "set_ratio", {"value": "1.5"})) == {"ratio": "1.5"}
+    assert worker.save(episode) == {"non_finite": {"ratio": 1.5}}
+    for text in ("nan", "inf", "-inf"):
+        output(worker.call(episode, "set_ratio", {"value": text}))
+        with pytest.raises(EnvironmentFault) as raised:
+            worker.save(episode)
+        assert (raised.value.env_id, raised.value.cause) == ("non_finite", "not_serializable")
+        assert "is not a JSON number" in raised.value.message

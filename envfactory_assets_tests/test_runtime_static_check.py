@@ -147,3 +147,13 @@ def test_state_hash_ignores_key_order() -> None:
 def test_canonical_json_rejects_non_json(value: object) -> None:
     with pytest.raises(TypeError):
         canonical_json(value)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_float_is_refused_never_written_as_null(bad: float) -> None:
+    for value in ({"x": bad}, {"t": [{"a": None, "b": [1.5, bad]}]}, [None, (bad,)]):
+        with pytest.raises(TypeError, match="is not a JSON number"):
+            canonical_json(value)
+        with pytest.raises(TypeError, match="is not a JSON number"):
+            state_hash(value)
+    assert canonical_json({"x": None, "y": [1.5, -0.0]}) == b'{"x":null,"y":[1.5,-0.0]}'

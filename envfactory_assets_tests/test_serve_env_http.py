@@ -360,6 +360,25 @@ def test_a_body_past_the_bounded_reader_is_refused_undecoded_and_the_session_goe
     anyio.run(scenario)
 
 
+def test_a_body_holding_nan_or_infinity_gets_a_json_rpc_parse_error_and_the_session_goes_on(server):
+    proc, url = server
+
+    async def scenario() -> None:
+        async with Client(url) as client:
+            before = _items(await client.call_tool("list_authors", {"limit": 100}))
+            async with httpx.AsyncClient() as raw:
+                for token in (b"NaN", b"Infinity", b"-Infinity"):
+                    body = b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"list_authors",'
+                    refused = await raw.post(url, content=body + b'"arguments":{"limit":%s}}}' % token, headers=HEADERS)
+                    assert refused.status_code == 400, refused.text
+                    error = refused.json()["error"]
+                    assert error["code"] == -32700 and error["data"]["type"] == "invalid_json"
+                    assert error["message"].startswith("invalid_json: the request body holds NaN")
+            assert _items(await client.call_tool("list_authors", {"limit": 100})) == before
+
+    anyio.run(scenario)
+
+
 def test_bad_options_are_refused_before_serving(tmp_path, monkeypatch, capsys):
     from envfactory_assets.serving.serve_env_settings import HttpSettings
 
@@ -393,17 +412,3 @@ def test_sigterm_stops_the_server_and_every_session_worker(server):
     assert proc.returncode == 0, proc.stderr.read()
     assert len(workers) == 1 and _wait_until(lambda: not any(running(p) for p in workers))
     assert "serve-env: bookshop_example over MCP Streamable HTTP" in proc.stderr.read()
-
-
-def test_the_help_shows_each_default_from_the_settings(capsys):
-    """``serve-env --help`` prints the values the settings module holds, not where to look them up."""
-    from envfactory_assets.cli import build_parser
-    from envfactory_assets.serving.serve_env_settings import DEFAULT_MAX_ARGUMENT_BYTES, HttpSettings
-
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve-env", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    defaults = HttpSettings()
-    assert f"(default: {DEFAULT_MAX_ARGUMENT_BYTES})" in text
-    assert f"(default: {defaults.max_sessions})" in text and f"(default: {defaults.idle_timeout_s:g})" in text
-    assert "HttpSettings" not in text and ".py" not in text

@@ -206,6 +206,44 @@ def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(served, rows)
     assert _wait_until(lambda: pool.open_count == 0)
 
 
+def test_nan_or_infinity_in_a_body_or_message_is_refused_as_invalid_json_before_any_handler(served, rows):
+    url, pool = served
+    task = next(r for r in rows if r["id"] == "rl_bookshop_look_up")
+    book = task["gold_calls"][0]["arguments"]["book_id"]
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/reset", json={"task_id": task["id"], "episode_id": "nan"}).status_code == 200
+        for token in (b"NaN", b"Infinity", b"-Infinity"):
+            step = b'{"action": {"tool_name": "get_book", "arguments": {"book_id": %s}, "episode_id": "nan"}}' % token
+            for path, body in (
+                ("/step", step),
+                ("/reset", b'{"task_id": "%s", "seed": %s}' % (task["id"].encode(), token)),
+            ):
+                answer = http.post(path, content=body, headers={"content-type": "application/json"})
+                assert answer.status_code == 400, (path, token, answer.text)
+                assert answer.json()["error"]["type"] == "invalid_json" and "NaN" in answer.json()["error"]["message"]
+        # the same words inside strings are text, and the episode never saw the refused steps
+        fine = http.post(
+            "/step", json={"action": {"tool_name": "get_book", "arguments": {"book_id": "NaN"}, "episode_id": "nan"}}
+        )
+        assert fine.status_code == 200 and fine.json()["observation"]["step_count"] == 1
+        pool.close_episode("nan")
+    with ws_connect(url.replace("http", "ws", 1) + "/ws") as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"task_id": task["id"]}}))
+        assert json.loads(ws.recv())["type"] == "observation"
+        ws.send('{"type": "step", "data": {"tool_name": "get_book", "arguments": {"book_id": Infinity}}}')
+        refused = json.loads(ws.recv())
+        assert (refused["type"], refused["data"]["code"]) == ("error", "INVALID_JSON"), refused
+        # an integer past 64 bits decodes, but has no canonical form: an invalid argument, not a size
+        ws.send(json.dumps({"type": "step", "data": {"tool_name": "get_book", "arguments": {"book_id": 2**70}}}))
+        odd = json.loads(ws.recv())["data"]["observation"]
+        assert odd["error"] is None and "invalid_arguments" in odd["result"] and "not plain JSON" in odd["result"]
+        assert "max_argument_bytes" not in odd["result"]
+        ws.send(json.dumps({"type": "step", "data": {"tool_name": "get_book", "arguments": {"book_id": book}}}))
+        looked_up = json.loads(ws.recv())["data"]["observation"]
+        assert json.loads(looked_up["result"])["book_id"] == book and looked_up["step_count"] == 2
+    assert _wait_until(lambda: pool.open_count == 0)
+
+
 def test_past_the_session_cap_a_reset_is_refused_until_a_client_leaves_mid_episode(environments, rows):
     pool = SessionPool(task_set(rows, environments), SessionSettings(max_sessions=2))
     with serving(pool) as url:
@@ -277,6 +315,23 @@ def test_a_dead_worker_ends_its_clients_episodes_with_a_structured_error_and_the
         for call in look_up["gold_calls"]:
             assert shop.step(_call(call)).observation["error"] is None
         assert shop.step({"final_answer": "It costs what the record says."}).reward == 1.0
+    assert _wait_until(lambda: pool.open_count == 0)
+
+
+def test_a_reset_that_meets_a_worker_killed_a_moment_before_starts_on_a_fresh_one(served, rows):
+    """A worker killed while nothing has noticed yet: the next reset on it opens its episode on the process the
+    worker restarts as (the dead one held nothing of that episode) and runs to its full reward."""
+    url, pool = served
+    look_up = next(r for r in rows if r["id"] == "rl_bookshop_look_up")
+    with GenericEnvClient(base_url=url).sync() as first, GenericEnvClient(base_url=url).sync() as second:
+        episode = first.reset(task_id=look_up["id"]).observation["episode_id"]
+        pid = pool.worker_pids(episode)[BOOKSHOP]
+        kill_worker(pid)
+        started = second.reset(task_id=look_up["id"]).observation
+        assert started["prompt"] == look_up["prompt"] and pool.worker_pids(started["episode_id"])[BOOKSHOP] != pid
+        for call in look_up["gold_calls"]:
+            assert second.step(_call(call)).observation["error"] is None
+        assert second.step({"final_answer": "It costs what the record says."}).reward == 1.0
     assert _wait_until(lambda: pool.open_count == 0)
 
 

@@ -46,3 +46,11 @@ def test_an_earlier_export_is_replaced_whole(tmp_path):
     assert "second" in (second / "envfactory_env" / "tasks.jsonl").read_text()
     assert (second / "envfactory_env" / "DATASET_VERSION").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["envfactory_env"]  # no staging folder left
+
+
+def test_a_tool_name_no_model_api_accepts_is_refused_and_nothing_is_written(tmp_path):
+    tasks = _tasks("hello")
+    tasks.rows["t1"]["tools"] = b'[{"type": "function", "function": {"name": "send mail", "parameters": {}}}]'
+    with pytest.raises(ValueError, match=r"rl row t1: tool name 'send mail' is not a function name"):
+        write_verifiers_package(tasks, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -69,8 +69,12 @@ def _normalized(value: Any) -> Any:
     return value
 
 
-def _same(a: Any, b: Any) -> bool:
-    return canonical_json(_normalized(a)) == canonical_json(_normalized(b))
+def _same(predicted: Any, gold: Any) -> bool:
+    try:
+        value = canonical_json(_normalized(predicted))
+    except TypeError:  # a predicted value that is no JSON value (NaN, an infinity) equals no gold value
+        return False
+    return value == canonical_json(_normalized(gold))
 
 
 def covers(gold_call: Mapping[str, Any], predicted_call: Mapping[str, Any], masked: frozenset[str]) -> bool:

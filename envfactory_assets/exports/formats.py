@@ -30,6 +30,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,10 @@ from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.tooluse.chat_template import normalize_messages
 
 DATA_SOURCE = "envfactory"
+#: OpenAI's rule for a function name (``tools[].function.name`` of the Chat Completions API), which every format
+#: here hands on to a model's API: verl's tool config, LlamaFactory's and the HF rows' ``tools``, the verifiers
+#: package. The project's own names (:data:`~envfactory_assets.sources.names.TOOL_NAME_RE`) are a subset.
+OPENAI_FUNCTION_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
 def _json(value: Any) -> str:
@@ -68,6 +74,28 @@ def _message_struct(message: dict[str, Any]) -> dict[str, Any]:
         "tool_call_id": message.get("tool_call_id") or "",
         "name": message.get("name") or "",
     }
+
+
+def check_tool_names(tools: Iterable[Mapping[str, Any]], what: str) -> None:
+    """Refuse ``tools`` (OpenAI function tools ``{"type", "function": {"name", ...}}`` or bare ``{"name", ...}``
+    specs) when a name breaks :data:`OPENAI_FUNCTION_NAME_RE`: a model API would refuse the whole request.
+
+    Args:
+        tools: the tools of one row or one environment.
+        what: names their owner in the error (``"rl row rl_1"``).
+
+    Raises:
+        ValueError: a tool without a name, or whose name is not 1-64 letters, digits, ``_`` or ``-``; the
+            message names the tool and the owner.
+    """
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if not isinstance(name, str) or not OPENAI_FUNCTION_NAME_RE.fullmatch(name):
+            raise ValueError(
+                f"{what}: tool name {name!r} is not a function name a model API accepts (1-64 letters, digits, "
+                "'_' or '-'); rename the tool in its environment"
+            )
 
 
 def _tool_names(tools: list[dict[str, Any]]) -> list[str]:

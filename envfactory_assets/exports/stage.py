@@ -342,6 +342,8 @@ def build_exports(
         ValueError: a row's stored split is missing, or the splits would train on a held-out environment
             (:func:`~envfactory_assets.tooluse.splits.stored_held_out`; nothing is written).
         ValueError: ``allow`` has a blank entry, which would silently drop every row (nothing is written).
+        ValueError: a row's or an environment's tool name is not a function name a model API accepts
+            (:func:`~envfactory_assets.exports.formats.check_tool_names`; nothing is written).
     """
     import json
 
@@ -361,6 +363,9 @@ def build_exports(
     held_out = stored_held_out([*sft_rows, *rl_rows])
     sft, sft_dropped = _select(sft_rows, licences, allow)
     rl, rl_dropped = _select(rl_rows, licences, allow)
+    for kind, selected in (("sft", sft), ("rl", rl)):
+        for row, _split, _licences in selected:
+            formats.check_tool_names(row["tools"], f"{kind} row {row['id']}")
     written = _RowCounter(len(rl) + 2 * len(sft), progress)
     tmp = out.with_name(f".{version}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -387,6 +392,11 @@ def build_exports(
         if missing:
             shutil.rmtree(tmp, ignore_errors=True)
             raise KeyError(f"rl rows use environments that are not passed: {missing[:10]}")
+        try:
+            tool_config, tools_report = verl_tool_config(environments, used)
+        except ValueError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         formats.write_json(
             {
                 e: {"source": environments[e]["source"], "origin": environments[e].get("origin", "untrusted")}
@@ -400,7 +410,6 @@ def build_exports(
             "environments": verl_reward.ENVIRONMENTS_FILE,
             "n_environments": len(used),
         }
-        tool_config, tools_report = verl_tool_config(environments, used)
         (tmp / TOOLS_CONFIG).write_text(
             yaml.safe_dump(tool_config, sort_keys=False, allow_unicode=True), encoding="utf-8"
         )

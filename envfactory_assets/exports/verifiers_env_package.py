@@ -20,6 +20,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from envfactory_assets.exports.formats import check_tool_names
 from envfactory_assets.serving.tasks import TaskSet
 
 PACKAGE_DIR = "envfactory_env"
@@ -72,7 +73,9 @@ def write_verifiers_package(tasks: TaskSet, output_dir: Path) -> Path:
 
     Raises:
         ValueError: ``tasks`` has no row; ``output_dir/envfactory_env`` exists but is not a folder an export
-            wrote (no ``envfactory_env/DATASET_VERSION``), or is or holds the project's package template.
+            wrote (no ``envfactory_env/DATASET_VERSION``), or is or holds the project's package template; a row's
+            tool name is not a function name a model API accepts
+            (:func:`~envfactory_assets.exports.formats.check_tool_names`; nothing is written).
     """
     if not tasks.rows:
         raise ValueError("no RL row to export: the task set is empty")
@@ -112,6 +115,7 @@ def _write_package(tasks: TaskSet, target: Path) -> None:
     lines = []
     for task_id in sorted(tasks.rows):
         row = tasks.episode_row(task_id)
+        check_tool_names(row["tools"], f"rl row {task_id}")
         split = "held_out" if row.get("split") in ("held_out", "validation") else "train"
         lines.append(json.dumps({"id": task_id, "split": split, "prompt": row["prompt"], "tools": row["tools"]}))
     (target / PACKAGE_DIR / TASKS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.envgen.tools import openai_tool
+from envfactory_assets.exports.formats import check_tool_names
 
 TOOLS_MODULE = "envfactory_tools.py"
 TOOLS_CONFIG = "envfactory_tools.yaml"
@@ -59,11 +60,14 @@ def verl_tool_config(
 
     Raises:
         KeyError: an env id missing from ``environments``.
+        ValueError: a tool name is not a function name a model API accepts
+            (:func:`~envfactory_assets.exports.formats.check_tool_names`).
     """
     entries: dict[str, dict[str, Any]] = {}
     definitions: dict[str, list[tuple[str, Any]]] = {}
     left_out: dict[str, str] = {}
     for env_id in sorted(set(env_ids)):
+        check_tool_names(environments[env_id]["tools"], f"environment {env_id}")
         for spec in environments[env_id]["tools"]:
             schema = openai_tool(spec)
             name = schema["function"]["name"]

@@ -13,7 +13,8 @@ and no session ever sees another's. The ``mcp`` SDK's ``StreamableHTTPSessionMan
 
 Every request body passes :class:`~envfactory_assets.serving.bounded_asgi.BoundedJsonMiddleware` first (its
 bytes, nesting depth and the estimated size of its decoded objects, :mod:`envfactory_assets.runtime.
-bounded_json`): a body past a bound is answered HTTP 413 with a JSON-RPC error and never decoded.
+bounded_json`): a body past a bound is answered HTTP 413 with a JSON-RPC error and never decoded; one holding
+``NaN`` or ``Infinity`` outside a string is answered HTTP 400 with a JSON-RPC parse error.
 
 A sandbox worker dies with the *thread* that started it (bubblewrap's ``--die-with-parent`` is the kernel's
 parent-death signal, which follows threads), and anyio, where blocking work usually goes, ends a worker thread
@@ -187,8 +188,11 @@ def _json_rpc_error(code: int, message: str, data: dict[str, Any]) -> bytes:
     ).encode()
 
 
-def _too_large_body(error: dict[str, Any]) -> bytes:
-    return _json_rpc_error(types.INVALID_REQUEST, error["message"], error)
+def _refused_body(error: dict[str, Any]) -> bytes:
+    """The JSON-RPC error of a body the bounded reader refused: a parse error when it is not JSON, else an
+    invalid request."""
+    code = types.PARSE_ERROR if error["type"] == "invalid_json" else types.INVALID_REQUEST
+    return _json_rpc_error(code, error["message"], error)
 
 
 class CapacityMessage:
@@ -249,7 +253,7 @@ def create_http_app(server: Server[SessionEpisodes], settings: HttpSettings, hos
         max_sessions=settings.max_sessions,
         host=host,
     )
-    return BoundedJsonMiddleware(CapacityMessage(app, settings), bounds, http_error_body=_too_large_body)
+    return BoundedJsonMiddleware(CapacityMessage(app, settings), bounds, http_error_body=_refused_body)
 
 
 def serve_http(

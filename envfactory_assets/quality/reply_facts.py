@@ -196,7 +196,8 @@ def reply_problems(reply: str, calls: Sequence[Mapping[str, Any]]) -> list[str]:
             continue
         bare = len(known) >= 4 and re.search(r"[A-Za-z]", known) is not None
         pattern = rf"'{re.escape(known)}'|\"{re.escape(known)}\"" + (
-            rf"|(?<![\w]){re.escape(known)}(?![\w])" if bare else ""
+            # a bare text next to a day number is part of a written date ("April 29, 2025"), checked as one
+            rf"|(?<![\w])(?<!\d ){re.escape(known)}(?![\w])(?! \d{{1,2}}\b)" if bare else ""
         )
         for m in list(re.finditer(pattern, text, re.IGNORECASE)):
             text = _mask(text, m.start(), m.end())

@@ -59,8 +59,9 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 
 @functools.cache
-def _tables() -> tuple[Any, Any, Any, Any]:
-    """numpy and the byte tables of the scan: structural character, depth change, separator.
+def _tables() -> tuple[Any, Any, Any, Any, Any]:
+    """numpy and the byte tables of the scan: structural character, depth change, separator, a letter of a
+    bare constant (:attr:`JsonShape.bare_constants`).
 
     numpy is imported on first use, not with the module: the sandbox worker imports the protocol
     module (which imports this one) and must not load numpy (its thread pools, its memory).
@@ -74,7 +75,9 @@ def _tables() -> tuple[Any, Any, Any, Any]:
         structural[ord(char)] = True
         delta[ord(char)] = change
         separator[ord(char)] = change == 0
-    return numpy, structural, delta, separator
+    bare = numpy.zeros(256, dtype=bool)
+    bare[[ord("N"), ord("I")]] = True  # NaN, Infinity, -Infinity
+    return numpy, structural, delta, separator, bare
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,13 +109,18 @@ class JsonBounds:
 class JsonShape:
     """What :func:`measure` found: ``containers`` (arrays and objects), ``separators`` (commas and colons
     outside strings), ``depth`` (deepest nesting), ``decoded_bytes`` (the estimate) and ``size`` (bytes).
-    When the scan stopped early at a bound, the counts are those seen up to there."""
+    When the scan stopped early at a bound, the counts are those seen up to there.
+
+    ``bare_constants`` counts the bytes ``N`` and ``I`` outside strings: no JSON token holds them, but Python's
+    ``json`` (which FastAPI and the ``mcp`` SDK decode bodies with) reads ``NaN``, ``Infinity`` and
+    ``-Infinity`` there as floats no JSON encoder can write back. Nonzero means the payload is not JSON."""
 
     size: int
     containers: int
     separators: int
     depth: int
     decoded_bytes: int
+    bare_constants: int = 0
 
 
 class JsonTooLarge(ValueError):
@@ -194,8 +202,8 @@ def measure(
     size = len(view)
     if bounds is not None and size > bounds.max_bytes:
         raise JsonTooLarge("max_bytes", bounds.max_bytes, size)
-    np, structural_table, delta_table, separator_table = _tables()
-    containers = separators = depth = deepest = 0
+    np, structural_table, delta_table, separator_table, bare_table = _tables()
+    containers = separators = depth = deepest = bare_constants = 0
     width, before = 1, 0  # widest character storage so far; the byte ending the previous chunk
     in_string = 0  # 1 while the scan is inside a string
     carried_run = 0  # backslashes that end the previous chunk
@@ -218,6 +226,9 @@ def measure(
                 depth = int(path[-1])
                 containers += int(np.count_nonzero(deltas == 1))
                 separators += int(np.count_nonzero(separator_table[outside]))
+        bare = np.flatnonzero(bare_table[chunk])
+        if bare.size:
+            bare_constants += int(np.count_nonzero(((np.searchsorted(real_quotes, bare) + in_string) & 1) == 0))
         in_string ^= int(real_quotes.size) & 1
         if bounds is not None:
             if deepest > bounds.max_depth:
@@ -225,7 +236,9 @@ def measure(
             decoded = _estimate(size, containers, separators, width)
             if decoded > bounds.max_decoded_bytes:
                 raise JsonTooLarge("max_decoded_bytes", bounds.max_decoded_bytes, decoded)
-    return JsonShape(size, containers, separators, deepest, _estimate(size, containers, separators, width))
+    return JsonShape(
+        size, containers, separators, deepest, _estimate(size, containers, separators, width), bare_constants
+    )
 
 
 def _unescaped_quotes(np: Any, chunk: np.ndarray, carried_run: int) -> tuple[np.ndarray, int]:

@@ -7,11 +7,12 @@ forks and the store can compare states by a short hash instead of by deep equali
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import orjson
 
-from envfactory_assets.runtime.cow_state import plain
+from envfactory_assets.runtime.cow_state import CowDict, CowList, plain
 
 # Sorted keys, no whitespace (orjson never emits any), UTF-8 kept as is (orjson never escapes
 # non-ASCII). The pass-through options make datetimes, dataclasses and subclasses of dict/list/str/int
@@ -40,16 +41,42 @@ def canonical_json(obj: Any) -> bytes:
             signed/unsigned 64-bit range, ``datetime``/``date`` objects, dataclasses, subclasses of
             ``dict``/``list``/``str``/``int`` (``OrderedDict``, ``defaultdict``...), sets, bytes.
 
+        TypeError: for a float that is NaN or infinite: JSON has no such number, and orjson would write
+            ``null``, so ``{"x": nan}`` and ``{"x": None}`` would hash alike.
+
     Notes:
-        ``float('nan')`` and infinities are encoded as ``null`` (orjson behaviour), and ``Enum``
-        members as their value; neither is valid in a saved state, so callers should not rely on them.
+        ``Enum`` members are encoded as their value (orjson behaviour); they are not valid in a saved
+        state, so callers should not rely on it.
     """
     try:
         # ``plain`` reads an episode's copy-on-write nodes as the dicts and lists they are; it refuses
         # everything else with orjson's own message.
-        return orjson.dumps(obj, default=plain, option=_CANONICAL_OPTIONS)
+        encoded = orjson.dumps(obj, default=plain, option=_CANONICAL_OPTIONS)
     except orjson.JSONEncodeError as exc:  # a TypeError subclass; re-raise with a plain type
         raise TypeError(f"not canonical JSON: {exc}") from None
+    # orjson writes a non-finite float as null, so only a text holding null can hide one
+    if b"null" in encoded:
+        refuse_non_finite(obj)
+    return encoded
+
+
+def refuse_non_finite(obj: Any) -> None:
+    """Raise TypeError at the first NaN or infinite float in ``obj`` (already encoded, so plain JSON and
+    copy-on-write nodes). A node's storage is read through ``dict``/``list`` themselves: its own methods would
+    copy the children it still shares, and reading must not change what an episode shares."""
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is float:
+            if not math.isfinite(value):
+                raise TypeError(f"not canonical JSON: {value!r} is not a JSON number")
+        elif kind is dict or kind is CowDict:
+            stack.extend(dict.values(value))
+        elif kind is list or kind is tuple:
+            stack.extend(value)
+        elif kind is CowList:
+            stack.extend(list.copy(value))
 
 
 def state_hash(saved_state: Any) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from envfactory_assets.runtime.canonical import canonical_json, state_hash
+from envfactory_assets.runtime.canonical import canonical_json, refuse_non_finite, state_hash
 from envfactory_assets.runtime.cow_state import Snapshot, fork_view, freeze, plain, same_value
 from envfactory_assets.runtime.errors import ErrorType, PreconditionFailed
 from envfactory_assets.runtime.namespace_template import NamespaceTemplate, make_template
@@ -399,11 +399,12 @@ class Engine:
         return self.episodes.pop(episode_id, None) is not None
 
     def _saved(self, env_id: str, instance: EnvironmentInstance) -> Any:
-        """``save(state)`` checked to be plain JSON; raises ``environment_fault``."""
+        """``save(state)`` checked to be plain JSON, as the state hash reads it (:func:`.canonical.canonical_json`:
+        no NaN or infinity either); raises ``environment_fault``."""
         instance.touched()
         try:
             saved = instance.save(instance.state)
-            _encode_json(saved)
+            canonical_json(saved)
         except CallTimedOut:
             raise self._fault(env_id, "timeout", "save() exceeded the time limit") from None
         except MemoryError:
@@ -454,7 +455,7 @@ class Engine:
                 fork = self._namespace(instance.env)
             except CallTimedOut:
                 raise self._fault(env_id, "timeout", "module execution exceeded the time limit") from None
-            except BaseException as exc:  # noqa: BLE001 - it ran when the environment was loaded
+            except BaseException as exc:  # any failure: the module ran when the environment was loaded
                 raise self._fault(env_id, "exception", f"module execution failed: {_text(exc)}") from None
             fork.state, fork.view_of = fork_view(source), source
             return fork
@@ -499,10 +500,15 @@ class Engine:
 
     def _reference_hash(self, env_id: str, reference: EnvironmentInstance) -> str:
         """The reference's exact hash, saved from a plain copy of its state: saving the state itself would
-        make every row the reference's own, and later comparisons would no longer find them shared."""
+        make every row the reference's own, and later comparisons would no longer find them shared. A state
+        holding NaN or an infinity (which the copy would turn into null) is saved as it is, so ``save`` meets it
+        as it would without the copy."""
         if reference.exact_hash is None:
             try:
-                copied = orjson.loads(orjson.dumps(reference.state, default=plain))
+                encoded = orjson.dumps(reference.state, default=plain)
+                if b"null" in encoded:
+                    refuse_non_finite(reference.state)
+                copied = orjson.loads(encoded)
             except (TypeError, orjson.JSONDecodeError):
                 return self._exact_hash(env_id, reference)
             sacrificial = dataclasses.replace(reference, state=copied)

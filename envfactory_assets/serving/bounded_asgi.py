@@ -9,7 +9,11 @@ times its size; deep nesting raises ``RecursionError``). So before any decoding:
   ``413`` and never read further; one within it whose depth or estimated decoded size passes the bounds is
   answered ``413`` too, undecoded; anything else is handed on unchanged;
 - a WebSocket message past a bound is answered with an OpenEnv error frame (``{"type": "error", "data":
-  {"message", "code"}}``) on the same connection and dropped; the connection and its episode go on.
+  {"message", "code"}}``) on the same connection and dropped; the connection and its episode go on;
+- a body or message holding ``NaN``, ``Infinity`` or ``-Infinity`` outside its strings
+  (:attr:`~envfactory_assets.runtime.bounded_json.JsonShape.bare_constants`) is not JSON, though the standard
+  library's ``json`` decodes it into floats that no handler can answer with (FastAPI then failed with HTTP
+  500): it is refused as invalid JSON, HTTP ``400`` or an error frame with OpenEnv's code ``INVALID_JSON``.
 
 One refused request never ends the server or another client's episode. Closing a WebSocket whose client has
 already gone is not reported as an error.
@@ -24,6 +28,16 @@ from typing import Any
 from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge, measure
 
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+def not_json_error(what: str) -> dict[str, Any]:
+    """The ``{"type": "invalid_json", "message"}`` error of a payload (named ``what``) that holds a bare
+    ``NaN``, ``Infinity`` or ``-Infinity``."""
+    return {
+        "type": "invalid_json",
+        "message": f"invalid_json: {what} holds NaN, Infinity or -Infinity outside a string, which JSON has no "
+        "number for (send a number, null or a string); it was not decoded",
+    }
 
 
 def too_large_error(exc: JsonTooLarge, what: str) -> dict[str, Any]:
@@ -43,8 +57,9 @@ class BoundedJsonMiddleware:
     Args:
         app: the ASGI app (OpenEnv's FastAPI app).
         bounds: the bounds of one body or message.
-        http_error_body: the JSON body of a refused HTTP request, from its :func:`too_large_error` dict
-            (default ``{"error": <that dict>}``; an MCP server answers with a JSON-RPC error instead).
+        http_error_body: the JSON body of a refused HTTP request, from its :func:`too_large_error` or
+            :func:`not_json_error` dict (default ``{"error": <that dict>}``; an MCP server answers with a
+            JSON-RPC error instead).
     """
 
     def __init__(
@@ -69,7 +84,7 @@ class BoundedJsonMiddleware:
         except ValueError:
             size = 0
         if size > self.bounds.max_bytes:
-            await _refuse(send, self.http_error_body, JsonTooLarge("max_bytes", self.bounds.max_bytes, size))
+            await _refuse_too_large(send, self.http_error_body, JsonTooLarge("max_bytes", self.bounds.max_bytes, size))
             return
         body = bytearray()
         while True:
@@ -78,15 +93,19 @@ class BoundedJsonMiddleware:
                 return  # the client left before sending the body: nothing to answer
             body += message.get("body", b"")
             if len(body) > self.bounds.max_bytes:
-                await _refuse(send, self.http_error_body, JsonTooLarge("max_bytes", self.bounds.max_bytes, len(body)))
+                too_large = JsonTooLarge("max_bytes", self.bounds.max_bytes, len(body))
+                await _refuse_too_large(send, self.http_error_body, too_large)
                 return
             if not message.get("more_body"):
                 break
         if body:
             try:
-                measure(bytes(body), self.bounds)
+                shape = measure(bytes(body), self.bounds)
             except JsonTooLarge as exc:
-                await _refuse(send, self.http_error_body, exc)
+                await _refuse_too_large(send, self.http_error_body, exc)
+                return
+            if shape.bare_constants:
+                await _refuse(send, 400, self.http_error_body(not_json_error("the request body")))
                 return
         sent = False
 
@@ -111,16 +130,15 @@ class BoundedJsonMiddleware:
                 try:
                     if len(data) > self.bounds.max_bytes:
                         raise JsonTooLarge("max_bytes", self.bounds.max_bytes, len(data))
-                    measure(data, self.bounds)
+                    shape = measure(data, self.bounds)
                 except JsonTooLarge as exc:
-                    error = too_large_error(exc, "the message")
-                    frame = {
-                        "type": "error",
-                        "data": {"message": error["message"], "code": "VALIDATION_ERROR", **error},
-                    }
-                    await send({"type": "websocket.send", "text": json.dumps(frame)})
-                    continue
-                return message
+                    error, code = too_large_error(exc, "the message"), "VALIDATION_ERROR"
+                else:
+                    if not shape.bare_constants:
+                        return message
+                    error, code = not_json_error("the message"), "INVALID_JSON"  # OpenEnv's code for bad JSON
+                frame = {"type": "error", "data": {"message": error["message"], "code": code, **error}}
+                await send({"type": "websocket.send", "text": json.dumps(frame)})
 
         return bounded_receive
 
@@ -144,12 +162,15 @@ def _error_body(error: dict[str, Any]) -> bytes:
     return json.dumps({"error": error}).encode()
 
 
-async def _refuse(send: Any, error_body: Callable[[dict[str, Any]], bytes], exc: JsonTooLarge) -> None:
-    body = error_body(too_large_error(exc, "the request body"))
+async def _refuse_too_large(send: Any, error_body: Callable[[dict[str, Any]], bytes], exc: JsonTooLarge) -> None:
+    await _refuse(send, 413, error_body(too_large_error(exc, "the request body")))
+
+
+async def _refuse(send: Any, status: int, body: bytes) -> None:
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
         }
     )

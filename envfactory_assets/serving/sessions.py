@@ -33,10 +33,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import orjson
-
 from envfactory_assets.config_checks import finite_number, setting, whole_number
-from envfactory_assets.runtime.errors import SandboxError
+from envfactory_assets.runtime.errors import SandboxError, WorkerCrashed
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.serving.errors import (
     BadRequest,
@@ -49,7 +47,7 @@ from envfactory_assets.serving.errors import (
 )
 from envfactory_assets.serving.outcome import Outcome, RewardFunction, episode_outcome, training_reward_of
 from envfactory_assets.serving.tasks import TaskSet
-from envfactory_assets.tooluse.task_episode import TaskEpisode
+from envfactory_assets.tooluse.task_episode import ArgumentsTooLarge, TaskEpisode
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 OWNER = "serve-openenv"
@@ -327,12 +325,23 @@ class SessionPool:
                     self._loaded[shard].add(env_id)
             return TaskEpisode(worker, row)
 
+        failure: SandboxError
         try:
             return self._on(shard, open_in_worker)
+        except WorkerCrashed as exc:
+            failure = exc
+            if exc.kind == "crash":
+                # a worker that died while this episode opened (killed with the episodes it held) held nothing
+                # of this one yet: one more try, on the fresh process the worker restarts as
+                try:
+                    return self._on(shard, open_in_worker)
+                except SandboxError as again:
+                    failure = again
         except SandboxError as exc:
-            raise EpisodeStartFailed(
-                f"task {row.get('id')!r} could not start in the sandbox: {str(exc)[:500]}", task_id=row.get("id")
-            ) from None
+            failure = exc
+        raise EpisodeStartFailed(
+            f"task {row.get('id')!r} could not start in the sandbox: {str(failure)[:500]}", task_id=row.get("id")
+        ) from None
 
     def close_episode(self, episode_id: str, why: str = "closed") -> None:
         """Close an open episode and free its slot and its state in the worker; a no-op when it is not open."""
@@ -429,18 +438,11 @@ class SessionPool:
     def _call(self, session: Session, tool_name: Any, arguments: Any) -> StepResult:
         out = StepResult(session.episode_id, session.task_id, tool_name=str(tool_name)[:256])
         try:
-            size = len(orjson.dumps(arguments))
-        except (TypeError, orjson.JSONEncodeError):
-            size = self.settings.max_argument_bytes + 1
-        if size > self.settings.max_argument_bytes:
-            session.episode.add_malformed(1)
-            out.error = {
-                "type": "too_large",
-                "message": f"the call's arguments are {size} bytes as JSON, past max_argument_bytes="
-                f"{self.settings.max_argument_bytes}; the call did not run and counts as malformed",
-            }
-            return out
-        out.result = self._on(session.shard, session.episode.call, str(tool_name), arguments)
+            out.result = self._on(
+                session.shard, session.episode.call, str(tool_name), arguments, self.settings.max_argument_bytes
+            )
+        except ArgumentsTooLarge as exc:
+            out.error = {"type": "too_large", "message": str(exc)}
         return out
 
     def _end(self, session: Session, reason: str, out: StepResult) -> StepResult:

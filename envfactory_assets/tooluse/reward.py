@@ -124,13 +124,42 @@ class RewardBreakdown:
         return d
 
 
+#: Integral floats below this magnitude are compared as integers (2**63: the signed 64-bit range of
+#: :func:`~envfactory_assets.runtime.canonical.canonical_json`).
+_INT_FLOAT_LIMIT = 2.0**63
+
+
+def _json_numbers(value: Any) -> Any:
+    """``value`` with every integral float written as the integer it equals (``12.0`` -> ``12``, nested too),
+    so values compare as JSON numbers do (JSON has one number type; ``12`` and ``12.0`` are one value). Booleans
+    stay booleans: JSON's ``true`` is no number, though Python's ``True == 1``."""
+    if type(value) is float and value.is_integer() and abs(value) < _INT_FLOAT_LIMIT:
+        return int(value)
+    if type(value) is dict:  # other mappings stay as they are, for canonical_json to refuse
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return [_json_numbers(v) for v in value]
+    return value
+
+
+def json_value_key(value: Any) -> bytes:
+    """The bytes two JSON values share exactly when they are the same JSON value: the canonical JSON of
+    ``value`` with integral floats as integers (:func:`_json_numbers`).
+
+    Raises:
+        TypeError: ``value`` is not plain JSON (:func:`~envfactory_assets.runtime.canonical.canonical_json`).
+    """
+    return canonical_json(_json_numbers(value))
+
+
 def _call_key(call: Mapping[str, Any], masked: frozenset[str]) -> tuple[str, bytes]:
-    """What two calls must share to match: the name and the canonical JSON of the unmasked arguments."""
+    """What two calls must share to match: the name and the JSON value of the unmasked arguments
+    (:func:`json_value_key`: ``12`` matches ``12.0``, ``true`` never matches ``1``)."""
     arguments = call.get("arguments") or {}
     if not isinstance(arguments, Mapping):
         raise ValueError(f"call {call.get('name')!r}: arguments must be a JSON object, got {type(arguments).__name__}")
     kept = {k: v for k, v in arguments.items() if k not in masked}
-    return str(call.get("name")), canonical_json(kept)
+    return str(call.get("name")), json_value_key(kept)
 
 
 def match_calls(
@@ -202,6 +231,13 @@ def state_match(final_state_hashes: Mapping[str, str], gold_state_hashes: Mappin
     return same / len(gold_state_hashes)
 
 
+def _check_count(value: Any, name: str) -> None:
+    """Refuse a count that is not a whole number >= 0 (a bool, a float, NaN, a negative number): it would pass
+    a NaN or a fraction into the penalty instead of failing."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a whole number >= 0 (a count of calls), got {value!r}")
+
+
 def hybrid_reward(
     gold_calls: Sequence[Mapping[str, Any]],
     predicted_calls: Sequence[Mapping[str, Any]],
@@ -227,10 +263,10 @@ def hybrid_reward(
         A :class:`RewardBreakdown`; ``reward`` is in [0, 1].
 
     Raises:
-        ValueError: ``n_malformed`` is negative, a call's arguments are not an object, or no gold state.
+        ValueError: ``n_malformed`` is not a whole number >= 0 (a bool, a float, NaN, negative), a call's
+            arguments are not an object, or no gold state.
     """
-    if n_malformed < 0:
-        raise ValueError(f"n_malformed must be >= 0, got {n_malformed}")
+    _check_count(n_malformed, "n_malformed")
     matched, n_extra = match_calls(gold_calls, predicted_calls, masked_arguments, executed_calls)
     # a task whose gold is no call (abstention): any call is the wrong answer, even one that leaves the
     # state as it was, so it earns nothing
@@ -268,7 +304,7 @@ def _tool_schema(tools: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, 
 
 def _is_default(schema: Mapping[str, Any], name: str, value: Any) -> bool:
     prop = (schema.get("properties") or {}).get(name)
-    return isinstance(prop, Mapping) and "default" in prop and canonical_json(prop["default"]) == canonical_json(value)
+    return isinstance(prop, Mapping) and "default" in prop and json_value_key(prop["default"]) == json_value_key(value)
 
 
 def arguments_that_matter(

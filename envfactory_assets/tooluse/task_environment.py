@@ -20,6 +20,7 @@ from typing import Any
 from envfactory_assets.runtime.canonical import canonical_json
 from envfactory_assets.tooluse.reward import RewardBreakdown
 from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
+from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 RESERVED_NAMES = frozenset({"reset"})
 """Public names that are not tools (TRL's environment contract)."""
@@ -253,6 +254,24 @@ def environment_class(tools: list[Mapping[str, Any]]) -> type[TaskEnvironment]:
 def public_methods(obj: Any) -> list[str]:
     """Names of the public functions of ``obj``'s class, the way TRL lists an environment's tools."""
     return [n for n, _ in inspect.getmembers(type(obj), predicate=inspect.isfunction) if not n.startswith("_")]
+
+
+def execute_tool_text(environment: TaskEnvironment, text: str) -> tuple[list[tuple[str, str]], int]:
+    """Parse one model turn and execute its calls in ``environment`` (the rollout's own episode).
+
+    Tool-call blocks that do not parse are counted as malformed calls in the episode (format penalty) and
+    never executed; calls to names outside the task's tools are refused by the episode (also malformed); the
+    text outside the blocks is recorded as the turn's reply (the reward reads it: an empty response earns 0).
+
+    Returns:
+        ``([(tool name, result text), ...] in call order, number of unparseable blocks)``.
+    """
+    parsed = parse_tool_calls(text)
+    environment._add_reply(parsed.content)
+    if parsed.format_errors:
+        environment._add_malformed(parsed.format_errors)
+    results = [(c["name"], environment._dispatch(c["name"], c["arguments"])) for c in parsed.calls]
+    return results, parsed.format_errors
 
 
 def rollout_reward(environment: TaskEnvironment) -> RewardBreakdown:

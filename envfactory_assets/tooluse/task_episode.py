@@ -101,6 +101,19 @@ def open_task(worker: SandboxWorker, row: Mapping[str, Any]) -> OpenedTask:
     )
 
 
+class ArgumentsTooLarge(ValueError):
+    """A call's arguments past the size bound :meth:`TaskEpisode.call` was given: ``size`` and ``limit`` in
+    bytes of JSON. The call counted as malformed and did not run."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the call's arguments are {size} bytes as JSON, past max_argument_bytes={limit}; the call did not run "
+            "and counts as malformed"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class TaskEpisode:
     """One rollout of one RL task: calls go to the task's own episode in the worker.
 
@@ -128,13 +141,23 @@ class TaskEpisode:
         else:
             self._episode = worker.fork(task.base)
 
-    def call(self, name: str, arguments: Any) -> str:
+    def call(self, name: str, arguments: Any, max_argument_bytes: int | None = None) -> str:
         """Execute one tool call and return its result as text for the conversation.
+
+        Args:
+            name: the tool's name.
+            arguments: the call's arguments (a JSON object).
+            max_argument_bytes: when given, the largest the arguments may be as JSON, bytes (a server's bound
+                on what one client's call may hand the sandbox).
 
         Returns a JSON text: the tool's output, or ``{"error": type, "message": ...}`` when the tool
         failed, the tool is not offered by this task, or the arguments are not a JSON object or not plain JSON
-        (an integer past 64 bits, nesting past the encoder's depth): the last ones count as malformed calls and
-        are not executed.
+        (an integer past 64 bits, NaN or an infinity, nesting past the encoder's depth): the last ones count as
+        malformed calls and are not executed.
+
+        Raises:
+            ArgumentsTooLarge: the arguments are past ``max_argument_bytes`` as JSON; the call counts as
+                malformed and did not run.
         """
         if name not in self._tools:
             self.n_malformed += 1
@@ -145,13 +168,16 @@ class TaskEpisode:
             self.n_malformed += 1
             return json.dumps({"error": "invalid_arguments", "message": "arguments must be a JSON object"})
         try:
-            # the reward and the worker read the arguments as canonical JSON: a model's integer past 64 bits or
-            # nesting past the encoder's depth is a malformed call, not a crash of the rollout or its reward
-            canonical_json(dict(arguments))
+            # the reward and the worker read the arguments as canonical JSON: a model's integer past 64 bits, NaN
+            # or nesting past the encoder's depth is a malformed call, not a crash of the rollout or its reward
+            size = len(canonical_json(dict(arguments)))
         except (TypeError, ValueError, RecursionError) as exc:
             self.n_malformed += 1
             message = f"arguments are not plain JSON ({str(exc)[:120]}); the call did not run"
             return json.dumps({"error": "invalid_arguments", "message": message})
+        if max_argument_bytes is not None and size > max_argument_bytes:
+            self.n_malformed += 1
+            raise ArgumentsTooLarge(size, max_argument_bytes)
         self.calls.append({"name": name, "arguments": dict(arguments)})
         if self._episode is None or self._lost:
             return json.dumps({"error": "episode_lost", "message": "the environment is no longer available"})

@@ -1,25 +1,26 @@
-"""GRPO on RL tasks with TRL 1.16's ``GRPOTrainer`` and a ``rollout_func`` that executes tool calls in the sandbox.
+"""GRPO on RL tasks with TRL 1.16's ``GRPOTrainer``, its rollouts executing tool calls in the sandbox.
 
-Why ``rollout_func`` and not ``environment_factory`` (decided from TRL 1.16's ``grpo_trainer.py``):
+Two rollouts, chosen by :attr:`GRPOConfigSpec.rollout`:
 
-- ``environment_factory`` renders the tools from Python signatures and docstrings (transformers'
-  ``get_json_schema``), losing JSON-Schema detail (enums, nested objects), and fixes one tool set per factory
-  at ``__init__``; per-task tool sets would need one named factory per task.
-- It parses model output with the tokenizer's ``response_template``/``response_schema``, which
-  ``add_response_schema`` only sets for known chat templates; our compact template is not one of them, and a
-  tool call whose text does not parse is silently content there, so the paper's format penalty could not see it.
-- A tool called with wrong argument names raises ``TypeError`` in TRL's loop and never reaches the
-  environment, so it would not count as a call.
+- ``"rollout_func"`` (the default): this module's :class:`ToolRollout`, described below.
+- ``"environment_factory"``: TRL's own tool loop over one environment object per rollout
+  (:mod:`~envfactory_assets.training.environment_factory`, whose docstring says how it closes the three gaps
+  between TRL's contract and our rows: tools fixed per factory, schema detail lost in rendering from Python
+  signatures, and calls that escape the format penalty or never reach the environment).
 
-So the rollout (:class:`ToolRollout`) renders the prompt with our template and the row's own tools, samples
-with the policy, parses with :func:`~envfactory_assets.tooluse.tool_calls.parse_tool_calls` (malformed blocks
-count against the format penalty), executes calls through a :class:`TaskEnvironment` per rollout (one object
-per rollout slot, reused across batches, ``reset(**row)`` per rollout; its public methods are exactly the
-task's tools, the same contract ``environment_factory`` uses), appends the tool results as tokens without
-loss (``env_mask`` 0), and lets the model continue, up to ``max_tool_calling_iterations`` rounds. The reward
-function returns each rollout's guarded hybrid reward (the paper's shape, with the empty-argument loophole
-closed: ``tooluse/reward.py``, :func:`~envfactory_assets.training.training_reward.training_reward`). The
-model sees only the prompt, the tool list and tool results: never the reward or a verification tool.
+Both give each rollout its own episode and score it with the same guarded reward; ``docs/training.md`` says
+why ``rollout_func`` stays the default and gives the measured step time of each.
+
+The ``rollout_func`` (:class:`ToolRollout`) renders the prompt with our template and the row's own tools,
+samples with the policy, parses with :func:`~envfactory_assets.tooluse.tool_calls.parse_tool_calls`
+(malformed blocks count against the format penalty), executes calls through a :class:`TaskEnvironment` per
+rollout (one object per rollout slot, reused across batches, ``reset(**row)`` per rollout; its public methods
+are exactly the task's tools, the same contract ``environment_factory`` uses), appends the tool results as
+tokens without loss (``env_mask`` 0), and lets the model continue, up to ``max_tool_calling_iterations``
+rounds (the last round's calls are executed too). The reward function returns each rollout's guarded hybrid
+reward (the paper's shape, with the empty-argument loophole closed: ``tooluse/reward.py``,
+:func:`~envfactory_assets.training.training_reward.training_reward`). The model sees only the prompt, the
+tool list and tool results: never the reward or a verification tool.
 
 Settings from the paper (``docs/design.md``, "Paper settings and measured facts"): 8 rollouts per prompt,
 temperature 0.7, KL coefficient 0.001, starting from the SFT checkpoint.
@@ -36,9 +37,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
+from envfactory_assets.config_checks import (
+    SettingError,
+    finite_number,
+    number_types,
+    one_of,
+    setting,
+    whole_number,
+)
 from envfactory_assets.tooluse.chat_template import (
     END_OF_TURN,
+    install_chat_template,
     normalize_messages,
     render_chat,
 )
@@ -46,9 +55,9 @@ from envfactory_assets.tooluse.reward import empty_argument_calls
 from envfactory_assets.tooluse.task_environment import (
     TaskEnvironment,
     environment_class,
+    execute_tool_text,
 )
 from envfactory_assets.tooluse.task_episode import TaskRunner
-from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 from envfactory_assets.training.base_model import (
     DEVICE_SETTINGS,
     DevicePlan,
@@ -56,6 +65,13 @@ from envfactory_assets.training.base_model import (
     model_hash,
     prepare_tokenizer,
     select_device,
+)
+from envfactory_assets.training.environment_factory import (
+    RESPONSE_TEMPLATE,
+    TRAINING_CHAT_TEMPLATE,
+    environment_factories,
+    routed_prompt,
+    settle_rollout,
 )
 from envfactory_assets.training.resume import (
     checkpointing_kwargs,
@@ -75,6 +91,8 @@ from envfactory_assets.training.training_reward import training_reward
 TASK_ID_KEY = "task_id"
 """Key carried by the first prompt message naming its ``rl_dataset`` row; the template never renders it."""
 GRPO_CONFIG_FILE = "grpo_config.json"
+ROLLOUTS = ("rollout_func", "environment_factory")
+"""The values of :attr:`GRPOConfigSpec.rollout`."""
 TRAIN_MICRO_BATCH = 2
 """Rollouts per forward/backward pass (gradient accumulation covers the rest of the step's rollouts)."""
 
@@ -121,6 +139,13 @@ class GRPOConfigSpec:
         "measured, the logged KL to the reference then rose from ~0.003 to "
         "5e2-5e4 within 6 steps (the replayed tokens are stale).",
     )
+    rollout: str = setting(
+        "rollout_func",
+        "how rollouts are generated: 'rollout_func' (the project's sampling loop) or 'environment_factory' "
+        "(TRL's own tool loop over one environment object per rollout, routed by tool set; "
+        "replay_screened needs 'rollout_func'); both execute calls in the sandbox and score them with the "
+        "same reward (docs/training.md compares their step times).",
+    )
     device: str = setting(
         "auto",
         "'auto' (CUDA when torch sees a device, else the CPU), 'cpu' or 'cuda' "
@@ -130,6 +155,13 @@ class GRPOConfigSpec:
     def __post_init__(self) -> None:
         number_types(self, "grpo")
         one_of("grpo", "device", self.device, DEVICE_SETTINGS)
+        one_of("grpo", "rollout", self.rollout, ROLLOUTS)
+        if self.replay_screened and self.rollout != "rollout_func":
+            # TRL's loop samples every group itself: a screened group cannot be handed to it
+            expected = f"false with rollout {self.rollout!r} (replaying needs 'rollout_func')"
+            raise SettingError(
+                f"grpo setting replay_screened=True: expected {expected}", "grpo", "replay_screened", True, expected
+            )
         for name in ("max_steps", "prompts_per_step", "max_completion_length"):
             whole_number("grpo", name, getattr(self, name), low=1)
         # GRPO's advantage is a reward's distance from its group's mean: a group of one has none
@@ -171,22 +203,21 @@ def build_grpo_dataset(rows: list[Mapping[str, Any]]) -> Any:
     return Dataset.from_list([{"prompt": grpo_prompt(r)} for r in rows], features=Features({"prompt": Json()}))
 
 
-def execute_tool_text(environment: TaskEnvironment, text: str) -> tuple[list[tuple[str, str]], int]:
-    """Parse one model turn and execute its calls in ``environment`` (the rollout's own episode).
+def build_routed_dataset(rows: list[Mapping[str, Any]]) -> Any:
+    """``datasets.Dataset`` for the ``environment_factory`` rollout: ``prompt`` (``Json()``, the row's tool
+    schemas on its first message) and ``environment`` (the row's tool-set name, which TRL routes by); see
+    :func:`~envfactory_assets.training.environment_factory.routed_prompt`.
 
-    Tool-call blocks that do not parse are counted as malformed calls in the episode (format penalty) and
-    never executed; calls to names outside the task's tools are refused by the episode (also malformed); the
-    text outside the blocks is recorded as the turn's reply (the reward reads it: an empty response earns 0).
-
-    Returns:
-        ``([(tool name, result text), ...] in call order, number of unparseable blocks)``.
+    Raises:
+        ValueError: as :func:`build_grpo_dataset`.
     """
-    parsed = parse_tool_calls(text)
-    environment._add_reply(parsed.content)
-    if parsed.format_errors:
-        environment._add_malformed(parsed.format_errors)
-    results = [(c["name"], environment._dispatch(c["name"], c["arguments"])) for c in parsed.calls]
-    return results, parsed.format_errors
+    from datasets import Dataset, Features, Json, Value
+
+    build_grpo_dataset(rows)  # the same checks
+    return Dataset.from_list(
+        [routed_prompt(r, grpo_prompt(r)) for r in rows],
+        features=Features({"prompt": Json(), "environment": Value("string")}),
+    )
 
 
 class ToolRollout:
@@ -405,6 +436,33 @@ def hybrid_reward_func(
     return [b.reward for b in breakdowns]
 
 
+def settled_reward_func(counters: ToolRollout) -> Callable[..., list[float]]:
+    """TRL reward function of the ``environment_factory`` rollout: settles each rollout's episode
+    (:func:`~envfactory_assets.training.environment_factory.settle_rollout`: replies, refused calls and an
+    unexecuted last round recorded, unparsed blocks counted), adds its calls and malformed calls to
+    ``counters`` (the run's :class:`ToolRollout`, whose counters the metrics and resumable checkpoints read),
+    then returns :func:`hybrid_reward_func` of the episodes.
+
+    Raises:
+        InvalidReward: as :func:`hybrid_reward_func`.
+    """
+
+    def hybrid_reward_func_settled(
+        prompts: list[Any],
+        completions: list[Any],
+        environments: list[TaskEnvironment],
+        log_metric: Any = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        for environment, completion in zip(environments, completions, strict=True):
+            calls, malformed = settle_rollout(environment, completion)
+            counters.tool_calls += calls
+            counters.malformed += malformed
+        return hybrid_reward_func(prompts, completions, task_environments=environments, log_metric=log_metric)
+
+    return hybrid_reward_func_settled
+
+
 def _has_empty_call(environment: Any) -> bool:
     episode = getattr(environment, "_episode", None)
     if episode is None:
@@ -505,7 +563,9 @@ def train_grpo(
         "reward_std_per_step":
         [float], "loss_per_step": [float, TRL's logged GRPO loss], "reward_mean_first", "reward_mean_last",
         "train_loss", "tool_calls", "malformed_calls" (of
-        training's sampled rollouts; screening's are in its report), "prompts", "prompt_ids", "threads",
+        training's sampled rollouts; screening's are in its report), "trl_tool_call_frequency" (per step, the
+        calls per rollout TRL's own tool loop executed: ``environment_factory`` only, else empty), "prompts",
+        "prompt_ids", "threads",
         "steps_with_signal" (steps whose reward spread was above zero),
         "replayed_groups" (steps that trained on their prompt's screened group),
         "screening" (None, or :func:`~envfactory_assets.training.screening.screening_report`)}``; rewards are in
@@ -513,7 +573,9 @@ def train_grpo(
 
     Raises:
         ValueError: no rows or bad prompts (see :func:`build_grpo_dataset`), or a task whose tools cannot be
-            methods (see :func:`environment_class`).
+            methods (see :func:`environment_class`) or, with ``rollout: environment_factory``, cannot be
+            rendered by TRL (see
+            :func:`~envfactory_assets.training.environment_factory.environment_factories`).
         KeyError: a row uses an environment missing from ``environments``.
         ValueError: ``device: cuda`` without a visible CUDA device.
     """
@@ -528,6 +590,8 @@ def train_grpo(
         missing = [e for e in row["env_ids"] if e not in environments]
         if missing:
             raise KeyError(f"rl row {row['id']}: environment(s) {missing} not available")
+    if spec.rollout == "environment_factory":
+        environment_factories(list(rows), None, TASK_ID_KEY, [])  # every tool TRL will render, checked up front
 
     force_offline()
     _silence_experimental_warning()
@@ -579,14 +643,26 @@ def train_grpo(
             else:  # screening chose other prompts this time: the stopped run trained on another dataset
                 shutil.rmtree(resume_from, ignore_errors=True)
                 resume_from = None
-        dataset = build_grpo_dataset(list(rows))
+        trl_environments: list[TaskEnvironment] = []
+        if spec.rollout == "environment_factory":
+            tokenizer.chat_template = TRAINING_CHAT_TEMPLATE
+            tokenizer.response_template = RESPONSE_TEMPLATE
+            generation = {
+                "reward_funcs": [settled_reward_func(rollout)],
+                "train_dataset": build_routed_dataset(list(rows)),
+                "environment_factory": environment_factories(list(rows), runner, TASK_ID_KEY, trl_environments),
+            }
+        else:
+            generation = {
+                "reward_funcs": [hybrid_reward_func],
+                "train_dataset": build_grpo_dataset(list(rows)),
+                "rollout_func": rollout,
+            }
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[hybrid_reward_func],
             args=_trl_config(trainer_dir, spec, plan),
-            train_dataset=dataset,
             processing_class=tokenizer,
-            rollout_func=rollout,
+            **generation,
             callbacks=[
                 governor_callback(governor),
                 resume_callback(lambda: {**rollout.counters(), "prompt_ids": prompt_ids}),
@@ -598,6 +674,11 @@ def train_grpo(
             output = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         finally:
             rollout.close()
+            for env in trl_environments:
+                env._close()
+            # the saved checkpoint keeps the project template alone, whichever rollout trained it
+            install_chat_template(tokenizer)
+            tokenizer.response_template = None
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     logs = [e for e in trainer.state.log_history if "reward" in e]
     # the log history comes back with a checkpoint; the trainer's own training_loss covers this call's steps only
@@ -622,6 +703,7 @@ def train_grpo(
         "reward_mean_last": means[-1] if means else None,
         "tool_calls": rollout.tool_calls,
         "malformed_calls": rollout.malformed,
+        "trl_tool_call_frequency": [float(e["tools/call_frequency"]) for e in logs if "tools/call_frequency" in e],
         "prompts": len(rows),
         "prompt_ids": [r["id"] for r in rows],
         "threads": governor.history[0],

@@ -93,6 +93,7 @@ class CheckpointConfig(generated_config("CheckpointSettings", *CHECKPOINT_SOURCE
             max_tool_calling_iterations=self.grpo_max_tool_calling_iterations,
             seed=self.seed,
             replay_screened=self.grpo_replay_screened,
+            rollout=self.grpo_rollout,
             save_steps=self.grpo_save_steps,
             device=self.device,
         )

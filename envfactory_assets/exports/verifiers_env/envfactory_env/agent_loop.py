@@ -1,8 +1,9 @@
 """The model's tool-calling loop of one rollout: ``python -m envfactory_env.agent_loop SPEC.json``.
 
-``SPEC.json`` (written by the harness): ``model_url`` (the OpenAI-compatible base URL verifiers intercepts,
-ending in ``/v1``), ``api_key``, ``model``; ``server_url`` and ``episode_id`` (the rollout's episode on
-``envfactory serve-openenv``); ``messages``, ``tools``, ``max_tool_rounds``. Each model turn that calls tools has
+``SPEC.json`` (written by the harness, removed once read): ``model_url`` (the OpenAI-compatible base URL verifiers
+intercepts, ending in ``/v1``), ``model``; ``server_url`` and ``episode_id`` (the rollout's episode on
+``envfactory serve-openenv``); ``messages``, ``tools``, ``max_tool_rounds``. The model's key is the environment
+variable :data:`API_KEY_VARIABLE`, never in the file. Each model turn that calls tools has
 each call stepped in the episode (arguments that are not a JSON object are sent as a malformed call, which the
 reward's format penalty counts) and the results appended as tool messages; the first turn without a call ends
 the loop, its text being the final answer the reward sends.
@@ -11,6 +12,7 @@ the loop, its text being the final answer the reward sends.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ from typing import Any
 import httpx
 
 TIMEOUT_S = 300.0
+#: The environment variable holding the key of ``model_url``.
+API_KEY_VARIABLE = "ENVFACTORY_MODEL_API_KEY"
 
 
 def step(http: httpx.Client, spec: dict[str, Any], action: dict[str, Any]) -> str:
@@ -37,9 +41,9 @@ def step(http: httpx.Client, spec: dict[str, Any], action: dict[str, Any]) -> st
     return observation.get("result") or ""
 
 
-def run(spec: dict[str, Any]) -> None:
+def run(spec: dict[str, Any], api_key: str) -> None:
     messages = list(spec["messages"])
-    headers = {"Authorization": f"Bearer {spec['api_key']}"}
+    headers = {"Authorization": f"Bearer {api_key}"}
     with httpx.Client(timeout=TIMEOUT_S) as http:
         for _ in range(spec["max_tool_rounds"]):
             body = {"model": spec["model"], "messages": messages, "tools": spec["tools"]}
@@ -63,5 +67,15 @@ def run(spec: dict[str, Any]) -> None:
                 messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": result})
 
 
+def main(spec_path: str) -> None:
+    """Read the spec, remove its file (nothing of the rollout stays in the runtime's folder), run the loop."""
+    path = Path(spec_path)
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    finally:
+        path.unlink(missing_ok=True)
+    run(spec, os.environ.get(API_KEY_VARIABLE, ""))
+
+
 if __name__ == "__main__":
-    run(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")))
+    main(sys.argv[1])

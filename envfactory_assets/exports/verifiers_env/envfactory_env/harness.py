@@ -1,7 +1,8 @@
 """The harness: the model's tool-calling loop (:mod:`envfactory_env.agent_loop`), run as a program in the
 rollout's runtime with this virtualenv's interpreter.
 
-The program talks to the model through the rollout's interception endpoint (so verifiers records every turn
+The program talks to the model through the rollout's interception endpoint (its key in the program's
+environment, never in a file) (so verifiers records every turn
 in the trace) and executes each tool call in the rollout's episode on the server; the task's reward ends that
 episode afterwards (:mod:`envfactory_env.taskset`).
 """
@@ -14,6 +15,7 @@ import sys
 import verifiers.v1 as vf
 from verifiers.v1.dialects.chat import message_to_wire
 
+from envfactory_env.agent_loop import API_KEY_VARIABLE
 from envfactory_env.taskset import EnvFactoryData, episode_id
 
 
@@ -48,7 +50,6 @@ class EnvFactoryHarness(vf.Harness[EnvFactoryHarnessConfig]):
             messages += [message_to_wire(m) for m in prompt or []]
         spec = {
             "model_url": endpoint,
-            "api_key": secret,
             "model": ctx.model,
             "server_url": data.base_url,
             "episode_id": episode_id(trace),
@@ -58,4 +59,8 @@ class EnvFactoryHarness(vf.Harness[EnvFactoryHarnessConfig]):
         }
         path = f".envfactory-rollout-{trace.id}.json"
         await runtime.write(path, json.dumps(spec).encode())
-        return await runtime.run_program([sys.executable, "-m", "envfactory_env.agent_loop", path], {})
+        # the key goes to the program's environment only, never into a file of the runtime (the program also
+        # removes the spec once read)
+        return await runtime.run_program(
+            [sys.executable, "-m", "envfactory_env.agent_loop", path], {API_KEY_VARIABLE: secret}
+        )
