@@ -205,3 +205,20 @@ def test_a_module_with_a_class_is_executed_for_every_episode() -> None:
     engine.load_env("rows", MODULE)
     assert engine.environments["classy"].template is None
     assert engine.environments["rows"].template is not None
+
+
+def test_a_module_whose_load_sets_module_state_is_executed_for_every_episode() -> None:
+    """A ``load`` that rebinds a module-level name sets up state per episode: later forks must run it again, so
+    no template is made. The static check refuses ``global`` outright; with the Python layer off (as the
+    containment corpus runs) the template must still not be made."""
+    with pytest.raises(OperationError, match="'global' statements are not allowed"):
+        Engine().load_env("stateful_load", "def load(d):\n    global SEEN\n    SEEN = 1\n    return d\n")
+    engine = Engine(python_guards=False)
+    source = (
+        "SEEN = None\n\n"
+        "def load(d):\n    global SEEN\n    SEEN = d.get('mark')\n    return d\n\n"
+        "def save(s):\n    return s\n\n"
+        "def seen(state):\n    'Which mark the load saw'\n    return SEEN\n"
+    )
+    engine.load_env("stateful_load", source)
+    assert engine.environments["stateful_load"].template is None

@@ -15,6 +15,7 @@ before.
 
 from __future__ import annotations
 
+import dis
 import types
 from collections.abc import Callable
 from typing import Any
@@ -117,7 +118,17 @@ def _plain_function(function: types.FunctionType, namespace: dict[str, Any]) -> 
         and not function.__dict__
         and all(_immutable(d) for d in function.__defaults__ or ())
         and all(_immutable(d) for d in (function.__kwdefaults__ or {}).values())
+        and not _rebinds_globals(function.__code__)
     )
+
+
+def _rebinds_globals(code: types.CodeType) -> bool:
+    """Whether ``code`` (or a function or comprehension nested in it) assigns or deletes a module-level name
+    (a ``global`` statement): a ``load`` that does so sets up module state per episode, which a namespace
+    built without running ``load`` again would lack."""
+    if any(op.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") for op in dis.get_instructions(code)):
+        return True
+    return any(isinstance(const, types.CodeType) and _rebinds_globals(const) for const in code.co_consts)
 
 
 def _module_kind(value: types.ModuleType, other: types.ModuleType, module_proxy: Callable[[str], Any]) -> str | None:
