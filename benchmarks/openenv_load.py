@@ -355,8 +355,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-process-clients", type=int, default=8)
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="the load phase's own limit")
     args = parser.parse_args(argv)
-    if args.episodes < 1 or args.clients < 1 or not 0 <= args.kill_at < 1 or args.per_process_episodes < 0:
-        parser.error("--episodes and --clients must be >= 1, --kill-at in [0, 1), --per-process-episodes >= 0")
+    if (
+        args.episodes < 1
+        or args.clients < 1
+        or args.per_process_clients < 1
+        or not 0 <= args.kill_at < 1
+        or args.per_process_episodes < 0
+        or not 0 < args.timeout_s < float("inf")
+    ):
+        parser.error(
+            "--episodes, --clients and --per-process-clients must be >= 1, --kill-at in [0, 1), "
+            "--per-process-episodes >= 0, --timeout-s a finite number > 0"
+        )
     return args
 
 

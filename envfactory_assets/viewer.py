@@ -154,11 +154,13 @@ def find_trajectory(store: Any, trajectory_id: str) -> tuple[dict[str, Any], dic
 def closest_ids(store: Any, trajectory_id: str, n: int = 3) -> list[str]:
     """Up to ``n`` ids of passed refined trajectories closest to ``trajectory_id`` by Jaro-Winkler similarity
     (DuckDB's ``jaro_winkler_similarity``), most similar first: what a mistyped or truncated id was likely
-    meant to be. Empty when the store has none."""
+    meant to be, among those at least 0.8 similar (ids alike only by their ``ref_`` prefix are no suggestion).
+    Empty when none is."""
     rows = store.query(
         "SELECT id FROM current_refined_trajectories WHERE status = 'passed' "
+        "AND jaro_winkler_similarity(id, ?) >= 0.8 "
         f"ORDER BY jaro_winkler_similarity(id, ?) DESC, id LIMIT {int(n)}",
-        [trajectory_id],
+        [trajectory_id, trajectory_id],
     )
     return rows["id"].to_list() if rows.height else []
 

@@ -111,6 +111,16 @@ def test_a_number_the_description_calls_an_identifier_is_a_whole_number():
     # a count of identifiers is a count, and a number described otherwise is not judged here
     assert check_value("doctor", integer, 3, "ID count of doctors").verdict == "unknown"
     assert check_value("doctor", integer, 3, "How many doctors").verdict == "unknown"
+    # a fraction the description calls an index is a measure, not an identifier
+    assert check_value("refraction_index", {"type": "number"}, 1.33, "Index of refraction").verdict == "unknown"
+
+
+def test_a_cron_number_out_of_its_fields_range_fails_and_an_organisation_id_is_no_name():
+    cron = "Cron expression"
+    assert check_value("schedule", TEXT, "61 25 * * *", cron).verdict == "fail"
+    assert check_value("schedule", TEXT, "0 0 12 * * ? 2025", cron).verdict == "pass"  # Quartz, seconds and year
+    assert check_value("schedule", TEXT, "*/15 0-23 1 1,6 0-7", cron).verdict == "pass"
+    assert check_value("organization", TEXT, "org_123", "Organisation ID").verdict != "fail"
 
 
 def test_a_rule_covers_only_kinds_narrower_than_free_text_and_the_rest_is_unknown():

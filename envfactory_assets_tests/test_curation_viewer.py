@@ -198,6 +198,9 @@ def test_a_refined_trajectory_renders_its_turns_calls_results_and_both_queries(c
         find_trajectory(store, "traj_missing")
     with pytest.raises(TrajectoryNotFound, match=rf"the closest stored: {refined['id']}\b"):
         find_trajectory(store, refined["id"][:-1])  # a truncated id: the one it was cut from comes first
+    with pytest.raises(TrajectoryNotFound) as unlike:
+        find_trajectory(store, "something else entirely")
+    assert "closest" not in str(unlike.value)  # nothing alike: no suggestion rather than arbitrary ids
     with pytest.raises(ValueError):
         render_trajectory({**raw, "id": "raw_other"}, refined)
     sample = _metadata(second, "refined_trajectories")["sample_trajectories"]

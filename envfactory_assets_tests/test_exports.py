@@ -595,6 +595,35 @@ def test_the_export_audit_measures_the_written_files_and_names_what_breaks(envir
     assert [p.split(":")[0] for p in audit["problems"]] == ["verl", "ShareGPT"]
 
 
+def test_the_export_audit_names_a_broken_input_instead_of_passing_or_crashing(environments, graph, worker, tmp_path):
+    """A missing folder, a ShareGPT file that is no list of records, a verl ground truth that is no JSON object,
+    and a folder emptied behind the manifest's back are each an error or a problem naming the input."""
+    import pyarrow as pa
+
+    from envfactory_assets.exports.audit import audit_export
+
+    m, _sft, _rl = _fixture_export(environments, graph, worker, tmp_path, sft_share=0.5)
+    with pytest.raises(FileNotFoundError, match="no folder"):
+        audit_export({**m, "path": str(tmp_path / "gone")})
+    with pytest.raises(ValueError, match="'version' and 'path'"):
+        audit_export({"version": "v1"})
+    out = tmp_path / m["version"]
+    share = next(p for p in out.glob("sharegpt_*.json") if json.loads(p.read_text()))
+    kept = share.read_text()
+    share.write_text('{"a": 1}')
+    with pytest.raises(ValueError, match=rf"{share.name}: expected a JSON list"):
+        audit_export(m)
+    share.write_text("[]")  # emptied: fewer rows than the manifest lists
+    assert any(p.startswith("ShareGPT: read ") and "the manifest lists" in p for p in audit_export(m)["problems"])
+    share.write_text(kept)
+    path = next(p for p in out.glob("verl_*.parquet") if pq.read_table(p).num_rows)
+    rows = pq.read_table(path).to_pylist()
+    rows[0]["reward_model"]["ground_truth"] = "[]"
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
+    with pytest.raises(ValueError, match=rf"verl row {rows[0]['id']} of .*not a JSON object"):
+        audit_export(m)
+
+
 def test_a_reward_outside_its_range_is_an_error():
     from envfactory_assets.tooluse.reward import MAX_REWARD, valid_reward
 

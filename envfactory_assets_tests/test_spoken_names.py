@@ -18,7 +18,15 @@ import pytest
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.sources.names import name_nouns, singular, speakable, split_glued, spoken_thing, spoken_things
+from envfactory_assets.sources.names import (
+    name_nouns,
+    plural,
+    singular,
+    speakable,
+    split_glued,
+    spoken_thing,
+    spoken_things,
+)
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.synth.refinement.expansion import expand_goal
 from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_tables
@@ -41,6 +49,9 @@ def test_name_rules_on_words():
     assert spoken_thing("payments_2") == "payment" and spoken_things("payments_2") == "payments"
     assert singular("aliases") == "alias" and spoken_thing("email_aliases") == "email alias"
     assert spoken_things("aliases") == "aliases"
+    assert plural("bucket") == "buckets" and plural("buckets") == "buckets" and plural("address") == "addresses"
+    assert plural("policy") == "policies" and singular("anywhere_caches") == "anywhere_cache"
+    assert singular("send_as") == "send_as"
     assert not speakable("b") and not speakable("v4_7") and not speakable("o") and speakable("acl_2")
     assert name_nouns("storage.buckets.list") == ["storage", "buckets"]
     assert name_nouns("Gets a shipment details") == ["shipment"]

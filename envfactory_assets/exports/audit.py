@@ -26,7 +26,16 @@ def _verl_rows(folder: Path) -> list[dict[str, Any]]:
 
 
 def _sharegpt_rows(folder: Path) -> list[dict[str, Any]]:
-    return [r for path in sorted(folder.glob("sharegpt_*.json")) for r in json.loads(path.read_text(encoding="utf-8"))]
+    rows = []
+    for path in sorted(folder.glob("sharegpt_*.json")):
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"{path}: not JSON ({exc})") from None
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise ValueError(f"{path}: expected a JSON list of ShareGPT records (objects)")
+        rows += records
+    return rows
 
 
 def verl_reward_figures(
@@ -54,10 +63,6 @@ def verl_reward_figures(
         ValueError: a score is not a finite number in range (the reward's own guard).
         KeyError: a row's ground truth lacks a field, or names an environment ``runner`` lacks.
     """
-    from envfactory_assets.exports.verl_reward import score_calls
-    from envfactory_assets.tooluse.reward import MAX_REWARD, arguments_that_matter
-    from envfactory_assets.tooluse.tool_calls import tool_call_text
-
     rows = _verl_rows(folder)
     figures: dict[str, Any] = {
         "rows": len(rows),
@@ -76,32 +81,43 @@ def verl_reward_figures(
             examples[figure].append(f"{row_id}: {score}")
 
     for done, row in enumerate(rows, 1):
-        truth = json.loads(row["reward_model"]["ground_truth"])
-        row_id = str(row["id"])
-
-        def score(text: str, truth: dict[str, Any] = truth) -> float:
-            return score_calls(truth, text, runner=runner)["score"]
-
-        empty = max(score(""), score(" \n"))
-        figures["max_empty_score"] = max(figures["max_empty_score"], empty)
-        if empty:
-            miss("empty_paid", row_id, empty)
-        gold = tool_call_text(truth["gold_calls"]) or ABSTENTION_REPLY
-        if (s := score(gold)) != MAX_REWARD:
-            miss("gold_below_max", row_id, s)
-        executed = tool_call_text(truth.get("executed_calls") or []) or gold
-        if executed != gold and (s := score(executed)) != MAX_REWARD:
-            miss("executed_below_max", row_id, s)
-        if any(
-            arguments_that_matter(c, truth["tools"], truth.get("masked_arguments") or ()) for c in truth["gold_calls"]
-        ):
-            figures["rows_needing_arguments"] += 1
-            emptied = [{"name": c["name"], "arguments": {}} for c in truth["gold_calls"]]
-            if s := score(tool_call_text(emptied)):
-                miss("empty_arguments_paid", row_id, s)
+        row_id = str(row.get("id"))
+        try:
+            truth = json.loads(row["reward_model"]["ground_truth"])
+            if not isinstance(truth, dict):
+                raise ValueError("the ground truth is not a JSON object")
+            _score_row(truth, row_id, figures, miss, runner)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"verl row {row_id} of {folder}: {type(exc).__name__}: {exc}") from None
         if progress:
             progress(done, len(rows))
     return {**figures, "examples": examples}
+
+
+def _score_row(truth: dict[str, Any], row_id: str, figures: dict[str, Any], miss: Any, runner: Any) -> None:
+    """The four responses of :func:`verl_reward_figures` on one row, counted into ``figures``."""
+    from envfactory_assets.exports.verl_reward import score_calls
+    from envfactory_assets.tooluse.reward import MAX_REWARD, arguments_that_matter
+    from envfactory_assets.tooluse.tool_calls import tool_call_text
+
+    def score(text: str, truth: dict[str, Any] = truth) -> float:
+        return score_calls(truth, text, runner=runner)["score"]
+
+    empty = max(score(""), score(" \n"))
+    figures["max_empty_score"] = max(figures["max_empty_score"], empty)
+    if empty:
+        miss("empty_paid", row_id, empty)
+    gold = tool_call_text(truth["gold_calls"]) or ABSTENTION_REPLY
+    if (s := score(gold)) != MAX_REWARD:
+        miss("gold_below_max", row_id, s)
+    executed = tool_call_text(truth.get("executed_calls") or []) or gold
+    if executed != gold and (s := score(executed)) != MAX_REWARD:
+        miss("executed_below_max", row_id, s)
+    if any(arguments_that_matter(c, truth["tools"], truth.get("masked_arguments") or ()) for c in truth["gold_calls"]):
+        figures["rows_needing_arguments"] += 1
+        emptied = [{"name": c["name"], "arguments": {}} for c in truth["gold_calls"]]
+        if s := score(tool_call_text(emptied)):
+            miss("empty_arguments_paid", row_id, s)
 
 
 def sharegpt_figures(folder: Path) -> dict[str, Any]:
@@ -141,7 +157,11 @@ def audit_export(
     """
     from envfactory_assets.exports import verl_reward
 
+    if not isinstance(manifest, dict) or "path" not in manifest or "version" not in manifest:
+        raise ValueError("audit_export: the manifest must be a dict with the export's 'version' and 'path'")
     folder = Path(manifest["path"])
+    if not folder.is_dir():
+        raise FileNotFoundError(f"audit_export: export {manifest['version']}: no folder {folder}")
     verl = None
     if manifest.get("verl_reward"):
         own = runner is None
@@ -166,6 +186,17 @@ def audit_export(
         ):
             if verl[figure]:
                 problems.append(f"verl: {what} on {verl[figure]} of {verl['rows']} rows: {verl['examples'][figure]}")
+    # the rows the audit read against the rows the manifest says were written: an emptied or swapped folder
+    # is not a pass
+    files = manifest.get("files") or {}
+    listed = {
+        kind: sum(sum((info.get("rows") or {}).values()) for name, info in files.items() if name.startswith(kind + "_"))
+        for kind in ("verl", "sharegpt")
+    }
+    if verl and verl["rows"] != listed["verl"]:
+        problems.append(f"verl: read {verl['rows']} rows, the manifest lists {listed['verl']}")
+    if sharegpt["rows"] != listed["sharegpt"]:
+        problems.append(f"ShareGPT: read {sharegpt['rows']} rows, the manifest lists {listed['sharegpt']}")
     if sharegpt["rows_breaking_rules"]:
         problems.append(
             f"ShareGPT: {sharegpt['rows_breaking_rules']} of {sharegpt['rows']} rows break LlamaFactory's rules: "

@@ -390,6 +390,8 @@ _SEPARATORS = frozenset({".", ",", " ", "\u00a0", "\u202f", "'", "\u2019", "\u06
 _CRON_FIELD = re.compile(
     r"^(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/\d+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/\d+)?)*[LW#\d]*$"
 )
+#: Allowed numbers per cron field: second, minute, hour, day of month, month, day of week (0 and 7: Sunday).
+_CRON_RANGES = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
 _CRON_MACROS = frozenset({"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly", "@reboot"})
 _COORD_PAIR = re.compile(r"^\s*(-?\d{1,3}(?:\.\d+)?)\s*[, ;]\s*(-?\d{1,3}(?:\.\d+)?)\s*$")
 _HEX_COLOUR = re.compile(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
@@ -406,11 +408,17 @@ def _cron_ok(text: str) -> bool:
     fields = text.split()
     if len(fields) == 1 and fields[0].lower() in _CRON_MACROS:
         return True
-    return (
-        5 <= len(fields) <= 7
-        and all(_CRON_FIELD.match(f) for f in fields)
-        and any(any(c.isdigit() or c in "*?/" for c in f) for f in fields)
-    )
+    if not (5 <= len(fields) <= 7 and all(_CRON_FIELD.match(f) for f in fields)):
+        return False
+    if not any(any(c.isdigit() or c in "*?/" for c in f) for f in fields):
+        return False
+    # numbers within each field's range (seconds first when there are 6 or 7 fields; a year is not checked)
+    ranges = _CRON_RANGES[1:] if len(fields) == 5 else _CRON_RANGES
+    for field, (low, high) in zip(fields, ranges, strict=False):
+        for number in re.findall(r"(?<![/#\d])\d+", field):
+            if not low <= int(number) <= high:
+                return False
+    return True
 
 
 def is_placeholder(text: str) -> bool:
@@ -686,7 +694,7 @@ def _kind_verdict(name: str, text: str, desc: str) -> Judgement | None:
             and any(c.isdigit() for c in text)
         )
         return judged(ok, "actor", "person, e-mail address or account")
-    if _ORGANIZATION_FIELD.search(name):
+    if _ORGANIZATION_FIELD.search(name) and not re.search(r"\b(id|identifier)\b", desc):
         # a company's name as it is written: capitalised words (``Beck-Williams``, ``Lopez, Carson and Hicks``)
         words = re.findall(r"[^\W\d_][\w'&.\-]*", text)
         ok = bool(words) and words[0][:1].isupper() and len(words) <= 8
@@ -863,7 +871,8 @@ def _number_verdict(name: str, value: float, desc: str) -> Judgement:
         return Judgement("pass" if 0 <= value <= 100 else "fail", "percent")
     if _AMOUNT.search(name) or _COUNT.search(name) or _MEASURE.search(name):
         return Judgement("pass" if value >= 0 else "fail", "non_negative")
-    if _ID_FIELD.search(name) or _NUMERIC_ID_DESC.search(desc):
+    if _ID_FIELD.search(name) or _NUMERIC_ID_DESC.search(desc) and float(value).is_integer():
+        # a fraction under a description such as "index of refraction" is a measure, not judged here
         ok = float(value).is_integer() and value >= 0
         return Judgement("pass" if ok else "fail", "identifier", "" if ok else f"{value!r} is no numeric identifier")
     return Judgement("unknown", "none")

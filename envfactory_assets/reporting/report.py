@@ -221,7 +221,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
             "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
             "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
             "coalesce(json_array_length(rl_dataset_ids), json_array_length(sft_dataset_ids)) "
-            "FROM checkpoints ORDER BY written_at DESC LIMIT 5"
+            "FROM current_checkpoints ORDER BY written_at DESC LIMIT 5"
         )
         evaluations = store_evaluations(con)
         export_audit = current_export_audit(con)

@@ -121,6 +121,8 @@ def singular(word: str) -> str:
 def plural(word: str) -> str:
     """Crude English plural of a snake_case noun, the inverse of :func:`singular` on the names it makes
     (``"bucket"`` -> ``"buckets"``, ``"address"`` -> ``"addresses"``, ``"policy"`` -> ``"policies"``)."""
+    if singular(word) != word:
+        return word  # already plural ("buckets"): a plural is not made twice
     if re.search(r"[^aeiou]y$", word):
         return word[:-1] + "ies"
     if word.endswith(("s", "x", "z", "ch", "sh")):
