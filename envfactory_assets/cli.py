@@ -1030,7 +1030,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("idle-timeout-s", float, "seconds without a request after which a session and its worker are ended"),
     ):
         default = getattr(http_defaults, option.replace("-", "_"))
-        serve.add_argument(f"--{option}", type=kind, default=None, help=f"with --http: {what} (default: {default:g})")
+        serve.add_argument(
+            f"--{option}",
+            type=kind,
+            default=None,
+            help=f"with --http: {what} (default: {default if isinstance(default, int) else format(default, 'g')})",
+        )
     serve.set_defaults(func=cmd_serve_env)
     oe = sub.add_parser(
         "serve-openenv", help="serve the RL rows as an OpenEnv environment (HTTP and WebSocket) to RL trainers"
@@ -1043,7 +1048,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse to start unless the store's current RL rows are this version (a checkpoint's "
         "rl_dataset_version); default: serve the current rows",
     )
-    # default None: SessionSettings' own defaults (envfactory_assets/serving/sessions.py), the one place they live
+    # default None: SessionSettings' own defaults, the one place they live (shown here from it)
+    from envfactory_assets.serving.serve_env_settings import SessionSettings
+
+    session_defaults = SessionSettings()
     for option, kind, what in (
         ("max-sessions", int, "most episodes open at once; one more reset gets a session_capacity error"),
         ("idle-timeout-s", float, "seconds without a request after which an episode is closed"),
@@ -1051,8 +1059,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("max-argument-bytes", int, "most bytes (as JSON) of one call's arguments; a larger call does not run"),
         ("workers", int, "sandbox worker sets the episodes are spread over (tool calls run at once)"),
     ):
+        default = getattr(session_defaults, option.replace("-", "_"))
         oe.add_argument(
-            f"--{option}", type=kind, default=None, help=f"{what} (default: SessionSettings in serving/sessions.py)"
+            f"--{option}",
+            type=kind,
+            default=None,
+            help=f"{what} (default: {default if isinstance(default, int) else format(default, 'g')})",
         )
     oe.set_defaults(func=cmd_serve_openenv)
     ev = sub.add_parser(

@@ -1,5 +1,5 @@
-"""The settings of ``envfactory serve-env``, in a module light enough for the command line to read their
-defaults into its ``--help`` (the MCP server itself takes about a second to import)."""
+"""The settings of ``envfactory serve-env`` and ``serve-openenv``, in a module light enough for the command line
+to read their defaults into its ``--help`` (the servers themselves take about a second to import)."""
 
 from __future__ import annotations
 
@@ -54,3 +54,44 @@ class HttpSettings:
 
         max_bytes = 2 * self.max_argument_bytes + (1 << 20)
         return JsonBounds(max_bytes=max_bytes, max_decoded_bytes=max(DEFAULT_MAX_DECODED_BYTES, max_bytes))
+
+
+OPENENV_OWNER = "serve-openenv"
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionSettings:
+    """How many episodes a server holds and for how long.
+
+    Raises:
+        SettingError: a value outside its range (checked when built).
+    """
+
+    max_sessions: int = setting(
+        256,
+        "most episodes one server process holds open at once; one more reset is refused with a session_capacity "
+        "error (256: GRPO's num_generations 8 x a batch of 32 prompts)",
+    )
+    idle_timeout_s: float = setting(
+        600.0, "an episode that receives no request for this many seconds is closed (episode_expired afterwards)"
+    )
+    max_steps: int = setting(
+        64,
+        "most steps (tool calls and malformed calls) in one episode; the step that reaches it ends the episode "
+        "and scores it as if the final answer had been given",
+    )
+    max_argument_bytes: int = setting(
+        1_000_000, "most bytes of one call's arguments as JSON; a larger call is not run and counts as malformed"
+    )
+    workers: int = setting(
+        1,
+        "sandbox worker sets the episodes are spread over (each runs one tool call at a time and keeps one "
+        "process per environment it has loaded, about 23 MiB each)",
+    )
+
+    def __post_init__(self) -> None:
+        whole_number(OPENENV_OWNER, "max_sessions", self.max_sessions, 1, 100_000)
+        finite_number(OPENENV_OWNER, "idle_timeout_s", self.idle_timeout_s, 0, None, low_open=True)
+        whole_number(OPENENV_OWNER, "max_steps", self.max_steps, 1, 100_000)
+        whole_number(OPENENV_OWNER, "max_argument_bytes", self.max_argument_bytes, 1, 1 << 30)
+        whole_number(OPENENV_OWNER, "workers", self.workers, 1, 64)

@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envfactory_assets.config_checks import finite_number, setting, whole_number
 from envfactory_assets.runtime.errors import SandboxError, WorkerCrashed
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.serving.errors import (
@@ -46,51 +45,13 @@ from envfactory_assets.serving.errors import (
     UnknownEpisode,
 )
 from envfactory_assets.serving.outcome import Outcome, RewardFunction, episode_outcome, training_reward_of
+from envfactory_assets.serving.serve_env_settings import SessionSettings
 from envfactory_assets.serving.tasks import TaskSet
 from envfactory_assets.tooluse.task_episode import ArgumentsTooLarge, TaskEpisode
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
-OWNER = "serve-openenv"
 #: Ids of ended episodes remembered, so a late request says why its episode is gone.
 _GONE_REMEMBERED = 10_000
-
-
-@dataclasses.dataclass(frozen=True)
-class SessionSettings:
-    """How many episodes a server holds and for how long.
-
-    Raises:
-        SettingError: a value outside its range (checked when built).
-    """
-
-    max_sessions: int = setting(
-        256,
-        "most episodes one server process holds open at once; one more reset is refused with a session_capacity "
-        "error (256: GRPO's num_generations 8 x a batch of 32 prompts)",
-    )
-    idle_timeout_s: float = setting(
-        600.0, "an episode that receives no request for this many seconds is closed (episode_expired afterwards)"
-    )
-    max_steps: int = setting(
-        64,
-        "most steps (tool calls and malformed calls) in one episode; the step that reaches it ends the episode "
-        "and scores it as if the final answer had been given",
-    )
-    max_argument_bytes: int = setting(
-        1_000_000, "most bytes of one call's arguments as JSON; a larger call is not run and counts as malformed"
-    )
-    workers: int = setting(
-        1,
-        "sandbox worker sets the episodes are spread over (each runs one tool call at a time and keeps one "
-        "process per environment it has loaded, about 23 MiB each)",
-    )
-
-    def __post_init__(self) -> None:
-        whole_number(OWNER, "max_sessions", self.max_sessions, 1, 100_000)
-        finite_number(OWNER, "idle_timeout_s", self.idle_timeout_s, 0, None, low_open=True)
-        whole_number(OWNER, "max_steps", self.max_steps, 1, 100_000)
-        whole_number(OWNER, "max_argument_bytes", self.max_argument_bytes, 1, 1 << 30)
-        whole_number(OWNER, "workers", self.workers, 1, 64)
 
 
 @dataclasses.dataclass
