@@ -33,8 +33,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,15 +42,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.serve_env_http import start_cli_server, stop_server
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASK_ID = "rl_three_environments"
 FINAL_ANSWER = "Done: the book is there, the calendar and the ticket are made."
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tree_rss_mib(pid: int) -> float:
@@ -101,42 +95,8 @@ def start_openenv(home: Path, max_sessions: int) -> tuple[subprocess.Popen, str]
     Raises:
         RuntimeError: the server exited or did not answer within 120 s.
     """
-    import httpx
-
-    port = _free_port()
-    proc = subprocess.Popen(
-        ["env", "--default-signal=INT,TERM", sys.executable, "-m", "envfactory_assets.cli", "serve-openenv"]
-        + ["--port", str(port), "--max-sessions", str(max_sessions), "--max-steps", "16"],
-        env={**os.environ, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"serve-openenv exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("serve-openenv did not answer /health within 120 s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the server's process group and wait (SIGKILL after 30 s)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    command = ["serve-openenv", "--max-sessions", str(max_sessions), "--max-steps", "16"]
+    return start_cli_server(home, command, "/health")
 
 
 def kill_one_worker(server_pid: int) -> int:
@@ -231,7 +191,7 @@ def one_server(home: Path, task: dict[str, Any], args: argparse.Namespace) -> di
             seconds = time.perf_counter() - started
         serving = proc.poll() is None and _still_serves(url, task)
     finally:
-        stop(proc)
+        stop_server(proc)
     return {
         "design": f"one serve-openenv process, {args.clients} WebSocket clients",
         "episodes": args.episodes,

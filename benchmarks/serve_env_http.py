@@ -42,36 +42,48 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(home: Path, env_id: str, max_sessions: int) -> tuple[subprocess.Popen, str]:
-    """``serve-env ENV_ID --http`` on a free port, answering; the process and its endpoint URL.
+def start_cli_server(home: Path, command: list[str], probe: str) -> tuple[subprocess.Popen, str]:
+    """``envfactory COMMAND... --port P`` on a free port of 127.0.0.1 in its own session, for ``home``; the
+    process and its base URL once a GET of ``probe`` (a path) gets any HTTP answer.
 
     Raises:
-        RuntimeError: the server exited or did not answer within 120 s.
+        RuntimeError: the server exited or did not answer within 120 s (it is stopped).
     """
     import httpx
 
     port = _free_port()
     proc = subprocess.Popen(
-        ["env", "--default-signal=INT,TERM", sys.executable, "-m", "envfactory_assets.cli", "serve-env", env_id]
-        + ["--http", "--port", str(port), "--max-sessions", str(max_sessions)],
+        ["env", "--default-signal=INT,TERM", sys.executable, "-m", "envfactory_assets.cli", *command]
+        + ["--port", str(port)],
         env={**os.environ, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}/mcp"
+    base, what = f"http://127.0.0.1:{port}", " ".join(command[:1])
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"serve-env --http exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+            raise RuntimeError(f"{what} exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
         try:
-            httpx.get(url, timeout=1)
-            return proc, url
+            httpx.get(base + probe, timeout=1)
+            return proc, base
         except httpx.HTTPError:
             time.sleep(0.1)
     stop_server(proc)
-    raise RuntimeError("serve-env --http did not answer within 120 s")
+    raise RuntimeError(f"{what} did not answer within 120 s")
+
+
+def start_server(home: Path, env_id: str, max_sessions: int) -> tuple[subprocess.Popen, str]:
+    """``serve-env ENV_ID --http`` on a free port, answering; the process and its endpoint URL.
+
+    Raises:
+        RuntimeError: the server exited or did not answer within 120 s.
+    """
+    command = ["serve-env", env_id, "--http", "--max-sessions", str(max_sessions)]
+    proc, base = start_cli_server(home, command, "/mcp")
+    return proc, base + "/mcp"
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.tooluse.task_environment import (
     OMITTED,
@@ -29,6 +28,7 @@ from envfactory_assets.training.grpo import (
     hybrid_reward_func,
 )
 from envfactory_assets.training.training_reward import training_reward
+from envfactory_assets_tests.taught_policy import delete_book_task
 
 
 @pytest.fixture(scope="module")
@@ -40,24 +40,7 @@ def runner(bookshop):
 @pytest.fixture(scope="module")
 def task(bookshop, runner) -> dict:
     """An RL row: delete the first book; its gold final state comes from executing the gold call."""
-    env_id = bookshop["env_id"]
-    initial = {env_id: copy.deepcopy(bookshop["initial_states"][0]["state"])}
-    book_id = initial[env_id]["tables"]["books"][0]["book_id"]
-    row = {
-        "id": "rl_grpo_test",
-        "env_ids": [env_id],
-        "tools": [openai_tool(t) for t in bookshop["tools"]],
-        "prompt": [{"role": "user", "content": f"Please delete book {book_id}."}],
-        "gold_calls": [{"name": "delete_book", "arguments": {"book_id": book_id}}],
-        "masked_arguments": ["limit"],
-        "initial_state": initial,
-        "final_state": initial,
-    }
-    episode = runner.episode(row)
-    episode.call("delete_book", {"book_id": book_id})
-    final = episode.final_states()
-    episode.close()
-    return {**row, "final_state": final, "book_id": book_id}
+    return delete_book_task(bookshop, runner, "rl_grpo_test")
 
 
 def _call_text(name: str, arguments: dict) -> str:
