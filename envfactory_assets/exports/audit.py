@@ -100,7 +100,7 @@ def _score_row(truth: dict[str, Any], row_id: str, figures: dict[str, Any], miss
     from envfactory_assets.tooluse.reward import MAX_REWARD, arguments_that_matter
     from envfactory_assets.tooluse.tool_calls import tool_call_text
 
-    def score(text: str, truth: dict[str, Any] = truth) -> float:
+    def score(text: str) -> float:
         return score_calls(truth, text, runner=runner)["score"]
 
     empty = max(score(""), score(" \n"))
