@@ -438,16 +438,20 @@ def with_absolute_paths(lineage: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Current row counts per store table."""
-    from envfactory_assets.store.db import Store
+    """Current rows per store table, as ``envfactory report`` counts them: the passed rows of the main sampler
+    first, rejected rows and the baseline sampler's chains beside them
+    (:func:`~envfactory_assets.reporting.stage_counts.stage_counts`). The store is only read."""
+    from envfactory_assets.reporting.stage_counts import stage_counts
+    from envfactory_assets.store.db import Store, StoreBusy
 
     try:
-        counts = Store(settings.store_path()).counts()
-    except FileNotFoundError as exc:
+        with Store(settings.store_path()).connect(read_only=True) as con:
+            counts = stage_counts(con)
+    except (FileNotFoundError, StoreBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for table, n in counts.items():
-        print(f"{table:<24} {n}")
+    for count in counts:
+        print(f"{count.table:<24} {count.text()}")
     return 0
 
 
@@ -952,7 +956,10 @@ def build_parser() -> argparse.ArgumentParser:
     lin.add_argument("checkpoint_id")
     lin.add_argument("--json", action="store_true")
     lin.set_defaults(func=cmd_lineage)
-    st = sub.add_parser("status", help="row counts of the store")
+    st = sub.add_parser(
+        "status",
+        help="rows per store table: passed rows of the main sampler, as the report counts them, the others beside",
+    )
     st.set_defaults(func=cmd_status)
     rep = sub.add_parser("report", help="Markdown report of what the store holds")
     rep.add_argument("--output", help="write to this file instead of stdout")

@@ -19,6 +19,7 @@ from envfactory_assets.reporting.realism import (
     realism_figures,
 )
 from envfactory_assets.reporting.results_table import results_markdown
+from envfactory_assets.reporting.stage_counts import chain_counts, status_counts
 from envfactory_assets.store.db import Store, read_rows
 
 
@@ -177,10 +178,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
             if has_table(con, "operation_coverage")
             else []
         )
-        chains = q(
-            "SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
-            "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2"
-        )
+        chains = chain_counts(con)
         comparison = q("SELECT * FROM sampler_comparison") if has_table(con, "sampler_comparison") else []
         turns = q(
             "SELECT n_turns, count(*) FROM current_raw_trajectories WHERE status = 'passed' GROUP BY 1 ORDER BY 1"
@@ -189,7 +187,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
             "SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
             "WHERE status = 'passed'"
         )
-        traj = q("SELECT status, count(*) FROM current_raw_trajectories GROUP BY 1 ORDER BY 1")
+        traj = status_counts(con, "raw_trajectories")
         # applied = every application recorded; kept = applied minus those reverted (the UI's count)
         ops = q(
             "SELECT o->>'operator', count(*), "
@@ -207,7 +205,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         overlap = q(
             "SELECT benchmark, count(DISTINCT env_id), count(*) FROM current_benchmark_overlap GROUP BY 1 ORDER BY 1"
         )
-        refined = q("SELECT status, count(*) FROM current_refined_trajectories GROUP BY 1 ORDER BY 1")
+        refined = status_counts(con, "refined_trajectories")
         accuracy = accuracy_rows(con)
         diversity = q("SELECT * FROM trajectory_diversity") if has_table(con, "trajectory_diversity") else []
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
