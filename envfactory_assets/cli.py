@@ -116,17 +116,30 @@ def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str
 @contextlib.contextmanager
 def run_lock(home: Path) -> Iterator[None]:
     """Hold ``$ENVFACTORY_HOME/run.lock`` for a whole run: a second run on the same store stops at once
-    with a clear message instead of interleaving its steps with the first."""
+    with a clear message instead of interleaving its steps with the first.
+
+    The lock is the kernel's (``flock``), so it ends with the process that holds it however that process ends:
+    a file left by a run killed with SIGKILL holds no lock and does not block the next run. When the block ends
+    (normally, by an error or by Ctrl-C) the file is removed while still locked; a run that locked a file just
+    removed under it (no longer the one at the path) opens the path again, so two runs never both hold it.
+
+    Raises:
+        UsageError: another process holds the lock (the message names its pid).
+    """
     lock_path = home / "run.lock"
-    with open(lock_path, "a+") as handle:
+    while True:
+        handle = open(lock_path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            raise UsageError(
-                f"another envfactory run holds {lock_path} ({handle.read().strip() or 'pid unknown'}); "
-                "wait for it to finish"
-            ) from None
+            holder = handle.read().strip() or "pid unknown"
+            handle.close()
+            raise UsageError(f"another envfactory run holds {lock_path} ({holder}); wait for it to finish") from None
+        if _is_file_at(handle, lock_path):
+            break
+        handle.close()
+    with handle:  # closing it releases the lock, after the file is gone from the path
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
@@ -134,7 +147,17 @@ def run_lock(home: Path) -> Iterator[None]:
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            lock_path.unlink(missing_ok=True)
+
+
+def _is_file_at(handle: Any, path: Path) -> bool:
+    """True when the open file ``handle`` is the file now at ``path`` (not one removed or replaced since)."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle.fileno())
+    return (opened.st_dev, opened.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
