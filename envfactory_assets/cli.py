@@ -480,14 +480,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the Markdown report of the store (to stdout or ``--output``), or with ``--compare OLD_STORE``
-    the table of its figures before (``OLD_STORE``) and after (the store); both are only read."""
-    from envfactory_assets.reporting.report import compare_report, run_report
+    the table of its figures before (``OLD_STORE``) and after (the store); both are only read. The step it is
+    at goes to stderr (:class:`~envfactory_assets.progress_meter.StepLine`)."""
+    from envfactory_assets.progress_meter import StepLine
+    from envfactory_assets.reporting.report import COMPARE_STEPS, REPORT_STEPS, compare_report, run_report
     from envfactory_assets.store.db import Store, StoreBusy
 
     try:
         store = Store(settings.store_path())
         seed = {} if args.seed is None else {"seed": args.seed}
-        text = compare_report(args.compare, store) if args.compare else run_report(store, **seed)
+        with StepLine("envfactory report", len(COMPARE_STEPS if args.compare else REPORT_STEPS)) as progress:
+            if args.compare:
+                text = compare_report(args.compare, store, progress=progress)
+            else:
+                text = run_report(store, progress=progress, **seed)
     except (FileNotFoundError, StoreBusy, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

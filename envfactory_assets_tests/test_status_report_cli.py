@@ -1,5 +1,6 @@
 """``envfactory status`` counts what ``envfactory report`` states: the passed rows of the main sampler, with
-rejected rows and the baseline sampler's chains beside them, on a store of real rows of the bookshop fixture."""
+rejected rows and the baseline sampler's chains beside them; ``envfactory report`` says on stderr which step it
+is at. On a store of real rows of the bookshop fixture."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from envfactory_assets.cli import main as cli_main
 from envfactory_assets.envgen.stage import as_environment, environment_row, verification_row
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder
-from envfactory_assets.reporting.report import run_report
+from envfactory_assets.reporting.report import COMPARE_STEPS, REPORT_STEPS, run_report
 from envfactory_assets.settings import store_path
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
@@ -113,3 +114,22 @@ def test_status_reads_a_store_it_cannot_write(status_home, tmp_path, monkeypatch
     shutil.copy(store_path(status_home), store_path(home))
     store_path(home).chmod(0o444)
     assert _status(home, monkeypatch, capsys) == _status(status_home, monkeypatch, capsys)
+
+
+def test_report_names_each_step_on_stderr_and_writes_the_same_report(status_home, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(status_home))
+    out = tmp_path / "report.md"
+    assert cli_main(["report", "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()  # not a terminal: one line per step, then the total time
+    assert len(lines) == len(REPORT_STEPS) + 1
+    for i, (line, name) in enumerate(zip(lines, REPORT_STEPS, strict=False)):
+        assert line.startswith("envfactory report [") and f" {i}/{len(REPORT_STEPS)} " in line
+        assert line.endswith(f"  {name}")
+    assert f" {len(REPORT_STEPS)}/{len(REPORT_STEPS)} " in lines[-1] and re.search(r"done in \d+\.\d s$", lines[-1])
+    assert out.read_text() == run_report(Store(store_path(status_home))) + "\n"  # what it writes is unchanged
+    assert cli_main(["report", "--compare", str(store_path(status_home))]) == 0
+    compared = capsys.readouterr()
+    assert "| figure | before | after |" in compared.out
+    assert [line.rsplit("  ", 1)[1] for line in compared.err.splitlines()][:-1] == list(COMPARE_STEPS)
