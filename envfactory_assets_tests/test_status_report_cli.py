@@ -77,19 +77,20 @@ def _count(home: Path, sql: str) -> int:
 
 def test_status_counts_the_passed_rows_of_the_main_sampler_with_the_others_beside(status_home, monkeypatch, capsys):
     lines = _status(status_home, monkeypatch, capsys)
-    q = lambda sql: _count(status_home, sql)  # noqa: E731
-    topology = q("SELECT count(*) FROM current_tool_chains WHERE sampler = 'topology' AND status = 'passed'")
-    all_topology = q("SELECT count(*) FROM current_tool_chains WHERE sampler = 'topology'")
-    walks = q("SELECT count(*) FROM current_tool_chains WHERE sampler = 'random_walk'")
+    topology = _count(
+        status_home, "SELECT count(*) FROM current_tool_chains WHERE sampler = 'topology' AND status = 'passed'"
+    )
+    all_topology = _count(status_home, "SELECT count(*) FROM current_tool_chains WHERE sampler = 'topology'")
+    walks = _count(status_home, "SELECT count(*) FROM current_tool_chains WHERE sampler = 'random_walk'")
     assert walks > 0
     chains_text = f"{topology}" if topology == all_topology else f"{topology} passed of {all_topology}"
     assert lines["tool_chains"] == f"{chains_text} (+{walks} random-walk baseline)"
-    raw_passed = q("SELECT count(*) FROM current_raw_trajectories WHERE status = 'passed'")
-    raw_all = q("SELECT count(*) FROM current_raw_trajectories")
+    raw_passed = _count(status_home, "SELECT count(*) FROM current_raw_trajectories WHERE status = 'passed'")
+    raw_all = _count(status_home, "SELECT count(*) FROM current_raw_trajectories")
     assert raw_all - raw_passed == 3  # the three asked for more turns than their chains have
     assert lines["raw_trajectories"] == f"{raw_passed} passed of {raw_all}"
-    refined_passed = q("SELECT count(*) FROM current_refined_trajectories WHERE status = 'passed'")
-    refined_all = q("SELECT count(*) FROM current_refined_trajectories")
+    refined_passed = _count(status_home, "SELECT count(*) FROM current_refined_trajectories WHERE status = 'passed'")
+    refined_all = _count(status_home, "SELECT count(*) FROM current_refined_trajectories")
     assert 0 < refined_passed < refined_all == raw_passed
     assert lines["refined_trajectories"] == f"{refined_passed} passed of {refined_all}"
     assert lines["environments"] == lines["verified_environments"] == "1"
