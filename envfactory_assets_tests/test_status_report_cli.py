@@ -29,13 +29,12 @@ from envfactory_assets_tests.fixture_environments import FIXTURES
 ENV_ID = "bookshop_example"
 
 
-@pytest.fixture(scope="module")
-def status_home(tmp_path_factory) -> Path:
-    """A home whose store holds the bookshop fixture's source, environment and verification, 8 topology chains
-    and 6 random-walk baseline chains sampled on its tool graph, raw trajectories of the passed topology chains
-    (those of the last three asked for more turns than a chain has, so they fail as such a run's would) and the
-    refined trajectories calibrated from the passed ones (at least 4 solvable turns each, so shorter ones fail)."""
-    home = tmp_path_factory.mktemp("status_home")
+def _store_of_bookshop(home: Path, main: str, other: str) -> Path:
+    """Write into ``home`` a store holding the bookshop fixture's source, environment and verification, 8
+    ``main`` chains and 6 ``other`` (baseline) chains sampled on its tool graph, raw trajectories of the passed
+    ``main`` chains (those of the last three asked for more turns than a chain has, so they fail as such a run's
+    would) and the refined trajectories calibrated from the passed ones (at least 4 solvable turns each, so
+    shorter ones fail). Returns ``home``."""
     corpus = home / "corpus"
     corpus.mkdir()
     shutil.copy(FIXTURES / "bookshop.json", corpus / "bookshop.json")
@@ -45,8 +44,8 @@ def status_home(tmp_path_factory) -> Path:
     envs = {ENV_ID: as_environment(env_row)}
     graph = build_tool_graph(tools_from_environments(envs.values()), HashingEmbedder())
     sampler = SamplerConfig(min_tools=2)
-    chains = chain_rows(graph, envs, {ENV_ID: verified["id"]}, 8, "status", "topology", sampler)
-    baseline = chain_rows(graph, envs, {ENV_ID: verified["id"]}, 6, "status/baseline", "random_walk", sampler)
+    chains = chain_rows(graph, envs, {ENV_ID: verified["id"]}, 8, "status", main, sampler)
+    baseline = chain_rows(graph, envs, {ENV_ID: verified["id"]}, 6, "status/baseline", other, sampler)
     passed = [c for c in chains if c["status"] == "passed"]
     assert len(passed) >= 5
     raw = raw_trajectory_rows(passed[:-3], graph, envs, SynthConfig(min_turns=1)) + raw_trajectory_rows(
@@ -62,6 +61,12 @@ def status_home(tmp_path_factory) -> Path:
     store.replace_current("raw_trajectories", raw)
     store.replace_current("refined_trajectories", refined)
     return home
+
+
+@pytest.fixture(scope="module")
+def status_home(tmp_path_factory) -> Path:
+    """A home of the default arms: topology chains, the random-walk ones as the baseline."""
+    return _store_of_bookshop(tmp_path_factory.mktemp("status_home"), "topology", "random_walk")
 
 
 def _status(home: Path, monkeypatch, capsys) -> dict[str, str]:
@@ -96,6 +101,14 @@ def test_status_counts_the_passed_rows_of_the_main_sampler_with_the_others_besid
     assert lines["environments"] == lines["verified_environments"] == "1"
     assert lines["sft_dataset"] == "0"  # a table without a status: its rows, as before
     assert list(lines) == list(TABLES)  # every table, in schema order
+
+
+def test_the_main_sampler_is_the_one_trajectories_were_executed_from(tmp_path, monkeypatch, capsys):
+    home = _store_of_bookshop(tmp_path, "random_walk", "topology")  # a run with sampler: random_walk
+    lines = _status(home, monkeypatch, capsys)
+    walks = _count(home, "SELECT count(*) FROM current_tool_chains WHERE sampler = 'random_walk' AND status = 'passed'")
+    topology = _count(home, "SELECT count(*) FROM current_tool_chains WHERE sampler = 'topology'")
+    assert re.fullmatch(rf"{walks}( passed of 8)? \(\+{topology} topology baseline\)", lines["tool_chains"])
 
 
 def test_status_and_the_report_state_the_same_counts(status_home, monkeypatch, capsys):
