@@ -116,17 +116,30 @@ def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str
 @contextlib.contextmanager
 def run_lock(home: Path) -> Iterator[None]:
     """Hold ``$ENVFACTORY_HOME/run.lock`` for a whole run: a second run on the same store stops at once
-    with a clear message instead of interleaving its steps with the first."""
+    with a clear message instead of interleaving its steps with the first.
+
+    The lock is the kernel's (``flock``), so it ends with the process that holds it however that process ends:
+    a file left by a run killed with SIGKILL holds no lock and does not block the next run. When the block ends
+    (normally, by an error or by Ctrl-C) the file is removed while still locked; a run that locked a file just
+    removed under it (no longer the one at the path) opens the path again, so two runs never both hold it.
+
+    Raises:
+        UsageError: another process holds the lock (the message names its pid).
+    """
     lock_path = home / "run.lock"
-    with open(lock_path, "a+") as handle:
+    while True:
+        handle = open(lock_path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            raise UsageError(
-                f"another envfactory run holds {lock_path} ({handle.read().strip() or 'pid unknown'}); "
-                "wait for it to finish"
-            ) from None
+            holder = handle.read().strip() or "pid unknown"
+            handle.close()
+            raise UsageError(f"another envfactory run holds {lock_path} ({holder}); wait for it to finish") from None
+        if _is_file_at(handle, lock_path):
+            break
+        handle.close()
+    with handle:  # closing it releases the lock, after the file is gone from the path
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
@@ -134,7 +147,17 @@ def run_lock(home: Path) -> Iterator[None]:
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            lock_path.unlink(missing_ok=True)
+
+
+def _is_file_at(handle: Any, path: Path) -> bool:
+    """True when the open file ``handle`` is the file now at ``path`` (not one removed or replaced since)."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle.fileno())
+    return (opened.st_dev, opened.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -438,29 +461,39 @@ def with_absolute_paths(lineage: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Current row counts per store table."""
-    from envfactory_assets.store.db import Store
+    """Current rows per store table, as ``envfactory report`` counts them: the passed rows of the main sampler
+    first, rejected rows and the baseline sampler's chains beside them
+    (:func:`~envfactory_assets.reporting.stage_counts.stage_counts`). The store is only read."""
+    from envfactory_assets.reporting.stage_counts import stage_counts
+    from envfactory_assets.store.db import Store, StoreBusy
 
     try:
-        counts = Store(settings.store_path()).counts()
-    except FileNotFoundError as exc:
+        with Store(settings.store_path()).connect(read_only=True) as con:
+            counts = stage_counts(con)
+    except (FileNotFoundError, StoreBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for table, n in counts.items():
-        print(f"{table:<24} {n}")
+    for count in counts:
+        print(f"{count.table:<24} {count.text()}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the Markdown report of the store (to stdout or ``--output``), or with ``--compare OLD_STORE``
-    the table of its figures before (``OLD_STORE``) and after (the store); both are only read."""
-    from envfactory_assets.reporting.report import compare_report, run_report
+    the table of its figures before (``OLD_STORE``) and after (the store); both are only read. The step it is
+    at goes to stderr (:class:`~envfactory_assets.progress_meter.StepLine`)."""
+    from envfactory_assets.progress_meter import StepLine
+    from envfactory_assets.reporting.report import COMPARE_STEPS, REPORT_STEPS, compare_report, run_report
     from envfactory_assets.store.db import Store, StoreBusy
 
     try:
         store = Store(settings.store_path())
         seed = {} if args.seed is None else {"seed": args.seed}
-        text = compare_report(args.compare, store) if args.compare else run_report(store, **seed)
+        with StepLine("envfactory report", len(COMPARE_STEPS if args.compare else REPORT_STEPS)) as progress:
+            if args.compare:
+                text = compare_report(args.compare, store, progress=progress)
+            else:
+                text = run_report(store, progress=progress, **seed)
     except (FileNotFoundError, StoreBusy, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -952,7 +985,10 @@ def build_parser() -> argparse.ArgumentParser:
     lin.add_argument("checkpoint_id")
     lin.add_argument("--json", action="store_true")
     lin.set_defaults(func=cmd_lineage)
-    st = sub.add_parser("status", help="row counts of the store")
+    st = sub.add_parser(
+        "status",
+        help="rows per store table: passed rows of the main sampler, as the report counts them, the others beside",
+    )
     st.set_defaults(func=cmd_status)
     rep = sub.add_parser("report", help="Markdown report of what the store holds")
     rep.add_argument("--output", help="write to this file instead of stdout")

@@ -3,15 +3,18 @@
 A :class:`ProgressMeter` counts finished items and hands a :class:`Progress` to a sink once per shard
 (every ``shard`` items), at least every ``min_interval_s`` seconds while items finish, and at the end. The
 Dagster layer's sink logs it and records an asset observation; ``envfactory run`` draws a bar from those
-observations (:func:`format_bar`).
+observations (:func:`format_bar`). A command made of a few long named steps (``envfactory report``) draws the
+same bar with a :class:`StepLine`.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TextIO
 
 #: metadata keys of a progress observation (asset observation metadata); LABEL, when present, names the bar
 #: (a multi-asset's step, which no single asset key names), else the observed asset's key does
@@ -105,11 +108,74 @@ class ProgressMeter:
         self._sink(Progress(self._done, self.total, now - self._start))
 
 
-def format_bar(label: str, progress: Progress, width: int = 30) -> str:
-    """One line: ``label [#####.....] done/total  rate/s  eta``; ``width`` is the bar's characters."""
+def format_bar(label: str, progress: Progress, width: int = 30, rate: bool = True) -> str:
+    """One line: ``label [#####.....] done/total  rate/s  eta``; ``width`` is the bar's characters. Without
+    ``rate`` the line ends at ``done/total`` (items of very unequal length, whose rate predicts nothing)."""
     share = progress.done / progress.total if progress.total else 1.0
     filled = int(round(share * width))
+    bar = f"{label} [{'#' * filled}{'.' * (width - filled)}] {progress.done}/{progress.total}"
+    if not rate:
+        return bar
     eta = f"  eta {progress.eta_s:.0f} s" if progress.eta_s is not None and progress.done < progress.total else ""
-    return (
-        f"{label} [{'#' * filled}{'.' * (width - filled)}] {progress.done}/{progress.total}  {progress.rate:.1f}/s{eta}"
-    )
+    return f"{bar}  {progress.rate:.1f}/s{eta}"
+
+
+class StepLine:
+    """Which of ``total`` named steps a command is at, drawn on ``out`` (default: stderr) as ``envfactory run``
+    draws its bars: on a terminal one line redrawn in place, elsewhere one line per step. Each line is
+    :func:`format_bar` of the steps done (without rate), then the step now running; :meth:`close` (leaving the ``with``
+    block without an exception) draws the last one with the total time.
+
+    Args:
+        label: what the line is about (the command).
+        total: number of steps; each call ``line(name)`` starts the next one.
+        out: the stream (a stream whose ``isatty()`` is true gets the redrawn line).
+        clock: monotonic seconds (injectable for tests).
+
+    Raises:
+        ValueError: ``total`` < 1.
+    """
+
+    def __init__(
+        self, label: str, total: int, out: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if total < 1:
+            raise ValueError(f"total must be >= 1, got {total}")
+        self.label, self.total, self._clock = label, total, clock
+        self.out = out or sys.stderr
+        self.tty = hasattr(self.out, "isatty") and self.out.isatty()
+        self._start = clock()
+        self._done = 0
+        self._started = False
+
+    def __call__(self, name: str) -> None:
+        """Step ``name`` starts: the steps started before it are done."""
+        if self._started:
+            self._done = min(self._done + 1, self.total)
+        self._started = True
+        self._draw(f"  {name}")
+
+    def close(self) -> None:
+        """All steps are done: draw the last line (a terminal's line then ends)."""
+        self._done = self.total
+        self._draw(f"  done in {self._clock() - self._start:.1f} s")
+        if self.tty:
+            self.out.write("\n")
+            self.out.flush()
+
+    def __enter__(self) -> StepLine:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        elif self.tty and self._started:  # the command failed: end the line, claim nothing done
+            self.out.write("\n")
+            self.out.flush()
+
+    def _draw(self, what: str) -> None:
+        # steps differ widely in length (a report's take from 1 to 30 s): no rate, no eta
+        progress = Progress(self._done, self.total, self._clock() - self._start)
+        line = format_bar(self.label, progress, rate=False) + what
+        self.out.write(f"\r{line}\x1b[K" if self.tty else line + "\n")
+        self.out.flush()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 from envfactory_assets.envgen.tools import KIND_ORDER
@@ -19,6 +20,7 @@ from envfactory_assets.reporting.realism import (
     realism_figures,
 )
 from envfactory_assets.reporting.results_table import results_markdown
+from envfactory_assets.reporting.stage_counts import chain_counts, status_counts
 from envfactory_assets.store.db import Store, read_rows
 
 
@@ -153,10 +155,29 @@ def _query_section(rows: list[dict[str, Any]], n: int = 10, seed: int = REPORT_S
     ]
 
 
-def run_report(store: Store, seed: int = REPORT_SEED) -> str:
+#: What :func:`run_report` does, in order: each name is handed to its ``progress`` as the step starts.
+REPORT_STEPS = (
+    "counting rows per stage",
+    "per-turn accuracy",
+    "diversity, datasets, checkpoints, evaluations, stage times",
+    "reading the passed refined trajectories",
+    "data realism figures",
+    "clarification and user text figures",
+    "drawing the trajectories to show",
+    "query figures",
+    "assistant reply figures",
+)
+
+
+def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], None] | None = None) -> str:
     """The report as Markdown, its samples (turns, trajectories) drawn with ``random.Random(seed)``; the store
-    is opened read-only. Raises FileNotFoundError when the store does not exist."""
+    is opened read-only. ``progress``, when given, is called with each of :data:`REPORT_STEPS` as it starts
+    (the report takes about a minute on a default run's store). Raises FileNotFoundError when the store does
+    not exist."""
+    steps = iter(REPORT_STEPS)
+    step = (lambda: progress(next(steps))) if progress else (lambda: None)
     with store.connect(read_only=True) as con:
+        step()
         q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
         sources = q("SELECT count(*) FROM current_source_resources")[0][0]
         rejected = q("SELECT reason, count(*) FROM current_rejected_resources GROUP BY 1 ORDER BY 2 DESC, 1")
@@ -177,10 +198,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
             if has_table(con, "operation_coverage")
             else []
         )
-        chains = q(
-            "SELECT sampler, status, count(*), round(avg(n_tools), 2), round(avg(n_servers), 2) "
-            "FROM current_tool_chains GROUP BY 1, 2 ORDER BY 1, 2"
-        )
+        chains = chain_counts(con)
         comparison = q("SELECT * FROM sampler_comparison") if has_table(con, "sampler_comparison") else []
         turns = q(
             "SELECT n_turns, count(*) FROM current_raw_trajectories WHERE status = 'passed' GROUP BY 1 ORDER BY 1"
@@ -189,7 +207,7 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
             "SELECT min(n_calls), round(avg(n_calls), 2), max(n_calls) FROM current_raw_trajectories "
             "WHERE status = 'passed'"
         )
-        traj = q("SELECT status, count(*) FROM current_raw_trajectories GROUP BY 1 ORDER BY 1")
+        traj = status_counts(con, "raw_trajectories")
         # applied = every application recorded; kept = applied minus those reverted (the UI's count)
         ops = q(
             "SELECT o->>'operator', count(*), "
@@ -207,8 +225,10 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         overlap = q(
             "SELECT benchmark, count(DISTINCT env_id), count(*) FROM current_benchmark_overlap GROUP BY 1 ORDER BY 1"
         )
-        refined = q("SELECT status, count(*) FROM current_refined_trajectories GROUP BY 1 ORDER BY 1")
+        refined = status_counts(con, "refined_trajectories")
+        step()
         accuracy = accuracy_rows(con)
+        step()
         diversity = q("SELECT * FROM trajectory_diversity") if has_table(con, "trajectory_diversity") else []
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
@@ -226,9 +246,13 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         evaluations = store_evaluations(con)
         export_audit = current_export_audit(con)
         stage_times = latest_stage_times(con)
+        step()
         refined_rows = read_rows(con, "refined_trajectories", "status = 'passed'")
+        step()
         realism = realism_figures(con, refined_rows)
+        step()
         conversation = conversation_text_figures(con, refined_rows)
+        step()
         picked = random.Random(seed).sample(refined_rows, min(10, len(refined_rows)))
         examples = example_ids(con, picked)
         raws = {
@@ -326,7 +350,9 @@ def run_report(store: Store, seed: int = REPORT_SEED) -> str:
         ),
         "",
     ]
+    step()
     parts += _query_section(refined_rows, seed=seed)
+    step()
     parts += replies_section(refined_rows, seed=seed)
     if example:
         parts += ["Example turn, before and after refinement:", "", f"> {example[0][0]}", ">", f"> {example[0][1]}", ""]
@@ -790,16 +816,25 @@ def _figure_cell(value: Any) -> str:
     return str(round(value, 4)) if isinstance(value, float) else str(value)
 
 
-def compare_report(old_path: str, store: Store) -> str:
+#: What :func:`compare_report` does, in order (as :data:`REPORT_STEPS` for :func:`run_report`).
+COMPARE_STEPS = ("figures of the old store", "figures of this store")
+
+
+def compare_report(old_path: str, store: Store, progress: Callable[[str], None] | None = None) -> str:
     """Markdown of :func:`comparable_figures` of the store at ``old_path`` (before) and of ``store`` (after),
     one row per figure; both are opened read-only. A per-kind count one store lacks reads 0 when that store
-    has the figure's group, empty when it predates it.
+    has the figure's group, empty when it predates it. ``progress``, when given, is called with each of
+    :data:`COMPARE_STEPS` as it starts.
 
     Raises:
         FileNotFoundError: either store does not exist (the message names the path).
         ValueError: ``old_path`` is not a store (see :func:`~envfactory_assets.reporting.realism.open_old_store`).
     """
-    before, after = comparable_figures(open_old_store(old_path)), comparable_figures(store)
+    step = progress or (lambda name: None)
+    step(COMPARE_STEPS[0])
+    before = comparable_figures(open_old_store(old_path))
+    step(COMPARE_STEPS[1])
+    after = comparable_figures(store)
     group = lambda name: name.split(":", 1)[0]  # noqa: E731
     names = list(after)
     for name in before:  # a figure only the old store has goes after the last one of its group
