@@ -126,20 +126,15 @@ def _replace(value: Any, pattern: re.Pattern[str], mapping: dict[str, str]) -> A
     return value
 
 
-def mask_names(row: dict[str, Any], key: str) -> dict[str, Any]:
-    """A copy of the SFT ``row`` with every tool name replaced by its :func:`name_mapping` token wherever it
-    occurs as a whole identifier in ``messages`` and ``tools`` (strings and object keys, the JSON-string
-    arguments of calls and the tool results included); the other fields are kept as they are. A row without
-    tools is returned unchanged (copied).
+def rename_tools(row: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
+    """A copy of ``row`` with every name of ``mapping`` replaced by its value wherever it occurs as a whole
+    identifier in ``messages`` and ``tools`` (strings and object keys, the JSON-string arguments of calls and the
+    tool results included); the other fields are kept as they are.
 
     Args:
         row: ``{"messages": [...], "tools": [...], ...}`` in OpenAI chat format.
-        key: the stable key the tokens are shuffled by (the row's source trajectory id).
-
-    Raises:
-        ValueError: as :func:`tool_names`.
+        mapping: ``{name: replacement}``; empty returns a copy of ``row``.
     """
-    mapping = name_mapping(row, key)
     if not mapping:
         return {**row}
     pattern = _pattern(mapping)
@@ -148,6 +143,20 @@ def mask_names(row: dict[str, Any], key: str) -> dict[str, Any]:
         "messages": _replace(row.get("messages") or [], pattern, mapping),
         "tools": _replace(row.get("tools") or [], pattern, mapping),
     }
+
+
+def mask_names(row: dict[str, Any], key: str) -> dict[str, Any]:
+    """A copy of the SFT ``row`` with every tool name replaced by its :func:`name_mapping` token
+    (:func:`rename_tools`); a row without tool names is returned as it is (copied).
+
+    Args:
+        row: ``{"messages": [...], "tools": [...], ...}`` in OpenAI chat format.
+        key: the stable key the tokens are shuffled by (the row's source trajectory id).
+
+    Raises:
+        ValueError: as :func:`tool_names`.
+    """
+    return rename_tools(row, name_mapping(row, key))
 
 
 def names_in(text: str, names: Iterable[str]) -> list[str]:
