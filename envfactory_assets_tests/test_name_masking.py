@@ -92,6 +92,10 @@ def test_a_masked_row_shows_no_real_tool_name_and_unmasks_to_the_real_row(built)
         assert back["messages"] == real["messages"] and back["tools"] == real["tools"]
         assert [example_kind(row), len(row["messages"])] == [example_kind(real), len(real["messages"])]
     assert n_masked >= 10
+    # the stage's blocking SFT expectations (every call names a tool of its row, arguments are JSON objects)
+    from envfactory_assets.quality.suites import validate_sft
+
+    assert validate_sft(masked).success
 
 
 def test_masking_is_the_same_on_a_rerun_and_keeps_ids_content_derived(built, trajectories, environments):
