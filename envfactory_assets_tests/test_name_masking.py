@@ -17,10 +17,11 @@ from envfactory_assets.reporting.dataset_mix import distractors, sft_mix, sft_mi
 from envfactory_assets.store.db import Store
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
 from envfactory_assets.synth.datasets.name_masking import (
+    code_like,
     is_masked,
+    leaked_names,
     mask_names,
     name_mapping,
-    names_in,
     rename_tools,
     tool_names,
 )
@@ -59,8 +60,31 @@ def built(trajectories, environments):
     return out
 
 
-def _serialized(row: dict) -> str:
-    return json.dumps(row, ensure_ascii=False)
+def _identifiers(value) -> set[str]:
+    """Every identifier-like token (``[A-Za-z0-9_]+``) in the strings and keys of ``value``, JSON strings (call
+    arguments, tool results) decoded too: a scan of the whole row that shares no code with the masking."""
+    if isinstance(value, dict):
+        return {t for k, v in value.items() for t in _identifiers(k) | _identifiers(v)}
+    if isinstance(value, list):
+        return {t for v in value for t in _identifiers(v)}
+    if not isinstance(value, str):
+        return set()
+    found = set(re.findall(r"[A-Za-z0-9_]+", value))
+    if value.lstrip().startswith(("{", "[")):
+        try:
+            found |= _identifiers(json.loads(value))
+        except ValueError:
+            pass
+    return found
+
+
+def _name_fields(row: dict) -> list[str]:
+    """The names in the places that name a tool: tool list, calls, tool messages."""
+    return (
+        [t["function"]["name"] for t in row["tools"]]
+        + [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []]
+        + [m["name"] for m in row["messages"] if m["role"] == "tool"]
+    )
 
 
 def test_a_masked_row_shows_no_real_tool_name_and_unmasks_to_the_real_row(built):
@@ -76,8 +100,11 @@ def test_a_masked_row_shows_no_real_tool_name_and_unmasks_to_the_real_row(built)
         n_masked += 1
         names = tool_names(real)
         assert row["names_masked"] and row["id"] != real["id"] and len(names) >= 2
-        text = _serialized(row)
-        assert names_in(text, names) == [] and [n for n in names if n in text] == []
+        assert leaked_names(row, names) == []
+        # the whole row, every string and key, nested JSON decoded: no code-like real name, and no real name
+        # where a tool is named
+        assert {n for n in names if code_like(n)} & _identifiers(row) == set()
+        assert set(_name_fields(row)) & set(names) == set()
         offered = [t["function"]["name"] for t in row["tools"]]
         assert all(TOKEN.fullmatch(n) and OPENAI_FUNCTION_NAME_RE.fullmatch(n) for n in offered)
         assert len(set(offered)) == len(offered) == len(real["tools"])
@@ -109,21 +136,23 @@ def test_masking_is_the_same_on_a_rerun_and_keeps_ids_content_derived(built, tra
     assert len(orders) > 1
 
 
-def test_masking_replaces_whole_identifiers_in_every_text_of_the_row():
-    """The fixture rows never name a tool in text; a row that does (user and assistant text, a description, a
-    JSON result with the name after an escaped line break) is masked there too, while a longer identifier that
-    only starts with a tool's name (``get_book_id``) is another word and stays; a token already in the row is
-    not reused."""
+def test_masking_replaces_code_like_names_in_every_text_of_the_row_and_plain_words_only_where_they_name_a_tool():
+    """The fixture rows never name a tool in text; a row that does (system, user and assistant text, a
+    description, a JSON result with the name after an escaped line break) is masked there too, while a longer
+    identifier that only starts with a tool's name (``get_book_id``) is another word and stays. A tool named by a
+    plain word (``dock``, as in the default run) is masked where it is named, and the word stays in the prose and
+    the descriptions that need it. A token already in the row is not reused."""
     row = {
         "id": "r",
         "messages": [
             {"role": "system", "content": "Use get_book after list_books. fn_1 is a code name here."},
-            {"role": "user", "content": "Call get_book_cover for get_book_id 'b1' (not get_book)."},
+            {"role": "user", "content": "Call get_book_cover for get_book_id 'b1' (not get_book), then dock it."},
             {
                 "role": "assistant",
                 "content": "",
                 "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "get_book", "arguments": '{"id": "b1"}'}}
+                    {"id": "c1", "type": "function", "function": {"name": "get_book", "arguments": '{"id": "b1"}'}},
+                    {"id": "c2", "type": "function", "function": {"name": "dock", "arguments": '{"dock_id": "d1"}'}},
                 ],
             },
             {
@@ -132,25 +161,29 @@ def test_masking_replaces_whole_identifiers_in_every_text_of_the_row():
                 "name": "get_book",
                 "content": json.dumps({"note": "line one\nget_book ok", "see": "list_books"}),
             },
-            {"role": "assistant", "content": "get_book returned the book."},
+            {"role": "tool", "tool_call_id": "c2", "name": "dock", "content": '{"dock_id": "d1", "docked": true}'},
+            {"role": "assistant", "content": "get_book returned the book, and the dock is done."},
         ],
         "tools": [
             {"type": "function", "function": {"name": n, "description": f"{n}: see list_books", "parameters": {}}}
             for n in ("get_book", "get_book_cover", "list_books")
-        ],
+        ]
+        + [{"type": "function", "function": {"name": "dock", "description": "Dock a book.", "parameters": {}}}],
     }
     masked = mask_names(row, "r")
-    text = _serialized(masked)
-    assert names_in(text, tool_names(row)) == [] and "get_book_id" in text
     mapping = name_mapping(row, "r")
-    assert "fn_1" not in mapping.values() and set(mapping.values()) == {"fn_2", "fn_3", "fn_4"}
+    assert leaked_names(masked, tool_names(row)) == [] and leaked_names(row, tool_names(row)) == sorted(mapping)
+    assert "fn_1" not in mapping.values() and set(mapping.values()) == {"fn_2", "fn_3", "fn_4", "fn_5"}
     assert masked["messages"][1]["content"] == (
-        f"Call {mapping['get_book_cover']} for get_book_id 'b1' (not {mapping['get_book']})."
+        f"Call {mapping['get_book_cover']} for get_book_id 'b1' (not {mapping['get_book']}), then dock it."
     )
     assert json.loads(masked["messages"][3]["content"]) == {
         "note": f"line one\n{mapping['get_book']} ok",
         "see": mapping["list_books"],
     }
+    assert _name_fields(masked) == [mapping[n] for n in _name_fields(row)]
+    assert masked["tools"][3]["function"]["description"] == "Dock a book."  # the word stays where it is a word
+    assert masked["messages"][-1]["content"].endswith("and the dock is done.")
     assert mask_names(row, "r") == masked and row["tools"][0]["function"]["name"] == "get_book"  # input untouched
     assert rename_tools(masked, {v: k for k, v in mapping.items()}) == row
 

@@ -8,10 +8,19 @@ it reports the gain on benchmarks whose tool names it never saw (BFCL among them
 same conversation, descriptions and schemas; only the names change, to ``fn_1``, ``fn_2``, ... (valid OpenAI
 function names, ``^[a-zA-Z0-9_-]{1,64}$``).
 
-A name is replaced wherever it occurs as a whole identifier (not inside a longer one such as ``get_book_id``,
-which is another word): in the tool list, every assistant tool call, every tool message's ``name``, the text of
-every message (system, user, assistant, tool results) and the tool descriptions and schemas, so the row stays
-consistent with itself and the original name appears nowhere in it.
+Where a name is replaced:
+
+- in every place that names a tool: the tool list, every assistant tool call, every tool message's ``name``;
+- and, for a name that reads as code (:func:`code_like`: ``get_book``, ``listBooks``, ``v2search``), wherever it
+  occurs as a whole identifier in the row's text: message contents (system, user, assistant, tool results),
+  call arguments, tool descriptions and schemas. A name inside a longer identifier (``get_book`` in
+  ``get_book_id``) is another word and stays.
+
+A name of letters only (a tool called ``dock`` or ``complete``; the default run has both) is not replaced in
+text: there it is the word ("Identifier of the dock.", "complete the project"), which the description needs,
+and it no more points at one tool than the description does. Without a dictionary an all-lower-case run-on name
+(``userorderslist``) counts as such a word too; in the default run's SFT rows no such name occurs in any text.
+So no masked row holds a real name in a tool's place, nor a code-like name anywhere (:func:`leaked_names`).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 MASK_PREFIX = "fn_"
@@ -97,7 +106,8 @@ def _pattern(names: Iterable[str]) -> re.Pattern[str]:
 def name_mapping(row: dict[str, Any], key: str) -> dict[str, str]:
     """``{original tool name: neutral token}`` for ``row``: the tokens ``fn_1``, ``fn_2``, ... go to the names in
     an order shuffled by a stable hash of ``key``, so a token says nothing about a tool's place in the list, and
-    reruns give the same tokens. A token that already occurs in the row as an identifier is skipped.
+    reruns give the same tokens. A token that already occurs in the row's messages or tools as an identifier is
+    skipped.
 
     Raises:
         ValueError: as :func:`tool_names`.
@@ -105,7 +115,8 @@ def name_mapping(row: dict[str, Any], key: str) -> dict[str, str]:
     names = tool_names(row)
     order = sorted(names)
     random.Random(_unit_hash("name_order", key)).shuffle(order)
-    present = set(re.findall(rf"{_START}{MASK_PREFIX}\d+{_END}", json.dumps(row)))
+    content = json.dumps([row.get("messages") or [], row.get("tools") or []])
+    present = set(re.findall(rf"{_START}{MASK_PREFIX}\d+{_END}", content))
     mapping: dict[str, str] = {}
     n = 0
     for name in order:
@@ -116,33 +127,82 @@ def name_mapping(row: dict[str, Any], key: str) -> dict[str, str]:
     return mapping
 
 
+def code_like(name: str) -> bool:
+    """Whether a tool name reads as code rather than as a word: it holds ``_``, ``-``, a digit or a capital
+    after a lower-case letter (``get_book``, ``listBooks``); ``dock`` or ``complete`` do not."""
+    return bool(re.search(r"[_\-0-9]|[a-z][A-Z]", name))
+
+
+# Keys of the chat format and JSON Schema keywords that read as code: a tool that happens to share one's name
+# must not rename the message or schema structure itself.
+_FORMAT_KEYS = frozenset(
+    {
+        "tool_calls",
+        "tool_call_id",
+        "additionalProperties",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "multipleOf",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "patternProperties",
+    }
+)
+
+
 def _replace(value: Any, pattern: re.Pattern[str], mapping: dict[str, str]) -> Any:
     if isinstance(value, str):
         return pattern.sub(lambda m: mapping[m.group(0)], value)
     if isinstance(value, list):
         return [_replace(v, pattern, mapping) for v in value]
     if isinstance(value, dict):
-        return {_replace(k, pattern, mapping): _replace(v, pattern, mapping) for k, v in value.items()}
+        return {
+            (k if k in _FORMAT_KEYS else _replace(k, pattern, mapping)): _replace(v, pattern, mapping)
+            for k, v in value.items()
+        }
     return value
 
 
+def _name_slots(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The objects whose ``name`` names a tool: each tool's function, each call's function, each tool message."""
+    for tool in row.get("tools") or []:
+        yield tool.get("function") or tool
+    for message in row.get("messages") or []:
+        for call in message.get("tool_calls") or []:
+            yield call.get("function") or call
+        if message.get("role") == "tool" and "name" in message:
+            yield message
+
+
 def rename_tools(row: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
-    """A copy of ``row`` with every name of ``mapping`` replaced by its value wherever it occurs as a whole
-    identifier in ``messages`` and ``tools`` (strings and object keys, the JSON-string arguments of calls and the
-    tool results included); the other fields are kept as they are.
+    """A copy of ``row`` with the names of ``mapping`` replaced by their values: in every place that names a tool,
+    and, for a :func:`code_like` name, wherever it occurs as a whole identifier in ``messages`` and ``tools``
+    (strings and object keys, the JSON-string arguments of calls and the tool results included); the other
+    fields are kept as they are.
 
     Args:
         row: ``{"messages": [...], "tools": [...], ...}`` in OpenAI chat format.
         mapping: ``{name: replacement}``; empty returns a copy of ``row``.
     """
-    if not mapping:
-        return {**row}
-    pattern = _pattern(mapping)
-    return {
-        **row,
-        "messages": _replace(row.get("messages") or [], pattern, mapping),
-        "tools": _replace(row.get("tools") or [], pattern, mapping),
-    }
+    in_text = {k: v for k, v in mapping.items() if code_like(k)}
+    pattern = _pattern(in_text) if in_text else None
+
+    def copy(value: Any) -> Any:
+        return _replace(value, pattern, in_text) if pattern is not None else json.loads(json.dumps(value))
+
+    out = {**row, "messages": copy(row.get("messages") or []), "tools": copy(row.get("tools") or [])}
+    # the slots are in the same places in both: text replacement changes strings and keys, never the structure
+    for before, after in zip(_name_slots(row), _name_slots(out), strict=True):
+        after["name"] = mapping.get(before.get("name"), before.get("name"))
+    return out
 
 
 def mask_names(row: dict[str, Any], key: str) -> dict[str, Any]:
@@ -159,9 +219,14 @@ def mask_names(row: dict[str, Any], key: str) -> dict[str, Any]:
     return rename_tools(row, name_mapping(row, key))
 
 
-def names_in(text: str, names: Iterable[str]) -> list[str]:
-    """The ``names`` that occur in ``text`` as whole identifiers (what :func:`mask_names` replaces), sorted."""
-    names = [n for n in names if n]
-    if not names:
-        return []
-    return sorted(set(_pattern(names).findall(text)))
+def leaked_names(row: dict[str, Any], names: Iterable[str]) -> list[str]:
+    """Which of ``names`` (the real tool names of a row before masking) a masked ``row`` still shows: any of them
+    in a place that names a tool, and a :func:`code_like` one anywhere in its messages and tools as a whole
+    identifier (sorted; empty when masking hid them all)."""
+    names = {n for n in names if isinstance(n, str) and n}
+    found = {slot.get("name") for slot in _name_slots(row)} & names
+    in_text = [n for n in names if code_like(n)]
+    if in_text:
+        text = json.dumps([row.get("messages") or [], row.get("tools") or []], ensure_ascii=False)
+        found |= set(_pattern(in_text).findall(text))
+    return sorted(found)
