@@ -108,6 +108,65 @@ def test_parallel_calls_in_another_order_are_valid_and_a_missing_one_is_not(task
     assert st.score_output(task, one_block)["valid"] == 1.0
 
 
+def _assistant_message(calls):
+    """An assistant message holding ``calls`` the way the datasets stage writes one (``to_messages``: empty
+    content, one ``tool_calls`` entry per call, arguments as a JSON string)."""
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": f"call_{i + 1}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)},
+            }
+            for i, c in enumerate(calls)
+        ],
+    }
+
+
+def _completion(task, calls):
+    """What a model trained with the project's chat template writes for ``calls``: the rendered conversation
+    after the generation prompt, up to and including its end-of-turn token."""
+    from envfactory_assets.tooluse.chat_template import END_OF_TURN, render_chat
+
+    tools = st.task_tools(task)
+    prompt = render_chat(task.messages, tools=tools, add_generation_prompt=True)
+    rendered = render_chat([*task.messages, _assistant_message(calls)], tools=tools)
+    assert rendered.startswith(prompt)
+    completion = rendered[len(prompt) :].removesuffix("\n")
+    assert completion.endswith(END_OF_TURN) and completion.count(END_OF_TURN) == 1
+    return completion
+
+
+@pytest.mark.parametrize("category", ["parallel", "parallel_multiple"])
+def test_a_parallel_answer_round_trips_through_the_chat_template_the_parser_and_bfcl_evals_checker(
+    tasks, official_checker, category
+):
+    """Every task of the category: its gold calls in one assistant message, rendered by the chat template,
+    parse back to exactly those calls (no format error, no stray text), and both bfcl-eval's own checker and
+    our scorer accept them; with one call left out, all three agree it is wrong."""
+    from envfactory_assets.tooluse.tool_calls import parse_tool_calls
+
+    group = [t for t in tasks.values() if t.category == category]
+    assert len(group) >= 100
+    for task in group:
+        gold = st.gold_calls(task)
+        assert len(gold) >= 2, task.id
+        text = _completion(task, gold)
+        parsed = parse_tool_calls(text)
+        assert (parsed.calls, parsed.format_errors, parsed.content) == (gold, 0, ""), task.id
+        decoded = [{task.names[c["name"]]: c["arguments"]} for c in parsed.calls]
+        assert official_checker(task, decoded)["valid"] is True, task.id
+        assert st.score_output(task, text)["valid"] == 1.0, task.id
+    task = group[0]
+    short = _completion(task, st.gold_calls(task)[1:])
+    decoded = [{task.names[c["name"]]: c["arguments"]} for c in parse_tool_calls(short).calls]
+    official = official_checker(task, decoded)
+    ours = st.score_output(task, short)
+    assert official["valid"] is False and ours["valid"] == 0.0 and ours["error_type"] == official["error_type"]
+
+
 def test_irrelevance_is_right_only_without_a_call(tasks):
     task = tasks["irrelevance_0"]
     offered = st.task_tools(task)[0]["function"]["name"]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envfactory_assets.envgen.tools import KIND_ORDER
+from envfactory_assets.reporting.dataset_mix import sft_mix, sft_mix_lines
 from envfactory_assets.reporting.exports_section import current_export_audit, exports_section
 from envfactory_assets.reporting.realism import (
     current_rows,
@@ -231,6 +232,7 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
         step()
         diversity = q("SELECT * FROM trajectory_diversity") if has_table(con, "trajectory_diversity") else []
         sft = q("SELECT count(*) FROM current_sft_dataset")[0][0]
+        mix = sft_mix(read_rows(con, "sft_dataset"))
         rl = q("SELECT count(*) FROM current_rl_dataset")[0][0]
         splits = q(
             "SELECT 'SFT', split, count(*) FROM current_sft_dataset GROUP BY 2 UNION ALL "
@@ -365,6 +367,7 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
         "",
         _table(splits, ("dataset", "split", "rows")),
         "",
+        *sft_mix_lines(mix),
         *exports_section(export_audit),
         "## Checkpoints",
         "",

@@ -176,6 +176,8 @@ TABLES: dict[str, list[str]] = {
         "tools JSON",
         "n_turns INTEGER",
         "benchmark_overlap JSON",
+        # tool names replaced by neutral tokens in messages and tools (function masking, synth.datasets.name_masking)
+        "names_masked BOOLEAN",
     ],
     "rl_dataset": [
         "id VARCHAR PRIMARY KEY",

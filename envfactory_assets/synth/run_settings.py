@@ -91,7 +91,15 @@ class DatasetRunSpec:
         "'refined' builds the rows from the refined queries; 'raw' from the queries before refinement (the "
         "refined-vs-raw ablation).",
     )
+    name_mask_share: float = setting(
+        0.1,
+        "share (0..1) of train-split SFT rows, chosen by a hash of the trajectory id, whose tool names are replaced "
+        "by neutral tokens (fn_1, fn_2, ...) everywhere in the row, so the model learns to pick a tool by its "
+        "description, not its name (function masking, Hammer, arXiv 2410.04587); RL and validation rows keep the "
+        "real names; 0 turns masking off.",
+    )
 
     def __post_init__(self) -> None:
         finite_number("datasets", "sft_share", self.sft_share, low=0.0, high=1.0)
         one_of("datasets", "query_source", self.query_source, QUERY_SOURCES)
+        finite_number("datasets", "name_mask_share", self.name_mask_share, low=0.0, high=1.0)

@@ -14,6 +14,7 @@ from envfactory_assets.synth.datasets.datagaps import (
     GapStats,
     augment_trajectory,
 )
+from envfactory_assets.synth.datasets.name_masking import check_mask_share, is_masked, mask_names
 from envfactory_assets.synth.datasets.rows import (
     replay_check,
     rl_rows,
@@ -295,6 +296,7 @@ def dataset_rows(
     gap_stats: GapStats | None = None,
     query_source: str = DEFAULT_QUERY_SOURCE,
     progress: Callable[[], None] | None = None,
+    name_mask_share: float = 0.0,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Split refined trajectories (each by a stable hash of its id, :func:`split_of`: about ``sft_share``
     go to SFT, and a trajectory's split never depends on the others, so incremental re-synthesis leaves the
@@ -316,11 +318,20 @@ def dataset_rows(
 
     ``progress()`` is called after each trajectory of ``refined`` is turned into rows (its RL rows replayed).
 
+    ``name_mask_share`` (0 here: no masking unless asked; the datasets asset passes
+    :class:`~envfactory_assets.synth.run_settings.DatasetRunSpec`'s): that share of ``train`` SFT rows, chosen by
+    a hash of the trajectory id (:func:`~envfactory_assets.synth.datasets.name_masking.is_masked`), have every tool
+    name replaced by a neutral token (:func:`~envfactory_assets.synth.datasets.name_masking.mask_names`). RL rows
+    keep the real names (their gold calls are replayed against the environments), and so do ``validation`` rows
+    (they measure the model as it is used). Every SFT row's ``names_masked`` says which; a masked row's id is
+    that of its masked content.
+
     Returns ``(sft_rows, rl_rows, rejection reasons of RL rows)``.
 
     Raises:
-        ValueError: ``query_source`` is unknown.
+        ValueError: ``query_source`` is unknown, or ``name_mask_share`` is not a share in [0, 1].
     """
+    check_mask_share(name_mask_share)
     refined = [with_query_source(t, query_source) for t in refined]
     tags = benchmark_tags or {}
     gaps = gaps or DataGapsConfig()
@@ -357,9 +368,21 @@ def dataset_rows(
                     "benchmark_overlap": overlap,
                     **sft_row(traj, envs),
                 }
+                masked = stored == TRAIN_SPLIT and is_masked(traj["id"], name_mask_share)
+                if masked:
+                    row = mask_names(row, traj["id"])
+                row["names_masked"] = masked
                 # the split is part of the id: the store keeps a stored id's row as it is, so a row whose
                 # split moved (the held-out fallback changes with the corpus) must be a new row
-                row["id"] = content_id("sft", {"src": traj["id"], "messages": row["messages"], "split": stored})
+                row["id"] = content_id(
+                    "sft",
+                    {
+                        "src": traj["id"],
+                        "messages": row["messages"],
+                        "split": stored,
+                        **({"names_masked": True} if masked else {}),
+                    },
+                )
                 sft.append(row)
                 stats.add_sft(traj["turns"])
                 if progress is not None:

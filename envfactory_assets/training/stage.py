@@ -128,6 +128,10 @@ TRAIN_MIXES = ("shortest", "stratified")
 """How :func:`training_examples` picks rows: the shortest overall, or stratified by :func:`example_kind`."""
 
 
+EXAMPLE_KINDS = ("no_call", "calls", "parallel")
+"""What :func:`example_kind` returns, in the order reports list them."""
+
+
 def example_kind(example: dict[str, Any]) -> str:
     """What the last turn of a (cut) SFT example trains, the turn ``loss_on: last_turn`` learns from.
 
@@ -338,7 +342,7 @@ def train_checkpoint(
         {**cfg, "base_model": base_model, "max_tools": max_tools},
         [e["id"] for e in examples],
     )  # a row's turn alone is an example of its own
-    mix = {kind: sum(example_kind(e) == kind for e in examples) for kind in ("no_call", "calls", "parallel")}
+    mix = {kind: sum(example_kind(e) == kind for e in examples) for kind in EXAMPLE_KINDS}
     out_dir = checkpoints_dir / ckpt
     earlier = stored(ckpt) if stored is not None else None
     if earlier is not None and _reusable(earlier, out_dir):

@@ -29,6 +29,7 @@ from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBa
 from envfactory_assets.graph.stage import graph_from_store_rows
 from envfactory_assets.incremental.chains import merge_chains, split_by_previous
 from envfactory_assets.quality.reply_facts import reply_figures
+from envfactory_assets.reporting.dataset_mix import sft_mix
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig, GapStats
 from envfactory_assets.synth.datasets.rows import complete_answer_problem, gold_writes_state, replay_check
@@ -465,9 +466,11 @@ def datasets(
         gap_stats=stats,
         query_source=run.query_source,
         progress=meter.advance,
+        name_mask_share=run.name_mask_share,
     )
     meter.finish()
     shares = stats.shares()
+    mix = sft_mix(sft)
     written = store.replace_current_tables({"sft_dataset": sft, "rl_dataset": rl})
     w_sft, w_rl = written["sft_dataset"], written["rl_dataset"]
     yield dg.MaterializeResult(
@@ -480,6 +483,10 @@ def datasets(
             "data_gap_rows": dict(stats.sft),
             "data_gap_shares": shares["sft"],
             "data_gap_shares_last_turn": shares["sft_last_turn"],
+            "last_turn_kind_shares": mix["last_turn_kind_shares"],
+            "names_masked_share": mix["names_masked_share"],
+            "distractor_share": mix["distractor_share"],
+            "mean_distractors": mix["mean_distractors"],
             "query_source": run.query_source,
         },
         data_version=data_version(sft),
