@@ -89,7 +89,10 @@ def test_the_checker_rejects_a_hand_made_drift_in_name_type_default_and_help():
     expected = settings_of(Source(SFTConfigSpec, skip=("gradient_accumulation_steps",)))
     fields = {s.name: (s.annotation, pydantic.Field(default=s.default, description=s.help)) for s in expected}
     fields["max_steps"] = (int, pydantic.Field(default=12, description=fields["max_steps"][1].description))
-    fields["learning_rate"] = (str, pydantic.Field(default=5e-5, description=fields["learning_rate"][1].description))
+    fields["learning_rate"] = (
+        str,
+        pydantic.Field(default=SFTConfigSpec().learning_rate, description=fields["learning_rate"][1].description),
+    )
     fields["seed"] = (int, pydantic.Field(default=0, description="a seed"))
     del fields["device"]
     fields["max_len"] = (int, pydantic.Field(default=1024, description="renamed"))
@@ -98,7 +101,7 @@ def test_the_checker_rejects_a_hand_made_drift_in_name_type_default_and_help():
     problems = config_drift(drifted.model_fields, expected)
     assert problems == [
         "max_len: in the run config but stated by no settings dataclass",
-        "max_steps: default 12, SFTConfigSpec.max_steps says 24",
+        f"max_steps: default 12, SFTConfigSpec.max_steps says {SFTConfigSpec().max_steps}",
         "learning_rate: type <class 'str'>, SFTConfigSpec.learning_rate says <class 'float'>",
         f"seed: help 'a seed', SFTConfigSpec.seed says {expected[5].help!r}",
         "device: stated by SFTConfigSpec.device but missing from the run config",

@@ -34,7 +34,9 @@ class SamplingSpec:
     """
 
     temperature: float = setting(
-        0.7, "softmax temperature of sampling; 0 = greedy (0.7 is the paper's rollout temperature)."
+        0.0,
+        "softmax temperature of sampling; 0 = greedy, BFCL's own protocol and the evaluations' headline "
+        "(0.7 is the paper's rollout temperature, which GRPO's rollouts use).",
     )
     top_p: float = setting(1.0, "nucleus mass (1.0 = off).")
     max_new_tokens: int = setting(64, "generation budget per assistant message (tokens).")

@@ -242,6 +242,8 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
             "SELECT id, stage, base_model, metrics->>'steps', round(CAST(metrics->>'train_loss' AS DOUBLE), 4), "
             "round(CAST(metrics->'valid_tool_calls_before'->>'share' AS DOUBLE), 3), "
             "round(CAST(metrics->'valid_tool_calls_after'->>'share' AS DOUBLE), 3), "
+            "round(CAST(metrics->'valid_tool_calls_after'->>'call_rate' AS DOUBLE), 3), "
+            "CASE WHEN stage = 'grpo' THEN (metrics->>'steps_with_signal') || ' of ' || (metrics->>'steps') END, "
             "coalesce(json_array_length(rl_dataset_ids), json_array_length(sft_dataset_ids)) "
             "FROM current_checkpoints ORDER BY written_at DESC LIMIT 5"
         )
@@ -381,9 +383,16 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
                 "train loss",
                 "valid tool calls before",
                 "valid tool calls after",
+                "must-call call rate after",
+                "GRPO steps with a reward spread",
                 "rows trained on (SFT: sft rows; GRPO: RL prompts)",
             ),
         ),
+        "",
+        "Valid tool calls: the share of held-out prompts that want a call (first turns of RL rows never trained "
+        "on) whose greedy completion holds a call that parses and fits its tool's schema; must-call call rate: "
+        "the share with any parsed call; GRPO steps with a reward spread: steps whose rollouts earned different "
+        "rewards (a group with one reward has no advantage and moves nothing).",
         "",
     ]
     parts += ["## Evaluations", "", results_markdown(evaluations), ""]

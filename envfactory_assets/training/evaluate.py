@@ -212,6 +212,8 @@ def tool_call_validity(
 
     Returns:
         ``{"valid": int, "total": int (prompts that want a call), "share": valid/total (None when 0),
+        "called": int (prompts that want a call whose completion holds a parsed call, valid or not),
+        "call_rate": called/total (the must-call call rate; None when 0),
         "samples": [first 3 raw outputs (str)], "calls": int (parsed calls), "valid_calls": int,
         "format_errors": int, "seconds": float (generation wall time), "threads": int,
         "prose_stop_tokens": int (the stop rule of ``_generate``: shares measured under another are not
@@ -241,7 +243,7 @@ def tool_call_validity(
         texts = _generate(model, tokenizer, prompts, max_new_tokens, batch_size)
     seconds = time.perf_counter() - started
 
-    valid = calls = valid_calls = format_errors = total = 0
+    valid = called = calls = valid_calls = format_errors = total = 0
     for prompt, text in zip(prompts, texts, strict=True):
         if prompt.get("gold_calls", True) == []:
             continue  # a turn whose right answer is no call: argument_shares scores it, validity cannot
@@ -253,10 +255,13 @@ def tool_call_validity(
         calls += len(parsed.calls)
         valid_calls += good
         valid += good > 0
+        called += bool(parsed.calls)
     return {
         "valid": valid,
         "total": total,
         "share": valid / total if total else None,
+        "called": called,
+        "call_rate": called / total if total else None,
         "samples": texts[:SAMPLES_KEPT],
         "calls": calls,
         "valid_calls": valid_calls,
