@@ -410,7 +410,7 @@ def test_progress_counts_the_task_runs_computed_per_model_and_seed_not_the_cache
         evaluate_models,
     )
 
-    spec = EvalSpec(n_synthetic=0, n_bfcl=2, seeds=(0, 1, 2))
+    spec = EvalSpec(n_synthetic=0, n_bfcl=2, n_bfcl_single_turn=0, seeds=(0, 1, 2))
     # the base model's policy here is the do-nothing one (no weights loaded); its label makes it cached
     models = [ModelRef(BASE, DO_NOTHING, "", model_hash="weights_hash"), ModelRef("ckpt_x", DO_NOTHING, "")]
     cache = ResultCache(tmp_path / "cache")

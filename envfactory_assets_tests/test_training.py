@@ -363,7 +363,7 @@ def test_last_turn_records_split_at_last_user_message():
 
 def test_sft_config_spec_defaults_and_checks():
     spec = SFTConfigSpec()
-    assert (spec.max_steps, spec.learning_rate, spec.per_device_train_batch_size) == (24, 5e-5, 2)
+    assert (spec.max_steps, spec.learning_rate, spec.per_device_train_batch_size) == (32, 1e-4, 2)
     assert (spec.gradient_accumulation_steps, spec.max_length, spec.loss_on) == (1, 1024, "last_turn")
     with pytest.raises(ValueError):
         SFTConfigSpec(loss_on="everything")  # type: ignore[arg-type]

@@ -95,6 +95,7 @@ def many_updates_config(base_model: Path) -> dict[str, Any]:
                     "max_new_tokens": 8,
                     "max_tool_rounds": 1,
                     "n_bfcl_single_turn": 0,
+                    "seeds": [0, 1, 2],
                 }
             },
         }
