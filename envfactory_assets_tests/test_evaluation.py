@@ -204,6 +204,37 @@ def test_held_out_rows_are_exactly_the_rows_stored_in_the_validation_split():
     assert first == [r for r in held if r["turn_index"] == 0] and 0 < len(first) < len(held)
 
 
+def test_task_draws_are_disjoint_blocks_of_the_hash_order_on_every_benchmark():
+    from envfactory_assets.evaluation import bfcl_single_turn
+
+    rows = [
+        {"id": f"rl_{i}", "env_ids": [f"env_{i}"], "turn_index": 0, "split": dataset_split([f"env_{i}"])}
+        for i in range(400)
+    ]
+    held = synthetic.held_out_rows(rows, None)
+    draws = [synthetic.held_out_rows(rows, 5, draw=k) for k in range(3)]
+    assert [r["id"] for d in draws for r in d] == [r["id"] for r in held[:15]]  # consecutive, never overlapping
+    assert draws[0] == synthetic.held_out_rows(rows, 5)  # draw 0 is the sample every earlier run took
+    last = (len(held) - 1) // 5  # the last block holds what is left
+    assert synthetic.held_out_rows(rows, 5, draw=last) == held[5 * last :]
+    with pytest.raises(ValueError, match="past the .* tasks there are"):
+        synthetic.held_out_rows(rows, 5, draw=last + 1)
+    with pytest.raises(ValueError, match="task_draw=1 needs a task count"):
+        synthetic.held_out_rows(rows, None, draw=1)
+    with pytest.raises(ValueError, match="task_draw=-1"):
+        synthetic.held_out_rows(rows, 5, draw=-1)
+    # BFCL: per category on single-turn, over the 200 base tasks on multi-turn
+    one = bfcl_single_turn.load_tasks(4, draw=0)
+    two = bfcl_single_turn.load_tasks(4, draw=1)
+    assert len(one) == len(two) == 4 * len(bfcl_single_turn.CATEGORIES)
+    assert not {t.id for t in one} & {t.id for t in two}
+    assert [t.category for t in one] == [t.category for t in two]
+    assert not {t.id for t in bfcl.load_tasks(3)} & {t.id for t in bfcl.load_tasks(3, draw=1)}
+    assert [t.id for t in bfcl.load_tasks(None)][:3] != sorted(t.id for t in bfcl.load_tasks(3))  # file order
+    with pytest.raises(ValueError, match="BFCL single-turn irrelevance: task_draw=60"):
+        bfcl_single_turn.load_tasks(4, ["irrelevance"], draw=60)
+
+
 def test_aggregate_mean_and_spread_over_seeds():
     results = [
         {"task_id": t, "seed": s, "n_calls": 1, "score": {"reward": r, "trace": r}}

@@ -159,3 +159,11 @@ def test_the_checks_do_refuse_a_bad_config_file_value():
         _checked("checkpoints", {"grpo_num_generations": 1})
     with pytest.raises(pydantic.ValidationError):
         _checked("evaluations", {"n_bfcl": "two"})
+
+
+def test_a_task_draw_reaches_the_evaluation_and_is_refused_with_full_sets():
+    assert EvaluationConfig(task_draw=2).eval_spec().task_draw == 2
+    with pytest.raises(ValueError, match="full_sets: true and task_draw: 1"):
+        EvaluationConfig(full_sets=True, task_draw=1).eval_spec()
+    with pytest.raises(ValueError, match="task_draw"):
+        EvaluationConfig(task_draw=-1).eval_spec()

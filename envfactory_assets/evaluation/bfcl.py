@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import hashlib
 import importlib
 import importlib.resources
 import inspect
@@ -60,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.decontam.benchmarks import read_jsonl
+from envfactory_assets.evaluation.task_draw import draw_block
 from envfactory_assets.evaluation.bfcl_sandbox import (
     BFCLWorkerProcess,
     ExecutorSettings,
@@ -176,11 +176,12 @@ def _bfcl_files() -> Any:
         ) from exc
 
 
-def load_tasks(n: int | None = None) -> list[BFCLTask]:
+def load_tasks(n: int | None = None, draw: int = 0) -> list[BFCLTask]:
     """BFCL multi-turn base tasks from the installed wheel, ``n`` of them in a stable order.
 
     With ``n`` set, tasks are taken in order of sha256 of their id (a fixed, content-independent sample
-    spread over all API classes); ``None`` returns all 200 in file order.
+    spread over all API classes; ``draw`` k is the k-th block of ``n``, disjoint from every other draw:
+    :func:`~envfactory_assets.evaluation.task_draw.draw_block`); ``None`` returns all 200 in file order.
 
     Raises:
         ModuleNotFoundError: ``bfcl-eval`` is not installed.
@@ -207,8 +208,8 @@ def load_tasks(n: int | None = None) -> list[BFCLTask]:
                 answers[e["id"]],
             )
         )
-    if n is not None:
-        tasks = sorted(tasks, key=lambda t: hashlib.sha256(t.id.encode()).hexdigest())[:n]
+    if n is not None or draw:
+        tasks = draw_block(tasks, lambda t: t.id, n, draw, "BFCL multi-turn")
     return tasks
 
 

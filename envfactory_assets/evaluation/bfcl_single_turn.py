@@ -35,7 +35,6 @@ back ourselves, so the checker compares BFCL's own names).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.resources
 import importlib.util
 import json
@@ -56,6 +55,7 @@ from envfactory_assets.decontam.benchmarks import (
 )
 from envfactory_assets.evaluation.bfcl import _json_schema
 from envfactory_assets.evaluation.stats import Measure
+from envfactory_assets.evaluation.task_draw import draw_block
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 BENCHMARK = BFCL_SINGLE_TURN
@@ -145,16 +145,20 @@ def _answers(category: str) -> dict[str, list[dict[str, Any]]]:
     return {r["id"]: r["ground_truth"] for r in rows}
 
 
-def load_tasks(n_per_category: int | None = None, categories: Iterable[str] = CATEGORIES) -> list[SingleTurnTask]:
+def load_tasks(
+    n_per_category: int | None = None, categories: Iterable[str] = CATEGORIES, draw: int = 0
+) -> list[SingleTurnTask]:
     """Tasks of the given categories: per category, ``n_per_category`` in order of sha256 of their id (a
-    fixed sample that does not follow the file's order), or all of them in file order (None).
+    fixed sample that does not follow the file's order; ``draw`` k takes the k-th block of that many, disjoint
+    from every other draw: :func:`~envfactory_assets.evaluation.task_draw.draw_block`), or all of them in file
+    order (None).
 
     Returns:
         Tasks grouped by category, in the order of ``categories``.
 
     Raises:
         ValueError: an unknown category, ``n_per_category`` negative or not an int, a task without ground
-            truth, or two functions of one task with the same tool name.
+            truth, two functions of one task with the same tool name, or a draw past a category's last task.
         ModuleNotFoundError: ``bfcl-eval`` is not installed.
     """
     if n_per_category is not None and (
@@ -185,7 +189,9 @@ def load_tasks(n_per_category: int | None = None, categories: Iterable[str] = CA
                 )
             )
         if n_per_category is not None:
-            chosen = sorted(chosen, key=lambda t: hashlib.sha256(t.id.encode()).hexdigest())[:n_per_category]
+            chosen = draw_block(chosen, lambda t: t.id, n_per_category, draw, f"BFCL single-turn {category}")
+        elif draw:
+            draw_block(chosen, lambda t: t.id, None, draw, f"BFCL single-turn {category}")  # raises
         tasks += chosen
     return tasks
 

@@ -47,7 +47,7 @@ BASE = "base"  # label and stage of the base model, which every other model is c
 DO_NOTHING = "do_nothing"  # label and stage of the built-in policy that never calls a tool
 # EvalSpec fields that choose which tasks run rather than how (the task ids themselves are in the cache key),
 # and the seed list (a unit's key holds its own seed, so adding a seed reuses the others)
-_NOT_IN_UNIT_KEY = ("n_synthetic", "n_bfcl", "n_bfcl_single_turn", "first_turns_only", "seeds")
+_NOT_IN_UNIT_KEY = ("n_synthetic", "n_bfcl", "n_bfcl_single_turn", "task_draw", "first_turns_only", "seeds")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,12 @@ class EvalSpec:
         "the default run shows what training did on an external benchmark within its CPU budget (about a "
         "minute per model, greedy); it tells a model that calls from one that does not, not a 10-point "
         "gain (configs/cpu_benchmark.yaml runs 40 per category).",
+    )
+    task_draw: int = setting(
+        0,
+        "which block of tasks each benchmark draws: its tasks in order of sha256 of their id, draw k the k-th "
+        "block of n_synthetic / n_bfcl / n_bfcl_single_turn of them, so two draws share no task; choose a "
+        "recipe on draw 1 and report it once on draw 0 (evaluation/task_draw.py).",
     )
     seeds: tuple[int, ...] = setting(
         (0,),
@@ -106,6 +112,7 @@ class EvalSpec:
         for name in ("n_synthetic", "n_bfcl", "n_bfcl_single_turn"):
             if getattr(self, name) is not None:
                 whole_number(owner, name, getattr(self, name), low=0)
+        whole_number(owner, "task_draw", self.task_draw, low=0)
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             raise SettingError(
                 f"{owner} setting seeds={list(self.seeds)!r}: expected at least one integer seed",
@@ -609,7 +616,7 @@ def _benchmarks(
     """Every benchmark of this evaluation with its tasks (the same for every model); a new benchmark is one
     more :class:`Benchmark` here (tasks tagged with ``category`` get one row and interval per category)."""
     rows_by_id, synth_tasks = {}, []
-    for row in synthetic.held_out_rows(rl_rows, spec.n_synthetic, spec.first_turns_only):
+    for row in synthetic.held_out_rows(rl_rows, spec.n_synthetic, spec.first_turns_only, spec.task_draw):
         if all(e in environments for e in row["env_ids"]):
             task, restricted = synthetic.as_agent_task(row, spec.max_tools)
             synth_tasks.append(task)
@@ -620,7 +627,7 @@ def _benchmarks(
             f"warning: {len(synth_tasks)} held-out synthetic tasks available of n_synthetic={spec.n_synthetic} "
             f"(first_turns_only={spec.first_turns_only})"
         )
-    bfcl_tasks = bfcl.load_tasks(spec.n_bfcl) if spec.n_bfcl != 0 else []
+    bfcl_tasks = bfcl.load_tasks(spec.n_bfcl, spec.task_draw) if spec.n_bfcl != 0 else []
     bfcl_by_id = {t.id: t for t in bfcl_tasks}
     bfcl_agent_tasks = [
         AgentTask(
@@ -651,7 +658,7 @@ def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any
     """BFCL v3 single-turn as a :class:`Benchmark`: one answer per task and seed at its category's budget
     (counted with the policy's tokenizer), scored by bfcl-eval's AST checker; each result's tags carry its
     category's budget, so the per-category metrics need no policy (cached results have none)."""
-    tasks = bfcl_single_turn.load_tasks(spec.n_bfcl_single_turn) if spec.n_bfcl_single_turn != 0 else []
+    tasks = bfcl_single_turn.load_tasks(spec.n_bfcl_single_turn, draw=spec.task_draw) if spec.n_bfcl_single_turn != 0 else []
     overlap = bfcl_single_turn.task_overlap(tasks, benchmark_overlap)
 
     def run(policy: Any, seed: int) -> list[dict[str, Any]]:

@@ -11,12 +11,12 @@ hybrid reward (secondary: what GRPO optimizes).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 from envfactory_assets.evaluation.agent import AgentTask
 from envfactory_assets.evaluation.scoring import task_success
+from envfactory_assets.evaluation.task_draw import draw_block
 from envfactory_assets.tooluse.splits import stored_split
 from envfactory_assets.tooluse.task_episode import TaskEpisode, TaskRunner
 from envfactory_assets.tooluse.tool_selection import restrict_tools
@@ -26,8 +26,11 @@ BENCHMARK = "synthetic_held_out"
 HEADLINE = "success"
 
 
-def held_out_rows(rl_rows: list[dict[str, Any]], n: int | None, first_turns_only: bool = False) -> list[dict[str, Any]]:
-    """The held-out RL rows, ``n`` of them (all when ``n`` is None) in order of sha256 of their id.
+def held_out_rows(
+    rl_rows: list[dict[str, Any]], n: int | None, first_turns_only: bool = False, draw: int = 0
+) -> list[dict[str, Any]]:
+    """The held-out RL rows, ``n`` of them (all when ``n`` is None) in order of sha256 of their id: the
+    ``draw``-th block of ``n`` (:func:`~envfactory_assets.evaluation.task_draw.draw_block`, whose errors it raises).
 
     A hash order is a fixed sample that does not favour short or easy rows. ``first_turns_only`` keeps
     rows with ``turn_index == 0``: their prompts hold no earlier turns, so they are 2-8x shorter
@@ -37,8 +40,7 @@ def held_out_rows(rl_rows: list[dict[str, Any]], n: int | None, first_turns_only
     held = [
         r for r in rl_rows if stored_split(r) == "held_out" and (not first_turns_only or r.get("turn_index", 0) == 0)
     ]
-    held.sort(key=lambda r: hashlib.sha256(r["id"].encode()).hexdigest())
-    return held if n is None else held[:n]
+    return draw_block(held, lambda r: r["id"], n, draw, "held-out synthetic tasks")
 
 
 def as_agent_task(row: Mapping[str, Any], max_tools: int) -> tuple[AgentTask, dict[str, Any]]:

@@ -42,13 +42,19 @@ class EvaluationConfig(generated_config("EvaluationSettings", *EVALUATION_SOURCE
         """The settings as an :class:`EvalSpec` (``full_sets`` lifts the task counts and ``first_turns_only``).
 
         Raises:
-            ValueError: a setting out of range (from :class:`EvalSpec` / :class:`SamplingSpec`).
+            ValueError: a setting out of range (from :class:`EvalSpec` / :class:`SamplingSpec`), or a task draw
+                other than 0 with ``full_sets``.
         """
         EvaluationRunSpec(base_model=self.base_model, full_sets=self.full_sets)
+        if self.full_sets and self.task_draw:
+            raise ValueError(
+                f"evaluation settings full_sets: true and task_draw: {self.task_draw}: every task is one draw (draw 0)"
+            )
         return EvalSpec(
             n_synthetic=None if self.full_sets else self.n_synthetic,
             n_bfcl=None if self.full_sets else self.n_bfcl,
             n_bfcl_single_turn=None if self.full_sets else self.n_bfcl_single_turn,
+            task_draw=self.task_draw,
             seeds=tuple(self.seeds),
             max_tool_rounds=self.max_tool_rounds,
             max_tools=self.max_tools,
