@@ -19,6 +19,9 @@ from typing import Any
 
 from envfactory_assets import settings
 
+#: The CPU benchmark's command (README, docs/cpu_benchmark.md), stated on the page ``results --page`` writes.
+CPU_BENCHMARK_COMMAND = "envfactory run --select checkpoints,evaluations --config configs/cpu_benchmark.yaml"
+
 DAGSTER_YAML = """\
 # Written by envfactory. The store takes one writer at a time: the envfactory_store pool runs one step at once.
 telemetry:
@@ -529,15 +532,36 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.section is not None and not args.into:
         print("error: --section names the markers to write between; it needs --into FILE", file=sys.stderr)
         return 2
+    if args.page and args.into:
+        print("error: --page writes a whole page and --into a section of one: give one of them", file=sys.stderr)
+        return 2
     try:
         store = Store(settings.store_path())
         rows = store.read("evaluations")
-        add_parent_comparisons(rows, {r["id"]: r.get("parent_checkpoint_id") for r in store.read("checkpoints")})
+        checkpoints = store.read("checkpoints")
+        add_parent_comparisons(rows, {r["id"]: r.get("parent_checkpoint_id") for r in checkpoints})
+        if args.page:
+            return _write_benchmark_page(store, rows, checkpoints, Path(args.page), args.title, args.command)
         text = update_markdown(Path(args.into), rows, args.section) if args.into else results_markdown(rows)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)
+    return 0
+
+
+def _write_benchmark_page(store: Any, rows: list, checkpoints: list, page: Path, title: str, command: str) -> int:
+    """Write :func:`~envfactory_assets.reporting.benchmark_page.benchmark_page` of the store to ``page``."""
+    from envfactory_assets.reporting.benchmark_page import benchmark_page
+    from envfactory_assets.reporting.report import latest_stage_times
+
+    if not rows:
+        print(f"error: no evaluations in {store.path}: nothing to write to {page}", file=sys.stderr)
+        return 2
+    with store.connect(read_only=True) as con:
+        times = latest_stage_times(con)
+    page.write_text(benchmark_page(rows, checkpoints, times, title=title, command=command), encoding="utf-8")
+    print(f"wrote {page}")
     return 0
 
 
@@ -1020,6 +1044,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --into: write between <!-- results:SECTION:start --> and its end marker "
         "(e.g. cpu_benchmark) instead of the default run's markers",
+    )
+    res.add_argument(
+        "--page",
+        metavar="FILE",
+        help="write a whole benchmark page (wall time, settings, targets, tables) to FILE, e.g. docs/cpu_benchmark.md",
+    )
+    res.add_argument("--title", default="CPU benchmark", help="with --page: the page's heading")
+    res.add_argument(
+        "--command",
+        default=CPU_BENCHMARK_COMMAND,
+        help="with --page: the command that produced the store's rows, stated on the page",
     )
     res.set_defaults(func=cmd_results)
     cfg = sub.add_parser("config-docs", help="every setting of every asset with its default and help, as Markdown")
