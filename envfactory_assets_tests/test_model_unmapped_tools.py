@@ -1,0 +1,288 @@
+"""The model writes the tools of operations the rules do not map, against the scripted OpenAI-compatible server:
+one passes at once, one fails the gate and is revised, one never passes and is reported; malformed replies are
+refused with a message saying what is wrong."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.model_tools import (
+    MODEL_TOOLS_HEADER,
+    judge_tool,
+    read_reply,
+    write_tool,
+    write_unmapped_tools,
+)
+from envfactory_assets.envgen.stage import environment_row, verification_row
+from envfactory_assets.llm import OpenAICompatibleBackend
+from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.sources.unmapped import unmapped_operations
+from envfactory_assets_tests.fixture_environments import FIXTURES
+
+BOOKSHOP = FIXTURES / "bookshop.json"
+#: Operations the rules leave unmapped, added to the bookshop document.
+EXTRA_PATHS = {
+    "/inventory/in-stock-count": {
+        "get": {
+            "operationId": "inventory.inStockCount",
+            "summary": "Count the books that are in stock",
+            "parameters": [{"name": "genre", "in": "query", "schema": {"$ref": "#/components/schemas/Book/properties/genre"}}],
+            "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"count": {"type": "integer"}}}}}}},
+        }
+    },
+    "/books/{bookId}/restock": {
+        "post": {
+            "operationId": "books.restock",
+            "summary": "Put a book back in stock; a book already in stock cannot be restocked",
+            "parameters": [{"name": "bookId", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "ok"}},
+        }
+    },
+    "/books/{bookId}/cover": {
+        "put": {
+            "operationId": "books.uploadCover",
+            "summary": "Upload the cover image of a book",
+            "responses": {"204": {"description": "stored"}},
+        }
+    },
+}
+
+COUNT_SPEC = {
+    "name": "count_books_in_stock",
+    "description": "Count the books that are in stock, optionally of one genre.",
+    "kind": "count",
+    "table": "books",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "in_stock": {"type": "boolean", "description": "Whether the book is in stock."},
+            "genre": {"type": "string", "enum": ["fiction", "poetry", "history", "science"]},
+        },
+        "required": [],
+        "additionalProperties": False,
+    },
+    "output_schema": {
+        "type": "object",
+        "properties": {"count": {"type": "integer", "minimum": 0}},
+        "required": ["count"],
+        "additionalProperties": False,
+    },
+}
+COUNT_CODE = """\
+def count_books_in_stock(state, in_stock=None, genre=None):
+    return {"count": len(_filtered(state, 'books', {'in_stock': in_stock, 'genre': genre}))}
+"""
+RESTOCK_SPEC = {
+    "name": "restock_book",
+    "description": "Put a book back in stock; refused when it is in stock already.",
+    "kind": "action",
+    "table": "books",
+    "input_schema": {
+        "type": "object",
+        "properties": {"book_id": {"type": "string", "description": "Identifier of the book."}},
+        "required": ["book_id"],
+        "additionalProperties": False,
+    },
+    "output_schema": {"type": "object"},
+    "action": {"verb": "restock", "field": "in_stock", "value": True, "blocked": [], "stamp": None},
+}
+#: Restocks a book in stock again: the gate's precondition check refuses it.
+RESTOCK_NO_PRECONDITION = """\
+def restock_book(state, book_id):
+    row = _row(state, 'books', book_id)
+    new = {**row, 'in_stock': True}
+    state['tables']['books'][book_id] = new
+    return dict(new)
+"""
+RESTOCK_CODE = """\
+def restock_book(state, book_id):
+    row = _row(state, 'books', book_id)
+    if row.get('in_stock') is True:
+        raise PreconditionFailed(f"book {book_id!r} is already in stock")
+    new = {**row, 'in_stock': True}
+    state['tables']['books'][book_id] = new
+    return dict(new)
+"""
+
+
+def reply(spec: dict | str, code: str) -> str:
+    body = spec if isinstance(spec, str) else json.dumps(spec, indent=1)
+    return f"Here is the tool.\n\n```json\n{body}\n```\n\n```python\n{code}```\n"
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    """``(resource row, environment)`` of the bookshop document with the three unmapped operations added."""
+    root = tmp_path_factory.mktemp("unmapped")
+    spec = orjson.loads(BOOKSHOP.read_bytes())
+    spec["paths"].update(EXTRA_PATHS)
+    path = root / "bookshop_plus.json"
+    path.write_bytes(orjson.dumps(spec))
+    resource = {**inspect_file(path, root).as_row(), "corpus_root": str(root), "id": "src_bookshop_plus"}
+    from envfactory_assets.envgen.builder import build_environment
+
+    return resource, build_environment(resource, spec), spec
+
+
+def backend(server: FakeChatServer, **kw) -> OpenAICompatibleBackend:
+    return OpenAICompatibleBackend(server.base_url, "fake-coder", backoff_s=0.01, timeout_s=20, **kw)
+
+
+def test_unmapped_operations_carry_what_the_document_says(shop):
+    _, _, spec = shop
+    ops = {(o["method"], o["path"]): o for o in unmapped_operations(spec, 4)}
+    assert set(ops) == {
+        ("GET", "/inventory/in-stock-count"),
+        ("POST", "/books/{bookId}/restock"),
+        ("PUT", "/books/{bookId}/cover"),
+    }
+    count = ops[("GET", "/inventory/in-stock-count")]
+    assert count["reason"] == "no_stateful_collection" and count["operation_id"] == "inventory.inStockCount"
+    assert count["parameters"][0]["schema"]["enum"] == ["fiction", "poetry", "history", "science"]  # $ref inlined
+    assert count["response_schema"]["properties"]["count"] == {"type": "integer"}
+    assert ops[("POST", "/books/{bookId}/restock")]["reason"] == "action_without_state"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("no fences at all", "no ```json block"),
+        (reply("{not json", COUNT_CODE), "not valid JSON"),
+        (reply({**COUNT_SPEC, "kind": "report"}, COUNT_CODE), "kind 'report' must be one of"),
+        (reply({**COUNT_SPEC, "table": "shelves"}, COUNT_CODE), "table 'shelves' must be one of"),
+        (reply({**COUNT_SPEC, "name": "get_book"}, COUNT_CODE), "already a tool of the environment"),
+        (reply({**COUNT_SPEC, "name": "load"}, COUNT_CODE), "is reserved"),
+        (reply({**COUNT_SPEC, "description": "Count"}, COUNT_CODE), "description must be a sentence"),
+        (reply({**COUNT_SPEC, "extra": 1}, COUNT_CODE), "unknown key 'extra'"),
+        (reply({**COUNT_SPEC, "input_schema": {"type": "object", "properties": {"shelf": {"type": "string"}}, "additionalProperties": False}}, COUNT_CODE), "'shelf' is not a field of the table"),
+        (reply({**COUNT_SPEC, "input_schema": {**COUNT_SPEC["input_schema"], "properties": {"in_stock": {"type": "string"}}}}, COUNT_CODE), "must have its field's type 'boolean'"),
+        (reply({**COUNT_SPEC, "output_schema": {"type": 12}}, COUNT_CODE), "output_schema is not a valid JSON Schema"),
+        (reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "field": "shelf"}}, RESTOCK_CODE), "action.field 'shelf'"),
+        (reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "value": "yes"}}, RESTOCK_CODE), "action value 'yes' is not a value"),
+        ("```json\n" + json.dumps(COUNT_SPEC) + "\n```", "no ```python block"),
+        (reply(COUNT_SPEC, "from json import dumps\n" + COUNT_CODE), "`from ... import` may rebind"),
+        (reply(COUNT_SPEC, COUNT_CODE + "\ndef load(data):\n    return data\n"), "'load' must be named _count_books_in_stock_"),
+        (reply(COUNT_SPEC, COUNT_CODE + "\nTABLES = {}\n"), "may only bind names _count_books_in_stock_"),
+        (reply(COUNT_SPEC, "def other(state):\n    return {}\n"), "must define the function 'count_books_in_stock' exactly once"),
+    ],
+)
+def test_malformed_replies_are_refused_with_what_is_wrong(shop, text, expected):
+    _, env, spec = shop
+    op = unmapped_operations(spec, 4)[0]
+    draft = read_reply(env, op, text)
+    problems = [*draft.spec_problems, *draft.code_problems]
+    assert any(expected in p for p in problems), problems
+    report = judge_tool(env, draft, None, 7)  # refused before anything runs
+    assert report.status == "failed" and {c.check for c in report.checks} <= {"tool_spec", "tool_code"}
+
+
+def test_a_well_formed_reply_reads_into_a_model_tool_spec(shop):
+    _, env, spec = shop
+    op = next(o for o in unmapped_operations(spec, 4) if o["path"].endswith("restock"))
+    draft = read_reply(env, op, reply(RESTOCK_SPEC, RESTOCK_CODE))
+    assert draft.spec_problems == draft.code_problems == ()
+    assert draft.spec["read_only"] is False and draft.spec["written_by"] == "model"
+    assert draft.spec["operation"] == {"method": "POST", "path": "/books/{bookId}/restock", "operation_id": "books.restock"}
+    assert draft.spec["action"]["thing"] == "book" and draft.code == RESTOCK_CODE
+
+
+def _responder(env: dict):
+    """Answers by the operation asked for (requests arrive concurrently) and notes how many were in flight at
+    once: the module for the code writer; count: right at once; restock: a draft without its precondition, then
+    the right one; cover: never right (unreadable JSON, then code the static check rejects)."""
+    in_flight, peak, lock = [0], [0], threading.Lock()
+
+    def respond(body: dict) -> str:
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        try:
+            time.sleep(0.2)  # a model's latency: lets concurrent requests overlap
+            system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+            if system.startswith("You write the Python module"):
+                return "```python\n" + env["source"] + "```"
+            revision = "Your previous reply failed verification" in user
+            if '"path": "/inventory/in-stock-count"' in user:
+                return reply(COUNT_SPEC, COUNT_CODE)
+            if '"path": "/books/{bookId}/restock"' in user:
+                return reply(RESTOCK_SPEC, RESTOCK_CODE if revision else RESTOCK_NO_PRECONDITION)
+            cover = {**COUNT_SPEC, "name": "upload_book_cover", "description": "Store the cover image of a book."}
+            if revision:
+                return reply(cover, "import os\n" + COUNT_CODE.replace("count_books_in_stock", "upload_book_cover"))
+            return reply("{'name': 'upload_book_cover'", "pass\n")
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    return respond, peak
+
+
+def test_the_model_writes_the_unmapped_tools_under_the_gate(shop):
+    resource, env, spec = shop
+    respond, peak = _responder(env)
+    with FakeChatServer(responder=respond) as server:
+        row = environment_row(resource, backend(server, max_concurrency=4), max_revisions=2, tool_threads=4)
+    assert peak[0] >= 2  # the operations' requests were in flight together
+    assert row["status"] == "built", row["reasons"]
+    outcomes = {o["path"]: o for o in row["revisions"]["unmapped_operations"]}
+    assert [o["path"] for o in row["revisions"]["unmapped_operations"]] == [
+        o["path"] for o in unmapped_operations(spec, 4)
+    ]
+    # passes at once
+    count = outcomes["/inventory/in-stock-count"]
+    assert count["status"] == "passed" and len(count["attempts"]) == 1 and count["reasons"] == []
+    # fails the gate's precondition check, is revised, passes
+    restock = outcomes["/books/{bookId}/restock"]
+    assert restock["status"] == "passed" and [a["revision"] for a in restock["attempts"]] == [0, 1]
+    first = restock["attempts"][0]
+    assert any(c["check"] == "precondition" and not c["passed"] for c in first["report"])
+    assert "+    if row.get('in_stock') is True:" in restock["attempts"][1]["diff"]
+    # never passes: reported with its reasons, not added
+    cover = outcomes["/books/{bookId}/cover"]
+    assert cover["status"] == "failed" and cover["stop_reason"] == "no improvement"
+    assert [c["check"] for c in cover["attempts"][0]["report"]] == ["tool_spec"]
+    assert "not valid JSON" in cover["attempts"][0]["report"][0]["detail"]
+    assert [c["check"] for c in cover["attempts"][1]["report"]] == ["static_check"]
+    assert cover["reasons"][0].startswith("no improvement after 2 attempt(s)")
+    # the passing tools are in the environment, the failed one is not
+    names = [t["name"] for t in row["tools"]]
+    assert names[-2:] == ["count_books_in_stock", "restock_book"] and "upload_book_cover" not in names
+    assert row["n_tools"] == len(env["tools"]) + 2
+    assert MODEL_TOOLS_HEADER in row["source"] and row["source"].endswith(RESTOCK_CODE)
+    assert all(t.get("written_by") == "model" for t in row["tools"][-2:])
+    # the whole environment, rules' tools and model tools together, passes verification
+    verified = verification_row(row)
+    assert verified["status"] == "passed", verified["reasons"]
+    assert {"count_books_in_stock", "restock_book"} <= {c["tool"] for c in verified["checks"]}
+
+
+def test_a_reviser_that_repeats_the_broken_tool_is_reported(shop):
+    _, env, spec = shop
+    op = next(o for o in unmapped_operations(spec, 4) if o["path"].endswith("restock"))
+    broken = reply(RESTOCK_SPEC, RESTOCK_NO_PRECONDITION)
+    with FakeChatServer([broken, broken, broken]) as server:
+        outcome = write_tool(env, op, backend(server), max_revisions=2)
+        assert len(server.requests) == 2
+        assert server.requests[1]["messages"][1]["content"].count('"check": "precondition"') >= 1
+    assert outcome["status"] == "failed" and outcome["stop_reason"] == "no improvement"
+    assert any("precondition" in r for r in outcome["reasons"]) and outcome["tool"]["name"] == "restock_book"
+
+
+def test_two_operations_naming_the_same_tool_keep_the_first(shop):
+    _, env, spec = shop
+    ops = [o for o in unmapped_operations(spec, 4) if not o["path"].endswith("restock")]
+    before = copy.deepcopy(env)
+    with FakeChatServer([reply(COUNT_SPEC, COUNT_CODE), reply(COUNT_SPEC, COUNT_CODE)]) as server:
+        out_env, outcomes = write_unmapped_tools(env, ops, backend(server), max_revisions=0)
+    assert [o["status"] for o in outcomes] == ["passed", "failed"]
+    assert outcomes[1]["stop_reason"] == "name taken" and "GET /inventory/in-stock-count" in outcomes[1]["reasons"][0]
+    assert [t["name"] for t in out_env["tools"]].count("count_books_in_stock") == 1
+    assert env == before and len(out_env["tools"]) == len(env["tools"]) + 1
