@@ -12,15 +12,20 @@ import time
 import orjson
 import pytest
 
+from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
 from envfactory_assets.envgen.model_tools import (
     MODEL_TOOLS_HEADER,
     judge_tool,
     read_reply,
+    summarize_outcomes,
+    tool_writer_messages,
     write_tool,
     write_unmapped_tools,
 )
 from envfactory_assets.envgen.stage import environment_row, verification_row
-from envfactory_assets.llm import OpenAICompatibleBackend
+from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section
+from envfactory_assets.store.db import Store
+from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_tokens
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.unmapped import unmapped_operations
@@ -225,12 +230,20 @@ def _responder(env: dict):
     return respond, peak
 
 
-def test_the_model_writes_the_unmapped_tools_under_the_gate(shop):
-    resource, env, spec = shop
+@pytest.fixture(scope="module")
+def written(shop):
+    """``(environments row, most requests in flight at once)`` of the document built with the scripted model."""
+    resource, env, _ = shop
     respond, peak = _responder(env)
     with FakeChatServer(responder=respond) as server:
         row = environment_row(resource, backend(server, max_concurrency=4), max_revisions=2, tool_threads=4)
-    assert peak[0] >= 2  # the operations' requests were in flight together
+    return row, peak[0]
+
+
+def test_the_model_writes_the_unmapped_tools_under_the_gate(shop, written):
+    _, env, spec = shop
+    row, peak = written
+    assert peak >= 2  # the operations' requests were in flight together
     assert row["status"] == "built", row["reasons"]
     outcomes = {o["path"]: o for o in row["revisions"]["unmapped_operations"]}
     assert [o["path"] for o in row["revisions"]["unmapped_operations"]] == [
@@ -286,3 +299,33 @@ def test_two_operations_naming_the_same_tool_keep_the_first(shop):
     assert outcomes[1]["stop_reason"] == "name taken" and "GET /inventory/in-stock-count" in outcomes[1]["reasons"][0]
     assert [t["name"] for t in out_env["tools"]].count("count_books_in_stock") == 1
     assert env == before and len(out_env["tools"]) == len(env["tools"]) + 1
+
+
+def test_the_estimate_counts_one_tool_writer_request_per_unmapped_operation(shop):
+    resource, env, spec = shop
+    ops = unmapped_operations(spec, 4)
+    with FakeChatServer([]) as server:
+        est = estimate_environments([resource], backend(server), max_revisions=2)
+        assert server.requests == []
+    assert est["unmapped_operations"] == len(ops) == 3
+    assert est["tool_drafts"]["calls"] == 3 and est["tool_revisions_worst_case"]["calls"] == 6
+    assert est["tool_drafts"]["prompt_tokens_est"] == sum(
+        estimate_prompt_tokens(tool_writer_messages(env, op)) for op in ops
+    )
+    assert est["total_worst_case"]["calls"] == 3 * (1 + 3)
+    assert "tools of 3 operations the rules do not map: 3 calls" in format_estimate(est, "openai")
+
+
+def test_the_outcomes_reach_the_stage_metadata_and_the_report(written, tmp_path):
+    row, _ = written
+    figures = summarize_outcomes([row, {"env_id": "programmatic", "revisions": None}])
+    assert {k: figures[k] for k in ("operations", "passed", "failed")} == {"operations": 3, "passed": 2, "failed": 1}
+    assert figures["failed_by_stop_reason"] == {"no improvement": 1} and figures["attempts"] == 5
+    assert figures["failed_examples"][0].startswith("bookshop_example PUT /books/{bookId}/cover: no improvement")
+    store = Store(tmp_path / "envfactory.duckdb")
+    store.replace_current("environments", [row])
+    with store.connect(read_only=True) as con:
+        outcomes = model_tool_outcomes(con)
+    assert outcomes == [("passed", "passed", 2), ("failed", "no improvement", 1)]
+    section = "\n".join(model_tool_section(outcomes))
+    assert "| failed | no improvement | 1 |" in section and model_tool_section([]) == []

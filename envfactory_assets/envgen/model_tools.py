@@ -21,7 +21,8 @@ import ast
 import json
 import keyword
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -509,17 +510,21 @@ def write_unmapped_tools(
     return {**env, "tools": tools, "source": source}, outcomes
 
 
-def summarize_outcomes(outcomes: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``{"operations", "passed", "failed", "failed_by_stop_reason": {reason: n}, "attempts"}`` of
-    :func:`write_unmapped_tools` outcomes (of one or more environments)."""
-    failed = [o for o in outcomes if o["status"] != "passed"]
-    by_stop: dict[str, int] = {}
-    for o in failed:
-        by_stop[o["stop_reason"]] = by_stop.get(o["stop_reason"], 0) + 1
+def summarize_outcomes(rows: Iterable[dict[str, Any]], examples: int = 10) -> dict[str, Any]:
+    """``{"operations", "passed", "failed", "failed_by_stop_reason": {reason: n}, "attempts", "failed_examples"}``
+    of the :func:`write_unmapped_tools` outcomes kept in ``environments`` rows (``revisions["unmapped_operations"]``);
+    ``failed_examples``: the first ``examples`` failed operations as ``"env_id METHOD path: first reason"``."""
+    outcomes = [
+        (row["env_id"], o) for row in rows for o in (row.get("revisions") or {}).get("unmapped_operations") or []
+    ]
+    failed = [(env_id, o) for env_id, o in outcomes if o["status"] != "passed"]
     return {
         "operations": len(outcomes),
         "passed": len(outcomes) - len(failed),
         "failed": len(failed),
-        "failed_by_stop_reason": dict(sorted(by_stop.items())),
-        "attempts": sum(len(o["attempts"]) for o in outcomes),
+        "failed_by_stop_reason": dict(sorted(Counter(o["stop_reason"] for _, o in failed).items())),
+        "attempts": sum(len(o["attempts"]) for _, o in outcomes),
+        "failed_examples": [
+            f"{env_id} {o['method']} {o['path']}: {(o['reasons'] or [''])[0][:160]}" for env_id, o in failed[:examples]
+        ],
     }

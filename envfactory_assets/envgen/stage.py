@@ -95,11 +95,9 @@ def environment_row(
                     f"model-written code never passed verification ({result.stop_reason}): "
                     + "; ".join(result.reasons[:3])
                 )
-            if resource.get("kind") != MCP_KIND:
-                operations = unmapped_operations(openapi_document(resource, path), MAX_RESOURCES)
-                env, revisions["unmapped_operations"] = write_unmapped_tools(
-                    env, operations, backend, max_revisions, threads=tool_threads
-                )
+            env, revisions["unmapped_operations"] = write_unmapped_tools(
+                env, operations_to_write(resource, path), backend, max_revisions, threads=tool_threads
+            )
     except BackendConfigError:
         raise  # a misconfigured backend fails every environment: stop the stage with the setting's name
     except Exception as exc:  # one bad document must never stop the stage: it becomes a build_failed row
@@ -176,6 +174,15 @@ def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, 
             raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
         return build_mcp_environment(resource, document)
     return build_environment(resource, openapi_document(resource, path))
+
+
+def operations_to_write(resource: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """The operations a model writes tools for in ``resource``'s environment: those of its OpenAPI document the
+    rules do not map with the builder's cap of resources
+    (:func:`~envfactory_assets.sources.unmapped.unmapped_operations`); none for an MCP tool list."""
+    if resource.get("kind") == MCP_KIND:
+        return []
+    return unmapped_operations(openapi_document(resource, path), MAX_RESOURCES)
 
 
 def openapi_document(resource: dict[str, Any], path: Path) -> dict[str, Any]:
