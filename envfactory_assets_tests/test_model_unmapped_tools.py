@@ -12,6 +12,7 @@ import time
 import orjson
 import pytest
 
+from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
 from envfactory_assets.envgen.model_tools import (
     MODEL_TOOLS_HEADER,
@@ -23,12 +24,12 @@ from envfactory_assets.envgen.model_tools import (
     write_unmapped_tools,
 )
 from envfactory_assets.envgen.stage import environment_row, verification_row
-from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section
-from envfactory_assets.store.db import Store
 from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_tokens
 from envfactory_assets.llm.testing import FakeChatServer
+from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.unmapped import unmapped_operations
+from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 BOOKSHOP = FIXTURES / "bookshop.json"
@@ -38,9 +39,17 @@ EXTRA_PATHS = {
         "get": {
             "operationId": "inventory.inStockCount",
             "summary": "Count the books that are in stock",
-            "parameters": [{"name": "genre", "in": "query", "schema": {"$ref": "#/components/schemas/Book/properties/genre"}}],
-            "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {
-                "type": "object", "properties": {"count": {"type": "integer"}}}}}}},
+            "parameters": [
+                {"name": "genre", "in": "query", "schema": {"$ref": "#/components/schemas/Book/properties/genre"}}
+            ],
+            "responses": {
+                "200": {
+                    "description": "ok",
+                    "content": {
+                        "application/json": {"schema": {"type": "object", "properties": {"count": {"type": "integer"}}}}
+                    },
+                }
+            },
         }
     },
     "/books/{bookId}/restock": {
@@ -132,7 +141,6 @@ def shop(tmp_path_factory):
     path = root / "bookshop_plus.json"
     path.write_bytes(orjson.dumps(spec))
     resource = {**inspect_file(path, root).as_row(), "corpus_root": str(root), "id": "src_bookshop_plus"}
-    from envfactory_assets.envgen.builder import build_environment
 
     return resource, build_environment(resource, spec), spec
 
@@ -167,16 +175,54 @@ def test_unmapped_operations_carry_what_the_document_says(shop):
         (reply({**COUNT_SPEC, "name": "load"}, COUNT_CODE), "is reserved"),
         (reply({**COUNT_SPEC, "description": "Count"}, COUNT_CODE), "description must be a sentence"),
         (reply({**COUNT_SPEC, "extra": 1}, COUNT_CODE), "unknown key 'extra'"),
-        (reply({**COUNT_SPEC, "input_schema": {"type": "object", "properties": {"shelf": {"type": "string"}}, "additionalProperties": False}}, COUNT_CODE), "'shelf' is not a field of the table"),
-        (reply({**COUNT_SPEC, "input_schema": {**COUNT_SPEC["input_schema"], "properties": {"in_stock": {"type": "string"}}}}, COUNT_CODE), "must have its field's type 'boolean'"),
+        (
+            reply(
+                {
+                    **COUNT_SPEC,
+                    "input_schema": {
+                        "type": "object",
+                        "properties": {"shelf": {"type": "string"}},
+                        "additionalProperties": False,
+                    },
+                },
+                COUNT_CODE,
+            ),
+            "'shelf' is not a field of the table",
+        ),
+        (
+            reply(
+                {
+                    **COUNT_SPEC,
+                    "input_schema": {**COUNT_SPEC["input_schema"], "properties": {"in_stock": {"type": "string"}}},
+                },
+                COUNT_CODE,
+            ),
+            "must have its field's type 'boolean'",
+        ),
         (reply({**COUNT_SPEC, "output_schema": {"type": 12}}, COUNT_CODE), "output_schema is not a valid JSON Schema"),
-        (reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "field": "shelf"}}, RESTOCK_CODE), "action.field 'shelf'"),
-        (reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "value": "yes"}}, RESTOCK_CODE), "action value 'yes' is not a value"),
+        (
+            reply({**COUNT_SPEC, "output_schema": {"$ref": "http://example.invalid/s.json"}}, COUNT_CODE),
+            "output_schema must be self-contained",
+        ),
+        (
+            reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "field": "shelf"}}, RESTOCK_CODE),
+            "action.field 'shelf'",
+        ),
+        (
+            reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "value": "yes"}}, RESTOCK_CODE),
+            "action value 'yes' is not a value",
+        ),
         ("```json\n" + json.dumps(COUNT_SPEC) + "\n```", "no ```python block"),
         (reply(COUNT_SPEC, "from json import dumps\n" + COUNT_CODE), "`from ... import` may rebind"),
-        (reply(COUNT_SPEC, COUNT_CODE + "\ndef load(data):\n    return data\n"), "'load' must be named _count_books_in_stock_"),
+        (
+            reply(COUNT_SPEC, COUNT_CODE + "\ndef load(data):\n    return data\n"),
+            "'load' must be named _count_books_in_stock_",
+        ),
         (reply(COUNT_SPEC, COUNT_CODE + "\nTABLES = {}\n"), "may only bind names _count_books_in_stock_"),
-        (reply(COUNT_SPEC, "def other(state):\n    return {}\n"), "must define the function 'count_books_in_stock' exactly once"),
+        (
+            reply(COUNT_SPEC, "def other(state):\n    return {}\n"),
+            "must define the function 'count_books_in_stock' exactly once",
+        ),
     ],
 )
 def test_malformed_replies_are_refused_with_what_is_wrong(shop, text, expected):
@@ -195,7 +241,11 @@ def test_a_well_formed_reply_reads_into_a_model_tool_spec(shop):
     draft = read_reply(env, op, reply(RESTOCK_SPEC, RESTOCK_CODE))
     assert draft.spec_problems == draft.code_problems == ()
     assert draft.spec["read_only"] is False and draft.spec["written_by"] == "model"
-    assert draft.spec["operation"] == {"method": "POST", "path": "/books/{bookId}/restock", "operation_id": "books.restock"}
+    assert draft.spec["operation"] == {
+        "method": "POST",
+        "path": "/books/{bookId}/restock",
+        "operation_id": "books.restock",
+    }
     assert draft.spec["action"]["thing"] == "book" and draft.code == RESTOCK_CODE
 
 
@@ -284,7 +334,9 @@ def test_a_reviser_that_repeats_the_broken_tool_is_reported(shop):
     with FakeChatServer([broken, broken, broken]) as server:
         outcome = write_tool(env, op, backend(server), max_revisions=2)
         assert len(server.requests) == 2
-        assert server.requests[1]["messages"][1]["content"].count('"check": "precondition"') >= 1
+        revise_prompt = server.requests[1]["messages"][1]["content"]
+    assert '"check": "precondition"' in revise_prompt and RESTOCK_NO_PRECONDITION in revise_prompt
+    assert json.dumps(RESTOCK_SPEC, indent=1) in revise_prompt  # the spec as the model wrote it, not as read
     assert outcome["status"] == "failed" and outcome["stop_reason"] == "no improvement"
     assert any("precondition" in r for r in outcome["reasons"]) and outcome["tool"]["name"] == "restock_book"
 

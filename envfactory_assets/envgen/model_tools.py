@@ -52,6 +52,8 @@ MAX_CODE_CHARS = 20_000
 MIN_DESCRIPTION_WORDS = 3
 MAX_DESCRIPTION_CHARS = 600
 _SCALARS = ("string", "integer", "number", "boolean")
+#: Keywords that point a schema elsewhere: refused, so validating a model's schema never looks anything up.
+REFERENCE_KEYS = frozenset({"$ref", "$dynamicRef", "$recursiveRef", "$id", "$anchor", "$dynamicAnchor"})
 _PAGING = {"list": ("limit",), "search": ("query", "limit", "offset")}
 
 TOOL_CONTRACT = """\
@@ -86,13 +88,15 @@ Parameters by kind (the verifier calls the tool with values of the table's field
 
 @dataclass(frozen=True)
 class ToolDraft:
-    """One reply read: the checked ``spec`` (None when it has a problem), the function's ``code``, and the
-    problems of each (``spec_problems``, ``code_problems``; empty when none)."""
+    """One reply read: the checked ``spec`` (None when it has a problem), the function's ``code``, the problems of
+    each (``spec_problems``, ``code_problems``; empty when none), and the spec as the model wrote it
+    (``spec_text``, shown back to the reviser)."""
 
     spec: dict[str, Any] | None
     code: str
     spec_problems: tuple[str, ...] = ()
     code_problems: tuple[str, ...] = ()
+    spec_text: str = ""
 
 
 def tool_writer_messages(env: dict[str, Any], operation: dict[str, Any]) -> list[dict[str, str]]:
@@ -102,7 +106,11 @@ def tool_writer_messages(env: dict[str, Any], operation: dict[str, Any]) -> list
 
 
 def tool_reviser_messages(
-    env: dict[str, Any], operation: dict[str, Any], reply: str, failures: Sequence[dict[str, Any]], max_failures: int = 40
+    env: dict[str, Any],
+    operation: dict[str, Any],
+    reply: str,
+    failures: Sequence[dict[str, Any]],
+    max_failures: int = 40,
 ) -> list[dict[str, str]]:
     """Chat messages asking the ``tool_reviser`` role to fix its previous ``reply`` (spec and function) from the
     failed checks (``{"check", "tool", "state", "detail"}``; the first ``max_failures``, with a count of the rest)."""
@@ -177,12 +185,10 @@ def read_reply(env: dict[str, Any], operation: dict[str, Any], reply: str) -> To
         code_problems = [f"the function is {len(code)} characters long (at most {MAX_CODE_CHARS})"]
     else:
         code_problems = tool_code_problems(code, name) if name else []
-    return ToolDraft(spec, code, tuple(spec_problems), tuple(code_problems))
+    return ToolDraft(spec, code, tuple(spec_problems), tuple(code_problems), (spec_text or "").strip("\n"))
 
 
-def read_tool_spec(
-    raw: Any, env: dict[str, Any], operation: dict[str, Any]
-) -> tuple[dict[str, Any] | None, list[str]]:
+def read_tool_spec(raw: Any, env: dict[str, Any], operation: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """``(spec, problems)``: the ToolSpec (docs/design.md) of a model's JSON ``raw`` for ``operation`` of ``env``
     (with ``read_only`` from its kind, ``operation`` from the document and ``written_by: "model"``), or None and
     what is wrong: unknown keys, a name that is not a valid, free tool name, a description shorter than a
@@ -240,9 +246,22 @@ def read_tool_spec(
     return spec, []
 
 
+def _references(node: Any, depth: int = 0) -> bool:
+    """Whether a JSON value holds a ``$ref``-like keyword (or nests too deeply to tell)."""
+    if depth > 64:
+        return True
+    if isinstance(node, dict):
+        return any(k in REFERENCE_KEYS or _references(v, depth + 1) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_references(v, depth + 1) for v in node)
+    return False
+
+
 def _schema_problems(label: str, schema: Any, object_with_properties: bool) -> list[str]:
     if not isinstance(schema, dict):
         return [f"{label} must be a JSON Schema object, got {type(schema).__name__}"]
+    if _references(schema):
+        return [f"{label} must be self-contained: no {' / '.join(sorted(REFERENCE_KEYS))} (nothing is fetched)"]
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -278,16 +297,22 @@ def _parameter_problems(kind: str, meta: dict[str, Any], inp: dict[str, Any]) ->
             problems.append(f"an update tool requires the key {key!r}")
     if kind == "search" and "query" not in required:
         problems.append("a search tool requires 'query'")
-    problems += [f"{p!r} is not a field of the table (a {kind} tool takes {sorted(allowed)})" for p in props if p not in allowed]
+    problems += [
+        f"{p!r} is not a field of the table (a {kind} tool takes {sorted(allowed)})" for p in props if p not in allowed
+    ]
     if kind == "create":
-        problems += [f"required field {f!r} of the table must be required" for f in meta["required"] if f not in required]
+        problems += [
+            f"required field {f!r} of the table must be required" for f in meta["required"] if f not in required
+        ]
     for name, schema in props.items():
         field = fields.get(name)
         if field is not None and (not isinstance(schema, dict) or schema.get("type") != field.get("type")):
             problems.append(f"parameter {name!r} must have its field's type {field.get('type')!r}")
     limit = props.get("limit")
     if "limit" in props and (
-        not isinstance(limit, dict) or limit.get("type") != "integer" or not 1 <= limit.get("maximum", 0) <= LIST_LIMIT_MAX
+        not isinstance(limit, dict)
+        or limit.get("type") != "integer"
+        or not 1 <= limit.get("maximum", 0) <= LIST_LIMIT_MAX
     ):
         problems.append(f"'limit' must be an integer with a maximum between 1 and {LIST_LIMIT_MAX}")
     return problems
@@ -442,8 +467,8 @@ def write_tool(
 
 
 def _as_reply(draft: ToolDraft) -> str:
-    """A draft written back as a reply, for the reviser (the spec as the model gave it when it was readable)."""
-    spec = json.dumps(draft.spec, indent=1, ensure_ascii=False) if draft.spec else "(no readable spec)"
+    """A draft written back as the reply it was read from (its spec as the model wrote it), for the reviser."""
+    spec = draft.spec_text or "(no spec)"
     return f"```json\n{spec}\n```\n\n```python\n{draft.code}```"
 
 

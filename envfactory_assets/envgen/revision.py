@@ -265,7 +265,11 @@ def build_with_revisions(
     if outcome.passed:
         return RevisionResult(with_source(env, source), "passed", outcome.attempts, outcome.stop_reason, [])
     return RevisionResult(
-        with_source(env, source), "failed", outcome.attempts, outcome.stop_reason, failure_reasons(outcome, max_revisions)
+        with_source(env, source),
+        "failed",
+        outcome.attempts,
+        outcome.stop_reason,
+        failure_reasons(outcome, max_revisions),
     )
 
 

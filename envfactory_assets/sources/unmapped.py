@@ -61,9 +61,7 @@ def inline_schema(spec: dict[str, Any], node: Any, depth: int = 0) -> Any:
         if key == "description":
             out[key] = clean_text(value, 160)
         elif key == "properties" and isinstance(value, dict):
-            out[key] = {
-                str(k): inline_schema(spec, v, depth + 1) for k, v in list(value.items())[:MAX_PROPERTIES]
-            }
+            out[key] = {str(k): inline_schema(spec, v, depth + 1) for k, v in list(value.items())[:MAX_PROPERTIES]}
         elif key in ("items", "allOf", "oneOf", "anyOf"):
             out[key] = inline_schema(spec, value, depth + 1)
         else:
