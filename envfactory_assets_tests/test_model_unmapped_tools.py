@@ -209,6 +209,10 @@ def test_unmapped_operations_carry_what_the_document_says(shop):
             "action.field 'shelf'",
         ),
         (
+            reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "stamp": ["published"]}}, RESTOCK_CODE),
+            "action.stamp ['published'] must be null or another date-time field",
+        ),
+        (
             reply({**RESTOCK_SPEC, "action": {**RESTOCK_SPEC["action"], "value": "yes"}}, RESTOCK_CODE),
             "action value 'yes' is not a value",
         ),

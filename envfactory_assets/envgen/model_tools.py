@@ -334,8 +334,14 @@ def _action_problems(action: Any, meta: dict[str, Any]) -> list[str]:
         for v in [action["value"], *blocked]
         if not _holds(field, v)
     ]
+    if action["value"] in blocked:
+        problems.append(f"action value {action['value']!r} cannot also be a blocked value")
     stamp = action["stamp"]
-    if stamp is not None and (meta["fields"].get(stamp, {}).get("format") != "date-time" or stamp == action["field"]):
+    if stamp is not None and (
+        not isinstance(stamp, str)
+        or meta["fields"].get(stamp, {}).get("format") != "date-time"
+        or stamp == action["field"]
+    ):
         problems.append(f"action.stamp {stamp!r} must be null or another date-time field of the table")
     return problems
 
