@@ -9,9 +9,12 @@ import json
 import threading
 import time
 
+import dagster as dg
 import orjson
 import pytest
 
+from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
+from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
 from envfactory_assets.envgen.model_tools import (
@@ -27,6 +30,7 @@ from envfactory_assets.envgen.stage import environment_row, verification_row
 from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_tokens
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section
+from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.unmapped import unmapped_operations
 from envfactory_assets.store.db import Store
@@ -385,3 +389,34 @@ def test_the_outcomes_reach_the_stage_metadata_and_the_report(written, tmp_path)
     assert outcomes == [("passed", "passed", 2), ("failed", "no improvement", 1)]
     section = "\n".join(model_tool_section(outcomes))
     assert "| failed | no improvement | 1 |" in section and model_tool_section([]) == []
+
+
+def test_the_environments_asset_reports_the_model_tools_in_its_metadata(shop, tmp_path):
+    resource, env, _ = shop
+    respond, _ = _responder(env)
+    home = tmp_path / "home"
+    with FakeChatServer(responder=respond) as server, dg.instance_for_test() as instance:
+        results = materialize_pipeline(
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance,
+            raise_on_error=False,
+            selection=["source_resources", "environments", "verified_environments"],
+            run_config={
+                "ops": {"source_resources": {"config": {"corpus_dir": resource["corpus_root"], "per_domain": 2}}}
+            },
+            resources={
+                "envfactory": EnvFactoryHome(home=str(home)),
+                "model_backend": ModelBackend(
+                    backend="openai", base_url=server.base_url, model="scripted", max_revisions=2
+                ),
+                "verification_gate": VerificationGate(),
+            },
+        )
+    assert results[-1].success
+    meta = {k: v.value for k, v in results[-1].asset_materializations_for_node("environments")[0].metadata.items()}
+    figures = meta["model_tools"]
+    assert {k: figures[k] for k in ("operations", "passed", "failed")} == {"operations": 3, "passed": 2, "failed": 1}
+    assert figures["failed_by_stop_reason"] == {"no improvement": 1}
+    assert set(meta["model_usage"]["by_role"]) == {"code_writer", "tool_writer", "tool_reviser"}
+    verified = Store(home / "envfactory.duckdb").read("verified_environments")
+    assert [v["status"] for v in verified] == ["passed"]
