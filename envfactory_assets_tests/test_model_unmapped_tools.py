@@ -383,7 +383,12 @@ def test_the_outcomes_reach_the_stage_metadata_and_the_report(written, tmp_path)
     assert figures["failed_by_stop_reason"] == {"no improvement": 1} and figures["attempts"] == 5
     assert figures["failed_examples"][0].startswith("bookshop_example PUT /books/{bookId}/cover: no improvement")
     store = Store(tmp_path / "envfactory.duckdb")
-    store.replace_current("environments", [row])
+    helpdesk = {
+        **inspect_file(FIXTURES / "helpdesk.json", FIXTURES).as_row(),
+        "corpus_root": str(FIXTURES),
+        "id": "src_h",
+    }
+    store.replace_current("environments", [row, environment_row(helpdesk)])  # a programmatic row has no revisions
     with store.connect(read_only=True) as con:
         outcomes = model_tool_outcomes(con)
     assert outcomes == [("passed", "passed", 2), ("failed", "no improvement", 1)]
