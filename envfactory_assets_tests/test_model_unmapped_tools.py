@@ -15,8 +15,9 @@ import pytest
 
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
-from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.builder import BuildError, build_environment
 from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
+from envfactory_assets.envgen.mcp_resources import unmapped_tool_operations
 from envfactory_assets.envgen.model_tools import (
     MODEL_TOOLS_HEADER,
     judge_tool,
@@ -26,11 +27,12 @@ from envfactory_assets.envgen.model_tools import (
     write_tool,
     write_unmapped_tools,
 )
-from envfactory_assets.envgen.stage import environment_row, verification_row
+from envfactory_assets.envgen.stage import environment_row, operations_to_write, verification_row
 from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_tokens
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section
 from envfactory_assets.runner.materialize import materialize_pipeline
+from envfactory_assets.sources.mcp_tools import MCP_KIND, TOOL_LIST_FORMAT, load_tool_list
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.unmapped import unmapped_operations
 from envfactory_assets.store.db import Store
@@ -425,3 +427,66 @@ def test_the_environments_asset_reports_the_model_tools_in_its_metadata(shop, tm
     assert set(meta["model_usage"]["by_role"]) == {"code_writer", "tool_writer", "tool_reviser"}
     verified = Store(home / "envfactory.duckdb").read("verified_environments")
     assert [v["status"] for v in verified] == ["passed"]
+
+
+def notes_tool_list() -> dict:
+    """A small MCP tool list: notes that can be added, listed and removed, and a tool no CRUD kind maps."""
+    note = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "body": {"type": "string"}, "pinned": {"type": "boolean"}},
+        "required": ["title", "body"],
+    }
+    return {
+        "format": TOOL_LIST_FORMAT,
+        "server": {"name": "notes-server", "version": "1.0.0"},
+        "package": {"ecosystem": "user", "name": "notes-server", "version": "1.0.0", "license": "MIT"},
+        "tools": [
+            {
+                "name": "add_notes",
+                "description": "Add notes to the notebook",
+                "input_schema": {"type": "object", "properties": {"notes": {"type": "array", "items": note}}},
+            },
+            {
+                "name": "list_notes",
+                "description": "List the notes of the notebook",
+                "input_schema": {"type": "object", "properties": {"limit": {"type": "integer"}}},
+            },
+            {
+                "name": "summarize",
+                "description": "Summarize the pinned notes of the notebook",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"pinned": {"type": "boolean", "description": "Only pinned notes."}},
+                    "required": ["pinned"],
+                },
+            },
+        ],
+    }
+
+
+def test_an_mcp_tool_lists_unmapped_tools_go_to_the_model_too(tmp_path):
+    path = tmp_path / "notes.json"
+    path.write_bytes(orjson.dumps(notes_tool_list()))
+    document, digest = load_tool_list(path)
+    resource = {"kind": MCP_KIND, "sha256": digest, "corpus_root": str(tmp_path), "path": "notes.json"}
+    (summarize,) = operations_to_write(resource, path)
+    assert summarize == unmapped_tool_operations(document)[0]
+    assert {k: summarize[k] for k in ("method", "path", "operation_id", "reason")} == {
+        "method": "MCP",
+        "path": "summarize",
+        "operation_id": "summarize",
+        "reason": "no_crud_mapping",
+    }
+    assert summarize["summary"] == "Summarize the pinned notes of the notebook"
+    assert summarize["parameters"] == [
+        {
+            "name": "pinned",
+            "in": "arguments",
+            "required": True,
+            "description": "Only pinned notes.",
+            "schema": {"type": "boolean", "description": "Only pinned notes."},
+        }
+    ]
+    path.write_bytes(path.read_bytes().replace(b"Summarize", b"Sum up"))
+    with pytest.raises(BuildError, match="changed since it was scanned"):
+        operations_to_write(resource, path)

@@ -13,6 +13,7 @@ from envfactory_assets.envgen.builder import MAX_RESOURCES, BuildError, build_en
 
 # as_environment is also re-exported: the environments asset and the tests import it from here
 from envfactory_assets.envgen.environment_dict import ENV_FIELDS, as_environment
+from envfactory_assets.envgen.mcp_resources import unmapped_tool_operations
 from envfactory_assets.envgen.model_tools import write_unmapped_tools
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
 from envfactory_assets.envgen.verify import verify_environment
@@ -169,19 +170,33 @@ def environment_rows(
 def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, Any]:
     """The programmatic builder's environment for a resource of either kind (OpenAPI, MCP tool list)."""
     if resource.get("kind") == MCP_KIND:
-        document, digest = load_tool_list(path)
-        if digest != resource["sha256"]:
-            raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
-        return build_mcp_environment(resource, document)
+        return build_mcp_environment(resource, mcp_document(resource, path))
     return build_environment(resource, openapi_document(resource, path))
 
 
+def mcp_document(resource: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The validated MCP tool list of ``resource`` at ``path``.
+
+    Raises:
+        BuildError: the file changed since it was scanned (its sha256 differs from the resource's).
+    """
+    document, digest = load_tool_list(path)
+    if digest != resource["sha256"]:
+        raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
+    return document
+
+
 def operations_to_write(resource: dict[str, Any], path: Path) -> list[dict[str, Any]]:
-    """The operations a model writes tools for in ``resource``'s environment: those of its OpenAPI document the
-    rules do not map with the builder's cap of resources
-    (:func:`~envfactory_assets.sources.unmapped.unmapped_operations`); none for an MCP tool list."""
+    """The operations a model writes tools for in ``resource``'s environment: those the rules do not map with the
+    builder's cap of resources, of its OpenAPI document
+    (:func:`~envfactory_assets.sources.unmapped.unmapped_operations`) or its MCP tool list
+    (:func:`~envfactory_assets.envgen.mcp_resources.unmapped_tool_operations`).
+
+    Raises:
+        BuildError: the file changed since it was scanned.
+    """
     if resource.get("kind") == MCP_KIND:
-        return []
+        return unmapped_tool_operations(mcp_document(resource, path), MAX_RESOURCES)
     return unmapped_operations(openapi_document(resource, path), MAX_RESOURCES)
 
 
