@@ -256,7 +256,8 @@ def test_a_well_formed_reply_reads_into_a_model_tool_spec(shop):
         "path": "/books/{bookId}/restock",
         "operation_id": "books.restock",
     }
-    assert draft.spec["action"]["thing"] == "book" and draft.code == RESTOCK_CODE
+    assert draft.spec["action"]["thing"] == "book" and draft.spec["action"]["state"] == "in stock"
+    assert draft.code == RESTOCK_CODE
 
 
 def _responder(env: dict):

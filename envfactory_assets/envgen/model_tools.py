@@ -242,7 +242,7 @@ def read_tool_spec(raw: Any, env: dict[str, Any], operation: dict[str, Any]) -> 
     }
     if kind == "action":
         thing = table[:-1] if table.endswith("s") else table
-        spec["action"] = {**action, "state": str(action["value"]), "thing": thing.replace("_", " ")}
+        spec["action"] = {**action, "state": state_word(action), "thing": thing.replace("_", " ")}
     return spec, []
 
 
@@ -255,6 +255,15 @@ def _references(node: Any, depth: int = 0) -> bool:
     if isinstance(node, list):
         return any(_references(v, depth + 1) for v in node)
     return False
+
+
+def state_word(action: dict[str, Any]) -> str:
+    """How a reply names the state an action leaves its row in (a ToolSpec action's ``state``): the value in
+    words, or for a flag its field's words (``in_stock`` true: "in stock"; false: "not in stock")."""
+    value, field = action["value"], str(action["field"]).replace("_", " ")
+    if isinstance(value, bool):
+        return field if value else f"not {field}"
+    return str(value).replace("_", " ")
 
 
 def _schema_problems(label: str, schema: Any, object_with_properties: bool) -> list[str]:
