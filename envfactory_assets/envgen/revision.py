@@ -3,7 +3,9 @@
 The paper's code agent revises its code from test feedback; here the feedback is the deterministic
 gate (:func:`envfactory_assets.envgen.verify.verify_environment`, sandboxed), and the loop stops as soon
 as a draft passes, after ``max_revisions`` revisions, or when a revision does not improve on the
-draft before it.
+draft before it. One loop (:func:`revision_loop`) serves a whole module (:func:`build_with_revisions`) and a
+single tool a model writes for an operation the rules do not map
+(:func:`envfactory_assets.envgen.model_tools.write_tool`).
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def revision_loop(
     judge: Callable[[Any], VerificationReport],
     source_of: Callable[[Any], str],
     max_revisions: int,
-    roles: tuple[str, str] = ("code_writer", REVISER_ROLE),
+    roles: tuple[str, str] = (CODE_WRITER_ROLE, REVISER_ROLE),
 ) -> LoopOutcome:
     """Draft, judge by the gate, revise from the failures: the loop every model-written artefact goes through.
 

@@ -75,10 +75,10 @@ def environment_row(
 
     With a chat ``backend`` the code is written by the model and revised from verification failures
     (:func:`envfactory_assets.envgen.revision.build_with_revisions`, at most ``max_revisions``); the tool
-    specs, tables and initial states are the programmatic builder's. Then, for an OpenAPI document, the model
-    writes the spec and code of each operation the rules do not map, ``tool_threads`` at once, each through the
-    same gate and revision loop (:func:`envfactory_assets.envgen.model_tools.write_unmapped_tools`); the tools
-    that pass are added. Every attempt (source, report, diff) is kept in the row's ``revisions``, each unmapped
+    specs, tables and initial states are the programmatic builder's. Then the model writes the spec and code of
+    each operation (or MCP tool) the rules do not map (:func:`operations_to_write`), ``tool_threads`` at once,
+    each through the same gate and revision loop
+    (:func:`envfactory_assets.envgen.model_tools.write_unmapped_tools`); the tools that pass are added. Every attempt (source, report, diff) is kept in the row's ``revisions``, each unmapped
     operation's outcome in ``revisions["unmapped_operations"]``.
     """
     path = Path(resource["corpus_root"]) / resource["path"]
