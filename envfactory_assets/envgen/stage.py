@@ -78,8 +78,9 @@ def environment_row(
     specs, tables and initial states are the programmatic builder's. Then the model writes the spec and code of
     each operation (or MCP tool) the rules do not map (:func:`operations_to_write`), ``tool_threads`` at once,
     each through the same gate and revision loop
-    (:func:`envfactory_assets.envgen.model_tools.write_unmapped_tools`); the tools that pass are added. Every attempt (source, report, diff) is kept in the row's ``revisions``, each unmapped
-    operation's outcome in ``revisions["unmapped_operations"]``.
+    (:func:`envfactory_assets.envgen.model_tools.write_unmapped_tools`); the tools that pass are added. Every
+    attempt (source, report, diff) is kept in the row's ``revisions``, each unmapped operation's outcome in
+    ``revisions["unmapped_operations"]``.
     """
     path = Path(resource["corpus_root"]) / resource["path"]
     base = {"env_id": resource["resource_key"], "source_resource_id": resource["id"], "domain": resource["domain"]}
