@@ -228,7 +228,16 @@ def test_unmapped_operations_carry_what_the_document_says(shop):
             reply(COUNT_SPEC, COUNT_CODE + "\ndef load(data):\n    return data\n"),
             "'load' must be named _count_books_in_stock_",
         ),
-        (reply(COUNT_SPEC, COUNT_CODE + "\nTABLES = {}\n"), "may only bind names _count_books_in_stock_"),
+        (reply(COUNT_SPEC, COUNT_CODE + "\nTABLES = {}\n"), "may only bind plain names _count_books_in_stock_"),
+        (
+            reply(COUNT_SPEC, COUNT_CODE + "\n_count_books_in_stock_x = TABLES.pop('authors')\n"),
+            "may not call anything (it would run on import)",
+        ),
+        (
+            reply(COUNT_SPEC, COUNT_CODE.replace("genre=None", "genre=TABLES.clear()")),
+            "default values and annotations of 'count_books_in_stock' may not call anything",
+        ),
+        (reply(COUNT_SPEC, "class _count_books_in_stock_K:\n    pass\n" + COUNT_CODE), "no classes"),
         (
             reply(COUNT_SPEC, "def other(state):\n    return {}\n"),
             "must define the function 'count_books_in_stock' exactly once",

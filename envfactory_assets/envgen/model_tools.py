@@ -68,8 +68,9 @@ Reply with exactly two fenced blocks:
 2. ```python: the function `def <name>(state, ...)` (first parameter `state`, then the input_schema
    properties as keyword parameters, optional ones defaulting to None). It is appended to the module shown,
    so it may call the module's helpers (`_row`, `_fail`, `_new_id`, `_check_value`, `TABLES`...). At the top
-   level it may only define the tool function, helpers and constants named `_<name>_...`, and `import m`
-   statements (no `from ... import`); it must not redefine anything of the module.
+   level it may only define the tool function, helper functions and constants named `_<name>_...`, and
+   `import m` statements (no `from ... import`, no class, no decorator, no call outside a function body); it
+   must not redefine anything of the module.
 
 Parameters by kind (the verifier calls the tool with values of the table's fields, so parameters are fields):
 - get, delete: exactly the table's key field, required.
@@ -366,11 +367,29 @@ def _holds(field: dict[str, Any], value: Any) -> bool:
     return ok and ("enum" not in field or value in field["enum"])
 
 
+def _runs_code(nodes: Sequence[ast.AST | None]) -> bool:
+    """Whether evaluating any of ``nodes`` (expressions Python evaluates when it imports a module: assigned
+    values, default values, annotations) could call anything or assign (a call, ``:=``, ``await``, ``yield``)."""
+    calls = (ast.Call, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)
+    return any(isinstance(n, calls) for node in nodes if node is not None for n in ast.walk(node))
+
+
+def _evaluated_at_definition(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST | None]:
+    """The parts of a ``def`` Python evaluates when it runs the ``def``: defaults and annotations."""
+    args = node.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    return [*args.defaults, *args.kw_defaults, node.returns, *(a.annotation for a in every if a is not None)]
+
+
 def tool_code_problems(code: str, name: str) -> list[str]:
-    """What is wrong with the top level of a tool's ``code`` for tool ``name`` (syntax only, nothing runs): it
-    must define ``def name(state, ...)`` once; any other function, class or constant must be named ``_name_...``;
-    imports must be plain ``import m``. Code that does not parse has no problem here: the gate's static check
-    reports it."""
+    """What is wrong with the top level of a tool's ``code`` for tool ``name`` (syntax only, nothing runs).
+
+    Rules, so that appending the code to a module can change nothing of it and runs nothing on import: it defines
+    ``def name(state, ...)`` exactly once; any other function or constant is named ``_name_...``; no class, no
+    decorator; an assignment binds plain names; no assigned value, default value or annotation calls anything;
+    imports are plain ``import m``. Code that does not parse has no problem here: the gate's static check reports
+    it.
+    """
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -378,19 +397,28 @@ def tool_code_problems(code: str, name: str) -> list[str]:
     prefix, problems, defined = f"_{name}_", [], 0
     for node in tree.body:
         where = f"line {node.lineno}"
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            defined += 1
-            params = node.args.posonlyargs + node.args.args
-            if not params or params[0].arg != "state":
-                problems.append(f"{where}: the first parameter of {name} must be named state")
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if not node.name.startswith(prefix):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name == name:
+                defined += 1
+                params = node.args.posonlyargs + node.args.args
+                if not params or params[0].arg != "state":
+                    problems.append(f"{where}: the first parameter of {name} must be named state")
+            elif not node.name.startswith(prefix):
                 problems.append(f"{where}: {node.name!r} must be named {prefix}... (or be the tool {name!r})")
+            if node.decorator_list:
+                problems.append(f"{where}: no decorators")
+            if _runs_code(_evaluated_at_definition(node)):
+                problems.append(f"{where}: default values and annotations of {node.name!r} may not call anything")
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names = [n for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-            if not names or any(not n.id.startswith(prefix) for n in names):
-                problems.append(f"{where}: a top-level assignment may only bind names {prefix}...")
+            names = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+            if not all(isinstance(n, ast.Name) and n.id.startswith(prefix) for n in names):
+                problems.append(f"{where}: a top-level assignment may only bind plain names {prefix}...")
+            annotation = node.annotation if isinstance(node, ast.AnnAssign) else None
+            if _runs_code([node.value, annotation]):
+                problems.append(f"{where}: a top-level value may not call anything (it would run on import)")
+        elif isinstance(node, ast.ClassDef):
+            problems.append(f"{where}: no classes (a class body runs on import); write functions {prefix}...")
         elif isinstance(node, ast.Import):
             problems += [f"{where}: write `import {a.name}` without `as`" for a in node.names if a.asname]
         elif isinstance(node, ast.ImportFrom):
