@@ -30,7 +30,7 @@ from envfactory_assets.envgen.model_tools import (
 from envfactory_assets.envgen.stage import environment_row, operations_to_write, verification_row
 from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_tokens
 from envfactory_assets.llm.testing import FakeChatServer
-from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section
+from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section, run_report
 from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.sources.mcp_tools import MCP_KIND, TOOL_LIST_FORMAT, load_tool_list
 from envfactory_assets.sources.scan import inspect_file
@@ -406,6 +406,7 @@ def test_the_outcomes_reach_the_stage_metadata_and_the_report(written, tmp_path)
     assert outcomes == [("passed", "passed", 2), ("failed", "no improvement", 1)]
     section = "\n".join(model_tool_section(outcomes))
     assert "| failed | no improvement | 1 |" in section and model_tool_section([]) == []
+    assert section in run_report(store)
 
 
 def test_the_environments_asset_reports_the_model_tools_in_its_metadata(shop, tmp_path):
