@@ -90,7 +90,8 @@ LLM_CACHE_FILE = "llm_cache.sqlite"
 
 
 class ModelBackend(dg.ConfigurableResource):
-    """Which implementation plays the paper's LLM roles (today: the EnvGen code writer and reviser).
+    """Which implementation plays the paper's LLM roles (the EnvGen code writer and reviser, the writer of the tools
+    of the operations the rules do not map, the QueryGen roles).
 
     ``backend``: ``programmatic`` (the offline default, no model), ``openai`` (any OpenAI-compatible
     endpoint: ``base_url``, ``model``, key from the environment variable named by ``api_key_env``) or

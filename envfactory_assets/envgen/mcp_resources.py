@@ -28,6 +28,7 @@ from typing import Any
 
 from envfactory_assets.sources.names import singular, snake_case, to_identifier, unique_name
 from envfactory_assets.sources.openapi import FieldSpec, Operation, Resource, clean_text, extract_fields
+from envfactory_assets.sources.unmapped import inline_schema
 
 MAX_TABLES = 4
 
@@ -214,3 +215,65 @@ def resources_from_tool_list(
             f"{op.operation_id}: table {extra.name} beyond the first {max_tables}" for op in extra.operations.values()
         ]
     return resources[:max_tables], unmapped
+
+
+#: Why a tool is unmapped (the start of its ``unmapped`` entry) -> the reason the coverage of OpenAPI documents
+#: gives the like case (:mod:`envfactory_assets.sources.coverage`); a tool of a table beyond the cap is mapped.
+_UNMAPPED_REASONS = (
+    ("no CRUD verb", "no_crud_mapping"),
+    ("its table", "not_modelled"),
+    ("table", "no_stateful_collection"),
+)
+
+
+def unmapped_tool_operations(document: dict[str, Any], max_tables: int = MAX_TABLES) -> list[dict[str, Any]]:
+    """The tools of a validated MCP tool list that :func:`resources_from_tool_list` leaves out (not those of a
+    table beyond ``max_tables``: the mapping does map them), in its order, each described like an item of
+    :func:`~envfactory_assets.sources.unmapped.unmapped_operations`: ``method`` ``"MCP"``, ``path`` and
+    ``operation_id`` the tool's name, ``reason`` (``no_crud_mapping``, ``not_modelled`` or
+    ``no_stateful_collection``) with the mapping's own words in ``detail``, its description, its arguments as
+    ``parameters`` (``"in": "arguments"``), and its output schema as ``response_schema``. Empty when the tool list
+    yields no environment.
+    """
+    try:
+        _, unmapped = resources_from_tool_list(document, max_tables)
+    except McpMappingError:
+        return []
+    tools = {t["name"]: t for t in document["tools"]}
+    out = []
+    for entry in unmapped:
+        name, _, why = entry.partition(": ")
+        tool = tools.get(name)
+        if tool is None or " beyond the first " in why:
+            continue
+        schema = tool.get("input_schema") if isinstance(tool.get("input_schema"), dict) else {}
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        out.append(
+            {
+                "method": "MCP",
+                "path": name,
+                "reason": next((code for start, code in _UNMAPPED_REASONS if why.startswith(start)), "not_modelled"),
+                "detail": why,
+                "operation_id": name,
+                "summary": clean_text(tool.get("description"), 200),
+                "description": clean_text(tool.get("description"), 600),
+                "parameters": [
+                    {
+                        "name": arg,
+                        "in": "arguments",
+                        "required": arg in required,
+                        "description": clean_text(
+                            arg_schema.get("description") if isinstance(arg_schema, dict) else ""
+                        ),
+                        "schema": inline_schema({}, arg_schema),
+                    }
+                    for arg, arg_schema in props.items()
+                ],
+                "request_schema": None,
+                "response_schema": (
+                    inline_schema({}, tool["output_schema"]) if isinstance(tool.get("output_schema"), dict) else None
+                ),
+            }
+        )
+    return out

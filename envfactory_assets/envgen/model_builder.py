@@ -90,7 +90,9 @@ restricted namespace inside a worker process with CPU, memory and time limits):
 """
 
 
-def _env_payload(env: dict[str, Any]) -> dict[str, Any]:
+def environment_payload(env: dict[str, Any]) -> dict[str, Any]:
+    """What a model sees of ``env``: ``env_id``, ``tables``, ``tools`` and the valid initial state trimmed to
+    :data:`EXAMPLE_ROWS` rows per table (``example_valid_state``; None when ``env`` has none)."""
     example = None
     for initial in env.get("initial_states", []):
         if initial["name"] == "valid":
@@ -114,7 +116,7 @@ def code_writer_messages(env: dict[str, Any]) -> list[dict[str, str]]:
     Schemas, ``required``, ``foreign_keys``), the ToolSpecs (name, kind, table, input/output schemas)
     and a trimmed example of the valid initial state.
     """
-    payload = json.dumps(_env_payload(env), indent=1, sort_keys=True, ensure_ascii=False)
+    payload = json.dumps(environment_payload(env), indent=1, sort_keys=True, ensure_ascii=False)
     user = (
         "Write the complete module for this environment: load, save, and one function per tool in "
         "`tools`.\n\n```json\n" + payload + "\n```\n\n"
@@ -136,7 +138,7 @@ def reviser_messages(
     """
     shown = [{k: f.get(k) for k in ("check", "tool", "state", "detail")} for f in failures[:max_failures]]
     more = len(failures) - len(shown)
-    payload = json.dumps(_env_payload(env), indent=1, sort_keys=True, ensure_ascii=False)
+    payload = json.dumps(environment_payload(env), indent=1, sort_keys=True, ensure_ascii=False)
     user = (
         "The module below failed verification. Fix every failure and keep what works.\n\n"
         "Environment:\n```json\n" + payload + "\n```\n\n"

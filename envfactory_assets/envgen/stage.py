@@ -9,16 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.envgen.builder import BuildError, build_environment, build_mcp_environment
+from envfactory_assets.envgen.builder import MAX_RESOURCES, BuildError, build_environment, build_mcp_environment
 
 # as_environment is also re-exported: the environments asset and the tests import it from here
 from envfactory_assets.envgen.environment_dict import ENV_FIELDS, as_environment
+from envfactory_assets.envgen.mcp_resources import unmapped_tool_operations
+from envfactory_assets.envgen.model_tools import write_unmapped_tools
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.llm.base import BackendConfigError, concurrency_of
 from envfactory_assets.runtime.sandbox import SandboxLimits
 from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
 from envfactory_assets.sources.scan import load_document
+from envfactory_assets.sources.unmapped import unmapped_operations
 from envfactory_assets.store.ids import content_id
 
 
@@ -63,14 +66,21 @@ def select_resources(
 
 
 def environment_row(
-    resource: dict[str, Any], backend: Any = None, max_revisions: int = DEFAULT_MAX_REVISIONS
+    resource: dict[str, Any],
+    backend: Any = None,
+    max_revisions: int = DEFAULT_MAX_REVISIONS,
+    tool_threads: int = 1,
 ) -> dict[str, Any]:
     """Build one ``environments`` row; a document that cannot be built gives a ``build_failed`` row.
 
     With a chat ``backend`` the code is written by the model and revised from verification failures
     (:func:`envfactory_assets.envgen.revision.build_with_revisions`, at most ``max_revisions``); the tool
-    specs, tables and initial states are the programmatic builder's either way. Every attempt (source,
-    report, diff) is kept in the row's ``revisions``.
+    specs, tables and initial states are the programmatic builder's. Then the model writes the spec and code of
+    each operation (or MCP tool) the rules do not map (:func:`operations_to_write`), ``tool_threads`` at once,
+    each through the same gate and revision loop
+    (:func:`envfactory_assets.envgen.model_tools.write_unmapped_tools`); the tools that pass are added. Every
+    attempt (source, report, diff) is kept in the row's ``revisions``, each unmapped operation's outcome in
+    ``revisions["unmapped_operations"]``.
     """
     path = Path(resource["corpus_root"]) / resource["path"]
     base = {"env_id": resource["resource_key"], "source_resource_id": resource["id"], "domain": resource["domain"]}
@@ -87,6 +97,9 @@ def environment_row(
                     f"model-written code never passed verification ({result.stop_reason}): "
                     + "; ".join(result.reasons[:3])
                 )
+            env, revisions["unmapped_operations"] = write_unmapped_tools(
+                env, operations_to_write(resource, path), backend, max_revisions, threads=tool_threads
+            )
     except BackendConfigError:
         raise  # a misconfigured backend fails every environment: stop the stage with the setting's name
     except Exception as exc:  # one bad document must never stop the stage: it becomes a build_failed row
@@ -128,19 +141,22 @@ def environment_rows(
     (:func:`~envfactory_assets.llm.base.concurrency_of`): each environment's draft, verification and
     revisions stay in its thread (a revision answers its own verification), every verification runs in its
     own sandbox worker, and each row depends on its resource and its requests alone, so the rows equal a
-    sequential run's. ``progress()`` is called after each environment (from a pool thread).
+    sequential run's. The threads the environments leave of that number write their unmapped operations'
+    tools (one environment: all of them). ``progress()`` is called after each environment (from a pool thread).
 
     Raises:
         BackendConfigError: the backend is misconfigured (the first one, in input order).
     """
+    threads = min(concurrency_of(backend), len(resources)) if backend is not None else 1
+    # the requests left over by the environments go to their unmapped operations' tools
+    tool_threads = max(1, concurrency_of(backend) // max(threads, 1)) if backend is not None else 1
 
     def one(resource: dict[str, Any]) -> dict[str, Any]:
-        row = environment_row(resource, backend, max_revisions)
+        row = environment_row(resource, backend, max_revisions, tool_threads)
         if progress is not None:
             progress()
         return row
 
-    threads = min(concurrency_of(backend), len(resources)) if backend is not None else 1
     if threads <= 1:
         return [one(r) for r in resources]
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="envgen") as pool:
@@ -155,14 +171,46 @@ def environment_rows(
 def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, Any]:
     """The programmatic builder's environment for a resource of either kind (OpenAPI, MCP tool list)."""
     if resource.get("kind") == MCP_KIND:
-        document, digest = load_tool_list(path)
-        if digest != resource["sha256"]:
-            raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
-        return build_mcp_environment(resource, document)
+        return build_mcp_environment(resource, mcp_document(resource, path))
+    return build_environment(resource, openapi_document(resource, path))
+
+
+def mcp_document(resource: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The validated MCP tool list of ``resource`` at ``path``.
+
+    Raises:
+        BuildError: the file changed since it was scanned (its sha256 differs from the resource's).
+    """
+    document, digest = load_tool_list(path)
+    if digest != resource["sha256"]:
+        raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
+    return document
+
+
+def operations_to_write(resource: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """The operations a model writes tools for in ``resource``'s environment: those the rules do not map with the
+    builder's cap of resources, of its OpenAPI document
+    (:func:`~envfactory_assets.sources.unmapped.unmapped_operations`) or its MCP tool list
+    (:func:`~envfactory_assets.envgen.mcp_resources.unmapped_tool_operations`).
+
+    Raises:
+        BuildError: the file changed since it was scanned.
+    """
+    if resource.get("kind") == MCP_KIND:
+        return unmapped_tool_operations(mcp_document(resource, path), MAX_RESOURCES)
+    return unmapped_operations(openapi_document(resource, path), MAX_RESOURCES)
+
+
+def openapi_document(resource: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The parsed OpenAPI document of ``resource`` at ``path``.
+
+    Raises:
+        BuildError: the file changed since it was scanned (its sha256 differs from the resource's).
+    """
     raw = path.read_bytes()
     if hashlib.sha256(raw).hexdigest() != resource["sha256"]:
         raise BuildError(f"{path} changed since it was scanned (sha256 differs); re-materialize source_resources")
-    return build_environment(resource, load_document(raw, path.suffix.lower()))
+    return load_document(raw, path.suffix.lower())
 
 
 def _builder(backend: Any) -> str:

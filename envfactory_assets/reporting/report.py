@@ -199,6 +199,7 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
             if has_table(con, "operation_coverage")
             else []
         )
+        model_tools = model_tool_outcomes(con)
         chains = chain_counts(con)
         comparison = q("SELECT * FROM sampler_comparison") if has_table(con, "sampler_comparison") else []
         turns = q(
@@ -293,6 +294,7 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
         _table(envs, ("domain", "built", "passed verification", "tools (passed)")),
         "",
         *tool_kind_section(tool_kinds, call_kinds, coverage),
+        *model_tool_section(model_tools),
         "## Tool chains",
         "",
         _table(chains, ("sampler", "status", "chains", "mean tools", "mean servers")),
@@ -442,6 +444,30 @@ def tool_kind_section(
             "",
         ]
     return parts
+
+
+def model_tool_outcomes(con: Any) -> list[tuple[Any, ...]]:
+    """``[(status, stop reason, operations)]`` of the operations the rules do not map that a model wrote tools for
+    (``environments.revisions["unmapped_operations"]``), passed first; empty for a run without a model."""
+    return con.execute(
+        """SELECT o->>'status', coalesce(o->>'stop_reason', ''), count(*)
+           FROM current_environments, unnest(CAST(revisions->'unmapped_operations' AS JSON[])) AS u(o)
+           GROUP BY 1, 2 ORDER BY 1 DESC, 2"""
+    ).fetchall()
+
+
+def model_tool_section(outcomes: list[tuple[Any, ...]]) -> list[str]:
+    """The report's lines on the tools a model wrote (:func:`model_tool_outcomes`); none when there are none."""
+    if not outcomes:
+        return []
+    return [
+        "Operations the rules do not map, written by the model (spec and code, through the gate and the revision "
+        "loop; a passed tool is in its environment, a failed one only here; each operation's attempts are in "
+        "`environments.revisions`, docs/models.md):",
+        "",
+        _table(outcomes, ("status", "stop reason", "operations")),
+        "",
+    ]
 
 
 def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:

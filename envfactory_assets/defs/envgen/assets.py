@@ -11,6 +11,7 @@ from envfactory_assets.defs.config_fields import generated_config
 from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, environment_partitions
 from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.envgen.model_tools import summarize_outcomes
 from envfactory_assets.envgen.run_settings import VerificationRunSpec
 from envfactory_assets.envgen.stage import as_environment, environment_rows, verify_all
 from envfactory_assets.envgen.tool_names import readability_figures
@@ -66,7 +67,8 @@ def environments(
 ) -> dg.MaterializeResult:
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
     valid/boundary/invalid initial states) built by the programmatic builder, one per ``environment``
-    partition (the resource selected by ``source_resources`` under that key)."""
+    partition (the resource selected by ``source_resources`` under that key). With a ``model_backend`` the
+    model writes the code, and the tools of the operations the rules do not map (metadata ``model_tools``)."""
     started = time.monotonic()
     backend = model_backend.backend_for(envfactory.root())
     store = envfactory.store()
@@ -89,6 +91,8 @@ def environments(
             # seeded values judged by the field-semantic check (a zone is a zone, a status a status word)
             "value_semantics": value_figures(as_environment(r) for r in built),
             "model_usage": model_usage(backend, started),
+            # with a model: the tools it wrote for operations the rules do not map, passed and failed (why)
+            "model_tools": summarize_outcomes(rows) if backend is not None else {},
             "partitions": len(keys),
             "missing_sources": sorted(set(keys) - {r["resource_key"] for r in chosen})[:20],
         },
