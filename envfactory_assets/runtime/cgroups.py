@@ -240,6 +240,7 @@ class WorkerCgroup:
         name = f"{GROUP_PREFIX}{os.getpid()}-{next(_names)}"
         self.dirs = {controller: Path(base) / name for controller, base in support.bases}
         self._fds: dict[str, int] = {}
+        self._paths: dict[tuple[str, str], str] = {}
         made: list[Path] = []
         try:
             for path in dict.fromkeys(self.dirs.values()):
@@ -254,10 +255,17 @@ class WorkerCgroup:
     def _dir(self, controller: str) -> Path:
         return self.dirs[controller] if self.mode == "v1" else self.dirs[""]
 
-    def _text(self, path: Path) -> str:
-        """A control file's content now: read again from offset 0 through a descriptor kept open (the parent
-        reads three of them after every request), opened anew if reading fails; '' when it cannot be read."""
-        key = str(path)
+    def _control(self, controller: str, name: str) -> str:
+        """The path of control file ``name`` of ``controller``'s directory, built once (the parent reads three of
+        them after every request, and building a ``Path`` costs more than reading the file)."""
+        key = self._paths.get((controller, name))
+        if key is None:
+            key = self._paths[(controller, name)] = str(self._dir(controller) / name)
+        return key
+
+    def _text(self, key: str) -> str:
+        """A control file's content now (``key``: its path from :meth:`_control`): read again from offset 0 through
+        a descriptor kept open, opened anew if reading fails; '' when it cannot be read."""
         for _ in range(2):
             fd = self._fds.get(key)
             try:
@@ -276,14 +284,14 @@ class WorkerCgroup:
             except OSError:
                 pass
 
-    def _int(self, path: Path) -> int:
+    def _int(self, controller: str, name: str) -> int:
         try:
-            return int(self._text(path).split()[0])
+            return int(self._text(self._control(controller, name)).split()[0])
         except (ValueError, IndexError):
             return 0
 
-    def _keyed(self, path: Path) -> dict[str, int]:
-        return _parse_keyed(self._text(path))
+    def _keyed(self, controller: str, name: str) -> dict[str, int]:
+        return _parse_keyed(self._text(self._control(controller, name)))
 
     def _write_limits(self, memory_bytes: int, pids_max: int, cpu_cores: float) -> None:
         memory = self._dir("memory")
@@ -316,12 +324,12 @@ class WorkerCgroup:
     def cpu_seconds(self) -> float:
         """CPU time used by every task that was ever in the group, seconds (user + system)."""
         if self.mode == "v1":
-            return self._int(self._dir("cpuacct") / "cpuacct.usage") / 1e9
-        return self._keyed(self._dir("cpu") / "cpu.stat").get("usage_usec", 0) / 1e6
+            return self._int("cpuacct", "cpuacct.usage") / 1e9
+        return self._keyed("cpu", "cpu.stat").get("usage_usec", 0) / 1e6
 
     def tasks(self) -> int:
         """Tasks (processes and threads) in the group now."""
-        return self._int(self._dir("pids") / "pids.current")
+        return self._int("pids", "pids.current")
 
     def memory_in_use(self) -> int:
         """Bytes charged to the group now (user, shared, tmpfs and kernel memory)."""
@@ -332,12 +340,12 @@ class WorkerCgroup:
         """The limit the kernel enforced on the group, or '': ``"memory"`` when its out-of-memory killer
         killed a task of the group, ``"pids"`` when a new task was refused."""
         if self.mode == "v1":
-            oom = self._keyed(self._dir("memory") / "memory.oom_control").get("oom_kill", 0)
+            oom = self._keyed("memory", "memory.oom_control").get("oom_kill", 0)
         else:
-            oom = self._keyed(self._dir("memory") / "memory.events").get("oom_kill", 0)
+            oom = self._keyed("memory", "memory.events").get("oom_kill", 0)
         if oom:
             return "memory"
-        if self._keyed(self._dir("pids") / "pids.events").get("max", 0):
+        if self._keyed("pids", "pids.events").get("max", 0):
             return "pids"
         return ""
 

@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import envfactory_assets.runtime.cgroups as cgroups
 from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge
@@ -287,9 +287,8 @@ def _describe_exit(returncode: int | None, limits: SandboxLimits, contained: boo
     return f"worker killed by {name}{hint}"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Pending:
-    """A request sent to a worker whose response is still to be read."""
+class _Pending(NamedTuple):
+    """A request sent to a worker whose response is still to be read (a tuple: made on every request)."""
 
     op: str
     request_id: int
