@@ -198,23 +198,6 @@ def _read_int(path: Path, default: int = 0) -> int:
         return default
 
 
-def _read_keyed(path: Path) -> dict[str, int]:
-    """A flat keyed file (``memory.events``, ``memory.oom_control``, ``cpu.stat``) as ``{key: value}``."""
-    try:
-        return _parse_keyed(path.read_text())
-    except OSError:
-        return {}
-
-
-def _parse_keyed(text: str) -> dict[str, int]:
-    values = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().lstrip("-").isdigit():
-            values[key] = int(value)
-    return values
-
-
 class WorkerCgroup:
     """One worker's control group (one directory per v1 controller, or one v2 directory).
 
@@ -290,9 +273,6 @@ class WorkerCgroup:
         except (ValueError, IndexError):
             return 0
 
-    def _keyed(self, controller: str, name: str) -> dict[str, int]:
-        return _parse_keyed(self._text(self._control(controller, name)))
-
     def _write_limits(self, memory_bytes: int, pids_max: int, cpu_cores: float) -> None:
         memory = self._dir("memory")
         if self.mode == "v1":
@@ -325,7 +305,7 @@ class WorkerCgroup:
         """CPU time used by every task that was ever in the group, seconds (user + system)."""
         if self.mode == "v1":
             return self._int("cpuacct", "cpuacct.usage") / 1e9
-        return self._keyed("cpu", "cpu.stat").get("usage_usec", 0) / 1e6
+        return self._keyed_value("cpu", "cpu.stat", "usage_usec") / 1e6
 
     def tasks(self) -> int:
         """Tasks (processes and threads) in the group now."""
@@ -336,18 +316,26 @@ class WorkerCgroup:
         name = "memory.usage_in_bytes" if self.mode == "v1" else "memory.current"
         return _read_int(self._dir("memory") / name)
 
-    def limit_hit(self) -> str:
-        """The limit the kernel enforced on the group, or '': ``"memory"`` when its out-of-memory killer
-        killed a task of the group, ``"pids"`` when a new task was refused."""
+    def oom_killed(self) -> bool:
+        """Whether the kernel's out-of-memory killer killed a task of the group (its memory limit)."""
         if self.mode == "v1":
-            oom = self._keyed("memory", "memory.oom_control").get("oom_kill", 0)
-        else:
-            oom = self._keyed("memory", "memory.events").get("oom_kill", 0)
-        if oom:
-            return "memory"
-        if self._keyed("pids", "pids.events").get("max", 0):
-            return "pids"
-        return ""
+            return self._keyed_value("memory", "memory.oom_control", "oom_kill") > 0
+        return self._keyed_value("memory", "memory.events", "oom_kill") > 0
+
+    def tasks_refused(self) -> bool:
+        """Whether the group refused a new task (its ``pids.max``)."""
+        return self._keyed_value("pids", "pids.events", "max") > 0
+
+    def _keyed_value(self, controller: str, name: str, key: str) -> int:
+        """The value of ``key`` in a flat-keyed control file (``key value`` lines); 0 when absent."""
+        prefix = key + " "
+        for line in self._text(self._control(controller, name)).splitlines():
+            if line.startswith(prefix):
+                try:
+                    return int(line[len(prefix) :])
+                except ValueError:
+                    return 0
+        return 0
 
     def kill(self) -> None:
         """SIGKILL every task of the group (v2: ``cgroup.kill``; v1: each pid, until none is left)."""

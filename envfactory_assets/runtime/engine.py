@@ -399,6 +399,20 @@ class Engine:
         """Forget an episode; returns whether it was open."""
         return self.episodes.pop(episode_id, None) is not None
 
+    def close_all(self, episode_ids: Any) -> None:
+        """Forget every episode of ``episode_ids`` (a request's ``close`` field: episodes the parent closed since its
+        last request to this worker; None when there are none).
+
+        Raises:
+            OperationError: ``bad_request`` when it is not a list of strings (nothing is closed then).
+        """
+        if episode_ids is None:
+            return
+        if not isinstance(episode_ids, list) or not all(isinstance(e, str) for e in episode_ids):
+            raise OperationError("bad_request", "field 'close' must be a list of episode ids")
+        for episode_id in episode_ids:
+            self.episodes.pop(episode_id, None)
+
     def _saved(self, env_id: str, instance: EnvironmentInstance) -> tuple[Any, bytes]:
         """``save(state)`` and its canonical encoding (:func:`.canonical.canonical_json`), which checks it is plain
         JSON as the state hash reads it (no NaN or infinity either); raises ``environment_fault``."""

@@ -4,6 +4,8 @@ A frame is a 4-byte big-endian unsigned length followed by that many bytes of UT
 object). The worker first sends ``{"ready": true, "pid": int, "protocol": 1}``; then every request
 ``{"id": int, "op": str, "timeout_s": float, ...}`` gets exactly one response
 ``{"id": int, "ok": true, "result": ...}`` or ``{"id": int, "ok": false, "error": {"type", "message", ...}}``.
+A request may also carry ``"close": [episode id, ...]``: episodes the parent closed since its last request, which
+the worker forgets before it runs the request (a closed episode costs no round trip of its own).
 """
 
 from __future__ import annotations

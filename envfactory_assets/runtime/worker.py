@@ -163,8 +163,9 @@ def serve(engine: Engine, alarm: Alarm, request: dict[str, Any]) -> dict[str, An
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
         timeout = None
     try:
-        alarm.arm(timeout)  # not the context manager: this runs on every request
+        alarm.arm(timeout)
         try:
+            engine.close_all(request.get("close"))
             result = engine.dispatch(op, request)
         finally:
             alarm.disarm()
@@ -236,6 +237,8 @@ def serve_requests(
                 protocol_out,
                 {"id": request.get("id"), "ok": False, "error": {"type": "internal", "message": str(exc)[:2000]}},
             )
+        # not held while waiting for the next request, which may come much later: a reply can be large
+        request = response = None
 
 
 def main(argv: list[str] | None = None) -> int:
