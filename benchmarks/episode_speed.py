@@ -8,11 +8,13 @@ shape most environments have. Measured, as medians of ``--repeat`` tries:
   equal, and not equal, which saves and hashes the state); against the floors of a copy-on-write map over the
   table (``collections.ChainMap``) and of the exact hash (orjson canonical encoding + sha256 of the saved state),
   and the fork that loads ``save(state)`` afresh (what every fork did before);
-- through the sandbox: one call of a trivial tool against a pipe echo to a worker process (same framing);
+- through the sandbox: one call of a trivial tool against a pipe echo to a worker process (same framing), their
+  tries alternated;
 - a whole rollout's environment overhead as the parent sees it (fork the task's base, 5 calls, final-state
   hashes, close) on a 1-environment and a 3-environment task (three trust domains, three worker processes),
-  against the same number of pipe echoes, and against the previous path (open the episode on the row's
-  initial state, 5 calls, save and hash in the parent, close).
+  against as many pipe echoes as it has round trips (a close rides on the worker's next request, the next
+  rollout's fork, whose time includes it), tries alternated, and against the previous path (open the episode
+  on the row's initial state, 5 calls, save and hash in the parent, close).
 
 With ``--before DIR`` (a checkout of another commit), the previous path's rollouts also run with that
 checkout's code, in a subprocess, in the same run. Usage::
@@ -124,6 +126,21 @@ def saved_state(rows: int) -> dict[str, Any]:
     return orjson.loads(canonical_json(state))
 
 
+def paired_medians_us(first: Callable[[], Any], second: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    """Median wall times of ``first`` and ``second`` in microseconds, their ``repeat`` tries alternated (after 3
+    warm-up calls of each), so that a load that comes and goes on a shared machine weighs on both alike."""
+    for _ in range(3):
+        first()
+        second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for function, out in ((first, samples[0]), (second, samples[1])):
+            start = time.perf_counter()
+            function()
+            out.append(time.perf_counter() - start)
+    return statistics.median(samples[0]) * 1e6, statistics.median(samples[1]) * 1e6
+
+
 def median_us(function: Callable[[], Any], repeat: int) -> float:
     """Median wall time of ``function`` in microseconds over ``repeat`` tries, after 3 warm-up calls."""
     for _ in range(3):
@@ -209,8 +226,11 @@ def through_sandbox(rows: int, repeat: int) -> dict[str, float]:
     with SandboxWorker(SandboxLimits()) as worker:
         worker.load_environment("ping", PING, origin="template")
         small = worker.open_episode({"ping": {}})
-        results["call"] = median_us(lambda: worker.call(small, "ping"), repeat)
-        results["echo"] = median_us(echo.round_trip, repeat)
+
+        def call() -> None:
+            worker.call(small, "ping")
+
+        results["call"], results["echo"] = paired_medians_us(call, echo.round_trip, repeat)
         for n_envs in (1, 3):
             env_ids = [f"bench_{i}" for i in range(n_envs)]
             for env_id in env_ids:
@@ -235,10 +255,12 @@ def through_sandbox(rows: int, repeat: int) -> dict[str, float]:
                 {env_id: state_hash(state) for env_id, state in worker.save(episode).items()}
                 worker.close_episode(episode)
 
-            # round trips of a rollout: a fork, a hash and a close per environment, and the calls
-            trips = 3 * n_envs + len(CALLS)
-            results[f"rollout_{n_envs}"] = median_us(rollout, repeat)
-            results[f"echo_rollout_{n_envs}"] = median_us(lambda t=trips: [echo.round_trip() for _ in range(t)], repeat)
+            # round trips of a rollout: a fork and a hash per environment, and the calls (a close rides on the
+            # worker's next request)
+            trips = 2 * n_envs + len(CALLS)
+            results[f"rollout_{n_envs}"], results[f"echo_rollout_{n_envs}"] = paired_medians_us(
+                rollout, lambda t=trips: [echo.round_trip() for _ in range(t)], repeat
+            )
             results[f"previous_{n_envs}"] = median_us(previous, max(10, repeat // 10))
     echo.close()
     return results
@@ -335,7 +357,7 @@ def markdown(rows: int, repeat: int, figures: dict[str, float]) -> str:
                 f"rollout, {n} environment(s): fork, 5 calls, hashes, close",
                 f"rollout_{n}",
                 f"echo_rollout_{n}",
-                f"{3 * n + len(CALLS)} pipe echoes",
+                f"{2 * n + len(CALLS)} pipe echoes",
                 target,
             )
         )

@@ -670,7 +670,7 @@ def _serve_env_http(args: argparse.Namespace) -> int:
 
 
 # --- serve-openenv: the RL tasks as an OpenEnv environment over HTTP and WebSocket -----------------------
-SESSION_OPTIONS = ("max_sessions", "idle_timeout_s", "max_steps", "max_argument_bytes", "workers")
+SESSION_OPTIONS = ("max_sessions", "idle_timeout_s", "max_steps", "max_argument_bytes", "workers", "open_tasks")
 
 
 class _Terminated(Exception):
@@ -1129,6 +1129,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("max-steps", int, "most steps in one episode before it is ended and scored"),
         ("max-argument-bytes", int, "most bytes (as JSON) of one call's arguments; a larger call does not run"),
         ("workers", int, "sandbox worker sets the episodes are spread over (tool calls run at once)"),
+        ("open-tasks", int, "tasks each worker set keeps opened for their next episodes (forks of one base)"),
     ):
         default = getattr(session_defaults, option.replace("-", "_"))
         oe.add_argument(

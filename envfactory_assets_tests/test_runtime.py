@@ -21,6 +21,7 @@ from envfactory_assets.runtime import (
     state_hash,
     static_check,
 )
+from envfactory_assets.runtime.sandbox import MAX_DEFERRED_CLOSES
 
 # A todo-list environment following the module contract of docs/design.md.
 TODO_SOURCE = '''
@@ -438,6 +439,22 @@ def test_cpu_limit_kills_a_runaway_request() -> None:
         assert result["error"]["type"] == "resource_limit", result
         assert "CPU limit of 1 s per call" in result["error"]["message"]
         assert result["error"]["episode_lost"] and not worker.is_open(episode)
+
+
+def test_closed_episodes_are_freed_by_the_workers_next_request() -> None:
+    with new_worker() as worker:
+        base = worker.open_episode({"todo": todo_state("a", "b"), "chaos": {}}, shared=True)
+        forks = [worker.fork(base) for _ in range(5)]
+        assert worker.held_episodes("todo") == worker.held_episodes("chaos") == 6
+        for fork in forks:
+            worker.close_episode(fork)
+            with pytest.raises(EpisodeLost):
+                worker.call(fork, "list_tasks")
+        assert worker.held_episodes("todo") == worker.held_episodes("chaos") == 1  # freed before the ping ran
+        for _ in range(MAX_DEFERRED_CLOSES + 3):  # past the bound they are freed without another request
+            worker.close_episode(worker.fork(base))
+        assert worker.held_episodes("todo") == 1 and worker.held_episodes("missing") is None
+        assert worker.call(base, "list_tasks")["ok"]
 
 
 def test_close_is_idempotent_and_final() -> None:

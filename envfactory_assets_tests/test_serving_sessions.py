@@ -120,6 +120,34 @@ def test_a_dead_worker_ends_only_its_own_episodes_and_the_others_go_on(tasks):
         assert pool.open_count == 1
 
 
+def _play_gold(pool: SessionPool, task: dict) -> tuple[str, dict]:
+    eid = pool.open(task_id=task["id"]).episode_id
+    for call in task["gold_calls"]:
+        assert pool.call(eid, call["name"], call["arguments"]).error is None
+    return eid, pool.finish(eid)
+
+
+def test_episodes_of_a_task_fork_it_opened_once_and_end_as_if_opened_afresh(tasks):
+    task = tasks.rows["rl_three_environments"]
+    with SessionPool(tasks) as shared, SessionPool(tasks, SessionSettings(open_tasks=0)) as afresh:
+        first, second = (shared.open(task_id=task["id"]).episode_id for _ in range(2))
+        assert shared.opened_tasks == 1  # both episodes fork the one opened task
+        shared.close_episode(first)
+        shared.close_episode(second)
+        for _ in range(2):  # the second time from the opened task, as the first
+            _, end = _play_gold(shared, task)
+            _, plain = _play_gold(afresh, task)
+            assert afresh.opened_tasks == 0 and shared.opened_tasks == 1
+            assert (end.reward, end.reward_breakdown, end.state_diff) == (
+                plain.reward,
+                plain.reward_breakdown,
+                plain.state_diff,
+            )
+            assert end.reward == 1.0 and end.state_diff
+    with pytest.raises(SettingError, match="open_tasks"):
+        SessionSettings(open_tasks=-1)
+
+
 def test_bad_settings_and_unknown_tasks_are_refused_by_name(tasks):
     with pytest.raises(SettingError, match=r"serve-openenv setting max_sessions=0: expected a whole number"):
         SessionSettings(max_sessions=0)

@@ -198,23 +198,6 @@ def _read_int(path: Path, default: int = 0) -> int:
         return default
 
 
-def _read_keyed(path: Path) -> dict[str, int]:
-    """A flat keyed file (``memory.events``, ``memory.oom_control``, ``cpu.stat``) as ``{key: value}``."""
-    try:
-        return _parse_keyed(path.read_text())
-    except OSError:
-        return {}
-
-
-def _parse_keyed(text: str) -> dict[str, int]:
-    values = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().lstrip("-").isdigit():
-            values[key] = int(value)
-    return values
-
-
 class WorkerCgroup:
     """One worker's control group (one directory per v1 controller, or one v2 directory).
 
@@ -240,6 +223,7 @@ class WorkerCgroup:
         name = f"{GROUP_PREFIX}{os.getpid()}-{next(_names)}"
         self.dirs = {controller: Path(base) / name for controller, base in support.bases}
         self._fds: dict[str, int] = {}
+        self._paths: dict[tuple[str, str], str] = {}
         made: list[Path] = []
         try:
             for path in dict.fromkeys(self.dirs.values()):
@@ -254,10 +238,17 @@ class WorkerCgroup:
     def _dir(self, controller: str) -> Path:
         return self.dirs[controller] if self.mode == "v1" else self.dirs[""]
 
-    def _text(self, path: Path) -> str:
-        """A control file's content now: read again from offset 0 through a descriptor kept open (the parent
-        reads three of them after every request), opened anew if reading fails; '' when it cannot be read."""
-        key = str(path)
+    def _control(self, controller: str, name: str) -> str:
+        """The path of control file ``name`` of ``controller``'s directory, built once (the parent reads three of
+        them after every request, and building a ``Path`` costs more than reading the file)."""
+        key = self._paths.get((controller, name))
+        if key is None:
+            key = self._paths[(controller, name)] = str(self._dir(controller) / name)
+        return key
+
+    def _text(self, key: str) -> str:
+        """A control file's content now (``key``: its path from :meth:`_control`): read again from offset 0 through
+        a descriptor kept open, opened anew if reading fails; '' when it cannot be read."""
         for _ in range(2):
             fd = self._fds.get(key)
             try:
@@ -276,14 +267,11 @@ class WorkerCgroup:
             except OSError:
                 pass
 
-    def _int(self, path: Path) -> int:
+    def _int(self, controller: str, name: str) -> int:
         try:
-            return int(self._text(path).split()[0])
+            return int(self._text(self._control(controller, name)).split()[0])
         except (ValueError, IndexError):
             return 0
-
-    def _keyed(self, path: Path) -> dict[str, int]:
-        return _parse_keyed(self._text(path))
 
     def _write_limits(self, memory_bytes: int, pids_max: int, cpu_cores: float) -> None:
         memory = self._dir("memory")
@@ -316,30 +304,38 @@ class WorkerCgroup:
     def cpu_seconds(self) -> float:
         """CPU time used by every task that was ever in the group, seconds (user + system)."""
         if self.mode == "v1":
-            return self._int(self._dir("cpuacct") / "cpuacct.usage") / 1e9
-        return self._keyed(self._dir("cpu") / "cpu.stat").get("usage_usec", 0) / 1e6
+            return self._int("cpuacct", "cpuacct.usage") / 1e9
+        return self._keyed_value("cpu", "cpu.stat", "usage_usec") / 1e6
 
     def tasks(self) -> int:
         """Tasks (processes and threads) in the group now."""
-        return self._int(self._dir("pids") / "pids.current")
+        return self._int("pids", "pids.current")
 
     def memory_in_use(self) -> int:
         """Bytes charged to the group now (user, shared, tmpfs and kernel memory)."""
         name = "memory.usage_in_bytes" if self.mode == "v1" else "memory.current"
         return _read_int(self._dir("memory") / name)
 
-    def limit_hit(self) -> str:
-        """The limit the kernel enforced on the group, or '': ``"memory"`` when its out-of-memory killer
-        killed a task of the group, ``"pids"`` when a new task was refused."""
+    def oom_killed(self) -> bool:
+        """Whether the kernel's out-of-memory killer killed a task of the group (its memory limit)."""
         if self.mode == "v1":
-            oom = self._keyed(self._dir("memory") / "memory.oom_control").get("oom_kill", 0)
-        else:
-            oom = self._keyed(self._dir("memory") / "memory.events").get("oom_kill", 0)
-        if oom:
-            return "memory"
-        if self._keyed(self._dir("pids") / "pids.events").get("max", 0):
-            return "pids"
-        return ""
+            return self._keyed_value("memory", "memory.oom_control", "oom_kill") > 0
+        return self._keyed_value("memory", "memory.events", "oom_kill") > 0
+
+    def tasks_refused(self) -> bool:
+        """Whether the group refused a new task (its ``pids.max``)."""
+        return self._keyed_value("pids", "pids.events", "max") > 0
+
+    def _keyed_value(self, controller: str, name: str, key: str) -> int:
+        """The value of ``key`` in a flat-keyed control file (``key value`` lines); 0 when absent."""
+        prefix = key + " "
+        for line in self._text(self._control(controller, name)).splitlines():
+            if line.startswith(prefix):
+                try:
+                    return int(line[len(prefix) :])
+                except ValueError:
+                    return 0
+        return 0
 
     def kill(self) -> None:
         """SIGKILL every task of the group (v2: ``cgroup.kill``; v1: each pid, until none is left)."""

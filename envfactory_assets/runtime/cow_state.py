@@ -38,10 +38,10 @@ _MANY_DIFFERENT = 32
 _STRICT = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
-def _own(child: Any, deep: frozenset[int]) -> Any:
+def _own(child: Any, snapshot: Snapshot) -> Any:
     """A private copy of a shared container ``child``: a plain copy when it holds no containers."""
-    if id(child) in deep:
-        return CowDict.over(child, deep) if type(child) is dict else CowList.over(child, deep)
+    if id(child) in snapshot.deep:
+        return CowDict.over(child, snapshot) if type(child) is dict else CowList.over(child, snapshot)
     return child.copy()
 
 
@@ -54,15 +54,29 @@ class Snapshot:
     Attributes:
         root: the frozen state.
         deep: ids of the snapshot's containers that hold containers (their copies are copy-on-write too).
-        ids: ids of all its containers.
+        ids: ids of all its containers. The snapshot keeps them alive, so an id names one of them as long as the
+            snapshot lives: a value whose id is here is the snapshot's own container.
+        flat_rows: ``{id of a dict of the snapshot: whether every container it holds is a dict holding no
+            container}`` (a table of flat rows, whose children are copied with ``dict.copy``), filled on first use.
     """
 
-    __slots__ = ("deep", "ids", "root")
+    __slots__ = ("deep", "flat_rows", "ids", "root")
 
     def __init__(self, root: dict[str, Any] | list[Any], deep: frozenset[int], ids: frozenset[int]) -> None:
         self.root = root
         self.deep = deep
         self.ids = ids
+        self.flat_rows: dict[int, bool] = {}
+
+    def holds_flat_rows(self, node: dict[str, Any]) -> bool:
+        """Whether every container ``node`` (a dict of the snapshot) holds is a ``dict`` holding no container."""
+        known = self.flat_rows.get(id(node))
+        if known is None:
+            children = [v for v in node.values() if type(v) in _CONTAINERS]
+            known = self.flat_rows[id(node)] = self.deep.isdisjoint(map(id, children)) and all(
+                type(v) is dict for v in children
+            )
+        return known
 
 
 def freeze(state: Any, leaf: Callable[[Any], bool] | None = None) -> Snapshot | None:
@@ -106,8 +120,8 @@ def fork_view(snapshot: Snapshot) -> Any:
     """A private, copy-on-write view of ``snapshot``'s state for one episode (a :class:`CowDict`, or a
     :class:`CowList` for a list); O(1)."""
     if type(snapshot.root) is dict:
-        return CowDict.over(snapshot.root, snapshot.deep)
-    return CowList.over(snapshot.root, snapshot.deep)
+        return CowDict.over(snapshot.root, snapshot)
+    return CowList.over(snapshot.root, snapshot)
 
 
 class CowDict(dict):
@@ -118,19 +132,19 @@ class CowDict(dict):
     values copies them first.
     """
 
-    __slots__ = ("_deep", "_source")
+    __slots__ = ("_snapshot", "_source")
 
     @classmethod
-    def over(cls, source: dict[str, Any], deep: frozenset[int]) -> CowDict:
+    def over(cls, source: dict[str, Any], snapshot: Snapshot) -> CowDict:
         node = cls(source)
         node._source = source
-        node._deep = deep
+        node._snapshot = snapshot
         return node
 
     def _child(self, key: Any, value: Any) -> Any:
         source = self._source
         if source is not None and type(value) in _CONTAINERS and source.get(key) is value:
-            value = _own(value, self._deep)
+            value = _own(value, self._snapshot)
             dict.__setitem__(self, key, value)
         return value
 
@@ -139,17 +153,17 @@ class CowDict(dict):
         if source is None:
             return
         # In C loops (a table of a thousand rows is the usual case): which children are still the snapshot's
-        # containers, then their copies, stored back in one update.
+        # containers (their ids are the snapshot's, and no snapshot container is ever handed out, so it can only
+        # sit where it was frozen), then their copies, stored back in one update.
+        snapshot = self._snapshot
         keys, values = list(dict.keys(self)), list(dict.values(self))
-        still_shared = map(operator.is_, map(source.get, keys), values)
-        shared = list(map(operator.and_, still_shared, map(_CONTAINERS.__contains__, map(type, values))))
-        pending = list(itertools.compress(values, shared))
-        if pending:
-            deep = self._deep
-            if deep.isdisjoint(map(id, pending)) and set(map(type, pending)) == {dict}:
-                copies: Any = map(dict.copy, pending)  # flat rows
+        shared = list(map(snapshot.ids.__contains__, map(id, values)))
+        if any(shared):
+            pending = itertools.compress(values, shared)
+            if snapshot.holds_flat_rows(source):
+                copies: Any = map(dict.copy, pending)
             else:
-                copies = [_own(value, deep) for value in pending]
+                copies = [_own(value, snapshot) for value in pending]
             dict.update(self, zip(itertools.compress(keys, shared), copies, strict=True))
         self._source = None  # every child is private now: later reads need no check
 
@@ -222,13 +236,13 @@ class CowDict(dict):
 class CowList(list):
     """A ``list`` whose child containers are copied on first access (see the module docstring)."""
 
-    __slots__ = ("_deep", "_shared", "_source")
+    __slots__ = ("_shared", "_snapshot", "_source")
 
     @classmethod
-    def over(cls, source: list[Any], deep: frozenset[int]) -> CowList:
+    def over(cls, source: list[Any], snapshot: Snapshot) -> CowList:
         node = cls(source)
         node._source = source
-        node._deep = deep
+        node._snapshot = snapshot
         node._shared = None
         return node
 
@@ -241,10 +255,10 @@ class CowList(list):
     def _own_all(self) -> None:
         if self._source is None:
             return
-        shared, deep = self._shared_ids(), self._deep
+        shared, snapshot = self._shared_ids(), self._snapshot
         for index, value in enumerate(list.__iter__(self)):
             if id(value) in shared:
-                list.__setitem__(self, index, _own(value, deep))
+                list.__setitem__(self, index, _own(value, snapshot))
         self._source = self._shared = None
 
     def __getitem__(self, index: Any) -> Any:
@@ -254,7 +268,7 @@ class CowList(list):
             else:
                 value = list.__getitem__(self, index)
                 if type(value) in _CONTAINERS and id(value) in self._shared_ids():
-                    value = _own(value, self._deep)
+                    value = _own(value, self._snapshot)
                     list.__setitem__(self, index, value)
                 return value
         return list.__getitem__(self, index)
@@ -355,8 +369,10 @@ def same_value(a: Any, b: Any) -> bool:
     if kind is dict:
         keys = list(dict.keys(a))
         other_keys = list(dict.keys(b))
-        if keys != other_keys or list(map(type, keys)) != list(map(type, other_keys)):
+        if keys != other_keys:  # in C, each pair of the same object equal at once
             return False
+        if any(type(keys[i]) is not type(other_keys[i]) for i in _differing(keys, other_keys)):
+            return False  # equal keys of other types (1 and 1.0 and True)
         mine, theirs = list(dict.values(a)), list(dict.values(b))
     elif kind is list:
         if len(a) != len(b):
@@ -366,10 +382,15 @@ def same_value(a: Any, b: Any) -> bool:
         return a == b if kind is not float else orjson.dumps(a) == orjson.dumps(b)  # 0.0 and -0.0 differ
     else:
         return False
-    pairs = list(itertools.compress(zip(mine, theirs, strict=True), map(operator.is_not, mine, theirs)))
-    if len(pairs) > _MANY_DIFFERENT:
+    changed = _differing(mine, theirs)
+    if len(changed) > _MANY_DIFFERENT:
         return _encoded(a) == _encoded(b)
-    return all(same_value(x, y) for x, y in pairs)
+    return all(same_value(mine[i], theirs[i]) for i in changed)
+
+
+def _differing(mine: list[Any], theirs: list[Any]) -> list[int]:
+    """The indexes at which two lists of the same length hold different objects (one pass in C)."""
+    return list(itertools.compress(range(len(mine)), map(operator.is_not, mine, theirs)))
 
 
 def _encoded(value: Any) -> bytes | None:

@@ -175,11 +175,7 @@ class Engine:
         self._deadline_passed = deadline_passed
         self._episode_counter = itertools.count(1)
         self._episode_salt = secrets.token_hex(4)
-
-    # -- dispatch -----------------------------------------------------------------------------
-    def dispatch(self, op: Any, request: dict[str, Any]) -> Any:
-        """Run one request; returns the ``result`` value or raises :class:`OperationError`."""
-        handler = {
+        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "load_env": self._op_load_env,
             "open_episode": self._op_open_episode,
             "call": self._op_call,
@@ -189,7 +185,12 @@ class Engine:
             "state_hashes": self._op_state_hashes,
             "close": self._op_close,
             "ping": self._op_ping,
-        }.get(op)
+        }
+
+    # -- dispatch -----------------------------------------------------------------------------
+    def dispatch(self, op: Any, request: dict[str, Any]) -> Any:
+        """Run one request; returns the ``result`` value or raises :class:`OperationError`."""
+        handler = self._handlers.get(op) if isinstance(op, str) else None
         if handler is None:
             raise OperationError("bad_request", f"unknown operation {op!r}")
         return handler(request)
@@ -398,13 +399,27 @@ class Engine:
         """Forget an episode; returns whether it was open."""
         return self.episodes.pop(episode_id, None) is not None
 
-    def _saved(self, env_id: str, instance: EnvironmentInstance) -> Any:
-        """``save(state)`` checked to be plain JSON, as the state hash reads it (:func:`.canonical.canonical_json`:
-        no NaN or infinity either); raises ``environment_fault``."""
+    def close_all(self, episode_ids: Any) -> None:
+        """Forget every episode of ``episode_ids`` (a request's ``close`` field: episodes the parent closed since its
+        last request to this worker; None when there are none).
+
+        Raises:
+            OperationError: ``bad_request`` when it is not a list of strings (nothing is closed then).
+        """
+        if episode_ids is None:
+            return
+        if not isinstance(episode_ids, list) or not all(isinstance(e, str) for e in episode_ids):
+            raise OperationError("bad_request", "field 'close' must be a list of episode ids")
+        for episode_id in episode_ids:
+            self.episodes.pop(episode_id, None)
+
+    def _saved(self, env_id: str, instance: EnvironmentInstance) -> tuple[Any, bytes]:
+        """``save(state)`` and its canonical encoding (:func:`.canonical.canonical_json`), which checks it is plain
+        JSON as the state hash reads it (no NaN or infinity either); raises ``environment_fault``."""
         instance.touched()
         try:
             saved = instance.save(instance.state)
-            canonical_json(saved)
+            encoded = canonical_json(saved)
         except CallTimedOut:
             raise self._fault(env_id, "timeout", "save() exceeded the time limit") from None
         except MemoryError:
@@ -415,7 +430,7 @@ class Engine:
             raise self._fault(env_id, "exception", f"save() raised {type(exc).__name__}: {_text(exc)}") from None
         if self._deadline_passed():
             raise self._fault(env_id, "timeout", "save() exceeded the time limit")
-        return saved
+        return saved, encoded
 
     @staticmethod
     def _fault(env_id: str, cause: str, message: str) -> OperationError:
@@ -425,14 +440,15 @@ class Engine:
         """``{env_id: saved_state}`` as pre-encoded canonical JSON fragments."""
         episode = self._episode(episode_id)
         return {
-            env_id: orjson.Fragment(canonical_json(self._saved(env_id, instance)))
-            for env_id, instance in episode.instances.items()
+            env_id: orjson.Fragment(self._saved(env_id, instance)[1]) for env_id, instance in episode.instances.items()
         }
 
     def state_hash(self, episode_id: str) -> str:
         """:func:`.canonical.state_hash` of ``{env_id: saved_state}`` for the whole episode."""
         episode = self._episode(episode_id)
-        return state_hash({env_id: self._saved(env_id, inst) for env_id, inst in episode.instances.items()})
+        # each state's canonical encoding as it is: the whole is then the canonical encoding of the mapping
+        parts = {env_id: orjson.Fragment(self._saved(env_id, inst)[1]) for env_id, inst in episode.instances.items()}
+        return state_hash(parts)
 
     def fork(self, episode_id: str) -> str:
         """Open an independent copy: in fresh module instances, the state ``load(deep copy of save(state))``
@@ -459,7 +475,7 @@ class Engine:
                 raise self._fault(env_id, "exception", f"module execution failed: {_text(exc)}") from None
             fork.state, fork.view_of = fork_view(source), source
             return fork
-        copied = orjson.loads(orjson.dumps(self._saved(env_id, instance), default=plain))
+        copied = orjson.loads(orjson.dumps(self._saved(env_id, instance)[0], default=plain))
         try:
             fork = self._instance(instance.env, copied)
         except OperationError as exc:
@@ -517,7 +533,7 @@ class Engine:
 
     def _exact_hash(self, env_id: str, instance: EnvironmentInstance) -> str:
         if instance.exact_hash is None:
-            digest = hashlib.sha256(canonical_json(self._saved(env_id, instance))).hexdigest()
+            digest = hashlib.sha256(self._saved(env_id, instance)[1]).hexdigest()
             instance.exact_hash = digest  # after _saved, which forgets what was derived from the state
         return instance.exact_hash
 

@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import envfactory_assets.runtime.cgroups as cgroups
 from envfactory_assets.runtime.bounded_json import JsonBounds, JsonTooLarge
@@ -58,6 +58,9 @@ _STDERR_DRAIN_BYTES_PER_S = 8 * 1024 * 1024
 _TRANSFER_BYTES_PER_S = 20e6  # conservative pipe throughput, added to deadlines for big payloads
 #: How often the parent reads a worker's CPU time while a request runs, seconds.
 CPU_POLL_S = 0.02
+#: Most closed episodes a worker may keep until its next request closes them (:meth:`_Child.close_later`); past it
+#: they are closed at once, so an idle worker never holds more than these states of closed episodes.
+MAX_DEFERRED_CLOSES = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,9 +290,8 @@ def _describe_exit(returncode: int | None, limits: SandboxLimits, contained: boo
     return f"worker killed by {name}{hint}"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Pending:
-    """A request sent to a worker whose response is still to be read."""
+class _Pending(NamedTuple):
+    """A request sent to a worker whose response is still to be read (a tuple: made on every request)."""
 
     op: str
     request_id: int
@@ -317,6 +319,7 @@ class _Child:
         self.cgroup: cgroups.WorkerCgroup | None = None
         self.meter: cgroups.WorkerCgroup | cgroups.ProcessTreeMeter | None = None
         self.baseline_tasks = 0
+        self.closes: list[str] = []  # episodes to close with the next request (close_later)
 
     @property
     def limits(self) -> SandboxLimits:
@@ -340,7 +343,11 @@ class _Child:
             _ChildLost, WorkerCrashed: as :meth:`request`.
         """
         request_id = next(self._owner._request_ids)
-        frame = encode_frame({"id": request_id, "op": op, "timeout_s": budget_s, **fields})
+        message = {"id": request_id, "op": op, "timeout_s": budget_s, **fields}
+        if self.closes:  # episodes closed since the last request: the worker closes them before this one
+            message["close"] = self.closes
+        frame = encode_frame(message)
+        self.closes = []
         channel = self.ensure_started()
         deadline = time.monotonic() + budget_s + self.limits.kill_grace_s + len(frame) / _TRANSFER_BYTES_PER_S
         cpu_start = self.meter.cpu_seconds() if read_cpu and self.meter is not None else None
@@ -350,6 +357,17 @@ class _Child:
         except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
             self._failed(pending, exc, None)
         return pending
+
+    def close_later(self, episode_id: str) -> None:
+        """Close ``episode_id`` with this worker's next request (its ``close`` field: the worker closes those
+        episodes first), so a rollout does not wait for a close of its own; past :data:`MAX_DEFERRED_CLOSES` of
+        them, now. A close that fails (the worker is gone) needs nothing more: the episode went with the worker."""
+        self.closes.append(episode_id)
+        if len(self.closes) >= MAX_DEFERRED_CLOSES:
+            try:
+                self.request("close", {"episode_id": episode_id}, self.limits.call_timeout_s)
+            except (_RemoteError, _ChildLost, WorkerCrashed):
+                pass
 
     def finish(self, pending: _Pending) -> Any:
         """Wait for the response to a request :meth:`start` sent and check it (raises as :meth:`request`)."""
@@ -438,16 +456,14 @@ class _Child:
         """Raise ``resource_limit`` when the CPU watch killed the worker or its group hit a kernel limit."""
         reason = watch.tripped if watch is not None else ""
         if not reason and self.cgroup is not None:
-            hit = self.cgroup.limit_hit()
-            if hit == "memory":
+            if self.cgroup.oom_killed():
                 reason = (
                     f"memory limit of {self.limits.memory_mb} MiB (control group: heap, shared memory, "
                     "tmpfs and kernel memory together)"
                 )
-            elif hit == "pids":
+            # a refused thread is an error the code saw, not a kill: only a worker that is gone was stopped by it
+            elif (self.proc is None or self.proc.poll() is not None) and self.cgroup.tasks_refused():
                 reason = f"task limit of {self.limits.max_tasks} processes and threads"
-            if hit == "pids" and self.proc is not None and self.proc.poll() is None:
-                reason = ""  # a refused thread is an error the code saw, not a kill
         if reason:
             self.discard()
             raise _ChildLost(str(ErrorType.RESOURCE_LIMIT), f"{op}: worker killed at its {reason}")
@@ -571,6 +587,7 @@ class _Child:
     def discard(self) -> None:
         """Kill the process (if any) and forget everything that lived in it."""
         self.channel = None
+        self.closes = []
         self.loaded.clear()
         self.meter = None
         group, self.cgroup = self.cgroup, None
@@ -719,6 +736,25 @@ class SandboxWorker:
         """``"on"`` when the child of ``env_id`` installed its seccomp filter, else why not."""
         child = self._children.get(env_id)
         return child.seccomp if child is not None else ""
+
+    def held_episodes(self, env_id: str) -> int | None:
+        """How many episodes the running child of ``env_id`` holds now, as it says (one request; it closes what was
+        closed since its last one first), or None when it is not running.
+
+        Raises:
+            WorkerCrashed: the child died or broke the protocol (it was discarded).
+        """
+        with self._lock:
+            self._check_open()
+            if not self._running(env_id):
+                return None
+            try:
+                result = self._children[env_id].request("ping", {}, self.limits.call_timeout_s)
+            except _RemoteError as exc:
+                raise SandboxError(f"worker error: {exc.error}") from None
+            except _ChildLost as exc:
+                raise WorkerCrashed(exc.kind, exc.message) from None
+            return int(result["episodes"]) if isinstance(result, dict) else None
 
     # -- operations ---------------------------------------------------------------------------
     def load_environment(
@@ -886,8 +922,15 @@ class SandboxWorker:
             self._episodes[episode_id] = parts
             return episode_id
 
-    def _close_parts(self, parts: Mapping[str, str]) -> None:
+    def _close_parts(self, parts: Mapping[str, str], *, later: bool = False) -> None:
+        """Close an episode's parts in their running workers (a worker that is not running holds nothing of it):
+        now, waiting for the answers, or ``later``, with each worker's next request (:meth:`_Child.close_later`).
+        An episode that ended in an error is closed now: its worker may be out of step, and the close finds out."""
         running = {env_id: sub for env_id, sub in parts.items() if self._running(env_id)}
+        if later:
+            for env_id, sub in running.items():
+                self._children[env_id].close_later(sub)
+            return
         self._fan_out("close", [(env_id, {"episode_id": sub}) for env_id, sub in running.items()], touch=False)
 
     def _running(self, env_id: str) -> bool:
@@ -1001,10 +1044,10 @@ class SandboxWorker:
                 self._drop(episode_id)
             return result
 
-    def _drop(self, episode_id: str) -> None:
+    def _drop(self, episode_id: str, *, later: bool = False) -> None:
         parts = self._episodes.pop(episode_id, None)
         if parts:
-            self._close_parts(parts)
+            self._close_parts(parts, later=later)
 
     def save(self, episode_id: str) -> dict[str, Any]:
         """The episode's saved states, ``{env_id: {"tables": ..., "meta": ...}}``.
@@ -1103,9 +1146,10 @@ class SandboxWorker:
             return hashes
 
     def close_episode(self, episode_id: str) -> None:
-        """Close an episode and free its state; a no-op for episodes that are not open."""
+        """Close an episode; a no-op for episodes that are not open. Its state is freed in each worker before the
+        worker's next request (which carries the close), so closing costs no wait of its own."""
         with self._lock:
-            self._drop(episode_id)
+            self._drop(episode_id, later=True)
 
     def close(self) -> None:
         """Kill every worker process. The object cannot be used afterwards."""

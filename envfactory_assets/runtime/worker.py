@@ -29,13 +29,12 @@ The worker exits when stdin closes. It is normally started inside the OS sandbox
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import resource
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from envfactory_assets.runtime.engine import CallTimedOut, Engine, OperationError
@@ -69,18 +68,17 @@ class Alarm:
     def deadline_passed(self) -> bool:
         return self.fired
 
-    @contextlib.contextmanager
-    def armed(self, seconds: float | None) -> Iterator[None]:
-        """Raise :class:`CallTimedOut` in the running code once ``seconds`` have passed."""
+    def arm(self, seconds: float | None) -> None:
+        """Raise :class:`CallTimedOut` in the running code once ``seconds`` have passed (none: no budget); every
+        :meth:`arm` is followed by :meth:`disarm`, in a ``finally``."""
         self.fired = False
-        if not seconds or seconds <= 0:
-            yield
-            return
-        self._armed = True
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            yield
-        finally:
+        if seconds and seconds > 0:
+            self._armed = True
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def disarm(self) -> None:
+        """Stop the budget :meth:`arm` started (a no-op when it started none)."""
+        if self._armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._armed = False
 
@@ -102,10 +100,11 @@ def rearm_cpu_limit(cpu_seconds: int) -> None:
         return
     usage = resource.getrusage(resource.RUSAGE_SELF)
     soft = math.ceil(usage.ru_utime + usage.ru_stime) + cpu_seconds
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    current, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    if soft != current:  # the same limit as the last request's until a whole CPU second more was used
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def set_cpu_lifetime(lifetime_seconds: int) -> None:
@@ -164,8 +163,12 @@ def serve(engine: Engine, alarm: Alarm, request: dict[str, Any]) -> dict[str, An
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
         timeout = None
     try:
-        with alarm.armed(timeout):
+        alarm.arm(timeout)
+        try:
+            engine.close_all(request.get("close"))
             result = engine.dispatch(op, request)
+        finally:
+            alarm.disarm()
         return {"id": request_id, "ok": True, "result": result}
     except OperationError as exc:
         return {"id": request_id, "ok": False, "error": exc.as_dict()}
@@ -234,6 +237,8 @@ def serve_requests(
                 protocol_out,
                 {"id": request.get("id"), "ok": False, "error": {"type": "internal", "message": str(exc)[:2000]}},
             )
+        # not held while waiting for the next request, which may come much later: a reply can be large
+        request = response = None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -88,9 +88,16 @@ class SessionSettings:
         "sandbox worker sets the episodes are spread over (each runs one tool call at a time and keeps one "
         "process per environment it has loaded, about 23 MiB each)",
     )
+    open_tasks: int = setting(
+        32,
+        "tasks each worker set keeps opened for their next episodes (the initial state loaded once and shared "
+        "copy-on-write by every episode of the task, the gold replay done once; two episodes each in the worker), "
+        "the least recently used closed past it; 0 loads the initial state for every episode",
+    )
 
     def __post_init__(self) -> None:
         whole_number(OPENENV_OWNER, "max_sessions", self.max_sessions, 1, 100_000)
+        whole_number(OPENENV_OWNER, "open_tasks", self.open_tasks, 0, 100_000)
         finite_number(OPENENV_OWNER, "idle_timeout_s", self.idle_timeout_s, 0, None, low_open=True)
         whole_number(OPENENV_OWNER, "max_steps", self.max_steps, 1, 100_000)
         whole_number(OPENENV_OWNER, "max_argument_bytes", self.max_argument_bytes, 1, 1 << 30)

@@ -4,7 +4,10 @@ A :class:`SessionPool` holds the open episodes (sessions) of one server: each is
 own copy of the task's initial state, opened in one of the pool's :class:`~envfactory_assets.runtime.sandbox.
 SandboxWorker` sets (each keeps one worker process per environment, its trust domain, under bubblewrap,
 seccomp and its control group), so episodes never share state and no episode starts a process of its own
-(docs/design.md, Runtime: many episodes inside one worker).
+(docs/design.md, Runtime: many episodes inside one worker). Each worker set opens a task once and keeps it for
+the task's next episodes (``open_tasks`` of them, as the trainer's ``TaskRunner`` does): an episode is then a
+copy-on-write fork of the task's base, its initial state loaded and validated once, and the task's gold and
+initial state hashes are computed once.
 
 - At most ``max_sessions`` episodes are open at once (default 256: GRPO's ``num_generations`` x a batch of
   32); one more is refused with a ``session_capacity`` error, and the caller may retry once one ends.
@@ -47,7 +50,7 @@ from envfactory_assets.serving.errors import (
 from envfactory_assets.serving.outcome import Outcome, RewardFunction, episode_outcome, training_reward_of
 from envfactory_assets.serving.serve_env_settings import SessionSettings
 from envfactory_assets.serving.tasks import TaskSet
-from envfactory_assets.tooluse.task_episode import ArgumentsTooLarge, TaskEpisode
+from envfactory_assets.tooluse.task_episode import ArgumentsTooLarge, OpenedTasks, TaskEpisode
 from envfactory_assets.tooluse.tool_calls import parse_tool_calls
 
 #: Ids of ended episodes remembered, so a late request says why its episode is gone.
@@ -135,6 +138,8 @@ class SessionPool:
         self.settings = settings or SessionSettings()
         self._workers = [SandboxWorker(limits) for _ in range(self.settings.workers)]
         self._loaded: list[set[str]] = [set() for _ in self._workers]
+        # each worker set's opened tasks: every episode of a task forks its base, as the trainer's TaskRunner does
+        self._opened = [OpenedTasks(worker, self.settings.open_tasks) for worker in self._workers]
         # one long-lived thread per worker set runs every request to it (module docstring: parent-death signal)
         self._threads = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"serve-openenv-workers{i}")
@@ -190,6 +195,11 @@ class SessionPool:
         """Episodes open now (and being opened)."""
         with self._lock:
             return len(self._sessions) + len(self._reserved)
+
+    @property
+    def opened_tasks(self) -> int:
+        """Tasks opened in the worker sets for their next episodes (a task counts once per worker set)."""
+        return sum(len(opened) for opened in self._opened)
 
     def worker_pids(self, episode_id: str) -> dict[str, int]:
         """``{env_id: process id}`` of the running worker processes an open episode has a part in."""
@@ -284,7 +294,8 @@ class SessionPool:
                     env = self.tasks.environments[env_id]
                     worker.load_environment(env_id, env["source"], origin=env.get("origin", "untrusted"))
                     self._loaded[shard].add(env_id)
-            return TaskEpisode(worker, row)
+            # a served task's row never changes, so its id names its content
+            return self._opened[shard].episode(row, row["id"], self.tasks.state_hashes(row["id"]))
 
         failure: SandboxError
         try:

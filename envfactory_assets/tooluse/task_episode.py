@@ -72,8 +72,16 @@ class OpenedTask:
     initial_hashes: dict[str, str]
 
 
-def open_task(worker: SandboxWorker, row: Mapping[str, Any]) -> OpenedTask:
+def open_task(
+    worker: SandboxWorker, row: Mapping[str, Any], hashes: tuple[dict[str, str], dict[str, str]] | None = None
+) -> OpenedTask:
     """Open ``row``'s base episode and its reference (see :class:`OpenedTask`) in ``worker``.
+
+    Args:
+        worker: the worker the task's environments are loaded in.
+        row: an ``rl_dataset`` row (``initial_state``, ``executed_calls``, and ``final_state`` unless ``hashes``).
+        hashes: ``(gold final, initial)`` ``{env_id: state hash}`` when the caller has them already (a server
+            computes them once per task); by default they are computed from the row's states.
 
     Raises:
         SandboxError: the initial state does not load (a replayed call that fails only leaves no reference).
@@ -93,12 +101,78 @@ def open_task(worker: SandboxWorker, row: Mapping[str, Any]) -> OpenedTask:
             if reference is not None:
                 worker.close_episode(reference)
             reference = None
-    return OpenedTask(
-        base=base,
-        reference=reference,
-        gold_hashes={env_id: state_hash(state) for env_id, state in row["final_state"].items()},
-        initial_hashes={env_id: state_hash(state) for env_id, state in row["initial_state"].items()},
-    )
+    if hashes is None:
+        hashes = (
+            {env_id: state_hash(state) for env_id, state in row["final_state"].items()},
+            {env_id: state_hash(state) for env_id, state in row["initial_state"].items()},
+        )
+    return OpenedTask(base=base, reference=reference, gold_hashes=dict(hashes[0]), initial_hashes=dict(hashes[1]))
+
+
+class OpenedTasks:
+    """The tasks opened in one worker for their rollouts (:class:`OpenedTask`), the least recently used closed past
+    ``capacity``: every rollout of an opened task is a fork of its base, and its gold and initial hashes are
+    computed once. :class:`TaskRunner` and ``serve-openenv``'s session pool each keep one per worker.
+
+    Args:
+        worker: the worker (its environments loaded by the caller).
+        capacity: how many tasks stay opened (two episodes each); 0 opens every rollout on its initial state.
+
+    Raises:
+        ValueError: ``capacity`` < 0.
+    """
+
+    def __init__(self, worker: SandboxWorker, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"OpenedTasks: capacity must be >= 0, got {capacity}")
+        self._worker = worker
+        self._capacity = capacity
+        self._tasks: collections.OrderedDict[Any, OpenedTask] = collections.OrderedDict()
+
+    def episode(
+        self,
+        row: Mapping[str, Any],
+        key: Any,
+        hashes: tuple[dict[str, str], dict[str, str]] | None = None,
+    ) -> TaskEpisode:
+        """A rollout of ``row``: a fork of its opened task (opened now on first use, and again when the worker
+        restarted since), or, with no ``key`` or no capacity, an episode opened on its initial state.
+
+        Args:
+            row: the ``rl_dataset`` row (as :func:`open_task` reads it).
+            key: what names the task's content (a row edited under the same id needs another key), or None.
+            hashes: as :func:`open_task`.
+
+        Raises:
+            SandboxError: as :func:`open_task`.
+        """
+        if key is None or not self._capacity:
+            return TaskEpisode(self._worker, row)
+        task = self._tasks.get(key)
+        if task is not None:
+            self._tasks.move_to_end(key)
+            try:
+                return TaskEpisode(self._worker, row, task)
+            except EpisodeLost:  # the worker restarted: open the task again
+                self.forget(key)
+        task = open_task(self._worker, row, hashes)
+        self._tasks[key] = task
+        while len(self._tasks) > self._capacity:
+            self.forget(next(iter(self._tasks)))
+        return TaskEpisode(self._worker, row, task)
+
+    def __len__(self) -> int:
+        """How many tasks are opened now."""
+        return len(self._tasks)
+
+    def forget(self, key: Any) -> None:
+        """Close the opened task ``key`` (a no-op when it is not opened); its rollouts go on."""
+        task = self._tasks.pop(key, None)
+        if task is None:
+            return
+        self._worker.close_episode(task.base)
+        if task.reference is not None:
+            self._worker.close_episode(task.reference)
 
 
 class ArgumentsTooLarge(ValueError):
@@ -310,7 +384,7 @@ class TaskRunner:
         self._worker = SandboxWorker(limits or SandboxLimits())
         self._loaded: set[str] = set()
         self._open_tasks = open_tasks
-        self._tasks: collections.OrderedDict[tuple[str, str], OpenedTask] = collections.OrderedDict()
+        self._tasks = OpenedTasks(self._worker, open_tasks)
 
     def __enter__(self) -> TaskRunner:
         return self
@@ -330,21 +404,7 @@ class TaskRunner:
                     origin=self._environments[env_id].get("origin", "untrusted"),
                 )
                 self._loaded.add(env_id)
-        key = self._task_key(row)
-        if key is None:
-            return TaskEpisode(self._worker, row)
-        task = self._tasks.get(key)
-        if task is not None:
-            self._tasks.move_to_end(key)
-            try:
-                return TaskEpisode(self._worker, row, task)
-            except EpisodeLost:  # the worker restarted: open the task again
-                self._forget(key)
-        task = open_task(self._worker, row)
-        self._tasks[key] = task
-        while len(self._tasks) > self._open_tasks:
-            self._forget(next(iter(self._tasks)))
-        return TaskEpisode(self._worker, row, task)
+        return self._tasks.episode(row, self._task_key(row))
 
     def _task_key(self, row: Mapping[str, Any]) -> tuple[str, str] | None:
         """The row's id and a fingerprint of its states (a row edited under the same id is another task)."""
@@ -355,12 +415,6 @@ class TaskRunner:
         except TypeError:
             return None
         return row["id"], hashlib.blake2b(content, digest_size=16).hexdigest()
-
-    def _forget(self, key: tuple[str, str]) -> None:
-        task = self._tasks.pop(key)
-        self._worker.close_episode(task.base)
-        if task.reference is not None:
-            self._worker.close_episode(task.reference)
 
     def close(self) -> None:
         """Stop the worker process."""
