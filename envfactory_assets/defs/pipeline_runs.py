@@ -64,6 +64,11 @@ def on_demand(graph: Any, key: Any) -> bool:
     return (graph.get(key).tags or {}).get(ON_DEMAND_TAG) == "true"
 
 
+def plain_run_assets(graph: Any) -> set[str]:
+    """The assets a run without a selection materializes: every asset of ``graph`` but the on-demand ones."""
+    return {k.to_user_string() for k in graph.get_all_asset_keys() if not on_demand(graph, k)}
+
+
 def check_partitions(instance: dg.DagsterInstance, partitions: Sequence[str]) -> None:
     """Raise ValueError (one line) when ``partitions`` names keys that are neither ``environment`` partitions
     nor ablation arms."""
@@ -167,7 +172,7 @@ def materialize_pipeline(
             for k in dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)
         }
         if selection is not None
-        else {k.to_user_string() for k in graph.get_all_asset_keys() if not on_demand(graph, k)}
+        else plain_run_assets(graph)
     )
     run_config = dict(run_config or {})
     results = []

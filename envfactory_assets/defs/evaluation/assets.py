@@ -67,7 +67,7 @@ class EvaluationConfig(generated_config("EvaluationSettings", *EVALUATION_SOURCE
 
 def models_to_evaluate(base_dir: Path, checkpoint_rows: list[dict]) -> list:
     """The base model (``base_dir``), the do-nothing baseline and each of ``checkpoint_rows`` (labelled by its
-    id, a GRPO row with its SFT parent), as :class:`~envfactory_assets.evaluation.run.ModelRef`\ s."""
+    id, a GRPO row with its SFT parent), as :class:`~envfactory_assets.evaluation.run.ModelRef` objects."""
     from envfactory_assets.evaluation.run import BASE, ModelRef, do_nothing_model
     from envfactory_assets.training.base_model import model_hash
 
