@@ -20,6 +20,7 @@ from typing import Any
 
 from envfactory_assets import settings
 
+
 def prepare_dagster_home(home: Path) -> Path:
     """Create ``DAGSTER_HOME`` under ``home`` with its ``dagster.yaml`` and export it; returns the path."""
     from envfactory_assets.defs.pipeline_runs import prepare_dagster_home as prepare
@@ -311,11 +312,11 @@ def _materialize(
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
+    from envfactory_assets.defs.selection import op_names
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, run_job_name, stale_assets
     from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
     from envfactory_assets.runner.progress_bar import RUN_TAG, RunProgressBar
-    from envfactory_assets.defs.selection import op_names
     from envfactory_assets.runner.stage_times import stage_time_rows
     from envfactory_assets.runner.summary import failure_messages, run_summary
     from envfactory_assets.sources.adding import file_named_partition
@@ -954,7 +955,9 @@ def cmd_ablations(args: argparse.Namespace) -> int:
     page = home / "ablations" / REPORT_FILE
     if args.write_docs and code == 0:
         if not page.is_file():
-            raise UsageError(f"ablations --write-docs: {page} does not exist yet; run envfactory ablations --step report")
+            raise UsageError(
+                f"ablations --write-docs: {page} does not exist yet; run envfactory ablations --step report"
+            )
         target = Path(args.write_docs)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(page, target)

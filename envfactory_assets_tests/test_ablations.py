@@ -6,6 +6,7 @@ partial set of arms, nothing of it in a plain run)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -32,11 +33,11 @@ from envfactory_assets.synth.stage import (
     with_query_source,
 )
 from envfactory_assets_tests.fixture_environments import (
-    FIXTURES,
     build_fixture_environments,
     fixture_graph,
     passed_trajectories,
 )
+from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG
 
 OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0)
 USER = {
@@ -259,13 +260,8 @@ def test_raw_query_source_builds_the_same_rows_from_the_queries_before_refinemen
         with_query_source(refined[0], "unrefined")
 
 
-# The fixture corpus's synthesis (test_pipeline's small counts) for the main home and for each arm's home.
-SYNTHESIS = {
-    "ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
-        "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
-    }
-}
+# Each arm's synthesis: the tiny run's (the fixture corpus, test_pipeline's small counts).
+SYNTHESIS = {"ops": {op: TINY_RUN_CONFIG["ops"][op] for op in ("source_resources", "tool_chains")}}
 
 
 def _materialize(home: Path, instance, run_config: dict, selection, partitions=None) -> list:
@@ -298,10 +294,15 @@ def _metadata(results: list, asset: str) -> dict:
     return {k: v.value for k, v in events[-1].materialization.metadata.items()}
 
 
-def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_reports(tmp_path, one_layer_model_dir):
+def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_reports(
+    tmp_path, one_layer_model_dir, tiny_cli_run
+):
     from envfactory_assets.store.db import Store
 
     main = tmp_path / "home"
+    main.mkdir()
+    # the main store, whose held-out tasks every arm is evaluated on: a copy of the session's tiny run's
+    shutil.copyfile(tiny_cli_run[1] / "envfactory.duckdb", main / "envfactory.duckdb")
     synthesis = tmp_path / "synthesis.yaml"
     synthesis.write_text(json.dumps(SYNTHESIS))  # JSON is YAML
     model = str(one_layer_model_dir)
@@ -324,7 +325,6 @@ def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_rep
         }
     }
     with dg.instance_for_test() as instance:
-        _materialize(main, instance, SYNTHESIS, "*sft_dataset")  # the main store: the held-out tasks
         main_store = Store(main / "envfactory.duckdb")
         main_sft = sorted(r["id"] for r in main_store.read("sft_dataset"))
         for step in ("ablation_data", "ablation_checkpoint", "ablation_evaluation"):
@@ -344,18 +344,26 @@ def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_rep
         assert models == {"base", "do_nothing", "topology"}
         # a re-run of every step of the arm finds each finished with the same settings: nothing runs in the arm
         runs = _arm_runs(arm)
-        again = _materialize(main, instance, config, ["ablation_data", "ablation_checkpoint", "ablation_evaluation"], ["topology"])
+        again = _materialize(
+            main, instance, config, ["ablation_data", "ablation_checkpoint", "ablation_evaluation"], ["topology"]
+        )
         assert [r.success for r in again] == [True]
         for asset in ("ablation_data", "ablation_checkpoint", "ablation_evaluation"):
             assert _metadata(again, asset)["skipped"] is True
         assert _arm_runs(arm) == runs and StepLedger(arm).entries() == ledger
-        # a changed setting runs that step again (and the steps after it are no longer finished)
-        config["ops"]["ablation_checkpoint"]["config"]["max_steps"] = 3
-        third = _materialize(main, instance, config, "ablation_checkpoint", ["topology"])
-        assert "skipped" not in _metadata(third, "ablation_checkpoint") and _arm_runs(arm) == runs + 1
-        assert set(StepLedger(arm).entries()) == {"data", "checkpoint"}
-        config["ops"]["ablation_checkpoint"]["config"]["max_steps"] = 2
-        _materialize(main, instance, config, "ablation_evaluation", ["topology"])
+        # a changed setting runs that step again ...
+        config["ops"]["ablation_evaluation"]["config"]["max_new_tokens"] = 6
+        third = _metadata(
+            _materialize(main, instance, config, "ablation_evaluation", ["topology"]), "ablation_evaluation"
+        )
+        assert "skipped" not in third and third["units_computed"] > 0
+        assert StepLedger(arm).entries()["evaluation"]["key"] != ledger["evaluation"]["key"]
+        # ... and back: every (model, benchmark, seed) result, the base model's too, comes from the result cache
+        config["ops"]["ablation_evaluation"]["config"]["max_new_tokens"] = 8
+        back = _metadata(
+            _materialize(main, instance, config, "ablation_evaluation", ["topology"]), "ablation_evaluation"
+        )
+        assert back["units_computed"] == 0 and back["units_reused"] == third["units_computed"]
         # the report from the one arm evaluated
         report = _materialize(main, instance, config, "ablations_report")
         assert [r.success for r in report] == [True]

@@ -12,12 +12,12 @@ import pydantic
 import pytest
 import yaml
 
+from envfactory_assets.ablations.plan import AblationSynthesisSpec
 from envfactory_assets.config_checks import setting
 from envfactory_assets.config_schema import REQUIRED, Source, config_drift, settings_of
+from envfactory_assets.defs.ablations.assets import AblationDataConfig
 from envfactory_assets.defs.config_docs import RUN_CONFIGS, configuration_markdown, run_config_class
 from envfactory_assets.defs.config_fields import generated_config, sources_of
-from envfactory_assets.ablations.plan import AblationSynthesisSpec
-from envfactory_assets.defs.ablations.assets import AblationDataConfig
 from envfactory_assets.defs.evaluation.assets import EvaluationConfig
 from envfactory_assets.defs.synth.assets import CHAIN_SOURCES, ChainsConfig
 from envfactory_assets.defs.training.assets import CheckpointConfig

@@ -116,7 +116,8 @@ def _arms_section(arms: Sequence[Arm]) -> list[str]:
 def _steps_section(steps: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """One line per arm: which steps finished, the rows synthesized and trained on, and each step's seconds."""
     lines = [
-        "| arm | steps finished | train-split SFT rows | rows trained on | SFT checkpoint | seconds (data / SFT / evaluation) |",
+        "| arm | steps finished | train-split SFT rows | rows trained on | SFT checkpoint "
+        "| seconds (data / SFT / evaluation) |",
         "|---|---|---|---|---|---|",
     ]
     for arm in ARMS:
@@ -182,13 +183,13 @@ def ablations_markdown(
             f"| {c['question']} | {c['benchmark']} | {c['subset']} | `{c['control']}` {_num(c['control_mean'])} "
             f"| `{c['treatment']}` {_num(c['treatment_mean'])} | {cell} | ablated arm lower | {_verdict(d)} |"
         )
-    waiting = [c for c in comparisons if not {c.control, c.treatment} <= evaluated]
+    for c in comparisons:
+        missing = [f"`{a}`" for a in (c.control, c.treatment) if a not in evaluated]
+        if missing:
+            lines.append(
+                f"| {c.question} | waiting for {', '.join(missing)} | | | | | ablated arm lower | not measured |"
+            )
     lines += [
-        *[
-            f"| {c.question} | waiting for {', '.join(f'`{a}`' for a in (c.control, c.treatment) if a not in evaluated)} "
-            "| | | | | ablated arm lower | not measured |"
-            for c in waiting
-        ],
         "",
         (
             "An interval that contains 0 shows no difference at this sample size; the paper's direction "

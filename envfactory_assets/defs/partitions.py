@@ -18,6 +18,7 @@ def asset_code_version(*modules: str, files=()) -> str:
     """The code version of an asset running ``modules`` (plus the store and the shared defs helpers)."""
     return code_version(*_COMMON, *modules, files=files)
 
+
 #: Tag of the assets a plain ``envfactory run`` and the ``full_pipeline`` job leave out: materialized only when
 #: selected by name (the ablations: hours of synthesis and training per arm).
 ON_DEMAND_TAG = "envfactory/on_demand"

@@ -119,7 +119,10 @@ def _phases(
             out.append((main, [{}]))
         elif partitions is None:  # every partition in one run (single-run backfill policy)
             out.append(
-                (main, [{"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}])
+                (
+                    main,
+                    [{"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}],
+                )
             )
         else:
             out.append((main, [{"dagster/partition": k} for k in keys]))

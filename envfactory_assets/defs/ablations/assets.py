@@ -5,7 +5,6 @@ held-out tasks), and ``ablations_report`` (the page, from whatever arms exist). 
 already finished with the same settings and inputs (:mod:`envfactory_assets.ablations.steps`). They carry
 :data:`~envfactory_assets.defs.partitions.ON_DEMAND_TAG`: a plain ``envfactory run`` leaves them out."""
 
-
 import time
 from pathlib import Path
 from typing import Any
@@ -264,9 +263,7 @@ def _arm_evaluations(home: Path, ids: list[str]) -> list[dict[str, Any]]:
 
     wanted = set(ids)
     rows = Store(settings.store_path(home)).read("evaluations", current=False)
-    return [
-        {k: v for k, v in r.items() if k not in ("superseded", "written_at")} for r in rows if r["id"] in wanted
-    ]
+    return [{k: v for k, v in r.items() if k not in ("superseded", "written_at")} for r in rows if r["id"] in wanted]
 
 
 @dg.asset(
