@@ -106,7 +106,7 @@ def _verdict(d: Mapping[str, Any] | None) -> str:
 
 
 def _arms_section(arms: Sequence[Arm]) -> list[str]:
-    lines = ["| arm | data | settings over the user's config |", "|---|---|---|"]
+    lines = ["| arm | data | settings over `synthesis_config` |", "|---|---|---|"]
     for arm in arms:
         settings = "; ".join(f"`{op}.{k}: {v}`" for op, vals in arm.ops.items() for k, v in vals.items())
         lines.append(f"| `{arm.name}` | {arm.what} | {settings} |")
