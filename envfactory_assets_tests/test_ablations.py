@@ -372,3 +372,18 @@ def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_rep
     assert "Not run yet" not in page and "### Every model on every benchmark" in page
     table = main_store.read("ablation_evaluations")
     assert {r["arm"] for r in table} == {None, "topology"} and {r["model"] for r in table} == models
+
+
+def test_the_command_names_a_wrong_arm_and_a_step_whose_input_is_missing(tmp_path, monkeypatch, capsys):
+    from envfactory_assets.cli import main as cli_main
+
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    assert cli_main(["ablations", "--arm", "bogus"]) == 2
+    assert "unknown ablation arm 'bogus'; known: ['topology', 'random_walk', 'raw_queries']" in capsys.readouterr().err
+    assert cli_main(["run", "--select", "ablation_data", "--partition", "nope"]) == 2
+    assert "neither environment partitions nor ablation arms: ['nope']" in capsys.readouterr().err
+    assert cli_main(["ablations", "--step", "checkpoint", "--arm", "random_walk"]) == 2
+    err = capsys.readouterr().err
+    assert "reads ablation_data, which was never materialized" in err
+    assert "envfactory run --select ablation_data --partition ARM" in err

@@ -16,8 +16,8 @@ from envfactory_assets import settings
 from envfactory_assets.defs.common import UpstreamGates
 from envfactory_assets.defs.dagster_private import asset_graph
 from envfactory_assets.defs.incremental import PARTITIONED
-from envfactory_assets.defs.partitions import ON_DEMAND_TAG, arm_partitions, environment_partitions
-from envfactory_assets.defs.selection import config_for_selection
+from envfactory_assets.defs.partitions import arm_partitions, environment_partitions
+from envfactory_assets.defs.selection import config_for_selection, on_demand
 
 #: job name of a run of the whole graph (the UI lists a run under its job's name)
 PIPELINE_JOB = "envfactory_run"
@@ -57,11 +57,6 @@ def home_environment(home: Path) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def on_demand(graph: Any, key: Any) -> bool:
-    """Whether the asset ``key`` of ``graph`` carries :data:`ON_DEMAND_TAG` (materialized only when selected)."""
-    return (graph.get(key).tags or {}).get(ON_DEMAND_TAG) == "true"
 
 
 def plain_run_assets(graph: Any) -> set[str]:
