@@ -38,6 +38,13 @@ from envfactory_assets.store.ids import content_id
 REPORT_FILE = "ablations.md"
 _TAGS = {ON_DEMAND_TAG: "true"}
 _CODE = ("envfactory_assets.ablations", "envfactory_assets.defs.ablations")
+#: What every arm step's asset shares: one partition per arm, the on-demand tag, the store's pool.
+_ARM_STEP: dict[str, Any] = {
+    "partitions_def": arm_partitions,
+    "group_name": "ablations",
+    "tags": _TAGS,
+    "pool": STORE_POOL,
+}
 
 
 class AblationDataConfig(generated_config("AblationDataSettings", Source(AblationSynthesisSpec))):
@@ -54,6 +61,15 @@ def _skipped(step: str, outputs: dict[str, Any]) -> dg.MaterializeResult:
         metadata={"skipped": True, "reason": f"{step} already finished with these settings and inputs"}
         | {k: v for k, v in outputs.items() if isinstance(v, (int, float, str))},
     )
+
+
+def _finished(
+    ledger: StepLedger, step: str, key: str, outputs: dict[str, Any], started: float, **metadata: Any
+) -> dg.MaterializeResult:
+    """Record ``step`` as finished in ``ledger`` and return its result (``outputs`` but its settings, and
+    ``metadata``)."""
+    ledger.record(step, key, outputs, time.monotonic() - started)
+    return dg.MaterializeResult(metadata={k: v for k, v in outputs.items() if k != "settings"} | metadata)
 
 
 def _arm(context: dg.AssetExecutionContext, envfactory: EnvFactoryHome) -> tuple[Any, Path, StepLedger]:
@@ -73,11 +89,8 @@ def _earlier(ledger: StepLedger, step: str, asset: str, arm: str) -> dict[str, A
 
 
 @dg.asset(
-    partitions_def=arm_partitions,
-    group_name="ablations",
-    tags=_TAGS,
+    **_ARM_STEP,
     kinds={"duckdb"},
-    pool=STORE_POOL,
     code_version=asset_code_version(*_CODE),
 )
 def ablation_data(
@@ -117,16 +130,12 @@ def ablation_data(
         "sft_dataset_version": content_id("v", sorted(r["id"] for r in sft)),
         "settings": run_config,
     }
-    ledger.record("data", key, outputs, time.monotonic() - started)
-    return dg.MaterializeResult(metadata={k: v for k, v in outputs.items() if k != "settings"} | {"home": str(home)})
+    return _finished(ledger, "data", key, outputs, started, home=str(home))
 
 
 @dg.asset(
-    partitions_def=arm_partitions,
-    group_name="ablations",
-    tags=_TAGS,
+    **_ARM_STEP,
     kinds={"duckdb", "pytorch"},
-    pool=STORE_POOL,
     deps=[ablation_data],
     code_version=asset_code_version(*_CODE),
 )
@@ -178,16 +187,12 @@ def ablation_checkpoint(
         "steps": metrics.get("steps"),
         "settings": settings_,
     }
-    ledger.record("checkpoint", key, outputs, time.monotonic() - started)
-    return dg.MaterializeResult(metadata={k: v for k, v in outputs.items() if k != "settings"})
+    return _finished(ledger, "checkpoint", key, outputs, started)
 
 
 @dg.asset(
-    partitions_def=arm_partitions,
-    group_name="ablations",
-    tags=_TAGS,
+    **_ARM_STEP,
     kinds={"duckdb", "pytorch"},
-    pool=STORE_POOL,
     deps=[ablation_checkpoint],
     code_version=asset_code_version(*_CODE, "envfactory_assets.evaluation"),
 )
@@ -245,16 +250,8 @@ def ablation_evaluation(
         "units_computed": cache.writes,
         "settings": settings_,
     }
-    ledger.record("evaluation", key, outputs, time.monotonic() - started)
     means = {f"{r['model']}/{r['benchmark']}/{r['subset']}": r["mean"] for r in rows if r["mean"] is not None}
-    return dg.MaterializeResult(
-        metadata={
-            "rows": len(rows),
-            "units_reused": cache.hits,
-            "units_computed": cache.writes,
-            "means": dg.MetadataValue.json(means),
-        }
-    )
+    return _finished(ledger, "evaluation", key, outputs, started, rows=len(rows), means=dg.MetadataValue.json(means))
 
 
 def _arm_evaluations(home: Path, ids: list[str]) -> list[dict[str, Any]]:
