@@ -294,6 +294,7 @@ def _metadata(results: list, asset: str) -> dict:
     return {k: v.value for k, v in events[-1].materialization.metadata.items()}
 
 
+@pytest.mark.slow
 def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_reports(
     tmp_path, one_layer_model_dir, tiny_cli_run
 ):

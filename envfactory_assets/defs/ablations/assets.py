@@ -226,7 +226,7 @@ def ablation_evaluation(
     tasks = content_id("v", sorted(r["id"] for r in rl_rows))
     key = step_key("evaluation", settings_, {"checkpoint": ckpt["checkpoint_id"], "tasks": tasks})
     done = ledger.finished("evaluation", key)
-    if done is not None:
+    if done is not None and settings.store_path(home).exists():
         return _skipped("evaluation", done)
     started = time.monotonic()
     base_dir = resolve_base_model(config.base_model, envfactory.models_dir())
