@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -22,23 +23,12 @@ from envfactory_assets import settings
 #: The CPU benchmark's command (README, docs/cpu_benchmark.md), stated on the page ``results --page`` writes.
 CPU_BENCHMARK_COMMAND = "envfactory run --select checkpoints,evaluations --config configs/cpu_benchmark.yaml"
 
-DAGSTER_YAML = """\
-# Written by envfactory. The store takes one writer at a time: the envfactory_store pool runs one step at once.
-telemetry:
-  enabled: false
-concurrency:
-  pools:
-    default_limit: 1
-"""
-
 
 def prepare_dagster_home(home: Path) -> Path:
     """Create ``DAGSTER_HOME`` under ``home`` with its ``dagster.yaml`` and export it; returns the path."""
-    dagster_home = settings.dagster_home(home)
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    config = dagster_home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(DAGSTER_YAML)
+    from envfactory_assets.defs.pipeline_runs import prepare_dagster_home as prepare
+
+    dagster_home = prepare(home)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     return dagster_home
 
@@ -84,7 +74,7 @@ def _graph() -> Any:
 @contextlib.contextmanager
 def _usage_errors() -> Iterator[None]:
     """A :class:`SelectionError` from the runner becomes a :class:`UsageError` with the same message."""
-    from envfactory_assets.runner.selection import SelectionError
+    from envfactory_assets.defs.selection import SelectionError
 
     try:
         yield
@@ -93,24 +83,24 @@ def _usage_errors() -> Iterator[None]:
 
 
 def _selected_ops(selection: Any) -> set[str]:
-    """Op names of the assets ``selection`` picks (:func:`runner.selection.selected_ops` on this graph)."""
-    from envfactory_assets.runner.selection import selected_ops
+    """Op names of the assets ``selection`` picks (:func:`defs.selection.selected_ops` on this graph)."""
+    from envfactory_assets.defs.selection import selected_ops
 
     with _usage_errors():
         return selected_ops(_graph(), selection)
 
 
 def check_selection_runnable(instance: Any, selection: Any, store_exists: bool) -> list[str]:
-    """:func:`runner.selection.check_selection_runnable` on this graph; raises :class:`UsageError`."""
-    from envfactory_assets.runner.selection import check_selection_runnable as check
+    """:func:`defs.selection.check_selection_runnable` on this graph; raises :class:`UsageError`."""
+    from envfactory_assets.defs.selection import check_selection_runnable as check
 
     with _usage_errors():
         return check(_graph(), instance, selection, store_exists)
 
 
 def config_for_selection(run_config: dict[str, Any], selection: Any) -> dict[str, Any]:
-    """:func:`runner.selection.config_for_selection` on this graph; raises :class:`UsageError`."""
-    from envfactory_assets.runner.selection import config_for_selection as for_selection
+    """:func:`defs.selection.config_for_selection` on this graph; raises :class:`UsageError`."""
+    from envfactory_assets.defs.selection import config_for_selection as for_selection
 
     with _usage_errors():
         return for_selection(_graph(), run_config, selection)
@@ -325,11 +315,11 @@ def _materialize(
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
+    from envfactory_assets.defs.selection import op_names
     from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, run_job_name, stale_assets
     from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
     from envfactory_assets.runner.progress_bar import RUN_TAG, RunProgressBar
-    from envfactory_assets.runner.selection import op_names
     from envfactory_assets.runner.stage_times import stage_time_rows
     from envfactory_assets.runner.summary import failure_messages, run_summary
     from envfactory_assets.sources.adding import file_named_partition
@@ -952,36 +942,51 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ablations(args: argparse.Namespace) -> int:
-    """Run the paper's ablations (each arm in its own home under ``$ENVFACTORY_HOME/ablations``) and write
-    ``--output`` (default docs/ablations.md). Hours on a CPU; not part of CI."""
-    from envfactory_assets.ablations.plan import select_arms
-    from envfactory_assets.runner.ablations import run_pipeline_ablations
+#: ``envfactory ablations --step`` -> the ablation asset it materializes (no step: all four, in order).
+ABLATION_STEPS = {
+    "data": "ablation_data",
+    "checkpoint": "ablation_checkpoint",
+    "evaluation": "ablation_evaluation",
+    "report": "ablations_report",
+}
 
-    home = settings.envfactory_home()
-    run_config = _load_run_config(args.config)
+
+def cmd_ablations(args: argparse.Namespace) -> int:
+    """The paper's ablations: materialize the ablation assets (``--step``, default every step then the report) for
+    ``--arm`` (default every arm) as ``envfactory run --select ... --partition ...`` would, each arm in its own
+    home under ``$ENVFACTORY_HOME/ablations``; ``--write-docs`` then copies the page to docs/ablations.md. Hours
+    on a CPU for every arm; not part of CI."""
+    from envfactory_assets.ablations.plan import arm_named
+    from envfactory_assets.defs.ablations.assets import REPORT_FILE
+
+    arms = [a.strip() for a in (args.arm or "").split(",") if a.strip()]
     try:
-        arms = select_arms([a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else None)
-        command = " ".join(
-            [
-                "envfactory ablations",
-                *([f"--config {args.config}"] if args.config else []),
-                *([f"--arms {args.arms}"] if args.arms else []),
-            ]
+        for name in arms:
+            arm_named(name)
+    except ValueError as exc:
+        raise UsageError(f"ablations --arm: {exc}") from None
+    steps = [ABLATION_STEPS[args.step]] if args.step else list(ABLATION_STEPS.values())
+    partitioned = [s for s in steps if s != "ablations_report"]
+    home = settings.envfactory_home()
+    code = cmd_run(
+        argparse.Namespace(
+            select=",".join(steps) if len(steps) > 1 else steps[0],
+            config=args.config,
+            partition=",".join(arms) if arms and partitioned else None,
+            verbose=args.verbose,
         )
-        run_pipeline_ablations(
-            home,
-            run_config,
-            arms,
-            Path(args.output),
-            prepare_dagster_home,
-            run_lock,
-            command,
-            log=lambda line: print(line, file=sys.stderr),
-        )
-    except (ValueError, RuntimeError) as exc:
-        raise UsageError(f"ablations: {exc}") from None
-    return 0
+    )
+    page = home / "ablations" / REPORT_FILE
+    if args.write_docs and code == 0:
+        if not page.is_file():
+            raise UsageError(
+                f"ablations --write-docs: {page} does not exist yet; run envfactory ablations --step report"
+            )
+        target = Path(args.write_docs)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(page, target)
+        print(f"copied {page} to {target}", file=sys.stderr)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -991,7 +996,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--select", help="Dagster asset selection, e.g. 'source_resources+' or 'tool_graph'")
     run.add_argument("--config", help="YAML file of run config (ops: {asset: {config: {...}}})")
     run.add_argument(
-        "--partition", help="environment partition keys (comma-separated) for the per-environment stages; default: all"
+        "--partition",
+        help="partition keys (comma-separated): environment keys for the per-environment stages, ablation arms "
+        "(topology, random_walk, raw_queries) for the ablation assets; default: all",
     )
     run.add_argument(
         "--verbose",
@@ -1000,10 +1007,26 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of only in the run log file",
     )
     run.set_defaults(func=cmd_run)
-    abl = sub.add_parser("ablations", help="the paper's ablations, each arm in its own store (hours; not in CI)")
-    abl.add_argument("--config", help="YAML run config applied to every arm (ops.evaluations sets the evaluation)")
-    abl.add_argument("--arms", help="comma-separated arms (default: topology,random_walk,raw_queries)")
-    abl.add_argument("--output", default="docs/ablations.md", help="where to write the report")
+    abl = sub.add_parser(
+        "ablations",
+        help="the paper's ablations as assets partitioned by arm, each arm in its own store (hours; not in CI)",
+    )
+    abl.add_argument(
+        "--config",
+        help="YAML run config: ops.ablation_data (synthesis_config), ops.ablation_checkpoint, ops.ablation_evaluation",
+    )
+    abl.add_argument("--arm", help="comma-separated arms (default: topology,random_walk,raw_queries)")
+    abl.add_argument(
+        "--step", choices=list(ABLATION_STEPS), help="one step (default: data, checkpoint, evaluation, then the report)"
+    )
+    abl.add_argument(
+        "--write-docs",
+        nargs="?",
+        const="docs/ablations.md",
+        metavar="PATH",
+        help="copy the page ($ENVFACTORY_HOME/ablations/ablations.md) to PATH (default docs/ablations.md)",
+    )
+    abl.add_argument("--verbose", action="store_true", help="print Dagster's events here instead of the run log")
     abl.set_defaults(func=cmd_ablations)
     lin = sub.add_parser("lineage", help="trace a checkpoint back to its source resources")
     lin.add_argument("checkpoint_id")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from envfactory_assets.defs.ablations import assets as ablation_assets
 from envfactory_assets.defs.common import UpstreamGates
 from envfactory_assets.defs.dagster_private import asset_graph
 from envfactory_assets.defs.envgen import assets as envgen_assets
@@ -17,6 +18,7 @@ from envfactory_assets.defs.incremental import (
     resynthesis_job,
     with_gated_automation,
 )
+from envfactory_assets.defs.partitions import ON_DEMAND_TAG
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.defs.sources import assets as source_assets
 from envfactory_assets.defs.sql.assets import sql_assets
@@ -25,13 +27,14 @@ from envfactory_assets.defs.training import assets as training_assets
 from envfactory_assets.defs.viewer.jobs import show_trajectory
 
 _MODULES = [source_assets, envgen_assets, graph_assets, synth_assets, training_assets]
-_MODULES += [evaluation_assets, export_assets]
+_MODULES += [evaluation_assets, export_assets, ablation_assets]
 
-PIPELINE_ASSETS = dg.AssetSelection.all() - dg.AssetSelection.groups("sql_marts", "sql_lineage")
+#: The assets a plain run materializes: every asset but the on-demand ones (the ablations).
+ON_DEMAND = dg.AssetSelection.tag(ON_DEMAND_TAG, "true")
 
 full_pipeline_job = dg.define_asset_job(
     "full_pipeline",
-    selection=dg.AssetSelection.all(),
+    selection=dg.AssetSelection.all() - ON_DEMAND,
     description="Every stage from source_resources to checkpoints, evaluations and exports, plus the SQL marts.",
 )
 

@@ -1,27 +1,27 @@
-"""The ablations: the arm plan and its equal-rows rule, the orchestration (arms in their own homes, never the
-main store), the report written from hand-built evaluation rows, and the datasets stage's raw-query switch."""
+"""The ablations: the arm plan and its equal-rows rule, the step ledger, the report written from hand-built
+evaluation rows, the datasets stage's raw-query switch, and one arm's steps materialized as assets on the
+fixture corpus with a one-layer model (each step in the arm's own home, skipped on a re-run, the report from a
+partial set of arms, nothing of it in a plain run)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
+import shutil
+from pathlib import Path
 
+import dagster as dg
 import pytest
 
-from envfactory_assets.ablations.orchestrate import AblationRun, run_ablations
 from envfactory_assets.ablations.plan import (
     ARMS,
     arm_config,
     arm_home,
-    configured_rows,
-    equal_rows,
-    select_arms,
+    arm_named,
+    require_rows,
+    sft_config,
 )
-from envfactory_assets.ablations.report import (
-    ablations_markdown,
-    compare_arms,
-    write_ablations,
-)
+from envfactory_assets.ablations.report import ablations_markdown, compare_arms, write_ablations
+from envfactory_assets.ablations.steps import StepLedger, step_key
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.evaluation.stats import paired_bootstrap
 from envfactory_assets.synth.datasets.datagaps import DataGapsConfig
@@ -37,6 +37,7 @@ from envfactory_assets_tests.fixture_environments import (
     fixture_graph,
     passed_trajectories,
 )
+from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG
 
 OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0)
 USER = {
@@ -45,10 +46,6 @@ USER = {
         "checkpoints": {"config": {"max_train_rows": 100, "max_steps": 5}},
     }
 }
-
-
-def _by_name(name):
-    return next(a for a in ARMS if a.name == name)
 
 
 def test_each_arm_gets_its_sampler_and_query_source_over_the_users_config(tmp_path):
@@ -66,30 +63,46 @@ def test_each_arm_gets_its_sampler_and_query_source_over_the_users_config(tmp_pa
         assert ops["raw_trajectories"]["config"]["sampler"] == sampler
         assert ops["datasets"]["config"]["query_source"] == source
         assert ops["source_resources"]["config"]["corpus_dir"] == str(corpus)
-        # SFT only, at the user's budget until the equal budget is set
-        assert ops["checkpoints"]["config"] == {"max_train_rows": 100, "max_steps": 5, "grpo_max_steps": 0}
-    budgeted = arm_config(USER, _by_name("random_walk"), corpus, max_train_rows=37)
-    assert budgeted["ops"]["checkpoints"]["config"]["max_train_rows"] == 37
     own = {"ops": {"source_resources": {"config": {"corpus_dir": "/elsewhere"}}}}
     assert arm_config(own, ARMS[0], corpus)["ops"]["source_resources"]["config"]["corpus_dir"] == "/elsewhere"
     assert arm_home(tmp_path, ARMS[1]) == tmp_path / "ablations" / "random_walk"
-    with pytest.raises(ValueError, match="max_train_rows=0"):
-        arm_config(USER, ARMS[0], corpus, max_train_rows=0)
     with pytest.raises(ValueError, match="ops"):
         arm_config({"ops": ["tool_chains"]}, ARMS[0], corpus)
-    assert [a.name for a in select_arms(["raw_queries"])] == ["topology", "raw_queries"]
-    with pytest.raises(ValueError, match="unknown ablation arms"):
-        select_arms(["random"])
+    # SFT only: GRPO off whatever the checkpoint settings say
+    assert sft_config({"max_steps": 5, "grpo_max_steps": 3}) == {
+        "ops": {"checkpoints": {"config": {"max_steps": 5, "grpo_max_steps": 0}}}
+    }
+    assert arm_named("raw_queries") is ARMS[2]
+    with pytest.raises(ValueError, match="unknown ablation arm 'random'"):
+        arm_named("random")
 
 
-def test_every_arm_trains_on_the_smallest_arms_row_count():
-    assert equal_rows({"topology": 120, "random_walk": 80, "raw_queries": 120}, 256) == 80
-    assert equal_rows({"topology": 120, "random_walk": 80}, 64) == 64  # the configured budget when smaller
-    with pytest.raises(ValueError, match="random_walk"):
-        equal_rows({"topology": 120, "random_walk": 0}, 64)
-    assert configured_rows(USER, 64) == 100 and configured_rows({}, 64) == 64
-    with pytest.raises(ValueError, match="max_train_rows"):
-        configured_rows({"ops": {"checkpoints": {"config": {"max_train_rows": "all"}}}}, 64)
+def test_every_arm_trains_on_the_configured_rows_or_is_refused():
+    require_rows("topology", 120, 64)
+    require_rows("topology", 64, 64)
+    with pytest.raises(ValueError, match="random_walk has 50 train-split SFT rows, fewer than max_train_rows=64"):
+        require_rows("random_walk", 50, 64)
+
+
+def test_the_ledger_skips_a_finished_step_only_for_the_same_settings_and_inputs(tmp_path):
+    ledger = StepLedger(tmp_path / "arm")
+    data_key = step_key("data", {"n_chains": 24}, {})
+    assert ledger.finished("data", data_key) is None and ledger.entries() == {}
+    ledger.record("data", data_key, {"train_rows": 30, "sft_dataset_version": "v_1"}, 12.34)
+    assert ledger.finished("data", data_key) == {"train_rows": 30, "sft_dataset_version": "v_1"}
+    assert ledger.finished("data", step_key("data", {"n_chains": 25}, {})) is None  # a setting changed
+    ckpt_key = step_key("checkpoint", {"max_steps": 2}, {"data": "v_1"})
+    assert ckpt_key != step_key("checkpoint", {"max_steps": 2}, {"data": "v_2"})  # the data changed
+    ledger.record("checkpoint", ckpt_key, {"checkpoint_id": "ckpt_1"}, 5.0)
+    assert set(StepLedger(tmp_path / "arm").entries()) == {"data", "checkpoint"}
+    assert ledger.entries()["data"]["seconds"] == 12.3
+    # new data drops the checkpoint made from the old data
+    ledger.record("data", step_key("data", {"n_chains": 25}, {}), {"train_rows": 31}, 1.0)
+    assert set(ledger.entries()) == {"data"} and ledger.outputs("checkpoint") is None
+    (tmp_path / "arm" / "ablation_steps.json").write_text("{not json")
+    assert ledger.entries() == {}  # an unreadable ledger runs every step again
+    with pytest.raises(ValueError, match="ablation step 'sft'"):
+        step_key("sft", {}, {})
 
 
 def _results(scores: list[float]) -> list[dict]:
@@ -126,55 +139,6 @@ def _rows() -> list[dict]:
     ]
 
 
-def test_the_orchestration_writes_only_to_arm_homes_and_trains_every_arm_on_equal_rows(tmp_path):
-    main = tmp_path / "home"
-    main.mkdir()
-    store = main / "envfactory.duckdb"
-    store.write_bytes(b"main store")
-    digest = hashlib.sha256(store.read_bytes()).hexdigest()
-    calls, rows = [], {"topology": 90, "random_walk": 50, "raw_queries": 90}
-
-    def materialize(home, config, selection):  # stands in for the Dagster runner: records and writes in `home`
-        calls.append((home, selection, config))
-        (home / "envfactory.duckdb").write_text(json.dumps({"selection": selection}))
-
-    ticks = iter(range(0, 1000, 10))
-    run = run_ablations(
-        main,
-        USER,
-        main / "npm",
-        materialize,
-        lambda h: rows[h.name],
-        lambda h: {"id": f"ckpt_{h.name}", "path": str(h / "checkpoints")},
-        lambda ckpts: _rows(),
-        default_max_train_rows=64,
-        log=lambda _: None,
-        clock=lambda: float(next(ticks)),
-    )
-    assert hashlib.sha256(store.read_bytes()).hexdigest() == digest
-    assert {h for h, _, _ in calls} == {main.resolve() / "ablations" / a.name for a in ARMS}
-    assert all(h != main.resolve() and (h / "envfactory.duckdb").exists() for h, _, _ in calls)
-    # all data first (the budget needs every arm's rows), then every arm's SFT at the same budget
-    assert [s for _, s, _ in calls] == ["*sft_dataset"] * 3 + ["checkpoints"] * 3
-    assert run.budget == 50 and run.train_rows == rows
-    budgets = {h.name: c["ops"]["checkpoints"]["config"]["max_train_rows"] for h, s, c in calls if s == "checkpoints"}
-    assert budgets == {"topology": 50, "random_walk": 50, "raw_queries": 50}
-    assert run.configs["raw_queries"]["ops"]["datasets"]["config"]["query_source"] == "raw"
-    assert run.seconds == {"synthesis": 10.0, "training": 10.0, "evaluation": 10.0, "total": 30.0}
-    with pytest.raises(ValueError, match="no train-split SFT row"):
-        run_ablations(
-            main,
-            USER,
-            main / "npm",
-            materialize,
-            lambda h: 0,
-            lambda h: {},
-            lambda c: [],
-            default_max_train_rows=64,
-            log=lambda _: None,
-        )
-
-
 def test_the_report_compares_arms_by_the_paired_interval_on_shared_tasks(tmp_path):
     compared = compare_arms(_rows())
     assert [(c["control"], c["treatment"]) for c in compared] == [
@@ -188,43 +152,66 @@ def test_the_report_compares_arms_by_the_paired_interval_on_shared_tasks(tmp_pat
     # an arm missing from a benchmark gives no comparison there
     only_one = _rows() + [_row("topology", TOPO, benchmark="bfcl_v3_single_turn")]
     assert [c["benchmark"] for c in compare_arms(only_one)] == ["synthetic_held_out"] * 2
-
-    run = AblationRun(
-        arms=ARMS,
-        homes={a.name: tmp_path / a.name for a in ARMS},
-        train_rows={"topology": 90, "random_walk": 50, "raw_queries": 90},
-        budget=50,
-        checkpoints={a.name: {"id": f"ckpt_{a.name}"} for a in ARMS},
-        evaluations=_rows(),
-        configs={"topology": {"ops": {"datasets": {"config": {"query_source": "refined"}}}}},
-        seconds={"synthesis": 3600.0, "training": 1800.0, "evaluation": 600.0, "total": 6000.0},
-    )
-    text = write_ablations(tmp_path / "docs" / "ablations.md", run)
+    steps = {
+        a.name: {
+            "data": {"outputs": {"train_rows": 90, "settings": {"ops": {}}}, "seconds": 3600.0},
+            "checkpoint": {"outputs": {"training_rows": 50, "checkpoint_id": f"ckpt_{a.name}"}, "seconds": 1800.0},
+            "evaluation": {"outputs": {}, "seconds": 600.0},
+        }
+        for a in ARMS
+    }
+    text = write_ablations(tmp_path / "docs" / "ablations.md", _rows(), steps)
     assert (tmp_path / "docs" / "ablations.md").read_text() == text
-    assert "**50** SFT rows" in text and "| total | 6000 |" in text and "ckpt_random_walk" in text
+    assert "| `random_walk` | data, checkpoint, evaluation | 90 | 50 | ckpt_random_walk | 3600 / 1800 / 600 |" in text
     assert f"{walk['difference']:+.3f} [{walk['low']:+.3f}, {walk['high']:+.3f}] (n=8)" in text
     assert "the paper reports gains from both" in text.lower() and "EnvFactory, ablations" in text
-    assert "Not run yet" not in text
-    pending = ablations_markdown(None)
+    assert "Not run yet" not in text and "waiting for" not in text
+    # a partial set of arms: the comparison it can make, the other one waiting
+    partial = ablations_markdown([r for r in _rows() if r["model"] != "random_walk"], {"topology": steps["topology"]})
+    assert "| (a) random-walk sampler instead of the topology-aware one | waiting for `random_walk` |" in partial
+    assert "| `random_walk` | none | - | - | - | - / - / - |" in partial
+    assert "(b) raw queries instead of refined ones | synthetic_held_out" in partial
+    pending = ablations_markdown([], {})
     assert "Not run yet" in pending and "envfactory ablations --config configs/ablations.yaml" in pending
 
 
 def test_the_arm_selections_and_settings_exist_in_the_pipeline_graph(tmp_path):
-    from envfactory_assets.definitions import defs
+    from envfactory_assets.ablations.plan import DATA_SELECTION
+    from envfactory_assets.defs.ablations.arm_runs import arm_graph
+    from envfactory_assets.defs.dagster_private import asset_graph
+    from envfactory_assets.defs.selection import config_for_selection, selected_ops
     from envfactory_assets.defs.synth.assets import DatasetConfig
-    from envfactory_assets.runner.selection import config_for_selection, selected_ops
 
-    graph = defs.get_repository_def().asset_graph
-    data_ops = selected_ops(graph, "*sft_dataset")
+    graph = asset_graph([a for a in arm_graph() if isinstance(a, dg.AssetsDefinition)])
+    data_ops = selected_ops(graph, DATA_SELECTION)
     assert {"source_resources", "tool_chains", "raw_trajectories", "refined_trajectories", "datasets"} <= data_ops
     assert not {"checkpoints", "evaluations"} & data_ops
     for arm in ARMS:  # every op an arm configures is an op of the graph (config_for_selection raises otherwise)
-        config = arm_config(USER, arm, tmp_path, 10)
-        assert set(config_for_selection(graph, config, "*sft_dataset")["ops"]) <= data_ops
+        config = arm_config(USER, arm, tmp_path)
+        assert set(config_for_selection(graph, config, DATA_SELECTION)["ops"]) <= data_ops
     assert DatasetConfig().query_source == DEFAULT_QUERY_SOURCE == "refined"
     assert DatasetConfig(query_source="raw").check_settings() == (DatasetRunSpec(query_source="raw"), DataGapsConfig())
     with pytest.raises(SettingError, match="query_source"):
         DatasetConfig(query_source="unrefined").check_settings()
+
+
+def test_a_plain_run_and_the_full_pipeline_job_leave_the_ablations_out():
+    from envfactory_assets.definitions import defs
+    from envfactory_assets.defs.pipeline_runs import plain_run_assets
+
+    graph = defs.get_repository_def().asset_graph
+    ablations = {"ablation_data", "ablation_checkpoint", "ablation_evaluation", "ablations_report"}
+    everything = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert ablations <= everything
+    assert plain_run_assets(graph) == everything - ablations
+    job = {k.to_user_string() for k in defs.resolve_job_def("full_pipeline").asset_layer.selected_asset_keys}
+    assert job == everything - ablations
+    # and no pipeline asset reads an ablation asset, so `X+` selections never reach them
+    assert all(
+        not {p.to_user_string() for p in graph.get(k).parent_keys} & ablations
+        for k in graph.get_all_asset_keys()
+        if k.to_user_string() not in ablations
+    )
 
 
 @pytest.fixture(scope="module")
@@ -271,3 +258,133 @@ def test_raw_query_source_builds_the_same_rows_from_the_queries_before_refinemen
     assert with_query_source(refined[0], "refined") is refined[0]
     with pytest.raises(ValueError, match="query_source='unrefined'"):
         with_query_source(refined[0], "unrefined")
+
+
+# Each arm's synthesis: the tiny run's (the fixture corpus, test_pipeline's small counts).
+SYNTHESIS = {"ops": {op: TINY_RUN_CONFIG["ops"][op] for op in ("source_resources", "tool_chains")}}
+
+
+def _materialize(home: Path, instance, run_config: dict, selection, partitions=None) -> list:
+    from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
+    from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+    from envfactory_assets.runner.materialize import materialize_pipeline
+
+    return materialize_pipeline(
+        [*ALL_ASSETS, *ALL_CHECKS],
+        instance,
+        {
+            "envfactory": EnvFactoryHome(home=str(home)),
+            "model_backend": ModelBackend(),
+            "verification_gate": VerificationGate(),
+        },
+        run_config,
+        selection=selection,
+        partitions=partitions,
+    )
+
+
+def _arm_runs(home: Path) -> int:
+    """Runs recorded by the Dagster instance of the arm home ``home``."""
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        return len(instance.get_run_records())
+
+
+def _metadata(results: list, asset: str) -> dict:
+    events = [e for r in results for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == asset]
+    return {k: v.value for k, v in events[-1].materialization.metadata.items()}
+
+
+@pytest.mark.slow
+def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_reports(
+    tmp_path, one_layer_model_dir, tiny_cli_run
+):
+    from envfactory_assets.store.db import Store
+
+    main = tmp_path / "home"
+    main.mkdir()
+    # the main store, whose held-out tasks every arm is evaluated on: a copy of the session's tiny run's
+    shutil.copyfile(tiny_cli_run[1] / "envfactory.duckdb", main / "envfactory.duckdb")
+    synthesis = tmp_path / "synthesis.yaml"
+    synthesis.write_text(json.dumps(SYNTHESIS))  # JSON is YAML
+    model = str(one_layer_model_dir)
+    config = {
+        "ops": {
+            "ablation_data": {"config": {"synthesis_config": str(synthesis)}},
+            "ablation_checkpoint": {
+                "config": {"base_model": model, "max_steps": 2, "max_train_rows": 4, "n_eval_prompts": 1}
+            },
+            "ablation_evaluation": {
+                "config": {
+                    "base_model": model,
+                    "n_synthetic": 2,
+                    "n_bfcl": 0,
+                    "n_bfcl_single_turn": 0,
+                    "max_new_tokens": 8,
+                    "max_tool_rounds": 1,
+                }
+            },
+        }
+    }
+    with dg.instance_for_test() as instance:
+        main_store = Store(main / "envfactory.duckdb")
+        main_sft = sorted(r["id"] for r in main_store.read("sft_dataset"))
+        for step in ("ablation_data", "ablation_checkpoint", "ablation_evaluation"):
+            results = _materialize(main, instance, config, step, partitions=["topology"])
+            assert [r.success for r in results] == [True]
+            assert [r.dagster_run.tags.get("dagster/partition") for r in results] == ["topology"]
+        arm = main / "ablations" / "topology"
+        assert sorted(r["id"] for r in main_store.read("sft_dataset")) == main_sft  # the main dataset is untouched
+        arm_store = Store(arm / "envfactory.duckdb")
+        assert arm_store.read("sft_dataset") and not arm_store.read("evaluations", "model = 'random_walk'")
+        (ckpt,) = arm_store.read("checkpoints")  # SFT only
+        assert ckpt["stage"] == "sft" and len(ckpt["sft_dataset_ids"]) == 4
+        ledger = StepLedger(arm).entries()
+        assert set(ledger) == {"data", "checkpoint", "evaluation"}
+        assert ledger["checkpoint"]["outputs"]["checkpoint_id"] == ckpt["id"]
+        models = {r["model"] for r in arm_store.read("evaluations")}
+        assert models == {"base", "do_nothing", "topology"}
+        # a re-run of every step of the arm finds each finished with the same settings: nothing runs in the arm
+        runs = _arm_runs(arm)
+        again = _materialize(
+            main, instance, config, ["ablation_data", "ablation_checkpoint", "ablation_evaluation"], ["topology"]
+        )
+        assert [r.success for r in again] == [True]
+        for asset in ("ablation_data", "ablation_checkpoint", "ablation_evaluation"):
+            assert _metadata(again, asset)["skipped"] is True
+        assert _arm_runs(arm) == runs and StepLedger(arm).entries() == ledger
+        # a changed setting runs that step again ...
+        config["ops"]["ablation_evaluation"]["config"]["max_new_tokens"] = 6
+        third = _metadata(
+            _materialize(main, instance, config, "ablation_evaluation", ["topology"]), "ablation_evaluation"
+        )
+        assert "skipped" not in third and third["units_computed"] > 0
+        assert StepLedger(arm).entries()["evaluation"]["key"] != ledger["evaluation"]["key"]
+        # ... and back: every (model, benchmark, seed) result, the base model's too, comes from the result cache
+        config["ops"]["ablation_evaluation"]["config"]["max_new_tokens"] = 8
+        back = _metadata(
+            _materialize(main, instance, config, "ablation_evaluation", ["topology"]), "ablation_evaluation"
+        )
+        assert back["units_computed"] == 0 and back["units_reused"] == third["units_computed"]
+        # the report from the one arm evaluated
+        report = _materialize(main, instance, config, "ablations_report")
+        assert [r.success for r in report] == [True]
+    page = (main / "ablations" / "ablations.md").read_text()
+    assert "waiting for `random_walk`" in page and "| `topology` | data, checkpoint, evaluation |" in page
+    assert "Not run yet" not in page and "### Every model on every benchmark" in page
+    table = main_store.read("ablation_evaluations")
+    assert {r["arm"] for r in table} == {None, "topology"} and {r["model"] for r in table} == models
+
+
+def test_the_command_names_a_wrong_arm_and_a_step_whose_input_is_missing(tmp_path, monkeypatch, capsys):
+    from envfactory_assets.cli import main as cli_main
+
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    assert cli_main(["ablations", "--arm", "bogus"]) == 2
+    assert "unknown ablation arm 'bogus'; known: ['topology', 'random_walk', 'raw_queries']" in capsys.readouterr().err
+    assert cli_main(["run", "--select", "ablation_data", "--partition", "nope"]) == 2
+    assert "neither environment partitions nor ablation arms: ['nope']" in capsys.readouterr().err
+    assert cli_main(["ablations", "--step", "checkpoint", "--arm", "random_walk"]) == 2
+    err = capsys.readouterr().err
+    assert "reads ablation_data, which was never materialized" in err
+    assert "envfactory run --select ablation_data --partition ARM" in err

@@ -14,6 +14,7 @@ import dagster as dg
 import pytest
 
 import envfactory_assets.defs as defs_package
+from envfactory_assets.ablations.plan import AblationSynthesisSpec
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.config_schema import REQUIRED
 from envfactory_assets.envgen.run_settings import VerificationRunSpec
@@ -46,6 +47,7 @@ SPECS = {
     "EvaluationConfig": [(EvaluationRunSpec, ""), (EvalSpec, ""), (SamplingSpec, "")],
     "ExportConfig": [(ExportRunSpec, "")],
     "ShowTrajectoryConfig": [(ShowTrajectorySpec, "")],
+    "AblationDataConfig": [(AblationSynthesisSpec, "")],
 }
 
 

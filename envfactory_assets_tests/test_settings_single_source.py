@@ -12,8 +12,10 @@ import pydantic
 import pytest
 import yaml
 
+from envfactory_assets.ablations.plan import AblationSynthesisSpec
 from envfactory_assets.config_checks import setting
 from envfactory_assets.config_schema import REQUIRED, Source, config_drift, settings_of
+from envfactory_assets.defs.ablations.assets import AblationDataConfig
 from envfactory_assets.defs.config_docs import RUN_CONFIGS, configuration_markdown, run_config_class
 from envfactory_assets.defs.config_fields import generated_config, sources_of
 from envfactory_assets.defs.evaluation.assets import EvaluationConfig
@@ -30,7 +32,7 @@ RUN_CONFIG_CLASSES = [run_config_class(path) for _, path in RUN_CONFIGS]
 def test_every_run_config_under_defs_is_documented():
     """docs/configuration.md lists every run config an asset or job of defs/ takes."""
     assert {c.__name__ for c in RUN_CONFIG_CLASSES} == set(dagster_configs())
-    assert len(RUN_CONFIG_CLASSES) == 11
+    assert len(RUN_CONFIG_CLASSES) == 12
 
 
 @pytest.mark.parametrize("config", RUN_CONFIG_CLASSES, ids=lambda c: c.__name__)
@@ -137,10 +139,12 @@ def test_docs_configuration_md_is_what_the_generator_writes():
 def _checked(asset: str, settings: dict) -> None:
     """What a run does with an op's config before it reads anything: Dagster's type check of the run config
     (pydantic), then the asset's own range checks."""
-    if asset == "checkpoints":
+    if asset in ("checkpoints", "ablation_checkpoint"):
         CheckpointConfig(**settings).validate()
-    elif asset == "evaluations":
+    elif asset in ("evaluations", "ablation_evaluation"):
         EvaluationConfig(**settings).eval_spec()
+    elif asset == "ablation_data":
+        AblationSynthesisSpec(**AblationDataConfig(**settings).model_dump()).run_config()
     else:
         raise AssertionError(f"configs/ sets {asset}, which this test does not check yet")
 

@@ -1,3 +1,3 @@
 """The paper's ablations (topology-aware sampler vs random walk; refined vs raw queries) as plain Python:
-the arm plan (:mod:`.plan`), the orchestration over a materialize callable (:mod:`.orchestrate`) and the
-report (:mod:`.report`). No Dagster here: ``envfactory ablations`` supplies the runner."""
+the arm plan (:mod:`.plan`), each arm's step ledger (:mod:`.steps`) and the report (:mod:`.report`). No
+Dagster here: the assets of ``envfactory_assets.defs.ablations`` run the steps."""

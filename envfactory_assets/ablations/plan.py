@@ -3,7 +3,8 @@
 EnvFactory's ablations (EnvFactory, ablations) compare data built one way with data built another, with
 everything else fixed. Here every arm is a full synthesis (sources to ``sft_dataset``) in its own
 ``ENVFACTORY_HOME`` under ``<main home>/ablations/<arm>``, sharing the main home's OpenAPI corpus, then
-an SFT checkpoint (no GRPO) on the same number of rows:
+an SFT checkpoint (no GRPO) on the same number of rows (the configured ``max_train_rows``; an arm with fewer
+train-split rows is refused, so no arm trains on fewer rows than another):
 
 - ``topology``: the default pipeline (topology-aware sampler, refined queries); the control of both comparisons.
 - ``random_walk``: tool chains and trajectories from the random-walk baseline sampler.
@@ -14,16 +15,19 @@ an SFT checkpoint (no GRPO) on the same number of rows:
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.config_checks import SettingError
+from envfactory_assets.config_checks import setting as _setting
+
 #: Folder of the main ``ENVFACTORY_HOME`` under which each arm gets its own home.
 ARMS_DIR = "ablations"
-#: Asset whose upstream closure is one arm's synthesis (sources to datasets).
-DATA_ASSET = "sft_dataset"
-#: Asset trained per arm once the rows are equalized.
+#: The selection of one arm's synthesis (sources to datasets), run in the arm's home.
+DATA_SELECTION = "*sft_dataset"
+#: Asset trained in each arm's home (GRPO off).
 TRAIN_ASSET = "checkpoints"
 
 
@@ -101,75 +105,97 @@ def _ops(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(ops)
 
 
-def arm_config(
-    run_config: Mapping[str, Any], arm: Arm, corpus_dir: Path, max_train_rows: int | None = None
-) -> dict[str, Any]:
-    """The run config of ``arm``: ``run_config`` (the user's, left unchanged) with the arm's settings over it,
-    ``source_resources.corpus_dir`` set to the main home's corpus unless the user set one, GRPO off
-    (``checkpoints.grpo_max_steps: 0``; the ablations compare SFT data) and, when given, ``max_train_rows``.
+def arm_config(run_config: Mapping[str, Any], arm: Arm, corpus_dir: Path) -> dict[str, Any]:
+    """The synthesis run config of ``arm``: ``run_config`` (the user's, left unchanged) with the arm's settings
+    over it and ``source_resources.corpus_dir`` set to the main home's corpus unless the user set one.
 
     Raises:
-        ValueError: ``ops`` (or an op's entry) is not a mapping, or ``max_train_rows`` < 1.
+        ValueError: ``ops`` (or an op's entry) is not a mapping.
     """
-    if max_train_rows is not None and max_train_rows < 1:
-        raise ValueError(f"ablation max_train_rows={max_train_rows}: expected >= 1 (an arm has no train row?)")
     config = copy.deepcopy(dict(run_config))
     ops = _ops(config)
-
-    def settings(op: str) -> dict[str, Any]:
-        entry = ops.setdefault(op, {})
-        if not isinstance(entry, dict) or not isinstance(entry.setdefault("config", {}), dict):
-            raise ValueError(f"config ops.{op} must be a mapping with a 'config' mapping")
-        return entry["config"]
-
     for op, values in arm.ops.items():
-        settings(op).update(copy.deepcopy(dict(values)))
-    settings("source_resources").setdefault("corpus_dir", str(corpus_dir))
-    train = settings(TRAIN_ASSET)
-    train["grpo_max_steps"] = 0
-    if max_train_rows is not None:
-        train["max_train_rows"] = int(max_train_rows)
+        _settings(ops, op).update(copy.deepcopy(dict(values)))
+    _settings(ops, "source_resources").setdefault("corpus_dir", str(corpus_dir))
     config["ops"] = ops
     return config
 
 
-def configured_rows(run_config: Mapping[str, Any], default: int) -> int:
-    """The user's ``checkpoints.max_train_rows`` (``default``, the CheckpointConfig default, when unset)."""
-    value = ((_ops(run_config).get(TRAIN_ASSET) or {}).get("config") or {}).get("max_train_rows", default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"config checkpoints.max_train_rows={value!r}: expected a whole number >= 1")
-    return value
+def _settings(ops: dict[str, Any], op: str) -> dict[str, Any]:
+    entry = ops.setdefault(op, {})
+    if not isinstance(entry, dict) or not isinstance(entry.setdefault("config", {}), dict):
+        raise ValueError(f"config ops.{op} must be a mapping with a 'config' mapping")
+    return entry["config"]
 
 
-def equal_rows(train_rows: Mapping[str, int], configured: int) -> int:
-    """The SFT budget every arm trains on: the configured ``max_train_rows`` capped at the smallest arm's
-    train-split row count, so each arm trains on exactly that many rows.
+def sft_config(checkpoint_settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The run config of an arm's SFT run: ``checkpoint_settings`` (the ``checkpoints`` op's settings) with GRPO
+    off (``grpo_max_steps: 0``; the ablations compare SFT data)."""
+    return {"ops": {TRAIN_ASSET: {"config": {**dict(checkpoint_settings), "grpo_max_steps": 0}}}}
+
+
+def require_rows(arm: str, train_rows: int, budget: int) -> None:
+    """Refuse an SFT budget an arm cannot meet: every arm trains on exactly ``budget`` rows (the configured
+    ``max_train_rows``), so an arm with fewer train-split rows would be compared on less data.
 
     Raises:
-        ValueError: no arm is given, or an arm has no train-split SFT row (it cannot be trained at any budget).
+        ValueError: ``train_rows`` < ``budget``, naming the arm and both counts.
     """
-    if not train_rows:
-        raise ValueError("equal_rows: no arm")
-    empty = sorted(name for name, n in train_rows.items() if n < 1)
-    if empty:
+    if train_rows < budget:
         raise ValueError(
-            f"ablation arms {empty} have no train-split SFT row; synthesize more chains "
-            "(tool_chains.n_chains) and run the ablations again"
+            f"ablation arm {arm} has {train_rows} train-split SFT rows, fewer than max_train_rows={budget} every "
+            "arm trains on; lower max_train_rows for every arm or synthesize more chains (tool_chains.n_chains)"
         )
-    return min(configured, *train_rows.values())
 
 
-def select_arms(names: Sequence[str] | None) -> tuple[Arm, ...]:
-    """The arms named (default: all of :data:`ARMS`); the control arm ``topology`` is always kept.
+def arm_named(name: str) -> Arm:
+    """The arm called ``name``.
 
     Raises:
-        ValueError: a name is not an arm.
+        ValueError: ``name`` is not an arm (the message lists the arms).
     """
-    if not names:
-        return ARMS
-    known = {a.name for a in ARMS}
-    unknown = sorted(set(names) - known)
-    if unknown:
-        raise ValueError(f"unknown ablation arms {unknown}; known: {sorted(known)}")
-    wanted = set(names) | {"topology"}
-    return tuple(a for a in ARMS if a.name in wanted)
+    for arm in ARMS:
+        if arm.name == name:
+            return arm
+    raise ValueError(f"unknown ablation arm {name!r}; known: {[a.name for a in ARMS]}")
+
+
+@dataclass(frozen=True)
+class AblationSynthesisSpec:
+    """What every arm's synthesis runs with besides the arm's own settings.
+
+    Raises:
+        SettingError: (a ValueError) ``synthesis_config`` is not a string.
+    """
+
+    synthesis_config: str = _setting(
+        "",
+        "a YAML run config file (ops: {asset: {config: ...}}) applied to every arm's synthesis (sources to "
+        "sft_dataset), under the arm's own sampler and query source and the main home's OpenAPI corpus; "
+        "empty: the embedded defaults, as a plain envfactory run.",
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.synthesis_config, str):
+            raise SettingError(f"ablation setting synthesis_config={self.synthesis_config!r}: expected a file path")
+
+    def run_config(self) -> dict[str, Any]:
+        """The run config of :attr:`synthesis_config` ({} when empty).
+
+        Raises:
+            ValueError: the file cannot be read, is not YAML, or is not a mapping with an ``ops`` mapping.
+        """
+        if not self.synthesis_config:
+            return {}
+        from envfactory_assets.sources.safe_yaml import load_untrusted_yaml
+
+        path = Path(self.synthesis_config).expanduser()
+        try:
+            data = load_untrusted_yaml(path.read_bytes())
+        except OSError as exc:
+            raise ValueError(f"ablation setting synthesis_config: cannot read {path} ({exc.strerror})") from None
+        except Exception as exc:  # yaml.YAMLError and the loader's own size refusals
+            raise ValueError(f"ablation setting synthesis_config: {path} is not valid YAML ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("ops", {}), dict):
+            raise ValueError(f"ablation setting synthesis_config: {path} must be a mapping with an 'ops' mapping")
+        return data

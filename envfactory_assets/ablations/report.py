@@ -10,28 +10,38 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.ablations.plan import ARMS, COMPARISONS, Arm, Comparison
+from envfactory_assets.ablations.steps import STEPS
 from envfactory_assets.evaluation.stats import compare_on_shared_tasks, per_task_scores
 from envfactory_assets.reporting.results_table import BENCHMARKS, results_markdown
 
-COMMAND = "envfactory ablations --config configs/ablations.yaml"
+#: The commands that materialize the ablations, one step at a time or all at once.
+COMMANDS = (
+    "envfactory ablations --config configs/ablations.yaml                       # every arm, every step, the page",
+    "envfactory ablations --config configs/ablations.yaml --arm random_walk --step data   # one arm's one step",
+    "envfactory run --select ablation_data --partition random_walk --config configs/ablations.yaml  # the same",
+    "envfactory ablations --step report --write-docs                            # this page, into docs/",
+)
 PAPER = (
     "The paper reports gains from both: training data from the topology-aware sampler scores higher "
     "downstream than data from a random-walk sampler, and refined queries score higher than raw ones "
-    "(EnvFactory, ablations)."
+    "(EnvFactory, ablations). In the table below the paper's direction is a negative Δ (the ablated arm lower)."
 )
 
 METHOD = (
-    "Written by `envfactory ablations` (never typed by hand). Each arm is a full synthesis (sources to "
-    "`sft_dataset`) in its own `ENVFACTORY_HOME` under `<main home>/ablations/<arm>`, reading the main "
-    "home's OpenAPI corpus, so no arm supersedes the main dataset; then an SFT checkpoint (no GRPO) on "
-    "the same number of rows per arm (the configured `max_train_rows`, capped at the smallest arm's "
-    "train-split row count). Every arm's checkpoint, the base model and the do-nothing baseline are "
-    "evaluated together on the main store's held-out tasks (the same tasks and seeds for every arm), "
-    "and each ablation is the paired bootstrap 95% interval of the difference between two arms on "
-    "those tasks (docs/evaluation.md). Environments are held out by a hash of their id "
-    "(`tooluse/splits.py`), so no arm trains on an environment the main store holds out. The raw-query "
-    "arm keeps the refined trajectories' turns and calls and puts back each turn's query as synthesized "
-    "(`datasets.query_source: raw`), so it differs from the topology arm only in how the user asks."
+    "Written by the `ablations_report` asset (never typed by hand) from whatever arms have been evaluated. "
+    "The ablations are Dagster assets partitioned by arm, left out of a plain `envfactory run`: "
+    "`ablation_data` is a full synthesis (sources to `sft_dataset`) in the arm's own `ENVFACTORY_HOME` under "
+    "`<main home>/ablations/<arm>`, reading the main home's OpenAPI corpus, so no arm supersedes the main "
+    "dataset; `ablation_checkpoint` trains an SFT checkpoint (no GRPO) on the same number of rows for every "
+    "arm (the configured `max_train_rows`; an arm with fewer train-split rows is refused); "
+    "`ablation_evaluation` evaluates that checkpoint on the main store's held-out tasks (the same tasks and "
+    "seeds for every arm; the base model and the do-nothing baseline come from the evaluation result cache, "
+    "computed once). Each step is resumable: a step already finished with the same settings and inputs is "
+    "skipped (`<arm home>/ablation_steps.json`). Each ablation is the paired bootstrap 95% interval of the "
+    "difference between two arms on their shared tasks (docs/evaluation.md). Environments are held out by a "
+    "hash of their id (`tooluse/splits.py`), so no arm trains on an environment the main store holds out. "
+    "The raw-query arm keeps the refined trajectories' turns and calls and puts back each turn's query as "
+    "synthesized (`datasets.query_source: raw`), so it differs from the topology arm only in how the user asks."
 )
 
 
@@ -96,76 +106,89 @@ def _verdict(d: Mapping[str, Any] | None) -> str:
 
 
 def _arms_section(arms: Sequence[Arm]) -> list[str]:
-    lines = ["| arm | data | settings over the user's config |", "|---|---|---|"]
+    lines = ["| arm | data | settings over `synthesis_config` |", "|---|---|---|"]
     for arm in arms:
         settings = "; ".join(f"`{op}.{k}: {v}`" for op, vals in arm.ops.items() for k, v in vals.items())
         lines.append(f"| `{arm.name}` | {arm.what} | {settings} |")
     return lines
 
 
+def _steps_section(steps: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per arm: which steps finished, the rows synthesized and trained on, and each step's seconds."""
+    lines = [
+        "| arm | steps finished | train-split SFT rows | rows trained on | SFT checkpoint "
+        "| seconds (data / SFT / evaluation) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm in ARMS:
+        entries = steps.get(arm.name) or {}
+        data = (entries.get("data") or {}).get("outputs") or {}
+        ckpt = (entries.get("checkpoint") or {}).get("outputs") or {}
+        done = [s for s in STEPS if s in entries] or ["none"]
+        seconds = " / ".join(
+            f"{entries[s]['seconds']:.0f}" if s in entries and entries[s].get("seconds") is not None else "-"
+            for s in STEPS
+        )
+        lines.append(
+            f"| `{arm.name}` | {', '.join(done)} | {data.get('train_rows', '-')} | {ckpt.get('training_rows', '-')} "
+            f"| {ckpt.get('checkpoint_id', '-')} | {seconds} |"
+        )
+    return lines
+
+
 def ablations_markdown(
-    run: Any | None = None, comparisons: Sequence[Comparison] = COMPARISONS, command: str = COMMAND
+    evaluations: Sequence[Mapping[str, Any]],
+    steps: Mapping[str, Mapping[str, Any]],
+    comparisons: Sequence[Comparison] = COMPARISONS,
 ) -> str:
-    """The whole of ``docs/ablations.md``.
+    """The whole of ``docs/ablations.md``, from whatever arms exist.
 
     Args:
-        run: an :class:`~envfactory_assets.ablations.orchestrate.AblationRun` (anything with its fields), or
-            None before the ablations have run: the page then says so and gives the command.
-        comparisons: the comparisons to report (default :data:`.plan.COMPARISONS`).
-        command: the command line shown for re-running.
+        evaluations: ``evaluations``-shaped rows of every evaluated arm (``model``: the arm's name), the base
+            model and the do-nothing baseline; empty before any arm is evaluated (the page then says so).
+        steps: arm name -> its step ledger entries (:meth:`.steps.StepLedger.entries`); arms without one are
+            listed as not started.
+        comparisons: the comparisons to report (default :data:`.plan.COMPARISONS`); one whose arms are not both
+            evaluated is listed as waiting for them.
 
     Returns:
         Markdown text.
     """
-    arms = run.arms if run is not None else ARMS
-    lines = [
-        "# Ablations",
-        "",
-        METHOD,
-        "",
-        "## What the paper found",
-        "",
-        PAPER,
-        "",
-        "## Arms",
-        "",
-        *_arms_section(arms),
-        "",
-    ]
-    lines += ["## What we find", ""]
-    if run is None:
+    lines = ["# Ablations", "", METHOD, "", "## What the paper found", "", PAPER, "", "## Arms", ""]
+    lines += [*_arms_section(ARMS), "", "## What we find", ""]
+    lines += [*_steps_section(steps), ""]
+    evaluated = {r["model"] for r in evaluations}
+    if not evaluated & {a.name for a in ARMS}:
         lines += [
             (
-                "**Not run yet.** The ablations take hours on a 2-core CPU (three full syntheses, three SFT "
-                "runs and one evaluation), so they are not part of CI or of the default run. Run them with:"
+                "**Not run yet.** The ablations take hours on a 2-core CPU (three full syntheses, three SFT runs "
+                "and their evaluations, each step under an hour), so they are not part of CI or of the default "
+                "run. On a home whose main pipeline has run (its `rl_dataset` holds the held-out tasks):"
             ),
             "",
             "```",
-            command,
+            *COMMANDS,
             "```",
-            "",
-            (
-                "on a home whose main pipeline has run (its `rl_dataset` holds the held-out tasks); this page "
-                "is then rewritten with the results, the wall time and the configuration."
-            ),
         ]
         return "\n".join(lines) + "\n"
-    compared = compare_arms(run.evaluations, comparisons)
+    compared = compare_arms(evaluations, comparisons)
     lines += [
-        f"Every arm trained on **{run.budget}** SFT rows (train-split rows synthesized: "
-        + ", ".join(f"`{a}` {n}" for a, n in run.train_rows.items())
-        + ").",
-        "",
-        "| ablation | benchmark | subset | full arm | ablated arm | Δ ablated − full [95% CI] | reading |",
-        "|---|---|---|---|---|---|---|",
+        "| ablation | benchmark | subset | full arm | ablated arm | Δ ablated − full [95% CI] | paper | ours |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in compared:
         d = c["difference"]
         cell = "n/a" if d is None else f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (n={d['n']})"
         lines.append(
             f"| {c['question']} | {c['benchmark']} | {c['subset']} | `{c['control']}` {_num(c['control_mean'])} "
-            f"| `{c['treatment']}` {_num(c['treatment_mean'])} | {cell} | {_verdict(d)} |"
+            f"| `{c['treatment']}` {_num(c['treatment_mean'])} | {cell} | ablated arm lower | {_verdict(d)} |"
         )
+    for c in comparisons:
+        missing = [f"`{a}`" for a in (c.control, c.treatment) if a not in evaluated]
+        if missing:
+            lines.append(
+                f"| {c.question} | waiting for {', '.join(missing)} | | | | | ablated arm lower | not measured |"
+            )
     lines += [
         "",
         (
@@ -177,35 +200,34 @@ def ablations_markdown(
         "",
         "Arms are labelled by name; Δ here is the difference to the base model.",
         "",
-        results_markdown(run.evaluations),
-        "",
-        "## Wall time",
-        "",
-        "| phase | seconds |",
-        "|---|---|",
-        *[f"| {k} | {v:.0f} |" for k, v in run.seconds.items()],
+        results_markdown([dict(r) for r in evaluations]),
         "",
         "## Configuration",
         "",
-        "Checkpoints: " + ", ".join(f"`{a}` {c.get('id')}" for a, c in run.checkpoints.items()) + ".",
-        "",
-        "Run config of each arm (after the budget was set):",
+        "Settings of each arm's finished steps (`ablation_steps.json`):",
         "",
         "```json",
-        json.dumps(run.configs, indent=1, sort_keys=True, default=str),
+        json.dumps(
+            {a: {s: (e.get("outputs") or {}).get("settings") for s, e in st.items()} for a, st in steps.items()},
+            indent=1,
+            sort_keys=True,
+            default=str,
+        ),
         "```",
     ]
     return "\n".join(lines) + "\n"
 
 
-def write_ablations(path: Path, run: Any | None = None, **kwargs: Any) -> str:
+def write_ablations(
+    path: Path, evaluations: Sequence[Mapping[str, Any]], steps: Mapping[str, Mapping[str, Any]]
+) -> str:
     """Write :func:`ablations_markdown` to ``path`` atomically (a sibling temporary file renamed); returns it.
 
     Raises:
         OSError: the file cannot be written (the old one is left as it was).
     """
     path = Path(path)
-    text = ablations_markdown(run, **kwargs)
+    text = ablations_markdown(evaluations, steps)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -20,9 +20,10 @@ RUN_CONFIGS = (
     ("raw_trajectories", "envfactory_assets.defs.synth.assets:TrajectoryConfig"),
     ("refined_trajectories", "envfactory_assets.defs.synth.assets:RefineConfig"),
     ("sft_dataset / rl_dataset", "envfactory_assets.defs.synth.assets:DatasetConfig"),
-    ("checkpoints", "envfactory_assets.defs.training.assets:CheckpointConfig"),
-    ("evaluations", "envfactory_assets.defs.evaluation.assets:EvaluationConfig"),
+    ("checkpoints / ablation_checkpoint", "envfactory_assets.defs.training.assets:CheckpointConfig"),
+    ("evaluations / ablation_evaluation", "envfactory_assets.defs.evaluation.assets:EvaluationConfig"),
     ("sharegpt_export / verl_export", "envfactory_assets.defs.exports.assets:ExportConfig"),
+    ("ablation_data", "envfactory_assets.defs.ablations.assets:AblationDataConfig"),
     ("show_trajectory (job)", "envfactory_assets.defs.viewer.jobs:ShowTrajectoryConfig"),
 )
 

@@ -9,6 +9,27 @@ from __future__ import annotations
 
 COMMON = ["superseded BOOLEAN NOT NULL DEFAULT FALSE", "written_at TIMESTAMP DEFAULT current_timestamp"]
 
+#: The columns of an ``evaluations`` row (one model x benchmark x subset), shared by ``ablation_evaluations``.
+EVALUATION_COLUMNS = [
+    "id VARCHAR PRIMARY KEY",
+    "checkpoint_id VARCHAR",
+    "model VARCHAR NOT NULL",
+    "stage VARCHAR NOT NULL",
+    "model_path VARCHAR",
+    "benchmark VARCHAR NOT NULL",
+    "subset VARCHAR NOT NULL",
+    "n_tasks INTEGER",
+    "seeds JSON",
+    "mean DOUBLE",
+    "std DOUBLE",
+    "per_seed JSON",
+    "metrics JSON",
+    "results JSON",
+    "traces JSON",
+    "config JSON",
+    "task_ids JSON",
+]
+
 TABLES: dict[str, list[str]] = {
     "source_resources": [
         "id VARCHAR PRIMARY KEY",
@@ -217,25 +238,10 @@ TABLES: dict[str, list[str]] = {
     ],
     # one row per model x benchmark x subset; checkpoint_id is NULL for the base model, which is evaluated as a
     # baseline and has no checkpoint row
-    "evaluations": [
-        "id VARCHAR PRIMARY KEY",
-        "checkpoint_id VARCHAR",
-        "model VARCHAR NOT NULL",
-        "stage VARCHAR NOT NULL",
-        "model_path VARCHAR",
-        "benchmark VARCHAR NOT NULL",
-        "subset VARCHAR NOT NULL",
-        "n_tasks INTEGER",
-        "seeds JSON",
-        "mean DOUBLE",
-        "std DOUBLE",
-        "per_seed JSON",
-        "metrics JSON",
-        "results JSON",
-        "traces JSON",
-        "config JSON",
-        "task_ids JSON",
-    ],
+    "evaluations": EVALUATION_COLUMNS,
+    # the ablations' evaluations (ablations_report): every evaluated arm's rows and the base model's and the
+    # do-nothing baseline's once; `arm` names the arm (NULL for the base model and the baseline)
+    "ablation_evaluations": [*EVALUATION_COLUMNS, "arm VARCHAR"],
     # one row per export version (id: the version), written by the exports stage after it measured the written
     # files as verl, LlamaFactory and Hugging Face load them (envfactory_assets.exports.audit)
     "export_audits": [

@@ -71,7 +71,9 @@ class EvaluationConfig(generated_config("EvaluationSettings", *EVALUATION_SOURCE
         )
 
 
-def _models(base_dir: Path, checkpoint_rows: list[dict]) -> list:
+def models_to_evaluate(base_dir: Path, checkpoint_rows: list[dict]) -> list:
+    """The base model (``base_dir``), the do-nothing baseline and each of ``checkpoint_rows`` (labelled by its
+    id, a GRPO row with its SFT parent), as :class:`~envfactory_assets.evaluation.run.ModelRef` objects."""
     from envfactory_assets.evaluation.run import BASE, ModelRef, do_nothing_model
     from envfactory_assets.training.base_model import model_hash
 
@@ -131,7 +133,7 @@ def evaluations(
     envs, _ = passed_environments(envfactory)
     cache = ResultCache(envfactory.root() / EVAL_CACHE_DIR)
     rows = evaluate_models(
-        _models(base_dir, checkpoint_rows),
+        models_to_evaluate(base_dir, checkpoint_rows),
         store.read("rl_dataset"),
         envs,
         spec,

@@ -8,9 +8,16 @@ from typing import Any
 
 import dagster as dg
 
+from envfactory_assets.defs.partitions import ON_DEMAND_TAG
+
 
 class SelectionError(ValueError):
     """A selection or run config that cannot be used with the graph; the message names the input."""
+
+
+def on_demand(graph: Any, key: Any) -> bool:
+    """Whether the asset ``key`` of ``graph`` carries :data:`ON_DEMAND_TAG` (materialized only when selected)."""
+    return (graph.get(key).tags or {}).get(ON_DEMAND_TAG) == "true"
 
 
 def op_names(graph: Any, keys: Any = None) -> set[str]:
@@ -74,11 +81,15 @@ def check_selection_runnable(graph: Any, instance: Any, selection: Any, store_ex
     names = ", ".join(sorted(k.to_user_string() for k in full))
     if missing:
         hint = f'envfactory run --select "*{missing[0]}"' if len(missing) == 1 else "envfactory run"
+        also = "run the whole graph (envfactory run)"
+        if any(on_demand(graph, k) for k in upstream if k.to_user_string() in missing):
+            # an on-demand asset (an ablation step) is never in a plain run: name the run that makes it
+            hint, also = f"envfactory run --select {','.join(missing)} --partition ARM", "envfactory ablations"
         raise SelectionError(
             f"--select {selection!r} cannot run yet: {names} read{'s' if len(full) == 1 else ''} "
             f"{', '.join(missing)}, which {'was' if len(missing) == 1 else 'were'} never materialized "
             f"in this ENVFACTORY_HOME; materialize {'it' if len(missing) == 1 else 'them'} first "
-            f"({hint}) or run the whole graph (envfactory run)"
+            f"({hint}) or {also}"
         )
     if upstream and not store_exists:
         raise SelectionError(

@@ -1,0 +1,1 @@
+"""The paper's ablations as assets partitioned by arm (data, SFT checkpoint, evaluation) and their report."""

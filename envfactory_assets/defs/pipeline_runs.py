@@ -1,0 +1,208 @@
+"""Materializing a selection of the asset graph in-process, the way ``envfactory run`` does (and the ablation
+assets do, in each arm's own home): the phases of a run, the partition keys a run may name, the Dagster
+instance of a home, and the on-demand assets a plain run leaves out."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from envfactory_assets import settings
+from envfactory_assets.defs.common import UpstreamGates
+from envfactory_assets.defs.dagster_private import asset_graph
+from envfactory_assets.defs.incremental import PARTITIONED
+from envfactory_assets.defs.partitions import arm_partitions, environment_partitions
+from envfactory_assets.defs.selection import config_for_selection, on_demand
+
+#: job name of a run of the whole graph (the UI lists a run under its job's name)
+PIPELINE_JOB = "envfactory_run"
+
+DAGSTER_YAML = """\
+# Written by envfactory. The store takes one writer at a time: the envfactory_store pool runs one step at once.
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
+def prepare_dagster_home(home: Path) -> Path:
+    """Create ``DAGSTER_HOME`` under ``home`` (``<home>/dagster``) with its ``dagster.yaml``; returns the path."""
+    dagster_home = settings.dagster_home(home)
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    config = dagster_home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(DAGSTER_YAML)
+    return dagster_home
+
+
+@contextlib.contextmanager
+def home_environment(home: Path) -> Iterator[None]:
+    """``ENVFACTORY_HOME`` and ``DAGSTER_HOME`` pointed at ``home`` (and its ``dagster`` folder) for the block,
+    restored after it: code that reads ``$ENVFACTORY_HOME`` at run time then sees ``home``."""
+    saved = {k: os.environ.get(k) for k in ("ENVFACTORY_HOME", "DAGSTER_HOME")}
+    os.environ["ENVFACTORY_HOME"] = str(home)
+    os.environ["DAGSTER_HOME"] = str(settings.dagster_home(home))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def plain_run_assets(graph: Any) -> set[str]:
+    """The assets a run without a selection materializes: every asset of ``graph`` but the on-demand ones."""
+    return {k.to_user_string() for k in graph.get_all_asset_keys() if not on_demand(graph, k)}
+
+
+def check_partitions(instance: dg.DagsterInstance, partitions: Sequence[str]) -> None:
+    """Raise ValueError (one line) when ``partitions`` names keys that are neither ``environment`` partitions
+    nor ablation arms."""
+    keys = list(instance.get_dynamic_partitions(environment_partitions.name))
+    arms = arm_partitions.get_partition_keys()
+    unknown = sorted(set(partitions) - set(keys) - set(arms))
+    if unknown:
+        raise ValueError(
+            f"--partition names keys that are neither environment partitions nor ablation arms: {unknown}; "
+            f"environments: {keys[:20]}; arms: {arms}"
+        )
+
+
+def _run_job(
+    assets: Sequence[Any], job_name: str, selection: Sequence[str], resources: Mapping[str, Any], **execute: Any
+) -> dg.ExecuteInProcessResult:
+    """``dg.materialize`` under a job of our name: the same job Dagster builds for it, named ``job_name``;
+    ``execute`` goes to ``execute_in_process``."""
+    defs = dg.Definitions(
+        assets=assets, jobs=[dg.define_asset_job(name=job_name, selection=selection)], resources=resources
+    )
+    defs.resolve_all_job_defs()  # an unsatisfied resource or a broken graph fails here, before the run
+    return defs.resolve_job_def(job_name).execute_in_process(**execute)
+
+
+def _phases(
+    graph: Any, chosen: set[str], instance: dg.DagsterInstance, partitions: Sequence[str] | None
+) -> list[tuple[list[str], list[dict[str, str]]]]:
+    """``[(asset names, tag sets: one run each)]`` after ``source_resources``: the pipeline's assets (the
+    environment-partitioned stages over ``partitions``, default all, in one run), then each ablation arm's
+    partitioned assets (one run per arm of ``partitions``, default every arm), then the on-demand assets
+    that read them (the report)."""
+    partitioned_by_arm = {
+        k.to_user_string() for k in graph.get_all_asset_keys() if graph.get(k).partitions_def == arm_partitions
+    }
+    demand = {k.to_user_string() for k in graph.get_all_asset_keys() if on_demand(graph, k)}
+    main = sorted(chosen - {"source_resources"} - demand)
+    arms = sorted(chosen & partitioned_by_arm)
+    after = sorted((chosen & demand) - partitioned_by_arm)
+    out: list[tuple[list[str], list[dict[str, str]]]] = []
+    if main:
+        keys = list(instance.get_dynamic_partitions(environment_partitions.name))
+        if partitions is not None:
+            keys = [k for k in keys if k in set(partitions)]
+        if set(main) & set(PARTITIONED) and not keys:
+            raise ValueError("there are no environment partitions yet: materialize source_resources first")
+        if not set(main) & set(PARTITIONED):
+            out.append((main, [{}]))
+        elif partitions is None:  # every partition in one run (single-run backfill policy)
+            out.append(
+                (
+                    main,
+                    [{"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}],
+                )
+            )
+        else:
+            out.append((main, [{"dagster/partition": k} for k in keys]))
+    if arms:
+        names = arm_partitions.get_partition_keys()
+        wanted = [a for a in names if partitions is None or a in set(partitions)]
+        if not wanted:
+            raise ValueError(f"--partition names no ablation arm for {', '.join(arms)}; arms: {names}")
+        out.append((arms, [{"dagster/partition": a} for a in wanted]))
+    if after:
+        out.append((after, [{}]))
+    return out
+
+
+def materialize_pipeline(
+    assets: Sequence[Any],
+    instance: dg.DagsterInstance,
+    resources: Mapping[str, Any],
+    run_config: Mapping[str, Any] | None = None,
+    selection: Any = None,
+    partitions: Sequence[str] | None = None,
+    raise_on_error: bool = True,
+    tags: Mapping[str, str] | None = None,
+    job_name: str = PIPELINE_JOB,
+) -> list[dg.ExecuteInProcessResult]:
+    """Materialize ``selection`` (default: everything but the on-demand assets, :data:`ON_DEMAND_TAG`)
+    in-process, the way ``envfactory run`` does.
+
+    Phase 1 runs ``source_resources`` alone when selected (it sets the ``environment`` partitions); phase 2
+    runs the pipeline's other selected assets in one run (an asset that shares its step with others, like
+    ``sft_dataset`` with ``rl_dataset``, brings them along), the partitioned stages over ``partitions``
+    (default: all) at once; then the selected ablation assets, one run per arm named in ``partitions``
+    (default: every arm), then the on-demand assets downstream of them (:func:`_phases`).
+    Returns the results of the runs made (later runs are skipped once one fails). ``tags`` go on every run.
+    Phase 2's runs belong to a job named ``job_name`` (``runner.materialize.run_job_name``), phase 1's to
+    ``<job_name>__sources``.
+
+    Raises:
+        ValueError: ``partitions`` names keys that are not partitions, or a partitioned stage is selected
+            while there are no partitions.
+    """
+    graph = asset_graph([a for a in assets if isinstance(a, dg.AssetsDefinition)])
+    # the gates of these runs are the blocking checks of this graph, whatever other graph a caller defined
+    resources = {"upstream_gates": UpstreamGates.of(graph), **resources}
+    # An asset written by one step together with others (sft_dataset and rl_dataset) cannot run alone, so
+    # the selection takes the step's other assets too, as Dagster's own required_multi_asset_neighbors does.
+    chosen = (
+        {
+            k.to_user_string()
+            for k in dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)
+        }
+        if selection is not None
+        else plain_run_assets(graph)
+    )
+    run_config = dict(run_config or {})
+    results = []
+    if "source_resources" in chosen:
+        first = _run_job(
+            assets,
+            f"{job_name}__sources",
+            ["source_resources"],
+            resources,
+            instance=instance,
+            run_config=config_for_selection(graph, run_config, ["source_resources"]),
+            raise_on_error=raise_on_error,
+            tags=dict(tags or {}),
+        )
+        results.append(first)
+        if not first.success:
+            return results
+    if partitions is not None:  # after phase 1, which adds the partitions of new documents
+        check_partitions(instance, partitions)
+    for names, tag_sets in _phases(graph, chosen, instance, partitions):
+        for run_tags in tag_sets:
+            result = _run_job(
+                assets,
+                job_name,
+                names,
+                resources,
+                instance=instance,
+                run_config=config_for_selection(graph, run_config, names),
+                tags={**(tags or {}), **run_tags},
+                raise_on_error=raise_on_error,
+            )
+            results.append(result)
+            if not result.success:
+                return results
+    return results
