@@ -48,7 +48,11 @@ def test_a_checkpoint_that_answers_right_meets_every_target_and_one_that_never_c
 
 def test_the_page_states_wall_time_settings_targets_and_tables(rows):
     checkpoints = [
-        {"id": "ckpt_gold", "stage": "sft", "config": {"max_steps": 100, "learning_rate": 1e-4, "train_mix": "stratified"}},
+        {
+            "id": "ckpt_gold",
+            "stage": "sft",
+            "config": {"max_steps": 100, "learning_rate": 1e-4, "train_mix": "stratified"},
+        },
         {"id": "ckpt_mute", "stage": "sft", "config": {}},
         {"id": "ckpt_x", "stage": "grpo", "config": {}},
     ]

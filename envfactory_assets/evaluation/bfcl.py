@@ -59,7 +59,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.decontam.benchmarks import read_jsonl
-from envfactory_assets.evaluation.task_draw import draw_block
 from envfactory_assets.evaluation.bfcl_sandbox import (
     BFCLWorkerProcess,
     ExecutorSettings,
@@ -68,6 +67,7 @@ from envfactory_assets.evaluation.bfcl_sandbox import (
     WorkerStartFailed,  # noqa: F401 - raised through BFCLEpisode, importable from here
     isolation_for_bfcl,
 )
+from envfactory_assets.evaluation.task_draw import draw_block
 
 CATEGORY = "multi_turn_base"
 BENCHMARK = "bfcl_v3_multi_turn_base"

@@ -658,7 +658,11 @@ def _single_turn_benchmark(spec: EvalSpec, benchmark_overlap: list[dict[str, Any
     """BFCL v3 single-turn as a :class:`Benchmark`: one answer per task and seed at its category's budget
     (counted with the policy's tokenizer), scored by bfcl-eval's AST checker; each result's tags carry its
     category's budget, so the per-category metrics need no policy (cached results have none)."""
-    tasks = bfcl_single_turn.load_tasks(spec.n_bfcl_single_turn, draw=spec.task_draw) if spec.n_bfcl_single_turn != 0 else []
+    tasks = (
+        bfcl_single_turn.load_tasks(spec.n_bfcl_single_turn, draw=spec.task_draw)
+        if spec.n_bfcl_single_turn != 0
+        else []
+    )
     overlap = bfcl_single_turn.task_overlap(tasks, benchmark_overlap)
 
     def run(policy: Any, seed: int) -> list[dict[str, Any]]:
