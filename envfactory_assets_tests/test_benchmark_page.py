@@ -51,7 +51,8 @@ def test_the_page_states_wall_time_settings_targets_and_tables(rows):
         {
             "id": "ckpt_gold",
             "stage": "sft",
-            "config": {"max_steps": 100, "learning_rate": 1e-4, "train_mix": "stratified"},
+            "config": {"max_steps": 100, "learning_rate": 1e-4, "loss_on": "last_turn"},
+            "metrics": {"train_mix": "stratified", "examples_by_kind": {"no_call": 76, "calls": 124, "parallel": 56}},
         },
         {"id": "ckpt_mute", "stage": "sft", "config": {}},
         {"id": "ckpt_x", "stage": "grpo", "config": {}},
@@ -63,9 +64,12 @@ def test_the_page_states_wall_time_settings_targets_and_tables(rows):
     ]
     page = benchmark_page(rows, checkpoints, times, title="CPU benchmark", command="envfactory run --select x")
     assert page.startswith("# CPU benchmark\n") and "envfactory run --select x" in page
-    assert "| `checkpoints` | 25.0 min | 1.10 | SUCCESS |" in page and "| both | 45.0 min |" in page
+    assert "| `checkpoints` | 25.0 min | 1.10 | SUCCESS | 2026-12-06 10:00 |" in page and "| both | 45.0 min |" in page
     assert "sft_dataset" not in page.split("## What was run")[0]  # only the benchmark's own steps are timed
-    assert "- SFT `ckpt_gold`: `max_steps: 100`, `learning_rate: 0.0001`, `train_mix: stratified`" in page
+    assert (
+        "- SFT `ckpt_gold`: `max_steps: 100`, `learning_rate: 0.0001`, `train_mix: stratified`, examples by "
+        "last-turn kind no_call 76, calls 124, parallel 56"
+    ) in page
     assert "- SFT+GRPO `ckpt_x`: settings not recorded" in page and "- SFT `ckpt_mute`: settings not" in page
     assert "`n_bfcl_single_turn: 4` (per category), `task_draw: 2`, `seeds: [0]`" in page
     # a targets table per SFT checkpoint

@@ -18,16 +18,7 @@ SINGLE_TURN = "bfcl_v3_single_turn"
 #: The steps whose wall time is the benchmark's cost (the data stages before them are the store's).
 TIMED_STEPS = ("checkpoints", "evaluations")
 #: Training settings shown per checkpoint, in this order (the rest are in the row's ``config``).
-SHOWN_SETTINGS = (
-    "max_steps",
-    "learning_rate",
-    "per_device_train_batch_size",
-    "max_train_rows",
-    "train_mix",
-    "min_no_call_share",
-    "max_tools_per_example",
-    "n_prompts",
-)
+SHOWN_SETTINGS = ("max_steps", "learning_rate", "per_device_train_batch_size", "n_prompts", "max_tools")
 
 
 @dataclass(frozen=True)
@@ -110,9 +101,15 @@ def _settings_lines(checkpoints: Iterable[Mapping[str, Any]]) -> list[str]:
     lines = []
     for row in sorted(checkpoints, key=lambda r: (r.get("stage") != "sft", r["id"])):
         config = row.get("config") or {}
-        shown = ", ".join(f"`{k}: {config[k]}`" for k in SHOWN_SETTINGS if k in config)
+        metrics = row.get("metrics") or {}
+        shown = [f"`{k}: {config[k]}`" for k in SHOWN_SETTINGS if k in config]
+        if metrics.get("train_mix"):
+            shown.append(f"`train_mix: {metrics['train_mix']}`")
+        kinds = metrics.get("examples_by_kind") or {}
+        if kinds:
+            shown.append("examples by last-turn kind " + ", ".join(f"{k} {n}" for k, n in kinds.items()))
         stage = STAGE_NAMES.get(row.get("stage") or "", row.get("stage"))
-        lines.append(f"- {stage} `{row['id']}`: {shown or 'settings not recorded'}")
+        lines.append(f"- {stage} `{row['id']}`: {', '.join(shown) or 'settings not recorded'}")
     return lines
 
 
@@ -147,7 +144,8 @@ def _times_lines(stage_times: Sequence[tuple[Any, ...]]) -> list[str]:
         total += wall or 0.0
         wall_text = "n/a" if wall is None else f"{wall / 60:.1f} min"
         load_text = "n/a" if load is None else f"{load:.2f}"
-        lines.append(f"| `{step}` | {wall_text} | {load_text} | {status} | {started} |")
+        started_text = str(started)[:16] if started is not None else "n/a"  # to the minute
+        lines.append(f"| `{step}` | {wall_text} | {load_text} | {status} | {started_text} |")
     lines.append(f"| both | {total / 60:.1f} min | | | |")
     return lines
 
