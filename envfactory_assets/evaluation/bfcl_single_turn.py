@@ -188,10 +188,8 @@ def load_tasks(
                     answers.get(entry["id"], []),
                 )
             )
-        if n_per_category is not None:
+        if n_per_category is not None or draw:  # all tasks of draw 0 keep the file's order
             chosen = draw_block(chosen, lambda t: t.id, n_per_category, draw, f"BFCL single-turn {category}")
-        elif draw:
-            draw_block(chosen, lambda t: t.id, None, draw, f"BFCL single-turn {category}")  # raises
         tasks += chosen
     return tasks
 
