@@ -133,13 +133,13 @@ def test_the_gpu_config_loads_and_validates_through_the_run_config_loader():
     sft, grpo = checkpoints.validate()
     evaluations = EvaluationConfig(**data["ops"]["evaluations"]["config"])
     cpu = _load_run_config(str(ROOT / "configs" / "cpu_benchmark.yaml"))["ops"]
-    # larger than the CPU benchmark where it costs GPU time, the same evaluation sizes
+    # larger than the CPU benchmark where it costs GPU time; evaluation sizes at least the CPU benchmark's
     assert sft.max_steps > cpu["checkpoints"]["config"]["max_steps"]
     assert checkpoints.max_train_rows > cpu["checkpoints"]["config"]["max_train_rows"]
     assert grpo.max_steps > cpu["checkpoints"]["config"]["grpo_max_steps"]
     assert grpo.num_generations == 8 and sft.device == grpo.device == evaluations.device == "auto"
     for key in ("n_synthetic", "n_bfcl_single_turn"):
-        assert getattr(evaluations, key) == cpu["evaluations"]["config"][key]
+        assert getattr(evaluations, key) >= cpu["evaluations"]["config"][key]
     assert checkpoints.base_model == evaluations.base_model != CheckpointConfig().base_model
 
 
