@@ -39,7 +39,7 @@ from envfactory_assets_tests.fixture_environments import (
 )
 from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG
 
-OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0)
+OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0, same_tool_parallel_share=0.0)
 USER = {
     "ops": {
         "tool_chains": {"config": {"n_chains": 40}},

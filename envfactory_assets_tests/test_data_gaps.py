@@ -44,7 +44,7 @@ from envfactory_assets_tests.fixture_environments import (
     refined_like_rows,
 )
 
-OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0)
+OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0, same_tool_parallel_share=0.0)
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from envfactory_assets.synth.datasets.name_masking import (
 from envfactory_assets.synth.run_settings import DatasetRunSpec
 from envfactory_assets.synth.stage import dataset_rows
 from envfactory_assets.tooluse.splits import TRAIN_SPLIT
-from envfactory_assets.training.stage import example_kind
+from envfactory_assets.training.stage import EXAMPLE_KINDS, example_kind
 from envfactory_assets_tests.fixture_environments import (
     THREE_DOMAINS,
     build_fixture_environments,
@@ -234,8 +234,8 @@ def test_the_sft_mix_counts_each_kind_the_masked_share_and_distractors(built, tm
     mix = sft_mix(sft)
     kinds = Counter(example_kind(r) for r in sft)
     assert mix["rows"] == len(sft) and set(kinds) <= set(mix["last_turn_kind_shares"])
-    assert mix["last_turn_kind_shares"] == {k: kinds[k] / len(sft) for k in ("no_call", "calls", "parallel")}
-    assert kinds["no_call"] and kinds["parallel"] and kinds["calls"]  # the fixture data has every kind
+    assert mix["last_turn_kind_shares"] == {k: kinds[k] / len(sft) for k in EXAMPLE_KINDS}
+    assert all(kinds[k] for k in EXAMPLE_KINDS)  # the fixture data has every kind
     assert mix["names_masked_share"] == sum(r["split"] == TRAIN_SPLIT for r in sft) / len(sft)
     assert 0 < mix["distractor_share"] <= 1 and mix["mean_distractors"] > 0
     assert sft_mix(built[0.0][0])["names_masked_share"] == 0.0
@@ -249,7 +249,7 @@ def test_the_sft_mix_counts_each_kind_the_masked_share_and_distractors(built, tm
     assert distractors(one) == 2 and example_kind(one) == "parallel"
     assert sft_mix([one, {**one, "tools": one["tools"][:2], "names_masked": True}]) == {
         "rows": 2,
-        "last_turn_kind_shares": {"no_call": 0.0, "calls": 0.0, "parallel": 1.0},
+        "last_turn_kind_shares": {"no_call": 0.0, "calls": 0.0, "parallel": 1.0, "same_tool_parallel": 0.0},
         "names_masked_share": 0.5,
         "distractor_share": 0.5,
         "mean_distractors": 1.0,

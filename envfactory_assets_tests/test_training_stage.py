@@ -255,14 +255,20 @@ def test_grpo_and_held_out_mixes_prefer_turns_whose_query_gives_the_arguments_th
 
 def _example(i: int, kind: str, words: int) -> dict:
     """An SFT row whose one turn is a no-call reply, one call (with or without arguments) or two calls in one
-    message; ``words`` sets its length."""
+    message (of two tools, or of one tool twice); ``words`` sets its length."""
     call = {"id": f"c{i}", "type": "function", "function": {"name": "t3", "arguments": json.dumps({"x": str(i)})}}
     empty = {"id": f"c{i}", "type": "function", "function": {"name": "t3", "arguments": "{}"}}
     user = {"role": "user", "content": f"request {i} " + "w " * words}
     if kind == "no_call":
         turn = [user, {"role": "assistant", "content": "No tool here does that."}]
     else:
-        calls = {"calls": [call], "empty": [empty], "parallel": [call, {**call, "id": f"d{i}"}]}[kind]
+        other = {**call, "id": f"d{i}", "function": {**call["function"], "name": "t2"}}
+        calls = {
+            "calls": [call],
+            "empty": [empty],
+            "parallel": [call, other],
+            "same_tool_parallel": [call, {**call, "id": f"d{i}"}],
+        }[kind]
         turn = [
             user,
             {"role": "assistant", "content": "", "tool_calls": calls},
@@ -289,6 +295,7 @@ def test_the_stratified_mix_keeps_the_data_s_shares_where_the_shortest_pick_is_m
         + [_example(i, "parallel", 40) for i in range(10)]
     )
     assert {example_kind(r) for r in rows} == {"no_call", "calls", "parallel"}
+    assert example_kind(_example(0, "same_tool_parallel", 1)) == "same_tool_parallel"
     shortest = training_examples(rows, 40, max_tokens=4000)
     assert sum(example_kind(e) == "no_call" for e in shortest) == 20  # every no-call turn: they are shortest
     mixed = training_examples(rows, 40, max_tokens=4000, mix="stratified")

@@ -344,11 +344,13 @@ def dataset_rows(
     train_pool = {e: env for e, env in environments.items() if e not in unseen}
     sft, rl, rejected = [], [], []
     with SandboxWorker(limits or SandboxLimits()) as worker:
-        # every trajectory's environments: the parallel-call check replays SFT turns too
+        # every trajectory's environments: the parallel-call check replays SFT turns too, and same-tool
+        # parallel turns execute in them
+        sft_calls = gaps.parallel_share > 0 or gaps.same_tool_parallel_share > 0
         load_environments(
             worker,
             environments,
-            (e for t in refined if splits[t["id"]] == "rl" or gaps.parallel_share > 0 for e in t["env_ids"]),
+            (e for t in refined if splits[t["id"]] == "rl" or sft_calls for e in t["env_ids"]),
         )
         for source in refined:
             split = splits[source["id"]]

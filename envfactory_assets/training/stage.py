@@ -112,7 +112,8 @@ def first_turns(row: dict[str, Any], max_tokens: int) -> dict[str, Any]:
 
 def last_turn_alone(row: dict[str, Any]) -> dict[str, Any]:
     """The row's system messages and its last turn (from the last user message on), id ``<id>#last_turn``:
-    a request that no offered tool serves is refused the same way with or without the turns before it."""
+    a request that no offered tool serves is refused the same way with or without the turns before it, and a
+    request that names each of its targets is served the same way."""
     messages = row["messages"]
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
     system = [m for m in messages[:last_user] if m.get("role") == "system"]
@@ -124,11 +125,14 @@ def source_row_id(example_id: str) -> str:
     return example_id.partition("#")[0]
 
 
+# kinds the datasets stage adds as a row's last turn (synth.datasets.datagaps), kept alone when the cut drops them
+_LAST_TURN_KINDS = ("no_call", "same_tool_parallel")
+
 TRAIN_MIXES = ("shortest", "stratified")
 """How :func:`training_examples` picks rows: the shortest overall, or stratified by :func:`example_kind`."""
 
 
-EXAMPLE_KINDS = ("no_call", "calls", "parallel")
+EXAMPLE_KINDS = ("no_call", "calls", "parallel", "same_tool_parallel")
 """What :func:`example_kind` returns, in the order reports list them."""
 
 
@@ -137,14 +141,22 @@ def example_kind(example: dict[str, Any]) -> str:
 
     Returns:
         ``"no_call"``: no tool call after the last user message (abstention or a clarifying question);
-        ``"parallel"``: some assistant message there holds several calls; ``"calls"``: otherwise.
+        ``"same_tool_parallel"``: some assistant message there calls one function several times (BFCL's
+        ``parallel``); ``"parallel"``: some assistant message there holds several calls of different
+        functions; ``"calls"``: otherwise.
     """
     messages = example["messages"]
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    counts = [len(m.get("tool_calls") or []) for m in messages[last_user + 1 :] if m.get("role") == "assistant"]
-    if not any(counts):
+    groups = [
+        [c["function"]["name"] for c in m.get("tool_calls") or []]
+        for m in messages[last_user + 1 :]
+        if m.get("role") == "assistant"
+    ]
+    if not any(groups):
         return "no_call"
-    return "parallel" if max(counts) > 1 else "calls"
+    if any(len(set(names)) < len(names) for names in groups):
+        return "same_tool_parallel"
+    return "parallel" if max(len(names) for names in groups) > 1 else "calls"
 
 
 def check_mix(mix: str, min_no_call_share: float, setting: str = "") -> None:
@@ -216,9 +228,10 @@ def training_examples(
             (on the default store 48% of the 256 shortest had no call, against 12% of all rows), so a
             shortest-first model learns to call rarely and with empty arguments.
             A row whose last turn has no call (an abstention: the synthesized turns end a row with one, and
-            a clarification exchange sits inside its turn, before the calls) and does not fit ``max_tokens``
-            is also kept as that turn alone (:func:`last_turn_alone`): most abstentions end long rows,
-            so the cut would drop every one of them but the shortest rows'.
+            a clarification exchange sits inside its turn, before the calls) or calls one function several
+            times (a same-tool parallel turn, also added last) and does not fit ``max_tokens`` is also kept
+            as that turn alone (:func:`last_turn_alone`): most such turns end long rows, so the cut would
+            drop every one of them but the shortest rows'.
         min_no_call_share: with ``"stratified"``, the no-call kind's share is raised to at least this
             (0 keeps the data's share); the others keep their proportions.
 
@@ -232,7 +245,8 @@ def training_examples(
         row = {"id": r["id"], "messages": r["messages"], "tools": r["tools"]}
         cut = first_turns(row, max_tokens)
         examples.append(restrict_tools(cut, max_tools))
-        if mix == "stratified" and example_kind(row) == "no_call" and example_kind(cut) != "no_call":
+        kind = example_kind(row)
+        if mix == "stratified" and kind in _LAST_TURN_KINDS and example_kind(cut) != kind:
             examples.append(restrict_tools(last_turn_alone(row), max_tools))
     by_length = sorted(examples, key=lambda r: (_length(r), r["id"]))
     if mix == "shortest" or not examples:

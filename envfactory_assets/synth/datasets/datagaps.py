@@ -1,6 +1,6 @@
 """What plain synthesized trajectories never show, added to the dataset rows in set shares.
 
-Three kinds, each chosen per trajectory or turn by a stable hash of the trajectory id (so a trajectory's
+Four kinds, each chosen per trajectory or turn by a stable hash of the trajectory id (so a trajectory's
 rows never depend on the others and incremental runs keep unchanged rows):
 
 - abstention (:mod:`envfactory_assets.synth.trajectories.abstention`): a turn no offered tool can serve, answered
@@ -11,6 +11,11 @@ without
 - parallel calls (:mod:`envfactory_assets.synth.trajectories.parallel`): of the turns whose consecutive calls are
   independent, ``parallel_share`` are rendered with those calls in one assistant message. How many rows
   that gives depends on how many turns allow it, so the row shares are reported, not set.
+- same-tool parallel calls (:mod:`envfactory_assets.synth.trajectories.same_tool_parallel`): a turn that calls
+  one read tool for two or three targets in one message. ``same_tool_parallel_share`` of SFT rows get one,
+  before an abstention turn if the row gets both (so it is the last turn unless the row ends on an
+  abstention); RL trajectories get one anywhere with the abstention rule's probability. A trajectory whose
+  reads have fewer than two targets in its state gets none, so the row shares are reported, not set.
 - conversions (:mod:`envfactory_assets.synth.datasets.conversions`): of the turns with a user-given value whose
   field takes a converted form, ``conversion_share`` state it in the spoken form ("15%", "March 3rd,
   2025") while the gold call keeps the field's form.
@@ -30,8 +35,9 @@ from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets.conversions import convert_turn
 from envfactory_assets.synth.trajectories.abstention import abstention_turn
 from envfactory_assets.synth.trajectories.parallel import parallel_groups
+from envfactory_assets.synth.trajectories.same_tool_parallel import same_tool_parallel_turn
 
-GAP_KINDS = ("abstention", "parallel", "conversion")
+GAP_KINDS = ("abstention", "parallel", "same_tool_parallel", "conversion")
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,18 @@ class DataGapsConfig:
         "share (0..1) of the turns with a user-given value in a converted form that state it the spoken way "
         "('15%', 'March 3rd, 2025') while the gold call keeps the field's form; 0 turns conversions off.",
     )
+    same_tool_parallel_share: float = setting(
+        0.1,
+        "share (0..0.5) of SFT rows given a turn that calls one read tool for two or three targets in one "
+        "assistant message (BFCL's 'parallel' category: one function, several argument sets); RL rows get "
+        "about the same share; 0 turns them off.",
+    )
 
     def __post_init__(self) -> None:
         number_types(self, "datasets")
         finite_number("datasets", "abstention_share", self.abstention_share, low=0.0, high=0.5)
         finite_number("datasets", "parallel_share", self.parallel_share, low=0.0, high=1.0)
+        finite_number("datasets", "same_tool_parallel_share", self.same_tool_parallel_share, low=0.0, high=0.5)
         finite_number("datasets", "conversion_share", self.conversion_share, low=0.0, high=1.0)
 
 
@@ -108,21 +121,37 @@ def augment_trajectory(
                 if groups is not None:
                     turn["call_groups"] = groups
             offset += len(turn["calls"])
+    if config.same_tool_parallel_share > 0 and worker is not None and turns:
+        rng = _rng(tid, "same_tool_parallel")
+        if rng.random() < _turn_probability(config.same_tool_parallel_share, split, len(turns)):
+            position = len(turns) if split == "sft" else rng.randint(0, len(turns))
+            _insert(out, position, same_tool_parallel_turn(out, environments, position, rng, worker))
     if config.abstention_share > 0 and turns:
         rng = _rng(tid, "abstention")
-        share = config.abstention_share
-        p = share if split == "sft" else min(1.0, share * len(turns) / (1 - share))
-        if rng.random() < p:
-            # SFT trains by default on the last turn only (training.sft, loss_on="last_turn"), so an SFT
-            # abstention turn goes last; every RL turn is a task of its own, so there it goes anywhere
+        if rng.random() < _turn_probability(config.abstention_share, split, len(turns)):
             position = len(turns) if split == "sft" else rng.randint(0, len(turns))
-            turn = abstention_turn(out, environments, position, rng)
-            if turn is not None:
-                turns.insert(position, turn)
-                for i, t in enumerate(turns):
-                    t["turn_index"] = i
-                out["n_turns"] = len(turns)
+            _insert(out, position, abstention_turn(out, environments, position, rng))
     return out
+
+
+def _turn_probability(share: float, split: str, n_turns: int) -> float:
+    """The probability that a trajectory gets an added turn of a kind whose row share is ``share``: SFT
+    trains by default on the last turn only (training.sft, ``loss_on="last_turn"``), so an SFT row gets the
+    turn last with probability ``share``; every RL turn is a task of its own, so an RL trajectory of
+    ``n_turns`` gets it anywhere with ``min(1, share * n_turns / (1 - share))``, which makes about ``share``
+    of its rows that kind."""
+    return share if split == "sft" else min(1.0, share * n_turns / (1 - share))
+
+
+def _insert(trajectory: dict[str, Any], position: int, turn: dict[str, Any] | None) -> None:
+    """Insert ``turn`` (None: nothing) before ``position`` and renumber the turns."""
+    if turn is None:
+        return
+    turns = trajectory["turns"]
+    turns.insert(position, turn)
+    for i, t in enumerate(turns):
+        t["turn_index"] = i
+    trajectory["n_turns"] = len(turns)
 
 
 def turn_kinds(turn: dict[str, Any]) -> set[str]:
@@ -132,6 +161,8 @@ def turn_kinds(turn: dict[str, Any]) -> set[str]:
         kinds.add("abstention")
     if any(len(g) > 1 for g in turn.get("call_groups") or []):
         kinds.add("parallel")
+    if any(_repeats_a_tool(turn, g) for g in turn.get("call_groups") or []):
+        kinds.add("same_tool_parallel")
     if turn.get("conversion"):
         kinds.add("conversion")
     return kinds
@@ -139,17 +170,25 @@ def turn_kinds(turn: dict[str, Any]) -> set[str]:
 
 def rl_row_kinds(turn: dict[str, Any], gold_calls: list[dict[str, Any]]) -> set[str]:
     """The kinds an RL row built from ``turn`` teaches: abstention, parallel when at least two gold calls
-    come from one group of a parallel message, conversion when the converted argument is in a gold call."""
+    come from one group of a parallel message (same_tool_parallel too when two of those are one tool),
+    conversion when the converted argument is in a gold call."""
     kinds = {"abstention"} if turn.get("abstention") else set()
     gold = Counter(c["name"] for c in gold_calls)
     for group in turn.get("call_groups") or []:
         names = Counter(turn["calls"][i]["name"] for i in group)
         if sum((names & gold).values()) > 1:
             kinds.add("parallel")
+        if any(n > 1 for n in (names & gold).values()):
+            kinds.add("same_tool_parallel")
     conv = turn.get("conversion")
     if conv and any(c["arguments"].get(conv["argument"]) == conv["value"] for c in gold_calls):
         kinds.add("conversion")
     return kinds
+
+
+def _repeats_a_tool(turn: dict[str, Any], group: list[int]) -> bool:
+    names = [turn["calls"][i]["name"] for i in group]
+    return len(set(names)) < len(names)
 
 
 @dataclass

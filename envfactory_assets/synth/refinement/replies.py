@@ -185,13 +185,18 @@ def summary_action(tool: Mapping[str, Any]) -> str | None:
 class _Call:
     """What one call's sentence needs: its words and its result, read once."""
 
-    def __init__(self, call: Mapping[str, Any], tool: Mapping[str, Any], key: str, room: int = 2) -> None:
+    def __init__(
+        self, call: Mapping[str, Any], tool: Mapping[str, Any], key: str, room: int = 2, name_rows: bool = False
+    ) -> None:
         self.tool, self.key, self.args, self.room = tool, key, call.get("arguments") or {}, room
         self.out = call.get("output")
         self.kind = tool.get("kind") or call.get("kind") or ""
         table = spoken_table(dict(tool)) if tool.get("table") else words(str(tool.get("name", "item")))
         self.thing, self.things = spoken_thing(table), spoken_things(table)
-        self.done = summary_action(tool)
+        # the summary's "got the book" does not say which book: a reply to several calls of one tool names
+        # each call's target instead
+        self.done = None if name_rows else summary_action(tool)
+        self.name_rows = name_rows
         out = self.out if isinstance(self.out, Mapping) else {}
         self.refusal = (
             str(out["message"]).strip().rstrip(".")
@@ -203,6 +208,8 @@ class _Call:
         self.label, self.ident = label, ident
         if tool.get("singleton"):
             self.who = f"the {self.thing}"
+        elif label and ident is not None and name_rows and str(ident) != label:
+            self.who = f"{self.thing} {ident} ({_quoted(label)})"
         elif label:
             self.who = f"{self.thing} {_quoted(label)}"
         elif ident is not None:
@@ -319,6 +326,11 @@ def _subject(c: _Call, rows: Sequence[Any]) -> str | None:
     ("for customer cus_00001", where the returned rows hold that value under the argument's field) or the
     searched text ("matching 'street'", where a returned text holds it as a word); None when there is none."""
     mappings = [r for r in rows if isinstance(r, Mapping)]
+    if c.name_rows and c.kind != "get":
+        # the filter the calls differ in, as the request stated it ("with genre 'fiction'")
+        for arg, value in c.args.items():
+            if arg != c.key and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                return f"with {_field_words(arg)} {_quoted(value) if isinstance(value, str) else value}"
     for arg, value in c.args.items():
         if not isinstance(value, str) or not value.strip() or "'" in value or len(value) > 40 or arg == c.key:
             continue
@@ -731,11 +743,20 @@ _CLOSERS = (
 )
 
 
-def call_sentence(call: Mapping[str, Any], tool: Mapping[str, Any], key: str, rng: random.Random, room: int = 2) -> str:
+def call_sentence(
+    call: Mapping[str, Any],
+    tool: Mapping[str, Any],
+    key: str,
+    rng: random.Random,
+    room: int = 2,
+    name_rows: bool = False,
+) -> str:
     """One sentence (no capital, no closing stop) reporting ``call``'s result; ``tool`` is its ToolSpec (with
     ``spoken_table`` where known), ``key`` its table's key field; ``room`` (1 or 2) how many facts of a row
-    the sentence may state (a reply of many calls states fewer, to stay short)."""
-    c = _Call(call, tool, key, room)
+    the sentence may state (a reply of many calls states fewer, to stay short); ``name_rows``: the sentence
+    names what the call was for (the row's identifier beside its label, a list's filter value), as a reply to
+    several calls of one tool must."""
+    c = _Call(call, tool, key, room, name_rows)
     if c.refusal is not None:
         return _refusal_sentence(c, rng)
     if isinstance(c.out, Mapping) and "error" in c.out:
@@ -752,6 +773,7 @@ def write_reply(
     tools: Mapping[str, Mapping[str, Any]],
     key_of: Callable[[Mapping[str, Any]], str],
     seed: str,
+    name_rows: bool = False,
 ) -> str:
     """The closing reply of a turn that made ``calls`` (each with ``name``, ``arguments``, ``output``).
 
@@ -760,6 +782,8 @@ def write_reply(
         tools: ToolSpecs by name (every call's tool).
         key_of: the key field of a tool's table.
         seed: the plan's seed (derive it from the trajectory and turn, e.g. ``f"{trajectory_id}/{turn}/reply"``).
+        name_rows: every sentence names what its call was for (:func:`call_sentence`); for calls of one tool
+            over several targets.
 
     Returns the reply (sentences capitalised and ended), or ``""`` when there are no calls.
 
@@ -771,7 +795,7 @@ def write_reply(
     rooms = ((3, 2, 1, 0), (2, 1, 0))[min(len(calls), 2) - 1] if len(calls) <= 2 else (1, 0)
     for room in rooms:
         rng = random.Random(seed if room == rooms[0] else f"{seed}/{room}")
-        sentences = [call_sentence(c, tools[c["name"]], key_of(tools[c["name"]]), rng, room) for c in calls]
+        sentences = [call_sentence(c, tools[c["name"]], key_of(tools[c["name"]]), rng, room, name_rows) for c in calls]
         if sum(len(x.split()) for x in sentences) <= _MOST_WORDS:
             break
     refused = any(isinstance(c.get("output"), Mapping) and "error" in c["output"] for c in calls)
