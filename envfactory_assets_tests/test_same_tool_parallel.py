@@ -74,6 +74,10 @@ def test_the_request_states_every_target_and_the_reply_is_not_empty(made):
             (value,) = call["arguments"].values()
             assert any(form in query for form in spoken_forms(value)), (query, value)
         assert turn["assistant_summary"].strip()
+        # the reply tells the targets apart: each one named (a key as the request gave it, a filter quoted)
+        for call in turn["calls"]:
+            (value,) = call["arguments"].values()
+            assert str(value) in turn["assistant_summary"], (turn["assistant_summary"], value)
 
 
 def test_its_rl_row_replays_and_is_won_by_the_turns_own_answer(made, environments, worker):
@@ -177,3 +181,31 @@ def test_the_training_mix_keeps_same_tool_turns_as_their_own_kind_even_past_the_
     alone = [e for e in examples if e["id"].endswith("#last_turn") and example_kind(e) == "same_tool_parallel"]
     assert alone, "no same-tool last turn was kept alone past the cut"
     assert all(sum(m["role"] == "user" for m in e["messages"]) == 1 for e in alone)
+
+
+def test_the_reply_tells_the_targets_apart_for_every_read_kind(environments):
+    """Each sentence of a reply to several calls of one tool names what its call was for: a count says which
+    filter it counted, a keyed read names the key beside the row's label; without ``name_rows`` the plain
+    sentences are unchanged."""
+    from envfactory_assets.synth.refinement.replies import write_reply
+    from envfactory_assets.synth.trajectories.execution import ToolIndex
+
+    index = ToolIndex(environments)
+    books = index.tools["books_list"]
+    key = index.key_of(books)
+    # the fixture documents have no count operation: the same table and filter as a count
+    count = {**books, "name": "count_books", "kind": "count"}
+    tools = {**index.tools, "count_books": count}
+    counted = [
+        {"name": "count_books", "arguments": {"genre": v}, "output": {"count": 1}} for v in ("fiction", "history")
+    ]
+    listed = [
+        {"name": "books_list", "arguments": {"genre": v}, "output": {"items": [{key: f"boo_{v}", "genre": v}]}}
+        for v in ("fiction", "history")
+    ]
+    for calls in (counted, listed):
+        for seed in range(20):
+            reply = write_reply(calls, tools, lambda tool: key, f"s{seed}", name_rows=True)
+            assert "'fiction'" in reply and "'history'" in reply, reply
+    plain = [write_reply(counted, tools, lambda tool: key, f"s{seed}") for seed in range(20)]
+    assert not any("'fiction'" in r for r in plain)

@@ -482,6 +482,19 @@ def _count_sentence(c: _Call, rng: random.Random) -> str:
     noun = c.noun(n)
     n_said = _amount(n, rng)
     be = "is" if n == 1 else "are"
+    subject = _subject(c, []) if c.name_rows else None
+    if subject:
+        # one of several counts of one tool: each says which filter it counted
+        return _pick(
+            rng,
+            (
+                f"there {be} {n_said} {noun} {subject}",
+                f"I counted {n_said} {noun} {subject}",
+                f"{n_said} {noun} {subject} in all",
+                f"the number of {c.things} {subject} is {n}",
+                f"{subject[:1].upper()}{subject[1:]}: {n_said} {noun}",
+            ),
+        )
     plans = [
         f"there {be} {n_said} {noun}",
         f"I counted {n_said} {noun}",
