@@ -3,9 +3,11 @@ could have changed in place encoded again."""
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import random
 import textwrap
+import types
 
 import orjson
 import pytest
@@ -14,7 +16,7 @@ from envfactory_assets.envgen.codegen import generate_source
 from envfactory_assets.runtime.canonical import canonical_json
 from envfactory_assets.runtime.cow_state import fork_view, freeze, plain
 from envfactory_assets.runtime.engine import Engine, OperationError
-from envfactory_assets.runtime.saved_tables import TABLE_SAVE_SOURCE, is_table_save, saved_items
+from envfactory_assets.runtime.saved_tables import TABLE_SAVE_SOURCE, function_code, is_table_save, saved_items
 
 TABLES = {
     "notes": {
@@ -82,6 +84,12 @@ def _by_save(engine: Engine, episode: str, env_id: str) -> str:
     return hashlib.sha256(canonical_json(instance.save(copied))).hexdigest()
 
 
+def _function(source: str, module_data: dict | None = None) -> types.FunctionType:
+    """``save`` of ``source`` as a function over a module namespace holding ``module_data``."""
+    namespace = {"__builtins__": builtins.__dict__, **(module_data or {})}
+    return types.FunctionType(function_code(source, "save"), namespace)
+
+
 def _kept(engine: Engine, episode: str, env_id: str) -> list[bytes] | None:
     instance = engine.episodes[episode].instances[env_id]
     return saved_items(instance.save, instance.state, instance.view_of)
@@ -93,11 +101,8 @@ def test_the_builders_save_is_the_table_save_and_lookalikes_are_not() -> None:
     episode = engine.open_episode({"planner": _saved()})
     assert is_table_save(engine.episodes[episode].instances["planner"].save)
     other_constant = TABLE_SAVE_SOURCE.replace('"meta": dict', '"mota": dict')
-    shadowed = TABLE_SAVE_SOURCE + "\ndict = lambda x: {'forged': True}\n"
-    for source in (other_constant, shadowed):
-        namespace: dict = {}
-        exec(source, namespace)  # noqa: S102 - test text
-        assert not is_table_save(namespace["save"])
+    assert not is_table_save(_function(other_constant))
+    assert not is_table_save(_function(TABLE_SAVE_SOURCE, {"dict": lambda row: {"forged": True}}))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -151,9 +156,7 @@ def test_save_returns_the_canonical_encoding_of_running_save() -> None:
     ids=["no tables", "empty table", "odd names and values"],
 )
 def test_kept_items_join_to_the_canonical_encoding(tables: dict) -> None:
-    namespace: dict = {}
-    exec(TABLE_SAVE_SOURCE, namespace)  # noqa: S102 - our own text
-    save = namespace["save"]
+    save = _function(TABLE_SAVE_SOURCE)
     state = {"tables": tables, "meta": {"b": 1, "a": [2.5]}}
     snapshot = freeze(state)
     for view, source in ((state, None), (fork_view(snapshot), snapshot), (fork_view(snapshot), snapshot)):

@@ -62,13 +62,20 @@ def _fingerprint(code: types.CodeType) -> tuple[Any, ...]:
     )
 
 
-def _table_save_code() -> tuple[Any, ...]:
-    namespace: dict[str, Any] = {}
-    exec(compile(TABLE_SAVE_SOURCE, "<table save>", "exec", dont_inherit=True), namespace)  # noqa: S102 - our text
-    return _fingerprint(namespace["save"].__code__)
+def function_code(source: str, name: str) -> types.CodeType:
+    """The code object of the function ``name`` defined at the top level of ``source`` (compiled, not run).
+
+    Raises:
+        ValueError: ``source`` defines no function ``name``.
+    """
+    module = compile(source, "<source>", "exec", dont_inherit=True)
+    for constant in module.co_consts:
+        if isinstance(constant, types.CodeType) and constant.co_name == name:
+            return constant
+    raise ValueError(f"source defines no function {name!r}")
 
 
-_TABLE_SAVE = _table_save_code()
+_TABLE_SAVE = _fingerprint(function_code(TABLE_SAVE_SOURCE, "save"))
 #: ``id(code object) -> whether it is the table save``: code objects are shared by every namespace of a module.
 _KNOWN: dict[int, tuple[types.CodeType, bool]] = {}
 
@@ -166,4 +173,4 @@ def _table_items(rows: Any, snapshot: Snapshot | None) -> list[bytes] | None:
     return parts
 
 
-__all__ = ["TABLE_SAVE_SOURCE", "is_table_save", "saved_items"]
+__all__ = ["TABLE_SAVE_SOURCE", "function_code", "is_table_save", "saved_items"]

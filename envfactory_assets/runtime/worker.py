@@ -115,31 +115,22 @@ def set_memory_limit(memory_mb: int) -> None:
 class CpuLimit:
     """The CPU soft limit, re-armed before every request to CPU used so far + ``cpu_seconds`` (0: unlimited).
 
-    The limit changes only once a whole CPU second more was used (it is ``ceil(used) + cpu_seconds``). The
-    process's CPU time grows at most as fast as the machine's CPUs times the wall time, so while too little wall
-    time has passed since the last reading for it to have reached the next whole second, the limit is already
-    the one a reading would give and none is made (a monotonic clock read, no system call). Code that changes
-    the soft limit itself can do so only during its own request (it could raise it to the hard limit then
-    anyway); the next change of whole second sets it again. The hard limit is never raised.
+    The CPU time is read with one clock read (``CLOCK_PROCESS_CPUTIME_ID``: user + system of every thread, the
+    time ``RLIMIT_CPU`` counts) and the limits last set are kept here, so a request whose limit is unchanged
+    (the same until a whole CPU second more was used) makes no ``getrusage`` or ``getrlimit``. Code that
+    changes the soft limit itself can do so only during its own request (it could raise it to the hard limit
+    then anyway); the next change of whole second sets it again. The hard limit is never raised.
     """
 
     def __init__(self, cpu_seconds: int) -> None:
         self.cpu_seconds = cpu_seconds
         self._soft, self._hard = resource.getrlimit(resource.RLIMIT_CPU)
-        self._cpus = os.cpu_count() or 4096  # unknown: a bound no machine reaches, so every request reads
-        self._read_at = -math.inf
-        self._margin = 0.0  # CPU seconds from the last reading to the next whole second
 
     def rearm(self) -> None:
-        """Set the soft limit to CPU used so far (user + system, every thread) + ``cpu_seconds``."""
+        """Set the soft limit to CPU used so far + ``cpu_seconds``."""
         if self.cpu_seconds <= 0:
             return
-        now = time.monotonic()
-        if (now - self._read_at) * self._cpus < self._margin:
-            return
-        used = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
-        self._read_at, self._margin = now, math.ceil(used) - used
-        soft = math.ceil(used) + self.cpu_seconds
+        soft = math.ceil(time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)) + self.cpu_seconds
         if self._hard != resource.RLIM_INFINITY:
             soft = min(soft, self._hard)
         if soft != self._soft:
