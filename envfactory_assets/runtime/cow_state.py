@@ -58,15 +58,18 @@ class Snapshot:
             snapshot lives: a value whose id is here is the snapshot's own container.
         flat_rows: ``{id of a dict of the snapshot: whether every container it holds is a dict holding no
             container}`` (a table of flat rows, whose children are copied with ``dict.copy``), filled on first use.
+        encodings: ``{id of a container of the snapshot: its canonical JSON}``, filled by whoever encodes one
+            (:mod:`.saved_tables`); it holds as long as the snapshot, whose containers never change.
     """
 
-    __slots__ = ("deep", "flat_rows", "ids", "root")
+    __slots__ = ("deep", "encodings", "flat_rows", "ids", "root")
 
     def __init__(self, root: dict[str, Any] | list[Any], deep: frozenset[int], ids: frozenset[int]) -> None:
         self.root = root
         self.deep = deep
         self.ids = ids
         self.flat_rows: dict[int, bool] = {}
+        self.encodings: dict[int, bytes] = {}
 
     def holds_flat_rows(self, node: dict[str, Any]) -> bool:
         """Whether every container ``node`` (a dict of the snapshot) holds is a ``dict`` holding no container."""

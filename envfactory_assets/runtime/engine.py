@@ -33,6 +33,7 @@ from envfactory_assets.runtime.cow_state import Snapshot, fork_view, freeze, pla
 from envfactory_assets.runtime.errors import ErrorType, PreconditionFailed
 from envfactory_assets.runtime.namespace_template import NamespaceTemplate, make_template
 from envfactory_assets.runtime.restricted import module_proxy, restricted_builtins
+from envfactory_assets.runtime.saved_tables import saved_items
 from envfactory_assets.runtime.static_check import static_check
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
@@ -89,6 +90,8 @@ class EnvironmentInstance:
         fork_source: what a fork of this instance starts from (``load(save(state))``, frozen), kept while no
             code has run on ``state`` since it was made.
         exact_hash: :func:`.canonical.state_hash` of ``save(state)``, kept likewise.
+        kept_items: the pieces of ``save(state)``'s canonical encoding (:mod:`.saved_tables`) of an episode used
+            as a comparison's reference, kept likewise (``[]``: they do not apply to this state).
     """
 
     env: CompiledEnvironment
@@ -99,11 +102,13 @@ class EnvironmentInstance:
     view_of: Snapshot | None = None
     fork_source: Snapshot | None = None
     exact_hash: str | None = None
+    kept_items: list[bytes] | None = None
 
     def touched(self) -> None:
         """Code ran on ``state``: what was derived from it may no longer hold."""
         self.fork_source = None
         self.exact_hash = None
+        self.kept_items = None
 
 
 @dataclasses.dataclass
@@ -432,6 +437,24 @@ class Engine:
             raise self._fault(env_id, "timeout", "save() exceeded the time limit")
         return saved, encoded
 
+    def _encoding(self, env_id: str, instance: EnvironmentInstance) -> bytes:
+        """``canonical_json(save(state))``: from :meth:`_kept_items` where they apply, else by running ``save``
+        (:meth:`_saved`)."""
+        items = self._kept_items(env_id, instance)
+        return self._saved(env_id, instance)[1] if items is None else b",".join(items)
+
+    def _kept_items(self, env_id: str, instance: EnvironmentInstance) -> list[bytes] | None:
+        """Pieces of ``canonical_json(save(state))`` for the table layout's ``save``, from the rows' kept encodings
+        (:func:`.saved_tables.saved_items`), or None when that does not apply. No environment code runs, so what
+        was derived from the state (its fork source, its hash) still holds."""
+        try:
+            items = saved_items(instance.save, instance.state, instance.view_of)
+        except CallTimedOut:
+            raise self._fault(env_id, "timeout", "save() exceeded the time limit") from None
+        except MemoryError:
+            raise self._fault(env_id, "memory", "save() ran out of memory") from None
+        return None if self._deadline_passed() else items
+
     @staticmethod
     def _fault(env_id: str, cause: str, message: str) -> OperationError:
         return OperationError("environment_fault", message, env_id=env_id, cause=cause)
@@ -440,14 +463,14 @@ class Engine:
         """``{env_id: saved_state}`` as pre-encoded canonical JSON fragments."""
         episode = self._episode(episode_id)
         return {
-            env_id: orjson.Fragment(self._saved(env_id, instance)[1]) for env_id, instance in episode.instances.items()
+            env_id: orjson.Fragment(self._encoding(env_id, instance)) for env_id, instance in episode.instances.items()
         }
 
     def state_hash(self, episode_id: str) -> str:
         """:func:`.canonical.state_hash` of ``{env_id: saved_state}`` for the whole episode."""
         episode = self._episode(episode_id)
         # each state's canonical encoding as it is: the whole is then the canonical encoding of the mapping
-        parts = {env_id: orjson.Fragment(self._saved(env_id, inst)[1]) for env_id, inst in episode.instances.items()}
+        parts = {env_id: orjson.Fragment(self._encoding(env_id, inst)) for env_id, inst in episode.instances.items()}
         return state_hash(parts)
 
     def fork(self, episode_id: str) -> str:
@@ -505,21 +528,53 @@ class Engine:
         others = [self._episode(reference_id) for reference_id in references]
         hashes: dict[str, str] = {}
         for env_id, instance in episode.instances.items():
+            if instance.exact_hash is not None:  # nothing ran on the state since
+                hashes[env_id] = instance.exact_hash
+                continue
+            items = self._kept_items(env_id, instance)
             for other in others:
                 gold = other.instances.get(env_id)
-                if gold is not None and same_value(instance.state, gold.state):
+                if gold is not None and self._same_state(env_id, instance, items, gold):
                     hashes[env_id] = self._reference_hash(env_id, gold)
                     break
             else:
-                hashes[env_id] = self._exact_hash(env_id, instance)
+                if items is None:
+                    hashes[env_id] = self._exact_hash(env_id, instance)
+                else:
+                    instance.exact_hash = hashes[env_id] = hashlib.sha256(b",".join(items)).hexdigest()
         return hashes
 
+    def _same_state(
+        self, env_id: str, instance: EnvironmentInstance, items: list[bytes] | None, reference: EnvironmentInstance
+    ) -> bool:
+        """Whether ``instance``'s state is found to save as ``reference``'s does. With both kept items
+        (:meth:`_kept_items`; ``items`` are the instance's): whether they are equal, a pass in C over pieces that
+        are mostly the same objects (an unequal answer only costs the exact hash). Else by value
+        (:func:`.cow_state.same_value`), which implies equal saves."""
+        if items is not None:
+            kept = self._reference_items(env_id, reference)
+            if kept:
+                return items == kept
+        return same_value(instance.state, reference.state)
+
+    def _reference_items(self, env_id: str, reference: EnvironmentInstance) -> list[bytes]:
+        """:meth:`_kept_items` of a reference, kept while nothing runs on its state (``[]`` when they do not
+        apply)."""
+        if reference.kept_items is None:
+            reference.kept_items = self._kept_items(env_id, reference) or []
+        return reference.kept_items
+
     def _reference_hash(self, env_id: str, reference: EnvironmentInstance) -> str:
-        """The reference's exact hash, saved from a plain copy of its state: saving the state itself would
-        make every row the reference's own, and later comparisons would no longer find them shared. A state
+        """The reference's exact hash, read from its rows' kept encodings where :mod:`.saved_tables` applies, else
+        saved from a plain copy of its state: saving the state itself would make every row the reference's own,
+        and later comparisons would no longer find them shared. A state
         holding NaN or an infinity (which the copy would turn into null) is saved as it is, so ``save`` meets it
         as it would without the copy."""
         if reference.exact_hash is None:
+            items = self._reference_items(env_id, reference)  # reads the state without copying what it shares
+            if items:
+                reference.exact_hash = hashlib.sha256(b",".join(items)).hexdigest()
+                return reference.exact_hash
             try:
                 encoded = orjson.dumps(reference.state, default=plain)
                 if b"null" in encoded:
@@ -533,7 +588,7 @@ class Engine:
 
     def _exact_hash(self, env_id: str, instance: EnvironmentInstance) -> str:
         if instance.exact_hash is None:
-            digest = hashlib.sha256(self._saved(env_id, instance)[1]).hexdigest()
+            digest = hashlib.sha256(self._encoding(env_id, instance)).hexdigest()
             instance.exact_hash = digest  # after _saved, which forgets what was derived from the state
         return instance.exact_hash
 

@@ -393,8 +393,13 @@ class _Child:
             self._failed(pending, exc, watch)
         if watch is not None:
             watch.stop()
-        self._raise_if_limit(op, watch)
         left = self.meter.tasks() - self.baseline_tasks if self.meter is not None else 0
+        # The kernel's kill counters are read only when the worker may be gone: a process holding exactly the
+        # tasks it started with was not killed (an out-of-memory kill ends every thread of the process; a
+        # refused task is a kill only for a worker that is gone). A kill that lands after the response was
+        # read is reported by the next request, which finds the channel closed.
+        if watch is not None or left != 0:
+            self._raise_if_limit(op, watch)
         if left > 0:  # environment code runs only while a request does: nothing may run on after it
             self.discard()
             raise _ChildLost(

@@ -34,6 +34,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -53,17 +54,31 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
 class Alarm:
-    """Per-request wall-clock budget using SIGALRM (main thread only)."""
+    """Per-request wall-clock budget using SIGALRM (main thread only).
+
+    A timer already running (an earlier request's, left to run out) is kept when it fires no later than this
+    request's deadline: when it fires early, the handler sets it again for what is left. So a request sets
+    the timer only when none would fire in time, and a busy worker makes about one ``setitimer`` per budget,
+    not two per request; every request is still stopped at its own deadline.
+    """
 
     def __init__(self) -> None:
         self.fired = False
         self._armed = False
+        self._deadline = math.inf
+        self._timer_at = math.inf  # when the running timer fires (monotonic); inf when none runs
         signal.signal(signal.SIGALRM, self._on_alarm)
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
-        self.fired = True
-        if self._armed:
+        self._timer_at = math.inf
+        if not self._armed:
+            return
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            self.fired = True
             raise CallTimedOut()
+        self._timer_at = self._deadline
+        signal.setitimer(signal.ITIMER_REAL, left)
 
     def deadline_passed(self) -> bool:
         return self.fired
@@ -72,15 +87,18 @@ class Alarm:
         """Raise :class:`CallTimedOut` in the running code once ``seconds`` have passed (none: no budget); every
         :meth:`arm` is followed by :meth:`disarm`, in a ``finally``."""
         self.fired = False
-        if seconds and seconds > 0:
-            self._armed = True
+        if not (seconds and seconds > 0):
+            self._armed = False
+            return
+        self._deadline = time.monotonic() + seconds
+        self._armed = True  # before the check: a timer that fires from here on is set again by the handler
+        if self._timer_at > self._deadline:
+            self._timer_at = self._deadline
             signal.setitimer(signal.ITIMER_REAL, seconds)
 
     def disarm(self) -> None:
-        """Stop the budget :meth:`arm` started (a no-op when it started none)."""
-        if self._armed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            self._armed = False
+        """End the budget :meth:`arm` started (its timer, when it fires later, does nothing)."""
+        self._armed = False
 
 
 def set_memory_limit(memory_mb: int) -> None:
@@ -94,17 +112,38 @@ def set_memory_limit(memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+class CpuLimit:
+    """The CPU soft limit, re-armed before every request to CPU used so far + ``cpu_seconds`` (0: unlimited).
+
+    The CPU time is read with one clock read (``CLOCK_PROCESS_CPUTIME_ID``: user + system of every thread, the
+    time ``RLIMIT_CPU`` counts) and the limits last set are kept here, so a request whose limit is unchanged
+    (the same until a whole CPU second more was used) makes no ``getrusage`` or ``getrlimit``. Code that
+    changes the soft limit itself can do so only during its own request (it could raise it to the hard limit
+    then anyway); the next change of whole second sets it again. The hard limit is never raised.
+    """
+
+    def __init__(self, cpu_seconds: int) -> None:
+        self.cpu_seconds = cpu_seconds
+        self._soft, self._hard = resource.getrlimit(resource.RLIMIT_CPU)
+
+    def rearm(self) -> None:
+        """Set the soft limit to CPU used so far + ``cpu_seconds``."""
+        if self.cpu_seconds <= 0:
+            return
+        soft = math.ceil(time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)) + self.cpu_seconds
+        if self._hard != resource.RLIM_INFINITY:
+            soft = min(soft, self._hard)
+        if soft != self._soft:
+            self._soft, self._hard = resource.getrlimit(resource.RLIMIT_CPU)
+            if self._hard != resource.RLIM_INFINITY:
+                soft = min(soft, self._hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, self._hard))
+            self._soft = soft
+
+
 def rearm_cpu_limit(cpu_seconds: int) -> None:
     """Set the CPU soft limit to CPU used so far + ``cpu_seconds``; 0 leaves it unlimited."""
-    if cpu_seconds <= 0:
-        return
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = math.ceil(usage.ru_utime + usage.ru_stime) + cpu_seconds
-    current, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    if soft != current:  # the same limit as the last request's until a whole CPU second more was used
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    CpuLimit(cpu_seconds).rearm()
 
 
 def set_cpu_lifetime(lifetime_seconds: int) -> None:
@@ -270,13 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     set_process_limits()
     set_memory_limit(memory_mb)
     set_cpu_lifetime(args.cpu_lifetime_seconds)
-    rearm_cpu_limit(cpu_seconds)
+    cpu_limit = CpuLimit(cpu_seconds)
+    cpu_limit.rearm()
     alarm = Alarm()
     engine = Engine(deadline_passed=alarm.deadline_passed, python_guards=args.python_guards == "on")
 
     # Imports the engine may need later happen now, before the filter; the filter comes last.
     def before_each() -> None:
-        rearm_cpu_limit(cpu_seconds)
+        cpu_limit.rearm()
         reset_shared_state()
 
     return serve_requests(
