@@ -109,6 +109,15 @@ def server(tmp_path_factory) -> Iterator[tuple[subprocess.Popen, str]]:
         _stop(proc)
 
 
+@pytest.fixture()
+def idle_server(server) -> tuple[subprocess.Popen, str]:
+    """The module's server once the sessions of the tests before have ended: a session's worker is stopped
+    after its DELETE returns, which a loaded machine may take a moment to do, and the tests count workers."""
+    proc, _ = server
+    assert _wait_until(lambda: not _workers(proc), 30), f"workers of earlier sessions still run: {_workers(proc)}"
+    return server
+
+
 def _workers(proc: subprocess.Popen) -> set[int]:
     """The server's sandbox workers (its child processes)."""
     return {pid for pid in children(proc.pid) if running(pid)}
@@ -135,8 +144,8 @@ def _items(result) -> list[dict[str, Any]]:
     return result.structured_content["items"]
 
 
-def test_sessions_list_tools_keep_their_own_state_and_never_share_it(server):
-    proc, url = server
+def test_sessions_list_tools_keep_their_own_state_and_never_share_it(idle_server):
+    proc, url = idle_server
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
@@ -191,8 +200,8 @@ def test_a_sessionless_2026_call_is_refused_with_an_error_that_says_how_to_conne
     assert not _workers(proc)
 
 
-def test_a_session_past_the_cap_is_refused_with_503_and_a_clear_error_until_one_ends(server):
-    proc, url = server
+def test_a_session_past_the_cap_is_refused_with_503_and_a_clear_error_until_one_ends(idle_server):
+    proc, url = idle_server
 
     async def scenario() -> None:
         async with Client(url) as a:
@@ -217,8 +226,8 @@ def test_a_session_past_the_cap_is_refused_with_503_and_a_clear_error_until_one_
     anyio.run(scenario)
 
 
-def test_an_idle_session_expires_its_worker_stops_and_its_id_is_gone(server):
-    proc, url = server
+def test_an_idle_session_expires_its_worker_stops_and_its_id_is_gone(idle_server):
+    proc, url = idle_server
     session_ids: list[str] = []
 
     async def remember(response: httpx2.Response) -> None:
@@ -245,8 +254,8 @@ def test_an_idle_session_expires_its_worker_stops_and_its_id_is_gone(server):
     assert gone.status_code == 404
 
 
-def test_a_killed_worker_loses_only_its_sessions_call_and_every_session_goes_on(server):
-    proc, url = server
+def test_a_killed_worker_loses_only_its_sessions_call_and_every_session_goes_on(idle_server):
+    proc, url = idle_server
 
     async def scenario() -> None:
         async with Client(url) as a:
@@ -394,8 +403,8 @@ def test_bad_options_are_refused_before_serving(tmp_path, monkeypatch, capsys):
         assert expected in capsys.readouterr().err
 
 
-def test_sigterm_stops_the_server_and_every_session_worker(server):
-    proc, url = server
+def test_sigterm_stops_the_server_and_every_session_worker(idle_server):
+    proc, url = idle_server
 
     async def open_session() -> None:
         async with Client(url) as client:
