@@ -30,8 +30,10 @@ from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
 from envfactory_assets.security.hostile.containment import (
     CPU_AFTER_RETURN_S,
     HEARTBEAT_MAX_GAP_S,
+    MEMORY_RETURN_MB,
     MEMORY_RETURN_S,
     RESOURCE_LIMITS,
+    MeasuredWorker,
     Probes,
     format_containment,
     is_probe_sensitive,
@@ -523,3 +525,119 @@ def test_a_workers_stderr_is_read_at_a_bounded_rate_into_a_bounded_tail() -> Non
         result = worker.call(worker.open_episode({"loud": {}}), "shout")
         assert result["error"]["type"] == "timeout" and time.monotonic() - started < 5, result
         assert 0 < len(worker.stderr_tail("loud")) <= 16 * 1024
+
+
+# -- the memory measure of the resource samples: what a sample leaves behind, and nothing else -----------------
+
+_LEAKER = textwrap.dedent("""\
+    import ctypes, os, sys
+    size = int(sys.argv[1])
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    segment = libc.shmget(0, ctypes.c_size_t(size), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    address = libc.shmat(segment, None, 0)
+    assert segment >= 0 and address not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    ctypes.memset(address, 1, size)
+    memfd = os.memfd_create("leak")
+    os.write(memfd, b"\\1" * size)
+    print(segment, memfd, flush=True)
+    sys.stdin.readline()  # the test holds both before this process ends: they outlive it and its group
+""")
+
+
+def _group_for_a_child(measuring) -> Path:
+    """A child group of the measuring group, made for the memory controller only (all that is measured)."""
+    base = dict(measuring.support.bases)["memory" if measuring.support.mode == "v1" else ""]
+    path = Path(base) / "leaker"
+    path.mkdir()
+    return path
+
+
+def test_the_sample_memory_counts_shared_memory_and_memfd_pages_left_after_the_process_and_its_group() -> None:
+    """What a worker leaves behind outlives it: 2 x 48 MiB made by a process in a group under the measuring group,
+    held after that process ended and its group was removed, are in the measure until they are freed."""
+    import ctypes
+    import subprocess
+    import sys
+
+    size = 48 << 20
+    with MeasuredWorker(RESOURCE_LIMITS) as worker:
+        group = worker.group
+        assert group.exact, f"workers must get a control group here: {cgroups.detect().reason}"
+        before = group.in_use()
+        child = _group_for_a_child(group)
+        leaker = subprocess.Popen(
+            [sys.executable, "-c", _LEAKER, str(size)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: Path(child / "cgroup.procs").write_text(str(os.getpid())),
+        )
+        segment, memfd_number = (int(v) for v in leaker.stdout.readline().split())
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        attached = libc.shmat(segment, None, 0)  # kept even where the kernel removes unattached segments at exit
+        memfd = os.open(f"/proc/{leaker.pid}/fd/{memfd_number}", os.O_RDONLY)
+        try:
+            leaker.communicate("\n", timeout=10)
+            cgroups.remove_dir(child)
+            assert not child.exists()
+            left_mb = (group.in_use() - before) / 2**20
+            assert left_mb > 2 * 48 - 2, left_mb
+        finally:
+            libc.shmdt(ctypes.c_void_p(attached))
+            libc.shmctl(segment, 0, None)  # IPC_RMID
+            os.close(memfd)
+        assert (group.in_use() - before) / 2**20 < MEMORY_RETURN_MB / 4
+
+
+def test_the_sample_memory_does_not_move_when_other_processes_allocate_and_read_files(tmp_path) -> None:
+    """200 MiB allocated and 64 MiB of file written and read by a process outside the measuring group (what a
+    pipeline beside the tests does, and what moved the machine-wide figure past the 16 MiB tolerance): the
+    sample's measure moves by less than 1 MiB."""
+    import subprocess
+    import sys
+
+    other = textwrap.dedent(f"""\
+        import sys
+        block = bytearray(200 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        with open({str(tmp_path / "file")!r}, "wb") as handle:
+            handle.write(b"x" * (64 << 20))
+        with open({str(tmp_path / "file")!r}, "rb") as handle:
+            handle.read()
+        print("ready", flush=True)
+        sys.stdin.readline()
+    """)
+    with MeasuredWorker(RESOURCE_LIMITS) as worker:
+        worker.load_environment("quiet", "def load(d): return d\ndef save(s): return s\n")
+        worker.open_episode({"quiet": {}})
+        group = worker.group
+        assert group.exact, f"workers must get a control group here: {cgroups.detect().reason}"
+        before = group.in_use()
+        process = subprocess.Popen([sys.executable, "-c", other], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert process.stdout.readline() == b"ready\n"
+            during_mb = (group.in_use() - before) / 2**20
+        finally:
+            process.communicate(b"\n", timeout=10)
+        after_mb = (group.in_use() - before) / 2**20
+    assert abs(during_mb) < 1 and abs(after_mb) < 1, (during_mb, after_mb)
+
+
+def test_the_heartbeat_counts_a_parent_that_holds_the_interpreter_whatever_the_machine_does() -> None:
+    """A freeze in the parent (one C call holding the interpreter lock, as decoding a huge reply does) is a gap
+    the heartbeat counts whole: its thread sleeps on the lock, which is no run-queue wait to excuse."""
+    import random
+
+    from envfactory_assets.security.hostile.containment import _Heartbeat
+
+    numbers = [random.random() for _ in range(3_000_000)]
+    with MeasuredWorker(RESOURCE_LIMITS) as worker, _Heartbeat(worker.group.cpu_seconds) as heartbeat:
+        time.sleep(0.05)
+        started = time.thread_time()
+        sorted(numbers)  # one C call: the lock is not released until it returns
+        held_s = time.thread_time() - started
+    assert held_s > 0.2, held_s
+    assert heartbeat.max_gap_s >= held_s * 0.9, (heartbeat.max_gap_s, held_s)

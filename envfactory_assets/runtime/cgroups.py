@@ -232,7 +232,7 @@ class WorkerCgroup:
             self._write_limits(memory_bytes, pids_max, cpu_cores)
         except OSError:
             for path in made:
-                _rmdir(path)
+                remove_dir(path)
             raise
 
     def _dir(self, controller: str) -> Path:
@@ -368,10 +368,12 @@ class WorkerCgroup:
             self._close_fd(key)
         self.kill()
         for path in dict.fromkeys(self.dirs.values()):
-            _rmdir(path)
+            remove_dir(path)
 
 
-def _rmdir(path: Path, timeout_s: float = 2.0) -> None:
+def remove_dir(path: Path, timeout_s: float = 2.0) -> None:
+    """Remove the (empty) group directory ``path``, retrying for ``timeout_s`` seconds while tasks that are
+    exiting still hold it; a directory already gone, or still busy after that, is left as it is."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -434,4 +436,4 @@ class ProcessTreeMeter:
         return total
 
 
-__all__ = ["CGROUP_ENV_VAR", "CgroupSupport", "ProcessTreeMeter", "WorkerCgroup", "detect"]
+__all__ = ["CGROUP_ENV_VAR", "CgroupSupport", "ProcessTreeMeter", "WorkerCgroup", "detect", "remove_dir"]

@@ -22,7 +22,9 @@ samples must trip the probes: the negative control that shows the probes can see
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import itertools
 import os
 import re
 import resource
@@ -33,10 +35,11 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.runtime import cgroups
 from envfactory_assets.runtime.errors import EnvironmentRejected, SandboxError
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.security.hostile.runner import BENIGN_SOURCE, check_recovery
@@ -435,50 +438,242 @@ CPU_AFTER_WINDOW_S = 0.5
 HEARTBEAT_MAX_GAP_S = 0.1
 
 
-def host_memory_in_use() -> int:
-    """Bytes of memory in use that a worker started by this process can add to, for before/after comparisons.
+_measure_names = itertools.count(1)
 
-    When this process runs in a memory control group other than the root one, its usage: hierarchical, so it
-    holds every worker's group nested in it, with their shared, tmpfs and kernel memory, and nothing other
-    programs on the host do (the machine-wide figure moves by more than a sample's tolerance when others
-    run). Else (the root group, or none) the machine-wide ``MemTotal - MemAvailable`` of ``/proc/meminfo``.
+
+def _glibc_trim() -> Any:
+    """glibc's ``malloc_trim`` (None on another C library): returns the allocator's free pages to the kernel."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return trim
+
+
+_MALLOC_TRIM = _glibc_trim()
+
+
+def parent_memory_held() -> int:
+    """Bytes of anonymous and shared memory this process holds now (``RssAnon + RssShmem`` of
+    ``/proc/self/status``), after handing glibc's free heap pages back to the kernel.
+
+    Without the trim the figure would count heap pages the allocator keeps for reuse after a large reply was
+    read and dropped (about 14 MiB after a 24 MB one, measured): memory no object holds. File pages mapped
+    (the interpreter, libraries) are left out: they are page cache the kernel reclaims.
     """
-    from envfactory_assets.runtime import cgroups
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+    held = 0
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(("RssAnon:", "RssShmem:")):
+                held += int(line.split()[1]) * 1024
+    return held
 
-    own = cgroups._own_groups()
-    for mount, kind, options in cgroups._mounts():
-        if kind == "cgroup" and "memory" in options and own.get("memory", "/") != "/":
-            path = Path(mount) / own["memory"].lstrip("/") / "memory.usage_in_bytes"
-        elif kind == "cgroup2" and own.get("", "/") != "/" and "memory" not in own:
-            path = Path(mount) / own[""].lstrip("/") / "memory.current"
-        else:
-            continue
+
+class SampleGroup:
+    """The measuring group of one resource sample: the host memory the sample can leave behind, counted where no
+    other program adds to it, and its workers' CPU time.
+
+    The sample's workers get their control groups inside a group of their own (no limit on it; the worker
+    groups below keep theirs), so the kernel's hierarchical counters of that group hold every byte charged to
+    them: their processes' memory, System V shared memory, ``memfd`` and tmpfs pages and kernel objects
+    (inodes, dentries), also once the process that made them and its group are gone (a removed group's
+    charges stay in its ancestors' counters until the memory is freed). Page cache of files is left out: the
+    kernel reclaims it, and another program's memory pressure can take it at any moment. Added to that, what
+    the parent itself holds (:func:`parent_memory_held`). Nothing another process allocates or frees is in
+    either figure, so the 16 MiB tolerance is the sample's alone.
+
+    Where workers get no control group (:func:`.cgroups.detect` says why, or the OS layer is off), there is
+    nothing to attribute kernel memory by: the figure is then the machine's ``MemTotal - MemAvailable``,
+    which sees everything but moves with every other program.
+
+    A :class:`MeasuredWorker` makes one for its workers and removes it when it is closed.
+
+    Args:
+        support: the control-group support of the worker (:meth:`SandboxWorker.cgroup_support`).
+
+    Raises:
+        OSError: the measuring group cannot be made although worker groups can.
+    """
+
+    def __init__(self, support: cgroups.CgroupSupport) -> None:
+        self.support = support
+        self._memory_dir: Path | None = None
+        self._cpu_dir: Path | None = None
+        self._dirs: list[Path] = []
+        if not support.active:
+            return
+        name = f"{cgroups.GROUP_PREFIX}{os.getpid()}-m{next(_measure_names)}"
+        bases = {}
         try:
-            return int(path.read_text())
+            for controller, base in support.bases:
+                path = Path(base) / name
+                if path not in self._dirs:
+                    path.mkdir()
+                    self._dirs.append(path)
+                bases[controller] = str(path)
+            if support.mode == "v2":  # a group with no process of its own may pass controllers to its children
+                (self._dirs[0] / "cgroup.subtree_control").write_text("+memory +pids +cpu")
+        except OSError:
+            self.close()
+            raise
+        self._memory_dir = Path(bases["memory" if support.mode == "v1" else ""])
+        self._cpu_dir = Path(bases["cpuacct" if support.mode == "v1" else ""])
+        self.support = cgroups.CgroupSupport(support.mode, "", tuple(bases.items()))
+
+    @property
+    def exact(self) -> bool:
+        """Whether the figure is the sample's alone (a measuring group exists), not the machine's."""
+        return self._memory_dir is not None
+
+    def group_held(self) -> int:
+        """Bytes charged to the measuring group and its children now, page cache of files left out (0 without
+        a group)."""
+        if self._memory_dir is None:
+            return 0
+        stat = dict(line.split() for line in (self._memory_dir / "memory.stat").read_text().splitlines())
+        if self.support.mode == "v1":
+            memsw = self._memory_dir / "memory.memsw.usage_in_bytes"  # memory + swap, where swap is accounted
+            usage = memsw if memsw.exists() else self._memory_dir / "memory.usage_in_bytes"
+            charged = int(usage.read_text())
+            files = int(stat["total_active_file"]) + int(stat["total_inactive_file"])
+        else:
+            charged = int((self._memory_dir / "memory.current").read_text())
+            swap = self._memory_dir / "memory.swap.current"
+            charged += int(swap.read_text()) if swap.exists() else 0
+            files = int(stat["active_file"]) + int(stat["inactive_file"])
+        # tmpfs, memfd and shared memory pages sit on the anonymous lists: they are not among the file pages
+        return charged - files
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used by every task ever in the measuring group's children (``cpuacct.usage``, v2
+        ``cpu.stat`` ``usage_usec``); None without a group or once it is removed."""
+        cpu_dir = self._cpu_dir  # read once: the heartbeat thread calls this while the group may be closing
+        if cpu_dir is None:
+            return None
+        try:
+            if self.support.mode == "v1":
+                return int((cpu_dir / "cpuacct.usage").read_text()) / 1e9
+            for line in (cpu_dir / "cpu.stat").read_text().splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
         except (OSError, ValueError):
+            pass
+        return None
+
+    def in_use(self) -> int:
+        """The figure compared before and after a sample, bytes: :meth:`group_held` + :func:`parent_memory_held`,
+        or the machine's memory in use when there is no measuring group."""
+        if self._memory_dir is None:
+            fields = {}
+            with open("/proc/meminfo") as meminfo:
+                for line in meminfo:
+                    key, _, value = line.partition(":")
+                    fields[key] = int(value.split()[0]) * 1024
+            return fields["MemTotal"] - fields["MemAvailable"]
+        return self.group_held() + parent_memory_held()
+
+    def __enter__(self) -> SampleGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the measuring group (its workers must be closed first)."""
+        for path in reversed(self._dirs):
+            cgroups.remove_dir(path)
+        self._dirs = []
+        self._memory_dir = self._cpu_dir = None
+
+
+class MeasuredWorker(SandboxWorker):
+    """A :class:`SandboxWorker` whose workers' control groups are made inside a :class:`SampleGroup` group of
+    its own (:attr:`group`): the same limits on each worker, one more level above them, without limits, that
+    counts what they leave behind. :meth:`close` removes that group too.
+
+    Args: as for :class:`SandboxWorker`.
+
+    Raises:
+        OSError: the measuring group cannot be made although worker groups can.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group = SampleGroup(super().cgroup_support())
+
+    def cgroup_support(self) -> cgroups.CgroupSupport:
+        """As for :class:`SandboxWorker`, with the measuring group as the base where groups are made at all."""
+        return self.group.support
+
+    def close(self) -> None:
+        """Close as :class:`SandboxWorker` does, then remove the measuring group."""
+        try:
+            super().close()
+        finally:
+            self.group.close()
+
+
+def _runqueue_waits_s() -> dict[str, float]:
+    """``{thread id: seconds it has spent runnable but waiting for a CPU}`` of every thread of this process
+    (``/proc/self/task/<tid>/schedstat``, second field); empty where the kernel does not keep it."""
+    waits = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return waits
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as schedstat:
+                waits[tid] = int(schedstat.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
             continue
-    fields = {}
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            key, _, value = line.partition(":")
-            fields[key] = int(value.split()[0]) * 1024
-    return fields["MemTotal"] - fields["MemAvailable"]
+    return waits
 
 
 class _Heartbeat:
-    """A parent thread that wakes every 10 ms and records the longest gap between two wake-ups."""
+    """A parent thread that wakes every 10 ms and records the longest gap between two wake-ups that the parent
+    or the sample's workers caused (:attr:`max_gap_s`; the plain longest gap: :attr:`max_wall_gap_s`).
 
-    def __init__(self) -> None:
+    From each gap it takes away the time the parent's threads waited, runnable, for a CPU (their run-queue
+    wait: other programs on a loaded machine had the cores, which no part of the test controls; this
+    thread's own, and the interpreter lock holder's, which this thread then waits behind) less the CPU time
+    the sample's workers used meanwhile (each worker CPU-second counts as taken from the parent, so a worker
+    that takes the parent's cores still shows). What is left is never less than the CPU time the parent
+    itself used during the gap: a reply decoded while holding the interpreter lock counts whole. Without the
+    workers' CPU figure (no control group) or the run-queue figures, every gap counts whole.
+
+    Args:
+        workers_cpu_s: the sample's workers' CPU seconds so far (:meth:`SampleGroup.cpu_seconds`), or None.
+    """
+
+    def __init__(self, workers_cpu_s: Callable[[], float | None] | None = None) -> None:
         self.max_gap_s = 0.0
+        self.max_wall_gap_s = 0.0
+        self._workers_cpu_s = workers_cpu_s or (lambda: None)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="containment-heartbeat")
 
     def _run(self) -> None:
-        last = time.monotonic()
+        last, own_last, waits_last, cpu_last = (
+            time.monotonic(),
+            time.process_time(),
+            _runqueue_waits_s(),
+            self._workers_cpu_s(),
+        )
         while not self._stop.wait(0.01):
-            now = time.monotonic()
-            self.max_gap_s = max(self.max_gap_s, now - last)
-            last = now
+            now, own, waits, cpu = time.monotonic(), time.process_time(), _runqueue_waits_s(), self._workers_cpu_s()
+            gap = now - last
+            counted = gap
+            if waits and waits_last and cpu is not None and cpu_last is not None:
+                waited = sum(max(0.0, value - waits_last.get(tid, 0.0)) for tid, value in waits.items())
+                excused = max(0.0, waited - (cpu - cpu_last))
+                counted = min(gap, max(gap - excused, own - own_last))
+            self.max_wall_gap_s = max(self.max_wall_gap_s, gap)
+            self.max_gap_s = max(self.max_gap_s, counted)
+            last, own_last, waits_last, cpu_last = now, own, waits, cpu
 
     def __enter__(self) -> _Heartbeat:
         self._thread.start()
@@ -494,35 +689,49 @@ def run_resource_sample(
 ) -> dict[str, Any]:
     """Run one resource sample in a fresh worker and measure what it cost the host.
 
-    The worker is started and its episode opened before the baseline is taken, so the baseline holds the
-    worker's own memory; the call follows, then (without any further request to the worker) its CPU time
-    over :data:`CPU_AFTER_WINDOW_S` and the host's memory until it is back within :data:`MEMORY_RETURN_MB`.
+    The host's memory is :meth:`SampleGroup.in_use` of the worker's own measuring group, taken twice before
+    the call: with no worker process yet, and after the worker started and its episode opened. The
+    call follows, then (without any further request to the worker) its CPU time over
+    :data:`CPU_AFTER_WINDOW_S` and the memory until it is back within :data:`MEMORY_RETURN_MB` of its level
+    before: the level with the worker running when it still runs, the level before it started when it was
+    killed (its own memory, freed with it, then hides nothing the sample left behind).
 
     Returns:
         ``name``; ``ended`` (as in :func:`run_containment`); ``error_type`` (None when the call succeeded);
         ``stopped`` (the call failed: refused by the system, or the worker killed); ``worker_killed`` (its
         process is gone); ``memory_back_s`` (seconds until the host's memory was back, None when it was not
         back within :data:`MEMORY_RETURN_S`); ``memory_left_mb`` (the difference at that point);
-        ``cpu_after_return_s``; ``heartbeat_max_gap_s``; ``violations`` (the probes', as in
-        :func:`run_containment`); ``limits_mode`` (what bounded the worker); ``message`` (the error's).
+        ``memory_exact`` (the figure is the sample's alone: :attr:`SampleGroup.exact`);
+        ``cpu_after_return_s``; ``heartbeat_max_gap_s`` (the longest gap the parent or the workers caused, as
+        :class:`_Heartbeat` counts it) and ``heartbeat_wall_gap_s`` (the plain longest gap); ``violations``
+        (the probes', as in :func:`run_containment`); ``limits_mode`` (what bounded the worker); ``message``
+        (the error's).
+
+    Raises:
+        OSError: the measuring group cannot be made although worker groups can.
     """
-    with Probes() as probes, _Heartbeat() as heartbeat:
+    worker = MeasuredWorker(limits, python_guards=python_guards)
+    group = worker.group
+    with Probes() as probes, _Heartbeat(group.cpu_seconds) as heartbeat:
         env_id = f"{probes.label}_{sample.name}"
-        worker = SandboxWorker(limits, python_guards=python_guards)
+        exact = group.exact
         texts: list[str] = []
         try:
+            before_start = group.in_use()
             worker.load_environment(env_id, probes.source(sample))
             episode = worker.open_episode({env_id: _EMPTY_STATE})
-            before = host_memory_in_use()
+            before = group.in_use()
             result = worker.call(episode, sample.tool, probes.arguments(sample))
             returned = time.monotonic()
             cpu_at_return = worker.cpu_seconds(env_id)
             time.sleep(CPU_AFTER_WINDOW_S)
             cpu_later = worker.cpu_seconds(env_id)
             worker_killed = cpu_later is None
+            if worker_killed and exact:
+                before = before_start
             memory_back_s = None
             while True:
-                left_mb = (host_memory_in_use() - before) / 2**20
+                left_mb = (group.in_use() - before) / 2**20
                 waited = time.monotonic() - returned
                 if left_mb <= MEMORY_RETURN_MB:
                     memory_back_s = waited
@@ -542,8 +751,10 @@ def run_resource_sample(
             "worker_killed": worker_killed,
             "memory_back_s": memory_back_s,
             "memory_left_mb": round(left_mb, 1),
+            "memory_exact": exact,
             "cpu_after_return_s": 0.0 if worker_killed or cpu_at_return is None else cpu_later - cpu_at_return,
             "heartbeat_max_gap_s": heartbeat.max_gap_s,
+            "heartbeat_wall_gap_s": heartbeat.max_wall_gap_s,
             "violations": probes.check(texts),
             "limits_mode": worker.limits_mode,
             "message": str(error.get("message", ""))[:300],
@@ -565,10 +776,12 @@ def format_containment(rows: Sequence[dict[str, Any]]) -> str:
 __all__ = [
     "CONTAINMENT_LIMITS",
     "RESOURCE_LIMITS",
+    "MeasuredWorker",
     "Probes",
+    "SampleGroup",
     "format_containment",
-    "host_memory_in_use",
     "is_probe_sensitive",
+    "parent_memory_held",
     "run_containment",
     "run_resource_sample",
 ]

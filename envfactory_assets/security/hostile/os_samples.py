@@ -59,12 +59,24 @@ def _damage(get, canary, secrets, port, marker):
     try:
         os_module = get("os")
         sys_module = get("sys")
-        if os_module.fork() == 0:
-            os_module.setsid()
+        # Returns only once the sleeper is in a session of its own (or its parent died): a process group kill
+        # of the worker right after the reply, on a loaded machine, must not be what stops it.
+        ready, told = os_module.pipe()
+        try:
             if os_module.fork() == 0:
-                os_module.execv(sys_module.executable,
-                                [sys_module.executable, "-c", "import time; time.sleep(60)", marker])
-            os_module.kill(os_module.getpid(), 9)
+                os_module.setsid()
+                if os_module.fork() == 0:
+                    os_module.execv(sys_module.executable,
+                                    [sys_module.executable, "-c", "import time; time.sleep(60)", marker])
+                os_module.write(told, b"x")
+                os_module.kill(os_module.getpid(), 9)
+            os_module.close(told)
+            told = None
+            os_module.read(ready, 1)
+        finally:
+            for fd in (ready, told):
+                if fd is not None:
+                    os_module.close(fd)
         report["detached"] = True
     except Exception as exc:
         report["detached"] = "refused: " + type(exc).__name__
@@ -639,6 +651,7 @@ def attack(state, canary, secrets, port, marker):
         return {"clone": "unknown architecture"}
     libc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL across the call, so the child can run Python
     libc.syscall.restype = ctypes.c_long
+    ready, told = os_module.pipe()
     pid = libc.syscall(ctypes.c_long(number), ctypes.c_ulong(17), ctypes.c_ulong(0), ctypes.c_ulong(0),
                        ctypes.c_ulong(0), ctypes.c_ulong(0))  # flags = SIGCHLD: a plain process
     if pid == 0:
@@ -646,9 +659,15 @@ def attack(state, canary, secrets, port, marker):
             os_module.setsid()
         except Exception:
             pass
+        os_module.write(told, b"x")
         while True:
             time_module.sleep(1)
-    return {"clone": pid, "errno": ctypes.get_errno()}
+    errno = ctypes.get_errno()
+    os_module.close(told)
+    if pid > 0:  # the reply waits until the child left the worker's session (a loaded machine may not run it
+        os_module.read(ready, 1)  # before the parent kills the worker's process group) or died
+    os_module.close(ready)
+    return {"clone": pid, "errno": errno}
 """,
         imports="import ctypes",
     ),
