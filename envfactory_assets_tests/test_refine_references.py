@@ -211,6 +211,18 @@ def test_a_date_no_calendar_has_is_not_read_as_one(text):
     assert parse_spoken_value(text) is None
 
 
+@pytest.mark.parametrize(
+    "value", ["2025-02-31", "2025-04-31", "2025-03-00", "2025-03-01T25:61:00Z", "2025-03-01T24:00:00Z"]
+)
+def test_a_date_like_text_no_calendar_has_is_stated_as_written(value):
+    """Text shaped like a date that no calendar has ("2025-02-31") is a value like any other: said as a date
+    it could not be read back into the call, so every form is the quoted text itself."""
+    from envfactory_assets.synth.refinement.phrasing import spoken_forms, spoken_value
+
+    assert spoken_forms(value) == {f"'{value}'"}
+    assert {spoken_value(value, None, random.Random(s)) for s in range(20)} == {f"'{value}'"}
+
+
 def test_a_value_an_earlier_action_of_the_turn_set_does_not_describe_the_row():
     # cancel_order(order_id='ord_2') takes only the key but makes ord_2 'cancelled' as well: ord_1 is no
     # longer "the order whose status is 'cancelled'"

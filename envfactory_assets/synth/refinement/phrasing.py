@@ -324,6 +324,20 @@ def _spoken_date(m: re.Match[str], month_first: bool, twelve_hour: bool) -> str:
     return text
 
 
+def _calendar_date(value: str) -> re.Match[str] | None:
+    """The match of ``value`` as a date or a date-time on the minute that the calendar has, else None: text
+    shaped like one but not one ("2025-02-31", "T25:61") said as a date could not be read back
+    (:func:`parse_spoken_value`), so it is stated as written."""
+    m = _DATE_TIME.match(value) or _DATE.match(value)
+    if not m:
+        return None
+    try:
+        datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), *(int(g) for g in m.groups()[3:]))
+    except ValueError:
+        return None
+    return m
+
+
 def spoken_value(value: Any, schema: dict[str, Any] | None = None, rng: random.Random | None = None) -> str:
     """How a person writes a value: a date as a date (``"26 May 2026"``), a date-time on the minute as
     ``"26 May 2026 at 10:55 UTC"``, a boolean as ``yes``/``no``, anything else as :func:`literal` (quoted
@@ -333,8 +347,8 @@ def spoken_value(value: Any, schema: dict[str, Any] | None = None, rng: random.R
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, str):
-        m = _DATE_TIME.match(value) or _DATE.match(value)
-        if m and 1 <= int(m.group(2)) <= 12:
+        m = _calendar_date(value)
+        if m:
             draw = rng.random() if rng is not None else 1.0
             return _spoken_date(m, month_first=draw < 0.35, twelve_hour=draw < 0.15 or 0.35 <= draw < 0.5)
     return literal(value)
@@ -343,8 +357,8 @@ def spoken_value(value: Any, schema: dict[str, Any] | None = None, rng: random.R
 def spoken_forms(value: Any) -> set[str]:
     """Every way :func:`spoken_value` may write ``value`` (a date has four, anything else one)."""
     if isinstance(value, str):
-        m = _DATE_TIME.match(value) or _DATE.match(value)
-        if m and 1 <= int(m.group(2)) <= 12:
+        m = _calendar_date(value)
+        if m:
             return {_spoken_date(m, a, b) for a in (False, True) for b in (False, True)}
     return {spoken_value(value)}
 
