@@ -209,3 +209,76 @@ def test_the_reply_tells_the_targets_apart_for_every_read_kind(environments):
             assert "'fiction'" in reply and "'history'" in reply, reply
     plain = [write_reply(counted, tools, lambda tool: key, f"s{seed}") for seed in range(20)]
     assert not any("'fiction'" in r for r in plain)
+
+
+def _one_turn_with_state(traj: dict, state: dict) -> dict:
+    from envfactory_assets.runtime.canonical import state_hash
+
+    digest = state_hash(state)
+    turn = {**traj["turns"][0], "state_before": state, "state_after": state}
+    turn.update(state_before_hash=digest, state_after_hash=digest)
+    return {**traj, "turns": [turn]}
+
+
+def test_a_key_a_person_cannot_state_is_never_a_target(trajectories, environments, worker):
+    """A key with a control character or spaces around it cannot be typed back into a call from the request
+    (a carriage return, a tab, a padded identifier): its row is never one of the targets."""
+    traj = next(t for t in trajectories if t["env_ids"] == ["bookshop_example"])
+    for bad in ("cr\rhere", "tab\there", " padded "):
+        state = json.loads(json.dumps(traj["turns"][0]["state_before"]))
+        books = state["bookshop_example"]["tables"]["books"]
+        books[0]["book_id"] = bad
+        aug = _one_turn_with_state(traj, state)
+        for seed in range(12):
+            turn = same_tool_parallel_turn(aug, environments, 1, random.Random(seed), worker)
+            assert turn is None or all(bad not in c["arguments"].values() for c in turn["calls"]), turn["query"]
+
+
+def test_a_search_is_never_asked_for_without_its_text():
+    """A same-tool turn over a search varies a filter, never the searched text, so its request would read
+    "search the tickets for  where status is 'open'": searches are left out of the plans."""
+    from envfactory_assets.synth.trajectories.execution import ToolIndex
+    from envfactory_assets.synth.trajectories.same_tool_parallel import _plans
+
+    props = {"query": {"type": "string"}, "status": {"type": "string"}}
+    tool = {"name": "search_tickets", "kind": "search", "table": "tickets", "description": "Search tickets"}
+    tool["input_schema"] = {"type": "object", "properties": props, "required": []}
+    env = {"env_id": "desk", "tools": [tool], "tables": {"tickets": {"key": "ticket_id"}}}
+    state = {"desk": {"tables": {"tickets": [{"ticket_id": f"t{i}", "status": s} for i, s in enumerate("ab")]}}}
+    index = ToolIndex({"desk": env})
+    assert _plans(index, ["desk"], state) == []
+
+
+def test_a_position_that_is_not_a_whole_number_is_refused_naming_it(trajectories, environments, worker):
+    traj = trajectories[0]
+    for bad in (True, 1.0, "1", None):
+        with pytest.raises(ValueError, match="position"):
+            same_tool_parallel_turn(traj, environments, bad, random.Random(0), worker)
+
+
+def test_the_reply_names_each_target_even_when_the_result_does_not_show_it(environments):
+    """A read that found nothing, a count whose output is not a number and a keyed read whose row does not
+    hold its key under the argument's name still say which target each sentence is about."""
+    from envfactory_assets.synth.refinement.replies import write_reply
+    from envfactory_assets.synth.trajectories.execution import ToolIndex
+
+    index = ToolIndex(environments)
+    books, get_book = index.tools["books_list"], index.tools["get_book"]
+    key = index.key_of(books)
+    tools = {**index.tools, "count_books": {**books, "name": "count_books", "kind": "count"}}
+    genres = ("fiction", "history")
+    empty = [{"name": "books_list", "arguments": {"genre": v}, "output": {"items": [], "total": 0}} for v in genres]
+    vague = [{"name": "count_books", "arguments": {"genre": v}, "output": {"count": "many"}} for v in genres]
+    keyless = [
+        {"name": "get_book", "arguments": {key: k}, "output": {"title": f"Title {k}", "genre": "fiction"}}
+        for k in ("boo_1", "boo_2")
+    ]
+    assert get_book["kind"] == "get"
+    for calls, said in (
+        (empty, ("'fiction'", "'history'")),
+        (vague, ("'fiction'", "'history'")),
+        (keyless, ("boo_1", "boo_2")),
+    ):
+        for seed in range(20):
+            reply = write_reply(calls, tools, lambda tool: key, f"s{seed}", name_rows=True)
+            assert all(s in reply for s in said), reply

@@ -204,7 +204,10 @@ class _Call:
             else None
         )
         label = row_label(out)
-        ident = out.get(key) if isinstance(out.get(key), (str, int)) and not isinstance(out.get(key), bool) else None
+        ident = _ident_of(out, key)
+        if ident is None and name_rows:
+            # a row that does not hold its key under the argument's name: the target is the one asked for
+            ident = _ident_of(self.args, key)
         self.label, self.ident = label, ident
         if tool.get("singleton"):
             self.who = f"the {self.thing}"
@@ -383,6 +386,18 @@ def _read_sentence(c: _Call, rng: random.Random) -> str:
     items = out.get("items") if isinstance(out.get("items"), list) else (c.out if isinstance(c.out, list) else [])
     n = len(items)
     total = out.get("total") if isinstance(out.get("total"), int) and not isinstance(out.get("total"), bool) else None
+    empty_for = _subject(c, []) if n == 0 and c.name_rows else None
+    if empty_for:
+        # one of several reads of one tool: which filter found nothing
+        return _pick(
+            rng,
+            (
+                f"I found no {c.things} {empty_for}",
+                f"no {c.things} {empty_for} came back",
+                f"there are no {c.things} {empty_for}",
+                f"no {c.thing} {empty_for} turned up",
+            ),
+        )
     if n == 0:
         if total:
             plans = (
@@ -476,6 +491,9 @@ def _count_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     n = out.get("count")
     if not isinstance(n, int) or isinstance(n, bool):
+        subject = _subject(c, []) if c.name_rows else None
+        if subject:
+            return _pick(rng, (f"I counted the {c.things} {subject}", f"I ran the count of {c.things} {subject}"))
         return _pick(
             rng, (f"I counted the {c.things}", f"the count of {c.things} is done", f"I ran the count of {c.things}")
         )

@@ -11,8 +11,10 @@ A same-tool parallel turn asks for one read tool over two or three targets taken
 the turn's position:
 
 - a keyed read (``get``): the keys of two or three rows of its table ("look up book 'b1', then 'b2'");
-- a filtered read (``list``, ``search``, ``count``) with a filter field its rows hold: two or three distinct
-  values of that field ("count the orders with status 'shipped', and the same for 'pending'").
+- a filtered read (``list``, ``count``) with a filter field its rows hold: two or three distinct values of
+  that field ("count the orders with status 'shipped', and the same for 'pending'"). A search is left out:
+  what varies is a filter, never its text, and a search asked for without its text reads "search the
+  tickets for  where status is 'open'".
 
 The calls are executed in the sandbox on that state in one message; the turn is kept only when each call
 succeeds, the state is unchanged (reads only, so the turn can go anywhere in a trajectory without touching
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import random
 from typing import Any
 
@@ -36,7 +39,7 @@ from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.trajectories.execution import ToolIndex
 from envfactory_assets.synth.trajectories.parallel import order_independent
 
-FILTERED_KINDS = ("list", "search", "count")
+FILTERED_KINDS = ("list", "count")
 # arguments that page or cap a read: never the one the targets differ in
 _PAGING = frozenset({"limit", "offset", "page", "page_size", "per_page", "cursor", "query"})
 # how the request asks for the other targets after describing the first call; {rest} is the spoken values
@@ -56,12 +59,20 @@ def _rows(state: dict[str, Any], env_id: str, table: str) -> list[dict[str, Any]
 
 
 def _sayable(value: Any) -> bool:
-    """A value a user can state in a sentence: a short string or a number (no bool, no structure)."""
+    """A value a user can state in a sentence: a short string or a finite number (no bool, no structure).
+    A string with a quote, a control character (a tab, a carriage return) or spaces around it is left out:
+    the request quotes it, and a person typing it would not give back the exact value the call needs."""
     if isinstance(value, bool):
         return False
     if isinstance(value, (int, float)):
-        return True
-    return isinstance(value, str) and 0 < len(value) <= 60 and "\n" not in value and "'" not in value
+        return math.isfinite(value)
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 60
+        and value.isprintable()
+        and value == value.strip()
+        and "'" not in value
+    )
 
 
 def _categorical(schema: Any) -> bool:
@@ -151,9 +162,11 @@ def same_tool_parallel_turn(
     ``same_tool_parallel``: ``{"tool", "argument", "n"}``.
 
     Raises:
-        ValueError: ``position`` is outside ``0..len(turns)``.
+        ValueError: ``position`` is not a whole number (``int``, not ``bool``) in ``0..len(turns)``.
     """
     turns = trajectory["turns"]
+    if not isinstance(position, int) or isinstance(position, bool):
+        raise ValueError(f"position must be a whole number of turns, got {position!r}")
     if not 0 <= position <= len(turns):
         raise ValueError(f"position {position} is outside 0..{len(turns)} for a trajectory of {len(turns)} turns")
     if not turns:
