@@ -47,28 +47,44 @@ def candidate_groups(calls: list[dict[str, Any]], offset: int) -> list[list[int]
     return groups
 
 
+def run_calls(
+    calls: list[dict[str, Any]], state: dict[str, Any], worker: SandboxWorker
+) -> tuple[list[Any], str] | None:
+    """The outputs of ``calls`` (each with ``name`` and ``arguments``) run in order on a fresh episode of
+    ``state``, and the final state's hash; None when a call fails, the state does not load or the worker
+    crashes (its environments must be loaded in ``worker``)."""
+    try:
+        episode = worker.open_episode(copy.deepcopy(state))
+    except (StateRejected, WorkerCrashed):
+        return None
+    try:
+        outputs = []
+        for call in calls:
+            res = worker.call(episode, call["name"], call["arguments"])
+            if not res.get("ok"):
+                return None
+            outputs.append(res.get("output"))
+        return outputs, state_hash(worker.save(episode))
+    except WorkerCrashed:
+        return None
+    finally:
+        # the worker may have been restarted; the episode is gone either way
+        with contextlib.suppress(Exception):
+            worker.close_episode(episode)
+
+
 def order_independent(turn: dict[str, Any], groups: list[list[int]], worker: SandboxWorker) -> bool:
     """Whether replaying ``turn`` on its ``state_before`` with every group of ``groups`` reversed gives each
     call its recorded output and ends in the turn's ``state_after`` (its environments must be loaded in
     ``worker``). A state that does not load or a crashed worker counts as not independent."""
     order = [i for g in groups for i in reversed(g)]
-    try:
-        episode = worker.open_episode(copy.deepcopy(turn["state_before"]))
-    except (StateRejected, WorkerCrashed):
+    replayed = run_calls([turn["calls"][i] for i in order], turn["state_before"], worker)
+    if replayed is None:
         return False
-    try:
-        for i in order:
-            call = turn["calls"][i]
-            res = worker.call(episode, call["name"], call["arguments"])
-            if not res.get("ok") or canonical_json(res.get("output")) != canonical_json(call["output"]):
-                return False
-        return state_hash(worker.save(episode)) == turn["state_after_hash"]
-    except WorkerCrashed:
-        return False
-    finally:
-        # the worker may have been restarted; the episode is gone either way
-        with contextlib.suppress(Exception):
-            worker.close_episode(episode)
+    outputs, digest = replayed
+    return digest == turn["state_after_hash"] and all(
+        canonical_json(out) == canonical_json(turn["calls"][i]["output"]) for i, out in zip(order, outputs, strict=True)
+    )
 
 
 def parallel_groups(turn: dict[str, Any], offset: int, worker: SandboxWorker) -> list[list[int]] | None:

@@ -26,18 +26,15 @@ result and names the target it was for
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 import random
 from typing import Any
 
-from envfactory_assets.runtime.canonical import state_hash
-from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
+from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_value
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.trajectories.execution import ToolIndex
-from envfactory_assets.synth.trajectories.parallel import order_independent
+from envfactory_assets.synth.trajectories.parallel import order_independent, run_calls
 
 FILTERED_KINDS = ("list", "count")
 # arguments that page or cap a read: never the one the targets differ in
@@ -122,28 +119,6 @@ def _plans(index: ToolIndex, env_ids: list[str], state: dict[str, Any]) -> list[
     return plans
 
 
-def _execute(calls: list[dict[str, Any]], state: dict[str, Any], worker: SandboxWorker) -> tuple[list[Any], str] | None:
-    """The outputs of ``calls`` run in order on a fresh episode of ``state`` and the final state's hash, or None
-    when a call fails, the state does not load or the worker crashes."""
-    try:
-        episode = worker.open_episode(copy.deepcopy(state))
-    except (StateRejected, WorkerCrashed):
-        return None
-    try:
-        outputs = []
-        for call in calls:
-            res = worker.call(episode, call["name"], call["arguments"])
-            if not res.get("ok"):
-                return None
-            outputs.append(res.get("output"))
-        return outputs, state_hash(worker.save(episode))
-    except WorkerCrashed:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            worker.close_episode(episode)
-
-
 def same_tool_parallel_turn(
     trajectory: dict[str, Any],
     environments: dict[str, dict[str, Any]],
@@ -194,7 +169,7 @@ def same_tool_parallel_turn(
             }
             for value in targets
         ]
-        executed = _execute(calls, state, worker)
+        executed = run_calls(calls, state, worker)
         if executed is None or executed[1] != digest:
             continue
         for call, output in zip(calls, executed[0], strict=True):
