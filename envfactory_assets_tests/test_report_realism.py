@@ -192,6 +192,32 @@ def test_an_rl_row_after_an_inserted_abstention_turn_finds_its_refined_turn():
     assert refined_turn_of([first, second], 0, gold) is None
 
 
+def test_rows_after_two_inserted_turns_are_judged_and_an_inserted_same_tool_turn_is_counted_apart():
+    first = _turn("Add a book titled 'Dune'.", [_create_book("boo_00002", "Dune")])
+    second = _turn("Add a book titled 'Emma'.", [_create_book("boo_00003", "Emma")])
+    emma = [{"name": "create_book", "arguments": {"title": "Emma"}}]
+    # a same-tool parallel turn and an abstention turn both went before the second refined turn
+    assert refined_turn_of([first, second], 3, emma) == 1
+    assert refined_turn_of([first, second], 4, emma) is None
+    same_tool = [{"name": "get_book", "arguments": {"book_id": b}} for b in ("boo_00002", "boo_00003")]
+    figures = gold_argument_figures(
+        {"ref_1": [first, second]},
+        [
+            {"refined_trajectory_id": "ref_1", "turn_index": 1, "gold_calls": same_tool, "masked_arguments": []},
+            {"refined_trajectory_id": "ref_1", "turn_index": 3, "gold_calls": emma, "masked_arguments": []},
+            {
+                "refined_trajectory_id": "ref_1",
+                "turn_index": 0,
+                "gold_calls": [{"name": "delete_book", "arguments": {"book_id": "boo_9"}}],
+                "masked_arguments": [],
+            },
+        ],
+    )
+    assert figures["rl_rows"] == 3 and figures["rl_rows_judged"] == 1
+    assert figures["rl_rows_inserted"] == 1 and figures["rl_rows_unmatched"] == 1
+    assert figures["gold_arguments"] == 1  # only the judged row's arguments
+
+
 # --- the report and the comparison on the store of a real run ------------------------------------------------
 @pytest.fixture(scope="module")
 def read_only_store(tiny_cli_run, tmp_path_factory) -> Store:
@@ -228,14 +254,30 @@ def test_the_data_realism_figures_match_counts_made_in_sql(report, read_only_sto
         "SELECT count(*) FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) WHERE status = 'passed'"
     )
     assert re.search(rf"\*\*0\*\* of {turns} \(0\.00%\)", section)
+    refined_calls = {
+        rid: {json.dumps([c["name"], c["arguments"]], sort_keys=True) for t in json.loads(ts) for c in t["calls"]}
+        for rid, ts in con.execute(
+            "SELECT id, CAST(turns AS VARCHAR) FROM current_refined_trajectories WHERE status = 'passed'"
+        ).fetchall()
+    }
     gold = con.execute(
-        "SELECT CAST(gold_calls AS VARCHAR), CAST(masked_arguments AS VARCHAR) FROM current_rl_dataset"
+        "SELECT refined_trajectory_id, CAST(gold_calls AS VARCHAR), CAST(masked_arguments AS VARCHAR) "
+        "FROM current_rl_dataset"
     ).fetchall()
-    calls = [(json.loads(g), json.loads(m or "[]")) for g, m in gold]
-    assert _figure(section, "RL rows with gold calls") == str(sum(1 for g, _m in calls if g)) != "0"
-    assert _figure(section, "gold arguments") == str(sum(len(c["arguments"]) for g, _m in calls for c in g))
+    calls = [(r, json.loads(g), json.loads(m or "[]")) for r, g, m in gold]
+    assert _figure(section, "RL rows with gold calls") == str(sum(1 for _r, g, _m in calls if g)) != "0"
+    # a row is judged when its refined trajectory made its gold calls; the rest are turns the dataset stage added
+    judged = [
+        (g, m)
+        for r, g, m in calls
+        if g and all(json.dumps([c["name"], c["arguments"]], sort_keys=True) in refined_calls[r] for c in g)
+    ]
+    added = sum(1 for _r, g, _m in calls if g) - len(judged)
+    assert _figure(section, "of those, same-tool parallel turns the dataset stage added (not judged)") == str(added)
+    assert "not matched to a refined turn" not in section
+    assert _figure(section, "gold arguments") == str(sum(len(c["arguments"]) for g, _m in judged for c in g))
     assert _figure(section, "masked (`masked_arguments`)") == str(
-        sum(1 for g, m in calls for c in g for a in c["arguments"] if a in m)
+        sum(1 for g, m in judged for c in g for a in c["arguments"] if a in m)
     )
 
 

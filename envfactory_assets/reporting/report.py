@@ -556,6 +556,15 @@ def realism_section(figures: dict[str, dict[str, Any] | None]) -> list[str]:
             _table(
                 [
                     ("RL rows with gold calls", gold["rl_rows"]),
+                    (
+                        "of those, same-tool parallel turns the dataset stage added (not judged)",
+                        gold["rl_rows_inserted"],
+                    ),
+                    *(
+                        (("of those, not matched to a refined turn", gold["rl_rows_unmatched"]),)
+                        if gold["rl_rows_unmatched"]
+                        else ()
+                    ),
                     ("gold arguments", gold["gold_arguments"]),
                     ("masked (`masked_arguments`)", gold["masked"]),
                     ("not stated, not masked", gold["unstated"]),

@@ -314,18 +314,30 @@ def _is_subsequence(gold: list[dict[str, Any]], calls: list[dict[str, Any]]) -> 
     return all((g["name"], g["arguments"]) in pending for g in gold)
 
 
+MAX_INSERTED_TURNS = 2
+"""Turns the dataset stage may insert into one trajectory
+(:func:`~envfactory_assets.synth.datasets.datagaps.augment_trajectory`): one same-tool parallel turn and one
+abstention turn."""
+
+
 def refined_turn_of(turns: list[dict[str, Any]], turn_index: int, gold_calls: list[dict[str, Any]]) -> int | None:
     """The index in a refined trajectory's ``turns`` of the turn an RL row with ``turn_index`` and
-    ``gold_calls`` was made from, or None when neither candidate's calls hold the gold calls in order.
+    ``gold_calls`` was made from, or None when no candidate's calls hold the gold calls in order.
 
-    The dataset stage may insert one abstention turn
-    (:func:`~envfactory_assets.synth.datasets.datagaps.augment_trajectory`)
-    before it, so the row's turn is ``turn_index`` or ``turn_index - 1`` of the stored turns.
+    The dataset stage may insert up to :data:`MAX_INSERTED_TURNS` turns before it, so the row's turn is one
+    of ``turn_index``, ``turn_index - 1``, ... ``turn_index - MAX_INSERTED_TURNS`` of the stored turns (the
+    nearest that holds the calls).
     """
-    for index in (turn_index, turn_index - 1):
+    for index in range(turn_index, turn_index - MAX_INSERTED_TURNS - 1, -1):
         if 0 <= index < len(turns) and _is_subsequence(gold_calls, turns[index]["calls"]):
             return index
     return None
+
+
+def _is_same_tool_turn(gold_calls: list[dict[str, Any]]) -> bool:
+    """Whether gold calls look like a same-tool parallel turn the dataset stage wrote
+    (:mod:`~envfactory_assets.synth.trajectories.same_tool_parallel`): two or more calls, all of one tool."""
+    return len(gold_calls) > 1 and len({c["name"] for c in gold_calls}) == 1
 
 
 def gold_argument_figures(
@@ -336,27 +348,33 @@ def gold_argument_figures(
 
     The words judged are the refined trajectory's (the dataset stage may restate a value in a converted
     form on purpose, :mod:`envfactory_assets.synth.datasets.conversions`); the rows' own ``turn_index`` counts an
-    inserted abstention turn, so each row is matched to its refined turn by :func:`refined_turn_of`.
+    inserted turn, so each row is matched to its refined turn by :func:`refined_turn_of`.
 
-    Returns ``{"rl_rows", "rl_rows_unmatched", "gold_arguments", "masked", "unstated", "referred_to",
-    "never_given", "never_given_share", "never_given_by_argument"}``: ``rl_rows`` counts the rows judged
-    (abstention rows have no gold call and are left out), ``rl_rows_unmatched`` those whose refined turn
-    was not found; ``unstated`` = unmasked arguments no message or
+    Returns ``{"rl_rows", "rl_rows_judged", "rl_rows_inserted", "rl_rows_unmatched", "gold_arguments",
+    "masked", "unstated", "referred_to", "never_given", "never_given_share", "never_given_by_argument"}``:
+    ``rl_rows`` counts the rows with gold calls (abstention rows have none and are left out), of which
+    ``rl_rows_judged`` were matched to their refined turn, ``rl_rows_inserted`` are same-tool parallel turns
+    the dataset stage wrote (their words are not in the refined trajectory, so they are not judged) and
+    ``rl_rows_unmatched`` are neither; ``unstated`` = unmasked arguments no message or
     earlier output gives, of which ``referred_to`` (by operator) are named by reference and
     ``never_given`` are not; the share is of the unmasked arguments; ``never_given_by_argument`` counts the
     ten commonest ``tool.argument`` of those.
     """
-    n_rows = unmatched = total = masked = 0
+    n_rows = judged = inserted = unmatched = total = masked = 0
     unstated: list[dict[str, Any]] = []
     for row in rl_rows:
         turns = trajectories.get(row["refined_trajectory_id"])
         if turns is None or not row["gold_calls"]:
             continue  # another trajectory's row, or an abstention turn (no gold call, nothing to give)
+        n_rows += 1
         index = refined_turn_of(turns, row["turn_index"], row["gold_calls"])
         if index is None:
-            unmatched += 1
+            if _is_same_tool_turn(row["gold_calls"]):
+                inserted += 1
+            else:
+                unmatched += 1
             continue
-        n_rows += 1
+        judged += 1
         mask = row.get("masked_arguments") or []
         total += sum(len(g["arguments"]) for g in row["gold_calls"])
         masked += sum(1 for g in row["gold_calls"] for a in g["arguments"] if a in mask)
@@ -365,6 +383,8 @@ def gold_argument_figures(
     unmasked = total - masked
     return {
         "rl_rows": n_rows,
+        "rl_rows_judged": judged,
+        "rl_rows_inserted": inserted,
         "rl_rows_unmatched": unmatched,
         "gold_arguments": total,
         "masked": masked,
