@@ -272,3 +272,14 @@ def test_joined_replies_drop_a_closer_that_names_the_rows():
     assert (
         join_replies(first, "Sure. I deleted bike point bp_12.") == "I found 1 bike point. I deleted bike point bp_12."
     )
+
+
+def test_a_get_states_its_facts_as_noun_phrases_after_has_with_and_showing():
+    row = {**ROW, "status": "open", "zone": "north"}
+    call = {"name": "get_bike_point", "arguments": {"id": "bp_12"}, "output": row}
+    sentences = {call_sentence(call, TOOLS["get_bike_point"], "id", random.Random(s)) for s in range(400)}
+    joined_as_clause = [s for s in sentences if re.search(r"(has|with|showing|lists|shows) [a-z ]+ is ", s)]
+    assert joined_as_clause == []
+    # the clause form is still written where it reads well: after a colon or in brackets
+    assert any(re.search(r"(: |\()[a-z ]+ is ", s) for s in sentences), sorted(sentences)[:10]
+    assert all(reply_problems(s, [call]) == [] for s in sentences)
