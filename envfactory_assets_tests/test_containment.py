@@ -271,11 +271,13 @@ def test_forks_never_share_a_row_mutated_through_its_nested_objects(python_guard
 
 
 # Every way a tool can read the snapshot's own containers past a copy-on-write node's methods (the unbound
-# methods of dict and list, and of the dict subclasses an allowed module exports), each followed by a change in
-# place. The save is the table layout's, so the final-state hash comes from the rows' kept encodings.
+# methods of dict and list, and of the dict subclasses an allowed module exports; copy.copy; the frozen list's
+# class, shared by every episode of the worker), each followed by a change in place. The save is the table
+# layout's, so the final-state hash comes from the rows' kept encodings.
 SNAPSHOT_VANDAL = (
     textwrap.dedent("""\
     import collections
+    import copy
 
     def load(data):
         return {"tables": {t: {r["id"]: dict(r) for r in rows} for t, rows in data["tables"].items()},
@@ -324,6 +326,12 @@ SNAPSHOT_VANDAL = (
     def via_meta(state):
         dict.get(state, "meta")["now"] = "never"
 
+    def via_copy_module(state):
+        copy.copy(dict.get(state["tables"]["flat"], "r0"))["name"] = "mallory"
+
+    def via_the_class(state):
+        setattr(type(dict.get(state["tables"]["deep"]["r0"], "tags")), "copy", lambda self: self)
+
     def read_only(state):
         names = [row["name"] for row in dict.values(state["tables"]["flat"])]
         tags = list(dict.get(state["tables"]["deep"]["r0"], "tags"))
@@ -349,6 +357,8 @@ SNAPSHOT_ROUTES = [
     "via_list_copy",
     "via_list_pop",
     "via_meta",
+    "via_copy_module",
+    "via_the_class",
 ]
 
 OWN_CHANGES = {

@@ -57,7 +57,20 @@ def _refuse_change(self: Any, *args: Any, **kwargs: Any) -> Any:
     raise TypeError(_SHARED_LIST_MESSAGE)
 
 
-class FrozenList(tuple):
+class _Sealed(type):
+    """A class whose attributes cannot be set or deleted once it is made: environment code can reach
+    :class:`FrozenList` through ``type()``, and the worker's other episodes use the same class."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if "_sealed" in vars(cls):
+            raise TypeError(f"attributes of {cls.__name__} cannot be set")
+        super().__setattr__(name, value)
+
+    def __delattr__(cls, name: str) -> None:
+        raise TypeError(f"attributes of {cls.__name__} cannot be deleted")
+
+
+class FrozenList(tuple, metaclass=_Sealed):
     """A ``list`` of a snapshot, frozen: a ``tuple`` that compares, orders and prints as the list it stands for.
 
     Environment code meets one only by reading a copy-on-write node's storage through ``dict``/``list``
@@ -93,6 +106,7 @@ def _list_comparison(name: str) -> Callable[[FrozenList, Any], Any]:
 
 for _comparison in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
     setattr(FrozenList, _comparison, _list_comparison(_comparison))
+type.__setattr__(FrozenList, "_sealed", True)
 
 _FROZEN = (_PROXY, FrozenList)
 
