@@ -6,6 +6,7 @@ These tests fail (never skip) when bubblewrap cannot start: containment is a pro
 
 from __future__ import annotations
 
+import copy
 import os
 import textwrap
 import time
@@ -19,6 +20,7 @@ from envfactory_assets.envgen.revision import build_with_revisions
 from envfactory_assets.llm import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime import SandboxLimits, SandboxWorker, cgroups, static_check
+from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.isolation import (
     OS_LAYER_ENV_VAR,
     UNSAFE_ENV_VAR,
@@ -27,6 +29,7 @@ from envfactory_assets.runtime.isolation import (
     resolve_isolation,
 )
 from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
+from envfactory_assets.runtime.saved_tables import TABLE_SAVE_SOURCE
 from envfactory_assets.security.hostile.containment import (
     CPU_AFTER_RETURN_S,
     HEARTBEAT_MAX_GAP_S,
@@ -265,6 +268,153 @@ def test_forks_never_share_a_row_mutated_through_its_nested_objects(python_guard
         assert worker.call(second, "vandalize")["output"] == {"ok": True}
         assert worker.save(second)["vandal"] == worker.save(worker.fork(second))["vandal"]
         assert worker.call(later, "read")["output"] == pristine
+
+
+# Every way a tool can read the snapshot's own containers past a copy-on-write node's methods (the unbound
+# methods of dict and list, and of the dict subclasses an allowed module exports; copy.copy; the frozen list's
+# class, shared by every episode of the worker), each followed by a change in place. The save is the table
+# layout's, so the final-state hash comes from the rows' kept encodings.
+SNAPSHOT_VANDAL = (
+    textwrap.dedent("""\
+    import collections
+    import copy
+
+    def load(data):
+        return {"tables": {t: {r["id"]: dict(r) for r in rows} for t, rows in data["tables"].items()},
+                "meta": dict(data["meta"])}
+
+    def via_values(state):
+        for row in dict.values(state["tables"]["flat"]):
+            row["name"] = "mallory"
+
+    def via_items(state):
+        for _, row in dict.items(state["tables"]["flat"]):
+            row.update(name="mallory")
+
+    def via_get(state):
+        dict.get(state["tables"]["flat"], "r0")["name"] = "mallory"
+
+    def via_setdefault(state):
+        dict.setdefault(state["tables"]["flat"], "r0", {})["name"] = "mallory"
+
+    def via_pop(state):
+        row = dict.pop(state["tables"]["flat"], "r0")
+        row["name"] = "mallory"
+
+    def via_copy(state):
+        dict.copy(state["tables"]["flat"])["r0"].pop("name")
+
+    def via_subclass(state):
+        for row in collections.defaultdict.values(state["tables"]["flat"]):
+            row.clear()
+
+    def via_tables(state):
+        dict.get(state, "tables")["flat"]["r0"]["name"] = "mallory"
+
+    def via_nested_list(state):
+        dict.get(state["tables"]["deep"]["r0"], "tags").append("mallory")
+
+    def via_nested_dict(state):
+        dict.get(state["tables"]["deep"]["r0"], "owner")["name"] = "mallory"
+
+    def via_list_copy(state):
+        list.copy(state["tables"]["deep"]["r0"]["history"])[0]["by"] = "mallory"
+
+    def via_list_pop(state):
+        list.pop(state["tables"]["deep"]["r0"]["history"], 0)["by"] = "mallory"
+
+    def via_meta(state):
+        dict.get(state, "meta")["now"] = "never"
+
+    def via_copy_module(state):
+        copy.copy(dict.get(state["tables"]["flat"], "r0"))["name"] = "mallory"
+
+    def via_the_class(state):
+        setattr(type(dict.get(state["tables"]["deep"]["r0"], "tags")), "copy", lambda self: self)
+
+    def read_only(state):
+        names = [row["name"] for row in dict.values(state["tables"]["flat"])]
+        tags = list(dict.get(state["tables"]["deep"]["r0"], "tags"))
+        return {"names": names, "tags": tags, "equal": dict.get(state["tables"]["flat"], "r0") == {"id": "r0",
+                "name": "row 0"}}
+
+    def rename(state, row_id, name):
+        state["tables"]["flat"][row_id]["name"] = name
+    """)
+    + TABLE_SAVE_SOURCE
+)
+SNAPSHOT_ROUTES = [
+    "via_values",
+    "via_items",
+    "via_get",
+    "via_setdefault",
+    "via_pop",
+    "via_copy",
+    "via_subclass",
+    "via_tables",
+    "via_nested_list",
+    "via_nested_dict",
+    "via_list_copy",
+    "via_list_pop",
+    "via_meta",
+    "via_copy_module",
+    "via_the_class",
+]
+
+OWN_CHANGES = {
+    "via_pop": lambda saved: saved["tables"]["flat"].pop(0),
+    "via_copy": lambda saved: saved["tables"]["flat"][0].pop("name"),
+    "via_list_pop": lambda saved: saved["tables"]["deep"][0]["history"].pop(0),
+}
+
+
+def _vandal_state() -> dict:
+    flat = [{"id": f"r{i}", "name": f"row {i}"} for i in range(3)]
+    deep = [
+        {
+            "id": f"r{i}",
+            "tags": ["a"],
+            "owner": {"name": "ana"},
+            "history": [{"by": "ana"}, {"by": "bo"}],
+        }
+        for i in range(2)
+    ]
+    return {"tables": {"flat": flat, "deep": deep}, "meta": {"now": "2024-05-01T00:00:00Z"}}
+
+
+@pytest.mark.parametrize("python_guards", [True, False], ids=["guards", "no-guards"])
+def test_forks_never_share_a_row_mutated_past_the_copy_on_write_methods(python_guards: bool) -> None:
+    """A tool that reaches the shared snapshot's rows through ``dict.values(table)`` and the like can read them,
+    and its change in place fails with an error naming the type: siblings, later forks and the final-state hash
+    (from the rows' kept encodings) still see the snapshot as it was."""
+    state = _vandal_state()
+    pristine_hash = state_hash(state)
+    with SandboxWorker(LIMITS, python_guards=python_guards) as worker:
+        worker.load_environment("vandal", SNAPSHOT_VANDAL)
+        base = worker.open_episode({"vandal": state})
+        gold = worker.fork(base)
+        assert worker.state_hashes(gold) == {"vandal": pristine_hash}
+        forks = [worker.fork(base) for _ in SNAPSHOT_ROUTES]
+        for route, episode in zip(SNAPSHOT_ROUTES, forks, strict=True):
+            result = worker.call(episode, route)
+            expected = copy.deepcopy(state)
+            if route in OWN_CHANGES:  # what changed the episode's own copy (a pop, a copy made through the view)
+                OWN_CHANGES[route](expected)
+            if route != "via_copy":  # dict.copy reads a dict subclass through its keys and items: own copies
+                assert not result["ok"] and result["error"]["exception"] in ("TypeError", "AttributeError"), route
+            assert worker.state_hashes(episode, [gold]) == {"vandal": state_hash(expected)}, route
+            assert worker.save(episode)["vandal"] == expected, route
+        sibling = forks[0]
+        assert worker.call(sibling, "read_only")["output"] == {
+            "names": ["row 0", "row 1", "row 2"],
+            "tags": ["a"],
+            "equal": True,
+        }
+        assert worker.save(worker.fork(base))["vandal"] == state
+        assert worker.call(sibling, "rename", {"row_id": "r1", "name": "mine"})["ok"]  # its own copy changes
+        assert worker.save(sibling)["vandal"]["tables"]["flat"][1]["name"] == "mine"
+        assert worker.save(worker.fork(base))["vandal"] == worker.save(gold)["vandal"] == state
+        assert worker.state_hashes(worker.fork(base), [gold]) == {"vandal": pristine_hash}
 
 
 def test_each_environment_runs_in_its_own_process() -> None:

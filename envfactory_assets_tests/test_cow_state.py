@@ -87,9 +87,10 @@ def test_a_view_copies_only_what_it_reaches() -> None:
     view = fork_view(snapshot)
     view["tables"]["big"]["k3"]["tags"].append("mine")
     assert root["tables"]["big"]["k3"]["tags"] == [3]
-    assert dict.__getitem__(dict.__getitem__(view, "tables"), "small") is root["tables"]["small"]
+    small = dict.__getitem__(dict.__getitem__(view, "tables"), "small")
+    assert id(small) in snapshot.ids and small == root["tables"]["small"]  # still the snapshot's: not copied
     big = dict.__getitem__(dict.__getitem__(view, "tables"), "big")
-    assert dict.__getitem__(big, "k4") is root["tables"]["big"]["k4"]
+    assert id(dict.__getitem__(big, "k4")) in snapshot.ids and id(dict.__getitem__(big, "k3")) not in snapshot.ids
     assert view["tables"]["big"]["k3"]["tags"] == [3, "mine"]
     assert fork_view(snapshot)["tables"]["big"]["k3"]["tags"] == [3]
 
@@ -163,7 +164,7 @@ def test_canonical_json_refuses_a_non_finite_float_inside_a_view_without_copying
     for value in (view, dict.__getitem__(view, "meta"), fork_view(freeze({"l": [[bad]]}))["l"]):
         with pytest.raises(TypeError, match="is not a JSON number"):
             canonical_json(value)
-    assert dict.__getitem__(view, "tables") is root["tables"]  # read through, never copied
+    assert id(dict.__getitem__(view, "tables")) in snapshot.ids  # read through, never copied
     view["tables"]["t"]["a"]["x"] = 2.0
     view["meta"]["list"][0][0] = None
     assert canonical_json(view) == canonical_json(
@@ -222,3 +223,67 @@ def test_a_module_whose_load_sets_module_state_is_executed_for_every_episode() -
     )
     engine.load_env("stateful_load", source)
     assert engine.environments["stateful_load"].template is None
+
+
+def test_the_snapshot_cannot_be_changed_past_a_views_methods() -> None:
+    """``dict.get``, ``list.copy`` and the like read a view's storage, which holds the snapshot's frozen
+    containers: they read as the plain values, print as them, and refuse every change in place."""
+    root = {"tables": {"t": {"a": {"n": 1, "tags": [1], "sub": {"x": 1}}}}, "meta": {"l": [[1], {"y": 2}]}}
+    snapshot = freeze(copy.deepcopy(root))
+    view = fork_view(snapshot)
+    row = dict.get(view["tables"]["t"], "a")
+    assert row == root["tables"]["t"]["a"] and dict.get(view, "meta") == root["meta"]
+    with pytest.raises(TypeError, match="does not support item assignment"):
+        row["n"] = 2
+    with pytest.raises(TypeError, match="shared by every fork"):
+        row["tags"].append(2)
+    with pytest.raises(TypeError, match="does not support item assignment"):
+        row["sub"]["x"] = 2
+    nested = list.copy(view["meta"]["l"])
+    assert nested == [[1], {"y": 2}] and repr(nested) == "[[1], mappingproxy({'y': 2})]"
+    assert nested[0] == [1] and [1] == nested[0] and nested[0] != (1,) and nested[0] < [2] and not nested[0] > [1]
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(nested[0])
+    with pytest.raises(TypeError, match="not supported"):
+        nested[0] < (2,)  # noqa: B015 - a list and a tuple do not order
+    with pytest.raises(TypeError, match="cannot be set"):
+        type(nested[0]).copy = list  # the class every episode of the worker shares
+    for change in (nested[0].append, nested[0].extend, nested[0].remove, nested[0].pop):
+        with pytest.raises(TypeError, match="shared by every fork"):
+            change(1)
+    with pytest.raises(TypeError, match="shared by every fork"):
+        nested[0][0] = 2
+    with pytest.raises(TypeError):
+        copy.copy(row)
+    assert repr(fork_view(snapshot)) == repr(root)  # a view prints as the plain state
+    view["tables"]["t"]["a"]["tags"].append(2)  # the view's own copy changes, the snapshot does not
+    assert row["tags"] == [1] and view["tables"]["t"]["a"]["tags"] == [1, 2]
+    assert same_value(fork_view(snapshot), root) and canonical_json(fork_view(snapshot)) == canonical_json(root)
+
+
+MODULE_DATA = """
+SEEN = {"ids": [], "by": {"x": 1}}
+
+def load(data):
+    return data
+
+def save(state):
+    return state
+
+def scribble(state):
+    dict.get(SEEN, "ids").append(1)
+
+def read(state):
+    return SEEN
+"""
+
+
+def test_module_data_cannot_be_changed_past_a_views_methods() -> None:
+    engine = Engine()
+    engine.load_env("seen", MODULE_DATA)
+    assert engine.environments["seen"].template is not None  # module data served as views of one snapshot
+    base = engine.open_episode({"seen": {}})
+    first, second = engine.fork(base), engine.fork(base)
+    result = engine.call(first, "scribble", {})
+    assert not result["ok"] and "shared by every fork" in result["error"]["message"]
+    assert _output(engine.call(second, "read", {})) == {"ids": [], "by": {"x": 1}}

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from envfactory_assets.runtime.cow_state import CowDict, CowList, plain
+from envfactory_assets.runtime.cow_state import CowDict, CowList, FrozenList, plain
 
 # Sorted keys, no whitespace (orjson never emits any), UTF-8 kept as is (orjson never escapes
 # non-ASCII). The pass-through options make datetimes, dataclasses and subclasses of dict/list/str/int
@@ -73,7 +74,9 @@ def refuse_non_finite(obj: Any) -> None:
                 raise TypeError(f"not canonical JSON: {value!r} is not a JSON number")
         elif kind is dict or kind is CowDict:
             stack.extend(dict.values(value))
-        elif kind is list or kind is tuple:
+        elif kind is MappingProxyType:  # a snapshot's frozen dict
+            stack.extend(value.values())
+        elif kind is list or kind is tuple or kind is FrozenList:
             stack.extend(value)
         elif kind is CowList:
             stack.extend(list.copy(value))

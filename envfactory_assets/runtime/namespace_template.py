@@ -157,9 +157,9 @@ def _data(value: Any, other: Any, claimed: set[int]) -> Snapshot | None:
     if type(value) not in (dict, list) or value != other:
         return None
     snapshot = freeze(value, _immutable)
-    if snapshot is None or not snapshot.ids.isdisjoint(claimed):
+    if snapshot is None or not snapshot.origins.isdisjoint(claimed):
         return None
-    claimed |= snapshot.ids
+    claimed |= snapshot.origins
     return snapshot
 
 

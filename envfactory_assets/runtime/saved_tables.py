@@ -5,7 +5,8 @@ row}}, "meta": {...}}`` and save it with :data:`TABLE_SAVE_SOURCE`'s ``save``: e
 row copied, and the meta copied. For such a ``save`` the engine knows what ``canonical_json(save(state))`` is
 without running it: the meta's encoding and, per table, the rows' encodings joined in order. A row that is still
 the frozen snapshot's own object (:mod:`.cow_state`: never handed to environment code, so never changed) has
-the same encoding in every episode forked from that snapshot; it is encoded once per snapshot and kept. Every
+the same encoding in every episode forked from that snapshot (its containers are frozen: nothing can change
+them in place); it is encoded once per snapshot and kept. Every
 other row (read by a tool, changed, created: the rows a tool could have mutated in place) is encoded again each
 time. So the comparison of a rollout's final state costs the rows it touched, one join and one sha256.
 
@@ -34,7 +35,8 @@ TABLE_SAVE_SOURCE = '''def save(state):
     return {"tables": {t: [dict(r) for r in rows.values()] for t, rows in state["tables"].items()},
             "meta": dict(state["meta"])}
 '''
-_DICTS = (dict, CowDict)
+#: A table, a row or the meta as the state's storage holds it: a snapshot's own is a read-only proxy.
+_DICTS = (dict, CowDict, types.MappingProxyType)
 #: Past this many rows to encode that no snapshot holds (a table its tools scanned), one orjson call for the
 #: table is cheaper than one per row.
 _MANY_PRIVATE = 64
@@ -118,8 +120,8 @@ def saved_items(save: Any, state: Any, snapshot: Snapshot | None) -> list[bytes]
     """
     if not is_table_save(save) or type(state) not in _DICTS:
         return None
-    tables = dict.get(state, "tables")
-    meta = dict.get(state, "meta")
+    tables = _get(state, "tables")
+    meta = _get(state, "meta")
     if type(tables) not in _DICTS or type(meta) not in _DICTS:
         return None
     try:
@@ -128,8 +130,8 @@ def saved_items(save: Any, state: Any, snapshot: Snapshot | None) -> list[bytes]
         # UTF-8 byte order canonical_json sorts by.
         items = [b'{"meta":' + canonical_json(meta)]
         opening = b'"tables":{'
-        for name in sorted(dict.keys(tables)):
-            table = _table_items(dict.__getitem__(tables, name), snapshot) if type(name) is str else None
+        for name in sorted(_keys(tables)):
+            table = _table_items(_get(tables, name), snapshot) if type(name) is str else None
             if table is None:
                 return None
             table[0] = opening + orjson.dumps(name) + b":" + table[0]
@@ -144,11 +146,25 @@ def saved_items(save: Any, state: Any, snapshot: Snapshot | None) -> list[bytes]
         return None
 
 
+def _values(node: Any) -> Any:
+    """The values a dict of ``_DICTS`` holds, read without copying what it shares: a node's storage (its own
+    methods would copy its children), or a proxy's (read-only already)."""
+    return node.values() if type(node) is types.MappingProxyType else dict.values(node)
+
+
+def _keys(node: Any) -> Any:
+    return node.keys() if type(node) is types.MappingProxyType else dict.keys(node)
+
+
+def _get(node: Any, key: str) -> Any:
+    return node.get(key) if type(node) is types.MappingProxyType else dict.get(node, key)
+
+
 def _table_items(rows: Any, snapshot: Snapshot | None) -> list[bytes] | None:
     """Items whose comma join is the canonical encoding of ``[dict(r) for r in rows.values()]``, or None."""
     if type(rows) not in _DICTS:
         return None
-    values = list(dict.values(rows))
+    values = list(_values(rows))
     if not values:
         return [b"[]"]
     kept = snapshot.encodings if snapshot is not None else {}

@@ -10,7 +10,7 @@ Limits, set at start from the arguments or ``ENVFACTORY_SANDBOX_MEMORY_MB`` /
 ``ENVFACTORY_SANDBOX_CPU_SECONDS`` (0 = unlimited):
 
 - ``RLIMIT_AS`` = memory (MiB): allocations beyond it raise MemoryError in the environment code.
-- ``RLIMIT_CPU`` soft limit re-armed before every request to "CPU used so far + cpu seconds": a
+- ``RLIMIT_CPU`` soft limit re-armed before every request is read to "CPU used so far + cpu seconds": a
   request that burns more CPU than that gets SIGXCPU, even if the parent is gone. The hard limit is the
   worker's lifetime CPU budget (``--cpu-lifetime-seconds``), set once: code that ignores SIGXCPU cannot
   raise the soft limit past it, and the kernel SIGKILLs the worker there. Per call, the parent enforces
@@ -248,9 +248,10 @@ def serve_requests(
     """A worker's request loop: install the seccomp filter (last, after every import), say ready, then
     answer each framed request with ``handle(request)`` until the parent closes the pipe.
 
-    ``before_each()`` runs before every request (re-arm the CPU limit, reset shared state). A response that
-    cannot be framed (not JSON, over the frame limit) is answered with an ``internal`` error instead, so the
-    parent always gets one frame per request.
+    ``before_each()`` runs before every request is read (re-arm the CPU limit, reset shared state): after the
+    previous response is written, so it runs while the parent reads that response rather than while the parent
+    waits for the next one. A response that cannot be framed (not JSON, over the frame limit) is answered with
+    an ``internal`` error instead, so the parent always gets one frame per request.
 
     Returns the exit status: 0 when the parent closed the pipe, 2 on a malformed frame.
     """
@@ -260,6 +261,9 @@ def serve_requests(
         {"ready": True, "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "seccomp": seccomp_problem or "on"},
     )
     while True:
+        # Only the worker's own decoding of the request runs between this and the request: the CPU it takes
+        # counts towards the request's limit, as the parent's CPU watch counts it from the send.
+        before_each()
         try:
             request = read_frame(protocol_in)
         except EOFError:
@@ -267,7 +271,6 @@ def serve_requests(
         except ProtocolError as exc:
             write_frame(protocol_out, {"id": None, "ok": False, "error": {"type": "protocol", "message": str(exc)}})
             return 2
-        before_each()
         response = handle(request)
         try:
             write_frame(protocol_out, response)
