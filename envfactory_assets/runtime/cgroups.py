@@ -311,6 +311,10 @@ class WorkerCgroup:
         """Tasks (processes and threads) in the group now."""
         return self._int("pids", "pids.current")
 
+    def usage(self) -> tuple[float, int]:
+        """``(cpu_seconds(), tasks())``: what the parent reads after every answer."""
+        return self.cpu_seconds(), self.tasks()
+
     def memory_in_use(self) -> int:
         """Bytes charged to the group now (user, shared, tmpfs and kernel memory)."""
         name = "memory.usage_in_bytes" if self.mode == "v1" else "memory.current"
@@ -434,6 +438,16 @@ class ProcessTreeMeter:
             if len(fields) > 17:
                 total += int(fields[17])
         return total
+
+    def usage(self) -> tuple[float, int]:
+        """``(cpu_seconds(), tasks())`` from one walk of the tree."""
+        cpu, threads = 0, 0
+        for pid in self._tree():
+            fields = self._stat(pid)
+            if len(fields) > 17:
+                cpu += sum(int(value) for value in fields[11:15])
+                threads += int(fields[17])
+        return cpu / self._ticks, threads
 
 
 __all__ = ["CGROUP_ENV_VAR", "CgroupSupport", "ProcessTreeMeter", "WorkerCgroup", "detect", "remove_dir"]
