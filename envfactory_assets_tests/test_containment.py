@@ -28,7 +28,7 @@ from envfactory_assets.runtime.isolation import (
     bound_paths,
     resolve_isolation,
 )
-from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT
+from envfactory_assets.runtime.sandbox import _PACKAGE_PARENT, IDLE_CPU_S, IDLE_SLOW_POLL_S
 from envfactory_assets.runtime.saved_tables import TABLE_SAVE_SOURCE
 from envfactory_assets.security.hostile.containment import (
     CPU_AFTER_RETURN_S,
@@ -566,6 +566,7 @@ _EXPECTED_END = {  # how each resource sample must end: refused by the seccomp f
     "memfd_750_mib": ("tool_error", "PermissionError"),
     "tmpfs_inode_flood": ("resource_limit", "worker killed at its"),
     "cpu_threads_left_running": ("resource_limit", "left 2 thread(s) running"),
+    "timer_runs_code_after_return": (None, ""),  # the call answers; the worker is killed while idle
     "raise_rlimit_cpu": ("resource_limit", "CPU limit of 1 s per call"),
     "reply_amplification": ("too_large", "max_decoded_bytes"),
     "frame_declaring_1_gib": ("too_large", "worker killed"),
@@ -586,6 +587,7 @@ _EXPECTED_END = {  # how each resource sample must end: refused by the seccomp f
 #: the response ids out of step and kills the worker.
 _WORKER_KILLED = {
     "tmpfs_inode_flood",
+    "timer_runs_code_after_return",
     "cpu_threads_left_running",
     "raise_rlimit_cpu",
     "frame_declaring_1_gib",
@@ -595,6 +597,18 @@ _WORKER_KILLED = {
     "reply_invalid_utf8",
     "close_protocol_fds_exit_0",
     "thread_left_sleeping",
+}
+
+
+#: the limit a ``resource_limit`` or a decoded ``too_large`` answer names in its ``limit`` field (none elsewhere)
+_LIMIT_NAMED = {
+    "tmpfs_inode_flood": ("memory_mb", "cpu_seconds"),  # 1 CPU-s may run out first (its own test: memory)
+    "cpu_threads_left_running": "threads_after_call",
+    "raise_rlimit_cpu": "cpu_seconds",
+    "thread_left_sleeping": "threads_after_call",
+    "reply_amplification": "max_decoded_bytes",
+    "forged_deep_frame": "max_depth",
+    "reply_ucs4_string": "max_decoded_bytes",
 }
 
 
@@ -609,6 +623,8 @@ def test_resource_samples_are_stopped_and_leave_the_host_as_it_was(sample) -> No
     error_type, message = _EXPECTED_END[sample.name]
     assert (row["error_type"], row["violations"]) == (error_type, []), row
     assert message in row["message"], row
+    named = _LIMIT_NAMED.get(sample.name)
+    assert row["limit"] in (named if isinstance(named, tuple) else (named,)), row
     assert row["worker_killed"] == (sample.name in _WORKER_KILLED), row
     assert row["memory_back_s"] is not None and row["memory_back_s"] <= MEMORY_RETURN_S, row
     assert row["cpu_after_return_s"] < CPU_AFTER_RETURN_S, row
@@ -623,6 +639,7 @@ def test_the_workers_memory_group_counts_the_kernel_memory_of_a_tmpfs_inode_floo
     limits = SandboxLimits(memory_mb=128, cpu_seconds=60, call_timeout_s=60.0, kill_grace_s=1.0)
     row = run_resource_sample(flood, limits=limits)
     assert row["error_type"] == "resource_limit" and "memory limit of 128 MiB" in row["message"], row
+    assert row["limit"] == "memory_mb", row
     assert row["memory_back_s"] is not None and row["violations"] == [], row
 
 
@@ -652,6 +669,46 @@ def test_the_hard_cpu_limit_is_the_lifetime_budget_and_groups_are_removed() -> N
     assert [p for p in groups if p.exists()] == []
     with pytest.raises(ValueError, match="cpu_lifetime_s"):
         SandboxLimits(cpu_seconds=60, cpu_lifetime_s=10)
+
+
+def test_code_that_runs_on_after_its_call_is_killed_while_idle_and_the_next_call_says_why() -> None:
+    """A signal handler armed by a call runs in the worker's own loop between requests, with no thread left and
+    SIGXCPU ignored: however long after the call it starts, the parent kills the worker within about one slow
+    poll of CPU, and the next call answers ``resource_limit`` naming the limit; a fresh worker serves on."""
+    source = textwrap.dedent("""\
+        import hashlib, signal
+        def load(d): return d
+        def save(s): return s
+        def arm(state, delay):
+            signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+            def spin(signum, frame):
+                while True:
+                    hashlib.sha256(b"h" * 4096).digest()
+            signal.signal(signal.SIGALRM, spin)
+            signal.setitimer(signal.ITIMER_REAL, delay)
+            return "armed"
+        def ping(state): return "pong"
+    """)
+    limits = SandboxLimits(memory_mb=256, cpu_seconds=5, call_timeout_s=5.0, kill_grace_s=1.0)
+    with SandboxWorker(limits, python_guards=False) as worker:
+        worker.load_environment("late", source)
+        for delay in (0.05, 1.5):  # within the first second after the answer, and past it (the slower poll)
+            episode = worker.open_episode({"late": {}})
+            assert worker.call(episode, "arm", {"delay": delay})["output"] == "armed"
+            at_return = worker.cpu_seconds("late")
+            time.sleep(delay + 1.5)
+            used = worker.cpu_seconds("late") - at_return
+            assert used < IDLE_CPU_S + IDLE_SLOW_POLL_S, used  # one core at most, for one slow poll at most
+            result = worker.call(episode, "ping")
+            assert result["error"]["type"] == "resource_limit" and result["error"]["episode_lost"], result
+            assert "CPU limit between calls" in result["error"]["message"], result
+            assert result["error"]["limit"] == "idle_cpu", result
+            assert not worker.is_open(episode)
+            assert worker.call(worker.open_episode({"late": {}}), "ping")["output"] == "pong"
+        episode = worker.open_episode({"late": {}})
+        for _ in range(20):  # an honest worker, called often, is never taken for one
+            assert worker.call(episode, "ping")["output"] == "pong"
+            time.sleep(0.05)
 
 
 def test_a_workers_stderr_is_read_at_a_bounded_rate_into_a_bounded_tail() -> None:

@@ -26,8 +26,9 @@ class ErrorType(StrEnum):
     - ``crash``: the worker process died (segfault, killed by the CPU limit or externally).
     - ``protocol``: the worker sent something that is not a valid response.
     - ``resource_limit``: the worker went past a limit the kernel or the parent enforces (memory of its
-      control group, CPU time of one call, threads left running after a call); the message names the
-      limit, and the worker was killed.
+      control group, CPU time of one call, threads left running after a call, CPU used between calls); the
+      message names the limit and ``error["limit"]`` its key (``memory_mb``, ``cpu_seconds``, ``max_tasks``,
+      ``threads_after_call``, ``idle_cpu``), and the worker was killed.
     - ``too_large``: the worker's reply was past the parent's bounds (``SandboxLimits.max_response_mb``,
       ``max_response_depth``); it was not decoded. The call's effect on the state cannot be seen, so its
       episode is closed; a reply whose declared length is past the cap is not even read, and the worker

@@ -58,6 +58,16 @@ _STDERR_DRAIN_BYTES_PER_S = 8 * 1024 * 1024
 _TRANSFER_BYTES_PER_S = 20e6  # conservative pipe throughput, added to deadlines for big payloads
 #: How often the parent reads a worker's CPU time while a request runs, seconds.
 CPU_POLL_S = 0.02
+#: CPU a worker may use between its answer to one request and the next request, seconds. Environment code runs
+#: only while a request does, and the worker frees a request's objects before it answers, so an honest worker
+#: uses next to none there; code that keeps running after its call (a timer's signal handler, whatever it
+#: patched into the worker's own loop) is killed past it, before it takes a core for the worker's lifetime.
+IDLE_CPU_S = 0.02
+#: How often the parent reads the CPU time of a worker that answered within the last second, seconds...
+IDLE_POLL_S = 0.02
+#: ...and of a worker idle for longer (most are, between rollouts: a slower pace costs the parent less).
+IDLE_SLOW_POLL_S = 0.5
+_IDLE_RECENT_S = 1.0
 #: Most closed episodes a worker may keep until its next request closes them (:meth:`_Child.close_later`); past it
 #: they are closed at once, so an idle worker never holds more than these states of closed episodes.
 MAX_DEFERRED_CLOSES = 32
@@ -121,12 +131,14 @@ class SandboxLimits:
 
 
 class _ChildLost(Exception):
-    """The worker had to be killed (or died) during a request."""
+    """The worker had to be killed (or died) during a request; ``limit`` names the limit it went past (the
+    :class:`SandboxLimits` field, ``threads_after_call`` or ``idle_cpu``) when that is why."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, limit: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.limit = limit
 
 
 class _RemoteError(Exception):
@@ -199,6 +211,45 @@ class _CpuWatch:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class _IdleWatch:
+    """Reads the CPU time of every idle worker of a :class:`SandboxWorker` on one daemon thread (every
+    :data:`IDLE_POLL_S` for a worker that answered within the last second, every :data:`IDLE_SLOW_POLL_S` for the
+    others) and kills one that used more than :data:`IDLE_CPU_S` since its last answer (:meth:`_Child.check_idle`).
+    Holds its owner weakly and ends with it."""
+
+    def __init__(self, owner: SandboxWorker) -> None:
+        self._owner = weakref.ref(owner)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sandbox-idle-watch")
+        self._thread.start()
+
+    def _run(self) -> None:
+        every_slow = max(1, round(IDLE_SLOW_POLL_S / IDLE_POLL_S))
+        for tick in itertools.count(1):
+            if self._stop.wait(IDLE_POLL_S):
+                return
+            if not self._check(slow=tick % every_slow == 0):
+                return
+
+    def _check(self, *, slow: bool) -> bool:
+        """One round over the owner's workers; False once the owner is gone. (A method of its own, so that no
+        reference to the owner or its workers outlives the round.)"""
+        owner = self._owner()
+        if owner is None:
+            return False
+        children = list(owner._children.values())  # one C-level copy: safe while the owner's thread edits it
+        del owner
+        now = time.monotonic()
+        for child in children:
+            child.check_idle(now, slow=slow)
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def _end_worker(proc: subprocess.Popen, group: cgroups.WorkerCgroup | None) -> None:
@@ -320,6 +371,11 @@ class _Child:
         self.meter: cgroups.WorkerCgroup | cgroups.ProcessTreeMeter | None = None
         self.baseline_tasks = 0
         self.closes: list[str] = []  # episodes to close with the next request (close_later)
+        # (monotonic time, CPU seconds) at the worker's last answer while it waits for a request, else None; read
+        # and changed under idle_lock, which the idle watch holds while it reads the meter and kills
+        self.idle_lock = threading.Lock()
+        self.idle_since: tuple[float, float] | None = None
+        self.idle_tripped = ""
 
     @property
     def limits(self) -> SandboxLimits:
@@ -349,6 +405,11 @@ class _Child:
         frame = encode_frame(message)
         self.closes = []
         channel = self.ensure_started()
+        with self.idle_lock:  # from here on the worker's CPU is this request's
+            self.idle_since = None
+        if self.idle_tripped:
+            self.kill()
+            self._raise_if_limit(op, None)
         deadline = time.monotonic() + budget_s + self.limits.kill_grace_s + len(frame) / _TRANSFER_BYTES_PER_S
         cpu_start = self.meter.cpu_seconds() if read_cpu and self.meter is not None else None
         pending = _Pending(op, request_id, deadline, budget_s, cpu_start)
@@ -393,7 +454,11 @@ class _Child:
             self._failed(pending, exc, watch)
         if watch is not None:
             watch.stop()
-        left = self.meter.tasks() - self.baseline_tasks if self.meter is not None else 0
+        cpu_now: float | None = None
+        left = 0
+        if self.meter is not None:
+            cpu_now, tasks_now = self.meter.usage()
+            left = tasks_now - self.baseline_tasks
         # The kernel's kill counters are read only when the worker may be gone: a process holding exactly the
         # tasks it started with was not killed (an out-of-memory kill ends every thread of the process; a
         # refused task is a kill only for a worker that is gone). A kill that lands after the response was
@@ -403,8 +468,11 @@ class _Child:
         if left > 0:  # environment code runs only while a request does: nothing may run on after it
             self.discard()
             raise _ChildLost(
-                str(ErrorType.RESOURCE_LIMIT), f"{op} left {left} thread(s) running after it returned; worker killed"
+                str(ErrorType.RESOURCE_LIMIT),
+                f"{op} left {left} thread(s) running after it returned; worker killed",
+                "threads_after_call",
             )
+        self._start_idle(cpu_now)
         if response.get("id") != pending.request_id:
             self.discard()
             raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: response id mismatch; worker killed")
@@ -433,6 +501,7 @@ class _Child:
             raise _ChildLost(str(ErrorType.TOO_LARGE), f"{op}: the reply is too large ({exc}); worker killed") from None
         if isinstance(exc, JsonTooLarge):
             # The whole frame was consumed, so the worker stays in step and keeps its other episodes.
+            self._start_idle()
             error = {
                 "type": str(ErrorType.TOO_LARGE),
                 "env_id": self.label,
@@ -444,6 +513,31 @@ class _Child:
             raise _RemoteError(error) from None
         self.discard()
         raise _ChildLost(str(ErrorType.PROTOCOL), f"{op}: {exc}; worker killed") from None
+
+    def _start_idle(self, cpu_now: float | None = None) -> None:
+        """The worker answered and waits for its next request: from now on the idle watch counts its CPU
+        (from ``cpu_now``, its CPU time read at the answer, or read here)."""
+        meter = self.meter
+        if meter is not None:
+            with self.idle_lock:
+                self.idle_since = (time.monotonic(), meter.cpu_seconds() if cpu_now is None else cpu_now)
+
+    def check_idle(self, now: float, *, slow: bool) -> None:
+        """Kill the worker when it used more than :data:`IDLE_CPU_S` of CPU since its last answer (called by the
+        idle watch; ``slow``: also a worker idle for longer than a second). The next request reports it."""
+        with self.idle_lock:
+            since, meter = self.idle_since, self.meter
+            if since is None or meter is None or self.idle_tripped:
+                return
+            # a /proc walk (no control group) costs ~0.3 ms: such a worker is read at the slow pace only
+            if not slow and (now - since[0] > _IDLE_RECENT_S or not isinstance(meter, cgroups.WorkerCgroup)):
+                return
+            used = meter.cpu_seconds() - since[1]
+            if used > IDLE_CPU_S:
+                self.idle_tripped = (
+                    f"CPU limit between calls ({IDLE_CPU_S * 1000:g} ms after its last answer; used {used:.2f} s)"
+                )
+                self.kill()
 
     def kill(self) -> None:
         """SIGKILL the worker and everything in its control group (any thread; the request in flight then
@@ -459,19 +553,23 @@ class _Child:
 
     def _raise_if_limit(self, op: str, watch: _CpuWatch | None) -> None:
         """Raise ``resource_limit`` when the CPU watch killed the worker or its group hit a kernel limit."""
-        reason = watch.tripped if watch is not None else ""
+        if watch is not None:
+            reason, limit = watch.tripped, "cpu_seconds"
+        else:
+            reason, limit = self.idle_tripped, "idle_cpu"
         if not reason and self.cgroup is not None:
             if self.cgroup.oom_killed():
+                limit = "memory_mb"
                 reason = (
                     f"memory limit of {self.limits.memory_mb} MiB (control group: heap, shared memory, "
                     "tmpfs and kernel memory together)"
                 )
             # a refused thread is an error the code saw, not a kill: only a worker that is gone was stopped by it
             elif (self.proc is None or self.proc.poll() is not None) and self.cgroup.tasks_refused():
-                reason = f"task limit of {self.limits.max_tasks} processes and threads"
+                reason, limit = f"task limit of {self.limits.max_tasks} processes and threads", "max_tasks"
         if reason:
             self.discard()
-            raise _ChildLost(str(ErrorType.RESOURCE_LIMIT), f"{op}: worker killed at its {reason}")
+            raise _ChildLost(str(ErrorType.RESOURCE_LIMIT), f"{op}: worker killed at its {reason}", limit)
 
     def _crash_message(self, op: str) -> str:
         proc = self.proc
@@ -586,6 +684,8 @@ class _Child:
         else:
             self.meter = cgroups.ProcessTreeMeter(proc.pid)
         self.baseline_tasks = self.meter.tasks() if self.meter is not None else 0
+        if self.meter is not None:
+            owner._watch_idle()
         self.channel = channel
         return channel
 
@@ -594,7 +694,10 @@ class _Child:
         self.channel = None
         self.closes = []
         self.loaded.clear()
-        self.meter = None
+        with self.idle_lock:  # the idle watch reads the meter under this lock: never a closed one
+            self.meter = None
+            self.idle_since = None
+            self.idle_tripped = ""
         group, self.cgroup = self.cgroup, None
         if self.proc is not None:
             self.proc = None
@@ -671,6 +774,12 @@ class SandboxWorker:
         self._starts = 0
         self._closed = False
         self._deferred: list[_Child] | None = None  # children lost while requests to others are in flight
+        self._idle_watch: _IdleWatch | None = None
+
+    def _watch_idle(self) -> None:
+        """Start the idle watch (:class:`_IdleWatch`) with the first worker that has a CPU meter."""
+        if self._idle_watch is None:
+            self._idle_watch = _IdleWatch(self)
 
     # -- context manager and introspection -----------------------------------------------------
     def __enter__(self) -> SandboxWorker:
@@ -1044,7 +1153,10 @@ class SandboxWorker:
                     f"{exc.message}; all open episodes of environment {env_id!r} were lost "
                     "(its worker restarts on next use)"
                 )
-                return {"ok": False, "error": {"type": exc.kind, "message": message, "episode_lost": True}}
+                error = {"type": exc.kind, "message": message, "episode_lost": True}
+                if exc.limit:
+                    error["limit"] = exc.limit
+                return {"ok": False, "error": error}
             if not result.get("ok") and result.get("error", {}).get("episode_lost"):
                 self._drop(episode_id)
             return result
@@ -1160,6 +1272,9 @@ class SandboxWorker:
         """Kill every worker process. The object cannot be used afterwards."""
         with self._lock:
             self._closed = True
+            watch, self._idle_watch = self._idle_watch, None
+            if watch is not None:
+                watch.stop()
             children, self._children = list(self._children.values()), {}
             for child in children:
                 child.discard()

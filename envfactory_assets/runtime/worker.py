@@ -40,7 +40,7 @@ from typing import Any, BinaryIO
 
 from envfactory_assets.runtime.engine import CallTimedOut, Engine, OperationError
 from envfactory_assets.runtime.errors import ErrorType
-from envfactory_assets.runtime.protocol import PROTOCOL_VERSION, ProtocolError, read_frame, write_frame
+from envfactory_assets.runtime.protocol import PROTOCOL_VERSION, ProtocolError, encode_frame, read_frame, write_frame
 from envfactory_assets.runtime.seccomp_filter import install_seccomp_filter
 
 MEMORY_ENV_VAR = "ENVFACTORY_SANDBOX_MEMORY_MB"
@@ -272,15 +272,20 @@ def serve_requests(
             write_frame(protocol_out, {"id": None, "ok": False, "error": {"type": "protocol", "message": str(exc)}})
             return 2
         response = handle(request)
+        request_id = request.get("id")
         try:
-            write_frame(protocol_out, response)
+            frame = encode_frame(response)
         except (TypeError, ProtocolError) as exc:  # e.g. an oversized result
-            write_frame(
-                protocol_out,
-                {"id": request.get("id"), "ok": False, "error": {"type": "internal", "message": str(exc)[:2000]}},
+            frame = encode_frame(
+                {"id": request_id, "ok": False, "error": {"type": "internal", "message": str(exc)[:2000]}}
             )
-        # not held while waiting for the next request, which may come much later: a reply can be large
+        # Freed before answering, not while waiting for the next request: the parent counts a worker's CPU
+        # between its answer and the next request as code running on after its call (sandbox.IDLE_CPU_S),
+        # and freeing a large reply's objects takes milliseconds.
         request = response = None
+        protocol_out.write(frame)
+        protocol_out.flush()
+        frame = None
 
 
 def main(argv: list[str] | None = None) -> int:

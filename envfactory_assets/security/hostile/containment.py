@@ -704,8 +704,8 @@ def run_resource_sample(
         ``memory_exact`` (the figure is the sample's alone: :attr:`SampleGroup.exact`);
         ``cpu_after_return_s``; ``heartbeat_max_gap_s`` (the longest gap the parent or the workers caused, as
         :class:`_Heartbeat` counts it) and ``heartbeat_wall_gap_s`` (the plain longest gap); ``violations``
-        (the probes', as in :func:`run_containment`); ``limits_mode`` (what bounded the worker); ``message``
-        (the error's).
+        (the probes', as in :func:`run_containment`); ``limits_mode`` (what bounded the worker); ``limit`` (the
+        error's, for ``resource_limit``); ``message`` (the error's).
 
     Raises:
         OSError: the measuring group cannot be made although worker groups can.
@@ -726,7 +726,8 @@ def run_resource_sample(
             cpu_at_return = worker.cpu_seconds(env_id)
             time.sleep(CPU_AFTER_WINDOW_S)
             cpu_later = worker.cpu_seconds(env_id)
-            worker_killed = cpu_later is None
+            pid = worker.pids.get(env_id)  # a worker killed while idle is still to be reaped by its next request
+            worker_killed = cpu_later is None or pid is None or _is_zombie(pid)
             if worker_killed and exact:
                 before = before_start
             memory_back_s = None
@@ -752,11 +753,12 @@ def run_resource_sample(
             "memory_back_s": memory_back_s,
             "memory_left_mb": round(left_mb, 1),
             "memory_exact": exact,
-            "cpu_after_return_s": 0.0 if worker_killed or cpu_at_return is None else cpu_later - cpu_at_return,
+            "cpu_after_return_s": 0.0 if cpu_later is None or cpu_at_return is None else cpu_later - cpu_at_return,
             "heartbeat_max_gap_s": heartbeat.max_gap_s,
             "heartbeat_wall_gap_s": heartbeat.max_wall_gap_s,
             "violations": probes.check(texts),
             "limits_mode": worker.limits_mode,
+            "limit": error.get("limit"),
             "message": str(error.get("message", ""))[:300],
         }
 

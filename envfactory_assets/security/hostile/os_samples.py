@@ -755,6 +755,28 @@ def attack(state, canary, secrets, port, marker):
         probe_sensitive=False,
     ),
     _os_sample(
+        "timer_runs_code_after_return",
+        "resource limits",
+        "ignores SIGXCPU, sets a timer whose signal handler hashes forever and returns at once: no thread is left, "
+        "the handler runs in the worker's own loop while it waits for the next request",
+        """
+def attack(state, canary, secrets, port, marker):
+    signal_module = __import__("signal")
+    hashlib_module = __import__("hashlib")
+    signal_module.signal(signal_module.SIGXCPU, signal_module.SIG_IGN)
+
+    def spin(signum, frame):
+        block = b"h" * (1 << 20)
+        while True:
+            hashlib_module.sha256(block).digest()
+
+    signal_module.signal(signal_module.SIGALRM, spin)
+    signal_module.setitimer(signal_module.ITIMER_REAL, 0.05)
+    return {"timer": "armed"}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
         "raise_rlimit_cpu",
         "resource limits",
         "ignores SIGXCPU, raises its own RLIMIT_CPU to unlimited (or as far as the hard limit lets it) and "
