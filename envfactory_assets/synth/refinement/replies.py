@@ -534,29 +534,27 @@ def _get_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     subject = _subject(c, [out])
     who = f"{c.who} {subject}" if subject else c.who
-    # (lead, before the facts, whether the facts may stand as clauses, the sentence without facts): after
+    # (lead, around the facts, whether the facts may stand as clauses, the sentence's end without facts): after
     # "has", "with" or "showing" a fact must be a noun phrase ("end date September 19"); after a colon or in
     # brackets it may also be a clause ("end date is September 19")
-    plans: list[tuple[str, str, bool, str]] = [
-        (f"here is {who}", ": ", True, ""),
-        (f"I looked up {who}", "; it has ", False, ""),
-        (f"{who} shows", " ", False, " no further details"),
-        (f"I pulled up {who}", " (", True, ""),
-        (f"I checked {who}", ": ", True, ", and it is there"),
-        (f"{who} is on record", ", with ", False, ""),
-        (f"I found {who}", "; it lists ", False, ""),
-        (f"I fetched {who}", ", which has ", False, ""),
-        (f"{who} is there", ", listed with ", False, ", as expected"),
-        (f"I have {who} here", ", showing ", False, ""),
+    plans: list[tuple[str, tuple[str, str], bool, str]] = [
+        (f"here is {who}", (": ", ""), True, ""),
+        (f"I looked up {who}", ("; it has ", ""), False, ""),
+        (f"{who} shows", (" ", ""), False, " no further details"),
+        (f"I pulled up {who}", (" (", ")"), True, ""),
+        (f"I checked {who}", (": ", ""), True, ", and it is there"),
+        (f"{who} is on record", (", with ", ""), False, ""),
+        (f"I found {who}", ("; it lists ", ""), False, ""),
+        (f"I fetched {who}", (", which has ", ""), False, ""),
+        (f"{who} is there", (", listed with ", ""), False, ", as expected"),
+        (f"I have {who} here", (", showing ", ""), False, ""),
     ]
     if c.done:
-        plans += [(f"I {c.done}", ": ", True, f", {who}")] * _DONE_WEIGHT
-    lead, before, clauses, without = plans[rng.randrange(len(plans))]
+        plans += [(f"I {c.done}", (": ", ""), True, f", {who}")] * _DONE_WEIGHT
+    lead, (before, after), clauses, without = plans[rng.randrange(len(plans))]
     joiner = _pick(rng, (" ", " ", " is ")) if clauses else " "
     facts = _row_facts(out, c.key, rng, min(c.room + 1, 3), joiner=joiner)
-    if not facts:
-        return lead + without
-    return lead + before + _and_list(facts) + (")" if before == " (" else "")
+    return lead + before + _and_list(facts) + after if facts else lead + without
 
 
 def _create_sentence(c: _Call, rng: random.Random) -> str:
