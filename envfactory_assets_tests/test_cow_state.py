@@ -245,7 +245,7 @@ def test_the_snapshot_cannot_be_changed_past_a_views_methods() -> None:
     with pytest.raises(TypeError, match="unhashable"):
         hash(nested[0])
     with pytest.raises(TypeError, match="not supported"):
-        nested[0] < (2,)  # noqa: B015 - a list and a tuple do not order
+        _ = nested[0] < (2,)
     with pytest.raises(TypeError, match="cannot be set"):
         type(nested[0]).copy = list  # the class every episode of the worker shares
     for change in (nested[0].append, nested[0].extend, nested[0].remove, nested[0].pop):
