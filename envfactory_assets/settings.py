@@ -36,3 +36,8 @@ def models_dir(home: Path | None = None) -> Path:
 
 def checkpoints_dir(home: Path | None = None) -> Path:
     return (home or envfactory_home()) / "checkpoints"
+
+
+def embedding_cache_dir(home: Path | None = None) -> Path:
+    """Embeddings of fixed text lists kept between runs (``graph.embedding_cache.CachedEmbedder``)."""
+    return (home or envfactory_home()) / "embedding_cache"

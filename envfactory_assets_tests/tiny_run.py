@@ -102,10 +102,21 @@ def many_updates_config(base_model: Path) -> dict[str, Any]:
     }
 
 
+def link_shared_caches(home: Path) -> None:
+    """Point ``home``'s base model cache and embedding cache at the repository's own (``./.envfactory``, where
+    setup.sh puts the base model), when it has one: each test home would otherwise materialize the base model
+    again and embed the benchmark reference again (a minute on 2 cores)."""
+    shared = REPO_ROOT / ".envfactory"
+    if not (shared / "models").exists():
+        return
+    (shared / "embedding_cache").mkdir(exist_ok=True)
+    for name in ("models", "embedding_cache"):
+        if not (home / name).exists():
+            (home / name).symlink_to(shared / name, target_is_directory=True)
+
+
 def _cli_run(home: Path, run_config: dict[str, Any]) -> tuple[list[str], dict[str, str], Path]:
-    shared_models = REPO_ROOT / ".envfactory" / "models"  # saves materializing the base model again
-    if shared_models.exists() and not (home / "models").exists():
-        (home / "models").symlink_to(shared_models, target_is_directory=True)
+    link_shared_caches(home)
     config = home / "run.yaml"
     config.write_text(yaml.safe_dump(run_config))
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
@@ -114,6 +125,17 @@ def _cli_run(home: Path, run_config: dict[str, Any]) -> tuple[list[str], dict[st
         {**env, "ENVFACTORY_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
         REPO_ROOT,
     )
+
+
+def tiny_run_config(base_model: Path) -> dict[str, Any]:
+    """:data:`TINY_RUN_CONFIG` with ``base_model`` trained and evaluated in place of the default base model (the
+    session's run passes a one-layer model with the base model's tokenizer: what a person sees of the run does
+    not depend on the model's quality, and SmolLM2-135M's SFT, GRPO and evaluation take minutes on 2 cores;
+    test_pipeline runs the default model)."""
+    ops = {op: {"config": dict(settings["config"])} for op, settings in TINY_RUN_CONFIG["ops"].items()}
+    for op in ("checkpoints", "evaluations"):
+        ops[op]["config"]["base_model"] = str(base_model)
+    return {"ops": ops}
 
 
 def run_tiny_pipeline(home: Path, run_config: dict[str, Any] | None = None) -> str:

@@ -31,18 +31,22 @@ def overlap_rows(
     embedder: ParameterEmbedder,
     threshold: float = DEFAULT_THRESHOLD,
     name_threshold: float = DEFAULT_NAME_THRESHOLD,
+    reference_embedder: ParameterEmbedder | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (environment tool, benchmark tool) pair that overlaps.
 
     Rows: ``env_id``, ``tool_name``, ``benchmark``, ``suite``, ``benchmark_tool``, ``similarity``
     (cosine, 4 decimals), ``match`` (``"name"`` or ``"description"``). Empty when ``reference`` is empty.
+    ``reference_embedder`` (default ``embedder``) encodes the reference's texts: the same model, possibly
+    behind a cache (the reference is the same in every run).
     """
     envs = list(environments)
     tools = [(e["env_id"], t) for e in envs for t in e["tools"]]
     if not tools or not reference:
         return []
     ours = l2_normalize(np.asarray(embedder.embed([_text(t["name"], t["description"]) for _, t in tools])))
-    theirs = l2_normalize(np.asarray(embedder.embed([_text(b.name, b.description) for b in reference])))
+    theirs = (reference_embedder or embedder).embed([_text(b.name, b.description) for b in reference])
+    theirs = l2_normalize(np.asarray(theirs))
     sims = ours @ theirs.T
     names = [snake_case(b.name) for b in reference]
     rows = []

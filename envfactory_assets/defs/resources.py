@@ -83,6 +83,9 @@ class EnvFactoryHome(dg.ConfigurableResource):
     def checkpoints_dir(self) -> Path:
         return settings.checkpoints_dir(self.root())
 
+    def embedding_cache_dir(self) -> Path:
+        return settings.embedding_cache_dir(self.root())
+
 
 BACKENDS = ("programmatic", "openai", "transformers")
 #: The response cache of every model backend, inside ``$ENVFACTORY_HOME``.

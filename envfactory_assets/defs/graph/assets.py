@@ -23,6 +23,7 @@ from envfactory_assets.defs.progress_observations import progress_callback
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, user_curation
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.edge_refinement import refine_graph
+from envfactory_assets.graph.embedding_cache import CachedEmbedder
 from envfactory_assets.graph.run_settings import EMBEDDERS, ToolGraphRunSpec
 from envfactory_assets.graph.stage import graph_rows
 from envfactory_assets.graph.stats import graph_statistics, subgraph_markdown
@@ -104,7 +105,8 @@ def tool_graph(
     except LLMError as exc:
         raise dg.Failure(f"tool_graph refinement: the model backend failed: {exc}") from exc
     tables = graph_rows(graph, verified_ids)
-    overlap = overlap_rows(envs.values(), all_benchmark_tools(), embedder)
+    reference_embedder = CachedEmbedder(embedder, envfactory.embedding_cache_dir())
+    overlap = overlap_rows(envs.values(), all_benchmark_tools(), embedder, reference_embedder=reference_embedder)
     for row in overlap:
         row["verified_environment_id"] = verified_ids[row["env_id"]]
         row["id"] = content_id("bench", row)
@@ -129,6 +131,7 @@ def tool_graph(
             "model_usage": model_usage(backend, started),
             "benchmark_overlap_environments": benchmark_tags(overlap),
             "benchmark_references": benchmark_availability(),
+            "benchmark_reference_embeddings": "cached" if reference_embedder.hits else "embedded",
         },
         data_version=data_version(tables["tool_graph_nodes"] + tables["tool_graph_edges"]),
     )
