@@ -257,3 +257,37 @@ def test_a_row_changed_in_place_is_seen_by_the_comparison(calls: list, python_gu
     assert changed == _by_save(engine, episode, "items") != gold_hash
     assert engine.state_hashes(sibling, [gold]) == {"items": gold_hash}
     assert engine.state_hashes(engine.fork(base), [gold]) == {"items": gold_hash}
+
+
+def test_a_table_that_kept_its_keys_encodes_only_the_rows_no_longer_the_snapshots(monkeypatch) -> None:
+    from envfactory_assets.runtime import saved_tables
+
+    engine = Engine()
+    engine.load_env("planner", SOURCE)
+    base = engine.open_episode({"planner": _saved(300)}, shared=True)
+    warm = engine.fork(base)
+    engine.call(warm, "update_task", {"task_id": "task_00001", "title": "warm"})
+    assert _kept(engine, warm, "planner") is not None  # the snapshot's tables encoded whole once
+    snapshot = engine.episodes[warm].instances["planner"].view_of
+    assert sorted(len(keys) for keys, _, _ in snapshot.tables.values()) == [1, 300]
+    encoded: list = []
+
+    def counting(value):
+        encoded.append(value)
+        return canonical_json(value)
+
+    monkeypatch.setattr(saved_tables, "canonical_json", counting)
+    episode = engine.fork(base)
+    engine.call(episode, "update_task", {"task_id": "task_00120", "title": "changed"})
+    engine.call(episode, "get_task", {"task_id": "task_00007"})  # read: handed out, so encoded again
+    engine.call(episode, "create_task", {"title": "new", "priority": 1})
+    encoded.clear()
+    items = _kept(engine, episode, "planner")
+    rows = [v for v in encoded if isinstance(v, dict) and "task_id" in v]
+    assert sorted(r["task_id"] for r in rows) == ["task_00007", "task_00120", "task_00301"]
+    assert hashlib.sha256(b",".join(items)).hexdigest() == _by_save(engine, episode, "planner")
+    # a row removed: the keys no longer begin with the snapshot's, so every row goes the row-by-row way
+    engine.call(episode, "delete_task", {"task_id": "task_00002"})
+    items = _kept(engine, episode, "planner")
+    assert hashlib.sha256(b",".join(items)).hexdigest() == _by_save(engine, episode, "planner")
+    assert engine.state_hashes(episode, [warm]) == {"planner": _by_save(engine, episode, "planner")}

@@ -139,9 +139,11 @@ class Snapshot:
             container}`` (a table of flat rows, whose children are copied with ``copy``), filled on first use.
         encodings: ``{id of a container of the snapshot: its canonical JSON}``, filled by whoever encodes one
             (:mod:`.saved_tables`); it holds as long as the snapshot, whose containers never change.
+        tables: ``{id of a dict of the snapshot: (its keys, its values, their encodings)}`` for the tables
+            :mod:`.saved_tables` has encoded whole, filled on first use; holds as :attr:`encodings` does.
     """
 
-    __slots__ = ("deep", "encodings", "flat_rows", "ids", "inner", "origins", "root")
+    __slots__ = ("deep", "encodings", "flat_rows", "ids", "inner", "origins", "root", "tables")
 
     def __init__(
         self,
@@ -158,6 +160,7 @@ class Snapshot:
         self.origins = origins
         self.flat_rows: dict[int, bool] = {}
         self.encodings: dict[int, bytes] = {}
+        self.tables: dict[int, tuple[list[Any], list[Any], list[bytes]]] = {}
 
     def holds_flat_rows(self, node: dict[str, Any]) -> bool:
         """Whether every container ``node`` (a dict of the snapshot) holds is a proxy holding no container."""

@@ -130,8 +130,9 @@ def saved_items(save: Any, state: Any, snapshot: Snapshot | None) -> list[bytes]
         # UTF-8 byte order canonical_json sorts by.
         items = [b'{"meta":' + canonical_json(meta)]
         opening = b'"tables":{'
+        sources = _source_tables(tables, snapshot)
         for name in sorted(_keys(tables)):
-            table = _table_items(_get(tables, name), snapshot) if type(name) is str else None
+            table = _table_items(_get(tables, name), snapshot, sources.get(name)) if type(name) is str else None
             if table is None:
                 return None
             table[0] = opening + orjson.dumps(name) + b":" + table[0]
@@ -160,13 +161,44 @@ def _get(node: Any, key: str) -> Any:
     return node.get(key) if type(node) is types.MappingProxyType else dict.get(node, key)
 
 
-def _table_items(rows: Any, snapshot: Snapshot | None) -> list[bytes] | None:
-    """Items whose comma join is the canonical encoding of ``[dict(r) for r in rows.values()]``, or None."""
+def _source_tables(tables: Any, snapshot: Snapshot | None) -> Any:
+    """``{table name: the snapshot's frozen table}`` the state's tables node ``tables`` started from (its own
+    frozen node, or a copy-on-write node over it whose children were not all copied), else ``{}``."""
+    if snapshot is None:
+        return {}
+    if type(tables) is types.MappingProxyType and id(tables) in snapshot.ids:
+        return tables
+    if type(tables) is CowDict and tables._snapshot is snapshot and tables._source is not None:
+        return tables._source
+    return {}
+
+
+def _table_items(rows: Any, snapshot: Snapshot | None, source: Any = None) -> list[bytes] | None:
+    """Items whose comma join is the canonical encoding of ``[dict(r) for r in rows.values()]``, or None.
+
+    ``source`` is the snapshot's frozen table ``rows`` started from, if any: then only the positions whose row is
+    no longer the source's are encoded (:func:`_aligned_items`)."""
     if type(rows) not in _DICTS:
         return None
-    values = list(_values(rows))
-    if not values:
+    parts = None
+    if type(source) is types.MappingProxyType and snapshot is not None and id(source) in snapshot.ids:
+        parts = _aligned_items(rows, source, snapshot)
+    if parts is None:
+        parts = _row_items(list(_values(rows)), snapshot)
+        if parts is None:
+            return None
+    if not parts:
         return [b"[]"]
+    parts[0] = b"[" + parts[0]
+    parts[-1] += b"]"
+    return parts
+
+
+def _row_items(values: list[Any], snapshot: Snapshot | None) -> list[bytes] | None:
+    """The canonical encodings of the rows ``values``, in order (a new list; one item for all of them when
+    none is the snapshot's and there are many), or None when a row is not a dict."""
+    if not values:
+        return []
     kept = snapshot.encodings if snapshot is not None else {}
     parts = list(map(kept.get, map(id, values)))
     if None in parts:  # only rows that passed the checks below are kept
@@ -179,14 +211,44 @@ def _table_items(rows: Any, snapshot: Snapshot | None) -> list[bytes] | None:
             and len(parts) > _MANY_PRIVATE
             and not any(map(shared.__contains__, map(id, values)))
         ):
-            return [canonical_json(values)]
+            return [canonical_json(values)[1:-1]]
         for i in missing:
             part = parts[i] = canonical_json(values[i])
             if id(values[i]) in shared:  # a snapshot row: never handed out, so its encoding holds with the snapshot
                 kept[id(values[i])] = part
-    parts[0] = b"[" + parts[0]
-    parts[-1] += b"]"
     return parts
+
+
+def _aligned_items(rows: Any, source: types.MappingProxyType, snapshot: Snapshot) -> list[bytes] | None:
+    """:func:`_row_items` of ``rows``, a table that started as the snapshot's frozen table ``source``, from the
+    source's encodings kept whole on the snapshot (``Snapshot.tables``): a table whose keys still begin with the
+    source's, in order, re-encodes only the positions whose row is no longer the source's (changed, created),
+    found by identity in one pass in C. None when that does not apply (a row removed or moved, most rows
+    private, a row that is not a dict): the caller goes the row-by-row way."""
+    whole = snapshot.tables.get(id(source))
+    if whole is None:
+        values = list(source.values())
+        parts = _row_items(values, snapshot)
+        if parts is None or len(parts) != len(values):
+            return None
+        whole = snapshot.tables[id(source)] = (list(source.keys()), values, parts)
+    keys, values, parts = whole
+    if rows is source:
+        return parts.copy()
+    n = len(keys)
+    if list(itertools.islice(_keys(rows), n)) != keys:
+        return None
+    now = list(_values(rows))
+    changed = list(itertools.compress(range(n), map(operator.is_not, now, values)))
+    changed += range(n, len(now))
+    if len(changed) > _MANY_PRIVATE and 2 * len(changed) > len(now):
+        return None
+    if not set(map(type, [now[i] for i in changed])) <= set(_DICTS):
+        return None
+    out = parts + [b""] * (len(now) - n)
+    for i in changed:
+        out[i] = canonical_json(now[i])
+    return out
 
 
 __all__ = ["TABLE_SAVE_SOURCE", "function_code", "is_table_save", "saved_items"]
