@@ -5,16 +5,23 @@ every number, date, quote and identifier of a reply against the turn's results
 
 from __future__ import annotations
 
+import copy
 import random
 import re
+from pathlib import Path
 
+import orjson
 import pytest
 
+from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.quality.reply_facts import reply_figures, reply_problems
+from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.synth.refinement.operators import refine_turns
-from envfactory_assets.synth.refinement.replies import call_sentence, join_replies, write_reply
+from envfactory_assets.synth.refinement.phrasing import flag_predicate
+from envfactory_assets.synth.refinement.replies import call_sentence, join_replies, summary_action, write_reply
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
-from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
+from envfactory_assets_tests.fixture_environments import environment_worker
 
 SEARCH = {
     "name": "bike_point_search",
@@ -283,3 +290,141 @@ def test_a_get_states_its_facts_as_noun_phrases_after_has_with_and_showing():
     # the clause form is still written where it reads well: after a colon or in brackets
     assert any(re.search(r"(: |\()[a-z ]+ is ", s) for s in sentences), sorted(sentences)[:10]
     assert all(reply_problems(s, [call]) == [] for s in sentences)
+
+
+#: An office API shaped like the run's real specs whose summaries and fields the replies misread: "Create a
+#: single Project", "List all product", "Creates a user and account records.", boolean fields (bot,
+#: discoverable, blocked, is_active, can_invoice, has_duration).
+OFFICE = Path(__file__).parent / "fixtures" / "openapi_replies"
+
+
+@pytest.fixture(scope="module")
+def office():
+    """``(tool index, {situation: call})``: calls of the office environment run in a sandbox, each with the
+    ``output`` the environment returned."""
+    resource = inspect_file(OFFICE / "office_accounts.json", OFFICE)
+    env = build_environment(resource.as_row(), orjson.loads((OFFICE / "office_accounts.json").read_bytes()))
+    index = ToolIndex({env["env_id"]: env})
+    calls: dict[str, dict] = {}
+    with environment_worker({env["env_id"]: env}) as worker:
+        episode = worker.open_episode({env["env_id"]: copy.deepcopy(env["initial_states"][0]["state"])})
+
+        def run(situation, tool, **arguments):
+            result = worker.call(episode, tool, arguments)
+            assert result["ok"], result
+            calls[situation] = {"name": tool, "arguments": arguments, "output": result["output"]}
+            return result["output"]
+
+        account = run(
+            "create account",
+            "create_account",
+            display_name="Rachel Wilson",
+            acct="song",
+            bot=False,
+            discoverable=True,
+            blocked=False,
+        )["account_id"]
+        run("update account", "update_account", account_id=account, blocked=True, discoverable=False)
+        run("get account", "get_account", account_id=account)
+        run("list accounts", "list_accounts")
+        project = run(
+            "create project",
+            "create_project",
+            name="Design Project",
+            number=14,
+            is_active=True,
+            can_invoice=False,
+            has_duration=False,
+        )["project_id"]
+        run("get project", "get_project", project_id=project)
+        run("list products", "list_products")
+        run("delete project", "delete_project", project_id=project)
+    return index, calls
+
+
+def _office_replies(office, *situations, n=60):
+    index, calls = office
+    chosen = [calls[s] for s in situations]
+    return chosen, [write_reply(chosen, index.tools, index.key_of, f"o{seed}") for seed in range(n)]
+
+
+def test_a_done_phrase_says_the_row_once_and_an_article_agrees(office):
+    calls, replies = _office_replies(office, "create project", "get project", "delete project")
+    for reply in replies:
+        assert reply_problems(reply, calls) == [], reply
+        assert not re.search(r"(?i)\b(a|an|the|of|to|that|has) \1\b", reply), reply  # "created the the project"
+    assert any("created the project" in r for r in replies), replies  # "Create a single Project", said once
+    action = {"name": "archive_environment", "kind": "action", "table": "environments"}
+    assert summary_action({**action, "description": "Archive a environment."}) == "archived an environment"
+    assert summary_action({**action, "kind": "get", "description": "Get a single token's data"}) == (
+        "got the token's data"
+    )
+
+
+def test_what_a_list_returns_all_of_is_plural(office):
+    calls, replies = _office_replies(office, "list products")
+    for reply in replies:
+        assert reply_problems(reply, calls) == [], reply
+        assert not re.search(r"\ball product\b", reply), reply
+    assert any("listed all products" in r for r in replies), replies
+    pools = {"kind": "list", "table": "pools", "description": "Lists all of the pools in the specified account."}
+    assert summary_action(pools) == "listed all of the pools in the account"
+
+
+def test_a_reply_names_one_created_row_without_a_plural_summary(office):
+    calls, replies = _office_replies(office, "create account")
+    for reply in replies:
+        assert reply_problems(reply, calls) == [], reply
+        # "I created the user and account records, 'Rachel Wilson'": one row, named after a plural
+        assert "records" not in reply, reply
+    assert any("'Rachel Wilson'" in r for r in replies)
+
+
+def test_a_boolean_is_said_as_what_it_says_of_the_row(office):
+    created, replies = _office_replies(office, "create account", "update account", "get account", "list accounts")
+    project, project_replies = _office_replies(office, "create project", "get project")
+    said = replies + project_replies
+    for reply in said:
+        assert not re.search(
+            r"\b(?:bot|discoverable|blocked|is active|can invoice|has duration)(?: is| is now)? (?:yes|no)\b", reply
+        ), reply
+    for reply in replies:
+        assert reply_problems(reply, created) == [], reply
+    # faithful to each value: the new account is not a bot and discoverable; the update blocked it and hid it
+    assert not any(re.search(r"\bis (?:still )?a bot\b", r) for r in replies)
+    assert any("not a bot" in r for r in replies), replies
+    assert any(re.search(r"\bblocked now\b", r) and "not blocked now" not in r for r in replies), replies
+    assert any(re.search(r"\bis active\b", r) for r in project_replies), project_replies
+    assert any(re.search(r"\bcannot invoice\b|\bhas no duration\b", r) for r in project_replies), project_replies
+    assert not any(re.search(r"\bcan invoice\b|\bhas a duration\b|\bis not active\b", r) for r in project_replies)
+
+
+def test_flag_predicates_of_the_runs_boolean_fields():
+    expected = {
+        ("bot", False): "is not a bot",
+        ("discoverable", False): "is not discoverable",
+        ("is_active", True): "is active",
+        ("is_admin", True): "is an admin",
+        ("has_duration", False): "has no duration",
+        ("has_target", True): "has a target",
+        ("can_invoice", False): "cannot invoice",
+        ("require_approval", True): "requires approval",
+        ("uses_task_dependencies", False): "does not use task dependencies",
+        ("charges_enabled", True): "has charges enabled",
+        ("is_on_duty", False): "is not on duty",
+        ("explicitly_trashed", True): "is explicitly trashed",
+        ("mail", True): "has mail set to yes",
+    }
+    assert {k: flag_predicate(*k) for k in expected} == expected
+    with pytest.raises(TypeError, match="bot"):
+        flag_predicate("bot", "no")
+
+
+def test_no_word_is_said_twice_where_a_connector_meets_a_refusal():
+    calls = [SITUATIONS["create"], SITUATIONS["refused"], SITUATIONS["rows read"]]
+    for seed in range(80):
+        reply = write_reply(calls, TOOLS, key_of, f"d{seed}")
+        assert not re.search(r"(?i)\b(that|to|has|a|the) \1\b", reply), reply
+    to_field = {"id": "bp_14", "to": "easy", "nb_docks": 3}
+    created = {"name": "create_bike_point", "arguments": {"to": "easy"}, "output": to_field}
+    assert not any(re.search(r"\bto to\b", r) for r in _replies(created, 80))

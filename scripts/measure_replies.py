@@ -10,7 +10,9 @@ store keeps the two turns' calls) gets its two replies joined
 (:func:`~envfactory_assets.synth.refinement.replies.join_replies`), else one reply for all its calls. Both sets
 are scored by the report's figures: distinct word 3-grams per 1,000 replies
 (:func:`envfactory_assets.synth.refinement.report.query_statistics` on ``assistant_summary``) and the share of
-replies the fact checker passes (:func:`envfactory_assets.quality.reply_facts.reply_figures`). ``--show``
+replies the fact checker passes (:func:`envfactory_assets.quality.reply_facts.reply_figures`), and by how many
+replies show each slip of wording in :data:`SLIPS` (a word said twice, "all product", a boolean said as
+"bot no"...). ``--show``
 prints that many recomputed replies drawn with ``random.Random(seed)``. Open a copy of a store, never one a
 run is writing.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 from typing import Any
 
@@ -30,6 +33,17 @@ from envfactory_assets.store.db import read_rows
 from envfactory_assets.synth.refinement.replies import join_replies, write_reply
 from envfactory_assets.synth.refinement.report import query_statistics
 from envfactory_assets.synth.trajectories.execution import ToolIndex
+
+#: Slips of wording a reply should not show, as patterns over its text: ``{name: pattern}``.
+SLIPS = {
+    "a word said twice": r"(?i)\b(a|an|the|of|to|in|for|with|and|is|on|by|at|it|as|that|has|have|are|was)\s+\1\b",
+    "singular after 'all'": r"I listed all (?!of )[a-z ]+?[^s], which gave",
+    "one row named after 'records'": r"records, (?:'[^']+'|[a-z]+_\d+)",
+    "a boolean as 'field yes/no'": r"\b(?!(?:are|were|there|found|holds|set|to|came|and|then|that|after)\b)[a-z]+ "
+    r"(?:is (?:now )?)?(?:yes|no)(?=[,.;)]| and\b|$)",
+    "'a' before a vowel sound": r"\ba (?:[aeio]|u(?!s|n[iu]))\w*",
+    "'listed of' / 'got for'": r"\b(?:listed of|got for)\b",
+}
 
 
 def _reply(turn: dict[str, Any], raw_id: str, index: ToolIndex) -> str:
@@ -79,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{stats['distinct_trigrams_per_1000']}, checker pass share {facts['pass_share']}, "
             f"mean words {sum(words) / max(len(words), 1):.1f}, max words {max(words, default=0)}"
         )
+        texts = [t["assistant_summary"] for r in scored for t in r["turns"]]
+        slips = {k: sum(1 for x in texts if re.search(p, x)) for k, p in SLIPS.items()}
+        print("  replies with a slip: " + ", ".join(f"{k} {n}" for k, n in slips.items()))
         for failure in facts["failures"]:
             print("  failure:", failure, file=sys.stderr)
     turns = [(r["id"], t) for r in after for t in r["turns"]]

@@ -219,3 +219,51 @@ def indefinite_article(word: str) -> str:
     if not word or not word.strip():
         raise ValueError("indefinite_article: word is empty")
     return _inflect_engine().a(word.strip()).split(" ", 1)[0].lower()
+
+
+@functools.lru_cache(maxsize=4096)
+def inflected_plural(word: str) -> str:
+    """The plural of the singular noun ``word`` as the ``inflect`` library makes it (``"product"`` ->
+    ``"products"``, ``"API-Key"`` -> ``"API-Keys"``, ``"person"`` -> ``"people"``); spelled the same, the
+    ``-s`` form of a verb (``"apply"`` -> ``"applies"``).
+
+    Raises:
+        ValueError: ``word`` is empty or blank.
+    """
+    if not word or not word.strip():
+        raise ValueError("inflected_plural: word is empty")
+    return _inflect_engine().plural_noun(word.strip())
+
+
+@functools.lru_cache(maxsize=4096)
+def reads_plural(word: str) -> bool:
+    """True when ``word`` is a plural noun by both :func:`singular` and the ``inflect`` library (``"records"``,
+    ``"votes"``); False for a singular one (``"product"``, ``"status"``) and for words either reads otherwise
+    (``"data"``, ``"news"``, ``"analysis"``), so a caller that changes a phrase only on True changes none of
+    those.
+
+    Raises:
+        ValueError: ``word`` is empty or blank.
+    """
+    if not word or not word.strip():
+        raise ValueError("reads_plural: word is empty")
+    low = word.strip().lower()
+    if singular(low) == low:
+        return False
+    single = _inflect_engine().singular_noun(low)
+    return bool(single) and single != low
+
+
+@functools.lru_cache(maxsize=4096)
+def reads_singular(word: str) -> bool:
+    """True when ``word`` is a singular countable noun by both :func:`singular` and the ``inflect`` library
+    (``"product"``, ``"account"``, ``"API-Key"``); False for plurals and for words inflect reads as plural or
+    uncountable (``"data"``, ``"information"``, ``"sms"``).
+
+    Raises:
+        ValueError: ``word`` is empty or blank.
+    """
+    if not word or not word.strip():
+        raise ValueError("reads_singular: word is empty")
+    low = word.strip().lower()
+    return singular(low) == low and _inflect_engine().singular_noun(low) is False and inflected_plural(low) != low

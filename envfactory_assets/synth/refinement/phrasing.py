@@ -28,6 +28,7 @@ from typing import Any
 from envfactory_assets.envgen.tools import KEYED_KINDS
 from envfactory_assets.sources.names import (
     indefinite_article,
+    inflected_plural,
     name_nouns,
     singular,
     snake_case,
@@ -268,6 +269,89 @@ def spoken_question_label(name: str, schema: dict[str, Any] | None = None) -> st
             return f"whether to {said}"
         return f"whether it is {said}"
     return spoken_field(name)
+
+
+#: Verbs a flag's name may start with, beyond :data:`_FLAG_VERBS` ("accept_partial_authorization"); "auto"
+#: and "email" are left out, they start names as nouns ("auto_start", "email_allowed").
+_PREDICATE_VERBS = (_FLAG_VERBS - {"auto", "email"}) | frozenset(
+    "accept resume normalize encode split save block need collect capture track lock share store print export "
+    "charge reuse mark".split()
+)
+#: Single words a flag is named by that say what its row is ("is a bot"), as against what it has.
+_ROLE_NOUNS = frozenset("bot admin administrator test guest owner member moderator sandbox template draft".split())
+#: Adjectives a flag is named by that no suffix rule of :func:`_adjective_like` finds.
+_ADJECTIVES = frozenset(
+    "active inactive public private open closed hidden visible default ready online offline live free paid valid "
+    "invalid locked empty full primary secondary new unread current final internal external global local "
+    "mandatory optional secure available featured favorite unique static dynamic overridden only".split()
+)
+_PREPOSITIONS = frozenset("on in at for to with by from under over of into without".split())
+
+
+def _adjective_like(word: str) -> bool:
+    w = word.lower()
+    return w in _ADJECTIVES or (
+        len(w) > 4 and w.endswith(("ed", "able", "ible", "ive", "al", "ous", "ent", "ant", "ful", "less", "ing"))
+    )
+
+
+def flag_predicate(name: str, value: bool) -> str:
+    """What a boolean field says of its row, as a verb phrase whose subject is the row ("it ..."), true or false
+    as ``value`` is: ``is_active`` -> ``"is active"`` / ``"is not active"``, ``blocked`` -> ``"is blocked"``,
+    ``bot`` -> ``"is a bot"`` / ``"is not a bot"``, ``has_duration`` -> ``"has a duration"`` / ``"has no
+    duration"``, ``can_invoice`` -> ``"can invoice"`` / ``"cannot invoice"``, ``require_approval`` ->
+    ``"requires approval"`` / ``"does not require approval"``, ``charges_enabled`` -> ``"has charges enabled"`` /
+    ``"does not have charges enabled"``. A name none of these forms fits keeps its words and the value as the
+    project writes booleans (:func:`spoken_value`): ``"has mail set to yes"``.
+
+    Raises:
+        TypeError: ``value`` is not a bool.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"flag_predicate: value of {name!r} must be a bool, got {type(value).__name__}")
+    toks = spoken_field(snake_case(name)).split()
+    low = [t.lower() for t in toks]
+    said = " ".join(toks)
+    if len(toks) > 1 and low[0] == "is":
+        rest = toks[1:]
+        head = []
+        for t in rest:
+            if t.lower() in _PREPOSITIONS:
+                break
+            head.append(t)
+        # "is admin" says what the row is ("an admin"), "is active" how it is; a plural takes no article
+        noun = bool(head) and not _adjective_like(head[-1]) and rest[0].lower() not in ("all", "any", "no")
+        noun = noun and singular(head[-1].lower()) == head[-1].lower()
+        what = " ".join(rest)
+        what = f"{indefinite_article(rest[0])} {what}" if noun else what
+        return f"is {what}" if value else f"is not {what}"
+    if len(toks) > 1 and low[0] == "has":
+        what = " ".join(toks[1:])
+        if not value:
+            return f"has no {what}"
+        plural_already = singular(low[-1]) != low[-1]
+        return f"has {what}" if plural_already else f"has {indefinite_article(toks[1])} {what}"
+    if len(toks) > 1 and low[0] == "can":
+        what = " ".join(toks[1:])
+        return f"can {what}" if value else f"cannot {what}"
+    if len(toks) > 1 and low[-1].endswith("ed") and not low[0].endswith(("ed", "ly")) and low[0] not in _PREPOSITIONS:
+        # a part named before its state: "charges enabled" is what the row has
+        return f"has {said}" if value else f"does not have {said}"
+    if low[0] in _PREDICATE_VERBS or (singular(low[0]) in _PREDICATE_VERBS and singular(low[0]) != low[0]):
+        base = singular(low[0]) if singular(low[0]) in _PREDICATE_VERBS else low[0]
+        rest = " ".join(toks[1:])
+        verb = base if not value else inflected_plural(base)  # "apply" -> "applies"
+        return " ".join(w for w in ("" if value else "does not", verb, rest) if w)
+    if (
+        (len(toks) == 1 and _adjective_like(low[0]))
+        or (len(toks) > 1 and (low[0] in _PREPOSITIONS or low[0].endswith("ly") or low[-1] == "only"))
+        or (len(toks) > 1 and low[0].endswith("ed") and low[1] in _PREPOSITIONS)
+    ):
+        return f"is {said}" if value else f"is not {said}"
+    if len(toks) == 1 and low[0] in _ROLE_NOUNS:
+        what = f"{indefinite_article(low[0])} {said}"
+        return f"is {what}" if value else f"is not {what}"
+    return f"has {said} set to {spoken_value(value)}"
 
 
 def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:

@@ -14,13 +14,16 @@ framed by an optional opener and closer. Every fact a sentence states comes from
 - the request's subject where the call's arguments name it and the result shows it ("for customer cus_1"
   where the rows hold that value under the argument's field, "matching 'street'" where a returned text holds
   the searched word);
-- a refused call is reported with the reason its result gives, never as done.
+- a refused call is reported with the reason its result gives, never as done;
+- a boolean field is said as what it says of the row ("it is not a bot and not blocked", "'Alpha' (not
+  blocked)"; :func:`~envfactory_assets.synth.refinement.phrasing.flag_predicate`), not as "bot no".
 
 Secrets and machine values (passwords, tokens, hashes) and a row's bookkeeping times are left out or said
 last. A reply of many calls states fewer row facts, so it stays near 60 words.
 
 Plans are phrased from the operation's own summary where it reads as an action ("Gets all bike point
-locations" -> "I got all bike point locations"), else from the tool's kind. The plan and connectors are drawn
+locations" -> "I got all bike point locations", "Create a single Project" -> "I created the project"), else
+from the tool's kind (:func:`summary_action`). The plan and connectors are drawn
 from ``random.Random(seed)``, the seed derived from the trajectory and turn, so a run reproduces exactly.
 :mod:`envfactory_assets.quality.reply_facts` checks the written replies independently.
 """
@@ -32,8 +35,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envfactory_assets.sources.names import spoken_thing, spoken_things
-from envfactory_assets.synth.refinement.phrasing import spoken_table, spoken_value, words
+from envfactory_assets.sources.names import inflected_plural, reads_plural, reads_singular, spoken_thing, spoken_things
+from envfactory_assets.synth.refinement.phrasing import an, flag_predicate, spoken_table, spoken_value, words
 
 #: Field names (lower-cased, underscores and case folded away) that label a row for a person, best first.
 _LABEL_FIELDS = (
@@ -151,35 +154,77 @@ def _quoted(text: str) -> str:
     return f"'{text}'"
 
 
+#: Kinds of tool whose call touches one row: the reply names that row after the summary's words.
+_ONE_ROW_KINDS = ("get", "create", "update", "delete", "action")
+#: Words that end the noun phrase a summary's verb takes ("all products *visible* in POS").
+_PHRASE_ENDS = frozenset(
+    "of for in on at by from to with under within into over across that which who whose where when or and "
+    "visible associated managed available based matching belonging owned".split()
+)
+
+
+def _object_head(rest: Sequence[str]) -> int | None:
+    """The index in ``rest`` (a summary's words after its verb) of the last word of the noun phrase the verb
+    takes, its head ("the user and account *records*", "all *products* visible in POS"); None when the phrase
+    is empty. Words that end a phrase end it only after its first word ("all available markets")."""
+    end = len(rest)
+    for i, w in enumerate(rest):
+        if i and w.lower() in _PHRASE_ENDS and not (w.lower() == "and" and i + 1 < len(rest)):
+            end = i
+            break
+    if end and rest[end - 1].lower() in ("a", "an", "the", "all", "one"):
+        return None
+    return end - 1 if end else None
+
+
 def summary_action(tool: Mapping[str, Any]) -> str | None:
     """The operation's summary said as done (``"Gets all bike point locations."`` -> ``"got all bike point
-    locations"``), or None when it does not start with a known verb, is long or holds more than words."""
+    locations"``), or None when it does not start with a known verb, is long, holds more than words, names its
+    object after a preposition (``"GET for case"``, ``"List of all the groups"``), or names several rows where
+    the call touches one (``"Creates a user and account records"``: the reply goes on to name the one row).
+
+    The phrase reads as English where the summary does not: the row a get, create, update, delete or action
+    touched is "the" row (``"Create a single Project"`` -> ``"created the project"``), an article agrees with
+    the word after it (``"Archive a environment"`` -> ``"archived an environment"``), and what a list or a
+    search returns "all" of is plural (``"List all product"`` -> ``"listed all products"``)."""
     summary = (tool.get("description") or "").strip().split(". ")[0].strip().rstrip(".")
+    tail = _SUMMARY_TAILS.search(summary)
+    if tail and re.match(r",\s*[\w-]+(?:\s+[\w-]+)?\s*(?:,|\band\b|\bor\b)", tail.group().strip()):
+        return None  # "Gets all web, mobile, and API apps": the comma is inside a list, not before a tail
     summary = _SUMMARY_TAILS.sub("", summary).strip()
     toks = summary.split()
     if not toks or len(toks) > 9 or not re.fullmatch(r"[A-Za-z' -]+", summary):
         return None
-    if any(w.lower() in ("one", "two", "three", "single", "all") for w in toks[1:]) and tool.get("kind") in (
-        "get",
-        "create",
-        "update",
-        "delete",
-        "action",
-    ):
-        toks = [w if w.lower() not in ("one", "single") else "the" for w in toks]
+    kind = tool.get("kind")
+    if any(w.lower() in ("one", "two", "three", "single", "all") for w in toks[1:]) and kind in _ONE_ROW_KINDS:
+        said: list[str] = []
+        for w in toks:
+            if w.lower() in ("one", "single"):
+                if said and said[-1].lower() in ("a", "an", "the"):
+                    said[-1] = "the"  # "a single project" is the one row: "the project", said once
+                    continue
+                w = "the"
+            said.append(w)
+        toks = said
     if any(w.lower() == "or" for w in toks[1:3]):
         return None  # "Retrieve or search ...": two actions, not one done
     past = _PAST.get(toks[0].lower())
-    if past is None or len(toks) < 2:
+    if past is None or len(toks) < 2 or toks[1].lower() in _PHRASE_ENDS:
         return None
     rest = [w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in toks[1:]]
     # "the specified job", "a given schedule": the reply is about the row the call touched
     rest = [
         w for i, w in enumerate(rest) if not (w in ("specified", "given") and i and rest[i - 1] in ("the", "a", "an"))
     ]
-    if rest[0].lower() in ("a", "an", "one") and tool.get("kind") in ("get", "create", "update", "delete"):
+    if rest[0].lower() in ("a", "an", "one") and kind in ("get", "create", "update", "delete"):
         rest[0] = "the"  # the reply is about the one row the call touched
-    return " ".join([past, *rest])
+    head = _object_head(rest)
+    if head is not None and kind in ("create", "update", "delete", "action") and reads_plural(rest[head]):
+        return None
+    if head is not None and kind in ("list", "search") and "all" in (w.lower() for w in rest[:head]):
+        if re.fullmatch(r"[A-Za-z][A-Za-z-]*", rest[head]) and reads_singular(rest[head]):
+            rest[head] = inflected_plural(rest[head])
+    return an(" ".join([past, *rest]))
 
 
 class _Call:
@@ -298,16 +343,37 @@ def _row_facts(
     only: Sequence[str] | None = None,
     keep_order: bool = False,
     joiner: str = " ",
-) -> list[str]:
-    """Up to ``most`` fields of ``row`` as "field value" (see :func:`_fact_fields`), drawn with ``rng``; a
-    row's bookkeeping times ("created at") only where too few other fields are there, since they say least."""
+) -> tuple[list[str], list[str]]:
+    """Up to ``most`` fields of ``row`` (see :func:`_fact_fields`), drawn with ``rng``, as ``(values, flags)``:
+    a value as "field value" (``"status 'open'"``), a boolean as what it says of the row
+    (:func:`~envfactory_assets.synth.refinement.phrasing.flag_predicate`: ``"is not blocked"``), which
+    :func:`_flag_clause` or :func:`_bare` phrase; a row's bookkeeping times ("created at") only where too few
+    other fields are there, since they say least."""
     fields = _fact_fields(row, key, only)
     if len(fields) > most:
         telling = [k for k in fields if not _BOOKKEEPING.search(_field_words(k))]
         chosen = rng.sample(telling, min(most, len(telling)))
         chosen += rng.sample([k for k in fields if k not in telling], most - len(chosen))
         fields = sorted(chosen, key=fields.index) if keep_order else chosen
-    return [f"{_field_words(k)}{joiner}{spoken_value(row[k], rng=rng)}" for k in fields]
+    values = [f"{_field_words(k)}{joiner}{spoken_value(row[k], rng=rng)}" for k in fields if not _is_flag(row[k])]
+    return values, [flag_predicate(str(k), row[k]) for k in fields if _is_flag(row[k])]
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _flag_clause(flags: Sequence[str], now: bool = False) -> str:
+    """Flags said of the row the sentence is about, as one clause: ``["is not a bot", "is not blocked"]`` ->
+    ``"it is not a bot and not blocked"``; ``now``: the flags a call has just set (``"... blocked now"``)."""
+    said = [f[3:] if i and f.startswith("is ") and flags[i - 1].startswith("is ") else f for i, f in enumerate(flags)]
+    return "it " + _and_list(said) + (" now" if now else "")
+
+
+def _bare(flag: str) -> str:
+    """A flag as a row's descriptor, in brackets beside its name: ``"is not blocked"`` -> ``"not blocked"``,
+    ``"has no duration"`` stays."""
+    return flag[3:] if flag.startswith("is ") else flag
 
 
 def _and_list(parts: list[str]) -> str:
@@ -376,7 +442,8 @@ def _named_rows(c: _Call, items: Sequence[Any], rng: random.Random) -> list[str]
             most = min(2, c.room)
         elif c.room >= 2:
             most = 1
-        facts = _row_facts(row, c.key, rng, most) if most else []
+        values, flags = _row_facts(row, c.key, rng, most) if most else ([], [])
+        facts = values + [_bare(f) for f in flags]
         named.append(f"{name} ({', '.join(facts)})" if facts else name)
     return named
 
@@ -534,27 +601,35 @@ def _get_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     subject = _subject(c, [out])
     who = f"{c.who} {subject}" if subject else c.who
-    # (lead, around the facts, whether the facts may stand as clauses, the sentence's end without facts): after
-    # "has", "with" or "showing" a fact must be a noun phrase ("end date September 19"); after a colon or in
-    # brackets it may also be a clause ("end date is September 19")
-    plans: list[tuple[str, tuple[str, str], bool, str]] = [
-        (f"here is {who}", (": ", ""), True, ""),
-        (f"I looked up {who}", ("; it has ", ""), False, ""),
-        (f"{who} shows", (" ", ""), False, " no further details"),
-        (f"I pulled up {who}", (" (", ")"), True, ""),
-        (f"I checked {who}", (": ", ""), True, ", and it is there"),
-        (f"{who} is on record", (", with ", ""), False, ""),
-        (f"I found {who}", ("; it lists ", ""), False, ""),
-        (f"I fetched {who}", (", which has ", ""), False, ""),
-        (f"{who} is there", (", listed with ", ""), False, ", as expected"),
-        (f"I have {who} here", (", showing ", ""), False, ""),
+    # (lead, around the facts, whether the facts may stand as clauses, the sentence's end without facts, what
+    # joins the lead to the flags' clause when no other fact is said): after "has", "with" or "showing" a fact
+    # must be a noun phrase ("end date September 19"); after a colon or in brackets it may also be a clause
+    # ("end date is September 19"); a flag is said as a clause of its own ("it is not blocked")
+    plans: list[tuple[str, tuple[str, str], bool, str, str]] = [
+        (f"here is {who}", (": ", ""), True, "", ": "),
+        (f"I looked up {who}", ("; it has ", ""), False, "", "; "),
+        (f"{who} shows", (" ", ""), False, " no further details", " that "),
+        (f"I pulled up {who}", (" (", ")"), True, "", "; "),
+        (f"I checked {who}", (": ", ""), True, ", and it is there", ": "),
+        (f"{who} is on record", (", with ", ""), False, "", ", and "),
+        (f"I found {who}", ("; it lists ", ""), False, "", "; "),
+        (f"I fetched {who}", (", which has ", ""), False, "", "; "),
+        (f"{who} is there", (", listed with ", ""), False, ", as expected", ", and "),
+        (f"I have {who} here", (", showing ", ""), False, "", "; "),
     ]
     if c.done:
-        plans += [(f"I {c.done}", (": ", ""), True, f", {who}")] * _DONE_WEIGHT
-    lead, (before, after), clauses, without = plans[rng.randrange(len(plans))]
+        plans += [(f"I {c.done}", (": ", ""), True, f", {who}", ": ")] * _DONE_WEIGHT
+    lead, (before, after), clauses, without, to_flags = plans[rng.randrange(len(plans))]
     joiner = _pick(rng, (" ", " ", " is ")) if clauses else " "
-    facts = _row_facts(out, c.key, rng, min(c.room + 1, 3), joiner=joiner)
-    return lead + before + _and_list(facts) + after if facts else lead + without
+    values, flags = _row_facts(out, c.key, rng, min(c.room + 1, 3), joiner=joiner)
+    if not values:
+        return lead + to_flags + _flag_clause(flags) if flags else lead + without
+    return lead + before + _and_list(values) + after + (_flags_after(flags, rng) if flags else "")
+
+
+def _flags_after(flags: Sequence[str], rng: random.Random) -> str:
+    """The flags' clause after a sentence that already states the row's other facts."""
+    return _pick(rng, ("; ", ", and ")) + _flag_clause(flags)
 
 
 def _create_sentence(c: _Call, rng: random.Random) -> str:
@@ -562,13 +637,17 @@ def _create_sentence(c: _Call, rng: random.Random) -> str:
     new = _quoted(c.label) if c.label else (str(c.ident) if c.ident is not None else f"the {c.thing}")
     with_id = f" ({c.ident})" if c.label and c.ident is not None and rng.random() < 0.5 else ""
     subject = _subject(c, [out])
-    set_facts = _row_facts(out, c.key, rng, min(c.room + (c.room > 1), 3), only=list(c.args))
+    set_facts, flags = _row_facts(out, c.key, rng, min(c.room + (c.room > 1), 3), only=list(c.args))
     about = f" {subject}" if subject else ""
     setting = ""
     if set_facts:
-        setting = _pick(rng, (" with {}", ", set to {}", " ({})", "; it has {}", ", holding {}")).format(
-            _and_list(set_facts)
-        )
+        first = set_facts[0].split(" ", 1)[0]
+        # "set to to 'easy'" (a field named "to"), "it has has ...": the frame's last word is not said twice
+        frames = (" with {}", ", set to {}", " ({})", "; it has {}", ", holding {}")
+        frames = tuple(f for f in frames if f.split()[-2:-1] != [first])
+        setting = _pick(rng, frames).format(_and_list(set_facts))
+    if flags:
+        setting += _flags_after(flags, rng)
     plans = [
         f"I created {c.who}{with_id}{about}{setting}",
         f"{c.who}{with_id} has been added{about}{setting}",
@@ -594,9 +673,10 @@ def _update_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     fields = [k for k in c.args if k != c.key and k in out and _sayable(k, out[k], 60) and out[k] != c.label]
     fields = fields[: max(c.room, 1)]
-    pairs = [(_field_words(k), spoken_value(out[k], rng=rng)) for k in fields]
-    if pairs and rng.random() < 0.5:
-        now = _and_list([f"{f} is now {v}" for f, v in pairs])
+    pairs = [(_field_words(k), spoken_value(out[k], rng=rng)) for k in fields if not _is_flag(out[k])]
+    flags = [flag_predicate(str(k), out[k]) for k in fields if _is_flag(out[k])]
+    if (pairs or flags) and rng.random() < 0.5:
+        now = _and_list([f"{f} is now {v}" for f, v in pairs] + ([_flag_clause(flags, now=True)] if flags else []))
         plans = [
             f"I updated {c.who}: {now}",
             f"{c.who} is updated, so {now}",
@@ -621,7 +701,10 @@ def _update_sentence(c: _Call, rng: random.Random) -> str:
     ]
     if c.done and c.tool.get("kind") == "update":
         plans += [f"I {c.done}" + (f", which now has {detail}" if detail else f" ({c.who})")] * _DONE_WEIGHT
-    return _pick(rng, plans)
+    sentence = _pick(rng, plans)
+    if flags:
+        sentence += _pick(rng, ("; ", ", and ")) + _flag_clause(flags, now=True)
+    return sentence
 
 
 def _delete_sentence(c: _Call, rng: random.Random) -> str:
@@ -666,13 +749,17 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
         plans += [f"I {c.done}, so {c.who} is now {state}", f"I {c.done}: {c.who} is {state}"] * _DONE_WEIGHT
     sentence = _pick(rng, plans)
     field = action.get("field")
-    facts = (
-        _row_facts(c.out, c.key, rng, min(c.room, 2), only=[k for k in (c.out or {}) if k != field]) if c.room else []
+    facts, flags = (
+        _row_facts(c.out, c.key, rng, min(c.room, 2), only=[k for k in (c.out or {}) if k != field])
+        if c.room
+        else ([], [])
     )
     if facts:
         sentence += _pick(rng, ("; it still has {}", " and keeps {}", " (with {})", "; its record shows {}")).format(
             _and_list(facts)
         )
+    if flags:
+        sentence += _flags_after(flags, rng)
     return sentence
 
 
@@ -683,10 +770,10 @@ def _refusal_sentence(c: _Call, rng: random.Random) -> str:
         f"{reason}, so nothing changed",
         f"nothing changed: {reason}",
         f"I could not do that for {c.who}: {reason}",
-        f"that was refused ({reason}), so {c.who} is unchanged",
+        f"the call was refused ({reason}), so {c.who} is unchanged",
         f"the request was turned down because {lowered}; nothing was changed",
         f"I wasn't able to go ahead, since {lowered}",
-        f"that didn't go through: {reason}",
+        f"the call didn't go through: {reason}",
     ]
     return _pick(rng, plans)
 
