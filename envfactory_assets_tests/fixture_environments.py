@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 
 from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.graph.build import ToolGraph, build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import MiniLMEmbedder
 from envfactory_assets.runtime.sandbox import SandboxWorker
@@ -88,3 +89,10 @@ def mutate(env: dict, pattern: str, replacement: str) -> dict:
     assert n == 1, f"mutation pattern {pattern!r} did not apply"
     mutated["source"] = source
     return mutated
+
+
+def failed_checks(env: dict) -> set[tuple[str, str | None]]:
+    """``(check, tool)`` of every failed check of ``env``'s verification, which must fail as a whole."""
+    report = verify_environment(env)
+    assert report.status == "failed"
+    return {(c.check, c.tool) for c in report.checks if not c.passed}

@@ -29,7 +29,7 @@ from envfactory_assets.synth.refinement.solver.base import SolverView
 from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory, to_messages
-from envfactory_assets_tests.fixture_environments import environment_worker, fixture_graph, mutate
+from envfactory_assets_tests.fixture_environments import environment_worker, failed_checks, fixture_graph, mutate
 
 KINDS = Path(__file__).parent / "fixtures" / "openapi_kinds"
 
@@ -152,12 +152,6 @@ def test_search_pages_over_exactly_the_matching_rows(shop):
         assert count == {"count": len(rows)}
         empty = worker.call(episode, "search_orders", {"query": "   "})
         assert not empty["ok"] and empty["error"]["type"] == "bad_arguments"
-
-
-def failed_checks(env: dict) -> set[tuple[str, str | None]]:
-    report = verify_environment(env)
-    assert report.status == "failed"
-    return {(c.check, c.tool) for c in report.checks if not c.passed}
 
 
 @pytest.mark.parametrize(
@@ -420,9 +414,15 @@ def test_operation_coverage_maps_each_operation_or_names_why_not():
 def test_corpus_coverage_counts_operations_by_kind_and_reason():
     accepted, rejected = scan_rows(KINDS)
     coverage = corpus_coverage(accepted, rejected)
-    assert coverage["documents_yielding_environment"] == 2 and coverage["documents_yielding_share"] == 1.0
-    assert coverage["operations"] == 19 + 6 and coverage["operations_mapped"] == 18 + 5
+    # shop_orders, product_catalogue and team_directory (test_relation_kinds)
+    assert coverage["documents_yielding_environment"] == 3 and coverage["documents_yielding_share"] == 1.0
+    assert coverage["operations"] == 19 + 6 + 18 and coverage["operations_mapped"] == 18 + 5 + 18
     assert coverage["operations_by_kind"]["action"] == 4 + 1
+    assert {k: v for k, v in coverage["operations_by_kind"].items() if k.startswith("relation_")} == {
+        "relation_add": 2,
+        "relation_remove": 2,
+        "relation_list": 2,
+    }
     assert coverage["operations_unmapped_by_reason"] == {"action_without_state": 1, "no_stateful_collection": 1}
 
 

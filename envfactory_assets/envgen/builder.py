@@ -3,7 +3,8 @@
 It does the work the paper gives its sketch/spec/code/test agents (EnvFactory, arXiv 2605.18703,
 section EnvGen) deterministically: resources become tables, operations become CRUD tools with JSON
 Schema input/output, the code is rendered from the tool specs, and initial states are seeded from
-the schemas (valid, boundary, and one invalid state that loading must reject).
+the schemas (valid, boundary, and one invalid state that loading must reject). A relation between two kept
+resources becomes a table of pairs (``{"key": None, "relation": {...}}`` in ``tables``), after the others.
 """
 
 from __future__ import annotations
@@ -14,12 +15,22 @@ import hashlib
 from typing import Any
 
 from envfactory_assets.envgen.codegen import generate_source
-from envfactory_assets.envgen.tools import name_tools, tools_for_resource, with_action_fields
+from envfactory_assets.envgen.tools import (
+    name_tools,
+    relation_row_schema,
+    row_schema,
+    tools_for_relation,
+    tools_for_resource,
+    with_action_fields,
+)
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
-from envfactory_assets.sources.openapi import Resource, extract_resources
+from envfactory_assets.sources.openapi import Relation, Resource, extract_resources
 
 MAX_RESOURCES = 4
 VALID_ROWS_PER_TABLE = 6
+#: members of the first parents of a relation in the ``valid`` state (3 of the first, 2 of the second, 1 of
+#: the third): a list of members that pages, parents without members, and pairs not yet made
+VALID_MEMBERS_PER_PARENT = (3, 2, 1)
 #: the clock of the ``boundary`` initial state (its edge-of-range date-times equal it)
 BOUNDARY_NOW = "2025-12-31T23:59:59Z"
 
@@ -65,6 +76,23 @@ def _order_by_dependency(resources: list[Resource], fks: dict[str, dict[str, str
     return done
 
 
+def _relations(resources: list[Resource]) -> list[Relation]:
+    """The relations of ``resources`` whose member is one of them too, in the resources' order."""
+    names = {r.name for r in resources}
+    return [rel for r in resources for rel in r.relations if rel.member in names]
+
+
+def _relation_meta(relation: Relation) -> dict[str, Any]:
+    """A relation's ``tables`` entry: no key of its own (a row is its pair), both fields required references."""
+    return {
+        "key": None,
+        "fields": {relation.parent_field: {"type": "string"}, relation.member_field: {"type": "string"}},
+        "required": [relation.parent_field, relation.member_field],
+        "foreign_keys": {relation.parent_field: relation.parent, relation.member_field: relation.member},
+        "relation": {"parent": relation.parent_field, "member": relation.member_field, "role": relation.role},
+    }
+
+
 def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     prefixes: set[str] = set()
@@ -82,12 +110,17 @@ def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> di
         }
         if r.singleton:
             meta[r.name]["singleton"] = True
+    for rel in _relations(resources):
+        meta[rel.name] = _relation_meta(rel)
     return meta
 
 
-def _state_schema(tables: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+def _state_schema(
+    tables: dict[str, Any], tools: list[dict[str, Any]], relation_rows: dict[str, Any] | None = None
+) -> dict[str, Any]:
     rows = {t["table"]: t["output_schema"] for t in tools if t["kind"] in ("get", "create", "update")}
     rows.update({t["table"]: t["output_schema"]["properties"]["items"]["items"] for t in tools if t["kind"] == "list"})
+    rows.update(relation_rows or {})
     return {
         "type": "object",
         "required": ["tables", "meta"],
@@ -128,6 +161,9 @@ def _seed_rows(
     state: dict[str, Any] = {"tables": {t: [] for t in tables}, "meta": {"now": now, "seed": seed, "next_id": 1}}
     for table in order:
         meta = tables[table]
+        if meta.get("relation"):
+            state["tables"][table] = _seed_pairs(tables, table, state, values, boundary)
+            continue
         for _ in range(1 if meta.get("singleton") else rows_per_table):
             number = state["meta"]["next_id"]
             state["meta"]["next_id"] = number + 1
@@ -153,6 +189,26 @@ def _seed_rows(
     if data_sources is not None:
         data_sources.update(values.data_sources)
     return state
+
+
+def _seed_pairs(
+    tables: dict[str, Any], table: str, state: dict[str, Any], values: ValueFactory, boundary: bool
+) -> list[dict[str, Any]]:
+    """Pairs of the relation ``table`` over the rows ``state`` holds already: members drawn without repeats
+    for the first parents (:data:`VALID_MEMBERS_PER_PARENT`; one pair in the ``boundary`` state); a row is never
+    paired with itself."""
+    meta = tables[table]
+    rel = meta["relation"]
+    parent_table, member_table = meta["foreign_keys"][rel["parent"]], meta["foreign_keys"][rel["member"]]
+    parents = [r[tables[parent_table]["key"]] for r in state["tables"][parent_table]]
+    members = [r[tables[member_table]["key"]] for r in state["tables"][member_table]]
+    rows = []
+    for parent, n in zip(parents, (1,) if boundary else VALID_MEMBERS_PER_PARENT, strict=False):
+        pool = [m for m in members if m != parent]
+        for member in values.rng.sample(pool, min(n, len(pool))):
+            when = state["meta"]["now"] if boundary else values.datetime_str("created_at")
+            rows.append({rel["parent"]: parent, rel["member"]: member, "created_at": when})
+    return rows
 
 
 def initial_states(
@@ -235,11 +291,27 @@ def _prepared(resources: list[Resource]) -> tuple[list[Resource], dict[str, dict
     return _order_by_dependency(resources, fks), fks
 
 
+def _referenced_things(fks: dict[str, str]) -> dict[str, str]:
+    return {f: t[:-1] if t.endswith("s") else t for f, t in fks.items()}
+
+
 def _tools(resources: list[Resource], fks: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
+    by_name = {r.name: r for r in resources}
     for r in resources:
-        tools.extend(tools_for_resource(r, {f: t[:-1] if t.endswith("s") else t for f, t in fks[r.name].items()}))
+        tools.extend(tools_for_resource(r, _referenced_things(fks[r.name])))
+    for rel in _relations(resources):
+        member = by_name[rel.member]
+        tools.extend(
+            tools_for_relation(rel, by_name[rel.parent], row_schema(member, _referenced_things(fks[member.name])))
+        )
     return name_tools(tools)
+
+
+def _relation_rows(resources: list[Resource]) -> dict[str, Any]:
+    """``{relation table: JSON Schema of one pair}`` of the relations of ``resources``."""
+    by_name = {r.name: r for r in resources}
+    return {rel.name: relation_row_schema(rel, by_name[rel.parent]) for rel in _relations(resources)}
 
 
 def environment_tools(resources: list[Resource]) -> list[dict[str, Any]]:
@@ -250,7 +322,7 @@ def environment_tools(resources: list[Resource]) -> list[dict[str, Any]]:
 
 def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]) -> dict[str, Any]:
     """The environment of ``resources`` (tables with their CRUD, search, count and action operations, or
-    singletons) for one source resource row."""
+    singletons, and the relations between two of them) for one source resource row."""
     env_id = resource_row["resource_key"]
     resources, fks = _prepared(resources)
     tools = _tools(resources, fks)
@@ -263,13 +335,14 @@ def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]
     seed = stable_seed(env_id, resource_row["sha256"])
     data_sources: set[str] = set()
     descriptions = {r.name: {f.name: f.description for f in r.fields if f.description} for r in resources}
-    states = initial_states(tables, [r.name for r in resources], seed, data_sources, descriptions)
+    order = [r.name for r in resources] + [rel.name for rel in _relations(resources)]
+    states = initial_states(tables, order, seed, data_sources, descriptions)
     return {
         "env_id": env_id,
         "domain": resource_row["domain"],
         "tables": tables,
         "tools": tools,
-        "state_schema": _state_schema(tables, tools),
+        "state_schema": _state_schema(tables, tools, _relation_rows(resources)),
         "source": source,
         "initial_states": states,
         "provenance": provenance,

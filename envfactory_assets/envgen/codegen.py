@@ -1,9 +1,10 @@
 """Python source of an environment module (the contract in docs/design.md).
 
 The module holds its table metadata as a literal, generic helpers over the in-memory state (CRUD,
-search, count, actions, singletons), and one small function per tool. An action's refused precondition
-raises ``PreconditionFailed``, which the sandbox provides to every environment module. Time and ids come from
-``state["meta"]`` only, never the clock.
+search, count, actions, singletons, relations), and one small function per tool. A relation's table is keyed
+in memory by its pair (``_pair_key``) and saved as its rows; deleting a row deletes its pairs. An action's
+refused precondition raises ``PreconditionFailed``, which the sandbox provides to every environment module.
+Time and ids come from ``state["meta"]`` only, never the clock.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pprint
 from typing import Any
 
-from envfactory_assets.envgen.tools import KEYED_KINDS
+from envfactory_assets.envgen.tools import KEYED_KINDS, RELATION_KINDS
 
 _HELPERS = '''
 _TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
@@ -58,6 +59,29 @@ def _check_row(table, row):
             _fail(f"{table} {key}: missing required field {field!r}")
 
 
+def _pair_key(parent, member):
+    # the length prefix keeps two pairs apart whatever their ids hold
+    return f"{len(parent)}:{parent}:{member}"
+
+
+def _check_pair(table, row):
+    rel = TABLES[table]["relation"]
+    fields = (rel["parent"], rel["member"], "created_at")
+    if not isinstance(row, dict) or set(row) != set(fields):
+        _fail(f"{table}: a pair must be an object with exactly {list(fields)}")
+    for field in fields:
+        if not isinstance(row[field], str) or not row[field]:
+            _fail(f"{table}: {field} must be a non-empty string")
+    return _pair_key(row[rel["parent"]], row[rel["member"]])
+
+
+def _what(table, row, key):
+    relation = TABLES[table].get("relation")
+    if relation:
+        return f"pair {row[relation['parent']]!r}, {row[relation['member']]!r}"
+    return f"{TABLES[table]['key']} {key!r}"
+
+
 def load(data):
     """Saved state -> in-memory state (tables keyed by row id); raises ValueError if invalid."""
     if not isinstance(data, dict) or set(data) != {"tables", "meta"}:
@@ -76,12 +100,16 @@ def load(data):
     for table, rows in tables.items():
         if not isinstance(rows, list):
             _fail(f"{table} must be a list of rows")
+        relation = TABLES[table].get("relation")
         keyed = {}
         for row in rows:
-            _check_row(table, row)
-            key = row[TABLES[table]["key"]]
+            if relation:
+                key = _check_pair(table, row)
+            else:
+                _check_row(table, row)
+                key = row[TABLES[table]["key"]]
             if key in keyed:
-                _fail(f"{table}: duplicate {TABLES[table]['key']} {key!r}")
+                _fail(f"{table}: duplicate {_what(table, row, key)}")
             keyed[key] = dict(row)
         if TABLES[table].get("singleton") and len(keyed) != 1:
             _fail(f"{table} must hold exactly one row")
@@ -231,12 +259,64 @@ def _update_one(state, table, values):
 
 def _delete(state, table, key):
     _row(state, table, key)
+    pairs = []
     for other, meta_t in TABLES.items():
         for field, target in meta_t["foreign_keys"].items():
-            if target == table and any(r.get(field) == key for r in state["tables"][other].values()):
+            if target != table:
+                continue
+            refs = [k for k, r in state["tables"][other].items() if r.get(field) == key]
+            if refs and not meta_t.get("relation"):
                 _fail(f"cannot delete {key!r}: rows of {other} still reference it")
+            pairs += [(other, k) for k in refs]
+    for other, k in pairs:  # a row's memberships go with it
+        del state["tables"][other][k]
     del state["tables"][table][key]
     return {TABLES[table]["key"]: key, "deleted": True}
+
+
+def _pair_of(state, table, parent, member):
+    meta = TABLES[table]
+    rel = meta["relation"]
+    for field, value in ((rel["parent"], parent), (rel["member"], member)):
+        if not isinstance(value, str):
+            _fail(f"{field} must be a string")
+        target = meta["foreign_keys"][field]
+        if value not in state["tables"][target]:
+            raise LookupError(f"no {target} row with {TABLES[target]['key']} {value!r}")
+    return _pair_key(parent, member)
+
+
+def _relation_add(state, table, parent, member, idempotent, words):
+    key = _pair_of(state, table, parent, member)
+    rows = state["tables"][table]
+    if key in rows:
+        if idempotent:
+            return dict(rows[key])
+        raise PreconditionFailed(f"{words[1]} {member!r} is already a {words[2]} of {words[0]} {parent!r}")
+    rel = TABLES[table]["relation"]
+    row = {rel["parent"]: parent, rel["member"]: member, "created_at": state["meta"]["now"]}
+    rows[key] = row
+    return dict(row)
+
+
+def _relation_remove(state, table, parent, member, words):
+    key = _pair_of(state, table, parent, member)
+    rows = state["tables"][table]
+    if key not in rows:
+        raise LookupError(f"{words[1]} {member!r} is not a {words[2]} of {words[0]} {parent!r}")
+    del rows[key]
+    rel = TABLES[table]["relation"]
+    return {rel["parent"]: parent, rel["member"]: member, "removed": True}
+
+
+def _relation_list(state, table, parent, limit):
+    size = _page_size(limit)
+    rel = TABLES[table]["relation"]
+    refs = TABLES[table]["foreign_keys"]
+    _row(state, refs[rel["parent"]], parent)
+    members = state["tables"][refs[rel["member"]]]
+    found = [members[r[rel["member"]]] for r in state["tables"][table].values() if r[rel["parent"]] == parent]
+    return {"items": [dict(r) for r in found[:size]], "total": len(found)}
 '''
 
 
@@ -266,6 +346,15 @@ def _body(tool: dict[str, Any], key: str) -> str:
             f"return _action(state, {table!r}, {key}, {act['field']!r}, {act['value']!r}, "
             f"{tuple(act['blocked'])!r}, {act['stamp']!r}, {words!r})"
         )
+    if kind in RELATION_KINDS:
+        rel = tool["relation"]
+        parent, member = rel["parent_field"], rel["member_field"]
+        words = (rel["parent_thing"], rel["member_thing"], rel["role"])
+        if kind == "relation_list":
+            return f"return _relation_list(state, {table!r}, {parent}, limit)"
+        if kind == "relation_add":
+            return f"return _relation_add(state, {table!r}, {parent}, {member}, {rel['idempotent']!r}, {words!r})"
+        return f"return _relation_remove(state, {table!r}, {parent}, {member}, {words!r})"
     if tool.get("singleton"):
         values = ", ".join(f"{p!r}: {p}" for p in props)
         return (

@@ -56,8 +56,15 @@ Semantics the verifier checks by execution:
 - create: new id f"{prefix}_{next_id:05d}" (prefix from the table metadata), then meta.next_id += 1;
   the row holds the key, the given non-None arguments, and "created_at" = meta.now; returns the row.
 - update: replaces the row with the given non-None fields applied; returns the new row.
-- delete: refuses (ValueError) while rows of another table reference the row; otherwise removes it
-  and returns {<key field>: id, "deleted": True}.
+- delete: refuses (ValueError) while rows of another table reference the row; otherwise removes it,
+  and the pairs of relation tables that hold it, and returns {<key field>: id, "deleted": True}.
+- a relation table (metadata "relation": {"parent", "member"} fields, "key" None) holds pairs: rows of
+  exactly the two fields and "created_at", no key, no pair twice. relation_add: LookupError unless both
+  rows exist; a new pair gets "created_at" = meta.now and is returned; an existing pair is returned
+  unchanged when the tool's relation says "idempotent", else PreconditionFailed. relation_remove:
+  LookupError for a missing row or a pair that is not there; returns {parent, member, "removed": True}.
+  relation_list: LookupError for a missing parent; {"items": member rows of the parent's pairs in pair
+  order[:limit], "total": their number}.
 - Time and ids come only from state["meta"], never from the clock; results must not depend on set
   iteration order or string hashing (the same calls on the same state give the same outputs and
   state in every process).

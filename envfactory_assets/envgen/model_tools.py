@@ -214,8 +214,10 @@ def read_tool_spec(raw: Any, env: dict[str, Any], operation: dict[str, Any]) -> 
         problems.append(f"description is {len(description)} characters long (at most {MAX_DESCRIPTION_CHARS})")
     if kind not in MODEL_KINDS:
         problems.append(f"kind {kind!r} must be one of {list(MODEL_KINDS)}")
-    if not isinstance(table, str) or table not in env["tables"]:
-        problems.append(f"table {table!r} must be one of {sorted(env['tables'])}")
+    # a relation's table of pairs is written only by its own tools (it has no key and no fields of its own)
+    row_tables = sorted(t for t, meta in env["tables"].items() if not meta.get("relation"))
+    if not isinstance(table, str) or table not in row_tables:
+        problems.append(f"table {table!r} must be one of {row_tables}")
     inp, out = raw.get("input_schema"), raw.get("output_schema")
     problems += _schema_problems("input_schema", inp, object_with_properties=True)
     problems += _schema_problems("output_schema", out, object_with_properties=False)

@@ -24,6 +24,11 @@ from envfactory_assets.sources.scan import load_document
 from envfactory_assets.sources.unmapped import unmapped_operations
 from envfactory_assets.store.ids import content_id
 
+#: operation kinds beyond CRUD that make a document's environment richer (selection prefers up to 3 of them)
+_BEYOND_CRUD = ("action", "search", "count", "relation_add", "relation_remove", "relation_list")
+#: operation kinds that write the state
+_WRITES = ("create", "update", "delete", "action", "relation_add", "relation_remove")
+
 
 def select_resources(
     resources: list[dict[str, Any]], per_domain: int, include: Iterable[str] = (), exclude: Iterable[str] = ()
@@ -31,7 +36,7 @@ def select_resources(
     """Pick up to ``per_domain`` resources per domain, deterministically.
 
     Resources with more stateful resources (up to 4) come first, then those with more operations beyond
-    CRUD (actions, searches, counts: up to 3), then those whose tables can be written (a document of
+    CRUD (actions, searches, counts, relations: up to 3), then those whose tables can be written (a document of
     read-only catalogues teaches less), then a stable hash of the resource key spreads the choice over
     providers. ``include`` keys are always taken, ``exclude`` keys never.
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
@@ -53,8 +58,8 @@ def select_resources(
             key=lambda r: (
                 r["resource_key"] not in include,
                 -min(r["n_resources"], 4),
-                -min(sum((r.get("operations_by_kind") or {}).get(k, 0) for k in ("action", "search", "count")), 3),
-                not any((r.get("operations_by_kind") or {}).get(k) for k in ("create", "update", "delete", "action")),
+                -min(sum((r.get("operations_by_kind") or {}).get(k, 0) for k in _BEYOND_CRUD), 3),
+                not any((r.get("operations_by_kind") or {}).get(k) for k in _WRITES),
                 hashlib.sha256(r["resource_key"].encode()).hexdigest(),
             ),
         )

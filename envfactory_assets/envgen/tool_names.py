@@ -3,7 +3,7 @@
 A tool keeps the API's own name (its ``operationId`` or MCP tool name, in snake_case) when that name is at most
 :data:`~envfactory_assets.sources.names.MAX_TOOL_NAME_CHARS` characters once the counters a code generator leaves
 in it are dropped (``getUserUsingGET_1`` -> ``get_user``). Otherwise it is named by what it does: its verb and
-its table (``list_jobs``, ``get_job``, ``cancel_order``).
+its table (``list_jobs``, ``get_job``, ``cancel_order``, ``add_group_member``).
 
 Two tools that would share a name are told apart by what they differ in, never by a counter: one operation read
 as several tables (an MCP ``read_graph`` over entities and relations) keeps its name with each table
@@ -33,7 +33,9 @@ from envfactory_assets.sources.names import MAX_TOOL_NAME_CHARS, TOOL_NAME_RE, s
 #: ``TABLES``) and the task environment class's ``reset``.
 RESERVED_TOOL_NAMES = frozenset(dir(builtins)) | {"load", "save", "TABLES", "reset"}
 #: kinds whose tool reads or writes many rows, named by the plural of its table
-_PLURAL_KINDS = frozenset({"list", "search", "count"})
+_PLURAL_KINDS = frozenset({"list", "search", "count", "relation_list"})
+#: the verb of a relation's tools (``add_group_member``, ``list_group_members``)
+_RELATION_VERBS = {"relation_add": "add", "relation_remove": "remove", "relation_list": "list"}
 _HTTP_METHODS = frozenset({"get", "post", "put", "patch", "delete", "head", "options"})
 #: a code generator's method suffix (Springfox: ``getUserUsingGET``)
 _USING_METHOD = re.compile(r"_using_(?:get|post|put|patch|delete|head|options)(?=_|$)")
@@ -108,7 +110,7 @@ def _fit(verb: list[str], qualifiers: list[str], obj: list[str]) -> str:
 
 def _plain(tool: Mapping[str, Any]) -> tuple[str, list[str]]:
     kind = tool["kind"]
-    verb = (tool.get("action") or {}).get("verb") if kind == "action" else kind
+    verb = (tool.get("action") or {}).get("verb") if kind == "action" else _RELATION_VERBS.get(kind, kind)
     obj = _words(tool["table"]) or ["items"]
     if kind not in _PLURAL_KINDS and not tool.get("singleton"):
         obj = singular("_".join(obj)).split("_")  # the whole name: a short last word ("primary_ips") counts

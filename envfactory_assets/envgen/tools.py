@@ -3,8 +3,10 @@
 Semantics follow the HTTP operation: GET on a collection -> ``list``, POST -> ``create``,
 GET/PATCH|PUT/DELETE on an item -> ``get``/``update``/``delete``; ``search`` (text match with
 ``limit``/``offset`` paging) and ``count`` read a collection; ``action`` is a state transition on one row
-with a precondition (``cancel``); a singleton's tools are ``get``/``update`` without a key. The kind says
-whether a tool reads or writes, which is what verification and the sampler need to know.
+with a precondition (``cancel``); a singleton's tools are ``get``/``update`` without a key. A relation between
+two tables (users who are members of groups) has ``relation_add`` and ``relation_remove`` of one pair and
+``relation_list`` of a parent row's members (the member rows, paged by ``limit``). The kind says whether a tool
+reads or writes, which is what verification and the sampler need to know.
 """
 
 from __future__ import annotations
@@ -14,16 +16,41 @@ from typing import Any
 
 from envfactory_assets.envgen.tool_names import tool_names
 from envfactory_assets.sources.actions import VERBS, ActionTarget, action_target
-from envfactory_assets.sources.openapi import FieldSpec, Operation, Resource
+from envfactory_assets.sources.names import plural, singular
+from envfactory_assets.sources.openapi import FieldSpec, Operation, Relation, Resource
 
 LIST_LIMIT_MAX = 100
 LIST_LIMIT_DEFAULT = 20
 MAX_LIST_FILTERS = 3
 KIND_ORDER = ("list", "search", "count", "get", "create", "update", "delete")
+#: the kinds of a relation's tools, in the order they are built
+RELATION_KINDS = ("relation_list", "relation_add", "relation_remove")
 #: kinds that never change the state
-READ_KINDS = frozenset({"list", "search", "count", "get"})
+READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list"})
 #: kinds whose tool names one row by its identifier (a singleton's get and update name none)
 KEYED_KINDS = frozenset({"get", "update", "delete", "action"})
+
+
+def _limit_prop(things: str) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": LIST_LIMIT_MAX,
+        "description": f"Maximum number of {things} to return (default {LIST_LIMIT_DEFAULT}).",
+    }
+
+
+def _page(row: dict[str, Any], total: str) -> dict[str, Any]:
+    """The output schema of a read of many rows: ``items`` of ``row``, and their ``total`` (described so)."""
+    return {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": row},
+            "total": {"type": "integer", "minimum": 0, "description": total},
+        },
+        "required": ["items", "total"],
+        "additionalProperties": False,
+    }
 
 
 def row_schema(resource: Resource, foreign_keys: dict[str, str]) -> dict[str, Any]:
@@ -102,21 +129,8 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
     ]
     filters = filters[:MAX_LIST_FILTERS]
     scope = [resource.parent_key] if resource.parent_key else []
-    limit_prop = {
-        "type": "integer",
-        "minimum": 1,
-        "maximum": LIST_LIMIT_MAX,
-        "description": f"Maximum number of {things} to return (default {LIST_LIMIT_DEFAULT}).",
-    }
-    page = {
-        "type": "object",
-        "properties": {
-            "items": {"type": "array", "items": row},
-            "total": {"type": "integer", "minimum": 0, "description": f"Number of matching {things}."},
-        },
-        "required": ["items", "total"],
-        "additionalProperties": False,
-    }
+    limit_prop = _limit_prop(things)
+    page = _page(row, f"Number of matching {things}.")
     tools: list[dict[str, Any]] = []
 
     def add(
@@ -253,6 +267,104 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
             },
         )
     return name_tools(tools)
+
+
+def relation_row_schema(relation: Relation, parent_resource: Resource) -> dict[str, Any]:
+    """JSON Schema of one stored pair of ``relation`` (whose parent is ``parent_resource``), as ``relation_add``
+    returns it."""
+    parent, member = parent_resource.singular.replace("_", " "), singular(relation.member).replace("_", " ")
+    return {
+        "type": "object",
+        "properties": {
+            relation.parent_field: {"type": "string", "description": f"Identifier of the {parent}."},
+            relation.member_field: {"type": "string", "description": f"Identifier of the {member}."},
+            "created_at": {
+                "type": "string",
+                "format": "date-time",
+                "description": f"When the {member} became a {relation.role.replace('_', ' ')} of the {parent}.",
+            },
+        },
+        "required": [relation.parent_field, relation.member_field, "created_at"],
+        "additionalProperties": False,
+    }
+
+
+def tools_for_relation(relation: Relation, parent: Resource, member_row: dict[str, Any]) -> list[dict[str, Any]]:
+    """ToolSpecs of ``relation``'s operations, in :data:`RELATION_KINDS` order (unnamed: :func:`name_tools`).
+
+    ``parent`` is the resource whose rows hold the members; ``member_row`` the JSON Schema of one member row
+    (:func:`row_schema` of the member resource), which ``relation_list`` returns. Each tool's ``relation``
+    holds what its code and the gate need: the two tables (``parent``, ``member``) and fields (``parent_field``,
+    ``member_field``), ``idempotent`` (an add of a pair that is there already succeeds and changes nothing; else
+    it fails with ``precondition_failed``) and words (``parent_thing``, ``member_thing``, ``role``).
+    """
+    parent_thing = parent.singular.replace("_", " ")
+    member_thing = singular(relation.member).replace("_", " ")
+    role = relation.role.replace("_", " ")
+    roles = plural(relation.role).replace("_", " ")
+    parent_prop = {"type": "string", "description": f"Identifier of the {parent_thing}."}
+    info = {
+        "parent": relation.parent,
+        "member": relation.member,
+        "parent_field": relation.parent_field,
+        "member_field": relation.member_field,
+        "idempotent": relation.idempotent_add,
+        "parent_thing": parent_thing,
+        "member_thing": member_thing,
+        "role": role,
+    }
+    pair_out = relation_row_schema(relation, parent)
+    tools: list[dict[str, Any]] = []
+    for kind in RELATION_KINDS:
+        op = relation.operations.get(kind)
+        if op is None:
+            continue
+        if kind == "relation_list":
+            props: dict[str, Any] = {relation.parent_field: parent_prop, "limit": _limit_prop(roles)}
+            out = _page(member_row, f"Number of {roles} of the {parent_thing}.")
+            default = f"List the {roles} of a {parent_thing}."
+        else:
+            adding = kind == "relation_add"
+            doing = f"to add as a {role}" if adding else f"to remove from the {parent_thing}'s {roles}"
+            props = {
+                relation.parent_field: parent_prop,
+                relation.member_field: {"type": "string", "description": f"Identifier of the {member_thing} {doing}."},
+            }
+            if adding:
+                out = pair_out
+                default = f"Add a {member_thing} to a {parent_thing} as a {role}."
+            else:
+                out = {
+                    "type": "object",
+                    "properties": {
+                        relation.parent_field: parent_prop,
+                        relation.member_field: props[relation.member_field],
+                        "removed": {"type": "boolean"},
+                    },
+                    "required": [relation.parent_field, relation.member_field, "removed"],
+                    "additionalProperties": False,
+                }
+                default = f"Remove a {role} from a {parent_thing}."
+        required = [relation.parent_field] + ([relation.member_field] if kind != "relation_list" else [])
+        tools.append(
+            {
+                "name": "",
+                "description": (op.summary or default)[:300],
+                "kind": kind,
+                "table": relation.name,
+                "read_only": kind in READ_KINDS,
+                "input_schema": {
+                    "type": "object",
+                    "properties": props,
+                    "required": required,
+                    "additionalProperties": False,
+                },
+                "output_schema": out,
+                "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+                "relation": info,
+            }
+        )
+    return tools
 
 
 def name_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,12 +15,20 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   create/update/delete change exactly that row; an action changes exactly its documented field (and time
   stamp) of exactly its row and nothing else of the state; read-only tools leave the state hash unchanged).
   An action that no initial state has a row for is checked on a row put into a state it applies to, and
-  fails when no state has a row of its table at all;
+  fails when no state has a row of its table at all. A relation's add records exactly the new pair (stamped
+  with the clock), its remove deletes exactly that pair, both change nothing else; its list returns the
+  member rows of exactly the parent's pairs, in pair order, in the requested window (and with a ``limit``
+  that cuts them, that window and the total); a delete of a row also deletes exactly the pairs that hold it.
+  A relation tool that no loadable state let the gate call fails;
 - ``precondition``: an action on a row already in its target state, in each state the action is refused
   in (a shipped order cannot be cancelled), or without its flag when the flag's default (else off) is the
   action's target, fails with ``precondition_failed`` and changes nothing; an action whose flag's default
-  it applies to is also checked on the row without the flag;
-- ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing;
+  it applies to is also checked on the row without the flag. A relation's add of the pair it just recorded
+  fails so too when the add is not idempotent (a POST); an idempotent add (a PUT) of it succeeds, returns the
+  stored pair and changes nothing (a ``semantics`` check);
+- ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing; a
+  relation's tools answer a parent or member that does not exist, and a remove of a pair that is not there,
+  with ``not_found``;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
 
 All execution happens in a :class:`~envfactory_assets.runtime.sandbox.SandboxWorker` child process
@@ -31,12 +39,20 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
-from envfactory_assets.envgen.tools import KEYED_KINDS, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, action_applies, action_reads
+from envfactory_assets.envgen.tools import (
+    KEYED_KINDS,
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
+    RELATION_KINDS,
+    action_applies,
+    action_reads,
+)
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.errors import ErrorType, SandboxError
@@ -101,11 +117,25 @@ def _rows(saved: dict[str, Any], table: str) -> list[dict[str, Any]]:
 
 
 def _referenced(env: dict[str, Any], saved: dict[str, Any], table: str, key: str) -> bool:
+    """Whether a row of another table refers to ``key`` of ``table`` (a relation's pairs do not keep a row:
+    they are deleted with it)."""
     for other, meta in env["tables"].items():
+        if meta.get("relation"):
+            continue
         for fk, target in meta["foreign_keys"].items():
             if target == table and any(r.get(fk) == key for r in _rows(saved, other)):
                 return True
     return False
+
+
+def _paired(env: dict[str, Any], saved: dict[str, Any], table: str, key: str) -> bool:
+    """Whether a pair of a relation holds ``key`` of ``table``."""
+    return any(
+        target == table and any(r.get(fk) == key for r in _rows(saved, other))
+        for other, meta in env["tables"].items()
+        if meta.get("relation")
+        for fk, target in meta["foreign_keys"].items()
+    )
 
 
 def valid_arguments(
@@ -113,11 +143,15 @@ def valid_arguments(
 ) -> dict[str, Any] | None:
     """Arguments that must succeed for ``tool`` on state ``saved``, or None if the state has no row to use.
 
-    get/update/delete use an existing row (delete: one nothing references); an action uses a row that is
-    neither in its target state nor in a refused one; search looks for part of a word of a stored row's text
-    in another case (matching is case-insensitive and by substring) and skips the first match (so paging is
-    exercised); create fills required fields and references existing parent rows.
+    get/update/delete use an existing row (delete: one nothing but a relation's pairs references, one they
+    reference where there is one); an action uses a row that is neither in its target state nor in a refused
+    one; search looks for part of a word of a stored row's text in another case (matching is case-insensitive
+    and by substring) and skips the first match (so paging is exercised); create fills required fields and
+    references existing parent rows; a relation's add uses the first pair of two distinct existing rows that is
+    not there yet, its list the first parent with the most members and its remove that parent's last pair.
     """
+    if tool["kind"] in RELATION_KINDS:
+        return _relation_arguments(env, tool, saved)
     table = tool["table"]
     meta = env["tables"][table]
     rows = _rows(saved, table)
@@ -145,6 +179,9 @@ def valid_arguments(
         candidates = [r for r in rows if action_applies(act, meta["fields"], r)]
     else:
         candidates = [r for r in rows if kind != "delete" or not _referenced(env, saved, table, r[meta["key"]])]
+        if kind == "delete":
+            # a row that relation pairs hold comes last (the one used): the check sees its pairs go with it
+            candidates.sort(key=lambda r: _paired(env, saved, table, r[meta["key"]]))
     if kind in KEYED_KINDS:
         if not candidates:
             return None
@@ -180,6 +217,46 @@ def valid_arguments(
     return args
 
 
+def relation_ids(
+    env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]
+) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """``(parent ids, member ids, pairs)`` of a relation tool's tables on ``saved``, in stored order."""
+    rel = tool["relation"]
+    parents = [r[env["tables"][rel["parent"]]["key"]] for r in _rows(saved, rel["parent"])]
+    members = [r[env["tables"][rel["member"]]["key"]] for r in _rows(saved, rel["member"])]
+    pairs = [(r[rel["parent_field"]], r[rel["member_field"]]) for r in _rows(saved, tool["table"])]
+    return parents, members, pairs
+
+
+def _absent_pair(parents: list[str], members: list[str], pairs: list[tuple[str, str]]) -> tuple[str, str] | None:
+    taken = set(pairs)
+    return next(((p, m) for p in parents for m in members if p != m and (p, m) not in taken), None)
+
+
+def _relation_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any] | None:
+    rel = tool["relation"]
+    parents, members, pairs = relation_ids(env, tool, saved)
+    held = Counter(p for p, _ in pairs)
+    # the parent with the most members: a list that pages, a remove that must leave the other members
+    busiest = max(parents, key=lambda p: held[p]) if parents else None
+    if tool["kind"] == "relation_list":
+        return {rel["parent_field"]: busiest} if parents else None
+    pair = next((pm for pm in reversed(pairs) if pm[0] == busiest), None)
+    if tool["kind"] == "relation_add":
+        pair = _absent_pair(parents, members, pairs)
+    return None if pair is None else {rel["parent_field"]: pair[0], rel["member_field"]: pair[1]}
+
+
+def _relation_members(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any], parent: Any) -> list[Any]:
+    """The member rows of ``parent``'s pairs on ``saved``, in pair order: what ``relation_list`` returns."""
+    rel = tool["relation"]
+    key = env["tables"][rel["member"]]["key"]
+    members = {r[key]: r for r in _rows(saved, rel["member"])}
+    return [
+        members.get(r[rel["member_field"]]) for r in _rows(saved, tool["table"]) if r[rel["parent_field"]] == parent
+    ]
+
+
 def _search_words(rows: list[dict[str, Any]]) -> list[str]:
     return [w for r in rows for k, v in r.items() if searchable(k, v) for w in v.split() if len(w) >= 3]
 
@@ -200,18 +277,21 @@ MAX_PAGING_WORDS = 200
 def paged_arguments(
     env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any], args: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """``args`` of a list or search tool with a ``limit`` (and, for a tool that takes one, an ``offset``)
-    that leaves out some of the rows they match on ``saved``, so that a tool ignoring either returns another
+    """``args`` of a list, search or relation list tool with a ``limit`` (and, for a tool that takes one, an
+    ``offset``) that leaves out some of the rows they match on ``saved``, so that a tool ignoring either returns another
     window; None when the tool takes no ``limit`` or fewer than 2 rows match.
 
     A search looks for the query (made like :func:`valid_arguments`' one) that matches the most rows; with
     ``n`` matching rows the window is rows 2 to ``n - 1`` (rows 1 only, with an offset of 0, when ``n`` is 2).
     """
     props = tool["input_schema"]["properties"]
-    if "limit" not in props or tool["kind"] not in ("list", "search"):
+    if "limit" not in props or tool["kind"] not in ("list", "search", "relation_list"):
         return None
     table = tool["table"]
-    if tool["kind"] == "list":
+    if tool["kind"] == "relation_list":
+        matched = _relation_members(env, tool, saved, args[tool["relation"]["parent_field"]])
+        paged = dict(args)
+    elif tool["kind"] == "list":
         matched = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items() if k != "limit")]
         paged = dict(args)
     else:
@@ -315,6 +395,75 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
     return None
 
 
+def relation_invalid_arguments(
+    env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any], saved: dict[str, Any]
+) -> list[tuple[dict[str, Any], str]]:
+    """``(arguments, error type)`` that a relation tool must refuse on ``saved`` with that typed error: a parent
+    that does not exist, for add and remove also a member that does not exist, and for remove a pair of two
+    existing rows that is not there (each ``not_found``)."""
+    rel, missing = tool["relation"], "no-such-id-00000"
+    found = ErrorType.NOT_FOUND.value
+    out = [({**good, rel["parent_field"]: missing}, found)]
+    if tool["kind"] == "relation_list":
+        return out
+    out.append(({**good, rel["member_field"]: missing}, found))
+    absent = _absent_pair(*relation_ids(env, tool, saved))
+    if tool["kind"] == "relation_remove" and absent is not None:
+        out.append(({rel["parent_field"]: absent[0], rel["member_field"]: absent[1]}, found))
+    return out
+
+
+def _also_changed(before: dict[str, Any], after: dict[str, Any], table: str) -> str | None:
+    """What a write to ``table`` changed beyond it (other tables, the meta, the set of tables), in words, or
+    None when nothing."""
+    touched = [t for t in before["tables"] if t != table and before["tables"][t] != after["tables"].get(t)]
+    touched += ["meta"] if before["meta"] != after["meta"] else []
+    if touched or set(after["tables"]) != set(before["tables"]):
+        return ", ".join(touched) or "the set of tables"
+    return None
+
+
+def _relation_defect(
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    output: Any,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> str | None:
+    """None when a relation tool did what its kind says (:func:`_check_semantics`), else the defect."""
+    rel, table, kind = tool["relation"], tool["table"], tool["kind"]
+    pf, mf = rel["parent_field"], rel["member_field"]
+    if kind == "relation_list":
+        expected = _relation_members(env, tool, before, args[pf])
+        limit = args.get("limit", LIST_LIMIT_DEFAULT)
+        if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
+            return (
+                f"list returned {len(output.get('items', []))} of total {output.get('total')}, the "
+                f"{rel['parent_thing']} has {len(expected)} (limit {limit})"
+            )
+        return None
+    elsewhere = _also_changed(before, after, table)
+    if elsewhere:
+        return f"{kind} also changed {elsewhere}"
+    pair = (args[pf], args[mf])
+    pairs_before, pairs_after = _rows(before, table), _rows(after, table)
+    if kind == "relation_add":
+        row = {pf: pair[0], mf: pair[1], "created_at": before["meta"]["now"]}
+        held = next((r for r in pairs_before if (r[pf], r[mf]) == pair), None)
+        if pairs_after != (pairs_before if held else [*pairs_before, row]) or output != (held or row):
+            return "add did not record exactly that pair"
+        return None
+    kept = [r for r in pairs_before if (r[pf], r[mf]) != pair]
+    if (
+        len(kept) != len(pairs_before) - 1
+        or pairs_after != kept
+        or output != {pf: pair[0], mf: pair[1], "removed": True}
+    ):
+        return "remove did not delete exactly that pair"
+    return None
+
+
 def _check_semantics(
     env: dict[str, Any],
     tool: dict[str, Any],
@@ -325,12 +474,14 @@ def _check_semantics(
 ) -> str | None:
     """None when the tool did what its kind says to the state, else a description of the defect."""
     table, kind = tool["table"], tool["kind"]
-    key = env["tables"][table]["key"]
-    rows_before = {r[key]: r for r in _rows(before, table)}
-    rows_after = {r[key]: r for r in _rows(after, table)}
     unchanged = state_hash(before) == state_hash(after)
     if tool["read_only"] and not unchanged:
         return "read-only tool changed the state"
+    if kind in RELATION_KINDS:
+        return _relation_defect(env, tool, args, output, before, after)
+    key = env["tables"][table]["key"]
+    rows_before = {r[key]: r for r in _rows(before, table)}
+    rows_after = {r[key]: r for r in _rows(after, table)}
     if tool.get("singleton"):
         (only_before,), (only_after,) = rows_before.values(), rows_after.values()
         if kind == "get" and output != only_before:
@@ -375,10 +526,9 @@ def _check_semantics(
         }
         if row != expected_row or output != row or not others_same:
             return f"{act['verb']} did not change exactly {act['field']} of that row"
-        touched = [t for t in before["tables"] if t != table and before["tables"][t] != after["tables"].get(t)]
-        touched += ["meta"] if before["meta"] != after["meta"] else []
-        if touched or set(after["tables"]) != set(before["tables"]):
-            return f"{act['verb']} also changed {', '.join(touched) or 'the set of tables'}"
+        elsewhere = _also_changed(before, after, table)
+        if elsewhere:
+            return f"{act['verb']} also changed {elsewhere}"
     elif kind == "get":
         if output != rows_before.get(args[key]):
             return "get returned something other than the stored row"
@@ -402,6 +552,12 @@ def _check_semantics(
     elif kind == "delete":
         if args[key] in rows_after or len(rows_after) != len(rows_before) - 1:
             return "delete did not remove exactly that row"
+        for other, meta in env["tables"].items():
+            held = [f for f, target in meta["foreign_keys"].items() if target == table]
+            if meta.get("relation") and held:
+                kept = [r for r in _rows(before, other) if all(r.get(f) != args[key] for f in held)]
+                if _rows(after, other) != kept:
+                    return f"delete did not remove exactly the pairs of {other} that hold the row"
     return None
 
 
@@ -485,15 +641,24 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
 
 
 def _report_unchecked_actions(env: dict[str, Any], report: VerificationReport) -> None:
-    """A failed check for each action that no loadable state let the gate call: an action is never passed
-    unexecuted."""
+    """A failed check for each action and relation tool that no loadable state let the gate call: neither is
+    ever passed unexecuted."""
     ran = {c.tool for c in report.checks}
     for tool in env["tools"]:
-        if tool["kind"] == "action" and tool["name"] not in ran:
+        if tool["name"] in ran:
+            continue
+        if tool["kind"] == "action":
             report.add(
                 "semantics",
                 False,
                 f"no loadable initial state has a row of {tool['table']} to check {tool['action']['verb']} on",
+                tool["name"],
+            )
+        elif tool["kind"] in RELATION_KINDS:
+            report.add(
+                "semantics",
+                False,
+                f"no loadable initial state has the rows of {tool['table']} to check {tool['kind']} on",
                 tool["name"],
             )
 
@@ -546,21 +711,27 @@ def _check_invalid(
     base: str,
     report: VerificationReport,
 ) -> None:
-    """Invalid arguments derived from ``good`` must give an error and leave the state (``saved``) as it was."""
+    """Invalid arguments derived from ``good`` must give an error (a relation tool's: its typed one,
+    :func:`relation_invalid_arguments`) and leave the state (``saved``) as it was."""
     tname = tool["name"]
-    bad = invalid_arguments(tool, good)
-    if bad is None:
-        return
-    result, episode, crash = _call_on_fork(worker, base, tname, bad)
-    if crash:
-        report.add("tool_invalid", False, f"invalid call crashed the worker: {crash}", tname, state_name)
-        return
-    after = worker.save(episode)[env["env_id"]]
-    ok = not result.get("ok") and state_hash(after) == state_hash(saved)
-    report.add(
-        "tool_invalid", ok, "" if ok else f"invalid arguments {bad} were accepted or changed state", tname, state_name
-    )
-    worker.close_episode(episode)
+    if tool["kind"] in RELATION_KINDS:
+        attempts: list[tuple[dict[str, Any], str | None]] = list(relation_invalid_arguments(env, tool, good, saved))
+    else:
+        bad = invalid_arguments(tool, good)
+        attempts = [] if bad is None else [(bad, None)]
+    for bad, expected in attempts:
+        result, episode, crash = _call_on_fork(worker, base, tname, bad)
+        if crash:
+            report.add("tool_invalid", False, f"invalid call crashed the worker: {crash}", tname, state_name)
+            return
+        after = worker.save(episode)[env["env_id"]]
+        error = (result.get("error") or {}).get("type")
+        ok = not result.get("ok") and expected in (None, error) and state_hash(after) == state_hash(saved)
+        detail = f"invalid arguments {bad} were accepted or changed state" + (
+            f" (expected {expected}, got {error or 'success'})" if expected else ""
+        )
+        report.add("tool_invalid", ok, "" if ok else detail, tname, state_name)
+        worker.close_episode(episode)
 
 
 def _check_call(
@@ -589,8 +760,46 @@ def _check_call(
     report.add("semantics", defect is None, f"{note}{defect} (arguments {args})" if defect else "", tname, state_name)
     if tool["kind"] == "action" and defect is None:
         _check_precondition(worker, env, tool, args, episode, after, report, state_name)
+    if tool["kind"] == "relation_add" and defect is None:
+        _check_add_again(worker, env, tool, args, episode, after, report, state_name)
     worker.close_episode(episode)
     return True
+
+
+def _check_add_again(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    episode: str,
+    after: dict[str, Any],
+    report: VerificationReport,
+    state_name: str,
+) -> None:
+    """A relation's add again on the pair it just recorded (``after``): an idempotent add succeeds, returns the
+    stored pair and changes nothing (``semantics``); any other fails with ``precondition_failed`` and changes
+    nothing (``precondition``)."""
+    env_id, rel = env["env_id"], tool["relation"]
+    result = worker.call(episode, tool["name"], args)
+    unchanged = state_hash(worker.save(episode)[env_id]) == state_hash(after)
+    if rel["idempotent"]:
+        stored = next(
+            (
+                r
+                for r in _rows(after, tool["table"])
+                if (r[rel["parent_field"]], r[rel["member_field"]])
+                == (args[rel["parent_field"]], args[rel["member_field"]])
+            ),
+            None,
+        )
+        ok = bool(result.get("ok")) and result.get("output") == stored and unchanged
+        detail = "" if ok else f"the same add again gave {result.get('output') or result.get('error')}"
+        report.add("semantics", ok, detail + ("" if unchanged else " and changed the state"), tool["name"], state_name)
+        return
+    error = result.get("error") or {}
+    ok = not result.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value and unchanged
+    detail = "" if ok else f"an add of a pair that is there gave {error or 'success'}"
+    report.add("precondition", ok, detail + ("" if unchanged else " and changed the state"), tool["name"], state_name)
 
 
 def _check_action_on_seeded_row(

@@ -66,7 +66,9 @@ def tool_definitions(environment: dict[str, Any]) -> list[types.Tool]:
                 output_schema=copy.deepcopy(output_schema) if _is_object_schema(output_schema) else None,
                 annotations=types.ToolAnnotations(
                     read_only_hint=bool(spec.get("read_only")),
-                    destructive_hint=kind in ("update", "delete", "action") if not spec.get("read_only") else None,
+                    destructive_hint=(
+                        kind in ("update", "delete", "action", "relation_remove") if not spec.get("read_only") else None
+                    ),
                     open_world_hint=False,
                 ),
             )

@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from envfactory_assets.envgen.tools import KIND_ORDER
+from envfactory_assets.envgen.tools import KIND_ORDER, RELATION_KINDS
 from envfactory_assets.reporting.dataset_mix import sft_mix, sft_mix_lines
 from envfactory_assets.reporting.exports_section import current_export_audit, exports_section
 from envfactory_assets.reporting.realism import (
@@ -410,7 +410,7 @@ def tool_kind_section(
     """Tools of passed environments per kind per domain (``[(domain, kind, tools)]``), calls of passed refined
     trajectories per kind with their refused preconditions (``[(kind, calls, refused)]``), and the corpus's
     operations mapped per kind and unmapped per reason (mart ``operation_coverage`` rows)."""
-    kinds = [k for k in (*KIND_ORDER, "action") if any(row[1] == k for row in tool_kinds)]
+    kinds = [k for k in (*KIND_ORDER, "action", *RELATION_KINDS) if any(row[1] == k for row in tool_kinds)]
     kinds += sorted({row[1] for row in tool_kinds} - set(kinds))
     by_domain: dict[str, dict[str, int]] = {}
     for domain, kind, n in tool_kinds:

@@ -2,9 +2,11 @@
 
 Every operation (a path and an HTTP method) of the document is either mapped to the tool kind the
 programmatic builder gives it (``list``, ``get``, ``create``, ``update``, ``delete``, ``search``,
-``count`` or ``action``) or unmapped with one reason:
+``count``, ``action``, or one of a relation's ``relation_list``, ``relation_add`` and ``relation_remove``:
+:mod:`envfactory_assets.sources.relations`) or unmapped with one reason:
 
-- ``beyond_resource_cap``: its resource exists, but the environment keeps only the best-covered ones;
+- ``beyond_resource_cap``: its resource exists, but the environment keeps only the best-covered ones (a
+  relation is kept when both of its resources are);
 - ``action_without_state``: a verb after an item (``POST /a/{id}/restart``) that names no state of the row;
 - ``nested_too_deep``: more path parameters than :data:`~envfactory_assets.sources.openapi.MAX_NESTING`;
 - ``no_stateful_collection``: its collection has no create and read, or no object schema with scalar fields;
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.sources.actions import action_verb, split_action_path
-from envfactory_assets.sources.openapi import MAX_NESTING, Resource, extract_resources
+from envfactory_assets.sources.openapi import MAX_NESTING, Operation, Resource, extract_resources
 
 HTTP_METHODS = ("get", "put", "post", "delete", "patch")
 UNMAPPED_REASONS = (
@@ -41,11 +43,25 @@ class OperationCoverage:
     reason: str | None = None
 
 
+def _operations(resources: list[Resource]) -> list[Operation]:
+    """The operations ``resources`` implement: their own, their actions, and those of their relations whose two
+    resources are both among them."""
+    names = {r.name for r in resources}
+    return [
+        op
+        for r in resources
+        for op in [
+            *r.operations.values(),
+            *r.actions,
+            *(o for rel in r.relations if rel.member in names for o in rel.operations.values()),
+        ]
+    ]
+
+
 def _mapped(resources: list[Resource]) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
-    for r in resources:
-        for op in [*r.operations.values(), *r.actions]:
-            out.setdefault((op.method.lower(), op.path), op.kind)
+    for op in _operations(resources):
+        out.setdefault((op.method.lower(), op.path), op.kind)
     return out
 
 
@@ -72,7 +88,7 @@ def operation_coverage(
     every = extract_resources(spec) if resources is None else resources
     kept = _mapped(every[:max_resources] if max_resources else every)
     mapped_anywhere = _mapped(every)
-    resource_stems = {_stem(op.path) for r in every for op in [*r.operations.values(), *r.actions]}
+    resource_stems = {_stem(op.path) for op in _operations(every)}
     out: list[OperationCoverage] = []
     for path, item in spec.get("paths", {}).items():
         if not isinstance(path, str) or not isinstance(item, dict):

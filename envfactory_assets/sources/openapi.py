@@ -9,7 +9,8 @@ programmatic builder turns into tables and tools. Besides CRUD a resource keeps 
 can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
 (``GET /orders/count``). Collections nested at any depth (``/users/{id}/repos/{id}/issues``) belong to
-their nearest parent.
+their nearest parent. A sub-collection of another resource's rows (``/groups/{group_id}/members/{user_id}``)
+is a *relation* between two resources, kept on its parent (see :mod:`envfactory_assets.sources.relations`).
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class FieldSpec:
 @dataclass
 class Operation:
     """One HTTP operation of a resource, classified as list/get/create/update/delete/search/count, or
-    ``action`` with its ``verb`` (``"cancel"``)."""
+    ``action`` with its ``verb`` (``"cancel"``), or one of a :class:`Relation`'s ``relation_list``,
+    ``relation_add`` and ``relation_remove``."""
 
     kind: str
     method: str
@@ -94,6 +96,29 @@ class Operation:
     operation_id: str | None
     summary: str
     verb: str | None = None
+
+
+@dataclass
+class Relation:
+    """Pairs of rows of two resources of one document: ``parent`` rows hold ``member`` rows
+    (``/groups/{group_id}/members/{user_id}``: users are members of groups), with no fields of their own.
+
+    ``name`` is its table (``group_members``); rows are ``{parent_field, member_field, created_at}``, one per
+    pair. ``operations`` holds up to one ``relation_add`` (PUT or POST on the member item path),
+    ``relation_remove`` (DELETE on it) and ``relation_list`` (GET on the sub-collection: the member rows);
+    ``idempotent_add`` is True when the add is a PUT (adding a pair again changes nothing and succeeds).
+    ``role`` is the sub-collection's word for a member (``member``, ``watcher``).
+    """
+
+    name: str
+    parent: str
+    member: str
+    parent_field: str
+    member_field: str
+    path: str
+    role: str
+    operations: dict[str, Operation] = field(default_factory=dict)
+    idempotent_add: bool = False
 
 
 @dataclass
@@ -116,6 +141,8 @@ class Resource:
     singleton: bool = False
     #: True for a collection without create: its rows come from the seeded state only
     read_only: bool = False
+    #: relations whose parent this resource is (:class:`Relation`), in path order
+    relations: list[Relation] = field(default_factory=list)
 
     @property
     def singular(self) -> str:
@@ -450,6 +477,10 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
             continue
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
+    # relations.py reads documents with this module's readers: imported here, not at the top
+    from envfactory_assets.sources.relations import attach_relations
+
+    resources = attach_relations(spec, resources, items, collections)
     # writable collections first: an environment's tables are capped, and reads of seeded rows teach less
     resources.sort(
         key=lambda r: (r.read_only, -r.n_operations, r.parent_key is not None, r.singleton, -len(r.fields), r.name)

@@ -30,6 +30,7 @@ from envfactory_assets.sources.names import (
     indefinite_article,
     inflected_plural,
     name_nouns,
+    plural,
     singular,
     snake_case,
     speakable,
@@ -690,6 +691,8 @@ def describe_call(
         return spoken_value(args[name], props.get(name), rng) if natural else literal(args[name])
 
     kind = tool["kind"]
+    if kind in _RELATION_PLANS:
+        return _relation_request(tool, val, args, refs, rng)
     subject = ""
     if tool.get("singleton"):
         subject = f"the {things if tool['table'].endswith('s') else thing}"
@@ -737,18 +740,7 @@ def describe_call(
             where += form[0] + " and ".join(form[1].format(label=label(n), value=v) for n, v in plain)
         if args.get("offset") and "offset" not in refs:
             where += f", skipping the first {args['offset']}"
-        if "limit" in args and "limit" not in refs:
-            where += (
-                f" (at most {args['limit']})"
-                if not natural
-                else rng.choice(
-                    (
-                        f" (at most {args['limit']})",
-                        f", just the first {args['limit']}",
-                        f", up to {args['limit']} of them",
-                    )
-                )
-            )
+        where += _limit_words(args, refs, rng)
     plan_vars = {
         "thing": thing,
         "things": things,
@@ -782,6 +774,84 @@ def describe_call(
         plan = options[rng.randrange(len(options))]
     if kind == "update" and not fields:
         return f"update {subject}"
+    return an(plan.format(**plan_vars))
+
+
+def _limit_words(args: dict[str, Any], refs: dict[str, str], rng: random.Random | None) -> str:
+    """How a list request states its ``limit`` (``" (at most 5)"``; with ``rng`` one of several forms), or
+    ``""`` without one."""
+    if "limit" not in args or "limit" in refs:
+        return ""
+    if rng is None:
+        return f" (at most {args['limit']})"
+    return rng.choice(
+        (
+            f" (at most {args['limit']})",
+            f", just the first {args['limit']}",
+            f", up to {args['limit']} of them",
+        )
+    )
+
+
+#: Sentence plans of a relation's tools. {member}, {parent}: the two rows ("user 'use_1'", "the new group");
+#: {role}/{roles}: the sub-collection's word for a member ("member", "watchers"); {where}: a list's limit. The
+#: raw plan comes first; like the others, each starts with its verb.
+_RELATION_PLANS: dict[str, tuple[str, ...]] = {
+    "relation_add": (
+        "add {member} to {parent}",
+        "please add {member} to {parent}",
+        "could you add {member} to {parent} as a {role}",
+        "add {member} as a {role} of {parent}",
+        "go ahead and add {member} to {parent}",
+        "can you add {member} to the {roles} of {parent}",
+    ),
+    "relation_remove": (
+        "remove {member} from {parent}",
+        "please remove {member} from {parent}",
+        "could you remove {member} from the {roles} of {parent}",
+        "remove {member} as a {role} of {parent}",
+        "go ahead and remove {member} from {parent}",
+        "drop {member} from the {roles} of {parent}",
+    ),
+    "relation_list": (
+        "show me the {roles} of {parent}{where}",
+        "list the {roles} of {parent}{where}",
+        "could you list the {roles} of {parent}{where}",
+        "please show me all {roles} of {parent}{where}",
+        "can you list who the {roles} of {parent} are{where}",
+        "I'd like a list of the {roles} of {parent}{where}",
+    ),
+}
+
+
+def _relation_request(
+    tool: dict[str, Any],
+    val: Callable[[str], str | None],
+    args: dict[str, Any],
+    refs: dict[str, str],
+    rng: random.Random | None,
+) -> str:
+    """:func:`describe_call`'s request for a relation's tool: its two rows named like a keyed tool's subject
+    (a reference phrase as it is, else the row's noun and value), the raw plan without ``rng``."""
+    rel = tool["relation"]
+
+    def named(field: str, table: str, noun: str) -> str:
+        target = val(field)
+        if target and target.startswith(_REFERENCE_START):
+            return target
+        word = spoken_thing(table) if rng is not None else noun
+        return f"{word} {target}" if target else f"that {word}"
+
+    member = named(rel["member_field"], rel["member"], rel["member_thing"]) if rel["member_field"] in args else ""
+    plan_vars = {
+        "member": member,
+        "parent": named(rel["parent_field"], rel["parent"], rel["parent_thing"]),
+        "role": rel["role"],
+        "roles": words(plural(rel["role"])),
+        "where": _limit_words(args, refs, rng),
+    }
+    plans = _RELATION_PLANS[tool["kind"]]
+    plan = plans[0] if rng is None else plans[rng.randrange(len(plans))]
     return an(plan.format(**plan_vars))
 
 

@@ -35,7 +35,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envfactory_assets.sources.names import inflected_plural, reads_plural, reads_singular, spoken_thing, spoken_things
+from envfactory_assets.sources.names import (
+    indefinite_article,
+    inflected_plural,
+    plural,
+    reads_plural,
+    reads_singular,
+    spoken_thing,
+    spoken_things,
+)
 from envfactory_assets.synth.refinement.phrasing import an, flag_predicate, spoken_table, spoken_value, words
 
 #: Field names (lower-cased, underscores and case folded away) that label a row for a person, best first.
@@ -238,6 +246,9 @@ class _Call:
         self.kind = tool.get("kind") or call.get("kind") or ""
         table = spoken_table(dict(tool)) if tool.get("table") else words(str(tool.get("name", "item")))
         self.thing, self.things = spoken_thing(table), spoken_things(table)
+        relation = tool.get("relation") or {}
+        if relation.get("role"):  # a relation's rows are its members: "members", not "group members"
+            self.thing, self.things = words(relation["role"]), spoken_things(plural(relation["role"]))
         # the summary's "got the book" does not say which book: a reply to several calls of one tool names
         # each call's target instead
         self.done = None if name_rows else summary_action(tool)
@@ -763,6 +774,34 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
     return sentence
 
 
+def _relation_sentence(c: _Call, rng: random.Random) -> str:
+    """An add or remove of one pair, said with both rows' identifiers as the result states them."""
+    rel = c.tool.get("relation") or {}
+    out = c.out if isinstance(c.out, Mapping) else {}
+    member_id, parent_id = out.get(rel.get("member_field")), out.get(rel.get("parent_field"))
+    if member_id is None or parent_id is None:
+        return _pick(rng, ("done", "that went through", "it is done"))
+    member = f"{spoken_thing(rel['member'])} {member_id}"
+    parent = f"{spoken_thing(rel['parent'])} {parent_id}"
+    role, roles = c.thing, c.things
+    if c.kind == "relation_add":
+        plans = [
+            f"{member} is now {indefinite_article(role)} {role} of {parent}",
+            f"I added {member} to {parent}",
+            f"{member} was added to the {roles} of {parent}",
+            f"done, {member} is {indefinite_article(role)} {role} of {parent}",
+            f"{parent} now has {member} among its {roles}",
+        ]
+    else:
+        plans = [
+            f"{member} is no longer {indefinite_article(role)} {role} of {parent}",
+            f"I removed {member} from {parent}",
+            f"{member} was taken off the {roles} of {parent}",
+            f"done, {member} has left the {roles} of {parent}",
+        ]
+    return _pick(rng, plans)
+
+
 def _refusal_sentence(c: _Call, rng: random.Random) -> str:
     reason = c.refusal or ""
     lowered = reason[:1].lower() + reason[1:]
@@ -787,6 +826,9 @@ _SENTENCE: dict[str, Callable[[_Call, random.Random], str]] = {
     "update": _update_sentence,
     "delete": _delete_sentence,
     "action": _action_sentence,
+    "relation_list": _read_sentence,
+    "relation_add": _relation_sentence,
+    "relation_remove": _relation_sentence,
 }
 #: How the sentences of one reply follow each other: (between sentences, before the last one).
 _JOINTS = (
@@ -926,7 +968,7 @@ def write_reply(
     for i, s in enumerate(sentences[1:], start=1):
         joint = last if i == len(sentences) - 1 else between
         text += joint + (_capital(s) if joint.endswith(". ") else s)
-    reads_only = all(tools[c["name"]].get("kind") in ("list", "search", "count", "get") for c in calls)
+    reads_only = all(tools[c["name"]].get("kind") in ("list", "search", "count", "get", "relation_list") for c in calls)
     head = _Call(calls[0], tools[calls[0]["name"]], key_of(tools[calls[0]["name"]]))
     opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS).format(things=head.things)
     if opener.lower().startswith("done") and text.lower().startswith("done"):

@@ -150,8 +150,8 @@ def _missing_operation_request(
         env = environments[env_id]
         for table, meta in sorted(env["tables"].items()):
             kinds = {t["kind"] for t in env["tools"] if t["table"] == table}
-            if not kinds:
-                continue
+            if not kinds or meta.get("relation"):
+                continue  # a relation's pairs are made and removed by its own tools, never by a create
             thing = words(singular(table))
             rows = ((state.get(env_id) or {}).get("tables") or {}).get(table) or []
             if "delete" not in kinds and rows and meta["key"] in rows[0]:

@@ -281,7 +281,54 @@ def resolve_arguments(
         args[name], prov[name] = values.value(name, schema, tool["table"], future=True), {"source": "user"}
     if tool["kind"] == "update" and key in args:
         _make_update_change_something(tool, key, args, prov, saved, index, values)
+    if tool["kind"] in ("relation_add", "relation_remove"):
+        _pair_from_state(tool, args, prov, history, saved, index, rng)
     return args, prov
+
+
+def _pair_from_state(
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    prov: dict[str, Any],
+    history: list[dict[str, Any]],
+    saved: dict[str, Any],
+    index: ToolIndex,
+    rng: random.Random,
+) -> None:
+    """A relation's add asks for a pair that is not there yet, its remove for one that is: the two rows are
+    drawn among such pairs, keeping the rows earlier calls' outputs gave where a pair fits them (both, else the
+    parent, else the member, else neither: a row given by a call and already paired, or deleted, is no request
+    a person would make). Nothing is redrawn when the state has no such pair (the call then fails, and is
+    skipped)."""
+    rel = tool["relation"]
+    pf, mf = rel["parent_field"], rel["member_field"]
+    env_id = index.env_of[tool["name"]]
+    tables = saved[env_id]["tables"]
+    keys = index.envs[env_id]["tables"]
+    pairs = [(r[pf], r[mf]) for r in tables[tool["table"]]]
+    if tool["kind"] == "relation_remove":
+        options = pairs
+    else:
+        taken = set(pairs)
+        parents = [r[keys[rel["parent"]]["key"]] for r in tables[rel["parent"]]]
+        members = [r[keys[rel["member"]]["key"]] for r in tables[rel["member"]]]
+        options = [(p, m) for p in parents for m in members if p != m and (p, m) not in taken]
+    given = {n: args[n] for n in (pf, mf) if n in args and prov.get(n, {}).get("source") == "output"}
+    for kept in (given, {k: v for k, v in given.items() if k == pf}, {k: v for k, v in given.items() if k == mf}, {}):
+        fitting = [(p, m) for p, m in options if kept.get(pf, p) == p and kept.get(mf, m) == m]
+        if fitting:
+            options = fitting
+            break
+    else:
+        return
+    for name, value in zip((pf, mf), rng.choice(options), strict=True):
+        if name in kept:
+            continue
+        minted = _minting_position(history, value, index)
+        args[name] = value
+        prov[name] = (
+            {"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}
+        )
 
 
 def refusal_output(error: dict[str, Any]) -> dict[str, str]:

@@ -688,7 +688,8 @@ def _score_tools(
     """``[(score, tool)]`` for the tools scoring above 0, in ``infos`` order.
 
     Score: 3 for the request's action verb, 1 per request word among the tool's nouns, 1 per parameter named
-    in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'"); then
+    in the request, 2 when the tool's own row identifier is named with a literal ("document 'doc_1'"), 1 per
+    other required identifier named so ("to project 'pro_1'"); then
     0.1 off per word of the tool's name the request does not say (at most 0.4, below every other step), so
     "list the appointments" picks ``appointments_list`` over ``appointment_templates_list``, as a reader
     would, instead of a coin toss.
@@ -728,6 +729,12 @@ def _score_tools(
         score += sum(1.0 for p in info.params if _field_named(named, p, info.params[p]))
         if info.key and _key_quoted_pattern(info.key, (rows or {}).get(info.key)).search(lowered):
             score += 2.0
+        # another row the tool needs, named with a literal ("add user 'u_1' to project 'p_1'": the project's id)
+        score += sum(
+            1.0
+            for p in info.required
+            if p != info.key and p.endswith("_id") and _key_quoted_pattern(p, (rows or {}).get(p)).search(lowered)
+        )
         if score > 0:
             unsaid = sum(1 for t in info.name_nouns if t not in clause_toks)
             scored.append((score - 0.1 * min(unsaid, 4), info))
@@ -892,6 +899,12 @@ def _arguments(
                 continue
             if ref and wants is not None and " whose " in ref.group(1):
                 wants.append(name)
+            if name in tool.required:
+                # a second row named as the key's is ("add user 'u_1' to group 'g_1'": the group's id)
+                lit = _pattern(rf"\b{_row_re(name, rows)} ({_LITERAL})", re.IGNORECASE).search(text)
+                if lit:
+                    args[name], text = _coerce(lit.group(1), schema), _blanked(text, lit)
+                    continue
     for lit in re.findall(r"'(.*?)'(?=[\s,.:)]|$)", text):  # a bare value: the parameter whose enum has it
         owners = [n for n, sch in tool.params.items() if n not in args and lit in (sch.get("enum") or ())]
         if owners:
