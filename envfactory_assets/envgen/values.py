@@ -8,6 +8,11 @@ currencies, countries and languages (``pycountry``, via :mod:`.entity_data`), re
 site) for people's and companies' names, addresses, phone numbers, e-mail, URLs, hosts and IPs. Free text
 (descriptions, notes, titles, messages) is composed from sentence templates written for this module.
 
+A string field none of these rules knows gets, in this order: one of the spec's usable examples or a value its
+description quotes (``e.g. "Stop K"``); a value of the shape the rest of its name implies (digits for
+``metageneration``, ``true``/``false`` for ``allow_markup``, a command line, JSON, a PEM block, a DOI...); else an
+opaque code (``QX-4821``) that claims no meaning, where a real word would claim a wrong one.
+
 Every date and date-time is at or before the clock (``now``, default :data:`DEFAULT_NOW`, the seeded
 states' ``meta.now``) unless the caller asks for a future value (``future=True``: a due date a user sets).
 """
@@ -56,9 +61,22 @@ _PERSON_TABLES = (
 )
 
 
+#: Words that end in digits and are one word (``ipv4``, ``base64``, ``pkcs7``), not a word and a counter.
+_DIGIT_WORDS = frozenset(
+    "ipv4 ipv6 base64 base32 sha1 sha256 sha512 md5 pkcs7 pkcs8 pkcs12 utf8 utf16 iso8601 e164 x509 oauth2 s3 ec2 "
+    "mp3 mp4 h264 isbn10 isbn13 line1 line2 address1 address2".split()
+)
+
+
 def _snake(name: str) -> str:
-    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-    return re.sub(r"(?<=[a-z])(?=\d+$)", "_", snake)  # ``extra_phone3``: the third phone
+    """``name`` in snake case, with a trailing counter split off (``extra_phone3``: the third phone) unless the
+    digits belong to the word (``ipv4``, ``base64``), and without the trailing ``_`` that escapes a Python keyword
+    (``from_``)."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower().rstrip("_") or name.lower()
+    last = snake.rsplit("_", 1)[-1]
+    if last in _DIGIT_WORDS:
+        return snake
+    return re.sub(r"(?<=[a-z])(?=\d+$)", "_", snake)
 
 
 def _has(name: str, *parts: str) -> bool:
@@ -354,7 +372,8 @@ class ValueFactory:
         if "enum" in schema:
             return self.rng.choice(schema["enum"])
         name = _snake(field_name)
-        desc = (description or str(schema.get("description") or "")).lower()
+        raw_desc = description or str(schema.get("description") or "")
+        desc = raw_desc.lower()
         examples = [e for e in schema.get("examples") or () if _usable_example(e, schema, name)]
         if examples and not _is_date_field(name, schema) and self.rng.random() < 0.6:
             return self.rng.choice(examples)
@@ -369,9 +388,11 @@ class ValueFactory:
             self.data_sources.add(entity[1])
             return entity[0]
         limit = schema.get("maxLength")
+        # what the spec says a value looks like, for a field whose name and description name no kind
+        hints = examples + [q for q in _quoted_examples(raw_desc) if _usable_example(q, schema, name)]
         text = ""
         for _ in range(5):
-            text = self._string(name, schema.get("format"), table.lower(), desc, future)
+            text = self._string(name, schema.get("format"), table.lower(), desc, future, hints, limit)
             if not isinstance(limit, int) or len(text) <= limit:
                 return text
         return text[:limit]
@@ -587,7 +608,16 @@ class ValueFactory:
                 return f"{place['city']}, {country_name(place['country'])}" if rng.random() < 0.5 else place["city"]
         return None
 
-    def _string(self, n: str, fmt: str | None, table: str, desc: str, future: bool) -> str:
+    def _string(
+        self,
+        n: str,
+        fmt: str | None,
+        table: str,
+        desc: str,
+        future: bool,
+        hints: list[Any] | tuple[Any, ...] = (),
+        limit: int | None = None,
+    ) -> str:
         f, rng = self.faker, self.rng
         if fmt == "date-time":
             return self.datetime_str(n, future)
@@ -656,7 +686,9 @@ class ValueFactory:
         if n.endswith("_id") or n == "id":
             # an identifier of something outside the environment (the state's own keys come from the state)
             return f"{n[:-3] or 'ref'}_{rng.randint(1, 99999):05d}"
-        if _has(n, "phone", "mobile", "telephone", "fax", "cell", "msisdn") or n in ("to", "from"):
+        if _has(n, "phone", "mobile", "telephone", "fax", "cell", "msisdn") or (
+            n in ("to", "from") and not re.search(r"\b(place|location|city|destination|travel|entity)\b", desc)
+        ):
             return f"+1{rng.randint(201, 989)}{rng.randint(200, 999)}{rng.randint(0, 9999):04d}"
         if n in ("first_name", "given_name", "firstname"):
             return f.first_name()
@@ -820,8 +852,312 @@ class ValueFactory:
             return f.url()
         if "e-mail" in desc or "email" in desc:
             return f.email()
-        # No meaning known: one real word, as a short label (never two random words glued together).
-        return f.word()
+        # No kind word in the name or description: what the spec says a value looks like, else the shape the
+        # name's last word implies, else a code that claims no meaning (a real word would claim a wrong one).
+        if hints:
+            return rng.choice(list(hints))
+        shaped = self._shaped_string(n, table, desc)
+        if shaped is not None and (not isinstance(limit, int) or len(shaped) <= limit):
+            return shaped  # a shape cut to fit would no longer be one: then the code below, which fits
+        return self._opaque_code(limit)
+
+    def _shaped_string(self, n: str, table: str, desc: str) -> str | None:
+        """A value of the shape a field's name (``n``, snake case) or description implies where no kind rule of
+        :meth:`_string` applied, or None when it implies none.
+
+        Shapes: a number written as text (``metageneration``, ``port``, ``vlan``, "6 digits"), a ``true``/``false``
+        flag (``allow_markup``, "When true, ..."), an identifier whose name glues ``id`` on (``accountid``), JSON,
+        XML, HTML, CSS and SQL text, a command line, an expression, a query, a regular expression or glob, a text
+        encoding, a file extension, a PEM block, a MAC address, a DOI, an endpoint URL, a DKIM selector, a
+        subdomain, a salt, a computer's name, a bucket, a repository, a stock ticker and exchange, a weekday, a
+        frequency, a card statement descriptor, an address complement, a CNPJ/CPF, a CPU platform, a snippet of a
+        message, a note, a file name, a person who did something (``approved_by``), a user name, a signed change
+        and a percentage, access permissions, a place or a bounding box.
+        """
+        f, rng = self.faker, self.rng
+        last = n.rsplit("_", 1)[-1]
+        digits = re.search(r"\b(\d{1,2})[- ]digits?\b", desc)
+        if digits and 0 < int(digits.group(1)) <= 30:
+            return f.numerify("#" * int(digits.group(1)))
+        if last == "level" and _has(n, "log", "logging"):
+            return rng.choice(("debug", "info", "warning", "error"))
+        if last in _NUMBER_WORDS and not re.search(r"\bname\b", desc):  # an index's name is no number
+            return str(rng.randint(*_NUMBER_WORDS[last]))
+        if re.match(r"(is|has|allow|allows|enable|enabled|can|should|disable|require|requires)_", n) or (
+            re.match(r"\W*((when|if) (set to )?true\b|true (if|when)\b|whether\b)", desc)
+        ):
+            return rng.choice(("true", "false"))
+        glued = re.fullmatch(r"([a-z]{2,}?)(id|uid|guid)", n)
+        if glued and n not in _WORDS_ENDING_ID:
+            return f"{glued.group(1)}_{rng.randint(1, 99999):05d}"
+        if (
+            _has(n, "json")
+            or last in ("attributes", "metadata")
+            or n.endswith("meta_data")
+            or (re.search(r"\bjson\b", desc) and not _has(n, "format", "type"))
+        ):
+            return self._json_text()
+        if _has(n, "xml") or re.search(r"\bxml\b", desc):
+            team = rng.choice(_TEAMS).lower().replace(" ", "-")
+            return (
+                f'<?xml version="1.0" encoding="UTF-8"?><settings><team>{team}</team>'
+                f"<timeout>{rng.randint(1, 12) * 5}</timeout></settings>"
+            )
+        if _has(n, "html"):
+            import html
+
+            return f"<p>{html.escape(self._fill(rng.choice(_MESSAGES), table))}</p>"
+        if _has(n, "css", "stylesheet"):
+            return rng.choice(_CSS)
+        if _has(n, "sql") or re.search(r"\bsql\b", desc):
+            return rng.choice(_SQL)
+        if _has(n, "command", "command_line", "commandline", "cmd", "entrypoint", "entry_point", "script", "shell"):
+            return rng.choice(_COMMANDS)
+        if _has(n, "expression", "expr", "formula", "condition", "predicate"):
+            return rng.choice(_EXPRESSIONS)
+        if _has(n, "query", "q", "filter", "filters", "search", "search_query", "search_term"):
+            return rng.choice(_QUERIES).format(date=(self.now.date() - dt.timedelta(days=rng.randint(1, 90))))
+        if _has(n, "glob"):
+            return rng.choice(("*.log", "reports/*.csv", "src/**/*.py", "images/*.png"))
+        if _has(n, "pattern", "regex", "regexp"):
+            return rng.choice(_PATTERNS)
+        if _has(n, "encoding", "charset"):
+            if _has(n, "content_encoding", "transfer_encoding", "compression"):
+                return rng.choice(("gzip", "br", "deflate", "identity"))
+            return rng.choice(("UTF-8", "ISO-8859-1", "UTF-16", "US-ASCII"))
+        if _has(n, "extension", "file_extension", "ext"):
+            if "phone" in desc or "phone" in table:
+                return str(rng.randint(100, 9999))
+            return f.file_extension()
+        if _has(n, "pem", "pkcs7", "pkcs12", "certificate", "cert", "csr", "certificate_chain"):
+            return self._pem(_has(n, "pkcs7"))
+        if _has(n, "mac", "mac_address", "macaddress", "bssid"):
+            return f.mac_address()
+        if _has(n, "doi") or "digital object identifier" in desc:
+            return f"10.{rng.randint(1000, 99999)}/{rng.randint(100000, 9999999)}"
+        if _has(n, "endpoint", "end_point"):
+            return f"https://{f.hostname()}/api/v{rng.randint(1, 3)}"
+        if _has(n, "selector"):
+            return f"s{rng.randint(1, 99)}"
+        if _has(n, "subdomain"):
+            return f"{rng.choice(('mail', 'em', 'links', 'news', 'app'))}{rng.randint(1, 999)}"
+        if _has(n, "salt", "hardware_id", "machine_id", "nonce"):
+            return f.sha1()[:24]
+        if _has(n, "computer", "computer_name", "machine_name", "workstation"):
+            return f.hostname(0).upper()
+        if _has(n, "bucket", "bucket_name"):
+            return f"{f.domain_word()}-{rng.choice(('assets', 'backups', 'logs', 'uploads', 'exports', 'media'))}"
+        if _has(n, "repository", "repo", "repository_name"):
+            if "svn" in desc or "url" in desc:
+                return f"https://svn.{f.domain_name()}/repos/{f.domain_word()}"
+            return f"{f.user_name()}/{f.domain_word()}-{rng.choice(('api', 'web', 'service', 'tools', 'sdk'))}"
+        if _has(n, "ticker", "ticker_symbol", "stock_symbol"):
+            return rng.choice(_TICKERS)
+        if _has(n, "exchange", "listing_exchange", "primary_exchange"):
+            return rng.choice(_EXCHANGES)
+        if _has(n, "day_of_week", "weekday", "dow", "day_name"):
+            return f.day_of_week()
+        if _has(n, "frequency", "recurrence", "cadence"):
+            return rng.choice(("daily", "weekly", "monthly", "hourly", "quarterly"))
+        if _has(n, "descriptor", "statement_descriptor", "soft_descriptor"):
+            # what a card or bank statement shows: capitals, at most 22 characters
+            return re.sub(r"[^A-Z0-9]+", " ", f.company().upper())[:22].strip()
+        if _has(n, "complement", "line2", "address2", "apartment", "suite"):
+            return f.secondary_address()
+        if _has(n, "cnpj"):
+            return f.numerify("##.###.###/0001-##")
+        if _has(n, "cpf"):
+            return f.numerify("###.###.###-##")
+        if _has(n, "cpu", "cpu_platform", "processor"):
+            return rng.choice(_CPU_PLATFORMS)
+        if last in ("snippet", "excerpt", "preview", "teaser"):
+            return self._fill(rng.choice(_MESSAGES), table)
+        if last in ("addendum", "postscript", "remark"):
+            return self._fill(rng.choice(_NOTES), table)
+        if last in ("document", "documents", "glossary", "glossaries", "styleguide", "styleguides", "attachments"):
+            stem = _DOCUMENT_KINDS.get(last) or rng.choice(_DOCUMENT_STEMS)
+            return f"{stem}_{rng.randint(1, 12):02d}.{rng.choice(('pdf', 'docx', 'xlsx', 'csv'))}"
+        if last in ("separator", "delimiter"):
+            return rng.choice((",", ";", "|", "\t"))
+        if n.endswith("tags") or last == "labels":
+            return ", ".join(t.lower().replace(" ", "-") for t in rng.sample(_TEAMS, 2))
+        if n == "value" and any(w in table for w in ("secret", "credential", "token", "password")):
+            return f.sha1()[:32]
+        if n == "self" or re.match(r"\W*(the )?path to\b", desc):
+            return f"/v1/{table or 'items'}/{rng.randint(1, 99999):05d}"
+        if last in ("phrase", "term", "word", "words", "keyword", "keywords"):
+            return " ".join(f.words(rng.randint(1, 2)))
+        if n.endswith("_by") or last in ("creator", "approver", "requester", "reporter"):
+            return f.name()
+        if last in ("identity", "acct") or "username" in desc:
+            handle = f.user_name()
+            return f"{handle}@{f.domain_name()}" if "domain" in desc and rng.random() < 0.5 else handle
+        if last in ("cash", "equity", "margin"):
+            return f"{round(10 ** rng.uniform(2, 5), 2):.2f}"
+        if last in ("change", "delta", "diff", "pnl") or n.endswith(("percent", "pct")):
+            spread = 5 if n.endswith(("percent", "pct")) else 250  # a day's change: a few percent, some currency
+            return f"{rng.uniform(-spread, spread):.2f}"
+        if last in ("permissions", "permission", "scopes", "scope"):
+            return rng.choice(("read", "read,write", "admin", "read:orders write:orders", "read_only"))
+        if _has(n, "bounds", "bbox", "bounding_box", "envelope", "extent"):
+            place, d = real_place(rng), rng.choice((0.05, 0.1, 0.2))
+            lat, lon = place["lat"], place["lon"]
+            return f"{lon - d:.6f},{lat - d:.6f},{lon + d:.6f},{lat + d:.6f}"
+        if (
+            n in ("from", "to")
+            and re.search(r"\b(place|location|city|destination|travel)\b", desc)
+            or re.search(r"\bco-?ordinates?\b", desc)
+        ):
+            place = real_place(rng)
+            return place["city"] if n in ("from", "to") else f"{place['lat']:.4f},{place['lon']:.4f}"
+        named = re.match(r"\W*(?:the )?name of (?:the|a|an|this) ([a-z]+)", desc)
+        if named:  # "The name of the entity where the relation starts": a name of that kind of thing
+            return f"{rng.choice(_TEAMS)} {named.group(1).title()}"
+        return None
+
+    def _json_text(self) -> str:
+        """A small JSON object as text (two of a handful of keys a system keeps about a record)."""
+        import json
+
+        rng = self.rng
+        values = {
+            "team": lambda: rng.choice(_TEAMS).lower(),
+            "source": lambda: rng.choice(_CHANNELS),
+            "region": lambda: rng.choice(_AWS_REGIONS),
+            "tier": lambda: rng.choice(_TIERS),
+            "priority": lambda: rng.randint(1, 5),
+            "reference": lambda: f"REF-{self.now.year}-{rng.randint(1, 9999):04d}",
+        }
+        keys = rng.sample(sorted(values), 2)
+        return json.dumps({k: values[k]() for k in keys})
+
+    def _pem(self, pkcs7: bool) -> str:
+        """A PEM block (RFC 7468): a label line, base64 of random bytes in 64-character lines, an end line."""
+        import base64
+
+        label = "PKCS7" if pkcs7 else "CERTIFICATE"
+        body = base64.b64encode(bytes(self.rng.getrandbits(8) for _ in range(96))).decode()
+        lines = "\n".join(body[i : i + 64] for i in range(0, len(body), 64))
+        return f"-----BEGIN {label}-----\n{lines}\n-----END {label}-----"
+
+    def _opaque_code(self, limit: int | None = None) -> str:
+        """A code that claims no meaning, for a field of which nothing is known: two capitals, a hyphen and four
+        digits (``QX-4821``), cut to ``limit`` characters (digits first kept below 3). It has a digit, so it is
+        never a word."""
+        rng = self.rng
+        letters = "".join(rng.choice(_CODE_LETTERS) for _ in range(2))
+        digits = f"{rng.randint(0, 9999):04d}"
+        code = f"{letters}-{digits}"
+        if isinstance(limit, int) and len(code) > limit:
+            code = (letters + digits)[:limit] if limit >= 3 else digits[: max(limit, 1)]
+        return code
+
+
+#: Letters of :meth:`ValueFactory._opaque_code` (consonants: no syllable to read a word into).
+_CODE_LETTERS = "BCDFGHJKLMNPQRSTVWXZ"
+
+#: Number words a name may end in, with the range of the number it holds as text.
+_NUMBER_WORDS: dict[str, tuple[int, int]] = {
+    "generation": (1_000_000, 9_999_999),
+    "metageneration": (1, 20),
+    "count": (0, 500),
+    "employees": (1, 5000),
+    "headcount": (1, 5000),
+    "no": (1, 99999),
+    "num": (1, 99999),
+    "nr": (1, 99999),
+    "seq": (1, 9999),
+    "sequence": (1, 9999),
+    "index": (0, 99),
+    "idx": (0, 99),
+    "level": (1, 10),
+    "rank": (1, 100),
+    "port": (1024, 65535),
+    "vlan": (1, 4094),
+}
+
+#: English words that end in ``id``: not an identifier's name with ``id`` glued on.
+_WORDS_ENDING_ID = frozenset(
+    "valid invalid paid prepaid unpaid postpaid android hybrid rapid fluid liquid solid grid humid rigid vivid lucid "
+    "avid squid pyramid orchid steroid asteroid tabloid afraid braid plaid mermaid forbid morbid stupid timid candid "
+    "acid arachnid void avoid said laid maid raid skid druid cuboid ovoid".split()
+)
+
+_COMMANDS = (
+    "python3 run.py --input data.csv",
+    "/bin/bash -c 'echo started && sleep 30'",
+    "cmd /c echo %AZ_BATCH_TASK_ID%",
+    "node server.js --port 8080",
+    "java -jar app.jar --spring.profiles.active=prod",
+    "ffmpeg -i input.mp4 -vf scale=1280:720 output.mp4",
+    "make test",
+    "npm run build",
+)
+_EXPRESSIONS = (
+    "speed > 80",
+    "amount * 0.2",
+    "max(0, quantity - 5)",
+    "status == 'active' && total > 100",
+    "ignition ? 1 : 0",
+    "price * (1 - discount / 100)",
+    "count >= 3",
+    "$TargetDedicatedNodes = min(10, $PendingTasks.GetSample(1))",
+)
+_QUERIES = (
+    "status:active",
+    "created_at>={date}",
+    "status eq 'invoiced'",
+    "priority:high AND status:open",
+    "updated_at >= '{date}'",
+    "type:order -status:cancelled",
+)
+_PATTERNS = (r"^[A-Z]{3}-\d{4}$", r"^\d{5}(-\d{4})?$", r"^[a-z0-9._-]+$", r"\.(jpg|png)$", r"^ORD-\d+$")
+_CSS = (
+    "color: #1a73e8; font-size: 14px;",
+    "font-family: Arial, sans-serif; margin: 0 auto;",
+    "background-color: #f5f5f5; padding: 8px 12px;",
+    "border: 1px solid #ddd; border-radius: 4px;",
+)
+_SQL = (
+    "SELECT id, status FROM orders WHERE created_at >= '2025-01-01'",
+    "SELECT COUNT(*) FROM users WHERE active = true",
+    "SELECT customer_id, SUM(total) FROM invoices GROUP BY customer_id",
+    "UPDATE tasks SET status = 'done' WHERE id = 42",
+)
+# Large listed companies' tickers and the exchanges and routing destinations brokers name.
+_TICKERS = ("AAPL", "MSFT", "AMZN", "GOOGL", "TSLA", "NVDA", "JPM", "V", "KO", "IBM", "SAP", "ASML", "BMW", "VOD")
+_EXCHANGES = ("NASDAQ", "NYSE", "ARCA", "SMART", "LSE", "XETRA", "TSE", "HKEX", "EURONEXT", "BATS")
+_DOCUMENT_KINDS = {
+    "glossary": "glossary",
+    "glossaries": "glossary",
+    "styleguide": "style_guide",
+    "styleguides": "style_guide",
+}
+_DOCUMENT_STEMS = ("contract", "brief", "manual", "report", "proposal", "specification", "presentation", "terms")
+_CPU_PLATFORMS = (
+    "Intel Cascade Lake",
+    "Intel Ice Lake",
+    "Intel Sapphire Rapids",
+    "AMD Rome",
+    "AMD Milan",
+    "AMD Genoa",
+    "Ampere Altra",
+)
+
+# Examples a description gives in quotes, or after "Example:" (``e.g. "Stop K"``, ``for example `EUR` ``).
+_QUOTED_EXAMPLE = re.compile(
+    r"\b(?:e\.\s?g\.|eg\.|for example|for instance|such as|examples?:)\s*[:,]?\s*"
+    r"(?:\"([^\"]{1,120})\"|'([^']{1,120})'|`([^`]{1,120})`|(?<=: )([\w@.:/+-]{1,120}?)(?=[.,;]?(?:\s|$)))",
+    re.I,
+)
+
+
+def _quoted_examples(description: str) -> list[str]:
+    """The values a description gives as examples: quoted after ``e.g.``, ``for example``, ``such as``, or
+    after ``Example:`` (also unquoted there); the first of each mention."""
+    found = [next(g for g in m.groups() if g) for m in _QUOTED_EXAMPLE.finditer(description)]
+    # ``'"a", "b"'`` shows a notation with letters that stand for values: no value itself
+    return [q for q in found if re.search(r"[^\W_]{2}", q)]
 
 
 #: JSON Schema string formats whose values :meth:`ValueFactory._string` writes as such, before any kind the field's
@@ -943,7 +1279,20 @@ def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:
         flat, field = re.sub(r"[^a-z0-9]", "", value.lower()), re.sub(r"[^a-z0-9]", "", name.lower())
         # the field's own name, bare or with a word in front: "Description", "A description", "project description"
         echoes = bool(field) and flat.endswith(field) and len(flat) <= len(field) + 8
-        stand_in = bool(re.fullmatch(r"\s*<[^<>]+>\s*", value)) or bool(re.search(r"\byour[\s._-]", value.lower()))
+        stand_in = (
+            bool(re.fullmatch(r"\s*<[^<>]+>\s*", value))
+            or bool(re.search(r"\byour[\s._-]", value.lower()))
+            # ``MyDomain\UserA``, ``my-project``: the author's stand-in for the reader's own
+            or bool(
+                re.search(
+                    r"(^|[\W_])my[\W_]?(domain|company|value|token|key|host|server|app|project|org)", value.lower()
+                )
+            )
+            # ``null only in the case of a non variant product``: a remark on when there is no value
+            or bool(re.match(r"\s*(null|none|n/a|undefined)\b", value.lower()))
+            # ``example code``, ``sample client_account``: a stand-in named as one
+            or bool(re.fullmatch(r"\s*(example|sample|placeholder|dummy)\s+\S+\s*", value.lower()))
+        )
         return flat not in _PLACEHOLDERS and not echoes and not stand_in and not _latin_filler(value)
     if typ in ("integer", "number"):
         ok = (

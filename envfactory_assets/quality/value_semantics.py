@@ -89,6 +89,7 @@ _UTC_OFFSET = re.compile(r"^(UTC|GMT)?[+-](0\d|1[0-4])(:?[0-5]\d)?$")
 _PHONE_SHAPE = re.compile(r"^\+?[\d\s().-]+(\s*(x|ext\.?)\s*\d{1,6})?$")
 _NAME_SHAPE = re.compile(r"^[^\W\d_][^\W\d_'.\- ]*(?:[ '.\-]+[^\W\d_][^\W\d_'.\-]*){0,4}\.?$")
 _WORD_PAIR = re.compile(r"^[a-z]+-[a-z]+$")
+_NOT_A_NUMBER = re.compile(r"\b(place|location|city|destination|travel|entity)\b")
 _IP = re.compile(r"(^|_)(ip|ip_address|ipv4|ipv6|ip_addr|remote_ip|client_ip)$")
 _HOST = re.compile(r"(^|_)(fqdn|hostname|host_name|domain|domain_name|host)$")
 _ARN = re.compile(r"(^|_)arn$")
@@ -749,7 +750,9 @@ def _semantic_verdict_of(name: str, value: Any, desc: str) -> Judgement:
 
         ok = validators.url(text) is True
         return Judgement("pass" if ok else "fail", "url")
-    if _PHONE.search(name):
+    # a bare ``from``/``to`` is a phone number unless its description says it is a place or a named entity
+    # (``The destination of the travel``, ``The name of the entity where the relation ends``)
+    if _PHONE.search(name) and not (name in ("from", "to") and _NOT_A_NUMBER.search(desc)):
         digits = sum(c.isdigit() for c in text)
         ok = bool(_PHONE_SHAPE.match(text)) and 7 <= digits <= 15 and not re.match(r"^\d{4}-\d{2}-\d{2}", text)
         return Judgement("pass" if ok else "fail", "phone")
