@@ -231,6 +231,13 @@ def test_corpus_sentences_give_their_precondition(text, fields, field, refused):
             ("DONE",),
         ),
         ("Broadcasts can only be deleted when idle.", _status("idle", "active"), "can_only_when", ("active",)),
+        # markdown emphasis around the value is read through
+        (
+            "To ensure there can always be an active deployment, you can only delete an _inactive_ deployment.",
+            _status("active", "inactive", name="state"),
+            "only_adjective",
+            ("active",),
+        ),
         (
             "You can cancel a deployment only if the provisioningState is Accepted or Running.",
             _status("Accepted", "Running", "Failed", name="provisioning_state"),
@@ -359,6 +366,12 @@ def test_each_documented_shape_reads_its_corpus_sentence(text, field, shape, ref
             "Square-only: Orders with a completed or canceled status cannot be updated.",
             [_status("open", "draft", "delivered", "delayed", "voided", "completed", "hidden")],
             id="apideck-pos-ordersUpdate",
+        ),
+        # "be" + a value is the state a write would set, not the row's: the update may not set it
+        pytest.param(
+            "A file may only be 'Removed' by the DELETE method.",
+            [_status("Created", "Available", "Removed", name="state_value", source_name="State")],
+            id="agco-ats-PUT-Files",
         ),
         # a value the enum does not hold
         pytest.param("Only pending top-ups can be canceled.", [_status("succeeded", "failed")], id="topups-no-pending"),

@@ -31,7 +31,8 @@ but the operation gets no precondition):
   (twilio.com ``DeleteHostedNumberOrder``); "You can cancel a deployment only if the provisioningState is
   Accepted or Running." (azure.com resources);
 - ``only_adjective``: "Only pending top-ups can be canceled." (stripe.com ``PostTopupsTopupCancel``);
-  "Only open pull requests can be mutated." (bitbucket.org, pull request update);
+  "Only open pull requests can be mutated." (bitbucket.org, pull request update); "you can only delete an
+  _inactive_ deployment" (github.com, deployment delete);
 - ``only_for``: "Can only be done for draft offers." (googleapis.com androidpublisher, offer delete);
   "Remove a quote by id : only for draft" (sinao.app); "Schema Responses can only be deleted in the
   in_progress state." (osf.io);
@@ -170,6 +171,8 @@ _SHAPES: tuple[tuple[str, bool, re.Pattern[str], re.Pattern[str]], ...] = tuple(
             rf"^{_STATE_NOUN}(?:\s+[\w-]+){{1,3}}\s+(?:can|may|could|will|are|is)\b",
         ),
         ("only_adjective", True, r"\b(?:can|may)\s+[\w-]+\s+only\s+(?:the\s+)?$", r"^\s+[\w-]+"),
+        # "can only delete inactive deployments", not "may only be Removed by ...": "be" + value is a state set
+        ("only_adjective", True, r"\b(?:can|may)\s+only\s+(?!be\b)[\w-]+\s+(?:the\s+|an?\s+)?$", r"^\s+[\w-]+"),
         (
             "only_for",
             True,
@@ -265,6 +268,8 @@ _TAG = re.compile(r"<[^>]+>")
 _MD_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 # quotes around words ('Removed', "draft"), not apostrophes inside them (can't, it's)
 _QUOTES = re.compile(r"(?<!\w)['\"\u2018\u2019\u201c\u201d]|['\"\u2018\u2019\u201c\u201d](?!\w)|[`*]")
+# markdown emphasis by underscores (_inactive_), not the underscores inside a value (requires_action)
+_EMPHASIS = re.compile(r"(?<![\w])_([^_\s](?:[^_]*[^_\s])?)_(?![\w])")
 _BLOCKS = re.compile(r"\n\s*\n|\n\s*[-*\u2022]\s+|\n\s*\d+\.\s+")
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 
@@ -275,7 +280,7 @@ def sentences(text: str) -> list[str]:
     text = _MD_LINK.sub(r"\1", _TAG.sub(" ", text[:MAX_TEXT_CHARS])).replace("\u2019", "'")
     out = []
     for block in _BLOCKS.split(text):
-        flat = re.sub(r"\s+", " ", _QUOTES.sub(" ", block)).strip()
+        flat = re.sub(r"\s+", " ", _QUOTES.sub(" ", _EMPHASIS.sub(r"\1", block))).strip()
         flat = re.sub(r"\s+([,.;:!?)])", r"\1", flat)
         out += [s.strip() for s in _SENTENCE_END.split(flat) if s.strip()]
     return out
