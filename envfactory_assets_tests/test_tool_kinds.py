@@ -11,7 +11,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from envfactory_assets import settings
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.stage import select_resources
@@ -29,7 +28,14 @@ from envfactory_assets.synth.refinement.solver.base import SolverView
 from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory, to_messages
-from envfactory_assets_tests.fixture_environments import environment_worker, failed_checks, fixture_graph, mutate
+from envfactory_assets_tests.fixture_environments import (
+    environment_worker,
+    failed_checks,
+    fixture_graph,
+    installed_corpus,
+    mutate,
+    states_where,
+)
 
 KINDS = Path(__file__).parent / "fixtures" / "openapi_kinds"
 
@@ -206,15 +212,6 @@ def test_gate_rejects_a_broken_implementation_of_each_kind(shop, pattern, replac
     assert (check, tool_name) in failed_checks(mutate(shop, pattern, replacement))
 
 
-def _states_where(env: dict, change) -> dict:
-    """A copy of ``env`` whose every loadable initial state is passed through ``change(state)``."""
-    changed = copy.deepcopy(env)
-    for initial in changed["initial_states"]:
-        if initial["expect"] == "load":
-            change(initial["state"])
-    return changed
-
-
 def _archive_all_orders(state: dict) -> None:
     for row in state["tables"]["orders"]:
         row["archived"] = True
@@ -298,7 +295,7 @@ def test_gate_checks_more_than_the_plain_call_of_each_kind(shop, pattern, replac
 
 
 def test_an_action_no_initial_state_can_take_is_checked_on_a_row_put_into_a_state_it_applies_to(shop):
-    all_archived = _states_where(shop, _archive_all_orders)
+    all_archived = states_where(shop, _archive_all_orders)
     report = verify_environment(all_archived)
     assert report.status == "passed", report.reasons
     checked = {(c.check, c.tool) for c in report.checks if c.passed}
@@ -313,7 +310,7 @@ def test_an_action_no_initial_state_can_take_is_checked_on_a_row_put_into_a_stat
 
 
 def test_an_action_whose_table_is_empty_in_every_state_fails_with_its_reason(shop):
-    no_orders = _states_where(shop, lambda state: state["tables"]["orders"].clear())
+    no_orders = states_where(shop, lambda state: state["tables"]["orders"].clear())
     report = verify_environment(no_orders)
     failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
     assert {"cancel_order", "archive_order"} <= set(failed)
@@ -427,10 +424,7 @@ def test_corpus_coverage_counts_operations_by_kind_and_reason():
 
 
 LABELLED = orjson.loads((Path(__file__).parent / "fixtures" / "kind_labels.json").read_bytes())["operations"]
-CORPUS = next(
-    (c for c in (settings.corpus_dir(), settings.corpus_dir(Path(__file__).parents[1] / ".envfactory")) if c.is_dir()),
-    None,
-)
+CORPUS = installed_corpus()
 
 
 @pytest.mark.corpus

@@ -3,8 +3,9 @@
 The module holds its table metadata as a literal, generic helpers over the in-memory state (CRUD,
 search, count, actions, singletons, relations), and one small function per tool. A relation's table is keyed
 in memory by its pair (``_pair_key``) and saved as its rows; deleting a row deletes its pairs. An action's
-refused precondition raises ``PreconditionFailed``, which the sandbox provides to every environment module.
-Time and ids come from ``state["meta"]`` only, never the clock.
+refused precondition, and the precondition an update, delete or action states in its description (a
+ToolSpec's ``precondition``), raise ``PreconditionFailed``, which the sandbox provides to every environment
+module. Time and ids come from ``state["meta"]`` only, never the clock.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pprint
 from typing import Any
 
 from envfactory_assets.envgen.tools import KEYED_KINDS, RELATION_KINDS
+from envfactory_assets.sources.names import singular
 
 _HELPERS = '''
 _TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
@@ -188,7 +190,25 @@ def _create(state, table, values):
     return dict(row)
 
 
-def _update(state, table, key, values):
+def _current(table, row, field):
+    # an absent flag holds its default, else is off: unarchiving a row never archived is refused
+    current = row.get(field)
+    if current is None and TABLES[table]["fields"][field]["type"] == "boolean":
+        current = TABLES[table]["fields"][field].get("default", False)
+    return current
+
+
+def _require(table, key, row, precondition):
+    # the precondition the spec states: (field, values that refuse the call, the row in words, the verb)
+    if precondition is None:
+        return
+    field, refused, thing, verb = precondition
+    current = _current(table, row, field)
+    if current in refused:
+        raise PreconditionFailed(f"cannot {verb} {thing} {key!r} while its {field.replace('_', ' ')} is {current}")
+
+
+def _update(state, table, key, values, precondition=None):
     row = _row(state, table, key)
     values = {k: v for k, v in values.items() if v is not None}
     if not values:
@@ -196,6 +216,7 @@ def _update(state, table, key, values):
     for field, value in values.items():
         _check_value(table, field, value)
     _check_refs(state, table, values)
+    _require(table, key, row, precondition)
     new_row = {**row, **values}
     state["tables"][table][key] = new_row
     return dict(new_row)
@@ -225,16 +246,14 @@ def _count(state, table, filters):
     return {"count": len(_filtered(state, table, filters))}
 
 
-def _action(state, table, key, field, value, blocked, stamp, words):
+def _action(state, table, key, field, value, blocked, stamp, words, precondition=None):
     row = _row(state, table, key)
-    current = row.get(field)
-    # an absent flag holds its default, else is off: unarchiving a row never archived is refused
-    if current is None and TABLES[table]["fields"][field]["type"] == "boolean":
-        current = TABLES[table]["fields"][field].get("default", False)
+    current = _current(table, row, field)
     if current == value:
         raise PreconditionFailed(f"{words[0]} {key!r} is already {words[1]}")
     if current in blocked:
         raise PreconditionFailed(f"cannot {words[2]} {words[0]} {key!r}: it is {current}")
+    _require(table, key, row, precondition)
     new_row = {**row, field: value}
     if stamp is not None:
         new_row[stamp] = state["meta"]["now"]
@@ -257,8 +276,8 @@ def _update_one(state, table, values):
     return _update(state, table, _the_one(state, table)[TABLES[table]["key"]], values)
 
 
-def _delete(state, table, key):
-    _row(state, table, key)
+def _delete(state, table, key, precondition=None):
+    _require(table, key, _row(state, table, key), precondition)
     pairs = []
     for other, meta_t in TABLES.items():
         for field, target in meta_t["foreign_keys"].items():
@@ -327,9 +346,22 @@ def _signature(tool: dict[str, Any]) -> str:
     return ", ".join(["state", *required, *(f"{p}=None" for p in optional)])
 
 
+def _precondition(tool: dict[str, Any]) -> str:
+    """The ``precondition`` argument of a tool's helper call (empty when the tool states none): ``(field, refused
+    values, the row in words, the verb)``."""
+    stated = tool.get("precondition")
+    if not stated:
+        return ""
+    act = tool.get("action")
+    thing = act["thing"] if act else singular(tool["table"]).replace("_", " ")
+    verb = act["verb"] if act else tool["kind"]
+    return f", {(stated['field'], tuple(stated['refused']), thing, verb)!r}"
+
+
 def _body(tool: dict[str, Any], key: str) -> str:
     table, kind = tool["table"], tool["kind"]
     props = list(tool["input_schema"]["properties"])
+    pre = _precondition(tool)
     if kind == "list":
         filters = ", ".join(f"{p!r}: {p}" for p in props if p != "limit")
         return f"return _list(state, {table!r}, {{{filters}}}, limit)"
@@ -344,7 +376,7 @@ def _body(tool: dict[str, Any], key: str) -> str:
         words = (act["thing"], act["state"], act["verb"])
         return (
             f"return _action(state, {table!r}, {key}, {act['field']!r}, {act['value']!r}, "
-            f"{tuple(act['blocked'])!r}, {act['stamp']!r}, {words!r})"
+            f"{tuple(act['blocked'])!r}, {act['stamp']!r}, {words!r}{pre})"
         )
     if kind in RELATION_KINDS:
         rel = tool["relation"]
@@ -365,11 +397,11 @@ def _body(tool: dict[str, Any], key: str) -> str:
     if kind == "get":
         return f"return _get(state, {table!r}, {key})"
     if kind == "delete":
-        return f"return _delete(state, {table!r}, {key})"
+        return f"return _delete(state, {table!r}, {key}{pre})"
     values = ", ".join(f"{p!r}: {p}" for p in props if p != key)
     if kind == "create":
         return f"return _create(state, {table!r}, {{{values}}})"
-    return f"return _update(state, {table!r}, {key}, {{{values}}})"
+    return f"return _update(state, {table!r}, {key}, {{{values}}}{pre})"
 
 
 def generate_source(env_id: str, provenance: str, tables: dict[str, Any], tools: list[dict[str, Any]]) -> str:

@@ -65,6 +65,13 @@ Semantics the verifier checks by execution:
   LookupError for a missing row or a pair that is not there; returns {parent, member, "removed": True}.
   relation_list: LookupError for a missing parent; {"items": member rows of the parent's pairs in pair
   order[:limit], "total": their number}.
+- action (a tool with "action": {"field", "value", "blocked", "stamp"}): sets the row's field to value
+  (and the stamp field, when not null, to meta.now) and returns the new row; raises PreconditionFailed
+  (provided by the sandbox, no import) when the row already holds value or a blocked value (a boolean
+  field the row lacks reads as its schema's default, else False).
+- a tool with "precondition": {"field", "refused", "stated"} (update, delete or action; "stated" is the
+  API's own words) raises PreconditionFailed and changes nothing when the row's field holds a refused
+  value (a boolean field the row lacks reads as above).
 - Time and ids come only from state["meta"], never from the clock; results must not depend on set
   iteration order or string hashing (the same calls on the same state give the same outputs and
   state in every process).

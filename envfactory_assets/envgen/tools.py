@@ -7,6 +7,12 @@ with a precondition (``cancel``); a singleton's tools are ``get``/``update`` wit
 two tables (users who are members of groups) has ``relation_add`` and ``relation_remove`` of one pair and
 ``relation_list`` of a parent row's members (the member rows, paged by ``limit``). The kind says whether a tool
 reads or writes, which is what verification and the sampler need to know.
+
+An update, delete or action whose description states when it applies (Stripe: "A PaymentIntent object can be
+canceled when it is in one of these statuses: ...") carries that as ``precondition``: ``{"field", "refused",
+"stated"}``, the values of one field of the row that refuse the call
+(:mod:`envfactory_assets.sources.preconditions`); the call then fails with ``precondition_failed`` like an
+action on a row already in its target state.
 """
 
 from __future__ import annotations
@@ -151,10 +157,13 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
         )
 
     ops = resource.operations
+    fields = {f.name: f.schema for f in resource.fields}
+    targets = action_targets(resource)
     for kind in KIND_ORDER:
         if kind not in ops:
             continue
         op = ops[kind]
+        stated = precondition_spec(op, fields)
         if kind == "list":
             props = {"limit": limit_prop, **_field_props(resource, row, filters)}
             inp = {"type": "object", "properties": props, "required": scope, "additionalProperties": False}
@@ -226,7 +235,7 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
             else:
                 props = {resource.key: key_prop, **_field_props(resource, row, editable)}
                 inp = {"type": "object", "properties": props, "required": [resource.key], "additionalProperties": False}
-                add(kind, op, inp, row, f"Update fields of a {thing}.")
+                add(kind, op, inp, row, f"Update fields of a {thing}.", **stated)
         else:
             inp = {
                 "type": "object",
@@ -240,10 +249,10 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
                 "required": [resource.key, "deleted"],
                 "additionalProperties": False,
             }
-            add(kind, op, inp, out, f"Delete a {thing}.")
-    targets = action_targets(resource)
+            add(kind, op, inp, out, f"Delete a {thing}.", **stated)
     for op in resource.actions:
         target = targets[op.verb or ""]
+        stated = precondition_spec(op, fields, target)
         inp = {
             "type": "object",
             "properties": {resource.key: key_prop},
@@ -265,6 +274,7 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
                 "state": VERBS[target.verb].state_word,
                 "thing": thing,
             },
+            **stated,
         )
     return name_tools(tools)
 
@@ -367,6 +377,24 @@ def tools_for_relation(relation: Relation, parent: Resource, member_row: dict[st
     return tools
 
 
+def precondition_spec(
+    op: Operation, fields: dict[str, dict[str, Any]], target: ActionTarget | None = None
+) -> dict[str, Any]:
+    """``{"precondition": {...}}`` for the ToolSpec of ``op`` when its spec states one on a field of the row
+    (``fields``: ``{name: JSON schema}``), else ``{}``. An action's (``target``) is dropped when no value of the
+    field would let the action run: a reading that refuses every row is a misreading."""
+    pre = op.precondition
+    if pre is None or pre.field not in fields:
+        return {}
+    spec = pre.as_dict()
+    if target is not None:
+        action = {"field": target.field, "value": target.value, "blocked": list(target.blocked)}
+        values = fields[pre.field].get("enum") or [True, False]
+        if not any(tool_applies({"action": action, "precondition": spec}, fields, {pre.field: v}) for v in values):
+            return {}
+    return {"precondition": spec}
+
+
 def name_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``tools`` (one environment's ToolSpecs) with readable names unique among them, set in place
     (:func:`~envfactory_assets.envgen.tool_names.tool_names`).
@@ -395,6 +423,22 @@ def action_applies(action: dict[str, Any], fields: dict[str, Any], row: dict[str
     """Whether ``action`` may run on ``row``: the row is neither in its target state nor in a refused one."""
     current = action_reads(action, fields, row)
     return current != action["value"] and current not in action["blocked"]
+
+
+def precondition_reads(precondition: dict[str, Any], fields: dict[str, Any], row: dict[str, Any]) -> Any:
+    """The value of a stated precondition's field on ``row``, read as an action reads its flag
+    (:func:`action_reads`: an absent boolean holds its default, else off)."""
+    return action_reads(precondition, fields, row)
+
+
+def tool_applies(tool: dict[str, Any], fields: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether ``tool`` (a ToolSpec, or any dict with its ``action`` and ``precondition``) may run on ``row`` of a
+    table with ``fields``: an action's own precondition (:func:`action_applies`) and the stated one, whose field
+    must not hold a refused value (an enum field the row leaves out refuses nothing)."""
+    if "action" in tool and not action_applies(tool["action"], fields, row):
+        return False
+    stated = tool.get("precondition")
+    return stated is None or precondition_reads(stated, fields, row) not in stated["refused"]
 
 
 def openai_tool(spec: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,11 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   action's target, fails with ``precondition_failed`` and changes nothing; an action whose flag's default
   it applies to is also checked on the row without the flag. A relation's add of the pair it just recorded
   fails so too when the add is not idempotent (a POST); an idempotent add (a PUT) of it succeeds, returns the
-  stored pair and changes nothing (a ``semantics`` check);
+  stored pair and changes nothing (a ``semantics`` check). An update, delete or action whose spec states a
+  precondition (a ToolSpec's ``precondition``: a PaymentIntent can be canceled only in some statuses) succeeds
+  on a row it allows and, on that row put into each refused value of the field, fails the same way; a tool
+  with a stated precondition that no state has an allowed row for is checked on a row put into an allowed
+  value, and fails when no state has a row of its table at all;
 - ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing; a
   relation's tools answer a parent or member that does not exist, and a remove of a pair that is not there,
   with ``not_found``;
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +57,8 @@ from envfactory_assets.envgen.tools import (
     RELATION_KINDS,
     action_applies,
     action_reads,
+    precondition_reads,
+    tool_applies,
 )
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.runtime.canonical import state_hash
@@ -145,8 +152,9 @@ def valid_arguments(
 
     get/update/delete use an existing row (delete: one nothing but a relation's pairs references, one they
     reference where there is one); an action uses a row that is neither in its target state nor in a refused
-    one; search looks for part of a word of a stored row's text in another case (matching is case-insensitive
-    and by substring) and skips the first match (so paging is exercised); create fills required fields and
+    one; a tool with a stated precondition uses a row whose field holds none of its refused values; search
+    looks for part of a word of a stored row's text in another case (matching is case-insensitive and by
+    substring) and skips the first match (so paging is exercised); create fills required fields and
     references existing parent rows; a relation's add uses the first pair of two distinct existing rows that is
     not there yet, its list the first parent with the most members and its remove that parent's last pair.
     """
@@ -174,11 +182,13 @@ def valid_arguments(
         return args
     if tool.get("singleton"):
         candidates = rows
-    elif kind == "action":
-        act = tool["action"]
-        candidates = [r for r in rows if action_applies(act, meta["fields"], r)]
     else:
-        candidates = [r for r in rows if kind != "delete" or not _referenced(env, saved, table, r[meta["key"]])]
+        candidates = [
+            r
+            for r in rows
+            if (kind != "delete" or not _referenced(env, saved, table, r[meta["key"]]))
+            and tool_applies(tool, meta["fields"], r)
+        ]
         if kind == "delete":
             # a row that relation pairs hold comes last (the one used): the check sees its pairs go with it
             candidates.sort(key=lambda r: _paired(env, saved, table, r[meta["key"]]))
@@ -348,22 +358,33 @@ def filtered_arguments(
     return out
 
 
-def seeded_action_state(
+def seeded_state(
     env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]
-) -> tuple[dict[str, Any], Any] | None:
-    """``(state, value)``: a copy of ``saved`` whose last row of the action's table holds ``value`` in the
-    action's field, a value the action applies to; None when the table has no row or the field no such
-    value. Lets the gate check an action that no initial state has a row for."""
-    act, table = tool["action"], tool["table"]
-    field_schema = env["tables"][table]["fields"].get(act["field"], {})
-    if not _rows(saved, table):
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``(state, values)``: a copy of ``saved`` whose last row of the tool's table (for a delete, the last one
+    nothing references) holds ``values`` (``{field: value}``) in the fields of the action and of the stated
+    precondition, values the tool applies to (:func:`~envfactory_assets.envgen.tools.tool_applies`); None when
+    there is no such row or no such values. Lets the gate check an action or a stated precondition that no
+    initial state has a row for."""
+    table = tool["table"]
+    meta = env["tables"][table]
+    rows = [
+        r for r in _rows(saved, table) if tool["kind"] != "delete" or not _referenced(env, saved, table, r[meta["key"]])
+    ]
+    if not rows:
         return None
-    value = next((v for v in _field_values(field_schema) if v != act["value"] and v not in act["blocked"]), None)
-    if value is None:
+    named = [(tool.get(part) or {}).get("field") for part in ("action", "precondition")]
+    options = [[(f, v) for v in _field_values(meta["fields"].get(f, {}))] for f in dict.fromkeys(n for n in named if n)]
+    row = rows[-1]
+    fits = (dict(c) for c in itertools.product(*options) if tool_applies(tool, meta["fields"], {**row, **dict(c)}))
+    values = next(fits, None)
+    if not values:
         return None
     seeded = copy.deepcopy(saved)
-    seeded["tables"][table][-1][act["field"]] = value
-    return seeded, value
+    for stored in seeded["tables"][table]:
+        if stored[meta["key"]] == row[meta["key"]]:
+            stored.update(values)
+    return seeded, values
 
 
 def searchable(field: str, value: Any) -> bool:
@@ -636,22 +657,23 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
                 except SandboxError as exc:
                     report.add(_classify(exc) if "save()" in str(exc) else "replay", False, str(exc), state=name)
         if loadable:
-            _report_unchecked_actions(env, report)
+            _report_unchecked(env, report)
     return report
 
 
-def _report_unchecked_actions(env: dict[str, Any], report: VerificationReport) -> None:
-    """A failed check for each action and relation tool that no loadable state let the gate call: neither is
-    ever passed unexecuted."""
+def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
+    """A failed check for each action, relation tool and tool with a stated precondition that no loadable state
+    let the gate call: none is ever passed unexecuted."""
     ran = {c.tool for c in report.checks}
     for tool in env["tools"]:
         if tool["name"] in ran:
             continue
-        if tool["kind"] == "action":
+        if tool["kind"] == "action" or tool.get("precondition"):
+            verb = tool["action"]["verb"] if tool["kind"] == "action" else tool["kind"]
             report.add(
                 "semantics",
                 False,
-                f"no loadable initial state has a row of {tool['table']} to check {tool['action']['verb']} on",
+                f"no loadable initial state has a row of {tool['table']} to check {verb} on",
                 tool["name"],
             )
         elif tool["kind"] in RELATION_KINDS:
@@ -683,8 +705,8 @@ def _check_tool(
     tname = tool["name"]
     args = valid_arguments(env, tool, saved, values)
     if args is None:
-        if tool["kind"] == "action":
-            _check_action_on_seeded_row(worker, env, tool, state_name, saved, values, report)
+        if _needs_seeded_row(env, tool, saved):
+            _check_on_seeded_row(worker, env, tool, state_name, saved, values, report)
         return  # else the state has no row this tool can act on (boundary states may be sparse)
     if not _check_call(worker, env, tool, args, state_name, saved, base, report):
         return
@@ -758,8 +780,8 @@ def _check_call(
     after = worker.save(episode)[env["env_id"]]
     defect = _check_semantics(env, tool, args, result["output"], saved, after)
     report.add("semantics", defect is None, f"{note}{defect} (arguments {args})" if defect else "", tname, state_name)
-    if tool["kind"] == "action" and defect is None:
-        _check_precondition(worker, env, tool, args, episode, after, report, state_name)
+    if (tool["kind"] == "action" or tool.get("precondition")) and defect is None:
+        _check_precondition(worker, env, tool, args, episode, saved, after, report, state_name)
     if tool["kind"] == "relation_add" and defect is None:
         _check_add_again(worker, env, tool, args, episode, after, report, state_name)
     worker.close_episode(episode)
@@ -802,7 +824,18 @@ def _check_add_again(
     report.add("precondition", ok, detail + ("" if unchanged else " and changed the state"), tool["name"], state_name)
 
 
-def _check_action_on_seeded_row(
+def _needs_seeded_row(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]) -> bool:
+    """Whether ``tool`` found no row on ``saved`` because of its preconditions: an action, or a tool with a stated
+    precondition whose table's rows it applies to none of (an empty table has no row to put into such a state)."""
+    if tool["kind"] == "action":
+        return True
+    if not tool.get("precondition"):
+        return False
+    fields = env["tables"][tool["table"]]["fields"]
+    return not any(tool_applies(tool, fields, r) for r in _rows(saved, tool["table"]))
+
+
+def _check_on_seeded_row(
     worker: SandboxWorker,
     env: dict[str, Any],
     tool: dict[str, Any],
@@ -811,14 +844,14 @@ def _check_action_on_seeded_row(
     values: ValueFactory,
     report: VerificationReport,
 ) -> None:
-    """Check an action that ``saved`` has no row for on a copy whose last row of its table is put into a state
-    the action applies to (no check when the table is empty: :func:`_report_unchecked_actions` catches an
-    action that no state could check)."""
-    seeded = seeded_action_state(env, tool, saved)
+    """Check an action, or a tool with a stated precondition, that ``saved`` has no row for on a copy whose last
+    row of its table is put into a state the tool applies to (no check when the table is empty:
+    :func:`_report_unchecked` catches a tool that no state could check)."""
+    seeded = seeded_state(env, tool, saved)
     if seeded is None:
         return
-    state, value = seeded
-    note = f"on a row put into {tool['action']['field']}={value!r}: "
+    state, changed = seeded
+    note = f"on a row put into {', '.join(f'{k}={v!r}' for k, v in changed.items())}: "
     base = _open_prepared(worker, env, tool, state, state_name, report, note)
     if base is None:
         return
@@ -827,7 +860,7 @@ def _check_action_on_seeded_row(
         args = valid_arguments(env, tool, state, values)
         if args is None:
             report.add(
-                "semantics", False, f"{note}the row is still not one the action applies to", tool["name"], state_name
+                "semantics", False, f"{note}the row is still not one the tool applies to", tool["name"], state_name
             )
         else:
             if _check_call(worker, env, tool, args, state_name, state, base, report, note):
@@ -855,7 +888,8 @@ def _open_prepared(
 
 
 def _flag_may_be_missing(meta: dict[str, Any], act: dict[str, Any]) -> bool:
-    """Whether the action's field is a boolean flag that a row may leave out (it then reads as its default)."""
+    """Whether the field of ``act`` (an action, or a stated precondition) is a boolean flag that a row may leave
+    out (it then reads as its default)."""
     return meta["fields"].get(act["field"], {}).get("type") == "boolean" and act["field"] not in meta["required"]
 
 
@@ -895,30 +929,45 @@ def _check_precondition(
     tool: dict[str, Any],
     args: dict[str, Any],
     episode: str,
+    saved: dict[str, Any],
     after: dict[str, Any],
     report: VerificationReport,
     state_name: str,
 ) -> None:
-    """The action again on the row it just changed, on the row put in each state the action is refused in,
-    and (for an action on a boolean flag the row may lack, whose default, else off, is the action's target)
-    on the row without the flag: each must fail with ``precondition_failed`` and leave the state as it was."""
-    env_id, act, table = env["env_id"], tool["action"], tool["table"]
+    """After a call that succeeded on ``saved`` (leaving ``after`` in ``episode``), the refusals: an action again
+    on the row it just changed, on the row put in each state the action is refused in, and (for an action on a
+    boolean flag the row may lack, whose default, else off, is the action's target) on the row without the
+    flag; a stated precondition on the row of ``saved`` put into each refused value of its field (and, for a
+    flag the row may lack that then reads as refused, without it). Each must fail with ``precondition_failed``
+    and leave the state as it was."""
+    env_id, table = env["env_id"], tool["table"]
     meta = env["tables"][table]
-    attempts = [(episode, after, act["value"])]
-    refused: list[Any] = list(act["blocked"])
-    if _flag_may_be_missing(meta, act) and action_reads(act, meta["fields"], {}) == act["value"]:
-        refused.append(None)  # None: the field left out
-    for current in refused:
-        state = copy.deepcopy(after)
+    act, stated = tool.get("action"), tool.get("precondition")
+    attempts: list[tuple[str, dict[str, Any], str, Any]] = []
+    settings: list[tuple[dict[str, Any], str, Any]] = []  # (state to start from, field, value; None: left out)
+    if act:
+        attempts.append((episode, after, act["field"], act["value"]))
+        settings += [(after, act["field"], v) for v in act["blocked"]]
+        if _flag_may_be_missing(meta, act) and action_reads(act, meta["fields"], {}) == act["value"]:
+            settings.append((after, act["field"], None))
+    if stated:
+        covered = {(f, v) for _, f, v in settings} | ({(act["field"], act["value"])} if act else set())
+        refused = list(stated["refused"])
+        if _flag_may_be_missing(meta, stated) and precondition_reads(stated, meta["fields"], {}) in refused:
+            refused.append(None)
+        settings += [(saved, stated["field"], v) for v in refused if (stated["field"], v) not in covered]
+    for base, name, current in settings:
+        state = copy.deepcopy(base)
         for row in state["tables"][table]:
             if row[meta["key"]] == args[meta["key"]]:
                 if current is None:
-                    row.pop(act["field"], None)
+                    row.pop(name, None)
                 else:
-                    row[act["field"]] = current
+                    row[name] = current
         opened = worker.open_episode({env_id: state})
-        attempts.append((opened, worker.save(opened)[env_id], current))
-    for ep, state, current in attempts:
+        attempts.append((opened, worker.save(opened)[env_id], name, current))
+    verb = act["verb"] if act else tool["kind"]
+    for ep, state, name, current in attempts:
         result = worker.call(ep, tool["name"], args)
         unchanged = state_hash(worker.save(ep)[env_id]) == state_hash(state)
         error = result.get("error") or {}
@@ -928,8 +977,8 @@ def _check_precondition(
             ok,
             ""
             if ok
-            else f"{act['verb']} on a row with "
-            + (f"{act['field']}={current!r}" if current is not None else f"no {act['field']}")
+            else f"{verb} on a row with "
+            + (f"{name}={current!r}" if current is not None else f"no {name}")
             + f" gave {error or 'success'}"
             + ("" if unchanged else " and changed the state"),
             tool["name"],

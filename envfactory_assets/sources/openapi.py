@@ -24,6 +24,7 @@ from typing import Any
 from envfactory_assets.runtime.code_policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
 from envfactory_assets.sources.actions import action_verb, split_action_path
 from envfactory_assets.sources.names import plural, singular, snake_case, speakable, to_identifier, unique_name
+from envfactory_assets.sources.preconditions import MAX_TEXT_CHARS, StatedPrecondition, stated_precondition
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
 MAX_FIELDS = 8
@@ -88,7 +89,11 @@ class FieldSpec:
 class Operation:
     """One HTTP operation of a resource, classified as list/get/create/update/delete/search/count, or
     ``action`` with its ``verb`` (``"cancel"``), or one of a :class:`Relation`'s ``relation_list``,
-    ``relation_add`` and ``relation_remove``."""
+    ``relation_add`` and ``relation_remove``.
+
+    ``text``: the operation's summary and description as the spec writes them (for the rules that read prose);
+    ``precondition``: what they state about the rows an update, delete or action applies to
+    (:func:`~envfactory_assets.sources.preconditions.stated_precondition`), else None."""
 
     kind: str
     method: str
@@ -96,6 +101,8 @@ class Operation:
     operation_id: str | None
     summary: str
     verb: str | None = None
+    text: str = field(default="", repr=False)
+    precondition: StatedPrecondition | None = None
 
 
 @dataclass
@@ -496,7 +503,23 @@ def _operation(
         return None
     oid = op.get("operationId") if isinstance(op.get("operationId"), str) else None
     summary = clean_text(op.get("summary") or op.get("description") or "", 200)
-    return Operation(kind, method, path, oid, summary, verb)
+    prose = "\n\n".join(t for t in (op.get("summary"), op.get("description")) if isinstance(t, str))
+    return Operation(kind, method, path, oid, summary, verb, prose[:MAX_TEXT_CHARS])
+
+
+#: operation kinds whose stated preconditions the builder enforces: the writes that name one row
+PRECONDITION_KINDS = ("update", "delete", "action")
+
+
+def with_stated_preconditions(resource: Resource) -> Resource:
+    """``resource`` with the precondition each of its update, delete and action operations states in words
+    over its fields set on the operation (a singleton's update names no row and gets none)."""
+    if resource.singleton:
+        return resource
+    for op in [*resource.operations.values(), *resource.actions]:
+        if op.kind in PRECONDITION_KINDS:
+            op.precondition = stated_precondition(op.text, resource.fields)
+    return resource
 
 
 def _parent_key(segs: list[str]) -> str | None | bool:
@@ -637,7 +660,8 @@ def _resource_from_collection(
             0,
             FieldSpec(parent_key, parent_key, {"type": "string"}, f"Identifier of the parent {parent_key[:-3]}.", True),
         )
-    return Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only)
+    resource = Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only)
+    return with_stated_preconditions(resource)
 
 
 def _collection_literal(segs: list[str], item_path: str | None) -> str:

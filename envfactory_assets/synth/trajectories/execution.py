@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.config_checks import finite_number, number_types, one_of, setting, whole_number
-from envfactory_assets.envgen.tools import action_applies
+from envfactory_assets.envgen.tools import tool_applies
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory
 from envfactory_assets.envgen.verify import matching_rows, searchable
 from envfactory_assets.graph.build import ToolGraph
@@ -198,8 +198,8 @@ def resolve_arguments(
     rng: random.Random,
     refused: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Arguments for one call and their provenance. An action's row from the state is one it applies to,
-    or with ``refused`` one it is refused on (when the state has one).
+    """Arguments for one call and their provenance. The row from the state of an action, or of a write with a
+    stated precondition, is one it applies to, or with ``refused`` one it is refused on (when the state has one).
 
     Returns ``(arguments, provenance)`` where provenance maps each argument to
     ``{"source": "output", "call": i, "path": ...}``, ``{"source": "user"}`` or ``{"source": "state"}``.
@@ -241,11 +241,11 @@ def resolve_arguments(
             if tool["kind"] == "create" and name not in meta["foreign_keys"] and name not in required:
                 continue
             value = _hidden_state_value(saved, index, name, rng)
-            if tool["kind"] == "action" and name == key:
-                # a state transition is asked of a row it applies to (cancelling a cancelled order fails)
-                act = tool["action"]
+            if (tool["kind"] == "action" or tool.get("precondition")) and name == key:
+                # a state transition is asked of a row it applies to (cancelling a cancelled order fails), and so
+                # is a write whose spec states when it applies (only a draft invoice can be deleted)
                 rows = _state_rows(saved, index, tool)
-                ready = [r[key] for r in rows if action_applies(act, meta["fields"], r)]
+                ready = [r[key] for r in rows if tool_applies(tool, meta["fields"], r)]
                 refusing = [r[key] for r in rows if r[key] not in ready]
                 pool = refusing if refused and refusing else ready
                 value = rng.choice(pool) if pool else value
