@@ -20,8 +20,8 @@ from envfactory_assets.envgen.verify import valid_arguments, verify_environment
 from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
-from envfactory_assets.sources.openapi import extract_resources
 from envfactory_assets.sources.relations import param_noun
+from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows, tools_of

@@ -31,10 +31,10 @@ from envfactory_assets.sources.openapi import (
     SpecError,
     deref,
     extract_fields,
-    extract_resources,
     object_schema,
     resolve_ref,
 )
+from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import (
     Rejection,
     SourceResource,

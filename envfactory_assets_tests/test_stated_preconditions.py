@@ -15,8 +15,9 @@ import pytest
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
-from envfactory_assets.sources.openapi import FieldSpec, extract_resources
+from envfactory_assets.sources.openapi import FieldSpec
 from envfactory_assets.sources.preconditions import stated_precondition
+from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.synth.sampling.sampler import Chain
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory

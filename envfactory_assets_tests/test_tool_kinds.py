@@ -19,7 +19,7 @@ from envfactory_assets.envgen.verify import matching_rows, verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.actions import action_target, action_verb, split_action_path
 from envfactory_assets.sources.coverage import operation_coverage, summarize
-from envfactory_assets.sources.openapi import extract_resources
+from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import MAX_RESOURCES_PER_ENV, inspect_file, load_document
 from envfactory_assets.sources.stage import corpus_coverage, scan_rows
 from envfactory_assets.synth.datasets.rows import gold_writes_state, replay_check, rl_rows, tools_of

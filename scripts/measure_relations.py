@@ -21,8 +21,8 @@ from collections import Counter
 from pathlib import Path
 
 from envfactory_assets.sources.coverage import operation_coverage
-from envfactory_assets.sources.openapi import extract_resources
 from envfactory_assets.sources.relations import RELATION_KINDS
+from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import (
     DEFAULT_MAX_BYTES,
     MAX_RESOURCES_PER_ENV,

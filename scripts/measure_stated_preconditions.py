@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.envgen.tools import action_targets, precondition_spec
-from envfactory_assets.sources.openapi import PRECONDITION_KINDS, extract_resources
+from envfactory_assets.sources.openapi import PRECONDITION_KINDS
 from envfactory_assets.sources.preconditions import sentences, state_fields
+from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES, MAX_RESOURCES_PER_ENV, corpus_files, load_document
 
 CUE = re.compile(r"\b(only|must|cannot)\b", re.I)

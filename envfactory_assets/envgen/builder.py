@@ -24,7 +24,8 @@ from envfactory_assets.envgen.tools import (
     with_action_fields,
 )
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
-from envfactory_assets.sources.openapi import Relation, Resource, extract_resources
+from envfactory_assets.sources.openapi import Relation, Resource
+from envfactory_assets.sources.resources import extract_resources
 
 MAX_RESOURCES = 4
 VALID_ROWS_PER_TABLE = 6

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.sources.actions import action_verb, split_action_path
-from envfactory_assets.sources.openapi import MAX_NESTING, Operation, Resource, extract_resources
+from envfactory_assets.sources.openapi import MAX_NESTING, Operation, Resource
+from envfactory_assets.sources.resources import extract_resources
 
 HTTP_METHODS = ("get", "put", "post", "delete", "patch")
 UNMAPPED_REASONS = (
@@ -80,10 +81,10 @@ def operation_coverage(
 ) -> list[OperationCoverage]:
     """Every operation of ``spec``, in path order, with the kind it becomes when at most ``max_resources``
     resources are kept (None: all), or its unmapped reason (module docstring). ``resources``: the document's
-    :func:`~envfactory_assets.sources.openapi.extract_resources`, when the caller has it already.
+    :func:`~envfactory_assets.sources.resources.extract_resources`, when the caller has it already.
 
     Raises:
-        SpecError: as :func:`~envfactory_assets.sources.openapi.extract_resources`.
+        SpecError: as :func:`~envfactory_assets.sources.resources.extract_resources`.
     """
     every = extract_resources(spec) if resources is None else resources
     kept = _mapped(every[:max_resources] if max_resources else every)

@@ -425,8 +425,13 @@ def _segments(path: str) -> list[str]:
     return [s for s in path.strip("/").split("/") if s]
 
 
-def extract_resources(spec: dict[str, Any], max_resources: int | None = None) -> list[Resource]:
-    """Find the stateful resources of an OpenAPI 3 document, best-covered first.
+def collection_resources(
+    spec: dict[str, Any],
+) -> tuple[list[Resource], dict[str, tuple[str, dict[str, Any]]], dict[str, dict[str, Any]]]:
+    """The stateful resources of an OpenAPI 3 document's collections, in path order, before relations are
+    read (:func:`envfactory_assets.sources.resources.extract_resources` adds them, orders and caps), with
+    the path maps relations are read from: ``(resources, items, collections)``, ``items`` mapping a
+    collection path to its item path and path item, ``collections`` a collection path to its path item.
 
     Collections at most :data:`MAX_NESTING` path parameters deep are used (``/a``, ``/a/{id}/b``,
     ``/a/{id}/b/{id}/c``), keyed to their nearest parent.
@@ -484,15 +489,7 @@ def extract_resources(spec: dict[str, Any], max_resources: int | None = None) ->
             continue
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
-    # relations.py reads documents with this module's readers: imported here, not at the top
-    from envfactory_assets.sources.relations import attach_relations
-
-    resources = attach_relations(spec, resources, items, collections)
-    # writable collections first: an environment's tables are capped, and reads of seeded rows teach less
-    resources.sort(
-        key=lambda r: (r.read_only, -r.n_operations, r.parent_key is not None, r.singleton, -len(r.fields), r.name)
-    )
-    return resources[:max_resources] if max_resources else resources
+    return resources, items, collections
 
 
 def _operation(

@@ -212,7 +212,7 @@ def attach_relations(
     and without the read-only nested tables that the relations' sub-collections had been read as.
 
     ``items`` maps each collection path to ``(its item path, that path's item)``; ``collections`` maps
-    collection paths to their path items (as :func:`~envfactory_assets.sources.openapi.extract_resources`
+    collection paths to their path items (as :func:`~envfactory_assets.sources.resources.extract_resources`
     gathers them).
     """
     by_shape: dict[str, tuple[str, dict[str, Any]]] = {}

@@ -18,8 +18,9 @@ import orjson
 from envfactory_assets.sources.coverage import count_operations, operation_coverage, summarize
 from envfactory_assets.sources.domains import categories_of, classify_domain
 from envfactory_assets.sources.names import snake_case, to_identifier
-from envfactory_assets.sources.openapi import SpecError, extract_resources
+from envfactory_assets.sources.openapi import SpecError
 from envfactory_assets.sources.problems import load_error_detail
+from envfactory_assets.sources.resources import extract_resources
 
 DEFAULT_MAX_BYTES = 4_000_000
 ENTRY_REASONS = frozenset({"undecodable_name", "link_outside_folder", "broken_link", "unreadable"})

@@ -125,7 +125,7 @@ def unmapped_operations(spec: dict[str, Any], max_resources: int | None = None) 
     "required", "description", "schema"}``; schemas inlined by :func:`inline_schema`, None when absent).
 
     Raises:
-        SpecError: as :func:`~envfactory_assets.sources.openapi.extract_resources`.
+        SpecError: as :func:`~envfactory_assets.sources.resources.extract_resources`.
     """
     out = []
     for cov in operation_coverage(spec, max_resources):
