@@ -28,9 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from measure_value_fallbacks import before_after_parser, chosen_resources, tree_records  # noqa: E402
+# run as a script, this folder is on sys.path: the sibling script shares its offline build
+from measure_value_fallbacks import before_after_parser, chosen_resources, tree_records
 
 SEED = 20261207
 

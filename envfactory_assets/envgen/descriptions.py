@@ -23,8 +23,9 @@ from envfactory_assets.sources.names import (
     plain_name,
     plural,
     singular,
+    spoken_thing,
 )
-from envfactory_assets.synth.refinement.phrasing import spoken_field, spoken_name, spoken_tables, spoken_thing
+from envfactory_assets.sources.spoken import spoken_field, spoken_name, spoken_tables
 
 #: Last words of a field name after which a noun must follow (``completed_at``, ``created_by``).
 _PREPOSITIONS = frozenset("at on by in to for from of with since until before after".split())
