@@ -9,7 +9,8 @@ programmatic builder gives it (``list``, ``get``, ``create``, ``update``, ``dele
   relation is kept when both of its resources are);
 - ``action_without_state``: a verb after an item (``POST /a/{id}/restart``) that names no state of the row;
 - ``nested_too_deep``: more path parameters than :data:`~envfactory_assets.sources.openapi.MAX_NESTING`;
-- ``no_stateful_collection``: its collection has no create and read, or no object schema with scalar fields;
+- ``no_stateful_collection``: its collection has no create and read, or no object schema with scalar fields (an
+  RPC path, ``/#Action=TagResource``: its name groups it with no resource, :mod:`envfactory_assets.sources.rpc`);
 - ``not_modelled``: a path a resource has, by a method its kind does not use (``PUT /orders``), or
   a second operation of one kind (a second search).
 """
@@ -23,6 +24,7 @@ from typing import Any
 from envfactory_assets.sources.actions import action_verb, split_action_path
 from envfactory_assets.sources.openapi import MAX_NESTING, Operation, Resource
 from envfactory_assets.sources.resources import extract_resources
+from envfactory_assets.sources.rpc_paths import rpc_operation_name
 
 HTTP_METHODS = ("get", "put", "post", "delete", "patch")
 UNMAPPED_REASONS = (
@@ -59,10 +61,18 @@ def _operations(resources: list[Resource]) -> list[Operation]:
     ]
 
 
-def _mapped(resources: list[Resource]) -> dict[tuple[str, str], str]:
+def _mapped(resources: list[Resource], spec: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """``{(method, path): kind}`` of the operations ``resources`` implement; an RPC path's other methods are the same
+    operation in another encoding (the query protocol's GET and POST of ``/#Action=CreateGroup``) and count too."""
     out: dict[tuple[str, str], str] = {}
+    paths = spec.get("paths") if isinstance(spec.get("paths"), dict) else {}
     for op in _operations(resources):
         out.setdefault((op.method.lower(), op.path), op.kind)
+        item = paths.get(op.path)
+        if rpc_operation_name(op.path) and isinstance(item, dict):
+            for method in HTTP_METHODS:
+                if method in item:
+                    out.setdefault((method, op.path), op.kind)
     return out
 
 
@@ -87,8 +97,8 @@ def operation_coverage(
         SpecError: as :func:`~envfactory_assets.sources.resources.extract_resources`.
     """
     every = extract_resources(spec) if resources is None else resources
-    kept = _mapped(every[:max_resources] if max_resources else every)
-    mapped_anywhere = _mapped(every)
+    kept = _mapped(every[:max_resources] if max_resources else every, spec)
+    mapped_anywhere = _mapped(every, spec)
     resource_stems = {_stem(op.path) for op in _operations(every)}
     out: list[OperationCoverage] = []
     for path, item in spec.get("paths", {}).items():

@@ -33,6 +33,7 @@ from envfactory_assets.sources.names import (
     unique_name,
 )
 from envfactory_assets.sources.preconditions import MAX_TEXT_CHARS, StatedPrecondition, stated_precondition
+from envfactory_assets.sources.rpc_paths import rpc_operation_name
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
 MAX_FIELDS = 8
@@ -458,8 +459,8 @@ def collection_resources(
     items: dict[str, tuple[str, dict[str, Any]]] = {}
     extras: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}  # item or collection path -> (segment, path, item)
     for path, item in paths.items():
-        if not isinstance(path, str) or not isinstance(item, dict):
-            continue
+        if not isinstance(path, str) or not isinstance(item, dict) or rpc_operation_name(path):
+            continue  # an RPC path names an operation, not a collection: rpc.py groups those
         segs = _segments(path)
         if not segs:
             continue
