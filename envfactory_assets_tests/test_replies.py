@@ -115,6 +115,24 @@ def test_a_reply_that_claims_of_n_without_a_total_fails_the_check():
         assert not re.search(r"\b(?:of|out of) \d|in all|in total", reply), reply
 
 
+def test_one_parent_a_read_is_scoped_to_is_no_total():
+    """A read of "the replies of one thread" names the parent a list read: it states no total, so a result whose total
+    is 2 holds it; "1 of 3" and "out of one" stay totals."""
+    replies = {
+        "name": "list_thread_replies",
+        "arguments": {"thread_id": "thr_00001"},
+        "output": {
+            "items": [{"id": "rep_00008", "thread_id": "thr_00001"}, {"id": "rep_00009", "thread_id": "thr_00001"}],
+            "total": 2,
+        },
+    }
+    said = "I listed the replies of one thread: two replies for thread thr_00001 (that is all of them)."
+    assert reply_problems(said, [replies]) == []
+    assert reply_problems("I listed the replies of 1 thread: rep_00008 and rep_00009.", [replies]) == []
+    assert reply_problems("I found one reply of 3 replies.", [replies])
+    assert reply_problems("I found two replies out of one thread.", [replies])
+
+
 def test_the_writer_states_the_rows_returned_and_the_total_only_as_a_total():
     replies = {write_reply([ONE_OF_SIX], TOOLS, key_of, f"t{seed}") for seed in range(40)}
     for reply in replies:

@@ -67,6 +67,9 @@ _NOT_A_NOUN = frozenset(
     "matching matched came come returned in all total overall altogether am pm utc".split()
 )
 _TOTAL_BEFORE = re.compile(r"(?:\bof|\bout of|\btotal of|\bfrom)\s*(?:the\s+)?(?:about\s+)?$", re.IGNORECASE)
+#: "the replies of one thread": a bare "of" before one row of another table scopes a read to its parent, it
+#: counts nothing ("2 of 6", "out of 6" and "a total of 6" stay totals).
+_SCOPE_BEFORE = re.compile(r"(?<!\bout)(?<!\btotal)\s+of\s*$", re.IGNORECASE)
 _TOTAL_AFTER = re.compile(
     r"^\s*(?:total\b|(?:[a-z-]+\s+){0,3}?(?:in all|in total|all told|altogether|overall|match(?:es|ing)? in all))",
     re.IGNORECASE,
@@ -244,13 +247,15 @@ def reply_problems(reply: str, calls: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _number_problems(said: str, before: str, after: str, facts: _Facts) -> list[str]:
     value = float(said.replace(",", ""))
+    noun = re.match(r"\s+([A-Za-z][A-Za-z-]*)", after)
+    if value == 1 and noun and noun[1].lower() not in _NOT_A_NOUN and _SCOPE_BEFORE.search(before):
+        return []
     if _TOTAL_BEFORE.search(before) or _TOTAL_AFTER.match(after):
         if value in facts.totals:
             return []
         if not facts.totals:
             return [f"says {said} in all, but no result states a total"]
         return [f"says {said} in all, but the results state a total of {_join(facts.totals)}"]
-    noun = re.match(r"\s+([A-Za-z][A-Za-z-]*)", after)
     if noun and noun[1].lower() not in _NOT_A_NOUN:
         word = noun[1].lower()
         stem = word[:-1] if word.endswith("s") else word
