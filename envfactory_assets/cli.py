@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -178,7 +179,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     home.mkdir(parents=True, exist_ok=True)
     with run_lock(home):
         return _materialize(
-            home, args.select, run_config, getattr(args, "partition", None), verbose=getattr(args, "verbose", False)
+            home,
+            args.select,
+            run_config,
+            getattr(args, "partition", None),
+            verbose=getattr(args, "verbose", False),
+            config_path=args.config,
         )
 
 
@@ -306,17 +312,29 @@ def release_abandoned_runs(instance: Any) -> list[str]:
 
 
 def _materialize(
-    home: Path, select: str | None, run_config: dict[str, Any], partitions_arg: str | None = None, verbose: bool = False
+    home: Path,
+    select: str | None,
+    run_config: dict[str, Any],
+    partitions_arg: str | None = None,
+    verbose: bool = False,
+    config_path: str | None = None,
 ) -> int:
     """Run the selection; unless ``verbose``, the run's own output goes to a log file and the terminal gets
-    the progress bars, one line per finished step and the summary (:mod:`envfactory_assets.runner.output`)."""
+    the progress bars, one line per finished step and the summary (:mod:`envfactory_assets.runner.output`).
+    A failed run names the command that builds what it left (``config_path``: the ``--config`` it had)."""
     started = time.monotonic()
     prepare_dagster_home(home)
     import dagster as dg
 
     from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, RESOURCES
     from envfactory_assets.defs.selection import op_names
-    from envfactory_assets.runner.materialize import check_partitions, materialize_pipeline, run_job_name, stale_assets
+    from envfactory_assets.runner.materialize import (
+        assets_left,
+        check_partitions,
+        materialize_pipeline,
+        run_job_name,
+        stale_assets,
+    )
     from envfactory_assets.runner.memory import PeakMemory
     from envfactory_assets.runner.output import log_path, output_to_log, quiet_config
     from envfactory_assets.runner.progress_bar import RUN_TAG, RunProgressBar
@@ -417,6 +435,15 @@ def _materialize(
             print(f"error: {message}", file=sys.stderr)
     if not success and log_file is not None:
         print(f"a run failed: its errors are in {log_file} (and in the UI: envfactory ui)", file=sys.stderr)
+    if not success:
+        left = assets_left([*ALL_ASSETS, *ALL_CHECKS], _selection(select), results)
+        if left:
+            config_arg = f" --config {shlex.quote(config_path)}" if config_path else ""
+            print(
+                "what stored passed is kept; once the cause is fixed, build the rest with: "
+                f'envfactory run --select "{",".join(left)}"{config_arg}',
+                file=sys.stderr,
+            )
     print(summary)  # last: per-stage times, checkpoints, results, exports, total time
     return 0 if success and not failed_checks else 1
 
@@ -531,13 +558,36 @@ def cmd_results(args: argparse.Namespace) -> int:
         checkpoints = store.read("checkpoints")
         add_parent_comparisons(rows, {r["id"]: r.get("parent_checkpoint_id") for r in checkpoints})
         if args.page:
-            return _write_benchmark_page(store, rows, checkpoints, Path(args.page), args.title, args.command)
+            command = args.command
+            if command is None:
+                problems = _cpu_benchmark_mismatches(checkpoints, rows)
+                if problems:
+                    print(
+                        f"error: the store's checkpoints and evaluations were not made by `{CPU_BENCHMARK_COMMAND}` "
+                        f"({'; '.join(problems)}): run that command first, or give --command with the command "
+                        "that made them",
+                        file=sys.stderr,
+                    )
+                    return 2
+                command = CPU_BENCHMARK_COMMAND
+            return _write_benchmark_page(store, rows, checkpoints, Path(args.page), args.title, command)
         text = update_markdown(Path(args.into), rows, args.section) if args.into else results_markdown(rows)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)
     return 0
+
+
+def _cpu_benchmark_mismatches(checkpoints: list, rows: list) -> list[str]:
+    """:func:`~envfactory_assets.reporting.benchmark_page.settings_mismatches` of the store's rows against
+    ``configs/cpu_benchmark.yaml`` of this checkout; ``[]`` where the checkout has no such file."""
+    from envfactory_assets.reporting.benchmark_page import settings_mismatches
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "cpu_benchmark.yaml"
+    if not path.is_file():
+        return []
+    return settings_mismatches(_load_run_config(str(path)), checkpoints, rows)
 
 
 def _write_benchmark_page(store: Any, rows: list, checkpoints: list, page: Path, title: str, command: str) -> int:
@@ -1076,8 +1126,9 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--title", default="CPU benchmark", help="with --page: the page's heading")
     res.add_argument(
         "--command",
-        default=CPU_BENCHMARK_COMMAND,
-        help="with --page: the command that produced the store's rows, stated on the page",
+        default=None,
+        help="with --page: the command that produced the store's rows, stated on the page (default: the CPU "
+        "benchmark's, refused when the rows record other settings than configs/cpu_benchmark.yaml)",
     )
     res.set_defaults(func=cmd_results)
     cfg = sub.add_parser("config-docs", help="every setting of every asset with its default and help, as Markdown")

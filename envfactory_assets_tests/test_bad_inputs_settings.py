@@ -378,6 +378,32 @@ def test_selecting_one_asset_of_a_shared_step_runs_the_whole_step(tmp_path, monk
             assert instance.get_latest_materialization_event(dg.AssetKey(key)) is not None, key
 
 
+def test_a_failed_run_names_the_command_that_builds_what_it_left(tmp_path, monkeypatch, capsys):
+    """A run whose verification refuses a setting, after the sources and the environments were built, ends by
+    naming the re-run of only what it left, with the user's config file."""
+    from envfactory_assets.cli import main as cli_main
+
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))  # restored after the test
+    config = tmp_path / "my run.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "ops": {
+                    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 1}},
+                    "verified_environments": {"config": {"call_timeout_s": -1}},
+                }
+            }
+        )
+    )
+    selection = "source_resources,environments,verified_environments,tool_graph"
+    assert cli_main(["run", "--select", selection, "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (hint,) = [line for line in err.splitlines() if "build the rest with" in line]
+    assert hint.endswith(f"envfactory run --select \"verified_environments,tool_graph\" --config '{config}'"), hint
+
+
 # --- 4. serve-env answers malformed and oversized JSON-RPC ------------------------------------------------
 class RawClient:
     """``envfactory serve-env`` as a subprocess, spoken to line by line, every read with a timeout."""

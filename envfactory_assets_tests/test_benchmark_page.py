@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from envfactory_assets.evaluation import bfcl_single_turn as st
@@ -91,3 +93,57 @@ def test_results_page_refuses_two_destinations_and_a_missing_store(tmp_path, mon
     assert "give one of them" in capsys.readouterr().err
     assert cli_main(["results", "--page", str(page)]) == 2
     assert "does not exist yet" in capsys.readouterr().err and not page.exists()
+
+
+def test_a_page_names_the_cpu_benchmark_only_for_rows_its_config_made(rows, tmp_path, monkeypatch, capsys):
+    """The rows of the default run's settings (32 SFT steps, 4 single-turn tasks per category) are not the
+    CPU benchmark's: ``results --page`` says which recorded settings differ from configs/cpu_benchmark.yaml
+    and writes nothing; with ``--command`` naming what made them, it writes the page stating that command."""
+    import yaml
+
+    from envfactory_assets.cli import main as cli_main
+    from envfactory_assets.reporting.benchmark_page import settings_mismatches
+    from envfactory_assets.settings import store_path
+    from envfactory_assets.store.db import Store
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    unread = dict.fromkeys(
+        ("base_model", "base_model_hash", "parent_checkpoint_id", "path", "rl_dataset_version", "sft_dataset_version"),
+        "",
+    )
+    checkpoints = [
+        {
+            **unread,
+            "id": name,
+            "stage": "sft",
+            "config": config,
+            "metrics": {},
+            "rl_dataset_ids": [],
+            "sft_dataset_ids": [],
+        }
+        for name, config in (
+            ("ckpt_gold", {"max_steps": 32, "learning_rate": 1e-4}),
+            ("ckpt_mute", {"max_steps": 100, "learning_rate": 1e-4}),
+        )
+    ]
+    store = Store(store_path(home))
+    store.append("checkpoints", checkpoints)
+    store.append("evaluations", rows)
+    page = tmp_path / "cpu_benchmark.md"
+    assert cli_main(["results", "--page", str(page)]) == 2
+    err = capsys.readouterr().err
+    assert "not made by `envfactory run --select checkpoints,evaluations --config configs/cpu_benchmark.yaml`" in err
+    assert "checkpoints max_steps: 100 in the config, 32 in the store's sft rows" in err
+    assert "evaluations n_bfcl_single_turn: 40 in the config, 4 in the store's evaluation rows" in err
+    assert not page.exists()
+    assert cli_main(["results", "--page", str(page), "--command", "envfactory run --config mine.yaml"]) == 0
+    assert "```bash\nenvfactory run --config mine.yaml\n```" in page.read_text()
+    # the benchmark's own settings contradict nothing the same settings recorded
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "cpu_benchmark.yaml").read_text())
+    same = [{"id": "c", "stage": "sft", "config": {"max_steps": 100, "learning_rate": 1e-4}}]
+    evaluation = [{"config": {**config["ops"]["evaluations"]["config"], "sampling": {"temperature": 0.0}}}]
+    assert settings_mismatches(config, same, evaluation) == []
+    assert settings_mismatches(config, same, [{"config": {"sampling": {"temperature": 0.7}}}]) == [
+        "evaluations temperature: 0.0 in the config, 0.7 in the store's evaluation rows"
+    ]

@@ -20,7 +20,7 @@ from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
 from envfactory_assets.store.lineage import checkpoint_lineage
 from envfactory_assets_tests.fixture_environments import FIXTURES
-from envfactory_assets_tests.tiny_run import link_shared_caches
+from envfactory_assets_tests.tiny_run import link_shared_caches, tiny_run_config
 
 RUN_CONFIG = {
     "ops": {
@@ -74,14 +74,16 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run(home) -> dg.ExecuteInProcessResult:
+def run(home, one_layer_model_dir) -> dg.ExecuteInProcessResult:
     """The last run of the two ``envfactory run`` makes (source_resources alone, then everything else);
-    the first one's checks are checked too."""
+    the first one's checks are checked too. The checkpoints are trained from, and evaluated on, a one-layer
+    model with the base model's tokenizer: this run tests the graph, and SmolLM2-135M's own SFT, GRPO and
+    evaluation are tested where their results are read (test_training_sft, test_grpo, test_evaluation)."""
     with dg.instance_for_test() as instance:
         first, rest = materialize_pipeline(
             [*ALL_ASSETS, *ALL_CHECKS],
             instance,
-            run_config=RUN_CONFIG,
+            run_config=tiny_run_config(one_layer_model_dir, RUN_CONFIG),
             resources={
                 "envfactory": EnvFactoryHome(home=str(home)),
                 "model_backend": ModelBackend(),

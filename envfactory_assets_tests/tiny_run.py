@@ -127,12 +127,13 @@ def _cli_run(home: Path, run_config: dict[str, Any]) -> tuple[list[str], dict[st
     )
 
 
-def tiny_run_config(base_model: Path) -> dict[str, Any]:
-    """:data:`TINY_RUN_CONFIG` with ``base_model`` trained and evaluated in place of the default base model (the
-    session's run passes a one-layer model with the base model's tokenizer: what a person sees of the run does
-    not depend on the model's quality, and SmolLM2-135M's SFT, GRPO and evaluation take minutes on 2 cores;
-    test_pipeline runs the default model)."""
-    ops = {op: {"config": dict(settings["config"])} for op, settings in TINY_RUN_CONFIG["ops"].items()}
+def tiny_run_config(base_model: Path, run_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``run_config`` (default :data:`TINY_RUN_CONFIG`; not changed) with ``base_model`` trained and evaluated
+    in place of the default base model (the session's run passes a one-layer model with the base model's
+    tokenizer: what a person sees of the run does not depend on the model's quality, and SmolLM2-135M's SFT,
+    GRPO and evaluation take minutes on 2 cores)."""
+    run_config = TINY_RUN_CONFIG if run_config is None else run_config
+    ops = {op: {"config": dict(settings["config"])} for op, settings in run_config["ops"].items()}
     for op in ("checkpoints", "evaluations"):
         ops[op]["config"]["base_model"] = str(base_model)
     return {"ops": ops}

@@ -132,6 +132,33 @@ def _phases(
     return out
 
 
+def _chosen_assets(graph: Any, selection: Any) -> set[str]:
+    """The assets a run of ``selection`` (None: a plain run) materializes. An asset written by one step
+    together with others (sft_dataset and rl_dataset) cannot run alone, so the selection takes the step's
+    other assets too, as Dagster's own ``required_multi_asset_neighbors`` does."""
+    if selection is None:
+        return plain_run_assets(graph)
+    return {
+        k.to_user_string()
+        for k in dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)
+    }
+
+
+def assets_left(assets: Sequence[Any], selection: Any, results: Sequence[Any]) -> list[str]:
+    """The assets of ``selection`` (None: a plain run) that none of ``results`` (the runs of one
+    :func:`materialize_pipeline` call) materialized, upstream first: what a re-run of the same command
+    with ``--select`` of these names still has to build after a run stopped. A partitioned asset with at
+    least one partition materialized counts as built.
+
+    Raises:
+        dagster.DagsterInvalidSubsetError: ``selection`` names an asset that ``assets`` does not define.
+    """
+    graph = asset_graph([a for a in assets if isinstance(a, dg.AssetsDefinition)])
+    chosen = _chosen_assets(graph, selection)
+    built = {e.asset_key.to_user_string() for r in results for e in r.get_asset_materialization_events()}
+    return [name for key in graph.toposorted_asset_keys if (name := key.to_user_string()) in chosen - built]
+
+
 def materialize_pipeline(
     assets: Sequence[Any],
     instance: dg.DagsterInstance,
@@ -162,16 +189,7 @@ def materialize_pipeline(
     graph = asset_graph([a for a in assets if isinstance(a, dg.AssetsDefinition)])
     # the gates of these runs are the blocking checks of this graph, whatever other graph a caller defined
     resources = {"upstream_gates": UpstreamGates.of(graph), **resources}
-    # An asset written by one step together with others (sft_dataset and rl_dataset) cannot run alone, so
-    # the selection takes the step's other assets too, as Dagster's own required_multi_asset_neighbors does.
-    chosen = (
-        {
-            k.to_user_string()
-            for k in dg.AssetSelection.from_coercible(selection).required_multi_asset_neighbors().resolve(graph)
-        }
-        if selection is not None
-        else plain_run_assets(graph)
-    )
+    chosen = _chosen_assets(graph, selection)
     run_config = dict(run_config or {})
     results = []
     if "source_resources" in chosen:

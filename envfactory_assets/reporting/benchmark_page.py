@@ -200,3 +200,57 @@ def benchmark_page(
         lines.append("")
     lines += ["## Results", "", results_markdown(evaluation_rows), ""]
     return "\n".join(lines)
+
+
+#: ``(op, setting in the run config) -> (checkpoint stage or "evaluation", key in the stored row's config)``:
+#: where each setting of a benchmark's run config is recorded in the store. GRPO's settings carry a
+#: ``grpo_`` prefix in ``checkpoints``' config and none in the GRPO checkpoint's row.
+_RECORDED_AS = {
+    **{("checkpoints", k): ("sft", k) for k in ("max_steps", "learning_rate", "per_device_train_batch_size")},
+    **{
+        ("checkpoints", f"grpo_{k}"): ("grpo", k)
+        for k in (
+            "max_steps",
+            "learning_rate",
+            "num_generations",
+            "n_prompts",
+            "screen_factor",
+            "max_completion_length",
+            "max_tools",
+        )
+    },
+    **{
+        ("evaluations", k): ("evaluation", k)
+        for k in ("n_synthetic", "n_bfcl", "n_bfcl_single_turn", "task_draw", "first_turns_only", "seeds")
+    },
+    ("evaluations", "temperature"): ("evaluation", "sampling.temperature"),
+}
+
+
+def settings_mismatches(
+    run_config: Mapping[str, Any],
+    checkpoint_rows: Sequence[Mapping[str, Any]],
+    evaluation_rows: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """Where the store's current rows were made with other settings than ``run_config`` (a run config file's
+    mapping, ``ops: {checkpoints: {config}, evaluations: {config}}``) sets: one line per setting that a
+    stored checkpoint's or evaluation's ``config`` records with another value (``"checkpoints max_steps: 100
+    in the config, 32 in the store's sft checkpoint"``). Settings the rows do not record are not compared;
+    ``[]`` means nothing recorded contradicts the config, so a page may name its command."""
+    ops = run_config.get("ops") or {}
+    stored: dict[str, list[Mapping[str, Any]]] = {"evaluation": [r.get("config") or {} for r in evaluation_rows]}
+    for row in checkpoint_rows:
+        stored.setdefault(str(row.get("stage")), []).append(row.get("config") or {})
+    problems = []
+    for (op, setting), (where, key) in _RECORDED_AS.items():
+        wanted = ((ops.get(op) or {}).get("config") or {}).get(setting)
+        if wanted is None:
+            continue
+        for config in stored.get(where, []):
+            value: Any = config
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, Mapping) else None
+            if value is not None and value != wanted:
+                problems.append(f"{op} {setting}: {wanted!r} in the config, {value!r} in the store's {where} rows")
+                break
+    return problems

@@ -9,9 +9,9 @@ from typing import Any
 import dagster as dg
 
 from envfactory_assets.defs.dagster_private import asset_graph, stale_asset_keys
-from envfactory_assets.defs.pipeline_runs import PIPELINE_JOB, check_partitions, materialize_pipeline
+from envfactory_assets.defs.pipeline_runs import PIPELINE_JOB, assets_left, check_partitions, materialize_pipeline
 
-__all__ = ["PIPELINE_JOB", "check_partitions", "materialize_pipeline", "run_job_name", "stale_assets"]
+__all__ = ["PIPELINE_JOB", "assets_left", "check_partitions", "materialize_pipeline", "run_job_name", "stale_assets"]
 
 
 _SLUG_WORDS = {"+": "_plus_", "*": "_all_", ",": "__", ":": "_", "/": "_"}
