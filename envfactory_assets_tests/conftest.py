@@ -8,6 +8,7 @@ The corpus path itself is :data:`envfactory_assets_tests.fixture_environments.FI
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,26 @@ def one_layer_model_dir(base_model_dir, tmp_path_factory) -> Path:
     """A randomly initialized one-layer model with the base model's tokenizer and chat template
     (:func:`envfactory_assets_tests.tiny_run.one_layer_model`): trains and generates in milliseconds."""
     return one_layer_model(base_model_dir, tmp_path_factory.mktemp("one_layer_model"))
+
+
+#: Seconds per test file (setup, call and teardown of its tests, session fixtures counted where first used).
+_FILE_SECONDS: defaultdict[str, float] = defaultdict(float)
+_FILE_TESTS: defaultdict[str, set[str]] = defaultdict(set)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] += report.duration
+    _FILE_TESTS[path].add(report.nodeid)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own --durations list, nearest the end of the output
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The 25 test files that took longest, with their share of the whole: where the suite's time goes, for
+    whoever shortens it (``--durations`` names single tests, not the modules they add up to)."""
+    total = sum(_FILE_SECONDS.values())
+    if not total:
+        return
+    terminalreporter.section("slowest 25 test files")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {seconds / total:6.1%} {len(_FILE_TESTS[path]):5d} tests  {path}")
