@@ -59,6 +59,9 @@ def test_name_rules_on_words():
     assert split_glued("rateplans", bigrams) == ["rate", "plans"]
     assert split_glued("jobschedules", bigrams) == ["job", "schedules"]
     assert split_glued("webhooks", bigrams) == ["webhooks"]  # the spec never writes "web hooks"
+    # a version glued to a path word (FinSpace's /datasetsv2) is not said; ipv4 and dev1 are words of their own
+    assert spoken_thing("datasetsv2") == "dataset" and spoken_things("changesetsv2") == "changesets"
+    assert spoken_thing("ipv4_range") == "ipv4 range" and spoken_thing("dev1") == "dev1"
 
 
 def test_tables_are_named_by_the_specs_own_words(storage_env):

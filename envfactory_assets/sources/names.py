@@ -139,11 +139,17 @@ def _sayable(tok: str) -> bool:
     return not tok.isdigit() and len(tok) > 1 and (len(tok) > 3 or _vowel(tok))
 
 
+#: A word with an API version glued to its end (``datasetsv2`` of the path ``/datasetsv2``): the word is said
+#: without it. Three letters at least before the ``v``, so ``ipv4`` and ``dev1`` stay as they are.
+_GLUED_VERSION = re.compile(r"([a-z]{3,})v\d+")
+
+
 def spoken_words(name: str) -> list[str]:
     """A table or field name as the words a person says (queries, replies and generated values use it): digits,
-    single letters and vowel-less abbreviations dropped (``"webhooks_2"`` -> ``["webhooks"]``,
-    ``"whitelist_sdd"`` -> ``["whitelist"]``); the name's own words when nothing would be left."""
-    toks = [t for t in re.split(r"[_\s]+", name.strip().lower()) if t]
+    single letters, vowel-less abbreviations and a version glued to a word dropped (``"webhooks_2"`` ->
+    ``["webhooks"]``, ``"whitelist_sdd"`` -> ``["whitelist"]``, ``"datasetsv2"`` -> ``["datasets"]``); the
+    name's own words when nothing would be left."""
+    toks = [_GLUED_VERSION.sub(r"\1", t) for t in re.split(r"[_\s]+", name.strip().lower()) if t]
     kept = [t for t in toks if _sayable(t)]
     return kept or toks
 
