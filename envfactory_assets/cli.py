@@ -922,9 +922,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     """Print the model calls and tokens the configured model backend would spend on the environments
     stage. Calls no model: resources come from the store's ``source_resources`` when it has them, else
     from a scan configured like the run (``ops.source_resources.config``)."""
+    from envfactory_assets.config_checks import SettingError
     from envfactory_assets.defs.resources import ModelBackend
     from envfactory_assets.defs.sources.assets import SourceConfig  # its defaults, read not restated
     from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
+    from envfactory_assets.envgen.run_settings import EnvironmentRunSpec
     from envfactory_assets.envgen.stage import select_resources
     from envfactory_assets.store.db import Store
 
@@ -963,11 +965,15 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         src.get("exclude", []),
     )
     try:
+        build = EnvironmentRunSpec(**op_config("environments"))
+    except (SettingError, TypeError) as exc:  # an unknown or out-of-range environments setting
+        raise UsageError(f"ops.environments.config: {exc}") from None
+    try:
         backend = model_backend.backend_for(home)
     except Exception as exc:  # dg.Failure naming the bad setting
         raise UsageError(str(exc)) from None
     try:
-        estimate = estimate_environments(chosen, backend, model_backend.max_revisions)
+        estimate = estimate_environments(chosen, backend, model_backend.max_revisions, resource_cap=build.resource_cap)
     finally:
         if backend is not None and hasattr(backend, "close"):
             backend.close()
@@ -990,6 +996,73 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    """Coverage of the corpus by verified tools: ``source_resources`` once (unless the store has it and
+    ``--rescan`` is not given), then ``environments`` and ``verified_environments`` for the partitions not yet
+    verified, ``--batch`` partitions per ``envfactory run`` command, each in its own process, until all are done or
+    ``--max-minutes`` have passed; then the figures (:mod:`envfactory_assets.reporting.corpus_coverage`) are
+    printed and written to ``--output``. A re-run resumes with what is left."""
+    import subprocess
+
+    from envfactory_assets.incremental.partitions import ENVIRONMENT_PARTITIONS
+    from envfactory_assets.reporting.corpus_coverage import coverage_figures, coverage_markdown, stage_time_figures
+    from envfactory_assets.runner.coverage_batches import default_output, plan_batches, run_batches, verified_keys
+    from envfactory_assets.store.db import Store
+
+    if args.batch < 1:
+        raise UsageError(f"coverage --batch {args.batch}: expected a whole number >= 1")
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise UsageError(f"coverage --max-minutes {args.max_minutes}: expected a number > 0")
+    _load_run_config(args.config)  # a config that cannot be read is named before anything runs
+    home = settings.envfactory_home()
+    path = settings.store_path(home)
+    config_args = ["--config", args.config] if args.config else []
+    if not args.report_only and (args.rescan or not path.exists() or not Store(path).read("source_resources")):
+        code = subprocess.call(
+            [sys.executable, "-m", "envfactory_assets.cli", "run", "--select", "source_resources", *config_args]
+        )
+        if code:
+            return code
+    if not path.exists():
+        raise UsageError(f"no store at {path}: run envfactory coverage without --report-only first")
+    store = Store(path)
+
+    def done() -> set[str]:
+        return verified_keys(store.read("environments"), store.read("verified_environments"))
+
+    if not args.report_only:
+        prepare_dagster_home(home)
+        import dagster as dg
+
+        with dg.DagsterInstance.get() as instance:
+            partitions = instance.get_dynamic_partitions(ENVIRONMENT_PARTITIONS)
+        batches = plan_batches(partitions, done(), args.batch)
+        pending = sum(map(len, batches))
+        print(f"{pending} of {len(partitions)} environment partitions to build and verify", file=sys.stderr)
+        outcome = run_batches(
+            batches,
+            args.config,
+            lambda keys: len(done() & set(keys)),
+            max_seconds=None if args.max_minutes is None else args.max_minutes * 60,
+            log=lambda line: print(line, file=sys.stderr),
+        )
+        if outcome.stopped != "done":
+            print(f"stopped ({outcome.stopped}); run the same command again to go on", file=sys.stderr)
+    figures = coverage_figures(
+        store.read("source_resources"),
+        store.read("rejected_resources"),
+        store.read("environments"),
+        store.read("verified_environments"),
+    )
+    text = coverage_markdown(figures, stage_time_figures(store.read("stage_times")))
+    output = Path(args.output) if args.output else default_output(home)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    print(text)
+    print(f"written to {output}", file=sys.stderr)
+    return 0 if args.report_only or outcome.stopped == "done" else 1
 
 
 #: ``envfactory ablations --step`` -> the ablation asset it materializes (no step: all four, in order).
@@ -1057,6 +1130,20 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of only in the run log file",
     )
     run.set_defaults(func=cmd_run)
+    cov = sub.add_parser(
+        "coverage",
+        help="coverage of the corpus by verified tools, built and verified in resumable batches "
+        "(use with --config configs/corpus_coverage.yaml and its own ENVFACTORY_HOME; hours, not in CI)",
+    )
+    cov.add_argument("--config", help="YAML run config of every command (configs/corpus_coverage.yaml)")
+    cov.add_argument("--batch", type=int, default=100, help="environment partitions per envfactory run command")
+    cov.add_argument(
+        "--max-minutes", type=float, default=None, help="start no batch after this many minutes (default: no limit)"
+    )
+    cov.add_argument("--rescan", action="store_true", help="materialize source_resources again first")
+    cov.add_argument("--report-only", action="store_true", help="only write the figures of what the store holds")
+    cov.add_argument("--output", help="Markdown file for the figures (default: $ENVFACTORY_HOME/corpus_coverage.md)")
+    cov.set_defaults(func=cmd_coverage)
     abl = sub.add_parser(
         "ablations",
         help="the paper's ablations as assets partitioned by arm, each arm in its own store (hours; not in CI)",

@@ -18,7 +18,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from envfactory_assets.defs.envgen.assets import verified_environments
+from envfactory_assets.defs.envgen.assets import environments, verified_environments
 from envfactory_assets.defs.graph.assets import tool_graph
 from envfactory_assets.defs.resources import EnvFactoryHome, VerificationGate
 from envfactory_assets.defs.sources.assets import source_resources
@@ -93,6 +93,7 @@ BAD_SETTINGS = [
         ["include and exclude", ENV_ID],
     ),
     (source_resources, {"corpus_dir": "/no/such/corpus"}, ["corpus_dir='/no/such/corpus'", "existing folder"]),
+    (environments, {"max_resources": -1}, ["max_resources=-1", ">= 0"]),
     (verified_environments, {"memory_mb": 1}, ["memory_mb=1", ">= 128", "30-60 MiB"]),
     (verified_environments, {"call_timeout_s": NAN}, ["call_timeout_s=nan", "finite number > 0"]),
     (verified_environments, {"max_workers": 0}, ["max_workers=0", ">= 1"]),

@@ -18,7 +18,9 @@ from envfactory_assets.config_schema import REQUIRED, Source, config_drift, sett
 from envfactory_assets.defs.ablations.assets import AblationDataConfig
 from envfactory_assets.defs.config_docs import RUN_CONFIGS, configuration_markdown, run_config_class
 from envfactory_assets.defs.config_fields import generated_config, sources_of
+from envfactory_assets.defs.envgen.assets import EnvironmentsConfig
 from envfactory_assets.defs.evaluation.assets import EvaluationConfig
+from envfactory_assets.defs.sources.assets import SourceConfig
 from envfactory_assets.defs.synth.assets import CHAIN_SOURCES, ChainsConfig
 from envfactory_assets.defs.training.assets import CheckpointConfig
 from envfactory_assets.defs.viewer.jobs import ShowTrajectoryConfig
@@ -32,7 +34,7 @@ RUN_CONFIG_CLASSES = [run_config_class(path) for _, path in RUN_CONFIGS]
 def test_every_run_config_under_defs_is_documented():
     """docs/configuration.md lists every run config an asset or job of defs/ takes."""
     assert {c.__name__ for c in RUN_CONFIG_CLASSES} == set(dagster_configs())
-    assert len(RUN_CONFIG_CLASSES) == 12
+    assert len(RUN_CONFIG_CLASSES) == 13
 
 
 @pytest.mark.parametrize("config", RUN_CONFIG_CLASSES, ids=lambda c: c.__name__)
@@ -145,6 +147,10 @@ def _checked(asset: str, settings: dict) -> None:
         EvaluationConfig(**settings).eval_spec()
     elif asset == "ablation_data":
         AblationSynthesisSpec(**AblationDataConfig(**settings).model_dump()).run_config()
+    elif asset == "source_resources":
+        SourceConfig(**settings).check_settings()
+    elif asset == "environments":
+        EnvironmentsConfig(**settings).check_settings()
     else:
         raise AssertionError(f"configs/ sets {asset}, which this test does not check yet")
 

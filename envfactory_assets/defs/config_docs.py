@@ -14,6 +14,7 @@ import dagster as dg
 #: (asset or job, import path of its run config), in the order of the pipeline.
 RUN_CONFIGS = (
     ("source_resources", "envfactory_assets.defs.sources.assets:SourceConfig"),
+    ("environments", "envfactory_assets.defs.envgen.assets:EnvironmentsConfig"),
     ("verified_environments", "envfactory_assets.defs.envgen.assets:VerificationConfig"),
     ("tool_graph", "envfactory_assets.defs.graph.assets:ToolGraphConfig"),
     ("tool_chains", "envfactory_assets.defs.synth.assets:ChainsConfig"),

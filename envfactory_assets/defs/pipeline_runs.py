@@ -64,6 +64,26 @@ def plain_run_assets(graph: Any) -> set[str]:
     return {k.to_user_string() for k in graph.get_all_asset_keys() if not on_demand(graph, k)}
 
 
+def adjacent_blocks(order: Sequence[str], chosen: Sequence[str]) -> list[list[str]]:
+    """``chosen`` split into the blocks of keys that are adjacent in ``order`` (the partitions' own order), each
+    block in that order: a block is one partition-range run. Keys not in ``order`` are left out."""
+    position = {k: i for i, k in enumerate(order)}
+    ranked = sorted({k for k in chosen if k in position}, key=position.__getitem__)
+    blocks: list[list[str]] = []
+    for key in ranked:
+        if blocks and position[key] == position[blocks[-1][-1]] + 1:
+            blocks[-1].append(key)
+        else:
+            blocks.append([key])
+    return blocks
+
+
+def _partition_tags(block: Sequence[str]) -> dict[str, str]:
+    if len(block) == 1:
+        return {"dagster/partition": block[0]}
+    return {"dagster/asset_partition_range_start": block[0], "dagster/asset_partition_range_end": block[-1]}
+
+
 def check_partitions(instance: dg.DagsterInstance, partitions: Sequence[str]) -> None:
     """Raise ValueError (one line) when ``partitions`` names keys that are neither ``environment`` partitions
     nor ablation arms."""
@@ -93,7 +113,8 @@ def _phases(
     graph: Any, chosen: set[str], instance: dg.DagsterInstance, partitions: Sequence[str] | None
 ) -> list[tuple[list[str], list[dict[str, str]]]]:
     """``[(asset names, tag sets: one run each)]`` after ``source_resources``: the pipeline's assets (the
-    environment-partitioned stages over ``partitions``, default all, in one run), then each ablation arm's
+    environment-partitioned stages over ``partitions``, default all, in one run; named keys in one run per block
+    of keys adjacent in the partitions' order), then each ablation arm's
     partitioned assets (one run per arm of ``partitions``, default every arm), then the on-demand assets
     that read them (the report)."""
     partitioned_by_arm = {
@@ -105,9 +126,8 @@ def _phases(
     after = sorted((chosen & demand) - partitioned_by_arm)
     out: list[tuple[list[str], list[dict[str, str]]]] = []
     if main:
-        keys = list(instance.get_dynamic_partitions(environment_partitions.name))
-        if partitions is not None:
-            keys = [k for k in keys if k in set(partitions)]
+        all_keys = list(instance.get_dynamic_partitions(environment_partitions.name))
+        keys = all_keys if partitions is None else [k for k in all_keys if k in set(partitions)]
         if set(main) & set(PARTITIONED) and not keys:
             raise ValueError("there are no environment partitions yet: materialize source_resources first")
         if not set(main) & set(PARTITIONED):
@@ -119,8 +139,8 @@ def _phases(
                     [{"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}],
                 )
             )
-        else:
-            out.append((main, [{"dagster/partition": k} for k in keys]))
+        else:  # one run per block of keys adjacent in the partitions' order (a run costs seconds to start)
+            out.append((main, [_partition_tags(block) for block in adjacent_blocks(all_keys, keys)]))
     if arms:
         names = arm_partitions.get_partition_keys()
         wanted = [a for a in names if partitions is None or a in set(partitions)]

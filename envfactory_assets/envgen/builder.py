@@ -249,8 +249,11 @@ def initial_states(
     ]
 
 
-def build_environment(resource_row: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """Build the environment of one accepted OpenAPI source resource (a ``source_resources`` row).
+def build_environment(
+    resource_row: dict[str, Any], spec: dict[str, Any], resource_cap: int | None = MAX_RESOURCES
+) -> dict[str, Any]:
+    """Build the environment of one accepted OpenAPI source resource (a ``source_resources`` row), with at most
+    ``resource_cap`` resources as tables (None: every stateful resource of the document).
 
     Returns the Environment dict of docs/design.md (``env_id``, ``domain``, ``tools``,
     ``state_schema``, ``source``, ``initial_states``, plus ``tables`` and ``provenance``).
@@ -259,14 +262,17 @@ def build_environment(resource_row: dict[str, Any], spec: dict[str, Any]) -> dic
         BuildError: when the document has no usable resource (it was accepted from a different
             version, or the resource extraction changed).
     """
-    resources = extract_resources(spec, max_resources=MAX_RESOURCES)
+    resources = extract_resources(spec, max_resources=resource_cap)
     if not resources:
         raise BuildError(f"{resource_row['resource_key']}: no stateful resource in {resource_row['path']}")
     return build_from_resources(resource_row, resources)
 
 
-def build_mcp_environment(resource_row: dict[str, Any], tool_list: dict[str, Any]) -> dict[str, Any]:
-    """Build the environment of one MCP tool-list source resource (``kind = "mcp_tool_list"``).
+def build_mcp_environment(
+    resource_row: dict[str, Any], tool_list: dict[str, Any], resource_cap: int | None = MAX_RESOURCES
+) -> dict[str, Any]:
+    """Build the environment of one MCP tool-list source resource (``kind = "mcp_tool_list"``), with at most
+    ``resource_cap`` tables (None: every table the tool list maps to).
 
     The tool list is mapped onto resources by :mod:`envfactory_assets.envgen.mcp_resources`; the
     tools it could not map are named in the environment's ``provenance``.
@@ -277,7 +283,7 @@ def build_mcp_environment(resource_row: dict[str, Any], tool_list: dict[str, Any
     from envfactory_assets.envgen.mcp_resources import McpMappingError, resources_from_tool_list
 
     try:
-        resources, unmapped = resources_from_tool_list(tool_list, MAX_RESOURCES)
+        resources, unmapped = resources_from_tool_list(tool_list, resource_cap)
     except McpMappingError as exc:
         raise BuildError(f"{resource_row['resource_key']}: {exc}") from exc
     env = build_from_resources(resource_row, resources)

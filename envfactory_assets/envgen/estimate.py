@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.envgen.builder import MAX_RESOURCES
 from envfactory_assets.envgen.model_builder import (
     CODE_WRITER_ROLE,
     DEFAULT_MAX_TOKENS,
@@ -52,9 +53,14 @@ def _with_revisions(
 
 
 def estimate_environments(
-    resources: list[dict[str, Any]], backend: Any, max_revisions: int, max_tokens: int = DEFAULT_MAX_TOKENS
+    resources: list[dict[str, Any]],
+    backend: Any,
+    max_revisions: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    resource_cap: int | None = MAX_RESOURCES,
 ) -> dict[str, Any]:
-    """Estimated model usage of building ``resources`` (``source_resources`` rows) with ``backend``.
+    """Estimated model usage of building ``resources`` (``source_resources`` rows) with ``backend``, at most
+    ``resource_cap`` tables per environment (None: no cap; the ``environments`` setting ``max_resources``).
 
     ``backend`` None means the programmatic builder: no calls. Returns
     ``{"environments", "unbuildable", "unmapped_operations", "drafts": {calls, cached, prompt_tokens_est,
@@ -70,8 +76,8 @@ def estimate_environments(
     for resource in resources:
         path = Path(resource["corpus_root"]) / resource["path"]
         try:
-            env = programmatic_environment(resource, path)
-            ops = operations_to_write(resource, path)
+            env = programmatic_environment(resource, path, resource_cap)
+            ops = operations_to_write(resource, path, resource_cap)
         except Exception as exc:  # the stage turns these into build_failed rows without calling a model
             unbuildable.append(f"{resource['resource_key']}: {type(exc).__name__}: {str(exc)[:120]}")
             continue

@@ -145,12 +145,12 @@ def _fields(tool: dict[str, Any], kind: str, key: str) -> list[FieldSpec]:
 
 
 def resources_from_tool_list(
-    document: dict[str, Any], max_tables: int = MAX_TABLES
+    document: dict[str, Any], max_tables: int | None = MAX_TABLES
 ) -> tuple[list[Resource], list[str]]:
     """Map a validated MCP tool-list document to ``(resources, unmapped)``.
 
-    ``resources`` are tables (most tools first, at most ``max_tables``), each with at most one tool per
-    CRUD kind whose ``operation_id`` is the MCP tool's own name; ``unmapped`` lists
+    ``resources`` are tables (most tools first, at most ``max_tables``; None keeps every table), each with at most
+    one tool per CRUD kind whose ``operation_id`` is the MCP tool's own name; ``unmapped`` lists
     ``"tool_name: why"`` for every tool left out.
 
     Raises:
@@ -210,6 +210,8 @@ def resources_from_tool_list(
         raise McpMappingError(
             f"no table with a read tool and scalar fields among {len(tools)} tools: " + "; ".join(unmapped[:5])
         )
+    if max_tables is None:
+        return resources, unmapped
     for extra in resources[max_tables:]:
         unmapped += [
             f"{op.operation_id}: table {extra.name} beyond the first {max_tables}" for op in extra.operations.values()
@@ -226,7 +228,7 @@ _UNMAPPED_REASONS = (
 )
 
 
-def unmapped_tool_operations(document: dict[str, Any], max_tables: int = MAX_TABLES) -> list[dict[str, Any]]:
+def unmapped_tool_operations(document: dict[str, Any], max_tables: int | None = MAX_TABLES) -> list[dict[str, Any]]:
     """The tools of a validated MCP tool list that :func:`resources_from_tool_list` leaves out (not those of a
     table beyond ``max_tables``: the mapping does map them), in its order, each described like an item of
     :func:`~envfactory_assets.sources.unmapped.unmapped_operations`: ``method`` ``"MCP"``, ``path`` and

@@ -1,8 +1,9 @@
-"""The settings of ``verified_environments``: the sandbox limits each verification worker runs under and how
-many run at once (the pass-rate floor is the ``verification_gate`` resource's).
+"""The settings of ``environments`` (how many resources of a document become tables) and of
+``verified_environments`` (the sandbox limits each verification worker runs under and how many run at once; the
+pass-rate floor is the ``verification_gate`` resource's).
 
 Each default and help text is stated once, in a field's metadata; the Dagster run config and
-docs/configuration.md are generated from :class:`VerificationRunSpec`.
+docs/configuration.md are generated from :class:`EnvironmentRunSpec` and :class:`VerificationRunSpec`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from envfactory_assets.config_checks import SettingError, finite_number, setting, whole_number
+from envfactory_assets.envgen.builder import MAX_RESOURCES
 from envfactory_assets.envgen.stage import DEFAULT_VERIFY_WORKERS
 from envfactory_assets.runtime.sandbox import SandboxLimits
 
 OWNER = "verified_environments"
+ENVIRONMENTS_OWNER = "environments"
+
+
+@dataclass(frozen=True)
+class EnvironmentRunSpec:
+    """How much of each selected document becomes its environment.
+
+    Raises:
+        SettingError: (a ValueError) a negative ``max_resources``, named in the message.
+    """
+
+    max_resources: int = setting(
+        MAX_RESOURCES,
+        "stateful resources (tables) kept per environment, best-covered first; 0 keeps every resource of the "
+        "document (the corpus-scale coverage run); the default keeps environments at the paper's size.",
+    )
+
+    def __post_init__(self) -> None:
+        whole_number(ENVIRONMENTS_OWNER, "max_resources", self.max_resources, low=0)
+
+    @property
+    def resource_cap(self) -> int | None:
+        """The cap the builder applies: ``max_resources``, or None (no cap) for 0."""
+        return self.max_resources or None
+
 
 #: Smallest ``memory_mb`` a verification worker starts with: the sandbox caps the worker's address space,
 #: and the Python interpreter alone maps about 30-60 MiB before it loads an environment, so a lower cap makes

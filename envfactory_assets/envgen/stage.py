@@ -75,8 +75,10 @@ def environment_row(
     backend: Any = None,
     max_revisions: int = DEFAULT_MAX_REVISIONS,
     tool_threads: int = 1,
+    resource_cap: int | None = MAX_RESOURCES,
 ) -> dict[str, Any]:
-    """Build one ``environments`` row; a document that cannot be built gives a ``build_failed`` row.
+    """Build one ``environments`` row, with at most ``resource_cap`` resources as tables (None: all of the
+    document's); a document that cannot be built gives a ``build_failed`` row.
 
     With a chat ``backend`` the code is written by the model and revised from verification failures
     (:func:`envfactory_assets.envgen.revision.build_with_revisions`, at most ``max_revisions``); the tool
@@ -91,7 +93,7 @@ def environment_row(
     base = {"env_id": resource["resource_key"], "source_resource_id": resource["id"], "domain": resource["domain"]}
     revisions: dict[str, Any] | None = None
     try:
-        env = programmatic_environment(resource, path)
+        env = programmatic_environment(resource, path, resource_cap)
         content_id("env", env)  # fails here, inside the guard, on content a store cannot hold
         if backend is not None:
             result = build_with_revisions(env, backend, max_revisions)
@@ -103,7 +105,7 @@ def environment_row(
                     + "; ".join(result.reasons[:3])
                 )
             env, revisions["unmapped_operations"] = write_unmapped_tools(
-                env, operations_to_write(resource, path), backend, max_revisions, threads=tool_threads
+                env, operations_to_write(resource, path, resource_cap), backend, max_revisions, threads=tool_threads
             )
     except BackendConfigError:
         raise  # a misconfigured backend fails every environment: stop the stage with the setting's name
@@ -139,8 +141,10 @@ def environment_rows(
     backend: Any = None,
     max_revisions: int = DEFAULT_MAX_REVISIONS,
     progress: Callable[[], None] | None = None,
+    resource_cap: int | None = MAX_RESOURCES,
 ) -> list[dict[str, Any]]:
-    """:func:`environment_row` of every resource, in the order of ``resources``.
+    """:func:`environment_row` of every resource (at most ``resource_cap`` tables each; None: no cap), in the
+    order of ``resources``.
 
     With a chat ``backend``, environments are written in as many threads as it serves requests at once
     (:func:`~envfactory_assets.llm.base.concurrency_of`): each environment's draft, verification and
@@ -157,7 +161,7 @@ def environment_rows(
     tool_threads = max(1, concurrency_of(backend) // max(threads, 1)) if backend is not None else 1
 
     def one(resource: dict[str, Any]) -> dict[str, Any]:
-        row = environment_row(resource, backend, max_revisions, tool_threads)
+        row = environment_row(resource, backend, max_revisions, tool_threads, resource_cap)
         if progress is not None:
             progress()
         return row
@@ -173,11 +177,14 @@ def environment_rows(
                 f.cancel()
 
 
-def programmatic_environment(resource: dict[str, Any], path: Path) -> dict[str, Any]:
-    """The programmatic builder's environment for a resource of either kind (OpenAPI, MCP tool list)."""
+def programmatic_environment(
+    resource: dict[str, Any], path: Path, resource_cap: int | None = MAX_RESOURCES
+) -> dict[str, Any]:
+    """The programmatic builder's environment for a resource of either kind (OpenAPI, MCP tool list), with at
+    most ``resource_cap`` tables (None: no cap)."""
     if resource.get("kind") == MCP_KIND:
-        return build_mcp_environment(resource, mcp_document(resource, path))
-    return build_environment(resource, openapi_document(resource, path))
+        return build_mcp_environment(resource, mcp_document(resource, path), resource_cap)
+    return build_environment(resource, openapi_document(resource, path), resource_cap)
 
 
 def mcp_document(resource: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -192,9 +199,11 @@ def mcp_document(resource: dict[str, Any], path: Path) -> dict[str, Any]:
     return document
 
 
-def operations_to_write(resource: dict[str, Any], path: Path) -> list[dict[str, Any]]:
-    """The operations a model writes tools for in ``resource``'s environment: those the rules do not map with the
-    builder's cap of resources, of its OpenAPI document
+def operations_to_write(
+    resource: dict[str, Any], path: Path, resource_cap: int | None = MAX_RESOURCES
+) -> list[dict[str, Any]]:
+    """The operations a model writes tools for in ``resource``'s environment: those the rules do not map with
+    ``resource_cap`` resources kept (None: every resource), of its OpenAPI document
     (:func:`~envfactory_assets.sources.unmapped.unmapped_operations`) or its MCP tool list
     (:func:`~envfactory_assets.envgen.mcp_resources.unmapped_tool_operations`).
 
@@ -202,8 +211,8 @@ def operations_to_write(resource: dict[str, Any], path: Path) -> list[dict[str, 
         BuildError: the file changed since it was scanned.
     """
     if resource.get("kind") == MCP_KIND:
-        return unmapped_tool_operations(mcp_document(resource, path), MAX_RESOURCES)
-    return unmapped_operations(openapi_document(resource, path), MAX_RESOURCES)
+        return unmapped_tool_operations(mcp_document(resource, path), resource_cap)
+    return unmapped_operations(openapi_document(resource, path), resource_cap)
 
 
 def openapi_document(resource: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -108,6 +108,7 @@ def corpus_coverage(accepted: list[dict[str, Any]], rejected: list[dict[str, Any
     operations = sum(by_kind.values()) + sum(unmapped.values())
     mapped = sum(by_kind.values())
     return {
+        "documents_scanned": scanned,
         "documents_yielding_environment": len(docs),
         "documents_yielding_share": round(len(docs) / scanned, 4) if scanned else 0.0,
         "operations": operations,

@@ -12,15 +12,26 @@ from envfactory_assets.defs.partitions import SINGLE_RUN, asset_code_version, en
 from envfactory_assets.defs.progress_observations import asset_progress
 from envfactory_assets.defs.resources import STORE_POOL, EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.model_tools import summarize_outcomes
-from envfactory_assets.envgen.run_settings import VerificationRunSpec
+from envfactory_assets.envgen.run_settings import EnvironmentRunSpec, VerificationRunSpec
 from envfactory_assets.envgen.stage import as_environment, environment_rows, verify_all
 from envfactory_assets.envgen.tool_names import readability_figures
 from envfactory_assets.incremental.partitions import env_scope
 from envfactory_assets.quality.value_semantics import summarise as value_figures
 from envfactory_assets.store.gates import pass_rate
 
-#: Where each ``verified_environments`` setting is stated.
+#: Where each ``environments`` and ``verified_environments`` setting is stated.
+ENVIRONMENT_SOURCES = (Source(EnvironmentRunSpec),)
 VERIFICATION_SOURCES = (Source(VerificationRunSpec),)
+
+
+class EnvironmentsConfig(generated_config("EnvironmentSettings", *ENVIRONMENT_SOURCES)):
+    """How much of each document becomes its environment (docs/configuration.md lists each setting with its
+    default and help)."""
+
+    def check_settings(self) -> EnvironmentRunSpec:
+        """The settings as an :class:`EnvironmentRunSpec`, checked before anything is built (raises SettingError
+        naming the setting)."""
+        return build_spec(ENVIRONMENT_SOURCES[0], self)
 
 
 class VerificationConfig(generated_config("VerificationSettings", *VERIFICATION_SOURCES)):
@@ -63,12 +74,16 @@ _ENVGEN_CODE = asset_code_version(
     backfill_policy=SINGLE_RUN,
 )
 def environments(
-    context: dg.AssetExecutionContext, envfactory: EnvFactoryHome, model_backend: ModelBackend
+    context: dg.AssetExecutionContext,
+    config: EnvironmentsConfig,
+    envfactory: EnvFactoryHome,
+    model_backend: ModelBackend,
 ) -> dg.MaterializeResult:
     """Stateful environments (state schema, CRUD tools with JSON Schema input/output, Python source,
     valid/boundary/invalid initial states) built by the programmatic builder, one per ``environment``
     partition (the resource selected by ``source_resources`` under that key). With a ``model_backend`` the
     model writes the code, and the tools of the operations the rules do not map (metadata ``model_tools``)."""
+    spec = checked(config.check_settings)
     started = time.monotonic()
     backend = model_backend.backend_for(envfactory.root())
     store = envfactory.store()
@@ -76,9 +91,13 @@ def environments(
     chosen = store.read("source_resources", env_scope(keys, "resource_key"))
     meter = asset_progress(context, len(chosen), "environments built")
     # with a model, as many environments at once as the backend serves requests (its max_concurrency)
-    rows = environment_rows(chosen, backend, model_backend.max_revisions, progress=meter.advance)
+    rows = environment_rows(
+        chosen, backend, model_backend.max_revisions, progress=meter.advance, resource_cap=spec.resource_cap
+    )
     meter.finish()
-    written = store.replace_current("environments", rows, scope=partition_scope(context, keys))
+    written = store.replace_current(
+        "environments", rows, scope=partition_scope(context, keys), settings_note=changed_settings(config)
+    )
     built = [r for r in rows if r["status"] == "built"]
     return dg.MaterializeResult(
         metadata={
@@ -93,6 +112,7 @@ def environments(
             "model_usage": model_usage(backend, started),
             # with a model: the tools it wrote for operations the rules do not map, passed and failed (why)
             "model_tools": summarize_outcomes(rows) if backend is not None else {},
+            "max_resources": spec.max_resources,
             "partitions": len(keys),
             "missing_sources": sorted(set(keys) - {r["resource_key"] for r in chosen})[:20],
         },
