@@ -1084,6 +1084,9 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         raise UsageError(f"coverage --max-minutes {args.max_minutes}: expected a number > 0")
     check_coverage_config(_load_run_config(args.config), args.config)  # named before anything runs
     home = settings.envfactory_home()
+    output = Path(args.output) if args.output else default_output(home)
+    if output.is_dir():  # found before the batches run, not when their figures are written
+        raise UsageError(f"coverage --output {output}: a folder; give the Markdown file's path")
     if not args.report_only:
         wait_for_run_lock(home, LOCK_WAIT_S)
     path = settings.store_path(home)
@@ -1102,12 +1105,14 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
     wanted = EnvironmentRunSpec(**op_config(_load_run_config(args.config), "environments")).max_resources
 
+    def latest_caps() -> dict[str, Any]:
+        with dg.DagsterInstance.get() as instance:
+            return latest_partition_metadata(instance, "environments", "max_resources")
+
     def done() -> set[str]:
         """Verified partitions whose environment was built with this run's ``max_resources``: one built with
         another cap (an earlier run of another config) is built again."""
-        with dg.DagsterInstance.get() as instance:
-            latest = latest_partition_metadata(instance, "environments", "max_resources")
-        current = built_with(latest, wanted, MAX_RESOURCES)
+        current = built_with(latest_caps(), wanted, MAX_RESOURCES)
         return current & verified_keys(store.read("environments"), store.read("verified_environments"))
 
     if not args.report_only:
@@ -1145,13 +1150,14 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         store.read("verified_environments"),
     )
     text = coverage_markdown(figures, stage_time_figures(store.read("stage_times")))
-    other_cap = verified_keys(store.read("environments"), store.read("verified_environments")) - done()
+    latest = latest_caps()  # a store without its Dagster home has no builds to judge: nothing is noted
+    verified_now = verified_keys(store.read("environments"), store.read("verified_environments"))
+    other_cap = (verified_now & set(latest)) - built_with(latest, wanted, MAX_RESOURCES)
     if other_cap:
         text += (
             f"\n{len(other_cap):,} of the environments counted were built with another max_resources than this "
             f"config's ({wanted}); envfactory coverage without --report-only builds them again.\n"
         )
-    output = Path(args.output) if args.output else default_output(home)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     print(text)

@@ -303,6 +303,9 @@ def test_a_bad_environments_setting_is_named_before_the_corpus_is_scanned(tmp_pa
     config.write_text(yaml.safe_dump({"ops": {"environments": {"config": {"max_resource": 0}}}}))
     assert cli_main(["coverage", "--config", str(config)]) == 2
     assert "max_resource" in capsys.readouterr().err
+    # an --output that cannot be written is named before the batches run, not after them
+    assert cli_main(["coverage", "--output", str(tmp_path)]) == 2
+    assert "a folder" in capsys.readouterr().err
     assert not home.exists()  # nothing was scanned or built
 
 
