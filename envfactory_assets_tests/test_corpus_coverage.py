@@ -32,6 +32,7 @@ from envfactory_assets.reporting.corpus_coverage import (
 )
 from envfactory_assets.runner.coverage_batches import (
     MAX_FAILED_IN_A_ROW,
+    MAX_PARTITION_ARG_CHARS,
     batch_command,
     built_with,
     plan_batches,
@@ -250,6 +251,20 @@ def test_batches_follow_the_partitions_order_so_each_is_one_range_run():
     assert batches == [["b", "f", "a"], ["c", "e"]]
     assert [adjacent_blocks(order, b) for b in batches] == [[["b"], ["f", "a"]], [["c", "e"]]]
     assert [len(adjacent_blocks(order, b)) for b in plan_batches(order, set(), 3)] == [1, 1]
+
+
+def test_a_large_batch_is_split_so_its_command_line_can_start():
+    """A --batch larger than the corpus would put every key in one argument, over what Linux lets a process
+    start with (E2BIG): the batches keep their argument under MAX_PARTITION_ARG_CHARS, and each command starts."""
+    keys = [f"some_api_provider_com__service_{i:05d}" for i in range(6000)]  # about 230 KB joined
+    batches = plan_batches(keys, set(), 100_000)
+    assert len(batches) > 1 and [k for b in batches for k in b] == keys
+    assert all(len(",".join(b)) <= MAX_PARTITION_ARG_CHARS for b in batches)
+    widest = batch_command(max(batches, key=len), None)
+    widest[:1] = ["true"]  # the command line itself, started by the kernel, with a program that does nothing
+    assert subprocess.call(widest) == 0
+    with pytest.raises(OSError):  # what one batch of them all would meet
+        subprocess.call(["true", ",".join(keys)])
 
 
 def test_a_failed_batch_is_run_one_partition_at_a_time_and_a_shared_cause_stops_the_loop():

@@ -24,6 +24,10 @@ from typing import Any
 #: The stages a batch builds, in one ``envfactory run --select``.
 BATCH_SELECTION = "environments,verified_environments"
 
+#: Longest ``--partition`` argument a batch's command gets: Linux refuses to start a process with one argument
+#: over 128 KiB (``MAX_ARG_STRLEN``, E2BIG), which a large ``--batch`` of the whole corpus's keys reaches.
+MAX_PARTITION_ARG_CHARS = 100_000
+
 #: One-partition runs in a row that verify nothing before :func:`run_batches` stops: one bad document fails
 #: alone, a few bad documents next to each other are passed over, a cause common to every partition stops it.
 MAX_FAILED_IN_A_ROW = 3
@@ -50,15 +54,23 @@ def built_with(latest: dict[str, Any], max_resources: int, default: int) -> set[
 
 def plan_batches(partitions: Sequence[str], done: set[str], size: int) -> list[list[str]]:
     """The partitions not in ``done``, in the order of ``partitions`` (the partitions' own order, in which a batch
-    of keys next to each other is one partition-range run), in batches of at most ``size``.
+    of keys next to each other is one partition-range run), in batches of at most ``size`` keys whose
+    ``--partition`` argument stays within :data:`MAX_PARTITION_ARG_CHARS`.
 
     Raises:
         ValueError: ``size`` below 1.
     """
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ValueError(f"batch size {size!r}: expected a whole number >= 1")
-    pending = list(dict.fromkeys(k for k in partitions if k not in done))
-    return [pending[i : i + size] for i in range(0, len(pending), size)]
+    batches: list[list[str]] = []
+    chars = 0
+    for key in dict.fromkeys(k for k in partitions if k not in done):
+        if not batches or len(batches[-1]) >= size or chars + 1 + len(key) > MAX_PARTITION_ARG_CHARS:
+            batches.append([])
+            chars = -1  # no comma before a batch's first key
+        batches[-1].append(key)
+        chars += 1 + len(key)
+    return batches
 
 
 def batch_command(keys: Sequence[str], config_path: str | None) -> list[str]:
