@@ -241,6 +241,26 @@ def test_the_batched_run_resumes_where_it_stopped_and_counts_what_it_verified(tm
     assert "1 of the environments counted were built with another max_resources than this config's (0)" in (
         out.read_text()
     )
+    # a second scan appends its new key after the first scan's: a range run of two keys next to each other in
+    # that order (not in sorted order) writes those two partitions and none of the keys sorted between them
+    doc = json.loads((corpus / "helpdesk.json").read_text())
+    doc["info"]["title"] = "Aardvark Desk"
+    (corpus / "aardvark.json").write_text(json.dumps(doc))
+    assert cli_main(["run", "--select", "source_resources", "--config", str(config)]) == 0
+    with dg.DagsterInstance.get() as instance:
+        order = list(instance.get_dynamic_partitions("environment"))
+        new = order[-1]
+        assert order == [*keys, new] and new < keys[0]
+        before = instance.fetch_materializations(dg.AssetKey("environments"), limit=1).records[0].storage_id
+        assert (
+            cli_main(["run", "--select", "environments", "--partition", f"{new},{keys[2]}", "--config", str(config)])
+            == 0
+        )
+        [run] = instance.get_runs(limit=1)
+        assert run.tags["dagster/asset_partition_range_start"] == keys[2]
+        assert run.tags["dagster/asset_partition_range_end"] == new
+        written = instance.fetch_materializations(dg.AssetKey("environments"), limit=100).records
+        assert sorted(r.partition_key for r in written if r.storage_id > before) == sorted([new, keys[2]])
 
 
 def test_batches_follow_the_partitions_order_so_each_is_one_range_run():

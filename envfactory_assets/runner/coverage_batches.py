@@ -101,19 +101,25 @@ class CoverageRun:
     stopped: str = "done"
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask the kernel to send this process SIGTERM when its parent dies (Linux ``PR_SET_PDEATHSIG``): a batch
-    must not go on writing the store after ``envfactory coverage`` was killed, where the command run again
-    would find the run lock held by it."""
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A function for ``preexec_fn`` that asks the kernel to send the child SIGTERM when its parent dies (Linux
+    ``PR_SET_PDEATHSIG``), or None off Linux. The C function is looked up here, in the parent: between fork and
+    exec the child only calls it (loading a library there could deadlock on a lock another thread held)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the batch outlives a killed parent, as any child does
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def call_batch(command: list[str]) -> int:
-    """Run one batch's command line; returns its exit code. On Linux the process ends with this one."""
-    return subprocess.call(command, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    """Run one batch's command line; returns its exit code. On Linux the batch ends when this process does,
+    however it ends: a batch must not go on writing the store after ``envfactory coverage`` was killed, where the
+    command run again would find the run lock held by it."""
+    return subprocess.call(command, preexec_fn=_parent_death_signal())
 
 
 def run_batches(
