@@ -144,6 +144,31 @@ def run_lock(home: Path) -> Iterator[None]:
             lock_path.unlink(missing_ok=True)
 
 
+def wait_for_run_lock(home: Path, seconds: float) -> None:
+    """Return once no process holds ``$ENVFACTORY_HOME/run.lock`` (:func:`run_lock`), waiting at most
+    ``seconds`` for it: a batch of a killed ``envfactory coverage`` takes a moment to end after its parent.
+
+    Raises:
+        UsageError: the lock is still held after ``seconds`` (the message names the holder's pid).
+    """
+    lock_path = home / "run.lock"
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            handle = open(lock_path)
+        except FileNotFoundError:
+            return
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return  # closing the file releases the shared lock at once
+            except BlockingIOError:
+                holder = handle.read().strip() or "pid unknown"
+        if time.monotonic() >= deadline:
+            raise UsageError(f"another envfactory run holds {lock_path} ({holder}); wait for it to finish")
+        time.sleep(0.5)
+
+
 def _is_file_at(handle: Any, path: Path) -> bool:
     """True when the open file ``handle`` is the file now at ``path`` (not one removed or replaced since)."""
     try:
@@ -998,6 +1023,38 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Seconds ``envfactory coverage`` waits for another run's lock to go (a batch of a killed coverage run ending).
+LOCK_WAIT_S = 30.0
+
+
+def op_config(run_config: dict[str, Any], op: str) -> Any:
+    """``ops.<op>.config`` of ``run_config`` (``{}`` where it is absent or empty)."""
+    entry = (run_config.get("ops") or {}).get(op) or {}
+    return (entry.get("config") if isinstance(entry, dict) else entry) or {}
+
+
+def check_coverage_config(run_config: dict[str, Any], path: str | None) -> None:
+    """Check the ``environments`` and ``verified_environments`` settings of ``run_config`` as the batches will
+    read them, so a bad one is named before the corpus is scanned rather than by the first batch.
+
+    Raises:
+        UsageError: an unknown setting, or a value of the wrong type or out of range (named).
+    """
+    from envfactory_assets.config_checks import SettingError
+    from envfactory_assets.envgen.run_settings import EnvironmentRunSpec, VerificationRunSpec
+
+    if not isinstance(run_config.get("ops") or {}, dict):
+        raise UsageError(f"--config {path}: ops: expected a mapping of op names")
+    for op, spec in (("environments", EnvironmentRunSpec), ("verified_environments", VerificationRunSpec)):
+        values = op_config(run_config, op)
+        if not isinstance(values, dict):
+            raise UsageError(f"--config {path}: ops.{op}.config: expected a mapping, got {type(values).__name__}")
+        try:
+            spec(**values)
+        except (SettingError, TypeError) as exc:  # TypeError: a setting the stage does not have
+            raise UsageError(f"--config {path}: ops.{op}.config: {exc}") from None
+
+
 def cmd_coverage(args: argparse.Namespace) -> int:
     """Coverage of the corpus by verified tools: ``source_resources`` once (unless the store has it and
     ``--rescan`` is not given), then ``environments`` and ``verified_environments`` for the partitions not yet
@@ -1006,17 +1063,32 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     printed and written to ``--output``. A re-run resumes with what is left."""
     import subprocess
 
+    from envfactory_assets.defs.pipeline_runs import latest_partition_metadata
+    from envfactory_assets.envgen.builder import MAX_RESOURCES
+    from envfactory_assets.envgen.run_settings import EnvironmentRunSpec
     from envfactory_assets.incremental.partitions import ENVIRONMENT_PARTITIONS
     from envfactory_assets.reporting.corpus_coverage import coverage_figures, coverage_markdown, stage_time_figures
-    from envfactory_assets.runner.coverage_batches import default_output, plan_batches, run_batches, verified_keys
+    from envfactory_assets.runner.coverage_batches import (
+        MAX_FAILED_IN_A_ROW,
+        built_with,
+        default_output,
+        plan_batches,
+        run_batches,
+        verified_keys,
+    )
     from envfactory_assets.store.db import Store
 
     if args.batch < 1:
         raise UsageError(f"coverage --batch {args.batch}: expected a whole number >= 1")
     if args.max_minutes is not None and not args.max_minutes > 0:
         raise UsageError(f"coverage --max-minutes {args.max_minutes}: expected a number > 0")
-    _load_run_config(args.config)  # a config that cannot be read is named before anything runs
+    check_coverage_config(_load_run_config(args.config), args.config)  # named before anything runs
     home = settings.envfactory_home()
+    output = Path(args.output) if args.output else default_output(home)
+    if output.is_dir():  # found before the batches run, not when their figures are written
+        raise UsageError(f"coverage --output {output}: a folder; give the Markdown file's path")
+    if not args.report_only:
+        wait_for_run_lock(home, LOCK_WAIT_S)
     path = settings.store_path(home)
     config_args = ["--config", args.config] if args.config else []
     if not args.report_only and (args.rescan or not path.exists() or not Store(path).read("source_resources")):
@@ -1028,14 +1100,22 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"no store at {path}: run envfactory coverage without --report-only first")
     store = Store(path)
+    prepare_dagster_home(home)
+    import dagster as dg
+
+    wanted = EnvironmentRunSpec(**op_config(_load_run_config(args.config), "environments")).max_resources
+
+    def latest_caps() -> dict[str, Any]:
+        with dg.DagsterInstance.get() as instance:
+            return latest_partition_metadata(instance, "environments", "max_resources")
 
     def done() -> set[str]:
-        return verified_keys(store.read("environments"), store.read("verified_environments"))
+        """Verified partitions whose environment was built with this run's ``max_resources``: one built with
+        another cap (an earlier run of another config) is built again."""
+        current = built_with(latest_caps(), wanted, MAX_RESOURCES)
+        return current & verified_keys(store.read("environments"), store.read("verified_environments"))
 
     if not args.report_only:
-        prepare_dagster_home(home)
-        import dagster as dg
-
         with dg.DagsterInstance.get() as instance:
             partitions = instance.get_dynamic_partitions(ENVIRONMENT_PARTITIONS)
         batches = plan_batches(partitions, done(), args.batch)
@@ -1048,8 +1128,21 @@ def cmd_coverage(args: argparse.Namespace) -> int:
             max_seconds=None if args.max_minutes is None else args.max_minutes * 60,
             log=lambda line: print(line, file=sys.stderr),
         )
-        if outcome.stopped != "done":
-            print(f"stopped ({outcome.stopped}); run the same command again to go on", file=sys.stderr)
+        if outcome.failed:
+            print(
+                f"{len(outcome.failed)} partitions verified nothing in a run of their own (left pending, tried "
+                f"again by the next run; their errors are in the run logs above): {', '.join(outcome.failed[:20])}",
+                file=sys.stderr,
+            )
+        if outcome.stopped == "time_budget":
+            print("stopped (time budget); run the same command again to go on", file=sys.stderr)
+        elif outcome.stopped == "batch_failed":
+            print(
+                f"stopped: {MAX_FAILED_IN_A_ROW} partitions in a row verified nothing, each in a run of its own, so "
+                "the cause is not one document; the errors are in the run logs above; fix it, then run the same "
+                "command again",
+                file=sys.stderr,
+            )
     figures = coverage_figures(
         store.read("source_resources"),
         store.read("rejected_resources"),
@@ -1057,7 +1150,14 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         store.read("verified_environments"),
     )
     text = coverage_markdown(figures, stage_time_figures(store.read("stage_times")))
-    output = Path(args.output) if args.output else default_output(home)
+    latest = latest_caps()  # a store without its Dagster home has no builds to judge: nothing is noted
+    verified_now = verified_keys(store.read("environments"), store.read("verified_environments"))
+    other_cap = (verified_now & set(latest)) - built_with(latest, wanted, MAX_RESOURCES)
+    if other_cap:
+        text += (
+            f"\n{len(other_cap):,} of the environments counted were built with another max_resources than this "
+            f"config's ({wanted}); envfactory coverage without --report-only builds them again.\n"
+        )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     print(text)

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
 
+from envfactory_assets.cli import UsageError, run_lock, wait_for_run_lock
 from envfactory_assets.cli import main as cli_main
-from envfactory_assets.defs.pipeline_runs import adjacent_blocks
+from envfactory_assets.defs.pipeline_runs import adjacent_blocks, latest_partition_metadata
 from envfactory_assets.envgen.builder import MAX_RESOURCES, build_environment
 from envfactory_assets.envgen.run_settings import EnvironmentRunSpec
 from envfactory_assets.envgen.stage import environment_row, verification_row
@@ -22,7 +30,15 @@ from envfactory_assets.reporting.corpus_coverage import (
     coverage_markdown,
     verified_tools,
 )
-from envfactory_assets.runner.coverage_batches import batch_command, plan_batches, run_batches, verified_keys
+from envfactory_assets.runner.coverage_batches import (
+    MAX_FAILED_IN_A_ROW,
+    MAX_PARTITION_ARG_CHARS,
+    batch_command,
+    built_with,
+    plan_batches,
+    run_batches,
+    verified_keys,
+)
 from envfactory_assets.settings import store_path
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.store.db import Store
@@ -208,3 +224,174 @@ def test_the_batched_run_resumes_where_it_stopped_and_counts_what_it_verified(tm
     assert cli_main(["coverage", "--report-only", "--output", str(out)]) == 0
     assert out.read_text() in capsys.readouterr().out
     assert "| verified tools |" in out.read_text() and "| environments |" in out.read_text()
+    # an environment built and verified with another max_resources is not done for this config: built again
+    capped = tmp_path / "capped.yaml"
+    ops = yaml.safe_load(config.read_text())["ops"]
+    capped.write_text(yaml.safe_dump({"ops": {**ops, "environments": {"config": {"max_resources": 1}}}}))
+    run_one = ["run", "--select", "environments,verified_environments", "--partition", keys[0]]
+    assert cli_main([*run_one, "--config", str(capped)]) == 0
+    with dg.DagsterInstance.get() as instance:
+        latest = latest_partition_metadata(instance, "environments", "max_resources")
+    assert latest == {keys[0]: 1, keys[1]: 0, keys[2]: 0}
+    assert done() == set(keys)  # every partition has a current verification row ...
+    assert built_with(latest, 0, MAX_RESOURCES) & done() == {keys[1], keys[2]}  # ... but one is capped
+    assert built_with({"old": None, "new": 0}, MAX_RESOURCES, MAX_RESOURCES) == {"old"}  # made before the setting
+    capsys.readouterr()
+    assert cli_main(["coverage", "--report-only", "--config", str(config), "--output", str(out)]) == 0
+    assert "1 of the environments counted were built with another max_resources than this config's (0)" in (
+        out.read_text()
+    )
+    # a second scan appends its new key after the first scan's: a range run of two keys next to each other in
+    # that order (not in sorted order) writes those two partitions and none of the keys sorted between them
+    doc = json.loads((corpus / "helpdesk.json").read_text())
+    doc["info"]["title"] = "Aardvark Desk"
+    (corpus / "aardvark.json").write_text(json.dumps(doc))
+    assert cli_main(["run", "--select", "source_resources", "--config", str(config)]) == 0
+    with dg.DagsterInstance.get() as instance:
+        order = list(instance.get_dynamic_partitions("environment"))
+        new = order[-1]
+        assert order == [*keys, new] and new < keys[0]
+        before = instance.fetch_materializations(dg.AssetKey("environments"), limit=1).records[0].storage_id
+        assert (
+            cli_main(["run", "--select", "environments", "--partition", f"{new},{keys[2]}", "--config", str(config)])
+            == 0
+        )
+        [run] = instance.get_runs(limit=1)
+        assert run.tags["dagster/asset_partition_range_start"] == keys[2]
+        assert run.tags["dagster/asset_partition_range_end"] == new
+        written = instance.fetch_materializations(dg.AssetKey("environments"), limit=100).records
+        assert sorted(r.partition_key for r in written if r.storage_id > before) == sorted([new, keys[2]])
+
+
+def test_batches_follow_the_partitions_order_so_each_is_one_range_run():
+    """Partitions added by two scans are not in sorted order (each scan appends its new keys): a batch taken in
+    sorted order would need a run per key, a batch in the partitions' order is one partition-range run."""
+    order = ["b", "d", "f", "a", "c", "e"]  # a first scan added b, d, f; a second a, c, e
+    batches = plan_batches(order, {"d"}, 3)
+    assert batches == [["b", "f", "a"], ["c", "e"]]
+    assert [adjacent_blocks(order, b) for b in batches] == [[["b"], ["f", "a"]], [["c", "e"]]]
+    assert [len(adjacent_blocks(order, b)) for b in plan_batches(order, set(), 3)] == [1, 1]
+
+
+def test_a_large_batch_is_split_so_its_command_line_can_start():
+    """A --batch larger than the corpus would put every key in one argument, over what Linux lets a process
+    start with (E2BIG): the batches keep their argument under MAX_PARTITION_ARG_CHARS, and each command starts."""
+    keys = [f"some_api_provider_com__service_{i:05d}" for i in range(6000)]  # about 230 KB joined
+    batches = plan_batches(keys, set(), 100_000)
+    assert len(batches) > 1 and [k for b in batches for k in b] == keys
+    assert all(len(",".join(b)) <= MAX_PARTITION_ARG_CHARS for b in batches)
+    widest = batch_command(max(batches, key=len), None)
+    widest[:1] = ["true"]  # the command line itself, started by the kernel, with a program that does nothing
+    assert subprocess.call(widest) == 0
+    with pytest.raises(OSError):  # what one batch of them all would meet
+        subprocess.call(["true", ",".join(keys)])
+
+
+def test_a_failed_batch_is_run_one_partition_at_a_time_and_a_shared_cause_stops_the_loop():
+    """A batch process that fails (one document it cannot get through) verifies none of its partitions: each is
+    then run alone, the bad one is reported and left pending, the others are verified, and the loop goes on. When
+    every partition fails alone too, the loop stops after MAX_FAILED_IN_A_ROW of them."""
+    verified: set[str] = set()
+
+    def process(bad: set[str]):
+        def run(command: list[str]) -> int:
+            keys = command[command.index("--partition") + 1].split(",")
+            if bad & set(keys):
+                return 1  # the whole batch process fails, as a run killed for memory does
+            verified.update(keys)
+            return 0
+
+        return run
+
+    def count(keys: list[str]) -> int:
+        return len(verified & set(keys))
+
+    lines: list[str] = []
+    result = run_batches([["a", "b", "c"], ["d", "e"]], None, count, run=process({"b"}), log=lines.append)
+    assert result.stopped == "done" and result.failed == ["b"]
+    assert verified == {"a", "c", "d", "e"}
+    assert [o.keys for o in result.outcomes] == [["a", "b", "c"], ["a"], ["b"], ["c"], ["d", "e"]]
+    assert "batch 1/2 verified none of its 3 partitions: running them one at a time" in lines
+    verified.clear()
+    keys = [f"k{i}" for i in range(10)]
+    stuck = run_batches([keys], None, count, run=process(set(keys)), log=lines.append)
+    assert stuck.stopped == "batch_failed" and len(stuck.failed) == MAX_FAILED_IN_A_ROW
+    assert len(stuck.outcomes) == 1 + MAX_FAILED_IN_A_ROW and verified == set()
+    # batches of one: a lone bad partition is passed over, a run of them stops the loop
+    alone = run_batches([["a"], ["b"], ["c"]], None, count, run=process({"b"}), log=lines.append)
+    assert alone.stopped == "done" and alone.failed == ["b"]
+
+
+def test_a_bad_environments_setting_is_named_before_the_corpus_is_scanned(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    monkeypatch.setenv("ENVFACTORY_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    for value, shown in ((-1, "max_resources=-1"), ("x", "max_resources='x'"), (1.5, "1.5"), (True, "True")):
+        config = tmp_path / "bad.yaml"
+        config.write_text(yaml.safe_dump({"ops": {"environments": {"config": {"max_resources": value}}}}))
+        assert cli_main(["coverage", "--config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert "ops.environments.config" in err and shown in err and "whole number >= 0" in err
+    config.write_text(yaml.safe_dump({"ops": {"verified_environments": {"config": {"max_workers": 0}}}}))
+    assert cli_main(["coverage", "--config", str(config)]) == 2
+    assert "max_workers" in capsys.readouterr().err
+    config.write_text(yaml.safe_dump({"ops": {"environments": {"config": {"max_resource": 0}}}}))
+    assert cli_main(["coverage", "--config", str(config)]) == 2
+    assert "max_resource" in capsys.readouterr().err
+    # an --output that cannot be written is named before the batches run, not after them
+    assert cli_main(["coverage", "--output", str(tmp_path)]) == 2
+    assert "a folder" in capsys.readouterr().err
+    assert not home.exists()  # nothing was scanned or built
+
+
+def test_coverage_waits_for_a_held_run_lock_and_then_names_its_holder(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    wait_for_run_lock(home, 0)  # no lock file: nothing to wait for
+    with run_lock(home):
+        started = time.monotonic()
+        with pytest.raises(UsageError, match=rf"holds .*run.lock \(pid {os.getpid()}\)"):
+            wait_for_run_lock(home, 1.0)
+        assert time.monotonic() - started >= 1.0
+    wait_for_run_lock(home, 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_batch_process_ends_with_a_killed_coverage_command(tmp_path):
+    """kill -9 of ``envfactory coverage`` must not leave its batch writing the store (a re-run would find the
+    run lock held): the batch process gets SIGTERM when its parent dies."""
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                from envfactory_assets.runner.coverage_batches import call_batch
+                call_batch([{sys.executable!r}, "-c",
+                            "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"])
+                """
+            ),
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = _running(child)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` is a live process (an ended one may linger as a zombie until init reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

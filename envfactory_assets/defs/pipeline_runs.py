@@ -244,3 +244,21 @@ def materialize_pipeline(
             if not result.success:
                 return results
     return results
+
+
+def latest_partition_metadata(instance: dg.DagsterInstance, asset: str, name: str) -> dict[str, Any]:
+    """``{partition key: the value of metadata entry name}`` of each partition's latest materialization of
+    ``asset`` on ``instance`` (None where that materialization has no such entry); partitions never
+    materialized are absent. Reads every materialization event of the asset, newest first, 1,000 at a time."""
+    latest: dict[str, Any] = {}
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(dg.AssetKey(asset), limit=1000, cursor=cursor)
+        for record in page.records:
+            key = record.partition_key
+            if key is not None and key not in latest:
+                entry = record.asset_materialization.metadata.get(name) if record.asset_materialization else None
+                latest[key] = getattr(entry, "value", None)
+        if not page.has_more:
+            return latest
+        cursor = page.cursor
