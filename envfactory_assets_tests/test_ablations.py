@@ -260,7 +260,7 @@ def test_raw_query_source_builds_the_same_rows_from_the_queries_before_refinemen
         with_query_source(refined[0], "unrefined")
 
 
-# Each arm's synthesis: the tiny run's (the fixture corpus, test_pipeline's small counts).
+# Each arm's synthesis: the session's tiny run's (the fixture corpus, small counts).
 SYNTHESIS = {"ops": {op: TINY_RUN_CONFIG["ops"][op] for op in ("source_resources", "tool_chains")}}
 
 
