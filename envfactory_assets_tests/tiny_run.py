@@ -118,11 +118,13 @@ def shared_models_dir() -> Path | None:
 def link_shared_caches(home: Path) -> None:
     """Point ``home``'s base model cache and embedding cache at :data:`SHARED_HOME`'s (made there if missing),
     when the repository has one: each test home would otherwise materialize the base model again (15-20 s,
-    540 MB) and embed the benchmark reference again (a minute on 2 cores). Both are caches of fixed inputs,
-    checked on use (the model by its marker, an embedding by the embedder and the texts it is of)."""
+    540 MB) and embed the benchmark reference again (a minute on 2 cores). Both are caches of fixed inputs that
+    ``envfactory run`` keeps in the same folders of its default home (an embedding is keyed by the embedder and
+    the texts it is of); what they hold is tested where they are made (test_training_sft, test_decontam)."""
     if shared_models_dir() is None:
         return
     (SHARED_HOME / "embedding_cache").mkdir(exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
     for name in ("models", "embedding_cache"):
         if not (home / name).exists():
             (home / name).symlink_to(SHARED_HOME / name, target_is_directory=True)
