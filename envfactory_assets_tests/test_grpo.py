@@ -7,7 +7,6 @@ import copy
 import inspect
 import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -139,12 +138,10 @@ def test_grpo_dataset_carries_the_task_id_outside_the_rendered_prompt(task):
 
 
 @pytest.mark.slow
-def test_tiny_grpo_run_on_smollm2(task, bookshop, tmp_path):
-    from envfactory_assets.training.base_model import resolve_base_model
+def test_tiny_grpo_run_on_smollm2(task, bookshop, base_model_dir, tmp_path):
     from envfactory_assets.training.grpo import train_grpo
 
-    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"  # as in test_pipeline
-    base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
+    base = base_model_dir
     spec = GRPOConfigSpec(
         max_steps=1,
         num_generations=2,
@@ -236,20 +233,14 @@ def test_screening_keeps_prompts_whose_rollouts_earn_different_rewards_first(tas
         screen_prompts(_ScriptedRollout(runner, script), None, rows, num_generations=1)
 
 
-def test_a_screened_group_is_replayed_once_at_its_prompts_first_step(task, runner, tmp_path):
+def test_a_screened_group_is_replayed_once_at_its_prompts_first_step(task, runner, base_model_dir):
     from transformers import AutoTokenizer
 
-    from envfactory_assets.training.base_model import (
-        prepare_tokenizer,
-        resolve_base_model,
-    )
+    from envfactory_assets.training.base_model import prepare_tokenizer
     from envfactory_assets.training.grpo import ToolRollout, grpo_prompt
     from envfactory_assets.training.screening import screen_prompts
 
-    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
-    tokenizer = AutoTokenizer.from_pretrained(
-        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
-    )
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
     prepare_tokenizer(tokenizer)
     right = _call_text("delete_book", {"book_id": task["book_id"]})
     wrong = _call_text("delete_book", {"book_id": "no-such-book"})
@@ -270,23 +261,17 @@ def test_a_screened_group_is_replayed_once_at_its_prompts_first_step(task, runne
     rollout.close()
 
 
-def test_screening_tool_calls_are_reported_apart_from_training_ones(task, runner, tmp_path, monkeypatch):
+def test_screening_tool_calls_are_reported_apart_from_training_ones(task, runner, base_model_dir, monkeypatch):
     """With screening on, the GRPO metrics' ``tool_calls`` / ``malformed_calls`` silently included every
     screening rollout (18 candidates x 4 by default against 6 x 4 training rollouts); and screening (minutes
     on a CPU) never re-chose the thread count."""
     from transformers import AutoTokenizer
 
-    from envfactory_assets.training.base_model import (
-        prepare_tokenizer,
-        resolve_base_model,
-    )
+    from envfactory_assets.training.base_model import prepare_tokenizer
     from envfactory_assets.training.grpo import ToolRollout
     from envfactory_assets.training.screening import timed_screen
 
-    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
-    tokenizer = AutoTokenizer.from_pretrained(
-        resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
-    )
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
     prepare_tokenizer(tokenizer)
     texts = iter([_call_text("delete_book", {"book_id": task["book_id"]}), "<tool_call>{not json</tool_call>"] * 2)
 

@@ -1,4 +1,5 @@
-"""Materialize the whole asset graph into a temporary ENVFACTORY_HOME, then audit what it stored."""
+"""Audit what the session's ``envfactory run`` of the whole asset graph on the fixture corpus (``tiny_cli_run``)
+stored; the asset graph's own shape."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from envfactory_assets.cli import config_for_selection
+from envfactory_assets.cli import COMMAND_TAG, config_for_selection
 from envfactory_assets.cli import main as cli_main
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
 from envfactory_assets.defs.common import UpstreamGates
@@ -19,39 +20,7 @@ from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
 from envfactory_assets.store.lineage import checkpoint_lineage
-from envfactory_assets_tests.fixture_environments import FIXTURES
-from envfactory_assets_tests.tiny_run import link_shared_caches, tiny_run_config
-
-RUN_CONFIG = {
-    "ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
-        "tool_chains": {"config": {"n_chains": 40, "min_tools": 3}},
-        "checkpoints": {
-            "config": {
-                "max_steps": 2,
-                "max_train_rows": 4,
-                "n_eval_prompts": 1,
-                "max_length": 768,
-                "grpo_max_steps": 1,
-                "grpo_num_generations": 2,
-                "grpo_prompts_per_step": 1,
-                "grpo_max_completion_length": 24,
-                "grpo_n_prompts": 2,
-            }
-        },
-        # issue 5: one BFCL task, 8 new tokens, 3 seeds (the seed-spread check wants 3)
-        "evaluations": {
-            "config": {
-                "n_synthetic": 2,
-                "n_bfcl": 1,
-                "n_bfcl_single_turn": 0,
-                "max_new_tokens": 8,
-                "max_tool_rounds": 1,
-            }
-        },
-    }
-}
-
+from envfactory_assets_tests.tiny_run import tiny_run_config
 
 SYNTH_SELECTION = [
     "source_resources",
@@ -67,31 +36,28 @@ SYNTH_SELECTION = [
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("envfactory_home")
-    link_shared_caches(root)
-    return root
+def home(tiny_cli_run) -> Path:
+    """ENVFACTORY_HOME of the session's ``envfactory run`` of the whole graph (``tiny_cli_run``: the two runs
+    the command makes, source_resources alone and then everything else, checks included). Its checkpoints are
+    trained from, and evaluated on, a one-layer model with the base model's tokenizer: this run tests the
+    graph, and SmolLM2-135M's own SFT, GRPO and evaluation are tested where their results are read
+    (test_training_sft, test_grpo, test_evaluation). Tests here only read it; one that writes works on a copy."""
+    return tiny_cli_run[1]
 
 
 @pytest.fixture(scope="module")
-def run(home, one_layer_model_dir) -> dg.ExecuteInProcessResult:
-    """The last run of the two ``envfactory run`` makes (source_resources alone, then everything else);
-    the first one's checks are checked too. The checkpoints are trained from, and evaluated on, a one-layer
-    model with the base model's tokenizer: this run tests the graph, and SmolLM2-135M's own SFT, GRPO and
-    evaluation are tested where their results are read (test_training_sft, test_grpo, test_evaluation)."""
-    with dg.instance_for_test() as instance:
-        first, rest = materialize_pipeline(
-            [*ALL_ASSETS, *ALL_CHECKS],
-            instance,
-            run_config=tiny_run_config(one_layer_model_dir, RUN_CONFIG),
-            resources={
-                "envfactory": EnvFactoryHome(home=str(home)),
-                "model_backend": ModelBackend(),
-                "verification_gate": VerificationGate(),
-            },
-        )
-    assert first.success
-    return rest
+def run(home) -> tuple[list[dg.DagsterRunStatus], list[dg.AssetCheckEvaluation]]:
+    """The status of each run the command made (tagged with its command line; a UI on the same home may add
+    runs of its own), and every asset check evaluation of those runs, as its Dagster instance (``home/dagster``)
+    stored them."""
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        runs = [r for r in instance.get_runs() if COMMAND_TAG in r.tags]
+        evaluations = [
+            entry.dagster_event.event_specific_data
+            for r in runs
+            for entry in instance.all_logs(r.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        ]
+    return [r.status for r in runs], evaluations
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +66,8 @@ def store(home, run) -> Store:
 
 
 def test_every_stage_is_materialized_and_every_check_passes(run, store):
-    assert run.success
-    evaluations = run.get_asset_check_evaluations()
+    statuses, evaluations = run
+    assert len(statuses) == 2 and set(statuses) == {dg.DagsterRunStatus.SUCCESS}, statuses
     assert evaluations and all(e.passed for e in evaluations), [
         (e.asset_check_key.to_user_string(), e.metadata) for e in evaluations if not e.passed
     ]
@@ -174,13 +140,22 @@ def test_cli_lineage_prints_text_and_json(store, home, monkeypatch, capsys):
     assert cli_main(["lineage", "ckpt_does_not_exist"]) == 2
 
 
-def test_rerun_is_idempotent(home, store, run):
+def test_rerun_is_idempotent(home, run, one_layer_model_dir, tmp_path):
+    # on a copy: the session's run stays as it was made, for the other modules that read it; the caches of
+    # fixed inputs (the base model, the benchmark reference's embeddings) are linked, not copied
+    copy = tmp_path / "home"
+    caches = ("models", "embedding_cache")
+    shutil.copytree(home, copy, symlinks=True, ignore=lambda folder, names: caches if Path(folder) == home else ())
+    for name in caches:
+        if (home / name).exists():
+            (copy / name).symlink_to((home / name).resolve(), target_is_directory=True)
+    home, store = copy, Store(copy / "envfactory.duckdb")
     before = store.counts()
     with dg.instance_for_test() as instance:
         again = materialize_pipeline(
             [*ALL_ASSETS, *ALL_CHECKS],
             instance,
-            run_config=config_for_selection(RUN_CONFIG, SYNTH_SELECTION),
+            run_config=config_for_selection(tiny_run_config(one_layer_model_dir), SYNTH_SELECTION),
             selection=SYNTH_SELECTION,
             resources={
                 "envfactory": EnvFactoryHome(home=str(home)),

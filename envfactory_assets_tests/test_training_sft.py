@@ -178,11 +178,10 @@ def test_materialize_train_and_evaluate(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(tmp_path):
+def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(base_model_dir, tmp_path):
     """Padding-free SFT concatenates a step's conversations into one row; transformers must keep each
     conversation's attention to itself (block-diagonal mask from the restarting position ids) for the loss to
     be the padded batch's. A cross-attending concatenation changes the second conversation's loss."""
-    from pathlib import Path
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -193,12 +192,10 @@ def test_a_padding_free_batch_has_the_loss_of_the_padded_batch(tmp_path):
         SFTConfigSpec,
         build_sft_dataset,
         prepare_tokenizer,
-        resolve_base_model,
     )
     from envfactory_assets.training.sft import _trl_config
 
-    shared_models = Path(__file__).resolve().parents[1] / ".envfactory" / "models"
-    base = resolve_base_model("smollm2-135m-instruct", shared_models if shared_models.exists() else tmp_path)
+    base = base_model_dir
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     prepare_tokenizer(tokenizer, model)

