@@ -23,6 +23,7 @@ from envfactory_assets.envgen.tools import (
     tools_for_relation,
     tools_for_resource,
     with_action_fields,
+    with_transfer_fields,
 )
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
 from envfactory_assets.sources.openapi import Relation, Resource
@@ -287,7 +288,7 @@ def build_mcp_environment(resource_row: dict[str, Any], tool_list: dict[str, Any
 
 
 def _prepared(resources: list[Resource]) -> tuple[list[Resource], dict[str, dict[str, str]]]:
-    resources = [with_action_fields(r) for r in resources]
+    resources = [with_transfer_fields(with_action_fields(r)) for r in resources]
     fks = _foreign_keys(resources)
     resources = [_string_keys(r, fks[r.name]) for r in resources]
     return _order_by_dependency(resources, fks), fks

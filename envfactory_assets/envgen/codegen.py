@@ -5,7 +5,8 @@ search, count, actions, singletons, relations), and one small function per tool.
 in memory by its pair (``_pair_key``) and saved as its rows; deleting a row deletes its pairs. An action's
 refused precondition, and the precondition an update, delete or action states in its description (a
 ToolSpec's ``precondition``), raise ``PreconditionFailed``, which the sandbox provides to every environment
-module. Time and ids come from ``state["meta"]`` only, never the clock.
+module. A transfer (``_transfer``) checks the amount and both rows before it writes either: a refused
+transfer changes nothing. Time and ids come from ``state["meta"]`` only, never the clock.
 """
 
 from __future__ import annotations
@@ -328,6 +329,51 @@ def _relation_remove(state, table, parent, member, words):
     return {rel["parent"]: parent, rel["member"]: member, "removed": True}
 
 
+def _amount(table, field, amount):
+    typ = TABLES[table]["fields"][field]["type"]
+    if isinstance(amount, bool) or not isinstance(amount, _TYPES[typ]):
+        _fail(f"amount must be {typ}, got {type(amount).__name__}")
+    # amount - amount is not 0 for infinities and NaN
+    if amount - amount != 0 or not amount > 0:
+        _fail(f"amount must be a finite number greater than 0, got {amount!r}")
+
+
+def _moved(table, key, row, field, change, words):
+    # the row's balance after adding change (negative: taking), refused beyond the field's bounds
+    schema = TABLES[table]["fields"][field]
+    held = row.get(field)
+    held = 0 if held is None else held
+    new = held + change
+    said = field.replace("_", " ")
+    if "minimum" in schema and new < schema["minimum"]:
+        raise PreconditionFailed(
+            f"insufficient {said}: {words[0]} {key!r} holds {held}, {words[1]} of {abs(change)} would leave {new}"
+        )
+    if "maximum" in schema and new > schema["maximum"]:
+        raise PreconditionFailed(f"{said} limit: {words[0]} {key!r} holds {held}, at most {schema['maximum']}")
+    return new
+
+
+def _transfer(state, table, key, to, amount, field, words):
+    _amount(table, field, amount)
+    rows = state["tables"][table]
+    source = _row(state, table, key)
+    if words[1] == "deposit":
+        rows[key] = {**source, field: _moved(table, key, source, field, amount, words)}
+        return dict(rows[key])
+    left = _moved(table, key, source, field, -amount, words)
+    if words[1] == "withdraw":
+        rows[key] = {**source, field: left}
+        return dict(rows[key])
+    if to == key:
+        _fail(f"cannot transfer from {words[0]} {key!r} to itself")
+    target = _row(state, table, to)
+    received = _moved(table, to, target, field, amount, words)
+    rows[key] = {**source, field: left}
+    rows[to] = {**target, field: received}
+    return {"source": dict(rows[key]), "destination": dict(rows[to]), "amount": amount}
+
+
 def _relation_list(state, table, parent, limit):
     size = _page_size(limit)
     rel = TABLES[table]["relation"]
@@ -378,6 +424,11 @@ def _body(tool: dict[str, Any], key: str) -> str:
             f"return _action(state, {table!r}, {key}, {act['field']!r}, {act['value']!r}, "
             f"{tuple(act['blocked'])!r}, {act['stamp']!r}, {words!r}{pre})"
         )
+    if kind == "transfer":
+        tr = tool["transfer"]
+        to = tr["destination"] or "None"
+        words = (tr["thing"], tr["verb"])
+        return f"return _transfer(state, {table!r}, {key}, {to}, {tr['amount']}, {tr['field']!r}, {words!r})"
     if kind in RELATION_KINDS:
         rel = tool["relation"]
         parent, member = rel["parent_field"], rel["member_field"]

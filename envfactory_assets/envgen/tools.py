@@ -6,7 +6,11 @@ GET/PATCH|PUT/DELETE on an item -> ``get``/``update``/``delete``; ``search`` (te
 with a precondition (``cancel``); a singleton's tools are ``get``/``update`` without a key. A relation between
 two tables (users who are members of groups) has ``relation_add`` and ``relation_remove`` of one pair and
 ``relation_list`` of a parent row's members (the member rows, paged by ``limit``). The kind says whether a tool
-reads or writes, which is what verification and the sampler need to know.
+reads or writes, which is what verification and the sampler need to know. A ``transfer`` moves an amount
+through one numeric field of its table's rows (the *balance*: :mod:`envfactory_assets.sources.transfers`): from
+one row to another (``transfer``: both rows change or neither), out of a row (``withdraw``) or into it
+(``deposit``); a call that would take the field below its ``minimum`` (or above its ``maximum``) fails with
+``precondition_failed`` and changes nothing, and an amount that is not greater than 0 is bad arguments.
 
 An update, delete or action whose description states when it applies (Stripe: "A PaymentIntent object can be
 canceled when it is in one of these statuses: ...") carries that as ``precondition``: ``{"field", "refused",
@@ -18,12 +22,14 @@ action on a row already in its target state.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from typing import Any
 
 from envfactory_assets.envgen.tool_names import tool_names
 from envfactory_assets.sources.actions import VERBS, ActionTarget, action_target
 from envfactory_assets.sources.names import plural, singular
 from envfactory_assets.sources.openapi import FieldSpec, Operation, Relation, Resource
+from envfactory_assets.sources.transfers import balance_field
 
 LIST_LIMIT_MAX = 100
 LIST_LIMIT_DEFAULT = 20
@@ -34,7 +40,7 @@ RELATION_KINDS = ("relation_list", "relation_add", "relation_remove")
 #: kinds that never change the state
 READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list"})
 #: kinds whose tool names one row by its identifier (a singleton's get and update name none)
-KEYED_KINDS = frozenset({"get", "update", "delete", "action"})
+KEYED_KINDS = frozenset({"get", "update", "delete", "action", "transfer"})
 
 
 def _limit_prop(things: str) -> dict[str, Any]:
@@ -113,6 +119,89 @@ def with_action_fields(resource: Resource) -> Resource:
                 )
             )
     return dataclasses.replace(resource, fields=[*resource.fields, *added]) if added else resource
+
+
+def with_transfer_fields(resource: Resource) -> Resource:
+    """``resource`` with the balance field its transfers move an amount through
+    (:func:`~envfactory_assets.sources.transfers.balance_field`): added where its schema lacks one, given
+    ``minimum`` 0 where it states no minimum; unchanged when it has no transfer."""
+    if not resource.transfers:
+        return resource
+    name, schema, synthesized = balance_field({f.name: f.schema for f in resource.fields})
+    if synthesized:
+        thing = resource.singular.replace("_", " ")
+        added = FieldSpec(name, name, schema, f"The balance of the {thing}: amounts moved in and out of it.", False)
+        return dataclasses.replace(resource, fields=[*resource.fields, added])
+    fields = [dataclasses.replace(f, schema=schema) if f.name == name else f for f in resource.fields]
+    return dataclasses.replace(resource, fields=fields)
+
+
+def _parameter(name: str | None, taken: set[str], fallback: str) -> str:
+    """``name`` as a tool parameter when it is a usable identifier not in ``taken``, else ``fallback``."""
+    ok = bool(name) and name.isidentifier() and not keyword.iskeyword(name) and name not in taken
+    return name if ok and name else fallback
+
+
+def transfer_tool(resource: Resource, op: Operation, row: dict[str, Any]) -> dict[str, Any]:
+    """The ToolSpec (unnamed: :func:`name_tools`) of the transfer ``op`` of ``resource`` (which holds its balance
+    field already: :func:`with_transfer_fields`); ``row`` is the JSON Schema of one row. Its ``transfer`` holds
+    what its code and the gate need: ``verb`` (``transfer``, ``withdraw``, ``deposit``), the balance ``field``, the
+    ``amount`` and ``destination`` parameters (None for a withdrawal or deposit) and ``thing``."""
+    shape = op.transfer
+    if shape is None:
+        raise ValueError(f"operation {op.method} {op.path} is no transfer")
+    fields = {f.name: f.schema for f in resource.fields}
+    field_name, schema, _ = balance_field(fields)
+    thing = resource.singular.replace("_", " ")
+    key_prop = {"type": "string", "description": f"Identifier of the {thing} the amount moves from."}
+    amount = _parameter(shape.amount, {resource.key}, "amount")
+    amount_prop: dict[str, Any] = {"type": schema["type"]}
+    if schema["type"] == "integer":
+        amount_prop["minimum"] = 1
+    else:
+        amount_prop["exclusiveMinimum"] = 0
+    said = field_name.replace("_", " ")
+    props: dict[str, Any] = {resource.key: key_prop}
+    destination = None
+    if shape.verb == "transfer":
+        destination = _parameter(shape.destination, {resource.key, amount}, f"to_{resource.key}")
+        props[destination] = {"type": "string", "description": f"Identifier of the {thing} the amount moves to."}
+        amount_prop["description"] = f"How much {said} to move (greater than 0)."
+        out: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "source": {**row, "description": f"The {thing} the amount left."},
+                "destination": {**row, "description": f"The {thing} the amount reached."},
+                "amount": {**amount_prop, "description": "The amount moved."},
+            },
+            "required": ["source", "destination", "amount"],
+            "additionalProperties": False,
+        }
+        default = f"Move {said} from one {thing} to another."
+    else:
+        key_prop["description"] = f"Identifier of the {thing}."
+        direction = "out of" if shape.verb == "withdraw" else "into"
+        amount_prop["description"] = f"How much {said} to move {direction} the {thing} (greater than 0)."
+        out = row
+        default = f"{shape.verb.capitalize()} {said} {'from' if shape.verb == 'withdraw' else 'to'} a {thing}."
+    props[amount] = amount_prop
+    return {
+        "name": "",
+        "description": (op.summary or default)[:300],
+        "kind": "transfer",
+        "table": resource.name,
+        "read_only": False,
+        "input_schema": {"type": "object", "properties": props, "required": list(props), "additionalProperties": False},
+        "output_schema": out,
+        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+        "transfer": {
+            "verb": shape.verb,
+            "field": field_name,
+            "amount": amount,
+            "destination": destination,
+            "thing": thing,
+        },
+    }
 
 
 def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list[dict[str, Any]]:
@@ -279,6 +368,7 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
             },
             **stated,
         )
+    tools += [transfer_tool(resource, op, row) for op in resource.transfers]
     return name_tools(tools)
 
 

@@ -19,7 +19,14 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   with the clock), its remove deletes exactly that pair, both change nothing else; its list returns the
   member rows of exactly the parent's pairs, in pair order, in the requested window (and with a ``limit``
   that cuts them, that window and the total); a delete of a row also deletes exactly the pairs that hold it.
-  A relation tool that no loadable state let the gate call fails;
+  A relation tool that no loadable state let the gate call fails. A transfer changes exactly the balance field
+  of its row (a ``transfer`` of its two rows: the source by minus the amount, the destination by plus it) and
+  nothing else, and a ``transfer`` leaves the sum of the field over the table unchanged (conservation); a
+  transfer tool that no loadable state let the gate call fails;
+- ``invariant``: a transfer of more than the source row holds above the field's minimum (0 unless the API
+  states another), or a deposit past the field's maximum, fails with ``precondition_failed`` and changes
+  nothing (no row goes negative; on refusal neither row changes); a transfer to a row that does not exist
+  (``not_found``) or to its own source, and an amount of 0 or below, fail and change nothing (``tool_invalid``);
 - ``precondition``: an action on a row already in its target state, in each state the action is refused
   in (a shipped order cannot be cancelled), or without its flag when the flag's default (else off) is the
   action's target, fails with ``precondition_failed`` and changes nothing; an action whose flag's default
@@ -44,6 +51,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,6 +168,8 @@ def valid_arguments(
     """
     if tool["kind"] in RELATION_KINDS:
         return _relation_arguments(env, tool, saved)
+    if tool["kind"] == "transfer":
+        return _transfer_arguments(env, tool, saved)
     table = tool["table"]
     meta = env["tables"][table]
     rows = _rows(saved, table)
@@ -265,6 +275,52 @@ def _relation_members(env: dict[str, Any], tool: dict[str, Any], saved: dict[str
     return [
         members.get(r[rel["member_field"]]) for r in _rows(saved, tool["table"]) if r[rel["parent_field"]] == parent
     ]
+
+
+def held(row: dict[str, Any], field: str) -> Any:
+    """The balance ``field`` of ``row`` as a transfer reads it: an absent value holds 0."""
+    value = row.get(field)
+    return 0 if value is None else value
+
+
+def _transfer_room(schema: dict[str, Any], row: dict[str, Any], field: str) -> Any:
+    """How much can be taken out of ``row`` before its ``field`` (JSON Schema ``schema``) reaches its minimum."""
+    return held(row, field) - schema.get("minimum", 0)
+
+
+def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any] | None:
+    """Arguments of a transfer tool that must succeed on ``saved``: the row with the most room above the field's
+    minimum (the last of them) gives about half of it (an integer field: at least 1), to the first other row that
+    can take it under the field's maximum; a deposit puts 1 into the last row that can take it. None when no row
+    (or no pair of rows) allows it."""
+    tr, table = tool["transfer"], tool["table"]
+    meta = env["tables"][table]
+    key, field = meta["key"], tr["field"]
+    schema = meta["fields"][field]
+    rows = _rows(saved, table)
+    ceiling = schema.get("maximum")
+
+    def fits(row: dict[str, Any], amount: Any) -> bool:
+        return ceiling is None or held(row, field) + amount <= ceiling
+
+    if tr["verb"] == "deposit":
+        fitting = [r for r in rows if fits(r, 1)]
+        return {key: fitting[-1][key], tr["amount"]: 1} if fitting else None
+    if not rows:
+        return None
+    source = max(reversed(rows), key=lambda r: _transfer_room(schema, r, field))
+    room = _transfer_room(schema, source, field)
+    if schema["type"] == "integer":
+        amount: Any = max(1, room // 2)
+    else:
+        amount = round(room / 2, 2) if room >= 0.02 else room
+    if not room > 0 or not amount > 0 or amount > room:
+        return None
+    args = {key: source[key], tr["amount"]: amount}
+    if tr["verb"] == "withdraw":
+        return args
+    target = next((r for r in rows if r[key] != source[key] and fits(r, amount)), None)
+    return None if target is None else {key: source[key], tr["destination"]: target[key], tr["amount"]: amount}
 
 
 def _search_words(rows: list[dict[str, Any]]) -> list[str]:
@@ -485,6 +541,103 @@ def _relation_defect(
     return None
 
 
+def _transfer_defect(
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    output: Any,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> str | None:
+    """None when a transfer tool did what its kind says (:func:`_check_semantics`), else the defect."""
+    tr, table = tool["transfer"], tool["table"]
+    meta = env["tables"][table]
+    key, field, verb = meta["key"], tr["field"], tr["verb"]
+    amount = args[tr["amount"]]
+    rows_before = {r[key]: r for r in _rows(before, table)}
+    rows_after = {r[key]: r for r in _rows(after, table)}
+    source = args[key]
+    change = {source: amount if verb == "deposit" else -amount}
+    if verb == "transfer":
+        change[args[tr["destination"]]] = amount
+    expected = {k: {**r, field: held(r, field) + change[k]} if k in change else r for k, r in rows_before.items()}
+    elsewhere = _also_changed(before, after, table)
+    if elsewhere:
+        return f"{verb} also changed {elsewhere}"
+    total_before = sum(held(r, field) for r in rows_before.values())
+    total_after = sum(held(r, field) for r in rows_after.values())
+    if not math.isclose(total_after, total_before + sum(change.values()), rel_tol=1e-9, abs_tol=1e-9):
+        moved = "left unchanged" if verb == "transfer" else f"changed by {sum(change.values())}"
+        return f"{verb} made the sum of {field} {total_after}, from {total_before}: it must be {moved}"
+    if list(rows_after) != list(expected) or rows_after != expected:
+        return f"{verb} did not change exactly {field} of {' and '.join(change)} by {amount}"
+    floor = meta["fields"][field].get("minimum")
+    if floor is not None and any(held(r, field) < floor for r in rows_after.values()):
+        return f"{verb} left a {field} below its minimum {floor}"
+    wanted = (
+        {"source": expected[source], "destination": expected[args[tr["destination"]]], "amount": amount}
+        if verb == "transfer"
+        else expected[source]
+    )
+    if output != wanted:
+        return f"{verb} returned {output}, not the changed rows"
+    return None
+
+
+def transfer_refusals(
+    env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any], saved: dict[str, Any]
+) -> list[tuple[str, dict[str, Any], str]]:
+    """``(check, arguments, error type)`` that a transfer tool must refuse on ``saved`` (where ``good`` succeeds)
+    with that typed error, changing nothing: more than the source holds above the field's minimum (a deposit:
+    past its maximum, where the field has one) is an ``invariant`` refusal (``precondition_failed``); an amount of
+    0 and one below 0, and for a ``transfer`` a destination that does not exist and the source itself, are
+    ``tool_invalid``."""
+    tr, table = tool["transfer"], tool["table"]
+    meta = env["tables"][table]
+    schema = meta["fields"][tr["field"]]
+    row = next(r for r in _rows(saved, table) if r[meta["key"]] == good[meta["key"]])
+    one = 1 if schema["type"] == "integer" else 0.5
+    out: list[tuple[str, dict[str, Any], str]] = []
+    refused = ErrorType.PRECONDITION_FAILED.value
+    if tr["verb"] != "deposit":
+        out.append(("invariant", {**good, tr["amount"]: _transfer_room(schema, row, tr["field"]) + one}, refused))
+    elif "maximum" in schema:
+        out.append(("invariant", {**good, tr["amount"]: schema["maximum"] - held(row, tr["field"]) + one}, refused))
+    bad = ErrorType.BAD_ARGUMENTS.value
+    out += [("tool_invalid", {**good, tr["amount"]: 0}, bad), ("tool_invalid", {**good, tr["amount"]: -one}, bad)]
+    if tr["verb"] == "transfer":
+        out.append(("tool_invalid", {**good, tr["destination"]: "no-such-id-00000"}, ErrorType.NOT_FOUND.value))
+        out.append(("tool_invalid", {**good, tr["destination"]: good[meta["key"]]}, bad))
+    return out
+
+
+def _check_transfer_refusals(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    good: dict[str, Any],
+    state_name: str,
+    saved: dict[str, Any],
+    base: str,
+    report: VerificationReport,
+) -> None:
+    """Each of :func:`transfer_refusals` on a fork of ``base`` (holding ``saved``): the call must fail with its
+    typed error and leave the state as it was (a refused transfer changes neither row)."""
+    for check, bad, expected in transfer_refusals(env, tool, good, saved):
+        result, episode, crash = _call_on_fork(worker, base, tool["name"], bad)
+        if crash:
+            report.add(check, False, f"refused call crashed the worker: {crash}", tool["name"], state_name)
+            return
+        unchanged = state_hash(worker.save(episode)[env["env_id"]]) == state_hash(saved)
+        error = (result.get("error") or {}).get("type")
+        ok = not result.get("ok") and error == expected and unchanged
+        detail = f"{tool['transfer']['verb']} with {bad} gave {error or 'success'}, expected {expected}" + (
+            "" if unchanged else " and changed the state"
+        )
+        report.add(check, ok, "" if ok else detail, tool["name"], state_name)
+        worker.close_episode(episode)
+
+
 def _check_semantics(
     env: dict[str, Any],
     tool: dict[str, Any],
@@ -500,6 +653,8 @@ def _check_semantics(
         return "read-only tool changed the state"
     if kind in RELATION_KINDS:
         return _relation_defect(env, tool, args, output, before, after)
+    if kind == "transfer":
+        return _transfer_defect(env, tool, args, output, before, after)
     key = env["tables"][table]["key"]
     rows_before = {r[key]: r for r in _rows(before, table)}
     rows_after = {r[key]: r for r in _rows(after, table)}
@@ -662,8 +817,8 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
 
 
 def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
-    """A failed check for each action, relation tool and tool with a stated precondition that no loadable state
-    let the gate call: none is ever passed unexecuted."""
+    """A failed check for each action, relation tool, transfer and tool with a stated precondition that no
+    loadable state let the gate call: none is ever passed unexecuted."""
     ran = {c.tool for c in report.checks}
     for tool in env["tools"]:
         if tool["name"] in ran:
@@ -674,6 +829,13 @@ def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
                 "semantics",
                 False,
                 f"no loadable initial state has a row of {tool['table']} to check {verb} on",
+                tool["name"],
+            )
+        elif tool["kind"] == "transfer":
+            report.add(
+                "semantics",
+                False,
+                f"no loadable initial state has the rows of {tool['table']} to check {tool['transfer']['verb']} on",
                 tool["name"],
             )
         elif tool["kind"] in RELATION_KINDS:
@@ -784,6 +946,8 @@ def _check_call(
         _check_precondition(worker, env, tool, args, episode, saved, after, report, state_name)
     if tool["kind"] == "relation_add" and defect is None:
         _check_add_again(worker, env, tool, args, episode, after, report, state_name)
+    if tool["kind"] == "transfer" and defect is None:
+        _check_transfer_refusals(worker, env, tool, args, state_name, saved, base, report)
     worker.close_episode(episode)
     return True
 

@@ -2,8 +2,9 @@
 
 Every operation (a path and an HTTP method) of the document is either mapped to the tool kind the
 programmatic builder gives it (``list``, ``get``, ``create``, ``update``, ``delete``, ``search``,
-``count``, ``action``, or one of a relation's ``relation_list``, ``relation_add`` and ``relation_remove``:
-:mod:`envfactory_assets.sources.relations`) or unmapped with one reason:
+``count``, ``action``, ``transfer`` (an amount moved between or out of rows:
+:mod:`envfactory_assets.sources.transfers`), or one of a relation's ``relation_list``, ``relation_add`` and
+``relation_remove``: :mod:`envfactory_assets.sources.relations`) or unmapped with one reason:
 
 - ``beyond_resource_cap``: its resource exists, but the environment keeps only the best-covered ones (a
   relation is kept when both of its resources are);
@@ -56,6 +57,7 @@ def _operations(resources: list[Resource]) -> list[Operation]:
         for op in [
             *r.operations.values(),
             *r.actions,
+            *r.transfers,
             *(o for rel in r.relations if rel.member in names for o in rel.operations.values()),
         ]
     ]

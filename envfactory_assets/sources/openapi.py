@@ -8,8 +8,9 @@ what the
 programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
 can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
-(``GET /orders/count``). Collections nested at any depth (``/users/{id}/repos/{id}/issues``) belong to
-their nearest parent. A sub-collection of another resource's rows (``/groups/{group_id}/members/{user_id}``)
+(``GET /orders/count``), and transfers of an amount between its rows (``POST /accounts/{id}/transfers``, see
+:mod:`envfactory_assets.sources.transfers`). Collections nested at any depth (``/users/{id}/repos/{id}/issues``)
+belong to their nearest parent. A sub-collection of another resource's rows (``/groups/{group_id}/members/{user_id}``)
 is a *relation* between two resources, kept on its parent (see :mod:`envfactory_assets.sources.relations`).
 """
 
@@ -34,6 +35,7 @@ from envfactory_assets.sources.names import (
 )
 from envfactory_assets.sources.preconditions import MAX_TEXT_CHARS, StatedPrecondition, stated_precondition
 from envfactory_assets.sources.rpc_paths import rpc_operation_name
+from envfactory_assets.sources.transfers import TransferShape, transfer_shape, transfer_verb
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
 MAX_FIELDS = 8
@@ -97,7 +99,8 @@ class FieldSpec:
 @dataclass
 class Operation:
     """One HTTP operation of a resource, classified as list/get/create/update/delete/search/count, or
-    ``action`` with its ``verb`` (``"cancel"``), or one of a :class:`Relation`'s ``relation_list``,
+    ``action`` with its ``verb`` (``"cancel"``), or ``transfer`` with its ``transfer`` shape (what its request
+    names), or one of a :class:`Relation`'s ``relation_list``,
     ``relation_add`` and ``relation_remove``.
 
     ``text``: the operation's summary and description as the spec writes them (for the rules that read prose);
@@ -112,6 +115,7 @@ class Operation:
     verb: str | None = None
     text: str = field(default="", repr=False)
     precondition: StatedPrecondition | None = None
+    transfer: TransferShape | None = None
 
 
 @dataclass
@@ -159,6 +163,8 @@ class Resource:
     read_only: bool = False
     #: relations whose parent this resource is (:class:`Relation`), in path order
     relations: list[Relation] = field(default_factory=list)
+    #: transfer operations of an amount between or out of its rows, one per verb, in path order
+    transfers: list[Operation] = field(default_factory=list)
 
     @property
     def singular(self) -> str:
@@ -177,7 +183,7 @@ class Resource:
     @property
     def n_operations(self) -> int:
         """The operations of the document this resource implements."""
-        return len(self.operations) + len(self.actions)
+        return len(self.operations) + len(self.actions) + len(self.transfers)
 
 
 def resolve_ref(spec: dict[str, Any], ref: str) -> Any:
@@ -468,6 +474,9 @@ def collection_resources(
         if action is not None and action_verb(action[1]):
             extras.setdefault(action[0], []).append((action[1], path, item))
             continue
+        if action is not None and _transfer_path(paths, path, item, action[1]):
+            extras.setdefault(action[0], []).append((action[1], path, item))
+            continue
         if (
             len(segs) >= 2
             and snake_case(segs[-1]) in SEARCH_SEGMENTS + COUNT_SEGMENTS
@@ -641,9 +650,15 @@ def _resource_from_collection(
             add(kind, method, path, item[method])
     actions: list[Operation] = []
     seen_verbs: set[str] = set()
+    transfers: list[Operation] = []
     for segment, path, item in sorted(extras.get(ipath, []) if ipath else [], key=lambda e: e[1]):
         verb = action_verb(segment)
         method = next((m for m in ("post", "put", "patch") if m in item), None)
+        if verb is None and transfer_verb(segment):
+            made = _transfer_operation(spec, path, item, segment)
+            if made is not None and all(t.verb != made.verb for t in transfers):
+                transfers.append(made)
+            continue
         if verb and method and verb not in seen_verbs:
             made = _operation(spec, "action", method, path, item[method], verb)
             if made is not None:
@@ -670,8 +685,51 @@ def _resource_from_collection(
             0,
             FieldSpec(parent_key, parent_key, {"type": "string"}, f"Identifier of the parent {parent_key[:-3]}.", True),
         )
-    resource = Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only)
+    resource = Resource(
+        name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only, transfers=transfers
+    )
     return with_stated_preconditions(resource)
+
+
+def _transfer_path(paths: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> bool:
+    """Whether ``path`` (an item path and the literal ``segment``) may be a transfer
+    (:mod:`envfactory_assets.sources.transfers`): its literal names one, it has a POST, and neither a GET nor an
+    item path below it (rows of its own: a nested resource)."""
+    if transfer_verb(segment) is None or "post" not in item or "get" in item:
+        return False
+    below = path.rstrip("/") + "/{"
+    return not any(isinstance(p, str) and p.startswith(below) for p in paths)
+
+
+def request_names(spec: dict[str, Any], op: dict[str, Any]) -> list[str]:
+    """snake_case names of ``op``'s request body properties (a JSON or form body) and query parameters."""
+    names: list[str] = []
+    body = deref(spec, op.get("requestBody"))
+    content = body.get("content") if isinstance(body, dict) else None
+    if isinstance(content, dict):
+        for media, entry in content.items():
+            if isinstance(media, str) and ("json" in media or "form" in media) and isinstance(entry, dict):
+                names += [snake_case(k) for k in (object_schema(spec, entry.get("schema")) or {}).get("properties", {})]
+                break
+    for param in op.get("parameters") or []:
+        param = deref(spec, param)
+        if isinstance(param, dict) and param.get("in") == "query" and isinstance(param.get("name"), str):
+            names.append(snake_case(param["name"]))
+    return names
+
+
+def _transfer_operation(spec: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> Operation | None:
+    """The ``transfer`` operation of the POST of ``path`` (ending in ``segment``), or None when its request
+    names no amount (:func:`~envfactory_assets.sources.transfers.transfer_shape`)."""
+    op = deref(spec, item.get("post"))
+    if not isinstance(op, dict):
+        return None
+    shape = transfer_shape(segment, request_names(spec, op))
+    made = _operation(spec, "transfer", "post", path, op, shape.verb if shape else None)
+    if shape is None or made is None:
+        return None
+    made.transfer = shape
+    return made
 
 
 def _collection_literal(segs: list[str], item_path: str | None) -> str:
