@@ -80,7 +80,7 @@ def test_coverage_counts_transfer_operations_as_mapped():
     kinds = {(c.method, c.path): c.kind or c.reason for c in coverage}
     assert kinds[("post", "/accounts/{account_id}/transfers")] == "transfer"
     assert kinds[("post", "/bins/{bin_id}/transfer")] == "transfer"
-    assert kinds[("post", "/bins/{bin_id}/restart")] == "action_without_state"
+    assert kinds[("post", "/bins/{bin_id}/recount")] == "action_without_state"
     assert summarize(coverage)["by_kind"]["transfer"] == 4
 
 

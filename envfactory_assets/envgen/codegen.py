@@ -6,7 +6,8 @@ in memory by its pair (``_pair_key``) and saved as its rows; deleting a row dele
 refused precondition, and the precondition an update, delete or action states in its description (a
 ToolSpec's ``precondition``), raise ``PreconditionFailed``, which the sandbox provides to every environment
 module. A transfer (``_transfer``) checks the amount and both rows before it writes either: a refused
-transfer changes nothing. Time and ids come from ``state["meta"]`` only, never the clock.
+transfer changes nothing. A side-effect action (``_side_effect``) leaves its row as it is and records one row
+in the outbox table. Time and ids come from ``state["meta"]`` only, never the clock.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ def _fail(message):
 
 
 def _check_value(table, field, value):
-    schema = TABLES[table]["fields"][field]
+    _check_schema(field, TABLES[table]["fields"][field], value)
+
+
+def _check_schema(field, schema, value):
     expected = _TYPES[schema["type"]]
     if isinstance(value, bool) and schema["type"] != "boolean":
         _fail(f"{field} must be {schema['type']}, got boolean")
@@ -374,6 +378,18 @@ def _transfer(state, table, key, to, amount, field, words):
     return {"source": dict(rows[key]), "destination": dict(rows[to]), "amount": amount}
 
 
+def _side_effect(state, table, key, verb, outbox, arguments, schemas):
+    _row(state, table, key)
+    given = {k: v for k, v in arguments.items() if v is not None}
+    for name, value in given.items():
+        _check_schema(name, schemas[name], value)
+    record = _new_id(state, outbox)
+    row = {TABLES[outbox]["key"]: record, "verb": verb, "target_table": table, "target_id": key,
+           "arguments": repr(sorted(given.items())), "created_at": state["meta"]["now"]}
+    state["tables"][outbox][record] = row
+    return dict(row)
+
+
 def _relation_list(state, table, parent, limit):
     size = _page_size(limit)
     rel = TABLES[table]["relation"]
@@ -429,6 +445,13 @@ def _body(tool: dict[str, Any], key: str) -> str:
         to = tr["destination"] or "None"
         words = (tr["thing"], tr["verb"])
         return f"return _transfer(state, {table!r}, {key}, {to}, {tr['amount']}, {tr['field']!r}, {words!r})"
+    if kind == "side_effect":
+        se = tool["side_effect"]
+        given = ", ".join(f"{p!r}: {p}" for p in se["arguments"])
+        return (
+            f"return _side_effect(state, {table!r}, {key}, {se['verb']!r}, {se['outbox']!r}, {{{given}}}, "
+            f"{se['arguments']!r})"
+        )
     if kind in RELATION_KINDS:
         rel = tool["relation"]
         parent, member = rel["parent_field"], rel["member_field"]

@@ -107,6 +107,9 @@ def tool_sentence(tool: dict[str, Any], thing: str) -> str:
             return f"Moves an amount of {said} from one {thing} to another; both change or neither."
         direction = "out of" if tr.get("verb") == "withdraw" else "into"
         return f"Moves an amount of {said} {direction} one {thing} by its {key}."
+    if kind == "side_effect":
+        verb = (tool.get("side_effect") or {}).get("verb") or "act on"
+        return f"{inflected_plural(verb).capitalize()} one {thing} by its {key}; the {thing} itself does not change."
     return f"{kind.replace('_', ' ').capitalize()} on the {things}."
 
 

@@ -10,7 +10,9 @@ reads or writes, which is what verification and the sampler need to know. A ``tr
 through one numeric field of its table's rows (the *balance*: :mod:`envfactory_assets.sources.transfers`): from
 one row to another (``transfer``: both rows change or neither), out of a row (``withdraw``) or into it
 (``deposit``); a call that would take the field below its ``minimum`` (or above its ``maximum``) fails with
-``precondition_failed`` and changes nothing, and an amount that is not greater than 0 is bad arguments.
+``precondition_failed`` and changes nothing, and an amount that is not greater than 0 is bad arguments. A
+``side_effect`` (``send``, ``sync``: :mod:`envfactory_assets.sources.side_effects`) leaves its row as it is and
+records one row in the environment's outbox table (:func:`outbox_meta`): the verb, the target and the arguments.
 
 An update, delete or action whose description states when it applies (Stripe: "A PaymentIntent object can be
 canceled when it is in one of these statuses: ...") carries that as ``precondition``: ``{"field", "refused",
@@ -26,9 +28,11 @@ import keyword
 from typing import Any
 
 from envfactory_assets.envgen.tool_names import tool_names
+from envfactory_assets.runtime.code_policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
 from envfactory_assets.sources.actions import VERBS, ActionTarget, action_target
 from envfactory_assets.sources.names import plural, singular
 from envfactory_assets.sources.openapi import FieldSpec, Operation, Relation, Resource
+from envfactory_assets.sources.side_effects import OUTBOX_FIELDS
 from envfactory_assets.sources.transfers import balance_field
 
 LIST_LIMIT_MAX = 100
@@ -40,7 +44,7 @@ RELATION_KINDS = ("relation_list", "relation_add", "relation_remove")
 #: kinds that never change the state
 READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list"})
 #: kinds whose tool names one row by its identifier (a singleton's get and update name none)
-KEYED_KINDS = frozenset({"get", "update", "delete", "action", "transfer"})
+KEYED_KINDS = frozenset({"get", "update", "delete", "action", "transfer", "side_effect"})
 
 
 def _limit_prop(things: str) -> dict[str, Any]:
@@ -138,7 +142,12 @@ def with_transfer_fields(resource: Resource) -> Resource:
 
 def _parameter(name: str | None, taken: set[str], fallback: str) -> str:
     """``name`` as a tool parameter when it is a usable identifier not in ``taken``, else ``fallback``."""
-    ok = bool(name) and name.isidentifier() and not keyword.iskeyword(name) and name not in taken
+    ok = (
+        bool(name)
+        and name.isidentifier()
+        and not keyword.iskeyword(name)
+        and name not in taken | FORBIDDEN_BUILTINS | REFLECTIVE_BUILTINS | {"state"}
+    )
     return name if ok and name else fallback
 
 
@@ -201,6 +210,82 @@ def transfer_tool(resource: Resource, op: Operation, row: dict[str, Any]) -> dic
             "destination": destination,
             "thing": thing,
         },
+    }
+
+
+#: the outbox table's name, unless a resource of the environment has it
+OUTBOX_NAMES = ("outbox", "outbox_records", "call_outbox")
+
+
+def outbox_name(taken: set[str]) -> str:
+    """The name of the outbox table of an environment whose other tables are ``taken``."""
+    return next(n for n in OUTBOX_NAMES if n not in taken)
+
+
+def outbox_meta(prefix: str) -> dict[str, Any]:
+    """The ``tables`` entry of an outbox table whose ids start with ``prefix``: a key ``outbox_id`` and the
+    string fields of :data:`~envfactory_assets.sources.side_effects.OUTBOX_FIELDS`, all required."""
+    return {
+        "key": "outbox_id",
+        "prefix": prefix,
+        "fields": {f: {"type": "string"} for f in OUTBOX_FIELDS},
+        "required": list(OUTBOX_FIELDS),
+        "foreign_keys": {},
+        "outbox": True,
+    }
+
+
+def outbox_row_schema() -> dict[str, Any]:
+    """JSON Schema of one outbox row, as a side-effect tool returns it."""
+    words = {
+        "verb": "What was done (the verb of the call: send, sync...).",
+        "target_table": "The table of the row the call was for.",
+        "target_id": "Identifier of the row the call was for.",
+        "arguments": "The call's other arguments, as the sorted (name, value) pairs given.",
+    }
+    props: dict[str, Any] = {"outbox_id": {"type": "string", "description": "Identifier of the record."}}
+    props.update({f: {"type": "string", "description": words[f]} for f in OUTBOX_FIELDS})
+    props["created_at"] = {"type": "string", "format": "date-time", "description": "When the call was made."}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": ["outbox_id", *OUTBOX_FIELDS, "created_at"],
+        "additionalProperties": False,
+    }
+
+
+#: JSON Schema keywords of a side-effect argument that its code checks
+_ARGUMENT_KEYWORDS = ("type", "format", "enum", "minimum", "maximum", "maxLength")
+
+
+def side_effect_tool(resource: Resource, op: Operation, outbox: str) -> dict[str, Any]:
+    """The ToolSpec (unnamed: :func:`name_tools`) of the side-effect action ``op`` of ``resource``, recording in
+    the table ``outbox``. Its ``side_effect`` holds ``verb``, ``outbox``, ``thing`` and ``arguments`` (``{name:
+    JSON schema}`` of the arguments beside the row's key, which the record holds)."""
+    thing = resource.singular.replace("_", " ")
+    props: dict[str, Any] = {
+        resource.key: {"type": "string", "description": f"Identifier of the {thing} to {op.verb}."}
+    }
+    arguments: dict[str, Any] = {}
+    required = [resource.key]
+    for f in op.arguments:
+        name = _parameter(f.name, set(props), "")
+        if not name:
+            continue
+        arguments[name] = {k: f.schema[k] for k in _ARGUMENT_KEYWORDS if k in f.schema}
+        props[name] = {**arguments[name], "description": f.description or f.name.replace("_", " ")}
+        if f.required:
+            required.append(name)
+    return {
+        "name": "",
+        "description": (op.summary or f"{(op.verb or '').capitalize()} a {thing}.")[:300],
+        "kind": "side_effect",
+        "table": resource.name,
+        "read_only": False,
+        "input_schema": {"type": "object", "properties": props, "required": required, "additionalProperties": False},
+        "output_schema": outbox_row_schema(),
+        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+        "side_effect": {"verb": op.verb, "outbox": outbox, "thing": thing, "arguments": arguments},
     }
 
 

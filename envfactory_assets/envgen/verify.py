@@ -23,6 +23,9 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   of its row (a ``transfer`` of its two rows: the source by minus the amount, the destination by plus it) and
   nothing else, and a ``transfer`` leaves the sum of the field over the table unchanged (conservation); a
   transfer tool that no loadable state let the gate call fails;
+  A side-effect action (``send``, ``sync``) leaves every table but the outbox as it was and records exactly
+  one outbox row (the next id, its verb, its target table and row, the other arguments given, the clock), which
+  it returns; one that no loadable state let the gate call fails;
 - ``invariant``: a transfer of more than the source row holds above the field's minimum (0 unless the API
   states another), or a deposit past the field's maximum, fails with ``precondition_failed`` and changes
   nothing (no row goes negative; on refusal neither row changes); a transfer to a row that does not exist
@@ -37,7 +40,8 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   on a row it allows and, on that row put into each refused value of the field, fails the same way; a tool
   with a stated precondition that no state has an allowed row for is checked on a row put into an allowed
   value, and fails when no state has a row of its table at all;
-- ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing; a
+- ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing (a
+  side-effect action records nothing for a target that does not exist or a wrong-typed argument); a
   relation's tools answer a parent or member that does not exist, and a remove of a pair that is not there,
   with ``not_found``;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
@@ -170,6 +174,8 @@ def valid_arguments(
         return _relation_arguments(env, tool, saved)
     if tool["kind"] == "transfer":
         return _transfer_arguments(env, tool, saved)
+    if tool["kind"] == "side_effect":
+        return _side_effect_arguments(env, tool, saved, values)
     table = tool["table"]
     meta = env["tables"][table]
     rows = _rows(saved, table)
@@ -323,6 +329,40 @@ def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[s
     return None if target is None else {key: source[key], tr["destination"]: target[key], tr["amount"]: amount}
 
 
+def _side_effect_arguments(
+    env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any], values: ValueFactory
+) -> dict[str, Any] | None:
+    """Arguments of a side-effect tool that must succeed on ``saved``: the last row of its table as the target,
+    and a value for every other argument (so that the record must hold them); None when the table is empty."""
+    table = tool["table"]
+    rows = _rows(saved, table)
+    if not rows:
+        return None
+    key = env["tables"][table]["key"]
+    args = {key: rows[-1][key]}
+    for name, schema in tool["side_effect"]["arguments"].items():
+        args[name] = values.value(name, schema, table)
+    return args
+
+
+def side_effect_record(
+    env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], before: dict[str, Any]
+) -> dict[str, Any]:
+    """The outbox row a side-effect tool called with ``args`` on ``before`` must record (and return)."""
+    se, table = tool["side_effect"], tool["table"]
+    key = env["tables"][table]["key"]
+    given = {k: v for k, v in args.items() if k != key and v is not None}
+    number = before["meta"]["next_id"]
+    return {
+        env["tables"][se["outbox"]]["key"]: f"{env['tables'][se['outbox']]['prefix']}_{number:05d}",
+        "verb": se["verb"],
+        "target_table": table,
+        "target_id": args[key],
+        "arguments": repr(sorted(given.items())),
+        "created_at": before["meta"]["now"],
+    }
+
+
 def _search_words(rows: list[dict[str, Any]]) -> list[str]:
     return [w for r in rows for k, v in r.items() if searchable(k, v) for w in v.split() if len(w) >= 3]
 
@@ -470,6 +510,19 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
         if schema.get("type") == "string":
             return {**good, name: 12345}
     return None
+
+
+def side_effect_invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """``(arguments, error type)`` a side-effect tool must refuse, recording nothing: a target row that does not
+    exist (``not_found``) and, when it takes other arguments, the first of them with a wrong type
+    (``bad_arguments``)."""
+    key = next(iter(tool["input_schema"]["properties"]))
+    out = [({**good, key: "no-such-id-00000"}, ErrorType.NOT_FOUND.value)]
+    for name, schema in tool["side_effect"]["arguments"].items():
+        wrong: Any = 12345 if schema["type"] == "string" and "enum" not in schema else "definitely-not-valid-Ω"
+        out.append(({**good, name: wrong}, ErrorType.BAD_ARGUMENTS.value))
+        break
+    return out
 
 
 def relation_invalid_arguments(
@@ -638,6 +691,30 @@ def _check_transfer_refusals(
         worker.close_episode(episode)
 
 
+def _side_effect_defect(
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    output: Any,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> str | None:
+    """None when a side-effect tool did what its kind says (:func:`_check_semantics`), else the defect."""
+    se = tool["side_effect"]
+    outbox, verb = se["outbox"], se["verb"]
+    touched = [t for t in before["tables"] if t != outbox and before["tables"][t] != after["tables"].get(t)]
+    if touched or set(after["tables"]) != set(before["tables"]):
+        return f"{verb} changed {', '.join(touched) or 'the set of tables'}: only the outbox may change"
+    if after["meta"] != {**before["meta"], "next_id": before["meta"]["next_id"] + 1}:
+        return f"{verb} changed the meta other than by taking one id"
+    record = side_effect_record(env, tool, args, before)
+    if _rows(after, outbox) != [*_rows(before, outbox), record]:
+        return f"{verb} did not record exactly one {outbox} row with its target and arguments"
+    if output != record:
+        return f"{verb} returned {output}, not the recorded row"
+    return None
+
+
 def _check_semantics(
     env: dict[str, Any],
     tool: dict[str, Any],
@@ -655,6 +732,8 @@ def _check_semantics(
         return _relation_defect(env, tool, args, output, before, after)
     if kind == "transfer":
         return _transfer_defect(env, tool, args, output, before, after)
+    if kind == "side_effect":
+        return _side_effect_defect(env, tool, args, output, before, after)
     key = env["tables"][table]["key"]
     rows_before = {r[key]: r for r in _rows(before, table)}
     rows_after = {r[key]: r for r in _rows(after, table)}
@@ -831,11 +910,11 @@ def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
                 f"no loadable initial state has a row of {tool['table']} to check {verb} on",
                 tool["name"],
             )
-        elif tool["kind"] == "transfer":
+        elif tool["kind"] in ("transfer", "side_effect"):
             report.add(
                 "semantics",
                 False,
-                f"no loadable initial state has the rows of {tool['table']} to check {tool['transfer']['verb']} on",
+                f"no loadable initial state has the rows of {tool['table']} to check {tool[tool['kind']]['verb']} on",
                 tool["name"],
             )
         elif tool["kind"] in RELATION_KINDS:
@@ -900,6 +979,8 @@ def _check_invalid(
     tname = tool["name"]
     if tool["kind"] in RELATION_KINDS:
         attempts: list[tuple[dict[str, Any], str | None]] = list(relation_invalid_arguments(env, tool, good, saved))
+    elif tool["kind"] == "side_effect":
+        attempts = side_effect_invalid_arguments(tool, good)
     else:
         bad = invalid_arguments(tool, good)
         attempts = [] if bad is None else [(bad, None)]

@@ -8,10 +8,12 @@ what the
 programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
 can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
-(``GET /orders/count``), and transfers of an amount between its rows (``POST /accounts/{id}/transfers``, see
-:mod:`envfactory_assets.sources.transfers`). Collections nested at any depth (``/users/{id}/repos/{id}/issues``)
-belong to their nearest parent. A sub-collection of another resource's rows (``/groups/{group_id}/members/{user_id}``)
-is a *relation* between two resources, kept on its parent (see :mod:`envfactory_assets.sources.relations`).
+(``GET /orders/count``), transfers of an amount between its rows (``POST /accounts/{id}/transfers``, see
+:mod:`envfactory_assets.sources.transfers`) and side-effect actions that leave a record (``POST
+/messages/{id}/send``, see :mod:`envfactory_assets.sources.side_effects`). Collections nested at any depth
+(``/users/{id}/repos/{id}/issues``) belong to their nearest parent. A sub-collection of another resource's rows
+(``/groups/{group_id}/members/{user_id}``) is a *relation* between two resources, kept on its parent (see
+:mod:`envfactory_assets.sources.relations`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from envfactory_assets.sources.names import (
 )
 from envfactory_assets.sources.preconditions import MAX_TEXT_CHARS, StatedPrecondition, stated_precondition
 from envfactory_assets.sources.rpc_paths import rpc_operation_name
+from envfactory_assets.sources.side_effects import side_effect_verb
 from envfactory_assets.sources.transfers import TransferShape, transfer_shape, transfer_verb
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
@@ -100,8 +103,8 @@ class FieldSpec:
 class Operation:
     """One HTTP operation of a resource, classified as list/get/create/update/delete/search/count, or
     ``action`` with its ``verb`` (``"cancel"``), or ``transfer`` with its ``transfer`` shape (what its request
-    names), or one of a :class:`Relation`'s ``relation_list``,
-    ``relation_add`` and ``relation_remove``.
+    names), or ``side_effect`` with its ``verb`` and the scalar ``arguments`` its request body takes, or one of
+    a :class:`Relation`'s ``relation_list``, ``relation_add`` and ``relation_remove``.
 
     ``text``: the operation's summary and description as the spec writes them (for the rules that read prose);
     ``precondition``: what they state about the rows an update, delete or action applies to
@@ -116,6 +119,7 @@ class Operation:
     text: str = field(default="", repr=False)
     precondition: StatedPrecondition | None = None
     transfer: TransferShape | None = None
+    arguments: tuple[FieldSpec, ...] = ()
 
 
 @dataclass
@@ -165,6 +169,8 @@ class Resource:
     relations: list[Relation] = field(default_factory=list)
     #: transfer operations of an amount between or out of its rows, one per verb, in path order
     transfers: list[Operation] = field(default_factory=list)
+    #: side-effect actions (``send``, ``sync``...) on an item, one per verb, in path order
+    side_effects: list[Operation] = field(default_factory=list)
 
     @property
     def singular(self) -> str:
@@ -183,7 +189,7 @@ class Resource:
     @property
     def n_operations(self) -> int:
         """The operations of the document this resource implements."""
-        return len(self.operations) + len(self.actions) + len(self.transfers)
+        return len(self.operations) + len(self.actions) + len(self.transfers) + len(self.side_effects)
 
 
 def resolve_ref(spec: dict[str, Any], ref: str) -> Any:
@@ -474,7 +480,7 @@ def collection_resources(
         if action is not None and action_verb(action[1]):
             extras.setdefault(action[0], []).append((action[1], path, item))
             continue
-        if action is not None and _transfer_path(paths, path, item, action[1]):
+        if action is not None and _post_only(paths, path, item, action[1]):
             extras.setdefault(action[0], []).append((action[1], path, item))
             continue
         if (
@@ -651,6 +657,7 @@ def _resource_from_collection(
     actions: list[Operation] = []
     seen_verbs: set[str] = set()
     transfers: list[Operation] = []
+    side_effects: list[Operation] = []
     for segment, path, item in sorted(extras.get(ipath, []) if ipath else [], key=lambda e: e[1]):
         verb = action_verb(segment)
         method = next((m for m in ("post", "put", "patch") if m in item), None)
@@ -658,6 +665,12 @@ def _resource_from_collection(
             made = _transfer_operation(spec, path, item, segment)
             if made is not None and all(t.verb != made.verb for t in transfers):
                 transfers.append(made)
+            continue
+        said = side_effect_verb(segment) if verb is None else None
+        if said is not None:
+            made = _side_effect_operation(spec, path, item, said)
+            if made is not None and all(t.verb != said for t in side_effects):
+                side_effects.append(made)
             continue
         if verb and method and verb not in seen_verbs:
             made = _operation(spec, "action", method, path, item[method], verb)
@@ -686,16 +699,31 @@ def _resource_from_collection(
             FieldSpec(parent_key, parent_key, {"type": "string"}, f"Identifier of the parent {parent_key[:-3]}.", True),
         )
     resource = Resource(
-        name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only, transfers=transfers
+        name,
+        key,
+        cpath,
+        fields[:MAX_FIELDS],
+        ops,
+        parent_key,
+        actions,
+        read_only=read_only,
+        transfers=transfers,
+        side_effects=side_effects,
     )
     return with_stated_preconditions(resource)
 
 
-def _transfer_path(paths: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> bool:
-    """Whether ``path`` (an item path and the literal ``segment``) may be a transfer
-    (:mod:`envfactory_assets.sources.transfers`): its literal names one, it has a POST, and neither a GET nor an
-    item path below it (rows of its own: a nested resource)."""
-    if transfer_verb(segment) is None or "post" not in item or "get" in item:
+#: most scalar request-body properties a side-effect action takes as arguments
+MAX_SIDE_EFFECT_ARGUMENTS = 4
+
+
+def _post_only(paths: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> bool:
+    """Whether ``path`` (an item path and the literal ``segment``) may be a transfer or a side-effect action
+    (:mod:`envfactory_assets.sources.transfers`, :mod:`envfactory_assets.sources.side_effects`): its literal names
+    one, it has a POST, and neither a GET nor an item path below it (rows of its own: a nested resource)."""
+    if transfer_verb(segment) is None and side_effect_verb(segment) is None:
+        return False
+    if "post" not in item or "get" in item:
         return False
     below = path.rstrip("/") + "/{"
     return not any(isinstance(p, str) and p.startswith(below) for p in paths)
@@ -716,6 +744,22 @@ def request_names(spec: dict[str, Any], op: dict[str, Any]) -> list[str]:
         if isinstance(param, dict) and param.get("in") == "query" and isinstance(param.get("name"), str):
             names.append(snake_case(param["name"]))
     return names
+
+
+def _side_effect_operation(spec: dict[str, Any], path: str, item: dict[str, Any], verb: str) -> Operation | None:
+    """The ``side_effect`` operation of the POST of ``path``, with up to :data:`MAX_SIDE_EFFECT_ARGUMENTS` scalar
+    properties of its request body as arguments (required ones first)."""
+    op = deref(spec, item.get("post"))
+    made = _operation(spec, "side_effect", "post", path, op, verb)
+    if made is None or not isinstance(op, dict):
+        return None
+    try:
+        args = extract_fields(spec, _request_schema(spec, op), "")
+    except (SpecError, RecursionError):
+        args = []
+    usable = [f for f in args if f.name.isidentifier() and f.name not in ("state", "limit")]
+    made.arguments = tuple(usable[:MAX_SIDE_EFFECT_ARGUMENTS])
+    return made
 
 
 def _transfer_operation(spec: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> Operation | None:

@@ -402,6 +402,14 @@ _PLANS: dict[str, tuple[str, ...]] = {
         "I'd like you to {verb} {subject}",
         "please go ahead and {verb} {subject}",
     ),
+    # a transfer ("transfer", "withdraw") or a side effect ("send", "sync") on one row, with its other arguments
+    "verb_with": (
+        "{verb} {subject}{with}",
+        "please {verb} {subject}{with}",
+        "could you {verb} {subject}{with}",
+        "I need you to {verb} {subject}{with}",
+        "go ahead and {verb} {subject}{with}",
+    ),
     # the one row of a singleton ("the settings"): no identifier to name
     "get_one": (
         "look up {subject}",
@@ -584,9 +592,11 @@ def describe_call(
         "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
         "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
         "query": val("query") if "query" in args else "",
-        "verb": (tool.get("action") or {}).get("verb", kind),
+        "verb": (tool.get("action") or tool.get(kind) or {}).get("verb", kind),
     }
     plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
+    if kind in ("transfer", "side_effect"):
+        plan_kind = "verb_with"  # a verb on one row, with its other arguments stated
     if not natural:
         plans = {
             "list": "show me the {things}{where}",
@@ -597,6 +607,7 @@ def describe_call(
             "search": "search the {things} for {query}{where}",
             "count": "count the {things}{where}",
             "action": "{verb} {subject}",
+            "verb_with": "{verb} {subject}{with}",
             "get_one": "look up {subject}",
         }
         plan = plans[plan_kind]
