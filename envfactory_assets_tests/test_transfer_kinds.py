@@ -1,6 +1,7 @@
-"""Transfers of an amount between rows of one table (money between bank accounts, stock between bins) on a
-fixture document written for them: what extraction infers, what coverage counts, what the environment does in
-the sandbox, and the verification gate rejecting a broken implementation of each transfer tool."""
+"""Transfers of an amount between rows of one table (money between bank accounts, stock between bins) and
+computed reads of the same rows (an account's balance, the stock summary) on a fixture document written for them:
+what extraction infers, what coverage counts, what the environment does in the sandbox, and the verification gate
+rejecting a broken implementation of each transfer and computed read."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from envfactory_assets.envgen.builder import build_environment
-from envfactory_assets.envgen.verify import verify_environment
+from envfactory_assets.envgen.verify import computed_figures, verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
@@ -82,6 +83,8 @@ def test_coverage_counts_transfer_operations_as_mapped():
     assert kinds[("post", "/bins/{bin_id}/transfer")] == "transfer"
     assert kinds[("post", "/bins/{bin_id}/recount")] == "action_without_state"
     assert summarize(coverage)["by_kind"]["transfer"] == 4
+    assert kinds[("get", "/accounts/{account_id}/balance")] == kinds[("get", "/bins/summary")] == "computed_read"
+    assert summarize(coverage)["by_kind"]["computed_read"] == 2
 
 
 def test_the_built_environment_has_transfer_tools(ledger):
@@ -214,3 +217,69 @@ def test_a_transfer_no_state_can_check_fails_the_gate(ledger):
     report = verify_environment(empty)
     failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
     assert "no loadable initial state has the rows of bins to check transfer on" in failed["move_stock"]
+
+
+def test_computed_reads_are_derived_from_the_rows(ledger):
+    tools = {t["name"]: t for t in ledger["tools"] if t["kind"] == "computed_read"}
+    assert {n: t["computed"]["scope"] for n, t in tools.items()} == {
+        "get_account_balance": "item",
+        "get_stock_summary": "collection",
+    }
+    assert all(t["read_only"] for t in tools.values())
+    assert list(tools["get_stock_summary"]["output_schema"]["properties"]) == ["count", "total_quantity"]
+    state = _valid(ledger)
+    env_id = ledger["env_id"]
+    bins = state["tables"]["bins"]
+    account = state["tables"]["accounts"][0]
+    with SandboxWorker() as worker:
+        worker.load_environment(env_id, ledger["source"])
+        episode = worker.open_episode({env_id: state})
+
+        def call(name, **args):
+            result = worker.call(episode, name, args)
+            assert result["ok"], result
+            return result["output"]
+
+        units = sum(b.get("quantity") or 0 for b in bins)
+        assert call("get_stock_summary") == {"count": len(bins), "total_quantity": units}
+        assert call("get_account_balance", account_id=account["account_id"]) == {
+            "account_id": account["account_id"],
+            "balance": account["balance"],
+        }
+        # a move of stock between bins leaves the total as it was; a withdrawal lowers the balance read
+        source = max(bins, key=lambda b: b.get("quantity") or 0)
+        target = next(b for b in bins if b is not source)
+        call("move_stock", bin_id=source["bin_id"], to_bin=target["bin_id"], quantity=1)
+        assert call("get_stock_summary")["total_quantity"] == units
+        call("withdraw_funds", account_id=account["account_id"], amount=1)
+        assert call("get_account_balance", account_id=account["account_id"])["balance"] == account["balance"] - 1
+        call("create_bin", label="Overflow shelf", quantity=5)
+        assert call("get_stock_summary") == {"count": len(bins) + 1, "total_quantity": units + 5}
+
+
+def test_every_computed_read_passes_the_gate_with_its_derived_check(ledger):
+    report = verify_environment(ledger)
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    for name in ("get_account_balance", "get_stock_summary"):
+        assert {("semantics", name), ("derived", name)} <= passed
+
+
+def _constant(ledger: dict, function: str, args: dict) -> dict:
+    """``ledger`` whose helper ``function`` returns what the tool gives on the valid state, whatever the state."""
+    tool = next(t for t in ledger["tools"] if t["kind"] == "computed_read" and t["computed"]["scope"] == args["scope"])
+    call = {k: v for k, v in args.items() if k != "scope"}
+    value = computed_figures(ledger, tool, call, _valid(ledger))
+    return mutate(ledger, rf"def {function}\(([^)]*)\):\n", rf"def {function}(\1):\n    return {value!r}\n")
+
+
+def test_gate_rejects_computed_reads_that_return_a_constant(ledger):
+    summary = _constant(ledger, "_totals", {"scope": "collection"})
+    assert ("derived", "get_stock_summary") in failed_checks(summary)
+    account = _valid(ledger)["tables"]["accounts"][-1]["account_id"]
+    balance = _constant(ledger, "_figures", {"scope": "item", "account_id": account})
+    assert ("derived", "get_account_balance") in failed_checks(balance)
+
+
+def test_gate_rejects_a_summary_that_counts_without_summing(ledger):
+    broken = mutate(ledger, r"sum\(r\[field\] for r in rows if r\.get\(field\) is not None\)", "0")
+    assert ("semantics", "get_stock_summary") in failed_checks(broken)

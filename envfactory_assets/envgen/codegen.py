@@ -7,7 +7,8 @@ refused precondition, and the precondition an update, delete or action states in
 ToolSpec's ``precondition``), raise ``PreconditionFailed``, which the sandbox provides to every environment
 module. A transfer (``_transfer``) checks the amount and both rows before it writes either: a refused
 transfer changes nothing. A side-effect action (``_side_effect``) leaves its row as it is and records one row
-in the outbox table. Time and ids come from ``state["meta"]`` only, never the clock.
+in the outbox table. A computed read (``_totals``, ``_figures``) derives its figures from the rows at each call.
+Time and ids come from ``state["meta"]`` only, never the clock.
 """
 
 from __future__ import annotations
@@ -390,6 +391,19 @@ def _side_effect(state, table, key, verb, outbox, arguments, schemas):
     return dict(row)
 
 
+def _totals(state, table, scope, fields):
+    rows = _filtered(state, table, scope)
+    out = {"count": len(rows)}
+    for field in fields:
+        out[f"total_{field}"] = sum(r[field] for r in rows if r.get(field) is not None)
+    return out
+
+
+def _figures(state, table, key, fields):
+    row = _row(state, table, key)
+    return {TABLES[table]["key"]: key, **{f: row[f] for f in fields if row.get(f) is not None}}
+
+
 def _relation_list(state, table, parent, limit):
     size = _page_size(limit)
     rel = TABLES[table]["relation"]
@@ -445,6 +459,12 @@ def _body(tool: dict[str, Any], key: str) -> str:
         to = tr["destination"] or "None"
         words = (tr["thing"], tr["verb"])
         return f"return _transfer(state, {table!r}, {key}, {to}, {tr['amount']}, {tr['field']!r}, {words!r})"
+    if kind == "computed_read":
+        fields = tuple(tool["computed"]["fields"])
+        if tool["computed"]["scope"] == "item":
+            return f"return _figures(state, {table!r}, {props[0]}, {fields!r})"
+        scope = ", ".join(f"{p!r}: {p}" for p in props)
+        return f"return _totals(state, {table!r}, {{{scope}}}, {fields!r})"
     if kind == "side_effect":
         se = tool["side_effect"]
         given = ", ".join(f"{p!r}: {p}" for p in se["arguments"])

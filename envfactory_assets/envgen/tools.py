@@ -13,6 +13,8 @@ one row to another (``transfer``: both rows change or neither), out of a row (``
 ``precondition_failed`` and changes nothing, and an amount that is not greater than 0 is bad arguments. A
 ``side_effect`` (``send``, ``sync``: :mod:`envfactory_assets.sources.side_effects`) leaves its row as it is and
 records one row in the environment's outbox table (:func:`outbox_meta`): the verb, the target and the arguments.
+A ``computed_read`` derives figures from the rows: over a collection (``GET /orders/total``) the number of rows and
+the sum of each numeric field (``total_<field>``), of an item (``GET /accounts/{id}/balance``) its numeric fields.
 
 An update, delete or action whose description states when it applies (Stripe: "A PaymentIntent object can be
 canceled when it is in one of these statuses: ...") carries that as ``precondition``: ``{"field", "refused",
@@ -42,7 +44,7 @@ KIND_ORDER = ("list", "search", "count", "get", "create", "update", "delete")
 #: the kinds of a relation's tools, in the order they are built
 RELATION_KINDS = ("relation_list", "relation_add", "relation_remove")
 #: kinds that never change the state
-READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list"})
+READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list", "computed_read"})
 #: kinds whose tool names one row by its identifier (a singleton's get and update name none)
 KEYED_KINDS = frozenset({"get", "update", "delete", "action", "transfer", "side_effect"})
 
@@ -289,6 +291,48 @@ def side_effect_tool(resource: Resource, op: Operation, outbox: str) -> dict[str
     }
 
 
+def figure_fields(resource: Resource) -> list[str]:
+    """The fields a computed read of ``resource`` sums or reports: its integer and number fields that are no
+    enum."""
+    return [f.name for f in resource.fields if f.schema.get("type") in ("integer", "number") and "enum" not in f.schema]
+
+
+def computed_read_tool(resource: Resource, op: Operation, row: dict[str, Any]) -> dict[str, Any]:
+    """The ToolSpec (unnamed: :func:`name_tools`) of the computed read ``op`` of ``resource`` (``row``: the JSON
+    Schema of one row). Its ``computed`` holds ``scope`` (``collection`` or ``item``), ``fields`` (the numeric fields
+    it sums or reports) and ``word`` (the path's last word: ``total``, ``balance``)."""
+    thing, things = resource.singular.replace("_", " "), resource.name.replace("_", " ")
+    fields = figure_fields(resource)
+    segments = [s for s in op.path.split("/") if s]
+    item = len(segments) >= 2 and segments[-2].startswith("{")
+    if item:
+        key_prop = {"type": "string", "description": f"Identifier of the {thing}."}
+        inp = {"properties": {resource.key: key_prop}, "required": [resource.key]}
+        props = {resource.key: key_prop, **{f: row["properties"][f] for f in fields}}
+        out = {"type": "object", "properties": props, "required": [resource.key], "additionalProperties": False}
+        default = f"Get the figures of a {thing}."
+    else:
+        scope = [resource.parent_key] if resource.parent_key else []
+        inp = {"properties": {s: row["properties"][s] for s in scope}, "required": scope}
+        props = {"count": {"type": "integer", "minimum": 0, "description": f"Number of {things}."}}
+        for f in fields:
+            said = f.replace("_", " ")
+            props[f"total_{f}"] = {"type": row["properties"][f]["type"], "description": f"Sum of {said}."}
+        out = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+        default = f"Get the totals of the {things}."
+    return {
+        "name": "",
+        "description": (op.summary or default)[:300],
+        "kind": "computed_read",
+        "table": resource.name,
+        "read_only": True,
+        "input_schema": {"type": "object", **inp, "additionalProperties": False},
+        "output_schema": out,
+        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+        "computed": {"scope": "item" if item else "collection", "fields": fields, "word": op.verb or "total"},
+    }
+
+
 def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list[dict[str, Any]]:
     """ToolSpecs (see docs/design.md) for every operation of ``resource``: the kinds of :data:`KIND_ORDER`,
     then one ``action`` tool per verb, named by :func:`~envfactory_assets.envgen.tool_names.tool_names` among
@@ -454,6 +498,7 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
             **stated,
         )
     tools += [transfer_tool(resource, op, row) for op in resource.transfers]
+    tools += [computed_read_tool(resource, op, row) for op in resource.computed]
     return name_tools(tools)
 
 

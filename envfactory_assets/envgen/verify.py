@@ -26,6 +26,11 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   A side-effect action (``send``, ``sync``) leaves every table but the outbox as it was and records exactly
   one outbox row (the next id, its verb, its target table and row, the other arguments given, the clock), which
   it returns; one that no loadable state let the gate call fails;
+  A computed read returns the figures the gate derives from the stored rows: over a collection (in its parent's
+  scope) the number of rows and each numeric field's sum, of an item its numeric fields;
+- ``derived``: a computed read called again on the state with its rows changed (a copy of the last row added
+  under a new id; the item's numeric fields moved by one) returns the figures of the changed rows, which differ:
+  a read that returns a constant fails;
 - ``invariant``: a transfer of more than the source row holds above the field's minimum (0 unless the API
   states another), or a deposit past the field's maximum, fails with ``precondition_failed`` and changes
   nothing (no row goes negative; on refusal neither row changes); a transfer to a row that does not exist
@@ -176,13 +181,16 @@ def valid_arguments(
         return _transfer_arguments(env, tool, saved)
     if tool["kind"] == "side_effect":
         return _side_effect_arguments(env, tool, saved, values)
+    if tool["kind"] == "computed_read" and tool["computed"]["scope"] == "item":
+        rows, key = _rows(saved, tool["table"]), env["tables"][tool["table"]]["key"]
+        return {key: rows[-1][key]} if rows else None
     table = tool["table"]
     meta = env["tables"][table]
     rows = _rows(saved, table)
     props = tool["input_schema"]["properties"]
     required = tool["input_schema"].get("required", [])
     kind = tool["kind"]
-    if kind in ("list", "count", "search"):
+    if kind in ("list", "count", "search", "computed_read"):
         args: dict[str, Any] = {}
         for name in required:
             if name == "query":
@@ -691,6 +699,82 @@ def _check_transfer_refusals(
         worker.close_episode(episode)
 
 
+def computed_figures(env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], saved: dict[str, Any]) -> Any:
+    """What a computed read called with ``args`` must return on ``saved``: over a collection the number of rows in
+    the scope and the sum of each numeric field (absent values count for nothing), of an item its numeric fields
+    (those it holds); None when the item is not there."""
+    comp, table = tool["computed"], tool["table"]
+    key = env["tables"][table]["key"]
+    if comp["scope"] == "item":
+        row = next((r for r in _rows(saved, table) if r[key] == args.get(key)), None)
+        if row is None:
+            return None
+        return {key: row[key], **{f: row[f] for f in comp["fields"] if row.get(f) is not None}}
+    rows = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items())]
+    out: dict[str, Any] = {"count": len(rows)}
+    for f in comp["fields"]:
+        out[f"total_{f}"] = sum(r[f] for r in rows if r.get(f) is not None)
+    return out
+
+
+def changed_rows(
+    env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], saved: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A copy of ``saved`` whose rows under a computed read called with ``args`` changed, so that its figures
+    change: over a collection a copy of the last row in scope added under a new id; of an item each numeric field
+    moved by one (down when up would pass its maximum; set to its minimum, else 1, where the row lacks it). None
+    when there is nothing to change."""
+    comp, table = tool["computed"], tool["table"]
+    meta = env["tables"][table]
+    state = copy.deepcopy(saved)
+    rows = state["tables"][table]
+    if comp["scope"] == "collection":
+        scoped = [r for r in rows if all(r.get(k) == v for k, v in args.items())]
+        if not scoped:
+            return None
+        rows.append({**scoped[-1], meta["key"]: f"{meta['prefix']}_99999"})
+        return state
+    row = next((r for r in rows if r[meta["key"]] == args[meta["key"]]), None)
+    if row is None or not comp["fields"]:
+        return None
+    for f in comp["fields"]:
+        schema = meta["fields"][f]
+        if row.get(f) is None:
+            row[f] = schema.get("minimum", 1)
+            continue
+        up = row[f] + 1
+        row[f] = up if up <= schema.get("maximum", up) else row[f] - 1
+    return state
+
+
+def _check_derived(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    first: Any,
+    state_name: str,
+    saved: dict[str, Any],
+    report: VerificationReport,
+) -> None:
+    """A computed read that returned ``first`` on ``saved``, called again on :func:`changed_rows`: it must return
+    the changed state's figures (``derived``); no check when there is nothing to change."""
+    changed = changed_rows(env, tool, args, saved)
+    if changed is None:
+        return
+    try:
+        episode = worker.open_episode({env["env_id"]: changed})
+    except StateRejected as exc:
+        report.add("derived", False, f"the changed state was rejected: {exc}", tool["name"], state_name)
+        return
+    result = worker.call(episode, tool["name"], args)
+    worker.close_episode(episode)
+    expected = computed_figures(env, tool, args, changed)
+    ok = bool(result.get("ok")) and result.get("output") == expected and expected != first
+    detail = f"with the rows changed it returned {result.get('output') or result.get('error')}, not {expected}"
+    report.add("derived", ok, "" if ok else detail, tool["name"], state_name)
+
+
 def _side_effect_defect(
     env: dict[str, Any],
     tool: dict[str, Any],
@@ -734,6 +818,9 @@ def _check_semantics(
         return _transfer_defect(env, tool, args, output, before, after)
     if kind == "side_effect":
         return _side_effect_defect(env, tool, args, output, before, after)
+    if kind == "computed_read":
+        expected = computed_figures(env, tool, args, before)
+        return None if output == expected else f"returned {output}, the rows give {expected}"
     key = env["tables"][table]["key"]
     rows_before = {r[key]: r for r in _rows(before, table)}
     rows_after = {r[key]: r for r in _rows(after, table)}
@@ -910,11 +997,12 @@ def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
                 f"no loadable initial state has a row of {tool['table']} to check {verb} on",
                 tool["name"],
             )
-        elif tool["kind"] in ("transfer", "side_effect"):
+        elif tool["kind"] in ("transfer", "side_effect", "computed_read"):
+            said = (tool.get(tool["kind"]) or {}).get("verb") or tool["kind"].replace("_", " ")
             report.add(
                 "semantics",
                 False,
-                f"no loadable initial state has the rows of {tool['table']} to check {tool[tool['kind']]['verb']} on",
+                f"no loadable initial state has the rows of {tool['table']} to check {said} on",
                 tool["name"],
             )
         elif tool["kind"] in RELATION_KINDS:
@@ -1029,6 +1117,8 @@ def _check_call(
         _check_add_again(worker, env, tool, args, episode, after, report, state_name)
     if tool["kind"] == "transfer" and defect is None:
         _check_transfer_refusals(worker, env, tool, args, state_name, saved, base, report)
+    if tool["kind"] == "computed_read" and defect is None:
+        _check_derived(worker, env, tool, args, result["output"], state_name, saved, report)
     worker.close_episode(episode)
     return True
 

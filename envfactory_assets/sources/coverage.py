@@ -4,7 +4,8 @@ Every operation (a path and an HTTP method) of the document is either mapped to 
 programmatic builder gives it (``list``, ``get``, ``create``, ``update``, ``delete``, ``search``,
 ``count``, ``action``, ``transfer`` (an amount moved between or out of rows:
 :mod:`envfactory_assets.sources.transfers`), ``side_effect`` (a call recorded in an outbox:
-:mod:`envfactory_assets.sources.side_effects`), or one of a relation's ``relation_list``, ``relation_add`` and
+:mod:`envfactory_assets.sources.side_effects`), ``computed_read`` (figures derived from the rows: ``GET /orders/total``,
+``GET /accounts/{id}/balance``), or one of a relation's ``relation_list``, ``relation_add`` and
 ``relation_remove``: :mod:`envfactory_assets.sources.relations`) or unmapped with one reason:
 
 - ``beyond_resource_cap``: its resource exists, but the environment keeps only the best-covered ones (a
@@ -62,6 +63,7 @@ def _operations(resources: list[Resource]) -> list[Operation]:
             *r.actions,
             *r.transfers,
             *r.side_effects,
+            *r.computed,
             *(o for rel in r.relations if rel.member in names for o in rel.operations.values()),
         ]
     ]

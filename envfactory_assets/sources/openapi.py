@@ -53,6 +53,9 @@ MAX_NESTING = 3
 #: last path segments of a collection's search and count reads
 SEARCH_SEGMENTS = ("search", "find", "query")
 COUNT_SEGMENTS = ("count",)
+#: last path segments of a computed read: of a collection, figures over its rows (``GET /orders/total``); of an
+#: item, the row's own figures (``GET /accounts/{id}/balance``)
+COMPUTED_SEGMENTS = ("total", "totals", "summary", "stats", "statistics", "aggregate", "aggregates", "balance")
 #: last path segments that name one object of the caller's account (read and updated in place)
 SINGLETON_SEGMENTS = (
     "settings",
@@ -171,6 +174,9 @@ class Resource:
     transfers: list[Operation] = field(default_factory=list)
     #: side-effect actions (``send``, ``sync``...) on an item, one per verb, in path order
     side_effects: list[Operation] = field(default_factory=list)
+    #: computed reads: at most one over the collection's rows (``GET /orders/total``) and one of an item's figures
+    #: (``GET /accounts/{id}/balance``), their ``verb`` the path's last word
+    computed: list[Operation] = field(default_factory=list)
 
     @property
     def singular(self) -> str:
@@ -189,7 +195,9 @@ class Resource:
     @property
     def n_operations(self) -> int:
         """The operations of the document this resource implements."""
-        return len(self.operations) + len(self.actions) + len(self.transfers) + len(self.side_effects)
+        return (
+            len(self.operations) + len(self.actions) + len(self.transfers) + len(self.side_effects) + len(self.computed)
+        )
 
 
 def resolve_ref(spec: dict[str, Any], ref: str) -> Any:
@@ -483,6 +491,9 @@ def collection_resources(
         if action is not None and _post_only(paths, path, item, action[1]):
             extras.setdefault(action[0], []).append((action[1], path, item))
             continue
+        if _computed_path(paths, path, item):
+            extras.setdefault("/" + "/".join(segs[:-1]), []).append((snake_case(segs[-1]), path, item))
+            continue
         if (
             len(segs) >= 2
             and snake_case(segs[-1]) in SEARCH_SEGMENTS + COUNT_SEGMENTS
@@ -649,7 +660,13 @@ def _resource_from_collection(
     read_only = "create" not in ops
     if read_only and not ("list" in ops and _lists_objects(spec, citem["get"])) and "get" not in ops:
         return None  # a read-only path is a collection only when it lists objects or has an item read
+    computed: list[Operation] = []
     for segment, path, item in sorted(extras.get(cpath, []), key=lambda e: e[1]):
+        if segment in COMPUTED_SEGMENTS:
+            made = _operation(spec, "computed_read", "get", path, item["get"], segment)
+            if made is not None and not computed:
+                computed.append(made)
+            continue
         kind = "search" if segment in SEARCH_SEGMENTS else "count"
         method = "get" if "get" in item else "post" if kind == "search" and "post" in item else None
         if method and kind not in ops:
@@ -665,6 +682,11 @@ def _resource_from_collection(
             made = _transfer_operation(spec, path, item, segment)
             if made is not None and all(t.verb != made.verb for t in transfers):
                 transfers.append(made)
+            continue
+        if segment in COMPUTED_SEGMENTS and "get" in item and not method:
+            made = _operation(spec, "computed_read", "get", path, item["get"], segment)
+            if made is not None and not any(_item_scoped(c) for c in computed):
+                computed.append(made)
             continue
         said = side_effect_verb(segment) if verb is None else None
         if said is not None:
@@ -710,11 +732,32 @@ def _resource_from_collection(
         transfers=transfers,
         side_effects=side_effects,
     )
+    # an item's figures are its numeric fields: a row without one has nothing to compute
+    numeric = any(f.schema.get("type") in ("integer", "number") and "enum" not in f.schema for f in fields[:MAX_FIELDS])
+    resource.computed = [c for c in computed if numeric or not _item_scoped(c)]
     return with_stated_preconditions(resource)
 
 
 #: most scalar request-body properties a side-effect action takes as arguments
 MAX_SIDE_EFFECT_ARGUMENTS = 4
+
+
+def _item_scoped(op: Operation) -> bool:
+    """Whether a computed read ``op`` reads one item (``/accounts/{id}/balance``), not a collection."""
+    segs = _segments(op.path)
+    return len(segs) >= 2 and bool(_PARAM_SEGMENT.match(segs[-2]))
+
+
+def _computed_path(paths: dict[str, Any], path: str, item: dict[str, Any]) -> bool:
+    """Whether ``path`` may be a computed read: its last segment is one of :data:`COMPUTED_SEGMENTS` after a
+    literal or an item parameter, it has a GET and no other method, and no item path below it."""
+    segs = _segments(path)
+    if len(segs) < 2 or snake_case(segs[-1]) not in COMPUTED_SEGMENTS or set(item) & {"post", "put", "patch", "delete"}:
+        return False
+    if "get" not in item:
+        return False
+    below = path.rstrip("/") + "/{"
+    return not any(isinstance(p, str) and p.startswith(below) for p in paths)
 
 
 def _post_only(paths: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> bool:
