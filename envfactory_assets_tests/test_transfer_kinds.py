@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from envfactory_assets.envgen.builder import build_environment
-from envfactory_assets.envgen.verify import computed_figures, verify_environment
+from envfactory_assets.envgen.verify import computed_figures, moved, verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
@@ -104,6 +104,7 @@ def test_the_built_environment_has_transfer_tools(ledger):
 
 
 def test_transfer_tools_in_the_sandbox(ledger):
+    # a float balance is stored rounded to 9 decimals (moved): 288.77 - 80.48 reads 208.29
     state = _valid(ledger)
     env_id = ledger["env_id"]
     first, second = state["tables"]["accounts"][:2]
@@ -115,11 +116,11 @@ def test_transfer_tools_in_the_sandbox(ledger):
         def call(name, **args):
             return worker.call(episode, name, args)
 
-        moved = call("transfer_funds", account_id=a, destination_account=b, amount=10)
-        assert moved["ok"], moved
-        out = moved["output"]
-        assert out["source"]["balance"] == first["balance"] - 10
-        assert out["destination"]["balance"] == second["balance"] + 10 and out["amount"] == 10
+        made = call("transfer_funds", account_id=a, destination_account=b, amount=10)
+        assert made["ok"], made
+        out = made["output"]
+        assert out["source"]["balance"] == moved(first["balance"], -10)
+        assert out["destination"]["balance"] == moved(second["balance"], 10) and out["amount"] == 10
         saved = worker.save(episode)
         # more than the account holds: refused, typed, and neither account changes
         too_much = call("transfer_funds", account_id=a, destination_account=b, amount=first["balance"])
@@ -135,7 +136,9 @@ def test_transfer_tools_in_the_sandbox(ledger):
         assert worker.save(episode) == saved
         # a deposit past the balance's stated maximum is refused too
         assert call("deposit_funds", account_id=a, amount=1_000_000)["error"]["type"] == "precondition_failed"
-        assert call("deposit_funds", account_id=a, amount=5)["output"]["balance"] == first["balance"] - 10 + 5
+        assert call("deposit_funds", account_id=a, amount=5)["output"]["balance"] == moved(
+            moved(first["balance"], -10), 5
+        )
         # integer stock moves in whole units only
         bins = state["tables"]["bins"]
         assert call("move_stock", bin_id=bins[0]["bin_id"], to_bin=bins[1]["bin_id"], quantity=0.5)["error"][
@@ -252,7 +255,8 @@ def test_computed_reads_are_derived_from_the_rows(ledger):
         call("move_stock", bin_id=source["bin_id"], to_bin=target["bin_id"], quantity=1)
         assert call("get_stock_summary")["total_quantity"] == units
         call("withdraw_funds", account_id=account["account_id"], amount=1)
-        assert call("get_account_balance", account_id=account["account_id"])["balance"] == account["balance"] - 1
+        balance = call("get_account_balance", account_id=account["account_id"])["balance"]
+        assert balance == moved(account["balance"], -1)
         call("create_bin", label="Overflow shelf", quantity=5)
         assert call("get_stock_summary") == {"count": len(bins) + 1, "total_quantity": units + 5}
 

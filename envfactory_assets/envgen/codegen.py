@@ -349,6 +349,8 @@ def _moved(table, key, row, field, change, words):
     held = row.get(field)
     held = 0 if held is None else held
     new = held + change
+    if isinstance(new, float):
+        new = round(new, 9)  # 288.77 - 80.48 is 208.29, not 208.28999999999996
     said = field.replace("_", " ")
     if "minimum" in schema and new < schema["minimum"]:
         raise PreconditionFailed(

@@ -297,6 +297,13 @@ def held(row: dict[str, Any], field: str) -> Any:
     return 0 if value is None else value
 
 
+def moved(value: Any, change: Any) -> Any:
+    """A balance ``value`` after ``change``, as a transfer stores it: a float rounded to 9 decimals (binary
+    fractions would otherwise show: 288.77 - 80.48 is 208.28999999999996)."""
+    new = value + change
+    return round(new, 9) if isinstance(new, float) else new
+
+
 def _transfer_room(schema: dict[str, Any], row: dict[str, Any], field: str) -> Any:
     """How much can be taken out of ``row`` before its ``field`` (JSON Schema ``schema``) reaches its minimum."""
     return held(row, field) - schema.get("minimum", 0)
@@ -621,15 +628,15 @@ def _transfer_defect(
     change = {source: amount if verb == "deposit" else -amount}
     if verb == "transfer":
         change[args[tr["destination"]]] = amount
-    expected = {k: {**r, field: held(r, field) + change[k]} if k in change else r for k, r in rows_before.items()}
+    expected = {k: {**r, field: moved(held(r, field), change[k])} if k in change else r for k, r in rows_before.items()}
     elsewhere = _also_changed(before, after, table)
     if elsewhere:
         return f"{verb} also changed {elsewhere}"
     total_before = sum(held(r, field) for r in rows_before.values())
     total_after = sum(held(r, field) for r in rows_after.values())
     if not math.isclose(total_after, total_before + sum(change.values()), rel_tol=1e-9, abs_tol=1e-9):
-        moved = "left unchanged" if verb == "transfer" else f"changed by {sum(change.values())}"
-        return f"{verb} made the sum of {field} {total_after}, from {total_before}: it must be {moved}"
+        should = "left unchanged" if verb == "transfer" else f"changed by {sum(change.values())}"
+        return f"{verb} made the sum of {field} {total_after}, from {total_before}: it must be {should}"
     if list(rows_after) != list(expected) or rows_after != expected:
         return f"{verb} did not change exactly {field} of {' and '.join(change)} by {amount}"
     floor = meta["fields"][field].get("minimum")

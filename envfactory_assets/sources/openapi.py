@@ -491,7 +491,7 @@ def collection_resources(
         if action is not None and _post_only(paths, path, item, action[1]):
             extras.setdefault(action[0], []).append((action[1], path, item))
             continue
-        if _computed_path(paths, path, item):
+        if _computed_path(spec, paths, path, item):
             extras.setdefault("/" + "/".join(segs[:-1]), []).append((snake_case(segs[-1]), path, item))
             continue
         if (
@@ -748,13 +748,14 @@ def _item_scoped(op: Operation) -> bool:
     return len(segs) >= 2 and bool(_PARAM_SEGMENT.match(segs[-2]))
 
 
-def _computed_path(paths: dict[str, Any], path: str, item: dict[str, Any]) -> bool:
+def _computed_path(spec: dict[str, Any], paths: dict[str, Any], path: str, item: dict[str, Any]) -> bool:
     """Whether ``path`` may be a computed read: its last segment is one of :data:`COMPUTED_SEGMENTS` after a
-    literal or an item parameter, it has a GET and no other method, and no item path below it."""
+    literal or an item parameter, it has a GET and no other method, no item path below it, and its GET does not
+    list objects (``GET /orders/stats`` returning stat rows is a read-only collection of its own)."""
     segs = _segments(path)
     if len(segs) < 2 or snake_case(segs[-1]) not in COMPUTED_SEGMENTS or set(item) & {"post", "put", "patch", "delete"}:
         return False
-    if "get" not in item:
+    if "get" not in item or _lists_objects(spec, item["get"]):
         return False
     below = path.rstrip("/") + "/{"
     return not any(isinstance(p, str) and p.startswith(below) for p in paths)
