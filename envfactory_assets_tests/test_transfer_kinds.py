@@ -13,12 +13,16 @@ import pytest
 
 from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import computed_figures, moved, verify_environment
+from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.transfers import balance_field, transfer_shape
-from envfactory_assets_tests.fixture_environments import failed_checks, mutate
+from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+from envfactory_assets_tests.fixture_environments import environment_worker, failed_checks, fixture_graph, mutate
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
 SERVICES = Path(__file__).parent / "fixtures" / "openapi_services"
@@ -287,3 +291,28 @@ def test_gate_rejects_computed_reads_that_return_a_constant(ledger):
 def test_gate_rejects_a_summary_that_counts_without_summing(ledger):
     broken = mutate(ledger, r"sum\(r\[field\] for r in rows if r\.get\(field\) is not None\)", "0")
     assert ("semantics", "get_stock_summary") in failed_checks(broken)
+
+
+def test_trajectories_use_the_new_kinds_on_rows_the_state_holds(ledger):
+    hub_path = TRANSFERS / "messaging.json"
+    hub = build_environment(inspect_file(hub_path, TRANSFERS).as_row(), orjson.loads(hub_path.read_bytes()))
+    envs = {ledger["env_id"]: ledger, hub["env_id"]: hub}
+    graph = fixture_graph(envs)
+    with environment_worker(envs) as worker:
+        chains = sample_chains(graph, 20, "new-kinds", SamplerConfig(min_tools=3))
+        trajs = [synthesize_trajectory(c, graph, envs, worker, SynthConfig(min_turns=2)) for c in chains]
+        passed = [{**t, "id": f"raw-{i}", "domains": ["x"]} for i, t in enumerate(trajs) if t["status"] == "passed"]
+        calls = [(turn, c) for t in passed for turn in t["turns"] for c in turn["calls"]]
+        assert {"transfer", "side_effect", "computed_read"} <= {c["kind"] for _, c in calls}
+        for turn, call in calls:
+            assert reply_problems(turn["assistant_summary"], turn["calls"]) == []
+            tool = next(t for e in envs.values() for t in e["tools"] if t["name"] == call["name"])
+            if call["kind"] == "transfer" and tool["transfer"]["destination"]:
+                # the destination is a row of the table, never a made-up value
+                rows = turn["state_before"][ledger["env_id"]]["tables"][tool["table"]]
+                key = ledger["tables"][tool["table"]]["key"]
+                assert call["arguments"][tool["transfer"]["destination"]] in {r[key] for r in rows}
+        for traj in passed:
+            for row in rl_rows(traj, envs):
+                problem = replay_check(row, worker)
+                assert problem is None or problem.startswith("no-op task"), problem

@@ -283,7 +283,47 @@ def resolve_arguments(
         _make_update_change_something(tool, key, args, prov, saved, index, values)
     if tool["kind"] in ("relation_add", "relation_remove"):
         _pair_from_state(tool, args, prov, history, saved, index, rng)
+    if tool["kind"] == "transfer" and key in args:
+        _transfer_from_state(tool, key, args, prov, history, saved, index, rng)
     return args, prov
+
+
+def _transfer_from_state(
+    tool: dict[str, Any],
+    key: str,
+    args: dict[str, Any],
+    prov: dict[str, Any],
+    history: list[dict[str, Any]],
+    saved: dict[str, Any],
+    index: ToolIndex,
+    rng: random.Random,
+) -> None:
+    """A transfer is asked for an amount its source row holds (at most half of what it holds above the field's
+    minimum, where it holds any), to another row of the table that a person names (a transfer to a row that
+    is not there is no request): the destination is drawn among the other rows, a row an earlier call
+    created named from that call."""
+    tr = tool["transfer"]
+    meta = index.table_meta(tool)
+    schema = meta["fields"][tr["field"]]
+    rows = _state_rows(saved, index, tool)
+    source = next((r for r in rows if r[meta["key"]] == args[key]), None)
+    if tr["destination"]:
+        others = [r[meta["key"]] for r in rows if r[meta["key"]] != args[key]]
+        if others:
+            value = rng.choice(others)
+            minted = _minting_position(history, value, index)
+            args[tr["destination"]] = value
+            prov[tr["destination"]] = (
+                {"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}
+            )
+    given = (prov.get(tr["amount"]) or {}).get("source") == "output"  # an amount an earlier call gave stays
+    if source is None or tr["verb"] == "deposit" or given:
+        return
+    room = (source.get(tr["field"]) or 0) - schema.get("minimum", 0)
+    if room >= 2 and schema["type"] == "integer":
+        args[tr["amount"]] = rng.randint(1, room // 2)
+    elif room >= 0.02 and schema["type"] == "number":
+        args[tr["amount"]] = round(rng.uniform(0.01, room / 2), 2)
 
 
 def _pair_from_state(
