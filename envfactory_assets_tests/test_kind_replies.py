@@ -6,6 +6,7 @@ default selection prefers the documents that have these kinds."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import orjson
@@ -16,6 +17,7 @@ from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.stage import scan_rows
+from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
@@ -148,3 +150,52 @@ def test_selection_prefers_documents_with_transfers_side_effects_and_computed_re
         plain = {**row, "resource_key": "plain", "operations_by_kind": crud}
         for order in ([plain, row], [row, plain]):
             assert [r["resource_key"] for r in select_resources(order, 1)] == [row["resource_key"]]
+
+
+def _synthesized(envs: dict, share: float, n: int = 30) -> list[dict]:
+    graph = fixture_graph(envs)
+    with environment_worker(envs) as worker:
+        chains = sample_chains(graph, n, "recovery", SamplerConfig(min_tools=3))
+        config = SynthConfig(min_turns=2, refusal_share=share)
+        trajs = [synthesize_trajectory(c, graph, envs, worker, config) for c in chains]
+        passed = [{**t, "id": f"raw-{i}", "domains": ["x"]} for i, t in enumerate(trajs) if t["status"] == "passed"]
+        for traj in passed:
+            for row in rl_rows(traj, envs):
+                problem = replay_check(row, worker)
+                assert problem is None or problem.startswith("no-op task"), problem
+    return passed
+
+
+def _refused_transfers(trajs: list[dict]) -> list[tuple[dict, int]]:
+    return [
+        (turn, i)
+        for t in trajs
+        for turn in t["turns"]
+        for i, c in enumerate(turn["calls"])
+        if c["kind"] == "transfer" and c.get("error") == "precondition_failed"
+    ]
+
+
+def test_refusal_share_asks_transfers_for_more_than_the_source_holds_and_the_agent_reads_what_it_holds(envs):
+    asked = _synthesized(envs, 1.0)
+    refused = _refused_transfers(asked)
+    assert len(refused) > len(_refused_transfers(_synthesized(envs, 0.0)))
+    for turn, i in refused:
+        call, recovery = turn["calls"][i], turn["calls"][i + 1]
+        assert recovery["recovery"]["field"] and recovery["kind"] in ("get", "computed_read")
+        key = next(iter(recovery["arguments"]))
+        assert recovery["arguments"][key] == call["arguments"][key]
+        # the read finds what the refusal says the source holds: nothing moved
+        held = float(re.search(r"holds (-?[\d.]+),", call["output"]["message"])[1])
+        assert (recovery["output"].get(recovery["recovery"]["field"]) or 0) == held
+        reply = turn["assistant_summary"]
+        assert reply_problems(reply, turn["calls"]) == [], reply
+        assert call["output"]["message"] in reply
+        figure = recovery["output"].get(recovery["recovery"]["field"])
+        assert (_figure(figure) if figure is not None else "no ") in reply.split(call["output"]["message"])[1], reply
+    # a read is a recovery only right after a refused transfer
+    after = {(id(turn), i + 1) for turn, i in refused}
+    for traj in asked:
+        for turn in traj["turns"]:
+            for j, c in enumerate(turn["calls"]):
+                assert bool(c.get("recovery")) == ((id(turn), j) in after)

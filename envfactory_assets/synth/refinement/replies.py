@@ -976,6 +976,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
+def _recovery_sentence(c: _Call, field: str, rng: random.Random) -> str:
+    """The read an agent made after a refused transfer, said as what the source holds ("I checked: account
+    acc_1 holds 12.00"); ``field`` is the balance field the transfer was refused on."""
+    out = c.out if isinstance(c.out, Mapping) else {}
+    who = _row_named(c, out)
+    held = out.get(field)
+    said = _field_words(field) if field else "balance"
+    if not _is_number(held):
+        return _pick(rng, (f"I checked, and {who} holds no {said} yet", f"{who} has no {said} on record yet"))
+    value = _figure(held)
+    return _pick(
+        rng,
+        (
+            f"I checked: {who} holds {value}",
+            f"right now {who} holds {value}",
+            f"for reference, {who} has {said} {value}",
+            f"I looked it up, and {who} holds only {value}",
+        ),
+    )
+
+
 def _refusal_sentence(c: _Call, rng: random.Random) -> str:
     reason = c.refusal or ""
     lowered = reason[:1].lower() + reason[1:]
@@ -1111,6 +1132,9 @@ def call_sentence(
     names what the call was for (the row's identifier beside its label, a list's filter value), as a reply to
     several calls of one tool must."""
     c = _Call(call, tool, key, room, name_rows)
+    recovery = call.get("recovery")
+    if isinstance(recovery, Mapping) and c.refusal is None and isinstance(c.out, Mapping) and "error" not in c.out:
+        return _recovery_sentence(c, str(recovery.get("field") or ""), rng)
     if c.refusal is not None:
         return _refusal_sentence(c, rng)
     if isinstance(c.out, Mapping) and "error" in c.out:
