@@ -186,7 +186,7 @@ def test_refusal_share_asks_transfers_for_more_than_the_source_holds_and_the_age
         key = next(iter(recovery["arguments"]))
         assert recovery["arguments"][key] == call["arguments"][key]
         # the read finds what the refusal says the source holds: nothing moved
-        held = float(re.search(r"holds (-?[\d.]+),", call["output"]["message"])[1])
+        held = float(re.search(r"holds only (-?[\d.]+);", call["output"]["message"])[1])
         assert (recovery["output"].get(recovery["recovery"]["field"]) or 0) == held
         reply = turn["assistant_summary"]
         assert reply_problems(reply, turn["calls"]) == [], reply

@@ -353,8 +353,9 @@ def _moved(table, key, row, field, change, words):
         new = round(new, 9)  # 288.77 - 80.48 is 208.29, not 208.28999999999996
     said = field.replace("_", " ")
     if "minimum" in schema and new < schema["minimum"]:
+        move = "withdrawal" if words[1] == "withdraw" else words[1]
         raise PreconditionFailed(
-            f"insufficient {said}: {words[0]} {key!r} holds {held}, {words[1]} of {abs(change)} would leave {new}"
+            f"insufficient {said}: {words[0]} {key!r} holds only {held}; a {move} of {abs(change)} would leave {new}"
         )
     if "maximum" in schema and new > schema["maximum"]:
         raise PreconditionFailed(f"{said} limit: {words[0]} {key!r} holds {held}, at most {schema['maximum']}")
