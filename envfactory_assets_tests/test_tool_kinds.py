@@ -59,8 +59,9 @@ def test_extraction_maps_actions_search_count_singletons_and_nested_paths():
         ("cancel", "/orders/{order_id}/cancel"),
         ("archive", "/orders/{order_id}:archive"),
     ]
-    # "resend" names no state of the row: it is not turned into a tool
+    # "resend" names no state of the row: it is no action but a side effect, recorded in the outbox
     assert all(op.verb != "resend" for r in resources.values() for op in r.actions)
+    assert [op.verb for op in orders.side_effects] == ["resend"]
     assert resources["settings"].singleton and set(resources["settings"].operations) == {"get", "update"}
     items = resources["items"]
     assert items.parent_key and items.parent_key.startswith("shel")  # nearest parent of a 3-deep path
@@ -396,10 +397,12 @@ def test_operation_coverage_maps_each_operation_or_names_why_not():
     spec = orjson.loads((KINDS / "shop_orders.json").read_bytes())
     spec["paths"]["/a/{a}/b/{b}/c/{c}/d/{d}/e"] = {"get": {"responses": {}}}
     spec["paths"]["/reports"] = {"get": {"responses": {}}}
+    spec["paths"]["/orders/{order_id}/archive_logs"] = {"post": {"responses": {}}}
     coverage = {(c.method, c.path): c for c in operation_coverage(spec)}
     assert coverage[("post", "/orders/{order_id}/cancel")].kind == "action"
     assert coverage[("get", "/orders/search")].kind == "search"
-    assert coverage[("post", "/orders/{order_id}/resend")].reason == "action_without_state"
+    assert coverage[("post", "/orders/{order_id}/resend")].kind == "side_effect"
+    assert coverage[("post", "/orders/{order_id}/archive_logs")].reason == "action_without_state"
     assert coverage[("get", "/a/{a}/b/{b}/c/{c}/d/{d}/e")].reason == "nested_too_deep"
     assert coverage[("get", "/reports")].reason == "no_stateful_collection"
     capped = {(c.method, c.path): c for c in operation_coverage(spec, max_resources=1)}
@@ -413,14 +416,15 @@ def test_corpus_coverage_counts_operations_by_kind_and_reason():
     coverage = corpus_coverage(accepted, rejected)
     # shop_orders, product_catalogue and team_directory (test_relation_kinds)
     assert coverage["documents_yielding_environment"] == 3 and coverage["documents_yielding_share"] == 1.0
-    assert coverage["operations"] == 19 + 6 + 18 and coverage["operations_mapped"] == 18 + 5 + 18
+    assert coverage["operations"] == 19 + 6 + 18 and coverage["operations_mapped"] == 19 + 5 + 18
     assert coverage["operations_by_kind"]["action"] == 4 + 1
+    assert coverage["operations_by_kind"]["side_effect"] == 1
     assert {k: v for k, v in coverage["operations_by_kind"].items() if k.startswith("relation_")} == {
         "relation_add": 2,
         "relation_remove": 2,
         "relation_list": 2,
     }
-    assert coverage["operations_unmapped_by_reason"] == {"action_without_state": 1, "no_stateful_collection": 1}
+    assert coverage["operations_unmapped_by_reason"] == {"no_stateful_collection": 1}
 
 
 LABELLED = orjson.loads((Path(__file__).parent / "fixtures" / "kind_labels.json").read_bytes())["operations"]
@@ -472,7 +476,9 @@ def test_refused_actions_stay_in_the_turn_with_their_typed_error(shop, refused_t
     with environment_worker({shop["env_id"]: shop}) as worker:
         for traj in {id(t): t for t, _, _ in refused}.values():
             rows = rl_rows(traj, {shop["env_id"]: shop})
-            assert all(replay_check(row, worker) is None for row in rows)
+            problems = [replay_check(row, worker) for row in rows]
+            # an action and an update that sets the row back in one turn is a no-op task the dataset stage rejects
+            assert all(p is None or p.startswith("no-op task") for p in problems), problems
             refusal_rows = [r for r in rows if any(g.get("expect_error") for g in r["gold_calls"])]
             assert refusal_rows
             # the rl_dataset gate recomputes whether a row writes from its gold calls: a refused call does not

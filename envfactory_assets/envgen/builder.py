@@ -4,7 +4,9 @@ It does the work the paper gives its sketch/spec/code/test agents (EnvFactory, a
 section EnvGen) deterministically: resources become tables, operations become CRUD tools with JSON
 Schema input/output, the code is rendered from the tool specs, and initial states are seeded from
 the schemas (valid, boundary, and one invalid state that loading must reject). A relation between two kept
-resources becomes a table of pairs (``{"key": None, "relation": {...}}`` in ``tables``), after the others.
+resources becomes a table of pairs (``{"key": None, "relation": {...}}`` in ``tables``), after the others; an
+environment with side-effect actions (``send``, ``sync``) gets an outbox table (``"outbox": True``) last, empty in
+its initial states.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from envfactory_assets.envgen.codegen import generate_source
 from envfactory_assets.envgen.descriptions import describe_tools
 from envfactory_assets.envgen.tools import (
     name_tools,
+    outbox_meta,
+    outbox_name,
+    outbox_row_schema,
     relation_row_schema,
     row_schema,
+    side_effect_tool,
     tools_for_relation,
     tools_for_resource,
     with_action_fields,
+    with_transfer_fields,
 )
 from envfactory_assets.envgen.values import DEFAULT_NOW, ValueFactory, boundary_value
 from envfactory_assets.sources.openapi import Relation, Resource
@@ -114,6 +121,11 @@ def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> di
             meta[r.name]["singleton"] = True
     for rel in _relations(resources):
         meta[rel.name] = _relation_meta(rel)
+    if any(r.side_effects for r in resources):
+        prefix = "out"
+        while prefix in prefixes:
+            prefix = ("outbox" + "x" * 8)[: len(prefix) + 1]
+        meta[outbox_name(set(meta))] = outbox_meta(prefix)
     return meta
 
 
@@ -166,6 +178,8 @@ def _seed_rows(
         if meta.get("relation"):
             state["tables"][table] = _seed_pairs(tables, table, state, values, boundary)
             continue
+        if meta.get("outbox"):
+            continue  # nothing has been sent yet
         for _ in range(1 if meta.get("singleton") else rows_per_table):
             number = state["meta"]["next_id"]
             state["meta"]["next_id"] = number + 1
@@ -293,7 +307,7 @@ def build_mcp_environment(
 
 
 def _prepared(resources: list[Resource]) -> tuple[list[Resource], dict[str, dict[str, str]]]:
-    resources = [with_action_fields(r) for r in resources]
+    resources = [with_transfer_fields(with_action_fields(r)) for r in resources]
     fks = _foreign_keys(resources)
     resources = [_string_keys(r, fks[r.name]) for r in resources]
     return _order_by_dependency(resources, fks), fks
@@ -313,13 +327,24 @@ def _tools(resources: list[Resource], fks: dict[str, dict[str, str]]) -> list[di
         tools.extend(
             tools_for_relation(rel, by_name[rel.parent], row_schema(member, _referenced_things(fks[member.name])))
         )
+    outbox = _outbox(resources)
+    tools.extend(side_effect_tool(r, op, outbox) for r in resources for op in r.side_effects)
     return describe_tools(name_tools(tools))
 
 
+def _outbox(resources: list[Resource]) -> str:
+    """The outbox table's name in the environment of ``resources`` (the same as :func:`_table_meta` gives it)."""
+    return outbox_name({r.name for r in resources} | {rel.name for rel in _relations(resources)})
+
+
 def _relation_rows(resources: list[Resource]) -> dict[str, Any]:
-    """``{relation table: JSON Schema of one pair}`` of the relations of ``resources``."""
+    """``{relation table: JSON Schema of one pair}`` of the relations of ``resources``, and the outbox's row
+    schema when they have side-effect actions."""
     by_name = {r.name: r for r in resources}
-    return {rel.name: relation_row_schema(rel, by_name[rel.parent]) for rel in _relations(resources)}
+    rows = {rel.name: relation_row_schema(rel, by_name[rel.parent]) for rel in _relations(resources)}
+    if any(r.side_effects for r in resources):
+        rows[_outbox(resources)] = outbox_row_schema()
+    return rows
 
 
 def environment_tools(resources: list[Resource]) -> list[dict[str, Any]]:
@@ -344,6 +369,7 @@ def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]
     data_sources: set[str] = set()
     descriptions = {r.name: {f.name: f.description for f in r.fields if f.description} for r in resources}
     order = [r.name for r in resources] + [rel.name for rel in _relations(resources)]
+    order += [t for t, meta in tables.items() if meta.get("outbox")]
     states = initial_states(tables, order, seed, data_sources, descriptions)
     return {
         "env_id": env_id,

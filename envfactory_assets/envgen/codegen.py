@@ -5,7 +5,10 @@ search, count, actions, singletons, relations), and one small function per tool.
 in memory by its pair (``_pair_key``) and saved as its rows; deleting a row deletes its pairs. An action's
 refused precondition, and the precondition an update, delete or action states in its description (a
 ToolSpec's ``precondition``), raise ``PreconditionFailed``, which the sandbox provides to every environment
-module. Time and ids come from ``state["meta"]`` only, never the clock.
+module. A transfer (``_transfer``) checks the amount and both rows before it writes either: a refused
+transfer changes nothing. A side-effect action (``_side_effect``) leaves its row as it is and records one row
+in the outbox table. A computed read (``_totals``, ``_figures``) derives its figures from the rows at each call.
+Time and ids come from ``state["meta"]`` only, never the clock.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ def _fail(message):
 
 
 def _check_value(table, field, value):
-    schema = TABLES[table]["fields"][field]
+    _check_schema(field, TABLES[table]["fields"][field], value)
+
+
+def _check_schema(field, schema, value):
     expected = _TYPES[schema["type"]]
     if isinstance(value, bool) and schema["type"] != "boolean":
         _fail(f"{field} must be {schema['type']}, got boolean")
@@ -328,6 +334,79 @@ def _relation_remove(state, table, parent, member, words):
     return {rel["parent"]: parent, rel["member"]: member, "removed": True}
 
 
+def _amount(table, field, amount):
+    typ = TABLES[table]["fields"][field]["type"]
+    if isinstance(amount, bool) or not isinstance(amount, _TYPES[typ]):
+        _fail(f"amount must be {typ}, got {type(amount).__name__}")
+    # amount - amount is not 0 for infinities and NaN
+    if amount - amount != 0 or not amount > 0:
+        _fail(f"amount must be a finite number greater than 0, got {amount!r}")
+
+
+def _moved(table, key, row, field, change, words):
+    # the row's balance after adding change (negative: taking), refused beyond the field's bounds
+    schema = TABLES[table]["fields"][field]
+    held = row.get(field)
+    held = 0 if held is None else held
+    new = held + change
+    if isinstance(new, float):
+        new = round(new, 9)  # 288.77 - 80.48 is 208.29, not 208.28999999999996
+    said = field.replace("_", " ")
+    if "minimum" in schema and new < schema["minimum"]:
+        move = "withdrawal" if words[1] == "withdraw" else words[1]
+        raise PreconditionFailed(
+            f"insufficient {said}: {words[0]} {key!r} holds only {held}; a {move} of {abs(change)} would leave {new}"
+        )
+    if "maximum" in schema and new > schema["maximum"]:
+        raise PreconditionFailed(f"{said} limit: {words[0]} {key!r} holds {held}, at most {schema['maximum']}")
+    return new
+
+
+def _transfer(state, table, key, to, amount, field, words):
+    _amount(table, field, amount)
+    rows = state["tables"][table]
+    source = _row(state, table, key)
+    if words[1] == "deposit":
+        rows[key] = {**source, field: _moved(table, key, source, field, amount, words)}
+        return dict(rows[key])
+    left = _moved(table, key, source, field, -amount, words)
+    if words[1] == "withdraw":
+        rows[key] = {**source, field: left}
+        return dict(rows[key])
+    if to == key:
+        _fail(f"cannot transfer from {words[0]} {key!r} to itself")
+    target = _row(state, table, to)
+    received = _moved(table, to, target, field, amount, words)
+    rows[key] = {**source, field: left}
+    rows[to] = {**target, field: received}
+    return {"source": dict(rows[key]), "destination": dict(rows[to]), "amount": amount}
+
+
+def _side_effect(state, table, key, verb, outbox, arguments, schemas):
+    _row(state, table, key)
+    given = {k: v for k, v in arguments.items() if v is not None}
+    for name, value in given.items():
+        _check_schema(name, schemas[name], value)
+    record = _new_id(state, outbox)
+    row = {TABLES[outbox]["key"]: record, "verb": verb, "target_table": table, "target_id": key,
+           "arguments": repr(sorted(given.items())), "created_at": state["meta"]["now"]}
+    state["tables"][outbox][record] = row
+    return dict(row)
+
+
+def _totals(state, table, scope, fields):
+    rows = _filtered(state, table, scope)
+    out = {"count": len(rows)}
+    for field in fields:
+        out[f"total_{field}"] = sum(r[field] for r in rows if r.get(field) is not None)
+    return out
+
+
+def _figures(state, table, key, fields):
+    row = _row(state, table, key)
+    return {TABLES[table]["key"]: key, **{f: row[f] for f in fields if row.get(f) is not None}}
+
+
 def _relation_list(state, table, parent, limit):
     size = _page_size(limit)
     rel = TABLES[table]["relation"]
@@ -377,6 +456,24 @@ def _body(tool: dict[str, Any], key: str) -> str:
         return (
             f"return _action(state, {table!r}, {key}, {act['field']!r}, {act['value']!r}, "
             f"{tuple(act['blocked'])!r}, {act['stamp']!r}, {words!r}{pre})"
+        )
+    if kind == "transfer":
+        tr = tool["transfer"]
+        to = tr["destination"] or "None"
+        words = (tr["thing"], tr["verb"])
+        return f"return _transfer(state, {table!r}, {key}, {to}, {tr['amount']}, {tr['field']!r}, {words!r})"
+    if kind == "computed_read":
+        fields = tuple(tool["computed"]["fields"])
+        if tool["computed"]["scope"] == "item":
+            return f"return _figures(state, {table!r}, {props[0]}, {fields!r})"
+        scope = ", ".join(f"{p!r}: {p}" for p in props)
+        return f"return _totals(state, {table!r}, {{{scope}}}, {fields!r})"
+    if kind == "side_effect":
+        se = tool["side_effect"]
+        given = ", ".join(f"{p!r}: {p}" for p in se["arguments"])
+        return (
+            f"return _side_effect(state, {table!r}, {key}, {se['verb']!r}, {se['outbox']!r}, {{{given}}}, "
+            f"{se['arguments']!r})"
         )
     if kind in RELATION_KINDS:
         rel = tool["relation"]

@@ -100,6 +100,16 @@ def tool_sentence(tool: dict[str, Any], thing: str) -> str:
     if kind == "action":
         verb = (tool.get("action") or {}).get("verb") or "act on"
         return f"{inflected_plural(verb).capitalize()} one {thing} by its {key}."
+    if kind == "transfer":
+        tr = tool.get("transfer") or {}
+        said = spoken_field(tr.get("field") or "balance")
+        if tr.get("verb") == "transfer":
+            return f"Moves an amount of {said} from one {thing} to another; both change or neither."
+        direction = "out of" if tr.get("verb") == "withdraw" else "into"
+        return f"Moves an amount of {said} {direction} one {thing} by its {key}."
+    if kind == "side_effect":
+        verb = (tool.get("side_effect") or {}).get("verb") or "act on"
+        return f"{inflected_plural(verb).capitalize()} one {thing} by its {key}; the {thing} itself does not change."
     return f"{kind.replace('_', ' ').capitalize()} on the {things}."
 
 

@@ -69,6 +69,23 @@ Semantics the verifier checks by execution:
   (and the stamp field, when not null, to meta.now) and returns the new row; raises PreconditionFailed
   (provided by the sandbox, no import) when the row already holds value or a blocked value (a boolean
   field the row lacks reads as its schema's default, else False).
+- transfer (a tool with "transfer": {"verb", "field", "amount", "destination"}): the `amount` argument
+  (of the field's type, > 0, else ValueError) moves through the row's `field` (absent reads 0): verb
+  "transfer" from the key row to the `destination` row (ValueError when they are the same, LookupError
+  when either is missing), "withdraw" out of the row, "deposit" into it; a float result is rounded to 9
+  decimals. A result below the field's minimum or above its maximum raises PreconditionFailed and changes
+  nothing (check every row before writing any). Returns {"source", "destination", "amount"} (the two
+  new rows) for a transfer, else the new row.
+- side_effect (a tool with "side_effect": {"verb", "outbox", "arguments"}): LookupError for a missing
+  row, ValueError for an argument that breaks its schema; otherwise the row stays as it is and one row
+  is added to the `outbox` table: {<its key>: f"{prefix}_{next_id:05d}" (then meta.next_id += 1),
+  "verb", "target_table": the tool's table, "target_id": the key argument, "arguments":
+  repr(sorted((name, value) for the non-None arguments other than the key)), "created_at": meta.now},
+  which is returned.
+- computed_read (a tool with "computed": {"scope", "fields"}; read-only): scope "collection": over the
+  rows matching the (scope) arguments, {"count": their number, "total_<field>": the sum of each field's
+  non-null values}; scope "item": {<key field>: id, <field>: value for each field the row holds}
+  (LookupError for a missing row). Computed from the state at each call.
 - a tool with "precondition": {"field", "refused", "stated"} (update, delete or action; "stated" is the
   API's own words) raises PreconditionFailed and changes nothing when the row's field holds a refused
   value (a boolean field the row lacks reads as above).

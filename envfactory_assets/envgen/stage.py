@@ -25,9 +25,19 @@ from envfactory_assets.sources.unmapped import unmapped_operations
 from envfactory_assets.store.ids import content_id
 
 #: operation kinds beyond CRUD that make a document's environment richer (selection prefers up to 3 of them)
-_BEYOND_CRUD = ("action", "search", "count", "relation_add", "relation_remove", "relation_list")
+_BEYOND_CRUD = (
+    "action",
+    "search",
+    "count",
+    "relation_add",
+    "relation_remove",
+    "relation_list",
+    "transfer",
+    "side_effect",
+    "computed_read",
+)
 #: operation kinds that write the state
-_WRITES = ("create", "update", "delete", "action", "relation_add", "relation_remove")
+_WRITES = ("create", "update", "delete", "action", "relation_add", "relation_remove", "transfer", "side_effect")
 
 
 def select_resources(
@@ -36,9 +46,9 @@ def select_resources(
     """Pick up to ``per_domain`` resources per domain, deterministically.
 
     Resources with more stateful resources (up to 4) come first, then those with more operations beyond
-    CRUD (actions, searches, counts, relations: up to 3), then those whose tables can be written (a document of
-    read-only catalogues teaches less), then a stable hash of the resource key spreads the choice over
-    providers. ``include`` keys are always taken, ``exclude`` keys never.
+    CRUD (actions, searches, counts, relations, transfers, side effects, computed reads: up to 3), then those
+    whose tables can be written (a document of read-only catalogues teaches less), then a stable hash of the
+    resource key spreads the choice over providers. ``include`` keys are always taken, ``exclude`` keys never.
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
     """
     include, exclude = set(include), set(exclude)

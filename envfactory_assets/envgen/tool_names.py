@@ -111,6 +111,8 @@ def _fit(verb: list[str], qualifiers: list[str], obj: list[str]) -> str:
 def _plain(tool: Mapping[str, Any]) -> tuple[str, list[str]]:
     kind = tool["kind"]
     verb = (tool.get("action") or {}).get("verb") if kind == "action" else _RELATION_VERBS.get(kind, kind)
+    if kind in ("transfer", "side_effect"):
+        verb = (tool.get(kind) or {}).get("verb") or kind
     obj = _words(tool["table"]) or ["items"]
     if kind not in _PLURAL_KINDS and not tool.get("singleton"):
         obj = singular("_".join(obj)).split("_")  # the whole name: a short last word ("primary_ips") counts

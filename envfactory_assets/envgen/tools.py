@@ -6,7 +6,15 @@ GET/PATCH|PUT/DELETE on an item -> ``get``/``update``/``delete``; ``search`` (te
 with a precondition (``cancel``); a singleton's tools are ``get``/``update`` without a key. A relation between
 two tables (users who are members of groups) has ``relation_add`` and ``relation_remove`` of one pair and
 ``relation_list`` of a parent row's members (the member rows, paged by ``limit``). The kind says whether a tool
-reads or writes, which is what verification and the sampler need to know.
+reads or writes, which is what verification and the sampler need to know. A ``transfer`` moves an amount
+through one numeric field of its table's rows (the *balance*: :mod:`envfactory_assets.sources.transfers`): from
+one row to another (``transfer``: both rows change or neither), out of a row (``withdraw``) or into it
+(``deposit``); a call that would take the field below its ``minimum`` (or above its ``maximum``) fails with
+``precondition_failed`` and changes nothing, and an amount that is not greater than 0 is bad arguments. A
+``side_effect`` (``send``, ``sync``: :mod:`envfactory_assets.sources.side_effects`) leaves its row as it is and
+records one row in the environment's outbox table (:func:`outbox_meta`): the verb, the target and the arguments.
+A ``computed_read`` derives figures from the rows: over a collection (``GET /orders/total``) the number of rows and
+the sum of each numeric field (``total_<field>``), of an item (``GET /accounts/{id}/balance``) its numeric fields.
 
 An update, delete or action whose description states when it applies (Stripe: "A PaymentIntent object can be
 canceled when it is in one of these statuses: ...") carries that as ``precondition``: ``{"field", "refused",
@@ -18,12 +26,16 @@ action on a row already in its target state.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from typing import Any
 
 from envfactory_assets.envgen.tool_names import tool_names
+from envfactory_assets.runtime.code_policy import FORBIDDEN_BUILTINS, REFLECTIVE_BUILTINS
 from envfactory_assets.sources.actions import VERBS, ActionTarget, action_target
 from envfactory_assets.sources.names import plural, singular
 from envfactory_assets.sources.openapi import FieldSpec, Operation, Relation, Resource
+from envfactory_assets.sources.side_effects import OUTBOX_FIELDS
+from envfactory_assets.sources.transfers import balance_field
 
 LIST_LIMIT_MAX = 100
 LIST_LIMIT_DEFAULT = 20
@@ -32,9 +44,9 @@ KIND_ORDER = ("list", "search", "count", "get", "create", "update", "delete")
 #: the kinds of a relation's tools, in the order they are built
 RELATION_KINDS = ("relation_list", "relation_add", "relation_remove")
 #: kinds that never change the state
-READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list"})
+READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list", "computed_read"})
 #: kinds whose tool names one row by its identifier (a singleton's get and update name none)
-KEYED_KINDS = frozenset({"get", "update", "delete", "action"})
+KEYED_KINDS = frozenset({"get", "update", "delete", "action", "transfer", "side_effect"})
 
 
 def _limit_prop(things: str) -> dict[str, Any]:
@@ -113,6 +125,212 @@ def with_action_fields(resource: Resource) -> Resource:
                 )
             )
     return dataclasses.replace(resource, fields=[*resource.fields, *added]) if added else resource
+
+
+def with_transfer_fields(resource: Resource) -> Resource:
+    """``resource`` with the balance field its transfers move an amount through
+    (:func:`~envfactory_assets.sources.transfers.balance_field`): added where its schema lacks one, given
+    ``minimum`` 0 where it states no minimum; unchanged when it has no transfer."""
+    if not resource.transfers:
+        return resource
+    name, schema, synthesized = balance_field({f.name: f.schema for f in resource.fields})
+    if synthesized:
+        thing = resource.singular.replace("_", " ")
+        added = FieldSpec(name, name, schema, f"The balance of the {thing}: amounts moved in and out of it.", False)
+        return dataclasses.replace(resource, fields=[*resource.fields, added])
+    fields = [dataclasses.replace(f, schema=schema) if f.name == name else f for f in resource.fields]
+    return dataclasses.replace(resource, fields=fields)
+
+
+def _parameter(name: str | None, taken: set[str], fallback: str) -> str:
+    """``name`` as a tool parameter when it is a usable identifier not in ``taken``, else ``fallback``."""
+    ok = (
+        bool(name)
+        and name.isidentifier()
+        and not keyword.iskeyword(name)
+        and name not in taken | FORBIDDEN_BUILTINS | REFLECTIVE_BUILTINS | {"state"}
+    )
+    return name if ok and name else fallback
+
+
+def transfer_tool(resource: Resource, op: Operation, row: dict[str, Any]) -> dict[str, Any]:
+    """The ToolSpec (unnamed: :func:`name_tools`) of the transfer ``op`` of ``resource`` (which holds its balance
+    field already: :func:`with_transfer_fields`); ``row`` is the JSON Schema of one row. Its ``transfer`` holds
+    what its code and the gate need: ``verb`` (``transfer``, ``withdraw``, ``deposit``), the balance ``field``, the
+    ``amount`` and ``destination`` parameters (None for a withdrawal or deposit) and ``thing``."""
+    shape = op.transfer
+    if shape is None:
+        raise ValueError(f"operation {op.method} {op.path} is no transfer")
+    fields = {f.name: f.schema for f in resource.fields}
+    field_name, schema, _ = balance_field(fields)
+    thing = resource.singular.replace("_", " ")
+    key_prop = {"type": "string", "description": f"Identifier of the {thing} the amount moves from."}
+    amount = _parameter(shape.amount, {resource.key}, "amount")
+    amount_prop: dict[str, Any] = {"type": schema["type"]}
+    if schema["type"] == "integer":
+        amount_prop["minimum"] = 1
+    else:
+        amount_prop["exclusiveMinimum"] = 0
+    said = field_name.replace("_", " ")
+    props: dict[str, Any] = {resource.key: key_prop}
+    destination = None
+    if shape.verb == "transfer":
+        destination = _parameter(shape.destination, {resource.key, amount}, f"to_{resource.key}")
+        props[destination] = {"type": "string", "description": f"Identifier of the {thing} the amount moves to."}
+        amount_prop["description"] = f"How much {said} to move (greater than 0)."
+        out: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "source": {**row, "description": f"The {thing} the amount left."},
+                "destination": {**row, "description": f"The {thing} the amount reached."},
+                "amount": {**amount_prop, "description": "The amount moved."},
+            },
+            "required": ["source", "destination", "amount"],
+            "additionalProperties": False,
+        }
+        default = f"Move {said} from one {thing} to another."
+    else:
+        key_prop["description"] = f"Identifier of the {thing}."
+        direction = "out of" if shape.verb == "withdraw" else "into"
+        amount_prop["description"] = f"How much {said} to move {direction} the {thing} (greater than 0)."
+        out = row
+        default = f"{shape.verb.capitalize()} {said} {'from' if shape.verb == 'withdraw' else 'to'} a {thing}."
+    props[amount] = amount_prop
+    return {
+        "name": "",
+        "description": (op.summary or default)[:300],
+        "kind": "transfer",
+        "table": resource.name,
+        "read_only": False,
+        "input_schema": {"type": "object", "properties": props, "required": list(props), "additionalProperties": False},
+        "output_schema": out,
+        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+        "transfer": {
+            "verb": shape.verb,
+            "field": field_name,
+            "amount": amount,
+            "destination": destination,
+            "thing": thing,
+        },
+    }
+
+
+#: the outbox table's name, unless a resource of the environment has it
+OUTBOX_NAMES = ("outbox", "outbox_records", "call_outbox")
+
+
+def outbox_name(taken: set[str]) -> str:
+    """The name of the outbox table of an environment whose other tables are ``taken``."""
+    return next(n for n in OUTBOX_NAMES if n not in taken)
+
+
+def outbox_meta(prefix: str) -> dict[str, Any]:
+    """The ``tables`` entry of an outbox table whose ids start with ``prefix``: a key ``outbox_id`` and the
+    string fields of :data:`~envfactory_assets.sources.side_effects.OUTBOX_FIELDS`, all required."""
+    return {
+        "key": "outbox_id",
+        "prefix": prefix,
+        "fields": {f: {"type": "string"} for f in OUTBOX_FIELDS},
+        "required": list(OUTBOX_FIELDS),
+        "foreign_keys": {},
+        "outbox": True,
+    }
+
+
+def outbox_row_schema() -> dict[str, Any]:
+    """JSON Schema of one outbox row, as a side-effect tool returns it."""
+    words = {
+        "verb": "What was done (the verb of the call: send, sync...).",
+        "target_table": "The table of the row the call was for.",
+        "target_id": "Identifier of the row the call was for.",
+        "arguments": "The call's other arguments, as the sorted (name, value) pairs given.",
+    }
+    props: dict[str, Any] = {"outbox_id": {"type": "string", "description": "Identifier of the record."}}
+    props.update({f: {"type": "string", "description": words[f]} for f in OUTBOX_FIELDS})
+    props["created_at"] = {"type": "string", "format": "date-time", "description": "When the call was made."}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": ["outbox_id", *OUTBOX_FIELDS, "created_at"],
+        "additionalProperties": False,
+    }
+
+
+#: JSON Schema keywords of a side-effect argument that its code checks
+_ARGUMENT_KEYWORDS = ("type", "format", "enum", "minimum", "maximum", "maxLength")
+
+
+def side_effect_tool(resource: Resource, op: Operation, outbox: str) -> dict[str, Any]:
+    """The ToolSpec (unnamed: :func:`name_tools`) of the side-effect action ``op`` of ``resource``, recording in
+    the table ``outbox``. Its ``side_effect`` holds ``verb``, ``outbox``, ``thing`` and ``arguments`` (``{name:
+    JSON schema}`` of the arguments beside the row's key, which the record holds)."""
+    thing = resource.singular.replace("_", " ")
+    props: dict[str, Any] = {
+        resource.key: {"type": "string", "description": f"Identifier of the {thing} to {op.verb}."}
+    }
+    arguments: dict[str, Any] = {}
+    required = [resource.key]
+    for f in op.arguments:
+        name = _parameter(f.name, set(props), "")
+        if not name:
+            continue
+        arguments[name] = {k: f.schema[k] for k in _ARGUMENT_KEYWORDS if k in f.schema}
+        props[name] = {**arguments[name], "description": f.description or f.name.replace("_", " ")}
+        if f.required:
+            required.append(name)
+    return {
+        "name": "",
+        "description": (op.summary or f"{(op.verb or '').capitalize()} a {thing}.")[:300],
+        "kind": "side_effect",
+        "table": resource.name,
+        "read_only": False,
+        "input_schema": {"type": "object", "properties": props, "required": required, "additionalProperties": False},
+        "output_schema": outbox_row_schema(),
+        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+        "side_effect": {"verb": op.verb, "outbox": outbox, "thing": thing, "arguments": arguments},
+    }
+
+
+def figure_fields(resource: Resource) -> list[str]:
+    """The fields a computed read of ``resource`` sums or reports: its integer and number fields that are no
+    enum."""
+    return [f.name for f in resource.fields if f.schema.get("type") in ("integer", "number") and "enum" not in f.schema]
+
+
+def computed_read_tool(resource: Resource, op: Operation, row: dict[str, Any]) -> dict[str, Any]:
+    """The ToolSpec (unnamed: :func:`name_tools`) of the computed read ``op`` of ``resource`` (``row``: the JSON
+    Schema of one row). Its ``computed`` holds ``scope`` (``collection`` or ``item``), ``fields`` (the numeric fields
+    it sums or reports) and ``word`` (the path's last word: ``total``, ``balance``)."""
+    thing, things = resource.singular.replace("_", " "), resource.name.replace("_", " ")
+    fields = figure_fields(resource)
+    segments = [s for s in op.path.split("/") if s]
+    item = len(segments) >= 2 and segments[-2].startswith("{")
+    if item:
+        key_prop = {"type": "string", "description": f"Identifier of the {thing}."}
+        inp = {"properties": {resource.key: key_prop}, "required": [resource.key]}
+        props = {resource.key: key_prop, **{f: row["properties"][f] for f in fields}}
+        out = {"type": "object", "properties": props, "required": [resource.key], "additionalProperties": False}
+        default = f"Get the figures of a {thing}."
+    else:
+        scope = [resource.parent_key] if resource.parent_key else []
+        inp = {"properties": {s: row["properties"][s] for s in scope}, "required": scope}
+        props = {"count": {"type": "integer", "minimum": 0, "description": f"Number of {things}."}}
+        for f in fields:
+            said = f.replace("_", " ")
+            props[f"total_{f}"] = {"type": row["properties"][f]["type"], "description": f"Sum of {said}."}
+        out = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+        default = f"Get the totals of the {things}."
+    return {
+        "name": "",
+        "description": (op.summary or default)[:300],
+        "kind": "computed_read",
+        "table": resource.name,
+        "read_only": True,
+        "input_schema": {"type": "object", **inp, "additionalProperties": False},
+        "output_schema": out,
+        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+        "computed": {"scope": "item" if item else "collection", "fields": fields, "word": op.verb or "total"},
+    }
 
 
 def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list[dict[str, Any]]:
@@ -279,6 +497,8 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
             },
             **stated,
         )
+    tools += [transfer_tool(resource, op, row) for op in resource.transfers]
+    tools += [computed_read_tool(resource, op, row) for op in resource.computed]
     return name_tools(tools)
 
 

@@ -19,7 +19,22 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   with the clock), its remove deletes exactly that pair, both change nothing else; its list returns the
   member rows of exactly the parent's pairs, in pair order, in the requested window (and with a ``limit``
   that cuts them, that window and the total); a delete of a row also deletes exactly the pairs that hold it.
-  A relation tool that no loadable state let the gate call fails;
+  A relation tool that no loadable state let the gate call fails. A transfer changes exactly the balance field
+  of its row (a ``transfer`` of its two rows: the source by minus the amount, the destination by plus it) and
+  nothing else, and a ``transfer`` leaves the sum of the field over the table unchanged (conservation); a
+  transfer tool that no loadable state let the gate call fails;
+  A side-effect action (``send``, ``sync``) leaves every table but the outbox as it was and records exactly
+  one outbox row (the next id, its verb, its target table and row, the other arguments given, the clock), which
+  it returns; one that no loadable state let the gate call fails;
+  A computed read returns the figures the gate derives from the stored rows: over a collection (in its parent's
+  scope) the number of rows and each numeric field's sum, of an item its numeric fields;
+- ``derived``: a computed read called again on the state with its rows changed (a copy of the last row added
+  under a new id; the item's numeric fields moved by one) returns the figures of the changed rows, which differ:
+  a read that returns a constant fails;
+- ``invariant``: a transfer of more than the source row holds above the field's minimum (0 unless the API
+  states another), or a deposit past the field's maximum, fails with ``precondition_failed`` and changes
+  nothing (no row goes negative; on refusal neither row changes); a transfer to a row that does not exist
+  (``not_found``) or to its own source, and an amount of 0 or below, fail and change nothing (``tool_invalid``);
 - ``precondition``: an action on a row already in its target state, in each state the action is refused
   in (a shipped order cannot be cancelled), or without its flag when the flag's default (else off) is the
   action's target, fails with ``precondition_failed`` and changes nothing; an action whose flag's default
@@ -30,7 +45,8 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   on a row it allows and, on that row put into each refused value of the field, fails the same way; a tool
   with a stated precondition that no state has an allowed row for is checked on a row put into an allowed
   value, and fails when no state has a row of its table at all;
-- ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing; a
+- ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing (a
+  side-effect action records nothing for a target that does not exist or a wrong-typed argument); a
   relation's tools answer a parent or member that does not exist, and a remove of a pair that is not there,
   with ``not_found``;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
@@ -44,6 +60,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,13 +177,20 @@ def valid_arguments(
     """
     if tool["kind"] in RELATION_KINDS:
         return _relation_arguments(env, tool, saved)
+    if tool["kind"] == "transfer":
+        return _transfer_arguments(env, tool, saved)
+    if tool["kind"] == "side_effect":
+        return _side_effect_arguments(env, tool, saved, values)
+    if tool["kind"] == "computed_read" and tool["computed"]["scope"] == "item":
+        rows, key = _rows(saved, tool["table"]), env["tables"][tool["table"]]["key"]
+        return {key: rows[-1][key]} if rows else None
     table = tool["table"]
     meta = env["tables"][table]
     rows = _rows(saved, table)
     props = tool["input_schema"]["properties"]
     required = tool["input_schema"].get("required", [])
     kind = tool["kind"]
-    if kind in ("list", "count", "search"):
+    if kind in ("list", "count", "search", "computed_read"):
         args: dict[str, Any] = {}
         for name in required:
             if name == "query":
@@ -265,6 +289,93 @@ def _relation_members(env: dict[str, Any], tool: dict[str, Any], saved: dict[str
     return [
         members.get(r[rel["member_field"]]) for r in _rows(saved, tool["table"]) if r[rel["parent_field"]] == parent
     ]
+
+
+def held(row: dict[str, Any], field: str) -> Any:
+    """The balance ``field`` of ``row`` as a transfer reads it: an absent value holds 0."""
+    value = row.get(field)
+    return 0 if value is None else value
+
+
+def moved(value: Any, change: Any) -> Any:
+    """A balance ``value`` after ``change``, as a transfer stores it: a float rounded to 9 decimals (binary
+    fractions would otherwise show: 288.77 - 80.48 is 208.28999999999996)."""
+    new = value + change
+    return round(new, 9) if isinstance(new, float) else new
+
+
+def _transfer_room(schema: dict[str, Any], row: dict[str, Any], field: str) -> Any:
+    """How much can be taken out of ``row`` before its ``field`` (JSON Schema ``schema``) reaches its minimum."""
+    return held(row, field) - schema.get("minimum", 0)
+
+
+def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any] | None:
+    """Arguments of a transfer tool that must succeed on ``saved``: the row with the most room above the field's
+    minimum (the last of them) gives about half of it (an integer field: at least 1), to the first other row that
+    can take it under the field's maximum; a deposit puts 1 into the last row that can take it. None when no row
+    (or no pair of rows) allows it."""
+    tr, table = tool["transfer"], tool["table"]
+    meta = env["tables"][table]
+    key, field = meta["key"], tr["field"]
+    schema = meta["fields"][field]
+    rows = _rows(saved, table)
+    ceiling = schema.get("maximum")
+
+    def fits(row: dict[str, Any], amount: Any) -> bool:
+        return ceiling is None or held(row, field) + amount <= ceiling
+
+    if tr["verb"] == "deposit":
+        fitting = [r for r in rows if fits(r, 1)]
+        return {key: fitting[-1][key], tr["amount"]: 1} if fitting else None
+    if not rows:
+        return None
+    source = max(reversed(rows), key=lambda r: _transfer_room(schema, r, field))
+    room = _transfer_room(schema, source, field)
+    if schema["type"] == "integer":
+        amount: Any = max(1, room // 2)
+    else:
+        amount = round(room / 2, 2) if room >= 0.02 else room
+    if not room > 0 or not amount > 0 or amount > room:
+        return None
+    args = {key: source[key], tr["amount"]: amount}
+    if tr["verb"] == "withdraw":
+        return args
+    target = next((r for r in rows if r[key] != source[key] and fits(r, amount)), None)
+    return None if target is None else {key: source[key], tr["destination"]: target[key], tr["amount"]: amount}
+
+
+def _side_effect_arguments(
+    env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any], values: ValueFactory
+) -> dict[str, Any] | None:
+    """Arguments of a side-effect tool that must succeed on ``saved``: the last row of its table as the target,
+    and a value for every other argument (so that the record must hold them); None when the table is empty."""
+    table = tool["table"]
+    rows = _rows(saved, table)
+    if not rows:
+        return None
+    key = env["tables"][table]["key"]
+    args = {key: rows[-1][key]}
+    for name, schema in tool["side_effect"]["arguments"].items():
+        args[name] = values.value(name, schema, table)
+    return args
+
+
+def side_effect_record(
+    env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], before: dict[str, Any]
+) -> dict[str, Any]:
+    """The outbox row a side-effect tool called with ``args`` on ``before`` must record (and return)."""
+    se, table = tool["side_effect"], tool["table"]
+    key = env["tables"][table]["key"]
+    given = {k: v for k, v in args.items() if k != key and v is not None}
+    number = before["meta"]["next_id"]
+    return {
+        env["tables"][se["outbox"]]["key"]: f"{env['tables'][se['outbox']]['prefix']}_{number:05d}",
+        "verb": se["verb"],
+        "target_table": table,
+        "target_id": args[key],
+        "arguments": repr(sorted(given.items())),
+        "created_at": before["meta"]["now"],
+    }
 
 
 def _search_words(rows: list[dict[str, Any]]) -> list[str]:
@@ -416,6 +527,19 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
     return None
 
 
+def side_effect_invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """``(arguments, error type)`` a side-effect tool must refuse, recording nothing: a target row that does not
+    exist (``not_found``) and, when it takes other arguments, the first of them with a wrong type
+    (``bad_arguments``)."""
+    key = next(iter(tool["input_schema"]["properties"]))
+    out = [({**good, key: "no-such-id-00000"}, ErrorType.NOT_FOUND.value)]
+    for name, schema in tool["side_effect"]["arguments"].items():
+        wrong: Any = 12345 if schema["type"] == "string" and "enum" not in schema else "definitely-not-valid-Ω"
+        out.append(({**good, name: wrong}, ErrorType.BAD_ARGUMENTS.value))
+        break
+    return out
+
+
 def relation_invalid_arguments(
     env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any], saved: dict[str, Any]
 ) -> list[tuple[dict[str, Any], str]]:
@@ -485,6 +609,203 @@ def _relation_defect(
     return None
 
 
+def _transfer_defect(
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    output: Any,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> str | None:
+    """None when a transfer tool did what its kind says (:func:`_check_semantics`), else the defect."""
+    tr, table = tool["transfer"], tool["table"]
+    meta = env["tables"][table]
+    key, field, verb = meta["key"], tr["field"], tr["verb"]
+    amount = args[tr["amount"]]
+    rows_before = {r[key]: r for r in _rows(before, table)}
+    rows_after = {r[key]: r for r in _rows(after, table)}
+    source = args[key]
+    change = {source: amount if verb == "deposit" else -amount}
+    if verb == "transfer":
+        change[args[tr["destination"]]] = amount
+    expected = {k: {**r, field: moved(held(r, field), change[k])} if k in change else r for k, r in rows_before.items()}
+    elsewhere = _also_changed(before, after, table)
+    if elsewhere:
+        return f"{verb} also changed {elsewhere}"
+    total_before = sum(held(r, field) for r in rows_before.values())
+    total_after = sum(held(r, field) for r in rows_after.values())
+    if not math.isclose(total_after, total_before + sum(change.values()), rel_tol=1e-9, abs_tol=1e-9):
+        should = "left unchanged" if verb == "transfer" else f"changed by {sum(change.values())}"
+        return f"{verb} made the sum of {field} {total_after}, from {total_before}: it must be {should}"
+    if list(rows_after) != list(expected) or rows_after != expected:
+        return f"{verb} did not change exactly {field} of {' and '.join(change)} by {amount}"
+    floor = meta["fields"][field].get("minimum")
+    if floor is not None and any(held(r, field) < floor for r in rows_after.values()):
+        return f"{verb} left a {field} below its minimum {floor}"
+    wanted = (
+        {"source": expected[source], "destination": expected[args[tr["destination"]]], "amount": amount}
+        if verb == "transfer"
+        else expected[source]
+    )
+    if output != wanted:
+        return f"{verb} returned {output}, not the changed rows"
+    return None
+
+
+def transfer_refusals(
+    env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any], saved: dict[str, Any]
+) -> list[tuple[str, dict[str, Any], str]]:
+    """``(check, arguments, error type)`` that a transfer tool must refuse on ``saved`` (where ``good`` succeeds)
+    with that typed error, changing nothing: more than the source holds above the field's minimum (a deposit:
+    past its maximum, where the field has one) is an ``invariant`` refusal (``precondition_failed``); an amount of
+    0 and one below 0, and for a ``transfer`` a destination that does not exist and the source itself, are
+    ``tool_invalid``."""
+    tr, table = tool["transfer"], tool["table"]
+    meta = env["tables"][table]
+    schema = meta["fields"][tr["field"]]
+    row = next(r for r in _rows(saved, table) if r[meta["key"]] == good[meta["key"]])
+    one = 1 if schema["type"] == "integer" else 0.5
+    out: list[tuple[str, dict[str, Any], str]] = []
+    refused = ErrorType.PRECONDITION_FAILED.value
+    if tr["verb"] != "deposit":
+        out.append(("invariant", {**good, tr["amount"]: _transfer_room(schema, row, tr["field"]) + one}, refused))
+    elif "maximum" in schema:
+        out.append(("invariant", {**good, tr["amount"]: schema["maximum"] - held(row, tr["field"]) + one}, refused))
+    bad = ErrorType.BAD_ARGUMENTS.value
+    out += [("tool_invalid", {**good, tr["amount"]: 0}, bad), ("tool_invalid", {**good, tr["amount"]: -one}, bad)]
+    if tr["verb"] == "transfer":
+        out.append(("tool_invalid", {**good, tr["destination"]: "no-such-id-00000"}, ErrorType.NOT_FOUND.value))
+        out.append(("tool_invalid", {**good, tr["destination"]: good[meta["key"]]}, bad))
+    return out
+
+
+def _check_transfer_refusals(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    good: dict[str, Any],
+    state_name: str,
+    saved: dict[str, Any],
+    base: str,
+    report: VerificationReport,
+) -> None:
+    """Each of :func:`transfer_refusals` on a fork of ``base`` (holding ``saved``): the call must fail with its
+    typed error and leave the state as it was (a refused transfer changes neither row)."""
+    for check, bad, expected in transfer_refusals(env, tool, good, saved):
+        result, episode, crash = _call_on_fork(worker, base, tool["name"], bad)
+        if crash:
+            report.add(check, False, f"refused call crashed the worker: {crash}", tool["name"], state_name)
+            return
+        unchanged = state_hash(worker.save(episode)[env["env_id"]]) == state_hash(saved)
+        error = (result.get("error") or {}).get("type")
+        ok = not result.get("ok") and error == expected and unchanged
+        detail = f"{tool['transfer']['verb']} with {bad} gave {error or 'success'}, expected {expected}" + (
+            "" if unchanged else " and changed the state"
+        )
+        report.add(check, ok, "" if ok else detail, tool["name"], state_name)
+        worker.close_episode(episode)
+
+
+def computed_figures(env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], saved: dict[str, Any]) -> Any:
+    """What a computed read called with ``args`` must return on ``saved``: over a collection the number of rows in
+    the scope and the sum of each numeric field (absent values count for nothing), of an item its numeric fields
+    (those it holds); None when the item is not there."""
+    comp, table = tool["computed"], tool["table"]
+    key = env["tables"][table]["key"]
+    if comp["scope"] == "item":
+        row = next((r for r in _rows(saved, table) if r[key] == args.get(key)), None)
+        if row is None:
+            return None
+        return {key: row[key], **{f: row[f] for f in comp["fields"] if row.get(f) is not None}}
+    rows = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items())]
+    out: dict[str, Any] = {"count": len(rows)}
+    for f in comp["fields"]:
+        out[f"total_{f}"] = sum(r[f] for r in rows if r.get(f) is not None)
+    return out
+
+
+def changed_rows(
+    env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], saved: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A copy of ``saved`` whose rows under a computed read called with ``args`` changed, so that its figures
+    change: over a collection a copy of the last row in scope added under a new id; of an item each numeric field
+    moved by one (down when up would pass its maximum; set to its minimum, else 1, where the row lacks it). None
+    when there is nothing to change."""
+    comp, table = tool["computed"], tool["table"]
+    meta = env["tables"][table]
+    state = copy.deepcopy(saved)
+    rows = state["tables"][table]
+    if comp["scope"] == "collection":
+        scoped = [r for r in rows if all(r.get(k) == v for k, v in args.items())]
+        if not scoped:
+            return None
+        rows.append({**scoped[-1], meta["key"]: f"{meta['prefix']}_99999"})
+        return state
+    row = next((r for r in rows if r[meta["key"]] == args[meta["key"]]), None)
+    if row is None or not comp["fields"]:
+        return None
+    for f in comp["fields"]:
+        schema = meta["fields"][f]
+        if row.get(f) is None:
+            row[f] = schema.get("minimum", 1)
+            continue
+        up = row[f] + 1
+        row[f] = up if up <= schema.get("maximum", up) else row[f] - 1
+    return state
+
+
+def _check_derived(
+    worker: SandboxWorker,
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    first: Any,
+    state_name: str,
+    saved: dict[str, Any],
+    report: VerificationReport,
+) -> None:
+    """A computed read that returned ``first`` on ``saved``, called again on :func:`changed_rows`: it must return
+    the changed state's figures (``derived``); no check when there is nothing to change."""
+    changed = changed_rows(env, tool, args, saved)
+    if changed is None:
+        return
+    try:
+        episode = worker.open_episode({env["env_id"]: changed})
+    except StateRejected as exc:
+        report.add("derived", False, f"the changed state was rejected: {exc}", tool["name"], state_name)
+        return
+    result = worker.call(episode, tool["name"], args)
+    worker.close_episode(episode)
+    expected = computed_figures(env, tool, args, changed)
+    ok = bool(result.get("ok")) and result.get("output") == expected and expected != first
+    detail = f"with the rows changed it returned {result.get('output') or result.get('error')}, not {expected}"
+    report.add("derived", ok, "" if ok else detail, tool["name"], state_name)
+
+
+def _side_effect_defect(
+    env: dict[str, Any],
+    tool: dict[str, Any],
+    args: dict[str, Any],
+    output: Any,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> str | None:
+    """None when a side-effect tool did what its kind says (:func:`_check_semantics`), else the defect."""
+    se = tool["side_effect"]
+    outbox, verb = se["outbox"], se["verb"]
+    touched = [t for t in before["tables"] if t != outbox and before["tables"][t] != after["tables"].get(t)]
+    if touched or set(after["tables"]) != set(before["tables"]):
+        return f"{verb} changed {', '.join(touched) or 'the set of tables'}: only the outbox may change"
+    if after["meta"] != {**before["meta"], "next_id": before["meta"]["next_id"] + 1}:
+        return f"{verb} changed the meta other than by taking one id"
+    record = side_effect_record(env, tool, args, before)
+    if _rows(after, outbox) != [*_rows(before, outbox), record]:
+        return f"{verb} did not record exactly one {outbox} row with its target and arguments"
+    if output != record:
+        return f"{verb} returned {output}, not the recorded row"
+    return None
+
+
 def _check_semantics(
     env: dict[str, Any],
     tool: dict[str, Any],
@@ -500,6 +821,13 @@ def _check_semantics(
         return "read-only tool changed the state"
     if kind in RELATION_KINDS:
         return _relation_defect(env, tool, args, output, before, after)
+    if kind == "transfer":
+        return _transfer_defect(env, tool, args, output, before, after)
+    if kind == "side_effect":
+        return _side_effect_defect(env, tool, args, output, before, after)
+    if kind == "computed_read":
+        expected = computed_figures(env, tool, args, before)
+        return None if output == expected else f"returned {output}, the rows give {expected}"
     key = env["tables"][table]["key"]
     rows_before = {r[key]: r for r in _rows(before, table)}
     rows_after = {r[key]: r for r in _rows(after, table)}
@@ -662,8 +990,8 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
 
 
 def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
-    """A failed check for each action, relation tool and tool with a stated precondition that no loadable state
-    let the gate call: none is ever passed unexecuted."""
+    """A failed check for each action, relation tool, transfer and tool with a stated precondition that no
+    loadable state let the gate call: none is ever passed unexecuted."""
     ran = {c.tool for c in report.checks}
     for tool in env["tools"]:
         if tool["name"] in ran:
@@ -674,6 +1002,14 @@ def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
                 "semantics",
                 False,
                 f"no loadable initial state has a row of {tool['table']} to check {verb} on",
+                tool["name"],
+            )
+        elif tool["kind"] in ("transfer", "side_effect", "computed_read"):
+            said = (tool.get(tool["kind"]) or {}).get("verb") or tool["kind"].replace("_", " ")
+            report.add(
+                "semantics",
+                False,
+                f"no loadable initial state has the rows of {tool['table']} to check {said} on",
                 tool["name"],
             )
         elif tool["kind"] in RELATION_KINDS:
@@ -738,6 +1074,8 @@ def _check_invalid(
     tname = tool["name"]
     if tool["kind"] in RELATION_KINDS:
         attempts: list[tuple[dict[str, Any], str | None]] = list(relation_invalid_arguments(env, tool, good, saved))
+    elif tool["kind"] == "side_effect":
+        attempts = side_effect_invalid_arguments(tool, good)
     else:
         bad = invalid_arguments(tool, good)
         attempts = [] if bad is None else [(bad, None)]
@@ -784,6 +1122,10 @@ def _check_call(
         _check_precondition(worker, env, tool, args, episode, saved, after, report, state_name)
     if tool["kind"] == "relation_add" and defect is None:
         _check_add_again(worker, env, tool, args, episode, after, report, state_name)
+    if tool["kind"] == "transfer" and defect is None:
+        _check_transfer_refusals(worker, env, tool, args, state_name, saved, base, report)
+    if tool["kind"] == "computed_read" and defect is None:
+        _check_derived(worker, env, tool, args, result["output"], state_name, saved, report)
     worker.close_episode(episode)
     return True
 

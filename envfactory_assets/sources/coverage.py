@@ -2,12 +2,17 @@
 
 Every operation (a path and an HTTP method) of the document is either mapped to the tool kind the
 programmatic builder gives it (``list``, ``get``, ``create``, ``update``, ``delete``, ``search``,
-``count``, ``action``, or one of a relation's ``relation_list``, ``relation_add`` and ``relation_remove``:
-:mod:`envfactory_assets.sources.relations`) or unmapped with one reason:
+``count``, ``action``, ``transfer`` (an amount moved between or out of rows:
+:mod:`envfactory_assets.sources.transfers`), ``side_effect`` (a call recorded in an outbox:
+:mod:`envfactory_assets.sources.side_effects`), ``computed_read`` (figures derived from the rows: ``GET /orders/total``,
+``GET /accounts/{id}/balance``), or one of a relation's ``relation_list``, ``relation_add`` and
+``relation_remove``: :mod:`envfactory_assets.sources.relations`) or unmapped with one reason:
 
 - ``beyond_resource_cap``: its resource exists, but the environment keeps only the best-covered ones (a
   relation is kept when both of its resources are);
-- ``action_without_state``: a verb after an item (``POST /a/{id}/restart``) that names no state of the row;
+- ``action_without_state``: a verb after an item (``POST /a/{id}/archive_logs``) that names no state of the row
+  and is no side-effect verb (``send``, ``restart``: those are ``side_effect`` tools,
+  :mod:`envfactory_assets.sources.side_effects`);
 - ``nested_too_deep``: more path parameters than :data:`~envfactory_assets.sources.openapi.MAX_NESTING`;
 - ``no_stateful_collection``: its collection has no create and read, or no object schema with scalar fields (an
   RPC path, ``/#Action=TagResource``: its name groups it with no resource, :mod:`envfactory_assets.sources.rpc`);
@@ -56,6 +61,9 @@ def _operations(resources: list[Resource]) -> list[Operation]:
         for op in [
             *r.operations.values(),
             *r.actions,
+            *r.transfers,
+            *r.side_effects,
+            *r.computed,
             *(o for rel in r.relations if rel.member in names for o in rel.operations.values()),
         ]
     ]

@@ -8,9 +8,12 @@ what the
 programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
 can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
-(``GET /orders/count``). Collections nested at any depth (``/users/{id}/repos/{id}/issues``) belong to
-their nearest parent. A sub-collection of another resource's rows (``/groups/{group_id}/members/{user_id}``)
-is a *relation* between two resources, kept on its parent (see :mod:`envfactory_assets.sources.relations`).
+(``GET /orders/count``), transfers of an amount between its rows (``POST /accounts/{id}/transfers``, see
+:mod:`envfactory_assets.sources.transfers`) and side-effect actions that leave a record (``POST
+/messages/{id}/send``, see :mod:`envfactory_assets.sources.side_effects`). Collections nested at any depth
+(``/users/{id}/repos/{id}/issues``) belong to their nearest parent. A sub-collection of another resource's rows
+(``/groups/{group_id}/members/{user_id}``) is a *relation* between two resources, kept on its parent (see
+:mod:`envfactory_assets.sources.relations`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from envfactory_assets.sources.names import (
 )
 from envfactory_assets.sources.preconditions import MAX_TEXT_CHARS, StatedPrecondition, stated_precondition
 from envfactory_assets.sources.rpc_paths import rpc_operation_name
+from envfactory_assets.sources.side_effects import side_effect_verb
+from envfactory_assets.sources.transfers import TransferShape, transfer_shape, transfer_verb
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
 MAX_FIELDS = 8
@@ -48,6 +53,9 @@ MAX_NESTING = 3
 #: last path segments of a collection's search and count reads
 SEARCH_SEGMENTS = ("search", "find", "query")
 COUNT_SEGMENTS = ("count",)
+#: last path segments of a computed read: of a collection, figures over its rows (``GET /orders/total``); of an
+#: item, the row's own figures (``GET /accounts/{id}/balance``)
+COMPUTED_SEGMENTS = ("total", "totals", "summary", "stats", "statistics", "aggregate", "aggregates", "balance")
 #: last path segments that name one object of the caller's account (read and updated in place)
 SINGLETON_SEGMENTS = (
     "settings",
@@ -97,8 +105,9 @@ class FieldSpec:
 @dataclass
 class Operation:
     """One HTTP operation of a resource, classified as list/get/create/update/delete/search/count, or
-    ``action`` with its ``verb`` (``"cancel"``), or one of a :class:`Relation`'s ``relation_list``,
-    ``relation_add`` and ``relation_remove``.
+    ``action`` with its ``verb`` (``"cancel"``), or ``transfer`` with its ``transfer`` shape (what its request
+    names), or ``side_effect`` with its ``verb`` and the scalar ``arguments`` its request body takes, or one of
+    a :class:`Relation`'s ``relation_list``, ``relation_add`` and ``relation_remove``.
 
     ``text``: the operation's summary and description as the spec writes them (for the rules that read prose);
     ``precondition``: what they state about the rows an update, delete or action applies to
@@ -112,6 +121,8 @@ class Operation:
     verb: str | None = None
     text: str = field(default="", repr=False)
     precondition: StatedPrecondition | None = None
+    transfer: TransferShape | None = None
+    arguments: tuple[FieldSpec, ...] = ()
 
 
 @dataclass
@@ -159,6 +170,13 @@ class Resource:
     read_only: bool = False
     #: relations whose parent this resource is (:class:`Relation`), in path order
     relations: list[Relation] = field(default_factory=list)
+    #: transfer operations of an amount between or out of its rows, one per verb, in path order
+    transfers: list[Operation] = field(default_factory=list)
+    #: side-effect actions (``send``, ``sync``...) on an item, one per verb, in path order
+    side_effects: list[Operation] = field(default_factory=list)
+    #: computed reads: at most one over the collection's rows (``GET /orders/total``) and one of an item's figures
+    #: (``GET /accounts/{id}/balance``), their ``verb`` the path's last word
+    computed: list[Operation] = field(default_factory=list)
 
     @property
     def singular(self) -> str:
@@ -177,7 +195,9 @@ class Resource:
     @property
     def n_operations(self) -> int:
         """The operations of the document this resource implements."""
-        return len(self.operations) + len(self.actions)
+        return (
+            len(self.operations) + len(self.actions) + len(self.transfers) + len(self.side_effects) + len(self.computed)
+        )
 
 
 def resolve_ref(spec: dict[str, Any], ref: str) -> Any:
@@ -468,6 +488,12 @@ def collection_resources(
         if action is not None and action_verb(action[1]):
             extras.setdefault(action[0], []).append((action[1], path, item))
             continue
+        if action is not None and _post_only(paths, path, item, action[1]):
+            extras.setdefault(action[0], []).append((action[1], path, item))
+            continue
+        if _computed_path(spec, paths, path, item):
+            extras.setdefault("/" + "/".join(segs[:-1]), []).append((snake_case(segs[-1]), path, item))
+            continue
         if (
             len(segs) >= 2
             and snake_case(segs[-1]) in SEARCH_SEGMENTS + COUNT_SEGMENTS
@@ -634,16 +660,40 @@ def _resource_from_collection(
     read_only = "create" not in ops
     if read_only and not ("list" in ops and _lists_objects(spec, citem["get"])) and "get" not in ops:
         return None  # a read-only path is a collection only when it lists objects or has an item read
+    computed: list[Operation] = []
     for segment, path, item in sorted(extras.get(cpath, []), key=lambda e: e[1]):
+        if segment in COMPUTED_SEGMENTS:
+            made = _operation(spec, "computed_read", "get", path, item["get"], segment)
+            if made is not None and not computed:
+                computed.append(made)
+            continue
         kind = "search" if segment in SEARCH_SEGMENTS else "count"
         method = "get" if "get" in item else "post" if kind == "search" and "post" in item else None
         if method and kind not in ops:
             add(kind, method, path, item[method])
     actions: list[Operation] = []
     seen_verbs: set[str] = set()
+    transfers: list[Operation] = []
+    side_effects: list[Operation] = []
     for segment, path, item in sorted(extras.get(ipath, []) if ipath else [], key=lambda e: e[1]):
         verb = action_verb(segment)
         method = next((m for m in ("post", "put", "patch") if m in item), None)
+        if verb is None and transfer_verb(segment):
+            made = _transfer_operation(spec, path, item, segment)
+            if made is not None and all(t.verb != made.verb for t in transfers):
+                transfers.append(made)
+            continue
+        if segment in COMPUTED_SEGMENTS and "get" in item and not method:
+            made = _operation(spec, "computed_read", "get", path, item["get"], segment)
+            if made is not None and not any(_item_scoped(c) for c in computed):
+                computed.append(made)
+            continue
+        said = side_effect_verb(segment) if verb is None else None
+        if said is not None:
+            made = _side_effect_operation(spec, path, item, said)
+            if made is not None and all(t.verb != said for t in side_effects):
+                side_effects.append(made)
+            continue
         if verb and method and verb not in seen_verbs:
             made = _operation(spec, "action", method, path, item[method], verb)
             if made is not None:
@@ -670,8 +720,104 @@ def _resource_from_collection(
             0,
             FieldSpec(parent_key, parent_key, {"type": "string"}, f"Identifier of the parent {parent_key[:-3]}.", True),
         )
-    resource = Resource(name, key, cpath, fields[:MAX_FIELDS], ops, parent_key, actions, read_only=read_only)
+    resource = Resource(
+        name,
+        key,
+        cpath,
+        fields[:MAX_FIELDS],
+        ops,
+        parent_key,
+        actions,
+        read_only=read_only,
+        transfers=transfers,
+        side_effects=side_effects,
+    )
+    # an item's figures are its numeric fields: a row without one has nothing to compute
+    numeric = any(f.schema.get("type") in ("integer", "number") and "enum" not in f.schema for f in fields[:MAX_FIELDS])
+    resource.computed = [c for c in computed if numeric or not _item_scoped(c)]
     return with_stated_preconditions(resource)
+
+
+#: most scalar request-body properties a side-effect action takes as arguments
+MAX_SIDE_EFFECT_ARGUMENTS = 4
+
+
+def _item_scoped(op: Operation) -> bool:
+    """Whether a computed read ``op`` reads one item (``/accounts/{id}/balance``), not a collection."""
+    segs = _segments(op.path)
+    return len(segs) >= 2 and bool(_PARAM_SEGMENT.match(segs[-2]))
+
+
+def _computed_path(spec: dict[str, Any], paths: dict[str, Any], path: str, item: dict[str, Any]) -> bool:
+    """Whether ``path`` may be a computed read: its last segment is one of :data:`COMPUTED_SEGMENTS` after a
+    literal or an item parameter, it has a GET and no other method, no item path below it, and its GET does not
+    list objects (``GET /orders/stats`` returning stat rows is a read-only collection of its own)."""
+    segs = _segments(path)
+    if len(segs) < 2 or snake_case(segs[-1]) not in COMPUTED_SEGMENTS or set(item) & {"post", "put", "patch", "delete"}:
+        return False
+    if "get" not in item or _lists_objects(spec, item["get"]):
+        return False
+    below = path.rstrip("/") + "/{"
+    return not any(isinstance(p, str) and p.startswith(below) for p in paths)
+
+
+def _post_only(paths: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> bool:
+    """Whether ``path`` (an item path and the literal ``segment``) may be a transfer or a side-effect action
+    (:mod:`envfactory_assets.sources.transfers`, :mod:`envfactory_assets.sources.side_effects`): its literal names
+    one, it has a POST, and neither a GET nor an item path below it (rows of its own: a nested resource)."""
+    if transfer_verb(segment) is None and side_effect_verb(segment) is None:
+        return False
+    if "post" not in item or "get" in item:
+        return False
+    below = path.rstrip("/") + "/{"
+    return not any(isinstance(p, str) and p.startswith(below) for p in paths)
+
+
+def request_names(spec: dict[str, Any], op: dict[str, Any]) -> list[str]:
+    """snake_case names of ``op``'s request body properties (a JSON or form body) and query parameters."""
+    names: list[str] = []
+    body = deref(spec, op.get("requestBody"))
+    content = body.get("content") if isinstance(body, dict) else None
+    if isinstance(content, dict):
+        for media, entry in content.items():
+            if isinstance(media, str) and ("json" in media or "form" in media) and isinstance(entry, dict):
+                names += [snake_case(k) for k in (object_schema(spec, entry.get("schema")) or {}).get("properties", {})]
+                break
+    for param in op.get("parameters") or []:
+        param = deref(spec, param)
+        if isinstance(param, dict) and param.get("in") == "query" and isinstance(param.get("name"), str):
+            names.append(snake_case(param["name"]))
+    return names
+
+
+def _side_effect_operation(spec: dict[str, Any], path: str, item: dict[str, Any], verb: str) -> Operation | None:
+    """The ``side_effect`` operation of the POST of ``path``, with up to :data:`MAX_SIDE_EFFECT_ARGUMENTS` scalar
+    properties of its request body as arguments (required ones first)."""
+    op = deref(spec, item.get("post"))
+    made = _operation(spec, "side_effect", "post", path, op, verb)
+    if made is None or not isinstance(op, dict):
+        return None
+    try:
+        args = extract_fields(spec, _request_schema(spec, op), "")
+    except (SpecError, RecursionError):
+        args = []
+    usable = [f for f in args if f.name.isidentifier() and f.name not in ("state", "limit")]
+    made.arguments = tuple(usable[:MAX_SIDE_EFFECT_ARGUMENTS])
+    return made
+
+
+def _transfer_operation(spec: dict[str, Any], path: str, item: dict[str, Any], segment: str) -> Operation | None:
+    """The ``transfer`` operation of the POST of ``path`` (ending in ``segment``), or None when its request
+    names no amount (:func:`~envfactory_assets.sources.transfers.transfer_shape`)."""
+    op = deref(spec, item.get("post"))
+    if not isinstance(op, dict):
+        return None
+    shape = transfer_shape(segment, request_names(spec, op))
+    made = _operation(spec, "transfer", "post", path, op, shape.verb if shape else None)
+    if shape is None or made is None:
+        return None
+    made.transfer = shape
+    return made
 
 
 def _collection_literal(segs: list[str], item_path: str | None) -> str:

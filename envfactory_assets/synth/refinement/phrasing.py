@@ -402,6 +402,21 @@ _PLANS: dict[str, tuple[str, ...]] = {
         "I'd like you to {verb} {subject}",
         "please go ahead and {verb} {subject}",
     ),
+    # a transfer ("transfer", "withdraw") or a side effect ("send", "sync") on one row, with its other arguments
+    "verb_with": (
+        "{verb} {subject}{with}",
+        "please {verb} {subject}{with}",
+        "could you {verb} {subject}{with}",
+        "I need you to {verb} {subject}{with}",
+        "go ahead and {verb} {subject}{with}",
+    ),
+    # figures derived from the rows of a collection (``GET /orders/total``)
+    "totals": (
+        "give me the totals of the {things}{where}",
+        "how many {things} are there{where}, and what do they add up to?",
+        "could you sum up the {things}{where}",
+        "please total the {things}{where}",
+    ),
     # the one row of a singleton ("the settings"): no identifier to name
     "get_one": (
         "look up {subject}",
@@ -530,7 +545,7 @@ def describe_call(
     subject = ""
     if tool.get("singleton"):
         subject = f"the {things if tool['table'].endswith('s') else thing}"
-    elif kind in KEYED_KINDS:
+    elif kind in KEYED_KINDS or (kind == "computed_read" and tool["computed"]["scope"] == "item"):
         target = val(key)
         subject = (
             target
@@ -560,7 +575,7 @@ def describe_call(
 
     setting = listing([stated(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)])
     where = ""
-    if kind in ("list", "search", "count"):
+    if kind in ("list", "search", "count", "computed_read"):
         named = [v for _, v in fields if v.startswith(_REFERENCE_START)]
         plain = [(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)]
         where = "".join(f" of {v}" for v in named)
@@ -584,9 +599,13 @@ def describe_call(
         "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
         "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
         "query": val("query") if "query" in args else "",
-        "verb": (tool.get("action") or {}).get("verb", kind),
+        "verb": (tool.get("action") or tool.get(kind) or {}).get("verb", kind),
     }
     plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
+    if kind in ("transfer", "side_effect"):
+        plan_kind = "verb_with"  # a verb on one row, with its other arguments stated
+    elif kind == "computed_read":
+        plan_kind = "get" if tool["computed"]["scope"] == "item" else "totals"
     if not natural:
         plans = {
             "list": "show me the {things}{where}",
@@ -597,6 +616,8 @@ def describe_call(
             "search": "search the {things} for {query}{where}",
             "count": "count the {things}{where}",
             "action": "{verb} {subject}",
+            "verb_with": "{verb} {subject}{with}",
+            "totals": "give me the totals of the {things}{where}",
             "get_one": "look up {subject}",
         }
         plan = plans[plan_kind]

@@ -14,7 +14,13 @@ framed by an optional opener and closer. Every fact a sentence states comes from
 - the request's subject where the call's arguments name it and the result shows it ("for customer cus_1"
   where the rows hold that value under the argument's field, "matching 'street'" where a returned text holds
   the searched word);
-- a refused call is reported with the reason its result gives, never as done;
+- after a transfer, the amount moved, both rows and what they hold now ("I moved 80.48 from account acc_1 to
+  account acc_2; account acc_1 now holds 208.29"); after a withdrawal or deposit (whose result is the row
+  alone) what the row holds now; after a side effect, the thing done for its row ("I sent webhook web_3 a test
+  ping", "I queued a sync of repository r_1"), with the arguments its record holds; after a computed read, its
+  figures ("there are 12 orders, totalling 1,204.50"), amounts written with grouped thousands;
+- a refused call is reported with the reason its result gives, never as done (a refused transfer as nothing
+  moved);
 - a boolean field is said as what it says of the row ("it is not a bot and not blocked", "'Alpha' (not
   blocked)"; :func:`~envfactory_assets.synth.refinement.phrasing.flag_predicate`), not as "bot no".
 
@@ -802,9 +808,211 @@ def _relation_sentence(c: _Call, rng: random.Random) -> str:
     return _pick(rng, plans)
 
 
+def _figure(value: Any) -> str:
+    """A number as a person writes an amount: thousands grouped, a float with two decimals where that is exact
+    (``1204.5`` -> ``"1,204.50"``, ``11`` -> ``"11"``); the figure reads back as the same number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != value or abs(value) >= 1e15:
+        return repr(value)
+    if round(value, 2) == value:
+        return f"{value:,.2f}"
+    return format(value, ",.9f").rstrip("0").rstrip(".")
+
+
+def _row_named(c: _Call, row: Any) -> str:
+    """A row of the call's table as "thing name" (``"account acc_00013"``, ``"bin 'Fix the roadmap'"``)."""
+    name = _name_of(row, c.key)
+    return f"{c.thing} {name}" if name else f"the {c.thing}"
+
+
+def _transfer_sentence(c: _Call, rng: random.Random) -> str:
+    """A transfer that went through: the amount moved, both rows and what the source holds now, as the result
+    states them; a withdrawal or deposit (whose result is the row alone) by what the row holds now."""
+    spec = c.tool.get("transfer") or {}
+    field, verb = spec.get("field"), spec.get("verb")
+    out = c.out if isinstance(c.out, Mapping) else {}
+    if verb == "transfer" and isinstance(out.get("source"), Mapping) and isinstance(out.get("destination"), Mapping):
+        src, dst = _row_named(c, out["source"]), _row_named(c, out["destination"])
+        left, got = out["source"].get(field), out["destination"].get(field)
+        amount = _figure(out.get("amount"))
+        if not (_is_number(left) and _is_number(got)):
+            return _pick(rng, (f"I moved {amount} from {src} to {dst}", f"done, {dst} received {amount} from {src}"))
+        left, got = _figure(left), _figure(got)
+        return _pick(
+            rng,
+            (
+                f"I moved {amount} from {src} to {dst}; {src} now holds {left}",
+                f"moved {amount} from {src} to {dst}, so {src} now holds {left} and {dst} {got}",
+                f"I sent {amount} from {src} to {dst}: {src} is down to {left} and {dst} is up to {got}",
+                f"the transfer went through: I moved {amount} from {src} to {dst}, which now holds {got}",
+                f"I transferred {amount} from {src} to {dst}; {src} is left with {left}",
+                f"done, {dst} received {amount} from {src} and now holds {got}",
+            ),
+        )
+    who = _row_named(c, out)
+    held = out.get(field)
+    if not _is_number(held):
+        return _pick(rng, (f"the {'withdrawal from' if verb == 'withdraw' else 'deposit to'} {who} went through",))
+    now = _figure(held)
+    if verb == "withdraw":
+        plans = (
+            f"I withdrew from {who}; it now holds {now}",
+            f"the withdrawal from {who} went through, leaving {now}",
+            f"after the withdrawal, {who} is down to {now}",
+            f"done, {who} now holds {now}",
+        )
+    else:
+        plans = (
+            f"I deposited into {who}; it now holds {now}",
+            f"the deposit to {who} went through, so it holds {now} now",
+            f"after the deposit, {who} is up to {now}",
+            f"done, {who} now holds {now}",
+        )
+    return _pick(rng, plans)
+
+
+#: How a side-effect verb is said done, ``{who}`` the row it was done for.
+_SIDE_EFFECT_DONE: dict[str, tuple[str, ...]] = {
+    "send": ("I sent {who}", "{who} is sent", "{who} went out"),
+    "resend": ("I sent {who} again", "{who} was resent"),
+    "notify": ("I sent the notification for {who}", "the notification about {who} is on its way"),
+    "remind": ("I sent a reminder for {who}", "a reminder about {who} went out"),
+    "validate": ("I queued a validation of {who}", "{who} is queued for validation"),
+    "test": ("I sent {who} a test event", "a test went out to {who}"),
+    "ping": ("I sent {who} a test ping", "{who} got a ping", "I pinged {who}"),
+    "sync": ("I queued a sync of {who}", "a sync of {who} is queued"),
+    "refresh": ("I queued a refresh of {who}", "a refresh of {who} is queued"),
+    "restart": ("I asked for a restart of {who}", "a restart of {who} is queued"),
+    "reboot": ("I asked for a reboot of {who}", "a reboot of {who} is queued"),
+    "retry": ("I queued a retry of {who}", "{who} will be retried"),
+    "rerun": ("I queued a rerun of {who}", "{who} will run again"),
+    "redeliver": ("I redelivered {who}", "{who} is queued for redelivery"),
+    "redeploy": ("I queued a redeploy of {who}", "a redeploy of {who} is queued"),
+    "trigger": ("I triggered {who}", "{who} is triggered"),
+    "reindex": ("I queued a reindex of {who}", "a reindex of {who} is queued"),
+    "rebuild": ("I queued a rebuild of {who}", "a rebuild of {who} is queued"),
+    "rerequest": ("I requested {who} again", "{who} is requested again"),
+    "run": ("I started a run of {who}", "a run of {who} is queued"),
+    "dispatch": ("I dispatched {who}", "{who} is dispatched"),
+    "deploy": ("I queued a deploy of {who}", "a deploy of {who} is queued"),
+    "export": ("I queued an export of {who}", "an export of {who} is on its way"),
+    "backup": ("I queued a backup of {who}", "a backup of {who} is queued"),
+}
+
+
+def _side_effect_sentence(c: _Call, rng: random.Random) -> str:
+    """A side effect said as the thing done for its row ("I sent webhook web_3 a test ping"), with the call's
+    other arguments where its record holds them ("(channel 'push')"); the row is named by the record's target."""
+    spec = c.tool.get("side_effect") or {}
+    out = c.out if isinstance(c.out, Mapping) else {}
+    verb = str(out.get("verb") or spec.get("verb") or "")
+    target = out.get("target_id")
+    thing = spec.get("thing") or c.thing
+    who = f"{thing} {target}" if isinstance(target, str) and target else f"the {thing}"
+    plans = _SIDE_EFFECT_DONE.get(verb) or (f"I ran {verb} on {who}" if verb else f"done for {who}",)
+    sentence = _pick(rng, plans).format(who=who)
+    recorded = str(out.get("arguments") or "")
+    said = [
+        f"{_field_words(k)} {_quoted(v) if isinstance(v, str) else v}"
+        for k, v in c.args.items()
+        if k != c.key
+        and (isinstance(v, str) and v.strip() and "'" not in v and len(v) <= 40 or type(v) is int)
+        and _holds_word([recorded], str(v))
+    ][: max(c.room, 1)]
+    if said:
+        sentence += _pick(rng, (" ({})", ", with {}", " using {}")).format(_and_list(said))
+    record = out.get("outbox_id")
+    if isinstance(record, str) and c.room >= 2 and rng.random() < 0.3:
+        sentence += f"; it is logged as {record}"
+    return sentence
+
+
+def _computed_sentence(c: _Call, rng: random.Random) -> str:
+    """A computed read's figures: over a collection the number of rows and each sum ("there are 12 orders,
+    totalling 1,204.50"), of one row its figures ("account acc_1 holds 208.29")."""
+    spec = c.tool.get("computed") or {}
+    out = c.out if isinstance(c.out, Mapping) else {}
+    if spec.get("scope") == "item":
+        who = _row_named(c, out)
+        figures = [(k, v) for k, v in out.items() if k != c.key and _is_number(v)]
+        if not figures:
+            word = words(str(spec.get("word") or "figures")).lower()
+            return _pick(rng, (f"{who} has no {word} on record yet", f"there is no {word} for {who} yet"))
+        if len(figures) == 1 and figures[0][0] in (spec.get("word"), "balance"):
+            value = _figure(figures[0][1])
+            return _pick(
+                rng,
+                (
+                    f"{who} holds {value}",
+                    f"the {_field_words(figures[0][0])} of {who} is {value}",
+                    f"{who} stands at {value}",
+                    f"{who} has {_field_words(figures[0][0])} {value}",
+                ),
+            )
+        said = _and_list([f"{_field_words(k)} {_figure(v)}" for k, v in figures[:3]])
+        return _pick(rng, (f"{who} has {said}", f"right now {who} shows {said}"))
+    count = out.get("count")
+    if not _is_number(count):
+        return _get_sentence(c, rng)
+    n = int(count)
+    sums = [(_field_words(k[len("total_") :]), v) for k, v in out.items() if k.startswith("total_") and _is_number(v)]
+    if n == 0:
+        return _pick(rng, (f"there are no {c.things} yet", f"no {c.things} are on record", f"I counted no {c.things}"))
+    head = _pick(rng, ("there {} {} {}", "I counted {1} {2}", "you have {1} {2}")).format(
+        "is" if n == 1 else "are", _amount(n, rng), c.noun(n)
+    )
+    if not sums:
+        return head
+    if len(sums) == 1 and rng.random() < 0.5:
+        return head + f", totalling {_figure(sums[0][1])}"
+    parts = [f"their {f} adds up to {_figure(v)}" for f, v in sums[:3]]
+    return head + "; " + _and_list(parts)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _recovery_sentence(c: _Call, field: str, rng: random.Random) -> str:
+    """The read an agent made after a refused transfer, said as what the source holds ("I checked: account
+    acc_1 holds 12.00"); ``field`` is the balance field the transfer was refused on."""
+    out = c.out if isinstance(c.out, Mapping) else {}
+    who = _row_named(c, out)
+    held = out.get(field)
+    said = _field_words(field) if field else "balance"
+    if not _is_number(held):
+        return _pick(rng, (f"I checked, and {who} holds no {said} yet", f"{who} has no {said} on record yet"))
+    value = _figure(held)
+    return _pick(
+        rng,
+        (
+            f"I checked: {who} holds {value}",
+            f"right now {who} holds {value}",
+            f"for reference, {who} has {said} {value}",
+            f"I looked it up, and {who} holds only {value}",
+        ),
+    )
+
+
 def _refusal_sentence(c: _Call, rng: random.Random) -> str:
     reason = c.refusal or ""
     lowered = reason[:1].lower() + reason[1:]
+    if c.kind == "transfer":
+        # a refused transfer moved nothing: said as the money or stock that stayed where it was
+        verb = (c.tool.get("transfer") or {}).get("verb")
+        move = {"withdraw": "withdrawal", "deposit": "deposit"}.get(str(verb), "transfer")
+        return _pick(
+            rng,
+            (
+                f"the {move} was refused: {lowered}. Nothing moved",
+                f"I couldn't make the {move}, because {lowered}; nothing moved",
+                f"the {move} did not go through ({lowered}), so every {c.thing} holds what it held",
+                f"no {move} happened: {lowered}",
+            ),
+        )
     plans = [
         f"{reason}, so nothing changed",
         f"nothing changed: {reason}",
@@ -829,6 +1037,9 @@ _SENTENCE: dict[str, Callable[[_Call, random.Random], str]] = {
     "relation_list": _read_sentence,
     "relation_add": _relation_sentence,
     "relation_remove": _relation_sentence,
+    "transfer": _transfer_sentence,
+    "side_effect": _side_effect_sentence,
+    "computed_read": _computed_sentence,
 }
 #: How the sentences of one reply follow each other: (between sentences, before the last one).
 _JOINTS = (
@@ -921,6 +1132,9 @@ def call_sentence(
     names what the call was for (the row's identifier beside its label, a list's filter value), as a reply to
     several calls of one tool must."""
     c = _Call(call, tool, key, room, name_rows)
+    recovery = call.get("recovery")
+    if isinstance(recovery, Mapping) and c.refusal is None and isinstance(c.out, Mapping) and "error" not in c.out:
+        return _recovery_sentence(c, str(recovery.get("field") or ""), rng)
     if c.refusal is not None:
         return _refusal_sentence(c, rng)
     if isinstance(c.out, Mapping) and "error" in c.out:
@@ -968,7 +1182,10 @@ def write_reply(
     for i, s in enumerate(sentences[1:], start=1):
         joint = last if i == len(sentences) - 1 else between
         text += joint + (_capital(s) if joint.endswith(". ") else s)
-    reads_only = all(tools[c["name"]].get("kind") in ("list", "search", "count", "get", "relation_list") for c in calls)
+    reads_only = all(
+        tools[c["name"]].get("kind") in ("list", "search", "count", "get", "relation_list", "computed_read")
+        for c in calls
+    )
     head = _Call(calls[0], tools[calls[0]["name"]], key_of(tools[calls[0]["name"]]))
     opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS).format(things=head.things)
     if opener.lower().startswith("done") and text.lower().startswith("done"):

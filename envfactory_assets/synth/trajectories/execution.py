@@ -66,8 +66,10 @@ class SynthConfig:
     refusal_share: float = setting(
         0.2,
         "share (0..1) of action calls (cancel) asked of a row the action is refused on (already cancelled, or "
-        "shipped), where the state has one: the call fails with precondition_failed, stays in the turn with "
-        "its error, and the assistant reports it (an agent learns to read a typed error).",
+        "shipped), where the state has one, and of transfers and withdrawals asked for more than the source "
+        "holds: the call fails with precondition_failed, stays in the turn with its error, and the assistant "
+        "reports it (an agent learns to read a typed error); after a refused transfer the agent reads what the "
+        "source holds (its balance read, else its get) and says so.",
     )
 
     def __post_init__(self) -> None:
@@ -283,7 +285,95 @@ def resolve_arguments(
         _make_update_change_something(tool, key, args, prov, saved, index, values)
     if tool["kind"] in ("relation_add", "relation_remove"):
         _pair_from_state(tool, args, prov, history, saved, index, rng)
+    if tool["kind"] == "transfer" and key in args:
+        _transfer_from_state(tool, key, args, prov, history, saved, index, rng, refused)
     return args, prov
+
+
+def _transfer_from_state(
+    tool: dict[str, Any],
+    key: str,
+    args: dict[str, Any],
+    prov: dict[str, Any],
+    history: list[dict[str, Any]],
+    saved: dict[str, Any],
+    index: ToolIndex,
+    rng: random.Random,
+    refused: bool = False,
+) -> None:
+    """A transfer is asked for an amount its source row holds (at most half of what it holds above the field's
+    minimum, where it holds any), to another row of the table that a person names (a transfer to a row that
+    is not there is no request): the destination is drawn among the other rows, a row an earlier call
+    created named from that call. With ``refused`` a withdrawal or transfer asks for more than the source holds
+    above the minimum (up to half as much again, at least one unit or cent more), so the call is refused with
+    ``precondition_failed``; a deposit, which only a stated maximum refuses, is asked as usual."""
+    tr = tool["transfer"]
+    meta = index.table_meta(tool)
+    schema = meta["fields"][tr["field"]]
+    rows = _state_rows(saved, index, tool)
+    source = next((r for r in rows if r[meta["key"]] == args[key]), None)
+    if tr["destination"]:
+        others = [r[meta["key"]] for r in rows if r[meta["key"]] != args[key]]
+        if others:
+            value = rng.choice(others)
+            minted = _minting_position(history, value, index)
+            args[tr["destination"]] = value
+            prov[tr["destination"]] = (
+                {"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}
+            )
+    given = (prov.get(tr["amount"]) or {}).get("source") == "output"  # an amount an earlier call gave stays
+    if source is None or tr["verb"] == "deposit" or given:
+        return
+    room = (source.get(tr["field"]) or 0) - schema.get("minimum", 0)
+    if refused and room >= 0:
+        if schema["type"] == "integer":
+            args[tr["amount"]] = room + rng.randint(1, max(room // 2, 1))
+        else:
+            args[tr["amount"]] = max(round(room + rng.uniform(0.01, max(room / 2, 1.0)), 2), round(room + 0.01, 2))
+        prov[tr["amount"]] = {"source": "user"}
+        return
+    if room >= 2 and schema["type"] == "integer":
+        args[tr["amount"]] = rng.randint(1, room // 2)
+    elif room >= 0.02 and schema["type"] == "number":
+        args[tr["amount"]] = round(rng.uniform(0.01, room / 2), 2)
+
+
+def _recovery_read(
+    call: dict[str, Any], tool: dict[str, Any], index: ToolIndex, worker: SandboxWorker, episode: Any
+) -> dict[str, Any] | None:
+    """After a refused transfer, the read an agent makes to recover: what the source row holds, by the table's
+    computed read of one row (its balance) or else its get, with the refused call's identifier. Returns the
+    call (``recovery``: ``{"field"}``, the balance field) or None when the environment has no such read or it
+    fails."""
+    if tool["kind"] != "transfer":
+        return None
+    key = index.key_of(tool)
+    env_id = index.env_of[tool["name"]]
+    readers = [
+        t
+        for t in index.tools.values()
+        if t["table"] == tool["table"]
+        and index.env_of[t["name"]] == env_id
+        and list(t["input_schema"].get("properties") or {}) == [key]
+        and (t["kind"] == "get" or t["kind"] == "computed_read" and t["computed"]["scope"] == "item")
+    ]
+    readers.sort(key=lambda t: (t["kind"] != "computed_read", t["name"]))
+    for reader in readers:
+        args = {key: call["arguments"][key]}
+        res = worker.call(episode, reader["name"], args)
+        if res.get("ok"):
+            return {
+                "node": f"{env_id}.{reader['name']}",
+                "name": reader["name"],
+                "env_id": env_id,
+                "kind": reader["kind"],
+                "arguments": args,
+                "provenance": {key: dict(call["provenance"].get(key) or {"source": "user"})},
+                "output": res["output"],
+                # what the agent looked for: the field the transfer was refused on
+                "recovery": {"field": tool["transfer"]["field"]},
+            }
+    return None
 
 
 def _pair_from_state(
@@ -440,7 +530,7 @@ def synthesize_trajectory(
             for pos in positions:
                 node = chain.tools[pos]
                 tool = index.tools[node.split(".", 1)[1]]
-                refuse = tool["kind"] == "action" and rng.random() < config.refusal_share
+                refuse = tool["kind"] in ("action", "transfer") and rng.random() < config.refusal_share
                 try:
                     args, prov = resolve_arguments(
                         tool,
@@ -477,6 +567,10 @@ def synthesize_trajectory(
                     call["error"] = error["type"]
                 calls.append(call)
                 history.append(call)
+                recovery = _recovery_read(call, tool, index, worker, episode) if refused else None
+                if recovery is not None:
+                    calls.append(recovery)
+                    history.append(recovery)
             if not calls:
                 continue
             after = worker.save(episode)
@@ -489,6 +583,8 @@ def synthesize_trajectory(
                     new_value_refs(c, history, start, index.tools, index.key_of_name),
                 )
                 for c in calls
+                # the agent reads on its own after a refusal: the user did not ask for it
+                if not c.get("recovery")
             ]
             # the reply's plans draw from their own seed: the chain's stream stays as it was
             summary = write_reply(calls, index.tools, index.key_of, f"{chain.seed}/{len(result['turns'])}/reply")

@@ -1,0 +1,318 @@
+"""Transfers of an amount between rows of one table (money between bank accounts, stock between bins) and
+computed reads of the same rows (an account's balance, the stock summary) on a fixture document written for them:
+what extraction infers, what coverage counts, what the environment does in the sandbox, and the verification gate
+rejecting a broken implementation of each transfer and computed read."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import orjson
+import pytest
+
+from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.verify import computed_figures, moved, verify_environment
+from envfactory_assets.quality.reply_facts import reply_problems
+from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
+from envfactory_assets.sources.coverage import operation_coverage, summarize
+from envfactory_assets.sources.resources import extract_resources
+from envfactory_assets.sources.scan import inspect_file
+from envfactory_assets.sources.transfers import balance_field, transfer_shape
+from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+from envfactory_assets_tests.fixture_environments import environment_worker, failed_checks, fixture_graph, mutate
+
+TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
+SERVICES = Path(__file__).parent / "fixtures" / "openapi_services"
+DOCUMENT = "ledger.json"
+
+
+def _spec() -> dict:
+    return orjson.loads((TRANSFERS / DOCUMENT).read_bytes())
+
+
+@pytest.fixture(scope="module")
+def ledger() -> dict:
+    return build_environment(inspect_file(TRANSFERS / DOCUMENT, TRANSFERS).as_row(), _spec())
+
+
+def _valid(env: dict) -> dict:
+    return copy.deepcopy(next(s["state"] for s in env["initial_states"] if s["name"] == "valid"))
+
+
+def test_extraction_reads_transfer_paths_with_an_amount():
+    resources = {r.name: r for r in extract_resources(_spec())}
+    assert set(resources) == {"accounts", "bins"}
+    shapes = {
+        (t.path, t.transfer.verb, t.transfer.amount, t.transfer.destination) for t in resources["accounts"].transfers
+    }
+    assert shapes == {
+        ("/accounts/{account_id}/transfers", "transfer", "amount", "destination_account"),
+        ("/accounts/{account_id}/withdraw", "withdraw", "amount", None),
+        ("/accounts/{account_id}/deposit", "deposit", "amount", None),
+    }
+    (move,) = resources["bins"].transfers
+    assert (move.transfer.verb, move.transfer.amount, move.transfer.destination) == ("transfer", "quantity", "to_bin")
+
+
+def test_transfer_shapes_and_balance_fields():
+    # a transfer without a destination takes the amount out of the row; no amount, no transfer
+    assert transfer_shape("transfers", ["amount", "memo"]).verb == "withdraw"
+    assert transfer_shape("transfers", ["memo"]) is None
+    assert transfer_shape("restart", ["amount"]) is None
+    assert transfer_shape("topUp", ["credits"]).verb == "deposit"
+    # the balance is a numeric field named like one, kept non-negative unless the API states a minimum
+    assert balance_field({"name": {"type": "string"}, "stock": {"type": "integer"}}) == (
+        "stock",
+        {"type": "integer", "minimum": 0},
+        False,
+    )
+    assert balance_field({"available_balance": {"type": "number", "minimum": -500}})[1]["minimum"] == -500
+    assert balance_field({"name": {"type": "string"}}) == ("balance", {"type": "number", "minimum": 0}, True)
+
+
+def test_a_sub_collection_with_rows_of_its_own_stays_a_nested_resource():
+    # the savings goals' deposits have an item path and a list: deposit records, not a balance change
+    spec = orjson.loads((SERVICES / "savings_goals.json").read_bytes())
+    resources = {r.name: r for r in extract_resources(spec)}
+    assert "deposits" in resources and all(not r.transfers for r in resources.values())
+
+
+def test_coverage_counts_transfer_operations_as_mapped():
+    coverage = operation_coverage(_spec())
+    kinds = {(c.method, c.path): c.kind or c.reason for c in coverage}
+    assert kinds[("post", "/accounts/{account_id}/transfers")] == "transfer"
+    assert kinds[("post", "/bins/{bin_id}/transfer")] == "transfer"
+    assert kinds[("post", "/bins/{bin_id}/recount")] == "action_without_state"
+    assert summarize(coverage)["by_kind"]["transfer"] == 4
+    assert kinds[("get", "/accounts/{account_id}/balance")] == kinds[("get", "/bins/summary")] == "computed_read"
+    assert summarize(coverage)["by_kind"]["computed_read"] == 2
+
+
+def test_the_built_environment_has_transfer_tools(ledger):
+    tools = {t["name"]: t for t in ledger["tools"] if t["kind"] == "transfer"}
+    assert {n: t["transfer"]["verb"] for n, t in tools.items()} == {
+        "transfer_funds": "transfer",
+        "withdraw_funds": "withdraw",
+        "deposit_funds": "deposit",
+        "move_stock": "transfer",
+    }
+    move = tools["move_stock"]
+    assert move["input_schema"]["required"] == ["bin_id", "to_bin", "quantity"]
+    assert move["input_schema"]["properties"]["quantity"]["type"] == "integer"
+    # the stock field of the bins gets its floor: no bin holds fewer than 0 units
+    assert ledger["tables"]["bins"]["fields"]["quantity"] == {"type": "integer", "minimum": 0}
+    assert not move["read_only"]
+
+
+def test_transfer_tools_in_the_sandbox(ledger):
+    # a float balance is stored rounded to 9 decimals (moved): 288.77 - 80.48 reads 208.29
+    state = _valid(ledger)
+    env_id = ledger["env_id"]
+    first, second = state["tables"]["accounts"][:2]
+    a, b = first["account_id"], second["account_id"]
+    with SandboxWorker() as worker:
+        worker.load_environment(env_id, ledger["source"])
+        episode = worker.open_episode({env_id: state})
+
+        def call(name, **args):
+            return worker.call(episode, name, args)
+
+        made = call("transfer_funds", account_id=a, destination_account=b, amount=10)
+        assert made["ok"], made
+        out = made["output"]
+        assert out["source"]["balance"] == moved(first["balance"], -10)
+        assert out["destination"]["balance"] == moved(second["balance"], 10) and out["amount"] == 10
+        saved = worker.save(episode)
+        # more than the account holds: refused, typed, and neither account changes
+        too_much = call("transfer_funds", account_id=a, destination_account=b, amount=first["balance"])
+        assert too_much["error"]["type"] == "precondition_failed"
+        assert too_much["error"]["message"].startswith("insufficient balance")
+        assert worker.save(episode) == saved
+        # a destination that does not exist: nothing is debited
+        gone = call("transfer_funds", account_id=a, destination_account="acc_99999", amount=1)
+        assert gone["error"]["type"] == "not_found" and worker.save(episode) == saved
+        for bad in (0, -5, True, "ten", float("inf")):
+            assert call("withdraw_funds", account_id=a, amount=bad)["error"]["type"] == "bad_arguments"
+        assert call("transfer_funds", account_id=a, destination_account=a, amount=1)["error"]["type"] == "bad_arguments"
+        assert worker.save(episode) == saved
+        # a deposit past the balance's stated maximum is refused too
+        assert call("deposit_funds", account_id=a, amount=1_000_000)["error"]["type"] == "precondition_failed"
+        assert call("deposit_funds", account_id=a, amount=5)["output"]["balance"] == moved(
+            moved(first["balance"], -10), 5
+        )
+        # integer stock moves in whole units only
+        bins = state["tables"]["bins"]
+        assert call("move_stock", bin_id=bins[0]["bin_id"], to_bin=bins[1]["bin_id"], quantity=0.5)["error"][
+            "type"
+        ] == ("bad_arguments")
+
+
+def test_a_state_with_a_negative_balance_is_rejected(ledger):
+    negative = _valid(ledger)
+    negative["tables"]["bins"][0]["quantity"] = -1
+    with SandboxWorker() as worker:
+        worker.load_environment(ledger["env_id"], ledger["source"])
+        with pytest.raises(StateRejected, match="quantity must be >= 0"):
+            worker.open_episode({ledger["env_id"]: negative})
+
+
+def test_every_transfer_tool_passes_the_gate_with_its_checks(ledger):
+    report = verify_environment(ledger)
+    assert report.status == "passed", report.reasons
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    for name in ("transfer_funds", "withdraw_funds", "deposit_funds", "move_stock"):
+        assert {("semantics", name), ("invariant", name), ("tool_invalid", name)} <= passed
+
+
+@pytest.mark.parametrize(
+    ("pattern", "replacement", "check", "tool_name"),
+    [
+        # a transfer that debits the source without crediting the destination: the sum is not conserved
+        (r"    rows\[to\] = \{\*\*target, field: received\}\n", "", "semantics", "transfer_funds"),
+        # a transfer that lets a balance go negative
+        (
+            r'if "minimum" in schema and new < schema\["minimum"\]:',
+            "if False:",
+            "invariant",
+            "transfer_funds",
+        ),
+        # a transfer that writes the debit before it finds the destination: not atomic on refusal
+        (
+            r"    target = _row\(state, table, to\)\n",
+            "    rows[key] = {**source, field: left}\n    target = _row(state, table, to)\n",
+            "tool_invalid",
+            "transfer_funds",
+        ),
+        # an amount of 0 or below accepted (a negative transfer moves money backwards)
+        (r" or not amount > 0:", ":", "tool_invalid", "move_stock"),
+        # a withdrawal that adds instead of taking
+        (
+            r"left = _moved\(table, key, source, field, -amount, words\)",
+            "left = _moved(table, key, source, field, amount, words)",
+            "semantics",
+            "withdraw_funds",
+        ),
+        # a deposit that ignores the balance's maximum
+        (
+            r'if "maximum" in schema and new > schema\["maximum"\]:',
+            "if False:",
+            "invariant",
+            "deposit_funds",
+        ),
+    ],
+    ids=[
+        "debits-without-crediting",
+        "allows-a-negative-balance",
+        "debits-before-finding-the-destination",
+        "accepts-a-non-positive-amount",
+        "withdraw-adds",
+        "deposit-past-the-maximum",
+    ],
+)
+def test_gate_rejects_a_broken_transfer_implementation(ledger, pattern, replacement, check, tool_name):
+    assert (check, tool_name) in failed_checks(mutate(ledger, pattern, replacement))
+
+
+def test_a_transfer_no_state_can_check_fails_the_gate(ledger):
+    empty = copy.deepcopy(ledger)
+    for initial in empty["initial_states"]:
+        if initial["expect"] == "load":
+            initial["state"]["tables"]["bins"] = [dict(r, quantity=0) for r in initial["state"]["tables"]["bins"]]
+    report = verify_environment(empty)
+    failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
+    assert "no loadable initial state has the rows of bins to check transfer on" in failed["move_stock"]
+
+
+def test_computed_reads_are_derived_from_the_rows(ledger):
+    tools = {t["name"]: t for t in ledger["tools"] if t["kind"] == "computed_read"}
+    assert {n: t["computed"]["scope"] for n, t in tools.items()} == {
+        "get_account_balance": "item",
+        "get_stock_summary": "collection",
+    }
+    assert all(t["read_only"] for t in tools.values())
+    assert list(tools["get_stock_summary"]["output_schema"]["properties"]) == ["count", "total_quantity"]
+    state = _valid(ledger)
+    env_id = ledger["env_id"]
+    bins = state["tables"]["bins"]
+    account = state["tables"]["accounts"][0]
+    with SandboxWorker() as worker:
+        worker.load_environment(env_id, ledger["source"])
+        episode = worker.open_episode({env_id: state})
+
+        def call(name, **args):
+            result = worker.call(episode, name, args)
+            assert result["ok"], result
+            return result["output"]
+
+        units = sum(b.get("quantity") or 0 for b in bins)
+        assert call("get_stock_summary") == {"count": len(bins), "total_quantity": units}
+        assert call("get_account_balance", account_id=account["account_id"]) == {
+            "account_id": account["account_id"],
+            "balance": account["balance"],
+        }
+        # a move of stock between bins leaves the total as it was; a withdrawal lowers the balance read
+        source = max(bins, key=lambda b: b.get("quantity") or 0)
+        target = next(b for b in bins if b is not source)
+        call("move_stock", bin_id=source["bin_id"], to_bin=target["bin_id"], quantity=1)
+        assert call("get_stock_summary")["total_quantity"] == units
+        call("withdraw_funds", account_id=account["account_id"], amount=1)
+        balance = call("get_account_balance", account_id=account["account_id"])["balance"]
+        assert balance == moved(account["balance"], -1)
+        call("create_bin", label="Overflow shelf", quantity=5)
+        assert call("get_stock_summary") == {"count": len(bins) + 1, "total_quantity": units + 5}
+
+
+def test_every_computed_read_passes_the_gate_with_its_derived_check(ledger):
+    report = verify_environment(ledger)
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    for name in ("get_account_balance", "get_stock_summary"):
+        assert {("semantics", name), ("derived", name)} <= passed
+
+
+def _constant(ledger: dict, function: str, args: dict) -> dict:
+    """``ledger`` whose helper ``function`` returns what the tool gives on the valid state, whatever the state."""
+    tool = next(t for t in ledger["tools"] if t["kind"] == "computed_read" and t["computed"]["scope"] == args["scope"])
+    call = {k: v for k, v in args.items() if k != "scope"}
+    value = computed_figures(ledger, tool, call, _valid(ledger))
+    return mutate(ledger, rf"def {function}\(([^)]*)\):\n", rf"def {function}(\1):\n    return {value!r}\n")
+
+
+def test_gate_rejects_computed_reads_that_return_a_constant(ledger):
+    summary = _constant(ledger, "_totals", {"scope": "collection"})
+    assert ("derived", "get_stock_summary") in failed_checks(summary)
+    account = _valid(ledger)["tables"]["accounts"][-1]["account_id"]
+    balance = _constant(ledger, "_figures", {"scope": "item", "account_id": account})
+    assert ("derived", "get_account_balance") in failed_checks(balance)
+
+
+def test_gate_rejects_a_summary_that_counts_without_summing(ledger):
+    broken = mutate(ledger, r"sum\(r\[field\] for r in rows if r\.get\(field\) is not None\)", "0")
+    assert ("semantics", "get_stock_summary") in failed_checks(broken)
+
+
+def test_trajectories_use_the_new_kinds_on_rows_the_state_holds(ledger):
+    hub_path = TRANSFERS / "messaging.json"
+    hub = build_environment(inspect_file(hub_path, TRANSFERS).as_row(), orjson.loads(hub_path.read_bytes()))
+    envs = {ledger["env_id"]: ledger, hub["env_id"]: hub}
+    graph = fixture_graph(envs)
+    with environment_worker(envs) as worker:
+        chains = sample_chains(graph, 20, "new-kinds", SamplerConfig(min_tools=3))
+        trajs = [synthesize_trajectory(c, graph, envs, worker, SynthConfig(min_turns=2)) for c in chains]
+        passed = [{**t, "id": f"raw-{i}", "domains": ["x"]} for i, t in enumerate(trajs) if t["status"] == "passed"]
+        calls = [(turn, c) for t in passed for turn in t["turns"] for c in turn["calls"]]
+        assert {"transfer", "side_effect", "computed_read"} <= {c["kind"] for _, c in calls}
+        for turn, call in calls:
+            assert reply_problems(turn["assistant_summary"], turn["calls"]) == []
+            tool = next(t for e in envs.values() for t in e["tools"] if t["name"] == call["name"])
+            if call["kind"] == "transfer" and tool["transfer"]["destination"]:
+                # the destination is a row of the table, never a made-up value
+                rows = turn["state_before"][ledger["env_id"]]["tables"][tool["table"]]
+                key = ledger["tables"][tool["table"]]["key"]
+                assert call["arguments"][tool["transfer"]["destination"]] in {r[key] for r in rows}
+        for traj in passed:
+            for row in rl_rows(traj, envs):
+                problem = replay_check(row, worker)
+                assert problem is None or problem.startswith("no-op task"), problem
