@@ -18,7 +18,7 @@ import pytest
 
 from envfactory_assets import settings
 from envfactory_assets.envgen.builder import BuildError, build_mcp_environment
-from envfactory_assets.envgen.mcp_resources import resources_from_tool_list
+from envfactory_assets.sources.mcp_resources import resources_from_tool_list
 from envfactory_assets.envgen.stage import environment_row, select_resources, verification_row
 from envfactory_assets.sources.mcp_tools import (
     KNOWN_SERVERS,

@@ -17,7 +17,7 @@ from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.builder import BuildError, build_environment
 from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
-from envfactory_assets.envgen.mcp_resources import unmapped_tool_operations
+from envfactory_assets.sources.mcp_resources import unmapped_tool_operations
 from envfactory_assets.envgen.model_tools import (
     MODEL_TOOLS_HEADER,
     judge_tool,

@@ -13,12 +13,12 @@ from envfactory_assets.envgen.builder import MAX_RESOURCES, BuildError, build_en
 
 # as_environment is also re-exported: the environments asset and the tests import it from here
 from envfactory_assets.envgen.environment_dict import ENV_FIELDS, as_environment
-from envfactory_assets.envgen.mcp_resources import unmapped_tool_operations
 from envfactory_assets.envgen.model_tools import write_unmapped_tools
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.llm.base import BackendConfigError, concurrency_of
 from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.sources.mcp_resources import unmapped_tool_operations
 from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
 from envfactory_assets.sources.scan import load_document
 from envfactory_assets.sources.unmapped import unmapped_operations
@@ -196,7 +196,7 @@ def operations_to_write(resource: dict[str, Any], path: Path) -> list[dict[str, 
     """The operations a model writes tools for in ``resource``'s environment: those the rules do not map with the
     builder's cap of resources, of its OpenAPI document
     (:func:`~envfactory_assets.sources.unmapped.unmapped_operations`) or its MCP tool list
-    (:func:`~envfactory_assets.envgen.mcp_resources.unmapped_tool_operations`).
+    (:func:`~envfactory_assets.sources.mcp_resources.unmapped_tool_operations`).
 
     Raises:
         BuildError: the file changed since it was scanned.

@@ -452,8 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for path in written:
         document = orjson.loads(path.read_bytes())
-        print(f"{path.name}: {len(document['tools'])} tools ({document['package']['name']} "
-              f"{document['package']['version']}, {document['package']['license']})")
+        print(
+            f"{path.name}: {len(document['tools'])} tools ({document['package']['name']} "
+            f"{document['package']['version']}, {document['package']['license']})"
+        )
     for failure in failures:
         print(f"error: {failure.server}: {failure.reason}: {failure.detail}")
     return 1 if failures else 0
