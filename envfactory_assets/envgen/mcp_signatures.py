@@ -413,3 +413,4 @@ def canonical_tool(tool: dict[str, Any]) -> dict[str, Any]:
         "output_schema": binding["crud_output"],
         "real_input_schema": tool["input_schema"],
     }
+
