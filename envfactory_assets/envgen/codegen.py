@@ -529,6 +529,8 @@ def _mcp(state, name, args):
             state["tables"][table][new_key] = row
             created.append(dict(row))
         return {"items": created, "total": len(created)} if batch is not None else created[0]
+    if named is None and many is None:
+        _fail(f"{name} needs the argument that names the {table} row")
     rows = [_named(state, table, f, v) for f, v in (many if many is not None else [named])]
     for row in rows:
         _in_scope(table, row, scope)

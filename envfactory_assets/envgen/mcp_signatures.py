@@ -158,9 +158,10 @@ def _limit_schema(real: dict[str, Any]) -> dict[str, Any]:
 def _choose_key(real: dict[str, Any], required: list[str], sources: dict[str, str], fields: dict[str, Any]):
     """``(parameter, role, field)`` naming the row of a keyed tool, or None: the required parameter whose last
     word names an identifier best (a field's value before the row's own id at equal strength), else a required
-    scalar that is a field; an array of strings the same way (role ``keys``)."""
+    scalar that is a field; an array of strings the same way (role ``keys``). Optional parameters are looked at
+    when no required one names the row (the call then needs it all the same)."""
     options = []
-    for name in required:
+    for name in required or list(real):
         schema = real.get(name)
         if not isinstance(schema, dict):
             continue
@@ -172,7 +173,7 @@ def _choose_key(real: dict[str, Any], required: list[str], sources: dict[str, st
         if strength:
             options.append((strength, field is not None, name, "keys" if many else "key", field))
     if not options:
-        return None
+        return None if not required else _choose_key(real, [], sources, fields)
     options.sort(key=lambda o: (-o[0], not o[1]))
     _, _, name, role, field = options[0]
     return name, role, field

@@ -78,9 +78,11 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
     except ToolListError as exc:
         return Rejection(rel, "", "invalid_tool_list", str(exc)[:500])
     try:
-        resources, _ = resources_from_tool_list(document)
+        n_resources = len(resources_from_tool_list(document)[0])
     except McpMappingError as exc:  # a server of computations only (fetch, a SQL query): no state to model
         return Rejection(rel, digest, "no_stateful_resource", str(exc)[:500], len(document["tools"]))
+    except Exception:  # noqa: BLE001 - another defect of the schemas (a remote $ref): the build names it
+        n_resources = len(document["tools"])
     domain = tool_list_domain(document)
     if domain is None:
         return Rejection(rel, digest, "no_domain", "no keyword of the tool names and descriptions maps to a domain")
@@ -100,7 +102,7 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
         domain=domain,
         categories=[f"mcp:{package.get('ecosystem', 'user')}"],
         n_paths=len(document["tools"]),
-        n_resources=len(resources),
+        n_resources=n_resources,
         resource_names=[t["name"] for t in document["tools"][:4]],
     )
 
