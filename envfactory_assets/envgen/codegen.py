@@ -464,6 +464,7 @@ def _mcp(state, name, args):
     # does what its role in MCP_SIGNATURES says to the tables
     spec = MCP_SIGNATURES[name]
     schema, params, table, kind = spec["schema"], spec["params"], spec["table"], spec["kind"]
+    props = schema.get("properties") or {}
     for arg in args:
         if arg not in params:
             _fail(f"unknown argument {arg!r}; {name} takes {sorted(params)}")
@@ -471,7 +472,7 @@ def _mcp(state, name, args):
         if args.get(arg) is None:
             _fail(f"missing required argument {arg!r}")
     for arg, value in args.items():
-        _check_schema((schema.get("properties") or {}).get(arg), value, arg)
+        _check_schema(props.get(arg), value, arg)
     values, scope, named, many, batch = {}, {}, None, None, None
     size, offset, page, text, after, before = None, 0, None, None, None, None
     for arg, value in args.items():
@@ -514,7 +515,9 @@ def _mcp(state, name, args):
             rows = [r for r in rows if r["created_at"] <= before]
         if kind == "count":
             return {"count": len(rows)}
-        size = 20 if size is None else size
+        if size is None:  # the server's own default where its schema states one
+            stated = [props.get(a, {}).get("default") for a, p in params.items() if p["role"] == "limit"]
+            size = min(stated[0], 100) if stated and isinstance(stated[0], int) and stated[0] >= 1 else 20
         if page is not None:
             offset = (page - 1) * size
         return {"items": [dict(r) for r in rows[offset:offset + size]], "total": len(rows)}

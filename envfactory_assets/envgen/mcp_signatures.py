@@ -150,9 +150,15 @@ def describe_schema(schema: dict[str, Any], thing: str) -> int:
 
 
 def _limit_schema(real: dict[str, Any]) -> dict[str, Any]:
+    """The builder's ``limit`` for a real window parameter: its maximum (at most the builder's) and its default
+    (the number of rows a read without it returns) where the server states them."""
     top = real.get("maximum")
     top = min(LIST_LIMIT_MAX, int(top)) if isinstance(top, (int, float)) and not isinstance(top, bool) else None
-    return {"type": "integer", "minimum": 1, "maximum": top or LIST_LIMIT_MAX}
+    schema: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": top or LIST_LIMIT_MAX}
+    default = real.get("default")
+    if isinstance(default, int) and not isinstance(default, bool) and default >= 1:
+        schema["default"] = min(default, LIST_LIMIT_MAX)
+    return schema
 
 
 def _choose_key(real: dict[str, Any], required: list[str], sources: dict[str, str], fields: dict[str, Any]):
@@ -414,4 +420,3 @@ def canonical_tool(tool: dict[str, Any]) -> dict[str, Any]:
         "output_schema": binding["crud_output"],
         "real_input_schema": tool["input_schema"],
     }
-

@@ -460,7 +460,7 @@ def _relation_defect(
     pf, mf = rel["parent_field"], rel["member_field"]
     if kind == "relation_list":
         expected = _relation_members(env, tool, before, args[pf])
-        limit = args.get("limit", LIST_LIMIT_DEFAULT)
+        limit = args.get("limit", _default_limit(tool))
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
             return (
                 f"list returned {len(output.get('items', []))} of total {output.get('total')}, the "
@@ -521,7 +521,7 @@ def _check_semantics(
             if output.get("count") != len(expected):
                 return f"count returned {output.get('count')}, state has {len(expected)} matching rows"
             return None
-        limit = args.get("limit", LIST_LIMIT_DEFAULT)
+        limit = args.get("limit", _default_limit(tool))
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
             return (
                 f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has "
@@ -533,7 +533,7 @@ def _check_semantics(
             [r for r in _rows(before, table) if all(r.get(k) == v for k, v in scope.items())], args["query"]
         )
         start = args.get("offset", 0)
-        window = expected[start : start + args.get("limit", LIST_LIMIT_DEFAULT)]
+        window = expected[start : start + args.get("limit", _default_limit(tool))]
         if output.get("total") != len(expected) or output.get("items") != window:
             return (
                 f"search returned {len(output.get('items', []))} of total {output.get('total')}, "
@@ -583,6 +583,13 @@ def _check_semantics(
                 if _rows(after, other) != kept:
                     return f"delete did not remove exactly the pairs of {other} that hold the row"
     return None
+
+
+def _default_limit(tool: dict[str, Any]) -> int:
+    """How many rows a read without ``limit`` returns: the default its ``limit`` states (a real MCP signature's,
+    such as git_log's ten), else the builder's."""
+    stated = tool["input_schema"]["properties"].get("limit", {}).get("default")
+    return stated if isinstance(stated, int) else LIST_LIMIT_DEFAULT
 
 
 def _validate(schema: dict[str, Any], value: Any) -> str | None:
