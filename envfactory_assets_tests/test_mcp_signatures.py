@@ -6,6 +6,7 @@ implementation of one is rejected by the gate."""
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,9 @@ def test_the_gate_rejects_a_git_log_that_ignores_max_count():
         row["repo_path"] = repo  # rows enough for the paged check to cut
     broken = mutate(env, r"size = min\(_whole\(value, arg, 1\), 100\)", "size = None")
     assert ("semantics", "git_log") in failed_checks(broken)
+
+
+def test_setup_mcp_installs_exactly_the_pinned_servers():
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "setup_mcp.sh").read_text()
+    installed = set(re.findall(r'"(@?[\w/.-]+?)(?:==|@)(\d[\w.]*)"', script))
+    assert installed == {(s.package, s.version) for s in KNOWN_SERVERS}
