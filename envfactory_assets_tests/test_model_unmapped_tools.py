@@ -420,7 +420,7 @@ def test_the_environments_asset_reports_the_model_tools_in_its_metadata(shop, tm
             raise_on_error=False,
             selection=["source_resources", "environments", "verified_environments"],
             run_config={
-                "ops": {"source_resources": {"config": {"corpus_dir": resource["corpus_root"], "per_domain": 2}}}
+                "ops": {"source_resources": {"config": {"corpus_dir": resource["corpus_root"], "include_mcp": False, "per_domain": 2}}}
             },
             resources={
                 "envfactory": EnvFactoryHome(home=str(home)),

@@ -24,7 +24,7 @@ from envfactory_assets_tests.tiny_run import link_shared_caches, tiny_run_config
 
 RUN_CONFIG = {
     "ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}},
         "tool_chains": {"config": {"n_chains": 40, "min_tools": 3}},
         "checkpoints": {
             "config": {

@@ -80,9 +80,10 @@ def environment_row(
 
     With a chat ``backend`` the code is written by the model and revised from verification failures
     (:func:`envfactory_assets.envgen.revision.build_with_revisions`, at most ``max_revisions``); the tool
-    specs, tables and initial states are the programmatic builder's. Then the model writes the spec and code of
-    each operation (or MCP tool) the rules do not map (:func:`operations_to_write`), ``tool_threads`` at once,
-    each through the same gate and revision loop
+    specs, tables and initial states are the programmatic builder's. An environment whose tools keep an MCP
+    server's real signatures (:mod:`envfactory_assets.envgen.mcp_signatures`) keeps the builder's code too.
+    Then the model writes the spec and code of each operation (or MCP tool) the rules do not map
+    (:func:`operations_to_write`), ``tool_threads`` at once, each through the same gate and revision loop
     (:func:`envfactory_assets.envgen.model_tools.write_unmapped_tools`); the tools that pass are added. Every
     attempt (source, report, diff) is kept in the row's ``revisions``, each unmapped operation's outcome in
     ``revisions["unmapped_operations"]``.
@@ -93,7 +94,14 @@ def environment_row(
     try:
         env = programmatic_environment(resource, path)
         content_id("env", env)  # fails here, inside the guard, on content a store cannot hold
-        if backend is not None:
+        if backend is not None and any(t.get("mcp_binding") for t in env["tools"]):
+            # tools with an MCP server's real signature run on the builder's code: the model would have to
+            # rediscover how each real parameter binds to the state; the model still writes the unmapped tools
+            revisions = {"status": "programmatic", "stop_reason": "real MCP signatures", "reasons": [], "attempts": []}
+            env, revisions["unmapped_operations"] = write_unmapped_tools(
+                env, operations_to_write(resource, path), backend, max_revisions, threads=tool_threads
+            )
+        elif backend is not None:
             result = build_with_revisions(env, backend, max_revisions)
             env = result.environment
             revisions = {k: v for k, v in result.as_dict().items() if k != "environment"}
