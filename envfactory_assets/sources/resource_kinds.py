@@ -81,7 +81,7 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
         n_resources = len(resources_from_tool_list(document)[0])
     except McpMappingError as exc:  # a server of computations only (fetch, a SQL query): no state to model
         return Rejection(rel, digest, "no_stateful_resource", str(exc)[:500], len(document["tools"]))
-    except Exception:  # noqa: BLE001 - another defect of the schemas (a remote $ref): the build names it
+    except Exception:  # another defect of the schemas (a remote $ref): the build names it
         n_resources = len(document["tools"])
     domain = tool_list_domain(document)
     if domain is None:
