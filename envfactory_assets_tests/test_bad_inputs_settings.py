@@ -391,7 +391,9 @@ def test_a_failed_run_names_the_command_that_builds_what_it_left(tmp_path, monke
         json.dumps(
             {
                 "ops": {
-                    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 1}},
+                    "source_resources": {
+                        "config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 1}
+                    },
                     "verified_environments": {"config": {"call_timeout_s": -1}},
                 }
             }

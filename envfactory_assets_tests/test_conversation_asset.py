@@ -24,7 +24,7 @@ SELECTION = [
 ]
 CONFIG = {
     "ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}},
         "tool_chains": {"config": {"n_chains": 16, "min_tools": 3, "baseline_chains": 0}},
         "refined_trajectories": {"config": {"k": 2, "conversational_share": 1.0}},
         "datasets": {"config": {"sft_share": 0.5}},

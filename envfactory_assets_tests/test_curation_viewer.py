@@ -57,7 +57,7 @@ SELECTION = [
 RUN_CONFIG = config_for_selection(
     {
         "ops": {
-            "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+            "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}},
             "tool_graph": {"config": {"embedder": "hashing"}},
             "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 4}},
         }

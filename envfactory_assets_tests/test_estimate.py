@@ -22,7 +22,9 @@ def _config(tmp_path: Path, backend: dict) -> Path:
     path.write_text(
         yaml.safe_dump(
             {
-                "ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}},
+                "ops": {
+                    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}}
+                },
                 "resources": {"model_backend": {"config": backend}},
             }
         )

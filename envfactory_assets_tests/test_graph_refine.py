@@ -210,7 +210,7 @@ def test_tool_graph_asset_uses_the_model_roles_and_records_them(tmp_path):
     upstream = ["source_resources", "environments", "verified_environments"]
     config = {
         "ops": {
-            "source_resources": {"config": {"corpus_dir": str(FIXTURES)}},
+            "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False}},
             "tool_graph": {
                 "config": {"embedder": "hashing", "edge_refiner": "model", "providable_classifier": "model"}
             },

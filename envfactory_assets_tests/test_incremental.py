@@ -42,7 +42,7 @@ def world(tmp_path_factory):
     home = root / "home"
     config = {
         "ops": {
-            "source_resources": {"config": {"corpus_dir": str(corpus), "per_domain": 2}},
+            "source_resources": {"config": {"corpus_dir": str(corpus), "include_mcp": False, "per_domain": 2}},
             "tool_graph": {"config": {"embedder": "hashing"}},
             "tool_chains": {"config": {"n_chains": 24, "baseline_chains": 8}},
         }

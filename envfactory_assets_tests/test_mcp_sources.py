@@ -2,13 +2,15 @@
 server that never answers, malformed files in the user folder, and MCP-built environments through the
 unchanged verification gate.
 
-The real servers are the ones ``scripts/setup.sh`` installs under ``$ENVFACTORY_HOME/mcp-servers``.
+The real servers are the ones ``scripts/setup_mcp.sh`` installs under ``$ENVFACTORY_HOME/mcp-servers``; their
+committed tool lists are tested without them in test_mcp_signatures.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 import time
 import uuid
@@ -18,9 +20,10 @@ import pytest
 
 from envfactory_assets import settings
 from envfactory_assets.envgen.builder import BuildError, build_mcp_environment
-from envfactory_assets.envgen.mcp_resources import resources_from_tool_list
-from envfactory_assets.envgen.stage import environment_row, select_resources, verification_row
+from envfactory_assets.envgen.stage import environment_row, verification_row
+from envfactory_assets.sources.mcp_resources import resources_from_tool_list
 from envfactory_assets.sources.mcp_tools import (
+    COMMITTED_DIR,
     KNOWN_SERVERS,
     MCP_KIND,
     TOOL_LIST_FORMAT,
@@ -31,6 +34,7 @@ from envfactory_assets.sources.mcp_tools import (
     load_tool_list,
     read_installed_servers,
     read_server,
+    sandboxed,
     validate_tool_list,
 )
 from envfactory_assets.sources.resource_kinds import mcp_rows, user_folder_rows
@@ -39,7 +43,7 @@ SERVERS_ROOT = settings.envfactory_home() / "mcp-servers"
 INSTALLED = installed_servers(SERVERS_ROOT)
 needs_servers = pytest.mark.skipif(
     len(INSTALLED) < len(KNOWN_SERVERS),
-    reason=f"MCP servers not installed under {SERVERS_ROOT} (run scripts/setup.sh); found {INSTALLED}",
+    reason=f"MCP servers not installed under {SERVERS_ROOT} (run scripts/setup_mcp.sh); found {INSTALLED}",
 )
 
 PACKAGE = {"ecosystem": "user", "name": "notes-server", "version": "1.0.0", "license": "MIT"}
@@ -123,84 +127,28 @@ def _server_processes() -> list[int]:
 
 # -- the real servers over stdio ---------------------------------------------------------------------
 @needs_servers
-def test_reader_lists_the_real_servers_tools_over_stdio(tmp_path):
-    written, failures = read_installed_servers(tmp_path, timeout_s=30, servers_root=SERVERS_ROOT)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_committed_lists_are_what_the_pinned_servers_answer_in_the_sandbox(tmp_path):
+    out = tmp_path / "lists"
+    written, failures = read_installed_servers(
+        tmp_path, timeout_s=60, servers_root=SERVERS_ROOT, out_dir=out, bwrap=shutil.which("bwrap")
+    )
     assert failures == []
-    assert sorted(p.name for p in written) == ["filesystem.json", "git.json", "memory.json", "time.json"]
-    docs = {p.stem: json.loads(p.read_bytes()) for p in written}
-    names = {k: {t["name"] for t in d["tools"]} for k, d in docs.items()}
-    assert {"get_current_time", "convert_time"} <= names["time"]
-    assert {"git_status", "git_log", "git_add", "git_commit", "git_create_branch"} <= names["git"]
-    assert {
-        "create_entities",
-        "add_observations",
-        "delete_entities",
-        "read_graph",
-        "search_nodes",
-        "open_nodes",
-    } <= names["memory"]
-    assert {"read_text_file", "write_file", "list_directory"} <= names["filesystem"]
-    assert docs["git"]["package"] == {
-        "ecosystem": "pypi",
-        "name": "mcp-server-git",
-        "version": "2026.10.19",
-        "license": "MIT",
-    }
-    assert docs["memory"]["package"]["version"] == "2026.8.31"
-    time_tool = next(t for t in docs["time"]["tools"] if t["name"] == "get_current_time")
-    assert time_tool["input_schema"]["required"] == ["timezone"] and time_tool["description"]
+    assert sorted(p.name for p in written) == sorted(p.name for p in COMMITTED_DIR.glob("*.json"))
+    for path in written:
+        assert load_tool_list(path)[0] == load_tool_list(COMMITTED_DIR / path.name)[0], path.name
     assert _server_processes() == []  # every server was stopped
-    for path in written:  # the file is the canonical JSON: its hash is the document's
-        document, digest = load_tool_list(path)
-        assert path.read_bytes() == canonical_bytes(document)
-        assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@needs_servers
-def test_mcp_rows_are_source_resources_with_kind_license_and_domain(tmp_path):
-    accepted, rejected = mcp_rows(tmp_path, timeout_s=30, servers_root=SERVERS_ROOT)
-    assert rejected == []
-    by_key = {r["resource_key"]: r for r in accepted}
-    assert sorted(by_key) == ["mcp__git", "mcp__memory", "mcp__secure_filesystem", "mcp__time"]
-    assert {r["kind"] for r in accepted} == {MCP_KIND}
-    assert by_key["mcp__git"]["domain"] == "developer_tools"
-    assert by_key["mcp__time"]["domain"] == "productivity"
-    assert by_key["mcp__git"]["license_name"] == "MIT" and by_key["mcp__git"]["provider"] == "mcp-server-git"
-    for row in accepted:
-        path = Path(row["corpus_root"]) / row["path"]
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == row["sha256"]
-    # every tool list is built, on top of the per-domain choice
-    assert [r["resource_key"] for r in select_resources(accepted, per_domain=0)] == sorted(by_key)
-    assert select_resources(accepted, 0, exclude=["mcp__git"]) == [by_key[k] for k in sorted(by_key) if k != "mcp__git"]
-
-
-@needs_servers
-def test_environments_built_from_real_tool_lists_pass_the_verification_gate(tmp_path):
-    accepted, _ = mcp_rows(tmp_path, timeout_s=30, servers_root=SERVERS_ROOT)
-    rows = {r["resource_key"]: r for r in accepted}
-    for key in ("mcp__memory", "mcp__time", "mcp__git"):
-        env_row = environment_row(rows[key])
-        assert env_row["status"] == "built", env_row["reasons"]
-        verified = verification_row(env_row)
-        assert verified["status"] == "passed", (key, verified["reasons"])
-        if key == "mcp__memory":
-            tools = {t["name"]: t for t in env_row["tools"]}
-            assert tools["create_entities"]["kind"] == "create" and tools["create_entities"]["table"] == "entities"
-            assert tools["delete_entities"]["kind"] == "delete" and tools["open_nodes"]["kind"] == "get"
-            # read_graph reads both tables: one tool per table, each named by it
-            assert tools["read_graph_entities"]["kind"] == "list" and tools["read_graph_relations"]["kind"] == "list"
-            assert {"name", "entity_type"} <= set(tools["create_entities"]["input_schema"]["properties"])
-            assert "add_observations" in env_row["provenance"]  # not mapped, and said so
-        if key == "mcp__time":
-            (tool,) = env_row["tools"]
-            assert tool["name"] == "get_current_time" and tool["kind"] == "get"
-            rows_ = env_row["initial_states"][0]["state"]["tables"]["current_times"]
-            assert rows_ and all("datetime" in r and "timezone" in r for r in rows_)  # time is state, not clock
-            assert "convert_time" in env_row["provenance"]
-        if key == "mcp__git":
-            kinds = {t["name"]: (t["kind"], t["table"]) for t in env_row["tools"]}
-            assert kinds["git_commit"] == ("create", "commits") and kinds["git_log"] == ("list", "commits")
-            assert kinds["git_create_branch"] == ("create", "branches")
+def test_sandboxed_listing_shares_no_network_and_binds_the_servers_read_only(tmp_path):
+    line = sandboxed("node", ["index.js"], {"SLACK_BOT_TOKEN": "xoxb-dummy"}, tmp_path, "/usr/bin/bwrap")
+    assert line[0] == "/usr/bin/bwrap" and line[-3:] == ["--", "node", "index.js"]
+    assert "--unshare-all" in line and "--share-net" not in line and "--clearenv" in line
+    binds = [line[i + 1] for i, part in enumerate(line) if part == "--ro-bind"]
+    assert str(tmp_path) in binds and "/usr" in binds
+    assert not [line[i + 1] for i, part in enumerate(line) if part == "--bind"]  # nothing writable but /tmp
+    assert line.index("--tmpfs") < line.index(str(tmp_path))  # the servers' folder lands on top of /tmp
+    assert ["--setenv", "SLACK_BOT_TOKEN", "xoxb-dummy"] == line[line.index("SLACK_BOT_TOKEN") - 1 :][:3]
 
 
 # -- hostile and broken servers ----------------------------------------------------------------------
@@ -244,7 +192,7 @@ def test_a_server_that_prints_garbage_and_exits_is_a_failure_not_a_crash(tmp_pat
 def test_servers_that_are_not_installed_are_reported_not_started(tmp_path):
     written, failures = read_installed_servers(tmp_path, servers_root=tmp_path / "nothing_here")
     assert written == [] and {f.reason for f in failures} == {"not_installed"}
-    assert mcp_rows(tmp_path, servers_root=tmp_path / "nothing_here") == ([], [])
+    assert mcp_rows(folder=tmp_path / "nothing_here") == ([], [])
 
 
 # -- the user folder -----------------------------------------------------------------------------------
@@ -298,8 +246,11 @@ def test_a_user_tool_list_becomes_a_verified_environment(tmp_path):
         "list_notes": "list",
         "remove_notes": "delete",
     }
-    assert set(tools["add_notes"]["input_schema"]["properties"]) == {"title", "body", "pinned"}
-    assert tools["add_notes"]["input_schema"]["required"] == ["title", "body"]
+    # the server's own signature: an array of notes, each with its fields
+    assert set(tools["add_notes"]["input_schema"]["properties"]) == {"notes"}
+    item = tools["add_notes"]["input_schema"]["properties"]["notes"]["items"]
+    assert set(item["properties"]) == {"title", "body", "pinned"} and item["required"] == ["title", "body"]
+    assert tools["remove_notes"]["mcp_binding"]["params"]["titles"] == {"role": "keys", "field": "title"}
     assert "summarize" in env_row["provenance"]
     verified = verification_row(env_row)
     assert verified["status"] == "passed", verified["reasons"]

@@ -37,7 +37,11 @@ def materialize(home: Path, backend: ModelBackend) -> dg.ExecuteInProcessResult:
             instance,
             raise_on_error=False,
             selection=["source_resources", "environments", "verified_environments"],
-            run_config={"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}}}},
+            run_config={
+                "ops": {
+                    "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}}
+                }
+            },
             resources={
                 "envfactory": EnvFactoryHome(home=str(home)),
                 "model_backend": backend,

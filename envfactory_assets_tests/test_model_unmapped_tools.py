@@ -17,7 +17,6 @@ from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
 from envfactory_assets.envgen.builder import BuildError, build_environment
 from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
-from envfactory_assets.envgen.mcp_resources import unmapped_tool_operations
 from envfactory_assets.envgen.model_tools import (
     MODEL_TOOLS_HEADER,
     judge_tool,
@@ -32,6 +31,7 @@ from envfactory_assets.llm import OpenAICompatibleBackend, estimate_prompt_token
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.reporting.report import model_tool_outcomes, model_tool_section, run_report
 from envfactory_assets.runner.materialize import materialize_pipeline
+from envfactory_assets.sources.mcp_resources import unmapped_tool_operations
 from envfactory_assets.sources.mcp_tools import MCP_KIND, TOOL_LIST_FORMAT, load_tool_list
 from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.unmapped import unmapped_operations
@@ -420,7 +420,11 @@ def test_the_environments_asset_reports_the_model_tools_in_its_metadata(shop, tm
             raise_on_error=False,
             selection=["source_resources", "environments", "verified_environments"],
             run_config={
-                "ops": {"source_resources": {"config": {"corpus_dir": resource["corpus_root"], "per_domain": 2}}}
+                "ops": {
+                    "source_resources": {
+                        "config": {"corpus_dir": resource["corpus_root"], "include_mcp": False, "per_domain": 2}
+                    }
+                }
             },
             resources={
                 "envfactory": EnvFactoryHome(home=str(home)),

@@ -80,7 +80,13 @@ def _fixture_home(tmp_path, monkeypatch, per_domain: int):
     config = tmp_path / "run.yaml"
     config.write_text(
         yaml.safe_dump(
-            {"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": per_domain}}}}
+            {
+                "ops": {
+                    "source_resources": {
+                        "config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": per_domain}
+                    }
+                }
+            }
         )
     )
     monkeypatch.setenv("ENVFACTORY_HOME", str(home))

@@ -24,7 +24,7 @@ UPSTREAM = ["source_resources", "environments", "verified_environments", "tool_g
 STAGES = ["raw_trajectories", "refined_trajectories"]
 CONFIG = {
     "ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}},
         "tool_graph": {"config": {"embedder": "hashing"}},
         "tool_chains": {"config": {"n_chains": 12, "min_tools": 3, "baseline_chains": 0}},
         "raw_trajectories": {"config": {}},

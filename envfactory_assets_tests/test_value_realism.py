@@ -200,7 +200,7 @@ def test_the_environments_asset_reports_the_value_figures(tmp_path):
         "model_backend": ModelBackend(),
         "verification_gate": VerificationGate(),
     }
-    config = {"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES)}}}}
+    config = {"ops": {"source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False}}}}
     with dg.instance_for_test() as instance:
         results = materialize_pipeline(
             [*ALL_ASSETS, *ALL_CHECKS],

@@ -25,7 +25,7 @@ TIMEOUT_S = 3000
 
 TINY_RUN_CONFIG = {
     "ops": {
-        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "per_domain": 2}},
+        "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}},
         "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
         "checkpoints": {
             "config": {
@@ -68,7 +68,7 @@ def many_updates_config(base_model: Path) -> dict[str, Any]:
     """
     return {
         "ops": {
-            "source_resources": {"config": {"corpus_dir": str(MANY_FIXTURES), "per_domain": 8}},
+            "source_resources": {"config": {"corpus_dir": str(MANY_FIXTURES), "include_mcp": False, "per_domain": 8}},
             "tool_chains": {"config": {"n_chains": 80, "min_tools": 3}},
             "checkpoints": {
                 "config": {

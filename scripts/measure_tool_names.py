@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from envfactory_assets.envgen.builder import MAX_RESOURCES, environment_tools
-from envfactory_assets.envgen.mcp_resources import McpMappingError, resources_from_tool_list
+from envfactory_assets.sources.mcp_resources import McpMappingError, resources_from_tool_list
 from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
 from envfactory_assets.sources.names import tool_name_problems
 from envfactory_assets.sources.resources import extract_resources

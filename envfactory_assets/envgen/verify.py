@@ -67,6 +67,7 @@ from typing import Any
 
 import jsonschema
 
+from envfactory_assets.envgen.mcp_signatures import canonical_output, canonical_tool, real_arguments, schema_types
 from envfactory_assets.envgen.tools import (
     KEYED_KINDS,
     LIST_LIMIT_DEFAULT,
@@ -202,7 +203,9 @@ def valid_arguments(
             args[name] = source_rows[0][env["tables"][target]["key"] if target else name]
         if kind == "search":
             scoped = [r for r in rows if all(r.get(k) == v for k, v in args.items())]
-            args = {"query": _search_query(_search_words(scoped)), **args, "offset": 1, "limit": 5}
+            args = {"query": _search_query(_search_words(scoped)), **args}
+            # a search without paging parameters (a real MCP signature may have neither) is called without them
+            args.update({k: v for k, v in (("offset", 1), ("limit", 5)) if k in props})
         return args
     if tool.get("singleton"):
         candidates = rows
@@ -514,7 +517,7 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
     """Arguments that must fail: a missing row id for get/update/delete/action, a negative search offset,
     else a wrong-typed value."""
     props = tool["input_schema"]["properties"]
-    if tool["kind"] == "search":
+    if tool["kind"] == "search" and "offset" in props:
         return {**good, "offset": -1}
     if tool["kind"] in KEYED_KINDS and not tool.get("singleton"):
         key = next(iter(props))
@@ -581,7 +584,7 @@ def _relation_defect(
     pf, mf = rel["parent_field"], rel["member_field"]
     if kind == "relation_list":
         expected = _relation_members(env, tool, before, args[pf])
-        limit = args.get("limit", LIST_LIMIT_DEFAULT)
+        limit = args.get("limit", _default_limit(tool))
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
             return (
                 f"list returned {len(output.get('items', []))} of total {output.get('total')}, the "
@@ -846,7 +849,7 @@ def _check_semantics(
             if output.get("count") != len(expected):
                 return f"count returned {output.get('count')}, state has {len(expected)} matching rows"
             return None
-        limit = args.get("limit", LIST_LIMIT_DEFAULT)
+        limit = args.get("limit", _default_limit(tool))
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
             return (
                 f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has "
@@ -858,7 +861,7 @@ def _check_semantics(
             [r for r in _rows(before, table) if all(r.get(k) == v for k, v in scope.items())], args["query"]
         )
         start = args.get("offset", 0)
-        window = expected[start : start + args.get("limit", LIST_LIMIT_DEFAULT)]
+        window = expected[start : start + args.get("limit", _default_limit(tool))]
         if output.get("total") != len(expected) or output.get("items") != window:
             return (
                 f"search returned {len(output.get('items', []))} of total {output.get('total')}, "
@@ -910,6 +913,13 @@ def _check_semantics(
     return None
 
 
+def _default_limit(tool: dict[str, Any]) -> int:
+    """How many rows a read without ``limit`` returns: the default its ``limit`` states (a real MCP signature's,
+    such as git_log's ten), else the builder's."""
+    stated = tool["input_schema"]["properties"].get("limit", {}).get("default")
+    return stated if isinstance(stated, int) else LIST_LIMIT_DEFAULT
+
+
 def _validate(schema: dict[str, Any], value: Any) -> str | None:
     try:
         jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
@@ -935,7 +945,11 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
     """
     report = VerificationReport(env["env_id"])
     env_id = env["env_id"]
-    with SandboxWorker(limits or SandboxLimits()) as worker:
+    real_tools = {t["name"]: t for t in env["tools"] if t.get("mcp_binding")}
+    if real_tools:  # the checks run in the builder's argument names; the calls carry the real ones
+        env = {**env, "tools": [canonical_tool(t) for t in env["tools"]]}
+    with SandboxWorker(limits or SandboxLimits()) as sandbox:
+        worker = _RealSignatures(sandbox, env_id, real_tools) if real_tools else sandbox
         try:
             worker.load_environment(env_id, env["source"], origin=env.get("origin", "untrusted"))
         except EnvironmentRejected as exc:
@@ -987,6 +1001,74 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
         if loadable:
             _report_unchecked(env, report)
     return report
+
+
+class _RealSignatures:
+    """A sandbox worker whose ``call`` takes the builder's argument names for the tools with a real MCP signature
+    (:func:`~envfactory_assets.envgen.mcp_signatures.real_arguments`), checks their answer against the real
+    output schema (a mismatch is an ``output_schema`` error) and gives it back as one row where a batch answer
+    holds one (:func:`~envfactory_assets.envgen.mcp_signatures.canonical_output`); everything else is the
+    worker's."""
+
+    def __init__(self, worker: SandboxWorker, env_id: str, real_tools: dict[str, dict[str, Any]]) -> None:
+        self._worker, self._env_id, self._real = worker, env_id, real_tools
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._worker, name)
+
+    @property
+    def real_tools(self) -> dict[str, dict[str, Any]]:
+        """The tools whose calls carry real arguments, by name."""
+        return self._real
+
+    def call(self, episode: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        real = self._real.get(tool)
+        if real is None:
+            return self._worker.call(episode, tool, args)
+        needs_rows = any(
+            p.get("field") and p["role"] in ("key", "keys", "scope") for p in real["mcp_binding"]["params"].values()
+        )
+        rows = self._worker.save(episode)[self._env_id]["tables"][real["table"]] if needs_rows else None
+        result = self._worker.call(episode, tool, real_arguments(real, args, rows))
+        if not result.get("ok"):
+            return result
+        problem = _validate(real["output_schema"], result["output"])
+        if problem:
+            return {"ok": False, "error": {"type": "output_schema", "message": f"real output schema: {problem}"}}
+        return {**result, "output": canonical_output(real, result["output"])}
+
+
+def _wrong_value(schema: dict[str, Any]) -> Any:
+    """A value of a type ``schema`` does not allow (an object, else a number, else text), or None when it allows
+    any type."""
+    types = set(schema_types(schema))
+    if not types:
+        return None
+    for value, kinds in (
+        ({"unexpected": True}, {"object"}),
+        (12345, {"integer", "number"}),
+        ("not-valid-Ω", {"string"}),
+    ):
+        if not types & kinds:
+            return value
+    return None
+
+
+def real_invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> list[dict[str, Any]]:
+    """For a tool with a real MCP signature: ``good`` (in the builder's names) with an argument it does not take,
+    and with each real parameter the builder's names leave out (``dryRun``, ``page``, ``start_timestamp``) given
+    a value of a type its schema does not allow; every one must be refused."""
+    binding = tool.get("mcp_binding")
+    if not binding:
+        return []
+    props = (tool.get("real_input_schema") or {}).get("properties") or {}
+    out = [{**good, "no_such_argument": 1}]
+    for name, param in binding["params"].items():
+        if param["role"] in ("context", "page", "after", "before") and isinstance(props.get(name), dict):
+            wrong = _wrong_value(props[name])
+            if wrong is not None:
+                out.append({**good, name: wrong})
+    return out
 
 
 def _report_unchecked(env: dict[str, Any], report: VerificationReport) -> None:
@@ -1079,6 +1161,7 @@ def _check_invalid(
     else:
         bad = invalid_arguments(tool, good)
         attempts = [] if bad is None else [(bad, None)]
+        attempts += [(wrong, "bad_arguments") for wrong in real_invalid_arguments(tool, good)]
     for bad, expected in attempts:
         result, episode, crash = _call_on_fork(worker, base, tname, bad)
         if crash:
@@ -1354,7 +1437,10 @@ def _check_replay_and_round_trip(
         out_b, hash_b, _ = _run_plan(worker, env_id, saved, plan)
         # A second process with another hash seed: results must not depend on set order or str hashing.
         other = dataclasses.replace(worker.limits, hash_seed=worker.limits.hash_seed + 1)
-        with SandboxWorker(other) as second:
+        with SandboxWorker(other) as sandbox:
+            second = sandbox
+            if isinstance(worker, _RealSignatures):
+                second = _RealSignatures(sandbox, env_id, worker.real_tools)
             second.load_environment(env_id, env["source"], origin=env.get("origin", "untrusted"))
             out_c, hash_c, _ = _run_plan(second, env_id, saved, plan)
     except (WorkerCrashed, StateRejected, EnvironmentRejected) as exc:

@@ -265,11 +265,16 @@ class ToolGraph:
 
 
 def tools_from_environments(environments: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Flatten environment rows (``{"env_id", "domain", "tools": [ToolSpec, ...]}``) into tool dicts."""
+    """Flatten environment rows (``{"env_id", "domain", "tools": [ToolSpec, ...]}``) into tool dicts.
+
+    A tool with a real MCP server's signature (``mcp_binding``, :mod:`envfactory_assets.envgen.mcp_signatures`)
+    is left out: the sampler, the query writer and the refinement read calls in the builder's argument names
+    (a row's ``..._id``, ``limit``, ``query``), which such a tool does not take."""
     out: list[dict[str, Any]] = []
     for env in environments:
         for spec in env.get("tools") or []:
-            out.append({**spec, "env_id": env["env_id"], "domain": env.get("domain")})
+            if not spec.get("mcp_binding"):
+                out.append({**spec, "env_id": env["env_id"], "domain": env.get("domain")})
     return out
 
 

@@ -6,7 +6,7 @@ written under ``$ENVFACTORY_HOME/mcp_tool_lists/``. Its sha256 is the hash of th
 A server that is missing, fails to start, or does not answer within the timeout gives a
 :class:`McpFailure` instead; the caller goes on with the others.
 
-Servers live outside the main virtualenv (``scripts/setup.sh`` installs them):
+Servers live outside the main virtualenv (``scripts/setup_mcp.sh`` installs them):
 PyPI servers in ``$ENVFACTORY_HOME/mcp-servers/venv``, npm servers in ``$ENVFACTORY_HOME/mcp-servers/npm``.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ TOOL_LIST_SCHEMA: dict[str, Any] = {
                     "description": {"type": "string", "maxLength": 20000},
                     "input_schema": {"type": "object"},
                     "output_schema": {"type": ["object", "null"]},
+                    "title": {"type": "string", "maxLength": 300},
+                    "annotations": {"type": "object"},
                 },
             },
         },
@@ -97,30 +100,42 @@ class McpServer:
     env: dict[str, str] = field(default_factory=dict)
 
 
-# Pinned in scripts/setup.sh as well; versions checked against the registries' metadata.
+def _npm(name: str, package: str, version: str, *args: str, **env: str) -> McpServer:
+    """An npm server started as ``node <its dist/index.js> *args``."""
+    entry = f"./npm/node_modules/{package}/dist/index.js"
+    return McpServer(name, "npm", package, version, "node", (entry, *args), dict(env))
+
+
+# Pinned in scripts/setup_mcp.sh as well; versions checked against the registries' metadata. Servers that need
+# credentials (or a database) to run but not to list their tools get dummy values: the listing runs without network.
+# Left out: mcp-server-sqlite 2025.4.25 (fails on start with the current mcp SDK) and server-redis (connects to
+# Redis before it answers).
 KNOWN_SERVERS: tuple[McpServer, ...] = (
     McpServer(
         "time", "pypi", "mcp-server-time", "2026.10.19", "./venv/bin/mcp-server-time", ("--local-timezone", "UTC")
     ),
     McpServer("git", "pypi", "mcp-server-git", "2026.10.19", "./venv/bin/mcp-server-git"),
-    McpServer(
-        "memory",
-        "npm",
-        "@modelcontextprotocol/server-memory",
-        "2026.8.31",
-        "node",
-        ("./npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js",),
-        {"MEMORY_FILE_PATH": "./work/memory.jsonl"},
+    McpServer("fetch", "pypi", "mcp-server-fetch", "2026.10.24", "./venv/bin/mcp-server-fetch"),
+    _npm("memory", "@modelcontextprotocol/server-memory", "2026.8.31", MEMORY_FILE_PATH="memory.jsonl"),
+    _npm("filesystem", "@modelcontextprotocol/server-filesystem", "2026.8.31", "files"),
+    _npm("everything", "@modelcontextprotocol/server-everything", "2026.8.31"),
+    _npm("sequential-thinking", "@modelcontextprotocol/server-sequential-thinking", "2026.8.31"),
+    _npm("github", "@modelcontextprotocol/server-github", "2025.4.8", GITHUB_PERSONAL_ACCESS_TOKEN="dummy-token"),
+    _npm(
+        "gitlab",
+        "@modelcontextprotocol/server-gitlab",
+        "2025.4.25",
+        GITLAB_PERSONAL_ACCESS_TOKEN="dummy-token",
+        GITLAB_API_URL="https://gitlab.invalid/api/v4",
     ),
-    McpServer(
-        "filesystem",
-        "npm",
-        "@modelcontextprotocol/server-filesystem",
-        "2026.8.31",
-        "node",
-        ("./npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "./work/files"),
-    ),
+    _npm("slack", "@modelcontextprotocol/server-slack", "2025.4.25", SLACK_BOT_TOKEN="xoxb-dummy", SLACK_TEAM_ID="T0"),
+    _npm("brave-search", "@modelcontextprotocol/server-brave-search", "0.6.2", BRAVE_API_KEY="dummy-key"),
+    _npm("google-maps", "@modelcontextprotocol/server-google-maps", "0.6.2", GOOGLE_MAPS_API_KEY="dummy-key"),
+    _npm("postgres", "@modelcontextprotocol/server-postgres", "0.6.2", "postgresql://127.0.0.1/none"),
 )
+#: The pinned servers' tool lists as committed with the package (written by ``scripts/setup_mcp.sh``): what
+#: ``source_resources`` reads, so that neither the quick start nor CI installs a server.
+COMMITTED_DIR = Path(__file__).resolve().with_name(TOOL_LISTS_DIR)
 
 
 @dataclass(frozen=True)
@@ -236,6 +251,12 @@ async def _list_tools(
                             "description": t.description or "",
                             "input_schema": t.input_schema,
                             "output_schema": t.output_schema,
+                            **({"title": t.title} if t.title else {}),
+                            **(
+                                {"annotations": t.annotations.model_dump(mode="json", exclude_none=True)}
+                                if t.annotations
+                                else {}
+                            ),
                         }
                         for t in page.tools
                     ]
@@ -289,21 +310,67 @@ def read_server(
         return McpFailure(label, "invalid_tool_list", str(exc)[:400])
 
 
+def _interpreter_home(servers_root: Path) -> list[str]:
+    """Host folders a server's interpreter needs besides ``/usr``: the base Python of the servers' venv (its
+    ``pyvenv.cfg`` ``home``) and the installation of ``node``, when either lives outside ``/usr``."""
+    homes: list[str] = []
+    cfg = servers_root / "venv" / "pyvenv.cfg"
+    for line in cfg.read_text().splitlines() if cfg.exists() else []:
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            homes.append(str(Path(value.strip()).resolve().parent))
+    node = shutil.which("node")
+    if node:
+        homes.append(str(Path(node).resolve().parents[1]))
+    return sorted({h for h in homes if h != "/usr" and not h.startswith("/usr/")})
+
+
+def sandboxed(command: str, args: list[str], env: dict[str, str], servers_root: Path, bwrap: str) -> list[str]:
+    """The bubblewrap command line that runs one MCP server (``command *args``) with no network.
+
+    The server sees, read-only, ``/usr`` (with the ``/lib``/``/lib64`` links), ``servers_root`` (its
+    packages) and its interpreter's installation; its working folder is a private tmpfs at ``/tmp`` (holding an
+    empty ``files`` folder for the filesystem server); every namespace is unshared (no network), and the
+    environment is exactly ``env`` plus ``PATH``, ``HOME`` and ``LC_ALL``. The same boundary as the sandbox of
+    generated code (:func:`envfactory_assets.runtime.isolation.bwrap_command`) but with the servers' folders
+    bound instead of the project's, and the server process keeps its own uid inside the namespace.
+    """
+    line = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # the tmpfs first: a servers folder below /tmp must land on top of it, not under it
+    line += ["--hostname", "sandbox", "--tmpfs", "/tmp", "--dir", "/tmp/files", "--ro-bind", "/usr", "/usr"]
+    for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin")):
+        if os.path.islink(link):
+            line += ["--symlink", target, link]
+    for path in [*_interpreter_home(servers_root), str(servers_root)]:
+        line += ["--ro-bind", path, path]
+    line += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
+    line += ["--clearenv"]
+    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LC_ALL": "C.UTF-8"}
+    for key, value in sorted({**base, **env}.items()):
+        line += ["--setenv", key, value]
+    return [*line, "--", command, *args]
+
+
 def read_installed_servers(
     home: Path,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     servers: tuple[McpServer, ...] = KNOWN_SERVERS,
     servers_root: Path | None = None,
+    out_dir: Path | None = None,
+    bwrap: str | None = None,
 ) -> tuple[list[Path], list[McpFailure]]:
-    """Read every installed server's tool list into ``home/mcp_tool_lists/<name>.json``.
+    """Read every installed server's tool list into ``out_dir/<name>.json`` (default ``home/mcp_tool_lists``).
 
-    Servers are looked for under ``servers_root`` (default ``home/mcp-servers``). Returns
+    Servers are looked for under ``servers_root`` (default ``home/mcp-servers``). With ``bwrap`` (the
+    bubblewrap executable) each server runs in the sandbox of :func:`sandboxed` (no network). Returns
     ``(written files, failures)``; a server whose package is not installed is a ``not_installed``
-    failure. A file is only replaced once its new content is complete.
+    failure. A file is only replaced once its new content is complete; it holds the document as JSON with
+    sorted keys, indented when written into ``out_dir`` (readable diffs of committed lists).
     """
     home = home.resolve()
     root = (servers_root or home / SERVERS_DIR).resolve()
-    out_dir = home / TOOL_LISTS_DIR
+    pretty = out_dir is not None
+    out_dir = out_dir or home / TOOL_LISTS_DIR
     written: list[Path] = []
     failures: list[McpFailure] = []
     for server in servers:
@@ -311,7 +378,7 @@ def read_installed_servers(
         if version is None:
             failures.append(
                 McpFailure(
-                    server.name, "not_installed", f"{server.package} not found under {root} (run scripts/setup.sh)"
+                    server.name, "not_installed", f"{server.package} not found under {root} (run scripts/setup_mcp.sh)"
                 )
             )
             continue
@@ -323,9 +390,12 @@ def read_installed_servers(
             "license": _package_license(server, root),
         }
         env = {k: _resolve(root, v) for k, v in server.env.items()}
+        command, args = _resolve(root, server.command), [_resolve(root, a) for a in server.args]
+        if bwrap:
+            command, args, env = bwrap, sandboxed(command, args, env, root, bwrap)[1:], {}
         result = read_server(
-            _resolve(root, server.command),
-            [_resolve(root, a) for a in server.args],
+            command,
+            args,
             package=package,
             env=env,
             cwd=root / "work",
@@ -338,7 +408,8 @@ def read_installed_servers(
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / f"{server.name}.json"
         tmp = target.with_suffix(".json.tmp")
-        tmp.write_bytes(canonical_bytes(result))
+        pretty_json = orjson.dumps(result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+        tmp.write_bytes(pretty_json if pretty else canonical_bytes(result))
         os.replace(tmp, target)
         written.append(target)
     return written, failures
@@ -358,3 +429,37 @@ def load_tool_list(path: Path) -> tuple[dict[str, Any], str]:
         raise ToolListError(f"{path}: {load_error_detail(exc)}") from exc
     validate_tool_list(document, str(path))
     return document, hashlib.sha256(canonical_bytes(document)).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m envfactory_assets.sources.mcp_tools SERVERS_ROOT OUT_DIR``: list every pinned server installed
+    under ``SERVERS_ROOT`` in the bubblewrap sandbox (no network) and write its tool list to ``OUT_DIR``; exits 1
+    when a pinned server is missing or fails, or bubblewrap is not installed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m envfactory_assets.sources.mcp_tools", description=main.__doc__)
+    parser.add_argument("servers_root", type=Path, help="folder holding venv/ and npm/ of the MCP servers")
+    parser.add_argument("out_dir", type=Path, help="folder the tool lists are written to (<server>.json)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a server has to list its tools")
+    args = parser.parse_args(argv)
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        print("error: bubblewrap (bwrap) is not installed; the servers are only listed inside it")
+        return 1
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    written, failures = read_installed_servers(
+        args.servers_root, args.timeout, servers_root=args.servers_root, out_dir=args.out_dir, bwrap=bwrap
+    )
+    for path in written:
+        document = orjson.loads(path.read_bytes())
+        print(
+            f"{path.name}: {len(document['tools'])} tools ({document['package']['name']} "
+            f"{document['package']['version']}, {document['package']['license']})"
+        )
+    for failure in failures:
+        print(f"error: {failure.server}: {failure.reason}: {failure.detail}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

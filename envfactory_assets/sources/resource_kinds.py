@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from envfactory_assets.sources.domains import classify_domain
+from envfactory_assets.sources.mcp_resources import McpMappingError, resources_from_tool_list
 from envfactory_assets.sources.mcp_tools import (
-    DEFAULT_TIMEOUT_S,
+    COMMITTED_DIR,
     MCP_KIND,
     TOOL_LIST_FORMAT,
-    TOOL_LISTS_DIR,
     ToolListError,
     load_tool_list,
-    read_installed_servers,
 )
 from envfactory_assets.sources.names import snake_case, to_identifier
 from envfactory_assets.sources.problems import load_error_detail, schema_error_detail, schema_error_where
@@ -78,6 +77,12 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
         document, digest = load_tool_list(path)
     except ToolListError as exc:
         return Rejection(rel, "", "invalid_tool_list", str(exc)[:500])
+    try:
+        n_resources = len(resources_from_tool_list(document)[0])
+    except McpMappingError as exc:  # a server of computations only (fetch, a SQL query): no state to model
+        return Rejection(rel, digest, "no_stateful_resource", str(exc)[:500], len(document["tools"]))
+    except Exception:  # another defect of the schemas (a remote $ref): the build names it
+        n_resources = len(document["tools"])
     domain = tool_list_domain(document)
     if domain is None:
         return Rejection(rel, digest, "no_domain", "no keyword of the tool names and descriptions maps to a domain")
@@ -97,7 +102,7 @@ def tool_list_resource(path: Path, root: Path) -> SourceResource | Rejection:
         domain=domain,
         categories=[f"mcp:{package.get('ecosystem', 'user')}"],
         n_paths=len(document["tools"]),
-        n_resources=len(document["tools"]),
+        n_resources=n_resources,
         resource_names=[t["name"] for t in document["tools"][:4]],
     )
 
@@ -190,38 +195,26 @@ def _rows(
 
 
 def mcp_rows(
-    home: Path,
     domains: Iterable[str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
     taken: set[str] | None = None,
-    servers_root: Path | None = None,
+    folder: Path | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Read every installed MCP server's tool list (over stdio) into ``(accepted, rejected)`` rows.
+    """The committed MCP tool lists (``*.json`` of ``folder``, default
+    :data:`~envfactory_assets.sources.mcp_tools.COMMITTED_DIR`) as ``(accepted, rejected)`` rows.
 
-    A server that is installed but fails or times out becomes a rejection (``path`` is
-    ``mcp-server:<name>``); servers that are not installed are left out (they are optional).
+    No server is started: ``scripts/setup_mcp.sh`` lists the pinned servers in the sandbox and commits their lists,
+    so every machine reads the same tools (a live read would depend on what is installed where the run happens).
+    A missing folder gives no rows; a bad file is a rejection naming it.
     """
-    written, failures = read_installed_servers(home, timeout_s, servers_root=servers_root)
-    root = home.resolve() / TOOL_LISTS_DIR
-    accepted, rejected = _rows(
-        (tool_list_resource(p, root) for p in written),
+    root = (folder or COMMITTED_DIR).resolve()
+    if not root.is_dir():
+        return [], []
+    return _rows(
+        (tool_list_resource(p, root) for p in sorted(root.glob("*.json"))),
         root,
         set(domains) if domains else None,
         taken if taken is not None else set(),
     )
-    for failure in failures:
-        if failure.reason == "not_installed":
-            continue
-        row = {
-            "path": f"mcp-server:{failure.server}",
-            "corpus_root": str(servers_root or home.resolve() / "mcp-servers"),
-            "sha256": "",
-            "reason": f"mcp_{failure.reason}",
-            "detail": failure.detail,
-        }
-        row["id"] = content_id("rej", row)
-        rejected.append(row)
-    return accepted, rejected
 
 
 def user_folder_rows(
@@ -257,7 +250,7 @@ def extra_resource_rows(
     include_mcp: bool = True,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """MCP tool lists of the installed servers plus the user folder ``home/user_resources``."""
-    accepted, rejected = mcp_rows(home, domains, taken=taken) if include_mcp else ([], [])
+    """The committed MCP tool lists (:func:`mcp_rows`) plus the user folder ``home/user_resources``."""
+    accepted, rejected = mcp_rows(domains, taken) if include_mcp else ([], [])
     more_acc, more_rej = user_folder_rows(home / USER_RESOURCES_DIR, domains, max_bytes, taken)
     return accepted + more_acc, rejected + more_rej

@@ -38,7 +38,9 @@ class SourceRunSpec:
     path_contains: str = setting(
         "", "scan only the corpus files whose path (relative to the corpus folder) contains this text; empty = all."
     )
-    include_mcp: bool = setting(True, "also read the tool lists of the installed MCP servers (over stdio).")
+    include_mcp: bool = setting(
+        True, "also read the committed MCP tool lists (envfactory_assets/sources/mcp_tool_lists; scripts/setup_mcp.sh)."
+    )
     per_domain: int = setting(
         13,
         "environments selected per domain (documents with more stateful resources and operations first); 0 "
