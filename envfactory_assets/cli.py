@@ -957,7 +957,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     home = settings.envfactory_home()
     run_config = _load_run_config(args.config)
-    op_config = lambda op: (run_config.get("ops", {}).get(op) or {}).get("config") or {}  # noqa: E731
     backend_config = (run_config.get("resources", {}).get("model_backend") or {}).get("config") or {}
     try:
         model_backend = ModelBackend(**backend_config)
@@ -969,7 +968,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if not resources:
         from envfactory_assets.sources.stage import all_resource_rows
 
-        src = op_config("source_resources")
+        src = op_config(run_config, "source_resources")
         corpus = Path(src["corpus_dir"]) if src.get("corpus_dir") else settings.corpus_dir(home)
         if not corpus.is_dir():
             raise UsageError(f"no source_resources in the store and no corpus at {corpus}; run scripts/setup.sh")
@@ -982,7 +981,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             src.get("include_mcp", SourceConfig.model_fields["include_mcp"].default),
         )
         origin = f"a scan of {corpus}"
-    src = op_config("source_resources")  # the environments to build are chosen there (one partition each)
+    src = op_config(run_config, "source_resources")  # the environments to build are chosen there (one partition each)
     chosen = select_resources(
         resources,
         src.get("per_domain", SourceConfig.model_fields["per_domain"].default),
@@ -990,7 +989,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         src.get("exclude", []),
     )
     try:
-        build = EnvironmentRunSpec(**op_config("environments"))
+        build = EnvironmentRunSpec(**op_config(run_config, "environments"))
     except (SettingError, TypeError) as exc:  # an unknown or out-of-range environments setting
         raise UsageError(f"ops.environments.config: {exc}") from None
     try:
@@ -1082,7 +1081,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         raise UsageError(f"coverage --batch {args.batch}: expected a whole number >= 1")
     if args.max_minutes is not None and not args.max_minutes > 0:
         raise UsageError(f"coverage --max-minutes {args.max_minutes}: expected a number > 0")
-    check_coverage_config(_load_run_config(args.config), args.config)  # named before anything runs
+    run_config = _load_run_config(args.config)
+    check_coverage_config(run_config, args.config)  # named before anything runs
     home = settings.envfactory_home()
     output = Path(args.output) if args.output else default_output(home)
     if output.is_dir():  # found before the batches run, not when their figures are written
@@ -1103,7 +1103,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     prepare_dagster_home(home)
     import dagster as dg
 
-    wanted = EnvironmentRunSpec(**op_config(_load_run_config(args.config), "environments")).max_resources
+    wanted = EnvironmentRunSpec(**op_config(run_config, "environments")).max_resources
 
     def latest_caps() -> dict[str, Any]:
         with dg.DagsterInstance.get() as instance:

@@ -17,7 +17,7 @@ import envfactory_assets.defs as defs_package
 from envfactory_assets.ablations.plan import AblationSynthesisSpec
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.config_schema import REQUIRED
-from envfactory_assets.envgen.run_settings import VerificationRunSpec
+from envfactory_assets.envgen.run_settings import EnvironmentRunSpec, VerificationRunSpec
 from envfactory_assets.evaluation.model_policy import SamplingSpec
 from envfactory_assets.evaluation.run import EvalSpec
 from envfactory_assets.evaluation.run_settings import EvaluationRunSpec
@@ -37,6 +37,7 @@ from envfactory_assets.viewer import ShowTrajectorySpec
 #: Dagster Config class name -> the plain specs it is built from, each with the prefix its fields carry there.
 SPECS = {
     "SourceConfig": [(SourceRunSpec, "")],
+    "EnvironmentsConfig": [(EnvironmentRunSpec, "")],
     "VerificationConfig": [(VerificationRunSpec, "")],
     "ToolGraphConfig": [(ToolGraphRunSpec, "")],
     "ChainsConfig": [(ChainRunSpec, ""), (SamplerConfig, "")],
