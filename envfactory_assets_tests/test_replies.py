@@ -446,3 +446,18 @@ def test_no_word_is_said_twice_where_a_connector_meets_a_refusal():
     to_field = {"id": "bp_14", "to": "easy", "nb_docks": 3}
     created = {"name": "create_bike_point", "arguments": {"to": "easy"}, "output": to_field}
     assert not any(re.search(r"\bto to\b", r) for r in _replies(created, 80))
+
+
+def test_a_persona_opening_a_sentence_of_the_query_starts_with_a_capital():
+    from envfactory_assets.synth.refinement.phrasing import shape_for_persona
+    from envfactory_assets.synth.sampling.sampler import PERSONAS
+
+    # a request as the run's queries read ("Hey! a DevOps engineer here." was one of them)
+    request = "Create a new job with name 'Logistics JOB'."
+    seen = set()
+    for persona in {p for ps in PERSONAS.values() for p in ps}:
+        for seed in range(40):
+            query = shape_for_persona(request, persona, True, random.Random(seed))
+            seen.add(query.split(persona[2:])[0])
+            assert not re.search(r"(^|[.!?] )[a-z]", query), query
+    assert "Hey! A " in seen and "Hello, a " in seen  # a persona inside a sentence keeps its article

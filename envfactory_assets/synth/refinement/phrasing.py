@@ -925,7 +925,11 @@ def shape_for_persona(text: str, persona: str | None, first_turn: bool, rng: ran
         return text
     body = text
     if first_turn:
-        body = rng.choice(_OPENERS[style]).format(persona=persona) + body
+        # a persona opening a sentence ("Hey! {persona} here.") starts with a capital: "A DevOps engineer"
+        opener = re.sub(
+            r"(^|[.!?] )([a-z])", lambda m: m[1] + m[2].upper(), rng.choice(_OPENERS[style]).format(persona=persona)
+        )
+        body = opener + body[0].upper() + body[1:]
     else:
         lead = rng.choice(_FOLLOW[style])
         if lead:
