@@ -461,3 +461,44 @@ def test_a_persona_opening_a_sentence_of_the_query_starts_with_a_capital():
             seen.add(query.split(persona[2:])[0])
             assert not re.search(r"(^|[.!?] )[a-z]", query), query
     assert "Hey! A " in seen and "Hello, a " in seen  # a persona inside a sentence keeps its article
+
+
+#: googleapis.com/vault.json ``matters.create`` as the run's environment offers it, called without a name (the
+#: spec requires none), so the created row has no label, only its identifier.
+MATTERS_CREATE = {
+    "name": "vault_matters_create",
+    "kind": "create",
+    "table": "matters",
+    "description": "Creates a matter with the given name and description. The initial state is open, and the "
+    "owner is the method caller. Returns the created matter with default view.",
+}
+MATTER_CALL = {
+    "name": "vault_matters_create",
+    "arguments": {"description": "Helps the Engineering team harness end-to-end e-commerce."},
+    "output": {
+        "matter_id": "mat_00025",
+        "description": "Helps the Engineering team harness end-to-end e-commerce.",
+        "state_value": "OPEN",
+        "created_at": "2024-09-20T06:24:00Z",
+    },
+}
+
+
+def test_a_created_row_without_a_label_is_named_by_its_id_in_a_sentence():
+    tools = {"vault_matters_create": MATTERS_CREATE}
+    replies = [write_reply([MATTER_CALL], tools, lambda _: "matter_id", f"m{seed}") for seed in range(200)]
+    summarised = [r for r in replies if "with the name and description" in r]
+    assert summarised, replies[:5]
+    for reply in summarised:
+        # "I created the matter with the name and description, mat_00025": the id read as a list item
+        assert not re.search(r"description[,:] mat_00025", reply), reply
+    assert any("(id mat_00025)" in r for r in summarised), summarised[:5]
+    assert all(reply_problems(r, [MATTER_CALL]) == [] for r in replies)
+
+
+def test_a_reply_says_it_is_done_once():
+    tools = {"vault_matters_create": MATTERS_CREATE}
+    replies = [write_reply([MATTER_CALL], tools, lambda _: "matter_id", f"d{seed}") for seed in range(1200)]
+    assert any(r.startswith("Done, ") for r in replies), replies[:5]
+    # "All done. Done, matter mat_00025 now exists"
+    assert not [r for r in replies if re.search(r"(?i)\bdone\b.*\bdone\b", r)]

@@ -679,10 +679,14 @@ def _create_sentence(c: _Call, rng: random.Random) -> str:
         f"you now have {c.who}{with_id}{about}{setting}",
     ]
     if c.done and c.tool.get("kind") == "create":
-        plans += [
-            f"I {c.done}: {new}{with_id}{about}{setting}",
-            f"I {c.done}, {new}{with_id}{about}{setting}",
-        ] * _DONE_WEIGHT
+        if c.label:
+            done = [f"I {c.done}: {new}{with_id}{about}{setting}", f"I {c.done}, {new}{with_id}{about}{setting}"]
+        else:
+            # a bare identifier after the summary ("I created the matter with the name and description,
+            # mat_00025") reads as a list item: it is said as the row's id instead
+            ident = f" (id {c.ident})" if c.ident is not None else ""
+            done = [f"I {c.done}{ident}{about}{setting}", f"I {c.done}{ident}{about}{setting}"]
+        plans += done * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
@@ -1188,7 +1192,8 @@ def write_reply(
     )
     head = _Call(calls[0], tools[calls[0]["name"]], key_of(tools[calls[0]["name"]]))
     opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS).format(things=head.things)
-    if opener.lower().startswith("done") and text.lower().startswith("done"):
+    # "All done. Done, the template now exists": one opener says it is done
+    if re.search(r"\bdone\b", opener.lower()) and text.lower().startswith("done"):
         opener = ""
     if len((opener + text).split()) > _MOST_REPLY_WORDS:
         opener = ""
