@@ -502,3 +502,40 @@ def test_a_reply_says_it_is_done_once():
     assert any(r.startswith("Done, ") for r in replies), replies[:5]
     # "All done. Done, matter mat_00025 now exists"
     assert not [r for r in replies if re.search(r"(?i)\bdone\b.*\bdone\b", r)]
+
+
+def test_a_flag_filter_named_by_a_verb_is_set_not_is():
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+    from envfactory_assets_tests.test_clarifications import _calls_of
+
+    # azure.com/batch-BatchService.json Job list as the run's environment offers it
+    schema = {
+        "type": "object",
+        "properties": {
+            "limit": {"type": "integer", "description": "Maximum number of jobs to return (default 20)."},
+            "uses_task_dependencies": {
+                "type": "boolean",
+                "description": "Whether Tasks in the Job can define dependencies on each other.",
+            },
+        },
+        "required": [],
+    }
+    tool = {
+        "name": "job_list",
+        "kind": "list",
+        "table": "jobs",
+        "description": "Lists all of the Jobs in the specified Account.",
+        "input_schema": schema,
+    }
+    args = {"uses_task_dependencies": False}
+    texts = [describe_call(tool, "job_id", args, rng=random.Random(i)) for i in range(30)]
+    for text in texts:
+        assert not re.search(r"uses task dependencies (is|is set to) (no|false)", text), text
+        assert "uses task dependencies set to false" in text, text
+    spec = {
+        "type": "function",
+        "function": {"name": "job_list", "description": tool["description"], "parameters": schema},
+    }
+    for text in texts[:5]:
+        question, calls = _calls_of(text, [spec])
+        assert not question and calls == [("job_list", args)], text
