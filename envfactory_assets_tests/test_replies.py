@@ -502,6 +502,17 @@ def test_a_reply_says_it_is_done_once():
     assert any(r.startswith("Done, ") for r in replies), replies[:5]
     # "All done. Done, matter mat_00025 now exists"
     assert not [r for r in replies if re.search(r"(?i)\bdone\b.*\bdone\b", r)]
+    # after another call's sentence: "finally, done, matter ...", "Once that was done, done, matter ..."
+    tools = {**TOOLS, "vault_matters_create": MATTERS_CREATE}
+    calls = [SITUATIONS["create"], MATTER_CALL]
+
+    def keys(tool):
+        return "matter_id" if tool["table"] == "matters" else key_of(tool)
+
+    replies = [write_reply(calls, tools, keys, f"x{seed}") for seed in range(600)]
+    assert not [r for r in replies if re.search(r"(?i)\bdone\b.*\bdone\b", r)]
+    assert any(re.search(r"\bOnce that was done\b", r) for r in replies)
+    assert all(reply_problems(r, calls) == [] for r in replies)
 
 
 def test_a_flag_filter_named_by_a_verb_is_set_not_is():

@@ -1185,7 +1185,12 @@ def write_reply(
     text = sentences[0]
     for i, s in enumerate(sentences[1:], start=1):
         joint = last if i == len(sentences) - 1 else between
+        # "done, X now exists" opens a reply; after a joint ("finally, done, ...", "Once that was done, done,")
+        # it says done twice
+        s = s.removeprefix("done, ")
         text += joint + (_capital(s) if joint.endswith(". ") else s)
+    if text.startswith("done, ") and re.search(r"\bdone\b", text[6:]):
+        text = text[6:]  # "Done, X now exists. Once that was done, ...": the joint says it
     reads_only = all(
         tools[c["name"]].get("kind") in ("list", "search", "count", "get", "relation_list", "computed_read")
         for c in calls
@@ -1193,7 +1198,7 @@ def write_reply(
     head = _Call(calls[0], tools[calls[0]["name"]], key_of(tools[calls[0]["name"]]))
     opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS).format(things=head.things)
     # "All done. Done, the template now exists": one opener says it is done
-    if re.search(r"\bdone\b", opener.lower()) and text.lower().startswith("done"):
+    if re.search(r"\bdone\b", opener.lower()) and re.search(r"\bdone\b", text.lower()):
         opener = ""
     if len((opener + text).split()) > _MOST_REPLY_WORDS:
         opener = ""
