@@ -47,22 +47,25 @@ def test_the_label_set_is_the_stated_draw():
 @pytest.mark.corpus
 @needs_corpus
 @pytest.mark.parametrize(
-    ("kind", "measured"),
+    ("kind", "mapped", "agree"),
     [
-        ("transfer", 2),  # every transfer of the corpus; both are velopayments' source-account transfers
-        # 77%, below the 90% target: four validates are dry runs whose row need not exist (three of one Azure
-        # deployment validate, Google's url map validate), a rollout restart and a check-suite rerequest change a
-        # status (actions), and a notification sub-resource's create sends nothing
-        ("side_effect", 23),
-        ("computed_read", 27),  # 90%: three traffic or usage metrics (Linode, SendGrid, Apideck)
+        ("transfer", 2, 2),  # every transfer of the corpus; both are velopayments' source-account transfers
+        # labelled when the verbs included validate and rerequest and the noun notification: 23 of 30 agreed.
+        # Without them (the six labelled otherwise are no longer side effects), 23 of 24; the one left is a
+        # rollout restart whose description moves a failed rollout's status (an action)
+        ("side_effect", 24, 23),
+        ("computed_read", 30, 27),  # 90%: three traffic or usage metrics (Linode, SendGrid, Apideck)
     ],
 )
-def test_precision_of_each_new_kind_on_its_hand_labelled_operations(kind, measured):
+def test_precision_of_each_new_kind_on_its_hand_labelled_operations(kind, mapped, agree):
+    """Precision: of the labelled operations the rules map to ``kind`` today, the share labelled ``kind``."""
     ops = LABELS[kind]
     given = [coverage_of(op["document"])[(op["method"], op["path"])].kind for op in ops]
-    agree = [k == op["label"] for k, op in zip(given, ops, strict=True)]
-    disagree = [(op["method"], op["path"], op["label"]) for ok, op in zip(agree, ops, strict=True) if not ok]
-    assert sum(agree) >= measured, (kind, given, disagree)
+    still = [op for k, op in zip(given, ops, strict=True) if k == kind]
+    right = [op for op in still if op["label"] == kind]
+    wrong = [(op["method"], op["path"], op["label"]) for op in still if op["label"] != kind]
+    assert (len(still), len(right)) == (mapped, agree), wrong
+    assert len(right) / len(still) >= 0.9
 
 
 @pytest.mark.corpus
