@@ -199,3 +199,38 @@ def test_refusal_share_asks_transfers_for_more_than_the_source_holds_and_the_age
         for turn in traj["turns"]:
             for j, c in enumerate(turn["calls"]):
                 assert bool(c.get("recovery")) == ((id(turn), j) in after)
+
+
+def test_a_summary_total_of_floats_is_the_figure_a_person_adds_up(tmp_path):
+    """Rows of 0.1 and 0.2 total 0.3, not 0.30000000000000004: the reply check compares the figures a reply
+    states with the result's, so float noise in a total failed replies that said it right."""
+    document = orjson.loads((TRANSFERS / "ledger.json").read_bytes())
+    document["components"]["schemas"]["Bin"]["properties"]["quantity"]["type"] = "number"
+    path = tmp_path / "ledger.json"
+    path.write_bytes(orjson.dumps(document))
+    ledger = build_environment(inspect_file(path, tmp_path).as_row(), document)
+    state = copy.deepcopy(next(s["state"] for s in ledger["initial_states"] if s["name"] == "valid"))
+    bins = state["tables"]["bins"]
+    for row, quantity in zip(bins, [0.1, 0.2] + [0] * len(bins), strict=False):
+        row["quantity"] = quantity
+    with environment_worker({ledger["env_id"]: ledger}) as worker:
+        episode = worker.open_episode({ledger["env_id"]: state})
+        result = worker.call(episode, "get_stock_summary", {})
+    assert result["ok"], result
+    assert result["output"]["total_quantity"] == 0.3
+
+
+def test_a_side_effect_reply_names_the_row_as_a_person_says_its_table(envs, turns):
+    """A table the builder numbered apart from another of the same name (``instances_4``) is said by its words
+    ("instance ins_1"), never "instances 4 ins_1" (the 4 would read as a figure the results lack)."""
+    turn, call = _calls(turns, "side_effect")[0]
+    index = ToolIndex(envs)
+    tools = copy.deepcopy(index.tools)
+    tool = tools[call["name"]]
+    # the builder's thing of a numbered table is its words ("instances 4" of linode's ``instances_4``)
+    tool["side_effect"]["thing"] = tool["table"] + " 4"
+    for seed in range(20):
+        reply = write_reply([call], tools, index.key_of, f"numbered/{seed}")
+        assert reply_problems(reply, [call]) == [], reply
+        assert " 4 " not in reply, reply
+        assert call["output"]["target_id"] in reply, reply

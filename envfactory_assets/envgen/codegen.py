@@ -398,7 +398,9 @@ def _totals(state, table, scope, fields):
     rows = _filtered(state, table, scope)
     out = {"count": len(rows)}
     for field in fields:
-        out[f"total_{field}"] = sum(r[field] for r in rows if r.get(field) is not None)
+        total = sum(r[field] for r in rows if r.get(field) is not None)
+        # 2 rows of 7047.57 sum to 14095.140000000001; the API states the total it holds, 14095.14
+        out[f"total_{field}"] = round(total, 9) if isinstance(total, float) else total
     return out
 
 

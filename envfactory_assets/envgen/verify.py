@@ -723,7 +723,8 @@ def computed_figures(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
     rows = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items())]
     out: dict[str, Any] = {"count": len(rows)}
     for f in comp["fields"]:
-        out[f"total_{f}"] = sum(r[f] for r in rows if r.get(f) is not None)
+        total = sum(r[f] for r in rows if r.get(f) is not None)
+        out[f"total_{f}"] = round(total, 9) if isinstance(total, float) else total  # as the generated code sums
     return out
 
 
