@@ -134,6 +134,12 @@ def mutate(env: dict, pattern: str, replacement: str) -> dict:
     return mutated
 
 
+def failed_semantics(env: dict) -> dict[str | None, str]:
+    """``{tool: detail}`` of every failed ``semantics`` check of ``env``'s verification."""
+    report = verify_environment(env)
+    return {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
+
+
 def failed_checks(env: dict) -> set[tuple[str, str | None]]:
     """``(check, tool)`` of every failed check of ``env``'s verification, which must fail as a whole."""
     report = verify_environment(env)

@@ -5,7 +5,6 @@ rejecting a broken implementation of each transfer and computed read."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,10 @@ from envfactory_assets_tests.fixture_environments import (
     environment_fixture,
     environment_worker,
     failed_checks,
+    failed_semantics,
     fixture_graph,
     mutate,
+    states_where,
     valid_state,
 )
 
@@ -216,12 +217,10 @@ def test_gate_rejects_a_broken_transfer_implementation(ledger, pattern, replacem
 
 
 def test_a_transfer_no_state_can_check_fails_the_gate(ledger):
-    empty = copy.deepcopy(ledger)
-    for initial in empty["initial_states"]:
-        if initial["expect"] == "load":
-            initial["state"]["tables"]["bins"] = [dict(r, quantity=0) for r in initial["state"]["tables"]["bins"]]
-    report = verify_environment(empty)
-    failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
+    def empty_bins(state: dict) -> None:
+        state["tables"]["bins"] = [dict(r, quantity=0) for r in state["tables"]["bins"]]
+
+    failed = failed_semantics(states_where(ledger, empty_bins))
     assert "no loadable initial state has the rows of bins to check transfer on" in failed["move_stock"]
 
 
