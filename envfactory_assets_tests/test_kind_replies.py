@@ -9,19 +9,16 @@ import copy
 import re
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.quality.reply_facts import reply_problems
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
-from envfactory_assets_tests.fixture_environments import environment_worker, fixture_graph
+from envfactory_assets_tests.fixture_environments import document_environment, environment_worker, fixture_graph
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
 #: words of a lookup's reply that must never describe an outbox record
@@ -36,8 +33,7 @@ def _figure(value: float | int) -> str:
 def envs() -> dict[str, dict]:
     built = {}
     for name in ("ledger.json", "messaging.json"):
-        path = TRANSFERS / name
-        env = build_environment(inspect_file(path, TRANSFERS).as_row(), orjson.loads(path.read_bytes()))
+        env = document_environment(TRANSFERS / name)
         built[env["env_id"]] = env
     return built
 
