@@ -6,6 +6,7 @@ default selection prefers the documents that have these kinds."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -18,7 +19,12 @@ from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
-from envfactory_assets_tests.fixture_environments import document_environment, environment_worker, fixture_graph
+from envfactory_assets_tests.fixture_environments import (
+    document_environment,
+    environment_worker,
+    fixture_graph,
+    valid_state,
+)
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
 #: words of a lookup's reply that must never describe an outbox record
@@ -200,12 +206,12 @@ def test_refusal_share_asks_transfers_for_more_than_the_source_holds_and_the_age
 def test_a_summary_total_of_floats_is_the_figure_a_person_adds_up(tmp_path):
     """Rows of 0.1 and 0.2 total 0.3, not 0.30000000000000004: the reply check compares the figures a reply
     states with the result's, so float noise in a total failed replies that said it right."""
-    document = orjson.loads((TRANSFERS / "ledger.json").read_bytes())
+    document = json.loads((TRANSFERS / "ledger.json").read_text())
     document["components"]["schemas"]["Bin"]["properties"]["quantity"]["type"] = "number"
     path = tmp_path / "ledger.json"
-    path.write_bytes(orjson.dumps(document))
-    ledger = build_environment(inspect_file(path, tmp_path).as_row(), document)
-    state = copy.deepcopy(next(s["state"] for s in ledger["initial_states"] if s["name"] == "valid"))
+    path.write_text(json.dumps(document))
+    ledger = document_environment(path)
+    state = valid_state(ledger)
     bins = state["tables"]["bins"]
     for row, quantity in zip(bins, [0.1, 0.2] + [0] * len(bins), strict=False):
         row["quantity"] = quantity
