@@ -893,10 +893,15 @@ def cmd_environments(args: argparse.Namespace) -> int:
         return 0
     if not passed.environments:
         print("no servable environment yet (materialize verified_environments first: envfactory run)")
+    # columns as wide as their longest value, so a long domain name does not shift the next column
+    id_width = max((len(e) for e in passed.environments), default=0)
+    domain_width = max((len(str(env.get("domain") or "")) for env in passed.environments.values()), default=0)
     for env_id, env in sorted(passed.environments.items()):
         reason = curation.reason("environment", env_id)
+        n_tools = len(env["tools"])
         print(
-            f"{env_id:<40} {str(env.get('domain') or ''):<16} {len(env['tools']):>3} tools"
+            f"{env_id:<{id_width}}  {str(env.get('domain') or ''):<{domain_width}}  {n_tools:>3} "
+            + ("tool" if n_tools == 1 else "tools")
             + (f"  (excluded: {reason})" if reason else "")
         )
         if args.tools:
@@ -953,7 +958,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from envfactory_assets.envgen.estimate import estimate_environments, format_estimate
     from envfactory_assets.envgen.run_settings import EnvironmentRunSpec
     from envfactory_assets.envgen.stage import select_resources
-    from envfactory_assets.store.db import Store
+    from envfactory_assets.store.db import Store, StoreBusy
 
     home = settings.envfactory_home()
     run_config = _load_run_config(args.config)
@@ -963,7 +968,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except Exception as exc:  # pydantic names the bad field
         raise UsageError(f"resources.model_backend.config: {exc}") from None
     store_path = settings.store_path(home)
-    resources = Store(store_path).read("source_resources") if store_path.exists() else []
+    try:
+        resources = Store(store_path).read("source_resources") if store_path.exists() else []
+    except StoreBusy as exc:
+        raise UsageError(f"cannot read the store's source_resources: {exc}") from None
     origin = f"the store's source_resources ({store_path})"
     if not resources:
         from envfactory_assets.sources.stage import all_resource_rows
@@ -1236,7 +1244,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(use with --config configs/corpus_coverage.yaml and its own ENVFACTORY_HOME; hours, not in CI)",
     )
     cov.add_argument("--config", help="YAML run config of every command (configs/corpus_coverage.yaml)")
-    cov.add_argument("--batch", type=int, default=100, help="environment partitions per envfactory run command")
+    cov.add_argument(
+        "--batch", type=int, default=100, help="environment partitions per envfactory run command (default: 100)"
+    )
     cov.add_argument(
         "--max-minutes", type=float, default=None, help="start no batch after this many minutes (default: no limit)"
     )
@@ -1267,7 +1277,7 @@ def build_parser() -> argparse.ArgumentParser:
     abl.set_defaults(func=cmd_ablations)
     lin = sub.add_parser("lineage", help="trace a checkpoint back to its source resources")
     lin.add_argument("checkpoint_id")
-    lin.add_argument("--json", action="store_true")
+    lin.add_argument("--json", action="store_true", help="print the lineage as JSON (paths absolute) instead of text")
     lin.set_defaults(func=cmd_lineage)
     st = sub.add_parser(
         "status",
@@ -1322,11 +1332,11 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("--output", help="write to this file (docs/configuration.md) instead of stdout")
     cfg.set_defaults(func=cmd_config_docs)
     ui = sub.add_parser("ui", help="start the Dagster UI on 127.0.0.1")
-    ui.add_argument("--port", type=int, default=3000)
+    ui.add_argument("--port", type=int, default=3000, help="port of the UI on 127.0.0.1 (default: 3000)")
     ui.set_defaults(func=cmd_ui)
     est = sub.add_parser("estimate", help="model calls and tokens the environments stage would spend (no call)")
     est.add_argument("--config", help="YAML file of run config (resources.model_backend, ops.environments)")
-    est.add_argument("--json", action="store_true")
+    est.add_argument("--json", action="store_true", help="print the estimate as JSON")
     est.set_defaults(func=cmd_estimate)
     serve = sub.add_parser(
         "serve-env", help="serve a verified environment as an MCP server over stdio, or Streamable HTTP (--http)"
@@ -1428,7 +1438,7 @@ def build_parser() -> argparse.ArgumentParser:
         cur.set_defaults(func=cmd_exclude)
     envs = sub.add_parser("environments", help="list the servable environments (passed verification)")
     envs.add_argument("--tools", action="store_true", help="also list each tool's node id (env_id.tool_name)")
-    envs.add_argument("--json", action="store_true")
+    envs.add_argument("--json", action="store_true", help="print id, domain, tool names and exclusion as JSON")
     envs.set_defaults(func=cmd_environments)
     lst = sub.add_parser("curation", help="list the exclusions in $ENVFACTORY_HOME/curation.yaml")
     lst.set_defaults(func=cmd_curation)

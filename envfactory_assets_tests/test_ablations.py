@@ -173,6 +173,8 @@ def test_the_report_compares_arms_by_the_paired_interval_on_shared_tasks(tmp_pat
     assert "(b) raw queries instead of refined ones | synthetic_held_out" in partial
     pending = ablations_markdown([], {})
     assert "Not run yet" in pending and "envfactory ablations --config configs/ablations.yaml" in pending
+    assert pending.split("\n")[2].startswith("**No arm has been run yet")  # said before any table
+    assert "No arm has been run yet" not in text and "No arm has been run yet" not in partial
 
 
 def test_the_arm_selections_and_settings_exist_in_the_pipeline_graph(tmp_path):

@@ -194,17 +194,19 @@ def test_the_results_markers_live_in_docs_evaluation_and_accept_a_table():
 
 #: commands whose argument is an id of the run, and which positional argument it is (exclude/include: after the kind)
 ID_ARGUMENT = {"show": 0, "lineage": 0, "serve-env": 0, "exclude": 1, "include": 1}
-EXAMPLE_PAGES = (README, REPO / "docs" / "commands.md")
+EXAMPLE_PAGES = (README, *DOCS)
 DEFAULT_RUN = REPO / "docs" / "default_run.md"
 
 
 def example_command_ids(text: str) -> list[str]:
-    """Every id that a fenced example command of ``text`` passes to a command of :data:`ID_ARGUMENT`
-    (``envfactory show ref_...``, ``envfactory exclude resource helpdesk``); a ``<placeholder>`` is no id."""
+    """Every id that an example command of ``text`` passes to a command of :data:`ID_ARGUMENT`
+    (``envfactory show ref_...``, ``envfactory exclude resource helpdesk``), in fenced blocks and in inline code
+    spans; a ``<placeholder>`` or an upper-case name (``ENV_ID``) is no id."""
     import shlex
 
     ids = []
-    for block in fenced_commands(text):
+    inline = [[span] for span in re.findall(r"`([^`\n]*envfactory [^`\n]*)`", _FENCE.sub("", text))]
+    for block in fenced_commands(text) + inline:
         for line in block:
             try:
                 words = shlex.split(line, comments=True)
@@ -220,7 +222,7 @@ def example_command_ids(text: str) -> list[str]:
                         break
                     positional.append(arg)
                 index = ID_ARGUMENT[command]
-                if len(positional) > index and not positional[index].startswith("<"):
+                if len(positional) > index and not (positional[index].startswith("<") or positional[index].isupper()):
                     ids.append(positional[index])
     return ids
 
@@ -238,7 +240,7 @@ def examples_block(text: str) -> str | None:
 
 def test_every_id_the_example_commands_name_is_one_of_the_default_runs_examples():
     """An example id is one the current default run has: ``envfactory report`` writes them into
-    docs/default_run.md's examples block, and every id an example command of the README or docs/commands.md
+    docs/default_run.md's examples block, and every id an example command of the README or a page of docs/
     names must be there (an id of an earlier run fails where a reader tries it)."""
     block = examples_block(DEFAULT_RUN.read_text(encoding="utf-8"))
     assert block is not None, (
@@ -261,8 +263,14 @@ def test_the_example_id_rule_finds_ids_skips_placeholders_and_reads_the_block():
         "envfactory serve-env bookshop_example\n"
         "envfactory status\n"
         "```\n"
+        "Inline: `envfactory show ref_0123456789abcdef` and `envfactory serve-env ENV_ID --http`.\n"
     )
-    assert example_command_ids(sample) == ["ref_7d00aa848c5c0dc2", "helpdesk", "bookshop_example"]
+    assert example_command_ids(sample) == [
+        "ref_7d00aa848c5c0dc2",
+        "helpdesk",
+        "bookshop_example",
+        "ref_0123456789abcdef",
+    ]
     from envfactory_assets.reporting.report import examples_section
 
     written = "\n".join(examples_section({"trajectory": "ref_7d00aa848c5c0dc2", "resource": "helpdesk"}))

@@ -1,11 +1,14 @@
 """``envfactory status`` counts what ``envfactory report`` states: the passed rows of the main sampler, with
 rejected rows and the baseline sampler's chains beside them; ``envfactory report`` says on stderr which step it
-is at. On a store of real rows of the bookshop fixture."""
+is at; read-only commands run while another process reads the store. On a store of real rows of the bookshop
+fixture."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -147,3 +150,43 @@ def test_report_names_each_step_on_stderr_and_writes_the_same_report(status_home
     compared = capsys.readouterr()
     assert "| figure | before | after |" in compared.out
     assert [line.rsplit("  ", 1)[1] for line in compared.err.splitlines()][:-1] == list(COMPARE_STEPS)
+
+
+def _hold_store(path: Path, read_only: bool) -> subprocess.Popen[str]:
+    """Another process holding the store file open (read-only: as a running ``envfactory report`` does)."""
+    code = (
+        "import time, duckdb\n"
+        f"con = duckdb.connect({str(path)!r}, read_only={read_only})\n"
+        "print('holding', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    return holder
+
+
+def test_read_only_commands_run_beside_another_process_reading_the_store(status_home, monkeypatch, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(status_home))
+    holder = _hold_store(store_path(status_home), read_only=True)
+    try:
+        assert cli_main(["environments"]) == 0
+        listed = capsys.readouterr()
+        assert re.fullmatch(rf"{ENV_ID}  \S+  +\d+ tools?\n", listed.out), listed
+        lines = _status(status_home, monkeypatch, capsys)
+        assert lines["environments"] == "1"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_estimate_names_the_process_writing_the_store_instead_of_a_traceback(status_home, monkeypatch, capsys):
+    monkeypatch.setenv("ENVFACTORY_HOME", str(status_home))
+    holder = _hold_store(store_path(status_home), read_only=False)
+    try:
+        assert cli_main(["estimate"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read the store's source_resources: ")
+    assert f"process {holder.pid} " in err and "open for writing" in err and "Traceback" not in err

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
-from envfactory_assets.store.db import Store, read_rows, sql_string
+from envfactory_assets.store.db import Store, StoreBusy, read_rows, sql_string
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate, passed_environment_ids
 from envfactory_assets.store.ids import content_id
 from envfactory_assets.store.lineage import LineageError, checkpoint_lineage, format_lineage
@@ -303,6 +306,56 @@ def test_query_reads_an_existing_store(store):
     store.replace_current("rejected_resources", [rejection(i) for i in range(3)])
     frame = store.query("SELECT reason, count(*) AS n FROM current_rejected_resources GROUP BY reason")
     assert frame.to_dicts() == [{"reason": "no_paths", "n": 3}]
+
+
+def _hold_store(path: Path, read_only: bool) -> subprocess.Popen[str]:
+    """A second process that opens ``path`` (read-only or read-write), says so, and holds it until killed."""
+    code = (
+        "import sys, time, duckdb\n"
+        f"con = duckdb.connect({str(path)!r}, read_only={read_only})\n"
+        "print('holding', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    return holder
+
+
+def test_a_read_in_another_process_does_not_block_reads(store):
+    store.replace_current("rejected_resources", [rejection(i) for i in range(3)])
+    holder = _hold_store(store.path, read_only=True)  # as a long `envfactory report` holds it
+    try:
+        started = time.monotonic()
+        assert len(store.read("rejected_resources")) == 3
+        assert store.counts()["rejected_resources"] == 3
+        assert store.query("SELECT count(*) AS n FROM current_rejected_resources").item() == 3
+        assert time.monotonic() - started < store.retry_seconds  # no wait for the other reader
+        # a write must wait for the reader, and then names it and how it holds the store
+        with pytest.raises(StoreBusy, match=rf"process {holder.pid} .*open for reading"):
+            store.replace_current("rejected_resources", [rejection(i) for i in range(4)])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(store.read("rejected_resources")) == 3
+
+
+def test_a_read_while_another_process_writes_names_the_writer(store):
+    store.replace_current("rejected_resources", [rejection(i) for i in range(2)])
+    holder = _hold_store(store.path, read_only=False)
+    try:
+        with pytest.raises(StoreBusy, match=rf"process {holder.pid} \(.*python.*\) has it open for writing"):
+            store.read("rejected_resources")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(store.read("rejected_resources")) == 2  # the lock goes with its process
+
+
+def test_a_read_inside_this_process_write_connection_shares_it(store):
+    store.replace_current("rejected_resources", [rejection(i) for i in range(2)])
+    with store.connect() as con:  # DuckDB refuses a read-only connection beside it: the read shares it
+        con.execute("SELECT 1")
+        assert len(store.read("rejected_resources")) == 2
 
 
 # ------------------------------------------------------------------------------------------------ ids

@@ -154,11 +154,15 @@ def ablations_markdown(
     Returns:
         Markdown text.
     """
-    lines = ["# Ablations", "", METHOD, "", "## What the paper found", "", PAPER, "", "## Arms", ""]
+    evaluated = {r["model"] for r in evaluations}
+    run = bool(evaluated & {a.name for a in ARMS})
+    lines = ["# Ablations", ""]
+    if not run:  # said first: a reader must not take the empty tables below for a measurement
+        lines += ['**No arm has been run yet: this page holds no measurement.** How to run them: "What we find".', ""]
+    lines += [METHOD, "", "## What the paper found", "", PAPER, "", "## Arms", ""]
     lines += [*_arms_section(ARMS), "", "## What we find", ""]
     lines += [*_steps_section(steps), ""]
-    evaluated = {r["model"] for r in evaluations}
-    if not evaluated & {a.name for a in ARMS}:
+    if not run:
         lines += [
             (
                 "**Not run yet.** The ablations take hours on a 2-core CPU (three full syntheses, three SFT runs "

@@ -425,7 +425,7 @@ def tool_kind_section(
             )
         )
     parts = [
-        "Tools of passed environments per kind (`docs/design.md`, tool kinds):",
+        'Tools of passed environments per kind (`docs/pipeline.md`, "Tool kinds"):',
         "",
         _table(rows, ("domain", *kinds, "all")),
         "",

@@ -1,13 +1,16 @@
 """The DuckDB store: short, idempotent write transactions and read-only readers that retry.
 
 DuckDB allows one read-write process or many read-only ones, never both; writers hold their
-connection only for one transaction (never while computing) and readers retry briefly, then say
-clearly that a write is in progress (docs/design.md, "Paper settings and measured facts").
+connection only for one transaction (never while computing); readers open it read-only, so they do
+not block one another; both retry briefly, then name the process that holds the file (docs/design.md,
+"Paper settings and measured facts").
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -35,6 +38,33 @@ class StoreBusy(RuntimeError):
     """Another process holds the store for writing; the message says what to do."""
 
 
+def _holder(lock_error: str) -> str:
+    """``"PID n: its command line"`` of the process DuckDB's lock error names (``"another process"`` when it
+    names none; the command line only where ``/proc`` shows it)."""
+    found = re.search(r"\(PID (\d+)\)", lock_error)
+    if not found:
+        return "another process"
+    pid = found.group(1)
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        command = " ".join(" ".join(a.decode(errors="replace").split()) for a in argv if a)  # one line
+    except OSError:
+        command = ""
+    return f"process {pid}" + (f" ({command[:200]})" if command else "")
+
+
+def _busy_message(path: Path, lock_error: str, read_only: bool, waited_s: float) -> str:
+    """What :class:`StoreBusy` says: who holds ``path``, how, and what to do."""
+    holder = _holder(lock_error)
+    # DuckDB adds the read-only hint only when the holder itself has the file read-only
+    # (a read-only opener is refused only by a writer, so the hint never shows to one)
+    if not read_only and "open this database in read-only mode" in lock_error:
+        how = f"{holder} has it open for reading (a long read such as `envfactory report`)"
+    else:
+        how = f"{holder} has it open for writing (a run or another write is in progress)"
+    return f"store {path} is busy: {how}; waited {waited_s:g} s. Try again when that process finishes."
+
+
 class EmptyResultRefused(ValueError):
     """A write would replace a table's current passed rows with a version that has none; nothing was written."""
 
@@ -57,15 +87,20 @@ def _existing_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
     return existing
 
 
+def _schema_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store on ``con`` has every table, column and ``current_`` view of the current schema."""
+    existing = _existing_columns(con)
+    wanted = {t: {c.split()[0] for c in cols + COMMON} for t, cols in TABLES.items()}
+    return all(cols <= existing.get(t, set()) and f"current_{t}" in existing for t, cols in wanted.items())
+
+
 def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create missing tables and views, and bring a store written by an older version up to the current
     schema: columns added since are created (NULL in old rows); nothing is dropped or rewritten.
 
     One catalog query when the schema is already current (the common case on every write connection).
     """
-    existing = _existing_columns(con)
-    wanted = {t: {c.split()[0] for c in cols + COMMON} for t, cols in TABLES.items()}
-    if all(cols <= existing.get(t, set()) and f"current_{t}" in existing for t, cols in wanted.items()):
+    if _schema_current(con):
         return
     for statement in ddl():
         con.execute(statement)
@@ -155,31 +190,49 @@ class Store:
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection, retried while another process holds the file.
+        """A connection, retried for ``retry_seconds`` while another connection stands in its way.
+
+        DuckDB lets one process hold the file read-write, or any number of processes hold it read-only,
+        never both; inside one process every connection must have the same mode. So a read-only
+        connection waits while another process writes, a read-write one while another process reads or
+        writes. A read-only connection asked for in a process that already holds the file read-write
+        shares that connection's database instead (the same process's writer cannot conflict with it).
 
         Raises:
-            StoreBusy: when the lock is still held after ``retry_seconds``.
+            StoreBusy: when the file is still held after ``retry_seconds``; the message names the process
+                that holds it (its PID and command line, as DuckDB's lock error and ``/proc`` give them).
             FileNotFoundError: for a read-only connection to a store not created yet.
         """
         if read_only:
             self._require_exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.retry_seconds
+        mode = read_only
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=mode)
                 break
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    if "lock" in str(exc).lower():
-                        raise StoreBusy(
-                            f"store {self.path} is locked by another process (a write is in "
-                            f"progress); try again when the run finishes"
-                        ) from exc
+            except duckdb.ConnectionException as exc:
+                if "different configuration" not in str(exc):
                     raise
+                if read_only and mode:  # this process holds it read-write: read through that instance
+                    mode = False
+                    continue
+                if time.monotonic() > deadline:  # a read-only connection of this process is still open
+                    raise StoreBusy(
+                        f"store {self.path} is open read-only elsewhere in this process (PID {os.getpid()}); "
+                        "a write waited "
+                        f"{self.retry_seconds:g} s for it to close"
+                    ) from exc
+                time.sleep(0.2)
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower():
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreBusy(_busy_message(self.path, str(exc), read_only, self.retry_seconds)) from exc
                 time.sleep(0.2)
         try:
-            if not read_only:
+            if not mode:
                 _ensure_schema(con)
             yield con
         finally:
@@ -387,11 +440,19 @@ class Store:
 
         ``where`` is an SQL predicate with ``?`` placeholders bound from ``params``.
 
+        Opens the store read-only, so readers in other processes neither wait for nor block one another; only
+        a store written by an older version is opened read-write once, to add what the schema gained since.
+
         Raises:
             FileNotFoundError: if the store does not exist yet (a reader never creates it).
+            StoreBusy: another process holds the store for writing past ``retry_seconds``.
         """
         columns(table)
         self._require_exists()
+        with self.connect(read_only=True) as con:  # read-only: readers in other processes do not block it
+            if _schema_current(con):
+                return read_rows(con, table, where, params, current)
+        # a store written by an older version: a read-write connection brings it up to the schema first
         with self.connect(read_only=False) as con:
             return read_rows(con, table, where, params, current)
 
@@ -406,5 +467,9 @@ class Store:
 
         if not self.path.exists():
             raise FileNotFoundError(f"store {self.path} does not exist yet: run `envfactory run` first")
-        with self.connect() as con:
-            return {t: con.execute(f"SELECT count(*) FROM current_{t}").fetchone()[0] for t in TABLES}
+        with self.connect(read_only=True) as con:
+            present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+            return {
+                t: (con.execute(f"SELECT count(*) FROM current_{t}").fetchone()[0] if f"current_{t}" in present else 0)
+                for t in TABLES
+            }

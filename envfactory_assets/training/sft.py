@@ -60,7 +60,8 @@ class SFTConfigSpec:
 
     max_steps: int = setting(
         32,
-        "SFT optimizer steps (a CPU-sized run: ~6 s per step of 2 conversations for 135M parameters on 2 idle cores).",
+        "SFT optimizer steps (a CPU-sized run: a step of 2 conversations for 135M parameters takes about 12 s on 2 "
+        "idle cores, 20-30 s with other jobs on them; docs/training.md, 'The CPU budget').",
     )
     learning_rate: float = setting(
         1e-4,
