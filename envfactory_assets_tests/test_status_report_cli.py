@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -28,6 +26,7 @@ from envfactory_assets.synth.sampling.sampler import SamplerConfig
 from envfactory_assets.synth.stage import chain_rows, raw_trajectory_rows, refined_trajectory_rows
 from envfactory_assets.synth.trajectories.execution import SynthConfig
 from envfactory_assets_tests.fixture_environments import FIXTURES
+from envfactory_assets_tests.store_holder import hold_store
 
 ENV_ID = "bookshop_example"
 
@@ -152,22 +151,9 @@ def test_report_names_each_step_on_stderr_and_writes_the_same_report(status_home
     assert [line.rsplit("  ", 1)[1] for line in compared.err.splitlines()][:-1] == list(COMPARE_STEPS)
 
 
-def _hold_store(path: Path, read_only: bool) -> subprocess.Popen[str]:
-    """Another process holding the store file open (read-only: as a running ``envfactory report`` does)."""
-    code = (
-        "import time, duckdb\n"
-        f"con = duckdb.connect({str(path)!r}, read_only={read_only})\n"
-        "print('holding', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
-    return holder
-
-
 def test_read_only_commands_run_beside_another_process_reading_the_store(status_home, monkeypatch, capsys):
     monkeypatch.setenv("ENVFACTORY_HOME", str(status_home))
-    holder = _hold_store(store_path(status_home), read_only=True)
+    holder = hold_store(store_path(status_home), read_only=True)
     try:
         assert cli_main(["environments"]) == 0
         listed = capsys.readouterr()
@@ -184,7 +170,7 @@ def test_read_only_commands_run_beside_another_process_reading_the_store(status_
 
 def test_estimate_names_the_process_writing_the_store_instead_of_a_traceback(status_home, monkeypatch, capsys):
     monkeypatch.setenv("ENVFACTORY_HOME", str(status_home))
-    holder = _hold_store(store_path(status_home), read_only=False)
+    holder = hold_store(store_path(status_home), read_only=False)
     try:
         assert cli_main(["estimate"]) == 2
     finally:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from envfactory_assets.store.ids import content_id
 from envfactory_assets.store.lineage import LineageError, checkpoint_lineage, format_lineage
 from envfactory_assets.store.schema import JSON_COLUMNS, TABLES, columns, ddl
 from envfactory_assets.store.sql_models import SQL_DIR, SqlModel, load_models, materialize_model
+from envfactory_assets_tests.store_holder import hold_store
 
 
 @pytest.fixture()
@@ -308,22 +307,9 @@ def test_query_reads_an_existing_store(store):
     assert frame.to_dicts() == [{"reason": "no_paths", "n": 3}]
 
 
-def _hold_store(path: Path, read_only: bool) -> subprocess.Popen[str]:
-    """A second process that opens ``path`` (read-only or read-write), says so, and holds it until killed."""
-    code = (
-        "import sys, time, duckdb\n"
-        f"con = duckdb.connect({str(path)!r}, read_only={read_only})\n"
-        "print('holding', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
-    return holder
-
-
 def test_a_read_in_another_process_does_not_block_reads(store):
     store.replace_current("rejected_resources", [rejection(i) for i in range(3)])
-    holder = _hold_store(store.path, read_only=True)  # as a long `envfactory report` holds it
+    holder = hold_store(store.path, read_only=True)  # as a long `envfactory report` holds it
     try:
         started = time.monotonic()
         assert len(store.read("rejected_resources")) == 3
@@ -341,7 +327,7 @@ def test_a_read_in_another_process_does_not_block_reads(store):
 
 def test_a_read_while_another_process_writes_names_the_writer(store):
     store.replace_current("rejected_resources", [rejection(i) for i in range(2)])
-    holder = _hold_store(store.path, read_only=False)
+    holder = hold_store(store.path, read_only=False)
     try:
         with pytest.raises(StoreBusy, match=rf"process {holder.pid} \(.*python.*\) has it open for writing"):
             store.read("rejected_resources")
