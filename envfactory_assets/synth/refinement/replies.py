@@ -914,8 +914,8 @@ def _side_effect_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     verb = str(out.get("verb") or spec.get("verb") or "")
     target = out.get("target_id")
-    thing = c.thing or spec.get("thing")  # the spoken name ("instance"), not the table's ("instances 4")
-    who = f"{thing} {target}" if isinstance(target, str) and target else f"the {thing}"
+    # the spoken name ("instance"), not the spec's table words ("instances 4")
+    who = f"{c.thing} {target}" if isinstance(target, str) and target else f"the {c.thing}"
     plans = _SIDE_EFFECT_DONE.get(verb) or (f"I ran {verb} on {who}" if verb else f"done for {who}",)
     sentence = _pick(rng, plans).format(who=who)
     recorded = str(out.get("arguments") or "")
