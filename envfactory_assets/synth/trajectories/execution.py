@@ -33,6 +33,7 @@ from envfactory_assets.synth.refinement.phrasing import (
 )
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import USER, Chain
+from envfactory_assets.synth.trajectories.real_calls import planning_environments, planning_worker
 from envfactory_assets.synth.trajectories.turns import split_turns
 
 SYSTEM_PROMPT = (
@@ -496,7 +497,10 @@ def synthesize_trajectory(
             f"{'a model query writer' if writer is None else 'no model query writer'}"
         )
     rng = random.Random(chain.seed)
-    index = ToolIndex({e: environments[e] for e in chain.servers})
+    # tools with a real MCP signature are planned in their canonical names and executed in the real ones
+    worker = planning_worker(worker, {e: environments[e] for e in chain.servers})
+    environments = planning_environments({e: environments[e] for e in chain.servers})
+    index = ToolIndex(environments)
     initial = {
         e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
         for e in chain.servers
