@@ -1,0 +1,182 @@
+"""Trajectories over environments built from committed MCP tool lists (no server installed): the tool graph
+plans in the builder's names, but every recorded tool call, every tool list a model is shown and every call
+the environment executes is in the real server's names and schema; the RL rows replay and the turn's own calls
+win the reward."""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from envfactory_assets.envgen.mcp_signatures import canonical_tool
+from envfactory_assets.envgen.stage import programmatic_environment
+from envfactory_assets.envgen.tools import READ_KINDS
+from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
+from envfactory_assets.graph.embeddings import HashingEmbedder
+from envfactory_assets.runtime.sandbox import SandboxWorker
+from envfactory_assets.sources.resource_kinds import mcp_rows
+from envfactory_assets.synth.datasets.rows import complete_answer_problem, replay_check
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
+from envfactory_assets.synth.stage import dataset_rows, refined_trajectory_rows
+from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
+from envfactory_assets.synth.trajectories.real_calls import real_trajectory, window_arguments
+
+#: two servers with state whose tools name rows by the server's own parameters (``issue_number``, ``path``)
+SERVERS = ("mcp__github", "mcp__secure_filesystem")
+
+
+@cache
+def mcp_environments() -> dict[str, dict[str, Any]]:
+    accepted, _ = mcp_rows()
+    rows = [r for r in accepted if r["resource_key"] in SERVERS]
+    envs = [programmatic_environment(r, Path(r["corpus_root"]) / r["path"]) for r in rows]
+    return {env["env_id"]: env for env in envs}
+
+
+def real_tools() -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for env in mcp_environments().values() for t in env["tools"]}
+
+
+@pytest.fixture(scope="module")
+def worker():
+    with SandboxWorker() as w:
+        for env_id, env in mcp_environments().items():
+            w.load_environment(env_id, env["source"])
+        yield w
+
+
+@pytest.fixture(scope="module")
+def raw_trajectories(worker):
+    envs = mcp_environments()
+    graph = build_tool_graph(tools_from_environments(envs.values()), HashingEmbedder())
+    out = []
+    for i, chain in enumerate(sample_chains(graph, 8, "mcp-trajectories", SamplerConfig(min_tools=3))):
+        traj = synthesize_trajectory(chain, graph, envs, worker, SynthConfig(min_turns=2))
+        if traj["status"] == "passed":
+            domains = sorted({envs[e]["domain"] for e in traj["env_ids"]})
+            out.append({**traj, "id": f"raw_{i}", "tool_chain_id": f"chain_{i}", "domains": domains})
+    assert len(out) >= 3
+    return out
+
+
+@pytest.fixture(scope="module")
+def datasets(raw_trajectories):
+    refined = refined_trajectory_rows(
+        raw_trajectories, mcp_environments(), config=CalibrationConfig(k=2, conversational_share=0.0, workers=1)
+    )
+    passed = [r for r in refined if r["status"] == "passed"]
+    assert passed
+    sft, rl, rejected = dataset_rows(passed, mcp_environments(), sft_share=0.5)
+    assert rejected == [] and sft and rl
+    return sft, rl
+
+
+def recorded_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every assistant tool call of an SFT row's messages or an RL row's prompt, and an RL row's gold calls,
+    as ``{"name", "arguments"}``."""
+    messages = row.get("messages") or row["prompt"]
+    calls = [
+        {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+        for m in messages
+        for c in m.get("tool_calls") or []
+    ]
+    return calls + [{"name": g["name"], "arguments": g["arguments"]} for g in row.get("gold_calls") or []]
+
+
+def test_the_tool_graph_holds_every_real_signature_tool_in_its_canonical_view():
+    tools = tools_from_environments(mcp_environments().values())
+    assert {t["name"] for t in tools} == set(real_tools())
+    get_issue = next(t for t in tools if t["name"] == "get_issue")
+    # the sampler fills a row's identifier from an earlier result: the builder's name, not the server's number
+    assert get_issue["input_schema"] == real_tools()["get_issue"]["mcp_binding"]["canonical_input"]
+    assert "issue_number" in get_issue["real_input_schema"]["properties"]
+
+
+def test_synthesis_plans_in_canonical_names_and_executes_in_the_sandbox(raw_trajectories):
+    tools = real_tools()
+    for traj in raw_trajectories:
+        for turn in traj["turns"]:
+            for call in turn["calls"]:
+                canonical = canonical_tool(tools[call["name"]])["input_schema"]
+                assert set(call["arguments"]) <= set(canonical["properties"]), call
+                assert set(canonical.get("required") or []) <= set(call["arguments"]), call
+
+
+def test_every_recorded_call_is_in_the_real_servers_names_and_validates_against_its_schema(datasets):
+    sft, rl = datasets
+    tools = real_tools()
+    renamed = []
+    for row in sft + rl:
+        shown = {t["function"]["name"]: t["function"]["parameters"] for t in row["tools"]}
+        # the tool list a model is shown is the real server's
+        assert {n: tools[n]["input_schema"] for n in shown} == shown
+        for call in recorded_calls(row):
+            schema = tools[call["name"]]["input_schema"]
+            jsonschema.validate(call["arguments"], schema)
+            canonical = set(canonical_tool(tools[call["name"]])["input_schema"]["properties"])
+            renamed += [a for a in call["arguments"] if a not in canonical]
+    # a row's id becomes the server's own key parameter (get_issue's issue_number, get_pull_request's pull_number)
+    assert {"issue_number", "pull_number"} & set(renamed), renamed
+
+
+def test_rl_rows_replay_and_the_turns_own_calls_earn_the_maximum_reward(datasets, worker):
+    _, rl = datasets
+    writers = {t["name"] for t in real_tools().values() if t["kind"] not in READ_KINDS}
+    for row in rl:
+        # the stored row no longer says whether the turn writes (dataset_rows checked that before storing it)
+        assert replay_check({**row, "changes_state": False}, worker) is None
+        assert complete_answer_problem(row, worker, writers) is None
+        windows = {
+            a for g in row["executed_calls"] for a in g["arguments"] if a in window_arguments(real_tools()[g["name"]])
+        }
+        assert windows <= set(row["masked_arguments"])
+
+
+def canonical_names(call: dict[str, Any]) -> dict[str, Any]:
+    """A real call's arguments under the builder's names: a key parameter as the row identifier, a window or
+    text parameter as ``limit``/``offset``/``query``, a field parameter as its field."""
+    binding = real_tools()[call["name"]]["mcp_binding"]
+    out = {}
+    for name, value in call["arguments"].items():
+        param = binding["params"].get(name) or {}
+        role = param.get("role")
+        if role == "key":
+            name = binding["row_key"]
+        elif role in ("limit", "offset", "query"):
+            name = role
+        elif role == "field":
+            name = param["field"]
+        out[name] = value
+    return out
+
+
+def test_a_gold_call_in_the_builders_names_does_not_replay(datasets, worker):
+    _, rl = datasets
+    row = next(r for r in rl if any(canonical_names(g) != g["arguments"] for g in r["gold_calls"]))
+    tampered = {**copy.deepcopy(row), "changes_state": False}
+    for gold in tampered["gold_calls"]:
+        gold["arguments"] = canonical_names(gold)
+    assert "failed on replay" in (replay_check(tampered, worker) or "")
+    assert "bad_arguments" in replay_check(tampered, worker)
+
+
+def test_real_trajectory_refuses_a_turn_that_does_not_replay_as_recorded(raw_trajectories, worker):
+    traj = next(
+        t for t in raw_trajectories if any(c["kind"] not in READ_KINDS for turn in t["turns"] for c in turn["calls"])
+    )
+    real = real_trajectory(traj, mcp_environments(), worker)
+    call = real["turns"][0]["calls"][0]
+    assert call["canonical_arguments"] == traj["turns"][0]["calls"][0]["arguments"]
+    jsonschema.validate(call["arguments"], real_tools()[call["name"]]["input_schema"])
+    broken = copy.deepcopy(traj)
+    for turn in broken["turns"]:
+        turn["state_after_hash"] = "0" * 64
+    with pytest.raises(ValueError, match="does not reach its state_after"):
+        real_trajectory(broken, mcp_environments(), worker)
