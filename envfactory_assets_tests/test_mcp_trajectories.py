@@ -19,14 +19,15 @@ from envfactory_assets.envgen.stage import programmatic_environment
 from envfactory_assets.envgen.tools import READ_KINDS
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder
+from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.resource_kinds import mcp_rows
-from envfactory_assets.synth.datasets.rows import complete_answer_problem, replay_check
+from envfactory_assets.synth.datasets.rows import complete_answer_problem, replay_check, rl_rows
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows, refined_trajectory_rows
-from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
-from envfactory_assets.synth.trajectories.real_calls import real_trajectory, window_arguments
+from envfactory_assets.synth.trajectories.execution import SynthConfig, refusal_output, synthesize_trajectory
+from envfactory_assets.synth.trajectories.real_calls import planning_worker, real_trajectory, window_arguments
 
 #: two servers with state whose tools name rows by the server's own parameters (``issue_number``, ``path``)
 SERVERS = ("mcp__github", "mcp__secure_filesystem")
@@ -180,3 +181,63 @@ def test_real_trajectory_refuses_a_turn_that_does_not_replay_as_recorded(raw_tra
         turn["state_after_hash"] = "0" * 64
     with pytest.raises(ValueError, match="does not reach its state_after"):
         real_trajectory(broken, mcp_environments(), worker)
+
+
+@cache
+def memory_environment() -> dict[str, Any]:
+    accepted, _ = mcp_rows()
+    row = next(r for r in accepted if r["resource_key"] == "mcp__memory")
+    return programmatic_environment(row, Path(row["corpus_root"]) / row["path"])
+
+
+def test_a_refused_call_keeps_its_error_in_the_real_names_and_its_rl_row_replays():
+    env = memory_environment()
+    envs = {env["env_id"]: env}
+    state = {env["env_id"]: copy.deepcopy(env["initial_states"][0]["state"])}
+    entity = state[env["env_id"]]["tables"]["entities"][0]
+    with SandboxWorker() as inner:
+        inner.load_environment(env["env_id"], env["source"])
+        worker = planning_worker(inner, envs)
+        episode = worker.open_episode(copy.deepcopy(state))
+        # the environment takes only the real signature; the planning worker translates the builder's names
+        assert inner.call(episode, "open_nodes", {"entity_id": entity["entity_id"]})["error"]["type"] == "bad_arguments"
+        opened = worker.call(episode, "open_nodes", {"entity_id": entity["entity_id"]})
+        assert opened["ok"] and opened["output"] == entity  # the batch answer of one row, read as that row
+        twice = {"name": entity["name"], "entity_type": entity["entity_type"]}
+        refused = worker.call(episode, "create_entities", twice)
+        assert not refused["ok"] and refused["error"]["type"] == "precondition_failed"
+        worker.close_episode(episode)
+        digest = state_hash(state)
+        calls = [
+            {"name": "open_nodes", "arguments": {"entity_id": entity["entity_id"]}, "output": opened["output"]},
+            {
+                "name": "create_entities",
+                "arguments": twice,
+                "output": refusal_output(refused["error"]),
+                "error": "precondition_failed",
+            },
+        ]
+        turn = {
+            "turn_index": 0,
+            "query": "Open that entity, and create it again.",
+            "calls": [
+                {**c, "env_id": env["env_id"], "kind": "get" if i == 0 else "create", "provenance": {}}
+                for i, c in enumerate(calls)
+            ],
+            "assistant_summary": "Here it is; it exists already, so it was not created again.",
+            "state_before": state,
+            "state_after": state,
+            "state_before_hash": digest,
+            "state_after_hash": digest,
+        }
+        real = real_trajectory({"env_ids": [env["env_id"]], "turns": [turn]}, envs, inner)
+        opened_call, refused_call = real["turns"][0]["calls"]
+        assert opened_call["arguments"] == {"names": [entity["name"]]}
+        assert opened_call["output"]["items"] == [entity]
+        assert refused_call["arguments"]["entities"][0]["name"] == entity["name"]
+        assert (
+            refused_call["error"] == "precondition_failed" and refused_call["output"]["error"] == "precondition_failed"
+        )
+        (row,) = rl_rows(real, envs)
+        assert row["gold_calls"][1]["expect_error"] == "precondition_failed"
+        assert replay_check(row, inner) is None
