@@ -68,7 +68,8 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
 
     Calls of a tool with a real MCP signature must already be in the real names
     (:func:`~envfactory_assets.synth.trajectories.real_calls.real_trajectory`); its window parameters
-    (:func:`~envfactory_assets.synth.trajectories.real_calls.window_arguments`) are masked as ``limit`` is."""
+    (:func:`~envfactory_assets.synth.trajectories.real_calls.window_arguments`) are masked as ``limit`` is, and so
+    is a required real parameter that holds its schema's placeholder (provenance ``{"source": "schema"}``)."""
     messages = to_messages(trajectory["turns"])
     tools = tools_of(environments, trajectory["env_ids"])
     # a real MCP server's window parameters (``max_count``, ``per_page``) matter no more than ``limit``
@@ -88,6 +89,8 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
                 for a in g["arguments"]
                 if a in MASKED_ARGUMENT_NAMES or a in windows.get(g["name"], ())
             }
+            # a required real parameter nobody gave holds its schema's placeholder: any valid value will do
+            | {a for c in turn["calls"] for a, p in (c.get("provenance") or {}).items() if p.get("source") == "schema"}
         )
         rows.append(
             {
