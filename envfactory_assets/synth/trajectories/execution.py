@@ -478,6 +478,11 @@ def synthesize_trajectory(
 ) -> dict[str, Any]:
     """Execute ``chain`` into a trajectory dict (never raises for a failing chain).
 
+    A tool with a real MCP signature is planned and recorded in its canonical names (the graph's view of it) and
+    executed in the real ones (:class:`~envfactory_assets.synth.trajectories.real_calls.PlanningWorker`); the
+    dataset rows put its calls in the real names
+    (:func:`~envfactory_assets.synth.trajectories.real_calls.real_trajectory`).
+
     ``writer`` (needed exactly when ``config.query_writer`` is ``model``) rewrites each turn's programmatic raw
     query in the voice of ``persona``; each turn then records the outcome in ``query_writer``
     (:meth:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter.write`).
