@@ -181,8 +181,11 @@ def real_trajectory(
 
     Raises:
         ValueError: a turn does not replay as recorded: a state that does not load, a call that fails where it
-            succeeded (or the reverse, or with another error), or a final state other than ``state_after``.
+            succeeded (or the reverse, or with another error), a crashed worker, or a final state other than
+            ``state_after``.
     """
+    if isinstance(worker, PlanningWorker):
+        worker = worker.inner  # the calls below are already in the real names
     real = PlanningWorker(worker, {e: environments[e] for e in trajectory["env_ids"] if e in environments})
     if not any(real.has(c["name"]) for t in trajectory["turns"] for c in t["calls"]):
         return trajectory
@@ -218,6 +221,8 @@ def real_trajectory(
                 if result.get("ok"):
                     call["output"] = result.get("output")
             digest = state_hash(worker.save(episode))
+        except WorkerCrashed as exc:
+            raise ValueError(f"turn {turn.get('turn_index')}: the worker crashed replaying it: {exc}") from exc
         finally:
             try:
                 real.close_episode(episode)
