@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
+import pytest
 
 from envfactory_assets import settings
 from envfactory_assets.envgen.builder import build_environment
@@ -31,10 +32,35 @@ def installed_corpus() -> Path | None:
     return next((c for c in candidates if c.is_dir()), None)
 
 
+def document_spec(path: Path) -> dict:
+    """The fixture OpenAPI document at ``path`` (a JSON file), parsed."""
+    return orjson.loads(path.read_bytes())
+
+
+def document_environment(path: Path) -> dict:
+    """The environment the programmatic builder makes of the fixture document at ``path`` (scanned as a file of
+    the folder it lies in)."""
+    return build_environment(inspect_file(path, path.parent).as_row(), document_spec(path))
+
+
+def environment_fixture(path: Path, name: str):
+    """A module-scoped pytest fixture called ``name`` that gives :func:`document_environment` of ``path`` (assign
+    it to a module attribute of that name in a test module)."""
+
+    def environment() -> dict:
+        return document_environment(path)
+
+    return pytest.fixture(scope="module", name=name)(environment)
+
+
+def valid_state(env: dict) -> dict:
+    """A copy of the saved state of ``env``'s initial state named ``valid``."""
+    return copy.deepcopy(next(s["state"] for s in env["initial_states"] if s["name"] == "valid"))
+
+
 def build_fixture_environment(name: str) -> dict:
     """The environment built from ``fixtures/openapi/<name>`` (a JSON OpenAPI document)."""
-    resource = inspect_file(FIXTURES / name, FIXTURES)
-    return build_environment(resource.as_row(), orjson.loads((FIXTURES / name).read_bytes()))
+    return document_environment(FIXTURES / name)
 
 
 def build_fixture_environments(*names: str) -> dict[str, dict]:
@@ -106,6 +132,12 @@ def mutate(env: dict, pattern: str, replacement: str) -> dict:
     assert n == 1, f"mutation pattern {pattern!r} did not apply"
     mutated["source"] = source
     return mutated
+
+
+def failed_semantics(env: dict) -> dict[str | None, str]:
+    """``{tool: detail}`` of every failed ``semantics`` check of ``env``'s verification."""
+    report = verify_environment(env)
+    return {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
 
 
 def failed_checks(env: dict) -> set[tuple[str, str | None]]:

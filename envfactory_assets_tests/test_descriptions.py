@@ -112,3 +112,29 @@ def test_an_mcp_tools_own_short_description_is_kept_and_its_bare_arguments_are_d
     for tool in tools.values():
         for prop, schema in _properties(tool).items():
             assert is_sentence(schema.get("description"), (prop.split(".")[-1],)), (tool["name"], prop, schema)
+
+
+def test_a_flag_filter_named_by_a_clause_is_said_as_whether_it():
+    from envfactory_assets.envgen.descriptions import tool_sentence
+
+    # postmarkapp.com/server.json get_bounces as the run's environment offers it; its description read
+    # "Lists the bounces, optionally filtered by can activate or active."
+    bounces = {
+        "name": "get_bounces",
+        "kind": "list",
+        "table": "bounces",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                "can_activate": {"type": "boolean"},
+                "active": {"type": "boolean"},
+            },
+            "required": [],
+        },
+    }
+    said = tool_sentence(bounces, "bounce")
+    assert said == "Lists the bounces, optionally filtered by active or whether it can activate.", said
+    # a text field whose words open the same way stays a noun
+    bounces["input_schema"]["properties"]["can_activate"] = {"type": "string"}
+    assert tool_sentence(bounces, "bounce") == "Lists the bounces, optionally filtered by can activate or active."

@@ -6,22 +6,25 @@ default selection prefers the documents that have these kinds."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.quality.reply_facts import reply_problems
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
-from envfactory_assets_tests.fixture_environments import environment_worker, fixture_graph
+from envfactory_assets_tests.fixture_environments import (
+    document_environment,
+    environment_worker,
+    fixture_graph,
+    valid_state,
+)
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
 #: words of a lookup's reply that must never describe an outbox record
@@ -36,8 +39,7 @@ def _figure(value: float | int) -> str:
 def envs() -> dict[str, dict]:
     built = {}
     for name in ("ledger.json", "messaging.json"):
-        path = TRANSFERS / name
-        env = build_environment(inspect_file(path, TRANSFERS).as_row(), orjson.loads(path.read_bytes()))
+        env = document_environment(TRANSFERS / name)
         built[env["env_id"]] = env
     return built
 
@@ -199,3 +201,38 @@ def test_refusal_share_asks_transfers_for_more_than_the_source_holds_and_the_age
         for turn in traj["turns"]:
             for j, c in enumerate(turn["calls"]):
                 assert bool(c.get("recovery")) == ((id(turn), j) in after)
+
+
+def test_a_summary_total_of_floats_is_the_figure_a_person_adds_up(tmp_path):
+    """Rows of 0.1 and 0.2 total 0.3, not 0.30000000000000004: the reply check compares the figures a reply
+    states with the result's, so float noise in a total failed replies that said it right."""
+    document = json.loads((TRANSFERS / "ledger.json").read_text())
+    document["components"]["schemas"]["Bin"]["properties"]["quantity"]["type"] = "number"
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps(document))
+    ledger = document_environment(path)
+    state = valid_state(ledger)
+    bins = state["tables"]["bins"]
+    for row, quantity in zip(bins, [0.1, 0.2] + [0] * len(bins), strict=False):
+        row["quantity"] = quantity
+    with environment_worker({ledger["env_id"]: ledger}) as worker:
+        episode = worker.open_episode({ledger["env_id"]: state})
+        result = worker.call(episode, "get_stock_summary", {})
+    assert result["ok"], result
+    assert result["output"]["total_quantity"] == 0.3
+
+
+def test_a_side_effect_reply_names_the_row_as_a_person_says_its_table(envs, turns):
+    """A table the builder numbered apart from another of the same name (``instances_4``) is said by its words
+    ("instance ins_1"), never "instances 4 ins_1" (the 4 would read as a figure the results lack)."""
+    turn, call = _calls(turns, "side_effect")[0]
+    index = ToolIndex(envs)
+    tools = copy.deepcopy(index.tools)
+    tool = tools[call["name"]]
+    # the builder's thing of a numbered table is its words ("instances 4" of linode's ``instances_4``)
+    tool["side_effect"]["thing"] = tool["table"] + " 4"
+    for seed in range(20):
+        reply = write_reply([call], tools, index.key_of, f"numbered/{seed}")
+        assert reply_problems(reply, [call]) == [], reply
+        assert " 4 " not in reply, reply
+        assert call["output"]["target_id"] in reply, reply

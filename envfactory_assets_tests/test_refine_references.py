@@ -36,6 +36,21 @@ def test_a_row_no_single_fact_picks_out_is_named_by_two_and_the_solver_finds_it(
         assert _resolve_reference(phrase, "book_id", [_Listing(BOOKS)], random.Random(seed)) == "boo_00003"
 
 
+def test_a_row_named_by_its_etag_is_named_without_the_etags_double_quotes():
+    # googleapis.com/storage.json buckets as the run's environment seeds them: the ETag holds its HTTP quotes
+    buckets = [
+        {"bucket_id": "buck_00001", "etag": '"7f945236ae67e16fbf87577a"', "location_type": "region"},
+        {"bucket_id": "buck_00002", "etag": '"0c2b9fd99a6513f57607cde6"', "location_type": "region"},
+    ]
+    phrase = _state_reference(buckets, "bucket_id", "buck_00002", "buckets")
+    # "the bucket whose etag is '"0c2b9fd99a6513f57607cde6"'" read as quotes inside quotes
+    assert phrase == "the bucket whose etag is '0c2b9fd99a6513f57607cde6'"
+    quoted = "the bucket whose etag is '\"0c2b9fd99a6513f57607cde6\"'"  # as an earlier writer put it
+    for seed in range(5):
+        for said in (phrase, quoted):
+            assert _resolve_reference(said, "bucket_id", [_Listing(buckets)], random.Random(seed)) == "buck_00002"
+
+
 def test_a_row_no_pair_of_facts_picks_out_is_not_described():
     twins = [
         {"book_id": "boo_00001", "title": "Emma", "city": "Rome"},

@@ -5,15 +5,12 @@ use them."""
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.stage import select_resources
 from envfactory_assets.envgen.values import ValueFactory
 from envfactory_assets.envgen.verify import valid_arguments, verify_environment
@@ -22,7 +19,6 @@ from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.relations import param_noun
 from envfactory_assets.sources.resources import extract_resources
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows, tools_of
 from envfactory_assets.synth.refinement.solver.attempts import solve_turn
@@ -31,23 +27,26 @@ from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticS
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.abstention import abstention_turn
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
-from envfactory_assets_tests.fixture_environments import environment_worker, failed_checks, fixture_graph, mutate
+from envfactory_assets_tests.fixture_environments import (
+    document_spec,
+    environment_fixture,
+    environment_worker,
+    failed_checks,
+    failed_semantics,
+    fixture_graph,
+    mutate,
+    states_where,
+    valid_state,
+)
 
 KINDS = Path(__file__).parent / "fixtures" / "openapi_kinds"
 DOCUMENT = "team_directory.json"
 
+team = environment_fixture(KINDS / DOCUMENT, "team")
+
 
 def _spec() -> dict:
-    return orjson.loads((KINDS / DOCUMENT).read_bytes())
-
-
-@pytest.fixture(scope="module")
-def team() -> dict:
-    return build_environment(inspect_file(KINDS / DOCUMENT, KINDS).as_row(), _spec())
-
-
-def _valid(env: dict) -> dict:
-    return copy.deepcopy(next(s["state"] for s in env["initial_states"] if s["name"] == "valid"))
+    return document_spec(KINDS / DOCUMENT)
 
 
 def test_extraction_reads_sub_collections_of_another_resource_as_relations():
@@ -166,7 +165,7 @@ def test_the_built_environment_has_relation_tables_and_tools(team):
     }
     meta = team["tables"]["group_members"]
     assert meta["key"] is None and meta["foreign_keys"] == {"group_id": "groups", "user_id": "users"}
-    valid = _valid(team)
+    valid = valid_state(team)
     pairs = [(r["group_id"], r["user_id"]) for r in valid["tables"]["group_members"]]
     groups = [r["group_id"] for r in valid["tables"]["groups"]]
     # 3 members of the first group, 2 of the second, 1 of the third, no pair twice
@@ -177,7 +176,7 @@ def test_the_built_environment_has_relation_tables_and_tools(team):
 
 
 def test_relation_tools_in_the_sandbox(team):
-    state = _valid(team)
+    state = valid_state(team)
     env_id = team["env_id"]
     group, project = state["tables"]["groups"][0]["group_id"], state["tables"]["projects"][0]["project_id"]
     members = [r["user_id"] for r in state["tables"]["group_members"] if r["group_id"] == group]
@@ -224,11 +223,11 @@ def test_relation_tools_in_the_sandbox(team):
 def test_a_state_with_a_pair_twice_or_a_pair_of_a_missing_row_is_rejected(team):
     with SandboxWorker() as worker:
         worker.load_environment(team["env_id"], team["source"])
-        twice = _valid(team)
+        twice = valid_state(team)
         twice["tables"]["group_members"].append(dict(twice["tables"]["group_members"][0]))
         with pytest.raises(StateRejected, match="duplicate pair"):
             worker.open_episode({team["env_id"]: twice})
-        dangling = _valid(team)
+        dangling = valid_state(team)
         dangling["tables"]["group_members"][0]["user_id"] = "use_99999"
         with pytest.raises(StateRejected, match="references no row of users"):
             worker.open_episode({team["env_id"]: dangling})
@@ -242,7 +241,7 @@ def test_every_relation_tool_passes_the_gate_with_its_checks(team):
         assert {("semantics", name), ("tool_invalid", name)} <= passed
     assert ("precondition", "watch_project") in passed  # the POST's duplicate is refused
     # the gate deletes a user who has memberships, so that it sees them go with the user
-    state = _valid(team)
+    state = valid_state(team)
     deleted = valid_arguments(
         team, next(t for t in team["tools"] if t["name"] == "delete_user"), state, ValueFactory(7)
     )
@@ -312,13 +311,11 @@ def test_gate_rejects_a_broken_relation_implementation(team, pattern, replacemen
 
 
 def test_a_relation_tool_no_state_can_check_fails_the_gate(team):
-    no_groups = copy.deepcopy(team)
-    for initial in no_groups["initial_states"]:
-        if initial["expect"] == "load":
-            initial["state"]["tables"]["group_members"].clear()
-            initial["state"]["tables"]["groups"].clear()
-    report = verify_environment(no_groups)
-    failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
+    def no_groups(state: dict) -> None:
+        state["tables"]["group_members"].clear()
+        state["tables"]["groups"].clear()
+
+    failed = failed_semantics(states_where(team, no_groups))
     assert {"add_group_member", "remove_group_member", "list_group_members"} <= set(failed)
     assert "no loadable initial state has the rows of group_members" in failed["add_group_member"]
 

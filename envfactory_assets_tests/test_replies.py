@@ -446,3 +446,107 @@ def test_no_word_is_said_twice_where_a_connector_meets_a_refusal():
     to_field = {"id": "bp_14", "to": "easy", "nb_docks": 3}
     created = {"name": "create_bike_point", "arguments": {"to": "easy"}, "output": to_field}
     assert not any(re.search(r"\bto to\b", r) for r in _replies(created, 80))
+
+
+def test_a_persona_opening_a_sentence_of_the_query_starts_with_a_capital():
+    from envfactory_assets.synth.refinement.phrasing import shape_for_persona
+    from envfactory_assets.synth.sampling.sampler import PERSONAS
+
+    # a request as the run's queries read ("Hey! a DevOps engineer here." was one of them)
+    request = "Create a new job with name 'Logistics JOB'."
+    seen = set()
+    for persona in {p for ps in PERSONAS.values() for p in ps}:
+        for seed in range(40):
+            query = shape_for_persona(request, persona, True, random.Random(seed))
+            seen.add(query.split(persona[2:])[0])
+            assert not re.search(r"(^|[.!?] )[a-z]", query), query
+    assert "Hey! A " in seen and "Hello, a " in seen  # a persona inside a sentence keeps its article
+
+
+#: googleapis.com/vault.json ``matters.create`` as the run's environment offers it, called without a name (the
+#: spec requires none), so the created row has no label, only its identifier.
+MATTERS_CREATE = {
+    "name": "vault_matters_create",
+    "kind": "create",
+    "table": "matters",
+    "description": "Creates a matter with the given name and description. The initial state is open, and the "
+    "owner is the method caller. Returns the created matter with default view.",
+}
+MATTER_CALL = {
+    "name": "vault_matters_create",
+    "arguments": {"description": "Helps the Engineering team harness end-to-end e-commerce."},
+    "output": {
+        "matter_id": "mat_00025",
+        "description": "Helps the Engineering team harness end-to-end e-commerce.",
+        "state_value": "OPEN",
+        "created_at": "2024-09-20T06:24:00Z",
+    },
+}
+
+
+def test_a_created_row_without_a_label_is_named_by_its_id_in_a_sentence():
+    tools = {"vault_matters_create": MATTERS_CREATE}
+    replies = [write_reply([MATTER_CALL], tools, lambda _: "matter_id", f"m{seed}") for seed in range(200)]
+    summarised = [r for r in replies if "with the name and description" in r]
+    assert summarised, replies[:5]
+    for reply in summarised:
+        # "I created the matter with the name and description, mat_00025": the id read as a list item
+        assert not re.search(r"description[,:] mat_00025", reply), reply
+    assert any("(id mat_00025)" in r for r in summarised), summarised[:5]
+    assert all(reply_problems(r, [MATTER_CALL]) == [] for r in replies)
+
+
+def test_a_reply_says_it_is_done_once():
+    tools = {"vault_matters_create": MATTERS_CREATE}
+    replies = [write_reply([MATTER_CALL], tools, lambda _: "matter_id", f"d{seed}") for seed in range(1200)]
+    assert any(r.startswith("Done, ") for r in replies), replies[:5]
+    # "All done. Done, matter mat_00025 now exists"
+    assert not [r for r in replies if re.search(r"(?i)\bdone\b.*\bdone\b", r)]
+    # after another call's sentence: "finally, done, matter ...", "Once that was done, done, matter ..."
+    tools = {**TOOLS, "vault_matters_create": MATTERS_CREATE}
+    calls = [SITUATIONS["create"], MATTER_CALL]
+
+    def keys(tool):
+        return "matter_id" if tool["table"] == "matters" else key_of(tool)
+
+    replies = [write_reply(calls, tools, keys, f"x{seed}") for seed in range(600)]
+    assert not [r for r in replies if re.search(r"(?i)\bdone\b.*\bdone\b", r)]
+    assert any(re.search(r"\bOnce that was done\b", r) for r in replies)
+    assert all(reply_problems(r, calls) == [] for r in replies)
+
+
+def test_a_flag_filter_named_by_a_verb_is_set_not_is():
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+    from envfactory_assets_tests.test_clarifications import _calls_of
+
+    # azure.com/batch-BatchService.json Job list as the run's environment offers it
+    schema = {
+        "type": "object",
+        "properties": {
+            "limit": {"type": "integer", "description": "Maximum number of jobs to return (default 20)."},
+            "uses_task_dependencies": {
+                "type": "boolean",
+                "description": "Whether Tasks in the Job can define dependencies on each other.",
+            },
+        },
+        "required": [],
+    }
+    tool = {
+        "name": "job_list",
+        "kind": "list",
+        "table": "jobs",
+        "description": "Lists all of the Jobs in the specified Account.",
+        "input_schema": schema,
+    }
+    args = {"uses_task_dependencies": False}
+    texts = [describe_call(tool, "job_id", args, rng=random.Random(i)) for i in range(30)]
+    for text in texts:
+        assert not re.search(r"uses task dependencies (is|is set to) (no|false)", text), text
+        assert "uses task dependencies set to false" in text, text
+    spec = {
+        "type": "function",
+        "function": {"name": "job_list", "description": tool["description"], "parameters": schema},
+    }
+    for text in texts[:5]:
+        question, calls = _calls_of(text, [spec])
+        assert not question and calls == [("job_list", args)], text

@@ -4,32 +4,30 @@ the verification gate rejecting a broken implementation."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.side_effects import side_effect_verb
-from envfactory_assets_tests.fixture_environments import failed_checks, mutate
+from envfactory_assets_tests.fixture_environments import (
+    document_spec,
+    environment_fixture,
+    failed_checks,
+    mutate,
+    valid_state,
+)
 
-FIXTURES = Path(__file__).parent / "fixtures" / "openapi_transfers"
-DOCUMENT = "messaging.json"
+DOCUMENT = Path(__file__).parent / "fixtures" / "openapi_transfers" / "messaging.json"
+
+hub = environment_fixture(DOCUMENT, "hub")
 
 
 def _spec() -> dict:
-    return orjson.loads((FIXTURES / DOCUMENT).read_bytes())
-
-
-@pytest.fixture(scope="module")
-def hub() -> dict:
-    return build_environment(inspect_file(FIXTURES / DOCUMENT, FIXTURES).as_row(), _spec())
+    return document_spec(DOCUMENT)
 
 
 def test_only_the_stated_verbs_are_side_effects():
@@ -62,7 +60,7 @@ def test_the_environment_gains_an_empty_outbox(hub):
 
 
 def test_side_effect_tools_in_the_sandbox(hub):
-    state = copy.deepcopy(next(s["state"] for s in hub["initial_states"] if s["name"] == "valid"))
+    state = valid_state(hub)
     env_id = hub["env_id"]
     message = state["tables"]["messages"][0]
     with SandboxWorker() as worker:

@@ -185,3 +185,13 @@ def test_goal_expansion_names_the_tables_as_a_person_says_them(storage_env):
     assert new["calls"][-1]["name"] == "storage_buckets_get"
     assert "look up the bucket it belongs to" in new["query"], new["query"]
     assert " b " not in new["query"] and " b " not in new["query_raw"]
+
+
+def test_a_table_of_ids_is_said_as_ids_once():
+    from envfactory_assets.sources.names import singular, spoken_thing, spoken_things
+
+    # a table named "ids" read "Create a ids." and "the idses"
+    assert (spoken_thing("ids"), spoken_things("ids")) == ("id", "ids")
+    assert (spoken_thing("user_ids"), spoken_things("user_ids")) == ("user id", "user ids")
+    assert spoken_thing("ips") == "ip" and spoken_things("bus") == "buses"
+    assert singular("ids") == "ids"  # names made from the table stay as they were

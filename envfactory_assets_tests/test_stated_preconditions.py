@@ -24,6 +24,7 @@ from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesi
 from envfactory_assets_tests.fixture_environments import (
     environment_worker,
     failed_checks,
+    failed_semantics,
     fixture_graph,
     installed_corpus,
     mutate,
@@ -541,9 +542,7 @@ def test_a_precondition_no_initial_state_allows_is_checked_on_a_row_put_into_an_
 
 
 def test_a_stated_precondition_on_a_table_empty_in_every_state_fails_with_its_reason(envs):
-    empty = states_where(envs[LINODE], lambda state: state["tables"]["stackscripts"].clear())
-    report = verify_environment(empty)
-    failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
+    failed = failed_semantics(states_where(envs[LINODE], lambda state: state["tables"]["stackscripts"].clear()))
     assert "no loadable initial state has a row of stackscripts to check delete on" in failed["delete_stack_script"]
 
 

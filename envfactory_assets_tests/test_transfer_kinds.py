@@ -5,41 +5,41 @@ rejecting a broken implementation of each transfer and computed read."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import computed_figures, moved, verify_environment
 from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.transfers import balance_field, transfer_shape
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
-from envfactory_assets_tests.fixture_environments import environment_worker, failed_checks, fixture_graph, mutate
+from envfactory_assets_tests.fixture_environments import (
+    document_environment,
+    document_spec,
+    environment_fixture,
+    environment_worker,
+    failed_checks,
+    failed_semantics,
+    fixture_graph,
+    mutate,
+    states_where,
+    valid_state,
+)
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
 SERVICES = Path(__file__).parent / "fixtures" / "openapi_services"
-DOCUMENT = "ledger.json"
+DOCUMENT = TRANSFERS / "ledger.json"
+
+ledger = environment_fixture(DOCUMENT, "ledger")
 
 
 def _spec() -> dict:
-    return orjson.loads((TRANSFERS / DOCUMENT).read_bytes())
-
-
-@pytest.fixture(scope="module")
-def ledger() -> dict:
-    return build_environment(inspect_file(TRANSFERS / DOCUMENT, TRANSFERS).as_row(), _spec())
-
-
-def _valid(env: dict) -> dict:
-    return copy.deepcopy(next(s["state"] for s in env["initial_states"] if s["name"] == "valid"))
+    return document_spec(DOCUMENT)
 
 
 def test_extraction_reads_transfer_paths_with_an_amount():
@@ -75,7 +75,7 @@ def test_transfer_shapes_and_balance_fields():
 
 def test_a_sub_collection_with_rows_of_its_own_stays_a_nested_resource():
     # the savings goals' deposits have an item path and a list: deposit records, not a balance change
-    spec = orjson.loads((SERVICES / "savings_goals.json").read_bytes())
+    spec = document_spec(SERVICES / "savings_goals.json")
     resources = {r.name: r for r in extract_resources(spec)}
     assert "deposits" in resources and all(not r.transfers for r in resources.values())
 
@@ -109,7 +109,7 @@ def test_the_built_environment_has_transfer_tools(ledger):
 
 def test_transfer_tools_in_the_sandbox(ledger):
     # a float balance is stored rounded to 9 decimals (moved): 288.77 - 80.48 reads 208.29
-    state = _valid(ledger)
+    state = valid_state(ledger)
     env_id = ledger["env_id"]
     first, second = state["tables"]["accounts"][:2]
     a, b = first["account_id"], second["account_id"]
@@ -151,7 +151,7 @@ def test_transfer_tools_in_the_sandbox(ledger):
 
 
 def test_a_state_with_a_negative_balance_is_rejected(ledger):
-    negative = _valid(ledger)
+    negative = valid_state(ledger)
     negative["tables"]["bins"][0]["quantity"] = -1
     with SandboxWorker() as worker:
         worker.load_environment(ledger["env_id"], ledger["source"])
@@ -217,12 +217,10 @@ def test_gate_rejects_a_broken_transfer_implementation(ledger, pattern, replacem
 
 
 def test_a_transfer_no_state_can_check_fails_the_gate(ledger):
-    empty = copy.deepcopy(ledger)
-    for initial in empty["initial_states"]:
-        if initial["expect"] == "load":
-            initial["state"]["tables"]["bins"] = [dict(r, quantity=0) for r in initial["state"]["tables"]["bins"]]
-    report = verify_environment(empty)
-    failed = {c.tool: c.detail for c in report.checks if not c.passed and c.check == "semantics"}
+    def empty_bins(state: dict) -> None:
+        state["tables"]["bins"] = [dict(r, quantity=0) for r in state["tables"]["bins"]]
+
+    failed = failed_semantics(states_where(ledger, empty_bins))
     assert "no loadable initial state has the rows of bins to check transfer on" in failed["move_stock"]
 
 
@@ -234,7 +232,7 @@ def test_computed_reads_are_derived_from_the_rows(ledger):
     }
     assert all(t["read_only"] for t in tools.values())
     assert list(tools["get_stock_summary"]["output_schema"]["properties"]) == ["count", "total_quantity"]
-    state = _valid(ledger)
+    state = valid_state(ledger)
     env_id = ledger["env_id"]
     bins = state["tables"]["bins"]
     account = state["tables"]["accounts"][0]
@@ -276,14 +274,14 @@ def _constant(ledger: dict, function: str, args: dict) -> dict:
     """``ledger`` whose helper ``function`` returns what the tool gives on the valid state, whatever the state."""
     tool = next(t for t in ledger["tools"] if t["kind"] == "computed_read" and t["computed"]["scope"] == args["scope"])
     call = {k: v for k, v in args.items() if k != "scope"}
-    value = computed_figures(ledger, tool, call, _valid(ledger))
+    value = computed_figures(ledger, tool, call, valid_state(ledger))
     return mutate(ledger, rf"def {function}\(([^)]*)\):\n", rf"def {function}(\1):\n    return {value!r}\n")
 
 
 def test_gate_rejects_computed_reads_that_return_a_constant(ledger):
     summary = _constant(ledger, "_totals", {"scope": "collection"})
     assert ("derived", "get_stock_summary") in failed_checks(summary)
-    account = _valid(ledger)["tables"]["accounts"][-1]["account_id"]
+    account = valid_state(ledger)["tables"]["accounts"][-1]["account_id"]
     balance = _constant(ledger, "_figures", {"scope": "item", "account_id": account})
     assert ("derived", "get_account_balance") in failed_checks(balance)
 
@@ -294,8 +292,7 @@ def test_gate_rejects_a_summary_that_counts_without_summing(ledger):
 
 
 def test_trajectories_use_the_new_kinds_on_rows_the_state_holds(ledger):
-    hub_path = TRANSFERS / "messaging.json"
-    hub = build_environment(inspect_file(hub_path, TRANSFERS).as_row(), orjson.loads(hub_path.read_bytes()))
+    hub = document_environment(TRANSFERS / "messaging.json")
     envs = {ledger["env_id"]: ledger, hub["env_id"]: hub}
     graph = fixture_graph(envs)
     with environment_worker(envs) as worker:

@@ -486,3 +486,24 @@ def test_a_bare_to_described_as_a_place_or_an_entity_is_not_judged_as_a_phone_nu
     assert check_value("to", _TEXT, "Bissau", place).verdict != "fail"
     assert check_value("to", _TEXT, "Support Entity", entity).verdict != "fail"
     assert check_value("to", _TEXT, "Bissau", "").verdict == "fail"  # without a description: a phone number
+
+
+# -- spec examples at a precision a person writes -------------------------------------------------------------------
+# waterlinked.com.json CreatePoiPayload: the spec's examples are machine floats (``depth 0.9848439086783396``)
+
+
+@pytest.mark.parametrize(
+    ("field", "schema", "allowed"),
+    [
+        ("depth", {"examples": [0.9848439086783396], "type": "number"}, {0.98}),
+        ("lng", {"examples": [0.06472337355304676], "type": "number"}, {0.065}),
+        ("z", {"examples": [5], "maximum": 20, "minimum": -20, "type": "number"}, {5}),
+        ("step", {"examples": [2.3456789], "multipleOf": 0.5, "type": "number"}, {2.5}),
+    ],
+)
+def test_spec_examples_of_numbers_are_rounded_to_a_written_precision(field, schema, allowed):
+    drawn = _draws(field, schema, "poi", "", n=40)
+    examples = [v for v in drawn if v in allowed or v in schema["examples"]]
+    assert examples, f"no draw of {field} was the spec's example"
+    assert set(examples) <= allowed, examples
+    assert all(len(repr(v).split(".")[-1]) <= 3 for v in drawn if isinstance(v, float))

@@ -19,7 +19,20 @@ from typing import Any
 from envfactory_assets.envgen.tools import KEYED_KINDS, RELATION_KINDS
 from envfactory_assets.sources.names import singular
 
-_HELPERS = '''
+#: the body lines (in a generated helper with ``state``, ``table`` and ``values``) that check the values of a new
+#: row: absent ones dropped, each against its field's schema, every required field given, each reference to a row
+#: that exists; the row-creating helpers of both templates share them
+_NEW_ROW_CHECKS = """    values = {k: v for k, v in values.items() if v is not None}
+    for field, value in values.items():
+        _check_value(table, field, value)
+    for field in TABLES[table]["required"]:
+        if field not in values:
+            _fail(f"missing required argument {field!r}")
+    _check_refs(state, table, values)
+"""
+
+_HELPERS = (
+    '''
 _TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
 
 
@@ -183,14 +196,9 @@ def _get(state, table, key):
 
 
 def _create(state, table, values):
-    values = {k: v for k, v in values.items() if v is not None}
-    for field, value in values.items():
-        _check_value(table, field, value)
-    for field in TABLES[table]["required"]:
-        if field not in values:
-            _fail(f"missing required argument {field!r}")
-    _check_refs(state, table, values)
-    key = _new_id(state, table)
+'''
+    + _NEW_ROW_CHECKS
+    + """    key = _new_id(state, table)
     row = {TABLES[table]["key"]: key, **values, "created_at": state["meta"]["now"]}
     state["tables"][table][key] = row
     return dict(row)
@@ -398,7 +406,9 @@ def _totals(state, table, scope, fields):
     rows = _filtered(state, table, scope)
     out = {"count": len(rows)}
     for field in fields:
-        out[f"total_{field}"] = sum(r[field] for r in rows if r.get(field) is not None)
+        total = sum(r[field] for r in rows if r.get(field) is not None)
+        # 2 rows of 7047.57 sum to 14095.140000000001; the API states the total it holds, 14095.14
+        out[f"total_{field}"] = round(total, 9) if isinstance(total, float) else total
     return out
 
 
@@ -415,9 +425,11 @@ def _relation_list(state, table, parent, limit):
     members = state["tables"][refs[rel["member"]]]
     found = [members[r[rel["member"]]] for r in state["tables"][table].values() if r[rel["parent"]] == parent]
     return {"items": [dict(r) for r in found[:size]], "total": len(found)}
-'''
+"""
+)
 
-_MCP_HELPERS = """
+_MCP_HELPERS = (
+    """
 
 def _is_json_type(value, kind):
     if kind == "integer":
@@ -522,14 +534,9 @@ def _in_scope(table, row, scope):
 
 
 def _creatable(state, table, values, taken):
-    values = {k: v for k, v in values.items() if v is not None}
-    for field, value in values.items():
-        _check_value(table, field, value)
-    for field in TABLES[table]["required"]:
-        if field not in values:
-            _fail(f"missing required argument {field!r}")
-    _check_refs(state, table, values)
-    for field in TABLES[table].get("unique", []):
+"""
+    + _NEW_ROW_CHECKS
+    + """    for field in TABLES[table].get("unique", []):
         if field in values:
             held = taken.setdefault(field, {r.get(field) for r in state["tables"][table].values()})
             if values[field] in held:
@@ -624,6 +631,7 @@ def _mcp(state, name, args):
     done = [_delete(state, table, k) for k in dict.fromkeys(r[key] for r in rows)]
     return {"items": done, "total": len(done)} if many is not None else done[0]
 """
+)
 
 
 def _signature(tool: dict[str, Any]) -> str:

@@ -58,6 +58,22 @@ def _key_words(key: str) -> str:
     return "ID" if said.split()[-1] in ("ID", "IDs") or key.lower().endswith("id") else said
 
 
+#: First words of a flag's name that make it a clause about the row ("can activate", "is archived").
+_CLAUSE_HEADS = frozenset("can is has does should will".split())
+
+
+def _filter_words(name: str, schema: Any) -> str:
+    """How a list tool's description names the filter parameter ``name``: its spoken words, or for a boolean
+    whose words open with a verb of a clause ("can activate") ``"whether it can activate"``, since "filtered
+    by can activate" reads as no phrase."""
+    said = spoken_field(name)
+    words = said.split()
+    boolean = isinstance(schema, dict) and schema.get("type") == "boolean"
+    if boolean and len(words) > 1 and words[0].lower() in _CLAUSE_HEADS:
+        return f"whether it {said}"
+    return said
+
+
 def tool_sentence(tool: dict[str, Any], thing: str) -> str:
     """A description of ``tool`` (a ToolSpec) derived from its kind, its table's row as a person names it
     (``thing``, singular), its input parameters and, for an action, its verb; for a relation tool its
@@ -79,7 +95,10 @@ def tool_sentence(tool: dict[str, Any], thing: str) -> str:
         return f"Removes {_a(role)} from {_a(parent)}."
     scope = [p for p in required if p not in ("query",)]
     within = f" of one {spoken_field(scope[0])}" if scope and kind in ("list", "search", "count") else ""
-    filters = [spoken_field(p) for p in props if p not in ("limit", "offset", "query", *scope)]
+    params = inp.get("properties") or {}
+    filters = [_filter_words(p, params[p]) for p in props if p not in ("limit", "offset", "query", *scope)]
+    # a flag said as a clause ("whether it can activate") goes last, after the fields said as nouns
+    filters.sort(key=lambda f: f.startswith("whether "))
     by = f", optionally filtered by {_listing(filters)}" if filters else ""
     if kind == "list":
         return f"Lists the {things}{within}{by}."

@@ -49,6 +49,31 @@ READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list", "comp
 KEYED_KINDS = frozenset({"get", "update", "delete", "action", "transfer", "side_effect"})
 
 
+def tool_spec(
+    kind: str,
+    table: str,
+    op: Operation,
+    default: str,
+    input_schema: dict[str, Any],
+    output_schema: dict[str, Any],
+    **part: Any,
+) -> dict[str, Any]:
+    """A tool's spec as the builder writes it, still unnamed (:func:`name_tools` names it): of ``kind`` on
+    ``table``, described by the operation's summary, else by ``default`` (300 characters at most), read-only when
+    its kind is one of :data:`READ_KINDS`, and ending in its kind's own ``part`` (``transfer=``, ``relation=``...)."""
+    return {
+        "name": "",
+        "description": (op.summary or default)[:300],
+        "kind": kind,
+        "table": table,
+        "read_only": kind in READ_KINDS,
+        "input_schema": input_schema,
+        "output_schema": output_schema,
+        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
+        **part,
+    }
+
+
 def _limit_prop(things: str) -> dict[str, Any]:
     return {
         "type": "integer",
@@ -196,23 +221,9 @@ def transfer_tool(resource: Resource, op: Operation, row: dict[str, Any]) -> dic
         out = row
         default = f"{shape.verb.capitalize()} {said} {'from' if shape.verb == 'withdraw' else 'to'} a {thing}."
     props[amount] = amount_prop
-    return {
-        "name": "",
-        "description": (op.summary or default)[:300],
-        "kind": "transfer",
-        "table": resource.name,
-        "read_only": False,
-        "input_schema": {"type": "object", "properties": props, "required": list(props), "additionalProperties": False},
-        "output_schema": out,
-        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
-        "transfer": {
-            "verb": shape.verb,
-            "field": field_name,
-            "amount": amount,
-            "destination": destination,
-            "thing": thing,
-        },
-    }
+    inp = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    shaped = {"verb": shape.verb, "field": field_name, "amount": amount, "destination": destination, "thing": thing}
+    return tool_spec("transfer", resource.name, op, default, inp, out, transfer=shaped)
 
 
 #: the outbox table's name, unless a resource of the environment has it
@@ -278,17 +289,15 @@ def side_effect_tool(resource: Resource, op: Operation, outbox: str) -> dict[str
         props[name] = {**arguments[name], "description": f.description or f.name.replace("_", " ")}
         if f.required:
             required.append(name)
-    return {
-        "name": "",
-        "description": (op.summary or f"{(op.verb or '').capitalize()} a {thing}.")[:300],
-        "kind": "side_effect",
-        "table": resource.name,
-        "read_only": False,
-        "input_schema": {"type": "object", "properties": props, "required": required, "additionalProperties": False},
-        "output_schema": outbox_row_schema(),
-        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
-        "side_effect": {"verb": op.verb, "outbox": outbox, "thing": thing, "arguments": arguments},
-    }
+    return tool_spec(
+        "side_effect",
+        resource.name,
+        op,
+        f"{(op.verb or '').capitalize()} a {thing}.",
+        {"type": "object", "properties": props, "required": required, "additionalProperties": False},
+        outbox_row_schema(),
+        side_effect={"verb": op.verb, "outbox": outbox, "thing": thing, "arguments": arguments},
+    )
 
 
 def figure_fields(resource: Resource) -> list[str]:
@@ -320,17 +329,9 @@ def computed_read_tool(resource: Resource, op: Operation, row: dict[str, Any]) -
             props[f"total_{f}"] = {"type": row["properties"][f]["type"], "description": f"Sum of {said}."}
         out = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
         default = f"Get the totals of the {things}."
-    return {
-        "name": "",
-        "description": (op.summary or default)[:300],
-        "kind": "computed_read",
-        "table": resource.name,
-        "read_only": True,
-        "input_schema": {"type": "object", **inp, "additionalProperties": False},
-        "output_schema": out,
-        "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
-        "computed": {"scope": "item" if item else "collection", "fields": fields, "word": op.verb or "total"},
-    }
+    computed = {"scope": "item" if item else "collection", "fields": fields, "word": op.verb or "total"}
+    inp_schema = {"type": "object", **inp, "additionalProperties": False}
+    return tool_spec("computed_read", resource.name, op, default, inp_schema, out, computed=computed)
 
 
 def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list[dict[str, Any]]:
@@ -360,19 +361,7 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
     def add(
         kind: str, op: Operation, inp: dict[str, Any], out: dict[str, Any], default_desc: str, **extra: Any
     ) -> None:
-        tools.append(
-            {
-                "name": "",  # named with the other tools (name_tools)
-                "description": (op.summary or default_desc)[:300],
-                "kind": kind,
-                "table": resource.name,
-                "read_only": kind in READ_KINDS,
-                "input_schema": inp,
-                "output_schema": out,
-                "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
-                **extra,
-            }
-        )
+        tools.append(tool_spec(kind, resource.name, op, default_desc, inp, out, **extra))
 
     ops = resource.operations
     fields = {f.name: f.schema for f in resource.fields}
@@ -582,24 +571,8 @@ def tools_for_relation(relation: Relation, parent: Resource, member_row: dict[st
                 }
                 default = f"Remove a {role} from a {parent_thing}."
         required = [relation.parent_field] + ([relation.member_field] if kind != "relation_list" else [])
-        tools.append(
-            {
-                "name": "",
-                "description": (op.summary or default)[:300],
-                "kind": kind,
-                "table": relation.name,
-                "read_only": kind in READ_KINDS,
-                "input_schema": {
-                    "type": "object",
-                    "properties": props,
-                    "required": required,
-                    "additionalProperties": False,
-                },
-                "output_schema": out,
-                "operation": {"method": op.method.upper(), "path": op.path, "operation_id": op.operation_id},
-                "relation": info,
-            }
-        )
+        inp = {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+        tools.append(tool_spec(kind, relation.name, op, default, inp, out, relation=info))
     return tools
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 import random
 import re
 from typing import Any
@@ -376,7 +377,7 @@ class ValueFactory:
         desc = raw_desc.lower()
         examples = [e for e in schema.get("examples") or () if _usable_example(e, schema, name)]
         if examples and not _is_date_field(name, schema) and self.rng.random() < 0.6:
-            return self.rng.choice(examples)
+            return realistic_number(self.rng.choice(examples), schema)
         if typ == "boolean":
             return self.rng.random() < 0.5
         if typ == "integer":
@@ -1267,6 +1268,27 @@ def _listed(desc: str) -> tuple[str, ...]:
     words = re.findall(r"[A-Za-z0-9_][\w-]*", listed.group(1).replace(" or ", " ")) if listed else []
     words = [w for w in words if w.lower() not in ("and", "the", "a", "an")]
     return tuple(words) if len(words) >= 2 else ()
+
+
+def realistic_number(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` at the precision a person writes: a float rounded to the schema's ``multipleOf`` step when it
+    gives one, else to 2 decimals (more for a magnitude below 0.1, so that two significant digits remain, at most
+    6). Anything but a float (an int, a bool, a string) comes back unchanged, as does a result outside the
+    schema's ``minimum``/``maximum``. Spec examples are often machine output (``0.9848439086783396``) that no
+    one types."""
+    if not isinstance(value, float) or not math.isfinite(value) or value == 0:
+        return value
+    step = schema.get("multipleOf")
+    if isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0:
+        decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+        rounded = round(round(value / step) * step, min(decimals + 1, 12))
+    else:
+        magnitude = math.floor(math.log10(abs(value)))
+        rounded = round(value, min(max(2, 1 - magnitude), 6))
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if (low is not None and rounded < low) or (high is not None and rounded > high):
+        return value
+    return rounded
 
 
 def _usable_example(value: Any, schema: dict[str, Any], name: str = "") -> bool:

@@ -141,6 +141,39 @@ def _rows(saved: dict[str, Any], table: str) -> list[dict[str, Any]]:
     return saved["tables"][table]
 
 
+@dataclass(frozen=True)
+class ObservedCall:
+    """A call the gate made that succeeded, as the semantic checks read it: the environment and the tool (their
+    documents), the ``args`` it was given, the ``output`` it returned, and the environment's saved state
+    ``before`` and ``after`` it."""
+
+    env: dict[str, Any]
+    tool: dict[str, Any]
+    args: dict[str, Any]
+    output: Any
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+    @property
+    def table(self) -> str:
+        """The name of the tool's table."""
+        return self.tool["table"]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The environment's description of the tool's table (``key``, ``fields``, ``foreign_keys``)."""
+        return self.env["tables"][self.table]
+
+    def keyed(self, state: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+        """The rows of the tool's table on ``state`` (``before`` or ``after``) by their key, in stored order."""
+        key = self.meta["key"]
+        return {r[key]: r for r in _rows(state, self.table)}
+
+    def elsewhere(self) -> str | None:
+        """What the call changed beyond its table, in words (:func:`_also_changed`), or None when nothing."""
+        return _also_changed(self.before, self.after, self.table)
+
+
 def _referenced(env: dict[str, Any], saved: dict[str, Any], table: str, key: str) -> bool:
     """Whether a row of another table refers to ``key`` of ``table`` (a relation's pairs do not keep a row:
     they are deleted with it)."""
@@ -571,33 +604,26 @@ def _also_changed(before: dict[str, Any], after: dict[str, Any], table: str) -> 
     return None
 
 
-def _relation_defect(
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    output: Any,
-    before: dict[str, Any],
-    after: dict[str, Any],
-) -> str | None:
+def _relation_defect(call: ObservedCall) -> str | None:
     """None when a relation tool did what its kind says (:func:`_check_semantics`), else the defect."""
-    rel, table, kind = tool["relation"], tool["table"], tool["kind"]
+    rel, kind, args, output = call.tool["relation"], call.tool["kind"], call.args, call.output
     pf, mf = rel["parent_field"], rel["member_field"]
     if kind == "relation_list":
-        expected = _relation_members(env, tool, before, args[pf])
-        limit = args.get("limit", _default_limit(tool))
+        expected = _relation_members(call.env, call.tool, call.before, args[pf])
+        limit = args.get("limit", _default_limit(call.tool))
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
             return (
                 f"list returned {len(output.get('items', []))} of total {output.get('total')}, the "
                 f"{rel['parent_thing']} has {len(expected)} (limit {limit})"
             )
         return None
-    elsewhere = _also_changed(before, after, table)
+    elsewhere = call.elsewhere()
     if elsewhere:
         return f"{kind} also changed {elsewhere}"
     pair = (args[pf], args[mf])
-    pairs_before, pairs_after = _rows(before, table), _rows(after, table)
+    pairs_before, pairs_after = _rows(call.before, call.table), _rows(call.after, call.table)
     if kind == "relation_add":
-        row = {pf: pair[0], mf: pair[1], "created_at": before["meta"]["now"]}
+        row = {pf: pair[0], mf: pair[1], "created_at": call.before["meta"]["now"]}
         held = next((r for r in pairs_before if (r[pf], r[mf]) == pair), None)
         if pairs_after != (pairs_before if held else [*pairs_before, row]) or output != (held or row):
             return "add did not record exactly that pair"
@@ -612,27 +638,18 @@ def _relation_defect(
     return None
 
 
-def _transfer_defect(
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    output: Any,
-    before: dict[str, Any],
-    after: dict[str, Any],
-) -> str | None:
+def _transfer_defect(call: ObservedCall) -> str | None:
     """None when a transfer tool did what its kind says (:func:`_check_semantics`), else the defect."""
-    tr, table = tool["transfer"], tool["table"]
-    meta = env["tables"][table]
-    key, field, verb = meta["key"], tr["field"], tr["verb"]
+    tr, args = call.tool["transfer"], call.args
+    field, verb = tr["field"], tr["verb"]
     amount = args[tr["amount"]]
-    rows_before = {r[key]: r for r in _rows(before, table)}
-    rows_after = {r[key]: r for r in _rows(after, table)}
-    source = args[key]
+    rows_before, rows_after = call.keyed(call.before), call.keyed(call.after)
+    source = args[call.meta["key"]]
     change = {source: amount if verb == "deposit" else -amount}
     if verb == "transfer":
         change[args[tr["destination"]]] = amount
     expected = {k: {**r, field: moved(held(r, field), change[k])} if k in change else r for k, r in rows_before.items()}
-    elsewhere = _also_changed(before, after, table)
+    elsewhere = call.elsewhere()
     if elsewhere:
         return f"{verb} also changed {elsewhere}"
     total_before = sum(held(r, field) for r in rows_before.values())
@@ -642,7 +659,7 @@ def _transfer_defect(
         return f"{verb} made the sum of {field} {total_after}, from {total_before}: it must be {should}"
     if list(rows_after) != list(expected) or rows_after != expected:
         return f"{verb} did not change exactly {field} of {' and '.join(change)} by {amount}"
-    floor = meta["fields"][field].get("minimum")
+    floor = call.meta["fields"][field].get("minimum")
     if floor is not None and any(held(r, field) < floor for r in rows_after.values()):
         return f"{verb} left a {field} below its minimum {floor}"
     wanted = (
@@ -650,8 +667,8 @@ def _transfer_defect(
         if verb == "transfer"
         else expected[source]
     )
-    if output != wanted:
-        return f"{verb} returned {output}, not the changed rows"
+    if call.output != wanted:
+        return f"{verb} returned {call.output}, not the changed rows"
     return None
 
 
@@ -682,31 +699,22 @@ def transfer_refusals(
     return out
 
 
-def _check_transfer_refusals(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    good: dict[str, Any],
-    state_name: str,
-    saved: dict[str, Any],
-    base: str,
-    report: VerificationReport,
-) -> None:
+def _check_transfer_refusals(gate: _Gate, good: dict[str, Any], saved: dict[str, Any], base: str) -> None:
     """Each of :func:`transfer_refusals` on a fork of ``base`` (holding ``saved``): the call must fail with its
     typed error and leave the state as it was (a refused transfer changes neither row)."""
-    for check, bad, expected in transfer_refusals(env, tool, good, saved):
-        result, episode, crash = _call_on_fork(worker, base, tool["name"], bad)
+    for check, bad, expected in transfer_refusals(gate.env, gate.tool, good, saved):
+        result, episode, crash = _call_on_fork(gate.worker, base, gate.tool["name"], bad)
         if crash:
-            report.add(check, False, f"refused call crashed the worker: {crash}", tool["name"], state_name)
+            gate.add(check, False, f"refused call crashed the worker: {crash}")
             return
-        unchanged = state_hash(worker.save(episode)[env["env_id"]]) == state_hash(saved)
+        unchanged = state_hash(gate.saved(episode)) == state_hash(saved)
         error = (result.get("error") or {}).get("type")
         ok = not result.get("ok") and error == expected and unchanged
-        detail = f"{tool['transfer']['verb']} with {bad} gave {error or 'success'}, expected {expected}" + (
+        detail = f"{gate.tool['transfer']['verb']} with {bad} gave {error or 'success'}, expected {expected}" + (
             "" if unchanged else " and changed the state"
         )
-        report.add(check, ok, "" if ok else detail, tool["name"], state_name)
-        worker.close_episode(episode)
+        gate.add(check, ok, "" if ok else detail)
+        gate.worker.close_episode(episode)
 
 
 def computed_figures(env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], saved: dict[str, Any]) -> Any:
@@ -723,7 +731,8 @@ def computed_figures(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
     rows = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items())]
     out: dict[str, Any] = {"count": len(rows)}
     for f in comp["fields"]:
-        out[f"total_{f}"] = sum(r[f] for r in rows if r.get(f) is not None)
+        total = sum(r[f] for r in rows if r.get(f) is not None)
+        out[f"total_{f}"] = round(total, 9) if isinstance(total, float) else total  # as the generated code sums
     return out
 
 
@@ -757,99 +766,86 @@ def changed_rows(
     return state
 
 
-def _check_derived(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    first: Any,
-    state_name: str,
-    saved: dict[str, Any],
-    report: VerificationReport,
-) -> None:
+def _check_derived(gate: _Gate, args: dict[str, Any], first: Any, saved: dict[str, Any]) -> None:
     """A computed read that returned ``first`` on ``saved``, called again on :func:`changed_rows`: it must return
     the changed state's figures (``derived``); no check when there is nothing to change."""
+    env, tool = gate.env, gate.tool
     changed = changed_rows(env, tool, args, saved)
     if changed is None:
         return
     try:
-        episode = worker.open_episode({env["env_id"]: changed})
+        episode = gate.worker.open_episode({env["env_id"]: changed})
     except StateRejected as exc:
-        report.add("derived", False, f"the changed state was rejected: {exc}", tool["name"], state_name)
+        gate.add("derived", False, f"the changed state was rejected: {exc}")
         return
-    result = worker.call(episode, tool["name"], args)
-    worker.close_episode(episode)
+    result = gate.worker.call(episode, tool["name"], args)
+    gate.worker.close_episode(episode)
     expected = computed_figures(env, tool, args, changed)
     ok = bool(result.get("ok")) and result.get("output") == expected and expected != first
     detail = f"with the rows changed it returned {result.get('output') or result.get('error')}, not {expected}"
-    report.add("derived", ok, "" if ok else detail, tool["name"], state_name)
+    gate.add("derived", ok, "" if ok else detail)
 
 
-def _side_effect_defect(
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    output: Any,
-    before: dict[str, Any],
-    after: dict[str, Any],
-) -> str | None:
+def _side_effect_defect(call: ObservedCall) -> str | None:
     """None when a side-effect tool did what its kind says (:func:`_check_semantics`), else the defect."""
-    se = tool["side_effect"]
+    se, before, after = call.tool["side_effect"], call.before, call.after
     outbox, verb = se["outbox"], se["verb"]
     touched = [t for t in before["tables"] if t != outbox and before["tables"][t] != after["tables"].get(t)]
     if touched or set(after["tables"]) != set(before["tables"]):
         return f"{verb} changed {', '.join(touched) or 'the set of tables'}: only the outbox may change"
     if after["meta"] != {**before["meta"], "next_id": before["meta"]["next_id"] + 1}:
         return f"{verb} changed the meta other than by taking one id"
-    record = side_effect_record(env, tool, args, before)
+    record = side_effect_record(call.env, call.tool, call.args, before)
     if _rows(after, outbox) != [*_rows(before, outbox), record]:
         return f"{verb} did not record exactly one {outbox} row with its target and arguments"
-    if output != record:
-        return f"{verb} returned {output}, not the recorded row"
+    if call.output != record:
+        return f"{verb} returned {call.output}, not the recorded row"
     return None
 
 
-def _check_semantics(
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    output: Any,
-    before: dict[str, Any],
-    after: dict[str, Any],
-) -> str | None:
+def _computed_defect(call: ObservedCall) -> str | None:
+    """None when a computed read returned the figures of the rows (:func:`computed_figures`), else the defect."""
+    expected = computed_figures(call.env, call.tool, call.args, call.before)
+    return None if call.output == expected else f"returned {call.output}, the rows give {expected}"
+
+
+def _singleton_defect(call: ObservedCall) -> str | None:
+    """None when a get or update of the one row of a singleton table did what its kind says, else the defect."""
+    kind, args, output = call.tool["kind"], call.args, call.output
+    (only_before,), rows_after = call.keyed(call.before).values(), call.keyed(call.after)
+    (only_after,) = rows_after.values()
+    if kind == "get" and output != only_before:
+        return "get returned something other than the one stored row"
+    if kind == "update" and (
+        any(only_after.get(k) != v for k, v in args.items()) or output != only_after or len(rows_after) != 1
+    ):
+        return "update did not store the new values in the one row"
+    return None
+
+
+def _check_semantics(call: ObservedCall) -> str | None:
     """None when the tool did what its kind says to the state, else a description of the defect."""
-    table, kind = tool["table"], tool["kind"]
+    table, kind, args, output = call.table, call.tool["kind"], call.args, call.output
+    before, after = call.before, call.after
     unchanged = state_hash(before) == state_hash(after)
-    if tool["read_only"] and not unchanged:
+    if call.tool["read_only"] and not unchanged:
         return "read-only tool changed the state"
     if kind in RELATION_KINDS:
-        return _relation_defect(env, tool, args, output, before, after)
-    if kind == "transfer":
-        return _transfer_defect(env, tool, args, output, before, after)
-    if kind == "side_effect":
-        return _side_effect_defect(env, tool, args, output, before, after)
-    if kind == "computed_read":
-        expected = computed_figures(env, tool, args, before)
-        return None if output == expected else f"returned {output}, the rows give {expected}"
-    key = env["tables"][table]["key"]
-    rows_before = {r[key]: r for r in _rows(before, table)}
-    rows_after = {r[key]: r for r in _rows(after, table)}
-    if tool.get("singleton"):
-        (only_before,), (only_after,) = rows_before.values(), rows_after.values()
-        if kind == "get" and output != only_before:
-            return "get returned something other than the one stored row"
-        if kind == "update" and (
-            any(only_after.get(k) != v for k, v in args.items()) or output != only_after or len(rows_after) != 1
-        ):
-            return "update did not store the new values in the one row"
-        return None
+        return _relation_defect(call)
+    special = {"transfer": _transfer_defect, "side_effect": _side_effect_defect, "computed_read": _computed_defect}
+    if kind in special:
+        return special[kind](call)
+    if call.tool.get("singleton"):
+        return _singleton_defect(call)
+    key = call.meta["key"]
+    rows_before, rows_after = call.keyed(before), call.keyed(after)
     if kind in ("list", "count"):
         expected = [r for r in _rows(before, table) if all(r.get(k) == v for k, v in args.items() if k != "limit")]
         if kind == "count":
             if output.get("count") != len(expected):
                 return f"count returned {output.get('count')}, state has {len(expected)} matching rows"
             return None
-        limit = args.get("limit", _default_limit(tool))
+        limit = args.get("limit", _default_limit(call.tool))
         if output.get("total") != len(expected) or output.get("items") != expected[:limit]:
             return (
                 f"list returned {len(output.get('items', []))} of total {output.get('total')}, state has "
@@ -861,14 +857,14 @@ def _check_semantics(
             [r for r in _rows(before, table) if all(r.get(k) == v for k, v in scope.items())], args["query"]
         )
         start = args.get("offset", 0)
-        window = expected[start : start + args.get("limit", _default_limit(tool))]
+        window = expected[start : start + args.get("limit", _default_limit(call.tool))]
         if output.get("total") != len(expected) or output.get("items") != window:
             return (
                 f"search returned {len(output.get('items', []))} of total {output.get('total')}, "
                 f"expected {len(window)} of {len(expected)} matching rows"
             )
     elif kind == "action":
-        act = tool["action"]
+        act = call.tool["action"]
         row, previous = rows_after.get(args[key]), rows_before.get(args[key], {})
         expected_row = {**previous, act["field"]: act["value"]}
         if act["stamp"]:
@@ -878,7 +874,7 @@ def _check_semantics(
         }
         if row != expected_row or output != row or not others_same:
             return f"{act['verb']} did not change exactly {act['field']} of that row"
-        elsewhere = _also_changed(before, after, table)
+        elsewhere = call.elsewhere()
         if elsewhere:
             return f"{act['verb']} also changed {elsewhere}"
     elif kind == "get":
@@ -904,7 +900,7 @@ def _check_semantics(
     elif kind == "delete":
         if args[key] in rows_after or len(rows_after) != len(rows_before) - 1:
             return "delete did not remove exactly that row"
-        for other, meta in env["tables"].items():
+        for other, meta in call.env["tables"].items():
             held = [f for f, target in meta["foreign_keys"].items() if target == table]
             if meta.get("relation") and held:
                 kept = [r for r in _rows(before, other) if all(r.get(f) != args[key] for f in held)]
@@ -990,7 +986,7 @@ def verify_environment(env: dict[str, Any], limits: SandboxLimits | None = None,
             plan: list[tuple[str, dict[str, Any]]] = []
             for tool in env["tools"]:
                 try:
-                    _check_tool(worker, env, tool, name, saved_state, base, values, report, plan)
+                    _check_tool(_Gate(worker, env, tool, name, report), saved_state, base, values, plan)
                 except SandboxError as exc:
                     report.add(_classify(exc), False, str(exc), tool["name"], name)
             if name == "valid":
@@ -1109,51 +1105,59 @@ def _classify(exc: Exception) -> str:
     return "round_trip" if "save()" in str(exc) or "load()" in str(exc) else "tool_valid"
 
 
+@dataclass(frozen=True)
+class _Gate:
+    """The checks of one tool on one loadable state: the ``worker`` that runs the calls, the environment and the
+    tool (their documents), the state's name and the ``report`` each verdict goes to."""
+
+    worker: SandboxWorker
+    env: dict[str, Any]
+    tool: dict[str, Any]
+    state_name: str
+    report: VerificationReport
+
+    def add(self, check: str, passed: bool, detail: str = "") -> bool:
+        """Record the verdict of ``check`` on this tool and state; returns ``passed``."""
+        return self.report.add(check, passed, detail, self.tool["name"], self.state_name)
+
+    def saved(self, episode: str) -> dict[str, Any]:
+        """The environment's saved state in ``episode``."""
+        return self.worker.save(episode)[self.env["env_id"]]
+
+
 def _check_tool(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    state_name: str,
+    gate: _Gate,
     saved: dict[str, Any],
     base: str,
     values: ValueFactory,
-    report: VerificationReport,
     plan: list[tuple[str, dict[str, Any]]],
 ) -> None:
+    env, tool = gate.env, gate.tool
     tname = tool["name"]
     args = valid_arguments(env, tool, saved, values)
     if args is None:
         if _needs_seeded_row(env, tool, saved):
-            _check_on_seeded_row(worker, env, tool, state_name, saved, values, report)
+            _check_on_seeded_row(gate, saved, values)
         return  # else the state has no row this tool can act on (boundary states may be sparse)
-    if not _check_call(worker, env, tool, args, state_name, saved, base, report):
+    if not _check_call(gate, args, saved, base):
         return
     plan.append((tname, args))
     if tool["kind"] in ("list", "count"):
         for filtered in filtered_arguments(env, tool, saved, args):
-            if _check_call(worker, env, tool, filtered, state_name, saved, base, report):
+            if _check_call(gate, filtered, saved, base):
                 plan.append((tname, filtered))
     paged = paged_arguments(env, tool, saved, args)
-    if paged is not None and _check_call(worker, env, tool, paged, state_name, saved, base, report, "paged: "):
+    if paged is not None and _check_call(gate, paged, saved, base, "paged: "):
         plan.append((tname, paged))
     if tool["kind"] == "action":
-        _check_action_without_flag(worker, env, tool, args, state_name, saved, report)
-    _check_invalid(worker, env, tool, args, state_name, saved, base, report)
+        _check_action_without_flag(gate, args, saved)
+    _check_invalid(gate, args, saved, base)
 
 
-def _check_invalid(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    good: dict[str, Any],
-    state_name: str,
-    saved: dict[str, Any],
-    base: str,
-    report: VerificationReport,
-) -> None:
+def _check_invalid(gate: _Gate, good: dict[str, Any], saved: dict[str, Any], base: str) -> None:
     """Invalid arguments derived from ``good`` must give an error (a relation tool's: its typed one,
     :func:`relation_invalid_arguments`) and leave the state (``saved``) as it was."""
-    tname = tool["name"]
+    env, tool = gate.env, gate.tool
     if tool["kind"] in RELATION_KINDS:
         attempts: list[tuple[dict[str, Any], str | None]] = list(relation_invalid_arguments(env, tool, good, saved))
     elif tool["kind"] == "side_effect":
@@ -1163,72 +1167,54 @@ def _check_invalid(
         attempts = [] if bad is None else [(bad, None)]
         attempts += [(wrong, "bad_arguments") for wrong in real_invalid_arguments(tool, good)]
     for bad, expected in attempts:
-        result, episode, crash = _call_on_fork(worker, base, tname, bad)
+        result, episode, crash = _call_on_fork(gate.worker, base, tool["name"], bad)
         if crash:
-            report.add("tool_invalid", False, f"invalid call crashed the worker: {crash}", tname, state_name)
+            gate.add("tool_invalid", False, f"invalid call crashed the worker: {crash}")
             return
-        after = worker.save(episode)[env["env_id"]]
+        after = gate.saved(episode)
         error = (result.get("error") or {}).get("type")
         ok = not result.get("ok") and expected in (None, error) and state_hash(after) == state_hash(saved)
         detail = f"invalid arguments {bad} were accepted or changed state" + (
             f" (expected {expected}, got {error or 'success'})" if expected else ""
         )
-        report.add("tool_invalid", ok, "" if ok else detail, tname, state_name)
-        worker.close_episode(episode)
+        gate.add("tool_invalid", ok, "" if ok else detail)
+        gate.worker.close_episode(episode)
 
 
-def _check_call(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    state_name: str,
-    saved: dict[str, Any],
-    base: str,
-    report: VerificationReport,
-    note: str = "",
-) -> bool:
-    """Call ``tool`` with valid ``args`` on a fork of ``base`` (holding ``saved``) and check its output, its
+def _check_call(gate: _Gate, args: dict[str, Any], saved: dict[str, Any], base: str, note: str = "") -> bool:
+    """Call the tool with valid ``args`` on a fork of ``base`` (holding ``saved``) and check its output, its
     kind's semantics and an action's precondition; True when the call succeeded. ``note`` prefixes details."""
-    tname = tool["name"]
-    result, episode, crash = _call_on_fork(worker, base, tname, args)
+    env, tool = gate.env, gate.tool
+    result, episode, crash = _call_on_fork(gate.worker, base, tool["name"], args)
     if not result.get("ok"):
-        report.add("tool_valid", False, f"{note}valid call {args} failed: {result.get('error')}", tname, state_name)
+        gate.add("tool_valid", False, f"{note}valid call {args} failed: {result.get('error')}")
         return False
-    report.add("tool_valid", True, tool=tname, state=state_name)
+    gate.add("tool_valid", True)
     problem = _validate(tool["output_schema"], result["output"])
-    report.add("output_schema", problem is None, f"{note}{problem}" if problem else "", tname, state_name)
-    after = worker.save(episode)[env["env_id"]]
-    defect = _check_semantics(env, tool, args, result["output"], saved, after)
-    report.add("semantics", defect is None, f"{note}{defect} (arguments {args})" if defect else "", tname, state_name)
+    gate.add("output_schema", problem is None, f"{note}{problem}" if problem else "")
+    after = gate.saved(episode)
+    defect = _check_semantics(ObservedCall(env, tool, args, result["output"], saved, after))
+    gate.add("semantics", defect is None, f"{note}{defect} (arguments {args})" if defect else "")
     if (tool["kind"] == "action" or tool.get("precondition")) and defect is None:
-        _check_precondition(worker, env, tool, args, episode, saved, after, report, state_name)
+        _check_precondition(gate, args, episode, saved, after)
     if tool["kind"] == "relation_add" and defect is None:
-        _check_add_again(worker, env, tool, args, episode, after, report, state_name)
+        _check_add_again(gate, args, episode, after)
     if tool["kind"] == "transfer" and defect is None:
-        _check_transfer_refusals(worker, env, tool, args, state_name, saved, base, report)
+        _check_transfer_refusals(gate, args, saved, base)
     if tool["kind"] == "computed_read" and defect is None:
-        _check_derived(worker, env, tool, args, result["output"], state_name, saved, report)
-    worker.close_episode(episode)
+        _check_derived(gate, args, result["output"], saved)
+    gate.worker.close_episode(episode)
     return True
 
 
-def _check_add_again(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    episode: str,
-    after: dict[str, Any],
-    report: VerificationReport,
-    state_name: str,
-) -> None:
+def _check_add_again(gate: _Gate, args: dict[str, Any], episode: str, after: dict[str, Any]) -> None:
     """A relation's add again on the pair it just recorded (``after``): an idempotent add succeeds, returns the
     stored pair and changes nothing (``semantics``); any other fails with ``precondition_failed`` and changes
     nothing (``precondition``)."""
-    env_id, rel = env["env_id"], tool["relation"]
-    result = worker.call(episode, tool["name"], args)
-    unchanged = state_hash(worker.save(episode)[env_id]) == state_hash(after)
+    tool = gate.tool
+    rel = tool["relation"]
+    result = gate.worker.call(episode, tool["name"], args)
+    unchanged = state_hash(gate.saved(episode)) == state_hash(after)
     if rel["idempotent"]:
         stored = next(
             (
@@ -1241,12 +1227,12 @@ def _check_add_again(
         )
         ok = bool(result.get("ok")) and result.get("output") == stored and unchanged
         detail = "" if ok else f"the same add again gave {result.get('output') or result.get('error')}"
-        report.add("semantics", ok, detail + ("" if unchanged else " and changed the state"), tool["name"], state_name)
+        gate.add("semantics", ok, detail + ("" if unchanged else " and changed the state"))
         return
     error = result.get("error") or {}
     ok = not result.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value and unchanged
     detail = "" if ok else f"an add of a pair that is there gave {error or 'success'}"
-    report.add("precondition", ok, detail + ("" if unchanged else " and changed the state"), tool["name"], state_name)
+    gate.add("precondition", ok, detail + ("" if unchanged else " and changed the state"))
 
 
 def _needs_seeded_row(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]) -> bool:
@@ -1260,55 +1246,37 @@ def _needs_seeded_row(env: dict[str, Any], tool: dict[str, Any], saved: dict[str
     return not any(tool_applies(tool, fields, r) for r in _rows(saved, tool["table"]))
 
 
-def _check_on_seeded_row(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    state_name: str,
-    saved: dict[str, Any],
-    values: ValueFactory,
-    report: VerificationReport,
-) -> None:
+def _check_on_seeded_row(gate: _Gate, saved: dict[str, Any], values: ValueFactory) -> None:
     """Check an action, or a tool with a stated precondition, that ``saved`` has no row for on a copy whose last
     row of its table is put into a state the tool applies to (no check when the table is empty:
     :func:`_report_unchecked` catches a tool that no state could check)."""
-    seeded = seeded_state(env, tool, saved)
+    seeded = seeded_state(gate.env, gate.tool, saved)
     if seeded is None:
         return
     state, changed = seeded
     note = f"on a row put into {', '.join(f'{k}={v!r}' for k, v in changed.items())}: "
-    base = _open_prepared(worker, env, tool, state, state_name, report, note)
+    base = _open_prepared(gate, state, note)
     if base is None:
         return
     try:
-        state = worker.save(base)[env["env_id"]]
-        args = valid_arguments(env, tool, state, values)
+        state = gate.saved(base)
+        args = valid_arguments(gate.env, gate.tool, state, values)
         if args is None:
-            report.add(
-                "semantics", False, f"{note}the row is still not one the tool applies to", tool["name"], state_name
-            )
+            gate.add("semantics", False, f"{note}the row is still not one the tool applies to")
         else:
-            if _check_call(worker, env, tool, args, state_name, state, base, report, note):
-                _check_invalid(worker, env, tool, args, state_name, state, base, report)
+            if _check_call(gate, args, state, base, note):
+                _check_invalid(gate, args, state, base)
     finally:
-        worker.close_episode(base)
+        gate.worker.close_episode(base)
 
 
-def _open_prepared(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    state: dict[str, Any],
-    state_name: str,
-    report: VerificationReport,
-    note: str,
-) -> str | None:
-    """An episode on ``state`` (a copy of a saved state the gate prepared for ``tool``'s check), or None when
+def _open_prepared(gate: _Gate, state: dict[str, Any], note: str) -> str | None:
+    """An episode on ``state`` (a copy of a saved state the gate prepared for the tool's check), or None when
     the environment rejects it; the rejection is then a failed ``semantics`` check, prefixed with ``note``."""
     try:
-        return worker.open_episode({env["env_id"]: state})
+        return gate.worker.open_episode({gate.env["env_id"]: state})
     except StateRejected as exc:
-        report.add("semantics", False, f"{note}the state was rejected: {exc}", tool["name"], state_name)
+        gate.add("semantics", False, f"{note}the state was rejected: {exc}")
         return None
 
 
@@ -1318,20 +1286,12 @@ def _flag_may_be_missing(meta: dict[str, Any], act: dict[str, Any]) -> bool:
     return meta["fields"].get(act["field"], {}).get("type") == "boolean" and act["field"] not in meta["required"]
 
 
-def _check_action_without_flag(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    state_name: str,
-    saved: dict[str, Any],
-    report: VerificationReport,
-) -> None:
+def _check_action_without_flag(gate: _Gate, args: dict[str, Any], saved: dict[str, Any]) -> None:
     """The action on its row (of ``saved``) with the flag left out, when the flag's default (else off) is a
     value the action applies to: it must succeed and set the flag (a tool that takes every missing flag for
     off fails when the default is on). No check when the row already lacks the flag."""
-    act, table = tool["action"], tool["table"]
-    meta = env["tables"][table]
+    act, table = gate.tool["action"], gate.tool["table"]
+    meta = gate.env["tables"][table]
     if not _flag_may_be_missing(meta, act) or not action_applies(act, meta["fields"], {}):
         return
     state = copy.deepcopy(saved)
@@ -1339,25 +1299,17 @@ def _check_action_without_flag(
     if row.pop(act["field"], None) is None:
         return
     note = f"on a row without {act['field']}: "
-    base = _open_prepared(worker, env, tool, state, state_name, report, note)
+    base = _open_prepared(gate, state, note)
     if base is None:
         return
     try:
-        _check_call(worker, env, tool, args, state_name, worker.save(base)[env["env_id"]], base, report, note)
+        _check_call(gate, args, gate.saved(base), base, note)
     finally:
-        worker.close_episode(base)
+        gate.worker.close_episode(base)
 
 
 def _check_precondition(
-    worker: SandboxWorker,
-    env: dict[str, Any],
-    tool: dict[str, Any],
-    args: dict[str, Any],
-    episode: str,
-    saved: dict[str, Any],
-    after: dict[str, Any],
-    report: VerificationReport,
-    state_name: str,
+    gate: _Gate, args: dict[str, Any], episode: str, saved: dict[str, Any], after: dict[str, Any]
 ) -> None:
     """After a call that succeeded on ``saved`` (leaving ``after`` in ``episode``), the refusals: an action again
     on the row it just changed, on the row put in each state the action is refused in, and (for an action on a
@@ -1365,8 +1317,9 @@ def _check_precondition(
     flag; a stated precondition on the row of ``saved`` put into each refused value of its field (and, for a
     flag the row may lack that then reads as refused, without it). Each must fail with ``precondition_failed``
     and leave the state as it was."""
-    env_id, table = env["env_id"], tool["table"]
-    meta = env["tables"][table]
+    worker, env_id, tool = gate.worker, gate.env["env_id"], gate.tool
+    table = tool["table"]
+    meta = gate.env["tables"][table]
     act, stated = tool.get("action"), tool.get("precondition")
     attempts: list[tuple[str, dict[str, Any], str, Any]] = []
     settings: list[tuple[dict[str, Any], str, Any]] = []  # (state to start from, field, value; None: left out)
@@ -1397,7 +1350,7 @@ def _check_precondition(
         unchanged = state_hash(worker.save(ep)[env_id]) == state_hash(state)
         error = result.get("error") or {}
         ok = not result.get("ok") and error.get("type") == ErrorType.PRECONDITION_FAILED.value and unchanged
-        report.add(
+        gate.add(
             "precondition",
             ok,
             ""
@@ -1406,8 +1359,6 @@ def _check_precondition(
             + (f"{name}={current!r}" if current is not None else f"no {name}")
             + f" gave {error or 'success'}"
             + ("" if unchanged else " and changed the state"),
-            tool["name"],
-            state_name,
         )
         if ep != episode:
             worker.close_episode(ep)

@@ -189,9 +189,17 @@ def split_glued(word: str, bigrams: set[tuple[str, str]]) -> list[str]:
     return [word]
 
 
+#: Plurals of two-letter abbreviations, which the length guard of :func:`singular` keeps whole.
+_SHORT_PLURALS = frozenset({"ids", "ips", "vms", "dbs"})
+
+
 def spoken_thing(table: str) -> str:
     """One row of ``table`` as a person names it: ``"webhooks_2"`` -> ``"webhook"``."""
     toks = spoken_words(table)
+    if toks and toks[-1].lower() in _SHORT_PLURALS:
+        # "ids" is "id"s, not a word of its own ("Create a ids.", "the idses"); :func:`singular` keeps it whole
+        # because tool and table names are made from it
+        return " ".join(toks[:-1] + [toks[-1][:-1]])
     return " ".join(toks[:-1] + [singular(toks[-1])]) if toks else singular(table).replace("_", " ").strip()
 
 

@@ -111,8 +111,18 @@ def _description(
 
 def whose(description: list[tuple[str, Any]]) -> str:
     """``[("name", "Ada"), ("qr_no", "Q1")]`` -> ``"whose name is 'Ada' and whose QR number is 'Q1'"`` (fields
-    by :func:`~envfactory_assets.synth.refinement.phrasing.spoken_field`)."""
-    return " and ".join(f"whose {spoken_field(f)} is {literal(v)}" for f, v in description)
+    by :func:`~envfactory_assets.synth.refinement.phrasing.spoken_field`). A text value in double quotes (an
+    ETag, ``'"7f94..."'``) is named without them, as a person quoting it would; the solver's reading of the
+    reference (``solver.programmatic._resolve_reference``) matches it either way."""
+    return " and ".join(f"whose {spoken_field(f)} is {literal(unquoted(v))}" for f, v in description)
+
+
+def unquoted(value: Any) -> Any:
+    """``value`` without the double quotes around it when it is text wrapped in them (``'"7f94"'`` ->
+    ``'7f94'``, as an HTTP ETag is written); any other value (``'W/"0815"'``, ``'"'``, a number) unchanged."""
+    if isinstance(value, str) and len(value) > 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
 
 
 def _parent_words(index: ToolIndex, env_id: str, param: str) -> str:

@@ -487,6 +487,22 @@ _FILTER_FORMS = (
     (" where ", "{label} is set to {value}"),
 )
 
+#: The filter form of a list request with a flag named by a verb ("with uses task dependencies set to false").
+_VERB_FLAG_FORM = (" with ", "{label} set to {value}")
+
+
+def _verb_led(name: str) -> bool:
+    """Whether the field ``name``'s words open with a verb (``uses_task_dependencies``, ``can_activate``,
+    ``allow_comments``), so that "<words> is no" does not read as a sentence."""
+    low = spoken_field(snake_case(name)).lower().split()
+    if len(low) < 2:
+        return False
+    return (
+        low[0] in ("can", "does", "should", "will")
+        or low[0] in _PREDICATE_VERBS
+        or singular(low[0]) in _PREDICATE_VERBS
+    )
+
 
 def describe_call(
     tool: dict[str, Any],
@@ -586,6 +602,10 @@ def describe_call(
                 f for f in _FILTER_FORMS if " is " in f[1] or not any(isinstance(args.get(n), bool) for n, _ in plain)
             ]
             form = rng.choice(forms) if natural else _FILTER_FORMS[0]
+            if any(isinstance(args.get(n), bool) and _verb_led(n) for n, _ in plain):
+                # "where uses task dependencies is no" reads as broken: a flag named by a verb is set, not is
+                form = _VERB_FLAG_FORM
+                plain = [(n, literal(args[n]) if isinstance(args.get(n), bool) else v) for n, v in plain]
             where += form[0] + " and ".join(form[1].format(label=label(n), value=v) for n, v in plain)
         if args.get("offset") and "offset" not in refs:
             where += f", skipping the first {args['offset']}"
@@ -925,7 +945,11 @@ def shape_for_persona(text: str, persona: str | None, first_turn: bool, rng: ran
         return text
     body = text
     if first_turn:
-        body = rng.choice(_OPENERS[style]).format(persona=persona) + body
+        # a persona opening a sentence ("Hey! {persona} here.") starts with a capital: "A DevOps engineer"
+        opener = re.sub(
+            r"(^|[.!?] )([a-z])", lambda m: m[1] + m[2].upper(), rng.choice(_OPENERS[style]).format(persona=persona)
+        )
+        body = opener + body[0].upper() + body[1:]
     else:
         lead = rng.choice(_FOLLOW[style])
         if lead:

@@ -679,10 +679,14 @@ def _create_sentence(c: _Call, rng: random.Random) -> str:
         f"you now have {c.who}{with_id}{about}{setting}",
     ]
     if c.done and c.tool.get("kind") == "create":
-        plans += [
-            f"I {c.done}: {new}{with_id}{about}{setting}",
-            f"I {c.done}, {new}{with_id}{about}{setting}",
-        ] * _DONE_WEIGHT
+        if c.label:
+            done = [f"I {c.done}: {new}{with_id}{about}{setting}", f"I {c.done}, {new}{with_id}{about}{setting}"]
+        else:
+            # a bare identifier after the summary ("I created the matter with the name and description,
+            # mat_00025") reads as a list item: it is said as the row's id instead
+            ident = f" (id {c.ident})" if c.ident is not None else ""
+            done = [f"I {c.done}{ident}{about}{setting}", f"I {c.done}{ident}{about}{setting}"]
+        plans += done * _DONE_WEIGHT
     return _pick(rng, plans)
 
 
@@ -910,7 +914,7 @@ def _side_effect_sentence(c: _Call, rng: random.Random) -> str:
     out = c.out if isinstance(c.out, Mapping) else {}
     verb = str(out.get("verb") or spec.get("verb") or "")
     target = out.get("target_id")
-    thing = spec.get("thing") or c.thing
+    thing = c.thing or spec.get("thing")  # the spoken name ("instance"), not the table's ("instances 4")
     who = f"{thing} {target}" if isinstance(target, str) and target else f"the {thing}"
     plans = _SIDE_EFFECT_DONE.get(verb) or (f"I ran {verb} on {who}" if verb else f"done for {who}",)
     sentence = _pick(rng, plans).format(who=who)
@@ -1181,14 +1185,20 @@ def write_reply(
     text = sentences[0]
     for i, s in enumerate(sentences[1:], start=1):
         joint = last if i == len(sentences) - 1 else between
+        # "done, X now exists" opens a reply; after a joint ("finally, done, ...", "Once that was done, done,")
+        # it says done twice
+        s = s.removeprefix("done, ")
         text += joint + (_capital(s) if joint.endswith(". ") else s)
+    if text.startswith("done, ") and re.search(r"\bdone\b", text[6:]):
+        text = text[6:]  # "Done, X now exists. Once that was done, ...": the joint says it
     reads_only = all(
         tools[c["name"]].get("kind") in ("list", "search", "count", "get", "relation_list", "computed_read")
         for c in calls
     )
     head = _Call(calls[0], tools[calls[0]["name"]], key_of(tools[calls[0]["name"]]))
     opener = "" if refused else _pick(rng, _READ_OPENERS if reads_only else _OPENERS).format(things=head.things)
-    if opener.lower().startswith("done") and text.lower().startswith("done"):
+    # "All done. Done, the template now exists": one opener says it is done
+    if re.search(r"\bdone\b", opener.lower()) and re.search(r"\bdone\b", text.lower()):
         opener = ""
     if len((opener + text).split()) > _MOST_REPLY_WORDS:
         opener = ""

@@ -189,6 +189,13 @@ def _minting_position(history: list[dict[str, Any]], value: Any, index: ToolInde
     return None
 
 
+def _drawn_provenance(history: list[dict[str, Any]], value: Any, index: ToolIndex) -> dict[str, Any]:
+    """The provenance of an identifier ``value`` drawn from the state: the output of the call that created its row
+    (:func:`_minting_position`), since the user knows that row from that call's result; else the state."""
+    minted = _minting_position(history, value, index)
+    return {"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}
+
+
 def resolve_arguments(
     tool: dict[str, Any],
     node: str,
@@ -256,13 +263,9 @@ def resolve_arguments(
                 if name in required:
                     raise LookupError(f"no value for required identifier {name}")
                 continue
-            minted = _minting_position(history, value, index)
             # a row created earlier in the episode is known from that call's result, not from hidden state:
             # the writer then names it ("the new book") instead of quoting an id the user never saw
-            args[name], prov[name] = (
-                value,
-                ({"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}),
-            )
+            args[name], prov[name] = value, _drawn_provenance(history, value, index)
             continue
         if name == "limit":
             args[name], prov[name] = rng.choice([5, 10, 20]), {"source": "user"}
@@ -317,11 +320,7 @@ def _transfer_from_state(
         others = [r[meta["key"]] for r in rows if r[meta["key"]] != args[key]]
         if others:
             value = rng.choice(others)
-            minted = _minting_position(history, value, index)
-            args[tr["destination"]] = value
-            prov[tr["destination"]] = (
-                {"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}
-            )
+            args[tr["destination"]], prov[tr["destination"]] = value, _drawn_provenance(history, value, index)
     given = (prov.get(tr["amount"]) or {}).get("source") == "output"  # an amount an earlier call gave stays
     if source is None or tr["verb"] == "deposit" or given:
         return
@@ -415,11 +414,7 @@ def _pair_from_state(
     for name, value in zip((pf, mf), rng.choice(options), strict=True):
         if name in kept:
             continue
-        minted = _minting_position(history, value, index)
-        args[name] = value
-        prov[name] = (
-            {"source": "state"} if minted is None else {"source": "output", "call": minted[0], "path": minted[1]}
-        )
+        args[name], prov[name] = value, _drawn_provenance(history, value, index)
 
 
 def refusal_output(error: dict[str, Any]) -> dict[str, str]:

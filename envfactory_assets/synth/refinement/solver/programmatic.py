@@ -753,8 +753,12 @@ def _resolve_reference(phrase: str, key: str, seen: list[_Observation], rng: ran
             field = next((f for f in row if _words(f) == label or spoken_field(f).lower() == label), None)
             return str(row.get(field, "")).lower()
 
+        def fits(text: str, value: str) -> bool:
+            # an ETag ('"7f94"') may be named without its double quotes
+            return value in (text, text[1:-1] if len(text) > 2 and text[0] == text[-1] == '"' else text)
+
         for obs in reversed(seen):
-            rows = [r for r in _rows_with(obs.output, key) if all(said(r, f) == v for f, v in wanted)]
+            rows = [r for r in _rows_with(obs.output, key) if all(fits(said(r, f), v) for f, v in wanted)]
             if rows:
                 return rng.choice(rows)[key]
         return None
