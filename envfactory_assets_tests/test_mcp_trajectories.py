@@ -24,6 +24,7 @@ from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.resource_kinds import mcp_rows
 from envfactory_assets.synth.datasets.rows import complete_answer_problem, replay_check, rl_rows
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.report import unstated_gold_arguments
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows, refined_trajectory_rows
 from envfactory_assets.synth.trajectories.execution import SynthConfig, refusal_output, synthesize_trajectory
@@ -68,13 +69,18 @@ def raw_trajectories(worker):
 
 
 @pytest.fixture(scope="module")
-def datasets(raw_trajectories):
-    refined = refined_trajectory_rows(
+def refined(raw_trajectories):
+    rows = refined_trajectory_rows(
         raw_trajectories, mcp_environments(), config=CalibrationConfig(k=2, conversational_share=0.0, workers=1)
     )
-    passed = [r for r in refined if r["status"] == "passed"]
+    passed = [r for r in rows if r["status"] == "passed"]
     assert passed
-    sft, rl, rejected = dataset_rows(passed, mcp_environments(), sft_share=0.5)
+    return passed
+
+
+@pytest.fixture(scope="module")
+def datasets(refined):
+    sft, rl, rejected = dataset_rows(refined, mcp_environments(), sft_share=0.5)
     assert rejected == [] and sft and rl
     return sft, rl
 
@@ -125,6 +131,46 @@ def test_every_recorded_call_is_in_the_real_servers_names_and_validates_against_
             renamed += [a for a in call["arguments"] if a not in canonical]
     # a row's id becomes the server's own key parameter (get_issue's issue_number, get_pull_request's pull_number)
     assert {"issue_number", "pull_number"} & set(renamed), renamed
+
+
+def unknowable_arguments(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+    """The arguments of a real trajectory's recorded calls that the agent cannot know: neither the turn's user
+    messages state them nor (for a value the user did not give) an earlier message or tool result of the
+    conversation holds them (:func:`unstated_gold_arguments` over every call of every turn). A window
+    parameter and a schema placeholder do not count (the RL rows mask them), nor a value the refined request
+    names by a reference to its row."""
+    found = []
+    for i, turn in enumerate(trajectory["turns"]):
+        masked = {
+            a
+            for c in turn["calls"]
+            for a, p in (c.get("provenance") or {}).items()
+            if p.get("source") == "schema" or a in window_arguments(real_tools()[c["name"]])
+        }
+        for problem in unstated_gold_arguments(trajectory["turns"], i, turn["calls"], sorted(masked)):
+            if problem["referred_by"] is None:
+                found.append({**problem, "query": turn["query"]})
+    return found
+
+
+def row_field_parameters(name: str) -> set[str]:
+    """The real parameters of tool ``name`` read off the row its call names: a scope, a key by a field."""
+    params = (real_tools()[name].get("mcp_binding") or {}).get("params") or {}
+    return {n for n, p in params.items() if p["role"] == "scope" or (p["role"] in ("key", "keys") and p.get("field"))}
+
+
+def test_every_real_argument_is_stated_by_the_user_or_held_by_an_earlier_result(raw_trajectories, refined, worker):
+    sources = set()
+    for traj in raw_trajectories + refined:
+        real = real_trajectory(traj, mcp_environments(), worker)
+        assert unknowable_arguments(real) == [], traj["id"]
+        for turn in real["turns"]:
+            for call in turn["calls"]:
+                for name in row_field_parameters(call["name"]) & set(call["arguments"]):
+                    sources.add(call["provenance"][name]["source"])
+    # get_issue's owner and repo, read_file's path: stated in the request where the row came from the hidden
+    # state, taken from the earlier result that showed the row otherwise
+    assert sources == {"user", "output"}, sources
 
 
 def test_rl_rows_replay_and_the_turns_own_calls_earn_the_maximum_reward(datasets, worker):

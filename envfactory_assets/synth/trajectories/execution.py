@@ -30,10 +30,15 @@ from envfactory_assets.synth.refinement.phrasing import (
     join_sentences,
     new_value_refs,
     spoken_tables,
+    stated_row_fields,
 )
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import USER, Chain
-from envfactory_assets.synth.trajectories.real_calls import planning_environments, planning_worker
+from envfactory_assets.synth.trajectories.real_calls import (
+    known_row_arguments,
+    planning_environments,
+    planning_worker,
+)
 from envfactory_assets.synth.trajectories.turns import split_turns
 
 SYSTEM_PROMPT = (
@@ -535,6 +540,7 @@ def synthesize_trajectory(
                 node = chain.tools[pos]
                 tool = index.tools[node.split(".", 1)[1]]
                 refuse = tool["kind"] in ("action", "transfer") and rng.random() < config.refusal_share
+                saved = before if not calls else worker.save(episode)
                 try:
                     args, prov = resolve_arguments(
                         tool,
@@ -542,7 +548,7 @@ def synthesize_trajectory(
                         chain,
                         graph,
                         history,
-                        before if not calls else worker.save(episode),
+                        saved,
                         index,
                         values,
                         rng,
@@ -569,6 +575,12 @@ def synthesize_trajectory(
                 }
                 if refused:
                     call["error"] = error["type"]
+                if tool.get("mcp_binding"):
+                    # a real parameter read off the named row (a scope, a key by a field) the agent must learn
+                    # from an earlier result or the request
+                    known = known_row_arguments(tool, args, _state_rows(saved, index, tool), history)
+                    if known:
+                        call["row_arguments"] = known
                 calls.append(call)
                 history.append(call)
                 recovery = _recovery_read(call, tool, index, worker, episode) if refused else None
@@ -585,6 +597,7 @@ def synthesize_trajectory(
                     index.key_of(index.tools[c["name"]]),
                     c["arguments"],
                     new_value_refs(c, history, start, index.tools, index.key_of_name),
+                    stated=stated_row_fields(c),
                 )
                 for c in calls
                 # the agent reads on its own after a refusal: the user did not ask for it

@@ -23,7 +23,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from envfactory_assets.envgen.mcp_signatures import canonical_output, canonical_tool, real_arguments
+from envfactory_assets.envgen.mcp_signatures import canonical_output, canonical_tool, real_arguments, row_arguments
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 
@@ -128,6 +128,48 @@ def planning_worker(worker: Any, environments: Mapping[str, Mapping[str, Any]]) 
     return PlanningWorker(worker, environments)
 
 
+def _row_path(output: Any, row_key: str, row_id: Any, field: str, value: Any) -> str | None:
+    """The path (``"owner"``, ``"items[2].owner"``) in a call's ``output`` of the ``field`` of the row whose
+    ``row_key`` is ``row_id`` where it holds ``value``, or None when the output shows no such row."""
+    if isinstance(output, dict):
+        if output.get(row_key) == row_id and field in output and output[field] == value:
+            return field
+        for name, item in output.items():
+            found = _row_path(item, row_key, row_id, field, value)
+            if found is not None:
+                return f"{name}.{found}" if isinstance(item, dict) else f"{name}{found}"
+    elif isinstance(output, list):
+        for i, item in enumerate(output):
+            found = _row_path(item, row_key, row_id, field, value)
+            if found is not None:
+                return f"[{i}].{found}"
+    return None
+
+
+def known_row_arguments(
+    tool: Mapping[str, Any], arguments: Mapping[str, Any], rows: list[dict[str, Any]], history: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The real arguments of a call of a tool with a real MCP signature that are read off the row its canonical
+    ``arguments`` name (:func:`~envfactory_assets.envgen.mcp_signatures.row_arguments`: ``get_issue``'s
+    ``owner`` and ``repo``, ``read_file``'s ``path``), each with where the agent learns it:
+    ``{parameter: {"field", "value", "provenance"}}``. The provenance is ``{"source": "output", "call": i,
+    "path": ...}`` for the latest call of ``history`` (the episode's calls so far, the conversation's tool
+    results) whose output shows the named row holding that value, else ``{"source": "user"}``: the request has to
+    state it (:func:`~envfactory_assets.synth.refinement.phrasing.stated_row_fields`), since the canonical call
+    names the row only by its identifier. ``rows``: the table's rows in the state the call runs on."""
+    found = row_arguments(dict(tool), dict(arguments), rows)
+    binding = tool.get("mcp_binding") or {}
+    row_id = arguments.get(binding.get("row_key", ""))
+    for item in found.values():
+        item["provenance"] = {"source": "user"}
+        for i in range(len(history) - 1, -1, -1):
+            path = _row_path(history[i].get("output"), binding["row_key"], row_id, item["field"], item["value"])
+            if path is not None:
+                item["provenance"] = {"source": "output", "call": i, "path": path}
+                break
+    return found
+
+
 def window_arguments(tool: Mapping[str, Any]) -> set[str]:
     """The real parameters of a tool with a real MCP signature that only window a read (``max_count``,
     ``per_page``, ``start_index``: roles in :data:`WINDOW_ROLES`); empty for any other tool."""
@@ -136,12 +178,16 @@ def window_arguments(tool: Mapping[str, Any]) -> set[str]:
 
 
 def _real_provenance(
-    spec: dict[str, Any], provenance: Mapping[str, Any], arguments: Mapping[str, Any]
+    spec: dict[str, Any],
+    provenance: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    row_fields: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The provenance of each real argument from that of the canonical arguments it was made of: the row's
     identifier for a key (with the field it names the row by), the field, window or text for theirs; a
-    parameter the canonical call did not give (a row's scope field, a schema placeholder) is ``state`` or
-    ``schema``."""
+    parameter read off the named row that the call's ``row_fields`` (its ``row_arguments``,
+    :func:`known_row_arguments`) hold, theirs; a parameter the canonical call did not give (a row's scope field
+    none of those hold, a schema placeholder) is ``state`` or ``schema``."""
     binding = spec["mcp_binding"]
     canonical = binding["canonical_input"]["properties"]
     out = {k: v for k, v in provenance.items() if k not in canonical and k in arguments}
@@ -150,7 +196,11 @@ def _real_provenance(
             continue
         role = param["role"]
         source = None
-        if role in ("key", "keys"):
+        known = (row_fields or {}).get(name)
+        given = arguments[name] if role == "keys" and isinstance(arguments[name], list) else [arguments[name]]
+        if known is not None and known["value"] in given:
+            source = known["provenance"]
+        elif role in ("key", "keys"):
             source = provenance.get(binding["row_key"])
             if source is not None and param.get("field"):
                 source = {**source, "field": param["field"]}
@@ -216,7 +266,9 @@ def real_trajectory(
                 if found is None:
                     continue
                 call["canonical_arguments"] = call["arguments"]
-                call["provenance"] = _real_provenance(found[1], call.get("provenance") or {}, arguments)
+                call["provenance"] = _real_provenance(
+                    found[1], call.get("provenance") or {}, arguments, call.get("row_arguments")
+                )
                 call["arguments"] = arguments
                 if result.get("ok"):
                     call["output"] = result.get("output")
