@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,13 @@ from envfactory_assets.synth.refinement.report import unstated_gold_arguments
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows, refined_trajectory_rows
 from envfactory_assets.synth.trajectories.execution import SynthConfig, refusal_output, synthesize_trajectory
-from envfactory_assets.synth.trajectories.real_calls import planning_worker, real_trajectory, window_arguments
+from envfactory_assets.synth.trajectories.real_calls import (
+    planning_environments,
+    planning_worker,
+    real_trajectory,
+    window_arguments,
+)
+from envfactory_assets.synth.trajectories.same_tool_parallel import same_tool_parallel_turn
 
 #: two servers with state whose tools name rows by the server's own parameters (``issue_number``, ``path``)
 SERVERS = ("mcp__github", "mcp__secure_filesystem")
@@ -171,6 +178,26 @@ def test_every_real_argument_is_stated_by_the_user_or_held_by_an_earlier_result(
     # get_issue's owner and repo, read_file's path: stated in the request where the row came from the hidden
     # state, taken from the earlier result that showed the row otherwise
     assert sources == {"user", "output"}, sources
+
+
+def test_a_same_tool_parallel_turn_states_each_rows_scope(raw_trajectories, worker):
+    traj = next(t for t in raw_trajectories if t["env_ids"] == ["mcp__github"])
+    envs = planning_environments({"mcp__github": mcp_environments()["mcp__github"]})
+    inner = planning_worker(worker, mcp_environments())
+    scoped = None
+    for seed in range(40):
+        turn = same_tool_parallel_turn(traj, envs, len(traj["turns"]), random.Random(seed), inner)
+        if turn is not None and row_field_parameters(turn["same_tool_parallel"]["tool"]):
+            scoped = turn
+            break
+    assert scoped is not None
+    extended = {**traj, "turns": traj["turns"] + [scoped]}
+    real = real_trajectory(extended, mcp_environments(), worker)
+    assert unknowable_arguments(real) == [], scoped["query"]
+    for call in real["turns"][-1]["calls"]:
+        # each target's owner and repo: stated for that target, since nothing the agent saw holds them
+        for name in row_field_parameters(call["name"]):
+            assert call["provenance"][name]["source"] in ("user", "output")
 
 
 def test_rl_rows_replay_and_the_turns_own_calls_earn_the_maximum_reward(datasets, worker):
