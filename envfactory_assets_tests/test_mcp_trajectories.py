@@ -20,11 +20,15 @@ from envfactory_assets.envgen.stage import programmatic_environment
 from envfactory_assets.envgen.tools import READ_KINDS
 from envfactory_assets.graph.build import build_tool_graph, tools_from_environments
 from envfactory_assets.graph.embeddings import HashingEmbedder
+from envfactory_assets.llm.openai_backend import OpenAICompatibleBackend
+from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.resource_kinds import mcp_rows
 from envfactory_assets.synth.datasets.rows import complete_answer_problem, replay_check, rl_rows
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig
+from envfactory_assets.synth.refinement.model_querygen import ModelQueryWriter
+from envfactory_assets.synth.refinement.phrasing import stated_row_fields
 from envfactory_assets.synth.refinement.report import unstated_gold_arguments
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.stage import dataset_rows, refined_trajectory_rows
@@ -198,6 +202,33 @@ def test_a_same_tool_parallel_turn_states_each_rows_scope(raw_trajectories, work
         # each target's owner and repo: stated for that target, since nothing the agent saw holds them
         for name in row_field_parameters(call["name"]):
             assert call["provenance"][name]["source"] in ("user", "output")
+
+
+def test_a_model_written_query_that_drops_a_stated_scope_is_refused(raw_trajectories):
+    at = next(
+        (t, i)
+        for t in raw_trajectories
+        for i, turn in enumerate(t["turns"])
+        if any(stated_row_fields(c) for c in turn["calls"])
+    )
+    traj, i = at
+    turn = traj["turns"][i]
+    scope = [str(v) for c in turn["calls"] for _, v in stated_row_fields(c)]
+    envs = planning_environments({e: mcp_environments()[e] for e in traj["env_ids"]})
+    dropped = turn["query"]
+    for value in scope:
+        dropped = dropped.replace(value, "it")
+    replies = {"dropped": json.dumps({"query": dropped}), "kept": json.dumps({"query": turn["query"]})}
+    for name, reply in replies.items():
+        with FakeChatServer(responder=lambda body, reply=reply: reply) as server:
+            writer = ModelQueryWriter(OpenAICompatibleBackend(server.base_url, "m", max_retries=0), attempts=1)
+            query, record = writer.write(turn, traj["turns"][:i], envs, None)
+        if name == "dropped":
+            # the agent could not learn the row's owner and repo: the draft, which states them, is kept
+            assert record["outcome"] == "fallback" and "leaves out" in record["refusals"][0]["reason"]
+        else:
+            assert record["outcome"] == "model"
+        assert query == turn["query"]
 
 
 def test_rl_rows_replay_and_the_turns_own_calls_earn_the_maximum_reward(datasets, worker):
