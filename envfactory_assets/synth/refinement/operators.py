@@ -39,6 +39,7 @@ from envfactory_assets.synth.refinement.phrasing import (
     spoken_table,
     spoken_thing,
     spoken_things,
+    stated_row_fields,
     strip_lead,
     strip_register,
     words,
@@ -514,7 +515,9 @@ def refine_turns(
                         f"{adjective} {words(tool['table'])}",
                         "tool schema enum",
                     )
-            sentence = describe_call(tool, key, call["arguments"], refs, rng)
+            # a real signature's field of the named row that no earlier result showed stays stated: the agent
+            # has no other way to learn it
+            sentence = describe_call(tool, key, call["arguments"], refs, rng, stated=stated_row_fields(call))
             if adjective:
                 things = spoken_things(spoken_table(tool))
                 sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)

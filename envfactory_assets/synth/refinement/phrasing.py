@@ -510,6 +510,7 @@ def describe_call(
     args: dict[str, Any],
     refs: dict[str, str] | None = None,
     rng: random.Random | None = None,
+    stated: list[tuple[str, Any]] | None = None,
 ) -> str:
     """One imperative request asking for ``tool`` with ``args``.
 
@@ -517,6 +518,10 @@ def describe_call(
     the literal; an argument mapped to ``""`` is omitted from the sentence. Without ``rng`` the raw plan is
     used (names as in the spec, values literal); with ``rng`` one of several plans per kind (or the spec's
     summary) is drawn, with spoken table names (:func:`spoken_table`), field labels and values.
+
+    ``stated``: ``[(field, value)]`` of the named row that the request states after the row
+    ("pull request 'pul_00009' (owner 'Susan Fry', repo 'harper-service')"), for a real MCP signature that
+    takes them besides the row's identifier (:func:`stated_row_fields`); no argument of ``args``.
     """
     refs = refs or {}
     props = tool.get("input_schema", {}).get("properties", {})
@@ -568,6 +573,7 @@ def describe_call(
             if target and target.startswith(_REFERENCE_START)
             else (f"{thing} {target}" if target else f"that {thing}")
         )
+        subject += row_fields_phrase(stated or [], rng)
     fields = [(n, val(n)) for n in args if n not in (key, "limit", "offset", "query")]
     fields = [(n, v) for n, v in fields if v]
     # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
@@ -650,6 +656,30 @@ def describe_call(
     if kind == "update" and not fields:
         return f"update {subject}"
     return an(plan.format(**plan_vars))
+
+
+def row_fields_phrase(stated: list[tuple[str, Any]], rng: random.Random | None = None) -> str:
+    """How a request states ``[(field, value)]`` of the row it names, right after the row: ``" (owner 'Susan
+    Fry', repo 'harper-service')"``; with ``rng`` also ``" (the one with owner ... and repo ...)"`` and spoken
+    values. ``""`` for no fields."""
+    if not stated:
+        return ""
+    said = [f"{spoken_field(f)} {spoken_value(v, None, rng) if rng else literal(v)}" for f, v in stated]
+    if rng is not None and rng.random() < 0.5:
+        return f" (the one with {' and '.join(said)})"
+    return f" ({', '.join(said)})"
+
+
+def stated_row_fields(call: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``[(field, value)]`` a request for ``call`` states besides its arguments: the fields of the named row a
+    real MCP signature takes (``get_issue``'s ``owner`` and ``repo``) that no earlier tool result showed the
+    agent (``row_arguments`` of provenance ``user``, recorded at execution by
+    :func:`~envfactory_assets.synth.trajectories.real_calls.known_row_arguments`); each field once."""
+    out: dict[str, Any] = {}
+    for item in (call.get("row_arguments") or {}).values():
+        if item["provenance"].get("source") == "user":
+            out.setdefault(item["field"], item["value"])
+    return list(out.items())
 
 
 def _limit_words(args: dict[str, Any], refs: dict[str, str], rng: random.Random | None) -> str:
