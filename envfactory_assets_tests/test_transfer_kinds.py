@@ -316,3 +316,103 @@ def test_trajectories_use_the_new_kinds_on_rows_the_state_holds(ledger):
             for row in rl_rows(traj, envs):
                 problem = replay_check(row, worker)
                 assert problem is None or problem.startswith("no-op task"), problem
+
+
+def _variant(spec: dict, tmp_path: Path) -> dict:
+    """The environment of ``spec`` (a changed copy of the ledger document), built as the pipeline builds one."""
+    (tmp_path / DOCUMENT).write_bytes(orjson.dumps(spec))
+    return build_environment(inspect_file(tmp_path / DOCUMENT, tmp_path).as_row(), spec)
+
+
+@pytest.fixture(scope="module")
+def unbounded(tmp_path_factory) -> dict:
+    # the ledger whose balances state no maximum
+    spec = _spec()
+    del spec["components"]["schemas"]["Account"]["properties"]["balance"]["maximum"]
+    return _variant(spec, tmp_path_factory.mktemp("unbounded"))
+
+
+def test_a_balance_stays_a_number_json_carries(unbounded):
+    # 1e308 twice is inf, which no state can save; an integer past 64 bits cannot be sent back either
+    state = _valid(unbounded)
+    account = state["tables"]["accounts"][0]["account_id"]
+    other, held = state["tables"]["accounts"][1]["account_id"], state["tables"]["accounts"][1]["balance"]
+    with SandboxWorker() as worker:
+        worker.load_environment(unbounded["env_id"], unbounded["source"])
+        episode = worker.open_episode({unbounded["env_id"]: state})
+        saved = worker.save(episode)
+        for amount in (1e308, 2**53, 2**62):
+            refused = worker.call(episode, "deposit_funds", {"account_id": account, "amount": amount})
+            assert refused["error"]["type"] == "precondition_failed", refused
+            assert "at most" in refused["error"]["message"]
+        assert worker.save(episode) == saved
+        # nor may a transfer push its destination past the limit
+        near = worker.call(episode, "deposit_funds", {"account_id": other, "amount": 2**53 - 50 - int(held) - 1})
+        assert near["ok"], near
+        pushed = worker.call(
+            episode, "transfer_funds", {"account_id": account, "destination_account": other, "amount": 100}
+        )
+        assert pushed["error"]["type"] == "precondition_failed", pushed
+
+
+def test_an_amount_finer_than_the_stored_decimals_is_refused(ledger):
+    # a balance keeps 9 decimals: 1e-10 would move nothing yet succeed, and an amount of more decimals is
+    # rounded differently on its two rows (106.74 - 78.16089588349993 and 1184.13 + it gain 1e-9 together)
+    state = _valid(ledger)
+    first, second = state["tables"]["accounts"][:2]
+    with SandboxWorker() as worker:
+        worker.load_environment(ledger["env_id"], ledger["source"])
+        episode = worker.open_episode({ledger["env_id"]: state})
+        saved = worker.save(episode)
+        for amount in (1e-10, 0.1 + 0.2, 78.16089588349993):
+            args = {"account_id": first["account_id"], "destination_account": second["account_id"], "amount": amount}
+            refused = worker.call(episode, "transfer_funds", args)
+            assert refused["error"]["type"] == "bad_arguments", refused
+            assert "9 decimals" in refused["error"]["message"]
+        assert worker.save(episode) == saved
+        made = worker.call(episode, "withdraw_funds", {"account_id": first["account_id"], "amount": 0.123456789})
+        assert made["output"]["balance"] == moved(first["balance"], -0.123456789)
+
+
+def test_the_gate_checks_the_limit_and_the_decimals(unbounded):
+    report = verify_environment(unbounded)
+    assert report.status == "passed", report.reasons
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("invariant", "deposit_funds"), ("tool_invalid", "withdraw_funds")} <= passed
+    unlimited = mutate(unbounded, r"abs\(new\) > _BALANCE_LIMIT", "False")
+    assert ("invariant", "deposit_funds") in failed_checks(unlimited)
+    coarse = mutate(unbounded, r"round\(amount, 9\) != amount", "False")
+    assert ("tool_invalid", "withdraw_funds") in failed_checks(coarse)
+
+
+def test_a_transfer_is_checked_on_a_destination_with_little_room(ledger):
+    # every account near the stated maximum of 1,000,000: half of the richest one fits nowhere, a smaller amount does
+    full = copy.deepcopy(ledger)
+    for initial in full["initial_states"]:
+        if initial["expect"] == "load":
+            rows = initial["state"]["tables"]["accounts"]
+            for i, row in enumerate(rows):
+                row["balance"] = 999_990.0 - i
+    report = verify_environment(full)
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("semantics", "transfer_funds"), ("invariant", "transfer_funds")} <= passed, report.reasons
+
+
+def test_a_total_of_decimal_figures_has_no_binary_residue(tmp_path):
+    # 0.1 + 0.2 is 0.30000000000000004 in binary floats; a total is kept to the 9 decimals of a balance
+    spec = _spec()
+    spec["paths"]["/accounts/totals"] = {
+        "get": {"operationId": "getAccountTotals", "summary": "Totals over the bank accounts.", "responses": {}}
+    }
+    env = _variant(spec, tmp_path)
+    state = _valid(env)
+    state["tables"]["accounts"] = state["tables"]["accounts"][:3]
+    for row, balance in zip(state["tables"]["accounts"], (0.1, 0.2, 0.4), strict=True):
+        row["balance"] = balance
+    with SandboxWorker() as worker:
+        worker.load_environment(env["env_id"], env["source"])
+        episode = worker.open_episode({env["env_id"]: state})
+        totals = worker.call(episode, "get_account_totals", {})
+    assert totals["output"]["total_balance"] == 0.7, totals
+    tool = next(t for t in env["tools"] if t["name"] == "get_account_totals")
+    assert computed_figures(env, tool, {}, state)["total_balance"] == 0.7

@@ -341,6 +341,15 @@ def _amount(table, field, amount):
     # amount - amount is not 0 for infinities and NaN
     if amount - amount != 0 or not amount > 0:
         _fail(f"amount must be a finite number greater than 0, got {amount!r}")
+    # a balance keeps 9 decimals: a finer amount would be rounded apart on the two rows (the sum drifts) or
+    # vanish (1e-10 moves nothing)
+    if round(amount, 9) != amount:
+        _fail(f"amount may have at most 9 decimals, got {amount!r}")
+
+
+# 2**53, the largest integer JSON carries exactly (RFC 7493, I-JSON): past it a float balance soon reaches inf
+# and an integer one 64 bits, neither of which a state can save, nor can a total over the rows be sent back
+_BALANCE_LIMIT = 9007199254740992
 
 
 def _moved(table, key, row, field, change, words):
@@ -359,6 +368,8 @@ def _moved(table, key, row, field, change, words):
         )
     if "maximum" in schema and new > schema["maximum"]:
         raise PreconditionFailed(f"{said} limit: {words[0]} {key!r} holds {held}, at most {schema['maximum']}")
+    if abs(new) > _BALANCE_LIMIT and abs(new) > abs(held):
+        raise PreconditionFailed(f"{said} limit: {words[0]} {key!r} holds {held}, at most {_BALANCE_LIMIT}")
     return new
 
 
@@ -398,7 +409,8 @@ def _totals(state, table, scope, fields):
     rows = _filtered(state, table, scope)
     out = {"count": len(rows)}
     for field in fields:
-        out[f"total_{field}"] = sum(r[field] for r in rows if r.get(field) is not None)
+        total = sum(r[field] for r in rows if r.get(field) is not None)
+        out[f"total_{field}"] = round(total, 9) if isinstance(total, float) else total  # 0.1 + 0.2 is 0.3
     return out
 
 
