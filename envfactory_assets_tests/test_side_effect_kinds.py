@@ -115,3 +115,28 @@ def test_every_side_effect_tool_passes_the_gate(hub):
 )
 def test_gate_rejects_a_broken_side_effect_implementation(hub, pattern, replacement, check, tool_name):
     assert (check, tool_name) in failed_checks(mutate(hub, pattern, replacement))
+
+
+def test_a_required_argument_given_as_null_is_refused(hub):
+    # the channel is required: a message "sent" on no channel is no send, and must record nothing
+    state = copy.deepcopy(next(s["state"] for s in hub["initial_states"] if s["name"] == "valid"))
+    message = state["tables"]["messages"][0]["message_id"]
+    with SandboxWorker() as worker:
+        worker.load_environment(hub["env_id"], hub["source"])
+        episode = worker.open_episode({hub["env_id"]: state})
+        saved = worker.save(episode)
+        refused = worker.call(episode, "send_message", {"message_id": message, "channel": None})
+        assert refused["error"]["type"] == "bad_arguments" and "channel" in refused["error"]["message"], refused
+        assert worker.save(episode) == saved
+        # an optional one given as null is left out of the record, as when it is not given
+        sent = worker.call(episode, "send_message", {"message_id": message, "channel": "sms", "priority": None})
+        assert sent["output"]["arguments"] == "[('channel', 'sms')]"
+
+
+def test_gate_rejects_a_side_effect_that_records_a_null_required_argument(hub):
+    lax = mutate(
+        hub,
+        r"    for name in required:\n        if given\.get\(name\) is None:\n",
+        "    for name in ():\n        if 0:\n",
+    )
+    assert ("tool_invalid", "send_message") in failed_checks(lax)

@@ -393,9 +393,12 @@ def _transfer(state, table, key, to, amount, field, words):
     return {"source": dict(rows[key]), "destination": dict(rows[to]), "amount": amount}
 
 
-def _side_effect(state, table, key, verb, outbox, arguments, schemas):
+def _side_effect(state, table, key, verb, outbox, arguments, schemas, required=()):
     _row(state, table, key)
     given = {k: v for k, v in arguments.items() if v is not None}
+    for name in required:
+        if given.get(name) is None:
+            _fail(f"missing required argument {name!r}")
     for name, value in given.items():
         _check_schema(name, schemas[name], value)
     record = _new_id(state, outbox)
@@ -691,9 +694,10 @@ def _body(tool: dict[str, Any], key: str) -> str:
     if kind == "side_effect":
         se = tool["side_effect"]
         given = ", ".join(f"{p!r}: {p}" for p in se["arguments"])
+        required = tuple(p for p in tool["input_schema"].get("required", []) if p in se["arguments"])
         return (
             f"return _side_effect(state, {table!r}, {key}, {se['verb']!r}, {se['outbox']!r}, {{{given}}}, "
-            f"{se['arguments']!r})"
+            f"{se['arguments']!r}, {required!r})"
         )
     if kind in RELATION_KINDS:
         rel = tool["relation"]

@@ -47,9 +47,9 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   with a stated precondition that no state has an allowed row for is checked on a row put into an allowed
   value, and fails when no state has a row of its table at all;
 - ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing (a
-  side-effect action records nothing for a target that does not exist or a wrong-typed argument); a
-  relation's tools answer a parent or member that does not exist, and a remove of a pair that is not there,
-  with ``not_found``;
+  side-effect action records nothing for a target that does not exist, a wrong-typed argument or a
+  required one given as null); a relation's tools answer a parent or member that does not exist, and a remove
+  of a pair that is not there, with ``not_found``;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
 
 All execution happens in a :class:`~envfactory_assets.runtime.sandbox.SandboxWorker` child process
@@ -548,10 +548,13 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
 
 def side_effect_invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """``(arguments, error type)`` a side-effect tool must refuse, recording nothing: a target row that does not
-    exist (``not_found``) and, when it takes other arguments, the first of them with a wrong type
-    (``bad_arguments``)."""
+    exist (``not_found``) and, when it takes other arguments, the first of them with a wrong type and the first
+    required one given as null (each ``bad_arguments``)."""
     key = next(iter(tool["input_schema"]["properties"]))
     out = [({**good, key: "no-such-id-00000"}, ErrorType.NOT_FOUND.value)]
+    required = [n for n in tool["input_schema"].get("required", []) if n in tool["side_effect"]["arguments"]]
+    if required:
+        out.append(({**good, required[0]: None}, ErrorType.BAD_ARGUMENTS.value))
     for name, schema in tool["side_effect"]["arguments"].items():
         wrong: Any = 12345 if schema["type"] == "string" and "enum" not in schema else "definitely-not-valid-Ω"
         out.append(({**good, name: wrong}, ErrorType.BAD_ARGUMENTS.value))
