@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.tools import OUTBOX_NAMES
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.coverage import operation_coverage, summarize
@@ -140,3 +141,41 @@ def test_gate_rejects_a_side_effect_that_records_a_null_required_argument(hub):
         "    for name in ():\n        if 0:\n",
     )
     assert ("tool_invalid", "send_message") in failed_checks(lax)
+
+
+def test_the_outbox_takes_a_free_name_when_the_document_has_every_usual_one(tmp_path):
+    # a document whose own collections are outbox, outbox_records and call_outbox, beside the messages it sends
+    spec = _spec()
+    del (
+        spec["paths"]["/webhooks"],
+        spec["paths"]["/webhooks/{webhook_id}"],
+        spec["paths"]["/webhooks/{webhook_id}/ping"],
+    )
+    del spec["paths"]["/webhooks/{webhook_id}/deliveries"]
+    for name in OUTBOX_NAMES:
+        ref = {"$ref": f"#/components/schemas/{name}"}
+        ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+        spec["components"]["schemas"][name] = {
+            "type": "object",
+            "required": ["subject"],
+            "properties": {"subject": {"type": "string"}, "verb": {"type": "string"}},
+        }
+        spec["paths"][f"/{name}"] = {
+            "post": {
+                "operationId": f"create_{name}",
+                "requestBody": {"content": {"application/json": {"schema": ref}}},
+                "responses": ok,
+            }
+        }
+        item = {"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}
+        spec["paths"][f"/{name}/{{item_id}}"] = {
+            "parameters": [item],
+            "get": {"operationId": f"get_{name}", "responses": ok},
+        }
+    (tmp_path / DOCUMENT).write_bytes(orjson.dumps(spec))
+    env = build_environment(inspect_file(tmp_path / DOCUMENT, tmp_path).as_row(), spec)
+    assert set(OUTBOX_NAMES) < set(env["tables"])
+    (outbox,) = [t for t, meta in env["tables"].items() if meta.get("outbox")]
+    assert outbox not in OUTBOX_NAMES
+    assert next(t for t in env["tools"] if t["name"] == "send_message")["side_effect"]["outbox"] == outbox
+    assert verify_environment(env).status == "passed"
