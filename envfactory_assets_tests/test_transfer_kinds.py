@@ -416,3 +416,16 @@ def test_a_total_of_decimal_figures_has_no_binary_residue(tmp_path):
     assert totals["output"]["total_balance"] == 0.7, totals
     tool = next(t for t in env["tools"] if t["name"] == "get_account_totals")
     assert computed_figures(env, tool, {}, state)["total_balance"] == 0.7
+
+
+def test_the_gate_asks_for_amounts_of_at_most_9_decimals(ledger):
+    # 3.69 + 0.5 is 4.1899999999999995 in binary floats: asked so, the refusal would be for its decimals, not
+    # for the balance
+    held = copy.deepcopy(ledger)
+    for initial in held["initial_states"]:
+        if initial["expect"] == "load":
+            for i, row in enumerate(initial["state"]["tables"]["accounts"]):
+                row["balance"] = 3.69 if i == 0 else 1.0
+    report = verify_environment(held)
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("invariant", "transfer_funds"), ("invariant", "withdraw_funds")} <= passed, report.reasons

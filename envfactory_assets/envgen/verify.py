@@ -314,8 +314,9 @@ def moved(value: Any, change: Any) -> Any:
 
 
 def _transfer_room(schema: dict[str, Any], row: dict[str, Any], field: str) -> Any:
-    """How much can be taken out of ``row`` before its ``field`` (JSON Schema ``schema``) reaches its minimum."""
-    return held(row, field) - schema.get("minimum", 0)
+    """How much can be taken out of ``row`` before its ``field`` (JSON Schema ``schema``) reaches its minimum, to the
+    9 decimals a balance keeps (a transfer refuses an amount of more)."""
+    return moved(held(row, field), -schema.get("minimum", 0))
 
 
 def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any] | None:
@@ -334,7 +335,7 @@ def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[s
         return ceiling is None or held(row, field) + amount <= ceiling
 
     def headroom(row: dict[str, Any]) -> Any:
-        return ceiling - held(row, field)
+        return moved(ceiling, -held(row, field))
 
     if tr["verb"] == "deposit":
         fitting = [r for r in rows if fits(r, 1)]
@@ -691,9 +692,10 @@ def transfer_refusals(
     out: list[tuple[str, dict[str, Any], str]] = []
     refused = ErrorType.PRECONDITION_FAILED.value
     if tr["verb"] != "deposit":
-        out.append(("invariant", {**good, tr["amount"]: _transfer_room(schema, row, tr["field"]) + one}, refused))
+        out.append(("invariant", {**good, tr["amount"]: moved(_transfer_room(schema, row, tr["field"]), one)}, refused))
     elif "maximum" in schema:
-        out.append(("invariant", {**good, tr["amount"]: schema["maximum"] - held(row, tr["field"]) + one}, refused))
+        over = moved(moved(schema["maximum"], -held(row, tr["field"])), one)
+        out.append(("invariant", {**good, tr["amount"]: over}, refused))
     else:
         out.append(("invariant", {**good, tr["amount"]: 2 * BALANCE_LIMIT}, refused))
     bad = ErrorType.BAD_ARGUMENTS.value
