@@ -18,7 +18,7 @@ from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.scan import inspect_file
-from envfactory_assets.sources.transfers import balance_field, transfer_shape
+from envfactory_assets.sources.transfers import TransferShape, balance_field, transfer_shape
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
@@ -429,3 +429,11 @@ def test_the_gate_asks_for_amounts_of_at_most_9_decimals(ledger):
     report = verify_environment(held)
     passed = {(c.check, c.tool) for c in report.checks if c.passed}
     assert {("invariant", "transfer_funds"), ("invariant", "withdraw_funds")} <= passed, report.reasons
+
+
+def test_a_destination_is_a_name_that_can_hold_a_row():
+    # a target date, a recipient's e-mail or a payee's name says when or to whom, not which row: no destination
+    for names in (["amount", "target_date"], ["amount", "recipient_email"], ["amount", "payee_name"]):
+        assert transfer_shape("transfers", names) == TransferShape("withdraw", "amount", None), names
+    assert transfer_shape("transfers", ["amount", "target_date", "to_account"]).destination == "to_account"
+    assert transfer_shape("transfers", ["to", "amount"]).destination == "to"
