@@ -437,3 +437,19 @@ def test_a_destination_is_a_name_that_can_hold_a_row():
         assert transfer_shape("transfers", names) == TransferShape("withdraw", "amount", None), names
     assert transfer_shape("transfers", ["amount", "target_date", "to_account"]).destination == "to_account"
     assert transfer_shape("transfers", ["to", "amount"]).destination == "to"
+
+
+def test_a_bad_destination_is_named_in_the_error(ledger):
+    # the error names the argument that is wrong, and a transfer to itself is refused as such whatever the amount
+    state = _valid(ledger)
+    account = state["tables"]["accounts"][0]
+    with SandboxWorker() as worker:
+        worker.load_environment(ledger["env_id"], ledger["source"])
+        episode = worker.open_episode({ledger["env_id"]: state})
+        for to in (None, 12, [account["account_id"]]):
+            args = {"account_id": account["account_id"], "destination_account": to, "amount": 1}
+            error = worker.call(episode, "transfer_funds", args)["error"]
+            assert error["type"] == "bad_arguments" and "destination_account" in error["message"], error
+        args = {"account_id": account["account_id"], "destination_account": account["account_id"], "amount": 10**9}
+        error = worker.call(episode, "transfer_funds", args)["error"]
+        assert error["type"] == "bad_arguments" and "itself" in error["message"], error

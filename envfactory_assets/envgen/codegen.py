@@ -380,12 +380,15 @@ def _transfer(state, table, key, to, amount, field, words):
     if words[1] == "deposit":
         rows[key] = {**source, field: _moved(table, key, source, field, amount, words)}
         return dict(rows[key])
+    if words[1] == "transfer":  # the arguments first: a wrong destination is refused whatever the amount
+        if not isinstance(to, str):
+            _fail(f"{words[2]} must be a string")
+        if to == key:
+            _fail(f"cannot transfer from {words[0]} {key!r} to itself")
     left = _moved(table, key, source, field, -amount, words)
     if words[1] == "withdraw":
         rows[key] = {**source, field: left}
         return dict(rows[key])
-    if to == key:
-        _fail(f"cannot transfer from {words[0]} {key!r} to itself")
     target = _row(state, table, to)
     received = _moved(table, to, target, field, amount, words)
     rows[key] = {**source, field: left}
@@ -683,7 +686,7 @@ def _body(tool: dict[str, Any], key: str) -> str:
     if kind == "transfer":
         tr = tool["transfer"]
         to = tr["destination"] or "None"
-        words = (tr["thing"], tr["verb"])
+        words = (tr["thing"], tr["verb"], *([tr["destination"]] if tr["destination"] else []))
         return f"return _transfer(state, {table!r}, {key}, {to}, {tr['amount']}, {tr['field']!r}, {words!r})"
     if kind == "computed_read":
         fields = tuple(tool["computed"]["fields"])
