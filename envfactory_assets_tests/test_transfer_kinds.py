@@ -453,3 +453,57 @@ def test_a_bad_destination_is_named_in_the_error(ledger):
         args = {"account_id": account["account_id"], "destination_account": account["account_id"], "amount": 10**9}
         error = worker.call(episode, "transfer_funds", args)["error"]
         assert error["type"] == "bad_arguments" and "itself" in error["message"], error
+
+
+@pytest.fixture(scope="module")
+def pockets(tmp_path_factory) -> dict:
+    # the ledger whose accounts hold savings pockets, with the totals of one account's pockets
+    spec = _spec()
+    account = [{"name": "account_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    ref = {"$ref": "#/components/schemas/Pocket"}
+    one = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+    many = {"200": {"description": "OK", "content": {"application/json": {"schema": {"type": "array", "items": ref}}}}}
+    spec["components"]["schemas"]["Pocket"] = {
+        "type": "object",
+        "required": ["label"],
+        "properties": {"label": {"type": "string"}, "saved": {"type": "number", "minimum": 0, "maximum": 5000}},
+    }
+    spec["paths"]["/accounts/{account_id}/pockets"] = {
+        "parameters": account,
+        "get": {"operationId": "listPockets", "responses": many},
+        "post": {
+            "operationId": "createPocket",
+            "requestBody": {"content": {"application/json": {"schema": ref}}},
+            "responses": one,
+        },
+    }
+    item = [*account, {"name": "pocket_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    spec["paths"]["/accounts/{account_id}/pockets/{pocket_id}"] = {
+        "parameters": item,
+        "get": {"operationId": "getPocket", "responses": one},
+    }
+    spec["paths"]["/accounts/{account_id}/pockets/summary"] = {
+        "parameters": account,
+        "get": {"operationId": "getPocketSummary", "summary": "Totals of the pockets of an account.", "responses": {}},
+    }
+    return _variant(spec, tmp_path_factory.mktemp("pockets"))
+
+
+def test_the_totals_of_one_parent_need_that_parent(pockets):
+    # totals "of an account's pockets" asked for no account, or one not there, are not every pocket's totals
+    state = _valid(pockets)
+    with SandboxWorker() as worker:
+        worker.load_environment(pockets["env_id"], pockets["source"])
+        episode = worker.open_episode({pockets["env_id"]: state})
+        owner = state["tables"]["pockets"][0]["account_id"]
+        mine = [p for p in state["tables"]["pockets"] if p["account_id"] == owner]
+        assert worker.call(episode, "get_pocket_summary", {"account_id": owner})["output"]["count"] == len(mine)
+        unnamed = worker.call(episode, "get_pocket_summary", {"account_id": None})
+        assert unnamed["error"]["type"] == "bad_arguments" and "account_id" in unnamed["error"]["message"], unnamed
+        absent = worker.call(episode, "get_pocket_summary", {"account_id": "acc_99999"})
+        assert absent["error"]["type"] == "not_found", absent
+    report = verify_environment(pockets)
+    assert report.status == "passed", report.reasons
+    assert ("tool_invalid", "get_pocket_summary") in {(c.check, c.tool) for c in report.checks if c.passed}
+    lax = mutate(pockets, r"    _check_refs\(state, table, scope\)\n", "")
+    assert ("tool_invalid", "get_pocket_summary") in failed_checks(lax)

@@ -412,7 +412,12 @@ def _side_effect(state, table, key, verb, outbox, arguments, schemas, required=(
 
 
 def _totals(state, table, scope, fields):
+    # the rows of one parent: it must be named and be there (no parent's totals are not every parent's)
+    for name, value in scope.items():
+        if value is None:
+            _fail(f"missing required argument {name!r}")
     rows = _filtered(state, table, scope)
+    _check_refs(state, table, scope)
     out = {"count": len(rows)}
     for field in fields:
         total = sum(r[field] for r in rows if r.get(field) is not None)
