@@ -48,7 +48,8 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   value, and fails when no state has a row of its table at all;
 - ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing (a
   side-effect action records nothing for a target that does not exist, a wrong-typed argument or a
-  required one given as null; the totals of one parent's rows refuse a parent not named or not there); a
+  required one given as null; the totals of one parent's rows refuse a parent not named, or not there where
+  the parent is a table); a
   relation's tools answer a parent or member that does not exist, and a remove of a pair that is not there,
   with ``not_found``;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
@@ -564,15 +565,18 @@ def side_effect_invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) ->
     return out
 
 
-def computed_invalid_arguments(good: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+def computed_invalid_arguments(
+    env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any]
+) -> list[tuple[dict[str, Any], str]]:
     """``(arguments, error type)`` a computed read over the rows of one parent (``good`` names it) must refuse: the
-    parent not named (null: ``bad_arguments``) and a parent that does not exist (``not_found``); its totals are
-    never those of every parent's rows, nor a parent's that is not there."""
+    parent not named (null: ``bad_arguments``) and, where the parent is a table of the environment, one that does
+    not exist (``not_found``); its totals are never those of every parent's rows, nor a parent's that is not
+    there."""
     name = next(iter(good))
-    return [
-        ({**good, name: None}, ErrorType.BAD_ARGUMENTS.value),
-        ({**good, name: "no-such-id-00000"}, ErrorType.NOT_FOUND.value),
-    ]
+    out = [({**good, name: None}, ErrorType.BAD_ARGUMENTS.value)]
+    if name in env["tables"][tool["table"]]["foreign_keys"]:
+        out.append(({**good, name: "no-such-id-00000"}, ErrorType.NOT_FOUND.value))
+    return out
 
 
 def relation_invalid_arguments(
@@ -1202,7 +1206,7 @@ def _check_invalid(
         attempts = [] if bad is None else [(bad, None)]
         attempts += [(wrong, "bad_arguments") for wrong in real_invalid_arguments(tool, good)]
         if tool["kind"] == "computed_read" and tool["computed"]["scope"] == "collection" and good:
-            attempts += computed_invalid_arguments(good)
+            attempts += computed_invalid_arguments(env, tool, good)
     for bad, expected in attempts:
         result, episode, crash = _call_on_fork(worker, base, tname, bad)
         if crash:
