@@ -179,3 +179,25 @@ def test_the_outbox_takes_a_free_name_when_the_document_has_every_usual_one(tmp_
     assert outbox not in OUTBOX_NAMES
     assert next(t for t in env["tools"] if t["name"] == "send_message")["side_effect"]["outbox"] == outbox
     assert verify_environment(env).status == "passed"
+
+
+def test_a_record_never_overwrites_a_row_the_state_holds(hub):
+    # a state written by hand whose outbox already holds the id meta.next_id would mint: the old record stays
+    state = copy.deepcopy(next(s["state"] for s in hub["initial_states"] if s["name"] == "valid"))
+    message = state["tables"]["messages"][0]["message_id"]
+    number = state["meta"]["next_id"]
+    earlier = {
+        "outbox_id": f"out_{number:05d}",
+        "verb": "send",
+        "target_table": "messages",
+        "target_id": message,
+        "arguments": "[('channel', 'email')]",
+        "created_at": state["meta"]["now"],
+    }
+    state["tables"]["outbox"] = [earlier]
+    with SandboxWorker() as worker:
+        worker.load_environment(hub["env_id"], hub["source"])
+        episode = worker.open_episode({hub["env_id"]: state})
+        sent = worker.call(episode, "send_message", {"message_id": message, "channel": "sms"})
+        assert sent["output"]["outbox_id"] == f"out_{number + 1:05d}", sent
+        assert worker.save(episode)[hub["env_id"]]["tables"]["outbox"] == [earlier, sent["output"]]

@@ -137,9 +137,13 @@ def save(state):
 
 
 def _new_id(state, table):
-    number = state["meta"]["next_id"]
-    state["meta"]["next_id"] = number + 1
-    return f"{TABLES[table]['prefix']}_{number:05d}"
+    # an id a loaded state holds already is passed over: a new row never overwrites one
+    while True:
+        number = state["meta"]["next_id"]
+        state["meta"]["next_id"] = number + 1
+        key = f"{TABLES[table]['prefix']}_{number:05d}"
+        if key not in state["tables"][table]:
+            return key
 
 
 def _row(state, table, key):
