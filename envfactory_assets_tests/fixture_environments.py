@@ -43,6 +43,16 @@ def document_environment(path: Path) -> dict:
     return build_environment(inspect_file(path, path.parent).as_row(), document_spec(path))
 
 
+def variant_environment(spec: dict, path: Path) -> dict:
+    """The environment the programmatic builder makes of ``spec`` (a changed copy of a fixture document) once written
+    to ``path``, a JSON file in a temporary folder. Raises ValueError for a ``path`` under the fixtures folder, whose
+    committed documents a variant must never overwrite."""
+    if path.resolve().is_relative_to(Path(__file__).parent.resolve() / "fixtures"):
+        raise ValueError(f"a variant document is written to a temporary folder, not over the fixture {path}")
+    path.write_bytes(orjson.dumps(spec))
+    return document_environment(path)
+
+
 def environment_fixture(path: Path, name: str):
     """A module-scoped pytest fixture called ``name`` that gives :func:`document_environment` of ``path`` (assign
     it to a module attribute of that name in a test module)."""

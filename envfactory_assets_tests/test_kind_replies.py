@@ -6,7 +6,6 @@ default selection prefers the documents that have these kinds."""
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from envfactory_assets_tests.fixture_environments import (
     document_environment,
     environment_worker,
     fixture_graph,
-    valid_state,
 )
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
@@ -201,25 +199,6 @@ def test_refusal_share_asks_transfers_for_more_than_the_source_holds_and_the_age
         for turn in traj["turns"]:
             for j, c in enumerate(turn["calls"]):
                 assert bool(c.get("recovery")) == ((id(turn), j) in after)
-
-
-def test_a_summary_total_of_floats_is_the_figure_a_person_adds_up(tmp_path):
-    """Rows of 0.1 and 0.2 total 0.3, not 0.30000000000000004: the reply check compares the figures a reply
-    states with the result's, so float noise in a total failed replies that said it right."""
-    document = json.loads((TRANSFERS / "ledger.json").read_text())
-    document["components"]["schemas"]["Bin"]["properties"]["quantity"]["type"] = "number"
-    path = tmp_path / "ledger.json"
-    path.write_text(json.dumps(document))
-    ledger = document_environment(path)
-    state = valid_state(ledger)
-    bins = state["tables"]["bins"]
-    for row, quantity in zip(bins, [0.1, 0.2] + [0] * len(bins), strict=False):
-        row["quantity"] = quantity
-    with environment_worker({ledger["env_id"]: ledger}) as worker:
-        episode = worker.open_episode({ledger["env_id"]: state})
-        result = worker.call(episode, "get_stock_summary", {})
-    assert result["ok"], result
-    assert result["output"]["total_quantity"] == 0.3
 
 
 def test_a_side_effect_reply_names_the_row_as_a_person_says_its_table(envs, turns):

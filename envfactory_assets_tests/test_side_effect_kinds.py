@@ -4,19 +4,15 @@ the verification gate rejecting a broken implementation."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.tools import OUTBOX_NAMES
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.side_effects import side_effect_verb
 from envfactory_assets_tests.fixture_environments import (
     document_spec,
@@ -24,6 +20,7 @@ from envfactory_assets_tests.fixture_environments import (
     failed_checks,
     mutate,
     valid_state,
+    variant_environment,
 )
 
 DOCUMENT = Path(__file__).parent / "fixtures" / "openapi_transfers" / "messaging.json"
@@ -122,7 +119,7 @@ def test_gate_rejects_a_broken_side_effect_implementation(hub, pattern, replacem
 
 def test_a_required_argument_given_as_null_is_refused(hub):
     # the channel is required: a message "sent" on no channel is no send, and must record nothing
-    state = copy.deepcopy(next(s["state"] for s in hub["initial_states"] if s["name"] == "valid"))
+    state = valid_state(hub)
     message = state["tables"]["messages"][0]["message_id"]
     with SandboxWorker() as worker:
         worker.load_environment(hub["env_id"], hub["source"])
@@ -174,8 +171,7 @@ def test_the_outbox_takes_a_free_name_when_the_document_has_every_usual_one(tmp_
             "parameters": [item],
             "get": {"operationId": f"get_{name}", "responses": ok},
         }
-    (tmp_path / DOCUMENT).write_bytes(orjson.dumps(spec))
-    env = build_environment(inspect_file(tmp_path / DOCUMENT, tmp_path).as_row(), spec)
+    env = variant_environment(spec, tmp_path / DOCUMENT.name)
     assert set(OUTBOX_NAMES) < set(env["tables"])
     (outbox,) = [t for t, meta in env["tables"].items() if meta.get("outbox")]
     assert outbox not in OUTBOX_NAMES
@@ -185,7 +181,7 @@ def test_the_outbox_takes_a_free_name_when_the_document_has_every_usual_one(tmp_
 
 def test_a_record_never_overwrites_a_row_the_state_holds(hub):
     # a state written by hand whose outbox already holds the id meta.next_id would mint: the old record stays
-    state = copy.deepcopy(next(s["state"] for s in hub["initial_states"] if s["name"] == "valid"))
+    state = valid_state(hub)
     message = state["tables"]["messages"][0]["message_id"]
     number = state["meta"]["next_id"]
     earlier = {

@@ -8,16 +8,13 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import orjson
 import pytest
 
-from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import computed_figures, moved, verify_environment
 from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
-from envfactory_assets.sources.scan import inspect_file
 from envfactory_assets.sources.transfers import TransferShape, balance_field, transfer_shape
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
@@ -33,6 +30,7 @@ from envfactory_assets_tests.fixture_environments import (
     mutate,
     states_where,
     valid_state,
+    variant_environment,
 )
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
@@ -319,18 +317,12 @@ def test_trajectories_use_the_new_kinds_on_rows_the_state_holds(ledger):
                 assert problem is None or problem.startswith("no-op task"), problem
 
 
-def _variant(spec: dict, tmp_path: Path) -> dict:
-    """The environment of ``spec`` (a changed copy of the ledger document), built as the pipeline builds one."""
-    (tmp_path / DOCUMENT).write_bytes(orjson.dumps(spec))
-    return build_environment(inspect_file(tmp_path / DOCUMENT, tmp_path).as_row(), spec)
-
-
 @pytest.fixture(scope="module")
 def unbounded(tmp_path_factory) -> dict:
     # the ledger whose balances state no maximum
     spec = _spec()
     del spec["components"]["schemas"]["Account"]["properties"]["balance"]["maximum"]
-    return _variant(spec, tmp_path_factory.mktemp("unbounded"))
+    return variant_environment(spec, tmp_path_factory.mktemp("unbounded") / DOCUMENT.name)
 
 
 def test_a_balance_stays_a_number_json_carries(unbounded):
@@ -405,7 +397,7 @@ def test_a_total_of_decimal_figures_has_no_binary_residue(tmp_path):
     spec["paths"]["/accounts/totals"] = {
         "get": {"operationId": "getAccountTotals", "summary": "Totals over the bank accounts.", "responses": {}}
     }
-    env = _variant(spec, tmp_path)
+    env = variant_environment(spec, tmp_path / DOCUMENT.name)
     state = valid_state(env)
     state["tables"]["accounts"] = state["tables"]["accounts"][:3]
     for row, balance in zip(state["tables"]["accounts"], (0.1, 0.2, 0.4), strict=True):
@@ -487,7 +479,7 @@ def pockets(tmp_path_factory) -> dict:
         "parameters": account,
         "get": {"operationId": "getPocketSummary", "summary": "Totals of the pockets of an account.", "responses": {}},
     }
-    return _variant(spec, tmp_path_factory.mktemp("pockets"))
+    return variant_environment(spec, tmp_path_factory.mktemp("pockets") / DOCUMENT.name)
 
 
 def test_the_totals_of_one_parent_need_that_parent(pockets):
