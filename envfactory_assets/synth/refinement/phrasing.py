@@ -402,7 +402,8 @@ _PLANS: dict[str, tuple[str, ...]] = {
         "I'd like you to {verb} {subject}",
         "please go ahead and {verb} {subject}",
     ),
-    # a transfer ("transfer", "withdraw") or a side effect ("send", "sync") on one row, with its other arguments
+    # a side effect ("send", "sync") on one row, with its other arguments (a transfer with its ``transfer`` spec
+    # is asked for as a person moves an amount: :func:`_transfer_request`)
     "verb_with": (
         "{verb} {subject}{with}",
         "please {verb} {subject}{with}",
@@ -595,6 +596,8 @@ def describe_call(
             return f"{label(name)} of {value}"
         return f"{label(name)} {value}"
 
+    if kind == "transfer" and tool.get("transfer"):
+        return _transfer_request(tool, thing, subject, fields, stated, listing, rng)
     setting = listing([stated(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)])
     where = ""
     if kind in ("list", "search", "count", "computed_read"):
@@ -656,6 +659,64 @@ def describe_call(
     if kind == "update" and not fields:
         return f"update {subject}"
     return an(plan.format(**plan_vars))
+
+
+#: Leads of a transfer's request in the person's words (:func:`_transfer_request`); the raw plan has none.
+_TRANSFER_LEADS = ("", "please ", "could you ", "I need you to ", "go ahead and ", "can you ")
+#: How an amount moves, by the spec's transfer verb: the words a person asks with, and the preposition that
+#: names the row the amount leaves or reaches.
+_TRANSFER_WORDS = {
+    "transfer": (("move", "transfer"), "from"),
+    "withdraw": (("withdraw",), "from"),
+    "deposit": (("deposit",), "into"),
+}
+
+
+def _transfer_request(
+    tool: dict[str, Any],
+    thing: str,
+    subject: str,
+    fields: list[tuple[str, str]],
+    stated: Callable[[str, str], str],
+    listing: Callable[[list[str]], str],
+    rng: random.Random | None,
+) -> str:
+    """:func:`describe_call`'s request for a transfer tool, from its ``transfer`` spec (``verb``, ``amount``,
+    ``destination``, ``thing``), as a person asks to move an amount: ``"move 33 from bin 'bin_1' to bin
+    'bin_2'"``, ``"withdraw 50 from account 'acc_1'"``, ``"deposit 20 into account 'acc_1'"``; a row named by a
+    reference keeps it (``"from the bin you created earlier to bin 'bin_2'"``) and any other argument follows
+    (``" with memo 'x'"``; a row it points at by a reference: ``" for the order ..."``).
+
+    ``thing``: a row of the table as :func:`describe_call` says it; ``subject``: the source row as it names it;
+    ``fields``: ``[(argument, value as written)]`` besides the key; ``stated`` and ``listing``:
+    :func:`describe_call`'s own writers. Without ``rng`` the raw plan: no lead, and for a transfer the verb the
+    tool's own name or summary uses ("transfer" where it says so, else "move")."""
+    tr = tool["transfer"]
+    verbs, preposition = _TRANSFER_WORDS.get(tr["verb"], ((tr["verb"],), "from"))
+    if rng is None:
+        said = set(re.findall(r"[a-z]+", f"{tool['name']} {tool.get('description') or ''}".lower().replace("_", " ")))
+        verb = verbs[-1] if tr["verb"] == "transfer" and verbs[-1] in said else verbs[0]
+        lead = ""
+    else:
+        verb, lead = rng.choice(verbs), rng.choice(_TRANSFER_LEADS)
+    given = dict(fields)
+    # an amount left out (no plan leaves it out today) is still named by what moves
+    amount = given.get(tr["amount"]) or f"the {spoken_field(tr['field'])}"
+    text = f"{verb} {amount} {preposition} {subject}"
+    destination = tr.get("destination")
+    if destination:
+        target = given.get(destination)
+        if not target:
+            text += f" to another {thing}"
+        elif target.startswith(_REFERENCE_START):
+            text += f" to {target}"
+        else:
+            text += f" to {thing} {target}"  # a row of the source's table, named by the same noun
+    rest = [(n, v) for n, v in fields if n not in (tr["amount"], destination)]
+    owners = " ".join(f"for {v}" for _, v in rest if v.startswith(_REFERENCE_START))
+    setting = listing([stated(n, v) for n, v in rest if not v.startswith(_REFERENCE_START)])
+    text += (f" {owners}" if owners else "") + (f" with {setting}" if setting else "")
+    return an(lead + text)
 
 
 def row_fields_phrase(stated: list[tuple[str, Any]], rng: random.Random | None = None) -> str:
