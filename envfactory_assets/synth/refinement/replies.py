@@ -312,6 +312,9 @@ def _field_words(name: str) -> str:
     return words(_snake(name)).lower()
 
 
+#: Field words that say what state a row is in: beside the state an action has just set, another of them
+#: ("cancelled", "status 'PREPARING'") would say a second state, often the opposite one.
+_STATE_WORDS = re.compile(r"\b(?:status|state|phase|stage)\b")
 #: A field's name that marks when a row was written, not what it holds.
 _BOOKKEEPING = re.compile(r"\b(?:created|updated|modified|inserted|changed)\b|\bdate (?:created|updated|modified)\b")
 #: Words of a field's name that mark a secret or a machine value no reply repeats.
@@ -770,11 +773,14 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
         plans += [f"I {c.done}, so {c.who} is now {state}", f"I {c.done}: {c.who} is {state}"] * _DONE_WEIGHT
     sentence = _pick(rng, plans)
     field = action.get("field")
-    facts, flags = (
-        _row_facts(c.out, c.key, rng, min(c.room, 2), only=[k for k in (c.out or {}) if k != field])
-        if c.room
-        else ([], [])
-    )
+    # the row's other flags and state fields are left out: "marked running, and it is cancelled" says two
+    # states of one row
+    others = [
+        k
+        for k, v in (c.out or {}).items()
+        if k != field and not _is_flag(v) and not _STATE_WORDS.search(_field_words(k).lower())
+    ]
+    facts, flags = _row_facts(c.out, c.key, rng, min(c.room, 2), only=others) if c.room else ([], [])
     if facts:
         sentence += _pick(rng, ("; it still has {}", " and keeps {}", " (with {})", "; its record shows {}")).format(
             _and_list(facts)
