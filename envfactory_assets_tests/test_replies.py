@@ -574,3 +574,35 @@ def test_an_action_reply_says_the_state_it_set_and_no_other_state_of_the_row():
     assert all("running" in r for r in replies), replies
     assert any("bytes transferred" in r or "files to transfer" in r for r in replies)
     assert not [r for r in replies if "cancelled" in r or "PREPARING" in r]
+
+
+@pytest.mark.corpus
+def test_a_row_is_named_by_its_name_not_a_job_title_or_a_placeholder():
+    # Apideck's customer has a title ("CEO", a job title) beside its display name; data2crm's call has the
+    # spec's example "Subject of the call" as its subject: neither names the row
+    accounting = corpus_environment("apideck.com/accounting.json")
+    crm = corpus_environment("data2crm.com.json")
+    index = ToolIndex({accounting["env_id"]: accounting, crm["env_id"]: crm})
+    customer = {
+        "company_name": "Johnson-Campbell",
+        "created_at": "2025-06-30T12:00:00Z",
+        "customer_id": "cus_00025",
+        "display_name": "Brianna Small",
+        "first_name": "Alexa",
+        "title": "CEO",
+    }
+    added = {"name": "customers_add", "arguments": {k: customer[k] for k in customer if "_at" not in k}}
+    replies = [write_reply([{**added, "output": customer}], index.tools, index.key_of, f"c/{s}") for s in range(30)]
+    assert any("'Brianna Small'" in r for r in replies), replies
+    assert not [r for r in replies if "'CEO'" in r]
+    call = {
+        "call_id": "cal_00011",
+        "direction": "Inbound",
+        "result": "Confirmed",
+        "status": "Planned",
+        "subject": "Subject of the call",
+    }
+    got = {"name": "get_call_entity", "arguments": {"call_id": "cal_00011"}, "output": call}
+    replies = [write_reply([got], index.tools, index.key_of, f"g/{s}") for s in range(30)]
+    assert any("cal_00011" in r for r in replies), replies
+    assert not [r for r in replies if "Subject of the call" in r]

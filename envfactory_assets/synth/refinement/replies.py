@@ -55,10 +55,11 @@ from envfactory_assets.synth.refinement.phrasing import an, flag_predicate, spok
 #: Field names (lower-cased, underscores and case folded away) that label a row for a person, best first.
 _LABEL_FIELDS = (
     "name",
-    "title",
     "displayname",
     "fullname",
     "commonname",
+    "companyname",
+    "title",
     "subject",
     "label",
     "username",
@@ -151,16 +152,29 @@ _DONE_WEIGHT = 3
 _SUMMARY_TAILS = re.compile(r"\s*(?:,.*|\bby (?:its |their )?(?:identifier|id|text)\b.*|\boptionally\b.*)$", re.I)
 
 
+#: Fields (folded as in :data:`_LABEL_FIELDS`) that make a row a person's: its ``title`` is then a job title
+#: or an honorific ("CEO", "Mr."), which names no one.
+_PERSON_FIELDS = frozenset({"firstname", "lastname", "givenname", "familyname", "surname", "middlename", "jobtitle"})
+
+
 def row_label(row: Any) -> str | None:
     """A row's readable label: the value of its first field among :data:`_LABEL_FIELDS` (compared without case
-    or underscores, ``commonName`` = ``common_name``) that is short non-empty text; None when it has none."""
+    or underscores, ``commonName`` = ``common_name``) that is short non-empty text; None when it has none.
+
+    Passed over: a person's ``title`` (the row has a first or last name: a job title such as "CEO") and a value
+    that holds its own field's name ("Subject of the call" as a subject), an example left in the spec rather
+    than a name anyone gives a row."""
     if not isinstance(row, Mapping):
         return None
-    folded = {re.sub(r"[_\W]", "", str(k)).lower(): v for k, v in row.items()}
+    folded = {re.sub(r"[_\W]", "", str(k)).lower(): (k, v) for k, v in row.items()}
+    person = bool(_PERSON_FIELDS & folded.keys())
     for field in _LABEL_FIELDS:
-        value = folded.get(field)
-        if isinstance(value, str) and 0 < len(value.strip()) <= 80 and "\n" not in value:
-            return value.strip()
+        key, value = folded.get(field, (None, None))
+        if not isinstance(value, str) or not 0 < len(value.strip()) <= 80 or "\n" in value:
+            continue
+        if (field == "title" and person) or re.search(rf"\b{re.escape(_field_words(key))}\b", value.lower()):
+            continue
+        return value.strip()
     return None
 
 
