@@ -347,3 +347,32 @@ def test_a_persona_opening_a_conversation_introduces_themselves():
         texts = [shape_for_persona("list the shipping policies.", persona, True, random.Random(s)) for s in range(200)]
         assert any(f"I'm {persona}" in t or f"I am {persona}" in t for t in texts)
         assert not [t for t in texts if re.search(r"\bit's an? ", t)], persona
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("disabled", [True, False])
+def test_an_update_asks_for_a_flag_as_how_the_row_is_and_the_solver_reads_it(disabled):
+    # traccar's device has a "disabled" flag: "so that its disabled is yes" names no field a person says
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+
+    env = corpus_environment("traccar.org.json")
+    tool = next(t for t in env["tools"] if t["name"] == "update_device")
+    args = {"device_id": "dev_00025", "category": "logistics", "disabled": disabled, "model": "LS-1479"}
+    specs = tuple(openai_tool(t) for t in env["tools"])
+    asked = [describe_call(tool, "device_id", args, rng=random.Random(s)) for s in range(40)]
+    so_that = [q for q in asked if " so that " in q]
+    assert so_that, asked
+    assert not [q for q in so_that if "its disabled is" in q]
+    assert all(("it is disabled" if disabled else "it is not disabled") in q for q in so_that), so_that
+    for seed, query in enumerate(so_that):
+        calls = []
+
+        def call(name, arguments, calls=calls):
+            calls.append((name, arguments))
+            return {"ok": True, "output": {**arguments}}
+
+        ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".", specs), call, seed)
+        assert calls == [("update_device", args)], query

@@ -622,7 +622,7 @@ def describe_call(
         "where": where,
         "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
         "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
-        "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
+        "changes_is": listing([_change_is(n, v, args, refs, label) for n, v in fields]),
         "query": val("query") if "query" in args else "",
         "verb": (tool.get("action") or tool.get(kind) or {}).get("verb", kind),
     }
@@ -655,6 +655,17 @@ def describe_call(
     if kind == "update" and not fields:
         return f"update {subject}"
     return an(plan.format(**plan_vars))
+
+
+def _change_is(name: str, value: str, args: dict[str, Any], refs: dict[str, str], label: Callable[[str], str]) -> str:
+    """One change of an update asked as what the row is to be (``"its status is 'open'"``); a boolean flag that
+    says how its row is (:func:`flag_predicate`: ``disabled`` -> ``"it is disabled"`` / ``"it is not
+    disabled"``) as that, since "its disabled is yes" names no field a person would say."""
+    if name not in refs and isinstance(args.get(name), bool):
+        predicate = flag_predicate(name, args[name])
+        if predicate.startswith("is "):
+            return f"it {predicate}"
+    return f"its {label(name)} is {value}"
 
 
 def _limit_words(args: dict[str, Any], refs: dict[str, str], rng: random.Random | None) -> str:
