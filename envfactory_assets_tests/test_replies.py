@@ -606,3 +606,22 @@ def test_a_row_is_named_by_its_name_not_a_job_title_or_a_placeholder():
     replies = [write_reply([got], index.tools, index.key_of, f"g/{s}") for s in range(30)]
     assert any("cal_00011" in r for r in replies), replies
     assert not [r for r in replies if "Subject of the call" in r]
+
+
+@pytest.mark.corpus
+def test_a_filtered_list_reply_does_not_say_it_listed_all_rows():
+    # billingo's "List all bank account" summary: a call filtered by currency did not list them all
+    env = corpus_environment("billingo.hu.json")
+    index = ToolIndex({env["env_id"]: env})
+    row = {"bank_account_id": "ban_00021", "currency": "CAD", "name": "Partner Bank Account", "need_qr": True}
+    listed = {"name": "list_bank_account", "output": {"items": [row], "total": 1}}
+    filtered = [
+        write_reply([{**listed, "arguments": {"currency": "CAD"}}], index.tools, index.key_of, f"l/{s}")
+        for s in range(40)
+    ]
+    assert any("listed the bank accounts" in r for r in filtered), filtered
+    assert not [r for r in filtered if "all bank accounts" in r]
+    unfiltered = [
+        write_reply([{**listed, "arguments": {"limit": 5}}], index.tools, index.key_of, f"l/{s}") for s in range(40)
+    ]
+    assert any("listed all bank accounts" in r for r in unfiltered), unfiltered

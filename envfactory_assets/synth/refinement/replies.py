@@ -272,6 +272,9 @@ class _Call:
         # the summary's "got the book" does not say which book: a reply to several calls of one tool names
         # each call's target instead
         self.done = None if name_rows else summary_action(tool)
+        if self.done and self.kind in ("list", "search") and set(self.args) - _PAGING_ARGS:
+            # "listed all bank accounts" of a call filtered by currency says it did not filter
+            self.done = re.sub(r"\ball (?:the )?", "the ", self.done)
         self.name_rows = name_rows
         out = self.out if isinstance(self.out, Mapping) else {}
         self.refusal = (
@@ -326,6 +329,8 @@ def _field_words(name: str) -> str:
     return words(_snake(name)).lower()
 
 
+#: Arguments of a list or search that page through its rows rather than filter them.
+_PAGING_ARGS = frozenset({"limit", "offset", "page", "page_size", "per_page", "cursor", "max_results", "page_token"})
 #: Field words that say what state a row is in: beside the state an action has just set, another of them
 #: ("cancelled", "status 'PREPARING'") would say a second state, often the opposite one.
 _STATE_WORDS = re.compile(r"\b(?:status|state|phase|stage)\b")
