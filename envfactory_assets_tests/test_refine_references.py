@@ -376,3 +376,30 @@ def test_an_update_asks_for_a_flag_as_how_the_row_is_and_the_solver_reads_it(dis
 
         ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".", specs), call, seed)
         assert calls == [("update_device", args)], query
+
+
+@pytest.mark.corpus
+def test_a_filter_the_drawn_plan_cannot_say_as_an_adjective_stays_a_filter():
+    # a summary naming the rows in other words ("list all accounts" of bank_accounts) has no "bank accounts"
+    # to put "'CAD'" before: the currency is then asked as a filter and no implicit constraint is recorded
+    import copy
+
+    from envfactory_assets.synth.refinement.operators import refine_turns
+    from envfactory_assets_tests.fixture_environments import valid_state
+
+    env = copy.deepcopy(corpus_environment("billingo.hu.json"))
+    next(t for t in env["tools"] if t["name"] == "list_bank_account")["description"] = "List all account"
+    call = {
+        "name": "list_bank_account",
+        "env_id": env["env_id"],
+        "kind": "list",
+        "arguments": {"currency": "CAD"},
+        "provenance": {"currency": {"source": "user"}},
+        "output": {"items": [], "total": 0},
+    }
+    turn = {"query": "x", "calls": [call], "state_before": {env["env_id"]: valid_state(env)}}
+    refined = [refine_turns([turn], {env["env_id"]: env}, seed=str(s)) for s in range(60)]
+    stated = [t[0]["query"] for t, ops in refined if not ops]
+    assert stated, "the summary plan was never drawn"
+    assert all("currency" in q and "'CAD'" in q for q in stated), stated
+    assert all("CAD" in t[0]["query"] for t, _ in refined)
