@@ -909,8 +909,10 @@ def cmd_environments(args: argparse.Namespace) -> int:
                 node = f"{env_id}.{tool['name']}"
                 tool_reason = curation.reason("tool", node)
                 print(f"    {node}" + (f"  (excluded: {tool_reason})" if tool_reason else ""))
+    n_tools = sum(len(env["tools"]) for env in passed.environments.values())
     print(
-        f"{len(passed.environments)} servable environment(s); serve one with: envfactory serve-env ENV_ID",
+        f"{len(passed.environments)} servable environment(s), {n_tools} tools; "
+        "serve one with: envfactory serve-env ENV_ID",
         file=sys.stderr,
     )
     return 0

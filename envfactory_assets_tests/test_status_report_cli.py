@@ -171,7 +171,10 @@ def test_read_only_commands_run_beside_another_process_reading_the_store(status_
     try:
         assert cli_main(["environments"]) == 0
         listed = capsys.readouterr()
-        assert re.fullmatch(rf"{ENV_ID}  \S+  +\d+ tools?\n", listed.out), listed
+        listing = re.fullmatch(rf"{ENV_ID}  \S+  +(\d+) tools?\n", listed.out)
+        assert listing, listed
+        # the closing line sums the tools listed
+        assert f"1 servable environment(s), {listing.group(1)} tools;" in listed.err, listed.err
         lines = _status(status_home, monkeypatch, capsys)
         assert lines["environments"] == "1"
     finally:

@@ -30,6 +30,7 @@ from envfactory_assets.sources.names import (
     indefinite_article,
     inflected_plural,
     plural,
+    reads_singular,
     singular,
     snake_case,
     spoken_thing,
@@ -473,6 +474,10 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
         summary = " ".join([summary.split()[0], *(w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in rest)])
     text = summary[0].lower() + summary[1:]
     if kind == "list":
+        last = text.split()[-1]
+        if last.lower() in nouns and reads_singular(last):
+            # "List all bank account": a request for rows names them in the plural
+            text = text[: -len(last)] + inflected_plural(last)
         return text + "{where}"
     if kind == "create":
         return text + "{with}"
@@ -626,7 +631,7 @@ def describe_call(
         "where": where,
         "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
         "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
-        "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
+        "changes_is": listing([_change_is(n, v, args, refs, label) for n, v in fields]),
         "query": val("query") if "query" in args else "",
         "verb": (tool.get("action") or tool.get(kind) or {}).get("verb", kind),
     }
@@ -741,6 +746,17 @@ def stated_row_fields(call: dict[str, Any]) -> list[tuple[str, Any]]:
         if item["provenance"].get("source") == "user":
             out.setdefault(item["field"], item["value"])
     return list(out.items())
+
+
+def _change_is(name: str, value: str, args: dict[str, Any], refs: dict[str, str], label: Callable[[str], str]) -> str:
+    """One change of an update asked as what the row is to be (``"its status is 'open'"``); a boolean flag that
+    says how its row is (:func:`flag_predicate`: ``disabled`` -> ``"it is disabled"`` / ``"it is not
+    disabled"``) as that, since "its disabled is yes" names no field a person would say."""
+    if name not in refs and isinstance(args.get(name), bool):
+        predicate = flag_predicate(name, args[name])
+        if predicate.startswith("is "):
+            return f"it {predicate}"
+    return f"its {label(name)} is {value}"
 
 
 def _limit_words(args: dict[str, Any], refs: dict[str, str], rng: random.Random | None) -> str:
@@ -937,7 +953,7 @@ _OPENERS = {
         "Hey, I'm {persona} and could use a hand. ",
         "Hi there, {persona} here with a few things. ",
         "Hey! {persona} here. ",
-        "Hi, it's {persona}. ",
+        "Hi, I'm {persona}. ",
         "Hello! I'm {persona} and need a hand. ",
         "Hey, {persona} here, hoping you can help. ",
     ),

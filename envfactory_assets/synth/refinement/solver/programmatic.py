@@ -24,6 +24,7 @@ from envfactory_assets.synth.refinement.phrasing import (
     SENTENCE_JOINTS,
     SPOKEN_DATE,
     field_labels,
+    flag_predicate,
     parse_spoken_value,
     spoken_field,
     spoken_question_label,
@@ -962,6 +963,13 @@ def _arguments(
             )
             if m:
                 break
+        if not m and schema.get("type") == "boolean" and flag_predicate(name, True).startswith("is "):
+            # a flag asked as how the row is to be: "so that it is disabled", "... it is not active"
+            said = re.escape(flag_predicate(name, True)[3:])
+            flag = _pattern(rf"\bit is (not )?{said}\b", re.IGNORECASE).search(text)
+            if flag:
+                args[name], text = flag.group(1) is None, _blanked(text, flag)
+                continue
         if not m and name in _QUERY_PARAMS:
             m = _pattern(rf"\b(?:for|matching|mentioning|containing)\s+({_LITERAL})", re.IGNORECASE).search(text)
         if m:
