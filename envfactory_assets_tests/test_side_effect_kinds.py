@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from envfactory_assets.envgen.tools import OUTBOX_NAMES
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.sources.coverage import operation_coverage, summarize
@@ -19,6 +20,7 @@ from envfactory_assets_tests.fixture_environments import (
     failed_checks,
     mutate,
     valid_state,
+    variant_environment,
 )
 
 DOCUMENT = Path(__file__).parent / "fixtures" / "openapi_transfers" / "messaging.json"
@@ -113,3 +115,87 @@ def test_every_side_effect_tool_passes_the_gate(hub):
 )
 def test_gate_rejects_a_broken_side_effect_implementation(hub, pattern, replacement, check, tool_name):
     assert (check, tool_name) in failed_checks(mutate(hub, pattern, replacement))
+
+
+def test_a_required_argument_given_as_null_is_refused(hub):
+    # the channel is required: a message "sent" on no channel is no send, and must record nothing
+    state = valid_state(hub)
+    message = state["tables"]["messages"][0]["message_id"]
+    with SandboxWorker() as worker:
+        worker.load_environment(hub["env_id"], hub["source"])
+        episode = worker.open_episode({hub["env_id"]: state})
+        saved = worker.save(episode)
+        refused = worker.call(episode, "send_message", {"message_id": message, "channel": None})
+        assert refused["error"]["type"] == "bad_arguments" and "channel" in refused["error"]["message"], refused
+        assert worker.save(episode) == saved
+        # an optional one given as null is left out of the record, as when it is not given
+        sent = worker.call(episode, "send_message", {"message_id": message, "channel": "sms", "priority": None})
+        assert sent["output"]["arguments"] == "[('channel', 'sms')]"
+
+
+def test_gate_rejects_a_side_effect_that_records_a_null_required_argument(hub):
+    lax = mutate(
+        hub,
+        r"    for name in required:\n        if given\.get\(name\) is None:\n",
+        "    for name in ():\n        if 0:\n",
+    )
+    assert ("tool_invalid", "send_message") in failed_checks(lax)
+
+
+def test_the_outbox_takes_a_free_name_when_the_document_has_every_usual_one(tmp_path):
+    # a document whose own collections are outbox, outbox_records and call_outbox, beside the messages it sends
+    spec = _spec()
+    del (
+        spec["paths"]["/webhooks"],
+        spec["paths"]["/webhooks/{webhook_id}"],
+        spec["paths"]["/webhooks/{webhook_id}/ping"],
+    )
+    del spec["paths"]["/webhooks/{webhook_id}/deliveries"]
+    for name in OUTBOX_NAMES:
+        ref = {"$ref": f"#/components/schemas/{name}"}
+        ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+        spec["components"]["schemas"][name] = {
+            "type": "object",
+            "required": ["subject"],
+            "properties": {"subject": {"type": "string"}, "verb": {"type": "string"}},
+        }
+        spec["paths"][f"/{name}"] = {
+            "post": {
+                "operationId": f"create_{name}",
+                "requestBody": {"content": {"application/json": {"schema": ref}}},
+                "responses": ok,
+            }
+        }
+        item = {"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}
+        spec["paths"][f"/{name}/{{item_id}}"] = {
+            "parameters": [item],
+            "get": {"operationId": f"get_{name}", "responses": ok},
+        }
+    env = variant_environment(spec, tmp_path / DOCUMENT.name)
+    assert set(OUTBOX_NAMES) < set(env["tables"])
+    (outbox,) = [t for t, meta in env["tables"].items() if meta.get("outbox")]
+    assert outbox not in OUTBOX_NAMES
+    assert next(t for t in env["tools"] if t["name"] == "send_message")["side_effect"]["outbox"] == outbox
+    assert verify_environment(env).status == "passed"
+
+
+def test_a_record_never_overwrites_a_row_the_state_holds(hub):
+    # a state written by hand whose outbox already holds the id meta.next_id would mint: the old record stays
+    state = valid_state(hub)
+    message = state["tables"]["messages"][0]["message_id"]
+    number = state["meta"]["next_id"]
+    earlier = {
+        "outbox_id": f"out_{number:05d}",
+        "verb": "send",
+        "target_table": "messages",
+        "target_id": message,
+        "arguments": "[('channel', 'email')]",
+        "created_at": state["meta"]["now"],
+    }
+    state["tables"]["outbox"] = [earlier]
+    with SandboxWorker() as worker:
+        worker.load_environment(hub["env_id"], hub["source"])
+        episode = worker.open_episode({hub["env_id"]: state})
+        sent = worker.call(episode, "send_message", {"message_id": message, "channel": "sms"})
+        assert sent["output"]["outbox_id"] == f"out_{number + 1:05d}", sent
+        assert worker.save(episode)[hub["env_id"]]["tables"]["outbox"] == [earlier, sent["output"]]

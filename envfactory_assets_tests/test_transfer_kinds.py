@@ -5,6 +5,7 @@ rejecting a broken implementation of each transfer and computed read."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
 from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
-from envfactory_assets.sources.transfers import balance_field, transfer_shape
+from envfactory_assets.sources.transfers import TransferShape, balance_field, transfer_shape
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
@@ -29,6 +30,7 @@ from envfactory_assets_tests.fixture_environments import (
     mutate,
     states_where,
     valid_state,
+    variant_environment,
 )
 
 TRANSFERS = Path(__file__).parent / "fixtures" / "openapi_transfers"
@@ -313,3 +315,188 @@ def test_trajectories_use_the_new_kinds_on_rows_the_state_holds(ledger):
             for row in rl_rows(traj, envs):
                 problem = replay_check(row, worker)
                 assert problem is None or problem.startswith("no-op task"), problem
+
+
+@pytest.fixture(scope="module")
+def unbounded(tmp_path_factory) -> dict:
+    # the ledger whose balances state no maximum
+    spec = _spec()
+    del spec["components"]["schemas"]["Account"]["properties"]["balance"]["maximum"]
+    return variant_environment(spec, tmp_path_factory.mktemp("unbounded") / DOCUMENT.name)
+
+
+def test_a_balance_stays_a_number_json_carries(unbounded):
+    # 1e308 twice is inf, which no state can save; an integer past 64 bits cannot be sent back either
+    state = valid_state(unbounded)
+    account = state["tables"]["accounts"][0]["account_id"]
+    other, held = state["tables"]["accounts"][1]["account_id"], state["tables"]["accounts"][1]["balance"]
+    with SandboxWorker() as worker:
+        worker.load_environment(unbounded["env_id"], unbounded["source"])
+        episode = worker.open_episode({unbounded["env_id"]: state})
+        saved = worker.save(episode)
+        for amount in (1e308, 2**53, 2**62):
+            refused = worker.call(episode, "deposit_funds", {"account_id": account, "amount": amount})
+            assert refused["error"]["type"] == "precondition_failed", refused
+            assert "at most" in refused["error"]["message"]
+        assert worker.save(episode) == saved
+        # nor may a transfer push its destination past the limit
+        near = worker.call(episode, "deposit_funds", {"account_id": other, "amount": 2**53 - 50 - int(held) - 1})
+        assert near["ok"], near
+        pushed = worker.call(
+            episode, "transfer_funds", {"account_id": account, "destination_account": other, "amount": 100}
+        )
+        assert pushed["error"]["type"] == "precondition_failed", pushed
+
+
+def test_an_amount_finer_than_the_stored_decimals_is_refused(ledger):
+    # a balance keeps 9 decimals: 1e-10 would move nothing yet succeed, and an amount of more decimals is
+    # rounded differently on its two rows (106.74 - 78.16089588349993 and 1184.13 + it gain 1e-9 together)
+    state = valid_state(ledger)
+    first, second = state["tables"]["accounts"][:2]
+    with SandboxWorker() as worker:
+        worker.load_environment(ledger["env_id"], ledger["source"])
+        episode = worker.open_episode({ledger["env_id"]: state})
+        saved = worker.save(episode)
+        for amount in (1e-10, 0.1 + 0.2, 78.16089588349993):
+            args = {"account_id": first["account_id"], "destination_account": second["account_id"], "amount": amount}
+            refused = worker.call(episode, "transfer_funds", args)
+            assert refused["error"]["type"] == "bad_arguments", refused
+            assert "9 decimals" in refused["error"]["message"]
+        assert worker.save(episode) == saved
+        made = worker.call(episode, "withdraw_funds", {"account_id": first["account_id"], "amount": 0.123456789})
+        assert made["output"]["balance"] == moved(first["balance"], -0.123456789)
+
+
+def test_the_gate_checks_the_limit_and_the_decimals(unbounded):
+    report = verify_environment(unbounded)
+    assert report.status == "passed", report.reasons
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("invariant", "deposit_funds"), ("tool_invalid", "withdraw_funds")} <= passed
+    unlimited = mutate(unbounded, r"abs\(new\) > _BALANCE_LIMIT", "False")
+    assert ("invariant", "deposit_funds") in failed_checks(unlimited)
+    coarse = mutate(unbounded, r"round\(amount, 9\) != amount", "False")
+    assert ("tool_invalid", "withdraw_funds") in failed_checks(coarse)
+
+
+def test_a_transfer_is_checked_on_a_destination_with_little_room(ledger):
+    # every account near the stated maximum of 1,000,000: half of the richest one fits nowhere, a smaller amount does
+    full = copy.deepcopy(ledger)
+    for initial in full["initial_states"]:
+        if initial["expect"] == "load":
+            rows = initial["state"]["tables"]["accounts"]
+            for i, row in enumerate(rows):
+                row["balance"] = 999_990.0 - i
+    report = verify_environment(full)
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("semantics", "transfer_funds"), ("invariant", "transfer_funds")} <= passed, report.reasons
+
+
+def test_a_total_of_decimal_figures_has_no_binary_residue(tmp_path):
+    # 0.1 + 0.2 is 0.30000000000000004 in binary floats; a total is kept to the 9 decimals of a balance
+    spec = _spec()
+    spec["paths"]["/accounts/totals"] = {
+        "get": {"operationId": "getAccountTotals", "summary": "Totals over the bank accounts.", "responses": {}}
+    }
+    env = variant_environment(spec, tmp_path / DOCUMENT.name)
+    state = valid_state(env)
+    state["tables"]["accounts"] = state["tables"]["accounts"][:3]
+    for row, balance in zip(state["tables"]["accounts"], (0.1, 0.2, 0.4), strict=True):
+        row["balance"] = balance
+    with SandboxWorker() as worker:
+        worker.load_environment(env["env_id"], env["source"])
+        episode = worker.open_episode({env["env_id"]: state})
+        totals = worker.call(episode, "get_account_totals", {})
+    assert totals["output"]["total_balance"] == 0.7, totals
+    tool = next(t for t in env["tools"] if t["name"] == "get_account_totals")
+    assert computed_figures(env, tool, {}, state)["total_balance"] == 0.7
+
+
+def test_the_gate_asks_for_amounts_of_at_most_9_decimals(ledger):
+    # 3.69 + 0.5 is 4.1899999999999995 in binary floats: asked so, the refusal would be for its decimals, not
+    # for the balance
+    held = copy.deepcopy(ledger)
+    for initial in held["initial_states"]:
+        if initial["expect"] == "load":
+            for i, row in enumerate(initial["state"]["tables"]["accounts"]):
+                row["balance"] = 3.69 if i == 0 else 1.0
+    report = verify_environment(held)
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("invariant", "transfer_funds"), ("invariant", "withdraw_funds")} <= passed, report.reasons
+
+
+def test_a_destination_is_a_name_that_can_hold_a_row():
+    # a target date, a recipient's e-mail or a payee's name says when or to whom, not which row: no destination
+    for names in (["amount", "target_date"], ["amount", "recipient_email"], ["amount", "payee_name"]):
+        assert transfer_shape("transfers", names) == TransferShape("withdraw", "amount", None), names
+    assert transfer_shape("transfers", ["amount", "target_date", "to_account"]).destination == "to_account"
+    assert transfer_shape("transfers", ["to", "amount"]).destination == "to"
+
+
+def test_a_bad_destination_is_named_in_the_error(ledger):
+    # the error names the argument that is wrong, and a transfer to itself is refused as such whatever the amount
+    state = valid_state(ledger)
+    account = state["tables"]["accounts"][0]
+    with SandboxWorker() as worker:
+        worker.load_environment(ledger["env_id"], ledger["source"])
+        episode = worker.open_episode({ledger["env_id"]: state})
+        for to in (None, 12, [account["account_id"]]):
+            args = {"account_id": account["account_id"], "destination_account": to, "amount": 1}
+            error = worker.call(episode, "transfer_funds", args)["error"]
+            assert error["type"] == "bad_arguments" and "destination_account" in error["message"], error
+        args = {"account_id": account["account_id"], "destination_account": account["account_id"], "amount": 10**9}
+        error = worker.call(episode, "transfer_funds", args)["error"]
+        assert error["type"] == "bad_arguments" and "itself" in error["message"], error
+
+
+@pytest.fixture(scope="module")
+def pockets(tmp_path_factory) -> dict:
+    # the ledger whose accounts hold savings pockets, with the totals of one account's pockets
+    spec = _spec()
+    account = [{"name": "account_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    ref = {"$ref": "#/components/schemas/Pocket"}
+    one = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
+    many = {"200": {"description": "OK", "content": {"application/json": {"schema": {"type": "array", "items": ref}}}}}
+    spec["components"]["schemas"]["Pocket"] = {
+        "type": "object",
+        "required": ["label"],
+        "properties": {"label": {"type": "string"}, "saved": {"type": "number", "minimum": 0, "maximum": 5000}},
+    }
+    spec["paths"]["/accounts/{account_id}/pockets"] = {
+        "parameters": account,
+        "get": {"operationId": "listPockets", "responses": many},
+        "post": {
+            "operationId": "createPocket",
+            "requestBody": {"content": {"application/json": {"schema": ref}}},
+            "responses": one,
+        },
+    }
+    item = [*account, {"name": "pocket_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    spec["paths"]["/accounts/{account_id}/pockets/{pocket_id}"] = {
+        "parameters": item,
+        "get": {"operationId": "getPocket", "responses": one},
+    }
+    spec["paths"]["/accounts/{account_id}/pockets/summary"] = {
+        "parameters": account,
+        "get": {"operationId": "getPocketSummary", "summary": "Totals of the pockets of an account.", "responses": {}},
+    }
+    return variant_environment(spec, tmp_path_factory.mktemp("pockets") / DOCUMENT.name)
+
+
+def test_the_totals_of_one_parent_need_that_parent(pockets):
+    # totals "of an account's pockets" asked for no account, or one not there, are not every pocket's totals
+    state = valid_state(pockets)
+    with SandboxWorker() as worker:
+        worker.load_environment(pockets["env_id"], pockets["source"])
+        episode = worker.open_episode({pockets["env_id"]: state})
+        owner = state["tables"]["pockets"][0]["account_id"]
+        mine = [p for p in state["tables"]["pockets"] if p["account_id"] == owner]
+        assert worker.call(episode, "get_pocket_summary", {"account_id": owner})["output"]["count"] == len(mine)
+        unnamed = worker.call(episode, "get_pocket_summary", {"account_id": None})
+        assert unnamed["error"]["type"] == "bad_arguments" and "account_id" in unnamed["error"]["message"], unnamed
+        absent = worker.call(episode, "get_pocket_summary", {"account_id": "acc_99999"})
+        assert absent["error"]["type"] == "not_found", absent
+    report = verify_environment(pockets)
+    assert report.status == "passed", report.reasons
+    assert ("tool_invalid", "get_pocket_summary") in {(c.check, c.tool) for c in report.checks if c.passed}
+    lax = mutate(pockets, r"    _check_refs\(state, table, scope\)\n", "")
+    assert ("tool_invalid", "get_pocket_summary") in failed_checks(lax)

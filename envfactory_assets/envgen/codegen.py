@@ -150,9 +150,13 @@ def save(state):
 
 
 def _new_id(state, table):
-    number = state["meta"]["next_id"]
-    state["meta"]["next_id"] = number + 1
-    return f"{TABLES[table]['prefix']}_{number:05d}"
+    # an id a loaded state holds already is passed over: a new row never overwrites one
+    while True:
+        number = state["meta"]["next_id"]
+        state["meta"]["next_id"] = number + 1
+        key = f"{TABLES[table]['prefix']}_{number:05d}"
+        if key not in state["tables"][table]:
+            return key
 
 
 def _row(state, table, key):
@@ -349,6 +353,15 @@ def _amount(table, field, amount):
     # amount - amount is not 0 for infinities and NaN
     if amount - amount != 0 or not amount > 0:
         _fail(f"amount must be a finite number greater than 0, got {amount!r}")
+    # a balance keeps 9 decimals: a finer amount would be rounded apart on the two rows (the sum drifts) or
+    # vanish (1e-10 moves nothing)
+    if round(amount, 9) != amount:
+        _fail(f"amount may have at most 9 decimals, got {amount!r}")
+
+
+# 2**53, the largest integer JSON carries exactly (RFC 7493, I-JSON): past it a float balance soon reaches inf
+# and an integer one 64 bits, neither of which a state can save, nor can a total over the rows be sent back
+_BALANCE_LIMIT = 9007199254740992
 
 
 def _moved(table, key, row, field, change, words):
@@ -367,6 +380,8 @@ def _moved(table, key, row, field, change, words):
         )
     if "maximum" in schema and new > schema["maximum"]:
         raise PreconditionFailed(f"{said} limit: {words[0]} {key!r} holds {held}, at most {schema['maximum']}")
+    if abs(new) > _BALANCE_LIMIT and abs(new) > abs(held):
+        raise PreconditionFailed(f"{said} limit: {words[0]} {key!r} holds {held}, at most {_BALANCE_LIMIT}")
     return new
 
 
@@ -377,12 +392,15 @@ def _transfer(state, table, key, to, amount, field, words):
     if words[1] == "deposit":
         rows[key] = {**source, field: _moved(table, key, source, field, amount, words)}
         return dict(rows[key])
+    if words[1] == "transfer":  # the arguments first: a wrong destination is refused whatever the amount
+        if not isinstance(to, str):
+            _fail(f"{words[2]} must be a string")
+        if to == key:
+            _fail(f"cannot transfer from {words[0]} {key!r} to itself")
     left = _moved(table, key, source, field, -amount, words)
     if words[1] == "withdraw":
         rows[key] = {**source, field: left}
         return dict(rows[key])
-    if to == key:
-        _fail(f"cannot transfer from {words[0]} {key!r} to itself")
     target = _row(state, table, to)
     received = _moved(table, to, target, field, amount, words)
     rows[key] = {**source, field: left}
@@ -390,9 +408,12 @@ def _transfer(state, table, key, to, amount, field, words):
     return {"source": dict(rows[key]), "destination": dict(rows[to]), "amount": amount}
 
 
-def _side_effect(state, table, key, verb, outbox, arguments, schemas):
+def _side_effect(state, table, key, verb, outbox, arguments, schemas, required=()):
     _row(state, table, key)
     given = {k: v for k, v in arguments.items() if v is not None}
+    for name in required:
+        if given.get(name) is None:
+            _fail(f"missing required argument {name!r}")
     for name, value in given.items():
         _check_schema(name, schemas[name], value)
     record = _new_id(state, outbox)
@@ -403,7 +424,12 @@ def _side_effect(state, table, key, verb, outbox, arguments, schemas):
 
 
 def _totals(state, table, scope, fields):
+    # the rows of one parent: it must be named and be there (no parent's totals are not every parent's)
+    for name, value in scope.items():
+        if value is None:
+            _fail(f"missing required argument {name!r}")
     rows = _filtered(state, table, scope)
+    _check_refs(state, table, scope)
     out = {"count": len(rows)}
     for field in fields:
         total = sum(r[field] for r in rows if r.get(field) is not None)
@@ -676,7 +702,7 @@ def _body(tool: dict[str, Any], key: str) -> str:
     if kind == "transfer":
         tr = tool["transfer"]
         to = tr["destination"] or "None"
-        words = (tr["thing"], tr["verb"])
+        words = (tr["thing"], tr["verb"], *([tr["destination"]] if tr["destination"] else []))
         return f"return _transfer(state, {table!r}, {key}, {to}, {tr['amount']}, {tr['field']!r}, {words!r})"
     if kind == "computed_read":
         fields = tuple(tool["computed"]["fields"])
@@ -687,9 +713,10 @@ def _body(tool: dict[str, Any], key: str) -> str:
     if kind == "side_effect":
         se = tool["side_effect"]
         given = ", ".join(f"{p!r}: {p}" for p in se["arguments"])
+        required = tuple(p for p in tool["input_schema"].get("required", []) if p in se["arguments"])
         return (
             f"return _side_effect(state, {table!r}, {key}, {se['verb']!r}, {se['outbox']!r}, {{{given}}}, "
-            f"{se['arguments']!r})"
+            f"{se['arguments']!r}, {required!r})"
         )
     if kind in RELATION_KINDS:
         rel = tool["relation"]

@@ -401,6 +401,28 @@ def real_arguments(tool: dict[str, Any], args: dict[str, Any], rows: list[dict[s
     return out
 
 
+def row_arguments(tool: dict[str, Any], args: dict[str, Any], rows: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The real parameters of a bound ``tool`` (real or canonical view) whose value :func:`real_arguments` reads
+    off the row the canonical ``args`` name: a ``scope`` (``get_issue``'s ``owner``, ``repo``) and a ``key`` or
+    ``keys`` by a field (``read_file``'s ``path``, ``open_nodes``' ``names``), as ``{parameter: {"field",
+    "value"}}`` (for ``keys`` the named row's one value, not the list). Empty for a tool without a binding, a
+    call that names no row, or a row ``rows`` (the table's current rows) does not hold; a field the row lacks is
+    left out."""
+    binding = tool.get("mcp_binding")
+    if not binding or binding["kind"] not in ("get", "update", "delete"):
+        return {}
+    row_id = args.get(binding["row_key"])
+    row = next((r for r in rows or [] if r.get(binding["row_key"]) == row_id), None)
+    if row is None:
+        return {}
+    out = {}
+    for name, param in binding["params"].items():
+        field = param.get("field")
+        if field in row and (param["role"] == "scope" or (param["role"] in ("key", "keys") and field)):
+            out[name] = {"field": field, "value": row[field]}
+    return out
+
+
 def canonical_output(tool: dict[str, Any], output: Any) -> Any:
     """A bound tool's answer as the gate checks it: the single row of a batch answer of one row."""
     if tool["mcp_binding"]["output"] == "batch" and isinstance(output, dict) and len(output.get("items") or []) == 1:

@@ -26,6 +26,7 @@ action on a row already in its target state.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import keyword
 from typing import Any
 
@@ -231,8 +232,10 @@ OUTBOX_NAMES = ("outbox", "outbox_records", "call_outbox")
 
 
 def outbox_name(taken: set[str]) -> str:
-    """The name of the outbox table of an environment whose other tables are ``taken``."""
-    return next(n for n in OUTBOX_NAMES if n not in taken)
+    """The name of the outbox table of an environment whose other tables are ``taken``: the first of
+    :data:`OUTBOX_NAMES` free, else ``outbox_2``, ``outbox_3``... (a document may hold all of them)."""
+    names = itertools.chain(OUTBOX_NAMES, (f"outbox_{i}" for i in itertools.count(2)))
+    return next(n for n in names if n not in taken)
 
 
 def outbox_meta(prefix: str) -> dict[str, Any]:

@@ -32,9 +32,10 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   under a new id; the item's numeric fields moved by one) returns the figures of the changed rows, which differ:
   a read that returns a constant fails;
 - ``invariant``: a transfer of more than the source row holds above the field's minimum (0 unless the API
-  states another), or a deposit past the field's maximum, fails with ``precondition_failed`` and changes
-  nothing (no row goes negative; on refusal neither row changes); a transfer to a row that does not exist
-  (``not_found``) or to its own source, and an amount of 0 or below, fail and change nothing (``tool_invalid``);
+  states another), or a deposit past the field's maximum (without one, past 2**53), fails with
+  ``precondition_failed`` and changes nothing (no row goes negative; on refusal neither row changes); a transfer
+  to a row that does not exist (``not_found``) or to its own source, an amount of 0 or below and, on a number
+  field, an amount finer than the 9 decimals a balance keeps, fail and change nothing (``tool_invalid``);
 - ``precondition``: an action on a row already in its target state, in each state the action is refused
   in (a shipped order cannot be cancelled), or without its flag when the flag's default (else off) is the
   action's target, fails with ``precondition_failed`` and changes nothing; an action whose flag's default
@@ -46,7 +47,9 @@ result; here every verdict is an assertion on executed behaviour (docs/design.md
   with a stated precondition that no state has an allowed row for is checked on a row put into an allowed
   value, and fails when no state has a row of its table at all;
 - ``tool_invalid``: wrong-typed and unknown-id arguments give a structured error and change nothing (a
-  side-effect action records nothing for a target that does not exist or a wrong-typed argument); a
+  side-effect action records nothing for a target that does not exist, a wrong-typed argument or a
+  required one given as null; the totals of one parent's rows refuse a parent not named, or not there where
+  the parent is a table); a
   relation's tools answer a parent or member that does not exist, and a remove of a pair that is not there,
   with ``not_found``;
 - ``replay``: the same calls on the same initial state give the same outputs and state hash.
@@ -327,6 +330,11 @@ def _relation_members(env: dict[str, Any], tool: dict[str, Any], saved: dict[str
     ]
 
 
+#: the magnitude no balance may pass (2**53, the largest integer JSON carries exactly: RFC 7493, I-JSON); past it
+#: a float balance soon reaches inf and an integer one 64 bits, which no state can save
+BALANCE_LIMIT = 2**53
+
+
 def held(row: dict[str, Any], field: str) -> Any:
     """The balance ``field`` of ``row`` as a transfer reads it: an absent value holds 0."""
     value = row.get(field)
@@ -341,15 +349,16 @@ def moved(value: Any, change: Any) -> Any:
 
 
 def _transfer_room(schema: dict[str, Any], row: dict[str, Any], field: str) -> Any:
-    """How much can be taken out of ``row`` before its ``field`` (JSON Schema ``schema``) reaches its minimum."""
-    return held(row, field) - schema.get("minimum", 0)
+    """How much can be taken out of ``row`` before its ``field`` (JSON Schema ``schema``) reaches its minimum, to the
+    9 decimals a balance keeps (a transfer refuses an amount of more)."""
+    return moved(held(row, field), -schema.get("minimum", 0))
 
 
 def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any] | None:
     """Arguments of a transfer tool that must succeed on ``saved``: the row with the most room above the field's
     minimum (the last of them) gives about half of it (an integer field: at least 1), to the first other row that
-    can take it under the field's maximum; a deposit puts 1 into the last row that can take it. None when no row
-    (or no pair of rows) allows it."""
+    can take it under the field's maximum (where none can, the most the roomiest other row takes, in whole units or
+    cents); a deposit puts 1 into the last row that can take it. None when no row (or no pair of rows) allows it."""
     tr, table = tool["transfer"], tool["table"]
     meta = env["tables"][table]
     key, field = meta["key"], tr["field"]
@@ -359,6 +368,9 @@ def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[s
 
     def fits(row: dict[str, Any], amount: Any) -> bool:
         return ceiling is None or held(row, field) + amount <= ceiling
+
+    def headroom(row: dict[str, Any]) -> Any:
+        return moved(ceiling, -held(row, field))
 
     if tr["verb"] == "deposit":
         fitting = [r for r in rows if fits(r, 1)]
@@ -376,7 +388,14 @@ def _transfer_arguments(env: dict[str, Any], tool: dict[str, Any], saved: dict[s
     args = {key: source[key], tr["amount"]: amount}
     if tr["verb"] == "withdraw":
         return args
-    target = next((r for r in rows if r[key] != source[key] and fits(r, amount)), None)
+    others = [r for r in rows if r[key] != source[key]]
+    target = next((r for r in others if fits(r, amount)), None)
+    if target is None and others:
+        # every other row is too near the maximum for half the source: as much as the roomiest one takes
+        target = max(reversed(others), key=headroom)
+        amount = headroom(target) if schema["type"] == "integer" else math.floor(headroom(target) * 100) / 100
+        if not amount > 0:
+            return None
     return None if target is None else {key: source[key], tr["destination"]: target[key], tr["amount"]: amount}
 
 
@@ -565,14 +584,31 @@ def invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> dict[str, A
 
 def side_effect_invalid_arguments(tool: dict[str, Any], good: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """``(arguments, error type)`` a side-effect tool must refuse, recording nothing: a target row that does not
-    exist (``not_found``) and, when it takes other arguments, the first of them with a wrong type
-    (``bad_arguments``)."""
+    exist (``not_found``) and, when it takes other arguments, the first of them with a wrong type and the first
+    required one given as null (each ``bad_arguments``)."""
     key = next(iter(tool["input_schema"]["properties"]))
     out = [({**good, key: "no-such-id-00000"}, ErrorType.NOT_FOUND.value)]
+    required = [n for n in tool["input_schema"].get("required", []) if n in tool["side_effect"]["arguments"]]
+    if required:
+        out.append(({**good, required[0]: None}, ErrorType.BAD_ARGUMENTS.value))
     for name, schema in tool["side_effect"]["arguments"].items():
         wrong: Any = 12345 if schema["type"] == "string" and "enum" not in schema else "definitely-not-valid-Ω"
         out.append(({**good, name: wrong}, ErrorType.BAD_ARGUMENTS.value))
         break
+    return out
+
+
+def computed_invalid_arguments(
+    env: dict[str, Any], tool: dict[str, Any], good: dict[str, Any]
+) -> list[tuple[dict[str, Any], str]]:
+    """``(arguments, error type)`` a computed read over the rows of one parent (``good`` names it) must refuse: the
+    parent not named (null: ``bad_arguments``) and, where the parent is a table of the environment, one that does
+    not exist (``not_found``); its totals are never those of every parent's rows, nor a parent's that is not
+    there."""
+    name = next(iter(good))
+    out = [({**good, name: None}, ErrorType.BAD_ARGUMENTS.value)]
+    if name in env["tables"][tool["table"]]["foreign_keys"]:
+        out.append(({**good, name: "no-such-id-00000"}, ErrorType.NOT_FOUND.value))
     return out
 
 
@@ -677,8 +713,9 @@ def transfer_refusals(
 ) -> list[tuple[str, dict[str, Any], str]]:
     """``(check, arguments, error type)`` that a transfer tool must refuse on ``saved`` (where ``good`` succeeds)
     with that typed error, changing nothing: more than the source holds above the field's minimum (a deposit:
-    past its maximum, where the field has one) is an ``invariant`` refusal (``precondition_failed``); an amount of
-    0 and one below 0, and for a ``transfer`` a destination that does not exist and the source itself, are
+    past its maximum, where the field has one, else past :data:`BALANCE_LIMIT`) is an ``invariant`` refusal
+    (``precondition_failed``); an amount of 0, one below 0 and, on a number field, one of more than the 9 decimals
+    a balance keeps, and for a ``transfer`` a destination that does not exist and the source itself, are
     ``tool_invalid``."""
     tr, table = tool["transfer"], tool["table"]
     meta = env["tables"][table]
@@ -688,11 +725,16 @@ def transfer_refusals(
     out: list[tuple[str, dict[str, Any], str]] = []
     refused = ErrorType.PRECONDITION_FAILED.value
     if tr["verb"] != "deposit":
-        out.append(("invariant", {**good, tr["amount"]: _transfer_room(schema, row, tr["field"]) + one}, refused))
+        out.append(("invariant", {**good, tr["amount"]: moved(_transfer_room(schema, row, tr["field"]), one)}, refused))
     elif "maximum" in schema:
-        out.append(("invariant", {**good, tr["amount"]: schema["maximum"] - held(row, tr["field"]) + one}, refused))
+        over = moved(moved(schema["maximum"], -held(row, tr["field"])), one)
+        out.append(("invariant", {**good, tr["amount"]: over}, refused))
+    else:
+        out.append(("invariant", {**good, tr["amount"]: 2 * BALANCE_LIMIT}, refused))
     bad = ErrorType.BAD_ARGUMENTS.value
     out += [("tool_invalid", {**good, tr["amount"]: 0}, bad), ("tool_invalid", {**good, tr["amount"]: -one}, bad)]
+    if schema["type"] == "number":
+        out.append(("tool_invalid", {**good, tr["amount"]: 1e-10}, bad))
     if tr["verb"] == "transfer":
         out.append(("tool_invalid", {**good, tr["destination"]: "no-such-id-00000"}, ErrorType.NOT_FOUND.value))
         out.append(("tool_invalid", {**good, tr["destination"]: good[meta["key"]]}, bad))
@@ -719,8 +761,9 @@ def _check_transfer_refusals(gate: _Gate, good: dict[str, Any], saved: dict[str,
 
 def computed_figures(env: dict[str, Any], tool: dict[str, Any], args: dict[str, Any], saved: dict[str, Any]) -> Any:
     """What a computed read called with ``args`` must return on ``saved``: over a collection the number of rows in
-    the scope and the sum of each numeric field (absent values count for nothing), of an item its numeric fields
-    (those it holds); None when the item is not there."""
+    the scope and the sum of each numeric field (absent values count for nothing; a float sum kept to 9 decimals,
+    as :func:`moved` keeps a balance), of an item its numeric fields (those it holds); None when the item is not
+    there."""
     comp, table = tool["computed"], tool["table"]
     key = env["tables"][table]["key"]
     if comp["scope"] == "item":
@@ -731,8 +774,7 @@ def computed_figures(env: dict[str, Any], tool: dict[str, Any], args: dict[str, 
     rows = [r for r in _rows(saved, table) if all(r.get(k) == v for k, v in args.items())]
     out: dict[str, Any] = {"count": len(rows)}
     for f in comp["fields"]:
-        total = sum(r[f] for r in rows if r.get(f) is not None)
-        out[f"total_{f}"] = round(total, 9) if isinstance(total, float) else total  # as the generated code sums
+        out[f"total_{f}"] = moved(sum(r[f] for r in rows if r.get(f) is not None), 0)
     return out
 
 
@@ -1166,6 +1208,8 @@ def _check_invalid(gate: _Gate, good: dict[str, Any], saved: dict[str, Any], bas
         bad = invalid_arguments(tool, good)
         attempts = [] if bad is None else [(bad, None)]
         attempts += [(wrong, "bad_arguments") for wrong in real_invalid_arguments(tool, good)]
+        if tool["kind"] == "computed_read" and tool["computed"]["scope"] == "collection" and good:
+            attempts += computed_invalid_arguments(env, tool, good)
     for bad, expected in attempts:
         result, episode, crash = _call_on_fork(gate.worker, base, tool["name"], bad)
         if crash:

@@ -48,6 +48,8 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 
+from envfactory_assets.envgen.mcp_signatures import canonical_tool
+
 from .embeddings import ParameterEmbedder, l2_normalize
 from .parameters import (
     IDENTIFIER,
@@ -268,13 +270,14 @@ def tools_from_environments(environments: Iterable[Mapping[str, Any]]) -> list[d
     """Flatten environment rows (``{"env_id", "domain", "tools": [ToolSpec, ...]}``) into tool dicts.
 
     A tool with a real MCP server's signature (``mcp_binding``, :mod:`envfactory_assets.envgen.mcp_signatures`)
-    is left out: the sampler, the query writer and the refinement read calls in the builder's argument names
-    (a row's ``..._id``, ``limit``, ``query``), which such a tool does not take."""
+    enters in its canonical view (:func:`~envfactory_assets.envgen.mcp_signatures.canonical_tool`): the
+    builder's argument names (a row's ``..._id``, ``limit``, ``query``) that the sampler, the query writer and
+    the refinement plan in. Its calls are executed and recorded in the real names
+    (:mod:`envfactory_assets.synth.trajectories.real_calls`)."""
     out: list[dict[str, Any]] = []
     for env in environments:
         for spec in env.get("tools") or []:
-            if not spec.get("mcp_binding"):
-                out.append({**spec, "env_id": env["env_id"], "domain": env.get("domain")})
+            out.append({**canonical_tool(spec), "env_id": env["env_id"], "domain": env.get("domain")})
     return out
 
 

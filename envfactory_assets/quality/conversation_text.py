@@ -8,8 +8,9 @@ imported, so a fault shared by the writer and the reader cannot hide here):
   for when the user's answer states the value the turn's calls use for it or, when the answer states none,
   the question names it (its name's words); it was given when the turn's request, an earlier answer of the
   turn or an earlier turn's user text states that value in any form the writer uses (quoted, bare, a date
-  written out, a flag or a number right after the field's words). A question is malformed when it names one
-  thing twice ("Which query and query ..."), or a question or an answer reads "the is ..." / "is is".
+  written out, a flag or a number right after the field's words, an amount after the verb that moves it). A
+  question is malformed when it names one thing twice ("Which query and query ..."), or a question or an
+  answer reads "the is ..." / "is is".
 - :func:`spec_identifiers`: spec identifiers in a user message outside quoted values: a snake_case or
   camelCase word, a path fragment (``/v1/x``, ``{id}``), or a parameter of the spec written as its raw words
   when those hold a short form the spec does not write out ("qr no", "b id").
@@ -69,10 +70,16 @@ def _near_field(text: str, name: str, value_re: str) -> bool:
     return False
 
 
+def _moved_amount(number: str) -> re.Pattern[str]:
+    """A pattern of ``number`` (regex-escaped) as the amount a request moves: "move 33 from", "deposit 20 into"."""
+    return re.compile(rf"\b(?:move|transfer|withdraw|deposit)\s+{number}\s+(?:from|into|to|out of)\b")
+
+
 def value_given(name: str, value: Any, texts: Sequence[str]) -> bool:
     """True when one of ``texts`` states ``value`` of field ``name``: a string quoted or as a whole phrase
     (any case; a date also written out), a number, a flag or a string under 3 characters right after the
-    field's words; a list or an object when each item is; an empty value never needs giving."""
+    field's words, a number also as the amount a request moves ("move 33 from ...", "deposit 20 into ...");
+    a list or an object when each item is; an empty value never needs giving."""
     if isinstance(value, dict):
         return bool(value) and all(value_given(name, v, texts) for v in value.values())
     if isinstance(value, list):
@@ -84,7 +91,10 @@ def value_given(name: str, value: Any, texts: Sequence[str]) -> bool:
         return any(_near_field(t, name, said) for t in texts)
     if isinstance(value, (int, float)):
         number = re.escape(json.dumps(value))
-        return any(_near_field(t, name, rf"(?:set to |of |is |to )?{number}\b") for t in texts)
+        return any(
+            _near_field(t, name, rf"(?:set to |of |is |to )?{number}\b") or _moved_amount(number).search(t.lower())
+            for t in texts
+        )
     text_value = str(value)
     if len(text_value) < 3:
         # a letter or two quoted in one place ('a') is as likely another field's value: only next to this

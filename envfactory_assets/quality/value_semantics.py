@@ -1032,7 +1032,8 @@ def generated_arguments(
     A value is generated when its call's provenance says the user gave it (``{"source": "user"}``):
     identifiers read from the hidden state or an earlier result are only meaningful by existing and are left
     out. ``environments`` maps ``env_id`` to an Environment dict (its ``tools``); a call whose tool is not
-    there keeps an empty schema.
+    there keeps an empty schema. A tool with a real MCP signature (``mcp_binding``) is read in its canonical
+    input schema, the names a trajectory's calls plan in.
     """
     tools = {(env_id, tool["name"]): tool for env_id, env in environments.items() for tool in env.get("tools") or []}
     out: list[dict[str, Any]] = []
@@ -1040,7 +1041,9 @@ def generated_arguments(
         for t, turn in enumerate(row.get("turns") or []):
             for c, call in enumerate(turn.get("calls") or []):
                 prov = call.get("provenance") or {}
-                props = (tools.get((call.get("env_id"), call.get("name"))) or {}).get("input_schema", {})
+                tool = tools.get((call.get("env_id"), call.get("name"))) or {}
+                # a trajectory's call of a tool with a real MCP signature is in the builder's (canonical) names
+                props = (tool.get("mcp_binding") or {}).get("canonical_input") or tool.get("input_schema") or {}
                 props = props.get("properties") or {}
                 for name, value in (call.get("arguments") or {}).items():
                     if (prov.get(name) or {}).get("source") != "user":

@@ -9,8 +9,8 @@ row to another row of the same table, ``withdraw``/``withdrawal(s)``/``debit`` o
 - the path has no GET and no item path below it: ``/goals/{goal_id}/deposits`` with
   ``/goals/{goal_id}/deposits/{deposit_id}`` or a GET list keeps rows of its own (a nested resource);
 - a transfer names its destination in the body (``to``, ``destination``, ``target``, ``recipient``... or a
-  name starting ``to_``/``destination_``); a transfer without one moves the amount out of the row (a
-  withdrawal).
+  name starting ``to_``/``destination_``, unless its last word says a date, name or address:
+  :data:`NOT_DESTINATION_WORDS`); a transfer without one moves the amount out of the row (a withdrawal).
 
 The amount moves through one numeric field of the row, its *balance*: the first integer or number field
 named like one (``balance``, ``quantity``, ``stock``, ``amount_available``...), else a new ``balance`` field
@@ -43,6 +43,11 @@ TRANSFER_SEGMENTS = {
 AMOUNT_NAMES = ("amount", "quantity", "qty", "units", "credits", "points", "value")
 #: body names (or their first word) of a transfer's destination
 DESTINATION_WORDS = ("to", "destination", "target", "recipient", "receiver", "beneficiary", "payee", "dest")
+#: last words of a body name that say when, how or to whom by a value that is no row's identifier
+#: (``target_date``, ``recipient_email``, ``payee_name``): such a name is no destination
+NOT_DESTINATION_WORDS = frozenset(
+    {"date", "time", "at", "on", "name", "email", "phone", "address", "type", "currency", "note", "memo", "message"}
+)
 #: field names of a row's balance, first preferred; a name holding ``balance`` counts too
 BALANCE_NAMES = (
     "balance",
@@ -95,7 +100,14 @@ def transfer_shape(segment: str, names: list[str]) -> TransferShape | None:
     if verb != "transfer":
         return TransferShape(verb, amount, None)
     destination = next(
-        (n for n in names if n != amount and (n in DESTINATION_WORDS or n.split("_")[0] in DESTINATION_WORDS)), None
+        (
+            n
+            for n in names
+            if n != amount
+            and (n in DESTINATION_WORDS or n.split("_")[0] in DESTINATION_WORDS)
+            and n.split("_")[-1] not in NOT_DESTINATION_WORDS
+        ),
+        None,
     )
     return TransferShape("transfer", amount, destination) if destination else TransferShape("withdraw", amount, None)
 

@@ -39,6 +39,7 @@ from envfactory_assets.synth.trajectories.execution import (
     synthesize_trajectory,
     tool_name_collisions,
 )
+from envfactory_assets.synth.trajectories.real_calls import has_real_signatures, real_trajectory
 from envfactory_assets.tooluse.splits import (
     TRAIN_SPLIT,
     dataset_split,
@@ -347,10 +348,18 @@ def dataset_rows(
         # every trajectory's environments: the parallel-call check replays SFT turns too, and same-tool
         # parallel turns execute in them
         sft_calls = gaps.parallel_share > 0 or gaps.same_tool_parallel_share > 0
+        # and those whose calls are recorded in a real MCP server's names: they replay to be translated
         load_environments(
             worker,
             environments,
-            (e for t in refined if splits[t["id"]] == "rl" or sft_calls for e in t["env_ids"]),
+            (
+                e
+                for t in refined
+                if splits[t["id"]] == "rl"
+                or sft_calls
+                or has_real_signatures({x: environments[x] for x in t["env_ids"]})
+                for e in t["env_ids"]
+            ),
         )
         for source in refined:
             split = splits[source["id"]]
@@ -359,6 +368,14 @@ def dataset_rows(
                 source, train_pool if stored == TRAIN_SPLIT else environments, split, gaps, worker
             )
             envs = {e: environments[e] for e in traj["env_ids"]}
+            try:
+                # what the model sees and is scored on: calls of real MCP signatures in the server's own names
+                traj = real_trajectory(traj, envs, worker)
+            except ValueError as exc:
+                rejected.append(f"trajectory {traj['id']}: {exc}")
+                if progress is not None:
+                    progress()
+                continue
             overlap = sorted({b for e in traj["env_ids"] for b in tags.get(e, [])})
             if split == "sft":
                 row = {

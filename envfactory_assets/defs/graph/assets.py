@@ -52,6 +52,8 @@ class ToolGraphConfig(generated_config("ToolGraphSettings", *TOOL_GRAPH_SOURCES)
         "envfactory_assets.graph",
         "envfactory_assets.decontam",
         "envfactory_assets.envgen.stage",
+        # the graph holds a real-signature MCP tool in its canonical view
+        "envfactory_assets.envgen.mcp_signatures",
         "envfactory_assets.defs.graph",
     ),
 )

@@ -54,6 +54,8 @@ from envfactory_assets.viewer import sample_markdown
 _SYNTH_CODE = asset_code_version(
     "envfactory_assets.synth",
     "envfactory_assets.graph",
+    # calls of real-signature MCP tools are translated by its real_arguments and canonical_output
+    "envfactory_assets.envgen.mcp_signatures",
     "envfactory_assets.runtime",
     "envfactory_assets.incremental",
     "envfactory_assets.decontam",

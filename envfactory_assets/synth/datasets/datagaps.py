@@ -35,6 +35,7 @@ from envfactory_assets.runtime.sandbox import SandboxWorker
 from envfactory_assets.synth.datasets.conversions import convert_turn
 from envfactory_assets.synth.trajectories.abstention import abstention_turn
 from envfactory_assets.synth.trajectories.parallel import parallel_groups
+from envfactory_assets.synth.trajectories.real_calls import planning_environments, planning_worker
 from envfactory_assets.synth.trajectories.same_tool_parallel import same_tool_parallel_turn
 
 GAP_KINDS = ("abstention", "parallel", "same_tool_parallel", "conversion")
@@ -106,9 +107,15 @@ def augment_trajectory(
     out = copy.deepcopy(trajectory)
     turns = out["turns"]
     tid = str(trajectory.get("id") or "")
+    # calls stay in the canonical names of tools with a real MCP signature (executed in the real ones) until
+    # the dataset rows are made (:func:`~envfactory_assets.synth.trajectories.real_calls.real_trajectory`);
+    # an abstention request is about a tool as the model sees it, so it reads the real signatures
+    own = {e: environments[e] for e in out["env_ids"]}
+    worker = planning_worker(worker, own)
+    planned = planning_environments(own)
     if config.conversion_share > 0:
         rng = _rng(tid, "conversion")
-        schemas = {t["name"]: t["input_schema"] for e in out["env_ids"] for t in environments[e]["tools"]}
+        schemas = {t["name"]: t["input_schema"] for e in out["env_ids"] for t in planned[e]["tools"]}
         for turn in turns:
             if rng.random() < config.conversion_share:
                 convert_turn(turn, schemas, rng)
@@ -125,7 +132,7 @@ def augment_trajectory(
         rng = _rng(tid, "same_tool_parallel")
         if rng.random() < _turn_probability(config.same_tool_parallel_share, split, len(turns)):
             position = len(turns) if split == "sft" else rng.randint(0, len(turns))
-            _insert(out, position, same_tool_parallel_turn(out, environments, position, rng, worker))
+            _insert(out, position, same_tool_parallel_turn(out, planned, position, rng, worker))
     if config.abstention_share > 0 and turns:
         rng = _rng(tid, "abstention")
         if rng.random() < _turn_probability(config.abstention_share, split, len(turns)):

@@ -18,6 +18,7 @@ from envfactory_assets.envgen.tools import READ_KINDS, openai_tool
 from envfactory_assets.runtime.canonical import canonical_json, state_hash
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected, WorkerCrashed
 from envfactory_assets.synth.trajectories.execution import to_messages
+from envfactory_assets.synth.trajectories.real_calls import window_arguments
 
 MASKED_ARGUMENT_NAMES = ("limit", "page", "offset", "page_size", "per_page", "cursor")
 # The paper's released split: 1,622 SFT and 953 RL trajectories out of 2,575.
@@ -63,9 +64,16 @@ def _gold_call(call: dict[str, Any]) -> dict[str, Any]:
 def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One RL row per turn (not yet replay-checked); a turn without calls (an abstention turn) gives a row
     whose gold is no call and whose final state is its initial state. ``gold_reply`` is the turn's closing
-    assistant reply: on an abstention row it is the whole gold answer (a reply that declines or asks)."""
+    assistant reply: on an abstention row it is the whole gold answer (a reply that declines or asks).
+
+    Calls of a tool with a real MCP signature must already be in the real names
+    (:func:`~envfactory_assets.synth.trajectories.real_calls.real_trajectory`); its window parameters
+    (:func:`~envfactory_assets.synth.trajectories.real_calls.window_arguments`) are masked as ``limit`` is, and so
+    is a required real parameter that holds its schema's placeholder (provenance ``{"source": "schema"}``)."""
     messages = to_messages(trajectory["turns"])
     tools = tools_of(environments, trajectory["env_ids"])
+    # a real MCP server's window parameters (``max_count``, ``per_page``) matter no more than ``limit``
+    windows = {t["name"]: window_arguments(t) for e in trajectory["env_ids"] for t in environments[e]["tools"]}
     rows = []
     user_positions = [i for i, m in enumerate(messages) if m["role"] == "user"]
     users_so_far = 0  # user messages up to the turn's gold calls: its query and its clarification answers
@@ -74,7 +82,16 @@ def rl_rows(trajectory: dict[str, Any], environments: dict[str, dict[str, Any]])
         keep = essential_calls(turn["calls"])
         gold = [_gold_call(turn["calls"][i]) for i in keep]
         executed = [_gold_call(c) for c in turn["calls"]]
-        masked = sorted({a for g in executed for a in g["arguments"] if a in MASKED_ARGUMENT_NAMES})
+        masked = sorted(
+            {
+                a
+                for g in executed
+                for a in g["arguments"]
+                if a in MASKED_ARGUMENT_NAMES or a in windows.get(g["name"], ())
+            }
+            # a required real parameter nobody gave holds its schema's placeholder: any valid value will do
+            | {a for c in turn["calls"] for a, p in (c.get("provenance") or {}).items() if p.get("source") == "schema"}
+        )
         rows.append(
             {
                 "turn_index": t_idx,

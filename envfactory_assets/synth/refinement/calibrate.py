@@ -42,6 +42,7 @@ from envfactory_assets.synth.trajectories.conversation import (
     first_passing_dialogue,
     omit_user_value,
 )
+from envfactory_assets.synth.trajectories.real_calls import planning_environments, planning_worker
 from envfactory_assets.synth.trajectories.simulated_user import ProvidableFlags, SimulatedUser, UserContext
 
 #: Who asks, per domain (stored with every turn; the refined query takes the persona's register, see
@@ -329,6 +330,9 @@ def calibrate_trajectory(
         )
     flags = providable or {}
     envs = {e: environments[e] for e in raw["env_ids"]}
+    # tools with a real MCP signature are planned and solved in their canonical names, executed in the real ones
+    worker = planning_worker(worker, envs)
+    envs = planning_environments(envs)
     persona = persona_of(raw["id"], raw.get("domains") or [])
     refined, _ = refine_turns(raw["turns"], envs, seed=raw["id"], persona=persona)
     if refiner is not None:

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envfactory_assets.synth.refinement.phrasing import stated_row_fields
+
 #: Who writes a role's text: the programmatic templates (offline default) or the ``model_backend`` model.
 QUERYGEN_CHOICES = ("programmatic", "model")
 #: Requests per turn and role before the programmatic text is kept (the first try and two retries).
@@ -64,11 +66,21 @@ class TurnKnowledge:
             call arguments and results as JSON).
         hidden: identifier values (as text) of results of this turn's and later turns' calls.
         tools: the function names of every tool of the trajectory's environments.
+        required: values (as text) the request must state: a real MCP signature's field of a named row that no
+            earlier result showed (:func:`required_values`); the agent has no other way to learn them.
     """
 
     known: tuple[str, ...]
     hidden: frozenset[str]
     tools: frozenset[str]
+    required: tuple[str, ...] = ()
+
+
+def required_values(calls: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The values (as text) of ``calls`` that a request must state besides their arguments
+    (:func:`~envfactory_assets.synth.refinement.phrasing.stated_row_fields`: ``get_issue``'s ``owner`` and
+    ``repo`` where the user named the issue by its id alone)."""
+    return tuple(dict.fromkeys(str(v) for c in calls for _, v in stated_row_fields(dict(c))))
 
 
 def identifier_values(outputs: Iterable[Any], id_fields: frozenset[str]) -> set[str]:
@@ -112,7 +124,8 @@ def check_query(query: Any, knowledge: TurnKnowledge) -> str:
 
     Raises:
         ReplyRefused: not a non-empty string, longer than :data:`MAX_QUERY_CHARS`, names a tool of
-            ``knowledge.tools``, or states a ``knowledge.hidden`` value that no ``knowledge.known`` text holds.
+            ``knowledge.tools``, states a ``knowledge.hidden`` value that no ``knowledge.known`` text holds, or
+            leaves out a ``knowledge.required`` value.
     """
     if not isinstance(query, str) or not query.strip():
         raise ReplyRefused("the query is empty or not a string")
@@ -127,6 +140,12 @@ def check_query(query: Any, knowledge: TurnKnowledge) -> str:
         raise ReplyRefused(
             f"the query states {', '.join(leaked)}, which the user cannot know yet (only a tool "
             f"result shows it); describe the row instead"
+        )
+    missing = [v for v in knowledge.required if not _written(v, query)]
+    if missing:
+        raise ReplyRefused(
+            f"the query leaves out {', '.join(missing)}, which the assistant needs and cannot look up; state it as "
+            f"the given text does"
         )
     return query
 
@@ -215,7 +234,15 @@ def _prompt(
         {
             "persona": persona or "a user",
             field: given,
-            "calls": [{"tool": c["name"], "arguments": c["arguments"], "result": c["output"]} for c in turn["calls"]],
+            "calls": [
+                {
+                    "tool": c["name"],
+                    "arguments": c["arguments"],
+                    **({"also_needs": dict(stated_row_fields(dict(c)))} if stated_row_fields(dict(c)) else {}),
+                    "result": c["output"],
+                }
+                for c in turn["calls"]
+            ],
             "conversation_so_far": [{"user": t["query"], "assistant": t.get("assistant_summary", "")} for t in earlier],
         },
         ensure_ascii=False,
@@ -223,9 +250,9 @@ def _prompt(
 
 
 _RULES = (
-    "In the message, state every value the calls need that the user knows, written exactly as in the given "
-    "text; never state an identifier that only a tool result shows; never name a tool or function, nor "
-    "mention tools, APIs or JSON. "
+    "In the message, state every value the calls need that the user knows (a call's also_needs too), written "
+    "exactly as in the given text; never state an identifier that only a tool result shows; never name a tool "
+    "or function, nor mention tools, APIs or JSON. "
 )
 
 WRITER_SYSTEM = (
@@ -288,6 +315,7 @@ class ModelQueryWriter:
             known=(draft, *_earlier_texts(earlier)),
             hidden=frozenset(identifier_values((c["output"] for c in turn["calls"]), _id_fields(environments))),
             tools=_tool_names(environments),
+            required=required_values(turn["calls"]),
         )
         messages = [
             {"role": "system", "content": WRITER_SYSTEM.format(persona=persona or "a user")},
@@ -345,6 +373,7 @@ class ModelRefiner:
                 known=(given, *_earlier_texts(turns[:t])),
                 hidden=frozenset(identifier_values(later, id_fields)),
                 tools=tools,
+                required=required_values(turn["calls"]),
             )
             messages = [
                 {

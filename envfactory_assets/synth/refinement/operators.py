@@ -39,6 +39,7 @@ from envfactory_assets.synth.refinement.phrasing import (
     spoken_table,
     spoken_thing,
     spoken_things,
+    stated_row_fields,
     strip_lead,
     strip_register,
     words,
@@ -507,6 +508,15 @@ def refine_turns(
                 )
                 if enum_arg:
                     refs[enum_arg], adjective = "", literal(call["arguments"][enum_arg])
+            # a real signature's field of the named row that no earlier result showed stays stated: the agent
+            # has no other way to learn it
+            stated = stated_row_fields(call)
+            drawn = rng.getstate()
+            sentence = describe_call(tool, key, call["arguments"], refs, rng, stated=stated)
+            if adjective:
+                things = spoken_things(spoken_table(tool))
+                sentence, placed = re.subn(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
+                if placed:
                     record(
                         "implicit_constraint",
                         enum_arg,
@@ -514,10 +524,12 @@ def refine_turns(
                         f"{adjective} {words(tool['table'])}",
                         "tool schema enum",
                     )
-            sentence = describe_call(tool, key, call["arguments"], refs, rng)
-            if adjective:
-                things = spoken_things(spoken_table(tool))
-                sentence = re.sub(rf"\b{re.escape(things)}\b", f"{adjective} {things}", sentence, count=1)
+                else:
+                    # the drawn plan names the rows in other words ("search accounts"): the filter is stated
+                    # as a filter, with the same draw, so the request still asks for the rows the call lists
+                    del refs[enum_arg]
+                    rng.setstate(drawn)
+                    sentence = describe_call(tool, key, call["arguments"], refs, rng, stated=stated)
             if call["kind"] not in READ_KINDS and not call.get("error"):
                 # a refused call changed nothing: its rows still look as the state says
                 written.setdefault(tool["table"], []).append(_what_it_wrote(tool, call["arguments"]))

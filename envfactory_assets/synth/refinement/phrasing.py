@@ -30,6 +30,7 @@ from envfactory_assets.sources.names import (
     indefinite_article,
     inflected_plural,
     plural,
+    reads_singular,
     singular,
     snake_case,
     spoken_thing,
@@ -402,7 +403,8 @@ _PLANS: dict[str, tuple[str, ...]] = {
         "I'd like you to {verb} {subject}",
         "please go ahead and {verb} {subject}",
     ),
-    # a transfer ("transfer", "withdraw") or a side effect ("send", "sync") on one row, with its other arguments
+    # a side effect ("send", "sync") on one row, with its other arguments (a transfer with its ``transfer`` spec
+    # is asked for as a person moves an amount: :func:`_transfer_request`)
     "verb_with": (
         "{verb} {subject}{with}",
         "please {verb} {subject}{with}",
@@ -472,6 +474,10 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
         summary = " ".join([summary.split()[0], *(w.lower() if re.fullmatch(r"[A-Z][a-z]+", w) else w for w in rest)])
     text = summary[0].lower() + summary[1:]
     if kind == "list":
+        last = text.split()[-1]
+        if last.lower() in nouns and reads_singular(last):
+            # "List all bank account": a request for rows names them in the plural
+            text = text[: -len(last)] + inflected_plural(last)
         return text + "{where}"
     if kind == "create":
         return text + "{with}"
@@ -510,6 +516,7 @@ def describe_call(
     args: dict[str, Any],
     refs: dict[str, str] | None = None,
     rng: random.Random | None = None,
+    stated: list[tuple[str, Any]] | None = None,
 ) -> str:
     """One imperative request asking for ``tool`` with ``args``.
 
@@ -517,6 +524,10 @@ def describe_call(
     the literal; an argument mapped to ``""`` is omitted from the sentence. Without ``rng`` the raw plan is
     used (names as in the spec, values literal); with ``rng`` one of several plans per kind (or the spec's
     summary) is drawn, with spoken table names (:func:`spoken_table`), field labels and values.
+
+    ``stated``: ``[(field, value)]`` of the named row that the request states after the row
+    ("pull request 'pul_00009' (owner 'Susan Fry', repo 'harper-service')"), for a real MCP signature that
+    takes them besides the row's identifier (:func:`stated_row_fields`); no argument of ``args``.
     """
     refs = refs or {}
     props = tool.get("input_schema", {}).get("properties", {})
@@ -568,6 +579,7 @@ def describe_call(
             if target and target.startswith(_REFERENCE_START)
             else (f"{thing} {target}" if target else f"that {thing}")
         )
+        subject += row_fields_phrase(stated or [], rng)
     fields = [(n, val(n)) for n in args if n not in (key, "limit", "offset", "query")]
     fields = [(n, v) for n, v in fields if v]
     # a foreign key named by a reference reads "for the author whose name is 'X'", not "author id the author"
@@ -589,6 +601,8 @@ def describe_call(
             return f"{label(name)} of {value}"
         return f"{label(name)} {value}"
 
+    if kind == "transfer" and tool.get("transfer"):
+        return _transfer_request(tool, thing, subject, fields, stated, listing, rng)
     setting = listing([stated(n, v) for n, v in fields if not v.startswith(_REFERENCE_START)])
     where = ""
     if kind in ("list", "search", "count", "computed_read"):
@@ -617,7 +631,7 @@ def describe_call(
         "where": where,
         "with": (f" {owners}" if owners else "") + (f" with {setting}" if setting else ""),
         "changes": listing([f"{label(n)} to {v}" for n, v in fields]),
-        "changes_is": listing([f"its {label(n)} is {v}" for n, v in fields]),
+        "changes_is": listing([_change_is(n, v, args, refs, label) for n, v in fields]),
         "query": val("query") if "query" in args else "",
         "verb": (tool.get("action") or tool.get(kind) or {}).get("verb", kind),
     }
@@ -650,6 +664,99 @@ def describe_call(
     if kind == "update" and not fields:
         return f"update {subject}"
     return an(plan.format(**plan_vars))
+
+
+#: Leads of a transfer's request in the person's words (:func:`_transfer_request`); the raw plan has none.
+_TRANSFER_LEADS = ("", "please ", "could you ", "I need you to ", "go ahead and ", "can you ")
+#: How an amount moves, by the spec's transfer verb: the words a person asks with, and the preposition that
+#: names the row the amount leaves or reaches.
+_TRANSFER_WORDS = {
+    "transfer": (("move", "transfer"), "from"),
+    "withdraw": (("withdraw",), "from"),
+    "deposit": (("deposit",), "into"),
+}
+
+
+def _transfer_request(
+    tool: dict[str, Any],
+    thing: str,
+    subject: str,
+    fields: list[tuple[str, str]],
+    stated: Callable[[str, str], str],
+    listing: Callable[[list[str]], str],
+    rng: random.Random | None,
+) -> str:
+    """:func:`describe_call`'s request for a transfer tool, from its ``transfer`` spec (``verb``, ``amount``,
+    ``destination``, ``thing``), as a person asks to move an amount: ``"move 33 from bin 'bin_1' to bin
+    'bin_2'"``, ``"withdraw 50 from account 'acc_1'"``, ``"deposit 20 into account 'acc_1'"``; a row named by a
+    reference keeps it (``"from the bin you created earlier to bin 'bin_2'"``) and any other argument follows
+    (``" with memo 'x'"``; a row it points at by a reference: ``" for the order ..."``).
+
+    ``thing``: a row of the table as :func:`describe_call` says it; ``subject``: the source row as it names it;
+    ``fields``: ``[(argument, value as written)]`` besides the key; ``stated`` and ``listing``:
+    :func:`describe_call`'s own writers. Without ``rng`` the raw plan: no lead, and for a transfer the verb the
+    tool's own name or summary uses ("transfer" where it says so, else "move")."""
+    tr = tool["transfer"]
+    verbs, preposition = _TRANSFER_WORDS.get(tr["verb"], ((tr["verb"],), "from"))
+    if rng is None:
+        said = set(re.findall(r"[a-z]+", f"{tool['name']} {tool.get('description') or ''}".lower().replace("_", " ")))
+        verb = verbs[-1] if tr["verb"] == "transfer" and verbs[-1] in said else verbs[0]
+        lead = ""
+    else:
+        verb, lead = rng.choice(verbs), rng.choice(_TRANSFER_LEADS)
+    given = dict(fields)
+    # an amount left out (no plan leaves it out today) is still named by what moves
+    amount = given.get(tr["amount"]) or f"the {spoken_field(tr['field'])}"
+    text = f"{verb} {amount} {preposition} {subject}"
+    destination = tr.get("destination")
+    if destination:
+        target = given.get(destination)
+        if not target:
+            text += f" to another {thing}"
+        elif target.startswith(_REFERENCE_START):
+            text += f" to {target}"
+        else:
+            text += f" to {thing} {target}"  # a row of the source's table, named by the same noun
+    rest = [(n, v) for n, v in fields if n not in (tr["amount"], destination)]
+    owners = " ".join(f"for {v}" for _, v in rest if v.startswith(_REFERENCE_START))
+    setting = listing([stated(n, v) for n, v in rest if not v.startswith(_REFERENCE_START)])
+    text += (f" {owners}" if owners else "") + (f" with {setting}" if setting else "")
+    return an(lead + text)
+
+
+def row_fields_phrase(stated: list[tuple[str, Any]], rng: random.Random | None = None) -> str:
+    """How a request states ``[(field, value)]`` of the row it names, right after the row: ``" (owner 'Susan
+    Fry', repo 'harper-service')"``; with ``rng`` also ``" (the one with owner ... and repo ...)"`` and spoken
+    values. ``""`` for no fields."""
+    if not stated:
+        return ""
+    said = [f"{spoken_field(f)} {spoken_value(v, None, rng) if rng else literal(v)}" for f, v in stated]
+    if rng is not None and rng.random() < 0.5:
+        return f" (the one with {' and '.join(said)})"
+    return f" ({', '.join(said)})"
+
+
+def stated_row_fields(call: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``[(field, value)]`` a request for ``call`` states besides its arguments: the fields of the named row a
+    real MCP signature takes (``get_issue``'s ``owner`` and ``repo``) that no earlier tool result showed the
+    agent (``row_arguments`` of provenance ``user``, recorded at execution by
+    :func:`~envfactory_assets.synth.trajectories.real_calls.known_row_arguments`); each field once."""
+    out: dict[str, Any] = {}
+    for item in (call.get("row_arguments") or {}).values():
+        if item["provenance"].get("source") == "user":
+            out.setdefault(item["field"], item["value"])
+    return list(out.items())
+
+
+def _change_is(name: str, value: str, args: dict[str, Any], refs: dict[str, str], label: Callable[[str], str]) -> str:
+    """One change of an update asked as what the row is to be (``"its status is 'open'"``); a boolean flag that
+    says how its row is (:func:`flag_predicate`: ``disabled`` -> ``"it is disabled"`` / ``"it is not
+    disabled"``) as that, since "its disabled is yes" names no field a person would say."""
+    if name not in refs and isinstance(args.get(name), bool):
+        predicate = flag_predicate(name, args[name])
+        if predicate.startswith("is "):
+            return f"it {predicate}"
+    return f"its {label(name)} is {value}"
 
 
 def _limit_words(args: dict[str, Any], refs: dict[str, str], rng: random.Random | None) -> str:
@@ -846,7 +953,7 @@ _OPENERS = {
         "Hey, I'm {persona} and could use a hand. ",
         "Hi there, {persona} here with a few things. ",
         "Hey! {persona} here. ",
-        "Hi, it's {persona}. ",
+        "Hi, I'm {persona}. ",
         "Hello! I'm {persona} and need a hand. ",
         "Hey, {persona} here, hoping you can help. ",
     ),

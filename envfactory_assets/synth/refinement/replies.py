@@ -55,10 +55,11 @@ from envfactory_assets.synth.refinement.phrasing import an, flag_predicate, spok
 #: Field names (lower-cased, underscores and case folded away) that label a row for a person, best first.
 _LABEL_FIELDS = (
     "name",
-    "title",
     "displayname",
     "fullname",
     "commonname",
+    "companyname",
+    "title",
     "subject",
     "label",
     "username",
@@ -151,16 +152,29 @@ _DONE_WEIGHT = 3
 _SUMMARY_TAILS = re.compile(r"\s*(?:,.*|\bby (?:its |their )?(?:identifier|id|text)\b.*|\boptionally\b.*)$", re.I)
 
 
+#: Fields (folded as in :data:`_LABEL_FIELDS`) that make a row a person's: its ``title`` is then a job title
+#: or an honorific ("CEO", "Mr."), which names no one.
+_PERSON_FIELDS = frozenset({"firstname", "lastname", "givenname", "familyname", "surname", "middlename", "jobtitle"})
+
+
 def row_label(row: Any) -> str | None:
     """A row's readable label: the value of its first field among :data:`_LABEL_FIELDS` (compared without case
-    or underscores, ``commonName`` = ``common_name``) that is short non-empty text; None when it has none."""
+    or underscores, ``commonName`` = ``common_name``) that is short non-empty text; None when it has none.
+
+    Passed over: a person's ``title`` (the row has a first or last name: a job title such as "CEO") and a value
+    that holds its own field's name ("Subject of the call" as a subject), an example left in the spec rather
+    than a name anyone gives a row."""
     if not isinstance(row, Mapping):
         return None
-    folded = {re.sub(r"[_\W]", "", str(k)).lower(): v for k, v in row.items()}
+    folded = {re.sub(r"[_\W]", "", str(k)).lower(): (k, v) for k, v in row.items()}
+    person = bool(_PERSON_FIELDS & folded.keys())
     for field in _LABEL_FIELDS:
-        value = folded.get(field)
-        if isinstance(value, str) and 0 < len(value.strip()) <= 80 and "\n" not in value:
-            return value.strip()
+        key, value = folded.get(field, (None, None))
+        if not isinstance(value, str) or not 0 < len(value.strip()) <= 80 or "\n" in value:
+            continue
+        if (field == "title" and person) or re.search(rf"\b{re.escape(_field_words(key))}\b", value.lower()):
+            continue
+        return value.strip()
     return None
 
 
@@ -258,6 +272,9 @@ class _Call:
         # the summary's "got the book" does not say which book: a reply to several calls of one tool names
         # each call's target instead
         self.done = None if name_rows else summary_action(tool)
+        if self.done and self.kind in ("list", "search") and set(self.args) - _PAGING_ARGS:
+            # "listed all bank accounts" of a call filtered by currency says it did not filter
+            self.done = re.sub(r"\ball (?:the )?", "the ", self.done)
         self.name_rows = name_rows
         out = self.out if isinstance(self.out, Mapping) else {}
         self.refusal = (
@@ -312,6 +329,11 @@ def _field_words(name: str) -> str:
     return words(_snake(name)).lower()
 
 
+#: Arguments of a list or search that page through its rows rather than filter them.
+_PAGING_ARGS = frozenset({"limit", "offset", "page", "page_size", "per_page", "cursor", "max_results", "page_token"})
+#: Field words that say what state a row is in: beside the state an action has just set, another of them
+#: ("cancelled", "status 'PREPARING'") would say a second state, often the opposite one.
+_STATE_WORDS = re.compile(r"\b(?:status|state|phase|stage)\b")
 #: A field's name that marks when a row was written, not what it holds.
 _BOOKKEEPING = re.compile(r"\b(?:created|updated|modified|inserted|changed)\b|\bdate (?:created|updated|modified)\b")
 #: Words of a field's name that mark a secret or a machine value no reply repeats.
@@ -770,11 +792,14 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
         plans += [f"I {c.done}, so {c.who} is now {state}", f"I {c.done}: {c.who} is {state}"] * _DONE_WEIGHT
     sentence = _pick(rng, plans)
     field = action.get("field")
-    facts, flags = (
-        _row_facts(c.out, c.key, rng, min(c.room, 2), only=[k for k in (c.out or {}) if k != field])
-        if c.room
-        else ([], [])
-    )
+    # the row's other flags and state fields are left out: "marked running, and it is cancelled" says two
+    # states of one row
+    others = [
+        k
+        for k, v in (c.out or {}).items()
+        if k != field and not _is_flag(v) and not _STATE_WORDS.search(_field_words(k).lower())
+    ]
+    facts, flags = _row_facts(c.out, c.key, rng, min(c.room, 2), only=others) if c.room else ([], [])
     if facts:
         sentence += _pick(rng, ("; it still has {}", " and keeps {}", " (with {})", "; its record shows {}")).format(
             _and_list(facts)

@@ -30,9 +30,15 @@ from envfactory_assets.synth.refinement.phrasing import (
     join_sentences,
     new_value_refs,
     spoken_tables,
+    stated_row_fields,
 )
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.sampling.sampler import USER, Chain
+from envfactory_assets.synth.trajectories.real_calls import (
+    known_row_arguments,
+    planning_environments,
+    planning_worker,
+)
 from envfactory_assets.synth.trajectories.turns import split_turns
 
 SYSTEM_PROMPT = (
@@ -472,6 +478,11 @@ def synthesize_trajectory(
 ) -> dict[str, Any]:
     """Execute ``chain`` into a trajectory dict (never raises for a failing chain).
 
+    A tool with a real MCP signature is planned and recorded in its canonical names (the graph's view of it) and
+    executed in the real ones (:class:`~envfactory_assets.synth.trajectories.real_calls.PlanningWorker`); the
+    dataset rows put its calls in the real names
+    (:func:`~envfactory_assets.synth.trajectories.real_calls.real_trajectory`).
+
     ``writer`` (needed exactly when ``config.query_writer`` is ``model``) rewrites each turn's programmatic raw
     query in the voice of ``persona``; each turn then records the outcome in ``query_writer``
     (:meth:`~envfactory_assets.synth.refinement.model_querygen.ModelQueryWriter.write`).
@@ -491,7 +502,10 @@ def synthesize_trajectory(
             f"{'a model query writer' if writer is None else 'no model query writer'}"
         )
     rng = random.Random(chain.seed)
-    index = ToolIndex({e: environments[e] for e in chain.servers})
+    # tools with a real MCP signature are planned in their canonical names and executed in the real ones
+    worker = planning_worker(worker, {e: environments[e] for e in chain.servers})
+    environments = planning_environments({e: environments[e] for e in chain.servers})
+    index = ToolIndex(environments)
     initial = {
         e: copy.deepcopy(next(s["state"] for s in environments[e]["initial_states"] if s["name"] == "valid"))
         for e in chain.servers
@@ -526,6 +540,7 @@ def synthesize_trajectory(
                 node = chain.tools[pos]
                 tool = index.tools[node.split(".", 1)[1]]
                 refuse = tool["kind"] in ("action", "transfer") and rng.random() < config.refusal_share
+                saved = before if not calls else worker.save(episode)
                 try:
                     args, prov = resolve_arguments(
                         tool,
@@ -533,7 +548,7 @@ def synthesize_trajectory(
                         chain,
                         graph,
                         history,
-                        before if not calls else worker.save(episode),
+                        saved,
                         index,
                         values,
                         rng,
@@ -560,6 +575,12 @@ def synthesize_trajectory(
                 }
                 if refused:
                     call["error"] = error["type"]
+                if tool.get("mcp_binding"):
+                    # a real parameter read off the named row (a scope, a key by a field) the agent must learn
+                    # from an earlier result or the request
+                    known = known_row_arguments(tool, args, _state_rows(saved, index, tool), history)
+                    if known:
+                        call["row_arguments"] = known
                 calls.append(call)
                 history.append(call)
                 recovery = _recovery_read(call, tool, index, worker, episode) if refused else None
@@ -576,6 +597,7 @@ def synthesize_trajectory(
                     index.key_of(index.tools[c["name"]]),
                     c["arguments"],
                     new_value_refs(c, history, start, index.tools, index.key_of_name),
+                    stated=stated_row_fields(c),
                 )
                 for c in calls
                 # the agent reads on its own after a refusal: the user did not ask for it

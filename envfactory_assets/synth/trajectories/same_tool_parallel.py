@@ -31,10 +31,16 @@ import random
 from typing import Any
 
 from envfactory_assets.runtime.sandbox import SandboxWorker
-from envfactory_assets.synth.refinement.phrasing import describe_call, spoken_value
+from envfactory_assets.synth.refinement.phrasing import (
+    describe_call,
+    row_fields_phrase,
+    spoken_value,
+    stated_row_fields,
+)
 from envfactory_assets.synth.refinement.replies import write_reply
 from envfactory_assets.synth.trajectories.execution import ToolIndex
 from envfactory_assets.synth.trajectories.parallel import order_independent, run_calls
+from envfactory_assets.synth.trajectories.real_calls import known_row_arguments
 
 FILTERED_KINDS = ("list", "count")
 # arguments that page or cap a read: never the one the targets differ in
@@ -169,13 +175,22 @@ def same_tool_parallel_turn(
             }
             for value in targets
         ]
+        if tool.get("mcp_binding"):
+            # a real signature's fields of each named row (get_issue's owner and repo) the request states
+            # unless an earlier result showed them
+            earlier = [c for t in turns[:position] for c in t["calls"]]
+            rows = _rows(state, index.env_of[tool["name"]], tool["table"])
+            for call in calls:
+                known = known_row_arguments(tool, call["arguments"], rows, earlier)
+                if known:
+                    call["row_arguments"] = known
         executed = run_calls(calls, state, worker)
         if executed is None or executed[1] != digest:
             continue
         for call, output in zip(calls, executed[0], strict=True):
             call["output"] = output
         turn = {
-            "query": _request(tool, index.key_of(tool), argument, targets, rng),
+            "query": _request(tool, index.key_of(tool), argument, calls, rng),
             "intent": [{"kind": tool["kind"], "table": tool["table"], "env_id": c["env_id"]} for c in calls],
             "target_tools": [tool["name"]] * len(calls),
             "calls": calls,
@@ -194,13 +209,17 @@ def same_tool_parallel_turn(
     return None
 
 
-def _request(tool: dict[str, Any], key: str, argument: str, targets: list[Any], rng: random.Random) -> str:
+def _request(tool: dict[str, Any], key: str, argument: str, calls: list[dict[str, Any]], rng: random.Random) -> str:
     """The user's request: the first call described as any synthesized call is
     (:func:`~envfactory_assets.synth.refinement.phrasing.describe_call`), then a follow-on naming the other
-    targets in the same spoken form."""
+    calls' targets in the same spoken form (each with the row's fields a real signature needs stated,
+    :func:`~envfactory_assets.synth.refinement.phrasing.stated_row_fields`)."""
     schema = ((tool.get("input_schema") or {}).get("properties") or {}).get(argument)
-    first = describe_call(tool, key, {argument: targets[0]}, rng=rng)
-    spoken = [spoken_value(v, schema, rng) for v in targets[1:]]
+    first = describe_call(tool, key, calls[0]["arguments"], rng=rng, stated=stated_row_fields(calls[0]))
+    spoken = [
+        spoken_value(c["arguments"][argument], schema, rng) + row_fields_phrase(stated_row_fields(c), rng)
+        for c in calls[1:]
+    ]
     rest = spoken[0] if len(spoken) == 1 else ", ".join(spoken[:-1]) + " and " + spoken[-1]
     text = first[:1].upper() + first[1:]
     text = text.rstrip(".?") + ("?" if text.endswith("?") else ".")

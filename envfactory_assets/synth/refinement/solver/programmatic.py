@@ -24,6 +24,7 @@ from envfactory_assets.synth.refinement.phrasing import (
     SENTENCE_JOINTS,
     SPOKEN_DATE,
     field_labels,
+    flag_predicate,
     parse_spoken_value,
     spoken_field,
     spoken_question_label,
@@ -130,6 +131,33 @@ class _ToolInfo:
         if not ids and self.action in _KEYED_ACTIONS:
             ids = [p for p in self.params if p.endswith("_id") and p in self.required and not speakable(p[:-3])][:1]
         return min(ids, key=lambda p: (p not in self.required, len(p))) if ids else None
+
+    @functools.cached_property
+    def transfer_amount(self) -> str | None:
+        """The parameter of the amount a transfer tool moves, as its description says ("How much balance to
+        move ..."), or None for a tool that moves no amount."""
+        return next(
+            (
+                p
+                for p, sch in self.params.items()
+                if sch.get("type") in ("integer", "number") and _MOVES_AMOUNT.match(str(sch.get("description") or ""))
+            ),
+            None,
+        )
+
+    @functools.cached_property
+    def transfer_destination(self) -> str | None:
+        """The parameter naming the row a transfer tool moves its amount to, as its description says
+        ("Identifier of the bin the amount moves to."), or None."""
+        return next((p for p, sch in self.params.items() if _MOVES_TO.search(str(sch.get("description") or ""))), None)
+
+
+#: what a transfer tool's parameters say of themselves (:func:`~envfactory_assets.envgen.tools.transfer_tool`)
+_MOVES_AMOUNT = re.compile(r"^How much\b.*\bto move\b")
+_MOVES_TO = re.compile(r"\bthe amount moves to\.?$")
+#: an amount as a request to move it states it: right before the row it leaves or reaches ("move 33 from",
+#: "deposit 20 into")
+_AMOUNT_MOVED = re.compile(r"(?<![\w'.:-])(\d+(?:\.\d+)?)\s+(?:from|into|to|out\s+of)\b", re.IGNORECASE)
 
 
 def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
@@ -512,7 +540,9 @@ def _reading(clause: str, tool: _ToolInfo, answers: list[str]) -> tuple[list[str
     unstated: list[str] = []
     answered: dict[str, Any] = {}
     for name in sorted(tool.required):
-        if name.endswith("_id") or name in stated:
+        # an identifier names a row the results show, by a literal or a reference read against them (a
+        # transfer's destination too: "to the account you created earlier"); it is no value to ask for
+        if name.endswith("_id") or name == tool.transfer_destination or name in stated:
             continue
         value = answered_value(name, tool.params.get(name), answers)
         if value is None:
@@ -727,6 +757,14 @@ def _score_tools(
         )
         score += sum(0.5 for t in object_toks if t in info.nouns and t not in _VERB_OF)
         score += sum(1.0 for p in info.params if _field_named(named, p, info.params[p]))
+        # a transfer names its amount and destination by where they stand ("move 33 from ... to bin 'b_2'")
+        score += info.transfer_amount is not None and _AMOUNT_MOVED.search(named) is not None
+        score += (
+            info.transfer_destination is not None
+            and info.key is not None
+            and _pattern(rf"\b(?:to|into)\s+(?:the\s+|that\s+|this\s+)?{_row_re(info.key, rows)}\b").search(named)
+            is not None
+        )
         if info.key and _key_quoted_pattern(info.key, (rows or {}).get(info.key)).search(lowered):
             score += 2.0
         # another row the tool needs, named with a literal ("add user 'u_1' to project 'p_1'": the project's id)
@@ -797,6 +835,64 @@ def _blanked(text: str, match: re.Match[str]) -> str:
 _LIST_OF = re.compile(r"\b(?:a\s+)?list\s+of\s+(?=the\b|all\b)", re.IGNORECASE)
 
 
+def _transfer_arguments(
+    text: str,
+    tool: _ToolInfo,
+    key: str,
+    args: dict[str, Any],
+    seen: list[_Observation],
+    rng: random.Random,
+    wants: list[str] | None,
+    rows: Mapping[str, frozenset[str]] | None,
+) -> str:
+    """Read a transfer request's rows and amount into ``args``: ``"move 33 from bin 'b_1' to bin 'b_2'"``,
+    ``"deposit 20 into the account you created earlier"``; the destination after "to", the source row (the
+    tool's ``key``) after "from"/"into"/"out of", each of the source's table and named by a literal or a
+    reference, and the amount right before that preposition. Returns ``text`` with what was read blanked: a
+    row named here is not read again as another parameter."""
+    inside = [q.span() for q in _QUOTED.finditer(text)]
+    thing = _row_re(key, rows)
+
+    def row_after(prepositions: str) -> re.Match[str] | None:
+        return next(
+            (
+                c
+                for c in _pattern(
+                    rf"\b(?:{prepositions})\s+(?:{thing}\s+({_LITERAL})|((?:the|that|this|my)\b.*?\b{thing}\b"
+                    rf"{_WHOSE}?{_REF_TAIL}))",
+                    re.IGNORECASE,
+                ).finditer(text)
+                if not any(a < c.start() < b for a, b in inside)
+            ),
+            None,
+        )
+
+    amount = tool.transfer_amount
+    if amount and amount not in args:
+        m = next((c for c in _AMOUNT_MOVED.finditer(text) if not any(a < c.start() < b for a, b in inside)), None)
+        if m:
+            args[amount] = _coerce(m.group(1), tool.params[amount])
+            # only the figure: the preposition after it still leads to its row
+            text = text[: m.start(1)] + " " * len(m.group(1)) + text[m.end(1) :]
+    # the destination first: "from the bin you created earlier to bin 'b_2'" names the source by reference
+    for name, prepositions in ((tool.transfer_destination, r"to"), (key, r"from|into|out\s+of")):
+        if not name or name in args:
+            continue
+        m = row_after(prepositions)
+        if m is None:
+            continue
+        if m.group(1):
+            args[name] = _coerce(m.group(1), tool.params[name])
+        else:
+            value = _resolve_reference(m.group(2), key, seen, rng)
+            if value is not None:
+                args[name] = value
+            elif wants is not None and " whose " in m.group(2):
+                wants.append(key)
+        text = _blanked(text, m)
+    return text
+
+
 def _arguments(
     clause: str,
     tool: _ToolInfo,
@@ -818,7 +914,9 @@ def _arguments(
     text = _unmasked(_LIST_OF.sub("list ", masked), found)
     args: dict[str, Any] = {}
     key = tool.key
-    if key is not None and tool.action in _KEYED_ACTIONS:
+    if key is not None and (tool.transfer_amount or tool.transfer_destination):
+        text = _transfer_arguments(text, tool, key, args, seen, rng, wants, rows)
+    if key is not None and key not in args and tool.action in _KEYED_ACTIONS:
         thing = _row_re(key, rows)
         lit = _pattern(rf"\b{thing} ({_LITERAL})", re.IGNORECASE).search(text)
         if lit and not _pattern(rf"\b{thing} (?:id|whose)\b", re.IGNORECASE).search(text[: lit.start(1)]):
@@ -865,6 +963,13 @@ def _arguments(
             )
             if m:
                 break
+        if not m and schema.get("type") == "boolean" and flag_predicate(name, True).startswith("is "):
+            # a flag asked as how the row is to be: "so that it is disabled", "... it is not active"
+            said = re.escape(flag_predicate(name, True)[3:])
+            flag = _pattern(rf"\bit is (not )?{said}\b", re.IGNORECASE).search(text)
+            if flag:
+                args[name], text = flag.group(1) is None, _blanked(text, flag)
+                continue
         if not m and name in _QUERY_PARAMS:
             m = _pattern(rf"\b(?:for|matching|mentioning|containing)\s+({_LITERAL})", re.IGNORECASE).search(text)
         if m:
