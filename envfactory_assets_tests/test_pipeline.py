@@ -16,6 +16,7 @@ from envfactory_assets.cli import main as cli_main
 from envfactory_assets.definitions import ALL_ASSETS, ALL_CHECKS, defs
 from envfactory_assets.defs.common import UpstreamGates
 from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, VerificationGate
+from envfactory_assets.envgen.tools import BEYOND_CRUD
 from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
@@ -317,6 +318,13 @@ def test_report_is_queried_from_the_store(store, home, monkeypatch, tmp_path, ca
     total = next(line for line in kinds.splitlines() if line.startswith("| all |"))
     n_tools = sum(r["n_tools"] for r in store.read("environments", "status = 'built'"))
     assert total.rstrip(" |").endswith(f"| {n_tools}") and kinds.startswith("| domain | list |")
+    # the share beyond CRUD and the turns holding a refused call, counted from the rows themselves
+    tools = [t for r in store.read("environments", "status = 'built'") for t in r["tools"]]
+    beyond = sum(t["kind"] in BEYOND_CRUD for t in tools)
+    assert f"Tools beyond CRUD ({', '.join(BEYOND_CRUD)}): {beyond:,} of {len(tools):,} " in text
+    turns = [t for r in store.read("refined_trajectories", "status = 'passed'") for t in r["turns"]]
+    refused = sum(any(c.get("error") for c in t["calls"]) for t in turns)
+    assert f"holding a refused call (`raw_trajectories.refusal_share`): {refused:,} of {len(turns):,} (" in text
     assert "mart `operation_coverage`" in text
     # the exports as the exports stage measured them: every RL and SFT row of this run, nothing wrong
     exports = text.split("## Exports", 1)[1].split("\n## ", 1)[0]

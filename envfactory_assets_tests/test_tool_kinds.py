@@ -564,6 +564,18 @@ def test_selection_prefers_documents_with_actions_and_writes():
         assert [r["resource_key"] for r in select_resources(order, 3)] == ["rich", "plain", "reads"]
 
 
+def test_selection_ranks_operations_beyond_crud_above_a_fourth_resource_but_not_above_a_small_document():
+    accepted, _ = scan_rows(KINDS)
+    row = next(r for r in accepted if r["path"] == "shop_orders.json")
+    crud = {"list": 4, "create": 4, "get": 4, "delete": 4}
+    four = {**row, "resource_key": "four", "n_resources": 4, "operations_by_kind": crud}
+    three = {**row, "resource_key": "three", "n_resources": 3, "operations_by_kind": {**crud, "action": 5}}
+    small = {**row, "resource_key": "small", "n_resources": 2, "operations_by_kind": {**crud, "action": 9}}
+    for order in ([four, three, small], [small, four, three], [three, small, four]):
+        assert [r["resource_key"] for r in select_resources(order, 3)] == ["three", "four", "small"]
+        assert [r["resource_key"] for r in select_resources(order, 1)] == ["three"]
+
+
 def test_environment_code_cannot_keep_state_on_the_shared_error_class(shop):
     # every episode's module sees the same PreconditionFailed class: setting an attribute on it would carry
     # data (or a call counter that switches a check off) from one episode into the next

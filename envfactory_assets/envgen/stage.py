@@ -15,6 +15,7 @@ from envfactory_assets.envgen.builder import MAX_RESOURCES, BuildError, build_en
 from envfactory_assets.envgen.environment_dict import ENV_FIELDS, as_environment
 from envfactory_assets.envgen.model_tools import write_unmapped_tools
 from envfactory_assets.envgen.revision import DEFAULT_MAX_REVISIONS, build_with_revisions
+from envfactory_assets.envgen.tools import BEYOND_CRUD
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.llm.base import BackendConfigError, concurrency_of
 from envfactory_assets.runtime.sandbox import SandboxLimits
@@ -24,18 +25,8 @@ from envfactory_assets.sources.scan import load_document
 from envfactory_assets.sources.unmapped import unmapped_operations
 from envfactory_assets.store.ids import content_id
 
-#: operation kinds beyond CRUD that make a document's environment richer (selection prefers up to 3 of them)
-_BEYOND_CRUD = (
-    "action",
-    "search",
-    "count",
-    "relation_add",
-    "relation_remove",
-    "relation_list",
-    "transfer",
-    "side_effect",
-    "computed_read",
-)
+#: resources a selected document has before its operations beyond CRUD rank it: fewer makes a small environment
+FULL_RESOURCES = 3
 #: operation kinds that write the state
 _WRITES = ("create", "update", "delete", "action", "relation_add", "relation_remove", "transfer", "side_effect")
 
@@ -45,10 +36,11 @@ def select_resources(
 ) -> list[dict[str, Any]]:
     """Pick up to ``per_domain`` resources per domain, deterministically.
 
-    Resources with more stateful resources (up to 4) come first, then those with more operations beyond
-    CRUD (actions, searches, counts, relations, transfers, side effects, computed reads: up to 3), then those
-    whose tables can be written (a document of read-only catalogues teaches less), then a stable hash of the
-    resource key spreads the choice over providers. ``include`` keys are always taken, ``exclude`` keys never.
+    Documents with at least :data:`FULL_RESOURCES` stateful resources come first (an environment's size),
+    then those with more operations beyond CRUD among the kept resources (:data:`BEYOND_CRUD`: the corpus has
+    few, 3% of its mapped operations, so every one counts), then those with more resources (up to 4), then
+    those whose tables can be written (a document of read-only catalogues teaches less), then a stable hash of
+    the resource key spreads the choice over providers. ``include`` keys are always taken, ``exclude`` never.
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
     """
     include, exclude = set(include), set(exclude)
@@ -67,8 +59,9 @@ def select_resources(
             by_domain[domain],
             key=lambda r: (
                 r["resource_key"] not in include,
+                r["n_resources"] < FULL_RESOURCES,
+                -sum((r.get("operations_by_kind") or {}).get(k, 0) for k in BEYOND_CRUD),
                 -min(r["n_resources"], 4),
-                -min(sum((r.get("operations_by_kind") or {}).get(k, 0) for k in _BEYOND_CRUD), 3),
                 not any((r.get("operations_by_kind") or {}).get(k) for k in _WRITES),
                 hashlib.sha256(r["resource_key"].encode()).hexdigest(),
             ),

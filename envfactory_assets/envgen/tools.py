@@ -44,6 +44,19 @@ MAX_LIST_FILTERS = 3
 KIND_ORDER = ("list", "search", "count", "get", "create", "update", "delete")
 #: the kinds of a relation's tools, in the order they are built
 RELATION_KINDS = ("relation_list", "relation_add", "relation_remove")
+#: kinds beyond CRUD: actions, searches, counts, relations, transfers, side effects and computed reads (the
+#: selection ranks documents by them; the report gives their share of the tools)
+BEYOND_CRUD = (
+    "action",
+    "search",
+    "count",
+    "relation_add",
+    "relation_remove",
+    "relation_list",
+    "transfer",
+    "side_effect",
+    "computed_read",
+)
 #: kinds that never change the state
 READ_KINDS = frozenset({"list", "search", "count", "get", "relation_list", "computed_read"})
 #: kinds whose tool names one row by its identifier (a singleton's get and update name none)

@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from envfactory_assets.envgen.tools import KIND_ORDER, RELATION_KINDS
+from envfactory_assets.envgen.tools import BEYOND_CRUD, KIND_ORDER, RELATION_KINDS
 from envfactory_assets.reporting.dataset_mix import sft_mix, sft_mix_lines
 from envfactory_assets.reporting.exports_section import current_export_audit, exports_section
 from envfactory_assets.reporting.realism import (
@@ -194,6 +194,10 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
                           FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) AS u(t),
                                unnest(CAST(t->'calls' AS JSON[])) AS w(c)
                           WHERE status = 'passed' GROUP BY 1 ORDER BY 2 DESC, 1""")
+        refused_turns = q("""SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1
+                                 FROM unnest(CAST(t->'calls' AS JSON[])) AS w(c) WHERE c->>'error' IS NOT NULL))
+                             FROM current_refined_trajectories, unnest(CAST(turns AS JSON[])) AS u(t)
+                             WHERE status = 'passed'""")[0]
         coverage = (
             q("SELECT outcome, name, operations, share_of_operations FROM operation_coverage")
             if has_table(con, "operation_coverage")
@@ -293,7 +297,7 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
         "",
         _table(envs, ("domain", "built", "passed verification", "tools (passed)")),
         "",
-        *tool_kind_section(tool_kinds, call_kinds, coverage),
+        *tool_kind_section(tool_kinds, call_kinds, coverage, refused_turns),
         *model_tool_section(model_tools),
         "## Tool chains",
         "",
@@ -405,11 +409,16 @@ def run_report(store: Store, seed: int = REPORT_SEED, progress: Callable[[str], 
 
 
 def tool_kind_section(
-    tool_kinds: list[tuple[Any, ...]], call_kinds: list[tuple[Any, ...]], coverage: list[tuple[Any, ...]]
+    tool_kinds: list[tuple[Any, ...]],
+    call_kinds: list[tuple[Any, ...]],
+    coverage: list[tuple[Any, ...]],
+    refused_turns: tuple[int, int] = (0, 0),
 ) -> list[str]:
-    """Tools of passed environments per kind per domain (``[(domain, kind, tools)]``), calls of passed refined
-    trajectories per kind with their refused preconditions (``[(kind, calls, refused)]``), and the corpus's
-    operations mapped per kind and unmapped per reason (mart ``operation_coverage`` rows)."""
+    """Tools of passed environments per kind per domain (``[(domain, kind, tools)]``) with the share beyond CRUD
+    (:data:`~envfactory_assets.envgen.tools.BEYOND_CRUD`), calls of passed refined trajectories per kind with
+    their refused preconditions (``[(kind, calls, refused)]``), the turns holding a refused call (``(turns,
+    with a refused call)``), and the corpus's operations mapped per kind and unmapped per reason (mart
+    ``operation_coverage`` rows)."""
     kinds = [k for k in (*KIND_ORDER, "action", *RELATION_KINDS) if any(row[1] == k for row in tool_kinds)]
     kinds += sorted({row[1] for row in tool_kinds} - set(kinds))
     by_domain: dict[str, dict[str, int]] = {}
@@ -429,12 +438,28 @@ def tool_kind_section(
         "",
         _table(rows, ("domain", *kinds, "all")),
         "",
+    ]
+    n_tools = sum(n for _, _, n in tool_kinds)
+    if n_tools:
+        beyond = sum(n for _, kind, n in tool_kinds if kind in BEYOND_CRUD)
+        parts += [
+            f"Tools beyond CRUD ({', '.join(BEYOND_CRUD)}): {beyond:,} of {n_tools:,} ({beyond / n_tools:.1%}).",
+            "",
+        ]
+    parts += [
         "Calls of passed refined trajectories per tool kind (refused: an action asked of a row it is "
         "refused on, kept with its `precondition_failed` error):",
         "",
         _table(call_kinds, ("kind", "calls", "refused")),
         "",
     ]
+    turns, refused = refused_turns
+    if turns:
+        parts += [
+            f"Turns of passed refined trajectories holding a refused call (`raw_trajectories.refusal_share`): "
+            f"{refused:,} of {turns:,} ({refused / turns:.1%}).",
+            "",
+        ]
     if coverage:
         parts += [
             "Operations of the scanned corpus mapped to a tool kind, and the others by reason "

@@ -70,12 +70,14 @@ class SynthConfig:
         DEFAULT_ATTEMPTS, "model requests per turn before the programmatic query is kept; at least 1."
     )
     refusal_share: float = setting(
-        0.2,
+        0.35,
         "share (0..1) of action calls (cancel) asked of a row the action is refused on (already cancelled, or "
         "shipped), where the state has one, and of transfers and withdrawals asked for more than the source "
         "holds: the call fails with precondition_failed, stays in the turn with its error, and the assistant "
         "reports it (an agent learns to read a typed error); after a refused transfer the agent reads what the "
-        "source holds (its balance read, else its get) and says so.",
+        "source holds (its balance read, else its get) and says so. Few calls can be refused (only actions and "
+        "transfers, on a row with a state that refuses), so the default puts a refused call in about 5-15% of a "
+        "default run's turns (the report's per-kind table gives the share).",
     )
 
     def __post_init__(self) -> None:
