@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 
 from envfactory_assets.envgen.stage import select_resources
+from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.quality.conversation_text import clarification_figures, kept_omissions
 from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.sources.stage import scan_rows
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
 from envfactory_assets.synth.refinement.calibrate import CalibrationConfig, calibrate_trajectory
-from envfactory_assets.synth.refinement.phrasing import describe_call, literal
+from envfactory_assets.synth.refinement.phrasing import _PLANS, describe_call, literal
 from envfactory_assets.synth.refinement.replies import write_reply
-from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver
+from envfactory_assets.synth.refinement.solver.programmatic import ProgrammaticSolver, read_tools
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, ToolIndex, synthesize_trajectory
 from envfactory_assets.synth.trajectories.simulated_user import ProgrammaticUser, providable_flags
@@ -295,6 +296,31 @@ def test_no_clarification_is_asked_for_a_transfer_value_the_request_states(envs,
         if not kept_omissions(turn)
     ]
     assert plain and not [t["clarification"] for t in plain if t.get("clarification")]
+
+
+def test_a_figure_of_one_row_is_asked_for_by_its_own_word_and_solved_with_its_read(envs, calibrated):
+    """A computed read of one row (``GET /accounts/{id}/balance``) is asked for as "the balance of account X",
+    not as a look-up of the row's details, and the solver answers it with the computed read, not the get."""
+    asked = [
+        (turn, call)
+        for raw, _ in calibrated
+        for turn in raw["turns"]
+        for before, call in zip([{}, *turn["calls"]], turn["calls"], strict=False)
+        if call["kind"] == "computed_read"
+        and _tool(envs, call["name"])["computed"]["scope"] == "item"
+        and not before.get("error")  # the read after a refused transfer is the agent's own, not asked for
+    ]
+    assert len(asked) >= 3
+    for turn, call in asked:
+        word = _tool(envs, call["name"])["computed"]["word"]
+        row = re.escape(f"account {literal(call['arguments']['account_id'])}")
+        assert re.search(rf"the {word} of (?:{row}|the new account)", turn["query"]), turn["query"]
+    # the solver's best tool for each way a person asks for the figure is the computed read
+    toolset = read_tools([openai_tool(t) for e in envs.values() for t in e["tools"]])
+    for plan in _PLANS["figure"]:
+        clause = plan.format(figure="balance", subject="account 'acc_00004'")
+        best = max(toolset.scores(clause), key=lambda scored: scored[0])[1]
+        assert best.name == "get_account_balance", clause
 
 
 def test_a_request_of_another_kind_reads_as_before(envs):

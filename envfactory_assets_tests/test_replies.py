@@ -391,6 +391,18 @@ def test_what_a_list_returns_all_of_is_plural(office):
     assert summary_action(pools) == "listed all of the pools in the account"
 
 
+def test_a_summary_that_quotes_its_parameters_is_not_said_as_done():
+    from envfactory_assets.synth.refinement.phrasing import describe_call
+
+    # "I searched refunds by 'from' and 'to' date" quotes two values no result holds: the reply gate refuses it
+    refunds = {"kind": "list", "table": "refunds", "description": "Search refunds by 'from' and 'to' date. Token."}
+    assert summary_action(refunds) is None
+    tool = refunds | {"name": "search_refunds", "input_schema": {"type": "object", "properties": {}}}
+    requests = {describe_call(tool, "refund_id", {}, rng=random.Random(seed)) for seed in range(40)}
+    assert len(requests) > 3 and not [r for r in requests if "'from'" in r], requests
+    assert summary_action({**refunds, "description": "List the customers' refunds"}) == "listed the customers' refunds"
+
+
 def test_a_reply_names_one_created_row_without_a_plural_summary(office):
     calls, replies = _office_replies(office, "create account")
     for reply in replies:

@@ -419,6 +419,14 @@ _PLANS: dict[str, tuple[str, ...]] = {
         "could you sum up the {things}{where}",
         "please total the {things}{where}",
     ),
+    # a figure derived from one row (``GET /accounts/{id}/balance``), named by the operation's own word
+    "figure": (
+        "look up the {figure} of {subject}",
+        "tell me the {figure} of {subject}",
+        "check the {figure} of {subject}",
+        "find out the {figure} of {subject}",
+        "get me the {figure} of {subject}",
+    ),
     # the one row of a singleton ("the settings"): no identifier to name
     "get_one": (
         "look up {subject}",
@@ -445,6 +453,13 @@ _PLANS: dict[str, tuple[str, ...]] = {
 }
 
 
+def quotes_a_word(text: str) -> bool:
+    """Whether ``text`` opens a quote (``"Search refunds by 'from' and 'to' date"``): a spec summary that quotes
+    its parameters' names reads, in a request or a reply, as quoting values no row holds. An apostrophe inside
+    or after a word (``"customer's"``, ``"customers' orders"``) opens none."""
+    return re.search(r"(?:^|[\s(])'", text) is not None
+
+
 def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
     """The spec's own summary as a plan when it reads as a short request about this tool's rows
     (``"Create an author"`` -> ``"create an author{with}"``), else None."""
@@ -463,6 +478,7 @@ def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
         or kind not in verbs
         or toks[0] not in verbs[kind]
         or not re.fullmatch(r"[A-Za-z ,'-]+", summary)
+        or quotes_a_word(summary)
     ):
         return None
     said = spoken_words(tool["table"]) + spoken_words(spoken_table(tool))
@@ -634,12 +650,14 @@ def describe_call(
         "changes_is": listing([_change_is(n, v, args, refs, label) for n, v in fields]),
         "query": val("query") if "query" in args else "",
         "verb": (tool.get("action") or tool.get(kind) or {}).get("verb", kind),
+        # the operation's own word for its figure ("balance"), as a person says it
+        "figure": words(str((tool.get("computed") or {}).get("word") or "total")),
     }
     plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
     if kind in ("transfer", "side_effect"):
         plan_kind = "verb_with"  # a verb on one row, with its other arguments stated
     elif kind == "computed_read":
-        plan_kind = "get" if tool["computed"]["scope"] == "item" else "totals"
+        plan_kind = "figure" if tool["computed"]["scope"] == "item" else "totals"
     if not natural:
         plans = {
             "list": "show me the {things}{where}",
@@ -652,6 +670,7 @@ def describe_call(
             "action": "{verb} {subject}",
             "verb_with": "{verb} {subject}{with}",
             "totals": "give me the totals of the {things}{where}",
+            "figure": "look up the {figure} of {subject}",
             "get_one": "look up {subject}",
         }
         plan = plans[plan_kind]

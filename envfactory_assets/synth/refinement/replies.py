@@ -50,7 +50,14 @@ from envfactory_assets.sources.names import (
     spoken_thing,
     spoken_things,
 )
-from envfactory_assets.synth.refinement.phrasing import an, flag_predicate, spoken_table, spoken_value, words
+from envfactory_assets.synth.refinement.phrasing import (
+    an,
+    flag_predicate,
+    quotes_a_word,
+    spoken_table,
+    spoken_value,
+    words,
+)
 
 #: Field names (lower-cased, underscores and case folded away) that label a row for a person, best first.
 _LABEL_FIELDS = (
@@ -221,7 +228,7 @@ def summary_action(tool: Mapping[str, Any]) -> str | None:
         return None  # "Gets all web, mobile, and API apps": the comma is inside a list, not before a tail
     summary = _SUMMARY_TAILS.sub("", summary).strip()
     toks = summary.split()
-    if not toks or len(toks) > 9 or not re.fullmatch(r"[A-Za-z' -]+", summary):
+    if not toks or len(toks) > 9 or not re.fullmatch(r"[A-Za-z' -]+", summary) or quotes_a_word(summary):
         return None
     kind = tool.get("kind")
     if any(w.lower() in ("one", "two", "three", "single", "all") for w in toks[1:]) and kind in _ONE_ROW_KINDS:
