@@ -10,18 +10,9 @@ from envfactory_assets.defs.resources import EnvFactoryHome, ModelBackend, Verif
 from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.store.db import Store
 from envfactory_assets_tests.fixture_environments import FIXTURES
+from envfactory_assets_tests.tiny_run import THROUGH_REFINEMENT
 
-SELECTION = [
-    "source_resources",
-    "environments",
-    "verified_environments",
-    "tool_graph",
-    "tool_chains",
-    "raw_trajectories",
-    "refined_trajectories",
-    "sft_dataset",
-    "rl_dataset",
-]
+SELECTION = [*THROUGH_REFINEMENT, "sft_dataset", "rl_dataset"]
 CONFIG = {
     "ops": {
         "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}},

@@ -44,16 +44,9 @@ from envfactory_assets.viewer import (
 )
 from envfactory_assets_tests.config_failures import step_failure
 from envfactory_assets_tests.fixture_environments import FIXTURES
+from envfactory_assets_tests.tiny_run import THROUGH_REFINEMENT
 
-SELECTION = [
-    "source_resources",
-    "environments",
-    "verified_environments",
-    "tool_graph",
-    "tool_chains",
-    "raw_trajectories",
-    "refined_trajectories",
-]
+SELECTION = list(THROUGH_REFINEMENT)
 RUN_CONFIG = config_for_selection(
     {
         "ops": {

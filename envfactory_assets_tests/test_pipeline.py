@@ -21,19 +21,9 @@ from envfactory_assets.runner.materialize import materialize_pipeline
 from envfactory_assets.store.db import Store
 from envfactory_assets.store.gates import failed_environment_leaks, pass_rate
 from envfactory_assets.store.lineage import checkpoint_lineage
-from envfactory_assets_tests.tiny_run import tiny_run_config
+from envfactory_assets_tests.tiny_run import THROUGH_REFINEMENT, tiny_run_config
 
-SYNTH_SELECTION = [
-    "source_resources",
-    "environments",
-    "verified_environments",
-    "tool_graph",
-    "tool_chains",
-    "raw_trajectories",
-    "refined_trajectories",
-    "sft_dataset",
-    "rl_dataset",
-]
+SYNTH_SELECTION = [*THROUGH_REFINEMENT, "sft_dataset", "rl_dataset"]
 
 
 @pytest.fixture(scope="module")

@@ -12,20 +12,11 @@ import pytest
 
 from envfactory_assets.cli import main as cli_main
 from envfactory_assets.store.db import Store
+from envfactory_assets_tests.tiny_run import THROUGH_REFINEMENT
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "tool_kinds.md"
-TOUR = ",".join(
-    (
-        "source_resources",
-        "environments",
-        "verified_environments",
-        "tool_graph",
-        "tool_chains",
-        "raw_trajectories",
-        "refined_trajectories",
-    )
-)
+TOUR = ",".join(THROUGH_REFINEMENT)
 
 
 def _between(text: str, marker: str) -> str:

@@ -20,6 +20,16 @@ import yaml
 from envfactory_assets_tests.fixture_environments import FIXTURES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: The assets from the corpus scan through query refinement: a run that makes refined trajectories and stops
+THROUGH_REFINEMENT = (
+    "source_resources",
+    "environments",
+    "verified_environments",
+    "tool_graph",
+    "tool_chains",
+    "raw_trajectories",
+    "refined_trajectories",
+)
 #: The whole graph on 2 cores under load (SFT, GRPO and the evaluation on CPU): minutes, not hours.
 TIMEOUT_S = 3000
 
