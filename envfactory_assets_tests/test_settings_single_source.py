@@ -21,7 +21,7 @@ from envfactory_assets.defs.config_fields import generated_config, sources_of
 from envfactory_assets.defs.envgen.assets import EnvironmentsConfig
 from envfactory_assets.defs.evaluation.assets import EvaluationConfig
 from envfactory_assets.defs.sources.assets import SourceConfig
-from envfactory_assets.defs.synth.assets import CHAIN_SOURCES, ChainsConfig
+from envfactory_assets.defs.synth.assets import CHAIN_SOURCES, ChainsConfig, TrajectoryConfig
 from envfactory_assets.defs.training.assets import CheckpointConfig
 from envfactory_assets.defs.viewer.jobs import ShowTrajectoryConfig
 from envfactory_assets.training.sft import SFTConfigSpec
@@ -151,6 +151,10 @@ def _checked(asset: str, settings: dict) -> None:
         SourceConfig(**settings).check_settings()
     elif asset == "environments":
         EnvironmentsConfig(**settings).check_settings()
+    elif asset == "tool_chains":
+        ChainsConfig(**settings).check_settings()
+    elif asset == "raw_trajectories":
+        TrajectoryConfig(**settings).check_settings()
     else:
         raise AssertionError(f"configs/ sets {asset}, which this test does not check yet")
 

@@ -38,9 +38,10 @@ def select_resources(
 
     Documents with at least :data:`FULL_RESOURCES` stateful resources come first (an environment's size),
     then those with more operations beyond CRUD among the kept resources (:data:`BEYOND_CRUD`: the corpus has
-    few, 3% of its mapped operations, so every one counts), then those with more resources (up to 4), then
-    those whose tables can be written (a document of read-only catalogues teaches less), then a stable hash of
-    the resource key spreads the choice over providers. ``include`` keys are always taken, ``exclude`` never.
+    few, about 5% of the operations it maps within the cap of 4 resources, so every one counts), then those
+    with more resources (up to 4), then those whose tables can be written (a document of read-only catalogues
+    teaches less), then a stable hash of the resource key spreads the choice over providers. ``include`` keys
+    are always taken, ``exclude`` never.
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
     """
     include, exclude = set(include), set(exclude)

@@ -447,8 +447,9 @@ def tool_kind_section(
             "",
         ]
     parts += [
-        "Calls of passed refined trajectories per tool kind (refused: an action asked of a row it is "
-        "refused on, kept with its `precondition_failed` error):",
+        "Calls of passed refined trajectories per tool kind (refused: a call the environment refused with a "
+        "typed error, kept with it: an action asked of a row it is refused on, a transfer of more than the "
+        "source holds, a create of a row whose unique field is taken; a turn may hold several):",
         "",
         _table(call_kinds, ("kind", "calls", "refused")),
         "",
