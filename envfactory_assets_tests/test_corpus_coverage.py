@@ -368,8 +368,7 @@ def test_a_batch_process_ends_with_a_killed_coverage_command(tmp_path):
             textwrap.dedent(
                 f"""
                 from envfactory_assets.runner.coverage_batches import call_batch
-                call_batch([{sys.executable!r}, "-c",
-                            "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"])
+                call_batch([{sys.executable!r}, "-c", {SLEEPER.format(pid_file=str(pid_file))!r}])
                 """
             ),
         ]
@@ -384,9 +383,28 @@ def test_a_batch_process_ends_with_a_killed_coverage_command(tmp_path):
     while _running(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     alive = _running(child)
+    signals = _signal_lines(child) if alive else ""
     if alive:
         os.kill(child, signal.SIGKILL)
-    assert not alive
+    assert not alive, f"the batch outlived its killed parent; its signal state: {signals}"
+
+
+#: The batch stand-in: it takes SIGTERM's default action whatever signal state the test process hands down
+#: (a disposition set to ignore, or a mask, is inherited across fork and exec), writes its pid, and sleeps
+SLEEPER = (
+    "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}}); "
+    "open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+)
+
+
+def _signal_lines(pid: int) -> str:
+    """The parent pid and the signal masks of ``pid`` as /proc shows them, for a failure's message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return str(exc)
+    return "; ".join(line for line in lines if line.startswith(("PPid", "SigPnd", "ShdPnd", "SigBlk", "SigIgn")))
 
 
 def _running(pid: int) -> bool:
