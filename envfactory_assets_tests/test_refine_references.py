@@ -315,15 +315,11 @@ def test_a_label_inside_another_fields_quoted_value_fills_nothing(bookshop_tools
     assert calls == [("create_author", {"name": name, "email": "a@b.c"})]
 
 
-@pytest.mark.corpus
-def test_a_filtered_list_keeps_its_filter_and_names_its_rows_in_the_plural():
-    # billingo's "List all bank account" summary, asked with a currency filter the operator turns into an
-    # adjective: the request must still say which currency and name the accounts in the plural
-    from envfactory_assets.synth.refinement.operators import refine_turns
+def _cad_bank_accounts_turn(env: dict, query: str) -> dict:
+    """A turn of billingo's environment ``env`` listing the bank accounts in 'CAD', asked as ``query``, on the
+    environment's valid state."""
     from envfactory_assets_tests.fixture_environments import valid_state
 
-    env = corpus_environment("billingo.hu.json")
-    state = {env["env_id"]: valid_state(env)}
     call = {
         "name": "list_bank_account",
         "env_id": env["env_id"],
@@ -332,7 +328,17 @@ def test_a_filtered_list_keeps_its_filter_and_names_its_rows_in_the_plural():
         "provenance": {"currency": {"source": "user"}},
         "output": {"items": [], "total": 0},
     }
-    turn = {"query": "Show me the bank accounts where currency is 'CAD'.", "calls": [call], "state_before": state}
+    return {"query": query, "calls": [call], "state_before": {env["env_id"]: valid_state(env)}}
+
+
+@pytest.mark.corpus
+def test_a_filtered_list_keeps_its_filter_and_names_its_rows_in_the_plural():
+    # billingo's "List all bank account" summary, asked with a currency filter the operator turns into an
+    # adjective: the request must still say which currency and name the accounts in the plural
+    from envfactory_assets.synth.refinement.operators import refine_turns
+
+    env = corpus_environment("billingo.hu.json")
+    turn = _cad_bank_accounts_turn(env, "Show me the bank accounts where currency is 'CAD'.")
     queries = [refine_turns([turn], {env["env_id"]: env}, seed=str(s))[0][0]["query"] for s in range(60)]
     assert any(q.startswith("List all ") for q in queries), "the spec's summary plan was never drawn"
     assert not [q for q in queries if re.search(r"bank account\b", q)]
@@ -385,19 +391,10 @@ def test_a_filter_the_drawn_plan_cannot_say_as_an_adjective_stays_a_filter():
     import copy
 
     from envfactory_assets.synth.refinement.operators import refine_turns
-    from envfactory_assets_tests.fixture_environments import valid_state
 
     env = copy.deepcopy(corpus_environment("billingo.hu.json"))
     next(t for t in env["tools"] if t["name"] == "list_bank_account")["description"] = "List all account"
-    call = {
-        "name": "list_bank_account",
-        "env_id": env["env_id"],
-        "kind": "list",
-        "arguments": {"currency": "CAD"},
-        "provenance": {"currency": {"source": "user"}},
-        "output": {"items": [], "total": 0},
-    }
-    turn = {"query": "x", "calls": [call], "state_before": {env["env_id"]: valid_state(env)}}
+    turn = _cad_bank_accounts_turn(env, "x")
     refined = [refine_turns([turn], {env["env_id"]: env}, seed=str(s)) for s in range(60)]
     stated = [t[0]["query"] for t, ops in refined if not ops]
     assert stated, "the summary plan was never drawn"

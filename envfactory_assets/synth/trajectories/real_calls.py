@@ -106,15 +106,26 @@ class PlanningWorker:
                 return env_id, spec
         return None
 
+    def translate(
+        self, episode_id: str, tool: str, arguments: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """``(real tool spec, real arguments)`` of a call of ``tool`` with canonical ``arguments`` in
+        ``episode_id``, the real ones made with the rows the episode's state holds in the tool's table now; for a
+        tool without a real MCP signature ``(None, arguments)`` unchanged."""
+        found = self.spec(episode_id, tool)
+        if found is None:
+            return None, dict(arguments or {})
+        env_id, spec = found
+        rows = self.inner.save(episode_id)[env_id]["tables"].get(spec["table"]) or []
+        return spec, real_arguments(spec, dict(arguments or {}), rows)
+
     def call(self, episode_id: str, tool: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Execute ``tool`` with canonical ``arguments`` (see the class); the result as the wrapped worker's
         ``call`` gives it, with a canonical ``output``."""
-        found = self.spec(episode_id, tool)
-        if found is None:
+        spec, real = self.translate(episode_id, tool, arguments)
+        if spec is None:
             return self.inner.call(episode_id, tool, arguments)
-        env_id, spec = found
-        rows = self.inner.save(episode_id)[env_id]["tables"].get(spec["table"]) or []
-        result = self.inner.call(episode_id, tool, real_arguments(spec, dict(arguments or {}), rows))
+        result = self.inner.call(episode_id, tool, real)
         if result.get("ok"):
             result = {**result, "output": canonical_output(spec, result.get("output"))}
         return result
@@ -249,12 +260,9 @@ def real_trajectory(
             raise ValueError(f"turn {turn.get('turn_index')}: starting state does not load: {exc}") from exc
         try:
             for i, call in enumerate(turn["calls"]):
-                found = real.spec(episode, call["name"])
-                arguments = call["arguments"]
-                if found is not None:
-                    env_id, spec = found
-                    rows = worker.save(episode)[env_id]["tables"].get(spec["table"]) or []
-                    arguments = real_arguments(spec, dict(call["arguments"]), rows)
+                spec, arguments = real.translate(episode, call["name"], call["arguments"])
+                if spec is None:
+                    arguments = call["arguments"]
                 result = worker.call(episode, call["name"], arguments)
                 error = (result.get("error") or {}).get("type")
                 if bool(result.get("ok")) == bool(call.get("error")) or (call.get("error") and error != call["error"]):
@@ -263,11 +271,11 @@ def real_trajectory(
                         f"turn {turn.get('turn_index')} call {i} ({call['name']}) does not replay in the real "
                         f"names: recorded {call.get('error') or 'success'}, got {got}"
                     )
-                if found is None:
+                if spec is None:
                     continue
                 call["canonical_arguments"] = call["arguments"]
                 call["provenance"] = _real_provenance(
-                    found[1], call.get("provenance") or {}, arguments, call.get("row_arguments")
+                    spec, call.get("provenance") or {}, arguments, call.get("row_arguments")
                 )
                 call["arguments"] = arguments
                 if result.get("ok"):

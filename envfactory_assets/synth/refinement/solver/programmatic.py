@@ -827,6 +827,12 @@ _WHOSE = rf"(?: whose .+? is (?:{_LITERAL})(?: and whose .+? is (?:{_LITERAL}))?
 _REF_TAIL = r"(?: you (?:just )?created(?: earlier| a moment ago)?| in that list)?"
 
 
+def _first_unquoted(pattern: re.Pattern[str], text: str, quoted: list[tuple[int, int]]) -> re.Match[str] | None:
+    """The first match of ``pattern`` in ``text`` that does not start inside one of the ``quoted`` spans (a
+    label or a preposition inside a value, "name 'Country of 5'", is none); None when there is none."""
+    return next((m for m in pattern.finditer(text) if not any(a < m.start() < b for a, b in quoted)), None)
+
+
 def _blanked(text: str, match: re.Match[str]) -> str:
     """``text`` with ``match``'s span replaced by spaces (positions kept): a value read once is not read again."""
     return text[: match.start()] + " " * (match.end() - match.start()) + text[match.end() :]
@@ -854,22 +860,19 @@ def _transfer_arguments(
     thing = _row_re(key, rows)
 
     def row_after(prepositions: str) -> re.Match[str] | None:
-        return next(
-            (
-                c
-                for c in _pattern(
-                    rf"\b(?:{prepositions})\s+(?:{thing}\s+({_LITERAL})|((?:the|that|this|my)\b.*?\b{thing}\b"
-                    rf"{_WHOSE}?{_REF_TAIL}))",
-                    re.IGNORECASE,
-                ).finditer(text)
-                if not any(a < c.start() < b for a, b in inside)
+        return _first_unquoted(
+            _pattern(
+                rf"\b(?:{prepositions})\s+(?:{thing}\s+({_LITERAL})|((?:the|that|this|my)\b.*?\b{thing}\b"
+                rf"{_WHOSE}?{_REF_TAIL}))",
+                re.IGNORECASE,
             ),
-            None,
+            text,
+            inside,
         )
 
     amount = tool.transfer_amount
     if amount and amount not in args:
-        m = next((c for c in _AMOUNT_MOVED.finditer(text) if not any(a < c.start() < b for a, b in inside)), None)
+        m = _first_unquoted(_AMOUNT_MOVED, text, inside)
         if m:
             args[amount] = _coerce(m.group(1), tool.params[amount])
             # only the figure: the preposition after it still leads to its row
@@ -949,17 +952,14 @@ def _arguments(
             # the service, it is not this call's account sid
             # (a label inside another value, "name 'Country of 5'", is no label)
             inside = [q.span() for q in _QUOTED.finditer(text)]
-            m = next(
-                (
-                    c
-                    for c in _pattern(
-                        rf"(?<!whose )\b{re.escape(lab)}\s+"
-                        rf"(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
-                        re.IGNORECASE,
-                    ).finditer(text)
-                    if not any(a < c.start() < b for a, b in inside)
+            m = _first_unquoted(
+                _pattern(
+                    rf"(?<!whose )\b{re.escape(lab)}\s+"
+                    rf"(?:is\s+(?:set\s+to\s+)?|to\s+|set\s+to\s+|of\s+)?({_LITERAL})",
+                    re.IGNORECASE,
                 ),
-                None,
+                text,
+                inside,
             )
             if m:
                 break
