@@ -375,7 +375,10 @@ def test_a_done_phrase_says_the_row_once_and_an_article_agrees(office):
         assert not re.search(r"(?i)\b(a|an|the|of|to|that|has) \1\b", reply), reply  # "created the the project"
     assert any("created the project" in r for r in replies), replies  # "Create a single Project", said once
     action = {"name": "archive_environment", "kind": "action", "table": "environments"}
-    assert summary_action({**action, "description": "Archive a environment."}) == "archived an environment"
+    # the one row an action touched is "the" row; an article left before a vowel agrees with it
+    assert summary_action({**action, "description": "Archive a environment."}) == "archived the environment"
+    send = {"name": "send_environment", "kind": "side_effect", "table": "environments"}
+    assert summary_action({**send, "description": "Send a environment."}) == "sent an environment"
     assert summary_action({**action, "kind": "get", "description": "Get a single token's data"}) == (
         "got the token's data"
     )
@@ -588,6 +591,15 @@ def test_an_action_reply_says_the_state_it_set_and_no_other_state_of_the_row():
     assert all("running" in r for r in replies), replies
     assert any("bytes transferred" in r or "files to transfer" in r for r in replies)
     assert not [r for r in replies if "cancelled" in r or "PREPARING" in r]
+    # the row's other facts follow with a subject of their own: "I set X to running and keeps ..." has none
+    assert not [r for r in replies if re.search(r"\brunning and keeps\b", r)], replies
+    assert any(" and it keeps " in r for r in replies), replies
+
+
+def test_an_action_done_phrase_names_the_row_it_touched():
+    # billingo's "Cancel a document": the reply is about the one document the call cancelled
+    cancel = {"name": "cancel_document", "kind": "action", "table": "documents", "description": "Cancel a document."}
+    assert summary_action(cancel) == "cancelled the document"
 
 
 @pytest.mark.corpus

@@ -251,7 +251,7 @@ def summary_action(tool: Mapping[str, Any]) -> str | None:
     rest = [
         w for i, w in enumerate(rest) if not (w in ("specified", "given") and i and rest[i - 1] in ("the", "a", "an"))
     ]
-    if rest[0].lower() in ("a", "an", "one") and kind in ("get", "create", "update", "delete"):
+    if rest[0].lower() in ("a", "an", "one") and kind in _ONE_ROW_KINDS:
         rest[0] = "the"  # the reply is about the one row the call touched
     head = _object_head(rest)
     if head is not None and kind in ("create", "update", "delete", "action") and reads_plural(rest[head]):
@@ -808,7 +808,8 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
     ]
     facts, flags = _row_facts(c.out, c.key, rng, min(c.room, 2), only=others) if c.room else ([], [])
     if facts:
-        sentence += _pick(rng, ("; it still has {}", " and keeps {}", " (with {})", "; its record shows {}")).format(
+        # "and it keeps": "I set X to running and keeps ..." has no subject for its second verb
+        sentence += _pick(rng, ("; it still has {}", " and it keeps {}", " (with {})", "; its record shows {}")).format(
             _and_list(facts)
         )
     if flags:
