@@ -8,10 +8,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from envfactory_assets.sources.actions import action_verb
+
 #: the query parameter or header that names the operation in a path's fragment (``/#Action=CreateGroup``)
 RPC_KEYS = ("X-Amz-Target", "Action")
 _RPC_PATH = re.compile(r"^/?#(?P<key>[A-Za-z][A-Za-z0-9-]*)=(?P<name>[A-Za-z0-9_.:-]+)$")
 _OPERATION_NAME = re.compile(r"^[A-Z][A-Za-z0-9]+$")
+#: a path whose last segment is an operation's name, a verb and what it acts on (``/createAccountHolder``,
+#: ``/2015-01-01/DeleteJob``), with no path parameter: the operation is named in the path itself
+_NAMED_PATH = re.compile(r"^(?:/[A-Za-z0-9._-]+)*/(?P<verb>[A-Za-z][a-z]+)(?P<noun>[A-Z][A-Za-z0-9]*)/?$")
+#: first words of an operation named in its path: the verbs the RPC grouping gives a kind; any other first word
+#: is a collection named in camelCase (``/paymentMethods``, ``/sourceAccounts``), not an operation
+_PATH_VERBS = frozenset({"create", "get", "describe", "list", "update", "modify", "delete"})
 
 
 def rpc_operation_name(path: Any) -> str | None:
@@ -19,6 +27,12 @@ def rpc_operation_name(path: Any) -> str | None:
     ``/#Action=CreateGroup`` -> ``CreateGroup``), or None for any other path (the fragment's key must be one of
     :data:`RPC_KEYS` and the name a CamelCase word)."""
     if not isinstance(path, str):
+        return None
+    named = _NAMED_PATH.match(path)
+    if named is not None:
+        verb = named.group("verb").lower()
+        if verb in _PATH_VERBS or action_verb(verb) == verb:
+            return verb.capitalize() + named.group("noun")
         return None
     m = _RPC_PATH.match(path)
     if m is None or m.group("key") not in RPC_KEYS:
