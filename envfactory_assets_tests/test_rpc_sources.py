@@ -222,6 +222,12 @@ def test_a_path_that_is_an_operations_name_is_an_rpc_path():
     # a collection, an item, a plain word, a path parameter after or before the name, a name of one word
     for rest in ("/accounts", "/accounts/{id}", "/search", "/users/{id}/getThing", "/{id}/createThing", "/Create"):
         assert rpc_operation_name(rest) is None, rest
+    # a camelCase collection whose first word is no verb, and one that is but has items under it (agco-ats's
+    # /api/v2/UpdateGroups and /api/v2/UpdateGroups/{ID})
+    assert rpc_operation_name("/v1/sourceAccounts") is None
+    paths = {"/api/v2/UpdateGroups": {}, "/api/v2/UpdateGroups/{ID}": {}, "/api/v2/DeleteJob": {}}
+    assert rpc_operation_name("/api/v2/UpdateGroups", paths) is None
+    assert rpc_operation_name("/api/v2/DeleteJob", paths) == "DeleteJob"
 
 
 def test_operations_named_in_the_path_are_grouped_and_keyed_by_the_identifier_the_response_holds():

@@ -208,7 +208,7 @@ def rpc_resources(spec: dict[str, Any], taken_names: set[str]) -> list[Resource]
     """
     groups: dict[str, dict[str, tuple[str, str, str, dict[str, Any], str | None]]] = {}
     for path, item in sorted((spec.get("paths") or {}).items()):
-        name = rpc_operation_name(path)
+        name = rpc_operation_name(path, spec.get("paths"))
         classified = classify_rpc_name(name) if name else None
         try:
             found = _first_op(spec, item) if classified and isinstance(item, dict) else None

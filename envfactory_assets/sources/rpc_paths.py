@@ -22,14 +22,21 @@ _NAMED_PATH = re.compile(r"^(?:/[A-Za-z0-9._-]+)*/(?P<verb>[A-Za-z][a-z]+)(?P<no
 _PATH_VERBS = frozenset({"create", "get", "describe", "list", "update", "modify", "delete"})
 
 
-def rpc_operation_name(path: Any) -> str | None:
+def rpc_operation_name(path: Any, paths: Any = None) -> str | None:
     """The operation an RPC path names (``/#X-Amz-Target=Svc_20191201.CreateConnection`` -> ``CreateConnection``,
-    ``/#Action=CreateGroup`` -> ``CreateGroup``), or None for any other path (the fragment's key must be one of
-    :data:`RPC_KEYS` and the name a CamelCase word)."""
+    ``/#Action=CreateGroup`` -> ``CreateGroup``, ``/createAccountHolder`` -> ``CreateAccountHolder``), or None for
+    any other path (the fragment's key must be one of :data:`RPC_KEYS` and the name a CamelCase word; a name in
+    the path itself must start with a verb the grouping knows and end the path).
+
+    ``paths``: the document's paths, when the caller has them: a name in the path that another path extends
+    (``/UpdateGroups`` beside ``/UpdateGroups/{ID}``) is a collection, not an operation."""
     if not isinstance(path, str):
         return None
     named = _NAMED_PATH.match(path)
     if named is not None:
+        stem = path.rstrip("/") + "/"
+        if isinstance(paths, dict) and any(isinstance(p, str) and p.startswith(stem) for p in paths):
+            return None
         verb = named.group("verb").lower()
         if verb in _PATH_VERBS or action_verb(verb) == verb:
             return verb.capitalize() + named.group("noun")
