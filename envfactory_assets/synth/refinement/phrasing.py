@@ -453,11 +453,22 @@ _PLANS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: A quote mark in a spec summary: a double, typographic opening or back quote; an apostrophe that opens a word (after
+#: no letter: ``by 'from'``, ``by-'from'``, ``,'from'``); a word quoted right after another (``by'from' ``); or
+#: an apostrophe that closes a word which is no plural (``by from' and to' date``): a possessive's apostrophe
+#: follows a word's ``s``, an elision's has letters on both sides.
+_QUOTE_MARK = re.compile(
+    r"[\"`\u2018\u201c\u00ab]"  # a typographic right quote (\u2019) is also an apostrophe: "customer\u2019s"
+    r"|(?:^|[^\w])'|\w'\w+'(?!\w)|(?<=[A-Za-z])(?<![sS])'(?!\w)"
+)
+
+
 def quotes_a_word(text: str) -> bool:
-    """Whether ``text`` opens a quote (``"Search refunds by 'from' and 'to' date"``): a spec summary that quotes
-    its parameters' names reads, in a request or a reply, as quoting values no row holds. An apostrophe inside
-    or after a word (``"customer's"``, ``"customers' orders"``) opens none."""
-    return re.search(r"(?:^|[\s(])'", text) is not None
+    """Whether ``text`` quotes a word (``"Search refunds by 'from' and 'to' date"``, ``by-'from'``, ``by'from'``,
+    ``by from' and to'``, typographic or back quotes): a spec summary that quotes its parameters' names reads,
+    in a request or a reply, as quoting values no row holds. An apostrophe of a possessive or an elision
+    (``"customer's"``, ``"customers' orders"``, ``"o'clock"``, ``"rock'n'roll"``) quotes none."""
+    return _QUOTE_MARK.search(text) is not None
 
 
 def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
