@@ -668,3 +668,24 @@ def test_selection_refuses_a_row_whose_counts_cannot_be_ranked_and_names_it(fiel
     assert select_resources([ledger, bad], 1, exclude=["bad_ledger"]) == [ledger]
     plain = {**ledger, "resource_key": "plain", "operations_by_kind": None}
     assert select_resources([plain, ledger], 1) == [ledger]
+
+
+@pytest.mark.parametrize(
+    ("per_domain", "include", "exclude", "said"),
+    [
+        (1, "ledger", (), "include must be a list of resource keys, got 'ledger'"),
+        (1, (), "ledger", "exclude must be a list of resource keys, got 'ledger'"),
+        (1, None, (), "include must be a list of resource keys, got None"),
+        (1, [3], (), "include must be a list of resource keys, got [3]"),
+        ("2", (), (), "per_domain must be a count of 0 or more resources per domain, got '2'"),
+        (-1, (), (), "per_domain must be a count of 0 or more resources per domain, got -1"),
+        (None, (), (), "per_domain must be a count of 0 or more resources per domain, got None"),
+    ],
+)
+def test_selection_refuses_settings_it_cannot_read_and_names_them(per_domain, include, exclude, said):
+    # a key written without its list ("include: ledger") was read letter by letter and forced nothing in
+    accepted, _ = scan_rows(Path(__file__).parent / "fixtures" / "openapi_transfers")
+    with pytest.raises(ValueError, match=re.escape(said)):
+        select_resources(accepted, per_domain, include, exclude)
+    keys = [r["resource_key"] for r in accepted]
+    assert select_resources(accepted, 0, iter(keys[:1])) == accepted[:1]  # any iterable of keys is read once

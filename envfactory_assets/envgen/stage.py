@@ -44,11 +44,14 @@ def select_resources(
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
 
     Raises:
-        ValueError: naming the row whose ``resource_key`` or ``domain`` is not a string, or whose
+        ValueError: ``per_domain`` is not a non-negative integer, ``include`` or ``exclude`` is a string or holds
+            something other than keys; or naming the row whose ``resource_key`` or ``domain`` is not a string, or whose
             ``n_resources`` or ``operations_by_kind`` counts are not non-negative integers (an excluded row's
             counts are not read).
     """
-    include, exclude = set(include), set(exclude)
+    if isinstance(per_domain, bool) or not isinstance(per_domain, int) or per_domain < 0:
+        raise ValueError(f"per_domain must be a count of 0 or more resources per domain, got {per_domain!r}")
+    include, exclude = _key_set("include", include), _key_set("exclude", exclude)
     by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
     tool_lists = []  # every MCP tool list is built, on top of the per-domain choice
     counts: dict[int, tuple[int, dict[str, int]]] = {}
@@ -80,6 +83,21 @@ def select_resources(
             forced + [r for r in ranked if r["resource_key"] not in include][: max(per_domain - len(forced), 0)]
         )
     return chosen + sorted(tool_lists, key=lambda r: r["resource_key"])
+
+
+def _key_set(name: str, keys: Any) -> set[str]:
+    """The resource keys of the ``include`` or ``exclude`` setting (``name``) as a set.
+
+    Raises:
+        ValueError: ``keys`` is a string (a single key written without its list, ``include: github__api``, would
+            be read letter by letter), not iterable, or holds something other than strings.
+    """
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise ValueError(f"{name} must be a list of resource keys, got {keys!r}")
+    found = list(keys)
+    if not all(isinstance(k, str) for k in found):
+        raise ValueError(f"{name} must be a list of resource keys, got {found!r}")
+    return set(found)
 
 
 def _rank_counts(row: dict[str, Any]) -> tuple[int, dict[str, int]]:
