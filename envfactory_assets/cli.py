@@ -999,7 +999,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             src.get("include", []),
             src.get("exclude", []),
         )
-    except ValueError as exc:  # a row whose counts cannot be ranked, named in the message
+    except ValueError as exc:  # a setting or a row that cannot be ranked, named in the message
         raise UsageError(f"{origin}: {exc}") from None
     try:
         build = EnvironmentRunSpec(**op_config(run_config, "environments"))

@@ -44,10 +44,10 @@ def select_resources(
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
 
     Raises:
-        ValueError: ``per_domain`` is not a non-negative integer, ``include`` or ``exclude`` is a string or holds
-            something other than keys; or naming the row whose ``resource_key`` or ``domain`` is not a string, or whose
-            ``n_resources`` or ``operations_by_kind`` counts are not non-negative integers (an excluded row's
-            counts are not read).
+        ValueError: ``per_domain`` is not a non-negative integer; ``include`` or ``exclude`` is a string or
+            holds something other than keys (:func:`_key_set`); a row's ``resource_key`` or ``domain`` is not a
+            string, or its ``n_resources`` or ``operations_by_kind`` counts are not non-negative integers
+            (:func:`_rank_counts`; the message names the row, and an excluded row's counts are not read).
     """
     if isinstance(per_domain, bool) or not isinstance(per_domain, int) or per_domain < 0:
         raise ValueError(f"per_domain must be a count of 0 or more resources per domain, got {per_domain!r}")
