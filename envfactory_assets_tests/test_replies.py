@@ -651,3 +651,33 @@ def test_a_filtered_list_reply_does_not_say_it_listed_all_rows():
         write_reply([{**listed, "arguments": {"limit": 5}}], index.tools, index.key_of, f"l/{s}") for s in range(40)
     ]
     assert any("listed all bank accounts" in r for r in unfiltered), unfiltered
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        "Search refunds by-'from' and-'to' date",  # the reply gate refuses "-'from'": a value no result holds
+        "Search refunds by'from' and'to' date",
+        "Search refunds by from' and to' date",
+        "Search refunds by \u2018from\u2019 and \u2018to\u2019 date",
+        "Search refunds by `from` and `to` date",
+    ],
+)
+def test_a_summary_quoting_its_parameters_without_a_space_before_is_not_said(summary):
+    from envfactory_assets.synth.refinement.phrasing import describe_call, quotes_a_word
+
+    refunds = {"kind": "list", "table": "refunds", "description": summary}
+    assert quotes_a_word(summary) and summary_action(refunds) is None
+    tool = refunds | {"name": "search_refunds", "input_schema": {"type": "object", "properties": {}}}
+    requests = {describe_call(tool, "refund_id", {}, rng=random.Random(seed)) for seed in range(40)}
+    assert len(requests) > 3 and not [r for r in requests if "from" in r], requests
+
+
+def test_an_apostrophe_of_a_possessive_or_an_elision_quotes_nothing():
+    for summary, said in [
+        ("List the customers' refunds", "listed the customers' refunds"),
+        ("List the customer's refunds", "listed the customer's refunds"),
+        ("List rock'n'roll refunds", "listed rock'n'roll refunds"),
+    ]:
+        assert summary_action({"kind": "list", "table": "refunds", "description": summary}) == said
+        assert reply_problems(f"I {said}.", [{"output": []}]) == []

@@ -52,6 +52,7 @@ from envfactory_assets.sources.names import (
 )
 from envfactory_assets.synth.refinement.phrasing import (
     an,
+    figure_word,
     flag_predicate,
     quotes_a_word,
     spoken_table,
@@ -976,7 +977,7 @@ def _computed_sentence(c: _Call, rng: random.Random) -> str:
         who = _row_named(c, out)
         figures = [(k, v) for k, v in out.items() if k != c.key and _is_number(v)]
         if not figures:
-            word = words(str(spec.get("word") or "figures")).lower()
+            word = figure_word(c.tool)
             return _pick(rng, (f"{who} has no {word} on record yet", f"there is no {word} for {who} yet"))
         if len(figures) == 1 and figures[0][0] in (spec.get("word"), "balance"):
             value = _figure(figures[0][1])
