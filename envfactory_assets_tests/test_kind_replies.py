@@ -358,6 +358,22 @@ def test_a_computed_read_without_a_scope_is_refused_by_name(envs, computed):
         describe_call(tool, "account_id", {"account_id": "acc_1"}, rng=random.Random(0))
 
 
+def test_the_read_after_a_refused_transfer_is_the_agents_own_and_no_request_asks_for_it(calibrated):
+    # the user cannot know the transfer will be refused: neither the raw nor the refined request asks for the
+    # balance the agent reads afterwards (turns where the user also asks for a balance are left out)
+    turns = [turn for _, cal in calibrated for turn in cal["turns"]]
+    recovered = [
+        t
+        for t in turns
+        if any(c.get("recovery") for c in t["calls"])
+        and not any(c["kind"] == "computed_read" and not c.get("recovery") for c in t["calls"])
+    ]
+    assert len(recovered) >= 3
+    for turn in recovered:
+        for query in (turn["query_raw"], turn["query"]):
+            assert not re.search(r"\bbalance of\b", query), query
+
+
 def test_a_request_of_another_kind_reads_as_before(envs):
     """Only transfers are asked for by their amount: a side effect and an update read as they always have, in
     the raw plan and in the person's words."""
