@@ -992,12 +992,15 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         )
         origin = f"a scan of {corpus}"
     src = op_config(run_config, "source_resources")  # the environments to build are chosen there (one partition each)
-    chosen = select_resources(
-        resources,
-        src.get("per_domain", SourceConfig.model_fields["per_domain"].default),
-        src.get("include", []),
-        src.get("exclude", []),
-    )
+    try:
+        chosen = select_resources(
+            resources,
+            src.get("per_domain", SourceConfig.model_fields["per_domain"].default),
+            src.get("include", []),
+            src.get("exclude", []),
+        )
+    except ValueError as exc:  # a setting or a row that cannot be ranked, named in the message
+        raise UsageError(f"{origin}: {exc}") from None
     try:
         build = EnvironmentRunSpec(**op_config(run_config, "environments"))
     except (SettingError, TypeError) as exc:  # an unknown or out-of-range environments setting

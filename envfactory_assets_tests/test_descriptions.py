@@ -103,6 +103,10 @@ def test_an_mcp_tools_own_short_description_is_kept_and_its_bare_arguments_are_d
     doc = notes_tool_list()
     listed = next(t for t in doc["tools"] if t["name"] == "list_notes")
     listed["description"] = "Notebook contents"
+    # an argument described by one word that says nothing of its value gets a derived sentence
+    made = next(t for t in doc["tools"] if t["input_schema"].get("properties"))
+    bare = next(iter(made["input_schema"]["properties"]))
+    made["input_schema"]["properties"][bare]["description"] = "Optional."
     env = build_mcp_environment(
         {"resource_key": "mcp__notes", "domain": "productivity", "path": "n.json", "sha256": "0" * 64}, doc
     )
@@ -112,6 +116,7 @@ def test_an_mcp_tools_own_short_description_is_kept_and_its_bare_arguments_are_d
     for tool in tools.values():
         for prop, schema in _properties(tool).items():
             assert is_sentence(schema.get("description"), (prop.split(".")[-1],)), (tool["name"], prop, schema)
+            assert schema.get("description") != "Optional.", (tool["name"], prop)
 
 
 def test_a_flag_filter_named_by_a_clause_is_said_as_whether_it():

@@ -107,3 +107,14 @@ def test_estimate_warns_when_the_worst_case_exceeds_the_token_budget(tmp_path, m
         assert cli_main(["estimate", "--config", str(_config(tmp_path, {**backend, "token_budget": worst}))]) == 0
         assert "warning" not in capsys.readouterr().err
         assert server.requests == []
+
+
+def test_an_include_written_without_its_list_is_named(tmp_path, monkeypatch, capsys):
+    # "include: bookshop" was read as the keys "b", "o", "k", ... and forced nothing in
+    monkeypatch.setenv("ENVFACTORY_HOME", str(tmp_path / "home"))
+    config = _config(tmp_path, {"backend": "programmatic"})
+    run = yaml.safe_load(config.read_text())
+    run["ops"]["source_resources"]["config"]["include"] = "bookshop"
+    config.write_text(yaml.safe_dump(run))
+    assert cli_main(["estimate", "--config", str(config)]) == 2
+    assert "include must be a list of resource keys, got 'bookshop'" in capsys.readouterr().err

@@ -323,6 +323,57 @@ def test_a_figure_of_one_row_is_asked_for_by_its_own_word_and_solved_with_its_re
         assert best.name == "get_account_balance", clause
 
 
+@pytest.mark.parametrize(
+    ("word", "said"),
+    [
+        ("currentBalance", "current balance"),
+        ("Balance", "balance"),
+        ("", "balance"),  # no word of its own: the one field it reports
+        (None, "balance"),
+        (7, "balance"),
+        ("bal'ance", "balance"),  # a quote in the request would read as a value to the solver and the gate
+        ('"x"', "balance"),
+        ("{subject}", "balance"),
+        ("v2", "balance"),
+        ("b" * 40, "balance"),
+    ],
+)
+def test_a_figure_is_asked_for_by_words_a_person_says(envs, word, said):
+    tool = copy.deepcopy(_tool(envs, "get_account_balance"))
+    tool["computed"]["word"] = word
+    for rng in (None, *(random.Random(seed) for seed in range(5))):
+        request = describe_call(tool, "account_id", {"account_id": "acc_1"}, rng=rng)
+        assert re.search(rf"\bthe {said} of account 'acc_1'", request), request
+    if word != "currentBalance" and word != "Balance":
+        # no word of its own and several fields: its figures
+        tool["computed"]["fields"] = ["balance", "overdraft"]
+        assert "the figures of account 'acc_1'" in describe_call(tool, "account_id", {"account_id": "acc_1"})
+
+
+@pytest.mark.parametrize("computed", [None, {}, {"scope": "row"}, "item", ["item"]])
+def test_a_computed_read_without_a_scope_is_refused_by_name(envs, computed):
+    tool = copy.deepcopy(_tool(envs, "get_account_balance"))
+    tool["computed"] = computed
+    with pytest.raises(ValueError, match="tool 'get_account_balance': a computed read needs computed.scope"):
+        describe_call(tool, "account_id", {"account_id": "acc_1"}, rng=random.Random(0))
+
+
+def test_the_read_after_a_refused_transfer_is_the_agents_own_and_no_request_asks_for_it(calibrated):
+    # the user cannot know the transfer will be refused: neither the raw nor the refined request asks for the
+    # balance the agent reads afterwards (turns where the user also asks for a balance are left out)
+    turns = [turn for _, cal in calibrated for turn in cal["turns"]]
+    recovered = [
+        t
+        for t in turns
+        if any(c.get("recovery") for c in t["calls"])
+        and not any(c["kind"] == "computed_read" and not c.get("recovery") for c in t["calls"])
+    ]
+    assert len(recovered) >= 3
+    for turn in recovered:
+        for query in (turn["query_raw"], turn["query"]):
+            assert not re.search(r"\bbalance of\b", query), query
+
+
 def test_a_request_of_another_kind_reads_as_before(envs):
     """Only transfers are asked for by their amount: a side effect and an update read as they always have, in
     the raw plan and in the person's words."""

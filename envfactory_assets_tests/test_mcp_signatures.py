@@ -147,6 +147,8 @@ def test_memory_keeps_its_batch_arguments_and_names_entities_by_name():
     assert created["ok"] and created["output"]["items"][0]["name"] == "Ada"
     twice = call(env, "create_entities", {"entities": new + new})  # names one entity each: a repeat is refused
     assert not twice["ok"] and twice["error"]["type"] == "precondition_failed"
+    # the message reads as the assistant repeats it: the table, then the value that is taken
+    assert twice["error"]["message"] == "entities already has a row with name 'Ada'", twice["error"]
     missing = call(env, "delete_entities", {"entityNames": ["nobody-by-this-name"]})
     assert not missing["ok"] and missing["error"]["type"] == "not_found"
 

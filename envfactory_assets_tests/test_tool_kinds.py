@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import orjson
@@ -635,3 +636,56 @@ def test_odd_documents_are_extracted_without_raising():
     assert target.field == "is_enabled" and target.synthesized
     nested = next(r for r in resources.values() if r.collection_path == "/folders/{folder_id}/folders")
     assert nested.parent_key == "parent_folder_id" != nested.key
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("n_resources", None, "n_resources is None"),
+        ("n_resources", "4", "n_resources is '4'"),
+        ("n_resources", 3.5, "n_resources is 3.5"),
+        ("operations_by_kind", {"transfer": None}, "operations_by_kind['transfer'] is None"),
+        ("operations_by_kind", {"transfer": "2"}, "operations_by_kind['transfer'] is '2'"),
+        ("operations_by_kind", {"transfer": -3}, "operations_by_kind['transfer'] is -3"),
+        ("operations_by_kind", {"transfer": 1.5}, "operations_by_kind['transfer'] is 1.5"),
+        ("operations_by_kind", {"transfer": float("nan")}, "operations_by_kind['transfer'] is nan"),
+        ("operations_by_kind", {"transfer": True}, "operations_by_kind['transfer'] is True"),
+        ("operations_by_kind", ["transfer"], "operations_by_kind is ['transfer']"),
+    ],
+)
+def test_selection_refuses_a_row_whose_counts_cannot_be_ranked_and_names_it(field, value, said):
+    # a NaN count would make the choice depend on the rows' order; a null or a string would fail inside the sort
+    accepted, _ = scan_rows(Path(__file__).parent / "fixtures" / "openapi_transfers")
+    ledger = next(r for r in accepted if r["path"] == "ledger.json")
+    bad = {**ledger, "resource_key": "bad_ledger", field: value}
+    for order in ([ledger, bad], [bad, ledger]):
+        with pytest.raises(ValueError, match=re.escape(f"source resource 'bad_ledger': {said}")):
+            select_resources(order, 1)
+    missing = {k: v for k, v in bad.items() if k != "n_resources"}
+    with pytest.raises(ValueError, match="source resource 'bad_ledger': n_resources is None"):
+        select_resources([ledger, missing], 1)
+    # an excluded row is never ranked; a row without counts by kind ranks as one with none
+    assert select_resources([ledger, bad], 1, exclude=["bad_ledger"]) == [ledger]
+    plain = {**ledger, "resource_key": "plain", "operations_by_kind": None}
+    assert select_resources([plain, ledger], 1) == [ledger]
+
+
+@pytest.mark.parametrize(
+    ("per_domain", "include", "exclude", "said"),
+    [
+        (1, "ledger", (), "include must be a list of resource keys, got 'ledger'"),
+        (1, (), "ledger", "exclude must be a list of resource keys, got 'ledger'"),
+        (1, None, (), "include must be a list of resource keys, got None"),
+        (1, [3], (), "include must be a list of resource keys, got [3]"),
+        ("2", (), (), "per_domain must be a count of 0 or more resources per domain, got '2'"),
+        (-1, (), (), "per_domain must be a count of 0 or more resources per domain, got -1"),
+        (None, (), (), "per_domain must be a count of 0 or more resources per domain, got None"),
+    ],
+)
+def test_selection_refuses_settings_it_cannot_read_and_names_them(per_domain, include, exclude, said):
+    # a key written without its list ("include: ledger") was read letter by letter and forced nothing in
+    accepted, _ = scan_rows(Path(__file__).parent / "fixtures" / "openapi_transfers")
+    with pytest.raises(ValueError, match=re.escape(said)):
+        select_resources(accepted, per_domain, include, exclude)
+    keys = [r["resource_key"] for r in accepted]
+    assert select_resources(accepted, 0, iter(keys[:1])) == accepted[:1]  # any iterable of keys is read once

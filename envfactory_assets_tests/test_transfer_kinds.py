@@ -6,10 +6,12 @@ rejecting a broken implementation of each transfer and computed read."""
 from __future__ import annotations
 
 import copy
+import random
 from pathlib import Path
 
 import pytest
 
+from envfactory_assets.envgen.tools import openai_tool
 from envfactory_assets.envgen.verify import computed_figures, moved, verify_environment
 from envfactory_assets.quality.reply_facts import reply_problems
 from envfactory_assets.runtime.sandbox import SandboxWorker, StateRejected
@@ -17,6 +19,8 @@ from envfactory_assets.sources.coverage import operation_coverage, summarize
 from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.transfers import TransferShape, balance_field, transfer_shape
 from envfactory_assets.synth.datasets.rows import replay_check, rl_rows
+from envfactory_assets.synth.refinement.phrasing import describe_call
+from envfactory_assets.synth.refinement.solver.programmatic import read_tools
 from envfactory_assets.synth.sampling.sampler import SamplerConfig, sample_chains
 from envfactory_assets.synth.trajectories.execution import SynthConfig, synthesize_trajectory
 from envfactory_assets_tests.fixture_environments import (
@@ -480,6 +484,19 @@ def pockets(tmp_path_factory) -> dict:
         "get": {"operationId": "getPocketSummary", "summary": "Totals of the pockets of an account.", "responses": {}},
     }
     return variant_environment(spec, tmp_path_factory.mktemp("pockets") / DOCUMENT.name)
+
+
+def test_the_totals_of_a_parent_filtered_by_is_set_to_are_solved_with_the_computed_read(pockets):
+    # "could you sum up the pockets where account ID is set to 'acc_1'" asks for no change: "is set" names
+    # the filter's state, so the solver's best tool is the totals, not update_account
+    tool = next(t for t in pockets["tools"] if t["name"] == "get_pocket_summary")
+    toolset = read_tools([openai_tool(t) for t in pockets["tools"]])
+    requests = {describe_call(tool, "pocket_id", {"account_id": "acc_00001"}, rng=random.Random(s)) for s in range(80)}
+    filtered = [r for r in requests if " is set to " in r]
+    assert len(filtered) >= 3, requests
+    for request in requests:
+        scored = sorted(toolset.scores(request), key=lambda pair: -pair[0])
+        assert scored[0][1].name == "get_pocket_summary" and scored[0][0] > scored[1][0], (request, scored[:2])
 
 
 def test_the_totals_of_one_parent_need_that_parent(pockets):

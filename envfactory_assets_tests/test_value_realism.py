@@ -81,6 +81,17 @@ def test_a_time_zone_field_holds_a_zone_and_a_status_field_a_status_word():
     assert len(set(statuses)) >= 6  # matched to the table, not one word everywhere
 
 
+def test_a_flag_the_spec_types_as_a_string_holds_a_truth_value():
+    # GitLab v3's projects: builds_enabled and container_registry_enabled are strings; an opaque code ("DZ-9431")
+    # claimed no meaning where the name says the value is true or false
+    values = ValueFactory(5)
+    for name in ("builds_enabled", "container_registry_enabled", "is_public", "has_wiki", "can_invoice"):
+        drawn = {values.value(name, {"type": "string"}, "projects") for _ in range(12)}
+        assert drawn == {"true", "false"}, (name, drawn)
+    # a name that only starts like one keeps its own kind: a time
+    assert values.value("enabled_at", {"type": "string"}, "projects") not in ("true", "false")
+
+
 def test_a_generated_name_names_one_row_in_a_persons_words():
     values = ValueFactory(3)
     tables = {

@@ -566,7 +566,7 @@ def _creatable(state, table, values, taken):
         if field in values:
             held = taken.setdefault(field, {r.get(field) for r in state["tables"][table].values()})
             if values[field] in held:
-                raise PreconditionFailed(f"a {table} row with {field} {values[field]!r} already exists")
+                raise PreconditionFailed(f"{table} already has a row with {field} {values[field]!r}")
             held.add(values[field])
     return values
 

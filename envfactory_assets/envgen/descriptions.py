@@ -153,11 +153,11 @@ def _is_mcp(tool: dict[str, Any]) -> bool:
 
 def _kept(text: str | None, names: tuple[str | None, ...], mcp: bool) -> bool:
     """Whether a description stays as written: a sentence, or an MCP server's own words that are not just the
-    name (``names``)."""
+    name (``names``) and more than one word (a bare ``"Optional."`` says nothing of the value)."""
     if is_sentence(text, names):
         return True
     t = (text or "").strip()
-    return mcp and bool(t) and not any(n and plain_name(n) == plain_name(t) for n in names)
+    return mcp and len(t.split()) > 1 and not any(n and plain_name(n) == plain_name(t) for n in names)
 
 
 def _describe_properties(schema: dict[str, Any], thing: str, mcp: bool) -> int:

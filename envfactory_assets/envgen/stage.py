@@ -43,16 +43,28 @@ def select_resources(
     teaches less), then a stable hash of the resource key spreads the choice over providers. ``include`` keys
     are always taken, ``exclude`` never.
     MCP tool lists (``kind = "mcp_tool_list"``) are all taken, in addition to ``per_domain``.
+
+    Raises:
+        ValueError: ``per_domain`` is not a non-negative integer; ``include`` or ``exclude`` is a string or
+            holds something other than keys (:func:`_key_set`); a row's ``resource_key`` or ``domain`` is not a
+            string, or its ``n_resources`` or ``operations_by_kind`` counts are not non-negative integers
+            (:func:`_rank_counts`; the message names the row, and an excluded row's counts are not read).
     """
-    include, exclude = set(include), set(exclude)
+    if isinstance(per_domain, bool) or not isinstance(per_domain, int) or per_domain < 0:
+        raise ValueError(f"per_domain must be a count of 0 or more resources per domain, got {per_domain!r}")
+    include, exclude = _key_set("include", include), _key_set("exclude", exclude)
     by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
     tool_lists = []  # every MCP tool list is built, on top of the per-domain choice
+    counts: dict[int, tuple[int, dict[str, int]]] = {}
     for r in resources:
+        if not isinstance(r.get("resource_key"), str):
+            raise ValueError(f"source resource at {r.get('path', '?')!r}: resource_key is {r.get('resource_key')!r}")
         if r["resource_key"] in exclude:
-            continue
+            continue  # an excluded row is never ranked, so its counts may be anything
         if r.get("kind") == MCP_KIND:
             tool_lists.append(r)
         else:
+            counts[id(r)] = _rank_counts(r)
             by_domain[r["domain"]].append(r)
     chosen = []
     for domain in sorted(by_domain):
@@ -60,10 +72,10 @@ def select_resources(
             by_domain[domain],
             key=lambda r: (
                 r["resource_key"] not in include,
-                r["n_resources"] < FULL_RESOURCES,
-                -sum((r.get("operations_by_kind") or {}).get(k, 0) for k in BEYOND_CRUD),
-                -min(r["n_resources"], 4),
-                not any((r.get("operations_by_kind") or {}).get(k) for k in _WRITES),
+                counts[id(r)][0] < FULL_RESOURCES,
+                -sum(counts[id(r)][1].get(k, 0) for k in BEYOND_CRUD),
+                -min(counts[id(r)][0], 4),
+                not any(counts[id(r)][1].get(k) for k in _WRITES),
                 hashlib.sha256(r["resource_key"].encode()).hexdigest(),
             ),
         )
@@ -72,6 +84,48 @@ def select_resources(
             forced + [r for r in ranked if r["resource_key"] not in include][: max(per_domain - len(forced), 0)]
         )
     return chosen + sorted(tool_lists, key=lambda r: r["resource_key"])
+
+
+def _key_set(name: str, keys: Any) -> set[str]:
+    """The resource keys of the ``include`` or ``exclude`` setting (``name``) as a set.
+
+    Raises:
+        ValueError: ``keys`` is a string (a single key written without its list, ``include: github__api``, would
+            be read letter by letter), not iterable, or holds something other than strings.
+    """
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise ValueError(f"{name} must be a list of resource keys, got {keys!r}")
+    found = list(keys)
+    if not all(isinstance(k, str) for k in found):
+        raise ValueError(f"{name} must be a list of resource keys, got {found!r}")
+    return set(found)
+
+
+def _rank_counts(row: dict[str, Any]) -> tuple[int, dict[str, int]]:
+    """A ``source_resources`` row's ``n_resources`` and ``operations_by_kind`` (missing or null: none), the
+    counts :func:`select_resources` ranks it by; the row's ``resource_key`` is a string.
+
+    Raises:
+        ValueError: naming the row (its ``resource_key``) when its domain is not a string, or a count is not a
+            non-negative integer: a null, a string, a fraction, a boolean or a NaN would make the ranking fail
+            inside the sort or depend on the rows' order.
+    """
+    name = repr(row["resource_key"])
+    if not isinstance(row.get("domain"), str):
+        raise ValueError(f"source resource {name}: domain is {row.get('domain')!r}, not a string")
+
+    def count(value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"source resource {name}: {what} is {value!r}, not a count (an integer of 0 or more)")
+        return value
+
+    n_resources = count(row.get("n_resources"), "n_resources")
+    by_kind = row.get("operations_by_kind") or {}
+    if not isinstance(by_kind, dict):
+        raise ValueError(
+            f"source resource {name}: operations_by_kind is {by_kind!r}, not a mapping of kind to operations"
+        )
+    return n_resources, {str(k): count(v, f"operations_by_kind[{k!r}]") for k, v in by_kind.items()}
 
 
 def environment_row(

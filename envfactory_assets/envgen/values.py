@@ -630,6 +630,9 @@ class ValueFactory:
             return str(self.rng.randint(2020, self.now.year + (4 if future or _future_field(n) else 0)))
         if "cron" in desc or _has(n, "cron", "cron_expression", "cron_schedule"):
             return rng.choice(_CRON_SCHEDULES)
+        if _FLAG_NAME.search(n) and not hints:
+            # a flag the spec types as a string (GitLab v3's builds_enabled): it holds a truth value, not a code
+            return rng.choice(("true", "false"))
         # a format the spec declares is its own word on the value's kind: a `primary_contact` with format
         # email holds an address, not a person's name
         kind = None if fmt in _DECLARED_FORMATS else self._kind_string(n, fmt, table, desc)
@@ -1112,6 +1115,8 @@ _QUERIES = (
     "updated_at >= '{date}'",
     "type:order -status:cancelled",
 )
+#: names of a string field that holds a truth value: ``builds_enabled``, ``is_public``, ``has_wiki``
+_FLAG_NAME = re.compile(r"(?:^|_)(?:enabled|disabled)$|^(?:is|has|can)_")
 _PATTERNS = (r"^[A-Z]{3}-\d{4}$", r"^\d{5}(-\d{4})?$", r"^[a-z0-9._-]+$", r"\.(jpg|png)$", r"^ORD-\d+$")
 _CSS = (
     "color: #1a73e8; font-size: 14px;",

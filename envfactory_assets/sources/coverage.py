@@ -77,7 +77,7 @@ def _mapped(resources: list[Resource], spec: dict[str, Any]) -> dict[tuple[str, 
     for op in _operations(resources):
         out.setdefault((op.method.lower(), op.path), op.kind)
         item = paths.get(op.path)
-        if rpc_operation_name(op.path) and isinstance(item, dict):
+        if rpc_operation_name(op.path, paths) and isinstance(item, dict):
             for method in HTTP_METHODS:
                 if method in item:
                     out.setdefault((method, op.path), op.kind)

@@ -295,11 +295,13 @@ def plain_name(text: str) -> str:
 
 def is_sentence(text: str | None, names: tuple[str | None, ...] = ()) -> bool:
     """True when ``text`` reads as a description of at least a sentence: it has :data:`MIN_SENTENCE_WORDS` words
-    or more, or ends with a period, and is not one of ``names`` (an operation id, a tool's or a field's name)
-    written another way (:func:`plain_name`). False for None, empty or blank text: a one- or two-word label
-    ("Status", "Delete project") or an operation id used as a summary (``getSiteRfdiagRecording``) is no
-    sentence."""
+    or more, or two or more ending with a period, and is not one of ``names`` (an operation id, a tool's or a
+    field's name) written another way (:func:`plain_name`). False for None, empty or blank text: a one- or
+    two-word label ("Status", "Delete project") or an operation id used as a summary (``getSiteRfdiagRecording``)
+    is no sentence."""
     t = (text or "").strip()
     if not t or any(n and plain_name(n) == plain_name(t) for n in names):
         return False
-    return len(t.split()) >= MIN_SENTENCE_WORDS or t.endswith(".")
+    # one word is no sentence even with its period ("Optional.", "Deprecated."): it says nothing of the value
+    n_words = len(t.split())
+    return n_words >= MIN_SENTENCE_WORDS or (t.endswith(".") and n_words > 1)

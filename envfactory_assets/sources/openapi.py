@@ -479,7 +479,7 @@ def collection_resources(
     items: dict[str, tuple[str, dict[str, Any]]] = {}
     extras: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}  # item or collection path -> (segment, path, item)
     for path, item in paths.items():
-        if not isinstance(path, str) or not isinstance(item, dict) or rpc_operation_name(path):
+        if not isinstance(path, str) or not isinstance(item, dict) or rpc_operation_name(path, paths):
             continue  # an RPC path names an operation, not a collection: rpc.py groups those
         segs = _segments(path)
         if not segs:

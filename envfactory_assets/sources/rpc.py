@@ -49,8 +49,8 @@ from envfactory_assets.sources.rpc_paths import rpc_operation_name
 _VERB_KINDS = {"create": "create", "get": "get", "describe": "get", "list": "list", "update": "update"}
 _VERB_KINDS.update(modify="update", delete="delete")
 #: endings of a field name that say it identifies a row; ARNs and ids are the key's, names are data too
-_ID_ENDINGS = ("arn", "id", "identifier", "name")
-_KEY_LIKE = ("arn", "id", "identifier")
+_ID_ENDINGS = ("arn", "id", "identifier", "code", "name")
+_KEY_LIKE = ("arn", "id", "identifier", "code")
 #: endings of the name of the object property of a get's response that holds the row (``ClusterMetadata``)
 _ROW_SUFFIXES = ("description", "properties", "detail", "details", "metadata", "info")
 #: request fields the query protocol adds to every operation
@@ -178,6 +178,16 @@ def _identifier(thing: str, request: dict[str, Any], row: dict[str, Any]) -> tup
                 continue
             if held is not None:
                 named.append((rank if word != ending else 10 + rank, name, held))
+    if not named:
+        # a get that requires nothing (Adyen's getAccountHolder takes accountHolderCode or accountCode): the
+        # thing's own identifier among its optional fields, when the row holds it
+        for name, prop in request["properties"].items():
+            word = snake_case(name)
+            for rank, ending in enumerate(_ID_ENDINGS):
+                held = name if name in row["properties"] else by_word.get(word)
+                if word == f"{thing}_{ending}" and held is not None and isinstance(prop, dict):
+                    if prop.get("type") in SCALAR_TYPES:
+                        named.append((rank, name, held))
     return min(named)[1:] if named else None
 
 
@@ -198,7 +208,7 @@ def rpc_resources(spec: dict[str, Any], taken_names: set[str]) -> list[Resource]
     """
     groups: dict[str, dict[str, tuple[str, str, str, dict[str, Any], str | None]]] = {}
     for path, item in sorted((spec.get("paths") or {}).items()):
-        name = rpc_operation_name(path)
+        name = rpc_operation_name(path, spec.get("paths"))
         classified = classify_rpc_name(name) if name else None
         try:
             found = _first_op(spec, item) if classified and isinstance(item, dict) else None
@@ -235,6 +245,11 @@ def _resource(
     if row is None:
         return None
     ident = _identifier(thing, _request(spec, get_op), row)
+    response = flat_object(spec, _schema_of(spec, get_op, "response"))
+    if ident is None and response is not None and response is not row:
+        # the described object lacks the identifier the response holds beside it (Adyen's accountHolderCode
+        # next to accountHolderDetails): the response is the row
+        row, ident = response, _identifier(thing, _request(spec, get_op), response)
     if ident is None:
         return None
     name = to_identifier(plural(thing), fallback="resource", max_len=40)

@@ -380,6 +380,13 @@ def refine_turns(
             applied.append(op)
 
         for call in turn["calls"]:
+            if call.get("recovery"):
+                # the agent reads on its own after a refusal: the user could not know to ask for it
+                parts.append("")
+                turn_refs.append({})
+                earlier.append(json.dumps(call["output"], ensure_ascii=False))
+                position += 1
+                continue
             tool = index.tools[call["name"]]
             key = index.key_of(tool)
             meta = index.table_meta(tool)
@@ -542,7 +549,7 @@ def refine_turns(
         )
         for i in dropped:
             record("action_compression", "", None, parts[i], "the agent lists the rows itself", turn_start + i)
-        query = join_sentences([p for i, p in enumerate(parts) if i not in dropped], rng)
+        query = join_sentences([p for i, p in enumerate(parts) if i not in dropped and p], rng)
         new_turn["query"] = shape_for_persona(query, persona, t_idx == 0, rng)
         new_turn["assistant_summary"] = write_reply(turn["calls"], index.tools, index.key_of, f"{seed}/{t_idx}/reply")
         refined.append(new_turn)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -453,11 +453,58 @@ _PLANS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: A quote mark in a spec summary: a double, typographic opening or back quote; an apostrophe that opens a word (after
+#: no letter: ``by 'from'``, ``by-'from'``, ``,'from'``); a word quoted right after another (``by'from' ``); or
+#: an apostrophe that closes a word which is no plural (``by from' and to' date``): a possessive's apostrophe
+#: follows a word's ``s``, an elision's has letters on both sides.
+_QUOTE_MARK = re.compile(
+    r"[\"`\u2018\u201c\u00ab]"  # a typographic right quote (\u2019) is also an apostrophe: "customer\u2019s"
+    r"|(?:^|[^\w])'|\w'\w+'(?!\w)|(?<=[A-Za-z])(?<![sS])'(?!\w)"
+)
+
+
+def figure_word(tool: Mapping[str, Any]) -> str:
+    """The word a person says for the figure a computed read of one row gives (``"balance"`` of
+    ``GET /accounts/{id}/balance``): the spec's ``computed.word`` in lower-case words (``"currentBalance"`` ->
+    ``"current balance"``) when it is one to three words of letters, else the one field it reports, else
+    ``"figures"`` (an empty word, a digit, a quote, a brace or a long run of letters is no word a person asks by).
+
+    Raises:
+        ValueError: ``tool`` is a computed read whose ``computed`` is no mapping (:func:`computed_scope`).
+    """
+    computed_scope(tool)
+    computed = tool["computed"]
+    fields = computed.get("fields") if isinstance(computed.get("fields"), list) else []
+    for raw in (computed.get("word"), fields[0] if len(fields) == 1 else None):
+        plain = isinstance(raw, str) and re.fullmatch(r"[A-Za-z][A-Za-z _-]*", raw)
+        said = words(snake_case(raw)) if plain else ""
+        if len(said) <= 30 and re.fullmatch(r"[a-z]+(?: [a-z]+){0,2}", said):
+            return said
+    return "figures"
+
+
+def computed_scope(tool: Mapping[str, Any]) -> str:
+    """``"item"`` or ``"collection"``: what the computed read ``tool`` reads (its ``computed.scope``).
+
+    Raises:
+        ValueError: naming the tool when ``computed`` is missing, no mapping, or its scope is neither.
+    """
+    computed = tool.get("computed")
+    scope = computed.get("scope") if isinstance(computed, Mapping) else None
+    if scope not in ("item", "collection"):
+        raise ValueError(
+            f"tool {tool.get('name')!r}: a computed read needs computed.scope 'item' or 'collection', "
+            f"got computed {computed!r}"
+        )
+    return scope
+
+
 def quotes_a_word(text: str) -> bool:
-    """Whether ``text`` opens a quote (``"Search refunds by 'from' and 'to' date"``): a spec summary that quotes
-    its parameters' names reads, in a request or a reply, as quoting values no row holds. An apostrophe inside
-    or after a word (``"customer's"``, ``"customers' orders"``) opens none."""
-    return re.search(r"(?:^|[\s(])'", text) is not None
+    """Whether ``text`` quotes a word (``"Search refunds by 'from' and 'to' date"``, ``by-'from'``, ``by'from'``,
+    ``by from' and to'``, typographic or back quotes): a spec summary that quotes its parameters' names reads,
+    in a request or a reply, as quoting values no row holds. An apostrophe of a possessive or an elision
+    (``"customer's"``, ``"customers' orders"``, ``"o'clock"``, ``"rock'n'roll"``) quotes none."""
+    return _QUOTE_MARK.search(text) is not None
 
 
 def _summary_plan(tool: dict[str, Any], kind: str) -> str | None:
@@ -588,7 +635,7 @@ def describe_call(
     subject = ""
     if tool.get("singleton"):
         subject = f"the {things if tool['table'].endswith('s') else thing}"
-    elif kind in KEYED_KINDS or (kind == "computed_read" and tool["computed"]["scope"] == "item"):
+    elif kind in KEYED_KINDS or (kind == "computed_read" and computed_scope(tool) == "item"):
         target = val(key)
         subject = (
             target
@@ -651,13 +698,13 @@ def describe_call(
         "query": val("query") if "query" in args else "",
         "verb": (tool.get("action") or tool.get(kind) or {}).get("verb", kind),
         # the operation's own word for its figure ("balance"), as a person says it
-        "figure": words(str((tool.get("computed") or {}).get("word") or "total")),
+        "figure": figure_word(tool) if kind == "computed_read" else "",
     }
     plan_kind = "get_one" if kind == "get" and tool.get("singleton") else kind
     if kind in ("transfer", "side_effect"):
         plan_kind = "verb_with"  # a verb on one row, with its other arguments stated
     elif kind == "computed_read":
-        plan_kind = "figure" if tool["computed"]["scope"] == "item" else "totals"
+        plan_kind = "figure" if computed_scope(tool) == "item" else "totals"
     if not natural:
         plans = {
             "list": "show me the {things}{where}",

@@ -52,6 +52,7 @@ from envfactory_assets.sources.names import (
 )
 from envfactory_assets.synth.refinement.phrasing import (
     an,
+    figure_word,
     flag_predicate,
     quotes_a_word,
     spoken_table,
@@ -251,7 +252,7 @@ def summary_action(tool: Mapping[str, Any]) -> str | None:
     rest = [
         w for i, w in enumerate(rest) if not (w in ("specified", "given") and i and rest[i - 1] in ("the", "a", "an"))
     ]
-    if rest[0].lower() in ("a", "an", "one") and kind in ("get", "create", "update", "delete"):
+    if rest[0].lower() in ("a", "an", "one") and kind in _ONE_ROW_KINDS:
         rest[0] = "the"  # the reply is about the one row the call touched
     head = _object_head(rest)
     if head is not None and kind in ("create", "update", "delete", "action") and reads_plural(rest[head]):
@@ -808,7 +809,8 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
     ]
     facts, flags = _row_facts(c.out, c.key, rng, min(c.room, 2), only=others) if c.room else ([], [])
     if facts:
-        sentence += _pick(rng, ("; it still has {}", " and keeps {}", " (with {})", "; its record shows {}")).format(
+        # "and it keeps": "I set X to running and keeps ..." has no subject for its second verb
+        sentence += _pick(rng, ("; it still has {}", " and it keeps {}", " (with {})", "; its record shows {}")).format(
             _and_list(facts)
         )
     if flags:
@@ -975,7 +977,7 @@ def _computed_sentence(c: _Call, rng: random.Random) -> str:
         who = _row_named(c, out)
         figures = [(k, v) for k, v in out.items() if k != c.key and _is_number(v)]
         if not figures:
-            word = words(str(spec.get("word") or "figures")).lower()
+            word = figure_word(c.tool)
             return _pick(rng, (f"{who} has no {word} on record yet", f"there is no {word} for {who} yet"))
         if len(figures) == 1 and figures[0][0] in (spec.get("word"), "balance"):
             value = _figure(figures[0][1])

@@ -705,6 +705,10 @@ def _key_quoted_pattern(key: str, said: frozenset[str] | None = None) -> re.Patt
     return re.compile(rf"\b{_row_re(key, {key: said} if said else None)} '")
 
 
+#: "is set" / "are set": a state a filter or a row's description names, not a request to set it
+_STATE_SET = re.compile(r"\b(?:is|are)\s+set\b", re.IGNORECASE)
+
+
 def _rank_tools(clause: str, toolset: _ToolSet, rng: random.Random) -> list[_ToolInfo]:
     """Tools that fit a request, best first (score ties in a seeded random order: one draw from ``rng``
     per scoring tool, in tool-list order); empty if none fits. Scores: :func:`_score_tools`."""
@@ -729,8 +733,9 @@ def _score_tools(
     # a glued name said as two words ("rate plans" for a tool over "rateplans") names the tool as the glued
     # word does: where the tool's own name has the glued word, or its nouns lack the two words
     pairs = [(a, b, singular(a + b)) for a, b in zip(head_toks, head_toks[1:], strict=False)]
-    # the request's first action word ("Next, could you delete ...": delete); greetings carry none
-    verb = next((t for t in head_toks if t in _VERB_OF), None)
+    # the request's first action word ("Next, could you delete ...": delete); greetings carry none, nor does a
+    # filter's "is set to" ("sum up the pockets where account ID is set to 'X'" changes no account)
+    verb = next((t for t in _tokens(_STATE_SET.sub(" ", head)) if t in _VERB_OF), None)
     action = _VERB_OF.get(verb or "")
     lowered = clause.lower()
     all_toks = _tokens(clause)
