@@ -26,7 +26,12 @@ are never made (in the default run, 1,522 of 3,317 cross-environment argument fl
 ``application_id`` becoming a Sinao ``app_id`` and the like, because the two parameters embed alike), and
 pairs of a doubtful kind (free text, other, or two different kinds) are kept aside as
 :attr:`ToolGraph.candidates` for the edge refiner to judge (the programmatic refiner makes none of them).
-Within one environment every pair is an edge, as in the paper.
+Within one environment every pair is an edge, as in the paper, except one: a pair joined by embedding alone
+between an identifier and a written text (a name, a title, a person's or an organisation's name,
+:data:`HANDLE_AND_TEXT`) is not made. ``monitoring_schedule_id`` and ``monitoring_schedule_name`` embed alike
+(0.92 in the default run) yet a schedule's id is never its name: such an edge made updates rename a schedule
+to another schedule's id ("set the name to 'mon_00026'"), and every one of the 64 such edges of that run was
+of this sort. Pairs matched by their names are kept whatever their kinds.
 
 Scale: similarities are computed as blocked matrix products of L2-normalized embeddings (one
 ``(block, n_in)`` float32 block at a time, about 64 MiB), and identical parameter texts are embedded once,
@@ -52,7 +57,10 @@ from envfactory_assets.envgen.mcp_signatures import canonical_tool
 
 from .embeddings import ParameterEmbedder, l2_normalize
 from .parameters import (
+    FREE_TEXT,
     IDENTIFIER,
+    ORGANIZATION,
+    PERSON_NAME,
     SHARED_KINDS,
     Parameter,
     edge_value_kind,
@@ -281,6 +289,11 @@ def tools_from_environments(environments: Iterable[Mapping[str, Any]]) -> list[d
     return out
 
 
+#: Value kinds a person writes (names, titles, free text): an identifier is never passed into one of them,
+#: nor one of them into an identifier, on the strength of an embedding alone (module docstring).
+HANDLE_AND_TEXT: frozenset[str] = frozenset({FREE_TEXT, PERSON_NAME, ORGANIZATION})
+
+
 def _pairs_above(
     e_out: np.ndarray, e_in: np.ndarray, out_node: np.ndarray, in_node: np.ndarray, threshold: float
 ) -> np.ndarray:
@@ -298,6 +311,13 @@ def _pairs_above(
         i, j = np.nonzero(mask)
         chunks.append((i.astype(np.int64) + start) * n_in + j.astype(np.int64))
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+
+
+def _handle_into_text(src_kind: str, dst_kind: str) -> bool:
+    """True when one side is an identifier and the other a written text (:data:`HANDLE_AND_TEXT`)."""
+    return (src_kind == IDENTIFIER and dst_kind in HANDLE_AND_TEXT) or (
+        dst_kind == IDENTIFIER and src_kind in HANDLE_AND_TEXT
+    )
 
 
 def _name_type_pairs(
@@ -519,11 +539,15 @@ def build_tool_graph(
     cross_dropped: Counter[str] = Counter()
     n_nt = 0
     n_family = 0
+    n_handle_text = 0
     for a, b, sim, nt, emb in zip(
         oi.tolist(), ij.tolist(), sims.tolist(), is_nt.tolist(), is_emb.tolist(), strict=False
     ):
         o, p = outs[a], ins[b]
         kind = edge_value_kind(out_kinds[a], in_kinds[b])
+        if not nt and o.env_id == p.env_id and _handle_into_text(out_kinds[a], in_kinds[b]):
+            n_handle_text += 1
+            continue
         row = {
             "src": o.node_id,
             "dst": p.node_id,
@@ -555,6 +579,7 @@ def build_tool_graph(
         "n_edges_name_type": n_nt,
         "n_edges_embedding": len(edge_rows) - n_nt - n_family,
         "n_edges_value_kind": n_family,
+        "n_not_made_handle_text": n_handle_text,
         "edges_by_kind": dict(sorted(Counter(e["value_kind"] for e in edge_rows).items())),
         "cross_env_edges_by_kind": dict(sorted(cross_kept.items())),
         "cross_env_not_made_by_kind": dict(sorted(cross_dropped.items())),
