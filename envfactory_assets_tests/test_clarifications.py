@@ -55,6 +55,43 @@ def test_no_question_for_a_value_the_request_states(tools):
     assert calls == [("create_author", {"name": "Ada Lovelace"})]
 
 
+def _create_tool(name: str, description: str, required: list[str], optional: list[str]) -> dict:
+    props = {p: {"type": "string", "description": f"The {p.replace('_', ' ')}."} for p in required + optional}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
+
+
+def test_a_derived_description_listing_parameters_does_not_make_another_tool_the_reading():
+    # Mist's API: create_org keeps its spec's prose, create_org_mx_edge a derived description naming its
+    # required parameters; "name" there is a parameter, not what the tool creates, so "create an org with
+    # name ..." reads as create_org and nothing is asked
+    tools = [
+        _create_tool(
+            "create_org",
+            "Org admin can invite people to manage the org.",
+            ["name"],
+            ["created_time"],
+        ),
+        _create_tool(
+            "create_org_mx_edge",
+            "Creates an org mxedge. Requires its org ID, name and model.",
+            ["org_id", "name", "model"],
+            ["created_time"],
+        ),
+    ]
+    question, calls = _calls_of("I'd like to create an org with name 'Design ORG', created time set to 17.", tools)
+    assert not question
+    assert calls == [("create_org", {"name": "Design ORG", "created_time": "17"})]
+    question, _ = _calls_of("Create an org mxedge with org ID 'org_1', name 'Edge'.", tools)
+    assert question == "Which model should I use?"
+
+
 def test_a_missing_value_is_asked_once_and_the_answer_fills_it(tools):
     query = "Please add a new book. Then create a new calendar."
     question, calls = _calls_of(query, tools)

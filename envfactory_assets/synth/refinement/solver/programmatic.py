@@ -160,9 +160,16 @@ _MOVES_TO = re.compile(r"\bthe amount moves to\.?$")
 _AMOUNT_MOVED = re.compile(r"(?<![\w'.:-])(\d+(?:\.\d+)?)\s+(?:from|into|to|out\s+of)\b", re.IGNORECASE)
 
 
+#: The parts of a derived tool description that list its parameters ("Requires its org ID, name and model.",
+#: ", optionally filtered by name, model"): they say what the tool takes, not what it acts on, so their words
+#: are no nouns of the tool (the parameters a request names are scored as parameters).
+_PARAMETER_LISTING = re.compile(r"\bRequires its [^.]*\.?|,?\s*optionally filtered by [^.]*")
+
+
 def _tool_info(spec: Mapping[str, Any]) -> _ToolInfo:
     fn = spec.get("function", spec)
-    name_tokens, desc_tokens = _tokens(fn["name"]), _tokens(fn.get("description") or "")
+    description = str(fn.get("description") or "")
+    name_tokens, desc_tokens = _tokens(fn["name"]), _tokens(_PARAMETER_LISTING.sub(" ", description))
     action = next((_VERB_OF[t] for t in name_tokens if t in _VERB_OF), None) or next(
         (_VERB_OF[t] for t in desc_tokens if t in _VERB_OF), None
     )
