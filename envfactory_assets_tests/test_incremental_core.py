@@ -103,3 +103,29 @@ def test_merge_keeps_unaffected_chains_and_fills_with_fresh_ones():
     rows, reused = merge_chains(previous, fresh, verified, {"topology": 2})
     assert [r["id"] for r in rows] == [previous[0]["id"], fresh[1]["id"]]
     assert [r["id"] for r in reused] == [previous[0]["id"]] and "superseded" not in rows[0]
+
+
+def test_a_refined_trajectory_whose_clarification_call_or_reply_changed_gets_a_new_id():
+    # the store keeps a stored id's row as it is: a re-run whose code asks, calls or replies differently for
+    # the same requests must write a new row, not leave the old one current
+    from envfactory_assets.synth.stage import refined_trajectory_id
+
+    turn = {
+        "query": "Create an org with name 'Design ORG'.",
+        "clarification": [],
+        "calls": [{"name": "create_org", "arguments": {"name": "Design ORG"}}],
+        "assistant_summary": "I made a new org, 'Design ORG'.",
+    }
+    same = refined_trajectory_id("raw_1", [dict(turn)], "passed", "programmatic")
+    assert same == refined_trajectory_id("raw_1", [turn], "passed", "programmatic")
+    assert same.startswith("ref_") and len(same) == 20
+    changed = [
+        {**turn, "clarification": [{"role": "assistant", "content": "Which model should I use?"}]},
+        {**turn, "calls": [{"name": "create_org", "arguments": {"name": "Design ORG", "created_time": 1.0}}]},
+        {**turn, "assistant_summary": "Done."},
+        {**turn, "query": "Add an org named 'Design ORG'."},
+    ]
+    ids = {refined_trajectory_id("raw_1", [t], "passed", "programmatic") for t in changed}
+    assert len(ids) == len(changed) and same not in ids
+    assert refined_trajectory_id("raw_1", [turn], "failed", "programmatic") != same
+    assert refined_trajectory_id("raw_2", [turn], "passed", "programmatic") != same

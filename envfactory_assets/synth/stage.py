@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from envfactory_assets.graph.build import ToolGraph
@@ -253,14 +253,40 @@ def refined_trajectory_rows(
             "turns": cal["turns"],
             "benchmark_overlap": raw.get("benchmark_overlap") or [],
         }
-        row["id"] = content_id(
-            "ref", {"raw": raw["id"], "turns": [t["query"] for t in cal["turns"]], "solver": solver.name}
-        )
+        row["id"] = refined_trajectory_id(raw["id"], cal["turns"], row["status"], solver.name)
         rows.append(row)
         if progress is not None:  # after the trajectory, so the last report is len(raw_rows) of len(raw_rows)
             progress(i + 1, len(raw_rows))
     apply_filter(rows)
     return rows
+
+
+def refined_trajectory_id(raw_id: str, turns: Sequence[Mapping[str, Any]], status: str, solver_name: str) -> str:
+    """The id of a refined trajectory: a content id (``ref_`` + 16 hex digits) of its raw trajectory's id, its
+    status, the solver's name and, per turn, the request, the clarification exchange, the calls (names and
+    arguments) and the reply.
+
+    It covers what the solver, the refiner and the reply writer made of the trajectory, not only its requests:
+    the store keeps a stored id's row as it is, so a re-run whose code changes a clarification, a call or a
+    reply makes a new row (and supersedes the old one) instead of leaving the old one current.
+    """
+    return content_id(
+        "ref",
+        {
+            "raw": raw_id,
+            "turns": [
+                {
+                    "query": t["query"],
+                    "clarification": t.get("clarification") or [],
+                    "calls": [[c["name"], c.get("arguments")] for c in t["calls"]],
+                    "reply": t.get("assistant_summary"),
+                }
+                for t in turns
+            ],
+            "status": status,
+            "solver": solver_name,
+        },
+    )
 
 
 #: Which query of each turn the datasets are built from: ``refined`` (calibrated refinement's rewrite, the
