@@ -209,3 +209,13 @@ def test_bookshop_country_values_are_real_countries_and_recorded(bookshop):
     countries = [a["country"] for a in valid["tables"]["authors"] if "country" in a]
     assert countries and all(c in names for c in countries)
     assert any(s.startswith("pycountry") for s in bookshop["seed_data"])
+
+
+def test_a_longer_id_prefix_takes_letters_only():
+    # Mist's "orgs" and "org_mxedges": the second table's ids must not read "org__00026"
+    from envfactory_assets.envgen.builder import _table_meta
+    from envfactory_assets.sources.openapi import Resource
+
+    tables = [Resource("orgs", "org_id", "/orgs", []), Resource("org_mxedges", "org_mxedge_id", "/mxedges", [])]
+    meta = _table_meta(tables, {"orgs": {}, "org_mxedges": {}})
+    assert [meta[t.name]["prefix"] for t in tables] == ["org", "orgm"]

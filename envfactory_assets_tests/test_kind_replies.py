@@ -411,3 +411,24 @@ def test_a_request_of_another_kind_reads_as_before(envs):
         said = [describe_call(tool, key, args)]
         said += [describe_call(tool, key, args, refs, random.Random(seed)) for seed in range(3)]
         assert said == expected
+
+
+def test_a_timestamp_among_a_rows_figures_is_said_as_the_row_holds_it():
+    # Mist's get_org_stats: an org's figures are its session expiry and creation and modification times,
+    # which are timestamps, not amounts ("session expiry 1,718,816,040.00" read as money)
+    tool = {
+        "name": "get_org_stats",
+        "description": "Get the stats of one org.",
+        "kind": "computed_read",
+        "table": "orgs",
+        "computed": {"scope": "item"},
+        "input_schema": {"type": "object", "properties": {"org_id": {"type": "string"}}, "required": ["org_id"]},
+        "output_schema": {"type": "object"},
+    }
+    out = {"org_id": "org_00017", "session_expiry": 1718816040.0, "created_time": 1707918360.0, "seats": 1204.5}
+    call = {"name": "get_org_stats", "arguments": {"org_id": "org_00017"}, "output": out}
+    replies = {write_reply([call], {"get_org_stats": tool}, lambda t: "org_id", f"stats/{s}") for s in range(20)}
+    for reply in replies:
+        assert "1718816040.0" in reply and "1707918360.0" in reply, reply
+        assert "1,204.50" in reply and "1,718" not in reply, reply
+        assert reply_problems(reply, [call]) == [], reply

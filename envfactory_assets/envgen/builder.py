@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -108,8 +109,11 @@ def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> di
     prefixes: set[str] = set()
     for r in resources:
         prefix = r.singular[:3]
+        # a longer prefix takes the name's letters and digits only: "org_mxedge" beside "org" is "orgm", not
+        # "org_" (whose rows read "org__00026")
+        letters = re.sub(r"[^a-z0-9]", "", r.singular.lower()) or "row"
         while prefix in prefixes:
-            prefix = (r.singular + "x" * 8)[: len(prefix) + 1]
+            prefix = (letters + "x" * 8)[: len(prefix) + 1]
         prefixes.add(prefix)
         meta[r.name] = {
             "key": r.key,

@@ -535,6 +535,14 @@ _FREE_TEXT_TOKENS = frozenset(
 )
 
 
+def names_a_time(name: str) -> bool:
+    """Whether a field's name says it holds a date or time (``created_time``, ``session_expiry``, ``due_on``,
+    ``updatedAt``): the date/time words :func:`value_kind` reads names by, whatever the value's type. A number
+    in such a field is a timestamp, not an amount."""
+    tokens = name_tokens(name)
+    return bool(set(tokens) & _DATETIME_TOKENS) or (len(tokens) > 1 and tokens[-1] in _DATETIME_LAST)
+
+
 def name_tokens(name: str) -> tuple[str, ...]:
     """Lower-case words of a parameter name: ``startTime`` / ``start_time`` -> ``("start", "time")``."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)

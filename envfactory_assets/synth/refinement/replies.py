@@ -41,6 +41,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from envfactory_assets.graph.parameters import names_a_time
 from envfactory_assets.sources.names import (
     indefinite_article,
     inflected_plural,
@@ -990,7 +991,8 @@ def _computed_sentence(c: _Call, rng: random.Random) -> str:
                     f"{who} has {_field_words(figures[0][0])} {value}",
                 ),
             )
-        said = _and_list([f"{_field_words(k)} {_figure(v)}" for k, v in figures[:3]])
+        # a timestamp is said as the row holds it ("created time 1707918360.0"), an amount grouped
+        said = _and_list([f"{_field_words(k)} {v if names_a_time(k) else _figure(v)}" for k, v in figures[:3]])
         return _pick(rng, (f"{who} has {said}", f"right now {who} shows {said}"))
     count = out.get("count")
     if not _is_number(count):
