@@ -19,8 +19,9 @@ A payload longer than :data:`PIECE_BYTES` is decoded piecewise, so that the read
 running: orjson holds the interpreter lock for as long as one call lasts (about 0.6 s for 50 MiB of small
 objects), which would stall, for instance, the sandbox parent's other workers. The scan then also keeps the
 positions of the structural characters outside strings and their nesting levels; the big arrays and objects
-are cut at their own commas into runs of whole elements (members) of at most :data:`PIECE_BYTES`, each
-decoded by orjson wrapped as ``[...]`` (``{...}``) and appended (merged) in order; an element longer than
+are cut at their own commas into runs of whole elements (members) of at most :data:`PIECE_BYTES` and
+:data:`PIECE_VALUES`, each
+decoded by orjson wrapped as ``[...]`` (``{...}``) and appended (merged) in order; an element larger than
 half a piece is decoded by itself the same way, an object member split at its colon, and a string or
 number is decoded whole. Between two pieces the Python loop lets other threads run. The result is equal to
 ``orjson.loads(payload)`` (types, values, key order, and for duplicate keys the first key's place with the
@@ -69,11 +70,14 @@ DEFAULT_MAX_DEPTH = 512
 #: Bytes scanned per numpy step; the scan's temporaries are at most about 40 bytes per byte of one chunk.
 _CHUNK = 1 << 18
 #: Longest run of JSON, bytes, one orjson call decodes while a payload is decoded piecewise (and the payload
-#: size from which it is): orjson decodes 80 to 600 MiB/s (object-heavy to string-heavy), so one piece holds
-#: the interpreter lock for about 2 to 13 ms, well within the 100 ms other threads may wait even on a machine
-#: several times slower, while 50 pieces for 50 MiB keep the loop's own cost (a copy of each piece and a
-#: merge) at a few percent.
+#: size from which it is): orjson decodes about 100 MiB/s of small objects and 1 GiB/s of plain strings here, so
+#: one piece holds the interpreter lock for about 10 ms at most, well within the 100 ms other threads may wait
+#: even on a machine several times slower, while 50 pieces for 50 MiB keep the loop's own cost (a copy of each
+#: piece, a merge) at a few percent of the decoding.
 PIECE_BYTES = 1 << 20
+#: Most structural characters (about one per value) in one piece: 1 MiB of ``[],[],...`` or ``1,2,...`` holds
+#: 350,000 to 500,000 values, 30 to 50 ms of orjson; 65,536 of them take at most about 10 ms.
+PIECE_VALUES = 1 << 16
 #: orjson refuses a document nested deeper than this (1024 levels decode, 1025 do not): a payload deeper
 #: than it (only where ``max_depth`` is set above it) is handed to orjson whole, which refuses it.
 _ORJSON_MAX_DEPTH = 1024
@@ -490,15 +494,17 @@ class _Pieces:
         """The value of ``[start, end)`` when one orjson call decodes it (at most a piece, a string or number,
         an empty container), else a :class:`_Frame` for the array or object it holds."""
         self._check_deadline()
+        np = self._np
         if end - start <= PIECE_BYTES:
-            return self._orjson(self._view[start:end], start)
+            inside = int(np.searchsorted(self._positions, end)) - int(np.searchsorted(self._positions, start))
+            if inside <= PIECE_VALUES:
+                return self._orjson(self._view[start:end], start)
         first = self._first_non_blank(start, end)
         if first == end:
             self._invalid("no value", start)
         opener = self._view[first]
         if opener not in (_OPEN_ARRAY, _OPEN_OBJECT):
             return self._orjson(self._view[start:end], start)  # a string or number: one orjson call, fast
-        np = self._np
         index = int(np.searchsorted(self._positions, first))
         if index >= self._positions.size or int(self._positions[index]) != first:
             self._invalid("an opener the scan did not see", first)
@@ -531,19 +537,22 @@ class _Pieces:
 
     def _runs(self, open_at: int, close_at: int, commas: Any) -> tuple[Any, Any, Any, list[tuple[int, int]]]:
         """The elements between ``open_at`` and ``close_at`` cut at ``commas`` (their ``starts``, ``ends``, and
-        ``big``: longer than half a piece), and the runs to decode as ``(first, last)`` element indices.
+        ``big``: larger than half a piece, in bytes or structural characters), and the runs to decode as
+        ``(first, last)`` element indices.
 
         A big element is a run by itself; the others run together while they start within one half-piece
-        window of the payload, so a run spans at most :data:`PIECE_BYTES`.
+        window of the payload's bytes and of its structural characters, so a run spans at most
+        :data:`PIECE_BYTES` and :data:`PIECE_VALUES`.
         """
         np = self._np
         starts = np.concatenate(([open_at + 1], commas + 1))
         ends = np.concatenate((commas, [close_at]))
-        half = max(1, PIECE_BYTES // 2)
-        big = (ends - starts) > half
-        window = starts // half
+        half, half_values = max(1, PIECE_BYTES // 2), max(1, PIECE_VALUES // 2)
+        first_inside = np.searchsorted(self._positions, starts)
+        big = ((ends - starts) > half) | ((np.searchsorted(self._positions, ends) - first_inside) > half_values)
+        window, value_window = starts // half, first_inside // half_values
         new_run = np.ones(starts.size, dtype=bool)
-        new_run[1:] = big[1:] | big[:-1] | (window[1:] != window[:-1])
+        new_run[1:] = big[1:] | big[:-1] | (window[1:] != window[:-1]) | (value_window[1:] != value_window[:-1])
         firsts = np.flatnonzero(new_run)
         lasts = np.append(firsts[1:], starts.size) - 1
         return starts, ends, big, list(zip(firsts.tolist(), lasts.tolist(), strict=True))
