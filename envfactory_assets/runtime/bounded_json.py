@@ -11,24 +11,26 @@ checks, in this order and without building any object:
    from one linear scan of the structural characters outside strings (:func:`measure`), vectorised
    with numpy in fixed-size chunks, so the scan's own memory is a few times the chunk, never the
    payload, and it cannot recurse;
-3. the deadline, between chunks and before decoding;
+3. the deadline, between chunks and before decoding (and between pieces, below);
 
 and only then decodes with orjson (whose own depth limit, 1024, is above the default here).
 
 A payload longer than :data:`PIECE_BYTES` is decoded piecewise, so that the reader's other threads keep
-running: orjson holds the interpreter lock for as long as one call lasts (about 0.6 s for 50 MiB of small
-objects), which would stall, for instance, the sandbox parent's other workers. The scan then also keeps the
-positions of the structural characters outside strings and their nesting levels; the big arrays and objects
-are cut at their own commas into runs of whole elements (members) of at most :data:`PIECE_BYTES` and
-:data:`PIECE_VALUES`, each
-decoded by orjson wrapped as ``[...]`` (``{...}``) and appended (merged) in order; an element larger than
-half a piece is decoded by itself the same way, an object member split at its colon, and a string or
-number is decoded whole. Between two pieces the Python loop lets other threads run. The result is equal to
-``orjson.loads(payload)`` (types, values, key order, and for duplicate keys the first key's place with the
-last value, which is what both orjson and merging dicts in order keep), and whatever orjson refuses is
-refused: a piece that orjson refuses, and any structure valid JSON cannot have (a closer without opener, a
-colon in an array, text after the document), is a :class:`orjson.JSONDecodeError` at once, without
-decoding the rest.
+running: orjson holds the interpreter lock for as long as one call lasts (0.3 to 0.5 s for 46 MiB of small
+objects, which a parent with a larger ``max_response_mb`` reads; up to about 0.1 s for a 64 MiB reply within
+the default bounds), which would stall the sandbox parent's other threads. The scan then also keeps the
+positions of the structural characters outside strings and their nesting levels; the large arrays and
+objects are cut at their own commas into runs of whole elements (members) of at most :data:`PIECE_BYTES` and
+:data:`PIECE_VALUES`, each decoded by orjson wrapped as ``[...]`` (``{...}``) and appended (merged) in order;
+an element larger than half a piece is decoded by itself the same way, an object member cut at its colon,
+and a string or number is decoded whole (about 1 GiB/s). Between two pieces the Python loop lets other
+threads run, and the deadline is checked. The result is equal to ``orjson.loads(payload)`` (types, values,
+key order, and for a repeated key the first one's place with the last value, which is what both orjson and
+merging dicts in order keep), and whatever orjson refuses is refused: a piece orjson refuses, or any
+structure valid JSON cannot have (a closer without opener, a colon in an array, text after the document), is
+an :class:`orjson.JSONDecodeError` at once, without decoding the rest. What piecewise decoding cannot
+shorten is a pause of the cyclic garbage collector, which walks every container alive in the process (the
+decoded-size bound caps a reply's share of them).
 
 Every reader of JSON that comes from code or clients the project does not trust must go through this
 module: the sandbox parent reading a worker's reply (:class:`.protocol.FrameChannel`) and
@@ -45,7 +47,7 @@ up) or a ``\\u`` escape of a surrogate (``\\ud800``-``\\udfff``), else 2 when it
 character above U+00FF (0xC4 and up) or a ``\\u`` escape above ``\\u00ff``, else 1. The
 constant was measured with ``tracemalloc`` on orjson's output for CPython 3.11 (an empty list is 56
 bytes + an 8-byte pointer, a float 24 + 8, a short string 49 + its length + 8, a dict entry about 40
-in its table); ``envfactory_assets_tests/test_bounded_json.py`` checks that the estimate stays above
+in its table); ``envfactory_assets_tests/test_bounded_readers.py`` checks that the estimate stays above
 the measured size for those shapes.
 """
 
@@ -522,7 +524,7 @@ class _Pieces:
         if self._first_non_blank(close + 1, end) != end:
             self._invalid("text after a value", close + 1)
         inner = self._order[rank + 1 : closer_rank]
-        separators = self._positions[inner].astype(np.int64)
+        separators = self._positions[inner]
         kinds = self._chars[inner]
         blank = not separators.size and self._first_non_blank(first + 1, close) == close
         if opener == _OPEN_ARRAY:
@@ -545,8 +547,10 @@ class _Pieces:
         :data:`PIECE_BYTES` and :data:`PIECE_VALUES`.
         """
         np = self._np
-        starts = np.concatenate(([open_at + 1], commas + 1))
-        ends = np.concatenate((commas, [close_at]))
+        # in the positions' own type: a search of them with values of another type would copy them all
+        kind = self._positions.dtype
+        starts = np.concatenate((np.array([open_at + 1], dtype=kind), commas + 1))
+        ends = np.concatenate((commas, np.array([close_at], dtype=kind)))
         half, half_values = max(1, PIECE_BYTES // 2), max(1, PIECE_VALUES // 2)
         first_inside = np.searchsorted(self._positions, starts)
         big = ((ends - starts) > half) | ((np.searchsorted(self._positions, ends) - first_inside) > half_values)
