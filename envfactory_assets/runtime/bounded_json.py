@@ -83,6 +83,9 @@ PIECE_VALUES = 1 << 16
 #: orjson refuses a document nested deeper than this (1024 levels decode, 1025 do not): a payload deeper
 #: than it (only where ``max_depth`` is set above it) is handed to orjson whole, which refuses it.
 _ORJSON_MAX_DEPTH = 1024
+#: Levels of nesting indexed by a pass each before all are, by one sort (see :class:`_Pieces`): a pass over
+#: the levels of 5 million structural characters takes about 5 ms, the sort about 40 ms.
+_LEVEL_PASSES = 4
 _WHITESPACE = b" \t\n\r"  # JSON's whitespace, no more (bytes.strip() would also take \x0b and \x0c)
 
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
@@ -416,10 +419,11 @@ class _Frame:
 class _Pieces:
     """Decodes spans of one payload piecewise from its :class:`_Structure` (see the module docstring).
 
-    The structural characters are also ordered by level (a stable sort), so that a container's own commas and
-    colons and its closer are one contiguous slice of that order: at one level, an opener is followed by its
-    container's separators and then its closer. Finding them costs a binary search and the container's own
-    separators, never a pass over what is nested inside.
+    The structural characters of one level, in order, are indexed on first use (:meth:`_level`): there an opener
+    is followed by its container's own commas and colons and then by its closer, so finding them costs a binary
+    search and the container's own separators, never a pass over what is nested inside. A level is indexed by
+    one pass over the levels, or, once :data:`_LEVEL_PASSES` levels were, all of them by one stable sort (a
+    reply's large containers usually sit at one or two levels; a deep chain of them needs the sort).
     """
 
     def __init__(self, view: memoryview, structure: _Structure, deadline: float | None, what: str) -> None:
@@ -431,13 +435,26 @@ class _Pieces:
         self._positions = structure.positions
         self._chars = structure.chars
         self._levels = structure.levels
-        order = np.argsort(structure.levels, kind="stable")
-        self._order = order.astype(np.int32) if order.size < 1 << 31 else order
-        del order
-        # first index in the order of each level
-        self._level_start = np.concatenate(([0], np.cumsum(np.bincount(structure.levels))))
-        ordered_chars = structure.chars[self._order]
-        self._closers = np.flatnonzero((ordered_chars == ord("]")) | (ordered_chars == ord("}")))
+        self._by_level: dict[int, tuple[Any, Any]] = {}
+        self._order: Any = None
+        self._level_start: Any = None
+
+    def _level(self, level: int) -> tuple[Any, Any]:
+        """The indices of the structural characters at ``level``, in order, and where the closers are among them."""
+        cached = self._by_level.get(level)
+        if cached is not None:
+            return cached
+        np = self._np
+        if self._order is None and len(self._by_level) >= _LEVEL_PASSES:
+            self._order = np.argsort(self._levels, kind="stable")
+            self._level_start = np.concatenate(([0], np.cumsum(np.bincount(self._levels))))
+        if self._order is not None:
+            members = self._order[int(self._level_start[level]) : int(self._level_start[level + 1])]
+        else:
+            members = np.flatnonzero(self._levels == level)
+        kinds = self._chars[members]
+        cached = self._by_level[level] = (members, np.flatnonzero((kinds == ord("]")) | (kinds == ord("}"))))
+        return cached
 
     def value(self, start: int, end: int) -> Any:
         """The JSON value that ``[start, end)`` of the payload holds, with whitespace around it.
@@ -480,12 +497,12 @@ class _Pieces:
                 else:
                     frame.result[key] = child
             elif frame.colons is None:
-                part = self._orjson(b"[" + self._view[start:end] + b"]", start - 1)
+                part = self._orjson(b"".join((b"[", self._view[start:end], b"]")), start - 1)
                 if len(part) != last - first + 1:  # a blank element: "[ ]" is a list, "[1, ]" is not JSON
                     self._invalid("an empty array element", start)
                 frame.result += part
             else:
-                part = self._orjson(b"{" + self._view[start:end] + b"}", start - 1)
+                part = self._orjson(b"".join((b"{", self._view[start:end], b"}")), start - 1)
                 if first == last and len(part) != 1:
                     self._invalid("an empty object member", start)
                 # orjson keeps a duplicate key's first place with its last value, and so does merging in order
@@ -510,20 +527,19 @@ class _Pieces:
         index = int(np.searchsorted(self._positions, first))
         if index >= self._positions.size or int(self._positions[index]) != first:
             self._invalid("an opener the scan did not see", first)
-        level = int(self._levels[index])
-        low, high = int(self._level_start[level]), int(self._level_start[level + 1])
-        rank = low + int(np.searchsorted(self._order[low:high], index))
-        found = int(np.searchsorted(self._closers, rank))
-        if found >= self._closers.size or int(self._closers[found]) >= high:
+        members, closers = self._level(int(self._levels[index]))
+        rank = int(np.searchsorted(members, index))
+        found = int(np.searchsorted(closers, rank))
+        if found >= closers.size:
             self._invalid("an unclosed container", first)
-        closer_rank = int(self._closers[found])
-        closer = int(self._order[closer_rank])
+        closer_rank = int(closers[found])
+        closer = int(members[closer_rank])
         close = int(self._positions[closer])
         if int(self._chars[closer]) != opener + 2:  # "]" follows "[" by 2 in ASCII, "}" follows "{"
             self._invalid("a closer of the other kind", close)
         if self._first_non_blank(close + 1, end) != end:
             self._invalid("text after a value", close + 1)
-        inner = self._order[rank + 1 : closer_rank]
+        inner = members[rank + 1 : closer_rank]
         separators = self._positions[inner]
         kinds = self._chars[inner]
         blank = not separators.size and self._first_non_blank(first + 1, close) == close
