@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from envfactory_assets.runtime import bounded_json
+import envfactory_assets.runtime.bounded_json as bounded_json
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 
