@@ -1,22 +1,28 @@
 """Micro-benchmarks of the runtime (run on demand, not part of the tests)::
 
     python -m envfactory_assets.runtime.bench [--rows 1000] [--repeat 200]
+    python -m envfactory_assets.runtime.bench --replies [--repeat 5]
 
 Prints one table row per operation: mean, median and 95th percentile wall time in milliseconds.
-Worker rows include the pipe round trip and JSON encoding on both sides.
+Worker rows include the pipe round trip and JSON encoding on both sides. ``--replies`` instead decodes
+50 MiB replies with :func:`.bounded_json.loads` in one orjson call (``PIECE_BYTES`` raised above the reply)
+and piecewise, and prints the decode time and the longest gap a thread ticking every 10 ms saw meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+import envfactory_assets.runtime.bounded_json as bounded_json
 from envfactory_assets.runtime.canonical import state_hash
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 
@@ -149,6 +155,82 @@ def _three_environment_rollouts(rows: int, repeat: int) -> list[tuple[str, list[
         ]
 
 
+def _records(count: int) -> bytes:
+    record = {"ok": True, "score": 0.25, "tags": ["a", "b", "c"], "meta": {"x": 1, "y": None}, "text": "t" * 120}
+    return b"[" + b",".join(orjson.dumps({"id": i, "name": f"item{i}", **record}) for i in range(count)) + b"]"
+
+
+#: name: (the reply, its bounds, the collector on while decoding). 200,000 small objects are past the default
+#: decoded-size bound (an estimated 400 MiB): a parent with a larger ``max_response_mb`` reads them; the collector
+#: is off for them, as its full pauses grow with every container alive in the process, not with the decoder.
+REPLIES: dict[str, tuple[Callable[[], bytes], bounded_json.JsonBounds, bool]] = {
+    "200k small objects, 46 MiB": (
+        lambda: _records(200_000),
+        bounded_json.JsonBounds(max_decoded_bytes=1 << 30),
+        False,
+    ),
+    "130k escaped strings, 50 MiB": (
+        lambda: b"[" + b",".join([b'"' + b'\\"' * 200 + b'"'] * 130_000) + b"]",
+        bounded_json.JsonBounds(),
+        True,
+    ),
+    "one string, 40 MiB": (lambda: b'"' + b"s" * (40 << 20) + b'"', bounded_json.JsonBounds(), True),
+}
+
+
+def _decode_once(payload: bytes, bounds: bounded_json.JsonBounds) -> tuple[float, float]:
+    """(decode seconds, longest gap in seconds between two wake-ups of a thread sleeping 10 ms at a time)."""
+    gaps = [0.0]
+    stop = threading.Event()
+
+    def tick() -> None:
+        last = time.monotonic()
+        while not stop.wait(0.01):
+            now = time.monotonic()
+            gaps[0] = max(gaps[0], now - last)
+            last = now
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    started = time.perf_counter()
+    decoded = bounded_json.loads(payload, bounds)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    thread.join()
+    del decoded
+    return elapsed, gaps[0]
+
+
+def run_replies(repeat: int) -> list[str]:
+    """For every reply of :data:`REPLIES`, decoded ``repeat`` times each way, in turn: the shortest decode time
+    (other programs only ever add to it) and the median of the longest gaps, in one orjson call and piecewise
+    (milliseconds), one line each."""
+    lines = [f"{'reply':<30}  {'one call ms':>11}  {'gap ms':>7}  {'piecewise ms':>12}  {'gap ms':>7}"]
+    piece = bounded_json.PIECE_BYTES
+    for name, (make, bounds, collector) in REPLIES.items():
+        payload = make()
+        runs: dict[int, list[tuple[float, float]]] = {len(payload): [], piece: []}
+        try:
+            for _ in range(repeat):
+                for piece_bytes, found in runs.items():
+                    bounded_json.PIECE_BYTES = piece_bytes
+                    gc.collect()
+                    if not collector:
+                        gc.disable()
+                    try:
+                        found.append(_decode_once(payload, bounds))
+                    finally:
+                        gc.enable()
+        finally:
+            bounded_json.PIECE_BYTES = piece
+        figures = []
+        for found in runs.values():
+            figures += [min(r[0] for r in found) * 1000, statistics.median(r[1] for r in found) * 1000]
+        lines.append(f"{name:<30}  {figures[0]:>11.0f}  {figures[1]:>7.0f}  {figures[2]:>12.0f}  {figures[3]:>7.0f}")
+    return lines
+
+
 def format_table(results: list[tuple[str, list[float]]]) -> str:
     """Render ``run``'s results as a fixed-width text table (milliseconds)."""
     width = max(len(label) for label, _ in results)
@@ -166,9 +248,13 @@ def format_table(results: list[tuple[str, list[float]]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m envfactory_assets.runtime.bench")
     parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=None, help="runs of each operation (200; 5 with --replies)")
+    parser.add_argument("--replies", action="store_true", help="decode 50 MiB replies instead (see above)")
     args = parser.parse_args(argv)
-    print(format_table(run(args.rows, args.repeat)))
+    if args.replies:
+        print("\n".join(run_replies(args.repeat or 5)))
+        return
+    print(format_table(run(args.rows, args.repeat or 200)))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +284,21 @@ class Probes:
             self.connections += 1
             conn.close()
 
+    def leaks(self, texts: Iterable[str]) -> list[str]:
+        """The planted secrets and the sample's own reports of success (``<marker>:achieved:<what>``) in ``texts``,
+        each text searched alone: a Python-level loop over a large reply's strings lets the parent's other threads
+        run, where one ``repr`` of a 50 MiB reply holds the interpreter lock for 0.1 to 0.2 s."""
+        leaked: set[str] = set()
+        achieved: set[str] = set()
+        reports = re.compile(re.escape(self.marker) + r":achieved:([a-z-]+)")
+        for text in texts:
+            leaked.update(token for token in self.tokens if token in text)
+            achieved.update(reports.findall(text))
+        violations = [f"secret leaked: {token[:16]}..." for token in self.tokens if token in leaked]
+        if achieved:
+            violations.append(f"sample reports it achieved: {', '.join(sorted(achieved))}")
+        return violations
+
     def check(self, texts: Sequence[str], *, processes: bool = True) -> list[str]:
         """Every violation seen: leaked secrets in ``texts``, connections, changed files, leftovers.
 
@@ -293,14 +308,7 @@ class Probes:
             processes: also look for processes left behind (only meaningful once the sample's
                 worker is closed).
         """
-        violations = []
-        joined = "\n".join(texts)
-        for token in self.tokens:
-            if token in joined:
-                violations.append(f"secret leaked: {token[:16]}...")
-        achieved = sorted(set(re.findall(re.escape(self.marker) + r":achieved:([a-z-]+)", joined)))
-        if achieved:
-            violations.append(f"sample reports it achieved: {', '.join(achieved)}")
+        violations = self.leaks(["\n".join(texts)])
         self._drain_connections()
         if self.connections:
             violations.append(f"loopback listener received {self.connections} connection(s)")
@@ -684,6 +692,22 @@ class _Heartbeat:
         self._thread.join()
 
 
+def _reply_texts(value: Any) -> Iterator[str]:
+    """Every string of a decoded reply, its keys included, and the text of every other scalar, walked without
+    recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                yield str(key)
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+        else:
+            yield item if isinstance(item, str) else repr(item)
+
+
 def run_resource_sample(
     sample: HostileSample, *, limits: SandboxLimits = RESOURCE_LIMITS, python_guards: bool = False
 ) -> dict[str, Any]:
@@ -712,43 +736,48 @@ def run_resource_sample(
     """
     worker = MeasuredWorker(limits, python_guards=python_guards)
     group = worker.group
-    with Probes() as probes, _Heartbeat(group.cpu_seconds) as heartbeat:
-        env_id = f"{probes.label}_{sample.name}"
-        exact = group.exact
-        texts: list[str] = []
-        try:
-            before_start = group.in_use()
-            worker.load_environment(env_id, probes.source(sample))
-            episode = worker.open_episode({env_id: _EMPTY_STATE})
-            before = group.in_use()
-            result = worker.call(episode, sample.tool, probes.arguments(sample))
-            returned = time.monotonic()
-            cpu_at_return = worker.cpu_seconds(env_id)
-            time.sleep(CPU_AFTER_WINDOW_S)
-            cpu_later = worker.cpu_seconds(env_id)
-            pid = worker.pids.get(env_id)  # a worker killed while idle is still to be reaped by its next request
-            worker_killed = cpu_later is None or pid is None or _is_zombie(pid)
-            if worker_killed and exact:
-                before = before_start
-            memory_back_s = None
-            while True:
-                left_mb = (group.in_use() - before) / 2**20
-                waited = time.monotonic() - returned
-                if left_mb <= MEMORY_RETURN_MB:
-                    memory_back_s = waited
-                    break
-                if waited > MEMORY_RETURN_S:
-                    break
-                time.sleep(0.05)
-            texts += [repr(result), worker.stderr_tail(env_id)]
-        finally:
-            worker.close()
-        error = result.get("error") or {}
+    with Probes() as probes:
+        with _Heartbeat(group.cpu_seconds) as heartbeat:
+            env_id = f"{probes.label}_{sample.name}"
+            exact = group.exact
+            try:
+                before_start = group.in_use()
+                worker.load_environment(env_id, probes.source(sample))
+                episode = worker.open_episode({env_id: _EMPTY_STATE})
+                before = group.in_use()
+                result = worker.call(episode, sample.tool, probes.arguments(sample))
+                returned = time.monotonic()
+                cpu_at_return = worker.cpu_seconds(env_id)
+                # the reply is searched now and dropped: the memory check below is about what the sample left
+                # behind, where the parent's own copy of a large valid reply would count
+                reply_violations = probes.leaks(_reply_texts(result))
+                error = result.get("error") or {}
+                ended = "call ok" if result.get("ok") else f"call error: {error.get('type')}"
+                result = None
+                time.sleep(CPU_AFTER_WINDOW_S)
+                cpu_later = worker.cpu_seconds(env_id)
+                pid = worker.pids.get(env_id)  # a worker killed while idle is still to be reaped by its next request
+                worker_killed = cpu_later is None or pid is None or _is_zombie(pid)
+                if worker_killed and exact:
+                    before = before_start
+                memory_back_s = None
+                while True:
+                    left_mb = (group.in_use() - before) / 2**20
+                    waited = time.monotonic() - returned
+                    if left_mb <= MEMORY_RETURN_MB:
+                        memory_back_s = waited
+                        break
+                    if waited > MEMORY_RETURN_S:
+                        break
+                    time.sleep(0.05)
+                stderr_tail = worker.stderr_tail(env_id)
+            finally:
+                worker.close()
         return {
             "name": sample.name,
-            "ended": "call ok" if result.get("ok") else f"call error: {error.get('type')}",
+            "ended": ended,
             "error_type": error.get("type"),
-            "stopped": not result.get("ok"),
+            "stopped": ended != "call ok",
             "worker_killed": worker_killed,
             "memory_back_s": memory_back_s,
             "memory_left_mb": round(left_mb, 1),
@@ -756,7 +785,7 @@ def run_resource_sample(
             "cpu_after_return_s": 0.0 if cpu_later is None or cpu_at_return is None else cpu_later - cpu_at_return,
             "heartbeat_max_gap_s": heartbeat.max_gap_s,
             "heartbeat_wall_gap_s": heartbeat.max_wall_gap_s,
-            "violations": probes.check(texts),
+            "violations": reply_violations + probes.check([stderr_tail]),
             "limits_mode": worker.limits_mode,
             "limit": error.get("limit"),
             "message": str(error.get("message", ""))[:300],
