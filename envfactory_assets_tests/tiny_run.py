@@ -37,6 +37,10 @@ TINY_RUN_CONFIG = {
     "ops": {
         "source_resources": {"config": {"corpus_dir": str(FIXTURES), "include_mcp": False, "per_domain": 2}},
         "tool_chains": {"config": {"n_chains": 24, "min_tools": 3}},
+        # the held-out evaluation needs RL rows of the held-out fixture environment (helpdesk), and a trajectory
+        # goes to SFT or RL by a hash of its id: at the paper's SFT share all 5 of helpdesk's trajectories hashed
+        # to SFT once the refined ids covered the replies; at 0.4, 2 of them are RL rows
+        "datasets": {"config": {"sft_share": 0.4}},
         "checkpoints": {
             "config": {
                 "max_steps": 2,
