@@ -161,33 +161,31 @@ def _row(spec: dict[str, Any], response: dict[str, Any] | None, thing: str, many
 def _identifier(thing: str, request: dict[str, Any], row: dict[str, Any]) -> tuple[str, str] | None:
     """``(request field, row field)``: the get request's required scalar field whose name says it identifies one
     (``ConnectionArn``), the thing's own (``connection_arn``) before any other (``arn``), and the row's field of
-    the same name or, for the thing's own, of the bare ending (``ResolverRuleId`` -> ``Id``); None when the row
-    holds no such field."""
+    the same name or, for the thing's own, of the bare ending (``ResolverRuleId`` -> ``Id``); when no required
+    field is one, the thing's own identifier among the optional fields; None when the row holds no such field."""
     by_word = {snake_case(k): k for k in row["properties"]}
-    named = []
-    for name in request["required"]:
-        prop = request["properties"].get(name)
-        if not isinstance(prop, dict) or prop.get("type") not in SCALAR_TYPES:
-            continue
-        word = snake_case(name)
-        for rank, ending in enumerate(_ID_ENDINGS):
-            held = name if name in row["properties"] else by_word.get(word)
-            if word == f"{thing}_{ending}":
-                held = held or by_word.get(ending)
-            elif word != ending:
+
+    def candidates(fields: Any, own_only: bool) -> list[tuple[int, str, str]]:
+        """``(rank, request field, row field)`` of ``fields``; ``own_only``: the thing's own identifier alone,
+        held by the row under its own name (a get that requires nothing: Adyen's getAccountHolder takes
+        accountHolderCode or accountCode)."""
+        found = []
+        for name in fields:
+            prop = request["properties"].get(name)
+            if not isinstance(prop, dict) or prop.get("type") not in SCALAR_TYPES:
                 continue
-            if held is not None:
-                named.append((rank if word != ending else 10 + rank, name, held))
-    if not named:
-        # a get that requires nothing (Adyen's getAccountHolder takes accountHolderCode or accountCode): the
-        # thing's own identifier among its optional fields, when the row holds it
-        for name, prop in request["properties"].items():
             word = snake_case(name)
             for rank, ending in enumerate(_ID_ENDINGS):
                 held = name if name in row["properties"] else by_word.get(word)
-                if word == f"{thing}_{ending}" and held is not None and isinstance(prop, dict):
-                    if prop.get("type") in SCALAR_TYPES:
-                        named.append((rank, name, held))
+                if word == f"{thing}_{ending}":
+                    held = held if own_only else held or by_word.get(ending)
+                elif own_only or word != ending:
+                    continue
+                if held is not None:
+                    found.append((rank if word != ending else 10 + rank, name, held))
+        return found
+
+    named = candidates(request["required"], False) or candidates(request["properties"], True)
     return min(named)[1:] if named else None
 
 

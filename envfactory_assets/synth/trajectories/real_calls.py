@@ -261,8 +261,6 @@ def real_trajectory(
         try:
             for i, call in enumerate(turn["calls"]):
                 spec, arguments = real.translate(episode, call["name"], call["arguments"])
-                if spec is None:
-                    arguments = call["arguments"]
                 result = worker.call(episode, call["name"], arguments)
                 error = (result.get("error") or {}).get("type")
                 if bool(result.get("ok")) == bool(call.get("error")) or (call.get("error") and error != call["error"]):
