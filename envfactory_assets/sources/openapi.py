@@ -80,6 +80,7 @@ SINGLETON_SEGMENTS = (
     "options",
 )
 _PARAM_SEGMENT = re.compile(r"^\{[^}]+\}$")
+HTTP_METHODS = ("get", "put", "post", "delete", "patch")
 _WRAPPER_KEYS = ("data", "result", "results", "items", "item", "records", "record", "resource")
 
 
@@ -506,13 +507,14 @@ def collection_resources(
         else:
             collections["/" + "/".join(segs)] = item
 
+    _place_lone_items(spec, collections, items)
     resources: list[Resource] = []
     taken_names: set[str] = set()
     literals = Counter(_collection_literal(_segments(cpath), items.get(cpath, (None, {}))[0]) for cpath in collections)
     # names two collections share (bucket and object ACLs both end in /acl) are told apart by their parents
     shared = frozenset(literal for literal, n in literals.items() if n > 1)
     for cpath, citem in sorted(collections.items()):
-        segs = _segments(cpath)
+        segs = row_segments(cpath)
         params = [s for s in segs if _PARAM_SEGMENT.match(s)]
         if len(params) > MAX_NESTING:
             continue
@@ -525,6 +527,40 @@ def collection_resources(
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
     return resources, items, collections
+
+
+def _place_lone_items(
+    spec: dict[str, Any], collections: dict[str, dict[str, Any]], items: dict[str, tuple[str, dict[str, Any]]]
+) -> None:
+    """Give the item paths whose collection path the document lacks a collection, in place.
+
+    - An item path of a literal no collection path ends in (``/cards/{card_id}`` alone) is its own read-only
+      collection, with no list: an empty path item at its collection path.
+    - An item path of a literal that exactly one collection path ends in, nested elsewhere and without an item
+      path of its own (``/webinars/{webinar_id}`` beside ``/users/{user_id}/webinars``), is that collection's.
+    - A path ending in a parameter with only a GET that lists rows (``/Players/{team}``), whose collection path
+      the document lacks, is a collection of its own: the rows that hold that value
+      (:func:`_resource_from_collection` reads it so).
+    """
+    ends: dict[str, list[str]] = {}
+    for cpath in collections:
+        segs = _segments(cpath)
+        if segs:
+            ends.setdefault(segs[-1], []).append(cpath)
+    lone = [(stem, entry) for stem, entry in items.items() if stem not in collections]
+    for stem, (ipath, iitem) in sorted(lone):
+        segs = _segments(stem)
+        if not segs or _PARAM_SEGMENT.match(segs[-1]):
+            continue
+        if set(iitem) & set(HTTP_METHODS) == {"get"} and _lists_objects(spec, iitem["get"]):
+            collections[ipath] = iitem
+            continue
+        homes = [c for c in ends.get(segs[-1], []) if c not in items]
+        if len(homes) == 1 and any(_PARAM_SEGMENT.match(s) for s in _segments(homes[0])):
+            items[homes[0]] = (ipath, iitem)
+            del items[stem]
+        elif not ends.get(segs[-1]):
+            collections[stem] = {}
 
 
 def _operation(
@@ -558,10 +594,27 @@ def with_stated_preconditions(resource: Resource) -> Resource:
     return resource
 
 
+#: path parameters that choose the response's encoding (``/{format}/Teams``: ``json`` or ``xml``), not a row: they
+#: neither nest a collection nor count towards :data:`MAX_NESTING`
+FORMAT_PARAMETERS = frozenset({"format", "response_format", "output_format", "data_format"})
+
+
+def is_format_segment(segment: str) -> bool:
+    """Whether a path segment is a parameter of :data:`FORMAT_PARAMETERS` (``{format}``)."""
+    return bool(_PARAM_SEGMENT.match(segment)) and snake_case(segment.strip("{}")) in FORMAT_PARAMETERS
+
+
+def row_segments(path: str) -> list[str]:
+    """The segments of ``path`` without its :func:`format parameters <is_format_segment>`."""
+    return [s for s in _segments(path) if not is_format_segment(s)]
+
+
 def _parent_key(segs: list[str]) -> str | None | bool:
     """The foreign key a nested collection gets from its nearest parent item (``/a/{id}/b/{id}/c`` -> ``b_id``;
     a parameter right after another one names its parent itself: ``/repos/{owner}/{repo}/issues`` ->
-    ``repo_id``), None when it is not nested, False when its shape is not usable."""
+    ``repo_id``), None when it is not nested, False when its shape is not usable. Format parameters
+    (``/{format}/Teams``) are not parents."""
+    segs = [s for s in segs if not is_format_segment(s)]
     params = [i for i, s in enumerate(segs) if _PARAM_SEGMENT.match(s)]
     if not params:
         return None
@@ -631,11 +684,18 @@ def _resource_from_collection(
     (a nested one is named with its parent's: ``bucket_acl``)."""
     extras = extras or {}
     segs = _segments(cpath)
+    listed_by = None
+    if segs and _PARAM_SEGMENT.match(segs[-1]):
+        # a GET of a path ending in a parameter that lists rows (``/Players/{team}``): the rows that hold that value
+        listed_by = to_identifier(segs[-1].strip("{}"), fallback="", max_len=40)
+        segs = segs[:-1]
+        if not listed_by or not segs or _PARAM_SEGMENT.match(segs[-1]) or cpath in items:
+            return None
     ipath, iitem = items.get(cpath, (None, {}))
     literal = _collection_literal(segs, ipath)
     if not literal or len(literal) > 40:
         return None
-    parent_key = _parent_key(segs)
+    parent_key = listed_by or _parent_key(segs)
     if parent_key is False:
         return None
     ops: dict[str, Operation] = {}
@@ -710,7 +770,12 @@ def _resource_from_collection(
     if schema is None and "get" in ops:
         schema = _response_schema(spec, deref(spec, iitem.get("get")))
     if schema is None and "list" in ops:
-        schema = _response_schema(spec, deref(spec, citem.get("get")))
+        listed = deref(spec, citem.get("get"))
+        response = _response_schema(spec, listed) if isinstance(listed, dict) else None
+        rows = listed_rows(spec, response)
+        schema = rows if rows is not None else response
+    if listed_by == key:
+        return None  # /players/{player_id} answered with a list: a read of one row, not a list of rows
     if parent_key == key:  # /folders/{folder_id}/folders: the parent is another row of the same table
         parent_key = to_identifier(f"parent_{key}", fallback="parent_id", max_len=40)
     fields = extract_fields(spec, schema, key)
@@ -831,16 +896,136 @@ def _collection_literal(segs: list[str], item_path: str | None) -> str:
 
 
 def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:
-    """Whether a collection GET's 2xx response is an array of objects, directly or in a wrapper object
-    (``{"data": [...]}``)."""
+    """Whether a collection GET's 2xx response is a list of objects (:func:`listed_rows`)."""
     op = deref(spec, get_op)
-    raw = deref(spec, _response_schema(spec, op)) if isinstance(op, dict) else None
-    if isinstance(raw, dict) and raw.get("type") != "array" and isinstance(raw.get("properties"), dict):
-        wrapped = next((raw["properties"][k] for k in _WRAPPER_KEYS if k in raw["properties"]), None)
-        raw = deref(spec, wrapped) if wrapped is not None else raw
-    if not isinstance(raw, dict) or raw.get("type") != "array" and "items" not in raw:
-        return False
-    item = deref(spec, raw.get("items"))
-    return isinstance(item, dict) and (
-        item.get("type") == "object" or isinstance(item.get("properties"), dict) or "allOf" in item
+    return isinstance(op, dict) and listed_rows(spec, _response_schema(spec, op)) is not None
+
+
+#: fields of a list's envelope beside the list (paging, counts, links): an object with other fields is a row
+ENVELOPE_FIELDS = frozenset(
+    {
+        "total",
+        "total_count",
+        "totalcount",
+        "total_results",
+        "total_items",
+        "count",
+        "size",
+        "length",
+        "next",
+        "previous",
+        "prev",
+        "first",
+        "last",
+        "self",
+        "offset",
+        "limit",
+        "page",
+        "page_size",
+        "per_page",
+        "pages",
+        "page_count",
+        "total_pages",
+        "page_number",
+        "page_token",
+        "next_page_token",
+        "next_page",
+        "next_link",
+        "nextlink",
+        "odata_next_link",
+        "odata_count",
+        "odata_context",
+        "href",
+        "url",
+        "cursor",
+        "next_cursor",
+        "cursors",
+        "has_more",
+        "more",
+        "links",
+        "link",
+        "meta",
+        "metadata",
+        "pagination",
+        "paging",
+        "object",
+        "status",
+        "success",
+        "message",
+        "code",
+        "error",
+        "errors",
+        "took",
+        "start",
+        "end",
+        "skip",
+        "top",
+        "embedded",
+        "type",
+        "kind",
+        "etag",
+        "version",
+        "warnings",
+        "warning",
+        "request_id",
+        "query",
+    }
+)
+#: depth of envelope objects :func:`listed_rows` looks through (``{"_embedded": {"events": [...]}}`` is 2)
+MAX_ENVELOPE_DEPTH = 2
+
+
+def _merged_properties(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, Any]:
+    """The properties of an object schema with those of its ``allOf`` members merged in, each dereferenced (no
+    envelope unwrapping: :func:`object_schema` does that)."""
+    schema = deref(spec, schema)
+    if not isinstance(schema, dict) or depth > MAX_REF_DEPTH:
+        return {}
+    out: dict[str, Any] = {}
+    members = schema.get("allOf")
+    for member in members if isinstance(members, list) else []:
+        out.update(_merged_properties(spec, member, depth + 1))
+    if isinstance(schema.get("properties"), dict):
+        out.update({k: deref(spec, v) for k, v in schema["properties"].items() if isinstance(k, str)})
+    return out
+
+
+def _is_array(schema: Any) -> bool:
+    return isinstance(schema, dict) and (
+        schema.get("type") == "array" or "items" in schema and "properties" not in schema
     )
+
+
+def listed_rows(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, Any] | None:
+    """The schema of one row of a list response ``schema``, or None when it lists no objects.
+
+    A list is an array of objects, or an envelope object with exactly one property that is an array of objects
+    (``{"data": [...], "total": 3}``, ``{"artists": [...], "next": ...}``, an ``allOf`` of a paging object and
+    ``{"items": [...]}``), looked for through up to :data:`MAX_ENVELOPE_DEPTH` envelopes with one object
+    property each (``{"_embedded": {"events": [...]}}``). Two arrays of objects in one envelope are two lists,
+    and neither is taken.
+    """
+    schema = deref(spec, schema)
+    if not isinstance(schema, dict) or depth > MAX_ENVELOPE_DEPTH:
+        return None
+    if _is_array(schema):
+        item = deref(spec, schema.get("items"))
+        if isinstance(item, dict) and (
+            item.get("type") == "object" or isinstance(item.get("properties"), dict) or "allOf" in item
+        ):
+            return item
+        return None
+    props = _merged_properties(spec, schema)
+    arrays = [k for k, v in props.items() if _is_array(v) and listed_rows(spec, v, MAX_ENVELOPE_DEPTH) is not None]
+    others = [k for k in props if k not in arrays]
+    # an object with one list among fields of its own (a user and their addresses) is one row, not a list
+    if len([k for k in others if snake_case(k).lstrip("_") not in ENVELOPE_FIELDS]) > 1:
+        return None
+    if len(arrays) == 1:
+        return listed_rows(spec, props[arrays[0]], MAX_ENVELOPE_DEPTH)
+    if arrays:
+        return None
+    objects = [v for v in props.values() if isinstance(v, dict) and not _is_array(v) and _merged_properties(spec, v)]
+    if len(objects) == 1:
+        return listed_rows(spec, objects[0], depth + 1)
+    return None
