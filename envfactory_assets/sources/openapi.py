@@ -552,7 +552,11 @@ def _place_lone_items(
         segs = _segments(stem)
         if not segs or _PARAM_SEGMENT.match(segs[-1]):
             continue
-        if set(iitem) & set(HTTP_METHODS) == {"get"} and _lists_objects(spec, iitem["get"]):
+        try:
+            lists = set(iitem) & set(HTTP_METHODS) == {"get"} and _lists_objects(spec, iitem["get"])
+        except (SpecError, RecursionError):
+            continue  # a response the rules cannot read gives no collection
+        if lists:
             collections[ipath] = iitem
             continue
         homes = [c for c in ends.get(segs[-1], []) if c not in items]
@@ -820,7 +824,7 @@ def _computed_path(spec: dict[str, Any], paths: dict[str, Any], path: str, item:
     segs = _segments(path)
     if len(segs) < 2 or snake_case(segs[-1]) not in COMPUTED_SEGMENTS or set(item) & {"post", "put", "patch", "delete"}:
         return False
-    if "get" not in item or _lists_objects(spec, item["get"]):
+    if "get" not in item or _lists_rows_plainly(spec, item["get"]):
         return False
     below = path.rstrip("/") + "/{"
     return not any(isinstance(p, str) and p.startswith(below) for p in paths)
@@ -899,6 +903,23 @@ def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:
     """Whether a collection GET's 2xx response is a list of objects (:func:`listed_rows`)."""
     op = deref(spec, get_op)
     return isinstance(op, dict) and listed_rows(spec, _response_schema(spec, op)) is not None
+
+
+def _lists_rows_plainly(spec: dict[str, Any], get_op: Any) -> bool:
+    """Whether a GET's 2xx response is an array of objects, directly or under one of :data:`_WRAPPER_KEYS`
+    (``{"data": [...]}``): the narrower reading :func:`_computed_path` keeps, so that figures answered in an
+    envelope (``{"task_queues_statistics": [...], "meta": {...}}``) stay computed reads."""
+    op = deref(spec, get_op)
+    raw = deref(spec, _response_schema(spec, op)) if isinstance(op, dict) else None
+    if isinstance(raw, dict) and raw.get("type") != "array" and isinstance(raw.get("properties"), dict):
+        wrapped = next((raw["properties"][k] for k in _WRAPPER_KEYS if k in raw["properties"]), None)
+        raw = deref(spec, wrapped) if wrapped is not None else raw
+    if not isinstance(raw, dict) or raw.get("type") != "array" and "items" not in raw:
+        return False
+    item = deref(spec, raw.get("items"))
+    return isinstance(item, dict) and (
+        item.get("type") == "object" or isinstance(item.get("properties"), dict) or "allOf" in item
+    )
 
 
 #: fields of a list's envelope beside the list (paging, counts, links): an object with other fields is a row
