@@ -4,7 +4,8 @@ table for profiling the unmapped ones by shape.
 Every document under the scan's size limit is classified as ``source_resources`` classifies it
 (:func:`~envfactory_assets.sources.scan.scan_corpus`); an accepted document's operations get
 :func:`~envfactory_assets.sources.coverage.operation_coverage`'s kind or reason within the default cap of resources,
-a rejected document's operations get ``document_<reason>`` (as ``corpus_coverage`` counts them). Each row also
+a rejected document's operations get ``document_<reason>`` (as ``corpus_coverage`` counts them);
+``kind_uncapped`` is the kind with every resource kept. Each row also
 holds what a shape is read from: ``operation_id``, ``summary``, whether the document has only GET operations
 (``doc_get_only``), whether the operation's 2xx JSON response lists objects (``lists_objects``) or is one object
 with scalar fields (``object_fields``: how many), and whether the path is an RPC path.
@@ -24,6 +25,7 @@ import duckdb
 
 from envfactory_assets.sources.coverage import HTTP_METHODS, operation_coverage
 from envfactory_assets.sources.openapi import _lists_objects, _response_schema, deref, extract_fields
+from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.rpc_paths import rpc_operation_name
 from envfactory_assets.sources.scan import DEFAULT_MAX_BYTES, MAX_RESOURCES_PER_ENV, load_document, scan_corpus
 
@@ -51,10 +53,13 @@ def rows(root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> list[tuple[Any, ...]
         if not isinstance(paths, dict):
             continue
         rejected = row.get("reason")
+        cov: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+        every: dict[tuple[str, str], str | None] = {}
         if rejected is None:
-            cov = {(c.method, c.path): (c.kind, c.reason) for c in operation_coverage(spec, MAX_RESOURCES_PER_ENV)}
-        else:
-            cov = {}
+            resources = extract_resources(spec)
+            capped = operation_coverage(spec, MAX_RESOURCES_PER_ENV, resources)
+            cov = {(c.method, c.path): (c.kind, c.reason) for c in capped}
+            every = {(c.method, c.path): c.kind for c in operation_coverage(spec, None, resources)}
         methods = {m for item in paths.values() if isinstance(item, dict) for m in HTTP_METHODS if m in item}
         for p, item in paths.items():
             if not isinstance(p, str) or not isinstance(item, dict):
@@ -71,6 +76,7 @@ def rows(root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> list[tuple[Any, ...]
                         m,
                         p,
                         kind,
+                        every.get((m, p)),
                         reason,
                         op.get("operationId") if isinstance(op.get("operationId"), str) else None,
                         op.get("summary")[:200] if isinstance(op.get("summary"), str) else None,
@@ -91,11 +97,12 @@ def main() -> None:
     data = rows(args.corpus)
     con = duckdb.connect(str(args.out))
     con.execute(
-        "CREATE OR REPLACE TABLE ops (document VARCHAR, method VARCHAR, path VARCHAR, kind VARCHAR, reason VARCHAR,"
+        "CREATE OR REPLACE TABLE ops (document VARCHAR, method VARCHAR, path VARCHAR, kind VARCHAR,"
+        " kind_uncapped VARCHAR, reason VARCHAR,"
         " operation_id VARCHAR, summary VARCHAR, doc_get_only BOOLEAN, lists_objects BOOLEAN, object_fields INTEGER,"
         " rpc BOOLEAN)"
     )
-    con.executemany("INSERT INTO ops VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", data)
+    con.executemany("INSERT INTO ops VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", data)
     print(con.sql("SELECT reason, count(*) n FROM ops GROUP BY 1 ORDER BY 2 DESC"))
 
 

@@ -518,14 +518,16 @@ def collection_resources(
         params = [s for s in segs if _PARAM_SEGMENT.match(s)]
         if len(params) > MAX_NESTING:
             continue
+        names = set(taken_names)  # a collection that is not kept leaves its name to the next one
         try:
-            res = None if "post" in citem else _singleton_resource(spec, cpath, citem, items, taken_names)
+            res = None if "post" in citem else _singleton_resource(spec, cpath, citem, items, names)
             if res is None:
-                res = _resource_from_collection(spec, cpath, citem, items, taken_names, extras, shared)
+                res = _resource_from_collection(spec, cpath, citem, items, names, extras, shared)
         except (SpecError, RecursionError):
             continue
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
+            taken_names.add(res.name)
     return resources, items, collections
 
 
@@ -900,9 +902,12 @@ def _collection_literal(segs: list[str], item_path: str | None) -> str:
 
 
 def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:
-    """Whether a collection GET's 2xx response is a list of objects (:func:`listed_rows`)."""
+    """Whether a collection GET's 2xx response is a list of objects: :func:`listed_rows` finds its rows, or it holds
+    them under one of :data:`_WRAPPER_KEYS` beside fields of its own (:func:`_lists_rows_plainly`)."""
     op = deref(spec, get_op)
-    return isinstance(op, dict) and listed_rows(spec, _response_schema(spec, op)) is not None
+    if not isinstance(op, dict):
+        return False
+    return listed_rows(spec, _response_schema(spec, op)) is not None or _lists_rows_plainly(spec, op)
 
 
 def _lists_rows_plainly(spec: dict[str, Any], get_op: Any) -> bool:
@@ -990,6 +995,9 @@ ENVELOPE_FIELDS = frozenset(
         "warning",
         "request_id",
         "query",
+        "included",
+        "includes",
+        "jsonapi",
     }
 )
 #: depth of envelope objects :func:`listed_rows` looks through (``{"_embedded": {"events": [...]}}`` is 2)
@@ -1038,14 +1046,17 @@ def listed_rows(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, 
         return None
     props = _merged_properties(spec, schema)
     arrays = [k for k, v in props.items() if _is_array(v) and listed_rows(spec, v, MAX_ENVELOPE_DEPTH) is not None]
-    others = [k for k in props if k not in arrays]
+    others = [k for k in props if k not in arrays and not _is_array(props[k])]
     # an object with one list among fields of its own (a user and their addresses) is one row, not a list
     if len([k for k in others if snake_case(k).lstrip("_") not in ENVELOPE_FIELDS]) > 1:
         return None
+    if len(arrays) > 1:
+        # JSON:API's {"data": [...], "included": [...]}: the rows are the ones under a wrapper's name
+        arrays = [k for k in arrays if k in _WRAPPER_KEYS]
+        if len(arrays) != 1:
+            return None
     if len(arrays) == 1:
         return listed_rows(spec, props[arrays[0]], MAX_ENVELOPE_DEPTH)
-    if arrays:
-        return None
     objects = [v for v in props.values() if isinstance(v, dict) and not _is_array(v) and _merged_properties(spec, v)]
     if len(objects) == 1:
         return listed_rows(spec, objects[0], depth + 1)
