@@ -779,7 +779,8 @@ def _resource_from_collection(
         listed = deref(spec, citem.get("get"))
         response = _response_schema(spec, listed) if isinstance(listed, dict) else None
         rows = listed_rows(spec, response)
-        schema = rows if rows is not None else response
+        # rows without scalar fields of their own ({"hits": [{"fields": {...}}]}): the response as before
+        schema = rows if rows is not None and extract_fields(spec, rows, key) else response
     if listed_by == key:
         return None  # /players/{player_id} answered with a list: a read of one row, not a list of rows
     if parent_key == key:  # /folders/{folder_id}/folders: the parent is another row of the same table
