@@ -26,9 +26,11 @@ from envfactory_assets_tests.fixture_environments import (
 FIXTURES = Path(__file__).parent / "fixtures" / "openapi_read_only"
 LEAGUE = FIXTURES / "league.json"
 MEETINGS = FIXTURES / "meetings.json"
+LIBRARY = FIXTURES / "library.json"
 
 league = environment_fixture(LEAGUE, "league")
 meetings = environment_fixture(MEETINGS, "meetings")
+library = environment_fixture(LIBRARY, "library")
 
 
 def _resources(path: Path) -> dict:
@@ -103,10 +105,26 @@ def test_an_item_path_joins_the_one_collection_nested_elsewhere_that_ends_in_its
     assert coverage[("get", "/groups/{group_id}/webinars")] == "list"
 
 
-def test_the_environments_pass_with_every_semantic_check_run(league, meetings):
+def test_dotted_operation_ids_join_an_item_path_to_its_collection_and_a_version_word_names_no_rows():
+    (shelves,) = _resources(LIBRARY).values()
+    assert {k: op.path for k, op in shelves.operations.items()} == {
+        "create": "/v1/{parent}/shelves",
+        "list": "/v1/{parent}/shelves",
+        "get": "/v1/{name}",
+        "update": "/v1/{name}",
+    }
+    coverage = {(c.method, c.path): c.kind or c.reason for c in operation_coverage(document_spec(LIBRARY))}
+    # the path's DELETE is library.projects.books.delete: another resource's, which the document does not list
+    assert coverage[("delete", "/v1/{name}")] == "not_modelled"
+    # /api/{id} reads any object: "api" names no rows, so it is no table of its own
+    assert coverage[("get", "/api/{id}")] == "no_stateful_collection"
+
+
+def test_the_environments_pass_with_every_semantic_check_run(league, meetings, library):
     for env, tools in (
         (league, {"teams", "players_by_team", "get_venue", "list_charts"}),
         (meetings, {"list_webinars", "get_webinar", "create_webinar", "update_webinar", "delete_webinar"}),
+        (library, {f"library_projects_shelves_{verb}" for verb in ("list", "get", "create", "patch")}),
     ):
         report = verify_environment(env)
         assert report.status == "passed", report.reasons

@@ -531,28 +531,74 @@ def collection_resources(
     return resources, items, collections
 
 
+#: path segments that name an API's version or area, not rows (``/v1/{name}``, ``/api/{id}``, ``/2010-04-01``)
+_VERSION_SEGMENT = re.compile(
+    r"^(v\d+[a-z0-9]*|\d[\d._-]*|api|apis|rest|public|pub|private|pvt|latest)$", re.IGNORECASE
+)
+#: last words of an item operation's dotted ``operationId`` (``workstations.projects.locations.workstations.get``)
+#: and of its collection's (``....workstations.list``)
+_ITEM_OPERATION_WORDS = frozenset({"get", "patch", "update", "delete"})
+_COLLECTION_OPERATION_WORDS = frozenset({"list", "create"})
+
+
+def _dotted_prefix(spec: dict[str, Any], op: Any, words: frozenset[str]) -> str | None:
+    """``a.b.c`` of an operation whose ``operationId`` is ``a.b.c.<word>`` with ``<word>`` in ``words``, else None."""
+    op = deref(spec, op)
+    oid = op.get("operationId") if isinstance(op, dict) else None
+    if not isinstance(oid, str) or "." not in oid:
+        return None
+    prefix, word = oid.rsplit(".", 1)
+    return prefix if word in words and prefix else None
+
+
+def _names_rows(segment: str) -> bool:
+    """Whether a collection path's last literal can name a table: a word, not a version or area (``v1``, ``api``)."""
+    return not _VERSION_SEGMENT.match(segment) and speakable(snake_case(segment))
+
+
 def _place_lone_items(
     spec: dict[str, Any], collections: dict[str, dict[str, Any]], items: dict[str, tuple[str, dict[str, Any]]]
 ) -> None:
-    """Give the item paths whose collection path the document lacks a collection, in place.
+    """Give the item paths whose collection path the document lacks a collection, in place, trying in turn:
 
-    - An item path of a literal no collection path ends in (``/cards/{card_id}`` alone) is its own read-only
-      collection, with no list: an empty path item at its collection path.
+    - Dotted operation ids: an item path whose operations are named ``<prefix>.get``, ``.patch``, ``.update`` or
+      ``.delete`` belongs, for those operations, to the collection whose operations are named ``<prefix>.list``
+      or ``<prefix>.create`` and that has no item path (Google's ``GET /v1/{name}``,
+      ``workstations.projects.locations.workstations.get``, beside ``GET /v1/{parent}/workstations``).
+    - A path ending in a parameter with only a GET that lists rows (``/Players/{team}``) is a collection of its
+      own: the rows that hold that value (:func:`_resource_from_collection` reads it so).
     - An item path of a literal that exactly one collection path ends in, nested elsewhere and without an item
       path of its own (``/webinars/{webinar_id}`` beside ``/users/{user_id}/webinars``), is that collection's.
-    - A path ending in a parameter with only a GET that lists rows (``/Players/{team}``), whose collection path
-      the document lacks, is a collection of its own: the rows that hold that value
-      (:func:`_resource_from_collection` reads it so).
+    - An item path of a literal no collection path ends in (``/cards/{card_id}`` alone) is its own read-only
+      collection, with no list: an empty path item at its collection path.
+
+    The last two, and the second, need a literal that names rows: ``/v1/{name}`` and ``/api/{id}`` are none.
     """
     ends: dict[str, list[str]] = {}
-    for cpath in collections:
+    dotted: dict[str, str] = {}
+    for cpath, citem in collections.items():
         segs = _segments(cpath)
         if segs:
             ends.setdefault(segs[-1], []).append(cpath)
+        if cpath in items:
+            continue
+        for method in ("get", "post"):
+            prefix = _dotted_prefix(spec, citem.get(method), _COLLECTION_OPERATION_WORDS)
+            if prefix:
+                dotted.setdefault(prefix, cpath)
     lone = [(stem, entry) for stem, entry in items.items() if stem not in collections]
     for stem, (ipath, iitem) in sorted(lone):
+        homes_by_name: dict[str, dict[str, Any]] = {}
+        for method in HTTP_METHODS:
+            home = dotted.get(_dotted_prefix(spec, iitem.get(method), _ITEM_OPERATION_WORDS) or "")
+            if home is not None and home not in items:
+                homes_by_name.setdefault(home, {})[method] = iitem[method]
+        for home, methods in sorted(homes_by_name.items()):
+            items[home] = (ipath, methods)
+        if homes_by_name:
+            continue
         segs = _segments(stem)
-        if not segs or _PARAM_SEGMENT.match(segs[-1]):
+        if not segs or _PARAM_SEGMENT.match(segs[-1]) or not _names_rows(segs[-1]):
             continue
         try:
             lists = set(iitem) & set(HTTP_METHODS) == {"get"} and _lists_objects(spec, iitem["get"])
