@@ -139,3 +139,22 @@ def test_the_draw_gives_each_new_kind_and_unmapped_operations_with_their_reason(
     assert drawn["side_effect"] == [o for o in ops if o["kind"] == "side_effect"]
     assert drawn["unmapped"] and all(o["kind"] is None and o["reason"] for o in drawn["unmapped"])
     assert script.draw(ops, 20261207, per_kind=1, unmapped=1) == script.draw(ops, 20261207, per_kind=1, unmapped=1)
+
+
+READ_ONLY_LABELS = orjson.loads((Path(__file__).parent / "fixtures" / "read_only_kind_labels.json").read_bytes())
+
+
+@pytest.mark.corpus
+@needs_corpus
+def test_the_read_only_shapes_map_their_hand_labelled_operations_to_the_labelled_kind():
+    """Precision of the read-only shapes (envelope lists, ``{format}`` parameters, lists by a path's value, lone and
+    flat item paths, dotted operation ids): 20 operations they newly map, drawn with seed 20261208 and labelled by
+    hand. The one that no longer maps is the order read by its external reference, whose lookup literal
+    (``findbyextref``) names no table since the labels."""
+    ops = READ_ONLY_LABELS["operations"]
+    assert READ_ONLY_LABELS["seed"] == 20261208 and len(ops) == 20
+    given = [coverage_of(op["document"])[(op["method"], op["path"])].kind for op in ops]
+    still = [(kind, op) for kind, op in zip(given, ops, strict=True) if kind is not None]
+    right = [op for kind, op in still if kind == op["label"]]
+    assert (len(still), len(right)) == (19, 19), [(op["path"], kind, op["label"]) for kind, op in still]
+    assert all(op["kind_when_drawn"] == op["label"] for op in ops)  # 20 of 20 when drawn

@@ -118,6 +118,8 @@ def test_dotted_operation_ids_join_an_item_path_to_its_collection_and_a_version_
     assert coverage[("delete", "/v1/{name}")] == "not_modelled"
     # /api/{id} reads any object: "api" names no rows, so it is no table of its own
     assert coverage[("get", "/api/{id}")] == "no_stateful_collection"
+    # nor does a lookup: /shelves/findByTheme/{theme} reads shelves by another key, not "find_by_themes" rows
+    assert coverage[("get", "/shelves/findByTheme/{theme}")] == "no_stateful_collection"
 
 
 def test_the_environments_pass_with_every_semantic_check_run(league, meetings, library):

@@ -551,9 +551,14 @@ def _dotted_prefix(spec: dict[str, Any], op: Any, words: frozenset[str]) -> str 
     return prefix if word in words and prefix else None
 
 
+#: first words of a literal that names a lookup, not rows (``/orders/findbyextref/{ref}`` reads orders)
+_LOOKUP_SEGMENT = re.compile(r"^(?i:find|get|search|lookup|fetch|by)(_|-|[Bb]y|[A-Z]|$)")
+
+
 def _names_rows(segment: str) -> bool:
-    """Whether a collection path's last literal can name a table: a word, not a version or area (``v1``, ``api``)."""
-    return not _VERSION_SEGMENT.match(segment) and speakable(snake_case(segment))
+    """Whether a collection path's last literal can name a table: a word, not a version or area (``v1``, ``api``)
+    nor a lookup (``findbyextref``, ``getByName``)."""
+    return not _VERSION_SEGMENT.match(segment) and not _LOOKUP_SEGMENT.match(segment) and speakable(snake_case(segment))
 
 
 def _place_lone_items(
