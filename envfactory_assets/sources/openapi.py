@@ -3,10 +3,11 @@
 A *resource* is a collection path (``/companies``) with read operations (GET on the collection or on
 ``/companies/{id}``), usually create (POST), and an object schema with scalar fields, or a *singleton*
 (``GET/PUT /settings``, ``/me``): one object read and updated in place. A collection without create is
-*read-only* (a catalogue, rows made outside the API): its table is seeded and read, updated or acted on. Resources are
-what the
-programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
-can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
+*read-only* (a catalogue, rows made outside the API): its table is seeded and read, updated or acted on; its list's
+rows may sit in an envelope (:func:`listed_rows`), and an item path without a collection path is placed by
+:func:`_place_lone_items` (a read-only table of its own, or the collection its operation ids or its word name).
+Resources are what the programmatic builder turns into tables and tools. Besides CRUD a resource keeps the
+operations the rules can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
 (``GET /orders/count``), transfers of an amount between its rows (``POST /accounts/{id}/transfers``, see
 :mod:`envfactory_assets.sources.transfers`) and side-effect actions that leave a record (``POST
