@@ -11,6 +11,9 @@ check of it passed (its kind's semantic assertion ran and passed). Usage::
 
     .venv/bin/python -m benchmarks.kind_coverage --verify 100 --json /tmp/coverage.json
 
+With ``--documents FILE`` the sample is drawn only from the accepted documents that file lists (corpus-relative
+paths, one a line): the documents a rules change newly accepts, say.
+
 Prints a Markdown summary (documents, operations, by kind, unmapped by reason, verified share).
 """
 
@@ -24,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from envfactory_assets.envgen.builder import build_environment
+from envfactory_assets.envgen.builder import MAX_RESOURCES, build_environment
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.settings import corpus_dir
 from envfactory_assets.sources.coverage import operation_coverage
@@ -52,9 +55,12 @@ def scan(root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
     }
 
 
-def verify_sample(accepted_docs: list[tuple[Path, dict[str, Any]]], n: int, seed: int) -> dict[str, Any]:
-    """Build and verify ``n`` accepted documents drawn with ``seed``: tools built, tools whose every check
-    passed, environments passed, per kind."""
+def verify_sample(
+    accepted_docs: list[tuple[Path, dict[str, Any]]], n: int, seed: int, resource_cap: int | None = MAX_RESOURCES
+) -> dict[str, Any]:
+    """Build and verify ``n`` accepted documents drawn with ``seed``, each with at most ``resource_cap`` resources
+    (None: every one, as the corpus coverage command builds them): tools built, tools whose every check passed,
+    environments passed, per kind."""
     rng = random.Random(seed)
     sample = rng.sample(accepted_docs, min(n, len(accepted_docs)))
     built: Counter[str] = Counter()
@@ -63,7 +69,7 @@ def verify_sample(accepted_docs: list[tuple[Path, dict[str, Any]]], n: int, seed
     for path, row in sample:
         spec = load_document(path.read_bytes(), path.suffix.lower())
         try:
-            env = build_environment(row, spec)
+            env = build_environment(row, spec, resource_cap)
         except Exception as exc:  # a document the builder refuses counts its tools as not verified
             print(f"  build failed: {row['path']}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
@@ -115,12 +121,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verify", type=int, default=0, help="build and verify this many accepted documents")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    parser.add_argument(
+        "--documents",
+        type=Path,
+        default=None,
+        help="draw the verified sample only from these accepted documents (corpus-relative paths, one a line)",
+    )
+    parser.add_argument(
+        "--uncapped", action="store_true", help="build the verified sample with every resource of each document"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     result = scan(args.root or corpus_dir())
     seconds = time.perf_counter() - started
     if args.verify:
-        result["verification"] = verify_sample(result["accepted_docs"], args.verify, args.seed)
+        pool = result["accepted_docs"]
+        if args.documents is not None:
+            wanted = {line.strip() for line in args.documents.read_text().splitlines() if line.strip()}
+            pool = [(path, row) for path, row in pool if row["path"] in wanted]
+            if not pool:
+                parser.error(f"--documents {args.documents}: none of its paths is an accepted document")
+        cap = None if args.uncapped else MAX_RESOURCES
+        result["verification"] = verify_sample(pool, args.verify, args.seed, cap)
     result.pop("accepted_docs")
     print(markdown(result, seconds))
     if args.json:

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfactory_assets.sources.actions import action_verb, split_action_path
-from envfactory_assets.sources.openapi import MAX_NESTING, Operation, Resource
+from envfactory_assets.sources.openapi import HTTP_METHODS, MAX_NESTING, Operation, Resource, is_format_segment
 from envfactory_assets.sources.resources import extract_resources
 from envfactory_assets.sources.rpc_paths import rpc_operation_name
 
-HTTP_METHODS = ("get", "put", "post", "delete", "patch")
 UNMAPPED_REASONS = (
     "beyond_resource_cap",
     "action_without_state",
@@ -122,7 +121,7 @@ def operation_coverage(
             action = split_action_path(path)
             if (method, path) in mapped_anywhere:
                 reason = "beyond_resource_cap"
-            elif path.count("{") > MAX_NESTING:
+            elif path.count("{") - sum(1 for s in path.split("/") if is_format_segment(s)) > MAX_NESTING:
                 reason = "nested_too_deep"
             elif action is not None and method == "post" and action_verb(action[1]) is None:
                 reason = "action_without_state"

@@ -3,10 +3,11 @@
 A *resource* is a collection path (``/companies``) with read operations (GET on the collection or on
 ``/companies/{id}``), usually create (POST), and an object schema with scalar fields, or a *singleton*
 (``GET/PUT /settings``, ``/me``): one object read and updated in place. A collection without create is
-*read-only* (a catalogue, rows made outside the API): its table is seeded and read, updated or acted on. Resources are
-what the
-programmatic builder turns into tables and tools. Besides CRUD a resource keeps the operations the rules
-can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
+*read-only* (a catalogue, rows made outside the API): its table is seeded and read, updated or acted on; its list's
+rows may sit in an envelope (:func:`listed_rows`), and an item path without a collection path is placed by
+:func:`_place_lone_items` (a read-only table of its own, or the collection its operation ids or its word name).
+Resources are what the programmatic builder turns into tables and tools. Besides CRUD a resource keeps the
+operations the rules can implement over its rows: actions on an item (``POST /orders/{id}/cancel``, see
 :mod:`envfactory_assets.sources.actions`), a search (``GET /orders/search?q=``) and a count
 (``GET /orders/count``), transfers of an amount between its rows (``POST /accounts/{id}/transfers``, see
 :mod:`envfactory_assets.sources.transfers`) and side-effect actions that leave a record (``POST
@@ -80,6 +81,7 @@ SINGLETON_SEGMENTS = (
     "options",
 )
 _PARAM_SEGMENT = re.compile(r"^\{[^}]+\}$")
+HTTP_METHODS = ("get", "put", "post", "delete", "patch")
 _WRAPPER_KEYS = ("data", "result", "results", "items", "item", "records", "record", "resource")
 
 
@@ -506,25 +508,117 @@ def collection_resources(
         else:
             collections["/" + "/".join(segs)] = item
 
+    _place_lone_items(spec, collections, items)
     resources: list[Resource] = []
     taken_names: set[str] = set()
     literals = Counter(_collection_literal(_segments(cpath), items.get(cpath, (None, {}))[0]) for cpath in collections)
     # names two collections share (bucket and object ACLs both end in /acl) are told apart by their parents
     shared = frozenset(literal for literal, n in literals.items() if n > 1)
     for cpath, citem in sorted(collections.items()):
-        segs = _segments(cpath)
+        segs = row_segments(cpath)
         params = [s for s in segs if _PARAM_SEGMENT.match(s)]
         if len(params) > MAX_NESTING:
             continue
+        names = set(taken_names)  # a collection that is not kept leaves its name to the next one
         try:
-            res = None if "post" in citem else _singleton_resource(spec, cpath, citem, items, taken_names)
+            res = None if "post" in citem else _singleton_resource(spec, cpath, citem, items, names)
             if res is None:
-                res = _resource_from_collection(spec, cpath, citem, items, taken_names, extras, shared)
+                res = _resource_from_collection(spec, cpath, citem, items, names, extras, shared)
         except (SpecError, RecursionError):
             continue
         if res is not None and res.is_stateful and any(f.name != res.parent_key for f in res.fields):
             resources.append(res)
+            taken_names.add(res.name)
     return resources, items, collections
+
+
+#: path segments that name an API's version or area, not rows (``/v1/{name}``, ``/api/{id}``, ``/2010-04-01``)
+_VERSION_SEGMENT = re.compile(
+    r"^(v\d+[a-z0-9]*|\d[\d._-]*|api|apis|rest|public|pub|private|pvt|latest)$", re.IGNORECASE
+)
+#: last words of an item operation's dotted ``operationId`` (``workstations.projects.locations.workstations.get``)
+#: and of its collection's (``....workstations.list``)
+_ITEM_OPERATION_WORDS = frozenset({"get", "patch", "update", "delete"})
+_COLLECTION_OPERATION_WORDS = frozenset({"list", "create"})
+
+
+def _dotted_prefix(spec: dict[str, Any], op: Any, words: frozenset[str]) -> str | None:
+    """``a.b.c`` of an operation whose ``operationId`` is ``a.b.c.<word>`` with ``<word>`` in ``words``, else None."""
+    op = deref(spec, op)
+    oid = op.get("operationId") if isinstance(op, dict) else None
+    if not isinstance(oid, str) or "." not in oid:
+        return None
+    prefix, word = oid.rsplit(".", 1)
+    return prefix if word in words and prefix else None
+
+
+#: first words of a literal that names a lookup, not rows (``/orders/findbyextref/{ref}`` reads orders)
+_LOOKUP_SEGMENT = re.compile(r"^(?i:find|get|search|lookup|fetch|by)(_|-|[Bb]y|[A-Z]|$)")
+
+
+def _names_rows(segment: str) -> bool:
+    """Whether a collection path's last literal can name a table: a word, not a version or area (``v1``, ``api``)
+    nor a lookup (``findbyextref``, ``getByName``)."""
+    return not _VERSION_SEGMENT.match(segment) and not _LOOKUP_SEGMENT.match(segment) and speakable(snake_case(segment))
+
+
+def _place_lone_items(
+    spec: dict[str, Any], collections: dict[str, dict[str, Any]], items: dict[str, tuple[str, dict[str, Any]]]
+) -> None:
+    """Give the item paths whose collection path the document lacks a collection, in place, trying in turn:
+
+    - Dotted operation ids: an item path whose operations are named ``<prefix>.get``, ``.patch``, ``.update`` or
+      ``.delete`` belongs, for those operations, to the collection whose operations are named ``<prefix>.list``
+      or ``<prefix>.create`` and that has no item path (Google's ``GET /v1/{name}``,
+      ``workstations.projects.locations.workstations.get``, beside ``GET /v1/{parent}/workstations``).
+    - A path ending in a parameter with only a GET that lists rows (``/Players/{team}``) is a collection of its
+      own: the rows that hold that value (:func:`_resource_from_collection` reads it so).
+    - An item path of a literal that exactly one collection path ends in, nested elsewhere and without an item
+      path of its own (``/webinars/{webinar_id}`` beside ``/users/{user_id}/webinars``), is that collection's.
+    - An item path of a literal no collection path ends in (``/cards/{card_id}`` alone) is its own read-only
+      collection, with no list: an empty path item at its collection path.
+
+    The last two, and the second, need a literal that names rows: ``/v1/{name}`` and ``/api/{id}`` are none.
+    """
+    ends: dict[str, list[str]] = {}
+    dotted: dict[str, str] = {}
+    for cpath, citem in collections.items():
+        segs = _segments(cpath)
+        if segs:
+            ends.setdefault(segs[-1], []).append(cpath)
+        if cpath in items:
+            continue
+        for method in ("get", "post"):
+            prefix = _dotted_prefix(spec, citem.get(method), _COLLECTION_OPERATION_WORDS)
+            if prefix:
+                dotted.setdefault(prefix, cpath)
+    lone = [(stem, entry) for stem, entry in items.items() if stem not in collections]
+    for stem, (ipath, iitem) in sorted(lone):
+        homes_by_name: dict[str, dict[str, Any]] = {}
+        for method in HTTP_METHODS:
+            home = dotted.get(_dotted_prefix(spec, iitem.get(method), _ITEM_OPERATION_WORDS) or "")
+            if home is not None and home not in items:
+                homes_by_name.setdefault(home, {})[method] = iitem[method]
+        for home, methods in sorted(homes_by_name.items()):
+            items[home] = (ipath, methods)
+        if homes_by_name:
+            continue
+        segs = _segments(stem)
+        if not segs or _PARAM_SEGMENT.match(segs[-1]) or not _names_rows(segs[-1]):
+            continue
+        try:
+            lists = set(iitem) & set(HTTP_METHODS) == {"get"} and _lists_objects(spec, iitem["get"])
+        except (SpecError, RecursionError):
+            continue  # a response the rules cannot read gives no collection
+        if lists:
+            collections[ipath] = iitem
+            continue
+        homes = [c for c in ends.get(segs[-1], []) if c not in items]
+        if len(homes) == 1 and any(_PARAM_SEGMENT.match(s) for s in _segments(homes[0])):
+            items[homes[0]] = (ipath, iitem)
+            del items[stem]
+        elif not ends.get(segs[-1]):
+            collections[stem] = {}
 
 
 def _operation(
@@ -558,10 +652,27 @@ def with_stated_preconditions(resource: Resource) -> Resource:
     return resource
 
 
+#: path parameters that choose the response's encoding (``/{format}/Teams``: ``json`` or ``xml``), not a row: they
+#: neither nest a collection nor count towards :data:`MAX_NESTING`
+FORMAT_PARAMETERS = frozenset({"format", "response_format", "output_format", "data_format"})
+
+
+def is_format_segment(segment: str) -> bool:
+    """Whether a path segment is a parameter of :data:`FORMAT_PARAMETERS` (``{format}``)."""
+    return bool(_PARAM_SEGMENT.match(segment)) and snake_case(segment.strip("{}")) in FORMAT_PARAMETERS
+
+
+def row_segments(path: str) -> list[str]:
+    """The segments of ``path`` without its :func:`format parameters <is_format_segment>`."""
+    return [s for s in _segments(path) if not is_format_segment(s)]
+
+
 def _parent_key(segs: list[str]) -> str | None | bool:
     """The foreign key a nested collection gets from its nearest parent item (``/a/{id}/b/{id}/c`` -> ``b_id``;
     a parameter right after another one names its parent itself: ``/repos/{owner}/{repo}/issues`` ->
-    ``repo_id``), None when it is not nested, False when its shape is not usable."""
+    ``repo_id``), None when it is not nested, False when its shape is not usable. Format parameters
+    (``/{format}/Teams``) are not parents."""
+    segs = [s for s in segs if not is_format_segment(s)]
     params = [i for i, s in enumerate(segs) if _PARAM_SEGMENT.match(s)]
     if not params:
         return None
@@ -631,11 +742,18 @@ def _resource_from_collection(
     (a nested one is named with its parent's: ``bucket_acl``)."""
     extras = extras or {}
     segs = _segments(cpath)
+    listed_by = None
+    if segs and _PARAM_SEGMENT.match(segs[-1]):
+        # a GET of a path ending in a parameter that lists rows (``/Players/{team}``): the rows that hold that value
+        listed_by = to_identifier(segs[-1].strip("{}"), fallback="", max_len=40)
+        segs = segs[:-1]
+        if not listed_by or not segs or _PARAM_SEGMENT.match(segs[-1]) or cpath in items:
+            return None
     ipath, iitem = items.get(cpath, (None, {}))
     literal = _collection_literal(segs, ipath)
     if not literal or len(literal) > 40:
         return None
-    parent_key = _parent_key(segs)
+    parent_key = listed_by or _parent_key(segs)
     if parent_key is False:
         return None
     ops: dict[str, Operation] = {}
@@ -710,7 +828,13 @@ def _resource_from_collection(
     if schema is None and "get" in ops:
         schema = _response_schema(spec, deref(spec, iitem.get("get")))
     if schema is None and "list" in ops:
-        schema = _response_schema(spec, deref(spec, citem.get("get")))
+        listed = deref(spec, citem.get("get"))
+        response = _response_schema(spec, listed) if isinstance(listed, dict) else None
+        rows = listed_rows(spec, response)
+        # rows without scalar fields of their own ({"hits": [{"fields": {...}}]}): the response as before
+        schema = rows if rows is not None and extract_fields(spec, rows, key) else response
+    if listed_by == key:
+        return None  # /players/{player_id} answered with a list: a read of one row, not a list of rows
     if parent_key == key:  # /folders/{folder_id}/folders: the parent is another row of the same table
         parent_key = to_identifier(f"parent_{key}", fallback="parent_id", max_len=40)
     fields = extract_fields(spec, schema, key)
@@ -755,7 +879,7 @@ def _computed_path(spec: dict[str, Any], paths: dict[str, Any], path: str, item:
     segs = _segments(path)
     if len(segs) < 2 or snake_case(segs[-1]) not in COMPUTED_SEGMENTS or set(item) & {"post", "put", "patch", "delete"}:
         return False
-    if "get" not in item or _lists_objects(spec, item["get"]):
+    if "get" not in item or _lists_rows_plainly(spec, item["get"]):
         return False
     below = path.rstrip("/") + "/{"
     return not any(isinstance(p, str) and p.startswith(below) for p in paths)
@@ -831,8 +955,18 @@ def _collection_literal(segs: list[str], item_path: str | None) -> str:
 
 
 def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:
-    """Whether a collection GET's 2xx response is an array of objects, directly or in a wrapper object
-    (``{"data": [...]}``)."""
+    """Whether a collection GET's 2xx response is a list of objects: :func:`listed_rows` finds its rows, or it holds
+    them under one of :data:`_WRAPPER_KEYS` beside fields of its own (:func:`_lists_rows_plainly`)."""
+    op = deref(spec, get_op)
+    if not isinstance(op, dict):
+        return False
+    return listed_rows(spec, _response_schema(spec, op)) is not None or _lists_rows_plainly(spec, op)
+
+
+def _lists_rows_plainly(spec: dict[str, Any], get_op: Any) -> bool:
+    """Whether a GET's 2xx response is an array of objects, directly or under one of :data:`_WRAPPER_KEYS`
+    (``{"data": [...]}``): the narrower reading :func:`_computed_path` keeps, so that figures answered in an
+    envelope (``{"task_queues_statistics": [...], "meta": {...}}``) stay computed reads."""
     op = deref(spec, get_op)
     raw = deref(spec, _response_schema(spec, op)) if isinstance(op, dict) else None
     if isinstance(raw, dict) and raw.get("type") != "array" and isinstance(raw.get("properties"), dict):
@@ -844,3 +978,139 @@ def _lists_objects(spec: dict[str, Any], get_op: Any) -> bool:
     return isinstance(item, dict) and (
         item.get("type") == "object" or isinstance(item.get("properties"), dict) or "allOf" in item
     )
+
+
+#: fields of a list's envelope beside the list (paging, counts, links): an object with other fields is a row
+ENVELOPE_FIELDS = frozenset(
+    {
+        "total",
+        "total_count",
+        "totalcount",
+        "total_results",
+        "total_items",
+        "count",
+        "size",
+        "length",
+        "next",
+        "previous",
+        "prev",
+        "first",
+        "last",
+        "self",
+        "offset",
+        "limit",
+        "page",
+        "page_size",
+        "per_page",
+        "pages",
+        "page_count",
+        "total_pages",
+        "page_number",
+        "page_token",
+        "next_page_token",
+        "next_page",
+        "next_link",
+        "nextlink",
+        "odata_next_link",
+        "odata_count",
+        "odata_context",
+        "href",
+        "url",
+        "cursor",
+        "next_cursor",
+        "cursors",
+        "has_more",
+        "more",
+        "links",
+        "link",
+        "meta",
+        "metadata",
+        "pagination",
+        "paging",
+        "object",
+        "status",
+        "success",
+        "message",
+        "code",
+        "error",
+        "errors",
+        "took",
+        "start",
+        "end",
+        "skip",
+        "top",
+        "embedded",
+        "type",
+        "kind",
+        "etag",
+        "version",
+        "warnings",
+        "warning",
+        "request_id",
+        "query",
+        "included",
+        "includes",
+        "jsonapi",
+    }
+)
+#: depth of envelope objects :func:`listed_rows` looks through (``{"_embedded": {"events": [...]}}`` is 2)
+MAX_ENVELOPE_DEPTH = 2
+
+
+def _merged_properties(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, Any]:
+    """The properties of an object schema with those of its ``allOf`` members merged in, each dereferenced (no
+    envelope unwrapping: :func:`object_schema` does that)."""
+    schema = deref(spec, schema)
+    if not isinstance(schema, dict) or depth > MAX_REF_DEPTH:
+        return {}
+    out: dict[str, Any] = {}
+    members = schema.get("allOf")
+    for member in members if isinstance(members, list) else []:
+        out.update(_merged_properties(spec, member, depth + 1))
+    if isinstance(schema.get("properties"), dict):
+        out.update({k: deref(spec, v) for k, v in schema["properties"].items() if isinstance(k, str)})
+    return out
+
+
+def _is_array(schema: Any) -> bool:
+    return isinstance(schema, dict) and (
+        schema.get("type") == "array" or "items" in schema and "properties" not in schema
+    )
+
+
+def listed_rows(spec: dict[str, Any], schema: Any, depth: int = 0) -> dict[str, Any] | None:
+    """The schema of one row of a list response ``schema``, or None when it lists no objects.
+
+    A list is an array of objects, or an envelope object with exactly one property that is an array of objects
+    (``{"data": [...], "total": 3}``, ``{"artists": [...], "next": ...}``, an ``allOf`` of a paging object and
+    ``{"items": [...]}``), looked for through up to :data:`MAX_ENVELOPE_DEPTH` envelopes with one object
+    property each (``{"_embedded": {"events": [...]}}``). Two arrays of objects in one envelope are two lists,
+    and neither is taken.
+    """
+    schema = deref(spec, schema)
+    if not isinstance(schema, dict) or depth > MAX_ENVELOPE_DEPTH:
+        return None
+    if _is_array(schema):
+        item = deref(spec, schema.get("items"))
+        if isinstance(item, dict) and (
+            item.get("type") == "object" or isinstance(item.get("properties"), dict) or "allOf" in item
+        ):
+            return item
+        return None
+    props = _merged_properties(spec, schema)
+    arrays = [k for k, v in props.items() if _is_array(v) and listed_rows(spec, v, MAX_ENVELOPE_DEPTH) is not None]
+    others = [k for k in props if k not in arrays and not _is_array(props[k])]
+    # an object with one list among fields of its own (a user and their addresses) is one row, not a list
+    if len([k for k in others if snake_case(k).lstrip("_") not in ENVELOPE_FIELDS]) > 1:
+        return None
+    if len(arrays) > 1:
+        # JSON:API's {"data": [...], "included": [...]}: the rows are the ones under a wrapper's name
+        arrays = [k for k in arrays if k in _WRAPPER_KEYS]
+        if len(arrays) != 1:
+            return None
+    if len(arrays) == 1:
+        return listed_rows(spec, props[arrays[0]], MAX_ENVELOPE_DEPTH)
+    objects = [v for v in props.values() if isinstance(v, dict) and not _is_array(v) and _merged_properties(spec, v)]
+    if len(objects) == 1:
+        return listed_rows(spec, objects[0], depth + 1)
+    return None
