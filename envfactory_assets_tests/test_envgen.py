@@ -219,3 +219,17 @@ def test_a_longer_id_prefix_takes_letters_only():
     tables = [Resource("orgs", "org_id", "/orgs", []), Resource("org_mxedges", "org_mxedge_id", "/mxedges", [])]
     meta = _table_meta(tables, {"orgs": {}, "org_mxedges": {}})
     assert [meta[t.name]["prefix"] for t in tables] == ["org", "orgm"]
+
+
+def test_an_id_prefix_takes_letters_and_digits_only():
+    # Google Ads' "ad_campaigns": rows must not read "ad__00025"; a name of no letters still gets a prefix
+    from envfactory_assets.envgen.builder import _table_meta
+    from envfactory_assets.sources.openapi import Resource
+
+    tables = [
+        Resource("ad_campaigns", "ad_campaign_id", "/adCampaigns", []),
+        Resource("adc_rules", "adc_rule_id", "/adcRules", []),
+        Resource("__", "id", "/things", []),
+    ]
+    meta = _table_meta(tables, {t.name: {} for t in tables})
+    assert [meta[t.name]["prefix"] for t in tables] == ["adc", "adcr", "row"]

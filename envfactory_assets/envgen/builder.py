@@ -108,10 +108,10 @@ def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> di
     meta: dict[str, Any] = {}
     prefixes: set[str] = set()
     for r in resources:
-        prefix = r.singular[:3]
-        # a longer prefix takes the name's letters and digits only: "org_mxedge" beside "org" is "orgm", not
-        # "org_" (whose rows read "org__00026")
+        # a prefix takes the name's letters and digits only, so rows read "adc_00025" for "ad_campaign" (not
+        # "ad__00025") and "org_mxedge" beside "org" is "orgm" (not "org_")
         letters = re.sub(r"[^a-z0-9]", "", r.singular.lower()) or "row"
+        prefix = letters[:3]
         while prefix in prefixes:
             prefix = (letters + "x" * 8)[: len(prefix) + 1]
         prefixes.add(prefix)
