@@ -294,3 +294,14 @@ def test_server_set_fields_stay_in_rows_but_are_no_create_or_update_input(tmp_pa
     assert all(r["object"] == "account" for r in valid["tables"]["accounts"])
     report = verify_environment(env)
     assert report.status == "passed", report.reasons
+
+
+def test_id_prefixes_stay_unique_when_many_table_names_share_their_letters():
+    from envfactory_assets.envgen.builder import _table_meta
+    from envfactory_assets.sources.openapi import Resource
+
+    names = ["adcampaigns"] + [f"adcampaigns"[:i] + "_" + "adcampaigns"[i:] for i in range(1, 10)]
+    tables = [Resource(n, f"{n}_id", f"/{n}", []) for n in names]
+    prefixes = [_table_meta(tables, {t.name: {} for t in tables})[t.name]["prefix"] for t in tables]
+    assert len(set(prefixes)) == len(tables)
+    assert prefixes[:2] == ["adc", "adca"] and prefixes[8] == "adcampaign2"
