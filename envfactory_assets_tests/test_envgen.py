@@ -300,7 +300,7 @@ def test_id_prefixes_stay_unique_when_many_table_names_share_their_letters():
     from envfactory_assets.envgen.builder import _table_meta
     from envfactory_assets.sources.openapi import Resource
 
-    names = ["adcampaigns"] + [f"adcampaigns"[:i] + "_" + "adcampaigns"[i:] for i in range(1, 10)]
+    names = ["adcampaigns"] + ["adcampaigns"[:i] + "_" + "adcampaigns"[i:] for i in range(1, 10)]
     tables = [Resource(n, f"{n}_id", f"/{n}", []) for n in names]
     prefixes = [_table_meta(tables, {t.name: {} for t in tables})[t.name]["prefix"] for t in tables]
     assert len(set(prefixes)) == len(tables)
