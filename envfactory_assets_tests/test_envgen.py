@@ -219,3 +219,89 @@ def test_a_longer_id_prefix_takes_letters_only():
     tables = [Resource("orgs", "org_id", "/orgs", []), Resource("org_mxedges", "org_mxedge_id", "/mxedges", [])]
     meta = _table_meta(tables, {"orgs": {}, "org_mxedges": {}})
     assert [meta[t.name]["prefix"] for t in tables] == ["org", "orgm"]
+
+
+def test_an_id_prefix_takes_letters_and_digits_only():
+    # Google Ads' "ad_campaigns": rows must not read "ad__00025"; a name of no letters still gets a prefix
+    from envfactory_assets.envgen.builder import _table_meta
+    from envfactory_assets.sources.openapi import Resource
+
+    tables = [
+        Resource("ad_campaigns", "ad_campaign_id", "/adCampaigns", []),
+        Resource("adc_rules", "adc_rule_id", "/adcRules", []),
+        Resource("__", "id", "/things", []),
+    ]
+    meta = _table_meta(tables, {t.name: {} for t in tables})
+    assert [meta[t.name]["prefix"] for t in tables] == ["adc", "adcr", "row"]
+
+
+def test_server_set_fields_stay_in_rows_but_are_no_create_or_update_input(tmp_path):
+    # Stripe's constant "object", Google's "[Output Only]" mark, Google Storage's "kind" (always its default)
+    # and selfLink, and readOnly: a request never sets them, a stored row still holds them
+    account = {
+        "type": "object",
+        "required": ["object", "email"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["account"], "description": "String representing the object's type."},
+            "email": {"type": "string", "format": "email", "maxLength": 80},
+            "nickname": {"type": "string", "maxLength": 40},
+            "kind": {
+                "type": "string",
+                "default": "storage#account",
+                "description": "The kind of item this is. For accounts, this is always storage#account.",
+            },
+            "selfLink": {"type": "string", "description": "The link to this account."},
+            "zone": {"type": "string", "description": "[Output Only] The zone the account is served from."},
+            "region": {"type": "string", "description": "Output only. The region of the account."},
+            "score": {"type": "integer", "readOnly": True, "minimum": 0, "maximum": 100},
+        },
+    }
+    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Account"}}}}
+    key = [{"name": "account_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    spec = {
+        "openapi": "3.0.0",
+        "info": {"title": "Accounts", "version": "1"},
+        "paths": {
+            "/accounts": {
+                "get": {"operationId": "list_accounts", "responses": {"200": ref}},
+                "post": {"operationId": "create_account", "requestBody": ref, "responses": {"201": ref}},
+            },
+            "/accounts/{account_id}": {
+                "get": {"operationId": "get_account", "parameters": key, "responses": {"200": ref}},
+                "patch": {
+                    "operationId": "update_account",
+                    "parameters": key,
+                    "requestBody": ref,
+                    "responses": {"200": ref},
+                },
+            },
+        },
+        "components": {"schemas": {"Account": account}},
+    }
+    (tmp_path / "accounts.json").write_bytes(orjson.dumps(spec))
+    resource = inspect_file(tmp_path / "accounts.json", tmp_path)
+    assert isinstance(resource, SourceResource), resource
+    env = build_environment(resource.as_row(), spec)
+    tools = {t["kind"]: t for t in env["tools"]}
+    server_set = {"object", "kind", "self_link", "zone", "region", "score"}
+    assert set(tools["create"]["input_schema"]["properties"]) == {"email", "nickname"}
+    assert tools["create"]["input_schema"]["required"] == ["email"]
+    assert set(tools["update"]["input_schema"]["properties"]) == {"account_id", "email", "nickname"}
+    assert server_set <= set(tools["get"]["output_schema"]["properties"])
+    valid = next(s for s in env["initial_states"] if s["name"] == "valid")["state"]
+    assert valid["tables"]["accounts"] and all(server_set <= set(r) for r in valid["tables"]["accounts"])
+    assert all(r["object"] == "account" for r in valid["tables"]["accounts"])
+    report = verify_environment(env)
+    assert report.status == "passed", report.reasons
+
+
+def test_id_prefixes_stay_unique_when_many_table_names_share_their_letters():
+    from envfactory_assets.envgen.builder import _table_meta
+    from envfactory_assets.sources.openapi import Resource
+
+    names = ["adcampaigns"] + ["adcampaigns"[:i] + "_" + "adcampaigns"[i:] for i in range(1, 10)]
+    tables = [Resource(n, f"{n}_id", f"/{n}", []) for n in names]
+    prefixes = [_table_meta(tables, {t.name: {} for t in tables})[t.name]["prefix"] for t in tables]
+    assert len(set(prefixes)) == len(tables)
+    assert prefixes[:2] == ["adc", "adca"] and prefixes[8] == "adcampaign2"

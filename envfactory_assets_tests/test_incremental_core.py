@@ -129,3 +129,21 @@ def test_a_refined_trajectory_whose_clarification_call_or_reply_changed_gets_a_n
     assert len(ids) == len(changed) and same not in ids
     assert refined_trajectory_id("raw_1", [turn], "failed", "programmatic") != same
     assert refined_trajectory_id("raw_2", [turn], "passed", "programmatic") != same
+
+
+def test_a_source_row_whose_reading_changed_gets_a_new_id_wherever_the_corpus_lies():
+    # the store keeps a stored id's row as it is: a re-run whose rules read the same document differently
+    # (more operations mapped) must write a new row; the corpus's folder on this machine is no part of it
+    from envfactory_assets.sources.row_ids import source_row_id
+
+    row = {
+        "resource_key": "adyen_com__account_service",
+        "sha256": "ab" * 32,
+        "corpus_root": "/work/store-d/npm",
+        "n_mapped_operations": 12,
+        "operations_by_kind": {"create": 4, "get": 8},
+    }
+    same = source_row_id(row)
+    assert same.startswith("src_") and same == source_row_id({**row, "corpus_root": "/elsewhere"})
+    assert source_row_id({**row, "operations_by_kind": {"create": 4, "get": 8, "action": 2}}) != same
+    assert source_row_id({**row, "n_mapped_operations": 14}) != same

@@ -266,3 +266,15 @@ def test_the_sft_mix_counts_each_kind_the_masked_share_and_distractors(built, tm
     datasets = run_report(store).split("## Datasets", 1)[1].split("## ", 1)[0]
     assert sft_mix_lines(mix)[0] in datasets
     assert f"tool names masked (neutral tokens): {mix['names_masked_share']:.1%}" in datasets
+
+
+def test_a_trajectory_trains_sft_or_rl_by_its_raw_trajectory_whatever_its_refined_id(trajectories, environments):
+    # a refined id covers the replies: a re-worded reply must not move a trajectory between SFT and RL
+    first = [{**t, "raw_trajectory_id": "raw_" + t["id"]} for t in trajectories[:12]]
+    renamed = [{**t, "id": t["id"] + "_reworded"} for t in first]
+    _, rl_before, _ = dataset_rows(first, environments, 0.5)
+    _, rl_after, _ = dataset_rows(renamed, environments, 0.5)
+    assert {r["refined_trajectory_id"] for r in rl_before}
+    assert {r["refined_trajectory_id"] + "_reworded" for r in rl_before} == {
+        r["refined_trajectory_id"] for r in rl_after
+    }

@@ -681,3 +681,20 @@ def test_an_apostrophe_of_a_possessive_or_an_elision_quotes_nothing():
     ]:
         assert summary_action({"kind": "list", "table": "refunds", "description": summary}) == said
         assert reply_problems(f"I {said}.", [{"output": []}]) == []
+
+
+def test_an_action_reply_keeps_no_record_times_among_the_rows_other_facts():
+    # "class 'Engineering Class' went to active and it keeps created at 30 June 2025 at 12:00 UTC": when the
+    # row was created or updated is no fact the action left as it was
+    times = {"created_at": "2025-06-30T12:00:00Z", "updateTime": "2025-07-01T09:30:00Z"}
+    out = {**ROW, **times, "closed": True}
+    call = {"name": "close_bike_point", "arguments": {"id": "bp_12"}, "output": out}
+    replies = [write_reply([call], TOOLS, key_of, f"close/{s}") for s in range(40)]
+    assert all("closed" in r for r in replies), replies
+    assert any("docks" in r or "installed" in r for r in replies), replies
+    assert not [r for r in replies if re.search(r"created|update time|June|July", r, re.IGNORECASE)], replies
+    # a row of nothing but its key, its state and its record times: the reply says the state and no more
+    bare = {"id": "bp_12", **times, "closed": True}
+    call = {"name": "close_bike_point", "arguments": {"id": "bp_12"}, "output": bare}
+    replies = [write_reply([call], TOOLS, key_of, f"bare/{s}") for s in range(40)]
+    assert not [r for r in replies if re.search(r"keeps|still has|\(with|record shows|June", r)], replies

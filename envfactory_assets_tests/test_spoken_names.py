@@ -195,3 +195,20 @@ def test_a_table_of_ids_is_said_as_ids_once():
     assert (spoken_thing("user_ids"), spoken_things("user_ids")) == ("user id", "user ids")
     assert spoken_thing("ips") == "ip" and spoken_things("bus") == "buses"
     assert singular("ids") == "ids"  # names made from the table stay as they were
+
+
+def test_a_description_phrase_of_generic_words_labels_no_field():
+    # Google Storage's bucket default_event_based_hold, "The default value for event-based hold on newly created
+    # objects in this bucket.": a request that says "with default value no" names no field
+    from envfactory_assets.synth.refinement.phrasing import field_labels
+    from envfactory_assets_tests.fixture_environments import corpus_environment
+
+    env = corpus_environment("googleapis.com/storage.json")
+    create = next(t for t in env["tools"] if t["kind"] == "create" and t["table"] == "buckets")
+    schema = create["input_schema"]["properties"]["default_event_based_hold"]
+    assert schema["description"].startswith("The default value for event-based hold")
+    assert field_labels("default_event_based_hold", schema) == ["default event based hold"]
+    # a phrase that names the field more fully is still a label, and so is a generic word the name says too
+    assert field_labels("name", {"type": "string", "description": "Full name of the author."}) == ["name", "full name"]
+    value = {"type": "number", "description": "Declared value of the parcel."}
+    assert field_labels("value", value) == ["value", "declared value"]

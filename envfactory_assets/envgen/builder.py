@@ -108,12 +108,16 @@ def _table_meta(resources: list[Resource], fks: dict[str, dict[str, str]]) -> di
     meta: dict[str, Any] = {}
     prefixes: set[str] = set()
     for r in resources:
-        prefix = r.singular[:3]
-        # a longer prefix takes the name's letters and digits only: "org_mxedge" beside "org" is "orgm", not
-        # "org_" (whose rows read "org__00026")
+        # a prefix takes the name's letters and digits only, so rows read "adc_00025" for "ad_campaign" (not
+        # "ad__00025") and "org_mxedge" beside "org" is "orgm" (not "org_")
         letters = re.sub(r"[^a-z0-9]", "", r.singular.lower()) or "row"
-        while prefix in prefixes:
-            prefix = (letters + "x" * 8)[: len(prefix) + 1]
+        # the first free prefix of the name's letters, 3 long or longer; past the whole name, a number after it
+        # (two tables whose names differ only by separators or case would otherwise never end the search)
+        candidates = [letters[:n] for n in range(3, len(letters) + 1)] or [letters]
+        prefix = next((p for p in candidates if p not in prefixes), "")
+        number = 2
+        while not prefix or prefix in prefixes:
+            prefix, number = f"{letters}{number}", number + 1
         prefixes.add(prefix)
         meta[r.name] = {
             "key": r.key,

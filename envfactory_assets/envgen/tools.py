@@ -359,7 +359,8 @@ def tools_for_resource(resource: Resource, foreign_keys: dict[str, str]) -> list
     environment). ``resource`` must already hold its action fields (:func:`with_action_fields`).
     """
     row = row_schema(resource, foreign_keys)
-    field_names = [f.name for f in resource.fields]
+    # what a caller gives: a server-set field is kept in the row and its reads, never in a create or update
+    field_names = [f.name for f in resource.fields if not f.read_only]
     required_fields = [f.name for f in resource.fields if f.required]
     key_prop = {"type": "string", "description": f"Identifier of the {resource.singular}."}
     thing, things = resource.singular.replace("_", " "), resource.name.replace("_", " ")

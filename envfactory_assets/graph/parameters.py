@@ -367,6 +367,9 @@ _DATETIME_TOKENS = frozenset(
 )
 _RECORD_TIME_TOKENS = frozenset(
     {
+        # Google's createTime / updateTime name the verb, not its participle
+        "create",
+        "update",
         "created",
         "updated",
         "modified",

@@ -94,7 +94,8 @@ class FieldSpec:
     """One scalar column of a resource table.
 
     ``schema`` is a JSON Schema fragment (type, and where the spec gives them format, enum,
-    minimum/maximum, maxLength); ``source_name`` is the property name in the spec.
+    minimum/maximum, maxLength); ``source_name`` is the property name in the spec. ``read_only``: the server
+    sets the field (:func:`output_only`), so rows hold it but no create or update takes it.
     """
 
     name: str
@@ -102,6 +103,7 @@ class FieldSpec:
     schema: dict[str, Any]
     description: str
     required: bool
+    read_only: bool = False
 
 
 @dataclass
@@ -368,6 +370,25 @@ def matches_json_type(value: Any, typ: str) -> bool:
 
 
 _PREFERRED_FIELDS = ("name", "title", "status", "email", "type", "description", "amount", "date")
+_OUTPUT_ONLY_TEXT = re.compile(r"^\W*output[ -]only\b", re.IGNORECASE)
+#: fields a server always fills itself, whatever the document says of them (Google's URL of the resource)
+_SERVER_SET_NAMES = ("self_link",)
+
+
+def output_only(source_name: str, prop: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """True when the server sets property ``source_name`` (its spec schema ``prop``, read as the field schema
+    ``schema``) and a caller never gives it: ``readOnly``; a description that starts "[Output Only]" or
+    "Output only." (Google's mark); an enum of exactly one value (a constant, such as Stripe's ``object``); a
+    description that says the value is "always" its default (Google Storage's ``kind``, "this is always
+    storage#bucket"); or a name of :data:`_SERVER_SET_NAMES`."""
+    if prop.get("readOnly") is True or snake_case(source_name) in _SERVER_SET_NAMES:
+        return True
+    desc = prop.get("description")
+    desc = desc if isinstance(desc, str) else ""
+    if _OUTPUT_ONLY_TEXT.match(desc) or len(schema.get("enum", ())) == 1:
+        return True
+    default = prop.get("default")
+    return isinstance(default, str) and bool(default) and f"always {default.lower()}" in desc.lower()
 
 
 def extract_fields(spec: dict[str, Any], schema: Any, key: str) -> list[FieldSpec]:
@@ -392,21 +413,24 @@ def extract_fields(spec: dict[str, Any], schema: Any, key: str) -> list[FieldSpe
         rank = 0 if source_name in required else 2
         if lowered in _PREFERRED_FIELDS:
             rank -= 1
-        if prop.get("readOnly") and rank > 0:
+        server_set = output_only(source_name, prop, fschema)
+        if server_set and rank > 0:
             rank += 2
         desc = prop.get("description") or prop.get("title") or ""
-        candidates.append((rank, source_name, fschema, str(desc)))
+        candidates.append((rank, source_name, fschema, str(desc), server_set))
     candidates.sort(key=lambda c: c[0])
     taken = {key}
     fields: list[FieldSpec] = []
-    for _rank, source_name, fschema, desc in candidates[:MAX_FIELDS]:
+    for _rank, source_name, fschema, desc, server_set in candidates[:MAX_FIELDS]:
         name = to_identifier(source_name, fallback="field", max_len=40)
         # Tool functions take the environment state as their first parameter, named ``state``, and the
         # sandbox's static check refuses names such as ``input`` or ``open`` anywhere in the code.
         if name == "state" or name in FORBIDDEN_BUILTINS or name in REFLECTIVE_BUILTINS:
             name = f"{name}_value"
         name = unique_name(name, taken)
-        fields.append(FieldSpec(name, source_name, fschema, clean_text(desc, 160), source_name in required))
+        # a server-set field is never required of a row: a created row has none until the server would set it
+        given = source_name in required and not server_set
+        fields.append(FieldSpec(name, source_name, fschema, clean_text(desc, 160), given, server_set))
     return fields
 
 

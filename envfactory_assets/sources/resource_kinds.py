@@ -22,6 +22,7 @@ from envfactory_assets.sources.mcp_tools import (
 )
 from envfactory_assets.sources.names import snake_case, to_identifier
 from envfactory_assets.sources.problems import load_error_detail, schema_error_detail, schema_error_where
+from envfactory_assets.sources.row_ids import source_row_id
 from envfactory_assets.sources.scan import (
     DEFAULT_MAX_BYTES,
     DOCUMENT_SUFFIXES,
@@ -186,7 +187,7 @@ def _rows(
         row = {**result.as_row(), "corpus_root": str(root)}
         if isinstance(result, SourceResource):
             taken.add(result.resource_key)
-            row["id"] = content_id("src", {"key": result.resource_key, "sha256": result.sha256})
+            row["id"] = source_row_id(row)
             accepted.append(row)
         else:
             row["id"] = content_id("rej", row)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from envfactory_assets.sources.row_ids import source_row_id
 from envfactory_assets.sources.scan import (
     DEFAULT_MAX_BYTES,
     DOCUMENT_SUFFIXES,
@@ -52,7 +53,7 @@ def scan_rows(
         if isinstance(result, SourceResource):
             row = result.as_row()
             row["corpus_root"] = root_str
-            row["id"] = content_id("src", {"key": result.resource_key, "sha256": result.sha256})
+            row["id"] = source_row_id(row)
             accepted.append(row)
         else:
             row = result.as_row()

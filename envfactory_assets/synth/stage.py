@@ -363,7 +363,9 @@ def dataset_rows(
     tags = benchmark_tags or {}
     gaps = gaps or DataGapsConfig()
     stats = gap_stats if gap_stats is not None else GapStats()
-    splits = {t["id"]: split_of(t["id"], sft_share) for t in refined}
+    # by the raw trajectory: whether a trajectory trains SFT or RL must not move when only its refinement's
+    # wording does (a refined id covers its clarifications and replies)
+    splits = {t["id"]: split_of(t.get("raw_trajectory_id") or t["id"], sft_share) for t in refined}
     held_out = held_out_environments(e for t in refined for e in t["env_ids"])
     # A train row's abstention request may name another environment's tool: never a held-out one's (nor
     # one the hash rule would hold out once its trajectories arrive), or training would see its tools.

@@ -190,6 +190,14 @@ def flag_predicate(name: str, value: bool) -> str:
     return f"has {said} set to {spoken_value(value)}"
 
 
+#: nouns any field's description may end its first phrase with: they say what kind of thing a field holds, not
+#: which field it is
+_GENERIC_HEADS = frozenset(
+    {"value", "values", "setting", "settings", "option", "options", "field", "fields", "flag", "flags", "property"}
+    | {"properties", "parameter", "parameters", "data", "information", "info", "thing", "item"}
+)
+
+
 def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
     """Labels a person may use for a field, most literal first: its name's words, then (when the spec's
     description starts with a short noun phrase of 1-3 words ending before "of"/"for"/"."/","), that
@@ -218,6 +226,9 @@ def field_labels(name: str, schema: dict[str, Any] | None = None) -> list[str]:
             and not re.search(
                 r"\b(?:identifier|id|number|maximum|when|whether|list|the|a|an|is|are|to|this|that|one)\b", phrase
             )
+            # a phrase ending in a word any field could take ("default value" for default_event_based_hold)
+            # names no field unless the name says that word too
+            and (phrase.split()[-1] not in _GENERIC_HEADS or phrase.split()[-1] in name_words)
         ):
             labels.append(phrase)
     return labels

@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envfactory_assets.graph.parameters import names_a_time
+from envfactory_assets.graph.parameters import RECORD_TIME, Parameter, names_a_time, value_kind
 from envfactory_assets.sources.names import (
     indefinite_article,
     inflected_plural,
@@ -802,11 +802,15 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
     sentence = _pick(rng, plans)
     field = action.get("field")
     # the row's other flags and state fields are left out: "marked running, and it is cancelled" says two
-    # states of one row
+    # states of one row; so are its record times ("went to active and it keeps created at 30 June 2025"),
+    # bookkeeping of the row rather than a fact the action left as it was
     others = [
         k
         for k, v in (c.out or {}).items()
-        if k != field and not _is_flag(v) and not _STATE_WORDS.search(_field_words(k).lower())
+        if k != field
+        and not _is_flag(v)
+        and not _STATE_WORDS.search(_field_words(k).lower())
+        and not _is_record_time(k)
     ]
     facts, flags = _row_facts(c.out, c.key, rng, min(c.room, 2), only=others) if c.room else ([], [])
     if facts:
@@ -817,6 +821,12 @@ def _action_sentence(c: _Call, rng: random.Random) -> str:
     if flags:
         sentence += _flags_after(flags, rng)
     return sentence
+
+
+def _is_record_time(name: str) -> bool:
+    """Whether result field ``name`` holds when its row was created, updated or otherwise kept
+    (``created_at``, ``updateTime``): :data:`~envfactory_assets.graph.parameters.RECORD_TIME` by its name."""
+    return value_kind(Parameter("", "", "out", name, name, "string", False)) == RECORD_TIME
 
 
 def _relation_sentence(c: _Call, rng: random.Random) -> str:
