@@ -16,7 +16,7 @@ import pytest
 
 from envfactory_assets.runtime import bounded_json
 from envfactory_assets.runtime.bounded_json import JsonBounds, JsonDeadlineExceeded
-from envfactory_assets.security.hostile.containment import _runqueue_waits_s
+from envfactory_assets.runtime.lock_held_reads import python_thread_runqueue_waits_s
 
 # -- random documents written as text: whitespace, escapes and raw UTF-8 chosen at random --------------------------
 
@@ -287,9 +287,9 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        last, waits_last = time.monotonic(), _runqueue_waits_s()
+        last, waits_last = time.monotonic(), python_thread_runqueue_waits_s()
         while not self._stop.wait(0.01):
-            now, waits = time.monotonic(), _runqueue_waits_s()
+            now, waits = time.monotonic(), python_thread_runqueue_waits_s()
             gap = now - last
             waited = sum(max(0.0, value - waits_last.get(tid, 0.0)) for tid, value in waits.items())
             self.max_gap_s = max(self.max_gap_s, max(0.0, gap - waited) if waits_last else gap)

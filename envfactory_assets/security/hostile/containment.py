@@ -41,6 +41,7 @@ from typing import Any
 
 from envfactory_assets.runtime import cgroups
 from envfactory_assets.runtime.errors import EnvironmentRejected, SandboxError
+from envfactory_assets.runtime.lock_held_reads import python_thread_runqueue_waits_s, read_small_file
 from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
 from envfactory_assets.security.hostile.runner import BENIGN_SOURCE, check_recovery
 from envfactory_assets.security.hostile.samples import CANARY, MARKER, PORT, SECRETS, HostileSample
@@ -562,12 +563,15 @@ class SampleGroup:
         if cpu_dir is None:
             return None
         try:
+            # read holding the interpreter lock: the heartbeat thread calls this every tick (lock_held_reads)
             if self.support.mode == "v1":
-                return int((cpu_dir / "cpuacct.usage").read_text()) / 1e9
-            for line in (cpu_dir / "cpu.stat").read_text().splitlines():
+                text = read_small_file(str(cpu_dir / "cpuacct.usage"))
+                return None if text is None else int(text) / 1e9
+            text = read_small_file(str(cpu_dir / "cpu.stat"))
+            for line in (text or b"").decode("ascii", "replace").splitlines():
                 if line.startswith("usage_usec "):
                     return int(line.split()[1]) / 1e6
-        except (OSError, ValueError):
+        except ValueError:
             pass
         return None
 
@@ -624,23 +628,6 @@ class MeasuredWorker(SandboxWorker):
             self.group.close()
 
 
-def _runqueue_waits_s() -> dict[str, float]:
-    """``{thread id: seconds it has spent runnable but waiting for a CPU}`` of every thread of this process
-    (``/proc/self/task/<tid>/schedstat``, second field); empty where the kernel does not keep it."""
-    waits = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return waits
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as schedstat:
-                waits[tid] = int(schedstat.read().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            continue
-    return waits
-
-
 class _Heartbeat:
     """A parent thread that wakes every 10 ms and records the longest gap between two wake-ups that the parent
     or the sample's workers caused (:attr:`max_gap_s`; the plain longest gap: :attr:`max_wall_gap_s`).
@@ -652,6 +639,10 @@ class _Heartbeat:
     that takes the parent's cores still shows). What is left is never less than the CPU time the parent
     itself used during the gap: a reply decoded while holding the interpreter lock counts whole. Without the
     workers' CPU figure (no control group) or the run-queue figures, every gap counts whole.
+
+    Its figures are read holding the interpreter lock (:mod:`~envfactory_assets.runtime.lock_held_reads`):
+    read with Python's own calls, each file would hand the lock back and wait for it again, and the ticks
+    would measure their own reading (30 ms a tick behind a decoding main thread) along with the parent.
 
     Args:
         workers_cpu_s: the sample's workers' CPU seconds so far (:meth:`SampleGroup.cpu_seconds`), or None.
@@ -668,11 +659,16 @@ class _Heartbeat:
         last, own_last, waits_last, cpu_last = (
             time.monotonic(),
             time.process_time(),
-            _runqueue_waits_s(),
+            python_thread_runqueue_waits_s(),
             self._workers_cpu_s(),
         )
         while not self._stop.wait(0.01):
-            now, own, waits, cpu = time.monotonic(), time.process_time(), _runqueue_waits_s(), self._workers_cpu_s()
+            now, own, waits, cpu = (
+                time.monotonic(),
+                time.process_time(),
+                python_thread_runqueue_waits_s(),
+                self._workers_cpu_s(),
+            )
             gap = now - last
             counted = gap
             if waits and waits_last and cpu is not None and cpu_last is not None:

@@ -823,6 +823,18 @@ def attack(state, canary, secrets, port, marker):
         probe_sensitive=False,
     ),
     _os_sample(
+        "reply_50_mib_valid",
+        "resource limits",
+        "returns a valid 50 MiB reply within every bound (130,000 strings of 200 quotes, which the worker's "
+        "serializer escapes: an estimated 60 MiB decoded): the parent must decode it without keeping its other "
+        "threads from the interpreter for 100 ms (one orjson call over it takes 60 to 100 ms)",
+        """
+def attack(state, canary, secrets, port, marker):
+    return {"lines": ['"' * 200] * 130000}
+""",
+        probe_sensitive=False,
+    ),
+    _os_sample(
         "frame_declaring_1_gib",
         "resource limits",
         "writes a frame header declaring a 1 GiB reply straight to the protocol pipe: a reader that allocates "
