@@ -9,7 +9,9 @@ shape most environments have. Measured, as medians of ``--repeat`` tries:
   table (``collections.ChainMap``) and of the exact hash (orjson canonical encoding + sha256 of the saved state),
   and the fork that loads ``save(state)`` afresh (what every fork did before);
 - through the sandbox: one call of a trivial tool against a pipe echo to a worker process (same framing), their
-  tries alternated;
+  tries alternated; and the same pair again in a process held to one CPU, whose worker and echo processes
+  inherit it (on an idle virtual machine a worker woken on the other, halted, virtual CPU waits for that CPU to
+  wake, which the echo, woken on the caller's CPU, does not: this pair shows the call without that wait);
 - a whole rollout's environment overhead as the parent sees it (fork the task's base, 5 calls, final-state
   hashes, close) on a 1-environment and a 3-environment task (three trust domains, three worker processes),
   against as many pipe echoes as it has round trips (a close rides on the worker's next request, the next
@@ -266,6 +268,34 @@ def through_sandbox(rows: int, repeat: int) -> dict[str, float]:
     return results
 
 
+ONE_CPU_SCRIPT = textwrap.dedent("""\
+    import json, os, sys
+    from benchmarks import episode_speed as bench
+    from envfactory_assets.runtime.sandbox import SandboxLimits, SandboxWorker
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the worker and the echo inherit it
+    repeat = int(sys.argv[1])
+    echo = bench._Echo()
+    with SandboxWorker(SandboxLimits()) as worker:
+        worker.load_environment("ping", bench.PING, origin="template")
+        episode = worker.open_episode({"ping": {}})
+        call, floor = bench.paired_medians_us(lambda: worker.call(episode, "ping"), echo.round_trip, repeat)
+    echo.close()
+    print(json.dumps({"call_one_cpu": call, "echo_one_cpu": floor}))
+""")
+
+
+def on_one_cpu(repeat: int) -> dict[str, float]:
+    """One call against a pipe echo, in a process held to one CPU with its worker and echo (see the module
+    docstring); empty where the process cannot set its CPU affinity."""
+    if not hasattr(os, "sched_setaffinity"):
+        return {}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(  # a fixed command, no shell
+        [sys.executable, "-c", ONE_CPU_SCRIPT, str(repeat)], capture_output=True, text=True, env=env, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 BEFORE_SCRIPT = textwrap.dedent("""\
     import copy, json, statistics, sys, time
     from envfactory_assets.runtime.canonical import state_hash
@@ -350,6 +380,16 @@ def markdown(rows: int, repeat: int, figures: dict[str, float]) -> str:
         ),
         line("one call through the sandbox worker", "call", "echo", "pipe echo to a worker", "<= 2x"),
     ]
+    if "call_one_cpu" in figures:
+        lines.append(
+            line(
+                "same call, parent and worker held to one CPU",
+                "call_one_cpu",
+                "echo_one_cpu",
+                "pipe echo on that CPU",
+                "<= 2x",
+            )
+        )
     for n in (1, 3):
         target = "<= 1,000 us" if n == 1 else "<= 2,000 us"
         lines.append(
@@ -409,7 +449,7 @@ def write_section(text: str, command: str) -> None:
 
 def run(rows: int = 1000, repeat: int = 200, before_checkout: Path | None = None) -> str:
     """Every measure in one run; the Markdown table."""
-    figures = {**in_worker(rows, repeat), **through_sandbox(rows, repeat)}
+    figures = {**in_worker(rows, repeat), **through_sandbox(rows, repeat), **on_one_cpu(repeat)}
     if before_checkout is not None:
         figures.update(before(before_checkout, rows, max(10, repeat // 10)))
     return markdown(rows, repeat, figures)
