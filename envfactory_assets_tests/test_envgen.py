@@ -12,6 +12,7 @@ from envfactory_assets.envgen.builder import build_environment
 from envfactory_assets.envgen.verify import verify_environment
 from envfactory_assets.runtime.static_check import static_check
 from envfactory_assets.sources.names import TOOL_NAME_RE
+from envfactory_assets.sources.openapi import output_only
 from envfactory_assets.sources.scan import SourceResource, inspect_file
 from envfactory_assets_tests.fixture_environments import FIXTURES, mutate
 
@@ -294,6 +295,83 @@ def test_server_set_fields_stay_in_rows_but_are_no_create_or_update_input(tmp_pa
     assert all(r["object"] == "account" for r in valid["tables"]["accounts"])
     report = verify_environment(env)
     assert report.status == "passed", report.reasons
+
+
+def test_a_records_own_creation_and_modification_times_are_stamped_by_the_server_not_given(tmp_path):
+    # Stripe's created (seconds) and livemode, Google Storage's timeCreated and updated (RFC 3339), Twilio's
+    # date_created, an updated_at without a format: rows hold them, no create or update takes them; a due date,
+    # a start time and who created the row stay inputs
+    charge = {
+        "type": "object",
+        "required": ["amount", "created", "livemode"],
+        "properties": {
+            "id": {"type": "string"},
+            "amount": {"type": "integer", "minimum": 1, "maximum": 100000},
+            "created": {
+                "type": "integer",
+                "description": "Time at which the object was created. Measured in seconds since the Unix epoch.",
+            },
+            "livemode": {"type": "boolean", "description": "Has the value `true` if the object exists in live mode."},
+            "timeCreated": {"type": "string", "format": "date-time", "description": "The creation time of the charge."},
+            "updated": {"type": "string", "format": "date-time", "description": "The modification time of the charge."},
+            "date_created": {"type": "string", "description": "The date that this charge was created."},
+            "updated_at": {"type": "string", "description": "The updated at value of the charge."},
+            "due_date": {"type": "string", "format": "date"},
+        },
+    }
+    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Charge"}}}}
+    key = [{"name": "charge_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    spec = {
+        "openapi": "3.0.0",
+        "info": {"title": "Payments", "version": "1", "x-apisguru-categories": ["payment"]},
+        "paths": {
+            "/charges": {
+                "get": {"operationId": "list_charges", "responses": {"200": ref}},
+                "post": {"operationId": "create_charge", "requestBody": ref, "responses": {"201": ref}},
+            },
+            "/charges/{charge_id}": {
+                "get": {"operationId": "get_charge", "parameters": key, "responses": {"200": ref}},
+                "patch": {
+                    "operationId": "update_charge",
+                    "parameters": key,
+                    "requestBody": ref,
+                    "responses": {"200": ref},
+                },
+            },
+        },
+        "components": {"schemas": {"Charge": charge}},
+    }
+    (tmp_path / "charges.json").write_bytes(orjson.dumps(spec))
+    resource = inspect_file(tmp_path / "charges.json", tmp_path)
+    assert isinstance(resource, SourceResource), resource
+    env = build_environment(resource.as_row(), spec)
+    tools = {t["kind"]: t for t in env["tools"]}
+    stamped = {"created", "livemode", "time_created", "updated", "date_created", "updated_at"}
+    assert set(tools["create"]["input_schema"]["properties"]) == {"amount", "due_date"}
+    assert tools["create"]["input_schema"]["required"] == ["amount"]
+    assert set(tools["update"]["input_schema"]["properties"]) == {"charge_id", "amount", "due_date"}
+    assert stamped <= set(tools["get"]["output_schema"]["properties"])
+    valid = next(s for s in env["initial_states"] if s["name"] == "valid")["state"]
+    assert valid["tables"]["charges"] and all(stamped <= set(r) for r in valid["tables"]["charges"])
+    assert verify_environment(env).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("name", "prop", "stamped"),
+    [
+        ("created_by", {"type": "string", "description": "Who created the charge."}, False),
+        ("update_mask", {"type": "string", "description": "The fields to update."}, False),
+        ("created", {"type": "boolean", "description": "Whether the charge was created."}, False),
+        ("start_time", {"type": "string", "description": "The time at which the meeting starts."}, False),
+        ("created", {"type": "string"}, False),  # a bare word and a string that says nothing of a time
+        ("createTime", {"type": "string"}, True),
+        ("last_modified", {"type": "string", "description": "Last modified date"}, True),
+        ("creation_date", {"type": "string", "description": '(A date in "YmdHis" format)'}, True),
+        ("created_time", {"type": "number", "description": "The created time of the org."}, True),
+    ],
+)
+def test_which_fields_count_as_a_records_own_times(name, prop, stamped):
+    assert output_only(name, prop, prop) is stamped
 
 
 def test_id_prefixes_stay_unique_when_many_table_names_share_their_letters():

@@ -371,8 +371,21 @@ def matches_json_type(value: Any, typ: str) -> bool:
 
 _PREFERRED_FIELDS = ("name", "title", "status", "email", "type", "description", "amount", "date")
 _OUTPUT_ONLY_TEXT = re.compile(r"^\W*output[ -]only\b", re.IGNORECASE)
-#: fields a server always fills itself, whatever the document says of them (Google's URL of the resource)
-_SERVER_SET_NAMES = ("self_link",)
+#: fields a server always fills itself, whatever the document says of them (Google's URL of the resource,
+#: Stripe's flag of the mode the request was made in)
+_SERVER_SET_NAMES = ("self_link", "livemode")
+#: the words of a record's own creation or modification time (``created``, ``timeCreated``, ``update_time``)
+_RECORD_TIME_WORDS = frozenset({"created", "create", "creation", "updated", "update", "modified", "modification"})
+_TIME_WORDS = frozenset({"time", "at", "on", "date", "timestamp"})
+_RECORD_TIME_EXTRA = _TIME_WORDS | {"last"}
+#: a description that says a field is the record's own creation or modification time ("Time at which the
+#: object was created", "The creation time of the bucket", "The modification time of the bucket")
+_RECORD_TIME_TEXT = re.compile(
+    r"^\W*(?:the\s+)?(?:(?:date|time|timestamp)(?:\s+and\s+time)?\s+(?:at\s+which|when)\s+(?:the|this)\s+"
+    r"[\w ]{1,40}?\s+(?:was|is|were)\s+(?:first\s+|last\s+)?(?:created|updated|modified)"
+    r"|(?:creation|modification|last[- ]modified|last[- ]update[d]?)\s+(?:date|time|timestamp))\b",
+    re.IGNORECASE,
+)
 
 
 def output_only(source_name: str, prop: dict[str, Any], schema: dict[str, Any]) -> bool:
@@ -380,7 +393,8 @@ def output_only(source_name: str, prop: dict[str, Any], schema: dict[str, Any]) 
     ``schema``) and a caller never gives it: ``readOnly``; a description that starts "[Output Only]" or
     "Output only." (Google's mark); an enum of exactly one value (a constant, such as Stripe's ``object``); a
     description that says the value is "always" its default (Google Storage's ``kind``, "this is always
-    storage#bucket"); or a name of :data:`_SERVER_SET_NAMES`."""
+    storage#bucket"); a name of :data:`_SERVER_SET_NAMES`; or the record's own creation or modification time
+    (Stripe's ``created``, Google Storage's ``timeCreated`` and ``updated``)."""
     if prop.get("readOnly") is True or snake_case(source_name) in _SERVER_SET_NAMES:
         return True
     desc = prop.get("description")
@@ -388,7 +402,29 @@ def output_only(source_name: str, prop: dict[str, Any], schema: dict[str, Any]) 
     if _OUTPUT_ONLY_TEXT.match(desc) or len(schema.get("enum", ())) == 1:
         return True
     default = prop.get("default")
-    return isinstance(default, str) and bool(default) and f"always {default.lower()}" in desc.lower()
+    if isinstance(default, str) and default and f"always {default.lower()}" in desc.lower():
+        return True
+    return _record_time(source_name, desc, schema)
+
+
+def _record_time(source_name: str, desc: str, schema: dict[str, Any]) -> bool:
+    """Whether the field holds the record's own creation or modification time, which the server stamps: named
+    only by those words (``created``, ``updated``, ``timeCreated``, ``date_created``, ``last_modified``; not
+    ``created_by`` or ``update_mask``) and not a flag, where the name says it is a time (``updated_at``) or the
+    value is one (a date or date-time string, a number of seconds, a string its description calls a time); or
+    described as that time ("Time at which the object was created")."""
+    if _RECORD_TIME_TEXT.match(desc):
+        return True
+    words = set(re.findall(r"[a-z]+", snake_case(source_name).replace("_", " ")))
+    if not words & _RECORD_TIME_WORDS or not words <= _RECORD_TIME_WORDS | _RECORD_TIME_EXTRA:
+        return False
+    if schema.get("type") == "boolean":
+        return False
+    if words & _TIME_WORDS or schema.get("type") in ("integer", "number"):
+        return True  # the name says it is a time (updated_at, date_created), or a bare word holds a number
+    if schema.get("format") in ("date", "date-time"):
+        return True
+    return schema.get("type") == "string" and bool(re.search(r"\b(?:time|date|timestamp)\b", desc, re.IGNORECASE))
 
 
 def extract_fields(spec: dict[str, Any], schema: Any, key: str) -> list[FieldSpec]:
