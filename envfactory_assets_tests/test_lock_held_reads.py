@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from envfactory_assets.runtime import lock_held_reads
 from envfactory_assets.runtime.lock_held_reads import python_thread_runqueue_waits_s, read_small_file
 
 
@@ -21,6 +22,24 @@ def test_a_small_file_reads_as_python_reads_it(tmp_path) -> None:
     assert read_small_file(str(path), limit=10) == b"usage_usec"
     assert read_small_file(str(tmp_path / "gone")) is None
     assert read_small_file(str(tmp_path)) is None  # a directory cannot be read
+
+
+@pytest.mark.parametrize("calls", ["libc", "os fallback"])
+def test_a_path_is_encoded_as_os_open_encodes_it(tmp_path, monkeypatch: pytest.MonkeyPatch, calls: str) -> None:
+    """A name that is not UTF-8 (decoded by ``os.fsdecode`` with surrogates, as ``os.listdir`` gives it) reads its
+    file; a NUL byte, which C would take for the end of the name, is refused as ``os.open`` refuses it. The same
+    through libc and through the fallback used where libc cannot be loaded."""
+    if calls == "os fallback":
+        monkeypatch.setattr(lock_held_reads, "_CALLS", None)
+    raw = os.path.join(os.fsencode(tmp_path), b"cpu\xe9.stat")
+    with open(raw, "wb") as handle:
+        handle.write(b"usage_usec 7\n")
+    assert read_small_file(os.fsdecode(raw)) == b"usage_usec 7\n"
+    assert read_small_file(raw) == b"usage_usec 7\n"
+    with pytest.raises(ValueError, match="NUL"):
+        read_small_file("/proc/self/status\0/schedstat")
+    with pytest.raises(ValueError, match="negative"):
+        read_small_file("/proc/self/status", limit=-1)
 
 
 def test_every_python_thread_has_a_growing_runqueue_wait() -> None:

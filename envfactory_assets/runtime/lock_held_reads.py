@@ -39,21 +39,31 @@ def _libc_calls() -> tuple[object, object, object] | None:
 _CALLS = _libc_calls()
 
 
-def read_small_file(path: str, limit: int = READ_LIMIT) -> bytes | None:
+def read_small_file(path: str | bytes | os.PathLike[str], limit: int = READ_LIMIT) -> bytes | None:
     """The first ``limit`` bytes of the file at ``path``, read without releasing the interpreter lock.
 
     Args:
         path: a file the kernel answers at once (``/proc/...``, a cgroup file); a slow file would hold every
-            thread of the process for the length of the read.
+            thread of the process for the length of the read. Encoded as ``os.open`` encodes it
+            (:func:`os.fsencode`), so a name that is not UTF-8 reads the file it names.
         limit: the most bytes read, one ``read(2)``.
 
     Returns:
         The bytes read, or None when the file cannot be opened or read (the thread it describes ended, the
         group was removed).
+
+    Raises:
+        ValueError: ``path`` holds a NUL byte (C would read the file named by its part before the NUL), or
+            ``limit`` is negative.
     """
+    encoded = os.fsencode(path)
+    if b"\0" in encoded:
+        raise ValueError(f"read_small_file: path {path!r} holds a NUL byte")
+    if limit < 0:
+        raise ValueError(f"read_small_file: limit {limit} is negative")
     if _CALLS is None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(encoded, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
@@ -63,7 +73,7 @@ def read_small_file(path: str, limit: int = READ_LIMIT) -> bytes | None:
         finally:
             os.close(fd)
     open_, read, close = _CALLS
-    fd = open_(path.encode(), os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_(encoded, os.O_RDONLY | os.O_CLOEXEC)
     if fd < 0:
         return None
     try:
