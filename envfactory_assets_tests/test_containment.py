@@ -21,6 +21,7 @@ from envfactory_assets.llm import OpenAICompatibleBackend
 from envfactory_assets.llm.testing import FakeChatServer
 from envfactory_assets.runtime import SandboxLimits, SandboxWorker, cgroups, static_check
 from envfactory_assets.runtime.canonical import state_hash
+from envfactory_assets.runtime.errors import SandboxError
 from envfactory_assets.runtime.isolation import (
     OS_LAYER_ENV_VAR,
     UNSAFE_ENV_VAR,
@@ -849,3 +850,17 @@ def test_the_heartbeat_counts_a_parent_that_holds_the_interpreter_whatever_the_m
         held_s = time.thread_time() - started
     assert held_s > 0.2, held_s
     assert heartbeat.max_gap_s >= held_s * 0.9, (heartbeat.max_gap_s, held_s)
+
+
+def test_a_heartbeat_whose_thread_failed_never_reports_a_figure() -> None:
+    """A heartbeat thread that stops on an error has measured nothing since: leaving its context raises rather
+    than handing back the gaps it saw before it stopped."""
+    from envfactory_assets.security.hostile.containment import _Heartbeat
+
+    ticks = iter(range(3))
+
+    def workers_cpu_s() -> float:
+        return float(next(ticks))  # the third tick finds nothing left: StopIteration in the heartbeat thread
+
+    with pytest.raises(SandboxError, match="heartbeat thread failed.*StopIteration"), _Heartbeat(workers_cpu_s):
+        time.sleep(0.1)

@@ -652,10 +652,17 @@ class _Heartbeat:
         self.max_gap_s = 0.0
         self.max_wall_gap_s = 0.0
         self._workers_cpu_s = workers_cpu_s or (lambda: None)
+        self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="containment-heartbeat")
 
     def _run(self) -> None:
+        try:
+            self._tick_until_stopped()
+        except BaseException as exc:  # noqa: BLE001 - handed to the measuring thread at exit, never lost
+            self._error = exc
+
+    def _tick_until_stopped(self) -> None:
         last, own_last, waits_last, cpu_last = (
             time.monotonic(),
             time.process_time(),
@@ -683,9 +690,12 @@ class _Heartbeat:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self._error is not None and exc_type is None:
+            # a heartbeat that stopped early measured nothing after it stopped: never a passing figure
+            raise SandboxError(f"the heartbeat thread failed, so no gap was measured after it: {self._error!r}")
 
 
 def _reply_texts(value: Any) -> Iterator[str]:
