@@ -65,6 +65,22 @@ def test_initial_states_honour_types_enums_and_references(bookshop):
     assert all(len(row["name"]) <= 80 for row in boundary["tables"]["authors"])
 
 
+def test_seeded_rows_were_created_in_the_order_of_their_identifiers(bookshop):
+    """Identifiers count up as rows are created, so creation times do too: the row with the largest identifier
+    (what "my most recent book" names) is the one created last."""
+    valid = next(s for s in bookshop["initial_states"] if s["name"] == "valid")["state"]
+    checked = 0
+    for table, rows in valid["tables"].items():
+        key = bookshop["tables"][table]["key"] if table in bookshop["tables"] else None
+        if not key or len(rows) < 2:
+            continue
+        checked += 1
+        by_id = sorted(rows, key=lambda r: (len(str(r[key])), str(r[key])))
+        times = [r["created_at"] for r in by_id]
+        assert times == sorted(times) and len(set(times)) > 1, (table, times)
+    assert checked >= 2
+
+
 def test_generated_source_passes_the_static_check(bookshop):
     assert static_check(bookshop["source"]) == []
     assert "import" not in bookshop["source"]

@@ -599,3 +599,31 @@ def test_a_narrower_draw_applies_only_its_operators_and_never_quotes_a_value_not
             assert all(not future_identifiers(turns, i) for i in range(len(turns)))
             checked += sum(1 for a, b in zip(full, turns, strict=False) if a["query"] != b["query"])
     assert checked > 0  # the fixture chains carry operators the narrower draws leave out
+
+
+def test_an_update_never_asks_to_set_a_field_to_the_value_it_holds(trajectories, environments):
+    """Where an earlier call of the trajectory showed the row (and no call wrote it since), no optional argument
+    of an update repeats a value the row held: "set its currency to 'CHF'" of a row in CHF asks for nothing."""
+    tools = {t["name"]: t for env in environments.values() for t in env["tools"]}
+    checked = 0
+    for traj in (t for t in trajectories if t["status"] == "passed"):
+        flat = [c for t in traj["turns"] for c in t["calls"]]
+        for i, call in enumerate(flat):
+            tool = tools[call["name"]]
+            if tool["kind"] != "update" or call.get("error"):
+                continue
+            required = set(tool["input_schema"].get("required", []))
+            key = next(k for k in required if k in call["arguments"] and k.endswith("_id"))
+            shown = None
+            for earlier in reversed(flat[:i]):
+                rows = earlier["output"].get("items", [earlier["output"]])
+                row = next((r for r in rows if isinstance(r, dict) and r.get(key) == call["arguments"][key]), None)
+                if row is not None:
+                    shown = None if tools[earlier["name"]]["kind"] not in READ_KINDS | {"create", "update"} else row
+                    break
+            if shown is None:
+                continue
+            checked += 1
+            repeated = {n: v for n, v in call["arguments"].items() if n not in required and shown.get(n) == v}
+            assert not repeated, (call["name"], repeated, shown)
+    assert checked >= 3

@@ -220,6 +220,11 @@ def _seed_rows(
             if any(v is None for v in row.values()):
                 continue
             state["tables"][table].append(row)
+        # identifiers count up as rows are created, so creation times do too: "my most recent <thing>" (the
+        # largest identifier) is then the one a person reading the rows' creation times would pick
+        rows = state["tables"][table]
+        for row, when in zip(rows, sorted(r["created_at"] for r in rows), strict=True):
+            row["created_at"] = when
     if data_sources is not None:
         data_sources.update(values.data_sources)
     return state

@@ -293,6 +293,7 @@ def resolve_arguments(
         # sets ahead (a due date, an expiry) may lie after the clock, other dates lie before it.
         args[name], prov[name] = values.value(name, schema, tool["table"], future=True), {"source": "user"}
     if tool["kind"] == "update" and key in args:
+        _drop_unchanged_update_values(tool, key, args, prov, saved, index)
         _make_update_change_something(tool, key, args, prov, saved, index, values)
     if tool["kind"] in ("relation_add", "relation_remove"):
         _pair_from_state(tool, args, prov, history, saved, index, rng)
@@ -438,6 +439,26 @@ def _search_text(rows: list[dict[str, Any]], rng: random.Random) -> str:
     found = [w.strip(".,;:!?()\"'") for r in rows for k, v in r.items() if searchable(k, v) for w in v.split()]
     found = [w for w in found if w.isalpha() and (len(w) >= 5 or (len(w) >= 3 and w[0].isupper()))]
     return rng.choice(found) if found else "a"
+
+
+def _drop_unchanged_update_values(
+    tool: dict[str, Any],
+    key: str,
+    args: dict[str, Any],
+    prov: dict[str, Any],
+    saved: dict[str, Any],
+    index: ToolIndex,
+) -> None:
+    """An optional update argument equal to the row's current value asks for no change ("set its currency to
+    'CHF'" of a row in CHF): a value bound from an earlier result of the same row copies it back. Left out, so
+    the request names only what changes."""
+    row = next((r for r in _state_rows(saved, index, tool) if r.get(key) == args[key]), None)
+    if row is None:
+        return
+    required = set(tool["input_schema"].get("required", []))
+    for name in [n for n in args if n != key and n not in required and n in row and row[n] == args[n]]:
+        del args[name]
+        prov.pop(name, None)
 
 
 def _make_update_change_something(
