@@ -518,3 +518,25 @@ def test_spec_examples_of_numbers_are_rounded_to_a_written_precision(field, sche
     assert examples, f"no draw of {field} was the spec's example"
     assert set(examples) <= allowed, examples
     assert all(len(repr(v).split(".")[-1]) <= 3 for v in drawn if isinstance(v, float))
+
+
+@pytest.mark.parametrize(
+    ("name", "description", "looks_like"),
+    [
+        # Motaword's upload field: "updated" and "unlinked" hold the letters of "date" and "link", not the words
+        (
+            "glossaries",
+            "You can only add one glossary, even though the name suggests multiple glossaries. This may be "
+            "updated in the future to support multiple glossaries.",
+            r"^glossary_\d+\.\w+$",
+        ),
+        ("payload", "Kept until the record is unlinked.", r"^(?!https?://)"),
+        ("ships", "The date the parcel ships.", r"^\d{4}-\d{2}-\d{2}T"),
+        ("target", "A link to the page.", r"^https?://"),
+    ],
+)
+def test_a_fields_description_counts_by_whole_words(name, description, looks_like):
+    values = ValueFactory(3)
+    for _ in range(5):
+        value = values.value(name, {"type": "string", "description": description}, "things")
+        assert re.search(looks_like, value), value

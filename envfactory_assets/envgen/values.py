@@ -850,9 +850,10 @@ class ValueFactory:
             return self._fill(rng.choice(_DESCRIPTIONS), table)
         if _is_date_field(n, {}) or _has(n, "time", "datetime", "timestamp", "created", "updated", "modified"):
             return self.datetime_str(n, future)
-        if "date" in desc or "timestamp" in desc:
+        # whole words: "updated" holds "date", "unlinked" "link"
+        if re.search(r"\b(?:date|timestamp)\b", desc):
             return self.datetime_str(n, future)
-        if "url" in desc or "link" in desc:
+        if re.search(r"\b(?:url|link)\b", desc):
             return f.url()
         if "e-mail" in desc or "email" in desc:
             return f.email()
