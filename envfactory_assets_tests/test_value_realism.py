@@ -540,3 +540,10 @@ def test_a_fields_description_counts_by_whole_words(name, description, looks_lik
     for _ in range(5):
         value = values.value(name, {"type": "string", "description": description}, "things")
         assert re.search(looks_like, value), value
+
+
+@pytest.mark.parametrize("name", ["archived", "builds_enabled", "is_locked", "user_blocked"])
+def test_a_string_field_named_as_a_condition_holds_a_truth_value(name):
+    # GitLab v3 types these as strings: "archived to 'NW-8412'" is no request a person makes
+    values = ValueFactory(5)
+    assert {values.value(name, {"type": "string"}, "projects") for _ in range(20)} == {"true", "false"}

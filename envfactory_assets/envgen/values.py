@@ -1117,7 +1117,12 @@ _QUERIES = (
     "type:order -status:cancelled",
 )
 #: names of a string field that holds a truth value: ``builds_enabled``, ``is_public``, ``has_wiki``
-_FLAG_NAME = re.compile(r"(?:^|_)(?:enabled|disabled)$|^(?:is|has|can)_")
+#: a name that states a yes/no condition of the row (``builds_enabled``, GitLab v3's ``archived``), whatever type
+#: the spec gives it
+_FLAG_NAME = re.compile(
+    r"(?:^|_)(?:enabled|disabled|archived|blocked|locked|verified|pinned|muted|suspended|approved|hidden)$"
+    r"|^(?:is|has|can)_"
+)
 _PATTERNS = (r"^[A-Z]{3}-\d{4}$", r"^\d{5}(-\d{4})?$", r"^[a-z0-9._-]+$", r"\.(jpg|png)$", r"^ORD-\d+$")
 _CSS = (
     "color: #1a73e8; font-size: 14px;",
