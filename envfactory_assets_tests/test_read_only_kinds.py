@@ -170,3 +170,61 @@ def test_gate_rejects_a_flat_item_read_that_misses_the_nested_rows(meetings):
         "return dict(next(iter(state['tables']['webinars'].values())))",
     )
     assert ("semantics", "get_webinar") in failed_checks(broken)
+
+
+def test_a_list_by_a_path_value_named_like_the_state_takes_it_under_another_name(tmp_path):
+    """PeerTube's ``GET /jobs/{state}``: every tool function's first parameter is the environment ``state``, so
+    the path's value is the rows' ``state_value`` (as the field of that name is), not a second ``state``."""
+    import orjson
+
+    from envfactory_assets.envgen.builder import build_environment
+    from envfactory_assets.sources.scan import SourceResource, inspect_file
+
+    states = {"type": "string", "enum": ["active", "completed", "failed"]}
+    jobs = {
+        "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}}}
+    }
+    video = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Video"}}}}
+    videos = {
+        "content": {
+            "application/json": {"schema": {"type": "array", "items": video["content"]["application/json"]["schema"]}}
+        }
+    }
+    video_id = [{"name": "videoId", "in": "path", "required": True, "schema": {"type": "string"}}]
+    spec = {
+        "openapi": "3.0.0",
+        "info": {"title": "Video jobs", "version": "1", "x-apisguru-categories": ["media"]},
+        "paths": {
+            "/jobs/{state}": {
+                "get": {
+                    "operationId": "getJobs",
+                    "parameters": [{"name": "state", "in": "path", "required": True, "schema": states}],
+                    "responses": {"200": jobs},
+                }
+            },
+            "/videos": {
+                "get": {"operationId": "listVideos", "responses": {"200": videos}},
+                "post": {"operationId": "createVideo", "requestBody": video, "responses": {"201": video}},
+            },
+            "/videos/{videoId}": {
+                "get": {"operationId": "getVideo", "parameters": video_id, "responses": {"200": video}}
+            },
+        },
+        "components": {
+            "schemas": {
+                "Job": {
+                    "type": "object",
+                    "properties": {"id": {"type": "integer"}, "state": states, "type": {"type": "string"}},
+                },
+                "Video": {"type": "object", "properties": {"id": {"type": "string"}, "name": {"type": "string"}}},
+            }
+        },
+    }
+    (tmp_path / "jobs.json").write_bytes(orjson.dumps(spec))
+    resource = inspect_file(tmp_path / "jobs.json", tmp_path)
+    assert isinstance(resource, SourceResource), resource
+    env = build_environment(resource.as_row(), spec)
+    tools = {t["name"]: t for t in env["tools"]}
+    assert set(tools["get_jobs"]["input_schema"]["properties"]) == {"limit", "state_value"}, list(tools)
+    report = verify_environment(env)
+    assert report.status == "passed", report.reasons

@@ -427,6 +427,15 @@ def _record_time(source_name: str, desc: str, schema: dict[str, Any]) -> bool:
     return schema.get("type") == "string" and bool(re.search(r"\b(?:time|date|timestamp)\b", desc, re.IGNORECASE))
 
 
+def parameter_name(name: str) -> str:
+    """``name`` as a tool function may take it: ``<name>_value`` where ``name`` is ``state`` (every tool function's
+    first parameter is the environment state) or a name the sandbox's static check refuses anywhere in the code
+    (``input``, ``open``, ``getattr``...)."""
+    if name == "state" or name in FORBIDDEN_BUILTINS or name in REFLECTIVE_BUILTINS:
+        return f"{name}_value"
+    return name
+
+
 def extract_fields(spec: dict[str, Any], schema: Any, key: str) -> list[FieldSpec]:
     """Pick up to :data:`MAX_FIELDS` scalar fields of an object schema, required and common ones first.
 
@@ -458,12 +467,7 @@ def extract_fields(spec: dict[str, Any], schema: Any, key: str) -> list[FieldSpe
     taken = {key}
     fields: list[FieldSpec] = []
     for _rank, source_name, fschema, desc, server_set in candidates[:MAX_FIELDS]:
-        name = to_identifier(source_name, fallback="field", max_len=40)
-        # Tool functions take the environment state as their first parameter, named ``state``, and the
-        # sandbox's static check refuses names such as ``input`` or ``open`` anywhere in the code.
-        if name == "state" or name in FORBIDDEN_BUILTINS or name in REFLECTIVE_BUILTINS:
-            name = f"{name}_value"
-        name = unique_name(name, taken)
+        name = unique_name(parameter_name(to_identifier(source_name, fallback="field", max_len=40)), taken)
         # a server-set field is never required of a row: a created row has none until the server would set it
         given = source_name in required and not server_set
         fields.append(FieldSpec(name, source_name, fschema, clean_text(desc, 160), given, server_set))
@@ -806,6 +810,7 @@ def _resource_from_collection(
     if segs and _PARAM_SEGMENT.match(segs[-1]):
         # a GET of a path ending in a parameter that lists rows (``/Players/{team}``): the rows that hold that value
         listed_by = to_identifier(segs[-1].strip("{}"), fallback="", max_len=40)
+        listed_by = listed_by and parameter_name(listed_by)  # PeerTube's GET /jobs/{state}
         segs = segs[:-1]
         if not listed_by or not segs or _PARAM_SEGMENT.match(segs[-1]) or cpath in items:
             return None
