@@ -110,7 +110,11 @@ def test_lineage_walks_from_the_checkpoint_to_exactly_the_sources_used(store):
     assert {s["resource_key"] for s in lineage["source_resources"]} == used_envs
     assert all(len(s["sha256"]) == 64 and s["license"] for s in lineage["source_resources"])
     assert Path(ckpt["path"], "config.json").exists()
-    assert ckpt["metrics"]["valid_tool_calls_after"]["total"] == 1
+    # the validity share counts exactly the drawn held-out prompts whose turn wants a call
+    rl_rows = {r["id"]: r for r in store.read("rl_dataset")}
+    drawn = ckpt["metrics"]["held_out_prompt_ids"]
+    assert len(drawn) == 2 and all(rl_rows[i]["split"] == "validation" for i in drawn)
+    assert ckpt["metrics"]["valid_tool_calls_after"]["total"] == sum(bool(rl_rows[i]["gold_calls"]) for i in drawn)
 
 
 def test_cli_lineage_prints_text_and_json(store, home, monkeypatch, capsys):

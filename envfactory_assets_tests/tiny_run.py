@@ -45,7 +45,7 @@ TINY_RUN_CONFIG = {
             "config": {
                 "max_steps": 2,
                 "max_train_rows": 4,
-                "n_eval_prompts": 1,
+                "n_eval_prompts": 2,
                 "max_length": 768,
                 "grpo_max_steps": 1,
                 "grpo_num_generations": 2,
@@ -84,6 +84,9 @@ def many_updates_config(base_model: Path) -> dict[str, Any]:
         "ops": {
             "source_resources": {"config": {"corpus_dir": str(MANY_FIXTURES), "include_mcp": False, "per_domain": 8}},
             "tool_chains": {"config": {"n_chains": 80, "min_tools": 3}},
+            # the evaluation needs RL rows of the held-out environments (2 trajectories here, split by a hash of
+            # their ids): at the paper's share both are SFT rows, at 0.3 one is an RL row
+            "datasets": {"config": {"sft_share": 0.3}},
             "checkpoints": {
                 "config": {
                     "base_model": str(base_model),
