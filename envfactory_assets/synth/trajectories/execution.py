@@ -293,8 +293,7 @@ def resolve_arguments(
         # sets ahead (a due date, an expiry) may lie after the clock, other dates lie before it.
         args[name], prov[name] = values.value(name, schema, tool["table"], future=True), {"source": "user"}
     if tool["kind"] == "update" and key in args:
-        _drop_unchanged_update_values(tool, key, args, prov, saved, index)
-        _make_update_change_something(tool, key, args, prov, saved, index, values)
+        _make_update_change_only_what_it_names(tool, key, args, prov, saved, index, values)
     if tool["kind"] in ("relation_add", "relation_remove"):
         _pair_from_state(tool, args, prov, history, saved, index, rng)
     if tool["kind"] == "transfer" and key in args:
@@ -441,27 +440,7 @@ def _search_text(rows: list[dict[str, Any]], rng: random.Random) -> str:
     return rng.choice(found) if found else "a"
 
 
-def _drop_unchanged_update_values(
-    tool: dict[str, Any],
-    key: str,
-    args: dict[str, Any],
-    prov: dict[str, Any],
-    saved: dict[str, Any],
-    index: ToolIndex,
-) -> None:
-    """An optional update argument equal to the row's current value asks for no change ("set its currency to
-    'CHF'" of a row in CHF): a value bound from an earlier result of the same row copies it back. Left out, so
-    the request names only what changes."""
-    row = next((r for r in _state_rows(saved, index, tool) if r.get(key) == args[key]), None)
-    if row is None:
-        return
-    required = set(tool["input_schema"].get("required", []))
-    for name in [n for n in args if n != key and n not in required and n in row and row[n] == args[n]]:
-        del args[name]
-        prov.pop(name, None)
-
-
-def _make_update_change_something(
+def _make_update_change_only_what_it_names(
     tool: dict[str, Any],
     key: str,
     args: dict[str, Any],
@@ -470,9 +449,20 @@ def _make_update_change_something(
     index: ToolIndex,
     values: ValueFactory,
 ) -> None:
-    """An update whose values equal the row's current ones is a no-op task: give one field a new value."""
+    """An update names only what changes, and changes something.
+
+    An optional argument equal to the row's current value asks for no change ("set its currency to 'CHF'" of a
+    row in CHF; a value bound from an earlier result of the same row copies it back): it is left out. An update
+    left with no value that differs from the row's is a no-op task: one field gets a new value.
+    """
     row = next((r for r in _state_rows(saved, index, tool) if r.get(key) == args[key]), None)
-    if row is None or any(row.get(k) != v for k, v in args.items() if k != key):
+    if row is None:
+        return
+    required = set(tool["input_schema"].get("required", []))
+    for name in [n for n in args if n != key and n not in required and n in row and row[n] == args[n]]:
+        del args[name]
+        prov.pop(name, None)
+    if any(row.get(k) != v for k, v in args.items() if k != key):
         return
     meta = index.table_meta(tool)
     editable = [p for p in tool["input_schema"]["properties"] if p != key and p not in meta["foreign_keys"]]
