@@ -252,6 +252,40 @@ def test_an_id_prefix_takes_letters_and_digits_only():
     assert [meta[t.name]["prefix"] for t in tables] == ["adc", "adcr", "row"]
 
 
+def _one_resource_environment(tmp_path, table: str, schema_name: str, schema: dict, info: dict) -> dict:
+    """The environment built of a document holding one resource ``table`` (``/<table>`` lists and creates,
+    ``/<table>/{<singular>_id}`` gets and patches, every body the component ``schema_name``), scanned as the
+    corpus is."""
+    singular = table.removesuffix("s")
+    item = f"{singular}_id"
+    ref = {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_name}"}}}}
+    key = [{"name": item, "in": "path", "required": True, "schema": {"type": "string"}}]
+    spec = {
+        "openapi": "3.0.0",
+        "info": info,
+        "paths": {
+            f"/{table}": {
+                "get": {"operationId": f"list_{table}", "responses": {"200": ref}},
+                "post": {"operationId": f"create_{singular}", "requestBody": ref, "responses": {"201": ref}},
+            },
+            f"/{table}/{{{item}}}": {
+                "get": {"operationId": f"get_{singular}", "parameters": key, "responses": {"200": ref}},
+                "patch": {
+                    "operationId": f"update_{singular}",
+                    "parameters": key,
+                    "requestBody": ref,
+                    "responses": {"200": ref},
+                },
+            },
+        },
+        "components": {"schemas": {schema_name: schema}},
+    }
+    (tmp_path / f"{table}.json").write_bytes(orjson.dumps(spec))
+    resource = inspect_file(tmp_path / f"{table}.json", tmp_path)
+    assert isinstance(resource, SourceResource), resource
+    return build_environment(resource.as_row(), spec)
+
+
 def test_server_set_fields_stay_in_rows_but_are_no_create_or_update_input(tmp_path):
     # Stripe's constant "object", Google's "[Output Only]" mark, Google Storage's "kind" (always its default)
     # and selfLink, and readOnly: a request never sets them, a stored row still holds them
@@ -274,32 +308,7 @@ def test_server_set_fields_stay_in_rows_but_are_no_create_or_update_input(tmp_pa
             "score": {"type": "integer", "readOnly": True, "minimum": 0, "maximum": 100},
         },
     }
-    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Account"}}}}
-    key = [{"name": "account_id", "in": "path", "required": True, "schema": {"type": "string"}}]
-    spec = {
-        "openapi": "3.0.0",
-        "info": {"title": "Accounts", "version": "1"},
-        "paths": {
-            "/accounts": {
-                "get": {"operationId": "list_accounts", "responses": {"200": ref}},
-                "post": {"operationId": "create_account", "requestBody": ref, "responses": {"201": ref}},
-            },
-            "/accounts/{account_id}": {
-                "get": {"operationId": "get_account", "parameters": key, "responses": {"200": ref}},
-                "patch": {
-                    "operationId": "update_account",
-                    "parameters": key,
-                    "requestBody": ref,
-                    "responses": {"200": ref},
-                },
-            },
-        },
-        "components": {"schemas": {"Account": account}},
-    }
-    (tmp_path / "accounts.json").write_bytes(orjson.dumps(spec))
-    resource = inspect_file(tmp_path / "accounts.json", tmp_path)
-    assert isinstance(resource, SourceResource), resource
-    env = build_environment(resource.as_row(), spec)
+    env = _one_resource_environment(tmp_path, "accounts", "Account", account, {"title": "Accounts", "version": "1"})
     tools = {t["kind"]: t for t in env["tools"]}
     server_set = {"object", "kind", "self_link", "zone", "region", "score"}
     assert set(tools["create"]["input_schema"]["properties"]) == {"email", "nickname"}
@@ -335,32 +344,8 @@ def test_a_records_own_creation_and_modification_times_are_stamped_by_the_server
             "due_date": {"type": "string", "format": "date"},
         },
     }
-    ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Charge"}}}}
-    key = [{"name": "charge_id", "in": "path", "required": True, "schema": {"type": "string"}}]
-    spec = {
-        "openapi": "3.0.0",
-        "info": {"title": "Payments", "version": "1", "x-apisguru-categories": ["payment"]},
-        "paths": {
-            "/charges": {
-                "get": {"operationId": "list_charges", "responses": {"200": ref}},
-                "post": {"operationId": "create_charge", "requestBody": ref, "responses": {"201": ref}},
-            },
-            "/charges/{charge_id}": {
-                "get": {"operationId": "get_charge", "parameters": key, "responses": {"200": ref}},
-                "patch": {
-                    "operationId": "update_charge",
-                    "parameters": key,
-                    "requestBody": ref,
-                    "responses": {"200": ref},
-                },
-            },
-        },
-        "components": {"schemas": {"Charge": charge}},
-    }
-    (tmp_path / "charges.json").write_bytes(orjson.dumps(spec))
-    resource = inspect_file(tmp_path / "charges.json", tmp_path)
-    assert isinstance(resource, SourceResource), resource
-    env = build_environment(resource.as_row(), spec)
+    info = {"title": "Payments", "version": "1", "x-apisguru-categories": ["payment"]}
+    env = _one_resource_environment(tmp_path, "charges", "Charge", charge, info)
     tools = {t["kind"]: t for t in env["tools"]}
     stamped = {"created", "livemode", "time_created", "updated", "date_created", "updated_at"}
     assert set(tools["create"]["input_schema"]["properties"]) == {"amount", "due_date"}
