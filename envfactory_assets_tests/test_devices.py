@@ -6,6 +6,7 @@ monkeypatched, and the decision made from it is what is tested.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_cuda_is_refused_without_a_device_naming_the_setting(monkeypatch):
     _machine(monkeypatch, cuda=False)
     with pytest.raises(ValueError, match=r"checkpoint setting device='cuda'.*no CUDA device"):
         select_device("cuda", "checkpoint setting device")
-    with pytest.raises(ValueError, match=r"device='gpu'.*auto, cpu, cuda"):
+    with pytest.raises(ValueError, match=r"device='gpu'.*auto, cpu, cpu_bf16, cuda"):
         select_device("gpu")
 
 
@@ -173,3 +174,77 @@ def test_the_base_model_result_cache_keys_on_the_device_the_setting_resolves_to(
     assert on_gpu != on_cpu and on_gpu == key("cuda")
     _machine(monkeypatch, cuda=True, bf16=False)
     assert key("auto") not in (on_cpu, on_gpu)  # fp16 is another precision again
+
+
+def test_native_bf16_flags_are_read_from_the_cpuinfo_flags_line(tmp_path):
+    from envfactory_assets.training.base_model import cpu_bf16_flags
+
+    zen4 = tmp_path / "zen4"
+    zen4.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 fma\n\n")
+    older = tmp_path / "older"
+    older.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\nbugs\t\t: avx512_bf16_is_not_a_flag_here\n")
+    assert cpu_bf16_flags(zen4) == {"avx512_bf16"}
+    assert cpu_bf16_flags(older) == frozenset()
+    assert cpu_bf16_flags(tmp_path / "missing") == frozenset()
+
+
+def test_cpu_bf16_is_refused_on_a_cpu_without_native_bf16_and_never_chosen_by_auto(monkeypatch):
+    from envfactory_assets.training import base_model
+
+    _machine(monkeypatch, cuda=False)
+    monkeypatch.setattr(base_model, "cpu_bf16_flags", lambda *a: frozenset())
+    with pytest.raises(ValueError, match=r"checkpoint setting device='cpu_bf16'.*avx512_bf16.*set checkpoint setting device: cpu"):
+        select_device("cpu_bf16", "checkpoint setting device")
+    monkeypatch.setattr(base_model, "cpu_bf16_flags", lambda *a: frozenset({"amx_bf16"}))
+    assert select_device("auto") == CPU_PLAN  # auto keeps the CPU in float32 on any CPU
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this torch has no oneDNN bf16 kernels")
+    plan = select_device("cpu_bf16")
+    assert plan == base_model.CPU_BF16_PLAN and plan.use_cpu and plan.torch_dtype() == torch.bfloat16
+
+
+def test_cpu_bf16_results_never_share_a_cache_entry_with_float32(monkeypatch):
+    from envfactory_assets.evaluation.model_policy import SamplingSpec
+    from envfactory_assets.evaluation.run import EvalSpec, ResultCache
+    from envfactory_assets.training import base_model
+
+    monkeypatch.setattr(base_model, "cpu_bf16_flags", lambda *a: frozenset({"avx512_bf16"}))
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this torch has no oneDNN bf16 kernels")
+
+    def key(device: str) -> str:
+        return ResultCache.key("weights", "synthetic_held_out", [], EvalSpec(sampling=SamplingSpec(device=device)), 0)
+
+    assert key("cpu_bf16") != key("cpu")
+
+
+def _native_bf16() -> bool:
+    from envfactory_assets.training.base_model import cpu_bf16_flags
+
+    return bool(cpu_bf16_flags()) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+@pytest.mark.skipif(not _native_bf16(), reason="this CPU has no native bf16 instructions")
+def test_cpu_bf16_trains_float32_weights_under_bf16_autocast_and_generates_in_bf16(one_layer_model_dir, tmp_path):
+    """On a CPU with native bf16: an SFT step under ``cpu_bf16`` runs in bf16 autocast (the TRL config says so),
+    gives a finite loss, and saves float32 weights that moved; the policy then loads them in bf16 and
+    generates."""
+    from transformers import AutoModelForCausalLM
+
+    from envfactory_assets.evaluation.model_policy import Policy, SamplingSpec
+    from envfactory_assets.training import sft
+    from envfactory_assets_tests.test_training_sft import crm_row
+
+    spec = sft.SFTConfigSpec(max_steps=2, per_device_train_batch_size=2, max_length=512, device="cpu_bf16")
+    built = sft._trl_config(tmp_path / "trainer", spec)
+    assert (built.bf16, built.fp16, built.use_cpu) == (True, False, True)
+    metrics = sft.train_sft([crm_row(i) for i in range(4)], one_layer_model_dir, tmp_path / "sft", spec)
+    assert metrics["steps"] == 2 and math.isfinite(metrics["train_loss"])
+    assert metrics["dtype"] == "bfloat16" and metrics["bf16"] is True
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
+    before = AutoModelForCausalLM.from_pretrained(one_layer_model_dir)
+    assert trained.dtype == torch.float32
+    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), before.parameters()))
+    policy = Policy(tmp_path / "sft", SamplingSpec(temperature=0, max_new_tokens=3, device="cpu_bf16"), num_threads=1)
+    assert policy.model.dtype == torch.bfloat16
+    assert len(policy.generate([([{"role": "user", "content": "Hi"}], [])], seed=0)) == 1

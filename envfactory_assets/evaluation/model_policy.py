@@ -55,7 +55,8 @@ class SamplingSpec:
     device: str = setting(
         "auto",
         "'auto' (a CUDA device when torch sees one, weights in bf16 where supported, "
-        "else fp16), 'cpu' (float32) or 'cuda' (refused when no CUDA device is "
+        "else fp16), 'cpu' (float32), 'cpu_bf16' (the CPU with weights in bf16; refused on a "
+        "CPU without native bf16 instructions) or 'cuda' (refused when no CUDA device is "
         "visible).",
     )
 

@@ -67,15 +67,21 @@ def cuda_available() -> bool:
 # :func:`select_device` and follows its :class:`DevicePlan`, so a CUDA machine uses its GPU with the same assets
 # and configs, and the CPU run stays float32 exactly as before.
 #
-# Precision: bf16 where the device supports it (Ampere and later), else fp16; float32 on the CPU. Training keeps
-# float32 master weights and lets the HF ``Trainer`` autocast (its ``bf16``/``fp16`` mixed-precision flags, with a
-# gradient scaler for fp16), because optimizer updates of a small learning rate vanish in 16-bit weights;
-# generation loads the weights directly in the 16-bit type (half the memory, no accuracy loss that matters for
-# sampling).
+# Precision: bf16 where the device supports it (Ampere and later), else fp16; float32 on the CPU unless the
+# setting asks for ``cpu_bf16``, which a CPU with native bf16 dot-product instructions (AVX512-BF16 or AMX) runs
+# about 3x faster per matrix product than float32 (measured on this project's 2-core AVX512-BF16 machine;
+# docs/training.md, "The CPU budget"). It is never chosen by ``auto``: the default run's numbers stay float32 on
+# every machine. Training keeps float32 master weights and lets the HF ``Trainer`` autocast (its ``bf16``/``fp16``
+# mixed-precision flags, with a gradient scaler for fp16), because optimizer updates of a small learning rate
+# vanish in 16-bit weights; generation loads the weights directly in the 16-bit type (half the memory, no
+# accuracy loss that matters for sampling).
 
-DeviceSetting = Literal["auto", "cpu", "cuda"]
-DEVICE_SETTINGS = ("auto", "cpu", "cuda")
+DeviceSetting = Literal["auto", "cpu", "cpu_bf16", "cuda"]
+DEVICE_SETTINGS = ("auto", "cpu", "cpu_bf16", "cuda")
 """Accepted values of the ``device`` setting of the training and evaluation specs."""
+
+#: ``/proc/cpuinfo`` flags of native bf16 dot products (Linux's names): AVX512-BF16 (``vdpbf16ps``) and AMX.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,21 @@ class DevicePlan:
 
 
 CPU_PLAN = DevicePlan("cpu", "float32", bf16=False, fp16=False)
+CPU_BF16_PLAN = DevicePlan("cpu", "bfloat16", bf16=True, fp16=False)
+
+
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The native-bf16 flags (:data:`NATIVE_BF16_FLAGS`) that ``cpuinfo`` lists for this machine's CPU; empty
+    where the file is missing or unreadable (not Linux), so ``cpu_bf16`` is refused there."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            return NATIVE_BF16_FLAGS & frozenset(value.split())
+    return frozenset()
 
 
 def check_device_setting(value: Any, setting: str = "device") -> None:
@@ -122,19 +143,25 @@ def select_device(prefer: str = "auto", setting: str = "device") -> DevicePlan:
     """Resolve a ``device`` setting to a :class:`DevicePlan`.
 
     Args:
-        prefer: ``"auto"`` (CUDA when ``torch.cuda.is_available()``, else the CPU), ``"cpu"`` or ``"cuda"``.
+        prefer: ``"auto"`` (CUDA when ``torch.cuda.is_available()``, else the CPU in float32), ``"cpu"``
+            (float32), ``"cpu_bf16"`` (the CPU with bf16 mixed precision in training and bf16 weights in
+            generation) or ``"cuda"``.
         setting: the setting's name as the user wrote it, for the error message.
 
     Returns:
-        On the CPU: float32, no mixed precision. On CUDA: bfloat16 and ``bf16`` when
-        ``torch.cuda.is_bf16_supported()``, else float16 and ``fp16``.
+        On the CPU: float32, no mixed precision; with ``cpu_bf16``, :data:`CPU_BF16_PLAN`. On CUDA: bfloat16
+        and ``bf16`` when ``torch.cuda.is_bf16_supported()``, else float16 and ``fp16``.
 
     Raises:
-        ValueError: ``prefer`` is not auto/cpu/cuda, or is ``"cuda"`` while no CUDA device is visible.
+        ValueError: ``prefer`` is not one of :data:`DEVICE_SETTINGS`; ``"cuda"`` while no CUDA device is
+            visible; ``"cpu_bf16"`` on a CPU without native bf16 instructions (where emulated bf16 is slower
+            than float32) or a torch without oneDNN bf16 kernels.
     """
     check_device_setting(prefer, setting)
     if prefer == "cpu":
         return CPU_PLAN
+    if prefer == "cpu_bf16":
+        return _cpu_bf16_plan(setting)
     import torch
 
     if not cuda_available():
@@ -147,6 +174,24 @@ def select_device(prefer: str = "auto", setting: str = "device") -> DevicePlan:
     if torch.cuda.is_bf16_supported():
         return DevicePlan("cuda", "bfloat16", bf16=True, fp16=False)
     return DevicePlan("cuda", "float16", bf16=False, fp16=True)
+
+
+def _cpu_bf16_plan(setting: str) -> DevicePlan:
+    flags = cpu_bf16_flags()
+    if not flags:
+        raise ValueError(
+            f"{setting}='cpu_bf16' but this CPU lists none of the native bf16 instructions "
+            f"({', '.join(sorted(NATIVE_BF16_FLAGS))} in /proc/cpuinfo), where bf16 is emulated and slower than "
+            f"float32; set {setting}: cpu"
+        )
+    import torch
+
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        raise ValueError(
+            f"{setting}='cpu_bf16' but torch {torch.__version__} has no oneDNN bf16 kernels on this CPU; "
+            f"set {setting}: cpu"
+        )
+    return CPU_BF16_PLAN
 
 
 def locate_smollm2_gguf() -> Path:

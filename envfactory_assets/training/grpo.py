@@ -148,7 +148,8 @@ class GRPOConfigSpec:
     )
     device: str = setting(
         "auto",
-        "'auto' (CUDA when torch sees a device, else the CPU), 'cpu' or 'cuda' "
+        "'auto' (CUDA when torch sees a device, else the CPU), 'cpu', 'cpu_bf16' (bf16 "
+        "mixed precision on a CPU with native bf16 instructions, refused elsewhere) or 'cuda' "
         "(refused without a visible CUDA device).",
     )
 

@@ -100,9 +100,10 @@ class SFTConfigSpec:
     device: str = setting(
         "auto",
         "'auto' (a CUDA device when torch sees one, bf16 mixed precision where "
-        "supported, else the CPU), 'cpu' or 'cuda' (refused when no CUDA device is "
-        "visible); in the checkpoints asset SFT, GRPO and the validity passes all "
-        "follow it.",
+        "supported, else the CPU in float32), 'cpu' (float32), 'cpu_bf16' (bf16 mixed "
+        "precision over float32 weights on a CPU with native bf16 instructions, AVX512-BF16 "
+        "or AMX; refused elsewhere) or 'cuda' (refused when no CUDA device is visible); in "
+        "the checkpoints asset SFT, GRPO and the validity passes all follow it.",
     )
 
     def __post_init__(self) -> None:
