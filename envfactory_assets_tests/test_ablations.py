@@ -14,12 +14,16 @@ import pytest
 
 from envfactory_assets.ablations.plan import (
     ARMS,
+    Arm,
     arm_config,
     arm_home,
     arm_named,
+    check_shared_syntheses,
     require_rows,
     sft_config,
+    synthesis_settings,
 )
+from envfactory_assets.ablations.shared_synthesis import copy_store
 from envfactory_assets.ablations.report import ablations_markdown, compare_arms, write_ablations
 from envfactory_assets.ablations.steps import StepLedger, step_key
 from envfactory_assets.config_checks import SettingError
@@ -82,6 +86,45 @@ def test_every_arm_trains_on_the_configured_rows_or_is_refused():
     require_rows("topology", 64, 64)
     with pytest.raises(ValueError, match="random_walk has 50 train-split SFT rows, fewer than max_train_rows=64"):
         require_rows("random_walk", 50, 64)
+
+
+def test_the_raw_query_arm_shares_the_topology_arms_synthesis_and_differs_only_in_the_datasets_op(tmp_path):
+    topology, raw = arm_named("topology"), arm_named("raw_queries")
+    assert raw.shares_synthesis_of == "topology" and arm_named("random_walk").shares_synthesis_of is None
+    mine, theirs = arm_config(USER, raw, tmp_path), arm_config(USER, topology, tmp_path)
+    assert mine != theirs and synthesis_settings(mine) == synthesis_settings(theirs)
+    assert "datasets" not in synthesis_settings(mine)["ops"] and "datasets" in mine["ops"]  # the input is kept
+    # an arm may share only a synthesis whose settings are its own outside the datasets op
+    sampler = Arm("walk_raw", "random walk, raw", {"tool_chains": {"sampler": "random_walk"}}, "topology")
+    with pytest.raises(ValueError, match="walk_raw shares the synthesis of topology but its settings differ"):
+        check_shared_syntheses((topology, sampler))
+    with pytest.raises(ValueError, match="'nowhere', which is not an arm"):
+        check_shared_syntheses((topology, Arm("x", "x", {}, "nowhere")))
+    with pytest.raises(ValueError, match="cannot share the synthesis of itself"):
+        Arm("x", "x", {}, "x")
+
+
+def test_a_shared_store_is_copied_whole_with_its_write_ahead_log_folded_in(tmp_path):
+    import duckdb
+
+    source, home = tmp_path / "topology", tmp_path / "raw_queries"
+    source.mkdir()
+    home.mkdir()
+    with pytest.raises(FileNotFoundError, match="the arm whose synthesis is shared has not run"):
+        copy_store(source, home)
+    con = duckdb.connect(str(source / "envfactory.duckdb"))
+    con.execute("SET checkpoint_threshold = '1GB'")  # the rows stay in the write-ahead log until CHECKPOINT
+    con.execute("CREATE TABLE t AS SELECT range AS i FROM range(1000)")
+    assert (source / "envfactory.duckdb.wal").exists()
+    con.close()
+    with duckdb.connect(str(home / "envfactory.duckdb")) as old:
+        old.execute("CREATE TABLE stale AS SELECT 1 AS i")
+    target = copy_store(source, home)
+    assert target == home / "envfactory.duckdb" and not (home / "envfactory.duckdb.wal").exists()
+    with duckdb.connect(str(target), read_only=True) as copied:
+        assert copied.execute("SELECT count(*), sum(i) FROM t").fetchone() == (1000, 499500)
+        assert not copied.execute("SELECT * FROM information_schema.tables WHERE table_name = 'stale'").fetchall()
+    assert [p.name for p in home.iterdir() if p.name.endswith(".copy")] == []  # no temporary file left
 
 
 def test_the_ledger_skips_a_finished_step_only_for_the_same_settings_and_inputs(tmp_path):
@@ -195,6 +238,19 @@ def test_the_arm_selections_and_settings_exist_in_the_pipeline_graph(tmp_path):
     assert DatasetConfig(query_source="raw").check_settings() == (DatasetRunSpec(query_source="raw"), DataGapsConfig())
     with pytest.raises(SettingError, match="query_source"):
         DatasetConfig(query_source="unrefined").check_settings()
+
+
+def test_every_arm_trains_and_is_evaluated_as_the_cpu_benchmark_recipe():
+    """configs/ablations.yaml gives every arm the CPU benchmark's SFT recipe (GRPO aside) and its evaluation
+    tasks, so an arm's SFT checkpoint is comparable with the recipe's and each step fits its hour."""
+    from envfactory_assets.cli import _load_run_config
+
+    root = Path(__file__).resolve().parents[1]
+    ablations = _load_run_config(str(root / "configs" / "ablations.yaml"))["ops"]
+    recipe = _load_run_config(str(root / "configs" / "cpu_benchmark.yaml"))["ops"]
+    sft = {k: v for k, v in recipe["checkpoints"]["config"].items() if not k.startswith("grpo_")}
+    assert ablations["ablation_checkpoint"]["config"] == sft
+    assert ablations["ablation_evaluation"]["config"] == recipe["evaluations"]["config"]
 
 
 def test_a_plain_run_and_the_full_pipeline_job_leave_the_ablations_out():
@@ -369,6 +425,28 @@ def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_rep
             _materialize(main, instance, config, "ablation_evaluation", ["topology"]), "ablation_evaluation"
         )
         assert back["units_computed"] == 0 and back["units_reused"] == third["units_computed"]
+        # the raw-query arm copies the topology arm's synthesis and runs the datasets step alone over it
+        raw = main / "ablations" / "raw_queries"
+        shared = _materialize(main, instance, config, "ablation_data", ["raw_queries"])
+        assert [r.success for r in shared] == [True]
+        with dg.DagsterInstance.from_config(str(raw / "dagster")) as raw_instance:
+            built = {
+                entry.asset_materialization.asset_key.to_user_string()
+                for record in raw_instance.get_run_records()
+                for entry in raw_instance.all_logs(
+                    record.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+                )
+            }
+        assert built == {"sft_dataset", "rl_dataset"}
+        raw_store = Store(raw / "envfactory.duckdb")
+        refined_ids = sorted(r["id"] for r in arm_store.read("refined_trajectories"))
+        assert sorted(r["id"] for r in raw_store.read("refined_trajectories")) == refined_ids
+        raw_sft = {r["id"]: r for r in raw_store.read("sft_dataset")}
+        topo_sft = {r["id"]: r for r in arm_store.read("sft_dataset")}
+        assert raw_sft.keys() == topo_sft.keys()
+        assert _calls(list(raw_sft.values())) == _calls([topo_sft[k] for k in raw_sft])
+        assert _user_texts(list(raw_sft.values())) != _user_texts([topo_sft[k] for k in raw_sft])
+        assert StepLedger(raw).outputs("data")["synthesis_of"] == "topology"
         # the report from the one arm evaluated
         report = _materialize(main, instance, config, "ablations_report")
         assert [r.success for r in report] == [True]
@@ -388,6 +466,11 @@ def test_the_command_names_a_wrong_arm_and_a_step_whose_input_is_missing(tmp_pat
     assert "unknown ablation arm 'bogus'; known: ['topology', 'random_walk', 'raw_queries']" in capsys.readouterr().err
     assert cli_main(["run", "--select", "ablation_data", "--partition", "nope"]) == 2
     assert "neither environment partitions nor ablation arms: ['nope']" in capsys.readouterr().err
+    assert cli_main(["ablations", "--step", "data", "--arm", "raw_queries"]) == 1
+    err = capsys.readouterr().err
+    assert "shares the synthesis of the topology arm, whose data step has not finished" in err
+    assert "envfactory run --select ablation_data --partition topology" in err
+    assert not (tmp_path / "ablations" / "raw_queries" / "envfactory.duckdb").exists()
     assert cli_main(["ablations", "--step", "checkpoint", "--arm", "random_walk"]) == 2
     err = capsys.readouterr().err
     assert "reads ablation_data, which was never materialized" in err

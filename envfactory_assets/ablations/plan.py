@@ -9,7 +9,10 @@ train-split rows is refused, so no arm trains on fewer rows than another):
 - ``topology``: the default pipeline (topology-aware sampler, refined queries); the control of both comparisons.
 - ``random_walk``: tool chains and trajectories from the random-walk baseline sampler.
 - ``raw_queries``: the topology arm's data with each turn's query as synthesized, before refinement
-  (``datasets.query_source: raw``; the calls and turns kept are the refined trajectories').
+  (``datasets.query_source: raw``; the calls and turns kept are the refined trajectories'). Its synthesis up
+  to the refined trajectories is the topology arm's own (:attr:`Arm.shares_synthesis_of`): a copy of that
+  arm's store with only the datasets step run again, so the two arms differ in the user's words and nothing
+  else, and the arm costs minutes instead of a second synthesis.
 """
 
 from __future__ import annotations
@@ -27,25 +30,37 @@ from envfactory_assets.config_checks import setting as _setting
 ARMS_DIR = "ablations"
 #: The selection of one arm's synthesis (sources to datasets), run in the arm's home.
 DATA_SELECTION = "*sft_dataset"
+#: The selection of an arm that shares another arm's synthesis: the datasets step alone (sft_dataset brings
+#: rl_dataset, the other asset of its step).
+DATASETS_SELECTION = "sft_dataset"
+#: The op whose settings an arm sharing a synthesis may change (everything it reads is upstream of it).
+DATASETS_OP = "datasets"
 #: Asset trained in each arm's home (GRPO off).
 TRAIN_ASSET = "checkpoints"
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm: ``name`` (its folder and its label in the evaluation), ``what`` (one line for the report) and
-    ``ops`` (op config merged over the user's config for this arm, ``{op: {setting: value}}``)."""
+    """One arm: ``name`` (its folder and its label in the evaluation), ``what`` (one line for the report),
+    ``ops`` (op config merged over the user's config for this arm, ``{op: {setting: value}}``) and
+    ``shares_synthesis_of`` (another arm whose ``ops`` differ from this arm's only in the ``datasets`` op: this
+    arm's data step copies that arm's finished store and runs the datasets step alone; None: a synthesis of
+    its own)."""
 
     name: str
     what: str
     ops: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    shares_synthesis_of: str | None = None
 
     def __post_init__(self) -> None:
-        """Raises ValueError when the name cannot be a folder name or ``ops`` is not a mapping of mappings."""
+        """Raises ValueError when the name cannot be a folder name, ``ops`` is not a mapping of mappings, or the
+        arm names itself as the one whose synthesis it shares."""
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ValueError(f"ablation arm name {self.name!r}: expected letters, digits and underscores")
         if not isinstance(self.ops, Mapping) or not all(isinstance(v, Mapping) for v in self.ops.values()):
             raise ValueError(f"ablation arm {self.name}: ops must map an op name to its settings")
+        if self.shares_synthesis_of == self.name:
+            raise ValueError(f"ablation arm {self.name}: cannot share the synthesis of itself")
 
 
 @dataclass(frozen=True)
@@ -84,12 +99,54 @@ ARMS = (
             "raw_trajectories": {"sampler": "topology"},
             "datasets": {"query_source": "raw"},
         },
+        shares_synthesis_of="topology",
     ),
 )
 COMPARISONS = (
     Comparison("(a) random-walk sampler instead of the topology-aware one", "topology", "random_walk"),
     Comparison("(b) raw queries instead of refined ones", "topology", "raw_queries"),
 )
+
+
+def synthesis_settings(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_config`` without the ``datasets`` op's entry: the settings of the stages up to the refined
+    trajectories, which two arms must agree on to share a synthesis.
+
+    Raises:
+        ValueError: ``ops`` is not a mapping.
+    """
+    config = copy.deepcopy(dict(run_config))
+    config["ops"] = {op: v for op, v in _ops(config).items() if op != DATASETS_OP}
+    return config
+
+
+def check_shared_syntheses(arms: tuple[Arm, ...]) -> None:
+    """Refuse an arm that shares the synthesis of an arm that is not in ``arms``, that itself shares one, or
+    whose ``ops`` differ from it outside the ``datasets`` op (its copied upstream would not be its own).
+
+    Raises:
+        ValueError: naming the arm and what is wrong.
+    """
+    by_name = {a.name: a for a in arms}
+    for arm in arms:
+        if arm.shares_synthesis_of is None:
+            continue
+        source = by_name.get(arm.shares_synthesis_of)
+        if source is None or source.shares_synthesis_of is not None:
+            raise ValueError(
+                f"ablation arm {arm.name} shares the synthesis of {arm.shares_synthesis_of!r}, which is not an "
+                "arm with a synthesis of its own"
+            )
+        mine = {op: dict(v) for op, v in arm.ops.items() if op != DATASETS_OP}
+        theirs = {op: dict(v) for op, v in source.ops.items() if op != DATASETS_OP}
+        if mine != theirs:
+            raise ValueError(
+                f"ablation arm {arm.name} shares the synthesis of {source.name} but its settings differ outside "
+                f"the {DATASETS_OP} op: {mine} against {theirs}"
+            )
+
+
+check_shared_syntheses(ARMS)
 
 
 def arm_home(main_home: Path, arm: Arm) -> Path:

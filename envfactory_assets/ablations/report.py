@@ -40,8 +40,10 @@ METHOD = (
     "skipped (`<arm home>/ablation_steps.json`). Each ablation is the paired bootstrap 95% interval of the "
     "difference between two arms on their shared tasks (docs/evaluation.md). Environments are held out by a "
     "hash of their id (`tooluse/splits.py`), so no arm trains on an environment the main store holds out. "
-    "The raw-query arm keeps the refined trajectories' turns and calls and puts back each turn's query as "
-    "synthesized (`datasets.query_source: raw`), so it differs from the topology arm only in how the user asks."
+    "The raw-query arm copies the topology arm's finished store (its synthesis up to the refined trajectories) "
+    "and runs only the datasets step, keeping the refined trajectories' turns and calls and putting back each "
+    "turn's query as synthesized (`datasets.query_source: raw`), so it differs from the topology arm only in "
+    "how the user asks."
 )
 
 
@@ -109,7 +111,10 @@ def _arms_section(arms: Sequence[Arm]) -> list[str]:
     lines = ["| arm | data | settings over `synthesis_config` |", "|---|---|---|"]
     for arm in arms:
         settings = "; ".join(f"`{op}.{k}: {v}`" for op, vals in arm.ops.items() for k, v in vals.items())
-        lines.append(f"| `{arm.name}` | {arm.what} | {settings} |")
+        what = arm.what
+        if arm.shares_synthesis_of:
+            what += f"; the `{arm.shares_synthesis_of}` arm's synthesis up to the refined trajectories, copied"
+        lines.append(f"| `{arm.name}` | {what} | {settings} |")
     return lines
 
 
@@ -165,7 +170,7 @@ def ablations_markdown(
     if not run:
         lines += [
             (
-                "**Not run yet.** The ablations take hours on a 2-core CPU (three full syntheses, three SFT runs "
+                "**Not run yet.** The ablations take hours on a 2-core CPU (two full syntheses, three SFT runs "
                 "and their evaluations, each step under an hour), so they are not part of CI or of the default "
                 "run. On a home whose main pipeline has run (its `rl_dataset` holds the held-out tasks):"
             ),

@@ -16,6 +16,7 @@ from envfactory_assets.ablations.plan import (
     ARMS,
     ARMS_DIR,
     DATA_SELECTION,
+    DATASETS_SELECTION,
     TRAIN_ASSET,
     AblationSynthesisSpec,
     arm_config,
@@ -23,7 +24,9 @@ from envfactory_assets.ablations.plan import (
     arm_named,
     require_rows,
     sft_config,
+    synthesis_settings,
 )
+from envfactory_assets.ablations.shared_synthesis import copy_store
 from envfactory_assets.ablations.steps import StepLedger, step_key
 from envfactory_assets.config_schema import Source
 from envfactory_assets.defs.ablations.arm_runs import materialize_in_arm, share_models
@@ -102,22 +105,28 @@ def ablation_data(
 ) -> dg.MaterializeResult:
     """One arm's full synthesis, sources to ``sft_dataset``, in the arm's own ``ENVFACTORY_HOME``
     (``<home>/ablations/<arm>``) reading the main home's OpenAPI corpus, under the arm's sampler and query
-    source; skipped when it already finished with the same settings."""
+    source; for an arm that shares another arm's synthesis (``raw_queries``: the topology arm's), a copy of that
+    arm's finished store with the datasets step run again. Skipped when it already finished with the same
+    settings (and the same shared synthesis)."""
     try:
         spec = AblationSynthesisSpec(**_settings(config))
         arm, home, ledger = _arm(context, envfactory)
         run_config = arm_config(spec.run_config(), arm, envfactory.corpus_dir())
     except ValueError as exc:
         raise dg.Failure(f"ablation_data: {exc}") from exc
-    key = step_key("data", run_config, {})
+    shared = _shared_synthesis(arm, run_config, envfactory.root())
+    key = step_key("data", run_config, {"synthesis_of": shared} if shared else {})
     done = ledger.finished("data", key)
     if done is not None and settings.store_path(home).exists():
         return _skipped("data", done)
     started = time.monotonic()
+    if shared:
+        copied = copy_store(arm_home(envfactory.root(), arm_named(shared["arm"])), home)
+        context.log.info(f"ablation arm {arm.name}: the {shared['arm']} arm's synthesis copied to {copied}")
     materialize_in_arm(
         home,
         run_config,
-        DATA_SELECTION,
+        DATASETS_SELECTION if shared else DATA_SELECTION,
         {"model_backend": model_backend, "verification_gate": verification_gate},
         context.log.info,
     )
@@ -130,7 +139,32 @@ def ablation_data(
         "sft_dataset_version": content_id("v", sorted(r["id"] for r in sft)),
         "settings": run_config,
     }
+    if shared:
+        outputs["synthesis_of"] = shared["arm"]
     return _finished(ledger, "data", key, outputs, started, home=str(home))
+
+
+def _shared_synthesis(arm: Any, run_config: dict[str, Any], main_home: Path) -> dict[str, str] | None:
+    """``{"arm", "key"}`` of the finished data step whose synthesis ``arm`` shares (None: the arm synthesizes
+    its own).
+
+    Raises:
+        dg.Failure: that arm's data step has not finished, or finished with other synthesis settings.
+    """
+    if arm.shares_synthesis_of is None:
+        return None
+    source = arm.shares_synthesis_of
+    entry = StepLedger(arm_home(main_home, arm_named(source))).entries().get("data") or {}
+    settings_ = (entry.get("outputs") or {}).get("settings")
+    if not entry.get("key") or not isinstance(settings_, dict) or (
+        synthesis_settings(settings_) != synthesis_settings(run_config)
+    ):
+        raise dg.Failure(
+            f"ablation arm {arm.name} shares the synthesis of the {source} arm, whose data step has not finished "
+            f"with these settings; materialize it first (envfactory run --select ablation_data --partition "
+            f"{source})"
+        )
+    return {"arm": source, "key": entry["key"]}
 
 
 @dg.asset(
