@@ -53,7 +53,7 @@ def test_the_page_states_wall_time_settings_targets_and_tables(rows):
         {
             "id": "ckpt_gold",
             "stage": "sft",
-            "config": {"max_steps": 100, "learning_rate": 1e-4, "loss_on": "last_turn"},
+            "config": {"max_steps": 100, "learning_rate": 1e-4, "loss_on": "last_turn", "device": "cpu_bf16"},
             "metrics": {"train_mix": "stratified", "examples_by_kind": {"no_call": 76, "calls": 124, "parallel": 56}},
         },
         {"id": "ckpt_mute", "stage": "sft", "config": {}},
@@ -69,11 +69,13 @@ def test_the_page_states_wall_time_settings_targets_and_tables(rows):
     assert "| `checkpoints` | 25.0 min | 1.10 | SUCCESS | 2026-12-06 10:00 |" in page and "| both | 45.0 min |" in page
     assert "sft_dataset" not in page.split("## What was run")[0]  # only the benchmark's own steps are timed
     assert (
-        "- SFT `ckpt_gold`: `max_steps: 100`, `learning_rate: 0.0001`, `train_mix: stratified`, examples by "
+        "- SFT `ckpt_gold`: `max_steps: 100`, `learning_rate: 0.0001`, `device: cpu_bf16`, `train_mix: stratified`, "
+        "examples by "
         "last-turn kind no_call 76, calls 124, parallel 56"
     ) in page
     assert "- SFT+GRPO `ckpt_x`: settings not recorded" in page and "- SFT `ckpt_mute`: settings not" in page
     assert "`n_bfcl_single_turn: 4` (per category), `task_draw: 2`, `seeds: [0]`" in page
+    assert "`max_new_tokens: 64`, `device: auto`" in page  # the precision the rows were generated in
     # a targets table per SFT checkpoint
     gold, mute = page.split("## Targets: SFT checkpoint `ckpt_gold`")[1].split("## Targets: SFT checkpoint `ckpt_mute`")
     assert "**no**" not in gold and gold.count("| yes |") == 5

@@ -18,7 +18,7 @@ SINGLE_TURN = "bfcl_v3_single_turn"
 #: The steps whose wall time is the benchmark's cost (the data stages before them are the store's).
 TIMED_STEPS = ("checkpoints", "evaluations")
 #: Training settings shown per checkpoint, in this order (the rest are in the row's ``config``).
-SHOWN_SETTINGS = ("max_steps", "learning_rate", "per_device_train_batch_size", "n_prompts", "max_tools")
+SHOWN_SETTINGS = ("max_steps", "learning_rate", "per_device_train_batch_size", "n_prompts", "max_tools", "device")
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,7 @@ def _eval_settings(rows: Sequence[Mapping[str, Any]]) -> str:
         f"`seeds: {list(config.get('seeds') or [])}`",
         f"`temperature: {sampling.get('temperature')}`",
         f"`max_new_tokens: {sampling.get('max_new_tokens')}`",
+        f"`device: {sampling.get('device')}`",
     ]
     return ", ".join(parts)
 
