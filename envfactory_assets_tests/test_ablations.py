@@ -441,8 +441,8 @@ def test_one_arm_materialized_step_by_step_in_its_own_home_skips_a_rerun_and_rep
         raw_store = Store(raw / "envfactory.duckdb")
         refined_ids = sorted(r["id"] for r in arm_store.read("refined_trajectories"))
         assert sorted(r["id"] for r in raw_store.read("refined_trajectories")) == refined_ids
-        raw_sft = {r["id"]: r for r in raw_store.read("sft_dataset")}
-        topo_sft = {r["id"]: r for r in arm_store.read("sft_dataset")}
+        raw_sft = {r["refined_trajectory_id"]: r for r in raw_store.read("sft_dataset")}
+        topo_sft = {r["refined_trajectory_id"]: r for r in arm_store.read("sft_dataset")}
         assert raw_sft.keys() == topo_sft.keys()
         assert _calls(list(raw_sft.values())) == _calls([topo_sft[k] for k in raw_sft])
         assert _user_texts(list(raw_sft.values())) != _user_texts([topo_sft[k] for k in raw_sft])
