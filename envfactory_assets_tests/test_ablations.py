@@ -57,16 +57,21 @@ def test_each_arm_gets_its_sampler_and_query_source_over_the_users_config(tmp_pa
     before = json.dumps(USER, sort_keys=True)
     configs = {a.name: arm_config(USER, a, corpus) for a in ARMS}
     assert json.dumps(USER, sort_keys=True) == before  # the user's config is not changed
-    for name, sampler, source in (
-        ("topology", "topology", "refined"),
-        ("random_walk", "random_walk", "refined"),
-        ("raw_queries", "topology", "raw"),
+    for name, sampler, source, chains in (
+        ("topology", "topology", "refined", 40),
+        ("random_walk", "random_walk", "refined", 120),  # three times: most random walks are not executable
+        ("raw_queries", "topology", "raw", 40),
     ):
         ops = configs[name]["ops"]
-        assert ops["tool_chains"]["config"] == {"n_chains": 40, "sampler": sampler}
+        assert ops["tool_chains"]["config"] == {"n_chains": chains, "sampler": sampler}
         assert ops["raw_trajectories"]["config"]["sampler"] == sampler
         assert ops["datasets"]["config"]["query_source"] == source
         assert ops["source_resources"]["config"]["corpus_dir"] == str(corpus)
+    # without the user's n_chains, three times the default
+    assert arm_config({}, arm_named("random_walk"), corpus)["ops"]["tool_chains"]["config"]["n_chains"] == 9000
+    assert "n_chains" not in arm_config({}, arm_named("topology"), corpus)["ops"]["tool_chains"]["config"]
+    with pytest.raises(ValueError, match="chain_factor=0, expected a whole number >= 1"):
+        Arm("x", "x", {}, chain_factor=0)
     own = {"ops": {"source_resources": {"config": {"corpus_dir": "/elsewhere"}}}}
     assert arm_config(own, ARMS[0], corpus)["ops"]["source_resources"]["config"]["corpus_dir"] == "/elsewhere"
     assert arm_home(tmp_path, ARMS[1]) == tmp_path / "ablations" / "random_walk"

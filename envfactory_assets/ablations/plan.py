@@ -25,6 +25,7 @@ from typing import Any
 
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.config_checks import setting as _setting
+from envfactory_assets.synth.run_settings import ChainRunSpec
 
 #: Folder of the main ``ENVFACTORY_HOME`` under which each arm gets its own home.
 ARMS_DIR = "ablations"
@@ -45,12 +46,14 @@ class Arm:
     ``ops`` (op config merged over the user's config for this arm, ``{op: {setting: value}}``) and
     ``shares_synthesis_of`` (another arm whose ``ops`` differ from this arm's only in the ``datasets`` op: this
     arm's data step copies that arm's finished store and runs the datasets step alone; None: a synthesis of
-    its own)."""
+    its own) and ``chain_factor`` (the arm draws this many times the configured ``tool_chains.n_chains``, for a
+    sampler most of whose chains are not executable, so that it still has the rows every arm trains on)."""
 
     name: str
     what: str
     ops: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     shares_synthesis_of: str | None = None
+    chain_factor: int = 1
 
     def __post_init__(self) -> None:
         """Raises ValueError when the name cannot be a folder name, ``ops`` is not a mapping of mappings, or the
@@ -61,6 +64,8 @@ class Arm:
             raise ValueError(f"ablation arm {self.name}: ops must map an op name to its settings")
         if self.shares_synthesis_of == self.name:
             raise ValueError(f"ablation arm {self.name}: cannot share the synthesis of itself")
+        if not isinstance(self.chain_factor, int) or isinstance(self.chain_factor, bool) or self.chain_factor < 1:
+            raise ValueError(f"ablation arm {self.name}: chain_factor={self.chain_factor!r}, expected a whole number >= 1")
 
 
 @dataclass(frozen=True)
@@ -84,12 +89,14 @@ ARMS = (
     ),
     Arm(
         "random_walk",
-        "random-walk baseline sampler, refined queries",
+        "random-walk baseline sampler, refined queries; three times the chains (89% of random walks leave a "
+        "required input without an earlier producer and are not executed)",
         {
             "tool_chains": {"sampler": "random_walk"},
             "raw_trajectories": {"sampler": "random_walk"},
             "datasets": {"query_source": "refined"},
         },
+        chain_factor=3,
     ),
     Arm(
         "raw_queries",
@@ -139,10 +146,11 @@ def check_shared_syntheses(arms: tuple[Arm, ...]) -> None:
             )
         mine = {op: dict(v) for op, v in arm.ops.items() if op != DATASETS_OP}
         theirs = {op: dict(v) for op, v in source.ops.items() if op != DATASETS_OP}
-        if mine != theirs:
+        if mine != theirs or arm.chain_factor != source.chain_factor:
             raise ValueError(
                 f"ablation arm {arm.name} shares the synthesis of {source.name} but its settings differ outside "
-                f"the {DATASETS_OP} op: {mine} against {theirs}"
+                f"the {DATASETS_OP} op: {mine} against {theirs}, chain factor {arm.chain_factor} against "
+                f"{source.chain_factor}"
             )
 
 
@@ -164,7 +172,8 @@ def _ops(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 def arm_config(run_config: Mapping[str, Any], arm: Arm, corpus_dir: Path) -> dict[str, Any]:
     """The synthesis run config of ``arm``: ``run_config`` (the user's, left unchanged) with the arm's settings
-    over it and ``source_resources.corpus_dir`` set to the main home's corpus unless the user set one.
+    over it, ``tool_chains.n_chains`` (the user's or the default) times the arm's ``chain_factor``, and
+    ``source_resources.corpus_dir`` set to the main home's corpus unless the user set one.
 
     Raises:
         ValueError: ``ops`` (or an op's entry) is not a mapping.
@@ -173,6 +182,9 @@ def arm_config(run_config: Mapping[str, Any], arm: Arm, corpus_dir: Path) -> dic
     ops = _ops(config)
     for op, values in arm.ops.items():
         _settings(ops, op).update(copy.deepcopy(dict(values)))
+    if arm.chain_factor != 1:
+        chains = _settings(ops, "tool_chains")
+        chains["n_chains"] = arm.chain_factor * chains.get("n_chains", ChainRunSpec.n_chains)
     _settings(ops, "source_resources").setdefault("corpus_dir", str(corpus_dir))
     config["ops"] = ops
     return config
