@@ -23,8 +23,8 @@ from envfactory_assets.ablations.plan import (
     sft_config,
     synthesis_settings,
 )
-from envfactory_assets.ablations.shared_synthesis import copy_store
 from envfactory_assets.ablations.report import ablations_markdown, compare_arms, write_ablations
+from envfactory_assets.ablations.shared_synthesis import copy_store
 from envfactory_assets.ablations.steps import StepLedger, step_key
 from envfactory_assets.config_checks import SettingError
 from envfactory_assets.evaluation.stats import paired_bootstrap

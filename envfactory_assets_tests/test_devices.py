@@ -182,7 +182,9 @@ def test_native_bf16_flags_are_read_from_the_cpuinfo_flags_line(tmp_path):
     zen4 = tmp_path / "zen4"
     zen4.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 fma\n\n")
     older = tmp_path / "older"
-    older.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\nbugs\t\t: avx512_bf16_is_not_a_flag_here\n")
+    older.write_text(
+        "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\nbugs\t\t: avx512_bf16_is_not_a_flag_here\n"
+    )
     assert cpu_bf16_flags(zen4) == {"avx512_bf16"}
     assert cpu_bf16_flags(older) == frozenset()
     assert cpu_bf16_flags(tmp_path / "missing") == frozenset()
@@ -193,7 +195,9 @@ def test_cpu_bf16_is_refused_on_a_cpu_without_native_bf16_and_never_chosen_by_au
 
     _machine(monkeypatch, cuda=False)
     monkeypatch.setattr(base_model, "cpu_bf16_flags", lambda *a: frozenset())
-    with pytest.raises(ValueError, match=r"checkpoint setting device='cpu_bf16'.*avx512_bf16.*set checkpoint setting device: cpu"):
+    with pytest.raises(
+        ValueError, match=r"checkpoint setting device='cpu_bf16'.*avx512_bf16.*set checkpoint setting device: cpu"
+    ):
         select_device("cpu_bf16", "checkpoint setting device")
     monkeypatch.setattr(base_model, "cpu_bf16_flags", lambda *a: frozenset({"amx_bf16"}))
     assert select_device("auto") == CPU_PLAN  # auto keeps the CPU in float32 on any CPU
@@ -244,7 +248,7 @@ def test_cpu_bf16_trains_float32_weights_under_bf16_autocast_and_generates_in_bf
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
     before = AutoModelForCausalLM.from_pretrained(one_layer_model_dir)
     assert trained.dtype == torch.float32
-    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), before.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), before.parameters(), strict=True))
     policy = Policy(tmp_path / "sft", SamplingSpec(temperature=0, max_new_tokens=3, device="cpu_bf16"), num_threads=1)
     assert policy.model.dtype == torch.bfloat16
     assert len(policy.generate([([{"role": "user", "content": "Hi"}], [])], seed=0)) == 1

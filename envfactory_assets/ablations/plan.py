@@ -65,7 +65,9 @@ class Arm:
         if self.shares_synthesis_of == self.name:
             raise ValueError(f"ablation arm {self.name}: cannot share the synthesis of itself")
         if not isinstance(self.chain_factor, int) or isinstance(self.chain_factor, bool) or self.chain_factor < 1:
-            raise ValueError(f"ablation arm {self.name}: chain_factor={self.chain_factor!r}, expected a whole number >= 1")
+            raise ValueError(
+                f"ablation arm {self.name}: chain_factor={self.chain_factor!r}, expected a whole number >= 1"
+            )
 
 
 @dataclass(frozen=True)

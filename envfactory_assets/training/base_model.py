@@ -71,10 +71,10 @@ def cuda_available() -> bool:
 # setting asks for ``cpu_bf16``, which a CPU with native bf16 dot-product instructions (AVX512-BF16 or AMX) runs
 # faster: the CPU benchmark took 28.4 minutes instead of 43.4 on this project's 2-core AVX512-BF16 machine, SFT
 # 11.5 instead of 16 (docs/evaluation.md, "The CPU benchmark, measured"). It is never chosen by ``auto``: the
-# default run's numbers stay float32 on every machine. Training keeps float32 master weights and lets the HF ``Trainer`` autocast (its ``bf16``/``fp16``
-# mixed-precision flags, with a gradient scaler for fp16), because optimizer updates of a small learning rate
-# vanish in 16-bit weights; generation loads the weights directly in the 16-bit type (half the memory, no
-# accuracy loss that matters for sampling).
+# default run's numbers stay float32 on every machine. Training keeps float32 master weights and lets the HF
+# ``Trainer`` autocast (its ``bf16``/``fp16`` mixed-precision flags, with a gradient scaler for fp16), because
+# optimizer updates of a small learning rate vanish in 16-bit weights; generation loads the weights directly in
+# the 16-bit type (half the memory, no accuracy loss that matters for sampling).
 
 DeviceSetting = Literal["auto", "cpu", "cpu_bf16", "cuda"]
 DEVICE_SETTINGS = ("auto", "cpu", "cpu_bf16", "cuda")

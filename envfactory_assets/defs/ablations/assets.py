@@ -156,8 +156,10 @@ def _shared_synthesis(arm: Any, run_config: dict[str, Any], main_home: Path) -> 
     source = arm.shares_synthesis_of
     entry = StepLedger(arm_home(main_home, arm_named(source))).entries().get("data") or {}
     settings_ = (entry.get("outputs") or {}).get("settings")
-    if not entry.get("key") or not isinstance(settings_, dict) or (
-        synthesis_settings(settings_) != synthesis_settings(run_config)
+    if (
+        not entry.get("key")
+        or not isinstance(settings_, dict)
+        or (synthesis_settings(settings_) != synthesis_settings(run_config))
     ):
         raise dg.Failure(
             f"ablation arm {arm.name} shares the synthesis of the {source} arm, whose data step has not finished "
